@@ -1,0 +1,18 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { WavegateError } from '../core/errors';
+
+/** Read a YAML or JSON document from disk; a missing or unparsable file is INVALID_INPUT naming it. */
+export function readDocument(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
+  }
+  try {
+    return path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`, { source: path });
+  }
+}

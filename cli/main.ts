@@ -1,0 +1,29 @@
+import { Command, CommanderError } from 'commander';
+import * as devCommands from './commands/dev';
+import * as rolloutCommands from './commands/rollout';
+import * as toolsCommands from './commands/tools';
+import { EXIT_REFUSED } from './run';
+
+/**
+ * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
+ * `register(program)` function; this file only assembles them.
+ */
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, rolloutCommands, toolsCommands];
+
+export async function main(argv: string[]): Promise<void> {
+  const program = new Command('wavegate')
+    .description('Phased, gated, audited rollouts of signed profile revisions to device fleets, on Temporal.')
+    .showHelpAfterError()
+    .exitOverride();
+  for (const group of GROUPS) group.register(program);
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // Usage errors (unknown option, missing argument) are bad input: exit 2, nothing started.
+      process.exitCode = err.exitCode === 0 ? 0 : EXIT_REFUSED;
+      return;
+    }
+    throw err;
+  }
+}
