@@ -1,0 +1,297 @@
+import { ed25519 } from '@noble/curves/ed25519.js';
+import { sha256 } from '@noble/hashes/sha2.js';
+import { z } from 'zod';
+import { fromBase64, toBase64, toBase64Url, utf8Decode, utf8Encode } from './bytes';
+import { canonicalize, isCanonicalJson } from './canonical';
+import { WavegateError, type WavegateErrorCode } from './errors';
+import { Revision } from './revision';
+import { parseWith } from './validation';
+
+/**
+ * Signed envelopes (DESIGN §2): `{ body: base64(canonical JSON of a revision), signatures: [{ kid,
+ * alg: "Ed25519", sig }] }`. Keys are made and used offline; the control plane, workers and agents only
+ * hold pins (`kid` + public key) and a threshold of distinct pinned signers. Verification returns a value
+ * with one reason code per failure; nothing here throws for a bad envelope. Pure JS (@noble), no I/O:
+ * the clock is passed in.
+ */
+export const ALG = 'Ed25519';
+export const DEFAULT_VALIDITY_DAYS = 365;
+
+const Base64Text = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, 'must be standard base64');
+const Kid = z.string().regex(/^sha256\/[A-Za-z0-9_-]{43}$/, 'must be "sha256/" + 43 base64url characters');
+
+export const SignatureEntry = z.object({ kid: Kid, alg: z.literal(ALG), sig: Base64Text.min(1) }).strict();
+export type SignatureEntry = z.infer<typeof SignatureEntry>;
+
+export const Envelope = z.object({ body: Base64Text.min(1), signatures: z.array(SignatureEntry) }).strict();
+export type Envelope = z.infer<typeof Envelope>;
+
+export const Pin = z
+  .object({ kid: Kid, publicKey: Base64Text.min(1), name: z.string().min(1).optional() })
+  .strict();
+export type Pin = z.infer<typeof Pin>;
+
+const TrustInput = z
+  .object({
+    threshold: z.number().int().min(1, 'must be at least 1').default(1),
+    pins: z.array(Pin).min(1, 'a trust file needs at least one pin'),
+  })
+  .strict();
+
+export interface Trust {
+  threshold: number;
+  /** kid → raw 32-byte public key. */
+  keys: Map<string, Uint8Array>;
+  pins: Pin[];
+}
+
+/** `sha256/` + base64url(SHA-256 of the raw 32-byte public key). */
+export function keyId(publicKey: Uint8Array): string {
+  return `sha256/${toBase64Url(sha256(publicKey))}`;
+}
+
+/** Validate a trust document: each pin's public key must be 32 bytes and match its kid. */
+export function parseTrust(data: unknown, source: string): Trust {
+  const input = parseWith(TrustInput, data, source);
+  const problems: string[] = [];
+  const keys = new Map<string, Uint8Array>();
+  input.pins.forEach((pin, i) => {
+    const raw = fromBase64(pin.publicKey);
+    if (!raw || raw.length !== 32) {
+      problems.push(`  pins[${i}].publicKey: must be a base64 raw 32-byte Ed25519 public key (got ${JSON.stringify(pin.publicKey)})`);
+      return;
+    }
+    if (keyId(raw) !== pin.kid) problems.push(`  pins[${i}].kid: does not match its publicKey (expected ${keyId(raw)}, got "${pin.kid}")`);
+    if (keys.has(pin.kid)) problems.push(`  pins[${i}].kid: pinned twice (got "${pin.kid}")`);
+    keys.set(pin.kid, raw);
+  });
+  if (input.threshold > input.pins.length) {
+    problems.push(`  threshold: cannot exceed the number of pins (${input.pins.length}) (got ${input.threshold})`);
+  }
+  if (problems.length) throw invalid(source, problems);
+  return { threshold: input.threshold, keys, pins: input.pins };
+}
+
+function invalid(source: string, lines: string[]): WavegateError {
+  return new WavegateError('INVALID_INPUT', `${source}: invalid\n${lines.join('\n')}`, { source });
+}
+
+export interface KeyPair {
+  kid: string;
+  publicKey: Uint8Array;
+  secretKey: Uint8Array;
+}
+
+/** Derive a key pair from 32 bytes of secret seed (the CLI supplies them from the OS RNG). */
+export function keyPairFromSeed(seed: Uint8Array): KeyPair {
+  if (seed.length !== 32) throw new Error('an Ed25519 secret key is 32 bytes');
+  const publicKey = ed25519.getPublicKey(seed);
+  return { kid: keyId(publicKey), publicKey, secretKey: seed };
+}
+
+/** The private key file: JSON, written with mode 0600 by the CLI. */
+export const SecretKeyFile = z
+  .object({
+    type: z.literal('wavegate.ed25519.secret-key'),
+    kid: Kid,
+    publicKey: Base64Text,
+    secretKey: Base64Text,
+  })
+  .strict();
+
+export function secretKeyFile(pair: KeyPair): z.infer<typeof SecretKeyFile> {
+  return { type: 'wavegate.ed25519.secret-key', kid: pair.kid, publicKey: toBase64(pair.publicKey), secretKey: toBase64(pair.secretKey) };
+}
+
+export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
+  const file = parseWith(SecretKeyFile, data, source);
+  const secret = fromBase64(file.secretKey);
+  if (!secret || secret.length !== 32) throw invalid(source, ['  secretKey: must be a base64 32-byte Ed25519 secret key']);
+  const pair = keyPairFromSeed(secret);
+  if (pair.kid !== file.kid || toBase64(pair.publicKey) !== file.publicKey) {
+    throw invalid(source, ['  kid: does not belong to this secret key (the file was edited or mixed up)']);
+  }
+  return pair;
+}
+
+export function pinOf(pair: Pick<KeyPair, 'kid' | 'publicKey'>, name?: string): Pin {
+  return { kid: pair.kid, publicKey: toBase64(pair.publicKey), ...(name ? { name } : {}) };
+}
+
+function signEntry(body: Uint8Array, pair: KeyPair): SignatureEntry {
+  return { kid: pair.kid, alg: ALG, sig: toBase64(ed25519.sign(body, pair.secretKey)) };
+}
+
+/**
+ * Sign a revision: its canonical JSON becomes the body. A revision without `expiresAt` gets one
+ * `validityDays` after `now` (the envelope is then what is registered, not the source file).
+ */
+export function signRevision(revision: Revision, pair: KeyPair, opts: { now: number; validityDays?: number }): Envelope {
+  const content: Revision = revision.expiresAt
+    ? revision
+    : { ...revision, expiresAt: new Date(opts.now + (opts.validityDays ?? DEFAULT_VALIDITY_DAYS) * 86_400_000).toISOString() };
+  const body = utf8Encode(canonicalize(content));
+  return { body: toBase64(body), signatures: [signEntry(body, pair)] };
+}
+
+/** Add a signature. Signing twice with the same key is refused (it would not count twice anyway). */
+export function cosignEnvelope(envelope: Envelope, pair: KeyPair): Envelope {
+  if (envelope.signatures.some((s) => s.kid === pair.kid)) {
+    throw new WavegateError('CONFLICT', `already signed by ${pair.kid}`, { kid: pair.kid });
+  }
+  const body = fromBase64(envelope.body);
+  if (!body) throw invalid('envelope', ['  body: not valid base64']);
+  return { body: envelope.body, signatures: [...envelope.signatures, signEntry(body, pair)] };
+}
+
+export type VerifyReason =
+  | 'MALFORMED'
+  | 'UNSUPPORTED_ALG'
+  | 'BAD_SIGNATURE'
+  | 'UNPINNED_KEY'
+  | 'DUPLICATE_SIGNER'
+  | 'BELOW_THRESHOLD'
+  | 'NOT_CANONICAL'
+  | 'INVALID_REVISION'
+  | 'MISSING_EXPIRY'
+  | 'EXPIRED'
+  | 'MISSING_DIGEST'
+  | 'NOT_ABOVE_CURRENT';
+
+export interface VerifyOk {
+  ok: true;
+  revision: Revision;
+  /** Distinct pinned kids whose signatures verified. */
+  signers: string[];
+  /** Hex SHA-256 of the body bytes: the content identity of the revision. */
+  bodyDigest: string;
+  /** Signatures by keys outside the pins: ignored, reported. */
+  ignored: string[];
+}
+
+export interface VerifyFailure {
+  ok: false;
+  reason: VerifyReason;
+  code: WavegateErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+export type VerifyResult = VerifyOk | VerifyFailure;
+
+function fail(reason: VerifyReason, message: string, details?: Record<string, unknown>): VerifyFailure {
+  return { ok: false, reason, code: 'INVALID_INPUT', message, ...(details ? { details } : {}) };
+}
+
+function hex(bytes: Uint8Array): string {
+  let out = '';
+  for (const b of bytes) out += b.toString(16).padStart(2, '0');
+  return out;
+}
+
+export function bodyDigest(envelope: Pick<Envelope, 'body'>): string | undefined {
+  const body = fromBase64(envelope.body);
+  return body ? hex(sha256(body)) : undefined;
+}
+
+export interface VerifyOptions {
+  /** The clock, in epoch milliseconds. */
+  now: number;
+  /** The highest registered revision number: the envelope must be above it. */
+  current?: number;
+}
+
+/**
+ * Verify an envelope against the trust pins, in this order (the first failure is the reason):
+ * shape (MALFORMED / UNSUPPORTED_ALG), every signature by a pinned key valid over the body bytes
+ * (BAD_SIGNATURE), no kid twice (DUPLICATE_SIGNER), threshold of distinct pinned signers
+ * (UNPINNED_KEY when the only signers are unpinned, else BELOW_THRESHOLD), canonical body
+ * (NOT_CANONICAL), digests on every payload file (MISSING_DIGEST), a valid revision
+ * (INVALID_REVISION), expiry (MISSING_EXPIRY / EXPIRED) and the revision number (NOT_ABOVE_CURRENT).
+ */
+export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOptions): VerifyResult {
+  if (typeof envelope === 'object' && envelope !== null && Array.isArray((envelope as Envelope).signatures)) {
+    const bad = (envelope as Envelope).signatures.find((s) => typeof s === 'object' && s !== null && 'alg' in s && s.alg !== ALG);
+    if (bad) return fail('UNSUPPORTED_ALG', `signature by ${String(bad.kid)} uses alg ${JSON.stringify(bad.alg)}; only "${ALG}" is accepted`);
+  }
+  const shape = Envelope.safeParse(envelope);
+  if (!shape.success) {
+    const issue = shape.error.issues[0]!;
+    return fail('MALFORMED', `envelope is malformed: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+  }
+  const env = shape.data;
+  const body = fromBase64(env.body);
+  if (!body) return fail('MALFORMED', 'envelope body is not valid base64');
+
+  const seen = new Set<string>();
+  const signers: string[] = [];
+  const ignored: string[] = [];
+  let duplicate: string | undefined;
+  for (const entry of env.signatures) {
+    if (seen.has(entry.kid)) duplicate ??= entry.kid;
+    seen.add(entry.kid);
+    const key = trust.keys.get(entry.kid);
+    if (!key) {
+      ignored.push(entry.kid);
+      continue;
+    }
+    const sig = fromBase64(entry.sig);
+    let valid = false;
+    try {
+      valid = !!sig && sig.length === 64 && ed25519.verify(sig, body, key, { zip215: false });
+    } catch {
+      valid = false;
+    }
+    if (!valid) return fail('BAD_SIGNATURE', `signature by ${entry.kid} does not verify over the body (tampered body or signature)`, { kid: entry.kid });
+    if (!signers.includes(entry.kid)) signers.push(entry.kid);
+  }
+  if (duplicate) return fail('DUPLICATE_SIGNER', `${duplicate} signed more than once; each key counts once toward the threshold`, { kid: duplicate });
+  if (signers.length < trust.threshold) {
+    if (signers.length === 0 && ignored.length > 0) {
+      return fail('UNPINNED_KEY', `no signature is by a pinned key (signed by ${ignored.join(', ')})`, { ignored });
+    }
+    return fail('BELOW_THRESHOLD', `${signers.length} distinct pinned signer(s), ${trust.threshold} required${ignored.length ? ` (unpinned: ${ignored.join(', ')})` : ''}`, { signers, ignored });
+  }
+
+  const text = utf8Decode(body);
+  if (text === undefined) return fail('MALFORMED', 'envelope body is not UTF-8');
+  let content: unknown;
+  try {
+    content = JSON.parse(text);
+  } catch {
+    return fail('MALFORMED', 'envelope body is not JSON');
+  }
+  if (!isCanonicalJson(text)) return fail('NOT_CANONICAL', 'envelope body is not canonical JSON (sorted keys, no whitespace)');
+  if (typeof content === 'object' && content !== null && Array.isArray((content as { payload?: unknown }).payload)) {
+    const files = (content as { payload: unknown[] }).payload;
+    const missing = files.findIndex((f) => typeof f !== 'object' || f === null || typeof (f as { sha256?: unknown }).sha256 !== 'string' || !(f as { sha256: string }).sha256);
+    if (missing >= 0) return fail('MISSING_DIGEST', `payload[${missing}] has no sha256 digest`, { index: missing });
+  }
+  const parsed = Revision.safeParse(content);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    return fail('INVALID_REVISION', `envelope body is not a valid revision: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+  }
+  const revision = parsed.data;
+  if (!revision.expiresAt) return fail('MISSING_EXPIRY', 'the revision has no expiresAt; a signed revision must expire');
+  const expires = Date.parse(revision.expiresAt);
+  if (!(expires > opts.now)) {
+    return fail('EXPIRED', `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`, { expiresAt: revision.expiresAt });
+  }
+  if (opts.current !== undefined && revision.revision <= opts.current) {
+    return fail('NOT_ABOVE_CURRENT', `revision ${revision.revision} is not above the current revision ${opts.current}; the channel never moves backwards`, { current: opts.current });
+  }
+  return { ok: true, revision, signers, bodyDigest: hex(sha256(body)), ignored };
+}
+
+/** Decode an envelope's body without verifying it (for display only). */
+export function peekBody(envelope: Pick<Envelope, 'body'>): unknown {
+  const body = fromBase64(envelope.body);
+  const text = body && utf8Decode(body);
+  if (text === undefined || text === null) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
