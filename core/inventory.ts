@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { WavegateError } from './errors';
-import { parseWith } from './validation';
+import { invalidFields, parseWith, type FieldProblem } from './validation';
 
 /**
  * The inventory: the membership source for a fleet (DESIGN §2). Devices inherit `defaults`; each belongs
@@ -104,14 +103,14 @@ function budgetFraction(value: number | string | undefined): number {
 /** Validate a parsed inventory document and resolve defaults. `source` names the file in errors. */
 export function parseInventory(data: unknown, source: string): Inventory {
   const input = parseWith(InventoryInput, data, source);
-  const problems: string[] = [];
+  const problems: FieldProblem[] = [];
   const seen = new Set<string>();
   const devices: Device[] = input.devices.map((d, i) => {
-    if (seen.has(d.id)) problems.push(`  devices[${i}].id: duplicate device id (got "${d.id}")`);
+    if (seen.has(d.id)) problems.push({ path: `devices[${i}].id`, value: d.id, message: 'duplicate device id; every id must be unique' });
     seen.add(d.id);
     const merged = { ...input.defaults, ...d, ssh: { ...input.defaults.ssh, ...d.ssh } };
     for (const field of ['host', 'user', 'pool'] as const) {
-      if (!merged[field]) problems.push(`  devices[${i}].${field}: required (set it on the device or in defaults) (got missing)`);
+      if (!merged[field]) problems.push({ path: `devices[${i}].${field}`, value: undefined, message: 'required (set it on the device or in defaults)' });
     }
     return {
       id: d.id,
@@ -128,9 +127,12 @@ export function parseInventory(data: unknown, source: string): Inventory {
       ssh: merged.ssh,
     };
   });
-  if (problems.length) {
-    throw new WavegateError('INVALID_INPUT', `${source}: invalid\n${problems.join('\n')}`, { source });
+  for (const [name, pool] of Object.entries(input.pools)) {
+    if (budgetFraction(pool.disruptionBudget) > 1) {
+      problems.push({ path: `pools.${name}.disruptionBudget`, value: pool.disruptionBudget, message: 'must be a fraction 0-1 or a percentage like "5%" (at most 100%)' });
+    }
   }
+  if (problems.length) invalidFields(source, problems);
   const pools: Record<string, Pool> = {};
   for (const [name, pool] of Object.entries(input.pools)) pools[name] = { name, disruptionBudget: budgetFraction(pool.disruptionBudget) };
   for (const device of devices) pools[device.pool] ??= { name: device.pool, disruptionBudget: DEFAULT_DISRUPTION_BUDGET };

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { parseDurationMs } from './duration';
-import { parseWith } from './validation';
+import type { Inventory } from './inventory';
+import { invalidFields, parseWith, type FieldProblem } from './validation';
 
 /**
  * The rollout spec (DESIGN §2). Accepts the phased form verbatim (`canary: 1 device`, `bulk: 25%`,
@@ -17,8 +18,15 @@ const Duration = z.union([z.number(), z.string()]).transform((value, ctx) => {
 
 const Gate = z.union([z.literal('manual'), Duration]);
 
-/** A phase size: `1 device`, `5 devices`, `25%`, `remainder` (or a bare number of devices). */
-export type PhaseSize = { kind: 'count'; count: number } | { kind: 'percent'; percent: number } | { kind: 'remainder' };
+/**
+ * A phase size: `1 device`, `5 devices` (or a bare number), `25%` (of the snapshot in scope),
+ * `up to 50%` (cumulative: the phase brings the total planned to 50% of the snapshot) or `remainder`.
+ */
+export type PhaseSize =
+  | { kind: 'count'; count: number }
+  | { kind: 'percent'; percent: number }
+  | { kind: 'cumulative'; percent: number }
+  | { kind: 'remainder' };
 
 const PhaseSizeText = z.union([z.number().int().positive(), z.string()]).transform((value, ctx): PhaseSize => {
   if (typeof value === 'number') return { kind: 'count', count: value };
@@ -27,8 +35,10 @@ const PhaseSizeText = z.union([z.number().int().positive(), z.string()]).transfo
   if (count && Number(count[1]) > 0) return { kind: 'count', count: Number(count[1]) };
   const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
   if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
+  const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
+  if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100) return { kind: 'cumulative', percent: Number(cumulative[1]) };
   if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
-  ctx.addIssue({ code: 'custom', message: 'must be "<n> device(s)", "<p>%" (0-100] or "remainder"' });
+  ctx.addIssue({ code: 'custom', message: 'must be "<n> device(s)", "<p>%" or "up to <p>%" with p in (0, 100], or "remainder"' });
   return z.NEVER;
 });
 
@@ -48,6 +58,9 @@ const Phase = z
     if ((phase.canary === undefined) === (phase.bulk === undefined)) {
       ctx.addIssue({ code: 'custom', message: 'a phase needs exactly one of "canary" or "bulk"' });
     }
+    if (phase.gate !== undefined && phase.gateMs !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['gate'], message: 'give either "gate" or "gateMs", not both' });
+    }
   });
 
 const Window = z
@@ -60,6 +73,16 @@ const Window = z
   .strict();
 
 const Fraction = z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1');
+const BudgetFraction = z.union([Fraction, z.string()]).transform((value, ctx) => {
+  if (typeof value === 'number') return value;
+  const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
+  if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
+  ctx.addIssue({ code: 'custom', message: 'must be a fraction 0-1 or a percentage like "5%"' });
+  return z.NEVER;
+});
+
+/** Cumulative percentages (the seed's `waves: [1, 10, 50, 100]`): 1-10 increasing numbers ending at 100. */
+const Waves = z.array(z.number().gt(0, 'must be above 0').max(100, 'must be at most 100')).min(1).max(10, 'at most 10 waves');
 
 export const RolloutBody = z
   .object({
@@ -67,7 +90,8 @@ export const RolloutBody = z
     fromRevision: z.number().int().nonnegative(),
     toRevision: z.number().int().positive(),
     strategy: z.enum(['phased']).default('phased'),
-    phases: z.array(Phase).min(1, 'at least one phase is needed'),
+    phases: z.array(Phase).min(1, 'at least one phase is needed').optional(),
+    waves: Waves.optional(),
     rollback: z
       .object({ on: z.enum(['healthGate-fail', 'failure-gate', 'both', 'never']).default('healthGate-fail') })
       .strict()
@@ -77,7 +101,7 @@ export const RolloutBody = z
     minSample: z.number().int().positive().default(3),
     applyTimeout: Duration.default(900_000),
     offline: z.enum(['skip', 'wait', 'fail']).default('skip'),
-    disruptionBudget: z.record(z.string(), Fraction).default({}),
+    disruptionBudget: z.record(z.string(), BudgetFraction).default({}),
     onInconclusive: z.enum(['pause', 'fail']).default('pause'),
     window: Window.optional(),
     canaryClass: z.string().min(1).optional(),
@@ -89,7 +113,65 @@ export const RolloutBody = z
     if (spec.toRevision <= spec.fromRevision) {
       ctx.addIssue({ code: 'custom', path: ['toRevision'], message: `must be above fromRevision (${spec.fromRevision})` });
     }
+    if ((spec.phases === undefined) === (spec.waves === undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['phases'], message: 'give exactly one of "phases" or "waves" (cumulative percentages)' });
+    }
+    if (spec.waves) {
+      spec.waves.forEach((w, i) => {
+        if (i > 0 && w <= spec.waves![i - 1]!) ctx.addIssue({ code: 'custom', path: ['waves', i], message: `must be above the previous wave (${spec.waves![i - 1]})` });
+      });
+      if (spec.waves[spec.waves.length - 1] !== 100) {
+        ctx.addIssue({ code: 'custom', path: ['waves', spec.waves.length - 1], message: 'the last wave must be 100' });
+      }
+    }
+    if (spec.window && spec.window.start === spec.window.end) {
+      ctx.addIssue({ code: 'custom', path: ['window', 'end'], message: 'must differ from window.start' });
+    }
+    checkPhaseSizes(spec.phases ?? [], ctx);
+  })
+  .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) }));
+
+type PhaseOut = z.output<typeof Phase>;
+
+function sizeOf(phase: PhaseOut): PhaseSize | undefined {
+  return phase.canary ?? phase.bulk;
+}
+
+/** Cross-phase rules: canary first, remainder last, percentages that add up, cumulative ones increasing. */
+function checkPhaseSizes(phases: PhaseOut[], ctx: z.RefinementCtx): void {
+  let percentSum = 0;
+  let lastCumulative = 0;
+  phases.forEach((phase, i) => {
+    const size = sizeOf(phase);
+    const key = phase.canary !== undefined ? 'canary' : 'bulk';
+    if (!size) return;
+    if (phase.canary !== undefined && i > 0) {
+      ctx.addIssue({ code: 'custom', path: ['phases', i, 'canary'], message: 'only the first phase can be a canary phase; use "bulk"' });
+    }
+    if (size.kind === 'remainder' && i !== phases.length - 1) {
+      ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: '"remainder" must be the last phase' });
+    }
+    if (size.kind === 'percent') {
+      percentSum += size.percent;
+      if (percentSum > 100 + 1e-9) {
+        ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: `phase percentages add up to ${percentSum}%, above 100%` });
+      }
+    }
+    if (size.kind === 'cumulative') {
+      if (size.percent <= lastCumulative) {
+        ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: `a cumulative size must be above the previous one (up to ${lastCumulative}%)` });
+      }
+      lastCumulative = size.percent;
+    }
   });
+}
+
+function wavesToPhases(waves: number[]): PhaseOut[] {
+  return waves.map((percent, i) => {
+    const size: PhaseSize = { kind: 'cumulative', percent };
+    return i === 0 ? { canary: size, healthGate: [] } : { bulk: size, healthGate: [] };
+  });
+}
 
 export const RolloutSpec = z.object({ rollout: RolloutBody }).strict();
 export type RolloutSpec = z.output<typeof RolloutBody>;
@@ -97,4 +179,37 @@ export type PhaseSpec = RolloutSpec['phases'][number];
 
 export function parseRolloutSpec(data: unknown, source: string): RolloutSpec {
   return parseWith(RolloutSpec, data, source).rollout;
+}
+
+/** The gate after a phase: its own `gate`/`gateMs`, else the spec's `gate`. */
+export function phaseGate(spec: Pick<RolloutSpec, 'gate'>, phase: PhaseSpec): number | 'manual' {
+  return phase.gate ?? phase.gateMs ?? spec.gate;
+}
+
+/** The size of a phase (exactly one of canary/bulk is set after validation). */
+export function phaseSize(phase: PhaseSpec): PhaseSize {
+  return (phase.canary ?? phase.bulk)!;
+}
+
+/**
+ * Checks that need the inventory: `canaryClass` must be a class present among the devices in scope,
+ * and every pool named in `disruptionBudget` must exist. Throws INVALID_INPUT naming `source`.
+ */
+export function checkSpecAgainstInventory(spec: RolloutSpec, inventory: Inventory, source: string, inScope?: readonly string[]): void {
+  const ids = inScope ? new Set(inScope) : undefined;
+  const devices = ids ? inventory.devices.filter((d) => ids.has(d.id)) : inventory.devices;
+  const problems: FieldProblem[] = [];
+  if (spec.canaryClass !== undefined) {
+    const classes = [...new Set(devices.map((d) => d.class))].sort();
+    if (!classes.includes(spec.canaryClass)) {
+      problems.push({ path: 'rollout.canaryClass', value: spec.canaryClass, message: `no device in scope has this class; allowed: ${classes.map((c) => JSON.stringify(c)).join(', ') || '(none)'}` });
+    }
+  }
+  const pools = Object.keys(inventory.pools).sort();
+  for (const pool of Object.keys(spec.disruptionBudget)) {
+    if (!inventory.pools[pool]) {
+      problems.push({ path: `rollout.disruptionBudget.${pool}`, value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
+    }
+  }
+  if (problems.length) invalidFields(source, problems);
 }

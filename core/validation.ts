@@ -44,3 +44,9 @@ export function parseWith<S extends z.ZodType>(schema: S, data: unknown, source:
   const lines = problems.map((p) => `  ${p.path}: ${p.message} (got ${showValue(p.value)})`);
   throw new WavegateError('INVALID_INPUT', `${source}: invalid\n${lines.join('\n')}`, { source, problems });
 }
+
+/** Throw INVALID_INPUT for problems found after the schema (cross-field checks), in parseWith's format. */
+export function invalidFields(source: string, problems: FieldProblem[]): never {
+  const lines = problems.map((p) => `  ${p.path}: ${p.message} (got ${showValue(p.value)})`);
+  throw new WavegateError('INVALID_INPUT', `${source}: invalid\n${lines.join('\n')}`, { source, problems });
+}

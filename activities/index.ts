@@ -1,0 +1,103 @@
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { parseInventory, type Device } from '../core/inventory';
+import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
+import { readDocument } from '../cli/files';
+import { applyToDevice, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
+import { openSsh, TransportError } from './ssh';
+
+export type { ApplyResult, RevisionSteps };
+
+export interface ActivityDeps {
+  /** How many devices the snapshot probes at once. */
+  snapshotConcurrency?: number;
+  log?: (line: string) => void;
+}
+
+export interface SnapshotInput {
+  inventoryPath: string;
+  profile: string;
+  /** Label selector: every listed label must match. */
+  scope: Record<string, string>;
+}
+
+export interface ApplyInput {
+  device: DeviceTarget;
+  steps: RevisionSteps;
+  commandTimeoutMs: number;
+}
+
+function targetOf(device: Device): DeviceTarget {
+  const { hostKey, knownHosts, key, agent } = device.ssh;
+  return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent } };
+}
+
+/** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
+function toFailure(err: unknown): never {
+  if (err instanceof TransportError) {
+    throw ApplicationFailure.create({ type: `Transport.${err.kind}`, message: err.message, nonRetryable: !err.retryable });
+  }
+  if (err instanceof StepFailed) {
+    throw ApplicationFailure.create({ type: 'StepFailed', message: err.message, nonRetryable: true, details: [{ step: err.step, code: err.result.code }] });
+  }
+  throw err;
+}
+
+async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  });
+  await Promise.all(workers);
+  return out;
+}
+
+/** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
+export function createActivities(deps: ActivityDeps = {}) {
+  const concurrency = deps.snapshotConcurrency ?? 16;
+  return {
+    /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
+    async snapshotFleet(input: SnapshotInput): Promise<DeviceSnapshot[]> {
+      const inventory = parseInventory(readDocument(input.inventoryPath), input.inventoryPath);
+      const inScope = inventory.devices.filter((d) => Object.entries(input.scope).every(([k, v]) => d.labels[k] === v));
+      let probed = 0;
+      return mapLimit(inScope, concurrency, async (device): Promise<DeviceSnapshot> => {
+        const target = targetOf(device);
+        const base = { ...target, updateClass: device.updateClass, os: device.os };
+        try {
+          if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
+          const session = await openSsh(target, { connectTimeoutMs: 5_000 });
+          try {
+            return { ...base, current: await readMarker(session, input.profile, 10_000), reachable: true };
+          } finally {
+            session.close();
+          }
+        } catch (err) {
+          return { ...base, current: null, reachable: false, error: (err as Error).message };
+        } finally {
+          Context.current().heartbeat(++probed);
+        }
+      });
+    },
+
+    /** Bring one device to the revision (verify first, apply, verify, marker). */
+    async applyRevision(input: ApplyInput): Promise<ApplyResult> {
+      const ctx = Context.current();
+      try {
+        return await applyToDevice(input.device, input.steps, {
+          commandTimeoutMs: input.commandTimeoutMs,
+          heartbeat: (detail) => ctx.heartbeat(detail),
+        });
+      } catch (err) {
+        deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);
+        return toFailure(err);
+      }
+    },
+  };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

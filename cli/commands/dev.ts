@@ -1,0 +1,147 @@
+import { rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { NativeConnection } from '@temporalio/worker';
+import { WavegateError } from '../../core/errors';
+import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
+import { startDevStack, type DevStack } from '../../workers/dev-stack';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { connectionSettings, createWorker, installQuietRuntime } from '../../workers/worker';
+import type { RolloutStatus } from '../../workflows/messages';
+import { connectClient, startRollout, workflowUrl } from '../client';
+import { loadRolloutContent, prepareRollout } from '../prepare';
+import { action, EXIT_FAILED, EXIT_OK } from '../run';
+
+const log = (line: string) => process.stdout.write(`${line}\n`);
+
+/** Run `body` with a dev stack, taking the whole stack down on return, error, Ctrl-C or SIGTERM. */
+async function withDevStack<T>(opts: Parameters<typeof startDevStack>[0], body: (stack: DevStack) => Promise<T>): Promise<T> {
+  let stack: DevStack | undefined;
+  let stopping: Promise<void> | undefined;
+  const shutdown = (signal: string) => {
+    log(`\n${signal}: stopping the dev stack...`);
+    stopping ??= (stack?.stop() ?? Promise.resolve()).then(() => process.exit(130));
+  };
+  const onInt = () => shutdown('SIGINT');
+  const onTerm = () => shutdown('SIGTERM');
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onTerm);
+  try {
+    stack = await startDevStack(opts);
+    return await body(stack);
+  } finally {
+    if (!stopping) await stack?.stop();
+    process.off('SIGINT', onInt);
+    process.off('SIGTERM', onTerm);
+  }
+}
+
+const ICON: Record<DeviceState, string> = {
+  pending: '·',
+  applying: '…',
+  applied: '✔',
+  claimed: '~',
+  failed: '✘',
+  skipped: '-',
+  'rolling-back': '↺',
+  'rolled-back': '↩',
+  'rollback-failed': '!',
+};
+
+/** Print each device transition once, then a summary line when the counts move. */
+export function progressPrinter(out: (line: string) => void) {
+  const seen = new Map<string, string>();
+  let lastSummary = '';
+  return (status: RolloutStatus) => {
+    for (const d of status.devices) {
+      const key = `${d.state}|${d.reason ?? ''}`;
+      if (seen.get(d.id) === key) continue;
+      seen.set(d.id, key);
+      out(`  ${ICON[d.state]} ${d.id.padEnd(10)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
+    }
+    const summary = `[${status.state}] phase ${status.phase}: ${summarizeCounts(status.counts)}`;
+    if (summary !== lastSummary) out(summary);
+    lastSummary = summary;
+  };
+}
+
+export function register(program: Command): void {
+  program
+    .command('dev')
+    .description('Run the embedded dev stack: Temporal dev server with Web UI, a worker, and with --demo a 12-device simulated fleet. Ctrl-C stops all of it.')
+    .option('--demo', 'also start the simulated demo fleet and write its inventory')
+    .option('--port <port>', 'Temporal frontend port (default 7233, or a free one)', (v) => Number(v))
+    .option('--ui-port <port>', 'Web UI port (default 8233, or a free one)', (v) => Number(v))
+    .option('--state-dir <dir>', 'where the SQLite state, logs and demo fleet live', join(PROJECT_ROOT, '.wavegate'))
+    .action(
+      action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string }) => {
+        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, log }, async (stack) => {
+          log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
+          log(`Web UI:           ${stack.server.uiUrl}`);
+          if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
+          log('Ctrl-C to stop.');
+          await new Promise<never>(() => {}); // until a signal takes the stack down
+        });
+      }),
+    );
+
+  program
+    .command('demo')
+    .description('Bring up the dev stack and the demo fleet, roll the demo profile r1 → r2 to completion, and shut everything down.')
+    .option('--state-dir <dir>', 'where the demo keeps its state (wiped at start)', join(PROJECT_ROOT, '.wavegate', 'demo'))
+    .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
+    .action(
+      action(async (opts: { stateDir: string; spec: string }) => {
+        const profilesDir = join(PROJECT_ROOT, 'profiles');
+        loadRolloutContent({ specPath: opts.spec, profilesDir }); // bad input starts nothing
+        const stateDir = resolve(opts.stateDir);
+        rmSync(stateDir, { recursive: true, force: true });
+        return withDevStack({ stateDir, demo: true, log }, async (stack) => {
+          const input = prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo' });
+          const client = await connectClient({ address: stack.server.address, namespace: stack.server.namespace, taskQueue: stack.taskQueue });
+          const handle = await startRollout(client, stack.taskQueue, input);
+          log(`\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`);
+          log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);
+          const print = progressPrinter(log);
+          const result = handle.result();
+          let done = false;
+          void result.finally(() => (done = true)).catch(() => {});
+          while (!done) {
+            await new Promise((r) => setTimeout(r, 300));
+            if (!done) print(await handle.query<RolloutStatus>('status'));
+          }
+          const final = await result;
+          print(final);
+          await client.connection.close();
+          const ok = final.state === 'completed';
+          log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
+          log(`Web UI (the finished run stays there until the stack stops): ${stack.server.uiUrl}`);
+          return ok ? EXIT_OK : EXIT_FAILED;
+        });
+      }),
+    );
+
+  program
+    .command('worker')
+    .description('Run a wavegate worker against a Temporal server (flags, or TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE).')
+    .option('--address <host:port>', 'Temporal frontend address')
+    .option('--namespace <ns>', 'Temporal namespace')
+    .option('--task-queue <queue>', 'task queue to poll')
+    .action(
+      action(async (flags: { address?: string; namespace?: string; taskQueue?: string }) => {
+        const settings = connectionSettings(flags);
+        let connection: NativeConnection;
+        installQuietRuntime();
+        try {
+          connection = await NativeConnection.connect({ address: settings.address });
+        } catch (err) {
+          throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
+        }
+        const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log } });
+        log(`worker polling ${settings.address} namespace ${settings.namespace} task queue ${settings.taskQueue}; Ctrl-C to stop`);
+        // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
+        await worker.run();
+        await connection.close();
+      }),
+    );
+}

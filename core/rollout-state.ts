@@ -1,0 +1,70 @@
+/**
+ * Device and rollout states (DESIGN §3) and the counts derived from them. Counts are always computed
+ * from device states, never stored twice.
+ */
+export const DEVICE_STATES = [
+  'pending',
+  'applying',
+  'applied',
+  'claimed',
+  'failed',
+  'skipped',
+  'rolling-back',
+  'rolled-back',
+  'rollback-failed',
+] as const;
+export type DeviceState = (typeof DEVICE_STATES)[number];
+
+export const ROLLOUT_STATES = ['running', 'paused', 'completed', 'rolled-back', 'aborted', 'cancelled', 'failed'] as const;
+export type RolloutState = (typeof ROLLOUT_STATES)[number];
+
+/** What the workflow knows of one device: small, because 10,000 of them may live in one history. */
+export interface DeviceTarget {
+  id: string;
+  host: string;
+  port: number;
+  user: string;
+  pool: string;
+  class: string;
+  /** Pinned host key fingerprint, key file path, agent flag: references only, never secrets. */
+  ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean };
+}
+
+export interface DeviceSnapshot extends DeviceTarget {
+  /** The revision marker read from the device at snapshot time (null: none, undefined: unreachable). */
+  current: number | null;
+  reachable: boolean;
+  updateClass: 'required' | 'best-effort' | 'left-behind';
+  os: string;
+  error?: string;
+}
+
+export interface DeviceStatus {
+  id: string;
+  state: DeviceState;
+  phase: number;
+  reason?: string;
+}
+
+export type Counts = Record<DeviceState, number> & { total: number };
+
+export function countDevices(devices: Iterable<{ state: DeviceState }>): Counts {
+  const counts = Object.fromEntries(DEVICE_STATES.map((s) => [s, 0])) as Counts;
+  counts.total = 0;
+  for (const d of devices) {
+    counts[d.state] += 1;
+    counts.total += 1;
+  }
+  return counts;
+}
+
+/** A one-line progress summary, e.g. `12/12 applied, 0 failed`. */
+export function summarizeCounts(counts: Counts): string {
+  const done = counts.applied + counts.claimed;
+  const parts = [`${done}/${counts.total} applied`];
+  if (counts.claimed) parts.push(`${counts.claimed} claimed`);
+  if (counts.failed) parts.push(`${counts.failed} failed`);
+  if (counts.skipped) parts.push(`${counts.skipped} skipped`);
+  if (counts.applying) parts.push(`${counts.applying} applying`);
+  return parts.join(', ');
+}

@@ -1,0 +1,9 @@
+import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+
+/** Search attributes every rollout keeps current, so operators filter in the Web UI and `wavegate list`. */
+export const WavegateProfile = defineSearchAttributeKey('WavegateProfile', SearchAttributeType.KEYWORD);
+export const WavegateState = defineSearchAttributeKey('WavegateState', SearchAttributeType.KEYWORD);
+export const WavegatePhase = defineSearchAttributeKey('WavegatePhase', SearchAttributeType.KEYWORD);
+export const WavegateRevision = defineSearchAttributeKey('WavegateRevision', SearchAttributeType.INT);
+
+export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision];

@@ -1,0 +1,35 @@
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
+import { ensureTools } from '../../workers/toolchain';
+import { WORKFLOWS_PATH } from '../../workers/worker';
+
+/** A real Temporal dev server (`temporal server start-dev`) with wavegate's search attributes registered. */
+export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
+  const { temporal } = ensureTools();
+  return TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'existing-path', path: temporal },
+      ip: '127.0.0.1',
+      searchAttributes: WAVEGATE_SEARCH_ATTRIBUTES,
+    },
+  });
+}
+
+/** The time-skipping test server, for long gate timers. */
+export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
+  const { testServer } = ensureTools();
+  return TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: { type: 'existing-path', path: testServer } },
+  });
+}
+
+let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
+/** Bundle the workflow code once per test file: webpack takes seconds, workers are many. */
+export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
+  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+  return bundle;
+}
+
+const noop = () => {};
+const quietLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: (m: string) => console.error(m) };

@@ -1,0 +1,92 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, openSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname } from 'node:path';
+import { Connection } from '@temporalio/client';
+import { WavegateError } from '../core/errors';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../core/search-attributes';
+import { ensureTools } from './toolchain';
+
+export interface DevServer {
+  address: string;
+  uiUrl: string;
+  namespace: string;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** The preferred port when it is free, else any free one (a second dev stack must not fail to start). */
+async function pickPort(preferred: number): Promise<number> {
+  return (await portFree(preferred)) ? preferred : freePort();
+}
+
+/**
+ * Start `temporal server start-dev` with its state in a SQLite file and wavegate's search attributes
+ * registered; resolve once it accepts connections. The server runs in its own process group so that
+ * stop() (and Ctrl-C) takes down everything it started.
+ */
+export async function startDevServer(opts: { dbFile: string; logFile: string; port?: number; uiPort?: number; namespace?: string; log?: (line: string) => void }): Promise<DevServer> {
+  const { temporal } = ensureTools(opts.log);
+  const port = await pickPort(opts.port ?? 7233);
+  const uiPort = await pickPort(opts.uiPort ?? (port === 7233 ? 8233 : port + 1000));
+  const namespace = opts.namespace ?? 'default';
+  mkdirSync(dirname(opts.dbFile), { recursive: true });
+  const logFd = openSync(opts.logFile, 'a');
+  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--ui-port', String(uiPort), '--db-filename', opts.dbFile, '--namespace', namespace, '--log-level', 'warn'];
+  for (const key of WAVEGATE_SEARCH_ATTRIBUTES) args.push('--search-attribute', `${key.name}=${key.type === 'INT' ? 'Int' : 'Keyword'}`);
+  const child = spawn(temporal, args, { stdio: ['ignore', logFd, logFd], detached: true });
+  const address = `127.0.0.1:${port}`;
+  let exited = false;
+  child.once('exit', () => (exited = true));
+
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (exited) throw new WavegateError('UNAVAILABLE', `temporal dev server exited during start-up; see ${opts.logFile}`);
+    try {
+      const conn = await Connection.connect({ address, connectTimeout: 1_000 });
+      await conn.workflowService.getSystemInfo({});
+      await conn.close();
+      break;
+    } catch (err) {
+      if (Date.now() > deadline) {
+        process.kill(-child.pid!, 'SIGKILL');
+        throw new WavegateError('UNAVAILABLE', `temporal dev server did not answer on ${address} within 60 s (${(err as Error).message}); see ${opts.logFile}`);
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  return {
+    address,
+    uiUrl: `http://127.0.0.1:${uiPort}`,
+    namespace,
+    process: child,
+    async stop() {
+      if (exited) return;
+      const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      process.kill(-child.pid!, 'SIGTERM');
+      const timer = setTimeout(() => !exited && process.kill(-child.pid!, 'SIGKILL'), 10_000);
+      await done;
+      clearTimeout(timer);
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import { mkdirSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { NativeConnection, type Worker } from '@temporalio/worker';
+import { demoDevices, startFleet, type Fleet } from '../test/support/fleet-sim';
+import { writeFleetInventory } from '../test/support/fleet-inventory';
+import { startDevServer, type DevServer } from './dev-server';
+import { createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker';
+
+export interface DevStack {
+  server: DevServer;
+  taskQueue: string;
+  fleet?: Fleet;
+  /** The demo fleet's inventory file (with --demo). */
+  inventoryPath?: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * The embedded default: a Temporal dev server (state in `<stateDir>/temporal.db`), a worker, and with
+ * `demo` a simulated fleet of 12 devices in 2 pools and 2 classes on 127.0.0.1. stop() takes all of it down.
+ */
+export async function startDevStack(opts: { stateDir: string; demo: boolean; port?: number; uiPort?: number; log: (line: string) => void }): Promise<DevStack> {
+  const stateDir = resolve(opts.stateDir);
+  mkdirSync(stateDir, { recursive: true });
+  const stops: Array<() => Promise<void>> = [];
+  const stop = async () => {
+    for (const fn of stops.reverse()) await fn().catch((err) => opts.log(`stop: ${(err as Error).message}`));
+    stops.length = 0;
+  };
+  try {
+    opts.log('starting Temporal dev server...');
+    const server = await startDevServer({ dbFile: join(stateDir, 'temporal.db'), logFile: join(stateDir, 'temporal.log'), port: opts.port, uiPort: opts.uiPort, log: opts.log });
+    stops.push(() => server.stop());
+    opts.log(`Temporal dev server on ${server.address}; Web UI ${server.uiUrl}`);
+
+    let fleet: Fleet | undefined;
+    let inventoryPath: string | undefined;
+    if (opts.demo) {
+      const fleetDir = join(stateDir, 'demo-fleet');
+      rmSync(fleetDir, { recursive: true, force: true }); // every demo starts from a fresh fleet
+      fleet = await startFleet({ devices: demoDevices(12), dir: fleetDir });
+      stops.push(() => fleet!.stop());
+      inventoryPath = writeFleetInventory(fleet, join(stateDir, 'demo-fleet.yaml'), { budgets: { 'pool-a': 0.34, 'pool-b': 0.34 } });
+      opts.log(`demo fleet: ${fleet.devices.length} simulated SSH devices on 127.0.0.1; inventory ${inventoryPath}`);
+    }
+
+    installQuietRuntime();
+    const connection = await NativeConnection.connect({ address: server.address });
+    stops.push(() => connection.close());
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log } });
+    const running = worker.run();
+    stops.push(async () => {
+      worker.shutdown();
+      await running;
+    });
+    opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
+    return { server, taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

@@ -1,0 +1,53 @@
+import { NativeConnection, Runtime, Worker, DefaultLogger, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { createActivities, type ActivityDeps } from '../activities';
+
+export const WORKFLOWS_PATH = require.resolve('../workflows');
+export const DEFAULT_TASK_QUEUE = 'wavegate';
+
+export interface ConnectionSettings {
+  address: string;
+  namespace: string;
+  taskQueue: string;
+}
+
+/** Flags first, then the standard Temporal environment variables, then the local defaults. */
+export function connectionSettings(flags: Partial<ConnectionSettings> = {}): ConnectionSettings {
+  return {
+    address: flags.address ?? process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
+    namespace: flags.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
+    taskQueue: flags.taskQueue ?? process.env.WAVEGATE_TASK_QUEUE ?? DEFAULT_TASK_QUEUE,
+  };
+}
+
+let runtimeInstalled = false;
+/**
+ * Keep the SDK's own logging to warnings: progress is ours to print. Must run before the first
+ * NativeConnection is made, which creates the default runtime.
+ */
+export function installQuietRuntime(): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+  } catch {
+    // Already installed by the host process (e.g. a test environment): keep theirs.
+  }
+}
+
+export async function createWorker(opts: {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  deps?: ActivityDeps;
+  workflowBundle?: WorkflowBundleWithSourceMap;
+}): Promise<Worker> {
+  return Worker.create({
+    connection: opts.connection,
+    namespace: opts.namespace,
+    taskQueue: opts.taskQueue,
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
+    activities: createActivities(opts.deps),
+    // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
+    maxConcurrentActivityTaskExecutions: 200,
+  });
+}

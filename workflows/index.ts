@@ -1,0 +1,2 @@
+// Every workflow the worker registers. Workflow code imports only core/ and @temporalio/workflow.
+export { rolloutWorkflow } from './rollout';
