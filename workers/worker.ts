@@ -1,7 +1,9 @@
+import { join } from 'node:path';
 import { NativeConnection, Runtime, Worker, DefaultLogger, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities';
 
-export const WORKFLOWS_PATH = require.resolve('../workflows');
+// A path, not require.resolve: the bundler takes the .ts source and tests run without a build.
+export const WORKFLOWS_PATH = join(__dirname, '..', 'workflows', 'index.ts');
 export const DEFAULT_TASK_QUEUE = 'wavegate';
 
 export interface ConnectionSettings {

@@ -2,11 +2,12 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import { ensureTools } from '../../workers/toolchain';
-import { WORKFLOWS_PATH } from '../../workers/worker';
+import { installQuietRuntime, WORKFLOWS_PATH } from '../../workers/worker';
 
 /** A real Temporal dev server (`temporal server start-dev`) with wavegate's search attributes registered. */
 export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
   const { temporal } = ensureTools();
+  installQuietRuntime();
   return TestWorkflowEnvironment.createLocal({
     server: {
       executable: { type: 'existing-path', path: temporal },
@@ -19,6 +20,7 @@ export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
 /** The time-skipping test server, for long gate timers. */
 export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
   const { testServer } = ensureTools();
+  installQuietRuntime();
   return TestWorkflowEnvironment.createTimeSkipping({
     server: { executable: { type: 'existing-path', path: testServer } },
   });

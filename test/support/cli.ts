@@ -1,0 +1,49 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+
+export const WAVEGATE_BIN = join(PROJECT_ROOT, 'bin', 'wavegate.js');
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run the real `wavegate` command to completion. */
+export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT, env: { ...process.env, ...opts.env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`wavegate ${args.join(' ')} timed out\n${stdout}\n${stderr}`));
+    }, opts.timeoutMs ?? 120_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Start `wavegate` in the background and resolve once its output matches `ready`. */
+export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000): Promise<{ child: ChildProcess; output: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT });
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`not ready in ${timeoutMs} ms:\n${out}`)), timeoutMs);
+    const onData = (c: Buffer) => {
+      out += c.toString();
+      if (ready.test(out)) {
+        clearTimeout(timer);
+        resolve({ child, output: () => out });
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.on('exit', (code) => reject(new Error(`exited ${code} before ready:\n${out}`)));
+  });
+}
