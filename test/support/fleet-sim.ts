@@ -422,12 +422,10 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
           const channel = accept();
           runExec(st, channel, info.command, live, sock);
         });
-        session.on('sftp', (accept) => {
-          void ensureSandbox(st).then(
-            () => serveSftp(st, accept()),
-            () => accept().end(),
-          );
-        });
+        // Accept synchronously: OpenSSH's sftp pipelines SSH_FXP_INIT right behind the subsystem
+        // request, and ssh2 drops channel data that arrives before accept(). Requests wait for the
+        // (lazily created) sandbox inside serveSftp.
+        session.on('sftp', (accept) => serveSftp(st, accept(), ensureSandbox(st)));
       });
     });
   }
@@ -830,7 +828,7 @@ function statusFor(err: unknown): number {
   }
 }
 
-function serveSftp(st: DeviceState, sftp: SFTPWrapper): void {
+function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<string>): void {
   const sandbox = st.dev.sandbox;
   const handles = new Map<string, SftpHandle>();
   let nextHandle = 0;
@@ -853,7 +851,7 @@ function serveSftp(st: DeviceState, sftp: SFTPWrapper): void {
   const lookup = (buf: Buffer): SftpHandle | undefined => handles.get(buf.toString('hex'));
 
   const safe = (reqId: number, fn: () => Promise<void>): void => {
-    fn().catch((err: unknown) => {
+    ready.then(fn).catch((err: unknown) => {
       try {
         sftp.status(reqId, statusFor(err), (err as Error).message);
       } catch {
@@ -887,8 +885,10 @@ function serveSftp(st: DeviceState, sftp: SFTPWrapper): void {
   });
 
   sftp.on('REALPATH', (reqId, p) => {
-    const v = toVirtual(p);
-    sftp.name(reqId, [{ filename: v, longname: v, attrs: {} as Attributes }]);
+    safe(reqId, async () => {
+      const v = toVirtual(p);
+      sftp.name(reqId, [{ filename: v, longname: v, attrs: {} as Attributes }]);
+    });
   });
 
   sftp.on('OPEN', (reqId, filename, flags, attrs) => {
