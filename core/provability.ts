@@ -84,12 +84,10 @@ export function splitCommand(text: string): Segment[] {
     current += ch;
   }
   out.push({ text: current.trim(), next: '' });
-  // Drop empty segments (blank lines, trailing `;`), keeping the operator that follows the last real one.
-  const segments: Segment[] = [];
-  for (const seg of out) {
-    if (seg.text) segments.push(seg);
-    else if (segments.length && seg.next === '') segments[segments.length - 1]!.next = segments[segments.length - 1]!.next === '\n' || segments[segments.length - 1]!.next === ';' ? '' : segments[segments.length - 1]!.next;
-  }
+  // Drop empty segments (blank lines, a trailing `;`); the last real one joins nothing.
+  const segments = out.filter((seg) => seg.text);
+  const last = segments[segments.length - 1];
+  if (last && (last.next === ';' || last.next === '\n' || last.next === '&')) last.next = '';
   return segments;
 }
 
