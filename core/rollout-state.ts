@@ -27,7 +27,15 @@ export interface DeviceTarget {
   pool: string;
   class: string;
   /** Pinned host key fingerprint, key file path, agent flag: references only, never secrets. */
-  ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean };
+  ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
+}
+
+/** A bastion the device is reached through; its own host key is pinned (or found in ssh.knownHosts). */
+export interface JumpHostTarget {
+  host: string;
+  port: number;
+  user: string;
+  hostKey?: string;
 }
 
 export interface DeviceSnapshot extends DeviceTarget {
