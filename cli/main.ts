@@ -1,5 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import * as devCommands from './commands/dev';
+import * as keysCommands from './commands/keys';
+import * as planCommands from './commands/plan';
 import * as rolloutCommands from './commands/rollout';
 import * as toolsCommands from './commands/tools';
 import { EXIT_REFUSED } from './run';
@@ -8,7 +10,7 @@ import { EXIT_REFUSED } from './run';
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
  * `register(program)` function; this file only assembles them.
  */
-const GROUPS: Array<{ register(program: Command): void }> = [devCommands, rolloutCommands, toolsCommands];
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, keysCommands, toolsCommands];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')

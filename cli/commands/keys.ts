@@ -1,0 +1,178 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { stringify as toYaml } from 'yaml';
+import { WavegateError } from '../../core/errors';
+import { ESCAPE_FLAGS, runRegistrationGates } from '../../core/gates';
+import { parseProfile, parseRevision } from '../../core/revision';
+import {
+  bodyDigest,
+  cosignEnvelope,
+  Envelope,
+  keyPairFromSeed,
+  parseSecretKeyFile,
+  parseTrust,
+  pinOf,
+  secretKeyFile,
+  signRevision,
+  verifyEnvelope,
+} from '../../core/signing';
+import { parseWith } from '../../core/validation';
+import { readDocument } from '../files';
+import { action, EXIT_OK, EXIT_REFUSED } from '../run';
+import { loadInventoryFile } from './plan';
+
+/**
+ * Offline key handling: `keygen`, `sign`, `cosign`, `verify`. Keys are files on disk (private key file
+ * mode 0600); only pins (kid + public key) are ever printed. The control plane never needs these.
+ */
+function readJsonFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid JSON: ${(err as Error).message}`, { source: path });
+  }
+}
+
+function loadKey(path: string) {
+  return parseSecretKeyFile(readJsonFile(path), path);
+}
+
+function loadEnvelope(path: string): Envelope {
+  return parseWith(Envelope, readJsonFile(path), path);
+}
+
+/** Write through a temporary file, so a crash never leaves half an envelope. */
+function writeAtomic(path: string, text: string, mode = 0o644): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text, { mode });
+  renameSync(tmp, path);
+}
+
+function parseNow(value: string | undefined): number {
+  if (value === undefined) return Date.now();
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms)) throw new WavegateError('INVALID_INPUT', `--now: must be an ISO 8601 time (got ${JSON.stringify(value)})`);
+  return ms;
+}
+
+/** `--allow-no-payload` → `allowNoPayload`, as commander names it. */
+function camel(flag: string): string {
+  return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+export function register(program: Command): void {
+  program
+    .command('keygen')
+    .description('Make an Ed25519 signing key; writes the private key file (mode 0600) and prints its pin')
+    .requiredOption('--out <file>', 'private key file to create')
+    .option('--name <name>', 'a name for the pin (who holds the key)')
+    .option('--force', 'overwrite an existing file')
+    .action(
+      action((opts: { out: string; name?: string; force?: boolean }) => {
+        const pair = keyPairFromSeed(new Uint8Array(randomBytes(32)));
+        try {
+          writeFileSync(opts.out, `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`, { mode: 0o600, flag: opts.force ? 'w' : 'wx' });
+        } catch (err) {
+          const code = (err as NodeJS.ErrnoException).code;
+          throw new WavegateError(code === 'EEXIST' ? 'CONFLICT' : 'INVALID_INPUT', `${opts.out}: ${code === 'EEXIST' ? 'already exists (use --force to overwrite)' : `cannot write (${code ?? String(err)})`}`);
+        }
+        const pin = pinOf(pair, opts.name);
+        writeFileSync(`${opts.out}.pub.yaml`, toYaml(pin));
+        process.stdout.write(`wrote ${opts.out} (private, mode 0600) and ${opts.out}.pub.yaml\nkid: ${pair.kid}\n\nadd this pin to the trust file:\n${toYaml({ pins: [pin] }).replace(/^pins:\n/, '')}`);
+        return EXIT_OK;
+      }),
+    );
+
+  const sign = program
+    .command('sign <revision>')
+    .description('Sign a revision (YAML/JSON) into an envelope: { body: base64(canonical JSON), signatures }')
+    .requiredOption('--key <file>', 'private key file (from keygen)')
+    .requiredOption('--out <file>', 'envelope file to write (JSON)')
+    .option('--validity-days <n>', 'expiry when the revision has no expiresAt', '365')
+    .option('--inventory <file>', 'run the registration gates against this inventory before signing')
+    .option('--profile <file>', 'profile whose scope selects the targets (with --inventory)')
+  for (const [gate, flag] of Object.entries(ESCAPE_FLAGS)) sign.option(flag, `escape the "${gate}" registration gate (loudly, on the record)`);
+  sign.action(
+      action((revisionPath: string, opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<string, unknown>) => {
+        const revision = parseRevision(readDocument(revisionPath), revisionPath);
+        const days = Number(opts.validityDays);
+        if (!Number.isInteger(days) || days < 1 || days > 3650) throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-3650 (got ${JSON.stringify(opts.validityDays)})`);
+        if (opts.inventory) {
+          const inventory = loadInventoryFile(opts.inventory);
+          const scope = opts.profile ? parseProfile(readDocument(opts.profile), opts.profile).scope : {};
+          const allow = Object.values(ESCAPE_FLAGS).filter((flag) => opts[camel(flag)] === true);
+          const report = runRegistrationGates({ revision, scope, devices: inventory.devices, allow });
+          for (const line of report.warnings) process.stderr.write(`${line}\n`);
+          for (const note of report.notes) process.stderr.write(`note: ${note}\n`);
+          if (!report.ok) {
+            for (const b of report.blocked) process.stderr.write(`wavegate: gate "${b.gate}" blocked ${revisionPath} (${b.reason}): ${b.message} [escape: ${b.flag}]\n`);
+            return EXIT_REFUSED;
+          }
+          if (report.escaped.length) process.stdout.write(`${JSON.stringify({ escaped: report.escaped })}\n`);
+        }
+        const pair = loadKey(opts.key);
+        const envelope = signRevision(revision, pair, { now: Date.now(), validityDays: days });
+        writeAtomic(opts.out, `${JSON.stringify(envelope, null, 2)}\n`);
+        process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\nwrote ${opts.out}\n`);
+        return EXIT_OK;
+      }),
+    );
+
+  program
+    .command('cosign <envelope>')
+    .description('Add a signature to an envelope, in place (or to --out)')
+    .requiredOption('--key <file>', 'private key file (from keygen)')
+    .option('--out <file>', 'write the cosigned envelope here instead of in place')
+    .action(
+      action((envelopePath: string, opts: { key: string; out?: string }) => {
+        const envelope = loadEnvelope(envelopePath);
+        const pair = loadKey(opts.key);
+        const cosigned = cosignEnvelope(envelope, pair);
+        writeAtomic(opts.out ?? envelopePath, `${JSON.stringify(cosigned, null, 2)}\n`);
+        process.stdout.write(`cosigned by ${pair.kid}: ${cosigned.signatures.length} signature(s)\nwrote ${opts.out ?? envelopePath}\n`);
+        return EXIT_OK;
+      }),
+    );
+
+  program
+    .command('verify <envelope>')
+    .description('Verify an envelope against a trust file (pins + threshold); exit 0 valid, 2 refused')
+    .requiredOption('--trust <file>', 'trust file: { threshold, pins: [{ kid, publicKey }] }')
+    .option('--current <n>', 'the highest registered revision: the envelope must be above it')
+    .option('--now <iso>', 'verify as of this time (default: now)')
+    .option('--json', 'print the verdict as JSON')
+    .action(
+      action((envelopePath: string, opts: { trust: string; current?: string; now?: string; json?: boolean }) => {
+        const trust = parseTrust(readDocument(opts.trust), opts.trust);
+        const envelope = readJsonFile(envelopePath);
+        let current: number | undefined;
+        if (opts.current !== undefined) {
+          current = Number(opts.current);
+          if (!Number.isInteger(current) || current < 0) throw new WavegateError('INVALID_INPUT', `--current: must be a revision number (got ${JSON.stringify(opts.current)})`);
+        }
+        const verdict = verifyEnvelope(envelope, trust, { now: parseNow(opts.now), ...(current !== undefined ? { current } : {}) });
+        if (opts.json) {
+          process.stdout.write(`${JSON.stringify(verdict.ok ? { ok: true, profile: verdict.revision.profile, revision: verdict.revision.revision, signers: verdict.signers, ignored: verdict.ignored, bodyDigest: verdict.bodyDigest } : verdict)}\n`);
+        }
+        if (!verdict.ok) {
+          process.stderr.write(`wavegate: ${envelopePath}: refused (${verdict.reason}): ${verdict.message}\n`);
+          return EXIT_REFUSED;
+        }
+        if (!opts.json) {
+          process.stdout.write(
+            `valid: ${verdict.revision.profile} r${verdict.revision.revision}, ${verdict.signers.length} of ${trust.threshold} required pinned signer(s), expires ${verdict.revision.expiresAt}\n` +
+              `body sha256 ${verdict.bodyDigest}\n` +
+              (verdict.ignored.length ? `ignored unpinned signatures: ${verdict.ignored.join(', ')}\n` : ''),
+          );
+        }
+        return EXIT_OK;
+      }),
+    );
+}
