@@ -43,7 +43,8 @@ class Model {
 }
 
 function fail(source: string, message: string, line?: number): never {
-  throw new WavegateError('INVALID_INPUT', `${source}${line ? `:${line}` : ''}: invalid Ansible inventory: ${message}`, { source, ...(line ? { line } : {}) });
+  const where = line ? ` at line ${line}` : '';
+  throw new WavegateError('INVALID_INPUT', `${source}: invalid Ansible inventory${where}: ${message}`, { source, ...(line ? { line } : {}) });
 }
 
 /** Expand Ansible host patterns like `web[01:03].example.com` or `db-[a:c]`. */

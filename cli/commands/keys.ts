@@ -90,6 +90,22 @@ export function register(program: Command): void {
       }),
     );
 
+  program
+    .command('trust <pubfiles...>')
+    .description('Write a trust file from public pin files (<key>.pub.yaml from keygen)')
+    .requiredOption('--out <file>', 'trust file to write (YAML)')
+    .option('--threshold <n>', 'distinct pinned signers required', '1')
+    .action(
+      action((pubfiles: string[], opts: { out: string; threshold: string }) => {
+        const pins = pubfiles.map((path) => readDocument(path));
+        const doc = { threshold: Number(opts.threshold), pins };
+        const trust = parseTrust(doc, opts.out);
+        writeAtomic(opts.out, toYaml(doc));
+        process.stdout.write(`wrote ${opts.out}: ${trust.pins.length} pin(s), threshold ${trust.threshold}\n`);
+        return EXIT_OK;
+      }),
+    );
+
   const sign = program
     .command('sign <revision>')
     .description('Sign a revision (YAML/JSON) into an envelope: { body: base64(canonical JSON), signatures }')

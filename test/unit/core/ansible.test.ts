@@ -47,8 +47,8 @@ describe('Ansible inventory import', () => {
   });
 
   it('rejects malformed inventories with the file and line', () => {
-    expect(() => parseAnsibleInventory('[web\nhost1\n', 'bad.ini')).toThrow(/bad\.ini:1: .*section header/);
-    expect(() => parseAnsibleInventory('[web]\nhost1 ansible_port\n', 'bad.ini')).toThrow(/bad\.ini:2: .*key=value/);
+    expect(() => parseAnsibleInventory('[web\nhost1\n', 'bad.ini')).toThrow(/bad\.ini: .* at line 1: .*section header/);
+    expect(() => parseAnsibleInventory('[web]\nhost1 ansible_port\n', 'bad.ini')).toThrow(/bad\.ini: .* at line 2: .*key=value/);
     expect(() => parseAnsibleInventory('all:\n  hostz: {}\n', 'bad.yaml')).toThrow(/all\.hostz: unknown key/);
     // A bad value travels on to the inventory schema, which names the field.
     expect(() => parseInventory(parseAnsibleInventory('[web]\nh1 ansible_user=u ansible_port=99999\n', 'p.ini'), 'p.ini')).toThrow(/devices\[0\]\.port/);
