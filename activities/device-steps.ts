@@ -50,26 +50,30 @@ export async function readMarker(session: SshSession, profile: string, timeoutMs
   return Number.isFinite(value) ? value : null;
 }
 
-async function writeMarker(session: SshSession, profile: string, revision: number, timeoutMs: number): Promise<void> {
+async function writeMarker(session: SshSession, device: string, profile: string, revision: number, timeoutMs: number): Promise<void> {
   const path = markerPath(profile);
   const dir = path.slice(0, path.lastIndexOf('/'));
   const res = await session.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' ${revision} > "$HOME/${path}"`, { timeoutMs });
-  if (res.code !== 0) throw new StepFailed('write marker', res, 'device');
+  if (res.code !== 0) throw new StepFailed('write marker', res, device);
 }
 
 /** Upload payload files to the staging directory and check their SHA-256 on the device itself. */
 async function stagePayload(session: SshSession, device: string, steps: RevisionSteps, timeoutMs: number): Promise<void> {
   if (steps.payload.length === 0) return;
   const dir = stagingDir(steps);
-  const mk = await session.exec(`mkdir -p "$HOME/${dir}"`, { timeoutMs });
+  // Upload to an absolute path under $HOME as the shell sees it: an SFTP server starts in the login's
+  // passwd home, which is not always the $HOME the commands run in.
+  const mk = await session.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' "$HOME"`, { timeoutMs });
   if (mk.code !== 0) throw new StepFailed('stage payload', mk, device);
+  const home = mk.stdout.trim();
+  if (!home.startsWith('/')) throw new StepFailed('stage payload', { code: 1, stdout: mk.stdout, stderr: `$HOME on the device is not an absolute path: ${JSON.stringify(home)}` }, device);
   for (const file of steps.payload) {
     const data = readFileSync(file.source);
     const local = createHash('sha256').update(data).digest('hex');
     if (local !== file.sha256) {
       throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${file.name}: local copy has sha256 ${local}, revision says ${file.sha256}` }, device);
     }
-    await session.upload(data, `${dir}/${file.name}`);
+    await session.upload(data, `${home}/${dir}/${file.name}`, { timeoutMs });
   }
   const check = steps.payload.map((f) => `${f.sha256}  ${f.name}`).join('\n');
   const res = await session.exec(`cd "$HOME/${dir}" && printf '%s\\n' '${check}' | sha256sum -c --quiet -`, { timeoutMs });
@@ -83,17 +87,30 @@ async function stagePayload(session: SshSession, device: string, steps: Revision
 export async function applyToDevice(
   target: DeviceTarget,
   steps: RevisionSteps,
-  opts: { commandTimeoutMs: number; heartbeat?: (detail: string) => void },
+  opts: {
+    commandTimeoutMs: number;
+    heartbeat?: (detail: string) => void;
+    /** How often a running command heartbeats (default: the transport's 5 s). */
+    heartbeatIntervalMs?: number;
+  },
 ): Promise<ApplyResult> {
   const beat = opts.heartbeat ?? (() => {});
   const session = await openSsh(target);
+  // A long apply keeps heartbeating while it runs, so the activity's heartbeat timeout only catches
+  // a worker that is really gone, not a slow package install.
+  const run = (step: string, command: string) =>
+    session.exec(shellFor(steps, command), {
+      timeoutMs: opts.commandTimeoutMs,
+      onProgress: (elapsedMs) => beat(`${step} running ${Math.round(elapsedMs / 1000)}s`),
+      progressIntervalMs: opts.heartbeatIntervalMs,
+    });
   const ran: string[] = [];
   try {
     beat('verify-first');
-    const before = await session.exec(shellFor(steps, steps.verify), { timeoutMs: opts.commandTimeoutMs });
+    const before = await run('verify-first', steps.verify);
     ran.push('verify');
     if (before.code === 0) {
-      await writeMarker(session, steps.profile, steps.revision, opts.commandTimeoutMs);
+      await writeMarker(session, target.id, steps.profile, steps.revision, opts.commandTimeoutMs);
       ran.push('marker');
       return { device: target.id, outcome: 'already-applied', steps: ran };
     }
@@ -101,14 +118,14 @@ export async function applyToDevice(
     await stagePayload(session, target.id, steps, opts.commandTimeoutMs);
     if (steps.payload.length) ran.push('stage');
     beat('apply');
-    const applied = await session.exec(shellFor(steps, steps.apply), { timeoutMs: opts.commandTimeoutMs });
+    const applied = await run('apply', steps.apply);
     ran.push('apply');
     if (applied.code !== 0) throw new StepFailed('apply', applied, target.id);
     beat('verify');
-    const after = await session.exec(shellFor(steps, steps.verify), { timeoutMs: opts.commandTimeoutMs });
+    const after = await run('verify', steps.verify);
     ran.push('verify');
     if (after.code !== 0) throw new StepFailed('verify', after, target.id);
-    await writeMarker(session, steps.profile, steps.revision, opts.commandTimeoutMs);
+    await writeMarker(session, target.id, steps.profile, steps.revision, opts.commandTimeoutMs);
     ran.push('marker');
     return { device: target.id, outcome: 'applied', steps: ran };
   } finally {

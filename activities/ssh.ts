@@ -1,11 +1,14 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
-import type { DeviceTarget } from '../core/rollout-state';
+import type { DeviceTarget, JumpHostTarget } from '../core/rollout-state';
 
 /**
  * The ssh transport (DESIGN §4): host keys pinned (an unknown or changed key is refused and never
- * retried), key file or agent, one connection per device operation, command timeouts.
+ * retried), key file or agent, optional jump host (its own pinned key), one connection per device
+ * operation, command timeouts with progress callbacks for activity heartbeats, and every failure
+ * classified so the activity knows whether a retry can help.
  */
 export type TransportErrorKind = 'host-key' | 'auth' | 'config' | 'connect' | 'timeout' | 'dropped';
 
@@ -29,17 +32,41 @@ export function sshFingerprint(keyBlob: Buffer): string {
   return `SHA256:${createHash('sha256').update(keyBlob).digest('base64').replace(/=+$/, '')}`;
 }
 
-/** Fingerprints pinned for host:port in a known_hosts file (plain, non-hashed entries). */
+/** Does a known_hosts host field (`name,[name]:port,|1|salt|hash`) name one of `names`? */
+function hostFieldMatches(field: string, names: string[]): boolean {
+  for (const entry of field.split(',')) {
+    if (entry.startsWith('|1|')) {
+      // Hashed entry (HashKnownHosts yes): HMAC-SHA1 keyed by the salt over the host name.
+      const [salt, hash] = entry.slice(3).split('|');
+      if (!salt || !hash) continue;
+      const key = Buffer.from(salt, 'base64');
+      if (names.some((n) => createHmac('sha1', key).update(n).digest('base64') === hash)) return true;
+    } else if (names.includes(entry)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * Fingerprints pinned for host:port in a known_hosts file (plain and hashed entries). Keys marked
+ * `@revoked` are never pinned; `@cert-authority` lines are not supported and ignored.
+ */
 export function knownHostFingerprints(file: string, host: string, port: number): string[] {
   const names = port === 22 ? [host, `[${host}]:22`] : [`[${host}]:${port}`];
-  const out: string[] = [];
+  const pinned: string[] = [];
+  const revoked = new Set<string>();
   for (const line of readFileSync(file, 'utf8').split('\n')) {
-    const parts = line.trim().split(/\s+/);
+    let parts = line.trim().split(/\s+/);
     if (parts.length < 3 || parts[0]!.startsWith('#')) continue;
-    if (!parts[0]!.split(',').some((n) => names.includes(n))) continue;
-    out.push(sshFingerprint(Buffer.from(parts[2]!, 'base64')));
+    const marker = parts[0]!.startsWith('@') ? parts[0] : undefined;
+    if (marker) parts = parts.slice(1);
+    if (parts.length < 3 || !hostFieldMatches(parts[0]!, names)) continue;
+    const fingerprint = sshFingerprint(Buffer.from(parts[2]!, 'base64'));
+    if (marker === '@revoked') revoked.add(fingerprint);
+    else if (!marker) pinned.push(fingerprint);
   }
-  return out;
+  return pinned.filter((f) => !revoked.has(f));
 }
 
 export interface ExecResult {
@@ -48,115 +75,370 @@ export interface ExecResult {
   stderr: string;
 }
 
+export interface ExecOptions {
+  timeoutMs?: number;
+  env?: Record<string, string>;
+  /**
+   * Called every `progressIntervalMs` while the command runs, with the time it has run so far: long
+   * applies heartbeat through it so Temporal knows the worker is alive.
+   */
+  onProgress?: (elapsedMs: number) => void;
+  /** Default 5 s: well inside any sensible heartbeat timeout. */
+  progressIntervalMs?: number;
+}
+
 export interface SshSession {
-  exec(command: string, opts?: { timeoutMs?: number; env?: Record<string, string> }): Promise<ExecResult>;
-  /** Upload bytes over SFTP to `remotePath` (relative paths are under the login's home). */
-  upload(data: Buffer, remotePath: string): Promise<void>;
+  exec(command: string, opts?: ExecOptions): Promise<ExecResult>;
+  /** Upload bytes over SFTP to `remotePath` (relative paths are under the SFTP server's start directory). */
+  upload(data: Buffer, remotePath: string, opts?: { timeoutMs?: number }): Promise<void>;
   close(): void;
 }
 
-const OUTPUT_LIMIT = 64 * 1024; // keep results small: they travel through workflow history
+export interface OpenSshOptions {
+  /** Limit for TCP connect + SSH handshake + authentication, per hop (default 10 s). */
+  connectTimeoutMs?: number;
+}
 
-function pinnedFingerprints(target: DeviceTarget): string[] {
+const OUTPUT_LIMIT = 64 * 1024; // keep results small: they travel through workflow history
+const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+const DEFAULT_PROGRESS_INTERVAL_MS = 5_000;
+
+/** One SSH connection on the way to the device: the jump host or the device itself. */
+interface Hop {
+  /** How messages name it: the device id, or `<device> via jump host <host:port>`. */
+  label: string;
+  host: string;
+  port: number;
+  user: string;
+  pins: string[];
+}
+
+type ClientError = Error & { level?: string; code?: string | number; reason?: number };
+
+function devicePins(target: DeviceTarget): string[] {
   if (target.ssh.hostKey) return [target.ssh.hostKey];
-  if (target.ssh.knownHosts) return knownHostFingerprints(target.ssh.knownHosts, target.host, target.port);
+  if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, target.host, target.port);
   return [];
 }
 
-export async function openSsh(target: DeviceTarget, opts: { connectTimeoutMs?: number } = {}): Promise<SshSession> {
-  const pins = pinnedFingerprints(target);
-  if (pins.length === 0) {
-    throw new TransportError('host-key', `${target.id}: no pinned host key (set ssh.hostKey or ssh.knownHosts); refusing to trust an unknown key`);
+function jumpPins(target: DeviceTarget, jump: JumpHostTarget): string[] {
+  if (jump.hostKey) return [jump.hostKey];
+  if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, jump.host, jump.port);
+  return [];
+}
+
+function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number): string[] {
+  try {
+    return knownHostFingerprints(file, host, port);
+  } catch (err) {
+    throw new TransportError('config', `${target.id}: cannot read ssh.knownHosts ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
+}
+
+/** Key file or agent: the same credentials log in to the jump host and the device. */
+function credentials(target: DeviceTarget): Pick<ConnectConfig, 'privateKey' | 'agent'> {
+  if (target.ssh.agent) {
+    const agent = process.env.SSH_AUTH_SOCK;
+    if (!agent) throw new TransportError('config', `${target.id}: ssh.agent is true but SSH_AUTH_SOCK is not set in the worker's environment`);
+    return { agent };
+  }
+  if (target.ssh.key) {
+    try {
+      return { privateKey: readFileSync(target.ssh.key) };
+    } catch (err) {
+      throw new TransportError('config', `${target.id}: cannot read ssh.key ${target.ssh.key} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+  }
+  throw new TransportError('config', `${target.id}: neither ssh.key nor ssh.agent is set; one is required`);
+}
+
+/** Classify a connection that ended before it was ready, from everything ssh2 reported on the way. */
+function connectFailure(hop: Hop, errors: ClientError[], seenKey: string | undefined, timeoutMs: number): TransportError {
+  const where = `${hop.host}:${hop.port}`;
+  if (seenKey && !hop.pins.includes(seenKey)) {
+    return new TransportError('host-key', `${hop.label}: host key ${seenKey} at ${where} does not match the pinned ${hop.pins.join(' or ')}; refusing to connect`);
+  }
+  const auth = errors.find((e) => e.level === 'client-authentication');
+  if (auth) {
+    const agent = errors.find((e) => e.level === 'agent');
+    return new TransportError('auth', `${hop.label}: authentication as ${hop.user} at ${where} failed (${auth.message}${agent ? `; agent: ${agent.message}` : ''})`);
+  }
+  if (errors.some((e) => e.level === 'client-timeout')) {
+    return new TransportError('timeout', `${hop.label}: connection to ${where} timed out after ${timeoutMs} ms (no SSH handshake)`);
+  }
+  if (errors.some((e) => e.level === 'handshake')) {
+    // No common algorithm and the like: the same configuration fails the same way next time.
+    const e = errors.find((x) => x.level === 'handshake')!;
+    return new TransportError('config', `${hop.label}: SSH handshake with ${where} failed (${e.message})`);
+  }
+  const first = errors[0];
+  const detail = first ? String(first.code ?? first.message) : 'connection closed before the SSH session was ready';
+  return new TransportError('connect', `${hop.label}: cannot connect to ${where} (${detail})`);
+}
+
+/**
+ * One pinned, authenticated SSH connection. Every 'error' ssh2 emits lands in a listener that stays
+ * for the client's lifetime: ssh2 emits late errors (after close, after a failed auth), and an
+ * 'error' without a listener would crash the worker.
+ */
+function connectHop(
+  hop: Hop,
+  auth: Pick<ConnectConfig, 'privateKey' | 'agent'>,
+  timeoutMs: number,
+  sock?: Duplex,
+): Promise<{ client: Client; lastError: () => ClientError | undefined }> {
+  const client = new Client();
+  const errors: ClientError[] = [];
+  client.on('error', (err: ClientError) => errors.push(err));
+  let seenKey: string | undefined;
   const config: ConnectConfig = {
-    host: target.host,
-    port: target.port,
-    username: target.user,
-    readyTimeout: opts.connectTimeoutMs ?? 10_000,
+    ...auth,
+    host: hop.host,
+    port: hop.port,
+    username: hop.user,
+    readyTimeout: timeoutMs,
     keepaliveInterval: 5_000,
     keepaliveCountMax: 3,
+    hostVerifier: (key: Buffer) => {
+      seenKey = sshFingerprint(key);
+      return hop.pins.includes(seenKey);
+    },
+    ...(sock ? { sock: sock as ConnectConfig['sock'] } : {}),
   };
-  if (target.ssh.agent) {
-    config.agent = process.env.SSH_AUTH_SOCK;
-    if (!config.agent) throw new TransportError('config', `${target.id}: ssh.agent is set but SSH_AUTH_SOCK is empty`);
-  } else if (target.ssh.key) {
-    try {
-      config.privateKey = readFileSync(target.ssh.key);
-    } catch (err) {
-      throw new TransportError('config', `${target.id}: cannot read key file ${target.ssh.key} (${(err as NodeJS.ErrnoException).code})`);
-    }
-  } else {
-    throw new TransportError('config', `${target.id}: no ssh.key file or ssh.agent configured`);
-  }
-  let seenKey: string | undefined;
-  config.hostVerifier = (key: Buffer) => {
-    seenKey = sshFingerprint(key);
-    return pins.includes(seenKey);
-  };
-
-  const client = new Client();
-  await new Promise<void>((resolve, reject) => {
-    client.once('ready', () => resolve());
-    client.once('error', (err: Error & { level?: string; code?: string }) => {
-      client.end();
-      if (seenKey && !pins.includes(seenKey)) {
-        reject(new TransportError('host-key', `${target.id}: host key ${seenKey} does not match the pinned ${pins.join(' or ')}; refusing to connect`));
-      } else if (err.level === 'client-authentication') {
-        reject(new TransportError('auth', `${target.id}: authentication as ${target.user} failed (${err.message})`));
-      } else if (err.level === 'client-timeout') {
-        reject(new TransportError('timeout', `${target.id}: connection to ${target.host}:${target.port} timed out`));
-      } else {
-        reject(new TransportError('connect', `${target.id}: cannot connect to ${target.host}:${target.port} (${err.code ?? err.message})`));
-      }
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    // ssh2 always closes a failed connection, but a guard makes sure a missing 'close' cannot hang us.
+    const guard = setTimeout(() => fail(), timeoutMs + 2_000);
+    const fail = (): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(guard);
+      client.destroy();
+      if (errors.length === 0) errors.push(Object.assign(new Error('timed out'), { level: 'client-timeout' }));
+      reject(connectFailure(hop, errors, seenKey, timeoutMs));
+    };
+    client.once('ready', () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(guard);
+      resolve({ client, lastError: () => errors[errors.length - 1] });
     });
-    client.connect(config);
+    client.once('close', fail);
+    try {
+      client.connect(config);
+    } catch (err) {
+      // Synchronous refusals: an unparsable key file, a bad option.
+      settled = true;
+      clearTimeout(guard);
+      client.destroy();
+      reject(new TransportError('config', `${hop.label}: cannot start an SSH connection to ${hop.host}:${hop.port} (${(err as Error).message})`));
+    }
   });
-  // After `ready`, a late error (connection dropped) must not crash the process: the pending exec sees it.
-  let dropped: Error | undefined;
-  client.on('error', (err) => (dropped = err));
+}
+
+/** A tunnel from the jump host to the device (`direct-tcpip`), with its own deadline. */
+function forwardThrough(jump: Client, target: DeviceTarget, label: string, timeoutMs: number): Promise<ClientChannel> {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      settled = true;
+      reject(new TransportError('timeout', `${label}: the jump host did not open a tunnel to ${target.host}:${target.port} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    try {
+      jump.forwardOut('127.0.0.1', 0, target.host, target.port, (err, stream) => {
+        clearTimeout(timer);
+        if (settled) {
+          stream?.close();
+          return;
+        }
+        settled = true;
+        if (err) {
+          // RFC 4254 reason 1: the jump host forbids forwarding (a setting, not a passing fault).
+          const reason = (err as ClientError).reason;
+          const kind: TransportErrorKind = reason === 1 ? 'config' : 'connect';
+          return reject(new TransportError(kind, `${label}: the jump host cannot reach ${target.host}:${target.port} (${err.message})`));
+        }
+        stream.on('error', () => {}); // the device connection sees the loss as its own close
+        resolve(stream);
+      });
+    } catch (err) {
+      clearTimeout(timer);
+      settled = true;
+      reject(new TransportError('dropped', `${label}: jump host connection lost before the tunnel opened (${(err as Error).message})`));
+    }
+  });
+}
+
+/**
+ * Open one pinned SSH session to a device, through its jump host when it has one. Throws
+ * TransportError; `retryable` tells whether another attempt can help.
+ */
+export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): Promise<SshSession> {
+  const timeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  const pins = devicePins(target);
+  if (pins.length === 0) {
+    throw new TransportError('host-key', `${target.id}: no pinned host key for ${target.host}:${target.port} (set ssh.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`);
+  }
+  const auth = credentials(target);
+  const jumpTarget = target.ssh.jumpHost;
+
+  let jump: Client | undefined;
+  let sock: ClientChannel | undefined;
+  let label = target.id;
+  if (jumpTarget) {
+    const jumpLabel = `${target.id} via jump host ${jumpTarget.host}:${jumpTarget.port}`;
+    const jPins = jumpPins(target, jumpTarget);
+    if (jPins.length === 0) {
+      throw new TransportError('host-key', `${jumpLabel}: no pinned host key for the jump host (set ssh.jumpHost.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`);
+    }
+    ({ client: jump } = await connectHop({ label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins }, auth, timeoutMs));
+    label = `${target.id} (via ${jumpTarget.host}:${jumpTarget.port})`;
+    try {
+      sock = await forwardThrough(jump, target, label, timeoutMs);
+    } catch (err) {
+      jump.end();
+      throw err;
+    }
+  }
+
+  let connected: Awaited<ReturnType<typeof connectHop>>;
+  try {
+    connected = await connectHop({ label, host: target.host, port: target.port, user: target.user, pins }, auth, timeoutMs, sock);
+  } catch (err) {
+    jump?.end();
+    throw err;
+  }
+  return sessionOn(connected.client, connected.lastError, label, jump);
+}
+
+function sessionOn(client: Client, lastError: () => ClientError | undefined, label: string, jump: Client | undefined): SshSession {
+  let closed = false;
+  /** Rejecters of every operation in flight: a lost connection fails them all as `dropped`. */
+  const pending = new Set<() => void>();
+  const lost = (what: string): TransportError => {
+    const cause = lastError();
+    return new TransportError('dropped', `${label}: connection lost ${what}${cause ? ` (${cause.message})` : ''}`);
+  };
+  const onClose = (): void => {
+    closed = true;
+    for (const fail of [...pending]) fail();
+  };
+  client.on('close', onClose);
+  jump?.on('close', () => client.destroy());
+
+  const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
 
   return {
-    exec(command, { timeoutMs = 60_000, env } = {}) {
+    exec(command, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS } = {}) {
       return new Promise<ExecResult>((resolve, reject) => {
-        client.exec(command, { env }, (err, channel: ClientChannel) => {
-          if (err) return reject(new TransportError('dropped', `${target.id}: exec failed: ${err.message}`));
-          let stdout = '';
-          let stderr = '';
-          let code: number | null = null;
-          let settled = false;
-          const timer = setTimeout(() => {
-            settled = true;
+        if (closed) return reject(lost(`before running: ${short(command)}`));
+        const started = Date.now();
+        let channel: ClientChannel | undefined;
+        let settled = false;
+        const finish = (err: TransportError | undefined, result?: ExecResult): void => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          if (progress) clearInterval(progress);
+          pending.delete(onLost);
+          if (err) reject(err);
+          else resolve(result!);
+        };
+        const onLost = (): void => finish(lost(`while running: ${short(command)}`));
+        pending.add(onLost);
+        const timer = setTimeout(() => {
+          finish(new TransportError('timeout', `${label}: command timed out after ${timeoutMs} ms: ${short(command)}`));
+          if (channel) {
+            try {
+              channel.signal('KILL'); // OpenSSH ≥ 7.9 delivers it; closing the channel covers the rest
+            } catch {
+              /* channel already gone */
+            }
             channel.close();
-            reject(new TransportError('timeout', `${target.id}: command timed out after ${timeoutMs} ms: ${command.slice(0, 80)}`));
-          }, timeoutMs);
-          channel.on('data', (chunk: Buffer) => (stdout = (stdout + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
-          channel.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
-          channel.on('exit', (exitCode: number | null) => (code = exitCode));
-          channel.on('close', () => {
-            clearTimeout(timer);
-            if (settled) return;
-            settled = true;
-            if (code === null) {
-              reject(new TransportError('dropped', `${target.id}: connection lost while running: ${command.slice(0, 80)}${dropped ? ` (${dropped.message})` : ''}`));
-            } else resolve({ code, stdout, stderr });
+          }
+        }, timeoutMs);
+        const progress = onProgress
+          ? setInterval(() => {
+              try {
+                onProgress(Date.now() - started);
+              } catch {
+                /* a heartbeat problem must not fail the command */
+              }
+            }, progressIntervalMs)
+          : undefined;
+        try {
+          client.exec(command, env ? { env } : {}, (err, ch) => {
+            if (err) return finish(closed ? lost(`before running: ${short(command)}`) : new TransportError('dropped', `${label}: cannot open a channel for: ${short(command)} (${err.message})`));
+            channel = ch;
+            if (settled) return void ch.close(); // timed out while the channel was opening
+            let stdout = '';
+            let stderr = '';
+            let code: number | null = null;
+            let signal: string | undefined;
+            ch.on('error', () => {});
+            ch.on('data', (chunk: Buffer) => (stdout = (stdout + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
+            ch.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
+            ch.on('exit', (exitCode: number | null, signalName?: string) => {
+              code = exitCode;
+              signal = signalName ?? undefined;
+            });
+            ch.on('close', () => {
+              if (code !== null) return finish(undefined, { code, stdout, stderr });
+              if (signal) return finish(undefined, { code: null, stdout, stderr: `${stderr}${stderr && !stderr.endsWith('\n') ? '\n' : ''}killed by signal ${signal}` });
+              finish(lost(`while running: ${short(command)}`));
+            });
           });
-        });
+        } catch (err) {
+          finish(new TransportError('dropped', `${label}: connection lost before running: ${short(command)} (${(err as Error).message})`));
+        }
       });
     },
-    upload(data, remotePath) {
+
+    upload(data, remotePath, { timeoutMs = 60_000 } = {}) {
       return new Promise<void>((resolve, reject) => {
-        client.sftp((err, sftp) => {
-          if (err) return reject(new TransportError('dropped', `${target.id}: sftp unavailable: ${err.message}`));
-          sftp.writeFile(remotePath, data, (werr) => {
-            sftp.end();
-            if (werr) reject(new TransportError('dropped', `${target.id}: upload of ${remotePath} failed: ${werr.message}`));
-            else resolve();
+        if (closed) return reject(lost(`before uploading ${remotePath}`));
+        let settled = false;
+        let sftpEnd: (() => void) | undefined;
+        const finish = (err?: TransportError): void => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          pending.delete(onLost);
+          try {
+            sftpEnd?.();
+          } catch {
+            /* already closed */
+          }
+          if (err) reject(err);
+          else resolve();
+        };
+        const onLost = (): void => finish(lost(`while uploading ${remotePath}`));
+        pending.add(onLost);
+        const timer = setTimeout(() => finish(new TransportError('timeout', `${label}: upload of ${remotePath} (${data.length} bytes) timed out after ${timeoutMs} ms`)), timeoutMs);
+        try {
+          client.sftp((err, sftp) => {
+            if (err) return finish(closed ? lost(`before uploading ${remotePath}`) : new TransportError('dropped', `${label}: SFTP subsystem unavailable (${err.message})`));
+            sftp.on('error', () => {});
+            sftpEnd = () => sftp.end();
+            if (settled) return sftpEnd();
+            sftp.writeFile(remotePath, data, (werr) => {
+              if (!werr) return finish();
+              // A numeric code is an SFTP status from the server (no such directory, permission
+              // denied): the device said no, and the same upload will be refused again.
+              const status = (werr as ClientError).code;
+              if (typeof status === 'number') finish(new TransportError('config', `${label}: device refused the upload of ${remotePath} (SFTP status ${status}: ${werr.message})`));
+              else finish(closed ? lost(`while uploading ${remotePath}`) : new TransportError('dropped', `${label}: upload of ${remotePath} failed (${werr.message})`));
+            });
           });
-        });
+        } catch (err) {
+          finish(new TransportError('dropped', `${label}: connection lost before uploading ${remotePath} (${(err as Error).message})`));
+        }
       });
     },
+
     close() {
       client.end();
+      jump?.end();
     },
   };
 }
