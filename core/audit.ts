@@ -1,0 +1,305 @@
+import { sha256 } from '@noble/hashes/sha2.js';
+import { bytesToHex } from '@noble/hashes/utils.js';
+import { utf8Encode } from './bytes';
+import { canonicalize } from './canonical';
+import { WavegateError } from './errors';
+
+/**
+ * The audit trail (DESIGN §5): one append-only chain of records per rollout. Each record carries the hash
+ * of the one before it (`prev`) and its own `hash` = SHA-256 over the canonical JSON of every field but
+ * `hash`, so editing, dropping, reordering or inserting a record breaks the chain at a place we can name.
+ *
+ * What a hash chain alone cannot show: records cut from the *end* (the shorter file is still a valid
+ * chain) and a whole chain rewritten from some record on. Both need an anchor held elsewhere — the last
+ * `{ seq, hash }` the writer returned — which `verifyAuditChain` takes as `head`.
+ *
+ * Pure (no Node APIs): safe to import from workflows.
+ */
+export const AUDIT_EVENTS = [
+  'rollout.started',
+  'phase.started',
+  'phase.applied',
+  'gate.passed',
+  'gate.failed',
+  'gate.inconclusive',
+  'rollout.paused',
+  'rollout.resumed',
+  'rollout.aborted',
+  'rollout.cancelled',
+  'rollout.approved',
+  'rollback.started',
+  'rollback.completed',
+  'rollout.completed',
+  'rollout.failed',
+  'canary.verdict',
+] as const;
+export type AuditEventName = (typeof AUDIT_EVENTS)[number];
+
+export interface AuditEvent {
+  /** 1-based and contiguous within one rollout's chain; the writer's idempotency key. */
+  seq: number;
+  /** ISO-8601 UTC instant (`Date.prototype.toISOString` form). */
+  at: string;
+  rolloutId: string;
+  runId: string;
+  event: AuditEventName;
+  phase: string | null;
+  /** Who caused it: the operator for a control, `wavegate` for the workflow's own transitions. */
+  by: string;
+  reason: string | null;
+  counts: Record<string, number> | null;
+  /** Any JSON: gate results, device lists. Secrets are stripped before sealing (see redactSecrets). */
+  evidence: unknown;
+}
+
+export interface AuditRecord extends AuditEvent {
+  /** Hash of the previous record, or GENESIS_HASH for seq 1. */
+  prev: string;
+  /** SHA-256 hex of the canonical JSON of the record without `hash`. */
+  hash: string;
+}
+
+export const GENESIS_HASH = '0'.repeat(64);
+
+export type AuditProblem = 'edited' | 'dropped' | 'reordered' | 'broken-chain' | 'bad-seq' | 'truncated';
+export type AuditVerdict = { ok: true; count: number } | { ok: false; seq: number; problem: AuditProblem; message: string };
+
+/** The last record a writer acknowledged, kept outside the file: lets verification see a cut-off tail. */
+export interface AuditHead {
+  seq: number;
+  hash: string;
+}
+
+const HEX64 = /^[0-9a-f]{64}$/;
+const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$/;
+
+function refuse(field: string, value: unknown, allowed: string): never {
+  const shown = value === undefined ? 'missing' : JSON.stringify(value)?.slice(0, 80) ?? String(value);
+  throw new WavegateError('INVALID_INPUT', `audit event ${field}: ${shown} is not allowed; ${allowed}`, { field });
+}
+
+function checkEvent(event: AuditEvent): void {
+  if (event === null || typeof event !== 'object') refuse('(root)', event, 'expected an object');
+  if (!Number.isSafeInteger(event.seq) || event.seq < 1) refuse('seq', event.seq, 'expected an integer ≥ 1');
+  if (typeof event.at !== 'string' || !ISO_INSTANT.test(event.at) || Number.isNaN(Date.parse(event.at))) {
+    refuse('at', event.at, 'expected an ISO-8601 UTC instant like 2026-01-01T00:00:00.000Z');
+  }
+  for (const field of ['rolloutId', 'runId', 'by'] as const) {
+    if (typeof event[field] !== 'string' || event[field].length === 0) refuse(field, event[field], 'expected a non-empty string');
+  }
+  if (!(AUDIT_EVENTS as readonly string[]).includes(event.event)) refuse('event', event.event, `expected one of ${AUDIT_EVENTS.join(', ')}`);
+  for (const field of ['phase', 'reason'] as const) {
+    if (event[field] !== null && typeof event[field] !== 'string') refuse(field, event[field], 'expected a string or null');
+  }
+  if (event.counts !== null) {
+    if (typeof event.counts !== 'object' || Array.isArray(event.counts)) refuse('counts', event.counts, 'expected an object of counts or null');
+    for (const [name, n] of Object.entries(event.counts)) {
+      if (!Number.isSafeInteger(n) || n < 0) refuse(`counts.${name}`, n, 'expected an integer ≥ 0');
+    }
+  }
+}
+
+/** SHA-256 hex over the canonical JSON of every field of `record` except `hash`. */
+export function auditRecordHash(record: object): string {
+  const { hash: _ignored, ...body } = record as Record<string, unknown>;
+  return bytesToHex(sha256(utf8Encode(canonicalize(body))));
+}
+
+/** Plain JSON copy in canonical key order: what goes into the file is exactly what was hashed. */
+function normalizeJson(value: unknown, field: string): unknown {
+  try {
+    return JSON.parse(canonicalize(value ?? null));
+  } catch (err) {
+    if (!(err instanceof WavegateError)) throw err;
+    throw new WavegateError('INVALID_INPUT', err.message.replace('canonical JSON: (root)', `audit event ${field}`), { field });
+  }
+}
+
+/**
+ * Seal an event onto a chain whose last hash is `prev`. Secrets are redacted from `evidence` and PEM
+ * private keys from `reason` first; an event with a field out of bounds is refused as INVALID_INPUT naming
+ * the field and value.
+ */
+export function sealRecord(event: AuditEvent, prev: string): AuditRecord {
+  checkEvent(event);
+  if (typeof prev !== 'string' || !HEX64.test(prev)) refuse('prev', prev, 'expected 64 lowercase hex characters');
+  if (event.seq === 1 && prev !== GENESIS_HASH) refuse('prev', prev, 'seq 1 starts a chain: expected 64 zeros');
+  const body: Omit<AuditRecord, 'hash'> = {
+    seq: event.seq,
+    at: event.at,
+    rolloutId: event.rolloutId,
+    runId: event.runId,
+    event: event.event,
+    phase: event.phase,
+    by: event.by,
+    reason: event.reason === null ? null : redactPem(event.reason),
+    counts: event.counts === null ? null : (normalizeJson(event.counts, 'counts') as Record<string, number>),
+    evidence: normalizeJson(redactSecrets(event.evidence), 'evidence'),
+    prev,
+  };
+  return { ...body, hash: auditRecordHash(body) };
+}
+
+/**
+ * The content an append is idempotent on: the event as sealed (after redaction and normalization),
+ * without `prev` and `hash`. Two appends of one seq are "the same" exactly when these strings are equal.
+ */
+export function auditContentKey(record: AuditEvent): string {
+  const { prev: _p, hash: _h, ...content } = record as AuditRecord;
+  return canonicalize(content);
+}
+
+/** Seal an event for comparison only (its chain position is not known yet). */
+export function auditContentOfEvent(event: AuditEvent): string {
+  return auditContentKey(sealRecord(event, GENESIS_HASH));
+}
+
+function isRecordLike(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/**
+ * Check a chain from its first record. Returns the first problem, named by the seq where it shows:
+ * - `edited`: a record's content no longer matches its own hash (or a line is not a record at all);
+ * - `dropped`: records are missing (seq jumps and the chain link is broken, the missing seq is nowhere);
+ * - `reordered`: the missing seq appears later in the file;
+ * - `broken-chain`: the seq is right but `prev` does not match the record before (that one was rewritten
+ *   and resealed, or a sealed record was inserted before this one);
+ * - `bad-seq`: a seq that is not a positive integer, or a record chained correctly but sealed with the
+ *   wrong seq (a writer bug, not an edit);
+ * - `truncated`: `head` says the chain went further than the records do.
+ */
+export function verifyAuditChain(records: AuditRecord[], head?: AuditHead): AuditVerdict {
+  let prevHash = GENESIS_HASH;
+  for (let i = 0; i < records.length; i++) {
+    const expected = i + 1;
+    const line = `line ${i + 1}`;
+    const record = records[i] as unknown;
+    if (!isRecordLike(record)) return fail(expected, 'edited', `${line}: not an audit record`);
+    const seq = record.seq;
+    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 1) {
+      return fail(expected, 'bad-seq', `${line}: seq ${JSON.stringify(seq)} is not an integer ≥ 1 (expected ${expected})`);
+    }
+    let actual: string;
+    try {
+      actual = auditRecordHash(record);
+    } catch {
+      return fail(seq, 'edited', `record ${seq} (${line}) holds a value with no JSON form`);
+    }
+    if (record.hash !== actual) {
+      return fail(seq, 'edited', `record ${seq} (${line}) was edited: its content hashes to ${actual.slice(0, 12)}…, the record says ${String(record.hash).slice(0, 12)}…`);
+    }
+    const linked = record.prev === prevHash;
+    if (seq === expected) {
+      if (!linked) {
+        return fail(seq, 'broken-chain', `record ${seq} (${line}) does not chain to record ${seq - 1}: record ${seq - 1} was rewritten and resealed, or a record was inserted or replaced before ${seq}`);
+      }
+    } else if (linked) {
+      return fail(expected, 'bad-seq', `${line} is chained right after record ${expected - 1} but sealed as seq ${seq} (expected ${expected})`);
+    } else if (seq > expected) {
+      const later = records.slice(i + 1).findIndex((r) => isRecordLike(r) && r.seq === expected);
+      if (later >= 0) {
+        return fail(expected, 'reordered', `record ${expected} is out of order: ${line} holds record ${seq}, record ${expected} is on line ${i + 2 + later}`);
+      }
+      const missing = seq - 1 === expected ? `record ${expected} is` : `records ${expected}–${seq - 1} are`;
+      return fail(expected, 'dropped', `${missing} missing: ${line} holds record ${seq} right after record ${expected - 1}`);
+    } else {
+      return fail(seq, 'broken-chain', `record ${seq} appears again on ${line} (expected ${expected}): a record was inserted or duplicated before it`);
+    }
+    prevHash = record.hash as string;
+  }
+  if (head) {
+    if (records.length < head.seq) {
+      return fail(records.length + 1, 'truncated', `the chain ends at record ${records.length} but the writer acknowledged record ${head.seq}: records ${records.length + 1}–${head.seq} were cut off`);
+    }
+    const anchored = records[head.seq - 1]!;
+    if (anchored.hash !== head.hash) {
+      return fail(head.seq, 'edited', `record ${head.seq} has hash ${anchored.hash.slice(0, 12)}… but the writer acknowledged ${head.hash.slice(0, 12)}…: the chain was rewritten up to here`);
+    }
+  }
+  return { ok: true, count: records.length };
+}
+
+function fail(seq: number, problem: AuditProblem, message: string): AuditVerdict {
+  return { ok: false, seq, problem, message };
+}
+
+/** A JSONL audit log read back: the records before the first unreadable line, and that line if any. */
+export interface ParsedAuditLog {
+  records: AuditRecord[];
+  /** The first line that is not a JSON object (1-based); `torn` when it is the last and unterminated. */
+  unreadable: { line: number; torn: boolean } | null;
+}
+
+/** Split a JSONL audit log. A final line without its newline that does not parse is a torn append. */
+export function parseAuditLog(text: string): ParsedAuditLog {
+  const records: AuditRecord[] = [];
+  if (text.length === 0) return { records, unreadable: null };
+  const terminated = text.endsWith('\n');
+  const lines = (terminated ? text.slice(0, -1) : text).split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(lines[i]!);
+    } catch {
+      parsed = undefined;
+    }
+    if (!isRecordLike(parsed)) return { records, unreadable: { line: i + 1, torn: !terminated && i === lines.length - 1 } };
+    records.push(parsed as unknown as AuditRecord);
+  }
+  return { records, unreadable: null };
+}
+
+/** Verify a JSONL audit log as stored: unreadable lines first, then the chain (see verifyAuditChain). */
+export function verifyAuditLog(text: string, head?: AuditHead): AuditVerdict {
+  const { records, unreadable } = parseAuditLog(text);
+  if (unreadable) {
+    const seq = records.length + 1;
+    return unreadable.torn
+      ? fail(seq, 'truncated', `line ${unreadable.line} (record ${seq}) is cut off mid-record: the file was truncated`)
+      : fail(seq, 'edited', `line ${unreadable.line} (record ${seq}) is not a JSON audit record`);
+  }
+  return verifyAuditChain(records, head);
+}
+
+/** The one line a record is stored as: fixed field order for people reading the file, JSON for tools. */
+export function serializeAuditRecord(record: AuditRecord): string {
+  const { seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, prev, hash } = record;
+  return JSON.stringify({ seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, prev, hash });
+}
+
+const SECRET_FIELD = /private[-_ ]?key|secret|passw(?:or)?d|passphrase|credential|api[-_]?key|token/i;
+const PEM_PRIVATE_KEY = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)/g;
+export const REDACTED = '[redacted]';
+
+function redactPem(text: string): string {
+  return text.replace(PEM_PRIVATE_KEY, '[redacted private key]');
+}
+
+/**
+ * Defensive: evidence comes from activities and operators, and secrets must never enter the audit. Values
+ * of fields named like a secret (privateKey, secretKey, password, passphrase, token, credential, apiKey)
+ * become "[redacted]", and PEM private-key blocks inside any string are cut out (an unterminated block to
+ * the end of the string). Returns a copy; a circular value is refused.
+ */
+export function redactSecrets(value: unknown): unknown {
+  const seen = new Set<object>();
+  const walk = (v: unknown, path: string): unknown => {
+    if (typeof v === 'string') return redactPem(v);
+    if (v === null || typeof v !== 'object') return v;
+    if (seen.has(v)) throw new WavegateError('INVALID_INPUT', `audit event evidence${path === '(root)' ? '' : path.replace('(root)', '')}: circular reference has no JSON form`, { path });
+    seen.add(v);
+    try {
+      if (Array.isArray(v)) return v.map((item, i) => walk(item, `${path}[${i}]`));
+      // Not a plain object: leave it for canonical JSON to refuse by name rather than flatten it here.
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return v;
+      const out: Record<string, unknown> = {};
+      for (const [key, item] of Object.entries(v)) out[key] = SECRET_FIELD.test(key) && item !== null && item !== undefined ? REDACTED : walk(item, `${path}.${key}`);
+      return out;
+    } finally {
+      seen.delete(v);
+    }
+  };
+  return walk(value, '(root)');
+}
