@@ -6,6 +6,7 @@ import {
   readMetricValue,
   readPrometheusValue,
   redactUrl,
+  scrubCredentials,
   type CheckResult,
   type GateOutcome,
   type HealthCheck,
@@ -61,6 +62,7 @@ interface Probe {
 }
 
 const EVIDENCE_LIMIT = 600;
+const NO_ANSWER = `no answer within the check's timeout`;
 
 export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const doFetch = deps.fetch ?? fetch;
@@ -153,21 +155,33 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
 
   /** GET a url within the check's deadline; the body is read under the same signal. */
   async function get(url: string, probe: Probe): Promise<{ status: number; body: string } | { error: string }> {
+    const headers: Record<string, string> = { accept: 'application/json, text/plain;q=0.9, */*;q=0.1' };
+    let target = url;
     try {
-      const res = await doFetch(url, { method: 'GET', signal: probe.signal, redirect: 'follow', headers: { accept: 'application/json, text/plain;q=0.9, */*;q=0.1' } });
+      // fetch refuses urls with user:password@ (and its message would repeat them): send them as
+      // Basic auth instead. They come from the profile (the spec refuses them) and never reach evidence.
+      const parsed = new URL(url);
+      if (parsed.username || parsed.password) {
+        headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`).toString('base64')}`;
+        parsed.username = '';
+        parsed.password = '';
+        target = parsed.toString();
+      }
+      const res = await doFetch(target, { method: 'GET', signal: probe.signal, redirect: 'follow', headers });
       const body = await res.text();
       return { status: res.status, body };
     } catch (err) {
-      if (probe.signal.aborted) return { error: `no answer within the check's timeout` };
+      if (probe.signal.aborted) return { error: NO_ANSWER };
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      return { error: cause?.code ?? cause?.message ?? (err as Error).message };
+      const text = cause?.code ?? cause?.message ?? (err as Error).message;
+      return { error: text.split(url).join(redactUrl(url)).split(target).join(redactUrl(target)).slice(0, 200) };
     }
   }
 
   async function httpCheck(url: string, probe: Probe, timeoutMs: number): Promise<Verdict> {
     const shown = redactUrl(url);
     const res = await get(url, probe);
-    if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === `no answer within the check's timeout` ? `no answer within ${timeoutMs} ms` : res.error}` };
+    if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}` };
     const ok = res.status >= 200 && res.status < 300;
     return { outcome: ok ? 'pass' : 'fail', evidence: `GET ${shown} answered ${res.status}` };
   }
@@ -176,7 +190,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     const url = `${base.replace(/\/+$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
     const shown = redactUrl(base);
     const res = await get(url, probe);
-    if ('error' in res) return { ok: false, evidence: `Prometheus ${shown}: ${res.error.startsWith('no answer') ? `no answer within ${timeoutMs} ms` : res.error}` };
+    if ('error' in res) return { ok: false, evidence: `Prometheus ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}` };
     let json: unknown;
     try {
       json = JSON.parse(res.body);
@@ -210,7 +224,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     if ('http' in source) {
       const shown = redactUrl(source.http);
       const res = await get(source.http, probe);
-      if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error.startsWith('no answer') ? `no answer within ${input.timeoutMs} ms` : res.error}` };
+      if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${input.timeoutMs} ms` : res.error}` };
       if (res.status < 200 || res.status >= 300) return { outcome: 'inconclusive', evidence: `GET ${shown} answered ${res.status}; no error rate read` };
       const value = readMetricValue(res.body);
       if (!value.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${value.reason}` };
@@ -280,7 +294,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       const parsed = parseHealthCheck(input.check);
       if (!parsed.ok) {
         // The spec validator should have refused it; if one slips through, hold the gate, say why.
-        return { check: String(input.check).trim(), outcome: 'inconclusive', evidence: clip(parsed.message), durationMs: 0 };
+        return { check: scrubCredentials(String(input.check).trim()), outcome: 'inconclusive', evidence: clip(parsed.message), durationMs: 0 };
       }
       const name = formatHealthCheck(parsed.check);
       const ctx = activityContext();

@@ -53,11 +53,16 @@ const THRESHOLD_AT_END = new RegExp(String.raw`^([\s\S]*\S)\s*(<=|<)\s*(${NUMBER
 const ERROR_RATE = new RegExp(String.raw`^error-rate\s*(<=|<)\s*(${NUMBER})$`);
 const HTTP_URL = /^https?:\/\/[^\s/?#]+[^\s]*$/i;
 
+const CREDENTIALS = /^[a-z][a-z0-9+.-]*:\/\/[^/@\s]*@/i;
+// The spec is workflow input: a password in it would live in the history forever.
+const CREDENTIALS_REFUSAL = 'has credentials in its url (user:password@); secrets must not enter the rollout spec, which is kept in the workflow history';
+
 function allowed(): string {
   return `allowed: ${HEALTH_CHECK_FORMS.join(', ')}`;
 }
 
-function show(text: string): string {
+function show(raw: string): string {
+  const text = scrubCredentials(raw);
   return JSON.stringify(text.length > 120 ? `${text.slice(0, 117)}...` : text);
 }
 
@@ -96,10 +101,12 @@ export function parseHealthCheck(text: string): ParsedHealthCheck {
     }
     if (kind === 'http') {
       if (!HTTP_URL.test(rest)) return refuse(`has url ${show(rest)}, which must be an http:// or https:// url without spaces`);
+      if (CREDENTIALS.test(rest)) return refuse(CREDENTIALS_REFUSAL);
       return { ok: true, check: { kind: 'http', url: rest } };
     }
     const url = arg?.trim();
     if (url !== undefined && !HTTP_URL.test(url)) return refuse(`has Prometheus url ${show(url)}, which must be an http:// or https:// url`);
+    if (url !== undefined && CREDENTIALS.test(url)) return refuse(CREDENTIALS_REFUSAL);
     const cmp = lastThreshold(rest);
     if (!cmp) return refuse('needs a query and a threshold, like "prometheus: max(wavegate_error_ratio) < 0.01"');
     return { ok: true, check: { kind: 'prometheus', query: cmp.body, op: cmp.op, threshold: cmp.threshold, ...(url ? { url } : {}) } };
@@ -124,9 +131,13 @@ export function parseHealthGate(texts: readonly string[]): { ok: true; checks: H
  * whose names suggest a secret. String work only (no URL class) so the workflow may use it too.
  */
 export function redactUrl(url: string): string {
-  return url
-    .replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@\s]*@/i, '$1***@')
+  return scrubCredentials(url)
     .replace(/([?&][^=&#]*(?:token|key|secret|pass|password|auth|sig|signature|credential)[^=&#]*=)[^&#]*/gi, '$1***');
+}
+
+/** Replace the userinfo of every url in a text (`http://user:pass@host` → `http://***@host`). */
+export function scrubCredentials(text: string): string {
+  return text.replace(/([a-z][a-z0-9+.-]*:\/\/)[^/@\s]*@/gi, '$1***@');
 }
 
 /** The canonical text of a check (urls redacted): what results and audit records name. */
