@@ -14,10 +14,11 @@
  *     `error_rate_hangs` (exists => `sim-error-rate` hangs), `faults.json` (informational copy).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { constants as fsc, promises as fsp } from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
+import { sshFingerprint } from '../../activities/ssh';
 import {
   Server as SshServer,
   utils as sshUtils,
@@ -134,10 +135,8 @@ export interface StartFleetOptions {
 const HOST = '127.0.0.1' as const;
 const { STATUS_CODE } = sshUtils.sftp;
 
-/** OpenSSH style fingerprint ("SHA256:<base64, no padding>") of a public key blob. */
-export function sshFingerprint(keyBlob: Buffer): string {
-  return 'SHA256:' + createHash('sha256').update(keyBlob).digest('base64').replace(/=+$/, '');
-}
+/** The transport's fingerprint function: one way to compute it (re-exported for existing callers). */
+export { sshFingerprint };
 
 function parseOrThrow(data: string | Buffer, what: string): ParsedKey {
   const parsed = sshUtils.parseKey(data);

@@ -37,7 +37,7 @@ function targetsOf(fleet: Fleet, ids?: string[]): DeviceTarget[] {
 }
 
 describe('health probes over SSH (simulated fleet)', () => {
-  const scratch = scratchDir('health');
+  let scratch: ReturnType<typeof scratchDir>;
   let fleet: Fleet;
   const input = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({
     check,
@@ -49,11 +49,12 @@ describe('health probes over SSH (simulated fleet)', () => {
   });
 
   beforeAll(async () => {
+    scratch = scratchDir('health');
     fleet = await startFleet({ devices: demoDevices(4), dir: join(scratch.dir, 'fleet') });
   });
   afterAll(async () => {
     await fleet?.stop();
-    scratch.cleanup();
+    scratch?.cleanup();
   });
   beforeEach(async () => {
     for (const d of fleet.devices) await fleet.setFaults(d.id, {});
@@ -164,6 +165,15 @@ describe('health probes over SSH (simulated fleet)', () => {
     expect(fleet.count('edge-01', 'echo online')).toBe(0);
   });
 
+  it('probes devices at most `concurrency` at a time', async () => {
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 400 });
+    const serial = await createHealthActivities({ concurrency: 1 }).runHealthCheck(input('devices-online'));
+    const parallel = await createHealthActivities({ concurrency: 4 }).runHealthCheck(input('devices-online'));
+    expect([serial.outcome, parallel.outcome]).toEqual(['pass', 'pass']);
+    expect(serial.durationMs).toBeGreaterThanOrEqual(4 * 400);
+    expect(parallel.durationMs).toBeLessThan(2 * 400);
+  });
+
   it('says what is missing when the profile gives nothing to check', async () => {
     const noMetrics = await runHealthCheck(input('error-rate < 0.01', { metrics: undefined }));
     expect(noMetrics).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining('the profile has no metrics.errorRate source') });
@@ -265,12 +275,13 @@ describe('http probes (node http server on 127.0.0.1)', () => {
 });
 
 describe('prometheus probes (a real Prometheus scraping a node exporter of wavegate_error_ratio)', () => {
-  const scratch = scratchDir('prometheus');
+  let scratch: ReturnType<typeof scratchDir>;
   let exporter: MetricsServer;
   let prometheus: Prometheus;
   let metrics: Profile['metrics'];
 
   beforeAll(async () => {
+    scratch = scratchDir('prometheus');
     exporter = await startMetricsServer({
       '/metrics': { body: exposition({ wavegate_error_ratio: 0.2, wavegate_ok_ratio: 0.001 }), contentType: 'text/plain; version=0.0.4' },
     });
@@ -281,7 +292,7 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
   afterAll(async () => {
     await prometheus?.stop();
     await exporter?.close();
-    scratch.cleanup();
+    scratch?.cleanup();
   });
 
   const promInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], runtimes: [], metrics, timeoutMs: 5_000, ...extra });
