@@ -1,0 +1,196 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import * as net from 'node:net';
+import { join } from 'node:path';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceTarget } from '../../core/rollout-state';
+import { applyToDevice } from '../../activities/device-steps';
+import { openSsh, TransportError } from '../../activities/ssh';
+import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
+import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
+import { startSshdFleet, type SshdDevice, type SshdFleet } from '../support/sshd';
+import { startDevServerEnv } from '../support/temporal';
+
+const MARKER = '.wavegate/profiles/demo/revision';
+const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
+
+/** Connections sshd accepted, from its VERBOSE log. */
+const accepted = (d: SshdDevice): number => (d.log().match(/Accepted publickey for /g) ?? []).length;
+/** `direct-tcpip` tunnels the jump host opened to `port` (sshd logs them at DEBUG1). */
+const tunnelsTo = (jump: SshdDevice, port: number): number => (jump.log().match(new RegExp(`server_request_direct_tcpip: originator .* target 127\\.0\\.0\\.1 port ${port}\\b`, 'g')) ?? []).length;
+
+describe('a rollout over real OpenSSH sshd devices on loopback', () => {
+  const scratch = scratchDir('openssh');
+  let env: TestWorkflowEnvironment;
+  let sshd: SshdFleet;
+  let inventoryPath: string;
+  let input: RolloutInput;
+
+  const target = (d: SshdDevice, ssh: Partial<DeviceTarget['ssh']> = {}): DeviceTarget => ({
+    id: d.id,
+    host: d.host,
+    port: d.port,
+    user: d.user,
+    pool: 'lab',
+    class: 'server',
+    ssh: { hostKey: d.hostKeyFingerprint, key: sshd.clientKeyPath, ...ssh },
+  });
+
+  beforeAll(async () => {
+    [env, sshd] = await Promise.all([startDevServerEnv(), startSshdFleet({ dir: join(scratch.dir, 'sshd'), ids: ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad', 'ssh-d'] })]);
+    const [a, b, c, bad] = ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad'].map((id) => sshd.device(id)) as [SshdDevice, SshdDevice, SshdDevice, SshdDevice];
+    const device = (d: SshdDevice, cls: string, ssh: Record<string, unknown>) => ({ id: d.id, host: d.host, port: d.port, class: cls, labels: { site: 'lab' }, ssh });
+    inventoryPath = join(scratch.dir, 'inventory.yaml');
+    writeFileSync(
+      inventoryPath,
+      stringify({
+        pools: { lab: { disruptionBudget: 1 } },
+        defaults: { user: sshd.user, pool: 'lab', runtimes: ['motd'], ssh: { key: sshd.clientKeyPath } },
+        devices: [
+          device(a, 'server', { hostKey: a.hostKeyFingerprint }),
+          device(b, 'server', { hostKey: b.hostKeyFingerprint }),
+          // Reached through ssh-a as its jump host, each hop with its own pinned key.
+          device(c, 'desktop', { hostKey: c.hostKeyFingerprint, jumpHost: { host: a.host, port: a.port, user: sshd.user, hostKey: a.hostKeyFingerprint } }),
+          // Pinned to another device's key: whatever answers on that port is not the device we know.
+          device(bad, 'server', { hostKey: a.hostKeyFingerprint }),
+        ],
+      }),
+    );
+    const specPath = join(scratch.dir, 'rollout.yaml');
+    writeFileSync(
+      specPath,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [{ canary: '1 device', gateMs: 500, healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }, { bulk: 'remainder', gateMs: 500 }],
+          rollback: { on: 'healthGate-fail' },
+        },
+      }),
+    );
+    input = demoRolloutInput(specPath, inventoryPath, 'rollout:demo-openssh');
+  });
+  afterAll(async () => {
+    await sshd?.stop();
+    await env?.teardown();
+    scratch.cleanup();
+  });
+
+  it('our fingerprints are the ones OpenSSH prints (ssh-keygen -lf)', () => {
+    for (const d of sshd.devices) {
+      const res = spawnSync('ssh-keygen', ['-l', '-E', 'sha256', '-f', d.hostKeyPubPath], { encoding: 'utf8' });
+      expect(res.status, res.stderr).toBe(0);
+      expect(res.stdout.split(/\s+/)[1]).toBe(d.hostKeyFingerprint);
+    }
+  });
+
+  it('applies r2 through Temporal to every sshd device (one via a jump host) and refuses the host-key mismatch', async () => {
+    const worker = await startTestWorker(env);
+    try {
+      const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      expect(result.state).toBe('completed');
+      for (const id of ['ssh-a', 'ssh-b', 'ssh-c']) {
+        expect(result.devices.find((d) => d.id === id), id).toMatchObject({ state: 'applied' });
+        const d = sshd.device(id);
+        expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
+        expect(readFileSync(join(d.home, 'etc/motd'), 'utf8').trim()).toBe(MOTD_R2);
+        expect(readFileSync(join(d.home, '.wavegate/staging/demo/2/motd'), 'utf8').trim()).toBe(MOTD_R2);
+      }
+      // ssh-c's sessions came through tunnels ssh-a opened to it: at least snapshot + apply.
+      expect(tunnelsTo(sshd.device('ssh-a'), sshd.device('ssh-c').port)).toBeGreaterThanOrEqual(2);
+
+      const bad = result.devices.find((d) => d.id === 'ssh-bad')!;
+      expect(bad.state).toBe('skipped');
+      expect(bad.reason).toMatch(/host key SHA256:\S+ .*does not match the pinned/);
+      // Refused during key exchange: the device never saw a login, let alone a command.
+      expect(accepted(sshd.device('ssh-bad'))).toBe(0);
+      expect(existsSync(join(sshd.device('ssh-bad').home, '.wavegate'))).toBe(false);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  describe('the transport alone, against sshd', () => {
+    it('reaches a device through a jump host: both keys pinned, payload over SFTP, marker in the device home', async () => {
+      const a = sshd.device('ssh-a');
+      const d = sshd.device('ssh-d');
+      const tunnelsBefore = tunnelsTo(a, d.port);
+      const beats: string[] = [];
+      const result = await applyToDevice(
+        target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: a.hostKeyFingerprint } }),
+        input.steps,
+        { commandTimeoutMs: 30_000, heartbeat: (x) => beats.push(x) },
+      );
+      expect(result).toEqual({ device: 'ssh-d', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+      expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
+      expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
+      expect(beats).toEqual(['verify-first', 'stage', 'apply', 'verify']);
+    });
+
+    it('a wrong jump host key is refused as host-key before the device is contacted', async () => {
+      const a = sshd.device('ssh-a');
+      const d = sshd.device('ssh-d');
+      const before = accepted(d);
+      const err = await openSsh(target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } })).then(
+        () => undefined,
+        (e: unknown) => e as TransportError,
+      );
+      expect(err).toBeInstanceOf(TransportError);
+      expect(err!.kind).toBe('host-key');
+      expect(err!.message).toContain(`via jump host 127.0.0.1:${a.port}`);
+      expect(accepted(d)).toBe(before);
+    });
+
+    it('a device the jump host cannot reach is a retryable connect error; a wrong device key behind the jump is host-key', async () => {
+      const a = sshd.device('ssh-a');
+      const d = sshd.device('ssh-d');
+      const jumpHost = { host: a.host, port: a.port, user: a.user, hostKey: a.hostKeyFingerprint };
+      const closedPort = await new Promise<number>((resolve) => {
+        const srv = net.createServer();
+        srv.listen(0, '127.0.0.1', () => {
+          const port = (srv.address() as net.AddressInfo).port;
+          srv.close(() => resolve(port));
+        });
+      });
+      const unreachable = await openSsh({ ...target(d, { jumpHost }), port: closedPort }).then(
+        () => undefined,
+        (e: unknown) => e as TransportError,
+      );
+      expect(unreachable?.kind).toBe('connect');
+      expect(unreachable?.retryable).toBe(true);
+      expect(unreachable?.message).toContain(`the jump host cannot reach 127.0.0.1:${closedPort}`);
+
+      const wrongKey = await openSsh(target(d, { jumpHost, hostKey: a.hostKeyFingerprint })).then(
+        () => undefined,
+        (e: unknown) => e as TransportError,
+      );
+      expect(wrongKey?.kind).toBe('host-key');
+      expect(wrongKey?.retryable).toBe(false);
+    });
+
+    it('sshd dropping the connection mid-command is `dropped`; a command timeout is `timeout` and the session survives', async () => {
+      const b = sshd.device('ssh-b');
+      const session = await openSsh(target(b));
+      try {
+        const timedOut = await session.exec('sleep 30', { timeoutMs: 300 }).then(
+          () => undefined,
+          (e: unknown) => e as TransportError,
+        );
+        expect(timedOut?.kind).toBe('timeout');
+        expect((await session.exec('echo "$HOME"')).stdout.trim()).toBe(b.home);
+        // Kill this session's own sshd process (the parent of the shell running the command).
+        const dropped = await session.exec('kill -9 $PPID; sleep 5').then(
+          () => undefined,
+          (e: unknown) => e as TransportError,
+        );
+        expect(dropped?.kind).toBe('dropped');
+        expect(dropped?.retryable).toBe(true);
+      } finally {
+        session.close();
+      }
+    });
+  });
+});
