@@ -1,0 +1,258 @@
+import { spawn } from 'node:child_process';
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { archivedAuditRuns, auditFilePath, auditFileStem, createAuditActivities, readAuditFile, rolloutIdOfStem } from '../../activities/audit';
+import { AUDIT_EVENTS, GENESIS_HASH, verifyAuditLog, type AuditEvent } from '../../core/audit';
+import { WavegateError } from '../../core/errors';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+
+const event = (seq: number, extra: Partial<AuditEvent> = {}): AuditEvent => ({
+  seq,
+  at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(),
+  rolloutId: 'rollout:demo',
+  runId: 'run-1',
+  event: AUDIT_EVENTS[seq % AUDIT_EVENTS.length]!,
+  phase: `phase-${seq}`,
+  by: 'wavegate',
+  reason: null,
+  counts: { total: 20, applied: seq },
+  evidence: { seq },
+  ...extra,
+});
+
+async function failureOf(promise: Promise<unknown>): Promise<ApplicationFailure> {
+  try {
+    await promise;
+  } catch (err) {
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    return err as ApplicationFailure;
+  }
+  throw new Error('expected the append to fail');
+}
+
+let dir: string;
+let logs: string[];
+let audit: ReturnType<typeof createAuditActivities>;
+const file = () => auditFilePath(dir, 'rollout:demo');
+
+beforeEach(() => {
+  dir = join(mkdtempSync(join(tmpdir(), 'wavegate-audit-')), 'audit');
+  logs = [];
+  audit = createAuditActivities({ auditDir: dir, log: (line) => logs.push(line) });
+});
+afterEach(() => rmSync(join(dir, '..'), { recursive: true, force: true }));
+
+describe('audit file names', () => {
+  it('encode ids reversibly and stably, with no separators, hidden names or case collisions', () => {
+    expect(auditFileStem('rollout:demo')).toBe('rollout%3Ademo');
+    const ids = ['rollout:demo', 'rollout:Demo', 'a/b', 'a%2Fb', '..', '.hidden', 'rollout:prod/eu-1', 'ünïcode:x', 'a@b'];
+    const stems = ids.map(auditFileStem);
+    expect(new Set(stems).size).toBe(ids.length);
+    for (const [i, stem] of stems.entries()) {
+      expect(stem).toMatch(/^(?:[a-z0-9_-]|%[0-9A-F]{2})(?:[a-z0-9._-]|%[0-9A-F]{2})*$/);
+      expect(rolloutIdOfStem(stem)).toBe(ids[i]);
+    }
+    expect(auditFilePath('/x', 'rollout:demo')).toBe('/x/rollout%3Ademo.jsonl');
+    expect(() => auditFileStem('')).toThrow(WavegateError);
+    expect(() => auditFileStem('x'.repeat(200))).toThrow(/too long/);
+  });
+});
+
+describe('appendAudit on real files', () => {
+  it('appends a chain, one fsynced line per record, each prev the hash before it', async () => {
+    const results = [];
+    for (let seq = 1; seq <= 5; seq++) results.push(await audit.appendAudit(event(seq)));
+    const records = readAuditFile(dir, 'rollout:demo');
+    expect(records.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5]);
+    expect(results).toEqual(records.map((r) => ({ seq: r.seq, hash: r.hash })));
+    expect(records[0]!.prev).toBe(GENESIS_HASH);
+    for (let i = 1; i < 5; i++) expect(records[i]!.prev).toBe(records[i - 1]!.hash);
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 5 });
+    expect(readFileSync(file(), 'utf8').split('\n')[0]).toMatch(/^\{"seq":1,"at":"2026-01-01T00:00:01.000Z","rolloutId":"rollout:demo"/);
+    expect(existsSync(`${file()}.lock`)).toBe(false);
+  });
+
+  it('a repeated append of the same seq is a no-op returning the same hash', async () => {
+    await audit.appendAudit(event(1));
+    const second = await audit.appendAudit(event(2));
+    const before = readFileSync(file(), 'utf8');
+    expect(await audit.appendAudit(event(2))).toEqual(second);
+    expect(await audit.appendAudit(structuredClone(event(2)))).toEqual(second);
+    expect(readFileSync(file(), 'utf8')).toBe(before);
+  });
+
+  it('other content under a written seq is refused as a non-retryable AuditConflict', async () => {
+    await audit.appendAudit(event(1));
+    await audit.appendAudit(event(2));
+    const before = readFileSync(file(), 'utf8');
+    const failure = await failureOf(audit.appendAudit(event(2, { reason: 'different' })));
+    expect(failure.type).toBe('AuditConflict');
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.message).toMatch(/record 2 already exists with other content/);
+    const sameRunSeq1 = await failureOf(audit.appendAudit(event(1, { by: 'mallory' })));
+    expect(sameRunSeq1.type).toBe('AuditConflict');
+    expect(readFileSync(file(), 'utf8')).toBe(before);
+  });
+
+  it('a seq beyond the next is a retryable AuditOutOfOrder; an invalid event a non-retryable AuditInvalid', async () => {
+    await audit.appendAudit(event(1));
+    const gap = await failureOf(audit.appendAudit(event(3)));
+    expect(gap.type).toBe('AuditOutOfOrder');
+    expect(gap.nonRetryable).toBe(false);
+    expect(gap.message).toMatch(/ends at record 1; record 3 must wait for 2/);
+    const invalid = await failureOf(audit.appendAudit(event(2, { event: 'gate.maybe' as never })));
+    expect(invalid.type).toBe('AuditInvalid');
+    expect(invalid.nonRetryable).toBe(true);
+    expect(invalid.message).toMatch(/event: "gate.maybe"/);
+    expect(readAuditFile(dir, 'rollout:demo')).toHaveLength(1);
+  });
+
+  it('20 concurrent appends issued out of order (each twice) land once each, in order, retrying like Temporal would', async () => {
+    const order = Array.from({ length: 20 }, (_, i) => i + 1).flatMap((seq) => [seq, seq]);
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = (i * 7919) % (i + 1); // a fixed shuffle: the test must fail the same way every time
+      [order[i], order[j]] = [order[j]!, order[i]!];
+    }
+    let retries = 0;
+    const withRetries = async (seq: number) => {
+      for (;;) {
+        try {
+          return await audit.appendAudit(event(seq));
+        } catch (err) {
+          if (!(err instanceof ApplicationFailure) || err.nonRetryable) throw err;
+          retries++;
+          await new Promise((resolve) => setTimeout(resolve, 2));
+        }
+      }
+    };
+    const results = await Promise.all(order.map(withRetries));
+    const records = readAuditFile(dir, 'rollout:demo');
+    expect(records.map((r) => r.seq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(retries).toBeGreaterThan(0);
+    for (const [i, seq] of order.entries()) expect(results[i]).toEqual({ seq, hash: records[seq - 1]!.hash });
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 20 });
+  });
+
+  it('two worker processes appending the same 60 records at once leave one intact chain (the file lock)', async () => {
+    const script = `
+      require('tsx/cjs');
+      const { createAuditActivities } = require('./activities/audit.ts');
+      const { AUDIT_EVENTS } = require('./core/audit.ts');
+      const { existsSync } = require('node:fs');
+      const audit = createAuditActivities({ auditDir: process.argv[1] });
+      (async () => {
+        // Start together: both processes are loaded before either appends, so their appends overlap.
+        process.stdout.write('ready\\n');
+        while (!existsSync(process.argv[2])) await new Promise((r) => setTimeout(r, 1));
+        for (let seq = 1; seq <= 60; seq++) {
+          const event = { seq, at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(), rolloutId: 'rollout:demo', runId: 'run-1',
+            event: AUDIT_EVENTS[seq % AUDIT_EVENTS.length], phase: 'phase-' + seq, by: 'wavegate', reason: null,
+            counts: { total: 60, applied: seq }, evidence: { seq } };
+          for (;;) {
+            try { await audit.appendAudit(event); break; }
+            catch (err) { if (err.nonRetryable !== false) throw err; await new Promise((r) => setTimeout(r, 5)); }
+          }
+        }
+      })().catch((err) => { console.error(err); process.exitCode = 3; });`;
+    const go = join(dir, '..', 'go');
+    const ready: Promise<void>[] = [];
+    const run = () =>
+      new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const child = spawn(process.execPath, ['-e', script, dir, go], { cwd: PROJECT_ROOT });
+        ready.push(new Promise((onReady) => child.stdout.once('data', () => onReady())));
+        let stderr = '';
+        child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+        child.on('exit', (code) => resolve({ code, stderr }));
+      });
+    const finished = Promise.all([run(), run()]);
+    await Promise.all(ready);
+    writeFileSync(go, '');
+    const [a, b] = await finished;
+    expect(a).toEqual({ code: 0, stderr: '' });
+    expect(b).toEqual({ code: 0, stderr: '' });
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 60 });
+    expect(readdirSync(dir)).toEqual(['rollout%3Ademo.jsonl']);
+  });
+
+  it('a torn partial line from a crash mid-append is cut off and the retried append lands', async () => {
+    for (let seq = 1; seq <= 2; seq++) await audit.appendAudit(event(seq));
+    appendFileSync(file(), '{"seq":3,"at":"2026-01-01T00:00:03.000Z","rollou');
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toMatchObject({ ok: false, problem: 'truncated', seq: 3 });
+    await audit.appendAudit(event(3));
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 3 });
+    expect(logs.join('\n')).toMatch(/removed a torn partial record after line 2/);
+  });
+
+  it('a complete last record whose newline did not land is kept and recognised', async () => {
+    for (let seq = 1; seq <= 2; seq++) await audit.appendAudit(event(seq));
+    writeFileSync(file(), readFileSync(file(), 'utf8').slice(0, -1));
+    const second = readAuditFile(dir, 'rollout:demo')[1]!;
+    expect(await audit.appendAudit(event(2))).toEqual({ seq: 2, hash: second.hash });
+    await audit.appendAudit(event(3));
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 3 });
+  });
+
+  it('a garbage line in the middle stops the sink with a non-retryable AuditCorrupt naming the line', async () => {
+    for (let seq = 1; seq <= 2; seq++) await audit.appendAudit(event(seq));
+    const lines = readFileSync(file(), 'utf8').split('\n');
+    lines[0] = 'garbage';
+    writeFileSync(file(), lines.join('\n'));
+    const failure = await failureOf(audit.appendAudit(event(3)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.message).toMatch(/line 1 is not a JSON audit record/);
+  });
+
+  it('a new execution of a re-used rollout id moves the finished chain aside and starts its own', async () => {
+    for (let seq = 1; seq <= 3; seq++) await audit.appendAudit(event(seq));
+    const firstChain = readFileSync(file(), 'utf8');
+    await audit.appendAudit(event(1, { runId: 'run-2' }));
+    await audit.appendAudit(event(2, { runId: 'run-2' }));
+    expect(readAuditFile(dir, 'rollout:demo').map((r) => [r.seq, r.runId])).toEqual([[1, 'run-2'], [2, 'run-2']]);
+    expect(readFileSync(auditFilePath(dir, 'rollout:demo', 'run-1'), 'utf8')).toBe(firstChain);
+    expect(archivedAuditRuns(dir, 'rollout:demo')).toEqual(['run-1']);
+    expect(archivedAuditRuns(dir, 'rollout:other')).toEqual([]);
+    // Continue-as-new: a later run id continuing the seq stays in the same chain.
+    await audit.appendAudit(event(3, { runId: 'run-2b' }));
+    expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 3 });
+  });
+
+  it('secrets in the evidence never reach the disk', async () => {
+    const pem = '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAC3NzaC1lZDI1NTE5AAAAIKEYMATERIAL\n-----END OPENSSH PRIVATE KEY-----';
+    await audit.appendAudit(event(1, { evidence: { device: 'laptop-01', privateKey: pem, stderr: `oops ${pem}`, ssh: { password: 'hunter2' } } }));
+    const text = readFileSync(file(), 'utf8');
+    expect(text).not.toContain('KEYMATERIAL');
+    expect(text).not.toContain('hunter2');
+    expect(readAuditFile(dir, 'rollout:demo')[0]!.evidence).toEqual({ device: 'laptop-01', privateKey: '[redacted]', stderr: 'oops [redacted private key]', ssh: { password: '[redacted]' } });
+  });
+
+  it('a lock left by a dead writer is broken; one held by a live writer makes the append retry later', async () => {
+    const { mkdirSync } = await import('node:fs');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(`${file()}.lock`, `999999999 ${hostname()}`);
+    await audit.appendAudit(event(1));
+    expect(existsSync(`${file()}.lock`)).toBe(false);
+    writeFileSync(`${file()}.lock`, `${process.pid} ${hostname()}`);
+    const busy = await failureOf(audit.appendAudit(event(2)));
+    expect(busy.type).toBe('AuditBusy');
+    expect(busy.nonRetryable).toBe(false);
+    rmSync(`${file()}.lock`);
+    await audit.appendAudit(event(2));
+    expect(readAuditFile(dir, 'rollout:demo')).toHaveLength(2);
+  });
+
+  it('reading an unknown rollout is NOT_FOUND naming the path', () => {
+    let caught: unknown;
+    try {
+      readAuditFile(dir, 'rollout:nope');
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(WavegateError);
+    expect((caught as WavegateError).code).toBe('NOT_FOUND');
+    expect((caught as Error).message).toContain('rollout%3Anope.jsonl');
+  });
+});
