@@ -1,0 +1,132 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { auditFilePath, createAuditActivities } from '../../activities/audit';
+import { type AuditEvent, type AuditRecord } from '../../core/audit';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+
+/**
+ * `wavegate audit` in a real process. Until cli/main.ts registers the command, the process assembles a
+ * commander program the way main.ts does (exitOverride, usage errors → 2) around cli/commands/audit.ts.
+ */
+const PROGRAM = `
+  require('tsx/cjs');
+  const { Command, CommanderError } = require('commander');
+  const program = new Command('wavegate').exitOverride();
+  require('./cli/commands/audit.ts').register(program);
+  program.parseAsync(['node', 'wavegate', ...process.argv.slice(1)]).catch((err) => {
+    if (err instanceof CommanderError) process.exitCode = err.exitCode === 0 ? 0 : 2;
+    else { process.stderr.write(String(err && err.stack || err)); process.exitCode = 1; }
+  });`;
+
+function wavegate(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['-e', PROGRAM, '--', ...args], { cwd: PROJECT_ROOT, env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const EVENTS: Array<Pick<AuditEvent, 'event' | 'phase' | 'by' | 'reason' | 'counts'>> = [
+  { event: 'rollout.started', phase: null, by: 'alice', reason: null, counts: { total: 12, pending: 12 } },
+  { event: 'phase.started', phase: 'canary', by: 'wavegate', reason: null, counts: { total: 12, pending: 12 } },
+  { event: 'phase.applied', phase: 'canary', by: 'wavegate', reason: null, counts: { total: 12, applied: 1, pending: 11 } },
+  { event: 'rollout.paused', phase: 'canary', by: 'bob', reason: 'checking dashboards before bulk', counts: { total: 12, applied: 1, pending: 11 } },
+  { event: 'rollout.resumed', phase: 'canary', by: 'bob', reason: null, counts: null },
+];
+
+let root: string;
+let auditDir: string;
+let file: string;
+let pristine: string;
+let records: AuditRecord[];
+
+beforeAll(async () => {
+  root = mkdtempSync(join(tmpdir(), 'wavegate-audit-cli-'));
+  auditDir = join(root, 'audit');
+  const audit = createAuditActivities({ auditDir });
+  for (const [i, e] of EVENTS.entries()) {
+    await audit.appendAudit({ ...e, seq: i + 1, at: new Date(Date.UTC(2026, 2, 1, 12, 0, i)).toISOString(), rolloutId: 'rollout:demo', runId: 'run-1', evidence: { i } });
+  }
+  file = auditFilePath(auditDir, 'rollout:demo');
+  pristine = readFileSync(file, 'utf8');
+  records = pristine.trimEnd().split('\n').map((line) => JSON.parse(line) as AuditRecord);
+});
+beforeEach(() => writeFileSync(file, pristine));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const lines = () => pristine.trimEnd().split('\n');
+const dirFlag = () => ['--audit-dir', auditDir];
+
+describe('wavegate audit', () => {
+  it('--verify on a good file: exit 0, chain intact', async () => {
+    const run = await wavegate(['audit', 'rollout:demo', '--verify', ...dirFlag()]);
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout.trim()).toBe('audit rollout:demo: 5 records, chain intact');
+  });
+
+  it('--verify on an edited record: exit 1 naming the problem and its seq', async () => {
+    const tampered = lines();
+    tampered[2] = tampered[2]!.replace('"by":"wavegate"', '"by":"mallory"');
+    writeFileSync(file, `${tampered.join('\n')}\n`);
+    const run = await wavegate(['audit', 'rollout:demo', '--verify', ...dirFlag()]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/^audit rollout:demo: edited at seq 3: record 3 \(line 3\) was edited/);
+  });
+
+  it('--verify on a dropped and on a reordered record: exit 1 with the missing seq', async () => {
+    const dropped = lines();
+    dropped.splice(1, 1);
+    writeFileSync(file, `${dropped.join('\n')}\n`);
+    const drop = await wavegate(['audit', 'rollout:demo', '--verify', '--json', ...dirFlag()]);
+    expect(drop.code).toBe(1);
+    expect(JSON.parse(drop.stdout)).toMatchObject({ ok: false, problem: 'dropped', seq: 2 });
+
+    const swapped = lines();
+    [swapped[3], swapped[4]] = [swapped[4]!, swapped[3]!];
+    writeFileSync(file, `${swapped.join('\n')}\n`);
+    const reorder = await wavegate(['audit', 'rollout:demo', '--verify', ...dirFlag()]);
+    expect(reorder.code).toBe(1);
+    expect(reorder.stdout).toMatch(/reordered at seq 4/);
+  });
+
+  it('--verify --head catches records cut off the end, which the chain alone cannot', async () => {
+    writeFileSync(file, `${lines().slice(0, 3).join('\n')}\n`);
+    const head = `5:${records[4]!.hash}`;
+    expect((await wavegate(['audit', 'rollout:demo', '--verify', ...dirFlag()])).code).toBe(0);
+    const run = await wavegate(['audit', 'rollout:demo', '--verify', '--head', head, ...dirFlag()]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/truncated at seq 4: .*records 4–5 were cut off/);
+    const bad = await wavegate(['audit', 'rollout:demo', '--verify', '--head', 'five', ...dirFlag()]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/INVALID_INPUT: --head "five": expected <seq>:<64 lowercase hex hash>/);
+  });
+
+  it('prints a readable table of the records; --json prints them as stored', async () => {
+    const run = await wavegate(['audit', 'rollout:demo', ...dirFlag()]);
+    expect(run.code).toBe(0);
+    const out = run.stdout.split('\n');
+    expect(out[0]).toBe(`audit rollout:demo: 5 records in ${file}`);
+    expect(out[1]).toMatch(/^SEQ\s+AT\s+EVENT\s+PHASE\s+BY\s+REASON\s+COUNTS$/);
+    expect(out[2]).toMatch(/^1\s+2026-03-01T12:00:00\.000Z\s+rollout\.started\s+-\s+alice\s+-\s+total 12, pending 12$/);
+    expect(out[5]).toMatch(/^4\s+\S+\s+rollout\.paused\s+canary\s+bob\s+checking dashboards before bulk\s+total 12, applied 1, pending 11$/);
+    expect(out[6]).toMatch(/^5\s+\S+\s+rollout\.resumed\s+canary\s+bob\s+-\s+-$/);
+
+    const json = await wavegate(['audit', 'rollout:demo', '--json', ...dirFlag()]);
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual(records);
+  });
+
+  it('an unknown id is NOT_FOUND, exit 2; the audit dir defaults to $WAVEGATE_AUDIT_DIR', async () => {
+    const run = await wavegate(['audit', 'rollout:nope', '--verify', ...dirFlag()]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/NOT_FOUND: no audit trail for rollout "rollout:nope" \(looked for .*rollout%3Anope\.jsonl\)/);
+    const viaEnv = await wavegate(['audit', 'rollout:demo', '--verify'], { WAVEGATE_AUDIT_DIR: auditDir });
+    expect(viaEnv).toMatchObject({ code: 0, stdout: 'audit rollout:demo: 5 records, chain intact\n' });
+  });
+});
