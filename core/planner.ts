@@ -159,10 +159,10 @@ export function planPhases(input: PlanInput): Plan {
     } else if (d.current === spec.toRevision) alreadyApplied.push(d.id);
     else candidates.push(d);
   }
-  if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${notForMe.map((n) => n.id).join(', ')}`);
-  if (alreadyApplied.length) warnings.push(`${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${alreadyApplied.join(', ')}`);
+  if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${some(notForMe.map((n) => n.id))}`);
+  if (alreadyApplied.length) warnings.push(`${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`);
   const unreachable = candidates.filter((d) => d.reachable === false);
-  if (unreachable.length) warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${unreachable.map((d) => d.id).join(', ')}`);
+  if (unreachable.length) warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);
 
   const pools = poolPlans(devices, input, warnings);
   const phases: PlannedPhase[] = [];
@@ -259,6 +259,11 @@ export function planPhases(input: PlanInput): Plan {
     pools,
     warnings,
   };
+}
+
+/** A list for a warning line: the first ten ids, then a count (a 10,000-device plan stays compact). */
+function some(ids: readonly string[]): string {
+  return ids.length > 10 ? `${ids.slice(0, 10).join(', ')} and ${ids.length - 10} more` : ids.join(', ');
 }
 
 function pickCanaryClass(remaining: readonly PlanDevice[], wanted: string | undefined, warnings: string[]): string {

@@ -232,3 +232,25 @@ describe('planner properties', () => {
     );
   });
 });
+
+describe('planner at scale', () => {
+  it('plans 10,000 devices quickly and compactly', () => {
+    const devices: PlanDevice[] = Array.from({ length: 10_000 }, (_, i) => ({
+      id: `dev-${String(i).padStart(5, '0')}`,
+      pool: `pool-${i % 7}`,
+      class: i % 5 === 0 ? 'desktop' : 'server',
+      os: i % 3 === 0 ? 'rhel-9' : 'ubuntu-22.04',
+      updateClass: i % 97 === 0 ? 'left-behind' : 'required',
+      current: i % 50 === 0 ? 2 : 1,
+    }));
+    const started = performance.now();
+    const plan = planPhases({ rolloutId: 'rollout:big', spec: spec([{ canary: '1 device' }, { bulk: 'up to 1%' }, { bulk: 'up to 10%' }, { bulk: 'up to 50%' }, { bulk: 'remainder' }]), devices });
+    const ms = performance.now() - started;
+    expect(ms).toBeLessThan(2_000);
+    expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 99, 900, 4000, plan.phases[4]!.devices.length]);
+    const planned = plan.phases.reduce((n, p) => n + p.devices.length, 0);
+    expect(planned + plan.alreadyApplied.length + plan.notForMe.length).toBe(10_000);
+    // ids + a little structure: well under the ~2 MB payload limit.
+    expect(JSON.stringify(plan).length).toBeLessThan(400_000);
+  });
+});

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { fromBase64, toBase64, utf8Encode } from '../../../core/bytes';
 import { canonicalize, isCanonicalJson } from '../../../core/canonical';
@@ -188,5 +189,51 @@ describe('decideRegistration', () => {
   it('a revision of another profile is refused', () => {
     const other = signed({ ...revision(16), profile: 'staging' }, alice, bob);
     expect(decideRegistration({ ...base, registered: [], envelope: other })).toMatchObject({ reason: 'WRONG_PROFILE' });
+  });
+});
+
+describe('properties', () => {
+  const json: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+    value: fc.oneof(
+      { depthSize: 'small' },
+      fc.constant(null),
+      fc.boolean(),
+      fc.double({ noNaN: true, noDefaultInfinity: true }),
+      fc.integer(),
+      fc.string({ unit: 'grapheme' }),
+      fc.array(tie('value')),
+      fc.dictionary(fc.string(), tie('value')),
+    ),
+  })).value;
+
+  it('canonical JSON is a fixed point and ignores key order', () => {
+    fc.assert(
+      fc.property(json, (value) => {
+        const text = canonicalize(value);
+        expect(isCanonicalJson(text)).toBe(true);
+        expect(canonicalize(JSON.parse(text))).toBe(text);
+        if (value && typeof value === 'object' && !Array.isArray(value)) {
+          const reversed = Object.fromEntries(Object.entries(value).reverse());
+          expect(canonicalize(reversed)).toBe(text);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('any flipped bit in the body or the signature is refused', () => {
+    const env = signed(revision(), alice);
+    const body = fromBase64(env.body)!;
+    const sig = fromBase64(env.signatures[0]!.sig)!;
+    fc.assert(
+      fc.property(fc.boolean(), fc.nat(), fc.integer({ min: 0, max: 7 }), (inBody, at, bit) => {
+        const bytes = (inBody ? body : sig).slice();
+        bytes[at % bytes.length]! ^= 1 << bit;
+        const tampered = inBody ? { ...env, body: toBase64(bytes) } : { ...env, signatures: [{ ...env.signatures[0]!, sig: toBase64(bytes) }] };
+        const result = verifyEnvelope(tampered, trust(1, alice), { now: NOW });
+        expect(result.ok).toBe(false);
+      }),
+      { numRuns: 200 },
+    );
   });
 });
