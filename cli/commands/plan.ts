@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { looksLikeAnsible, parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
-import { devicesInScope } from '../../core/gates';
+import { devicesInScope, runRegistrationGates } from '../../core/gates';
 import { parseInventory, type Inventory } from '../../core/inventory';
 import { describeSize, planPhases, type Plan } from '../../core/planner';
 import { parseProfile, parseRevision, type Profile } from '../../core/revision';
@@ -62,6 +62,8 @@ export interface PlanReport {
   inventory: Inventory;
   scopeNote: string;
   risk: 'risky' | 'safe';
+  /** What the registration gates say about the target revision, when its file was found. */
+  revisionNotes: string[];
 }
 
 /** Validate everything and plan; throws INVALID_INPUT (exit 2) on any bad input. Never contacts Temporal. */
@@ -85,12 +87,19 @@ export function makePlan(opts: PlanOptions): PlanReport {
   checkSpecAgainstInventory(spec, inventory, opts.file, inScope.map((d) => d.id));
 
   let risk: 'risky' | 'safe' = 'risky';
+  const revisionNotes: string[] = [];
+  const revisionPath = join(opts.profilesDir, spec.profile, 'revisions', `${spec.toRevision}.yaml`);
+  if (existsSync(revisionPath)) {
+    const revision = parseRevision(readDocument(revisionPath), revisionPath);
+    risk = revision.risk;
+    const gates = runRegistrationGates({ revision, scope: profile?.scope, devices: inventory.devices });
+    for (const b of gates.blocked) revisionNotes.push(`r${spec.toRevision}: gate "${b.gate}" would refuse registration (${b.reason}): ${b.message} [escape: ${b.flag}]`);
+    for (const n of gates.notes) revisionNotes.push(`r${spec.toRevision}: ${n}`);
+    if (!gates.provability.provable) revisionNotes.push(`r${spec.toRevision} is not provable: its devices can only reach "claimed", never "applied"`);
+  }
   if (opts.risk !== undefined) {
     if (opts.risk !== 'risky' && opts.risk !== 'safe') throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`);
     risk = opts.risk;
-  } else {
-    const revisionPath = join(opts.profilesDir, spec.profile, 'revisions', `${spec.toRevision}.yaml`);
-    if (existsSync(revisionPath)) risk = parseRevision(readDocument(revisionPath), revisionPath).risk;
   }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
   const plan = planPhases({
@@ -100,7 +109,7 @@ export function makePlan(opts: PlanOptions): PlanReport {
     pools: inventory.pools,
     risk,
   });
-  return { plan, spec, inventory, scopeNote, risk };
+  return { plan, spec, inventory, scopeNote, risk, revisionNotes };
 }
 
 function gateText(gate: number | 'manual'): string {
@@ -137,9 +146,10 @@ export function renderPlan(report: PlanReport): string {
     for (const n of plan.notForMe) lines.push(`  ${n.id.padEnd(24)} ${n.reason}`);
   }
   lines.push('');
-  if (plan.warnings.length) {
-    lines.push(`warnings (${plan.warnings.length}):`);
-    for (const w of plan.warnings) lines.push(`  ! ${w}`);
+  const warnings = [...plan.warnings, ...report.revisionNotes];
+  if (warnings.length) {
+    lines.push(`warnings (${warnings.length}):`);
+    for (const w of warnings) lines.push(`  ! ${w}`);
   } else lines.push('warnings: none');
   return lines.join('\n');
 }
@@ -164,7 +174,7 @@ export function register(program: Command): void {
           const devices = Object.fromEntries(
             report.inventory.devices.filter((d) => inPlan.has(d.id)).map((d) => [d.id, { pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass }]),
           );
-          process.stdout.write(`${JSON.stringify({ ...report.plan, risk: report.risk, devices }, null, 2)}\n`);
+          process.stdout.write(`${JSON.stringify({ ...report.plan, risk: report.risk, revisionNotes: report.revisionNotes, devices }, null, 2)}\n`);
         } else {
           process.stdout.write(`${renderPlan(report)}\n`);
         }
