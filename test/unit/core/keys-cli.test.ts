@@ -1,0 +1,92 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+
+/** keygen / trust / sign / cosign / verify as a user runs them: real processes, real files. */
+const BIN = resolve('bin/wavegate.js');
+
+function wavegate(cwd: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => done({ code, stdout, stderr }));
+  });
+}
+
+describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
+  it('signs offline, cosigns to the threshold, verifies, and refuses with a reason code', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
+    const [alice, bob] = await Promise.all([wavegate(dir, 'keygen', '--out', 'alice.key', '--name', 'alice'), wavegate(dir, 'keygen', '--out', 'bob.key')]);
+    expect(alice.code).toBe(0);
+    expect(bob.code).toBe(0);
+    expect(statSync(join(dir, 'alice.key')).mode & 0o777).toBe(0o600);
+    const secret = (JSON.parse(readFileSync(join(dir, 'alice.key'), 'utf8')) as { secretKey: string }).secretKey;
+    expect(alice.stdout).toMatch(/kid: sha256\/[A-Za-z0-9_-]{43}/);
+    expect(alice.stdout).toMatch(/publicKey: /);
+    expect(alice.stdout + alice.stderr).not.toContain(secret);
+    expect((await wavegate(dir, 'keygen', '--out', 'alice.key')).code).toBe(2); // never overwritten silently
+
+    writeFileSync(
+      join(dir, 'rev.yaml'),
+      'profile: production\nrevision: 15\napply: install -m 0644 "$WAVEGATE_STAGING/app.conf" /etc/app.conf\nverify: grep -q v=15 /etc/app.conf\nprevious: 14\n' +
+        `payload:\n  - { name: app.conf, sha256: ${'b'.repeat(64)}, size: 9, source: files/app.conf }\n`,
+    );
+    const [trust, sign] = await Promise.all([
+      wavegate(dir, 'trust', '--threshold', '2', '--out', 'trust.yaml', 'alice.key.pub.yaml', 'bob.key.pub.yaml'),
+      wavegate(dir, 'sign', 'rev.yaml', '--key', 'alice.key', '--out', 'env.json'),
+    ]);
+    expect(trust.code, trust.stderr).toBe(0);
+    expect(sign.code, sign.stderr).toBe(0);
+    expect((parseYaml(readFileSync(join(dir, 'trust.yaml'), 'utf8')) as { pins: unknown[] }).pins).toHaveLength(2);
+
+    const below = await wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml');
+    expect(below.code).toBe(2);
+    expect(below.stderr).toMatch(/BELOW_THRESHOLD/);
+
+    expect((await wavegate(dir, 'cosign', 'env.json', '--key', 'bob.key')).code).toBe(0);
+    const again = await wavegate(dir, 'cosign', 'env.json', '--key', 'bob.key');
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/already signed/);
+
+    const [ok, old, expired] = await Promise.all([
+      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml'),
+      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml', '--current', '15'),
+      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml', '--now', '2999-01-01T00:00:00Z'),
+    ]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/valid: production r15, 2 of 2/);
+    expect(old.stderr).toMatch(/NOT_ABOVE_CURRENT/);
+    expect(expired.stderr).toMatch(/EXPIRED/);
+
+    const env = JSON.parse(readFileSync(join(dir, 'env.json'), 'utf8')) as { body: string };
+    const body = Buffer.from(env.body, 'base64');
+    body[20] = body[20]! ^ 1;
+    writeFileSync(join(dir, 'tampered.json'), JSON.stringify({ ...env, body: body.toString('base64') }));
+    const tampered = await wavegate(dir, 'verify', 'tampered.json', '--trust', 'trust.yaml');
+    expect(tampered.code).toBe(2);
+    expect(tampered.stderr).toMatch(/BAD_SIGNATURE/);
+  });
+
+  it('sign runs the registration gates when given an inventory, and an escape is loud', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-gates-'));
+    expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
+    writeFileSync(join(dir, 'rev.yaml'), 'profile: production\nrevision: 15\napply: systemctl restart app\nverify: exit 0\nprevious: 14\n');
+    const inventory = resolve('examples/plan/fleet-20.yaml');
+    const [blocked, escaped] = await Promise.all([
+      wavegate(dir, 'sign', 'rev.yaml', '--key', 'k.key', '--out', 'a.json', '--inventory', inventory),
+      wavegate(dir, 'sign', 'rev.yaml', '--key', 'k.key', '--out', 'b.json', '--inventory', inventory, '--allow-unprovable'),
+    ]);
+    expect(blocked.code).toBe(2);
+    expect(blocked.stderr).toMatch(/gate "unprovable" blocked .*UNPROVABLE.*--allow-unprovable/);
+    expect(escaped.code, escaped.stderr).toBe(0);
+    expect(escaped.stderr).toMatch(/^WARNING: gate "unprovable" bypassed with --allow-unprovable/m);
+    expect(JSON.parse(escaped.stdout.split('\n')[0]!)).toEqual({ escaped: [expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })] });
+  });
+});
