@@ -2,13 +2,18 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { parseInventory, type Device } from '../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
+import { devicesInScope } from '../core/gates';
 import { readDocument } from '../cli/files';
+import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
+import { createHealthActivities } from './health';
 import { applyToDevice, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
 import { openSsh, TransportError } from './ssh';
 
 export type { ApplyResult, RevisionSteps };
 
 export interface ActivityDeps {
+  /** Where the per-rollout audit JSONL files go (default `.wavegate/audit`). */
+  auditDir?: string;
   /** How many devices the snapshot probes at once. */
   snapshotConcurrency?: number;
   log?: (line: string) => void;
@@ -19,6 +24,15 @@ export interface SnapshotInput {
   profile: string;
   /** Label selector: every listed label must match. */
   scope: Record<string, string>;
+  /** A page of the in-scope devices (in inventory order): a large fleet is not one payload. */
+  offset: number;
+  limit: number;
+}
+
+export interface SnapshotPage {
+  devices: DeviceSnapshot[];
+  /** How many devices are in scope in all. */
+  total: number;
 }
 
 export interface ApplyInput {
@@ -28,8 +42,8 @@ export interface ApplyInput {
 }
 
 function targetOf(device: Device): DeviceTarget {
-  const { hostKey, knownHosts, key, agent } = device.ssh;
-  return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent } };
+  const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
+  return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
 }
 
 /** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
@@ -60,12 +74,15 @@ async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promis
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   return {
+    ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR }),
+    ...createHealthActivities(),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
-    async snapshotFleet(input: SnapshotInput): Promise<DeviceSnapshot[]> {
+    async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = parseInventory(readDocument(input.inventoryPath), input.inventoryPath);
-      const inScope = inventory.devices.filter((d) => Object.entries(input.scope).every(([k, v]) => d.labels[k] === v));
+      const inScope = devicesInScope(input.scope, inventory.devices);
       let probed = 0;
-      return mapLimit(inScope, concurrency, async (device): Promise<DeviceSnapshot> => {
+      const page = inScope.slice(input.offset, input.offset + input.limit);
+      const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {
         const target = targetOf(device);
         const base = { ...target, updateClass: device.updateClass, os: device.os };
         try {
@@ -82,6 +99,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           Context.current().heartbeat(++probed);
         }
       });
+      return { devices, total: inScope.length };
     },
 
     /** Bring one device to the revision (verify first, apply, verify, marker). */

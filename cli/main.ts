@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import * as auditCommands from './commands/audit';
 import * as devCommands from './commands/dev';
 import * as keysCommands from './commands/keys';
 import * as planCommands from './commands/plan';

@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { parseInventory } from '../core/inventory';
-import { parseProfile, parseRevision } from '../core/revision';
+import { classifyRevision } from '../core/provability';
+import { parseProfile, parseRevision, type Revision } from '../core/revision';
 import { parseRolloutSpec } from '../core/spec';
 import type { RevisionSteps } from '../activities/device-steps';
 import type { RolloutInput } from '../workflows/rollout';
@@ -21,7 +22,7 @@ export interface RolloutRequest {
  * (exit 2) and nothing starts.
  */
 export function prepareRollout(req: RolloutRequest): RolloutInput {
-  const { spec, profile, steps } = loadRolloutContent(req);
+  const { spec, profile, revision, steps, rollbackSteps } = loadRolloutContent(req);
   const inventoryPath = resolve(req.inventoryPath);
   const inventory = parseInventory(readDocument(inventoryPath), req.inventoryPath);
   for (const pool of Object.keys(spec.disruptionBudget)) {
@@ -31,7 +32,18 @@ export function prepareRollout(req: RolloutRequest): RolloutInput {
   }
   const poolBudgets: Record<string, number> = {};
   for (const pool of Object.values(inventory.pools)) poolBudgets[pool.name] = spec.disruptionBudget[pool.name] ?? pool.disruptionBudget;
-  return { rolloutId: `rollout:${spec.profile}`, spec, scope: profile.scope, steps, inventoryPath, poolBudgets, startedBy: req.startedBy };
+  return {
+    rolloutId: `rollout:${spec.profile}`,
+    spec,
+    profile,
+    steps,
+    rollbackSteps,
+    provable: classifyRevision(revision).provable,
+    risk: revision.risk,
+    inventoryPath,
+    poolBudgets,
+    startedBy: req.startedBy,
+  };
 }
 
 /** The spec with its profile and target revision, validated; no inventory needed yet. */
@@ -43,20 +55,27 @@ export function loadRolloutContent(req: Pick<RolloutRequest, 'specPath' | 'profi
     throw new WavegateError('INVALID_INPUT', `${req.specPath}: rollout.profile: no profile "${spec.profile}" (expected ${profilePath})`);
   }
   const profile = parseProfile(readDocument(profilePath), profilePath);
-  const revisionPath = join(profileDir, 'revisions', `${spec.toRevision}.yaml`);
-  if (!existsSync(revisionPath)) {
-    throw new WavegateError('INVALID_INPUT', `${req.specPath}: rollout.toRevision: profile "${spec.profile}" has no revision ${spec.toRevision} (expected ${revisionPath})`);
-  }
-  const revision = parseRevision(readDocument(revisionPath), revisionPath);
-  if (revision.profile !== spec.profile || revision.revision !== spec.toRevision) {
-    throw new WavegateError('INVALID_INPUT', `${revisionPath}: declares ${revision.profile} r${revision.revision}, expected ${spec.profile} r${spec.toRevision}`);
-  }
-  const steps: RevisionSteps = {
+  const loadRevision = (n: number, field: string): Revision => {
+    const path = join(profileDir, 'revisions', `${n}.yaml`);
+    if (!existsSync(path)) {
+      throw new WavegateError('INVALID_INPUT', `${req.specPath}: rollout.${field}: profile "${spec.profile}" has no revision ${n} (expected ${path})`);
+    }
+    const revision = parseRevision(readDocument(path), path);
+    if (revision.profile !== spec.profile || revision.revision !== n) {
+      throw new WavegateError('INVALID_INPUT', `${path}: declares ${revision.profile} r${revision.revision}, expected ${spec.profile} r${n}`);
+    }
+    return revision;
+  };
+  const stepsOf = (revision: Revision, apply = revision.apply): RevisionSteps => ({
     profile: spec.profile,
     revision: revision.revision,
-    apply: revision.apply,
+    apply,
     verify: revision.verify,
     payload: revision.payload.map((f) => ({ ...f, source: resolve(profileDir, f.source) })),
-  };
-  return { spec, profile, revision, steps };
+  });
+  const revision = loadRevision(spec.toRevision, 'toRevision');
+  // The way back is fromRevision itself: its verify proves a device is back; an explicit rollback
+  // command of the target revision replaces its apply.
+  const from = loadRevision(spec.fromRevision, 'fromRevision');
+  return { spec, profile, revision, steps: stepsOf(revision), rollbackSteps: stepsOf(from, revision.rollback ?? from.apply) };
 }

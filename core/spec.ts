@@ -116,6 +116,8 @@ export const RolloutBody = z
     offline: z.enum(['skip', 'wait', 'fail']).default('skip'),
     disruptionBudget: z.record(z.string(), BudgetFraction).default({}),
     onInconclusive: z.enum(['pause', 'fail']).default('pause'),
+    /** Each health-gate check must answer within this; one that cannot is inconclusive. */
+    healthTimeout: Duration.default(60_000),
     window: Window.optional(),
     canaryClass: z.string().min(1).optional(),
     concurrent: z.boolean().default(false),

@@ -8,6 +8,8 @@ import { createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker'
 
 export interface DevStack {
   server: DevServer;
+  /** Where the worker writes the per-rollout audit trails. */
+  auditDir: string;
   taskQueue: string;
   fleet?: Fleet;
   /** The demo fleet's inventory file (with --demo). */
@@ -47,14 +49,14 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     installQuietRuntime();
     const connection = await NativeConnection.connect({ address: server.address });
     stops.push(() => connection.close());
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log } });
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit') } });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();
       await running;
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
-    return { server, taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
+    return { server, auditDir: join(stateDir, 'audit'), taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
   } catch (err) {
     await stop();
     throw err;

@@ -1,2 +1,3 @@
 // Every workflow the worker registers. Workflow code imports only core/ and @temporalio/workflow.
 export { rolloutWorkflow } from './rollout';
+export { rolloutSliceWorkflow } from './slice';

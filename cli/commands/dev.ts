@@ -2,6 +2,8 @@ import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { NativeConnection } from '@temporalio/worker';
+import { readAuditFile } from '../../activities/audit';
+import { verifyAuditChain } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import { startDevStack, type DevStack } from '../../workers/dev-stack';
@@ -115,6 +117,9 @@ export function register(program: Command): void {
           await client.connection.close();
           const ok = final.state === 'completed';
           log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
+          const records = readAuditFile(stack.auditDir, handle.workflowId);
+          const chain = verifyAuditChain(records);
+          log(`audit trail: ${records.length} records, ${chain.ok ? 'chain intact' : `BROKEN: ${chain.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir})`);
           log(`Web UI (the finished run stays there until the stack stops): ${stack.server.uiUrl}`);
           return ok ? EXIT_OK : EXIT_FAILED;
         });

@@ -7,11 +7,24 @@
  * sockets to an (unlistened) ssh2 `Server` via `injectSocket`. That split lets us take a device
  * offline / back online on the same port, rotate its host key, and drop a connection abruptly.
  *
- * Conventions (see also the README-style notes at the bottom of this file):
- *   - sandbox: `<dir>/<id>`; exec runs `/bin/sh -c <command>` there with a minimal env.
- *   - `<sandbox>/.sim/bin/` holds `sim-runtime-health`, `sim-error-rate`, `sim-device-info`.
- *   - fault files in `<sandbox>/.sim/`: `unhealthy` (one runtime name per line), `error_rate`,
- *     `error_rate_hangs` (exists => `sim-error-rate` hangs), `faults.json` (informational copy).
+ * Conventions:
+ *   - sandbox: `<dir>/<id>` (created on first exec / SFTP / setFaults, or via `ensureSandbox`);
+ *     exec runs `/bin/sh -c <command>` there with env PATH=<sandbox>/.sim/bin:/usr/local/bin:/usr/bin:/bin,
+ *     HOME=WAVEGATE_ROOT=<sandbox>, WAVEGATE_DEVICE_ID=<id>, LANG=C (nothing else is inherited).
+ *   - `<sandbox>/.sim/bin/` holds:
+ *       sim-runtime-health <name>...  exit 1 if any name is listed in .sim/unhealthy, else 0
+ *                                     (prints "<name> healthy|unhealthy"; no args: exit 2)
+ *       sim-error-rate                prints .sim/error_rate (default "0"); hangs while
+ *                                     .sim/error_rate_hangs exists
+ *       sim-device-info               id= pool= class= os= updateClass= and label.<k>=<v> lines
+ *   - fault files in `<sandbox>/.sim/`, written by setFaults: `unhealthy` (one runtime name per line),
+ *     `error_rate`, `error_rate_hangs` (exists => hang), `faults.json` (informational copy).
+ *   - exec faults are matched against the exact command string; precedence dropConnection >
+ *     failCommand > hangCommand; none of the three runs the command. latencyMs delays every exec.
+ *   - SFTP: "/" is the sandbox; relative paths resolve from "/"; `..` stops at the sandbox root;
+ *     an absolute path that already starts with the real sandbox path is accepted as-is. RENAME
+ *     refuses to overwrite (OpenSSH v3 semantics); uid/gid in SETSTAT are ignored.
+ *   - the generated client key lives at `<dir>/.sim-keys/id_ed25519` (+ `.pub`).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { timingSafeEqual } from 'node:crypto';
@@ -126,6 +139,8 @@ export interface StartFleetOptions {
   clientKeyPath?: string;
   /** Optional fixed ports (index-aligned with `devices`; 0/undefined = ephemeral). */
   ports?: number[];
+  /** ssh2 protocol debug output (very verbose), prefixed with the device id. */
+  debug?: (line: string) => void;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,7 +229,6 @@ interface LiveExec {
 
 interface DeviceState {
   dev: SimDevice;
-  index: number;
   hostKey: ParsedKey;
   ssh: SshServer;
   listener: net.Server;
@@ -296,7 +310,14 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
 
   // ---- per-device servers ----
   const makeSsh = (st: DeviceState, hostKeyPem: string): SshServer =>
-    new SshServer({ hostKeys: [hostKeyPem], ident: 'wavegate-fleet-sim' }, (conn, info) => onConnection(st, conn, info.port));
+    new SshServer(
+      {
+        hostKeys: [hostKeyPem],
+        ident: 'wavegate-fleet-sim',
+        ...(opts.debug ? { debug: (line: string) => opts.debug?.(`[${st.dev.id}] ${line}`) } : {}),
+      },
+      (conn, info) => onConnection(st, conn, info.port),
+    );
 
   const newHostKey = (): { pem: string; parsed: ParsedKey } => {
     const kp = generateEd25519();
@@ -347,7 +368,6 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     };
     const st: DeviceState = {
       dev,
-      index: i,
       hostKey: parsed,
       ssh: undefined as unknown as SshServer, // set right below (needs `st`)
       listener: net.createServer((sock) => {
@@ -479,8 +499,11 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     const start = (): void => {
       timer = undefined;
       if (finished || stopped) return;
-      if (peerClosed()) return handle.kill();
-      if (!faults.drop?.test(command) && (faults.fail?.test(command) || faults.hang?.test(command))) drain();
+      if (peerClosed()) {
+        drain();
+        return handle.kill();
+      }
+      // Fault precedence: dropConnection, then failCommand, then hangCommand.
       if (faults.drop?.test(command)) {
         finish(null);
         if (sock) {
@@ -492,11 +515,15 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
         return;
       }
       if (faults.fail?.test(command)) {
+        drain();
         channel.stderr.write('simulated failure\n');
         void endChannel(channel, 1).then(() => finish(1));
         return;
       }
-      if (faults.hang?.test(command)) return; // never finishes; handle.kill() on channel/connection close
+      if (faults.hang?.test(command)) {
+        drain();
+        return; // never finishes; handle.kill() runs on channel/connection close
+      }
       void ensureSandbox(st).then(
         (sandbox) => spawnCommand(sandbox),
         (err: unknown) => {
@@ -509,7 +536,10 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
 
     const spawnCommand = (sandbox: string): void => {
       if (finished || stopped) return;
-      if (peerClosed()) return handle.kill();
+      if (peerClosed()) {
+        drain();
+        return handle.kill();
+      }
       const c = spawn('/bin/sh', ['-c', command], {
         cwd: sandbox,
         env: {
@@ -577,6 +607,7 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     };
     const run = async (): Promise<void> => {
       st.faults = compiled;
+      if (stopped) return; // the sandbox directory may already be gone
       await writeFaultFiles(await ensureSandbox(st), compiled.raw);
       if (stopped) return;
       if (compiled.raw.offline) await unlisten(st);
@@ -878,6 +909,15 @@ function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<string>): 
   };
 
   sftp.on('error', () => {});
+  // Client sent EOF (OpenSSH's sftp does this on exit and then waits for us): close the channel,
+  // like sftp-server exiting would.
+  sftp.on('end', () => {
+    try {
+      (sftp as SFTPWrapper & { end(): void }).end();
+    } catch {
+      /* already closed */
+    }
+  });
   sftp.on('close', () => {
     for (const h of handles.values()) if (h.kind === 'file') void h.fd.close().catch(() => {});
     handles.clear();

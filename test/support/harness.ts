@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { stringify } from 'yaml';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -30,16 +31,24 @@ export function demoRolloutInput(specPath: string, inventoryPath: string, rollou
   return rolloutId ? { ...input, rolloutId } : input;
 }
 
+/** Write a rollout spec document (the `rollout:` body) to a file and prepare it against the demo profile. */
+export function rolloutInputFor(dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
+  const specPath = join(dir, `${rolloutId.replace(/[^A-Za-z0-9_-]/g, '_')}.yaml`);
+  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }));
+  return demoRolloutInput(specPath, inventoryPath, rolloutId);
+}
+
 let queueCounter = 0;
 /** A real worker with the real activities on a fresh task queue of `env`. */
-export async function startTestWorker(env: TestWorkflowEnvironment) {
-  const taskQueue = `test-${process.pid}-${++queueCounter}`;
+export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string } = {}) {
+  const taskQueue = opts.taskQueue ?? `test-${process.pid}-${++queueCounter}`;
   const worker = await Worker.create({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: createActivities(),
+    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit') }),
+    maxConcurrentActivityTaskExecutions: 200,
   });
   const running = worker.run();
   return {

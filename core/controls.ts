@@ -1,0 +1,59 @@
+import type { RolloutState } from './rollout-state';
+
+/**
+ * Operator controls and which rollout states accept them (DESIGN §3). The same check validates updates
+ * (rejected at once, naming the current state) and filters signals (ignored, and recorded as such).
+ */
+export interface ControlBase {
+  /** Who sent it: a user name, `web-ui`, `schedule`... recorded in the audit trail. */
+  by?: string;
+  reason?: string;
+}
+export interface PauseControl extends ControlBase {}
+export interface ResumeControl extends ControlBase {}
+export interface AbortControl extends ControlBase {
+  /** Put back every device this rollout changed (default true). */
+  rollback?: boolean;
+}
+export interface ApproveControl extends ControlBase {
+  /** The phase index (0-based) or name being approved; default: the one waiting. */
+  phase?: number | string;
+}
+
+export type ControlName = 'pause' | 'resume' | 'abort' | 'approve';
+
+export interface ControlContext {
+  state: RolloutState;
+  /** The phase waiting for a manual approval, if any. */
+  awaitingApproval?: { index: number; name: string };
+  /** An abort was already accepted and is being carried out. */
+  aborting: boolean;
+}
+
+const FINAL: ReadonlySet<RolloutState> = new Set(['completed', 'rolled-back', 'aborted', 'cancelled', 'failed']);
+
+export function isFinalState(state: RolloutState): boolean {
+  return FINAL.has(state);
+}
+
+/** Null when the control is allowed now, else a message naming the current state. */
+export function checkControl(name: ControlName, ctx: ControlContext, control: ControlBase & { phase?: number | string } = {}): string | null {
+  if (isFinalState(ctx.state)) return `rollout is ${ctx.state}; ${name} is no longer possible`;
+  if (ctx.aborting) return `rollout is being aborted; ${name} is no longer possible`;
+  switch (name) {
+    case 'pause':
+      return ctx.state === 'running' ? null : `rollout is ${ctx.state}; only a running rollout can be paused`;
+    case 'resume':
+      return ctx.state === 'paused' ? null : `rollout is ${ctx.state}; only a paused rollout can be resumed`;
+    case 'abort':
+      return null;
+    case 'approve': {
+      const waiting = ctx.awaitingApproval;
+      if (!waiting) return `rollout is ${ctx.state} and no phase is waiting for approval`;
+      if (control.phase !== undefined && control.phase !== waiting.index && control.phase !== waiting.name) {
+        return `phase ${JSON.stringify(control.phase)} is not the one waiting; phase ${waiting.index} "${waiting.name}" is`;
+      }
+      return null;
+    }
+  }
+}

@@ -1,0 +1,130 @@
+import * as wf from '@temporalio/workflow';
+import { failureGateTripped, type FailureTally } from '../core/failure-gate';
+import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
+import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
+import type * as activities from '../activities';
+
+type Acts = ReturnType<typeof activities.createActivities>;
+
+/** How a batch of devices is driven: shared by the rollout workflow and its slice children. */
+export interface DeviceRunOptions {
+  mode: 'apply' | 'rollback';
+  steps: activities.RevisionSteps;
+  /** A non-provable revision can only ever reach `claimed` (DESIGN §2). */
+  provable: boolean;
+  /** In-flight limit per pool: max(1, floor(pool size × budget)). */
+  limits: Record<string, number>;
+  applyTimeoutMs: number;
+  offline: 'skip' | 'wait' | 'fail';
+  window?: MaintenanceWindow;
+  phaseName: string;
+  failurePolicy: { maxFailureRatio: number; minSample: number };
+}
+
+export interface DeviceRunHooks {
+  setState(id: string, state: DeviceState, reason?: string): void;
+  /** Pause holds new starts; in-flight devices finish. */
+  isPaused(): boolean;
+  /** Abort (or cancel) stops new starts. */
+  isStopped(): boolean;
+}
+
+export interface DeviceRunResult {
+  tally: FailureTally;
+  /** The failure gate tripped: no device started after it did. */
+  tripped: boolean;
+  /** Ids whose apply (or rollback) was started, in start order: what compensation must undo. */
+  started: string[];
+  /** Best-effort devices still running: never awaited by a gate. */
+  background: Promise<void>;
+}
+
+function applyProxy(opts: DeviceRunOptions) {
+  const waitForOffline = opts.offline === 'wait' && opts.mode === 'apply';
+  return wf.proxyActivities<Acts>({
+    startToCloseTimeout: opts.applyTimeoutMs,
+    // A device that is offline under `offline: wait` is retried until its apply timeout runs out.
+    ...(waitForOffline ? { scheduleToCloseTimeout: opts.applyTimeoutMs } : {}),
+    heartbeatTimeout: '1 minute',
+    retry: waitForOffline
+      ? { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute' }
+      : { initialInterval: '2 seconds', backoffCoefficient: 2, maximumAttempts: 5 },
+  }).applyRevision;
+}
+
+/** The innermost message of a failure chain (ActivityFailure → ApplicationFailure → ...). */
+export function rootMessage(err: unknown): string {
+  let current = err as { cause?: unknown; message?: string } | undefined;
+  while (current?.cause) current = current.cause as typeof current;
+  return current?.message ?? String(err);
+}
+
+/**
+ * Start devices in order while their pool's budget has room (pause holds, abort or a tripped failure
+ * gate stops new starts), each one verify-first → apply → verify → marker. Required devices are awaited;
+ * best-effort ones run in the background and never count toward the failure gate.
+ */
+export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptions, hooks: DeviceRunHooks, tallyBefore: FailureTally = { succeeded: 0, failed: 0 }): Promise<DeviceRunResult> {
+  const apply = applyProxy(opts);
+  const inFlight = new Map<string, number>();
+  const queue = [...devices];
+  const tally: FailureTally = { succeeded: 0, failed: 0 };
+  const started: string[] = [];
+  const required: Promise<void>[] = [];
+  const background: Promise<void>[] = [];
+  let tripped = false;
+  const verb = opts.mode === 'apply' ? 'apply' : 'rollback';
+  const [busy, ok, bad]: DeviceState[] = opts.mode === 'apply' ? ['applying', opts.provable ? 'applied' : 'claimed', 'failed'] : ['rolling-back', 'rolled-back', 'rollback-failed'];
+
+  const room = (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (opts.limits[d.pool] ?? 1);
+  const halted = () => hooks.isStopped() || tripped;
+
+  const runOne = async (device: DeviceSnapshot) => {
+    const bestEffort = device.updateClass === 'best-effort';
+    inFlight.set(device.pool, (inFlight.get(device.pool) ?? 0) + 1);
+    started.push(device.id);
+    hooks.setState(device.id, busy);
+    try {
+      const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
+        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs },
+      ]);
+      hooks.setState(device.id, ok, result.outcome === 'already-applied' ? 'already in place (verify only)' : undefined);
+      if (!bestEffort) tally.succeeded += 1;
+    } catch (err) {
+      if (wf.isCancellation(err)) {
+        hooks.setState(device.id, bad, `${verb} cancelled mid-flight`);
+        throw err;
+      }
+      hooks.setState(device.id, bad, `${bestEffort ? 'best-effort, not counted: ' : ''}${rootMessage(err)}`);
+      if (!bestEffort) tally.failed += 1;
+    } finally {
+      inFlight.set(device.pool, inFlight.get(device.pool)! - 1);
+    }
+    if (!bestEffort && opts.mode === 'apply') {
+      const total = { succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed };
+      if (failureGateTripped(total, opts.failurePolicy, false)) tripped = true;
+    }
+  };
+
+  while (queue.length > 0) {
+    await wf.condition(() => halted() || (!hooks.isPaused() && queue.some(room)));
+    if (halted()) break;
+    if (opts.window) {
+      const wait = msUntilWindowOpens(Date.now(), opts.window);
+      if (wait > 0) {
+        await wf.sleep(wait, { summary: `wait for maintenance window (${opts.phaseName})` });
+        continue; // re-check pause, abort and budget after sleeping
+      }
+    }
+    const device = queue.splice(queue.findIndex(room), 1)[0]!;
+    const run = runOne(device);
+    (device.updateClass === 'best-effort' ? background : required).push(run);
+  }
+  await Promise.all(required);
+  return {
+    tally,
+    tripped: tripped || (opts.mode === 'apply' && failureGateTripped({ succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed }, opts.failurePolicy, true)),
+    started,
+    background: Promise.all(background).then(() => undefined),
+  };
+}

@@ -1,0 +1,44 @@
+import * as wf from '@temporalio/workflow';
+import type { FailureTally } from '../core/failure-gate';
+import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
+import { runDevices, type DeviceRunOptions } from './device-runner';
+import { sliceControlSignal } from './messages';
+
+export interface SliceInput {
+  devices: DeviceSnapshot[];
+  options: DeviceRunOptions;
+  /** The phase's tally before this slice: the failure gate is over the whole phase. */
+  tallyBefore: FailureTally;
+  paused: boolean;
+}
+
+export interface SliceResult {
+  /** Final state of each device: [id, state, reason]. Compact: a slice result crosses history. */
+  devices: Array<[string, DeviceState, string | undefined]>;
+  tally: FailureTally;
+  tripped: boolean;
+  started: string[];
+}
+
+/**
+ * One slice of a large phase, as a child workflow, so no execution's history or pending activities grow
+ * with the fleet (DESIGN §3 scale). The parent forwards pause and abort through `sliceControl`.
+ */
+export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResult> {
+  let paused = input.paused;
+  let stopped = false;
+  wf.setHandler(sliceControlSignal, (c) => {
+    paused = c.paused;
+    stopped = c.stop;
+  });
+  const states = new Map<string, [DeviceState, string | undefined]>();
+  for (const d of input.devices) states.set(d.id, ['pending', undefined]);
+  const result = await runDevices(
+    input.devices,
+    input.options,
+    { setState: (id, state, reason) => states.set(id, [state, reason]), isPaused: () => paused, isStopped: () => stopped },
+    input.tallyBefore,
+  );
+  await result.background;
+  return { devices: [...states].map(([id, [state, reason]]) => [id, state, reason]), tally: result.tally, tripped: result.tripped, started: result.started };
+}
