@@ -6,4 +6,7 @@ export const WavegateState = defineSearchAttributeKey('WavegateState', SearchAtt
 export const WavegatePhase = defineSearchAttributeKey('WavegatePhase', SearchAttributeType.KEYWORD);
 export const WavegateRevision = defineSearchAttributeKey('WavegateRevision', SearchAttributeType.INT);
 
-export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision];
+/** A canary run's verdict: pass | fail | inconclusive | nothing-to-test. */
+export const WavegateVerdict = defineSearchAttributeKey('WavegateVerdict', SearchAttributeType.KEYWORD);
+
+export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision, WavegateVerdict];

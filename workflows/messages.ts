@@ -37,6 +37,8 @@ export interface RolloutStatus {
   counts: Counts;
   controls: ControlRecord[];
   warnings: string[];
+  /** A canary run's verdict (nightly canary). */
+  verdict?: 'pass' | 'fail' | 'inconclusive' | 'nothing-to-test';
 }
 
 export const statusQuery = defineQuery<RolloutStatus>('status');

@@ -5,7 +5,7 @@ import { evaluateHealthGate, type CheckResult, type GateOutcome } from '../core/
 import { planPhases, type Plan, type PlannedPhase } from '../core/planner';
 import type { Profile } from '../core/revision';
 import { countDevices, summarizeCounts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../core/rollout-state';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../core/search-attributes';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
 import type { RolloutSpec } from '../core/spec';
 import type * as activities from '../activities';
 import { rootMessage, runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
@@ -32,6 +32,11 @@ export interface RolloutInput {
   startedBy: string;
   /** Phases with more devices than this run in child workflows over slices of this size (history bounds). */
   sliceSize?: number;
+  /**
+   * A canary run (nightly canary, DESIGN §6): only the first phase runs, with its gate and health gate;
+   * the gate's outcome is the verdict, and the canary goes back to fromRevision unless `keep`.
+   */
+  canary?: { keep: boolean };
 }
 
 type Acts = ReturnType<typeof activities.createActivities>;
@@ -70,6 +75,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
   let phaseName = 'snapshot';
   let pausedReason: string | undefined;
   let abort: { rollback: boolean; reason: string; by: string } | undefined;
+  let verdict: RolloutStatus['verdict'];
   let awaitingApproval: { index: number; name: string } | undefined;
   const approved = new Set<number>();
   const touched: string[] = []; // devices this rollout started changing, in order
@@ -90,6 +96,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     counts: countDevices(devices.values()),
     controls,
     warnings,
+    ...(verdict ? { verdict } : {}),
   });
   const publish = () => {
     wf.upsertSearchAttributes([
@@ -97,6 +104,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       { key: WavegateState, value: state },
       { key: WavegatePhase, value: phaseName },
       { key: WavegateRevision, value: spec.toRevision },
+      ...(verdict ? [{ key: WavegateVerdict, value: verdict }] : []),
     ]);
     wf.setCurrentDetails(progressTable(status()));
   };
@@ -293,15 +301,64 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     for (const check of phase.healthGate) {
       for (let i = 0; i < Math.max(changed.length, 1); i += HEALTH_CHUNK) {
         const chunk = changed.slice(i, i + HEALTH_CHUNK);
-        results.push(
-          await healthCheck.executeWithOptions({ summary: `health gate after ${phase.name}: ${check}` }, [
-            { check, devices: chunk, runtimes: input.profile.runtimes, ...(input.profile.metrics ? { metrics: input.profile.metrics } : {}), timeoutMs: spec.healthTimeout },
-          ]),
-        );
+        try {
+          results.push(
+            await healthCheck.executeWithOptions({ summary: `health gate after ${phase.name}: ${check}` }, [
+              { check, devices: chunk, runtimes: input.profile.runtimes, ...(input.profile.metrics ? { metrics: input.profile.metrics } : {}), timeoutMs: spec.healthTimeout },
+            ]),
+          );
+        } catch (err) {
+          if (wf.isCancellation(err)) throw err;
+          // A probe that could not run is a fact we could not read: inconclusive, never a pass.
+          results.push({ check, outcome: 'inconclusive', evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300), durationMs: 0 });
+        }
       }
     }
     return evaluateHealthGate(results);
   }
+
+  /** The nightly canary: the first phase, its gate and health gate; the outcome is the verdict. */
+  async function runCanary(phase: PlannedPhase | undefined): Promise<RolloutStatus> {
+    for (const ps of phases.slice(1)) ps.stage = 'stopped';
+    skipUnstartedBeyond(phase?.index ?? -1, 'not in the canary phase');
+    if (!phase) {
+      verdict = 'nothing-to-test';
+      await audit('canary.verdict', { phase: null, reason: 'no device needs the revision', evidence: { verdict } });
+      return finish('completed', 'rollout.completed', 'canary: nothing to test');
+    }
+    const ps = phases[phase.index]!;
+    phaseName = phase.name;
+    ps.stage = 'applying';
+    publish();
+    await audit('phase.started', { evidence: { devices: phase.devices.length, gate: phase.gate, canary: true } });
+    const batch = phase.devices.filter((id) => devices.get(id)?.state === 'pending').map((id) => snapshot.find((d) => d.id === id)!);
+    const result = await runBatch(batch, 'apply', phase.name);
+    touched.push(...result.started);
+    await audit('phase.applied', { evidence: { tally: result.tally } });
+    let evidence: string[];
+    if (result.tally.failed > 0 || result.tally.succeeded === 0) {
+      verdict = 'fail';
+      evidence = [`${result.tally.failed} of ${result.tally.failed + result.tally.succeeded} canary devices failed to apply`];
+    } else {
+      ps.stage = 'gate';
+      publish();
+      if (phase.gate !== 'manual') await wf.condition(isStopped, phase.gate, { summary: `gate after ${phase.name}` });
+      const gate = await runHealthGate(phase);
+      verdict = gate.outcome;
+      evidence = gate.results.map((r) => `${r.check}: ${r.outcome} — ${r.evidence}`);
+    }
+    ps.gateOutcome = verdict;
+    ps.evidence = evidence;
+    ps.stage = verdict === 'pass' ? 'passed' : verdict === 'fail' ? 'failed' : 'inconclusive';
+    await audit('canary.verdict', { reason: verdict, evidence: { verdict, evidence, kept: input.canary!.keep } });
+    publish();
+    if (!input.canary!.keep) await compensate(`canary verdict ${verdict}: put the canary back`, 'wavegate');
+    return finish('completed', 'rollout.completed', `canary verdict: ${verdict}`);
+  }
+
+  const skipUnstartedBeyond = (index: number, reason: string) => {
+    for (const d of devices.values()) if (d.state === 'pending' && d.phase !== index) setDevice(d.id, 'skipped', reason);
+  };
 
   const main = async (): Promise<RolloutStatus> => {
     publish();
@@ -339,6 +396,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       }
     }
     publish();
+
+    if (input.canary) return runCanary(plan.phases[0]);
 
     // 3-5. Each phase: apply, failure gate, gate timer, health gate.
     for (const phase of plan.phases) {

@@ -1,0 +1,19 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { WorkflowHandle } from '@temporalio/client';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+
+/**
+ * Workflow histories recorded from the workflow tests and committed under test/fixtures/histories.
+ * test/workflow/replay.test.ts replays every one of them against the current workflow code, so a
+ * non-deterministic change fails CI. Re-record after an intended change with
+ * `RECORD_HISTORIES=1 npx vitest run test/workflow` (and review the diff).
+ */
+export const HISTORIES_DIR = join(PROJECT_ROOT, 'test', 'fixtures', 'histories');
+
+export async function recordHistory(handle: WorkflowHandle, name: string): Promise<void> {
+  if (process.env.RECORD_HISTORIES !== '1') return;
+  mkdirSync(HISTORIES_DIR, { recursive: true });
+  const history = await handle.fetchHistory();
+  writeFileSync(join(HISTORIES_DIR, `${name}.json`), JSON.stringify({ workflowId: handle.workflowId, history }));
+}
