@@ -1,6 +1,9 @@
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { markerPath, type PayloadFile } from '../core/revision';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { markerPath, type PayloadFile, type Revision } from '../core/revision';
+import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
+import { readDocument } from '../cli/files';
 import type { DeviceTarget } from '../core/rollout-state';
 import { openSsh, TransportError, type ExecResult, type SshSession } from './ssh';
 
@@ -12,6 +15,17 @@ export interface RevisionSteps {
   verify: string;
   /** Payload files with `source` resolved to a path the worker can read. */
   payload: PayloadFile[];
+  /**
+   * The signed envelope of `revision` (public content). When present the worker verifies it against its
+   * own pins before every apply and runs the verify/apply commands and payload digests inside it; the
+   * strings above are then only what people read.
+   */
+  envelope?: Envelope;
+  /**
+   * Rollback through a target revision's explicit `rollback` command: that revision's envelope. The
+   * command run as apply is the `rollback` inside it (verified too); verify and payload stay `envelope`'s.
+   */
+  rollbackOf?: Envelope;
 }
 
 export type ApplyOutcome = 'applied' | 'already-applied';
@@ -33,6 +47,86 @@ export class StepFailed extends Error {
     super(`${device}: ${step} exited ${result.code}: ${(result.stderr || result.stdout).trim().slice(-400) || '(no output)'}`);
     this.name = 'StepFailed';
   }
+}
+
+/**
+ * The worker refused the revision's envelope before touching the device: a compromised control plane
+ * (or a tampered history) cannot push content the worker's own pins did not sign. Never retried.
+ */
+export class EnvelopeRejected extends Error {
+  constructor(
+    readonly reason: string,
+    detail: string,
+  ) {
+    super(`EnvelopeRejected (${reason}): ${detail}`);
+    this.name = 'EnvelopeRejected';
+  }
+}
+
+/** Where workers find their pins by default: `profiles/<profile>/trust.yaml` of this checkout. */
+export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
+const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
+export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {
+  if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
+  const path = join(trustDir, profile, 'trust.yaml');
+  if (!existsSync(path)) return undefined;
+  try {
+    return parseTrust(readDocument(path), path);
+  } catch (err) {
+    throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
+  }
+}
+
+export interface SignedStepsOptions {
+  /** The worker's pins for the steps' profile (undefined: it has none). */
+  trust: Trust | undefined;
+  /** Refuse steps without an envelope even when the worker holds no pins for the profile. */
+  requireEnvelope: boolean;
+  /** Epoch milliseconds. */
+  now: number;
+}
+
+/**
+ * The steps a worker may run: verified from the envelope(s) against the worker's own pins, with the
+ * commands and digests taken from the verified body. A profile the worker holds pins for is never run
+ * unsigned. Throws EnvelopeRejected naming the reason.
+ */
+export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): RevisionSteps {
+  if (!steps.envelope) {
+    if (steps.rollbackOf) throw new EnvelopeRejected('UNSIGNED', `r${steps.revision} carries a rollback envelope but no envelope of its own`);
+    if (opts.trust) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope, and this worker holds pins for "${steps.profile}"`);
+    if (opts.requireEnvelope) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope (this worker runs signed revisions only)`);
+    return steps;
+  }
+  if (!opts.trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${steps.profile}" (no trust.yaml) to verify r${steps.revision} against`);
+  const open = (envelope: Envelope, what: string): Revision => {
+    const verdict = verifyEnvelope(envelope, opts.trust!, { now: opts.now });
+    if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, `${what}: ${verdict.message}`);
+    if (verdict.revision.profile !== steps.profile) {
+      throw new EnvelopeRejected('WRONG_PROFILE', `${what} is a revision of "${verdict.revision.profile}", not of "${steps.profile}"`);
+    }
+    return verdict.revision;
+  };
+  const revision = open(steps.envelope, `${steps.profile} r${steps.revision} envelope`);
+  if (revision.revision !== steps.revision) {
+    throw new EnvelopeRejected('WRONG_REVISION', `the envelope holds r${revision.revision}, the steps say r${steps.revision}`);
+  }
+  let apply = revision.apply;
+  if (steps.rollbackOf) {
+    const target = open(steps.rollbackOf, `${steps.profile} rollback envelope`);
+    if (target.rollback === undefined) throw new EnvelopeRejected('NO_ROLLBACK', `r${target.revision} names no rollback command`);
+    apply = target.rollback;
+  }
+  // Only the file's location comes from outside the body: its name, digest and size are signed, and the
+  // digest is checked again before upload and on the device.
+  const payload = revision.payload.map((file): PayloadFile => {
+    const local = steps.payload.find((f) => f.name === file.name);
+    if (!local) throw new EnvelopeRejected('PAYLOAD_SOURCE_MISSING', `payload "${file.name}" of r${revision.revision} has no local source on this worker`);
+    return { ...file, source: local.source };
+  });
+  return { profile: steps.profile, revision: revision.revision, apply, verify: revision.verify, payload, envelope: steps.envelope, ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}) };
 }
 
 function stagingDir(steps: RevisionSteps): string {
@@ -86,15 +180,27 @@ async function stagePayload(session: SshSession, device: string, steps: Revision
  */
 export async function applyToDevice(
   target: DeviceTarget,
-  steps: RevisionSteps,
+  given: RevisionSteps,
   opts: {
     commandTimeoutMs: number;
+    /** Where the worker's pins live (`<trustDir>/<profile>/trust.yaml`; default this checkout's profiles/). */
+    trustDir?: string;
+    /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
+    requireEnvelope?: boolean;
+    /** Epoch milliseconds for the expiry check (default now). */
+    now?: number;
     heartbeat?: (detail: string) => void;
     /** How often a running command heartbeats (default: the transport's 5 s). */
     heartbeatIntervalMs?: number;
   },
 ): Promise<ApplyResult> {
   const beat = opts.heartbeat ?? (() => {});
+  // Verified before the device is contacted: a rejected envelope runs nothing there, not even verify.
+  const steps = signedSteps(given, {
+    trust: loadWorkerTrust(opts.trustDir ?? DEFAULT_TRUST_DIR, given.profile),
+    requireEnvelope: opts.requireEnvelope ?? false,
+    now: opts.now ?? Date.now(),
+  });
   const session = await openSsh(target);
   // A long apply keeps heartbeating while it runs, so the activity's heartbeat timeout only catches
   // a worker that is really gone, not a slow package install.

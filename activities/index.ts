@@ -6,7 +6,9 @@ import { devicesInScope } from '../core/gates';
 import { readDocument } from '../cli/files';
 import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
 import { createHealthActivities } from './health';
-import { applyToDevice, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
+import type { Client } from '@temporalio/client';
+import { applyToDevice, EnvelopeRejected, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
+import { createRegistryActivities } from './registry';
 import { openSsh, TransportError } from './ssh';
 
 export type { ApplyResult, RevisionSteps };
@@ -17,6 +19,15 @@ export interface ActivityDeps {
   /** How many devices the snapshot probes at once. */
   snapshotConcurrency?: number;
   log?: (line: string) => void;
+  /** Where the worker's pins live: `<trustDir>/<profile>/trust.yaml` (default this checkout's profiles/). */
+  trustDir?: string;
+  /**
+   * Run steps without a signed envelope for profiles the worker holds no pins for. Off by default: a
+   * worker only runs what its own pins signed.
+   */
+  allowUnsigned?: boolean;
+  /** Client for the registry activities (default: the worker's own, from the activity context). */
+  client?: Client;
 }
 
 export interface SnapshotInput {
@@ -51,6 +62,9 @@ function toFailure(err: unknown): never {
   if (err instanceof TransportError) {
     throw ApplicationFailure.create({ type: `Transport.${err.kind}`, message: err.message, nonRetryable: !err.retryable });
   }
+  if (err instanceof EnvelopeRejected) {
+    throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: err.message, nonRetryable: true, details: [{ reason: err.reason }] });
+  }
   if (err instanceof StepFailed) {
     throw ApplicationFailure.create({ type: 'StepFailed', message: err.message, nonRetryable: true, details: [{ step: err.step, code: err.result.code }] });
   }
@@ -76,6 +90,7 @@ export function createActivities(deps: ActivityDeps = {}) {
   return {
     ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR }),
     ...createHealthActivities(),
+    ...createRegistryActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = parseInventory(readDocument(input.inventoryPath), input.inventoryPath);
@@ -108,6 +123,8 @@ export function createActivities(deps: ActivityDeps = {}) {
       try {
         return await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
+          trustDir: deps.trustDir,
+          requireEnvelope: !deps.allowUnsigned,
           heartbeat: (detail) => ctx.heartbeat(detail),
         });
       } catch (err) {

@@ -1,3 +1,4 @@
 // Every workflow the worker registers. Workflow code imports only core/ and @temporalio/workflow.
 export { rolloutWorkflow } from './rollout';
 export { rolloutSliceWorkflow } from './slice';
+export { revisionRegistryWorkflow } from './registry';

@@ -1,0 +1,137 @@
+import * as wf from '@temporalio/workflow';
+import { classifyRevision } from '../core/provability';
+import { decideRegistration } from '../core/registry';
+import { parseTrust, type Envelope, type Trust } from '../core/signing';
+
+/**
+ * The revision registry of one profile (DESIGN §2 "Registration"): a long-lived entity workflow
+ * `registry:<profile>` holding every registered envelope and the trust pins it was created with. The
+ * decision is core/registry.ts; this workflow only makes it durable and serial (updates run one at a
+ * time, so two racing registrations of the same envelope store it once).
+ *
+ * A refused registration is rejected by the update's validator: it never enters history and nothing is
+ * stored. The workflow never completes on its own; it continues as new, carrying its state, before its
+ * history grows long.
+ */
+export interface RegistryEntry {
+  revision: number;
+  /** Hex SHA-256 of the envelope body: the content identity. */
+  bodyDigest: string;
+  /** Workflow time of the registration, ISO 8601. */
+  registeredAt: string;
+  /** Who registered it (as the caller said). */
+  by: string;
+  /** Distinct pinned kids whose signatures verified at registration. */
+  signers: string[];
+  expiresAt?: string;
+  risk: string;
+  provable: boolean;
+  /** The envelope exactly as signed (public content: body and signatures, no secrets). */
+  envelope: Envelope;
+}
+
+export type RevisionSummary = Omit<RegistryEntry, 'envelope'>;
+
+export interface RegistryInput {
+  profile: string;
+  /** The trust document (`{ threshold, pins }`) as read from the trust file; parsed inside with parseTrust. */
+  trustDoc: unknown;
+  /** Carried over by continue-as-new. */
+  entries?: RegistryEntry[];
+  /** Continue as new once the history holds this many events (default 2,000). */
+  continueAsNewAfterEvents?: number;
+}
+
+export interface RegisterRequest {
+  envelope: unknown;
+  by: string;
+}
+
+export interface RegisterResult {
+  outcome: 'registered' | 'existing';
+  revision: number;
+  bodyDigest: string;
+}
+
+/** The failure type a refused registration carries; details[0] is `RegistrationRefusal`. */
+export const REGISTRATION_REFUSED = 'RegistrationRefused';
+export interface RegistrationRefusal {
+  /** WavegateError code: CONFLICT (same number, other content) or INVALID_INPUT. */
+  code: string;
+  /** The reason code (BELOW_THRESHOLD, BAD_SIGNATURE, EXPIRED, NOT_ABOVE_CURRENT, CONFLICT, ...). */
+  reason: string;
+  details?: Record<string, unknown>;
+}
+
+export const registerUpdate = wf.defineUpdate<RegisterResult, [RegisterRequest]>('register');
+export const revisionsQuery = wf.defineQuery<RevisionSummary[]>('revisions');
+/** The registered envelope of a revision number, or null when there is none. */
+export const envelopeQuery = wf.defineQuery<Envelope | null, [number]>('envelope');
+/** The trust document the registry verifies with. */
+export const trustQuery = wf.defineQuery<unknown>('trust');
+
+export const DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2_000;
+
+export function registryWorkflowId(profile: string): string {
+  return `registry:${profile}`;
+}
+
+export async function revisionRegistryWorkflow(input: RegistryInput): Promise<void> {
+  let trust: Trust;
+  try {
+    trust = parseTrust(input.trustDoc, `registry:${input.profile} trust`);
+  } catch (err) {
+    // A bad trust document cannot get better by retrying the workflow task.
+    throw wf.ApplicationFailure.nonRetryable((err as Error).message, 'InvalidTrust');
+  }
+  const entries: RegistryEntry[] = [...(input.entries ?? [])];
+
+  const decide = (req: RegisterRequest) =>
+    decideRegistration({ profile: input.profile, registered: entries.map((e) => e.envelope), envelope: req?.envelope, trust, now: Date.now() });
+
+  wf.setHandler(
+    registerUpdate,
+    (req) => {
+      const decision = decide(req);
+      if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
+      if (decision.outcome === 'existing') return { outcome: 'existing', revision: decision.revision.revision, bodyDigest: decision.bodyDigest };
+      const { revision } = decision;
+      entries.push({
+        revision: revision.revision,
+        bodyDigest: decision.bodyDigest,
+        registeredAt: new Date(Date.now()).toISOString(),
+        by: req.by,
+        signers: decision.signers,
+        ...(revision.expiresAt ? { expiresAt: revision.expiresAt } : {}),
+        risk: revision.risk,
+        provable: classifyRevision(revision).provable,
+        envelope: decision.envelope,
+      });
+      entries.sort((a, b) => a.revision - b.revision);
+      return { outcome: 'registered', revision: revision.revision, bodyDigest: decision.bodyDigest };
+    },
+    {
+      // The validator refuses before anything is written: a refused envelope leaves no trace in history.
+      validator: (req) => {
+        if (typeof req !== 'object' || req === null) throw refusal('INVALID_INPUT', 'MALFORMED', 'register: expected { envelope, by }');
+        if (typeof req.by !== 'string' || req.by.trim() === '') throw refusal('INVALID_INPUT', 'MALFORMED', `register: by: must be a non-empty name (got ${JSON.stringify(req.by)})`);
+        const decision = decide(req);
+        if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
+      },
+      description: 'Register a signed envelope of this profile: verified against the pins, above every registered revision',
+    },
+  );
+  wf.setHandler(revisionsQuery, () => entries.map(({ envelope: _envelope, ...summary }) => summary), { description: 'Registered revisions, oldest first' });
+  wf.setHandler(envelopeQuery, (n) => entries.find((e) => e.revision === n)?.envelope ?? null, { description: 'The envelope of a revision number (null: none)' });
+  wf.setHandler(trustQuery, () => input.trustDoc, { description: 'The trust pins this registry verifies with' });
+
+  const limit = input.continueAsNewAfterEvents ?? DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS;
+  await wf.condition(() => wf.workflowInfo().historyLength >= limit || wf.workflowInfo().continueAsNewSuggested);
+  await wf.condition(wf.allHandlersFinished);
+  await wf.continueAsNew<typeof revisionRegistryWorkflow>({ ...input, entries });
+}
+
+function refusal(code: string, reason: string, message: string, details?: Record<string, unknown>): wf.ApplicationFailure {
+  const refused: RegistrationRefusal = { code, reason, ...(details ? { details } : {}) };
+  return wf.ApplicationFailure.create({ type: REGISTRATION_REFUSED, message: `${reason}: ${message}`, nonRetryable: true, details: [refused] });
+}
