@@ -3,6 +3,7 @@ import * as auditCommands from './commands/audit';
 import * as devCommands from './commands/dev';
 import * as keysCommands from './commands/keys';
 import * as planCommands from './commands/plan';
+import * as registryCommands from './commands/registry';
 import * as rolloutCommands from './commands/rollout';
 import * as toolsCommands from './commands/tools';
 import { EXIT_REFUSED } from './run';
@@ -11,7 +12,7 @@ import { EXIT_REFUSED } from './run';
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
  * `register(program)` function; this file only assembles them.
  */
-const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, keysCommands, toolsCommands];
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, keysCommands, registryCommands, toolsCommands];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')

@@ -6,9 +6,12 @@ import {
   type Client,
 } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { canonicalize } from '../core/canonical';
 import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import { parseTrust, peekBody, type Envelope } from '../core/signing';
+import { readDocument } from './files';
 import {
   envelopeQuery,
   REGISTRATION_REFUSED,
@@ -94,6 +97,27 @@ export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOpt
     // The registration stands; the comparison is advice only.
   }
   return { ...result, registryTrustDiffers };
+}
+
+/**
+ * Register every signed envelope a profile directory ships (`envelopes/<n>.json`, ascending) with its
+ * `trust.yaml`: how the dev stack seeds the demo registry. Idempotent: a second run reports `existing`.
+ */
+export async function registerProfileEnvelopes(
+  client: Client,
+  opts: { profile: string; profileDir: string; by: string; taskQueue?: string },
+): Promise<Array<RegisterEnvelopeResult & { path: string }>> {
+  const trustPath = join(opts.profileDir, 'trust.yaml');
+  if (!existsSync(trustPath)) throw new WavegateError('INVALID_INPUT', `${trustPath}: profile "${opts.profile}" has no trust file to register its envelopes with`);
+  const trustDoc = readDocument(trustPath);
+  const dir = join(opts.profileDir, 'envelopes');
+  const files = existsSync(dir) ? readdirSync(dir).filter((f) => /^\d+\.json$/.test(f)).sort((a, b) => Number.parseInt(a, 10) - Number.parseInt(b, 10)) : [];
+  const results: Array<RegisterEnvelopeResult & { path: string }> = [];
+  for (const file of files) {
+    const path = join(dir, file);
+    results.push({ path, ...(await registerEnvelope(client, { profile: opts.profile, envelope: readDocument(path), trustDoc, by: opts.by, ...(opts.taskQueue ? { taskQueue: opts.taskQueue } : {}) })) });
+  }
+  return results;
 }
 
 /** The profile named inside an envelope's body (unverified: only to pick the registry). */

@@ -10,8 +10,10 @@ import { startDevStack, type DevStack } from '../../workers/dev-stack';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { connectionSettings, createWorker, installQuietRuntime } from '../../workers/worker';
 import type { RolloutStatus } from '../../workflows/messages';
+import type { Client } from '@temporalio/client';
 import { connectClient, startRollout, workflowUrl } from '../client';
 import { loadRolloutContent, prepareRollout } from '../prepare';
+import { registerProfileEnvelopes } from '../registry-client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
@@ -67,6 +69,12 @@ export function progressPrinter(out: (line: string) => void) {
   };
 }
 
+/** Seed registry:demo with the demo's signed revisions (idempotent: `existing` on a second run). */
+async function registerDemoEnvelopes(client: Client, stack: DevStack): Promise<void> {
+  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
+  log(`registry:demo: ${results.map((r) => `r${r.revision} ${r.outcome}`).join(', ')}`);
+}
+
 export function register(program: Command): void {
   program
     .command('dev')
@@ -81,6 +89,14 @@ export function register(program: Command): void {
           log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
           log(`Web UI:           ${stack.server.uiUrl}`);
           if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
+          if (opts.demo) {
+            const client = await connectClient({ address: stack.server.address, namespace: stack.server.namespace, taskQueue: stack.taskQueue });
+            try {
+              await registerDemoEnvelopes(client, stack);
+            } finally {
+              await client.connection.close();
+            }
+          }
           log('Ctrl-C to stop.');
           await new Promise<never>(() => {}); // until a signal takes the stack down
         });
@@ -99,8 +115,10 @@ export function register(program: Command): void {
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
         return withDevStack({ stateDir, demo: true, log }, async (stack) => {
-          const input = prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo' });
           const client = await connectClient({ address: stack.server.address, namespace: stack.server.namespace, taskQueue: stack.taskQueue });
+          await registerDemoEnvelopes(client, stack);
+          // The revisions come from the registry, verified against profiles/demo/trust.yaml.
+          const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo', client });
           const handle = await startRollout(client, stack.taskQueue, input);
           log(`\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`);
           log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);

@@ -1,0 +1,103 @@
+import { readFileSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import type { Command } from 'commander';
+import { WavegateError } from '../../core/errors';
+import { connectionSettings } from '../../workers/worker';
+import { connectClient } from '../client';
+import { readDocument } from '../files';
+import { envelopeProfile, listRevisions, registerEnvelope } from '../registry-client';
+import { action, EXIT_OK } from '../run';
+
+/**
+ * The revision registry (DESIGN §2 "Registration"): `register` puts a signed envelope into its profile's
+ * registry workflow `registry:<profile>`; `revisions list` shows what is registered.
+ */
+function readEnvelopeFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid JSON (MALFORMED): ${(err as Error).message}`, { source: path, reason: 'MALFORMED' });
+  }
+}
+
+interface ConnectionFlags {
+  address?: string;
+  namespace?: string;
+  taskQueue?: string;
+}
+
+function connectionOptions(cmd: Command): Command {
+  return cmd
+    .option('--address <host:port>', 'Temporal frontend address (or TEMPORAL_ADDRESS)')
+    .option('--namespace <ns>', 'Temporal namespace (or TEMPORAL_NAMESPACE)')
+    .option('--task-queue <queue>', 'task queue the registry workflow runs on when it is created');
+}
+
+export function register(program: Command): void {
+  connectionOptions(
+    program
+      .command('register <envelope>')
+      .description('Register a signed envelope (from sign/cosign) into its profile\'s registry; exit 2 with the reason code when refused')
+      .requiredOption('--trust <file>', 'trust file (threshold + pins) the registry is created with on first use')
+      .option('--by <name>', 'who registers it (default: the login name)')
+      .option('--json', 'print the outcome as JSON'),
+  ).action(
+    action(async (path: string, opts: ConnectionFlags & { trust: string; by?: string; json?: boolean }) => {
+      const envelope = readEnvelopeFile(path);
+      const trustDoc = readDocument(opts.trust);
+      const profile = envelopeProfile(envelope, path);
+      const settings = connectionSettings(opts);
+      const client = await connectClient(settings);
+      try {
+        const result = await registerEnvelope(client, { profile, envelope, trustDoc, by: opts.by ?? userInfo().username, taskQueue: settings.taskQueue });
+        if (opts.json) process.stdout.write(`${JSON.stringify({ profile, ...result })}\n`);
+        else process.stdout.write(`${result.outcome} ${profile} r${result.revision} (body sha256 ${result.bodyDigest}) in registry:${profile}\n`);
+        if (result.registryTrustDiffers) {
+          process.stderr.write(`wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`);
+        }
+        return EXIT_OK;
+      } finally {
+        await client.connection.close();
+      }
+    }),
+  );
+
+  const revisions = program.command('revisions').description('The registered revisions of a profile');
+  connectionOptions(
+    revisions
+      .command('list')
+      .description('List the registered revisions of a profile, oldest first')
+      .requiredOption('--profile <name>', 'profile')
+      .option('--json', 'print the list as JSON'),
+  ).action(
+    action(async (opts: ConnectionFlags & { profile: string; json?: boolean }) => {
+      const client = await connectClient(connectionSettings(opts));
+      try {
+        const list = await listRevisions(client, opts.profile);
+        if (opts.json) {
+          process.stdout.write(`${JSON.stringify(list)}\n`);
+          return EXIT_OK;
+        }
+        if (list.length === 0) {
+          process.stdout.write(`registry:${opts.profile} holds no revisions\n`);
+          return EXIT_OK;
+        }
+        process.stdout.write(`${'REV'.padEnd(5)}${'RISK'.padEnd(7)}${'PROVABLE'.padEnd(10)}${'EXPIRES'.padEnd(26)}${'REGISTERED'.padEnd(26)}${'BY'.padEnd(14)}SIGNERS  BODY SHA256\n`);
+        for (const r of list) {
+          process.stdout.write(
+            `${String(r.revision).padEnd(5)}${r.risk.padEnd(7)}${(r.provable ? 'yes' : 'no').padEnd(10)}${(r.expiresAt ?? '-').padEnd(26)}${r.registeredAt.padEnd(26)}${r.by.padEnd(14)}${String(r.signers.length).padEnd(9)}${r.bodyDigest.slice(0, 16)}…\n`,
+          );
+        }
+        return EXIT_OK;
+      } finally {
+        await client.connection.close();
+      }
+    }),
+  );
+}
