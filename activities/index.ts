@@ -5,6 +5,7 @@ import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { readDocument } from '../cli/files';
 import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
+import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import { applyToDevice, EnvelopeRejected, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
@@ -90,6 +91,7 @@ export function createActivities(deps: ActivityDeps = {}) {
   return {
     ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR }),
     ...createHealthActivities(),
+    ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {

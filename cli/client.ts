@@ -1,15 +1,147 @@
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import {
+  Client,
+  Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+  type WorkflowHandle,
+} from '@temporalio/client';
+import { loadClientConfigProfile, toClientOptions, type ClientConfigProfile } from '@temporalio/envconfig';
+import { canonicalize } from '../core/canonical';
+import { checkControl, isFinalState, type ControlBase, type ControlName } from '../core/controls';
 import { WavegateError } from '../core/errors';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../core/search-attributes';
-import type { ConnectionSettings } from '../workers/worker';
+import type { RolloutState } from '../core/rollout-state';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/worker';
+import type { RolloutStatus } from '../workflows/messages';
 import type { RolloutInput, rolloutWorkflow } from '../workflows/rollout';
 
-export async function connectClient(settings: ConnectionSettings): Promise<Client> {
+/**
+ * How the CLI reaches Temporal: flags first, then the standard environment (`TEMPORAL_ADDRESS`,
+ * `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, `TEMPORAL_TLS*`), then a client config profile (TOML,
+ * `--profile-name` / `TEMPORAL_PROFILE`, file `--config-file` / `TEMPORAL_CONFIG_FILE` or the default
+ * `~/.config/temporalio/temporal.toml`), then the local dev server.
+ */
+export interface TemporalFlags {
+  address?: string;
+  namespace?: string;
+  taskQueue?: string;
+  profileName?: string;
+  configFile?: string;
+  apiKey?: string;
+  tls?: boolean;
+  tlsCaCert?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsServerName?: string;
+  uiUrl?: string;
+}
+
+export interface ClientSettings extends ConnectionSettings {
+  apiKey?: string;
+  tls?: NonNullable<ReturnType<typeof toClientOptions>['connectionOptions']['tls']>;
+  metadata?: NonNullable<ReturnType<typeof toClientOptions>['connectionOptions']['metadata']>;
+  /** The Web UI base URL, for links printed to people. */
+  uiUrl: string;
+}
+
+const DEFAULT_ADDRESS = '127.0.0.1:7233';
+
+/** Add the connection options every Temporal-facing command takes. */
+export function withTemporalOptions(cmd: Command): Command {
+  return cmd
+    .option('--address <host:port>', `Temporal frontend address (default $TEMPORAL_ADDRESS, the config profile, or ${DEFAULT_ADDRESS})`)
+    .option('--namespace <ns>', 'Temporal namespace (default $TEMPORAL_NAMESPACE, the config profile, or "default")')
+    .option('--task-queue <queue>', `worker task queue (default $WAVEGATE_TASK_QUEUE or "${DEFAULT_TASK_QUEUE}")`)
+    .option('--profile-name <name>', 'Temporal client config profile (default $TEMPORAL_PROFILE or "default")')
+    .option('--config-file <file.toml>', 'Temporal client config file (default $TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml)')
+    .option('--api-key <key>', 'API key for a hosted Temporal (default $TEMPORAL_API_KEY or the config profile); implies TLS')
+    .option('--tls', 'connect with TLS (implied by an API key or any --tls-* option)')
+    .option('--tls-ca-cert <file>', 'server CA certificate (PEM)')
+    .option('--tls-cert <file>', 'client certificate for mTLS (PEM)')
+    .option('--tls-key <file>', 'client private key for mTLS (PEM)')
+    .option('--tls-server-name <name>', 'server name to verify instead of the address host')
+    .option('--ui-url <url>', 'Temporal Web UI base URL for printed links (default $WAVEGATE_UI_URL or derived from the address)');
+}
+
+/** The Web UI that belongs to a frontend address: Temporal Cloud, or the dev server's convention (port + 1000). */
+export function defaultUiUrl(address: string): string {
+  if (/\.tmprl\.cloud(:\d+)?$/.test(address)) return 'https://cloud.temporal.io';
+  const match = /^(.*):(\d+)$/.exec(address);
+  if (!match) return `http://${address}:8233`;
+  return `http://${match[1]}:${Number(match[2]) + 1000}`;
+}
+
+function readPem(flag: string, path: string): Buffer {
   try {
-    const connection = await Connection.connect({ address: settings.address, connectTimeout: 5_000 });
+    return readFileSync(path);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+}
+
+export function resolveClientSettings(flags: TemporalFlags = {}, env: NodeJS.ProcessEnv = process.env): ClientSettings {
+  let profile: ClientConfigProfile;
+  try {
+    profile = loadClientConfigProfile({
+      ...(flags.profileName ? { profile: flags.profileName } : {}),
+      ...(flags.configFile ? { configSource: { path: flags.configFile } } : {}),
+      overrideEnvVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined)),
+    });
+  } catch (err) {
+    const which = flags.profileName ?? env.TEMPORAL_PROFILE;
+    throw new WavegateError('INVALID_INPUT', `Temporal client config${which ? ` profile "${which}"` : ''}: ${(err as Error).message}`);
+  }
+  const { connectionOptions, namespace } = toClientOptions(profile);
+  const address = flags.address ?? connectionOptions.address ?? DEFAULT_ADDRESS;
+  const apiKey = flags.apiKey ?? (typeof connectionOptions.apiKey === 'string' ? connectionOptions.apiKey : undefined);
+  let tls = connectionOptions.tls ?? undefined;
+  if (flags.tlsCaCert || flags.tlsCert || flags.tlsKey || flags.tlsServerName) {
+    if (!!flags.tlsCert !== !!flags.tlsKey) throw new WavegateError('INVALID_INPUT', '--tls-cert and --tls-key: give both for mTLS, or neither');
+    tls = {
+      ...(flags.tlsServerName ? { serverNameOverride: flags.tlsServerName } : {}),
+      ...(flags.tlsCaCert ? { serverRootCACertificate: readPem('--tls-ca-cert', flags.tlsCaCert) } : {}),
+      ...(flags.tlsCert && flags.tlsKey ? { clientCertPair: { crt: readPem('--tls-cert', flags.tlsCert), key: readPem('--tls-key', flags.tlsKey) } } : {}),
+    };
+  } else if (flags.tls || (apiKey && tls === undefined)) {
+    tls = true;
+  }
+  return {
+    address,
+    namespace: flags.namespace ?? namespace ?? 'default',
+    taskQueue: flags.taskQueue ?? env.WAVEGATE_TASK_QUEUE ?? DEFAULT_TASK_QUEUE,
+    ...(apiKey ? { apiKey } : {}),
+    ...(tls !== undefined ? { tls } : {}),
+    ...(connectionOptions.metadata ? { metadata: connectionOptions.metadata } : {}),
+    uiUrl: (flags.uiUrl ?? env.WAVEGATE_UI_URL ?? defaultUiUrl(address)).replace(/\/+$/, ''),
+  };
+}
+
+export async function connectClient(settings: ConnectionSettings & Partial<ClientSettings>): Promise<Client> {
+  try {
+    const connection = await Connection.connect({
+      address: settings.address,
+      connectTimeout: 5_000,
+      ...(settings.tls !== undefined ? { tls: settings.tls } : {}),
+      ...(settings.apiKey ? { apiKey: settings.apiKey } : {}),
+      ...(settings.metadata ? { metadata: settings.metadata } : {}),
+    });
     return new Client({ connection, namespace: settings.namespace });
   } catch (err) {
     throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message}); start one with \`wavegate dev\` or set TEMPORAL_ADDRESS`);
+  }
+}
+
+/** Run `body` with a connected client and close the connection afterwards (a CLI process must exit). */
+export async function withClient<T>(settings: ClientSettings, body: (client: Client) => Promise<T>): Promise<T> {
+  const client = await connectClient(settings);
+  try {
+    return await body(client);
+  } finally {
+    await client.connection.close().catch(() => {});
   }
 }
 
@@ -19,16 +151,62 @@ export function workflowUrl(uiUrl: string, namespace: string, workflowId: string
 }
 
 /**
- * Start the rollout as workflow `rollout:<profile>`: one running rollout per profile. A second start while
- * one runs is a CONFLICT naming it.
+ * What makes two starts "the same": the whole validated rollout input except who sent it. Stored in the
+ * workflow's memo, so a retried start can be recognised without any state outside Temporal.
  */
-export async function startRollout(client: Client, taskQueue: string, input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
+export function rolloutFingerprint(input: RolloutInput): string {
+  const { startedBy: _startedBy, ...content } = input;
+  return createHash('sha256').update(canonicalize(JSON.parse(JSON.stringify(content)))).digest('hex');
+}
+
+export interface StartOutcome {
+  handle: WorkflowHandle<typeof rolloutWorkflow>;
+  runId: string;
+  /** True when a retried start (same key, same spec) found the rollout it had already started. */
+  existing: boolean;
+}
+
+interface StartMemo {
+  wavegateKey?: string;
+  wavegateSpec?: string;
+}
+
+/**
+ * Start the rollout as workflow `rollout:<profile>`: one running rollout per profile. With an
+ * idempotency `key`, a retried start with the same key and the same spec returns the rollout it started
+ * (running or finished) instead of failing; any other start while one runs is a CONFLICT naming it.
+ */
+export async function startOrJoinRollout(client: Client, taskQueue: string, input: RolloutInput, opts: { key?: string } = {}): Promise<StartOutcome> {
   const { spec } = input;
+  const fingerprint = rolloutFingerprint(input);
+  const sameRetry = async (): Promise<StartOutcome | undefined> => {
+    if (!opts.key) return undefined;
+    const handle = client.workflow.getHandle<typeof rolloutWorkflow>(input.rolloutId);
+    let memo: StartMemo;
+    let runId: string;
+    try {
+      const described = await handle.describe();
+      memo = (described.memo ?? {}) as StartMemo;
+      runId = described.runId;
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    }
+    if (memo.wavegateKey !== opts.key) return undefined;
+    if (memo.wavegateSpec !== fingerprint) {
+      throw new WavegateError('CONFLICT', `idempotency key "${opts.key}" was used for ${input.rolloutId} with a different spec; use a new key for a new rollout`);
+    }
+    return { handle, runId, existing: true };
+  };
+  const retried = await sameRetry();
+  if (retried) return retried;
   try {
-    return await client.workflow.start<typeof rolloutWorkflow>('rolloutWorkflow', {
+    const handle = await client.workflow.start<typeof rolloutWorkflow>('rolloutWorkflow', {
       workflowId: input.rolloutId,
       taskQueue,
       args: [input],
+      workflowIdConflictPolicy: 'FAIL',
+      memo: { wavegateSpec: fingerprint, ...(opts.key ? { wavegateKey: opts.key } : {}) },
       typedSearchAttributes: [
         { key: WavegateProfile, value: spec.profile },
         { key: WavegateState, value: 'running' },
@@ -44,10 +222,135 @@ export async function startRollout(client: Client, taskQueue: string, input: Rol
         `**Started by** ${input.startedBy}; inventory \`${input.inventoryPath}\`; rollback on ${spec.rollback.on}`,
       ].join('\n'),
     });
+    return { handle, runId: handle.firstExecutionRunId, existing: false };
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
-      throw new WavegateError('CONFLICT', `a rollout of profile "${spec.profile}" is already running (${input.rolloutId}); pause, abort or wait for it first`);
+      // Two retries racing: the other one won; it is ours if key and spec match.
+      const raced = await sameRetry();
+      if (raced) return raced;
+      throw new WavegateError('CONFLICT', `a rollout of profile "${spec.profile}" is already running (${input.rolloutId}) with ${opts.key ? 'another key or spec' : 'no matching idempotency key'}; pause, abort or wait for it first`);
     }
     throw err;
   }
+}
+
+/** Start `rollout:<profile>`; a second start while one runs is a CONFLICT naming it. */
+export async function startRollout(client: Client, taskQueue: string, input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
+  return (await startOrJoinRollout(client, taskQueue, input)).handle;
+}
+
+/** The status query of a rollout, or NOT_FOUND naming the id. */
+export async function queryStatus(client: Client, id: string): Promise<RolloutStatus> {
+  try {
+    return await client.workflow.getHandle(id).query<RolloutStatus>('status');
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
+    throw err;
+  }
+}
+
+/** The workflow update behind each control (DESIGN §3): validated at once, answered with the new status. */
+export const CONTROL_UPDATES: Record<ControlName, string> = {
+  pause: 'pauseRollout',
+  resume: 'resumeRollout',
+  approve: 'approvePhase',
+  abort: 'abortRollout',
+};
+
+/**
+ * Send an operator control as an update. An invalid transition is refused by the workflow's validator
+ * with the current state (INVALID_STATE, exit 2); a finished rollout is refused the same way here, and an
+ * unknown id is NOT_FOUND.
+ */
+export async function sendControl(
+  client: Client,
+  id: string,
+  name: ControlName,
+  control: ControlBase & { rollback?: boolean; phase?: number | string },
+): Promise<RolloutStatus> {
+  const handle = client.workflow.getHandle(id);
+  let running: boolean;
+  try {
+    running = (await handle.describe()).status.name === 'RUNNING';
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
+    throw err;
+  }
+  if (!running) {
+    const state = await handle.query<RolloutStatus>('status').then(
+      (s) => s.state,
+      () => 'finished' as RolloutState,
+    );
+    throw new WavegateError('INVALID_STATE', `${id}: ${checkControl(name, { state: isFinalState(state) ? state : 'completed', aborting: false }) ?? `rollout is ${state}`}`);
+  }
+  try {
+    return await handle.executeUpdate<RolloutStatus, [typeof control]>(CONTROL_UPDATES[name], { args: [control] });
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError) {
+      throw new WavegateError('INVALID_STATE', `${id}: ${err.cause?.message ?? err.message}`);
+    }
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('INVALID_STATE', `${id}: the rollout finished before ${name} arrived`);
+    throw err;
+  }
+}
+
+export interface RolloutListing {
+  workflowId: string;
+  runId: string;
+  type: string;
+  /** Temporal's execution status: RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, ... */
+  status: string;
+  profile?: string;
+  state?: string;
+  phase?: string;
+  revision?: number;
+  verdict?: string;
+  startTime: string;
+  closeTime?: string;
+}
+
+const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+const LISTED_TYPES = ['rolloutWorkflow', 'nightlyCanaryWorkflow'];
+
+/** The visibility query behind `wavegate list`: rollouts and nightly canaries, by search attribute. */
+export function listQuery(filter: { profile?: string; state?: string }): string {
+  const clauses = [`(${LISTED_TYPES.map((t) => `WorkflowType = '${t}'`).join(' OR ')})`];
+  if (filter.profile !== undefined) {
+    if (!PROFILE_NAME.test(filter.profile)) throw new WavegateError('INVALID_INPUT', `--profile ${JSON.stringify(filter.profile)}: must be lowercase letters, digits and "-"`);
+    clauses.push(`WavegateProfile = '${filter.profile}'`);
+  }
+  if (filter.state !== undefined) {
+    const states: readonly string[] = ['running', 'paused', 'completed', 'rolled-back', 'aborted', 'cancelled', 'failed'];
+    if (!states.includes(filter.state)) throw new WavegateError('INVALID_INPUT', `--state ${JSON.stringify(filter.state)}: must be one of ${states.join(', ')}`);
+    clauses.push(`WavegateState = '${filter.state}'`);
+  }
+  return clauses.join(' AND ');
+}
+
+export async function listRollouts(client: Client, filter: { profile?: string; state?: string; limit?: number }): Promise<RolloutListing[]> {
+  const out: RolloutListing[] = [];
+  const limit = filter.limit ?? 100;
+  for await (const info of client.workflow.list({ query: listQuery(filter), pageSize: Math.min(limit, 100) })) {
+    const sa = info.typedSearchAttributes;
+    const profile = sa.get(WavegateProfile);
+    const state = sa.get(WavegateState);
+    const phase = sa.get(WavegatePhase);
+    const revision = sa.get(WavegateRevision);
+    const verdict = sa.get(WavegateVerdict);
+    out.push({
+      workflowId: info.workflowId,
+      runId: info.runId,
+      type: info.type,
+      status: info.status.name,
+      ...(profile !== undefined ? { profile } : {}),
+      ...(state !== undefined ? { state } : {}),
+      ...(phase !== undefined ? { phase } : {}),
+      ...(revision !== undefined ? { revision } : {}),
+      ...(verdict !== undefined ? { verdict } : {}),
+      startTime: info.startTime.toISOString(),
+      ...(info.closeTime ? { closeTime: info.closeTime.toISOString() } : {}),
+    });
+    if (out.length >= limit) break;
+  }
+  return out;
 }

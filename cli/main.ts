@@ -1,10 +1,12 @@
 import { Command, CommanderError } from 'commander';
 import * as auditCommands from './commands/audit';
 import * as devCommands from './commands/dev';
+import * as fleetCommands from './commands/fleet';
 import * as keysCommands from './commands/keys';
 import * as planCommands from './commands/plan';
 import * as registryCommands from './commands/registry';
 import * as rolloutCommands from './commands/rollout';
+import * as scheduleCommands from './commands/schedule';
 import * as toolsCommands from './commands/tools';
 import { EXIT_REFUSED } from './run';
 
@@ -12,7 +14,7 @@ import { EXIT_REFUSED } from './run';
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
  * `register(program)` function; this file only assembles them.
  */
-const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, keysCommands, registryCommands, toolsCommands];
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, fleetCommands, scheduleCommands, auditCommands, keysCommands, registryCommands, toolsCommands];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')

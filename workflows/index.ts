@@ -2,3 +2,4 @@
 export { rolloutWorkflow } from './rollout';
 export { rolloutSliceWorkflow } from './slice';
 export { revisionRegistryWorkflow } from './registry';
+export { nightlyCanaryWorkflow } from './canary';

@@ -1,65 +1,169 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
-import { WorkflowNotFoundError } from '@temporalio/client';
-import { WavegateError } from '../../core/errors';
+import type { ControlBase, ControlName } from '../../core/controls';
 import { summarizeCounts } from '../../core/rollout-state';
-import { connectionSettings } from '../../workers/worker';
 import type { RolloutStatus } from '../../workflows/messages';
-import { connectClient, startRollout } from '../client';
+import { listRollouts, queryStatus, resolveClientSettings, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl, type TemporalFlags } from '../client';
 import { prepareRollout } from '../prepare';
-import { action, EXIT_FAILED } from '../run';
+import { action, EXIT_FAILED, EXIT_OK } from '../run';
+import { watchRollout } from '../watch';
 
-interface ConnectionFlags {
-  address?: string;
-  namespace?: string;
-  taskQueue?: string;
+/** Who sends a control or starts a rollout: the operator's OS user name, recorded in the audit trail. */
+export function operatorName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env.USER ?? 'unknown';
+  }
 }
 
-function withConnectionFlags(cmd: Command): Command {
-  return cmd
-    .option('--address <host:port>', 'Temporal frontend address (default $TEMPORAL_ADDRESS or 127.0.0.1:7233)')
-    .option('--namespace <ns>', 'Temporal namespace (default $TEMPORAL_NAMESPACE or "default")')
-    .option('--task-queue <queue>', 'worker task queue (default "wavegate")');
+function printStatus(status: RolloutStatus): void {
+  console.log(`${status.rolloutId}: ${status.state}, phase ${status.phase}, ${summarizeCounts(status.counts)}`);
+  if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
+  if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
+  for (const p of status.phases) console.log(`  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`);
+  for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
+  const last = status.controls.at(-1);
+  if (last) console.log(`  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? 'accepted' : `refused: ${last.note ?? ''}`}`);
+}
+
+const outcomeCode = (status: RolloutStatus) => (status.state === 'completed' ? EXIT_OK : EXIT_FAILED);
+
+function watchOptions(intervalMs: number) {
+  return {
+    intervalMs,
+    tty: !!process.stdout.isTTY,
+    write: (text: string) => void process.stdout.write(text),
+    columns: () => process.stdout.columns,
+    rows: () => process.stdout.rows,
+  };
+}
+
+function parseInterval(value: string): number {
+  const ms = Number(value);
+  if (!Number.isFinite(ms) || ms < 100) throw new Error(`--interval ${JSON.stringify(value)}: must be a number of milliseconds, at least 100`);
+  return ms;
 }
 
 export function register(program: Command): void {
-  withConnectionFlags(
+  withTemporalOptions(
     program
       .command('start')
-      .description('Validate a rollout spec, inventory, profile and revision, then start the rollout')
+      .description('Validate a rollout spec, inventory, profile and revision, then start the rollout; prints its id and Web UI link')
       .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
       .requiredOption('--inventory <fleet.yaml>', 'inventory (the worker reads this path at snapshot time)')
       .option('--profiles <dir>', 'profiles directory', 'profiles')
-      .option('--wait', 'wait for the rollout to finish; exit 1 unless it completed'),
+      .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
+      .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed')
+      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed')
+      .option('--interval <ms>', 'with --watch: poll interval', parseInterval, 1000)
+      .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
   ).action(
-    action(async (opts: ConnectionFlags & { file: string; inventory: string; profiles: string; wait?: boolean }) => {
-      const input = prepareRollout({ specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: userInfo().username });
-      const settings = connectionSettings(opts);
-      const client = await connectClient(settings);
-      const handle = await startRollout(client, settings.taskQueue, input);
-      console.log(`rollout ${handle.workflowId} started`);
-      if (!opts.wait) return;
-      const final = await handle.result();
-      console.log(`rollout ${final.state}: ${summarizeCounts(final.counts)}`);
-      return final.state === 'completed' ? 0 : EXIT_FAILED;
+    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles: string; key?: string; watch?: boolean; wait?: boolean; interval: number; json?: boolean }) => {
+      const input = prepareRollout({ specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: operatorName() });
+      const settings = resolveClientSettings(opts);
+      return withClient(settings, async (client) => {
+        const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
+        const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
+        if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
+        else {
+          console.log(`rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`);
+          console.log(`Web UI: ${url}`);
+        }
+        if (opts.watch) return outcomeCode(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
+        if (!opts.wait) return;
+        await handle.result().catch(() => undefined);
+        const final = await queryStatus(client, handle.workflowId);
+        console.log(`rollout ${final.state}: ${summarizeCounts(final.counts)}`);
+        return outcomeCode(final);
+      });
     }),
   );
 
-  withConnectionFlags(program.command('status <id>').description('Per-device states and counts of a rollout').option('--json', 'print JSON')).action(
-    action(async (id: string, opts: ConnectionFlags & { json?: boolean }) => {
-      const client = await connectClient(connectionSettings(opts));
-      let status: RolloutStatus;
-      try {
-        status = await client.workflow.getHandle(id).query<RolloutStatus>('status');
-      } catch (err) {
-        if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
-        throw err;
-      }
-      if (opts.json) console.log(JSON.stringify(status, null, 2));
-      else {
-        console.log(`${status.rolloutId}: ${status.state}, phase ${status.phase}, ${summarizeCounts(status.counts)}`);
-        for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
-      }
+  withTemporalOptions(program.command('status <id>').description('Per-device states, phases, counts and controls of a rollout').option('--json', 'print JSON')).action(
+    action(async (id: string, opts: TemporalFlags & { json?: boolean }) =>
+      withClient(resolveClientSettings(opts), async (client) => {
+        const status = await queryStatus(client, id);
+        if (opts.json) console.log(JSON.stringify(status, null, 2));
+        else printStatus(status);
+      }),
+    ),
+  );
+
+  withTemporalOptions(
+    program
+      .command('watch <id>')
+      .description('Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed, 1 otherwise')
+      .option('--interval <ms>', 'poll interval', parseInterval, 1000)
+      .option('--json', 'print the final status as JSON instead of drawing'),
+  ).action(
+    action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
+      withClient(resolveClientSettings(opts), async (client) => {
+        const final = await watchRollout(client, id, opts.json ? { ...watchOptions(opts.interval), tty: false, write: () => {} } : watchOptions(opts.interval));
+        if (opts.json) console.log(JSON.stringify(final, null, 2));
+        else console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${outcomeCode(final)}`);
+        return outcomeCode(final);
+      }),
+    ),
+  );
+
+  withTemporalOptions(
+    program
+      .command('list')
+      .description('Rollouts and nightly canaries, newest first, from Temporal visibility (search attributes WavegateProfile, WavegateState)')
+      .option('--profile <name>', 'only this profile (WavegateProfile)')
+      .option('--state <state>', 'only this state (WavegateState): running, paused, completed, rolled-back, aborted, cancelled, failed')
+      .option('--limit <n>', 'at most this many', (v) => Number(v), 50)
+      .option('--json', 'print JSON'),
+  ).action(
+    action(async (opts: TemporalFlags & { profile?: string; state?: string; limit: number; json?: boolean }) => {
+      const settings = resolveClientSettings(opts);
+      return withClient(settings, async (client) => {
+        const rows = await listRollouts(client, { profile: opts.profile, state: opts.state, limit: opts.limit });
+        if (opts.json) {
+          console.log(JSON.stringify(rows, null, 2));
+          return;
+        }
+        const table = [['ID', 'TYPE', 'PROFILE', 'STATE', 'PHASE', 'REV', 'VERDICT', 'STARTED', 'TEMPORAL']];
+        for (const r of rows) {
+          table.push([r.workflowId, r.type === 'rolloutWorkflow' ? 'rollout' : 'nightly', r.profile ?? '-', r.state ?? '-', r.phase ?? '-', r.revision === undefined ? '-' : String(r.revision), r.verdict ?? '-', r.startTime.slice(0, 19), r.status]);
+        }
+        const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
+        for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd());
+        if (!rows.length) console.log('(no rollouts match)');
+      });
     }),
   );
+
+  const controls: Array<{ name: ControlName; describe: string; extra?: (cmd: Command) => Command }> = [
+    { name: 'pause', describe: 'Pause a running rollout (it finishes the devices in flight, then holds)' },
+    { name: 'resume', describe: 'Resume a paused rollout' },
+    {
+      name: 'approve',
+      describe: 'Approve the phase waiting at a manual gate',
+      extra: (cmd) => cmd.option('--phase <index|name>', 'the phase being approved (default: the one waiting)'),
+    },
+    {
+      name: 'abort',
+      describe: 'Abort a rollout; by default every device it changed is put back (--no-rollback keeps them)',
+      extra: (cmd) => cmd.option('--rollback', 'put back every device this rollout changed (default)').option('--no-rollback', 'leave the changed devices as they are'),
+    },
+  ];
+  for (const c of controls) {
+    let cmd = program.command(`${c.name} <id>`).description(`${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`);
+    cmd = cmd.option('--reason <text>', 'why (recorded in the audit trail with your user name)').option('--json', 'print the rollout status after the control as JSON');
+    if (c.extra) cmd = c.extra(cmd);
+    withTemporalOptions(cmd).action(
+      action(async (id: string, opts: TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string }) => {
+        const control: ControlBase & { rollback?: boolean; phase?: number | string } = { by: operatorName(), ...(opts.reason ? { reason: opts.reason } : {}) };
+        if (c.name === 'abort') control.rollback = opts.rollback !== false;
+        if (c.name === 'approve' && opts.phase !== undefined) control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
+        return withClient(resolveClientSettings(opts), async (client) => {
+          const status = await sendControl(client, id, c.name, control);
+          if (opts.json) console.log(JSON.stringify(status, null, 2));
+          else console.log(`${c.name} accepted by ${id} from ${control.by}: now ${status.state}, phase ${status.phase}`);
+        });
+      }),
+    );
+  }
 }

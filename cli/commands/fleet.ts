@@ -1,0 +1,182 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { boardIsGreen, readDrift, readFleetBoard, type BoardRow } from '../../activities/fleet';
+import { WavegateError } from '../../core/errors';
+import { parseInventory } from '../../core/inventory';
+import { classifyRevision } from '../../core/provability';
+import { parseProfile, parseRevision, type Profile, type Revision } from '../../core/revision';
+import { readDocument } from '../files';
+import { loadProfileTrust, openEnvelope } from '../prepare';
+import { getEnvelope, newestRevisionAbove } from '../registry-client';
+import { resolveClientSettings, withClient, withTemporalOptions, type TemporalFlags } from '../client';
+import { action, EXIT_FAILED, EXIT_OK } from '../run';
+
+/**
+ * Operator reads of the fleet, computed now over SSH from the CLI (no workflow, no activity): the board
+ * of one revision, and drift. Revisions come from the profile's files (signed envelopes verified against
+ * its pins when it has pins), or with --registry from `registry:<profile>`.
+ */
+
+interface ProfileFiles {
+  dir: string;
+  profile: Profile;
+}
+
+function loadProfileFiles(profilesDir: string, name: string): ProfileFiles {
+  const dir = resolve(profilesDir, name);
+  const path = join(dir, 'profile.yaml');
+  if (!existsSync(path)) throw new WavegateError('INVALID_INPUT', `--profile ${JSON.stringify(name)}: no such profile (expected ${path})`);
+  return { dir, profile: parseProfile(readDocument(path), path) };
+}
+
+/** Revision numbers the profile's files hold (envelopes/<n>.json for a signed profile, else revisions/<n>.yaml). */
+function fileRevisions(files: ProfileFiles): number[] {
+  const signed = !!loadProfileTrust(files.dir);
+  const sub = join(files.dir, signed ? 'envelopes' : 'revisions');
+  if (!existsSync(sub)) return [];
+  const ext = signed ? '.json' : '.yaml';
+  return readdirSync(sub)
+    .filter((f) => f.endsWith(ext) && /^\d+$/.test(f.slice(0, -ext.length)))
+    .map((f) => Number(f.slice(0, -ext.length)))
+    .sort((a, b) => a - b);
+}
+
+/** Revision `n` from the files, verified against the profile's pins when it has any. */
+function loadFileRevision(files: ProfileFiles, n: number): Revision | undefined {
+  const trust = loadProfileTrust(files.dir);
+  if (trust) {
+    const path = join(files.dir, 'envelopes', `${n}.json`);
+    if (!existsSync(path)) return undefined;
+    return openEnvelope(readDocument(path), trust, { profile: files.profile.name, revision: n, source: path }).revision;
+  }
+  const path = join(files.dir, 'revisions', `${n}.yaml`);
+  if (!existsSync(path)) return undefined;
+  const revision = parseRevision(readDocument(path), path);
+  if (revision.profile !== files.profile.name || revision.revision !== n) throw new WavegateError('INVALID_INPUT', `${path}: declares ${revision.profile} r${revision.revision}, expected ${files.profile.name} r${n}`);
+  return revision;
+}
+
+interface BoardFlags extends TemporalFlags {
+  profile: string;
+  inventory: string;
+  profiles: string;
+  revision?: number;
+  registry?: boolean;
+  json?: boolean;
+  concurrency: number;
+}
+
+/** The revision the board is about: --revision, else the newest registered (--registry), else the newest in the files. */
+async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Revision> {
+  if (opts.registry) {
+    return withClient(resolveClientSettings(opts), async (client) => {
+      const trust = loadProfileTrust(files.dir);
+      if (!trust) throw new WavegateError('INVALID_INPUT', `--registry: profile "${files.profile.name}" has no pins (${join(files.dir, 'trust.yaml')}) to verify registered revisions against`);
+      const n = opts.revision ?? (await newestRevisionAbove(client, files.profile.name, 0))?.revision;
+      if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${files.profile.name}" has no registered revision`);
+      return openEnvelope(await getEnvelope(client, files.profile.name, n), trust, { profile: files.profile.name, revision: n, source: `registry:${files.profile.name} r${n}` }).revision;
+    });
+  }
+  const n = opts.revision ?? fileRevisions(files).at(-1);
+  if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${files.profile.name}" has no revisions in ${files.dir}`);
+  const revision = loadFileRevision(files, n);
+  if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${n}: profile "${files.profile.name}" has no revision ${n} in ${files.dir}`);
+  return revision;
+}
+
+function parseRevisionFlag(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1) throw new WavegateError('INVALID_INPUT', `--revision ${JSON.stringify(value)}: must be a positive whole number`);
+  return Number(value);
+}
+
+function rowLine(r: BoardRow): string {
+  return `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(36) + (r.reason ? ` ${r.reason}` : '');
+}
+
+function withBoardOptions(cmd: Command): Command {
+  return withTemporalOptions(
+    cmd
+      .requiredOption('--profile <name>', 'the profile')
+      .requiredOption('--inventory <fleet.yaml>', 'the inventory')
+      .option('--profiles <dir>', 'profiles directory', 'profiles')
+      .option('--registry', 'take revisions from the profile registry (registry:<profile>) instead of the files')
+      .option('--concurrency <n>', 'devices probed at once', (v) => Number(v), 16)
+      .option('--json', 'print JSON'),
+  );
+}
+
+export function register(program: Command): void {
+  const fleet = program.command('fleet').description('The fleet as it is now, read over SSH');
+  withBoardOptions(
+    fleet
+      .command('status')
+      .description('The board: each device applied / claimed / pending / not-for-me for a revision, computed now by running its verify over SSH. Exit 0 only when every target is applied or not-for-me'),
+  )
+    .option('--revision <n>', 'the revision (default: the newest one)', parseRevisionFlag)
+    .action(
+      action(async (opts: BoardFlags) => {
+        const files = loadProfileFiles(opts.profiles, opts.profile);
+        const inventory = parseInventory(readDocument(opts.inventory), opts.inventory);
+        const revision = await boardRevision(files, opts);
+        const board = await readFleetBoard({
+          inventory,
+          profile: files.profile.name,
+          scope: files.profile.scope,
+          revision: revision.revision,
+          verify: revision.verify,
+          provable: classifyRevision(revision).provable,
+          probe: { concurrency: opts.concurrency },
+        });
+        if (opts.json) console.log(JSON.stringify(board, null, 2));
+        else {
+          const c = board.counts;
+          console.log(`fleet ${board.profile} r${board.revision}${board.provable ? '' : ' (NOT provable: devices can only reach claimed)'}: ${c.total} devices, verified now over SSH`);
+          // Applied and claimed are different facts: never one number.
+          console.log(`  applied     ${c.applied}`);
+          console.log(`  claimed     ${c.claimed}`);
+          console.log(`  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length})` : ''}`);
+          console.log(`  not-for-me  ${c.notForMe}`);
+          for (const r of board.rows) console.log(rowLine(r));
+        }
+        return boardIsGreen(board) ? EXIT_OK : EXIT_FAILED;
+      }),
+    );
+
+  withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted")).action(
+    action(async (opts: BoardFlags) => {
+      const files = loadProfileFiles(opts.profiles, opts.profile);
+      const inventory = parseInventory(readDocument(opts.inventory), opts.inventory);
+      const known = new Map<number, string | undefined>();
+      const verifyOf = (n: number) => {
+        if (!known.has(n)) known.set(n, loadFileRevision(files, n)?.verify);
+        return known.get(n);
+      };
+      if (opts.registry) {
+        // Pre-load the registered revisions: the probe runs many devices at once.
+        await withClient(resolveClientSettings(opts), async (client) => {
+          const trust = loadProfileTrust(files.dir);
+          if (!trust) throw new WavegateError('INVALID_INPUT', `--registry: profile "${files.profile.name}" has no pins to verify registered revisions against`);
+          let n = 0;
+          for (;;) {
+            const next = await newestRevisionAbove(client, files.profile.name, n);
+            if (!next) break;
+            n = next.revision;
+          }
+          for (let r = 1; r <= n; r++) {
+            const envelope = await getEnvelope(client, files.profile.name, r).catch(() => undefined);
+            if (envelope) known.set(r, openEnvelope(envelope, trust, { profile: files.profile.name, revision: r, source: `registry:${files.profile.name} r${r}` }).revision.verify);
+          }
+        });
+      }
+      const rows = await readDrift({ inventory, profile: files.profile.name, scope: files.profile.scope, verifyOf, probe: { concurrency: opts.concurrency } });
+      const drifted = rows.filter((r) => r.status === 'drifted');
+      if (opts.json) console.log(JSON.stringify({ profile: files.profile.name, drifted: drifted.length, devices: rows }, null, 2));
+      else {
+        console.log(`drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${rows.filter((r) => r.status === 'unreachable').length} unreachable)`);
+        for (const r of rows) console.log(`  ${r.id.padEnd(16)} ${r.status.padEnd(16)} ${r.marker === null ? '-' : `r${r.marker}`}${r.detail ? `  ${r.detail}` : ''}`);
+      }
+      return drifted.length ? EXIT_FAILED : EXIT_OK;
+    }),
+  );
+}

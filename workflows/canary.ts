@@ -1,0 +1,130 @@
+import * as wf from '@temporalio/workflow';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import type * as activities from '../activities';
+import type { RolloutStatus } from './messages';
+import { rolloutWorkflow } from './rollout';
+
+/**
+ * The nightly canary (DESIGN §6), started by a Temporal Schedule: take the newest registered revision
+ * above the fleet's, run only its canary phase (gate and health gate) as a child rollout in canary mode,
+ * and record the verdict — as a search attribute on itself, in its own audit trail, and as its result.
+ * The child puts the canary back on the fleet's revision unless `keep`. Nothing newer registered:
+ * `nothing-to-test`, and no device is touched.
+ */
+export interface NightlyCanaryInput {
+  profile: string;
+  /** The inventory and profiles directory as the worker sees them. */
+  inventoryPath: string;
+  profilesDir: string;
+  /** A spec whose first phase is the canary (revisions are filled in); default: one device, 5 min gate. */
+  specPath?: string;
+  /** Leave the canary on the new revision after a verdict. */
+  keep: boolean;
+  /** Who made the schedule (recorded as the rollout's starter). */
+  createdBy: string;
+}
+
+export type CanaryVerdict = NonNullable<RolloutStatus['verdict']>;
+
+export interface NightlyCanaryResult {
+  verdict: CanaryVerdict;
+  /** Why, in one line. */
+  reason: string;
+  fleetRevision: number | null;
+  revision: number | null;
+  /** The child rollout's id (absent when nothing was tested). */
+  rolloutId?: string;
+  kept: boolean;
+}
+
+type Acts = ReturnType<typeof activities.createActivities>;
+
+const { fleetRevision, newestRevisionAbove, prepareCanary } = wf.proxyActivities<Acts>({
+  startToCloseTimeout: '10 minutes',
+  retry: { maximumAttempts: 3 },
+});
+const { appendAudit } = wf.proxyActivities<Acts>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
+});
+
+/** The workflow type name schedules start. */
+export const NIGHTLY_CANARY_WORKFLOW = 'nightlyCanaryWorkflow';
+
+export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<NightlyCanaryResult> {
+  const info = wf.workflowInfo();
+  let state = 'running';
+  let phase = 'baseline';
+  let revision: number | null = null;
+  let verdict: CanaryVerdict | undefined;
+  const publish = () =>
+    wf.upsertSearchAttributes([
+      { key: WavegateProfile, value: input.profile },
+      { key: WavegateState, value: state },
+      { key: WavegatePhase, value: phase },
+      ...(revision !== null ? [{ key: WavegateRevision, value: revision }] : []),
+      ...(verdict ? [{ key: WavegateVerdict, value: verdict }] : []),
+    ]);
+  publish();
+
+  const finish = async (result: Omit<NightlyCanaryResult, 'kept'>): Promise<NightlyCanaryResult> => {
+    verdict = result.verdict;
+    state = 'completed';
+    phase = 'done';
+    publish();
+    wf.setCurrentDetails(`**nightly canary of ${input.profile}**: verdict **${result.verdict}** — ${result.reason}${result.rolloutId ? ` (rollout \`${result.rolloutId}\`)` : ''}`);
+    await appendAudit.executeWithOptions({ summary: `audit canary.verdict ${result.verdict}` }, [
+      {
+        seq: 1,
+        at: new Date(Date.now()).toISOString(),
+        rolloutId: info.workflowId,
+        runId: info.runId,
+        event: 'canary.verdict',
+        phase: null,
+        by: 'schedule',
+        reason: result.verdict,
+        counts: null,
+        evidence: { ...result, kept: input.keep },
+      },
+    ]);
+    return { ...result, kept: input.keep && result.rolloutId !== undefined };
+  };
+
+  const target = { profile: input.profile, inventoryPath: input.inventoryPath, profilesDir: input.profilesDir };
+  const base = await fleetRevision.executeWithOptions({ summary: `read ${input.profile} fleet revision` }, [target]);
+  if (base.revision === null) {
+    return finish({ verdict: 'nothing-to-test', reason: `no device of the ${input.profile} fleet has a revision marker: no baseline to go back to`, fleetRevision: null, revision: null });
+  }
+  phase = 'registry';
+  const newest = await newestRevisionAbove.executeWithOptions({ summary: `newest ${input.profile} revision above r${base.revision}` }, [{ profile: input.profile, above: base.revision }]);
+  if (!newest) {
+    return finish({ verdict: 'nothing-to-test', reason: `nothing registered above the fleet's r${base.revision}`, fleetRevision: base.revision, revision: null });
+  }
+  revision = newest.revision;
+  phase = 'canary';
+  publish();
+  const rolloutId = `canary:${input.profile}:${info.workflowId}`;
+  const rolloutInput = await prepareCanary.executeWithOptions({ summary: `prepare canary r${base.revision} → r${newest.revision}` }, [
+    { ...target, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: base.revision, toRevision: newest.revision, keep: input.keep, rolloutId, startedBy: `nightly canary (${input.createdBy})` },
+  ]);
+  let status: RolloutStatus;
+  try {
+    status = await wf.executeChild(rolloutWorkflow, {
+      workflowId: rolloutId,
+      args: [rolloutInput],
+      typedSearchAttributes: [
+        { key: WavegateProfile, value: input.profile },
+        { key: WavegateState, value: 'running' },
+        { key: WavegatePhase, value: 'snapshot' },
+        { key: WavegateRevision, value: newest.revision },
+      ],
+      staticSummary: `canary of ${input.profile} r${base.revision} → r${newest.revision}${input.keep ? ' (kept)' : ''}`,
+    });
+  } catch (err) {
+    if (wf.isCancellation(err)) throw err;
+    return finish({ verdict: 'inconclusive', reason: `the canary rollout did not finish: ${(err as Error).message}`, fleetRevision: base.revision, revision: newest.revision, rolloutId });
+  }
+  const childVerdict = status.verdict ?? 'inconclusive';
+  const evidence = status.phases[0]?.evidence?.join('; ');
+  return finish({ verdict: childVerdict, reason: `r${newest.revision} on ${status.phases[0]?.devices ?? 0} canary device(s)${evidence ? `: ${evidence}` : ''}`.slice(0, 500), fleetRevision: base.revision, revision: newest.revision, rolloutId });
+}
