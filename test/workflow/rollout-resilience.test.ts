@@ -1,0 +1,185 @@
+import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { auditFilePath, DEFAULT_AUDIT_DIR } from '../../activities/audit';
+import type { DeviceState } from '../../core/rollout-state';
+import { approveUpdate, statusQuery, type RolloutStatus } from '../../workflows/messages';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { spawnCliUntil } from '../support/cli';
+import { fleetInventory } from '../support/fleet-inventory';
+import { demoDevices, generateEd25519, startFleet, type Fleet, type SimCommandRecord } from '../support/fleet-sim';
+import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { activityRuns } from '../support/history-bounds';
+import { recordHistory } from '../support/histories';
+import { startDevServerEnv } from '../support/temporal';
+
+const APPLY = /install -m 0644/;
+const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
+
+/** Poll the status query until `done` holds (the workflow answers queries only while a worker runs). */
+async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutStatus) => boolean, timeoutMs = 60_000): Promise<RolloutStatus> {
+  const deadline = Date.now() + timeoutMs;
+  let last: RolloutStatus | undefined;
+  while (Date.now() < deadline) {
+    try {
+      last = await handle.query(statusQuery);
+      if (done(last)) return last;
+    } catch {
+      // not answering yet (workflow task not run): poll again
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`status condition not reached in ${timeoutMs} ms; last: ${JSON.stringify(last?.devices)}`);
+}
+
+const stateOf = (s: RolloutStatus, id: string): DeviceState | undefined => s.devices.find((d) => d.id === id)?.state;
+
+describe('rollout resilience on a real Temporal dev server over real SSH', () => {
+  let env: TestWorkflowEnvironment;
+  const scratch = scratchDir('resilience');
+  const fleets: Fleet[] = [];
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+  });
+  afterAll(async () => {
+    await Promise.all(fleets.map((f) => f.stop()));
+    await env?.teardown();
+    scratch.cleanup();
+  });
+
+  it('a worker SIGKILLed mid-phase and replaced: the rollout completes, every device applied, no apply command ran twice', async () => {
+    const dir = join(scratch.dir, 'crash');
+    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(8), { 'pool-a': 0.5, 'pool-b': 0.5 });
+    fleets.push(fleet);
+    // Every exec waits this long before it starts, so a device apply (6 execs) is in flight for seconds.
+    const latencyMs = 1_500;
+    await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs })));
+    const rolloutId = `rollout:resilience-crash-${Date.now()}`;
+    const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: '1s' }], gate: '1s' }, inventoryPath, rolloutId);
+    const taskQueue = `crash-${process.pid}-${Date.now()}`;
+    const workerArgs = ['worker', '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue];
+
+    const first = await spawnCliUntil(workerArgs, /worker polling/);
+    let second: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
+    try {
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
+      // Mid-phase: the bulk phase has devices applying and devices not yet started.
+      const atKill = await waitForStatus(handle, (s) => s.phases[1]?.stage === 'applying' && s.devices.filter((d) => d.state === 'applying').length >= 2, 90_000);
+      await new Promise((r) => setTimeout(r, 2 * latencyMs)); // let their commands get going
+      const exited = new Promise<void>((resolve) => first.child.once('exit', () => resolve()));
+      first.child.kill('SIGKILL');
+      await exited;
+      const inFlightAtKill = atKill.devices.filter((d) => d.state === 'applying').map((d) => d.id);
+      expect(inFlightAtKill.length).toBeGreaterThanOrEqual(2);
+
+      second = await spawnCliUntil(workerArgs, /worker polling/);
+      const result = await handle.result();
+      await recordHistory(handle, 'rollout-resilience-worker-killed');
+
+      expect(result.state).toBe('completed');
+      expect(result.counts.applied).toBe(8);
+      const ranOnce = new Map<string, SimCommandRecord[]>();
+      for (const device of fleet.devices) {
+        expect(readFileSync(join(device.sandbox, 'etc/motd'), 'utf8').trim()).toBe(MOTD_R2);
+        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('2');
+        // The simulator records an exec when it is requested. One the killed worker requested but whose
+        // connection died during the simulated latency never started a shell (exit code null, ended before
+        // the latency was up); every other record is an apply that really ran.
+        const applies = fleet.commands(device.id).filter((r) => APPLY.test(r.command));
+        const ran = applies.filter((r) => r.exitCode !== null || (r.endedAt ?? Number.POSITIVE_INFINITY) - r.startedAt >= latencyMs);
+        ranOnce.set(device.id, ran);
+        expect(ran, `${device.id}: apply commands that ran`).toHaveLength(1);
+        expect(ran[0]!.exitCode, `${device.id}: the apply that ran`).toBe(0);
+        expect(applies.length, `${device.id}: apply requests`).toBeLessThanOrEqual(2);
+      }
+      // Devices never in flight at the kill were requested exactly once.
+      for (const device of fleet.devices.filter((d) => !inFlightAtKill.includes(d.id))) expect(fleet.count(device.id, APPLY), device.id).toBe(1);
+
+      // The crash really hit applies: the devices in flight were retried by the new worker (attempt ≥ 2),
+      // and each of those retries started verify-first, so a device whose apply had already run got verify only.
+      const applyRuns = activityRuns(await handle.fetchHistory()).filter((r) => r.activityType === 'applyRevision');
+      expect(applyRuns).toHaveLength(8);
+      const retried = applyRuns.filter((r) => (r.attempt ?? 0) >= 2).map((r) => (r.input[0] as { device: { id: string } }).device.id);
+      expect(retried.sort()).toEqual([...inFlightAtKill].sort());
+      for (const r of applyRuns) expect(r.outcome).toBe('completed');
+    } finally {
+      second?.child.kill('SIGTERM');
+      first.child.kill('SIGKILL');
+      rmSync(auditFilePath(DEFAULT_AUDIT_DIR, rolloutId), { force: true });
+    }
+  }, 240_000);
+
+  it('a changed host key and a refused login at apply time fail those devices at once with the reason, never retried, no command run', async () => {
+    const dir = join(scratch.dir, 'refusals');
+    const fleet = await startFleet({ devices: demoDevices(6), dir: join(dir, 'fleet') });
+    fleets.push(fleet);
+    // Every device logs in with its own copy of the fleet key, so one device's key can be swapped later.
+    const inventory = fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } });
+    const keyPath = (id: string) => join(dir, `key-${id}`);
+    for (const d of inventory.devices) {
+      copyFileSync(fleet.clientKeyPath, keyPath(d.id));
+      (d.ssh as { key?: string }).key = keyPath(d.id);
+    }
+    const inventoryPath = join(dir, 'inventory.yaml');
+    writeFileSync(inventoryPath, stringify(inventory));
+    const rolloutId = 'rollout:resilience-refusals';
+    const input = rolloutInputFor(
+      dir,
+      { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }], gate: '1s', maxFailureRatio: 0.5, minSample: 5 },
+      inventoryPath,
+      rolloutId,
+    );
+    const worker = await startTestWorker(env, { auditDir: join(dir, 'audit') });
+    try {
+      // Two refusals in a phase of five stay under the failure gate (0.4 ≤ 0.5 once all five are in), so
+      // the rollout runs on and the test sees each refusal on its own.
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+      const next = waiting.devices.filter((d) => d.phase === 1 && d.state === 'pending').map((d) => d.id);
+      expect(next.length).toBe(5);
+      const [hostKeyVictim, authVictim] = next as [string, string];
+
+      const commandsAtSnapshot = { [hostKeyVictim]: fleet.commands(hostKeyVictim).length, [authVictim]: fleet.commands(authVictim).length };
+      expect(commandsAtSnapshot[hostKeyVictim]).toBe(1); // the snapshot's marker read, with the pinned key
+      fleet.rotateHostKey(hostKeyVictim);
+      writeFileSync(keyPath(authVictim), generateEd25519('not-the-fleet-key').private, { mode: 0o600 });
+
+      await handle.executeUpdate(approveUpdate, { args: [{ by: 'test' }] });
+      const result = await handle.result();
+      await recordHistory(handle, 'rollout-resilience-ssh-refusals');
+
+      expect(result.state).toBe('completed');
+      expect(result.devices.find((d) => d.id === hostKeyVictim)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringMatching(new RegExp(`^${hostKeyVictim}: host key SHA256:\\S+ at 127\\.0\\.0\\.1:\\d+ does not match the pinned SHA256:\\S+; refusing to connect$`)),
+      });
+      expect(result.devices.find((d) => d.id === authVictim)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringMatching(new RegExp(`^${authVictim}: authentication as wavegate at 127\\.0\\.0\\.1:\\d+ failed`)),
+      });
+      for (const id of next.slice(2)) expect(stateOf(result, id), id).toBe('applied');
+
+      // Neither device ran a single command after the snapshot: the refusal came before any exec.
+      expect(fleet.commands(hostKeyVictim)).toHaveLength(commandsAtSnapshot[hostKeyVictim]!);
+      expect(fleet.commands(authVictim)).toHaveLength(commandsAtSnapshot[authVictim]!);
+
+      // One apply activity each, started once (attempt 1), failed as non-retryable: no retries spent.
+      const runs = activityRuns(await handle.fetchHistory()).filter((r) => r.activityType === 'applyRevision');
+      for (const [id, type] of [
+        [hostKeyVictim, 'Transport.host-key'],
+        [authVictim, 'Transport.auth'],
+      ] as const) {
+        const mine = runs.filter((r) => (r.input[0] as { device: { id: string } }).device.id === id);
+        expect(mine, id).toHaveLength(1);
+        expect(mine[0]).toMatchObject({ attempt: 1, startedEvents: 1, outcome: 'failed', failure: { type, nonRetryable: true, retryState: 'RETRY_STATE_NON_RETRYABLE_FAILURE' } });
+        expect(mine[0]!.summary).toBe(`apply r2 → ${id} (${waiting.phases[1]!.name})`);
+      }
+    } finally {
+      await worker.stop();
+    }
+  }, 120_000);
+});
