@@ -140,7 +140,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     controls.push({ control, by: c.by ?? 'unknown', ...(c.reason ? { reason: c.reason } : {}), at: new Date(Date.now()).toISOString(), accepted, ...(note ? { note } : {}) });
   };
   const forwardToSlice = () => {
-    if (activeSlice) void activeSlice.signal(msg.sliceControlSignal, { paused: state === 'paused', stop: abort !== undefined }).catch(() => {});
+    if (activeSlice && phaseName !== 'rollback') void activeSlice.signal(msg.sliceControlSignal, { paused: state === 'paused', stop: abort !== undefined }).catch(() => {});
   };
   const effects: Record<ControlName, (c: ControlBase & { rollback?: boolean; phase?: number | string }) => void> = {
     pause: (c) => {
@@ -208,24 +208,29 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     phaseName: name,
     failurePolicy: { maxFailureRatio: spec.maxFailureRatio, minSample: spec.minSample },
   });
-  const hooks = { setState: setDevice, isPaused, isStopped };
+  const applyHooks = { setState: setDevice, isPaused, isStopped };
+  // Compensation is never held by a pause: it is what an operator's abort or a failed gate asked for.
+  const rollbackHooks = { setState: setDevice, isPaused: () => false, isStopped: () => false };
   const background: Promise<void>[] = [];
 
   async function runBatch(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', name: string): Promise<Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>> {
     const opts = runOptions(mode, name);
     if (batch.length <= sliceSize) {
-      const result = await runDevices(batch, opts, hooks);
+      const result = await runDevices(batch, opts, mode === 'apply' ? applyHooks : rollbackHooks);
       background.push(result.background);
       return result;
     }
     const total = { tally: { succeeded: 0, failed: 0 }, tripped: false, started: [] as string[] };
     for (let i = 0, k = 0; i < batch.length; i += sliceSize, k++) {
-      if (isStopped() || total.tripped) break;
-      await holdWhilePaused();
+      if (mode === 'apply') {
+        if (isStopped() || total.tripped) break;
+        await holdWhilePaused();
+        if (isStopped()) break;
+      }
       const slice = batch.slice(i, i + sliceSize);
       activeSlice = await wf.startChild(rolloutSliceWorkflow, {
         workflowId: `${input.rolloutId}/${info.runId.slice(0, 8)}/${mode}-${name.replace(/\s+/g, '_')}-${k}`,
-        args: [{ devices: slice, options: opts, tallyBefore: total.tally, paused: isPaused() }],
+        args: [{ devices: slice, options: opts, tallyBefore: total.tally, paused: mode === 'apply' && isPaused() }],
         staticSummary: `${mode} ${name}: slice ${k + 1} of ${Math.ceil(batch.length / sliceSize)} (${slice.length} devices)`,
       });
       const result: SliceResult = await activeSlice.result();
@@ -246,13 +251,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     phaseName = 'rollback';
     publish();
     await audit('rollback.started', { phase: 'rollback', by, reason: trigger, evidence: { devices: toUndo.length } });
-    const saved = abort;
-    abort = undefined; // the rollback itself must not be stopped by the abort that asked for it
-    try {
-      await runBatch(toUndo, 'rollback', 'rollback');
-    } finally {
-      abort = saved;
-    }
+    await runBatch(toUndo, 'rollback', 'rollback');
     const failed = toUndo.filter((d) => devices.get(d.id)?.state === 'rollback-failed').map((d) => d.id);
     await audit('rollback.completed', { phase: 'rollback', by, reason: trigger, evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed } });
   }

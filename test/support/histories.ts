@@ -1,6 +1,7 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 
 /**
@@ -15,5 +16,12 @@ export async function recordHistory(handle: WorkflowHandle, name: string): Promi
   if (process.env.RECORD_HISTORIES !== '1') return;
   mkdirSync(HISTORIES_DIR, { recursive: true });
   const history = await handle.fetchHistory();
-  writeFileSync(join(HISTORIES_DIR, `${name}.json`), JSON.stringify({ workflowId: handle.workflowId, history }));
+  // Protobuf binary (base64): exact, and independent of the JSON mapping of the SDK version at hand.
+  const bytes = temporal.api.history.v1.History.encode(history).finish();
+  writeFileSync(join(HISTORIES_DIR, `${name}.json`), `${JSON.stringify({ workflowId: handle.workflowId, events: history.events?.length ?? 0, history: Buffer.from(bytes).toString('base64') })}\n`);
+}
+
+export function loadHistory(file: string): { workflowId: string; history: temporal.api.history.v1.History } {
+  const { workflowId, history } = JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as { workflowId: string; history: string };
+  return { workflowId, history: temporal.api.history.v1.History.decode(Buffer.from(history, 'base64')) };
 }

@@ -1,3 +1,4 @@
+import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
@@ -21,9 +22,18 @@ export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
 export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
   const { testServer } = ensureTools();
   installQuietRuntime();
-  return TestWorkflowEnvironment.createTimeSkipping({
+  const env = await TestWorkflowEnvironment.createTimeSkipping({
     server: { executable: { type: 'existing-path', path: testServer } },
   });
+  // The test server has no flag for search attributes: register them through the operator service.
+  const { IndexedValueType } = temporal.api.enums.v1;
+  await env.connection.operatorService.addSearchAttributes({
+    namespace: env.namespace ?? 'default',
+    searchAttributes: Object.fromEntries(
+      WAVEGATE_SEARCH_ATTRIBUTES.map((k) => [k.name, k.type === 'INT' ? IndexedValueType.INDEXED_VALUE_TYPE_INT : IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD]),
+    ),
+  });
+  return env;
 }
 
 let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;

@@ -1,0 +1,253 @@
+import { join } from 'node:path';
+import { WorkflowFailedError, WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { readAuditFile } from '../../activities/audit';
+import { verifyAuditChain } from '../../core/audit';
+import { abortUpdate, approveUpdate, pauseSignal, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
+import { demoDevices, type Fleet, type SimDeviceSpec } from '../support/fleet-sim';
+import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { recordHistory } from '../support/histories';
+import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
+import { startDevServerEnv } from '../support/temporal';
+
+/**
+ * The rollout workflow's control and failure paths on a real Temporal dev server, with the real
+ * activities applying over SSH to the fleet simulator. Each test gets its own fleet and audit dir.
+ */
+describe('rollout workflow: gates, failures, compensation and controls', () => {
+  let env: TestWorkflowEnvironment;
+  let worker: Awaited<ReturnType<typeof startTestWorker>>;
+  const scratch = scratchDir('controls');
+  const auditDir = join(scratch.dir, 'audit');
+  const fleets: Fleet[] = [];
+  let n = 0;
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+    worker = await startTestWorker(env, { auditDir });
+  });
+  afterEach(async () => {
+    await Promise.all(fleets.splice(0).map((f) => f.stop()));
+  });
+  afterAll(async () => {
+    await worker?.stop();
+    await env?.teardown();
+    scratch.cleanup();
+  });
+
+  async function setup(rollout: Record<string, unknown>, devices: SimDeviceSpec[] = demoDevices(12), budgets?: Record<string, number>) {
+    const dir = join(scratch.dir, `t${++n}`);
+    const { fleet, inventoryPath } = await fleetWithInventory(dir, devices, budgets);
+    fleets.push(fleet);
+    const input: RolloutInput = rolloutInputFor(dir, rollout, inventoryPath, `rollout:demo-controls-${n}`);
+    return { fleet, input };
+  }
+
+  async function start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
+    return env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+  }
+
+  const byPhase = (s: RolloutStatus, phase: number) => s.devices.filter((d) => d.phase === phase).map((d) => d.id);
+  const events = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => r.event);
+
+  it('canary health-gate failure: only the canary is rolled back, the rollout ends rolled-back', async () => {
+    const { fleet, input } = await setup({
+      gate: '1s',
+      phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: '25%' }, { bulk: 'remainder' }],
+    });
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
+    const handle = await start(input);
+    const result = await handle.result();
+    await recordHistory(handle, 'canary-health-fail');
+
+    expect(result.state).toBe('rolled-back');
+    const [canary] = byPhase(result, 0);
+    expect(result.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    // The canary is back on revision 1, proven by revision 1's own verify, not only by the marker.
+    expect(markerOf(fleet, canary!)).toBe(1);
+    expect(verifiesAt(fleet, canary!, 1)).toBe(true);
+    expect(verifiesAt(fleet, canary!, 2)).toBe(false);
+    // Nobody else was touched: no apply ran, every other device is recorded as skipped.
+    for (const d of fleet.devices.filter((x) => x.id !== canary)) {
+      expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
+      expect(result.devices.find((x) => x.id === d.id)!.state).toBe('skipped');
+    }
+    expect(result.phases[0]).toMatchObject({ stage: 'failed', gateOutcome: 'fail' });
+    expect(result.phases[0]!.evidence!.join(' ')).toContain(canary!);
+    expect(events(input.rolloutId)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.failed', 'rollback.started', 'rollback.completed', 'rollout.failed']);
+  });
+
+  it('bulk failure gate: every device changed by the rollout goes back to fromRevision', async () => {
+    const { fleet, input } = await setup({
+      maxFailureRatio: 0.1,
+      minSample: 3,
+      phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }],
+      rollback: { on: 'failure-gate' },
+    });
+    const handle = await start(input);
+    const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+    const [canary] = byPhase(waiting, 0);
+    expect(markerOf(fleet, canary!)).toBe(2);
+    // From now on revision 2's verify fails everywhere (apply "succeeds" but the fact is not there).
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { failCommand: "grep -qx 'wavegate demo revision 2" });
+    await handle.executeUpdate(approveUpdate, { args: [{ by: 'test', reason: 'canary looks fine' }] });
+    const result = await handle.result();
+    await recordHistory(handle, 'bulk-failure-gate');
+
+    expect(result.state).toBe('rolled-back');
+    const touched = result.devices.filter((d) => d.state === 'rolled-back').map((d) => d.id);
+    expect(touched).toContain(canary);
+    expect(touched.length).toBeGreaterThanOrEqual(1 + 3); // the canary and at least the minimum sample
+    for (const id of touched) {
+      expect(markerOf(fleet, id)).toBe(1);
+      expect(verifiesAt(fleet, id, 1)).toBe(true);
+    }
+    // Devices the tripped gate never started are recorded as skipped and were never applied.
+    const skipped = result.devices.filter((d) => d.state === 'skipped');
+    expect(skipped.length + touched.length).toBe(12);
+    for (const d of skipped) expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
+    expect(result.controls).toEqual([expect.objectContaining({ control: 'approve', by: 'test', accepted: true })]);
+    const audit = readAuditFile(auditDir, input.rolloutId);
+    expect(verifyAuditChain(audit)).toEqual({ ok: true, count: audit.length });
+    expect(audit.map((r) => r.event)).toContain('rollout.approved');
+    expect(audit.find((r) => r.event === 'gate.failed')).toMatchObject({ reason: 'failure-gate' });
+  });
+
+  it('an inconclusive gate (metrics source times out) pauses and never advances; resume after recovery completes', async () => {
+    const { fleet, input } = await setup({
+      gate: '1s',
+      healthTimeout: '2s',
+      phases: [{ canary: '1 device', healthGate: ['error-rate < 0.01'] }, { bulk: 'remainder' }],
+    });
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { errorRateHangs: true });
+    const handle = await start(input);
+    const paused = await waitForStatus(handle, (s) => s.state === 'paused');
+    expect(paused.phases[0]).toMatchObject({ stage: 'inconclusive', gateOutcome: 'inconclusive' });
+    expect(paused.pausedReason).toMatch(/inconclusive/);
+    // Held: no bulk device starts while the gate is inconclusive.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const bulk = byPhase(paused, 1);
+    for (const id of bulk) expect(fleet.count(id, APPLY_COMMAND)).toBe(0);
+    expect((await handle.query<RolloutStatus>('status')).state).toBe('paused');
+
+    for (const d of fleet.devices) await fleet.setFaults(d.id, {});
+    const resumed = await handle.executeUpdate(resumeUpdate, { args: [{ by: 'test', reason: 'metrics back' }] });
+    expect(resumed.state).toBe('running');
+    const result = await handle.result();
+    await recordHistory(handle, 'inconclusive-resume');
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(12);
+    expect(events(input.rolloutId)).toEqual(expect.arrayContaining(['gate.inconclusive', 'rollout.paused', 'rollout.resumed', 'gate.passed', 'rollout.completed']));
+  });
+
+  it('pause mid-phase: no device starts after the pause is acknowledged; resume continues to completion', async () => {
+    // One device in flight per pool and slow commands, so the phase takes a while.
+    const { fleet, input } = await setup({ gate: '1s', phases: [{ bulk: 'remainder' }] }, demoDevices(8), { 'pool-a': 0.01, 'pool-b': 0.01 });
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 150 });
+    const handle = await start(input);
+    await waitForStatus(handle, (s) => s.counts.applied >= 2);
+    const ack = await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test', reason: 'look at the graphs' }] });
+    expect(ack.state).toBe('paused');
+    const startedAtAck = new Set(ack.devices.filter((d) => d.state !== 'pending').map((d) => d.id));
+    await waitForStatus(handle, (s) => s.counts.applying === 0);
+    await new Promise((r) => setTimeout(r, 2_000));
+    const held = await handle.query<RolloutStatus>('status');
+    expect(held.state).toBe('paused');
+    for (const d of fleet.devices) {
+      // Beyond the snapshot's marker read, not even a verify-first ran on a device not started at the ack.
+      if (!startedAtAck.has(d.id)) expect(fleet.commands(d.id).map((c) => c.command)).toEqual([expect.stringContaining('cat "$HOME/.wavegate/profiles/demo/revision"')]);
+    }
+    expect(held.devices.filter((d) => d.state === 'pending').length).toBe(8 - startedAtAck.size);
+
+    // A second pause is an invalid transition: refused at once, naming the current state.
+    const refused = await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test' }] }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
+    expect(String((refused as { cause?: Error }).cause?.message)).toContain('rollout is paused');
+
+    await handle.executeUpdate(resumeUpdate, { args: [{ by: 'test' }] });
+    const result = await handle.result();
+    await recordHistory(handle, 'pause-resume');
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(8);
+    for (const d of fleet.devices) expect(fleet.count(d.id, APPLY_COMMAND)).toBe(1);
+    expect(result.controls.map((c) => [c.control, c.accepted])).toEqual([
+      ['pause', true],
+      ['resume', true],
+    ]);
+  });
+
+  it('abort without rollback leaves the changed devices as they are; abort with rollback puts them back', async () => {
+    for (const rollback of [false, true]) {
+      const { fleet, input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
+      const handle = await start(input);
+      const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+      const [canary] = byPhase(waiting, 0);
+      await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'wrong revision', rollback }] });
+      const result = await handle.result();
+      await recordHistory(handle, `abort-rollback-${rollback}`);
+      expect(result.state).toBe('aborted');
+      expect(markerOf(fleet, canary!)).toBe(rollback ? 1 : 2);
+      expect(verifiesAt(fleet, canary!, rollback ? 1 : 2)).toBe(true);
+      expect(result.devices.find((d) => d.id === canary)!.state).toBe(rollback ? 'rolled-back' : 'applied');
+      for (const id of byPhase(result, 1)) {
+        expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'skipped', reason: 'not started: aborted by test' });
+        expect(fleet.count(id, APPLY_COMMAND)).toBe(0);
+      }
+      // Aborting an aborted rollout is refused: it is final.
+      const again = await handle.executeUpdate(abortUpdate, { args: [{ by: 'test' }] }).catch((e: unknown) => e);
+      expect(again).toBeInstanceOf(Error);
+    }
+  });
+
+  it('cancel (as from the Web UI) runs the compensation, then the workflow closes as cancelled', async () => {
+    const { fleet, input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
+    const handle = await start(input);
+    const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+    const [canary] = byPhase(waiting, 0);
+    expect(markerOf(fleet, canary!)).toBe(2);
+    await handle.cancel();
+    const err = await handle.result().catch((e: unknown) => e);
+    await recordHistory(handle, 'cancel-compensates');
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    expect((await handle.describe()).status.name).toBe('CANCELLED');
+    expect(markerOf(fleet, canary!)).toBe(1);
+    expect(verifiesAt(fleet, canary!, 1)).toBe(true);
+    const trail = events(input.rolloutId);
+    expect(trail.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
+  });
+
+  it('offline devices are skipped and reported, a best-effort failure is not counted, left-behind is never contacted', async () => {
+    const devices = demoDevices(8);
+    devices[1]!.updateClass = 'best-effort';
+    devices[2]!.updateClass = 'left-behind';
+    const { fleet, input } = await setup({ gate: '1s', maxFailureRatio: 0, phases: [{ bulk: 'remainder' }] }, devices);
+    await fleet.setFaults('edge-01', { offline: true });
+    await fleet.setFaults('edge-02', { failCommand: 'install -m 0644' });
+    const handle = await start(input);
+    const result = await handle.result();
+    await recordHistory(handle, 'offline-besteffort-leftbehind');
+
+    expect(result.state).toBe('completed'); // maxFailureRatio 0: a counted failure would have tripped it
+    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at snapshot: edge-01: cannot connect/) });
+    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^best-effort, not counted: edge-02: apply exited 1/) });
+    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^not-for-me/) });
+    expect(fleet.commands('edge-03')).toEqual([]);
+    expect(result.counts).toMatchObject({ applied: 5, failed: 1, skipped: 2, total: 8 });
+  });
+
+  it('a Web UI style signal without a name is recorded as from "signal"; an invalid signal is ignored and recorded', async () => {
+    const { input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
+    const handle = await start(input);
+    await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+    await handle.signal(pauseSignal, {});
+    await handle.signal(pauseSignal, { by: 'web-ui', reason: 'twice' });
+    const s = await waitForStatus(handle, (x) => x.controls.length === 2);
+    expect(s.state).toBe('paused');
+    expect(s.controls[0]).toMatchObject({ control: 'pause', by: 'signal', accepted: true });
+    expect(s.controls[1]).toMatchObject({ control: 'pause', by: 'web-ui', accepted: false, note: expect.stringContaining('rollout is paused') });
+    await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: true }] });
+    expect((await handle.result()).state).toBe('aborted');
+  });
+});

@@ -1,0 +1,88 @@
+import { join } from 'node:path';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readAuditFile } from '../../activities/audit';
+import { verifyAuditChain } from '../../core/audit';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { demoDevices, type Fleet } from '../support/fleet-sim';
+import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { recordHistory } from '../support/histories';
+import { APPLY_COMMAND, markerOf, VERIFY_R2 } from '../support/rollout-helpers';
+import { startTimeSkippingEnv } from '../support/temporal';
+
+describe('rollout workflow on the time-skipping test server', () => {
+  let env: TestWorkflowEnvironment;
+  let fleet: Fleet;
+  let inventoryPath: string;
+  const scratch = scratchDir('timeskip');
+  const auditDir = join(scratch.dir, 'audit');
+
+  beforeAll(async () => {
+    env = await startTimeSkippingEnv();
+    ({ fleet, inventoryPath } = await fleetWithInventory(scratch.dir, demoDevices(12)));
+  });
+  afterAll(async () => {
+    await fleet?.stop();
+    await env?.teardown();
+    scratch.cleanup();
+  });
+
+  it('happy path through 3 phases with 10-minute gates and health gates; the audit holds one verified record per transition', async () => {
+    const input = rolloutInputFor(
+      scratch.dir,
+      {
+        gate: '10m',
+        phases: [
+          { canary: '1 device', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] },
+          { bulk: '25%', healthGate: ['devices-online'] },
+          { bulk: 'remainder', healthGate: ['all-runtimes-healthy'] },
+        ],
+      },
+      inventoryPath,
+      'rollout:demo-timeskip',
+    );
+    const worker = await startTestWorker(env, { auditDir });
+    try {
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const result = await handle.result();
+      await recordHistory(handle, 'happy-path-timeskip');
+
+      expect(result.state).toBe('completed');
+      expect(result.phases.map((p) => [p.devices, p.stage, p.gateOutcome])).toEqual([
+        [1, 'passed', 'pass'],
+        [3, 'passed', 'pass'],
+        [8, 'passed', 'pass'],
+      ]);
+      for (const d of fleet.devices) {
+        expect(markerOf(fleet, d.id)).toBe(2);
+        expect(fleet.count(d.id, APPLY_COMMAND)).toBe(1);
+        expect(fleet.count(d.id, VERIFY_R2)).toBe(2);
+      }
+      // Three 10-minute gates passed in workflow time, skipped by the test server.
+      const { startTime, closeTime } = await handle.describe();
+      expect(closeTime!.getTime() - startTime.getTime()).toBeGreaterThanOrEqual(30 * 60_000);
+      const history = await handle.fetchHistory();
+      const timers = history.events!.filter((e) => e.timerStartedEventAttributes).map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
+      expect(timers).toEqual([600, 600, 600]);
+
+      const audit = readAuditFile(auditDir, input.rolloutId);
+      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 11 });
+      expect(audit.map((r) => `${r.event}${r.phase ? ` @${r.phase}` : ''}`)).toEqual([
+        'rollout.started',
+        'phase.started @canary 1 device',
+        'phase.applied @canary 1 device',
+        'gate.passed @canary 1 device',
+        'phase.started @bulk 25%',
+        'phase.applied @bulk 25%',
+        'gate.passed @bulk 25%',
+        'phase.started @bulk remainder',
+        'phase.applied @bulk remainder',
+        'gate.passed @bulk remainder',
+        'rollout.completed',
+      ]);
+      expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
+    } finally {
+      await worker.stop();
+    }
+  });
+});
