@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -81,6 +82,45 @@ describe('rollout workflow on the time-skipping test server', () => {
         'rollout.completed',
       ]);
       expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('no device starts outside the maintenance window: the workflow sleeps until it opens', async () => {
+    fleet.resetCounters();
+    // Devices are back on r1 so there is something to apply.
+    for (const d of fleet.devices) writeFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), '1\n');
+    const now = new Date();
+    const hhmm = (d: Date) => `${String(d.getUTCHours()).padStart(2, '0')}:${String(d.getUTCMinutes()).padStart(2, '0')}`;
+    const opens = new Date(now.getTime() + 3 * 3_600_000);
+    const closes = new Date(now.getTime() + 5 * 3_600_000);
+    const input = rolloutInputFor(
+      scratch.dir,
+      { gate: '1m', window: { days: ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'], start: hhmm(opens), end: hhmm(closes), timezone: 'UTC' }, phases: [{ bulk: 'remainder' }] },
+      inventoryPath,
+      'rollout:demo-window',
+    );
+    const worker = await startTestWorker(env, { auditDir });
+    try {
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const result = await handle.result();
+      expect(result.state).toBe('completed');
+      const history = await handle.fetchHistory();
+      const firstApply = history.events!.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision')!;
+      const windowTimer = history.events!.find((e) => e.timerStartedEventAttributes && Number(e.timerStartedEventAttributes.startToFireTimeout!.seconds) > 3_600)!;
+      expect(windowTimer).toBeDefined();
+      // The first apply was scheduled only after the window opened (workflow time).
+      const scheduledAt = Number(firstApply.eventTime!.seconds) * 1000;
+      expect(scheduledAt).toBeGreaterThanOrEqual(opens.getTime() - 60_000);
+      expect(Number(windowTimer.eventId)).toBeLessThan(Number(firstApply.eventId));
+      // The content was still in place (only the markers were reset): verify-first, no apply.
+      for (const d of fleet.devices) {
+        expect(fleet.count(d.id, VERIFY_R2)).toBe(1);
+        expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
+        expect(markerOf(fleet, d.id)).toBe(2);
+      }
+      expect(result.devices.every((d) => d.reason === 'already in place (verify only)')).toBe(true);
     } finally {
       await worker.stop();
     }
