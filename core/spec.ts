@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { parseDurationMs } from './duration';
+import { parseHealthCheck } from './health';
 import type { Inventory } from './inventory';
 import { invalidFields, parseWith, type FieldProblem } from './validation';
 
@@ -42,7 +43,11 @@ const PhaseSizeText = z.union([z.number().int().positive(), z.string()]).transfo
   return z.NEVER;
 });
 
-export const HealthCheck = z.string().min(1);
+/** One health-gate check, validated by the same parser the probes use (core/health.ts). */
+export const HealthCheck = z.string().superRefine((text, ctx) => {
+  const parsed = parseHealthCheck(text);
+  if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });
+});
 
 const Phase = z
   .object({

@@ -37,6 +37,8 @@ export interface RolloutStatus {
   counts: Counts;
   controls: ControlRecord[];
   warnings: string[];
+  /** The last audit record written: lets `wavegate audit --verify --head` catch records cut off the end. */
+  auditHead?: { seq: number; hash: string };
   /** A canary run's verdict (nightly canary). */
   verdict?: 'pass' | 'fail' | 'inconclusive' | 'nothing-to-test';
 }

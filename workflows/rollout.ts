@@ -97,6 +97,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     controls,
     warnings,
     ...(verdict ? { verdict } : {}),
+    ...(auditHead ? { auditHead } : {}),
   });
   const publish = () => {
     wf.upsertSearchAttributes([
@@ -116,6 +117,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 
   // ---- audit: one record per transition, sequential so the hash chain is in order ----
   let auditSeq = 0;
+  let auditHead: { seq: number; hash: string } | undefined;
   let auditChain: Promise<unknown> = Promise.resolve();
   const audit = (event: AuditEventName, fields: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown } = {}) => {
     const record = {
@@ -130,7 +132,14 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       counts: { ...countDevices(devices.values()) },
       evidence: fields.evidence ?? null,
     };
-    auditChain = auditChain.then(() => appendAudit.executeWithOptions({ summary: `audit ${event}` }, [record]));
+    auditChain = auditChain
+      .then(() => appendAudit.executeWithOptions({ summary: `audit ${event}` }, [record]))
+      .then((head) => (auditHead = head))
+      .catch((err) => {
+        if (wf.isCancellation(err)) throw err;
+        // Keep the rollout (and the chain of later records) going, but say loudly what was not written.
+        warnings.push(`audit record ${record.seq} (${event}) not written: ${rootMessage(err)}`);
+      });
     return auditChain;
   };
 
