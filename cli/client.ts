@@ -89,10 +89,11 @@ export function resolveClientSettings(flags: TemporalFlags = {}, env: NodeJS.Pro
     profile = loadClientConfigProfile({
       ...(flags.profileName ? { profile: flags.profileName } : {}),
       ...(flags.configFile ? { configSource: { path: flags.configFile } } : {}),
-      overrideEnvVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined)),
+      // An empty variable is an unset one (how shells and CI templates "remove" a setting).
+      overrideEnvVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== '')),
     });
   } catch (err) {
-    const which = flags.profileName ?? env.TEMPORAL_PROFILE;
+    const which = flags.profileName ?? (env.TEMPORAL_PROFILE || undefined);
     throw new WavegateError('INVALID_INPUT', `Temporal client config${which ? ` profile "${which}"` : ''}: ${(err as Error).message}`);
   }
   const { connectionOptions, namespace } = toClientOptions(profile);
@@ -112,11 +113,11 @@ export function resolveClientSettings(flags: TemporalFlags = {}, env: NodeJS.Pro
   return {
     address,
     namespace: flags.namespace ?? namespace ?? 'default',
-    taskQueue: flags.taskQueue ?? env.WAVEGATE_TASK_QUEUE ?? DEFAULT_TASK_QUEUE,
+    taskQueue: flags.taskQueue ?? (env.WAVEGATE_TASK_QUEUE || DEFAULT_TASK_QUEUE),
     ...(apiKey ? { apiKey } : {}),
     ...(tls !== undefined ? { tls } : {}),
     ...(connectionOptions.metadata ? { metadata: connectionOptions.metadata } : {}),
-    uiUrl: (flags.uiUrl ?? env.WAVEGATE_UI_URL ?? defaultUiUrl(address)).replace(/\/+$/, ''),
+    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || defaultUiUrl(address))).replace(/\/+$/, ''),
   };
 }
 

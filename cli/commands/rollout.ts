@@ -29,6 +29,13 @@ function printStatus(status: RolloutStatus): void {
 
 const outcomeCode = (status: RolloutStatus) => (status.state === 'completed' ? EXIT_OK : EXIT_FAILED);
 
+/** The last line of a watch: the outcome and the exit code it means. */
+function printOutcome(final: RolloutStatus): number {
+  const code = outcomeCode(final);
+  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`);
+  return code;
+}
+
 function watchOptions(intervalMs: number) {
   return {
     intervalMs,
@@ -53,16 +60,20 @@ export function register(program: Command): void {
       .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
       .requiredOption('--inventory <fleet.yaml>', 'inventory (the worker reads this path at snapshot time)')
       .option('--profiles <dir>', 'profiles directory', 'profiles')
+      .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
       .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed')
       .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed')
       .option('--interval <ms>', 'with --watch: poll interval', parseInterval, 1000)
       .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
   ).action(
-    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles: string; key?: string; watch?: boolean; wait?: boolean; interval: number; json?: boolean }) => {
-      const input = prepareRollout({ specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: operatorName() });
+    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; interval: number; json?: boolean }) => {
+      const request = { specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: operatorName() };
+      // From files, bad input is refused before Temporal is contacted at all.
+      const fromFiles = opts.registry ? undefined : prepareRollout(request);
       const settings = resolveClientSettings(opts);
       return withClient(settings, async (client) => {
+        const input = fromFiles ?? (await prepareRollout({ ...request, client }));
         const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
         const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
@@ -70,7 +81,7 @@ export function register(program: Command): void {
           console.log(`rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`);
           console.log(`Web UI: ${url}`);
         }
-        if (opts.watch) return outcomeCode(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
+        if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
         if (!opts.wait) return;
         await handle.result().catch(() => undefined);
         const final = await queryStatus(client, handle.workflowId);
@@ -100,9 +111,11 @@ export function register(program: Command): void {
     action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
       withClient(resolveClientSettings(opts), async (client) => {
         const final = await watchRollout(client, id, opts.json ? { ...watchOptions(opts.interval), tty: false, write: () => {} } : watchOptions(opts.interval));
-        if (opts.json) console.log(JSON.stringify(final, null, 2));
-        else console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${outcomeCode(final)}`);
-        return outcomeCode(final);
+        if (opts.json) {
+          console.log(JSON.stringify(final, null, 2));
+          return outcomeCode(final);
+        }
+        return printOutcome(final);
       }),
     ),
   );
