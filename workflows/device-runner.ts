@@ -45,7 +45,10 @@ function applyProxy(opts: DeviceRunOptions) {
     startToCloseTimeout: opts.applyTimeoutMs,
     // A device that is offline under `offline: wait` is retried until its apply timeout runs out.
     ...(waitForOffline ? { scheduleToCloseTimeout: opts.applyTimeoutMs } : {}),
-    heartbeatTimeout: '1 minute',
+    // A worker that dies mid-apply is noticed after this long and the device's apply is retried on
+    // another worker (verify-first makes the retry safe). Running commands heartbeat every 5 s; the
+    // steps between them (connect ≤ 10 s, staging, marker) are short, so 30 s is six missed beats.
+    heartbeatTimeout: '30 seconds',
     retry: waitForOffline
       ? { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute' }
       : { initialInterval: '2 seconds', backoffCoefficient: 2, maximumAttempts: 5 },
