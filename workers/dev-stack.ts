@@ -1,10 +1,10 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { NativeConnection, type Worker } from '@temporalio/worker';
+import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, type Fleet } from '../test/support/fleet-sim';
 import { writeFleetInventory } from '../test/support/fleet-inventory';
 import { startDevServer, type DevServer } from './dev-server';
-import { createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker';
+import { connectWorker, createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker';
 
 export interface DevStack {
   server: DevServer;
@@ -47,7 +47,7 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     }
 
     installQuietRuntime();
-    const connection = await NativeConnection.connect({ address: server.address });
+    const connection = await connectWorker(server.address);
     stops.push(() => connection.close());
     const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit') } });
     const running = worker.run();

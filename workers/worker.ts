@@ -1,6 +1,12 @@
 import { join } from 'node:path';
-import { NativeConnection, Runtime, Worker, DefaultLogger, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { createActivities, type ActivityDeps } from '../activities';
+// Type-only at the top: loading the SDK's worker takes most of a second, and every CLI command imports
+// this file for its connection settings; the worker code is loaded when a worker is actually made.
+import type { NativeConnection, Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { ActivityDeps } from '../activities';
+
+function workerSdk(): typeof import('@temporalio/worker') {
+  return require('@temporalio/worker');
+}
 
 // A path, not require.resolve: the bundler takes the .ts source and tests run without a build.
 export const WORKFLOWS_PATH = join(__dirname, '..', 'workflows', 'index.ts');
@@ -21,6 +27,11 @@ export function connectionSettings(flags: Partial<ConnectionSettings> = {}): Con
   };
 }
 
+/** Connect to Temporal for a worker (loads the SDK's worker code on first use). */
+export function connectWorker(address: string): Promise<NativeConnection> {
+  return workerSdk().NativeConnection.connect({ address });
+}
+
 let runtimeInstalled = false;
 /**
  * Keep the SDK's own logging to warnings: progress is ours to print. Must run before the first
@@ -30,6 +41,7 @@ export function installQuietRuntime(): void {
   if (runtimeInstalled) return;
   runtimeInstalled = true;
   try {
+    const { Runtime, DefaultLogger } = workerSdk();
     Runtime.install({ logger: new DefaultLogger('WARN') });
   } catch {
     // Already installed by the host process (e.g. a test environment): keep theirs.
@@ -43,7 +55,8 @@ export async function createWorker(opts: {
   deps?: ActivityDeps;
   workflowBundle?: WorkflowBundleWithSourceMap;
 }): Promise<Worker> {
-  return Worker.create({
+  const { createActivities } = require('../activities') as typeof import('../activities');
+  return workerSdk().Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,

@@ -1,14 +1,14 @@
 import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { NativeConnection } from '@temporalio/worker';
+import type { NativeConnection } from '@temporalio/worker';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
-import { startDevStack, type DevStack } from '../../workers/dev-stack';
+import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { connectionSettings, createWorker, installQuietRuntime } from '../../workers/worker';
+import { connectionSettings, connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
 import { connectClient, startRollout, workflowUrl } from '../client';
@@ -19,7 +19,9 @@ import { action, EXIT_FAILED, EXIT_OK } from '../run';
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
 /** Run `body` with a dev stack, taking the whole stack down on return, error, Ctrl-C or SIGTERM. */
-async function withDevStack<T>(opts: Parameters<typeof startDevStack>[0], body: (stack: DevStack) => Promise<T>): Promise<T> {
+async function withDevStack<T>(opts: Parameters<typeof StartDevStack>[0], body: (stack: DevStack) => Promise<T>): Promise<T> {
+  // Loaded here, not at the top: the dev stack pulls in the SDK's worker, which other commands never need.
+  const { startDevStack } = require('../../workers/dev-stack') as typeof import('../../workers/dev-stack');
   let stack: DevStack | undefined;
   let stopping: Promise<void> | undefined;
   const shutdown = (signal: string) => {
@@ -156,7 +158,7 @@ export function register(program: Command): void {
         let connection: NativeConnection;
         installQuietRuntime();
         try {
-          connection = await NativeConnection.connect({ address: settings.address });
+          connection = await connectWorker(settings.address);
         } catch (err) {
           throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
         }
