@@ -26,6 +26,8 @@ export interface HistoryShape {
   maxPendingActivities: number;
   childrenInitiated: number;
   maxPendingChildren: number;
+  /** The longest workflow task (started → completed): the worker's time to run one activation. */
+  maxWorkflowTaskMs: number;
 }
 
 const ACTIVITY_CLOSED = new Set([E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, E.EVENT_TYPE_ACTIVITY_TASK_FAILED, E.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, E.EVENT_TYPE_ACTIVITY_TASK_CANCELED]);
@@ -38,6 +40,10 @@ const CHILD_CLOSED = new Set([
   E.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED,
 ]);
 
+function millis(t: temporal.api.history.v1.IHistoryEvent['eventTime']): number {
+  return Number(String(t?.seconds ?? 0)) * 1000 + Math.floor((t?.nanos ?? 0) / 1e6);
+}
+
 function events(history: History): HistoryEvent[] {
   return history.events ?? [];
 }
@@ -46,7 +52,8 @@ function events(history: History): HistoryEvent[] {
 export function historyShape(workflowId: string, history: History): HistoryShape {
   let pendingActivities = 0;
   let pendingChildren = 0;
-  const shape: HistoryShape = { workflowId, events: 0, activitiesScheduled: 0, maxPendingActivities: 0, childrenInitiated: 0, maxPendingChildren: 0 };
+  let taskStartedAt: number | undefined;
+  const shape: HistoryShape = { workflowId, events: 0, activitiesScheduled: 0, maxPendingActivities: 0, childrenInitiated: 0, maxPendingChildren: 0, maxWorkflowTaskMs: 0 };
   for (const event of events(history)) {
     shape.events += 1;
     const type = event.eventType ?? E.EVENT_TYPE_UNSPECIFIED;
@@ -62,6 +69,11 @@ export function historyShape(workflowId: string, history: History): HistoryShape
       shape.maxPendingChildren = Math.max(shape.maxPendingChildren, pendingChildren);
     } else if (CHILD_CLOSED.has(type)) {
       pendingChildren -= 1;
+    } else if (type === E.EVENT_TYPE_WORKFLOW_TASK_STARTED) {
+      taskStartedAt = millis(event.eventTime);
+    } else if (type === E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED && taskStartedAt !== undefined) {
+      shape.maxWorkflowTaskMs = Math.max(shape.maxWorkflowTaskMs, millis(event.eventTime) - taskStartedAt);
+      taskStartedAt = undefined;
     }
   }
   return shape;

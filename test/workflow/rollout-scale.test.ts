@@ -63,7 +63,7 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
       }
       // A slice of 100 within pools allowing 50 + 50 does run its devices side by side.
       expect(Math.max(...children.map((c) => c.maxPendingActivities))).toBeGreaterThan(1);
-      console.log(shapes.map((s) => `${s.workflowId}: ${s.events} events, max ${s.maxPendingActivities} pending activities, max ${s.maxPendingChildren} pending children`).join('\n'));
+      console.log(shapes.map((s) => `${s.workflowId}: ${s.events} events, max ${s.maxPendingActivities} pending activities, max ${s.maxPendingChildren} pending children, longest workflow task ${s.maxWorkflowTaskMs} ms`).join('\n'));
     } finally {
       await worker.stop();
     }

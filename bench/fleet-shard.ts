@@ -1,0 +1,77 @@
+/**
+ * One shard of the benchmark fleet, in its own process: the simulator keeps ~1,000 devices per process
+ * (test/support/fleet-sim.ts), so a 10,000-device fleet is ten of these. Driven over IPC by
+ * bench/rollout-scale.ts:
+ *   parent → { devices: SimDeviceSpec[], dir, clientKeyPath }   start the fleet
+ *   shard  → { ready: ShardDevice[] }                            every device's address and host key pin
+ *   parent → { reset: true }                                     remove what a rollout wrote (content, marker, staging)
+ *   shard  → { resetDone: true }
+ *   parent → { count: true }                                     how many devices have marker 2 and the r2 content
+ *   shard  → { counted: { marker2: number, content2: number, commands: number } }
+ *   parent → { stop: true }                                      stop and exit
+ */
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { startFleet, type Fleet, type SimDeviceSpec } from '../test/support/fleet-sim';
+
+export interface ShardDevice {
+  id: string;
+  host: string;
+  port: number;
+  hostKeyFingerprint: string;
+  sandbox: string;
+  spec: SimDeviceSpec;
+}
+
+export type ShardRequest = { devices: SimDeviceSpec[]; dir: string; clientKeyPath: string } | { reset: true } | { count: true } | { stop: true };
+export type ShardReply = { ready: ShardDevice[] } | { resetDone: true } | { counted: { marker2: number; content2: number; commands: number } } | { error: string };
+
+const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
+
+async function forEachLimit<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: limit }, async () => {
+      while (next < items.length) await fn(items[next++]!);
+    }),
+  );
+}
+
+const readTrimmed = (path: string) => readFile(path, 'utf8').then((s) => s.trim(), () => '');
+
+let fleet: Fleet | undefined;
+const send = (reply: ShardReply) => process.send!(reply);
+
+process.on('message', (request: ShardRequest) => {
+  void (async () => {
+    try {
+      if ('devices' in request) {
+        fleet = await startFleet({ devices: request.devices, dir: request.dir, clientKeyPath: request.clientKeyPath });
+        send({ ready: fleet.devices.map((d) => ({ id: d.id, host: d.host, port: d.port, hostKeyFingerprint: d.hostKeyFingerprint, sandbox: d.sandbox, spec: d.spec })) });
+      } else if ('reset' in request) {
+        await forEachLimit(fleet!.devices, 32, async (d) => {
+          await rm(join(d.sandbox, 'etc'), { recursive: true, force: true });
+          await rm(join(d.sandbox, '.wavegate'), { recursive: true, force: true });
+        });
+        fleet!.resetCounters();
+        send({ resetDone: true });
+      } else if ('count' in request) {
+        let marker2 = 0;
+        let content2 = 0;
+        await forEachLimit(fleet!.devices, 32, async (d) => {
+          if ((await readTrimmed(join(d.sandbox, '.wavegate/profiles/demo/revision'))) === '2') marker2++;
+          if ((await readTrimmed(join(d.sandbox, 'etc/motd'))) === MOTD_R2) content2++;
+        });
+        send({ counted: { marker2, content2, commands: fleet!.totalCommands() } });
+      } else if ('stop' in request) {
+        await fleet?.stop();
+        process.exit(0);
+      }
+    } catch (err) {
+      send({ error: (err as Error).stack ?? String(err) });
+    }
+  })();
+});
+process.on('disconnect', () => {
+  void (fleet?.stop() ?? Promise.resolve()).then(() => process.exit(0));
+});

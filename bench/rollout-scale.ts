@@ -1,0 +1,225 @@
+/**
+ * The scale benchmark (bench/README.md): one rollout of N simulated SSH devices through Temporal
+ * (dev server + one worker, phases run as slice children), against the naïve baseline — an ssh loop
+ * over the same fleet with the same number of devices in flight, each device verify → apply → verify →
+ * marker via activities/device-steps.ts `applyToDevice`, no Temporal. Prints wall time, devices/s,
+ * per-execution history sizes and peak pending activities, and the ratio of the two.
+ *
+ *   npx tsx bench/rollout-scale.ts --devices 10000 --slice 200 [--in-flight 100] [--shard-size 1000] [--only temporal|baseline]
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { stringify } from 'yaml';
+import { applyToDevice } from '../activities/device-steps';
+import type { DeviceTarget } from '../core/rollout-state';
+import { rolloutWorkflow, type RolloutInput } from '../workflows/rollout';
+import { demoDevices, generateEd25519, type SimDeviceSpec } from '../test/support/fleet-sim';
+import { rolloutInputFor, scratchDir, startTestWorker } from '../test/support/harness';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from '../test/support/history-bounds';
+import { startDevServerEnv } from '../test/support/temporal';
+import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
+
+const { values: flags } = parseArgs({
+  options: {
+    devices: { type: 'string', default: '10000' },
+    slice: { type: 'string', default: '200' },
+    'in-flight': { type: 'string', default: '100' },
+    'shard-size': { type: 'string', default: '1000' },
+    only: { type: 'string' },
+  },
+});
+const positive = (name: string, value: string | undefined): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name}: expected a positive integer, got ${JSON.stringify(value)}`);
+  return n;
+};
+const DEVICES = positive('devices', flags.devices);
+const SLICE = positive('slice', flags.slice);
+const IN_FLIGHT = positive('in-flight', flags['in-flight']);
+const SHARD_SIZE = positive('shard-size', flags['shard-size']);
+if (flags.only !== undefined && !['temporal', 'baseline'].includes(flags.only)) throw new Error(`--only: expected temporal or baseline, got ${JSON.stringify(flags.only)}`);
+const POOLS = ['pool-a', 'pool-b'] as const; // demoDevices alternates the two
+
+// ---- the fleet: shards of the simulator in child processes ----
+
+class Shard {
+  private waiting: ((reply: ShardReply) => void) | undefined;
+  constructor(readonly child: ChildProcess) {
+    child.on('message', (reply: ShardReply) => {
+      const resolve = this.waiting;
+      this.waiting = undefined;
+      resolve?.(reply);
+    });
+  }
+  ask<R extends ShardReply>(request: ShardRequest): Promise<R> {
+    return new Promise((resolve, reject) => {
+      this.waiting = (reply) => ('error' in reply ? reject(new Error(`fleet shard: ${reply.error}`)) : resolve(reply as R));
+      this.child.send(request);
+    });
+  }
+}
+
+async function startShards(dir: string, specs: SimDeviceSpec[], clientKeyPath: string): Promise<{ shards: Shard[]; devices: ShardDevice[] }> {
+  const shards: Shard[] = [];
+  const parts: Promise<{ ready: ShardDevice[] }>[] = [];
+  for (let i = 0; i < specs.length; i += SHARD_SIZE) {
+    const shard = new Shard(fork(join(__dirname, 'fleet-shard.ts'), [], { execArgv: ['--require', 'tsx/cjs'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+    shards.push(shard);
+    parts.push(shard.ask({ devices: specs.slice(i, i + SHARD_SIZE), dir: join(dir, 'fleet'), clientKeyPath }));
+  }
+  const devices = (await Promise.all(parts)).flatMap((p) => p.ready);
+  return { shards, devices };
+}
+
+async function countApplied(shards: Shard[]) {
+  const counts = await Promise.all(shards.map((s) => s.ask<{ counted: { marker2: number; content2: number; commands: number } }>({ count: true })));
+  return counts.reduce((a, { counted: c }) => ({ marker2: a.marker2 + c.marker2, content2: a.content2 + c.content2, commands: a.commands + c.commands }), { marker2: 0, content2: 0, commands: 0 });
+}
+
+function writeInventory(path: string, devices: ShardDevice[], clientKeyPath: string, budget: number): void {
+  const doc = {
+    pools: Object.fromEntries(POOLS.map((p) => [p, { disruptionBudget: budget }])),
+    defaults: { user: 'wavegate', ssh: { key: clientKeyPath }, runtimes: ['motd'] },
+    devices: devices.map((d) => ({
+      id: d.id,
+      host: d.host,
+      port: d.port,
+      pool: d.spec.pool!,
+      class: d.spec.class!,
+      os: d.spec.os!,
+      labels: d.spec.labels ?? {},
+      updateClass: d.spec.updateClass ?? 'required',
+      ssh: { hostKey: d.hostKeyFingerprint },
+    })),
+  };
+  writeFileSync(path, stringify(doc));
+}
+
+// ---- the two runs ----
+
+interface RunResult {
+  name: string;
+  wallMs: number;
+  applied: number;
+  failed: number;
+  commands: number;
+  shapes?: HistoryShape[];
+}
+
+async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]): Promise<RunResult> {
+  const env = await startDevServerEnv();
+  const worker = await startTestWorker(env, { auditDir: join(dir, 'audit') });
+  try {
+    const rolloutId = `rollout:bench-${DEVICES}`;
+    const input: RolloutInput = {
+      ...rolloutInputFor(dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
+      sliceSize: SLICE,
+    };
+    const started = Date.now();
+    const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const wallMs = Date.now() - started;
+    const shapes = await executionTreeShapes(env.client, rolloutId);
+    const { commands } = await countApplied(shards);
+    if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
+    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes };
+  } finally {
+    await worker.stop();
+    await env.teardown();
+  }
+}
+
+async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKeyPath: string, shards: Shard[]): Promise<RunResult> {
+  const targets: DeviceTarget[] = devices.map((d) => ({ id: d.id, host: d.host, port: d.port, user: 'wavegate', pool: d.spec.pool!, class: d.spec.class!, ssh: { hostKey: d.hostKeyFingerprint, key: clientKeyPath } }));
+  let applied = 0;
+  let failed = 0;
+  let next = 0;
+  const started = Date.now();
+  // The ssh loop: IN_FLIGHT workers take the next device; each connects, verifies, applies, verifies, writes the marker.
+  await Promise.all(
+    Array.from({ length: IN_FLIGHT }, async () => {
+      while (next < targets.length) {
+        const target = targets[next++]!;
+        try {
+          await applyToDevice(target, input.steps, { commandTimeoutMs: 60_000 });
+          applied++;
+        } catch (err) {
+          failed++;
+          if (failed <= 5) console.log(`baseline: ${(err as Error).message}`);
+        }
+      }
+    }),
+  );
+  const wallMs = Date.now() - started;
+  const { commands } = await countApplied(shards);
+  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands };
+}
+
+// ---- report ----
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+const rate = (r: RunResult) => (r.applied / (r.wallMs / 1000)).toFixed(1);
+
+function printShapes(shapes: HistoryShape[]): void {
+  console.log(`\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`);
+  console.log('| execution | events | activities | max pending activities | max pending children | longest workflow task |');
+  console.log('|---|---:|---:|---:|---:|---:|');
+  for (const s of shapes) console.log(`| ${s.workflowId} | ${s.events} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`);
+  const children = shapes.slice(1);
+  if (children.length > 0) {
+    const max = (f: (s: HistoryShape) => number) => Math.max(...children.map(f));
+    console.log(`children: ${children.length}; largest history ${max((s) => s.events)} events; peak pending activities ${max((s) => s.maxPendingActivities)}`);
+  }
+  const over = shapes.filter((s) => s.events >= HISTORY_EVENT_LIMIT || s.maxPendingActivities > PENDING_LIMIT || s.maxPendingChildren > PENDING_LIMIT);
+  console.log(over.length === 0 ? 'every execution within the limits' : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`);
+}
+
+async function main(): Promise<void> {
+  const scratch = scratchDir('bench');
+  const clientKeyPath = join(scratch.dir, 'client_ed25519');
+  writeFileSync(clientKeyPath, generateEd25519('wavegate-bench').private, { mode: 0o600 });
+  console.log(`fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}`);
+  const fleetStart = Date.now();
+  const { shards, devices } = await startShards(scratch.dir, demoDevices(DEVICES), clientKeyPath);
+  console.log(`fleet up in ${seconds(Date.now() - fleetStart)}`);
+  const inventoryPath = join(scratch.dir, 'inventory.yaml');
+  // Two pools of N/2: a budget of IN_FLIGHT/N lets IN_FLIGHT/2 devices of each pool run at once.
+  writeInventory(inventoryPath, devices, clientKeyPath, IN_FLIGHT / DEVICES);
+  const input = rolloutInputFor(scratch.dir, { phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, inventoryPath, 'rollout:bench-steps');
+  const results: RunResult[] = [];
+  try {
+    if (flags.only !== 'baseline') {
+      console.log('\nrunning the rollout through Temporal...');
+      results.push(await runTemporal(scratch.dir, inventoryPath, shards));
+      console.log(`  ${results.at(-1)!.applied} applied in ${seconds(results.at(-1)!.wallMs)}`);
+      await Promise.all(shards.map((s) => s.ask({ reset: true })));
+    }
+    if (flags.only !== 'temporal') {
+      console.log('\nrunning the baseline ssh loop...');
+      results.push(await runBaseline(input, devices, clientKeyPath, shards));
+      console.log(`  ${results.at(-1)!.applied} applied in ${seconds(results.at(-1)!.wallMs)}`);
+    }
+    const onDisk = await countApplied(shards);
+
+    console.log(`\n## ${DEVICES} devices, ${IN_FLIGHT} in flight, slices of ${SLICE}\n`);
+    console.log('| run | wall time | devices/s | applied | failed | SSH commands |');
+    console.log('|---|---:|---:|---:|---:|---:|');
+    for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
+    if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
+    console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);
+    const shapes = results[0]?.shapes;
+    if (shapes) printShapes(shapes);
+  } finally {
+    await Promise.all(shards.map((s) => new Promise<void>((resolve) => {
+      s.child.once('exit', () => resolve());
+      s.child.send({ stop: true });
+    })));
+    scratch.cleanup();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
