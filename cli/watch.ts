@@ -25,19 +25,20 @@ function deviceOrder(state: DeviceState): number {
 
 /** The lines of one frame: a header, one bar per phase, and a device table of at most `maxDevices` rows. */
 export function renderFrame(status: RolloutStatus, opts: { width?: number; maxDevices?: number; now?: Date } = {}): string[] {
-  const width = Math.max(60, Math.min(opts.width ?? 100, 160));
+  // One character short of the terminal: a line that wraps would throw off the cursor-up redraw.
+  const width = Math.max(60, Math.min((opts.width ?? 100) - 1, 200));
   const maxDevices = opts.maxDevices ?? 20;
   const lines: string[] = [];
   lines.push(`rollout ${status.rolloutId}  ${status.profile} r${status.fromRevision} → r${status.toRevision}  state ${status.state}  phase ${status.phase}${opts.now ? `  at ${opts.now.toISOString().slice(11, 19)}` : ''}`);
   if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
   lines.push(`  ${summarizeCounts(status.counts)}`);
-  const barWidth = Math.max(10, width - 60);
+  const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
     const members = status.devices.filter((d) => d.phase === phase.index);
     const done = members.filter((d) => DONE.has(d.state)).length;
     const applied = members.filter((d) => d.state === 'applied').length;
     const claimed = members.filter((d) => d.state === 'claimed').length;
-    const name = `${phase.index} ${phase.name}`.padEnd(14).slice(0, 14);
+    const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
     lines.push(`  ${name} ${bar(done, members.length, barWidth)} ${String(done).padStart(4)}/${String(members.length).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`);
   }
   const shown = [...status.devices].sort((a, b) => deviceOrder(a.state) - deviceOrder(b.state) || a.phase - b.phase || a.id.localeCompare(b.id));
@@ -46,7 +47,7 @@ export function renderFrame(status: RolloutStatus, opts: { width?: number; maxDe
     lines.push(`  ${d.id.padEnd(16)} ${String(d.phase < 0 ? '-' : d.phase).padEnd(6)} ${d.state.padEnd(16)} ${d.reason ?? ''}`.slice(0, width));
   }
   if (shown.length > maxDevices) lines.push(`  … ${shown.length - maxDevices} more devices (wavegate status ${status.rolloutId})`);
-  return lines;
+  return lines.map((line) => (line.length > width ? line.slice(0, width) : line));
 }
 
 /** One plain line for logs: state, phase, counts, and the stage of every phase. */
