@@ -8,6 +8,7 @@
  *   npx tsx bench/rollout-scale.ts --devices 10000 --slice 200 [--in-flight 100] [--shard-size 1000] [--only temporal|baseline]
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { Client, Connection } from '@temporalio/client';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -117,10 +118,14 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
       ...rolloutInputFor(dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
       sliceSize: SLICE,
     };
+    // At 10,000 devices a page of the parent's history is over gRPC's default 4 MB receive limit.
+    const connection = await Connection.connect({ address: env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
+    const client = new Client({ connection, namespace: env.namespace ?? 'default' });
     const started = Date.now();
-    const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
     const wallMs = Date.now() - started;
-    const shapes = await executionTreeShapes(env.client, rolloutId);
+    const shapes = await executionTreeShapes(client, rolloutId);
+    await connection.close();
     const { commands } = await countApplied(shards);
     if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
     return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes };
@@ -163,13 +168,13 @@ const rate = (r: RunResult) => (r.applied / (r.wallMs / 1000)).toFixed(1);
 
 function printShapes(shapes: HistoryShape[]): void {
   console.log(`\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`);
-  console.log('| execution | events | activities | max pending activities | max pending children | longest workflow task |');
-  console.log('|---|---:|---:|---:|---:|---:|');
-  for (const s of shapes) console.log(`| ${s.workflowId} | ${s.events} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`);
+  console.log('| execution | events | bytes | activities | max pending activities | max pending children | longest workflow task |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  for (const s of shapes) console.log(`| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`);
   const children = shapes.slice(1);
   if (children.length > 0) {
     const max = (f: (s: HistoryShape) => number) => Math.max(...children.map(f));
-    console.log(`children: ${children.length}; largest history ${max((s) => s.events)} events; peak pending activities ${max((s) => s.maxPendingActivities)}`);
+    console.log(`children: ${children.length}; largest history ${max((s) => s.events)} events, ${max((s) => s.bytes)} bytes; peak pending activities ${max((s) => s.maxPendingActivities)}`);
   }
   const over = shapes.filter((s) => s.events >= HISTORY_EVENT_LIMIT || s.maxPendingActivities > PENDING_LIMIT || s.maxPendingChildren > PENDING_LIMIT);
   console.log(over.length === 0 ? 'every execution within the limits' : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`);
@@ -204,7 +209,7 @@ async function main(): Promise<void> {
 
     console.log(`\n## ${DEVICES} devices, ${IN_FLIGHT} in flight, slices of ${SLICE}\n`);
     console.log('| run | wall time | devices/s | applied | failed | SSH commands |');
-    console.log('|---|---:|---:|---:|---:|---:|');
+    console.log('|---|---:|---:|---:|---:|---:|---:|');
     for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
     if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
     console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);

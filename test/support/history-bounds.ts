@@ -22,6 +22,8 @@ export const PENDING_LIMIT = 500;
 export interface HistoryShape {
   workflowId: string;
   events: number;
+  /** Encoded size of the whole history (the server's hard limit is 50 MB). */
+  bytes: number;
   activitiesScheduled: number;
   maxPendingActivities: number;
   childrenInitiated: number;
@@ -53,7 +55,7 @@ export function historyShape(workflowId: string, history: History): HistoryShape
   let pendingActivities = 0;
   let pendingChildren = 0;
   let taskStartedAt: number | undefined;
-  const shape: HistoryShape = { workflowId, events: 0, activitiesScheduled: 0, maxPendingActivities: 0, childrenInitiated: 0, maxPendingChildren: 0, maxWorkflowTaskMs: 0 };
+  const shape: HistoryShape = { workflowId, events: 0, bytes: temporal.api.history.v1.History.encode(history).finish().length, activitiesScheduled: 0, maxPendingActivities: 0, childrenInitiated: 0, maxPendingChildren: 0, maxWorkflowTaskMs: 0 };
   for (const event of events(history)) {
     shape.events += 1;
     const type = event.eventType ?? E.EVENT_TYPE_UNSPECIFIED;
