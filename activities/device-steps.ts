@@ -129,12 +129,12 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
   return { profile: steps.profile, revision: revision.revision, apply, verify: revision.verify, payload, envelope: steps.envelope, ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}) };
 }
 
-function stagingDir(steps: RevisionSteps): string {
+function stagingDir(steps: Pick<RevisionSteps, 'profile' | 'revision'>): string {
   return `.wavegate/staging/${steps.profile}/${steps.revision}`;
 }
 
-/** Run a revision command in the login's home with $WAVEGATE_STAGING set. */
-function shellFor(steps: RevisionSteps, command: string): string {
+/** Run a revision command in the login's home with $WAVEGATE_STAGING set (also the fleet board's way to verify). */
+export function shellFor(steps: Pick<RevisionSteps, 'profile' | 'revision'>, command: string): string {
   return `cd "$HOME" && WAVEGATE_STAGING="$HOME/${stagingDir(steps)}" && export WAVEGATE_STAGING && ${command}`;
 }
 

@@ -1,7 +1,7 @@
 import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
-import { readMarker } from './device-steps';
+import { readMarker, shellFor } from './device-steps';
 import { openSsh, type ExecResult } from './ssh';
 
 /**
@@ -67,14 +67,6 @@ async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promis
   return out;
 }
 
-/**
- * A revision command as the apply path runs it (activities/device-steps.ts `shellFor`): in the login's
- * home with $WAVEGATE_STAGING set, so a verify reads the same place here as after an apply.
- */
-function inHome(profile: string, revision: number, command: string): string {
-  return `cd "$HOME" && WAVEGATE_STAGING="$HOME/.wavegate/staging/${profile}/${revision}" && export WAVEGATE_STAGING && ${command}`;
-}
-
 /** Which inventory devices a profile is for, and why the others are not-for-me. */
 export function partitionFleet(inventory: Inventory, scope: Record<string, string>): { targets: Device[]; notForMe: Array<{ device: Device; reason: string }> } {
   const inScope = new Set(devicesInScope(scope, inventory.devices).map((d) => d.id));
@@ -132,7 +124,7 @@ export async function readFleetBoard(opts: {
     }
     try {
       const marker = await readMarker(session, opts.profile, probe.commandTimeoutMs ?? 30_000);
-      const res = await session.exec(inHome(opts.profile, opts.revision, opts.verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
+      const res = await session.exec(shellFor({ profile: opts.profile, revision: opts.revision }, opts.verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       if (res.code === 0) {
         return { ...base, state: opts.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(opts.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
       }
@@ -185,7 +177,7 @@ export async function readDrift(opts: {
       if (marker === null) return { id: device.id, marker, status: 'no-marker' };
       const verify = opts.verifyOf(marker);
       if (verify === undefined) return { id: device.id, marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${opts.profile}` };
-      const res = await session.exec(inHome(opts.profile, marker, verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
+      const res = await session.exec(shellFor({ profile: opts.profile, revision: marker }, verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       return res.code === 0 ? { id: device.id, marker, status: 'ok' } : { id: device.id, marker, status: 'drifted', detail: `r${marker} verify exited ${res.code}: ${evidence(res) || '(no output)'}` };
     } catch (err) {
       return { id: device.id, marker: null, status: 'unreachable', detail: (err as Error).message };

@@ -485,7 +485,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 
     if (abort) {
       const { rollback, reason, by } = abort;
-      for (const ps of phases) if (ps.stage === 'pending') ps.stage = 'stopped';
+      for (const ps of phases) if (ps.stage === 'pending' || ps.stage === 'awaiting-approval' || ps.stage === 'gate') ps.stage = 'stopped';
       skipUnstarted(`not started: aborted by ${by}`);
       if (rollback) await compensate(`abort: ${reason}`, by);
       return finish('aborted', 'rollout.aborted', reason);
@@ -501,6 +501,9 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       // A cancel (e.g. from the Web UI) still puts every changed device back before the workflow closes.
       await wf.CancellationScope.nonCancellable(async () => {
         record('cancel', { by: 'temporal-cancel' }, true);
+        pausedReason = undefined;
+        awaitingApproval = undefined;
+        for (const ps of phases) if (ps.stage === 'pending' || ps.stage === 'awaiting-approval' || ps.stage === 'gate' || ps.stage === 'applying') ps.stage = 'stopped';
         skipUnstarted('not started: rollout cancelled');
         await compensate('cancelled', 'temporal-cancel');
         state = 'cancelled';
