@@ -209,7 +209,7 @@ async function main(): Promise<void> {
 
     console.log(`\n## ${DEVICES} devices, ${IN_FLIGHT} in flight, slices of ${SLICE}\n`);
     console.log('| run | wall time | devices/s | applied | failed | SSH commands |');
-    console.log('|---|---:|---:|---:|---:|---:|---:|');
+    console.log('|---|---:|---:|---:|---:|---:|');
     for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
     if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
     console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);
