@@ -152,8 +152,9 @@ export function register(program: Command): void {
     .option('--address <host:port>', 'Temporal frontend address')
     .option('--namespace <ns>', 'Temporal namespace')
     .option('--task-queue <queue>', 'task queue to poll')
+    .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
     .action(
-      action(async (flags: { address?: string; namespace?: string; taskQueue?: string }) => {
+      action(async (flags: { address?: string; namespace?: string; taskQueue?: string; auditDir?: string }) => {
         const settings = connectionSettings(flags);
         let connection: NativeConnection;
         installQuietRuntime();
@@ -162,7 +163,8 @@ export function register(program: Command): void {
         } catch (err) {
           throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
         }
-        const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log } });
+        const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
+        const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}) } });
         log(`worker polling ${settings.address} namespace ${settings.namespace} task queue ${settings.taskQueue}; Ctrl-C to stop`);
         // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
         await worker.run();
