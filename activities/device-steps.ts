@@ -152,7 +152,7 @@ async function writeMarker(session: SshSession, device: string, profile: string,
 }
 
 /** Upload payload files to the staging directory and check their SHA-256 on the device itself. */
-async function stagePayload(session: SshSession, device: string, steps: RevisionSteps, timeoutMs: number): Promise<void> {
+async function stagePayload(session: SshSession, device: string, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
   if (steps.payload.length === 0) return;
   const dir = stagingDir(steps);
   // Upload to an absolute path under $HOME as the shell sees it: an SFTP server starts in the login's
@@ -168,6 +168,7 @@ async function stagePayload(session: SshSession, device: string, steps: Revision
       throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${file.name}: local copy has sha256 ${local}, revision says ${file.sha256}` }, device);
     }
     await session.upload(data, `${home}/${dir}/${file.name}`, { timeoutMs });
+    beat(`staged ${file.name}`); // many or large files must not look like a dead worker
   }
   const check = steps.payload.map((f) => `${f.sha256}  ${f.name}`).join('\n');
   const res = await session.exec(`cd "$HOME/${dir}" && printf '%s\\n' '${check}' | sha256sum -c --quiet -`, { timeoutMs });
@@ -221,7 +222,7 @@ export async function applyToDevice(
       return { device: target.id, outcome: 'already-applied', steps: ran };
     }
     beat('stage');
-    await stagePayload(session, target.id, steps, opts.commandTimeoutMs);
+    await stagePayload(session, target.id, steps, opts.commandTimeoutMs, beat);
     if (steps.payload.length) ran.push('stage');
     beat('apply');
     const applied = await run('apply', steps.apply);
