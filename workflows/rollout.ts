@@ -441,14 +441,15 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       }
 
       // 5. Gate: timer (abort interrupts it; pause holds the advance) or manual approval, then health.
-      for (;;) {
-        if (phase.gate === 'manual') {
+      // After an inconclusive gate and a resume, health is checked again at once: the time has passed.
+      for (let recheck = false; ; recheck = true) {
+        if (!recheck && phase.gate === 'manual') {
           ps.stage = 'awaiting-approval';
           awaitingApproval = { index: phase.index, name: phase.name };
           publish();
           await wf.condition(() => approved.has(phase.index) || isStopped());
           awaitingApproval = undefined;
-        } else {
+        } else if (!recheck) {
           ps.stage = 'gate';
           publish();
           await wf.condition(isStopped, phase.gate, { summary: `gate after ${phase.name}` });
