@@ -23,7 +23,8 @@ async function portFree(port: number): Promise<boolean> {
   });
 }
 
-async function freePort(): Promise<number> {
+/** A TCP port free on 127.0.0.1 right now (the servers and tests pick their ports with it). */
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.once('error', reject);

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { renameSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
@@ -26,26 +26,13 @@ import { loadInventoryFile } from './plan';
  * Offline key handling: `keygen`, `sign`, `cosign`, `verify`. Keys are files on disk (private key file
  * mode 0600); only pins (kid + public key) are ever printed. The control plane never needs these.
  */
-function readJsonFile(path: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
-  }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: not valid JSON: ${(err as Error).message}`, { source: path });
-  }
-}
 
 function loadKey(path: string) {
-  return parseSecretKeyFile(readJsonFile(path), path);
+  return parseSecretKeyFile(readDocument(path, 'json'), path);
 }
 
 function loadEnvelope(path: string): Envelope {
-  return parseWith(Envelope, readJsonFile(path), path);
+  return parseWith(Envelope, readDocument(path, 'json'), path);
 }
 
 /** Write through a temporary file, so a crash never leaves half an envelope. */
@@ -167,7 +154,7 @@ export function register(program: Command): void {
     .action(
       action((envelopePath: string, opts: { trust: string; current?: string; now?: string; json?: boolean }) => {
         const trust = parseTrust(readDocument(opts.trust), opts.trust);
-        const envelope = readJsonFile(envelopePath);
+        const envelope = readDocument(envelopePath, 'json');
         let current: number | undefined;
         if (opts.current !== undefined) {
           current = Number(opts.current);

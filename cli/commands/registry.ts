@@ -1,7 +1,5 @@
-import { readFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
-import { WavegateError } from '../../core/errors';
 import { connectionSettings } from '../../workers/worker';
 import { connectClient } from '../client';
 import { readDocument } from '../files';
@@ -12,19 +10,6 @@ import { action, EXIT_OK } from '../run';
  * The revision registry (DESIGN §2 "Registration"): `register` puts a signed envelope into its profile's
  * registry workflow `registry:<profile>`; `revisions list` shows what is registered.
  */
-function readEnvelopeFile(path: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
-  }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: not valid JSON (MALFORMED): ${(err as Error).message}`, { source: path, reason: 'MALFORMED' });
-  }
-}
 
 interface ConnectionFlags {
   address?: string;
@@ -49,7 +34,7 @@ export function register(program: Command): void {
       .option('--json', 'print the outcome as JSON'),
   ).action(
     action(async (path: string, opts: ConnectionFlags & { trust: string; by?: string; json?: boolean }) => {
-      const envelope = readEnvelopeFile(path);
+      const envelope = readDocument(path, 'json');
       const trustDoc = readDocument(opts.trust);
       const profile = envelopeProfile(envelope, path);
       const settings = connectionSettings(opts);

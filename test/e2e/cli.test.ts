@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { userInfo } from 'node:os';
 import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { freePort } from '../../workers/dev-server';
 
 /**
  * The `wavegate` command as an operator runs it: real processes against `wavegate dev --demo` (Temporal
@@ -20,16 +21,6 @@ let uiUrl = '';
 let inventory = '';
 const me = userInfo().username;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** wavegate against the dev stack; never the ambient TEMPORAL_* of the machine. */
 function wg(args: string[], timeoutMs = 120_000): Promise<CliRun> {

@@ -127,7 +127,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(result).toEqual({ device: 'ssh-d', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
       expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
-      expect(beats).toEqual(['verify-first', 'stage', 'apply', 'verify']);
+      expect(beats).toEqual(['verify-first', 'stage', 'staged motd', 'apply', 'verify']);
     });
 
     it('a wrong jump host key is refused as host-key before the device is contacted', async () => {

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { freePort } from '../../workers/dev-server';
 
 /**
  * The nightly canary on a Temporal Schedule, through the CLI against `wavegate dev --demo` (demo r1 and
@@ -20,16 +21,6 @@ let deviceIds: string[] = [];
 const stateDir = join(scratch.dir, 'state');
 const auditDir = join(stateDir, 'audit');
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function wg(args: string[], timeoutMs = 120_000): Promise<CliRun> {
   return runCli([...args, '--address', address], { timeoutMs, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });

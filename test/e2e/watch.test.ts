@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { runCli, spawnCliUntil, WAVEGATE_BIN, type CliRun } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { freePort } from '../../workers/dev-server';
 
 /**
  * `wavegate watch` in a real terminal: tmux gives the command a TTY of 120×40; the screen must show one
@@ -19,16 +20,6 @@ let dev: ChildProcess;
 let address = '';
 let inventory = '';
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function wg(args: string[]): Promise<CliRun> {
   return runCli([...args, '--address', address], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });

@@ -10,6 +10,7 @@ import { PROJECT_ROOT } from '../../workers/toolchain';
 import type { RolloutStatus } from '../../workflows/messages';
 import { runCli, spawnCliUntil } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { freePort } from '../../workers/dev-server';
 
 /**
  * The Temporal Web UI of `wavegate dev --demo`, driven in headless Chromium as an operator would: find the
@@ -27,16 +28,6 @@ let browser: BrowserContext;
 let page: Page;
 let client: Client;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, createWriteStream, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
+import { freePort } from '../../workers/dev-server';
 
 /**
  * A real Prometheus server on 127.0.0.1 for tests, with a throwaway config and TSDB under `dir`.
@@ -39,16 +40,6 @@ export interface Prometheus {
   stop(): Promise<void>;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

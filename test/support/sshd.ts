@@ -16,6 +16,7 @@ import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../../activities/ssh';
+import { freePort } from '../../workers/dev-server';
 
 export const SSHD_PATH = '/usr/sbin/sshd';
 
@@ -56,16 +57,6 @@ function keygen(path: string, comment: string): void {
   if (!existsSync(path)) run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', path]);
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolvePort(port));
-    });
-  });
-}
 
 const HEALTH_HELPERS: Record<string, string> = {
   'sim-runtime-health': '#!/bin/sh\n# every runtime of a real sshd device is healthy\nfor name in "$@"; do echo "$name healthy"; done\n',
