@@ -1,13 +1,11 @@
-import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { userInfo } from 'node:os';
-import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
+import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
-import { freePort } from '../../workers/dev-server';
 
 /**
  * The `wavegate` command as an operator runs it: real processes against `wavegate dev --demo` (Temporal
@@ -15,7 +13,7 @@ import { freePort } from '../../workers/dev-server';
  * refusal with its exit code.
  */
 const scratch = scratchDir('cli');
-let dev: ChildProcess;
+let stack: DevDemo | undefined;
 let address = '';
 let uiUrl = '';
 let inventory = '';
@@ -52,22 +50,15 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
 const MANUAL = { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: '25%', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }] };
 
 beforeAll(async () => {
-  const port = await freePort();
-  const started = await spawnCliUntil(['dev', '--demo', '--state-dir', join(scratch.dir, 'state'), '--port', String(port)], /Ctrl-C to stop/);
-  dev = started.child;
-  const text = started.output();
-  address = /Temporal address: (127\.0\.0\.1:\d+)/.exec(text)![1]!;
-  uiUrl = /Web UI: +(http:\/\/127\.0\.0\.1:\d+)/.exec(text)![1]!;
-  inventory = /demo inventory: +(\S+)/.exec(text)![1]!;
-  expect(text).toMatch(/registry:demo: r1 \w+, r2 \w+/);
+  stack = await startDevDemo(join(scratch.dir, 'state'));
+  address = stack.address;
+  uiUrl = stack.uiUrl;
+  inventory = stack.inventory;
+  expect(stack.output).toMatch(/registry:demo: r1 \w+, r2 \w+/);
 });
 
 afterAll(async () => {
-  if (dev && dev.exitCode === null) {
-    const exited = new Promise((r) => dev.once('exit', r));
-    dev.kill('SIGINT');
-    await exited;
-  }
+  await stack?.stop();
   scratch.cleanup();
 });
 

@@ -1,20 +1,18 @@
-import type { ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
+import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
-import { freePort } from '../../workers/dev-server';
 
 /**
  * The nightly canary on a Temporal Schedule, through the CLI against `wavegate dev --demo` (demo r1 and
  * r2 registered in registry:demo). The fleet starts on r1, as an installed fleet would.
  */
 const scratch = scratchDir('schedule');
-let dev: ChildProcess;
+let stack: DevDemo | undefined;
 let address = '';
 let inventory = '';
 let deviceIds: string[] = [];
@@ -59,22 +57,15 @@ async function describeSchedule(name: string): Promise<Report> {
 }
 
 beforeAll(async () => {
-  const port = await freePort();
-  const started = await spawnCliUntil(['dev', '--demo', '--state-dir', stateDir, '--port', String(port)], /Ctrl-C to stop/);
-  dev = started.child;
-  const text = started.output();
-  address = /Temporal address: (127\.0\.0\.1:\d+)/.exec(text)![1]!;
-  inventory = /demo inventory: +(\S+)/.exec(text)![1]!;
+  stack = await startDevDemo(stateDir);
+  address = stack.address;
+  inventory = stack.inventory;
   deviceIds = (parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string }> }).devices.map((d) => d.id);
   installRevision(1);
 });
 
 afterAll(async () => {
-  if (dev && dev.exitCode === null) {
-    const exited = new Promise((r) => dev.once('exit', r));
-    dev.kill('SIGINT');
-    await exited;
-  }
+  await stack?.stop();
   scratch.cleanup();
 });
 

@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -6,9 +5,8 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { runCli, spawnCliUntil, WAVEGATE_BIN, type CliRun } from '../support/cli';
+import { runCli, startDevDemo, WAVEGATE_BIN, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
-import { freePort } from '../../workers/dev-server';
 
 /**
  * `wavegate watch` in a real terminal: tmux gives the command a TTY of 120×40; the screen must show one
@@ -16,7 +14,7 @@ import { freePort } from '../../workers/dev-server';
  */
 const scratch = scratchDir('watch');
 const socket = `wavegate-watch-${process.pid}`;
-let dev: ChildProcess;
+let stack: DevDemo | undefined;
 let address = '';
 let inventory = '';
 
@@ -41,11 +39,9 @@ async function screenUntil(what: string, test: (text: string) => boolean, timeou
 const occurrences = (text: string, needle: RegExp) => (text.match(new RegExp(needle.source, 'gm')) ?? []).length;
 
 beforeAll(async () => {
-  const port = await freePort();
-  const started = await spawnCliUntil(['dev', '--demo', '--state-dir', join(scratch.dir, 'state'), '--port', String(port)], /Ctrl-C to stop/);
-  dev = started.child;
-  address = /Temporal address: (127\.0\.0\.1:\d+)/.exec(started.output())![1]!;
-  inventory = /demo inventory: +(\S+)/.exec(started.output())![1]!;
+  stack = await startDevDemo(join(scratch.dir, 'state'));
+  address = stack.address;
+  inventory = stack.inventory;
 });
 
 afterAll(async () => {
@@ -54,11 +50,7 @@ afterAll(async () => {
   } catch {
     // already gone
   }
-  if (dev && dev.exitCode === null) {
-    const exited = new Promise((r) => dev.once('exit', r));
-    dev.kill('SIGINT');
-    await exited;
-  }
+  await stack?.stop();
   scratch.cleanup();
 });
 

@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -8,9 +7,8 @@ import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import type { RolloutStatus } from '../../workflows/messages';
-import { runCli, spawnCliUntil } from '../support/cli';
+import { runCli, startDevDemo, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
-import { freePort } from '../../workers/dev-server';
 
 /**
  * The Temporal Web UI of `wavegate dev --demo`, driven in headless Chromium as an operator would: find the
@@ -19,7 +17,7 @@ import { freePort } from '../../workers/dev-server';
  */
 const scratch = scratchDir('webui');
 const shots = join(PROJECT_ROOT, 'test-output', 'webui');
-let dev: ChildProcess;
+let stack: DevDemo | undefined;
 let address = '';
 let uiUrl = '';
 let inventory = '';
@@ -45,12 +43,10 @@ const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`
 beforeAll(async () => {
   mkdirSync(shots, { recursive: true });
   stateDir = join(scratch.dir, 'state');
-  const port = await freePort();
-  const started = await spawnCliUntil(['dev', '--demo', '--state-dir', stateDir, '--port', String(port)], /Ctrl-C to stop/);
-  dev = started.child;
-  address = /Temporal address: (127\.0\.0\.1:\d+)/.exec(started.output())![1]!;
-  uiUrl = /Web UI: +(http:\/\/127\.0\.0\.1:\d+)/.exec(started.output())![1]!;
-  inventory = /demo inventory: +(\S+)/.exec(started.output())![1]!;
+  stack = await startDevDemo(stateDir);
+  address = stack.address;
+  uiUrl = stack.uiUrl;
+  inventory = stack.inventory;
   client = new Client({ connection: await Connection.connect({ address }) });
   browser = await chromium.launchPersistentContext(join(scratch.dir, 'chromium-profile'), {
     executablePath: '/usr/bin/chromium',
@@ -64,11 +60,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await client?.connection.close();
-  if (dev && dev.exitCode === null) {
-    const exited = new Promise((r) => dev.once('exit', r));
-    dev.kill('SIGINT');
-    await exited;
-  }
+  await stack?.stop();
   scratch.cleanup();
 });
 

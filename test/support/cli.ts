@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { freePort } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 
 export const WAVEGATE_BIN = join(PROJECT_ROOT, 'bin', 'wavegate.js');
@@ -46,4 +47,34 @@ export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000
     child.stderr!.on('data', onData);
     child.on('exit', (code) => reject(new Error(`exited ${code} before ready:\n${out}`)));
   });
+}
+
+export interface DevDemo {
+  address: string;
+  uiUrl: string;
+  /** The demo fleet's inventory file. */
+  inventory: string;
+  /** Everything `wavegate dev --demo` printed up to "Ctrl-C to stop". */
+  output: string;
+  /** Ctrl-C, as an operator would, and wait for the whole stack to exit. */
+  stop(): Promise<void>;
+}
+
+/** `wavegate dev --demo` in a child process on a free port, for the e2e suites that drive it. */
+export async function startDevDemo(stateDir: string): Promise<DevDemo> {
+  const { child, output } = await spawnCliUntil(['dev', '--demo', '--state-dir', stateDir, '--port', String(await freePort())], /Ctrl-C to stop/);
+  const text = output();
+  const field = (re: RegExp) => re.exec(text)![1]!;
+  return {
+    address: field(/Temporal address: (127\.0\.0\.1:\d+)/),
+    uiUrl: field(/Web UI: +(http:\/\/127\.0\.0\.1:\d+)/),
+    inventory: field(/demo inventory: +(\S+)/),
+    output: text,
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGINT');
+      await exited;
+    },
+  };
 }
