@@ -3,6 +3,7 @@ import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
 import { readMarker, shellFor } from './device-steps';
 import { openSsh, type ExecResult } from './ssh';
+import { mapLimit } from './map-limit';
 
 /**
  * Operator reads of the fleet, computed NOW over SSH (never from a stored flag): the fleet board, drift
@@ -53,19 +54,6 @@ export function targetOf(device: Device): DeviceTarget {
   return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
 }
 
-async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i]!);
-      }
-    }),
-  );
-  return out;
-}
 
 /** Which inventory devices a profile is for, and why the others are not-for-me. */
 export function partitionFleet(inventory: Inventory, scope: Record<string, string>): { targets: Device[]; notForMe: Array<{ device: Device; reason: string }> } {

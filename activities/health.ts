@@ -15,6 +15,7 @@ import {
 import type { Profile } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
 import { openSsh, TransportError, type SshSession } from './ssh';
+import { mapLimit } from './map-limit';
 
 /**
  * Health probes (DESIGN §3 step 5): run one health-gate check and say `pass`, `fail` or
@@ -359,16 +360,3 @@ function clip(text: string): string {
   return text.length > EVIDENCE_LIMIT ? `${text.slice(0, EVIDENCE_LIMIT - 3)}...` : text;
 }
 
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i]!);
-      }
-    }),
-  );
-  return out;
-}

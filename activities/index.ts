@@ -1,6 +1,6 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { parseInventory, type Device } from '../core/inventory';
+import { parseInventory } from '../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { readDocument } from '../cli/files';
@@ -11,6 +11,8 @@ import type { Client } from '@temporalio/client';
 import { applyToDevice, EnvelopeRejected, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { openSsh, TransportError } from './ssh';
+import { targetOf } from './fleet';
+import { mapLimit } from './map-limit';
 
 export type { ApplyResult, RevisionSteps };
 
@@ -53,10 +55,6 @@ export interface ApplyInput {
   commandTimeoutMs: number;
 }
 
-function targetOf(device: Device): DeviceTarget {
-  const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
-  return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
-}
 
 /** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
 function toFailure(err: unknown): never {
@@ -72,18 +70,6 @@ function toFailure(err: unknown): never {
   throw err;
 }
 
-async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  });
-  await Promise.all(workers);
-  return out;
-}
 
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
