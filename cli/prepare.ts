@@ -4,10 +4,11 @@ import type { Client } from '@temporalio/client';
 import { canonicalize } from '../core/canonical';
 import { WavegateError } from '../core/errors';
 import { parseInventory } from '../core/inventory';
+import { devicesInScope } from '../core/gates';
 import { classifyRevision } from '../core/provability';
 import { parseProfile, parseRevision, type Profile, type Revision } from '../core/revision';
 import { Envelope, parseTrust, verifyEnvelope, type Trust } from '../core/signing';
-import { parseRolloutSpec, type RolloutSpec } from '../core/spec';
+import { checkSpecAgainstInventory, parseRolloutSpec, type RolloutSpec } from '../core/spec';
 import { parseWith } from '../core/validation';
 import type { RevisionSteps } from '../activities/device-steps';
 import type { RolloutInput } from '../workflows/rollout';
@@ -63,11 +64,7 @@ function assembleInput(req: RolloutRequest, content: RolloutContent): RolloutInp
   const { spec, profile, revision, steps, rollbackSteps } = content;
   const inventoryPath = resolve(req.inventoryPath);
   const inventory = parseInventory(readDocument(inventoryPath), req.inventoryPath);
-  for (const pool of Object.keys(spec.disruptionBudget)) {
-    if (!inventory.pools[pool]) {
-      throw new WavegateError('INVALID_INPUT', `${req.specPath}: rollout.disruptionBudget.${pool}: no such pool in ${req.inventoryPath} (pools: ${Object.keys(inventory.pools).join(', ')})`);
-    }
-  }
+  checkSpecAgainstInventory(spec, inventory, req.specPath, devicesInScope(profile.scope, inventory.devices).map((d) => d.id));
   const poolBudgets: Record<string, number> = {};
   for (const pool of Object.values(inventory.pools)) poolBudgets[pool.name] = spec.disruptionBudget[pool.name] ?? pool.disruptionBudget;
   return {

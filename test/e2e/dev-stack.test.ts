@@ -6,6 +6,7 @@ import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { runCli, spawnCliUntil } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { PROJECT_ROOT } from '../../workers/toolchain';
 
 function processesMentioning(text: string): string[] {
   try {
@@ -80,6 +81,12 @@ describe('the embedded dev stack', () => {
       expect(run.stderr).toContain('rollout.phases[0].canary');
       expect(run.stderr).toContain('"lots"');
       expect(run.stderr).not.toContain('cannot reach Temporal');
+
+      // A transport this version does not have is refused by name, not quietly replaced by SSH.
+      writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  transport: agent\n  phases:\n    - canary: 1 device\n');
+      const agent = await runCli(['start', '-f', spec, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--address', '127.0.0.1:1']);
+      expect(agent.code).toBe(2);
+      expect(agent.stderr).toContain('rollout.transport: the agent transport is not available in this version; allowed: "ssh" (got "agent")');
     } finally {
       scratch.cleanup();
     }
