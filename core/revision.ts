@@ -29,6 +29,11 @@ export const Revision = z
     risk: z.enum(['risky', 'safe']).default('risky'),
     expiresAt: z.iso.datetime({ offset: true }).optional(),
     description: z.string().optional(),
+    /**
+     * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
+     * body, so the escape stays on the record wherever the revision goes.
+     */
+    escapes: z.array(z.object({ gate: z.string(), flag: z.string(), reason: z.string() }).strict()).optional(),
   })
   .strict();
 export type Revision = z.infer<typeof Revision>;

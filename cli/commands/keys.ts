@@ -107,6 +107,7 @@ export function register(program: Command): void {
         const revision = parseRevision(readDocument(revisionPath), revisionPath);
         const days = Number(opts.validityDays);
         if (!Number.isInteger(days) || days < 1 || days > 3650) throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-3650 (got ${JSON.stringify(opts.validityDays)})`);
+        let escapes: Array<{ gate: string; flag: string; reason: string }> = [];
         if (opts.inventory) {
           const inventory = loadInventoryFile(opts.inventory);
           const scope = opts.profile ? parseProfile(readDocument(opts.profile), opts.profile).scope : {};
@@ -118,10 +119,14 @@ export function register(program: Command): void {
             for (const b of report.blocked) process.stderr.write(`wavegate: gate "${b.gate}" blocked ${revisionPath} (${b.reason}): ${b.message} [escape: ${b.flag}]\n`);
             return EXIT_REFUSED;
           }
-          if (report.escaped.length) process.stdout.write(`${JSON.stringify({ escaped: report.escaped })}\n`);
+          if (report.escaped.length) {
+            process.stdout.write(`${JSON.stringify({ escaped: report.escaped })}\n`);
+            escapes = report.escaped;
+          }
         }
         const pair = loadKey(opts.key);
-        const envelope = signRevision(revision, pair, { now: Date.now(), validityDays: days });
+        const signed = escapes.length ? { ...revision, escapes: [...(revision.escapes ?? []), ...escapes] } : revision;
+        const envelope = signRevision(signed, pair, { now: Date.now(), validityDays: days });
         writeAtomic(opts.out, `${JSON.stringify(envelope, null, 2)}\n`);
         process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\nwrote ${opts.out}\n`);
         return EXIT_OK;

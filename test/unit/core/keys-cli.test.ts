@@ -88,5 +88,9 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     expect(escaped.code, escaped.stderr).toBe(0);
     expect(escaped.stderr).toMatch(/^WARNING: gate "unprovable" bypassed with --allow-unprovable/m);
     expect(JSON.parse(escaped.stdout.split('\n')[0]!)).toEqual({ escaped: [expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })] });
+    // The escape is on the record: inside the signed body, where the registry and every worker see it.
+    const envelope = JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')) as { body: string };
+    const body = JSON.parse(Buffer.from(envelope.body, 'base64').toString('utf8')) as { escapes?: unknown[] };
+    expect(body.escapes).toEqual([expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })]);
   });
 });
