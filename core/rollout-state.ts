@@ -1,3 +1,5 @@
+import type { Device } from './inventory';
+
 /**
  * Device and rollout states (DESIGN §3) and the counts derived from them. Counts are always computed
  * from device states, never stored twice.
@@ -19,16 +21,10 @@ export const ROLLOUT_STATES = ['running', 'paused', 'completed', 'rolled-back', 
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 
 /** What the workflow knows of one device: small, because 10,000 of them may live in one history. */
-export interface DeviceTarget {
-  id: string;
-  host: string;
-  port: number;
-  user: string;
-  pool: string;
-  class: string;
+export type DeviceTarget = Pick<Device, 'id' | 'host' | 'port' | 'user' | 'pool' | 'class'> & {
   /** Pinned host key fingerprint, key file path, agent flag: references only, never secrets. */
   ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
-}
+};
 
 /** A bastion the device is reached through; its own host key is pinned (or found in ssh.knownHosts). */
 export interface JumpHostTarget {
