@@ -42,9 +42,10 @@ export interface DeviceRunResult {
 function applyProxy(opts: DeviceRunOptions) {
   const waitForOffline = opts.offline === 'wait' && opts.mode === 'apply';
   return wf.proxyActivities<Acts>({
+    // `applyTimeout` bounds a device's whole apply, retries included; a device that is offline under
+    // `offline: wait` is retried until it runs out.
     startToCloseTimeout: opts.applyTimeoutMs,
-    // A device that is offline under `offline: wait` is retried until its apply timeout runs out.
-    ...(waitForOffline ? { scheduleToCloseTimeout: opts.applyTimeoutMs } : {}),
+    scheduleToCloseTimeout: opts.applyTimeoutMs,
     // A worker that dies mid-apply is noticed after this long and the device's apply is retried on
     // another worker (verify-first makes the retry safe). Running commands heartbeat every 5 s; the
     // steps between them (connect ≤ 10 s, staging, marker) are short, so 30 s is six missed beats.

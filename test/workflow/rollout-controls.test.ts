@@ -237,6 +237,20 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect(result.counts).toMatchObject({ applied: 5, failed: 1, skipped: 2, total: 8 });
   });
 
+  it('applyTimeout bounds a hung device, retries included; offline: fail records an unreachable device as failed', async () => {
+    const { fleet, input } = await setup({ gate: '1s', applyTimeout: '3s', offline: 'fail', maxFailureRatio: 0.5, phases: [{ bulk: 'remainder' }] }, demoDevices(6));
+    await fleet.setFaults('edge-01', { hangCommand: 'install -m 0644' });
+    await fleet.setFaults('edge-02', { offline: true });
+    const handle = await start(input);
+    const result = await handle.result();
+    expect(result.state).toBe('completed'); // 2 of 6 failed: under the 0.5 ratio
+    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/timed? ?out/i) });
+    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^offline at snapshot/) });
+    expect(result.counts).toMatchObject({ applied: 4, failed: 2 });
+    // The hung apply was never run to completion, and the other devices were not held up by it.
+    expect(fleet.commands('edge-01').filter((c) => APPLY_COMMAND.test(c.command)).every((c) => c.exitCode === null)).toBe(true);
+  });
+
   it('a Web UI style signal without a name is recorded as from "signal"; an invalid signal is ignored and recorded', async () => {
     const { input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
     const handle = await start(input);
