@@ -109,10 +109,10 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     ]);
     wf.setCurrentDetails(progressTable(status()));
   };
-  const setDevice = (id: string, next: DeviceState, reason?: string) => {
+  const setDevice = (id: string, next: DeviceState, reason?: string, refreshDetails = true) => {
     const phase = devices.get(id)?.phase ?? -1;
     devices.set(id, { id, state: next, phase, ...(reason ? { reason } : {}) });
-    wf.setCurrentDetails(progressTable(status()));
+    if (refreshDetails) wf.setCurrentDetails(progressTable(status()));
   };
 
   // ---- audit: one record per transition, sequential so the hash chain is in order ----
@@ -244,7 +244,10 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       });
       const result: SliceResult = await activeSlice.result();
       activeSlice = undefined;
-      for (const [id, deviceState, reason] of result.devices) setDevice(id, deviceState, reason);
+      // One details refresh for the whole slice: per device, it would rebuild the table 200 times over
+      // a fleet that may hold 10,000 devices, inside one workflow task.
+      for (const [id, deviceState, reason] of result.devices) setDevice(id, deviceState, reason, false);
+      wf.setCurrentDetails(progressTable(status()));
       total.tally.succeeded += result.tally.succeeded;
       total.tally.failed += result.tally.failed;
       total.tripped ||= result.tripped;
@@ -267,7 +270,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 
   /** Devices that never started are recorded as skipped with the reason, so none is left without a state. */
   const skipUnstarted = (reason: string) => {
-    for (const d of devices.values()) if (d.state === 'pending') setDevice(d.id, 'skipped', reason);
+    for (const d of devices.values()) if (d.state === 'pending') setDevice(d.id, 'skipped', reason, false);
+    wf.setCurrentDetails(progressTable(status()));
   };
 
   const finish = async (final: RolloutState, event: AuditEventName, reason?: string) => {
@@ -365,7 +369,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
   }
 
   const skipUnstartedBeyond = (index: number, reason: string) => {
-    for (const d of devices.values()) if (d.state === 'pending' && d.phase !== index) setDevice(d.id, 'skipped', reason);
+    for (const d of devices.values()) if (d.state === 'pending' && d.phase !== index) setDevice(d.id, 'skipped', reason, false);
+    wf.setCurrentDetails(progressTable(status()));
   };
 
   const main = async (): Promise<RolloutStatus> => {
