@@ -21,10 +21,6 @@ export class WavegateError extends Error {
   }
 }
 
-export function invalidInput(message: string, details: Record<string, unknown> = {}): WavegateError {
-  return new WavegateError('INVALID_INPUT', message, details);
-}
-
 /** Codes that mean "we refused to start anything": exit code 2 at the CLI. */
 export function isRefusal(code: WavegateErrorCode): boolean {
   return code === 'INVALID_INPUT' || code === 'NOT_FOUND' || code === 'CONFLICT' || code === 'INVALID_STATE';

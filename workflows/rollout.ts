@@ -530,7 +530,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 }
 
 /** The live progress table shown in the Web UI's current details (markdown). */
-export function progressTable(s: RolloutStatus): string {
+function progressTable(s: RolloutStatus): string {
   const phaseRows = s.phases.map((p) => `| ${p.index} | ${p.name} | ${p.devices} | ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''} |`);
   const active = s.devices.filter((d) => d.state !== 'pending').slice(-30);
   const rows = active.map((d) => `| ${d.id} | ${d.state} | ${d.reason ?? ''} |`);
