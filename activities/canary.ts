@@ -10,7 +10,7 @@ import { parseInventory } from '../core/inventory';
 import { parseProfile } from '../core/revision';
 import { readDocument } from '../cli/files';
 import { prepareRollout } from '../cli/prepare';
-import type { RolloutInput } from '../workflows/rollout';
+import type { RolloutInput } from '../core/rollout/input';
 import { readFleetRevision } from './fleet';
 
 /**

@@ -5,28 +5,10 @@ import { markerPath, type PayloadFile, type Revision } from '../core/revision';
 import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { readDocument } from '../cli/files';
 import type { DeviceTarget } from '../core/rollout-state';
+import type { RevisionSteps } from '../core/rollout/input';
 import { openSsh, TransportError, type ExecResult, type SshSession } from './ssh';
 
-/** The parts of a revision a device operation needs (no signatures, no secrets). */
-export interface RevisionSteps {
-  profile: string;
-  revision: number;
-  apply: string;
-  verify: string;
-  /** Payload files with `source` resolved to a path the worker can read. */
-  payload: PayloadFile[];
-  /**
-   * The signed envelope of `revision` (public content). When present the worker verifies it against its
-   * own pins before every apply and runs the verify/apply commands and payload digests inside it; the
-   * strings above are then only what people read.
-   */
-  envelope?: Envelope;
-  /**
-   * Rollback through a target revision's explicit `rollback` command: that revision's envelope. The
-   * command run as apply is the `rollback` inside it (verified too); verify and payload stay `envelope`'s.
-   */
-  rollbackOf?: Envelope;
-}
+export type { RevisionSteps };
 
 export type ApplyOutcome = 'applied' | 'already-applied';
 

@@ -17,7 +17,8 @@ import type { RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
 import { DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/worker';
 import type { RolloutStatus } from '../workflows/messages';
-import type { RolloutInput, rolloutWorkflow } from '../workflows/rollout';
+import type { RolloutInput } from '../core/rollout/input';
+import type { rolloutWorkflow } from '../workflows/rollout';
 
 /**
  * How the CLI reaches Temporal: flags first, then the standard environment (`TEMPORAL_ADDRESS`,

@@ -10,8 +10,8 @@ import { parseProfile, parseRevision, type Profile, type Revision } from '../cor
 import { Envelope, parseTrust, verifyEnvelope, type Trust } from '../core/signing';
 import { checkSpecAgainstInventory, parseRolloutSpec, type RolloutSpec } from '../core/spec';
 import { parseWith } from '../core/validation';
-import type { RevisionSteps } from '../activities/device-steps';
-import type { RolloutInput } from '../workflows/rollout';
+import type { RevisionSteps } from '../core/rollout/input';
+import type { RolloutInput } from '../core/rollout/input';
 import { readDocument } from './files';
 import { getEnvelope } from './registry-client';
 

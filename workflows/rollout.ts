@@ -3,41 +3,16 @@ import type { AuditEventName } from '../core/audit';
 import { checkControl, type ControlBase, type ControlName } from '../core/controls';
 import { evaluateHealthGate, type CheckResult, type GateOutcome } from '../core/health';
 import { planPhases, type Plan, type PlannedPhase } from '../core/planner';
-import type { Profile } from '../core/revision';
 import { countDevices, summarizeCounts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
-import type { RolloutSpec } from '../core/spec';
+import type { RolloutInput } from '../core/rollout/input';
 import type * as activities from '../activities';
 import { rootMessage, runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
 import * as msg from './messages';
 import type { ControlRecord, PhaseStatus, RolloutStatus } from './messages';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
-export interface RolloutInput {
-  rolloutId: string;
-  spec: RolloutSpec;
-  /** Scope, runtimes with their health commands, metrics source. */
-  profile: Profile;
-  /** The target revision's device steps (commands and payload references, never secrets). */
-  steps: activities.RevisionSteps;
-  /** The way back: `fromRevision`'s steps, with `apply` replaced by the explicit rollback command if any. */
-  rollbackSteps: activities.RevisionSteps;
-  /** Whether the target revision's verify reads the fact back; if not, devices only reach `claimed`. */
-  provable: boolean;
-  risk: 'risky' | 'safe';
-  /** Membership source the worker reads at snapshot time. */
-  inventoryPath: string;
-  /** In-flight fraction per pool (DESIGN §2: default 5%, at least one device). */
-  poolBudgets: Record<string, number>;
-  startedBy: string;
-  /** Phases with more devices than this run in child workflows over slices of this size (history bounds). */
-  sliceSize?: number;
-  /**
-   * A canary run (nightly canary, DESIGN §6): only the first phase runs, with its gate and health gate;
-   * the gate's outcome is the verdict, and the canary goes back to fromRevision unless `keep`.
-   */
-  canary?: { keep: boolean };
-}
+export type { RolloutInput };
 
 type Acts = ReturnType<typeof activities.createActivities>;
 

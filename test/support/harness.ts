@@ -7,7 +7,7 @@ import { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { prepareRollout } from '../../cli/prepare';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import type { RolloutInput } from '../../workflows/rollout';
+import type { RolloutInput } from '../../core/rollout/input';
 import { startFleet, type Fleet, type SimDeviceSpec } from './fleet-sim';
 import { writeFleetInventory } from './fleet-inventory';
 import { workflowBundle } from './temporal';

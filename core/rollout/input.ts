@@ -1,0 +1,54 @@
+import type { PayloadFile, Profile } from '../revision';
+import type { Envelope } from '../signing';
+import type { RolloutSpec } from '../spec';
+
+/** The parts of a revision a device operation needs (no signatures, no secrets). */
+export interface RevisionSteps {
+  profile: string;
+  revision: number;
+  apply: string;
+  verify: string;
+  /** Payload files with `source` resolved to a path the worker can read. */
+  payload: PayloadFile[];
+  /**
+   * The signed envelope of `revision` (public content). When present the worker verifies it against its
+   * own pins before every apply and runs the verify/apply commands and payload digests inside it; the
+   * strings above are then only what people read.
+   */
+  envelope?: Envelope;
+  /**
+   * Rollback through a target revision's explicit `rollback` command: that revision's envelope. The
+   * command run as apply is the `rollback` inside it (verified too); verify and payload stay `envelope`'s.
+   */
+  rollbackOf?: Envelope;
+}
+
+/**
+ * What a rollout workflow starts from: assembled once by intake (the CLI's `start` and `plan`, the
+ * nightly canary) and carried in history. References only, never secrets.
+ */
+export interface RolloutInput {
+  rolloutId: string;
+  spec: RolloutSpec;
+  /** Scope, runtimes with their health commands, metrics source. */
+  profile: Profile;
+  /** The target revision's device steps (commands and payload references, never secrets). */
+  steps: RevisionSteps;
+  /** The way back: `fromRevision`'s steps, with `apply` replaced by the explicit rollback command if any. */
+  rollbackSteps: RevisionSteps;
+  /** Whether the target revision's verify reads the fact back; if not, devices only reach `claimed`. */
+  provable: boolean;
+  risk: 'risky' | 'safe';
+  /** Membership source the worker reads at snapshot time. */
+  inventoryPath: string;
+  /** In-flight fraction per pool (default 5%, at least one device). */
+  poolBudgets: Record<string, number>;
+  startedBy: string;
+  /** Phases with more devices than this run in child workflows over slices of this size (history bounds). */
+  sliceSize?: number;
+  /**
+   * A canary run (nightly canary): only the first phase runs, with its gate and health gate; the gate's
+   * outcome is the verdict, and the canary goes back to fromRevision unless `keep`.
+   */
+  canary?: { keep: boolean };
+}

@@ -1,0 +1,48 @@
+import type { GateOutcome } from '../health';
+import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
+
+export const PHASE_STAGES = ['pending', 'applying', 'gate', 'awaiting-approval', 'passed', 'failed', 'inconclusive', 'stopped'] as const;
+export type PhaseStage = (typeof PHASE_STAGES)[number];
+
+export type CanaryVerdict = GateOutcome | 'nothing-to-test';
+
+export interface PhaseStatus {
+  index: number;
+  name: string;
+  devices: number;
+  gate: number | 'manual';
+  /** Where the phase is: waiting to start, applying, in its gate, done. */
+  stage: PhaseStage;
+  gateOutcome?: GateOutcome;
+  evidence?: string[];
+}
+
+export interface ControlRecord {
+  control: 'pause' | 'resume' | 'abort' | 'approve' | 'cancel';
+  by: string;
+  reason?: string;
+  at: string;
+  accepted: boolean;
+  note?: string;
+}
+
+/** What `status` answers: per-device states, the counts computed from them, phases and controls. */
+export interface RolloutStatus {
+  rolloutId: string;
+  profile: string;
+  fromRevision: number;
+  toRevision: number;
+  state: RolloutState;
+  /** The current phase's name, or the stage before/after the phases (`snapshot`, `rollback`, `done`). */
+  phase: string;
+  pausedReason?: string;
+  phases: PhaseStatus[];
+  devices: DeviceStatus[];
+  counts: Counts;
+  controls: ControlRecord[];
+  warnings: string[];
+  /** The last audit record written: lets `wavegate audit --verify --head` catch records cut off the end. */
+  auditHead?: { seq: number; hash: string };
+  /** A canary run's verdict (nightly canary). */
+  verdict?: CanaryVerdict;
+}
