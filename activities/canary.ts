@@ -8,7 +8,7 @@ import { stringify } from 'yaml';
 import { WavegateError } from '../core/errors';
 import { parseInventory } from '../core/inventory';
 import { parseProfile } from '../core/revision';
-import { readDocument } from '../cli/files';
+import { readDocument } from '../intake/files';
 import { prepareRollout } from '../cli/prepare';
 import type { RolloutInput } from '../core/rollout/input';
 import { readFleetRevision } from './fleet';

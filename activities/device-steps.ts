@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { markerPath, type PayloadFile, type Revision } from '../core/revision';
 import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
-import { readDocument } from '../cli/files';
+import { readDocument } from '../intake/files';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import { openSsh, TransportError, type ExecResult, type SshSession } from './ssh';

@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { parseInventory } from '../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
-import { readDocument } from '../cli/files';
+import { readDocument } from '../intake/files';
 import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
 import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';

@@ -12,7 +12,7 @@ import { checkSpecAgainstInventory, parseRolloutSpec, type RolloutSpec } from '.
 import { parseWith } from '../core/validation';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { RolloutInput } from '../core/rollout/input';
-import { readDocument } from './files';
+import { readDocument } from '../intake/files';
 import { getEnvelope } from './registry-client';
 
 export interface RolloutRequest {

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { canonicalize } from '../core/canonical';
 import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import { parseTrust, peekBody, type Envelope } from '../core/signing';
-import { readDocument } from './files';
+import { readDocument } from '../intake/files';
 import {
   envelopeQuery,
   REGISTRATION_REFUSED,

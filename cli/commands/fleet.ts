@@ -6,7 +6,7 @@ import { WavegateError } from '../../core/errors';
 import { parseInventory } from '../../core/inventory';
 import { classifyRevision } from '../../core/provability';
 import { parseProfile, parseRevision, type Profile, type Revision } from '../../core/revision';
-import { readDocument } from '../files';
+import { readDocument } from '../../intake/files';
 import { loadProfileTrust, openEnvelope } from '../prepare';
 import { getEnvelope, newestRevisionAbove } from '../registry-client';
 import { resolveClientSettings, withClient, withTemporalOptions, type TemporalFlags } from '../client';

@@ -18,7 +18,7 @@ import {
   verifyEnvelope,
 } from '../../core/signing';
 import { parseWith } from '../../core/validation';
-import { readDocument } from '../files';
+import { readDocument } from '../../intake/files';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
 import { loadInventoryFile } from './plan';
 

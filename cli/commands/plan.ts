@@ -9,7 +9,7 @@ import { describeSize, planPhases, type Plan } from '../../core/planner';
 import { parseProfile, parseRevision, type Profile } from '../../core/revision';
 import { checkSpecAgainstInventory, parseRolloutSpec, type RolloutSpec } from '../../core/spec';
 import { formatDurationMs } from '../../core/duration';
-import { readDocument } from '../files';
+import { readDocument } from '../../intake/files';
 import { action, EXIT_OK } from '../run';
 
 /**

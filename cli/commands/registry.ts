@@ -2,7 +2,7 @@ import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { connectionSettings } from '../../workers/worker';
 import { connectClient } from '../client';
-import { readDocument } from '../files';
+import { readDocument } from '../../intake/files';
 import { envelopeProfile, listRevisions, registerEnvelope } from '../registry-client';
 import { action, EXIT_OK } from '../run';
 

@@ -8,7 +8,7 @@ import { parseDurationMs } from '../../core/duration';
 import { WavegateProfile, WavegateVerdict } from '../../core/search-attributes';
 import { parseRolloutSpec } from '../../core/spec';
 import type { NightlyCanaryInput, NightlyCanaryResult } from '../../workflows/canary';
-import { readDocument } from '../files';
+import { readDocument } from '../../intake/files';
 import { resolveClientSettings, withClient, withTemporalOptions, workflowUrl, type ClientSettings, type TemporalFlags } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { operatorName } from './rollout';

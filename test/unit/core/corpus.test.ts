@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { loadInventoryFile } from '../../../cli/commands/plan';
-import { readDocument } from '../../../cli/files';
+import { readDocument } from '../../../intake/files';
 import { WavegateError } from '../../../core/errors';
 import { parseProfile, parseRevision } from '../../../core/revision';
 import { checkSpecAgainstInventory, parseRolloutSpec } from '../../../core/spec';

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { readDocument } from '../../../cli/files';
+import { readDocument } from '../../../intake/files';
 import { parseInventory } from '../../../core/inventory';
 import { classifyDevice, maxInFlight, planPhases, type PlanDevice, type PlanInput } from '../../../core/planner';
 import { parseRolloutSpec, type RolloutSpec } from '../../../core/spec';
