@@ -33,7 +33,6 @@ export type HealthCheck =
   /** `url` absent: the profile's `metrics.errorRate.prometheus.url`. */
   | { kind: 'prometheus'; query: string; op: ThresholdOp; threshold: number; url?: string };
 
-export type HealthCheckKind = HealthCheck['kind'];
 
 export type ParsedHealthCheck = { ok: true; check: HealthCheck } | { ok: false; message: string };
 

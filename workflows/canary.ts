@@ -1,11 +1,12 @@
 import * as wf from '@temporalio/workflow';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
 import type * as activities from '../activities';
-import type { RolloutStatus } from './messages';
+import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
+import { appendAudit, auditEvent } from './audit-trail';
 import { rolloutWorkflow } from './rollout';
 
 /**
- * The nightly canary (DESIGN §6), started by a Temporal Schedule: take the newest registered revision
+ * The nightly canary, started by a Temporal Schedule: take the newest registered revision
  * above the fleet's, run only its canary phase (gate and health gate) as a child rollout in canary mode,
  * and record the verdict — as a search attribute on itself, in its own audit trail, and as its result.
  * The child puts the canary back on the fleet's revision unless `keep`. Nothing newer registered:
@@ -24,8 +25,6 @@ export interface NightlyCanaryInput {
   createdBy: string;
 }
 
-export type CanaryVerdict = NonNullable<RolloutStatus['verdict']>;
-
 export interface NightlyCanaryResult {
   verdict: CanaryVerdict;
   /** Why, in one line. */
@@ -43,13 +42,6 @@ const { fleetRevision, newestRevisionAbove, prepareCanary } = wf.proxyActivities
   startToCloseTimeout: '10 minutes',
   retry: { maximumAttempts: 3 },
 });
-const { appendAudit } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
-});
-
-/** The workflow type name schedules start. */
-export const NIGHTLY_CANARY_WORKFLOW = 'nightlyCanaryWorkflow';
 
 export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<NightlyCanaryResult> {
   const info = wf.workflowInfo();
@@ -74,18 +66,7 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
     publish();
     wf.setCurrentDetails(`**nightly canary of ${input.profile}**: verdict **${result.verdict}** — ${result.reason}${result.rolloutId ? ` (rollout \`${result.rolloutId}\`)` : ''}`);
     await appendAudit.executeWithOptions({ summary: `audit canary.verdict ${result.verdict}` }, [
-      {
-        seq: 1,
-        at: new Date(Date.now()).toISOString(),
-        rolloutId: info.workflowId,
-        runId: info.runId,
-        event: 'canary.verdict',
-        phase: null,
-        by: 'schedule',
-        reason: result.verdict,
-        counts: null,
-        evidence: { ...result, kept: input.keep },
-      },
+      auditEvent(info.workflowId, 1, 'canary.verdict', { phase: null, by: 'schedule', reason: result.verdict, counts: null, evidence: { ...result, kept: input.keep } }),
     ]);
     return { ...result, kept: input.keep && result.rolloutId !== undefined };
   };

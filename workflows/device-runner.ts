@@ -10,7 +10,7 @@ type Acts = ReturnType<typeof activities.createActivities>;
 export interface DeviceRunOptions {
   mode: 'apply' | 'rollback';
   steps: activities.RevisionSteps;
-  /** A non-provable revision can only ever reach `claimed` (DESIGN §2). */
+  /** A non-provable revision can only ever reach `claimed`: its verify cannot read the fact back. */
   provable: boolean;
   /** In-flight limit per pool: max(1, floor(pool size × budget)). */
   limits: Record<string, number>;

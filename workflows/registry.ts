@@ -4,7 +4,7 @@ import { decideRegistration } from '../core/registry';
 import { parseTrust, type Envelope, type Trust } from '../core/signing';
 
 /**
- * The revision registry of one profile (DESIGN §2 "Registration"): a long-lived entity workflow
+ * The revision registry of one profile: a long-lived entity workflow
  * `registry:<profile>` holding every registered envelope and the trust pins it was created with. The
  * decision is core/registry.ts; this workflow only makes it durable and serial (updates run one at a
  * time, so two racing registrations of the same envelope store it once).

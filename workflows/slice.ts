@@ -22,7 +22,7 @@ export interface SliceResult {
 
 /**
  * One slice of a large phase, as a child workflow, so no execution's history or pending activities grow
- * with the fleet (DESIGN §3 scale). The parent forwards pause and abort through `sliceControl`.
+ * with the fleet. The parent forwards pause and abort through `sliceControl`.
  */
 export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResult> {
   let paused = input.paused;

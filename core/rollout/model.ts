@@ -1,0 +1,229 @@
+import { checkControl, type ControlBase, type ControlContext, type ControlName } from '../controls';
+import type { GateOutcome } from '../health';
+import type { Plan, PlannedPhase } from '../planner';
+import { countDevices, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
+import type { RolloutSpec } from '../spec';
+import type { AbortRequest } from './policy';
+import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
+
+/** A control as it arrives from a signal or an update. */
+export type ControlRequest = ControlBase & { rollback?: boolean; phase?: number | string };
+
+/** An audit record the model asks for; the workflow writes it (with seq, time and counts). */
+export interface AuditIntent {
+  event: 'rollout.paused' | 'rollout.resumed' | 'rollout.aborted' | 'rollout.approved';
+  by?: string;
+  reason: string | null;
+  phase?: string;
+  evidence?: unknown;
+}
+
+/**
+ * One rollout's state: its devices, phases, controls and the devices it changed. Device states are the
+ * truth; counts are computed from them. Pure and synchronous (no Temporal, no clock: callers pass the
+ * time), so the workflow holds one of these and its methods are tested on their own. The handful of
+ * fields the workflow's story reads (`state`, `phaseName`, `abort`) are public; everything else changes
+ * through methods, so each transition is written once.
+ */
+export class RolloutModel {
+  state: RolloutState = 'running';
+  /** The current phase's name, or the stage around the phases: `snapshot`, `rollback`, `done`. */
+  phaseName = 'snapshot';
+  pausedReason: string | undefined;
+  abort: AbortRequest | undefined;
+  verdict: CanaryVerdict | undefined;
+  awaitingApproval: { index: number; name: string } | undefined;
+  auditHead: { seq: number; hash: string } | undefined;
+  plan: Plan | undefined;
+  readonly warnings: string[] = [];
+
+  private readonly devices = new Map<string, DeviceStatus>();
+  private readonly phases: PhaseStatus[] = [];
+  private readonly controls: ControlRecord[] = [];
+  private readonly approved = new Set<number>();
+  /** Devices this rollout started changing, in order (a Set: O(1) to add and forget at 10,000 devices). */
+  private readonly touched = new Set<string>();
+  private readonly snapshot = new Map<string, DeviceSnapshot>();
+
+  constructor(private readonly spec: Pick<RolloutSpec, 'profile' | 'fromRevision' | 'toRevision' | 'offline'> & { rolloutId: string }) {}
+
+  // ---- reading ----
+  status(): RolloutStatus {
+    return {
+      rolloutId: this.spec.rolloutId,
+      profile: this.spec.profile,
+      fromRevision: this.spec.fromRevision,
+      toRevision: this.spec.toRevision,
+      state: this.state,
+      phase: this.phaseName,
+      ...(this.pausedReason ? { pausedReason: this.pausedReason } : {}),
+      phases: this.phases,
+      devices: [...this.devices.values()],
+      counts: this.counts(),
+      controls: this.controls,
+      warnings: this.warnings,
+      ...(this.verdict ? { verdict: this.verdict } : {}),
+      ...(this.auditHead ? { auditHead: this.auditHead } : {}),
+    };
+  }
+  counts(): Counts {
+    return countDevices(this.devices.values());
+  }
+  get paused(): boolean {
+    return this.state === 'paused';
+  }
+  get stopped(): boolean {
+    return this.abort !== undefined;
+  }
+  phase(index: number): PhaseStatus {
+    return this.phases[index]!;
+  }
+  deviceState(id: string): DeviceState | undefined {
+    return this.devices.get(id)?.state;
+  }
+
+  // ---- snapshot and plan ----
+  addSnapshot(page: DeviceSnapshot[]): void {
+    for (const d of page) this.snapshot.set(d.id, d);
+  }
+  snapshotDevices(): DeviceSnapshot[] {
+    return [...this.snapshot.values()];
+  }
+  /** Every device in scope gets a state: not-for-me and already-applied at once, offline by the spec's policy. */
+  adoptPlan(plan: Plan): void {
+    this.plan = plan;
+    this.warnings.push(...plan.warnings);
+    for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'skipped', phase: -1, reason: `not-for-me: ${reason}` });
+    for (const id of plan.alreadyApplied) this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
+    for (const phase of plan.phases) {
+      this.phases.push({ index: phase.index, name: phase.name, devices: phase.devices.length, gate: phase.gate, stage: 'pending' });
+      for (const id of phase.devices) {
+        const d = this.snapshot.get(id)!;
+        if (!d.reachable && this.spec.offline !== 'wait') {
+          const offline = this.spec.offline === 'fail' ? 'failed' : 'skipped';
+          this.devices.set(id, { id, state: offline, phase: phase.index, reason: `offline at snapshot: ${d.error ?? 'unreachable'}` });
+        } else this.devices.set(id, { id, state: 'pending', phase: phase.index });
+      }
+    }
+  }
+  /** The phase's devices still waiting to start, in plan order. */
+  pendingIn(phase: PlannedPhase): DeviceSnapshot[] {
+    return phase.devices.filter((id) => this.devices.get(id)?.state === 'pending').map((id) => this.snapshot.get(id)!);
+  }
+  /** Devices of the phase already failed before it started (offline at snapshot under `offline: fail`). */
+  failedBeforeStart(phase: PlannedPhase): number {
+    return phase.devices.filter((id) => this.devices.get(id)?.state === 'failed').length;
+  }
+  /** Devices the health gate measures: changed by this rollout and not best-effort, in snapshot order. */
+  healthTargets(): DeviceSnapshot[] {
+    return this.snapshotDevices().filter((d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''));
+  }
+
+  // ---- devices ----
+  setDevice(id: string, next: DeviceState, reason?: string): void {
+    const phase = this.devices.get(id)?.phase ?? -1;
+    this.devices.set(id, { id, state: next, phase, ...(reason ? { reason } : {}) });
+  }
+  /** Devices that never started are recorded as skipped with the reason, so none is left without a state. */
+  skipPending(reason: string, exceptPhase?: number): void {
+    for (const d of this.devices.values()) if (d.state === 'pending' && d.phase !== exceptPhase) this.setDevice(d.id, 'skipped', reason);
+  }
+  /** About to start these: compensation must undo them if the rollout stops while they run. */
+  markTouched(ids: Iterable<string>): void {
+    for (const id of ids) this.touched.add(id);
+  }
+  /** Of a batch, the devices that never started were not changed: keep compensation exact. */
+  forgetUnstarted(batch: readonly DeviceSnapshot[], started: readonly string[]): void {
+    const startedSet = new Set(started);
+    for (const d of batch) if (!startedSet.has(d.id)) this.touched.delete(d.id);
+  }
+  /** Every device this rollout changed, last changed first: the order compensation puts them back in. */
+  toUndo(): DeviceSnapshot[] {
+    return [...this.touched].reverse().map((id) => this.snapshot.get(id)!);
+  }
+  rollbackFailedOf(devices: readonly DeviceSnapshot[]): string[] {
+    return devices.filter((d) => this.devices.get(d.id)?.state === 'rollback-failed').map((d) => d.id);
+  }
+
+  // ---- phases ----
+  enterPhase(index: number, stage: PhaseStage = 'applying'): void {
+    this.phaseName = this.phases[index]!.name;
+    this.phases[index]!.stage = stage;
+  }
+  setStage(index: number, stage: PhaseStage): void {
+    this.phases[index]!.stage = stage;
+  }
+  recordGate(index: number, outcome: GateOutcome, evidence: string[], stage: PhaseStage): void {
+    const ps = this.phases[index]!;
+    ps.gateOutcome = outcome;
+    ps.evidence = evidence;
+    ps.stage = stage;
+  }
+  /** Close the phases still waiting (an abort, a cancel, a canary run's later phases). */
+  closePhases(stages: ReadonlySet<PhaseStage> | 'all-after-first'): void {
+    this.phases.forEach((ps, i) => {
+      if (stages === 'all-after-first' ? i > 0 : stages.has(ps.stage)) ps.stage = 'stopped';
+    });
+  }
+  awaitApproval(index: number): void {
+    this.phases[index]!.stage = 'awaiting-approval';
+    this.awaitingApproval = { index, name: this.phases[index]!.name };
+  }
+  isApproved(index: number): boolean {
+    return this.approved.has(index);
+  }
+  approvalDone(): void {
+    this.awaitingApproval = undefined;
+  }
+
+  // ---- the rollout's own state ----
+  pauseFor(reason: string): void {
+    this.state = 'paused';
+    this.pausedReason = reason;
+  }
+  enterRollback(): void {
+    this.phaseName = 'rollback';
+  }
+  finish(state: RolloutState): void {
+    this.state = state;
+    this.phaseName = 'done';
+    this.pausedReason = undefined;
+  }
+
+  // ---- controls: signals (Web UI) and updates (CLI) share one check and one effect ----
+  controlContext(): ControlContext {
+    return { state: this.state, awaitingApproval: this.awaitingApproval, aborting: this.abort !== undefined };
+  }
+  /** Null when the control is allowed now, else why not (naming the current state). */
+  refusal(name: ControlName, c: ControlRequest = {}): string | null {
+    return checkControl(name, this.controlContext(), c);
+  }
+  /** Carry out an accepted control; returns the audit record it calls for. */
+  applyControl(name: ControlName, c: ControlRequest): AuditIntent {
+    const by = c.by;
+    const reason = c.reason ?? null;
+    switch (name) {
+      case 'pause':
+        this.pauseFor(`paused by ${c.by ?? 'unknown'}${c.reason ? `: ${c.reason}` : ''}`);
+        return { event: 'rollout.paused', by, reason };
+      case 'resume':
+        this.state = 'running';
+        this.pausedReason = undefined;
+        return { event: 'rollout.resumed', by, reason };
+      case 'abort':
+        this.abort = { rollback: c.rollback ?? true, reason: c.reason ?? 'aborted by operator', by: c.by ?? 'unknown' };
+        return { event: 'rollout.aborted', by, reason, evidence: { rollback: this.abort.rollback } };
+      case 'approve':
+        this.approved.add(this.awaitingApproval!.index);
+        return { event: 'rollout.approved', by, reason, phase: this.awaitingApproval!.name };
+    }
+  }
+  recordControl(control: ControlRecord['control'], c: ControlBase, accepted: boolean, at: string, note?: string): void {
+    this.controls.push({ control, by: c.by ?? 'unknown', ...(c.reason ? { reason: c.reason } : {}), at, accepted, ...(note ? { note } : {}) });
+  }
+  /** A cancel: no pause or approval is pending any more. */
+  clearWaits(): void {
+    this.pausedReason = undefined;
+    this.awaitingApproval = undefined;
+  }
+}

@@ -1,0 +1,47 @@
+import * as wf from '@temporalio/workflow';
+import type { RolloutModel } from '../core/rollout/model';
+import type { RolloutStatus } from '../core/rollout/status';
+import { summarizeCounts } from '../core/rollout-state';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+
+/**
+ * What the Temporal Web UI shows of a rollout: search attributes (to list and filter rollouts) and the
+ * current-details progress table. `publish` upserts the attributes, a command in history, so it is called
+ * exactly where the story changes state; `refreshDetails` is free (not in history) and follows every
+ * device change.
+ */
+export function publish(model: RolloutModel): void {
+  const s = model.status();
+  wf.upsertSearchAttributes([
+    { key: WavegateProfile, value: s.profile },
+    { key: WavegateState, value: s.state },
+    { key: WavegatePhase, value: s.phase },
+    { key: WavegateRevision, value: s.toRevision },
+    ...(s.verdict ? [{ key: WavegateVerdict, value: s.verdict }] : []),
+  ]);
+  wf.setCurrentDetails(progressTable(s));
+}
+
+export function refreshDetails(model: RolloutModel): void {
+  wf.setCurrentDetails(progressTable(model.status()));
+}
+
+/** The live progress table shown in the Web UI's current details (markdown). */
+export function progressTable(s: RolloutStatus): string {
+  const phaseRows = s.phases.map((p) => `| ${p.index} | ${p.name} | ${p.devices} | ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''} |`);
+  const active = s.devices.filter((d) => d.state !== 'pending').slice(-30);
+  const rows = active.map((d) => `| ${d.id} | ${d.state} | ${d.reason ?? ''} |`);
+  return [
+    `**${s.profile}** r${s.fromRevision} → r${s.toRevision}: **${s.state}**, phase *${s.phase}*${s.pausedReason ? ` — ${s.pausedReason}` : ''}`,
+    '',
+    summarizeCounts(s.counts),
+    '',
+    '| # | phase | devices | stage |',
+    '|---|---|---|---|',
+    ...phaseRows,
+    '',
+    '| device | state | note |',
+    '|---|---|---|',
+    ...rows,
+  ].join('\n');
+}

@@ -1,0 +1,164 @@
+import * as wf from '@temporalio/workflow';
+import type { AuditEventName } from '../core/audit';
+import type { PlannedPhase } from '../core/planner';
+import type { RolloutInput } from '../core/rollout/input';
+import type { RolloutModel } from '../core/rollout/model';
+import * as policy from '../core/rollout/policy';
+import type { RolloutStatus } from '../core/rollout/status';
+import type { RolloutState } from '../core/rollout-state';
+import type * as activities from '../activities';
+import { AuditTrail } from './audit-trail';
+import { DeviceBatches, type BatchResult } from './batches';
+import { wireControls } from './controls';
+import { gateEvidence, runHealthGate } from './health-gate';
+import { publish, refreshDetails } from './progress';
+
+type Acts = ReturnType<typeof activities.createActivities>;
+const { snapshotFleet } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
+
+/** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
+const SNAPSHOT_PAGE = 1_000;
+/** New executions record the canary's devices as touched when they start, so a cancel mid-apply puts them back. */
+export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
+
+export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown };
+
+/**
+ * The steps a rollout's story is told in, shared by a rollout and a canary run: each step changes the
+ * model, writes its audit records and publishes to the Web UI, in that order. The story (rollout.ts)
+ * decides which step comes next.
+ */
+export class RolloutSteps {
+  private readonly trail: AuditTrail;
+  private readonly batches: DeviceBatches;
+
+  constructor(
+    private readonly input: RolloutInput,
+    private readonly model: RolloutModel,
+  ) {
+    this.trail = new AuditTrail(input.rolloutId, (head) => (model.auditHead = head), (lost) => model.warnings.push(lost));
+    this.batches = new DeviceBatches(input, model);
+    wireControls(model, (event, fields) => this.audit(event, fields), () => {
+      this.batches.forwardControls();
+      publish(model);
+    });
+  }
+
+  /** One audit record: the current phase (once planned) and the counts at this moment. */
+  audit(event: AuditEventName, f: AuditFieldsOf = {}): Promise<unknown> {
+    const { model } = this;
+    return this.trail.append(event, { phase: f.phase === undefined ? (model.plan ? model.phaseName : null) : f.phase, by: f.by, reason: f.reason, counts: { ...model.counts() }, evidence: f.evidence });
+  }
+  holdWhilePaused(): Promise<void> {
+    return wf.condition(() => !this.model.paused || this.model.stopped);
+  }
+  skipPending(reason: string, exceptPhase?: number): void {
+    this.model.skipPending(reason, exceptPhase);
+    refreshDetails(this.model);
+  }
+
+  /** The membership in scope, page by page, fixed for the rollout. */
+  async snapshot(): Promise<void> {
+    const { spec, profile } = this.input;
+    for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
+      const page = await snapshotFleet.executeWithOptions({ summary: `snapshot ${spec.profile} fleet from #${offset}` }, [
+        { inventoryPath: this.input.inventoryPath, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE },
+      ]);
+      this.model.addSnapshot(page.devices);
+      if (offset + SNAPSHOT_PAGE >= page.total) break;
+    }
+  }
+
+  async finish(final: RolloutState, event: AuditEventName, reason?: string, by?: string): Promise<RolloutStatus> {
+    this.model.finish(final);
+    await this.audit(event, { phase: null, reason: reason ?? null, ...(by ? { by } : {}) });
+    await this.trail.drained();
+    publish(this.model);
+    return this.model.status();
+  }
+
+  /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */
+  settled(): Promise<unknown> {
+    return this.batches.settled();
+  }
+
+  /** Every device this rollout changed goes back to fromRevision, last changed first, within the budget. */
+  async compensate(trigger: string, by: string): Promise<void> {
+    const { model } = this;
+    await this.batches.settled();
+    const toUndo = model.toUndo();
+    model.enterRollback();
+    publish(model);
+    await this.audit('rollback.started', { phase: 'rollback', by, reason: trigger, evidence: { devices: toUndo.length } });
+    await this.batches.run(toUndo, 'rollback', 'rollback');
+    const failed = model.rollbackFailedOf(toUndo);
+    await this.audit('rollback.completed', { phase: 'rollback', by, reason: trigger, evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed } });
+  }
+
+  /** The failure policy: roll back, or pause until an operator resumes ('continue') or aborts. */
+  async onFailure(trigger: policy.FailureTrigger, evidence: string): Promise<'rolled-back' | 'continue' | 'aborted'> {
+    const { model } = this;
+    if (policy.failureResponse(trigger, this.input.spec.rollback.on) === 'rollback') {
+      await this.compensate(`${trigger}: ${evidence}`, 'wavegate');
+      this.skipPending(policy.rolledBackSkipReason(trigger));
+      return 'rolled-back';
+    }
+    model.pauseFor(policy.failurePauseReason(trigger, evidence));
+    await this.audit('rollout.paused', { reason: model.pausedReason });
+    publish(model);
+    await this.holdWhilePaused();
+    return model.stopped ? 'aborted' : 'continue';
+  }
+
+  /** One phase's apply, the same for a rollout and a canary run. */
+  async applyPhase(phase: PlannedPhase, canary: boolean): Promise<BatchResult & { offlineFailed: number }> {
+    const { model } = this;
+    model.enterPhase(phase.index);
+    publish(model);
+    await this.audit('phase.started', { evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) } });
+    const batch = model.pendingIn(phase);
+    const offlineFailed = model.failedBeforeStart(phase);
+    // Touched before the batch runs, so a stop while it runs puts back what it started. Canary runs
+    // recorded before CANARY_TOUCHED_AT_START only learned their devices once the batch was over.
+    const touchFirst = !canary || wf.patched(CANARY_TOUCHED_AT_START);
+    if (touchFirst) model.markTouched(batch.map((d) => d.id));
+    const result = await this.batches.run(batch, 'apply', phase.name);
+    if (touchFirst) model.forgetUnstarted(batch, result.started);
+    else model.markTouched(result.started);
+    await this.audit('phase.applied', { evidence: { tally: result.tally } });
+    return { ...result, offlineFailed };
+  }
+
+  /** The gate's wait: a timer an abort interrupts (manual gates are approvals, see gateThenHealth). */
+  async gateTimer(phase: PlannedPhase): Promise<void> {
+    this.model.setStage(phase.index, 'gate');
+    publish(this.model);
+    if (phase.gate !== 'manual') await wf.condition(() => this.model.stopped, phase.gate, { summary: `gate after ${phase.name}` });
+  }
+
+  /** The gate (timer, or manual approval) then the health gate; inconclusive holds and re-checks. */
+  async gateThenHealth(phase: PlannedPhase): Promise<'rolled-back' | 'done'> {
+    const { model } = this;
+    if (phase.gate === 'manual') {
+      model.awaitApproval(phase.index);
+      publish(model);
+      await wf.condition(() => model.isApproved(phase.index) || model.stopped);
+      model.approvalDone();
+    } else await this.gateTimer(phase);
+    for (;;) {
+      await this.holdWhilePaused();
+      if (model.stopped) return 'done';
+      const gate = await runHealthGate(this.input, model, phase);
+      const evidence = gateEvidence(gate);
+      const decision = policy.healthGateDecision(gate.outcome, this.input.spec.onInconclusive);
+      model.recordGate(phase.index, gate.outcome, evidence, decision.stage);
+      await this.audit(decision.event, { evidence: gate.results });
+      if (decision.next === 'advance') return 'done';
+      if (decision.next === 'fail') return (await this.onFailure('healthGate-fail', evidence.join('; '))) === 'rolled-back' ? 'rolled-back' : 'done';
+      // Hold: after a resume the gate's time has passed, so health is checked again at once.
+      model.pauseFor(`health gate inconclusive after ${phase.name}: ${evidence.join('; ')}`);
+      await this.audit('rollout.paused', { reason: model.pausedReason });
+      publish(model);
+    }
+  }
+}
