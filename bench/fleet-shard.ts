@@ -1,6 +1,6 @@
 /**
- * One shard of the benchmark fleet, in its own process: the simulator keeps ~1,000 devices per process
- * (test/support/fleet-sim.ts), so a 10,000-device fleet is ten of these. Driven over IPC by
+ * One shard of the benchmark fleet, in its own process: the simulator (sim/) keeps ~1,000 devices per
+ * process, so a 10,000-device fleet is ten of these. Driven over IPC by
  * bench/rollout-scale.ts:
  *   parent → { devices: SimDeviceSpec[], dir, clientKeyPath }   start the fleet
  *   shard  → { ready: ShardDevice[] }                            every device's address and host key pin
@@ -12,7 +12,7 @@
  */
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { startFleet, type Fleet, type SimDeviceSpec } from '../test/support/fleet-sim';
+import { startFleet, type Fleet, type SimDeviceSpec } from '../sim';
 
 export interface ShardDevice {
   id: string;

@@ -9,19 +9,22 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { Client, Connection } from '@temporalio/client';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { applyToDevice } from '../activities/device-steps';
+import { prepareRollout } from '../cli/prepare';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RolloutInput } from '../core/rollout/input';
+import { demoDevices, generateEd25519, writeFleetInventory, type SimDeviceSpec } from '../sim';
+import { startDevServerEnv } from '../workers/dev-server';
+import { PROJECT_ROOT } from '../workers/toolchain';
+import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
-import { demoDevices, generateEd25519, type SimDeviceSpec } from '../test/support/fleet-sim';
-import { rolloutInputFor, scratchDir, startTestWorker } from '../test/support/harness';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from '../test/support/history-bounds';
-import { startDevServerEnv } from '../test/support/temporal';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from './history-bounds';
 
 const { values: flags } = parseArgs({
   options: {
@@ -81,22 +84,14 @@ async function countApplied(shards: Shard[]) {
 }
 
 function writeInventory(path: string, devices: ShardDevice[], clientKeyPath: string, budget: number): void {
-  const doc = {
-    pools: Object.fromEntries(POOLS.map((p) => [p, { disruptionBudget: budget }])),
-    defaults: { user: 'wavegate', ssh: { key: clientKeyPath }, runtimes: ['motd'] },
-    devices: devices.map((d) => ({
-      id: d.id,
-      host: d.host,
-      port: d.port,
-      pool: d.spec.pool!,
-      class: d.spec.class!,
-      os: d.spec.os!,
-      labels: d.spec.labels ?? {},
-      updateClass: d.spec.updateClass ?? 'required',
-      ssh: { hostKey: d.hostKeyFingerprint },
-    })),
-  };
-  writeFileSync(path, stringify(doc));
+  writeFleetInventory({ user: 'wavegate', clientKeyPath, devices }, path, { budgets: Object.fromEntries(POOLS.map((p) => [p, budget])) });
+}
+
+/** Writes a rollout spec of the demo profile, r1 → r2, and prepares it against the inventory as the CLI does. */
+function rolloutInputFor(dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
+  const specPath = join(dir, `${rolloutId.replace(/[^A-Za-z0-9_-]/g, '_')}.yaml`);
+  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }));
+  return { ...prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId };
 }
 
 // ---- the two runs ----
@@ -112,7 +107,9 @@ interface RunResult {
 
 async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]): Promise<RunResult> {
   const env = await startDevServerEnv();
-  const worker = await startTestWorker(env, { auditDir: join(dir, 'audit') });
+  const taskQueue = 'wavegate-bench';
+  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit') } });
+  const running = worker.run();
   try {
     const rolloutId = `rollout:bench-${DEVICES}`;
     const input: RolloutInput = {
@@ -123,7 +120,7 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     const connection = await Connection.connect({ address: env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
     const client = new Client({ connection, namespace: env.namespace ?? 'default' });
     const started = Date.now();
-    const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
     const wallMs = Date.now() - started;
     const shapes = await executionTreeShapes(client, rolloutId);
     await connection.close();
@@ -131,7 +128,8 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
     return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes };
   } finally {
-    await worker.stop();
+    worker.shutdown();
+    await running;
     await env.teardown();
   }
 }
@@ -182,22 +180,22 @@ function printShapes(shapes: HistoryShape[]): void {
 }
 
 async function main(): Promise<void> {
-  const scratch = scratchDir('bench');
-  const clientKeyPath = join(scratch.dir, 'client_ed25519');
+  const dir = mkdtempSync(join(tmpdir(), 'wavegate-bench-'));
+  const clientKeyPath = join(dir, 'client_ed25519');
   writeFileSync(clientKeyPath, generateEd25519('wavegate-bench').private, { mode: 0o600 });
   console.log(`fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}`);
   const fleetStart = Date.now();
-  const { shards, devices } = await startShards(scratch.dir, demoDevices(DEVICES), clientKeyPath);
+  const { shards, devices } = await startShards(dir, demoDevices(DEVICES), clientKeyPath);
   console.log(`fleet up in ${seconds(Date.now() - fleetStart)}`);
-  const inventoryPath = join(scratch.dir, 'inventory.yaml');
+  const inventoryPath = join(dir, 'inventory.yaml');
   // Two pools of N/2: a budget of IN_FLIGHT/N lets IN_FLIGHT/2 devices of each pool run at once.
   writeInventory(inventoryPath, devices, clientKeyPath, IN_FLIGHT / DEVICES);
-  const input = rolloutInputFor(scratch.dir, { phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, inventoryPath, 'rollout:bench-steps');
+  const input = rolloutInputFor(dir, { phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, inventoryPath, 'rollout:bench-steps');
   const results: RunResult[] = [];
   try {
     if (flags.only !== 'baseline') {
       console.log('\nrunning the rollout through Temporal...');
-      results.push(await runTemporal(scratch.dir, inventoryPath, shards));
+      results.push(await runTemporal(dir, inventoryPath, shards));
       console.log(`  ${results.at(-1)!.applied} applied in ${seconds(results.at(-1)!.wallMs)}`);
       await Promise.all(shards.map((s) => s.ask({ reset: true })));
     }
@@ -221,7 +219,7 @@ async function main(): Promise<void> {
       s.child.once('exit', () => resolve());
       s.child.send({ stop: true });
     })));
-    scratch.cleanup();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 

@@ -3,9 +3,11 @@ import { mkdirSync, openSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname } from 'node:path';
 import { Connection } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { WavegateError } from '../core/errors';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../core/search-attributes';
 import { ensureTools } from './toolchain';
+import { installQuietRuntime } from './worker';
 
 export interface DevServer {
   address: string;
@@ -90,4 +92,22 @@ export async function startDevServer(opts: { dbFile: string; logFile: string; po
       clearTimeout(timer);
     },
   };
+}
+
+/**
+ * A throwaway dev server (in memory, ephemeral ports) managed by the SDK's test environment, with
+ * wavegate's search attributes registered: for the tests and the benchmark, which tear it down
+ * themselves. The SDK's testing package is loaded on first use, like the worker's (workers/worker.ts).
+ */
+export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
+  const { temporal } = ensureTools();
+  installQuietRuntime();
+  const { TestWorkflowEnvironment } = require('@temporalio/testing') as typeof import('@temporalio/testing');
+  return TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'existing-path', path: temporal },
+      ip: '127.0.0.1',
+      searchAttributes: WAVEGATE_SEARCH_ATTRIBUTES,
+    },
+  });
 }

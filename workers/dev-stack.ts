@@ -1,8 +1,7 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
-import { demoDevices, startFleet, type Fleet } from '../test/support/fleet-sim';
-import { writeFleetInventory } from '../test/support/fleet-inventory';
+import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
 import { startDevServer, type DevServer } from './dev-server';
 import { connectWorker, createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker';
 

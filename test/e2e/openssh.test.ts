@@ -8,10 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../activities/device-steps';
 import { openSsh, TransportError } from '../../activities/ssh';
+import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
 import { startSshdFleet, type SshdDevice, type SshdFleet } from '../support/sshd';
-import { startDevServerEnv } from '../support/temporal';
 
 const MARKER = '.wavegate/profiles/demo/revision';
 const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';

@@ -6,10 +6,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { prepareRollout } from '../../cli/prepare';
+import { startFleet, writeFleetInventory, type Fleet, type SimDeviceSpec } from '../../sim';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import type { RolloutInput } from '../../core/rollout/input';
-import { startFleet, type Fleet, type SimDeviceSpec } from './fleet-sim';
-import { writeFleetInventory } from './fleet-inventory';
 import { workflowBundle } from './temporal';
 
 /** A scratch directory under the OS temp dir, removed by the returned cleanup. */

@@ -5,18 +5,7 @@ import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import { ensureTools } from '../../workers/toolchain';
 import { installQuietRuntime, WORKFLOWS_PATH } from '../../workers/worker';
 
-/** A real Temporal dev server (`temporal server start-dev`) with wavegate's search attributes registered. */
-export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
-  const { temporal } = ensureTools();
-  installQuietRuntime();
-  return TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: { type: 'existing-path', path: temporal },
-      ip: '127.0.0.1',
-      searchAttributes: WAVEGATE_SEARCH_ATTRIBUTES,
-    },
-  });
-}
+// The real dev server (`startDevServerEnv`) lives in workers/dev-server.ts: the benchmark uses it too.
 
 /** The time-skipping test server, for long gate timers. */
 export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {

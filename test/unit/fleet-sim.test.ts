@@ -1,3 +1,4 @@
+import { demoDevices, generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -5,7 +6,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { demoDevices, generateEd25519, startFleet, type Fleet, type SimDevice } from '../support/fleet-sim';
 
 interface ExecResult {
   code: number | null;

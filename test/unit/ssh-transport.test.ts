@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, type RevisionSteps } from '../../activities/device-steps';
 import { knownHostFingerprints, openSsh, sshFingerprint, TransportError, type TransportErrorKind } from '../../activities/ssh';
-import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../support/fleet-sim';
+import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
 
 /** The rejection of `promise`, which must be a TransportError of `kind`. */

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
 import type { Profile } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { demoDevices, startFleet, type Fleet } from '../support/fleet-sim';
+import { demoDevices, startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
 import { exposition, startMetricsServer, type MetricsServer } from '../support/metrics-server';
 import { startPrometheus, type Prometheus } from '../support/prometheus';

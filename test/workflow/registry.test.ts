@@ -13,13 +13,13 @@ import { canonicalize } from '../../core/canonical';
 import { WavegateError } from '../../core/errors';
 import type { Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { statusQuery, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { runCli } from '../support/cli';
-import { demoDevices, type Fleet } from '../support/fleet-sim';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
-import { startDevServerEnv } from '../support/temporal';
 
 /**
  * The revision registry (DESIGN §2 "Registration") on a real Temporal dev server: registration through

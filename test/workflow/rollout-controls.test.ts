@@ -4,13 +4,13 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
+import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
 import { abortUpdate, approveUpdate, pauseSignal, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { demoDevices, type Fleet, type SimDeviceSpec } from '../support/fleet-sim';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
 import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
-import { startDevServerEnv } from '../support/temporal';
 
 /**
  * The rollout workflow's control and failure paths on a real Temporal dev server, with the real

@@ -3,10 +3,10 @@ import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WavegateState } from '../../core/search-attributes';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
-import { demoDevices, type Fleet } from '../support/fleet-sim';
 import { DEMO_SPEC, demoRolloutInput, fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
-import { startDevServerEnv } from '../support/temporal';
 
 const VERIFY = /grep -qx 'wavegate demo revision 2/;
 const APPLY = /install -m 0644/;
