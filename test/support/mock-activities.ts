@@ -1,0 +1,117 @@
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import type { AuditEvent } from '../../core/audit';
+import type { CheckResult, GateOutcome } from '../../core/health';
+import type { RolloutInput } from '../../core/rollout/input';
+import type { DeviceSnapshot } from '../../core/rollout-state';
+import { parseRolloutSpec } from '../../core/spec';
+import type { Activities, ApplyInput, SnapshotInput } from '../../activities';
+
+/**
+ * Mocked activities for fast workflow decision tests (no SSH, no files): the real workflow code on a real
+ * Temporal server, with devices that are only entries in a scenario. Each rollout (by workflow id) has its
+ * own scenario, so one worker serves every test of a file.
+ */
+export interface Scenario {
+  devices: DeviceSnapshot[];
+  /** Devices whose apply fails (non-retryable, like a verify that says no). */
+  failApply?: Set<string>;
+  /** Devices whose apply waits until `release(id)` (heartbeating, so a cancel reaches it). */
+  holdApply?: Set<string>;
+  /** Health outcomes in order, one per runHealthCheck call; the last repeats. Default pass. */
+  health?: GateOutcome[];
+  /** What ran, in order: `apply:<id>` or `rollback:<id>`. */
+  log: string[];
+  audit: AuditEvent[];
+  healthCalls: number;
+}
+
+export function mockDevices(n: number, overrides: (i: number) => Partial<DeviceSnapshot> = () => ({})): DeviceSnapshot[] {
+  return Array.from({ length: n }, (_, i) => ({
+    id: `dev-${String(i + 1).padStart(2, '0')}`,
+    host: '127.0.0.1',
+    port: 1,
+    user: 'mock',
+    pool: 'default',
+    class: 'edge',
+    ssh: {},
+    current: 1,
+    reachable: true,
+    updateClass: 'required' as const,
+    os: 'linux',
+    ...overrides(i),
+  }));
+}
+
+export function mockInput(rolloutId: string, rollout: Record<string, unknown>, extra: Partial<RolloutInput> = {}): RolloutInput {
+  const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }, 'mock');
+  const steps = (revision: number) => ({ profile: 'demo', revision, apply: `apply r${revision}`, verify: `verify r${revision}`, payload: [] });
+  return {
+    rolloutId,
+    spec,
+    profile: { name: 'demo', scope: {}, runtimes: [{ name: 'motd', health: 'true' }] },
+    steps: steps(2),
+    rollbackSteps: steps(1),
+    provable: true,
+    risk: 'risky',
+    inventoryPath: '/nonexistent/mock-inventory.yaml',
+    poolBudgets: { default: 1 },
+    startedBy: 'mock-test',
+    ...extra,
+  };
+}
+
+export function createMockActivities() {
+  const scenarios = new Map<string, Scenario>();
+  const released = new Set<string>();
+  const scenario = (): Scenario => {
+    const id = Context.current().info.workflowExecution?.workflowId ?? "";
+    const s = scenarios.get(id);
+    if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
+    return s;
+  };
+  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit'> = {
+    async snapshotFleet(input: SnapshotInput) {
+      const s = scenario();
+      return { devices: s.devices.slice(input.offset, input.offset + input.limit), total: s.devices.length };
+    },
+    async applyRevision(input: ApplyInput) {
+      const s = scenario();
+      const ctx = Context.current();
+      const mode = input.steps.revision === 2 ? 'apply' : 'rollback';
+      const id = input.device.id;
+      if (mode === 'apply' && s.holdApply?.has(id)) {
+        while (!released.has(`${ctx.info.workflowExecution?.workflowId}/${id}`)) {
+          ctx.heartbeat();
+          await Promise.race([ctx.sleep(50), ctx.cancelled]);
+        }
+      }
+      s.log.push(`${mode}:${id}`);
+      if (mode === 'apply' && s.failApply?.has(id)) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
+      return { device: id, outcome: 'applied' as const, steps: [mode] };
+    },
+    async runHealthCheck(input: { check: string }): Promise<CheckResult> {
+      const s = scenario();
+      const outcomes = s.health ?? ['pass'];
+      const outcome = outcomes[Math.min(s.healthCalls++, outcomes.length - 1)]!;
+      return { check: input.check, outcome, evidence: `mock ${outcome}`, durationMs: 1 };
+    },
+    async appendAudit(event: AuditEvent) {
+      const s = scenario();
+      s.audit.push(event);
+      return { seq: event.seq, hash: event.seq.toString(16).padStart(64, '0') };
+    },
+  };
+  return {
+    activities,
+    /** Register a scenario for a rollout id before starting it. */
+    add(rolloutId: string, s: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>): Scenario {
+      const full: Scenario = { ...s, log: [], audit: [], healthCalls: 0 };
+      scenarios.set(rolloutId, full);
+      return full;
+    },
+    release(rolloutId: string, deviceId: string) {
+      released.add(`${rolloutId}/${deviceId}`);
+    },
+  };
+}

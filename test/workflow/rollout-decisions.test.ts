@@ -1,0 +1,220 @@
+import { WorkflowFailedError, WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RolloutInput } from '../../core/rollout/input';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { abortUpdate, approveUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
+import { waitForStatus } from '../support/rollout-helpers';
+import { workflowBundle } from '../support/temporal';
+
+/**
+ * The rollout workflow's decision paths with mocked activities (no SSH, no files): fast, and beside the
+ * real-SSH tests in rollout-controls, never instead of them. Every control path is here: pause, resume,
+ * abort with and without rollback, approve, cancel, an inconclusive gate, the failure gate.
+ */
+describe('rollout decisions with mocked activities on a real Temporal server', () => {
+  let env: TestWorkflowEnvironment;
+  let worker: Worker;
+  let running: Promise<void>;
+  const mocks = createMockActivities();
+  const taskQueue = `decisions-${process.pid}`;
+  let n = 0;
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
+    running = worker.run();
+  });
+  afterAll(async () => {
+    worker?.shutdown();
+    await running;
+    await env?.teardown();
+  });
+
+  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput> = {}) {
+    const input = mockInput(`rollout:decisions-${++n}`, { gate: '100ms', ...rollout }, extra);
+    const s = mocks.add(input.rolloutId, scenario);
+    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    return { input, s, h };
+  }
+  const events = (s: Scenario) => s.audit.map((r) => r.event);
+  const stateOf = (st: RolloutStatus, id: string) => st.devices.find((d) => d.id === id)?.state;
+  const phases2 = [{ canary: '1 device' }, { bulk: 'remainder' }];
+
+  it('happy path: every phase applies, passes its gate, and the rollout completes', async () => {
+    const { s, h } = await start({ phases: phases2 }, { devices: mockDevices(4) });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(4);
+    expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(4);
+    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+    expect(s.audit.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
+  it('failure gate with rollback.on failure-gate: the started devices are put back last-first, the rest skipped', async () => {
+    const devices = mockDevices(6);
+    const { s, h } = await start(
+      { phases: [{ canary: '1 device' }, { bulk: 'remainder' }], rollback: { on: 'failure-gate' }, maxFailureRatio: 0.2, minSample: 1 },
+      { devices, failApply: new Set(devices.slice(1).map((d) => d.id)) },
+    );
+    const result = await h.result();
+    expect(result.state).toBe('rolled-back');
+    expect(events(s)).toContain('gate.failed');
+    const applied = s.log.filter((l) => l.startsWith('apply:')).map((l) => l.slice(6));
+    const rolledBack = s.log.filter((l) => l.startsWith('rollback:')).map((l) => l.slice(9));
+    // Every device that started is undone, in reverse start order; the canary (first) goes back last.
+    expect(rolledBack).toEqual([...applied].reverse());
+    expect(rolledBack.at(-1)).toBe(result.devices.find((d) => d.phase === 0)!.id);
+    expect(result.phases[1]!.stage).toBe('failed');
+  });
+
+  it('failure gate with rollback.on healthGate-fail: pauses for an operator; resume continues to the end', async () => {
+    const devices = mockDevices(4);
+    const { s, h } = await start({ phases: [{ canary: '1 device' }, { bulk: 'remainder' }], maxFailureRatio: 0.1, minSample: 1 }, { devices, failApply: new Set([devices[3]!.id]) });
+    const paused = await waitForStatus(h, (st) => st.state === 'paused');
+    expect(paused.pausedReason).toMatch(/^failure-gate: 1 of \d devices failed/);
+    expect(s.log.some((l) => l.startsWith('rollback:'))).toBe(false);
+    await h.executeUpdate(resumeUpdate, { args: [{ by: 'alice' }] });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(stateOf(result, devices[3]!.id)).toBe('failed');
+    expect(events(s)).toEqual(expect.arrayContaining(['gate.failed', 'rollout.paused', 'rollout.resumed', 'rollout.completed']));
+  });
+
+  it('health gate fail: only the devices changed so far are rolled back, later phases never start', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, { devices: mockDevices(4), health: ['fail'] });
+    const result = await h.result();
+    expect(result.state).toBe('rolled-back');
+    expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(1);
+    expect(s.log.filter((l) => l.startsWith('rollback:'))).toHaveLength(1);
+    expect(result.counts.skipped).toBe(3);
+    expect(result.phases[0]!.gateOutcome).toBe('fail');
+  });
+
+  it('inconclusive health gate: pauses, never advances by itself; after resume health is checked again at once', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, { devices: mockDevices(3), health: ['inconclusive', 'pass'] });
+    const paused = await waitForStatus(h, (st) => st.state === 'paused');
+    expect(paused.phases[0]!.stage).toBe('inconclusive');
+    expect(paused.pausedReason).toMatch(/health gate inconclusive/);
+    expect(s.log).toHaveLength(1); // the bulk phase did not start
+    await h.executeUpdate(resumeUpdate, { args: [{ by: 'bob' }] });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(s.healthCalls).toBe(2);
+    expect(result.phases[0]!.stage).toBe('passed');
+  });
+
+  it('onInconclusive fail: an inconclusive gate is a failed gate and rolls back', async () => {
+    const { s, h } = await start({ onInconclusive: 'fail', phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, { devices: mockDevices(3), health: ['inconclusive'] });
+    const result = await h.result();
+    expect(result.state).toBe('rolled-back');
+    expect(events(s)).toContain('gate.inconclusive');
+    expect(s.log).toContain(`rollback:${result.devices.find((d) => d.phase === 0)!.id}`);
+  });
+
+  it('pause mid-phase holds new starts (in-flight devices finish); resume carries on', async () => {
+    const devices = mockDevices(4);
+    const { s, input, h } = await start({ phases: [{ bulk: 'remainder' }] }, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { poolBudgets: { default: 0.25 } });
+    const applying = await waitForStatus(h, (st) => st.counts.applying === 1);
+    const first = applying.devices.find((d) => d.state === 'applying')!.id;
+    const paused = await h.executeUpdate(pauseUpdate, { args: [{ by: 'carol', reason: 'look first' }] });
+    expect(paused.state).toBe('paused');
+    mocks.release(input.rolloutId, first);
+    const held = await waitForStatus(h, (st) => st.counts.applied === 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await h.query<RolloutStatus>('status')).counts.applying).toBe(0); // nothing new started while paused
+    expect(held.state).toBe('paused');
+    for (const d of devices) mocks.release(input.rolloutId, d.id);
+    await h.executeUpdate(resumeUpdate, { args: [{ by: 'carol' }] });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(4);
+    expect(s.log.indexOf(`apply:${first}`)).toBe(0);
+  });
+
+  it('a refused signal changes nothing and is recorded as refused; a refused update is rejected', async () => {
+    const { h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
+    await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    await h.signal(resumeSignal, { by: 'web-ui' });
+    const st = await waitForStatus(h, (x) => x.controls.length > 0);
+    expect(st.controls[0]).toMatchObject({ control: 'resume', by: 'web-ui', accepted: false });
+    expect(st.state).toBe('running');
+    await expect(h.executeUpdate(approveUpdate, { args: [{ by: 'dave', phase: 1 }] })).rejects.toBeInstanceOf(WorkflowUpdateFailedError);
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'dave', rollback: false }] });
+    expect((await h.result()).state).toBe('aborted');
+  });
+
+  it('approve: a manual gate waits for the operator, then the health gate runs and the rollout goes on', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
+    const waiting = await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    expect(waiting.counts.applied).toBe(1);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(s.log).toHaveLength(1); // still waiting: no timer stands in for a person
+    const approved = await h.executeUpdate(approveUpdate, { args: [{ by: 'erin', phase: 0 }] });
+    expect(approved.controls.at(-1)).toMatchObject({ control: 'approve', by: 'erin', accepted: true });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(events(s)).toContain('rollout.approved');
+  });
+
+  it('abort with rollback: the changed devices go back, the rest are skipped, the rollout ends aborted', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
+    const waiting = await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    const canary = waiting.devices.find((d) => d.phase === 0)!.id;
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'frank', reason: 'wrong window' }] });
+    const result = await h.result();
+    expect(result.state).toBe('aborted');
+    expect(s.log).toEqual([`apply:${canary}`, `rollback:${canary}`]);
+    expect(stateOf(result, canary)).toBe('rolled-back');
+    expect(result.counts.skipped).toBe(2);
+    expect(result.phases.map((p) => p.stage)).toEqual(['stopped', 'stopped']);
+    expect(events(s)).toEqual(expect.arrayContaining(['rollout.aborted', 'rollback.started', 'rollback.completed']));
+  });
+
+  it('abort without rollback: nothing is put back; the changed devices stay applied', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
+    await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'grace', rollback: false }] });
+    const result = await h.result();
+    expect(result.state).toBe('aborted');
+    expect(s.log.some((l) => l.startsWith('rollback:'))).toBe(false);
+    expect(result.counts.applied).toBe(1);
+    expect(events(s)).not.toContain('rollback.started');
+  });
+
+  it('cancel: every changed device is put back before the workflow closes as cancelled', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
+    const waiting = await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    const canary = waiting.devices.find((d) => d.phase === 0)!.id;
+    await h.cancel();
+    await expect(h.result()).rejects.toBeInstanceOf(WorkflowFailedError);
+    expect(s.log).toEqual([`apply:${canary}`, `rollback:${canary}`]);
+    expect(events(s).slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
+    expect(s.audit.at(-1)!.by).toBe('temporal-cancel');
+  });
+
+  it('canary mode: a cancel while the canary applies puts the canary back', async () => {
+    const devices = mockDevices(3);
+    const { s, input, h } = await start({ phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { canary: { keep: true } });
+    const applying = await waitForStatus(h, (st) => st.counts.applying === 1);
+    const canary = applying.devices.find((d) => d.state === 'applying')!.id;
+    await h.cancel();
+    mocks.release(input.rolloutId, canary);
+    await expect(h.result()).rejects.toBeInstanceOf(WorkflowFailedError);
+    expect(s.log).toContain(`rollback:${canary}`);
+    expect(events(s)).toEqual(expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.cancelled']));
+    expect(s.audit.find((r) => r.event === 'rollback.started')!.evidence).toEqual({ devices: 1 });
+  });
+
+  it('canary mode: the verdict is the gate outcome and the canary goes back unless kept', async () => {
+    const { s, h } = await start({ phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, { devices: mockDevices(3), health: ['pass'] }, { canary: { keep: false } });
+    const result = await h.result();
+    expect(result.verdict).toBe('pass');
+    expect(result.state).toBe('completed');
+    expect(s.log.map((l) => l.split(':')[0])).toEqual(['apply', 'rollback']);
+    expect(result.phases[1]!.stage).toBe('stopped');
+  });
+});
