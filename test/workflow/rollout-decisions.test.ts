@@ -6,6 +6,7 @@ import type { RolloutInput } from '../../core/rollout/input';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { abortUpdate, approveUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow } from '../../workflows/rollout';
+import { recordHistory } from '../support/histories';
 import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
 import { waitForStatus } from '../support/rollout-helpers';
 import { workflowBundle } from '../support/temporal';
@@ -207,6 +208,8 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(s.log).toContain(`rollback:${canary}`);
     expect(events(s)).toEqual(expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.cancelled']));
     expect(s.audit.find((r) => r.event === 'rollback.started')!.evidence).toEqual({ devices: 1 });
+    // Beside canary-cancel-mid-apply-pre-patch.json (the same run on the code before the patch).
+    await recordHistory(h, 'canary-cancel-mid-apply');
   });
 
   it('canary mode: the verdict is the gate outcome and the canary goes back unless kept', async () => {
