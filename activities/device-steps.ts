@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { PROFILE_NAME } from '../core/profile-name';
 import { markerPath, type PayloadFile, type Revision } from '../core/revision';
 import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { readDocument } from '../intake/files';
@@ -47,7 +48,6 @@ export class EnvelopeRejected extends Error {
 
 /** Where workers find their pins by default: `profiles/<profile>/trust.yaml` of this checkout. */
 export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
-const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {

@@ -2,7 +2,7 @@ import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
-import { getEnvelope, listRevisions, newestRevisionAbove, type RevisionSummary } from '../cli/registry-client';
+import { getEnvelope, listRevisions, newestRevisionAbove, type RevisionSummary } from '../intake/registry';
 import type { Envelope } from '../core/signing';
 
 export interface RegistryActivityDeps {

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import {
   Client,
@@ -9,49 +8,18 @@ import {
   WorkflowUpdateFailedError,
   type WorkflowHandle,
 } from '@temporalio/client';
-import { loadClientConfigProfile, toClientOptions, type ClientConfigProfile } from '@temporalio/envconfig';
 import { canonicalize } from '../core/canonical';
 import { checkControl, isFinalState, type ControlBase, type ControlName } from '../core/controls';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
-import { DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/worker';
+import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
+import { checkProfileName } from '../intake/profile-dir';
 import type { RolloutStatus } from '../workflows/messages';
 import type { RolloutInput } from '../core/rollout/input';
 import type { rolloutWorkflow } from '../workflows/rollout';
 
-/**
- * How the CLI reaches Temporal: flags first, then the standard environment (`TEMPORAL_ADDRESS`,
- * `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, `TEMPORAL_TLS*`), then a client config profile (TOML,
- * `--profile-name` / `TEMPORAL_PROFILE`, file `--config-file` / `TEMPORAL_CONFIG_FILE` or the default
- * `~/.config/temporalio/temporal.toml`), then the local dev server.
- */
-export interface TemporalFlags {
-  address?: string;
-  namespace?: string;
-  taskQueue?: string;
-  profileName?: string;
-  configFile?: string;
-  apiKey?: string;
-  tls?: boolean;
-  tlsCaCert?: string;
-  tlsCert?: string;
-  tlsKey?: string;
-  tlsServerName?: string;
-  uiUrl?: string;
-}
-
-export interface ClientSettings extends ConnectionSettings {
-  apiKey?: string;
-  tls?: NonNullable<ReturnType<typeof toClientOptions>['connectionOptions']['tls']>;
-  metadata?: NonNullable<ReturnType<typeof toClientOptions>['connectionOptions']['metadata']>;
-  /** The Web UI base URL, for links printed to people. */
-  uiUrl: string;
-}
-
-const DEFAULT_ADDRESS = '127.0.0.1:7233';
-
-/** Add the connection options every Temporal-facing command takes. */
+/** Add the connection options every Temporal-facing command takes (resolved by workers/connection.ts). */
 export function withTemporalOptions(cmd: Command): Command {
   return cmd
     .option('--address <host:port>', `Temporal frontend address (default $TEMPORAL_ADDRESS, the config profile, or ${DEFAULT_ADDRESS})`)
@@ -59,7 +27,8 @@ export function withTemporalOptions(cmd: Command): Command {
     .option('--task-queue <queue>', `worker task queue (default $WAVEGATE_TASK_QUEUE or "${DEFAULT_TASK_QUEUE}")`)
     .option('--profile-name <name>', 'Temporal client config profile (default $TEMPORAL_PROFILE or "default")')
     .option('--config-file <file.toml>', 'Temporal client config file (default $TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml)')
-    .option('--api-key <key>', 'API key for a hosted Temporal (default $TEMPORAL_API_KEY or the config profile); implies TLS')
+    .option('--api-key-file <file>', 'file holding the API key for a hosted Temporal (default $TEMPORAL_API_KEY or the config profile); implies TLS')
+    .option('--api-key-env <VAR>', 'environment variable holding the API key; implies TLS')
     .option('--tls', 'connect with TLS (implied by an API key or any --tls-* option)')
     .option('--tls-ca-cert <file>', 'server CA certificate (PEM)')
     .option('--tls-cert <file>', 'client certificate for mTLS (PEM)')
@@ -68,69 +37,9 @@ export function withTemporalOptions(cmd: Command): Command {
     .option('--ui-url <url>', 'Temporal Web UI base URL for printed links (default $WAVEGATE_UI_URL or derived from the address)');
 }
 
-/** The Web UI that belongs to a frontend address: Temporal Cloud, or the dev server's convention (port + 1000). */
-export function defaultUiUrl(address: string): string {
-  if (/\.tmprl\.cloud(:\d+)?$/.test(address)) return 'https://cloud.temporal.io';
-  const match = /^(.*):(\d+)$/.exec(address);
-  if (!match) return `http://${address}:8233`;
-  return `http://${match[1]}:${Number(match[2]) + 1000}`;
-}
-
-function readPem(flag: string, path: string): Buffer {
+export async function connectClient(settings: ConnectionSettings): Promise<Client> {
   try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
-  }
-}
-
-export function resolveClientSettings(flags: TemporalFlags = {}, env: NodeJS.ProcessEnv = process.env): ClientSettings {
-  let profile: ClientConfigProfile;
-  try {
-    profile = loadClientConfigProfile({
-      ...(flags.profileName ? { profile: flags.profileName } : {}),
-      ...(flags.configFile ? { configSource: { path: flags.configFile } } : {}),
-      // An empty variable is an unset one (how shells and CI templates "remove" a setting).
-      overrideEnvVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== '')),
-    });
-  } catch (err) {
-    const which = flags.profileName ?? (env.TEMPORAL_PROFILE || undefined);
-    throw new WavegateError('INVALID_INPUT', `Temporal client config${which ? ` profile "${which}"` : ''}: ${(err as Error).message}`);
-  }
-  const { connectionOptions, namespace } = toClientOptions(profile);
-  const address = flags.address ?? connectionOptions.address ?? DEFAULT_ADDRESS;
-  const apiKey = flags.apiKey ?? (typeof connectionOptions.apiKey === 'string' ? connectionOptions.apiKey : undefined);
-  let tls = connectionOptions.tls ?? undefined;
-  if (flags.tlsCaCert || flags.tlsCert || flags.tlsKey || flags.tlsServerName) {
-    if (!!flags.tlsCert !== !!flags.tlsKey) throw new WavegateError('INVALID_INPUT', '--tls-cert and --tls-key: give both for mTLS, or neither');
-    tls = {
-      ...(flags.tlsServerName ? { serverNameOverride: flags.tlsServerName } : {}),
-      ...(flags.tlsCaCert ? { serverRootCACertificate: readPem('--tls-ca-cert', flags.tlsCaCert) } : {}),
-      ...(flags.tlsCert && flags.tlsKey ? { clientCertPair: { crt: readPem('--tls-cert', flags.tlsCert), key: readPem('--tls-key', flags.tlsKey) } } : {}),
-    };
-  } else if (flags.tls || (apiKey && tls === undefined)) {
-    tls = true;
-  }
-  return {
-    address,
-    namespace: flags.namespace ?? namespace ?? 'default',
-    taskQueue: flags.taskQueue ?? (env.WAVEGATE_TASK_QUEUE || DEFAULT_TASK_QUEUE),
-    ...(apiKey ? { apiKey } : {}),
-    ...(tls !== undefined ? { tls } : {}),
-    ...(connectionOptions.metadata ? { metadata: connectionOptions.metadata } : {}),
-    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || defaultUiUrl(address))).replace(/\/+$/, ''),
-  };
-}
-
-export async function connectClient(settings: ConnectionSettings & Partial<ClientSettings>): Promise<Client> {
-  try {
-    const connection = await Connection.connect({
-      address: settings.address,
-      connectTimeout: 5_000,
-      ...(settings.tls !== undefined ? { tls: settings.tls } : {}),
-      ...(settings.apiKey ? { apiKey: settings.apiKey } : {}),
-      ...(settings.metadata ? { metadata: settings.metadata } : {}),
-    });
+    const connection = await Connection.connect({ ...connectionOptions(settings), connectTimeout: 5_000 });
     return new Client({ connection, namespace: settings.namespace });
   } catch (err) {
     throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message}); start one with \`wavegate dev\` or set TEMPORAL_ADDRESS`);
@@ -138,7 +47,7 @@ export async function connectClient(settings: ConnectionSettings & Partial<Clien
 }
 
 /** Run `body` with a connected client and close the connection afterwards (a CLI process must exit). */
-export async function withClient<T>(settings: ClientSettings, body: (client: Client) => Promise<T>): Promise<T> {
+export async function withClient<T>(settings: ConnectionSettings, body: (client: Client) => Promise<T>): Promise<T> {
   const client = await connectClient(settings);
   try {
     return await body(client);
@@ -311,14 +220,13 @@ export interface RolloutListing {
   closeTime?: string;
 }
 
-const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const LISTED_TYPES = ['rolloutWorkflow', 'nightlyCanaryWorkflow'];
 
 /** The visibility query behind `wavegate list`: rollouts and nightly canaries, by search attribute. */
 export function listQuery(filter: { profile?: string; state?: string }): string {
   const clauses = [`(${LISTED_TYPES.map((t) => `WorkflowType = '${t}'`).join(' OR ')})`];
   if (filter.profile !== undefined) {
-    if (!PROFILE_NAME.test(filter.profile)) throw new WavegateError('INVALID_INPUT', `--profile ${JSON.stringify(filter.profile)}: must be lowercase letters, digits and "-"`);
+    checkProfileName(filter.profile, '--profile');
     clauses.push(`WavegateProfile = '${filter.profile}'`);
   }
   if (filter.state !== undefined) {

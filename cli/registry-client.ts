@@ -1,43 +1,22 @@
-import {
-  WithStartWorkflowOperation,
-  WorkflowExecutionAlreadyStartedError,
-  WorkflowNotFoundError,
-  WorkflowUpdateFailedError,
-  type Client,
-} from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
-import { existsSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
+import { existsSync } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
 import { canonicalize } from '../core/canonical';
-import { WavegateError, type WavegateErrorCode } from '../core/errors';
+import { WavegateError } from '../core/errors';
 import { parseTrust, peekBody, type Envelope } from '../core/signing';
 import { readDocument } from '../intake/files';
-import {
-  envelopeQuery,
-  REGISTRATION_REFUSED,
-  registerUpdate,
-  registryWorkflowId,
-  revisionsQuery,
-  trustQuery,
-  type RegisterResult,
-  type RegistrationRefusal,
-  type RevisionSummary,
-  type revisionRegistryWorkflow,
-} from '../workflows/registry';
+import { checkProfileName, profileDir, revisionNumbers } from '../intake/profile-dir';
+import { registryError } from '../intake/registry';
+import { DEFAULT_TASK_QUEUE } from '../workers/connection';
+import { registerUpdate, registryWorkflowId, trustQuery, type RegisterResult, type revisionRegistryWorkflow } from '../workflows/registry';
 
-export { registryWorkflowId, type RegisterResult, type RevisionSummary };
-
-// workers/worker.ts's DEFAULT_TASK_QUEUE; not imported, because the worker module imports the activities
-// that import this file.
-const DEFAULT_TASK_QUEUE = 'wavegate';
-
-const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
-
-function checkProfile(profile: string): void {
-  if (!PROFILE_NAME.test(profile)) {
-    throw new WavegateError('INVALID_INPUT', `profile: must be lowercase letters, digits and "-" (got ${JSON.stringify(profile)})`);
-  }
-}
+/**
+ * Registration into a profile's revision registry (`registry:<profile>`): the CLI's, never an
+ * activity's. Reads of the registry are intake's (intake/registry.ts).
+ */
+export type { RegisterResult };
+// Re-exported for test/workflow/registry.test.ts, which imports the registry reads from here.
+export { getEnvelope, listRevisions, newestRevisionAbove, registryWorkflowId, type RevisionSummary } from '../intake/registry';
 
 export interface RegisterEnvelopeOptions {
   profile: string;
@@ -71,7 +50,7 @@ function trustIdentity(doc: unknown): string {
  * NOT_ABOVE_CURRENT, ...). Nothing is stored on refusal.
  */
 export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOptions): Promise<RegisterEnvelopeResult> {
-  checkProfile(opts.profile);
+  checkProfileName(opts.profile);
   const ourTrust = trustIdentity(opts.trustDoc); // a bad trust document starts nothing
   if (typeof opts.by !== 'string' || opts.by.trim() === '') throw new WavegateError('INVALID_INPUT', `by: must be a non-empty name (got ${JSON.stringify(opts.by)})`);
   const workflowId = registryWorkflowId(opts.profile);
@@ -107,14 +86,13 @@ export async function registerProfileEnvelopes(
   client: Client,
   opts: { profile: string; profileDir: string; by: string; taskQueue?: string },
 ): Promise<Array<RegisterEnvelopeResult & { path: string }>> {
-  const trustPath = join(opts.profileDir, 'trust.yaml');
-  if (!existsSync(trustPath)) throw new WavegateError('INVALID_INPUT', `${trustPath}: profile "${opts.profile}" has no trust file to register its envelopes with`);
-  const trustDoc = readDocument(trustPath);
-  const dir = join(opts.profileDir, 'envelopes');
-  const files = existsSync(dir) ? readdirSync(dir).filter((f) => /^\d+\.json$/.test(f)).sort((a, b) => Number.parseInt(a, 10) - Number.parseInt(b, 10)) : [];
+  const layout = profileDir(dirname(resolve(opts.profileDir)), basename(opts.profileDir), 'profileDir');
+  if (layout.name !== opts.profile) throw new WavegateError('INVALID_INPUT', `profileDir: ${opts.profileDir} is not the directory of profile "${opts.profile}"`, { field: 'profileDir', value: opts.profileDir });
+  if (!existsSync(layout.trustFile)) throw new WavegateError('INVALID_INPUT', `${layout.trustFile}: profile "${opts.profile}" has no trust file to register its envelopes with`);
+  const trustDoc = readDocument(layout.trustFile);
   const results: Array<RegisterEnvelopeResult & { path: string }> = [];
-  for (const file of files) {
-    const path = join(dir, file);
+  for (const n of revisionNumbers(layout, 'envelopes')) {
+    const path = layout.envelopeFile(n);
     results.push({ path, ...(await registerEnvelope(client, { profile: opts.profile, envelope: readDocument(path), trustDoc, by: opts.by, ...(opts.taskQueue ? { taskQueue: opts.taskQueue } : {}) })) });
   }
   return results;
@@ -125,57 +103,4 @@ export function envelopeProfile(envelope: unknown, source: string): string {
   const body = typeof envelope === 'object' && envelope !== null && typeof (envelope as Envelope).body === 'string' ? (peekBody(envelope as Envelope) as { profile?: unknown } | undefined) : undefined;
   if (typeof body?.profile !== 'string') throw new WavegateError('INVALID_INPUT', `${source}: body: not a revision naming its profile (MALFORMED)`, { reason: 'MALFORMED', source });
   return body.profile;
-}
-
-/** Every registered revision of the profile, oldest first. NOT_FOUND when the profile has no registry. */
-export async function listRevisions(client: Client, profile: string): Promise<RevisionSummary[]> {
-  checkProfile(profile);
-  try {
-    return await client.workflow.getHandle(registryWorkflowId(profile)).query(revisionsQuery);
-  } catch (err) {
-    throw registryError(err, profile);
-  }
-}
-
-/** The registered envelope of revision `revision`. NOT_FOUND for an unknown profile or revision. */
-export async function getEnvelope(client: Client, profile: string, revision: number): Promise<Envelope> {
-  checkProfile(profile);
-  let envelope: Envelope | null;
-  try {
-    envelope = await client.workflow.getHandle(registryWorkflowId(profile)).query(envelopeQuery, revision);
-  } catch (err) {
-    throw registryError(err, profile);
-  }
-  if (!envelope) throw new WavegateError('NOT_FOUND', `profile "${profile}" has no registered revision ${revision} (${registryWorkflowId(profile)})`, { profile, revision });
-  return envelope;
-}
-
-/**
- * The newest registered revision above `above` that has not expired at `now`, or null when there is
- * none: what a nightly canary tries next. NOT_FOUND when the profile has no registry.
- */
-export async function newestRevisionAbove(client: Client, profile: string, above: number, now = Date.now()): Promise<RevisionSummary | null> {
-  const candidates = (await listRevisions(client, profile)).filter((r) => r.revision > above && (r.expiresAt === undefined || Date.parse(r.expiresAt) > now));
-  return candidates.reduce<RevisionSummary | null>((best, r) => (!best || r.revision > best.revision ? r : best), null);
-}
-
-/** Translate what Temporal said into wavegate's codes. */
-function registryError(err: unknown, profile: string): unknown {
-  if (err instanceof WavegateError) return err;
-  const workflowId = registryWorkflowId(profile);
-  if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === REGISTRATION_REFUSED) {
-    const refusal = (err.cause.details?.[0] ?? {}) as Partial<RegistrationRefusal>;
-    const code = (refusal.code === 'CONFLICT' ? 'CONFLICT' : 'INVALID_INPUT') satisfies WavegateErrorCode;
-    return new WavegateError(code, `${workflowId} refused the envelope (${refusal.reason ?? 'REFUSED'}): ${err.cause.message.replace(/^[A-Z_]+: /, '')}`, { ...refusal.details, reason: refusal.reason, profile });
-  }
-  if (err instanceof WorkflowNotFoundError) {
-    return new WavegateError('NOT_FOUND', `profile "${profile}" has no revision registry (${workflowId}); register a revision first (wavegate register)`, { profile });
-  }
-  if (err instanceof WorkflowExecutionAlreadyStartedError) {
-    return new WavegateError('INVALID_STATE', `${workflowId} exists but is closed (terminated or failed); its registrations are in its history: restore it before registering`, { profile });
-  }
-  if (err instanceof WorkflowUpdateFailedError) {
-    return new WavegateError('FAILED', `${workflowId}: registration failed: ${err.cause?.message ?? err.message}`, { profile });
-  }
-  return err;
 }

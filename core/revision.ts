@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
 
 /**
@@ -18,7 +19,7 @@ export type PayloadFile = z.infer<typeof PayloadFile>;
 
 export const Revision = z
   .object({
-    profile: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and "-"'),
+    profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
     revision: z.number().int().positive('must be a positive whole number'),
     apply: z.string(),
     verify: z.string(),
@@ -45,7 +46,7 @@ export function parseRevision(data: unknown, source: string): Revision {
 /** The profile: what a rollout targets and how it checks health (DESIGN §2). */
 export const Profile = z
   .object({
-    name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and "-"'),
+    name: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
     description: z.string().optional(),
     /** Label selector over the inventory: every listed label must match. Empty selects every device. */
     scope: z.record(z.string(), z.string()).default({}),

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { parseDurationMs } from './duration';
 import { parseHealthCheck } from './health';
 import type { Inventory } from './inventory';
+import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { invalidFields, parseWith, type FieldProblem } from './validation';
 
 /**
@@ -104,7 +105,7 @@ const Waves = z.array(z.number().gt(0, 'must be above 0').max(100, 'must be at m
 
 export const RolloutBody = z
   .object({
-    profile: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be lowercase letters, digits and "-"'),
+    profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
     fromRevision: z.number().int().nonnegative(),
     toRevision: z.number().int().positive(),
     strategy: z.enum(['phased']).default('phased'),

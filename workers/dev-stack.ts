@@ -3,7 +3,8 @@ import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
 import { startDevServer, type DevServer } from './dev-server';
-import { connectWorker, createWorker, DEFAULT_TASK_QUEUE, installQuietRuntime } from './worker';
+import { DEFAULT_TASK_QUEUE, localConnectionSettings } from './connection';
+import { connectWorker, createWorker, installQuietRuntime } from './worker';
 
 export interface DevStack {
   server: DevServer;
@@ -46,7 +47,7 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     }
 
     installQuietRuntime();
-    const connection = await connectWorker(server.address);
+    const connection = await connectWorker(localConnectionSettings(server));
     stops.push(() => connection.close());
     const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit') } });
     const running = worker.run();

@@ -1,8 +1,9 @@
 import { join } from 'node:path';
-// Type-only at the top: loading the SDK's worker takes most of a second, and every CLI command imports
-// this file for its connection settings; the worker code is loaded when a worker is actually made.
+// Type-only at the top: loading the SDK's worker takes most of a second, and CLI commands import this
+// file; the worker code is loaded when a worker is actually made.
 import type { NativeConnection, Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { ActivityDeps } from '../activities';
+import { connectionOptions, type ConnectionSettings } from './connection';
 
 function workerSdk(): typeof import('@temporalio/worker') {
   return require('@temporalio/worker');
@@ -10,26 +11,13 @@ function workerSdk(): typeof import('@temporalio/worker') {
 
 // A path, not require.resolve: the bundler takes the .ts source and tests run without a build.
 export const WORKFLOWS_PATH = join(__dirname, '..', 'workflows', 'index.ts');
-export const DEFAULT_TASK_QUEUE = 'wavegate';
 
-export interface ConnectionSettings {
-  address: string;
-  namespace: string;
-  taskQueue: string;
-}
-
-/** Flags first, then the standard Temporal environment variables, then the local defaults. */
-export function connectionSettings(flags: Partial<ConnectionSettings> = {}): ConnectionSettings {
-  return {
-    address: flags.address ?? process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
-    namespace: flags.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
-    taskQueue: flags.taskQueue ?? process.env.WAVEGATE_TASK_QUEUE ?? DEFAULT_TASK_QUEUE,
-  };
-}
-
-/** Connect to Temporal for a worker (loads the SDK's worker code on first use). */
-export function connectWorker(address: string): Promise<NativeConnection> {
-  return workerSdk().NativeConnection.connect({ address });
+/**
+ * Connect to Temporal for a worker (loads the SDK's worker code on first use), with the same settings
+ * the CLI resolves: address, namespace, TLS and API key (workers/connection.ts).
+ */
+export function connectWorker(settings: ConnectionSettings): Promise<NativeConnection> {
+  return workerSdk().NativeConnection.connect(connectionOptions(settings));
 }
 
 let runtimeInstalled = false;

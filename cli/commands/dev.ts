@@ -8,11 +8,12 @@ import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { connectionSettings, connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
+import { describeConnection, localConnectionSettings, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
-import { connectClient, startRollout, workflowUrl } from '../client';
-import { loadRolloutContent, prepareRollout } from '../prepare';
+import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
+import { connectClient, startRollout, withTemporalOptions, workflowUrl } from '../client';
 import { registerProfileEnvelopes } from '../registry-client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
@@ -92,7 +93,7 @@ export function register(program: Command): void {
           log(`Web UI:           ${stack.server.uiUrl}`);
           if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
           if (opts.demo) {
-            const client = await connectClient({ address: stack.server.address, namespace: stack.server.namespace, taskQueue: stack.taskQueue });
+            const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
             try {
               await registerDemoEnvelopes(client, stack);
             } finally {
@@ -113,11 +114,11 @@ export function register(program: Command): void {
     .action(
       action(async (opts: { stateDir: string; spec: string }) => {
         const profilesDir = join(PROJECT_ROOT, 'profiles');
-        loadRolloutContent({ specPath: opts.spec, profilesDir }); // bad input starts nothing
+        loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesDir }); // bad input starts nothing
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
         return withDevStack({ stateDir, demo: true, log }, async (stack) => {
-          const client = await connectClient({ address: stack.server.address, namespace: stack.server.namespace, taskQueue: stack.taskQueue });
+          const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
           await registerDemoEnvelopes(client, stack);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.
           const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo', client });
@@ -146,29 +147,27 @@ export function register(program: Command): void {
       }),
     );
 
-  program
-    .command('worker')
-    .description('Run a wavegate worker against a Temporal server (flags, or TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE).')
-    .option('--address <host:port>', 'Temporal frontend address')
-    .option('--namespace <ns>', 'Temporal namespace')
-    .option('--task-queue <queue>', 'task queue to poll')
-    .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
-    .action(
-      action(async (flags: { address?: string; namespace?: string; taskQueue?: string; auditDir?: string }) => {
-        const settings = connectionSettings(flags);
-        let connection: NativeConnection;
-        installQuietRuntime();
-        try {
-          connection = await connectWorker(settings.address);
-        } catch (err) {
-          throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
-        }
-        const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
-        const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}) } });
-        log(`worker polling ${settings.address} namespace ${settings.namespace} task queue ${settings.taskQueue}; Ctrl-C to stop`);
-        // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
-        await worker.run();
-        await connection.close();
-      }),
-    );
+  withTemporalOptions(
+    program
+      .command('worker')
+      .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
+      .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)'),
+  ).action(
+    action(async (flags: TemporalFlags & { auditDir?: string }) => {
+      const settings = resolveConnectionSettings(flags);
+      let connection: NativeConnection;
+      installQuietRuntime();
+      try {
+        connection = await connectWorker(settings);
+      } catch (err) {
+        throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
+      }
+      const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}) } });
+      log(`worker polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
+      // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
+      await worker.run();
+      await connection.close();
+    }),
+  );
 }

@@ -1,15 +1,16 @@
-import { existsSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { boardIsGreen, readDrift, readFleetBoard, type BoardRow } from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
-import { parseInventory } from '../../core/inventory';
 import { classifyRevision } from '../../core/provability';
-import { parseProfile, parseRevision, type Profile, type Revision } from '../../core/revision';
-import { readDocument } from '../../intake/files';
-import { loadProfileTrust, openEnvelope } from '../prepare';
-import { getEnvelope, newestRevisionAbove } from '../registry-client';
-import { resolveClientSettings, withClient, withTemporalOptions, type TemporalFlags } from '../client';
+import type { Revision } from '../../core/revision';
+import type { Trust } from '../../core/signing';
+import { loadInventory } from '../../intake/inventory';
+import { loadProfile, type LoadedProfile } from '../../intake/profile';
+import { newestRevisionAbove } from '../../intake/registry';
+import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
+import { loadProfileTrust } from '../../intake/trust';
+import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { withClient, withTemporalOptions } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
 /**
@@ -18,43 +19,13 @@ import { action, EXIT_FAILED, EXIT_OK } from '../run';
  * its pins when it has pins), or with --registry from `registry:<profile>`.
  */
 
-interface ProfileFiles {
-  dir: string;
-  profile: Profile;
+interface ProfileFiles extends LoadedProfile {
+  trust: Trust | undefined;
 }
 
 function loadProfileFiles(profilesDir: string, name: string): ProfileFiles {
-  const dir = resolve(profilesDir, name);
-  const path = join(dir, 'profile.yaml');
-  if (!existsSync(path)) throw new WavegateError('INVALID_INPUT', `--profile ${JSON.stringify(name)}: no such profile (expected ${path})`);
-  return { dir, profile: parseProfile(readDocument(path), path) };
-}
-
-/** Revision numbers the profile's files hold (envelopes/<n>.json for a signed profile, else revisions/<n>.yaml). */
-function fileRevisions(files: ProfileFiles): number[] {
-  const signed = !!loadProfileTrust(files.dir);
-  const sub = join(files.dir, signed ? 'envelopes' : 'revisions');
-  if (!existsSync(sub)) return [];
-  const ext = signed ? '.json' : '.yaml';
-  return readdirSync(sub)
-    .filter((f) => f.endsWith(ext) && /^\d+$/.test(f.slice(0, -ext.length)))
-    .map((f) => Number(f.slice(0, -ext.length)))
-    .sort((a, b) => a - b);
-}
-
-/** Revision `n` from the files, verified against the profile's pins when it has any. */
-function loadFileRevision(files: ProfileFiles, n: number): Revision | undefined {
-  const trust = loadProfileTrust(files.dir);
-  if (trust) {
-    const path = join(files.dir, 'envelopes', `${n}.json`);
-    if (!existsSync(path)) return undefined;
-    return openEnvelope(readDocument(path), trust, { profile: files.profile.name, revision: n, source: path }).revision;
-  }
-  const path = join(files.dir, 'revisions', `${n}.yaml`);
-  if (!existsSync(path)) return undefined;
-  const revision = parseRevision(readDocument(path), path);
-  if (revision.profile !== files.profile.name || revision.revision !== n) throw new WavegateError('INVALID_INPUT', `${path}: declares ${revision.profile} r${revision.revision}, expected ${files.profile.name} r${n}`);
-  return revision;
+  const loaded = loadProfile(profilesDir, name, '--profile');
+  return { ...loaded, trust: loadProfileTrust(loaded.layout) };
 }
 
 interface BoardFlags extends TemporalFlags {
@@ -69,19 +40,19 @@ interface BoardFlags extends TemporalFlags {
 
 /** The revision the board is about: --revision, else the newest registered (--registry), else the newest in the files. */
 async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Revision> {
+  const name = files.profile.name;
   if (opts.registry) {
-    return withClient(resolveClientSettings(opts), async (client) => {
-      const trust = loadProfileTrust(files.dir);
-      if (!trust) throw new WavegateError('INVALID_INPUT', `--registry: profile "${files.profile.name}" has no pins (${join(files.dir, 'trust.yaml')}) to verify registered revisions against`);
-      const n = opts.revision ?? (await newestRevisionAbove(client, files.profile.name, 0))?.revision;
-      if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${files.profile.name}" has no registered revision`);
-      return openEnvelope(await getEnvelope(client, files.profile.name, n), trust, { profile: files.profile.name, revision: n, source: `registry:${files.profile.name} r${n}` }).revision;
+    return withClient(resolveConnectionSettings(opts), async (client) => {
+      const trust = registryTrust(files.layout, files.trust, '--registry');
+      const n = opts.revision ?? (await newestRevisionAbove(client, name, 0))?.revision;
+      if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no registered revision`);
+      return (await registeredRevision(client, files.layout, trust, n)).revision;
     });
   }
-  const n = opts.revision ?? fileRevisions(files).at(-1);
-  if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${files.profile.name}" has no revisions in ${files.dir}`);
-  const revision = loadFileRevision(files, n);
-  if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${n}: profile "${files.profile.name}" has no revision ${n} in ${files.dir}`);
+  const n = opts.revision ?? fileRevisionNumbers(files.layout, files.trust).at(-1);
+  if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revisions in ${files.layout.dir}`);
+  const revision = findFileRevision(files.layout, files.trust, n)?.revision;
+  if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${n}: profile "${name}" has no revision ${n} in ${files.layout.dir}`);
   return revision;
 }
 
@@ -117,7 +88,7 @@ export function register(program: Command): void {
     .action(
       action(async (opts: BoardFlags) => {
         const files = loadProfileFiles(opts.profiles, opts.profile);
-        const inventory = parseInventory(readDocument(opts.inventory), opts.inventory);
+        const inventory = loadInventory(opts.inventory);
         const revision = await boardRevision(files, opts);
         const board = await readFleetBoard({
           inventory,
@@ -146,17 +117,16 @@ export function register(program: Command): void {
   withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted")).action(
     action(async (opts: BoardFlags) => {
       const files = loadProfileFiles(opts.profiles, opts.profile);
-      const inventory = parseInventory(readDocument(opts.inventory), opts.inventory);
+      const inventory = loadInventory(opts.inventory);
       const known = new Map<number, string | undefined>();
       const verifyOf = (n: number) => {
-        if (!known.has(n)) known.set(n, loadFileRevision(files, n)?.verify);
+        if (!known.has(n)) known.set(n, findFileRevision(files.layout, files.trust, n)?.revision.verify);
         return known.get(n);
       };
       if (opts.registry) {
         // Pre-load the registered revisions: the probe runs many devices at once.
-        await withClient(resolveClientSettings(opts), async (client) => {
-          const trust = loadProfileTrust(files.dir);
-          if (!trust) throw new WavegateError('INVALID_INPUT', `--registry: profile "${files.profile.name}" has no pins to verify registered revisions against`);
+        await withClient(resolveConnectionSettings(opts), async (client) => {
+          const trust = registryTrust(files.layout, files.trust, '--registry');
           let n = 0;
           for (;;) {
             const next = await newestRevisionAbove(client, files.profile.name, n);
@@ -164,8 +134,11 @@ export function register(program: Command): void {
             n = next.revision;
           }
           for (let r = 1; r <= n; r++) {
-            const envelope = await getEnvelope(client, files.profile.name, r).catch(() => undefined);
-            if (envelope) known.set(r, openEnvelope(envelope, trust, { profile: files.profile.name, revision: r, source: `registry:${files.profile.name} r${r}` }).revision.verify);
+            const signed = await registeredRevision(client, files.layout, trust, r).catch((err: unknown) => {
+              if (err instanceof WavegateError && err.code === 'NOT_FOUND') return undefined;
+              throw err;
+            });
+            if (signed) known.set(r, signed.revision.verify);
           }
         });
       }

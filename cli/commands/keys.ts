@@ -20,7 +20,7 @@ import {
 import { parseWith } from '../../core/validation';
 import { readDocument } from '../../intake/files';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
-import { loadInventoryFile } from './plan';
+import { loadInventory } from '../../intake/inventory';
 
 /**
  * Offline key handling: `keygen`, `sign`, `cosign`, `verify`. Keys are files on disk (private key file
@@ -109,7 +109,7 @@ export function register(program: Command): void {
         if (!Number.isInteger(days) || days < 1 || days > 3650) throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-3650 (got ${JSON.stringify(opts.validityDays)})`);
         let escapes: Array<{ gate: string; flag: string; reason: string }> = [];
         if (opts.inventory) {
-          const inventory = loadInventoryFile(opts.inventory);
+          const inventory = loadInventory(opts.inventory);
           const scope = opts.profile ? parseProfile(readDocument(opts.profile), opts.profile).scope : {};
           const allow = Object.values(ESCAPE_FLAGS).filter((flag) => opts[camel(flag)] === true);
           const report = runRegistrationGates({ revision, scope, devices: inventory.devices, allow });

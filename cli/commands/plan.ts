@@ -1,31 +1,22 @@
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Command } from 'commander';
-import { looksLikeAnsible, parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
-import { devicesInScope, runRegistrationGates } from '../../core/gates';
-import { parseInventory, type Inventory } from '../../core/inventory';
-import { describeSize, planPhases, type Plan } from '../../core/planner';
-import { parseProfile, parseRevision, type Profile } from '../../core/revision';
-import { checkSpecAgainstInventory, parseRolloutSpec, type RolloutSpec } from '../../core/spec';
+import { runRegistrationGates } from '../../core/gates';
+import type { Inventory } from '../../core/inventory';
+import { describeSize, planPhases, type Plan, type PlanInput } from '../../core/planner';
+import { parseProfile, type Profile, type Revision } from '../../core/revision';
+import type { RolloutInput } from '../../core/rollout/input';
+import type { RolloutSpec } from '../../core/spec';
 import { formatDurationMs } from '../../core/duration';
 import { readDocument } from '../../intake/files';
+import { readInventory } from '../../intake/inventory';
+import { planDevices, plannerInput } from '../../intake/planner-input';
+import { loadRolloutContent, readSpec } from '../../intake/prepare';
+import { hasProfile } from '../../intake/profile';
+import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
 
-/**
- * Read an inventory file: a wavegate inventory (YAML or JSON), or an Ansible inventory (INI, or YAML
- * with `all:`/groups of `hosts:`), imported through core/ansible.
- */
-export function loadInventoryFile(path: string): Inventory {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
-  }
-  if (!path.endsWith('.json') && looksLikeAnsible(text, path)) return parseInventory(parseAnsibleInventory(text, path), path);
-  return parseInventory(readDocument(path), path);
-}
+// Kept for test/unit/core/corpus.test.ts, which reads inventories through this name.
+export { loadInventory as loadInventoryFile } from '../../intake/inventory';
 
 /** Current revision markers for a plan: a YAML/JSON mapping of device id → revision number. */
 function loadMarkers(path: string, inventory: Inventory): Map<string, number> {
@@ -49,7 +40,11 @@ export interface PlanOptions {
   file: string;
   inventory: string;
   rolloutId?: string;
+  /** A profile file outside any profiles directory: a what-if plan over its scope, no revisions read. */
   profile?: string;
+  /** `--profiles`, as `start` names it. */
+  profiles?: string;
+  /** `--profiles-dir` (the older name). */
   profilesDir: string;
   markers?: string;
   risk?: string;
@@ -62,54 +57,78 @@ export interface PlanReport {
   inventory: Inventory;
   scopeNote: string;
   risk: 'risky' | 'safe';
-  /** What the registration gates say about the target revision, when its file was found. */
+  /** What the registration gates and the inputs say about the target revision. */
   revisionNotes: string[];
+  /**
+   * The input `start` would start the rollout with, built by the same intake functions from the same
+   * files (signed envelopes verified against the profile's pins). Absent for a what-if plan: no
+   * profile directory, or `--profile <file>`.
+   */
+  input?: RolloutInput;
+  /** What the planner was given: for `input`, exactly what the rollout workflow gives it at its snapshot. */
+  plannerInput: PlanInput;
 }
 
-/** Validate everything and plan; throws INVALID_INPUT (exit 2) on any bad input. Never contacts Temporal. */
-export function makePlan(opts: PlanOptions): PlanReport {
-  const spec = parseRolloutSpec(readDocument(opts.file), opts.file);
-  const inventory = loadInventoryFile(opts.inventory);
-  let profile: Profile | undefined;
-  let scopeNote = 'no profile file: every device in the inventory is in scope';
-  const profilePath = opts.profile ?? join(opts.profilesDir, spec.profile, 'profile.yaml');
-  if (opts.profile || existsSync(profilePath)) {
-    profile = parseProfile(readDocument(profilePath), profilePath);
+/** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
+function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesDir: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
+  const profilesDir = opts.profiles ?? opts.profilesDir;
+  if (opts.profile) {
+    const profile = parseProfile(readDocument(opts.profile), opts.profile);
     if (profile.name !== spec.profile) {
-      throw new WavegateError('INVALID_INPUT', `${opts.file}: invalid\n  rollout.profile: the profile file ${profilePath} is "${profile.name}" (got ${JSON.stringify(spec.profile)})`, { source: opts.file });
+      throw new WavegateError('INVALID_INPUT', `${opts.file}: invalid\n  rollout.profile: the profile file ${opts.profile} is "${profile.name}" (got ${JSON.stringify(spec.profile)})`, { source: opts.file });
     }
-    scopeNote = `scope ${JSON.stringify(profile.scope)} from ${profilePath}`;
+    return { kind: 'file', profile };
   }
-  const inScope = devicesInScope(profile?.scope, inventory.devices);
-  if (inScope.length === 0) {
-    throw new WavegateError('INVALID_INPUT', `${opts.inventory}: invalid\n  devices: no device matches the scope of profile "${spec.profile}" (${scopeNote})`, { source: opts.inventory });
-  }
-  checkSpecAgainstInventory(spec, inventory, opts.file, inScope.map((d) => d.id));
+  return hasProfile(profilesDir, spec.profile) ? { kind: 'directory', profilesDir } : { kind: 'none' };
+}
 
-  let risk: 'risky' | 'safe' = 'risky';
+function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): string[] {
+  const notes: string[] = [];
+  const gates = runRegistrationGates({ revision, scope: profile.scope, devices: inventory.devices });
+  for (const b of gates.blocked) notes.push(`r${revision.revision}: gate "${b.gate}" would refuse registration (${b.reason}): ${b.message} [escape: ${b.flag}]`);
+  for (const n of gates.notes) notes.push(`r${revision.revision}: ${n}`);
+  if (!gates.provability.provable) notes.push(`r${revision.revision} is not provable: its devices can only reach "claimed", never "applied"`);
+  return notes;
+}
+
+/**
+ * Validate everything and plan; throws INVALID_INPUT (exit 2) on any bad input. Never contacts
+ * Temporal. With the profile's directory present, the rollout input is the one `start` would build
+ * (same functions, same files, same verification), and the planner is given what the workflow gives it.
+ */
+export function makePlan(opts: PlanOptions): PlanReport {
+  const spec = readSpec(opts.file);
+  const { inventory, format } = readInventory(opts.inventory);
+  const rolloutId = opts.rolloutId ?? `rollout:${spec.profile}`;
+  const source = { specSource: opts.file, inventoryPath: opts.inventory };
+  const where = planProfile(opts, spec);
   const revisionNotes: string[] = [];
-  const revisionPath = join(opts.profilesDir, spec.profile, 'revisions', `${spec.toRevision}.yaml`);
-  if (existsSync(revisionPath)) {
-    const revision = parseRevision(readDocument(revisionPath), revisionPath);
-    risk = revision.risk;
-    const gates = runRegistrationGates({ revision, scope: profile?.scope, devices: inventory.devices });
-    for (const b of gates.blocked) revisionNotes.push(`r${spec.toRevision}: gate "${b.gate}" would refuse registration (${b.reason}): ${b.message} [escape: ${b.flag}]`);
-    for (const n of gates.notes) revisionNotes.push(`r${spec.toRevision}: ${n}`);
-    if (!gates.provability.provable) revisionNotes.push(`r${spec.toRevision} is not provable: its devices can only reach "claimed", never "applied"`);
+  let input: RolloutInput | undefined;
+  let profile: Profile | undefined;
+  let scopeNote: string;
+  if (where.kind === 'directory') {
+    const content = loadRolloutContent({ spec, specSource: opts.file, profilesDir: where.profilesDir });
+    input = assembleRolloutInput({ ...content, ...source, inventory, startedBy: 'wavegate plan', rolloutId });
+    profile = content.profile;
+    scopeNote = `scope ${JSON.stringify(profile.scope)} from ${content.layout.profileFile}`;
+    revisionNotes.push(...gateNotes(content.target.revision, profile, inventory));
+    if (format === 'ansible') revisionNotes.push(`${opts.inventory} is an Ansible inventory: \`start\` refuses it (the worker reads wavegate inventories only)`);
+  } else if (where.kind === 'file') {
+    profile = where.profile;
+    scopeNote = `scope ${JSON.stringify(profile.scope)} from ${opts.profile} (what-if: revisions not read; start reads <profiles>/${spec.profile}/)`;
+  } else {
+    scopeNote = 'no profile file: every device in the inventory is in scope';
   }
+  const inScope = scopedDevices(spec, inventory, profile, source);
+  let risk = input?.risk ?? 'risky';
   if (opts.risk !== undefined) {
-    if (opts.risk !== 'risky' && opts.risk !== 'safe') throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`);
+    if (opts.risk !== 'risky' && opts.risk !== 'safe') throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`, { field: '--risk', value: opts.risk });
+    if (input && opts.risk !== input.risk) revisionNotes.push(`--risk ${opts.risk}: a what-if; start runs r${spec.toRevision} as ${input.risk}`);
     risk = opts.risk;
   }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
-  const plan = planPhases({
-    rolloutId: opts.rolloutId ?? `rollout:${spec.profile}`,
-    spec,
-    devices: inScope.map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: markers.get(d.id) ?? null })),
-    pools: inventory.pools,
-    risk,
-  });
-  return { plan, spec, inventory, scopeNote, risk, revisionNotes };
+  const planned = plannerInput({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers));
+  return { plan: planPhases(planned), spec, inventory, scopeNote, risk, revisionNotes, ...(input ? { input } : {}), plannerInput: planned };
 }
 
 function gateText(gate: number | 'manual'): string {
@@ -161,8 +180,9 @@ export function register(program: Command): void {
     .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
     .requiredOption('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
     .option('--rollout-id <id>', 'the rollout id that seeds the plan (default: rollout:<profile>)')
-    .option('--profile <profile.yaml>', 'profile file for the scope (default: <profiles-dir>/<profile>/profile.yaml when present)')
-    .option('--profiles-dir <dir>', 'where profiles live', 'profiles')
+    .option('--profiles <dir>', 'profiles directory, as for start (default: profiles)')
+    .option('--profiles-dir <dir>', 'the same (older name)', 'profiles')
+    .option('--profile <profile.yaml>', 'what-if: plan over the scope of this profile file instead of the profile directory start would read (no revisions read)')
     .option('--markers <file>', 'current revision per device (mapping of device id → revision number)')
     .option('--risk <risky|safe>', "override the revision's risk")
     .option('--json', 'print the plan as JSON')

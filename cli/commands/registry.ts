@@ -1,31 +1,19 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
-import { connectionSettings } from '../../workers/worker';
-import { connectClient } from '../client';
+import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { connectClient, withTemporalOptions } from '../client';
 import { readDocument } from '../../intake/files';
-import { envelopeProfile, listRevisions, registerEnvelope } from '../registry-client';
+import { listRevisions } from '../../intake/registry';
+import { envelopeProfile, registerEnvelope } from '../registry-client';
 import { action, EXIT_OK } from '../run';
 
 /**
- * The revision registry (DESIGN §2 "Registration"): `register` puts a signed envelope into its profile's
+ * The revision registry: `register` puts a signed envelope into its profile's
  * registry workflow `registry:<profile>`; `revisions list` shows what is registered.
  */
 
-interface ConnectionFlags {
-  address?: string;
-  namespace?: string;
-  taskQueue?: string;
-}
-
-function connectionOptions(cmd: Command): Command {
-  return cmd
-    .option('--address <host:port>', 'Temporal frontend address (or TEMPORAL_ADDRESS)')
-    .option('--namespace <ns>', 'Temporal namespace (or TEMPORAL_NAMESPACE)')
-    .option('--task-queue <queue>', 'task queue the registry workflow runs on when it is created');
-}
-
 export function register(program: Command): void {
-  connectionOptions(
+  withTemporalOptions(
     program
       .command('register <envelope>')
       .description('Register a signed envelope (from sign/cosign) into its profile\'s registry; exit 2 with the reason code when refused')
@@ -33,11 +21,11 @@ export function register(program: Command): void {
       .option('--by <name>', 'who registers it (default: the login name)')
       .option('--json', 'print the outcome as JSON'),
   ).action(
-    action(async (path: string, opts: ConnectionFlags & { trust: string; by?: string; json?: boolean }) => {
+    action(async (path: string, opts: TemporalFlags & { trust: string; by?: string; json?: boolean }) => {
       const envelope = readDocument(path, 'json');
       const trustDoc = readDocument(opts.trust);
       const profile = envelopeProfile(envelope, path);
-      const settings = connectionSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       const client = await connectClient(settings);
       try {
         const result = await registerEnvelope(client, { profile, envelope, trustDoc, by: opts.by ?? userInfo().username, taskQueue: settings.taskQueue });
@@ -54,15 +42,15 @@ export function register(program: Command): void {
   );
 
   const revisions = program.command('revisions').description('The registered revisions of a profile');
-  connectionOptions(
+  withTemporalOptions(
     revisions
       .command('list')
       .description('List the registered revisions of a profile, oldest first')
       .requiredOption('--profile <name>', 'profile')
       .option('--json', 'print the list as JSON'),
   ).action(
-    action(async (opts: ConnectionFlags & { profile: string; json?: boolean }) => {
-      const client = await connectClient(connectionSettings(opts));
+    action(async (opts: TemporalFlags & { profile: string; json?: boolean }) => {
+      const client = await connectClient(resolveConnectionSettings(opts));
       try {
         const list = await listRevisions(client, opts.profile);
         if (opts.json) {

@@ -3,8 +3,9 @@ import type { Command } from 'commander';
 import type { ControlBase, ControlName } from '../../core/controls';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
-import { listRollouts, queryStatus, resolveClientSettings, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl, type TemporalFlags } from '../client';
-import { prepareRollout } from '../prepare';
+import { prepareRollout } from '../../intake/prepare';
+import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { listRollouts, queryStatus, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { watchRollout } from '../watch';
 
@@ -71,7 +72,7 @@ export function register(program: Command): void {
       const request = { specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
-      const settings = resolveClientSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const input = fromFiles ?? (await prepareRollout({ ...request, client }));
         const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
@@ -93,7 +94,7 @@ export function register(program: Command): void {
 
   withTemporalOptions(program.command('status <id>').description('Per-device states, phases, counts and controls of a rollout').option('--json', 'print JSON')).action(
     action(async (id: string, opts: TemporalFlags & { json?: boolean }) =>
-      withClient(resolveClientSettings(opts), async (client) => {
+      withClient(resolveConnectionSettings(opts), async (client) => {
         const status = await queryStatus(client, id);
         if (opts.json) console.log(JSON.stringify(status, null, 2));
         else printStatus(status);
@@ -109,7 +110,7 @@ export function register(program: Command): void {
       .option('--json', 'print the final status as JSON instead of drawing'),
   ).action(
     action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
-      withClient(resolveClientSettings(opts), async (client) => {
+      withClient(resolveConnectionSettings(opts), async (client) => {
         const final = await watchRollout(client, id, opts.json ? { ...watchOptions(opts.interval), tty: false, write: () => {} } : watchOptions(opts.interval));
         if (opts.json) {
           console.log(JSON.stringify(final, null, 2));
@@ -130,7 +131,7 @@ export function register(program: Command): void {
       .option('--json', 'print JSON'),
   ).action(
     action(async (opts: TemporalFlags & { profile?: string; state?: string; limit: number; json?: boolean }) => {
-      const settings = resolveClientSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const rows = await listRollouts(client, { profile: opts.profile, state: opts.state, limit: opts.limit });
         if (opts.json) {
@@ -171,7 +172,7 @@ export function register(program: Command): void {
         const control: ControlBase & { rollback?: boolean; phase?: number | string } = { by: operatorName(), ...(opts.reason ? { reason: opts.reason } : {}) };
         if (c.name === 'abort') control.rollback = opts.rollback !== false;
         if (c.name === 'approve' && opts.phase !== undefined) control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
-        return withClient(resolveClientSettings(opts), async (client) => {
+        return withClient(resolveConnectionSettings(opts), async (client) => {
           const status = await sendControl(client, id, c.name, control);
           if (opts.json) console.log(JSON.stringify(status, null, 2));
           else console.log(`${c.name} accepted by ${id} from ${control.by}: now ${status.state}, phase ${status.phase}`);

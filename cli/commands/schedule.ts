@@ -1,26 +1,25 @@
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { ScheduleAlreadyRunning, ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleDescription, type ScheduleHandle } from '@temporalio/client';
 import { WavegateError } from '../../core/errors';
-import { parseInventory } from '../../core/inventory';
 import { parseDurationMs } from '../../core/duration';
 import { WavegateProfile, WavegateVerdict } from '../../core/search-attributes';
-import { parseRolloutSpec } from '../../core/spec';
 import type { NightlyCanaryInput, NightlyCanaryResult } from '../../workflows/canary';
-import { readDocument } from '../../intake/files';
-import { resolveClientSettings, withClient, withTemporalOptions, workflowUrl, type ClientSettings, type TemporalFlags } from '../client';
+import { canarySpec } from '../../intake/canary-spec';
+import { loadRolloutInventory } from '../../intake/inventory';
+import { loadProfile } from '../../intake/profile';
+import { resolveConnectionSettings, type ConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { operatorName } from './rollout';
 
 /**
- * Nightly canaries on Temporal Schedules (DESIGN §6): a calendar spec at a time of day in a time zone,
+ * Nightly canaries on Temporal Schedules: a calendar spec at a time of day in a time zone,
  * overlap policy SKIP (a canary still running when the next is due is not doubled), and an explicit
  * catch-up window (a server that was down at 02:00 still runs the canary if it is back within it).
  */
 
 const SCHEDULE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-const PROFILE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 function parseAt(text: string): { hour: number; minute: number } {
   const match = /^([01]\d|2[0-3]):([0-5]\d)$/.exec(text);
@@ -127,7 +126,7 @@ export async function describeSchedule(client: Client, name: string): Promise<Sc
   };
 }
 
-function printReport(r: ScheduleReport, settings: ClientSettings): void {
+function printReport(r: ScheduleReport, settings: ConnectionSettings): void {
   console.log(`schedule ${r.name}: nightly canary of ${r.profile ?? '?'} at ${r.calendar}, ${r.paused ? `PAUSED${r.note ? ` (${r.note})` : ''}` : 'active'}`);
   console.log(`  overlap ${r.overlap}, catch-up window ${r.catchupWindowMs === undefined ? '-' : `${Math.round(r.catchupWindowMs / 60_000)} min`}, ${r.actionsTaken} actions taken`);
   console.log(`  next: ${r.nextActionTimes.slice(0, 3).join(', ') || '-'}`);
@@ -179,22 +178,17 @@ export function register(program: Command): void {
       checkName(name);
       const at = parseAt(opts.at);
       const timezone = checkTimeZone(opts.tz);
-      if (!PROFILE_NAME.test(opts.profile)) throw new WavegateError('INVALID_INPUT', `--profile ${JSON.stringify(opts.profile)}: must be lowercase letters, digits and "-"`);
       const profilesDir = resolve(opts.profiles);
-      if (!existsSync(join(profilesDir, opts.profile, 'profile.yaml'))) throw new WavegateError('INVALID_INPUT', `--profile ${opts.profile}: no such profile (expected ${join(profilesDir, opts.profile, 'profile.yaml')})`);
+      const { profile } = loadProfile(profilesDir, opts.profile, '--profile');
       const inventoryPath = resolve(opts.inventory);
-      parseInventory(readDocument(inventoryPath), opts.inventory);
+      loadRolloutInventory(inventoryPath);
       const catchupMs = parseDurationMs(opts.catchupWindow);
       if (catchupMs === undefined || catchupMs < 10_000) throw new WavegateError('INVALID_INPUT', `--catchup-window ${JSON.stringify(opts.catchupWindow)}: must be a duration of at least 10s, e.g. "1h"`);
-      let specPath: string | undefined;
-      if (opts.file) {
-        specPath = resolve(opts.file);
-        // Validate now with placeholder revisions: the real ones are filled in each night.
-        const doc = readDocument(specPath) as { rollout?: Record<string, unknown> } | null;
-        parseRolloutSpec({ rollout: { ...(doc?.rollout ?? {}), profile: opts.profile, fromRevision: 1, toRevision: 2 } }, opts.file);
-      }
+      const specPath = opts.file ? resolve(opts.file) : undefined;
+      // Validate now with placeholder revisions: the real ones are filled in each night.
+      canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
       const input: NightlyCanaryInput = { profile: opts.profile, inventoryPath, profilesDir, ...(specPath ? { specPath } : {}), keep: !!opts.keep, createdBy: operatorName() };
-      const settings = resolveClientSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         try {
           await client.schedule.create({
@@ -226,7 +220,7 @@ export function register(program: Command): void {
 
   withTemporalOptions(schedule.command('list').description('Schedules with their next run').option('--json', 'print JSON')).action(
     action(async (opts: TemporalFlags & { json?: boolean }) => {
-      const settings = resolveClientSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const rows: Array<{ name: string; workflowType?: string; paused: boolean; next?: string; note?: string }> = [];
         for await (const s of client.schedule.list()) {
@@ -250,7 +244,7 @@ export function register(program: Command): void {
 
   withTemporalOptions(schedule.command('describe <name>').description('A schedule: calendar, policies, next runs, recent actions and the last canary verdict').option('--json', 'print JSON')).action(
     action(async (name: string, opts: TemporalFlags & { json?: boolean }) => {
-      const settings = resolveClientSettings(opts);
+      const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const report = await describeSchedule(client, name);
         if (opts.json) console.log(JSON.stringify(report, null, 2));
@@ -262,7 +256,7 @@ export function register(program: Command): void {
   for (const verb of ['pause', 'unpause'] as const) {
     withTemporalOptions(schedule.command(`${verb} <name>`).description(verb === 'pause' ? 'Pause a schedule (no runs until unpaused)' : 'Unpause a schedule').option('--reason <text>', 'why (kept as the schedule note with your user name)')).action(
       action(async (name: string, opts: TemporalFlags & { reason?: string }) =>
-        withClient(resolveClientSettings(opts), async (client) => {
+        withClient(resolveConnectionSettings(opts), async (client) => {
           const handle = client.schedule.getHandle(name);
           const desc = await scheduleCall(name, () => handle.describe());
           if (desc.state.paused === (verb === 'pause')) throw new WavegateError('INVALID_STATE', `schedule ${name} is already ${verb === 'pause' ? 'paused' : 'active'}`);
@@ -283,7 +277,7 @@ export function register(program: Command): void {
       .option('--json', 'with --wait: print the result as JSON'),
   ).action(
     action(async (name: string, opts: TemporalFlags & { wait?: boolean; timeout: string; json?: boolean }) =>
-      withClient(resolveClientSettings(opts), async (client) => {
+      withClient(resolveConnectionSettings(opts), async (client) => {
         const handle = client.schedule.getHandle(name);
         const before = (await scheduleCall(name, () => handle.describe())).info.numActionsTaken;
         await scheduleCall(name, () => handle.trigger());
@@ -301,7 +295,7 @@ export function register(program: Command): void {
 
   withTemporalOptions(schedule.command('delete <name>').description('Delete a schedule (runs already started are not affected)')).action(
     action(async (name: string, opts: TemporalFlags) =>
-      withClient(resolveClientSettings(opts), async (client) => {
+      withClient(resolveConnectionSettings(opts), async (client) => {
         await scheduleCall(name, () => client.schedule.getHandle(name).delete());
         console.log(`schedule ${name} deleted`);
       }),

@@ -1,11 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { stringify } from 'yaml';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
-import { prepareRollout } from '../../cli/prepare';
+import { prepareRollout, rolloutInputFromFiles } from '../../intake/prepare';
+import { parseRolloutSpec } from '../../core/spec';
 import { startFleet, writeFleetInventory, type Fleet, type SimDeviceSpec } from '../../sim';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import type { RolloutInput } from '../../core/rollout/input';
@@ -30,11 +30,14 @@ export function demoRolloutInput(specPath: string, inventoryPath: string, rollou
   return rolloutId ? { ...input, rolloutId } : input;
 }
 
-/** Write a rollout spec document (the `rollout:` body) to a file and prepare it against the demo profile. */
-export function rolloutInputFor(dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
-  const specPath = join(dir, `${rolloutId.replace(/[^A-Za-z0-9_-]/g, '_')}.yaml`);
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }));
-  return demoRolloutInput(specPath, inventoryPath, rolloutId);
+/**
+ * A rollout spec body (the `rollout:` mapping, over demo r1 → r2) prepared against the demo profile
+ * through intake, as an object: no spec file. `_dir` is unused (callers still pass their scratch dir).
+ */
+export function rolloutInputFor(_dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
+  const specSource = `${rolloutId} spec`;
+  const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }, specSource);
+  return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId });
 }
 
 let queueCounter = 0;

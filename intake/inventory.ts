@@ -1,0 +1,44 @@
+import { readFileSync } from 'node:fs';
+import { looksLikeAnsible, parseAnsibleInventory } from '../core/ansible';
+import { WavegateError } from '../core/errors';
+import { parseInventory, type Inventory } from '../core/inventory';
+import { readDocument } from './files';
+
+export type InventoryFormat = 'wavegate' | 'ansible';
+
+/**
+ * Read an inventory file: a wavegate inventory (YAML or JSON), or an Ansible inventory (INI, or YAML
+ * with `all:`/groups of `hosts:`) imported through core/ansible. Any problem is INVALID_INPUT naming
+ * the file and the field.
+ */
+export function readInventory(path: string): { inventory: Inventory; format: InventoryFormat } {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
+  }
+  if (!path.endsWith('.json') && looksLikeAnsible(text, path)) return { inventory: parseInventory(parseAnsibleInventory(text, path), path), format: 'ansible' };
+  return { inventory: parseInventory(readDocument(path), path), format: 'wavegate' };
+}
+
+/** The inventory in a file, whichever format it is in. */
+export function loadInventory(path: string): Inventory {
+  return readInventory(path).inventory;
+}
+
+/**
+ * The inventory a rollout runs on. The worker reads this file again when it snapshots the fleet, and
+ * reads wavegate inventories only: an Ansible file is refused here, before anything starts, rather
+ * than failing the snapshot.
+ */
+export function loadRolloutInventory(path: string, field = '--inventory'): Inventory {
+  const { inventory, format } = readInventory(path);
+  if (format === 'ansible') {
+    throw new WavegateError('INVALID_INPUT', `${field} ${path}: an Ansible inventory; a rollout needs a wavegate inventory (the worker reads it again at snapshot time). \`wavegate plan\` reads Ansible inventories`, {
+      field,
+      value: path,
+    });
+  }
+  return inventory;
+}

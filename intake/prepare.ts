@@ -1,0 +1,110 @@
+import type { Client } from '@temporalio/client';
+import type { Inventory } from '../core/inventory';
+import type { RolloutInput } from '../core/rollout/input';
+import { parseRolloutSpec, type RolloutSpec } from '../core/spec';
+import type { SignedRevision } from './envelope';
+import { readDocument } from './files';
+import { loadRolloutInventory } from './inventory';
+import { loadProfile, type LoadedProfile } from './profile';
+import { fileRevision, registeredRevision, registryTrust } from './revisions';
+import { assembleRolloutInput } from './rollout-input';
+import { loadProfileTrust } from './trust';
+
+/** A spec (parsed) with the profile it names and its two revisions, loaded and verified; no inventory yet. */
+export interface RolloutContent extends LoadedProfile {
+  spec: RolloutSpec;
+  specSource: string;
+  target: SignedRevision;
+  from: SignedRevision;
+}
+
+/** A parsed spec and where its profile and inventory are. */
+export interface SpecRequest {
+  spec: RolloutSpec;
+  /** Names the spec in errors: its file, or what made it. */
+  specSource: string;
+  profilesDir: string;
+}
+
+export interface RolloutFromSpec extends SpecRequest {
+  /** The inventory; read from `inventoryPath` when not given. */
+  inventory?: Inventory;
+  inventoryPath: string;
+  startedBy: string;
+  rolloutId?: string;
+}
+
+export interface RolloutRequest {
+  specPath: string;
+  inventoryPath: string;
+  profilesDir: string;
+  startedBy: string;
+  /**
+   * Take the target and from revisions from the profile's registry (`registry:<profile>`) through this
+   * client, verified against the profile's pins. Without it they come from the profile's files.
+   */
+  client?: Client;
+}
+
+/** A rollout spec file, validated. */
+export function readSpec(path: string): RolloutSpec {
+  return parseRolloutSpec(readDocument(path), path);
+}
+
+function loadSpecProfile(req: SpecRequest): LoadedProfile {
+  return loadProfile(req.profilesDir, req.spec.profile, `${req.specSource}: rollout.profile`);
+}
+
+/** The spec's profile and revisions from the profile's files (signed envelopes when it has pins). */
+export function loadRolloutContent(req: SpecRequest): RolloutContent {
+  const loaded = loadSpecProfile(req);
+  const trust = loadProfileTrust(loaded.layout);
+  const field = (name: string) => `${req.specSource}: rollout.${name}`;
+  const target = fileRevision(loaded.layout, trust, req.spec.toRevision, field('toRevision'));
+  const from = fileRevision(loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
+  return { ...req, ...loaded, target, from };
+}
+
+/** The same from `registry:<profile>`, each envelope verified again against the profile's pins. */
+export async function loadRegisteredRolloutContent(client: Client, req: SpecRequest): Promise<RolloutContent> {
+  const loaded = loadSpecProfile(req);
+  const field = (name: string) => `${req.specSource}: rollout.${name}`;
+  const trust = registryTrust(loaded.layout, loadProfileTrust(loaded.layout), field('profile'));
+  const target = await registeredRevision(client, loaded.layout, trust, req.spec.toRevision, field('toRevision'));
+  const from = await registeredRevision(client, loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
+  return { ...req, ...loaded, target, from };
+}
+
+function inputOf(content: RolloutContent, req: RolloutFromSpec): RolloutInput {
+  return assembleRolloutInput({
+    ...content,
+    inventory: req.inventory ?? loadRolloutInventory(req.inventoryPath),
+    inventoryPath: req.inventoryPath,
+    startedBy: req.startedBy,
+    ...(req.rolloutId ? { rolloutId: req.rolloutId } : {}),
+  });
+}
+
+/** A rollout's input from a parsed spec, with the revisions from the profile's files. */
+export function rolloutInputFromFiles(req: RolloutFromSpec): RolloutInput {
+  return inputOf(loadRolloutContent(req), req);
+}
+
+/** A rollout's input from a parsed spec, with the revisions from the profile's registry. */
+export async function rolloutInputFromRegistry(client: Client, req: RolloutFromSpec): Promise<RolloutInput> {
+  return inputOf(await loadRegisteredRolloutContent(client, req), req);
+}
+
+/**
+ * Everything `start` validates before it contacts Temporal, from files: the spec, the inventory, the
+ * profile and the revisions, each against the same core/ schemas the workflow trusts. Any problem is
+ * INVALID_INPUT (exit 2) and nothing starts. With `client` the revisions come from the registry and this
+ * returns a promise; without, it reads files and returns synchronously.
+ */
+export function prepareRollout(req: RolloutRequest & { client?: undefined }): RolloutInput;
+export function prepareRollout(req: RolloutRequest & { client: Client }): Promise<RolloutInput>;
+export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput>;
+export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput> {
+  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesDir: req.profilesDir, inventoryPath: req.inventoryPath, startedBy: req.startedBy };
+  return req.client ? rolloutInputFromRegistry(req.client, spec) : rolloutInputFromFiles(spec);
+}
