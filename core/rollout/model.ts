@@ -44,6 +44,8 @@ export class RolloutModel {
   /** Devices this rollout started changing, in order (a Set: O(1) to add and forget at 10,000 devices). */
   private readonly touched = new Set<string>();
   private readonly snapshot = new Map<string, DeviceSnapshot>();
+  /** The snapshot as read, page by page: what the planner judges (it warns of an id seen twice). */
+  private readonly snapshotAsRead: DeviceSnapshot[] = [];
 
   constructor(private readonly spec: Pick<RolloutSpec, 'profile' | 'fromRevision' | 'toRevision' | 'offline'> & { rolloutId: string }) {}
 
@@ -84,10 +86,13 @@ export class RolloutModel {
 
   // ---- snapshot and plan ----
   addSnapshot(page: DeviceSnapshot[]): void {
-    for (const d of page) this.snapshot.set(d.id, d);
+    this.snapshotAsRead.push(...page);
+    // The first entry of an id wins, as in the planner: the inventory may change between pages.
+    for (const d of page) if (!this.snapshot.has(d.id)) this.snapshot.set(d.id, d);
   }
+  /** Every device read at snapshot time, in the order read (duplicates included, for the planner). */
   snapshotDevices(): DeviceSnapshot[] {
-    return [...this.snapshot.values()];
+    return this.snapshotAsRead;
   }
   /** Every device in scope gets a state: not-for-me and already-applied at once, offline by the spec's policy. */
   adoptPlan(plan: Plan): void {
@@ -116,7 +121,7 @@ export class RolloutModel {
   }
   /** Devices the health gate measures: changed by this rollout and not best-effort, in snapshot order. */
   healthTargets(): DeviceSnapshot[] {
-    return this.snapshotDevices().filter((d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''));
+    return [...this.snapshot.values()].filter((d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''));
   }
 
   // ---- devices ----

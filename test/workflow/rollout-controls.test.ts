@@ -218,6 +218,27 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect(trail.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
   });
 
+  it('canary mode: a cancel while the canary is applying puts the canary back on the fleet revision', async () => {
+    const { fleet, input } = await setup({ gate: '1s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, demoDevices(4));
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 1_500 });
+    const handle = await start({ ...input, canary: { keep: true } });
+    const applying = await waitForStatus(handle, (s) => s.counts.applying === 1);
+    const canary = applying.devices.find((d) => d.state === 'applying')!.id;
+    await handle.cancel();
+    const err = await handle.result().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    expect((await handle.describe()).status.name).toBe('CANCELLED');
+    const trail = events(input.rolloutId);
+    expect(trail.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
+    const final = await handle.query<RolloutStatus>('status');
+    expect(final.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    // The fact, read back with the fleet revision's own verify, and still so once nothing runs any more.
+    await new Promise((r) => setTimeout(r, 4_000));
+    expect(markerOf(fleet, canary)).toBe(1);
+    expect(verifiesAt(fleet, canary, 1)).toBe(true);
+    for (const d of fleet.devices) if (d.id !== canary) expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
+  });
+
   it('offline devices are skipped and reported, a best-effort failure is not counted, left-behind is never contacted', async () => {
     const devices = demoDevices(8);
     devices[1]!.updateClass = 'best-effort';

@@ -531,3 +531,20 @@ describe('RolloutModel.healthTargets', () => {
     expect(model.healthTargets()).toEqual([]);
   });
 });
+
+describe('RolloutModel: an id read twice across snapshot pages', () => {
+  it('keeps the first entry for every later step, and the planner sees both (so it warns)', () => {
+    const spec = specOf({}, [{ bulk: 'remainder' }]);
+    const model = new RolloutModel({ rolloutId: 'rollout:demo:dup', ...spec });
+    model.addSnapshot([device('a'), device('b')]);
+    model.addSnapshot([device('a', { reachable: false, host: 'other.example' }), device('c')]);
+    const plan = planRollout({ rolloutId: 'rollout:demo:dup', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices());
+    model.adoptPlan(plan);
+    expect(plan.warnings.join('\n')).toMatch(/\ba\b.*twice/);
+    expect(model.deviceState('a')).toBe('pending');
+    const pending = model.pendingIn(plan.phases[0]!);
+    expect(pending.find((d) => d.id === 'a')!.host).toBe('a.example');
+    model.markTouched(['a']);
+    expect(model.toUndo().map((d) => d.host)).toEqual(['a.example']);
+  });
+});
