@@ -7,7 +7,7 @@ import { WavegateError } from '../core/errors';
 import { PROJECT_ROOT } from '../workers/toolchain';
 
 /**
- * The audit sink (DESIGN §5): one append-only JSONL file per rollout, one sealed record per line.
+ * The audit sink (docs/architecture.md, "Audit"): one append-only JSONL file per rollout, one sealed record per line.
  *
  * File names. A rollout id (`rollout:demo`) is mapped to a file name by percent-encoding every character
  * outside `[a-z0-9._-]` as its UTF-8 bytes (`%3A` for `:`, `%2F` for `/`, `%25` for `%`), upper-case

@@ -4,7 +4,7 @@ import type { History } from '@temporalio/common/lib/proto-utils';
 import { temporal } from '@temporalio/proto';
 
 /**
- * Walking workflow histories for the scale limits of DESIGN §3: an execution keeps its history under
+ * Walking workflow histories for the scale limits in docs/architecture.md: an execution keeps its history under
  * 10,240 events and its pending activities (and children) in the hundreds. "Pending" is computed over
  * the history itself: an activity is pending from ActivityTaskScheduled until it completes, fails,
  * times out or is cancelled (retries stay pending: the server records one Started per final attempt);
@@ -15,7 +15,7 @@ import { temporal } from '@temporalio/proto';
 const E = temporal.api.enums.v1.EventType;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 
-/** The server's warning threshold for one execution's history (DESIGN §3: stay under it). */
+/** The server's warning threshold for one execution's history (stay under it). */
 export const HISTORY_EVENT_LIMIT = 10_240;
 /** What this project aims for per execution (the server's hard limit is 2,000). */
 export const PENDING_LIMIT = 500;

@@ -5,7 +5,7 @@ import { canonicalize } from './canonical';
 import { WavegateError } from './errors';
 
 /**
- * The audit trail (DESIGN §5): one append-only chain of records per rollout. Each record carries the hash
+ * The audit trail (docs/architecture.md, "Audit"): one append-only chain of records per rollout. Each record carries the hash
  * of the one before it (`prev`) and its own `hash` = SHA-256 over the canonical JSON of every field but
  * `hash`, so editing, dropping, reordering or inserting a record breaks the chain at a place we can name.
  *

@@ -1,7 +1,7 @@
 import type { RolloutState } from './rollout-state';
 
 /**
- * Operator controls and which rollout states accept them (DESIGN §3). The same check validates updates
+ * Operator controls and which rollout states accept them (docs/architecture.md, "Controls"). The same check validates updates
  * (rejected at once, naming the current state) and filters signals (ignored, and recorded as such).
  */
 export interface ControlBase {

@@ -1,5 +1,5 @@
 /**
- * The failure gate (DESIGN §3 step 4): `failed / (succeeded + failed)` above `maxFailureRatio` in a
+ * The failure gate (step 4 of a rollout, docs/architecture.md): `failed / (succeeded + failed)` above `maxFailureRatio` in a
  * phase trips the failure policy. While the phase runs, a minimum sample keeps one early failure in a
  * big phase from tripping it; once the phase is done, the whole phase is the sample (so a failed canary
  * of one device always trips it).

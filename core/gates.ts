@@ -2,7 +2,7 @@ import type { Profile, Revision } from './revision';
 import { classifyRevision, commandWords, splitCommand, type Provability } from './provability';
 
 /**
- * Registration gates (DESIGN §2, seed "registration gates"): checks on a revision, from its text and
+ * Registration gates (docs/architecture.md, "Signed revisions and the registry"): checks on a revision, from its text and
  * the fleet it targets, before it is registered. Each gate has a named escape flag; an escaped gate
  * does not block, but yields a loud warning line and an audit record `{ gate, flag, reason }` that
  * the caller prints and keeps. A silent bypass would reintroduce the whole class of bug, so there is

@@ -1,5 +1,5 @@
 /**
- * Health gates (DESIGN §3 step 5): the checks a phase's `healthGate` lists, parsed from their text,
+ * Health gates (step 5 of a rollout, docs/architecture.md): the checks a phase's `healthGate` lists, parsed from their text,
  * and how their results combine into one verdict. Pure and deterministic (no Node APIs): the
  * workflow imports this module, the activity runs the checks.
  *

@@ -2,12 +2,13 @@ import { z } from 'zod';
 import { invalidFields, parseWith, type FieldProblem } from './validation';
 
 /**
- * The inventory: the membership source for a fleet (DESIGN §2). Devices inherit `defaults`; each belongs
+ * The inventory: the membership source for a fleet (docs/formats.md). Devices inherit `defaults`; each belongs
  * to a pool whose disruption budget bounds how many of its devices are in flight at once.
  */
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 export const UpdateClass = z.enum(['required', 'best-effort', 'left-behind']);
+export type UpdateClass = z.infer<typeof UpdateClass>;
 export const Transport = z.enum(['ssh', 'agent']);
 
 export const SshSettings = z
@@ -76,7 +77,7 @@ export interface Device {
   class: string;
   os: string;
   labels: Record<string, string>;
-  updateClass: z.infer<typeof UpdateClass>;
+  updateClass: UpdateClass;
   runtimes: string[];
   transport: z.infer<typeof Transport>;
   ssh: SshSettings;

@@ -1,9 +1,9 @@
-import { DEFAULT_DISRUPTION_BUDGET } from './inventory';
+import { DEFAULT_DISRUPTION_BUDGET, type UpdateClass } from './inventory';
 import { prng, seedFrom, seedHex, shuffled } from './random';
 import { phaseGate, phaseSize, type PhaseSize, type PhaseSpec, type RolloutSpec } from './spec';
 
 /**
- * The planner (DESIGN §3 step 2): pure and deterministic from the rollout id. Given the snapshot of
+ * The planner (step 2 of a rollout, docs/architecture.md): pure and deterministic from the rollout id. Given the snapshot of
  * the devices in scope, it decides which device goes in which phase:
  *
  * - `left-behind` devices (and devices already above the target) are `not-for-me`, with a reason;
@@ -27,7 +27,7 @@ export interface PlanDevice {
   pool: string;
   class: string;
   os?: string;
-  updateClass: 'required' | 'best-effort' | 'left-behind';
+  updateClass: UpdateClass;
   /** The revision marker read at snapshot time; null or absent when the device has none. */
   current?: number | null;
   /** Reachability at snapshot time (absent = unknown, treated as reachable). */

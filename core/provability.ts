@@ -1,5 +1,5 @@
 /**
- * Provability (DESIGN §2): from the shape of a revision's steps alone, before anything runs. `apply`
+ * Provability (docs/formats.md): from the shape of a revision's steps alone, before anything runs. `apply`
  * must be a machine command; `verify` must be a machine command whose exit status reads the fact back.
  * A step is not provable when it is empty, prose (non-ASCII text, or sentence-like words), a no-op in
  * the shape of a command (`true`, `:`, `exit 0`, `echo ...`, `python -c "pass"`, `/bin/true` ...), or

@@ -3,7 +3,7 @@ import type { Revision } from './revision';
 import { bodyDigest, peekBody, verifyEnvelope, type Envelope, type Trust, type VerifyReason } from './signing';
 
 /**
- * The registry's decision, as a pure function (DESIGN §2 "Registration"). The entity workflow that
+ * The registry's decision, as a pure function (docs/architecture.md, "Signed revisions and the registry"). The entity workflow that
  * holds a profile's registered envelopes calls this and stores `envelope` when the outcome is
  * `registered`; it stores nothing otherwise.
  *

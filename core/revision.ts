@@ -3,7 +3,7 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
 
 /**
- * A revision of a profile: immutable content that a rollout moves through the fleet (DESIGN §2).
+ * A revision of a profile: immutable content that a rollout moves through the fleet (docs/formats.md).
  * Commands run on the device with a POSIX shell; `$WAVEGATE_STAGING` points at the directory the
  * payload files were uploaded to.
  */
@@ -43,7 +43,7 @@ export function parseRevision(data: unknown, source: string): Revision {
   return parseWith(Revision, data, source);
 }
 
-/** The profile: what a rollout targets and how it checks health (DESIGN §2). */
+/** The profile: what a rollout targets and how it checks health (docs/formats.md). */
 export const Profile = z
   .object({
     name: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),

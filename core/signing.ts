@@ -8,7 +8,7 @@ import { Revision } from './revision';
 import { parseWith } from './validation';
 
 /**
- * Signed envelopes (DESIGN §2): `{ body: base64(canonical JSON of a revision), signatures: [{ kid,
+ * Signed envelopes (docs/formats.md): `{ body: base64(canonical JSON of a revision), signatures: [{ kid,
  * alg: "Ed25519", sig }] }`. Keys are made and used offline; the control plane, workers and agents only
  * hold pins (`kid` + public key) and a threshold of distinct pinned signers. Verification returns a value
  * with one reason code per failure; nothing here throws for a bad envelope. Pure JS (@noble), no I/O:

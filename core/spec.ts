@@ -6,7 +6,7 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { invalidFields, parseWith, type FieldProblem } from './validation';
 
 /**
- * The rollout spec (DESIGN §2). Accepts the phased form verbatim (`canary: 1 device`, `bulk: 25%`,
+ * The rollout spec (docs/formats.md). Accepts the phased form verbatim (`canary: 1 device`, `bulk: 25%`,
  * `bulk: remainder`, `gateMs`, `healthGate`, `rollback.on`) plus options with defaults.
  */
 const Duration = z.union([z.number(), z.string()]).transform((value, ctx) => {
@@ -229,7 +229,7 @@ export function checkSpecAgainstInventory(spec: RolloutSpec, inventory: Inventor
       problems.push({ path: `rollout.disruptionBudget.${pool}`, value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
     }
   }
-  // The pull transport (device twins and `wavegate agent`, DESIGN §4) is not built yet: refuse it by
+  // The pull transport (device twins and `wavegate agent`) is not built yet: refuse it by
   // name rather than quietly pushing over SSH to devices that expect to pull.
   if (spec.transport === 'agent') {
     problems.push({ path: 'rollout.transport', value: spec.transport, message: 'the agent transport is not available in this version; allowed: "ssh"' });

@@ -1,5 +1,5 @@
 /**
- * Maintenance windows (DESIGN §2 `window`): no device starts outside one; the workflow sleeps until the
+ * Maintenance windows (the spec's `window`): no device starts outside one; the workflow sleeps until the
  * next opening. Pure: the caller passes the time (workflow time inside workflows).
  */
 export interface MaintenanceWindow {

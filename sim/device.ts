@@ -1,3 +1,4 @@
+import type { UpdateClass } from '../core/inventory';
 import type { ChildProcess } from 'node:child_process';
 import type * as net from 'node:net';
 import type { AuthContext, ParsedKey, Server as SshServer } from 'ssh2';
@@ -10,7 +11,7 @@ export interface SimDeviceSpec {
   class?: string;
   os?: string;
   labels?: Record<string, string>;
-  updateClass?: 'required' | 'best-effort' | 'left-behind';
+  updateClass?: UpdateClass;
 }
 
 /** A running simulated device: where to reach it and which host key to pin. */

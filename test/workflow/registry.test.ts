@@ -22,7 +22,7 @@ import { runCli } from '../support/cli';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 
 /**
- * The revision registry (DESIGN §2 "Registration") on a real Temporal dev server: registration through
+ * The revision registry (docs/architecture.md, "Signed revisions and the registry") on a real Temporal dev server: registration through
  * the entity workflow registry:<profile>, its refusals, the CLI racing itself, continue-as-new, and the
  * workers' own envelope check before every apply over real SSH to the simulated fleet.
  */

@@ -12,7 +12,7 @@ function spec(phases: unknown[], extra: Record<string, unknown> = {}): RolloutSp
   return parseRolloutSpec({ rollout: { profile: 'p', fromRevision: 1, toRevision: 2, phases, ...extra } }, 'spec.yaml');
 }
 
-describe('planner: the DESIGN §2 phased spec', () => {
+describe('planner: the phased example spec', () => {
   it('plans 20 devices into phases of 1, 5 and 14', () => {
     const inv = fleet20();
     const plan = planPhases({ rolloutId: 'rollout:production:15', spec: phasedSpec(), devices: inv.devices, pools: inv.pools });
