@@ -1,14 +1,21 @@
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { availableParallelism } from 'node:os';
-import { beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml } from 'yaml';
+import { availableParallelism, tmpdir } from 'node:os';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml, stringify } from 'yaml';
+import { makePlan } from '../../../cli/commands/plan';
+import type { WavegateError } from '../../../core/errors';
+import { devicesInScope } from '../../../core/gates';
+import { planPhases } from '../../../core/planner';
+import { loadInventory } from '../../../intake/inventory';
+import { prepareRollout } from '../../../intake/prepare';
+import { PROJECT_ROOT } from '../../../workers/toolchain';
 import type { CorpusCase } from './corpus.test';
 
 /**
  * `wavegate plan` as a user runs it: a real `node bin/wavegate.js` process. Each malformed spec and
- * inventory in the corpus must exit 2 and name its field on stderr; the DESIGN §2 spec plans to 1, 5
+ * inventory in the corpus must exit 2 and name its field on stderr; the phased example spec (examples/plan/phased.yaml) plans to 1, 5
  * and 14 devices and exits 0. Nothing here contacts Temporal.
  */
 const ROOT = 'test/corpus';
@@ -28,7 +35,7 @@ function wavegate(args: string[]): Promise<{ code: number | null; stdout: string
 }
 
 describe('wavegate plan (spawned)', () => {
-  it('plans the DESIGN §2 spec over 20 devices to phases of 1, 5 and 14 (exit 0)', async () => {
+  it('plans the phased example spec over 20 devices to phases of 1, 5 and 14 (exit 0)', async () => {
     const text = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', 'examples/plan/fleet-20.yaml']);
     expect(text.stderr).toBe('');
     expect(text.code).toBe(0);
@@ -74,5 +81,75 @@ describe('wavegate plan (spawned)', () => {
     expect(run.stdout).toBe('');
     expect(run.stderr).toContain(c.path);
     expect(run.stderr).toContain(c.file);
+  });
+});
+
+/**
+ * `plan` shows what `start` would run: for a profile with pins (the demo profile: signed envelopes) and
+ * an inventory with pool budgets, the rollout input `plan` builds is the one `start` builds, and the
+ * planner is given exactly what the rollout workflow gives it at its snapshot (workflows/rollout.ts,
+ * step 2: pools from `input.poolBudgets`, risk from `input.risk`, the rollout id as the seed).
+ */
+describe('plan and start build the same input', () => {
+  let dir: string;
+  let specPath: string;
+  let inventoryPath: string;
+  const profilesDir = join(PROJECT_ROOT, 'profiles');
+
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'wavegate-plan-start-'));
+    specPath = join(dir, 'spec.yaml');
+    inventoryPath = join(dir, 'fleet.yaml');
+    // pool-a's budget is overridden by the spec; pool-b's and pool-c's come from the inventory.
+    writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: '50%' }, { bulk: 'remainder' }], disruptionBudget: { 'pool-a': 0.5 } } }));
+    const devices = Array.from({ length: 9 }, (_, i) => ({ id: `dev-${i + 1}`, host: '127.0.0.1', port: 2200 + i, pool: ['pool-a', 'pool-b', 'pool-c'][i % 3], class: i % 2 ? 'desktop' : 'server' }));
+    writeFileSync(inventoryPath, stringify({ pools: { 'pool-a': { disruptionBudget: 0.1 }, 'pool-b': { disruptionBudget: '40%' } }, defaults: { user: 'wavegate' }, devices }));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('gives the planner identical input from plan and from start, with signed steps and the inventory budgets', () => {
+    const started = prepareRollout({ specPath, inventoryPath, profilesDir, startedBy: 'someone' });
+    const report = makePlan({ file: specPath, inventory: inventoryPath, profilesDir });
+
+    // What the workflow hands the planner, written out as workflows/rollout.ts does it.
+    const inventory = loadInventory(inventoryPath);
+    const snapshot = devicesInScope(started.profile.scope, inventory.devices).map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: null }));
+    const workflowPlannerInput = {
+      rolloutId: started.rolloutId,
+      spec: started.spec,
+      devices: snapshot,
+      pools: Object.fromEntries(Object.entries(started.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }])),
+      risk: started.risk,
+    };
+    expect(report.plannerInput).toEqual(workflowPlannerInput);
+    expect(report.plan).toEqual(planPhases(workflowPlannerInput));
+
+    const { startedBy: _a, ...fromStart } = started;
+    const { startedBy: _b, ...fromPlan } = report.input!;
+    expect(fromPlan).toEqual(fromStart);
+    expect(started.poolBudgets).toEqual({ 'pool-a': 0.5, 'pool-b': 0.4, 'pool-c': 0.05 });
+    expect(report.plan.pools.map((p) => [p.pool, p.budget])).toEqual([['pool-a', 0.5], ['pool-b', 0.4], ['pool-c', 0.05]]);
+    expect(started.steps.envelope).toBeDefined();
+    expect(started.rollbackSteps.envelope).toBeDefined();
+  });
+
+  it('refuses a revision file that differs from its signed envelope the same way in plan and start', () => {
+    const profiles = join(dir, 'profiles');
+    cpSync(join(profilesDir, 'demo'), join(profiles, 'demo'), { recursive: true });
+    const revisionPath = join(profiles, 'demo', 'revisions', '2.yaml');
+    writeFileSync(revisionPath, readFileSync(revisionPath, 'utf8').replace('risk: risky', 'risk: safe'));
+    const refusal = (fn: () => unknown) => {
+      try {
+        fn();
+      } catch (err) {
+        return err as WavegateError;
+      }
+      throw new Error('not refused');
+    };
+    const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesDir: profiles, startedBy: 'someone' }));
+    const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profilesDir: profiles }));
+    expect(fromStart.code).toBe('INVALID_INPUT');
+    expect(fromStart.message).toContain('differs from its signed envelope');
+    expect(fromPlan.message).toBe(fromStart.message);
   });
 });
