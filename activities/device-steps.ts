@@ -2,14 +2,15 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { PROFILE_NAME } from '../core/profile-name';
-import { markerPath, type PayloadFile, type Revision } from '../core/revision';
+import type { PayloadFile, Revision } from '../core/revision';
 import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { readDocument } from '../intake/files';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
-import { openSsh, TransportError, type ExecResult, type SshSession } from './ssh';
+import { connectDevice, StepFailed, TransportError, type DeviceSession, type StagedFile } from './transport';
 
 export type { RevisionSteps };
+export { StepFailed, TransportError };
 
 export type ApplyOutcome = 'applied' | 'already-applied';
 
@@ -18,18 +19,6 @@ export interface ApplyResult {
   outcome: ApplyOutcome;
   /** Which steps ran, in order: the evidence for the audit trail. */
   steps: string[];
-}
-
-/** The failure of a device step that ran and said no (as opposed to a transport problem). */
-export class StepFailed extends Error {
-  constructor(
-    readonly step: string,
-    readonly result: ExecResult,
-    device: string,
-  ) {
-    super(`${device}: ${step} exited ${result.code}: ${(result.stderr || result.stdout).trim().slice(-400) || '(no output)'}`);
-    this.name = 'StepFailed';
-  }
 }
 
 /**
@@ -120,41 +109,27 @@ export function shellFor(steps: Pick<RevisionSteps, 'profile' | 'revision'>, com
   return `cd "$HOME" && WAVEGATE_STAGING="$HOME/${stagingDir(steps)}" && export WAVEGATE_STAGING && ${command}`;
 }
 
-export async function readMarker(session: SshSession, profile: string, timeoutMs: number): Promise<number | null> {
-  const res = await session.exec(`cat "$HOME/${markerPath(profile)}" 2>/dev/null || true`, { timeoutMs });
-  const value = Number.parseInt(res.stdout.trim(), 10);
-  return Number.isFinite(value) ? value : null;
-}
-
-async function writeMarker(session: SshSession, device: string, profile: string, revision: number, timeoutMs: number): Promise<void> {
-  const path = markerPath(profile);
-  const dir = path.slice(0, path.lastIndexOf('/'));
-  const res = await session.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' ${revision} > "$HOME/${path}"`, { timeoutMs });
-  if (res.code !== 0) throw new StepFailed('write marker', res, device);
-}
-
-/** Upload payload files to the staging directory and check their SHA-256 on the device itself. */
-async function stagePayload(session: SshSession, device: string, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
+/**
+ * Stage the payload files in the revision's staging directory. The worker checks each local copy
+ * against its signed digest just before it is sent; the session checks the copies on the device.
+ */
+async function stagePayload(session: DeviceSession, device: string, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
   if (steps.payload.length === 0) return;
-  const dir = stagingDir(steps);
-  // Upload to an absolute path under $HOME as the shell sees it: an SFTP server starts in the login's
-  // passwd home, which is not always the $HOME the commands run in.
-  const mk = await session.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' "$HOME"`, { timeoutMs });
-  if (mk.code !== 0) throw new StepFailed('stage payload', mk, device);
-  const home = mk.stdout.trim();
-  if (!home.startsWith('/')) throw new StepFailed('stage payload', { code: 1, stdout: mk.stdout, stderr: `$HOME on the device is not an absolute path: ${JSON.stringify(home)}` }, device);
-  for (const file of steps.payload) {
-    const data = readFileSync(file.source);
-    const local = createHash('sha256').update(data).digest('hex');
-    if (local !== file.sha256) {
-      throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${file.name}: local copy has sha256 ${local}, revision says ${file.sha256}` }, device);
-    }
-    await session.upload(data, `${home}/${dir}/${file.name}`, { timeoutMs });
-    beat(`staged ${file.name}`); // many or large files must not look like a dead worker
-  }
-  const check = steps.payload.map((f) => `${f.sha256}  ${f.name}`).join('\n');
-  const res = await session.exec(`cd "$HOME/${dir}" && printf '%s\\n' '${check}' | sha256sum -c --quiet -`, { timeoutMs });
-  if (res.code !== 0) throw new StepFailed('payload digest check', res, device);
+  const files = steps.payload.map(
+    (file): StagedFile => ({
+      name: file.name,
+      sha256: file.sha256,
+      read: () => {
+        const data = readFileSync(file.source);
+        const local = createHash('sha256').update(data).digest('hex');
+        if (local !== file.sha256) {
+          throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${file.name}: local copy has sha256 ${local}, revision says ${file.sha256}` }, device);
+        }
+        return data;
+      },
+    }),
+  );
+  await session.stage(stagingDir(steps), files, { timeoutMs, onStaged: (name) => beat(`staged ${name}`) });
 }
 
 /**
@@ -184,7 +159,7 @@ export async function applyToDevice(
     requireEnvelope: opts.requireEnvelope ?? false,
     now: opts.now ?? Date.now(),
   });
-  const session = await openSsh(target);
+  const session = await connectDevice(target);
   // A long apply keeps heartbeating while it runs, so the activity's heartbeat timeout only catches
   // a worker that is really gone, not a slow package install.
   const run = (step: string, command: string) =>
@@ -199,7 +174,7 @@ export async function applyToDevice(
     const before = await run('verify-first', steps.verify);
     ran.push('verify');
     if (before.code === 0) {
-      await writeMarker(session, target.id, steps.profile, steps.revision, opts.commandTimeoutMs);
+      await session.writeMarker(steps.profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
       ran.push('marker');
       return { device: target.id, outcome: 'already-applied', steps: ran };
     }
@@ -214,12 +189,10 @@ export async function applyToDevice(
     const after = await run('verify', steps.verify);
     ran.push('verify');
     if (after.code !== 0) throw new StepFailed('verify', after, target.id);
-    await writeMarker(session, target.id, steps.profile, steps.revision, opts.commandTimeoutMs);
+    await session.writeMarker(steps.profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
     ran.push('marker');
     return { device: target.id, outcome: 'applied', steps: ran };
   } finally {
     session.close();
   }
 }
-
-export { TransportError };

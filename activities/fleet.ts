@@ -1,14 +1,14 @@
 import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
-import { readMarker, shellFor } from './device-steps';
-import { openSsh, type ExecResult } from './ssh';
+import { shellFor } from './device-steps';
+import { connectDevice, type DeviceSession, type ExecResult } from './transport';
 import { mapLimit } from './map-limit';
 
 /**
- * Operator reads of the fleet, computed NOW over SSH (never from a stored flag): the fleet board, drift
- * and the fleet's current revision. Used directly by the CLI (an operator read, not a rollout) and by the
- * nightly canary's activities. One SSH connection per device, through the same transport as applies.
+ * Operator reads of the fleet, computed NOW on the devices (never from a stored flag): the fleet board,
+ * drift and the fleet's current revision. Used directly by the CLI (an operator read, not a rollout) and
+ * by the nightly canary's activities. One session per device, over the same transport as applies.
  */
 
 /** The board states (seed §1): only `applied` counts as rolled out. */
@@ -51,7 +51,16 @@ export interface ProbeOptions {
 
 export function targetOf(device: Device): DeviceTarget {
   const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
-  return { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
+  return {
+    id: device.id,
+    host: device.host,
+    port: device.port,
+    user: device.user,
+    pool: device.pool,
+    class: device.class,
+    transport: device.transport,
+    ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) },
+  };
 }
 
 
@@ -87,7 +96,7 @@ export function boardIsGreen(board: Pick<FleetBoard, 'counts'>): boolean {
 }
 
 /**
- * The fleet board for one revision: for each device in scope, run that revision's verify over SSH now.
+ * The fleet board for one revision: for each device in scope, run that revision's verify on it now.
  * Exit 0 of a provable verify is `applied`; of a non-provable one only `claimed`; anything else
  * (verify failed, never answered) is `pending`. Out-of-scope and left-behind devices are not-for-me.
  */
@@ -104,14 +113,14 @@ export async function readFleetBoard(opts: {
   const probe = opts.probe ?? {};
   const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => {
     const base = { id: device.id, pool: device.pool, class: device.class };
-    let session;
+    let session: DeviceSession;
     try {
-      session = await openSsh(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
+      session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
     } catch (err) {
       return { ...base, state: 'pending', reason: `never answered: ${(err as Error).message}` };
     }
     try {
-      const marker = await readMarker(session, opts.profile, probe.commandTimeoutMs ?? 30_000);
+      const marker = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       const res = await session.exec(shellFor({ profile: opts.profile, revision: opts.revision }, opts.verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       if (res.code === 0) {
         return { ...base, state: opts.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(opts.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
@@ -154,14 +163,14 @@ export async function readDrift(opts: {
   const { targets } = partitionFleet(opts.inventory, opts.scope);
   const probe = opts.probe ?? {};
   return mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<DriftRow> => {
-    let session;
+    let session: DeviceSession;
     try {
-      session = await openSsh(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
+      session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
     } catch (err) {
       return { id: device.id, marker: null, status: 'unreachable', detail: (err as Error).message };
     }
     try {
-      const marker = await readMarker(session, opts.profile, probe.commandTimeoutMs ?? 30_000);
+      const marker = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       if (marker === null) return { id: device.id, marker, status: 'no-marker' };
       const verify = opts.verifyOf(marker);
       if (verify === undefined) return { id: device.id, marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${opts.profile}` };
@@ -186,9 +195,9 @@ export async function readFleetRevision(opts: { inventory: Inventory; profile: s
   const unreachable: string[] = [];
   await mapLimit(targets, probe.concurrency ?? 16, async (device) => {
     try {
-      const session = await openSsh(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
+      const session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
       try {
-        markers[device.id] = await readMarker(session, opts.profile, probe.commandTimeoutMs ?? 30_000);
+        markers[device.id] = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
       } finally {
         session.close();
       }

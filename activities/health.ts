@@ -14,7 +14,7 @@ import {
 } from '../core/health';
 import type { Profile } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
-import { openSsh, TransportError, type SshSession } from './ssh';
+import { connectDevice, TransportError, type DeviceSession } from './transport';
 import { mapLimit } from './map-limit';
 
 /**
@@ -24,7 +24,7 @@ import { mapLimit } from './map-limit';
  * `inconclusive`, and the workflow never advances on either.
  *
  * Per-device checks (`devices-online`, `all-runtimes-healthy`, `command:`, and `error-rate` from a
- * `command` source) run over SSH on the devices given (the changed devices), one connection per
+ * `command` source) run on the devices given (the changed devices) over their transport, one session per
  * device, `concurrency` at a time. Evidence of a fail wins over unread devices: one device that
  * answered "unhealthy" fails the check even if others could not be reached.
  *
@@ -47,7 +47,7 @@ export interface HealthActivityDeps {
   fetch?: typeof fetch;
   /** Devices probed at once (default 16). */
   concurrency?: number;
-  /** Upper bound of one SSH handshake (default 10 s; never beyond the check's deadline). */
+  /** Upper bound of connecting to one device (default 10 s; never beyond the check's deadline). */
   connectTimeoutMs?: number;
 }
 
@@ -71,8 +71,8 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const connectCap = deps.connectTimeoutMs ?? 10_000;
 
   /** Open a session on each device and run `fn` in it, bounded by the check's deadline. */
-  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: SshSession, remainingMs: () => number) => Promise<T>): Promise<DeviceAnswer<T>[]> {
-    const open = new Set<SshSession>();
+  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: DeviceSession, remainingMs: () => number) => Promise<T>): Promise<DeviceAnswer<T>[]> {
+    const open = new Set<DeviceSession>();
     const closeAll = () => open.forEach((s) => s.close());
     probe.signal.addEventListener('abort', closeAll, { once: true });
     let done = 0;
@@ -81,7 +81,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         const remainingMs = () => probe.deadline - Date.now();
         try {
           if (remainingMs() <= 0 || probe.signal.aborted) return { device: device.id, ok: false, kind: 'not-reached', reason: 'not reached before the check timed out' };
-          const session = await openSsh(device, { connectTimeoutMs: Math.max(1, Math.min(connectCap, remainingMs())) });
+          const session = await connectDevice(device, { connectTimeoutMs: Math.max(1, Math.min(connectCap, remainingMs())) });
           open.add(session);
           if (probe.signal.aborted) session.close();
           try {

@@ -8,9 +8,9 @@ import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
 import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import { applyToDevice, EnvelopeRejected, readMarker, StepFailed, type ApplyResult, type RevisionSteps } from './device-steps';
+import { applyToDevice, EnvelopeRejected, type ApplyResult, type RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
-import { openSsh, TransportError } from './ssh';
+import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 
@@ -90,9 +90,9 @@ export function createActivities(deps: ActivityDeps = {}) {
         const base = { ...target, updateClass: device.updateClass, os: device.os };
         try {
           if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
-          const session = await openSsh(target, { connectTimeoutMs: 5_000 });
+          const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
           try {
-            return { ...base, current: await readMarker(session, input.profile, 10_000), reachable: true };
+            return { ...base, current: await session.readMarker(input.profile, { timeoutMs: 10_000 }), reachable: true };
           } finally {
             session.close();
           }

@@ -22,6 +22,11 @@ export type RolloutState = (typeof ROLLOUT_STATES)[number];
 
 /** What the workflow knows of one device: small, because 10,000 of them may live in one history. */
 export type DeviceTarget = Pick<Device, 'id' | 'host' | 'port' | 'user' | 'pool' | 'class'> & {
+  /**
+   * How the worker reaches the device (the inventory's `transport`). Optional because snapshots in
+   * histories recorded before the field existed carry none; a missing value means 'ssh'.
+   */
+  transport?: Device['transport'];
   /** Pinned host key fingerprint, key file path, agent flag: references only, never secrets. */
   ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
 };

@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../activities/device-steps';
-import { openSsh, TransportError } from '../../activities/ssh';
+import { connectDevice, TransportError } from '../../activities/transport';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
@@ -134,7 +134,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const a = sshd.device('ssh-a');
       const d = sshd.device('ssh-d');
       const before = accepted(d);
-      const err = await openSsh(target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } })).then(
+      const err = await connectDevice(target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } })).then(
         () => undefined,
         (e: unknown) => e as TransportError,
       );
@@ -155,7 +155,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
           srv.close(() => resolve(port));
         });
       });
-      const unreachable = await openSsh({ ...target(d, { jumpHost }), port: closedPort }).then(
+      const unreachable = await connectDevice({ ...target(d, { jumpHost }), port: closedPort }).then(
         () => undefined,
         (e: unknown) => e as TransportError,
       );
@@ -163,7 +163,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(unreachable?.retryable).toBe(true);
       expect(unreachable?.message).toContain(`the jump host cannot reach 127.0.0.1:${closedPort}`);
 
-      const wrongKey = await openSsh(target(d, { jumpHost, hostKey: a.hostKeyFingerprint })).then(
+      const wrongKey = await connectDevice(target(d, { jumpHost, hostKey: a.hostKeyFingerprint })).then(
         () => undefined,
         (e: unknown) => e as TransportError,
       );
@@ -173,7 +173,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
 
     it('sshd dropping the connection mid-command is `dropped`; a command timeout is `timeout` and the session survives', async () => {
       const b = sshd.device('ssh-b');
-      const session = await openSsh(target(b));
+      const session = await connectDevice(target(b));
       try {
         const timedOut = await session.exec('sleep 30', { timeoutMs: 300 }).then(
           () => undefined,

@@ -15,7 +15,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
-import { sshFingerprint } from '../../activities/ssh';
+import { sshFingerprint } from '../../activities/transport/ssh';
 import { freePort } from '../../workers/dev-server';
 
 export const SSHD_PATH = '/usr/sbin/sshd';

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, type RevisionSteps } from '../../activities/device-steps';
-import { knownHostFingerprints, openSsh, sshFingerprint, TransportError, type TransportErrorKind } from '../../activities/ssh';
+import { connectDevice, transportFor, TransportError, type TransportErrorKind } from '../../activities/transport';
+import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
 import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
 
@@ -30,6 +31,7 @@ async function eventually(check: () => boolean, ms = 3_000): Promise<void> {
   }
 }
 
+// The ssh transport, reached through the seam (connectDevice) as every activity reaches it.
 describe('ssh transport against the fleet simulator', () => {
   const scratch = scratchDir('ssh-transport');
   let fleet: Fleet;
@@ -54,11 +56,30 @@ describe('ssh transport against the fleet simulator', () => {
   });
 
   it('runs a command over a pinned connection and returns exit code, stdout and stderr', async () => {
-    const session = await openSsh(target(fleet.device('plain')));
+    const plain = target(fleet.device('plain'));
+    // No transport named: the seam picks ssh, as for snapshots recorded before the field existed.
+    expect(plain).not.toHaveProperty('transport');
+    expect(transportFor(plain).name).toBe('ssh');
+    const session = await connectDevice(plain);
     try {
       const res = await session.exec('echo out; echo err >&2; exit 3');
       expect(res).toEqual({ code: 3, stdout: 'out\n', stderr: 'err\n' });
       expect(fleet.count('plain', 'echo out')).toBe(1);
+    } finally {
+      session.close();
+    }
+  });
+
+  it('the session reads and writes the revision marker under the login home (none or garbage reads as null)', async () => {
+    const dev = fleet.device('plain');
+    const session = await connectDevice(target(dev));
+    try {
+      expect(await session.readMarker('marker-test', { timeoutMs: 5_000 })).toBeNull();
+      await session.writeMarker('marker-test', 12, { timeoutMs: 5_000 });
+      expect(readFileSync(join(dev.sandbox, '.wavegate/profiles/marker-test/revision'), 'utf8')).toBe('12\n');
+      expect(await session.readMarker('marker-test', { timeoutMs: 5_000 })).toBe(12);
+      writeFileSync(join(dev.sandbox, '.wavegate/profiles/marker-test/revision'), 'garbage\n');
+      expect(await session.readMarker('marker-test', { timeoutMs: 5_000 })).toBeNull();
     } finally {
       session.close();
     }
@@ -69,7 +90,7 @@ describe('ssh transport against the fleet simulator', () => {
     const pinned = dev.hostKeyFingerprint;
     fleet.rotateHostKey('rotated');
     expect(dev.hostKeyFingerprint).not.toBe(pinned);
-    const err = await refused(openSsh(target(dev, { hostKey: pinned })), 'host-key');
+    const err = await refused(connectDevice(target(dev, { hostKey: pinned })), 'host-key');
     expect(err.retryable).toBe(false);
     expect(err.message).toContain(`host key ${dev.hostKeyFingerprint}`);
     expect(err.message).toContain(`pinned ${pinned}`);
@@ -78,7 +99,7 @@ describe('ssh transport against the fleet simulator', () => {
 
   it('a device with no pinned key is refused before any connection is made', async () => {
     const dev = fleet.device('nopin');
-    const err = await refused(openSsh(target(dev, { hostKey: undefined })), 'host-key');
+    const err = await refused(connectDevice(target(dev, { hostKey: undefined })), 'host-key');
     expect(err.retryable).toBe(false);
     expect(err.message).toMatch(/no pinned host key .*refusing to trust an unknown key/);
     expect(fleet.connections('nopin')).toBe(0);
@@ -88,7 +109,7 @@ describe('ssh transport against the fleet simulator', () => {
   it('a client key the device does not accept fails as auth, not retryable', async () => {
     const otherKey = join(scratch.dir, 'other_ed25519');
     writeFileSync(otherKey, generateEd25519().private, { mode: 0o600 });
-    const err = await refused(openSsh(target(fleet.device('wrongkey'), { key: otherKey })), 'auth');
+    const err = await refused(connectDevice(target(fleet.device('wrongkey'), { key: otherKey })), 'auth');
     expect(err.retryable).toBe(false);
     expect(err.message).toContain(`authentication as ${fleet.user}`);
     expect(fleet.commands('wrongkey')).toHaveLength(0);
@@ -97,24 +118,24 @@ describe('ssh transport against the fleet simulator', () => {
   it('a missing key file, or neither key nor agent, is a config error', async () => {
     const dev = fleet.device('wrongkey');
     const missing = join(scratch.dir, 'no-such-key');
-    expect((await refused(openSsh(target(dev, { key: missing })), 'config')).message).toContain(`cannot read ssh.key ${missing} (ENOENT)`);
-    expect((await refused(openSsh(target(dev, { key: undefined })), 'config')).retryable).toBe(false);
+    expect((await refused(connectDevice(target(dev, { key: missing })), 'config')).message).toContain(`cannot read ssh.key ${missing} (ENOENT)`);
+    expect((await refused(connectDevice(target(dev, { key: undefined })), 'config')).retryable).toBe(false);
     const garbage = join(scratch.dir, 'garbage-key');
     writeFileSync(garbage, 'not a key\n', { mode: 0o600 });
-    expect((await refused(openSsh(target(dev, { key: garbage })), 'config')).message).toContain('cannot start an SSH connection');
+    expect((await refused(connectDevice(target(dev, { key: garbage })), 'config')).message).toContain('cannot start an SSH connection');
   });
 
   it('an offline device (connection refused) is a retryable connect error', async () => {
     await fleet.setFaults('offline', { offline: true });
     try {
-      const err = await refused(openSsh(target(fleet.device('offline'))), 'connect');
+      const err = await refused(connectDevice(target(fleet.device('offline'))), 'connect');
       expect(err.retryable).toBe(true);
       expect(err.message).toContain('ECONNREFUSED');
     } finally {
       await fleet.setFaults('offline', {});
     }
     // Back online on the same port: the same target connects.
-    const session = await openSsh(target(fleet.device('offline')));
+    const session = await connectDevice(target(fleet.device('offline')));
     session.close();
   });
 
@@ -128,7 +149,7 @@ describe('ssh transport against the fleet simulator', () => {
     const port = (silent.address() as net.AddressInfo).port;
     try {
       const started = Date.now();
-      const err = await refused(openSsh({ ...target(fleet.device('silent')), port }, { connectTimeoutMs: 400 }), 'timeout');
+      const err = await refused(connectDevice({ ...target(fleet.device('silent')), port }, { connectTimeoutMs: 400 }), 'timeout');
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(err.retryable).toBe(true);
       expect(err.message).toContain(`127.0.0.1:${port} timed out after 400 ms`);
@@ -140,7 +161,7 @@ describe('ssh transport against the fleet simulator', () => {
 
   it('a hung command hits its timeout (retryable) and the command is killed on the device', async () => {
     await fleet.setFaults('hang', { hangCommand: 'sleep-forever' });
-    const session = await openSsh(target(fleet.device('hang')));
+    const session = await connectDevice(target(fleet.device('hang')));
     try {
       const err = await refused(session.exec('sleep-forever', { timeoutMs: 300 }), 'timeout');
       expect(err.retryable).toBe(true);
@@ -156,13 +177,13 @@ describe('ssh transport against the fleet simulator', () => {
 
   it('a connection dropped mid-command is a retryable dropped error, and later calls fail the same way without a crash', async () => {
     await fleet.setFaults('drop', { dropConnection: 'cut-me' });
-    const session = await openSsh(target(fleet.device('drop')));
+    const session = await connectDevice(target(fleet.device('drop')));
     try {
       const err = await refused(session.exec('cut-me'), 'dropped');
       expect(err.retryable).toBe(true);
       expect(err.message).toContain('connection lost while running: cut-me');
       await refused(session.exec('echo after'), 'dropped');
-      await refused(session.upload(Buffer.from('x'), '/tmp/never'), 'dropped');
+      await refused(session.stage('never', [{ name: 'x', sha256: '0'.repeat(64), read: () => Buffer.from('x') }], { timeoutMs: 1_000 }), 'dropped');
       expect(fleet.count('drop', 'echo after')).toBe(0);
     } finally {
       session.close();
@@ -176,7 +197,7 @@ describe('ssh transport against the fleet simulator', () => {
     const plain = join(scratch.dir, 'known_hosts');
     writeFileSync(plain, `# pinned by the test\n[127.0.0.1]:1 ${type} ${other}\n[127.0.0.1]:${dev.port} ${type} ${blob}\n`);
     expect(knownHostFingerprints(plain, '127.0.0.1', dev.port)).toEqual([dev.hostKeyFingerprint]);
-    const session = await openSsh(target(dev, { hostKey: undefined, knownHosts: plain }));
+    const session = await connectDevice(target(dev, { hostKey: undefined, knownHosts: plain }));
     expect((await session.exec('echo pinned')).stdout).toBe('pinned\n');
     session.close();
 
@@ -188,25 +209,25 @@ describe('ssh transport against the fleet simulator', () => {
 
     const wrong = join(scratch.dir, 'known_hosts.wrong');
     writeFileSync(wrong, `[127.0.0.1]:${dev.port} ${type} ${other}\n`);
-    const err = await refused(openSsh(target(dev, { hostKey: undefined, knownHosts: wrong })), 'host-key');
+    const err = await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: wrong })), 'host-key');
     expect(err.message).toContain(`does not match the pinned ${sshFingerprint(Buffer.from(other, 'base64'))}`);
 
     const revoked = join(scratch.dir, 'known_hosts.revoked');
     writeFileSync(revoked, `[127.0.0.1]:${dev.port} ${type} ${blob}\n@revoked [127.0.0.1]:${dev.port} ${type} ${blob}\n`);
-    await refused(openSsh(target(dev, { hostKey: undefined, knownHosts: revoked })), 'host-key');
+    await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: revoked })), 'host-key');
 
     // Port 22 devices are listed by bare name too.
     writeFileSync(plain, `device.example,10.0.0.9 ${type} ${blob}\n`);
     expect(knownHostFingerprints(plain, '10.0.0.9', 22)).toEqual([dev.hostKeyFingerprint]);
     expect(knownHostFingerprints(plain, '10.0.0.9', 2222)).toEqual([]);
 
-    await refused(openSsh(target(dev, { hostKey: undefined, knownHosts: join(scratch.dir, 'missing_known_hosts') })), 'config');
+    await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: join(scratch.dir, 'missing_known_hosts') })), 'config');
   });
 
   it('a jump host without a pinned key is refused before anything is contacted', async () => {
     const dev = fleet.device('plain');
     const before = fleet.commands('plain').length;
-    const err = await refused(openSsh(target(dev, { jumpHost: { host: '127.0.0.1', port: dev.port, user: fleet.user } })), 'host-key');
+    const err = await refused(connectDevice(target(dev, { jumpHost: { host: '127.0.0.1', port: dev.port, user: fleet.user } })), 'host-key');
     expect(err.message).toContain('no pinned host key for the jump host');
     expect(fleet.commands('plain')).toHaveLength(before);
   });
@@ -235,16 +256,16 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('agent');
       sshAdd(fleet.clientKeyPath);
       process.env.SSH_AUTH_SOCK = sock;
-      const session = await openSsh(target(dev, { key: undefined, agent: true }));
+      const session = await connectDevice(target(dev, { key: undefined, agent: true }));
       expect((await session.exec('echo via-agent')).stdout).toBe('via-agent\n');
       session.close();
 
       sshAdd('-D');
-      const err = await refused(openSsh(target(dev, { key: undefined, agent: true })), 'auth');
+      const err = await refused(connectDevice(target(dev, { key: undefined, agent: true })), 'auth');
       expect(err.retryable).toBe(false);
 
       delete process.env.SSH_AUTH_SOCK;
-      expect((await refused(openSsh(target(dev, { key: undefined, agent: true })), 'config')).message).toContain('SSH_AUTH_SOCK is not set');
+      expect((await refused(connectDevice(target(dev, { key: undefined, agent: true })), 'config')).message).toContain('SSH_AUTH_SOCK is not set');
     });
   });
 

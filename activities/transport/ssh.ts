@@ -2,30 +2,16 @@ import { createHash, createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
-import type { DeviceTarget, JumpHostTarget } from '../core/rollout-state';
+import type { DeviceTarget, JumpHostTarget } from '../../core/rollout-state';
+import { TransportError, type TransportErrorKind } from './errors';
+import type { ConnectOptions, ExecOptions, ExecResult } from './types';
 
 /**
- * The ssh transport (DESIGN §4): host keys pinned (an unknown or changed key is refused and never
- * retried), key file or agent, optional jump host (its own pinned key), one connection per device
- * operation, command timeouts with progress callbacks for activity heartbeats, and every failure
- * classified so the activity knows whether a retry can help.
+ * The ssh connection: host keys pinned (an unknown or changed key is refused and never retried), key
+ * file or agent, optional jump host (its own pinned key), one connection per device operation, command
+ * timeouts with progress callbacks for activity heartbeats, and every failure classified so the
+ * activity knows whether a retry can help. The DeviceSession on top of it is ./ssh-session.ts.
  */
-export type TransportErrorKind = 'host-key' | 'auth' | 'config' | 'connect' | 'timeout' | 'dropped';
-
-export class TransportError extends Error {
-  constructor(
-    readonly kind: TransportErrorKind,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'TransportError';
-  }
-
-  /** Connection trouble may pass; a wrong host key, a refused login or a bad config will not. */
-  get retryable(): boolean {
-    return this.kind === 'connect' || this.kind === 'timeout' || this.kind === 'dropped';
-  }
-}
 
 /** OpenSSH-style fingerprint of a public key blob: `SHA256:<base64 without padding>`. */
 export function sshFingerprint(keyBlob: Buffer): string {
@@ -69,24 +55,6 @@ export function knownHostFingerprints(file: string, host: string, port: number):
   return pinned.filter((f) => !revoked.has(f));
 }
 
-export interface ExecResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-export interface ExecOptions {
-  timeoutMs?: number;
-  env?: Record<string, string>;
-  /**
-   * Called every `progressIntervalMs` while the command runs, with the time it has run so far: long
-   * applies heartbeat through it so Temporal knows the worker is alive.
-   */
-  onProgress?: (elapsedMs: number) => void;
-  /** Default 5 s: well inside any sensible heartbeat timeout. */
-  progressIntervalMs?: number;
-}
-
 export interface SshSession {
   exec(command: string, opts?: ExecOptions): Promise<ExecResult>;
   /** Upload bytes over SFTP to `remotePath` (relative paths are under the SFTP server's start directory). */
@@ -94,10 +62,8 @@ export interface SshSession {
   close(): void;
 }
 
-export interface OpenSshOptions {
-  /** Limit for TCP connect + SSH handshake + authentication, per hop (default 10 s). */
-  connectTimeoutMs?: number;
-}
+/** `connectTimeoutMs` limits TCP connect + SSH handshake + authentication, per hop (default 10 s). */
+export type OpenSshOptions = ConnectOptions;
 
 const OUTPUT_LIMIT = 64 * 1024; // keep results small: they travel through workflow history
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;

@@ -1,0 +1,34 @@
+import type { DeviceTarget } from '../../core/rollout-state';
+import { TransportError } from './errors';
+import { sshTransport } from './ssh-session';
+import type { ConnectOptions, DeviceSession, DeviceTransport } from './types';
+
+export { StepFailed, TransportError, type TransportErrorKind } from './errors';
+export type { ConnectOptions, DeviceSession, DeviceTransport, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
+
+/**
+ * The transports this worker can use, by the name inventories give them. `agent` (a pull agent on the
+ * device) is a name the inventory already accepts but has no implementation yet.
+ */
+const TRANSPORTS: ReadonlyMap<string, DeviceTransport> = new Map([[sshTransport.name, sshTransport]]);
+
+/**
+ * The transport a device is reached by. A target without a `transport` field is ssh: snapshots in
+ * histories recorded before the field existed carry none, and they must replay and apply as before.
+ * A name this worker has no transport for is a non-retryable config error: retrying cannot add one.
+ */
+export function transportFor(target: DeviceTarget): DeviceTransport {
+  const name: unknown = target.transport ?? 'ssh';
+  const transport = typeof name === 'string' ? TRANSPORTS.get(name) : undefined;
+  if (!transport) {
+    const allowed = [...TRANSPORTS.keys()].map((n) => JSON.stringify(n)).join(', ');
+    const why = name === 'agent' ? 'the agent transport is not available in this version' : 'not a transport this worker knows';
+    throw new TransportError('config', `${target.id}: transport ${JSON.stringify(name)}: ${why}; allowed: ${allowed} (set transport on the device in the inventory)`);
+  }
+  return transport;
+}
+
+/** Open a session to a device over its own transport; every failure, a bad transport name included, is a rejection. */
+export async function connectDevice(target: DeviceTarget, opts?: ConnectOptions): Promise<DeviceSession> {
+  return transportFor(target).connect(target, opts);
+}

@@ -1,0 +1,110 @@
+import { readdirSync } from 'node:fs';
+import * as net from 'node:net';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { ApplicationFailure, type Logger } from '@temporalio/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities } from '../../activities';
+import { applyToDevice } from '../../activities/device-steps';
+import { targetOf } from '../../activities/fleet';
+import { connectDevice, transportFor, TransportError } from '../../activities/transport';
+import { parseInventory } from '../../core/inventory';
+import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
+import { HISTORIES_DIR, loadHistory } from '../support/histories';
+
+/**
+ * The transport seam: which transport a DeviceTarget names, what a missing name means, and how a name
+ * the worker has no transport for is refused (before anything is contacted).
+ */
+describe('transport seam', () => {
+  // A TCP listener standing in for a device: it only counts who connects.
+  let listener: net.Server;
+  let port: number;
+  let connections = 0;
+  beforeAll(async () => {
+    listener = net.createServer((sock) => {
+      connections++;
+      sock.destroy();
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    port = (listener.address() as net.AddressInfo).port;
+  });
+  afterAll(() => listener.close());
+
+  const target = (transport?: string): DeviceTarget => ({
+    id: 'dev-1',
+    host: '127.0.0.1',
+    port,
+    user: 'ops',
+    pool: 'pool-a',
+    class: 'server',
+    ...(transport === undefined ? {} : { transport: transport as DeviceTarget['transport'] }),
+    ssh: { hostKey: `SHA256:${'A'.repeat(43)}`, key: '/nonexistent/key' },
+  });
+
+  async function rejection(promise: Promise<unknown>): Promise<unknown> {
+    return promise.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+  }
+
+  it('a target without a transport field is reached over ssh', () => {
+    expect(transportFor(target()).name).toBe('ssh');
+    expect(transportFor(target('ssh')).name).toBe('ssh');
+  });
+
+  it('snapshots in recorded histories carry no transport field and resolve to ssh', () => {
+    const snapshots: DeviceSnapshot[] = [];
+    for (const file of readdirSync(HISTORIES_DIR).filter((f) => f.endsWith('.json'))) {
+      for (const event of loadHistory(file).history.events ?? []) {
+        const data = event.activityTaskCompletedEventAttributes?.result?.payloads?.[0]?.data;
+        if (!data) continue;
+        const value = JSON.parse(Buffer.from(data).toString('utf8')) as { devices?: unknown };
+        if (Array.isArray(value?.devices)) snapshots.push(...(value.devices as DeviceSnapshot[]).filter((d) => d && typeof d === 'object' && 'ssh' in d));
+      }
+    }
+    expect(snapshots.length).toBeGreaterThan(0);
+    for (const snapshot of snapshots) {
+      expect(snapshot).not.toHaveProperty('transport');
+      expect(transportFor(snapshot).name).toBe('ssh');
+    }
+  });
+
+  it('an unknown transport is a non-retryable config error naming the device and the value, and nothing is contacted', async () => {
+    const before = connections;
+    expect(() => transportFor(target('ftp'))).toThrow(TransportError);
+    const err = await rejection(connectDevice(target('ftp')));
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as TransportError).kind).toBe('config');
+    expect((err as TransportError).retryable).toBe(false);
+    expect((err as Error).message).toBe('dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh" (set transport on the device in the inventory)');
+    expect(connections).toBe(before);
+  });
+
+  it('the agent transport is named but not implemented: refused the same way', async () => {
+    const err = await rejection(connectDevice(target('agent')));
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as TransportError).kind).toBe('config');
+    expect((err as Error).message).toContain('dev-1: transport "agent": the agent transport is not available in this version; allowed: "ssh"');
+  });
+
+  it('an apply to a device with an unsupported transport fails as a non-retryable Transport.config failure', async () => {
+    const steps = { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] };
+    const before = connections;
+    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }))).toBeInstanceOf(TransportError);
+
+    // `toFailure` turns the moved TransportError into the failure type workflows see.
+    const acts = createActivities({ allowUnsigned: true });
+    const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+    const failure = await rejection(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, { device: target('agent'), steps, commandTimeoutMs: 1_000 }));
+    expect(failure).toBeInstanceOf(ApplicationFailure);
+    expect((failure as ApplicationFailure).type).toBe('Transport.config');
+    expect((failure as ApplicationFailure).nonRetryable).toBe(true);
+    expect(connections).toBe(before);
+  });
+
+  it('targetOf carries the inventory device transport (default ssh)', () => {
+    const inventory = parseInventory({ defaults: { user: 'ops', pool: 'web' }, devices: [{ id: 'a', host: 'h1' }, { id: 'b', host: 'h2', transport: 'agent' }] }, 'inventory.yaml');
+    expect(inventory.devices.map((d) => targetOf(d).transport)).toEqual(['ssh', 'agent']);
+  });
+});
