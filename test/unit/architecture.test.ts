@@ -1,0 +1,108 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+
+/**
+ * The layering rules of docs/architecture.md, checked on the source itself: who may import whom, no
+ * import cycle, and SSH only behind the transport seam. A change that breaks a rule fails here, naming
+ * the file and the import.
+ */
+const SOURCE_DIRS = ['activities', 'bench', 'cli', 'core', 'intake', 'sim', 'workers', 'workflows'];
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) out.push(...sourceFiles(path));
+    else if (name.endsWith('.ts')) out.push(path);
+  }
+  return out;
+}
+
+const IMPORT = /(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s+'([^']+)'|require\('([^']+)'\)|import\('([^']+)'\)/g;
+
+/** Project-relative paths a file imports (relative specifiers only), resolved to files. */
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const found: string[] = [];
+  for (const m of text.matchAll(IMPORT)) {
+    const spec = m[1] ?? m[2] ?? m[3];
+    if (!spec || !spec.startsWith('.')) continue;
+    const base = resolve(dirname(file), spec);
+    const candidates = [`${base}.ts`, join(base, 'index.ts'), base];
+    const hit = candidates.find((c) => {
+      try {
+        return statSync(c).isFile();
+      } catch {
+        return false;
+      }
+    });
+    if (hit) found.push(relative(PROJECT_ROOT, hit));
+  }
+  return found;
+}
+
+const files = SOURCE_DIRS.flatMap((d) => sourceFiles(join(PROJECT_ROOT, d))).map((f) => relative(PROJECT_ROOT, f));
+const graph = new Map(files.map((f) => [f, importsOf(join(PROJECT_ROOT, f))]));
+const layer = (f: string) => f.split('/')[0]!;
+
+describe('architecture rules (docs/architecture.md)', () => {
+  it('finds the source to check', () => {
+    expect(files.length).toBeGreaterThan(60);
+    expect(graph.get('workflows/rollout.ts')).toContain('core/rollout/model.ts');
+  });
+
+  it('core/ imports only core/', () => {
+    const bad = files.filter((f) => layer(f) === 'core').flatMap((f) => graph.get(f)!.filter((i) => layer(i) !== 'core').map((i) => `${f} -> ${i}`));
+    expect(bad).toEqual([]);
+  });
+
+  it('nothing in activities/, workers/, core/ or intake/ imports cli/; nothing outside test/ imports test/', () => {
+    const bad = files.flatMap((f) =>
+      graph
+        .get(f)!
+        .filter((i) => layer(i) === 'test' || (layer(i) === 'cli' && ['activities', 'workers', 'core', 'intake'].includes(layer(f))))
+        .map((i) => `${f} -> ${i}`),
+    );
+    expect(bad).toEqual([]);
+  });
+
+  it('workflow code imports only workflows/ and core/ (activities by type only)', () => {
+    const bad: string[] = [];
+    for (const f of files.filter((x) => layer(x) === 'workflows')) {
+      const text = readFileSync(join(PROJECT_ROOT, f), 'utf8');
+      for (const i of graph.get(f)!) {
+        if (layer(i) === 'workflows' || layer(i) === 'core') continue;
+        const typeOnly = new RegExp(`import type [^;]*from '[./]*${i.replace(/(\/index)?\.ts$/, '').split('/').pop()}'`).test(text);
+        if (!typeOnly) bad.push(`${f} -> ${i}`);
+      }
+    }
+    expect(bad).toEqual([]);
+  });
+
+  it('has no import cycle', () => {
+    const cycles: string[] = [];
+    const state = new Map<string, 'visiting' | 'done'>();
+    const stack: string[] = [];
+    const visit = (f: string) => {
+      if (state.get(f) === 'done') return;
+      if (state.get(f) === 'visiting') {
+        cycles.push([...stack.slice(stack.indexOf(f)), f].join(' -> '));
+        return;
+      }
+      state.set(f, 'visiting');
+      stack.push(f);
+      for (const i of graph.get(f) ?? []) visit(i);
+      stack.pop();
+      state.set(f, 'done');
+    };
+    for (const f of files) visit(f);
+    expect(cycles).toEqual([]);
+  });
+
+  it('SSH is reached only through the transport seam', () => {
+    const bad = files.filter((f) => !f.startsWith('activities/transport/') && /\bopenSsh\b/.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')));
+    expect(bad).toEqual([]);
+  });
+});
