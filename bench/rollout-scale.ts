@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { applyToDevice } from '../activities/device-steps';
-import { prepareRollout } from '../cli/prepare';
+import { prepareRollout } from '../intake/prepare';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RolloutInput } from '../core/rollout/input';
 import { demoDevices, generateEd25519, writeFleetInventory, type SimDeviceSpec } from '../sim';
