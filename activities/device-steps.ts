@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
-import { parseTrust, verifyEnvelope, type Envelope, type Trust } from '../core/signing';
-import { readDocument } from '../intake/files';
+import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
+import { loadTrust } from '../intake/trust';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import { connectDevice, StepFailed, TransportError, type DeviceSession, type StagedFile } from './transport';
@@ -41,10 +41,8 @@ export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {
   if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
-  const path = join(trustDir, profile, 'trust.yaml');
-  if (!existsSync(path)) return undefined;
   try {
-    return parseTrust(readDocument(path), path);
+    return loadTrust(trustDir, profile);
   } catch (err) {
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
   }

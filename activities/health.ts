@@ -18,7 +18,7 @@ import { connectDevice, TransportError, type DeviceSession } from './transport';
 import { mapLimit } from './map-limit';
 
 /**
- * Health probes (DESIGN §3 step 5): run one health-gate check and say `pass`, `fail` or
+ * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
  * `inconclusive` with short evidence. A check never throws for what it finds: a device that said no
  * is `fail`, a fact we could not read (timeout, unreachable metrics source, garbage output) is
  * `inconclusive`, and the workflow never advances on either.

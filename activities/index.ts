@@ -1,9 +1,8 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { parseInventory } from '../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
-import { readDocument } from '../intake/files';
+import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
 import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';
@@ -81,7 +80,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createRegistryActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
-      const inventory = parseInventory(readDocument(input.inventoryPath), input.inventoryPath);
+      const inventory = loadInventory(input.inventoryPath);
       const inScope = devicesInScope(input.scope, inventory.devices);
       let probed = 0;
       const page = inScope.slice(input.offset, input.offset + input.limit);

@@ -2,8 +2,7 @@ import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
-import { getEnvelope, listRevisions, newestRevisionAbove, type RevisionSummary } from '../intake/registry';
-import type { Envelope } from '../core/signing';
+import { newestRevisionAbove, type RevisionSummary } from '../intake/registry';
 
 export interface RegistryActivityDeps {
   /** A client for the registry workflows; default: the worker's own client (the activity context's). */
@@ -28,14 +27,6 @@ export function createRegistryActivities(deps: RegistryActivityDeps = {}) {
     /** The newest unexpired registered revision above `above`, or null. Fails (not retried) for a profile without a registry. */
     async newestRevisionAbove(input: { profile: string; above: number }): Promise<RevisionSummary | null> {
       return newestRevisionAbove(client(), input.profile, input.above).catch(toFailure);
-    },
-    /** Every registered revision of the profile (no envelopes: compact). */
-    async registeredRevisions(input: { profile: string }): Promise<RevisionSummary[]> {
-      return listRevisions(client(), input.profile).catch(toFailure);
-    },
-    /** The registered envelope of a revision (public content; workers verify it again before any apply). */
-    async registeredEnvelope(input: { profile: string; revision: number }): Promise<Envelope> {
-      return getEnvelope(client(), input.profile, input.revision).catch(toFailure);
     },
   };
 }

@@ -10,6 +10,7 @@ import {
 } from '@temporalio/client';
 import { canonicalize } from '../core/canonical';
 import { checkControl, isFinalState, type ControlBase, type ControlName } from '../core/controls';
+import { ROLLOUT_STATES } from '../core/rollout-state';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
@@ -160,7 +161,7 @@ export async function queryStatus(client: Client, id: string): Promise<RolloutSt
   }
 }
 
-/** The workflow update behind each control (DESIGN §3): validated at once, answered with the new status. */
+/** The workflow update behind each control (docs/architecture.md, "Controls"): validated at once, answered with the new status. */
 export const CONTROL_UPDATES: Record<ControlName, string> = {
   pause: 'pauseRollout',
   resume: 'resumeRollout',
@@ -230,7 +231,7 @@ export function listQuery(filter: { profile?: string; state?: string }): string 
     clauses.push(`WavegateProfile = '${filter.profile}'`);
   }
   if (filter.state !== undefined) {
-    const states: readonly string[] = ['running', 'paused', 'completed', 'rolled-back', 'aborted', 'cancelled', 'failed'];
+    const states: readonly string[] = ROLLOUT_STATES;
     if (!states.includes(filter.state)) throw new WavegateError('INVALID_INPUT', `--state ${JSON.stringify(filter.state)}: must be one of ${states.join(', ')}`);
     clauses.push(`WavegateState = '${filter.state}'`);
   }

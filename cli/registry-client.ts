@@ -15,8 +15,6 @@ import { registerUpdate, registryWorkflowId, trustQuery, type RegisterResult, ty
  * activity's. Reads of the registry are intake's (intake/registry.ts).
  */
 export type { RegisterResult };
-// Re-exported for test/workflow/registry.test.ts, which imports the registry reads from here.
-export { getEnvelope, listRevisions, newestRevisionAbove, registryWorkflowId, type RevisionSummary } from '../intake/registry';
 
 export interface RegisterEnvelopeOptions {
   profile: string;

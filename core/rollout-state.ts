@@ -1,7 +1,7 @@
-import type { Device } from './inventory';
+import type { Device, UpdateClass } from './inventory';
 
 /**
- * Device and rollout states (DESIGN §3) and the counts derived from them. Counts are always computed
+ * Device and rollout states (docs/architecture.md) and the counts derived from them. Counts are always computed
  * from device states, never stored twice.
  */
 export const DEVICE_STATES = [
@@ -43,7 +43,7 @@ export interface DeviceSnapshot extends DeviceTarget {
   /** The revision marker read from the device at snapshot time (null: none, undefined: unreachable). */
   current: number | null;
   reachable: boolean;
-  updateClass: 'required' | 'best-effort' | 'left-behind';
+  updateClass: UpdateClass;
   os: string;
   error?: string;
 }

@@ -9,14 +9,14 @@ import type { RolloutSpec } from '../../core/spec';
 import { formatDurationMs } from '../../core/duration';
 import { readDocument } from '../../intake/files';
 import { readInventory } from '../../intake/inventory';
-import { planDevices, plannerInput } from '../../intake/planner-input';
+import { plannerInputOf } from '../../core/rollout/plan';
+import { planDevices } from '../../intake/planner-input';
 import { loadRolloutContent, readSpec } from '../../intake/prepare';
 import { hasProfile } from '../../intake/profile';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
 
 // Kept for test/unit/core/corpus.test.ts, which reads inventories through this name.
-export { loadInventory as loadInventoryFile } from '../../intake/inventory';
 
 /** Current revision markers for a plan: a YAML/JSON mapping of device id → revision number. */
 function loadMarkers(path: string, inventory: Inventory): Map<string, number> {
@@ -127,7 +127,7 @@ export function makePlan(opts: PlanOptions): PlanReport {
     risk = opts.risk;
   }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
-  const planned = plannerInput({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers));
+  const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers));
   return { plan: planPhases(planned), spec, inventory, scopeNote, risk, revisionNotes, ...(input ? { input } : {}), plannerInput: planned };
 }
 

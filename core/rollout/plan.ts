@@ -1,17 +1,22 @@
-import { planPhases, type Plan, type PlanDevice } from '../planner';
+import { planPhases, type Plan, type PlanDevice, type PlanInput } from '../planner';
 import type { RolloutInput } from './input';
 
 /**
- * The plan of a rollout from its input and the devices it found: the one call the workflow makes after
- * its snapshot, and the one `wavegate plan` makes over the devices it read, so the preview is the plan.
+ * What the planner is given for a rollout: its id as the seed, the spec, the devices found, the pools'
+ * budgets and the revision's risk. The workflow builds it after its snapshot; `wavegate plan` builds it
+ * over the devices it read, with the same function, so the preview is the plan.
  */
-export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk'>, snapshot: readonly PlanDevice[]): Plan {
-  return planPhases({
+export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk'>, devices: readonly PlanDevice[]): PlanInput {
+  return {
     rolloutId: input.rolloutId,
     spec: input.spec,
-    devices: snapshot.map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: d.current, reachable: d.reachable })),
+    devices: devices.map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: d.current, reachable: d.reachable })),
     pools: Object.fromEntries(Object.entries(input.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }])),
     risk: input.risk,
-  });
+  };
 }
 
+/** The plan of a rollout from its input and the devices it found. */
+export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk'>, devices: readonly PlanDevice[]): Plan {
+  return planPhases(plannerInputOf(input, devices));
+}

@@ -1,6 +1,6 @@
 /**
  * Real OpenSSH `sshd` processes on 127.0.0.1, one per device, for the tests that must prove the
- * transport against the real thing (DESIGN §8). Debian package: `openssh-server` (and
+ * transport against the real thing, not only the simulator. Debian package: `openssh-server` (and
  * `openssh-client` for ssh-keygen).
  *
  * Each device gets its own directory with its own host key, authorized_keys, config and pid file, and

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { loadInventoryFile } from '../../../cli/commands/plan';
+import { loadInventory as loadInventoryFile } from '../../../intake/inventory';
 import { readDocument } from '../../../intake/files';
 import { WavegateError } from '../../../core/errors';
 import { parseProfile, parseRevision } from '../../../core/revision';
