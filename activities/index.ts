@@ -1,6 +1,6 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
+import { SNAPSHOT_REFUSALS, type DeviceSnapshot, type DeviceTarget, type SnapshotRefusal } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
@@ -70,12 +70,17 @@ function toFailure(err: unknown): never {
 }
 
 
+/** A security or configuration refusal is not a device being offline (see DeviceSnapshot.refusal). */
+function refusalOf(kind: string): SnapshotRefusal | undefined {
+  return (SNAPSHOT_REFUSALS as readonly string[]).includes(kind) ? (kind as SnapshotRefusal) : undefined;
+}
+
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   return {
     ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR }),
-    ...createHealthActivities(),
+    ...createHealthActivities({ trustDir: deps.trustDir }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
@@ -96,7 +101,8 @@ export function createActivities(deps: ActivityDeps = {}) {
             session.close();
           }
         } catch (err) {
-          return { ...base, current: null, reachable: false, error: (err as Error).message };
+          const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
+          return { ...base, current: null, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
         } finally {
           Context.current().heartbeat(++probed);
         }

@@ -46,7 +46,15 @@ export interface DeviceSnapshot extends DeviceTarget {
   updateClass: UpdateClass;
   os: string;
   error?: string;
+  /**
+   * The device answered but must not be used: a changed host key, a refused login, a bad SSH setting.
+   * Not "offline": such a device fails (counted by the failure gate), whatever the offline policy.
+   */
+  refusal?: SnapshotRefusal;
 }
+
+export const SNAPSHOT_REFUSALS = ['host-key', 'auth', 'config'] as const;
+export type SnapshotRefusal = (typeof SNAPSHOT_REFUSALS)[number];
 
 export interface DeviceStatus {
   id: string;

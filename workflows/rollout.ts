@@ -13,6 +13,9 @@ import { RolloutSteps } from './rollout-steps';
 
 export type { RolloutInput };
 
+/** A device that refused us at snapshot (host key, login, config) fails instead of being skipped as offline. */
+export const SNAPSHOT_REFUSALS_FAIL = 'snapshot-refusals-fail';
+
 /**
  * A rollout, as a story (docs/architecture.md): snapshot the membership, plan the phases, then for each
  * phase apply the revision within the pools' budgets, judge the failure gate, wait the gate, check
@@ -56,7 +59,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
     await steps.snapshot();
     const plan = planRollout(input, model.snapshotDevices());
-    model.adoptPlan(plan);
+    // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
+    model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
     publish(model);
     if (input.canary) return canaryRun(plan.phases[0]);
 

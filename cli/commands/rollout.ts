@@ -1,6 +1,7 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import type { ControlBase, ControlName } from '../../core/controls';
+import { rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
 import { prepareRollout } from '../../intake/prepare';
@@ -28,12 +29,11 @@ function printStatus(status: RolloutStatus): void {
   if (last) console.log(`  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? 'accepted' : `refused: ${last.note ?? ''}`}`);
 }
 
-const outcomeCode = (status: RolloutStatus) => (status.state === 'completed' ? EXIT_OK : EXIT_FAILED);
-
-/** The last line of a watch: the outcome and the exit code it means. */
+/** The last line of a watch: the outcome and the exit code it means (core/rollout/outcome.ts). */
 function printOutcome(final: RolloutStatus): number {
-  const code = outcomeCode(final);
-  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`);
+  const outcome = rolloutOutcome(final);
+  const code = outcome.code === 0 ? EXIT_OK : EXIT_FAILED;
+  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — ${outcome.summary} — exit ${code}`);
   return code;
 }
 
@@ -63,8 +63,8 @@ export function register(program: Command): void {
       .option('--profiles <dir>', 'profiles directory', 'profiles')
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
-      .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed')
-      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed')
+      .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed with every device at the target')
+      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target')
       .option('--interval <ms>', 'with --watch: poll interval', parseInterval, 1000)
       .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
   ).action(
@@ -85,9 +85,7 @@ export function register(program: Command): void {
         if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
         if (!opts.wait) return;
         await handle.result().catch(() => undefined);
-        const final = await queryStatus(client, handle.workflowId);
-        console.log(`rollout ${final.state}: ${summarizeCounts(final.counts)}`);
-        return outcomeCode(final);
+        return printOutcome(await queryStatus(client, handle.workflowId));
       });
     }),
   );
@@ -105,7 +103,7 @@ export function register(program: Command): void {
   withTemporalOptions(
     program
       .command('watch <id>')
-      .description('Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed, 1 otherwise')
+      .description('Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed with every device it was for at the target, 1 otherwise')
       .option('--interval <ms>', 'poll interval', parseInterval, 1000)
       .option('--json', 'print the final status as JSON instead of drawing'),
   ).action(
@@ -114,7 +112,7 @@ export function register(program: Command): void {
         const final = await watchRollout(client, id, opts.json ? { ...watchOptions(opts.interval), tty: false, write: () => {} } : watchOptions(opts.interval));
         if (opts.json) {
           console.log(JSON.stringify(final, null, 2));
-          return outcomeCode(final);
+          return rolloutOutcome(final).code === 0 ? EXIT_OK : EXIT_FAILED;
         }
         return printOutcome(final);
       }),

@@ -3,6 +3,7 @@ import type { GateOutcome } from '../health';
 import type { Plan, PlannedPhase } from '../planner';
 import { countDevices, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
+import { NOT_FOR_ME } from './outcome';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
 
@@ -94,17 +95,23 @@ export class RolloutModel {
   snapshotDevices(): DeviceSnapshot[] {
     return this.snapshotAsRead;
   }
-  /** Every device in scope gets a state: not-for-me and already-applied at once, offline by the spec's policy. */
-  adoptPlan(plan: Plan): void {
+  /**
+   * Every device in scope gets a state: not-for-me and already-applied at once, offline by the spec's
+   * policy, and (with `refusalsFail`) a device that refused us at snapshot (host key, login, config)
+   * failed with its kind named — never quietly skipped as offline.
+   */
+  adoptPlan(plan: Plan, opts: { refusalsFail: boolean } = { refusalsFail: true }): void {
     this.plan = plan;
     this.warnings.push(...plan.warnings);
-    for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'skipped', phase: -1, reason: `not-for-me: ${reason}` });
+    for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'skipped', phase: -1, reason: `${NOT_FOR_ME} ${reason}` });
     for (const id of plan.alreadyApplied) this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
     for (const phase of plan.phases) {
       this.phases.push({ index: phase.index, name: phase.name, devices: phase.devices.length, gate: phase.gate, stage: 'pending' });
       for (const id of phase.devices) {
         const d = this.snapshot.get(id)!;
-        if (!d.reachable && this.spec.offline !== 'wait') {
+        if (d.refusal && opts.refusalsFail) {
+          this.devices.set(id, { id, state: 'failed', phase: phase.index, reason: `refused at snapshot (${d.refusal}): ${d.error ?? 'refused'}` });
+        } else if (!d.reachable && this.spec.offline !== 'wait') {
           const offline = this.spec.offline === 'fail' ? 'failed' : 'skipped';
           this.devices.set(id, { id, state: offline, phase: phase.index, reason: `offline at snapshot: ${d.error ?? 'unreachable'}` });
         } else this.devices.set(id, { id, state: 'pending', phase: phase.index });

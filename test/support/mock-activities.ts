@@ -16,6 +16,8 @@ export interface Scenario {
   devices: DeviceSnapshot[];
   /** Devices whose apply fails (non-retryable, like a verify that says no). */
   failApply?: Set<string>;
+  /** Every apply after the first N fails (the order devices start in decides which). */
+  failApplyAfter?: number;
   /** Devices whose apply waits until `release(id)` (heartbeating, so a cancel reaches it). */
   holdApply?: Set<string>;
   /** Health outcomes in order, one per runHealthCheck call; the last repeats. Default pass. */
@@ -49,7 +51,7 @@ export function mockInput(rolloutId: string, rollout: Record<string, unknown>, e
   return {
     rolloutId,
     spec,
-    profile: { name: 'demo', scope: {}, runtimes: [{ name: 'motd', health: 'true' }] },
+    profile: { name: 'demo', scope: {} },
     steps: steps(2),
     rollbackSteps: steps(1),
     provable: true,
@@ -87,7 +89,8 @@ export function createMockActivities() {
         }
       }
       s.log.push(`${mode}:${id}`);
-      if (mode === 'apply' && s.failApply?.has(id)) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
+      const applies = s.log.filter((l) => l.startsWith('apply:')).length;
+      if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter))) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
       return { device: id, outcome: 'applied' as const, steps: [mode] };
     },
     async runHealthCheck(input: { check: string }): Promise<CheckResult> {

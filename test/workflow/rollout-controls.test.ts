@@ -239,6 +239,19 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     for (const d of fleet.devices) if (d.id !== canary) expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
   });
 
+  it('a device that refuses us at snapshot (changed host key) fails with the kind named and trips the failure gate, never skipped as offline', async () => {
+    const { fleet, input } = await setup({ gate: '1s', maxFailureRatio: 0.1, phases: [{ bulk: 'remainder' }] }, demoDevices(6));
+    fleet.rotateHostKey('edge-03');
+    const handle = await start(input);
+    const paused = await waitForStatus(handle, (s) => s.state === 'paused');
+    expect(paused.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^refused at snapshot \(host-key\): /) });
+    expect(paused.pausedReason).toMatch(/^failure-gate: 1 of 6 devices failed/);
+    expect(fleet.count('edge-03', APPLY_COMMAND)).toBe(0);
+    await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: false }] });
+    expect((await handle.result()).state).toBe('aborted');
+    expect(events(input.rolloutId)).toContain('gate.failed');
+  });
+
   it('offline devices are skipped and reported, a best-effort failure is not counted, left-behind is never contacted', async () => {
     const devices = demoDevices(8);
     devices[1]!.updateClass = 'best-effort';

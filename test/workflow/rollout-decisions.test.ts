@@ -59,15 +59,19 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     const devices = mockDevices(6);
     const { s, h } = await start(
       { phases: [{ canary: '1 device' }, { bulk: 'remainder' }], rollback: { on: 'failure-gate' }, maxFailureRatio: 0.2, minSample: 1 },
-      { devices, failApply: new Set(devices.slice(1).map((d) => d.id)) },
+      { devices, failApplyAfter: 1 }, // the canary applies; the first bulk device fails
+      { poolBudgets: { default: 0.1 } }, // one device in flight: start order is the log's order
     );
     const result = await h.result();
     expect(result.state).toBe('rolled-back');
     expect(events(s)).toContain('gate.failed');
     const applied = s.log.filter((l) => l.startsWith('apply:')).map((l) => l.slice(6));
     const rolledBack = s.log.filter((l) => l.startsWith('rollback:')).map((l) => l.slice(9));
-    // Every device that started is undone, in reverse start order; the canary (first) goes back last.
+    // The gate trips at the first bulk failure, so nothing starts after it; every device that started
+    // is undone, in reverse start order: the canary (first) goes back last.
+    expect(applied).toHaveLength(2);
     expect(rolledBack).toEqual([...applied].reverse());
+    expect(result.counts.skipped).toBe(4);
     expect(rolledBack.at(-1)).toBe(result.devices.find((d) => d.phase === 0)!.id);
     expect(result.phases[1]!.stage).toBe('failed');
   });

@@ -548,3 +548,22 @@ describe('RolloutModel: an id read twice across snapshot pages', () => {
     expect(model.toUndo().map((d) => d.host)).toEqual(['a.example']);
   });
 });
+
+describe('RolloutModel: a device that refused us at snapshot', () => {
+  const refused = () => [device('s1'), device('s2'), device('hk', { reachable: false, current: null, refusal: 'host-key', error: 'hk: host key changed' })];
+  it('fails with the kind named, whatever the offline policy, and counts as failed before its phase starts', () => {
+    for (const offline of ['skip', 'wait', 'fail'] as const) {
+      const { model, plan } = setup(refused(), specOf({ offline }, [{ bulk: 'remainder' }]));
+      expect(model.status().devices.find((d) => d.id === 'hk')).toMatchObject({ state: 'failed', reason: 'refused at snapshot (host-key): hk: host key changed' });
+      expect(model.failedBeforeStart(plan.phases[0]!)).toBe(1);
+      expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).not.toContain('hk');
+    }
+  });
+  it('is treated as offline for rollouts recorded before the change (refusalsFail false)', () => {
+    const spec = specOf({ offline: 'skip' }, [{ bulk: 'remainder' }]);
+    const model = new RolloutModel({ rolloutId: 'rollout:demo:1', ...spec });
+    model.addSnapshot(refused());
+    model.adoptPlan(planRollout({ rolloutId: 'rollout:demo:1', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices()), { refusalsFail: false });
+    expect(model.deviceState('hk')).toBe('skipped');
+  });
+});

@@ -1,0 +1,35 @@
+import { describe, expect, it } from 'vitest';
+import { rolloutOutcome } from '../../../core/rollout/outcome';
+import type { RolloutStatus } from '../../../core/rollout/status';
+import { countDevices, type DeviceState } from '../../../core/rollout-state';
+
+function status(state: RolloutStatus['state'], devices: Array<[DeviceState, string?]>, verdict?: RolloutStatus['verdict']): RolloutStatus {
+  const ds = devices.map(([s, reason], i) => ({ id: `d${i}`, state: s, phase: 0, ...(reason ? { reason } : {}) }));
+  return { rolloutId: 'r', profile: 'demo', fromRevision: 1, toRevision: 2, state, phase: 'done', phases: [], devices: ds, counts: countDevices(ds), controls: [], warnings: [], ...(verdict ? { verdict } : {}) };
+}
+
+describe('rolloutOutcome: the exit code of start --wait / --watch and watch', () => {
+  it('succeeds only when completed with every device the rollout was for at the target', () => {
+    expect(rolloutOutcome(status('completed', [['applied'], ['claimed'], ['skipped', 'not-for-me: left-behind']])).code).toBe(0);
+  });
+  it('a completed rollout with a device skipped as offline is pending work: exit 1, naming it', () => {
+    const o = rolloutOutcome(status('completed', [['applied'], ['skipped', 'offline at snapshot: unreachable']]));
+    expect(o).toEqual({ code: 1, summary: 'completed with pending work: 1 skipped (of 2 devices the rollout was for)' });
+  });
+  it('a completed rollout with a failed device (best-effort or refused at snapshot) is pending work', () => {
+    expect(rolloutOutcome(status('completed', [['applied'], ['failed', 'refused at snapshot (host-key): changed']])).code).toBe(1);
+  });
+  it('a rollout that applied nothing it was meant to never exits 0', () => {
+    expect(rolloutOutcome(status('completed', [['skipped', 'not-for-me: left-behind']])).code).toBe(1);
+    expect(rolloutOutcome(status('completed', [])).code).toBe(1);
+  });
+  it('every state but completed is exit 1', () => {
+    for (const s of ['running', 'paused', 'rolled-back', 'aborted', 'cancelled', 'failed'] as const) expect(rolloutOutcome(status(s, [['applied']])).code).toBe(1);
+  });
+  it('a canary run: pass or nothing-to-test is 0; fail or inconclusive is 1', () => {
+    expect(rolloutOutcome(status('completed', [['rolled-back']], 'pass')).code).toBe(0);
+    expect(rolloutOutcome(status('completed', [], 'nothing-to-test')).code).toBe(0);
+    expect(rolloutOutcome(status('completed', [['rolled-back']], 'fail')).code).toBe(1);
+    expect(rolloutOutcome(status('completed', [['rolled-back']], 'inconclusive')).code).toBe(1);
+  });
+});
