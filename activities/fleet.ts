@@ -2,7 +2,7 @@ import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
 import { shellFor } from './device-steps';
-import { connectDevice, type DeviceSession, type ExecResult } from './transport';
+import { connectDevice, TransportError, type DeviceSession, type ExecResult } from './transport';
 import { mapLimit } from './map-limit';
 
 /**
@@ -90,6 +90,12 @@ export function countBoard(rows: BoardRow[]): BoardCounts {
   return counts;
 }
 
+/** Why a device gave no answer: a refusal (host key, login, config) is named as such, not as silence. */
+function unreachableReason(err: unknown): string {
+  if (err instanceof TransportError && !err.retryable) return `refused (${err.kind}): ${err.message}`;
+  return `never answered: ${(err as Error).message}`;
+}
+
 /** Every target applied or not-for-me: the only state in which the board is green. */
 export function boardIsGreen(board: Pick<FleetBoard, 'counts'>): boolean {
   return board.counts.claimed === 0 && board.counts.pending === 0;
@@ -117,7 +123,7 @@ export async function readFleetBoard(opts: {
     try {
       session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
     } catch (err) {
-      return { ...base, state: 'pending', reason: `never answered: ${(err as Error).message}` };
+      return { ...base, state: 'pending', reason: unreachableReason(err) };
     }
     try {
       const marker = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });

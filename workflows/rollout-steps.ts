@@ -20,6 +20,10 @@ const { snapshotFleet } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 mi
 const SNAPSHOT_PAGE = 1_000;
 /** New executions record the canary's devices as touched when they start, so a cancel mid-apply puts them back. */
 export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
+/** New executions write what happened to every device into the audit trail, not only to phases. */
+export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
+/** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
+const DEVICE_RECORD_CHUNK = 500;
 
 export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown };
 
@@ -31,6 +35,8 @@ export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: strin
 export class RolloutSteps {
   private readonly trail: AuditTrail;
   private readonly batches: DeviceBatches;
+  /** Whether this execution writes per-device audit records (false when replaying older rollouts). */
+  private readonly deviceRecords: boolean;
 
   constructor(
     private readonly input: RolloutInput,
@@ -38,6 +44,7 @@ export class RolloutSteps {
   ) {
     this.trail = new AuditTrail(input.rolloutId, (head) => (model.auditHead = head), (lost) => model.warnings.push(lost));
     this.batches = new DeviceBatches(input, model);
+    this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
     wireControls(model, (event, fields) => this.audit(event, fields), () => {
       this.batches.forwardControls();
       publish(model);
@@ -53,8 +60,22 @@ export class RolloutSteps {
     return wf.condition(() => !this.model.paused || this.model.stopped);
   }
   skipPending(reason: string, exceptPhase?: number): void {
-    this.model.skipPending(reason, exceptPhase);
+    const skipped = this.model.skipPending(reason, exceptPhase);
     refreshDetails(this.model);
+    if (this.deviceRecords) for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
+  }
+
+  /** One record per chunk of devices: each one's state (and why) after a batch, or at plan time. */
+  async recordDevices(mode: 'plan' | 'apply' | 'rollback', ids: readonly string[]): Promise<void> {
+    if (!this.deviceRecords) return;
+    for (const chunk of chunks(ids)) {
+      await this.audit('devices.outcome', { evidence: { mode, devices: this.model.outcomesOf(chunk).map((d) => ({ id: d.id, state: d.state, ...(d.reason ? { reason: d.reason } : {}) })) } });
+    }
+  }
+
+  /** The devices whose state the plan already settled: failed or skipped at snapshot, not-for-me, already there. */
+  recordPlan(): Promise<void> {
+    return this.recordDevices('plan', this.model.settledAtPlan().map((d) => d.id));
   }
 
   /** The membership in scope, page by page, fixed for the rollout. */
@@ -91,6 +112,7 @@ export class RolloutSteps {
     publish(model);
     await this.audit('rollback.started', { phase: 'rollback', by, reason: trigger, evidence: { devices: toUndo.length } });
     await this.batches.run(toUndo, 'rollback', 'rollback');
+    await this.recordDevices('rollback', toUndo.map((d) => d.id));
     const failed = model.rollbackFailedOf(toUndo);
     await this.audit('rollback.completed', { phase: 'rollback', by, reason: trigger, evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed } });
   }
@@ -125,6 +147,7 @@ export class RolloutSteps {
     const result = await this.batches.run(batch, 'apply', phase.name);
     if (touchFirst) model.forgetUnstarted(batch, result.started);
     else model.markTouched(result.started);
+    await this.recordDevices('apply', result.started);
     await this.audit('phase.applied', { evidence: { tally: result.tally } });
     return { ...result, offlineFailed };
   }
@@ -161,4 +184,10 @@ export class RolloutSteps {
       publish(model);
     }
   }
+}
+
+function chunks<T>(items: readonly T[]): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += DEVICE_RECORD_CHUNK) out.push(items.slice(i, i + DEVICE_RECORD_CHUNK));
+  return out;
 }

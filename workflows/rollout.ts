@@ -62,6 +62,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
     model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
     publish(model);
+    await steps.recordPlan();
     if (input.canary) return canaryRun(plan.phases[0]);
 
     // 3-5. Each phase: apply, failure gate, gate, health gate.

@@ -137,8 +137,23 @@ export class RolloutModel {
     this.devices.set(id, { id, state: next, phase, ...(reason ? { reason } : {}) });
   }
   /** Devices that never started are recorded as skipped with the reason, so none is left without a state. */
-  skipPending(reason: string, exceptPhase?: number): void {
-    for (const d of this.devices.values()) if (d.state === 'pending' && d.phase !== exceptPhase) this.setDevice(d.id, 'skipped', reason);
+  skipPending(reason: string, exceptPhase?: number): string[] {
+    const skipped: string[] = [];
+    for (const d of this.devices.values()) {
+      if (d.state === 'pending' && d.phase !== exceptPhase) {
+        this.setDevice(d.id, 'skipped', reason);
+        skipped.push(d.id);
+      }
+    }
+    return skipped;
+  }
+  /** The current state (and reason) of each listed device, for the per-device audit records. */
+  outcomesOf(ids: readonly string[]): DeviceStatus[] {
+    return ids.map((id) => this.devices.get(id) ?? { id, state: 'pending', phase: -1 });
+  }
+  /** Devices that did not get to start at plan time (failed or skipped at snapshot, not-for-me, already there). */
+  settledAtPlan(): DeviceStatus[] {
+    return [...this.devices.values()].filter((d) => d.state !== 'pending');
   }
   /** About to start these: compensation must undo them if the rollout stops while they run. */
   markTouched(ids: Iterable<string>): void {

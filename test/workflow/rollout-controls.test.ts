@@ -50,7 +50,8 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
   }
 
   const byPhase = (s: RolloutStatus, phase: number) => s.devices.filter((d) => d.phase === phase).map((d) => d.id);
-  const events = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => r.event);
+  /** The phase-level story of the trail (per-device records, checked where they matter, filtered out). */
+  const events = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => r.event).filter((e) => !e.startsWith('devices.'));
 
   it('canary health-gate failure: only the canary is rolled back, the rollout ends rolled-back', async () => {
     const { fleet, input } = await setup({
@@ -250,6 +251,9 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: false }] });
     expect((await handle.result()).state).toBe('aborted');
     expect(events(input.rolloutId)).toContain('gate.failed');
+    // The trail names what happened to that device, with the kind.
+    const planned = readAuditFile(auditDir, input.rolloutId).filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === 'plan');
+    expect(planned.flatMap((r) => (r.evidence as { devices: unknown[] }).devices)).toEqual([{ id: 'edge-03', state: 'failed', reason: expect.stringMatching(/^refused at snapshot \(host-key\)/) }]);
   });
 
   it('offline devices are skipped and reported, a best-effort failure is not counted, left-behind is never contacted', async () => {

@@ -41,7 +41,10 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
     return { input, s, h };
   }
-  const events = (s: Scenario) => s.audit.map((r) => r.event);
+  /** The phase-level story of the trail (per-device records filtered out). */
+  const events = (s: Scenario) => s.audit.map((r) => r.event).filter((e) => !e.startsWith('devices.'));
+  const deviceRecords = (s: Scenario, mode?: string) =>
+    s.audit.filter((r) => r.event === 'devices.outcome' && (!mode || (r.evidence as { mode: string }).mode === mode)).flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices);
   const stateOf = (st: RolloutStatus, id: string) => st.devices.find((d) => d.id === id)?.state;
   const phases2 = [{ canary: '1 device' }, { bulk: 'remainder' }];
 
@@ -52,7 +55,10 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(result.counts.applied).toBe(4);
     expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(4);
     expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
-    expect(s.audit.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1));
+    // Every device's own outcome is in the trail, not only the phases'.
+    expect(deviceRecords(s, 'apply').map((d) => d.state).sort()).toEqual(['applied', 'applied', 'applied', 'applied']);
+    expect(new Set(deviceRecords(s, 'apply').map((d) => d.id))).toEqual(new Set(result.devices.map((d) => d.id)));
   });
 
   it('failure gate with rollback.on failure-gate: the started devices are put back last-first, the rest skipped', async () => {
@@ -199,6 +205,10 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(s.log).toEqual([`apply:${canary}`, `rollback:${canary}`]);
     expect(events(s).slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
     expect(s.audit.at(-1)!.by).toBe('temporal-cancel');
+    expect(deviceRecords(s, 'rollback')).toEqual([{ id: canary, state: 'rolled-back' }]);
+    const skipped = s.audit.filter((r) => r.event === 'devices.skipped');
+    expect(skipped.map((r) => r.reason)).toEqual(['not started: rollout cancelled']);
+    expect((skipped[0]!.evidence as { devices: string[] }).devices).toHaveLength(2);
   });
 
   it('canary mode: a cancel while the canary applies puts the canary back', async () => {

@@ -67,20 +67,27 @@ describe('rollout workflow on the time-skipping test server', () => {
       expect(timers).toEqual([600, 600, 600]);
 
       const audit = readAuditFile(auditDir, input.rolloutId);
-      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 11 });
+      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 14 });
       expect(audit.map((r) => `${r.event}${r.phase ? ` @${r.phase}` : ''}`)).toEqual([
         'rollout.started',
         'phase.started @canary 1 device',
+        'devices.outcome @canary 1 device',
         'phase.applied @canary 1 device',
         'gate.passed @canary 1 device',
         'phase.started @bulk 25%',
+        'devices.outcome @bulk 25%',
         'phase.applied @bulk 25%',
         'gate.passed @bulk 25%',
         'phase.started @bulk remainder',
+        'devices.outcome @bulk remainder',
         'phase.applied @bulk remainder',
         'gate.passed @bulk remainder',
         'rollout.completed',
       ]);
+      // What happened to each device is in the trail: all twelve applied, each once.
+      const outcomes = audit.filter((r) => r.event === 'devices.outcome').flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
+      expect(outcomes.map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
+      expect(new Set(outcomes.map((d) => d.state))).toEqual(new Set(['applied']));
       expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
     } finally {
       await worker.stop();
