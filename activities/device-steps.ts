@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
@@ -7,9 +6,10 @@ import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { loadTrust } from '../intake/trust';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
-import { connectDevice, StepFailed, TransportError, type DeviceSession, type StagedFile } from './transport';
+import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
+import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type StagedFile } from './transport';
 
-export type { RevisionSteps };
+export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
 
 export type ApplyOutcome = 'applied' | 'already-applied';
@@ -23,7 +23,8 @@ export interface ApplyResult {
 
 /**
  * The worker refused the revision's envelope before touching the device: a compromised control plane
- * (or a tampered history) cannot push content the worker's own pins did not sign. Never retried.
+ * (or a tampered history) cannot push content the worker's own pins did not sign, nor make it read or
+ * send a file the signed revision does not name (PAYLOAD_* reasons). Never retried.
  */
 export class EnvelopeRejected extends Error {
   constructor(
@@ -35,7 +36,29 @@ export class EnvelopeRejected extends Error {
   }
 }
 
-/** Where workers find their pins by default: `profiles/<profile>/trust.yaml` of this checkout. */
+/**
+ * The device's apply lock is held by another unit (another rollout, or another step of this one) whose
+ * holder is not provably gone: nothing was run. Never retried; the message names the holder.
+ */
+export class ApplyLockHeld extends Error {
+  constructor(
+    readonly device: string,
+    readonly record: ApplyLockRecord,
+    profile: string,
+  ) {
+    super(`${device}: CONFLICT: the apply lock for profile "${profile}" is held by ${describeHolder(record)}; nothing was run. It is released when that apply ends; if its rollout is gone and the lock stays, inspect $HOME/.wavegate/profiles/${profile}/apply.lock on the device`);
+    this.name = 'ApplyLockHeld';
+  }
+}
+
+function describeHolder(record: ApplyLockRecord): string {
+  const h = record.holder;
+  const who = h ? `rollout ${h.rollout} (run ${h.run}, activity ${h.activity}, attempt ${h.attempt})` : 'an unnamed holder (the lock is being taken, or its owner file is damaged)';
+  const what = record.outcome ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} ended with exit ${record.outcome.code}` : record.running ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} is running (pid ${record.pid ?? '?'})` : record.launched ? 'its apply was started' : 'its apply has not started';
+  return `${who}, taken ${record.takenAt ?? '?'}; ${what}`;
+}
+
+/** Where workers find their pins and payload files by default: `profiles/<profile>/` of this checkout. */
 export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
 
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
@@ -55,11 +78,24 @@ export interface SignedStepsOptions {
   requireEnvelope: boolean;
   /** Epoch milliseconds. */
   now: number;
+  /** The worker's profiles directory: payload files are read from `<profilesDir>/<profile>/payload/` only. */
+  profilesDir: string;
+}
+
+/** A payload entry located on this worker (PayloadRefused becomes an envelope rejection: nothing runs). */
+function localPayload(opts: SignedStepsOptions, profile: string, file: PayloadFile): PayloadFile {
+  try {
+    return { ...file, source: resolvePayload(opts.profilesDir, profile, file) };
+  } catch (err) {
+    if (err instanceof PayloadRefused) throw new EnvelopeRejected(err.reason, err.message.slice(err.reason.length + 2));
+    throw err;
+  }
 }
 
 /**
  * The steps a worker may run: verified from the envelope(s) against the worker's own pins, with the
- * commands and digests taken from the verified body. A profile the worker holds pins for is never run
+ * commands and payload entries taken from the verified body and the payload files found by those signed
+ * entries under the worker's own payload directory. A profile the worker holds pins for is never run
  * unsigned. Throws EnvelopeRejected naming the reason.
  */
 export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): RevisionSteps {
@@ -67,7 +103,7 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
     if (steps.rollbackOf) throw new EnvelopeRejected('UNSIGNED', `r${steps.revision} carries a rollback envelope but no envelope of its own`);
     if (opts.trust) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope, and this worker holds pins for "${steps.profile}"`);
     if (opts.requireEnvelope) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope (this worker runs signed revisions only)`);
-    return steps;
+    return { ...steps, payload: steps.payload.map((file) => localPayload(opts, steps.profile, file)) };
   }
   if (!opts.trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${steps.profile}" (no trust.yaml) to verify r${steps.revision} against`);
   const open = (envelope: Envelope, what: string): Revision => {
@@ -88,13 +124,9 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
     if (target.rollback === undefined) throw new EnvelopeRejected('NO_ROLLBACK', `r${target.revision} names no rollback command`);
     apply = target.rollback;
   }
-  // Only the file's location comes from outside the body: its name, digest and size are signed, and the
-  // digest is checked again before upload and on the device.
-  const payload = revision.payload.map((file): PayloadFile => {
-    const local = steps.payload.find((f) => f.name === file.name);
-    if (!local) throw new EnvelopeRejected('PAYLOAD_SOURCE_MISSING', `payload "${file.name}" of r${revision.revision} has no local source on this worker`);
-    return { ...file, source: local.source };
-  });
+  // Every payload field comes from the signed body, the file's location included: the paths in the
+  // steps handed to the worker are ignored.
+  const payload = revision.payload.map((file) => localPayload(opts, steps.profile, file));
   return { profile: steps.profile, revision: revision.revision, apply, verify: revision.verify, payload, envelope: steps.envelope, ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}) };
 }
 
@@ -108,89 +140,203 @@ export function shellFor(steps: Pick<RevisionSteps, 'profile' | 'revision'>, com
 }
 
 /**
- * Stage the payload files in the revision's staging directory. The worker checks each local copy
- * against its signed digest just before it is sent; the session checks the copies on the device.
+ * Stage the payload files in the revision's staging directory. The worker reads each file (resolved by
+ * signedSteps) and checks its signed size and digest just before it is sent; the session checks the
+ * copies on the device.
  */
-async function stagePayload(session: DeviceSession, device: string, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
+async function stagePayload(session: DeviceSession, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
   if (steps.payload.length === 0) return;
   const files = steps.payload.map(
     (file): StagedFile => ({
       name: file.name,
       sha256: file.sha256,
       read: () => {
-        const data = readFileSync(file.source);
-        const local = createHash('sha256').update(data).digest('hex');
-        if (local !== file.sha256) {
-          throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${file.name}: local copy has sha256 ${local}, revision says ${file.sha256}` }, device);
+        try {
+          return readPayload(file.source, file);
+        } catch (err) {
+          if (err instanceof PayloadRefused) throw new EnvelopeRejected(err.reason, err.message.slice(err.reason.length + 2));
+          throw err;
         }
-        return data;
       },
     }),
   );
   await session.stage(stagingDir(steps), files, { timeoutMs, onStaged: (name) => beat(`staged ${name}`) });
 }
 
+export interface ApplyOptions {
+  commandTimeoutMs: number;
+  /** The worker's profiles directory: pins (`<dir>/<profile>/trust.yaml`) and payload files (default this checkout's profiles/). */
+  trustDir?: string;
+  /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
+  requireEnvelope?: boolean;
+  /** Epoch milliseconds for the expiry check (default now). */
+  now?: number;
+  heartbeat?: (detail: string) => void;
+  /** How often the apply heartbeats and polls a running apply's outcome on the device (default 1 s). */
+  heartbeatIntervalMs?: number;
+  /**
+   * Which unit this is (the activity's rollout, run, activity id and attempt): a retry of the same unit
+   * reattaches to the apply it finds running or finished on the device. Default: a unit of its own.
+   */
+  holder?: ApplyHolder;
+  /** Whether a holder's workflow run is known to be closed (Temporal): a proof that it is gone. */
+  holderClosed?: (holder: ApplyHolder) => Promise<boolean>;
+  /** Aborting closes the connection (an activity cancelled or timed out on the server stops here). */
+  signal?: AbortSignal;
+}
+
+/** The lock protocol's own commands are short: they get this long, however long an apply may run. */
+const LOCK_STEP_TIMEOUT_MS = 10_000;
+
 /**
- * Bring one device to a revision: verify first (already in place: nothing to apply), stage the payload,
- * apply, verify again reading the fact back, then write the device's marker. One connection throughout.
+ * Bring one device to a revision as one exclusive, resumable unit on the device: take the device's apply
+ * lock, verify first (already in place: nothing to apply), stage the payload, start apply detached on
+ * the device, wait for its recorded outcome, verify again reading the fact back, write the marker,
+ * release the lock. A retry of the same unit (a dropped connection, a dead worker) reattaches to the
+ * apply it finds instead of starting a second one; docs/formats.md, "The apply lock".
  */
-export async function applyToDevice(
-  target: DeviceTarget,
-  given: RevisionSteps,
-  opts: {
-    commandTimeoutMs: number;
-    /** Where the worker's pins live (`<trustDir>/<profile>/trust.yaml`; default this checkout's profiles/). */
-    trustDir?: string;
-    /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
-    requireEnvelope?: boolean;
-    /** Epoch milliseconds for the expiry check (default now). */
-    now?: number;
-    heartbeat?: (detail: string) => void;
-    /** How often a running command heartbeats (default: the transport's 5 s). */
-    heartbeatIntervalMs?: number;
-  },
-): Promise<ApplyResult> {
-  const beat = opts.heartbeat ?? (() => {});
+export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, opts: ApplyOptions): Promise<ApplyResult> {
+  const profilesDir = opts.trustDir ?? DEFAULT_TRUST_DIR;
+  const holder: ApplyHolder = opts.holder ?? { rollout: 'direct', run: randomUUID(), activity: 'apply', attempt: 1 };
+  const interval = opts.heartbeatIntervalMs ?? 1_000;
+  let detail = 'connect';
+  const beat = (d: string) => {
+    detail = d;
+    opts.heartbeat?.(d);
+  };
   // Verified before the device is contacted: a rejected envelope runs nothing there, not even verify.
   const steps = signedSteps(given, {
-    trust: loadWorkerTrust(opts.trustDir ?? DEFAULT_TRUST_DIR, given.profile),
+    trust: loadWorkerTrust(profilesDir, given.profile),
     requireEnvelope: opts.requireEnvelope ?? false,
     now: opts.now ?? Date.now(),
+    profilesDir,
   });
-  const session = await connectDevice(target);
-  // A long apply keeps heartbeating while it runs, so the activity's heartbeat timeout only catches
-  // a worker that is really gone, not a slow package install.
-  const run = (step: string, command: string) =>
+  // Heartbeat on a clock, not only from running commands: a short heartbeat timeout then only catches
+  // a worker that is really gone, whatever step it is in (connecting, staging, waiting).
+  const ticker = setInterval(() => opts.heartbeat?.(detail), interval);
+  try {
+    beat('connect');
+    const session = await connectDevice(target);
+    const onAbort = () => session.close();
+    opts.signal?.addEventListener('abort', onAbort);
+    try {
+      return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat);
+    } finally {
+      opts.signal?.removeEventListener('abort', onAbort);
+      session.close();
+    }
+  } finally {
+    clearInterval(ticker);
+  }
+}
+
+async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void): Promise<ApplyResult> {
+  const lockMs = Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS);
+  const profile = steps.profile;
+  const step = steps.rollbackOf ? 'rollback' : 'apply';
+  const run = (name: string, command: string) =>
     session.exec(shellFor(steps, command), {
       timeoutMs: opts.commandTimeoutMs,
-      onProgress: (elapsedMs) => beat(`${step} running ${Math.round(elapsedMs / 1000)}s`),
+      onProgress: (elapsedMs) => beat(`${name} running ${Math.round(elapsedMs / 1000)}s`),
       progressIntervalMs: opts.heartbeatIntervalMs,
     });
+  const release = (reason: string) => session.releaseApplyLock(profile, holder, reason, { timeoutMs: lockMs });
   const ran: string[] = [];
-  try {
-    beat('verify-first');
-    const before = await run('verify-first', steps.verify);
-    ran.push('verify');
-    if (before.code === 0) {
-      await session.writeMarker(steps.profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
-      ran.push('marker');
-      return { device: target.id, outcome: 'already-applied', steps: ran };
+
+  /** verify → marker → release: what follows an apply that exited, fresh or reattached. */
+  const finish = async (outcome: { code: number | null; tail: string }): Promise<ApplyResult> => {
+    if (outcome.code !== 0) {
+      await release(`${step} exited ${outcome.code}`);
+      throw new StepFailed(step === 'apply' ? 'apply' : 'rollback', { code: outcome.code, stdout: outcome.tail, stderr: '' }, device);
     }
-    beat('stage');
-    await stagePayload(session, target.id, steps, opts.commandTimeoutMs, beat);
-    if (steps.payload.length) ran.push('stage');
-    beat('apply');
-    const applied = await run('apply', steps.apply);
-    ran.push('apply');
-    if (applied.code !== 0) throw new StepFailed('apply', applied, target.id);
     beat('verify');
     const after = await run('verify', steps.verify);
     ran.push('verify');
-    if (after.code !== 0) throw new StepFailed('verify', after, target.id);
-    await session.writeMarker(steps.profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
+    if (after.code !== 0) {
+      await release(`verify after ${step} exited ${after.code}`);
+      throw new StepFailed('verify', after, device);
+    }
+    await session.writeMarker(profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
     ran.push('marker');
-    return { device: target.id, outcome: 'applied', steps: ran };
-  } finally {
-    session.close();
+    await release(`${step} of r${steps.revision} done: verified, marker written`);
+    return { device, outcome: 'applied', steps: ran };
+  };
+
+  beat('lock');
+  const record = await claimLock(session, device, steps, holder, step, lockMs, opts.holderClosed);
+  if (record) {
+    // A retry of this unit found its own earlier apply on the device: take its outcome, never run another.
+    ran.push('reattach');
+    return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
+  }
+
+  beat('verify-first');
+  const before = await run('verify-first', steps.verify);
+  ran.push('verify');
+  if (before.code === 0) {
+    await session.writeMarker(profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
+    ran.push('marker');
+    await release(`r${steps.revision} already in place (verify only)`);
+    return { device, outcome: 'already-applied', steps: ran };
+  }
+  beat('stage');
+  await stagePayload(session, steps, opts.commandTimeoutMs, beat);
+  if (steps.payload.length) ran.push('stage');
+  beat('apply');
+  // Started at most once per lock: 'already-launched' (a zombie attempt got there first) is waited for too.
+  await session.launchApply(profile, shellFor(steps, steps.apply), { timeoutMs: lockMs });
+  ran.push('apply');
+  return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
+}
+
+/**
+ * Hold the device's apply lock for this unit. Returns null when the lock is ours to start from (fresh,
+ * or an earlier attempt of ours that never started its apply), or the record of our own earlier apply
+ * (running or finished) to reattach to. A lock of another unit is broken only when its holder is
+ * provably gone; otherwise ApplyLockHeld.
+ */
+async function claimLock(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, step: string, timeoutMs: number, holderClosed?: (h: ApplyHolder) => Promise<boolean>): Promise<ApplyLockRecord | null> {
+  const profile = steps.profile;
+  for (let tries = 0; tries < 3; tries++) {
+    const claim = await session.claimApplyLock(profile, { holder, revision: steps.revision, step }, { timeoutMs });
+    const { record } = claim;
+    if (claim.state === 'acquired') return null;
+    const interrupted = record.launched && record.pid !== null && !record.running && !record.outcome;
+    if (claim.state === 'ours') {
+      if (!record.launched) return null; // our earlier attempt died before starting the apply: verify decides
+      if (!interrupted) return record;
+      // Our earlier apply died without an outcome (the device rebooted, it was killed): verify decides.
+      await session.releaseApplyLock(profile, holder, `interrupted: pid ${record.pid} is not running and wrote no outcome (attempt ${holder.attempt} takes over)`, { timeoutMs });
+      continue;
+    }
+    const theirs = record.holder;
+    if (!theirs || record.running || (record.launched && record.pid === null && !record.outcome)) throw new ApplyLockHeld(device, record, profile);
+    // Not running. Gone for certain when its apply died without an outcome; when it never started or has
+    // ended, its activity may still be between steps, unless that activity is provably closed: the same
+    // workflow run starts a device's next activity only after the previous one closed, or Temporal says
+    // the holder's run is closed.
+    const sameRun = theirs.rollout === deviceValue(holder.rollout) && theirs.run === deviceValue(holder.run);
+    const gone = interrupted || sameRun || (holderClosed ? await holderClosed(theirs).catch(() => false) : false);
+    if (!gone) throw new ApplyLockHeld(device, record, profile);
+    const why = interrupted ? `its pid ${record.pid} is not running and wrote no outcome` : sameRun ? `activity ${theirs.activity} of the same run has closed` : `its workflow run ${theirs.run} is closed`;
+    await session.releaseApplyLock(profile, theirs, `stale, broken by ${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}: ${why}`, { timeoutMs });
+  }
+  throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands; try again`);
+}
+
+/** Poll the device until the apply under our lock records its outcome; heartbeats on every poll. */
+async function waitForOutcome(session: DeviceSession, device: string, profile: string, opts: ApplyOptions & { heartbeatIntervalMs: number }, timeoutMs: number, beat: (detail: string) => void): Promise<{ code: number | null; tail: string }> {
+  const started = Date.now();
+  for (;;) {
+    const record = await session.readApplyLock(profile, { timeoutMs });
+    if (!record) throw new TransportError('dropped', `${device}: the apply lock for ${profile} disappeared while its apply ran (another worker judged it gone); verify decides on the retry`);
+    if (record.outcome) return record.outcome;
+    if (!record.running && record.pid !== null) {
+      throw new TransportError('dropped', `${device}: the apply on the device (pid ${record.pid}) is gone without an outcome; verify decides on the retry`);
+    }
+    const elapsed = Date.now() - started;
+    if (elapsed > opts.commandTimeoutMs) throw new TransportError('timeout', `${device}: the apply is still running after ${opts.commandTimeoutMs} ms; it keeps the device's apply lock until it ends`);
+    beat(`apply running ${Math.round(elapsed / 1000)}s`);
+    await new Promise((r) => setTimeout(r, opts.heartbeatIntervalMs));
   }
 }

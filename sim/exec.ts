@@ -2,7 +2,8 @@
  * One exec request on a simulated device: `/bin/sh -c <command>` in the device's sandbox, with the
  * sandbox environment only (sandbox.ts), in its own process group so a kill takes the whole tree.
  * Every exec is recorded (including failed / hung / dropped ones). Exec faults (faults.ts) are matched
- * against the exact command string and none of them runs the command; latencyMs delays every exec.
+ * against the exact command string and none of them runs the command, except a drop with dropAfterMs
+ * and a hang with hangAfterRunning (the command runs, then the fault hits); latencyMs delays every exec.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type * as net from 'node:net';
@@ -23,6 +24,7 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
   let finished = false;
   let child: ChildProcess | undefined;
   let timer: NodeJS.Timeout | undefined;
+  let holdChannel = false;
 
   const finish = (code: number | null): void => {
     if (finished) return;
@@ -70,15 +72,17 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
       drain();
       return handle.kill();
     }
-    switch (execFault(faults, command)) {
+    const fault = execFault(faults, command);
+    if (fault === 'drop' && faults.raw.dropAfterMs !== undefined) {
+      // Runs, and the connection dies under it later: whatever is still in the session dies with it.
+      const drop = setTimeout(() => destroySocket(), faults.raw.dropAfterMs);
+      drop.unref();
+    } else if (fault === 'hang' && faults.raw.hangAfterRunning) {
+      holdChannel = true;
+    } else switch (fault) {
       case 'drop':
         finish(null);
-        if (sock) {
-          if (typeof sock.resetAndDestroy === 'function') sock.resetAndDestroy();
-          else sock.destroy();
-        } else {
-          channel.close();
-        }
+        destroySocket();
         return;
       case 'fail':
         drain();
@@ -137,11 +141,25 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
         }
       }
       if (finished) return;
+      if (holdChannel) {
+        // Ran to the end, but the client never hears of it (hangAfterRunning).
+        rec.exitCode = code;
+        return;
+      }
       if (c.stdin) channel.unpipe(c.stdin);
       drain();
       const status: number | string = code ?? (signal ? signal.replace(/^SIG/, '') : 255);
       void endChannel(channel, status).then(() => finish(typeof status === 'number' ? status : null));
     });
+  };
+
+  const destroySocket = (): void => {
+    if (sock) {
+      if (typeof sock.resetAndDestroy === 'function') sock.resetAndDestroy();
+      else sock.destroy();
+    } else {
+      channel.close();
+    }
   };
 
   const latency = faults.raw.latencyMs ?? 0;

@@ -16,6 +16,16 @@ export interface SimFaults {
   hangCommand?: string;
   /** Regex source: when an exec matches, the TCP connection is destroyed abruptly (no exit status); NOT run. */
   dropConnection?: string;
+  /**
+   * With dropConnection: the matching command DOES run, and the connection is destroyed this long after
+   * it started (a connection lost mid-command). What the command left running outside the session lives on.
+   */
+  dropAfterMs?: number;
+  /**
+   * With hangCommand: the matching command DOES run, but its exit is never reported and its channel
+   * stays open (as when it leaves a child holding the session's output) until the client gives up.
+   */
+  hangAfterRunning?: boolean;
   /** Names for which `sim-runtime-health <name>` exits 1. */
   unhealthyRuntimes?: string[];
   /** Value printed by `sim-error-rate` (default 0). */

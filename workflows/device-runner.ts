@@ -47,12 +47,16 @@ function applyProxy(opts: DeviceRunOptions) {
     startToCloseTimeout: opts.applyTimeoutMs,
     scheduleToCloseTimeout: opts.applyTimeoutMs,
     // A worker that dies mid-apply is noticed after this long and the device's apply is retried on
-    // another worker (verify-first makes the retry safe). Running commands heartbeat every 5 s; the
-    // steps between them (connect ≤ 10 s, staging, marker) are short, so 30 s is six missed beats.
-    heartbeatTimeout: '30 seconds',
+    // another worker, which reattaches to the apply still running (or finished) under the device's
+    // apply lock instead of starting another. The apply heartbeats every second whatever it is doing,
+    // so 6 s is six missed beats.
+    heartbeatTimeout: '6 seconds',
+    // Only the device saying no (and refusals: host key, login, envelope, a lock held by another
+    // rollout) is terminal, as non-retryable failures; a lost connection or worker retries until
+    // `applyTimeout` runs out, so worker deaths never use up a device's attempts.
     retry: waitForOffline
       ? { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute' }
-      : { initialInterval: '2 seconds', backoffCoefficient: 2, maximumAttempts: 5 },
+      : { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds' },
   }).applyRevision;
 }
 

@@ -4,7 +4,8 @@ import { sshTransport } from './ssh-session';
 import type { ConnectOptions, DeviceSession, DeviceTransport } from './types';
 
 export { StepFailed, TransportError, type TransportErrorKind } from './errors';
-export type { ConnectOptions, DeviceSession, DeviceTransport, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
+export { deviceValue } from './apply-lock';
+export type { ApplyHolder, ApplyLockClaim, ApplyLockRecord, ConnectOptions, DeviceSession, DeviceTransport, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
 
 /**
  * The transports this worker can use, by the name inventories give them. `agent` (a pull agent on the

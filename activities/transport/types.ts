@@ -70,5 +70,51 @@ export interface DeviceSession {
   readMarker(profile: string, opts: { timeoutMs: number }): Promise<number | null>;
   /** Record on the device that `revision` of `profile` is in place. */
   writeMarker(profile: string, revision: number, opts: { timeoutMs: number }): Promise<void>;
+  /**
+   * Take the device's apply lock for `profile` (atomically), or say who holds it. When the holder is the
+   * same unit (rollout, run, activity), the lock records `holder.attempt` as its attempt (`ours`).
+   */
+  claimApplyLock(profile: string, claim: { holder: ApplyHolder; revision: number; step: string }, opts: { timeoutMs: number }): Promise<ApplyLockClaim>;
+  /** The lock's record, or null when no lock is held. */
+  readApplyLock(profile: string, opts: { timeoutMs: number }): Promise<ApplyLockRecord | null>;
+  /**
+   * Start `command` on the device detached from this session, inside the held lock, at most once per
+   * lock: it keeps running when the session drops, and records its exit status and output there.
+   */
+  launchApply(profile: string, command: string, opts: { timeoutMs: number }): Promise<'launched' | 'already-launched'>;
+  /** Release the lock (kept as the device's last-apply record, with `reason`) if this exact attempt of `holder` holds it. */
+  releaseApplyLock(profile: string, holder: ApplyHolder, reason: string, opts: { timeoutMs: number }): Promise<boolean>;
   close(): void;
 }
+
+/**
+ * Who runs an apply: one activity of one workflow run. Its retries are the same unit (same rollout,
+ * run and activity) with a higher attempt; anything else is another unit.
+ */
+export interface ApplyHolder {
+  rollout: string;
+  run: string;
+  activity: string;
+  attempt: number;
+}
+
+/** What the device's apply lock records (docs/formats.md, "The apply lock"). */
+export interface ApplyLockRecord {
+  /** null: the lock directory exists but names no holder (being taken this instant, or damaged). */
+  holder: ApplyHolder | null;
+  revision: number | null;
+  step: string | null;
+  /** When the lock was taken, and when the holder's current attempt claimed it (worker clock, ISO 8601). */
+  takenAt: string | null;
+  attemptAt: string | null;
+  /** The apply was started under this lock (it is started at most once). */
+  launched: boolean;
+  /** The detached wrapper's pid, once known. */
+  pid: number | null;
+  /** The wrapper or the apply process is still running on the device. */
+  running: boolean;
+  /** Written when the apply ended: its exit status (null if unreadable) and the last 400 bytes of its output. */
+  outcome: { code: number | null; tail: string } | null;
+}
+
+export type ApplyLockClaim = { state: 'acquired' | 'ours' | 'theirs'; record: ApplyLockRecord };

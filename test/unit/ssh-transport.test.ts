@@ -1,8 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, createHmac, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, type RevisionSteps } from '../../activities/device-steps';
@@ -271,28 +271,33 @@ describe('ssh transport against the fleet simulator', () => {
 
   describe('applyToDevice', () => {
     const payloadBody = 'wavegate transport test payload\n';
-    const payloadPath = join(scratch.dir, 'payload.txt');
+    // The worker's profiles directory: payload files are read from <profiles>/<profile>/payload/ only.
+    const profilesDir = join(scratch.dir, 'profiles');
+    const payloadPath = join(profilesDir, 'transport', 'payload', 'payload.txt');
     const steps = (apply: string): RevisionSteps => ({
       profile: 'transport',
       revision: 7,
       apply,
       verify: 'grep -qx "wavegate transport test payload" "$HOME/etc/payload.txt"',
-      payload: [{ name: 'payload.txt', sha256: createHash('sha256').update(payloadBody).digest('hex'), size: payloadBody.length, source: payloadPath }],
+      payload: [{ name: 'payload.txt', sha256: createHash('sha256').update(payloadBody).digest('hex'), size: payloadBody.length, source: 'payload/payload.txt' }],
     });
 
-    beforeAll(() => writeFileSync(payloadPath, payloadBody));
+    beforeAll(() => {
+      mkdirSync(dirname(payloadPath), { recursive: true });
+      writeFileSync(payloadPath, payloadBody);
+    });
 
     it('stages the payload over SFTP with a digest check, applies, verifies and writes the marker; again: verify only', async () => {
       const dev = fleet.device('apply');
       const install = 'mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
-      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000 });
+      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
       expect(first).toEqual({ device: 'apply', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(fleet.sftpUploads('apply')).toBe(1);
       expect(fleet.count('apply', 'sha256sum -c')).toBe(1);
       expect(readFileSync(join(dev.sandbox, '.wavegate/staging/transport/7/payload.txt'), 'utf8')).toBe(payloadBody);
       expect(readFileSync(join(dev.sandbox, '.wavegate/profiles/transport/revision'), 'utf8')).toBe('7\n');
 
-      const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000 });
+      const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
       expect(again).toEqual({ device: 'apply', outcome: 'already-applied', steps: ['verify', 'marker'] });
       expect(fleet.count('apply', 'cp "$WAVEGATE_STAGING')).toBe(1);
     });
@@ -301,7 +306,7 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       const beats: string[] = [];
       const install = 'sleep 1.2 && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
-      const result = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, heartbeat: (d) => beats.push(d), heartbeatIntervalMs: 200 });
+      const result = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir, heartbeat: (d) => beats.push(d), heartbeatIntervalMs: 200 });
       expect(result.outcome).toBe('applied');
       const during = beats.filter((b) => /^apply running \d+s$/.test(b));
       expect(during.length, beats.join(', ')).toBeGreaterThanOrEqual(3);
@@ -312,7 +317,7 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       await fleet.setFaults('slow', { hangCommand: 'hang-here' });
       try {
-        await refused(applyToDevice(target(dev), { ...steps('hang-here'), revision: 8, verify: 'false' }, { commandTimeoutMs: 500 }), 'timeout');
+        await refused(applyToDevice(target(dev), { ...steps('hang-here'), revision: 8, verify: 'false' }, { commandTimeoutMs: 500, trustDir: profilesDir }), 'timeout');
       } finally {
         await fleet.setFaults('slow', {});
       }
