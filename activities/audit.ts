@@ -1,8 +1,9 @@
-import { closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { auditContentKey, auditContentOfEvent, GENESIS_HASH, parseAuditLog, sealRecord, serializeAuditRecord, type AuditEvent, type AuditRecord } from '../core/audit';
+import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, parseAuditLog, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../core/audit';
 import { WavegateError } from '../core/errors';
 import { PROJECT_ROOT } from '../workers/toolchain';
 
@@ -18,7 +19,13 @@ import { PROJECT_ROOT } from '../workers/toolchain';
  * Re-used ids. `rollout:<profile>` is the workflow id of every rollout of that profile, one after another.
  * The current file holds the latest execution; when a seq-1 record of another run arrives, the finished
  * chain is moved aside to `<name>@<runId of its first record>.jsonl` (`@` never occurs in an encoded id)
- * and a new chain starts. Continue-as-new keeps the seq going, so its later run ids do not start a file.
+ * and a new chain starts (with its later segments, `<name>@<run>+<n>.jsonl`). Continue-as-new keeps the
+ * seq going, so its later run ids do not start a file.
+ *
+ * A trail that is not whole (a line that is not a record, a broken chain, a MAC that is not the key's, a
+ * file that cannot be read) is never written to again: every append is `AuditCorrupt` until someone
+ * repairs the file, or an operator's `audit.override` starts segment n+1 from the last good head. The
+ * broken segment stays as it is. Files are 0600 and the directory 0700; looser modes are fixed and said.
  */
 export const DEFAULT_AUDIT_DIR = join(PROJECT_ROOT, '.wavegate', 'audit');
 
@@ -45,9 +52,27 @@ export function rolloutIdOfStem(stem: string): string {
   return decodeURIComponent(stem);
 }
 
-/** The current chain of a rollout, or with `runId` an earlier execution's chain moved aside. */
-export function auditFilePath(auditDir: string, rolloutId: string, runId?: string): string {
-  return join(auditDir, runId === undefined ? `${auditFileStem(rolloutId)}.jsonl` : `${auditFileStem(rolloutId)}@${auditFileStem(runId)}.jsonl`);
+/**
+ * One segment file of a rollout's chain: segment 1 is `<stem>.jsonl` (or `<stem>@<run>.jsonl` for an
+ * earlier execution); a later segment, started only by an `audit.override`, is `<stem>+<n>.jsonl`
+ * (`+` never occurs in an encoded id either).
+ */
+export function auditFilePath(auditDir: string, rolloutId: string, runId?: string, segment = 1): string {
+  const base = runId === undefined ? auditFileStem(rolloutId) : `${auditFileStem(rolloutId)}@${auditFileStem(runId)}`;
+  return join(auditDir, `${base}${segment > 1 ? `+${segment}` : ''}.jsonl`);
+}
+
+/** The segment numbers of a chain that exist on disk, ascending. */
+export function auditSegmentNumbers(auditDir: string, rolloutId: string, runId?: string): number[] {
+  if (!existsSync(auditDir)) return [];
+  const base = basename(auditFilePath(auditDir, rolloutId, runId), '.jsonl');
+  const numbers: number[] = [];
+  for (const name of readdirSync(auditDir)) {
+    if (name === `${base}.jsonl`) numbers.push(1);
+    const match = name.startsWith(`${base}+`) ? /^\+([1-9]\d{0,8})\.jsonl$/.exec(name.slice(base.length)) : null;
+    if (match && Number(match[1]) > 1) numbers.push(Number(match[1]));
+  }
+  return numbers.sort((a, b) => a - b);
 }
 
 /** Run ids of earlier executions of this rollout id whose chains were moved aside, oldest file first. */
@@ -55,32 +80,85 @@ export function archivedAuditRuns(auditDir: string, rolloutId: string): string[]
   const prefix = `${auditFileStem(rolloutId)}@`;
   if (!existsSync(auditDir)) return [];
   return readdirSync(auditDir)
-    .filter((name) => name.startsWith(prefix) && name.endsWith('.jsonl'))
+    .filter((name) => name.startsWith(prefix) && name.endsWith('.jsonl') && !name.slice(prefix.length).includes('+'))
     .map((name) => ({ name, mtime: statSync(join(auditDir, name)).mtimeMs }))
     .sort((a, b) => a.mtime - b.mtime)
     .map(({ name }) => decodeURIComponent(name.slice(prefix.length, -'.jsonl'.length)));
 }
 
-/** The raw text of a rollout's audit file; NOT_FOUND naming the path when there is none. */
-export function readAuditText(auditDir: string, rolloutId: string, runId?: string): string {
-  const path = auditFilePath(auditDir, rolloutId, runId);
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-      throw new WavegateError('NOT_FOUND', `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} (looked for ${path})`, { path });
-    }
-    throw err;
+/** Every segment of a chain as stored, in order; NOT_FOUND naming the path when there is none. */
+export function readAuditSegments(auditDir: string, rolloutId: string, runId?: string): AuditSegment[] {
+  const numbers = auditSegmentNumbers(auditDir, rolloutId, runId);
+  if (numbers.length === 0) {
+    const path = auditFilePath(auditDir, rolloutId, runId);
+    throw new WavegateError('NOT_FOUND', `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} (looked for ${path})`, { path });
   }
+  return numbers.map((n) => {
+    const path = auditFilePath(auditDir, rolloutId, runId, n);
+    return { name: path, text: readFileSync(path, 'utf8') };
+  });
 }
 
-/** Every record of a rollout's audit file, in file order. A line that is not a record is an error naming it. */
+/**
+ * Every record of a rollout's trail, segment by segment. A line that is not a record is an error naming
+ * it, except in a segment an override set aside (its readable records are kept, the rest is its problem).
+ */
 export function readAuditFile(auditDir: string, rolloutId: string, runId?: string): AuditRecord[] {
-  const { records, unreadable } = parseAuditLog(readAuditText(auditDir, rolloutId, runId));
-  if (unreadable) {
-    throw new WavegateError('FAILED', `${auditFilePath(auditDir, rolloutId, runId)} line ${unreadable.line}: ${unreadable.torn ? 'cut off mid-record' : 'not a JSON audit record'}`);
+  const segments = readAuditSegments(auditDir, rolloutId, runId);
+  return segments.flatMap((segment, i) => {
+    const { records, unreadable } = parseAuditLog(segment.text);
+    if (unreadable && i === segments.length - 1) {
+      throw new WavegateError('FAILED', `${segment.name} line ${unreadable.line}: ${unreadable.torn ? 'cut off mid-record' : 'not a JSON audit record'}`);
+    }
+    return records;
+  });
+}
+
+/**
+ * The worker's audit MAC key, read by reference from a file holding at least 32 bytes as hex. The file
+ * must be the owner's alone (like an ssh private key); the key itself is never printed.
+ */
+export function readAuditKey(path: string): Uint8Array {
+  let stat;
+  try {
+    stat = statSync(path);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
-  return records;
+  if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: not a regular file`);
+  if ((stat.mode & 0o077) !== 0) {
+    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
+  }
+  if (stat.size > 4096) throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`);
+  const hex = readFileSync(path, 'utf8').trim();
+  if (!/^(?:[0-9a-fA-F]{2}){32,}$/.test(hex)) {
+    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`);
+  }
+  return Uint8Array.from(Buffer.from(hex, 'hex'));
+}
+
+/** The dev stack's audit key: created (32 random bytes, mode 0600) on first use, kept across restarts. */
+export function ensureAuditKeyFile(path: string): string {
+  try {
+    writeFileSync(path, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  return path;
+}
+
+/** Audit files are the owner's alone: a looser mode found on disk is fixed, and said. */
+function restrictMode(path: string, mode: number, log: (line: string) => void): void {
+  let current: number;
+  try {
+    current = statSync(path).mode & 0o777;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  if ((current & ~mode) === 0) return;
+  chmodSync(path, mode);
+  log(`audit: ${path} had mode ${current.toString(8)} (readable by others); set to ${mode.toString(8)}`);
 }
 
 function fsyncDir(dir: string): void {
@@ -120,7 +198,7 @@ async function withFileLock<T>(path: string, fn: () => T): Promise<T> {
   for (;;) {
     let fd: number;
     try {
-      fd = openSync(lockPath, 'wx');
+      fd = openSync(lockPath, 'wx', 0o600);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       if (lockHolderIsGone(lockPath)) {
@@ -152,108 +230,272 @@ async function withFileLock<T>(path: string, fn: () => T): Promise<T> {
 
 export interface AuditActivityDeps {
   auditDir: string;
+  /** The worker's audit key (readAuditKey): every record is written with its MAC, and checked on append. */
+  macKey?: Uint8Array;
   log?: (line: string) => void;
+}
+
+/** Why a segment is not whole, with the place to look. */
+interface SegmentProblem {
+  /** 1-based line in the segment, or null when the file could not be read at all. */
+  line: number | null;
+  seq: number;
+  problem: string;
+  message: string;
+}
+
+/** The current (last) segment of a chain as found on disk. */
+interface SegmentState {
+  path: string;
+  segment: number;
+  text: string;
+  /** Readable records, in file order (up to the first unreadable line). */
+  records: AuditRecord[];
+  /** Where this segment continues from: the genesis for segment 1, its override's lastGood after. */
+  start: AuditHead;
+  /** The last line is a torn, unacknowledged append (not a problem: the next append cuts it off). */
+  torn: boolean;
+  problem: SegmentProblem | null;
+}
+
+/** What `auditHealth` answers: whole with its head (null when empty), or not, with the reason and place. */
+export type AuditHealth =
+  | { ok: true; head: AuditHead | null; file: string; segment: number }
+  | { ok: false; reason: string; problem: string; file: string; line: number | null; segment: number };
+
+export interface AuditHealthInput {
+  rolloutId: string;
+  /** The head the workflow holds: the trail must also contain it (else a cut tail or a rewrite). */
+  head?: AuditHead;
+}
+
+function headOf(state: SegmentState): AuditHead | null {
+  const last = state.records.at(-1);
+  if (last) return { seq: last.seq, hash: last.hash };
+  return state.start.seq > 0 ? state.start : null;
 }
 
 /** Activities are built by a factory that takes their dependencies; the audit sink holds no state. */
 export function createAuditActivities(deps: AuditActivityDeps) {
   const log = deps.log ?? (() => {});
+  const dir = deps.auditDir;
 
-  /** The append, under the file lock. Synchronous on purpose: nothing else in this process can interleave. */
-  function appendLocked(path: string, event: AuditEvent, content: string): { seq: number; hash: string } {
-    let text = existsSync(path) ? readFileSync(path, 'utf8') : '';
-    let { records, unreadable } = parseAuditLog(text);
-    let separator = '';
-    if (unreadable?.torn) {
-      // A crash mid-append leaves an unterminated partial line. That append was never acknowledged (we
-      // return only after fsync), so its retry is about to write it again: cut the fragment off.
-      const keep = text.lastIndexOf('\n') + 1;
-      const fd = openSync(path, 'r+');
-      try {
-        ftruncateSync(fd, keep);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      log(`audit: ${path}: removed a torn partial record after line ${records.length} (an unacknowledged append)`);
-      text = text.slice(0, keep);
-      unreadable = null;
-    } else if (unreadable) {
-      throw ApplicationFailure.create({
-        type: 'AuditCorrupt',
-        message: `${path} line ${unreadable.line} is not a JSON audit record; run \`wavegate audit ${event.rolloutId} --verify\` and repair the file by hand`,
-        nonRetryable: true,
-      });
-    } else if (text.length > 0 && !text.endsWith('\n')) {
-      separator = '\n'; // a complete last record whose newline did not land
-    }
-
-    const last = records.at(-1);
-    const lastSeq = last?.seq ?? 0;
-    if (event.seq <= lastSeq) {
-      const existing = records.find((r) => r.seq === event.seq);
-      if (existing && auditContentKey(existing) === content) return { seq: existing.seq, hash: existing.hash };
-      const firstRun = records[0]?.runId;
-      if (event.seq === 1 && firstRun !== undefined && firstRun !== event.runId) {
-        // A new execution of a re-used rollout id: move the finished chain aside and start a new one.
-        const archive = auditFilePath(deps.auditDir, event.rolloutId, firstRun);
-        if (existsSync(archive)) {
-          throw ApplicationFailure.create({ type: 'AuditConflict', message: `cannot start a new chain for ${event.rolloutId}: ${archive} already exists`, nonRetryable: true });
-        }
-        renameSync(path, archive);
-        fsyncDir(deps.auditDir);
-        log(`audit: ${event.rolloutId}: run ${event.runId} starts a new chain; run ${firstRun}'s chain moved to ${archive}`);
-        return writeRecord(path, sealRecord(event, GENESIS_HASH), '', true);
-      }
-      throw ApplicationFailure.create({
-        type: 'AuditConflict',
-        message: `${path}: record ${event.seq} already exists with other content (${existing ? `${existing.event} at ${existing.at} by ${existing.by}` : 'seq not found in file'}); refusing to write ${event.event} at ${event.at} as ${event.seq}`,
-        nonRetryable: true,
-        details: [{ seq: event.seq }],
-      });
-    }
-    if (event.seq > lastSeq + 1) {
-      throw ApplicationFailure.create({
-        type: 'AuditOutOfOrder',
-        message: `${path} ends at record ${lastSeq}; record ${event.seq} must wait for ${lastSeq + 1} to land`,
-        nonRetryable: false,
-        details: [{ seq: event.seq, last: lastSeq }],
-      });
-    }
-    return writeRecord(path, sealRecord(event, last?.hash ?? GENESIS_HASH), separator, text.length === 0);
+  function currentSegment(rolloutId: string): number {
+    return auditSegmentNumbers(dir, rolloutId).at(-1) ?? 1;
   }
 
-  function writeRecord(path: string, record: AuditRecord, separator: string, newFile: boolean): { seq: number; hash: string } {
-    const fd = openSync(path, 'a');
+  /** Read and check a segment: readable, chained from its start, each record's MAC the key's. */
+  function inspect(rolloutId: string, segment: number): SegmentState {
+    const path = auditFilePath(dir, rolloutId, undefined, segment);
+    const genesis = { seq: 0, hash: GENESIS_HASH };
+    let text: string;
     try {
-      writeSync(fd, `${separator}${serializeAuditRecord(record)}\n`);
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return { path, segment, text: '', records: [], start: genesis, torn: false, problem: null };
+      return { path, segment, text: '', records: [], start: genesis, torn: false, problem: { line: null, seq: 0, problem: 'unreadable', message: `cannot read the file (${code ?? (err as Error).message})` } };
+    }
+    const { records, unreadable } = parseAuditLog(text);
+    const state: SegmentState = { path, segment, text, records, start: genesis, torn: !!unreadable?.torn, problem: null };
+    if (segment > 1) {
+      const first = records[0];
+      if (first?.event !== 'audit.override' || !first.lastGood) {
+        state.problem = { line: 1, seq: first?.seq ?? 0, problem: 'no-override', message: 'a later segment must start with an audit.override record' };
+        return state;
+      }
+      state.start = first.lastGood;
+    }
+    const verdict = verifyAuditChain(records, undefined, { start: state.start, key: deps.macKey });
+    if (!verdict.ok) {
+      state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+    } else if (unreadable && !unreadable.torn) {
+      state.problem = { line: unreadable.line, seq: state.start.seq + records.length + 1, problem: 'edited', message: `line ${unreadable.line} is not a JSON audit record` };
+    }
+    return state;
+  }
+
+  function corrupt(state: SegmentState, rolloutId: string): ApplicationFailure {
+    const p = state.problem!;
+    return ApplicationFailure.create({
+      type: 'AuditCorrupt',
+      message: `${state.path}${p.line === null ? '' : ` line ${p.line}`}: ${p.message}; no record is written to a trail that is not whole: repair the file (check with \`wavegate audit ${rolloutId} --verify\`) or record an operator override`,
+      nonRetryable: true,
+      details: [{ file: state.path, line: p.line, seq: p.seq, problem: p.problem, segment: state.segment }],
+    });
+  }
+
+  /** A torn, unacknowledged append is cut off: its retry is about to write it again. */
+  function cutTornTail(state: SegmentState): SegmentState {
+    const keep = state.text.lastIndexOf('\n') + 1;
+    const fd = openSync(state.path, 'r+');
+    try {
+      ftruncateSync(fd, keep);
       fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
-    if (newFile) fsyncDir(deps.auditDir);
+    log(`audit: ${state.path}: removed a torn partial record after line ${state.records.length} (an unacknowledged append)`);
+    return { ...state, text: state.text.slice(0, keep), torn: false };
+  }
+
+  /** A seq-1 record of another run: move the finished chain (every segment, as it is) aside. */
+  function archiveChain(rolloutId: string, firstRun: string): void {
+    const segments = auditSegmentNumbers(dir, rolloutId);
+    const moves = segments.map((n) => [auditFilePath(dir, rolloutId, undefined, n), auditFilePath(dir, rolloutId, firstRun, n)] as const);
+    const taken = moves.find(([, to]) => existsSync(to));
+    if (taken) throw ApplicationFailure.create({ type: 'AuditConflict', message: `cannot start a new chain for ${rolloutId}: ${taken[1]} already exists`, nonRetryable: true });
+    for (const [from, to] of moves) renameSync(from, to);
+    fsyncDir(dir);
+    log(`audit: ${rolloutId}: a new run starts a new chain; run ${firstRun}'s chain moved to ${moves[0]![1]}`);
+  }
+
+  /** The runId of the chain's first record, when it can be read. */
+  function firstRunOf(rolloutId: string): string | undefined {
+    try {
+      const first = parseAuditLog(readFileSync(auditFilePath(dir, rolloutId), 'utf8').split('\n', 1)[0]! + '\n').records[0];
+      return typeof first?.runId === 'string' ? first.runId : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The append, under the file lock. Synchronous on purpose: nothing else in this process can interleave. */
+  function appendLocked(event: AuditEvent, content: string): AuditHead {
+    let state = inspect(event.rolloutId, currentSegment(event.rolloutId));
+    if (state.torn && !state.problem) state = cutTornTail(state);
+
+    const existing = state.records.find((r) => r.seq === event.seq);
+    if (existing && auditContentKey(existing) === content) return { seq: existing.seq, hash: existing.hash };
+
+    if (event.seq === 1 && event.event !== 'audit.override') {
+      const firstRun = firstRunOf(event.rolloutId);
+      if (firstRun !== undefined && firstRun !== event.runId) {
+        archiveChain(event.rolloutId, firstRun);
+        return writeRecord(auditFilePath(dir, event.rolloutId), sealRecord(event, GENESIS_HASH), '', true);
+      }
+    }
+
+    if (event.event === 'audit.override') {
+      const lastGood = event.lastGood!;
+      const head = headOf(state);
+      const endsAtLastGood = head === null ? lastGood.seq === 0 : head.seq === lastGood.seq && head.hash === lastGood.hash;
+      if (!state.problem && head !== null && head.seq > lastGood.seq) {
+        throw ApplicationFailure.create({
+          type: 'AuditConflict',
+          message: `${state.path} is whole and already holds record ${head.seq}, after the override's lastGood ${lastGood.seq}: no override is needed, and one would fork the chain`,
+          nonRetryable: true,
+          details: [{ file: state.path, head }],
+        });
+      }
+      if (state.problem || !endsAtLastGood) {
+        const next = state.segment + 1;
+        const path = auditFilePath(dir, event.rolloutId, undefined, next);
+        log(`audit: ${event.rolloutId}: override by ${event.by} starts ${path} after record ${lastGood.seq}; ${state.path} is kept as it is`);
+        return writeRecord(path, sealRecord(event, lastGood.hash), '', true);
+      }
+    } else if (state.problem) {
+      throw corrupt(state, event.rolloutId);
+    }
+
+    const last = headOf(state) ?? state.start;
+    if (event.seq <= last.seq) {
+      throw ApplicationFailure.create({
+        type: 'AuditConflict',
+        message: `${state.path}: record ${event.seq} already exists with other content (${existing ? `${existing.event} at ${existing.at} by ${existing.by}` : 'seq not found in this segment'}); refusing to write ${event.event} at ${event.at} as ${event.seq}`,
+        nonRetryable: true,
+        details: [{ seq: event.seq }],
+      });
+    }
+    if (event.seq > last.seq + 1) {
+      throw ApplicationFailure.create({
+        type: 'AuditOutOfOrder',
+        message: `${state.path} ends at record ${last.seq}; record ${event.seq} must wait for ${last.seq + 1} to land`,
+        nonRetryable: false,
+        details: [{ seq: event.seq, last: last.seq }],
+      });
+    }
+    // A complete last record whose newline did not land gets one before the next.
+    const separator = state.text.length > 0 && !state.text.endsWith('\n') ? '\n' : '';
+    return writeRecord(state.path, sealRecord(event, last.hash), separator, state.text.length === 0);
+  }
+
+  function writeRecord(path: string, sealed: AuditRecord, separator: string, newFile: boolean): AuditHead {
+    const record = deps.macKey ? macRecord(sealed, deps.macKey) : sealed;
+    try {
+      const fd = openSync(path, 'a', 0o600);
+      try {
+        writeSync(fd, `${separator}${serializeAuditRecord(record)}\n`);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      if (newFile) fsyncDir(dir);
+    } catch (err) {
+      // Disk full, read-only, gone: retrying may help, and until it does nothing moves on unaudited.
+      throw ApplicationFailure.create({ type: 'AuditUnwritable', message: `cannot write ${path}: ${(err as Error).message}`, nonRetryable: false, details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }] });
+    }
     return { seq: record.seq, hash: record.hash };
+  }
+
+  function prepareDir(rolloutId: string): void {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    restrictMode(dir, 0o700, log);
+    for (const n of auditSegmentNumbers(dir, rolloutId)) restrictMode(auditFilePath(dir, rolloutId, undefined, n), 0o600, log);
   }
 
   return {
     /**
-     * Append one sealed record, idempotent by seq: the same content again returns the stored record;
-     * other content under a written seq is `AuditConflict` (non-retryable); a seq beyond the next is
-     * `AuditOutOfOrder` (retryable: an earlier append has not landed yet); an event out of bounds is
-     * `AuditInvalid` (non-retryable). Returns once the line is fsynced.
+     * Append one sealed record (with its MAC when the worker holds a key), idempotent by seq: the same
+     * content again returns the stored record; other content under a written seq is `AuditConflict`
+     * (non-retryable); a seq beyond the next is `AuditOutOfOrder` (retryable: an earlier append has not
+     * landed yet); an event out of bounds is `AuditInvalid` (non-retryable); a trail that is not whole is
+     * `AuditCorrupt` (non-retryable, details `{ file, line, seq, problem, segment }`: ask `auditHealth`
+     * until it is whole again); a write that fails is `AuditUnwritable` (retryable).
+     *
+     * An `audit.override` record (with `lastGood`, the head the workflow holds, and the operator's
+     * `reason`) is the one record written to a trail that is not whole: it starts a new segment chained
+     * to `lastGood`, the broken file kept as it is; later appends go to the new segment. Returns once the
+     * line is fsynced.
      */
-    async appendAudit(event: AuditEvent): Promise<{ seq: number; hash: string }> {
+    async appendAudit(event: AuditEvent): Promise<AuditHead> {
       let content: string;
       let path: string;
       try {
         content = auditContentOfEvent(event);
-        path = auditFilePath(deps.auditDir, event.rolloutId);
+        path = auditFilePath(dir, event.rolloutId);
       } catch (err) {
         if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
         throw err;
       }
-      mkdirSync(deps.auditDir, { recursive: true });
-      return withFileLock(path, () => appendLocked(path, event, content));
+      prepareDir(event.rolloutId);
+      return withFileLock(path, () => appendLocked(event, content));
+    },
+
+    /**
+     * Is the rollout's trail whole (its current segment readable, chained and MACed, and holding `head`
+     * when given)? `{ ok: true, head }` or `{ ok: false, reason, problem, file, line }`. Never throws for
+     * a broken trail; an invalid rollout id is `AuditInvalid`.
+     */
+    async auditHealth(input: AuditHealthInput): Promise<AuditHealth> {
+      let path: string;
+      try {
+        path = auditFilePath(dir, input.rolloutId);
+      } catch (err) {
+        if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
+        throw err;
+      }
+      if (!existsSync(dir)) return { ok: true, head: null, file: path, segment: 1 };
+      return withFileLock(path, (): AuditHealth => {
+        const state = inspect(input.rolloutId, currentSegment(input.rolloutId));
+        const notWhole = (p: SegmentProblem): AuditHealth => ({ ok: false, reason: `${state.path}${p.line === null ? '' : ` line ${p.line}`}: ${p.message}`, problem: p.problem, file: state.path, line: p.line, segment: state.segment });
+        if (state.problem) return notWhole(state.problem);
+        if (input.head) {
+          const held = verifyAuditChain(state.records, input.head, { start: state.start });
+          if (!held.ok) return notWhole({ line: null, seq: held.seq, problem: held.problem, message: held.message });
+        }
+        return { ok: true, head: headOf(state), file: state.path, segment: state.segment };
+      });
     },
   };
 }

@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { SNAPSHOT_REFUSALS, type DeviceSnapshot, type DeviceTarget, type SnapshotRefusal } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
-import { createAuditActivities, DEFAULT_AUDIT_DIR } from './audit';
+import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
 import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
@@ -18,6 +18,8 @@ export type { ApplyResult, RevisionSteps };
 export interface ActivityDeps {
   /** Where the per-rollout audit JSONL files go (default `.wavegate/audit`). */
   auditDir?: string;
+  /** The audit MAC key, by reference (a 0600 file of hex, read once here): every record gets its MAC. */
+  auditKeyFile?: string;
   /** How many devices the snapshot probes at once. */
   snapshotConcurrency?: number;
   log?: (line: string) => void;
@@ -79,7 +81,7 @@ function refusalOf(kind: string): SnapshotRefusal | undefined {
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   return {
-    ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR }),
+    ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) }),
     ...createHealthActivities({ trustDir: deps.trustDir }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),

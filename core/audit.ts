@@ -1,3 +1,4 @@
+import { hmac } from '@noble/hashes/hmac.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { utf8Encode } from './bytes';
@@ -11,7 +12,14 @@ import { WavegateError } from './errors';
  *
  * What a hash chain alone cannot show: records cut from the *end* (the shorter file is still a valid
  * chain) and a whole chain rewritten from some record on. Both need an anchor held elsewhere — the last
- * `{ seq, hash }` the writer returned — which `verifyAuditChain` takes as `head`.
+ * `{ seq, hash }` the writer returned — which `verifyAuditChain` takes as `head`. A record may also carry
+ * `mac` = HMAC-SHA256 under a worker-held key of its `hash` (auditRecordMac): since the hash covers `prev`,
+ * a valid MAC on a record vouches for the whole chain up to it, so a chain rewritten and resealed by
+ * someone without the key is detected without the workflow's head.
+ *
+ * Segments. A trail that became unreadable is never rewritten: an `audit.override` record (an operator's
+ * explicit, recorded decision) starts a new segment that continues the chain from `lastGood`, the last
+ * head the workflow holds; verifyAuditSegments checks each segment and names the override and its reason.
  *
  * Pure (no Node APIs): safe to import from workflows.
  */
@@ -32,6 +40,7 @@ export const AUDIT_EVENTS = [
   'rollout.completed',
   'rollout.failed',
   'canary.verdict',
+  'audit.override',
 ] as const;
 export type AuditEventName = (typeof AUDIT_EVENTS)[number];
 
@@ -50,18 +59,26 @@ export interface AuditEvent {
   counts: Record<string, number> | null;
   /** Any JSON: gate results, device lists. Secrets are stripped before sealing (see redactSecrets). */
   evidence: unknown;
+  /**
+   * Only on `audit.override` (and required there): the last record the workflow holds as written
+   * (`{ seq: 0, hash: GENESIS_HASH }` when none). The override is record `lastGood.seq + 1`, chained to
+   * `lastGood.hash`; when the trail does not end whole at that head it starts a new segment.
+   */
+  lastGood?: AuditHead;
 }
 
 export interface AuditRecord extends AuditEvent {
   /** Hash of the previous record, or GENESIS_HASH for seq 1. */
   prev: string;
-  /** SHA-256 hex of the canonical JSON of the record without `hash`. */
+  /** SHA-256 hex of the canonical JSON of the record without `hash` and `mac`. */
   hash: string;
+  /** HMAC-SHA256 hex of `hash` under the worker's audit key (auditRecordMac); absent when it has none. */
+  mac?: string;
 }
 
 export const GENESIS_HASH = '0'.repeat(64);
 
-export type AuditProblem = 'edited' | 'dropped' | 'reordered' | 'broken-chain' | 'bad-seq' | 'truncated';
+export type AuditProblem = 'edited' | 'dropped' | 'reordered' | 'broken-chain' | 'bad-seq' | 'truncated' | 'unsigned' | 'bad-mac';
 export type AuditVerdict = { ok: true; count: number } | { ok: false; seq: number; problem: AuditProblem; message: string };
 
 /** The last record a writer acknowledged, kept outside the file: lets verification see a cut-off tail. */
@@ -91,6 +108,7 @@ function checkEvent(event: AuditEvent): void {
   for (const field of ['phase', 'reason'] as const) {
     if (event[field] !== null && typeof event[field] !== 'string') refuse(field, event[field], 'expected a string or null');
   }
+  checkOverride(event);
   if (event.counts !== null) {
     if (typeof event.counts !== 'object' || Array.isArray(event.counts)) refuse('counts', event.counts, 'expected an object of counts or null');
     for (const [name, n] of Object.entries(event.counts)) {
@@ -99,9 +117,26 @@ function checkEvent(event: AuditEvent): void {
   }
 }
 
-/** SHA-256 hex over the canonical JSON of every field of `record` except `hash`. */
+function isHead(value: unknown, minSeq: number): value is AuditHead {
+  const head = value as AuditHead;
+  return isRecordLike(value) && Number.isSafeInteger(head.seq) && head.seq >= minSeq && typeof head.hash === 'string' && HEX64.test(head.hash);
+}
+
+/** An override names the head it continues from and why; no other event carries `lastGood`. */
+function checkOverride(event: AuditEvent): void {
+  if (event.event !== 'audit.override') {
+    if (event.lastGood !== undefined) refuse('lastGood', event.lastGood, 'only an audit.override record carries lastGood');
+    return;
+  }
+  if (!isHead(event.lastGood, 0)) refuse('lastGood', event.lastGood, 'audit.override needs the last good head { seq ≥ 0, hash: 64 lowercase hex }');
+  if (event.lastGood.seq === 0 && event.lastGood.hash !== GENESIS_HASH) refuse('lastGood.hash', event.lastGood.hash, 'seq 0 is the chain start: expected 64 zeros');
+  if (event.seq !== event.lastGood.seq + 1) refuse('seq', event.seq, `audit.override continues after lastGood.seq ${event.lastGood.seq}: expected ${event.lastGood.seq + 1}`);
+  if (typeof event.reason !== 'string' || event.reason.trim().length === 0) refuse('reason', event.reason, 'audit.override needs the operator\'s reason');
+}
+
+/** SHA-256 hex over the canonical JSON of every field of `record` except `hash` and `mac`. */
 export function auditRecordHash(record: object): string {
-  const { hash: _ignored, ...body } = record as Record<string, unknown>;
+  const { hash: _ignored, mac: _mac, ...body } = record as Record<string, unknown>;
   return bytesToHex(sha256(utf8Encode(canonicalize(body))));
 }
 
@@ -124,6 +159,7 @@ export function sealRecord(event: AuditEvent, prev: string): AuditRecord {
   checkEvent(event);
   if (typeof prev !== 'string' || !HEX64.test(prev)) refuse('prev', prev, 'expected 64 lowercase hex characters');
   if (event.seq === 1 && prev !== GENESIS_HASH) refuse('prev', prev, 'seq 1 starts a chain: expected 64 zeros');
+  if (event.lastGood && prev !== event.lastGood.hash) refuse('prev', prev, `audit.override chains to lastGood.hash ${event.lastGood.hash.slice(0, 12)}…`);
   const body: Omit<AuditRecord, 'hash'> = {
     seq: event.seq,
     at: event.at,
@@ -135,6 +171,7 @@ export function sealRecord(event: AuditEvent, prev: string): AuditRecord {
     reason: event.reason === null ? null : redactPem(event.reason),
     counts: event.counts === null ? null : (normalizeJson(event.counts, 'counts') as Record<string, number>),
     evidence: normalizeJson(redactSecrets(event.evidence), 'evidence'),
+    ...(event.lastGood ? { lastGood: { seq: event.lastGood.seq, hash: event.lastGood.hash } } : {}),
     prev,
   };
   return { ...body, hash: auditRecordHash(body) };
@@ -145,17 +182,46 @@ export function sealRecord(event: AuditEvent, prev: string): AuditRecord {
  * without `prev` and `hash`. Two appends of one seq are "the same" exactly when these strings are equal.
  */
 export function auditContentKey(record: AuditEvent): string {
-  const { prev: _p, hash: _h, ...content } = record as AuditRecord;
+  const { prev: _p, hash: _h, mac: _m, ...content } = record as AuditRecord;
   return canonicalize(content);
 }
 
 /** Seal an event for comparison only (its chain position is not known yet). */
 export function auditContentOfEvent(event: AuditEvent): string {
-  return auditContentKey(sealRecord(event, GENESIS_HASH));
+  const lastGood = event?.lastGood as Partial<AuditHead> | undefined;
+  return auditContentKey(sealRecord(event, typeof lastGood?.hash === 'string' ? lastGood.hash : GENESIS_HASH));
 }
 
 function isRecordLike(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** Domain-separated so an audit MAC can never be replayed as any other HMAC made with the same key. */
+const MAC_DOMAIN = 'wavegate-audit-mac-v1\n';
+
+/** HMAC-SHA256 hex of a record's hash under the worker's audit key. */
+export function auditRecordMac(key: Uint8Array, hash: string): string {
+  return bytesToHex(hmac(sha256, key, utf8Encode(`${MAC_DOMAIN}${hash}`)));
+}
+
+/** The record with its MAC (replacing any). */
+export function macRecord(record: AuditRecord, key: Uint8Array): AuditRecord {
+  return { ...record, mac: auditRecordMac(key, record.hash) };
+}
+
+/** Equal in time independent of where two hex strings differ. */
+function sameHex(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+export interface ChainOptions {
+  /** Where this chain (a later segment) continues from; default the genesis `{ seq: 0, hash: GENESIS_HASH }`. */
+  start?: AuditHead;
+  /** The audit key: every record must then carry a valid MAC. */
+  key?: Uint8Array;
 }
 
 /**
@@ -167,12 +233,15 @@ function isRecordLike(value: unknown): value is Record<string, unknown> {
  *   and resealed, or a sealed record was inserted before this one);
  * - `bad-seq`: a seq that is not a positive integer, or a record chained correctly but sealed with the
  *   wrong seq (a writer bug, not an edit);
+ * - `unsigned` / `bad-mac` (with `key`): a record without a MAC, or whose MAC is not the key's: the chain
+ *   was resealed by someone without the key, or written under another key;
  * - `truncated`: `head` says the chain went further than the records do.
  */
-export function verifyAuditChain(records: AuditRecord[], head?: AuditHead): AuditVerdict {
-  let prevHash = GENESIS_HASH;
+export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts: ChainOptions = {}): AuditVerdict {
+  const start = opts.start ?? { seq: 0, hash: GENESIS_HASH };
+  let prevHash = start.hash;
   for (let i = 0; i < records.length; i++) {
-    const expected = i + 1;
+    const expected = start.seq + i + 1;
     const line = `line ${i + 1}`;
     const record = records[i] as unknown;
     if (!isRecordLike(record)) return fail(expected, 'edited', `${line}: not an audit record`);
@@ -206,13 +275,23 @@ export function verifyAuditChain(records: AuditRecord[], head?: AuditHead): Audi
     } else {
       return fail(seq, 'broken-chain', `record ${seq} appears again on ${line} (expected ${expected}): a record was inserted or duplicated before it`);
     }
+    if (opts.key) {
+      if (typeof record.mac !== 'string') return fail(seq, 'unsigned', `record ${seq} (${line}) carries no MAC: it was not written by a worker holding the audit key (resealed, or written before the key was configured)`);
+      if (!sameHex(record.mac, auditRecordMac(opts.key, actual))) {
+        return fail(seq, 'bad-mac', `record ${seq} (${line}) has a MAC that is not the audit key's: the chain was rewritten and resealed without the key, or written under another key`);
+      }
+    }
     prevHash = record.hash as string;
   }
   if (head) {
-    if (records.length < head.seq) {
-      return fail(records.length + 1, 'truncated', `the chain ends at record ${records.length} but the writer acknowledged record ${head.seq}: records ${records.length + 1}–${head.seq} were cut off`);
+    const last = start.seq + records.length;
+    if (head.seq > last) {
+      return fail(last + 1, 'truncated', `the chain ends at record ${last} but the writer acknowledged record ${head.seq}: records ${last + 1}–${head.seq} were cut off`);
     }
-    const anchored = records[head.seq - 1]!;
+    const anchored = head.seq === start.seq ? { hash: start.hash } : head.seq > start.seq ? records[head.seq - start.seq - 1]! : undefined;
+    if (!anchored) {
+      return fail(head.seq, 'edited', `the writer acknowledged record ${head.seq}, but this segment starts after record ${start.seq}`);
+    }
     if (anchored.hash !== head.hash) {
       return fail(head.seq, 'edited', `record ${head.seq} has hash ${anchored.hash.slice(0, 12)}… but the writer acknowledged ${head.hash.slice(0, 12)}…: the chain was rewritten up to here`);
     }
@@ -251,21 +330,105 @@ export function parseAuditLog(text: string): ParsedAuditLog {
 }
 
 /** Verify a JSONL audit log as stored: unreadable lines first, then the chain (see verifyAuditChain). */
-export function verifyAuditLog(text: string, head?: AuditHead): AuditVerdict {
+export function verifyAuditLog(text: string, head?: AuditHead, opts: ChainOptions = {}): AuditVerdict {
   const { records, unreadable } = parseAuditLog(text);
   if (unreadable) {
-    const seq = records.length + 1;
+    const seq = (opts.start?.seq ?? 0) + records.length + 1;
     return unreadable.torn
       ? fail(seq, 'truncated', `line ${unreadable.line} (record ${seq}) is cut off mid-record: the file was truncated`)
       : fail(seq, 'edited', `line ${unreadable.line} (record ${seq}) is not a JSON audit record`);
   }
-  return verifyAuditChain(records, head);
+  return verifyAuditChain(records, head, opts);
+}
+
+/** One file of a trail: segment 1 from the genesis, each later one started by an `audit.override`. */
+export interface AuditSegment {
+  name: string;
+  text: string;
+}
+
+/** The override that started a segment, and whether the segment before it holds the head it names. */
+export interface AuditOverride {
+  seq: number;
+  at: string;
+  by: string;
+  reason: string;
+  lastGood: AuditHead;
+  /** The previous segment holds `lastGood` before any problem of its own (else the override asserts it). */
+  confirmed: boolean;
+}
+
+export interface SegmentReport {
+  name: string;
+  records: number;
+  /** The segment's first problem; on a segment before the last it is what the next segment's override set aside. */
+  problem: Extract<AuditVerdict, { ok: false }> | null;
+  override?: AuditOverride;
+}
+
+export interface TrailVerdict {
+  ok: boolean;
+  /** Readable records in all segments. */
+  count: number;
+  /** The last record of the last segment (what a writer's head is compared with). */
+  head: AuditHead | null;
+  segments: SegmentReport[];
+  /** Why `ok` is false: the last segment's problem, or a segment that does not start with an override. */
+  failure: { segment: string; seq: number; problem: AuditProblem | 'no-override'; message: string } | null;
+}
+
+function overrideOf(record: AuditRecord | undefined): AuditRecord | undefined {
+  return record && isRecordLike(record) && record.event === 'audit.override' && isHead(record.lastGood, 0) ? record : undefined;
+}
+
+/**
+ * Verify a whole trail, segment by segment (docs/architecture.md, "Audit"). Segment 1 chains from the
+ * genesis; every later segment must start with an `audit.override` record and chains from its `lastGood`.
+ * A problem in a segment before the last was set aside by that override (it is reported, with the
+ * override's author and reason, and does not fail the trail); a problem in the last segment fails it.
+ * `head` (the writer's acknowledged head) is checked against the last segment, `key` on every record.
+ */
+export function verifyAuditSegments(segments: AuditSegment[], opts: { head?: AuditHead; key?: Uint8Array } = {}): TrailVerdict {
+  const reports: SegmentReport[] = [];
+  let count = 0;
+  let failure: TrailVerdict['failure'] = null;
+  let head: AuditHead | null = null;
+  let previous: { start: AuditHead; records: AuditRecord[]; problem: SegmentReport['problem'] } | undefined;
+  for (const [i, segment] of segments.entries()) {
+    const last = i === segments.length - 1;
+    const { records } = parseAuditLog(segment.text);
+    count += records.length;
+    let start: AuditHead = { seq: 0, hash: GENESIS_HASH };
+    let override: AuditOverride | undefined;
+    if (i > 0) {
+      const first = overrideOf(records[0]);
+      if (!first) {
+        failure = { segment: segment.name, seq: 0, problem: 'no-override', message: `${segment.name} does not start with an audit.override record: a segment after the first is only ever started by an operator's override` };
+        reports.push({ name: segment.name, records: records.length, problem: null });
+        break;
+      }
+      start = { seq: first.lastGood!.seq, hash: first.lastGood!.hash };
+      const prev = previous!;
+      const held = start.seq === prev.start.seq ? prev.start.hash === start.hash : prev.records.some((r) => r.seq === start.seq && r.hash === start.hash);
+      override = { seq: first.seq, at: first.at, by: first.by, reason: first.reason ?? '', lastGood: start, confirmed: held && (prev.problem === null || start.seq < prev.problem.seq) };
+    }
+    const verdict = verifyAuditLog(segment.text, last ? opts.head : undefined, { start, key: opts.key });
+    const problem = verdict.ok ? null : verdict;
+    reports.push({ name: segment.name, records: records.length, problem, ...(override ? { override } : {}) });
+    if (last) {
+      if (problem) failure = { segment: segment.name, seq: problem.seq, problem: problem.problem, message: problem.message };
+      const tail = records.at(-1);
+      head = tail ? { seq: tail.seq, hash: tail.hash } : start.seq > 0 ? start : null;
+    }
+    previous = { start, records, problem };
+  }
+  return { ok: failure === null, count, head, segments: reports, failure };
 }
 
 /** The one line a record is stored as: fixed field order for people reading the file, JSON for tools. */
 export function serializeAuditRecord(record: AuditRecord): string {
-  const { seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, prev, hash } = record;
-  return JSON.stringify({ seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, prev, hash });
+  const { seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, lastGood, prev, hash, mac } = record;
+  return JSON.stringify({ seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, lastGood, prev, hash, mac });
 }
 
 const SECRET_FIELD = /private[-_ ]?key|secret|passw(?:or)?d|passphrase|credential|api[-_]?key|token/i;

@@ -2,6 +2,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
+import { ensureAuditKeyFile } from '../activities/audit';
 import { startDevServer, type DevServer } from './dev-server';
 import { DEFAULT_TASK_QUEUE, localConnectionSettings } from './connection';
 import { connectWorker, createWorker, installQuietRuntime } from './worker';
@@ -10,6 +11,8 @@ export interface DevStack {
   server: DevServer;
   /** Where the worker writes the per-rollout audit trails. */
   auditDir: string;
+  /** The worker's audit MAC key (`<stateDir>/audit.key`, generated on first start). */
+  auditKeyFile: string;
   taskQueue: string;
   fleet?: Fleet;
   /** The demo fleet's inventory file (with --demo). */
@@ -49,14 +52,16 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     installQuietRuntime();
     const connection = await connectWorker(localConnectionSettings(server));
     stops.push(() => connection.close());
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit') } });
+    // The dev stack MACs its audit with a key of its own, kept (0600) with the rest of its state.
+    const auditKeyFile = ensureAuditKeyFile(join(stateDir, 'audit.key'));
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile } });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();
       await running;
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
-    return { server, auditDir: join(stateDir, 'audit'), taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
+    return { server, auditDir: join(stateDir, 'audit'), auditKeyFile, taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
   } catch (err) {
     await stop();
     throw err;

@@ -1,15 +1,20 @@
 import type { Command } from 'commander';
-import { parseAuditLog, verifyAuditLog, type AuditHead, type AuditRecord } from '../../core/audit';
+import { parseAuditLog, verifyAuditSegments, type AuditHead, type AuditRecord, type TrailVerdict } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
-import { archivedAuditRuns, auditFilePath, DEFAULT_AUDIT_DIR, readAuditText } from '../../activities/audit';
+import { archivedAuditRuns, DEFAULT_AUDIT_DIR, readAuditKey, readAuditSegments } from '../../activities/audit';
+import type { TemporalFlags } from '../../workers/connection';
+import { workflowAuditHead } from '../audit-head';
+import { withTemporalOptions } from '../client';
 import { action, EXIT_FAILED } from '../run';
 
-interface AuditFlags {
+interface AuditFlags extends TemporalFlags {
   verify?: boolean;
   json?: boolean;
   auditDir: string;
   run?: string;
   head?: string;
+  auditKeyFile?: string;
+  strict?: boolean;
 }
 
 /** `--head 12:ab34…`: the last seq and hash the writer acknowledged, to catch records cut off the end. */
@@ -40,40 +45,87 @@ function table(records: AuditRecord[]): string[] {
   return [format(header), ...rows.map(format)];
 }
 
+/** The lines `--verify` prints: overrides and set-aside segments, the verdict, then what was and was not compared. */
+function verifyReport(label: string, verdict: TrailVerdict, head: { checked: string | null; why: string | null }, macChecked: boolean): string[] {
+  const out: string[] = [];
+  for (const [i, segment] of verdict.segments.entries()) {
+    const o = segment.override;
+    if (o) {
+      out.push(`segment ${i + 1} (${segment.name}): started by an operator override, record ${o.seq} by ${o.by} at ${o.at}: "${oneLine(o.reason, 200)}"; continues after record ${o.lastGood.seq}${o.confirmed ? '' : ' (NOT confirmed by the segment before: it does not hold that record intact)'}`);
+    }
+    if (segment.problem && i < verdict.segments.length - 1) {
+      out.push(`segment ${i + 1} (${segment.name}): ${segment.problem.problem} at seq ${segment.problem.seq}: ${segment.problem.message} — set aside by the override in segment ${i + 2}, kept as it is`);
+    }
+  }
+  out.push(verdict.ok ? `${label}: ${verdict.count} records, chain intact` : `${label}: ${verdict.failure!.problem} at seq ${verdict.failure!.seq}: ${verdict.failure!.message}`);
+  out.push(head.checked ? `head: compared with ${head.checked}` : `head: NOT checked: ${head.why}; records cut off the end or a resealed file cannot be ruled out (give --head <seq>:<hash>, or reach the rollout's Temporal server)`);
+  out.push(macChecked ? 'MAC: every record checked against the audit key' : 'MAC: NOT checked: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE; a chain rewritten and resealed wholesale cannot be ruled out');
+  return out;
+}
+
+async function verify(id: string, opts: AuditFlags): Promise<number> {
+  const segments = readAuditSegments(opts.auditDir, id, opts.run);
+  const keyFile = opts.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
+  const key = keyFile === undefined ? undefined : readAuditKey(keyFile);
+  let head: AuditHead | undefined;
+  let compared: { checked: string | null; why: string | null };
+  if (opts.head !== undefined) {
+    head = parseHead(opts.head);
+    compared = { checked: `--head ${head.seq}:${head.hash.slice(0, 12)}…`, why: null };
+  } else {
+    const found = await workflowAuditHead(opts, id, opts.run);
+    head = found.head ?? undefined;
+    compared = found.head ? { checked: `${found.source}: record ${found.head.seq} ${found.head.hash.slice(0, 12)}…`, why: null } : { checked: null, why: found.why };
+  }
+  const verdict = verifyAuditSegments(segments, { head, key });
+  const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
+  if (opts.json) {
+    const { failure } = verdict;
+    console.log(JSON.stringify({ ...verdict, ...(failure ? { seq: failure.seq, problem: failure.problem, message: failure.message } : {}), headChecked: compared.checked, headNotChecked: compared.why, macChecked: !!key }, null, 2));
+  } else {
+    for (const line of verifyReport(label, verdict, compared, !!key)) console.log(line);
+  }
+  if (!verdict.ok) return EXIT_FAILED;
+  if (opts.strict && (!compared.checked || !key)) {
+    process.stderr.write(`wavegate: --strict: ${[!compared.checked && 'the head', !key && 'the MAC'].filter(Boolean).join(' and ')} could not be checked\n`);
+    return EXIT_FAILED;
+  }
+  return 0;
+}
+
 export function register(program: Command): void {
-  program
-    .command('audit <id>')
-    .description('Show the audit trail of a rollout, or check its hash chain with --verify (exit 1 on the first problem)')
-    .option('--verify', 'check the hash chain: any edited, dropped, reordered or inserted record fails with its seq')
-    .option('--json', 'print the records as JSON')
-    .option('--audit-dir <dir>', 'where the audit files are (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)', process.env.WAVEGATE_AUDIT_DIR || DEFAULT_AUDIT_DIR)
-    .option('--run <runId>', 'an earlier execution of a re-used rollout id (its chain was moved aside)')
-    .option('--head <seq:hash>', 'with --verify: the last record the writer acknowledged, to also catch records cut off the end')
-    .action(
-      action((id: string, opts: AuditFlags) => {
-        const head = opts.head === undefined ? undefined : parseHead(opts.head);
-        const text = readAuditText(opts.auditDir, id, opts.run);
-        if (opts.verify) {
-          const verdict = verifyAuditLog(text, head);
-          const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
-          if (opts.json) console.log(JSON.stringify(verdict, null, 2));
-          else if (verdict.ok) console.log(`${label}: ${verdict.count} records, chain intact`);
-          else console.log(`${label}: ${verdict.problem} at seq ${verdict.seq}: ${verdict.message}`);
-          return verdict.ok ? 0 : EXIT_FAILED;
-        }
-        const { records, unreadable } = parseAuditLog(text);
-        if (opts.json) {
-          console.log(JSON.stringify(records, null, 2));
-        } else {
-          const archived = opts.run ? [] : archivedAuditRuns(opts.auditDir, id);
-          console.log(`audit ${id}: ${records.length} records in ${auditFilePath(opts.auditDir, id, opts.run)}`);
-          for (const line of table(records)) console.log(line);
-          if (archived.length) console.log(`earlier executions (use --run): ${archived.join(', ')}`);
-        }
-        if (unreadable) {
-          process.stderr.write(`wavegate: line ${unreadable.line} ${unreadable.torn ? 'is cut off mid-record' : 'is not a JSON audit record'}; run with --verify\n`);
-          return EXIT_FAILED;
-        }
-      }),
-    );
+  withTemporalOptions(
+    program
+      .command('audit <id>')
+      .description('Show the audit trail of a rollout, or check it with --verify: the hash chain, every segment, the head the workflow holds, and with a key the MACs (exit 1 on the first problem)')
+      .option('--verify', 'check the trail: any edited, dropped, reordered or inserted record, a cut-off tail or a resealed chain fails with its seq')
+      .option('--json', 'print the records (or with --verify the verdict) as JSON')
+      .option('--audit-dir <dir>', 'where the audit files are (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)', process.env.WAVEGATE_AUDIT_DIR || DEFAULT_AUDIT_DIR)
+      .option('--run <runId>', 'an earlier execution of a re-used rollout id (its chain was moved aside)')
+      .option('--head <seq:hash>', 'with --verify, offline: the last record the writer acknowledged (the status\'s auditHead), instead of asking the workflow')
+      .option('--audit-key-file <path>', 'with --verify: the worker\'s audit key, to check every record\'s MAC (default $WAVEGATE_AUDIT_KEY_FILE)')
+      .option('--strict', 'with --verify: also exit 1 when the head or the MAC could not be checked'),
+  ).action(
+    action(async (id: string, opts: AuditFlags) => {
+      if (opts.head !== undefined) parseHead(opts.head); // bad input refused before anything is read
+      if (opts.verify) return verify(id, opts);
+      const segments = readAuditSegments(opts.auditDir, id, opts.run);
+      const parsed = segments.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
+      const records = parsed.flatMap((p) => p.records);
+      if (opts.json) {
+        console.log(JSON.stringify(records, null, 2));
+      } else {
+        const archived = opts.run ? [] : archivedAuditRuns(opts.auditDir, id);
+        console.log(`audit ${id}: ${records.length} records in ${segments.map((s) => s.name).join(', ')}`);
+        for (const line of table(records)) console.log(line);
+        if (archived.length) console.log(`earlier executions (use --run): ${archived.join(', ')}`);
+      }
+      for (const [i, p] of parsed.entries()) {
+        if (!p.unreadable) continue;
+        const setAside = i < parsed.length - 1 ? ' (set aside by the override in the next segment)' : '';
+        process.stderr.write(`wavegate: ${p.segment.name} line ${p.unreadable.line} ${p.unreadable.torn ? 'is cut off mid-record' : 'is not a JSON audit record'}${setAside}; run with --verify\n`);
+      }
+      if (parsed.at(-1)?.unreadable) return EXIT_FAILED;
+    }),
+  );
 }

@@ -2,8 +2,8 @@ import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { NativeConnection } from '@temporalio/worker';
-import { readAuditFile } from '../../activities/audit';
-import { verifyAuditChain } from '../../core/audit';
+import { readAuditKey, readAuditSegments } from '../../activities/audit';
+import { verifyAuditSegments } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
@@ -138,9 +138,8 @@ export function register(program: Command): void {
           await client.connection.close();
           const ok = final.state === 'completed';
           log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
-          const records = readAuditFile(stack.auditDir, handle.workflowId);
-          const chain = verifyAuditChain(records);
-          log(`audit trail: ${records.length} records, ${chain.ok ? 'chain intact' : `BROKEN: ${chain.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir})`);
+          const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), { head: final.auditHead, key: readAuditKey(stack.auditKeyFile) });
+          log(`audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`);
           log(`Web UI (the finished run stays there until the stack stops): ${stack.server.uiUrl}`);
           return ok ? EXIT_OK : EXIT_FAILED;
         });
@@ -151,9 +150,10 @@ export function register(program: Command): void {
     program
       .command('worker')
       .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
-      .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)'),
+      .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
+      .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)'),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string }) => {
+    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string }) => {
       const settings = resolveConnectionSettings(flags);
       let connection: NativeConnection;
       installQuietRuntime();
@@ -163,7 +163,9 @@ export function register(program: Command): void {
         throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
       }
       const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}) } });
+      const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
+      if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
       log(`worker polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
       // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
       await worker.run();

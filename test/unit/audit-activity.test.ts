@@ -1,20 +1,23 @@
 import { spawn } from 'node:child_process';
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { archivedAuditRuns, auditFilePath, auditFileStem, createAuditActivities, readAuditFile, rolloutIdOfStem } from '../../activities/audit';
-import { AUDIT_EVENTS, GENESIS_HASH, verifyAuditLog, type AuditEvent } from '../../core/audit';
+import { archivedAuditRuns, auditFilePath, auditFileStem, createAuditActivities, ensureAuditKeyFile, readAuditFile, readAuditKey, rolloutIdOfStem } from '../../activities/audit';
+import { AUDIT_EVENTS, GENESIS_HASH, sealRecord, serializeAuditRecord, verifyAuditChain, verifyAuditLog, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { PROJECT_ROOT } from '../../workers/toolchain';
+
+/** The events the workflow writes by itself (an override needs fields of its own). */
+const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');
 
 const event = (seq: number, extra: Partial<AuditEvent> = {}): AuditEvent => ({
   seq,
   at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(),
   rolloutId: 'rollout:demo',
   runId: 'run-1',
-  event: AUDIT_EVENTS[seq % AUDIT_EVENTS.length]!,
+  event: ROUTINE[seq % ROUTINE.length]!,
   phase: `phase-${seq}`,
   by: 'wavegate',
   reason: null,
@@ -140,7 +143,7 @@ describe('appendAudit on real files', () => {
     const script = `
       require('tsx/cjs');
       const { createAuditActivities } = require('./activities/audit.ts');
-      const { AUDIT_EVENTS } = require('./core/audit.ts');
+      const ROUTINE = require('./core/audit.ts').AUDIT_EVENTS.filter((name) => name !== 'audit.override');
       const { existsSync } = require('node:fs');
       const audit = createAuditActivities({ auditDir: process.argv[1] });
       (async () => {
@@ -149,7 +152,7 @@ describe('appendAudit on real files', () => {
         while (!existsSync(process.argv[2])) await new Promise((r) => setTimeout(r, 1));
         for (let seq = 1; seq <= 60; seq++) {
           const event = { seq, at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(), rolloutId: 'rollout:demo', runId: 'run-1',
-            event: AUDIT_EVENTS[seq % AUDIT_EVENTS.length], phase: 'phase-' + seq, by: 'wavegate', reason: null,
+            event: ROUTINE[seq % ROUTINE.length], phase: 'phase-' + seq, by: 'wavegate', reason: null,
             counts: { total: 60, applied: seq }, evidence: { seq } };
           for (;;) {
             try { await audit.appendAudit(event); break; }
@@ -254,5 +257,135 @@ describe('appendAudit on real files', () => {
     expect(caught).toBeInstanceOf(WavegateError);
     expect((caught as WavegateError).code).toBe('NOT_FOUND');
     expect((caught as Error).message).toContain('rollout%3Anope.jsonl');
+  });
+});
+
+describe('a trail that is not whole stops the sink until it is, or until an operator overrides', () => {
+  const KEY = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+
+  it('a garbage line makes the next append a non-retryable AuditCorrupt naming the file and line, and auditHealth says not whole until it is repaired', async () => {
+    for (let seq = 1; seq <= 3; seq++) await audit.appendAudit(event(seq));
+    const good = readFileSync(file(), 'utf8');
+    const lines = good.split('\n');
+    lines[1] = 'garbage';
+    writeFileSync(file(), lines.join('\n'));
+    const failure = await failureOf(audit.appendAudit(event(4)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.details).toEqual([{ file: file(), line: 2, seq: 2, problem: 'edited', segment: 1 }]);
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: false, file: file(), line: 2, problem: 'edited', reason: expect.stringMatching(/line 2: line 2 is not a JSON audit record/) });
+    writeFileSync(file(), good);
+    const records = readAuditFile(dir, 'rollout:demo');
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toEqual({ ok: true, head: { seq: 3, hash: records[2]!.hash }, file: file(), segment: 1 });
+    await audit.appendAudit(event(4));
+  });
+
+  it('an edited record that is still JSON (hash no longer matches) also stops the sink: nothing is chained onto a rewritten trail', async () => {
+    for (let seq = 1; seq <= 3; seq++) await audit.appendAudit(event(seq));
+    writeFileSync(file(), readFileSync(file(), 'utf8').replace('"phase":"phase-2"', '"phase":"phase-x"'));
+    const failure = await failureOf(audit.appendAudit(event(4)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.details).toEqual([{ file: file(), line: 2, seq: 2, problem: 'edited', segment: 1 }]);
+  });
+
+  it('auditHealth with the workflow\'s head finds a cut tail that the chain alone cannot', async () => {
+    for (let seq = 1; seq <= 4; seq++) await audit.appendAudit(event(seq));
+    const records = readAuditFile(dir, 'rollout:demo');
+    writeFileSync(file(), readFileSync(file(), 'utf8').split('\n').slice(0, 2).join('\n') + '\n');
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: true });
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo', head: { seq: 4, hash: records[3]!.hash } })).toMatchObject({ ok: false, problem: 'truncated', reason: expect.stringMatching(/records 3–4 were cut off/) });
+  });
+
+  it('an override starts a new segment after the last good head, keeps the broken file byte for byte, and later appends continue there', async () => {
+    for (let seq = 1; seq <= 3; seq++) await audit.appendAudit(event(seq));
+    const lastGood = readAuditFile(dir, 'rollout:demo')[2]!;
+    appendFileSync(file(), 'garbage\n');
+    const broken = readFileSync(file(), 'utf8');
+    const override = event(4, { event: 'audit.override', by: 'alice', reason: 'disk repaired; line 4 lost', lastGood: { seq: 3, hash: lastGood.hash } });
+    const head = await audit.appendAudit(override);
+    expect(await audit.appendAudit(override)).toEqual(head); // idempotent on retry
+    await audit.appendAudit(event(5));
+    expect(readFileSync(file(), 'utf8')).toBe(broken);
+    const segment2 = auditFilePath(dir, 'rollout:demo', undefined, 2);
+    const second = readFileSync(segment2, 'utf8').trimEnd().split('\n').map((line) => JSON.parse(line) as { seq: number; event: string; prev: string; lastGood?: unknown });
+    expect(second.map((r) => [r.seq, r.event])).toEqual([[4, 'audit.override'], [5, ROUTINE[5]]]);
+    expect(second[0]).toMatchObject({ prev: lastGood.hash, lastGood: { seq: 3, hash: lastGood.hash } });
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: true, segment: 2, head: { seq: 5 } });
+    expect(logs.join('\n')).toMatch(/override by alice starts .*rollout%3Ademo\+2\.jsonl after record 3; .* is kept as it is/);
+  });
+
+  it('an override is refused without lastGood or reason (AuditInvalid), and on a whole trail that already goes past lastGood (AuditConflict)', async () => {
+    for (let seq = 1; seq <= 2; seq++) await audit.appendAudit(event(seq));
+    const first = readAuditFile(dir, 'rollout:demo')[0]!;
+    expect((await failureOf(audit.appendAudit(event(3, { event: 'audit.override', reason: 'x' })))).type).toBe('AuditInvalid');
+    expect((await failureOf(audit.appendAudit(event(3, { event: 'audit.override', lastGood: { seq: 2, hash: first.hash } })))).message).toMatch(/reason/);
+    expect((await failureOf(audit.appendAudit(event(5, { event: 'audit.override', reason: 'x', lastGood: { seq: 2, hash: first.hash } })))).message).toMatch(/expected 3/);
+    const fork = await failureOf(audit.appendAudit(event(2, { event: 'audit.override', reason: 'x', lastGood: { seq: 1, hash: first.hash } })));
+    expect(fork.type).toBe('AuditConflict');
+    expect(fork.message).toMatch(/already holds record 2.*would fork the chain/);
+    expect(auditFilePath(dir, 'rollout:demo', undefined, 2)).not.toSatisfy(existsSync);
+  });
+
+  it('with a key every record carries its MAC; a chain resealed without the key makes the next append AuditCorrupt (bad-mac)', async () => {
+    const keyed = createAuditActivities({ auditDir: dir, macKey: KEY });
+    for (let seq = 1; seq <= 3; seq++) await keyed.appendAudit(event(seq));
+    const records = readAuditFile(dir, 'rollout:demo');
+    expect(verifyAuditChain(records, undefined, { key: KEY })).toEqual({ ok: true, count: 3 });
+    // Reseal the whole chain (edit record 2, recompute every hash) the way someone without the key can.
+    const resealed = [sealRecord({ ...records[0]!, evidence: { seq: 1 } }, GENESIS_HASH)];
+    resealed.push(sealRecord({ ...records[1]!, phase: 'phase-forged' }, resealed[0]!.hash));
+    resealed.push(sealRecord(records[2]!, resealed[1]!.hash));
+    writeFileSync(file(), resealed.map((r) => `${serializeAuditRecord(r)}\n`).join(''));
+    expect(verifyAuditChain(resealed)).toEqual({ ok: true, count: 3 });
+    const failure = await failureOf(keyed.appendAudit(event(4)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.details).toEqual([{ file: file(), line: 1, seq: 1, problem: 'unsigned', segment: 1 }]);
+    expect(await keyed.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: false, problem: 'unsigned' });
+  });
+
+  it('audit files are 0600 and the directory 0700, also when found with looser modes (fixed, and said)', async () => {
+    await audit.appendAudit(event(1));
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(file()).mode & 0o777).toBe(0o600);
+    chmodSync(dir, 0o755);
+    chmodSync(file(), 0o644);
+    await audit.appendAudit(event(2));
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(file()).mode & 0o777).toBe(0o600);
+    expect(logs.join('\n')).toMatch(/had mode 755 \(readable by others\); set to 700/);
+    expect(logs.join('\n')).toMatch(/rollout%3Ademo\.jsonl had mode 644 \(readable by others\); set to 600/);
+  });
+
+  it('an existing audit dir made world-readable before the first append is tightened too', async () => {
+    const { mkdirSync } = await import('node:fs');
+    mkdirSync(dir, { recursive: true, mode: 0o777 });
+    chmodSync(dir, 0o777);
+    await audit.appendAudit(event(1));
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(file()).mode & 0o777).toBe(0o600);
+  });
+});
+
+describe('the audit key file', () => {
+  it('is read by reference: hex of at least 32 bytes, the owner\'s alone; a bad file is INVALID_INPUT that never shows its content', () => {
+    const keyFile = join(dir, '..', 'audit.key');
+    ensureAuditKeyFile(keyFile);
+    expect(statSync(keyFile).mode & 0o777).toBe(0o600);
+    const key = readAuditKey(keyFile);
+    expect(key).toHaveLength(32);
+    ensureAuditKeyFile(keyFile); // kept across restarts
+    expect(readAuditKey(keyFile)).toEqual(key);
+    chmodSync(keyFile, 0o644);
+    expect(() => readAuditKey(keyFile)).toThrow(/readable by others \(mode 644\); chmod 600 it/);
+    writeFileSync(keyFile, 'sekrit-but-short\n', { mode: 0o600 });
+    chmodSync(keyFile, 0o600);
+    let caught: unknown;
+    try {
+      readAuditKey(keyFile);
+    } catch (err) {
+      caught = err;
+    }
+    expect((caught as WavegateError).code).toBe('INVALID_INPUT');
+    expect((caught as Error).message).not.toContain('sekrit');
   });
 });

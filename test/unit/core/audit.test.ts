@@ -17,12 +17,15 @@ import { canonicalize } from '../../../core/canonical';
 import { WavegateError } from '../../../core/errors';
 import { keyPairFromSeed, secretKeyFile } from '../../../core/signing';
 
+/** The events the workflow writes by itself (an override needs fields of its own). */
+const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');
+
 const event = (seq: number, extra: Partial<AuditEvent> = {}): AuditEvent => ({
   seq,
   at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(),
   rolloutId: 'rollout:demo',
   runId: 'run-1',
-  event: AUDIT_EVENTS[seq % AUDIT_EVENTS.length]!,
+  event: ROUTINE[seq % ROUTINE.length]!,
   phase: seq === 1 ? null : `phase-${seq}`,
   by: 'wavegate',
   reason: null,
