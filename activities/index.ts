@@ -7,7 +7,7 @@ import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit'
 import { createCanaryActivities } from './canary';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import { applyToDevice, EnvelopeRejected, type ApplyResult, type RevisionSteps } from './device-steps';
+import { applyToDevice, ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
@@ -57,6 +57,19 @@ export interface ApplyInput {
 }
 
 
+/**
+ * Whether the workflow run that holds a device's apply lock is closed: a proof that its apply activity
+ * is gone. Anything short of a closed run (running, unknown here, the server unreachable) is no proof.
+ */
+async function workflowRunClosed(client: Client, holder: ApplyHolder): Promise<boolean> {
+  try {
+    const run = await client.workflow.getHandle(holder.rollout, holder.run).describe();
+    return run.status.name !== 'RUNNING';
+  } catch {
+    return false;
+  }
+}
+
 /** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
 function toFailure(err: unknown): never {
   if (err instanceof TransportError) {
@@ -64,6 +77,9 @@ function toFailure(err: unknown): never {
   }
   if (err instanceof EnvelopeRejected) {
     throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: err.message, nonRetryable: true, details: [{ reason: err.reason }] });
+  }
+  if (err instanceof ApplyLockHeld) {
+    throw ApplicationFailure.create({ type: 'ApplyLockHeld', message: err.message, nonRetryable: true, details: [{ code: 'CONFLICT', holder: err.record.holder }] });
   }
   if (err instanceof StepFailed) {
     throw ApplicationFailure.create({ type: 'StepFailed', message: err.message, nonRetryable: true, details: [{ step: err.step, code: err.result.code }] });
@@ -115,12 +131,17 @@ export function createActivities(deps: ActivityDeps = {}) {
     /** Bring one device to the revision (verify first, apply, verify, marker). */
     async applyRevision(input: ApplyInput): Promise<ApplyResult> {
       const ctx = Context.current();
+      const { workflowExecution, activityId, attempt } = ctx.info;
       try {
         return await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
           trustDir: deps.trustDir,
           requireEnvelope: !deps.allowUnsigned,
           heartbeat: (detail) => ctx.heartbeat(detail),
+          // The apply unit on the device: this activity of this run; its retries reattach to it.
+          holder: { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt },
+          holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
+          signal: ctx.cancellationSignal,
         });
       } catch (err) {
         deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);
