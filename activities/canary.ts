@@ -3,7 +3,7 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import type { RolloutInput } from '../core/rollout/input';
-import { canarySpec } from '../intake/canary-spec';
+import { registeredCanarySpec } from '../intake/canary-spec';
 import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
@@ -65,7 +65,7 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
     async prepareCanary(input: PrepareCanaryInput): Promise<RolloutInput> {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
-        const { spec, specSource } = canarySpec({ profile, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
+        const { spec, specSource } = await registeredCanarySpec(client(), { profile, profilesDir: input.profilesDir, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
         const prepared = await rolloutInputFromRegistry(client(), {
           spec,
           specSource,

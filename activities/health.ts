@@ -1,19 +1,25 @@
 import { Context } from '@temporalio/activity';
+import { readFileSync, statSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
 import {
   formatHealthCheck,
+  inlineCredential,
   meetsThreshold,
   parseHealthCheck,
   readMetricValue,
   readPrometheusValue,
   redactUrl,
+  runsOnDevices,
   scrubCredentials,
   type CheckResult,
   type GateOutcome,
   type HealthCheck,
   type ThresholdOp,
 } from '../core/health';
-import type { Profile } from '../core/revision';
+import { namedHealthChecks, type Profile, type RevisionHealth } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
+import { verifyEnvelope, type Envelope } from '../core/signing';
+import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust } from './device-steps';
 import { connectDevice, TransportError, type DeviceSession } from './transport';
 import { mapLimit } from './map-limit';
 
@@ -23,10 +29,15 @@ import { mapLimit } from './map-limit';
  * is `fail`, a fact we could not read (timeout, unreachable metrics source, garbage output) is
  * `inconclusive`, and the workflow never advances on either.
  *
- * Per-device checks (`devices-online`, `all-runtimes-healthy`, `command:`, and `error-rate` from a
- * `command` source) run on the devices given (the changed devices) over their transport, one session per
+ * Per-device checks (`devices-online`, `all-runtimes-healthy`, `check: <name>`, and `error-rate` from a
+ * signed command) run on the devices given (the changed devices) over their transport, one session per
  * device, `concurrency` at a time. Evidence of a fail wins over unread devices: one device that
  * answered "unhealthy" fails the check even if others could not be reached.
+ *
+ * Every command a check runs on a device, except the worker's own `echo online`, is read from inside
+ * the target revision's envelope after the worker verified it against ITS OWN pins (as an apply does,
+ * activities/device-steps.ts). An input carrying a raw device command (a client from before signed
+ * health checks) or an envelope that does not verify runs nothing: the check is inconclusive, saying why.
  *
  * `timeoutMs` bounds the whole check: every connection and command gets the time left until the
  * check's deadline, and devices not reached by then count as unread.
@@ -36,14 +47,26 @@ export interface HealthCheckInput {
   check: string;
   /** The devices the check is about: the ones this rollout changed in the phase. */
   devices: DeviceTarget[];
-  /** The profile's runtimes with their health commands. */
-  runtimes: { name: string; health: string }[];
-  /** The profile's metrics sources (`errorRate`). */
+  /** The profile and revision the devices were brought to: the envelope must hold exactly this. */
+  profile?: string;
+  revision?: number;
+  /** That revision's signed envelope (public content): device-side commands are read from inside it. */
+  envelope?: Envelope;
+  /** The profile's worker-side metrics source (`errorRate`: http or prometheus, token by reference). */
   metrics?: Profile['metrics'];
   timeoutMs: number;
+  /**
+   * Clients from before signed health checks sent the profile's raw health commands here. Never run:
+   * an input that carries one is refused.
+   */
+  runtimes?: unknown;
 }
 
 export interface HealthActivityDeps {
+  /** Where the worker's pins live: `<trustDir>/<profile>/trust.yaml` (default this checkout's profiles/). */
+  trustDir?: string;
+  /** Epoch milliseconds for the envelope's expiry check (default now). */
+  now?: () => number;
   fetch?: typeof fetch;
   /** Devices probed at once (default 16). */
   concurrency?: number;
@@ -63,12 +86,33 @@ interface Probe {
 }
 
 const EVIDENCE_LIMIT = 600;
+/** A bearer token file larger than this is not a token. */
+const TOKEN_FILE_LIMIT = 16 * 1024;
+
+type TokenRef = { tokenEnv?: string; tokenFile?: string };
+
+/** The target revision's health section as the worker's own verification opened it. */
+interface SignedHealth {
+  revision: number;
+  health?: RevisionHealth;
+}
+
+/** A raw device command an input from an old client carries (`runtimes[].health`, `metrics.errorRate.command`), or undefined. */
+function rawDeviceCommand(input: HealthCheckInput): string | undefined {
+  const runtimes = input.runtimes;
+  if (Array.isArray(runtimes) ? runtimes.length > 0 : runtimes !== undefined && runtimes !== null) return 'runtimes[].health';
+  const source = input.metrics?.errorRate as Record<string, unknown> | undefined;
+  if (source && typeof source === 'object' && 'command' in source) return 'metrics.errorRate.command';
+  return undefined;
+}
 const NO_ANSWER = `no answer within the check's timeout`;
 
 export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const doFetch = deps.fetch ?? fetch;
   const concurrency = Math.max(1, deps.concurrency ?? 16);
   const connectCap = deps.connectTimeoutMs ?? 10_000;
+  const trustDir = deps.trustDir ?? DEFAULT_TRUST_DIR;
+  const now = deps.now ?? Date.now;
 
   /** Open a session on each device and run `fn` in it, bounded by the check's deadline. */
   async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: DeviceSession, remainingMs: () => number) => Promise<T>): Promise<DeviceAnswer<T>[]> {
@@ -155,28 +199,47 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   }
 
   /** GET a url within the check's deadline; the body is read under the same signal. */
-  async function get(url: string, probe: Probe): Promise<{ status: number; body: string } | { error: string }> {
+  async function get(url: string, probe: Probe, token?: string): Promise<{ status: number; body: string } | { error: string }> {
     const headers: Record<string, string> = { accept: 'application/json, text/plain;q=0.9, */*;q=0.1' };
-    let target = url;
+    const secret = inlineCredential(url);
+    // The spec and the profile refuse inline credentials; an input that has one anyway is not sent.
+    if (secret) return { error: `refused: the url has ${secret}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)` };
+    if (token !== undefined) headers.authorization = `Bearer ${token}`;
     try {
-      // fetch refuses urls with user:password@ (and its message would repeat them): send them as
-      // Basic auth instead. They come from the profile (the spec refuses them) and never reach evidence.
-      const parsed = new URL(url);
-      if (parsed.username || parsed.password) {
-        headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`).toString('base64')}`;
-        parsed.username = '';
-        parsed.password = '';
-        target = parsed.toString();
-      }
-      const res = await doFetch(target, { method: 'GET', signal: probe.signal, redirect: 'follow', headers });
+      // A token goes to the source's own url only, never on to where a redirect points.
+      const res = await doFetch(url, { method: 'GET', signal: probe.signal, redirect: token === undefined ? 'follow' : 'manual', headers });
       const body = await res.text();
       return { status: res.status, body };
     } catch (err) {
       if (probe.signal.aborted) return { error: NO_ANSWER };
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
       const text = cause?.code ?? cause?.message ?? (err as Error).message;
-      return { error: text.split(url).join(redactUrl(url)).split(target).join(redactUrl(target)).slice(0, 200) };
+      return { error: scrubCredentials(text.split(url).join(redactUrl(url))).slice(0, 200) };
     }
+  }
+
+  /** The source's bearer token, read on this worker from the environment variable or file the profile names. */
+  function tokenOf(source: TokenRef): { ok: true; token?: string } | { ok: false; evidence: string } {
+    if (source.tokenEnv !== undefined) {
+      const token = process.env[source.tokenEnv]?.trim();
+      if (!token) return { ok: false, evidence: `the metrics token variable ${source.tokenEnv} is not set on this worker` };
+      return { ok: true, token };
+    }
+    if (source.tokenFile !== undefined) {
+      const path = source.tokenFile;
+      if (!isAbsolute(path)) return { ok: false, evidence: `the metrics token file ${JSON.stringify(path)} is not an absolute path` };
+      try {
+        const stat = statSync(path);
+        if (!stat.isFile()) return { ok: false, evidence: `the metrics token file ${path} is not a regular file` };
+        if (stat.size > TOKEN_FILE_LIMIT) return { ok: false, evidence: `the metrics token file ${path} is larger than ${TOKEN_FILE_LIMIT} bytes` };
+        const token = readFileSync(path, 'utf8').trim();
+        if (!token || /[\r\n]/.test(token)) return { ok: false, evidence: `the metrics token file ${path} does not hold one token line` };
+        return { ok: true, token };
+      } catch (err) {
+        return { ok: false, evidence: `the metrics token file ${path} cannot be read on this worker (${(err as NodeJS.ErrnoException).code ?? 'error'})` };
+      }
+    }
+    return { ok: true };
   }
 
   async function httpCheck(url: string, probe: Probe, timeoutMs: number): Promise<Verdict> {
@@ -187,10 +250,13 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     return { outcome: ok ? 'pass' : 'fail', evidence: `GET ${shown} answered ${res.status}` };
   }
 
-  async function prometheusValue(base: string, query: string, probe: Probe, timeoutMs: number): Promise<{ ok: true; value: number; detail: string } | { ok: false; evidence: string }> {
+  async function prometheusValue(base: string, query: string, probe: Probe, timeoutMs: number, auth: TokenRef = {}): Promise<{ ok: true; value: number; detail: string } | { ok: false; evidence: string }> {
     const url = `${base.replace(/\/+$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
     const shown = redactUrl(base);
-    const res = await get(url, probe);
+    const token = tokenOf(auth);
+    if (!token.ok) return { ok: false, evidence: `Prometheus ${shown}: ${token.evidence}` };
+    if (inlineCredential(base)) return { ok: false, evidence: `Prometheus ${shown}: refused: the url has ${inlineCredential(base)}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)` };
+    const res = await get(url, probe, token.token);
     if ('error' in res) return { ok: false, evidence: `Prometheus ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}` };
     let json: unknown;
     try {
@@ -205,37 +271,47 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   }
 
   async function prometheusCheck(check: Extract<HealthCheck, { kind: 'prometheus' }>, input: HealthCheckInput, probe: Probe): Promise<Verdict> {
-    const base = check.url ?? (input.metrics?.errorRate && 'prometheus' in input.metrics.errorRate ? input.metrics.errorRate.prometheus.url : undefined);
+    const source = input.metrics?.errorRate;
+    const profileSource = source && 'prometheus' in source ? source : undefined;
+    // The profile's token goes to the profile's Prometheus only: a url written in the spec gets none.
+    const base = check.url ?? profileSource?.prometheus.url;
     if (!base) {
       return { outcome: 'inconclusive', evidence: 'no Prometheus url: write "prometheus(<url>): <query> < <number>" or set metrics.errorRate.prometheus.url in the profile' };
     }
-    const read = await prometheusValue(base, check.query, probe, input.timeoutMs);
+    const read = await prometheusValue(base, check.query, probe, input.timeoutMs, check.url === undefined ? profileSource : {});
     if (!read.ok) return { outcome: 'inconclusive', evidence: read.evidence };
     return judged(read.value, check.op, check.threshold, read.detail);
   }
 
-  async function errorRate(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe): Promise<Verdict> {
+  async function errorRate(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe, signed: SignedHealth | undefined): Promise<Verdict> {
+    // The revision's signed command wins: it is what the revision's author said measures it.
+    const command = signed?.health?.errorRate?.command;
+    if (command !== undefined) return errorRateOnDevices(check, input, probe, command);
     const source = input.metrics?.errorRate;
-    if (!source) return { outcome: 'inconclusive', evidence: 'the profile has no metrics.errorRate source (command, http or prometheus), so the error rate cannot be read' };
+    if (!source) {
+      return { outcome: 'inconclusive', evidence: `neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate (http or prometheus) is given, so the error rate cannot be read` };
+    }
     if ('prometheus' in source) {
-      const read = await prometheusValue(source.prometheus.url, source.prometheus.query, probe, input.timeoutMs);
+      const read = await prometheusValue(source.prometheus.url, source.prometheus.query, probe, input.timeoutMs, source);
       if (!read.ok) return { outcome: 'inconclusive', evidence: read.evidence };
       return judged(read.value, check.op, check.threshold, read.detail);
     }
-    if ('http' in source) {
-      const shown = redactUrl(source.http);
-      const res = await get(source.http, probe);
-      if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${input.timeoutMs} ms` : res.error}` };
-      if (res.status < 200 || res.status >= 300) return { outcome: 'inconclusive', evidence: `GET ${shown} answered ${res.status}; no error rate read` };
-      const value = readMetricValue(res.body);
-      if (!value.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${value.reason}` };
-      return judged(value.value, check.op, check.threshold, `${value.value} from ${shown}`);
-    }
-    // A command on each changed device; the gate judges the MAX, so one bad device cannot hide
-    // behind a healthy average.
+    const shown = redactUrl(source.http);
+    const token = tokenOf(source);
+    if (!token.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${token.evidence}` };
+    const res = await get(source.http, probe, token.token);
+    if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${input.timeoutMs} ms` : res.error}` };
+    if (res.status < 200 || res.status >= 300) return { outcome: 'inconclusive', evidence: `GET ${shown} answered ${res.status}; no error rate read` };
+    const value = readMetricValue(res.body);
+    if (!value.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${value.reason}` };
+    return judged(value.value, check.op, check.threshold, `${value.value} from ${shown}`);
+  }
+
+  /** The signed error-rate command on each changed device; the gate judges the MAX, so one bad device cannot hide behind a healthy average. */
+  async function errorRateOnDevices(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe, command: string): Promise<Verdict> {
     if (input.devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
     const answers = await onEachDevice(input.devices, probe, async (session, remaining) => {
-      const res = await session.exec(source.command, { timeoutMs: Math.max(1, remaining()) });
+      const res = await session.exec(command, { timeoutMs: Math.max(1, remaining()) });
       if (res.code !== 0) return { ok: false as const, reason: `exit ${res.code}${tail(res.stdout, res.stderr)}` };
       return readMetricValue(res.stdout);
     });
@@ -267,21 +343,54 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     return { outcome: 'pass', evidence: `max error rate ${max.value} (${max.device}) over ${values.length} device${values.length === 1 ? '' : 's'} is ${check.op} ${check.threshold}` };
   }
 
-  function run(check: HealthCheck, input: HealthCheckInput, probe: Probe): Promise<Verdict> {
+  /**
+   * The revision's signed health section, from the envelope verified against this worker's own pins
+   * (`loadWorkerTrust` + `verifyEnvelope`, as an apply verifies its steps). Never the input's word for it.
+   */
+  function openSignedHealth(input: HealthCheckInput): { ok: true; signed: SignedHealth } | { ok: false; evidence: string } {
+    const what = `${input.profile ?? '(no profile)'} r${input.revision ?? '?'}`;
+    if (!input.envelope) {
+      return { ok: false, evidence: `refused: this check runs commands on devices, and those are read only from the target revision's signed envelope, which the input does not carry (an unsigned profile, or a client from before signed health checks); nothing was run` };
+    }
+    try {
+      if (typeof input.profile !== 'string') throw new EnvelopeRejected('MALFORMED', 'the input names no profile to load pins for');
+      const trust = loadWorkerTrust(trustDir, input.profile);
+      if (!trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${input.profile}" (no trust.yaml) to verify the envelope against`);
+      const verdict = verifyEnvelope(input.envelope, trust, { now: now() });
+      if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, verdict.message);
+      if (verdict.revision.profile !== input.profile) throw new EnvelopeRejected('WRONG_PROFILE', `the envelope is a revision of "${verdict.revision.profile}", not of "${input.profile}"`);
+      if (input.revision !== undefined && verdict.revision.revision !== input.revision) throw new EnvelopeRejected('WRONG_REVISION', `the envelope holds r${verdict.revision.revision}, the input says r${input.revision}`);
+      return { ok: true, signed: { revision: verdict.revision.revision, ...(verdict.revision.health ? { health: verdict.revision.health } : {}) } };
+    } catch (err) {
+      const reason = err instanceof EnvelopeRejected ? `${err.reason}: ${err.message.replace(/^EnvelopeRejected \([^)]*\): /, '')}` : (err as Error).message;
+      return { ok: false, evidence: `refused: the envelope of ${what} does not verify against this worker's pins (${reason}); nothing was run` };
+    }
+  }
+
+  function run(check: HealthCheck, input: HealthCheckInput, probe: Probe, signed: SignedHealth | undefined): Promise<Verdict> {
+    const health = signed?.health;
     switch (check.kind) {
       case 'devices-online':
         return devicesOnline(input, probe);
-      case 'all-runtimes-healthy':
-        if (input.runtimes.length === 0) return Promise.resolve({ outcome: 'inconclusive', evidence: 'the profile declares no runtimes, so none can be checked' });
-        return commandsOnDevices(input.devices, input.runtimes.map((r) => ({ name: r.name, command: r.health })), probe, input.timeoutMs);
-      case 'command':
-        return commandsOnDevices(input.devices, [{ name: 'command', command: check.command }], probe, input.timeoutMs);
+      case 'all-runtimes-healthy': {
+        const runtimes = health?.runtimes ?? [];
+        if (runtimes.length === 0) return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section declares no runtimes, so none can be checked` });
+        return commandsOnDevices(input.devices, runtimes, probe, input.timeoutMs);
+      }
+      case 'named': {
+        const named = namedHealthChecks(health).find((c) => c.name === check.name);
+        if (!named) {
+          const known = namedHealthChecks(health).map((c) => c.name);
+          return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section has no check "${check.name}" (it has: ${known.join(', ') || 'none'}); nothing was run` });
+        }
+        return commandsOnDevices(input.devices, [named], probe, input.timeoutMs);
+      }
       case 'http':
         return httpCheck(check.url, probe, input.timeoutMs);
       case 'prometheus':
         return prometheusCheck(check, input, probe);
       case 'error-rate':
-        return errorRate(check, input, probe);
+        return errorRate(check, input, probe, signed);
     }
   }
 
@@ -298,6 +407,19 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         return { check: scrubCredentials(String(input.check).trim()), outcome: 'inconclusive', evidence: clip(parsed.message), durationMs: 0 };
       }
       const name = formatHealthCheck(parsed.check);
+      const refused = (evidence: string): CheckResult => ({ check: name, outcome: 'inconclusive', evidence: clip(evidence), durationMs: Date.now() - started });
+      const raw = rawDeviceCommand(input);
+      if (raw) {
+        return refused(`refused: the input carries an unsigned device command (${raw}), from a client older than signed health checks; device-side commands are read only from the target revision's signed envelope, so nothing was run`);
+      }
+      // Device-side commands come from the verified envelope only. error-rate opens it when given (its
+      // signed command wins); without one it reads the profile's worker-side source.
+      let signed: SignedHealth | undefined;
+      if (runsOnDevices(parsed.check) || (parsed.check.kind === 'error-rate' && input.envelope)) {
+        const opened = openSignedHealth(input);
+        if (!opened.ok) return refused(opened.evidence);
+        signed = opened.signed;
+      }
       const ctx = activityContext();
       const timeoutMs = Math.max(1, input.timeoutMs);
       const signals = [AbortSignal.timeout(timeoutMs), ...(ctx ? [ctx.cancellationSignal] : [])];
@@ -315,7 +437,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         },
       };
       try {
-        const verdict = await run(parsed.check, { ...input, timeoutMs }, probe);
+        const verdict = await run(parsed.check, { ...input, timeoutMs }, probe, signed);
         // A cancelled activity must end as cancelled, not with a verdict made of aborted probes.
         if (ctx?.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
         return { check: name, ...verdict, evidence: clip(verdict.evidence), durationMs: Date.now() - started };
@@ -356,7 +478,9 @@ function list(items: readonly string[]): string {
   return items.length > 5 ? `${items.slice(0, 5).join(', ')} and ${items.length - 5} more` : items.join(', ');
 }
 
+/** Evidence as recorded: bounded, then scrubbed of credentials (urls' userinfo and query values, secret-named values). */
 function clip(text: string): string {
-  return text.length > EVIDENCE_LIMIT ? `${text.slice(0, EVIDENCE_LIMIT - 3)}...` : text;
+  const bounded = text.length > EVIDENCE_LIMIT ? `${text.slice(0, EVIDENCE_LIMIT - 3)}...` : text;
+  return scrubCredentials(bounded);
 }
 

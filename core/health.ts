@@ -3,20 +3,28 @@
  * and how their results combine into one verdict. Pure and deterministic (no Node APIs): the
  * workflow imports this module, the activity runs the checks.
  *
+ * A spec only SELECTS what runs on a device: every device-side command is in the target revision's
+ * signed `health` section (core/revision.ts), which the worker reads from the envelope it verified
+ * against its own pins. Checks that run on the worker (http, prometheus) may be written here, but
+ * carry no credentials: the spec is kept in the workflow history.
+ *
  * Accepted forms (surrounding whitespace ignored, keywords lowercase):
  *
  *   devices-online                      every changed device answers over its transport
- *   all-runtimes-healthy                every runtime's health command exits 0 on every changed device
+ *   all-runtimes-healthy                every signed `health.runtimes` command exits 0 on every changed device
+ *   check: <name>                       the signed check `<name>` (of `health.runtimes` or `health.checks`)
+ *                                       exits 0 on every changed device
  *   error-rate < 0.01 | error-rate <= 0.01
- *                                       the profile's metrics source (`metrics.errorRate`) reads below
- *                                       the threshold
- *   command: <shell command>            runs on every changed device; exit 0 = healthy
+ *                                       the signed `health.errorRate.command` (the max over the changed
+ *                                       devices), else the profile's `metrics.errorRate` (http or
+ *                                       prometheus, read by the worker), reads below the threshold
  *   http: <http(s) url>                 GET from the worker; any 2xx = pass
  *   prometheus: <PromQL> < 0.5          instant query against the profile's Prometheus
- *                                       (`metrics.errorRate.prometheus.url`)
+ *                                       (`metrics.errorRate.prometheus.url`, with the profile's token)
  *   prometheus(<http(s) url>): <PromQL> <= 0.5
- *                                       the same against an explicit Prometheus base url, for profiles
- *                                       whose error rate comes from elsewhere
+ *                                       the same against an explicit Prometheus base url (never sent a token)
+ *
+ * `command: <shell>` (an unsigned command on every device) is refused.
  *
  * The threshold of `prometheus` is the LAST `<`/`<=` followed by a number at the end of the text, so a
  * query may itself contain comparisons (`rate(x[5m]) > 0 < 3` compares `rate(x[5m]) > 0` with 3).
@@ -27,41 +35,53 @@ export type ThresholdOp = '<' | '<=';
 export type HealthCheck =
   | { kind: 'devices-online' }
   | { kind: 'all-runtimes-healthy' }
+  /** One named, signed device-side check of the target revision. */
+  | { kind: 'named'; name: string }
   | { kind: 'error-rate'; op: ThresholdOp; threshold: number }
-  | { kind: 'command'; command: string }
   | { kind: 'http'; url: string }
   /** `url` absent: the profile's `metrics.errorRate.prometheus.url`. */
   | { kind: 'prometheus'; query: string; op: ThresholdOp; threshold: number; url?: string };
 
+/** The checks that run commands on devices: their commands come only from a verified envelope. */
+export function runsOnDevices(check: HealthCheck): boolean {
+  return check.kind === 'all-runtimes-healthy' || check.kind === 'named';
+}
 
 export type ParsedHealthCheck = { ok: true; check: HealthCheck } | { ok: false; message: string };
 
 export const HEALTH_CHECK_FORMS = [
   'devices-online',
   'all-runtimes-healthy',
+  'check: <signed check name>',
   'error-rate < <number>',
   'error-rate <= <number>',
-  'command: <shell command>',
   'http: <http(s) url>',
   'prometheus: <query> < <number>',
   'prometheus(<http(s) url>): <query> < <number>',
 ] as const;
+
+/** A signed health check's name: what a spec selects with `check: <name>` and evidence shows. */
+export const HEALTH_CHECK_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+export const HEALTH_CHECK_NAME_RULE = 'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit';
 
 const NUMBER = String.raw`[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?`;
 const THRESHOLD_AT_END = new RegExp(String.raw`^([\s\S]*\S)\s*(<=|<)\s*(${NUMBER})\s*$`);
 const ERROR_RATE = new RegExp(String.raw`^error-rate\s*(<=|<)\s*(${NUMBER})$`);
 const HTTP_URL = /^https?:\/\/[^\s/?#]+[^\s]*$/i;
 
-const CREDENTIALS = /^[a-z][a-z0-9+.-]*:\/\/[^/@\s]*@/i;
-// The spec is workflow input: a password in it would live in the history forever.
-const CREDENTIALS_REFUSAL = 'has credentials in its url (user:password@); secrets must not enter the rollout spec, which is kept in the workflow history';
+const UNSIGNED_COMMAND_REFUSAL =
+  'runs an unsigned shell command on every device, which a rollout spec may not do; add it to the target revision\'s signed health.checks as { name, command }, sign the revision again, and select it here with "check: <name>"';
 
 function allowed(): string {
   return `allowed: ${HEALTH_CHECK_FORMS.join(', ')}`;
 }
 
+/** Longer health-check texts are refused before any pattern looks at them (bounded work per entry). */
+export const MAX_HEALTH_TEXT = 4096;
+
 function show(raw: string): string {
-  const text = scrubCredentials(raw);
+  // Scrub a bounded prefix, then shorten: a cut never leaves half a password unscrubbed.
+  const text = scrubCredentials(raw.slice(0, MAX_HEALTH_TEXT));
   return JSON.stringify(text.length > 120 ? `${text.slice(0, 117)}...` : text);
 }
 
@@ -79,6 +99,7 @@ export function parseHealthCheck(text: string): ParsedHealthCheck {
   const t = text.trim();
   const refuse = (why: string): ParsedHealthCheck => ({ ok: false, message: `health check ${show(t)} ${why}; ${allowed()}` });
   if (t === '') return refuse('is empty');
+  if (t.length > MAX_HEALTH_TEXT) return refuse(`is ${t.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`);
   if (t === 'devices-online') return { ok: true, check: { kind: 'devices-online' } };
   if (t === 'all-runtimes-healthy') return { ok: true, check: { kind: 'all-runtimes-healthy' } };
 
@@ -90,22 +111,25 @@ export function parseHealthCheck(text: string): ParsedHealthCheck {
     return { ok: true, check: { kind: 'error-rate', op: m[1] as ThresholdOp, threshold } };
   }
 
-  const prefixed = /^(command|http|prometheus)(?:\(([^)]*)\))?\s*:\s*([\s\S]*)$/.exec(t);
+  const prefixed = /^(command|check|http|prometheus)(?:\(([^)]*)\))?\s*:\s*([\s\S]*)$/.exec(t);
   if (prefixed) {
-    const [, kind, arg, rest] = prefixed as unknown as [string, 'command' | 'http' | 'prometheus', string | undefined, string];
+    const [, kind, arg, rest] = prefixed as unknown as [string, 'command' | 'check' | 'http' | 'prometheus', string | undefined, string];
+    if (kind === 'command') return refuse(UNSIGNED_COMMAND_REFUSAL);
     if (arg !== undefined && kind !== 'prometheus') return refuse(`gives "(${arg})" after ${kind}, which takes no argument`);
-    if (kind === 'command') {
-      if (!rest) return refuse('names no command after "command:"');
-      return { ok: true, check: { kind: 'command', command: rest } };
+    if (kind === 'check') {
+      if (!HEALTH_CHECK_NAME.test(rest)) return refuse(`names ${show(rest)}, which is not a check name (${HEALTH_CHECK_NAME_RULE}); the name selects a signed check of the target revision's health section`);
+      return { ok: true, check: { kind: 'named', name: rest } };
     }
     if (kind === 'http') {
       if (!HTTP_URL.test(rest)) return refuse(`has url ${show(rest)}, which must be an http:// or https:// url without spaces`);
-      if (CREDENTIALS.test(rest)) return refuse(CREDENTIALS_REFUSAL);
+      const secret = inlineCredential(rest);
+      if (secret) return refuse(credentialsRefusal(secret));
       return { ok: true, check: { kind: 'http', url: rest } };
     }
     const url = arg?.trim();
     if (url !== undefined && !HTTP_URL.test(url)) return refuse(`has Prometheus url ${show(url)}, which must be an http:// or https:// url`);
-    if (url !== undefined && CREDENTIALS.test(url)) return refuse(CREDENTIALS_REFUSAL);
+    const secret = url !== undefined ? inlineCredential(url) : undefined;
+    if (secret) return refuse(credentialsRefusal(secret));
     const cmp = lastThreshold(rest);
     if (!cmp) return refuse('needs a query and a threshold, like "prometheus: max(wavegate_error_ratio) < 0.01"');
     return { ok: true, check: { kind: 'prometheus', query: cmp.body, op: cmp.op, threshold: cmp.threshold, ...(url ? { url } : {}) } };
@@ -125,18 +149,79 @@ export function parseHealthGate(texts: readonly string[]): { ok: true; checks: H
   return messages.length ? { ok: false, messages } : { ok: true, checks };
 }
 
+// --- credentials: refused where they are written, redacted wherever text is recorded -------------
+
+/** Query parameter, argument and assignment names that carry a secret (`access_token`, `apiKey`, `X-Amz-Signature`, `password`). */
+const SECRET_WORD = String.raw`[A-Za-z0-9_.-]*(?:token|secret|password|passwd|apikey|api[_-]key|credential)[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?(?:key|pass|auth|sig|signature|session)`;
+const USERINFO = /^[a-z][a-z0-9+.-]*:\/\/[^/?#@\s]*@/i;
+const SECRET_QUERY = new RegExp(String.raw`[?&](?:${SECRET_WORD})=[^&#\s]`, 'i');
+const SECRET_ARGUMENT = new RegExp(String.raw`(?:^|\s)--?(${SECRET_WORD})(?:=|\s+)[^\s-]`, 'gi');
+/** `--token-file /path`, `--password-env NAME`: a reference to a secret, not the secret. */
+const REFERENCE_NAME = /[_.-](?:file|path|env|dir|name|id)$/i;
+const AUTH_HEADER = /authorization\s*:\s*\S/i;
+const URL_IN_TEXT = /([a-z][a-z0-9+.-]*:\/\/)([^\s"'<>`]*)/gi;
+const URL_IN_TEXT_WITH_USERINFO = /[a-z][a-z0-9+.-]*:\/\/[^/?#@\s"'<>`]*@/i;
+const AUTH_VALUE = /(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s"']+/gi;
+const SECRET_ASSIGNMENT = new RegExp(String.raw`(\b(?:${SECRET_WORD})\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&"']+)`, 'gi');
+const SECRET_FLAG_VALUE = new RegExp(String.raw`((?:^|\s)--?(?:${SECRET_WORD})\s+)([^\s-]\S*)`, 'gi');
+
 /**
- * Hide credentials in a url before it becomes evidence: userinfo, and the values of query parameters
- * whose names suggest a secret. String work only (no URL class) so the workflow may use it too.
+ * What makes a url or command carry an inline credential (a password in the url, a secret-named query
+ * parameter, a `--token x` argument, an Authorization header), or undefined when it carries none.
+ * Where such text is written it would be kept in the workflow history and the audit forever.
  */
-export function redactUrl(url: string): string {
-  return scrubCredentials(url)
-    .replace(/([?&][^=&#]*(?:token|key|secret|pass|password|auth|sig|signature|credential)[^=&#]*=)[^&#]*/gi, '$1***');
+export function inlineCredential(text: string): string | undefined {
+  if (USERINFO.test(text) || URL_IN_TEXT_WITH_USERINFO.test(text)) return 'a user:password@ in a url';
+  if (SECRET_QUERY.test(text)) return 'a secret-named query parameter (token, key, password, ...)';
+  if (AUTH_HEADER.test(text)) return 'an Authorization header';
+  for (const m of text.matchAll(SECRET_ARGUMENT)) if (!REFERENCE_NAME.test(m[1]!)) return 'a secret-named argument (--token, --password, ...)';
+  return undefined;
 }
 
-/** Replace the userinfo of every url in a text (`http://user:pass@host` → `http://***@host`). */
+/** The refusal for an inline credential: where secrets go instead. */
+export function credentialsRefusal(what: string): string {
+  return `has ${what}; secrets must not be written where they are kept in the workflow history and the audit: pass a token by reference in the profile's metrics.errorRate (tokenEnv: <VAR> or tokenFile: /path), which the worker reads`;
+}
+
+/**
+ * Hide credentials in a url before it becomes evidence: userinfo, and the value of every query
+ * parameter. String work only (no URL class) so the workflow may use it too.
+ */
+export function redactUrl(url: string): string {
+  return scrubCredentials(url);
+}
+
+/**
+ * Scrub every url in a text (userinfo → `***@`, each query value → `***`), every secret-named
+ * assignment or argument (`token=...`, `password: ...`, `--token x`) and Authorization values: what
+ * any evidence or audit text goes through.
+ */
 export function scrubCredentials(text: string): string {
-  return text.replace(/([a-z][a-z0-9+.-]*:\/\/)[^/@\s]*@/gi, '$1***@');
+  return text
+    .replace(URL_IN_TEXT, (_all, scheme: string, rest: string) => scheme + scrubUrlRest(rest))
+    .replace(AUTH_VALUE, '$1***')
+    .replace(SECRET_ASSIGNMENT, (all, head: string, value: string) => (value.startsWith('***') ? all : `${head}***`))
+    .replace(SECRET_FLAG_VALUE, '$1***');
+}
+
+function scrubUrlRest(rest: string): string {
+  const end = rest.search(/[/?#]/);
+  const authority = end < 0 ? rest : rest.slice(0, end);
+  const at = authority.lastIndexOf('@');
+  let out = at >= 0 ? `***${rest.slice(at)}` : rest;
+  const q = out.indexOf('?');
+  if (q < 0) return out;
+  const hash = out.indexOf('#', q);
+  const query = out.slice(q + 1, hash < 0 ? undefined : hash);
+  const redacted = query
+    .split('&')
+    .map((pair) => {
+      const eq = pair.indexOf('=');
+      return eq < 0 ? (pair ? '***' : pair) : `${pair.slice(0, eq)}=***`;
+    })
+    .join('&');
+  out = `${out.slice(0, q + 1)}${redacted}${hash < 0 ? '' : out.slice(hash)}`;
+  return out;
 }
 
 /** The canonical text of a check (urls redacted): what results and audit records name. */
@@ -147,8 +232,8 @@ export function formatHealthCheck(check: HealthCheck): string {
       return check.kind;
     case 'error-rate':
       return `error-rate ${check.op} ${check.threshold}`;
-    case 'command':
-      return `command: ${check.command}`;
+    case 'named':
+      return `check: ${check.name}`;
     case 'http':
       return `http: ${redactUrl(check.url)}`;
     case 'prometheus':

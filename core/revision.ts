@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
 
@@ -17,24 +18,92 @@ export const PayloadFile = z
   .strict();
 export type PayloadFile = z.infer<typeof PayloadFile>;
 
+/**
+ * A device-side health command, inside the signed revision: the only place a command a health gate
+ * runs on a device may come from. No inline credentials (the envelope is public and kept in history).
+ */
+const HealthCommand = z.string().superRefine((command, ctx) => {
+  if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
+  if (command.length > MAX_HEALTH_TEXT) return ctx.addIssue({ code: 'custom', message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}` });
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command)) return ctx.addIssue({ code: 'custom', message: 'must not contain control characters (NUL, escape, carriage return, ...)' });
+  const secret = inlineCredential(command);
+  if (secret) ctx.addIssue({ code: 'custom', message: credentialsRefusal(secret) });
+});
+
+const NamedHealthCheck = z.object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command: HealthCommand }).strict();
+
+/**
+ * The revision's health checks (docs/formats.md, "Revision health"): what `all-runtimes-healthy`,
+ * `check: <name>` and `error-rate` run on the changed devices. Names are unique across runtimes and checks.
+ */
+export const RevisionHealth = z
+  .object({
+    /** Every one runs for `all-runtimes-healthy`; exit 0 = healthy. */
+    runtimes: z.array(NamedHealthCheck).max(64, 'at most 64 runtimes').optional(),
+    /** Named checks a spec selects with `check: <name>`; exit 0 = healthy. */
+    checks: z.array(NamedHealthCheck).max(64, 'at most 64 checks').optional(),
+    /** Prints the device's error rate (a number or `{"value": n}`); `error-rate < x` judges the max over devices. */
+    errorRate: z.object({ command: HealthCommand }).strict().optional(),
+  })
+  .strict()
+  .superRefine((health, ctx) => {
+    const seen = new Map<string, string>();
+    for (const list of ['runtimes', 'checks'] as const) {
+      (health[list] ?? []).forEach((check, i) => {
+        const first = seen.get(check.name);
+        if (first) ctx.addIssue({ code: 'custom', path: [list, i, 'name'], message: `"${check.name}" is already the name of ${first}; names select checks, so each must be unique` });
+        else seen.set(check.name, `${list}[${i}]`);
+      });
+    }
+  });
+export type RevisionHealth = z.infer<typeof RevisionHealth>;
+
+/** The signed device-side checks `check: <name>` can select, by name. */
+export function namedHealthChecks(health: RevisionHealth | undefined): { name: string; command: string }[] {
+  return [...(health?.runtimes ?? []), ...(health?.checks ?? [])];
+}
+
+/** The longest command a revision may carry (a script, not a payload: files go in `payload`). */
+export const MAX_COMMAND_LENGTH = 64 * 1024;
+
+/**
+ * A signed device command. What is signed is what runs, so no character may hide or change what a
+ * reader sees: no NUL or other control characters (a script keeps newlines and tabs; a one-line
+ * command not even a newline), no bidi overrides or zero-width characters.
+ */
+function signedCommand(oneLine: boolean) {
+  // eslint-disable-next-line no-control-regex
+  const hidden = oneLine ? /[\u0000-\u0008\u000a-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/ : /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/;
+  const rule = oneLine
+    ? 'must be one line without control characters (NUL, newline, carriage return, escape...) or invisible characters'
+    : 'must not contain control characters other than newline and tab (NUL, carriage return, escape...) or invisible characters';
+  return z.string().max(MAX_COMMAND_LENGTH, `must be at most ${MAX_COMMAND_LENGTH} characters`).refine((command) => !hidden.test(command), rule);
+}
+
 export const Revision = z
   .object({
     profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
     revision: z.number().int().positive('must be a positive whole number'),
-    apply: z.string(),
-    verify: z.string(),
-    rollback: z.string().optional(),
+    apply: signedCommand(false),
+    /** A check, one line: its exit status is the answer. */
+    verify: signedCommand(true),
+    rollback: signedCommand(false).optional(),
     /** The revision a risky change goes back to when no explicit rollback command is given. */
     previous: z.number().int().positive().optional(),
     payload: z.array(PayloadFile).default([]),
     risk: z.enum(['risky', 'safe']).default('risky'),
+    /** Device-side health checks: signed with the rest, run only from a verified envelope. */
+    health: RevisionHealth.optional(),
     expiresAt: z.iso.datetime({ offset: true }).optional(),
-    description: z.string().optional(),
+    /** When it was signed (set by `sign`; envelopes signed before it existed have none). */
+    issuedAt: z.iso.datetime({ offset: true }).optional(),
+    description: z.string().max(4096, 'must be at most 4096 characters').optional(),
     /**
      * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
      * body, so the escape stays on the record wherever the revision goes.
      */
-    escapes: z.array(z.object({ gate: z.string(), flag: z.string(), reason: z.string() }).strict()).optional(),
+    escapes: z.array(z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict()).max(32).optional(),
   })
   .strict();
 export type Revision = z.infer<typeof Revision>;
@@ -43,27 +112,63 @@ export function parseRevision(data: unknown, source: string): Revision {
   return parseWith(Revision, data, source);
 }
 
-/** The profile: what a rollout targets and how it checks health (docs/formats.md). */
+/** A url the worker reads metrics from: no credentials in it (the profile travels in the workflow history). */
+const MetricsUrl = z.url().superRefine((url, ctx) => {
+  const secret = inlineCredential(url);
+  if (secret) ctx.addIssue({ code: 'custom', message: credentialsRefusal(secret) });
+});
+
+/**
+ * A bearer token by reference, resolved on the worker only: the name of an environment variable of the
+ * worker, or an absolute path of a file on the worker. The reference is recorded; the token never is.
+ */
+const TokenEnv = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")');
+const TokenFile = z.string().regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker');
+
+const MOVED_TO_REVISION = {
+  runtimes: 'device-side health commands must be signed: move each runtime into the revisions\' health.runtimes as { name, command } and sign them again; the profile keeps scope and worker-side metrics only',
+  command: 'an error-rate command runs on devices, so it must be signed: move it into the revisions\' health.errorRate.command and sign them again; metrics.errorRate keeps worker-side sources only (http, prometheus)',
+};
+
+/** Where the error rate is read from on the worker: one http or prometheus source, with an optional token reference. */
+const ErrorRateSource = z
+  .object({
+    http: MetricsUrl.optional(),
+    prometheus: z.object({ url: MetricsUrl, query: z.string().min(1).max(MAX_HEALTH_TEXT) }).strict().optional(),
+    /** Sent as `Authorization: Bearer <token>`, only to this source's url. */
+    tokenEnv: TokenEnv.optional(),
+    tokenFile: TokenFile.optional(),
+    /** Refused (see superRefine): kept in the shape so the refusal names the field and says where it went. */
+    command: z.unknown().optional(),
+  })
+  .strict()
+  .superRefine((source, ctx) => {
+    if (source.command !== undefined) ctx.addIssue({ code: 'custom', path: ['command'], message: MOVED_TO_REVISION.command });
+    else if ((source.http === undefined) === (source.prometheus === undefined)) ctx.addIssue({ code: 'custom', message: 'give exactly one of "http" or "prometheus"' });
+    if (source.tokenEnv !== undefined && source.tokenFile !== undefined) ctx.addIssue({ code: 'custom', path: ['tokenFile'], message: 'give either "tokenEnv" or "tokenFile", not both' });
+  })
+  .transform(({ command: _refused, ...source }) => source as ErrorRateSourceOut);
+
+type TokenRef = { tokenEnv?: string; tokenFile?: string };
+type ErrorRateSourceOut = ({ http: string } & TokenRef) | ({ prometheus: { url: string; query: string } } & TokenRef);
+
+/** The profile: what a rollout targets, and the worker-side metrics source (docs/formats.md). */
 export const Profile = z
   .object({
     name: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
     description: z.string().optional(),
     /** Label selector over the inventory: every listed label must match. Empty selects every device. */
     scope: z.record(z.string(), z.string()).default({}),
-    runtimes: z.array(z.object({ name: z.string().min(1), health: z.string().min(1) }).strict()).default([]),
-    metrics: z
-      .object({
-        errorRate: z.union([
-          z.object({ command: z.string().min(1) }).strict(),
-          z.object({ http: z.url() }).strict(),
-          z.object({ prometheus: z.object({ url: z.url(), query: z.string().min(1) }).strict() }).strict(),
-        ]),
-      })
-      .strict()
-      .optional(),
+    /** Refused (see superRefine): runtimes and their health commands live in the signed revisions now. */
+    runtimes: z.unknown().optional(),
+    metrics: z.object({ errorRate: ErrorRateSource }).strict().optional(),
   })
-  .strict();
-export type Profile = z.infer<typeof Profile>;
+  .strict()
+  .superRefine((profile, ctx) => {
+    if (profile.runtimes !== undefined) ctx.addIssue({ code: 'custom', path: ['runtimes'], message: MOVED_TO_REVISION.runtimes });
+  })
+  .transform(({ runtimes: _refused, ...profile }) => profile);
+export type Profile = z.output<typeof Profile>;
 
 export function parseProfile(data: unknown, source: string): Profile {
   return parseWith(Profile, data, source);

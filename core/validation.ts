@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { WavegateError } from './errors';
+import { scrubCredentials } from './health';
 
 /** One rejected field: where it is, what was there, and what is allowed. */
 export interface FieldProblem {
@@ -25,7 +26,8 @@ export function formatPath(path: readonly PropertyKey[]): string {
 
 function showValue(value: unknown): string {
   if (value === undefined) return 'missing';
-  const text = JSON.stringify(value);
+  // Scrubbed: a refused url or command may hold the very password it was refused for.
+  const text = typeof value === 'string' ? JSON.stringify(scrubCredentials(value.slice(0, 4096))) : JSON.stringify(value);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
 

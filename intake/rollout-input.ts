@@ -7,6 +7,7 @@ import type { Profile } from '../core/revision';
 import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
 import { checkSpecAgainstInventory, type RolloutSpec } from '../core/spec';
 import type { SignedRevision } from './envelope';
+import { checkHealthSelections } from './health-selection';
 import type { ProfileDir } from './profile-dir';
 
 /** Everything a rollout's input is made of, each already parsed (and verified, for signed revisions). */
@@ -39,6 +40,7 @@ export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
     throw new WavegateError('INVALID_INPUT', `${parts.specSource}: rollout: revisions r${from.revision.revision} → r${target.revision.revision} given for a spec of r${spec.fromRevision} → r${spec.toRevision}`);
   }
   scopedDevices(spec, parts.inventory, profile, parts);
+  checkHealthSelections(spec, profile, target, parts.specSource);
   return {
     rolloutId: parts.rolloutId ?? `rollout:${spec.profile}`,
     spec,

