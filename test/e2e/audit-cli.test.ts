@@ -118,6 +118,37 @@ describe('wavegate audit', () => {
     expect(bad.stderr).toMatch(/INVALID_INPUT: --head "five": expected <seq>:<64 lowercase hex hash>/);
   });
 
+  it('--verify on a trail with an operator override: the broken segment is reported as set aside, the override names who and why, exit 0', async () => {
+    const root2 = mkdtempSync(join(tmpdir(), 'wavegate-audit-override-'));
+    try {
+      const dir2 = join(root2, 'audit');
+      const sink = createAuditActivities({ auditDir: dir2 });
+      const at = (i: number) => new Date(Date.UTC(2026, 2, 1, 12, 0, i)).toISOString();
+      const base = { rolloutId: 'rollout:demo', runId: 'run-1', phase: null, reason: null, counts: null, evidence: null };
+      const heads = [];
+      for (const [i, e] of EVENTS.slice(0, 3).entries()) heads.push(await sink.appendAudit({ ...base, ...e, seq: i + 1, at: at(i) }));
+      const broken = auditFilePath(dir2, 'rollout:demo');
+      writeFileSync(broken, `${readFileSync(broken, 'utf8')}not a record\n`);
+      const brokenText = readFileSync(broken, 'utf8');
+      await sink.appendAudit({ ...base, seq: 4, at: at(4), event: 'audit.override', by: 'carol', reason: 'disk error ate line 4; continuing after record 3', lastGood: heads[2]! });
+      const after = await sink.appendAudit({ ...base, seq: 5, at: at(5), event: 'rollout.resumed', by: 'carol' });
+      const run = await wavegate(['audit', 'rollout:demo', '--verify', '--audit-dir', dir2, '--head', `${after.seq}:${after.hash}`]);
+      expect(run.code, run.stdout + run.stderr).toBe(0);
+      const out = run.stdout.split('\n');
+      expect(out[1]).toMatch(/^segment 2 \(.*rollout%3Ademo\+2\.jsonl\): started by an operator override, record 4 by carol at .*: "disk error ate line 4; continuing after record 3"; continues after record 3$/);
+      expect(out[0]).toMatch(/^segment 1 \(.*rollout%3Ademo\.jsonl\): edited at seq 4: line 4 \(record 4\) is not a JSON audit record — set aside by the override in segment 2, kept as it is$/);
+      expect(out[2]).toBe('audit rollout:demo: 5 records, chain intact');
+      expect(readFileSync(broken, 'utf8')).toBe(brokenText);
+      // A segment that does not start with an override is refused.
+      writeFileSync(auditFilePath(dir2, 'rollout:demo', undefined, 3), `${readFileSync(auditFilePath(dir2, 'rollout:demo', undefined, 2), 'utf8').split('\n')[1]}\n`);
+      const forged = await wavegate(['audit', 'rollout:demo', '--verify', '--audit-dir', dir2]);
+      expect(forged.code).toBe(1);
+      expect(forged.stdout).toMatch(/no-override at seq 0: .*rollout%3Ademo\+3\.jsonl does not start with an audit\.override record/);
+    } finally {
+      rmSync(root2, { recursive: true, force: true });
+    }
+  });
+
   it('prints a readable table of the records; --json prints them as stored', async () => {
     const run = await wavegate(['audit', 'rollout:demo', ...dirFlag()]);
     expect(run.code).toBe(0);
