@@ -1,4 +1,4 @@
-import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -16,6 +16,13 @@ import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from
 import { recordHistory } from '../support/histories';
 
 const APPLY = /install -m 0644/;
+/** How long the demo apply runs on a device in the worker-kill test (longer than a reattach takes). */
+const APPLY_SECONDS = 12;
+/** How often an apply ran on a simulated device, as the apply itself counted it there. */
+const runs = (fleet: Fleet, id: string): number => {
+  const file = join(fleet.device(id).sandbox, 'apply-runs');
+  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).length : 0;
+};
 const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
 
 /** Poll the status query until `done` holds (the workflow answers queries only while a worker runs). */
@@ -50,13 +57,19 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     scratch.cleanup();
   });
 
-  it('a worker SIGKILLed mid-phase and replaced: the rollout completes, every device applied, no apply command ran twice', async () => {
+  it('a worker SIGKILLed mid-apply and replaced: its in-flight devices reattach to their running applies, each apply ran exactly once, the device records it', async () => {
     const dir = join(scratch.dir, 'crash');
     const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(8), { 'pool-a': 0.5, 'pool-b': 0.5 });
     fleets.push(fleet);
-    // Every exec waits this long before it starts, so a device apply (6 execs) is in flight for seconds.
+    // Every exec waits this long before it starts, so a device's apply unit is in flight for seconds.
     const latencyMs = 1_500;
     await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs })));
+    // The demo apply's `install` counts its runs on the device and takes a while, so the worker dies while
+    // applies are really running there (the count, not the worker, says how often each ran).
+    for (const d of fleet.devices) {
+      const sandbox = await fleet.ensureSandbox(d.id);
+      writeFileSync(join(sandbox, '.sim/bin/install'), `#!/bin/sh\necho run >> "$HOME/apply-runs"\nsleep ${APPLY_SECONDS}\nexec /usr/bin/install "$@"\n`, { mode: 0o755 });
+    }
     const rolloutId = `rollout:resilience-crash-${Date.now()}`;
     const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: '1s' }], gate: '1s' }, inventoryPath, rolloutId);
     const taskQueue = `crash-${process.pid}-${Date.now()}`;
@@ -68,14 +81,21 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
       // Mid-phase: the bulk phase has devices applying and devices not yet started.
       await waitForStatus(handle, (s) => s.phases[1]?.stage === 'applying' && s.devices.filter((d) => d.state === 'applying').length >= 2, 90_000);
-      await new Promise((r) => setTimeout(r, 2 * latencyMs)); // let their commands get going
+      // Until an apply of the bulk phase runs on a device (it counted itself there).
+      const bulk = (s: RolloutStatus) => s.devices.filter((d) => d.phase === 1).map((d) => d.id);
+      const status = await handle.query(statusQuery);
+      const deadline = Date.now() + 60_000;
+      while (!bulk(status).some((id) => runs(fleet, id) > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       const atKill = await handle.query(statusQuery);
       const exited = new Promise<void>((resolve) => first.child.once('exit', () => resolve()));
       first.child.kill('SIGKILL');
       await exited;
+      const killedAt = Date.now();
       const inFlightAtKill = atKill.devices.filter((d) => d.state === 'applying').map((d) => d.id);
       const doneAtKill = atKill.devices.filter((d) => d.state === 'applied').map((d) => d.id);
+      const runningAtKill = inFlightAtKill.filter((id) => runs(fleet, id) > 0);
       expect(inFlightAtKill.length).toBeGreaterThanOrEqual(2);
+      expect(runningAtKill.length).toBeGreaterThanOrEqual(1);
       expect(doneAtKill.length).toBeGreaterThanOrEqual(1);
       expect(inFlightAtKill.length + doneAtKill.length).toBeLessThan(8); // mid-phase: some not started yet
 
@@ -85,32 +105,33 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
 
       expect(result.state).toBe('completed');
       expect(result.counts.applied).toBe(8);
+      const applyRuns = activityRuns(await handle.fetchHistory()).filter((r) => r.activityType === 'applyRevision');
+      expect(applyRuns).toHaveLength(8);
+      for (const r of applyRuns) expect(r.outcome).toBe('completed');
+      const retried = applyRuns.filter((r) => (r.attempt ?? 0) >= 2).map((r) => (r.input[0] as { device: { id: string } }).device.id);
+      for (const id of runningAtKill) expect(retried, `${id} was running at the kill`).toContain(id);
+      const resumeMs: string[] = [];
       for (const device of fleet.devices) {
         expect(readFileSync(join(device.sandbox, 'etc/motd'), 'utf8').trim()).toBe(MOTD_R2);
         expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('2');
-        // The simulator records an exec when it is requested. One the killed worker requested but whose
-        // connection died during the simulated latency never started a shell (exit code null, ended before
-        // the latency was up); every other record is an apply that really ran.
-        const applies = fleet.commands(device.id).filter((r) => APPLY.test(r.command));
-        const ran = applies.filter((r) => r.exitCode !== null || (r.endedAt ?? Number.POSITIVE_INFINITY) - r.startedAt >= latencyMs);
-        expect(ran, `${device.id}: apply commands that ran`).toHaveLength(1);
-        expect(ran[0]!.exitCode, `${device.id}: the apply that ran`).toBe(0);
-        expect(applies.length, `${device.id}: apply requests`).toBeLessThanOrEqual(2);
+        // Exactly once, read from the device: the apply counted its own runs there.
+        expect(runs(fleet, device.id), `${device.id}: apply runs on the device`).toBe(1);
+        // The device's record of its apply unit: this rollout's activity, the attempt that finished it, exit 0.
+        const last = join(device.sandbox, '.wavegate/profiles/demo/last-apply');
+        const owner = readFileSync(join(last, 'owner'), 'utf8');
+        expect(owner, device.id).toMatch(new RegExp(`^rollout=${rolloutId.replace(/[^A-Za-z0-9]/g, '.')}$`, 'm'));
+        expect(readFileSync(join(last, 'exitcode'), 'utf8').trim(), device.id).toBe('0');
+        expect(readFileSync(join(last, 'released'), 'utf8'), device.id).toMatch(/^apply of r2 done: verified, marker written$/m);
+        const attempt = Number(/^attempt=(\d+)$/m.exec(owner)?.[1]);
+        if (runningAtKill.includes(device.id)) {
+          expect(attempt, `${device.id} was reattached by a retry`).toBeGreaterThanOrEqual(2);
+          resumeMs.push(`${device.id}=${Date.parse(/^attemptAt=(\S+)$/m.exec(owner)![1]!) - killedAt}ms`);
+        }
       }
-      // The crash really hit applies: the devices in flight were retried by the new worker (attempt ≥ 2),
-      // and each retry started verify-first, so a device whose apply had already run got verify only.
-      const applyRuns = activityRuns(await handle.fetchHistory()).filter((r) => r.activityType === 'applyRevision');
-      expect(applyRuns).toHaveLength(8);
-      const retried = applyRuns.filter((r) => (r.attempt ?? 0) >= 2).map((r) => (r.input[0] as { device: { id: string } }).device.id);
-      expect(retried.length).toBeGreaterThanOrEqual(1);
-      for (const id of retried) expect(doneAtKill, `${id} was retried`).not.toContain(id);
-      // Devices whose apply was not cut by the crash were asked to apply exactly once.
-      for (const device of fleet.devices.filter((d) => !retried.includes(d.id))) expect(fleet.count(device.id, APPLY), device.id).toBe(1);
       console.log(
-        `in flight at the kill: ${inFlightAtKill.join(', ')}; retried: ${retried.join(', ')}; ` +
-          `apply requests per device: ${fleet.devices.map((d) => `${d.id}=${fleet.count(d.id, APPLY)}`).join(' ')}`,
+        `in flight at the kill: ${inFlightAtKill.join(', ')} (apply running on the device: ${runningAtKill.join(', ')}); retried: ${retried.join(', ')}; ` +
+          `resumed (kill → retry holding the device's lock): ${resumeMs.join(' ')}; apply launches per device: ${fleet.devices.map((d) => `${d.id}=${fleet.count(d.id, APPLY)}`).join(' ')}`,
       );
-      for (const r of applyRuns) expect(r.outcome).toBe('completed');
     } finally {
       second?.child.kill('SIGTERM');
       first.child.kill('SIGKILL');
