@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { basename, join } from 'node:path';
@@ -279,6 +279,13 @@ function headOf(state: SegmentState): AuditHead | null {
 export function createAuditActivities(deps: AuditActivityDeps) {
   const log = deps.log ?? (() => {});
   const dir = deps.auditDir;
+  /**
+   * What this process last found whole, per segment file: re-checking only what was appended since keeps
+   * an append O(new records) instead of re-hashing the whole chain; the prefix is compared by digest, so
+   * an edit before it is still seen.
+   */
+  const verified = new Map<string, { length: number; digest: string; records: AuditRecord[] }>();
+  const digestOf = (text: string) => createHash('sha256').update(text).digest('hex');
 
   function currentSegment(rolloutId: string): number {
     return auditSegmentNumbers(dir, rolloutId).at(-1) ?? 1;
@@ -296,7 +303,11 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       if (code === 'ENOENT') return { path, segment, text: '', records: [], start: genesis, torn: false, problem: null };
       return { path, segment, text: '', records: [], start: genesis, torn: false, problem: { line: null, seq: 0, problem: 'unreadable', message: `cannot read the file (${code ?? (err as Error).message})` } };
     }
-    const { records, unreadable } = parseAuditLog(text);
+    const known = verified.get(path);
+    const reuse = known !== undefined && text.length >= known.length && digestOf(text.slice(0, known.length)) === known.digest;
+    const fresh = parseAuditLog(reuse ? text.slice(known.length) : text);
+    const records = reuse ? known.records.concat(fresh.records) : fresh.records;
+    const unreadable = fresh.unreadable && { ...fresh.unreadable, line: fresh.unreadable.line + (reuse ? known.records.length : 0) };
     const state: SegmentState = { path, segment, text, records, start: genesis, torn: !!unreadable?.torn, problem: null };
     if (segment > 1) {
       const first = records[0];
@@ -306,12 +317,17 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       }
       state.start = first.lastGood;
     }
-    const verdict = verifyAuditChain(records, undefined, { start: state.start, key: deps.macKey });
+    const checkedUpTo = reuse ? known.records.at(-1) : undefined;
+    const verdict = checkedUpTo
+      ? verifyAuditChain(fresh.records, undefined, { start: { seq: checkedUpTo.seq, hash: checkedUpTo.hash }, key: deps.macKey })
+      : verifyAuditChain(records, undefined, { start: state.start, key: deps.macKey });
     if (!verdict.ok) {
       state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
     } else if (unreadable && !unreadable.torn) {
       state.problem = { line: unreadable.line, seq: state.start.seq + records.length + 1, problem: 'edited', message: `line ${unreadable.line} is not a JSON audit record` };
     }
+    if (!state.problem && !unreadable && text.endsWith('\n')) verified.set(path, { length: text.length, digest: digestOf(text), records });
+    else verified.delete(path);
     return state;
   }
 
