@@ -41,6 +41,10 @@ export const AUDIT_EVENTS = [
   'rollout.failed',
   'canary.verdict',
   'audit.override',
+  /** What happened to each device of a batch (apply or rollback): started, then applied/claimed/failed/rolled back. */
+  'devices.outcome',
+  /** Devices that never started, or failed before they could (refused or offline at snapshot), with the reason. */
+  'devices.skipped',
 ] as const;
 export type AuditEventName = (typeof AUDIT_EVENTS)[number];
 
