@@ -4,11 +4,11 @@ import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type * as activities from '../activities';
-import type { HealthCheckInput } from '../activities/health';
 import type { DeviceTarget } from '../core/rollout-state';
 import { rootMessage } from './device-runner';
 
 type Acts = ReturnType<typeof activities.createActivities>;
+type HealthCheckInput = Parameters<Acts['runHealthCheck']>[0];
 
 /** Devices per health-check activity: a 10,000-device phase is twenty checks, not one huge payload. */
 const HEALTH_CHUNK = 500;

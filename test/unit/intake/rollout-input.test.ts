@@ -73,11 +73,13 @@ describe('intake: assembleRolloutInput from objects', () => {
     expect(missing.message).toContain('spec: rollout.toRevision: profile "demo" has pins');
   });
 
-  it('fills a canary spec with the profile and the night\'s revisions', () => {
-    const { spec: canary, specSource } = canarySpec({ profile, fromRevision: 1, toRevision: 2 });
+  it('fills a canary spec with the profile and the night\'s revisions; its default gate selects what the target revision signs', () => {
+    const { spec: canary, specSource } = canarySpec({ profile, fromRevision: 1, toRevision: 2, health: target.revision.health });
     expect(specSource).toBe('nightly canary of demo');
     expect(canary.profile).toBe('demo');
     expect(canary.phases).toHaveLength(1);
     expect(canary.phases[0]!.healthGate).toEqual(['all-runtimes-healthy', 'error-rate < 0.01', 'devices-online']);
+    // nothing signed to run on devices: only the worker's own check
+    expect(canarySpec({ profile, fromRevision: 1, toRevision: 2 }).spec.phases[0]!.healthGate).toEqual(['devices-online']);
   });
 });

