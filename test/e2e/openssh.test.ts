@@ -127,7 +127,48 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(result).toEqual({ device: 'ssh-d', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
       expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
-      expect(beats).toEqual(['verify-first', 'stage', 'staged motd', 'apply', 'verify']);
+      // The steps in order (the clock repeats the current one every second; a running apply reports its time).
+      const stepsBeaten = beats.filter((b, i) => b !== beats[i - 1] && !/ running \d+s$/.test(b));
+      expect(stepsBeaten).toEqual(['connect', 'lock', 'verify-first', 'stage', 'staged motd', 'apply', 'verify']);
+    });
+
+    it('an apply runs detached under sshd: the connection is cut mid-apply, the apply runs on to its end, and the retry reattaches to it (it ran once)', async () => {
+      const b = sshd.device('ssh-b');
+      const profilesDir = join(scratch.dir, 'unsigned-profiles');
+      const steps = {
+        profile: 'detached',
+        revision: 1,
+        apply: 'echo run >> "$HOME/detached-runs" && sleep 3 && echo "finished after the cut" && touch "$HOME/detached-done"',
+        verify: 'test -f "$HOME/detached-done"',
+        payload: [],
+      };
+      const holder = { rollout: 'rollout:openssh-detached', run: 'run-1', activity: '1', attempt: 1 };
+      const cut = new AbortController();
+      const first = await applyToDevice(target(b), steps, {
+        commandTimeoutMs: 30_000,
+        trustDir: profilesDir,
+        holder,
+        heartbeatIntervalMs: 200,
+        signal: cut.signal,
+        heartbeat: (beat) => {
+          if (/^apply running/.test(beat)) cut.abort(); // the worker's connection goes away mid-apply
+        },
+      }).then(
+        () => undefined,
+        (e: unknown) => e as TransportError,
+      );
+      expect(first).toBeInstanceOf(TransportError);
+      expect(first?.kind).toBe('dropped');
+      expect(existsSync(join(b.home, 'detached-done'))).toBe(false); // cut before the apply was done
+
+      const retry = await applyToDevice(target(b), steps, { commandTimeoutMs: 30_000, trustDir: profilesDir, holder: { ...holder, attempt: 2 }, heartbeatIntervalMs: 200 });
+      expect(retry).toEqual({ device: 'ssh-b', outcome: 'applied', steps: ['reattach', 'verify', 'marker'] });
+      expect(readFileSync(join(b.home, 'detached-runs'), 'utf8')).toBe('run\n');
+      const last = join(b.home, '.wavegate/profiles/detached/last-apply');
+      expect(readFileSync(join(last, 'exitcode'), 'utf8').trim()).toBe('0');
+      expect(readFileSync(join(last, 'out'), 'utf8')).toBe('finished after the cut\n');
+      expect(readFileSync(join(last, 'owner'), 'utf8')).toMatch(/^attempt=2$/m);
+      expect(readFileSync(join(b.home, '.wavegate/profiles/detached/revision'), 'utf8')).toBe('1\n');
     });
 
     it('a wrong jump host key is refused as host-key before the device is contacted', async () => {
