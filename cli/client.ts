@@ -167,6 +167,7 @@ export const CONTROL_UPDATES: Record<ControlName, string> = {
   resume: 'resumeRollout',
   approve: 'approvePhase',
   abort: 'abortRollout',
+  'override-audit': 'overrideAudit',
 };
 
 /**

@@ -20,7 +20,12 @@ export interface ApproveControl extends ControlBase {
   phase?: number | string;
 }
 
-export type ControlName = 'pause' | 'resume' | 'abort' | 'approve';
+/** Carry on past an audit trail that cannot be made whole: an explicit, recorded decision with a reason. */
+export interface AuditOverrideControl extends ControlBase {
+  reason: string;
+}
+
+export type ControlName = 'pause' | 'resume' | 'abort' | 'approve' | 'override-audit';
 
 export interface ControlContext {
   state: RolloutState;
@@ -28,6 +33,8 @@ export interface ControlContext {
   awaitingApproval?: { index: number; name: string };
   /** An abort was already accepted and is being carried out. */
   aborting: boolean;
+  /** Why the audit trail holds the rollout (a write failed and the trail is not whole), if it does. */
+  auditHold?: string;
 }
 
 const FINAL: ReadonlySet<RolloutState> = new Set(['completed', 'rolled-back', 'aborted', 'cancelled', 'failed']);
@@ -39,6 +46,12 @@ export function isFinalState(state: RolloutState): boolean {
 /** Null when the control is allowed now, else a message naming the current state. */
 export function checkControl(name: ControlName, ctx: ControlContext, control: ControlBase & { phase?: number | string } = {}): string | null {
   if (isFinalState(ctx.state)) return `rollout is ${ctx.state}; ${name} is no longer possible`;
+  // An override is the one control that also helps an abort's compensation past a broken trail.
+  if (name === 'override-audit') {
+    if (!ctx.auditHold) return 'the audit trail is whole; there is nothing to override';
+    if (!control.reason?.trim()) return 'override-audit needs a reason (it is recorded in the new audit segment)';
+    return null;
+  }
   if (ctx.aborting) return `rollout is being aborted; ${name} is no longer possible`;
   switch (name) {
     case 'pause':

@@ -12,11 +12,12 @@ export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string |
  * are not allowed now are recorded as refused and change nothing. `onChange` lets the story pass the new
  * state on (to a running slice, to the Web UI).
  */
-export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: () => void): void {
+export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: () => void, onAuditOverride: (c: { by: string; reason: string }) => void): void {
   const now = () => new Date(Date.now()).toISOString();
   const apply = (name: ControlName, c: ControlRequest) => {
     const intent = model.applyControl(name, c);
-    void audit(intent.event, { by: intent.by, reason: intent.reason, ...(intent.phase ? { phase: intent.phase } : {}), ...(intent.evidence ? { evidence: intent.evidence } : {}) });
+    if (intent) void audit(intent.event, { by: intent.by, reason: intent.reason, ...(intent.phase ? { phase: intent.phase } : {}), ...(intent.evidence ? { evidence: intent.evidence } : {}) });
+    else onAuditOverride({ by: c.by ?? 'unknown', reason: c.reason! });
     model.recordControl(name, c, true, now());
     onChange();
     return model.status();
@@ -40,4 +41,6 @@ export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChang
   wf.setHandler(msg.resumeUpdate, (c) => apply('resume', c), { validator: validator('resume') });
   wf.setHandler(msg.abortUpdate, (c) => apply('abort', c), { validator: validator('abort') });
   wf.setHandler(msg.approveUpdate, (c) => apply('approve', c), { validator: validator('approve') });
+  wf.setHandler(msg.overrideAuditSignal, onSignal('override-audit'));
+  wf.setHandler(msg.overrideAuditUpdate, (c) => apply('override-audit', c), { validator: validator('override-audit') });
 }

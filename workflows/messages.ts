@@ -1,5 +1,5 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import type { AbortControl, ApproveControl, PauseControl, ResumeControl } from '../core/controls';
+import type { AbortControl, ApproveControl, AuditOverrideControl, PauseControl, ResumeControl } from '../core/controls';
 import type { RolloutStatus } from '../core/rollout/status';
 
 export type { ControlRecord, PhaseStatus, RolloutStatus } from '../core/rollout/status';
@@ -11,12 +11,15 @@ export const pauseSignal = defineSignal<[PauseControl]>('pause');
 export const resumeSignal = defineSignal<[ResumeControl]>('resume');
 export const abortSignal = defineSignal<[AbortControl]>('abort');
 export const approveSignal = defineSignal<[ApproveControl]>('approve');
+export const overrideAuditSignal = defineSignal<[AuditOverrideControl]>('overrideAudit');
 
 // Updates: the same controls for the CLI; the validator rejects an invalid transition at once.
 export const pauseUpdate = defineUpdate<RolloutStatus, [PauseControl]>('pauseRollout');
 export const resumeUpdate = defineUpdate<RolloutStatus, [ResumeControl]>('resumeRollout');
 export const abortUpdate = defineUpdate<RolloutStatus, [AbortControl]>('abortRollout');
 export const approveUpdate = defineUpdate<RolloutStatus, [ApproveControl]>('approvePhase');
+/** Carry on past an audit trail that cannot be made whole: a new segment from the last good head, with the reason. */
+export const overrideAuditUpdate = defineUpdate<RolloutStatus, [AuditOverrideControl]>('overrideAudit');
 
 /** Parent → slice child: carry the operator's pause/resume/abort to the devices a child runs. */
 export const sliceControlSignal = defineSignal<[{ paused: boolean; stop: boolean }]>('sliceControl');

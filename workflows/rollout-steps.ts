@@ -20,6 +20,8 @@ const { snapshotFleet } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 mi
 const SNAPSHOT_PAGE = 1_000;
 /** New executions record the canary's devices as touched when they start, so a cancel mid-apply puts them back. */
 export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
+/** New executions hold when an audit record cannot be written, instead of going on unaudited. */
+export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
 /** New executions write what happened to every device into the audit trail, not only to phases. */
 export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
@@ -42,13 +44,25 @@ export class RolloutSteps {
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
   ) {
-    this.trail = new AuditTrail(input.rolloutId, (head) => (model.auditHead = head), (lost) => model.warnings.push(lost));
-    this.batches = new DeviceBatches(input, model);
-    this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
-    wireControls(model, (event, fields) => this.audit(event, fields), () => {
+    const changed = () => {
       this.batches.forwardControls();
       publish(model);
-    });
+    };
+    this.trail = new AuditTrail(
+      input.rolloutId,
+      {
+        onHead: (head) => (model.auditHead = head),
+        onLost: (lost) => model.warnings.push(lost),
+        onHold: (reason) => {
+          model.auditHold = reason;
+          changed();
+        },
+      },
+      wf.patched(AUDIT_FAILURE_HOLDS),
+    );
+    this.batches = new DeviceBatches(input, model);
+    this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
+    wireControls(model, (event, fields) => this.audit(event, fields), changed, (c) => this.trail.requestOverride(c));
   }
 
   /** One audit record: the current phase (once planned) and the counts at this moment. */

@@ -1,6 +1,7 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import type { ControlBase, ControlName } from '../../core/controls';
+import { WavegateError } from '../../core/errors';
 import { rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
@@ -160,6 +161,11 @@ export function register(program: Command): void {
       describe: 'Abort a rollout; by default every device it changed is put back (--no-rollback keeps them)',
       extra: (cmd) => cmd.option('--rollback', 'put back every device this rollout changed (default)').option('--no-rollback', 'leave the changed devices as they are'),
     },
+    {
+      name: 'override-audit',
+      describe:
+        'Carry on past an audit trail that cannot be made whole (the rollout holds until it is): writes an audit.override record that starts a new segment from the last good record; --reason is required',
+    },
   ];
   for (const c of controls) {
     let cmd = program.command(`${c.name} <id>`).description(`${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`);
@@ -167,6 +173,7 @@ export function register(program: Command): void {
     if (c.extra) cmd = c.extra(cmd);
     withTemporalOptions(cmd).action(
       action(async (id: string, opts: TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string }) => {
+        if (c.name === 'override-audit' && !opts.reason?.trim()) throw new WavegateError('INVALID_INPUT', '--reason: an audit override must say why (it is recorded in the new segment)', { field: '--reason' });
         const control: ControlBase & { rollback?: boolean; phase?: number | string } = { by: operatorName(), ...(opts.reason ? { reason: opts.reason } : {}) };
         if (c.name === 'abort') control.rollback = opts.rollback !== false;
         if (c.name === 'approve' && opts.phase !== undefined) control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;

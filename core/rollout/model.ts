@@ -35,6 +35,8 @@ export class RolloutModel {
   verdict: CanaryVerdict | undefined;
   awaitingApproval: { index: number; name: string } | undefined;
   auditHead: { seq: number; hash: string } | undefined;
+  /** Why the audit trail holds the rollout: a record could not be written and the trail is not whole. */
+  auditHold: string | undefined;
   plan: Plan | undefined;
   readonly warnings: string[] = [];
 
@@ -57,9 +59,10 @@ export class RolloutModel {
       profile: this.spec.profile,
       fromRevision: this.spec.fromRevision,
       toRevision: this.spec.toRevision,
-      state: this.state,
+      // Held by the audit trail, a running rollout is paused in every way that matters: say so.
+      state: this.auditHold && this.state === 'running' ? 'paused' : this.state,
       phase: this.phaseName,
-      ...(this.pausedReason ? { pausedReason: this.pausedReason } : {}),
+      ...(this.auditHold ? { pausedReason: `audit trail not whole: ${this.auditHold}` } : this.pausedReason ? { pausedReason: this.pausedReason } : {}),
       phases: this.phases,
       devices: [...this.devices.values()],
       counts: this.counts(),
@@ -72,8 +75,9 @@ export class RolloutModel {
   counts(): Counts {
     return countDevices(this.devices.values());
   }
+  /** New device starts and the advance wait: for an operator's pause, or for the audit trail to be whole. */
   get paused(): boolean {
-    return this.state === 'paused';
+    return this.state === 'paused' || this.auditHold !== undefined;
   }
   get stopped(): boolean {
     return this.abort !== undefined;
@@ -219,14 +223,17 @@ export class RolloutModel {
 
   // ---- controls: signals (Web UI) and updates (CLI) share one check and one effect ----
   controlContext(): ControlContext {
-    return { state: this.state, awaitingApproval: this.awaitingApproval, aborting: this.abort !== undefined };
+    return { state: this.state, awaitingApproval: this.awaitingApproval, aborting: this.abort !== undefined, ...(this.auditHold ? { auditHold: this.auditHold } : {}) };
   }
   /** Null when the control is allowed now, else why not (naming the current state). */
   refusal(name: ControlName, c: ControlRequest = {}): string | null {
     return checkControl(name, this.controlContext(), c);
   }
-  /** Carry out an accepted control; returns the audit record it calls for. */
-  applyControl(name: ControlName, c: ControlRequest): AuditIntent {
+  /**
+   * Carry out an accepted control; returns the audit record it calls for (none for an audit override:
+   * the trail itself writes that record, as the first of a new segment).
+   */
+  applyControl(name: ControlName, c: ControlRequest): AuditIntent | undefined {
     const by = c.by;
     const reason = c.reason ?? null;
     switch (name) {
@@ -243,6 +250,8 @@ export class RolloutModel {
       case 'approve':
         this.approved.add(this.awaitingApproval!.index);
         return { event: 'rollout.approved', by, reason, phase: this.awaitingApproval!.name };
+      case 'override-audit':
+        return undefined;
     }
   }
   recordControl(control: ControlRecord['control'], c: ControlBase, accepted: boolean, at: string, note?: string): void {

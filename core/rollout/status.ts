@@ -18,7 +18,7 @@ export interface PhaseStatus {
 }
 
 export interface ControlRecord {
-  control: 'pause' | 'resume' | 'abort' | 'approve' | 'cancel';
+  control: 'pause' | 'resume' | 'abort' | 'approve' | 'override-audit' | 'cancel';
   by: string;
   reason?: string;
   at: string;

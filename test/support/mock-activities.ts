@@ -22,6 +22,9 @@ export interface Scenario {
   holdApply?: Set<string>;
   /** Health outcomes in order, one per runHealthCheck call; the last repeats. Default pass. */
   health?: GateOutcome[];
+  /** From this seq on, appends fail as AuditCorrupt until `repairAudit` (or an override record). */
+  auditFailFrom?: number;
+  auditRepaired?: boolean;
   /** What ran, in order: `apply:<id>` or `rollback:<id>`. */
   log: string[];
   audit: AuditEvent[];
@@ -72,7 +75,11 @@ export function createMockActivities() {
     if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
     return s;
   };
-  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit'> = {
+  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth'> = {
+    async auditHealth() {
+      const s = scenario();
+      return s.auditRepaired ? { ok: true as const, head: null, file: 'mock', segment: 1 } : { ok: false as const, reason: 'line 3 is not a record', problem: 'unreadable', file: 'mock', line: 3, segment: 1 };
+    },
     async snapshotFleet(input: SnapshotInput) {
       const s = scenario();
       return { devices: s.devices.slice(input.offset, input.offset + input.limit), total: s.devices.length };
@@ -101,6 +108,10 @@ export function createMockActivities() {
     },
     async appendAudit(event: AuditEvent) {
       const s = scenario();
+      if (event.event === 'audit.override') s.auditRepaired = true; // a new segment: whole from here on
+      else if (s.auditFailFrom !== undefined && event.seq >= s.auditFailFrom && !s.auditRepaired) {
+        throw ApplicationFailure.create({ type: 'AuditCorrupt', message: `mock trail line 3: not a JSON audit record`, nonRetryable: true });
+      }
       s.audit.push(event);
       return { seq: event.seq, hash: event.seq.toString(16).padStart(64, '0') };
     },

@@ -4,7 +4,7 @@ import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RolloutInput } from '../../core/rollout/input';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { abortUpdate, approveUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { abortUpdate, approveUpdate, overrideAuditUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { recordHistory } from '../support/histories';
 import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
@@ -224,6 +224,38 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(s.audit.find((r) => r.event === 'rollback.started')!.evidence).toEqual({ devices: 1 });
     // Beside canary-cancel-mid-apply-pre-patch.json (the same run on the code before the patch).
     await recordHistory(h, 'canary-cancel-mid-apply');
+  });
+
+  it('an audit record that cannot be written holds the rollout (no device starts, no end) until the trail is whole again', async () => {
+    // Record 4 is the canary's phase.applied (after rollout.started, phase.started, devices.outcome).
+    const { s, h } = await start({ phases: phases2 }, { devices: mockDevices(4), auditFailFrom: 4 });
+    const held = await waitForStatus(h, (st) => st.pausedReason?.startsWith('audit trail not whole') ?? false);
+    expect(held.state).toBe('paused');
+    expect(held.pausedReason).toMatch(/record 4 \(phase.applied\) not written: .*not a JSON audit record/);
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(s.log).toHaveLength(1); // the canary only: nothing moves on unaudited
+    expect((await h.query<RolloutStatus>('status')).state).toBe('paused');
+    // A resume cannot carry the rollout past the trail: only the trail being whole (or an override) can.
+    await expect(h.executeUpdate(resumeUpdate, { args: [{ by: 'ivan' }] })).rejects.toBeInstanceOf(WorkflowUpdateFailedError);
+    s.auditRepaired = true; // the operator repaired the file; the workflow asks the sink again
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1)); // no gap: record 4 was written after all
+    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+  });
+
+  it('override-audit: refused without a reason; when held, it writes an audit.override from the last good record and the rollout goes on', async () => {
+    const { s, h } = await start({ phases: phases2 }, { devices: mockDevices(3), auditFailFrom: 4 });
+    await waitForStatus(h, (st) => st.pausedReason?.startsWith('audit trail not whole') ?? false);
+    await expect(h.executeUpdate(overrideAuditUpdate, { args: [{ by: 'judy', reason: '' }] })).rejects.toBeInstanceOf(WorkflowUpdateFailedError);
+    const after = await h.executeUpdate(overrideAuditUpdate, { args: [{ by: 'judy', reason: 'disk replaced; old segment kept for forensics' }] });
+    expect(after.controls.at(-1)).toMatchObject({ control: 'override-audit', by: 'judy', accepted: true });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    const override = s.audit.find((r) => r.event === 'audit.override')!;
+    expect(override).toMatchObject({ seq: 4, by: 'judy', reason: 'disk replaced; old segment kept for forensics', lastGood: { seq: 3 } });
+    // The record that could not be written follows the override, and the chain goes on from there.
+    expect(s.audit[s.audit.indexOf(override) + 1]).toMatchObject({ seq: 5, event: 'phase.applied' });
   });
 
   it('canary mode: the verdict is the gate outcome and the canary goes back unless kept', async () => {

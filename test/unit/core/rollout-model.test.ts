@@ -567,3 +567,20 @@ describe('RolloutModel: a device that refused us at snapshot', () => {
     expect(model.deviceState('hk')).toBe('skipped');
   });
 });
+
+describe('RolloutModel: held by the audit trail', () => {
+  it('holds new starts like a pause, shows as paused with the reason, and only an override (with a reason) is the way on', () => {
+    const { model } = setup([device('s1'), device('s2')]);
+    expect(model.refusal('override-audit', { reason: 'x' })).toBe('the audit trail is whole; there is nothing to override');
+    model.auditHold = 'record 4 (phase.applied) not written: line 3 is not a record';
+    expect(model.paused).toBe(true);
+    expect(model.status()).toMatchObject({ state: 'paused', pausedReason: 'audit trail not whole: record 4 (phase.applied) not written: line 3 is not a record' });
+    expect(model.refusal('resume')).toMatch(/only a paused rollout can be resumed/);
+    expect(model.refusal('override-audit', {})).toMatch(/needs a reason/);
+    expect(model.refusal('override-audit', { reason: 'disk replaced' })).toBeNull();
+    model.applyControl('abort', { by: 'ops' });
+    expect(model.refusal('override-audit', { reason: 'let the rollback through' })).toBeNull(); // also while aborting
+    model.auditHold = undefined;
+    expect(model.paused).toBe(false);
+  });
+});
