@@ -34,7 +34,9 @@ function printStatus(status: RolloutStatus): void {
 function printOutcome(final: RolloutStatus): number {
   const outcome = rolloutOutcome(final);
   const code = outcome.code === 0 ? EXIT_OK : EXIT_FAILED;
-  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — ${outcome.summary} — exit ${code}`);
+  // Why a completed rollout is still not a success (pending work), on a line of its own.
+  if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
+  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`);
   return code;
 }
 

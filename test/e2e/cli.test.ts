@@ -235,13 +235,19 @@ describe('wavegate CLI against the dev stack', () => {
     expect(JSON.parse(r1.stdout).counts.pending).toBe(12);
 
     // Left-behind, out of scope (another site), unreachable (a port nobody listens on).
-    const edited = { ...doc, devices: doc.devices.map((d, i) => (i === 0 ? { ...d, updateClass: 'left-behind' } : i === 1 ? { ...d, port: 1 } : d)) };
+    // And one whose pinned host key is not the one it presents: refused, and said so.
+    const wrongPin = `SHA256:${'A'.repeat(43)}`;
+    const edited = {
+      ...doc,
+      devices: doc.devices.map((d, i) => (i === 0 ? { ...d, updateClass: 'left-behind' } : i === 1 ? { ...d, port: 1 } : i === 2 ? { ...d, ssh: { ...(d as { ssh?: object }).ssh, hostKey: wrongPin } } : d)),
+    };
     const altInventory = join(scratch.dir, 'alt-inventory.yaml');
     writeFileSync(altInventory, stringify(edited));
     const alt = JSON.parse((await wg(['fleet', 'status', '--profile', 'demo', '--inventory', altInventory, '--json'])).stdout) as typeof parsed;
     expect(alt.rows.find((r) => r.id === 'edge-01')).toMatchObject({ state: 'not-for-me', reason: 'left-behind' });
     expect(alt.rows.find((r) => r.id === 'edge-02')).toMatchObject({ state: 'pending' });
     expect(alt.rows.find((r) => r.id === 'edge-02')!.reason).toMatch(/^never answered: /);
+    expect(alt.rows.find((r) => r.id === 'edge-03')).toMatchObject({ state: 'pending', reason: expect.stringMatching(/^refused \(host-key\): /) });
 
     // A profile whose verify cannot prove anything: every device that "passes" is only claimed.
     const profiles = join(scratch.dir, 'profiles');
