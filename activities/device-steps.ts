@@ -284,7 +284,12 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
   if (steps.payload.length) ran.push('stage');
   beat('apply');
   // Started at most once per lock: 'already-launched' (a zombie attempt got there first) is waited for too.
-  await session.launchApply(profile, shellFor(steps, steps.apply), { timeoutMs: lockMs });
+  try {
+    await session.launchApply(profile, shellFor(steps, steps.apply), { timeoutMs: lockMs });
+  } catch (err) {
+    if (err instanceof StepFailed) await release(`${step} could not start: exit ${err.result.code}`);
+    throw err;
+  }
   ran.push('apply');
   return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
 }

@@ -72,7 +72,8 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
 
     async launchApply(profile, command, { timeoutMs }) {
       const res = await ssh.exec(launchScript(profile, command), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('launch apply', res, device);
+      // The device refused to start it: to the operator that is the apply saying no.
+      if (res.code !== 0) throw new StepFailed('apply', res, device);
       return res.stdout.trim().endsWith('already-launched') ? 'already-launched' : 'launched';
     },
 
