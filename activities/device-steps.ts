@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
+import { floorRefusal } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
@@ -122,6 +123,10 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
   if (steps.rollbackOf) {
     const target = open(steps.rollbackOf, `${steps.profile} rollback envelope`);
     if (target.rollback === undefined) throw new EnvelopeRejected('NO_ROLLBACK', `r${target.revision} names no rollback command`);
+    // No mix and match: a rollback command only ever takes its own revision back to the one it names.
+    if (target.previous !== revision.revision) {
+      throw new EnvelopeRejected('WRONG_ROLLBACK', `r${target.revision}'s rollback goes back to ${target.previous === undefined ? 'no named revision' : `r${target.previous}`}, not to r${revision.revision}`);
+    }
     apply = target.rollback;
   }
   // Every payload field comes from the signed body, the file's location included: the paths in the
@@ -220,6 +225,9 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
     try {
+      beat('floor');
+      const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now());
+      if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
       return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat);
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);

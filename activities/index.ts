@@ -5,6 +5,7 @@ import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
 import { createCanaryActivities } from './canary';
+import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import { applyToDevice, ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
@@ -101,6 +102,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createHealthActivities({ trustDir: deps.trustDir }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
+    ...createFloorActivities(),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = loadInventory(input.inventoryPath);

@@ -45,6 +45,8 @@ export const AUDIT_EVENTS = [
   'devices.outcome',
   /** Devices that never started, or failed before they could (refused or offline at snapshot), with the reason. */
   'devices.skipped',
+  /** The floor a completed rollout raised on its devices (core/floor.ts), and any it could not write. */
+  'floor.confirmed',
 ] as const;
 export type AuditEventName = (typeof AUDIT_EVENTS)[number];
 

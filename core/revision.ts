@@ -174,6 +174,11 @@ export function parseProfile(data: unknown, source: string): Profile {
   return parseWith(Profile, data, source);
 }
 
+/** Where on a device the floor of a profile is kept (core/floor.ts), beside the marker. */
+export function floorPath(profile: string): string {
+  return `.wavegate/profiles/${profile}/floor`;
+}
+
 /** Where on a device its current revision of a profile is recorded (relative to the login's $HOME). */
 export function markerPath(profile: string): string {
   return `.wavegate/profiles/${profile}/revision`;

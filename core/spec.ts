@@ -124,6 +124,8 @@ export const RolloutBody = z
     onInconclusive: z.enum(['pause', 'fail']).default('pause'),
     /** Each health-gate check must answer within this; one that cannot is inconclusive. */
     healthTimeout: Duration.default(60_000),
+    /** After completion, each changed device's floor allows going back to fromRevision this long (core/floor.ts). */
+    revertWindow: Duration.default(86_400_000),
     window: Window.optional(),
     canaryClass: z.string().min(1).optional(),
     concurrent: z.boolean().default(false),

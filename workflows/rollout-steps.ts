@@ -14,7 +14,7 @@ import { gateEvidence, runHealthGate } from './health-gate';
 import { publish, refreshDetails } from './progress';
 
 type Acts = ReturnType<typeof activities.createActivities>;
-const { snapshotFleet } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
+const { snapshotFleet, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
 
 /** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
 const SNAPSHOT_PAGE = 1_000;
@@ -22,6 +22,8 @@ const SNAPSHOT_PAGE = 1_000;
 export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
 /** New executions hold when an audit record cannot be written, instead of going on unaudited. */
 export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
+/** New executions raise each changed device's floor when the rollout completes (no downgrade after). */
+export const DEVICE_FLOOR = 'device-floor';
 /** New executions write what happened to every device into the audit trail, not only to phases. */
 export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
@@ -110,6 +112,30 @@ export class RolloutSteps {
     await this.trail.drained();
     publish(this.model);
     return this.model.status();
+  }
+
+  /**
+   * A completed rollout raises the floor on every device it changed (core/floor.ts): nothing below the
+   * target is applied there again, except a revert to fromRevision within the spec's revertWindow. A
+   * device whose floor could not be written is named in the audit and the warnings.
+   */
+  async confirmFloor(): Promise<void> {
+    const { model, input } = this;
+    const { spec } = input;
+    const devices = model.toUndo().reverse().filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? ''));
+    if (devices.length === 0) return;
+    const revertWindowMs = spec.revertWindow ?? 86_400_000;
+    let confirmed = 0;
+    const failed: Array<{ id: string; error: string }> = [];
+    for (const chunk of chunks(devices)) {
+      const result = await confirmFloor.executeWithOptions({ summary: `raise the floor to r${spec.toRevision} on ${chunk.length} device(s)` }, [
+        { devices: chunk, profile: spec.profile, revision: spec.toRevision, from: spec.fromRevision, rolloutId: input.rolloutId, revertWindowMs },
+      ]);
+      confirmed += result.confirmed;
+      failed.push(...result.failed);
+    }
+    if (failed.length) model.warnings.push(`floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(0, 500));
+    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from: spec.fromRevision, revertWindowMs, confirmed, failed } });
   }
 
   /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */

@@ -9,7 +9,7 @@ import type { RolloutStatus } from '../core/rollout/status';
 import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publish } from './progress';
-import { RolloutSteps } from './rollout-steps';
+import { DEVICE_FLOOR, RolloutSteps } from './rollout-steps';
 
 export type { RolloutInput };
 
@@ -95,6 +95,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       return steps.finish('aborted', outcome.event, abort.reason);
     }
     await steps.settled();
+    if (wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
     return steps.finish('completed', 'rollout.completed');
   }
 

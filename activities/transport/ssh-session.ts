@@ -1,4 +1,5 @@
-import { markerPath } from '../../core/revision';
+import { formatFloor, parseFloor } from '../../core/floor';
+import { floorPath, markerPath } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
 import { StepFailed, TransportError } from './errors';
@@ -49,6 +50,19 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
       const dir = path.slice(0, path.lastIndexOf('/'));
       const res = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' ${revision} > "$HOME/${path}"`, { timeoutMs });
       if (res.code !== 0) throw new StepFailed('write marker', res, device);
+    },
+
+    async readFloor(profile, { timeoutMs }) {
+      const res = await ssh.exec(`cat "$HOME/${floorPath(profile)}" 2>/dev/null || true`, { timeoutMs });
+      return parseFloor(res.stdout);
+    },
+
+    async writeFloor(profile, floor, { timeoutMs }) {
+      const path = floorPath(profile);
+      const dir = path.slice(0, path.lastIndexOf('/'));
+      // formatFloor keeps every value to characters that need no quoting; written whole, then renamed.
+      const res = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`, { timeoutMs });
+      if (res.code !== 0) throw new StepFailed('write floor', res, device);
     },
 
     // The apply lock and the detached apply are shell on the device (./apply-lock.ts); a step of the

@@ -1,3 +1,4 @@
+import type { DeviceFloor } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
 
 /**
@@ -70,6 +71,10 @@ export interface DeviceSession {
   readMarker(profile: string, opts: { timeoutMs: number }): Promise<number | null>;
   /** Record on the device that `revision` of `profile` is in place. */
   writeMarker(profile: string, revision: number, opts: { timeoutMs: number }): Promise<void>;
+  /** The device's floor for `profile` (core/floor.ts), or null when it has none. */
+  readFloor(profile: string, opts: { timeoutMs: number }): Promise<DeviceFloor | null>;
+  /** Record the floor a completed rollout confirmed on the device. */
+  writeFloor(profile: string, floor: DeviceFloor, opts: { timeoutMs: number }): Promise<void>;
   /**
    * Take the device's apply lock for `profile` (atomically), or say who holds it. When the holder is the
    * same unit (rollout, run, activity), the lock records `holder.attempt` as its attempt (`ours`).

@@ -9,8 +9,10 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../activities/device-steps';
 import { connectDevice, TransportError } from '../../activities/transport';
 import { startDevServerEnv } from '../../workers/dev-server';
+import { resumeUpdate } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
+import { waitForStatus } from '../support/rollout-helpers';
 import { startSshdFleet, type SshdDevice, type SshdFleet } from '../support/sshd';
 
 const MARKER = '.wavegate/profiles/demo/revision';
@@ -90,7 +92,13 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
   it('applies r2 through Temporal to every sshd device (one via a jump host) and refuses the host-key mismatch', async () => {
     const worker = await startTestWorker(env);
     try {
-      const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      // The host-key refusal is a failure, not an offline device: the bulk phase's failure gate trips and
+      // the rollout pauses for an operator (rollback.on is healthGate-fail); resumed, it completes.
+      const paused = await waitForStatus(handle, (s) => s.state === 'paused', 90_000);
+      expect(paused.pausedReason).toMatch(/^failure-gate: 1 of \d+ devices failed/);
+      await handle.executeUpdate(resumeUpdate, { args: [{ by: 'test' }] });
+      const result = await handle.result();
       expect(result.state).toBe('completed');
       for (const id of ['ssh-a', 'ssh-b', 'ssh-c']) {
         expect(result.devices.find((d) => d.id === id), id).toMatchObject({ state: 'applied' });
@@ -103,8 +111,8 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(tunnelsTo(sshd.device('ssh-a'), sshd.device('ssh-c').port)).toBeGreaterThanOrEqual(2);
 
       const bad = result.devices.find((d) => d.id === 'ssh-bad')!;
-      expect(bad.state).toBe('skipped');
-      expect(bad.reason).toMatch(/host key SHA256:\S+ .*does not match the pinned/);
+      expect(bad.state).toBe('failed');
+      expect(bad.reason).toMatch(/^refused at snapshot \(host-key\): .*host key SHA256:\S+ .*does not match the pinned/);
       // Refused during key exchange: the device never saw a login, let alone a command.
       expect(accepted(sshd.device('ssh-bad'))).toBe(0);
       expect(existsSync(join(sshd.device('ssh-bad').home, '.wavegate'))).toBe(false);
@@ -129,7 +137,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
       // The steps in order (the clock repeats the current one every second; a running apply reports its time).
       const stepsBeaten = beats.filter((b, i) => b !== beats[i - 1] && !/ running \d+s$/.test(b));
-      expect(stepsBeaten).toEqual(['connect', 'lock', 'verify-first', 'stage', 'staged motd', 'apply', 'verify']);
+      expect(stepsBeaten).toEqual(['connect', 'floor', 'lock', 'verify-first', 'stage', 'staged motd', 'apply', 'verify']);
     });
 
     it('an apply runs detached under sshd: the connection is cut mid-apply, the apply runs on to its end, and the retry reattaches to it (it ran once)', async () => {

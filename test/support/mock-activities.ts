@@ -25,6 +25,8 @@ export interface Scenario {
   /** From this seq on, appends fail as AuditCorrupt until `repairAudit` (or an override record). */
   auditFailFrom?: number;
   auditRepaired?: boolean;
+  /** Floors raised at completion: device ids with the revision. */
+  floors?: Array<{ id: string; revision: number }>;
   /** What ran, in order: `apply:<id>` or `rollback:<id>`. */
   log: string[];
   audit: AuditEvent[];
@@ -75,7 +77,12 @@ export function createMockActivities() {
     if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
     return s;
   };
-  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth'> = {
+  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth' | 'confirmFloor'> = {
+    async confirmFloor(input) {
+      const s = scenario();
+      s.floors = [...(s.floors ?? []), ...input.devices.map((d) => ({ id: d.id, revision: input.revision }))];
+      return { confirmed: input.devices.length, failed: [] };
+    },
     async auditHealth() {
       const s = scenario();
       return s.auditRepaired ? { ok: true as const, head: null, file: 'mock', segment: 1 } : { ok: false as const, reason: 'line 3 is not a record', problem: 'unreadable', file: 'mock', line: 3, segment: 1 };

@@ -54,11 +54,14 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(4);
     expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(4);
-    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'floor.confirmed', 'rollout.completed']);
     expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1));
     // Every device's own outcome is in the trail, not only the phases'.
     expect(deviceRecords(s, 'apply').map((d) => d.state).sort()).toEqual(['applied', 'applied', 'applied', 'applied']);
     expect(new Set(deviceRecords(s, 'apply').map((d) => d.id))).toEqual(new Set(result.devices.map((d) => d.id)));
+    // Completed: every device it changed gets its floor raised to the target (no downgrade after).
+    expect(s.floors!.map((f) => f.revision)).toEqual([2, 2, 2, 2]);
+    expect(s.audit.find((r) => r.event === 'floor.confirmed')!.evidence).toMatchObject({ revision: 2, from: 1, confirmed: 4, failed: [] });
   });
 
   it('failure gate with rollback.on failure-gate: the started devices are put back last-first, the rest skipped', async () => {
@@ -216,9 +219,9 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     const { s, input, h } = await start({ phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { canary: { keep: true } });
     const applying = await waitForStatus(h, (st) => st.counts.applying === 1);
     const canary = applying.devices.find((d) => d.state === 'applying')!.id;
-    await h.cancel();
-    mocks.release(input.rolloutId, canary);
+    await h.cancel(); // the held apply is never released: the cancel reaches it through its heartbeat
     await expect(h.result()).rejects.toBeInstanceOf(WorkflowFailedError);
+    expect(s.log).not.toContain(`apply:${canary}`);
     expect(s.log).toContain(`rollback:${canary}`);
     expect(events(s)).toEqual(expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.cancelled']));
     expect(s.audit.find((r) => r.event === 'rollback.started')!.evidence).toEqual({ devices: 1 });
@@ -241,7 +244,7 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     const result = await h.result();
     expect(result.state).toBe('completed');
     expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1)); // no gap: record 4 was written after all
-    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+    expect(events(s)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'floor.confirmed', 'rollout.completed']);
   });
 
   it('override-audit: refused without a reason; when held, it writes an audit.override from the last good record and the rollout goes on', async () => {

@@ -1,0 +1,52 @@
+import { Context } from '@temporalio/activity';
+import type { DeviceTarget } from '../core/rollout-state';
+import { mapLimit } from './map-limit';
+import { connectDevice } from './transport';
+
+export interface ConfirmFloorInput {
+  devices: DeviceTarget[];
+  profile: string;
+  /** The revision the completed rollout confirmed. */
+  revision: number;
+  /** The revision it replaced: the one a revert may go back to. */
+  from: number;
+  rolloutId: string;
+  /** How long a revert back to `from` stays allowed (0: never), from now on the worker's clock. */
+  revertWindowMs: number;
+}
+
+export interface ConfirmFloorResult {
+  confirmed: number;
+  /** Devices whose floor could not be written, with why: the rollout still completed; these are named. */
+  failed: Array<{ id: string; error: string }>;
+}
+
+/**
+ * Raise each device's floor once a rollout completed (core/floor.ts): from now on nothing below the
+ * confirmed revision is applied there, except a revert to `from` inside the window. A device that cannot
+ * be reached keeps its old floor and is reported, never silently passed over.
+ */
+export function createFloorActivities(deps: { concurrency?: number } = {}) {
+  return {
+    async confirmFloor(input: ConfirmFloorInput): Promise<ConfirmFloorResult> {
+      const revertUntil = input.revertWindowMs > 0 ? Date.now() + input.revertWindowMs : 0;
+      const failed: ConfirmFloorResult['failed'] = [];
+      let done = 0;
+      await mapLimit(input.devices, deps.concurrency ?? 16, async (device) => {
+        try {
+          const session = await connectDevice(device, { connectTimeoutMs: 5_000 });
+          try {
+            await session.writeFloor(input.profile, { revision: input.revision, from: input.from, revertUntil, rollout: input.rolloutId }, { timeoutMs: 10_000 });
+          } finally {
+            session.close();
+          }
+        } catch (err) {
+          failed.push({ id: device.id, error: (err as Error).message.slice(0, 300) });
+        } finally {
+          Context.current().heartbeat(++done);
+        }
+      });
+      return { confirmed: input.devices.length - failed.length, failed };
+    },
+  };
+}
