@@ -43,6 +43,8 @@ export interface SnapshotInput {
   /** A page of the in-scope devices (in inventory order): a large fleet is not one payload. */
   offset: number;
   limit: number;
+  /** Only these devices of the scope (a converge over the devices left behind); absent: all of it. */
+  only?: string[];
 }
 
 export interface SnapshotPage {
@@ -106,7 +108,9 @@ export function createActivities(deps: ActivityDeps = {}) {
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = loadInventory(input.inventoryPath);
-      const inScope = devicesInScope(input.scope, inventory.devices);
+      const scoped = devicesInScope(input.scope, inventory.devices);
+      const only = input.only ? new Set(input.only) : undefined;
+      const inScope = only ? scoped.filter((d) => only.has(d.id)) : scoped;
       let probed = 0;
       const page = inScope.slice(input.offset, input.offset + input.limit);
       const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {

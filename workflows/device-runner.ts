@@ -60,6 +60,20 @@ function applyProxy(opts: DeviceRunOptions) {
   }).applyRevision;
 }
 
+/** New executions leave a device refused before any command ran out of compensation (never "rolled back"). */
+export const REFUSED_DEVICES_UNTOUCHED = 'refused-devices-untouched';
+
+/** Failures that happen before any command of ours runs on the device (the worker or the device said no first). */
+const REFUSED_BEFORE_RUNNING: ReadonlySet<string> = new Set(['EnvelopeRejected', 'ApplyLockHeld', 'Transport.host-key', 'Transport.auth', 'Transport.config']);
+
+/** The type of the first ApplicationFailure in a failure chain, if any. */
+function failureType(err: unknown): string | undefined {
+  for (let current = err as { cause?: unknown; type?: unknown } | undefined; current; current = current.cause as typeof current) {
+    if (typeof current.type === 'string' && current.type) return current.type;
+  }
+  return undefined;
+}
+
 /** The innermost message of a failure chain (ActivityFailure → ApplicationFailure → ...). */
 export function rootMessage(err: unknown): string {
   let current = err as { cause?: unknown; message?: string } | undefined;
@@ -78,6 +92,7 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const queue = [...devices];
   const tally: FailureTally = { succeeded: 0, failed: 0 };
   const started: string[] = [];
+  const untouched = new Set<string>();
   const required: Promise<void>[] = [];
   const background: Promise<void>[] = [];
   let tripped = false;
@@ -105,6 +120,8 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
       }
       hooks.setState(device.id, bad, `${bestEffort ? 'best-effort, not counted: ' : ''}${rootMessage(err)}`);
       if (!bestEffort) tally.failed += 1;
+      // Refused before anything ran on it: the device was not changed, so there is nothing to put back.
+      if (opts.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(failureType(err) ?? '') && wf.patched(REFUSED_DEVICES_UNTOUCHED)) untouched.add(device.id);
     } finally {
       inFlight.set(device.pool, inFlight.get(device.pool)! - 1);
     }
@@ -132,7 +149,7 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   return {
     tally,
     tripped: tripped || (opts.mode === 'apply' && failureGateTripped({ succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed }, opts.failurePolicy, true)),
-    started,
+    started: untouched.size ? started.filter((id) => !untouched.has(id)) : started,
     background: Promise.all(background).then(() => undefined),
   };
 }

@@ -99,7 +99,7 @@ export class RolloutSteps {
     const { spec, profile } = this.input;
     for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
       const page = await snapshotFleet.executeWithOptions({ summary: `snapshot ${spec.profile} fleet from #${offset}` }, [
-        { inventoryPath: this.input.inventoryPath, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE },
+        { inventoryPath: this.input.inventoryPath, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}) },
       ]);
       this.model.addSnapshot(page.devices);
       if (offset + SNAPSHOT_PAGE >= page.total) break;

@@ -44,6 +44,11 @@ export interface RolloutInput {
   /** In-flight fraction per pool (default 5%, at least one device). */
   poolBudgets: Record<string, number>;
   startedBy: string;
+  /**
+   * Only these devices of the profile's scope (e.g. `wavegate converge`: the devices a completed rollout
+   * left behind); absent: every device in scope.
+   */
+  onlyDevices?: string[];
   /** Phases with more devices than this run in child workflows over slices of this size (history bounds). */
   sliceSize?: number;
   /**

@@ -16,6 +16,8 @@ export interface Scenario {
   devices: DeviceSnapshot[];
   /** Devices whose apply fails (non-retryable, like a verify that says no). */
   failApply?: Set<string>;
+  /** Devices the worker refuses before running anything (EnvelopeRejected: e.g. no pins, below the floor). */
+  refuseApply?: Set<string>;
   /** Every apply after the first N fails (the order devices start in decides which). */
   failApplyAfter?: number;
   /** Devices whose apply waits until `release(id)` (heartbeating, so a cancel reaches it). */
@@ -103,6 +105,7 @@ export function createMockActivities() {
         }
       }
       s.log.push(`${mode}:${id}`);
+      if (mode === 'apply' && s.refuseApply?.has(id)) throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`, nonRetryable: true });
       const applies = s.log.filter((l) => l.startsWith('apply:')).length;
       if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter))) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
       return { device: id, outcome: 'applied' as const, steps: [mode] };

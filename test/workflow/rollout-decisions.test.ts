@@ -188,6 +188,20 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(events(s)).toEqual(expect.arrayContaining(['rollout.aborted', 'rollback.started', 'rollback.completed']));
   });
 
+  it('a device refused before any command ran (no pins, below the floor) is never rolled back or reported rollback-failed', async () => {
+    const devices = mockDevices(4);
+    const refused = devices[3]!.id;
+    const { s, h } = await start({ phases: [{ bulk: 'remainder', gate: 'manual' }], maxFailureRatio: 0.5 }, { devices, refuseApply: new Set([refused]) });
+    await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'kim', reason: 'changed my mind' }] });
+    const result = await h.result();
+    expect(result.state).toBe('aborted');
+    expect(stateOf(result, refused)).toBe('failed');
+    expect(result.devices.find((d) => d.id === refused)!.reason).toMatch(/NO_TRUST/);
+    expect(s.log).not.toContain(`rollback:${refused}`);
+    expect(s.log.filter((l) => l.startsWith('rollback:'))).toHaveLength(3); // the three it did change
+  });
+
   it('abort without rollback: nothing is put back; the changed devices stay applied', async () => {
     const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
     await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
