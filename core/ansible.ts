@@ -1,5 +1,9 @@
 import { parse as parseYaml } from 'yaml';
 import { WavegateError } from './errors';
+import { formatPath } from './validation';
+import { MAX_DEVICES } from './inventory';
+import { documentProblems } from './document-bounds';
+import { RESERVED_NAME_RULE } from './own-keys';
 
 /**
  * Import an Ansible inventory (INI or YAML text) as a wavegate inventory document, which
@@ -26,7 +30,8 @@ interface Group {
 
 class Model {
   readonly groups = new Map<string, Group>();
-  readonly hostOrder: string[] = [];
+  /** Every host once, in the order first seen (a Set: an inventory of 100,000 hosts stays linear). */
+  readonly hostOrder = new Set<string>();
   group(name: string): Group {
     let g = this.groups.get(name);
     if (!g) {
@@ -35,10 +40,27 @@ class Model {
     }
     return g;
   }
+  /** Host names still allowed to be expanded in this file (every pattern's count is taken from it). */
+  private expansionBudget = MAX_PATTERN_HOSTS;
+  /** The hosts of a pattern; `where` names it in errors. Refuses a pattern above what is left of the budget. */
+  expand(pattern: string, source: string, where: { line?: number; path?: string }): string[] {
+    try {
+      const count = countHostPattern(pattern);
+      if (count > this.expansionBudget && this.expansionBudget < MAX_PATTERN_HOSTS) {
+        throw new HostPatternError(`expands to ${count} hosts; only ${this.expansionBudget} of the ${MAX_PATTERN_HOSTS} host names an inventory may hold are left`);
+      }
+      const hosts = expandHostPattern(pattern);
+      this.expansionBudget -= hosts.length;
+      return hosts;
+    } catch (err) {
+      if (!(err instanceof HostPatternError)) throw err;
+      return fail(source, `${where.path ? `${where.path}: ` : ''}host pattern ${JSON.stringify(pattern.slice(0, 80))}: ${err.message}`, where.line);
+    }
+  }
   addHost(group: string, host: string, vars: Vars): void {
     const g = this.group(group);
     g.hosts.set(host, { ...g.hosts.get(host), ...vars });
-    if (!this.hostOrder.includes(host)) this.hostOrder.push(host);
+    this.hostOrder.add(host);
   }
 }
 
@@ -47,9 +69,47 @@ function fail(source: string, message: string, line?: number): never {
   throw new WavegateError('INVALID_INPUT', `${source}: invalid Ansible inventory${where}: ${message}`, { source, ...(line ? { line } : {}) });
 }
 
-/** Expand Ansible host patterns like `web[01:03].example.com` or `db-[a:c]`. */
-export function expandHostPattern(pattern: string): string[] {
-  const m = /^(.*?)\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\](.*)$/i.exec(pattern);
+const RANGE = /^(.*?)\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\](.*)$/i;
+
+/** How many hosts one pattern may expand to: an inventory holds at most MAX_DEVICES devices anyway. */
+export const MAX_PATTERN_HOSTS = MAX_DEVICES;
+
+/** A host pattern longer than this is no host name (names are at most 253 characters). */
+const MAX_PATTERN_LENGTH = 1024;
+
+/** A host pattern Ansible would not expand, or one that expands to too many hosts. */
+export class HostPatternError extends Error {}
+
+/**
+ * How many hosts `pattern` names, counted without expanding it (ranges multiply): arithmetic only, so
+ * `web-[0:9999999]` costs nothing. A range that names no host (`[9:0]`, a step of 0) is an error.
+ */
+export function countHostPattern(pattern: string): number {
+  if (pattern.length > MAX_PATTERN_LENGTH) throw new HostPatternError(`is ${pattern.length} characters long, above the limit of ${MAX_PATTERN_LENGTH}`);
+  let total = 1;
+  for (let rest = pattern, m = RANGE.exec(rest); m; rest = m[5]!, m = RANGE.exec(rest)) {
+    const [, , from, to, stride] = m as unknown as [string, string, string, string, string | undefined];
+    const step = stride ? Number(stride) : 1;
+    let span: number;
+    if (/^\d+$/.test(from) && /^\d+$/.test(to)) span = Number(to) - Number(from);
+    else if (/^[a-z]$/i.test(from) && /^[a-z]$/i.test(to)) span = to.charCodeAt(0) - from.charCodeAt(0);
+    else return total;
+    if (step < 1) throw new HostPatternError(`range [${m[2]}:${m[3]}:${stride}]: the step must be at least 1`);
+    if (span < 0) throw new HostPatternError(`range [${m[2]}:${m[3]}] names no host (the end is below the start)`);
+    total *= Math.floor(span / step) + 1;
+  }
+  return total;
+}
+
+/** Expand Ansible host patterns like `web[01:03].example.com` or `db-[a:c]`: at most `limit` hosts, else a HostPatternError. */
+export function expandHostPattern(pattern: string, limit = MAX_PATTERN_HOSTS): string[] {
+  const count = countHostPattern(pattern);
+  if (count > limit) throw new HostPatternError(`expands to ${count} hosts; a pattern must name at most ${limit}`);
+  return expandCounted(pattern);
+}
+
+function expandCounted(pattern: string): string[] {
+  const m = RANGE.exec(pattern);
   if (!m) return [pattern];
   const [, head, from, to, stride, tail] = m as unknown as [string, string, string, string, string | undefined, string];
   const step = stride ? Number(stride) : 1;
@@ -60,7 +120,7 @@ export function expandHostPattern(pattern: string): string[] {
   } else if (/^[a-z]$/i.test(from) && /^[a-z]$/i.test(to)) {
     for (let c = from.charCodeAt(0); c <= to.charCodeAt(0); c += step) out.push(`${head}${String.fromCharCode(c)}`);
   } else return [pattern];
-  return out.flatMap((prefix) => expandHostPattern(prefix + tail));
+  return out.flatMap((prefix) => expandCounted(prefix + tail));
 }
 
 /** Split `key=value key2="quoted value"` into pairs; values are typed like Ansible's INI loader does. */
@@ -73,6 +133,7 @@ function parseKeyValues(text: string, source: string, line: number): Vars {
     re.lastIndex = pos;
     const m = re.exec(text);
     if (!m) fail(source, `expected key=value, got "${text.slice(pos).trim()}"`, line);
+    if (m[1] === '__proto__') fail(source, `variable "__proto__" ${RESERVED_NAME_RULE}`, line);
     vars[m[1]!] = typeValue(m[2]!);
     pos = re.lastIndex;
   }
@@ -126,7 +187,7 @@ function parseIni(text: string, source: string): Model {
     const space = line.search(/\s/);
     const pattern = space < 0 ? line : line.slice(0, space);
     const vars = space < 0 ? {} : parseKeyValues(line.slice(space), source, lineNo);
-    for (const host of expandHostPattern(pattern)) model.addHost(section.group, host, vars);
+    for (const host of model.expand(pattern, source, { line: lineNo })) model.addHost(section.group, host, vars);
   });
   return model;
 }
@@ -143,6 +204,8 @@ function parseYamlModel(text: string, source: string): Model {
     fail(source, `not valid YAML: ${(err as Error).message}`);
   }
   if (!isRecord(doc)) fail(source, 'the top level must be a mapping of groups (e.g. "all:")');
+  const shape = documentProblems(doc)[0];
+  if (shape) fail(source, `${formatPath(shape.path)}${shape.deep ? '...' : ''}: ${shape.message}`);
   const model = new Model();
   const visit = (name: string, body: unknown, path: string): void => {
     const g = model.group(name);
@@ -159,7 +222,7 @@ function parseYamlModel(text: string, source: string): Model {
       if (!isRecord(body.hosts)) fail(source, `${path}.hosts: must be a mapping of host names to their vars`);
       for (const [pattern, vars] of Object.entries(body.hosts)) {
         if (vars !== null && vars !== undefined && !isRecord(vars)) fail(source, `${path}.hosts.${pattern}: host vars must be a mapping`);
-        for (const host of expandHostPattern(pattern)) model.addHost(name, host, (vars as Vars | null) ?? {});
+        for (const host of model.expand(pattern, source, { path: `${path}.hosts` })) model.addHost(name, host, (vars as Vars | null) ?? {});
       }
     }
     if (body.children !== undefined && body.children !== null) {
@@ -223,7 +286,7 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
     return [...new Set([...ups, name])];
   };
 
-  const pools: Record<string, Record<string, unknown>> = {};
+  const pools = new Map<string, Record<string, unknown>>();
   const devices: Array<Record<string, unknown>> = [];
   for (const host of model.hostOrder) {
     const direct = [...model.groups.values()].filter((g) => g.hosts.has(host));
@@ -233,10 +296,12 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
     for (const g of direct) Object.assign(vars, g.hosts.get(host));
     const poolGroup = direct.find((g) => g.name !== 'all' && g.name !== 'ungrouped')?.name ?? 'ungrouped';
     const pool = str(vars.wavegate_pool) ?? poolGroup;
-    const labels: Record<string, string> = {};
-    for (const name of groups) if (name !== 'all' && name !== 'ungrouped') labels[`group/${name}`] = 'true';
-    if (isRecord(vars.wavegate_labels)) for (const [k, v] of Object.entries(vars.wavegate_labels)) labels[k] = String(v);
-    for (const [k, v] of Object.entries(vars)) if (k.startsWith('label_') && k.length > 6) labels[k.slice(6)] = String(v);
+    // A Map, then entries: a label called "__proto__" or "constructor" becomes an own key, which the
+    // inventory validation then refuses by name (an assignment would drop or shadow it silently).
+    const labels = new Map<string, string>();
+    for (const name of groups) if (name !== 'all' && name !== 'ungrouped') labels.set(`group/${name}`, 'true');
+    if (isRecord(vars.wavegate_labels)) for (const [k, v] of Object.entries(vars.wavegate_labels)) labels.set(k, String(v));
+    for (const [k, v] of Object.entries(vars)) if (k.startsWith('label_') && k.length > 6) labels.set(k.slice(6), String(v));
     const connection = str(vars.ansible_connection);
     const os = str(vars.wavegate_os) ?? str(vars.ansible_os_family) ?? str(vars.ansible_distribution) ?? (connection && /winrm|psrp/.test(connection) ? 'windows' : undefined);
     const ssh: Record<string, unknown> = {};
@@ -252,7 +317,7 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
       pool,
       class: str(vars.wavegate_class),
       os,
-      labels,
+      labels: Object.fromEntries(labels),
       updateClass: str(vars.wavegate_update_class),
       runtimes: Array.isArray(runtimes) ? runtimes.map(String) : typeof runtimes === 'string' ? runtimes.split(',').map((r) => r.trim()).filter(Boolean) : undefined,
       transport: str(vars.wavegate_transport),
@@ -260,9 +325,9 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
     };
     devices.push(Object.fromEntries(Object.entries(device).filter(([, v]) => v !== undefined)));
     const budget = model.groups.get(pool)?.vars.wavegate_disruption_budget;
-    pools[pool] ??= budget !== undefined ? { disruptionBudget: budget } : {};
+    if (!pools.has(pool)) pools.set(pool, budget !== undefined ? { disruptionBudget: budget } : {});
   }
-  return { pools, devices };
+  return { pools: Object.fromEntries(pools), devices };
 }
 
 function str(value: unknown): string | undefined {

@@ -1,11 +1,37 @@
 import { z } from 'zod';
-import { invalidFields, parseWith, type FieldProblem } from './validation';
+import { isReservedName, ownValue, RESERVED_NAME_RULE } from './own-keys';
+import { formatPath, invalidFields, parseWith, PRINTABLE, PRINTABLE_RULE, type FieldProblem } from './validation';
 
 /**
  * The inventory: the membership source for a fleet (docs/formats.md). Devices inherit `defaults`; each belongs
  * to a pool whose disruption budget bounds how many of its devices are in flight at once.
  */
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** The most devices one inventory (and so one phase, or a minimum sample) may hold. */
+export const MAX_DEVICES = 100_000;
+export const MAX_PHASE_DEVICES = MAX_DEVICES;
+
+/** A name that is also a record key or a Map key somewhere: the ID rule, and never a reserved name. */
+function named(rule: RegExp, message: string) {
+  return z.string().regex(rule, message).refine((name) => !isReservedName(name), RESERVED_NAME_RULE);
+}
+
+/** Device classes, OS names and runtime names: plain identifiers (no path, shell or whitespace syntax). */
+export const Identifier = named(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit');
+export const PoolName = named(ID, 'must be a name of 1-128 letters, digits, ".", "_", ":" or "-"');
+
+/**
+ * A host name or address as ssh takes it: no leading "-" (it would read as an option to a command
+ * line), no whitespace, control characters or shell syntax.
+ */
+const Host = z.string().regex(/^[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,252}$/, 'must be a host name or IP address (letters, digits, ".", ":", "-", "_", "%"; not starting with "-")');
+/** A login name: the same rules (letters, digits, ".", "_", "-", "@"; no leading "-"). */
+const User = z.string().regex(/^[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}$/, 'must be a login name of 1-64 letters, digits, ".", "_", "-" or "@" (not starting with "-")');
+/** A file on the worker (a key or a known_hosts file): one line, bounded. */
+const WorkerPath = z.string().min(1).max(4096).regex(PRINTABLE, PRINTABLE_RULE);
+const LabelKey = z.string().min(1).max(128).regex(PRINTABLE, PRINTABLE_RULE).refine((key) => !isReservedName(key), RESERVED_NAME_RULE);
+const LabelValue = z.string().max(256).regex(PRINTABLE, PRINTABLE_RULE);
 
 export const UpdateClass = z.enum(['required', 'best-effort', 'left-behind']);
 export type UpdateClass = z.infer<typeof UpdateClass>;
@@ -16,16 +42,16 @@ export const SshSettings = z
     /** Pinned host key: OpenSSH fingerprint `SHA256:...`. */
     hostKey: z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
     /** Or a known_hosts file to pin against. */
-    knownHosts: z.string().min(1).optional(),
+    knownHosts: WorkerPath.optional(),
     /** Private key file (never its contents: keys stay on the worker's disk). */
-    key: z.string().min(1).optional(),
+    key: WorkerPath.optional(),
     /** Use the SSH agent at $SSH_AUTH_SOCK instead of a key file. */
     agent: z.boolean().optional(),
     jumpHost: z
       .object({
-        host: z.string().min(1),
+        host: Host,
         port: z.number().int().min(1).max(65535).default(22),
-        user: z.string().min(1),
+        user: User,
         hostKey: z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/).optional(),
       })
       .strict()
@@ -35,21 +61,21 @@ export const SshSettings = z
 export type SshSettings = z.infer<typeof SshSettings>;
 
 const DeviceFields = {
-  host: z.string().min(1),
+  host: Host,
   port: z.number().int().min(1, 'must be a TCP port 1-65535').max(65535, 'must be a TCP port 1-65535'),
-  user: z.string().min(1),
-  pool: z.string().regex(ID, 'must be a name of letters, digits, ".", "_", ":" or "-"'),
-  class: z.string().min(1),
-  os: z.string().min(1),
-  labels: z.record(z.string(), z.string()),
+  user: User,
+  pool: PoolName,
+  class: Identifier,
+  os: Identifier,
+  labels: z.record(LabelKey, LabelValue).refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels'),
   updateClass: UpdateClass,
-  runtimes: z.array(z.string().min(1)),
+  runtimes: z.array(Identifier).max(64, 'at most 64 runtimes'),
   transport: Transport,
   ssh: SshSettings,
 };
 
 export const DeviceInput = z
-  .object({ id: z.string().regex(ID, 'must be 1-128 letters, digits, ".", "_", ":" or "-"') })
+  .object({ id: named(ID, 'must be 1-128 letters, digits, ".", "_", ":" or "-"') })
   .extend(Object.fromEntries(Object.entries(DeviceFields).map(([k, v]) => [k, v.optional()])) as {
     [K in keyof typeof DeviceFields]: z.ZodOptional<(typeof DeviceFields)[K]>;
   })
@@ -62,9 +88,9 @@ const Budget = z.union([
 
 export const InventoryInput = z
   .object({
-    pools: z.record(z.string().regex(ID), z.object({ disruptionBudget: Budget.optional() }).strict()).default({}),
+    pools: z.record(PoolName, z.object({ disruptionBudget: Budget.optional() }).strict()).default({}),
     defaults: DeviceInput.omit({ id: true }).partial().default({}),
-    devices: z.array(DeviceInput).min(1, 'an inventory needs at least one device'),
+    devices: z.array(DeviceInput).min(1, 'an inventory needs at least one device').max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
   })
   .strict();
 
@@ -105,10 +131,15 @@ function budgetFraction(value: number | string | undefined): number {
 export function parseInventory(data: unknown, source: string): Inventory {
   const input = parseWith(InventoryInput, data, source);
   const problems: FieldProblem[] = [];
-  const seen = new Set<string>();
+  // Ids are unique ignoring case: they name directories, workflow ids and audit records, some of them
+  // on case-insensitive file systems, and "WEB-01" next to "web-01" is a typo, not a second device.
+  const seen = new Map<string, number>();
   const devices: Device[] = input.devices.map((d, i) => {
-    if (seen.has(d.id)) problems.push({ path: `devices[${i}].id`, value: d.id, message: 'duplicate device id; every id must be unique' });
-    seen.add(d.id);
+    const first = seen.get(d.id.toLowerCase());
+    if (first !== undefined) {
+      const same = input.devices[first]!.id === d.id;
+      problems.push({ path: `devices[${i}].id`, value: d.id, message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first}] is ${JSON.stringify(input.devices[first]!.id)})` });
+    } else seen.set(d.id.toLowerCase(), i);
     const merged = { ...input.defaults, ...d, ssh: { ...input.defaults.ssh, ...d.ssh } };
     for (const field of ['host', 'user', 'pool'] as const) {
       if (!merged[field]) problems.push({ path: `devices[${i}].${field}`, value: undefined, message: 'required (set it on the device or in defaults)' });
@@ -130,12 +161,12 @@ export function parseInventory(data: unknown, source: string): Inventory {
   });
   for (const [name, pool] of Object.entries(input.pools)) {
     if (budgetFraction(pool.disruptionBudget) > 1) {
-      problems.push({ path: `pools.${name}.disruptionBudget`, value: pool.disruptionBudget, message: 'must be a fraction 0-1 or a percentage like "5%" (at most 100%)' });
+      problems.push({ path: formatPath(['pools', name, 'disruptionBudget']), value: pool.disruptionBudget, message: 'must be a fraction 0-1 or a percentage like "5%" (at most 100%)' });
     }
   }
   if (problems.length) invalidFields(source, problems);
   const pools: Record<string, Pool> = {};
   for (const [name, pool] of Object.entries(input.pools)) pools[name] = { name, disruptionBudget: budgetFraction(pool.disruptionBudget) };
-  for (const device of devices) pools[device.pool] ??= { name: device.pool, disruptionBudget: DEFAULT_DISRUPTION_BUDGET };
+  for (const device of devices) if (!ownValue(pools, device.pool)) pools[device.pool] = { name: device.pool, disruptionBudget: DEFAULT_DISRUPTION_BUDGET };
   return { pools, devices };
 }

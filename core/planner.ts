@@ -1,4 +1,5 @@
 import { DEFAULT_DISRUPTION_BUDGET, type UpdateClass } from './inventory';
+import { ownValue } from './own-keys';
 import { prng, seedFrom, seedHex, shuffled } from './random';
 import { phaseGate, phaseSize, type PhaseSize, type PhaseSpec, type RolloutSpec } from './spec';
 
@@ -34,7 +35,7 @@ export interface PlanDevice {
   reachable?: boolean;
 }
 
-export type PlanSpec = Pick<RolloutSpec, 'toRevision' | 'phases' | 'gate' | 'canaryClass' | 'concurrent' | 'disruptionBudget'>;
+export type PlanSpec = Pick<RolloutSpec, 'toRevision' | 'phases' | 'gate' | 'canaryClass' | 'concurrent' | 'disruptionBudget'> & Partial<Pick<RolloutSpec, 'minSample'>>;
 
 export interface PlanInput {
   rolloutId: string;
@@ -247,6 +248,7 @@ export function planPhases(input: PlanInput): Plan {
     }
   }
 
+  warnIfSampleUnreachable(spec, phases, warnings);
   return {
     rolloutId: input.rolloutId,
     seed: seedHex(seed),
@@ -259,6 +261,21 @@ export function planPhases(input: PlanInput): Plan {
     pools,
     warnings,
   };
+}
+
+/**
+ * `minSample` above every phase's size means the failure gate never judges a phase while it runs: each
+ * phase goes to its end however many of its devices fail (the gate looks only once the phase is done).
+ * That is a safety switched off, so it is said.
+ */
+function warnIfSampleUnreachable(spec: PlanSpec, phases: readonly PlannedPhase[], warnings: string[]): void {
+  if (spec.minSample === undefined || phases.length === 0) return;
+  const largest = Math.max(...phases.map((p) => p.devices.length));
+  if (spec.minSample > largest) {
+    warnings.push(
+      `minSample ${spec.minSample} is larger than every phase (the largest has ${largest} device(s)): the failure gate is effectively disabled while phases run and only judges a phase once all of its devices are done; lower minSample to at most ${largest}`,
+    );
+  }
 }
 
 /** A list for a warning line: the first ten ids, then a count (a 10,000-device plan stays compact). */
@@ -306,8 +323,9 @@ function poolPlans(devices: readonly PlanDevice[], input: PlanInput, warnings: s
   for (const d of devices) sizes.set(d.pool, (sizes.get(d.pool) ?? 0) + 1);
   const plans: PoolPlan[] = [];
   for (const pool of [...sizes.keys()].sort()) {
-    const size = input.pools?.[pool]?.size ?? sizes.get(pool)!;
-    const budget = input.spec.disruptionBudget[pool] ?? input.pools?.[pool]?.disruptionBudget ?? DEFAULT_DISRUPTION_BUDGET;
+    const known = ownValue(input.pools, pool);
+    const size = known?.size ?? sizes.get(pool)!;
+    const budget = ownValue(input.spec.disruptionBudget, pool) ?? known?.disruptionBudget ?? DEFAULT_DISRUPTION_BUDGET;
     plans.push({ pool, size, budget, maxInFlight: maxInFlight(size, budget) });
     if (budget === 0) warnings.push(`pool ${pool}: disruption budget 0 still allows one device in flight at a time`);
   }

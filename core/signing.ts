@@ -16,6 +16,18 @@ import { parseWith } from './validation';
  */
 export const ALG = 'Ed25519';
 export const DEFAULT_VALIDITY_DAYS = 365;
+/** The longest an envelope may be valid, from `issuedAt` to `expiresAt`: a leaked key's signatures age out. */
+export const MAX_VALIDITY_DAYS = 400;
+/**
+ * Envelopes signed before `issuedAt` existed have no signing time. They stay verifiable (nothing already
+ * signed is invalidated), but only until `expiresAt`, and an `expiresAt` further than the longest
+ * validity the signer ever gave (3650 days, `--validity-days`' old limit) from now is refused:
+ * `9999-12-31` never verifies.
+ */
+export const LEGACY_MAX_VALIDITY_DAYS = 3650;
+/** How far ahead of the verifier's clock `issuedAt` may be (clocks differ a little, never by much). */
+export const MAX_CLOCK_SKEW_MS = 5 * 60_000;
+const DAY_MS = 86_400_000;
 
 const Base64Text = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, 'must be standard base64');
 const Kid = z.string().regex(/^sha256\/[A-Za-z0-9_-]{43}$/, 'must be "sha256/" + 43 base64url characters');
@@ -123,13 +135,39 @@ function signEntry(body: Uint8Array, pair: KeyPair): SignatureEntry {
 }
 
 /**
- * Sign a revision: its canonical JSON becomes the body. A revision without `expiresAt` gets one
- * `validityDays` after `now` (the envelope is then what is registered, not the source file).
+ * The revision as it is signed at `now`: `issuedAt` is `now` (the signer's clock), and a revision
+ * without `expiresAt` gets one `validityDays` after it.
+ */
+export function signedContent(revision: Revision, opts: { now: number; validityDays?: number }): Revision {
+  return {
+    ...revision,
+    issuedAt: new Date(opts.now).toISOString(),
+    expiresAt: revision.expiresAt ?? new Date(opts.now + (opts.validityDays ?? DEFAULT_VALIDITY_DAYS) * DAY_MS).toISOString(),
+  };
+}
+
+/**
+ * What `sign` refuses to sign: content already expired at `now`, or valid longer than
+ * MAX_VALIDITY_DAYS. INVALID_INPUT naming `source` and `expiresAt`.
+ */
+export function assertSignable(content: Revision, now: number, source: string): void {
+  const expires = Date.parse(content.expiresAt ?? '');
+  const issued = content.issuedAt ? Date.parse(content.issuedAt) : now;
+  const problem = !(expires > now)
+    ? `is not after the signing time ${new Date(now).toISOString()}: refusing to sign content that is already expired`
+    : expires - issued > MAX_VALIDITY_DAYS * DAY_MS
+      ? `is ${Math.ceil((expires - issued) / DAY_MS)} days after the signing time; a signature is valid for at most ${MAX_VALIDITY_DAYS} days`
+      : undefined;
+  if (problem) throw new WavegateError('INVALID_INPUT', `${source}: invalid\n  expiresAt: ${problem} (got ${JSON.stringify(content.expiresAt)})`, { source, field: 'expiresAt' });
+}
+
+/**
+ * Sign a revision: its canonical JSON (with `issuedAt` and `expiresAt`, see signedContent) becomes the
+ * body; the envelope is then what is registered, not the source file. A primitive: `sign` checks the
+ * content with assertSignable first (tests use it to make expired envelopes on purpose).
  */
 export function signRevision(revision: Revision, pair: KeyPair, opts: { now: number; validityDays?: number }): Envelope {
-  const content: Revision = revision.expiresAt
-    ? revision
-    : { ...revision, expiresAt: new Date(opts.now + (opts.validityDays ?? DEFAULT_VALIDITY_DAYS) * 86_400_000).toISOString() };
+  const content = signedContent(revision, opts);
   const body = utf8Encode(canonicalize(content));
   return { body: toBase64(body), signatures: [signEntry(body, pair)] };
 }
@@ -155,6 +193,8 @@ export type VerifyReason =
   | 'INVALID_REVISION'
   | 'MISSING_EXPIRY'
   | 'EXPIRED'
+  | 'NOT_YET_VALID'
+  | 'VALIDITY_TOO_LONG'
   | 'MISSING_DIGEST'
   | 'NOT_ABOVE_CURRENT';
 
@@ -207,7 +247,8 @@ export interface VerifyOptions {
  * (BAD_SIGNATURE), no kid twice (DUPLICATE_SIGNER), threshold of distinct pinned signers
  * (UNPINNED_KEY when the only signers are unpinned, else BELOW_THRESHOLD), canonical body
  * (NOT_CANONICAL), digests on every payload file (MISSING_DIGEST), a valid revision
- * (INVALID_REVISION), expiry (MISSING_EXPIRY / EXPIRED) and the revision number (NOT_ABOVE_CURRENT).
+ * (INVALID_REVISION), expiry (MISSING_EXPIRY / EXPIRED), the signing time and the validity period
+ * (NOT_YET_VALID / VALIDITY_TOO_LONG, see validityProblem) and the revision number (NOT_ABOVE_CURRENT).
  */
 export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOptions): VerifyResult {
   if (typeof envelope === 'object' && envelope !== null && Array.isArray((envelope as Envelope).signatures)) {
@@ -278,10 +319,34 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
   if (!(expires > opts.now)) {
     return fail('EXPIRED', `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`, { expiresAt: revision.expiresAt });
   }
+  const period = validityProblem(revision, expires, opts.now);
+  if (period) return period;
   if (opts.current !== undefined && revision.revision <= opts.current) {
     return fail('NOT_ABOVE_CURRENT', `revision ${revision.revision} is not above the current revision ${opts.current}; the channel never moves backwards`, { current: opts.current });
   }
   return { ok: true, revision, signers, bodyDigest: hex(sha256(body)), ignored };
+}
+
+/**
+ * The signing time and validity period of an unexpired revision. With `issuedAt`: not after this
+ * clock's now (beyond a small skew: a verifier whose clock is behind the signer's would otherwise
+ * accept what has expired), and at most MAX_VALIDITY_DAYS before `expiresAt`. Without it (an
+ * envelope signed before `issuedAt` existed): `expiresAt` at most LEGACY_MAX_VALIDITY_DAYS from now.
+ */
+function validityProblem(revision: Revision, expires: number, now: number): VerifyFailure | undefined {
+  const name = `revision ${revision.profile}#${revision.revision}`;
+  if (revision.issuedAt === undefined) {
+    if (expires - now <= LEGACY_MAX_VALIDITY_DAYS * DAY_MS) return undefined;
+    return fail('VALIDITY_TOO_LONG', `${name} has no issuedAt and expires at ${revision.expiresAt}, more than ${LEGACY_MAX_VALIDITY_DAYS} days from now; sign it again`, { expiresAt: revision.expiresAt });
+  }
+  const issued = Date.parse(revision.issuedAt);
+  if (issued > now + MAX_CLOCK_SKEW_MS) {
+    return fail('NOT_YET_VALID', `${name} was issued at ${revision.issuedAt}, after this clock's ${new Date(now).toISOString()}: this clock is behind (or the envelope is post-dated); refusing`, { issuedAt: revision.issuedAt });
+  }
+  if (expires - issued > MAX_VALIDITY_DAYS * DAY_MS) {
+    return fail('VALIDITY_TOO_LONG', `${name} is valid from ${revision.issuedAt} to ${revision.expiresAt}, longer than ${MAX_VALIDITY_DAYS} days`, { issuedAt: revision.issuedAt, expiresAt: revision.expiresAt });
+  }
+  return undefined;
 }
 
 /** Decode an envelope's body without verifying it (for display only). */

@@ -1,24 +1,54 @@
 import { z } from 'zod';
-import { parseDurationMs } from './duration';
+import { formatDurationMs, parseDurationMs } from './duration';
 import { parseHealthCheck } from './health';
-import type { Inventory } from './inventory';
+import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inventory';
+import { ownValue } from './own-keys';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
-import { invalidFields, parseWith, type FieldProblem } from './validation';
+import { formatPath, invalidFields, parseWith, PRINTABLE, PRINTABLE_RULE, type FieldProblem } from './validation';
 
 /**
  * The rollout spec (docs/formats.md). Accepts the phased form verbatim (`canary: 1 device`, `bulk: 25%`,
  * `bulk: remainder`, `gateMs`, `healthGate`, `rollback.on`) plus options with defaults.
  */
-const Duration = z.union([z.number(), z.string()]).transform((value, ctx) => {
-  const ms = parseDurationMs(value);
-  if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: 'must be a duration such as 600000 (ms), "90s", "10m" or "1h"' });
-    return z.NEVER;
-  }
-  return ms;
-});
+const DURATION_FORM = 'a duration such as 600000 (ms), "90s", "10m" or "1h"';
 
-const Gate = z.union([z.literal('manual'), Duration]);
+/**
+ * A duration within [min, max] milliseconds: every wait and timeout has a sane range (a 100-year gate
+ * timer or a 0 s apply timeout is a mistake, never a setting).
+ */
+function boundedDuration(min: number, max: number) {
+  const range = `between ${formatDurationMs(min)} and ${formatDurationMs(max)}`;
+  return z.union([z.number(), z.string()], { error: `must be ${DURATION_FORM}` }).transform((value, ctx) => {
+    const ms = parseDurationMs(value);
+    if (ms === undefined) {
+      ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}, ${range}` });
+      return z.NEVER;
+    }
+    if (ms < min || ms > max) {
+      ctx.addIssue({ code: 'custom', message: `must be ${range}` });
+      return z.NEVER;
+    }
+    return ms;
+  });
+}
+
+/** Bounds of the spec's durations (docs/formats.md, "Durations"). */
+export const DURATION_BOUNDS = {
+  /** The wait after a phase: none, up to a 30-day soak. */
+  gate: { min: 0, max: 30 * 86_400_000 },
+  /** One device's apply or rollback command. */
+  applyTimeout: { min: 1_000, max: 86_400_000 },
+  /** One health-gate check. */
+  healthTimeout: { min: 1_000, max: 3_600_000 },
+  /** How long after completion a revert to fromRevision stays allowed on the devices (0: never). */
+  revertWindow: { min: 0, max: 30 * 86_400_000 },
+} as const;
+
+const GateDuration = boundedDuration(DURATION_BOUNDS.gate.min, DURATION_BOUNDS.gate.max);
+const Gate = z.union([z.literal('manual'), GateDuration], { error: `must be "manual" or ${DURATION_FORM}` });
+
+/** Text fields a person writes: bounded, so a 60 MB name is refused rather than carried through history. */
+export const MAX_NAME_LENGTH = 128;
 
 /**
  * A phase size: `1 device`, `5 devices` (or a bare number), `25%` (of the snapshot in scope),
@@ -30,17 +60,18 @@ export type PhaseSize =
   | { kind: 'cumulative'; percent: number }
   | { kind: 'remainder' };
 
-const PhaseSizeText = z.union([z.number().int().positive(), z.string()]).transform((value, ctx): PhaseSize => {
+const PHASE_SIZE_FORM = 'must be "<n> device(s)", "<p>%" or "up to <p>%" with p in (0, 100], or "remainder"';
+const PhaseSizeText = z.union([z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES} devices`), z.string().max(MAX_NAME_LENGTH)], { error: PHASE_SIZE_FORM }).transform((value, ctx): PhaseSize => {
   if (typeof value === 'number') return { kind: 'count', count: value };
   const text = value.trim();
   const count = /^(\d+)\s*(devices?)?$/.exec(text);
-  if (count && Number(count[1]) > 0) return { kind: 'count', count: Number(count[1]) };
+  if (count && Number(count[1]) > 0 && Number(count[1]) <= MAX_PHASE_DEVICES) return { kind: 'count', count: Number(count[1]) };
   const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
   if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
   const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
   if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100) return { kind: 'cumulative', percent: Number(cumulative[1]) };
   if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
-  ctx.addIssue({ code: 'custom', message: 'must be "<n> device(s)", "<p>%" or "up to <p>%" with p in (0, 100], or "remainder"' });
+  ctx.addIssue({ code: 'custom', message: PHASE_SIZE_FORM });
   return z.NEVER;
 });
 
@@ -54,8 +85,8 @@ const Phase = z
   .object({
     canary: PhaseSizeText.optional(),
     bulk: PhaseSizeText.optional(),
-    name: z.string().min(1).optional(),
-    gateMs: z.number().int().nonnegative().optional(),
+    name: z.string().min(1).max(MAX_NAME_LENGTH).regex(PRINTABLE, PRINTABLE_RULE).optional(),
+    gateMs: z.number().int().min(DURATION_BOUNDS.gate.min).max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`).optional(),
     gate: Gate.optional(),
     healthGate: z.array(HealthCheck).default([]),
   })
@@ -81,18 +112,23 @@ function isTimeZone(zone: string): boolean {
 
 const Window = z
   .object({
-    days: z.array(z.enum(['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'])).min(1),
+    days: z
+      .array(z.enum(['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun']))
+      .min(1)
+      .max(7, 'at most the 7 days of the week')
+      .refine((days) => new Set(days).size === days.length, 'each day at most once'),
     start: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
     end: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
     timezone: z
       .string()
+      .max(MAX_NAME_LENGTH)
       .default('UTC')
       .refine(isTimeZone, { message: 'must be an IANA time zone such as "UTC" or "Europe/Berlin"' }),
   })
   .strict();
 
 const Fraction = z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1');
-const BudgetFraction = z.union([Fraction, z.string()]).transform((value, ctx) => {
+const BudgetFraction = z.union([Fraction, z.string().max(MAX_NAME_LENGTH)], { error: 'must be a fraction 0-1 or a percentage like "5%"' }).transform((value, ctx) => {
   if (typeof value === 'number') return value;
   const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
   if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
@@ -117,17 +153,17 @@ export const RolloutBody = z
       .default({ on: 'healthGate-fail' }),
     gate: Gate.default(600_000),
     maxFailureRatio: Fraction.default(0.05),
-    minSample: z.number().int().positive().default(3),
-    applyTimeout: Duration.default(900_000),
+    minSample: z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES}`).default(3),
+    applyTimeout: boundedDuration(DURATION_BOUNDS.applyTimeout.min, DURATION_BOUNDS.applyTimeout.max).default(900_000),
     offline: z.enum(['skip', 'wait', 'fail']).default('skip'),
-    disruptionBudget: z.record(z.string(), BudgetFraction).default({}),
+    disruptionBudget: z.record(PoolName, BudgetFraction).default({}),
     onInconclusive: z.enum(['pause', 'fail']).default('pause'),
     /** Each health-gate check must answer within this; one that cannot is inconclusive. */
-    healthTimeout: Duration.default(60_000),
+    healthTimeout: boundedDuration(DURATION_BOUNDS.healthTimeout.min, DURATION_BOUNDS.healthTimeout.max).default(60_000),
     /** After completion, each changed device's floor allows going back to fromRevision this long (core/floor.ts). */
-    revertWindow: Duration.default(86_400_000),
+    revertWindow: boundedDuration(DURATION_BOUNDS.revertWindow.min, DURATION_BOUNDS.revertWindow.max).default(86_400_000),
     window: Window.optional(),
-    canaryClass: z.string().min(1).optional(),
+    canaryClass: Identifier.optional(),
     concurrent: z.boolean().default(false),
     transport: z.enum(['ssh', 'agent']).default('ssh'),
   })
@@ -227,8 +263,8 @@ export function checkSpecAgainstInventory(spec: RolloutSpec, inventory: Inventor
   }
   const pools = Object.keys(inventory.pools).sort();
   for (const pool of Object.keys(spec.disruptionBudget)) {
-    if (!inventory.pools[pool]) {
-      problems.push({ path: `rollout.disruptionBudget.${pool}`, value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
+    if (!ownValue(inventory.pools, pool)) {
+      problems.push({ path: formatPath(['rollout', 'disruptionBudget', pool]), value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
     }
   }
   // The pull transport (device twins and `wavegate agent`) is not built yet: refuse it by

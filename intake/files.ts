@@ -1,21 +1,67 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
+import { MAX_DOCUMENT_DEPTH, documentProblems } from '../core/document-bounds';
 import { WavegateError } from '../core/errors';
+import { invalidFields, shapeProblem } from '../core/validation';
+
+/**
+ * The largest document wavegate reads (a 100,000-device inventory fits): anything bigger is refused
+ * before it is read, so a stray multi-gigabyte file or a 60 MB phase name never reaches a parser.
+ */
+export const MAX_DOCUMENT_BYTES = 16 * 1024 * 1024;
+
+function unreadable(path: string, why: string): WavegateError {
+  return new WavegateError('INVALID_INPUT', `${path}: cannot read file (${why})`, { source: path });
+}
+
+/**
+ * The text of a user file: a regular file (a FIFO or a device such as /dev/zero would hang or never
+ * end) of at most MAX_DOCUMENT_BYTES. INVALID_INPUT naming the file otherwise.
+ */
+export function readText(path: string): string {
+  let fd: number;
+  try {
+    // Non-blocking open: opening a FIFO for reading would otherwise wait for a writer.
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    throw unreadable(path, (err as NodeJS.ErrnoException).code ?? String(err));
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw unreadable(path, 'not a regular file');
+    if (stat.size > MAX_DOCUMENT_BYTES) {
+      throw new WavegateError('INVALID_INPUT', `${path}: is ${stat.size} bytes, above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`, { source: path });
+    }
+    // Read at most one byte past the limit, whatever the size said (a file can grow while read).
+    const buffer = Buffer.alloc(Math.min(stat.size, MAX_DOCUMENT_BYTES) + 1);
+    let length = 0;
+    for (let n = 1; n > 0 && length < buffer.length; length += n) n = readSync(fd, buffer, length, buffer.length - length, null);
+    if (length > MAX_DOCUMENT_BYTES) throw new WavegateError('INVALID_INPUT', `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`, { source: path });
+    return buffer.subarray(0, length).toString('utf8');
+  } catch (err) {
+    if (err instanceof WavegateError) throw err;
+    throw unreadable(path, (err as NodeJS.ErrnoException).code ?? String(err));
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /**
  * Read a YAML or JSON document from disk (JSON by the `.json` extension unless `format` says so); a
- * missing or unparsable file is INVALID_INPUT naming it.
+ * missing, oversized, unparsable or too deeply nested file is INVALID_INPUT naming it (and the field
+ * where the nesting goes too deep).
  */
 export function readDocument(path: string, format: 'json' | 'yaml' = path.endsWith('.json') ? 'json' : 'yaml'): unknown {
-  let text: string;
+  const text = readText(path);
+  let data: unknown;
   try {
-    text = readFileSync(path, 'utf8');
+    data = format === 'json' ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
+    // The YAML parser recurses per level of nesting: a deep enough document overflows its stack.
+    const message = (err as Error).message.replace(/^Maximum call stack size exceeded/, `nested too deeply (more than ${MAX_DOCUMENT_DEPTH} levels)`);
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${format === 'json' ? 'JSON' : 'YAML'}: ${message}`, { source: path });
   }
-  try {
-    return format === 'json' ? JSON.parse(text) : parseYaml(text);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${format === 'json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`, { source: path });
-  }
+  const shape = documentProblems(data);
+  if (shape.length) invalidFields(path, shape.map(shapeProblem));
+  return data;
 }

@@ -1,8 +1,7 @@
-import { readFileSync } from 'node:fs';
 import { looksLikeAnsible, parseAnsibleInventory } from '../core/ansible';
 import { WavegateError } from '../core/errors';
 import { parseInventory, type Inventory } from '../core/inventory';
-import { readDocument } from './files';
+import { readDocument, readText } from './files';
 
 export type InventoryFormat = 'wavegate' | 'ansible';
 
@@ -12,12 +11,7 @@ export type InventoryFormat = 'wavegate' | 'ansible';
  * the file and the field.
  */
 export function readInventory(path: string): { inventory: Inventory; format: InventoryFormat } {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { source: path });
-  }
+  const text = readText(path);
   if (!path.endsWith('.json') && looksLikeAnsible(text, path)) return { inventory: parseInventory(parseAnsibleInventory(text, path), path), format: 'ansible' };
   return { inventory: parseInventory(readDocument(path), path), format: 'wavegate' };
 }

@@ -25,8 +25,8 @@ export function findFileRevision(layout: ProfileDir, trust: Trust | undefined, n
     const signed = openEnvelope(readDocument(envelopePath), trust, { profile: layout.name, revision: n, source: envelopePath });
     if (existsSync(path)) {
       const source = parseRevision(readDocument(path), path);
-      // `sign` adds expiresAt to a file without one; everything else must be what was signed.
-      const signedContent = source.expiresAt ? signed.revision : { ...signed.revision, expiresAt: undefined };
+      // `sign` adds issuedAt (and expiresAt to a file without one); everything else must be what was signed.
+      const signedContent = { ...signed.revision, ...(source.expiresAt ? {} : { expiresAt: undefined }), ...(source.issuedAt ? {} : { issuedAt: undefined }) };
       if (canonicalize(source) !== canonicalize(signedContent)) {
         throw new WavegateError('INVALID_INPUT', `${path}: differs from its signed envelope ${envelopePath}; sign the changed revision again`, { source: path });
       }

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
+import { ownValue } from '../core/own-keys';
 import { classifyRevision } from '../core/provability';
 import type { Profile } from '../core/revision';
 import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
@@ -71,9 +72,8 @@ export function scopedDevices(spec: RolloutSpec, inventory: Inventory, profile: 
 
 /** In-flight fraction per pool: the spec's `disruptionBudget` for a pool where it names one, else the inventory's. */
 export function poolBudgetsOf(spec: Pick<RolloutSpec, 'disruptionBudget'>, inventory: Inventory): Record<string, number> {
-  const budgets: Record<string, number> = {};
-  for (const pool of Object.values(inventory.pools)) budgets[pool.name] = spec.disruptionBudget[pool.name] ?? pool.disruptionBudget;
-  return budgets;
+  // Built from entries (own properties only, whatever the names) and read with own-property lookups.
+  return Object.fromEntries(Object.values(inventory.pools).map((pool) => [pool.name, ownValue(spec.disruptionBudget, pool.name) ?? pool.disruptionBudget]));
 }
 
 /**

@@ -34,11 +34,34 @@ function hostFieldMatches(field: string, names: string[]): boolean {
   return false;
 }
 
+/** An OpenSSH host pattern (`*` any run, `?` one character) as a whole-name matcher. */
+function hostPattern(pattern: string): RegExp {
+  return new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`, 'i');
+}
+
 /**
- * Fingerprints pinned for host:port in a known_hosts file (plain and hashed entries). Keys marked
- * `@revoked` are never pinned; `@cert-authority` lines are not supported and ignored.
+ * Does a `@revoked` line's host field name one of `names`? Revocation reads the field as OpenSSH does,
+ * wildcards and negations included (`*`, `*.example.com`, `10.0.0.?`, `!bastion`): a key revoked for
+ * every host must not stay pinned for one of them because the pin names it exactly.
  */
-export function knownHostFingerprints(file: string, host: string, port: number): string[] {
+function revokedFieldMatches(field: string, names: string[]): boolean {
+  let matched = false;
+  for (const entry of field.split(',')) {
+    if (entry.startsWith('!')) {
+      const negated = hostPattern(entry.slice(1));
+      if (names.some((n) => negated.test(n))) return false;
+    } else if (entry.startsWith('|1|')) {
+      matched ||= hostFieldMatches(entry, names);
+    } else {
+      const pattern = hostPattern(entry);
+      matched ||= names.some((n) => pattern.test(n));
+    }
+  }
+  return matched;
+}
+
+/** Keys pinned for, and keys revoked for, host:port in a known_hosts file. */
+function knownHostKeys(file: string, host: string, port: number): { pinned: string[]; revoked: Set<string> } {
   const names = port === 22 ? [host, `[${host}]:22`] : [`[${host}]:${port}`];
   const pinned: string[] = [];
   const revoked = new Set<string>();
@@ -47,12 +70,29 @@ export function knownHostFingerprints(file: string, host: string, port: number):
     if (parts.length < 3 || parts[0]!.startsWith('#')) continue;
     const marker = parts[0]!.startsWith('@') ? parts[0] : undefined;
     if (marker) parts = parts.slice(1);
-    if (parts.length < 3 || !hostFieldMatches(parts[0]!, names)) continue;
-    const fingerprint = sshFingerprint(Buffer.from(parts[2]!, 'base64'));
-    if (marker === '@revoked') revoked.add(fingerprint);
-    else if (!marker) pinned.push(fingerprint);
+    if (parts.length < 3) continue;
+    if (marker === '@revoked') {
+      if (revokedFieldMatches(parts[0]!, names)) revoked.add(sshFingerprint(Buffer.from(parts[2]!, 'base64')));
+    } else if (!marker && hostFieldMatches(parts[0]!, names)) {
+      pinned.push(sshFingerprint(Buffer.from(parts[2]!, 'base64')));
+    }
   }
+  return { pinned, revoked };
+}
+
+/**
+ * Fingerprints pinned for host:port in a known_hosts file (plain and hashed entries; pins name hosts
+ * exactly). A key marked `@revoked` for any host pattern naming host:port is never pinned;
+ * `@cert-authority` lines are not supported and ignored.
+ */
+export function knownHostFingerprints(file: string, host: string, port: number): string[] {
+  const { pinned, revoked } = knownHostKeys(file, host, port);
   return pinned.filter((f) => !revoked.has(f));
+}
+
+/** Fingerprints a known_hosts file revokes for host:port: they stay refused even when pinned by `hostKey`. */
+export function revokedHostFingerprints(file: string, host: string, port: number): Set<string> {
+  return knownHostKeys(file, host, port).revoked;
 }
 
 export interface SshSession {
@@ -82,20 +122,28 @@ interface Hop {
 type ClientError = Error & { level?: string; code?: string | number; reason?: number };
 
 function devicePins(target: DeviceTarget): string[] {
-  if (target.ssh.hostKey) return [target.ssh.hostKey];
+  if (target.ssh.hostKey) return notRevoked(target, target.ssh.hostKey, target.host, target.port);
   if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, target.host, target.port);
   return [];
 }
 
 function jumpPins(target: DeviceTarget, jump: JumpHostTarget): string[] {
-  if (jump.hostKey) return [jump.hostKey];
+  if (jump.hostKey) return notRevoked(target, jump.hostKey, jump.host, jump.port);
   if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, jump.host, jump.port);
   return [];
 }
 
-function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number): string[] {
+/** A `hostKey` pin, unless the device's known_hosts file (when it has one) revokes that key for the host. */
+function notRevoked(target: DeviceTarget, hostKey: string, host: string, port: number): string[] {
+  if (!target.ssh.knownHosts) return [hostKey];
+  return readKnownHosts(target, target.ssh.knownHosts, host, port, revokedHostFingerprints).has(hostKey) ? [] : [hostKey];
+}
+
+function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number): string[];
+function readKnownHosts<T>(target: DeviceTarget, file: string, host: string, port: number, read: (file: string, host: string, port: number) => T): T;
+function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number, read: (file: string, host: string, port: number) => unknown = knownHostFingerprints): unknown {
   try {
-    return knownHostFingerprints(file, host, port);
+    return read(file, host, port);
   } catch (err) {
     throw new TransportError('config', `${target.id}: cannot read ssh.knownHosts ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }

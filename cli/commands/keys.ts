@@ -1,12 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
 import { ESCAPE_FLAGS, runRegistrationGates } from '../../core/gates';
 import { parseProfile, parseRevision } from '../../core/revision';
 import {
+  assertSignable,
   bodyDigest,
+  DEFAULT_VALIDITY_DAYS,
+  MAX_VALIDITY_DAYS,
   cosignEnvelope,
   Envelope,
   keyPairFromSeed,
@@ -14,6 +17,7 @@ import {
   parseTrust,
   pinOf,
   secretKeyFile,
+  signedContent,
   signRevision,
   verifyEnvelope,
 } from '../../core/signing';
@@ -35,11 +39,22 @@ function loadEnvelope(path: string): Envelope {
   return parseWith(Envelope, readDocument(path, 'json'), path);
 }
 
-/** Write through a temporary file, so a crash never leaves half an envelope. */
+/**
+ * Write through a new temporary file, so a crash never leaves half an envelope and the file's mode is
+ * always `mode`: the temporary file is created (never reused) with it, and the rename replaces the old
+ * file, whatever its mode was. A mode only applies to a file being created, so writing over an existing
+ * 0644 file in place would leave a private key readable by others.
+ */
 function writeAtomic(path: string, text: string, mode = 0o644): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, text, { mode });
-  renameSync(tmp, path);
+  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    writeFileSync(tmp, text, { mode, flag: 'wx' });
+    chmodSync(tmp, mode); // the umask may have narrowed it further; never widened
+    renameSync(tmp, path);
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    throw err;
+  }
 }
 
 function parseNow(value: string | undefined): number {
@@ -64,8 +79,10 @@ export function register(program: Command): void {
     .action(
       action((opts: { out: string; name?: string; force?: boolean }) => {
         const pair = keyPairFromSeed(new Uint8Array(randomBytes(32)));
+        const text = `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`;
         try {
-          writeFileSync(opts.out, `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`, { mode: 0o600, flag: opts.force ? 'w' : 'wx' });
+          if (opts.force) writeAtomic(opts.out, text, 0o600);
+          else writeFileSync(opts.out, text, { mode: 0o600, flag: 'wx' });
         } catch (err) {
           const code = (err as NodeJS.ErrnoException).code;
           throw new WavegateError(code === 'EEXIST' ? 'CONFLICT' : 'INVALID_INPUT', `${opts.out}: ${code === 'EEXIST' ? 'already exists (use --force to overwrite)' : `cannot write (${code ?? String(err)})`}`);
@@ -98,7 +115,7 @@ export function register(program: Command): void {
     .description('Sign a revision (YAML/JSON) into an envelope: { body: base64(canonical JSON), signatures }')
     .requiredOption('--key <file>', 'private key file (from keygen)')
     .requiredOption('--out <file>', 'envelope file to write (JSON)')
-    .option('--validity-days <n>', 'expiry when the revision has no expiresAt', '365')
+    .option('--validity-days <n>', `expiry when the revision has no expiresAt (at most ${MAX_VALIDITY_DAYS})`, String(DEFAULT_VALIDITY_DAYS))
     .option('--inventory <file>', 'run the registration gates against this inventory before signing')
     .option('--profile <file>', 'profile whose scope selects the targets (with --inventory)')
   for (const [gate, flag] of Object.entries(ESCAPE_FLAGS)) sign.option(flag, `escape the "${gate}" registration gate (loudly, on the record)`);
@@ -106,7 +123,12 @@ export function register(program: Command): void {
       action((revisionPath: string, opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<string, unknown>) => {
         const revision = parseRevision(readDocument(revisionPath), revisionPath);
         const days = Number(opts.validityDays);
-        if (!Number.isInteger(days) || days < 1 || days > 3650) throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-3650 (got ${JSON.stringify(opts.validityDays)})`);
+        if (!Number.isInteger(days) || days < 1 || days > MAX_VALIDITY_DAYS) {
+          throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-${MAX_VALIDITY_DAYS} (got ${JSON.stringify(opts.validityDays)})`);
+        }
+        // Refused before any gate runs or key is read: expired content, or a validity above the maximum.
+        const now = Date.now();
+        assertSignable(signedContent(revision, { now, validityDays: days }), now, revisionPath);
         let escapes: Array<{ gate: string; flag: string; reason: string }> = [];
         if (opts.inventory) {
           const inventory = loadInventory(opts.inventory);
@@ -126,7 +148,7 @@ export function register(program: Command): void {
         }
         const pair = loadKey(opts.key);
         const signed = escapes.length ? { ...revision, escapes: [...(revision.escapes ?? []), ...escapes] } : revision;
-        const envelope = signRevision(signed, pair, { now: Date.now(), validityDays: days });
+        const envelope = signRevision(signed, pair, { now, validityDays: days });
         writeAtomic(opts.out, `${JSON.stringify(envelope, null, 2)}\n`);
         process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\nwrote ${opts.out}\n`);
         return EXIT_OK;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { expandHostPattern, looksLikeAnsible, parseAnsibleInventory } from '../../../core/ansible';
+import { countHostPattern, expandHostPattern, looksLikeAnsible, parseAnsibleInventory } from '../../../core/ansible';
 import { parseInventory } from '../../../core/inventory';
 
 const read = (p: string) => readFileSync(p, 'utf8');
@@ -10,6 +10,19 @@ describe('Ansible inventory import', () => {
     expect(expandHostPattern('web[01:03].x')).toEqual(['web01.x', 'web02.x', 'web03.x']);
     expect(expandHostPattern('db-[a:c]')).toEqual(['db-a', 'db-b', 'db-c']);
     expect(expandHostPattern('n[1:7:3]')).toEqual(['n1', 'n4', 'n7']);
+  });
+
+  it('counts a pattern arithmetically and refuses one above the limit without expanding it', () => {
+    expect(countHostPattern('web-[0:9999999]')).toBe(10_000_000);
+    expect(countHostPattern('w[0:999]-[a:j]')).toBe(10_000);
+    expect(() => expandHostPattern('web-[0:9999999]')).toThrow(/expands to 10000000 hosts; a pattern must name at most 100000/);
+    expect(() => expandHostPattern('n[0:9:0]')).toThrow(/the step must be at least 1/);
+    expect(() => expandHostPattern('n[9:0]')).toThrow(/names no host/);
+  });
+
+  it('refuses an inventory whose patterns together name more than 100,000 hosts, naming the line', () => {
+    const text = `[web]\n${Array.from({ length: 3 }, (_, i) => `g${i}-[0:49999]`).join('\n')}\n`;
+    expect(() => parseAnsibleInventory(text, 'big.ini')).toThrow(/big\.ini: invalid Ansible inventory at line 4: host pattern "g2-\[0:49999\]": expands to 50000 hosts; only 0 of the 100000 host names an inventory may hold are left/);
   });
 
   it('imports an INI inventory: hosts, ports, users, groups as pools, vars as fields', () => {

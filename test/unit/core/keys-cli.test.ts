@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -92,5 +92,41 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     const envelope = JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')) as { body: string };
     const body = JSON.parse(Buffer.from(envelope.body, 'base64').toString('utf8')) as { escapes?: unknown[] };
     expect(body.escapes).toEqual([expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })]);
+  });
+
+  it('keygen --force over a world-readable file leaves the new private key at mode 0600', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
+    const key = join(dir, 'ops.key');
+    writeFileSync(key, 'an old key someone left readable\n', { mode: 0o644 });
+    chmodSync(key, 0o644);
+    const made = await wavegate(dir, 'keygen', '--out', 'ops.key', '--force');
+    expect(made.code, made.stderr).toBe(0);
+    expect(statSync(key).mode & 0o777).toBe(0o600);
+    expect(JSON.parse(readFileSync(key, 'utf8'))).toMatchObject({ type: 'wavegate.ed25519.secret-key' });
+    expect(readdirSync(dir).sort()).toEqual(['ops.key', 'ops.key.pub.yaml']); // no temporary file left behind
+  });
+
+  it('sign refuses already-expired content and a validity above 400 days, and signs issuedAt into the body', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
+    expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
+    const rev = (extra: string) => 'profile: production\nrevision: 3\napply: touch "$HOME/r3"\nverify: test -f "$HOME/r3"\nprevious: 2\n' + extra;
+    writeFileSync(join(dir, 'expired.yaml'), rev('expiresAt: 2020-01-01T00:00:00Z\n'));
+    const expired = await wavegate(dir, 'sign', 'expired.yaml', '--key', 'k.key', '--out', 'e.json');
+    expect(expired.code).toBe(2);
+    expect(expired.stderr).toMatch(/expired\.yaml: invalid\n {2}expiresAt: is not after the signing time .*already expired \(got "2020-01-01T00:00:00Z"\)/);
+    writeFileSync(join(dir, 'forever.yaml'), rev('expiresAt: 9999-12-31T00:00:00Z\n'));
+    const forever = await wavegate(dir, 'sign', 'forever.yaml', '--key', 'k.key', '--out', 'f.json');
+    expect(forever.code).toBe(2);
+    expect(forever.stderr).toContain('a signature is valid for at most 400 days');
+    writeFileSync(join(dir, 'plain.yaml'), rev(''));
+    expect((await wavegate(dir, 'sign', 'plain.yaml', '--key', 'k.key', '--out', 'p.json', '--validity-days', '3650')).stderr).toContain('--validity-days: must be a whole number of days 1-400');
+    expect(readdirSync(dir).filter((f) => f.endsWith('.json'))).toEqual([]); // nothing written for a refusal
+
+    const before = Date.now();
+    const ok = await wavegate(dir, 'sign', 'plain.yaml', '--key', 'k.key', '--out', 'p.json');
+    expect(ok.code, ok.stderr).toBe(0);
+    const body = JSON.parse(Buffer.from((JSON.parse(readFileSync(join(dir, 'p.json'), 'utf8')) as { body: string }).body, 'base64').toString('utf8')) as { issuedAt: string; expiresAt: string };
+    expect(Date.parse(body.issuedAt)).toBeGreaterThanOrEqual(before - 1_000);
+    expect(Date.parse(body.expiresAt) - Date.parse(body.issuedAt)).toBe(365 * 86_400_000);
   });
 });

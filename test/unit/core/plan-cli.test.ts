@@ -3,7 +3,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { join } from 'node:path';
 import { availableParallelism, tmpdir } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml, stringify } from 'yaml';
+import { stringify } from 'yaml';
 import { makePlan } from '../../../cli/commands/plan';
 import type { WavegateError } from '../../../core/errors';
 import { devicesInScope } from '../../../core/gates';
@@ -11,7 +11,7 @@ import { planPhases } from '../../../core/planner';
 import { loadInventory } from '../../../intake/inventory';
 import { prepareRollout } from '../../../intake/prepare';
 import { PROJECT_ROOT } from '../../../workers/toolchain';
-import type { CorpusCase } from './corpus.test';
+import { corpusCases } from '../../corpus/load';
 
 /**
  * `wavegate plan` as a user runs it: a real `node bin/wavegate.js` process. Each malformed spec and
@@ -19,7 +19,7 @@ import type { CorpusCase } from './corpus.test';
  * and 14 devices and exits 0. Nothing here contacts Temporal.
  */
 const ROOT = 'test/corpus';
-const CASES = (parseYaml(readFileSync(join(ROOT, 'cases.yaml'), 'utf8')) as CorpusCase[]).filter((c) => c.kind === 'spec' || c.kind === 'inventory');
+const CASES = corpusCases().filter((c) => c.kind === 'spec' || c.kind === 'inventory');
 const NO_PROFILES = join(ROOT, 'no-profiles');
 
 function wavegate(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {

@@ -12,6 +12,28 @@ function spec(phases: unknown[], extra: Record<string, unknown> = {}): RolloutSp
   return parseRolloutSpec({ rollout: { profile: 'p', fromRevision: 1, toRevision: 2, phases, ...extra } }, 'spec.yaml');
 }
 
+describe('planner: pools named like Object.prototype properties, and minSample', () => {
+  const devices = (pools: string[]): PlanDevice[] => pools.map((pool, i) => ({ id: `d-${i}`, pool, class: 'server', updateClass: 'required' }));
+
+  it('a pool called constructor, toString or valueOf gets the default budget, never a NaN one that starts no device', () => {
+    const plan = planPhases({ rolloutId: 'r', spec: spec([{ bulk: 'remainder' }]), devices: devices(['constructor', 'toString', 'valueOf', 'hasOwnProperty']) });
+    for (const pool of plan.pools) {
+      expect(pool.budget, pool.pool).toBe(0.05);
+      expect(pool.maxInFlight, pool.pool).toBe(1);
+    }
+  });
+
+  it('minSample larger than every phase warns that the failure gate is effectively disabled', () => {
+    const many = devices(Array.from({ length: 12 }, () => 'web'));
+    const plan = planPhases({ rolloutId: 'r', spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 20 }), devices: many });
+    expect(plan.warnings).toContain(
+      'minSample 20 is larger than every phase (the largest has 11 device(s)): the failure gate is effectively disabled while phases run and only judges a phase once all of its devices are done; lower minSample to at most 11',
+    );
+    const fine = planPhases({ rolloutId: 'r', spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 3 }), devices: many });
+    expect(fine.warnings.some((w) => w.startsWith('minSample'))).toBe(false);
+  });
+});
+
 describe('planner: the phased example spec', () => {
   it('plans 20 devices into phases of 1, 5 and 14', () => {
     const inv = fleet20();

@@ -5,7 +5,11 @@ import { canonicalize, isCanonicalJson } from '../../../core/canonical';
 import { decideRegistration } from '../../../core/registry';
 import type { Revision } from '../../../core/revision';
 import {
+  assertSignable,
   cosignEnvelope,
+  MAX_CLOCK_SKEW_MS,
+  MAX_VALIDITY_DAYS,
+  signedContent,
   keyId,
   keyPairFromSeed,
   parseSecretKeyFile,
@@ -189,6 +193,44 @@ describe('decideRegistration', () => {
   it('a revision of another profile is refused', () => {
     const other = signed({ ...revision(16), profile: 'staging' }, alice, bob);
     expect(decideRegistration({ ...base, registered: [], envelope: other })).toMatchObject({ reason: 'WRONG_PROFILE' });
+  });
+});
+
+describe('validity: issuedAt and its bounds', () => {
+  const DAY = 86_400_000;
+  const body = (extra: Partial<Revision>) => rawEnvelope(canonicalize({ ...revision(), ...extra }), alice);
+
+  it('signRevision signs issuedAt (the signing time) into the body', () => {
+    const ok = verifyEnvelope(signed(revision(15, { expiresAt: undefined })), trust(1, alice), { now: NOW });
+    expect(ok.ok && ok.revision.issuedAt).toBe('2026-01-01T00:00:00.000Z');
+    expect(ok.ok && ok.revision.expiresAt).toBe('2027-01-01T00:00:00.000Z');
+  });
+
+  it('VALIDITY_TOO_LONG: an envelope valid for more than 400 days from its issuedAt (9999-12-31)', () => {
+    const forever = body({ issuedAt: '2026-01-01T00:00:00Z', expiresAt: '9999-12-31T00:00:00Z' });
+    expect(verifyEnvelope(forever, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'VALIDITY_TOO_LONG' });
+    const justInside = body({ issuedAt: '2026-01-01T00:00:00Z', expiresAt: new Date(NOW + MAX_VALIDITY_DAYS * DAY).toISOString() });
+    expect(verifyEnvelope(justInside, trust(1, alice), { now: NOW }).ok).toBe(true);
+  });
+
+  it('NOT_YET_VALID: a verifier whose clock is behind the signing time refuses instead of trusting its slow clock', () => {
+    const env = body({ issuedAt: '2026-06-01T00:00:00Z', expiresAt: '2027-01-01T00:00:00Z' });
+    expect(verifyEnvelope(env, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'NOT_YET_VALID' });
+    expect(verifyEnvelope(env, trust(1, alice), { now: Date.parse('2026-06-01T00:00:00Z') - MAX_CLOCK_SKEW_MS }).ok).toBe(true);
+  });
+
+  it('an envelope signed before issuedAt existed still verifies until its expiresAt, but never with an expiry beyond 3650 days from now', () => {
+    const old = body({ expiresAt: '2031-11-29T09:18:15.673Z' }); // the shape of the demo profile's envelopes
+    expect(verifyEnvelope(old, trust(1, alice), { now: NOW }).ok).toBe(true);
+    expect(verifyEnvelope(old, trust(1, alice), { now: Date.parse('2031-11-30T00:00:00Z') })).toMatchObject({ reason: 'EXPIRED' });
+    expect(verifyEnvelope(body({ expiresAt: '9999-12-31T00:00:00Z' }), trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'VALIDITY_TOO_LONG' });
+  });
+
+  it('assertSignable refuses expired content and a validity above 400 days, naming expiresAt', () => {
+    const at = (expiresAt: string) => () => assertSignable(signedContent(revision(15, { expiresAt }), { now: NOW }), NOW, 'rev.yaml');
+    expect(at('2025-12-31T23:59:59Z')).toThrow(/rev\.yaml: invalid\n {2}expiresAt: .*already expired/);
+    expect(at('9999-12-31T00:00:00Z')).toThrow(/expiresAt: is \d+ days after the signing time; a signature is valid for at most 400 days/);
+    expect(at('2026-12-31T00:00:00Z')).not.toThrow();
   });
 });
 

@@ -1,0 +1,24 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+
+/** One malformed input and what refusing it must say (test/corpus/cases*.yaml). */
+export interface CorpusCase {
+  file: string;
+  kind: 'spec' | 'inventory' | 'revision' | 'profile';
+  code: string;
+  path: string;
+  why?: string;
+  /** Text the message must contain: the value as given, or the rule. */
+  shows?: string;
+  /** Expensive to refuse naively (huge expansion, deep nesting): also run under a 200 MB heap. */
+  heavy?: boolean;
+}
+
+export const CORPUS_ROOT = 'test/corpus';
+
+/** Every case: cases.yaml, then each cases-<topic>.yaml (one file per topic, so authors do not collide). */
+export function corpusCases(): CorpusCase[] {
+  const files = readdirSync(CORPUS_ROOT).filter((f) => /^cases(-[a-z0-9-]+)?\.yaml$/.test(f)).sort((a, b) => (a === 'cases.yaml' ? -1 : b === 'cases.yaml' ? 1 : a < b ? -1 : 1));
+  return files.flatMap((f) => parseYaml(readFileSync(join(CORPUS_ROOT, f), 'utf8')) as CorpusCase[]);
+}
