@@ -1,5 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
+import { ownValue } from '../core/own-keys';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type * as activities from '../activities';
@@ -99,7 +100,7 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const verb = opts.mode === 'apply' ? 'apply' : 'rollback';
   const [busy, ok, bad]: DeviceState[] = opts.mode === 'apply' ? ['applying', opts.provable ? 'applied' : 'claimed', 'failed'] : ['rolling-back', 'rolled-back', 'rollback-failed'];
 
-  const room = (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (opts.limits[d.pool] ?? 1);
+  const room = (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
   const halted = () => hooks.isStopped() || tripped;
 
   const runOne = async (device: DeviceSnapshot) => {
