@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { loadClientConfigProfile, toClientOptions, type ClientConfigProfile } from '@temporalio/envconfig';
 import { WavegateError } from '../core/errors';
+import { registeredDevUi } from './dev-ui-registry';
 
 /**
  * How a wavegate process reaches Temporal, the CLI and the worker alike: flags first, then the standard
@@ -114,7 +115,7 @@ export function resolveConnectionSettings(flags: TemporalFlags = {}, env: NodeJS
     ...(apiKey ? { apiKey } : {}),
     ...(tls !== undefined ? { tls } : {}),
     ...(connectionOptions.metadata ? { metadata: connectionOptions.metadata } : {}),
-    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || defaultUiUrl(address))).replace(/\/+$/, ''),
+    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || registeredDevUi(address, env) || defaultUiUrl(address))).replace(/\/+$/, ''),
   };
 }
 

@@ -6,6 +6,7 @@ import { ensureAuditKeyFile } from '../activities/audit';
 import { startDevServer, type DevServer } from './dev-server';
 import { DEFAULT_TASK_QUEUE, localConnectionSettings } from './connection';
 import { connectWorker, createWorker, installQuietRuntime } from './worker';
+import { registerDevUi } from './dev-ui-registry';
 
 export interface DevStack {
   server: DevServer;
@@ -37,6 +38,9 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     const server = await startDevServer({ dbFile: join(stateDir, 'temporal.db'), logFile: join(stateDir, 'temporal.log'), port: opts.port, uiPort: opts.uiPort, log: opts.log });
     stops.push(() => server.stop());
     opts.log(`Temporal dev server on ${server.address}; Web UI ${server.uiUrl}`);
+    // Commands run from another terminal link to this UI, whatever port it got.
+    const unregister = registerDevUi(server.address, server.uiUrl);
+    stops.push(async () => unregister());
 
     let fleet: Fleet | undefined;
     let inventoryPath: string | undefined;
