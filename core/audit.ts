@@ -38,6 +38,8 @@ export const AUDIT_EVENTS = [
   'rollback.started',
   'rollback.completed',
   'rollout.completed',
+  /** The end of a rollout an operator aborted (the abort itself is recorded once, as rollout.aborted). */
+  'rollout.ended',
   'rollout.failed',
   'canary.verdict',
   'audit.override',

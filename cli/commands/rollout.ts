@@ -2,7 +2,7 @@ import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import type { ControlBase, ControlName } from '../../core/controls';
 import { WavegateError } from '../../core/errors';
-import { rolloutOutcome } from '../../core/rollout/outcome';
+import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
 import { prepareRollout } from '../../intake/prepare';
@@ -182,7 +182,7 @@ export function register(program: Command): void {
         return withClient(resolveConnectionSettings(opts), async (client) => {
           const status = await sendControl(client, id, c.name, control);
           if (opts.json) console.log(JSON.stringify(status, null, 2));
-          else console.log(`${c.name} accepted by ${id} from ${control.by}: now ${status.state}, phase ${status.phase}`);
+          else console.log(`${describeControl(c.name, status, control)} (${id}, by ${control.by})`);
         });
       }),
     );

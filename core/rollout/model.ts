@@ -68,6 +68,7 @@ export class RolloutModel {
       counts: this.counts(),
       controls: this.controls,
       warnings: this.warnings,
+      changedDevices: this.changedDevices(),
       ...(this.verdict ? { verdict: this.verdict } : {}),
       ...(this.auditHead ? { auditHead: this.auditHead } : {}),
     };
@@ -76,6 +77,12 @@ export class RolloutModel {
     return countDevices(this.devices.values());
   }
   /** New device starts and the advance wait: for an operator's pause, or for the audit trail to be whole. */
+  /** Devices this rollout started changing (a batch's devices not yet started do not count). */
+  changedDevices(): number {
+    let n = 0;
+    for (const id of this.touched) if (this.devices.get(id)?.state !== 'pending') n += 1;
+    return n;
+  }
   get paused(): boolean {
     return this.state === 'paused' || this.auditHold !== undefined;
   }

@@ -32,3 +32,26 @@ export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
   }
   return { code: 0, summary: `completed: ${meant.length} of ${meant.length} devices at the target` };
 }
+
+/**
+ * What an accepted control did, in one line an operator can act on (the CLI prints it): not "now
+ * running", but what happens next to the devices.
+ */
+export function describeControl(name: 'pause' | 'resume' | 'abort' | 'approve' | 'override-audit', s: RolloutStatus, control: { rollback?: boolean } = {}): string {
+  const changed = s.changedDevices ?? 0;
+  const devices = (n: number) => `${n} device${n === 1 ? '' : 's'}`;
+  switch (name) {
+    case 'pause':
+      return `pause accepted: no new device starts${s.counts.applying ? ` (${devices(s.counts.applying)} in flight finish)` : ''}, and the rollout holds before its next step; resume with: wavegate resume ${s.rolloutId}`;
+    case 'resume':
+      return s.state === 'paused' ? `resume accepted: ${s.pausedReason ?? 'still held'}` : `resume accepted: the rollout goes on (phase ${s.phase})`;
+    case 'approve':
+      return `approve accepted: the manual gate is passed; the health gate of phase ${s.phase} runs next`;
+    case 'abort':
+      return control.rollback === false
+        ? `abort accepted: no new device starts; the ${devices(changed)} this rollout changed stay as they are`
+        : `abort accepted: no new device starts; rolling back the ${devices(changed)} this rollout changed`;
+    case 'override-audit':
+      return `override accepted: a new audit segment continues from record ${s.auditHead?.seq ?? 0}; the rollout goes on`;
+  }
+}

@@ -94,7 +94,8 @@ export interface AbortRequest {
 
 /** How an accepted abort ends the rollout: compensate when asked (the default), then `aborted`. */
 export function abortOutcome(abort: AbortRequest): { compensate: boolean; trigger: string; skipReason: string; event: AuditEventName } {
-  return { compensate: abort.rollback, trigger: `abort: ${abort.reason}`, skipReason: `not started: aborted by ${abort.by}`, event: 'rollout.aborted' };
+  // The abort was recorded when it was accepted (rollout.aborted, with who and why): the end is its own record.
+  return { compensate: abort.rollback, trigger: `abort: ${abort.reason}`, skipReason: `not started: aborted by ${abort.by}`, event: 'rollout.ended' };
 }
 
 /** A cancel (e.g. Request Cancellation in the Web UI) always puts every changed device back. */

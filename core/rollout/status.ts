@@ -43,6 +43,8 @@ export interface RolloutStatus {
   warnings: string[];
   /** The last audit record written: lets `wavegate audit --verify --head` catch records cut off the end. */
   auditHead?: { seq: number; hash: string };
+  /** How many devices this rollout has started changing so far: what an abort or a cancel puts back. */
+  changedDevices?: number;
   /** A canary run's verdict (nightly canary). */
   verdict?: CanaryVerdict;
 }

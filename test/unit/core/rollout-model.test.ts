@@ -584,3 +584,15 @@ describe('RolloutModel: held by the audit trail', () => {
     expect(model.paused).toBe(false);
   });
 });
+
+describe('RolloutModel: changedDevices', () => {
+  it('counts the devices this rollout started changing, not a batch\'s devices still waiting to start', () => {
+    const { model, plan } = setup([device('s1'), device('s2'), device('s3')], specOf({}, [{ bulk: 'remainder' }]));
+    const batch = model.pendingIn(plan.phases[0]!);
+    model.markTouched(batch.map((d) => d.id));
+    expect(model.status().changedDevices).toBe(0);
+    model.setDevice(batch[0]!.id, 'applying');
+    model.setDevice(batch[1]!.id, 'applied');
+    expect(model.status().changedDevices).toBe(2);
+  });
+});

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { rolloutOutcome } from '../../../core/rollout/outcome';
+import { describeControl, rolloutOutcome } from '../../../core/rollout/outcome';
 import type { RolloutStatus } from '../../../core/rollout/status';
 import { countDevices, type DeviceState } from '../../../core/rollout-state';
 
@@ -31,5 +31,20 @@ describe('rolloutOutcome: the exit code of start --wait / --watch and watch', ()
     expect(rolloutOutcome(status('completed', [], 'nothing-to-test')).code).toBe(0);
     expect(rolloutOutcome(status('completed', [['rolled-back']], 'fail')).code).toBe(1);
     expect(rolloutOutcome(status('completed', [['rolled-back']], 'inconclusive')).code).toBe(1);
+  });
+});
+
+describe('describeControl: an accepted control says what it does next', () => {
+  const s = (over: Partial<RolloutStatus> = {}) => ({ ...status('running', [['applied'], ['applying'], ['pending']]), phase: 'bulk 25%', changedDevices: 2, ...over });
+  it('abort says how many devices go back, or that they stay', () => {
+    expect(describeControl('abort', s(), { rollback: true })).toBe('abort accepted: no new device starts; rolling back the 2 devices this rollout changed');
+    expect(describeControl('abort', s({ changedDevices: 1 }), { rollback: false })).toBe('abort accepted: no new device starts; the 1 device this rollout changed stay as they are');
+  });
+  it('pause names what finishes and how to resume', () => {
+    expect(describeControl('pause', s())).toBe('pause accepted: no new device starts (1 device in flight finish), and the rollout holds before its next step; resume with: wavegate resume r');
+  });
+  it('resume while still held by something else says so', () => {
+    expect(describeControl('resume', s({ state: 'paused', pausedReason: 'audit trail not whole: x' }))).toBe('resume accepted: audit trail not whole: x');
+    expect(describeControl('resume', s())).toBe('resume accepted: the rollout goes on (phase bulk 25%)');
   });
 });

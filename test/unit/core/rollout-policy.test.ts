@@ -145,7 +145,7 @@ describe('abort, cancel and failure texts', () => {
       compensate: true,
       trigger: 'abort: bad build',
       skipReason: 'not started: aborted by alice',
-      event: 'rollout.aborted',
+      event: 'rollout.ended',
     });
   });
   it('abortOutcome without rollback does not compensate', () => {
@@ -153,7 +153,7 @@ describe('abort, cancel and failure texts', () => {
       compensate: false,
       trigger: 'abort: stop here',
       skipReason: 'not started: aborted by web-ui',
-      event: 'rollout.aborted',
+      event: 'rollout.ended',
     });
   });
   it('cancelOutcome always compensates, by temporal-cancel', () => {
