@@ -6,6 +6,8 @@ import { WavegateState } from '../../core/search-attributes';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
+import { abortUpdate } from '../../workflows/messages';
+import { waitForStatus } from '../support/rollout-helpers';
 import { DEMO_SPEC, demoRolloutInput, fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 
 const VERIFY = /grep -qx 'wavegate demo revision 2/;
@@ -99,21 +101,23 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     }
   });
 
-  it('a changed host key is refused at snapshot: the device is skipped with the reason and runs no command', async () => {
+  it('a changed host key is refused at snapshot: the device fails with the kind named (never skipped as offline), trips the failure gate and runs no command', async () => {
     fleet.resetCounters();
     const victim = fleet.devices[1]!;
     const { writeFileSync } = await import('node:fs');
     writeFileSync(join(victim.sandbox, '.wavegate/profiles/demo/revision'), '1\n');
-    // The snapshot must see it (pinned key still valid), then the key changes before apply: rotate after snapshot
-    // is racy, so rotate now — the snapshot then reports it unreachable with the host-key reason.
     fleet.rotateHostKey(victim.id);
     const worker = await startTestWorker(env);
     try {
       const input = demoRolloutInput(DEMO_SPEC, inventoryPath, 'rollout:demo-skeleton-4');
-      const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
-      const record = result.devices.find((d) => d.id === victim.id)!;
-      expect(record.state).toBe('skipped');
-      expect(record.reason).toMatch(/^offline at snapshot: edge-02: host key SHA256:\S+ at 127\.0\.0\.1:\d+ does not match the pinned SHA256:/);
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const paused = await waitForStatus(handle, (s) => s.state === 'paused', 90_000);
+      expect(paused.pausedReason).toMatch(/^failure-gate: /);
+      const record = paused.devices.find((d) => d.id === victim.id)!;
+      expect(record.state).toBe('failed');
+      expect(record.reason).toMatch(/^refused at snapshot \(host-key\): edge-02: host key SHA256:\S+ at 127\.0\.0\.1:\d+ does not match the pinned SHA256:/);
+      await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: false }] });
+      expect((await handle.result()).state).toBe('aborted');
       expect(fleet.commands(victim.id)).toHaveLength(0);
     } finally {
       await worker.stop();

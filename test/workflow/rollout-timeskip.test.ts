@@ -67,7 +67,7 @@ describe('rollout workflow on the time-skipping test server', () => {
       expect(timers).toEqual([600, 600, 600]);
 
       const audit = readAuditFile(auditDir, input.rolloutId);
-      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 14 });
+      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 15 });
       expect(audit.map((r) => `${r.event}${r.phase ? ` @${r.phase}` : ''}`)).toEqual([
         'rollout.started',
         'phase.started @canary 1 device',
@@ -82,6 +82,7 @@ describe('rollout workflow on the time-skipping test server', () => {
         'devices.outcome @bulk remainder',
         'phase.applied @bulk remainder',
         'gate.passed @bulk remainder',
+        'floor.confirmed @bulk remainder',
         'rollout.completed',
       ]);
       // What happened to each device is in the trail: all twelve applied, each once.
