@@ -153,8 +153,10 @@ function parseYaml(file: ScaffoldFile): unknown {
  */
 export function writeScaffold(files: ScaffoldFile[], opts: { force: boolean; envelopesDir: string }): void {
   if (!opts.force) {
-    const existing = files.find((f) => existsSync(f.path));
-    if (existing) throw new WavegateError('CONFLICT', `${existing.path}: already exists; wavegate init never overwrites a file (use --force to overwrite, or choose another --profiles, --profile, --inventory or --spec)`, { file: existing.path });
+    const existing = files.filter((f) => existsSync(f.path)).map((f) => f.path);
+    if (existing.length) {
+      throw new WavegateError('CONFLICT', `${existing.join(', ')}: already exist${existing.length === 1 ? 's' : ''}; wavegate init never overwrites a file, and wrote nothing (use --force to overwrite, or choose another --profiles, --profile, --inventory or --spec)`, { files: existing });
+    }
   }
   for (const f of files) {
     mkdirSync(dirname(f.path), { recursive: true });
