@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { SNAPSHOT_REFUSALS, type DeviceSnapshot, type DeviceTarget, type SnapshotRefusal } from '../core/rollout-state';
@@ -10,6 +11,7 @@ import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import { applyToDevice, ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
+import { createPreflightActivities } from './preflight';
 import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
@@ -24,7 +26,11 @@ export interface ActivityDeps {
   /** How many devices the snapshot probes at once. */
   snapshotConcurrency?: number;
   log?: (line: string) => void;
-  /** Where the worker's pins live: `<trustDir>/<profile>/trust.yaml` (default this checkout's profiles/). */
+  /**
+   * The worker's profiles root: pins (`<trustDir>/<profile>/trust.yaml`) and payload files. `wavegate
+   * worker` and `wavegate dev` always pass one (intake/profiles-root.ts); unset (library use, tests)
+   * it is this checkout's profiles/.
+   */
   trustDir?: string;
   /**
    * Run steps without a signed envelope for profiles the worker holds no pins for. Off by default: a
@@ -33,6 +39,8 @@ export interface ActivityDeps {
   allowUnsigned?: boolean;
   /** Client for the registry activities (default: the worker's own, from the activity context). */
   client?: Client;
+  /** The worker's identity as Temporal knows it (default the SDK's `<pid>@<host>`), named by checkWorkerContent. */
+  identity?: string;
 }
 
 export interface SnapshotInput {
@@ -96,6 +104,11 @@ function refusalOf(kind: string): SnapshotRefusal | undefined {
   return (SNAPSHOT_REFUSALS as readonly string[]).includes(kind) ? (kind as SnapshotRefusal) : undefined;
 }
 
+/** The identity the Temporal SDK gives a worker by default. */
+export function defaultWorkerIdentity(): string {
+  return `${process.pid}@${hostname()}`;
+}
+
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
@@ -105,6 +118,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
+    ...createPreflightActivities({ trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = loadInventory(input.inventoryPath);

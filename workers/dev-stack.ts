@@ -25,7 +25,15 @@ export interface DevStack {
  * The embedded default: a Temporal dev server (state in `<stateDir>/temporal.db`), a worker, and with
  * `demo` a simulated fleet of 12 devices in 2 pools and 2 classes on 127.0.0.1. stop() takes all of it down.
  */
-export async function startDevStack(opts: { stateDir: string; demo: boolean; port?: number; uiPort?: number; log: (line: string) => void }): Promise<DevStack> {
+export async function startDevStack(opts: {
+  stateDir: string;
+  demo: boolean;
+  port?: number;
+  uiPort?: number;
+  /** The worker's profiles root (pins and payload files), always given: the stack never guesses it. */
+  profilesDir: string;
+  log: (line: string) => void;
+}): Promise<DevStack> {
   const stateDir = resolve(opts.stateDir);
   mkdirSync(stateDir, { recursive: true });
   const stops: Array<() => Promise<void>> = [];
@@ -58,7 +66,7 @@ export async function startDevStack(opts: { stateDir: string; demo: boolean; por
     stops.push(() => connection.close());
     // The dev stack MACs its audit with a key of its own, kept (0600) with the rest of its state.
     const auditKeyFile = ensureAuditKeyFile(join(stateDir, 'audit.key'));
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile } });
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, trustDir: resolve(opts.profilesDir) } });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();

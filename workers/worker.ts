@@ -43,13 +43,16 @@ export async function createWorker(opts: {
   deps?: ActivityDeps;
   workflowBundle?: WorkflowBundleWithSourceMap;
 }): Promise<Worker> {
-  const { createActivities } = require('../activities') as typeof import('../activities');
+  const { createActivities, defaultWorkerIdentity } = require('../activities') as typeof import('../activities');
+  // One identity for Temporal and for the preflight's answer, so a refusal names the worker people see.
+  const identity = opts.deps?.identity ?? defaultWorkerIdentity();
   return workerSdk().Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
+    identity,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
-    activities: createActivities(opts.deps),
+    activities: createActivities({ ...opts.deps, identity }),
     // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
     maxConcurrentActivityTaskExecutions: 200,
   });

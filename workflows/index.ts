@@ -3,3 +3,4 @@ export { rolloutWorkflow } from './rollout';
 export { rolloutSliceWorkflow } from './slice';
 export { revisionRegistryWorkflow } from './registry';
 export { nightlyCanaryWorkflow } from './canary';
+export { preflightWorkflow } from './preflight';

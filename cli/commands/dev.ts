@@ -13,6 +13,8 @@ import { connectWorker, createWorker, installQuietRuntime } from '../../workers/
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
+import { hasProfile } from '../../intake/profile';
+import { checkProfilesRoot, describeProfilesRoot, profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { connectClient, startRollout, withTemporalOptions, workflowUrl } from '../client';
 import { registerProfileEnvelopes } from '../registry-client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -72,9 +74,12 @@ export function progressPrinter(out: (line: string) => void) {
   };
 }
 
-/** Seed registry:demo with the demo's signed revisions (idempotent: `existing` on a second run). */
-async function registerDemoEnvelopes(client: Client, stack: DevStack): Promise<void> {
-  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
+/** The demo's profiles (and the dev stack's default root): this checkout's profiles/. */
+const DEMO_PROFILES = join(PROJECT_ROOT, 'profiles');
+
+/** Seed registry:demo with the demo's signed revisions from `<profilesDir>/demo` (idempotent: `existing` on a second run). */
+async function registerDemoEnvelopes(client: Client, stack: DevStack, profilesDir: string): Promise<void> {
+  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(profilesDir, 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
   log(`registry:demo: ${results.map((r) => `r${r.revision} ${r.outcome}`).join(', ')}`);
 }
 
@@ -86,16 +91,21 @@ export function register(program: Command): void {
     .option('--port <port>', 'Temporal frontend port (default 7233, or a free one)', (v) => Number(v))
     .option('--ui-port <port>', 'Web UI port (default 8233, or a free one)', (v) => Number(v))
     .option('--state-dir <dir>', 'where the SQLite state, logs and demo fleet live', join(PROJECT_ROOT, '.wavegate'))
+    .option('--profiles <dir>', profilesOptionHelp(`this checkout's profiles/ (${DEMO_PROFILES})`))
     .action(
-      action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string }) => {
-        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, log }, async (stack) => {
+      action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string; profiles?: string }) => {
+        const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
+        checkProfilesRoot(profiles);
+        if (opts.demo && !hasProfile(profiles.dir, 'demo')) throw new WavegateError('INVALID_INPUT', `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`, { field: '--profiles' });
+        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, profilesDir: profiles.dir, log }, async (stack) => {
           log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
           log(`Web UI:           ${stack.server.uiUrl}`);
+          log(`profiles root:    ${describeProfilesRoot(profiles)}`);
           if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
           if (opts.demo) {
             const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
             try {
-              await registerDemoEnvelopes(client, stack);
+              await registerDemoEnvelopes(client, stack, profiles.dir);
             } finally {
               await client.connection.close();
             }
@@ -113,13 +123,13 @@ export function register(program: Command): void {
     .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
     .action(
       action(async (opts: { stateDir: string; spec: string }) => {
-        const profilesDir = join(PROJECT_ROOT, 'profiles');
+        const profilesDir = DEMO_PROFILES; // the demo is this checkout's own content, always
         loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesDir }); // bad input starts nothing
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
-        return withDevStack({ stateDir, demo: true, log }, async (stack) => {
+        return withDevStack({ stateDir, demo: true, profilesDir, log }, async (stack) => {
           const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
-          await registerDemoEnvelopes(client, stack);
+          await registerDemoEnvelopes(client, stack, profilesDir);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.
           const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo', client });
           const handle = await startRollout(client, stack.taskQueue, input);
@@ -151,9 +161,12 @@ export function register(program: Command): void {
       .command('worker')
       .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
       .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
-      .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)'),
+      .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)')
+      .option('--profiles <dir>', `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string }) => {
+    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string }) => {
+      const profiles = resolveProfilesRoot({ flag: flags.profiles });
+      const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
       const settings = resolveConnectionSettings(flags);
       let connection: NativeConnection;
       installQuietRuntime();
@@ -165,8 +178,9 @@ export function register(program: Command): void {
       const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
       if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
-      log(`worker polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
+      log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
+      log(`worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
       // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
       await worker.run();
       await connection.close();

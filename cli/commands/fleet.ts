@@ -6,6 +6,7 @@ import type { Revision } from '../../core/revision';
 import type { Trust } from '../../core/signing';
 import { loadInventory } from '../../intake/inventory';
 import { loadProfile, type LoadedProfile } from '../../intake/profile';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { newestRevisionAbove } from '../../intake/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
@@ -31,7 +32,7 @@ function loadProfileFiles(profilesDir: string, name: string): ProfileFiles {
 interface BoardFlags extends TemporalFlags {
   profile: string;
   inventory: string;
-  profiles: string;
+  profiles?: string;
   revision?: number;
   registry?: boolean;
   json?: boolean;
@@ -70,7 +71,7 @@ function withBoardOptions(cmd: Command): Command {
     cmd
       .requiredOption('--profile <name>', 'the profile')
       .requiredOption('--inventory <fleet.yaml>', 'the inventory')
-      .option('--profiles <dir>', 'profiles directory', 'profiles')
+      .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take revisions from the profile registry (registry:<profile>) instead of the files')
       .option('--concurrency <n>', 'devices probed at once', (v) => Number(v), 16)
       .option('--json', 'print JSON'),
@@ -87,7 +88,7 @@ export function register(program: Command): void {
     .option('--revision <n>', 'the revision (default: the newest one)', parseRevisionFlag)
     .action(
       action(async (opts: BoardFlags) => {
-        const files = loadProfileFiles(opts.profiles, opts.profile);
+        const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
         const inventory = loadInventory(opts.inventory);
         const revision = await boardRevision(files, opts);
         const board = await readFleetBoard({
@@ -116,7 +117,7 @@ export function register(program: Command): void {
 
   withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted")).action(
     action(async (opts: BoardFlags) => {
-      const files = loadProfileFiles(opts.profiles, opts.profile);
+      const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
       const inventory = loadInventory(opts.inventory);
       const known = new Map<number, string | undefined>();
       const verifyOf = (n: number) => {

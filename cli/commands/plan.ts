@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import { runRegistrationGates } from '../../core/gates';
 import type { Inventory } from '../../core/inventory';
@@ -13,6 +13,7 @@ import { plannerInputOf } from '../../core/rollout/plan';
 import { planDevices } from '../../intake/planner-input';
 import { loadRolloutContent, readSpec } from '../../intake/prepare';
 import { hasProfile } from '../../intake/profile';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
 
@@ -42,10 +43,10 @@ export interface PlanOptions {
   rolloutId?: string;
   /** A profile file outside any profiles directory: a what-if plan over its scope, no revisions read. */
   profile?: string;
-  /** `--profiles`, as `start` names it. */
+  /** `--profiles` (else `$WAVEGATE_PROFILES`, else ./profiles: intake/profiles-root.ts). */
   profiles?: string;
-  /** `--profiles-dir` (the older name). */
-  profilesDir: string;
+  /** `--profiles-dir`: the older name of `--profiles`, hidden and deprecated. */
+  profilesDir?: string;
   markers?: string;
   risk?: string;
   json?: boolean;
@@ -71,7 +72,7 @@ export interface PlanReport {
 
 /** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
 function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesDir: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
-  const profilesDir = opts.profiles ?? opts.profilesDir;
+  const profilesDir = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesDir }).dir;
   if (opts.profile) {
     const profile = parseProfile(readDocument(opts.profile), opts.profile);
     if (profile.name !== spec.profile) {
@@ -180,8 +181,8 @@ export function register(program: Command): void {
     .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
     .requiredOption('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
     .option('--rollout-id <id>', 'the rollout id that seeds the plan (default: rollout:<profile>)')
-    .option('--profiles <dir>', 'profiles directory, as for start (default: profiles)')
-    .option('--profiles-dir <dir>', 'the same (older name)', 'profiles')
+    .option('--profiles <dir>', profilesOptionHelp())
+    .addOption(new Option('--profiles-dir <dir>', 'deprecated: the older name of --profiles').hideHelp())
     .option('--profile <profile.yaml>', 'what-if: plan over the scope of this profile file instead of the profile directory start would read (no revisions read)')
     .option('--markers <file>', 'current revision per device (mapping of device id → revision number)')
     .option('--risk <risky|safe>', "override the revision's risk")

@@ -6,10 +6,12 @@ import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
 import { prepareRollout } from '../../intake/prepare';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { listRollouts, queryStatus, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
-import { watchRollout } from '../watch';
+import { pauseLine, watchRollout, type WatchOptions } from '../watch';
+import { preflightRollout } from '../preflight';
 
 /** Who sends a control or starts a rollout: the operator's OS user name, recorded in the audit trail. */
 export function operatorName(): string {
@@ -22,7 +24,8 @@ export function operatorName(): string {
 
 function printStatus(status: RolloutStatus): void {
   console.log(`${status.rolloutId}: ${status.state}, phase ${status.phase}, ${summarizeCounts(status.counts)}`);
-  if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
+  if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
+  else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
   for (const p of status.phases) console.log(`  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`);
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
@@ -31,26 +34,39 @@ function printStatus(status: RolloutStatus): void {
 }
 
 /** The last line of a watch: the outcome and the exit code it means (core/rollout/outcome.ts). */
-function printOutcome(final: RolloutStatus): number {
+export function printOutcome(final: RolloutStatus): number {
   const outcome = rolloutOutcome(final);
-  const code = outcome.code === 0 ? EXIT_OK : EXIT_FAILED;
+  const code = outcomeCode(final);
   // Why a completed rollout is still not a success (pending work), on a line of its own.
   if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
   console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`);
   return code;
 }
 
-function watchOptions(intervalMs: number) {
+/** The exit code a rollout's status means now (core/rollout/outcome.ts): 0 only when it completed with every device it was for at the target. */
+function outcomeCode(status: RolloutStatus): number {
+  return rolloutOutcome(status).code === 0 ? EXIT_OK : EXIT_FAILED;
+}
+
+function watchOptions(intervalMs: number): WatchOptions {
+  const tty = !!process.stdout.isTTY;
   return {
     intervalMs,
-    tty: !!process.stdout.isTTY,
+    tty,
     write: (text: string) => void process.stdout.write(text),
     columns: () => process.stdout.columns,
     rows: () => process.stdout.rows,
+    // On a terminal the frame shows the pause and its commands; a log gets them on a line of their own.
+    ...(tty ? {} : { onPause: (s: RolloutStatus) => console.log(pauseLine(s)) }),
   };
 }
 
-function parseInterval(value: string): number {
+/** `--wait`: nothing drawn, but a pause is said (and with `--exit-on-pause` ends the wait). */
+export function waitOptions(intervalMs: number, exitOnPause: boolean): WatchOptions {
+  return { intervalMs, tty: false, write: () => {}, onPause: (s) => console.log(pauseLine(s)), stopOnPause: exitOnPause };
+}
+
+export function parseInterval(value: string): number {
   const ms = Number(value);
   if (!Number.isFinite(ms) || ms < 100) throw new Error(`--interval ${JSON.stringify(value)}: must be a number of milliseconds, at least 100`);
   return ms;
@@ -63,21 +79,24 @@ export function register(program: Command): void {
       .description('Validate a rollout spec, inventory, profile and revision, then start the rollout; prints its id and Web UI link')
       .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
       .requiredOption('--inventory <fleet.yaml>', 'inventory (the worker reads this path at snapshot time)')
-      .option('--profiles <dir>', 'profiles directory', 'profiles')
+      .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
       .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed with every device at the target')
-      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target')
-      .option('--interval <ms>', 'with --watch: poll interval', parseInterval, 1000)
+      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target; a pause is printed with the commands to resume or abort')
+      .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
+      .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
       .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
   ).action(
-    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; interval: number; json?: boolean }) => {
-      const request = { specPath: opts.file, inventoryPath: opts.inventory, profilesDir: opts.profiles, startedBy: operatorName() };
+    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
+      const request = { specPath: opts.file, inventoryPath: opts.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const input = fromFiles ?? (await prepareRollout({ ...request, client }));
+        // A worker that would refuse the content is found now, before any device is contacted (exit 2).
+        await preflightRollout(client, settings.taskQueue, input);
         const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
         const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
@@ -87,18 +106,26 @@ export function register(program: Command): void {
         }
         if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
         if (!opts.wait) return;
-        await handle.result().catch(() => undefined);
-        return printOutcome(await queryStatus(client, handle.workflowId));
+        return printOutcome(await watchRollout(client, handle.workflowId, waitOptions(opts.interval, !!opts.exitOnPause)));
       });
     }),
   );
 
-  withTemporalOptions(program.command('status <id>').description('Per-device states, phases, counts and controls of a rollout').option('--json', 'print JSON')).action(
+  withTemporalOptions(
+    program
+      .command('status <id>')
+      .description('Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)')
+      .option('--json', 'print JSON'),
+  ).action(
     action(async (id: string, opts: TemporalFlags & { json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
         const status = await queryStatus(client, id);
         if (opts.json) console.log(JSON.stringify(status, null, 2));
-        else printStatus(status);
+        else {
+          printStatus(status);
+          console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
+        }
+        return outcomeCode(status);
       }),
     ),
   );
@@ -112,10 +139,12 @@ export function register(program: Command): void {
   ).action(
     action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
-        const final = await watchRollout(client, id, opts.json ? { ...watchOptions(opts.interval), tty: false, write: () => {} } : watchOptions(opts.interval));
+        // With --json stdout carries only the final status: a pause is said on stderr.
+        const quiet: WatchOptions = { ...watchOptions(opts.interval), tty: false, write: () => {}, onPause: (s) => console.error(pauseLine(s)) };
+        const final = await watchRollout(client, id, opts.json ? quiet : watchOptions(opts.interval));
         if (opts.json) {
           console.log(JSON.stringify(final, null, 2));
-          return rolloutOutcome(final).code === 0 ? EXIT_OK : EXIT_FAILED;
+          return outcomeCode(final);
         }
         return printOutcome(final);
       }),

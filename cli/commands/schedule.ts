@@ -8,6 +8,7 @@ import type { NightlyCanaryInput, NightlyCanaryResult } from '../../workflows/ca
 import { canarySpec } from '../../intake/canary-spec';
 import { loadRolloutInventory } from '../../intake/inventory';
 import { loadProfile } from '../../intake/profile';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type ConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -170,15 +171,15 @@ export function register(program: Command): void {
       .option('--tz <zone>', 'IANA time zone', 'UTC')
       .option('--keep', 'leave the canary on the new revision after the verdict')
       .option('-f, --file <canary-spec.yaml>', 'rollout spec whose first phase is the canary (revisions are filled in each night)')
-      .option('--profiles <dir>', 'profiles directory (the worker reads this path)', 'profiles')
+      .option('--profiles <dir>', `${profilesOptionHelp()}; the worker reads this path`)
       .option('--catchup-window <duration>', 'how late a missed run may still start', '1h')
       .option('--json', 'print the created schedule as JSON'),
   ).action(
-    action(async (name: string, opts: TemporalFlags & { profile: string; inventory: string; at: string; tz: string; keep?: boolean; file?: string; profiles: string; catchupWindow: string; json?: boolean }) => {
+    action(async (name: string, opts: TemporalFlags & { profile: string; inventory: string; at: string; tz: string; keep?: boolean; file?: string; profiles?: string; catchupWindow: string; json?: boolean }) => {
       checkName(name);
       const at = parseAt(opts.at);
       const timezone = checkTimeZone(opts.tz);
-      const profilesDir = resolve(opts.profiles);
+      const profilesDir = resolveProfilesRoot({ flag: opts.profiles }).dir;
       const { profile } = loadProfile(profilesDir, opts.profile, '--profile');
       const inventoryPath = resolve(opts.inventory);
       loadRolloutInventory(inventoryPath);
