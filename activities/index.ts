@@ -17,6 +17,7 @@ import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 
 export type { ApplyResult, RevisionSteps };
+export type { WorkerContentAnswer, WorkerContentInput } from './preflight';
 
 export interface ActivityDeps {
   /** Where the per-rollout audit JSONL files go (default `.wavegate/audit`). */

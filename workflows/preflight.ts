@@ -1,6 +1,5 @@
 import * as wf from '@temporalio/workflow';
-import type { Activities } from '../activities';
-import type { WorkerContentAnswer, WorkerContentInput } from '../activities/preflight';
+import type { Activities, WorkerContentAnswer, WorkerContentInput } from '../activities';
 
 export type { WorkerContentAnswer, WorkerContentInput };
 
