@@ -266,3 +266,18 @@ export async function listRollouts(client: Client, filter: { profile?: string; s
   }
   return out;
 }
+
+/** The newest completed rollout of a profile (not a nightly canary), with the revisions its status carries. */
+export async function lastCompletedRollout(client: Client, profile: string): Promise<{ rolloutId: string; fromRevision: number; toRevision: number } | undefined> {
+  const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
+  const newest = rows.filter((r) => r.type === 'rolloutWorkflow').sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
+  if (!newest) return undefined;
+  const status = await queryStatus(client, newest.workflowId);
+  return { rolloutId: newest.workflowId, fromRevision: status.fromRevision, toRevision: status.toRevision };
+}
+
+/** The rollouts of a profile Temporal still runs, whatever their id (`rollout:<profile>`, converges). */
+export async function runningRolloutsOf(client: Client, profile: string): Promise<string[]> {
+  const rows = await listRollouts(client, { profile, limit: 100 });
+  return rows.filter((r) => r.type === 'rolloutWorkflow' && r.status === 'RUNNING').map((r) => r.workflowId);
+}

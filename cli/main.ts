@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import * as auditCommands from './commands/audit';
+import * as convergeCommands from './commands/converge';
 import * as devCommands from './commands/dev';
 import * as fleetCommands from './commands/fleet';
 import * as initCommands from './commands/init';
@@ -15,7 +16,7 @@ import { EXIT_REFUSED } from './run';
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
  * `register(program)` function; this file only assembles them.
  */
-const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, fleetCommands, scheduleCommands, auditCommands, keysCommands, registryCommands, toolsCommands, initCommands];
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, convergeCommands, fleetCommands, scheduleCommands, auditCommands, keysCommands, registryCommands, toolsCommands, initCommands];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')

@@ -30,7 +30,8 @@ export function renderFrame(status: RolloutStatus, opts: { width?: number; maxDe
   const maxDevices = opts.maxDevices ?? 20;
   const lines: string[] = [];
   lines.push(`rollout ${status.rolloutId}  ${status.profile} r${status.fromRevision} → r${status.toRevision}  state ${status.state}  phase ${status.phase}${opts.now ? `  at ${opts.now.toISOString().slice(11, 19)}` : ''}`);
-  if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
+  if (status.state === 'paused') lines.push(`  ${pauseLine(status)}`.slice(0, width));
+  else if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
   lines.push(`  ${summarizeCounts(status.counts)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
@@ -56,6 +57,11 @@ export function plainLine(status: RolloutStatus): string {
   return `[${status.state}] phase ${status.phase}: ${summarizeCounts(status.counts)}${stages ? ` | ${stages}` : ''}${status.pausedReason ? ` | ${status.pausedReason}` : ''}`;
 }
 
+/** What a paused rollout is waiting for, and the exact commands that move it on. */
+export function pauseLine(status: Pick<RolloutStatus, 'rolloutId' | 'pausedReason'>): string {
+  return `paused: ${status.pausedReason ?? 'by an operator'} — to go on: wavegate resume ${status.rolloutId}; to stop: wavegate abort ${status.rolloutId}`;
+}
+
 export interface WatchOptions {
   intervalMs: number;
   /** Redraw in place (a terminal) or print plain lines. */
@@ -63,6 +69,10 @@ export interface WatchOptions {
   write: (text: string) => void;
   columns?: () => number | undefined;
   rows?: () => number | undefined;
+  /** Called once each time the rollout enters `paused` (a pipeline log must say why it is waiting). */
+  onPause?: (status: RolloutStatus) => void;
+  /** Return as soon as the rollout pauses, instead of waiting for a final state (`--exit-on-pause`). */
+  stopOnPause?: boolean;
 }
 
 /**
@@ -73,6 +83,7 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
   const handle = client.workflow.getHandle(id);
   let previousLines = 0;
   let lastPlain = '';
+  let wasPaused = false;
   for (;;) {
     let status: RolloutStatus;
     try {
@@ -92,6 +103,10 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
       lastPlain = line;
     }
     if (isFinalState(status.state)) return status;
+    const paused = status.state === 'paused';
+    if (paused && !wasPaused) opts.onPause?.(status);
+    wasPaused = paused;
+    if (paused && opts.stopOnPause) return status;
     // A workflow closed without reaching a final state (terminated, or failed outside the main path).
     const described = await handle.describe();
     if (described.status.name !== 'RUNNING') return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };

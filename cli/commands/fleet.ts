@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { boardIsGreen, readDrift, readFleetBoard, type BoardRow } from '../../activities/fleet';
+import { boardIsGreen, readDrift, readFleetBoard, type BoardRow, type FleetBoard } from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
 import { classifyRevision } from '../../core/provability';
 import type { Revision } from '../../core/revision';
@@ -11,7 +11,8 @@ import { newestRevisionAbove } from '../../intake/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { withClient, withTemporalOptions } from '../client';
+import { lastCompletedRollout, withClient, withTemporalOptions } from '../client';
+import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
 /**
@@ -66,6 +67,19 @@ function rowLine(r: BoardRow): string {
   return `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(36) + (r.reason ? ` ${r.reason}` : '');
 }
 
+/**
+ * Devices behind the revision the profile's last completed rollout went to: say the one command that
+ * brings exactly them there. Only an aid: without a reachable Temporal there is no hint, and no error.
+ */
+async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<void> {
+  const behind = behindRows(board.rows);
+  if (!behind.length) return;
+  const last = await withClient(resolveConnectionSettings(opts), (client) => lastCompletedRollout(client, board.profile)).catch(() => undefined);
+  if (!last || last.toRevision !== board.revision) return;
+  console.log(`${behind.length} device(s) behind r${last.toRevision}, where ${last.rolloutId} completed (${behind.map((r) => r.id).join(', ')}). Bring them there with:`);
+  console.log(`  wavegate converge --profile ${board.profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${opts.inventory}${opts.profiles ? ` --profiles ${opts.profiles}` : ''}`);
+}
+
 function withBoardOptions(cmd: Command): Command {
   return withTemporalOptions(
     cmd
@@ -110,6 +124,7 @@ export function register(program: Command): void {
           console.log(`  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length})` : ''}`);
           console.log(`  not-for-me  ${c.notForMe}`);
           for (const r of board.rows) console.log(rowLine(r));
+          await printConvergeHint(board, opts);
         }
         return boardIsGreen(board) ? EXIT_OK : EXIT_FAILED;
       }),
