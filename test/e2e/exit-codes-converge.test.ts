@@ -1,0 +1,145 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { runCli, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+
+/**
+ * The exit codes a pipeline reads (README: 0 done, 1 pending work, 2 refused) from the real `wavegate`
+ * command against a real Temporal dev server, a real worker and a simulated SSH fleet whose devices the
+ * test takes offline and back: `start --wait`, `--exit-on-pause`, `status`, `fleet status`, `converge`.
+ */
+const scratch = scratchDir('exit-codes');
+let env: TestWorkflowEnvironment | undefined;
+let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+let fleet: Fleet;
+let inventory = '';
+const OFFLINE = 'edge-05';
+const APPLY_R2 = 'install -m 0644 "$WAVEGATE_STAGING/motd"';
+
+function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
+  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+    timeoutMs,
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+  });
+}
+
+function spec(name: string, rollout: Record<string, unknown>): string {
+  const path = join(scratch.dir, `${name}.yaml`);
+  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
+  return path;
+}
+
+const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] };
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+const applyCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.count(d.id, APPLY_R2)]));
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(12), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fleet?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+describe('exit codes and converge, as a pipeline sees them', () => {
+  it('refused input exits 2 with nothing started: bad spec for start --wait, unknown rollout for status and converge without a completed rollout', async () => {
+    const unknownPool = await wg(['start', '-f', spec('bad-pool', { ...FAST, disruptionBudget: { 'pool-z': 0.5 } }), '--inventory', inventory, '--wait']);
+    expect(unknownPool.code, unknownPool.stderr).toBe(2);
+    expect(unknownPool.stderr).toContain('pool-z');
+    const unknown = await wg(['status', 'rollout:nope']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('NOT_FOUND');
+    const noneCompleted = await wg(['converge', '--profile', 'demo', '-f', spec('fast', FAST), '--inventory', inventory]);
+    expect(noneCompleted.code, noneCompleted.stdout).toBe(2);
+    expect(noneCompleted.stderr).toContain('has no completed rollout');
+    expect(fleet.totalCommands()).toBe(0);
+  });
+
+  it('start --wait --exit-on-pause exits 1 when the rollout pauses, printing why and the exact resume/abort commands; status exits 1 while paused', async () => {
+    const waiting = wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory, '--wait', '--exit-on-pause', '--interval', '300']);
+    await until('the canary at its manual gate', async () => {
+      const run = await wg(['status', 'rollout:demo', '--json']);
+      if (run.code === 2) return undefined; // not started yet
+      expect(run.code, 'status of a running rollout').toBe(1);
+      return (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+    });
+    const paused = await wg(['pause', 'rollout:demo', '--reason', 'change freeze']);
+    expect(paused.code, paused.stderr).toBe(0);
+    const wait = await waiting;
+    expect(wait.code, wait.stdout + wait.stderr).toBe(1);
+    expect(wait.stdout).toMatch(/paused: .*change freeze.* wavegate resume rollout:demo; to stop: wavegate abort rollout:demo/);
+    expect(wait.stdout).toMatch(/rollout paused: .* — exit 1/);
+    const status = await wg(['status', 'rollout:demo']);
+    expect(status.code).toBe(1);
+    expect(status.stdout).toContain('wavegate resume rollout:demo');
+
+    const aborted = await wg(['abort', 'rollout:demo', '--reason', 'test over']);
+    expect(aborted.code, aborted.stderr).toBe(0);
+    await until('the abort to finish', async () => {
+      const run = await wg(['status', 'rollout:demo', '--json']);
+      const state = (JSON.parse(run.stdout) as { state: string }).state;
+      if (state === 'running' || state === 'paused') return undefined;
+      expect(run.code, `status of an ${state} rollout`).toBe(1);
+      return true;
+    });
+  });
+
+  it('a rollout that completes with an offline device skipped exits 1 (start --wait and status); back online, converge applies r2 to exactly that device and exits 0', async () => {
+    await fleet.setFaults(OFFLINE, { offline: true });
+    const fast = spec('fast', FAST);
+    const run = await wg(['start', '-f', fast, '--inventory', inventory, '--wait', '--interval', '300']);
+    expect(run.code, run.stdout + run.stderr).toBe(1);
+    expect(run.stdout).toContain('completed with pending work: 1 skipped');
+    expect(run.stdout).toMatch(/rollout completed: .* — exit 1/);
+    const status = await wg(['status', 'rollout:demo', '--json']);
+    expect(status.code).toBe(1);
+    const devices = (JSON.parse(status.stdout) as { devices: Array<{ id: string; state: string }> }).devices;
+    expect(devices.filter((d) => d.state !== 'applied')).toEqual([expect.objectContaining({ id: OFFLINE, state: 'skipped' })]);
+
+    await fleet.setFaults(OFFLINE, {});
+    const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
+    expect(board.code, board.stdout).toBe(1);
+    expect(board.stdout).toContain(`1 device(s) behind r2, where rollout:demo completed (${OFFLINE})`);
+    expect(board.stdout).toContain(`wavegate converge --profile demo --file <the spec of rollout:demo: r1 → r2> --inventory ${inventory}`);
+
+    const before = applyCounts();
+    const converge = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory, '--wait', '--interval', '300']);
+    expect(converge.code, converge.stdout + converge.stderr).toBe(0);
+    expect(converge.stdout).toContain('converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: rollout:demo)');
+    expect(converge.stdout).toMatch(new RegExp(`behind +${OFFLINE} +verify exited \\d`));
+    expect(converge.stdout).toMatch(/rollout completed: .* — exit 0/);
+    const after = applyCounts();
+    expect(after[OFFLINE]).toBe(before[OFFLINE]! + 1);
+    expect({ ...after, [OFFLINE]: 0 }).toEqual({ ...before, [OFFLINE]: 0 });
+
+    const clean = await wg(['status', 'rollout:demo:converge-1', '--json']);
+    expect(clean.code).toBe(0);
+    expect((JSON.parse(clean.stdout) as { devices: Array<{ id: string; state: string }> }).devices).toEqual([expect.objectContaining({ id: OFFLINE, state: 'applied' })]);
+    const green = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
+    expect(green.code, green.stdout).toBe(0);
+    const again = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory]);
+    expect(again.code, again.stdout + again.stderr).toBe(0);
+    expect(again.stdout).toContain('nothing to converge');
+    expect(applyCounts()).toEqual(after);
+  });
+});
