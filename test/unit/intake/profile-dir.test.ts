@@ -1,22 +1,13 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../../core/errors';
 import { loadProfile } from '../../../intake/profile';
 import { checkProfileName, profileDir, revisionNumbers } from '../../../intake/profile-dir';
 import { loadTrust } from '../../../intake/trust';
 import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { refusal } from '../../support/refusal';
 
 const PROFILES = join(PROJECT_ROOT, 'profiles');
 
-function refusal(fn: () => unknown): WavegateError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof WavegateError) return err;
-    throw err;
-  }
-  throw new Error('not refused');
-}
 
 describe('intake/profile-dir', () => {
   it('knows where every file of a profile is', () => {

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../../core/errors';
 import { parseInventory } from '../../../core/inventory';
 import { parseRolloutSpec } from '../../../core/spec';
 import { canarySpec } from '../../../intake/canary-spec';
@@ -11,6 +10,7 @@ import { fileRevision } from '../../../intake/revisions';
 import { assembleRolloutInput, poolBudgetsOf } from '../../../intake/rollout-input';
 import { loadProfileTrust } from '../../../intake/trust';
 import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { refusal } from '../../support/refusal';
 
 const PROFILES = join(PROJECT_ROOT, 'profiles');
 const inventory = parseInventory(
@@ -26,15 +26,6 @@ const inventory = parseInventory(
   'fleet.yaml',
 );
 
-function refusal(fn: () => unknown): WavegateError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof WavegateError) return err;
-    throw err;
-  }
-  throw new Error('not refused');
-}
 
 describe('intake: assembleRolloutInput from objects', () => {
   const { profile, layout } = loadProfile(PROFILES, 'demo');
