@@ -75,7 +75,7 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     const taskQueue = `crash-${process.pid}-${Date.now()}`;
     const workerArgs = ['worker', '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue];
 
-    const first = await spawnCliUntil(workerArgs, /worker polling/);
+    const first = await spawnCliUntil(workerArgs, /^worker \S+ polling /m);
     let second: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
     try {
       const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
@@ -99,7 +99,7 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       expect(doneAtKill.length).toBeGreaterThanOrEqual(1);
       expect(inFlightAtKill.length + doneAtKill.length).toBeLessThan(8); // mid-phase: some not started yet
 
-      second = await spawnCliUntil(workerArgs, /worker polling/);
+      second = await spawnCliUntil(workerArgs, /^worker \S+ polling /m);
       const result = await handle.result();
       await recordHistory(handle, 'rollout-resilience-worker-killed');
 
