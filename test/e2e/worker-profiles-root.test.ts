@@ -9,7 +9,7 @@ import { keyPairFromSeed, pinOf } from '../../core/signing';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { runCli, spawnCliUntil } from '../support/cli';
+import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { fleetWithInventory, scratchDir } from '../support/harness';
 
 /**
@@ -73,7 +73,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const w of workers) if (w.child.exitCode === null) w.child.kill('SIGINT');
+  await Promise.all(workers.map((w) => stopChild(w.child)));
   await fleet?.stop();
   await env?.teardown();
   scratch.cleanup();

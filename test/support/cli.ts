@@ -49,6 +49,19 @@ export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000
   });
 }
 
+/**
+ * Stop a CLI child and wait until it is gone: SIGTERM for a graceful shutdown, SIGKILL if it has not exited
+ * after `graceMs` (a worker whose server is already gone can wait for ever), so no test leaves a process.
+ */
+export async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
 export interface DevDemo {
   address: string;
   uiUrl: string;

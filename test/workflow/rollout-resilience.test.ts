@@ -11,7 +11,7 @@ import { demoDevices, fleetInventory, generateEd25519, startFleet, type Fleet } 
 import { startDevServerEnv } from '../../workers/dev-server';
 import { approveUpdate, statusQuery, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow } from '../../workflows/rollout';
-import { spawnCliUntil } from '../support/cli';
+import { spawnCliUntil, stopChild } from '../support/cli';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
 
@@ -133,8 +133,8 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
           `resumed (kill → retry holding the device's lock): ${resumeMs.join(' ')}; apply launches per device: ${fleet.devices.map((d) => `${d.id}=${fleet.count(d.id, APPLY)}`).join(' ')}`,
       );
     } finally {
-      second?.child.kill('SIGTERM');
       first.child.kill('SIGKILL');
+      if (second) await stopChild(second.child);
       rmSync(auditFilePath(DEFAULT_AUDIT_DIR, rolloutId), { force: true });
     }
   }, 240_000);
