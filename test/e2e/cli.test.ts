@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { userInfo } from 'node:os';
 import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { until } from '../support/until';
 
 /**
  * The `wavegate` command as an operator runs it: real processes against `wavegate dev --demo` (Temporal
@@ -38,15 +39,6 @@ async function statusOf(id: string): Promise<{ state: string; phase: string; pha
   return JSON.parse(run.stdout);
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
 
 const MANUAL = { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: '25%', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }] };
 

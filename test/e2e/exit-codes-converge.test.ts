@@ -7,6 +7,7 @@ import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { runCli, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { until as waitUntil } from '../support/until';
 
 /**
  * The exit codes a pipeline reads (README: 0 done, 1 pending work, 2 refused) from the real `wavegate`
@@ -36,15 +37,8 @@ function spec(name: string, rollout: Record<string, unknown>): string {
 
 const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] };
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
+/** This file's waits run against a loaded stack: longer than the shared default. */
+const until = <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000) => waitUntil(what, probe, timeoutMs);
 
 const applyCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.count(d.id, APPLY_R2)]));
 
