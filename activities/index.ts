@@ -9,12 +9,17 @@ import { createCanaryActivities } from './canary';
 import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import { applyToDevice, ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
+import { applyToDevice, ApplyLockHeld, DEFAULT_TRUST_DIR, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
+import { dependencyChecker } from './dependencies';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
+import { createWebhookActivities } from './webhooks';
 import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
+import { judgeVerdicts } from './node-down';
+import { markOf } from '../core/node-down';
+import { WavegateError } from '../core/errors';
 
 export type { ApplyResult, RevisionSteps };
 export type { WorkerContentAnswer, WorkerContentInput } from './preflight';
@@ -120,6 +125,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
     ...createPreflightActivities({ trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
+    ...createWebhookActivities(),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       const inventory = loadInventory(input.inventoryPath);
@@ -128,11 +134,20 @@ export function createActivities(deps: ActivityDeps = {}) {
       const inScope = only ? scoped.filter((d) => only.has(d.id)) : scoped;
       let probed = 0;
       const page = inScope.slice(input.offset, input.offset + input.limit);
+      // Node-down verdicts beside the inventory, rechecked now on this worker (activities/node-down.ts).
+      const verdicts = await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: page, by: `worker ${deps.identity ?? defaultWorkerIdentity()}`, onCheck: () => Context.current().heartbeat(probed) }).catch(
+        (err: unknown) => {
+          if (err instanceof WavegateError) throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
+          throw err;
+        },
+      );
       const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {
         const target = targetOf(device);
-        const base = { ...target, updateClass: device.updateClass, os: device.os };
+        const standing = verdicts.get(device.id);
+        const base = { ...target, updateClass: device.updateClass, os: device.os, ...(standing ? { nodeDown: markOf(standing) } : {}) };
         try {
           if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
+          if (standing?.kind === 'holds') return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
           const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
           try {
             return { ...base, current: await session.readMarker(input.profile, { timeoutMs: 10_000 }), reachable: true };
@@ -163,6 +178,8 @@ export function createActivities(deps: ActivityDeps = {}) {
           holder: { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt },
           holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
           signal: ctx.cancellationSignal,
+          // The spec's `after`, checked on the device from this worker's own signed envelopes.
+          dependencies: dependencyChecker({ profilesDir: deps.trustDir ?? DEFAULT_TRUST_DIR, requireEnvelope: !deps.allowUnsigned, timeoutMs: Math.min(input.commandTimeoutMs, 60_000) }),
         });
       } catch (err) {
         deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);

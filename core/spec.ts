@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { formatDurationMs, parseDurationMs } from './duration';
+import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
+import { Webhooks } from './events';
 import { parseHealthCheck } from './health';
 import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inventory';
 import { ownValue } from './own-keys';
@@ -16,7 +18,7 @@ const DURATION_FORM = 'a duration such as 600000 (ms), "90s", "10m" or "1h"';
  * A duration within [min, max] milliseconds: every wait and timeout has a sane range (a 100-year gate
  * timer or a 0 s apply timeout is a mistake, never a setting).
  */
-function boundedDuration(min: number, max: number) {
+export function boundedDuration(min: number, max: number) {
   const range = `between ${formatDurationMs(min)} and ${formatDurationMs(max)}`;
   return z.union([z.number(), z.string()], { error: `must be ${DURATION_FORM}` }).transform((value, ctx) => {
     const ms = parseDurationMs(value);
@@ -42,10 +44,13 @@ export const DURATION_BOUNDS = {
   healthTimeout: { min: 1_000, max: 3_600_000 },
   /** How long after completion a revert to fromRevision stays allowed on the devices (0: never). */
   revertWindow: { min: 0, max: 30 * 86_400_000 },
+  /** progressDeadline and phaseDeadline, in active time (core/rollout/deadline.ts). */
+  deadline: { min: 60_000, max: 30 * 86_400_000 },
 } as const;
 
 const GateDuration = boundedDuration(DURATION_BOUNDS.gate.min, DURATION_BOUNDS.gate.max);
 const Gate = z.union([z.literal('manual'), GateDuration], { error: `must be "manual" or ${DURATION_FORM}` });
+const DeadlineDuration = boundedDuration(DURATION_BOUNDS.deadline.min, DURATION_BOUNDS.deadline.max);
 
 /** Text fields a person writes: bounded, so a 60 MB name is refused rather than carried through history. */
 export const MAX_NAME_LENGTH = 128;
@@ -89,6 +94,8 @@ const Phase = z
     gateMs: z.number().int().min(DURATION_BOUNDS.gate.min).max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`).optional(),
     gate: Gate.optional(),
     healthGate: z.array(HealthCheck).default([]),
+    /** This phase's deadline in active time, overriding the spec's `phaseDeadline`. */
+    phaseDeadline: DeadlineDuration.optional(),
   })
   .strict()
   .superRefine((phase, ctx) => {
@@ -166,6 +173,16 @@ export const RolloutBody = z
     canaryClass: Identifier.optional(),
     concurrent: z.boolean().default(false),
     transport: z.enum(['ssh', 'agent']).default('ssh'),
+    /** The whole rollout's deadline in active time (paused time never counts; core/rollout/deadline.ts). */
+    progressDeadline: DeadlineDuration.optional(),
+    /** Every phase's deadline in active time, from its first device start to the end of its health gate. */
+    phaseDeadline: DeadlineDuration.optional(),
+    /** What a passed deadline does: pause (default), abort (stop, no rollback) or rollback. */
+    onDeadline: z.enum(['pause', 'abort', 'rollback']).optional(),
+    /** Where every transition is delivered, signed, as JSON (core/events.ts); secrets by reference only. */
+    webhooks: Webhooks.optional(),
+    /** Profiles each device must verify (at these revisions) before this rollout starts on it (core/dependencies.ts). */
+    after: z.array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
   })
   .strict()
   .superRefine((spec, ctx) => {
@@ -184,6 +201,7 @@ export const RolloutBody = z
       }
     }
     checkPhaseSizes(spec.phases ?? [], ctx);
+    for (const p of afterProblems(spec.profile, spec.after ?? [])) ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
   })
   .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) }));
 

@@ -1,5 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import type { AuditEventName } from '../core/audit';
+import { DEFAULT_REVERT_WINDOW_MS } from '../core/floor';
 import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
@@ -10,6 +11,7 @@ import type * as activities from '../activities';
 import { AuditTrail } from './audit-trail';
 import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
+import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publish, refreshDetails } from './progress';
 
@@ -24,6 +26,8 @@ export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
 export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
 /** New executions raise each changed device's floor when the rollout completes (no downgrade after). */
 export const DEVICE_FLOOR = 'device-floor';
+/** A revert (`input.reverts`) names the rollout it undoes in its audit, and its floor ends at its target. */
+export const REVERT_ROLLOUTS = 'revert-rollouts';
 /** New executions write what happened to every device into the audit trail, not only to phases. */
 export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
@@ -70,10 +74,23 @@ export class RolloutSteps {
   /** One audit record: the current phase (once planned) and the counts at this moment. */
   audit(event: AuditEventName, f: AuditFieldsOf = {}): Promise<unknown> {
     const { model } = this;
-    return this.trail.append(event, { phase: f.phase === undefined ? (model.plan ? model.phaseName : null) : f.phase, by: f.by, reason: f.reason, counts: { ...model.counts() }, evidence: f.evidence });
+    const fields = { phase: f.phase === undefined ? (model.plan ? model.phaseName : null) : f.phase, by: f.by, reason: f.reason, counts: { ...model.counts() }, evidence: f.evidence };
+    const written = this.trail.append(event, fields);
+    // The same transition as a webhook event (workflows/events.ts), made at the first record; only the end waits for delivery.
+    const { webhooks } = this.input.spec;
+    if (this.outbox === undefined) this.outbox = webhooks?.length && wf.patched(WEBHOOK_EVENTS_PATCH) ? new EventOutbox(this.input, model, webhooks) : false;
+    const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
+    return delivered ? Promise.all([written, delivered]) : written;
   }
+  /** The webhook outbox: undefined until the first record, false for a spec without webhooks (or an older run). */
+  private outbox: EventOutbox | false | undefined;
   holdWhilePaused(): Promise<void> {
     return wf.condition(() => !this.model.paused || this.model.stopped);
+  }
+  /** The model's pause/abort state changed outside a control (a deadline): tell a running slice and the Web UI. */
+  controlsChanged(): void {
+    this.batches.forwardControls();
+    publish(this.model);
   }
   skipPending(reason: string, exceptPhase?: number): void {
     const skipped = this.model.skipPending(reason, exceptPhase);
@@ -124,18 +141,22 @@ export class RolloutSteps {
     const { spec } = input;
     const devices = model.toUndo().reverse().filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? ''));
     if (devices.length === 0) return;
-    const revertWindowMs = spec.revertWindow ?? 86_400_000;
+    // A revert lands the floor on its target with no way "back" (up is always allowed): the
+    // reverted-to revision is the fleet's floor again.
+    const revert = input.reverts !== undefined && wf.patched(REVERT_ROLLOUTS);
+    const revertWindowMs = revert ? 0 : (spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS);
+    const from = revert ? spec.toRevision : spec.fromRevision;
     let confirmed = 0;
     const failed: Array<{ id: string; error: string }> = [];
     for (const chunk of chunks(devices)) {
       const result = await confirmFloor.executeWithOptions({ summary: `raise the floor to r${spec.toRevision} on ${chunk.length} device(s)` }, [
-        { devices: chunk, profile: spec.profile, revision: spec.toRevision, from: spec.fromRevision, rolloutId: input.rolloutId, revertWindowMs },
+        { devices: chunk, profile: spec.profile, revision: spec.toRevision, from, rolloutId: input.rolloutId, revertWindowMs },
       ]);
       confirmed += result.confirmed;
       failed.push(...result.failed);
     }
     if (failed.length) model.warnings.push(`floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(0, 500));
-    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from: spec.fromRevision, revertWindowMs, confirmed, failed } });
+    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed } });
   }
 
   /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */

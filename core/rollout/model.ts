@@ -1,9 +1,11 @@
 import { checkControl, type ControlBase, type ControlContext, type ControlName } from '../controls';
+import type { DeliveryLedger } from '../events';
 import type { GateOutcome } from '../health';
 import type { Plan, PlannedPhase } from '../planner';
 import { countDevices, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
 import { NOT_FOR_ME } from './outcome';
+import type { DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
 
@@ -37,13 +39,21 @@ export class RolloutModel {
   auditHead: { seq: number; hash: string } | undefined;
   /** Why the audit trail holds the rollout: a record could not be written and the trail is not whole. */
   auditHold: string | undefined;
+  /** A revert: the completed rollout it undoes (shown in the status). */
+  reverts: { rolloutId: string; runId: string } | undefined;
+  /** Deliveries to the spec's webhooks (workflows/events.ts keeps it); absent without webhooks. */
+  webhookDeliveries: DeliveryLedger | undefined;
   plan: Plan | undefined;
+  /** The last progress deadline that passed (workflows/deadlines.ts), with the devices it found unconfirmed. */
+  deadline: DeadlineStatus | undefined;
   readonly warnings: string[] = [];
 
   private readonly devices = new Map<string, DeviceStatus>();
   private readonly phases: PhaseStatus[] = [];
   private readonly controls: ControlRecord[] = [];
   private readonly approved = new Set<number>();
+  /** Phases whose first device started applying: a phase's deadline runs from then (core/rollout/deadline.ts). */
+  private readonly startedPhases = new Set<number>();
   /** Devices this rollout started changing, in order (a Set: O(1) to add and forget at 10,000 devices). */
   private readonly touched = new Set<string>();
   private readonly snapshot = new Map<string, DeviceSnapshot>();
@@ -71,6 +81,9 @@ export class RolloutModel {
       changedDevices: this.changedDevices(),
       ...(this.verdict ? { verdict: this.verdict } : {}),
       ...(this.auditHead ? { auditHead: this.auditHead } : {}),
+      ...(this.reverts ? { reverts: this.reverts } : {}),
+      ...(this.deadline ? { deadline: this.deadline } : {}),
+      ...(this.webhookDeliveries ? { webhooks: this.webhookDeliveries.status() } : {}),
     };
   }
   counts(): Counts {
@@ -145,6 +158,7 @@ export class RolloutModel {
   // ---- devices ----
   setDevice(id: string, next: DeviceState, reason?: string): void {
     const phase = this.devices.get(id)?.phase ?? -1;
+    if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed') this.startedPhases.add(phase);
     this.devices.set(id, { id, state: next, phase, ...(reason ? { reason } : {}) });
   }
   /** Devices that never started are recorded as skipped with the reason, so none is left without a state. */
@@ -157,6 +171,14 @@ export class RolloutModel {
       }
     }
     return skipped;
+  }
+  /** Whether a device of the phase has started applying (a sliced phase learns it when its first slice ends). */
+  phaseStarted(index: number): boolean {
+    return this.startedPhases.has(index);
+  }
+  /** Devices a deadline waits for: planned into a phase and not best-effort (they never hold a gate). */
+  *requiredDevices(): Iterable<DeviceStatus> {
+    for (const d of this.devices.values()) if (d.phase >= 0 && this.snapshot.get(d.id)?.updateClass !== 'best-effort') yield d;
   }
   /** The current state (and reason) of each listed device, for the per-device audit records. */
   outcomesOf(ids: readonly string[]): DeviceStatus[] {

@@ -1,4 +1,6 @@
+import type { WebhookDeliveryStatus } from '../events';
 import type { GateOutcome } from '../health';
+import type { DeadlineStatus } from './deadline';
 import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
 
 export const PHASE_STAGES = ['pending', 'applying', 'gate', 'awaiting-approval', 'passed', 'failed', 'inconclusive', 'stopped'] as const;
@@ -47,4 +49,10 @@ export interface RolloutStatus {
   changedDevices?: number;
   /** A canary run's verdict (nightly canary). */
   verdict?: CanaryVerdict;
+  /** The last progress deadline that passed: which, where, when, the required devices still unconfirmed, and what it did. */
+  deadline?: DeadlineStatus;
+  /** A revert: the completed rollout (id and run) it undoes. */
+  reverts?: { rolloutId: string; runId: string };
+  /** Deliveries to the spec's webhooks (core/events.ts): counts and the events not delivered, never a secret. */
+  webhooks?: WebhookDeliveryStatus;
 }
