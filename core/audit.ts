@@ -49,6 +49,8 @@ export const AUDIT_EVENTS = [
   'devices.skipped',
   /** The floor a completed rollout raised on its devices (core/floor.ts), and any it could not write. */
   'floor.confirmed',
+  /** A progressDeadline or phaseDeadline passed in active time: which, the phase, the unconfirmed devices, the action. */
+  'deadline.passed',
 ] as const;
 export type AuditEventName = (typeof AUDIT_EVENTS)[number];
 
