@@ -1,6 +1,7 @@
 import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
+import type { VerdictStanding } from '../core/node-down';
 import { shellFor } from './device-steps';
 import { connectDevice, TransportError, type DeviceSession, type ExecResult } from './transport';
 import { mapLimit } from './map-limit';
@@ -114,10 +115,16 @@ export async function readFleetBoard(opts: {
   verify: string;
   provable: boolean;
   probe?: ProbeOptions;
+  /** Node-down verdicts as judged now (activities/node-down.ts): one that holds makes its device not-for-me, uncontacted. */
+  verdicts?: ReadonlyMap<string, VerdictStanding>;
 }): Promise<FleetBoard> {
-  const { targets, notForMe } = partitionFleet(opts.inventory, opts.scope);
+  const partition = partitionFleet(opts.inventory, opts.scope);
+  const holding = (d: Device) => opts.verdicts?.get(d.id)?.kind === 'holds';
+  const targets = partition.targets.filter((d) => !holding(d));
+  const notForMe = [...partition.notForMe, ...partition.targets.filter(holding).map((device) => ({ device, reason: opts.verdicts!.get(device.id)!.text }))];
   const probe = opts.probe ?? {};
-  const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => {
+  const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)));
+  async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
     let session: DeviceSession;
     try {
@@ -131,17 +138,24 @@ export async function readFleetBoard(opts: {
       if (res.code === 0) {
         return { ...base, state: opts.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(opts.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
       }
-      return { ...base, state: 'pending', marker, reason: `verify exited ${res.code}${marker !== null ? ` (marker says r${marker})` : ' (no marker)'}`, evidence: evidence(res) };
+      // No marker at all: wavegate never brought this device anywhere — a signal, not an empty cell.
+      return { ...base, state: 'pending', marker, reason: marker !== null ? `verify exited ${res.code} (marker says r${marker})` : `verify exited ${res.code} (never reported: no revision marker)`, evidence: evidence(res) };
     } catch (err) {
       return { ...base, state: 'pending', reason: `never answered: ${(err as Error).message}` };
     } finally {
       session.close();
     }
-  });
+  }
   const rows = [...probed, ...notForMe.map(({ device, reason }): BoardRow => ({ id: device.id, pool: device.pool, class: device.class, state: 'not-for-me', reason }))];
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
   rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
   return { profile: opts.profile, revision: opts.revision, provable: opts.provable, rows, counts: countBoard(rows) };
+}
+
+/** A verdict that no longer holds (expired, lifted by its recheck) is said beside the device's state. */
+function withVerdictNote(row: BoardRow, standing: VerdictStanding | undefined): BoardRow {
+  if (!standing || standing.kind === 'holds') return row;
+  return { ...row, reason: row.reason ? `${standing.text}; ${row.reason}` : standing.text };
 }
 
 export interface DriftRow {

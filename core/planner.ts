@@ -1,4 +1,5 @@
 import { DEFAULT_DISRUPTION_BUDGET, type UpdateClass } from './inventory';
+import type { NodeDownMark } from './node-down';
 import { ownValue } from './own-keys';
 import { prng, seedFrom, seedHex, shuffled } from './random';
 import { phaseGate, phaseSize, type PhaseSize, type PhaseSpec, type RolloutSpec } from './spec';
@@ -7,7 +8,8 @@ import { phaseGate, phaseSize, type PhaseSize, type PhaseSpec, type RolloutSpec 
  * The planner (step 2 of a rollout, docs/architecture.md): pure and deterministic from the rollout id. Given the snapshot of
  * the devices in scope, it decides which device goes in which phase:
  *
- * - `left-behind` devices (and devices already above the target) are `not-for-me`, with a reason;
+ * - `left-behind` devices, devices under a node-down verdict that holds (and devices already above the
+ *   target) are `not-for-me`, with a reason;
  * - devices whose marker already reads the target are `already-applied` and never touched;
  * - the rest are shuffled by a PRNG seeded from a hash of the rollout id (sorted by id first, so the
  *   input order does not matter);
@@ -33,6 +35,8 @@ export interface PlanDevice {
   current?: number | null;
   /** Reachability at snapshot time (absent = unknown, treated as reachable). */
   reachable?: boolean;
+  /** A node-down verdict (core/node-down.ts): while it holds, the device is not-for-me with its text as the reason. */
+  nodeDown?: NodeDownMark;
 }
 
 export type PlanSpec = Pick<RolloutSpec, 'toRevision' | 'phases' | 'gate' | 'canaryClass' | 'concurrent' | 'disruptionBudget'> & Partial<Pick<RolloutSpec, 'minSample'>>;
@@ -46,6 +50,11 @@ export interface PlanInput {
   pools?: Readonly<Record<string, { disruptionBudget?: number; size?: number }>>;
   /** The revision's risk; `safe` collapses the phases into one. */
   risk?: 'risky' | 'safe';
+  /**
+   * A revert (`wavegate revert`) comes down from this revision: a device at it is a candidate, not
+   * "ahead" of the (lower) target. Absent for every other rollout.
+   */
+  revertingFrom?: number;
 }
 
 export interface PlannedPhase {
@@ -155,12 +164,15 @@ export function planPhases(input: PlanInput): Plan {
   const candidates: PlanDevice[] = [];
   for (const d of devices) {
     if (d.updateClass === 'left-behind') notForMe.push({ id: d.id, reason: 'left-behind: the device is excluded from updates (updateClass)' });
-    else if (typeof d.current === 'number' && d.current > spec.toRevision) {
+    else if (d.nodeDown?.holds) notForMe.push({ id: d.id, reason: d.nodeDown.text });
+    else if (typeof d.current === 'number' && d.current > spec.toRevision && d.current !== input.revertingFrom) {
       notForMe.push({ id: d.id, reason: `ahead: the device is at revision ${d.current}, above the target ${spec.toRevision}` });
     } else if (d.current === spec.toRevision) alreadyApplied.push(d.id);
     else candidates.push(d);
   }
   if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${some(notForMe.map((n) => n.id))}`);
+  // A verdict that no longer holds (expired, or lifted by its recheck) brings its device back: say so.
+  for (const d of devices) if (d.nodeDown && !d.nodeDown.holds && d.updateClass !== 'left-behind') warnings.push(`device ${d.id}: ${d.nodeDown.text}`);
   if (alreadyApplied.length) warnings.push(`${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`);
   const unreachable = candidates.filter((d) => d.reachable === false);
   if (unreachable.length) warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);

@@ -1,4 +1,5 @@
 import type { Device, UpdateClass } from './inventory';
+import type { NodeDownMark } from './node-down';
 
 /**
  * Device and rollout states (docs/architecture.md) and the counts derived from them. Counts are always computed
@@ -14,6 +15,8 @@ export const DEVICE_STATES = [
   'rolling-back',
   'rolled-back',
   'rollback-failed',
+  /** Not started: it does not yet verify a profile the rollout waits for (`after`); retried after a backoff. */
+  'waiting',
 ] as const;
 export type DeviceState = (typeof DEVICE_STATES)[number];
 
@@ -51,6 +54,12 @@ export interface DeviceSnapshot extends DeviceTarget {
    * Not "offline": such a device fails (counted by the failure gate), whatever the offline policy.
    */
   refusal?: SnapshotRefusal;
+  /**
+   * The device's node-down verdict at snapshot time (core/node-down.ts), when it has one: while it
+   * holds the planner makes the device not-for-me; expired or lifted by its recheck, it is planned and
+   * the plan says so in its warnings. Absent in histories recorded before verdicts existed.
+   */
+  nodeDown?: NodeDownMark;
 }
 
 export const SNAPSHOT_REFUSALS = ['host-key', 'auth', 'config'] as const;
@@ -83,5 +92,6 @@ export function summarizeCounts(counts: Counts): string {
   if (counts.failed) parts.push(`${counts.failed} failed`);
   if (counts.skipped) parts.push(`${counts.skipped} skipped`);
   if (counts.applying) parts.push(`${counts.applying} applying`);
+  if (counts.waiting) parts.push(`${counts.waiting} waiting`);
   return parts.join(', ');
 }

@@ -14,6 +14,9 @@ import { resolveConnectionSettings, type TemporalFlags } from '../../workers/con
 import { lastCompletedRollout, withClient, withTemporalOptions } from '../client';
 import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
+import { judgeVerdicts } from '../../activities/node-down';
+import { registerVerdictCommands } from './fleet-verdicts';
+import { operatorName } from './rollout';
 
 /**
  * Operator reads of the fleet, computed now over SSH from the CLI (no workflow, no activity): the board
@@ -94,6 +97,7 @@ function withBoardOptions(cmd: Command): Command {
 
 export function register(program: Command): void {
   const fleet = program.command('fleet').description('The fleet as it is now, read over SSH');
+  registerVerdictCommands(fleet);
   withBoardOptions(
     fleet
       .command('status')
@@ -105,7 +109,10 @@ export function register(program: Command): void {
         const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
         const inventory = loadInventory(opts.inventory);
         const revision = await boardRevision(files, opts);
+        // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
+        const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, by: operatorName() });
         const board = await readFleetBoard({
+          verdicts,
           inventory,
           profile: files.profile.name,
           scope: files.profile.scope,
@@ -121,7 +128,7 @@ export function register(program: Command): void {
           // Applied and claimed are different facts: never one number.
           console.log(`  applied     ${c.applied}`);
           console.log(`  claimed     ${c.claimed}`);
-          console.log(`  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length})` : ''}`);
+          console.log(`  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length}; never reported: ${board.rows.filter((r) => r.reason?.includes('never reported')).length})` : ''}`);
           console.log(`  not-for-me  ${c.notForMe}`);
           for (const r of board.rows) console.log(rowLine(r));
           await printConvergeHint(board, opts);

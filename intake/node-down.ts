@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, fsyncSync, lstatSync, openSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { stringify } from 'yaml';
+import { WavegateError } from '../core/errors';
+import { EMPTY_NODE_DOWN_FILE, NodeDownFile } from '../core/node-down';
+import { parseWith } from '../core/validation';
+import { readDocument } from './files';
+
+/**
+ * The node-down verdicts file (docs/formats.md, "Node-down verdicts"): beside the inventory, because the
+ * worker reads the inventory at snapshot time and the CLI reads it for the board — whoever can read
+ * one finds the other. Written atomically (a temp file in the same directory, then rename), read
+ * through the bounded reader, validated field by field.
+ *
+ * Its recheck commands run on the control host, so it is held to sshd's StrictModes: owned by the user
+ * reading it (or root) and writable by no one else, in a directory no one else may write either
+ * (unless sticky): a file another user could write would be a way to run commands as the worker.
+ */
+
+/** `fleet.yaml` → `fleet.verdicts.yaml` (any extension is replaced; none: appended). */
+export function verdictsPathFor(inventoryPath: string): string {
+  const name = basename(inventoryPath).replace(/\.(ya?ml|json|ini|cfg|txt)$/i, '');
+  return join(dirname(inventoryPath), `${name}.verdicts.yaml`);
+}
+
+function ownUid(): number | undefined {
+  return typeof process.getuid === 'function' ? process.getuid() : undefined;
+}
+
+/** StrictModes: the file and its directory must be the reader's (or root's) and not writable by others. */
+export function checkStrictModes(path: string): void {
+  const uid = ownUid();
+  const refuse = (what: string) => {
+    throw new WavegateError('INVALID_STATE', `${path}: refused: ${what}; its recheck commands would run as this user (fix with chown and chmod go-w, see SECURITY.md)`, { source: path });
+  };
+  const file = lstatSync(path);
+  if (file.isSymbolicLink()) refuse('is a symbolic link');
+  if (!file.isFile()) refuse('is not a regular file');
+  if (uid !== undefined && file.uid !== uid && file.uid !== 0) refuse(`is owned by uid ${file.uid}, not by this user (uid ${uid}) or root`);
+  if (file.mode & 0o022) refuse(`is ${file.mode & 0o002 ? 'world' : 'group'}-writable (mode ${(file.mode & 0o777).toString(8).padStart(4, '0')})`);
+  const dir = statSync(dirname(path));
+  if (uid !== undefined && dir.uid !== uid && dir.uid !== 0) refuse(`its directory ${dirname(path)} is owned by uid ${dir.uid}, not by this user (uid ${uid}) or root`);
+  if (dir.mode & 0o022 && !(dir.mode & 0o1000)) refuse(`its directory ${dirname(path)} is writable by others (mode ${(dir.mode & 0o777).toString(8).padStart(4, '0')})`);
+}
+
+/** The verdicts in `path` (none when the file does not exist); INVALID_INPUT naming the field otherwise. */
+export function readVerdicts(path: string): NodeDownFile {
+  if (!existsSync(path)) return structuredClone(EMPTY_NODE_DOWN_FILE);
+  checkStrictModes(path);
+  const data = readDocument(path, 'yaml');
+  return parseWith(NodeDownFile, data ?? {}, path);
+}
+
+/** Replace the file at once: readers see the old file or the new one, never half of one. */
+export function writeVerdicts(path: string, file: NodeDownFile): void {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const header = '# wavegate node-down verdicts (docs/formats.md, "Node-down verdicts"); written by `wavegate fleet mark-down/mark-up` and by rechecks\n';
+  const fd = openSync(temp, 'wx', 0o600);
+  try {
+    writeSync(fd, header + stringify(file));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    renameSync(temp, path);
+  } catch (err) {
+    rmSync(temp, { force: true });
+    throw err;
+  }
+}
+
+/** Read, change and write back in one step (the change is applied to the newest file on disk). */
+export function updateVerdicts(path: string, change: (file: NodeDownFile) => NodeDownFile): NodeDownFile {
+  const next = change(readVerdicts(path));
+  writeVerdicts(path, next);
+  return next;
+}
