@@ -6,10 +6,11 @@ import { RolloutModel } from '../core/rollout/model';
 import { planRollout } from '../core/rollout/plan';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
+import { watchDeadlines } from './deadlines';
 import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publish } from './progress';
-import { DEVICE_FLOOR, RolloutSteps } from './rollout-steps';
+import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutSteps } from './rollout-steps';
 
 export type { RolloutInput };
 
@@ -55,7 +56,12 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 
   async function story(): Promise<RolloutStatus> {
     publish(model);
-    await steps.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length } });
+    // Only when the spec sets a deadline (then patched 'rollout-deadlines'): older rollouts never start it.
+    const deadlines = watchDeadlines(input, model, steps);
+    // A revert names the rollout (id and run) it undoes, in its first record and in its status.
+    model.reverts = input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined;
+    const reverts = model.reverts ? { reverts: model.reverts.rolloutId, revertsRun: model.reverts.runId } : {};
+    await steps.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
     await steps.snapshot();
     const plan = planRollout(input, model.snapshotDevices());
@@ -85,8 +91,10 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       if ((await steps.gateThenHealth(phase)) === 'rolled-back') return steps.finish('rolled-back', 'rollout.failed', `health gate failed after ${phase.name}`);
       if (model.stopped) break;
     }
+    deadlines?.stop();
 
     if (model.abort) {
+      if (deadlines?.rollbackRequested) return deadlines.rollBack();
       const { abort } = model;
       const outcome = policy.abortOutcome(abort);
       model.closePhases(policy.stagesClosedBy('abort'));

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   ActiveClock,
@@ -13,6 +14,7 @@ import {
 import type { DeviceStatus } from '../../../core/rollout-state';
 import { parseRolloutSpec } from '../../../core/spec';
 import { WavegateError } from '../../../core/errors';
+import { runCli } from '../../support/cli';
 
 const MIN = 60_000;
 
@@ -141,5 +143,15 @@ describe('deadline wording and phase stages', () => {
   it('a phase deadline runs from applying through the gate, the approval and an inconclusive hold; passed and failed end it', () => {
     expect(['applying', 'gate', 'awaiting-approval', 'inconclusive'].every(phaseInProgress)).toBe(true);
     expect(['pending', 'passed', 'failed', 'stopped'].some(phaseInProgress)).toBe(false);
+  });
+});
+
+describe('wavegate plan with a bad deadline', () => {
+  it('exits 2 naming the field and the value, nothing planned', async () => {
+    const corpus = 'test/corpus';
+    const run = await runCli(['plan', '-f', join(corpus, 'specs/progress-deadline-30s.yaml'), '--inventory', join(corpus, 'valid/inventory.yaml'), '--profiles-dir', join(corpus, 'no-profiles')]);
+    expect(run.code, run.stderr).toBe(2);
+    expect(run.stderr).toContain('rollout.progressDeadline: must be between 1m and 30d (got "30s")');
+    expect(run.stdout).toBe('');
   });
 });

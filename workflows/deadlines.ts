@@ -1,0 +1,183 @@
+import * as wf from '@temporalio/workflow';
+import { isFinalState } from '../core/controls';
+import {
+  Deadline,
+  deadlineAction,
+  deadlineReason,
+  deadlineSkipReason,
+  hasDeadlines,
+  phaseDeadlineOf,
+  phaseInProgress,
+  unconfirmedDevices,
+  type DeadlineKind,
+} from '../core/rollout/deadline';
+import type { RolloutInput } from '../core/rollout/input';
+import type { RolloutModel } from '../core/rollout/model';
+import * as policy from '../core/rollout/policy';
+import type { RolloutStatus } from '../core/rollout/status';
+import { DEFAULT_SLICE } from './batches';
+import type { RolloutSteps } from './rollout-steps';
+
+/** New executions whose spec sets a deadline run the deadline watcher (docs/architecture.md, patches). */
+export const ROLLOUT_DEADLINES = 'rollout-deadlines';
+
+/** What the story needs from the watcher. */
+export interface DeadlineWatch {
+  /** The phases are over: no deadline fires after this. */
+  stop(): void;
+  /** A deadline under `onDeadline: rollback` stopped the rollout: end it through rollBack(), not the abort's end. */
+  readonly rollbackRequested: boolean;
+  /** Put back every device this rollout changed (the one compensation path) and end rolled-back. */
+  rollBack(): Promise<RolloutStatus>;
+}
+
+/**
+ * Starts the watcher when the spec sets a deadline (never for a nightly canary run). Rollouts without
+ * one never reach `wf.patched`, so their histories are exactly as before.
+ */
+export function watchDeadlines(input: RolloutInput, model: RolloutModel, steps: RolloutSteps): DeadlineWatch | undefined {
+  if (input.canary || !hasDeadlines(input.spec) || !wf.patched(ROLLOUT_DEADLINES)) return undefined;
+  return new DeadlineWatcher(input, model, steps);
+}
+
+/**
+ * A background loop beside the story: it samples the active clocks whenever the rollout's state changes
+ * (pause, resume, a phase starting or ending) and otherwise sleeps the least active time left. While
+ * paused it waits for the resume with no timer at all, so a pause of any length never fires anything.
+ * A passed deadline changes the model the way a control does (pause, abort), so the gate timer, the
+ * approval wait and the device batches react to it exactly as they react to an operator.
+ */
+class DeadlineWatcher implements DeadlineWatch {
+  private ended = false;
+  private rollback: { kind: DeadlineKind; reason: string } | undefined;
+  private readonly progress: Deadline | undefined;
+  /** One deadline per phase, created at the phase's first device start; each passes at most once. */
+  private readonly phases = new Map<number, Deadline>();
+  private readonly sliceSize: number;
+
+  constructor(
+    private readonly input: RolloutInput,
+    private readonly model: RolloutModel,
+    private readonly steps: RolloutSteps,
+  ) {
+    const { progressDeadline } = input.spec;
+    this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
+    if (progressDeadline !== undefined) this.progress = new Deadline('progressDeadline', progressDeadline, Date.now(), this.active());
+    void this.run().catch((err) => {
+      // A cancel ends the watcher with the workflow's root scope; anything else only costs the deadlines.
+      if (!wf.isCancellation(err)) model.warnings.push(`deadlines stopped: ${String(err)}`.slice(0, 300));
+    });
+  }
+
+  get rollbackRequested(): boolean {
+    return this.rollback !== undefined;
+  }
+
+  stop(): void {
+    this.ended = true;
+  }
+
+  async rollBack(): Promise<RolloutStatus> {
+    const { kind, reason } = this.rollback!;
+    this.model.closePhases(policy.stagesClosedBy('abort'));
+    await this.steps.compensate(reason, 'wavegate');
+    this.steps.skipPending(deadlineSkipReason(kind, 'rollback'));
+    return this.steps.finish('rolled-back', 'rollout.failed', reason);
+  }
+
+  /** Past the phases: stopped by the story, aborting, compensating, or finished. */
+  private over(): boolean {
+    const m = this.model;
+    return this.ended || m.stopped || m.phaseName === 'rollback' || m.phaseName === 'done' || isFinalState(m.state);
+  }
+
+  /** Active time: running, not paused (by anyone) and not held by the audit trail. */
+  private active(): boolean {
+    return !this.over() && this.model.state === 'running' && !this.model.paused;
+  }
+
+  /**
+   * The phase whose deadline runs now: the latest one whose first device started and whose health gate
+   * has not ended. A phase run in slices learns its first start only when a slice ends, so it counts
+   * from the moment it starts applying.
+   */
+  private livePhase(): number | undefined {
+    const planned = this.model.plan?.phases ?? [];
+    for (let i = planned.length - 1; i >= 0; i--) {
+      if (!phaseInProgress(this.model.phase(i).stage)) continue;
+      if (this.model.phaseStarted(i) || planned[i]!.devices.length > this.sliceSize) return i;
+    }
+    return undefined;
+  }
+
+  /** What the loop waits on: any change here means a new sample. */
+  private key(): string {
+    return `${this.active()}|${this.livePhase() ?? '-'}|${this.over()}`;
+  }
+
+  private async run(): Promise<void> {
+    for (;;) {
+      const now = Date.now();
+      const active = this.active();
+      const live = this.livePhase();
+      this.progress?.sample(now, active);
+      for (const [index, deadline] of this.phases) deadline.sample(now, active && index === live);
+      if (live !== undefined && !this.phases.has(live)) {
+        const limit = phaseDeadlineOf(this.input.spec, this.model.plan!.phases[live]!);
+        if (limit !== undefined) this.phases.set(live, new Deadline('phaseDeadline', limit, now, active, live));
+      }
+      if (this.over()) return;
+
+      const running = [this.progress, live === undefined ? undefined : this.phases.get(live)].filter((d): d is Deadline => d !== undefined && !d.fired);
+      const due = running.find((d) => d.due(now));
+      if (due && active) {
+        this.pass(due, now);
+        continue;
+      }
+      const key = this.key();
+      if (!active || running.length === 0) await wf.condition(() => this.key() !== key);
+      else await wf.condition(() => this.key() !== key, Math.min(...running.map((d) => d.remaining(now))), { summary: 'progress deadline' });
+    }
+  }
+
+  /** A deadline passed: record it (audit and status), then carry out `onDeadline`. */
+  private pass(deadline: Deadline, now: number): void {
+    deadline.fired = true;
+    const { model, steps } = this;
+    const action = deadlineAction(this.input.spec);
+    const phaseIndex = deadline.phase ?? this.livePhase();
+    const phase = phaseIndex !== undefined ? model.phase(phaseIndex).name : null;
+    const passedPhases = new Set((model.plan?.phases ?? []).map((p) => p.index).filter((i) => model.phase(i).stage === 'passed'));
+    const unconfirmed = unconfirmedDevices(model.requiredDevices(), passedPhases, deadline.phase);
+    const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
+    const at = new Date(now).toISOString();
+    model.deadline = { kind: deadline.kind, phase, limitMs: deadline.limitMs, at, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, action };
+    model.warnings.push(reason);
+    void steps.audit('deadline.passed', {
+      phase,
+      by: 'wavegate',
+      reason,
+      evidence: { kind: deadline.kind, limitMs: deadline.limitMs, activeMs: deadline.elapsed(now), action, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, byState: unconfirmed.byState },
+    });
+    switch (action) {
+      case 'pause':
+        model.pauseFor(reason);
+        void steps.audit('rollout.paused', { by: 'wavegate', reason });
+        break;
+      case 'abort': {
+        // As `wavegate abort --no-rollback` by wavegate: no new device starts, changed devices stay at toRevision.
+        const control = { by: 'wavegate', reason, rollback: false };
+        const intent = model.applyControl('abort', control)!;
+        model.recordControl('abort', control, true, at);
+        void steps.audit(intent.event, { by: intent.by, reason: intent.reason, evidence: intent.evidence });
+        break;
+      }
+      case 'rollback':
+        // Stops the story the way an abort does; rollBack() then ends it rolled back.
+        this.rollback = { kind: deadline.kind, reason };
+        model.abort = { rollback: true, reason, by: 'wavegate' };
+        break;
+    }
+    steps.controlsChanged();
+  }
+}
