@@ -1,4 +1,5 @@
 import { Context } from '@temporalio/activity';
+import { revertUntilOf } from '../core/floor';
 import type { DeviceTarget } from '../core/rollout-state';
 import { mapLimit } from './map-limit';
 import { connectDevice } from './transport';
@@ -29,7 +30,7 @@ export interface ConfirmFloorResult {
 export function createFloorActivities(deps: { concurrency?: number } = {}) {
   return {
     async confirmFloor(input: ConfirmFloorInput): Promise<ConfirmFloorResult> {
-      const revertUntil = input.revertWindowMs > 0 ? Date.now() + input.revertWindowMs : 0;
+      const revertUntil = revertUntilOf(Date.now(), input.revertWindowMs);
       const failed: ConfirmFloorResult['failed'] = [];
       let done = 0;
       await mapLimit(input.devices, deps.concurrency ?? 16, async (device) => {

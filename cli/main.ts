@@ -7,6 +7,7 @@ import * as initCommands from './commands/init';
 import * as keysCommands from './commands/keys';
 import * as planCommands from './commands/plan';
 import * as registryCommands from './commands/registry';
+import * as revertCommands from './commands/revert';
 import * as rolloutCommands from './commands/rollout';
 import * as scheduleCommands from './commands/schedule';
 import * as toolsCommands from './commands/tools';
@@ -16,7 +17,7 @@ import { EXIT_REFUSED } from './run';
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
  * `register(program)` function; this file only assembles them.
  */
-const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, convergeCommands, fleetCommands, scheduleCommands, auditCommands, keysCommands, registryCommands, toolsCommands, initCommands];
+const GROUPS: Array<{ register(program: Command): void }> = [devCommands, planCommands, rolloutCommands, convergeCommands, revertCommands, fleetCommands, scheduleCommands, auditCommands, keysCommands, registryCommands, toolsCommands, initCommands];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')

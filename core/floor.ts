@@ -15,6 +15,18 @@ export interface DeviceFloor {
   rollout: string;
 }
 
+/** The spec's `revertWindow` when a rollout's input carries none (recorded before the field existed). */
+export const DEFAULT_REVERT_WINDOW_MS = 86_400_000;
+
+/**
+ * Until when a revert to `from` stays allowed, for a floor confirmed at `confirmedAt` (epoch ms) with a
+ * window of `revertWindowMs` (0: never). The worker writes this on each device; `wavegate revert` asks
+ * the same question of the rollout's close time before it starts anything.
+ */
+export function revertUntilOf(confirmedAt: number, revertWindowMs: number): number {
+  return revertWindowMs > 0 ? confirmedAt + revertWindowMs : 0;
+}
+
 /** The floor file, `key=value` lines; unreadable or absent: null (no floor). */
 export function parseFloor(text: string): DeviceFloor | null {
   const fields = new Map<string, string>();

@@ -27,6 +27,7 @@ function printStatus(status: RolloutStatus): void {
   if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
   else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
+  if (status.reverts) console.log(`  reverts: ${status.reverts.rolloutId} (run ${status.reverts.runId}), r${status.fromRevision} → r${status.toRevision}`);
   for (const p of status.phases) console.log(`  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`);
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
   const last = status.controls.at(-1);

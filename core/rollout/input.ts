@@ -1,3 +1,4 @@
+import type { Dependency } from '../dependencies';
 import type { PayloadFile, Profile } from '../revision';
 import type { Envelope } from '../signing';
 import type { RolloutSpec } from '../spec';
@@ -21,6 +22,12 @@ export interface RevisionSteps {
    * command run as apply is the `rollback` inside it (verified too); verify and payload stay `envelope`'s.
    */
   rollbackOf?: Envelope;
+  /**
+   * The spec's `after` (apply steps only): profiles, by name and revision, the device must verify before
+   * this apply starts there. References only: the worker runs each one's verify from its own signed
+   * envelope of that revision, never a command carried here.
+   */
+  after?: Dependency[];
 }
 
 /**
@@ -56,4 +63,16 @@ export interface RolloutInput {
    * outcome is the verdict, and the canary goes back to fromRevision unless `keep`.
    */
   canary?: { keep: boolean };
+  /**
+   * A revert (`wavegate revert`): this rollout undoes that completed one, from its toRevision back to its
+   * fromRevision (so here `spec.toRevision < spec.fromRevision`, which a user's spec may never say). The
+   * planner then takes devices at the reverted revision as candidates, and the floor ends at the target.
+   */
+  reverts?: RevertOf;
+}
+
+/** The completed rollout a revert undoes: its id and the run (a rollout id is re-used by later rollouts). */
+export interface RevertOf {
+  rolloutId: string;
+  runId: string;
 }

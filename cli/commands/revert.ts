@@ -1,0 +1,155 @@
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
+import type { Command } from 'commander';
+import { WavegateError } from '../../core/errors';
+import type { RolloutInput } from '../../core/rollout/input';
+import { changedDevices, revertStateRefusal, revertWindowRefusal, rollForwardCommands, type FinishedRollout } from '../../core/rollout/revert';
+import type { RolloutStatus } from '../../core/rollout/status';
+import { profileDir, revisionNumbers } from '../../intake/profile-dir';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
+import { revertRolloutInput } from '../../intake/revert';
+import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
+import { preflightRollout } from '../preflight';
+import { action, EXIT_OK } from '../run';
+import { watchRollout } from '../watch';
+import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
+
+/**
+ * `wavegate revert <rollout-id> [--fast]`: undo a completed rollout inside its revert window, as a new
+ * rollout from its toRevision back to its fromRevision over exactly the devices it changed. The rollout
+ * is read from Temporal (its input from the first history event, its result, its close time); the
+ * decisions are core/rollout/revert.ts; the input is built by intake/revert.ts like a start's.
+ */
+
+interface RevertFlags extends TemporalFlags {
+  run?: string;
+  fast?: boolean;
+  inventory?: string;
+  profiles?: string;
+  registry?: boolean;
+  wait?: boolean;
+  exitOnPause?: boolean;
+  interval: number;
+  json?: boolean;
+}
+
+const HELP = `
+The revert window: a completed rollout raises a floor at its toRevision on every device it changed;
+nothing below it is applied there again, except going back to its fromRevision for the spec's
+revertWindow (default 24h) after it completed. Inside that window, revert starts rollout:<profile>
+from toRevision back to fromRevision over exactly the devices the rollout changed (not the ones it
+skipped, failed or left alone), with the rollout's phases, gates and health checks; --fast runs one
+phase over all of them with no gate timer, health still checked. Its audit and status name the
+rollout it undoes. A rollout still running is aborted instead (wavegate abort puts back what it
+changed); a rolled-back, aborted or cancelled one has nothing to revert.
+
+After the window (or with revertWindow 0) the revert is refused (exit 2) and the roll-forward is
+printed: copy revisions/<from>.yaml as a new revision above every one the profile has, sign and
+cosign it, and start a rollout up to it (going up is always allowed).
+`;
+
+/** The run's input, from its first history event (one event fetched, however long the history is). */
+async function inputOfRun(client: Client, workflowId: string, runId: string): Promise<RolloutInput> {
+  const { history } = await client.workflowService.getWorkflowExecutionHistory({ namespace: client.options.namespace, execution: { workflowId, runId }, maximumPageSize: 1 });
+  const payloads = history?.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads;
+  if (!payloads?.length) throw new WavegateError('FAILED', `${workflowId} run ${runId}: its history has no start input to revert from`);
+  return decodeFromPayloadsAtIndex<RolloutInput>(client.options.loadedDataConverter, 0, payloads);
+}
+
+/** The rollout to revert as Temporal knows it: NOT_FOUND for an unknown id or run. */
+async function readRollout(client: Client, id: string, run?: string): Promise<{ finished: FinishedRollout; input: RolloutInput }> {
+  const handle = client.workflow.getHandle(id, run);
+  let described: Awaited<ReturnType<typeof handle.describe>>;
+  try {
+    described = await handle.describe();
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${run ? ` and run ${run}` : ''}; \`wavegate list\` shows the rollouts Temporal knows`);
+    throw err;
+  }
+  if (described.type !== 'rolloutWorkflow') throw new WavegateError('INVALID_INPUT', `${id} is a ${described.type}, not a rollout; only a rollout can be reverted`, { field: '<rollout-id>', value: id });
+  const runId = described.runId;
+  const input = await inputOfRun(client, id, runId);
+  const execution = described.status.name;
+  const exact = client.workflow.getHandle(id, runId);
+  let status: RolloutStatus | undefined;
+  if (execution === 'RUNNING') status = await exact.query<RolloutStatus>('status').catch(() => undefined);
+  else if (execution === 'COMPLETED') status = (await exact.result()) as RolloutStatus;
+  return {
+    input,
+    finished: {
+      rolloutId: id,
+      runId,
+      execution,
+      ...(status ? { state: status.state } : {}),
+      ...(described.closeTime ? { closedAt: described.closeTime.getTime() } : {}),
+      spec: input.spec,
+      ...(input.reverts ? { reverts: input.reverts } : {}),
+      ...(input.canary ? { canary: true } : {}),
+      changed: status ? changedDevices(status) : [],
+    },
+  };
+}
+
+/** The roll-forward commands for this profile: the next revision above every one it has. */
+function rollForward(input: RolloutInput, profilesRoot: string, inventoryPath: string): string {
+  const { spec } = input;
+  const layout = profileDir(profilesRoot, spec.profile);
+  const next = Math.max(spec.fromRevision, spec.toRevision, ...revisionNumbers(layout, 'revisions'), ...revisionNumbers(layout, 'envelopes')) + 1;
+  return rollForwardCommands({ profile: spec.profile, profileDir: layout.dir, profilesRoot, from: spec.fromRevision, to: spec.toRevision, next, inventoryPath }).join('\n');
+}
+
+export function register(program: Command): void {
+  withTemporalOptions(
+    program
+      .command('revert <rollout-id>')
+      .description(
+        "Undo a completed rollout inside its revert window: a new rollout from its toRevision back to its fromRevision over exactly the devices it changed. After the window it is refused (exit 2) and the roll-forward commands are printed",
+      )
+      .option('--fast', 'one phase over every device, no gate timer; the health checks of all the rollout\'s phases still run')
+      .option('--run <runId>', 'an earlier run of a re-used rollout id (default: its latest run)')
+      .option('--inventory <fleet.yaml>', 'inventory (default: the one the rollout read)')
+      .option('--profiles <dir>', profilesOptionHelp())
+      .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
+      .option('--wait', 'wait for the revert to finish; exit 0 only if every device it was for is back')
+      .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the revert pauses')
+      .option('--interval <ms>', 'with --wait: poll interval', parseInterval, 1000)
+      .option('--json', 'print {rolloutId, runId, reverts, devices} as JSON')
+      .addHelpText('after', HELP),
+  ).action(
+    action(async (id: string, opts: RevertFlags) => {
+      const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
+      const settings = resolveConnectionSettings(opts);
+      return withClient(settings, async (client) => {
+        const { finished, input: original } = await readRollout(client, id, opts.run);
+        const inventoryPath = opts.inventory ?? original.inventoryPath;
+        const refused = revertStateRefusal(finished);
+        if (refused) {
+          const forward = finished.state === 'aborted' && finished.changed.length ? `\n${rollForward(original, profilesRoot, inventoryPath)}` : '';
+          throw new WavegateError('INVALID_STATE', `${refused}${forward}`, { state: finished.state ?? finished.execution });
+        }
+        const closed = revertWindowRefusal(finished, Date.now());
+        if (closed) throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, { state: 'revert-window-closed' });
+        const running = await runningRolloutsOf(client, original.spec.profile);
+        if (running.length) throw new WavegateError('CONFLICT', `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`);
+
+        const request = { original, reverts: { rolloutId: id, runId: finished.runId }, devices: finished.changed, fast: !!opts.fast, profilesDir: profilesRoot, inventoryPath, startedBy: operatorName() };
+        const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
+        // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
+        await preflightRollout(client, settings.taskQueue, input);
+        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, input);
+        const { spec } = input;
+        if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, reverts: input.reverts, devices: input.onlyDevices }));
+        else {
+          console.log(
+            `revert ${handle.workflowId} started: r${spec.fromRevision} → r${spec.toRevision} over the ${finished.changed.length} device(s) ${id} (run ${finished.runId}) changed, ${opts.fast ? 'one phase, no gate (--fast)' : `${spec.phases.length} phase(s) as it ran`}`,
+          );
+          console.log(`  devices: ${finished.changed.join(', ')}`.slice(0, 2000));
+          console.log(`Web UI: ${workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId)}`);
+        }
+        if (!opts.wait) return EXIT_OK;
+        return printOutcome(await watchRollout(client, handle.workflowId, waitOptions(opts.interval, !!opts.exitOnPause)));
+      });
+    }),
+  );
+}
