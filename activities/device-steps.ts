@@ -7,19 +7,25 @@ import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { loadTrust } from '../intake/trust';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
+import type { Dependency } from '../core/dependencies';
+import type { DependencyChecker } from './dependencies';
 import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type StagedFile } from './transport';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
 
-export type ApplyOutcome = 'applied' | 'already-applied';
+/** `dependency-unmet`: the device does not verify a profile the rollout waits for (`after`); nothing else ran. */
+export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet';
 
 export interface ApplyResult {
   device: string;
   outcome: ApplyOutcome;
   /** Which steps ran, in order: the evidence for the audit trail. */
   steps: string[];
+  /** With `dependency-unmet`: the dependencies the device does not verify, and what was found. */
+  unmet?: Dependency[];
+  detail?: string;
 }
 
 /**
@@ -188,6 +194,8 @@ export interface ApplyOptions {
   holderClosed?: (holder: ApplyHolder) => Promise<boolean>;
   /** Aborting closes the connection (an activity cancelled or timed out on the server stops here). */
   signal?: AbortSignal;
+  /** Checks the steps' `after` on the device before the apply lock is taken (activities/dependencies.ts). */
+  dependencies?: DependencyChecker;
 }
 
 /** The lock protocol's own commands are short: they get this long, however long an apply may run. */
@@ -228,6 +236,9 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
       beat('floor');
       const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now());
       if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
+      // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
+      const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
+      if (waiting) return waiting;
       return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat);
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
@@ -236,6 +247,24 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
   } finally {
     clearInterval(ticker);
   }
+}
+
+/**
+ * Ordering between profiles: before the apply lock is taken, whether the device verifies each profile
+ * the steps wait for (`after`). Not met: the outcome says so and nothing else has run. A retry of a unit
+ * that already holds the device's lock passed this check before it took the lock: it goes on to
+ * reattach, never leaving its own apply behind because a dependency changed since.
+ */
+async function unmetDependencies(session: DeviceSession, device: string, steps: RevisionSteps, after: RevisionSteps['after'], holder: ApplyHolder, opts: ApplyOptions, beat: (detail: string) => void): Promise<ApplyResult | null> {
+  if (!after?.length) return null;
+  if (!opts.dependencies) throw new EnvelopeRejected('NO_DEPENDENCY_CHECK', `${steps.profile} r${steps.revision} waits for ${after.map((d) => `${d.profile} r${d.revision}`).join(', ')}, and this apply was given no way to check that`);
+  beat('lock-read');
+  const lock = await session.readApplyLock(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) });
+  const ours = lock?.holder && lock.holder.rollout === deviceValue(holder.rollout) && lock.holder.run === deviceValue(holder.run) && lock.holder.activity === deviceValue(holder.activity);
+  if (ours) return null;
+  beat('dependencies');
+  const found = await opts.dependencies(session, device, after);
+  return found ? { device, outcome: 'dependency-unmet', steps: ['dependencies'], unmet: found.unmet, detail: found.detail } : null;
 }
 
 async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void): Promise<ApplyResult> {

@@ -1,6 +1,8 @@
 import { join } from 'node:path';
 import type { Envelope } from '../core/signing';
 import type { RevisionSteps } from '../core/rollout/input';
+import type { Dependency } from '../core/dependencies';
+import { openDependency } from './dependencies';
 import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust, signedSteps } from './device-steps';
 
 /**
@@ -13,6 +15,8 @@ export interface WorkerContentInput {
   envelope?: Envelope;
   /** The way back (fromRevision's steps): its envelope, and the target's envelope when its `rollback` command is the way. */
   rollback?: { revision: number; envelope?: Envelope; rollbackOf?: Envelope };
+  /** The spec's `after`: the worker must hold each dependency's revision (signed, under its pins) to verify it on devices. */
+  after?: Dependency[];
 }
 
 export type WorkerContentAnswer =
@@ -47,6 +51,7 @@ export function createPreflightActivities(deps: PreflightDeps) {
         const opts = { trust: loadWorkerTrust(profilesDir, input.profile), requireEnvelope: !deps.allowUnsigned, now: Date.now(), profilesDir };
         signedSteps(stepsFor(input.profile, input.revision, input.envelope), opts);
         if (input.rollback) signedSteps(stepsFor(input.profile, input.rollback.revision, input.rollback.envelope, input.rollback.rollbackOf), opts);
+        for (const dep of input.after ?? []) openDependency(dep, { profilesDir, requireEnvelope: !deps.allowUnsigned });
         return { ok: true, worker };
       } catch (err) {
         if (!(err instanceof EnvelopeRejected)) throw err;

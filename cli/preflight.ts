@@ -15,6 +15,7 @@ export function workerContentInput(input: RolloutInput): WorkerContentInput {
     revision: steps.revision,
     ...(steps.envelope ? { envelope: steps.envelope } : {}),
     rollback: { revision: rollbackSteps.revision, ...(rollbackSteps.envelope ? { envelope: rollbackSteps.envelope } : {}), ...(rollbackSteps.rollbackOf ? { rollbackOf: rollbackSteps.rollbackOf } : {}) },
+    ...(steps.after?.length ? { after: steps.after } : {}),
   };
 }
 

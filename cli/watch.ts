@@ -18,9 +18,9 @@ function bar(done: number, total: number, width: number): string {
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
 }
 
-/** Devices that are moving first (applying, rolling back), then failures, then the rest by phase. */
+/** Devices that are moving first (applying, rolling back), then failures and waits for a dependency, then the rest by phase. */
 function deviceOrder(state: DeviceState): number {
-  return ({ applying: 0, 'rolling-back': 0, failed: 1, 'rollback-failed': 1 } as Partial<Record<DeviceState, number>>)[state] ?? 2;
+  return ({ applying: 0, 'rolling-back': 0, failed: 1, 'rollback-failed': 1, waiting: 1 } as Partial<Record<DeviceState, number>>)[state] ?? 2;
 }
 
 /** The lines of one frame: a header, one bar per phase, and a device table of at most `maxDevices` rows. */

@@ -2,6 +2,7 @@ import type { Client } from '@temporalio/client';
 import type { Inventory } from '../core/inventory';
 import type { RolloutInput } from '../core/rollout/input';
 import { parseRolloutSpec, type RolloutSpec } from '../core/spec';
+import { loadDependencies, type LoadedDependency } from './dependencies';
 import type { SignedRevision } from './envelope';
 import { readDocument } from './files';
 import { loadRolloutInventory } from './inventory';
@@ -16,6 +17,8 @@ export interface RolloutContent extends LoadedProfile {
   specSource: string;
   target: SignedRevision;
   from: SignedRevision;
+  /** The profiles the spec's `after` names, each found with that revision in the profiles root. */
+  dependencies: LoadedDependency[];
 }
 
 /** A parsed spec and where its profile and inventory are. */
@@ -62,7 +65,7 @@ export function loadRolloutContent(req: SpecRequest): RolloutContent {
   const field = (name: string) => `${req.specSource}: rollout.${name}`;
   const target = fileRevision(loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = fileRevision(loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  return { ...req, ...loaded, target, from };
+  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesDir, req.specSource) };
 }
 
 /** The same from `registry:<profile>`, each envelope verified again against the profile's pins. */
@@ -72,7 +75,8 @@ export async function loadRegisteredRolloutContent(client: Client, req: SpecRequ
   const trust = registryTrust(loaded.layout, loadProfileTrust(loaded.layout), field('profile'));
   const target = await registeredRevision(client, loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = await registeredRevision(client, loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  return { ...req, ...loaded, target, from };
+  // Dependencies from the files either way: they are what the worker verifies them against.
+  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesDir, req.specSource) };
 }
 
 function inputOf(content: RolloutContent, req: RolloutFromSpec): RolloutInput {

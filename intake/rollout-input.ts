@@ -46,7 +46,8 @@ export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
     rolloutId: parts.rolloutId ?? `rollout:${spec.profile}`,
     spec,
     profile,
-    steps: stepsOf(layout, target),
+    // Only the way forward waits for dependencies: putting a device back never does.
+    steps: { ...stepsOf(layout, target), ...(spec.after?.length ? { after: spec.after } : {}) },
     rollbackSteps: stepsOf(layout, from, target),
     provable: classifyRevision(target.revision).provable,
     risk: target.revision.risk,

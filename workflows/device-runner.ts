@@ -1,4 +1,5 @@
 import * as wf from '@temporalio/workflow';
+import { dependencyBackoffMs, waitingReason, type Dependency } from '../core/dependencies';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
 import { ownValue } from '../core/own-keys';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
@@ -64,6 +65,12 @@ function applyProxy(opts: DeviceRunOptions) {
 /** New executions leave a device refused before any command ran out of compensation (never "rolled back"). */
 export const REFUSED_DEVICES_UNTOUCHED = 'refused-devices-untouched';
 
+/**
+ * New executions of a rollout with `after` send a device whose dependency is unmet to `waiting` (its slot
+ * freed) and retry it after a backoff, instead of reading the outcome as applied.
+ */
+export const PROFILE_ORDERING = 'profile-ordering';
+
 /** Failures that happen before any command of ours runs on the device (the worker or the device said no first). */
 const REFUSED_BEFORE_RUNNING: ReadonlySet<string> = new Set(['EnvelopeRejected', 'ApplyLockHeld', 'Transport.host-key', 'Transport.auth', 'Transport.config']);
 
@@ -85,7 +92,9 @@ export function rootMessage(err: unknown): string {
 /**
  * Start devices in order while their pool's budget has room (pause holds, abort or a tripped failure
  * gate stops new starts), each one verify-first → apply → verify → marker. Required devices are awaited;
- * best-effort ones run in the background and never count toward the failure gate.
+ * best-effort ones run in the background and never count toward the failure gate. A device that does
+ * not yet verify a profile the rollout waits for (`after`) frees its slot, waits (state `waiting`) and is
+ * tried again after a backoff, while the others go on.
  */
 export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptions, hooks: DeviceRunHooks, tallyBefore: FailureTally = { succeeded: 0, failed: 0 }): Promise<DeviceRunResult> {
   const apply = applyProxy(opts);
@@ -103,15 +112,23 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const room = (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
   const halted = () => hooks.isStopped() || tripped;
 
-  const runOne = async (device: DeviceSnapshot) => {
+  /** One apply activity; the dependencies it found unmet (nothing ran on the device then), if any. */
+  const attempt = async (device: DeviceSnapshot): Promise<{ unmet: Dependency[]; detail?: string } | undefined> => {
     const bestEffort = device.updateClass === 'best-effort';
     inFlight.set(device.pool, (inFlight.get(device.pool) ?? 0) + 1);
     started.push(device.id);
     hooks.setState(device.id, busy);
+    let waiting: { unmet: Dependency[]; detail?: string } | undefined;
     try {
       const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
         { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs },
       ]);
+      if (result.outcome === 'dependency-unmet' && opts.steps.after?.length && wf.patched(PROFILE_ORDERING)) {
+        // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
+        started.splice(started.lastIndexOf(device.id), 1);
+        waiting = { unmet: result.unmet?.length ? result.unmet : opts.steps.after, ...(result.detail ? { detail: result.detail } : {}) };
+        return waiting;
+      }
       hooks.setState(device.id, ok, result.outcome === 'already-applied' ? 'already in place (verify only)' : undefined);
       if (!bestEffort) tally.succeeded += 1;
     } catch (err) {
@@ -129,6 +146,39 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     if (!bestEffort && opts.mode === 'apply') {
       const total = { succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed };
       if (failureGateTripped(total, opts.failurePolicy, false)) tripped = true;
+    }
+    return waiting;
+  };
+
+  /**
+   * Whether a waiting device may try again: after its backoff, once its pool has room, the rollout is not
+   * paused and the maintenance window is open. A stop (abort, cancel, a tripped failure gate) ends the
+   * wait: the device never started, so it goes back to pending for the rollout's own skip.
+   */
+  const retryAfterWait = async (device: DeviceSnapshot, reason: string, waits: number): Promise<boolean> => {
+    hooks.setState(device.id, 'waiting', reason);
+    const giveUp = () => hooks.setState(device.id, 'pending', `not started: was ${reason}`);
+    try {
+      if (await wf.condition(halted, dependencyBackoffMs(waits))) return (giveUp(), false);
+      for (;;) {
+        await wf.condition(() => halted() || (!hooks.isPaused() && room(device)));
+        if (halted()) return (giveUp(), false);
+        const closed = opts.window ? msUntilWindowOpens(Date.now(), opts.window) : 0;
+        if (closed <= 0) return true;
+        if (await wf.condition(halted, closed)) return (giveUp(), false);
+      }
+    } catch (err) {
+      if (wf.isCancellation(err)) giveUp();
+      throw err;
+    }
+  };
+
+  const runOne = async (device: DeviceSnapshot) => {
+    for (let waits = 1; ; waits++) {
+      const waiting = await attempt(device);
+      if (!waiting) return;
+      const reason = `${waitingReason(waiting.unmet)}${waiting.detail ? ` (${waiting.detail})` : ''}`;
+      if (!(await retryAfterWait(device, reason, waits))) return;
     }
   };
 

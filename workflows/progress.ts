@@ -29,7 +29,9 @@ export function refreshDetails(model: RolloutModel): void {
 /** The live progress table shown in the Web UI's current details (markdown). */
 export function progressTable(s: RolloutStatus): string {
   const phaseRows = s.phases.map((p) => `| ${p.index} | ${p.name} | ${p.devices} | ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''} |`);
-  const active = s.devices.filter((d) => d.state !== 'pending').slice(-30);
+  // Devices waiting for a dependency first: what holds the phase must not scroll out of the table.
+  const waiting = s.devices.filter((d) => d.state === 'waiting').slice(0, 10);
+  const active = [...waiting, ...s.devices.filter((d) => d.state !== 'pending' && d.state !== 'waiting').slice(-(30 - waiting.length))];
   const rows = active.map((d) => `| ${d.id} | ${d.state} | ${d.reason ?? ''} |`);
   return [
     `**${s.profile}** r${s.fromRevision} → r${s.toRevision}: **${s.state}**, phase *${s.phase}*${s.pausedReason ? ` — ${s.pausedReason}` : ''}`,

@@ -55,6 +55,7 @@ const ICON: Record<DeviceState, string> = {
   'rolling-back': '↺',
   'rolled-back': '↩',
   'rollback-failed': '!',
+  waiting: '⧗',
 };
 
 /** Print each device transition once, then a summary line when the counts move. */

@@ -11,7 +11,8 @@ import { readDocument } from '../../intake/files';
 import { readInventory } from '../../intake/inventory';
 import { plannerInputOf } from '../../core/rollout/plan';
 import { planDevices } from '../../intake/planner-input';
-import { loadRolloutContent, readSpec } from '../../intake/prepare';
+import { dependencyScopeNotes, PLAN_CYCLE_NOTE } from '../../intake/dependencies';
+import { loadRolloutContent, readSpec, type RolloutContent } from '../../intake/prepare';
 import { hasProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
@@ -105,10 +106,11 @@ export function makePlan(opts: PlanOptions): PlanReport {
   const where = planProfile(opts, spec);
   const revisionNotes: string[] = [];
   let input: RolloutInput | undefined;
+  let content: RolloutContent | undefined;
   let profile: Profile | undefined;
   let scopeNote: string;
   if (where.kind === 'directory') {
-    const content = loadRolloutContent({ spec, specSource: opts.file, profilesDir: where.profilesDir });
+    content = loadRolloutContent({ spec, specSource: opts.file, profilesDir: where.profilesDir });
     input = assembleRolloutInput({ ...content, ...source, inventory, startedBy: 'wavegate plan', rolloutId });
     profile = content.profile;
     scopeNote = `scope ${JSON.stringify(profile.scope)} from ${content.layout.profileFile}`;
@@ -121,6 +123,12 @@ export function makePlan(opts: PlanOptions): PlanReport {
     scopeNote = 'no profile file: every device in the inventory is in scope';
   }
   const inScope = scopedDevices(spec, inventory, profile, source);
+  if (spec.after?.length) {
+    // The profiles and revisions `after` names were checked with the content; a cycle needs the running rollouts.
+    if (content) revisionNotes.push(...dependencyScopeNotes(content.dependencies, inventory, inScope.map((d) => d.id)));
+    else revisionNotes.push('rollout.after: not checked (a what-if plan reads no profile directory; start checks it)');
+    revisionNotes.push(PLAN_CYCLE_NOTE);
+  }
   let risk = input?.risk ?? 'risky';
   if (opts.risk !== undefined) {
     if (opts.risk !== 'risky' && opts.risk !== 'safe') throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`, { field: '--risk', value: opts.risk });

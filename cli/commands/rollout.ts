@@ -1,10 +1,13 @@
 import { userInfo } from 'node:os';
+import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
+import { blockingStart } from '../../core/exclusion';
 import type { ControlBase, ControlName } from '../../core/controls';
 import { WavegateError } from '../../core/errors';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
+import { checkDependencyCycle } from '../../intake/dependencies';
 import { prepareRollout } from '../../intake/prepare';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
@@ -73,6 +76,19 @@ export function parseInterval(value: string): number {
   return ms;
 }
 
+/**
+ * A start is refused (CONFLICT, exit 2, as for a running `rollout:<profile>`) while a nightly canary of
+ * the profile or its canary rollout runs, or another rollout of the profile (a converge), found by the
+ * WavegateProfile search attribute (core/exclusion.ts). The id `rollout:<profile>` itself is decided by
+ * the start (an idempotent retry joins it).
+ */
+async function refuseWhileCanaryRuns(client: Client, profile: string, rolloutId: string): Promise<void> {
+  const running = (await listRollouts(client, { profile, limit: 1_000 })).filter((r) => r.status === 'RUNNING');
+  const { canaries, rollouts } = blockingStart(profile, rolloutId, running);
+  if (canaries.length) throw new WavegateError('CONFLICT', `a nightly canary of profile "${profile}" is running (${canaries.join(', ')}); wait for its verdict or cancel it first`, { running: canaries });
+  if (rollouts.length) throw new WavegateError('CONFLICT', `another rollout of profile "${profile}" is running (${rollouts.join(', ')}); pause, abort or wait for it first`, { running: rollouts });
+}
+
 export function register(program: Command): void {
   withTemporalOptions(
     program
@@ -96,6 +112,9 @@ export function register(program: Command): void {
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const input = fromFiles ?? (await prepareRollout({ ...request, client }));
+        await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
+        // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
+        await checkDependencyCycle(client, input.spec, opts.file);
         // A worker that would refuse the content is found now, before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);
         const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
