@@ -1,7 +1,9 @@
 import { Context } from '@temporalio/activity';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
+import type { RunningWorkflow } from '../core/exclusion';
+import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
 import type { RolloutInput } from '../core/rollout/input';
 import { registeredCanarySpec } from '../intake/canary-spec';
 import { loadInventory, loadRolloutInventory } from '../intake/inventory';
@@ -45,6 +47,28 @@ function toFailure(err: unknown): never {
 export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
   const client = () => deps.client ?? Context.current().client;
   return {
+    /**
+     * The workflows of the profile running now (core/exclusion.ts decides which stand in the way of a
+     * canary): `rollout:<profile>` by id (strongly consistent), and by search attribute every other
+     * rollout of the profile (converges, canary rollouts).
+     */
+    async runningOfProfile(input: { profile: string }): Promise<RunningWorkflow[]> {
+      if (!PROFILE_NAME.test(input.profile)) throw ApplicationFailure.create({ type: 'Canary.INVALID_INPUT', message: `profile ${JSON.stringify(input.profile)}: ${PROFILE_NAME_RULE}`, nonRetryable: true });
+      const running: RunningWorkflow[] = [];
+      try {
+        const described = await client().workflow.getHandle(`rollout:${input.profile}`).describe();
+        if (described.status.name === 'RUNNING') running.push({ workflowId: described.workflowId, type: described.type });
+      } catch (err) {
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+      }
+      const query = `WorkflowType = 'rolloutWorkflow' AND WavegateProfile = '${input.profile}' AND ExecutionStatus = 'Running'`;
+      for await (const info of client().workflow.list({ query, pageSize: 100 })) {
+        running.push({ workflowId: info.workflowId, type: info.type });
+        if (running.length >= 1_000) break;
+      }
+      return running;
+    },
+
     /** The revision most target devices' markers name now (null: none has a marker). */
     async fleetRevision(input: CanaryTarget): Promise<{ revision: number | null; unreachable: string[]; devices: number }> {
       try {

@@ -1,6 +1,7 @@
 import * as wf from '@temporalio/workflow';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
 import type * as activities from '../activities';
+import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
 import { appendAudit, auditEvent } from './audit-trail';
 import { rolloutWorkflow } from './rollout';
@@ -25,8 +26,14 @@ export interface NightlyCanaryInput {
   createdBy: string;
 }
 
+/** `skipped`: a rollout of the profile was running, so the canary did not run (core/exclusion.ts). */
+export type NightlyVerdict = CanaryVerdict | 'skipped';
+
+/** A nightly canary checks that no rollout of its profile runs before it reads anything (patched). */
+export const CANARY_ROLLOUT_EXCLUSION = 'canary-rollout-exclusion';
+
 export interface NightlyCanaryResult {
-  verdict: CanaryVerdict;
+  verdict: NightlyVerdict;
   /** Why, in one line. */
   reason: string;
   fleetRevision: number | null;
@@ -38,7 +45,7 @@ export interface NightlyCanaryResult {
 
 type Acts = ReturnType<typeof activities.createActivities>;
 
-const { fleetRevision, newestRevisionAbove, prepareCanary } = wf.proxyActivities<Acts>({
+const { fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } = wf.proxyActivities<Acts>({
   startToCloseTimeout: '10 minutes',
   retry: { maximumAttempts: 3 },
 });
@@ -48,7 +55,7 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
   let state = 'running';
   let phase = 'baseline';
   let revision: number | null = null;
-  let verdict: CanaryVerdict | undefined;
+  let verdict: NightlyVerdict | undefined;
   const publish = () =>
     wf.upsertSearchAttributes([
       { key: WavegateProfile, value: input.profile },
@@ -71,6 +78,12 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
     return { ...result, kept: input.keep && result.rolloutId !== undefined };
   };
 
+  // Never while a rollout of the profile runs: the canary would race it for the same devices.
+  if (wf.patched(CANARY_ROLLOUT_EXCLUSION)) {
+    const running = await runningOfProfile.executeWithOptions({ summary: `rollouts of ${input.profile} running?` }, [{ profile: input.profile }]);
+    const blocking = rolloutsBlockingCanary(input.profile, running);
+    if (blocking.length) return finish({ verdict: 'skipped', reason: skippedReason(blocking), fleetRevision: null, revision: null });
+  }
   const target = { profile: input.profile, inventoryPath: input.inventoryPath, profilesDir: input.profilesDir };
   const base = await fleetRevision.executeWithOptions({ summary: `read ${input.profile} fleet revision` }, [target]);
   if (base.revision === null) {
@@ -84,7 +97,7 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
   revision = newest.revision;
   phase = 'canary';
   publish();
-  const rolloutId = `canary:${input.profile}:${info.workflowId}`;
+  const rolloutId = canaryRolloutId(input.profile, info.workflowId);
   const rolloutInput = await prepareCanary.executeWithOptions({ summary: `prepare canary r${base.revision} → r${newest.revision}` }, [
     { ...target, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: base.revision, toRevision: newest.revision, keep: input.keep, rolloutId, startedBy: `nightly canary (${input.createdBy})` },
   ]);
