@@ -1,0 +1,181 @@
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { readAuditFile } from '../../activities/audit';
+import { webhookEventOf, type WebhookEvent } from '../../core/events';
+import { demoDevices, type Fleet } from '../../sim';
+import { freePort, startDevServerEnv } from '../../workers/dev-server';
+import { abortUpdate, pauseUpdate, resumeUpdate } from '../../workflows/messages';
+import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
+import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { recordHistory } from '../support/histories';
+import { waitForStatus } from '../support/rollout-helpers';
+import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
+
+/** Every string and payload (decoded as UTF-8) of a history, so a secret cannot hide in an encoded payload. */
+function historyText(value: unknown): string {
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('utf8');
+  if (typeof value === 'string') return value;
+  if (value === null || typeof value !== 'object') return '';
+  return Object.values(value).map(historyText).join('\n');
+}
+
+/**
+ * Events to webhooks (issue 14 item 4) on a real Temporal dev server, with the real activities applying
+ * over SSH to the fleet simulator and real HTTP receivers on 127.0.0.1: at least once with retries, each
+ * event acknowledged exactly once by delivery id, signed; a dead endpoint never holds or fails the rollout.
+ */
+describe('rollout events delivered to webhooks', () => {
+  let env: TestWorkflowEnvironment;
+  let worker: Awaited<ReturnType<typeof startTestWorker>>;
+  const scratch = scratchDir('webhooks');
+  const auditDir = join(scratch.dir, 'audit');
+  const fleets: Fleet[] = [];
+  const receivers: WebhookReceiver[] = [];
+  const secretEnv = 'WAVEGATE_TEST_WEBHOOK_SECRET';
+  const secret = randomBytes(24).toString('hex');
+  const fileSecret = randomBytes(24).toString('hex');
+  const secretFile = join(scratch.dir, 'hook.secret');
+  let n = 0;
+
+  beforeAll(async () => {
+    // The worker runs in this process: the secret is its environment and a file on it, never the spec.
+    process.env[secretEnv] = secret;
+    writeFileSync(secretFile, `${fileSecret}\n`, { mode: 0o600 });
+    env = await startDevServerEnv();
+    worker = await startTestWorker(env, { auditDir });
+  });
+  afterEach(async () => {
+    await Promise.all(fleets.splice(0).map((f) => f.stop()));
+    await Promise.all(receivers.splice(0).map((r) => r.close()));
+  });
+  afterAll(async () => {
+    await worker?.stop();
+    await env?.teardown();
+    delete process.env[secretEnv];
+    scratch.cleanup();
+  });
+
+  async function setup(rollout: Record<string, unknown>): Promise<RolloutInput> {
+    const dir = join(scratch.dir, `t${++n}`);
+    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4));
+    fleets.push(fleet);
+    return rolloutInputFor(dir, rollout, inventoryPath, `rollout:demo-webhooks-${n}`);
+  }
+  async function receiver(answer?: (n: number) => number): Promise<WebhookReceiver> {
+    const r = await startWebhookReceiver(answer);
+    receivers.push(r);
+    return r;
+  }
+  /** The transitions the audit trail recorded that are webhook events, in order. */
+  const transitions = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => webhookEventOf(r.event)).filter((e) => e !== undefined);
+
+  it('a receiver that answers 500 twice then 200 gets every transition exactly once by delivery id, signed; a dead endpoint neither holds nor fails the rollout and its events are listed in status', async () => {
+    const flaky = await receiver((i) => (i <= 2 ? 500 : 200));
+    const dead = `http://127.0.0.1:${await freePort()}/hook`;
+    const input = await setup({
+      phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: 0 }],
+      webhooks: [
+        { url: flaky.url, secretEnv },
+        { url: dead, secretFile },
+      ],
+    });
+    const started = Date.now();
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await handle.result();
+    const took = Date.now() - started;
+
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(4);
+    const expected = transitions(input.rolloutId);
+    expect(expected).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+
+    // 500, 500, then the same first delivery again: retried, with the same id.
+    expect(flaky.requests.slice(0, 3).map((r) => [r.event, r.answered])).toEqual([
+      ['rollout.started', 500],
+      ['rollout.started', 500],
+      ['rollout.started', 200],
+    ]);
+    expect(new Set(flaky.requests.slice(0, 3).map((r) => r.deliveryId)).size).toBe(1);
+    // Every transition acknowledged exactly once, in order, with a distinct deterministic id.
+    const acked = flaky.acknowledged();
+    expect(acked.map((r) => r.event)).toEqual(expected);
+    const ids = acked.map((r) => r.deliveryId);
+    expect(new Set(ids).size).toBe(expected.length);
+    const runId = (await handle.describe()).runId;
+    expect(ids).toEqual(expected.map((_e, i) => `${input.rolloutId}:${runId}:${i + 1}`));
+    for (const request of flaky.requests) {
+      expect(signatureValid(request, secret)).toBe(true);
+      expect(signatureValid(request, fileSecret)).toBe(false);
+      const body = JSON.parse(request.body) as WebhookEvent;
+      expect(body).toMatchObject({ deliveryId: request.deliveryId, event: request.event, rolloutId: input.rolloutId, profile: 'demo', fromRevision: 1, toRevision: 2 });
+      expect(Math.abs(Number(request.timestamp) * 1000 - Date.now())).toBeLessThan(600_000);
+    }
+    const applied = JSON.parse(acked[2]!.body) as WebhookEvent;
+    expect(applied).toMatchObject({ event: 'phase.applied', phase: 'canary 1 device', by: 'wavegate', evidence: { tally: expect.any(Object) } });
+
+    // The dead endpoint: nothing delivered, every event listed (bounded list) with the url and why.
+    expect(result.webhooks).toMatchObject({ delivered: expected.length, pending: 0, failedTotal: expected.length });
+    expect(result.webhooks!.failed.map((f) => f.deliveryId)).toEqual(ids);
+    expect(result.webhooks!.failed.every((f) => f.url === dead)).toBe(true);
+    expect(result.webhooks!.failed[0]!.error).toMatch(/POST http:\/\/127\.0\.0\.1:\d+\/hook: ECONNREFUSED/);
+    expect(result.webhooks!.failed.at(-1)!.error).toBe('not delivered when the rollout ended');
+    // The story never waited for a delivery: it reached its end well before the dead endpoint's first
+    // event ran out of retries (about 30 s); then the end waited a bounded time (30 s) and closed.
+    const trail = readAuditFile(auditDir, input.rolloutId);
+    const at = (event: string) => Date.parse(trail.find((r) => r.event === event)!.at);
+    expect(at('rollout.completed') - at('rollout.started')).toBeLessThan(20_000);
+    expect(took).toBeLessThan(90_000);
+
+    // Neither secret is anywhere in the workflow's history.
+    const history = historyText(await handle.fetchHistory());
+    expect(history).not.toContain(secret);
+    expect(history).not.toContain(fileSecret);
+    expect(history).toContain(secretEnv);
+    await recordHistory(handle, 'webhooks-flaky-and-dead');
+  }, 180_000);
+
+  it('pause, resume and abort reach the receiver with reason and who; a filter keeps only the events asked for; a 404 is not retried', async () => {
+    const all = await receiver();
+    const rolloutOnly = await receiver();
+    const gone = await receiver(() => 404);
+    const input = await setup({
+      phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: 0 }],
+      webhooks: [
+        { url: all.url, secretFile },
+        { url: rolloutOnly.url, secretEnv, events: ['rollout.*'] },
+        { url: gone.url, secretEnv, events: ['rollout.paused', 'rollout.resumed'] },
+      ],
+    });
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+    await handle.executeUpdate(pauseUpdate, { args: [{ by: 'alice', reason: 'checking the dashboards' }] });
+    await handle.executeUpdate(resumeUpdate, { args: [{ by: 'bob', reason: 'dashboards fine' }] });
+    await handle.executeUpdate(abortUpdate, { args: [{ by: 'carol', reason: 'change freeze', rollback: true }] });
+    const result = await handle.result();
+    expect(result.state).toBe('aborted');
+
+    const expected = transitions(input.rolloutId);
+    expect(expected).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'rollout.paused', 'rollout.resumed', 'rollout.aborted', 'rollback.started', 'rollback.completed', 'rollout.ended']);
+    expect(all.acknowledged().map((r) => r.event)).toEqual(expected);
+    expect(all.requests.every((r) => signatureValid(r, fileSecret))).toBe(true);
+    const body = (event: string) => JSON.parse(all.requests.find((r) => r.event === event)!.body) as WebhookEvent;
+    expect(body('rollout.paused')).toMatchObject({ by: 'alice', reason: 'checking the dashboards' });
+    expect(body('rollout.resumed')).toMatchObject({ by: 'bob', reason: 'dashboards fine' });
+    expect(body('rollout.aborted')).toMatchObject({ by: 'carol', reason: 'change freeze' });
+    expect(body('rollback.started')).toMatchObject({ by: 'carol', reason: 'abort: change freeze', evidence: { devices: 1 } });
+
+    expect(rolloutOnly.acknowledged().map((r) => r.event)).toEqual(expected.filter((e) => e.startsWith('rollout.')));
+    expect(rolloutOnly.requests.every((r) => signatureValid(r, secret))).toBe(true);
+    // A 404 is the receiver's final answer: one attempt per event, listed with the answer.
+    expect(gone.requests.map((r) => r.event)).toEqual(['rollout.paused', 'rollout.resumed']);
+    expect(result.webhooks).toMatchObject({ pending: 0, failedTotal: 2 });
+    expect(result.webhooks!.failed.map((f) => [f.event, f.url, f.error])).toEqual([
+      ['rollout.paused', gone.url, expect.stringMatching(/HTTP 404 \(not retried\)$/)],
+      ['rollout.resumed', gone.url, expect.stringMatching(/HTTP 404 \(not retried\)$/)],
+    ]);
+    expect(result.webhooks!.delivered).toBe(expected.length + expected.filter((e) => e.startsWith('rollout.')).length);
+  }, 180_000);
+});
