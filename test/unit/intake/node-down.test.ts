@@ -1,0 +1,124 @@
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { judgeVerdicts, runRecheck } from '../../../activities/node-down';
+import { markDown, newVerdict, EMPTY_NODE_DOWN_FILE } from '../../../core/node-down';
+import { MAX_DOCUMENT_BYTES } from '../../../intake/files';
+import { readVerdicts, updateVerdicts, verdictsPathFor, writeVerdicts } from '../../../intake/node-down';
+import { scratchDir } from '../../support/harness';
+import { refusal } from '../../support/refusal';
+
+const scratch = scratchDir('node-down-store');
+afterAll(() => scratch.cleanup());
+
+let n = 0;
+/** A fresh 0700 directory with an inventory path in it (the inventory itself is not needed here). */
+function place(): { dir: string; inventory: string; verdicts: string } {
+  const dir = join(scratch.dir, `d${++n}`);
+  mkdirSync(dir, { mode: 0o700 });
+  const inventory = join(dir, 'fleet.yaml');
+  return { dir, inventory, verdicts: verdictsPathFor(inventory) };
+}
+
+const verdict = (device: string, recheck: string, nowMs = Date.now(), expires?: string) => newVerdict({ device, reason: 'down for test', recheck, by: 'tester', nowMs, ...(expires ? { expires } : {}) });
+
+describe('the verdicts file (intake/node-down.ts)', () => {
+  it('lives beside the inventory as <name>.verdicts.yaml', () => {
+    expect(verdictsPathFor('/srv/fleet.yaml')).toBe('/srv/fleet.verdicts.yaml');
+    expect(verdictsPathFor('/srv/hosts')).toBe('/srv/hosts.verdicts.yaml');
+    expect(verdictsPathFor('/srv/fleet.json')).toBe('/srv/fleet.verdicts.yaml');
+  });
+
+  it('is empty when absent; written atomically with mode 0600 and no temp file left; read back the same', () => {
+    const { dir, verdicts } = place();
+    expect(readVerdicts(verdicts)).toEqual({ verdicts: [], history: [] });
+    const file = markDown(EMPTY_NODE_DOWN_FILE, verdict('edge-01', 'exit 1'));
+    writeVerdicts(verdicts, file);
+    expect(readVerdicts(verdicts)).toEqual(file);
+    expect(readdirSync(dir)).toEqual(['fleet.verdicts.yaml']);
+    expect(readFileSync(verdicts, 'utf8')).toContain('device: edge-01');
+    expect(statSync(verdicts).mode & 0o777).toBe(0o600);
+  });
+
+  it('refuses a file others may write, a symlink, or one in a directory others may write (StrictModes)', () => {
+    const { dir, verdicts } = place();
+    writeVerdicts(verdicts, EMPTY_NODE_DOWN_FILE);
+    chmodSync(verdicts, 0o620);
+    expect(refusal(() => readVerdicts(verdicts)).message).toMatch(/refused: is group-writable \(mode 0620\).*SECURITY\.md/);
+    chmodSync(verdicts, 0o606);
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain('refused: is world-writable (mode 0606)');
+    chmodSync(verdicts, 0o600);
+    chmodSync(dir, 0o777);
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain(`its directory ${dir} is writable by others (mode 0777)`);
+    chmodSync(dir, 0o700);
+    const link = join(dir, 'other.verdicts.yaml');
+    symlinkSync(verdicts, link);
+    expect(refusal(() => readVerdicts(link)).message).toContain('refused: is a symbolic link');
+    expect(readVerdicts(verdicts)).toEqual(EMPTY_NODE_DOWN_FILE);
+  });
+
+  it('a bad file is INVALID_INPUT naming the file, the field and the value; an oversized one is refused before it is parsed', () => {
+    const { verdicts } = place();
+    writeFileSync(verdicts, stringify({ verdicts: [{ ...verdict('edge-01', 'true'), expiresAt: 'next week' }] }), { mode: 0o600 });
+    const err = refusal(() => readVerdicts(verdicts));
+    expect(err.code).toBe('INVALID_INPUT');
+    expect(err.message).toContain(verdicts);
+    expect(err.message).toContain('verdicts[0].expiresAt');
+    expect(err.message).toContain('"next week"');
+    writeFileSync(verdicts, Buffer.alloc(MAX_DOCUMENT_BYTES + 10, 0x20), { mode: 0o600 });
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain('above the limit');
+  });
+
+  it('updateVerdicts applies a change to the file on disk', () => {
+    const { verdicts } = place();
+    updateVerdicts(verdicts, (f) => markDown(f, verdict('a', 'true')));
+    updateVerdicts(verdicts, (f) => markDown(f, verdict('b', 'true')));
+    expect(readVerdicts(verdicts).verdicts.map((v) => v.device)).toEqual(['a', 'b']);
+  });
+});
+
+describe('the recheck runner (activities/node-down.ts)', () => {
+  it('runs on this host with a clean environment; the device reaches it only as environment variables', async () => {
+    process.env.WAVEGATE_TEST_SECRET = 'leak';
+    const res = await runRecheck('echo "$WAVEGATE_DEVICE|$WAVEGATE_HOST|$WAVEGATE_PORT|${WAVEGATE_TEST_SECRET:-clean}"; exit 3', { id: 'edge-01', host: '10.0.0.1', port: 2222 });
+    delete process.env.WAVEGATE_TEST_SECRET;
+    expect(res).toMatchObject({ passed: false, result: 'exit 3: edge-01|10.0.0.1|2222|clean' });
+    const ok = await runRecheck('test "$WAVEGATE_DEVICE" = "x;y"', { id: 'x;y', host: 'h' });
+    expect(ok.passed).toBe(true);
+  });
+
+  it('a device field is never spliced into the command: shell syntax in it stays data', async () => {
+    const { dir } = place();
+    const marker = join(dir, 'pwned');
+    const res = await runRecheck('printf %s "$WAVEGATE_HOST"', { id: 'd', host: `$(touch ${marker})` });
+    expect(res.result).toBe(`exit 0: $(touch ${marker})`);
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('a recheck that does not answer in time is "still down", and its process group is ended', async () => {
+    const started = Date.now();
+    const res = await runRecheck('sleep 30 & sleep 30', { id: 'd', host: 'h' }, { timeoutMs: 500 });
+    expect(res).toMatchObject({ passed: false, result: 'timed out after 0.5s' });
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it('judgeVerdicts: a passing recheck lifts and records it, a failing one records its result, an expired one is not run', async () => {
+    const { dir, inventory, verdicts } = place();
+    const ran = join(dir, 'ran-');
+    const now = Date.now();
+    let file = markDown(EMPTY_NODE_DOWN_FILE, verdict('up', `touch ${ran}up; true`, now));
+    file = markDown(file, verdict('down', `touch ${ran}down; echo no route; exit 1`, now));
+    file = markDown(file, { ...verdict('old', `touch ${ran}old; true`, now - 3 * 3_600_000, '1h') });
+    writeVerdicts(verdicts, file);
+    const devices = ['up', 'down', 'old', 'none'].map((id) => ({ id, host: `${id}.example` }));
+    const standings = await judgeVerdicts({ inventoryPath: inventory, devices, by: 'worker test' });
+    expect(Object.fromEntries([...standings].map(([id, s]) => [id, s.kind]))).toEqual({ up: 'lifted', down: 'holds', old: 'expired' });
+    expect(existsSync(`${ran}up`) && existsSync(`${ran}down`)).toBe(true);
+    expect(existsSync(`${ran}old`)).toBe(false);
+    const after = readVerdicts(verdicts);
+    expect(after.verdicts.map((v) => v.device).sort()).toEqual(['down', 'old']);
+    expect(after.verdicts.find((v) => v.device === 'down')).toMatchObject({ lastCheckResult: 'exit 1: no route' });
+    expect(after.history.at(-1)).toMatchObject({ device: 'up', event: 'lifted-by-recheck', by: 'worker test' });
+  });
+});
