@@ -1,0 +1,209 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { AuditRecord } from '../../core/audit';
+import { parseFloor, type DeviceFloor } from '../../core/floor';
+import type { RolloutStatus } from '../../core/rollout/status';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { runCli, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { markerOf, verifiesAt } from '../support/rollout-helpers';
+import { until } from '../support/until';
+
+/**
+ * `wavegate revert` from the real command against a real Temporal dev server, a real worker and a
+ * simulated SSH fleet: a completed r1 → r2 rollout undone inside its revert window (every device it
+ * changed back at r1, read from the devices; the ones it did not change untouched; the audit and the
+ * status naming the original), `--fast` as one phase with no gate and its health checks, a revert
+ * refused after the window with the roll-forward printed and nothing started, and refusals of a
+ * running, a rolled-back and an unknown rollout.
+ */
+const scratch = scratchDir('revert');
+const auditDir = join(scratch.dir, 'audit');
+let env: TestWorkflowEnvironment | undefined;
+let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+let fleet: Fleet;
+let inventory = '';
+const OFFLINE = 'edge-05';
+const LEFT_BEHIND = 'edge-08';
+const REQUIRED = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-06', 'edge-07'];
+const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s', healthGate: ['all-runtimes-healthy'] }] };
+
+function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
+  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+    timeoutMs,
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+  });
+}
+
+function spec(name: string, rollout: Record<string, unknown>): string {
+  const path = join(scratch.dir, `${name}.yaml`);
+  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
+  return path;
+}
+
+async function status(id = 'rollout:demo'): Promise<RolloutStatus> {
+  const run = await wg(['status', id, '--json']);
+  expect(run.code, run.stderr).not.toBe(2);
+  return JSON.parse(run.stdout) as RolloutStatus;
+}
+
+/** Start r1 → r2 with `--wait --json`: the run id (first line) and the exit code. */
+async function startAndWait(name: string, rollout: Record<string, unknown>): Promise<{ runId: string; run: CliRun }> {
+  const run = await wg(['start', '-f', spec(name, rollout), '--inventory', inventory, '--wait', '--json', '--interval', '300']);
+  const first = run.stdout.split('\n')[0] ?? '';
+  expect(first, run.stdout + run.stderr).toMatch(/^\{/);
+  return { runId: (JSON.parse(first) as { runId: string }).runId, run };
+}
+
+const floorOf = (id: string): DeviceFloor | null => {
+  const path = join(fleet.device(id).sandbox, '.wavegate/profiles/demo/floor');
+  return existsSync(path) ? parseFloor(readFileSync(path, 'utf8')) : null;
+};
+const commandCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.commands(d.id).length]));
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir });
+  const devices = demoDevices(8).map((d) => (d.id === LEFT_BEHIND ? { ...d, updateClass: 'left-behind' as const } : d));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, devices, { 'pool-a': 0.5, 'pool-b': 0.5 }));
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fleet?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+describe('wavegate revert', () => {
+  it('an unknown rollout id is NOT_FOUND (exit 2) with a clear message; --help explains the window and the roll-forward', async () => {
+    const unknown = await wg(['revert', 'rollout:nope']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('wavegate: NOT_FOUND: no rollout with id "rollout:nope"');
+    expect(fleet.totalCommands()).toBe(0);
+    const help = await runCli(['revert', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/revertWindow \(default 24h\)/);
+    expect(help.stdout).toMatch(/roll-forward is\s+printed/);
+  });
+
+  it('a running rollout and a rolled-back one are refused naming their state, and nothing is started', async () => {
+    for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
+    const started = await wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory]);
+    expect(started.code, started.stderr).toBe(0);
+    await until('the canary at its manual gate', async () => ((await status()).phases[0]?.stage === 'awaiting-approval' ? true : undefined), 90_000);
+
+    const running = await wg(['revert', 'rollout:demo']);
+    expect(running.code, running.stdout).toBe(2);
+    expect(running.stderr).toContain('wavegate: INVALID_STATE: rollout:demo is running: only a completed rollout can be reverted; to undo it now, abort it');
+
+    expect((await wg(['approve', 'rollout:demo'])).code).toBe(0);
+    const back = await until('the failed health gate to roll the canary back', async () => {
+      const s = await status();
+      return s.state === 'running' || s.state === 'paused' ? undefined : s;
+    }, 90_000);
+    expect(back.state).toBe('rolled-back');
+    const before = fleet.totalCommands();
+    const rolledBack = await wg(['revert', 'rollout:demo']);
+    expect(rolledBack.code, rolledBack.stdout).toBe(2);
+    expect(rolledBack.stderr).toContain('INVALID_STATE: rollout:demo is rolled-back: it already put back every device it changed to r1; nothing to revert');
+    expect((await status()).state).toBe('rolled-back');
+    expect(fleet.totalCommands()).toBe(before);
+    for (const d of fleet.devices) await fleet.setFaults(d.id, {});
+  });
+
+  it('inside the window: the revert brings exactly the devices the rollout changed back to r1, the others untouched; audit and status name the original', async () => {
+    await fleet.setFaults(OFFLINE, { offline: true });
+    const { runId, run } = await startAndWait('inside', { ...FAST, revertWindow: '1h' });
+    expect(run.code, run.stdout + run.stderr).toBe(1); // completed with the offline device skipped
+    const original = await status();
+    const changed = REQUIRED.filter((id) => id !== OFFLINE);
+    expect(original.devices.filter((d) => d.state === 'applied').map((d) => d.id).sort()).toEqual(changed);
+    for (const id of changed) expect(markerOf(fleet, id)).toBe(2);
+    await fleet.setFaults(OFFLINE, {});
+
+    const before = commandCounts();
+    const revert = await wg(['revert', 'rollout:demo', '--wait', '--interval', '300']);
+    expect(revert.code, revert.stdout + revert.stderr).toBe(0);
+    expect(revert.stdout).toContain(`revert rollout:demo started: r2 → r1 over the 6 device(s) rollout:demo (run ${runId}) changed, 2 phase(s) as it ran`);
+    expect(revert.stdout).toMatch(/rollout completed: .* — exit 0/);
+
+    // Read back from the devices: every changed one verifies r1 again, with its marker and its floor at r1.
+    for (const id of changed) {
+      expect(markerOf(fleet, id), id).toBe(1);
+      expect(verifiesAt(fleet, id, 1), id).toBe(true);
+      expect(verifiesAt(fleet, id, 2), id).toBe(false);
+      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: 'rollout:demo' });
+    }
+    // The devices it did not change (offline then, left-behind) saw no command at all.
+    const after = commandCounts();
+    for (const id of [OFFLINE, LEFT_BEHIND]) expect(after[id], id).toBe(before[id]);
+    expect(markerOf(fleet, OFFLINE)).toBeNull();
+
+    const reverted = await status();
+    expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: 'rollout:demo', runId } });
+    expect(reverted.devices.map((d) => d.id).sort()).toEqual(changed);
+    expect(reverted.phases).toHaveLength(2);
+    const human = await wg(['status', 'rollout:demo']);
+    expect(human.stdout).toContain(`reverts: rollout:demo (run ${runId}), r2 → r1`);
+
+    const audit = await wg(['audit', 'rollout:demo', '--audit-dir', auditDir, '--json']);
+    expect(audit.code, audit.stderr).toBe(0);
+    const records = JSON.parse(audit.stdout) as AuditRecord[];
+    expect(records[0]).toMatchObject({ event: 'rollout.started', evidence: { from: 2, to: 1, reverts: 'rollout:demo', revertsRun: runId } });
+    expect(records.find((r) => r.event === 'floor.confirmed')).toMatchObject({ evidence: { revision: 1, from: 1, revertWindowMs: 0 } });
+    const originalTrail = await wg(['audit', 'rollout:demo', '--audit-dir', auditDir, '--run', runId, '--json']);
+    expect((JSON.parse(originalTrail.stdout) as AuditRecord[]).at(-1)).toMatchObject({ event: 'rollout.completed' });
+
+    // A revert is not reverted again: going up is a start.
+    const again = await wg(['revert', 'rollout:demo']);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toContain(`rollout:demo is itself a revert of rollout:demo (run ${runId}): to go back up to r2, start a rollout r1 → r2 again`);
+  });
+
+  it('--fast: one phase over every changed device, no gate timer, its health checks still run', async () => {
+    const { runId, run } = await startAndWait('fast', { ...FAST, revertWindow: '1h' });
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
+    const before = commandCounts();
+
+    const revert = await wg(['revert', 'rollout:demo', '--fast', '--wait', '--interval', '300']);
+    expect(revert.code, revert.stdout + revert.stderr).toBe(0);
+    expect(revert.stdout).toContain(`over the 7 device(s) rollout:demo (run ${runId}) changed, one phase, no gate (--fast)`);
+    const s = await status();
+    expect(s.reverts).toEqual({ rolloutId: 'rollout:demo', runId });
+    expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
+    expect(s.phases[0]!.evidence!.join(' ')).toContain('all-runtimes-healthy');
+    for (const id of REQUIRED) expect(markerOf(fleet, id), id).toBe(1);
+    expect(commandCounts()[LEFT_BEHIND]).toBe(before[LEFT_BEHIND]);
+  });
+
+  it('outside the window: refused (exit 2) with the roll-forward commands, nothing started, and the devices keep their floor', async () => {
+    const { runId, run } = await startAndWait('short-window', { ...FAST, revertWindow: '3s' });
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    const closedFloor = floorOf('edge-01');
+    expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: 'rollout:demo' });
+    await until('the 3 s revert window to pass', async () => (Date.now() > closedFloor!.revertUntil + 1_500 ? true : undefined));
+
+    const before = fleet.totalCommands();
+    const late = await wg(['revert', 'rollout:demo']);
+    expect(late.code, late.stdout).toBe(2);
+    expect(late.stderr).toMatch(/wavegate: INVALID_STATE: rollout:demo completed at \S+ and its revert window \(revertWindow 3s\) closed at \S+: its devices' floor is r2 now/);
+    expect(late.stderr).toContain("roll forward: r1's content as a new revision r3, then a rollout r2 → r3:");
+    expect(late.stderr).toMatch(/wavegate sign \S+\/profiles\/demo\/revisions\/3\.yaml --key <your key> --out \S+\/profiles\/demo\/envelopes\/3\.json/);
+    expect(late.stderr).toContain('wavegate start -f <the rollout\'s spec with fromRevision: 2, toRevision: 3>');
+
+    // Nothing started: the rollout id still names the original run, and no device was contacted.
+    const still = await status();
+    expect(still).toMatchObject({ fromRevision: 1, toRevision: 2, state: 'completed' });
+    expect(still.reverts).toBeUndefined();
+    const described = await env!.client.workflow.getHandle('rollout:demo').describe();
+    expect(described.runId).toBe(runId);
+    expect(fleet.totalCommands()).toBe(before);
+    for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
+  });
+});
