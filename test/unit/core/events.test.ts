@@ -1,5 +1,8 @@
 import { createHmac } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
 import { AUDIT_EVENTS } from '../../../core/audit';
 import {
   DeliveryLedger,
@@ -15,6 +18,9 @@ import {
   type TransitionRecord,
 } from '../../../core/events';
 import { parseRolloutSpec } from '../../../core/spec';
+import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { runCli } from '../../support/cli';
+import { scratchDir } from '../../support/harness';
 import { refusal } from '../../support/refusal';
 
 const CTX = { rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 };
@@ -170,4 +176,31 @@ describe('spec validation of webhooks (exit 2, naming the field)', () => {
     expect(problem(many).message).toMatch(/rollout\.webhooks: at most 10 webhooks/);
     expect(problem([{ url: 'https://h/x', secretEnv: 'S', events: ['rollout.exploded'] }]).message).toMatch(/rollout\.webhooks\[0\]\.events\[0\]: must be an event name or family; allowed: rollout\.started, .*gate\.\*, .*\(got "rollout\.exploded"\)/);
   });
+});
+
+describe('wavegate plan and start refuse a bad webhook before anything starts (real processes)', () => {
+  const scratch = scratchDir('webhook-spec');
+  afterAll(() => scratch.cleanup());
+
+  it('exit 2 naming each field; start never reaches Temporal; the password is not printed', async () => {
+    const file = join(scratch.dir, 'spec.yaml');
+    const webhooks = [
+      { url: 'https://bob:hunter2@hooks.example.com/x', secretEnv: 'S' },
+      { url: 'ftp://hooks.example.com/x', secretEnv: 'S' },
+      { url: 'https://hooks.example.com/x', secretEnv: 'S', secretFile: '/s' },
+      { url: 'https://hooks.example.com/x' },
+    ];
+    writeFileSync(file, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, waves: [100], webhooks } }));
+    const common = ['-f', file, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--profiles', join(PROJECT_ROOT, 'profiles')];
+    const runs = await Promise.all([runCli(['plan', ...common]), runCli(['start', ...common, '--address', '127.0.0.1:1'], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } })]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('rollout.webhooks[0].url: has a user:password@ in a url');
+      expect(run.stderr).toContain('rollout.webhooks[1].url: must be an http:// or https:// url, not ftp:');
+      expect(run.stderr).toContain('rollout.webhooks[2].secretFile: give either "secretEnv" or "secretFile", not both');
+      expect(run.stderr).toContain('rollout.webhooks[3].secretEnv: a webhook needs its secret');
+      expect(run.stderr + run.stdout).not.toContain('hunter2');
+      expect(run.stderr).not.toContain('cannot reach Temporal');
+    }
+  }, 120_000);
 });
