@@ -42,14 +42,14 @@ export function rolloutInputFor(_dir: string, rollout: Record<string, unknown>, 
 
 let queueCounter = 0;
 /** A real worker with the real activities on a fresh task queue of `env`. */
-export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string } = {}) {
+export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string; trustDir?: string } = {}) {
   const taskQueue = opts.taskQueue ?? `test-${process.pid}-${++queueCounter}`;
   const worker = await Worker.create({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit') }),
+    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.trustDir ? { trustDir: opts.trustDir } : {}) }),
     maxConcurrentActivityTaskExecutions: 200,
   });
   const running = worker.run();
