@@ -1,0 +1,146 @@
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { registerProfileEnvelopes } from '../../cli/registry-client';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { runCli, type CliRun } from '../support/cli';
+import { recordHistory } from '../support/histories';
+import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { until } from '../support/until';
+
+/**
+ * The nightly canary and rollouts of its profile exclude each other (issue 14 item 6), against a real
+ * dev server, a real worker, the simulator and the real CLI: a canary triggered on its schedule while
+ * `rollout:demo` runs records `skipped: rollout running` (result, audit, search attribute, `schedule
+ * describe`) and touches no device; `wavegate start` while a canary of the profile runs is refused
+ * (exit 2) naming the canary, and so is a start while a converge of the profile runs.
+ */
+const scratch = scratchDir('canary-exclusion');
+let env: TestWorkflowEnvironment | undefined;
+let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+let fleet: Fleet;
+let inventory = '';
+const auditDir = join(scratch.dir, 'audit');
+const APPLY = /install -m 0644/;
+
+function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
+  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+    timeoutMs,
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+  });
+}
+
+function specFile(name: string, body: Record<string, unknown>): string {
+  const path = join(scratch.dir, `${name}.yaml`);
+  writeFileSync(path, stringify({ rollout: body }));
+  return path;
+}
+
+const applies = () => fleet.devices.reduce((n, d) => n + fleet.count(d.id, APPLY), 0);
+
+interface Listed {
+  workflowId: string;
+  type: string;
+  status: string;
+}
+const running = async (): Promise<Listed[]> => (JSON.parse((await wg(['list', '--profile', 'demo', '--json'])).stdout) as Listed[]).filter((r) => r.status === 'RUNNING');
+
+async function closed(workflowId: string): Promise<void> {
+  await until(`${workflowId} to close`, async () => ((await env!.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
+}
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir });
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  // An installed fleet on r1 (its motd and marker), and r1, r2 registered: what a nightly canary starts from.
+  for (const d of fleet.devices) {
+    const sandbox = fleet.device(d.id).sandbox;
+    mkdirSync(join(sandbox, 'etc'), { recursive: true });
+    mkdirSync(join(sandbox, '.wavegate', 'profiles', 'demo'), { recursive: true });
+    copyFileSync(join(PROJECT_ROOT, 'profiles', 'demo', 'payload', 'motd-r1'), join(sandbox, 'etc', 'motd'));
+    writeFileSync(join(sandbox, '.wavegate', 'profiles', 'demo', 'revision'), '1\n');
+  }
+  await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'test', taskQueue: worker.taskQueue });
+  const canarySpec = specFile('canary', { phases: [{ canary: '1 device', gate: '10m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }] });
+  const created = await wg(['schedule', 'create', 'nightly-demo', '--profile', 'demo', '--inventory', inventory, '--at', '02:00', '-f', canarySpec]);
+  expect(created.code, created.stderr).toBe(0);
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fleet?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+describe('nightly canary and rollouts exclude each other', () => {
+  it('a canary triggered while rollout:demo runs records skipped: rollout running and applies nothing', async () => {
+    const manual = specFile('manual', { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] });
+    const started = await wg(['start', '-f', manual, '--inventory', inventory]);
+    expect(started.code, started.stderr).toBe(0);
+    await until('rollout:demo at its manual gate', async () => {
+      const run = await wg(['status', 'rollout:demo', '--json']);
+      return run.code !== 2 && (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+    });
+    const before = applies();
+
+    const triggered = await wg(['schedule', 'trigger', 'nightly-demo', '--wait', '--json']);
+    expect(triggered.code, triggered.stderr).toBe(1);
+    const result = JSON.parse(triggered.stdout) as { verdict: string; reason: string; rolloutId?: string; kept: boolean };
+    expect(result).toMatchObject({ verdict: 'skipped', reason: 'skipped: rollout running (rollout:demo)', kept: false });
+    expect(result.rolloutId).toBeUndefined();
+    expect(applies()).toBe(before);
+
+    const described = await wg(['schedule', 'describe', 'nightly-demo']);
+    expect(described.stdout).toContain('last verdict: skipped');
+    expect(described.stdout).toContain('verdict skipped  (skipped: rollout running (rollout:demo))');
+    const nightlyId = (JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as { recentActions: Array<{ workflowId: string }> }).recentActions[0]!.workflowId;
+    const audit = JSON.parse((await runCli(['audit', nightlyId, '--json', '--audit-dir', auditDir])).stdout) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
+    expect(audit).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'skipped', evidence: expect.objectContaining({ reason: 'skipped: rollout running (rollout:demo)' }) })]);
+    // The new path (patch canary-rollout-exclusion) gets a history of its own for the replay test.
+    await recordHistory(env!.client.workflow.getHandle(nightlyId), 'nightly-canary-skipped-rollout-running');
+
+    const aborted = await wg(['abort', 'rollout:demo', '--reason', 'test over']);
+    expect(aborted.code, aborted.stderr).toBe(0);
+    await closed('rollout:demo');
+  });
+
+  it('start while a canary of the profile runs is refused (exit 2) naming the canary; nothing starts', async () => {
+    const triggered = await wg(['schedule', 'trigger', 'nightly-demo']);
+    expect(triggered.code, triggered.stderr).toBe(0);
+    const canary = await until('the canary rollout to run', async () => (await running()).find((r) => r.workflowId.startsWith('canary:demo:')));
+    const nightly = (await running()).find((r) => r.type === 'nightlyCanaryWorkflow')!;
+    expect(nightly).toBeDefined();
+
+    const fast = specFile('fast', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] });
+    const before = applies();
+    const refused = await wg(['start', '-f', fast, '--inventory', inventory]);
+    expect(refused.code, refused.stdout + refused.stderr).toBe(2);
+    expect(refused.stderr).toContain('CONFLICT: a nightly canary of profile "demo" is running');
+    expect(refused.stderr).toContain(canary.workflowId);
+    expect(refused.stderr).toContain(nightly.workflowId);
+    expect((await running()).map((r) => r.workflowId)).not.toContain('rollout:demo');
+    expect(applies()).toBe(before);
+
+    await env!.client.workflow.getHandle(nightly.workflowId).terminate('test over');
+    await closed(canary.workflowId);
+  });
+
+  it('start while a converge of the profile runs is refused naming it', async () => {
+    const manual = specFile('converge', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }] });
+    const { prepareRollout } = await import('../../intake/prepare');
+    const { startOrJoinRollout } = await import('../../cli/client');
+    const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
+    await startOrJoinRollout(env!.client, worker!.taskQueue, input);
+    await until('the converge to be listed', async () => ((await running()).some((r) => r.workflowId === 'rollout:demo:converge-1') ? true : undefined));
+    const refused = await wg(['start', '-f', manual, '--inventory', inventory]);
+    expect(refused.code, refused.stderr).toBe(2);
+    expect(refused.stderr).toContain('CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)');
+    await env!.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
+  });
+});
