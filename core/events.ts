@@ -22,6 +22,8 @@ export const WEBHOOK_EVENTS = [
   'gate.failed',
   'gate.inconclusive',
   'gate.approved',
+  /** A progressDeadline or phaseDeadline passed (its action, pause, abort or rollback, follows as its own event). */
+  'deadline.passed',
   'rollout.paused',
   'rollout.resumed',
   'rollout.aborted',
@@ -48,6 +50,7 @@ const EVENT_OF_AUDIT: Partial<Record<AuditEventName, WebhookEventName>> = {
   'gate.failed': 'gate.failed',
   'gate.inconclusive': 'gate.inconclusive',
   'rollout.approved': 'gate.approved',
+  'deadline.passed': 'deadline.passed',
   'rollout.paused': 'rollout.paused',
   'rollout.resumed': 'rollout.resumed',
   'rollout.aborted': 'rollout.aborted',

@@ -177,5 +177,6 @@ describe('rollout events delivered to webhooks', () => {
       ['rollout.resumed', gone.url, expect.stringMatching(/HTTP 404 \(not retried\)$/)],
     ]);
     expect(result.webhooks!.delivered).toBe(expected.length + expected.filter((e) => e.startsWith('rollout.')).length);
+    await recordHistory(handle, 'webhooks-controls-abort');
   }, 180_000);
 });

@@ -37,7 +37,8 @@ const record = (event: TransitionRecord['event'], extra: Partial<TransitionRecor
 describe('audit records → webhook events (core/events.ts)', () => {
   it('maps every rollout transition and leaves per-device, floor and override records in the audit only', () => {
     const mapped = Object.fromEntries(AUDIT_EVENTS.map((e) => [e, webhookEventOf(e)]));
-    expect(mapped).toEqual({
+    // Strict: a new audit event fails here until it is mapped or left out on purpose.
+    expect(mapped).toStrictEqual({
       'rollout.started': 'rollout.started',
       'phase.started': 'phase.started',
       'phase.applied': 'phase.applied',
@@ -59,6 +60,7 @@ describe('audit records → webhook events (core/events.ts)', () => {
       'devices.outcome': undefined,
       'devices.skipped': undefined,
       'floor.confirmed': undefined,
+      'deadline.passed': 'deadline.passed',
     });
     // Every webhook event is reachable from some audit record.
     expect(new Set(Object.values(mapped).filter(Boolean))).toEqual(new Set(WEBHOOK_EVENTS));
