@@ -3,8 +3,7 @@ import { WavegateError } from '../core/errors';
 import type { Revision } from '../core/revision';
 import { profileDir } from '../intake/profile-dir';
 import { findFileRevision } from '../intake/revisions';
-import { EnvelopeRejected, loadWorkerTrust, shellFor } from './device-steps';
-import type { DeviceSession } from './transport';
+import { EnvelopeRejected, loadWorkerTrust, shellFor, type DependencyChecker } from './device-steps';
 
 /**
  * The worker's side of ordering between profiles (docs/formats.md, "after"): whether a device verifies
@@ -12,16 +11,6 @@ import type { DeviceSession } from './transport';
  * command run on the device is the `verify` inside the dependency's envelope of that revision, opened
  * here from the worker's own profiles root against the worker's own pins.
  */
-
-export interface UnmetDependencies {
-  /** The dependencies the device does not verify, in the spec's order. */
-  unmet: Dependency[];
-  /** What was found, per dependency: `inference r15 verify failed, marker r14`. */
-  detail: string;
-}
-
-/** Checks a device's dependencies over an open session; null when every one is verified there. */
-export type DependencyChecker = (session: DeviceSession, device: string, after: readonly Dependency[]) => Promise<UnmetDependencies | null>;
 
 export interface DependencyCheckOptions {
   /** The worker's profiles root: the dependency's pins and envelopes come from here and nowhere else. */

@@ -8,7 +8,6 @@ import { loadTrust } from '../intake/trust';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
-import type { DependencyChecker } from './dependencies';
 import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type StagedFile } from './transport';
 
@@ -77,6 +76,17 @@ export function loadWorkerTrust(trustDir: string, profile: string): Trust | unde
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
   }
 }
+
+/** What a device lacks of the profiles a rollout waits for (`after`). */
+export interface UnmetDependencies {
+  /** The dependencies the device does not verify, in the spec's order. */
+  unmet: Dependency[];
+  /** What was found, per dependency: `inference r15 verify failed, marker r14`. */
+  detail: string;
+}
+
+/** Checks a device's dependencies over an open session; null when every one is verified there (activities/dependencies.ts). */
+export type DependencyChecker = (session: DeviceSession, device: string, after: readonly Dependency[]) => Promise<UnmetDependencies | null>;
 
 export interface SignedStepsOptions {
   /** The worker's pins for the steps' profile (undefined: it has none). */
