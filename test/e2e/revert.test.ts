@@ -1,4 +1,5 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,7 +9,8 @@ import { parseFloor, type DeviceFloor } from '../../core/floor';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { runCli, type CliRun } from '../support/cli';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 import { markerOf, verifiesAt } from '../support/rollout-helpers';
 import { until } from '../support/until';
@@ -27,6 +29,8 @@ let env: TestWorkflowEnvironment | undefined;
 let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
 let fleet: Fleet;
 let inventory = '';
+/** The roll-forward's worker: `wavegate worker --profiles <root>` with pins of keys this test made. */
+let forwardWorker: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
 const OFFLINE = 'edge-05';
 const LEFT_BEHIND = 'edge-08';
 const REQUIRED = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-06', 'edge-07'];
@@ -73,6 +77,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  if (forwardWorker) await stopChild(forwardWorker.child);
   await worker?.stop();
   await fleet?.stop();
   await env?.teardown();
@@ -206,4 +211,57 @@ describe('wavegate revert', () => {
     expect(fleet.totalCommands()).toBe(before);
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
   });
+});
+
+describe('the printed roll-forward, run as printed', () => {
+  it('signs r1\'s content as r3 and rolls the fleet forward from r2 to it: every device verifies r1\'s content at marker 3', async () => {
+    // A profiles root of our own: the demo's files, signed 2-of-2 by keys made here (the demo's are gone).
+    const root = join(scratch.dir, 'profiles');
+    const dir = join(root, 'demo');
+    cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), dir, { recursive: true });
+    rmSync(join(dir, 'envelopes'), { recursive: true });
+    mkdirSync(join(dir, 'envelopes'));
+    const key = (name: string) => join(scratch.dir, `${name}.key`);
+    const offline = async (args: string[]) => {
+      const run = await runCli(args);
+      expect(run.code, `${args.join(' ')}\n${run.stdout}\n${run.stderr}`).toBe(0);
+      return run;
+    };
+    for (const name of ['alice', 'bob']) await offline(['keygen', '--out', key(name), '--name', name]);
+    await offline(['trust', `${key('alice')}.pub.yaml`, `${key('bob')}.pub.yaml`, '--threshold', '2', '--out', join(dir, 'trust.yaml')]);
+    for (const n of [1, 2]) {
+      await offline(['sign', join(dir, 'revisions', `${n}.yaml`), '--key', key('alice'), '--out', join(dir, 'envelopes', `${n}.json`)]);
+      await offline(['cosign', join(dir, 'envelopes', `${n}.json`), '--key', key('bob')]);
+    }
+    const queue = `${worker!.taskQueue}-forward`;
+    forwardWorker = await spawnCliUntil(['worker', '--address', env!.address, '--task-queue', queue, '--profiles', root, '--audit-dir', auditDir], /worker \S+ polling/);
+    const wgForward = (args: string[]) =>
+      runCli([...args, '--address', env!.address, '--task-queue', queue], { timeoutMs: 180_000, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
+
+    // The fleet is at r2 with its window closed (the test above): the revert prints the way forward.
+    for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
+    const late = await wgForward(['revert', 'rollout:demo', '--profiles', root]);
+    expect(late.code).toBe(2);
+    const lines = late.stderr.split('\n').map((l) => l.trim());
+    const at = lines.indexOf("roll forward: r1's content as a new revision r3, then a rollout r2 → r3:");
+    expect(at, late.stderr).toBeGreaterThan(0);
+    const [sed, sign, cosign, start] = lines.slice(at + 1, at + 5);
+    expect(sed).toMatch(/^sed /);
+
+    execFileSync('/bin/sh', ['-c', sed!]);
+    await offline(sign!.replace('<your key>', key('alice')).split(' ').slice(1));
+    await offline(cosign!.replace(/ +#.*$/, '').replace("<the next signer's key>", key('bob')).split(' ').slice(1));
+    const forwardSpec = spec('forward', { ...FAST, fromRevision: 2, toRevision: 3 });
+    const startArgs = start!.replace(/<the rollout's spec[^>]*>/, forwardSpec).split(' ').slice(1);
+    expect(startArgs).toEqual(['start', '-f', forwardSpec, '--inventory', inventory, '--profiles', root, '--wait']);
+    const forward = await wgForward(startArgs);
+    expect(forward.code, forward.stdout + forward.stderr + forwardWorker.output()).toBe(0);
+
+    for (const id of REQUIRED) {
+      expect(markerOf(fleet, id), id).toBe(3);
+      expect(verifiesAt(fleet, id, 1), id).toBe(true);
+      expect(floorOf(id), id).toMatchObject({ revision: 3, from: 2 });
+    }
+    expect(markerOf(fleet, LEFT_BEHIND)).toBeNull();
+  }, 300_000);
 });
