@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { InventoryInput } from '../../core/inventory';
+import { NodeDownFile } from '../../core/node-down';
 import { Profile, Revision } from '../../core/revision';
 import { Envelope, parseTrust, Pin, SecretKeyFile } from '../../core/signing';
 import { RolloutBody } from '../../core/spec';
@@ -155,6 +156,7 @@ const FORMATS: Format[] = [
   { name: 'envelope (core/signing.ts Envelope)', section: '6. Envelopes, keys and trust.yaml', fields: fieldPaths(Envelope) },
   { name: 'key file (core/signing.ts SecretKeyFile)', section: '6. Envelopes, keys and trust.yaml', fields: fieldPaths(SecretKeyFile) },
   { name: 'inventory (core/inventory.ts InventoryInput, DeviceInput, SshSettings, pools)', section: '7. Inventory', fields: fieldPaths(InventoryInput) },
+  { name: 'node-down verdicts (core/node-down.ts NodeDownFile)', section: '7. Inventory', fields: fieldPaths(NodeDownFile) },
   { name: 'rollout spec (core/spec.ts RolloutBody, Phase)', section: '8. Rollout spec', fields: rolloutFields },
   { name: 'maintenance window (core/spec.ts RolloutBody.window)', section: '11. Maintenance windows', fields: fieldPaths(schemaAt(RolloutBody, ['window'])) },
 ];
