@@ -7,7 +7,7 @@ import { readAuditFile } from '../../activities/audit';
 import { webhookEventOf, type WebhookEvent } from '../../core/events';
 import { demoDevices, type Fleet } from '../../sim';
 import { freePort, startDevServerEnv } from '../../workers/dev-server';
-import { abortUpdate, pauseUpdate, resumeUpdate } from '../../workflows/messages';
+import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
@@ -178,5 +178,24 @@ describe('rollout events delivered to webhooks', () => {
     ]);
     expect(result.webhooks!.delivered).toBe(expected.length + expected.filter((e) => e.startsWith('rollout.')).length);
     await recordHistory(handle, 'webhooks-controls-abort');
+  }, 180_000);
+
+  it('a cancel (as from the Web UI) still delivers its rollback and the end: the outbox is not cancelled with the rollout', async () => {
+    const hook = await receiver((i) => (i === 1 ? 503 : 200));
+    const input = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }], webhooks: [{ url: hook.url, secretEnv }] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
+    await handle.cancel();
+    await expect(handle.result()).rejects.toThrow();
+    expect((await handle.describe()).status.name).toBe('CANCELLED');
+
+    const expected = transitions(input.rolloutId);
+    expect(expected.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
+    expect(hook.acknowledged().map((r) => r.event)).toEqual(expected);
+    expect(new Set(hook.acknowledged().map((r) => r.deliveryId)).size).toBe(expected.length);
+    expect(JSON.parse(hook.acknowledged().at(-1)!.body)).toMatchObject({ event: 'rollout.cancelled', by: 'temporal-cancel' });
+    const final = await handle.query<RolloutStatus>('status');
+    expect(final.webhooks).toEqual({ delivered: expected.length, pending: 0, failedTotal: 0, failed: [] });
+    await recordHistory(handle, 'webhooks-cancel');
   }, 180_000);
 });
