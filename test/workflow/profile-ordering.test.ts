@@ -6,7 +6,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { readAuditFile } from '../../activities/audit';
-import { applyToDevice } from '../../activities/device-steps';
+import { dependencyChecker } from '../../activities/dependencies';
+import { applyToDevice, EnvelopeRejected } from '../../activities/device-steps';
+import { createPreflightActivities } from '../../activities/preflight';
 import { parseRevision } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { parseRolloutSpec } from '../../core/spec';
@@ -16,6 +18,7 @@ import { loadRolloutInventory } from '../../intake/inventory';
 import { targetOf } from '../../activities/fleet';
 import { type Fleet } from '../../sim';
 import { renderFrame } from '../../cli/watch';
+import { runCli } from '../support/cli';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { abortUpdate, type RolloutStatus } from '../../workflows/messages';
@@ -95,7 +98,7 @@ describe('ordering between profiles over SSH', () => {
     const done = await applyToDevice(targets.get('ready')!, baseSteps, { commandTimeoutMs: 20_000, trustDir: profilesDir, requireEnvelope: true });
     expect(done.outcome).toBe('applied');
     const demo = inputFor({ profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] }, inventoryPath, `rollout:demo-ordering-${n}`);
-    return { fleet, inventoryPath, demo };
+    return { fleet, inventoryPath, demo, targets };
   }
 
   const start = (input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> =>
@@ -168,5 +171,46 @@ describe('ordering between profiles over SSH', () => {
     // base was never touched by demo's rollout.
     expect(baseIn(fleet, 'ready')).toBe('base 2');
     expect(baseIn(fleet, 'behind')).toBeNull();
+  }, 120_000);
+  it('on the worker: a marker naming a newer signed revision lets its verify decide; a dependency the worker has no envelope of is refused with nothing run', async () => {
+    const { fleet, demo, targets } = await setup();
+    const opts = { commandTimeoutMs: 20_000, trustDir: profilesDir, requireEnvelope: true, dependencies: dependencyChecker({ profilesDir, requireEnvelope: true, timeoutMs: 10_000 }) };
+    // `ready` holds base r2 (marker 2): r1's verify fails there, r2's passes, so "after base r1" is met.
+    const met = await applyToDevice(targets.get('ready')!, { ...demo.steps, after: [{ profile: 'base', revision: 1 }] }, opts);
+    expect(met.outcome).toBe('applied');
+    // `behind` has no base at all: unmet, and only verify commands ran there.
+    const unmet = await applyToDevice(targets.get('behind')!, demo.steps, opts);
+    expect(unmet).toMatchObject({ outcome: 'dependency-unmet', unmet: [{ profile: 'base', revision: 2 }], detail: 'base r2 verify failed, no marker' });
+    // A revision the worker does not hold signed: refused before the device runs anything.
+    fleet.resetCounters();
+    const refused = await applyToDevice(targets.get('behind')!, { ...demo.steps, after: [{ profile: 'base', revision: 3 }] }, opts).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(EnvelopeRejected);
+    expect((refused as EnvelopeRejected).reason).toBe('NO_DEPENDENCY');
+    expect((refused as Error).message).toContain('base/envelopes/3.json');
+    expect(fleet.count('behind', /grep|install/)).toBe(0);
+    expect(fleet.count('behind', APPLY_COMMAND)).toBe(0);
+    // The preflight `start` asks finds the same before any device is contacted.
+    const preflight = createPreflightActivities({ trustDir: profilesDir, identity: 'test-worker' });
+    await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'base', revision: 2 }] })).resolves.toMatchObject({ ok: true });
+    await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'nosuch', revision: 1 }] })).resolves.toMatchObject({ ok: false, reason: 'NO_TRUST' });
+  }, 120_000);
+
+  it('start refuses (exit 2) an after that closes a cycle with a running rollout, read from its workflow input; nothing is started', async () => {
+    const { inventoryPath } = await setup();
+    // rollout:base runs, waiting on its devices for demo r2 (none has it).
+    const base = inputFor({ profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }], after: [{ profile: 'demo', revision: 2 }] }, inventoryPath, 'rollout:base');
+    const baseHandle = await start(base);
+    try {
+      await waitForStatus(baseHandle, (s) => s.devices.some((d) => d.state === 'waiting'));
+      const specFile = join(scratch.dir, `demo-after-base-${n}.yaml`);
+      writeFileSync(specFile, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: 0, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] } }));
+      const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesDir, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue]);
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts rollout:base)');
+      await expect(env.client.workflow.getHandle('rollout:demo').describe()).rejects.toThrow(/not found/i);
+    } finally {
+      await baseHandle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'cycle test done', rollback: true }] });
+      expect((await baseHandle.result()).state).toBe('aborted');
+    }
   }, 120_000);
 });
