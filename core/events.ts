@@ -39,33 +39,16 @@ export const WEBHOOK_EVENTS = [
 export type WebhookEventName = (typeof WEBHOOK_EVENTS)[number];
 
 /**
- * Which audit record is which event. Records about single devices, the floor and audit overrides are not
- * rollout transitions and stay in the audit only. The model's approval is the manual gate's `gate.approved`.
+ * Which audit record is which event: an audit event of the same name, except the model's approval, which
+ * is the manual gate's `gate.approved`. Records about single devices (`devices.*`), the floor and audit
+ * overrides are not rollout transitions and stay in the audit only.
  */
-const EVENT_OF_AUDIT: Partial<Record<AuditEventName, WebhookEventName>> = {
-  'rollout.started': 'rollout.started',
-  'phase.started': 'phase.started',
-  'phase.applied': 'phase.applied',
-  'gate.passed': 'gate.passed',
-  'gate.failed': 'gate.failed',
-  'gate.inconclusive': 'gate.inconclusive',
-  'rollout.approved': 'gate.approved',
-  'deadline.passed': 'deadline.passed',
-  'rollout.paused': 'rollout.paused',
-  'rollout.resumed': 'rollout.resumed',
-  'rollout.aborted': 'rollout.aborted',
-  'rollback.started': 'rollback.started',
-  'rollback.completed': 'rollback.completed',
-  'canary.verdict': 'canary.verdict',
-  'rollout.completed': 'rollout.completed',
-  'rollout.failed': 'rollout.failed',
-  'rollout.ended': 'rollout.ended',
-  'rollout.cancelled': 'rollout.cancelled',
-};
+const RENAMED: Partial<Record<AuditEventName, WebhookEventName>> = { 'rollout.approved': 'gate.approved' };
 
 /** The event an audit record is, or undefined when it is not one a webhook receives. */
 export function webhookEventOf(event: AuditEventName): WebhookEventName | undefined {
-  return Object.prototype.hasOwnProperty.call(EVENT_OF_AUDIT, event) ? EVENT_OF_AUDIT[event] : undefined;
+  if (Object.prototype.hasOwnProperty.call(RENAMED, event)) return RENAMED[event];
+  return (WEBHOOK_EVENTS as readonly string[]).includes(event) ? (event as WebhookEventName) : undefined;
 }
 
 /** The JSON body of one delivery. */

@@ -14,9 +14,9 @@ type Acts = ReturnType<typeof activities.createActivities>;
 export const WEBHOOK_EVENTS_PATCH = 'webhook-events';
 
 /**
- * At least once, with backoff, and bounded: about a minute of attempts per delivery (1 s, 2 s, 4 s ...
- * between six attempts, each at most 15 s), then the delivery is given up and listed in status. A
- * refusal (4xx) or a secret the worker does not have is not retried.
+ * At least once, with backoff, and bounded: six attempts of at most 15 s each, 1, 2, 4, 8 and 16 s apart
+ * (3 minutes at most in all), then the delivery is given up and listed in status. A refusal (a 4xx other
+ * than 408/429, a redirect) or a secret the worker does not have is not retried.
  */
 const { deliverWebhook } = wf.proxyActivities<Acts>({
   startToCloseTimeout: '15 seconds',
