@@ -11,6 +11,7 @@ import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
+import { recordHistory } from '../support/histories';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 import { markerOf, verifiesAt } from '../support/rollout-helpers';
 import { until } from '../support/until';
@@ -149,6 +150,8 @@ describe('wavegate revert', () => {
     for (const id of [OFFLINE, LEFT_BEHIND]) expect(after[id], id).toBe(before[id]);
     expect(markerOf(fleet, OFFLINE)).toBeNull();
 
+    // The revert's own history (patch revert-rollouts) is replayed by test/workflow/replay.test.ts.
+    await recordHistory(env!.client.workflow.getHandle('rollout:demo'), 'revert-inside-window');
     const reverted = await status();
     expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: 'rollout:demo', runId } });
     expect(reverted.devices.map((d) => d.id).sort()).toEqual(changed);
@@ -179,6 +182,7 @@ describe('wavegate revert', () => {
     const revert = await wg(['revert', 'rollout:demo', '--fast', '--wait', '--interval', '300']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
     expect(revert.stdout).toContain(`over the 7 device(s) rollout:demo (run ${runId}) changed, one phase, no gate (--fast)`);
+    await recordHistory(env!.client.workflow.getHandle('rollout:demo'), 'revert-fast');
     const s = await status();
     expect(s.reverts).toEqual({ rolloutId: 'rollout:demo', runId });
     expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
