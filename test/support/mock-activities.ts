@@ -20,6 +20,8 @@ export interface Scenario {
   refuseApply?: Set<string>;
   /** Every apply after the first N fails (the order devices start in decides which). */
   failApplyAfter?: number;
+  /** Devices that do not verify the rollout's `after` yet: their apply answers `dependency-unmet` (logged `dependencies:<id>`) while listed. */
+  dependencyUnmet?: Set<string>;
   /** Devices whose apply waits until `release(id)` (heartbeating, so a cancel reaches it). */
   holdApply?: Set<string>;
   /** Health outcomes in order, one per runHealthCheck call; the last repeats. Default pass. */
@@ -103,6 +105,10 @@ export function createMockActivities() {
           ctx.heartbeat();
           await Promise.race([ctx.sleep(50), ctx.cancelled]);
         }
+      }
+      if (mode === 'apply' && input.steps.after?.length && s.dependencyUnmet?.has(id)) {
+        s.log.push(`dependencies:${id}`);
+        return { device: id, outcome: 'dependency-unmet' as const, steps: ['dependencies'], unmet: input.steps.after, detail: `${input.steps.after[0]!.profile} r${input.steps.after[0]!.revision} verify failed, no marker` };
       }
       s.log.push(`${mode}:${id}`);
       if (mode === 'apply' && s.refuseApply?.has(id)) throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`, nonRetryable: true });
