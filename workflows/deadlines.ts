@@ -81,7 +81,7 @@ class DeadlineWatcher implements DeadlineWatch {
     const { kind, reason } = this.rollback!;
     this.model.closePhases(policy.stagesClosedBy('abort'));
     await this.steps.compensate(reason, 'wavegate');
-    this.steps.skipPending(deadlineSkipReason(kind, 'rollback'));
+    this.steps.skipPending(deadlineSkipReason(kind));
     return this.steps.finish('rolled-back', 'rollout.failed', reason);
   }
 

@@ -142,7 +142,7 @@ export function deadlineReason(kind: DeadlineKind, limitMs: number, phase: strin
   return `deadline: ${where} passed in active time with ${unconfirmedCount} required device(s) unconfirmed`;
 }
 
-/** Why devices that never started are skipped after a deadline stopped the rollout. */
-export function deadlineSkipReason(kind: DeadlineKind, action: DeadlineAction): string {
-  return `not started: ${kind} passed (${action === 'rollback' ? 'rolled back' : 'aborted'})`;
+/** Why devices that never started are skipped after a deadline rolled the rollout back (an abort says `aborted by wavegate`). */
+export function deadlineSkipReason(kind: DeadlineKind): string {
+  return `not started: ${kind} passed (rolled back)`;
 }

@@ -5,6 +5,7 @@ import {
   Deadline,
   deadlineAction,
   deadlineReason,
+  deadlineSkipReason,
   hasDeadlines,
   MAX_NAMED_UNCONFIRMED,
   phaseDeadlineOf,
@@ -138,6 +139,7 @@ describe('deadline wording and phase stages', () => {
     expect(deadlineReason('phaseDeadline', 30 * MIN, 'canary 1 device', 1)).toBe('deadline: phaseDeadline 30m of phase canary 1 device passed in active time with 1 required device(s) unconfirmed');
     expect(deadlineReason('progressDeadline', 120 * MIN, 'bulk 25%', 11)).toBe('deadline: progressDeadline 2h (in phase bulk 25%) passed in active time with 11 required device(s) unconfirmed');
     expect(deadlineReason('progressDeadline', 120 * MIN, null, 0)).toMatch(/^deadline: progressDeadline 2h passed/);
+    expect(deadlineSkipReason('phaseDeadline')).toBe('not started: phaseDeadline passed (rolled back)');
   });
 
   it('a phase deadline runs from applying through the gate, the approval and an inconclusive hold; passed and failed end it', () => {
