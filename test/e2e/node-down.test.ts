@@ -1,4 +1,4 @@
-import { existsSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -158,7 +158,6 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
   });
 
   it('the worker refuses a verdicts file others may write: the rollout fails at snapshot naming the file, with no command sent', async () => {
-    const { chmodSync } = await import('node:fs');
     await offline(['fleet', 'mark-down', DEAD, '--inventory', inventory, '--recheck', 'exit 1', '--reason', 'again']);
     chmodSync(verdictsFile, 0o666);
     const before = fleet.totalCommands();
@@ -167,7 +166,7 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     const described = await wg(['status', 'rollout:demo', '--json']);
     const status = JSON.parse(described.stdout) as Status;
     expect(status.state).toBe('failed');
-    const failure = await env!.client.workflow.getHandle('rollout:demo').result().then(() => undefined, (err: Error & { cause?: Error }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
+    const failure = await env!.client.workflow.getHandle('rollout:demo').result().then(() => undefined, (err: { cause?: { message?: string; cause?: { message?: string } } }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
     expect(failure).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
     expect(fleet.totalCommands()).toBe(before);
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);

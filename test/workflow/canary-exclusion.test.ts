@@ -3,7 +3,9 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { startOrJoinRollout } from '../../cli/client';
 import { registerProfileEnvelopes } from '../../cli/registry-client';
+import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
@@ -133,11 +135,13 @@ describe('nightly canary and rollouts exclude each other', () => {
 
   it('start while a converge of the profile runs is refused naming it', async () => {
     const manual = specFile('converge', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }] });
-    const { prepareRollout } = await import('../../intake/prepare');
-    const { startOrJoinRollout } = await import('../../cli/client');
     const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
     await startOrJoinRollout(env!.client, worker!.taskQueue, input);
-    await until('the converge to be listed', async () => ((await running()).some((r) => r.workflowId === 'rollout:demo:converge-1') ? true : undefined));
+    // Visibility lags the start a little: wait until a start would find the converge by search attribute.
+    await until('the converge to be listed', async () => {
+      for await (const info of env!.client.workflow.list({ query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'" })) if (info.workflowId === 'rollout:demo:converge-1') return true;
+      return undefined;
+    }, 90_000);
     const refused = await wg(['start', '-f', manual, '--inventory', inventory]);
     expect(refused.code, refused.stderr).toBe(2);
     expect(refused.stderr).toContain('CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)');
