@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { ApplicationFailure, type Logger } from '@temporalio/common';
+import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
-import { webhookEventOf, type WebhookEvent } from '../../core/events';
+import { createWebhookActivities } from '../../activities/webhooks';
+import { webhookEventFor, webhookEventOf, type WebhookEvent } from '../../core/events';
 import { demoDevices, type Fleet } from '../../sim';
 import { freePort, startDevServerEnv } from '../../workers/dev-server';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
@@ -22,6 +24,8 @@ function historyText(value: unknown): string {
   return Object.values(value).map(historyText).join('\n');
 }
 
+const secretEnv = 'WAVEGATE_TEST_WEBHOOK_SECRET';
+
 /**
  * Events to webhooks (issue 14 item 4) on a real Temporal dev server, with the real activities applying
  * over SSH to the fleet simulator and real HTTP receivers on 127.0.0.1: at least once with retries, each
@@ -34,8 +38,7 @@ describe('rollout events delivered to webhooks', () => {
   const auditDir = join(scratch.dir, 'audit');
   const fleets: Fleet[] = [];
   const receivers: WebhookReceiver[] = [];
-  const secretEnv = 'WAVEGATE_TEST_WEBHOOK_SECRET';
-  const secret = randomBytes(24).toString('hex');
+    const secret = randomBytes(24).toString('hex');
   const fileSecret = randomBytes(24).toString('hex');
   const secretFile = join(scratch.dir, 'hook.secret');
   let n = 0;
@@ -198,4 +201,60 @@ describe('rollout events delivered to webhooks', () => {
     expect(final.webhooks).toEqual({ delivered: expected.length, pending: 0, failedTotal: 0, failed: [] });
     await recordHistory(handle, 'webhooks-cancel');
   }, 180_000);
+});
+
+/** The activity on its own (no server): one attempt, its verdict, and what a receiver gets. */
+describe('deliverWebhook, one attempt against a real loopback receiver', () => {
+  const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+  const { deliverWebhook } = createWebhookActivities();
+  const attempt = (input: Parameters<typeof deliverWebhook>[0]) => new MockActivityEnvironment(undefined, { logger: quiet }).run(deliverWebhook, input);
+  const failure = (input: Parameters<typeof deliverWebhook>[0]) => attempt(input).then(() => undefined, (e: unknown) => e as ApplicationFailure);
+  const scratch = scratchDir('webhook-activity');
+  const event = webhookEventFor({ rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 }, 1, {
+    event: 'rollout.started', phase: null, by: 'test', reason: null, at: '2026-01-01T00:00:00.000Z', evidence: null,
+  })!;
+  const receivers: WebhookReceiver[] = [];
+  const receiver = async (answer: (n: number) => number) => {
+    const r = await startWebhookReceiver(answer);
+    receivers.push(r);
+    return r;
+  };
+  afterEach(async () => {
+    await Promise.all(receivers.splice(0).map((r) => r.close()));
+  });
+  afterAll(() => scratch.cleanup());
+
+  it('2xx delivered: the body is the event, signed with the file secret; 5xx and 429 are retryable, 404 is not', async () => {
+    const file = join(scratch.dir, 'secret');
+    writeFileSync(file, '  file-secret\n');
+    const ok = await receiver(() => 204);
+    expect(await attempt({ url: ok.url, secretFile: file, event })).toEqual({ status: 204 });
+    expect(JSON.parse(ok.requests[0]!.body)).toEqual(event);
+    expect(signatureValid(ok.requests[0]!, 'file-secret')).toBe(true);
+
+    for (const [status, retryable] of [[500, true], [503, true], [429, true], [408, true], [404, false], [401, false], [302, false]] as const) {
+      const r = await receiver(() => status);
+      const err = await failure({ url: r.url, secretFile: file, event });
+      expect(err, String(status)).toBeInstanceOf(ApplicationFailure);
+      expect([err!.type, err!.nonRetryable, err!.message]).toEqual([retryable ? 'WebhookRetry' : 'WebhookRefused', !retryable, `POST ${r.url}: HTTP ${status}${retryable ? '' : ' (not retried)'}`]);
+      expect(r.requests).toHaveLength(1);
+    }
+  });
+
+  it('a refused connection is retryable; a secret the worker does not have is not, and nothing is sent', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}/hook`;
+    const file = join(scratch.dir, 'secret2');
+    writeFileSync(file, 'file-secret');
+    const refused = await failure({ url: dead, secretFile: file, event });
+    expect([refused!.type, refused!.nonRetryable]).toEqual(['WebhookUnreachable', false]);
+    expect(refused!.message).toBe(`POST ${dead}: ECONNREFUSED`);
+
+    const r = await receiver(() => 200);
+    const unset = await failure({ url: r.url, secretEnv: 'WAVEGATE_TEST_NO_SUCH_SECRET', event });
+    expect([unset!.type, unset!.nonRetryable, unset!.message]).toEqual(['WebhookSecretMissing', true, 'the webhook secret variable WAVEGATE_TEST_NO_SUCH_SECRET is not set on this worker']);
+    const missing = await failure({ url: r.url, secretFile: join(scratch.dir, 'nope'), event });
+    expect([missing!.type, missing!.nonRetryable]).toEqual(['WebhookSecretMissing', true]);
+    expect(missing!.message).toMatch(/the webhook secret file .*nope cannot be read on this worker: ENOENT/);
+    expect(r.requests).toHaveLength(0);
+  });
 });
