@@ -146,7 +146,8 @@ class DeadlineWatcher implements DeadlineWatch {
     const { model, steps } = this;
     const action = deadlineAction(this.input.spec);
     const phaseIndex = deadline.phase ?? this.livePhase();
-    const phase = phaseIndex !== undefined ? model.phase(phaseIndex).name : null;
+    // A progress deadline between two phases (or waiting for a window) names the phase the story is at.
+    const phase = phaseIndex !== undefined ? model.phase(phaseIndex).name : model.plan ? model.phaseName : null;
     const passedPhases = new Set((model.plan?.phases ?? []).map((p) => p.index).filter((i) => model.phase(i).stage === 'passed'));
     const unconfirmed = unconfirmedDevices(model.requiredDevices(), passedPhases, deadline.phase);
     const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
