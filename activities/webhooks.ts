@@ -15,7 +15,7 @@ export interface DeliverWebhookResult {
   status: number;
 }
 
-/** One attempt's time to connect, send and get the answer's status line. */
+/** One attempt's time to connect, send and get the answer's status line (the default). */
 const ATTEMPT_TIMEOUT_MS = 10_000;
 
 /**
@@ -43,9 +43,9 @@ function readSecret(input: DeliverWebhookInput): string {
 }
 
 /** Why fetch failed, in a few words (`ECONNREFUSED`, `timed out after 10 s`), without the request. */
-function transportProblem(err: unknown): string {
+function transportProblem(err: unknown, timeoutMs: number): string {
   const e = err as Error & { cause?: { code?: string; message?: string } };
-  if (e.name === 'TimeoutError') return `timed out after ${ATTEMPT_TIMEOUT_MS / 1000} s`;
+  if (e.name === 'TimeoutError') return `timed out after ${timeoutMs / 1000} s`;
   return e.cause?.code ?? e.cause?.message ?? e.message;
 }
 
@@ -54,14 +54,15 @@ function transportProblem(err: unknown): string {
  * attempt's timestamp and the exact body sent. Temporal's retry policy (workflows/events.ts) gives the
  * backoff; this says which failures are worth another attempt (core/events.ts deliveryVerdict).
  */
-export function createWebhookActivities() {
+export function createWebhookActivities(deps: { attemptTimeoutMs?: number } = {}) {
+  const timeoutMs = deps.attemptTimeoutMs ?? ATTEMPT_TIMEOUT_MS;
   return {
     async deliverWebhook(input: DeliverWebhookInput): Promise<DeliverWebhookResult> {
       const secret = readSecret(input);
       const body = JSON.stringify(input.event);
       const timestamp = String(Math.floor(Date.now() / 1000));
       const shown = shownUrl(input.url);
-      const signal = AbortSignal.any([AbortSignal.timeout(ATTEMPT_TIMEOUT_MS), Context.current().cancellationSignal]);
+      const signal = AbortSignal.any([AbortSignal.timeout(timeoutMs), Context.current().cancellationSignal]);
       let response: Response;
       try {
         response = await fetch(input.url, {
@@ -73,7 +74,7 @@ export function createWebhookActivities() {
           signal,
         });
       } catch (err) {
-        throw ApplicationFailure.create({ type: 'WebhookUnreachable', message: `POST ${shown}: ${transportProblem(err)}` });
+        throw ApplicationFailure.create({ type: 'WebhookUnreachable', message: `POST ${shown}: ${transportProblem(err, timeoutMs)}` });
       }
       // The answer's body is not read: only its status counts.
       await response.body?.cancel().catch(() => {});

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
 import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
@@ -256,5 +258,21 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     expect([missing!.type, missing!.nonRetryable]).toEqual(['WebhookSecretMissing', true]);
     expect(missing!.message).toMatch(/the webhook secret file .*nope cannot be read on this worker: ENOENT/);
     expect(r.requests).toHaveLength(0);
+  });
+
+  it('a receiver that does not answer within the attempt timeout is retryable', async () => {
+    const file = join(scratch.dir, 'secret3');
+    writeFileSync(file, 'file-secret');
+    const silent = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/hook`;
+      const slow = createWebhookActivities({ attemptTimeoutMs: 300 }).deliverWebhook;
+      const err = await new MockActivityEnvironment(undefined, { logger: quiet }).run(slow, { url, secretFile: file, event }).then(() => undefined, (e: unknown) => e as ApplicationFailure);
+      expect([err!.type, err!.nonRetryable, err!.message]).toEqual(['WebhookUnreachable', false, `POST ${url}: timed out after 0.3 s`]);
+    } finally {
+      silent.closeAllConnections();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
   });
 });
