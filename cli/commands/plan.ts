@@ -10,6 +10,8 @@ import { formatDurationMs } from '../../core/duration';
 import { readDocument } from '../../intake/files';
 import { readInventory } from '../../intake/inventory';
 import { plannerInputOf } from '../../core/rollout/plan';
+import { markOf, verdictStanding } from '../../core/node-down';
+import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { planDevices } from '../../intake/planner-input';
 import { dependencyScopeNotes, PLAN_CYCLE_NOTE } from '../../intake/dependencies';
 import { loadRolloutContent, readSpec, type RolloutContent } from '../../intake/prepare';
@@ -136,7 +138,12 @@ export function makePlan(opts: PlanOptions): PlanReport {
     risk = opts.risk;
   }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
-  const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers));
+  // Node-down verdicts beside the inventory, as they stand now; plan runs no recheck (start's snapshot does).
+  const verdictsPath = verdictsPathFor(opts.inventory);
+  const verdicts = readVerdicts(verdictsPath).verdicts;
+  const nodeDown = new Map(verdicts.map((v) => [v.device, markOf(verdictStanding(v, Date.now()))]));
+  if (verdicts.length) revisionNotes.push(`node-down verdicts from ${verdictsPath}: ${[...nodeDown.values()].filter((m) => m.holds).length} hold, as of now without their rechecks (start's snapshot reruns them)`);
+  const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers, nodeDown));
   return { plan: planPhases(planned), spec, inventory, scopeNote, risk, revisionNotes, ...(input ? { input } : {}), plannerInput: planned };
 }
 

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { blockingStart } from '../../core/exclusion';
 import type { ControlBase, ControlName } from '../../core/controls';
 import { WavegateError } from '../../core/errors';
+import { formatDurationMs } from '../../core/duration';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
 import type { RolloutStatus } from '../../workflows/messages';
@@ -31,6 +32,16 @@ function printStatus(status: RolloutStatus): void {
   else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
   if (status.reverts) console.log(`  reverts: ${status.reverts.rolloutId} (run ${status.reverts.runId}), r${status.fromRevision} → r${status.toRevision}`);
+  if (status.deadline) {
+    const d = status.deadline;
+    const named = d.unconfirmed.length < d.unconfirmedCount ? `${d.unconfirmed.join(', ')} and ${d.unconfirmedCount - d.unconfirmed.length} more` : d.unconfirmed.join(', ') || 'none';
+    console.log(`  deadline: ${d.kind} ${formatDurationMs(d.limitMs)} passed at ${d.at}${d.phase ? ` in ${d.phase}` : ''} → ${d.action}; unconfirmed: ${named}`);
+  }
+  if (status.webhooks) {
+    const w = status.webhooks;
+    console.log(`  webhooks: ${w.delivered} delivered, ${w.pending} pending, ${w.failedTotal} not delivered`);
+    for (const f of w.failed) console.log(`    not delivered: ${f.event} (${f.deliveryId}) to ${f.url}: ${f.error}`);
+  }
   for (const p of status.phases) console.log(`  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`);
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
   const last = status.controls.at(-1);

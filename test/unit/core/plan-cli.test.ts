@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { availableParallelism, tmpdir } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -49,6 +49,30 @@ describe('wavegate plan (spawned)', () => {
     expect(plan.rolloutId).toBe('r-42');
     expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 5, 14]);
     expect(Object.keys(plan.devices)).toHaveLength(20);
+  });
+
+  it('leaves a device under a holding node-down verdict out of the plan, naming the verdict (no recheck run)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-plan-verdict-'));
+    try {
+      const inventory = join(dir, 'fleet-20.yaml');
+      cpSync('examples/plan/fleet-20.yaml', inventory);
+      const marker = join(dir, 'recheck-ran');
+      const marked = await wavegate(['fleet', 'mark-down', 'srv-01', '--inventory', inventory, '--recheck', `touch ${marker}; exit 1`, '--reason', 'PSU replaced']);
+      expect(marked.stderr).toBe('');
+      expect(marked.code).toBe(0);
+      const run = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory, '--json']);
+      expect(run.code).toBe(0);
+      const plan = JSON.parse(run.stdout) as { phases: Array<{ devices: string[] }>; notForMe: Array<{ id: string; reason: string }> };
+      expect(plan.phases.flatMap((p) => p.devices)).not.toContain('srv-01');
+      expect(plan.notForMe.find((n) => n.id === 'srv-01')?.reason).toMatch(/^node-down since .*, expires .*: PSU replaced$/);
+      const text = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory]);
+      expect(text.stdout).toMatch(/srv-01\s+node-down since/);
+      expect(text.stdout).toMatch(/node-down verdicts from .*fleet-20\.verdicts\.yaml: 1 hold/);
+      // plan contacts nothing: the recheck is the snapshot's and the board's job.
+      expect(existsSync(marker)).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('imports an Ansible inventory and lists not-for-me devices with their reason', async () => {
