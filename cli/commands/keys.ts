@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
@@ -47,6 +48,8 @@ function loadEnvelope(path: string): Envelope {
  */
 function writeAtomic(path: string, text: string, mode = 0o644): void {
   const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  // A new profile's first `sign --out envelopes/1.json` creates envelopes/.
+  mkdirSync(dirname(path), { recursive: true });
   try {
     writeFileSync(tmp, text, { mode, flag: 'wx' });
     chmodSync(tmp, mode); // the umask may have narrowed it further; never widened

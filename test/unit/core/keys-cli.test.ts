@@ -40,32 +40,32 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     );
     const [trust, sign] = await Promise.all([
       wavegate(dir, 'trust', '--threshold', '2', '--out', 'trust.yaml', 'alice.key.pub.yaml', 'bob.key.pub.yaml'),
-      wavegate(dir, 'sign', 'rev.yaml', '--key', 'alice.key', '--out', 'env.json'),
+      wavegate(dir, 'sign', 'rev.yaml', '--key', 'alice.key', '--out', 'envelopes/env.json'),
     ]);
     expect(trust.code, trust.stderr).toBe(0);
     expect(sign.code, sign.stderr).toBe(0);
     expect((parseYaml(readFileSync(join(dir, 'trust.yaml'), 'utf8')) as { pins: unknown[] }).pins).toHaveLength(2);
 
-    const below = await wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml');
+    const below = await wavegate(dir, 'verify', 'envelopes/env.json', '--trust', 'trust.yaml');
     expect(below.code).toBe(2);
     expect(below.stderr).toMatch(/BELOW_THRESHOLD/);
 
-    expect((await wavegate(dir, 'cosign', 'env.json', '--key', 'bob.key')).code).toBe(0);
-    const again = await wavegate(dir, 'cosign', 'env.json', '--key', 'bob.key');
+    expect((await wavegate(dir, 'cosign', 'envelopes/env.json', '--key', 'bob.key')).code).toBe(0);
+    const again = await wavegate(dir, 'cosign', 'envelopes/env.json', '--key', 'bob.key');
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/already signed/);
 
     const [ok, old, expired] = await Promise.all([
-      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml'),
-      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml', '--current', '15'),
-      wavegate(dir, 'verify', 'env.json', '--trust', 'trust.yaml', '--now', '2999-01-01T00:00:00Z'),
+      wavegate(dir, 'verify', 'envelopes/env.json', '--trust', 'trust.yaml'),
+      wavegate(dir, 'verify', 'envelopes/env.json', '--trust', 'trust.yaml', '--current', '15'),
+      wavegate(dir, 'verify', 'envelopes/env.json', '--trust', 'trust.yaml', '--now', '2999-01-01T00:00:00Z'),
     ]);
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/valid: production r15, 2 of 2/);
     expect(old.stderr).toMatch(/NOT_ABOVE_CURRENT/);
     expect(expired.stderr).toMatch(/EXPIRED/);
 
-    const env = JSON.parse(readFileSync(join(dir, 'env.json'), 'utf8')) as { body: string };
+    const env = JSON.parse(readFileSync(join(dir, 'envelopes', 'env.json'), 'utf8')) as { body: string };
     const body = Buffer.from(env.body, 'base64');
     body[20] = body[20]! ^ 1;
     writeFileSync(join(dir, 'tampered.json'), JSON.stringify({ ...env, body: body.toString('base64') }));
