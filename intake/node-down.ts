@@ -71,9 +71,50 @@ export function writeVerdicts(path: string, file: NodeDownFile): void {
   }
 }
 
-/** Read, change and write back in one step (the change is applied to the newest file on disk). */
+/** How long a writer waits for another's lock, and when a lock left by a dead process is taken over. */
+const LOCK_WAIT_MS = 10_000;
+const LOCK_STALE_MS = 60_000;
+
+/**
+ * Hold `<path>.lock` (created exclusively) while `fn` runs, so a CLI's mark-down and a worker's recheck
+ * writing at the same moment never lose one of the two updates. A lock older than a minute is a dead
+ * writer's and is taken over.
+ */
+function withFileLock<T>(path: string, fn: () => T): T {
+  const lock = `${path}.lock`;
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      closeSync(openSync(lock, 'wx', 0o600));
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      let age = 0;
+      try {
+        age = Date.now() - statSync(lock).mtimeMs;
+      } catch {
+        continue; // released meanwhile
+      }
+      if (age > LOCK_STALE_MS) {
+        rmSync(lock, { force: true });
+        continue;
+      }
+      if (Date.now() > deadline) throw new WavegateError('CONFLICT', `${path}: another writer has held ${lock} for ${Math.round(age / 1000)} s; try again, or remove the lock if no wavegate process is running`, { source: path });
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    }
+  }
+  try {
+    return fn();
+  } finally {
+    rmSync(lock, { force: true });
+  }
+}
+
+/** Read, change and write back in one step, under the file's lock (the change is applied to the newest file on disk). */
 export function updateVerdicts(path: string, change: (file: NodeDownFile) => NodeDownFile): NodeDownFile {
-  const next = change(readVerdicts(path));
-  writeVerdicts(path, next);
-  return next;
+  return withFileLock(path, () => {
+    const next = change(readVerdicts(path));
+    writeVerdicts(path, next);
+    return next;
+  });
 }

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
@@ -6,6 +6,7 @@ import { judgeVerdicts, runRecheck } from '../../../activities/node-down';
 import { markDown, newVerdict, EMPTY_NODE_DOWN_FILE } from '../../../core/node-down';
 import { MAX_DOCUMENT_BYTES } from '../../../intake/files';
 import { readVerdicts, updateVerdicts, verdictsPathFor, writeVerdicts } from '../../../intake/node-down';
+import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
 import { refusal } from '../../support/refusal';
 
@@ -76,6 +77,33 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     updateVerdicts(verdicts, (f) => markDown(f, verdict('b', 'true')));
     expect(readVerdicts(verdicts).verdicts.map((v) => v.device)).toEqual(['a', 'b']);
   });
+
+  it('writers at the same moment (separate processes) never lose each other\'s update: the file lock', async () => {
+    const { dir } = place();
+    const inventory = join(dir, 'fleet-20.yaml');
+    copyFileSync('examples/plan/fleet-20.yaml', inventory);
+    const devices = ['srv-01', 'srv-02', 'srv-03', 'srv-04', 'srv-05', 'srv-06'];
+    const runs = await Promise.all(devices.map((d) => runCli(['fleet', 'mark-down', d, '--inventory', inventory, '--recheck', 'exit 1', '--reason', `down ${d}`])));
+    for (const run of runs) expect(run.code, run.stderr).toBe(0);
+    const file = readVerdicts(verdictsPathFor(inventory));
+    expect(file.verdicts.map((v) => v.device).sort()).toEqual(devices);
+    expect(file.history.filter((h) => h.event === 'marked-down')).toHaveLength(devices.length);
+    expect(existsSync(`${verdictsPathFor(inventory)}.lock`)).toBe(false);
+  });
+
+  it('a lock left by a dead writer is taken over once stale; a fresh one held too long is CONFLICT', () => {
+    const { verdicts } = place();
+    const lock = `${verdicts}.lock`;
+    writeFileSync(lock, '');
+    const old = new Date(Date.now() - 120_000);
+    utimesSync(lock, old, old);
+    updateVerdicts(verdicts, (f) => markDown(f, verdict('a', 'true')));
+    expect(readVerdicts(verdicts).verdicts.map((v) => v.device)).toEqual(['a']);
+    expect(existsSync(lock)).toBe(false);
+    writeFileSync(lock, '');
+    expect(refusal(() => updateVerdicts(verdicts, (f) => markDown(f, verdict('b', 'true')))).code).toBe('CONFLICT');
+    expect(readVerdicts(verdicts).verdicts.map((v) => v.device)).toEqual(['a']);
+  }, 20_000);
 });
 
 describe('the recheck runner (activities/node-down.ts)', () => {
