@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { NativeConnection, Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { ActivityDeps } from '../activities';
 import { connectionOptions, type ConnectionSettings } from './connection';
+import { workerDeploymentOptions, type WorkerVersioning } from './versioning';
 
 function workerSdk(): typeof import('@temporalio/worker') {
   return require('@temporalio/worker');
@@ -42,6 +43,10 @@ export async function createWorker(opts: {
   taskQueue: string;
   deps?: ActivityDeps;
   workflowBundle?: WorkflowBundleWithSourceMap;
+  /** Another workflows entry than workflows/index.ts (a test's next build); ignored with a bundle. */
+  workflowsPath?: string;
+  /** Poll as this Worker Deployment Version (workers/versioning.ts); unversioned without it. */
+  versioning?: WorkerVersioning;
 }): Promise<Worker> {
   const { createActivities, defaultWorkerIdentity } = require('../activities') as typeof import('../activities');
   // One identity for Temporal and for the preflight's answer, so a refusal names the worker people see.
@@ -51,7 +56,8 @@ export async function createWorker(opts: {
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     identity,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
+    ...(opts.versioning ? { workerDeploymentOptions: workerDeploymentOptions(opts.versioning) } : {}),
     activities: createActivities({ ...opts.deps, identity }),
     // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
     maxConcurrentActivityTaskExecutions: 200,

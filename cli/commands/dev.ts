@@ -10,6 +10,10 @@ import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { describeConnection, localConnectionSettings, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
+import { describeVersioning, resolveWorkerVersioning, type VersioningFlags } from '../../workers/versioning';
+import { registerWorkerVersionCommands } from './worker-versions';
+import { connectionFailure } from '../../workers/connection-failure';
+import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
@@ -157,34 +161,45 @@ export function register(program: Command): void {
       }),
     );
 
-  withTemporalOptions(
+  const workerCommand = withTemporalOptions(
     program
       .command('worker')
       .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
       .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
       .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)')
-      .option('--profiles <dir>', `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`),
+      .option('--profiles <dir>', `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`)
+      .option('--metrics-bind <host:port>', 'serve Prometheus metrics (the SDK\'s and wavegate\'s) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)')
+      .option('--deployment-name <name>', 'Temporal Worker Versioning: poll as a version of this worker deployment (default $WAVEGATE_DEPLOYMENT_NAME; none: unversioned)')
+      .option('--build-id <id>', 'this worker\'s build id in the deployment (default $WAVEGATE_BUILD_ID, else <package version>-<hash of the workflow sources>)')
+      .option('--versioning-behavior <pinned|auto-upgrade>', 'for versioned workers: pinned (default) keeps a rollout on the build it started on; auto-upgrade moves it to the current build at its next task'),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string }) => {
+    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string } & VersioningFlags) => {
+      const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
       const profiles = resolveProfilesRoot({ flag: flags.profiles });
       const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
       const settings = resolveConnectionSettings(flags);
+      const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
       let connection: NativeConnection;
+      installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
       installQuietRuntime();
       try {
         connection = await connectWorker(settings);
       } catch (err) {
-        throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message})`);
+        throw await connectionFailure(settings, err);
       }
       const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
       if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
       log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
+      log(`versioning: ${describeVersioning(versioning)}`);
+      if (versioning) log(`  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`);
+      if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
       log(`worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
       // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
       await worker.run();
       await connection.close();
     }),
   );
+  registerWorkerVersionCommands(workerCommand);
 }
