@@ -5,6 +5,7 @@ import { SNAPSHOT_REFUSALS, type DeviceSnapshot, type DeviceTarget, type Snapsho
 import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
+import { auditActivitiesOf, type AuditStore } from './audit-store';
 import { createCanaryActivities } from './canary';
 import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
@@ -18,8 +19,11 @@ import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 import { judgeVerdicts } from './node-down';
-import { markOf } from '../core/node-down';
+import { markOf, type NodeDownMark } from '../core/node-down';
+import type { MemberRecord, MembershipRef } from '../core/membership';
+import { createMembershipReader } from './membership';
 import { WavegateError } from '../core/errors';
+import { recordDeviceApply } from '../core/metrics';
 
 export type { ApplyResult, RevisionSteps };
 export type { WorkerContentAnswer, WorkerContentInput } from './preflight';
@@ -29,6 +33,8 @@ export interface ActivityDeps {
   auditDir?: string;
   /** The audit MAC key, by reference (a 0600 file of hex, read once here): every record gets its MAC. */
   auditKeyFile?: string;
+  /** The audit store when not the file store (`--audit-store postgres://…`): opened and migrated by the worker. */
+  auditStore?: AuditStore;
   /** How many devices the snapshot probes at once. */
   snapshotConcurrency?: number;
   log?: (line: string) => void;
@@ -50,7 +56,10 @@ export interface ActivityDeps {
 }
 
 export interface SnapshotInput {
-  inventoryPath: string;
+  /** The inventory file on this worker's disk (`--inventory-on-worker`, older rollouts); absent with `membership`. */
+  inventoryPath?: string;
+  /** The membership entity the CLI stored (core/membership.ts), read through the client. */
+  membership?: MembershipRef;
   profile: string;
   /** Label selector: every listed label must match. */
   scope: Record<string, string>;
@@ -110,6 +119,11 @@ function refusalOf(kind: string): SnapshotRefusal | undefined {
   return (SNAPSHOT_REFUSALS as readonly string[]).includes(kind) ? (kind as SnapshotRefusal) : undefined;
 }
 
+function requiredPath(input: SnapshotInput): string {
+  if (!input.inventoryPath) throw ApplicationFailure.create({ type: 'SnapshotInput', message: 'snapshot: neither membership nor inventoryPath given', nonRetryable: true });
+  return input.inventoryPath;
+}
+
 /** The identity the Temporal SDK gives a worker by default. */
 export function defaultWorkerIdentity(): string {
   return `${process.pid}@${hostname()}`;
@@ -118,8 +132,11 @@ export function defaultWorkerIdentity(): string {
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
+  const readMembership = createMembershipReader({ client: deps.client });
   return {
-    ...createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) }),
+    ...(deps.auditStore
+      ? auditActivitiesOf(deps.auditStore)
+      : createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) })),
     ...createHealthActivities({ trustDir: deps.trustDir }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
@@ -128,26 +145,38 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createWebhookActivities(),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
-      const inventory = loadInventory(input.inventoryPath);
-      const scoped = devicesInScope(input.scope, inventory.devices);
+      let probed = 0;
+      // The CLI's stored membership (read through the client, node-down standings judged by the CLI at
+      // start), or with --inventory-on-worker (and older inputs) the file on this worker's disk.
+      const members: readonly MemberRecord[] = input.membership
+        ? await readMembership(input.membership, () => Context.current().client, () => Context.current().heartbeat(probed))
+        : loadInventory(requiredPath(input)).devices;
+      const scoped = devicesInScope(input.scope, members);
       const only = input.only ? new Set(input.only) : undefined;
       const inScope = only ? scoped.filter((d) => only.has(d.id)) : scoped;
-      let probed = 0;
       const page = inScope.slice(input.offset, input.offset + input.limit);
-      // Node-down verdicts beside the inventory, rechecked now on this worker (activities/node-down.ts).
-      const verdicts = await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: page, by: `worker ${deps.identity ?? defaultWorkerIdentity()}`, onCheck: () => Context.current().heartbeat(probed) }).catch(
-        (err: unknown) => {
-          if (err instanceof WavegateError) throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
-          throw err;
-        },
-      );
+      // Node-down verdicts: with a membership, each record carries the standing the CLI judged — this
+      // worker never runs a recheck command that came through Temporal. Only a file on this worker's
+      // disk has its verdicts (beside it) rechecked here (activities/node-down.ts).
+      const marks = new Map<string, NodeDownMark>();
+      if (input.membership) {
+        for (const d of page) if (d.nodeDown) marks.set(d.id, d.nodeDown);
+      } else {
+        const verdicts = await judgeVerdicts({ inventoryPath: requiredPath(input), devices: page, by: `worker ${deps.identity ?? defaultWorkerIdentity()}`, onCheck: () => Context.current().heartbeat(probed) }).catch(
+          (err: unknown) => {
+            if (err instanceof WavegateError) throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
+            throw err;
+          },
+        );
+        for (const [id, standing] of verdicts) marks.set(id, markOf(standing));
+      }
       const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {
         const target = targetOf(device);
-        const standing = verdicts.get(device.id);
-        const base = { ...target, updateClass: device.updateClass, os: device.os, ...(standing ? { nodeDown: markOf(standing) } : {}) };
+        const mark = marks.get(device.id);
+        const base = { ...target, updateClass: device.updateClass, os: device.os, ...(mark ? { nodeDown: mark } : {}) };
         try {
           if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
-          if (standing?.kind === 'holds') return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
+          if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
           const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
           try {
             return { ...base, current: await session.readMarker(input.profile, { timeoutMs: 10_000 }), reachable: true };
@@ -168,8 +197,10 @@ export function createActivities(deps: ActivityDeps = {}) {
     async applyRevision(input: ApplyInput): Promise<ApplyResult> {
       const ctx = Context.current();
       const { workflowExecution, activityId, attempt } = ctx.info;
+      const startedAt = Date.now();
+      const transport = input.device.transport ?? 'ssh';
       try {
-        return await applyToDevice(input.device, input.steps, {
+        const result = await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
           trustDir: deps.trustDir,
           requireEnvelope: !deps.allowUnsigned,
@@ -181,8 +212,11 @@ export function createActivities(deps: ActivityDeps = {}) {
           // The spec's `after`, checked on the device from this worker's own signed envelopes.
           dependencies: dependencyChecker({ profilesDir: deps.trustDir ?? DEFAULT_TRUST_DIR, requireEnvelope: !deps.allowUnsigned, timeoutMs: Math.min(input.commandTimeoutMs, 60_000) }),
         });
+        recordDeviceApply(ctx.metricMeter, { outcome: result.outcome, transport }, (Date.now() - startedAt) / 1000);
+        return result;
       } catch (err) {
         deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);
+        recordDeviceApply(ctx.metricMeter, { outcome: 'failed', transport }, (Date.now() - startedAt) / 1000);
         return toFailure(err);
       }
     },

@@ -1,0 +1,305 @@
+import { ApplicationFailure } from '@temporalio/common';
+import { Pool, type PoolClient } from 'pg';
+import { parseIntoClientConfig } from 'pg-connection-string';
+import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../../core/audit';
+import { WavegateError } from '../../core/errors';
+import type { AuditHealth, AuditHealthInput } from '../audit';
+import { migrateAuditSchema } from './schema';
+import type { AuditStore } from './types';
+
+/**
+ * The audit store in PostgreSQL (docs/architecture.md, "Audit"): the file store's records and rules
+ * (activities/audit.ts), in one table every worker writes and any operator's `wavegate audit --verify`
+ * reads. An append is one transaction that first locks the rollout's row in `wavegate_audit_chains`
+ * (SELECT … FOR UPDATE), so two workers appending to one rollout take turns: the second sees the
+ * first's record, and either finds its own append already there (the same content: a no-op), other
+ * content at its seq (`AuditConflict`, never an overwrite), or chains onto it. The primary key
+ * (rollout, chain run, segment, seq) refuses a second row at one place even if the lock were skipped.
+ * Each append re-checks the current segment's chain and MACs, as the file store does, so a row edited
+ * in the database stops the chain (`AuditCorrupt`) until an operator's override.
+ */
+export interface PostgresAuditStoreOptions {
+  /** postgres://user@host:port/db, with no password (parseAuditStore refused one). */
+  url: string;
+  /** Printed in place of the URL. */
+  location: string;
+  /** From $WAVEGATE_AUDIT_STORE_PASSWORD_FILE; absent: pg's $PGPASSWORD, then ~/.pgpass. */
+  password?: string;
+  macKey?: Uint8Array;
+  log?: (line: string) => void;
+  /** Connections kept open (default 10). */
+  maxConnections?: number;
+}
+
+export interface PostgresAuditStore extends AuditStore {
+  /** The worker runs this at start (idempotent, versioned, one worker at a time). */
+  migrate(): Promise<{ from: number; to: number }>;
+}
+
+/** A segment as read from its rows, checked like a file segment. */
+interface SegmentState {
+  chainRun: string | null;
+  segment: number;
+  records: AuditRecord[];
+  start: AuditHead;
+  problem: { line: number | null; seq: number; problem: string; message: string } | null;
+}
+
+interface Row {
+  seq: string;
+  record: string;
+}
+
+const GENESIS: AuditHead = { seq: 0, hash: GENESIS_HASH };
+const UNIQUE_VIOLATION = '23505';
+const UNDEFINED_TABLE = '42P01';
+
+function headOf(state: SegmentState): AuditHead | null {
+  const last = state.records.at(-1);
+  if (last) return { seq: last.seq, hash: last.hash };
+  return state.start.seq > 0 ? state.start : null;
+}
+
+export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): PostgresAuditStore {
+  const log = opts.log ?? (() => {});
+  // The URL carries host, port, user, database and sslmode/sslrootcert…; pg would let a parsed URL
+  // override an explicit password, so the URL is parsed first and the password set after it.
+  const pool = new Pool({
+    ...parseIntoClientConfig(opts.url),
+    ...(opts.password !== undefined ? { password: opts.password } : {}),
+    max: opts.maxConnections ?? 10,
+    connectionTimeoutMillis: 10_000,
+    query_timeout: 30_000,
+    application_name: 'wavegate',
+  });
+  // An idle connection the server drops must not take the worker down; the next query reconnects.
+  pool.on('error', (err) => log(`audit store ${opts.location}: idle connection lost (${err.message})`));
+
+  const where = (rolloutId: string, segment: number) => `${opts.location} rollout ${JSON.stringify(rolloutId)} segment ${segment}`;
+
+  function unwritable(err: unknown): ApplicationFailure {
+    const message = (err as Error).message;
+    return ApplicationFailure.create({ type: 'AuditUnwritable', message: `audit store ${opts.location}: ${message}`, nonRetryable: false, details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }] });
+  }
+
+  function invalid(err: unknown): never {
+    if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
+    throw err;
+  }
+
+  async function withClient<T>(fn: (client: PoolClient) => Promise<T>, transaction: 'write' | 'read'): Promise<T> {
+    let client: PoolClient;
+    try {
+      client = await pool.connect();
+    } catch (err) {
+      throw unwritable(err);
+    }
+    try {
+      await client.query(transaction === 'write' ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const result = await fn(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      if (err instanceof ApplicationFailure || err instanceof WavegateError) throw err;
+      if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
+        throw ApplicationFailure.create({ type: 'AuditBusy', message: `audit store ${opts.location}: another writer wrote the same place at the same moment; retrying`, nonRetryable: false });
+      }
+      if ((err as { code?: string }).code === UNDEFINED_TABLE) {
+        throw new WavegateError('NOT_FOUND', `audit store ${opts.location}: no wavegate audit tables (no worker with --audit-store has started against this database yet)`);
+      }
+      throw unwritable(err);
+    } finally {
+      client.release();
+    }
+  }
+
+  async function readSegment(client: PoolClient, rolloutId: string, chainRun: string, segment: number): Promise<Row[]> {
+    const { rows } = await client.query<Row>('SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 ORDER BY seq', [rolloutId, chainRun, segment]);
+    return rows;
+  }
+
+  /** Read and check a segment: every row a record, chained from its start, each MAC the key's. */
+  async function inspect(client: PoolClient, rolloutId: string, chainRun: string | null, segment: number): Promise<SegmentState> {
+    const state: SegmentState = { chainRun, segment, records: [], start: GENESIS, problem: null };
+    if (chainRun === null) return state;
+    const rows = await readSegment(client, rolloutId, chainRun, segment);
+    for (const [i, row] of rows.entries()) {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(row.record);
+      } catch {
+        parsed = undefined;
+      }
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+        state.problem = { line: i + 1, seq: Number(row.seq), problem: 'edited', message: `the row at seq ${row.seq} is not a JSON audit record` };
+        return state;
+      }
+      state.records.push(parsed as AuditRecord);
+    }
+    if (segment > 1) {
+      const first = state.records[0];
+      if (first?.event !== 'audit.override' || !first.lastGood) {
+        state.problem = { line: 1, seq: first?.seq ?? 0, problem: 'no-override', message: 'a later segment must start with an audit.override record' };
+        return state;
+      }
+      state.start = first.lastGood;
+    }
+    const verdict = verifyAuditChain(state.records, undefined, { start: state.start, key: opts.macKey });
+    if (!verdict.ok) state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+    return state;
+  }
+
+  async function insert(client: PoolClient, rolloutId: string, chainRun: string, segment: number, sealed: AuditRecord): Promise<AuditHead> {
+    const record = opts.macKey ? macRecord(sealed, opts.macKey) : sealed;
+    await client.query(
+      'INSERT INTO wavegate_audit_records (rollout_id, chain_run, segment, seq, run_id, event, at, prev, hash, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
+      [rolloutId, chainRun, segment, record.seq, record.runId, record.event, record.at, record.prev, record.hash, serializeAuditRecord(record)],
+    );
+    await client.query('UPDATE wavegate_audit_chains SET chain_run = $2, segment = $3 WHERE rollout_id = $1', [rolloutId, chainRun, segment]);
+    return { seq: record.seq, hash: record.hash };
+  }
+
+  function corrupt(state: SegmentState, rolloutId: string): ApplicationFailure {
+    const p = state.problem!;
+    const place = where(rolloutId, state.segment);
+    return ApplicationFailure.create({
+      type: 'AuditCorrupt',
+      message: `${place} seq ${p.seq}: ${p.message}; no record is written to a trail that is not whole: repair the row (check with \`wavegate audit ${rolloutId} --verify --audit-store …\`) or record an operator override`,
+      nonRetryable: true,
+      details: [{ file: place, line: p.line, seq: p.seq, problem: p.problem, segment: state.segment }],
+    });
+  }
+
+  /** The append under the rollout's row lock: the file store's appendLocked, over rows. */
+  async function appendLocked(client: PoolClient, event: AuditEvent, content: string): Promise<AuditHead> {
+    const id = event.rolloutId;
+    await client.query('INSERT INTO wavegate_audit_chains (rollout_id) VALUES ($1) ON CONFLICT (rollout_id) DO NOTHING', [id]);
+    const chain = (await client.query<{ chain_run: string | null; segment: number }>('SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1 FOR UPDATE', [id])).rows[0]!;
+    const state = await inspect(client, id, chain.chain_run, chain.segment);
+
+    const existing = state.records.find((r) => r.seq === event.seq);
+    if (existing && auditContentKey(existing) === content) return { seq: existing.seq, hash: existing.hash };
+
+    // A seq-1 record of another run starts a new chain; the finished one stays under its own run id.
+    if (event.seq === 1 && event.event !== 'audit.override' && chain.chain_run !== null && chain.chain_run !== event.runId) {
+      const taken = await client.query('SELECT 1 FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 LIMIT 1', [id, event.runId]);
+      if (taken.rowCount) throw ApplicationFailure.create({ type: 'AuditConflict', message: `cannot start a new chain for ${id}: run ${event.runId} already has one in ${opts.location}`, nonRetryable: true });
+      log(`audit: ${id}: a new run starts a new chain; run ${chain.chain_run}'s chain is kept in ${opts.location}`);
+      return insert(client, id, event.runId, 1, sealRecord(event, GENESIS_HASH));
+    }
+    const chainRun = chain.chain_run ?? event.runId;
+
+    if (event.event === 'audit.override') {
+      const lastGood = event.lastGood!;
+      const head = headOf(state);
+      const endsAtLastGood = head === null ? lastGood.seq === 0 : head.seq === lastGood.seq && head.hash === lastGood.hash;
+      if (!state.problem && head !== null && head.seq > lastGood.seq) {
+        throw ApplicationFailure.create({
+          type: 'AuditConflict',
+          message: `${where(id, state.segment)} is whole and already holds record ${head.seq}, after the override's lastGood ${lastGood.seq}: no override is needed, and one would fork the chain`,
+          nonRetryable: true,
+          details: [{ file: where(id, state.segment), head }],
+        });
+      }
+      if (state.problem || !endsAtLastGood) {
+        const next = state.segment + 1;
+        log(`audit: ${id}: override by ${event.by} starts segment ${next} after record ${lastGood.seq}; segment ${state.segment} is kept as it is`);
+        return insert(client, id, chainRun, next, sealRecord(event, lastGood.hash));
+      }
+    } else if (state.problem) {
+      throw corrupt(state, id);
+    }
+
+    const last = headOf(state) ?? state.start;
+    if (event.seq <= last.seq) {
+      throw ApplicationFailure.create({
+        type: 'AuditConflict',
+        message: `${where(id, state.segment)}: record ${event.seq} already exists with other content (${existing ? `${existing.event} at ${existing.at} by ${existing.by}` : 'seq not found in this segment'}); refusing to write ${event.event} at ${event.at} as ${event.seq}`,
+        nonRetryable: true,
+        details: [{ seq: event.seq }],
+      });
+    }
+    if (event.seq > last.seq + 1) {
+      throw ApplicationFailure.create({
+        type: 'AuditOutOfOrder',
+        message: `${where(id, state.segment)} ends at record ${last.seq}; record ${event.seq} must wait for ${last.seq + 1} to land`,
+        nonRetryable: false,
+        details: [{ seq: event.seq, last: last.seq }],
+      });
+    }
+    return insert(client, id, chainRun, state.segment, sealRecord(event, last.hash));
+  }
+
+  async function currentChain(client: PoolClient, rolloutId: string): Promise<{ chain_run: string | null; segment: number } | undefined> {
+    return (await client.query<{ chain_run: string | null; segment: number }>('SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1', [rolloutId])).rows[0];
+  }
+
+  return {
+    location: opts.location,
+
+    migrate: async () => {
+      try {
+        return await migrateAuditSchema(pool);
+      } catch (err) {
+        if (err instanceof WavegateError) throw err;
+        throw new WavegateError('UNAVAILABLE', `audit store ${opts.location}: cannot migrate the schema (${(err as Error).message})`);
+      }
+    },
+
+    async append(event) {
+      let content: string;
+      try {
+        content = auditContentOfEvent(event);
+      } catch (err) {
+        invalid(err);
+      }
+      return withClient((client) => appendLocked(client, event, content), 'write');
+    },
+
+    async health(input: AuditHealthInput): Promise<AuditHealth> {
+      if (typeof input?.rolloutId !== 'string' || input.rolloutId.length === 0) invalid(new WavegateError('INVALID_INPUT', `rollout id ${JSON.stringify(input?.rolloutId)}: expected a non-empty string`));
+      return withClient(async (client): Promise<AuditHealth> => {
+        const chain = await currentChain(client, input.rolloutId);
+        const state = await inspect(client, input.rolloutId, chain?.chain_run ?? null, chain?.segment ?? 1);
+        const place = where(input.rolloutId, state.segment);
+        const notWhole = (p: NonNullable<SegmentState['problem']>): AuditHealth => ({ ok: false, reason: `${place} seq ${p.seq}: ${p.message}`, problem: p.problem, file: place, line: p.line, segment: state.segment });
+        if (state.problem) return notWhole(state.problem);
+        if (input.head) {
+          const held = verifyAuditChain(state.records, input.head, { start: state.start });
+          if (!held.ok) return notWhole({ line: null, seq: held.seq, problem: held.problem, message: held.message });
+        }
+        return { ok: true, head: headOf(state), file: place, segment: state.segment };
+      }, 'read');
+    },
+
+    async segments(rolloutId: string, runId?: string): Promise<AuditSegment[]> {
+      return withClient(async (client) => {
+        const chainRun = runId ?? (await currentChain(client, rolloutId))?.chain_run ?? null;
+        const { rows } = chainRun === null ? { rows: [] as Array<{ segment: number; seq: string; record: string }> } : await client.query<{ segment: number; seq: string; record: string }>(
+          'SELECT segment, seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 ORDER BY segment, seq',
+          [rolloutId, chainRun],
+        );
+        if (rows.length === 0) {
+          throw new WavegateError('NOT_FOUND', `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} in ${opts.location}`, { store: opts.location });
+        }
+        const bySegment = new Map<number, string[]>();
+        for (const row of rows) bySegment.set(row.segment, [...(bySegment.get(row.segment) ?? []), row.record]);
+        return [...bySegment.entries()].map(([segment, lines]) => ({ name: `${where(rolloutId, segment)}${runId ? ` run ${runId}` : ''}`, text: `${lines.join('\n')}\n` }));
+      }, 'read');
+    },
+
+    async earlierRuns(rolloutId: string): Promise<string[]> {
+      return withClient(async (client) => {
+        const current = (await currentChain(client, rolloutId))?.chain_run ?? null;
+        const { rows } = await client.query<{ chain_run: string }>(
+          'SELECT chain_run FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run IS DISTINCT FROM $2 GROUP BY chain_run ORDER BY min(written_at)',
+          [rolloutId, current],
+        );
+        return rows.map((r) => r.chain_run);
+      }, 'read');
+    },
+
+    close: () => pool.end(),
+  };
+}

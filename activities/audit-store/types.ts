@@ -1,0 +1,27 @@
+import type { AuditEvent, AuditHead, AuditSegment } from '../../core/audit';
+import type { AuditHealth, AuditHealthInput } from '../audit';
+
+/**
+ * Where audit trails live (docs/architecture.md, "Audit"): the file store (one JSONL file per rollout
+ * on the worker's disk, the embedded default) or PostgreSQL (one table every worker and operator
+ * reaches). Both keep the same sealed, hash-chained, MACed records and give the same answers, so the
+ * workflow cannot tell them apart.
+ */
+export interface AuditStore {
+  /** Where it is, fit to print: a directory, or the database URL with no secret in it. */
+  readonly location: string;
+  /**
+   * Append one record, idempotent by (rollout, run of the chain, seq): the same content again returns
+   * the stored head; other content under a written seq is `AuditConflict`; a seq beyond the next is
+   * `AuditOutOfOrder`; a trail that is not whole is `AuditCorrupt` (the same failures as appendAudit).
+   */
+  append(event: AuditEvent): Promise<AuditHead>;
+  /** Is the rollout's current segment whole (and holding `head` when given)? Never throws for a broken trail. */
+  health(input: AuditHealthInput): Promise<AuditHealth>;
+  /** Every segment of a chain as stored, in order (`verifyAuditSegments` checks them); NOT_FOUND when none. */
+  segments(rolloutId: string, runId?: string): Promise<AuditSegment[]>;
+  /** Run ids of earlier executions of a re-used rollout id whose chains are kept apart. */
+  earlierRuns(rolloutId: string): Promise<string[]>;
+  /** Release connections (a no-op for files). */
+  close(): Promise<void>;
+}

@@ -1,0 +1,267 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { Client } from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createPostgresAuditStore, openAuditStore, parseAuditStore, readStorePassword, redactStoreUrl, SCHEMA_VERSION, type PostgresAuditStore } from '../../activities/audit-store';
+import { AUDIT_EVENTS, verifyAuditSegments, type AuditEvent } from '../../core/audit';
+import { WavegateError } from '../../core/errors';
+import { startPostgres, type Postgres } from '../support/postgres';
+
+/**
+ * The PostgreSQL audit store against a real PostgreSQL (test/support/postgres.ts): the file store's
+ * rules over rows, idempotent appends, conflicts refused, concurrent appenders from two pools (two
+ * workers) never forking a chain, the migration run again and concurrently.
+ */
+const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');
+const key = Uint8Array.from(randomBytes(32));
+
+let pg: Postgres;
+let admin: Client;
+const stores: PostgresAuditStore[] = [];
+let rollout = 0;
+let id = '';
+
+const event = (seq: number, extra: Partial<AuditEvent> = {}): AuditEvent => ({
+  seq,
+  at: new Date(Date.UTC(2026, 0, 1, 0, 0, seq)).toISOString(),
+  rolloutId: id,
+  runId: 'run-1',
+  event: ROUTINE[seq % ROUTINE.length]!,
+  phase: `phase-${seq}`,
+  by: 'wavegate',
+  reason: null,
+  counts: { total: 20, applied: seq },
+  evidence: { seq },
+  ...extra,
+});
+
+function store(opts: { macKey?: Uint8Array } = { macKey: key }): PostgresAuditStore {
+  const s = createPostgresAuditStore({ url: pg.url, location: redactStoreUrl(pg.url), password: pg.password, ...opts });
+  stores.push(s);
+  return s;
+}
+
+async function failureOf(promise: Promise<unknown>): Promise<ApplicationFailure> {
+  try {
+    await promise;
+  } catch (err) {
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    return err as ApplicationFailure;
+  }
+  throw new Error('expected the call to fail');
+}
+
+async function rows(rolloutId = id): Promise<Array<{ seq: string; segment: number; chain_run: string; hash: string; prev: string }>> {
+  return (await admin.query('SELECT seq, segment, chain_run, hash, prev FROM wavegate_audit_records WHERE rollout_id = $1 ORDER BY chain_run, segment, seq', [rolloutId])).rows;
+}
+
+beforeAll(async () => {
+  pg = await startPostgres();
+  admin = new Client({ connectionString: pg.adminUrl });
+  await admin.connect();
+  await store().migrate();
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all(stores.map((s) => s.close()));
+  await admin?.end();
+  await pg?.stop();
+});
+
+beforeEach(() => {
+  id = `rollout:pg-${++rollout}`;
+});
+
+describe('schema migration', () => {
+  it('runs twice safely and five workers starting at once take turns: one version row, the tables there once', async () => {
+    const again = await store().migrate();
+    expect(again).toEqual({ from: SCHEMA_VERSION, to: SCHEMA_VERSION });
+    // A fresh database: five stores migrate at the same moment (pg_advisory_lock).
+    await admin.query('CREATE DATABASE fresh OWNER wavegate');
+    const freshUrl = pg.url.replace(/\/wavegate$/, '/fresh');
+    const racers = Array.from({ length: 5 }, () => createPostgresAuditStore({ url: freshUrl, location: freshUrl, password: pg.password }));
+    stores.push(...racers);
+    const results = await Promise.all(racers.map((s) => s.migrate()));
+    expect(results.filter((r) => r.from === 0)).toHaveLength(1);
+    expect(results.every((r) => r.to === SCHEMA_VERSION)).toBe(true);
+    const fresh = new Client({ connectionString: pg.adminUrl.replace(/\/wavegate$/, '/fresh') });
+    await fresh.connect();
+    try {
+      expect((await fresh.query('SELECT version FROM wavegate_schema')).rows).toEqual([{ version: SCHEMA_VERSION }]);
+      expect((await fresh.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename LIKE 'wavegate_audit_%'")).rows[0].n).toBe(2);
+    } finally {
+      await fresh.end();
+    }
+  });
+});
+
+describe('appends', () => {
+  it('chain records with MACs; the store\'s segments verify like a file (hash chain, head, every MAC)', async () => {
+    const s = store();
+    const heads = [];
+    for (let seq = 1; seq <= 5; seq++) heads.push(await s.append(event(seq)));
+    const stored = await rows();
+    expect(stored.map((r) => Number(r.seq))).toEqual([1, 2, 3, 4, 5]);
+    for (let i = 1; i < stored.length; i++) expect(stored[i]!.prev).toBe(stored[i - 1]!.hash);
+    const verdict = verifyAuditSegments(await s.segments(id), { head: heads.at(-1), key });
+    expect(verdict).toMatchObject({ ok: true, count: 5, head: heads.at(-1) });
+    expect(await s.health({ rolloutId: id, head: heads.at(-1) })).toMatchObject({ ok: true, head: heads.at(-1), segment: 1 });
+  });
+
+  it('the same record twice (a retried activity, from another worker) is one row and the same head', async () => {
+    const a = store();
+    const b = store();
+    await a.append(event(1));
+    const first = await a.append(event(2));
+    expect(await b.append(structuredClone(event(2)))).toEqual(first);
+    expect(await a.append(event(2))).toEqual(first);
+    expect((await rows()).map((r) => Number(r.seq))).toEqual([1, 2]);
+  });
+
+  it('a different record at a written seq is a non-retryable AuditConflict and the row is not overwritten', async () => {
+    const s = store();
+    await s.append(event(1));
+    const second = await s.append(event(2));
+    const failure = await failureOf(s.append(event(2, { reason: 'different' })));
+    expect(failure.type).toBe('AuditConflict');
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.message).toContain('record 2 already exists with other content');
+    const stored = await rows();
+    expect(stored).toHaveLength(2);
+    expect(stored[1]!.hash).toBe(second.hash);
+    const gap = await failureOf(s.append(event(4)));
+    expect(gap.type).toBe('AuditOutOfOrder');
+    expect(gap.nonRetryable).toBe(false);
+    const invalid = await failureOf(s.append(event(3, { event: 'gate.maybe' as never })));
+    expect(invalid.type).toBe('AuditInvalid');
+  });
+
+  it('two workers appending the same 40 records at once, out of order and retrying, leave one chain with no fork', async () => {
+    const workers = [store(), store()];
+    const order = Array.from({ length: 40 }, (_, i) => i + 1).sort(() => Math.random() - 0.5);
+    await Promise.all(
+      workers.flatMap((w) =>
+        order.map(async (seq) => {
+          for (let attempt = 0; ; attempt++) {
+            try {
+              return await w.append(event(seq));
+            } catch (err) {
+              const type = (err as ApplicationFailure).type;
+              if ((type === 'AuditOutOfOrder' || type === 'AuditBusy') && attempt < 400) {
+                await new Promise((r) => setTimeout(r, 5 + Math.random() * 20));
+                continue;
+              }
+              throw err;
+            }
+          }
+        }),
+      ),
+    );
+    const stored = await rows();
+    expect(stored.map((r) => Number(r.seq))).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
+    for (let i = 1; i < stored.length; i++) expect(stored[i]!.prev).toBe(stored[i - 1]!.hash);
+    expect(verifyAuditSegments(await workers[0]!.segments(id), { key })).toMatchObject({ ok: true, count: 40 });
+  }, 120_000);
+
+  it('two workers racing with different records for the same next seq: exactly one lands, the other is a conflict, the chain stays linear', async () => {
+    const [a, b] = [store(), store()];
+    await a.append(event(1));
+    for (let seq = 2; seq <= 11; seq++) {
+      const results = await Promise.allSettled([a.append(event(seq, { by: 'worker-a' })), b.append(event(seq, { by: 'worker-b' }))]);
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+      const lost = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+      expect((lost.reason as ApplicationFailure).type).toBe('AuditConflict');
+    }
+    const stored = await rows();
+    expect(stored.map((r) => Number(r.seq))).toEqual(Array.from({ length: 11 }, (_, i) => i + 1));
+    expect(verifyAuditSegments(await a.segments(id), { key }).ok).toBe(true);
+  }, 60_000);
+
+  it('a row edited in the database (UPDATE) stops the chain: AuditCorrupt naming the seq, health not whole, verify fails at it', async () => {
+    const s = store();
+    for (let seq = 1; seq <= 4; seq++) await s.append(event(seq));
+    await admin.query(`UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 3`, [id]);
+    const failure = await failureOf(s.append(event(5)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.details?.[0]).toMatchObject({ seq: 3, problem: 'edited', segment: 1 });
+    expect(await s.health({ rolloutId: id })).toMatchObject({ ok: false, problem: 'edited' });
+    expect(verifyAuditSegments(await s.segments(id), { key }).failure).toMatchObject({ seq: 3, problem: 'edited' });
+    expect(await rows()).toHaveLength(4);
+  });
+
+  it('an override starts segment 2 after the last good head; appends continue there and the trail verifies', async () => {
+    const s = store();
+    const heads = [];
+    for (let seq = 1; seq <= 3; seq++) heads.push(await s.append(event(seq)));
+    await admin.query(`UPDATE wavegate_audit_records SET record = 'not json' WHERE rollout_id = $1 AND seq = 3`, [id]);
+    const override = await s.append(event(3, { event: 'audit.override', by: 'alice', reason: 'row 3 damaged by a bad restore', lastGood: heads[1]! }));
+    const next = await s.append(event(4));
+    expect((await rows()).map((r) => [Number(r.seq), r.segment])).toEqual([[1, 1], [2, 1], [3, 1], [3, 2], [4, 2]]);
+    const verdict = verifyAuditSegments(await s.segments(id), { head: next, key });
+    expect(verdict.ok).toBe(true);
+    expect(verdict.segments[1]!.override).toMatchObject({ by: 'alice', lastGood: heads[1], confirmed: true });
+    expect(await s.health({ rolloutId: id, head: next })).toMatchObject({ ok: true, head: next, segment: 2 });
+    expect(override.seq).toBe(3);
+  });
+
+  it('a new run of a re-used rollout id starts its own chain; the earlier one is kept and listed', async () => {
+    const s = store();
+    for (let seq = 1; seq <= 3; seq++) await s.append(event(seq));
+    await s.append(event(1, { runId: 'run-2' }));
+    await s.append(event(2, { runId: 'run-2b' })); // continue-as-new: the seq goes on in the same chain
+    expect((await s.segments(id)).flatMap((seg) => seg.text.trim().split('\n'))).toHaveLength(2);
+    expect((await s.segments(id, 'run-1')).flatMap((seg) => seg.text.trim().split('\n'))).toHaveLength(3);
+    expect(await s.earlierRuns(id)).toEqual(['run-1']);
+  });
+
+  it('without the key the MAC check fails on verify; a wrong password is a retryable AuditUnwritable', async () => {
+    const unkeyed = store({});
+    await unkeyed.append(event(1));
+    expect(verifyAuditSegments(await unkeyed.segments(id), { key }).failure).toMatchObject({ seq: 1, problem: 'unsigned' });
+    const wrong = createPostgresAuditStore({ url: pg.url, location: pg.url, password: 'not-the-password' });
+    stores.push(wrong);
+    const failure = await failureOf(wrong.append(event(2)));
+    expect(failure.type).toBe('AuditUnwritable');
+    expect(failure.nonRetryable).toBe(false);
+    expect(failure.message).not.toContain('not-the-password');
+  });
+});
+
+describe('configuration', () => {
+  it('a password in the URL is refused naming --audit-store, without printing it', () => {
+    for (const url of ['postgres://wavegate:s3cretpw@db.example:5432/wavegate', 'postgresql://u@db/w?password=s3cretpw']) {
+      let error: unknown;
+      try {
+        parseAuditStore(url);
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(WavegateError);
+      expect((error as WavegateError).code).toBe('INVALID_INPUT');
+      expect((error as WavegateError).message).toContain('--audit-store');
+      expect((error as WavegateError).message).toContain('password in the URL is refused');
+      expect((error as WavegateError).message).not.toContain('s3cretpw');
+    }
+    expect(() => parseAuditStore('mysql://u@h/db')).toThrow(/expected "file" or postgres:\/\//);
+    expect(() => parseAuditStore('postgres://u@h')).toThrow(/no database name/);
+    expect(parseAuditStore(undefined)).toEqual({ kind: 'file' });
+    expect(parseAuditStore('postgres://u@h:5/db?sslmode=require')).toMatchObject({ kind: 'postgres', location: 'postgres://u@h:5/db?sslmode=require' });
+    expect(redactStoreUrl('postgres://u:pw@h/db')).toBe('postgres://u:***@h/db');
+  });
+
+  it('the password by file reference: read from a 0600 file, refused when others may read it; the store connects with it', async () => {
+    const file = join(pg.passwordFile);
+    expect(readStorePassword({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: file })).toBe(pg.password);
+    const loose = `${file}.loose`;
+    writeFileSync(loose, `${pg.password}\n`);
+    chmodSync(loose, 0o644);
+    expect(() => readStorePassword({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: loose })).toThrow(/readable by others \(mode 644\)/);
+    const opened = openAuditStore({ store: pg.url, env: { WAVEGATE_AUDIT_STORE_PASSWORD_FILE: file }, macKey: key }) as PostgresAuditStore;
+    stores.push(opened);
+    expect(opened.location).toBe(pg.url);
+    expect(await opened.append(event(1))).toMatchObject({ seq: 1 });
+  });
+});
