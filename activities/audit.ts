@@ -5,6 +5,8 @@ import { basename, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, parseAuditLog, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../core/audit';
 import { WavegateError } from '../core/errors';
+import { recordAuditWriteFailure } from '../core/metrics';
+import { activityMeter } from './metrics';
 import { PROJECT_ROOT } from '../workers/toolchain';
 
 /**
@@ -411,6 +413,8 @@ export function createAuditActivities(deps: AuditActivityDeps) {
         return writeRecord(path, sealRecord(event, lastGood.hash), '', true);
       }
     } else if (state.problem) {
+      const meter = activityMeter();
+      if (meter) recordAuditWriteFailure(meter, 'corrupt');
       throw corrupt(state, event.rolloutId);
     }
 
@@ -449,6 +453,8 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       if (newFile) fsyncDir(dir);
     } catch (err) {
       // Disk full, read-only, gone: retrying may help, and until it does nothing moves on unaudited.
+      const meter = activityMeter();
+      if (meter) recordAuditWriteFailure(meter, 'unwritable');
       throw ApplicationFailure.create({ type: 'AuditUnwritable', message: `cannot write ${path}: ${(err as Error).message}`, nonRetryable: false, details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }] });
     }
     return { seq: record.seq, hash: record.hash };

@@ -15,6 +15,7 @@ import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
 import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
+import { connectionFailure } from '../workers/connection-failure';
 import { checkProfileName } from '../intake/profile-dir';
 import type { RolloutStatus } from '../workflows/messages';
 import type { RolloutInput } from '../core/rollout/input';
@@ -43,7 +44,8 @@ export async function connectClient(settings: ConnectionSettings): Promise<Clien
     const connection = await Connection.connect({ ...connectionOptions(settings), connectTimeout: 5_000 });
     return new Client({ connection, namespace: settings.namespace });
   } catch (err) {
-    throw new WavegateError('UNAVAILABLE', `cannot reach Temporal at ${settings.address} (${(err as Error).message}); start one with \`wavegate dev\` or set TEMPORAL_ADDRESS`);
+    // A TLS setting at fault is bad input (exit 2), named; a server that is not there stays UNAVAILABLE.
+    throw await connectionFailure(settings, err, '; start one with `wavegate dev` or set TEMPORAL_ADDRESS');
   }
 }
 

@@ -3,6 +3,9 @@ import type { RolloutModel } from '../core/rollout/model';
 import type { RolloutStatus } from '../core/rollout/status';
 import { summarizeCounts } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { recordRolloutState } from '../core/metrics';
+
+const lastPublishedState = new WeakMap<RolloutModel, string>();
 
 /**
  * What the Temporal Web UI shows of a rollout: search attributes (to list and filter rollouts) and the
@@ -12,6 +15,11 @@ import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, Wavega
  */
 export function publish(model: RolloutModel): void {
   const s = model.status();
+  // A metric, not a command (the SDK drops it during replay): counted once per state the rollout enters.
+  if (lastPublishedState.get(model) !== s.state) {
+    lastPublishedState.set(model, s.state);
+    recordRolloutState(wf.metricMeter, { state: s.state, profile: s.profile });
+  }
   wf.upsertSearchAttributes([
     { key: WavegateProfile, value: s.profile },
     { key: WavegateState, value: s.state },

@@ -13,6 +13,7 @@ import { connectWorker, createWorker, installQuietRuntime } from '../../workers/
 import { describeVersioning, resolveWorkerVersioning, type VersioningFlags } from '../../workers/versioning';
 import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
+import { workerAuditStore } from '../../activities/audit-store/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
@@ -167,6 +168,7 @@ export function register(program: Command): void {
       .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
       .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
       .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)')
+      .option('--audit-store <url>', 'where the audit goes: file (default: --audit-dir on this worker) or postgres://user@host:port/db shared by every worker (default $WAVEGATE_AUDIT_STORE); no password in the URL: $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass')
       .option('--profiles <dir>', `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`)
       .option('--metrics-bind <host:port>', 'serve Prometheus metrics (the SDK\'s and wavegate\'s) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)')
       .option('--deployment-name <name>', 'Temporal Worker Versioning: poll as a version of this worker deployment (default $WAVEGATE_DEPLOYMENT_NAME; none: unversioned)')
@@ -179,6 +181,8 @@ export function register(program: Command): void {
       const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
       const settings = resolveConnectionSettings(flags);
       const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
+      // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
+      const auditStore = await workerAuditStore({ flag: (flags as { auditStore?: string }).auditStore, auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined), log });
       let connection: NativeConnection;
       installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
       installQuietRuntime();
@@ -191,7 +195,7 @@ export function register(program: Command): void {
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
       if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
       log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}) } });
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
       log(`versioning: ${describeVersioning(versioning)}`);
       if (versioning) log(`  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`);
       if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
@@ -199,6 +203,7 @@ export function register(program: Command): void {
       // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
       await worker.run();
       await connection.close();
+      await auditStore?.close();
     }),
   );
   registerWorkerVersionCommands(workerCommand);
