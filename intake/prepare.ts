@@ -40,6 +40,8 @@ export interface RolloutFromSpec extends SpecRequest {
 export interface RolloutRequest {
   specPath: string;
   inventoryPath: string;
+  /** The inventory already read and validated (e.g. from `--inventory-url`); read from `inventoryPath` when not given. */
+  inventory?: Inventory;
   profilesDir: string;
   startedBy: string;
   /**
@@ -109,6 +111,6 @@ export function prepareRollout(req: RolloutRequest & { client?: undefined }): Ro
 export function prepareRollout(req: RolloutRequest & { client: Client }): Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput> {
-  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesDir: req.profilesDir, inventoryPath: req.inventoryPath, startedBy: req.startedBy };
+  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesDir: req.profilesDir, inventoryPath: req.inventoryPath, startedBy: req.startedBy, ...(req.inventory ? { inventory: req.inventory } : {}) };
   return req.client ? rolloutInputFromRegistry(req.client, spec) : rolloutInputFromFiles(spec);
 }

@@ -51,7 +51,8 @@ export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
     rollbackSteps: stepsOf(layout, from, target),
     provable: classifyRevision(target.revision).provable,
     risk: target.revision.risk,
-    inventoryPath: resolve(parts.inventoryPath),
+    // A URL (--inventory-url, read by the CLI) is named as it is; a file by its absolute path.
+    inventoryPath: /^https?:\/\//.test(parts.inventoryPath) ? parts.inventoryPath : resolve(parts.inventoryPath),
     poolBudgets: poolBudgetsOf(spec, parts.inventory),
     startedBy: parts.startedBy,
   };

@@ -4,3 +4,4 @@ export { rolloutSliceWorkflow } from './slice';
 export { revisionRegistryWorkflow } from './registry';
 export { nightlyCanaryWorkflow } from './canary';
 export { preflightWorkflow } from './preflight';
+export { membershipWorkflow } from './membership';

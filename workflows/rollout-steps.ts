@@ -20,6 +20,8 @@ const { snapshotFleet, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseT
 
 /** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
 const SNAPSHOT_PAGE = 1_000;
+/** A rollout whose input names a membership entity snapshots from it (only inputs with `membership` ask). */
+export const MEMBERSHIP_ENTITY = 'membership-entity';
 /** New executions record the canary's devices as touched when they start, so a cancel mid-apply puts them back. */
 export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
 /** New executions hold when an audit record cannot be written, instead of going on unaudited. */
@@ -114,9 +116,12 @@ export class RolloutSteps {
   /** The membership in scope, page by page, fixed for the rollout. */
   async snapshot(): Promise<void> {
     const { spec, profile } = this.input;
+    // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
+    // inputs (and --inventory-on-worker) name a file on the worker's disk.
+    const source = this.input.membership && wf.patched(MEMBERSHIP_ENTITY) ? { membership: this.input.membership } : { inventoryPath: this.input.inventoryPath };
     for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
       const page = await snapshotFleet.executeWithOptions({ summary: `snapshot ${spec.profile} fleet from #${offset}` }, [
-        { inventoryPath: this.input.inventoryPath, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}) },
+        { ...source, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}) },
       ]);
       this.model.addSnapshot(page.devices);
       if (offset + SNAPSHOT_PAGE >= page.total) break;

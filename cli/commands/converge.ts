@@ -3,13 +3,13 @@ import type { Command } from 'commander';
 import { readFleetBoard, type BoardRow } from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
-import { loadInventory } from '../../intake/inventory';
 import { prepareRollout } from '../../intake/prepare';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { lastCompletedRollout, listRollouts, runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { preflightRollout } from '../preflight';
+import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
 
@@ -20,10 +20,9 @@ import { operatorName, parseInterval, printOutcome, waitOptions } from './rollou
  * the same spec, inventory and profiles as `start`, so every safety rule of a start applies to it.
  */
 
-interface ConvergeFlags extends TemporalFlags {
+interface ConvergeFlags extends TemporalFlags, InventoryFlags {
   profile: string;
   file: string;
-  inventory: string;
   profiles?: string;
   wait?: boolean;
   exitOnPause?: boolean;
@@ -48,25 +47,25 @@ async function nextConvergeId(client: Client, profile: string): Promise<string> 
 
 export function register(program: Command): void {
   withTemporalOptions(
-    program
+    withInventoryOptions(program
       .command('converge')
       .description(
         "Bring every device of the profile's scope that is behind the last completed rollout's revision (its verify fails now, e.g. it was offline) to it: a new rollout over exactly those devices, from the same spec. Exit 0 when nothing is behind, or (with --wait) when every one reached it",
       )
       .requiredOption('--profile <name>', 'the profile')
       .requiredOption('-f, --file <spec.yaml>', 'the rollout spec of the completed rollout (its toRevision is the revision to converge to)')
-      .requiredOption('--inventory <fleet.yaml>', 'inventory (the worker reads this path at snapshot time)')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--wait', 'wait for the converge rollout to finish; exit 0 only if every device it was for reached the revision')
       .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
       .option('--interval <ms>', 'with --wait: poll interval', parseInterval, 1000)
       .option('--concurrency <n>', 'devices probed at once', (v) => Number(v), 16)
-      .option('--json', 'print {rolloutId, devices, unreachable} as JSON'),
+      .option('--json', 'print {rolloutId, devices, unreachable} as JSON')),
   ).action(
     action(async (opts: ConvergeFlags) => {
       const profilesDir = resolveProfilesRoot({ flag: opts.profiles }).dir;
       // From files, bad input is refused before Temporal or any device is contacted.
-      const input: RolloutInput = prepareRollout({ specPath: opts.file, inventoryPath: opts.inventory, profilesDir, startedBy: operatorName() });
+      const read = await readInventoryFlags(opts);
+      const input: RolloutInput = prepareRollout({ specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir, startedBy: operatorName() });
       if (input.spec.profile !== opts.profile) {
         throw new WavegateError('INVALID_INPUT', `--file ${opts.file}: rollout.profile is "${input.spec.profile}", not --profile "${opts.profile}"`, { field: 'rollout.profile' });
       }
@@ -85,7 +84,7 @@ export function register(program: Command): void {
         if (running.length) throw new WavegateError('CONFLICT', `a rollout of profile "${opts.profile}" is running (${running.join(', ')}); wait for it, or abort it, before converging`);
 
         const board = await readFleetBoard({
-          inventory: loadInventory(opts.inventory),
+          inventory: read.inventory,
           profile: opts.profile,
           scope: input.profile.scope,
           revision: last.toRevision,
@@ -111,7 +110,7 @@ export function register(program: Command): void {
         const converge: RolloutInput = { ...input, rolloutId: await nextConvergeId(client, opts.profile), onlyDevices: behind.map((r) => r.id) };
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, converge);
-        const { handle } = await startOrJoinRollout(client, settings.taskQueue, converge);
+        const { handle } = await startOrJoinRollout(client, settings.taskQueue, await withMembership(client, settings.taskQueue, converge, read, converge.startedBy));
         if (!opts.json) {
           console.log(`converge ${handle.workflowId} started: ${behind.length} device(s) behind r${last.toRevision} (last completed: ${last.rolloutId})`);
           console.log(`Web UI: ${workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId)}`);

@@ -19,6 +19,7 @@ import { hasProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
+import { readInventoryFlags, type InventoryFlags } from '../membership-client';
 
 // Kept for test/unit/core/corpus.test.ts, which reads inventories through this name.
 
@@ -43,6 +44,8 @@ function loadMarkers(path: string, inventory: Inventory): Map<string, number> {
 export interface PlanOptions {
   file: string;
   inventory: string;
+  /** The inventory already read (`--inventory-url`); `inventory` then names its URL. */
+  fetched?: Inventory;
   rolloutId?: string;
   /** A profile file outside any profiles directory: a what-if plan over its scope, no revisions read. */
   profile?: string;
@@ -102,7 +105,7 @@ function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): 
  */
 export function makePlan(opts: PlanOptions): PlanReport {
   const spec = readSpec(opts.file);
-  const { inventory, format } = readInventory(opts.inventory);
+  const { inventory, format } = opts.fetched ? { inventory: opts.fetched, format: 'wavegate' as const } : readInventory(opts.inventory);
   const rolloutId = opts.rolloutId ?? `rollout:${spec.profile}`;
   const source = { specSource: opts.file, inventoryPath: opts.inventory };
   const where = planProfile(opts, spec);
@@ -140,7 +143,8 @@ export function makePlan(opts: PlanOptions): PlanReport {
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
   // Node-down verdicts beside the inventory, as they stand now; plan runs no recheck (start's snapshot does).
   const verdictsPath = verdictsPathFor(opts.inventory);
-  const verdicts = readVerdicts(verdictsPath).verdicts;
+  // An inventory read over HTTP has no verdicts file beside it.
+  const verdicts = opts.fetched ? [] : readVerdicts(verdictsPath).verdicts;
   const nodeDown = new Map(verdicts.map((v) => [v.device, markOf(verdictStanding(v, Date.now()))]));
   if (verdicts.length) revisionNotes.push(`node-down verdicts from ${verdictsPath}: ${[...nodeDown.values()].filter((m) => m.holds).length} hold, as of now without their rechecks (start's snapshot reruns them)`);
   const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers, nodeDown));
@@ -194,7 +198,9 @@ export function register(program: Command): void {
     .command('plan')
     .description('Validate a rollout spec against an inventory and print its phases; starts nothing (exit 0 valid, 2 invalid)')
     .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
-    .requiredOption('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
+    .option('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
+    .option('--inventory-url <url>', 'or read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
+    .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable')
     .option('--rollout-id <id>', 'the rollout id that seeds the plan (default: rollout:<profile>)')
     .option('--profiles <dir>', profilesOptionHelp())
     .addOption(new Option('--profiles-dir <dir>', 'deprecated: the older name of --profiles').hideHelp())
@@ -203,7 +209,11 @@ export function register(program: Command): void {
     .option('--risk <risky|safe>', "override the revision's risk")
     .option('--json', 'print the plan as JSON')
     .action(
-      action((opts: PlanOptions) => {
+      action(async (flags: Omit<PlanOptions, 'inventory'> & InventoryFlags) => {
+        // Read and validated exactly as start reads them (cli/membership-client.ts); a file keeps plan's Ansible support.
+        const opts: PlanOptions = flags.inventoryUrl || !flags.inventory
+          ? await readInventoryFlags(flags).then((read) => ({ ...flags, inventory: read.inventoryPath, fetched: read.inventory }))
+          : { ...flags, inventory: flags.inventory };
         const report = makePlan(opts);
         if (opts.json) {
           const inPlan = new Set([...report.plan.phases.flatMap((p) => p.devices), ...report.plan.alreadyApplied, ...report.plan.notForMe.map((n) => n.id)]);

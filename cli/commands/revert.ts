@@ -11,6 +11,7 @@ import { revertRolloutInput } from '../../intake/revert';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { preflightRollout } from '../preflight';
+import { readInventoryFlags, withMembership } from '../membership-client';
 import { action, EXIT_OK } from '../run';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
@@ -26,6 +27,7 @@ interface RevertFlags extends TemporalFlags {
   run?: string;
   fast?: boolean;
   inventory?: string;
+  inventoryOnWorker?: boolean;
   profiles?: string;
   registry?: boolean;
   wait?: boolean;
@@ -108,7 +110,8 @@ export function register(program: Command): void {
       )
       .option('--fast', 'one phase over every device, no gate timer; the health checks of all the rollout\'s phases still run')
       .option('--run <runId>', 'an earlier run of a re-used rollout id (default: its latest run)')
-      .option('--inventory <fleet.yaml>', 'inventory (default: the one the rollout read)')
+      .option('--inventory <fleet.yaml>', 'inventory (default: the one the rollout read); read here and stored in a membership entity for the workers')
+      .option('--inventory-on-worker', 'the worker reads the inventory path from its own disk at snapshot time, as before the membership entity')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--wait', 'wait for the revert to finish; exit 0 only if every device it was for is back')
@@ -133,11 +136,13 @@ export function register(program: Command): void {
         const running = await runningRolloutsOf(client, original.spec.profile);
         if (running.length) throw new WavegateError('CONFLICT', `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`);
 
+        // The membership as start stores it: the file read here (an inventory first read over HTTP needs --inventory <file>).
+        const read = await readInventoryFlags({ inventory: inventoryPath, ...(opts.inventoryOnWorker ? { inventoryOnWorker: true } : {}) });
         const request = { original, reverts: { rolloutId: id, runId: finished.runId }, devices: finished.changed, fast: !!opts.fast, profilesDir: profilesRoot, inventoryPath, startedBy: operatorName() };
         const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);
-        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, input);
+        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, await withMembership(client, settings.taskQueue, input, read, input.startedBy));
         const { spec } = input;
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, reverts: input.reverts, devices: input.onlyDevices }));
         else {

@@ -16,6 +16,7 @@ import { listRollouts, queryStatus, sendControl, startOrJoinRollout, withClient,
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { pauseLine, watchRollout, type WatchOptions } from '../watch';
 import { preflightRollout } from '../preflight';
+import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
 
 /** Who sends a control or starts a rollout: the operator's OS user name, recorded in the audit trail. */
 export function operatorName(): string {
@@ -102,11 +103,10 @@ async function refuseWhileCanaryRuns(client: Client, profile: string, rolloutId:
 
 export function register(program: Command): void {
   withTemporalOptions(
-    program
+    withInventoryOptions(program
       .command('start')
       .description('Validate a rollout spec, inventory, profile and revision, then start the rollout; prints its id and Web UI link')
       .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
-      .requiredOption('--inventory <fleet.yaml>', 'inventory (the worker reads this path at snapshot time)')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
@@ -114,10 +114,12 @@ export function register(program: Command): void {
       .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target; a pause is printed with the commands to resume or abort')
       .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
       .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
-      .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
+      .option('--json', 'print {rolloutId, runId, url, existing} as JSON')),
   ).action(
-    action(async (opts: TemporalFlags & { file: string; inventory: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
-      const request = { specPath: opts.file, inventoryPath: opts.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
+    action(async (opts: TemporalFlags & InventoryFlags & { file: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
+      // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
+      const read = await readInventoryFlags(opts);
+      const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
       const settings = resolveConnectionSettings(opts);
@@ -128,7 +130,8 @@ export function register(program: Command): void {
         await checkDependencyCycle(client, input.spec, opts.file);
         // A worker that would refuse the content is found now, before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);
-        const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, input, { key: opts.key });
+        const withMembers = await withMembership(client, settings.taskQueue, input, read, input.startedBy);
+        const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, withMembers, { key: opts.key });
         const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
         else {

@@ -1,3 +1,4 @@
+import type { MembershipRef } from '../membership';
 import type { Dependency } from '../dependencies';
 import type { PayloadFile, Profile } from '../revision';
 import type { Envelope } from '../signing';
@@ -46,8 +47,14 @@ export interface RolloutInput {
   /** Whether the target revision's verify reads the fact back; if not, devices only reach `claimed`. */
   provable: boolean;
   risk: 'risky' | 'safe';
-  /** Membership source the worker reads at snapshot time. */
+  /**
+   * Without `membership`: the inventory file the worker reads at snapshot time (`--inventory-on-worker`,
+   * and every rollout recorded before the membership entity). With it: where the CLI read the
+   * inventory, for people only.
+   */
   inventoryPath: string;
+  /** The membership entity the CLI stored (core/membership.ts): the snapshot reads it through the client, whichever worker runs it. */
+  membership?: MembershipRef;
   /** In-flight fraction per pool (default 5%, at least one device). */
   poolBudgets: Record<string, number>;
   startedBy: string;

@@ -1,0 +1,108 @@
+import { resolve } from 'node:path';
+import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import type { Command } from 'commander';
+import { judgeVerdicts } from '../activities/node-down';
+import { markOf } from '../core/node-down';
+import type { RolloutInput } from '../core/rollout/input';
+import { loadRolloutInventory } from '../intake/inventory';
+import { fetchInventory } from '../intake/inventory-url';
+import { WavegateError } from '../core/errors';
+import type { Inventory } from '../core/inventory';
+import { membershipPages, membershipWorkflowId, type MembershipProgress, type MembershipRef } from '../core/membership';
+import type { NodeDownMark } from '../core/node-down';
+import type { membershipWorkflow } from '../workflows/membership';
+
+/**
+ * The CLI's side of the membership entity (workflows/membership.ts): start `membership:<digest>` (or
+ * find it: the same content is the same entity), upload the pages it does not hold yet, one update
+ * each, and seal it. Safe to repeat after an interrupted upload; a sealed entity is reused as it is.
+ */
+export async function storeMembership(
+  client: Client,
+  taskQueue: string,
+  inventory: Pick<Inventory, 'devices'>,
+  source: string,
+  marks: ReadonlyMap<string, NodeDownMark> = new Map(),
+): Promise<MembershipRef> {
+  const { pages, digest } = membershipPages(inventory, marks);
+  const workflowId = membershipWorkflowId(digest);
+  const plan = { digest, devices: inventory.devices.length, pages: pages.length, source };
+  try {
+    await client.workflow.start<typeof membershipWorkflow>('membershipWorkflow', {
+      workflowId,
+      taskQueue,
+      args: [plan],
+      workflowIdConflictPolicy: 'FAIL',
+      staticSummary: `membership of ${plan.devices} devices from ${source}`,
+    });
+  } catch (err) {
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+  const handle = client.workflow.getHandle<typeof membershipWorkflow>(workflowId);
+  let progress = await handle.query<MembershipProgress>('progress');
+  if (progress.digest !== digest) throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, { workflowId });
+  for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
+    progress = await handle.executeUpdate<MembershipProgress, [unknown]>('storePage', { args: [pages[index]] });
+  }
+  if (!progress.sealed) progress = await handle.executeUpdate<MembershipProgress, []>('seal', { args: [] });
+  return { workflowId, digest, devices: plan.devices, pages: plan.pages, source };
+}
+
+/** The inventory flags of start, plan, converge and revert. */
+export interface InventoryFlags {
+  inventory?: string;
+  inventoryUrl?: string;
+  inventoryTokenEnv?: string;
+  inventoryOnWorker?: boolean;
+}
+
+export function withInventoryOptions(cmd: Command, fileHelp = 'inventory file, read and validated here, then stored in a membership entity for the workers'): Command {
+  return cmd
+    .option('--inventory <fleet.yaml>', fileHelp)
+    .option('--inventory-url <url>', 'read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
+    .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable (never put it in the URL)')
+    .option('--inventory-on-worker', 'with --inventory: the worker reads the file from its own disk at snapshot time (and runs the node-down rechecks there), as before the membership entity');
+}
+
+export interface ReadInventory {
+  inventory: Inventory;
+  /** The file path, or the URL (without credentials): names the inventory in errors and in the rollout. */
+  inventoryPath: string;
+  kind: 'file' | 'url';
+  onWorker: boolean;
+}
+
+function flagConflict(field: string, message: string): never {
+  throw new WavegateError('INVALID_INPUT', `${field}: ${message}`, { field });
+}
+
+/** The inventory the flags name, read and validated now (INVALID_INPUT, exit 2, before Temporal is contacted). */
+export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: string): Promise<ReadInventory> {
+  if (opts.inventory && opts.inventoryUrl) flagConflict('--inventory-url', 'give --inventory or --inventory-url, not both');
+  if (opts.inventoryTokenEnv && !opts.inventoryUrl) flagConflict('--inventory-token-env', 'only with --inventory-url');
+  if (opts.inventoryOnWorker && opts.inventoryUrl) flagConflict('--inventory-on-worker', 'only with --inventory <file> (the worker reads a path on its own disk)');
+  if (opts.inventoryUrl) {
+    const inventory = await fetchInventory(opts.inventoryUrl, { tokenEnv: opts.inventoryTokenEnv });
+    const url = new URL(opts.inventoryUrl);
+    return { inventory, inventoryPath: `${url.origin}${url.pathname}`, kind: 'url', onWorker: false };
+  }
+  const path = opts.inventory ?? fallbackPath;
+  if (!path) flagConflict('--inventory', 'an inventory is required: --inventory <file> or --inventory-url <url>');
+  if (/^https?:\/\//.test(path)) flagConflict('--inventory', `${JSON.stringify(path)} is a URL: the rollout read it with --inventory-url; give --inventory-url again (or a file)`);
+  return { inventory: loadRolloutInventory(path), inventoryPath: path, kind: 'file', onWorker: !!opts.inventoryOnWorker };
+}
+
+/**
+ * The rollout input with its membership stored in the entity, unless `--inventory-on-worker`. A file
+ * inventory's node-down verdicts (beside it) are judged here, on the operator's host, now: each
+ * device's standing is stored with its record, and no worker runs a recheck for this rollout.
+ */
+export async function withMembership(client: Client, taskQueue: string, input: RolloutInput, read: ReadInventory, by: string): Promise<RolloutInput> {
+  if (read.onWorker) return input;
+  const marks = new Map<string, NodeDownMark>();
+  if (read.kind === 'file') {
+    for (const [id, standing] of await judgeVerdicts({ inventoryPath: read.inventoryPath, devices: read.inventory.devices, by })) marks.set(id, markOf(standing));
+  }
+  const membership = await storeMembership(client, taskQueue, read.inventory, read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath, marks);
+  return { ...input, membership };
+}
