@@ -1,3 +1,4 @@
+import { WavegateError } from '../../core/errors';
 import { DEFAULT_AUDIT_DIR } from '../audit';
 import { parseAuditStore, readStorePassword } from './config';
 import { createFileAuditStore } from './file';
@@ -42,4 +43,26 @@ export function auditActivitiesOf(store: AuditStore) {
     appendAudit: (event: Parameters<AuditStore['append']>[0]) => store.append(event),
     auditHealth: (input: Parameters<AuditStore['health']>[0]) => store.health(input),
   };
+}
+
+/**
+ * A trail as stored, for `wavegate audit`: its segments and the earlier runs kept apart, from the file
+ * store (`auditDir`) or the database the CLI names (`--audit-store` / `$WAVEGATE_AUDIT_STORE`). Reads only:
+ * the CLI never migrates. A database it cannot reach is UNAVAILABLE, a trail it has not, NOT_FOUND.
+ */
+export async function readAuditTrail(opts: { store?: string; auditDir?: string; rolloutId: string; runId?: string; env?: NodeJS.ProcessEnv }) {
+  const env = opts.env ?? process.env;
+  const value = opts.store ?? (env.WAVEGATE_AUDIT_STORE || undefined);
+  const config = parseAuditStore(value, opts.store !== undefined ? '--audit-store' : '$WAVEGATE_AUDIT_STORE');
+  const store = openAuditStore({ store: value, auditDir: opts.auditDir, env });
+  try {
+    const segments = await store.segments(opts.rolloutId, opts.runId);
+    const earlierRuns = opts.runId ? [] : await store.earlierRuns(opts.rolloutId);
+    return { location: store.location, kind: config.kind, segments, earlierRuns };
+  } catch (err) {
+    if (err instanceof WavegateError) throw err;
+    throw new WavegateError('UNAVAILABLE', (err as Error).message);
+  } finally {
+    await store.close();
+  }
 }

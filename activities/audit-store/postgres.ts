@@ -71,6 +71,8 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     connectionTimeoutMillis: 10_000,
     query_timeout: 30_000,
     application_name: 'wavegate',
+    // Idle connections never keep a CLI or a stopped worker alive.
+    allowExitOnIdle: true,
   });
   // An idle connection the server drops must not take the worker down; the next query reconnects.
   pool.on('error', (err) => log(`audit store ${opts.location}: idle connection lost (${err.message})`));

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { parseAuditLog, verifyAuditSegments, type AuditHead, type AuditRecord, type TrailVerdict } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
-import { archivedAuditRuns, DEFAULT_AUDIT_DIR, readAuditKey, readAuditSegments } from '../../activities/audit';
+import { DEFAULT_AUDIT_DIR, readAuditKey } from '../../activities/audit';
+import { readAuditTrail } from '../../activities/audit-store';
 import type { TemporalFlags } from '../../workers/connection';
 import { workflowAuditHead } from '../audit-head';
 import { withTemporalOptions } from '../client';
@@ -14,6 +15,7 @@ interface AuditFlags extends TemporalFlags {
   run?: string;
   head?: string;
   auditKeyFile?: string;
+  auditStore?: string;
   strict?: boolean;
 }
 
@@ -64,7 +66,7 @@ function verifyReport(label: string, verdict: TrailVerdict, head: { checked: str
 }
 
 async function verify(id: string, opts: AuditFlags): Promise<number> {
-  const segments = readAuditSegments(opts.auditDir, id, opts.run);
+  const { segments } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run });
   const keyFile = opts.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
   const key = keyFile === undefined ? undefined : readAuditKey(keyFile);
   let head: AuditHead | undefined;
@@ -104,18 +106,19 @@ export function register(program: Command): void {
       .option('--run <runId>', 'an earlier execution of a re-used rollout id (its chain was moved aside)')
       .option('--head <seq:hash>', 'with --verify, offline: the last record the writer acknowledged (the status\'s auditHead), instead of asking the workflow')
       .option('--audit-key-file <path>', 'with --verify: the worker\'s audit key, to check every record\'s MAC (default $WAVEGATE_AUDIT_KEY_FILE)')
+      .option('--audit-store <url>', 'read the trail from this store instead of --audit-dir: postgres://user@host:port/db (default $WAVEGATE_AUDIT_STORE; password by $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass)')
       .option('--strict', 'with --verify: also exit 1 when the head or the MAC could not be checked'),
   ).action(
     action(async (id: string, opts: AuditFlags) => {
       if (opts.head !== undefined) parseHead(opts.head); // bad input refused before anything is read
       if (opts.verify) return verify(id, opts);
-      const segments = readAuditSegments(opts.auditDir, id, opts.run);
+      const { segments, earlierRuns } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run });
       const parsed = segments.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
       const records = parsed.flatMap((p) => p.records);
       if (opts.json) {
         console.log(JSON.stringify(records, null, 2));
       } else {
-        const archived = opts.run ? [] : archivedAuditRuns(opts.auditDir, id);
+        const archived = earlierRuns;
         console.log(`audit ${id}: ${records.length} records in ${segments.map((s) => s.name).join(', ')}`);
         for (const line of table(records)) console.log(line);
         if (archived.length) console.log(`earlier executions (use --run): ${archived.join(', ')}`);
