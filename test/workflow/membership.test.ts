@@ -1,0 +1,132 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { temporal } from '@temporalio/proto';
+import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
+import { createActivities, type SnapshotPage } from '../../activities';
+import { storeMembership } from '../../cli/membership-client';
+import { parseInventory } from '../../core/inventory';
+import { membershipPages, membershipWorkflowId, type MembershipRef } from '../../core/membership';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { scratchDir, startTestWorker } from '../support/harness';
+
+/**
+ * The membership entity on a real dev server with a real worker: a 10,000-device inventory uploaded by
+ * the CLI's own code, page by page, sealed, then snapshotted by the real snapshotFleet activity through
+ * the client (no file anywhere). The entity's history is measured against Temporal's limits: each
+ * payload far under 2 MB, the whole history far under the 50 MB limit (and under the 10 MB warning).
+ */
+const DEVICES = 10_000;
+const scratch = scratchDir('membership');
+let env: TestWorkflowEnvironment;
+let worker: Awaited<ReturnType<typeof startTestWorker>>;
+let ref: MembershipRef;
+const quiet = new DefaultLogger('ERROR');
+
+/** 10,000 devices: every other one left-behind, the rest held by a node-down verdict the CLI judged — none is contacted. */
+function bigInventory() {
+  return parseInventory(
+    {
+      pools: { east: { disruptionBudget: 0.05 }, west: { disruptionBudget: 0.05 } },
+      defaults: { user: 'ops', port: 22, class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519', hostKey: `SHA256:${'A'.repeat(43)}` } },
+      devices: Array.from({ length: DEVICES }, (_, i) => ({
+        id: `edge-${String(i).padStart(5, '0')}`,
+        host: `10.${Math.floor(i / 65_536)}.${Math.floor(i / 256) % 256}.${i % 256}`,
+        pool: i % 2 ? 'east' : 'west',
+        labels: { site: `site-${i % 40}`, fleet: 'edge' },
+        ...(i % 2 ? { updateClass: 'left-behind' } : {}),
+      })),
+    },
+    'generated',
+  );
+}
+const inventory = bigInventory();
+const marks = new Map(inventory.devices.filter((_, i) => i % 2 === 0).map((d) => [d.id, { holds: true, text: `node-down since 2026-01-01T00:00:00Z: ${d.id} is down` }]));
+
+async function historyOf(workflowId: string) {
+  const history = await env.client.workflow.getHandle(workflowId).fetchHistory();
+  const events = history.events ?? [];
+  const sizes = events.map((e) => temporal.api.history.v1.HistoryEvent.encode(e).finish().length);
+  return { events, largestEvent: Math.max(...sizes), bytes: temporal.api.history.v1.History.encode(history).finish().length };
+}
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: scratch.dir });
+  ref = await storeMembership(env.client, worker.taskQueue, inventory, 'generated (test)', marks);
+}, 240_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+describe('membership entity', () => {
+  it('stores 10,000 devices in 10 pages within Temporal payload and history limits', async () => {
+    expect(ref).toMatchObject({ workflowId: membershipWorkflowId(ref.digest), devices: DEVICES, pages: 10 });
+    expect(ref.digest).toBe(membershipPages(inventory, marks).digest);
+    const { events, largestEvent, bytes } = await historyOf(ref.workflowId);
+    console.log(`membership of ${DEVICES} devices: ${events.length} events, ${bytes} bytes of history, largest event ${largestEvent} bytes`);
+    // One update per page and one seal: a workflow task and the update's accepted/completed events each.
+    expect(events.length).toBeLessThan(80);
+    expect(largestEvent).toBeLessThan(1_000_000); // each page's update: far under the 2 MB payload limit
+    expect(bytes).toBeLessThan(10 * 1024 * 1024); // the server warns at 10 MB, refuses at 50 MB
+  });
+
+  it('storing the same content again reuses the sealed entity and writes nothing', async () => {
+    const before = (await historyOf(ref.workflowId)).events.length;
+    expect(await storeMembership(env.client, worker.taskQueue, inventory, 'generated (test)', marks)).toEqual(ref);
+    expect((await historyOf(ref.workflowId)).events.length).toBe(before);
+  });
+
+  it('refuses a page after the seal and a forged page in the validator, leaving no trace in history', async () => {
+    const small = parseInventory({ defaults: { user: 'u', port: 22, pool: 'p', class: 'c', os: 'linux' }, devices: [{ id: 'a', host: '10.9.9.1' }, { id: 'b', host: '10.9.9.2' }] }, 'small');
+    const { pages, digest } = membershipPages(small);
+    const id = membershipWorkflowId(digest);
+    await env.client.workflow.start('membershipWorkflow', { workflowId: id, taskQueue: worker.taskQueue, args: [{ digest, devices: 2, pages: 1, source: 'small' }] });
+    const handle = env.client.workflow.getHandle(id);
+    const forged = { ...pages[0]!, devices: pages[0]!.devices.map((d) => ({ ...d, host: '203.0.113.66' })) };
+    await expect(handle.executeUpdate('storePage', { args: [forged] })).rejects.toMatchObject({ cause: { type: 'MembershipRefused', message: expect.stringMatching(/^digest: page 0's content hashes to/) } });
+    await expect(handle.executeUpdate('seal', { args: [] })).rejects.toMatchObject({ cause: { message: 'pages: 0 of 1 stored' } });
+    await handle.executeUpdate('storePage', { args: [pages[0]] });
+    await handle.executeUpdate('seal', { args: [] });
+    await expect(handle.executeUpdate('storePage', { args: [pages[0]] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/^sealed: a membership never changes/) } });
+    // The two accepted updates only: no refused one reached history, nor the forged content.
+    const { events } = await historyOf(id);
+    expect(events.filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes).length).toBe(2);
+    expect(JSON.stringify(events.map((e) => e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.args?.payloads?.map((p) => Buffer.from(p.data!).toString())))).not.toContain('203.0.113.66');
+    expect(await handle.query('page', 0)).toMatchObject({ index: 0, digest: pages[0]!.digest });
+  });
+
+  it('snapshotFleet reads all 10,000 from the entity through the client, page by page, with the stored node-down standings', async () => {
+    const acts = createActivities({ client: env.client, auditDir: scratch.dir });
+    const activityEnv = new MockActivityEnvironment(undefined, { logger: quiet });
+    const seen: string[] = [];
+    for (let offset = 0; offset < DEVICES; offset += 1_000) {
+      const page: SnapshotPage = await activityEnv.run(acts.snapshotFleet, { membership: ref, profile: 'demo', scope: { fleet: 'edge' }, offset, limit: 1_000 });
+      expect(page.total).toBe(DEVICES);
+      expect(page.devices).toHaveLength(1_000);
+      // A snapshot page's result is one payload in the rollout's history: well under 2 MB.
+      expect(JSON.stringify(page).length).toBeLessThan(1_000_000);
+      seen.push(...page.devices.map((d) => d.id));
+      for (const d of page.devices) {
+        expect(d.reachable).toBe(false);
+        expect(d.error).toBe(d.updateClass === 'left-behind' ? 'left-behind: not contacted' : 'node-down: not contacted');
+        if (d.updateClass !== 'left-behind') expect(d.nodeDown).toEqual({ holds: true, text: `node-down since 2026-01-01T00:00:00Z: ${d.id} is down` });
+      }
+    }
+    expect(seen).toEqual(inventory.devices.map((d) => d.id));
+    const scoped: SnapshotPage = await activityEnv.run(acts.snapshotFleet, { membership: ref, profile: 'demo', scope: { site: 'site-3' }, offset: 0, limit: 1_000 });
+    expect(scoped.total).toBe(DEVICES / 40);
+  }, 120_000);
+
+  it('a rollout naming another digest than the entity holds is refused at snapshot (MembershipMismatch, not retried)', async () => {
+    const acts = createActivities({ client: env.client, auditDir: scratch.dir });
+    const wrong = { ...ref, digest: 'e'.repeat(64) };
+    await expect(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.snapshotFleet, { membership: wrong, profile: 'demo', scope: {}, offset: 0, limit: 10 })).rejects.toMatchObject({
+      type: 'MembershipMismatch',
+      nonRetryable: true,
+      message: expect.stringMatching(/is not the rollout's eeeeeeeeeeee/),
+    });
+  });
+});
