@@ -71,9 +71,19 @@ export function probeTls(settings: ConnectionSettings, timeoutMs = 5_000): Promi
 /** What the server said when it wants a client certificate and got none (nginx: HTTP 400 to the gRPC call). */
 const NO_CLIENT_CERT_ANSWER = /status code 400|400 Bad Request|certificate required/i;
 
+/** The error's message and its causes' (the client wraps the server's answer: "Failed to connect…" caused by "…HTTP status code 400"). */
+function causeChain(err: unknown): string {
+  const parts: string[] = [];
+  for (let e = err as { message?: string; cause?: unknown } | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
+    const message = e.message ?? String(e);
+    if (!parts.some((p) => p.includes(message))) parts.push(message);
+  }
+  return parts.join(': ');
+}
+
 /** The error for a failed connect: INVALID_INPUT naming the TLS setting at fault, else UNAVAILABLE with `hint`. */
 export async function connectionFailure(settings: ConnectionSettings, err: unknown, hint = ''): Promise<WavegateError> {
-  const cause = (err as Error)?.message ?? String(err);
+  const cause = causeChain(err);
   const tls = typeof settings.tls === 'object' ? settings.tls : settings.tls ? {} : undefined;
   const probe = await probeTls(settings).catch((e: Error): TlsProbe => ({ kind: 'unreachable', message: e.message }));
   const at = `Temporal at ${settings.address}`;
@@ -83,7 +93,7 @@ export async function connectionFailure(settings: ConnectionSettings, err: unkno
   }
   if (tls !== undefined) {
     if (probe.kind === 'untrusted-server') {
-      const trusted = tls.serverRootCACertificate ? 'the CA given (--tls-ca-cert, TEMPORAL_TLS_CA_CERT or the config profile)' : 'the system root CAs (no --tls-ca-cert given)';
+      const trusted = tls.serverRootCACertificate ? 'the CA given (--tls-ca-cert, TEMPORAL_TLS_SERVER_CA_CERT_PATH or the config profile\'s server_ca_cert_path)' : 'the system root CAs (no --tls-ca-cert given)';
       return refuse('--tls-ca-cert', `the server's certificate is not trusted by ${trusted}: ${probe.message}`);
     }
     if (probe.kind === 'client-cert-rejected') return refuse('--tls-cert', `the server rejected the client certificate (--tls-cert/--tls-key): ${probe.message}`);

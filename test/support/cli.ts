@@ -31,9 +31,9 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
 }
 
 /** Start `wavegate` in the background and resolve once its output matches `ready`. */
-export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000): Promise<{ child: ChildProcess; output: () => string }> {
+export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000, env?: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT, ...(env ? { env: { ...process.env, ...env } } : {}) });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`not ready in ${timeoutMs} ms:\n${out}`)), timeoutMs);
     const onData = (c: Buffer) => {
