@@ -128,6 +128,8 @@ export interface DeploymentDescription {
   current?: string;
   ramping?: string;
   versions: DeploymentVersionRow[];
+  /** False while the server still propagates a routing change to the task queues. */
+  routingSettled: boolean;
   conflictToken: Uint8Array;
 }
 
@@ -161,7 +163,13 @@ export async function describeDeployment(client: Client, deploymentName: string)
       ramping: buildId === ramping,
     };
   });
-  return { deploymentName, ...(current ? { current } : {}), ...(ramping ? { ramping } : {}), versions, conflictToken: response.conflictToken };
+  const routingSettled = info?.routingConfigUpdateState !== temporal.api.enums.v1.RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS;
+  return { deploymentName, ...(current ? { current } : {}), ...(ramping ? { ramping } : {}), versions, routingSettled, conflictToken: response.conflictToken };
+}
+
+/** The builds a deployment has seen, sorted, for messages. */
+export function knownBuilds(d: DeploymentDescription): string {
+  return d.versions.map((v) => v.buildId).sort().join(', ') || 'none';
 }
 
 /**
@@ -172,7 +180,7 @@ export async function describeDeployment(client: Client, deploymentName: string)
 export async function setCurrentVersion(client: Client, deploymentName: string, buildId: string, identity: string): Promise<{ previous?: string }> {
   const before = await describeDeployment(client, deploymentName);
   if (!before.versions.some((v) => v.buildId === buildId)) {
-    throw new WavegateError('NOT_FOUND', `deployment ${deploymentName} has no build "${buildId}" (known: ${before.versions.map((v) => v.buildId).join(', ') || 'none'}): start its workers first`, { field: 'build-id', value: buildId });
+    throw new WavegateError('NOT_FOUND', `deployment ${deploymentName} has no build "${buildId}" (known: ${knownBuilds(before)}): start its workers first`, { field: 'build-id', value: buildId });
   }
   const response = await client.workflowService.setWorkerDeploymentCurrentVersion({
     namespace: client.options.namespace,

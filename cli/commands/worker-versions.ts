@@ -2,7 +2,7 @@ import { hostname, userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { checkBuildId, checkDeploymentName, describeDeployment, moveWorkflow, setCurrentVersion, workflowVersioning } from '../../workers/versioning';
+import { checkBuildId, checkDeploymentName, describeDeployment, knownBuilds, moveWorkflow, setCurrentVersion, workflowVersioning } from '../../workers/versioning';
 import { withClient } from '../client';
 import { action } from '../run';
 
@@ -74,7 +74,7 @@ export function registerWorkerVersionCommands(worker: Command): void {
         await withClient(resolveConnectionSettings(flags), async (client) => {
           if (target !== 'auto-upgrade') {
             const d = await describeDeployment(client, target.pinnedTo.deploymentName);
-            if (!d.versions.some((v) => v.buildId === target.pinnedTo.buildId)) throw new WavegateError('NOT_FOUND', `deployment ${d.deploymentName} has no build "${target.pinnedTo.buildId}" (known: ${d.versions.map((v) => v.buildId).join(', ') || 'none'})`, { field: '--to', value: target.pinnedTo.buildId });
+            if (!d.versions.some((v) => v.buildId === target.pinnedTo.buildId)) throw new WavegateError('NOT_FOUND', `deployment ${d.deploymentName} has no build "${target.pinnedTo.buildId}" (known: ${knownBuilds(d)})`, { field: '--to', value: target.pinnedTo.buildId });
           }
           await moveWorkflow(client, workflowId, target, operatorIdentity());
           const now = await workflowVersioning(client, workflowId);
