@@ -1,5 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { Pool, type PoolClient } from 'pg';
+import { Client, Pool, type PoolClient } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
@@ -60,6 +60,23 @@ function headOf(state: SegmentState): AuditHead | null {
   return state.start.seq > 0 ? state.start : null;
 }
 
+/**
+ * pg leaves the socket of a connection that failed on the client's side mid-authentication (no password
+ * to answer SCRAM with) open until the server's authentication_timeout, which keeps a CLI from exiting
+ * for a minute: a failed connect closes its socket here.
+ */
+class ClosingClient extends Client {
+  override connect(): Promise<Client>;
+  override connect(callback: (err: Error | null, client?: Client) => void): void;
+  override connect(callback?: (err: Error | null, client?: Client) => void): Promise<Client> | void {
+    if (!callback) return super.connect();
+    super.connect((err: Error | null) => {
+      if (err) (this as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+      callback(err, this);
+    });
+  }
+}
+
 export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): PostgresAuditStore {
   const log = opts.log ?? (() => {});
   // The URL carries host, port, user, database and sslmode/sslrootcert…; pg would let a parsed URL
@@ -73,6 +90,7 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     application_name: 'wavegate',
     // Idle connections never keep a CLI or a stopped worker alive.
     allowExitOnIdle: true,
+    Client: ClosingClient,
   });
   // An idle connection the server drops must not take the worker down; the next query reconnects.
   pool.on('error', (err) => log(`audit store ${opts.location}: idle connection lost (${err.message})`));
