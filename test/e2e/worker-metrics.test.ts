@@ -1,5 +1,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { stringify } from 'yaml';
@@ -138,5 +139,14 @@ describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metri
     const badEnv = await runCli(['worker', '--address', '127.0.0.1:1', '--profiles', PROFILES], { env: { ...cleanEnv, WAVEGATE_METRICS_BIND: '127.0.0.1:70000' } });
     expect(badEnv.code, badEnv.stderr).toBe(2);
     expect(badEnv.stderr).toContain('WAVEGATE_METRICS_BIND "127.0.0.1:70000"');
+    // A port someone else holds: refused naming it, before any connection.
+    const holder = createServer();
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', () => r()));
+    const taken = `127.0.0.1:${(holder.address() as AddressInfo).port}`;
+    const inUse = await runCli(['worker', '--address', env.address, '--profiles', PROFILES, '--metrics-bind', taken], { env: cleanEnv });
+    await new Promise((r) => holder.close(r));
+    expect(inUse.code, inUse.stderr).toBe(2);
+    expect(inUse.stderr).toContain(`--metrics-bind ${taken}: cannot serve metrics there`);
+    expect(inUse.stdout).not.toContain('polling');
   }, 120_000);
 });
