@@ -3,6 +3,8 @@ import { Client, Pool, type PoolClient } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
+import { recordAuditWriteFailure } from '../../core/metrics';
+import { activityMeter } from '../metrics';
 import type { AuditHealth, AuditHealthInput } from '../audit';
 import { migrateAuditSchema } from './schema';
 import type { AuditStore } from './types';
@@ -97,7 +99,14 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
 
   const where = (rolloutId: string, segment: number) => `${opts.location} rollout ${JSON.stringify(rolloutId)} segment ${segment}`;
 
+  /** The worker's `wavegate_audit_write_failures{reason}`, as the file store counts them. */
+  function countFailure(reason: 'unwritable' | 'corrupt'): void {
+    const meter = activityMeter();
+    if (meter) recordAuditWriteFailure(meter, reason);
+  }
+
   function unwritable(err: unknown): ApplicationFailure {
+    countFailure('unwritable');
     const message = (err as Error).message;
     return ApplicationFailure.create({ type: 'AuditUnwritable', message: `audit store ${opts.location}: ${message}`, nonRetryable: false, details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }] });
   }
@@ -181,6 +190,7 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
   }
 
   function corrupt(state: SegmentState, rolloutId: string): ApplicationFailure {
+    countFailure('corrupt');
     const p = state.problem!;
     const place = where(rolloutId, state.segment);
     return ApplicationFailure.create({
