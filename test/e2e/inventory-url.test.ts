@@ -16,6 +16,7 @@ import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { stopChild, WAVEGATE_BIN } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { recordHistory } from '../support/histories';
 
 /**
  * Membership that does not depend on the worker's disk (issue 11 item 3), end to end: a real dev server,
@@ -151,6 +152,9 @@ describe('membership that does not live on the worker', () => {
     expect(snapshots.length).toBe(1);
     expect(snapshots[0]).toContain(input.membership!.workflowId);
     expect(JSON.parse(snapshots[0]!)).not.toHaveProperty('inventoryPath');
+    // Histories of the new path (patch membership-entity) for test/workflow/replay.test.ts.
+    await recordHistory(env.client.workflow.getHandle('rollout:demo'), 'membership-rollout');
+    await recordHistory(env.client.workflow.getHandle(input.membership!.workflowId), 'membership-entity-sealed');
   }, 180_000);
 
   it('node-down rechecks run on the CLI host at start, their standing stored with the record; the worker runs none', async () => {
