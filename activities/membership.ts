@@ -1,7 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { membershipMismatch, type MemberRecord, type MembershipPage, type MembershipRef } from '../core/membership';
-import type { pageQuery } from '../workflows/membership';
 
 /**
  * Reads a membership entity's pages through the Temporal client (workflows/membership.ts), so the
@@ -10,6 +9,8 @@ import type { pageQuery } from '../workflows/membership';
  * are kept in memory: the ten snapshot pages of a 10,000-device rollout read the entity once.
  */
 const CACHED_MEMBERSHIPS = 4;
+/** The entity's `page` query (workflows/membership.ts `pageQuery`; activities take nothing from workflows/). */
+const PAGE_QUERY = 'page';
 
 export interface MembershipReaderDeps {
   /** The client to query with (the activity context's when not given). */
@@ -24,7 +25,7 @@ export function createMembershipReader(deps: MembershipReaderDeps = {}) {
     const handle = (deps.client ?? contextClient()).workflow.getHandle(ref.workflowId);
     const pages: MembershipPage[] = [];
     for (let index = 0; index < ref.pages; index++) {
-      const page = await handle.query<MembershipPage | null, [number]>('page' satisfies (typeof pageQuery)['name'], index);
+      const page = await handle.query<MembershipPage | null, [number]>(PAGE_QUERY, index);
       if (!page) throw ApplicationFailure.create({ type: 'MembershipMismatch', message: `${ref.workflowId}: page ${index} of ${ref.pages} not found (not sealed?)`, nonRetryable: true });
       pages.push(page);
       onPage();
