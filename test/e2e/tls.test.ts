@@ -107,6 +107,10 @@ beforeAll(async () => {
       `server_ca_cert_path = "${pki.caCert}"`,
       `client_cert_path = "${pki.clientCert}"`,
       `client_key_path = "${pki.clientKey}"`,
+      '[profile.tls]',
+      `address = "${tlsProxy.address}"`,
+      '[profile.tls.tls]',
+      `server_ca_cert_path = "${pki.caCert}"`,
       '',
     ].join('\n'),
   );
@@ -122,8 +126,15 @@ afterAll(async () => {
 });
 
 describe('worker and CLI through a TLS-terminating nginx in front of Temporal', () => {
-  it('TLS by flags (--tls-ca-cert): the worker polls and start/list/status run a rollout to completion', async () => {
+  it('TLS by flags (--tls-ca-cert): the worker polls and start/list/status run a rollout to completion; list by TEMPORAL_TLS_SERVER_CA_CERT_PATH and by a TOML profile', async () => {
     await rolloutThrough('q-tls-flags', { flags: tlsFlags() }, new RegExp(`polling ${tlsProxy.address.replace(/\./g, '\\.')} namespace default \\(TLS\\)`));
+    // TLS with the CA alone, by the environment and by a TOML profile: the CLI lists that rollout.
+    const byEnv = await cli(['list', '--profile', 'demo'], { env: { TEMPORAL_ADDRESS: tlsProxy.address, TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.caCert } });
+    const byToml = await cli(['list', '--profile', 'demo'], { env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'tls' } });
+    for (const run of [byEnv, byToml]) {
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/rollout:demo\s+rollout\s+demo\s+completed/);
+    }
   }, 240_000);
 
   it('mTLS by flags (--tls-cert/--tls-key)', async () => {
