@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, Pool, type PoolClient } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
@@ -148,12 +149,40 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     return rows;
   }
 
+  /**
+   * What this store last found whole, per segment: the next inspect compares a digest the server computes
+   * over those rows (so an UPDATE or DELETE of any of them is still seen) and fetches and checks only the
+   * rows after them, keeping an append O(new records) instead of re-reading the whole chain.
+   */
+  const verified = new Map<string, { texts: string[]; records: AuditRecord[]; digest: string }>();
+  const MAX_CACHED_SEGMENTS = 1000;
+  const digestOf = (texts: readonly string[]) => createHash('sha256').update(texts.join('\n'), 'utf8').digest('hex');
+
+  async function knownPrefix(client: PoolClient, key: string, rolloutId: string, chainRun: string, segment: number) {
+    const known = verified.get(key);
+    const last = known?.records.at(-1);
+    if (!known || !last) return undefined;
+    const { rows } = await client.query<{ n: string; digest: string | null }>(
+      `SELECT count(*) AS n, encode(sha256(convert_to(string_agg(record, E'\\n' ORDER BY seq), 'UTF8')), 'hex') AS digest
+         FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 AND seq <= $4`,
+      [rolloutId, chainRun, segment, last.seq],
+    );
+    return Number(rows[0]!.n) === known.records.length && rows[0]!.digest === known.digest ? { ...known, last } : undefined;
+  }
+
   /** Read and check a segment: every row a record, chained from its start, each MAC the key's. */
   async function inspect(client: PoolClient, rolloutId: string, chainRun: string | null, segment: number): Promise<SegmentState> {
     const state: SegmentState = { chainRun, segment, records: [], start: GENESIS, problem: null };
     if (chainRun === null) return state;
-    const rows = await readSegment(client, rolloutId, chainRun, segment);
-    for (const [i, row] of rows.entries()) {
+    const key = JSON.stringify([rolloutId, chainRun, segment]);
+    const known = await knownPrefix(client, key, rolloutId, chainRun, segment);
+    const rows = known
+      ? (await client.query<Row>('SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 AND seq > $4 ORDER BY seq', [rolloutId, chainRun, segment, known.last.seq])).rows
+      : await readSegment(client, rolloutId, chainRun, segment);
+    verified.delete(key);
+    const fresh: AuditRecord[] = [];
+    state.records = known ? [...known.records] : [];
+    for (const row of rows) {
       let parsed: unknown;
       try {
         parsed = JSON.parse(row.record);
@@ -161,9 +190,10 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
         parsed = undefined;
       }
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-        state.problem = { line: i + 1, seq: Number(row.seq), problem: 'edited', message: `the row at seq ${row.seq} is not a JSON audit record` };
+        state.problem = { line: state.records.length + 1, seq: Number(row.seq), problem: 'edited', message: `the row at seq ${row.seq} is not a JSON audit record` };
         return state;
       }
+      fresh.push(parsed as AuditRecord);
       state.records.push(parsed as AuditRecord);
     }
     if (segment > 1) {
@@ -174,8 +204,16 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
       }
       state.start = first.lastGood;
     }
-    const verdict = verifyAuditChain(state.records, undefined, { start: state.start, key: opts.macKey });
-    if (!verdict.ok) state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+    const verdict = known
+      ? verifyAuditChain(fresh, undefined, { start: { seq: known.last.seq, hash: known.last.hash }, key: opts.macKey })
+      : verifyAuditChain(state.records, undefined, { start: state.start, key: opts.macKey });
+    if (!verdict.ok) {
+      state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+      return state;
+    }
+    const texts = [...(known?.texts ?? []), ...rows.map((r) => r.record)];
+    if (verified.size >= MAX_CACHED_SEGMENTS) verified.delete(verified.keys().next().value!);
+    verified.set(key, { texts, records: state.records, digest: digestOf(texts) });
     return state;
   }
 

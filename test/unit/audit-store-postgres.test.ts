@@ -192,6 +192,22 @@ describe('appends', () => {
     expect(await rows()).toHaveLength(4);
   });
 
+  it('an earlier row deleted or edited after many appends is still seen by the next append (the checked prefix is compared by digest)', async () => {
+    const s = store();
+    for (let seq = 1; seq <= 30; seq++) await s.append(event(seq));
+    await admin.query('DELETE FROM wavegate_audit_records WHERE rollout_id = $1 AND seq = 7', [id]);
+    const dropped = await failureOf(s.append(event(31)));
+    expect(dropped.type).toBe('AuditCorrupt');
+    expect(dropped.details?.[0]).toMatchObject({ seq: 7, problem: 'dropped' });
+    // A fresh id, warmed, then one character of an early row changed.
+    id = `${id}-b`;
+    for (let seq = 1; seq <= 30; seq++) await s.append(event(seq));
+    await admin.query(`UPDATE wavegate_audit_records SET record = replace(record, '"applied":2,', '"applied":3,') WHERE rollout_id = $1 AND seq = 2`, [id]);
+    const edited = await failureOf(s.append(event(31)));
+    expect(edited.details?.[0]).toMatchObject({ seq: 2, problem: 'edited' });
+    expect(await s.health({ rolloutId: id })).toMatchObject({ ok: false, problem: 'edited' });
+  }, 60_000);
+
   it('an override starts segment 2 after the last good head; appends continue there and the trail verifies', async () => {
     const s = store();
     const heads = [];
