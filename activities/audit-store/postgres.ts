@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, Pool, type PoolClient } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
@@ -154,9 +154,8 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
    * over those rows (so an UPDATE or DELETE of any of them is still seen) and fetches and checks only the
    * rows after them, keeping an append O(new records) instead of re-reading the whole chain.
    */
-  const verified = new Map<string, { texts: string[]; records: AuditRecord[]; digest: string }>();
+  const verified = new Map<string, { hasher: Hash; records: AuditRecord[]; digest: string }>();
   const MAX_CACHED_SEGMENTS = 1000;
-  const digestOf = (texts: readonly string[]) => createHash('sha256').update(texts.join('\n'), 'utf8').digest('hex');
 
   async function knownPrefix(client: PoolClient, key: string, rolloutId: string, chainRun: string, segment: number) {
     const known = verified.get(key);
@@ -211,9 +210,11 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
       state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
       return state;
     }
-    const texts = [...(known?.texts ?? []), ...rows.map((r) => r.record)];
+    // The rows joined by newlines, as string_agg joins them; hashed on from where the prefix ended.
+    const hasher = known ? known.hasher.copy() : createHash('sha256');
+    for (const [i, row] of rows.entries()) hasher.update(known || i > 0 ? `\n${row.record}` : row.record, 'utf8');
     if (verified.size >= MAX_CACHED_SEGMENTS) verified.delete(verified.keys().next().value!);
-    verified.set(key, { texts, records: state.records, digest: digestOf(texts) });
+    if (state.records.length > 0) verified.set(key, { hasher, records: state.records, digest: hasher.copy().digest('hex') });
     return state;
   }
 
