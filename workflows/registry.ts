@@ -130,11 +130,6 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
   await wf.condition(wf.allHandlersFinished);
   await wf.continueAsNew<typeof revisionRegistryWorkflow>({ ...input, entries });
 }
-// A long-lived entity follows the current build (Worker Versioning) instead of being pinned for ever
-// to the build that first ran it: versioned workers default to pinned for rollouts, which end. Its code
-// changes are patched() like any workflow's (docs/architecture.md, "Upgrading workers"). Unversioned
-// workers ignore it, and it adds no command to a history.
-wf.setWorkflowOptions({ versioningBehavior: 'AUTO_UPGRADE' }, revisionRegistryWorkflow);
 
 function refusal(code: string, reason: string, message: string, details?: Record<string, unknown>): wf.ApplicationFailure {
   const refused: RegistrationRefusal = { code, reason, ...(details ? { details } : {}) };
