@@ -80,12 +80,21 @@ class ClosingClient extends Client {
   }
 }
 
+/** The URL as pg reads it (sslrootcert/sslcert/sslkey files are read now): a file it cannot read is bad input. */
+function clientConfigOf(url: string, location: string): ReturnType<typeof parseIntoClientConfig> {
+  try {
+    return parseIntoClientConfig(url);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `--audit-store ${JSON.stringify(location)}: ${(err as Error).message}`, { field: '--audit-store' });
+  }
+}
+
 export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): PostgresAuditStore {
   const log = opts.log ?? (() => {});
   // The URL carries host, port, user, database and sslmode/sslrootcert…; pg would let a parsed URL
   // override an explicit password, so the URL is parsed first and the password set after it.
   const pool = new Pool({
-    ...parseIntoClientConfig(opts.url),
+    ...clientConfigOf(opts.url, opts.location),
     ...(opts.password !== undefined ? { password: opts.password } : {}),
     max: opts.maxConnections ?? 10,
     connectionTimeoutMillis: 10_000,

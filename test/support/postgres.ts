@@ -1,6 +1,6 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -26,6 +26,8 @@ export interface Postgres {
   database: string;
   user: string;
   password: string;
+  /** With `tls`: the test CA that signed the server's certificate (for `sslrootcert=`). */
+  caFile?: string;
   /** A superuser connection URL with its password (tests only: to tamper rows, count them). */
   adminUrl: string;
   /** Stop the server (fast shutdown), wait for it to exit, remove the directory. */
@@ -55,7 +57,20 @@ function serverCommand(bindir: string, binary: string, args: string[]): [string,
   return asRoot ? ['runuser', ['-u', 'postgres', '--', path, ...args]] : [path, args];
 }
 
-export async function startPostgres(opts: { database?: string; user?: string } = {}): Promise<Postgres> {
+/** A throwaway CA and a server certificate for 127.0.0.1 (openssl), owned by the cluster's owner. */
+async function makeServerCertificate(dir: string, owner: number, group: number): Promise<{ ca: string; cert: string; key: string }> {
+  const file = (name: string) => join(dir, name);
+  writeFileSync(file('server.ext'), 'subjectAltName=IP:127.0.0.1\n');
+  const openssl = (args: string[]) => run('openssl', args, { cwd: dir, timeout: 60_000 });
+  await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('ca.key'), '-out', file('ca.pem'), '-days', '2', '-subj', '/CN=wavegate test CA']);
+  await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', '/CN=127.0.0.1']);
+  await openssl(['x509', '-req', '-in', file('server.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-CAcreateserial', '-out', file('server.pem'), '-days', '2', '-extfile', file('server.ext')]);
+  for (const name of ['server.pem', 'server.key']) chownSync(file(name), owner, group);
+  chmodSync(file('server.key'), 0o600);
+  return { ca: file('ca.pem'), cert: file('server.pem'), key: file('server.key') };
+}
+
+export async function startPostgres(opts: { database?: string; user?: string; tls?: boolean } = {}): Promise<Postgres> {
   const bindir = findPostgresBindir();
   const database = opts.database ?? 'wavegate';
   const user = opts.user ?? 'wavegate';
@@ -83,6 +98,7 @@ export async function startPostgres(opts: { database?: string; user?: string } =
     }
   };
 
+  const tls = opts.tls ? await makeServerCertificate(dir, owner, ownerGid) : undefined;
   await exec('initdb', ['-D', data, '-U', 'postgres', '--auth-local=scram-sha-256', '--auth-host=scram-sha-256', `--pwfile=${superPwFile}`, '-E', 'UTF8', '--no-instructions']);
   // A free port may be taken between the probe and the bind: try a few.
   let port = 0;
@@ -90,7 +106,7 @@ export async function startPostgres(opts: { database?: string; user?: string } =
   for (let attempt = 0; attempt < 4 && port === 0; attempt++) {
     const candidate = await freePort();
     try {
-      await exec('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', `-p ${candidate} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off`, 'start']);
+      await exec('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', `-p ${candidate} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off${tls ? ` -c ssl=on -c ssl_cert_file=${tls.cert} -c ssl_key_file=${tls.key}` : ''}`, 'start']);
       port = candidate;
     } catch (err) {
       lastError = err;
@@ -123,6 +139,7 @@ export async function startPostgres(opts: { database?: string; user?: string } =
     url: `postgres://${user}@127.0.0.1:${port}/${database}`,
     env: { PGPASSWORD: password },
     passwordFile,
+    ...(tls ? { caFile: tls.ca } : {}),
     port,
     database,
     user,

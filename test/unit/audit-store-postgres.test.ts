@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { dirname, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -280,4 +281,41 @@ describe('configuration', () => {
     expect(opened.location).toBe(pg.url);
     expect(await opened.append(event(1))).toMatchObject({ seq: 1 });
   });
+});
+
+describe('TLS to PostgreSQL: sslmode and sslrootcert in the URL go to pg', () => {
+  let tlsPg: Postgres;
+  beforeAll(async () => {
+    tlsPg = await startPostgres({ tls: true });
+  }, 120_000);
+  afterAll(async () => {
+    await tlsPg?.stop();
+  });
+
+  it('verify-full against the CA that signed the server connects (and the session is TLS); another CA is refused as retryable AuditUnwritable', async () => {
+    const url = `${tlsPg.url}?sslmode=verify-full&sslrootcert=${encodeURIComponent(tlsPg.caFile!)}`;
+    expect(parseAuditStore(url)).toMatchObject({ kind: 'postgres' });
+    const good = createPostgresAuditStore({ url, location: url, password: tlsPg.password, macKey: key });
+    stores.push(good);
+    await good.migrate();
+    expect(await good.append(event(1))).toMatchObject({ seq: 1 });
+    const check = new Client({ connectionString: tlsPg.adminUrl });
+    await check.connect();
+    try {
+      const sessions = (await check.query("SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'wavegate'")).rows;
+      expect(sessions.length).toBeGreaterThan(0);
+      expect(sessions.every((r) => r.ssl === true)).toBe(true);
+    } finally {
+      await check.end();
+    }
+    // A CA that did not sign the server's certificate.
+    const otherCa = join(dirname(tlsPg.caFile!), 'other-ca.pem');
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', join(dirname(otherCa), 'other-ca.key'), '-out', otherCa, '-days', '1', '-subj', '/CN=some other CA'], { stdio: 'ignore' });
+    const wrongUrl = `${tlsPg.url}?sslmode=verify-full&sslrootcert=${encodeURIComponent(otherCa)}`;
+    const wrong = createPostgresAuditStore({ url: wrongUrl, location: wrongUrl, password: tlsPg.password });
+    stores.push(wrong);
+    const failure = await failureOf(wrong.append(event(2)));
+    expect(failure.type).toBe('AuditUnwritable');
+    expect(failure.message).toMatch(/certificate/i);
+  }, 60_000);
 });
