@@ -194,11 +194,16 @@ describe('worker upgrade from build A to build B', () => {
     // A pinned rollout still belongs to A (it is what keeps A "draining"): it never moves by itself.
     expect(versions.stdout).toMatch(/build-a\s+draining/);
     expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
-    // The registry is auto-upgrade by its definition: B answers it at once, with nobody moving it.
+    // The registry entity is pinned to A like every workflow A started; it never ends, so the operator
+    // lets it follow the current build once, and B answers it from then on.
+    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
+    const follow = await runCli(['worker', 'move', 'registry:demo', '--auto-upgrade'], { env: cliEnv() });
+    expect(follow.stdout).toContain('registry:demo: auto-upgrade (last ran on build-a)');
+    expect(follow.code).toBe(0);
     const again = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(trustDir, 'demo'), by: 'test', taskQueue });
     expect(again.map((r) => r.outcome)).toEqual(['existing', 'existing']);
     expect(buildsOf(await env.client.workflow.getHandle('registry:demo').fetchHistory())).toEqual(['build-a', 'build-b']);
-    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-b', behavior: 'auto_upgrade' });
+    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-b', override: 'auto-upgrade' });
 
     // The operator moves it (or would keep A running until it drains), then resumes it.
     const move = await runCli(['worker', 'move', handle.workflowId, '--to', 'build-b', '--deployment-name', deployment], { env: cliEnv() });
