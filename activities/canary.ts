@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
@@ -10,6 +11,9 @@ import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
 import { readFleetRevision } from './fleet';
+import { storeMembership } from './membership';
+import { judgeVerdicts } from './node-down';
+import { markOf, type NodeDownMark } from '../core/node-down';
 
 /**
  * Activities of the nightly canary (workflows/canary.ts): read the fleet's revision over SSH, and build
@@ -90,16 +94,23 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
         const { spec, specSource } = await registeredCanarySpec(client(), { profile, profilesDir: input.profilesDir, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
+        const inventory = loadRolloutInventory(input.inventoryPath, 'inventoryPath');
         const prepared = await rolloutInputFromRegistry(client(), {
           spec,
           specSource,
           profilesDir: input.profilesDir,
-          inventory: loadRolloutInventory(input.inventoryPath, 'inventoryPath'),
+          inventory,
           inventoryPath: input.inventoryPath,
           startedBy: input.startedBy,
           rolloutId: input.rolloutId,
         });
-        return { ...prepared, canary: { keep: input.keep } };
+        // The canary's inventory is a path on this worker (no CLI runs at night): read here once, with the
+        // node-down verdicts beside it rechecked here, and stored in the membership entity, so the canary
+        // rollout's snapshot reads the same devices whichever worker runs it.
+        const marks = new Map<string, NodeDownMark>();
+        for (const [id, standing] of await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: inventory.devices, by: `worker ${process.pid}@${hostname()}` })) marks.set(id, markOf(standing));
+        const membership = await storeMembership(client(), Context.current().info.taskQueue, inventory, input.inventoryPath, marks);
+        return { ...prepared, membership, canary: { keep: input.keep } };
       } catch (err) {
         return toFailure(err);
       }

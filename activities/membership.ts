@@ -1,6 +1,9 @@
-import type { Client } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { membershipMismatch, type MemberRecord, type MembershipPage, type MembershipRef } from '../core/membership';
+import { WavegateError } from '../core/errors';
+import type { Inventory } from '../core/inventory';
+import { membershipMismatch, membershipPages, membershipWorkflowId, type MemberRecord, type MembershipPage, type MembershipProgress, type MembershipRef } from '../core/membership';
+import type { NodeDownMark } from '../core/node-down';
 
 /**
  * Reads a membership entity's pages through the Temporal client (workflows/membership.ts), so the
@@ -37,4 +40,40 @@ export function createMembershipReader(deps: MembershipReaderDeps = {}) {
     while (cache.size > CACHED_MEMBERSHIPS) cache.delete(cache.keys().next().value!);
     return devices;
   };
+}
+
+/**
+ * Writing a membership entity (workflows/membership.ts), for the CLI and the nightly canary's prepareCanary: start `membership:<digest>` (or
+ * find it: the same content is the same entity), upload the pages it does not hold yet, one update
+ * each, and seal it. Safe to repeat after an interrupted upload; a sealed entity is reused as it is.
+ */
+export async function storeMembership(
+  client: Client,
+  taskQueue: string,
+  inventory: Pick<Inventory, 'devices'>,
+  source: string,
+  marks: ReadonlyMap<string, NodeDownMark> = new Map(),
+): Promise<MembershipRef> {
+  const { pages, digest } = membershipPages(inventory, marks);
+  const workflowId = membershipWorkflowId(digest);
+  const plan = { digest, devices: inventory.devices.length, pages: pages.length, source };
+  try {
+    await client.workflow.start('membershipWorkflow', {
+      workflowId,
+      taskQueue,
+      args: [plan],
+      workflowIdConflictPolicy: 'FAIL',
+      staticSummary: `membership of ${plan.devices} devices from ${source}`,
+    });
+  } catch (err) {
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+  const handle = client.workflow.getHandle(workflowId);
+  let progress = await handle.query<MembershipProgress>('progress');
+  if (progress.digest !== digest) throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, { workflowId });
+  for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
+    progress = await handle.executeUpdate<MembershipProgress, [unknown]>('storePage', { args: [pages[index]] });
+  }
+  if (!progress.sealed) progress = await handle.executeUpdate<MembershipProgress, []>('seal', { args: [] });
+  return { workflowId, digest, devices: plan.devices, pages: plan.pages, source };
 }

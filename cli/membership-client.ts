@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
 import { judgeVerdicts } from '../activities/node-down';
 import { markOf } from '../core/node-down';
@@ -8,45 +8,10 @@ import { loadRolloutInventory } from '../intake/inventory';
 import { fetchInventory } from '../intake/inventory-url';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
-import { membershipPages, membershipWorkflowId, type MembershipProgress, type MembershipRef } from '../core/membership';
 import type { NodeDownMark } from '../core/node-down';
-import type { membershipWorkflow } from '../workflows/membership';
+import { storeMembership } from '../activities/membership';
 
-/**
- * The CLI's side of the membership entity (workflows/membership.ts): start `membership:<digest>` (or
- * find it: the same content is the same entity), upload the pages it does not hold yet, one update
- * each, and seal it. Safe to repeat after an interrupted upload; a sealed entity is reused as it is.
- */
-export async function storeMembership(
-  client: Client,
-  taskQueue: string,
-  inventory: Pick<Inventory, 'devices'>,
-  source: string,
-  marks: ReadonlyMap<string, NodeDownMark> = new Map(),
-): Promise<MembershipRef> {
-  const { pages, digest } = membershipPages(inventory, marks);
-  const workflowId = membershipWorkflowId(digest);
-  const plan = { digest, devices: inventory.devices.length, pages: pages.length, source };
-  try {
-    await client.workflow.start<typeof membershipWorkflow>('membershipWorkflow', {
-      workflowId,
-      taskQueue,
-      args: [plan],
-      workflowIdConflictPolicy: 'FAIL',
-      staticSummary: `membership of ${plan.devices} devices from ${source}`,
-    });
-  } catch (err) {
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-  }
-  const handle = client.workflow.getHandle<typeof membershipWorkflow>(workflowId);
-  let progress = await handle.query<MembershipProgress>('progress');
-  if (progress.digest !== digest) throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, { workflowId });
-  for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
-    progress = await handle.executeUpdate<MembershipProgress, [unknown]>('storePage', { args: [pages[index]] });
-  }
-  if (!progress.sealed) progress = await handle.executeUpdate<MembershipProgress, []>('seal', { args: [] });
-  return { workflowId, digest, devices: plan.devices, pages: plan.pages, source };
-}
+export { storeMembership };
 
 /** The inventory flags of start, plan, converge and revert. */
 export interface InventoryFlags {
