@@ -130,7 +130,8 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     writeVerdicts(verdictsFile, { ...file, verdicts: file.verdicts.map((v) => (v.device === DEAD ? { ...v, since: new Date(Date.now() - 3 * 86_400_000).toISOString(), expiresAt: expiredAt } : v)) });
     writeFileSync(flag, 'yes\n');
 
-    const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--wait', '--interval', '300']);
+    // The worker-side recheck happens only when the worker reads the inventory itself (issue 11: `start` rechecks on its own host otherwise).
+    const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--inventory-on-worker', '--wait', '--interval', '300']);
     expect(run.code, run.stdout + run.stderr).toBe(0);
     const status = await statusOf();
     expect(status.devices.filter((d) => d.state === 'applied' && !d.reason).map((d) => d.id).sort()).toEqual([DEAD, FLAKY]);
@@ -161,7 +162,11 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     await offline(['fleet', 'mark-down', DEAD, '--inventory', inventory, '--recheck', 'exit 1', '--reason', 'again']);
     chmodSync(verdictsFile, 0o666);
     const before = fleet.totalCommands();
-    const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--wait', '--interval', '300']);
+    // Without --inventory-on-worker `start` itself refuses the file (exit 2) before anything starts.
+    const refused = await wg(['start', '-f', spec(), '--inventory', inventory, '--wait', '--interval', '300']);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
+    const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--inventory-on-worker', '--wait', '--interval', '300']);
     expect(run.code).not.toBe(0);
     const described = await wg(['status', 'rollout:demo', '--json']);
     const status = JSON.parse(described.stdout) as Status;
