@@ -55,11 +55,8 @@ async function closed(workflowId: string): Promise<void> {
   await until(`${workflowId} to close`, async () => ((await env!.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
 }
 
-beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-  // An installed fleet on r1 (its motd and marker), and r1, r2 registered: what a nightly canary starts from.
+/** Every device back on r1 (its motd and marker): what a nightly canary starts from. */
+function installR1(): void {
   for (const d of fleet.devices) {
     const sandbox = fleet.device(d.id).sandbox;
     mkdirSync(join(sandbox, 'etc'), { recursive: true });
@@ -67,6 +64,14 @@ beforeAll(async () => {
     copyFileSync(join(PROJECT_ROOT, 'profiles', 'demo', 'payload', 'motd-r1'), join(sandbox, 'etc', 'motd'));
     writeFileSync(join(sandbox, '.wavegate', 'profiles', 'demo', 'revision'), '1\n');
   }
+}
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir });
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  // An installed fleet on r1, and r1, r2 registered: what a nightly canary starts from.
+  installR1();
   await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'test', taskQueue: worker.taskQueue });
   const canarySpec = specFile('canary', { phases: [{ canary: '1 device', gate: '10m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }] });
   const created = await wg(['schedule', 'create', 'nightly-demo', '--profile', 'demo', '--inventory', inventory, '--at', '02:00', '-f', canarySpec]);
@@ -134,6 +139,9 @@ describe('nightly canary and rollouts exclude each other', () => {
   });
 
   it('start while a converge of the profile runs is refused naming it', async () => {
+    // The tests before may leave edge-01 on r2 (a canary terminated mid-apply): on r2 the converge would
+    // have nothing to do and complete before the start below looks, so put the fleet back on r1 first.
+    installR1();
     const manual = specFile('converge', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }] });
     const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
     await startOrJoinRollout(env!.client, worker!.taskQueue, input);
@@ -142,8 +150,13 @@ describe('nightly canary and rollouts exclude each other', () => {
       for await (const info of env!.client.workflow.list({ query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'" })) if (info.workflowId === 'rollout:demo:converge-1') return true;
       return undefined;
     }, 90_000);
+    // ... and it really is still running (held at its manual gate), not a listing that lags its end.
+    await until('the converge at its manual gate', async () => {
+      const status = await env!.client.workflow.getHandle('rollout:demo:converge-1').query<{ phases: Array<{ stage: string }> }>('status');
+      return status.phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+    }, 90_000);
     const refused = await wg(['start', '-f', manual, '--inventory', inventory]);
-    expect(refused.code, refused.stderr).toBe(2);
+    expect(refused.code, refused.stdout + refused.stderr).toBe(2);
     expect(refused.stderr).toContain('CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)');
     await env!.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
   });
