@@ -60,6 +60,9 @@ export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOpt
     // A closed registry is not silently replaced by an empty one: the channel would move backwards.
     workflowIdReusePolicy: 'REJECT_DUPLICATE',
     staticSummary: `revision registry of ${opts.profile}`,
+    // A registry never ends: under Worker Versioning it must follow the current build rather than stay
+    // pinned to the first one it ran on (docs/architecture.md, "Upgrading workers"). No effect unversioned.
+    versioningOverride: 'AUTO_UPGRADE',
   });
   let result: RegisterResult;
   try {

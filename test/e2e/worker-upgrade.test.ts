@@ -194,16 +194,17 @@ describe('worker upgrade from build A to build B', () => {
     // A pinned rollout still belongs to A (it is what keeps A "draining"): it never moves by itself.
     expect(versions.stdout).toMatch(/build-a\s+draining/);
     expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
-    // The registry entity is pinned to A like every workflow A started; it never ends, so the operator
-    // lets it follow the current build once, and B answers it from then on.
-    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
-    const follow = await runCli(['worker', 'move', 'registry:demo', '--auto-upgrade'], { env: cliEnv() });
-    expect(follow.stdout).toContain('registry:demo: auto-upgrade (last ran on build-a)');
-    expect(follow.code).toBe(0);
+    // The registry entity never ends, so it is started with an auto-upgrade override: unlike the pinned
+    // rollout it follows the current build by itself, and B answers it from then on with no operator step.
+    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-a', override: 'auto-upgrade' });
     const again = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(trustDir, 'demo'), by: 'test', taskQueue });
     expect(again.map((r) => r.outcome)).toEqual(['existing', 'existing']);
     expect(buildsOf(await env.client.workflow.getHandle('registry:demo').fetchHistory())).toEqual(['build-a', 'build-b']);
     expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-b', override: 'auto-upgrade' });
+    // A registry started by an older wavegate (no override) is moved once by hand; the command is idempotent.
+    const follow = await runCli(['worker', 'move', 'registry:demo', '--auto-upgrade'], { env: cliEnv() });
+    expect(follow.stdout).toContain('registry:demo: auto-upgrade (last ran on build-b)');
+    expect(follow.code).toBe(0);
 
     // The operator moves it (or would keep A running until it drains), then resumes it.
     const move = await runCli(['worker', 'move', handle.workflowId, '--to', 'build-b', '--deployment-name', deployment], { env: cliEnv() });
