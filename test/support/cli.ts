@@ -30,10 +30,10 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
   });
 }
 
-/** Start `wavegate` in the background and resolve once its output matches `ready`. */
-export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000, env?: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; output: () => string }> {
+/** Start `wavegate` in the background (in the checkout, or `cwd`) and resolve once its output matches `ready`. */
+export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000, env?: NodeJS.ProcessEnv, cwd: string = PROJECT_ROOT): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT, ...(env ? { env: { ...process.env, ...env } } : {}) });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd, ...(env ? { env: { ...process.env, ...env } } : {}) });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`not ready in ${timeoutMs} ms:\n${out}`)), timeoutMs);
     const onData = (c: Buffer) => {
