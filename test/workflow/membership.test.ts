@@ -8,6 +8,13 @@ import { parseInventory } from '../../core/inventory';
 import { membershipPages, membershipWorkflowId, type MembershipRef } from '../../core/membership';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
+import { join } from 'node:path';
+import { HISTORY_EVENT_LIMIT } from '../../bench/history-bounds';
+import { parseRolloutSpec } from '../../core/spec';
+import { rolloutInputFromFiles } from '../../intake/prepare';
+import { demoDevices, fleetInventory, startFleet } from '../../sim';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { rolloutWorkflow } from '../../workflows/rollout';
 
 /**
  * The membership entity on a real dev server with a real worker: a 10,000-device inventory uploaded by
@@ -119,6 +126,32 @@ describe('membership entity', () => {
     const scoped: SnapshotPage = await activityEnv.run(acts.snapshotFleet, { membership: ref, profile: 'demo', scope: { site: 'site-3' }, offset: 0, limit: 1_000 });
     expect(scoped.total).toBe(DEVICES / 40);
   }, 120_000);
+
+  it('a real rollout over the 10,000-device membership (plus 2 simulated devices) completes; every history within limits', async () => {
+    const fleet = await startFleet({ devices: demoDevices(2), dir: join(scratch.dir, 'fleet') });
+    try {
+      const sim = fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } });
+      const big = bigInventory();
+      const doc = { pools: { ...sim.pools, east: { disruptionBudget: 0.05 }, west: { disruptionBudget: 0.05 } }, devices: [...sim.devices.map((d) => ({ ...d, user: sim.defaults.user, ssh: { ...d.ssh, key: sim.defaults.ssh.key } })), ...big.devices] };
+      const inv = parseInventory(doc, 'generated+sim');
+      const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], gate: '1s' } }, 'membership spec');
+      const input = rolloutInputFromFiles({ spec, specSource: 'membership spec', inventory: inv, inventoryPath: 'generated+sim', profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId: 'rollout:membership-10k' });
+      const membership = await storeMembership(env.client, worker.taskQueue, inv, 'generated+sim', marks);
+      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [{ ...input, membership }] });
+      const status = await handle.result();
+      expect(status.state).toBe('completed');
+      expect(status.devices.filter((d) => d.state === 'applied').map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
+      expect(status.devices.length).toBe(DEVICES + 2);
+      // Every payload passed the server's 2 MB blob limit (a larger one fails the workflow task, and the
+      // rollout would not have completed); the history's size and length from the server itself.
+      const described = await handle.describe();
+      console.log(`rollout over ${DEVICES + 2} members: ${described.historyLength} events, ${described.historySize} bytes of history`);
+      expect(described.historyLength).toBeLessThan(HISTORY_EVENT_LIMIT);
+      expect(described.historySize).toBeLessThan(10 * 1024 * 1024); // the server warns at 10 MB, refuses at 50 MB
+    } finally {
+      await fleet.stop();
+    }
+  }, 300_000);
 
   it('a rollout naming another digest than the entity holds is refused at snapshot (MembershipMismatch, not retried)', async () => {
     const acts = createActivities({ client: env.client, auditDir: scratch.dir });
