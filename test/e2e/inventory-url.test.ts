@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,7 +14,7 @@ import type { RolloutStatus } from '../../core/rollout/status';
 import { fetchInventory } from '../../intake/inventory-url';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { stopChild, WAVEGATE_BIN } from '../support/cli';
+import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { recordHistory } from '../support/histories';
 
@@ -34,7 +34,6 @@ const TOKEN = 'registry-token-5f0c2e';
 let env: TestWorkflowEnvironment;
 let fleet: Fleet;
 let worker: ChildProcess | undefined;
-let workerOut = '';
 let registry: Server;
 let registryUrl = '';
 const seenAuth: string[] = [];
@@ -46,28 +45,12 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
-/** `wavegate <args>` with its cwd in `cwd` and nothing from the test's Temporal environment. */
-function wavegate(args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], {
-      cwd: opts.cwd,
-      env: { ...process.env, TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '', ...opts.env },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`wavegate ${args.join(' ')} timed out\n${stdout}\n${stderr}`));
-    }, opts.timeoutMs ?? 120_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+/** `wavegate <args>` run in `cwd`, with nothing from the test's Temporal environment. */
+function wavegate(args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }) {
+  return runCli(args, { cwd: opts.cwd, env: { ...NO_TEMPORAL_ENV(), ...opts.env } });
 }
 
+const NO_TEMPORAL_ENV = () => ({ TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' });
 const temporalFlags = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', TASK_QUEUE];
 const profilesFlags = () => ['--profiles', join(PROJECT_ROOT, 'profiles')];
 
@@ -97,22 +80,8 @@ beforeAll(async () => {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(workerDir, 'profiles', 'demo'), { recursive: true });
   writeFileSync(join(cliDir, 'spec.yaml'), stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ bulk: 'remainder' }], gate: '1s' } }));
   // The worker: its own cwd, HOME, profiles root and audit dir; nothing of X.
-  worker = spawn(process.execPath, [WAVEGATE_BIN, 'worker', ...temporalFlags(), '--profiles', join(workerDir, 'profiles'), '--audit-dir', join(workerDir, 'audit')], {
-    cwd: workerDir,
-    env: { ...process.env, HOME: join(workerDir, 'home'), TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`worker not polling:\n${workerOut}`)), 120_000);
-    const onData = (c: Buffer) => {
-      workerOut += c.toString();
-      if (/worker \S+ polling/.test(workerOut)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    worker!.stdout!.on('data', onData);
-    worker!.stderr!.on('data', onData);
-  });
+  const spawned = await spawnCliUntil(['worker', ...temporalFlags(), '--profiles', join(workerDir, 'profiles'), '--audit-dir', join(workerDir, 'audit')], /worker \S+ polling/, 120_000, { HOME: join(workerDir, 'home'), ...NO_TEMPORAL_ENV() }, workerDir);
+  worker = spawned.child;
   registry = createServer((req, res) => {
     seenAuth.push(req.headers.authorization ?? '');
     const route = routes.get(new URL(req.url!, 'http://x').pathname);

@@ -11,10 +11,10 @@ export interface CliRun {
   stderr: string;
 }
 
-/** Run the real `wavegate` command to completion. */
-export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliRun> {
+/** Run the real `wavegate` command to completion (in `cwd`, default the checkout). */
+export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string } = {}): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT, env: { ...process.env, ...opts.env } });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: opts.cwd ?? PROJECT_ROOT, env: { ...process.env, ...opts.env } });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
