@@ -64,6 +64,9 @@ export async function storeMembership(
       args: [plan],
       workflowIdConflictPolicy: 'FAIL',
       staticSummary: `membership of ${plan.devices} devices from ${source}`,
+      // Long-lived and queried by later snapshots: under Worker Versioning it follows the current build
+      // instead of staying pinned to the one it started on, as the registry entity does. No effect unversioned.
+      versioningOverride: 'AUTO_UPGRADE',
     });
   } catch (err) {
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
