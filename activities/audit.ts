@@ -6,6 +6,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, parseAuditLog, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../core/audit';
 import { WavegateError } from '../core/errors';
 import { recordAuditWriteFailure } from '../core/metrics';
+import { nextAppend } from './audit-store/append-rule';
 import { activityMeter } from './metrics';
 import { PROJECT_ROOT } from '../workers/toolchain';
 
@@ -394,50 +395,20 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       }
     }
 
-    if (event.event === 'audit.override') {
-      const lastGood = event.lastGood!;
-      const head = headOf(state);
-      const endsAtLastGood = head === null ? lastGood.seq === 0 : head.seq === lastGood.seq && head.hash === lastGood.hash;
-      if (!state.problem && head !== null && head.seq > lastGood.seq) {
-        throw ApplicationFailure.create({
-          type: 'AuditConflict',
-          message: `${state.path} is whole and already holds record ${head.seq}, after the override's lastGood ${lastGood.seq}: no override is needed, and one would fork the chain`,
-          nonRetryable: true,
-          details: [{ file: state.path, head }],
-        });
-      }
-      if (state.problem || !endsAtLastGood) {
-        const next = state.segment + 1;
-        const path = auditFilePath(dir, event.rolloutId, undefined, next);
-        log(`audit: ${event.rolloutId}: override by ${event.by} starts ${path} after record ${lastGood.seq}; ${state.path} is kept as it is`);
-        return writeRecord(path, sealRecord(event, lastGood.hash), '', true);
-      }
-    } else if (state.problem) {
+    const step = nextAppend({ segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem }, event, existing, state.path);
+    if (step === 'corrupt') {
       const meter = activityMeter();
       if (meter) recordAuditWriteFailure(meter, 'corrupt');
       throw corrupt(state, event.rolloutId);
     }
-
-    const last = headOf(state) ?? state.start;
-    if (event.seq <= last.seq) {
-      throw ApplicationFailure.create({
-        type: 'AuditConflict',
-        message: `${state.path}: record ${event.seq} already exists with other content (${existing ? `${existing.event} at ${existing.at} by ${existing.by}` : 'seq not found in this segment'}); refusing to write ${event.event} at ${event.at} as ${event.seq}`,
-        nonRetryable: true,
-        details: [{ seq: event.seq }],
-      });
-    }
-    if (event.seq > last.seq + 1) {
-      throw ApplicationFailure.create({
-        type: 'AuditOutOfOrder',
-        message: `${state.path} ends at record ${last.seq}; record ${event.seq} must wait for ${last.seq + 1} to land`,
-        nonRetryable: false,
-        details: [{ seq: event.seq, last: last.seq }],
-      });
+    if (step.kind === 'new-segment') {
+      const path = auditFilePath(dir, event.rolloutId, undefined, step.segment);
+      log(`audit: ${event.rolloutId}: override by ${event.by} starts ${path} after record ${event.lastGood!.seq}; ${state.path} is kept as it is`);
+      return writeRecord(path, sealRecord(event, step.prevHash), '', true);
     }
     // A complete last record whose newline did not land gets one before the next.
     const separator = state.text.length > 0 && !state.text.endsWith('\n') ? '\n' : '';
-    return writeRecord(state.path, sealRecord(event, last.hash), separator, state.text.length === 0);
+    return writeRecord(state.path, sealRecord(event, step.prevHash), separator, state.text.length === 0);
   }
 
   function writeRecord(path: string, sealed: AuditRecord, separator: string, newFile: boolean): AuditHead {

@@ -7,6 +7,7 @@ import { WavegateError } from '../../core/errors';
 import { recordAuditWriteFailure } from '../../core/metrics';
 import { activityMeter } from '../metrics';
 import type { AuditHealth, AuditHealthInput } from '../audit';
+import { nextAppend } from './append-rule';
 import { migrateAuditSchema } from './schema';
 import type { AuditStore } from './types';
 
@@ -268,45 +269,13 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     }
     const chainRun = chain.chain_run ?? event.runId;
 
-    if (event.event === 'audit.override') {
-      const lastGood = event.lastGood!;
-      const head = headOf(state);
-      const endsAtLastGood = head === null ? lastGood.seq === 0 : head.seq === lastGood.seq && head.hash === lastGood.hash;
-      if (!state.problem && head !== null && head.seq > lastGood.seq) {
-        throw ApplicationFailure.create({
-          type: 'AuditConflict',
-          message: `${where(id, state.segment)} is whole and already holds record ${head.seq}, after the override's lastGood ${lastGood.seq}: no override is needed, and one would fork the chain`,
-          nonRetryable: true,
-          details: [{ file: where(id, state.segment), head }],
-        });
-      }
-      if (state.problem || !endsAtLastGood) {
-        const next = state.segment + 1;
-        log(`audit: ${id}: override by ${event.by} starts segment ${next} after record ${lastGood.seq}; segment ${state.segment} is kept as it is`);
-        return insert(client, id, chainRun, next, sealRecord(event, lastGood.hash));
-      }
-    } else if (state.problem) {
-      throw corrupt(state, id);
+    const step = nextAppend({ segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem }, event, existing, where(id, state.segment));
+    if (step === 'corrupt') throw corrupt(state, id);
+    if (step.kind === 'new-segment') {
+      log(`audit: ${id}: override by ${event.by} starts segment ${step.segment} after record ${event.lastGood!.seq}; segment ${state.segment} is kept as it is`);
+      return insert(client, id, chainRun, step.segment, sealRecord(event, step.prevHash));
     }
-
-    const last = headOf(state) ?? state.start;
-    if (event.seq <= last.seq) {
-      throw ApplicationFailure.create({
-        type: 'AuditConflict',
-        message: `${where(id, state.segment)}: record ${event.seq} already exists with other content (${existing ? `${existing.event} at ${existing.at} by ${existing.by}` : 'seq not found in this segment'}); refusing to write ${event.event} at ${event.at} as ${event.seq}`,
-        nonRetryable: true,
-        details: [{ seq: event.seq }],
-      });
-    }
-    if (event.seq > last.seq + 1) {
-      throw ApplicationFailure.create({
-        type: 'AuditOutOfOrder',
-        message: `${where(id, state.segment)} ends at record ${last.seq}; record ${event.seq} must wait for ${last.seq + 1} to land`,
-        nonRetryable: false,
-        details: [{ seq: event.seq, last: last.seq }],
-      });
-    }
-    return insert(client, id, chainRun, state.segment, sealRecord(event, last.hash));
+    return insert(client, id, chainRun, state.segment, sealRecord(event, step.prevHash));
   }
 
   async function currentChain(client: PoolClient, rolloutId: string): Promise<{ chain_run: string | null; segment: number } | undefined> {
