@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { stringify } from 'yaml';
@@ -47,6 +47,15 @@ const spec = {
     disruptionBudget: { 'pool-a': 0.1, 'pool-b': 0.1 },
   },
 };
+
+/** `install`, counted: one line in ~/.applies per run, before it does anything (a killed apply still counts). */
+const INSTALL_COUNTER = '#!/bin/sh\necho "$$" >> "$HOME/.applies"\nexec /usr/bin/install "$@"\n';
+
+/** How many times the device really ran the apply. */
+function appliesRan(fleet: Fleet, id: string): number {
+  const file = join(fleet.device(id).sandbox, '.applies');
+  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).length : 0;
+}
 
 let pg: Postgres;
 let env: TestWorkflowEnvironment;
@@ -133,6 +142,11 @@ function applyStartsOf(events: temporal.api.history.v1.IHistoryEvent[]): tempora
   return events.flatMap((e) => (e.activityTaskStartedEventAttributes && scheduled.has(String(e.activityTaskStartedEventAttributes.scheduledEventId)) ? [e.activityTaskStartedEventAttributes] : []));
 }
 
+/** A live worker's resident memory in MB (Linux /proc), for the sizing notes in the README. */
+function rssMb(child: ChildProcess): number {
+  return Math.round(Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))![1]) / 1024);
+}
+
 /** How many of a phase's devices have run the apply command on the simulator (a slice child's progress is not in the parent's status until it returns). */
 function appliesRunIn(status: RolloutStatus, phase: number): number {
   return status.devices.filter((d) => d.phase === phase && fleet.count(d.id, APPLY_COMMAND) > 0).length;
@@ -143,6 +157,10 @@ beforeAll(async () => {
   [pg, env, fleet] = await Promise.all([startPostgres(), startDevServerEnv(), startFleet({ devices: demoDevices(DEVICES), dir: join(scratch.dir, 'fleet') })]);
   // Every exec waits a little, so a phase lasts long enough to stop workers in the middle of it.
   await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs: 100 })));
+  // The demo apply is the only command that runs `install`: a wrapper first on each device's PATH
+  // counts the applies that really ran (the simulator's exec log also lists launches it never ran,
+  // their connection gone before they started).
+  await Promise.all(fleet.devices.map(async (d) => writeFileSync(join(await fleet.ensureSandbox(d.id), '.sim', 'bin', 'install'), INSTALL_COUNTER, { mode: 0o755 })));
   const auditKey = `${randomBytes(32).toString('hex')}\n`;
   for (const dir of workerDirs) provisionWorkerHost(dir, auditKey);
   // The operator's laptop: the spec, the inventory, its own profiles copy, the audit key for --verify.
@@ -188,20 +206,25 @@ describe('three workers, one Temporal, one PostgreSQL, the CLI elsewhere', () =>
     w2.child.kill('SIGTERM');
     const remainderSize = atTerm.phases[2]!.devices;
     const appliedAtTerm = appliesRunIn(atTerm, 2);
+    const rssAtTerm = [w2, w3].map((w) => rssMb(w.child));
     expect(appliedAtTerm, 'the SIGTERM came after the remainder phase was over').toBeLessThan(remainderSize);
     // Graceful: the worker exits by itself (the SDK's shutdown), it is not killed.
     expect(await termExit).toEqual({ code: 0, signal: null });
 
     const status = (await handle.result()) as RolloutStatus;
     const elapsed = (Date.now() - startedAt) / 1000;
-    console.log(`control-plane: ${DEVICES} devices in ${elapsed.toFixed(1)} s; SIGKILL at ${appliedAtKill}/${bulkSize} of phase 2, SIGTERM at ${appliedAtTerm}/${remainderSize} of phase 3`);
+    console.log(`control-plane: ${DEVICES} devices in ${elapsed.toFixed(1)} s; SIGKILL at ${appliedAtKill}/${bulkSize} of phase 2, SIGTERM at ${appliedAtTerm}/${remainderSize} of phase 3; worker RSS then ${rssAtTerm.join(' / ')} MB`);
     expect(status.state, JSON.stringify(status.counts)).toBe('completed');
+    const notApplied = status.devices.filter((d) => d.state !== 'applied');
+    expect(notApplied.map((d) => ({ ...d, commands: fleet.commands(d.id).map((c) => `${c.command.slice(0, 120)} -> ${JSON.stringify(c.exitCode ?? null)}`), logs: workers.flatMap((w) => w.output().split('\n').filter((l) => l.includes(d.id))) })), 'devices not applied').toEqual([]);
     expect(status.counts).toMatchObject({ total: DEVICES, applied: DEVICES });
     expect(w3.child.exitCode).toBeNull();
 
     // Every device ran the apply exactly once, whatever worker attempts came and went.
-    const applies = new Map(fleet.devices.map((d) => [d.id, fleet.count(d.id, APPLY_COMMAND)]));
-    expect([...applies].filter(([, n]) => n !== 1), 'devices whose apply did not run exactly once').toEqual([]);
+    const applies = new Map(fleet.devices.map((d) => [d.id, appliesRan(fleet, d.id)]));
+    expect([...applies].filter(([, n]) => n !== 1).map(([id, n]) => ({ id, n, commands: fleet.commands(id).map((c) => `${new Date(c.startedAt).toISOString()} ${c.command.slice(0, 300)} -> ${JSON.stringify(c.exitCode)}`) })), 'devices whose apply did not run exactly once').toEqual([]);
+    // Launch requests (the launch script carries the apply command) that never ran: cut off by a stop.
+    const launchesCutOff = fleet.devices.reduce((n, d) => n + fleet.commands(d.id).filter((c) => APPLY_COMMAND.test(c.command) && c.exitCode === null).length, 0);
 
     // The stops really hit work in flight: some applyRevision activities needed another attempt, and
     // the attempts that finished were answered by more than one worker.
@@ -212,7 +235,7 @@ describe('three workers, one Temporal, one PostgreSQL, the CLI elsewhere', () =>
     const answeredBy = new Set(applyStarts.map((e) => e.identity));
     expect(answeredBy.size).toBeGreaterThanOrEqual(2);
     expect([...answeredBy].every((id) => workers.some((w) => w.identity === id))).toBe(true);
-    console.log(`control-plane: ${retried} applies retried after a stop; applies answered by ${[...answeredBy].join(', ')}`);
+    console.log(`control-plane: ${retried} applies retried after a stop, ${launchesCutOff} launch requests cut off before they ran; applies answered by ${[...answeredBy].join(', ')}`);
 
     // The audit in PostgreSQL: one chain, one segment, seq 1..n, ending at the head the workflow holds.
     const rows = await adminQuery<{ chain_run: string; segment: number; seq: string; event: string; hash: string; record: string }>(
