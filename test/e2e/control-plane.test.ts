@@ -147,9 +147,9 @@ function rssMb(child: ChildProcess): number {
   return Math.round(Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))![1]) / 1024);
 }
 
-/** How many of a phase's devices have run the apply command on the simulator (a slice child's progress is not in the parent's status until it returns). */
+/** How many of a phase's devices have run the apply (a slice child's progress is not in the parent's status until it returns). */
 function appliesRunIn(status: RolloutStatus, phase: number): number {
-  return status.devices.filter((d) => d.phase === phase && fleet.count(d.id, APPLY_COMMAND) > 0).length;
+  return status.devices.filter((d) => d.phase === phase && appliesRan(fleet, d.id) > 0).length;
 }
 
 beforeAll(async () => {
