@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { floorRefusal } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
@@ -341,6 +342,9 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
   return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
 }
 
+/** How long a lock may stay without an owner before it counts as a dead claimer's (a live claim names itself within milliseconds). */
+const OWNERLESS_GRACE_MS = 3_000;
+
 /**
  * Hold the device's apply lock for this unit. Returns null when the lock is ours to start from (fresh,
  * or an earlier attempt of ours that never started its apply), or the record of our own earlier apply
@@ -349,9 +353,11 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
  */
 async function claimLock(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, step: string, timeoutMs: number, holderClosed?: (h: ApplyHolder) => Promise<boolean>): Promise<ApplyLockRecord | null> {
   const profile = steps.profile;
+  let breakOwnerless = false;
   for (let tries = 0; tries < 3; tries++) {
-    const claim = await session.claimApplyLock(profile, { holder, revision: steps.revision, step }, { timeoutMs });
+    const claim = await session.claimApplyLock(profile, { holder, revision: steps.revision, step, ...(breakOwnerless ? { breakOwnerless } : {}) }, { timeoutMs });
     const { record } = claim;
+    breakOwnerless = false;
     if (claim.state === 'acquired') return null;
     const interrupted = record.launched && record.pid !== null && !record.running && !record.outcome;
     if (claim.state === 'ours') {
@@ -362,6 +368,13 @@ async function claimLock(session: DeviceSession, device: string, steps: Revision
       continue;
     }
     const theirs = record.holder;
+    if (!theirs && !record.launched && !record.running && tries === 0) {
+      // No owner and nothing launched: a claim mid-way (a moment) or cut off for good (its claimer was
+      // killed between taking the lock and naming itself). Wait out the moment, then break it.
+      await sleep(OWNERLESS_GRACE_MS);
+      breakOwnerless = true;
+      continue;
+    }
     if (!theirs || record.running || (record.launched && record.pid === null && !record.outcome)) throw new ApplyLockHeld(device, record, profile);
     // Not running. Gone for certain when its apply died without an outcome; when it never started or has
     // ended, its activity may still be between steps, unless that activity is provably closed: the same

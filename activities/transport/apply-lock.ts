@@ -56,12 +56,18 @@ const REPORT = [
 ].join('\n');
 
 /** Take the lock, or report who holds it; a retry of the same unit records itself as the holder's attempt. */
-export function claimScript(profile: string, claim: { holder: ApplyHolder; revision: number; step: string }, nowMs: number): string {
+export function claimScript(profile: string, claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean }, nowMs: number): string {
   const owner = [...holderLines(claim.holder, nowMs), `revision=${claim.revision}`, `step=${deviceValue(claim.step)}`, `taken=${new Date(nowMs).toISOString()}`];
   const attempt = holderLines(claim.holder, nowMs).slice(3);
+  const why = `ownerless, broken by ${deviceValue(claim.holder.rollout)} activity ${deviceValue(claim.holder.activity)} attempt ${claim.holder.attempt}: a claim cut off before it named its owner; nothing was launched under it`;
   return [
     dirs(profile),
     `mkdir -p "$P" || exit 1`,
+    // A lock without owner and launch: its claimer died between `mkdir` and naming itself (the caller
+    // waited first, so no live claimer is that slow). Kept as last-apply, like every released lock.
+    ...(claim.breakOwnerless
+      ? [`if [ -d "$L" ] && [ ! -e "$L/owner" ] && [ ! -e "$L/launched" ]; then rm -rf "$P/last-apply" && mv "$L" "$P/last-apply" && printf '%s\\n' ${shQuote(why)} > "$P/last-apply/released" || exit 1; fi`]
+      : []),
     `if mkdir "$L" 2>/dev/null; then`,
     `  printf '%s\\n' ${owner.map(shQuote).join(' ')} > "$L/owner.tmp" && mv -f "$L/owner.tmp" "$L/owner" || exit 1`,
     `  echo state=acquired`,

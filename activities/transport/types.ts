@@ -78,8 +78,11 @@ export interface DeviceSession {
   /**
    * Take the device's apply lock for `profile` (atomically), or say who holds it. When the holder is the
    * same unit (rollout, run, activity), the lock records `holder.attempt` as its attempt (`ours`).
+   *
+   * With `breakOwnerless`, a lock with no owner and no launch (a claim cut off between taking the lock
+   * and naming its owner: the claimer died) is put aside as `last-apply` and taken.
    */
-  claimApplyLock(profile: string, claim: { holder: ApplyHolder; revision: number; step: string }, opts: { timeoutMs: number }): Promise<ApplyLockClaim>;
+  claimApplyLock(profile: string, claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean }, opts: { timeoutMs: number }): Promise<ApplyLockClaim>;
   /** The lock's record, or null when no lock is held. */
   readApplyLock(profile: string, opts: { timeoutMs: number }): Promise<ApplyLockRecord | null>;
   /**

@@ -17,7 +17,7 @@ import { scratchDir } from '../support/harness';
 describe('the apply lock: one exclusive, resumable apply per device', () => {
   const scratch = scratchDir('apply-lock');
   let fleet: Fleet;
-  const ids = ['drop', 'hang', 'conflict', 'stale', 'finished', 'failing'];
+  const ids = ['drop', 'hang', 'conflict', 'stale', 'finished', 'failing', 'ownerless', 'ownerless-launched'];
 
   const target = (id: string): DeviceTarget => {
     const d = fleet.device(id);
@@ -122,6 +122,28 @@ describe('the apply lock: one exclusive, resumable apply per device', () => {
     expect(result).toEqual({ device: 'stale', outcome: 'applied', steps: ['verify', 'apply', 'verify', 'marker'] });
     expect(runs('stale')).toBe(1);
     expect(readFileSync(profileFile('stale', 'last-apply/owner'), 'utf8')).toMatch(/^rollout=rollout:new$/m);
+  });
+
+  it('a lock cut off before it named its owner (its claimer killed right after mkdir) is broken after a grace, recorded, and the apply runs once', async () => {
+    // What a worker SIGKILLed between `mkdir apply.lock` and writing `owner` leaves: an empty lock dir.
+    mkdirSync(profileFile('ownerless', 'apply.lock'), { recursive: true });
+    const began = Date.now();
+    const result = await applyToDevice(target('ownerless'), steps(0), { commandTimeoutMs: 20_000, holder: unit('rollout:after-kill', 2), heartbeatIntervalMs: 200 });
+    expect(result).toEqual({ device: 'ownerless', outcome: 'applied', steps: ['verify', 'apply', 'verify', 'marker'] });
+    expect(runs('ownerless')).toBe(1);
+    // It waited out a live claimer's moment before breaking the lock.
+    expect(Date.now() - began).toBeGreaterThanOrEqual(3_000);
+    expect(readFileSync(profileFile('ownerless', 'last-apply/owner'), 'utf8')).toMatch(/^rollout=rollout:after-kill$/m);
+  });
+
+  it('an ownerless lock under which something was launched is never broken: CONFLICT, nothing runs', async () => {
+    const lock = profileFile('ownerless-launched', 'apply.lock');
+    mkdirSync(lock, { recursive: true });
+    writeFileSync(join(lock, 'launched'), '');
+    const err = await failure(applyToDevice(target('ownerless-launched'), steps(0), { commandTimeoutMs: 20_000, holder: unit('rollout:careful', 1) }));
+    expect(err.name).toBe('ApplyLockHeld');
+    expect(runs('ownerless-launched')).toBe(0);
+    expect(existsSync(lock)).toBe(true);
   });
 
   it('the break of a stale lock is recorded on the device with its reason', async () => {
