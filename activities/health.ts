@@ -422,7 +422,13 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       }
       const ctx = activityContext();
       const timeoutMs = Math.max(1, input.timeoutMs);
-      const signals = [AbortSignal.timeout(timeoutMs), ...(ctx ? [ctx.cancellationSignal] : [])];
+      // One controller held by its own timer, not AbortSignal.any([AbortSignal.timeout(), ...]): a
+      // composite signal is weakly held and, collected under GC pressure, never aborts, so a metrics
+      // source that accepts and never answers would hang the check for good (nodejs/node#55428).
+      const controller = new AbortController();
+      const timer = setTimeout(() => controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+      const onCancel = () => controller.abort(ctx?.cancellationSignal.reason);
+      ctx?.cancellationSignal.addEventListener('abort', onCancel, { once: true });
       let progress: { done: number; total: number } = { done: 0, total: input.devices.length };
       const heartbeat = () => ctx?.heartbeat({ check: name, ...progress });
       heartbeat();
@@ -430,7 +436,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       const ticker = ctx ? setInterval(heartbeat, 1_000) : undefined;
       const probe: Probe = {
         deadline: started + timeoutMs,
-        signal: AbortSignal.any(signals),
+        signal: controller.signal,
         progress: (done, total) => {
           progress = { done, total };
           heartbeat();
@@ -443,6 +449,8 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         return { check: name, ...verdict, evidence: clip(verdict.evidence), durationMs: Date.now() - started };
       } finally {
         if (ticker) clearInterval(ticker);
+        clearTimeout(timer);
+        ctx?.cancellationSignal.removeEventListener('abort', onCancel);
       }
     },
   };

@@ -62,19 +62,42 @@ export function createWebhookActivities(deps: { attemptTimeoutMs?: number } = {}
       const body = JSON.stringify(input.event);
       const timestamp = String(Math.floor(Date.now() / 1000));
       const shown = shownUrl(input.url);
-      const signal = AbortSignal.any([AbortSignal.timeout(timeoutMs), Context.current().cancellationSignal]);
+      // The attempt's own timer decides, not AbortSignal.timeout()/any() handed to fetch alone: those
+      // (and undici's link from a request to its signal) are weakly held and can be collected under GC
+      // pressure, leaving a POST to a silent receiver hanging for good (nodejs/node#55428). The fetch is
+      // aborted too, best effort, so its socket is freed.
+      const controller = new AbortController();
+      const cancellation = Context.current().cancellationSignal;
+      let timer: NodeJS.Timeout | undefined;
+      let onCancel: (() => void) | undefined;
+      const stopped = new Promise<never>((_, reject) => {
+        const stop = (reason: unknown) => {
+          controller.abort(reason);
+          reject(reason);
+        };
+        timer = setTimeout(() => stop(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+        onCancel = () => stop(cancellation.reason);
+        cancellation.addEventListener('abort', onCancel, { once: true });
+      });
       let response: Response;
       try {
-        response = await fetch(input.url, {
-          method: 'POST',
-          headers: { ...webhookRequestHeaders(input.event, secret, timestamp, body), 'User-Agent': 'wavegate-webhooks' },
-          body,
-          // A redirect is not followed: the receiver is the url in the spec, nowhere else.
-          redirect: 'manual',
-          signal,
-        });
+        response = await Promise.race([
+          fetch(input.url, {
+            method: 'POST',
+            headers: { ...webhookRequestHeaders(input.event, secret, timestamp, body), 'User-Agent': 'wavegate-webhooks' },
+            body,
+            // A redirect is not followed: the receiver is the url in the spec, nowhere else.
+            redirect: 'manual',
+            signal: controller.signal,
+          }),
+          stopped,
+        ]);
       } catch (err) {
         throw ApplicationFailure.create({ type: 'WebhookUnreachable', message: `POST ${shown}: ${transportProblem(err, timeoutMs)}` });
+      } finally {
+        clearTimeout(timer);
+        cancellation.removeEventListener('abort', onCancel!);
+        stopped.catch(() => {}); // settled or not, never an unhandled rejection
       }
       // The answer's body is not read: only its status counts.
       await response.body?.cancel().catch(() => {});

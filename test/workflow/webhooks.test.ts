@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -11,6 +12,7 @@ import { createWebhookActivities } from '../../activities/webhooks';
 import { webhookEventFor, webhookEventOf, type WebhookEvent } from '../../core/events';
 import { demoDevices, type Fleet } from '../../sim';
 import { freePort, startDevServerEnv } from '../../workers/dev-server';
+import { PROJECT_ROOT } from '../../workers/toolchain';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
@@ -258,6 +260,14 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     expect([missing!.type, missing!.nonRetryable]).toEqual(['WebhookSecretMissing', true]);
     expect(missing!.message).toMatch(/the webhook secret file .*nope cannot be read on this worker: ENOENT/);
     expect(r.requests).toHaveLength(0);
+  });
+
+  it('the attempt timeout holds under garbage-collector pressure (a weakly held timeout signal would never fire)', () => {
+    const file = join(scratch.dir, 'secret-gc');
+    writeFileSync(file, 'gc-secret');
+    const run = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', join(PROJECT_ROOT, 'test/support/gc-silent-receiver.ts'), file], { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(run.stdout, run.stderr).toMatch(/^rejected WebhookUnreachable (\d+)$/m);
+    expect(Number(/rejected WebhookUnreachable (\d+)/.exec(run.stdout)![1])).toBeLessThan(5_000);
   });
 
   it('a receiver that does not answer within the attempt timeout is retryable', async () => {
