@@ -76,11 +76,17 @@ describe('the embedded dev stack', () => {
     try {
       const spec = join(scratch.dir, 'bad.yaml');
       writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - canary: lots\n');
-      const run = await runCli(['start', '-f', spec, '--inventory', join(scratch.dir, 'none.yaml'), '--address', '127.0.0.1:1']);
+      // A valid inventory, so the spec alone is what is wrong (start reads the inventory first now, for the membership entity).
+      const run = await runCli(['start', '-f', spec, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--address', '127.0.0.1:1']);
       expect(run.code).toBe(2);
       expect(run.stderr).toContain('rollout.phases[0].canary');
       expect(run.stderr).toContain('"lots"');
       expect(run.stderr).not.toContain('cannot reach Temporal');
+      // A missing inventory is named too.
+      const missing = await runCli(['start', '-f', spec, '--inventory', join(scratch.dir, 'none.yaml'), '--address', '127.0.0.1:1']);
+      expect(missing.code).toBe(2);
+      expect(missing.stderr).toMatch(/none\.yaml: cannot read file \(ENOENT\)/);
+      expect(missing.stderr).not.toContain('cannot reach Temporal');
 
       // A transport this version does not have is refused by name, not quietly replaced by SSH.
       writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  transport: agent\n  phases:\n    - canary: 1 device\n');
