@@ -9,7 +9,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { stopChild, WAVEGATE_BIN } from '../support/cli';
+import { runCli, stopChild, WAVEGATE_BIN, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';
 
@@ -50,22 +50,8 @@ function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   };
 }
 
-function wavegate(args: string[], opts: { cwd: string; env?: Record<string, string> }): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: opts.cwd, env: cleanEnv(opts.env ?? {}) });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`wavegate ${args.join(' ')} timed out\n${stdout}\n${stderr}`));
-    }, 180_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function wavegate(args: string[], opts: { cwd: string; env?: Record<string, string> }): Promise<CliRun> {
+  return runCli(args, { cwd: opts.cwd, env: cleanEnv(opts.env ?? {}), timeoutMs: 180_000 });
 }
 
 async function admin<T>(fn: (client: Client) => Promise<T>): Promise<T> {

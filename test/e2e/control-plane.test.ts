@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -11,7 +11,7 @@ import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { spawnCliUntil, stopChild, WAVEGATE_BIN } from '../support/cli';
+import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';
 import { APPLY_COMMAND, waitForStatus } from '../support/rollout-helpers';
@@ -80,22 +80,8 @@ function cleanEnv(extra: Record<string, string>): Record<string, string> {
 }
 
 /** `wavegate <args>` run to completion in `cwd`. */
-function wavegate(args: string[], cwd: string, extraEnv: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd, env: { ...process.env, ...cleanEnv(extraEnv) } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`wavegate ${args.join(' ')} timed out\n${stdout}\n${stderr}`));
-    }, 180_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function wavegate(args: string[], cwd: string, extraEnv: Record<string, string> = {}): Promise<CliRun> {
+  return runCli(args, { cwd, env: cleanEnv(extraEnv), timeoutMs: 180_000 });
 }
 
 const temporalFlags = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', TASK_QUEUE];
