@@ -3,6 +3,7 @@ import { join } from 'node:path';
 // file; the worker code is loaded when a worker is actually made.
 import type { NativeConnection, Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { ActivityDeps } from '../activities';
+import { DEFAULT_MAX_ACTIVITIES, type WorkerLayout } from '../core/worker-layout';
 import { connectionOptions, type ConnectionSettings } from './connection';
 import { workerDeploymentOptions, type WorkerVersioning } from './versioning';
 
@@ -47,19 +48,25 @@ export async function createWorker(opts: {
   workflowsPath?: string;
   /** Poll as this Worker Deployment Version (workers/versioning.ts); unversioned without it. */
   versioning?: WorkerVersioning;
+  /** Workflows, activities or both, and the slots of each (core/worker-layout.ts); both without it. */
+  layout?: WorkerLayout;
 }): Promise<Worker> {
   const { createActivities, defaultWorkerIdentity } = require('../activities') as typeof import('../activities');
   // One identity for Temporal and for the preflight's answer, so a refusal names the worker people see.
   const identity = opts.deps?.identity ?? defaultWorkerIdentity();
+  const role = opts.layout?.role ?? 'all';
   return workerSdk().Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     identity,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
+    // An activities-only worker gets no workflow code, so it never polls workflow tasks (nor bundles).
+    ...(role === 'activities' ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
     ...(opts.versioning ? { workerDeploymentOptions: workerDeploymentOptions(opts.versioning) } : {}),
-    activities: createActivities({ ...opts.deps, identity }),
+    // A workflows-only worker registers no activities, so it never polls activity tasks.
+    ...(role === 'workflows' ? {} : { activities: createActivities({ ...opts.deps, identity }) }),
     // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
-    maxConcurrentActivityTaskExecutions: 200,
+    ...(role === 'workflows' ? {} : { maxConcurrentActivityTaskExecutions: opts.layout?.maxActivities ?? DEFAULT_MAX_ACTIVITIES }),
+    ...(role === 'activities' || !opts.layout ? {} : { maxConcurrentWorkflowTaskExecutions: opts.layout.maxWorkflowTasks }),
   });
 }

@@ -15,6 +15,7 @@ import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
 import { workerAuditStore } from '../../activities/audit-store/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
+import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
@@ -173,16 +174,22 @@ export function register(program: Command): void {
       .option('--metrics-bind <host:port>', 'serve Prometheus metrics (the SDK\'s and wavegate\'s) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)')
       .option('--deployment-name <name>', 'Temporal Worker Versioning: poll as a version of this worker deployment (default $WAVEGATE_DEPLOYMENT_NAME; none: unversioned)')
       .option('--build-id <id>', 'this worker\'s build id in the deployment (default $WAVEGATE_BUILD_ID, else <package version>-<hash of the workflow sources>)')
-      .option('--versioning-behavior <pinned|auto-upgrade>', 'for versioned workers: pinned (default) keeps a rollout on the build it started on; auto-upgrade moves it to the current build at its next task'),
+      .option('--versioning-behavior <pinned|auto-upgrade>', 'for versioned workers: pinned (default) keeps a rollout on the build it started on; auto-upgrade moves it to the current build at its next task')
+      .option('--workflows-only', 'poll workflow tasks only: no activities registered, no activity slots (run --activities-only workers beside it on the same task queue)')
+      .option('--activities-only', 'poll activity tasks only: no workflow code loaded (run a --workflows-only worker beside it on the same task queue)')
+      .option('--max-activities <n>', `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`)
+      .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string } & VersioningFlags) => {
+    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string } & VersioningFlags & WorkerLayoutFlags) => {
+      const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
       const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
       const profiles = resolveProfilesRoot({ flag: flags.profiles });
       const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
       const settings = resolveConnectionSettings(flags);
       const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
       // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
-      const auditStore = await workerAuditStore({ flag: (flags as { auditStore?: string }).auditStore, auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined), log });
+      // A workflows-only worker appends no audit records (activities do), so it opens no store.
+      const auditStore = layout.role === 'workflows' ? undefined : await workerAuditStore({ flag: (flags as { auditStore?: string }).auditStore, auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined), log });
       let connection: NativeConnection;
       installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
       installQuietRuntime();
@@ -195,8 +202,9 @@ export function register(program: Command): void {
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
       if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
       log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, layout, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
       log(`versioning: ${describeVersioning(versioning)}`);
+      log(`runs: ${describeWorkerLayout(layout)}`);
       if (versioning) log(`  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`);
       if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
       log(`worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);

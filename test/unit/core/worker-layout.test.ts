@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { WavegateError } from '../../../core/errors';
+import { resolveWorkerLayout } from '../../../core/worker-layout';
+
+describe('resolveWorkerLayout', () => {
+  it('no flags: both roles with the default slots', () => {
+    expect(resolveWorkerLayout({})).toEqual({ role: 'all', maxActivities: 200, maxWorkflowTasks: 40 });
+  });
+  it('--workflows-only has no activity slots; --activities-only no workflow task slots', () => {
+    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({ role: 'workflows', maxActivities: 0, maxWorkflowTasks: 8 });
+    expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({ role: 'activities', maxActivities: 50, maxWorkflowTasks: 0 });
+  });
+  it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
+    const refusal = (f: Parameters<typeof resolveWorkerLayout>[0]) => {
+      try {
+        resolveWorkerLayout(f);
+      } catch (err) {
+        expect(err).toBeInstanceOf(WavegateError);
+        expect((err as WavegateError).code).toBe('INVALID_INPUT');
+        return (err as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    expect(refusal({ workflowsOnly: true, activitiesOnly: true })).toMatch(/--workflows-only and --activities-only/);
+    expect(refusal({ maxActivities: '0' })).toContain('--max-activities "0"');
+    expect(refusal({ maxActivities: '2001' })).toContain('--max-activities "2001"');
+    expect(refusal({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
+    expect(refusal({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
+    expect(refusal({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain('--max-workflow-tasks "4" with --activities-only');
+  });
+});
