@@ -37,6 +37,12 @@ export const UpdateClass = z.enum(['required', 'best-effort', 'left-behind']);
 export type UpdateClass = z.infer<typeof UpdateClass>;
 export const Transport = z.enum(['ssh', 'agent']);
 
+/**
+ * An agent device's identity key pin (`transport: agent`): the Ed25519 public key its `wavegate agent`
+ * signs every gateway request with (`wavegate agent enroll` prints it).
+ */
+export const AgentKey = z.string().regex(/^ed25519:[A-Za-z0-9+/]{43}=$/, 'must be "ed25519:<base64 of the 32-byte public key>" (as `wavegate agent enroll` prints it)');
+
 export const SshSettings = z
   .object({
     /** Pinned host key: OpenSSH fingerprint `SHA256:...`. */
@@ -72,6 +78,7 @@ const DeviceFields = {
   runtimes: z.array(Identifier).max(64, 'at most 64 runtimes'),
   transport: Transport,
   ssh: SshSettings,
+  agentKey: AgentKey,
 };
 
 export const DeviceInput = z
@@ -107,6 +114,8 @@ export interface Device {
   runtimes: string[];
   transport: z.infer<typeof Transport>;
   ssh: SshSettings;
+  /** `transport: agent` only (required there): the pin of the device's identity key, read by the gateway. */
+  agentKey?: string;
 }
 
 export interface Pool {
@@ -127,6 +136,20 @@ function budgetFraction(value: number | string | undefined): number {
   return typeof value === 'number' ? value : Number(value.slice(0, -1)) / 100;
 }
 
+/**
+ * `agentKey` is required for an agent device and refused for any other (a pin nothing checks is a
+ * false comfort), and one key names one device: a request signed by it must say which twin it may reach.
+ */
+function agentKeyProblems(index: number, transport: string, agentKey: string | undefined, seen: Map<string, number>): FieldProblem[] {
+  const path = `devices[${index}].agentKey`;
+  if (transport !== 'agent') return agentKey === undefined ? [] : [{ path, value: agentKey, message: `only for transport: agent devices (this one is ${transport})` }];
+  if (agentKey === undefined) return [{ path, value: undefined, message: 'required for transport: agent (the pin `wavegate agent enroll` prints on the device)' }];
+  const first = seen.get(agentKey);
+  if (first !== undefined) return [{ path, value: agentKey, message: `the same key as devices[${first}]; every agent device has its own identity key` }];
+  seen.set(agentKey, index);
+  return [];
+}
+
 /** Validate a parsed inventory document and resolve defaults. `source` names the file in errors. */
 export function parseInventory(data: unknown, source: string): Inventory {
   const input = parseWith(InventoryInput, data, source);
@@ -134,6 +157,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
   // Ids are unique ignoring case: they name directories, workflow ids and audit records, some of them
   // on case-insensitive file systems, and "WEB-01" next to "web-01" is a typo, not a second device.
   const seen = new Map<string, number>();
+  const agentKeys = new Map<string, number>();
   const devices: Device[] = input.devices.map((d, i) => {
     const first = seen.get(d.id.toLowerCase());
     if (first !== undefined) {
@@ -141,9 +165,12 @@ export function parseInventory(data: unknown, source: string): Inventory {
       problems.push({ path: `devices[${i}].id`, value: d.id, message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first}] is ${JSON.stringify(input.devices[first]!.id)})` });
     } else seen.set(d.id.toLowerCase(), i);
     const merged = { ...input.defaults, ...d, ssh: { ...input.defaults.ssh, ...d.ssh } };
-    for (const field of ['host', 'user', 'pool'] as const) {
+    const agent = merged.transport === 'agent';
+    // An agent device is never dialled: it pulls through the gateway, so it needs no host or login.
+    for (const field of agent ? (['pool'] as const) : (['host', 'user', 'pool'] as const)) {
       if (!merged[field]) problems.push({ path: `devices[${i}].${field}`, value: undefined, message: 'required (set it on the device or in defaults)' });
     }
+    problems.push(...agentKeyProblems(i, merged.transport ?? 'ssh', merged.agentKey, agentKeys));
     return {
       id: d.id,
       host: merged.host ?? '',
@@ -157,6 +184,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
       runtimes: merged.runtimes ?? [],
       transport: merged.transport ?? 'ssh',
       ssh: merged.ssh,
+      ...(agent && merged.agentKey ? { agentKey: merged.agentKey } : {}),
     };
   });
   for (const [name, pool] of Object.entries(input.pools)) {

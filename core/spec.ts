@@ -285,15 +285,10 @@ export function checkSpecAgainstInventory(spec: RolloutSpec, inventory: Inventor
       problems.push({ path: formatPath(['rollout', 'disruptionBudget', pool]), value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
     }
   }
-  // The pull transport (device twins and `wavegate agent`) is not built yet: refuse it by
-  // name rather than quietly pushing over SSH to devices that expect to pull.
+  // Each device's transport comes from the inventory (`transport: agent` devices are applied through
+  // their twin); a rollout-wide `transport: agent` would override that, and no such override exists.
   if (spec.transport === 'agent') {
     problems.push({ path: 'rollout.transport', value: spec.transport, message: 'the agent transport is not available in this version; allowed: "ssh"' });
-  }
-  for (const d of devices) {
-    if (d.transport === 'agent') {
-      problems.push({ path: `devices.${d.id}.transport`, value: d.transport, message: 'the agent transport is not available in this version; allowed: "ssh"' });
-    }
   }
   if (problems.length) invalidFields(source, problems);
 }

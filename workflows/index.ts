@@ -5,3 +5,4 @@ export { revisionRegistryWorkflow } from './registry';
 export { nightlyCanaryWorkflow } from './canary';
 export { preflightWorkflow } from './preflight';
 export { membershipWorkflow } from './membership';
+export { deviceTwinWorkflow } from './device-twin';

@@ -1,0 +1,334 @@
+import { sha256 } from '@noble/hashes/sha2.js';
+import { bytesToHex } from '@noble/hashes/utils.js';
+import { utf8Encode } from './bytes';
+import { canonicalize } from './canonical';
+import type { RevisionSteps } from './rollout/input';
+import type { Envelope } from './signing';
+
+/**
+ * The device twin `device:<id>` (issue 13): the durable, desired-state side of an agent device. The
+ * rollout sets what a device should run (`twinDesire`), the device's agent syncs through the gateway
+ * (`twinSync`) and reports what it did. This module holds the twin's whole state and every check, pure
+ * (usable in workflow code); workflows/device-twin.ts is a thin shell around it.
+ *
+ * Contract between the rollout side (H4a) and the device side (H4b): change only ADDITIVELY, and list
+ * each change here.
+ *   - v1: DesiredEntry, ProfileReport, AgentReport, TwinView, TwinSyncInput, the limits below.
+ */
+
+/** The apply lock's holder on the device (activities/transport/types.ts ApplyHolder has this shape). */
+export interface TwinHolder {
+  rollout: string;
+  run: string;
+  activity: string;
+  attempt: number;
+}
+
+/** What one profile should run on the device: one entry per profile, replaced by a newer request. */
+export interface DesiredEntry {
+  /** `${rollout}:${run}:${activityId}`: the same on every retry of one apply, so a retry is not a second request. */
+  requestId: string;
+  profile: string;
+  revision: number;
+  /** Public signed content only (core/rollout/input.ts): the agent verifies it against ITS OWN pins. */
+  steps: RevisionSteps;
+  /** Hex SHA-256 of canonical JSON of `steps.envelope` (`envelopeDigestOf`); '' for an unsigned revision. */
+  envelopeDigest: string;
+  /** The device apply lock's holder: retries of one unit reattach to it on the device. */
+  holder: TwinHolder;
+  /** The rollout that asked (null: convergence to the fleet's revision). */
+  rollout: string | null;
+  /** Where a rollback returns to. */
+  fromRevision: number | null;
+  /** When the twin took it (workflow clock, ISO). */
+  setAt: string;
+}
+
+export type DesiredRequest = Omit<DesiredEntry, 'setAt'>;
+
+export const PROFILE_REPORT_STATES = ['idle', 'applying', 'applied', 'already-applied', 'claimed', 'failed', 'refused'] as const;
+export type ProfileReportState = (typeof PROFILE_REPORT_STATES)[number];
+/** Report states that answer a request for good: the rollout side stops waiting on them. */
+export const FINAL_REPORT_STATES: readonly ProfileReportState[] = ['applied', 'already-applied', 'claimed', 'failed', 'refused'];
+
+export interface ProfileReport {
+  /** The device's marker for the profile. */
+  revision: number | null;
+  state: ProfileReportState;
+  /** Which desired entry this answers. */
+  requestId?: string;
+  /** Refusal reason code (UNPINNED_KEY, THRESHOLD, EXPIRED, BELOW_FLOOR, DIGEST, ...) or the failed step. */
+  reason?: string;
+  /** At most 400 chars. */
+  detail?: string;
+  steps?: string[];
+  /** Agent clock, ISO. */
+  at: string;
+}
+
+export interface HealthReport {
+  name: string;
+  ok: boolean;
+  detail?: string;
+}
+
+export interface AgentReport {
+  profiles: Record<string, ProfileReport>;
+  /** The signed profile's runtime health checks, run locally by the agent. */
+  health: HealthReport[];
+  healthAt: string | null;
+  agentVersion: string;
+}
+
+export interface TwinView {
+  deviceId: string;
+  /** Bumps on every desired change or reverify request: the agent's long-poll waits for it. */
+  version: number;
+  desired: Record<string, DesiredEntry>;
+  report: AgentReport | null;
+  /** Gateway-side time of the last sync/report (workflow clock, ISO). */
+  lastSeenAt: string | null;
+  reverify: boolean;
+}
+
+export interface TwinSyncInput {
+  report: AgentReport | null;
+  knownVersion: number;
+  /** 0..MAX_SYNC_WAIT_MS: how long the sync may wait for a version newer than knownVersion. */
+  waitMs: number;
+}
+
+/** The state carried over continue-as-new: the view plus bookkeeping. */
+export interface TwinState extends TwinView {
+  /** The version the pending reverify request was made at: a report synced at or after it answers it. */
+  reverifyVersion: number;
+  /** Syncs taken over the twin's life (all runs): for benchmarks and operators. */
+  syncs: number;
+}
+
+export const TWIN_LIMITS = {
+  profiles: 64,
+  health: 64,
+  steps: 64,
+  string: 400,
+  /** A sync waits at most this long for news (the gateway's long-poll). */
+  waitMs: 30_000,
+} as const;
+
+/** A twin whose last sync is older than this is offline for `reportOffline` (the agent syncs at least every waitMs). */
+export const TWIN_OFFLINE_AFTER_MS = 90_000;
+/** Health gates and the fleet board take an agent's report as current only within this age; older is inconclusive. */
+export const REPORT_FRESH_MS = 120_000;
+/** The twin continues as new past this many history events (or when Temporal suggests it). */
+export const TWIN_HISTORY_LIMIT = 2_000;
+
+export function twinWorkflowId(deviceId: string): string {
+  return `device:${deviceId}`;
+}
+
+/** Hex SHA-256 of the envelope's canonical JSON ('' without one): what a DesiredEntry names its content by. */
+export function envelopeDigestOf(envelope: Envelope | undefined): string {
+  return envelope ? bytesToHex(sha256(utf8Encode(canonicalize(envelope)))) : '';
+}
+
+export function requestIdOf(holder: Pick<TwinHolder, 'rollout' | 'run' | 'activity'>): string {
+  return `${holder.rollout}:${holder.run}:${holder.activity}`;
+}
+
+export function newTwinState(deviceId: string): TwinState {
+  return { deviceId, version: 0, desired: {}, report: null, lastSeenAt: null, reverify: false, reverifyVersion: 0, syncs: 0 };
+}
+
+/** The twin's state from what a previous run carried (or a fresh one): a carried state of another device is refused. */
+export function restoreTwinState(deviceId: string, carried: TwinState | undefined): TwinState {
+  if (!carried) return newTwinState(deviceId);
+  if (carried.deviceId !== deviceId) throw new Error(`twin ${deviceId}: carried state is of device ${JSON.stringify(carried.deviceId)}`);
+  return { ...newTwinState(deviceId), ...carried };
+}
+
+export function viewOf(state: TwinState): TwinView {
+  const { deviceId, version, desired, report, lastSeenAt, reverify } = state;
+  return { deviceId, version, desired, report, lastSeenAt, reverify };
+}
+
+// ---- validation: every message is checked before it touches the state ----
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const PROFILE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const RESERVED = new Set(['__proto__', 'constructor', 'prototype']);
+
+function stringProblem(value: unknown, field: string, optional = false): string | null {
+  if (value === undefined && optional) return null;
+  if (typeof value !== 'string') return `${field}: must be a string (got ${shown(value)})`;
+  if (value.length > TWIN_LIMITS.string) return `${field}: at most ${TWIN_LIMITS.string} characters (got ${value.length})`;
+  return null;
+}
+
+function shown(value: unknown): string {
+  const text = value === undefined ? 'undefined' : JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 60)}…` : text;
+}
+
+function revisionProblem(value: unknown, field: string, nullable: boolean): string | null {
+  if (value === null && nullable) return null;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) return `${field}: must be a revision number >= 1${nullable ? ' or null' : ''} (got ${shown(value)})`;
+  return null;
+}
+
+function profileNameProblem(name: unknown, field: string): string | null {
+  if (typeof name !== 'string' || !PROFILE.test(name) || RESERVED.has(name)) return `${field}: must be a profile name (1-64 letters, digits, ".", "_", "-"; got ${shown(name)})`;
+  return null;
+}
+
+/** Why a desired request is malformed, or null. */
+export function desireProblem(entry: unknown): string | null {
+  if (!isRecord(entry)) return 'twinDesire: must be an object';
+  const first = [
+    stringProblem(entry.requestId, 'requestId'),
+    profileNameProblem(entry.profile, 'profile'),
+    revisionProblem(entry.revision, 'revision', false),
+    typeof entry.envelopeDigest === 'string' && /^([0-9a-f]{64})?$/.test(entry.envelopeDigest) ? null : `envelopeDigest: must be 64 hex chars or "" (got ${shown(entry.envelopeDigest)})`,
+    entry.rollout === null ? null : stringProblem(entry.rollout, 'rollout'),
+    revisionProblem(entry.fromRevision, 'fromRevision', true),
+  ].find((p) => p !== null);
+  if (first) return `twinDesire: ${first}`;
+  if (!isRecord(entry.steps) || entry.steps.profile !== entry.profile || entry.steps.revision !== entry.revision) {
+    return `twinDesire: steps: must be the steps of ${String(entry.profile)} r${String(entry.revision)}`;
+  }
+  const h = entry.holder;
+  if (!isRecord(h) || [h.rollout, h.run, h.activity].some((v) => typeof v !== 'string' || v.length === 0 || v.length > TWIN_LIMITS.string) || typeof h.attempt !== 'number' || !Number.isSafeInteger(h.attempt) || h.attempt < 1) {
+    return `twinDesire: holder: must be { rollout, run, activity, attempt >= 1 } (got ${shown(h)})`;
+  }
+  return null;
+}
+
+function profileReportProblem(report: unknown, field: string): string | null {
+  if (!isRecord(report)) return `${field}: must be an object`;
+  if (!(PROFILE_REPORT_STATES as readonly unknown[]).includes(report.state)) return `${field}.state: must be one of ${PROFILE_REPORT_STATES.join(', ')} (got ${shown(report.state)})`;
+  const steps = report.steps;
+  return (
+    [
+      revisionProblem(report.revision, `${field}.revision`, true),
+      stringProblem(report.requestId, `${field}.requestId`, true),
+      stringProblem(report.reason, `${field}.reason`, true),
+      stringProblem(report.detail, `${field}.detail`, true),
+      stringProblem(report.at, `${field}.at`),
+      steps === undefined
+        ? null
+        : !Array.isArray(steps) || steps.length > TWIN_LIMITS.steps
+          ? `${field}.steps: must be a list of at most ${TWIN_LIMITS.steps} step names`
+          : (steps.map((s, i) => stringProblem(s, `${field}.steps[${i}]`)).find((p) => p !== null) ?? null),
+    ].find((p) => p !== null) ?? null
+  );
+}
+
+/** Why an agent report is malformed, or null. */
+export function reportProblem(report: unknown): string | null {
+  if (!isRecord(report)) return 'report: must be an object or null';
+  if (!isRecord(report.profiles)) return 'report.profiles: must be an object of profile reports';
+  const names = Object.keys(report.profiles);
+  if (names.length > TWIN_LIMITS.profiles) return `report.profiles: at most ${TWIN_LIMITS.profiles} profiles (got ${names.length})`;
+  for (const name of names) {
+    const problem = profileNameProblem(name, `report.profiles[${shown(name)}]`) ?? profileReportProblem(report.profiles[name], `report.profiles.${name}`);
+    if (problem) return problem;
+  }
+  if (!Array.isArray(report.health)) return 'report.health: must be a list of health checks';
+  if (report.health.length > TWIN_LIMITS.health) return `report.health: at most ${TWIN_LIMITS.health} checks (got ${report.health.length})`;
+  for (const [i, check] of report.health.entries()) {
+    if (!isRecord(check) || typeof check.ok !== 'boolean') return `report.health[${i}]: must be { name, ok: boolean, detail? }`;
+    const problem = stringProblem(check.name, `report.health[${i}].name`) ?? stringProblem(check.detail, `report.health[${i}].detail`, true);
+    if (problem) return problem;
+  }
+  if (report.healthAt !== null) {
+    const problem = stringProblem(report.healthAt, 'report.healthAt');
+    if (problem) return problem;
+  }
+  return stringProblem(report.agentVersion, 'report.agentVersion');
+}
+
+/** Why a sync is malformed, or null (the twinSync update's validator). */
+export function syncProblem(input: unknown): string | null {
+  if (!isRecord(input)) return 'twinSync: must be { report, knownVersion, waitMs }';
+  if (typeof input.knownVersion !== 'number' || !Number.isSafeInteger(input.knownVersion) || input.knownVersion < 0) return `twinSync: knownVersion: must be an integer >= 0 (got ${shown(input.knownVersion)})`;
+  if (typeof input.waitMs !== 'number' || !Number.isFinite(input.waitMs) || input.waitMs < 0 || input.waitMs > TWIN_LIMITS.waitMs) return `twinSync: waitMs: must be 0-${TWIN_LIMITS.waitMs} (got ${shown(input.waitMs)})`;
+  if (input.report === null) return null;
+  const problem = reportProblem(input.report);
+  return problem ? `twinSync: ${problem}` : null;
+}
+
+// ---- transitions ----
+
+/**
+ * Take a desired entry. The same requestId again (a retried signal) changes nothing, and the version
+ * stays, so an agent does not re-apply; a new request for the profile replaces the old one. Returns
+ * whether the state changed.
+ */
+export function desire(state: TwinState, request: DesiredRequest, now: string): boolean {
+  const current = Object.hasOwn(state.desired, request.profile) ? state.desired[request.profile] : undefined;
+  if (current && current.requestId === request.requestId) return false;
+  state.desired = { ...state.desired, [request.profile]: { ...request, setAt: now } };
+  state.version += 1;
+  return true;
+}
+
+/** Ask the agent to re-verify every profile and report. */
+export function requestReverify(state: TwinState): void {
+  state.version += 1;
+  state.reverify = true;
+  state.reverifyVersion = state.version;
+}
+
+/**
+ * Record a sync: the agent is seen now, and its report (when it sends one) replaces the last. A report
+ * sent knowing the version the reverify was asked at answers that request.
+ */
+export function recordSync(state: TwinState, input: TwinSyncInput, now: string): void {
+  state.lastSeenAt = now;
+  state.syncs += 1;
+  if (input.report) {
+    state.report = input.report;
+    if (state.reverify && input.knownVersion >= state.reverifyVersion) state.reverify = false;
+  }
+}
+
+/** Whether a sync that knows `knownVersion` has news to take at once. */
+export function hasNews(state: TwinState, knownVersion: number): boolean {
+  return state.version > knownVersion;
+}
+
+// ---- reading a twin (rollout side, fleet board, health gates) ----
+
+/** Milliseconds since the agent last synced (Infinity: never). */
+export function ageMs(lastSeenAt: string | null, nowMs: number): number {
+  if (!lastSeenAt) return Infinity;
+  const at = Date.parse(lastSeenAt);
+  return Number.isFinite(at) ? Math.max(0, nowMs - at) : Infinity;
+}
+
+/** Whether the twin's agent counts as offline now (never seen, or silent past TWIN_OFFLINE_AFTER_MS). */
+export function isOffline(view: Pick<TwinView, 'lastSeenAt'>, nowMs: number, afterMs = TWIN_OFFLINE_AFTER_MS): boolean {
+  return ageMs(view.lastSeenAt, nowMs) > afterMs;
+}
+
+export type RequestAnswer =
+  | { state: 'pending' }
+  | { state: 'applied' | 'already-applied' | 'claimed'; report: ProfileReport }
+  | { state: 'failed' | 'refused'; report: ProfileReport };
+
+/** What the agent answered to request `requestId` for `profile`: pending until a final report names it. */
+export function answerTo(view: Pick<TwinView, 'report'>, profile: string, requestId: string): RequestAnswer {
+  const profiles = view.report?.profiles;
+  const report = profiles && Object.hasOwn(profiles, profile) ? profiles[profile] : undefined;
+  if (!report || report.requestId !== requestId || !FINAL_REPORT_STATES.includes(report.state)) return { state: 'pending' };
+  return { state: report.state as 'applied', report };
+}
+
+/** A short human age: "12s ago", "5m ago", "3h ago", "never". */
+export function describeAge(lastSeenAt: string | null, nowMs: number): string {
+  const ms = ageMs(lastSeenAt, nowMs);
+  if (!Number.isFinite(ms)) return 'never';
+  const s = Math.round(ms / 1000);
+  if (s < 120) return `${s}s ago`;
+  if (s < 7200) return `${Math.round(s / 60)}m ago`;
+  return `${Math.round(s / 3600)}h ago`;
+}
