@@ -207,6 +207,8 @@ export interface ApplyOptions {
   signal?: AbortSignal;
   /** Checks the steps' `after` on the device before the apply lock is taken (activities/dependencies.ts). */
   dependencies?: DependencyChecker;
+  /** How the device is reached (default its transport, connectDevice): the pull agent passes its LOCAL session (activities/transport/local.ts). */
+  connect?: (target: DeviceTarget) => Promise<DeviceSession>;
 }
 
 /** The lock protocol's own commands are short: they get this long, however long an apply may run. */
@@ -240,7 +242,7 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
   const ticker = setInterval(() => opts.heartbeat?.(detail), interval);
   try {
     beat('connect');
-    const session = await connectDevice(target);
+    const session = await (opts.connect ?? connectDevice)(target);
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
     try {

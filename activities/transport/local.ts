@@ -1,0 +1,171 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { formatFloor, parseFloor } from '../../core/floor';
+import { floorPath, markerPath } from '../../core/revision';
+import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
+import { StepFailed, TransportError } from './errors';
+import type { DeviceSession, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
+
+/**
+ * The DeviceSession of the device the process runs on (the pull agent, `wavegate agent`): commands run
+ * with `/bin/sh -c` with HOME set to the device home, payload files are copied and checked, and the
+ * marker, floor and apply lock are the very files the SSH path keeps under `$HOME/.wavegate/` (the lock
+ * protocol is the same shell, ./apply-lock.ts). So applyToDevice over this session has the same lock,
+ * verify-first, reattach and floor semantics as over SSH: a restarted agent finds its own apply.
+ *
+ * Every command runs in a process group of its own: a timeout ends the whole group, and the detached
+ * apply `launchApply` starts outlives the agent (a SIGKILLed agent's apply finishes and records its
+ * outcome, which the restarted agent reattaches to).
+ */
+export function localDeviceSession(device: string, home: string): DeviceSession {
+  const root = resolve(home);
+  let closed = false;
+  const running = new Set<() => void>();
+
+  const exec = (command: string, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000 }: ExecOptions = {}): Promise<ExecResult> =>
+    new Promise((resolvePromise, reject) => {
+      if (closed) return reject(new TransportError('dropped', `${device}: the local session is closed`));
+      const child = spawn('/bin/sh', ['-c', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      const started = Date.now();
+      let done = false;
+      const killGroup = () => {
+        try {
+          if (child.pid) process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      };
+      const finish = (fn: () => void) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        clearInterval(ticker);
+        running.delete(abort);
+        fn();
+      };
+      const abort = () => {
+        killGroup();
+        finish(() => reject(new TransportError('dropped', `${device}: the local session was closed while a command ran`)));
+      };
+      running.add(abort);
+      const timer = setTimeout(() => {
+        killGroup();
+        finish(() => reject(new TransportError('timeout', `${device}: command timed out after ${timeoutMs} ms: ${command.slice(0, 80)}`)));
+      }, timeoutMs);
+      const ticker = setInterval(() => onProgress?.(Date.now() - started), progressIntervalMs);
+      child.stdout.on('data', (b: Buffer) => out.push(b));
+      child.stderr.on('data', (b: Buffer) => err.push(b));
+      child.on('error', (e) => finish(() => reject(new TransportError('config', `${device}: cannot run /bin/sh: ${e.message}`))));
+      child.on('close', (code) => finish(() => resolvePromise({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') })));
+    });
+
+  /** A path under the home, from a relative one (the session's paths are all relative to $HOME). */
+  const under = (rel: string): string => {
+    const path = resolve(root, rel);
+    const r = relative(root, path);
+    if (r === '' || r.startsWith('..') || isAbsolute(r)) throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${rel} is not inside the device home ${root}` }, device);
+    return path;
+  };
+
+  const writeAtomically = (path: string, text: string) => {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(`${path}.new`, text);
+    renameSync(`${path}.new`, path);
+  };
+
+  const failed = (step: string, e: unknown): StepFailed => new StepFailed(step, { code: 1, stdout: '', stderr: (e as Error).message }, device);
+
+  return {
+    exec,
+
+    async stage(dir: string, files: readonly StagedFile[], { onStaged }: StageOptions): Promise<void> {
+      if (files.length === 0) return;
+      const target = under(dir);
+      mkdirSync(target, { recursive: true });
+      for (const file of files) {
+        const data = file.read();
+        const path = join(target, file.name);
+        writeFileSync(`${path}.part`, data);
+        chmodSync(`${path}.part`, 0o600);
+        renameSync(`${path}.part`, path);
+        onStaged?.(file.name);
+      }
+      // Read back what landed, as the SSH path has the device check it: a full disk or a swapped file shows here.
+      for (const file of files) {
+        const got = createHash('sha256').update(readFileSync(join(target, file.name))).digest('hex');
+        if (got !== file.sha256) throw new StepFailed('payload digest check', { code: 1, stdout: '', stderr: `${file.name}: FAILED (sha256 on the device is not the signed ${file.sha256})` }, device);
+      }
+    },
+
+    async readMarker(profile) {
+      try {
+        const value = Number.parseInt(readFileSync(join(root, markerPath(profile)), 'utf8').trim(), 10);
+        return Number.isFinite(value) ? value : null;
+      } catch {
+        return null;
+      }
+    },
+
+    async writeMarker(profile, revision) {
+      try {
+        writeAtomically(join(root, markerPath(profile)), `${revision}\n`);
+      } catch (e) {
+        throw failed('write marker', e);
+      }
+    },
+
+    async readFloor(profile) {
+      try {
+        return parseFloor(readFileSync(join(root, floorPath(profile)), 'utf8'));
+      } catch {
+        return null;
+      }
+    },
+
+    async writeFloor(profile, floor) {
+      try {
+        writeAtomically(join(root, floorPath(profile)), formatFloor(floor));
+      } catch (e) {
+        throw failed('write floor', e);
+      }
+    },
+
+    async claimApplyLock(profile, claim, { timeoutMs }) {
+      for (let tries = 0; tries < 3; tries++) {
+        const res = await exec(claimScript(profile, claim, Date.now()), { timeoutMs });
+        if (res.code !== 0) throw new StepFailed('take apply lock', res, device);
+        const answer = parseClaim(res.stdout);
+        if (answer !== 'retry') return answer;
+      }
+      throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands while it was being taken`);
+    },
+
+    async readApplyLock(profile, { timeoutMs }) {
+      const res = await exec(readScript(profile), { timeoutMs });
+      if (res.code !== 0) throw new StepFailed('read apply lock', res, device);
+      const { state, record } = parseRecord(res.stdout);
+      return state === 'held' ? record : null;
+    },
+
+    async launchApply(profile, command, { timeoutMs }) {
+      const res = await exec(launchScript(profile, command), { timeoutMs });
+      if (res.code !== 0) throw new StepFailed('apply', res, device);
+      return res.stdout.trim().endsWith('already-launched') ? 'already-launched' : 'launched';
+    },
+
+    async releaseApplyLock(profile, holder, reason, { timeoutMs }) {
+      const res = await exec(releaseScript(profile, holder, reason), { timeoutMs });
+      if (res.code !== 0) throw new StepFailed('release apply lock', res, device);
+      return res.stdout.trim() === 'released';
+    },
+
+    close() {
+      closed = true;
+      for (const abort of [...running]) abort();
+    },
+  };
+}
