@@ -15,8 +15,11 @@ import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolde
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
 
-/** `dependency-unmet`: the device does not verify a profile the rollout waits for (`after`); nothing else ran. */
-export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet';
+/**
+ * `dependency-unmet`: the device does not verify a profile the rollout waits for (`after`); nothing else ran.
+ * `offline` (only asked for with ApplyInput.reportOffline): the device could not be reached at first contact; nothing ran.
+ */
+export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 'offline';
 
 export interface ApplyResult {
   device: string;
@@ -209,6 +212,8 @@ export interface ApplyOptions {
   dependencies?: DependencyChecker;
   /** How the device is reached (default its transport, connectDevice): the pull agent passes its LOCAL session (activities/transport/local.ts). */
   connect?: (target: DeviceTarget) => Promise<DeviceSession>;
+  /** A first attempt whose connect fails (connect/timeout: nothing ran) returns the `offline` outcome instead of throwing. */
+  reportOffline?: boolean;
 }
 
 /** The lock protocol's own commands are short: they get this long, however long an apply may run. */
@@ -242,7 +247,8 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
   const ticker = setInterval(() => opts.heartbeat?.(detail), interval);
   try {
     beat('connect');
-    const session = await (opts.connect ?? connectDevice)(target);
+    const session = await connectOrOffline(target, opts.connect ?? connectDevice, opts.reportOffline === true && holder.attempt === 1);
+    if ('outcome' in session) return session;
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
     try {
@@ -259,6 +265,23 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
     }
   } finally {
     clearInterval(ticker);
+  }
+}
+
+/**
+ * Connect with the transport's own (generous) connect timeout. With `offline`, a connect that fails
+ * before login (kind connect or timeout: nothing ran on the device) is the `offline` outcome; only a
+ * first attempt asks, as a retry may follow an attempt that did run something. A slow device whose
+ * connect succeeds is never offline.
+ */
+async function connectOrOffline(target: DeviceTarget, connect: (target: DeviceTarget) => Promise<DeviceSession>, offline: boolean): Promise<DeviceSession | ApplyResult> {
+  try {
+    return await connect(target);
+  } catch (err) {
+    if (offline && err instanceof TransportError && (err.kind === 'connect' || err.kind === 'timeout')) {
+      return { device: target.id, outcome: 'offline', steps: [], detail: err.message };
+    }
+    throw err;
   }
 }
 

@@ -22,6 +22,8 @@ import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
+import { applyThroughTwin } from './agent/apply';
+import { agentSnapshot } from './agent/snapshot';
 import { WavegateError } from '../core/errors';
 import { recordDeviceApply } from '../core/metrics';
 
@@ -80,6 +82,11 @@ export interface ApplyInput {
   device: DeviceTarget;
   steps: RevisionSteps;
   commandTimeoutMs: number;
+  /**
+   * Return `{ outcome: 'offline' }` instead of failing or retrying when the device cannot be reached at
+   * first contact (nothing ran on it): an SSH connect that fails before login, an agent whose twin has not synced lately.
+   */
+  reportOffline?: boolean;
 }
 
 
@@ -177,6 +184,7 @@ export function createActivities(deps: ActivityDeps = {}) {
         try {
           if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
           if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
+          if (target.transport === 'agent') return await agentSnapshot(deps.client ?? Context.current().client, base, input.profile);
           const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
           try {
             return { ...base, current: await session.readMarker(input.profile, { timeoutMs: 10_000 }), reachable: true };
@@ -200,13 +208,18 @@ export function createActivities(deps: ActivityDeps = {}) {
       const startedAt = Date.now();
       const transport = input.device.transport ?? 'ssh';
       try {
-        const result = await applyToDevice(input.device, input.steps, {
+        const holder = { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt };
+        // An agent device pulls: the request goes to its twin and its agent runs the same steps (activities/agent/).
+        const result = transport === 'agent'
+          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, heartbeat: (detail) => ctx.heartbeat(detail), signal: ctx.cancellationSignal })
+          : await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
           trustDir: deps.trustDir,
           requireEnvelope: !deps.allowUnsigned,
           heartbeat: (detail) => ctx.heartbeat(detail),
+          reportOffline: input.reportOffline,
           // The apply unit on the device: this activity of this run; its retries reattach to it.
-          holder: { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt },
+          holder,
           holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
           signal: ctx.cancellationSignal,
           // The spec's `after`, checked on the device from this worker's own signed envelopes.

@@ -8,8 +8,9 @@ export { deviceValue } from './apply-lock';
 export type { ApplyHolder, ApplyLockClaim, ApplyLockRecord, ConnectOptions, DeviceSession, DeviceTransport, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
 
 /**
- * The transports this worker can use, by the name inventories give them. `agent` (a pull agent on the
- * device) is a name the inventory already accepts but has no implementation yet.
+ * The transports this worker can dial, by the name inventories give them. `agent` devices are never
+ * dialled: they pull from their twin `device:<id>`, and the rollout's activities reach them there
+ * (activities/agent/); a session to one is refused.
  */
 const TRANSPORTS: ReadonlyMap<string, DeviceTransport> = new Map([[sshTransport.name, sshTransport]]);
 
@@ -23,7 +24,7 @@ export function transportFor(target: DeviceTarget): DeviceTransport {
   const transport = typeof name === 'string' ? TRANSPORTS.get(name) : undefined;
   if (!transport) {
     const allowed = [...TRANSPORTS.keys()].map((n) => JSON.stringify(n)).join(', ');
-    const why = name === 'agent' ? 'the agent transport is not available in this version' : 'not a transport this worker knows';
+    const why = name === 'agent' ? 'an agent device is never dialled (it pulls from its twin device:<id>; rollouts, health gates and the fleet board read it there)' : 'not a transport this worker knows';
     throw new TransportError('config', `${target.id}: transport ${JSON.stringify(name)}: ${why}; allowed: ${allowed} (set transport on the device in the inventory)`);
   }
   return transport;

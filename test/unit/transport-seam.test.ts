@@ -82,11 +82,11 @@ describe('transport seam', () => {
     expect(connections).toBe(before);
   });
 
-  it('the agent transport is named but not implemented: refused the same way', async () => {
+  it('an agent device is never dialled: a session to it is refused the same way (it is reached through its twin)', async () => {
     const err = await rejection(connectDevice(target('agent')));
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).kind).toBe('config');
-    expect((err as Error).message).toContain('dev-1: transport "agent": the agent transport is not available in this version; allowed: "ssh"');
+    expect((err as Error).message).toContain('dev-1: transport "agent": an agent device is never dialled (it pulls from its twin device:<id>');
   });
 
   it('an apply to a device with an unsupported transport fails as a non-retryable Transport.config failure', async () => {

@@ -1,0 +1,109 @@
+import type { Client } from '@temporalio/client';
+import { answerTo, ageMs, envelopeDigestOf, isOffline, requestIdOf, type DesiredRequest, type TwinView } from '../../core/twin';
+import type { DeviceTarget } from '../../core/rollout-state';
+import { EnvelopeRejected, StepFailed, type ApplyHolder, type ApplyResult, type RevisionSteps } from '../device-steps';
+import { desireOnTwin, readTwin } from './twin-client';
+
+/**
+ * Apply a revision to a `transport: agent` device: set it as the device's desired state on its twin
+ * (signal-with-start), then wait for the agent's report answering this request. The device runs the
+ * same steps as the SSH path (verify first, apply, verify, marker, under the device's apply lock), so
+ * the report maps onto the same results and errors and the workflow handles them unchanged. The worker
+ * checks nothing of the envelope here: the AGENT verifies it against its own pins.
+ */
+export interface TwinApplyOptions {
+  client: Client;
+  /** The rollout task queue: the twin, when this starts it, runs there. */
+  taskQueue: string;
+  holder: ApplyHolder;
+  /** The rollout that asked (the desired entry names it); null for a convergence. */
+  rollout: string | null;
+  fromRevision?: number | null;
+  /** Return the 'offline' outcome for a device whose agent is not syncing, instead of waiting for it. */
+  reportOffline?: boolean;
+  heartbeat?: (detail: string) => void;
+  signal?: AbortSignal;
+  /** How often the twin is read while waiting (default 1 s). */
+  pollMs?: number;
+  now?: () => number;
+}
+
+export function desiredRequestOf(steps: RevisionSteps, holder: ApplyHolder, rollout: string | null, fromRevision: number | null): DesiredRequest {
+  return {
+    requestId: requestIdOf(holder),
+    profile: steps.profile,
+    revision: steps.revision,
+    steps: publicSteps(steps),
+    envelopeDigest: envelopeDigestOf(steps.envelope),
+    holder,
+    rollout,
+    fromRevision,
+  };
+}
+
+/** Only what a device may see: the signed content, and payload entries without the worker's file paths. */
+function publicSteps(steps: RevisionSteps): RevisionSteps {
+  return { ...steps, payload: steps.payload.map(({ source: _source, ...file }) => ({ ...file, source: file.name })) };
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason ?? new Error('cancelled'));
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason ?? new Error('cancelled'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+export async function applyThroughTwin(target: DeviceTarget, steps: RevisionSteps, opts: TwinApplyOptions): Promise<ApplyResult> {
+  const now = opts.now ?? Date.now;
+  const beat = opts.heartbeat ?? (() => {});
+  const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null);
+  if (opts.reportOffline) {
+    // First contact: an agent that is not syncing would take the request whenever it returns, outside
+    // this rollout's budget, so nothing is asked of it; the rollout records it offline.
+    const view = await readTwin(opts.client, target.id);
+    const alreadyAsked = view && Object.hasOwn(view.desired, steps.profile) && view.desired[steps.profile]!.requestId === request.requestId;
+    if (!alreadyAsked && (!view || isOffline(view, now()))) {
+      const seen = view?.lastSeenAt ? `last seen ${Math.round(ageMs(view.lastSeenAt, now()) / 1000)}s ago` : 'never seen';
+      return { device: target.id, outcome: 'offline', steps: [], detail: `agent not syncing (${seen}): nothing asked of it` };
+    }
+  }
+  beat('desire');
+  await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
+  for (;;) {
+    const view = await readTwin(opts.client, target.id);
+    const answer = view ? answerTo(view, steps.profile, request.requestId) : { state: 'pending' as const };
+    if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
+    beat(waitingDetail(view, steps.profile, now()));
+    await sleep(opts.pollMs ?? 1_000, opts.signal);
+  }
+}
+
+function waitingDetail(view: TwinView | null, profile: string, nowMs: number): string {
+  const report = view?.report?.profiles[profile];
+  const seen = view?.lastSeenAt ? `seen ${Math.round(ageMs(view.lastSeenAt, nowMs) / 1000)}s ago` : 'never seen';
+  return `agent ${report?.state ?? 'idle'}, ${seen}`;
+}
+
+function resultOf(device: string, steps: RevisionSteps, state: 'applied' | 'already-applied' | 'claimed' | 'failed' | 'refused', report: NonNullable<TwinView['report']>['profiles'][string]): ApplyResult {
+  const ran = report.steps ?? [];
+  const detail = report.detail?.slice(0, 400);
+  switch (state) {
+    case 'refused':
+      throw new EnvelopeRejected(report.reason ?? 'REFUSED', `${device}: the agent refused ${steps.profile} r${steps.revision}${detail ? `: ${detail}` : ''}`);
+    case 'failed':
+      throw new StepFailed(report.reason ?? 'apply', { code: 1, stdout: '', stderr: `agent: ${detail ?? 'failed'}` }, device);
+    case 'already-applied':
+      return { device, outcome: 'already-applied', steps: ran, ...(detail ? { detail } : {}) };
+    default:
+      // 'claimed' is the apply of a non-provable revision: the workflow counts it claimed from the profile.
+      return { device, outcome: 'applied', steps: ran, ...(detail ? { detail } : {}) };
+  }
+}

@@ -1,0 +1,135 @@
+import { describe, expect, it } from 'vitest';
+import {
+  answerTo,
+  desire,
+  desireProblem,
+  envelopeDigestOf,
+  hasNews,
+  isOffline,
+  newTwinState,
+  recordSync,
+  requestIdOf,
+  requestReverify,
+  restoreTwinState,
+  syncProblem,
+  TWIN_LIMITS,
+  twinWorkflowId,
+  viewOf,
+  type AgentReport,
+  type DesiredRequest,
+} from '../../../core/twin';
+
+const holder = { rollout: 'r-1', run: 'run-1', activity: '7', attempt: 1 };
+function request(overrides: Partial<DesiredRequest> = {}): DesiredRequest {
+  return {
+    requestId: requestIdOf(holder),
+    profile: 'web',
+    revision: 2,
+    steps: { profile: 'web', revision: 2, apply: 'true', verify: 'true', payload: [] },
+    envelopeDigest: '',
+    holder,
+    rollout: 'r-1',
+    fromRevision: 1,
+    ...overrides,
+  };
+}
+function report(overrides: Partial<AgentReport> = {}): AgentReport {
+  return { profiles: { web: { revision: 2, state: 'applied', requestId: 'r-1:run-1:7', at: '2026-01-01T00:00:00.000Z' } }, health: [{ name: 'http', ok: true }], healthAt: null, agentVersion: '1', ...overrides };
+}
+
+describe('device twin state (core/twin.ts)', () => {
+  it('a desire bumps the version once per request id: a retried signal changes nothing', () => {
+    const s = newTwinState('dev-1');
+    expect(desire(s, request(), 't1')).toBe(true);
+    expect(s.version).toBe(1);
+    expect(s.desired.web).toMatchObject({ revision: 2, requestId: 'r-1:run-1:7', setAt: 't1' });
+    expect(desire(s, request(), 't2')).toBe(false);
+    expect(s.version).toBe(1);
+    expect(s.desired.web!.setAt).toBe('t1');
+    // A new request (the rollback: another activity) replaces the entry.
+    expect(desire(s, request({ requestId: 'r-1:run-1:9', revision: 1, steps: { profile: 'web', revision: 1, apply: 'true', verify: 'true', payload: [] } }), 't3')).toBe(true);
+    expect(s.version).toBe(2);
+    expect(s.desired.web!.revision).toBe(1);
+  });
+
+  it('a sync records the report and last seen; news is a version above what the agent knows', () => {
+    const s = newTwinState('dev-1');
+    desire(s, request(), 't1');
+    expect(hasNews(s, 0)).toBe(true);
+    expect(hasNews(s, 1)).toBe(false);
+    recordSync(s, { report: null, knownVersion: 0, waitMs: 0 }, '2026-01-01T00:00:05.000Z');
+    expect(s.report).toBeNull();
+    expect(s.lastSeenAt).toBe('2026-01-01T00:00:05.000Z');
+    recordSync(s, { report: report(), knownVersion: 1, waitMs: 0 }, '2026-01-01T00:00:06.000Z');
+    expect(s.report!.profiles.web!.state).toBe('applied');
+    expect(s.syncs).toBe(2);
+  });
+
+  it('reverify sets the flag and bumps the version; a report made knowing that version clears it', () => {
+    const s = newTwinState('dev-1');
+    requestReverify(s);
+    expect(s).toMatchObject({ reverify: true, version: 1 });
+    recordSync(s, { report: report(), knownVersion: 0, waitMs: 0 }, 't');
+    expect(s.reverify).toBe(true); // the report predates the request
+    recordSync(s, { report: report(), knownVersion: 1, waitMs: 0 }, 't');
+    expect(s.reverify).toBe(false);
+  });
+
+  it('answers a request only from a final report naming its request id', () => {
+    const s = newTwinState('dev-1');
+    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
+    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'applying', requestId: 'r-1:run-1:7', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
+    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
+    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'applied', requestId: 'other', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
+    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
+    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'refused', reason: 'UNPINNED_KEY', requestId: 'r-1:run-1:7', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
+    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toMatchObject({ state: 'refused', report: { reason: 'UNPINNED_KEY' } });
+  });
+
+  it('offline: never seen, or silent past the bound', () => {
+    const now = Date.parse('2026-01-01T00:10:00.000Z');
+    expect(isOffline({ lastSeenAt: null }, now)).toBe(true);
+    expect(isOffline({ lastSeenAt: '2026-01-01T00:09:00.000Z' }, now)).toBe(false);
+    expect(isOffline({ lastSeenAt: '2026-01-01T00:08:00.000Z' }, now)).toBe(true);
+  });
+
+  it('a carried state is restored only for its own device', () => {
+    const s = newTwinState('dev-1');
+    desire(s, request(), 't1');
+    expect(restoreTwinState('dev-1', s)).toEqual(s);
+    expect(() => restoreTwinState('dev-2', s)).toThrow(/carried state is of device "dev-1"/);
+    expect(twinWorkflowId('dev-1')).toBe('device:dev-1');
+  });
+
+  it('the envelope digest is the SHA-256 of its canonical JSON (key order does not matter)', () => {
+    const a = envelopeDigestOf({ body: 'eyJ9', signatures: [{ kid: 'k', alg: 'Ed25519', sig: 'c2ln' }] });
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+    expect(envelopeDigestOf({ signatures: [{ sig: 'c2ln', alg: 'Ed25519', kid: 'k' }], body: 'eyJ9' } as never)).toBe(a);
+    expect(envelopeDigestOf(undefined)).toBe('');
+  });
+
+  describe('validation names the field and the value', () => {
+    it('desires', () => {
+      expect(desireProblem(request())).toBeNull();
+      expect(desireProblem(request({ revision: 0 }))).toBe('twinDesire: revision: must be a revision number >= 1 (got 0)');
+      expect(desireProblem(request({ profile: '../etc' }))).toMatch(/^twinDesire: profile: must be a profile name .*"..\/etc"/);
+      expect(desireProblem(request({ envelopeDigest: 'xyz' }))).toBe('twinDesire: envelopeDigest: must be 64 hex chars or "" (got "xyz")');
+      expect(desireProblem(request({ revision: 3 }))).toBe('twinDesire: steps: must be the steps of web r3');
+      expect(desireProblem(request({ holder: { ...holder, attempt: 0 } }))).toMatch(/^twinDesire: holder:/);
+    });
+
+    it('syncs', () => {
+      expect(syncProblem({ report: null, knownVersion: 0, waitMs: 0 })).toBeNull();
+      expect(syncProblem({ report: report(), knownVersion: 3, waitMs: 30_000 })).toBeNull();
+      expect(syncProblem({ report: null, knownVersion: 0, waitMs: 30_001 })).toBe('twinSync: waitMs: must be 0-30000 (got 30001)');
+      expect(syncProblem({ report: null, knownVersion: -1, waitMs: 0 })).toBe('twinSync: knownVersion: must be an integer >= 0 (got -1)');
+      const many = Object.fromEntries(Array.from({ length: TWIN_LIMITS.profiles + 1 }, (_, i) => [`p${i}`, { revision: 1, state: 'idle', at: 't' }]));
+      expect(syncProblem({ report: report({ profiles: many as never }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.profiles: at most 64 profiles (got 65)');
+      expect(syncProblem({ report: report({ health: Array.from({ length: 65 }, () => ({ name: 'x', ok: true })) }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.health: at most 64 checks (got 65)');
+      expect(syncProblem({ report: report({ profiles: { web: { revision: 1, state: 'done' as never, at: 't' } } }), knownVersion: 0, waitMs: 0 })).toMatch(/^twinSync: report.profiles.web.state: must be one of idle, applying/);
+      expect(syncProblem({ report: report({ profiles: { web: { revision: 1, state: 'failed', detail: 'x'.repeat(401), at: 't' } } }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.profiles.web.detail: at most 400 characters (got 401)');
+      expect(syncProblem({ report: report({ profiles: { __proto__: { revision: 1, state: 'idle', at: 't' } } as never }), knownVersion: 0, waitMs: 0 })).toBeNull(); // an object literal's __proto__ sets the prototype: no own key
+      expect(syncProblem({ report: report({ profiles: JSON.parse('{"__proto__": {"revision": 1, "state": "idle", "at": "t"}}') }), knownVersion: 0, waitMs: 0 })).toMatch(/must be a profile name/);
+    });
+  });
+});
