@@ -1,0 +1,118 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
+import { desireOnTwin, readTwin, reverifyTwin, syncTwin } from '../../activities/agent/twin-client';
+import { twinSyncUpdate } from '../../workflows/twin-messages';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { scratchDir, startTestWorker } from '../support/harness';
+import { until } from '../support/until';
+
+/**
+ * The device twin `device:<id>` on a real dev server with a real worker: desired state by signal,
+ * the agent's long-poll sync by update (answered at once on news, else after waitMs), validation in
+ * the validator (nothing in history), and continue-as-new keeping the history bounded over 3,000
+ * syncs with the state carried.
+ */
+const scratch = scratchDir('device-twin');
+let env: TestWorkflowEnvironment;
+let worker: Awaited<ReturnType<typeof startTestWorker>>;
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: scratch.dir });
+}, 240_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+function request(device: string, revision: number, activity = '1'): DesiredRequest {
+  const holder = { rollout: `rollout-${device}`, run: 'run-1', activity, attempt: 1 };
+  return { requestId: requestIdOf(holder), profile: 'demo', revision, steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] }, envelopeDigest: '', holder, rollout: holder.rollout, fromRevision: revision - 1 || null };
+}
+const report = (revision: number, requestId?: string): AgentReport => ({ profiles: { demo: { revision, state: 'applied', ...(requestId ? { requestId } : {}), at: new Date().toISOString() } }, health: [], healthAt: null, agentVersion: 'test' });
+
+function sync(device: string, input: { report: AgentReport | null; knownVersion: number; waitMs: number }): Promise<TwinView> {
+  return syncTwin(env.client, worker.taskQueue, device, input);
+}
+
+describe('device twin workflow', () => {
+  it('a desire by signal-with-start; a retried one changes nothing; a waiting sync answers at once on news', async () => {
+    const device = 'twin-a';
+    const first = await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
+    expect(first).toMatchObject({ deviceId: device, version: 0, desired: {}, report: null });
+    expect(first.lastSeenAt).not.toBeNull();
+    // A long-poll with nothing new waits; a desire arriving meanwhile answers it well before its waitMs.
+    const started = Date.now();
+    const waiting = sync(device, { report: null, knownVersion: 0, waitMs: 30_000 });
+    await new Promise((r) => setTimeout(r, 500));
+    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 2));
+    const view = await waiting;
+    expect(Date.now() - started).toBeLessThan(25_000);
+    expect(view.version).toBe(1);
+    expect(view.desired.demo).toMatchObject({ revision: 2, requestId: `rollout-${device}:run-1:1`, fromRevision: 1 });
+    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 2));
+    expect((await readTwin(env.client, device))!.version).toBe(1);
+    // The agent reports; the view carries it.
+    await sync(device, { report: report(2, view.desired.demo!.requestId), knownVersion: 1, waitMs: 0 });
+    expect((await readTwin(env.client, device))!.report!.profiles.demo).toMatchObject({ revision: 2, state: 'applied' });
+    // Reverify: the version moves, the flag is set until a report knowing that version arrives.
+    expect(await reverifyTwin(env.client, device)).toBe(true);
+    const asked = await sync(device, { report: null, knownVersion: 1, waitMs: 10_000 });
+    expect(asked).toMatchObject({ version: 2, reverify: true });
+    await sync(device, { report: report(2), knownVersion: 2, waitMs: 0 });
+    expect((await readTwin(env.client, device))!.reverify).toBe(false);
+    expect(await reverifyTwin(env.client, 'no-such-device')).toBe(false);
+    expect(await readTwin(env.client, 'no-such-device')).toBeNull();
+  });
+
+  it('a sync with no news returns after its waitMs', async () => {
+    const device = 'twin-b';
+    await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
+    const started = Date.now();
+    const view = await sync(device, { report: null, knownVersion: 0, waitMs: 1_500 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect(view.version).toBe(0);
+  });
+
+  it('refuses a malformed sync in the validator, naming the field; nothing reaches history', async () => {
+    const device = 'twin-c';
+    await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
+    const before = (await env.client.workflow.getHandle(twinWorkflowId(device)).fetchHistory()).events!.length;
+    const handle = env.client.workflow.getHandle(twinWorkflowId(device));
+    await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: null, knownVersion: 0, waitMs: 60_000 }] })).rejects.toMatchObject({ cause: { type: 'TwinRefused', message: 'twin-c: twinSync: waitMs: must be 0-30000 (got 60000)' } });
+    const bad = { ...report(1), profiles: { demo: { revision: 1, state: 'applied' as const, detail: 'x'.repeat(500), at: 't' } } };
+    await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: bad, knownVersion: 0, waitMs: 0 }] })).rejects.toMatchObject({ cause: { message: 'twin-c: twinSync: report.profiles.demo.detail: at most 400 characters (got 500)' } });
+    expect((await handle.fetchHistory()).events!.length).toBe(before);
+  });
+
+  it('3,000 syncs: the twin continues as new, each run under the bound, the state carried', async () => {
+    const device = 'twin-many';
+    await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
+    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 5, '42'));
+    const handle = env.client.workflow.getHandle(twinWorkflowId(device));
+    const firstRun = (await handle.describe()).runId;
+    const SYNCS = 3_000;
+    let done = 0;
+    const lanes = Array.from({ length: 8 }, async () => {
+      while (done < SYNCS) {
+        const n = ++done;
+        const view = await sync(device, { report: report(5, `rollout-${device}:run-1:42`), knownVersion: 1, waitMs: 0 });
+        if (n === SYNCS) expect(view.desired.demo?.revision).toBe(5);
+      }
+    });
+    await Promise.all(lanes);
+    // Every run closed by continue-as-new stayed under the bound (plus the events of one last task).
+    const runs: Array<{ runId: string; status: string; historyLength: number }> = [];
+    for await (const w of env.client.workflow.list({ query: `WorkflowId = '${twinWorkflowId(device)}'` })) runs.push({ runId: w.runId, status: w.status.name, historyLength: w.historyLength });
+    const current = await handle.describe();
+    console.log(`twin over ${SYNCS} syncs: ${runs.length} runs, history lengths ${runs.map((r) => r.historyLength).join(', ')}`);
+    expect(current.runId).not.toBe(firstRun);
+    expect(runs.filter((r) => r.status === 'CONTINUED_AS_NEW').length).toBeGreaterThanOrEqual(2);
+    for (const r of runs) expect(r.historyLength).toBeLessThan(TWIN_HISTORY_LIMIT + 200);
+    const view = await until('the carried view', async () => (await readTwin(env.client, device)) ?? undefined);
+    expect(view).toMatchObject({ deviceId: device, version: 1, desired: { demo: { revision: 5, requestId: `rollout-${device}:run-1:42` } }, report: { profiles: { demo: { revision: 5 } } } });
+  }, 600_000);
+});
