@@ -1,0 +1,93 @@
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { authorizationHeader } from '../core/agent-auth';
+import type { AgentReport, TwinView } from '../core/twin';
+
+/**
+ * The agent's side of the gateway API: every request signed with the device's identity key
+ * (core/agent-auth.ts). A refusal comes back as GatewayError with the gateway's `{ code, message }`.
+ */
+export class GatewayError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`gateway ${status} ${code}: ${message}`);
+    this.name = 'GatewayError';
+  }
+}
+
+export interface GatewayClientOptions {
+  /** `http(s)://host:port`, without /v1. */
+  url: string;
+  device: string;
+  secretKey: Uint8Array;
+  /** A CA (PEM) to trust for the gateway's certificate, beside the system's. */
+  ca?: Buffer;
+}
+
+/** The most a response may carry: a view of 64 profiles with their envelopes, or one payload file. */
+const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+export function gatewayClient(opts: GatewayClientOptions) {
+  const base = new URL(opts.url);
+  const prefix = base.pathname.replace(/\/+$/, '');
+
+  const send = (method: 'GET' | 'POST', path: string, body: Buffer, timeoutMs: number, signal?: AbortSignal): Promise<Buffer> =>
+    new Promise((resolve, reject) => {
+      const target = `${prefix}${path}`;
+      const headers: Record<string, string | number> = {
+        authorization: authorizationHeader({ device: opts.device, method, path: target, body, now: Date.now(), nonce: randomBytes(16).toString('hex'), secretKey: opts.secretKey }),
+        'content-length': body.length,
+        ...(method === 'POST' ? { 'content-type': 'application/json' } : {}),
+      };
+      const make = base.protocol === 'https:' ? httpsRequest : httpRequest;
+      const req = make({ host: base.hostname.replace(/^\[|\]$/g, ''), port: base.port || (base.protocol === 'https:' ? 443 : 80), method, path: target, headers, timeout: timeoutMs, ...(opts.ca ? { ca: opts.ca } : {}), ...(signal ? { signal } : {}) }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          if (size > MAX_RESPONSE_BYTES) req.destroy(new Error(`the gateway's answer is above ${MAX_RESPONSE_BYTES} bytes`));
+          else chunks.push(c);
+        });
+        res.on('end', () => {
+          const data = Buffer.concat(chunks);
+          if (res.statusCode === 200) return resolve(data);
+          let code = 'HTTP';
+          let message = data.toString('utf8').slice(0, 400);
+          try {
+            const parsed = JSON.parse(message) as { code?: string; message?: string };
+            code = parsed.code ?? code;
+            message = parsed.message ?? message;
+          } catch {
+            /* not the gateway's JSON */
+          }
+          reject(new GatewayError(res.statusCode ?? 0, code, message));
+        });
+        res.on('error', reject);
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer from the gateway within ${timeoutMs} ms`)));
+      req.on('error', reject);
+      req.end(body);
+    });
+
+  const json = (value: unknown) => Buffer.from(JSON.stringify(value));
+
+  return {
+    async sync(input: { report: AgentReport | null; knownVersion: number; waitMs: number }, signal?: AbortSignal): Promise<TwinView> {
+      return JSON.parse((await send('POST', '/v1/sync', json(input), input.waitMs + 20_000, signal)).toString('utf8')) as TwinView;
+    },
+    async report(report: AgentReport, signal?: AbortSignal): Promise<TwinView> {
+      return JSON.parse((await send('POST', '/v1/report', json({ report }), 20_000, signal)).toString('utf8')) as TwinView;
+    },
+    payload(profile: string, revision: number, name: string, signal?: AbortSignal): Promise<Buffer> {
+      return send('GET', `/v1/payload/${profile}/${revision}/${name}`, Buffer.alloc(0), 120_000, signal);
+    },
+    /** A raw signed request (tests: replays and foreign keys). */
+    send,
+  };
+}
+
+export type GatewayClient = ReturnType<typeof gatewayClient>;

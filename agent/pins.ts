@@ -1,0 +1,72 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { WavegateError } from '../core/errors';
+import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
+import { parseTrust, type Trust } from '../core/signing';
+import { readDocument } from '../intake/files';
+import { profileDir } from '../intake/profile-dir';
+
+/**
+ * The agent's OWN pins, per profile: what it verifies every desired envelope against, whatever the
+ * gateway or the control plane says. `--trust DIR` is a profiles directory (`DIR/<profile>/trust.yaml`,
+ * the worker's layout); `--trust <profile>=<file>` names one profile's trust file (repeatable). Read
+ * again for every apply, so an edited trust file counts from the next apply on.
+ */
+export interface AgentTrust {
+  /** The profile's pins, or undefined when the agent holds none for it (it then refuses: NO_TRUST). */
+  of(profile: string): Trust | undefined;
+  /** Where the pins for `profile` are read from (for messages). */
+  describe(): string;
+}
+
+export function parseTrustFlags(values: readonly string[]): AgentTrust {
+  if (values.length === 0) throw new WavegateError('INVALID_INPUT', '--trust: required: a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>', { field: '--trust' });
+  const dirs: string[] = [];
+  const files = new Map<string, string>();
+  for (const value of values) {
+    const eq = value.indexOf('=');
+    if (eq > 0) {
+      const profile = value.slice(0, eq);
+      const file = resolve(value.slice(eq + 1));
+      if (!PROFILE_NAME.test(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: the profile ${PROFILE_NAME_RULE}`, { field: '--trust', value });
+      if (!existsSync(file)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: no such file ${file}`, { field: '--trust', value });
+      if (files.has(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: profile "${profile}" given twice`, { field: '--trust', value });
+      parseTrust(readDocument(file), `--trust ${value}`); // a bad file is refused at start, not at the first apply
+      files.set(profile, file);
+    } else {
+      const dir = resolve(value);
+      let isDir = false;
+      try {
+        isDir = statSync(dir).isDirectory();
+      } catch {
+        /* refused below */
+      }
+      if (!isDir) throw new WavegateError('INVALID_INPUT', `--trust ${value}: not a directory; give a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>`, { field: '--trust', value });
+      dirs.push(dir);
+    }
+  }
+  return {
+    of(profile) {
+      const file = files.get(profile) ?? dirs.map((d) => profileDir(d, profile).trustFile).find((f) => existsSync(f));
+      return file ? parseTrust(readDocument(file), file) : undefined;
+    },
+    describe: () => [...dirs.map((d) => `${d}/<profile>/trust.yaml`), ...[...files].map(([p, f]) => `${p}=${f}`)].join(', '),
+  };
+}
+
+/**
+ * applyToDevice reads pins and payload files from a profiles directory (its `trustDir`): the agent's is
+ * `<state>/profiles`, where it writes the profile's pins from its own trust before each apply and its
+ * checked payload downloads. Returns that directory.
+ */
+export function stagePins(stateDir: string, profile: string, trust: Trust): string {
+  const root = join(stateDir, 'profiles');
+  const layout = profileDir(root, profile);
+  mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
+  const text = JSON.stringify({ threshold: trust.threshold, pins: trust.pins });
+  if (!existsSync(layout.trustFile) || readFileSync(layout.trustFile, 'utf8') !== text) {
+    writeFileSync(layout.trustFile, text, { mode: 0o600 });
+    chmodSync(layout.trustFile, 0o600);
+  }
+  return root;
+}

@@ -1,0 +1,127 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { FINAL_REPORT_STATES, type AgentReport, type DesiredEntry, type HealthReport, type TwinView } from '../core/twin';
+import { localDeviceSession } from '../activities/transport/local';
+import { applyEntry, reverifyEntry, TransportError } from './apply-entry';
+import type { GatewayClient } from './gateway-client';
+import { runRuntimeHealth } from './health';
+import type { AgentTrust } from './pins';
+import { reportFile } from './report-file';
+
+/**
+ * `wavegate agent`: sync with the device's twin through the gateway (long-poll), take every desired
+ * entry it has not answered for good (agent/apply-entry.ts), re-verify when asked, run the signed
+ * runtime health checks, and report. Gateway errors back off (1 s doubling to 30 s, with jitter);
+ * `stop()` (SIGTERM) ends the loop: a sync in flight is cut, an apply in flight is left running on the
+ * device under its lock (the next start reattaches to it), and nothing is reported for it.
+ */
+export interface AgentOptions {
+  deviceId: string;
+  gateway: GatewayClient;
+  trust: AgentTrust;
+  stateDir: string;
+  /** The device home: markers, floors and apply locks live under `<home>/.wavegate/`. */
+  home: string;
+  version: string;
+  commandTimeoutMs?: number;
+  /** How long one sync may wait for news (default 25 s, at most 30 s). */
+  waitMs?: number;
+  log?: (line: string) => void;
+}
+
+export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () => void } {
+  const log = opts.log ?? (() => {});
+  const stopper = new AbortController();
+  const answers = reportFile(opts.stateDir);
+  const connect = async () => localDeviceSession(opts.deviceId, opts.home);
+  let health: HealthReport[] = [];
+  let healthAt: string | null = null;
+  let lastReverify = -1;
+
+  const report = (): AgentReport => ({ profiles: answers.profiles, health, healthAt, agentVersion: opts.version });
+  const ctx = {
+    deviceId: opts.deviceId,
+    stateDir: opts.stateDir,
+    trust: opts.trust,
+    connect,
+    download: (profile: string, revision: number, name: string) => opts.gateway.payload(profile, revision, name, stopper.signal),
+    commandTimeoutMs: opts.commandTimeoutMs ?? 30 * 60_000,
+    signal: stopper.signal,
+    log,
+  };
+
+  /** Keep lastSeenAt fresh while a long apply runs (no sync happens meanwhile). */
+  const whileBusy = async <T>(body: () => Promise<T>): Promise<T> => {
+    const beat = setInterval(() => void opts.gateway.report(report(), stopper.signal).catch(() => {}), 20_000);
+    try {
+      return await body();
+    } finally {
+      clearInterval(beat);
+    }
+  };
+
+  const take = async (entry: DesiredEntry): Promise<void> => {
+    log(`${entry.profile}: desired r${entry.revision} (request ${entry.requestId}); checking and applying`);
+    answers.set(entry.profile, { revision: answers.profiles[entry.profile]?.revision ?? null, state: 'applying', requestId: entry.requestId, at: new Date().toISOString() });
+    await opts.gateway.report(report(), stopper.signal).catch(() => {});
+    const answer = await whileBusy(() => applyEntry(ctx, entry));
+    answers.set(entry.profile, answer);
+    log(`${entry.profile}: r${entry.revision} ${answer.state}${answer.reason ? ` (${answer.reason})` : ''}${answer.detail && answer.state !== 'applied' ? `: ${answer.detail}` : ''}`);
+  };
+
+  const handle = async (view: TwinView): Promise<void> => {
+    for (const entry of Object.values(view.desired)) {
+      if (stopper.signal.aborted) return;
+      const answer = answers.profiles[entry.profile];
+      if (answer?.requestId === entry.requestId && FINAL_REPORT_STATES.includes(answer.state)) continue;
+      await take(entry);
+    }
+    if (view.reverify && view.version > lastReverify) {
+      lastReverify = view.version;
+      for (const entry of Object.values(view.desired)) {
+        const answer = answers.profiles[entry.profile];
+        if (!answer || answer.requestId !== entry.requestId || stopper.signal.aborted) continue;
+        const again = await reverifyEntry(ctx, entry, answer);
+        answers.set(entry.profile, again);
+        log(`${entry.profile}: re-verified r${entry.revision}: ${again.state}${again.reason ? ` (${again.reason})` : ''}`);
+      }
+    }
+    const session = await connect();
+    try {
+      health = await runRuntimeHealth(session, view.desired, answers.profiles, opts.trust, Date.now());
+      healthAt = new Date().toISOString();
+    } finally {
+      session.close();
+    }
+  };
+
+  const loop = async () => {
+    let knownVersion = 0;
+    let backoff = 1_000;
+    log(`agent ${opts.deviceId}: syncing with the gateway; device home ${opts.home}; pins ${opts.trust.describe()}`);
+    while (!stopper.signal.aborted) {
+      let view: TwinView;
+      try {
+        view = await opts.gateway.sync({ report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 }, stopper.signal);
+        backoff = 1_000;
+      } catch (err) {
+        if (stopper.signal.aborted) break;
+        log(`sync failed: ${(err as Error).message.slice(0, 300)}; retrying in ${Math.round(backoff / 1000)} s`);
+        await sleep(backoff * (0.5 + Math.random() / 2), undefined, { signal: stopper.signal }).catch(() => {});
+        backoff = Math.min(backoff * 2, 30_000);
+        continue;
+      }
+      knownVersion = view.version;
+      try {
+        await handle(view);
+      } catch (err) {
+        if (stopper.signal.aborted && err instanceof TransportError) break;
+        log(`error: ${(err as Error).message.slice(0, 300)}`);
+        await sleep(backoff, undefined, { signal: stopper.signal }).catch(() => {});
+        backoff = Math.min(backoff * 2, 30_000);
+      }
+    }
+    log(`agent ${opts.deviceId}: stopped`);
+  };
+
+  return { done: loop(), stop: () => stopper.abort() };
+}

@@ -1,0 +1,93 @@
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { WavegateError } from '../../core/errors';
+import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../intake/profiles-root';
+import { inventoryPins } from '../../gateway/pins';
+import { DEFAULT_MAX_LONG_POLLS, startGateway } from '../../gateway/server';
+import { connectClient, withTemporalOptions } from '../client';
+import { action } from '../run';
+
+const log = (line: string) => process.stdout.write(`${line}\n`);
+
+/** `host:port` (IPv6 in brackets), port 0-65535. */
+export function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new WavegateError('INVALID_INPUT', `--listen: must be host:port (IPv6 as [::1]:port) (got ${JSON.stringify(value)})`, { field: '--listen', value });
+  return { host: m[1] ?? m[2]!, port };
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+function readPem(flag: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: flag, value: path });
+  }
+}
+
+function positive(flag: string, value: string | undefined, fallback: number, max: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > max) throw new WavegateError('INVALID_INPUT', `${flag}: must be a whole number 1-${max} (got ${JSON.stringify(value)})`, { field: flag, value });
+  return n;
+}
+
+interface GatewayFlags extends TemporalFlags {
+  listen: string;
+  inventory: string;
+  profilesRoot?: string;
+  httpsCert?: string;
+  httpsKey?: string;
+  insecureHttp?: boolean;
+  maxLongPolls?: string;
+}
+
+export function register(program: Command): void {
+  withTemporalOptions(
+    program
+      .command('gateway')
+      .description('Run the device gateway: agents (`wavegate agent`) sync with their own twin through it, authenticated by their identity key; the only Temporal client on the device side. (--tls-* are the Temporal connection\'s, as for the worker; the gateway\'s own certificate is --https-cert/--https-key.)')
+      .requiredOption('--listen <host:port>', 'address to serve on, e.g. 0.0.0.0:8443 (port 0: any free port, printed)')
+      .requiredOption('--inventory <file>', 'the inventory whose agentKey pins authenticate devices; reloaded on SIGHUP and when the file changes')
+      .option('--profiles-root <dir>', 'profiles root whose <profile>/payload/ files are served to agents, by the signed entries of their desired envelopes (default $WAVEGATE_PROFILES or ./profiles)')
+      .option('--https-cert <file>', 'TLS certificate (PEM) the gateway serves HTTPS with')
+      .option('--https-key <file>', 'its private key (PEM)')
+      .option('--insecure-http', 'allow plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)')
+      .option('--max-long-polls <n>', `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_MAX_LONG_POLLS})`),
+  ).action(
+    action(async (flags: GatewayFlags) => {
+      // Every refusal comes before anything listens or connects: exit 2.
+      const listen = parseListen(flags.listen);
+      if (!!flags.httpsCert !== !!flags.httpsKey) throw new WavegateError('INVALID_INPUT', '--https-cert and --https-key: give both (HTTPS) or neither (HTTP on loopback)', { field: flags.httpsCert ? '--https-key' : '--https-cert' });
+      const tls = flags.httpsCert && flags.httpsKey ? { cert: readPem('--https-cert', flags.httpsCert), key: readPem('--https-key', flags.httpsKey) } : undefined;
+      if (!tls && !LOOPBACK.has(listen.host) && !flags.insecureHttp) {
+        throw new WavegateError('INVALID_INPUT', `--listen ${flags.listen}: plain HTTP only on 127.0.0.1, ::1 or localhost; give --https-cert and --https-key, or --insecure-http behind a TLS-terminating proxy`, { field: '--listen', value: flags.listen });
+      }
+      const maxLongPolls = positive('--max-long-polls', flags.maxLongPolls, DEFAULT_MAX_LONG_POLLS, 100_000);
+      const profiles = resolveProfilesRoot({ ...(flags.profilesRoot !== undefined ? { flag: flags.profilesRoot } : {}) });
+      checkProfilesRoot(profiles);
+      const pins = inventoryPins(flags.inventory, log);
+      const settings = resolveConnectionSettings(flags);
+      const client = await connectClient(settings);
+      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, maxLongPolls, log, listen: { ...listen, ...(tls ? { tls } : {}) } });
+      log(`profiles root: ${describeProfilesRoot(profiles)}`);
+      log(`gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`);
+      const onHup = () => pins.reload('SIGHUP');
+      process.on('SIGHUP', onHup);
+      await new Promise<void>((resolve) => {
+        const stop = (signal: string) => {
+          log(`${signal}: stopping the gateway`);
+          resolve();
+        };
+        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.once('SIGINT', () => stop('SIGINT'));
+      });
+      process.off('SIGHUP', onHup);
+      await gateway.close();
+      await client.connection.close().catch(() => {});
+    }),
+  );
+}

@@ -1,0 +1,29 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { twinWorkflowId, type TwinSyncInput, type TwinView } from '../core/twin';
+import { twinStartOptions } from '../activities/agent/twin-client';
+import { twinSyncUpdate } from '../workflows/twin-messages';
+import { HttpRefusal } from './http';
+
+/**
+ * The gateway's one way into Temporal: the device's own twin `device:<id>`, by the id from the
+ * verified Authorization header only. A device that never synced has no twin yet: its first sync
+ * starts it (an existing one is used).
+ */
+export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput): Promise<TwinView> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
+    } catch (err) {
+      // The twin's validator said no: the agent sent something malformed, named in the message.
+      if (err instanceof WorkflowUpdateFailedError) throw new HttpRefusal(400, 'INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400));
+      if (tries >= 3) throw err;
+      if (err instanceof WorkflowNotFoundError || /not found/i.test((err as Error).message)) {
+        await client.workflow.start('deviceTwinWorkflow', { ...twinStartOptions(deviceId, taskQueue), workflowIdConflictPolicy: 'USE_EXISTING' });
+      } else if (/already completed|completed/i.test((err as Error).message)) {
+        // Caught between a run and its continue-as-new: the next run takes the update.
+        await sleep(200);
+      } else throw err;
+    }
+  }
+}
