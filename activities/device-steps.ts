@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { floorRefusal } from '../core/floor';
+import { floorRefusal, parseFloor } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
@@ -10,7 +9,8 @@ import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
 import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
-import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type StagedFile } from './transport';
+import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
+import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
@@ -171,21 +171,18 @@ export function shellFor(steps: Pick<RevisionSteps, 'profile' | 'revision'>, com
  */
 async function stagePayload(session: DeviceSession, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
   if (steps.payload.length === 0) return;
-  const files = steps.payload.map(
-    (file): StagedFile => ({
-      name: file.name,
-      sha256: file.sha256,
-      read: () => {
-        try {
-          return readPayload(file.source, file);
-        } catch (err) {
-          if (err instanceof PayloadRefused) throw new EnvelopeRejected(err.reason, err.message.slice(err.reason.length + 2));
-          throw err;
-        }
-      },
-    }),
-  );
+  const files = steps.payload.map((file): StagedFile => ({ name: file.name, sha256: file.sha256, read: () => readSignedPayload(file) }));
   await session.stage(stagingDir(steps), files, { timeoutMs, onStaged: (name) => beat(`staged ${name}`) });
+}
+
+/** The worker's copy of a payload file, checked against its signed size and digest (a mismatch is an envelope rejection). */
+function readSignedPayload(file: PayloadFile): Buffer {
+  try {
+    return readPayload(file.source, file);
+  } catch (err) {
+    if (err instanceof PayloadRefused) throw new EnvelopeRejected(err.reason, err.message.slice(err.reason.length + 2));
+    throw err;
+  }
 }
 
 export interface ApplyOptions {
@@ -242,6 +239,9 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
     now: opts.now ?? Date.now(),
     profilesDir,
   });
+  // A payload file that differs from its signed size or digest is refused before the device is
+  // contacted (read again when it is sent: the check at upload time stays).
+  for (const file of steps.payload) readSignedPayload(file);
   // Heartbeat on a clock, not only from running commands: a short heartbeat timeout then only catches
   // a worker that is really gone, whatever step it is in (connecting, staging, waiting).
   const ticker = setInterval(() => opts.heartbeat?.(detail), interval);
@@ -252,13 +252,19 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
     try {
-      beat('floor');
-      const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now());
-      if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
-      // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
-      const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
-      if (waiting) return waiting;
-      return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat);
+      let skipFloor = false;
+      if (given.after?.length) {
+        // With `after`, the floor and the dependencies are checked first by commands of their own (the
+        // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
+        beat('floor');
+        const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now());
+        if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
+        // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
+        const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
+        if (waiting) return waiting;
+        skipFloor = true;
+      }
+      return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
       session.close();
@@ -303,130 +309,116 @@ async function unmetDependencies(session: DeviceSession, device: string, steps: 
   return found ? { device, outcome: 'dependency-unmet', steps: ['dependencies'], unmet: found.unmet, detail: found.detail } : null;
 }
 
-async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void): Promise<ApplyResult> {
-  const lockMs = Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS);
+/**
+ * The unit on the device as one remote script (./transport/apply-script.ts): floor, lock, verify first,
+ * staging check, the detached apply, its outcome, verify, marker, release. The worker acts on the
+ * script's parsed report; it runs the script again only with an answer the device could not reach
+ * itself (a floor the shell cannot compare, a lock whose holder only Temporal can prove gone, payload
+ * files it had to upload first).
+ */
+async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void, skipFloor: boolean): Promise<ApplyResult> {
   const profile = steps.profile;
   const step = steps.rollbackOf ? 'rollback' : 'apply';
-  const run = (name: string, command: string) =>
-    session.exec(shellFor(steps, command), {
+  const floorNowMs = opts.now ?? Date.now();
+  const ran: string[] = [];
+  const answers: Pick<ApplyScriptInput, 'skipFloor' | 'afterStage' | 'breakTheirs'> = { skipFloor };
+  for (let round = 0; round < MAX_SCRIPT_ROUNDS; round++) {
+    beat('apply');
+    const script = applyScript({
+      profile,
+      revision: steps.revision,
+      step,
+      holder,
+      nowMs: Date.now(),
+      floorNowMs,
+      verify: shellFor(steps, steps.verify),
+      apply: shellFor(steps, steps.apply),
+      stagingDir: stagingDir(steps),
+      payload: steps.payload,
+      ownerlessGraceSeconds: OWNERLESS_GRACE_MS / 1000,
+      ...answers,
+    });
+    const res = await session.exec(script, {
       timeoutMs: opts.commandTimeoutMs,
-      onProgress: (elapsedMs) => beat(`${name} running ${Math.round(elapsedMs / 1000)}s`),
+      onProgress: (elapsedMs) => beat(`apply running ${Math.round(elapsedMs / 1000)}s`),
       progressIntervalMs: opts.heartbeatIntervalMs,
     });
-  const release = (reason: string) => session.releaseApplyLock(profile, holder, reason, { timeoutMs: lockMs });
-  const ran: string[] = [];
-
-  /** verify → marker → release: what follows an apply that exited, fresh or reattached. */
-  const finish = async (outcome: { code: number | null; tail: string }): Promise<ApplyResult> => {
-    if (outcome.code !== 0) {
-      await release(`${step} exited ${outcome.code}`);
-      throw new StepFailed(step === 'apply' ? 'apply' : 'rollback', { code: outcome.code, stdout: outcome.tail, stderr: '' }, device);
+    const report = reportOf(res, device, step);
+    if ('steps' in report) ran.push(...ranSteps(report.steps, ran));
+    switch (report.kind) {
+      case 'already-applied':
+        return { device, outcome: 'already-applied', steps: ran };
+      case 'applied':
+        return { device, outcome: 'applied', steps: ran };
+      case 'floor': {
+        // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare.
+        const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs);
+        if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${device}: ${refusal}`);
+        answers.skipFloor = true;
+        continue;
+      }
+      case 'lock-held':
+        throw new ApplyLockHeld(device, report.record, profile);
+      case 'lock-theirs': {
+        // Not running, never started or ended: its activity may still be between steps, unless Temporal
+        // says its workflow run is closed.
+        const theirs = report.record.holder;
+        const gone = theirs && opts.holderClosed ? await opts.holderClosed(theirs).catch(() => false) : false;
+        if (!theirs || !gone) throw new ApplyLockHeld(device, report.record, profile);
+        answers.breakTheirs = { holder: theirs, reason: `stale, broken by ${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}: its workflow run ${theirs.run} is closed` };
+        continue;
+      }
+      case 'lock-busy':
+        throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands; try again`);
+      case 'stage-needed':
+        // Verify first ran and failed under our lock: upload, then the same script goes on from the staging check.
+        if (answers.afterStage) throw new StepFailed('payload digest check', { code: 1, stdout: '', stderr: 'the staged payload files do not have their signed SHA-256 on the device' }, device);
+        if (!ran.includes('verify')) ran.push('verify');
+        beat('stage');
+        await stagePayload(session, steps, opts.commandTimeoutMs, beat);
+        ran.push('stage');
+        answers.afterStage = true;
+        continue;
+      case 'failed':
+        throw new StepFailed(report.failed, { code: report.code, stdout: report.output, stderr: '' }, device);
+      case 'apply-gone':
+        throw new TransportError('dropped', `${device}: ${report.why}; verify decides on the retry`);
     }
-    beat('verify');
-    const after = await run('verify', steps.verify);
-    ran.push('verify');
-    if (after.code !== 0) {
-      await release(`verify after ${step} exited ${after.code}`);
-      throw new StepFailed('verify', after, device);
-    }
-    await session.writeMarker(profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
-    ran.push('marker');
-    await release(`${step} of r${steps.revision} done: verified, marker written`);
-    return { device, outcome: 'applied', steps: ran };
-  };
-
-  beat('lock');
-  const record = await claimLock(session, device, steps, holder, step, lockMs, opts.holderClosed);
-  if (record) {
-    // A retry of this unit found its own earlier apply on the device: take its outcome, never run another.
-    ran.push('reattach');
-    return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
   }
-
-  beat('verify-first');
-  const before = await run('verify-first', steps.verify);
-  ran.push('verify');
-  if (before.code === 0) {
-    await session.writeMarker(profile, steps.revision, { timeoutMs: opts.commandTimeoutMs });
-    ran.push('marker');
-    await release(`r${steps.revision} already in place (verify only)`);
-    return { device, outcome: 'already-applied', steps: ran };
-  }
-  beat('stage');
-  await stagePayload(session, steps, opts.commandTimeoutMs, beat);
-  if (steps.payload.length) ran.push('stage');
-  beat('apply');
-  // Started at most once per lock: 'already-launched' (a zombie attempt got there first) is waited for too.
-  try {
-    await session.launchApply(profile, shellFor(steps, steps.apply), { timeoutMs: lockMs });
-  } catch (err) {
-    if (err instanceof StepFailed) await release(`${step} could not start: exit ${err.result.code}`);
-    throw err;
-  }
-  ran.push('apply');
-  return finish(await waitForOutcome(session, device, profile, opts, lockMs, beat));
+  throw new TransportError('dropped', `${device}: the apply unit for ${profile} did not settle in ${MAX_SCRIPT_ROUNDS} runs; try again`);
 }
+
+/** Floor answer, lock break, staging: each needs at most one more run of the script. */
+const MAX_SCRIPT_ROUNDS = 4;
 
 /** How long a lock may stay without an owner before it counts as a dead claimer's (a live claim names itself within milliseconds). */
 const OWNERLESS_GRACE_MS = 3_000;
 
-/**
- * Hold the device's apply lock for this unit. Returns null when the lock is ours to start from (fresh,
- * or an earlier attempt of ours that never started its apply), or the record of our own earlier apply
- * (running or finished) to reattach to. A lock of another unit is broken only when its holder is
- * provably gone; otherwise ApplyLockHeld.
- */
-async function claimLock(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, step: string, timeoutMs: number, holderClosed?: (h: ApplyHolder) => Promise<boolean>): Promise<ApplyLockRecord | null> {
-  const profile = steps.profile;
-  let breakOwnerless = false;
-  for (let tries = 0; tries < 3; tries++) {
-    const claim = await session.claimApplyLock(profile, { holder, revision: steps.revision, step, ...(breakOwnerless ? { breakOwnerless } : {}) }, { timeoutMs });
-    const { record } = claim;
-    breakOwnerless = false;
-    if (claim.state === 'acquired') return null;
-    const interrupted = record.launched && record.pid !== null && !record.running && !record.outcome;
-    if (claim.state === 'ours') {
-      if (!record.launched) return null; // our earlier attempt died before starting the apply: verify decides
-      if (!interrupted) return record;
-      // Our earlier apply died without an outcome (the device rebooted, it was killed): verify decides.
-      await session.releaseApplyLock(profile, holder, `interrupted: pid ${record.pid} is not running and wrote no outcome (attempt ${holder.attempt} takes over)`, { timeoutMs });
-      continue;
-    }
-    const theirs = record.holder;
-    if (!theirs && !record.launched && !record.running && tries === 0) {
-      // No owner and nothing launched: a claim mid-way (a moment) or cut off for good (its claimer was
-      // killed between taking the lock and naming itself). Wait out the moment, then break it.
-      await sleep(OWNERLESS_GRACE_MS);
-      breakOwnerless = true;
-      continue;
-    }
-    if (!theirs || record.running || (record.launched && record.pid === null && !record.outcome)) throw new ApplyLockHeld(device, record, profile);
-    // Not running. Gone for certain when its apply died without an outcome; when it never started or has
-    // ended, its activity may still be between steps, unless that activity is provably closed: the same
-    // workflow run starts a device's next activity only after the previous one closed, or Temporal says
-    // the holder's run is closed.
-    const sameRun = theirs.rollout === deviceValue(holder.rollout) && theirs.run === deviceValue(holder.run);
-    const gone = interrupted || sameRun || (holderClosed ? await holderClosed(theirs).catch(() => false) : false);
-    if (!gone) throw new ApplyLockHeld(device, record, profile);
-    const why = interrupted ? `its pid ${record.pid} is not running and wrote no outcome` : sameRun ? `activity ${theirs.activity} of the same run has closed` : `its workflow run ${theirs.run} is closed`;
-    await session.releaseApplyLock(profile, theirs, `stale, broken by ${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}: ${why}`, { timeoutMs });
+/** The evidence for the audit trail, in today's words: verify, stage, apply (or reattach), verify, marker. */
+function ranSteps(report: readonly ReportStep[], already: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const s of report) {
+    if (s.name === 'verify-first' || s.name === 'verify') out.push('verify');
+    else if (s.name === 'reattach') out.push('reattach');
+    else if (s.name === 'stage' && s.status === 'present' && !already.includes('stage')) out.push('stage');
+    else if (s.name === 'launch') out.push('apply');
+    else if (s.name === 'marker' && s.status === 'written') out.push('marker');
   }
-  throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands; try again`);
+  return out;
 }
 
-/** Poll the device until the apply under our lock records its outcome; heartbeats on every poll. */
-async function waitForOutcome(session: DeviceSession, device: string, profile: string, opts: ApplyOptions & { heartbeatIntervalMs: number }, timeoutMs: number, beat: (detail: string) => void): Promise<{ code: number | null; tail: string }> {
-  const started = Date.now();
-  for (;;) {
-    const record = await session.readApplyLock(profile, { timeoutMs });
-    if (!record) throw new TransportError('dropped', `${device}: the apply lock for ${profile} disappeared while its apply ran (another worker judged it gone); verify decides on the retry`);
-    if (record.outcome) return record.outcome;
-    if (!record.running && record.pid !== null) {
-      throw new TransportError('dropped', `${device}: the apply on the device (pid ${record.pid}) is gone without an outcome; verify decides on the retry`);
-    }
-    const elapsed = Date.now() - started;
-    if (elapsed > opts.commandTimeoutMs) throw new TransportError('timeout', `${device}: the apply is still running after ${opts.commandTimeoutMs} ms; it keeps the device's apply lock until it ends`);
-    beat(`apply running ${Math.round(elapsed / 1000)}s`);
-    await new Promise((r) => setTimeout(r, opts.heartbeatIntervalMs));
+/**
+ * The script's report, strictly read. A script refused as a whole before its first line (the device
+ * exited non-zero having run none of it) is the device saying no to the apply; any other report that
+ * does not add up (cut short, garbled) is a dropped session: a retry reattaches, nothing is guessed.
+ */
+function reportOf(res: ExecResult, device: string, step: 'apply' | 'rollback'): ApplyReport {
+  try {
+    return readApplyReport(res.stdout, step);
+  } catch (err) {
+    if (!(err instanceof ReportUnreadable)) throw err;
+    const begun = res.stdout.split('\n').some((l) => l.startsWith('WAVEGATE-STEP begin '));
+    if (!begun && res.code !== null && res.code !== 0) throw new StepFailed(step, res, device);
+    throw new TransportError('dropped', `${device}: the apply unit's report cannot be read (${err.message}; exit ${res.code}); a retry reattaches to what it left on the device`);
   }
 }

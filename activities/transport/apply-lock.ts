@@ -30,12 +30,13 @@ export function shQuote(s: string): string {
 
 const dirs = (profile: string) => `P="$HOME/.wavegate/profiles/${profile}"; L="$P/apply.lock"`;
 
-function holderLines(holder: ApplyHolder, atMs: number): string[] {
+/** The owner file's holder lines (apply-script.ts writes the same). */
+export function holderLines(holder: ApplyHolder, atMs: number): string[] {
   return [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, `attempt=${holder.attempt}`, `attemptAt=${new Date(atMs).toISOString()}`];
 }
 
 /** `grep` tests that the lock's owner file names this unit (and, with `attempt`, this very attempt). */
-function ownedBy(holder: ApplyHolder, withAttempt: boolean): string {
+export function ownedBy(holder: ApplyHolder, withAttempt: boolean): string {
   const lines = [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, ...(withAttempt ? [`attempt=${holder.attempt}`] : [])];
   return lines.map((l) => `grep -qxF ${shQuote(l)} "$L/owner" 2>/dev/null`).join(' && ');
 }

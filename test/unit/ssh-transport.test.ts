@@ -293,13 +293,17 @@ describe('ssh transport against the fleet simulator', () => {
       const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
       expect(first).toEqual({ device: 'apply', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(fleet.sftpUploads('apply')).toBe(1);
-      expect(fleet.count('apply', 'sha256sum -c')).toBe(1);
+      // The unit's script (stops: payload not staged), the upload's mkdir and device-side digest check, the script again.
+      expect(fleet.commands('apply')).toHaveLength(4);
+      expect(fleet.count('apply', /^cd "\$HOME\/\.wavegate\/staging\/transport\/7" && printf .* \| sha256sum -c/)).toBe(1);
       expect(readFileSync(join(dev.sandbox, '.wavegate/staging/transport/7/payload.txt'), 'utf8')).toBe(payloadBody);
       expect(readFileSync(join(dev.sandbox, '.wavegate/profiles/transport/revision'), 'utf8')).toBe('7\n');
 
+      const sent = fleet.commands('apply').length;
       const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
       expect(again).toEqual({ device: 'apply', outcome: 'already-applied', steps: ['verify', 'marker'] });
-      expect(fleet.count('apply', 'cp "$WAVEGATE_STAGING')).toBe(1);
+      expect(fleet.commands('apply').length - sent).toBe(1); // one script: verify first passed, marker, release
+      expect(fleet.sftpUploads('apply')).toBe(1);
     });
 
     it('a long apply keeps heartbeating while it runs', async () => {

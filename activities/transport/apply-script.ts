@@ -1,0 +1,355 @@
+import { parseRecord, shQuote, deviceValue, ownedBy, holderLines } from './apply-lock';
+import type { ApplyHolder, ApplyLockRecord } from './types';
+
+/**
+ * A whole device apply as ONE remote shell script (docs/formats.md, "The apply script"): floor check,
+ * the apply lock (the very protocol and files of ./apply-lock.ts), verify first, the staging check,
+ * the detached apply (at most once per lock), waiting for its recorded outcome, verify after, the
+ * marker and the release. A login shell that does real work at start-up is paid once per device, not
+ * once per step.
+ *
+ * The script reports each step as one line `WAVEGATE-STEP <name> <status> <hex detail>` (detail: hex
+ * bytes, so any output survives the line format) between `begin` and `end`. The worker parses them
+ * strictly (readApplyReport): a report cut short is never taken for success.
+ *
+ * The decisions the device cannot take stop the script with what the worker needs to decide, and the
+ * worker runs it again with its answer: a floor the shell cannot compare (`floor check`), a lock held
+ * by another run whose closing only Temporal can prove (`lock theirs`), payload files that are not on
+ * the device yet (`stage needed`).
+ */
+
+/** Bumped when the report's meaning changes: a worker never reads a report of another version. */
+export const APPLY_SCRIPT_VERSION = 'wavegate-apply-1';
+
+export interface ApplyScriptInput {
+  profile: string;
+  revision: number;
+  /** `apply` or `rollback` (recorded in the lock's owner file and in the release reasons). */
+  step: 'apply' | 'rollback';
+  holder: ApplyHolder;
+  /** Worker clock, epoch ms: the owner file's timestamps. */
+  nowMs: number;
+  /** Epoch ms the floor's revert window is judged at (the apply's `now`). */
+  floorNowMs: number;
+  /** The full commands, each already wrapped by `shellFor` (cd "$HOME", $WAVEGATE_STAGING). */
+  verify: string;
+  apply: string;
+  /** The staging directory relative to $HOME, and the payload files that must be there (empty: none). */
+  stagingDir: string;
+  payload: readonly { name: string; sha256: string }[];
+  /** The worker already decided the floor (it read it, or its own rule allowed what the shell could not compare). */
+  skipFloor?: boolean;
+  /** This attempt staged the payload after its own previous script ran verify first under the lock. */
+  afterStage?: boolean;
+  /** Temporal proved this holder's run closed: break its lock (only while that exact attempt holds it), with this reason. */
+  breakTheirs?: { holder: ApplyHolder; reason: string };
+  /** How long a lock may stay without an owner before it counts as a dead claimer's (seconds). */
+  ownerlessGraceSeconds: number;
+}
+
+const STEP = 'WAVEGATE-STEP';
+
+/** The script. Values reach the shell only through shQuote / deviceValue; the profile name is checked by the caller. */
+export function applyScript(input: ApplyScriptInput): string {
+  const { holder, revision, step } = input;
+  const at = new Date(input.nowMs).toISOString();
+  const owner = [...holderLines(holder, input.nowMs), `revision=${revision}`, `step=${deviceValue(step)}`, `taken=${at}`];
+  const attempt = holderLines(holder, input.nowMs).slice(3);
+  const me = `${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}`;
+  const ownerless = `ownerless, broken by ${me}: a claim cut off before it named its owner; nothing was launched under it`;
+  const check = input.payload.map((f) => `${f.sha256}  ${f.name}`).join('\n');
+  const wrapper = `sh -c "$1" & echo $! > apply.pid; wait $!; echo $? > exitcode.tmp && mv -f exitcode.tmp exitcode`;
+  const lines: string[] = [
+    `wg_P="$HOME/.wavegate/profiles/${input.profile}"; wg_L="$wg_P/apply.lock"; L="$wg_L"`,
+    // Detail as hex bytes (od is POSIX; base64 is not): one line whatever the output holds.
+    `wg_hex() { od -An -v -tx1 | tr -d ' \\n'; }`,
+    `wg_say() { printf '${STEP} %s %s ' "$1" "$2"; wg_hex; echo; }`,
+    `wg_end() { printf '${STEP} end %s \\n' "$1"; exit 0; }`,
+    // The revision's verify, verbatim, in a subshell: run by the login shell as a command of its own would be.
+    `wg_verify() (`,
+    input.verify,
+    `)`,
+    `wg_run_verify() { wg_out=$(wg_verify 2>&1 < /dev/null); wg_code=$?; printf '%s' "$wg_out" | tail -c 400 | wg_say "$1" "$wg_code"; }`,
+    // The lock's state, read once per look: running is checked before the exit code (the wrapper writes
+    // the exit code before it exits, so "not running and no exit code" really means it died).
+    `wg_inspect() {`,
+    `  wg_owner=$(cat "$wg_L/owner" 2>/dev/null)`,
+    `  if [ -e "$wg_L/launched" ]; then wg_launched=1; else wg_launched=0; fi`,
+    `  wg_p=$(cat "$wg_L/pid" 2>/dev/null); wg_a=$(cat "$wg_L/apply.pid" 2>/dev/null)`,
+    `  case "$wg_p" in ''|*[!0-9]*) wg_p= ;; esac; case "$wg_a" in ''|*[!0-9]*) wg_a= ;; esac`,
+    `  if { [ -n "$wg_p" ] && kill -0 "$wg_p" 2>/dev/null; } || { [ -n "$wg_a" ] && kill -0 "$wg_a" 2>/dev/null; }; then wg_running=1; else wg_running=0; fi`,
+    `  if [ -f "$wg_L/exitcode" ]; then wg_done=1; wg_exit=$(cat "$wg_L/exitcode" 2>/dev/null); else wg_done=0; wg_exit=; fi`,
+    `}`,
+    // The record in the format of apply-lock.ts REPORT (parseRecord reads both).
+    `wg_record() {`,
+    `  [ -n "$wg_owner" ] && printf '%s\\n' "$wg_owner"`,
+    `  echo "launched=$wg_launched"; echo "pid=$wg_p"; echo "running=$wg_running"`,
+    `  if [ "$wg_done" = 1 ]; then echo "exit=$wg_exit"; echo '--- tail'; tail -c 400 "$wg_L/out" 2>/dev/null; fi`,
+    `  return 0`,
+    `}`,
+    `wg_field() { printf '%s\\n' "$wg_owner" | sed -n "s/^$1=//p" | head -n 1; }`,
+    `wg_has() { printf '%s\\n' "$wg_owner" | grep -q "^$1="; }`,
+    // Put the lock aside as last-apply with why, while it still is what we looked at.
+    `wg_put_aside() {`,
+    `  if [ "$(cat "$wg_L/owner" 2>/dev/null)" = "$wg_owner" ]; then rm -rf "$wg_P/last-apply" && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released" || { wg_record | wg_say lock failed; wg_end stop; }; fi`,
+    `}`,
+    `wg_release() {`,
+    `  if ${ownedBy(holder, true)}; then`,
+    `    if wg_err=$( { rm -rf "$wg_P/last-apply" && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released"; } 2>&1 ); then printf '%s' "$1" | wg_say release released; else printf '%s' "$wg_err" | wg_say release failed; wg_end stop; fi`,
+    `  else printf '%s' "$1" | wg_say release not-held; fi`,
+    `}`,
+    `wg_marker() {`,
+    `  if wg_err=$( { mkdir -p "$wg_P" && printf '%s\\n' ${revision} > "$wg_P/revision"; } 2>&1 ); then : | wg_say marker written; else printf '%s' "$wg_err" | wg_say marker failed; wg_end stop; fi`,
+    `}`,
+    `printf '${STEP} begin ${APPLY_SCRIPT_VERSION} \\n'`,
+  ];
+
+  // Floor (core/floor.ts floorRefusal): allowed at or above the floor, or back to its `from` inside the
+  // revert window. Anything the shell cannot compare safely goes to the worker (`floor check`).
+  if (!input.skipFloor) {
+    lines.push(
+      `wg_F="$wg_P/floor"`,
+      `if [ -f "$wg_F" ]; then`,
+      `  wg_fr=$(sed -n 's/^revision=//p' "$wg_F" 2>/dev/null | tail -n 1); wg_ff=$(sed -n 's/^from=//p' "$wg_F" 2>/dev/null | tail -n 1); wg_fu=$(sed -n 's/^revertUntil=//p' "$wg_F" 2>/dev/null | tail -n 1)`,
+      `  wg_floor=ok`,
+      `  case "$wg_fr" in ''|*[!0-9]*) ;; *)`,
+      `    case "$wg_ff" in ''|*[!0-9]*) wg_ff="$wg_fr" ;; esac; case "$wg_fu" in ''|*[!0-9]*) wg_fu=0 ;; esac`,
+      `    if [ \${#wg_fr} -gt 15 ] || [ \${#wg_ff} -gt 15 ] || [ \${#wg_fu} -gt 15 ]; then wg_floor=check`,
+      `    elif [ ${revision} -ge "$wg_fr" ]; then wg_floor=ok`,
+      `    elif [ ${revision} -eq "$wg_ff" ] && [ ${input.floorNowMs} -lt "$wg_fu" ]; then wg_floor=ok`,
+      `    else wg_floor=refused; fi ;;`,
+      `  esac`,
+      `  if [ "$wg_floor" != ok ]; then head -c 2048 "$wg_F" | wg_say floor "$wg_floor"; wg_end stop; fi`,
+      `fi`,
+      `: | wg_say floor ok`,
+    );
+  }
+
+  // The lock (docs/formats.md "The apply lock"), with claimLock's decisions where the device can take them.
+  lines.push(
+    `wg_mode=; wg_waited=0; wg_tries=0`,
+    `while [ -z "$wg_mode" ]; do`,
+    `  wg_tries=$((wg_tries + 1))`,
+    `  if [ "$wg_tries" -gt 6 ]; then : | wg_say lock busy; wg_end stop; fi`,
+    `  if ! wg_err=$(mkdir -p "$wg_P" 2>&1); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
+    `  if mkdir "$wg_L" 2>/dev/null; then`,
+    `    if ! wg_err=$( { printf '%s\\n' ${owner.map(shQuote).join(' ')} > "$wg_L/owner.tmp" && mv -f "$wg_L/owner.tmp" "$wg_L/owner"; } 2>&1 ); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
+    `    wg_state=acquired`,
+    `  elif ${ownedBy(holder, false)}; then`,
+    `    if ! wg_err=$( { { grep -v -e '^attempt=' -e '^attemptAt=' "$wg_L/owner"; printf '%s\\n' ${attempt.map(shQuote).join(' ')}; } > "$wg_L/owner.tmp" && mv -f "$wg_L/owner.tmp" "$wg_L/owner"; } 2>&1 ); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
+    `    wg_state=ours`,
+    `  elif [ -d "$wg_L" ]; then wg_state=theirs`,
+    `  else continue`,
+    `  fi`,
+    `  wg_inspect`,
+    `  wg_interrupted=0; if [ "$wg_launched" = 1 ] && [ -n "$wg_p" ] && [ "$wg_running" = 0 ] && [ "$wg_done" = 0 ]; then wg_interrupted=1; fi`,
+    `  case "$wg_state" in`,
+    `  acquired) wg_record | wg_say lock acquired; wg_mode=fresh ;;`,
+    `  ours)`,
+    `    if [ "$wg_launched" = 0 ]; then wg_record | wg_say lock ours; wg_mode=ours-unlaunched`,
+    `    elif [ "$wg_interrupted" = 0 ]; then wg_record | wg_say lock ours; wg_mode=reattach`,
+    `    else wg_record | wg_say lock interrupted; wg_release "interrupted: pid $wg_p is not running and wrote no outcome (attempt ${holder.attempt} takes over)"; fi ;;`,
+    `  theirs)`,
+    `    wg_holder=0; if wg_has rollout && wg_has run && wg_has activity; then case "$(wg_field attempt)" in ''|*[!0-9]*) ;; *) wg_holder=1 ;; esac; fi`,
+    `    if [ "$wg_holder" = 0 ] && [ "$wg_launched" = 0 ] && [ "$wg_running" = 0 ] && [ "$wg_waited" = 0 ]; then`,
+    // No owner and nothing launched: a claim mid-way (a moment) or cut off for good (its claimer was
+    // killed between taking the lock and naming itself). Wait out the moment, then break it.
+    `      wg_waited=1; sleep ${input.ownerlessGraceSeconds}`,
+    `      if [ -d "$wg_L" ] && [ ! -e "$wg_L/owner" ] && [ ! -e "$wg_L/launched" ]; then rm -rf "$wg_P/last-apply" && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' ${shQuote(ownerless)} > "$wg_P/last-apply/released" || { : | wg_say lock failed; wg_end stop; }; : | wg_say lock ownerless-broken; fi`,
+    `    elif [ "$wg_holder" = 0 ] || [ "$wg_running" = 1 ] || { [ "$wg_launched" = 1 ] && [ -z "$wg_p" ] && [ "$wg_done" = 0 ]; }; then wg_record | wg_say lock held; wg_end stop`,
+    `    elif [ "$wg_interrupted" = 1 ]; then wg_record | wg_say lock stale; wg_put_aside "stale, broken by ${me}: its pid $wg_p is not running and wrote no outcome"`,
+    `    elif [ "$(wg_field rollout)" = ${shQuote(deviceValue(holder.rollout))} ] && [ "$(wg_field run)" = ${shQuote(deviceValue(holder.run))} ]; then wg_record | wg_say lock stale; wg_put_aside "stale, broken by ${me}: activity $(wg_field activity | tr -cd 'A-Za-z0-9._:@/+=-') of the same run has closed"`,
+    ...(input.breakTheirs
+      ? [`    elif ${ownedBy(input.breakTheirs.holder, true)}; then wg_record | wg_say lock stale; wg_put_aside ${shQuote(input.breakTheirs.reason.replace(/[^\x20-\x7e]/g, '?').slice(0, 400))}`]
+      : []),
+    `    else wg_record | wg_say lock theirs; wg_end stop; fi ;;`,
+    `  esac`,
+    `done`,
+  );
+
+  const launch = [
+    // Started at most once per lock: `launched` is created with noclobber, so a second launch (a zombie
+    // attempt got there first) starts nothing and is waited for like a reattach. The wrapper runs in a
+    // session of its own where the device has setsid, so nothing that ends this script's process group
+    // (a dropped connection) ends the apply.
+    `wg_wpid=`,
+    `if ! cd "$wg_L" 2>/dev/null; then echo 'cannot enter the lock directory' | wg_say launch 3; wg_release ${shQuote(`${step} could not start: exit 3`)}; wg_end stop; fi`,
+    `if ( set -C; : > launched ) 2>/dev/null; then`,
+    `  if command -v setsid > /dev/null 2>&1; then wg_ss=setsid; else wg_ss=; fi`,
+    `  nohup $wg_ss sh -c ${shQuote(wrapper)} wavegate-apply ${shQuote(input.apply)} > out 2>&1 < /dev/null &`,
+    `  wg_wpid=$!; echo "$wg_wpid" > pid`,
+    `  : | wg_say launch launched`,
+    `else : | wg_say launch already-launched; fi`,
+    `cd "$HOME" 2>/dev/null || cd /`,
+  ];
+
+  // Wait for the outcome recorded under our lock: our own child is waited for, another's polled.
+  const wait = [
+    `if [ -n "$wg_wpid" ]; then wait "$wg_wpid" 2>/dev/null; fi`,
+    `while :; do`,
+    `  if [ ! -d "$wg_L" ]; then : | wg_say apply lost; wg_end stop; fi`,
+    `  wg_inspect`,
+    `  if [ "$wg_done" = 1 ]; then break; fi`,
+    `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_record | wg_say apply gone; wg_end stop; fi`,
+    `  sleep 0.2 2>/dev/null || sleep 1`,
+    `done`,
+    `case "$wg_exit" in ''|*[!0-9]*) wg_code=unknown ;; *) wg_code=$wg_exit ;; esac`,
+    `tail -c 400 "$wg_L/out" 2>/dev/null | wg_say apply "$wg_code"`,
+    `if [ "$wg_code" != 0 ]; then wg_release "${step} exited $(if [ "$wg_code" = unknown ]; then echo null; else echo "$wg_code"; fi)"; wg_end stop; fi`,
+    `wg_run_verify verify`,
+    `if [ "$wg_code" != 0 ]; then wg_release "verify after ${step} exited $wg_code"; wg_end stop; fi`,
+    `wg_marker`,
+    `wg_release ${shQuote(`${step} of r${revision} done: verified, marker written`)}`,
+    `wg_end applied`,
+  ];
+
+  const stage = input.payload.length
+    ? [
+        `if ( cd "$HOME/${input.stagingDir}" 2>/dev/null && printf '%s\\n' ${shQuote(check)} | sha256sum -c --quiet - > /dev/null 2>&1 ); then : | wg_say stage present; else : | wg_say stage needed; wg_end stop; fi`,
+      ]
+    : [];
+
+  lines.push(
+    `if [ "$wg_mode" = reattach ]; then`,
+    `  : | wg_say reattach ok`,
+    ...wait.map((l) => `  ${l}`),
+    `fi`,
+    // Verify first, unless this attempt ran it under this very lock before it went to stage the payload.
+    `if [ "$wg_mode" = fresh ] || [ ${input.afterStage ? 1 : 0} = 0 ]; then`,
+    `  wg_run_verify verify-first`,
+    `  if [ "$wg_code" = 0 ]; then wg_marker; wg_release ${shQuote(`r${revision} already in place (verify only)`)}; wg_end already-applied; fi`,
+    `fi`,
+    ...stage,
+    ...launch,
+    ...wait,
+  );
+  return lines.join('\n') + '\n';
+}
+
+/** One report line. */
+export interface ReportStep {
+  name: string;
+  status: string;
+  detail: string;
+}
+
+const NAMES = new Set(['floor', 'lock', 'reattach', 'verify-first', 'stage', 'launch', 'apply', 'verify', 'marker', 'release']);
+const LINE = /^WAVEGATE-STEP ([a-z-]+) ([a-z0-9-]+) ([0-9a-f]*)$/;
+const ENDS = new Set(['applied', 'already-applied', 'stop']);
+
+/** What the report says, for the worker to act on. Derived only from report lines; never guessed. */
+export type ApplyReport =
+  | { kind: 'applied'; reattached: boolean; staged: boolean; steps: ReportStep[] }
+  | { kind: 'already-applied'; steps: ReportStep[] }
+  | { kind: 'floor'; verdict: 'refused' | 'check'; text: string }
+  | { kind: 'lock-held' | 'lock-theirs'; record: ApplyLockRecord }
+  | { kind: 'lock-busy' }
+  | { kind: 'stage-needed' }
+  /** A step of the unit ran and said no; `failed` names it as StepFailed does. */
+  | { kind: 'failed'; failed: 'apply' | 'rollback' | 'verify' | 'take apply lock' | 'write marker' | 'release apply lock'; code: number | null; output: string; reattached: boolean }
+  /** The apply under our lock vanished (gone without an outcome, or the lock itself): verify decides on a retry. */
+  | { kind: 'apply-gone'; why: string };
+
+/** Why a report cannot be read: the worker treats it as a dropped session (a retry reattaches). */
+export class ReportUnreadable extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ReportUnreadable';
+  }
+}
+
+/**
+ * The step lines of a script's stdout. Lines before `begin` are the login shell's own (an rc file that
+ * prints); from `begin` on every line must be a report line, and `end` must be the last one.
+ */
+export function parseReportLines(stdout: string): { steps: ReportStep[]; end: string } {
+  const lines = stdout.split('\n');
+  if (lines.at(-1) === '') lines.pop();
+  const begin = lines.findIndex((l) => l === `${STEP} begin ${APPLY_SCRIPT_VERSION} `);
+  if (begin < 0) throw new ReportUnreadable(`no "${STEP} begin ${APPLY_SCRIPT_VERSION}" line`);
+  const steps: ReportStep[] = [];
+  for (let i = begin + 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const end = /^WAVEGATE-STEP end ([a-z-]+) $/.exec(line);
+    if (end) {
+      if (i !== lines.length - 1) throw new ReportUnreadable(`output after the end line: ${JSON.stringify(lines[i + 1]!.slice(0, 80))}`);
+      if (!ENDS.has(end[1]!)) throw new ReportUnreadable(`unknown end ${JSON.stringify(end[1])}`);
+      return { steps, end: end[1]! };
+    }
+    const m = LINE.exec(line);
+    if (!m) throw new ReportUnreadable(`not a report line: ${JSON.stringify(line.slice(0, 80))}`);
+    if (!NAMES.has(m[1]!)) throw new ReportUnreadable(`unknown step ${JSON.stringify(m[1])}`);
+    if (m[3]!.length % 2 !== 0) throw new ReportUnreadable(`odd hex detail in step ${m[1]}`);
+    steps.push({ name: m[1]!, status: m[2]!, detail: Buffer.from(m[3]!, 'hex').toString('utf8') });
+  }
+  throw new ReportUnreadable('the report ends without an end line (cut short)');
+}
+
+const code = (status: string): number | null | undefined => (/^\d+$/.test(status) ? Number(status) : status === 'unknown' ? null : undefined);
+
+/** Read a script's report into what happened (strict: a sequence that does not add up is unreadable). */
+export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): ApplyReport {
+  const { steps, end } = parseReportLines(stdout);
+  const find = (name: string) => steps.filter((s) => s.name === name);
+  const one = (name: string, status?: RegExp): ReportStep => {
+    const found = find(name);
+    if (found.length !== 1 || (status && !status.test(found[0]!.status))) throw new ReportUnreadable(`expected one ${name} step${status ? ` (${status.source})` : ''}, found ${found.map((s) => s.status).join(',') || 'none'}`);
+    return found[0]!;
+  };
+  const reattached = find('reattach').length > 0;
+  // The unit's own release is its last step (an interrupted attempt's release may come earlier).
+  const released = () => {
+    const last = steps.at(-1);
+    if (last?.name !== 'release' || !/^(released|not-held)$/.test(last.status)) throw new ReportUnreadable(`ended without its release (last step ${last ? `${last.name} ${last.status}` : 'none'})`);
+  };
+  if (end === 'already-applied') {
+    if (one('verify-first').status !== '0') throw new ReportUnreadable('already-applied without a passing verify');
+    one('marker', /^written$/);
+    released();
+    return { kind: 'already-applied', steps };
+  }
+  if (end === 'applied') {
+    if (one('apply').status !== '0' || one('verify').status !== '0') throw new ReportUnreadable('applied without a passing apply and verify');
+    one('marker', /^written$/);
+    released();
+    if (!reattached && find('launch').length !== 1) throw new ReportUnreadable('applied without a launch or a reattach');
+    return { kind: 'applied', reattached, staged: find('stage').some((s) => s.status === 'present'), steps };
+  }
+  // Stopped: the last step says why.
+  const last = steps.at(-1);
+  if (!last) throw new ReportUnreadable('stopped before any step');
+  const failed = (failed: Extract<ApplyReport, { kind: 'failed' }>['failed'], codeOf: number | null, output: string): ApplyReport => ({ kind: 'failed', failed, code: codeOf, output, reattached });
+  switch (`${last.name} ${last.status}`) {
+    case 'floor refused':
+    case 'floor check':
+      return { kind: 'floor', verdict: last.status as 'refused' | 'check', text: last.detail };
+    case 'lock held':
+    case 'lock theirs':
+      return { kind: last.status === 'held' ? 'lock-held' : 'lock-theirs', record: parseRecord(last.detail).record };
+    case 'lock busy':
+      return { kind: 'lock-busy' };
+    case 'lock failed':
+      return failed('take apply lock', 1, last.detail);
+    case 'stage needed':
+      return { kind: 'stage-needed' };
+    case 'marker failed':
+      return failed('write marker', 1, last.detail);
+    case 'release failed':
+      return failed('release apply lock', 1, last.detail);
+    case 'apply gone':
+      return { kind: 'apply-gone', why: `the apply on the device (pid ${parseRecord(last.detail).record.pid ?? '?'}) is gone without an outcome` };
+    case 'apply lost':
+      return { kind: 'apply-gone', why: 'the apply lock disappeared while its apply ran (another worker judged it gone)' };
+  }
+  // A failing step is followed by its release: the step before the release is the one that said no.
+  if (last.name === 'release') {
+    const before = steps.at(-2);
+    const c = before ? code(before.status) : undefined;
+    if (before && c !== undefined && c !== 0) {
+      if (before.name === 'apply') return failed(step, c, before.detail);
+      if (before.name === 'verify') return failed('verify', c, before.detail);
+      if (before.name === 'launch') return failed(step === 'apply' ? 'apply' : 'rollback', c, before.detail);
+    }
+  }
+  throw new ReportUnreadable(`stopped after "${last.name} ${last.status}", which is not a reason to stop`);
+}
