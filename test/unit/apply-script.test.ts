@@ -1,0 +1,159 @@
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { applyScript, parseReportLines, readApplyReport, ReportUnreadable, APPLY_SCRIPT_VERSION, type ApplyScriptInput } from '../../activities/transport/apply-script';
+import { shellFor } from '../../activities/device-steps';
+import { scratchDir } from '../support/harness';
+
+/**
+ * The one-script apply (activities/transport/apply-script.ts): the report parser on its own, and the
+ * generated script run by the machine's POSIX sh (dash) in a HOME of its own: the files it leaves are
+ * the apply lock's (docs/formats.md "The apply lock"), its report says each step's outcome.
+ */
+const hex = (s: string) => Buffer.from(s).toString('hex');
+const line = (name: string, status: string, detail = '') => `WAVEGATE-STEP ${name} ${status} ${hex(detail)}`;
+const BEGIN = `WAVEGATE-STEP begin ${APPLY_SCRIPT_VERSION} `;
+const END = (e: string) => `WAVEGATE-STEP end ${e} `;
+const report = (...lines: string[]) => [...lines, ''].join('\n');
+
+describe('the apply script report parser', () => {
+  it('reads an applied unit, ignoring what the login shell printed before begin', () => {
+    const out = report('motd from .bashrc', BEGIN, line('floor', 'ok'), line('lock', 'acquired', 'launched=0\n'), line('verify-first', '1', 'no'), line('launch', 'launched'), line('apply', '0', 'done'), line('verify', '0'), line('marker', 'written'), line('release', 'released', 'apply of r2 done'), END('applied'));
+    const r = readApplyReport(out, 'apply');
+    expect(r.kind).toBe('applied');
+    expect(parseReportLines(out).steps.map((s) => s.name)).toEqual(['floor', 'lock', 'verify-first', 'launch', 'apply', 'verify', 'marker', 'release']);
+    expect(parseReportLines(out).steps[4]!.detail).toBe('done');
+  });
+
+  it('a report cut short, garbled, or claiming success without its steps is unreadable (never a guessed success)', () => {
+    const cut = report(BEGIN, line('floor', 'ok'), line('lock', 'acquired'), line('verify-first', '1'), line('launch', 'launched'));
+    expect(() => readApplyReport(cut, 'apply')).toThrow(ReportUnreadable);
+    expect(() => readApplyReport(report(line('floor', 'ok'), END('applied')), 'apply')).toThrow(/no "WAVEGATE-STEP begin/);
+    expect(() => readApplyReport(report(BEGIN, 'stray output', END('stop')), 'apply')).toThrow(/not a report line/);
+    expect(() => readApplyReport(report(BEGIN, line('lock', 'acquired'), END('applied')), 'apply')).toThrow(ReportUnreadable);
+    // A successful apply whose verify after failed must not read as applied.
+    expect(() => readApplyReport(report(BEGIN, line('launch', 'launched'), line('apply', '0'), line('verify', '1'), line('marker', 'written'), line('release', 'released'), END('applied')), 'apply')).toThrow(ReportUnreadable);
+    expect(() => readApplyReport(report(BEGIN, line('nonsense', 'x'), END('stop')), 'apply')).toThrow(/unknown step/);
+    expect(() => readApplyReport(report(BEGIN, 'WAVEGATE-STEP apply 0 abc', END('stop')), 'apply')).toThrow(/odd hex/);
+    expect(() => readApplyReport(report(BEGIN, END('applied'), line('apply', '0')), 'apply')).toThrow(ReportUnreadable);
+  });
+
+  it('stops are read from their last step: failures name the step that said no', () => {
+    expect(readApplyReport(report(BEGIN, line('lock', 'acquired'), line('verify-first', '1'), line('launch', 'launched'), line('apply', '3', 'boom'), line('release', 'released'), END('stop')), 'rollback')).toEqual({ kind: 'failed', failed: 'rollback', code: 3, output: 'boom', reattached: false });
+    expect(readApplyReport(report(BEGIN, line('reattach', 'ok'), line('apply', '0'), line('verify', '1', 'missing'), line('release', 'released'), END('stop')), 'apply')).toMatchObject({ kind: 'failed', failed: 'verify', code: 1, output: 'missing', reattached: true });
+    expect(readApplyReport(report(BEGIN, line('apply', 'unknown'), line('release', 'released'), END('stop')), 'apply')).toMatchObject({ kind: 'failed', failed: 'apply', code: null });
+    expect(readApplyReport(report(BEGIN, line('floor', 'refused', 'revision=9\n'), END('stop')), 'apply')).toEqual({ kind: 'floor', verdict: 'refused', text: 'revision=9\n' });
+    const held = readApplyReport(report(BEGIN, line('floor', 'ok'), line('lock', 'held', 'rollout=r\nrun=u\nactivity=3\nattempt=1\nlaunched=1\npid=42\nrunning=1\n'), END('stop')), 'apply');
+    expect(held).toMatchObject({ kind: 'lock-held', record: { holder: { rollout: 'r', run: 'u', activity: '3', attempt: 1 }, pid: 42, running: true } });
+    expect(readApplyReport(report(BEGIN, line('stage', 'needed'), END('stop')), 'apply')).toEqual({ kind: 'stage-needed' });
+    expect(readApplyReport(report(BEGIN, line('apply', 'gone', 'pid=7\n'), END('stop')), 'apply')).toMatchObject({ kind: 'apply-gone' });
+    // A release is not a reason to stop unless the step before it said no.
+    expect(() => readApplyReport(report(BEGIN, line('apply', '0'), line('release', 'released'), END('stop')), 'apply')).toThrow(ReportUnreadable);
+  });
+});
+
+describe('the apply script run by the POSIX sh', () => {
+  const scratch = scratchDir('apply-script');
+  afterAll(() => scratch.cleanup());
+  let n = 0;
+  const home = () => {
+    const dir = join(scratch.dir, `home-${++n}`);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  };
+  const holder = { rollout: 'rollout:t', run: 'run-1', activity: '5', attempt: 1 };
+  const input = (over: Partial<ApplyScriptInput> = {}): ApplyScriptInput => {
+    const steps = { profile: 'p', revision: 4 };
+    return {
+      profile: 'p',
+      revision: 4,
+      step: 'apply',
+      holder,
+      nowMs: Date.parse('2026-01-01T00:00:00Z'),
+      floorNowMs: Date.parse('2026-01-01T00:00:00Z'),
+      verify: shellFor(steps, 'test -f "$HOME/fact"'),
+      apply: shellFor(steps, 'echo run >> "$HOME/runs"; touch "$HOME/fact"'),
+      stagingDir: '.wavegate/staging/p/4',
+      payload: [],
+      ownerlessGraceSeconds: 0,
+      ...over,
+    };
+  };
+  const run = (dir: string, script: string) => {
+    const res = spawnSync('/bin/sh', ['-c', script], { env: { PATH: process.env.PATH, HOME: dir }, cwd: dir, encoding: 'utf8', timeout: 20_000 });
+    return { code: res.status, stdout: res.stdout, stderr: res.stderr };
+  };
+
+  it('is valid POSIX sh (dash -n) for apply and rollback, with and without payload and answers', () => {
+    for (const over of [{}, { step: 'rollback' as const, skipFloor: true }, { payload: [{ name: 'f', sha256: 'a'.repeat(64) }], afterStage: true }, { breakTheirs: { holder, reason: "it's closed" } }]) {
+      const res = spawnSync('/bin/sh', ['-n', '-c', applyScript(input(over))], { encoding: 'utf8' });
+      expect(res.status, res.stderr).toBe(0);
+    }
+  });
+
+  it('fresh: one run takes the lock, verifies first, applies once, verifies, writes the marker and releases with today\'s reason', () => {
+    const dir = home();
+    const res = run(dir, applyScript(input()));
+    const r = readApplyReport(res.stdout, 'apply');
+    expect(r.kind, res.stdout + res.stderr).toBe('applied');
+    expect(parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock acquired', 'verify-first 1', 'launch launched', 'apply 0', 'verify 0', 'marker written', 'release released']);
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    const p = join(dir, '.wavegate/profiles/p');
+    expect(readFileSync(join(p, 'revision'), 'utf8')).toBe('4\n');
+    expect(existsSync(join(p, 'apply.lock'))).toBe(false);
+    expect(readFileSync(join(p, 'last-apply/released'), 'utf8')).toBe('apply of r4 done: verified, marker written\n');
+    expect(readFileSync(join(p, 'last-apply/owner'), 'utf8')).toBe('rollout=rollout:t\nrun=run-1\nactivity=5\nattempt=1\nattemptAt=2026-01-01T00:00:00.000Z\nrevision=4\nstep=apply\ntaken=2026-01-01T00:00:00.000Z\n');
+    expect(readFileSync(join(p, 'last-apply/exitcode'), 'utf8')).toBe('0\n');
+
+    // Again: verify first passes, nothing is applied.
+    const again = run(dir, applyScript(input({ holder: { ...holder, run: 'run-2' } })));
+    expect(readApplyReport(again.stdout, 'apply').kind).toBe('already-applied');
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    expect(readFileSync(join(p, 'last-apply/released'), 'utf8')).toBe('r4 already in place (verify only)\n');
+  });
+
+  it('the floor: refused below it, allowed back to its from inside the revert window, handed to the worker when too long to compare', () => {
+    const dir = home();
+    const floor = join(dir, '.wavegate/profiles/p/floor');
+    mkdirSync(join(dir, '.wavegate/profiles/p'), { recursive: true });
+    writeFileSync(floor, `revision=5\nfrom=4\nrevertUntil=${Date.parse('2026-01-02T00:00:00Z')}\nrollout=r\n`);
+    expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply').kind).toBe('applied');
+    writeFileSync(floor, `revision=5\nfrom=4\nrevertUntil=${Date.parse('2025-12-31T00:00:00Z')}\nrollout=r\n`);
+    const refused = readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'x' } }))).stdout, 'apply');
+    expect(refused).toEqual({ kind: 'floor', verdict: 'refused', text: `revision=5\nfrom=4\nrevertUntil=${Date.parse('2025-12-31T00:00:00Z')}\nrollout=r\n` });
+    expect(existsSync(join(dir, '.wavegate/profiles/p/apply.lock'))).toBe(false); // stopped before the lock
+    writeFileSync(floor, 'revision=12345678901234567890\n');
+    expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply')).toMatchObject({ kind: 'floor', verdict: 'check' });
+    writeFileSync(floor, 'revision=garbage\n');
+    expect(readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'y' } }))).stdout, 'apply').kind).toBe('already-applied');
+  });
+
+  it('a lock of another run that is not running stops with its record for the worker to ask Temporal; with the answer it is broken and recorded', () => {
+    const dir = home();
+    const lock = join(dir, '.wavegate/profiles/p/apply.lock');
+    mkdirSync(lock, { recursive: true });
+    writeFileSync(join(lock, 'owner'), 'rollout=rollout:other\nrun=o-run\nactivity=9\nattempt=2\nrevision=3\nstep=apply\ntaken=2024-01-01T00:00:00.000Z\n');
+    const r = readApplyReport(run(dir, applyScript(input())).stdout, 'apply');
+    expect(r).toMatchObject({ kind: 'lock-theirs', record: { holder: { rollout: 'rollout:other', run: 'o-run', activity: '9', attempt: 2 }, launched: false } });
+    const other = { rollout: 'rollout:other', run: 'o-run', activity: '9', attempt: 2 };
+    const res = run(dir, applyScript(input({ breakTheirs: { holder: other, reason: 'stale, broken by rollout:t activity 5 attempt 1: its workflow run o-run is closed' } })));
+    expect(readApplyReport(res.stdout, 'apply').kind).toBe('applied');
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+  });
+
+  it('payload not staged: stops under the lock with stage needed; once staged the rerun goes on without verifying first again', () => {
+    const dir = home();
+    const body = 'payload\n';
+    const sha = createHash('sha256').update(body).digest('hex');
+    const withPayload = input({ payload: [{ name: 'f', sha256: sha }] });
+    const first = run(dir, applyScript(withPayload));
+    expect(readApplyReport(first.stdout, 'apply').kind).toBe('stage-needed');
+    expect(existsSync(join(dir, '.wavegate/profiles/p/apply.lock/owner'))).toBe(true);
+    mkdirSync(join(dir, '.wavegate/staging/p/4'), { recursive: true });
+    writeFileSync(join(dir, '.wavegate/staging/p/4/f'), body);
+    const second = run(dir, applyScript({ ...withPayload, afterStage: true, holder: { ...holder, attempt: 1 } }));
+    expect(parseReportLines(second.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock ours', 'stage present', 'launch launched', 'apply 0', 'verify 0', 'marker written', 'release released']);
+  });
+});
