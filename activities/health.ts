@@ -22,6 +22,8 @@ import { verifyEnvelope, type Envelope } from '../core/signing';
 import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust } from './device-steps';
 import { connectDevice, TransportError, type DeviceSession } from './transport';
 import { mapLimit } from './map-limit';
+import { agentChecks, agentOnline, twinOf, type AgentHealthAnswer } from './agent/health';
+import type { TwinView } from '../core/twin';
 
 /**
  * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
@@ -115,7 +117,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const now = deps.now ?? Date.now;
 
   /** Open a session on each device and run `fn` in it, bounded by the check's deadline. */
-  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: DeviceSession, remainingMs: () => number) => Promise<T>): Promise<DeviceAnswer<T>[]> {
+  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: DeviceSession, remainingMs: () => number) => Promise<T>, fromReport?: (view: TwinView | null) => AgentHealthAnswer<T>): Promise<DeviceAnswer<T>[]> {
     const open = new Set<DeviceSession>();
     const closeAll = () => open.forEach((s) => s.close());
     probe.signal.addEventListener('abort', closeAll, { once: true });
@@ -125,6 +127,11 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         const remainingMs = () => probe.deadline - Date.now();
         try {
           if (remainingMs() <= 0 || probe.signal.aborted) return { device: device.id, ok: false, kind: 'not-reached', reason: 'not reached before the check timed out' };
+          if (device.transport === 'agent') {
+            // Never dialled: its agent's latest report on the twin answers; stale or missing is unread (activities/agent/health.ts).
+            const answer = fromReport ? fromReport(await twinOf(activityContext()?.client, device.id)) : { ok: false as const, reason: 'this check is not reported by agents' };
+            return answer.ok ? { device: device.id, ok: true, value: answer.value } : { device: device.id, ok: false, kind: 'not-reached', reason: answer.reason };
+          }
           const session = await connectDevice(device, { connectTimeoutMs: Math.max(1, Math.min(connectCap, remainingMs())) });
           open.add(session);
           if (probe.signal.aborted) session.close();
@@ -152,7 +159,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     const answers = await onEachDevice(input.devices, probe, async (session, remaining) => {
       const res = await session.exec('echo online', { timeoutMs: Math.max(1, remaining()) });
       return res.code === 0 && res.stdout.includes('online') ? null : `answered exit ${res.code}`;
-    });
+    }, (view) => agentOnline(view, now()));
     // A device that did not answer within the check's time is not online: only devices we never got
     // to (the deadline passed while they queued) are unknown.
     const offline = answers.filter((a) => (a.ok ? a.value !== null : a.kind !== 'not-reached'));
@@ -168,7 +175,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   }
 
   /** Run commands on each device; exit 0 = healthy. Names are what the evidence calls each command. */
-  async function commandsOnDevices(devices: DeviceTarget[], commands: { name: string; command: string }[], probe: Probe, timeoutMs: number): Promise<Verdict> {
+  async function commandsOnDevices(devices: DeviceTarget[], commands: { name: string; command: string }[], probe: Probe, timeoutMs: number, about: { profile?: string; revision?: number } = {}): Promise<Verdict> {
     if (devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
     const answers = await onEachDevice(devices, probe, async (session, remaining) => {
       const failed: string[] = [];
@@ -183,7 +190,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         }
       }
       return failed;
-    });
+    }, (view) => agentChecks(view, commands.map((c) => c.name), about.profile, about.revision, now()));
     const unhealthy = answers.filter((a): a is Extract<typeof a, { ok: true }> => a.ok && a.value.length > 0);
     const unread = answers.filter((a): a is Extract<typeof a, { ok: false }> => !a.ok);
     if (unhealthy.length) {
@@ -375,7 +382,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       case 'all-runtimes-healthy': {
         const runtimes = health?.runtimes ?? [];
         if (runtimes.length === 0) return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section declares no runtimes, so none can be checked` });
-        return commandsOnDevices(input.devices, runtimes, probe, input.timeoutMs);
+        return commandsOnDevices(input.devices, runtimes, probe, input.timeoutMs, input);
       }
       case 'named': {
         const named = namedHealthChecks(health).find((c) => c.name === check.name);
@@ -383,7 +390,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
           const known = namedHealthChecks(health).map((c) => c.name);
           return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section has no check "${check.name}" (it has: ${known.join(', ') || 'none'}); nothing was run` });
         }
-        return commandsOnDevices(input.devices, [named], probe, input.timeoutMs);
+        return commandsOnDevices(input.devices, [named], probe, input.timeoutMs, input);
       }
       case 'http':
         return httpCheck(check.url, probe, input.timeoutMs);

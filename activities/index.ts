@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { SNAPSHOT_REFUSALS, type DeviceSnapshot, type DeviceTarget, type SnapshotRefusal } from '../core/rollout-state';
+import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
@@ -22,8 +22,10 @@ import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
+import { probeOverTransport, refusalOf } from './probe';
 import { applyThroughTwin } from './agent/apply';
 import { agentSnapshot } from './agent/snapshot';
+import { createConvergeActivities } from './agent/converge';
 import { WavegateError } from '../core/errors';
 import { recordDeviceApply } from '../core/metrics';
 
@@ -70,6 +72,18 @@ export interface SnapshotInput {
   limit: number;
   /** Only these devices of the scope (a converge over the devices left behind); absent: all of it. */
   only?: string[];
+  /**
+   * false (new executions): the membership only, no device contacted; a device's revision and
+   * reachability are learned by its own apply (`probeDevices` asks the canary's few candidates).
+   * Absent (older histories): every device is contacted for its marker.
+   */
+  probe?: boolean;
+}
+
+export interface ProbeInput {
+  profile: string;
+  /** The devices to probe, as the snapshot gave them: at most a canary phase's handful. */
+  devices: DeviceSnapshot[];
 }
 
 export interface SnapshotPage {
@@ -121,11 +135,6 @@ function toFailure(err: unknown): never {
 }
 
 
-/** A security or configuration refusal is not a device being offline (see DeviceSnapshot.refusal). */
-function refusalOf(kind: string): SnapshotRefusal | undefined {
-  return (SNAPSHOT_REFUSALS as readonly string[]).includes(kind) ? (kind as SnapshotRefusal) : undefined;
-}
-
 function requiredPath(input: SnapshotInput): string {
   if (!input.inventoryPath) throw ApplicationFailure.create({ type: 'SnapshotInput', message: 'snapshot: neither membership nor inventoryPath given', nonRetryable: true });
   return input.inventoryPath;
@@ -150,6 +159,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createFloorActivities(),
     ...createPreflightActivities({ trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
     ...createWebhookActivities(),
+    ...createConvergeActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       let probed = 0;
@@ -184,6 +194,8 @@ export function createActivities(deps: ActivityDeps = {}) {
         try {
           if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
           if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
+          // Membership only: reachability and revision are learned at apply (and the canary's probe).
+          if (input.probe === false) return { ...base, current: null, reachable: true };
           if (target.transport === 'agent') return await agentSnapshot(deps.client ?? Context.current().client, base, input.profile);
           const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
           try {
@@ -199,6 +211,19 @@ export function createActivities(deps: ActivityDeps = {}) {
         }
       });
       return { devices, total: inScope.length };
+    },
+
+    /** The marker and reachability of a few devices (the canary's candidates), with generous timeouts. */
+    async probeDevices(input: ProbeInput): Promise<DeviceSnapshot[]> {
+      let probed = 0;
+      return mapLimit(input.devices, concurrency, async (device) => {
+        try {
+          if (device.transport === 'agent') return await agentSnapshot(deps.client ?? Context.current().client, device, input.profile);
+          return await probeOverTransport(device, input.profile);
+        } finally {
+          Context.current().heartbeat(++probed);
+        }
+      });
     },
 
     /** Bring one device to the revision (verify first, apply, verify, marker). */

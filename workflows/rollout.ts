@@ -3,7 +3,6 @@ import type { GateOutcome } from '../core/health';
 import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
 import { RolloutModel } from '../core/rollout/model';
-import { planRollout } from '../core/rollout/plan';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
 import { watchDeadlines } from './deadlines';
@@ -11,6 +10,7 @@ import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publish } from './progress';
 import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutSteps } from './rollout-steps';
+import { convergeSkippedAgents } from './agent-converge';
 
 export type { RolloutInput };
 
@@ -64,7 +64,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     await steps.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
     await steps.snapshot();
-    const plan = planRollout(input, model.snapshotDevices());
+    const plan = await steps.plan();
     // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
     model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
     publish(model);
@@ -104,6 +104,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     }
     await steps.settled();
     if (wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
+    // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
+    await convergeSkippedAgents(input, model);
     return steps.finish('completed', 'rollout.completed');
   }
 

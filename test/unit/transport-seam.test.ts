@@ -97,7 +97,7 @@ describe('transport seam', () => {
     // `toFailure` turns the moved TransportError into the failure type workflows see.
     const acts = createActivities({ allowUnsigned: true });
     const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-    const failure = await rejection(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, { device: target('agent'), steps, commandTimeoutMs: 1_000 }));
+    const failure = await rejection(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, { device: target('ftp'), steps, commandTimeoutMs: 1_000 }));
     expect(failure).toBeInstanceOf(ApplicationFailure);
     expect((failure as ApplicationFailure).type).toBe('Transport.config');
     expect((failure as ApplicationFailure).nonRetryable).toBe(true);
@@ -105,7 +105,7 @@ describe('transport seam', () => {
   });
 
   it('targetOf carries the inventory device transport (default ssh)', () => {
-    const inventory = parseInventory({ defaults: { user: 'ops', pool: 'web' }, devices: [{ id: 'a', host: 'h1' }, { id: 'b', host: 'h2', transport: 'agent' }] }, 'inventory.yaml');
+    const inventory = parseInventory({ defaults: { user: 'ops', pool: 'web' }, devices: [{ id: 'a', host: 'h1' }, { id: 'b', transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, 7).toString('base64')}` }] }, 'inventory.yaml');
     expect(inventory.devices.map((d) => targetOf(d).transport)).toEqual(['ssh', 'agent']);
   });
 });

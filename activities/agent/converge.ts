@@ -1,0 +1,47 @@
+import { Context } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
+import type { RevisionSteps } from '../../core/rollout/input';
+import { mapLimit } from '../map-limit';
+import { desiredRequestOf } from './apply';
+import { desireOnTwin } from './twin-client';
+
+/**
+ * Offline convergence (issue 13 item 5): after a rollout completes, the agent devices it skipped as
+ * offline keep its outcome as their desired state, so each converges when its agent next syncs. One
+ * activity takes at most MAX_CONVERGE_BATCH devices; the signals go out `concurrency` at a time.
+ */
+export const MAX_CONVERGE_BATCH = 500;
+
+export interface ConvergeInput {
+  rollout: string;
+  run: string;
+  devices: string[];
+  steps: RevisionSteps;
+  fromRevision: number | null;
+}
+
+export interface ConvergeResult {
+  asked: number;
+}
+
+/** The request for one device: `<rollout>:<run>:converge:<device>`, the same on every retry (idempotent on the twin). */
+export function convergeRequest(input: ConvergeInput, device: string) {
+  const holder = { rollout: input.rollout, run: input.run, activity: `converge:${device}`, attempt: 1 };
+  return desiredRequestOf(input.steps, holder, input.rollout, input.fromRevision);
+}
+
+export function createConvergeActivities(deps: { client?: Client; concurrency?: number } = {}) {
+  return {
+    async desireAgentRevision(input: ConvergeInput): Promise<ConvergeResult> {
+      if (input.devices.length > MAX_CONVERGE_BATCH) throw new Error(`desireAgentRevision: at most ${MAX_CONVERGE_BATCH} devices per batch (got ${input.devices.length})`);
+      const ctx = Context.current();
+      const client = deps.client ?? ctx.client;
+      let done = 0;
+      await mapLimit(input.devices, deps.concurrency ?? 16, async (device) => {
+        await desireOnTwin(client, ctx.info.taskQueue, device, convergeRequest(input, device));
+        ctx.heartbeat(++done);
+      });
+      return { asked: done };
+    },
+  };
+}

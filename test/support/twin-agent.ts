@@ -1,0 +1,80 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Client } from '@temporalio/client';
+import type { AgentReport, DesiredEntry } from '../../core/twin';
+import { syncTwin } from '../../activities/agent/twin-client';
+
+/**
+ * A minimal in-process agent for rollout-side tests (NOT `wavegate agent`): it syncs with its twin
+ * through the Temporal client as the gateway would, "applies" a desired entry by writing the marker
+ * file `<dir>/<profile>.revision` (and appending to `<dir>/applies.log`), and reports. `health(rev)`
+ * says what its runtime check reports at a revision; `refuse(entry)` makes it refuse an entry.
+ */
+export interface TwinAgentOptions {
+  health?: (revision: number | null) => boolean;
+  refuse?: (entry: DesiredEntry) => string | undefined;
+  waitMs?: number;
+  /** Runtime check names it reports (default the demo profile's `motd`). */
+  runtimes?: string[];
+}
+
+export function markerIn(dir: string, profile: string): number | null {
+  const path = join(dir, `${profile}.revision`);
+  return existsSync(path) ? Number(readFileSync(path, 'utf8').trim()) : null;
+}
+
+export function appliesIn(dir: string): string[] {
+  const path = join(dir, 'applies.log');
+  return existsSync(path) ? readFileSync(path, 'utf8').trim().split('\n').filter(Boolean) : [];
+}
+
+export function startTwinAgent(client: Client, taskQueue: string, deviceId: string, dir: string, opts: TwinAgentOptions = {}) {
+  mkdirSync(dir, { recursive: true });
+  let stopped = false;
+  const report: AgentReport = { profiles: {}, health: [], healthAt: null, agentVersion: 'twin-agent-test' };
+  const check = (profile: string) => {
+    const revision = markerIn(dir, profile);
+    report.health = (opts.runtimes ?? ['motd']).map((name) => ({ name, ok: opts.health ? opts.health(revision) : true }));
+    report.healthAt = new Date().toISOString();
+  };
+  const loop = (async () => {
+    let knownVersion = 0;
+    while (!stopped) {
+      let view;
+      try {
+        check('demo');
+        view = await syncTwin(client, taskQueue, deviceId, { report, knownVersion, waitMs: opts.waitMs ?? 2_000 });
+      } catch (err) {
+        if (stopped) return;
+        await new Promise((r) => setTimeout(r, 500));
+        continue;
+      }
+      knownVersion = view.version;
+      for (const entry of Object.values(view.desired)) {
+        if (report.profiles[entry.profile]?.requestId === entry.requestId) continue;
+        const at = new Date().toISOString();
+        const refusal = opts.refuse?.(entry);
+        if (refusal) {
+          report.profiles[entry.profile] = { revision: markerIn(dir, entry.profile), state: 'refused', reason: refusal, requestId: entry.requestId, detail: `refused by test agent: ${refusal}`, at };
+          continue;
+        }
+        const before = markerIn(dir, entry.profile);
+        if (before === entry.revision) {
+          report.profiles[entry.profile] = { revision: before, state: 'already-applied', requestId: entry.requestId, steps: ['verify'], at };
+          continue;
+        }
+        appendFileSync(join(dir, 'applies.log'), `${entry.profile} r${entry.revision} ${entry.requestId}\n`);
+        writeFileSync(join(dir, `${entry.profile}.revision`), `${entry.revision}\n`);
+        report.profiles[entry.profile] = { revision: entry.revision, state: 'applied', requestId: entry.requestId, steps: ['verify', 'apply', 'verify', 'marker'], at };
+      }
+    }
+  })();
+  return {
+    deviceId,
+    dir,
+    async stop() {
+      stopped = true;
+      await loop;
+    },
+  };
+}

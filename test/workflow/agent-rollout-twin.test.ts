@@ -1,0 +1,117 @@
+import { join } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { readTwin } from '../../activities/agent/twin-client';
+import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { markerOf } from '../support/rollout-helpers';
+import { until } from '../support/until';
+import { appliesIn, markerIn, startTwinAgent } from '../support/twin-agent';
+
+/**
+ * The rollout side of the pull transport on a real dev server, a real worker and real simulated SSH
+ * devices, with agent devices driven by a small in-process agent loop talking to their twins through
+ * the Temporal client (the e2e with real `wavegate agent` processes and gateway is test/e2e/agent-rollout.test.ts).
+ */
+const scratch = scratchDir('agent-twin');
+let env: TestWorkflowEnvironment;
+let worker: Awaited<ReturnType<typeof startTestWorker>>;
+const fleets: Fleet[] = [];
+const agents: Array<{ stop(): Promise<void> }> = [];
+let n = 0;
+
+beforeAll(async () => {
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+  await worker?.stop();
+  for (const f of fleets) await f.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+const agentKey = (i: number) => `ed25519:${Buffer.alloc(32, i + 1).toString('base64')}`;
+
+/** An inventory of `ssh` simulated devices plus `agents` agent devices (ids agent-<n>-<i>) in pool-a. */
+async function setup(ssh: number, agentCount: number) {
+  const dir = join(scratch.dir, `t${++n}`);
+  const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(ssh), { 'pool-a': 1, 'pool-b': 1, agents: 1 });
+  fleets.push(fleet);
+  const doc = parse(readFileSync(inventoryPath, 'utf8'));
+  const agentIds = Array.from({ length: agentCount }, (_, i) => `agent-${n}-${i + 1}`);
+  doc.pools.agents = { disruptionBudget: 1 };
+  doc.devices.push(...agentIds.map((id, i) => ({ id, transport: 'agent', agentKey: agentKey(n * 10 + i), pool: 'agents', class: 'agent', labels: {} })));
+  writeFileSync(inventoryPath, stringify(doc));
+  return { dir, fleet, inventoryPath, agentIds };
+}
+
+function agentDir(dir: string, id: string) {
+  return join(dir, 'agents', id);
+}
+
+describe('rollouts over agent devices (twin side)', () => {
+  it('a mixed phased rollout: SSH and agent devices, one budget, one trail; an offline agent converges after completion', async () => {
+    const { dir, fleet, inventoryPath, agentIds } = await setup(3, 4);
+    const [offline, ...online] = agentIds as [string, ...string[]];
+    for (const id of online) agents.push(startTwinAgent(env.client, worker.taskQueue, id, agentDir(dir, id)));
+    await until('every online agent seen by its twin', async () => ((await Promise.all(online.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
+    const input = rolloutInputFor(dir, { gate: '1s', phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] }] }, inventoryPath, `rollout:agent-mixed-${n}`);
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await handle.result();
+    expect(result.state).toBe('completed');
+    for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
+    for (const id of online) {
+      expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'applied' });
+      expect(markerIn(agentDir(dir, id), 'demo')).toBe(2);
+      expect(appliesIn(agentDir(dir, id))).toHaveLength(1);
+    }
+    expect(result.devices.find((d) => d.id === offline)).toMatchObject({ state: 'skipped' });
+    expect(result.counts.applied).toBe(3 + online.length);
+    // The skipped agent keeps the completed revision as desired state: started now, it converges.
+    const view = await readTwin(env.client, offline);
+    expect(view?.desired.demo).toMatchObject({ revision: 2, requestId: `${input.rolloutId}:${(await handle.describe()).runId}:converge:${offline}` });
+    agents.push(startTwinAgent(env.client, worker.taskQueue, offline, agentDir(dir, offline)));
+    await until('the offline agent converged', async () => (markerIn(agentDir(dir, offline), 'demo') === 2 ? true : undefined), 60_000);
+    await until('its report on the twin', async () => ((await readTwin(env.client, offline))?.report?.profiles.demo?.state === 'applied' ? true : undefined), 30_000);
+    expect(appliesIn(agentDir(dir, offline))).toHaveLength(1);
+  }, 300_000);
+
+  it('a canary health-gate failure on an agent device rolls back only the canary', async () => {
+    const { dir, inventoryPath, agentIds } = await setup(1, 4);
+    // Every agent's runtime check fails at revision 2: whichever device is the canary fails its gate.
+    for (const id of agentIds) agents.push(startTwinAgent(env.client, worker.taskQueue, id, agentDir(dir, id), { health: (rev) => rev !== 2 }));
+    await until('every agent seen', async () => ((await Promise.all(agentIds.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
+    const input = rolloutInputFor(dir, { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, inventoryPath, `rollout:agent-canary-${n}`);
+    const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    expect(result.state).toBe('rolled-back');
+    const canary = result.devices.find((d) => d.phase === 0)!.id;
+    expect(agentIds).toContain(canary);
+    expect(result.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    expect(markerIn(agentDir(dir, canary), 'demo')).toBe(1);
+    expect(appliesIn(agentDir(dir, canary)).map((l) => l.split(' ')[1])).toEqual(['r2', 'r1']);
+    for (const id of agentIds.filter((x) => x !== canary)) {
+      expect(appliesIn(agentDir(dir, id))).toEqual([]);
+      expect((await readTwin(env.client, id))?.desired.demo).toBeUndefined();
+    }
+  }, 300_000);
+
+  it('an agent refusal fails the device as EnvelopeRejected, nothing applied', async () => {
+    const { dir, inventoryPath, agentIds } = await setup(1, 1);
+    const [id] = agentIds as [string];
+    agents.push(startTwinAgent(env.client, worker.taskQueue, id, agentDir(dir, id), { refuse: () => 'UNPINNED_KEY' }));
+    await until('the agent seen', async () => ((await readTwin(env.client, id))?.lastSeenAt ? true : undefined), 60_000);
+    const input = rolloutInputFor(dir, { gate: '1s', maxFailureRatio: 1, phases: [{ bulk: 'remainder' }] }, inventoryPath, `rollout:agent-refused-${n}`);
+    const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const row = result.devices.find((d) => d.id === id)!;
+    expect(row.state).toBe('failed');
+    expect(row.reason).toMatch(/EnvelopeRejected \(UNPINNED_KEY\)/);
+    expect(appliesIn(agentDir(dir, id))).toEqual([]);
+  }, 300_000);
+});
