@@ -46,6 +46,16 @@ const { appendAudit: appendAuditBounded, auditHealth } = wf.proxyActivities<Acts
 });
 
 /**
+ * The pipelined trail's appends (AUDIT_PIPELINED): the story does not wait for them, so a failure must
+ * reach the workflow at once to hold new device starts at the next decision; one attempt, then the hold
+ * asks the sink whether the trail is whole (a passing blip costs one poll) and writes the record again.
+ */
+const { appendAudit: appendAuditOnce } = wf.proxyActivities<Acts>({
+  startToCloseTimeout: '30 seconds',
+  retry: { maximumAttempts: 1, nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
+});
+
+/**
  * How often a held trail asks the sink whether it is whole again: soon at first (a repaired file is
  * noticed in seconds), then backing off to 5 minutes so a hold over a weekend keeps its history small.
  */
@@ -78,10 +88,16 @@ export class AuditTrail {
   private held = false;
   private override: { by: string; reason: string } | undefined;
 
+  /**
+   * `pipelined` (AUDIT_PIPELINED, only with `holds`): the story does not wait for a record; appends run
+   * one after another in the background (order and chain kept), each in one attempt, and a failed one
+   * holds the rollout as soon as it fails.
+   */
   constructor(
     private readonly rolloutId: string,
     private readonly hooks: AuditTrailHooks,
     private readonly holds: boolean,
+    private readonly pipelined = false,
   ) {}
 
   /** Queue a record; the promise settles once it (and every record before it) has been written. */
@@ -89,7 +105,8 @@ export class AuditTrail {
     if (!this.holds) return this.appendOrWarn(event, fields);
     // The seq is given when the record is sent: an override in between takes the next one.
     const record = auditEvent(this.rolloutId, 0, event, fields);
-    this.chain = this.chain.then(() => this.send(record));
+    // A pipelined record outlives a cancel of the story: the compensation's records follow it.
+    this.chain = this.chain.then(() => (this.pipelined ? wf.CancellationScope.nonCancellable(() => this.send(record)) : this.send(record)));
     return this.chain;
   }
 
@@ -125,7 +142,7 @@ export class AuditTrail {
     for (;;) {
       record.seq = this.seq + 1;
       try {
-        this.written(await appendAuditBounded.executeWithOptions({ summary: `audit ${record.event}` }, [record]));
+        this.written(await (this.pipelined ? appendAuditOnce : appendAuditBounded).executeWithOptions({ summary: `audit ${record.event}` }, [record]));
         if (this.held) {
           this.held = false;
           this.hooks.onHold(undefined);

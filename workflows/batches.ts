@@ -3,11 +3,22 @@ import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
-import { sliceControlSignal } from './messages';
+import { sliceActiveSignal, sliceControlSignal, sliceSuccessorSignal } from './messages';
 import { refreshDetails } from './progress';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
 export const DEFAULT_SLICE = 200;
+
+/**
+ * New executions run a phase's slices overlapping under one shared budget (workflows/slice-link.ts):
+ * the next slice starts while the current one drains, and no pool is ever over its limit across them.
+ */
+export const OVERLAPPING_SLICES = 'overlapping-slices';
+/**
+ * New executions learn a device's reachability at its own apply (the snapshot no longer probes): an
+ * apply that cannot reach the device at first contact answers `offline` (unless `offline: wait`).
+ */
+export const OFFLINE_AT_APPLY = 'offline-at-apply';
 
 export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
 
@@ -18,7 +29,13 @@ export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>
  */
 export class DeviceBatches {
   private readonly sliceSize: number;
+  /** Whether this execution's applies report an unreachable device as offline (OFFLINE_AT_APPLY). */
+  readonly offlineAtApply: boolean;
   private activeSlice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow> | undefined;
+  /** Overlapping slices: every slice child running now, by workflow id. */
+  private readonly liveSlices = new Map<string, wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>>();
+  /** Overlapping slices: the children that told us they hold the budget. */
+  private readonly activeSlices = new Set<string>();
   /** Best-effort devices still running: never awaited by a gate, awaited before compensation and the end. */
   private readonly background: Promise<void>[] = [];
 
@@ -27,6 +44,10 @@ export class DeviceBatches {
     private readonly model: RolloutModel,
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
+    this.offlineAtApply = input.spec.offline !== 'wait' && wf.patched(OFFLINE_AT_APPLY);
+    wf.setHandler(sliceActiveSignal, ({ workflowId }) => {
+      if (this.liveSlices.has(workflowId)) this.activeSlices.add(workflowId);
+    });
   }
 
   /** Tell the running slice (if any) the rollout's pause/abort state; compensation is never held. */
@@ -34,6 +55,11 @@ export class DeviceBatches {
     if (this.activeSlice && this.model.phaseName !== 'rollback') {
       void this.activeSlice.signal(sliceControlSignal, { paused: this.model.paused, stop: this.model.stopped }).catch(() => {});
     }
+    if (this.model.phaseName !== 'rollback') for (const slice of this.liveSlices.values()) this.control(slice, { paused: this.model.paused, stop: this.model.stopped });
+  }
+
+  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean }): void {
+    void slice.signal(sliceControlSignal, c).catch(() => {});
   }
 
   settled(): Promise<unknown> {
@@ -52,6 +78,7 @@ export class DeviceBatches {
       ...(spec.window ? { window: spec.window } : {}),
       phaseName,
       failurePolicy: { maxFailureRatio: spec.maxFailureRatio, minSample: spec.minSample },
+      ...(mode === 'apply' && this.offlineAtApply ? { reportOffline: true } : {}),
     };
   }
 
@@ -71,8 +98,10 @@ export class DeviceBatches {
     if (batch.length <= this.sliceSize) {
       const result = await runDevices(batch, opts, this.hooks(mode));
       this.background.push(result.background);
+      refreshDetails(this.model, true);
       return result;
     }
+    if (wf.patched(OVERLAPPING_SLICES)) return this.runOverlapping(batch, mode, phaseName, opts);
     const info = wf.workflowInfo();
     const model = this.model;
     const total: BatchResult = { tally: { succeeded: 0, failed: 0 }, tripped: false, started: [] };
@@ -93,10 +122,85 @@ export class DeviceBatches {
       // One details refresh for the whole slice: per device, it would rebuild the table 200 times over
       // a fleet that may hold 10,000 devices, inside one workflow task.
       for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
-      refreshDetails(model);
+      refreshDetails(model, true);
       total.tally.succeeded += result.tally.succeeded;
       total.tally.failed += result.tally.failed;
       total.tripped ||= result.tripped;
+      total.started.push(...result.started);
+    }
+    return total;
+  }
+
+  /**
+   * The phase's slices as a chain (workflows/slice-link.ts): the first holds the budget, each later one
+   * is started once the one before it holds the budget, waits for its handoff, and so starts devices as
+   * soon as slots free up. Two or three slices live at a time, so every history stays bounded. A stop
+   * (abort, or a slice's tripped failure gate) starts no more slices and stops the ones waiting.
+   */
+  private async runOverlapping(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string, opts: DeviceRunOptions): Promise<BatchResult> {
+    const run8 = wf.workflowInfo().runId.slice(0, 8);
+    const model = this.model;
+    const count = Math.ceil(batch.length / this.sliceSize);
+    const idOf = (k: number) => `${this.input.rolloutId}/${run8}/${mode}-${phaseName.replace(/\s+/g, '_')}-${k}`;
+    const results: Array<SliceResult | undefined> = [];
+    const ended: Array<Promise<void>> = [];
+    let tripped = false;
+    const closing = () => tripped || (mode === 'apply' && model.stopped);
+    const applyResult = (result: SliceResult) => {
+      // One details refresh per slice: per device, it would rebuild the table over the whole fleet.
+      for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
+      refreshDetails(model, true);
+      if (result.tripped && !tripped) {
+        tripped = true;
+        // Nobody starts after a tripped failure gate: the slices still waiting for the budget stop.
+        for (const slice of this.liveSlices.values()) this.control(slice, { paused: mode === 'apply' && model.paused, stop: true });
+      }
+    };
+    const start = async (k: number) => {
+      const slice = batch.slice(k * this.sliceSize, (k + 1) * this.sliceSize);
+      const paused = mode === 'apply' && model.paused;
+      const handle = await wf.startChild(rolloutSliceWorkflow, {
+        workflowId: idOf(k),
+        args: [{ devices: slice, options: opts, tallyBefore: { succeeded: 0, failed: 0 }, paused, link: { index: k, holding: k === 0, last: k === count - 1 } }],
+        staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${slice.length} devices), overlapping`,
+      });
+      this.liveSlices.set(handle.workflowId, handle);
+      // A control that came while the child was being started has not reached it yet.
+      if (mode === 'apply' && (model.paused !== paused || model.stopped)) this.control(handle, { paused: model.paused, stop: model.stopped });
+      if (tripped) this.control(handle, { paused, stop: true });
+      ended[k] = handle.result().then((result) => {
+        this.liveSlices.delete(handle.workflowId);
+        this.activeSlices.delete(handle.workflowId);
+        results[k] = result;
+        applyResult(result);
+      });
+      ended[k]!.catch(() => {}); // awaited below; a cancel must not leave it unhandled meanwhile
+      return handle;
+    };
+    try {
+      let previous = await start(0);
+      let startedCount = 1;
+      for (let k = 1; k < count; k++) {
+        // Slice k is started once slice k-1 holds the budget (slice 1 at once: slice 0 holds it from its start).
+        if (k >= 2) await wf.condition(() => closing() || this.activeSlices.has(idOf(k - 1)) || results[k - 1] !== undefined);
+        if (closing() || results[k - 1] !== undefined) break;
+        const next = await start(k);
+        void previous.signal(sliceSuccessorSignal, { workflowId: next.workflowId }).catch(() => {});
+        previous = next;
+        startedCount += 1;
+      }
+      // No successor will come after the last slice started: it may end without handing off.
+      if (startedCount < count) void previous.signal(sliceSuccessorSignal, { workflowId: null }).catch(() => {});
+      await Promise.all(ended);
+    } finally {
+      this.liveSlices.clear();
+      this.activeSlices.clear();
+    }
+    const total: BatchResult = { tally: { succeeded: 0, failed: 0 }, tripped, started: [] };
+    for (const result of results) {
+      if (!result) continue;
+      total.tally.succeeded += result.tally.succeeded;
+      total.tally.failed += result.tally.failed;
       total.started.push(...result.started);
     }
     return total;

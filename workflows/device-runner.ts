@@ -4,6 +4,7 @@ import { failureGateTripped, type FailureTally } from '../core/failure-gate';
 import { ownValue } from '../core/own-keys';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
+import type { SharedBudget } from '../core/rollout/shared-budget';
 import type * as activities from '../activities';
 
 type Acts = ReturnType<typeof activities.createActivities>;
@@ -21,6 +22,8 @@ export interface DeviceRunOptions {
   window?: MaintenanceWindow;
   phaseName: string;
   failurePolicy: { maxFailureRatio: number; minSample: number };
+  /** New executions (patch `offline-at-apply`): an unreachable device answers `offline` instead of retrying. */
+  reportOffline?: boolean;
 }
 
 export interface DeviceRunHooks {
@@ -29,6 +32,15 @@ export interface DeviceRunHooks {
   isPaused(): boolean;
   /** Abort (or cancel) stops new starts. */
   isStopped(): boolean;
+  /**
+   * Overlapping slices (workflows/slice-link.ts): the pools' budget shared along the phase's chain of
+   * slices, in place of this run's own in-flight count, with the tally of devices that ended earlier in it.
+   */
+  budget?: SharedBudget;
+  /** Every device of this run has started (none left to start or waiting): a slice hands the budget on. */
+  onQueueEmpty?(): void;
+  /** A device's apply ended and freed its slot; `counted` is how it counts for the failure gate. */
+  onEnded?(pool: string, counted: 'succeeded' | 'failed' | undefined): void;
 }
 
 export interface DeviceRunResult {
@@ -109,43 +121,78 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const verb = opts.mode === 'apply' ? 'apply' : 'rollback';
   const [busy, ok, bad]: DeviceState[] = opts.mode === 'apply' ? ['applying', opts.provable ? 'applied' : 'claimed', 'failed'] : ['rolling-back', 'rolled-back', 'rollback-failed'];
 
-  const room = (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
+  const { budget } = hooks;
+  const room = budget ? (d: DeviceSnapshot) => budget.room(d.pool) : (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
   const halted = () => hooks.isStopped() || tripped;
+  /** The phase's tally as this run sees it: earlier runs (tallyBefore, or the chain's), then its own. */
+  const phaseTally = (): FailureTally => {
+    const earlier = budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
+    return { succeeded: tallyBefore.succeeded + earlier.succeeded + tally.succeeded, failed: tallyBefore.failed + earlier.failed + tally.failed };
+  };
+  // Devices between a dependency wait and their retry: they may start again, so the run is not drained.
+  let waitingNow = 0;
+  let loopDone = false;
+  let drainedSaid = false;
+  const maybeDrained = () => {
+    if (drainedSaid || !loopDone || queue.length > 0 || waitingNow > 0 || halted()) return;
+    drainedSaid = true;
+    hooks.onQueueEmpty?.();
+  };
 
   /** One apply activity; the dependencies it found unmet (nothing ran on the device then), if any. */
   const attempt = async (device: DeviceSnapshot): Promise<{ unmet: Dependency[]; detail?: string } | undefined> => {
     const bestEffort = device.updateClass === 'best-effort';
     inFlight.set(device.pool, (inFlight.get(device.pool) ?? 0) + 1);
+    budget?.started(device.pool);
+    let counted: 'succeeded' | 'failed' | undefined;
     started.push(device.id);
     hooks.setState(device.id, busy);
     let waiting: { unmet: Dependency[]; detail?: string } | undefined;
     try {
       const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
-        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs },
+        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs, ...(opts.reportOffline ? { reportOffline: true } : {}) },
       ]);
-      if (result.outcome === 'dependency-unmet' && opts.steps.after?.length && wf.patched(PROFILE_ORDERING)) {
+      if (result.outcome === 'offline' && opts.reportOffline) {
+        // Unreachable at first contact: nothing ran on it, so it is not changed; the offline policy says
+        // whether it is skipped (not counted) or failed (counted).
+        started.splice(started.lastIndexOf(device.id), 1);
+        const failed = opts.offline === 'fail';
+        hooks.setState(device.id, failed ? bad : 'skipped', `offline at apply: ${result.detail ?? 'unreachable'}`);
+        if (failed && !bestEffort) {
+          tally.failed += 1;
+          counted = 'failed';
+        }
+      } else if (result.outcome === 'dependency-unmet' && opts.steps.after?.length && wf.patched(PROFILE_ORDERING)) {
         // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
         started.splice(started.lastIndexOf(device.id), 1);
         waiting = { unmet: result.unmet?.length ? result.unmet : opts.steps.after, ...(result.detail ? { detail: result.detail } : {}) };
         return waiting;
+      } else {
+        hooks.setState(device.id, ok, result.outcome === 'already-applied' ? 'already in place (verify only)' : undefined);
+        if (!bestEffort) {
+          tally.succeeded += 1;
+          counted = 'succeeded';
+        }
       }
-      hooks.setState(device.id, ok, result.outcome === 'already-applied' ? 'already in place (verify only)' : undefined);
-      if (!bestEffort) tally.succeeded += 1;
     } catch (err) {
       if (wf.isCancellation(err)) {
         hooks.setState(device.id, bad, `${verb} cancelled mid-flight`);
         throw err;
       }
       hooks.setState(device.id, bad, `${bestEffort ? 'best-effort, not counted: ' : ''}${rootMessage(err)}`);
-      if (!bestEffort) tally.failed += 1;
+      if (!bestEffort) {
+        tally.failed += 1;
+        counted = 'failed';
+      }
       // Refused before anything ran on it: the device was not changed, so there is nothing to put back.
       if (opts.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(failureType(err) ?? '') && wf.patched(REFUSED_DEVICES_UNTOUCHED)) untouched.add(device.id);
     } finally {
       inFlight.set(device.pool, inFlight.get(device.pool)! - 1);
+      budget?.ended(device.pool);
+      hooks.onEnded?.(device.pool, counted);
     }
     if (!bestEffort && opts.mode === 'apply') {
-      const total = { succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed };
-      if (failureGateTripped(total, opts.failurePolicy, false)) tripped = true;
+      if (failureGateTripped(phaseTally(), opts.failurePolicy, false)) tripped = true;
     }
     return waiting;
   };
@@ -174,11 +221,23 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   };
 
   const runOne = async (device: DeviceSnapshot) => {
-    for (let waits = 1; ; waits++) {
-      const waiting = await attempt(device);
-      if (!waiting) return;
-      const reason = `${waitingReason(waiting.unmet)}${waiting.detail ? ` (${waiting.detail})` : ''}`;
-      if (!(await retryAfterWait(device, reason, waits))) return;
+    try {
+      for (let waits = 1; ; waits++) {
+        const waiting = await attempt(device);
+        if (!waiting) return;
+        const reason = `${waitingReason(waiting.unmet)}${waiting.detail ? ` (${waiting.detail})` : ''}`;
+        waitingNow += 1;
+        let again: boolean;
+        try {
+          again = await retryAfterWait(device, reason, waits);
+        } finally {
+          // Synchronously before the retry's attempt takes its slot: no drained check can run in between.
+          waitingNow -= 1;
+        }
+        if (!again) return;
+      }
+    } finally {
+      maybeDrained();
     }
   };
 
@@ -196,10 +255,12 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     const run = runOne(device);
     (device.updateClass === 'best-effort' ? background : required).push(run);
   }
+  loopDone = true;
+  maybeDrained();
   await Promise.all(required);
   return {
     tally,
-    tripped: tripped || (opts.mode === 'apply' && failureGateTripped({ succeeded: tallyBefore.succeeded + tally.succeeded, failed: tallyBefore.failed + tally.failed }, opts.failurePolicy, true)),
+    tripped: tripped || (opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, true)),
     started: untouched.size ? started.filter((id) => !untouched.has(id)) : started,
     background: Promise.all(background).then(() => undefined),
   };

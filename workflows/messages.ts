@@ -1,6 +1,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { AbortControl, ApproveControl, AuditOverrideControl, PauseControl, ResumeControl } from '../core/controls';
 import type { RolloutStatus } from '../core/rollout/status';
+import type { BudgetHandoff, BudgetRelease } from '../core/rollout/shared-budget';
 
 export type { ControlRecord, PhaseStatus, RolloutStatus } from '../core/rollout/status';
 
@@ -23,3 +24,13 @@ export const overrideAuditUpdate = defineUpdate<RolloutStatus, [AuditOverrideCon
 
 /** Parent → slice child: carry the operator's pause/resume/abort to the devices a child runs. */
 export const sliceControlSignal = defineSignal<[{ paused: boolean; stop: boolean }]>('sliceControl');
+
+// Overlapping slices of one phase (workflows/slice-link.ts): the chain that shares the pools' budgets.
+/** Parent → slice: the slice that follows it in the phase (null: none will), to hand the budget to. */
+export const sliceSuccessorSignal = defineSignal<[{ workflowId: string | null }]>('sliceSuccessor');
+/** Slice → its successor: the slots still in use up the chain, and the phase's tally so far. */
+export const sliceHandoffSignal = defineSignal<[BudgetHandoff]>('sliceHandoff');
+/** Slice → its successor: slots freed since the handoff (devices that ended), with their tally. */
+export const sliceReleaseSignal = defineSignal<[BudgetRelease]>('sliceRelease');
+/** Slice → parent: it holds the budget now (the parent starts the slice after it). */
+export const sliceActiveSignal = defineSignal<[{ workflowId: string }]>('sliceActive');

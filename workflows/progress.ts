@@ -28,9 +28,25 @@ export function publish(model: RolloutModel): void {
     ...(s.verdict ? [{ key: WavegateVerdict, value: s.verdict }] : []),
   ]);
   wf.setCurrentDetails(progressTable(s));
+  lastRefresh.set(model, Date.now());
 }
 
-export function refreshDetails(model: RolloutModel): void {
+/** When each model's details were last rebuilt (workflow time) and whether a change is waiting. */
+const lastRefresh = new WeakMap<RolloutModel, number>();
+/** At most one rebuild of the progress table per this much workflow time, off the devices' hot path. */
+export const DETAILS_REFRESH_MS = 1_000;
+
+/**
+ * Rebuild the Web UI's progress table (not a command: no history, no patch). Device changes come in
+ * bursts of hundreds within one workflow task, and each rebuild walks the whole fleet, so it is
+ * throttled: at most once per DETAILS_REFRESH_MS of workflow time, or at once with `force` (the end of
+ * a batch or a slice, and every `publish`).
+ */
+export function refreshDetails(model: RolloutModel, force = false): void {
+  const now = Date.now();
+  const last = lastRefresh.get(model);
+  if (!force && last !== undefined && now - last < DETAILS_REFRESH_MS) return;
+  lastRefresh.set(model, now);
   wf.setCurrentDetails(progressTable(model.status()));
 }
 

@@ -1,7 +1,8 @@
 import * as wf from '@temporalio/workflow';
 import type { AuditEventName } from '../core/audit';
 import { DEFAULT_REVERT_WINDOW_MS } from '../core/floor';
-import type { PlannedPhase } from '../core/planner';
+import type { Plan, PlannedPhase } from '../core/planner';
+import { canaryToProbe, planRollout } from '../core/rollout/plan';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import * as policy from '../core/rollout/policy';
@@ -16,7 +17,7 @@ import { gateEvidence, runHealthGate } from './health-gate';
 import { publish, refreshDetails } from './progress';
 
 type Acts = ReturnType<typeof activities.createActivities>;
-const { snapshotFleet, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
+const { snapshotFleet, probeDevices, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
 
 /** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
 const SNAPSHOT_PAGE = 1_000;
@@ -26,12 +27,23 @@ export const MEMBERSHIP_ENTITY = 'membership-entity';
 export const CANARY_TOUCHED_AT_START = 'canary-touched-at-start';
 /** New executions hold when an audit record cannot be written, instead of going on unaudited. */
 export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
+/**
+ * New executions do not wait for an audit record before going on: appends are pipelined in order, and
+ * a failed one holds new device starts at the next decision (the trail's hold, AUDIT_FAILURE_HOLDS).
+ */
+export const AUDIT_PIPELINED = 'audit-pipelined';
 /** New executions raise each changed device's floor when the rollout completes (no downgrade after). */
 export const DEVICE_FLOOR = 'device-floor';
 /** A revert (`input.reverts`) names the rollout it undoes in its audit, and its floor ends at its target. */
 export const REVERT_ROLLOUTS = 'revert-rollouts';
 /** New executions write what happened to every device into the audit trail, not only to phases. */
 export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
+/** New executions start no timer for a zero-length gate: the health gate follows at once. */
+export const ZERO_GATE_NO_TIMER = 'zero-gate-no-timer';
+/** New executions snapshot the membership only; the canary's few candidates are probed (see `probeCanary`). */
+export const SNAPSHOT_MEMBERSHIP_ONLY = 'snapshot-membership-only';
+/** At most this many rounds of probing the canary's candidates (each probes at least one more device). */
+const MAX_CANARY_PROBE_ROUNDS = 8;
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
 const DEVICE_RECORD_CHUNK = 500;
 
@@ -47,6 +59,8 @@ export class RolloutSteps {
   private readonly batches: DeviceBatches;
   /** Whether this execution writes per-device audit records (false when replaying older rollouts). */
   private readonly deviceRecords: boolean;
+  /** Whether the story goes on without waiting for each audit record (AUDIT_PIPELINED). */
+  private readonly pipelined: boolean;
 
   constructor(
     private readonly input: RolloutInput,
@@ -56,6 +70,8 @@ export class RolloutSteps {
       this.batches.forwardControls();
       publish(model);
     };
+    const holds = wf.patched(AUDIT_FAILURE_HOLDS);
+    this.pipelined = holds && wf.patched(AUDIT_PIPELINED);
     this.trail = new AuditTrail(
       input.rolloutId,
       {
@@ -66,7 +82,8 @@ export class RolloutSteps {
           changed();
         },
       },
-      wf.patched(AUDIT_FAILURE_HOLDS),
+      holds,
+      this.pipelined,
     );
     this.batches = new DeviceBatches(input, model);
     this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
@@ -82,6 +99,11 @@ export class RolloutSteps {
     const { webhooks } = this.input.spec;
     if (this.outbox === undefined) this.outbox = webhooks?.length && wf.patched(WEBHOOK_EVENTS_PATCH) ? new EventOutbox(this.input, model, webhooks) : false;
     const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
+    if (this.pipelined) {
+      // Written in the background, in order; the end (`finish`) waits for the trail to drain.
+      written.catch(() => {});
+      return delivered ?? Promise.resolve();
+    }
     return delivered ? Promise.all([written, delivered]) : written;
   }
   /** The webhook outbox: undefined until the first record, false for a spec without webhooks (or an older run). */
@@ -96,7 +118,7 @@ export class RolloutSteps {
   }
   skipPending(reason: string, exceptPhase?: number): void {
     const skipped = this.model.skipPending(reason, exceptPhase);
-    refreshDetails(this.model);
+    refreshDetails(this.model, true);
     if (this.deviceRecords) for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
   }
 
@@ -113,19 +135,49 @@ export class RolloutSteps {
     return this.recordDevices('plan', this.model.settledAtPlan().map((d) => d.id));
   }
 
+  /** This execution's snapshot is the membership only (SNAPSHOT_MEMBERSHIP_ONLY): nothing contacted. */
+  private membershipOnly = false;
+
   /** The membership in scope, page by page, fixed for the rollout. */
   async snapshot(): Promise<void> {
     const { spec, profile } = this.input;
+    // New executions contact no device here: each one's revision and reachability are learned by its
+    // own apply (verify-first answers already-applied; an unreachable one answers offline).
+    this.membershipOnly = wf.patched(SNAPSHOT_MEMBERSHIP_ONLY);
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
     const source = this.input.membership && wf.patched(MEMBERSHIP_ENTITY) ? { membership: this.input.membership } : { inventoryPath: this.input.inventoryPath };
     for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
       const page = await snapshotFleet.executeWithOptions({ summary: `snapshot ${spec.profile} fleet from #${offset}` }, [
-        { ...source, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}) },
+        { ...source, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}), ...(this.membershipOnly ? { probe: false } : {}) },
       ]);
       this.model.addSnapshot(page.devices);
       if (offset + SNAPSHOT_PAGE >= page.total) break;
     }
+  }
+
+  /**
+   * The plan, deterministic from the rollout id and the snapshot. After a membership-only snapshot the
+   * canary must still be devices that need the change: its devices are probed (only those, a handful),
+   * what was learned replaces their snapshot entries, and the plan is made again, until every canary
+   * device has been probed (one already at the target leaves the phases; an unreachable one goes last).
+   */
+  async plan(): Promise<Plan> {
+    const { input, model } = this;
+    let plan = planRollout(input, model.snapshotDevices());
+    if (!this.membershipOnly) return plan;
+    const probed = new Set<string>();
+    for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS; round++) {
+      const ids = canaryToProbe(plan, probed);
+      if (ids.length === 0) break;
+      const found = await probeDevices.executeWithOptions({ summary: `probe ${ids.length} canary candidate(s) of ${input.spec.profile}` }, [
+        { profile: input.spec.profile, devices: ids.map((id) => model.snapshotOf(id)!) },
+      ]);
+      for (const id of ids) probed.add(id);
+      model.updateSnapshot(found);
+      plan = planRollout(input, model.snapshotDevices());
+    }
+    return plan;
   }
 
   async finish(final: RolloutState, event: AuditEventName, reason?: string, by?: string): Promise<RolloutStatus> {
@@ -213,7 +265,10 @@ export class RolloutSteps {
     const result = await this.batches.run(batch, 'apply', phase.name);
     if (touchFirst) model.forgetUnstarted(batch, result.started);
     else model.markTouched(result.started);
-    await this.recordDevices('apply', result.started);
+    // Devices found offline at their apply never started, but their outcome (skipped or failed) is recorded too.
+    const startedSet = new Set(result.started);
+    const offline = this.batches.offlineAtApply ? batch.filter((d) => !startedSet.has(d.id) && ['skipped', 'failed'].includes(model.deviceState(d.id) ?? '')).map((d) => d.id) : [];
+    await this.recordDevices('apply', offline.length ? [...result.started, ...offline] : result.started);
     await this.audit('phase.applied', { evidence: { tally: result.tally } });
     return { ...result, offlineFailed };
   }
@@ -222,7 +277,10 @@ export class RolloutSteps {
   async gateTimer(phase: PlannedPhase): Promise<void> {
     this.model.setStage(phase.index, 'gate');
     publish(this.model);
-    if (phase.gate !== 'manual') await wf.condition(() => this.model.stopped, phase.gate, { summary: `gate after ${phase.name}` });
+    if (phase.gate === 'manual') return;
+    // A zero gate is no wait: a timer would only cost a round trip (older runs recorded one).
+    if (phase.gate === 0 && wf.patched(ZERO_GATE_NO_TIMER)) return;
+    await wf.condition(() => this.model.stopped, phase.gate, { summary: `gate after ${phase.name}` });
   }
 
   /** The gate (timer, or manual approval) then the health gate; inconclusive holds and re-checks. */

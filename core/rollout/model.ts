@@ -115,6 +115,19 @@ export class RolloutModel {
     // The first entry of an id wins, as in the planner: the inventory may change between pages.
     for (const d of page) if (!this.snapshot.has(d.id)) this.snapshot.set(d.id, d);
   }
+  /** What was learned of some devices after the snapshot (the canary's probe): it replaces what was read. */
+  updateSnapshot(found: readonly DeviceSnapshot[]): void {
+    const byId = new Map(found.map((d) => [d.id, d]));
+    for (const d of found) if (this.snapshot.has(d.id)) this.snapshot.set(d.id, d);
+    for (let i = 0; i < this.snapshotAsRead.length; i++) {
+      const next = byId.get(this.snapshotAsRead[i]!.id);
+      if (next) this.snapshotAsRead[i] = next;
+    }
+  }
+  /** The snapshot entry of a device. */
+  snapshotOf(id: string): DeviceSnapshot | undefined {
+    return this.snapshot.get(id);
+  }
   /** Every device read at snapshot time, in the order read (duplicates included, for the planner). */
   snapshotDevices(): DeviceSnapshot[] {
     return this.snapshotAsRead;

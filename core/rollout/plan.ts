@@ -22,3 +22,14 @@ export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 
 export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): Plan {
   return planPhases(plannerInputOf(input, devices));
 }
+
+/**
+ * The canary's devices whose marker and reachability are not yet known (`probed` holds those that
+ * are): with a membership-only snapshot, only these few are probed, and the plan is made again until
+ * the canary is devices that need the change. Empty when the first phase is not a canary.
+ */
+export function canaryToProbe(plan: Plan, probed: ReadonlySet<string>): string[] {
+  const first = plan.phases[0];
+  if (!first || first.kind !== 'canary') return [];
+  return first.devices.filter((id) => !probed.has(id));
+}

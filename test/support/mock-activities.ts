@@ -5,7 +5,7 @@ import type { CheckResult, GateOutcome } from '../../core/health';
 import type { RolloutInput } from '../../core/rollout/input';
 import type { DeviceSnapshot } from '../../core/rollout-state';
 import { parseRolloutSpec } from '../../core/spec';
-import type { Activities, ApplyInput, SnapshotInput } from '../../activities';
+import type { Activities, ApplyInput, ProbeInput, SnapshotInput } from '../../activities';
 
 /**
  * Mocked activities for fast workflow decision tests (no SSH, no files): the real workflow code on a real
@@ -31,6 +31,8 @@ export interface Scenario {
   auditRepaired?: boolean;
   /** Floors raised at completion: device ids with the revision. */
   floors?: Array<{ id: string; revision: number }>;
+  /** Devices the canary's probe contacted (membership-only snapshots), in order. */
+  probed?: string[];
   /** What ran, in order: `apply:<id>` or `rollback:<id>`. */
   log: string[];
   audit: AuditEvent[];
@@ -81,7 +83,7 @@ export function createMockActivities() {
     if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
     return s;
   };
-  const activities: Pick<Activities, 'snapshotFleet' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth' | 'confirmFloor'> = {
+  const activities: Pick<Activities, 'snapshotFleet' | 'probeDevices' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth' | 'confirmFloor'> = {
     async confirmFloor(input) {
       const s = scenario();
       s.floors = [...(s.floors ?? []), ...input.devices.map((d) => ({ id: d.id, revision: input.revision }))];
@@ -93,7 +95,15 @@ export function createMockActivities() {
     },
     async snapshotFleet(input: SnapshotInput) {
       const s = scenario();
-      return { devices: s.devices.slice(input.offset, input.offset + input.limit), total: s.devices.length };
+      const page = s.devices.slice(input.offset, input.offset + input.limit);
+      // Membership only (new executions): nothing contacted, so no marker and no reachability known yet.
+      const devices = input.probe === false ? page.map((d) => (d.updateClass === 'left-behind' ? d : { ...d, current: null, reachable: true, error: undefined })) : page;
+      return { devices, total: s.devices.length };
+    },
+    async probeDevices(input: ProbeInput) {
+      const s = scenario();
+      s.probed = [...(s.probed ?? []), ...input.devices.map((d) => d.id)];
+      return input.devices.map((d) => s.devices.find((x) => x.id === d.id) ?? d);
     },
     async applyRevision(input: ApplyInput) {
       const s = scenario();
@@ -110,7 +120,14 @@ export function createMockActivities() {
         s.log.push(`dependencies:${id}`);
         return { device: id, outcome: 'dependency-unmet' as const, steps: ['dependencies'], unmet: input.steps.after, detail: `${input.steps.after[0]!.profile} r${input.steps.after[0]!.revision} verify failed, no marker` };
       }
+      const known = s.devices.find((d) => d.id === id);
+      // What a real apply learns at first contact: unreachable (offline), or already at the target.
+      if (mode === 'apply' && input.reportOffline && known?.reachable === false) {
+        s.log.push(`offline:${id}`);
+        return { device: id, outcome: 'offline' as const, steps: [], detail: known.error ?? 'connect refused' };
+      }
       s.log.push(`${mode}:${id}`);
+      if (mode === 'apply' && known?.current === input.steps.revision) return { device: id, outcome: 'already-applied' as const, steps: ['verify'] };
       if (mode === 'apply' && s.refuseApply?.has(id)) throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`, nonRetryable: true });
       const applies = s.log.filter((l) => l.startsWith('apply:')).length;
       if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter))) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
