@@ -19,6 +19,24 @@ import type { DeviceSession, ExecOptions, ExecResult, StagedFile, StageOptions }
  * apply `launchApply` starts outlives the agent (a SIGKILLed agent's apply finishes and records its
  * outcome, which the restarted agent reattaches to).
  */
+/**
+ * How a local command runs: `$1` in the background with no stdin, and a watchdog reading the agent's
+ * end of a pipe. When the agent dies (even by SIGKILL) the pipe closes and the watchdog hangs up the
+ * command's process group, as sshd does to a session whose connection dropped. So a killed agent
+ * leaves exactly what a killed worker leaves over SSH: the detached apply (nohup, its own session)
+ * runs on and records its outcome; the steps after it are for the restarted agent, which reattaches.
+ */
+const EXEC_WRAPPER = [
+  // A background job's stdin is /dev/null unless redirected: keep the pipe as fd 3 for the watchdog.
+  'exec 3<&0',
+  'sh -c "$1" < /dev/null 3<&- & c=$!',
+  '{ cat > /dev/null 2>&1; kill -HUP 0; } <&3 > /dev/null 2>&1 & w=$!',
+  'exec 3<&-',
+  'wait $c; rc=$?',
+  'kill $w 2> /dev/null',
+  'exit $rc',
+].join('\n');
+
 export function localDeviceSession(device: string, home: string): DeviceSession {
   const root = resolve(home);
   let closed = false;
@@ -27,7 +45,9 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
   const exec = (command: string, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000 }: ExecOptions = {}): Promise<ExecResult> =>
     new Promise((resolvePromise, reject) => {
       if (closed) return reject(new TransportError('dropped', `${device}: the local session is closed`));
-      const child = spawn('/bin/sh', ['-c', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      const child = spawn('/bin/sh', ['-c', EXEC_WRAPPER, 'wavegate-exec', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+      // Never written to: it closes when this process ends, however it ends (see EXEC_WRAPPER).
+      child.stdin.on('error', () => {});
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       const started = Date.now();
@@ -60,6 +80,7 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
       child.stdout.on('data', (b: Buffer) => out.push(b));
       child.stderr.on('data', (b: Buffer) => err.push(b));
       child.on('error', (e) => finish(() => reject(new TransportError('config', `${device}: cannot run /bin/sh: ${e.message}`))));
+      child.on('exit', () => child.stdin.end());
       child.on('close', (code) => finish(() => resolvePromise({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') })));
     });
 

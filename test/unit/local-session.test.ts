@@ -52,8 +52,11 @@ describe('LocalSession: applyToDevice on the device itself', () => {
   it('a session closed mid-apply: the apply keeps running detached, and the retry of the same unit reattaches to it (one run)', async () => {
     const d = device();
     const abort = new AbortController();
-    const first = applyToDevice(d.target, steps(2), { commandTimeoutMs: 10_000, trustDir: d.profiles, connect: d.connect, holder: unit(1), heartbeatIntervalMs: 100, signal: abort.signal, heartbeat: (b) => b.startsWith('apply running') && abort.abort() });
+    const first = applyToDevice(d.target, steps(2), { commandTimeoutMs: 10_000, trustDir: d.profiles, connect: d.connect, holder: unit(1), heartbeatIntervalMs: 100, signal: abort.signal });
+    // Closed once the apply has started on the device (it records its run first).
+    const watch = setInterval(() => d.runs() > 0 && abort.abort(), 50);
     await expect(first).rejects.toBeInstanceOf(TransportError);
+    clearInterval(watch);
     expect(existsSync(join(d.home, '.wavegate/profiles/lock/apply.lock/launched'))).toBe(true);
     const retry = await applyToDevice(d.target, steps(2), { commandTimeoutMs: 10_000, trustDir: d.profiles, connect: d.connect, holder: unit(2), heartbeatIntervalMs: 100 });
     expect(retry.outcome).toBe('applied');
