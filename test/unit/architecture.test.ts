@@ -8,7 +8,7 @@ import { PROJECT_ROOT } from '../../workers/toolchain';
  * import cycle, and SSH only behind the transport seam. A change that breaks a rule fails here, naming
  * the file and the import.
  */
-const SOURCE_DIRS = ['activities', 'bench', 'cli', 'core', 'intake', 'sim', 'workers', 'workflows'];
+const SOURCE_DIRS = ['activities', 'agent', 'bench', 'cli', 'core', 'gateway', 'intake', 'sim', 'workers', 'workflows'];
 
 function sourceFiles(dir: string): string[] {
   const out: string[] = [];
@@ -79,6 +79,18 @@ describe('architecture rules (docs/architecture.md)', () => {
       }
     }
     expect(bad).toEqual([]);
+  });
+
+  it('gateway/ and agent/ import core/, intake/, activities/, workers/connection.ts (and the twin\'s message definitions); only cli/ imports them', () => {
+    const allowed = (i: string) => ['core', 'intake', 'activities'].includes(layer(i)) || i === 'workers/connection.ts' || i === 'workflows/twin-messages.ts';
+    const bad = files.flatMap((f) =>
+      graph
+        .get(f)!
+        .filter((i) => (['gateway', 'agent'].includes(layer(f)) ? !allowed(i) && layer(i) !== layer(f) : ['gateway', 'agent'].includes(layer(i)) && layer(f) !== 'cli' && layer(f) !== layer(i)))
+        .map((i) => `${f} -> ${i}`),
+    );
+    expect(bad).toEqual([]);
+    expect(graph.get('cli/commands/agent.ts')).toContain('agent/run.ts');
   });
 
   it('has no import cycle', () => {

@@ -97,3 +97,54 @@ describe('examples/systemd/worker.env', () => {
     expect(new URL(store).password).toBe('');
   });
 });
+
+/** The gateway's and the agent's units: the same checks against their own commands' --help. */
+describe.each([
+  { file: 'wavegate-gateway.service', command: 'gateway', user: 'wavegate-gateway' },
+  { file: 'wavegate-agent.service', command: 'agent', user: 'wavegate-agent' },
+])('examples/systemd/$file', ({ file, command, user }) => {
+  const text = readFileSync(join(dir, file), 'utf8');
+  const of = (key: string) => directives(text).filter(([k]) => k === key).map(([, v]) => v);
+  let commandHelp = '';
+  beforeAll(async () => {
+    const run = await runCli([command, '--help']);
+    expect(run.code, run.stderr).toBe(0);
+    commandHelp = run.stdout;
+  }, 60_000);
+
+  it(`ExecStart runs \`wavegate ${command}\` with flags its --help lists, each with its value`, () => {
+    const [execStart, ...more] = of('ExecStart');
+    expect(more).toEqual([]);
+    const words = execStart!.split(/\s+/);
+    expect(words.slice(0, 3)).toEqual(['/usr/bin/node', '/opt/wavegate/bin/wavegate.js', command]);
+    const accepted = new Map([...commandHelp.matchAll(/^\s+(?:-\w, )?(--[a-z][a-z-]*)( <[^>]+>)?/gm)].map((m) => [m[1]!, m[2] !== undefined]));
+    const flags = words.slice(3);
+    expect(flags.length).toBeGreaterThan(4);
+    for (let i = 0; i < flags.length; i++) {
+      const flag = flags[i]!;
+      expect(accepted.has(flag), `${flag} is not an option of wavegate ${command}`).toBe(true);
+      if (accepted.get(flag)) expect(flags[++i] && !flags[i]!.startsWith('--'), `${flag} needs a value`).toBe(true);
+    }
+  });
+
+  it('runs as its own user, hardened, writing only under its state directory', () => {
+    expect(of('User')).toEqual([user]);
+    expect(of('NoNewPrivileges')).toEqual(['yes']);
+    expect(of('ProtectSystem')).toEqual(['strict']);
+    expect(of('ReadWritePaths')).toEqual([`/var/lib/${user}`]);
+    expect(of('UMask')).toEqual(['0077']);
+  });
+
+  it(command === 'gateway' ? 'serves HTTPS and reloads the inventory on systemctl reload (SIGHUP)' : 'a stop ends only the agent, so an apply in flight finishes and the restart reattaches', () => {
+    const execStart = of('ExecStart')[0]!;
+    if (command === 'gateway') {
+      expect(execStart).toMatch(/--https-cert \S+\s+--https-key \S+/);
+      expect(execStart).not.toContain('--insecure-http');
+      expect(of('ExecReload')).toEqual(['/bin/kill -HUP $MAINPID']);
+    } else {
+      expect(of('KillMode')).toEqual(['process']);
+      expect(execStart).toMatch(/--gateway https:\/\//);
+      expect(execStart).toMatch(/--key \/var\/lib\/wavegate-agent\/state\//);
+    }
+  });
+});
