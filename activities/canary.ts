@@ -11,6 +11,7 @@ import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
 import { readFleetRevision } from './fleet';
+import { twinReader } from './agent/board';
 import { storeMembership } from './membership';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
@@ -78,7 +79,7 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
         const inventory = loadInventory(input.inventoryPath);
-        const read = await readFleetRevision({ inventory, profile: profile.name, scope: profile.scope });
+        const read = await readFleetRevision({ inventory, profile: profile.name, scope: profile.scope, probe: { twins: twinReader(client()) } });
         return { revision: read.revision, unreachable: read.unreachable, devices: Object.keys(read.markers).length + read.unreachable.length };
       } catch (err) {
         return toFailure(err);

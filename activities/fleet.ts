@@ -5,6 +5,7 @@ import type { VerdictStanding } from '../core/node-down';
 import { shellFor } from './device-steps';
 import { connectDevice, TransportError, type DeviceSession, type ExecResult } from './transport';
 import { mapLimit } from './map-limit';
+import { agentBoardAnswer, agentDriftAnswer, type TwinReader } from './agent/board';
 
 /**
  * Operator reads of the fleet, computed NOW on the devices (never from a stored flag): the fleet board,
@@ -48,7 +49,11 @@ export interface ProbeOptions {
   concurrency?: number;
   connectTimeoutMs?: number;
   commandTimeoutMs?: number;
+  /** How `transport: agent` devices are read: their twins' latest reports (activities/agent/board.ts). Without it they are pending. */
+  twins?: TwinReader;
 }
+
+const NO_TWIN_READER = 'agent device: read from its twin, and no Temporal client was given to read it';
 
 export function targetOf(device: Device): DeviceTarget {
   const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
@@ -126,6 +131,10 @@ export async function readFleetBoard(opts: {
   const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)));
   async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
+    if (device.transport === 'agent') {
+      if (!probe.twins) return { ...base, state: 'pending', reason: NO_TWIN_READER };
+      return { ...base, ...agentBoardAnswer(await probe.twins(device.id), opts.profile, opts.revision, opts.provable, Date.now()) };
+    }
     let session: DeviceSession;
     try {
       session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
@@ -183,6 +192,10 @@ export async function readDrift(opts: {
   const { targets } = partitionFleet(opts.inventory, opts.scope);
   const probe = opts.probe ?? {};
   return mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<DriftRow> => {
+    if (device.transport === 'agent') {
+      if (!probe.twins) return { id: device.id, marker: null, status: 'unreachable', detail: NO_TWIN_READER };
+      return { id: device.id, ...agentDriftAnswer(await probe.twins(device.id), opts.profile, Date.now()) };
+    }
     let session: DeviceSession;
     try {
       session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
@@ -214,6 +227,12 @@ export async function readFleetRevision(opts: { inventory: Inventory; profile: s
   const markers: Record<string, number | null> = {};
   const unreachable: string[] = [];
   await mapLimit(targets, probe.concurrency ?? 16, async (device) => {
+    if (device.transport === 'agent') {
+      const answer = probe.twins ? agentDriftAnswer(await probe.twins(device.id).catch(() => null), opts.profile, Date.now()) : undefined;
+      if (answer && answer.status !== 'unreachable') markers[device.id] = answer.marker;
+      else unreachable.push(device.id);
+      return;
+    }
     try {
       const session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
       try {

@@ -17,6 +17,9 @@ import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
 import { registerVerdictCommands } from './fleet-verdicts';
 import { operatorName } from './rollout';
+import { reverifyAgents, twinReader, type TwinReader } from '../../activities/agent/board';
+import { parseDurationMs } from '../../core/duration';
+import type { Inventory } from '../../core/inventory';
 
 /**
  * Operator reads of the fleet, computed now over SSH from the CLI (no workflow, no activity): the board
@@ -41,6 +44,34 @@ interface BoardFlags extends TemporalFlags {
   registry?: boolean;
   json?: boolean;
   concurrency: number;
+  reverify?: boolean;
+  reverifyWait?: string;
+}
+
+/** `--reverify-wait`: how long `--reverify` waits for fresh reports (1s-10m, default 60s). */
+function reverifyWaitMs(value: string | undefined): number {
+  if (value === undefined) return 60_000;
+  const ms = parseDurationMs(value);
+  if (ms === undefined || ms < 1_000 || ms > 600_000) throw new WavegateError('INVALID_INPUT', `--reverify-wait ${JSON.stringify(value)}: must be a duration between 1s and 10m (e.g. 30s)`);
+  return ms;
+}
+
+/**
+ * Run `read` with a reader of the agent devices' twins when the inventory has any (through Temporal:
+ * agents are never dialled); `--reverify` first asks every online agent to re-verify and waits for them.
+ */
+async function withTwins<T>(inventory: Inventory, opts: BoardFlags, read: (twins?: TwinReader) => Promise<T>): Promise<T> {
+  const agents = inventory.devices.filter((d) => d.transport === 'agent').map((d) => d.id);
+  const waitMs = reverifyWaitMs(opts.reverifyWait);
+  if (agents.length === 0) return read();
+  return withClient(resolveConnectionSettings(opts), async (client) => {
+    if (opts.reverify) {
+      const r = await reverifyAgents(client, agents, { waitMs, concurrency: opts.concurrency });
+      const note = `re-verify: ${r.answered.length} of ${r.asked.length} online agents answered${r.silent.length ? ` (no answer within ${waitMs / 1000}s: ${r.silent.join(', ')})` : ''}${r.offline.length ? `; ${r.offline.length} not asked (offline or never synced)` : ''}`;
+      console.error(note);
+    }
+    return read(twinReader(client));
+  });
 }
 
 /** The revision the board is about: --revision, else the newest registered (--registry), else the newest in the files. */
@@ -104,6 +135,8 @@ export function register(program: Command): void {
       .description('The board: each device applied / claimed / pending / not-for-me for a revision, computed now by running its verify over SSH. Exit 0 only when every target is applied or not-for-me'),
   )
     .option('--revision <n>', 'the revision (default: the newest one)', parseRevisionFlag)
+    .option('--reverify', 'first ask every online agent device (transport: agent) to re-verify now, and wait for their reports')
+    .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
         const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
@@ -111,16 +144,18 @@ export function register(program: Command): void {
         const revision = await boardRevision(files, opts);
         // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
         const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, by: operatorName() });
-        const board = await readFleetBoard({
-          verdicts,
-          inventory,
-          profile: files.profile.name,
-          scope: files.profile.scope,
-          revision: revision.revision,
-          verify: revision.verify,
-          provable: classifyRevision(revision).provable,
-          probe: { concurrency: opts.concurrency },
-        });
+        const board = await withTwins(inventory, opts, (twins) =>
+          readFleetBoard({
+            verdicts,
+            inventory,
+            profile: files.profile.name,
+            scope: files.profile.scope,
+            revision: revision.revision,
+            verify: revision.verify,
+            provable: classifyRevision(revision).provable,
+            probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
+          }),
+        );
         if (opts.json) console.log(JSON.stringify(board, null, 2));
         else {
           const c = board.counts;
@@ -165,7 +200,7 @@ export function register(program: Command): void {
           }
         });
       }
-      const rows = await readDrift({ inventory, profile: files.profile.name, scope: files.profile.scope, verifyOf, probe: { concurrency: opts.concurrency } });
+      const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) => readDrift({ inventory, profile: files.profile.name, scope: files.profile.scope, verifyOf, probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) } }));
       const drifted = rows.filter((r) => r.status === 'drifted');
       if (opts.json) console.log(JSON.stringify({ profile: files.profile.name, drifted: drifted.length, devices: rows }, null, 2));
       else {

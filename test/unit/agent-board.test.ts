@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import { agentBoardAnswer, agentDriftAnswer } from '../../activities/agent/board';
+import { agentChecks, agentOnline } from '../../activities/agent/health';
+import { parseInventory } from '../../core/inventory';
+import type { TwinView } from '../../core/twin';
+
+const NOW = Date.parse('2026-06-01T12:00:00.000Z');
+const ago = (s: number) => new Date(NOW - s * 1000).toISOString();
+const steps = (revision: number) => ({ profile: 'demo', revision, apply: 'a', verify: 'v', payload: [] });
+function view(overrides: Partial<TwinView> = {}): TwinView {
+  return { deviceId: 'a1', version: 1, desired: {}, report: null, lastSeenAt: ago(10), reverify: false, ...overrides };
+}
+const reportAt = (revision: number | null, state: 'applied' | 'failed' | 'already-applied' | 'claimed' | 'idle', extra: object = {}, healthOk = true, healthAge = 5) => ({
+  profiles: { demo: { revision, state, at: ago(20), ...extra } },
+  health: [{ name: 'motd', ok: healthOk }],
+  healthAt: ago(healthAge),
+  agentVersion: 't',
+});
+const desired = (revision: number) => ({ demo: { requestId: 'x', profile: 'demo', revision, steps: steps(revision), envelopeDigest: '', holder: { rollout: 'r', run: 'u', activity: '1', attempt: 1 }, rollout: 'r', fromRevision: 1, setAt: ago(60) } });
+
+describe('agent devices on the fleet board, drift and health gates', () => {
+  it('applied only from a verified report at the revision; a desired but unreported revision is pending "converging"', () => {
+    expect(agentBoardAnswer(view({ report: reportAt(2, 'applied') }), 'demo', 2, true, NOW)).toMatchObject({ state: 'applied', marker: 2, reason: 'verified by its agent 20s ago, last seen 10s ago' });
+    expect(agentBoardAnswer(view({ report: reportAt(2, 'applied') }), 'demo', 2, false, NOW).state).toBe('claimed');
+    expect(agentBoardAnswer(view({ desired: desired(2), report: reportAt(1, 'applied'), lastSeenAt: ago(3600) }), 'demo', 2, true, NOW)).toMatchObject({ state: 'pending', marker: 1, reason: 'converging, last seen 60m ago (agent reports r1, applied)' });
+    expect(agentBoardAnswer(view({ report: reportAt(2, 'failed', { reason: 'VERIFY' }) }), 'demo', 2, true, NOW)).toMatchObject({ state: 'pending', reason: 'agent reports r2 (failed VERIFY), last seen 10s ago' });
+    expect(agentBoardAnswer(null, 'demo', 2, true, NOW)).toMatchObject({ state: 'pending', reason: 'never reported: agent never synced (no twin)' });
+  });
+
+  it('drift: a failed re-verify at the marker is drift', () => {
+    expect(agentDriftAnswer(view({ report: reportAt(2, 'failed', { reason: 'VERIFY', detail: 're-verify of r2 exited 1' }) }), 'demo', NOW)).toMatchObject({ status: 'drifted', marker: 2 });
+    expect(agentDriftAnswer(view({ report: reportAt(2, 'already-applied') }), 'demo', NOW)).toMatchObject({ status: 'ok', marker: 2 });
+    expect(agentDriftAnswer(view({ lastSeenAt: null }), 'demo', NOW).status).toBe('unreachable');
+    expect(agentDriftAnswer(view({ report: reportAt(null, 'idle') }), 'demo', NOW).status).toBe('no-marker');
+  });
+
+  it('health: fresh reports answer; stale or missing is unread (never a pass)', () => {
+    expect(agentOnline(view(), NOW)).toEqual({ ok: true, value: null });
+    expect(agentOnline(view({ lastSeenAt: ago(300) }), NOW)).toEqual({ ok: false, reason: 'agent report stale: last seen 5m ago' });
+    expect(agentOnline(null, NOW).ok).toBe(false);
+    expect(agentChecks(view({ report: reportAt(2, 'applied') }), ['motd'], 'demo', 2, NOW)).toEqual({ ok: true, value: [] });
+    expect(agentChecks(view({ report: reportAt(2, 'applied', {}, false) }), ['motd'], 'demo', 2, NOW)).toEqual({ ok: true, value: ['motd failed'] });
+    expect(agentChecks(view({ report: reportAt(2, 'applied', {}, true, 600) }), ['motd'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: expect.stringMatching(/stale/) });
+    expect(agentChecks(view({ report: reportAt(1, 'applied') }), ['motd'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: 'agent reports demo r1, not r2: its health is not about this revision' });
+    expect(agentChecks(view({ report: reportAt(2, 'applied') }), ['motd', 'disk'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: 'agent reported no check "disk"' });
+  });
+});
+
+describe('inventory agentKey', () => {
+  const key = (n: number) => `ed25519:${Buffer.alloc(32, n).toString('base64')}`;
+  const parse = (devices: object[]) => parseInventory({ defaults: { pool: 'p' }, devices }, 'fleet.yaml');
+  it('an agent device needs its key and no host or user; the key is kept', () => {
+    const inv = parse([{ id: 'a1', transport: 'agent', agentKey: key(1) }]);
+    expect(inv.devices[0]).toMatchObject({ id: 'a1', transport: 'agent', agentKey: key(1), host: '', user: '' });
+  });
+  it('refuses a missing key, a key on an SSH device, a malformed key and a key shared by two devices, naming the field', () => {
+    expect(() => parse([{ id: 'a1', transport: 'agent' }])).toThrow(/devices\[0\]\.agentKey: required for transport: agent/);
+    expect(() => parse([{ id: 's1', host: 'h', user: 'u', agentKey: key(1) }])).toThrow(/devices\[0\]\.agentKey: only for transport: agent devices \(this one is ssh\)/);
+    expect(() => parse([{ id: 'a1', transport: 'agent', agentKey: 'ssh-ed25519 AAAA' }])).toThrow(/devices\[0\]\.agentKey: must be "ed25519:<base64 of the 32-byte public key>"/);
+    expect(() => parse([{ id: 'a1', transport: 'agent', agentKey: key(1) }, { id: 'a2', transport: 'agent', agentKey: key(1) }])).toThrow(/devices\[1\]\.agentKey: the same key as devices\[0\]/);
+    expect(() => parse([{ id: 's1', user: 'u' }])).toThrow(/devices\[0\]\.host: required/);
+  });
+});
