@@ -2,7 +2,9 @@
  * One shard of the benchmark fleet, in its own process: the simulator (sim/) keeps ~1,000 devices per
  * process, so a 10,000-device fleet is ten of these. Driven over IPC by
  * bench/rollout-scale.ts:
- *   parent → { devices: SimDeviceSpec[], dir, clientKeyPath }   start the fleet
+ *   parent → { devices: SimDeviceSpec[], dir, clientKeyPath, applyMs? }   start the fleet; with applyMs
+ *                                                               every device's `install` (the demo apply's
+ *                                                               only command) sleeps that long first
  *   shard  → { ready: ShardDevice[] }                            every device's address and host key pin
  *   parent → { reset: true }                                     remove what a rollout wrote (content, marker, staging)
  *   shard  → { resetDone: true }
@@ -10,7 +12,7 @@
  *   shard  → { counted: { marker2: number, content2: number, commands: number } }
  *   parent → { stop: true }                                      stop and exit
  */
-import { readFile, rm } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startFleet, type Fleet, type SimDeviceSpec } from '../sim';
 
@@ -23,7 +25,7 @@ export interface ShardDevice {
   spec: SimDeviceSpec;
 }
 
-export type ShardRequest = { devices: SimDeviceSpec[]; dir: string; clientKeyPath: string } | { reset: true } | { count: true } | { stop: true };
+export type ShardRequest = { devices: SimDeviceSpec[]; dir: string; clientKeyPath: string; applyMs?: number } | { reset: true } | { count: true } | { stop: true };
 export type ShardReply = { ready: ShardDevice[] } | { resetDone: true } | { counted: { marker2: number; content2: number; commands: number } } | { error: string };
 
 const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
@@ -47,6 +49,13 @@ process.on('message', (request: ShardRequest) => {
     try {
       if ('devices' in request) {
         fleet = await startFleet({ devices: request.devices, dir: request.dir, clientKeyPath: request.clientKeyPath });
+        if (request.applyMs) {
+          // A slow apply, by the device itself: the wrapper is first on the sandbox's PATH, so the signed
+          // demo revision runs unchanged and takes applyMs longer, whoever runs it (wavegate or the loop).
+          const wrapper = `#!/bin/sh\nsleep ${(request.applyMs / 1000).toFixed(3)}\nexec /usr/bin/install "$@"\n`;
+          const f = fleet;
+          await forEachLimit(f.devices, 32, async (d) => writeFile(join(await f.ensureSandbox(d.id), '.sim', 'bin', 'install'), wrapper, { mode: 0o755 }));
+        }
         send({ ready: fleet.devices.map((d) => ({ id: d.id, host: d.host, port: d.port, hostKeyFingerprint: d.hostKeyFingerprint, sandbox: d.sandbox, spec: d.spec })) });
       } else if ('reset' in request) {
         await forEachLimit(fleet!.devices, 32, async (d) => {

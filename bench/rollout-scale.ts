@@ -6,6 +6,11 @@
  * per-execution history sizes and peak pending activities, and the ratio of the two.
  *
  *   npx tsx bench/rollout-scale.ts --devices 10000 --slice 200 [--in-flight 100] [--shard-size 1000] [--only temporal|baseline]
+ *       [--apply-ms 500] [--gate 1s]
+ *
+ * With both runs it also prints the makespan ÷ ideal: ideal = Σ phases ⌈phase devices ÷ in-flight⌉ ×
+ * per-device time + the gates, per pool (a phase lasts as long as its slowest pool's rounds), where the
+ * per-device time is the median time one device takes in the baseline loop on the same fleet.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { Client, Connection } from '@temporalio/client';
@@ -18,6 +23,7 @@ import { applyToDevice } from '../activities/device-steps';
 import { prepareRollout } from '../intake/prepare';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RolloutInput } from '../core/rollout/input';
+import { planRollout } from '../core/rollout/plan';
 import { demoDevices, generateEd25519, writeFleetInventory, type SimDeviceSpec } from '../sim';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../workers/toolchain';
@@ -33,6 +39,8 @@ const { values: flags } = parseArgs({
     'in-flight': { type: 'string', default: '100' },
     'shard-size': { type: 'string', default: '1000' },
     only: { type: 'string' },
+    'apply-ms': { type: 'string', default: '0' },
+    gate: { type: 'string', default: '1s' },
   },
 });
 const positive = (name: string, value: string | undefined): number => {
@@ -44,6 +52,10 @@ const DEVICES = positive('devices', flags.devices);
 const SLICE = positive('slice', flags.slice);
 const IN_FLIGHT = positive('in-flight', flags['in-flight']);
 const SHARD_SIZE = positive('shard-size', flags['shard-size']);
+const APPLY_MS = flags['apply-ms'] === '0' ? 0 : positive('apply-ms', flags['apply-ms']);
+if (APPLY_MS > 60_000) throw new Error(`--apply-ms: at most 60000, got ${APPLY_MS}`);
+const GATE = flags.gate!;
+if (!/^\d+(ms|s|m)$/.test(GATE)) throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
 if (flags.only !== undefined && !['temporal', 'baseline'].includes(flags.only)) throw new Error(`--only: expected temporal or baseline, got ${JSON.stringify(flags.only)}`);
 const POOLS = ['pool-a', 'pool-b'] as const; // demoDevices alternates the two
 
@@ -72,7 +84,7 @@ async function startShards(dir: string, specs: SimDeviceSpec[], clientKeyPath: s
   for (let i = 0; i < specs.length; i += SHARD_SIZE) {
     const shard = new Shard(fork(join(__dirname, 'fleet-shard.ts'), [], { execArgv: ['--require', 'tsx/cjs'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
     shards.push(shard);
-    parts.push(shard.ask({ devices: specs.slice(i, i + SHARD_SIZE), dir: join(dir, 'fleet'), clientKeyPath }));
+    parts.push(shard.ask({ devices: specs.slice(i, i + SHARD_SIZE), dir: join(dir, 'fleet'), clientKeyPath, ...(APPLY_MS ? { applyMs: APPLY_MS } : {}) }));
   }
   const devices = (await Promise.all(parts)).flatMap((p) => p.ready);
   return { shards, devices };
@@ -103,6 +115,10 @@ interface RunResult {
   failed: number;
   commands: number;
   shapes?: HistoryShape[];
+  /** The Temporal run: this process's peak RSS (the worker and the client; the fleet is in other processes). */
+  peakRssMiB?: number;
+  /** The baseline: the median time one device took (connect to marker written). */
+  perDeviceMs?: number;
 }
 
 async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]): Promise<RunResult> {
@@ -113,20 +129,23 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
   try {
     const rolloutId = `rollout:bench-${DEVICES}`;
     const input: RolloutInput = {
-      ...rolloutInputFor(dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
+      ...rolloutInputFor(dir, PHASED, inventoryPath, rolloutId),
       sliceSize: SLICE,
     };
     // At 10,000 devices a page of the parent's history is over gRPC's default 4 MB receive limit.
     const connection = await Connection.connect({ address: env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
     const client = new Client({ connection, namespace: env.namespace ?? 'default' });
+    let peak = 0;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 250);
     const started = Date.now();
     const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
     const wallMs = Date.now() - started;
+    clearInterval(sampler);
     const shapes = await executionTreeShapes(client, rolloutId);
     await connection.close();
     const { commands } = await countApplied(shards);
     if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
-    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes };
+    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes, peakRssMiB: Math.round(peak / 1024 / 1024) };
   } finally {
     worker.shutdown();
     await running;
@@ -139,14 +158,17 @@ async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKe
   let applied = 0;
   let failed = 0;
   let next = 0;
+  const durations: number[] = [];
   const started = Date.now();
   // The ssh loop: IN_FLIGHT workers take the next device; each connects, verifies, applies, verifies, writes the marker.
   await Promise.all(
     Array.from({ length: IN_FLIGHT }, async () => {
       while (next < targets.length) {
         const target = targets[next++]!;
+        const deviceStarted = Date.now();
         try {
           await applyToDevice(target, input.steps, { commandTimeoutMs: 60_000 });
+          durations.push(Date.now() - deviceStarted);
           applied++;
         } catch (err) {
           failed++;
@@ -157,7 +179,30 @@ async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKe
   );
   const wallMs = Date.now() - started;
   const { commands } = await countApplied(shards);
-  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands };
+  durations.sort((a, b) => a - b);
+  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands, perDeviceMs: durations[Math.floor(durations.length / 2)] ?? 0 };
+}
+
+// ---- the ideal makespan ----
+
+const PHASED = { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: GATE };
+
+/**
+ * The least time the phased rollout can take with this per-device time: each phase runs its devices in
+ * rounds of each pool's in-flight limit (the slowest pool sets the phase's length), then its gate.
+ */
+function idealMakespan(dir: string, inventoryPath: string, devices: ShardDevice[], perDeviceMs: number): { ms: number; rounds: number[]; gatesMs: number } {
+  const input = rolloutInputFor(dir, PHASED, inventoryPath, `rollout:bench-${DEVICES}`);
+  const plan = planRollout(input, devices.map((d) => ({ id: d.id, pool: d.spec.pool!, class: d.spec.class!, updateClass: 'required' as const, current: 1 })));
+  const poolOf = new Map(devices.map((d) => [d.id, d.spec.pool!]));
+  const limit = new Map(plan.pools.map((p) => [p.pool, p.maxInFlight]));
+  const rounds = plan.phases.map((phase) => {
+    const perPool = new Map<string, number>();
+    for (const id of phase.devices) perPool.set(poolOf.get(id)!, (perPool.get(poolOf.get(id)!) ?? 0) + 1);
+    return Math.max(0, ...[...perPool].map(([pool, n]) => Math.ceil(n / limit.get(pool)!)));
+  });
+  const gatesMs = plan.phases.reduce((sum, p) => sum + (typeof p.gate === 'number' ? p.gate : 0), 0);
+  return { ms: rounds.reduce((a, b) => a + b, 0) * perDeviceMs + gatesMs, rounds, gatesMs };
 }
 
 // ---- report ----
@@ -183,7 +228,7 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-bench-'));
   const clientKeyPath = join(dir, 'client_ed25519');
   writeFileSync(clientKeyPath, generateEd25519('wavegate-bench').private, { mode: 0o600 });
-  console.log(`fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}`);
+  console.log(`fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS ? `+${APPLY_MS} ms` : 'as is'}; gates ${GATE}`);
   const fleetStart = Date.now();
   const { shards, devices } = await startShards(dir, demoDevices(DEVICES), clientKeyPath);
   console.log(`fleet up in ${seconds(Date.now() - fleetStart)}`);
@@ -212,7 +257,15 @@ async function main(): Promise<void> {
     for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
     if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
     console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);
-    const shapes = results[0]?.shapes;
+    const temporal = results.find((r) => r.shapes);
+    const baseline = results.find((r) => r.perDeviceMs !== undefined);
+    if (temporal?.peakRssMiB) console.log(`wavegate process peak RSS during the rollout (worker + client): ${temporal.peakRssMiB} MiB`);
+    if (temporal && baseline) {
+      const ideal = idealMakespan(dir, inventoryPath, devices, baseline.perDeviceMs!);
+      console.log(`ideal makespan: rounds per phase ${ideal.rounds.join(' + ')} × ${baseline.perDeviceMs} ms per device (the baseline's median) + gates ${ideal.gatesMs} ms = ${seconds(ideal.ms)}`);
+      console.log(`wavegate makespan ÷ ideal: **${(temporal.wallMs / ideal.ms).toFixed(2)}×** (${seconds(temporal.wallMs)} ÷ ${seconds(ideal.ms)})`);
+    }
+    const shapes = temporal?.shapes;
     if (shapes) printShapes(shapes);
   } finally {
     await Promise.all(shards.map((s) => new Promise<void>((resolve) => {

@@ -17,6 +17,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
@@ -67,6 +68,8 @@ const WRITE_MARKER = `mkdir -p "$HOME/.wavegate/profiles/${PROFILE}" && echo 2 >
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+/** The machine is shared: every figure is printed with the load it was measured under. */
+const load = () => `load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`;
 
 // ---- processes ----
 
@@ -417,7 +420,7 @@ async function main(): Promise<void> {
         resetFleet(fleet);
         const r = peer === 'wavegate' ? await wavegate.run(fleet, run) : peer === 'ansible' ? await ansible.run(fleet, run) : await parallelSsh(fleet, run);
         results.push(r);
-        log(`run ${run} ${peer}: ${seconds(r.wallMs)}${r.workflowMs !== undefined ? ` (workflow ${seconds(r.workflowMs)})` : ''}; content ${r.check.content}, marker ${r.check.marker} of ${DEVICES}${r.ok ? '' : ' FAILED'}`);
+        log(`run ${run} ${peer}: ${seconds(r.wallMs)}${r.workflowMs !== undefined ? ` (workflow ${seconds(r.workflowMs)})` : ''}; content ${r.check.content}, marker ${r.check.marker} of ${DEVICES}${r.ok ? '' : ' FAILED'}; ${load()} (1/5/15 min)`);
       }
     }
     report(results);
