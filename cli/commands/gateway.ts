@@ -38,6 +38,7 @@ function positive(flag: string, value: string | undefined, fallback: number, max
 interface GatewayFlags extends TemporalFlags {
   listen: string;
   inventory: string;
+  profiles?: string;
   profilesRoot?: string;
   httpsCert?: string;
   httpsKey?: string;
@@ -52,7 +53,8 @@ export function register(program: Command): void {
       .description('Run the device gateway: agents (`wavegate agent`) sync with their own twin through it, authenticated by their identity key; the only Temporal client on the device side. (--tls-* are the Temporal connection\'s, as for the worker; the gateway\'s own certificate is --https-cert/--https-key.)')
       .requiredOption('--listen <host:port>', 'address to serve on, e.g. 0.0.0.0:8443 (port 0: any free port, printed)')
       .requiredOption('--inventory <file>', 'the inventory whose agentKey pins authenticate devices; reloaded on SIGHUP and when the file changes')
-      .option('--profiles-root <dir>', 'profiles root whose <profile>/payload/ files are served to agents, by the signed entries of their desired envelopes (default $WAVEGATE_PROFILES or ./profiles)')
+      .option('--profiles <dir>', 'the profiles root whose <profile>/payload/ files are served to agents, by the signed entries of their desired envelopes (default $WAVEGATE_PROFILES or ./profiles)')
+      .option('--profiles-root <dir>', 'the same as --profiles')
       .option('--https-cert <file>', 'TLS certificate (PEM) the gateway serves HTTPS with')
       .option('--https-key <file>', 'its private key (PEM)')
       .option('--insecure-http', 'allow plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)')
@@ -67,7 +69,9 @@ export function register(program: Command): void {
         throw new WavegateError('INVALID_INPUT', `--listen ${flags.listen}: plain HTTP only on 127.0.0.1, ::1 or localhost; give --https-cert and --https-key, or --insecure-http behind a TLS-terminating proxy`, { field: '--listen', value: flags.listen });
       }
       const maxLongPolls = positive('--max-long-polls', flags.maxLongPolls, DEFAULT_MAX_LONG_POLLS, 100_000);
-      const profiles = resolveProfilesRoot({ ...(flags.profilesRoot !== undefined ? { flag: flags.profilesRoot } : {}) });
+      if (flags.profiles !== undefined && flags.profilesRoot !== undefined) throw new WavegateError('INVALID_INPUT', '--profiles and --profiles-root: give one (they are the same option)', { field: '--profiles-root' });
+      const root = flags.profiles ?? flags.profilesRoot;
+      const profiles = resolveProfilesRoot({ ...(root !== undefined ? { flag: root } : {}) });
       checkProfilesRoot(profiles);
       const pins = inventoryPins(flags.inventory, log);
       const settings = resolveConnectionSettings(flags);

@@ -126,7 +126,7 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: devices.map((id) => ({ id, pool: 'p', transport: 'agent', agentKey: identity.get(id)!.pin })) }));
     mkdirSync(gatewayProfiles, { recursive: true });
     gateway = await spawnCliUntil(
-      ['gateway', '--listen', '127.0.0.1:0', '--inventory', inventory, '--profiles-root', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue],
+      ['gateway', '--listen', '127.0.0.1:0', '--inventory', inventory, '--profiles', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue],
       /gateway listening on (http:\/\/\S+)/,
     );
     gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
