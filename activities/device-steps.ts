@@ -207,6 +207,8 @@ export interface ApplyOptions {
   signal?: AbortSignal;
   /** Checks the steps' `after` on the device before the apply lock is taken (activities/dependencies.ts). */
   dependencies?: DependencyChecker;
+  /** Payloads up to this many bytes in all are streamed on the apply script's input (default 1 MiB; 0: always SFTP when missing). */
+  streamPayloadMaxBytes?: number;
   /** How the device is reached (default its transport, connectDevice): the pull agent passes its LOCAL session (activities/transport/local.ts). */
   connect?: (target: DeviceTarget) => Promise<DeviceSession>;
   /** A first attempt whose connect fails (connect/timeout: nothing ran) returns the `offline` outcome instead of throwing. */
@@ -322,6 +324,11 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
   const floorNowMs = opts.now ?? Date.now();
   const ran: string[] = [];
   const answers: Pick<ApplyScriptInput, 'skipFloor' | 'afterStage' | 'breakTheirs'> = { skipFloor };
+  // Small payloads travel on the script's standard input (the device writes them only if it lacks
+  // them); larger ones go by SFTP when the script says the device lacks them.
+  const payloadBytes = steps.payload.reduce((n, f) => n + f.size, 0);
+  const stream = steps.payload.length > 0 && payloadBytes <= (opts.streamPayloadMaxBytes ?? STREAM_PAYLOAD_MAX_BYTES);
+  let streamed: Buffer | undefined;
   for (let round = 0; round < MAX_SCRIPT_ROUNDS; round++) {
     beat('apply');
     const script = applyScript({
@@ -335,13 +342,16 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
       apply: shellFor(steps, steps.apply),
       stagingDir: stagingDir(steps),
       payload: steps.payload,
+      streamed: stream && !answers.afterStage,
       ownerlessGraceSeconds: OWNERLESS_GRACE_MS / 1000,
       ...answers,
     });
+    if (stream && !answers.afterStage) streamed ??= Buffer.concat(steps.payload.map(readSignedPayload));
     const res = await session.exec(script, {
       timeoutMs: opts.commandTimeoutMs,
       onProgress: (elapsedMs) => beat(`apply running ${Math.round(elapsedMs / 1000)}s`),
       progressIntervalMs: opts.heartbeatIntervalMs,
+      ...(stream && !answers.afterStage ? { stdin: streamed } : {}),
     });
     const report = reportOf(res, device, step);
     if ('steps' in report) ran.push(...ranSteps(report.steps, ran));
@@ -388,6 +398,9 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
   throw new TransportError('dropped', `${device}: the apply unit for ${profile} did not settle in ${MAX_SCRIPT_ROUNDS} runs; try again`);
 }
 
+/** Payloads up to this size (all files together) are streamed in the apply's one command. */
+const STREAM_PAYLOAD_MAX_BYTES = 1024 * 1024;
+
 /** Floor answer, lock break, staging: each needs at most one more run of the script. */
 const MAX_SCRIPT_ROUNDS = 4;
 
@@ -400,7 +413,7 @@ function ranSteps(report: readonly ReportStep[], already: readonly string[]): st
   for (const s of report) {
     if (s.name === 'verify-first' || s.name === 'verify') out.push('verify');
     else if (s.name === 'reattach') out.push('reattach');
-    else if (s.name === 'stage' && s.status === 'present' && !already.includes('stage')) out.push('stage');
+    else if (s.name === 'stage' && (s.status === 'present' || s.status === 'streamed') && !already.includes('stage')) out.push('stage');
     else if (s.name === 'launch') out.push('apply');
     else if (s.name === 'marker' && s.status === 'written') out.push('marker');
   }

@@ -36,7 +36,13 @@ export interface ApplyScriptInput {
   apply: string;
   /** The staging directory relative to $HOME, and the payload files that must be there (empty: none). */
   stagingDir: string;
-  payload: readonly { name: string; sha256: string }[];
+  payload: readonly { name: string; sha256: string; size: number }[];
+  /**
+   * The worker sends the payload files on the script's standard input, one after the other (their
+   * signed sizes tell them apart): a device that lacks them writes them and checks their digests in
+   * the same command. Without it (large payloads), a device that lacks them stops with `stage needed`.
+   */
+  streamed?: boolean;
   /** The worker already decided the floor (it read it, or its own rule allowed what the shell could not compare). */
   skipFloor?: boolean;
   /** This attempt staged the payload after its own previous script ran verify first under the lock. */
@@ -203,9 +209,21 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_end applied`,
   ];
 
+  // Payload: present with the signed digests, or written from the stream (read whole first: a pipe
+  // cannot be cut by byte counts reliably) and checked, or stop for the worker to upload.
+  let offset = 1;
+  const split = input.payload.map((f) => {
+    const cut = `tail -c +${offset} "$wg_S/.wavegate-stream" | head -c ${f.size} > "$wg_S/.${f.name}.tmp" && mv -f "$wg_S/.${f.name}.tmp" "$wg_S/${f.name}"`;
+    offset += f.size;
+    return cut;
+  });
   const stage = input.payload.length
     ? [
-        `if ( cd "$HOME/${input.stagingDir}" 2>/dev/null && printf '%s\\n' ${shQuote(check)} | sha256sum -c --quiet - > /dev/null 2>&1 ); then : | wg_say stage present; else : | wg_say stage needed; wg_end stop; fi`,
+        `wg_S="$HOME/${input.stagingDir}"`,
+        `wg_staged() ( cd "$wg_S" 2>/dev/null && printf '%s\\n' ${shQuote(check)} | sha256sum -c --quiet - > /dev/null 2>&1 )`,
+        `if wg_staged; then : | wg_say stage present`,
+        ...(input.streamed ? [`elif mkdir -p "$wg_S" 2>/dev/null && cat > "$wg_S/.wavegate-stream" && ${split.join(' && ')} && rm -f "$wg_S/.wavegate-stream" && wg_staged; then : | wg_say stage streamed`] : []),
+        `else rm -f "$wg_S/.wavegate-stream"; : | wg_say stage needed; wg_end stop; fi`,
       ]
     : [];
 
@@ -313,7 +331,7 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
     one('marker', /^written$/);
     released();
     if (!reattached && find('launch').length !== 1) throw new ReportUnreadable('applied without a launch or a reattach');
-    return { kind: 'applied', reattached, staged: find('stage').some((s) => s.status === 'present'), steps };
+    return { kind: 'applied', reattached, staged: find('stage').some((s) => s.status === 'present' || s.status === 'streamed'), steps };
   }
   // Stopped: the last step says why.
   const last = steps.at(-1);

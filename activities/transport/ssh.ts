@@ -343,7 +343,7 @@ function sessionOn(client: Client, lastError: () => ClientError | undefined, lab
   const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
 
   return {
-    exec(command, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS } = {}) {
+    exec(command, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS, stdin } = {}) {
       return new Promise<ExecResult>((resolve, reject) => {
         if (closed) return reject(lost(`before running: ${short(command)}`));
         const started = Date.now();
@@ -390,6 +390,7 @@ function sessionOn(client: Client, lastError: () => ClientError | undefined, lab
             let code: number | null = null;
             let signal: string | undefined;
             ch.on('error', () => {});
+            if (stdin) ch.end(stdin);
             ch.on('data', (chunk: Buffer) => (stdout = (stdout + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
             ch.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
             ch.on('exit', (exitCode: number | null, signalName?: string) => {

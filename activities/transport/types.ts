@@ -34,6 +34,11 @@ export interface ExecOptions {
   onProgress?: (elapsedMs: number) => void;
   /** Default 5 s: well inside any sensible heartbeat timeout. */
   progressIntervalMs?: number;
+  /**
+   * Bytes for the command's standard input, then end of file (the apply script streams small payloads
+   * this way). A transport that cannot send them gives the command an empty input.
+   */
+  stdin?: Buffer;
 }
 
 /** One payload file to put on the device. */

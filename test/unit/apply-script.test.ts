@@ -81,13 +81,13 @@ describe('the apply script run by the POSIX sh', () => {
       ...over,
     };
   };
-  const run = (dir: string, script: string) => {
-    const res = spawnSync('/bin/sh', ['-c', script], { env: { PATH: process.env.PATH, HOME: dir }, cwd: dir, encoding: 'utf8', timeout: 20_000 });
+  const run = (dir: string, script: string, stdin?: Buffer) => {
+    const res = spawnSync('/bin/sh', ['-c', script], { env: { PATH: process.env.PATH, HOME: dir }, cwd: dir, encoding: 'utf8', timeout: 20_000, ...(stdin ? { input: stdin } : {}) });
     return { code: res.status, stdout: res.stdout, stderr: res.stderr };
   };
 
   it('is valid POSIX sh (dash -n) for apply and rollback, with and without payload and answers', () => {
-    for (const over of [{}, { step: 'rollback' as const, skipFloor: true }, { payload: [{ name: 'f', sha256: 'a'.repeat(64) }], afterStage: true }, { breakTheirs: { holder, reason: "it's closed" } }]) {
+    for (const over of [{}, { step: 'rollback' as const, skipFloor: true }, { payload: [{ name: 'f', sha256: 'a'.repeat(64), size: 3 }], afterStage: true }, { payload: [{ name: 'f', sha256: 'a'.repeat(64), size: 3 }], streamed: true }, { breakTheirs: { holder, reason: "it's closed" } }]) {
       const res = spawnSync('/bin/sh', ['-n', '-c', applyScript(input(over))], { encoding: 'utf8' });
       expect(res.status, res.stderr).toBe(0);
     }
@@ -147,7 +147,7 @@ describe('the apply script run by the POSIX sh', () => {
     const dir = home();
     const body = 'payload\n';
     const sha = createHash('sha256').update(body).digest('hex');
-    const withPayload = input({ payload: [{ name: 'f', sha256: sha }] });
+    const withPayload = input({ payload: [{ name: 'f', sha256: sha, size: body.length }] });
     const first = run(dir, applyScript(withPayload));
     expect(readApplyReport(first.stdout, 'apply').kind).toBe('stage-needed');
     expect(existsSync(join(dir, '.wavegate/profiles/p/apply.lock/owner'))).toBe(true);
@@ -155,5 +155,25 @@ describe('the apply script run by the POSIX sh', () => {
     writeFileSync(join(dir, '.wavegate/staging/p/4/f'), body);
     const second = run(dir, applyScript({ ...withPayload, afterStage: true, holder: { ...holder, attempt: 1 } }));
     expect(parseReportLines(second.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock ours', 'stage present', 'launch launched', 'apply 0', 'verify 0', 'marker written', 'release released']);
+  });
+
+  it('streamed payload: the files on stdin are cut by their signed sizes, written and checked in the same run; a bad stream stops with stage needed', () => {
+    const dir = home();
+    const a = Buffer.from('first file\n');
+    const b = Buffer.from([0, 1, 2, 255, 10, 0]);
+    const digest = (x: Buffer) => createHash('sha256').update(x).digest('hex');
+    const payload = [
+      { name: 'a.txt', sha256: digest(a), size: a.length },
+      { name: 'b.bin', sha256: digest(b), size: b.length },
+    ];
+    const res = run(dir, applyScript(input({ payload, streamed: true })), Buffer.concat([a, b]));
+    expect(parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock acquired', 'verify-first 1', 'stage streamed', 'launch launched', 'apply 0', 'verify 0', 'marker written', 'release released']);
+    expect(readFileSync(join(dir, '.wavegate/staging/p/4/b.bin'))).toEqual(b);
+    expect(existsSync(join(dir, '.wavegate/staging/p/4/.wavegate-stream'))).toBe(false);
+
+    const other = home();
+    const bad = run(other, applyScript(input({ payload, streamed: true })), Buffer.concat([b, a]));
+    expect(readApplyReport(bad.stdout, 'apply').kind).toBe('stage-needed');
+    expect(existsSync(join(other, 'runs'))).toBe(false);
   });
 });

@@ -121,13 +121,22 @@ describe('the single-command apply keeps every step semantic', () => {
     expect(fleet.sftpUploads('mismatch')).toBe(0);
   });
 
-  it('a payload revision: uploaded once when the device lacks it; a device that has it staged is one exec and no upload', async () => {
+  it('a payload revision: a small payload is streamed in the one exec; above the stream limit it is uploaded by SFTP; a device that has it staged is one exec and no upload', async () => {
     const payload = [{ name: 'file.txt', sha256: sha, size: body.length, source: 'payload/file.txt' }];
     const install = 'echo run >> "$HOME/runs" && cp "$WAVEGATE_STAGING/file.txt" "$HOME/fact-2"';
     const first = await applyToDevice(target('payload'), steps({ payload, apply: install }), opts);
     expect(first).toEqual({ device: 'payload', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
-    expect(fleet.sftpUploads('payload')).toBe(1);
+    expect(fleet.commands('payload')).toHaveLength(1);
+    expect(fleet.sftpUploads('payload')).toBe(0);
     expect(readFileSync(join(fleet.device('payload').sandbox, 'fact-2'), 'utf8')).toBe(body);
+
+    // Revision 4, over the stream limit: the script stops (stage needed), SFTP upload and its digest check, the script again.
+    fleet.resetCounters();
+    const big = await applyToDevice(target('payload'), steps({ revision: 4, payload, apply: install.replace('fact-2', 'fact-4'), verify: 'test -f "$HOME/fact-4"' }), { ...opts, streamPayloadMaxBytes: 0 });
+    expect(big).toEqual({ device: 'payload', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+    expect(fleet.commands('payload')).toHaveLength(4);
+    expect(fleet.sftpUploads('payload')).toBe(1);
+    expect(runs('payload')).toBe(2);
 
     // Revision 3 with the same file already staged under its own directory: one exec, no upload.
     const staged = join(fleet.device('payload').sandbox, '.wavegate/staging/unit/3');
@@ -138,6 +147,6 @@ describe('the single-command apply keeps every step semantic', () => {
     expect(next).toEqual({ device: 'payload', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
     expect(fleet.commands('payload')).toHaveLength(1);
     expect(fleet.sftpUploads('payload')).toBe(0);
-    expect(runs('payload')).toBe(2);
+    expect(runs('payload')).toBe(3);
   });
 });

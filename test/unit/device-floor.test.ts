@@ -58,7 +58,10 @@ describe('device floor over SSH', () => {
     expect((err as EnvelopeRejected).reason).toBe('BELOW_FLOOR');
     expect((err as Error).message).toMatch(/r1 is below the device's floor r3, confirmed by rollout:floored: roll forward/);
     expect(existsSync(join(d.sandbox, 'applied-1'))).toBe(false);
-    expect(fleet.count('f2', /applied-1/)).toBe(0);
+    // One command (the unit's script), which stopped at the floor: no lock taken, nothing launched.
+    expect(fleet.commands('f2')).toHaveLength(1);
+    expect(existsSync(join(d.sandbox, '.wavegate/profiles/floored/apply.lock'))).toBe(false);
+    expect(existsSync(join(d.sandbox, '.wavegate/profiles/floored/last-apply'))).toBe(false);
     // Going back to the replaced revision without a window is refused too, and says why.
     expect(((await applyToDevice(target(d), steps(2), opts).catch((e: unknown) => e)) as Error).message).toMatch(/confirmed with no revert window/);
     // Rolling forward is the way: the floor revision and above apply.

@@ -290,7 +290,8 @@ describe('ssh transport against the fleet simulator', () => {
     it('stages the payload over SFTP with a digest check, applies, verifies and writes the marker; again: verify only', async () => {
       const dev = fleet.device('apply');
       const install = 'mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
-      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
+      // streamPayloadMaxBytes 0: never streamed in the apply's command, so a device that lacks it gets it by SFTP.
+      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir, streamPayloadMaxBytes: 0 });
       expect(first).toEqual({ device: 'apply', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(fleet.sftpUploads('apply')).toBe(1);
       // The unit's script (stops: payload not staged), the upload's mkdir and device-side digest check, the script again.
