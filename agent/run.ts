@@ -79,7 +79,8 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       lastReverify = view.version;
       for (const entry of Object.values(view.desired)) {
         const answer = answers.profiles[entry.profile];
-        if (!answer || answer.requestId !== entry.requestId || stopper.signal.aborted) continue;
+        // Only what the device answered as in place: a refusal or a failure stays as it was reported.
+        if (!answer || answer.requestId !== entry.requestId || !['applied', 'already-applied', 'claimed'].includes(answer.state) || stopper.signal.aborted) continue;
         const again = await reverifyEntry(ctx, entry, answer);
         answers.set(entry.profile, again);
         log(`${entry.profile}: re-verified r${entry.revision}: ${again.state}${again.reason ? ` (${again.reason})` : ''}`);

@@ -16,24 +16,38 @@ export class HttpRefusal extends Error {
   }
 }
 
-/** The whole body, or HttpRefusal 413 past `max` bytes (the rest is not read). */
+/**
+ * The whole body, or HttpRefusal 413 past `max` bytes. What follows the limit is read and thrown away
+ * (up to 16 times the limit, then the connection is cut), so the client can still read the 413.
+ */
 export function readBody(req: IncomingMessage, max = MAX_BODY_BYTES): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length'] ?? '0');
-    if (declared > max) return reject(new HttpRefusal(413, 'TOO_LARGE', `the request body is ${declared} bytes, above the limit of ${max}`));
     const chunks: Buffer[] = [];
     let size = 0;
+    let refused = false;
+    const refuse = (message: string) => {
+      if (refused) return;
+      refused = true;
+      chunks.length = 0;
+      reject(new HttpRefusal(413, 'TOO_LARGE', message));
+    };
+    const declared = Number(req.headers['content-length'] ?? '0');
+    if (declared > max) refuse(`the request body is ${declared} bytes, above the limit of ${max}`);
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
-      if (size > max) {
-        reject(new HttpRefusal(413, 'TOO_LARGE', `the request body is above the limit of ${max} bytes`));
-        req.destroy();
+      if (refused) {
+        if (size > 16 * max) req.destroy();
         return;
       }
+      if (size > max) return refuse(`the request body is above the limit of ${max} bytes`);
       chunks.push(chunk);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
+    req.on('end', () => {
+      if (!refused) resolve(Buffer.concat(chunks));
+    });
+    req.on('error', (err) => {
+      if (!refused) reject(err);
+    });
   });
 }
 

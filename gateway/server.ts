@@ -93,7 +93,7 @@ export function gatewayHandler(opts: GatewayOptions): (req: IncomingMessage, res
         done(res.statusCode);
       } catch (err) {
         if (err instanceof HttpRefusal) {
-          sendError(res, err.status, err.code, err.message, err.status === 503 ? { 'retry-after': '5' } : {});
+          sendError(res, err.status, err.code, err.message, err.status === 503 ? { 'retry-after': '5' } : err.status === 413 ? { connection: 'close' } : {});
           done(err.status, ` ${err.code}`);
         } else {
           // Temporal unreachable, or something unforeseen: the agent backs off and retries.

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -11,12 +11,13 @@ import { formatFloor } from '../../core/floor';
 import type { Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport, type TwinView } from '../../core/twin';
-import { desireOnTwin, readTwin } from '../../activities/agent/twin-client';
+import { desireOnTwin, readTwin, reverifyTwin } from '../../activities/agent/twin-client';
 import { gatewayClient, GatewayError } from '../../agent/gateway-client';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { until } from '../support/until';
+import { makeTestPki } from '../support/tls-proxy';
 
 /**
  * The pull transport's device side end to end: a real dev server with the twin workflow on a real
@@ -95,6 +96,16 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       timeoutMs,
     );
 
+  const inventory = join(scratch.dir, 'inventory.yaml');
+  const writeInventory = (ids: readonly string[]) => writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: ids.map((id) => ({ id, pool: 'p', transport: 'agent', agentKey: identity.get(id)!.pin })) }));
+  const enroll = async (d: string) => {
+    mkdirSync(home(d), { recursive: true });
+    const run = await runCli(['agent', 'enroll', '--state-dir', stateDir(d)]);
+    expect(run.code, run.stderr).toBe(0);
+    const keyFile = join(stateDir(d), 'identity.key');
+    identity.set(d, { keyFile, pin: run.stdout.trim(), secret: Uint8Array.from(Buffer.from(JSON.parse(readFileSync(keyFile, 'utf8')).secretKey, 'base64')) });
+  };
+
   const startAgent = async (device: string) => {
     const { child } = await spawnCliUntil(
       ['agent', '--device-id', device, '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir(device), '--key', identity.get(device)!.keyFile, '--home', home(device)],
@@ -107,13 +118,7 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
   beforeAll(async () => {
     env = await startDevServerEnv();
     worker = await startTestWorker(env);
-    for (const d of devices) {
-      mkdirSync(home(d), { recursive: true });
-      const run = await runCli(['agent', 'enroll', '--state-dir', stateDir(d)]);
-      expect(run.code).toBe(0);
-      const keyFile = join(stateDir(d), 'identity.key');
-      identity.set(d, { keyFile, pin: run.stdout.trim(), secret: Uint8Array.from(Buffer.from(JSON.parse(readFileSync(keyFile, 'utf8')).secretKey, 'base64')) });
-    }
+    for (const d of devices) await enroll(d);
     // The device's own pins: agentp by `signer` (threshold 1), agentq by signer and second (threshold 2).
     for (const [profile, trust] of [
       ['agentp', { threshold: 1, pins: [pinOf(signer)] }],
@@ -122,8 +127,7 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       mkdirSync(join(devicePins, profile), { recursive: true });
       writeFileSync(join(devicePins, profile, 'trust.yaml'), JSON.stringify(trust));
     }
-    const inventory = join(scratch.dir, 'inventory.yaml');
-    writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: devices.map((id) => ({ id, pool: 'p', transport: 'agent', agentKey: identity.get(id)!.pin })) }));
+    writeInventory(devices);
     mkdirSync(gatewayProfiles, { recursive: true });
     gateway = await spawnCliUntil(
       ['gateway', '--listen', '127.0.0.1:0', '--inventory', inventory, '--profiles', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue],
@@ -268,4 +272,71 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       await expect(client.payload('agentp', 4, 'other.conf')).rejects.toMatchObject({ status: 403 });
     }, 60_000);
   });
+  it('twinReverify: the agent re-verifies what it applied; a drifted device is reported failed (VERIFY)', async () => {
+    rmSync(join(home('dev-a'), 'agentq.conf'));
+    expect(await reverifyTwin(env.client, 'dev-a')).toBe(true);
+    const report = await until('the re-verify report', async () => {
+      const r = (await readTwin(env.client, 'dev-a'))?.report?.profiles.agentq;
+      return r?.state === 'failed' ? r : undefined;
+    });
+    expect(report).toMatchObject({ reason: 'VERIFY', steps: ['reverify'], revision: 1 });
+    const view = await until('reverify answered', async () => {
+      const v = await readTwin(env.client, 'dev-a');
+      return v && !v.reverify ? v : undefined;
+    });
+    // agentp's answer (refused below the floor) is left as it was: only what was in place is re-verified.
+    expect(view.report!.profiles.agentp).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR' });
+  }, 180_000);
+
+  it('SIGTERM stops the agent cleanly mid-apply (exit 0); the apply finishes on the device and the next start reports it, run once', async () => {
+    await startAgent('dev-b');
+    const rid = await desire('dev-b', 'agentp', 2, signRevision(revision('agentp', 2, 4), signer, { now: Date.now() }));
+    await until('the dev-b apply running', async () => (runs('dev-b').includes('agentp r2') ? true : undefined));
+    const child = agents.get('dev-b')!;
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    await until('the detached apply done', async () => (existsSync(join(home('dev-b'), 'agentp.conf')) ? true : undefined), 60_000);
+    await startAgent('dev-b');
+    const report = await answer('dev-b', 'agentp', rid);
+    expect(report).toMatchObject({ state: 'applied', revision: 2 });
+    expect(runs('dev-b')).toEqual(['agentp r2']);
+  }, 180_000);
+
+  it('the gateway reads the inventory again when it changes: a newly pinned device gets in, a removed one is refused', async () => {
+    await enroll('dev-c');
+    const client = gatewayClient({ url: gatewayUrl, device: 'dev-c', secretKey: identity.get('dev-c')!.secret });
+    await expect(client.sync({ report: null, knownVersion: 0, waitMs: 0 })).rejects.toMatchObject({ status: 401, message: expect.stringContaining('UNKNOWN_DEVICE') });
+    writeInventory([...devices, 'dev-c']);
+    const view = await until('dev-c let in', () => client.sync({ report: null, knownVersion: 0, waitMs: 0 }).catch(() => undefined));
+    expect(view.deviceId).toBe('dev-c');
+    writeInventory(devices);
+    gateway.child.kill('SIGHUP');
+    await until('dev-c refused again', () => client.sync({ report: null, knownVersion: 0, waitMs: 0 }).then(() => undefined, (e: GatewayError) => (e.status === 401 ? e : undefined)));
+    expect(gateway.output()).toMatch(/reloaded \(SIGHUP\)|reloaded \(the file changed\)/);
+  }, 120_000);
+
+  it('HTTPS: a gateway with --https-cert/--https-key; the agent trusts it with --gateway-ca, and not without', async () => {
+    const pki = makeTestPki(join(scratch.dir, 'pki'));
+    const tls = await spawnCliUntil(
+      ['gateway', '--listen', '127.0.0.1:0', '--https-cert', pki.serverCert, '--https-key', pki.serverKey, '--inventory', inventory, '--profiles', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue, '--max-long-polls', '1'],
+      /gateway listening on (https:\/\/\S+)/,
+    );
+    try {
+      const url = /gateway listening on (https:\/\/\S+)/.exec(tls.output())![1]!;
+      const secretKey = identity.get('dev-b')!.secret;
+      const trusted = gatewayClient({ url, device: 'dev-b', secretKey, ca: readFileSync(pki.caCert) });
+      expect((await trusted.sync({ report: null, knownVersion: 0, waitMs: 0 })).deviceId).toBe('dev-b');
+      await expect(gatewayClient({ url, device: 'dev-b', secretKey }).sync({ report: null, knownVersion: 0, waitMs: 0 })).rejects.toThrow(/certificate/);
+      // --max-long-polls 1: one sync waits, the next waiting one is refused BUSY; a body above 256 KB is 413.
+      const view = await trusted.sync({ report: null, knownVersion: 0, waitMs: 0 });
+      const waiting = trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 });
+      await new Promise((r) => setTimeout(r, 1_000));
+      await expect(trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 })).rejects.toMatchObject({ status: 503, code: 'BUSY' });
+      await waiting;
+      await expect(trusted.send('POST', '/v1/sync', Buffer.alloc(300 * 1024, 32), 10_000)).rejects.toMatchObject({ status: 413, code: 'TOO_LARGE' });
+    } finally {
+      await stopChild(tls.child);
+    }
+  }, 120_000);
 });
