@@ -1,5 +1,6 @@
 import { statSync } from 'node:fs';
 import { parseAgentKey } from '../core/agent-auth';
+import { WavegateError } from '../core/errors';
 import { loadInventory } from '../intake/inventory';
 
 /**
@@ -32,7 +33,12 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
     keys = next;
     stamp = seenStamp;
   };
-  read();
+  try {
+    read();
+  } catch (err) {
+    if (err instanceof WavegateError) throw err;
+    throw new WavegateError('INVALID_INPUT', `--inventory ${path}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: '--inventory', value: path });
+  }
   const withKeys = () => [...keys.values()].filter((k) => k !== null).length;
   log(`inventory ${path}: ${keys.size} devices, ${withKeys()} with an agentKey`);
 

@@ -30,7 +30,9 @@ function gatewayUrl(value: string): string {
     url = undefined;
   }
   if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password || url.search || url.hash) {
-    throw new WavegateError('INVALID_INPUT', `--gateway: must be an http(s)://host:port URL without credentials, query or fragment (got ${JSON.stringify(value)})`, { field: '--gateway', value });
+    // Never echo a password someone put in the URL.
+    const shown = value.replace(/\/\/[^/@]*@/, '//***@');
+    throw new WavegateError('INVALID_INPUT', `--gateway: must be an http(s)://host:port URL without credentials, query or fragment (got ${JSON.stringify(shown)})`, { field: '--gateway', value: shown });
   }
   return value.replace(/\/+$/, '');
 }
