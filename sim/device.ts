@@ -49,6 +49,8 @@ export interface DeviceState {
   socketsByPort: Map<number, net.Socket>;
   faults: CompiledFaults;
   records: SimCommandRecord[];
+  /** Every accepted connection: when it opened and when the client let go (for the concurrency counters). */
+  connectionSpans: Array<{ openedAt: number; closedAt?: number }>;
   sftpBytes: number;
   sftpOpens: number;
   sandboxReady?: Promise<string>;

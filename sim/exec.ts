@@ -162,7 +162,7 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
     }
   };
 
-  const latency = faults.raw.latencyMs ?? 0;
+  const latency = (faults.raw.latencyMs ?? 0) + (faults.slow?.test(command) ? (faults.raw.slowMs ?? 0) : 0);
   if (latency > 0) timer = setTimeout(start, latency);
   else start();
 }

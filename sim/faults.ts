@@ -10,6 +10,9 @@ export interface SimFaults {
   offline?: boolean;
   /** Delay before each exec starts. */
   latencyMs?: number;
+  /** Regex source: matching exec commands start `slowMs` later (on top of latencyMs), then run: a slow but alive device. */
+  slowCommand?: string;
+  slowMs?: number;
   /** Regex source: matching exec commands exit 1 with stderr "simulated failure" and are NOT run. */
   failCommand?: string;
   /** Regex source: matching commands never finish (until the client closes the channel/connection); NOT run. */
@@ -40,6 +43,7 @@ export interface CompiledFaults {
   fail?: RegExp;
   hang?: RegExp;
   drop?: RegExp;
+  slow?: RegExp;
 }
 
 function compile(source: string | undefined, field: string): RegExp | undefined {
@@ -62,6 +66,7 @@ export function compileFaults(faults: SimFaults): CompiledFaults {
     fail: compile(faults.failCommand, 'failCommand'),
     hang: compile(faults.hangCommand, 'hangCommand'),
     drop: compile(faults.dropConnection, 'dropConnection'),
+    slow: compile(faults.slowCommand, 'slowCommand'),
   };
 }
 

@@ -39,6 +39,12 @@ export interface Fleet {
   sftpUploads(id: string): number;
   /** Currently open TCP connections to the device. */
   connections(id: string): number;
+  /**
+   * The high-water mark of connections open at once across these devices (a pool, say) since the last
+   * resetCounters(): with one connection per device apply, the most devices in flight at once. With
+   * `until` (epoch ms), only connections opened before then count (an apply phase, not what follows it).
+   */
+  peakConnections(ids: readonly string[], until?: number): number;
   /** Makes sure `<dir>/<id>` and its `.sim/` helpers exist (otherwise created on first use). */
   ensureSandbox(id: string): Promise<string>;
   resetCounters(): void;
@@ -179,14 +185,33 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     sftpWrites: (id) => get(id).sftpBytes,
     sftpUploads: (id) => get(id).sftpOpens,
     connections: (id) => get(id).sockets.size,
+    peakConnections: (ids, until = Number.POSITIVE_INFINITY) => peakOverlap(ids.flatMap((id) => get(id).connectionSpans.filter((s) => s.openedAt < until))),
     ensureSandbox: (id) => ensureSandbox(get(id)),
     resetCounters: () => {
       for (const st of ordered) {
         st.records = [];
+        st.connectionSpans = [];
         st.sftpBytes = 0;
         st.sftpOpens = 0;
       }
     },
     stop,
   };
+}
+
+/** The most spans open at once; a span closing at the same millisecond another opens does not overlap it. */
+export function peakOverlap(spans: ReadonlyArray<{ openedAt: number; closedAt?: number }>): number {
+  const edges: Array<[number, number]> = [];
+  for (const s of spans) {
+    edges.push([s.openedAt, 1]);
+    edges.push([s.closedAt ?? Number.POSITIVE_INFINITY, -1]);
+  }
+  edges.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let open = 0;
+  let peak = 0;
+  for (const [, delta] of edges) {
+    open += delta;
+    peak = Math.max(peak, open);
+  }
+  return peak;
 }

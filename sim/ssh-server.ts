@@ -77,9 +77,15 @@ export function createDevice(dev: SimDevice, runtime: FleetRuntime): DeviceState
       }
       sock.on('error', () => {});
       st.sockets.add(sock);
+      // When it opened and when the client let go (its FIN, or the close): the concurrency counters.
+      const span: { openedAt: number; closedAt?: number } = { openedAt: Date.now() };
+      st.connectionSpans.push(span);
+      const closed = () => (span.closedAt ??= Date.now());
+      sock.once('end', closed);
       const rport = sock.remotePort;
       if (rport !== undefined) st.socketsByPort.set(rport, sock);
       sock.once('close', () => {
+        closed();
         st.sockets.delete(sock);
         if (rport !== undefined && st.socketsByPort.get(rport) === sock) st.socketsByPort.delete(rport);
       });
@@ -90,6 +96,7 @@ export function createDevice(dev: SimDevice, runtime: FleetRuntime): DeviceState
     socketsByPort: new Map<number, net.Socket>(),
     faults: { raw: {} },
     records: [],
+    connectionSpans: [],
     sftpBytes: 0,
     sftpOpens: 0,
     chain: Promise.resolve(),

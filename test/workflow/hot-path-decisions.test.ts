@@ -1,0 +1,127 @@
+import type { WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RolloutInput } from '../../core/rollout/input';
+import { startDevServerEnv } from '../../workers/dev-server';
+import type { RolloutStatus } from '../../workflows/messages';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { recordHistory } from '../support/histories';
+import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
+import { waitForStatus } from '../support/rollout-helpers';
+import { workflowBundle } from '../support/temporal';
+
+/**
+ * Issue 12's hot path with mocked activities on a real Temporal server (beside the real-SSH tests in
+ * hot-path.test.ts): a membership-only snapshot with only the canary's candidates probed, offline
+ * learned at apply, no timer for a zero gate, audit appends that do not hold up the story yet hold it
+ * at the first failure.
+ */
+describe('hot path decisions with mocked activities', () => {
+  let env: TestWorkflowEnvironment;
+  let worker: Worker;
+  let running: Promise<void>;
+  const mocks = createMockActivities();
+  const taskQueue = `hot-path-${process.pid}`;
+  let n = 0;
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
+    running = worker.run();
+  });
+  afterAll(async () => {
+    worker?.shutdown();
+    await running;
+    await env?.teardown();
+  });
+
+  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput> = {}) {
+    const input = mockInput(`rollout:hot-path-${++n}`, { gate: '0s', ...rollout }, extra);
+    const s = mocks.add(input.rolloutId, scenario);
+    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    return { input, s, h };
+  }
+  const phases2 = [{ canary: '1 device' }, { bulk: 'remainder' }];
+  const deviceRecords = (s: Scenario, mode: string) =>
+    s.audit.filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === mode).flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices);
+
+  it('the snapshot contacts no device; only the canary candidates are probed, and the canary is a device that needs the change', async () => {
+    // 15 of 20 devices already run the target: a canary drawn blind would most likely be one of them.
+    const devices = mockDevices(20, (i) => (i < 15 ? { current: 2 } : {}));
+    const { s, h } = await start({ phases: phases2 }, { devices });
+    const result = await h.result();
+    await recordHistory(h, 'hot-path-canary-probe');
+    expect(result.state).toBe('completed');
+    const canary = result.devices.filter((d) => d.phase === 0);
+    expect(canary).toHaveLength(1);
+    expect(devices.find((d) => d.id === canary[0]!.id)!.current).toBe(1);
+    expect(s.log).toContain(`apply:${canary[0]!.id}`);
+    // A handful probed (each round at least one more, at most eight rounds), never the whole fleet.
+    expect(s.probed!.length).toBeGreaterThan(0);
+    expect(s.probed!.length).toBeLessThanOrEqual(8);
+    expect(new Set(s.probed).size).toBe(s.probed!.length);
+    // The rest learn where they stand at their own apply: verify-first answers already in place.
+    const laterAtTarget = result.devices.filter((d) => d.phase === 1 && devices.find((x) => x.id === d.id)!.current === 2);
+    expect(laterAtTarget.length).toBeGreaterThan(0);
+    for (const d of laterAtTarget) expect(d).toMatchObject({ state: 'applied', reason: 'already in place (verify only)' });
+    expect(result.counts.applied).toBe(20);
+  });
+
+  it('a zero gate starts no timer, and audit appends do not hold up the next step', async () => {
+    const { h } = await start({ phases: phases2 }, { devices: mockDevices(4) });
+    expect((await h.result()).state).toBe('completed');
+    const events = (await h.fetchHistory()).events ?? [];
+    expect(events.filter((e) => e.timerStartedEventAttributes)).toHaveLength(0);
+    // The canary's apply is scheduled before the phase.started record (the second) has been written.
+    const appends = events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'appendAudit');
+    const phaseStarted = appends[1]!;
+    const written = events.find((e) => e.activityTaskCompletedEventAttributes && Number(e.activityTaskCompletedEventAttributes.scheduledEventId) === Number(phaseStarted.eventId))!;
+    const firstApply = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision')!;
+    expect(Number(firstApply.eventId)).toBeLessThan(Number(written.eventId));
+    await recordHistory(h, 'hot-path-zero-gate-pipelined-audit');
+  });
+
+  it('a failed pipelined append holds new device starts at the next decision, and nothing is lost once the trail is whole', async () => {
+    // Record 2 is the canary phase's phase.started: the canary may already be running when it fails.
+    const { s, h } = await start({ phases: phases2 }, { devices: mockDevices(6), auditFailFrom: 2 });
+    const held = await waitForStatus(h, (st) => st.pausedReason?.startsWith('audit trail not whole') ?? false);
+    expect(held.pausedReason).toMatch(/record 2 \(phase.started\) not written/);
+    await new Promise((r) => setTimeout(r, 2_000));
+    const during = s.log.filter((l) => l.startsWith('apply:')).length;
+    expect(during).toBeLessThanOrEqual(1); // at most the canary, started before the failure was known
+    expect((await h.query<RolloutStatus>('status')).state).toBe('paused');
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(during);
+    s.auditRepaired = true;
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1));
+    expect(s.audit.map((r) => r.event).filter((e) => !e.startsWith('devices.'))).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'floor.confirmed', 'rollout.completed']);
+  });
+
+  it('offline learned at apply: skipped and not counted under offline: skip, failed and counted under offline: fail', async () => {
+    const devices = () => mockDevices(5, (i) => (i === 2 ? { reachable: false, error: 'dev-03: cannot connect (ECONNREFUSED)' } : {}));
+    const skip = await start({ phases: [{ bulk: 'remainder' }], maxFailureRatio: 0 }, { devices: devices() });
+    const skipped = await skip.h.result();
+    await recordHistory(skip.h, 'hot-path-offline-at-apply-skip');
+    expect(skipped.state).toBe('completed'); // maxFailureRatio 0: a counted failure would have tripped it
+    expect(skipped.devices.find((d) => d.id === 'dev-03')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at apply: dev-03: cannot connect/) });
+    expect(skip.s.log).toContain('offline:dev-03');
+    expect(skip.s.log).not.toContain('apply:dev-03');
+    expect(deviceRecords(skip.s, 'apply').find((d) => d.id === 'dev-03')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at apply/) });
+    expect(skipped.changedDevices).toBe(4);
+
+    const fail = await start({ phases: [{ bulk: 'remainder' }], offline: 'fail', maxFailureRatio: 0.5 }, { devices: devices() });
+    const failed = await fail.h.result();
+    expect(failed.devices.find((d) => d.id === 'dev-03')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^offline at apply/) });
+    expect(failed.counts).toMatchObject({ applied: 4, failed: 1 });
+    expect(failed.changedDevices).toBe(4);
+
+    const tripped = await start({ phases: [{ bulk: 'remainder' }], offline: 'fail', maxFailureRatio: 0, rollback: { on: 'failure-gate' } }, { devices: devices() });
+    const trippedResult = await tripped.h.result();
+    expect(trippedResult.state).toBe('rolled-back');
+    // Nothing ran on the offline device: it is not put back.
+    expect(tripped.s.log).not.toContain('rollback:dev-03');
+  });
+});
