@@ -223,7 +223,8 @@ const LOCK_STEP_TIMEOUT_MS = 10_000;
  * lock, verify first (already in place: nothing to apply), stage the payload, start apply detached on
  * the device, wait for its recorded outcome, verify again reading the fact back, write the marker,
  * release the lock. A retry of the same unit (a dropped connection, a dead worker) reattaches to the
- * apply it finds instead of starting a second one; docs/formats.md, "The apply lock".
+ * apply it finds instead of starting a second one; docs/formats.md, "The apply lock". All of it is
+ * one remote script over one connection (runUnit, ./transport/apply-script.ts).
  */
 export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, opts: ApplyOptions): Promise<ApplyResult> {
   const profilesDir = opts.trustDir ?? DEFAULT_TRUST_DIR;

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -7,12 +8,13 @@ import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../activities/device-steps';
-import { connectDevice, TransportError } from '../../activities/transport';
+import { connectDevice, StepFailed, TransportError } from '../../activities/transport';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { resumeUpdate } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
 import { waitForStatus } from '../support/rollout-helpers';
+import { until } from '../support/until';
 import { startSshdFleet, type SshdDevice, type SshdFleet } from '../support/sshd';
 
 const MARKER = '.wavegate/profiles/demo/revision';
@@ -130,14 +132,16 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const result = await applyToDevice(
         target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: a.hostKeyFingerprint } }),
         input.steps,
-        { commandTimeoutMs: 30_000, heartbeat: (x) => beats.push(x) },
+        // Never streamed in the apply's command: the device lacks the payload, so it goes by SFTP.
+        { commandTimeoutMs: 30_000, heartbeat: (x) => beats.push(x), streamPayloadMaxBytes: 0 },
       );
       expect(result).toEqual({ device: 'ssh-d', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
       expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
-      // The steps in order (the clock repeats the current one every second; a running apply reports its time).
+      // The steps in order (the clock repeats the current one every second; a running apply reports its
+      // time): the unit's script, which stops for the payload, the SFTP upload, the script again.
       const stepsBeaten = beats.filter((b, i) => b !== beats[i - 1] && !/ running \d+s$/.test(b));
-      expect(stepsBeaten).toEqual(['connect', 'floor', 'lock', 'verify-first', 'stage', 'staged motd', 'apply', 'verify']);
+      expect(stepsBeaten).toEqual(['connect', 'apply', 'stage', 'staged motd', 'apply']);
     });
 
     it('an apply runs detached under sshd: the connection is cut mid-apply, the apply runs on to its end, and the retry reattaches to it (it ran once)', async () => {
@@ -177,6 +181,47 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(readFileSync(join(last, 'out'), 'utf8')).toBe('finished after the cut\n');
       expect(readFileSync(join(last, 'owner'), 'utf8')).toMatch(/^attempt=2$/m);
       expect(readFileSync(join(b.home, '.wavegate/profiles/detached/revision'), 'utf8')).toBe('1\n');
+    });
+
+    it('one command per apply under sshd: a fresh apply with its payload streamed, in place, apply fails, verify fails after apply', async () => {
+      const a = sshd.device('ssh-a');
+      const profilesDir = join(scratch.dir, 'single-profiles');
+      const body = 'single payload\n';
+      mkdirSync(join(profilesDir, 'single', 'payload'), { recursive: true });
+      writeFileSync(join(profilesDir, 'single', 'payload', 'file.txt'), body);
+      const payload = [{ name: 'file.txt', sha256: createHash('sha256').update(body).digest('hex'), size: body.length, source: 'payload/file.txt' }];
+      const steps = (revision: number, apply: string, verify: string) => ({ profile: 'single', revision, apply, verify, payload });
+      /** exec requests sshd answered (its DEBUG1 log names each channel request). */
+      const execs = () => (a.log().match(/request exec reply/g) ?? []).length;
+      const opts = { commandTimeoutMs: 30_000, trustDir: profilesDir };
+      const lockDir = join(a.home, '.wavegate/profiles/single');
+
+      let before = execs();
+      const fresh = await applyToDevice(target(a), steps(1, 'echo run >> "$HOME/single-runs" && cp "$WAVEGATE_STAGING/file.txt" "$HOME/single-1"', 'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"'), opts);
+      expect(fresh).toEqual({ device: 'ssh-a', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+      await until('sshd logs the exec', async () => (execs() - before >= 1 ? true : undefined), 10_000);
+      expect(execs() - before).toBe(1);
+      expect(readFileSync(join(a.home, 'single-1'), 'utf8')).toBe(body);
+      expect(readFileSync(join(lockDir, 'revision'), 'utf8')).toBe('1\n');
+
+      before = execs();
+      const again = await applyToDevice(target(a), steps(1, 'echo run >> "$HOME/single-runs"', 'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"'), opts);
+      expect(again).toEqual({ device: 'ssh-a', outcome: 'already-applied', steps: ['verify', 'marker'] });
+      await until('sshd logs the exec', async () => (execs() - before >= 1 ? true : undefined), 10_000);
+      expect(execs() - before).toBe(1);
+      expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\n');
+
+      const failed = await applyToDevice(target(a), steps(2, 'echo "no space left" >&2; exit 5', 'test -f "$HOME/single-2"'), opts).catch((e: unknown) => e as StepFailed);
+      expect(failed).toBeInstanceOf(StepFailed);
+      expect((failed as StepFailed).step).toBe('apply');
+      expect((failed as StepFailed).message).toMatch(/apply exited 5: .*no space left/s);
+      expect(readFileSync(join(lockDir, 'last-apply/released'), 'utf8')).toBe('apply exited 5\n');
+
+      const unverified = await applyToDevice(target(a), steps(3, 'echo run >> "$HOME/single-runs"', 'test -f "$HOME/single-3"'), opts).catch((e: unknown) => e as StepFailed);
+      expect((unverified as StepFailed).step).toBe('verify');
+      expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\nrun\n');
+      expect(readFileSync(join(lockDir, 'revision'), 'utf8')).toBe('1\n');
+      expect(readFileSync(join(lockDir, 'last-apply/released'), 'utf8')).toBe('verify after apply exited 1\n');
     });
 
     it('a wrong jump host key is refused as host-key before the device is contacted', async () => {
