@@ -1,0 +1,216 @@
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { readTwin } from '../../activities/agent/twin-client';
+import { readAuditFile } from '../../activities/audit';
+import type { RolloutStatus } from '../../workflows/messages';
+import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { scratchDir, startTestWorker } from '../support/harness';
+import { runCli, spawnCliUntil, stopChild } from '../support/cli';
+import { markerOf, waitForStatus } from '../support/rollout-helpers';
+import { until } from '../support/until';
+
+/**
+ * Rollouts over real `wavegate agent` processes (each its own state directory and device home), a real
+ * `wavegate gateway`, a dev server and a worker, started by the real `wavegate start`: the demo profile
+ * r1 -> r2, signed, verified by each agent against its OWN pins. Every device's apply runs are counted by
+ * an `install` wrapper first on the agents' PATH (`$HOME/apply-runs`); `sim-runtime-health` there reads
+ * `$HOME/unhealthy` so a test can make a device's runtime check fail.
+ */
+const PROFILES = join(PROJECT_ROOT, 'profiles');
+
+describe('rollouts over real agents and a real gateway', () => {
+  const scratch = scratchDir('agent-rollout');
+  let env: TestWorkflowEnvironment;
+  let worker: Awaited<ReturnType<typeof startTestWorker>>;
+  let gateway: { child: ChildProcess; output: () => string };
+  let gatewayUrl: string;
+  let fleet: Fleet;
+  const agents = new Map<string, ChildProcess>();
+  const pins = new Map<string, string>();
+  const bin = join(scratch.dir, 'bin');
+  const devicePins = join(scratch.dir, 'device-pins');
+  const home = (d: string) => join(scratch.dir, 'homes', d);
+  const stateDir = (d: string) => join(scratch.dir, 'state', d);
+  const runs = (d: string) => (existsSync(join(home(d), 'apply-runs')) ? readFileSync(join(home(d), 'apply-runs'), 'utf8').split('\n').filter(Boolean) : []);
+  const marker = (d: string) => {
+    const f = join(home(d), '.wavegate/profiles/demo/revision');
+    return existsSync(f) ? Number(readFileSync(f, 'utf8').trim()) : null;
+  };
+  const motd = (d: string) => (existsSync(join(home(d), 'etc/motd')) ? readFileSync(join(home(d), 'etc/motd'), 'utf8') : '');
+  const temporal = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue];
+
+  const A = ['a1', 'a2', 'a3', 'a4', 'a5'];
+  const OFFLINE = 'a6';
+  const MIXED = ['b1', 'b2'];
+  const CANARY = ['c1', 'c2', 'c3'];
+  const ALL = [...A, OFFLINE, ...MIXED, ...CANARY];
+
+  const agentDevice = (id: string) => ({ id, transport: 'agent', agentKey: pins.get(id)!, pool: `pool-${id[0]}`, class: 'edge', labels: { group: id[0]! } });
+  function writeInventory(name: string, devices: object[], pools: Record<string, number> = {}): string {
+    const path = join(scratch.dir, `${name}.yaml`);
+    const poolNames = new Set(devices.map((d) => (d as { pool: string }).pool));
+    writeFileSync(path, stringify({ pools: Object.fromEntries([...poolNames].map((p) => [p, { disruptionBudget: pools[p] ?? 1 }])), devices }));
+    return path;
+  }
+  function writeSpec(name: string, rollout: Record<string, unknown>): string {
+    const path = join(scratch.dir, `${name}.spec.yaml`);
+    writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: '1s', ...rollout } }));
+    return path;
+  }
+  async function start(spec: string, inventory: string): Promise<string> {
+    const run = await runCli(['start', '-f', spec, '--inventory', inventory, '--profiles', PROFILES, '--json', ...temporal()]);
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+    return JSON.parse(run.stdout).rolloutId as string;
+  }
+  const result = (id: string) => env.client.workflow.getHandle(id).result() as Promise<RolloutStatus>;
+
+  async function startAgent(device: string): Promise<ChildProcess> {
+    const { child } = await spawnCliUntil(
+      ['agent', '--device-id', device, '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir(device), '--key', join(stateDir(device), 'identity.key'), '--home', home(device)],
+      /syncing with the gateway/,
+      120_000,
+      { PATH: `${bin}:${process.env.PATH}` },
+    );
+    agents.set(device, child);
+    return child;
+  }
+  async function killAgent(device: string): Promise<void> {
+    const child = agents.get(device)!;
+    const gone = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await gone;
+    agents.delete(device);
+  }
+  const seen = (ids: readonly string[]) => until(`${ids.join(', ')} synced`, async () => ((await Promise.all(ids.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 120_000);
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+    worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
+    mkdirSync(bin, { recursive: true });
+    // The apply's `install`, counted (and slowed down when $HOME/slow names seconds), then the real one.
+    writeFileSync(join(bin, 'install'), `#!/bin/sh\necho "install $*" >> "$HOME/apply-runs"\n[ -f "$HOME/slow" ] && sleep "$(cat "$HOME/slow")"\nexec /usr/bin/install "$@"\n`);
+    writeFileSync(join(bin, 'sim-runtime-health'), `#!/bin/sh\n[ ! -e "$HOME/unhealthy" ]\n`);
+    for (const f of ['install', 'sim-runtime-health']) chmodSync(join(bin, f), 0o755);
+    // The devices' own pins for the demo profile (the same release keys the profile is signed by).
+    mkdirSync(join(devicePins, 'demo'), { recursive: true });
+    copyFileSync(join(PROFILES, 'demo', 'trust.yaml'), join(devicePins, 'demo', 'trust.yaml'));
+    for (const d of ALL) {
+      mkdirSync(home(d), { recursive: true });
+      const run = await runCli(['agent', 'enroll', '--state-dir', stateDir(d)]);
+      expect(run.code, run.stderr).toBe(0);
+      pins.set(d, run.stdout.trim());
+    }
+    const gatewayInventory = writeInventory('gateway-inventory', ALL.map(agentDevice));
+    gateway = await spawnCliUntil(['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', PROFILES, ...temporal()], /gateway listening on (http:\/\/\S+)/);
+    gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
+    fleet = await startFleet({ devices: demoDevices(2), dir: join(scratch.dir, 'fleet') });
+  }, 300_000);
+
+  afterAll(async () => {
+    for (const child of agents.values()) await stopChild(child);
+    if (gateway) await stopChild(gateway.child);
+    await fleet?.stop();
+    await worker?.stop();
+    await env?.teardown();
+    scratch.cleanup();
+  });
+
+  it('a phased rollout over 5 agents completes (file and marker at r2 on every device, one apply each, one through a SIGKILL); an agent stopped before it is offline and converges when started', async () => {
+    for (const d of A) await startAgent(d);
+    await seen(A);
+    // a3's apply takes 8 s: its agent is SIGKILLed in the middle and restarted.
+    writeFileSync(join(home('a3'), 'slow'), '8');
+    const inventory = writeInventory('a', [...A, OFFLINE].map(agentDevice));
+    const spec = writeSpec('a', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: '50%' }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] }] });
+    const id = await start(spec, inventory);
+    await until('a3 applying', async () => (runs('a3').length > 0 ? true : undefined), 180_000);
+    await killAgent('a3');
+    rmSync(join(home('a3'), 'slow'));
+    await new Promise((r) => setTimeout(r, 2_000));
+    await startAgent('a3');
+    const status = await result(id);
+    expect(status.state).toBe('completed');
+    for (const d of A) {
+      expect(status.devices.find((x) => x.id === d), d).toMatchObject({ state: 'applied' });
+      expect(marker(d), d).toBe(2);
+      expect(motd(d), d).toContain('revision 2');
+      expect(runs(d), `${d} apply runs`).toHaveLength(1);
+    }
+    const offline = status.devices.find((x) => x.id === OFFLINE)!;
+    expect(offline.state).toBe('skipped');
+    expect(marker(OFFLINE)).toBeNull();
+    // The offline device keeps the rollout's revision as desired state; started now, it converges.
+    expect((await readTwin(env.client, OFFLINE))?.desired.demo).toMatchObject({ revision: 2, rollout: id });
+    await startAgent(OFFLINE);
+    await until('the offline agent converged', async () => (marker(OFFLINE) === 2 ? true : undefined), 120_000);
+    expect(motd(OFFLINE)).toContain('revision 2');
+    expect(runs(OFFLINE)).toHaveLength(1);
+    // The board reads the agents' reports: every device applied, none pending.
+    const board = await runCli(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', PROFILES, '--revision', '2', '--json', ...temporal()]);
+    expect(board.code, board.stdout + board.stderr).toBe(0);
+    expect(JSON.parse(board.stdout).counts).toMatchObject({ applied: 6, pending: 0 });
+  }, 600_000);
+
+  it('a mixed rollout: SSH (simulated) and agent devices in one phased rollout, one budget, one audit trail', async () => {
+    for (const d of MIXED) await startAgent(d);
+    await seen(MIXED);
+    const ssh = fleetInventory(fleet);
+    const inventory = writeInventory('mixed', [...ssh.devices.map((d) => ({ ...d, pool: 'mixed', ssh: { ...d.ssh, key: fleet.clientKeyPath }, user: fleet.user })), ...MIXED.map((id) => ({ ...agentDevice(id), pool: 'mixed' }))], { mixed: 0.5 });
+    const spec = writeSpec('mixed', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: 'remainder', healthGate: ['devices-online'] }] });
+    const id = await start(spec, inventory);
+    const status = await result(id);
+    expect(status.state).toBe('completed');
+    for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
+    for (const d of MIXED) {
+      expect(marker(d)).toBe(2);
+      expect(runs(d)).toHaveLength(1);
+    }
+    expect(status.counts.applied).toBe(fleet.devices.length + MIXED.length);
+    // One trail: every device's apply outcome, SSH and agent alike, is in the rollout's one audit trail.
+    const applied = readAuditFile(join(scratch.dir, 'audit'), id)
+      .filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === 'apply')
+      .flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
+    expect(applied.map((d) => d.id).sort()).toEqual([...fleet.devices.map((d) => d.id), ...MIXED].sort());
+    expect(applied.every((d) => d.state === 'applied')).toBe(true);
+  }, 600_000);
+
+  it('a canary health-gate failure on an agent device rolls back only the canary; pause and resume hold and continue agent devices', async () => {
+    for (const d of CANARY) await startAgent(d);
+    await seen(CANARY);
+    for (const d of CANARY) writeFileSync(join(home(d), 'unhealthy'), '');
+    const inventory = writeInventory('c', CANARY.map(agentDevice));
+    const failing = await start(writeSpec('c-fail', { phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }), inventory);
+    const failed = await result(failing);
+    expect(failed.state).toBe('rolled-back');
+    const canary = failed.devices.find((d) => d.phase === 0)!.id;
+    expect(failed.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    expect(marker(canary)).toBe(1);
+    expect(motd(canary)).toContain('revision 1');
+    for (const d of CANARY.filter((x) => x !== canary)) {
+      expect(runs(d), d).toEqual([]);
+      expect(marker(d)).toBeNull();
+    }
+
+    for (const d of CANARY) rmSync(join(home(d), 'unhealthy'));
+    const id = await start(writeSpec('c-pause', { phases: [{ canary: '1 device', gate: '20s' }, { bulk: 'remainder' }] }), inventory);
+    const handle = env.client.workflow.getHandle(id);
+    await waitForStatus(handle, (s) => s.devices.some((d) => d.phase === 0 && d.state === 'applied'), 180_000);
+    const pause = await runCli(['pause', id, '--reason', 'agent test', ...temporal()]);
+    expect(pause.code, pause.stderr).toBe(0);
+    await waitForStatus(handle, (s) => s.state === 'paused', 120_000);
+    const before = CANARY.map((d) => runs(d).length);
+    await new Promise((r) => setTimeout(r, 25_000)); // past the canary's gate: still held
+    expect(CANARY.map((d) => runs(d).length)).toEqual(before);
+    const resume = await runCli(['resume', id, ...temporal()]);
+    expect(resume.code, resume.stderr).toBe(0);
+    const done = await result(id);
+    expect(done.state).toBe('completed');
+    for (const d of CANARY) expect(marker(d), d).toBe(2);
+  }, 600_000);
+});
