@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import type { Writable } from 'node:stream';
 import { formatFloor, parseFloor } from '../../core/floor';
 import { floorPath, markerPath } from '../../core/revision';
 import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
@@ -27,11 +28,13 @@ import type { DeviceSession, ExecOptions, ExecResult, StagedFile, StageOptions }
  * runs on and records its outcome; the steps after it are for the restarted agent, which reattaches.
  */
 const EXEC_WRAPPER = [
-  // A background job's stdin is /dev/null unless redirected: keep the pipe as fd 3 for the watchdog.
-  'exec 3<&0',
-  'sh -c "$1" < /dev/null 3<&- & c=$!',
-  '{ cat > /dev/null 2>&1; kill -HUP 0; } <&3 > /dev/null 2>&1 & w=$!',
+  // fd 0: the watchdog's pipe; fd 3: the command's input (ExecOptions.stdin). A background job's stdin
+  // is /dev/null unless redirected, so each is handed on explicitly.
+  'exec 4<&0',
+  'sh -c "$1" <&3 3<&- 4<&- & c=$!',
   'exec 3<&-',
+  '{ cat > /dev/null 2>&1; kill -HUP 0; } <&4 > /dev/null 2>&1 & w=$!',
+  'exec 4<&-',
   'wait $c; rc=$?',
   'kill $w 2> /dev/null',
   'exit $rc',
@@ -42,12 +45,15 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
   let closed = false;
   const running = new Set<() => void>();
 
-  const exec = (command: string, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000 }: ExecOptions = {}): Promise<ExecResult> =>
+  const exec = (command: string, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000, stdin }: ExecOptions = {}): Promise<ExecResult> =>
     new Promise((resolvePromise, reject) => {
       if (closed) return reject(new TransportError('dropped', `${device}: the local session is closed`));
-      const child = spawn('/bin/sh', ['-c', EXEC_WRAPPER, 'wavegate-exec', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
-      // Never written to: it closes when this process ends, however it ends (see EXEC_WRAPPER).
-      child.stdin.on('error', () => {});
+      const child = spawn('/bin/sh', ['-c', EXEC_WRAPPER, 'wavegate-exec', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['pipe', 'pipe', 'pipe', 'pipe'], detached: true });
+      // fd 0 is never written to: it closes when this process ends, however it ends (see EXEC_WRAPPER).
+      child.stdin!.on('error', () => {});
+      const input = child.stdio[3] as Writable;
+      input.on('error', () => {});
+      input.end(stdin ?? Buffer.alloc(0));
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       const started = Date.now();
@@ -77,10 +83,10 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
         finish(() => reject(new TransportError('timeout', `${device}: command timed out after ${timeoutMs} ms: ${command.slice(0, 80)}`)));
       }, timeoutMs);
       const ticker = setInterval(() => onProgress?.(Date.now() - started), progressIntervalMs);
-      child.stdout.on('data', (b: Buffer) => out.push(b));
-      child.stderr.on('data', (b: Buffer) => err.push(b));
+      child.stdout!.on('data', (b: Buffer) => out.push(b));
+      child.stderr!.on('data', (b: Buffer) => err.push(b));
       child.on('error', (e) => finish(() => reject(new TransportError('config', `${device}: cannot run /bin/sh: ${e.message}`))));
-      child.on('exit', () => child.stdin.end());
+      child.on('exit', () => child.stdin!.end());
       child.on('close', (code) => finish(() => resolvePromise({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') })));
     });
 

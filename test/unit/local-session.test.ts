@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -7,6 +8,7 @@ import { applyToDevice, EnvelopeRejected, type ApplyHolder, type RevisionSteps }
 import { TransportError } from '../../activities/transport';
 import { localDeviceSession } from '../../activities/transport/local';
 import { scratchDir } from '../support/harness';
+import { until } from '../support/until';
 
 /**
  * The agent's LOCAL DeviceSession (activities/transport/local.ts) under the real applyToDevice: the same
@@ -91,6 +93,22 @@ describe('LocalSession: applyToDevice on the device itself', () => {
     expect(d.runs()).toBe(0);
   });
 
+  it('the agent process killed (SIGKILL) mid-command: the command is hung up, as sshd does to a dropped session', async () => {
+    const d = device();
+    const script = join(d.home, '..', `exec-${n}.cjs`);
+    writeFileSync(
+      script,
+      `require(${JSON.stringify(require.resolve('tsx/cjs'))});
+const { localDeviceSession } = require(${JSON.stringify(join(__dirname, '../../activities/transport/local.ts'))});
+localDeviceSession('d', ${JSON.stringify(d.home)}).exec('echo started > "$HOME/started"; sleep 2; echo after > "$HOME/after"', { timeoutMs: 20000 });`,
+    );
+    const child = spawn(process.execPath, [script], { stdio: 'ignore' });
+    await until('the command running', async () => (existsSync(join(d.home, 'started')) ? true : undefined), 30_000);
+    child.kill('SIGKILL');
+    await new Promise((r) => setTimeout(r, 3_500));
+    expect(existsSync(join(d.home, 'after'))).toBe(false);
+  }, 60_000);
+
   it('exec: a non-zero exit is a result; a command past its timeout is killed with its process group', async () => {
     const d = device();
     const session = localDeviceSession(d.target.id, d.home);
@@ -98,6 +116,8 @@ describe('LocalSession: applyToDevice on the device itself', () => {
       const res = await session.exec('echo "$HOME"; echo oops >&2; exit 3');
       expect(res).toEqual({ code: 3, stdout: `${d.home}\n`, stderr: 'oops\n' });
       await expect(session.exec('sleep 5 & wait', { timeoutMs: 300 })).rejects.toThrow(/timed out/);
+      expect((await session.exec('cat', { stdin: Buffer.from('streamed\n') })).stdout).toBe('streamed\n');
+      expect((await session.exec('cat')).stdout).toBe('');
     } finally {
       session.close();
     }
