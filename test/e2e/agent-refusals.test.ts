@@ -316,6 +316,22 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     expect(gateway.output()).toMatch(/reloaded \(SIGHUP\)|reloaded \(the file changed\)/);
   }, 120_000);
 
+  it('gateway errors back off (1 s, 2 s, 4 s ...) and SIGTERM ends the wait at once (exit 0)', async () => {
+    await enroll('dev-z'); // never pinned: every sync is 401
+    const { child, output } = await spawnCliUntil(
+      ['agent', '--device-id', 'dev-z', '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir('dev-z'), '--key', identity.get('dev-z')!.keyFile, '--home', home('dev-z')],
+      /retrying in 4 s/,
+      60_000,
+    );
+    const waits = [...output().matchAll(/sync failed: gateway 401 UNAUTHENTICATED: UNKNOWN_DEVICE.*; retrying in (\d+) s/g)].map((m) => Number(m[1]));
+    expect(waits.slice(0, 3)).toEqual([1, 2, 4]);
+    const started = Date.now();
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(Date.now() - started).toBeLessThan(8_000);
+  }, 120_000);
+
   it('HTTPS: a gateway with --https-cert/--https-key; the agent trusts it with --gateway-ca, and not without', async () => {
     const pki = makeTestPki(join(scratch.dir, 'pki'));
     const tls = await spawnCliUntil(
