@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
@@ -78,6 +78,13 @@ export function register(program: Command): void {
           }
         }
         const stateDir = resolve(flags.stateDir);
+        // Like the audit directory: made 0700, and a looser mode is fixed and said (report.json, pins, payloads live here).
+        mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+        const mode = statSync(stateDir).mode & 0o777;
+        if (mode & 0o077) {
+          chmodSync(stateDir, 0o700);
+          log(`--state-dir ${stateDir}: mode ${mode.toString(8).padStart(4, '0')} was looser than 0700; set to 0700`);
+        }
         const home = resolve(flags.home ?? (process.env.HOME || homedir()));
         const running = startAgent({ deviceId: flags.deviceId, gateway: gatewayClient({ url, device: flags.deviceId, secretKey: pair.secretKey, ...(ca ? { ca } : {}) }), trust, stateDir, home, version: agentVersion(), log });
         log(`agent ${flags.deviceId} started (identity ${agentKeyPin(pair.publicKey)}, gateway ${url}); SIGTERM stops it`);

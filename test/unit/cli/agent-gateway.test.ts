@@ -2,7 +2,7 @@ import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseAgentKey } from '../../../core/agent-auth';
-import { runCli } from '../../support/cli';
+import { runCli, spawnCliUntil, stopChild } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
 
 /**
@@ -56,6 +56,18 @@ describe('wavegate agent / gateway at the command line', () => {
       expect(run.stderr).not.toContain('pw@');
     }
   }, 120_000);
+
+  it('a state directory looser than 0700 is set to 0700 and said; the agent then syncs (and backs off from a gateway that is not there)', async () => {
+    const loose = join(scratch.dir, 'loose-state');
+    mkdirSync(loose, { recursive: true });
+    chmodSync(loose, 0o755);
+    const pins = join(scratch.dir, 'pins');
+    mkdirSync(pins, { recursive: true });
+    const { child, output } = await spawnCliUntil(['agent', '--device-id', 'dev-1', '--gateway', 'http://127.0.0.1:1', '--trust', pins, '--state-dir', loose, '--key', key, '--home', scratch.dir], /retrying in/, 60_000);
+    await stopChild(child);
+    expect(output()).toMatch(/mode 0755 was looser than 0700; set to 0700/);
+    expect(statSync(loose).mode & 0o777).toBe(0o700);
+  }, 60_000);
 
   it('gateway refusals: plain HTTP off loopback, half a certificate, a bad listen address, a bad inventory', async () => {
     writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: [{ id: 'dev-1', pool: 'p', transport: 'agent', agentKey: (await runCli(['agent', 'pin', '--key', key])).stdout.trim() }] }));
