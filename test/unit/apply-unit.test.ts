@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { applyToDevice, EnvelopeRejected, StepFailed, type RevisionSteps } from '../../activities/device-steps';
+import { applyToDevice, EnvelopeRejected, StepFailed, TransportError, type RevisionSteps } from '../../activities/device-steps';
 import { startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
 
@@ -15,7 +15,7 @@ import { scratchDir } from '../support/harness';
 describe('the single-command apply keeps every step semantic', () => {
   const scratch = scratchDir('apply-unit');
   let fleet: Fleet;
-  const ids = ['fresh', 'in-place', 'apply-fails', 'verify-fails', 'unprovable', 'mismatch', 'payload'];
+  const ids = ['fresh', 'in-place', 'apply-fails', 'verify-fails', 'unprovable', 'mismatch', 'payload', 'refused', 'cut'];
   const profilesDir = join(scratch.dir, 'profiles');
   const body = 'signed payload\n';
   const sha = createHash('sha256').update(body).digest('hex');
@@ -148,5 +148,24 @@ describe('the single-command apply keeps every step semantic', () => {
     expect(fleet.commands('payload')).toHaveLength(1);
     expect(fleet.sftpUploads('payload')).toBe(0);
     expect(runs('payload')).toBe(3);
+  });
+
+  it('a script the device refuses as a whole is the apply saying no; a session cut before the report ends is dropped, and the retry reattaches', async () => {
+    await fleet.setFaults('refused', { failCommand: 'WAVEGATE-STEP' });
+    const no = await failure(applyToDevice(target('refused'), steps(), opts));
+    expect(no).toBeInstanceOf(StepFailed);
+    expect(no.message).toMatch(/^refused: apply exited 1: simulated failure/);
+    expect(runs('refused')).toBe(0);
+
+    // The script runs, and the connection dies under it while the apply sleeps: no report, no guess.
+    await fleet.setFaults('cut', { dropConnection: 'WAVEGATE-STEP', dropAfterMs: 400 });
+    const slow = steps({ apply: 'echo run >> "$HOME/runs" && sleep 2 && touch "$HOME/fact-2"' });
+    const cut = await failure(applyToDevice(target('cut'), slow, { ...opts, holder: { rollout: 'r', run: 'u', activity: '1', attempt: 1 } }));
+    expect(cut).toBeInstanceOf(TransportError);
+    expect((cut as TransportError).kind).toBe('dropped');
+    await fleet.setFaults('cut', {});
+    const retry = await applyToDevice(target('cut'), slow, { ...opts, holder: { rollout: 'r', run: 'u', activity: '1', attempt: 2 } });
+    expect(retry).toEqual({ device: 'cut', outcome: 'applied', steps: ['reattach', 'verify', 'marker'] });
+    expect(runs('cut')).toBe(1);
   });
 });
