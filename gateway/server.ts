@@ -54,16 +54,24 @@ export function gatewayHandler(opts: GatewayOptions): (req: IncomingMessage, res
     const path = (req.url ?? '').split('?')[0]!;
     if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report')) {
       const input = syncInput(parseJsonObject(body), path === '/v1/sync');
-      if (input.waitMs > 0) {
-        if (longPolls >= maxLongPolls) throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls} long-polls, its limit; retry after a few seconds`);
-        longPolls++;
-        try {
-          return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input));
-        } finally {
-          longPolls--;
+      // The agent gone (its connection closed before the answer): stop waiting for it.
+      const gone = new AbortController();
+      const onClose = () => !res.writableFinished && gone.abort();
+      res.once('close', onClose);
+      try {
+        if (input.waitMs > 0) {
+          if (longPolls >= maxLongPolls) throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls} long-polls, its limit; retry after a few seconds`);
+          longPolls++;
+          try {
+            return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal));
+          } finally {
+            longPolls--;
+          }
         }
+        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal));
+      } finally {
+        res.off('close', onClose);
       }
-      return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input));
     }
     const payload = req.method === 'GET' ? PAYLOAD_ROUTE.exec(path) : null;
     if (payload) {

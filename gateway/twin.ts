@@ -10,7 +10,22 @@ import { HttpRefusal } from './http';
  * verified Authorization header only. A device that never synced has no twin yet: its first sync
  * starts it (an existing one is used).
  */
-export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput): Promise<TwinView> {
+export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, signal?: AbortSignal): Promise<TwinView> {
+  // Bounded: with no worker to take the update it would wait for good, and the agent has given up long
+  // before (its request times out at waitMs + 20 s). Cut too when the agent's connection closes.
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), input.waitMs + 15_000);
+  const onClose = () => abort.abort();
+  signal?.addEventListener('abort', onClose);
+  try {
+    return await client.withAbortSignal(abort.signal, () => syncOnce(client, taskQueue, deviceId, input));
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onClose);
+  }
+}
+
+async function syncOnce(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput): Promise<TwinView> {
   for (let tries = 0; ; tries++) {
     try {
       return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });

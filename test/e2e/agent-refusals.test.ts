@@ -350,6 +350,11 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       await new Promise((r) => setTimeout(r, 1_000));
       await expect(trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 })).rejects.toMatchObject({ status: 503, code: 'BUSY' });
       await waiting;
+      // An agent that gives up mid long-poll frees its slot at once (the gateway stops waiting for it).
+      const slow = Buffer.from(JSON.stringify({ report: null, knownVersion: view.version, waitMs: 8_000 }));
+      await expect(trusted.send('POST', '/v1/sync', slow, 1_000)).rejects.toThrow(/no answer/);
+      await new Promise((r) => setTimeout(r, 500));
+      expect((await trusted.sync({ report: null, knownVersion: view.version, waitMs: 1_000 })).deviceId).toBe('dev-b');
       await expect(trusted.send('POST', '/v1/sync', Buffer.alloc(300 * 1024, 32), 10_000)).rejects.toMatchObject({ status: 413, code: 'TOO_LARGE' });
     } finally {
       await stopChild(tls.child);
