@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { FINAL_REPORT_STATES, type AgentReport, type DesiredEntry, type HealthReport, type TwinView } from '../core/twin';
+import { FINAL_REPORT_STATES, TWIN_LIMITS, type AgentReport, type DesiredEntry, type HealthReport, type TwinView } from '../core/twin';
 import { localDeviceSession } from '../activities/transport/local';
 import { applyEntry, reverifyEntry, TransportError } from './apply-entry';
 import type { GatewayClient } from './gateway-client';
@@ -37,7 +37,12 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   let healthAt: string | null = null;
   let lastReverify = -1;
 
-  const report = (): AgentReport => ({ profiles: answers.profiles, health, healthAt, agentVersion: opts.version });
+  /** Profiles the twin last desired: the report answers those (bounded as the twin bounds them). */
+  let desiredProfiles: Set<string> | null = null;
+  const report = (): AgentReport => {
+    const entries = Object.entries(answers.profiles).filter(([p]) => !desiredProfiles || desiredProfiles.has(p));
+    return { profiles: Object.fromEntries(entries.slice(0, TWIN_LIMITS.profiles)), health, healthAt, agentVersion: opts.version };
+  };
   const ctx = {
     deviceId: opts.deviceId,
     stateDir: opts.stateDir,
@@ -69,6 +74,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   };
 
   const handle = async (view: TwinView): Promise<void> => {
+    desiredProfiles = new Set(Object.keys(view.desired));
     for (const entry of Object.values(view.desired)) {
       if (stopper.signal.aborted) return;
       const answer = answers.profiles[entry.profile];
