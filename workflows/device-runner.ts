@@ -123,12 +123,14 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
 
   const { budget } = hooks;
   const room = budget ? (d: DeviceSnapshot) => budget.room(d.pool) : (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
-  const halted = () => hooks.isStopped() || tripped;
   /** The phase's tally as this run sees it: earlier runs (tallyBefore, or the chain's), then its own. */
   const phaseTally = (): FailureTally => {
     const earlier = budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
     return { succeeded: tallyBefore.succeeded + earlier.succeeded + tally.succeeded, failed: tallyBefore.failed + earlier.failed + tally.failed };
   };
+  // In a chain of slices, devices of earlier slices end while this one runs: their failures trip the gate here too.
+  const trippedUpChain = () => budget !== undefined && opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, false);
+  const halted = () => hooks.isStopped() || tripped || (trippedUpChain() && (tripped = true));
   // Devices between a dependency wait and their retry: they may start again, so the run is not drained.
   let waitingNow = 0;
   let loopDone = false;
