@@ -23,8 +23,9 @@ export interface TwinApplyOptions {
   reportOffline?: boolean;
   heartbeat?: (detail: string) => void;
   signal?: AbortSignal;
-  /** How often the twin is read while waiting (default 1 s). */
+  /** How often the twin is read while waiting: from `pollMs` (default 1 s), growing by half each time to `maxPollMs` (default 4 s). */
   pollMs?: number;
+  maxPollMs?: number;
   now?: () => number;
 }
 
@@ -77,12 +78,34 @@ export async function applyThroughTwin(target: DeviceTarget, steps: RevisionStep
   }
   beat('desire');
   await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
+  // Heartbeat on a clock of its own (the activity's heartbeat timeout is a few seconds), and read the
+  // twin less often the longer the device takes: thousands of devices in flight must not flood the
+  // twins with queries (a twin answers each query in a workflow task).
+  let detail = 'desired: waiting for the agent';
+  const ticker = setInterval(() => beat(detail), 1_000);
+  try {
+    return await waitForAnswer(target, steps, request.requestId, opts, now, (d) => (detail = d));
+  } finally {
+    clearInterval(ticker);
+  }
+}
+
+async function waitForAnswer(target: DeviceTarget, steps: RevisionSteps, requestId: string, opts: TwinApplyOptions, now: () => number, say: (detail: string) => void): Promise<ApplyResult> {
+  let pollMs = opts.pollMs ?? 1_000;
+  const maxPollMs = Math.max(pollMs, opts.maxPollMs ?? 4_000);
   for (;;) {
-    const view = await readTwin(opts.client, target.id);
-    const answer = view ? answerTo(view, steps.profile, request.requestId) : { state: 'pending' as const };
+    // A twin too busy to answer a query now (its query buffer full under load) is asked again next
+    // time: the wait goes on, heartbeating, until the report or the apply's timeout.
+    const read = await readTwin(opts.client, target.id).then(
+      (view) => ({ view }),
+      (err: unknown) => ({ error: (err as Error).message }),
+    );
+    const view = 'view' in read ? read.view : null;
+    const answer = view ? answerTo(view, steps.profile, requestId) : { state: 'pending' as const };
     if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
-    beat(waitingDetail(view, steps.profile, now()));
-    await sleep(opts.pollMs ?? 1_000, opts.signal);
+    say('view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`);
+    await sleep(pollMs * (0.75 + Math.random() / 2), opts.signal);
+    pollMs = Math.min(maxPollMs, pollMs * 1.5);
   }
 }
 

@@ -7,6 +7,8 @@ import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { readTwin } from '../../activities/agent/twin-client';
+import { convergeEnrolledDevice, latestCompletedRollout } from '../../activities/agent/enrolled';
+import { parseInventory } from '../../core/inventory';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { markerOf } from '../support/rollout-helpers';
 import { until } from '../support/until';
@@ -81,6 +83,20 @@ describe('rollouts over agent devices (twin side)', () => {
     await until('the offline agent converged', async () => (markerIn(agentDir(dir, offline), 'demo') === 2 ? true : undefined), 60_000);
     await until('its report on the twin', async () => ((await readTwin(env.client, offline))?.report?.profiles.demo?.state === 'applied' ? true : undefined), 30_000);
     expect(appliesIn(agentDir(dir, offline))).toHaveLength(1);
+
+    // A device enrolled after the rollout completed converges to its revision (the latest completed rollout of the profile).
+    const late = parseInventory({ devices: [{ id: `late-${n}`, transport: 'agent', agentKey: agentKey(99), pool: 'agents' }] }, 'late').devices[0]!;
+    const asked = await until('the completed rollout listed', async () => {
+      const found = await latestCompletedRollout(env.client, 'demo');
+      return found?.workflowId === input.rolloutId ? found : undefined;
+    }, 60_000);
+    expect(asked.workflowId).toBe(input.rolloutId);
+    expect(await convergeEnrolledDevice(env.client, worker.taskQueue, late, [{ name: 'demo', scope: {} }])).toEqual(['demo']);
+    agents.push(startTwinAgent(env.client, worker.taskQueue, late.id, agentDir(dir, late.id)));
+    await until('the late device converged', async () => (markerIn(agentDir(dir, late.id), 'demo') === 2 ? true : undefined), 60_000);
+    expect((await readTwin(env.client, late.id))?.desired.demo).toMatchObject({ revision: 2, rollout: input.rolloutId, requestId: `${input.rolloutId}:${asked.runId}:converge:${late.id}` });
+    // Asked again (a second first sync): it is desired already, nothing changes.
+    expect(await convergeEnrolledDevice(env.client, worker.taskQueue, late, [{ name: 'demo', scope: {} }])).toEqual([]);
   }, 300_000);
 
   it('a canary health-gate failure on an agent device rolls back only the canary', async () => {

@@ -1,0 +1,58 @@
+import { defaultPayloadConverter } from '@temporalio/common';
+import type { Client } from '@temporalio/client';
+import { devicesInScope } from '../../core/gates';
+import type { Device } from '../../core/inventory';
+import type { RolloutInput } from '../../core/rollout/input';
+import { desiredRequestOf } from './apply';
+import { desireOnTwin, readTwin } from './twin-client';
+
+/**
+ * A device enrolled after a rollout completed converges to the revision of the latest completed
+ * rollout of each profile it is in scope of. Called on a device's first sync (the gateway) or by
+ * whoever enrolls it: for each such profile whose twin entry is empty, the desired entry is the one that
+ * rollout applied (its own signed steps, read from its start event; `requestId`
+ * `<rollout>:<run>:converge:<device>`), found by the search attributes `WavegateProfile` and
+ * `WavegateState = 'completed'`. A device already desired or reporting something for the profile is left alone.
+ */
+export interface ProfileScope {
+  name: string;
+  scope: Record<string, string>;
+}
+
+/** The newest completed rollout of `profile` (not a canary), or undefined. */
+export async function latestCompletedRollout(client: Client, profile: string): Promise<{ workflowId: string; runId: string } | undefined> {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(profile)) throw new Error(`profile ${JSON.stringify(profile)}: not a profile name`);
+  let best: { workflowId: string; runId: string; closed: number } | undefined;
+  let seen = 0;
+  for await (const w of client.workflow.list({ query: `WorkflowType = 'rolloutWorkflow' AND WavegateProfile = '${profile}' AND WavegateState = 'completed'`, pageSize: 100 })) {
+    const closed = (w.closeTime ?? w.startTime).getTime();
+    if (!best || closed > best.closed) best = { workflowId: w.workflowId, runId: w.runId, closed };
+    if (++seen >= 1_000) break;
+  }
+  return best && { workflowId: best.workflowId, runId: best.runId };
+}
+
+async function rolloutInputOf(client: Client, workflowId: string, runId: string): Promise<RolloutInput | undefined> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  return payload ? defaultPayloadConverter.fromPayload<RolloutInput>(payload) : undefined;
+}
+
+/** Set the desired state of a newly enrolled agent device; returns the profiles it was asked to converge on. */
+export async function convergeEnrolledDevice(client: Client, taskQueue: string, device: Device, profiles: readonly ProfileScope[]): Promise<string[]> {
+  if (device.transport !== 'agent' || device.updateClass === 'left-behind') return [];
+  const view = await readTwin(client, device.id);
+  const asked: string[] = [];
+  for (const profile of profiles) {
+    if (devicesInScope(profile.scope, [device]).length === 0) continue;
+    if (view && (Object.hasOwn(view.desired, profile.name) || (view.report && Object.hasOwn(view.report.profiles, profile.name) && view.report.profiles[profile.name]!.revision !== null))) continue;
+    const last = await latestCompletedRollout(client, profile.name);
+    if (!last) continue;
+    const input = await rolloutInputOf(client, last.workflowId, last.runId);
+    if (!input || input.canary) continue;
+    const holder = { rollout: last.workflowId, run: last.runId, activity: `converge:${device.id}`, attempt: 1 };
+    await desireOnTwin(client, taskQueue, device.id, desiredRequestOf(input.steps, holder, last.workflowId, input.spec.fromRevision || null));
+    asked.push(profile.name);
+  }
+  return asked;
+}
