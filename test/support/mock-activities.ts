@@ -31,6 +31,8 @@ export interface Scenario {
   auditRepaired?: boolean;
   /** Floors raised at completion: device ids with the revision. */
   floors?: Array<{ id: string; revision: number }>;
+  /** Devices whose apply activity began (before any hold), in order: what was in flight, even inside a slice child. */
+  began?: string[];
   /** Devices the canary's probe contacted (membership-only snapshots), in order. */
   probed?: string[];
   /** What ran, in order: `apply:<id>` or `rollback:<id>`. */
@@ -78,7 +80,8 @@ export function createMockActivities() {
   const scenarios = new Map<string, Scenario>();
   const released = new Set<string>();
   const scenario = (): Scenario => {
-    const id = Context.current().info.workflowExecution?.workflowId ?? "";
+    // A slice child (`<rollout>/<run8>/<mode>-<phase>-<k>`) plays its rollout's scenario.
+    const id = (Context.current().info.workflowExecution?.workflowId ?? '').split('/')[0]!;
     const s = scenarios.get(id);
     if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
     return s;
@@ -110,8 +113,9 @@ export function createMockActivities() {
       const ctx = Context.current();
       const mode = input.steps.revision === 2 ? 'apply' : 'rollback';
       const id = input.device.id;
+      if (mode === 'apply') s.began = [...(s.began ?? []), id];
       if (mode === 'apply' && s.holdApply?.has(id)) {
-        while (!released.has(`${ctx.info.workflowExecution?.workflowId}/${id}`)) {
+        while (!released.has(`${ctx.info.workflowExecution?.workflowId.split('/')[0]}/${id}`)) {
           ctx.heartbeat();
           await Promise.race([ctx.sleep(50), ctx.cancelled]);
         }

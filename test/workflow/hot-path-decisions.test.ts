@@ -4,7 +4,7 @@ import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RolloutInput } from '../../core/rollout/input';
 import { startDevServerEnv } from '../../workers/dev-server';
-import type { RolloutStatus } from '../../workflows/messages';
+import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { recordHistory } from '../support/histories';
 import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
@@ -123,5 +123,97 @@ describe('hot path decisions with mocked activities', () => {
     expect(trippedResult.state).toBe('rolled-back');
     // Nothing ran on the offline device: it is not put back.
     expect(tripped.s.log).not.toContain('rollback:dev-03');
+  });
+});
+
+describe('overlapping slices with mocked activities: the chain shares one budget and obeys pause, abort and the failure gate', () => {
+  let env: TestWorkflowEnvironment;
+  let worker: Worker;
+  let running: Promise<void>;
+  const mocks = createMockActivities();
+  const taskQueue = `hot-path-slices-${process.pid}`;
+  let n = 0;
+
+  beforeAll(async () => {
+    env = await startDevServerEnv();
+    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
+    running = worker.run();
+  });
+  afterAll(async () => {
+    worker?.shutdown();
+    await running;
+    await env?.teardown();
+  });
+
+  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput>) {
+    const input = mockInput(`rollout:hot-path-slices-${++n}`, { gate: '0s', phases: [{ bulk: 'remainder' }], ...rollout }, extra);
+    const s = mocks.add(input.rolloutId, scenario);
+    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    return { input, s, h };
+  }
+  const until = async (what: string, done: () => boolean, timeoutMs = 60_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!done()) {
+      if (Date.now() > deadline) throw new Error(`never: ${what}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  it('in flight fills the budget across slices: 12 at once over four slices of 3', async () => {
+    const devices = mockDevices(12);
+    const { s, input, h } = await start({}, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { sliceSize: 3, poolBudgets: { default: 1 } });
+    await until('12 applies in flight', () => (s.began?.length ?? 0) === 12);
+    for (const d of devices) mocks.release(input.rolloutId, d.id);
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(12);
+  });
+
+  it('pause holds every new start across the chain; resume carries on to the end', async () => {
+    const devices = mockDevices(12);
+    // 3 in flight (12 × 0.25), slices of 2: the budget is always spread over two or more slices.
+    const { s, input, h } = await start({}, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { sliceSize: 2, poolBudgets: { default: 0.25 } });
+    await until('3 applies in flight', () => (s.began?.length ?? 0) === 3);
+    expect((await h.executeUpdate(pauseUpdate, { args: [{ by: 'carol' }] })).state).toBe('paused');
+    // The pause reaches the slices by signal: give it a moment, then free every slot.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const atPause = s.began!.length;
+    for (const d of devices) mocks.release(input.rolloutId, d.id);
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(s.began).toHaveLength(atPause); // slots free in every slice, yet nothing started while paused
+    expect((await h.query<RolloutStatus>('status')).state).toBe('paused');
+    await h.executeUpdate(resumeUpdate, { args: [{ by: 'carol' }] });
+    const result = await h.result();
+    expect(result.state).toBe('completed');
+    expect(result.counts.applied).toBe(12);
+    expect(new Set(s.began)).toEqual(new Set(devices.map((d) => d.id)));
+  });
+
+  it('abort stops the chain: no slice starts a device after it, the changed ones go back', async () => {
+    const devices = mockDevices(12);
+    const { s, input, h } = await start({}, { devices, holdApply: new Set(devices.map((d) => d.id)) }, { sliceSize: 2, poolBudgets: { default: 0.25 } });
+    await until('3 applies in flight', () => (s.began?.length ?? 0) === 3);
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'dana', rollback: true }] });
+    await new Promise((r) => setTimeout(r, 1_000));
+    const atAbort = s.began!.length;
+    for (const d of devices) mocks.release(input.rolloutId, d.id);
+    const result = await h.result();
+    expect(result.state).toBe('aborted');
+    expect(s.began).toHaveLength(atAbort);
+    const started = s.log.filter((l) => l.startsWith('apply:')).map((l) => l.slice('apply:'.length));
+    expect(s.log.filter((l) => l.startsWith('rollback:')).map((l) => l.slice('rollback:'.length)).sort()).toEqual([...started].sort());
+    expect(result.counts.skipped).toBe(12 - atAbort);
+  });
+
+  it('a failure gate tripped in one slice stops every later start of the phase', async () => {
+    const devices = mockDevices(12);
+    // One at a time (12 × 0.05 → 1), slices of 2; every apply fails; the gate judges after 2 (minSample).
+    const { s, h } = await start({ maxFailureRatio: 0.2, minSample: 2, rollback: { on: 'failure-gate' } }, { devices, failApply: new Set(devices.map((d) => d.id)) }, { sliceSize: 2, poolBudgets: { default: 0.05 } });
+    const result = await h.result();
+    expect(result.state).toBe('rolled-back');
+    // The second failure trips the gate; the next slice hears it with the freed slot and starts nothing.
+    expect(s.began).toHaveLength(2);
+    expect(result.counts.skipped).toBe(10);
+    await recordHistory(h, 'hot-path-overlapping-slices-failure-gate');
   });
 });
