@@ -121,9 +121,10 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
     const inGate = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
     const [canary] = idsIn(inGate, 0);
     const bulk = idsIn(inGate, 1);
-    // Every bulk command now waits 8 s before it runs: a device's apply takes about a minute, in real
-    // time (the test server skips no time while an activity runs), so the 1-minute deadline passes mid-apply.
-    for (const id of bulk) await fleet.setFaults(id, { latencyMs: 8_000 });
+    // Every bulk command now waits 70 s before it runs: a device's apply (one remote command) takes over
+    // a minute, in real time (the test server skips no time while an activity runs), so the 1-minute
+    // deadline passes mid-apply.
+    for (const id of bulk) await fleet.setFaults(id, { latencyMs: 70_000 });
     const ended = handle.result();
     const fired = await waitForStatus(handle, (s) => s.deadline !== undefined, 180_000);
     expect(fired.deadline).toMatchObject({ kind: 'phaseDeadline', phase: 'bulk remainder', limitMs: MIN, action: 'rollback', unconfirmedCount: 3 });
