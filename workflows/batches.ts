@@ -134,7 +134,8 @@ export class DeviceBatches {
   /**
    * The phase's slices as a chain (workflows/slice-link.ts): the first holds the budget, each later one
    * is started once the one before it holds the budget, waits for its handoff, and so starts devices as
-   * soon as slots free up. Two or three slices live at a time, so every history stays bounded. A stop
+   * soon as slots free up. Typically two or three slices live at a time (at most the in-flight
+   * budget + 2: a slice lives while a device of its own or of one before it runs), so every history stays bounded. A stop
    * (abort, or a slice's tripped failure gate) starts no more slices and stops the ones waiting.
    */
   private async runOverlapping(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string, opts: DeviceRunOptions): Promise<BatchResult> {
