@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,7 +24,17 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     const devices = demoDevices(6);
     devices[5]!.updateClass = 'left-behind';
     ({ fleet, inventoryPath } = await fleetWithInventory(scratch.dir, devices));
+    // The demo apply's `install` counts its runs on the device: the device, not the command log (an
+    // apply is one remote script that also carries verify), says how often it ran.
+    for (const d of fleet.devices) {
+      const sandbox = await fleet.ensureSandbox(d.id);
+      writeFileSync(join(sandbox, '.sim/bin/install'), '#!/bin/sh\necho run >> "$HOME/apply-runs"\nexec /usr/bin/install "$@"\n', { mode: 0o755 });
+    }
   });
+  const applyRuns = (id: string): number => {
+    const file = join(fleet.device(id).sandbox, 'apply-runs');
+    return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).length : 0;
+  };
   afterAll(async () => {
     await fleet?.stop();
     await env?.teardown();
@@ -48,10 +58,11 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
       expect(result.counts.skipped).toBe(1);
       expect(result.devices.find((d) => d.id === 'edge-06')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^not-for-me: .*left-behind/) });
       for (const device of fleet.devices.slice(0, 5)) {
-        // verify-first fails (not there yet), apply runs once, verify reads the fact back.
-        expect(fleet.count(device.id, VERIFY)).toBe(2);
+        // One remote command (verify first fails, the payload streamed in, apply once, verify reads the fact back).
+        expect(fleet.count(device.id, VERIFY)).toBe(1);
         expect(fleet.count(device.id, APPLY)).toBe(1);
-        expect(fleet.sftpUploads(device.id)).toBe(1);
+        expect(applyRuns(device.id)).toBe(1);
+        expect(fleet.sftpUploads(device.id)).toBe(0);
         expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('2');
         expect(readFileSync(join(device.sandbox, 'etc/motd'), 'utf8')).toContain('revision 2');
       }
@@ -86,15 +97,15 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     fleet.resetCounters();
     const device = fleet.devices[0]!;
     // The content is there (from the first test) but the marker says otherwise: verify-first must catch it.
-    const { writeFileSync } = await import('node:fs');
     writeFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), '1\n');
     const worker = await startTestWorker(env);
     try {
       const input = demoRolloutInput(DEMO_SPEC, inventoryPath, 'rollout:demo-skeleton-3');
       const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
       expect(result.devices.find((d) => d.id === device.id)).toMatchObject({ state: 'applied', reason: 'already in place (verify only)' });
-      expect(fleet.count(device.id, VERIFY)).toBe(1);
-      expect(fleet.count(device.id, APPLY)).toBe(0);
+      expect(fleet.count(device.id, VERIFY)).toBe(1); // one remote command, which stopped after verify first
+      expect(applyRuns(device.id)).toBe(1); // the first test's run only
+      expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe('r2 already in place (verify only)\n');
       expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('2');
     } finally {
       await worker.stop();
@@ -104,7 +115,6 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
   it('a changed host key is refused at snapshot: the device fails with the kind named (never skipped as offline), trips the failure gate and runs no command', async () => {
     fleet.resetCounters();
     const victim = fleet.devices[1]!;
-    const { writeFileSync } = await import('node:fs');
     writeFileSync(join(victim.sandbox, '.wavegate/profiles/demo/revision'), '1\n');
     fleet.rotateHostKey(victim.id);
     const worker = await startTestWorker(env);
