@@ -1,13 +1,45 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * Files that must run with nothing else beside them. Every other file starts its own servers (Temporal,
+ * sshd, PostgreSQL, nginx, simulated fleets, HTTP) on ephemeral ports of 127.0.0.1 and keeps its state in
+ * its own temp dirs, task queues and rollout ids, so two of them can share the machine.
+ */
+const RUN_ALONE = [
+  // `wavegate dev` on the preferred ports 7233/8233 (any other file's CLI may find it there), then proves
+  // those ports refuse and pgrep finds nothing left once it stops.
+  'test/e2e/dev-stack.test.ts',
+  // Headless chromium: the heaviest process of the suite on a 2-core machine.
+  'test/e2e/webui.test.ts',
+  // Compute-bound (1,000 simulated devices; 300 devices over three workers and PostgreSQL): a neighbour
+  // gains little time and, paired with each other, one device's apply failed its verify under load.
+  'test/workflow/rollout-scale.test.ts',
+  'test/e2e/control-plane.test.ts',
+  // Wall-clock upper bounds measured on a quiet machine: a neighbour's CPU use would make them flaky.
+  'test/workflow/health-probes.test.ts', // 4 probes of 400 ms in parallel < 800 ms
+  'test/workflow/webhooks.test.ts', // the rollout's story < 20 s while a dead endpoint retries
+  'test/unit/ssh-transport.test.ts', // a silent port times out < 3 s
+  'test/unit/intake/node-down.test.ts', // a hung recheck is ended < 5 s
+  'test/unit/core/planner.test.ts', // 5,000-device plan < 2 s of CPU
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Temporal servers and SSH fleets are real processes: give them time, and do not run
-    // two suites that each start servers on a 2-core machine at once.
+    // Temporal servers and SSH fleets are real processes: give them time.
     testTimeout: 120_000,
     hookTimeout: 180_000,
-    fileParallelism: false,
     globalSetup: ['test/support/global-setup.ts'],
+    projects: [
+      {
+        extends: true,
+        // Most of a file's time is spent waiting (Temporal timers, servers starting, SSH round trips),
+        // not computing: two files at once on 2 cores roughly halve the wall time.
+        test: { name: 'shared', include: ['test/**/*.test.ts'], exclude: RUN_ALONE, maxWorkers: 2, sequence: { groupOrder: 0 } },
+      },
+      {
+        extends: true,
+        test: { name: 'alone', include: RUN_ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } },
+      },
+    ],
   },
 });
