@@ -4,6 +4,7 @@ import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RolloutInput } from '../../core/rollout/input';
 import { startDevServerEnv } from '../../workers/dev-server';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../../bench/history-bounds';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { recordHistory } from '../support/histories';
@@ -204,6 +205,21 @@ describe('overlapping slices with mocked activities: the chain shares one budget
     expect(s.log.filter((l) => l.startsWith('rollback:')).map((l) => l.slice('rollback:'.length)).sort()).toEqual([...started].sort());
     expect(result.counts.skipped).toBe(12 - atAbort);
   });
+
+  it('histories stay bounded: 2,000 devices, 500 in flight, slices of 200 (each slice hears at most one release per freed slot)', async () => {
+    const devices = mockDevices(2_000, (i) => ({ id: `dev-${String(i + 1).padStart(4, '0')}` }));
+    const { h, input } = await start({}, { devices }, { sliceSize: 200, poolBudgets: { default: 0.25 } });
+    const result = await h.result();
+    expect(result.counts.applied).toBe(2_000);
+    const shapes = await executionTreeShapes(env.client, input.rolloutId);
+    console.log(shapes.map((x) => `${x.workflowId}: ${x.events} events, max ${x.maxPendingActivities} pending activities, max ${x.maxPendingChildren} pending children`).join('\n'));
+    expect(shapes).toHaveLength(1 + 10);
+    for (const shape of shapes) {
+      expect(shape.events, shape.workflowId).toBeLessThan(HISTORY_EVENT_LIMIT);
+      expect(shape.maxPendingActivities, shape.workflowId).toBeLessThanOrEqual(PENDING_LIMIT);
+      expect(shape.maxPendingChildren, shape.workflowId).toBeLessThanOrEqual(PENDING_LIMIT);
+    }
+  }, 300_000);
 
   it('a failure gate tripped in one slice stops every later start of the phase', async () => {
     const devices = mockDevices(12);
