@@ -404,6 +404,13 @@ async function main(): Promise<void> {
   const fleetStarted = Date.now();
   const fleet = await startOpenSshFleet({ dir: join(DIR, 'fleet'), ids: Array.from({ length: DEVICES }, (_, i) => `dev-${String(i).padStart(4, '0')}`), basePort: BASE_PORT, logLevel: 'ERROR' });
   writeFileSync(join(DIR, 'known_hosts'), fleet.knownHosts());
+  // The sshd are detached (so --keep can leave them): on Ctrl-C take them down unless asked to keep them.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      log(`\n${signal}: ${flags.keep ? `leaving the fleet running: kill $(cat ${join(DIR, 'fleet')}/*/sshd.pid)` : 'stopping the fleet'}`);
+      void (flags.keep ? Promise.resolve() : fleet.stop()).then(() => process.exit(130));
+    });
+  }
   log(`fleet up in ${seconds(Date.now() - fleetStarted)}`);
   const wavegate = new Wavegate();
   const ansible = new Ansible();
