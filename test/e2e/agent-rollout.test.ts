@@ -49,7 +49,8 @@ describe('rollouts over real agents and a real gateway', () => {
   const OFFLINE = 'a6';
   const MIXED = ['b1', 'b2'];
   const CANARY = ['c1', 'c2', 'c3'];
-  const ALL = [...A, OFFLINE, ...MIXED, ...CANARY];
+  const ABORT = ['d1', 'd2'];
+  const ALL = [...A, OFFLINE, ...MIXED, ...CANARY, ...ABORT];
 
   const agentDevice = (id: string) => ({ id, transport: 'agent', agentKey: pins.get(id)!, pool: `pool-${id[0]}`, class: 'edge', labels: { group: id[0]! } });
   function writeInventory(name: string, devices: object[], pools: Record<string, number> = {}): string {
@@ -212,5 +213,27 @@ describe('rollouts over real agents and a real gateway', () => {
     const done = await result(id);
     expect(done.state).toBe('completed');
     for (const d of CANARY) expect(marker(d), d).toBe(2);
+  }, 600_000);
+
+  it('abort on agent devices: no new device starts, the changed canary goes back to r1', async () => {
+    for (const d of ABORT) await startAgent(d);
+    await seen(ABORT);
+    const inventory = writeInventory('d', ABORT.map(agentDevice));
+    const id = await start(writeSpec('d-abort', { phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] }), inventory);
+    const handle = env.client.workflow.getHandle(id);
+    await waitForStatus(handle, (s) => s.devices.some((d) => d.phase === 0 && d.state === 'applied'), 180_000);
+    const abort = await runCli(['abort', id, '--reason', 'agent abort test', ...temporal()]);
+    expect(abort.code, abort.stderr).toBe(0);
+    const status = await result(id);
+    expect(status.state).toBe('aborted');
+    const canary = status.devices.find((d) => d.phase === 0)!.id;
+    const other = ABORT.find((d) => d !== canary)!;
+    expect(status.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    expect(marker(canary)).toBe(1);
+    expect(motd(canary)).toContain('revision 1');
+    expect(runs(other)).toEqual([]);
+    expect(marker(other)).toBeNull();
+    // Aborted, not completed: the device it never started keeps no desired state from it.
+    expect((await readTwin(env.client, other))?.desired.demo).toBeUndefined();
   }, 600_000);
 });
