@@ -51,15 +51,22 @@ export class DeviceBatches {
   }
 
   /** Tell the running slice (if any) the rollout's pause/abort state; compensation is never held. */
-  forwardControls(): void {
+  /**
+   * Resolves once every running slice has the signal in its history (a slice that is gone counts as
+   * told): a pause or abort update that awaits it returns only when no slice can start a device on the
+   * old state any more (CONTROLS_REACH_SLICES).
+   */
+  forwardControls(): Promise<void> {
+    const sent: Promise<void>[] = [];
     if (this.activeSlice && this.model.phaseName !== 'rollback') {
-      void this.activeSlice.signal(sliceControlSignal, { paused: this.model.paused, stop: this.model.stopped }).catch(() => {});
+      sent.push(this.activeSlice.signal(sliceControlSignal, { paused: this.model.paused, stop: this.model.stopped }).catch(() => {}));
     }
-    if (this.model.phaseName !== 'rollback') for (const slice of this.liveSlices.values()) this.control(slice, { paused: this.model.paused, stop: this.model.stopped });
+    if (this.model.phaseName !== 'rollback') for (const slice of this.liveSlices.values()) sent.push(this.control(slice, { paused: this.model.paused, stop: this.model.stopped }));
+    return Promise.all(sent).then(() => undefined);
   }
 
-  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean }): void {
-    void slice.signal(sliceControlSignal, c).catch(() => {});
+  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean }): Promise<void> {
+    return slice.signal(sliceControlSignal, c).catch(() => {});
   }
 
   settled(): Promise<unknown> {
@@ -154,7 +161,7 @@ export class DeviceBatches {
       if (result.tripped && !tripped) {
         tripped = true;
         // Nobody starts after a tripped failure gate: the slices still waiting for the budget stop.
-        for (const slice of this.liveSlices.values()) this.control(slice, { paused: mode === 'apply' && model.paused, stop: true });
+        for (const slice of this.liveSlices.values()) void this.control(slice, { paused: mode === 'apply' && model.paused, stop: true });
       }
     };
     const start = async (k: number) => {
@@ -167,8 +174,8 @@ export class DeviceBatches {
       });
       this.liveSlices.set(handle.workflowId, handle);
       // A control that came while the child was being started has not reached it yet.
-      if (mode === 'apply' && (model.paused !== paused || model.stopped)) this.control(handle, { paused: model.paused, stop: model.stopped });
-      if (tripped) this.control(handle, { paused, stop: true });
+      if (mode === 'apply' && (model.paused !== paused || model.stopped)) void this.control(handle, { paused: model.paused, stop: model.stopped });
+      if (tripped) void this.control(handle, { paused, stop: true });
       ended[k] = handle.result().then((result) => {
         this.liveSlices.delete(handle.workflowId);
         this.activeSlices.delete(handle.workflowId);

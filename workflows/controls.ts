@@ -4,6 +4,9 @@ import type { ControlName } from '../core/controls';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import * as msg from './messages';
 
+/** New executions answer a control update only once the running slices have the new state. */
+export const CONTROLS_REACH_SLICES = 'controls-reach-slices';
+
 export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown }) => Promise<unknown>;
 
 /**
@@ -12,15 +15,27 @@ export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string |
  * are not allowed now are recorded as refused and change nothing. `onChange` lets the story pass the new
  * state on (to a running slice, to the Web UI).
  */
-export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: () => void, onAuditOverride: (c: { by: string; reason: string }) => void): void {
+export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: () => Promise<void>, onAuditOverride: (c: { by: string; reason: string }) => void): void {
   const now = () => new Date(Date.now()).toISOString();
-  const apply = (name: ControlName, c: ControlRequest) => {
+  /** Carry out a control; `told` resolves once every running slice has the new state (see CONTROLS_REACH_SLICES). */
+  const carryOut = (name: ControlName, c: ControlRequest) => {
     const intent = model.applyControl(name, c);
     if (intent) void audit(intent.event, { by: intent.by, reason: intent.reason, ...(intent.phase ? { phase: intent.phase } : {}), ...(intent.evidence ? { evidence: intent.evidence } : {}) });
     else onAuditOverride({ by: c.by ?? 'unknown', reason: c.reason! });
     model.recordControl(name, c, true, now());
-    onChange();
-    return model.status();
+    const told = onChange();
+    return { status: model.status(), told };
+  };
+  const apply = (name: ControlName, c: ControlRequest) => carryOut(name, c).status;
+  /**
+   * An update (the CLI) answers once the running slices have the new state in their histories, so when
+   * `wavegate pause` returns no slice starts another device; executions from before the patch answered
+   * at once, while the signals to the slices were still on their way.
+   */
+  const applyUpdate = async (name: ControlName, c: ControlRequest) => {
+    const { status, told } = carryOut(name, c);
+    if (wf.patched(CONTROLS_REACH_SLICES)) await told;
+    return status;
   };
   const onSignal = (name: ControlName) => (c: ControlRequest = {}) => {
     const signalled = { ...c, by: c.by ?? 'signal' };
@@ -37,10 +52,10 @@ export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChang
   wf.setHandler(msg.resumeSignal, onSignal('resume'));
   wf.setHandler(msg.abortSignal, onSignal('abort'));
   wf.setHandler(msg.approveSignal, onSignal('approve'));
-  wf.setHandler(msg.pauseUpdate, (c) => apply('pause', c), { validator: validator('pause') });
-  wf.setHandler(msg.resumeUpdate, (c) => apply('resume', c), { validator: validator('resume') });
-  wf.setHandler(msg.abortUpdate, (c) => apply('abort', c), { validator: validator('abort') });
-  wf.setHandler(msg.approveUpdate, (c) => apply('approve', c), { validator: validator('approve') });
+  wf.setHandler(msg.pauseUpdate, (c) => applyUpdate('pause', c), { validator: validator('pause') });
+  wf.setHandler(msg.resumeUpdate, (c) => applyUpdate('resume', c), { validator: validator('resume') });
+  wf.setHandler(msg.abortUpdate, (c) => applyUpdate('abort', c), { validator: validator('abort') });
+  wf.setHandler(msg.approveUpdate, (c) => applyUpdate('approve', c), { validator: validator('approve') });
   wf.setHandler(msg.overrideAuditSignal, onSignal('override-audit'));
   wf.setHandler(msg.overrideAuditUpdate, (c) => apply('override-audit', c), { validator: validator('override-audit') });
 }

@@ -67,8 +67,9 @@ export class RolloutSteps {
     private readonly model: RolloutModel,
   ) {
     const changed = () => {
-      this.batches.forwardControls();
+      const told = this.batches.forwardControls();
       publish(model);
+      return told;
     };
     const holds = wf.patched(AUDIT_FAILURE_HOLDS);
     this.pipelined = holds && wf.patched(AUDIT_PIPELINED);
@@ -113,7 +114,7 @@ export class RolloutSteps {
   }
   /** The model's pause/abort state changed outside a control (a deadline): tell a running slice and the Web UI. */
   controlsChanged(): void {
-    this.batches.forwardControls();
+    void this.batches.forwardControls();
     publish(this.model);
   }
   skipPending(reason: string, exceptPhase?: number): void {
