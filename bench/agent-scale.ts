@@ -63,6 +63,7 @@ interface SimAgent {
 const perSecond = new Map<number, number>();
 let requests = 0;
 let failures = 0;
+const failureKinds = new Map<string, number>();
 function counted<T>(p: Promise<T>): Promise<T> {
   return p.then(
     (v) => {
@@ -73,6 +74,8 @@ function counted<T>(p: Promise<T>): Promise<T> {
     },
     (err: unknown) => {
       failures++;
+      const why = err instanceof Error ? ('code' in err && typeof err.code === 'string' ? err.code : err.message.replace(/\d+/g, 'N').slice(0, 80)) : String(err);
+      failureKinds.set(why, (failureKinds.get(why) ?? 0) + 1);
       throw err;
     },
   );
@@ -101,12 +104,17 @@ async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promis
   }
 }
 
+/** The gateway's own log: one line per request, `<device> <METHOD> <path> <status> <ms>[ <code> <message>]`. */
+let gatewayLog = '';
+
 function startGateway(args: string[]): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'wavegate.js'), 'gateway', ...args], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const onData = (c: Buffer) => {
       out += c.toString();
+      gatewayLog += c.toString();
+      if (gatewayLog.length > 64 * 1024 * 1024) gatewayLog = gatewayLog.slice(-32 * 1024 * 1024);
       const m = /gateway listening on (http:\/\/\S+)/.exec(out);
       if (m) resolve({ child, url: m[1]! });
     };
@@ -186,7 +194,11 @@ async function main(): Promise<void> {
     const during = requests - before;
     console.log(`\nrollout ${result.state}: ${JSON.stringify(result.counts)} in ${seconds(makespan)} (${(DEVICES / (makespan / 1000)).toFixed(1)} devices/s)`);
     const window = [...perSecond.entries()].filter(([s]) => s * 1000 >= started && s * 1000 <= started + makespan).map(([, n]) => n);
-    console.log(`gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all`);
+    console.log(`gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all${failures ? ` (${[...failureKinds].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join('; ')})` : ''}`);
+
+    const refusals = new Map<string, number>();
+    for (const m of gatewayLog.matchAll(/ (5\d\d|4\d\d) \d+ms (.{0,90})/g)) refusals.set(`${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`, (refusals.get(`${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`) ?? 0) + 1);
+    if (refusals.size) console.log(`gateway refusals by kind (its log): ${[...refusals].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join(' | ')}`);
 
     const shapes = await executionTreeShapes(env.client, input.rolloutId);
     console.log(`\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`);
