@@ -197,7 +197,10 @@ async function main(): Promise<void> {
     console.log(`gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all${failures ? ` (${[...failureKinds].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join('; ')})` : ''}`);
 
     const refusals = new Map<string, number>();
-    for (const m of gatewayLog.matchAll(/ (5\d\d|4\d\d) \d+ms (.{0,90})/g)) refusals.set(`${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`, (refusals.get(`${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`) ?? 0) + 1);
+    for (const m of gatewayLog.matchAll(/ (5\d\d|4\d\d) \d+ms (.{0,90})/g)) {
+      const kind = `${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`;
+      refusals.set(kind, (refusals.get(kind) ?? 0) + 1);
+    }
     if (refusals.size) console.log(`gateway refusals by kind (its log): ${[...refusals].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join(' | ')}`);
 
     const shapes = await executionTreeShapes(env.client, input.rolloutId);
