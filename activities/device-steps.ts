@@ -19,7 +19,7 @@ export { StepFailed, TransportError };
  * `dependency-unmet`: the device does not verify a profile the rollout waits for (`after`); nothing else ran.
  * `offline` (only asked for with ApplyInput.reportOffline): the device could not be reached at first contact; nothing ran.
  */
-export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 'offline';
+export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 'offline' | 'ahead';
 
 export interface ApplyResult {
   device: string;
@@ -213,6 +213,8 @@ export interface ApplyOptions {
   connect?: (target: DeviceTarget) => Promise<DeviceSession>;
   /** A first attempt whose connect fails (connect/timeout: nothing ran) returns the `offline` outcome instead of throwing. */
   reportOffline?: boolean;
+  /** A device whose marker is above this revision answers `ahead` and nothing runs (ApplyInput.aheadAbove). */
+  aheadAbove?: number;
 }
 
 /** The lock protocol's own commands are short: they get this long, however long an apply may run. */
@@ -345,6 +347,7 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
       payload: steps.payload,
       streamed: stream && !answers.afterStage,
       ownerlessGraceSeconds: OWNERLESS_GRACE_MS / 1000,
+      ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
       ...answers,
     });
     if (stream && !answers.afterStage) streamed ??= Buffer.concat(steps.payload.map(readSignedPayload));
@@ -361,6 +364,8 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
         return { device, outcome: 'already-applied', steps: ran };
       case 'applied':
         return { device, outcome: 'applied', steps: ran };
+      case 'ahead':
+        return { device, outcome: 'ahead', steps: [], detail: `the device is at revision ${report.marker}, above r${opts.aheadAbove}` };
       case 'floor': {
         // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare.
         const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs);

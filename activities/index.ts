@@ -101,6 +101,11 @@ export interface ApplyInput {
    * first contact (nothing ran on it): an SSH connect that fails before login, an agent whose twin has not synced lately.
    */
   reportOffline?: boolean;
+  /**
+   * A device whose revision marker is above this answers `{ outcome: 'ahead' }` and nothing runs: the
+   * plan's not-for-me "ahead" rule, learned at the apply when the snapshot reads no marker.
+   */
+  aheadAbove?: number;
 }
 
 
@@ -243,6 +248,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           requireEnvelope: !deps.allowUnsigned,
           heartbeat: (detail) => ctx.heartbeat(detail),
           reportOffline: input.reportOffline,
+          ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}),
           // The apply unit on the device: this activity of this run; its retries reattach to it.
           holder,
           holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),

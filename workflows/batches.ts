@@ -31,6 +31,11 @@ export class DeviceBatches {
   private readonly sliceSize: number;
   /** Whether this execution's applies report an unreachable device as offline (OFFLINE_AT_APPLY). */
   readonly offlineAtApply: boolean;
+  /**
+   * The highest marker a device may show and still be applied to (AHEAD_AT_APPLY): set once the snapshot
+   * read no markers, so a device ahead of the rollout is learned by its apply, as the plan did before.
+   */
+  aheadAbove: number | undefined;
   private activeSlice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow> | undefined;
   /** Overlapping slices: every slice child running now, by workflow id. */
   private readonly liveSlices = new Map<string, wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>>();
@@ -86,6 +91,7 @@ export class DeviceBatches {
       phaseName,
       failurePolicy: { maxFailureRatio: spec.maxFailureRatio, minSample: spec.minSample },
       ...(mode === 'apply' && this.offlineAtApply ? { reportOffline: true } : {}),
+      ...(mode === 'apply' && this.aheadAbove !== undefined ? { aheadAbove: this.aheadAbove } : {}),
     };
   }
 

@@ -2,6 +2,7 @@ import * as wf from '@temporalio/workflow';
 import { dependencyBackoffMs, waitingReason, type Dependency } from '../core/dependencies';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
 import { ownValue } from '../core/own-keys';
+import { NOT_FOR_ME } from '../core/rollout/outcome';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
@@ -24,6 +25,8 @@ export interface DeviceRunOptions {
   failurePolicy: { maxFailureRatio: number; minSample: number };
   /** New executions (patch `offline-at-apply`): an unreachable device answers `offline` instead of retrying. */
   reportOffline?: boolean;
+  /** A device whose marker is above this is ahead of the rollout: it answers `ahead`, nothing runs, and it is not-for-me. */
+  aheadAbove?: number;
 }
 
 export interface DeviceRunHooks {
@@ -152,7 +155,7 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     let waiting: { unmet: Dependency[]; detail?: string } | undefined;
     try {
       const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
-        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs, ...(opts.reportOffline ? { reportOffline: true } : {}) },
+        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs, ...(opts.reportOffline ? { reportOffline: true } : {}), ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}) },
       ]);
       if (result.outcome === 'offline' && opts.reportOffline) {
         // Unreachable at first contact: nothing ran on it, so it is not changed; the offline policy says
@@ -164,6 +167,11 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
           tally.failed += 1;
           counted = 'failed';
         }
+      } else if (result.outcome === 'ahead' && opts.aheadAbove !== undefined) {
+        // Ahead of the rollout (its marker above the target): nothing ran, it is not changed and not
+        // counted, as the plan's not-for-me "ahead" rule said when the snapshot read every marker.
+        started.splice(started.lastIndexOf(device.id), 1);
+        hooks.setState(device.id, 'skipped', `${NOT_FOR_ME} ahead: ${result.detail ?? 'the device is above the target'}`);
       } else if (result.outcome === 'dependency-unmet' && opts.steps.after?.length && wf.patched(PROFILE_ORDERING)) {
         // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
         started.splice(started.lastIndexOf(device.id), 1);

@@ -42,6 +42,8 @@ export const AUDIT_DEVICE_RECORDS = 'audit-device-records';
 export const ZERO_GATE_NO_TIMER = 'zero-gate-no-timer';
 /** New executions snapshot the membership only; the canary's few candidates are probed (see `probeCanary`). */
 export const SNAPSHOT_MEMBERSHIP_ONLY = 'snapshot-membership-only';
+/** New executions with a membership-only snapshot send `aheadAbove` with every apply: a device above the target answers `ahead` and is not-for-me. */
+export const AHEAD_AT_APPLY = 'ahead-at-apply';
 /** At most this many rounds of probing the canary's candidates (each probes at least one more device). */
 const MAX_CANARY_PROBE_ROUNDS = 8;
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
@@ -145,6 +147,9 @@ export class RolloutSteps {
     // New executions contact no device here: each one's revision and reachability are learned by its
     // own apply (verify-first answers already-applied; an unreachable one answers offline).
     this.membershipOnly = wf.patched(SNAPSHOT_MEMBERSHIP_ONLY);
+    // With no marker read here, a device ahead of the rollout is learned by its apply (nothing runs there).
+    // A revert comes down from its fromRevision: a device at that revision is a candidate, not ahead.
+    if (this.membershipOnly && wf.patched(AHEAD_AT_APPLY)) this.batches.aheadAbove = this.input.reverts ? Math.max(spec.fromRevision, spec.toRevision) : spec.toRevision;
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
     const source = this.input.membership && wf.patched(MEMBERSHIP_ENTITY) ? { membership: this.input.membership } : { inventoryPath: this.input.inventoryPath };

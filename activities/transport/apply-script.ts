@@ -51,6 +51,12 @@ export interface ApplyScriptInput {
   breakTheirs?: { holder: ApplyHolder; reason: string };
   /** How long a lock may stay without an owner before it counts as a dead claimer's (seconds). */
   ownerlessGraceSeconds: number;
+  /**
+   * A device whose marker is above this revision is ahead of the rollout: the script stops before the
+   * lock with `ahead above` and nothing runs (the plan's "ahead" rule, learned at apply now that the
+   * snapshot reads no marker). Absent: not checked (rollbacks go down on purpose).
+   */
+  aheadAbove?: number;
 }
 
 const STEP = 'WAVEGATE-STEP';
@@ -109,6 +115,13 @@ export function applyScript(input: ApplyScriptInput): string {
     `}`,
     `printf '${STEP} begin ${APPLY_SCRIPT_VERSION} \\n'`,
   ];
+
+  if (input.aheadAbove !== undefined) {
+    lines.push(
+      `wg_m=$(head -n 1 "$wg_P/revision" 2>/dev/null)`,
+      `case "$wg_m" in ''|*[!0-9]*) ;; *) if [ \${#wg_m} -le 15 ] && [ "$wg_m" -gt ${Math.trunc(input.aheadAbove)} ]; then printf '%s' "$wg_m" | wg_say ahead above; wg_end stop; fi ;; esac`,
+    );
+  }
 
   // Floor (core/floor.ts floorRefusal): allowed at or above the floor, or back to its `from` inside the
   // revert window. Anything the shell cannot compare safely goes to the worker (`floor check`).
@@ -251,7 +264,7 @@ export interface ReportStep {
   detail: string;
 }
 
-const NAMES = new Set(['floor', 'lock', 'reattach', 'verify-first', 'stage', 'launch', 'apply', 'verify', 'marker', 'release']);
+const NAMES = new Set(['ahead', 'floor', 'lock', 'reattach', 'verify-first', 'stage', 'launch', 'apply', 'verify', 'marker', 'release']);
 const LINE = /^WAVEGATE-STEP ([a-z-]+) ([a-z0-9-]+) ([0-9a-f]*)$/;
 const ENDS = new Set(['applied', 'already-applied', 'stop']);
 
@@ -260,6 +273,8 @@ export type ApplyReport =
   | { kind: 'applied'; reattached: boolean; staged: boolean; steps: ReportStep[] }
   | { kind: 'already-applied'; steps: ReportStep[] }
   | { kind: 'floor'; verdict: 'refused' | 'check'; text: string }
+  /** The device's marker is above `aheadAbove`: nothing ran. */
+  | { kind: 'ahead'; marker: number }
   | { kind: 'lock-held' | 'lock-theirs'; record: ApplyLockRecord }
   | { kind: 'lock-busy' }
   | { kind: 'stage-needed' }
@@ -338,6 +353,11 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
   if (!last) throw new ReportUnreadable('stopped before any step');
   const failed = (failed: Extract<ApplyReport, { kind: 'failed' }>['failed'], codeOf: number | null, output: string): ApplyReport => ({ kind: 'failed', failed, code: codeOf, output, reattached });
   switch (`${last.name} ${last.status}`) {
+    case 'ahead above': {
+      const marker = Number(last.detail);
+      if (!/^\d{1,15}$/.test(last.detail)) throw new ReportUnreadable(`ahead with a marker that is not a revision: ${JSON.stringify(last.detail.slice(0, 40))}`);
+      return { kind: 'ahead', marker };
+    }
     case 'floor refused':
     case 'floor check':
       return { kind: 'floor', verdict: last.status as 'refused' | 'check', text: last.detail };

@@ -48,6 +48,8 @@ describe('the apply script report parser', () => {
     const held = readApplyReport(report(BEGIN, line('floor', 'ok'), line('lock', 'held', 'rollout=r\nrun=u\nactivity=3\nattempt=1\nlaunched=1\npid=42\nrunning=1\n'), END('stop')), 'apply');
     expect(held).toMatchObject({ kind: 'lock-held', record: { holder: { rollout: 'r', run: 'u', activity: '3', attempt: 1 }, pid: 42, running: true } });
     expect(readApplyReport(report(BEGIN, line('stage', 'needed'), END('stop')), 'apply')).toEqual({ kind: 'stage-needed' });
+    expect(readApplyReport(report(BEGIN, line('ahead', 'above', '12'), END('stop')), 'apply')).toEqual({ kind: 'ahead', marker: 12 });
+    expect(() => readApplyReport(report(BEGIN, line('ahead', 'above', 'x1'), END('stop')), 'apply')).toThrow(/not a revision/);
     expect(readApplyReport(report(BEGIN, line('apply', 'gone', 'pid=7\n'), END('stop')), 'apply')).toMatchObject({ kind: 'apply-gone' });
     // A release is not a reason to stop unless the step before it said no.
     expect(() => readApplyReport(report(BEGIN, line('apply', '0'), line('release', 'released'), END('stop')), 'apply')).toThrow(ReportUnreadable);
@@ -128,6 +130,33 @@ describe('the apply script run by the POSIX sh', () => {
     expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply')).toMatchObject({ kind: 'floor', verdict: 'check' });
     writeFileSync(floor, 'revision=garbage\n');
     expect(readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'y' } }))).stdout, 'apply').kind).toBe('already-applied');
+  });
+
+  it('ahead: a marker above aheadAbove stops before the lock with nothing run; at or below it, or garbage, the unit goes on', () => {
+    const dir = home();
+    const p = join(dir, '.wavegate/profiles/p');
+    mkdirSync(p, { recursive: true });
+    writeFileSync(join(p, 'revision'), '7\n');
+    const res = run(dir, applyScript(input({ aheadAbove: 4 })));
+    expect(readApplyReport(res.stdout, 'apply')).toEqual({ kind: 'ahead', marker: 7 });
+    expect(parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['ahead above']);
+    expect(existsSync(join(p, 'apply.lock'))).toBe(false);
+    expect(existsSync(join(p, 'last-apply'))).toBe(false);
+    expect(existsSync(join(dir, 'runs'))).toBe(false);
+    expect(readFileSync(join(p, 'revision'), 'utf8')).toBe('7\n');
+    // A revert comes down from 7: aheadAbove 7 lets it run.
+    expect(readApplyReport(run(dir, applyScript(input({ aheadAbove: 7 }))).stdout, 'apply').kind).toBe('applied');
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    // A marker that is not a revision is no reason to stop (verify decides, as before).
+    const other = home();
+    mkdirSync(join(other, '.wavegate/profiles/p'), { recursive: true });
+    writeFileSync(join(other, '.wavegate/profiles/p/revision'), 'garbage\n');
+    expect(readApplyReport(run(other, applyScript(input({ aheadAbove: 4 }))).stdout, 'apply').kind).toBe('applied');
+    // Without aheadAbove (a rollback goes down on purpose) nothing is checked.
+    const down = home();
+    mkdirSync(join(down, '.wavegate/profiles/p'), { recursive: true });
+    writeFileSync(join(down, '.wavegate/profiles/p/revision'), '9\n');
+    expect(readApplyReport(run(down, applyScript(input({ step: 'rollback' }))).stdout, 'rollback').kind).toBe('applied');
   });
 
   it('a lock of another run that is not running stops with its record for the worker to ask Temporal; with the answer it is broken and recorded', () => {

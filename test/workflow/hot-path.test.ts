@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -112,5 +112,24 @@ describe('hot path over real SSH', () => {
     // The trail names the offline device with its outcome, as it named one offline at snapshot.
     const applied = readAuditFile(auditDir, input.rolloutId).filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === 'apply');
     expect(applied.flatMap((r) => (r.evidence as { devices: Array<{ id: string }> }).devices).find((d) => d.id === 'edge-03')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at apply/) });
+  }, 300_000);
+
+  it('a device ahead of the rollout (marker above the target) is learned at its apply: not-for-me, nothing run, not counted', async () => {
+    const { fleet, input } = await setup({ gate: '0s', maxFailureRatio: 0, phases: [{ bulk: 'remainder' }] }, demoDevices(4));
+    // The snapshot reads no marker any more: edge-03 is at r3 (a later rollout reached it), above the target r2.
+    mkdirSync(join(fleet.device('edge-03').sandbox, '.wavegate/profiles/demo'), { recursive: true });
+    writeFileSync(join(fleet.device('edge-03').sandbox, '.wavegate/profiles/demo/revision'), '3\n');
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await handle.result();
+    await recordHistory(handle, 'hot-path-ahead-at-apply');
+
+    expect(result.state).toBe('completed');
+    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'skipped', reason: 'not-for-me: ahead: the device is at revision 3, above r2' });
+    expect(marker(fleet, 'edge-03')).toBe('3');
+    // One script ran and stopped before the lock: no lock was taken, no apply launched.
+    expect(fleet.commands('edge-03')).toHaveLength(1);
+    expect(existsSync(join(fleet.device('edge-03').sandbox, '.wavegate/profiles/demo/last-apply'))).toBe(false);
+    expect(result.counts).toMatchObject({ applied: 3, failed: 0 });
+    for (const id of ['edge-01', 'edge-02', 'edge-04']) expect(marker(fleet, id)).toBe('2');
   }, 300_000);
 });
