@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
 import { readFleetBoard, type BoardRow } from '../../activities/fleet';
+import { twinReader } from '../../activities/agent/board';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
 import { prepareRollout } from '../../intake/prepare';
@@ -90,7 +91,8 @@ export function register(program: Command): void {
           revision: last.toRevision,
           verify: input.steps.verify,
           provable: input.provable,
-          probe: { concurrency: opts.concurrency },
+          // Agent devices are read from their twins' reports (activities/agent/board.ts).
+          probe: { concurrency: opts.concurrency, twins: twinReader(client) },
         });
         const behind = behindRows(board.rows);
         const unreachable = board.rows.filter((r) => r.state === 'pending' && !('marker' in r));
