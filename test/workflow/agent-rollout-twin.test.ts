@@ -12,6 +12,7 @@ import { parseInventory } from '../../core/inventory';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { markerOf } from '../support/rollout-helpers';
 import { until } from '../support/until';
+import { recordHistory } from '../support/histories';
 import { appliesIn, markerIn, startTwinAgent } from '../support/twin-agent';
 
 /**
@@ -67,6 +68,7 @@ describe('rollouts over agent devices (twin side)', () => {
     const input = rolloutInputFor(dir, { gate: '1s', phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] }] }, inventoryPath, `rollout:agent-mixed-${n}`);
     const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
     const result = await handle.result();
+    await recordHistory(handle, 'agent-mixed-offline-converge');
     expect(result.state).toBe('completed');
     for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
     for (const id of online) {
@@ -105,7 +107,9 @@ describe('rollouts over agent devices (twin side)', () => {
     for (const id of agentIds) agents.push(startTwinAgent(env.client, worker.taskQueue, id, agentDir(dir, id), { health: (rev) => rev !== 2 }));
     await until('every agent seen', async () => ((await Promise.all(agentIds.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
     const input = rolloutInputFor(dir, { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, inventoryPath, `rollout:agent-canary-${n}`);
-    const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const result = await handle.result();
+    await recordHistory(handle, 'agent-canary-health-fail');
     expect(result.state).toBe('rolled-back');
     const canary = result.devices.find((d) => d.phase === 0)!.id;
     expect(agentIds).toContain(canary);

@@ -6,6 +6,7 @@ import { twinSyncUpdate } from '../../workflows/twin-messages';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
 import { until } from '../support/until';
+import { recordHistory } from '../support/histories';
 
 /**
  * The device twin `device:<id>` on a real dev server with a real worker: desired state by signal,
@@ -64,6 +65,7 @@ describe('device twin workflow', () => {
     expect(asked).toMatchObject({ version: 2, reverify: true });
     await sync(device, { report: report(2), knownVersion: 2, waitMs: 0 });
     expect((await readTwin(env.client, device))!.reverify).toBe(false);
+    await recordHistory(env.client.workflow.getHandle(twinWorkflowId(device)), 'device-twin-desire-sync-reverify');
     expect(await reverifyTwin(env.client, 'no-such-device')).toBe(false);
     expect(await readTwin(env.client, 'no-such-device')).toBeNull();
   });
