@@ -122,6 +122,23 @@ describe('rollouts over agent devices (twin side)', () => {
     }
   }, 300_000);
 
+  it('a cancel (the Web UI\'s Request Cancellation) puts the changed agent device back', async () => {
+    const { dir, inventoryPath, agentIds } = await setup(1, 2);
+    for (const id of agentIds) agents.push(startTwinAgent(env.client, worker.taskQueue, id, agentDir(dir, id)));
+    await until('the agents seen', async () => ((await Promise.all(agentIds.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
+    const input = rolloutInputFor(dir, { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] }, inventoryPath, `rollout:agent-cancel-${n}`);
+    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const canary = await until('the canary applied', async () => {
+      const s = await handle.query<{ devices: Array<{ id: string; phase?: number; state: string }> }>('status');
+      return s.devices.find((d) => d.phase === 0 && d.state === 'applied')?.id;
+    }, 120_000);
+    await handle.cancel();
+    await expect(handle.result()).rejects.toThrow();
+    await until('the canary back on r1', async () => (markerIn(agentDir(dir, canary), 'demo') === 1 ? true : undefined), 60_000);
+    expect(appliesIn(agentDir(dir, canary)).map((l) => l.split(' ')[1])).toEqual(['r2', 'r1']);
+    for (const id of agentIds.filter((x) => x !== canary)) expect(appliesIn(agentDir(dir, id))).toEqual([]);
+  }, 300_000);
+
   it('an agent refusal fails the device as EnvelopeRejected, nothing applied', async () => {
     const { dir, inventoryPath, agentIds } = await setup(1, 1);
     const [id] = agentIds as [string];
