@@ -241,7 +241,7 @@ export function createActivities(deps: ActivityDeps = {}) {
         const holder = { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt };
         // An agent device pulls: the request goes to its twin and its agent runs the same steps (activities/agent/).
         const result = transport === 'agent'
-          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, heartbeat: (detail) => ctx.heartbeat(detail), signal: ctx.cancellationSignal })
+          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}), heartbeat: (detail) => ctx.heartbeat(detail), signal: ctx.cancellationSignal })
           : await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
           trustDir: deps.trustDir,

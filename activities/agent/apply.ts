@@ -21,6 +21,8 @@ export interface TwinApplyOptions {
   fromRevision?: number | null;
   /** Return the 'offline' outcome for a device whose agent is not syncing, instead of waiting for it. */
   reportOffline?: boolean;
+  /** Return the 'ahead' outcome, asking nothing, for a device whose agent last reported a revision above this (ApplyInput.aheadAbove). */
+  aheadAbove?: number;
   heartbeat?: (detail: string) => void;
   signal?: AbortSignal;
   /** How often the twin is read while waiting: from `pollMs` (default 1 s), growing by half each time to `maxPollMs` (default 4 s). */
@@ -66,14 +68,20 @@ export async function applyThroughTwin(target: DeviceTarget, steps: RevisionStep
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
   const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null);
-  if (opts.reportOffline) {
-    // First contact: an agent that is not syncing would take the request whenever it returns, outside
-    // this rollout's budget, so nothing is asked of it; the rollout records it offline.
+  if (opts.reportOffline || opts.aheadAbove !== undefined) {
     const view = await readTwin(opts.client, target.id);
     const alreadyAsked = view && Object.hasOwn(view.desired, steps.profile) && view.desired[steps.profile]!.requestId === request.requestId;
-    if (!alreadyAsked && (!view || isOffline(view, now()))) {
+    // First contact: an agent that is not syncing would take the request whenever it returns, outside
+    // this rollout's budget, so nothing is asked of it; the rollout records it offline.
+    if (opts.reportOffline && !alreadyAsked && (!view || isOffline(view, now()))) {
       const seen = view?.lastSeenAt ? `last seen ${Math.round(ageMs(view.lastSeenAt, now()) / 1000)}s ago` : 'never seen';
       return { device: target.id, outcome: 'offline', steps: [], detail: `agent not syncing (${seen}): nothing asked of it` };
+    }
+    // A device its agent last reported above the rollout's target is left alone (as the SSH path's `ahead`).
+    const reported = view?.report?.profiles;
+    const marker = reported && Object.hasOwn(reported, steps.profile) ? reported[steps.profile]!.revision : null;
+    if (opts.aheadAbove !== undefined && !alreadyAsked && marker !== null && marker > opts.aheadAbove) {
+      return { device: target.id, outcome: 'ahead', steps: [], detail: `the device is at revision ${marker} (its agent's last report), above r${opts.aheadAbove}` };
     }
   }
   beat('desire');

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin, syncTwin } from '../../activities/agent/twin-client';
+import { applyThroughTwin } from '../../activities/agent/apply';
 import { twinSyncUpdate } from '../../workflows/twin-messages';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
@@ -68,6 +69,18 @@ describe('device twin workflow', () => {
     await recordHistory(env.client.workflow.getHandle(twinWorkflowId(device)), 'device-twin-desire-sync-reverify');
     expect(await reverifyTwin(env.client, 'no-such-device')).toBe(false);
     expect(await readTwin(env.client, 'no-such-device')).toBeNull();
+  });
+
+  it('applyThroughTwin at first contact: offline for a never-seen agent, ahead for one reporting above the target; nothing asked of either', async () => {
+    const holder = { rollout: 'rollout:first-contact', run: 'run-1', activity: '3', attempt: 1 };
+    const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
+    const target = (id: string) => ({ id, host: '', port: 0, user: '', pool: 'p', class: 'c', transport: 'agent' as const, ssh: {} });
+    const opts = { client: env.client, taskQueue: worker.taskQueue, holder, rollout: holder.rollout };
+    expect(await applyThroughTwin(target('never-seen'), steps, { ...opts, reportOffline: true })).toMatchObject({ outcome: 'offline', steps: [], detail: 'agent not syncing (never seen): nothing asked of it' });
+    expect(await readTwin(env.client, 'never-seen')).toBeNull();
+    await sync('twin-ahead', { report: report(3), knownVersion: 0, waitMs: 0 });
+    expect(await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 })).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
+    expect((await readTwin(env.client, 'twin-ahead'))!.desired).toEqual({});
   });
 
   it('a sync with no news returns after its waitMs', async () => {
