@@ -1,6 +1,7 @@
 import { statSync } from 'node:fs';
 import { parseAgentKey } from '../core/agent-auth';
 import { WavegateError } from '../core/errors';
+import type { Device } from '../core/inventory';
 import { loadInventory } from '../intake/inventory';
 
 /**
@@ -12,12 +13,15 @@ import { loadInventory } from '../intake/inventory';
 export interface AgentPins {
   /** The device's public key; null: the device has no agentKey; undefined: not in the inventory. */
   keyOf(device: string): Uint8Array | null | undefined;
+  /** The device's inventory record (for its first sync: which profiles it is in scope of), or undefined. */
+  deviceOf(device: string): Device | undefined;
   reload(why: string): void;
   readonly devices: number;
 }
 
 export function inventoryPins(path: string, log: (line: string) => void, now: () => number = Date.now): AgentPins {
   let keys = new Map<string, Uint8Array | null>();
+  let records = new Map<string, Device>();
   let stamp = '';
   let lookedAt = 0;
   const fileStamp = () => {
@@ -27,10 +31,13 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
   const read = () => {
     const seenStamp = fileStamp();
     const next = new Map<string, Uint8Array | null>();
+    const nextRecords = new Map<string, Device>();
     for (const device of loadInventory(path).devices) {
       next.set(device.id, device.transport === 'agent' && device.agentKey ? (parseAgentKey(device.agentKey) ?? null) : null);
+      nextRecords.set(device.id, device);
     }
     keys = next;
+    records = nextRecords;
     stamp = seenStamp;
   };
   try {
@@ -43,6 +50,7 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
   log(`inventory ${path}: ${keys.size} devices, ${withKeys()} with an agentKey`);
 
   const pins: AgentPins = {
+    deviceOf: (device) => records.get(device),
     keyOf(device) {
       const t = now();
       if (t - lookedAt >= 1_000) {

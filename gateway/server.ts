@@ -31,6 +31,8 @@ export interface GatewayOptions {
   maxLongPolls?: number;
   log?: (line: string) => void;
   now?: () => number;
+  /** Run when a device's first sync starts its twin (gateway/enrolled.ts: converge to the latest completed rollouts). */
+  onFirstSync?: (deviceId: string) => Promise<void>;
 }
 
 export const DEFAULT_MAX_LONG_POLLS = 2_000;
@@ -63,12 +65,12 @@ export function gatewayHandler(opts: GatewayOptions): (req: IncomingMessage, res
           if (longPolls >= maxLongPolls) throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls} long-polls, its limit; retry after a few seconds`);
           longPolls++;
           try {
-            return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal));
+            return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal, opts.onFirstSync));
           } finally {
             longPolls--;
           }
         }
-        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal));
+        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal, opts.onFirstSync));
       } finally {
         res.off('close', onClose);
       }

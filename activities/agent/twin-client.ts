@@ -1,6 +1,6 @@
-import { WithStartWorkflowOperation, WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { twinWorkflowId, type DesiredRequest, type TwinSyncInput, type TwinView } from '../../core/twin';
-import { twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery } from '../../workflows/twin-messages';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { twinWorkflowId, type DesiredRequest, type TwinView } from '../../core/twin';
+import { twinDesireSignal, twinReverifySignal, twinViewQuery } from '../../workflows/twin-messages';
 import type { deviceTwinWorkflow } from '../../workflows/device-twin';
 
 /**
@@ -25,14 +25,6 @@ export async function desireOnTwin(client: Client, taskQueue: string, deviceId: 
     ...twinStartOptions(deviceId, taskQueue),
     signal: twinDesireSignal,
     signalArgs: [request],
-  });
-}
-
-/** An agent's sync (what the gateway does per request), starting the twin on the device's first sync. */
-export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput): Promise<TwinView> {
-  return client.workflow.executeUpdateWithStart(twinSyncUpdate, {
-    args: [input],
-    startWorkflowOperation: new WithStartWorkflowOperation<typeof deviceTwinWorkflow>('deviceTwinWorkflow', { ...twinStartOptions(deviceId, taskQueue), workflowIdConflictPolicy: 'USE_EXISTING' }),
   });
 }
 

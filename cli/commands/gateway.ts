@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../intake/profiles-root';
+import { enrolmentHook } from '../../gateway/enrolled';
 import { inventoryPins } from '../../gateway/pins';
 import { DEFAULT_MAX_LONG_POLLS, startGateway } from '../../gateway/server';
 import { connectClient, withTemporalOptions } from '../client';
@@ -76,7 +77,8 @@ export function register(program: Command): void {
       const pins = inventoryPins(flags.inventory, log);
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
-      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, maxLongPolls, log, listen: { ...listen, ...(tls ? { tls } : {}) } });
+      const onFirstSync = enrolmentHook({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, log });
+      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, maxLongPolls, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
       log(`gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`);
       const onHup = () => pins.reload('SIGHUP');

@@ -4,7 +4,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { readTwin } from '../../activities/agent/twin-client';
+import { readTwin, twinStartOptions } from '../../activities/agent/twin-client';
 import { readAuditFile } from '../../activities/audit';
 import type { RolloutStatus } from '../../workflows/messages';
 import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
@@ -50,7 +50,9 @@ describe('rollouts over real agents and a real gateway', () => {
   const MIXED = ['b1', 'b2'];
   const CANARY = ['c1', 'c2', 'c3'];
   const ABORT = ['d1', 'd2'];
-  const ALL = [...A, OFFLINE, ...MIXED, ...CANARY, ...ABORT];
+  /** Enrolled, in the gateway's inventory, but first started after the first rollout completed. */
+  const LATE = 'e1';
+  const ALL = [...A, OFFLINE, ...MIXED, ...CANARY, ...ABORT, LATE];
 
   const agentDevice = (id: string) => ({ id, transport: 'agent', agentKey: pins.get(id)!, pool: `pool-${id[0]}`, class: 'edge', labels: { group: id[0]! } });
   function writeInventory(name: string, devices: object[], pools: Record<string, number> = {}): string {
@@ -107,6 +109,9 @@ describe('rollouts over real agents and a real gateway', () => {
       expect(run.code, run.stderr).toBe(0);
       pins.set(d, run.stdout.trim());
     }
+    // Every device but LATE was enrolled before any rollout: its twin exists before the first one
+    // completes, so only LATE's first sync starts a twin (and converges it to the fleet's revision).
+    for (const d of ALL.filter((x) => x !== LATE)) await env.client.workflow.start('deviceTwinWorkflow', twinStartOptions(d, worker.taskQueue));
     const gatewayInventory = writeInventory('gateway-inventory', ALL.map(agentDevice));
     gateway = await spawnCliUntil(['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', PROFILES, ...temporal()], /gateway listening on (http:\/\/\S+)/);
     gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
@@ -236,4 +241,15 @@ describe('rollouts over real agents and a real gateway', () => {
     // Aborted, not completed: the device it never started keeps no desired state from it.
     expect((await readTwin(env.client, other))?.desired.demo).toBeUndefined();
   }, 600_000);
+
+  it('a device enrolled after the rollouts converges to the latest completed one on its first sync (the gateway starts its twin and looks the rollout up)', async () => {
+    expect(await readTwin(env.client, LATE)).toBeNull();
+    await startAgent(LATE);
+    await until('the late device converged', async () => (marker(LATE) === 2 ? true : undefined), 180_000);
+    expect(motd(LATE)).toContain('revision 2');
+    expect(runs(LATE)).toHaveLength(1);
+    const view = await readTwin(env.client, LATE);
+    expect(view?.desired.demo).toMatchObject({ revision: 2, requestId: expect.stringMatching(/:converge:e1$/) });
+    expect(gateway.output()).toContain(`${LATE}: first sync: converging to the latest completed rollout of demo`);
+  }, 300_000);
 });

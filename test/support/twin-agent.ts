@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } fr
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { AgentReport, DesiredEntry } from '../../core/twin';
-import { syncTwin } from '../../activities/agent/twin-client';
+import { syncTwin } from '../../gateway/twin';
 
 /**
  * A minimal in-process agent for rollout-side tests (NOT `wavegate agent`): it syncs with its twin

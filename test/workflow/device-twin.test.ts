@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
-import { desireOnTwin, readTwin, reverifyTwin, syncTwin } from '../../activities/agent/twin-client';
+import { desireOnTwin, readTwin, reverifyTwin } from '../../activities/agent/twin-client';
+import { syncTwin } from '../../gateway/twin';
 import { applyThroughTwin } from '../../activities/agent/apply';
 import { twinSyncUpdate } from '../../workflows/twin-messages';
 import { startDevServerEnv } from '../../workers/dev-server';

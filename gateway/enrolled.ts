@@ -1,0 +1,44 @@
+import { readdirSync } from 'node:fs';
+import type { Client } from '@temporalio/client';
+import { convergeEnrolledDevice, type ProfileScope } from '../activities/agent/enrolled';
+import { hasProfile, loadProfile } from '../intake/profile';
+import type { AgentPins } from './pins';
+
+/**
+ * What the gateway does when a device's first sync starts its twin: the device converges to the
+ * revision of the latest completed rollout of every profile (under the gateway's profiles root) whose
+ * scope it is in (activities/agent/enrolled.ts). Best effort: a failure is logged and the device simply
+ * waits for the next rollout; the sync itself is answered either way.
+ */
+export function enrolmentHook(opts: { client: Client; taskQueue: string; pins: AgentPins; profilesRoot: string; log: (line: string) => void }): (deviceId: string) => Promise<void> {
+  return async (deviceId) => {
+    const device = opts.pins.deviceOf(deviceId);
+    if (!device) return;
+    try {
+      const asked = await convergeEnrolledDevice(opts.client, opts.taskQueue, device, profilesUnder(opts.profilesRoot));
+      if (asked.length) opts.log(`${deviceId}: first sync: converging to the latest completed rollout of ${asked.join(', ')}`);
+    } catch (err) {
+      opts.log(`${deviceId}: first sync: could not look up the latest completed rollouts (${(err as Error).message.slice(0, 200)}); the device waits for the next rollout`);
+    }
+  };
+}
+
+/** Every profile under the root, with its scope; a profile that does not load is left out. */
+function profilesUnder(root: string): ProfileScope[] {
+  const out: ProfileScope[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(root, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+  } catch {
+    return out;
+  }
+  for (const name of names.sort()) {
+    if (!hasProfile(root, name)) continue;
+    try {
+      out.push({ name, scope: loadProfile(root, name).profile.scope });
+    } catch {
+      /* a broken profile.yaml is the CLI's to report; it is no profile to converge on */
+    }
+  }
+  return out;
+}
