@@ -84,10 +84,18 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
   let previousLines = 0;
   let lastPlain = '';
   let wasPaused = false;
+  // The rollout's result is its final status: waiting on it (a long poll) ends the watch the moment the
+  // workflow closes instead of up to an interval later. A run that closes without one (cancelled,
+  // terminated, failed) is read by the query and describe below, as before.
+  let closed: Promise<{ status: RolloutStatus } | 'closed'> | undefined = handle.result().then(
+    (status: RolloutStatus) => ({ status }),
+    () => 'closed' as const,
+  );
+  let final: RolloutStatus | undefined;
   for (;;) {
     let status: RolloutStatus;
     try {
-      status = await handle.query<RolloutStatus>('status');
+      status = final ?? (await handle.query<RolloutStatus>('status'));
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
       throw err;
@@ -110,6 +118,14 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
     // A workflow closed without reaching a final state (terminated, or failed outside the main path).
     const described = await handle.describe();
     if (described.status.name !== 'RUNNING') return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };
-    await new Promise((r) => setTimeout(r, opts.intervalMs));
+    let tick: ReturnType<typeof setTimeout> | undefined;
+    const interval = new Promise<'tick'>((r) => (tick = setTimeout(() => r('tick'), opts.intervalMs)));
+    const next = await (closed ? Promise.race([interval, closed]) : interval);
+    clearTimeout(tick);
+    if (next === 'closed') closed = undefined; // no status in the result: the query reads the closed run
+    else if (next !== 'tick') {
+      final = next.status;
+      closed = undefined;
+    }
   }
 }

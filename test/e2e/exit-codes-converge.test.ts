@@ -117,7 +117,8 @@ describe('exit codes and converge, as a pipeline sees them', () => {
     expect(board.stdout).toContain(`wavegate converge --profile demo --file <the spec of rollout:demo: r1 → r2> --inventory ${inventory}`);
 
     const before = applyCounts();
-    const converge = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory, '--wait', '--interval', '300']);
+    // A 10-minute poll interval: --wait still returns when the rollout closes (it waits on the result), not an interval later.
+    const converge = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory, '--wait', '--interval', '600000']);
     expect(converge.code, converge.stdout + converge.stderr).toBe(0);
     expect(converge.stdout).toContain('converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: rollout:demo)');
     expect(converge.stdout).toMatch(new RegExp(`behind +${OFFLINE} +verify exited \\d`));
