@@ -25,10 +25,12 @@ export async function main(argv: string[]): Promise<void> {
   const program = new Command('wavegate')
     .description('Phased, gated, audited rollouts of signed profile revisions to device fleets, on Temporal.')
     .showHelpAfterError()
-    // Lets a command with options of its own have subcommands with the same options (`agent --state-dir`, `agent enroll --state-dir`).
-    .enablePositionalOptions()
     .exitOverride();
   for (const group of GROUPS) group.register(program);
+  // Positional options on the program, set after the commands exist so they do not inherit it: `agent`
+  // (which sets its own) can then give `agent enroll --state-dir` to its subcommand, while `worker
+  // set-current <id> --deployment-name d` still takes the worker command's options after its subcommand.
+  program.enablePositionalOptions();
   try {
     await program.parseAsync(argv);
   } catch (err) {

@@ -63,10 +63,12 @@ describe('transport seam', () => {
         if (Array.isArray(value?.devices)) snapshots.push(...(value.devices as DeviceSnapshot[]).filter((d) => d && typeof d === 'object' && 'ssh' in d));
       }
     }
-    // Histories recorded before the field existed carry none; those recorded since carry 'ssh'. Both are ssh.
+    // Histories recorded before the field existed carry none; those recorded since carry the inventory's:
+    // 'ssh', or 'agent' for pull devices (reached through their twin, never an SSH session). None and 'ssh' are ssh.
     expect(snapshots.filter((d) => !('transport' in d)).length).toBeGreaterThan(0);
     for (const snapshot of snapshots) {
-      if ('transport' in snapshot) expect(snapshot.transport).toBe('ssh');
+      if ('transport' in snapshot) expect(['ssh', 'agent']).toContain(snapshot.transport);
+      if (snapshot.transport === 'agent') continue;
       expect(transportFor(snapshot).name).toBe('ssh');
     }
   });
