@@ -3,11 +3,13 @@ import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
-import { sliceActiveSignal, sliceControlSignal, sliceSuccessorSignal } from './messages';
+import { sliceActiveSignal, sliceControlAckSignal, sliceControlSignal, sliceSuccessorSignal } from './messages';
 import { refreshDetails } from './progress';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
 export const DEFAULT_SLICE = 200;
+/** How long a control update waits for the live slices to answer it (SLICE_CONTROL_ACK). */
+const CONTROL_ACK_TIMEOUT = '30 seconds';
 
 /**
  * New executions run a phase's slices overlapping under one shared budget (workflows/slice-link.ts):
@@ -43,6 +45,11 @@ export class DeviceBatches {
   private readonly activeSlices = new Set<string>();
   /** Best-effort devices still running: never awaited by a gate, awaited before compensation and the end. */
   private readonly background: Promise<void>[] = [];
+  /** SLICE_CONTROL_ACK: the number of the last control sent, and the highest each slice answered. */
+  private controlSeq = 0;
+  private readonly acked = new Map<string, number>();
+  /** Slice children being started right now (a control must wait for them too). */
+  private starting = 0;
 
   constructor(
     private readonly input: RolloutInput,
@@ -50,6 +57,9 @@ export class DeviceBatches {
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
     this.offlineAtApply = input.spec.offline !== 'wait' && wf.patched(OFFLINE_AT_APPLY);
+    wf.setHandler(sliceControlAckSignal, ({ workflowId, ack }) => {
+      if (ack > (this.acked.get(workflowId) ?? 0)) this.acked.set(workflowId, ack);
+    });
     wf.setHandler(sliceActiveSignal, ({ workflowId }) => {
       if (this.liveSlices.has(workflowId)) this.activeSlices.add(workflowId);
     });
@@ -61,17 +71,33 @@ export class DeviceBatches {
    * told): a pause or abort update that awaits it returns only when no slice can start a device on the
    * old state any more (CONTROLS_REACH_SLICES).
    */
-  forwardControls(): Promise<void> {
+  forwardControls(ack = false): Promise<void> {
+    if (this.model.phaseName === 'rollback') return Promise.resolve();
+    const c = { paused: this.model.paused, stop: this.model.stopped };
+    if (ack) return this.forwardAcked(c);
     const sent: Promise<void>[] = [];
-    if (this.activeSlice && this.model.phaseName !== 'rollback') {
-      sent.push(this.activeSlice.signal(sliceControlSignal, { paused: this.model.paused, stop: this.model.stopped }).catch(() => {}));
-    }
-    if (this.model.phaseName !== 'rollback') for (const slice of this.liveSlices.values()) sent.push(this.control(slice, { paused: this.model.paused, stop: this.model.stopped }));
+    if (this.activeSlice) sent.push(this.activeSlice.signal(sliceControlSignal, c).catch(() => {}));
+    for (const slice of this.liveSlices.values()) sent.push(this.control(slice, c));
     return Promise.all(sent).then(() => undefined);
   }
 
-  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean }): Promise<void> {
-    return slice.signal(sliceControlSignal, c).catch(() => {});
+  /**
+   * SLICE_CONTROL_ACK: the control goes out numbered, and this resolves once every live slice has
+   * answered that number (a slice that is gone, or was started with the new state, counts as having
+   * answered; at most CONTROL_ACK_TIMEOUT, so a starved slice cannot hold the operator's command).
+   */
+  private async forwardAcked(c: { paused: boolean; stop: boolean }): Promise<void> {
+    const seq = ++this.controlSeq;
+    for (const slice of [...this.liveSlices.values(), ...(this.activeSlice ? [this.activeSlice] : [])]) void this.control(slice, { ...c, ack: seq });
+    const live = () => [...this.liveSlices.keys(), ...(this.activeSlice ? [this.activeSlice.workflowId] : [])];
+    await wf.condition(() => this.starting === 0 && live().every((id) => (this.acked.get(id) ?? 0) >= seq), CONTROL_ACK_TIMEOUT);
+  }
+
+  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean; ack?: number }): Promise<void> {
+    // A slice that cannot be signalled has closed: nothing of it can start, so it has answered.
+    return slice.signal(sliceControlSignal, c).catch(() => {
+      if (c.ack !== undefined) this.acked.set(slice.workflowId, Math.max(this.acked.get(slice.workflowId) ?? 0, c.ack));
+    });
   }
 
   settled(): Promise<unknown> {
@@ -98,7 +124,9 @@ export class DeviceBatches {
   private hooks(mode: 'apply' | 'rollback') {
     const setState = (id: string, state: DeviceState, reason?: string) => {
       this.model.setDevice(id, state, reason);
-      refreshDetails(this.model);
+      // A device that starts waiting for a dependency (or gives the wait up) then sits still for 15 s or
+      // more: shown at once, not at the next change the throttle lets through.
+      refreshDetails(this.model, state === 'waiting' || state === 'pending');
     };
     // Compensation is never held by a pause: it is what an operator's abort or a failed gate asked for.
     return mode === 'apply'
@@ -173,14 +201,23 @@ export class DeviceBatches {
     const start = async (k: number) => {
       const slice = batch.slice(k * this.sliceSize, (k + 1) * this.sliceSize);
       const paused = mode === 'apply' && model.paused;
-      const handle = await wf.startChild(rolloutSliceWorkflow, {
-        workflowId: idOf(k),
-        args: [{ devices: slice, options: opts, tallyBefore: { succeeded: 0, failed: 0 }, paused, link: { index: k, holding: k === 0, last: k === count - 1 } }],
-        staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${slice.length} devices), overlapping`,
-      });
+      const seqAtStart = this.controlSeq;
+      this.starting++;
+      let handle: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>;
+      try {
+        handle = await wf.startChild(rolloutSliceWorkflow, {
+          workflowId: idOf(k),
+          args: [{ devices: slice, options: opts, tallyBefore: { succeeded: 0, failed: 0 }, paused, link: { index: k, holding: k === 0, last: k === count - 1 } }],
+          staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${slice.length} devices), overlapping`,
+        });
+      } finally {
+        this.starting--;
+      }
       this.liveSlices.set(handle.workflowId, handle);
-      // A control that came while the child was being started has not reached it yet.
-      if (mode === 'apply' && (model.paused !== paused || model.stopped)) void this.control(handle, { paused: model.paused, stop: model.stopped });
+      // A control that came while the child was being started has not reached it yet (numbered: the
+      // update waiting for it counts this slice too). Otherwise its input already has the state.
+      if (mode === 'apply' && (model.paused !== paused || model.stopped)) void this.control(handle, { paused: model.paused, stop: model.stopped, ...(this.controlSeq > seqAtStart ? { ack: this.controlSeq } : {}) });
+      else this.acked.set(handle.workflowId, this.controlSeq);
       if (tripped) void this.control(handle, { paused, stop: true });
       ended[k] = handle.result().then((result) => {
         this.liveSlices.delete(handle.workflowId);

@@ -3,6 +3,7 @@ import type { AuditEventName } from '../core/audit';
 import type { ControlName } from '../core/controls';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import * as msg from './messages';
+import { SLICE_CONTROL_ACK } from './slice';
 
 /** New executions answer a control update only once the running slices have the new state. */
 export const CONTROLS_REACH_SLICES = 'controls-reach-slices';
@@ -15,15 +16,15 @@ export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string |
  * are not allowed now are recorded as refused and change nothing. `onChange` lets the story pass the new
  * state on (to a running slice, to the Web UI).
  */
-export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: () => Promise<void>, onAuditOverride: (c: { by: string; reason: string }) => void): void {
+export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: (ack: boolean) => Promise<void>, onAuditOverride: (c: { by: string; reason: string }) => void): void {
   const now = () => new Date(Date.now()).toISOString();
   /** Carry out a control; `told` resolves once every running slice has the new state (see CONTROLS_REACH_SLICES). */
-  const carryOut = (name: ControlName, c: ControlRequest) => {
+  const carryOut = (name: ControlName, c: ControlRequest, ack = false) => {
     const intent = model.applyControl(name, c);
     if (intent) void audit(intent.event, { by: intent.by, reason: intent.reason, ...(intent.phase ? { phase: intent.phase } : {}), ...(intent.evidence ? { evidence: intent.evidence } : {}) });
     else onAuditOverride({ by: c.by ?? 'unknown', reason: c.reason! });
     model.recordControl(name, c, true, now());
-    const told = onChange();
+    const told = onChange(ack);
     return { status: model.status(), told };
   };
   const apply = (name: ControlName, c: ControlRequest) => carryOut(name, c).status;
@@ -33,8 +34,11 @@ export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChang
    * at once, while the signals to the slices were still on their way.
    */
   const applyUpdate = async (name: ControlName, c: ControlRequest) => {
-    const { status, told } = carryOut(name, c);
-    if (wf.patched(CONTROLS_REACH_SLICES)) await told;
+    // New executions wait for each live slice to answer (it holds the new state from its next task on);
+    // executions of CONTROLS_REACH_SLICES waited only for the signals to land in the slices' histories.
+    const ack = wf.patched(SLICE_CONTROL_ACK);
+    const { status, told } = carryOut(name, c, ack);
+    if (ack || wf.patched(CONTROLS_REACH_SLICES)) await told;
     return status;
   };
   const onSignal = (name: ControlName) => (c: ControlRequest = {}) => {

@@ -23,7 +23,9 @@ export const approveUpdate = defineUpdate<RolloutStatus, [ApproveControl]>('appr
 export const overrideAuditUpdate = defineUpdate<RolloutStatus, [AuditOverrideControl]>('overrideAudit');
 
 /** Parent → slice child: carry the operator's pause/resume/abort to the devices a child runs. */
-export const sliceControlSignal = defineSignal<[{ paused: boolean; stop: boolean }]>('sliceControl');
+export const sliceControlSignal = defineSignal<[{ paused: boolean; stop: boolean; ack?: number }]>('sliceControl');
+/** Slice → parent: it holds the control numbered `ack` (a control update waits for every live slice's). */
+export const sliceControlAckSignal = defineSignal<[{ workflowId: string; ack: number }]>('sliceControlAck');
 
 // Overlapping slices of one phase (workflows/slice-link.ts): the chain that shares the pools' budgets.
 /** Parent → slice: the slice that follows it in the phase (null: none will), to hand the budget to. */

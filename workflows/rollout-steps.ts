@@ -32,6 +32,8 @@ export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
  * a failed one holds new device starts at the next decision (the trail's hold, AUDIT_FAILURE_HOLDS).
  */
 export const AUDIT_PIPELINED = 'audit-pipelined';
+/** New pipelined executions wait, before a phase's devices start, until every earlier record is written (a failed one holds there). */
+export const AUDIT_PHASE_BARRIER = 'audit-phase-barrier';
 /** New executions raise each changed device's floor when the rollout completes (no downgrade after). */
 export const DEVICE_FLOOR = 'device-floor';
 /** A revert (`input.reverts`) names the rollout it undoes in its audit, and its floor ends at its target. */
@@ -68,8 +70,8 @@ export class RolloutSteps {
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
   ) {
-    const changed = () => {
-      const told = this.batches.forwardControls();
+    const changed = (ack = false) => {
+      const told = this.batches.forwardControls(ack);
       publish(model);
       return told;
     };
@@ -259,6 +261,10 @@ export class RolloutSteps {
   /** One phase's apply, the same for a rollout and a canary run. */
   async applyPhase(phase: PlannedPhase, canary: boolean): Promise<BatchResult & { offlineFailed: number }> {
     const { model } = this;
+    // Pipelined records are not waited for one by one, but every record of the phases before this one is
+    // written before its devices start: a record that failed holds the rollout here, however slow the
+    // sink was to say so (AUDIT_PHASE_BARRIER).
+    if (this.pipelined && wf.patched(AUDIT_PHASE_BARRIER)) await this.trail.drained();
     model.enterPhase(phase.index);
     publish(model);
     await this.audit('phase.started', { evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) } });

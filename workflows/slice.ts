@@ -2,8 +2,11 @@ import * as wf from '@temporalio/workflow';
 import type { FailureTally } from '../core/failure-gate';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type DeviceRunOptions } from './device-runner';
-import { sliceControlSignal } from './messages';
+import { sliceControlAckSignal, sliceControlSignal } from './messages';
 import { SliceLink, type SliceLinkInput } from './slice-link';
+
+/** A slice answers a numbered control (`ack`) with `sliceControlAck` to its parent. */
+export const SLICE_CONTROL_ACK = 'slice-control-ack';
 
 export interface SliceInput {
   devices: DeviceSnapshot[];
@@ -33,6 +36,12 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   wf.setHandler(sliceControlSignal, (c) => {
     paused = c.paused;
     stopped = c.stop;
+    // The parent's control update answers once every live slice says it holds the new state: from this
+    // workflow task on, no device of this slice starts on the old one (SLICE_CONTROL_ACK).
+    const parent = wf.workflowInfo().parent;
+    if (c.ack !== undefined && parent && wf.patched(SLICE_CONTROL_ACK)) {
+      void wf.getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(sliceControlAckSignal, { workflowId: wf.workflowInfo().workflowId, ack: c.ack }).catch(() => {});
+    }
   });
   const states = new Map<string, [DeviceState, string | undefined]>();
   for (const d of input.devices) states.set(d.id, ['pending', undefined]);

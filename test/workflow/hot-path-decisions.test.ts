@@ -96,6 +96,7 @@ describe('hot path decisions with mocked activities', () => {
     expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(during);
     s.auditRepaired = true;
     const result = await h.result();
+    await recordHistory(h, 'hot-path-audit-phase-barrier');
     expect(result.state).toBe('completed');
     expect(s.audit.map((r) => r.seq)).toEqual(s.audit.map((_, i) => i + 1));
     expect(s.audit.map((r) => r.event).filter((e) => !e.startsWith('devices.'))).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'floor.confirmed', 'rollout.completed']);

@@ -35,8 +35,9 @@ async function appliesScheduled(client: Client, workflowId: string): Promise<{ s
 
 /**
  * "No new device start after `pause` returns" with slice children: the pause update answers only once
- * every running slice holds the paused state in its history (patch controls-reach-slices), so no apply
- * is scheduled anywhere in the execution tree after the CLI's pause came back.
+ * every live slice has answered that it holds the paused state (patch slice-control-ack: a slice's
+ * workflow task in flight when the signal landed may still schedule; its answer comes after that task),
+ * so no apply is scheduled anywhere in the execution tree after the CLI's pause came back.
  */
 describe('pause over overlapping slices', () => {
   let env: TestWorkflowEnvironment;
@@ -94,6 +95,14 @@ describe('pause over overlapping slices', () => {
     const result = await handle.result();
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(DEVICES);
-    await recordHistory(handle, 'pause-reaches-slices');
+    // The path of SLICE_CONTROL_ACK (pause-reaches-slices.json holds the earlier CONTROLS_REACH_SLICES one).
+    await recordHistory(handle, 'pause-acked-by-slices');
+    for (const id of parent.children) {
+      const events = (await env.client.workflow.getHandle(id).fetchHistory()).events ?? [];
+      if (events.some((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'sliceControlAck')) {
+        await recordHistory(env.client.workflow.getHandle(id), 'pause-acked-slice-child');
+        break;
+      }
+    }
   });
 });
