@@ -6,6 +6,7 @@ import { parse, stringify } from 'yaml';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
+import { readAuditFile } from '../../activities/audit';
 import { readTwin } from '../../activities/agent/twin-client';
 import { convergeEnrolledDevice, latestCompletedRollout } from '../../activities/agent/enrolled';
 import { parseInventory } from '../../core/inventory';
@@ -150,5 +151,9 @@ describe('rollouts over agent devices (twin side)', () => {
     expect(row.state).toBe('failed');
     expect(row.reason).toMatch(/EnvelopeRejected \(UNPINNED_KEY\)/);
     expect(appliesIn(agentDir(dir, id))).toEqual([]);
+    // The refusal is in the audit trail too: the phase's per-device record names it.
+    const records = readAuditFile(join(scratch.dir, 'audit'), input.rolloutId).filter((r) => r.event === 'devices.outcome');
+    const audited = records.flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices).find((d) => d.id === id);
+    expect(audited).toMatchObject({ state: 'failed', reason: expect.stringMatching(/EnvelopeRejected \(UNPINNED_KEY\)/) });
   }, 300_000);
 });
