@@ -15,11 +15,12 @@
  * fleet started with `detach` outlives the process that started it (the benchmark's `--keep`).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
+import { sshFingerprint } from '../activities/transport/ssh';
+import { freePort } from '../workers/dev-server';
 
 export const SSHD_PATH = '/usr/sbin/sshd';
 
@@ -73,24 +74,9 @@ function run(cmd: string, args: string[]): string {
   return res.stdout;
 }
 
-function keygen(path: string, comment: string): void {
+/** An ed25519 key pair at `path` (and `path.pub`), unless one is there already. */
+export function keygen(path: string, comment: string): void {
   if (!existsSync(path)) run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', path]);
-}
-
-/** `SHA256:<base64, no padding>` of a public key blob, as ssh-keygen -l prints it. */
-function fingerprint(blob: Buffer): string {
-  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const srv = net.createServer();
-    srv.once('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => done(port));
-    });
-  });
 }
 
 function accepts(port: number): Promise<boolean> {
@@ -222,7 +208,7 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
       port,
       user,
       home,
-      hostKeyFingerprint: fingerprint(Buffer.from(blob, 'base64')),
+      hostKeyFingerprint: sshFingerprint(Buffer.from(blob, 'base64')),
       hostPublicKey: `${type} ${blob}`,
       hostKeyPubPath: `${hostKey}.pub`,
       pid: started.child.pid!,

@@ -10,15 +10,15 @@
  * absolute `$HOME` paths. A per-device `bin/` first on PATH provides the demo profile's health
  * helpers (`sim-runtime-health`, `sim-error-rate`) so the demo profile's gates run unchanged.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../../activities/transport/ssh';
 import { freePort } from '../../workers/dev-server';
+import { keygen, SSHD_PATH } from '../../sim/openssh';
 
-export const SSHD_PATH = '/usr/sbin/sshd';
+export { SSHD_PATH };
 
 export interface SshdDevice {
   id: string;
@@ -45,18 +45,6 @@ export interface SshdFleet {
   /** Stops every sshd (listener process groups); idempotent. */
   stop(): Promise<void>;
 }
-
-function run(cmd: string, args: string[]): string {
-  const res = spawnSync(cmd, args, { encoding: 'utf8' });
-  if (res.error) throw new Error(`sshd support: cannot run ${cmd}: ${res.error.message}`);
-  if (res.status !== 0) throw new Error(`sshd support: ${cmd} ${args.join(' ')} exited ${res.status}: ${res.stderr.trim()}`);
-  return res.stdout;
-}
-
-function keygen(path: string, comment: string): void {
-  if (!existsSync(path)) run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', path]);
-}
-
 
 const HEALTH_HELPERS: Record<string, string> = {
   'sim-runtime-health': '#!/bin/sh\n# every runtime of a real sshd device is healthy\nfor name in "$@"; do echo "$name healthy"; done\n',
