@@ -11,6 +11,7 @@ import type { Dependency } from '../core/dependencies';
 import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
 import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
+import { verifySignatureMemoized } from './signature-memo';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
@@ -128,7 +129,7 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
   }
   if (!opts.trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${steps.profile}" (no trust.yaml) to verify r${steps.revision} against`);
   const open = (envelope: Envelope, what: string): Revision => {
-    const verdict = verifyEnvelope(envelope, opts.trust!, { now: opts.now });
+    const verdict = verifyEnvelope(envelope, opts.trust!, { now: opts.now, verifySignature: verifySignatureMemoized });
     if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, `${what}: ${verdict.message}`);
     if (verdict.revision.profile !== steps.profile) {
       throw new EnvelopeRejected('WRONG_PROFILE', `${what} is a revision of "${verdict.revision.profile}", not of "${steps.profile}"`);

@@ -18,6 +18,7 @@ import {
 } from '../core/health';
 import { namedHealthChecks, type Profile, type RevisionHealth } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
+import { verifySignatureMemoized } from './signature-memo';
 import { verifyEnvelope, type Envelope } from '../core/signing';
 import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust } from './device-steps';
 import { connectDevice, TransportError, type DeviceSession } from './transport';
@@ -363,7 +364,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       if (typeof input.profile !== 'string') throw new EnvelopeRejected('MALFORMED', 'the input names no profile to load pins for');
       const trust = loadWorkerTrust(trustDir, input.profile);
       if (!trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${input.profile}" (no trust.yaml) to verify the envelope against`);
-      const verdict = verifyEnvelope(input.envelope, trust, { now: now() });
+      const verdict = verifyEnvelope(input.envelope, trust, { now: now(), verifySignature: verifySignatureMemoized });
       if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, verdict.message);
       if (verdict.revision.profile !== input.profile) throw new EnvelopeRejected('WRONG_PROFILE', `the envelope is a revision of "${verdict.revision.profile}", not of "${input.profile}"`);
       if (input.revision !== undefined && verdict.revision.revision !== input.revision) throw new EnvelopeRejected('WRONG_REVISION', `the envelope holds r${verdict.revision.revision}, the input says r${input.revision}`);

@@ -13,7 +13,7 @@
  * Each is checked afterwards by reading every device's file and marker from disk.
  *
  *   npx tsx bench/sshd-compare.ts --devices 100 [--runs 3] [--in-flight 50] [--wavegate-root DIR]
- *       [--only wavegate,ansible,ssh] [--base-port 20000] [--dir DIR] [--split-workers] [--keep]
+ *       [--only wavegate,ansible,ssh] [--base-port 20000] [--dir DIR] [--split-workers] [--keep] [--cpu-prof DIR]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -37,6 +37,7 @@ const { values: flags } = parseArgs({
     dir: { type: 'string' },
     'split-workers': { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
+    'cpu-prof': { type: 'string' },
   },
 });
 const positive = (name: string, value: string | undefined, max: number): number => {
@@ -231,7 +232,9 @@ class Wavegate {
     const workerArgs = ['worker', '--profiles', this.profilesDir, '--audit-dir', join(this.dir, 'audit')];
     const layouts = flags['split-workers'] ? [['--workflows-only'], ['--activities-only']] : [[]];
     for (const layout of layouts) {
-      this.workers.push(await spawnUntil(process.execPath, [join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...workerArgs, ...layout], /worker \S+ polling/, { cwd: this.dir, env: this.cliEnv() }));
+      // --cpu-prof DIR: the worker writes a V8 CPU profile there when it stops (open it in Chrome's DevTools).
+      const prof = flags['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', resolve(flags['cpu-prof'])] : [];
+      this.workers.push(await spawnUntil(process.execPath, [...prof, join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...workerArgs, ...layout], /worker \S+ polling/, { cwd: this.dir, env: this.cliEnv() }));
     }
   }
 
@@ -247,6 +250,8 @@ class Wavegate {
     let workflowMs: number | undefined;
     try {
       const history = await this.client!.workflow.getHandle(`rollout:${PROFILE}`).fetchHistory();
+      // Kept for reading where the time went (`npx tsx bench/history-timeline.ts <file>`).
+      writeFileSync(join(this.dir, `history-run${run}.json`), JSON.stringify(history));
       const times = (history.events ?? []).map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
       workflowMs = times[times.length - 1]! - times[0]!;
     } catch (err) {

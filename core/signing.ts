@@ -239,6 +239,21 @@ export interface VerifyOptions {
   now: number;
   /** The highest registered revision number: the envelope must be above it. */
   current?: number;
+  /**
+   * The Ed25519 check itself (default: @noble's, strict RFC 8032). A worker passes a memoized one
+   * (activities/signature-memo.ts): every device of a rollout verifies the same envelope, and a
+   * signature's validity over a body under a key is a pure function of the three.
+   */
+  verifySignature?: (sig: Uint8Array, body: Uint8Array, publicKey: Uint8Array) => boolean;
+}
+
+/** Strict Ed25519 verification (RFC 8032, no ZIP-215 leniency); false, never a throw, for bad input. */
+export function ed25519Verify(sig: Uint8Array, body: Uint8Array, publicKey: Uint8Array): boolean {
+  try {
+    return sig.length === 64 && ed25519.verify(sig, body, publicKey, { zip215: false });
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -277,12 +292,7 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
       continue;
     }
     const sig = fromBase64(entry.sig);
-    let valid = false;
-    try {
-      valid = !!sig && sig.length === 64 && ed25519.verify(sig, body, key, { zip215: false });
-    } catch {
-      valid = false;
-    }
+    const valid = !!sig && (opts.verifySignature ?? ed25519Verify)(sig, body, key);
     if (!valid) return fail('BAD_SIGNATURE', `signature by ${entry.kid} does not verify over the body (tampered body or signature)`, { kid: entry.kid });
     if (!signers.includes(entry.kid)) signers.push(entry.kid);
   }

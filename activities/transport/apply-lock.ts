@@ -35,10 +35,14 @@ export function holderLines(holder: ApplyHolder, atMs: number): string[] {
   return [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, `attempt=${holder.attempt}`, `attemptAt=${new Date(atMs).toISOString()}`];
 }
 
+/** The owner-file lines that name this unit (and, with `attempt`, this very attempt). */
+export function ownedLines(holder: ApplyHolder, withAttempt = true): string[] {
+  return [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, ...(withAttempt ? [`attempt=${holder.attempt}`] : [])];
+}
+
 /** `grep` tests that the lock's owner file names this unit (and, with `attempt`, this very attempt). */
 export function ownedBy(holder: ApplyHolder, withAttempt: boolean): string {
-  const lines = [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, ...(withAttempt ? [`attempt=${holder.attempt}`] : [])];
-  return lines.map((l) => `grep -qxF ${shQuote(l)} "$L/owner" 2>/dev/null`).join(' && ');
+  return ownedLines(holder, withAttempt).map((l) => `grep -qxF ${shQuote(l)} "$L/owner" 2>/dev/null`).join(' && ');
 }
 
 /**

@@ -1,4 +1,4 @@
-import { parseRecord, shQuote, deviceValue, ownedBy, holderLines } from './apply-lock';
+import { parseRecord, shQuote, deviceValue, ownedBy, ownedLines, holderLines } from './apply-lock';
 import type { ApplyHolder, ApplyLockRecord } from './types';
 
 /**
@@ -61,6 +61,11 @@ export interface ApplyScriptInput {
 
 const STEP = 'WAVEGATE-STEP';
 
+/** A report detail the worker knows when it writes the script, as the hex the report carries. */
+const hex = (text: string): string => Buffer.from(text, 'utf8').toString('hex');
+/** wg_release's two arguments for a reason the worker knows: the text, and its hex for the report. */
+const reason = (text: string): string => `${shQuote(text)} ${hex(text)}`;
+
 /** The script. Values reach the shell only through shQuote / deviceValue; the profile name is checked by the caller. */
 export function applyScript(input: ApplyScriptInput): string {
   const { holder, revision, step } = input;
@@ -76,21 +81,39 @@ export function applyScript(input: ApplyScriptInput): string {
     // Detail as hex bytes (od is POSIX; base64 is not): one line whatever the output holds.
     `wg_hex() { od -An -v -tx1 | tr -d ' \\n'; }`,
     `wg_say() { printf '${STEP} %s %s ' "$1" "$2"; wg_hex; echo; }`,
+    // A step whose detail is none, or already hex (the worker encoded what it knows): printf alone.
+    `wg_note() { printf '${STEP} %s %s %s\\n' "$1" "$2" "$3"; }`,
     `wg_end() { printf '${STEP} end %s \\n' "$1"; exit 0; }`,
+    `wg_nl='`,
+    `'`,
     // The revision's verify, verbatim, in a subshell: run by the login shell as a command of its own would be.
     `wg_verify() (`,
     input.verify,
     `)`,
-    `wg_run_verify() { wg_out=$(wg_verify 2>&1 < /dev/null); wg_code=$?; printf '%s' "$wg_out" | tail -c 400 | wg_say "$1" "$wg_code"; }`,
+    // Verify after the apply reports its output's last 400 bytes (they explain a failure); verify first
+    // only its exit code: failing is what it does on every device that needs the change, and its
+    // output then (a missing file, a mismatch) is noise the worker never reads.
+    `wg_run_verify() { wg_out=$(wg_verify 2>&1 < /dev/null); wg_code=$?; if [ -z "$wg_out" ]; then wg_note "$1" "$wg_code"; elif [ \${#wg_out} -le 400 ]; then printf '%s' "$wg_out" | wg_say "$1" "$wg_code"; else printf '%s' "$wg_out" | tail -c 400 | wg_say "$1" "$wg_code"; fi; }`,
+    `wg_verify_first() { wg_verify > /dev/null 2>&1 < /dev/null; wg_code=$?; wg_note verify-first "$wg_code"; }`,
     // The lock's state, read once per look: running is checked before the exit code (the wrapper writes
     // the exit code before it exits, so "not running and no exit code" really means it died).
-    `wg_inspect() {`,
-    `  wg_owner=$(cat "$wg_L/owner" 2>/dev/null)`,
+    // Builtins only (read, kill -0, test): this runs in every device's apply, and on a busy host each
+    // process the script starts costs about a millisecond. A pid or exit code file holds one line.
+    `wg_look() {`,
     `  if [ -e "$wg_L/launched" ]; then wg_launched=1; else wg_launched=0; fi`,
-    `  wg_p=$(cat "$wg_L/pid" 2>/dev/null); wg_a=$(cat "$wg_L/apply.pid" 2>/dev/null)`,
+    `  wg_p=; wg_a=; IFS= read -r wg_p 2>/dev/null < "$wg_L/pid"; IFS= read -r wg_a 2>/dev/null < "$wg_L/apply.pid"`,
     `  case "$wg_p" in ''|*[!0-9]*) wg_p= ;; esac; case "$wg_a" in ''|*[!0-9]*) wg_a= ;; esac`,
     `  if { [ -n "$wg_p" ] && kill -0 "$wg_p" 2>/dev/null; } || { [ -n "$wg_a" ] && kill -0 "$wg_a" 2>/dev/null; }; then wg_running=1; else wg_running=0; fi`,
-    `  if [ -f "$wg_L/exitcode" ]; then wg_done=1; wg_exit=$(cat "$wg_L/exitcode" 2>/dev/null); else wg_done=0; wg_exit=; fi`,
+    `  if [ -f "$wg_L/exitcode" ]; then wg_done=1; wg_exit=; IFS= read -r wg_exit 2>/dev/null < "$wg_L/exitcode"; else wg_done=0; wg_exit=; fi`,
+    `}`,
+    `wg_inspect() { wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_look; }`,
+    // Whether the owner file names this very attempt: the lines ownedBy (apply-lock.ts) greps for,
+    // compared as whole lines by the shell itself.
+    `wg_line() { case "$wg_nl$wg_ob$wg_nl" in *"$wg_nl$1$wg_nl"*) return 0 ;; esac; return 1; }`,
+    `wg_owned() {`,
+    `  wg_ob=; [ -f "$wg_L/owner" ] || return 1`,
+    `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_ob="$wg_ob$wg_nl$wg_l"; done 2>/dev/null < "$wg_L/owner"`,
+    `  ${ownedLines(holder).map((l) => `wg_line ${shQuote(l)}`).join(' && ')}`,
     `}`,
     // The record in the format of apply-lock.ts REPORT (parseRecord reads both).
     `wg_record() {`,
@@ -105,20 +128,22 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_put_aside() {`,
     `  if [ "$(cat "$wg_L/owner" 2>/dev/null)" = "$wg_owner" ]; then rm -rf "$wg_P/last-apply" && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released" || { wg_record | wg_say lock failed; wg_end stop; }; fi`,
     `}`,
+    // The reason, and (when the worker knew it) the same reason as hex: reported without od.
     `wg_release() {`,
-    `  if ${ownedBy(holder, true)}; then`,
-    `    if wg_err=$( { rm -rf "$wg_P/last-apply" && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released"; } 2>&1 ); then printf '%s' "$1" | wg_say release released; else printf '%s' "$wg_err" | wg_say release failed; wg_end stop; fi`,
-    `  else printf '%s' "$1" | wg_say release not-held; fi`,
+    `  if wg_owned; then`,
+    `    if wg_err=$( { if [ -e "$wg_P/last-apply" ]; then rm -rf "$wg_P/last-apply"; fi && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released"; } 2>&1 ); then wg_st=released; else printf '%s' "$wg_err" | wg_say release failed; wg_end stop; fi`,
+    `  else wg_st=not-held; fi`,
+    `  if [ -n "$2" ]; then wg_note release "$wg_st" "$2"; else printf '%s' "$1" | wg_say release "$wg_st"; fi`,
     `}`,
     `wg_marker() {`,
-    `  if wg_err=$( { mkdir -p "$wg_P" && printf '%s\\n' ${revision} > "$wg_P/revision"; } 2>&1 ); then : | wg_say marker written; else printf '%s' "$wg_err" | wg_say marker failed; wg_end stop; fi`,
+    `  if wg_err=$( { { [ -d "$wg_P" ] || mkdir -p "$wg_P"; } && printf '%s\\n' ${revision} > "$wg_P/revision"; } 2>&1 ); then wg_note marker written; else printf '%s' "$wg_err" | wg_say marker failed; wg_end stop; fi`,
     `}`,
     `printf '${STEP} begin ${APPLY_SCRIPT_VERSION} \\n'`,
   ];
 
   if (input.aheadAbove !== undefined) {
     lines.push(
-      `wg_m=$(head -n 1 "$wg_P/revision" 2>/dev/null)`,
+      `wg_m=; IFS= read -r wg_m 2>/dev/null < "$wg_P/revision"`,
       `case "$wg_m" in ''|*[!0-9]*) ;; *) if [ \${#wg_m} -le 15 ] && [ "$wg_m" -gt ${Math.trunc(input.aheadAbove)} ]; then printf '%s' "$wg_m" | wg_say ahead above; wg_end stop; fi ;; esac`,
     );
   }
@@ -129,7 +154,9 @@ export function applyScript(input: ApplyScriptInput): string {
     lines.push(
       `wg_F="$wg_P/floor"`,
       `if [ -f "$wg_F" ]; then`,
-      `  wg_fr=$(sed -n 's/^revision=//p' "$wg_F" 2>/dev/null | tail -n 1); wg_ff=$(sed -n 's/^from=//p' "$wg_F" 2>/dev/null | tail -n 1); wg_fu=$(sed -n 's/^revertUntil=//p' "$wg_F" 2>/dev/null | tail -n 1)`,
+      // The last line of each key wins, as parseFloor reads it.
+      `  wg_fr=; wg_ff=; wg_fu=`,
+      `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do case "$wg_l" in revision=*) wg_fr=\${wg_l#revision=} ;; from=*) wg_ff=\${wg_l#from=} ;; revertUntil=*) wg_fu=\${wg_l#revertUntil=} ;; esac; done 2>/dev/null < "$wg_F"`,
       `  wg_floor=ok`,
       `  case "$wg_fr" in ''|*[!0-9]*) ;; *)`,
       `    case "$wg_ff" in ''|*[!0-9]*) wg_ff="$wg_fr" ;; esac; case "$wg_fu" in ''|*[!0-9]*) wg_fu=0 ;; esac`,
@@ -140,7 +167,7 @@ export function applyScript(input: ApplyScriptInput): string {
       `  esac`,
       `  if [ "$wg_floor" != ok ]; then head -c 2048 "$wg_F" | wg_say floor "$wg_floor"; wg_end stop; fi`,
       `fi`,
-      `: | wg_say floor ok`,
+      `wg_note floor ok`,
     );
   }
 
@@ -150,20 +177,21 @@ export function applyScript(input: ApplyScriptInput): string {
     `while [ -z "$wg_mode" ]; do`,
     `  wg_tries=$((wg_tries + 1))`,
     `  if [ "$wg_tries" -gt 6 ]; then : | wg_say lock busy; wg_end stop; fi`,
-    `  if ! wg_err=$(mkdir -p "$wg_P" 2>&1); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
+    `  if [ ! -d "$wg_P" ] && ! wg_err=$(mkdir -p "$wg_P" 2>&1); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
     `  if mkdir "$wg_L" 2>/dev/null; then`,
     `    if ! wg_err=$( { printf '%s\\n' ${owner.map(shQuote).join(' ')} > "$wg_L/owner.tmp" && mv -f "$wg_L/owner.tmp" "$wg_L/owner"; } 2>&1 ); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
-    `    wg_state=acquired`,
+    // Just made by this script: nothing launched, no pid, no outcome, and the owner is what it wrote.
+    `    wg_state=acquired; wg_launched=0; wg_p=; wg_a=; wg_running=0; wg_done=0; wg_exit=`,
     `  elif ${ownedBy(holder, false)}; then`,
     `    if ! wg_err=$( { { grep -v -e '^attempt=' -e '^attemptAt=' "$wg_L/owner"; printf '%s\\n' ${attempt.map(shQuote).join(' ')}; } > "$wg_L/owner.tmp" && mv -f "$wg_L/owner.tmp" "$wg_L/owner"; } 2>&1 ); then printf '%s' "$wg_err" | wg_say lock failed; wg_end stop; fi`,
     `    wg_state=ours`,
     `  elif [ -d "$wg_L" ]; then wg_state=theirs`,
     `  else continue`,
     `  fi`,
-    `  wg_inspect`,
+    `  if [ "$wg_state" != acquired ]; then wg_inspect; fi`,
     `  wg_interrupted=0; if [ "$wg_launched" = 1 ] && [ -n "$wg_p" ] && [ "$wg_running" = 0 ] && [ "$wg_done" = 0 ]; then wg_interrupted=1; fi`,
     `  case "$wg_state" in`,
-    `  acquired) wg_record | wg_say lock acquired; wg_mode=fresh ;;`,
+    `  acquired) wg_note lock acquired ${hex(`${owner.join('\n')}\nlaunched=0\npid=\nrunning=0\n`)}; wg_mode=fresh ;;`,
     `  ours)`,
     `    if [ "$wg_launched" = 0 ]; then wg_record | wg_say lock ours; wg_mode=ours-unlaunched`,
     `    elif [ "$wg_interrupted" = 0 ]; then wg_record | wg_say lock ours; wg_mode=reattach`,
@@ -192,13 +220,14 @@ export function applyScript(input: ApplyScriptInput): string {
     // session of its own where the device has setsid, so nothing that ends this script's process group
     // (a dropped connection) ends the apply.
     `wg_wpid=`,
-    `if ! cd "$wg_L" 2>/dev/null; then echo 'cannot enter the lock directory' | wg_say launch 3; wg_release ${shQuote(`${step} could not start: exit 3`)}; wg_end stop; fi`,
+    `if ! cd "$wg_L" 2>/dev/null; then echo 'cannot enter the lock directory' | wg_say launch 3; wg_release ${reason(`${step} could not start: exit 3`)}; wg_end stop; fi`,
     `if ( set -C; : > launched ) 2>/dev/null; then`,
-    `  if command -v setsid > /dev/null 2>&1; then wg_ss=setsid; else wg_ss=; fi`,
-    `  nohup $wg_ss sh -c ${shQuote(wrapper)} wavegate-apply ${shQuote(input.apply)} > out 2>&1 < /dev/null &`,
+    // setsid alone detaches it (a session of its own has no terminal to hang up); nohup only without it.
+    `  if command -v setsid > /dev/null 2>&1; then wg_ss=setsid; else wg_ss=nohup; fi`,
+    `  $wg_ss sh -c ${shQuote(wrapper)} wavegate-apply ${shQuote(input.apply)} > out 2>&1 < /dev/null &`,
     `  wg_wpid=$!; echo "$wg_wpid" > pid`,
-    `  : | wg_say launch launched`,
-    `else : | wg_say launch already-launched; fi`,
+    `  wg_note launch launched`,
+    `else wg_note launch already-launched; fi`,
     `cd "$HOME" 2>/dev/null || cd /`,
   ];
 
@@ -206,49 +235,52 @@ export function applyScript(input: ApplyScriptInput): string {
   const wait = [
     `if [ -n "$wg_wpid" ]; then wait "$wg_wpid" 2>/dev/null; fi`,
     `while :; do`,
-    `  if [ ! -d "$wg_L" ]; then : | wg_say apply lost; wg_end stop; fi`,
-    `  wg_inspect`,
+    `  if [ ! -d "$wg_L" ]; then wg_note apply lost; wg_end stop; fi`,
+    `  wg_look`,
     `  if [ "$wg_done" = 1 ]; then break; fi`,
-    `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_record | wg_say apply gone; wg_end stop; fi`,
+    `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; fi`,
     `  sleep 0.2 2>/dev/null || sleep 1`,
     `done`,
     `case "$wg_exit" in ''|*[!0-9]*) wg_code=unknown ;; *) wg_code=$wg_exit ;; esac`,
-    `tail -c 400 "$wg_L/out" 2>/dev/null | wg_say apply "$wg_code"`,
+    `if [ -s "$wg_L/out" ]; then tail -c 400 "$wg_L/out" 2>/dev/null | wg_say apply "$wg_code"; else wg_note apply "$wg_code"; fi`,
     `if [ "$wg_code" != 0 ]; then wg_release "${step} exited $(if [ "$wg_code" = unknown ]; then echo null; else echo "$wg_code"; fi)"; wg_end stop; fi`,
     `wg_run_verify verify`,
     `if [ "$wg_code" != 0 ]; then wg_release "verify after ${step} exited $wg_code"; wg_end stop; fi`,
     `wg_marker`,
-    `wg_release ${shQuote(`${step} of r${revision} done: verified, marker written`)}`,
+    `wg_release ${reason(`${step} of r${revision} done: verified, marker written`)}`,
     `wg_end applied`,
   ];
 
   // Payload: present with the signed digests, or written from the stream (read whole first: a pipe
   // cannot be cut by byte counts reliably) and checked, or stop for the worker to upload.
   let offset = 1;
-  const split = input.payload.map((f) => {
+  // One file (the usual case): the stream is that file, written in place and then checked.
+  const write = input.payload.length === 1
+    ? `cat > "$wg_S/${input.payload[0]!.name}"`
+    : `cat > "$wg_S/.wavegate-stream" && ${input.payload.map((f) => {
     const cut = `tail -c +${offset} "$wg_S/.wavegate-stream" | head -c ${f.size} > "$wg_S/.${f.name}.tmp" && mv -f "$wg_S/.${f.name}.tmp" "$wg_S/${f.name}"`;
     offset += f.size;
     return cut;
-  });
+  }).join(' && ')} && rm -f "$wg_S/.wavegate-stream"`;
   const stage = input.payload.length
     ? [
         `wg_S="$HOME/${input.stagingDir}"`,
         `wg_staged() ( cd "$wg_S" 2>/dev/null && printf '%s\\n' ${shQuote(check)} | sha256sum -c --quiet - > /dev/null 2>&1 )`,
-        `if wg_staged; then : | wg_say stage present`,
-        ...(input.streamed ? [`elif mkdir -p "$wg_S" 2>/dev/null && cat > "$wg_S/.wavegate-stream" && ${split.join(' && ')} && rm -f "$wg_S/.wavegate-stream" && wg_staged; then : | wg_say stage streamed`] : []),
-        `else rm -f "$wg_S/.wavegate-stream"; : | wg_say stage needed; wg_end stop; fi`,
+        `if wg_staged; then wg_note stage present`,
+        ...(input.streamed ? [`elif { [ -d "$wg_S" ] || mkdir -p "$wg_S" 2>/dev/null; } && ${write} && wg_staged; then wg_note stage streamed`] : []),
+        `else ${input.payload.length === 1 ? '' : 'rm -f "$wg_S/.wavegate-stream"; '}wg_note stage needed; wg_end stop; fi`,
       ]
     : [];
 
   lines.push(
     `if [ "$wg_mode" = reattach ]; then`,
-    `  : | wg_say reattach ok`,
+    `  wg_note reattach ok`,
     ...wait.map((l) => `  ${l}`),
     `fi`,
     // Verify first, unless this attempt ran it under this very lock before it went to stage the payload.
     `if [ "$wg_mode" = fresh ] || [ ${input.afterStage ? 1 : 0} = 0 ]; then`,
-    `  wg_run_verify verify-first`,
-    `  if [ "$wg_code" = 0 ]; then wg_marker; wg_release ${shQuote(`r${revision} already in place (verify only)`)}; wg_end already-applied; fi`,
+    `  wg_verify_first`,
+    `  if [ "$wg_code" = 0 ]; then wg_marker; wg_release ${reason(`r${revision} already in place (verify only)`)}; wg_end already-applied; fi`,
     `fi`,
     ...stage,
     ...launch,

@@ -211,6 +211,9 @@ function connectHop(
     port: hop.port,
     username: hop.user,
     readyTimeout: timeoutMs,
+    // Straight to the one method configured: ssh2's default asks 'none' first, a round trip and two
+    // packets per connection that no device of ours answers with anything but "try publickey".
+    authHandler: auth.agent ? ['agent'] : ['publickey'],
     keepaliveInterval: 5_000,
     keepaliveCountMax: 3,
     hostVerifier: (key: Buffer) => {

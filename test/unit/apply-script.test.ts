@@ -116,6 +116,33 @@ describe('the apply script run by the POSIX sh', () => {
     expect(readFileSync(join(p, 'last-apply/released'), 'utf8')).toBe('r4 already in place (verify only)\n');
   });
 
+  it('a fresh apply starts only the processes its files need: none to report a step, read the floor, a pid or the owner', () => {
+    // Every external tool the script could reach is a shim that logs its name, then runs the real one.
+    const dir = home();
+    const bin = join(dir, 'shims');
+    mkdirSync(bin);
+    const log = join(dir, 'ran.log');
+    const tools = ['mkdir', 'mv', 'cat', 'rm', 'sha256sum', 'setsid', 'nohup', 'od', 'tr', 'tail', 'head', 'sed', 'grep', 'sleep', 'touch'];
+    for (const tool of tools) {
+      const real = spawnSync('/bin/sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).stdout.trim();
+      writeFileSync(join(bin, tool), `#!/bin/sh\necho ${tool} >> ${log}\nexec ${real} "$@"\n`, { mode: 0o755 });
+    }
+    const content = Buffer.from('payload\n');
+    const sha256 = createHash('sha256').update(content).digest('hex');
+    const floorDir = join(dir, '.wavegate/profiles/p');
+    mkdirSync(floorDir, { recursive: true });
+    writeFileSync(join(floorDir, 'floor'), 'revision=3\nfrom=2\nrevertUntil=0\nrollout=r\n');
+    const script = applyScript(input({ payload: [{ name: 'f', sha256, size: content.length }], streamed: true, aheadAbove: 4 }));
+    const res = spawnSync('/bin/sh', ['-c', script], { env: { PATH: `${bin}:${process.env.PATH}`, HOME: dir }, cwd: dir, encoding: 'utf8', timeout: 20_000, input: content });
+    expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
+    const ran = readFileSync(log, 'utf8').trim().split('\n');
+    // The revision's own commands: verify is `test -f` (a builtin), apply runs touch once.
+    expect(ran.filter((t) => t === 'touch')).toEqual(['touch']);
+    // The script's own: the lock (mkdir, mv of its owner), staging (mkdir, cat of the stream, its
+    // sha256sum), the detached launch (setsid), the exit code's rename, the release's rename.
+    expect(ran.filter((t) => t !== 'touch').sort()).toEqual(['cat', 'mkdir', 'mkdir', 'mv', 'mv', 'mv', 'setsid', 'sha256sum']);
+  });
+
   it('the floor: refused below it, allowed back to its from inside the revert window, handed to the worker when too long to compare', () => {
     const dir = home();
     const floor = join(dir, '.wavegate/profiles/p/floor');

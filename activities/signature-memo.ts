@@ -1,0 +1,29 @@
+import { createHash } from 'node:crypto';
+import { ed25519Verify } from '../core/signing';
+
+/**
+ * Ed25519 verification, remembered: every device of a rollout has the worker verify the same envelope
+ * (and the rollback's), and @noble's pure-JS check costs milliseconds of the one thread that also runs
+ * the SSH sessions. The answer is a pure function of (key, signature, body), so the memo is keyed by a
+ * SHA-256 over all three: a different byte anywhere is a different entry, checked afresh. Bounded;
+ * the oldest entries go first.
+ */
+export function memoizedVerify(limit = 1024): (sig: Uint8Array, body: Uint8Array, publicKey: Uint8Array) => boolean {
+  const seen = new Map<string, boolean>();
+  return (sig, body, publicKey) => {
+    const key = createHash('sha256')
+      .update(String(publicKey.length)).update(':').update(publicKey)
+      .update(String(sig.length)).update(':').update(sig)
+      .update(body)
+      .digest('base64');
+    const known = seen.get(key);
+    if (known !== undefined) return known;
+    const valid = ed25519Verify(sig, body, publicKey);
+    if (seen.size >= limit) seen.delete(seen.keys().next().value!);
+    seen.set(key, valid);
+    return valid;
+  };
+}
+
+/** The worker's one memo (activities share it: the envelope verified for one device is the next's too). */
+export const verifySignatureMemoized = memoizedVerify();
