@@ -188,6 +188,12 @@ function readSignedPayload(file: PayloadFile): Buffer {
 
 export interface ApplyOptions {
   commandTimeoutMs: number;
+  /**
+   * After a successful apply (not a rollback), keep the SSH connection this long for the floor the
+   * rollout raises when it completes (DeviceSession.park; activities/floor.ts takes it back). 0 or
+   * absent: close it.
+   */
+  parkConnectionMs?: number;
   /** The worker's profiles directory: pins (`<dir>/<profile>/trust.yaml`) and payload files (default this checkout's profiles/). */
   trustDir?: string;
   /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
@@ -257,6 +263,7 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
     if ('outcome' in session) return session;
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
+    let result: ApplyResult | undefined;
     try {
       let skipFloor = false;
       if (given.after?.length) {
@@ -270,10 +277,13 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
         if (waiting) return waiting;
         skipFloor = true;
       }
-      return await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
+      result = await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
+      return result;
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
-      session.close();
+      const changed = result?.outcome === 'applied' || result?.outcome === 'already-applied';
+      if (opts.parkConnectionMs && changed && !given.rollbackOf && !opts.signal?.aborted && session.park) session.park(opts.parkConnectionMs);
+      else session.close();
     }
   } finally {
     clearInterval(ticker);

@@ -2,7 +2,7 @@ import { Context } from '@temporalio/activity';
 import { revertUntilOf } from '../core/floor';
 import type { DeviceTarget } from '../core/rollout-state';
 import { mapLimit } from './map-limit';
-import { connectDevice } from './transport';
+import { connectDevice, TransportError } from './transport';
 
 export interface ConfirmFloorInput {
   devices: DeviceTarget[];
@@ -41,13 +41,22 @@ export function createFloorActivities(deps: { concurrency?: number } = {}) {
       const failed: ConfirmFloorResult['failed'] = [];
       let done = 0;
       await mapLimit(input.devices, deps.concurrency ?? FLOOR_WRITES_AT_ONCE, async (device) => {
-        try {
-          const session = await connectDevice(device, { connectTimeoutMs: 5_000 });
+        const floor = { revision: input.revision, from: input.from, revertUntil, rollout: input.rolloutId };
+        const write = async (reuse: boolean): Promise<void> => {
+          const session = await connectDevice(device, { connectTimeoutMs: 5_000, reuse });
           try {
-            await session.writeFloor(input.profile, { revision: input.revision, from: input.from, revertUntil, rollout: input.rolloutId }, { timeoutMs: 10_000 });
+            await session.writeFloor(input.profile, floor, { timeoutMs: 10_000 });
+          } catch (err) {
+            // A kept connection the device let go of meanwhile: the same write on a new one (it is idempotent).
+            if (session.reused && err instanceof TransportError && err.kind === 'dropped') return write(false);
+            throw err;
           } finally {
             session.close();
           }
+        };
+        try {
+          // The connection the device's apply kept for this, when this worker ran it (ssh-park.ts).
+          await write(true);
         } catch (err) {
           failed.push({ id: device.id, error: (err as Error).message.slice(0, 300) });
         } finally {

@@ -57,6 +57,13 @@ export interface ActivityDeps {
   client?: Client;
   /** The worker's identity as Temporal knows it (default the SDK's `<pid>@<host>`), named by checkWorkerContent. */
   identity?: string;
+  /**
+   * Keep a device's SSH connection this long after its apply succeeded, for the floor the rollout
+   * raises on it when it completes (activities/transport/ssh-park.ts). `wavegate worker` and `wavegate
+   * dev` default it to PARK_CONNECTION_DEFAULT_MS (`--park-connections`); unset here (library use,
+   * tests): every connection is closed after its activity.
+   */
+  parkConnectionMs?: number;
 }
 
 export interface SnapshotInput {
@@ -244,6 +251,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}), heartbeat: (detail) => ctx.heartbeat(detail), signal: ctx.cancellationSignal })
           : await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
+          ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
           trustDir: deps.trustDir,
           requireEnvelope: !deps.allowUnsigned,
           heartbeat: (detail) => ctx.heartbeat(detail),

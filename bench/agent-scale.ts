@@ -152,7 +152,7 @@ async function main(): Promise<void> {
 
   const env = await startDevServerEnv();
   const taskQueue = 'agent-scale';
-  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit') }, layout: { role: 'all', maxActivities: Math.max(200, IN_FLIGHT * 2), maxWorkflowTasks: 40 } });
+  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit') }, layout: { role: 'all', maxActivities: Math.max(200, IN_FLIGHT * 2), maxWorkflowTasks: 40, parkConnectionMs: 0 } });
   const running = worker.run();
   const gateway = await startGateway(['--listen', '127.0.0.1:0', '--inventory', inventoryPath, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue]);
   const stop = new AbortController();

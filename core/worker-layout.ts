@@ -1,3 +1,4 @@
+import { formatDurationMs, parseDurationMs } from './duration';
 import { WavegateError } from './errors';
 
 /**
@@ -13,7 +14,16 @@ export interface WorkerLayout {
   maxActivities: number;
   /** Concurrent workflow tasks; 0 when the role runs no workflows. */
   maxWorkflowTasks: number;
+  /**
+   * How long a device's SSH connection stays open after its apply succeeded, for the floor its rollout
+   * raises when it completes (activities/transport/ssh-park.ts); 0: closed at once.
+   */
+  parkConnectionMs: number;
 }
+
+/** `--park-connections` by default: a phase's devices are still parked when a short rollout completes. */
+export const PARK_CONNECTION_DEFAULT_MS = 30_000;
+export const PARK_CONNECTION_MAX_MS = 600_000;
 
 export const DEFAULT_MAX_ACTIVITIES = 200;
 export const DEFAULT_MAX_WORKFLOW_TASKS = 40;
@@ -26,6 +36,7 @@ export interface WorkerLayoutFlags {
   activitiesOnly?: boolean;
   maxActivities?: string;
   maxWorkflowTasks?: string;
+  parkConnections?: string;
 }
 
 function slots(flag: string, value: string | undefined, fallback: number, max: number): number {
@@ -50,15 +61,24 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
   }
   const maxActivities = slots('--max-activities', flags.maxActivities, DEFAULT_MAX_ACTIVITIES, MAX_ACTIVITIES_LIMIT);
   const maxWorkflowTasks = slots('--max-workflow-tasks', flags.maxWorkflowTasks, DEFAULT_MAX_WORKFLOW_TASKS, MAX_WORKFLOW_TASKS_LIMIT);
+  if (role === 'workflows' && flags.parkConnections !== undefined) {
+    throw new WavegateError('INVALID_INPUT', `--park-connections ${JSON.stringify(flags.parkConnections)} with --workflows-only: that worker opens no SSH connections`);
+  }
+  const park = flags.parkConnections === undefined ? PARK_CONNECTION_DEFAULT_MS : parseDurationMs(flags.parkConnections);
+  if (park === undefined || park > PARK_CONNECTION_MAX_MS) {
+    throw new WavegateError('INVALID_INPUT', `--park-connections ${JSON.stringify(flags.parkConnections)}: must be a duration from 0s to ${formatDurationMs(PARK_CONNECTION_MAX_MS)} (like 30s; 0 closes every connection after its apply)`);
+  }
   return {
     role,
     maxActivities: role === 'workflows' ? 0 : maxActivities,
     maxWorkflowTasks: role === 'activities' ? 0 : maxWorkflowTasks,
+    parkConnectionMs: role === 'workflows' ? 0 : park,
   };
 }
 
 export function describeWorkerLayout(layout: WorkerLayout): string {
   if (layout.role === 'workflows') return `workflow tasks only (${layout.maxWorkflowTasks} slots, no activities)`;
-  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots, no workflows)`;
-  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots)`;
+  const park = layout.parkConnectionMs > 0 ? `, SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor` : ', SSH connections closed after each apply';
+  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots${park}, no workflows)`;
+  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots${park})`;
 }

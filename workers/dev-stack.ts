@@ -1,4 +1,6 @@
 import { mkdirSync, rmSync } from 'node:fs';
+import { PARK_CONNECTION_DEFAULT_MS } from '../core/worker-layout';
+import { sshPark } from '../activities/transport/ssh-park';
 import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
@@ -66,11 +68,12 @@ export async function startDevStack(opts: {
     stops.push(() => connection.close());
     // The dev stack MACs its audit with a key of its own, kept (0600) with the rest of its state.
     const auditKeyFile = ensureAuditKeyFile(join(stateDir, 'audit.key'));
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, trustDir: resolve(opts.profilesDir) } });
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, trustDir: resolve(opts.profilesDir), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();
       await running;
+      sshPark.closeAll();
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
     return { server, auditDir: join(stateDir, 'audit'), auditKeyFile, taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };

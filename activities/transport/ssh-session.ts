@@ -98,5 +98,7 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
     },
 
     close: () => ssh.close(),
+    park: (ttlMs) => ssh.park(ttlMs),
+    reused: ssh.reused,
   };
 }

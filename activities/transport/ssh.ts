@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import type { DeviceTarget, JumpHostTarget } from '../../core/rollout-state';
 import { TransportError, type TransportErrorKind } from './errors';
+import { sshPark } from './ssh-park';
 import type { ConnectOptions, ExecOptions, ExecResult } from './types';
 
 /**
@@ -100,6 +101,13 @@ export interface SshSession {
   /** Upload bytes over SFTP to `remotePath` (relative paths are under the SFTP server's start directory). */
   upload(data: Buffer, remotePath: string, opts?: { timeoutMs?: number }): Promise<void>;
   close(): void;
+  /**
+   * Instead of closing: keep the connection for `ttlMs` for the next `openSsh(target, { reuse: true })`
+   * of the same target (./ssh-park.ts). Closes instead when something is still in flight.
+   */
+  park(ttlMs: number): void;
+  /** Whether this session runs on a parked connection (its first command may meet a connection the device has let go of). */
+  readonly reused: boolean;
 }
 
 /** `connectTimeoutMs` limits TCP connect + SSH handshake + authentication, per hop (default 10 s). */
@@ -200,7 +208,7 @@ function connectHop(
   auth: Pick<ConnectConfig, 'privateKey' | 'agent'>,
   timeoutMs: number,
   sock?: Duplex,
-): Promise<{ client: Client; lastError: () => ClientError | undefined }> {
+): Promise<{ client: Client; lastError: () => ClientError | undefined; hostKey: string }> {
   const client = new Client();
   const errors: ClientError[] = [];
   client.on('error', (err: ClientError) => errors.push(err));
@@ -238,7 +246,7 @@ function connectHop(
       if (settled) return;
       settled = true;
       clearTimeout(guard);
-      resolve({ client, lastError: () => errors[errors.length - 1] });
+      resolve({ client, lastError: () => errors[errors.length - 1], hostKey: seenKey ?? '' });
     });
     client.once('close', fail);
     try {
@@ -298,8 +306,20 @@ export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): 
   }
   const auth = credentials(target);
   const jumpTarget = target.ssh.jumpHost;
+  const key = parkKey(target);
+  if (opts.reuse) {
+    const parked = sshPark.take(key);
+    if (parked) {
+      // Only while what it verified is still pinned (pins are read again above: a revocation counts).
+      const jumpOk = !jumpTarget || (parked.jumpHostKey !== undefined && jumpPins(target, jumpTarget).includes(parked.jumpHostKey));
+      if (pins.includes(parked.hostKey) && jumpOk) return sessionOn(parked.client, parked.lastError, parked.label, parked.jump, { key, hostKey: parked.hostKey, jumpHostKey: parked.jumpHostKey, reused: true });
+      parked.client.end();
+      parked.jump?.end();
+    }
+  }
 
   let jump: Client | undefined;
+  let jumpHostKey: string | undefined;
   let sock: ClientChannel | undefined;
   let label = target.id;
   if (jumpTarget) {
@@ -308,7 +328,7 @@ export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): 
     if (jPins.length === 0) {
       throw new TransportError('host-key', `${jumpLabel}: no pinned host key for the jump host (set ssh.jumpHost.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`);
     }
-    ({ client: jump } = await connectHop({ label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins }, auth, timeoutMs));
+    ({ client: jump, hostKey: jumpHostKey } = await connectHop({ label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins }, auth, timeoutMs));
     label = `${target.id} (via ${jumpTarget.host}:${jumpTarget.port})`;
     try {
       sock = await forwardThrough(jump, target, label, timeoutMs);
@@ -325,10 +345,23 @@ export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): 
     jump?.end();
     throw err;
   }
-  return sessionOn(connected.client, connected.lastError, label, jump);
+  jump?.on('close', () => connected.client.destroy());
+  return sessionOn(connected.client, connected.lastError, label, jump, { key, hostKey: connected.hostKey, jumpHostKey, reused: false });
 }
 
-function sessionOn(client: Client, lastError: () => ClientError | undefined, label: string, jump: Client | undefined): SshSession {
+/** Which parked connection a target may take back: the same address, login, credentials and jump host. */
+function parkKey(target: DeviceTarget): string {
+  const j = target.ssh.jumpHost;
+  return JSON.stringify([target.id, target.host, target.port, target.user, target.ssh.key ?? null, target.ssh.agent === true, j ? [j.host, j.port, j.user] : null]);
+}
+
+function sessionOn(
+  client: Client,
+  lastError: () => ClientError | undefined,
+  label: string,
+  jump: Client | undefined,
+  parking: { key: string; hostKey: string; jumpHostKey: string | undefined; reused: boolean },
+): SshSession {
   let closed = false;
   /** Rejecters of every operation in flight: a lost connection fails them all as `dropped`. */
   const pending = new Set<() => void>();
@@ -341,7 +374,6 @@ function sessionOn(client: Client, lastError: () => ClientError | undefined, lab
     for (const fail of [...pending]) fail();
   };
   client.on('close', onClose);
-  jump?.on('close', () => client.destroy());
 
   const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
 
@@ -458,5 +490,14 @@ function sessionOn(client: Client, lastError: () => ClientError | undefined, lab
       client.end();
       jump?.end();
     },
+
+    park(ttlMs) {
+      if (closed || pending.size > 0 || ttlMs <= 0) return this.close();
+      client.off('close', onClose);
+      closed = true; // this session is done with it; the next one to take it gets its own
+      sshPark.park(parking.key, { client, jump, hostKey: parking.hostKey, jumpHostKey: parking.jumpHostKey, lastError, label }, ttlMs);
+    },
+
+    reused: parking.reused,
   };
 }

@@ -15,7 +15,9 @@ import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
 import { workerAuditStore } from '../../activities/audit-store/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
-import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
+import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, PARK_CONNECTION_DEFAULT_MS, PARK_CONNECTION_MAX_MS, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
+import { formatDurationMs } from '../../core/duration';
+import { PARKED_CONNECTIONS_MAX, sshPark } from '../../activities/transport/ssh-park';
 import type { RolloutStatus } from '../../workflows/messages';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
@@ -178,7 +180,8 @@ export function register(program: Command): void {
       .option('--workflows-only', 'poll workflow tasks only: no activities registered, no activity slots (run --activities-only workers beside it on the same task queue)')
       .option('--activities-only', 'poll activity tasks only: no workflow code loaded (run a --workflows-only worker beside it on the same task queue)')
       .option('--max-activities <n>', `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`)
-      .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`),
+      .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`)
+      .option('--park-connections <duration>', `keep a device's SSH connection open this long after its apply succeeded, for the floor its rollout raises on completing (0s: close at once; at most ${formatDurationMs(PARK_CONNECTION_MAX_MS)}, ${PARKED_CONNECTIONS_MAX} at once; default ${formatDurationMs(PARK_CONNECTION_DEFAULT_MS)})`),
   ).action(
     action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string } & VersioningFlags & WorkerLayoutFlags) => {
       const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
@@ -210,6 +213,7 @@ export function register(program: Command): void {
       log(`worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
       // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
       await worker.run();
+      sshPark.closeAll();
       await connection.close();
       await auditStore?.close();
     }),

@@ -4,11 +4,13 @@ import { resolveWorkerLayout } from '../../../core/worker-layout';
 
 describe('resolveWorkerLayout', () => {
   it('no flags: both roles with the default slots', () => {
-    expect(resolveWorkerLayout({})).toEqual({ role: 'all', maxActivities: 200, maxWorkflowTasks: 40 });
+    expect(resolveWorkerLayout({})).toEqual({ role: 'all', maxActivities: 200, maxWorkflowTasks: 40, parkConnectionMs: 30_000 });
+    expect(resolveWorkerLayout({ parkConnections: '0s' }).parkConnectionMs).toBe(0);
+    expect(resolveWorkerLayout({ parkConnections: '2m' }).parkConnectionMs).toBe(120_000);
   });
   it('--workflows-only has no activity slots; --activities-only no workflow task slots', () => {
-    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({ role: 'workflows', maxActivities: 0, maxWorkflowTasks: 8 });
-    expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({ role: 'activities', maxActivities: 50, maxWorkflowTasks: 0 });
+    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({ role: 'workflows', maxActivities: 0, maxWorkflowTasks: 8, parkConnectionMs: 0 });
+    expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({ role: 'activities', maxActivities: 50, maxWorkflowTasks: 0, parkConnectionMs: 30_000 });
   });
   it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
     const refusal = (f: Parameters<typeof resolveWorkerLayout>[0]) => {
@@ -27,5 +29,8 @@ describe('resolveWorkerLayout', () => {
     expect(refusal({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
     expect(refusal({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
     expect(refusal({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain('--max-workflow-tasks "4" with --activities-only');
+    expect(refusal({ parkConnections: 'soon' })).toContain('--park-connections "soon"');
+    expect(refusal({ parkConnections: '11m' })).toContain('--park-connections "11m"');
+    expect(refusal({ workflowsOnly: true, parkConnections: '5s' })).toContain('--park-connections "5s" with --workflows-only');
   });
 });
