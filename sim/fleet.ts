@@ -39,6 +39,8 @@ export interface Fleet {
   sftpUploads(id: string): number;
   /** Currently open TCP connections to the device. */
   connections(id: string): number;
+  /** TCP connections made to the device since the last resetCounters(). */
+  connectionsOpened(id: string): number;
   /**
    * The high-water mark of connections open at once across these devices (a pool, say) since the last
    * resetCounters(): with one connection per device apply, the most devices in flight at once. With
@@ -185,6 +187,7 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     sftpWrites: (id) => get(id).sftpBytes,
     sftpUploads: (id) => get(id).sftpOpens,
     connections: (id) => get(id).sockets.size,
+    connectionsOpened: (id) => get(id).connectionSpans.length,
     peakConnections: (ids, until = Number.POSITIVE_INFINITY) => peakOverlap(ids.flatMap((id) => get(id).connectionSpans.filter((s) => s.openedAt < until))),
     ensureSandbox: (id) => ensureSandbox(get(id)),
     resetCounters: () => {
