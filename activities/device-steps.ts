@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { floorRefusal, parseFloor } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { loadTrust } from '../intake/trust';
+import { profileDir } from '../intake/profile-dir';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
@@ -75,10 +77,32 @@ export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {
   if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
+  // Every device's apply asks for the same file: parsed once per content (the bytes on disk are read
+  // each time and compared, so any edit, however quick, is parsed afresh). Refusals are not kept.
+  const file = profileDir(trustDir, profile).trustFile;
+  const bytes = fileBytes(file);
+  const known = trustRead.get(file);
+  if (known && bytes && known.bytes.equals(bytes)) return known.trust;
   try {
-    return loadTrust(trustDir, profile);
+    const trust = loadTrust(trustDir, profile);
+    if (bytes) {
+      if (trustRead.size >= 256) trustRead.delete(trustRead.keys().next().value!);
+      trustRead.set(file, { bytes, trust });
+    }
+    return trust;
   } catch (err) {
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
+  }
+}
+
+const trustRead = new Map<string, { bytes: Buffer; trust: Trust | undefined }>();
+
+/** The file's bytes, or null when there is none or it cannot be read (loadTrust then decides, every time). */
+function fileBytes(file: string): Buffer | null {
+  try {
+    return readFileSync(file);
+  } catch {
+    return null;
   }
 }
 

@@ -94,12 +94,13 @@ export function childWorkflowIds(history: History): string[] {
  * The shape of a workflow and of every descendant it started, parent first (children found through the
  * parent's own ChildWorkflowExecutionStarted events, so none is missed or borrowed from another run).
  */
-export async function executionTreeShapes(client: Client, workflowId: string): Promise<HistoryShape[]> {
+export async function executionTreeShapes(client: Client, workflowId: string, onHistory?: (workflowId: string, history: History) => void): Promise<HistoryShape[]> {
   const out: HistoryShape[] = [];
   const queue = [workflowId];
   while (queue.length > 0) {
     const id = queue.shift()!;
     const history = await client.workflow.getHandle(id).fetchHistory();
+    onHistory?.(id, history);
     out.push(historyShape(id, history));
     queue.push(...childWorkflowIds(history));
   }

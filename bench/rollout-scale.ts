@@ -12,9 +12,10 @@
  * per-device time + the gates, per pool (a phase lasts as long as its slowest pool's rounds), where the
  * per-device time is the median time one device takes in the baseline loop on the same fleet.
  */
+import { PARK_CONNECTION_DEFAULT_MS } from '../core/worker-layout';
 import { fork, type ChildProcess } from 'node:child_process';
 import { Client, Connection } from '@temporalio/client';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -124,7 +125,7 @@ interface RunResult {
 async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]): Promise<RunResult> {
   const env = await startDevServerEnv();
   const taskQueue = 'wavegate-bench';
-  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit') } });
+  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
   const running = worker.run();
   try {
     const rolloutId = `rollout:bench-${DEVICES}`;
@@ -141,7 +142,12 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
     const wallMs = Date.now() - started;
     clearInterval(sampler);
-    const shapes = await executionTreeShapes(client, rolloutId);
+    // Every execution's history kept for reading where the time went (npx tsx bench/history-timeline.ts <file>).
+    const kept = join(tmpdir(), `wavegate-rollout-scale-${DEVICES}-histories`);
+    rmSync(kept, { recursive: true, force: true });
+    mkdirSync(kept, { recursive: true });
+    const shapes = await executionTreeShapes(client, rolloutId, (id, history) => writeFileSync(join(kept, `${id.replace(/[^A-Za-z0-9_.-]/g, '_')}.json`), JSON.stringify(history)));
+    console.log(`  histories: ${kept}`);
     await connection.close();
     const { commands } = await countApplied(shards);
     if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);

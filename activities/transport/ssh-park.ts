@@ -78,5 +78,5 @@ export class ConnectionPark {
 }
 
 /** The worker's park: at most this many idle connections at once. */
-export const PARKED_CONNECTIONS_MAX = 256;
+export const PARKED_CONNECTIONS_MAX = 1024;
 export const sshPark = new ConnectionPark(PARKED_CONNECTIONS_MAX);
