@@ -40,12 +40,23 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
       const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
       const result = await handle.result();
       await recordHistory(handle, 'rollout-scale-1000');
+      await recordHistory(handle, 'rollout-scale-1000-floor-chunks-parallel');
 
       expect(result.state).toBe('completed');
       expect(result.counts.applied).toBe(DEVICES);
       expect(result.phases.map((p) => p.devices)).toEqual([1, 250, 749]);
       for (const device of fleet.devices) {
         expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), device.id).toBe('2');
+      }
+      // The floor pass: two chunks of 500 (patch floor-chunks-parallel), side by side: both scheduled
+      // before either closed, and every device's floor written.
+      const events = (await handle.fetchHistory()).events ?? [];
+      const floorIds = events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'confirmFloor').map((e) => Number(e.eventId));
+      expect(floorIds).toHaveLength(2);
+      const firstClosed = events.find((e) => floorIds.includes(Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1)));
+      expect(Number(firstClosed!.eventId)).toBeGreaterThan(Math.max(...floorIds));
+      for (const device of fleet.devices) {
+        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/floor'), 'utf8'), device.id).toContain('revision=2\n');
       }
 
       const shapes = await executionTreeShapes(env.client, rolloutId);
