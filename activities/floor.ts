@@ -47,8 +47,9 @@ export function createFloorActivities(deps: { concurrency?: number } = {}) {
           try {
             await session.writeFloor(input.profile, floor, { timeoutMs: 10_000 });
           } catch (err) {
-            // A kept connection the device let go of meanwhile: the same write on a new one (it is idempotent).
-            if (session.reused && err instanceof TransportError && err.kind === 'dropped') return write(false);
+            // A kept connection the device let go of meanwhile (closed, or gone silent: a reboot sends no
+            // FIN): the same write on a new one (it is idempotent).
+            if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout')) return write(false);
             throw err;
           } finally {
             session.close();
