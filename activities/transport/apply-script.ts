@@ -110,7 +110,7 @@ export function applyScript(input: ApplyScriptInput): string {
     // Whether the owner file names this very attempt: the lines ownedBy (apply-lock.ts) greps for,
     // compared as whole lines by the shell itself.
     `wg_line() { case "$wg_nl$wg_ob$wg_nl" in *"$wg_nl$1$wg_nl"*) return 0 ;; esac; return 1; }`,
-    `wg_owned() {`,
+    `wg_holding() {`,
     `  wg_ob=; [ -f "$wg_L/owner" ] || return 1`,
     `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_ob="$wg_ob$wg_nl$wg_l"; done 2>/dev/null < "$wg_L/owner"`,
     `  ${ownedLines(holder).map((l) => `wg_line ${shQuote(l)}`).join(' && ')}`,
@@ -130,7 +130,7 @@ export function applyScript(input: ApplyScriptInput): string {
     `}`,
     // The reason, and (when the worker knew it) the same reason as hex: reported without od.
     `wg_release() {`,
-    `  if wg_owned; then`,
+    `  if wg_holding; then`,
     `    if wg_err=$( { if [ -e "$wg_P/last-apply" ]; then rm -rf "$wg_P/last-apply"; fi && mv "$wg_L" "$wg_P/last-apply" && printf '%s\\n' "$1" > "$wg_P/last-apply/released"; } 2>&1 ); then wg_st=released; else printf '%s' "$wg_err" | wg_say release failed; wg_end stop; fi`,
     `  else wg_st=not-held; fi`,
     `  if [ -n "$2" ]; then wg_note release "$wg_st" "$2"; else printf '%s' "$1" | wg_say release "$wg_st"; fi`,
