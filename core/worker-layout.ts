@@ -78,7 +78,7 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
 
 export function describeWorkerLayout(layout: WorkerLayout): string {
   if (layout.role === 'workflows') return `workflow tasks only (${layout.maxWorkflowTasks} slots, no activities)`;
-  const park = layout.parkConnectionMs > 0 ? `, SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor` : ', SSH connections closed after each apply';
-  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots${park}, no workflows)`;
-  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots${park})`;
+  const park = layout.parkConnectionMs > 0 ? `; SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor` : '; SSH connections closed after each apply';
+  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots, no workflows)${park}`;
+  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots)${park}`;
 }

@@ -70,7 +70,7 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
     const workflows = await worker(['--workflows-only', '--max-workflow-tasks', '10']);
     const activities = await worker(['--activities-only', '--max-activities', '20']);
     expect(workflows.output()).toContain('runs: workflow tasks only (10 slots, no activities)');
-    expect(activities.output()).toContain('runs: activities only (20 slots, no workflows)');
+    expect(activities.output()).toContain('runs: activities only (20 slots, no workflows); SSH connections kept 30s after an apply for its floor');
     expect(workflows.identity).not.toBe(activities.identity);
 
     const run = await runCli(['start', '-f', specPath, '--inventory', inventory, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--task-queue', 'q-split', '--wait'], { env: cliEnv(), timeoutMs: 300_000 });
