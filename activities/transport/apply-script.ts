@@ -193,7 +193,14 @@ export function applyScript(input: ApplyScriptInput): string {
     `  case "$wg_state" in`,
     `  acquired) wg_note lock acquired ${hex(`${owner.join('\n')}\nlaunched=0\npid=\nrunning=0\n`)}; wg_mode=fresh ;;`,
     `  ours)`,
+    // Launched, yet neither the launcher's pid nor the wrapper's, nor an outcome: a launch a moment from
+    // recording its pid, or one cut off between marking the launch and starting it (its session was
+    // killed there: nothing runs and nothing ever will). Wait the moment out once; still nothing: it
+    // never started, and this attempt takes over as from an interrupted one.
+    `    wg_unstarted=0; if [ "$wg_launched" = 1 ] && [ -z "$wg_p" ] && [ -z "$wg_a" ] && [ "$wg_done" = 0 ]; then wg_unstarted=1; fi`,
     `    if [ "$wg_launched" = 0 ]; then wg_record | wg_say lock ours; wg_mode=ours-unlaunched`,
+    `    elif [ "$wg_unstarted" = 1 ] && [ "$wg_waited" = 0 ]; then wg_waited=1; sleep ${input.ownerlessGraceSeconds}`,
+    `    elif [ "$wg_unstarted" = 1 ]; then wg_record | wg_say lock interrupted; wg_release "interrupted: launched but never started (no pid recorded within ${input.ownerlessGraceSeconds} s; attempt ${holder.attempt} takes over)"`,
     `    elif [ "$wg_interrupted" = 0 ]; then wg_record | wg_say lock ours; wg_mode=reattach`,
     `    else wg_record | wg_say lock interrupted; wg_release "interrupted: pid $wg_p is not running and wrote no outcome (attempt ${holder.attempt} takes over)"; fi ;;`,
     `  theirs)`,

@@ -199,6 +199,21 @@ describe('the apply script run by the POSIX sh', () => {
     expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
   });
 
+  it('a launch of this unit cut off before it started (launched, no pid, nothing running): after the grace the next attempt takes over and applies once', () => {
+    const dir = home();
+    const lock = join(dir, '.wavegate/profiles/p/apply.lock');
+    mkdirSync(lock, { recursive: true });
+    // Attempt 1 marked the launch and was killed before its wrapper started: no pid, apply.pid or exit code.
+    writeFileSync(join(lock, 'owner'), 'rollout=rollout:t\nrun=run-1\nactivity=5\nattempt=1\nattemptAt=2026-01-01T00:00:00.000Z\nrevision=4\nstep=apply\ntaken=2026-01-01T00:00:00.000Z\n');
+    writeFileSync(join(lock, 'launched'), '');
+    const res = run(dir, applyScript(input({ holder: { ...holder, attempt: 2 } })));
+    const steps = parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`);
+    expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
+    expect(steps.slice(0, 4)).toEqual(['floor ok', 'lock interrupted', 'release released', 'lock acquired']);
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    expect(existsSync(join(lock))).toBe(false);
+  });
+
   it('payload not staged: stops under the lock with stage needed; once staged the rerun goes on without verifying first again', () => {
     const dir = home();
     const body = 'payload\n';
