@@ -1,16 +1,10 @@
-import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RolloutInput } from '../../core/rollout/input';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { describe, expect, it } from 'vitest';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../../bench/history-bounds';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
-import { rolloutWorkflow } from '../../workflows/rollout';
 import { recordHistory } from '../support/histories';
-import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
+import { mockDevices, type Scenario } from '../support/mock-activities';
 import { waitForStatus } from '../support/rollout-helpers';
-import { workflowBundle } from '../support/temporal';
+import { mockedRolloutWorker } from '../support/mocked-worker';
 
 /**
  * Issue 12's hot path with mocked activities on a real Temporal server (beside the real-SSH tests in
@@ -19,30 +13,9 @@ import { workflowBundle } from '../support/temporal';
  * at the first failure.
  */
 describe('hot path decisions with mocked activities', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Worker;
-  let running: Promise<void>;
-  const mocks = createMockActivities();
-  const taskQueue = `hot-path-${process.pid}`;
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
-    running = worker.run();
-  });
-  afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await env?.teardown();
-  });
-
-  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput> = {}) {
-    const input = mockInput(`rollout:hot-path-${++n}`, { gate: '0s', ...rollout }, extra);
-    const s = mocks.add(input.rolloutId, scenario);
-    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
-    return { input, s, h };
-  }
+  const worker = mockedRolloutWorker('hot-path', { defaults: { gate: '0s' } });
+  const { mocks } = worker;
+  const start = worker.start.bind(worker);
   const phases2 = [{ canary: '1 device' }, { bulk: 'remainder' }];
   const deviceRecords = (s: Scenario, mode: string) =>
     s.audit.filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === mode).flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices);
@@ -129,30 +102,9 @@ describe('hot path decisions with mocked activities', () => {
 });
 
 describe('overlapping slices with mocked activities: the chain shares one budget and obeys pause, abort and the failure gate', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Worker;
-  let running: Promise<void>;
-  const mocks = createMockActivities();
-  const taskQueue = `hot-path-slices-${process.pid}`;
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
-    running = worker.run();
-  });
-  afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await env?.teardown();
-  });
-
-  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput>) {
-    const input = mockInput(`rollout:hot-path-slices-${++n}`, { gate: '0s', phases: [{ bulk: 'remainder' }], ...rollout }, extra);
-    const s = mocks.add(input.rolloutId, scenario);
-    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
-    return { input, s, h };
-  }
+  const worker = mockedRolloutWorker('hot-path-slices', { defaults: { gate: '0s', phases: [{ bulk: 'remainder' }] } });
+  const { mocks } = worker;
+  const start = worker.start.bind(worker);
   const until = async (what: string, done: () => boolean, timeoutMs = 60_000) => {
     const deadline = Date.now() + timeoutMs;
     while (!done()) {
@@ -212,7 +164,7 @@ describe('overlapping slices with mocked activities: the chain shares one budget
     const { h, input } = await start({}, { devices }, { sliceSize: 200, poolBudgets: { default: 0.25 } });
     const result = await h.result();
     expect(result.counts.applied).toBe(2_000);
-    const shapes = await executionTreeShapes(env.client, input.rolloutId);
+    const shapes = await executionTreeShapes(worker.env.client, input.rolloutId);
     console.log(shapes.map((x) => `${x.workflowId}: ${x.events} events, max ${x.maxPendingActivities} pending activities, max ${x.maxPendingChildren} pending children`).join('\n'));
     expect(shapes).toHaveLength(1 + 10);
     for (const shape of shapes) {

@@ -22,13 +22,13 @@ import { runCli } from '../support/cli';
 import { until } from '../support/until';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { Worker } from '@temporalio/worker';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
-import { createMockActivities, mockDevices, mockInput } from '../support/mock-activities';
-import { startTimeSkippingEnv, workflowBundle } from '../support/temporal';
+import { mockDevices, mockInput } from '../support/mock-activities';
+import { mockedRolloutWorker } from '../support/mocked-worker';
+import { startTimeSkippingEnv } from '../support/temporal';
 import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 
 /**
@@ -225,38 +225,24 @@ describe('ordering between profiles over SSH', () => {
  * resume rechecks at once.
  */
 describe('ordering between profiles: the wait under pause (mocked activities, time-skipping)', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Worker;
-  let running: Promise<void>;
-  const mocks = createMockActivities();
-  const taskQueue = `ordering-mock-${process.pid}`;
-
-  beforeAll(async () => {
-    env = await startTimeSkippingEnv();
-    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
-    running = worker.run();
-  });
-  afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await env?.teardown();
-  });
+  const worker = mockedRolloutWorker('ordering-mock', { startEnv: startTimeSkippingEnv });
+  const { mocks, taskQueue } = worker;
 
   it('a pause holds the rechecks (10 minutes of skipped time, no recheck); after resume the device is rechecked at once and applied', async () => {
     const base = mockInput('rollout:ordering-pause', { gate: 0, phases: [{ canary: '3 devices' }], after: [{ profile: 'base', revision: 2 }] });
     const input = { ...base, steps: { ...base.steps, after: base.spec.after } };
     const s = mocks.add(input.rolloutId, { devices: mockDevices(3), dependencyUnmet: new Set(['dev-02']) });
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    const handle = await worker.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
     const rechecks = () => s.log.filter((l) => l === 'dependencies:dev-02').length;
     const waiting = await waitForStatus(handle, (st) => st.devices.filter((d) => d.state === 'applied').length === 2 && st.devices.some((d) => d.state === 'waiting'));
     expect(waiting.devices.find((d) => d.id === 'dev-02')).toMatchObject({ state: 'waiting', reason: 'waiting for base r2 (base r2 verify failed, no marker)' });
     // Unpaused, the backoff's timer (15 s) passes in skipped time and the device is rechecked.
     expect(rechecks()).toBe(1);
-    await env.sleep(16_000);
+    await worker.env.sleep(16_000);
     await until('a second recheck', async () => (rechecks() >= 2 ? true : undefined), 20_000);
     await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test', reason: 'hold the wait' }] });
     const before = rechecks();
-    await env.sleep(600_000);
+    await worker.env.sleep(600_000);
     expect(rechecks()).toBe(before);
     expect((await handle.query<RolloutStatus>('status')).devices.find((d) => d.id === 'dev-02')?.state).toBe('waiting');
     s.dependencyUnmet!.delete('dev-02');

@@ -1,15 +1,10 @@
-import { WorkflowFailedError, WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RolloutInput } from '../../core/rollout/input';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
+import { describe, expect, it } from 'vitest';
 import { abortUpdate, approveUpdate, overrideAuditUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
-import { rolloutWorkflow } from '../../workflows/rollout';
 import { recordHistory } from '../support/histories';
-import { createMockActivities, mockDevices, mockInput, type Scenario } from '../support/mock-activities';
+import { mockDevices, type Scenario } from '../support/mock-activities';
 import { waitForStatus } from '../support/rollout-helpers';
-import { workflowBundle } from '../support/temporal';
+import { mockedRolloutWorker } from '../support/mocked-worker';
 
 /**
  * The rollout workflow's decision paths with mocked activities (no SSH, no files): fast, and beside the
@@ -17,30 +12,9 @@ import { workflowBundle } from '../support/temporal';
  * abort with and without rollback, approve, cancel, an inconclusive gate, the failure gate.
  */
 describe('rollout decisions with mocked activities on a real Temporal server', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Worker;
-  let running: Promise<void>;
-  const mocks = createMockActivities();
-  const taskQueue = `decisions-${process.pid}`;
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
-    running = worker.run();
-  });
-  afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await env?.teardown();
-  });
-
-  async function start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput> = {}) {
-    const input = mockInput(`rollout:decisions-${++n}`, { gate: '100ms', ...rollout }, extra);
-    const s = mocks.add(input.rolloutId, scenario);
-    const h: WorkflowHandle<typeof rolloutWorkflow> = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
-    return { input, s, h };
-  }
+  const worker = mockedRolloutWorker('decisions', { defaults: { gate: '100ms' } });
+  const { mocks } = worker;
+  const start = worker.start.bind(worker);
   /** The phase-level story of the trail (per-device records filtered out). */
   const events = (s: Scenario) => s.audit.map((r) => r.event).filter((e) => !e.startsWith('devices.'));
   const deviceRecords = (s: Scenario, mode?: string) =>
