@@ -27,6 +27,7 @@ import { PROJECT_ROOT } from '../workers/toolchain';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from './history-bounds';
+import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({
   options: {
@@ -38,16 +39,11 @@ const { values: flags } = parseArgs({
     gate: { type: 'string', default: '1s' },
   },
 });
-const whole = (name: string, value: string | undefined, min: number, max: number): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name}: expected a whole number ${min}-${max}, got ${JSON.stringify(value)}`);
-  return n;
-};
-const DEVICES = whole('devices', flags.devices, 1, 100_000);
-const SLICE = whole('slice', flags.slice, 1, 10_000);
-const IN_FLIGHT = whole('in-flight', flags['in-flight'], 1, 10_000);
-const APPLY_MS = whole('apply-ms', flags['apply-ms'], 0, 60_000);
-const WAIT_MS = whole('wait-ms', flags['wait-ms'], 0, 30_000);
+const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
+const SLICE = wholeFlag('slice', flags.slice, 1, 10_000);
+const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 10_000);
+const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
+const WAIT_MS = wholeFlag('wait-ms', flags['wait-ms'], 0, 30_000);
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE)) throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
 

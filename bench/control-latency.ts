@@ -28,6 +28,7 @@ import { createWorker } from '../workers/worker';
 import { abortUpdate, pauseUpdate, resumeUpdate, statusQuery, type RolloutStatus } from '../workflows/messages';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { activityRuns, childWorkflowIds } from './history-bounds';
+import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({
   options: {
@@ -38,16 +39,11 @@ const { values: flags } = parseArgs({
     runs: { type: 'string', default: '3' },
   },
 });
-const whole = (name: string, value: string | undefined, min: number, max: number): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name}: expected a whole number from ${min} to ${max}, got ${JSON.stringify(value)}`);
-  return n;
-};
-const DEVICES = whole('devices', flags.devices, 20, 5000);
-const IN_FLIGHT = whole('in-flight', flags['in-flight'], 2, 1000);
-const SLICE = whole('slice', flags.slice, 5, 1000);
-const LATENCY_MS = whole('latency-ms', flags['latency-ms'], 0, 10_000);
-const RUNS = whole('runs', flags.runs, 1, 20);
+const DEVICES = wholeFlag('devices', flags.devices, 20, 5000);
+const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 2, 1000);
+const SLICE = wholeFlag('slice', flags.slice, 5, 1000);
+const LATENCY_MS = wholeFlag('latency-ms', flags['latency-ms'], 0, 10_000);
+const RUNS = wholeFlag('runs', flags.runs, 1, 20);
 const E = temporal.api.enums.v1.EventType;
 const FROM_REVISION = 1;
 

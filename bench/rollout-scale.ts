@@ -32,6 +32,7 @@ import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from './history-bounds';
+import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({
   options: {
@@ -44,17 +45,11 @@ const { values: flags } = parseArgs({
     gate: { type: 'string', default: '1s' },
   },
 });
-const positive = (name: string, value: string | undefined): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name}: expected a positive integer, got ${JSON.stringify(value)}`);
-  return n;
-};
-const DEVICES = positive('devices', flags.devices);
-const SLICE = positive('slice', flags.slice);
-const IN_FLIGHT = positive('in-flight', flags['in-flight']);
-const SHARD_SIZE = positive('shard-size', flags['shard-size']);
-const APPLY_MS = flags['apply-ms'] === '0' ? 0 : positive('apply-ms', flags['apply-ms']);
-if (APPLY_MS > 60_000) throw new Error(`--apply-ms: at most 60000, got ${APPLY_MS}`);
+const DEVICES = wholeFlag('devices', flags.devices, 1);
+const SLICE = wholeFlag('slice', flags.slice, 1);
+const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1);
+const SHARD_SIZE = wholeFlag('shard-size', flags['shard-size'], 1);
+const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE)) throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
 if (flags.only !== undefined && !['temporal', 'baseline'].includes(flags.only)) throw new Error(`--only: expected temporal or baseline, got ${JSON.stringify(flags.only)}`);

@@ -25,6 +25,7 @@ import { Client, Connection } from '@temporalio/client';
 import { startOpenSshFleet, type OpenSshFleet } from '../sim/openssh';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../workers/toolchain';
+import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({
   options: {
@@ -40,15 +41,10 @@ const { values: flags } = parseArgs({
     'cpu-prof': { type: 'string' },
   },
 });
-const positive = (name: string, value: string | undefined, max: number): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > max) throw new Error(`--${name}: expected a whole number from 1 to ${max}, got ${JSON.stringify(value)}`);
-  return n;
-};
-const DEVICES = positive('devices', flags.devices, 1000);
-const RUNS = positive('runs', flags.runs, 20);
-const IN_FLIGHT = positive('in-flight', flags['in-flight'], 500);
-const BASE_PORT = positive('base-port', flags['base-port'], 32767);
+const DEVICES = wholeFlag('devices', flags.devices, 1, 1000);
+const RUNS = wholeFlag('runs', flags.runs, 1, 20);
+const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 500);
+const BASE_PORT = wholeFlag('base-port', flags['base-port'], 1, 32767);
 if (BASE_PORT + DEVICES > 32768) throw new Error(`--base-port ${BASE_PORT} + --devices ${DEVICES}: ports must stay below 32768 (the kernel's ephemeral range)`);
 const WAVEGATE_ROOT = resolve(flags['wavegate-root']!);
 if (!existsSync(join(WAVEGATE_ROOT, 'bin', 'wavegate.js'))) throw new Error(`--wavegate-root ${WAVEGATE_ROOT}: no bin/wavegate.js there`);
