@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { floorRefusal, parseFloor } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
@@ -14,6 +13,7 @@ import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
 import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
+import { parsedPerContent } from './parsed-file';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
@@ -77,34 +77,15 @@ export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {
   if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
-  // Every device's apply asks for the same file: parsed once per content (the bytes on disk are read
-  // each time and compared, so any edit, however quick, is parsed afresh). Refusals are not kept.
-  const file = profileDir(trustDir, profile).trustFile;
-  const bytes = fileBytes(file);
-  const known = trustRead.get(file);
-  if (known && bytes && known.bytes.equals(bytes)) return known.trust;
+  // Every device's apply asks for the same file: parsed once per content (./parsed-file.ts).
   try {
-    const trust = loadTrust(trustDir, profile);
-    if (bytes) {
-      if (trustRead.size >= 256) trustRead.delete(trustRead.keys().next().value!);
-      trustRead.set(file, { bytes, trust });
-    }
-    return trust;
+    return trustRead(profileDir(trustDir, profile).trustFile, () => loadTrust(trustDir, profile));
   } catch (err) {
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
   }
 }
 
-const trustRead = new Map<string, { bytes: Buffer; trust: Trust | undefined }>();
-
-/** The file's bytes, or null when there is none or it cannot be read (loadTrust then decides, every time). */
-function fileBytes(file: string): Buffer | null {
-  try {
-    return readFileSync(file);
-  } catch {
-    return null;
-  }
-}
+const trustRead = parsedPerContent<Trust | undefined>(256);
 
 /** What a device lacks of the profiles a rollout waits for (`after`). */
 export interface UnmetDependencies {

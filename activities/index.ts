@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
@@ -8,6 +7,7 @@ import { loadInventory } from '../intake/inventory';
 import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
 import { auditActivitiesOf, type AuditStore } from './audit-store';
 import { createCanaryActivities } from './canary';
+import { parsedPerContent } from './parsed-file';
 import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
@@ -161,27 +161,11 @@ export function defaultWorkerIdentity(): string {
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 /**
  * The devices of an inventory file on this worker's disk (`--inventory-on-worker`), parsed once per
- * content: a snapshot of 10,000 devices is ten pages, and each page parsed the whole YAML file again
- * (2.5 s a page, bench/README.md). The bytes are read every time and compared, so an edited file is
- * parsed afresh; an unreadable one is left to loadInventory to report.
+ * content (./parsed-file.ts): a snapshot of 10,000 devices is ten pages, and each page parsed the whole
+ * YAML file again (2.5 s a page, bench/README.md).
  */
-const inventoryRead = new Map<string, { bytes: Buffer; devices: MemberRecord[] }>();
-function inventoryDevices(path: string): MemberRecord[] {
-  let bytes: Buffer | undefined;
-  try {
-    bytes = readFileSync(path);
-  } catch {
-    bytes = undefined;
-  }
-  const known = inventoryRead.get(path);
-  if (known && bytes && known.bytes.equals(bytes)) return known.devices;
-  const devices = loadInventory(path).devices;
-  if (bytes) {
-    if (inventoryRead.size >= 4) inventoryRead.delete(inventoryRead.keys().next().value!);
-    inventoryRead.set(path, { bytes, devices });
-  }
-  return devices;
-}
+const inventoryRead = parsedPerContent<MemberRecord[]>(4);
+const inventoryDevices = (path: string): MemberRecord[] => inventoryRead(path, () => loadInventory(path).devices);
 
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
