@@ -8,6 +8,7 @@ import { envelopeDigestOf, type TwinView } from '../../core/twin';
 import { HttpRefusal } from '../../gateway/http';
 import { payloadFor } from '../../gateway/payload';
 import { scratchDir } from '../support/harness';
+import { refusal as refusalOf } from '../support/refusal';
 
 /**
  * Which file the gateway serves a device (gateway/payload.ts): only a payload entry in the signed body
@@ -37,15 +38,7 @@ describe('gateway payloads', () => {
       reverify: false,
     };
   };
-  const refusal = (fn: () => unknown): HttpRefusal => {
-    try {
-      fn();
-    } catch (err) {
-      if (err instanceof HttpRefusal) return err;
-      throw err;
-    }
-    throw new Error('expected a refusal');
-  };
+  const refusal = (fn: () => unknown): HttpRefusal => refusalOf(fn, HttpRefusal);
 
   it('serves the signed entry of the desired revision', () => {
     expect(payloadFor(viewWith([{ name: 'conf', sha256, size: body.length, source: 'payload/conf' }]), root, 'app', 2, 'conf')).toEqual(body);
