@@ -182,13 +182,24 @@ export async function setCurrentVersion(client: Client, deploymentName: string, 
   if (!before.versions.some((v) => v.buildId === buildId)) {
     throw new WavegateError('NOT_FOUND', `deployment ${deploymentName} has no build "${buildId}" (known: ${knownBuilds(before)}): start its workers first`, { field: 'build-id', value: buildId });
   }
-  const response = await client.workflowService.setWorkerDeploymentCurrentVersion({
-    namespace: client.options.namespace,
-    deploymentName,
-    buildId,
-    conflictToken: before.conflictToken,
-    identity,
-  });
+  let response: Awaited<ReturnType<typeof client.workflowService.setWorkerDeploymentCurrentVersion>>;
+  try {
+    response = await client.workflowService.setWorkerDeploymentCurrentVersion({
+      namespace: client.options.namespace,
+      deploymentName,
+      buildId,
+      conflictToken: before.conflictToken,
+      identity,
+    });
+  } catch (err) {
+    // The server refuses a build whose workers have not (yet) polled every task queue the current one
+    // serves: its task queues would become unversioned. Its workers' first polls register them a moment
+    // after they start.
+    if ((err as { code?: number }).code === 9 /* FAILED_PRECONDITION */ && /missing active task queues/.test((err as Error).message)) {
+      throw new WavegateError('INVALID_STATE', `deployment ${deploymentName}: build "${buildId}" does not poll every task queue the current build${before.current ? ` ${before.current}` : ''} serves yet: start its workers on each of them (both workflow tasks and activities), wait a moment for their first polls, and try again`, { field: 'build-id', value: buildId });
+    }
+    throw err;
+  }
   const previous = response.previousDeploymentVersion?.buildId || undefined;
   return previous ? { previous } : {};
 }

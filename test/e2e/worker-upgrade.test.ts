@@ -102,7 +102,15 @@ async function currentIs(deployment: string, build: string): Promise<void> {
 }
 
 async function makeCurrent(deployment: string, build: string): Promise<void> {
-  await setCurrentVersion(env.client, deployment, build, 'test');
+  // A build's workers register each task queue with their first polls: until then the server refuses it.
+  await until(`${build} accepted as current in ${deployment}`, async () => {
+    try {
+      return await setCurrentVersion(env.client, deployment, build, 'test');
+    } catch (err) {
+      if (err instanceof WavegateError && err.code === 'INVALID_STATE') return undefined;
+      throw err;
+    }
+  });
   await currentIs(deployment, build);
 }
 
