@@ -19,6 +19,7 @@ import { createWebhookActivities } from './webhooks';
 import { connectDevice, StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
+import { quietStartHeartbeat } from './quiet-heartbeat';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
@@ -253,17 +254,18 @@ export function createActivities(deps: ActivityDeps = {}) {
       const { workflowExecution, activityId, attempt } = ctx.info;
       const startedAt = Date.now();
       const transport = input.device.transport ?? 'ssh';
+      const heartbeat = quietStartHeartbeat(ctx);
       try {
         const holder = { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt };
         // An agent device pulls: the request goes to its twin and its agent runs the same steps (activities/agent/).
         const result = transport === 'agent'
-          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}), heartbeat: (detail) => ctx.heartbeat(detail), signal: ctx.cancellationSignal })
+          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}), heartbeat, signal: ctx.cancellationSignal })
           : await applyToDevice(input.device, input.steps, {
           commandTimeoutMs: input.commandTimeoutMs,
           ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
           trustDir: deps.trustDir,
           requireEnvelope: !deps.allowUnsigned,
-          heartbeat: (detail) => ctx.heartbeat(detail),
+          heartbeat,
           reportOffline: input.reportOffline,
           ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}),
           // The apply unit on the device: this activity of this run; its retries reattach to it.

@@ -66,7 +66,7 @@ function applyProxy(opts: DeviceRunOptions) {
     // A worker that dies mid-apply is noticed after this long and the device's apply is retried on
     // another worker, which reattaches to the apply still running (or finished) under the device's
     // apply lock instead of starting another. The apply heartbeats every second whatever it is doing,
-    // so 6 s is six missed beats.
+    // after a quiet first 2 s (activities/quiet-heartbeat.ts), so 6 s is four missed beats.
     heartbeatTimeout: '6 seconds',
     // Only the device saying no (and refusals: host key, login, envelope, a lock held by another
     // rollout) is terminal, as non-retryable failures; a lost connection or worker retries until
