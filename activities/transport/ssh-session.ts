@@ -61,7 +61,8 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
       const path = floorPath(profile);
       const dir = path.slice(0, path.lastIndexOf('/'));
       // formatFloor keeps every value to characters that need no quoting; written whole, then renamed.
-      const res = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`, { timeoutMs });
+      // The directory is there after an apply: the test is the shell's own, mkdir runs only without it.
+      const res = await ssh.exec(`{ [ -d "$HOME/${dir}" ] || mkdir -p "$HOME/${dir}"; } && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`, { timeoutMs });
       if (res.code !== 0) throw new StepFailed('write floor', res, device);
     },
 
