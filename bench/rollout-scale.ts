@@ -33,6 +33,7 @@ import { rolloutWorkflow } from '../workflows/rollout';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from './history-bounds';
 import { wholeFlag } from './flags';
+import { childPid, processCpu, startCpuSplit, type CpuSplit } from './cpu-account';
 
 const { values: flags } = parseArgs({
   options: {
@@ -115,10 +116,13 @@ interface RunResult {
   peakRssMiB?: number;
   /** The baseline: the median time one device took (connect to marker written). */
   perDeviceMs?: number;
+  cpu: CpuSplit;
 }
 
 async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]): Promise<RunResult> {
   const env = await startDevServerEnv();
+  const serverPid = childPid('start-dev');
+  const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);
   const taskQueue = 'wavegate-bench';
   const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
   const running = worker.run();
@@ -133,9 +137,13 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     const client = new Client({ connection, namespace: env.namespace ?? 'default' });
     let peak = 0;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 250);
+    // CPU from the rollout's start to its end only: not the worker's bundling, nor the histories read after.
+    const cpuSince = startCpuSplit(shards.map((s) => s.child.pid!));
+    const serverBefore = serverCpu();
     const started = Date.now();
     const result = await client.workflow.execute(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
     const wallMs = Date.now() - started;
+    const cpu = cpuSince(serverCpu() - serverBefore);
     clearInterval(sampler);
     // Every execution's history kept for reading where the time went (npx tsx bench/history-timeline.ts <file>).
     const kept = join(tmpdir(), `wavegate-rollout-scale-${DEVICES}-histories`);
@@ -146,7 +154,7 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     await connection.close();
     const { commands } = await countApplied(shards);
     if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
-    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes, peakRssMiB: Math.round(peak / 1024 / 1024) };
+    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes, peakRssMiB: Math.round(peak / 1024 / 1024), cpu };
   } finally {
     worker.shutdown();
     await running;
@@ -160,6 +168,7 @@ async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKe
   let failed = 0;
   let next = 0;
   const durations: number[] = [];
+  const cpuSince = startCpuSplit(shards.map((s) => s.child.pid!));
   const started = Date.now();
   // The ssh loop: IN_FLIGHT workers take the next device; each connects, verifies, applies, verifies, writes the marker.
   await Promise.all(
@@ -179,9 +188,10 @@ async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKe
     }),
   );
   const wallMs = Date.now() - started;
+  const cpu = cpuSince();
   const { commands } = await countApplied(shards);
   durations.sort((a, b) => a - b);
-  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands, perDeviceMs: durations[Math.floor(durations.length / 2)] ?? 0 };
+  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands, perDeviceMs: durations[Math.floor(durations.length / 2)] ?? 0, cpu };
 }
 
 // ---- the ideal makespan ----
@@ -256,6 +266,10 @@ async function main(): Promise<void> {
     console.log('| run | wall time | devices/s | applied | failed | SSH commands |');
     console.log('|---|---:|---:|---:|---:|---:|');
     for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
+    console.log('\nCPU seconds by component (the cores are shared: wall time follows CPU)');
+    console.log('| run | this process (worker + client, or the loop) | Temporal server | fleet shards (SSH servers) | device commands waited for | whole machine | machine per device |');
+    console.log('|---|---:|---:|---:|---:|---:|---:|');
+    for (const r of results) console.log(`| ${r.name} | ${r.cpu.process.toFixed(1)} | ${r.cpu.server.toFixed(1)} | ${r.cpu.shards.toFixed(1)} | ${r.cpu.deviceCommands.toFixed(1)} | ${r.cpu.machine.toFixed(1)} | ${((r.cpu.machine / DEVICES) * 1000).toFixed(1)} ms |`);
     if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
     console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);
     const temporal = results.find((r) => r.shapes);
