@@ -1,5 +1,6 @@
 import type { Client } from '@temporalio/client';
 import type { RevertOf, RolloutInput } from '../core/rollout/input';
+import type { Inventory } from '../core/inventory';
 import { revertSpec } from '../core/rollout/revert';
 import { loadRolloutInventory } from './inventory';
 import { loadRegisteredRolloutContent, loadRolloutContent, type RolloutContent } from './prepare';
@@ -18,6 +19,8 @@ export interface RevertRequest {
   profilesDir: string;
   /** Default: the inventory the original read. */
   inventoryPath?: string;
+  /** The inventory already read and validated (a file, or over HTTP); read from the path when not given. */
+  inventory?: Inventory;
   startedBy: string;
   /** Take both revisions from `registry:<profile>` through this client instead of the profile's files. */
   client?: Client;
@@ -43,7 +46,7 @@ function inputOf(req: RevertRequest, content: RolloutContent): RolloutInput {
   const assembled = assembleRolloutInput({
     spec,
     specSource: `revert of ${req.reverts.rolloutId}`,
-    inventory: loadRolloutInventory(inventoryPath),
+    inventory: req.inventory ?? loadRolloutInventory(inventoryPath),
     inventoryPath,
     profile: content.profile,
     layout: content.layout,

@@ -11,7 +11,7 @@ import { revertRolloutInput } from '../../intake/revert';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { preflightRollout } from '../preflight';
-import { readInventoryFlags, withMembership } from '../membership-client';
+import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
 import { action, EXIT_OK } from '../run';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
@@ -23,11 +23,9 @@ import { operatorName, parseInterval, printOutcome, waitOptions } from './rollou
  * decisions are core/rollout/revert.ts; the input is built by intake/revert.ts like a start's.
  */
 
-interface RevertFlags extends TemporalFlags {
+interface RevertFlags extends TemporalFlags, InventoryFlags {
   run?: string;
   fast?: boolean;
-  inventory?: string;
-  inventoryOnWorker?: boolean;
   profiles?: string;
   registry?: boolean;
   wait?: boolean;
@@ -103,15 +101,15 @@ function rollForward(input: RolloutInput, profilesRoot: string, inventoryPath: s
 
 export function register(program: Command): void {
   withTemporalOptions(
-    program
-      .command('revert <rollout-id>')
+    withInventoryOptions(
+      program.command('revert <rollout-id>'),
+      'inventory file (default: the file the rollout read; one it read over HTTP needs --inventory-url again); read here and stored in a membership entity for the workers',
+    )
       .description(
         "Undo a completed rollout inside its revert window: a new rollout from its toRevision back to its fromRevision over exactly the devices it changed. After the window it is refused (exit 2) and the roll-forward commands are printed",
       )
       .option('--fast', 'one phase over every device, no gate timer; the health checks of all the rollout\'s phases still run')
       .option('--run <runId>', 'an earlier run of a re-used rollout id (default: its latest run)')
-      .option('--inventory <fleet.yaml>', 'inventory (default: the one the rollout read); read here and stored in a membership entity for the workers')
-      .option('--inventory-on-worker', 'the worker reads the inventory path from its own disk at snapshot time, as before the membership entity')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--wait', 'wait for the revert to finish; exit 0 only if every device it was for is back')
@@ -125,7 +123,9 @@ export function register(program: Command): void {
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const { finished, input: original } = await readRollout(client, id, opts.run);
-        const inventoryPath = opts.inventory ?? original.inventoryPath;
+        // Where the revert reads its inventory: a flag, else the file the rollout read (a URL is read again
+        // only when given: its query, which may have said which fleet, is not kept).
+        const inventoryPath = opts.inventoryUrl ?? opts.inventory ?? original.inventoryPath;
         const refused = revertStateRefusal(finished);
         if (refused) {
           const forward = finished.state === 'aborted' && finished.changed.length ? `\n${rollForward(original, profilesRoot, inventoryPath)}` : '';
@@ -136,9 +136,9 @@ export function register(program: Command): void {
         const running = await runningRolloutsOf(client, original.spec.profile);
         if (running.length) throw new WavegateError('CONFLICT', `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`);
 
-        // The membership as start stores it: the file read here (an inventory first read over HTTP needs --inventory <file>).
-        const read = await readInventoryFlags({ inventory: inventoryPath, ...(opts.inventoryOnWorker ? { inventoryOnWorker: true } : {}) });
-        const request = { original, reverts: { rolloutId: id, runId: finished.runId }, devices: finished.changed, fast: !!opts.fast, profilesDir: profilesRoot, inventoryPath, startedBy: operatorName() };
+        // The membership as start stores it: the inventory read here, from a file or over HTTP.
+        const read = await readInventoryFlags(opts, opts.inventoryUrl ? undefined : original.inventoryPath);
+        const request = { original, reverts: { rolloutId: id, runId: finished.runId }, devices: finished.changed, fast: !!opts.fast, profilesDir: profilesRoot, inventoryPath: read.inventoryPath, inventory: read.inventory, startedBy: operatorName() };
         const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);

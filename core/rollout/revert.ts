@@ -108,6 +108,7 @@ export interface RollForwardRequest {
   to: number;
   /** The new revision's number: above every revision the profile has. */
   next: number;
+  /** The inventory file the rollout read, or the URL (origin and path) it read it from. */
   inventoryPath: string;
 }
 
@@ -118,12 +119,16 @@ export interface RollForwardRequest {
 export function rollForwardCommands(r: RollForwardRequest): string[] {
   const rev = (n: number) => `${r.profileDir}/revisions/${n}.yaml`;
   const env = `${r.profileDir}/envelopes/${r.next}.json`;
+  // An inventory read over HTTP: start reads it again from there; sign's gates take a file of it.
+  const overHttp = /^https?:\/\//.test(r.inventoryPath);
+  const signInventory = overHttp ? '<the inventory, saved as a file>' : r.inventoryPath;
+  const startInventory = overHttp ? `--inventory-url ${r.inventoryPath}` : `--inventory ${r.inventoryPath}`;
   return [
     `roll forward: r${r.from}'s content as a new revision r${r.next}, then a rollout r${r.to} → r${r.next}:`,
     `  sed -e 's/^revision: ${r.from}$/revision: ${r.next}/' -e '/^previous:/d' -e '/^issuedAt:/d' -e '/^expiresAt:/d' ${rev(r.from)} > ${rev(r.next)} && echo 'previous: ${r.to}' >> ${rev(r.next)}`,
-    `  wavegate sign ${rev(r.next)} --key <your key> --out ${env} --inventory ${r.inventoryPath} --profile ${r.profileDir}/profile.yaml`,
+    `  wavegate sign ${rev(r.next)} --key <your key> --out ${env} --inventory ${signInventory} --profile ${r.profileDir}/profile.yaml`,
     `  wavegate cosign ${env} --key <the next signer's key>    # until trust.yaml's threshold is met`,
-    `  wavegate start -f <the rollout's spec with fromRevision: ${r.to}, toRevision: ${r.next}> --inventory ${r.inventoryPath} --profiles ${r.profilesRoot} --wait`,
+    `  wavegate start -f <the rollout's spec with fromRevision: ${r.to}, toRevision: ${r.next}> ${startInventory} --profiles ${r.profilesRoot} --wait`,
     `  (revisions from the registry: \`wavegate register ${env} --trust ${r.profileDir}/trust.yaml\` before start --registry)`,
   ];
 }

@@ -170,6 +170,29 @@ describe('membership that does not live on the worker', () => {
     }
   }, 180_000);
 
+  it('revert of a rollout that read its inventory over HTTP: it asks for --inventory-url again, then reads it from there', async () => {
+    // Every device back before r1 so the rollout changes all four (and raises their floors).
+    for (const d of fleet.devices) for (const dir of ['.wavegate', 'etc']) rmSync(join(d.sandbox, dir), { recursive: true, force: true });
+    const urlFlags = ['--inventory-url', `${registryUrl}/devices`, '--inventory-token-env', 'REGISTRY_TOKEN'];
+    const start = await wavegate(['start', '-f', 'spec.yaml', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
+    const { runId } = await env.client.workflow.getHandle('rollout:demo').describe();
+
+    // Without an inventory flag: the stored URL is not read again on its own (its query is not kept).
+    const bare = await wavegate(['revert', 'rollout:demo', ...profilesFlags(), ...temporalFlags()], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    expect(bare.code, bare.stderr).toBe(2);
+    expect(bare.stderr).toContain(`"${registryUrl}/devices" is a URL: the rollout read it with --inventory-url; give --inventory-url again`);
+    expect((await env.client.workflow.getHandle('rollout:demo').describe()).runId).toBe(runId);
+
+    const revert = await wavegate(['revert', 'rollout:demo', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
+    expect(revert.stdout).toContain('over the 4 device(s)');
+    for (const d of fleet.devices) expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('1');
+    const input = await rolloutInput();
+    expect(input.reverts).toEqual({ rolloutId: 'rollout:demo', runId });
+    expect(input.membership).toMatchObject({ devices: 4, source: `${registryUrl}/devices` });
+  }, 180_000);
+
   it('--inventory-on-worker: the worker reads the path on its own disk, as before', async () => {
     const path = join(scratch.dir, 'shared-fleet.yaml');
     writeFileSync(path, stringify(fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } })));

@@ -150,6 +150,13 @@ describe('revert: the roll-forward commands', () => {
       scratch.cleanup();
     }
   });
+
+  it('for an inventory read over HTTP: start reads it from the URL again, sign takes a file of it', () => {
+    const text = rollForwardCommands({ profile: 'demo', profileDir: '/p/demo', profilesRoot: '/p', from: 1, to: 2, next: 3, inventoryPath: 'https://cmdb.example/devices' }).join('\n');
+    expect(text).toContain('--inventory-url https://cmdb.example/devices --profiles /p --wait');
+    expect(text).toContain('--out /p/demo/envelopes/3.json --inventory <the inventory, saved as a file> --profile');
+    expect(text).not.toContain('--inventory https://');
+  });
 });
 
 describe('revert: its input, through intake', () => {
