@@ -61,6 +61,14 @@ export interface ApplyScriptInput {
 
 const STEP = 'WAVEGATE-STEP';
 
+/**
+ * What the launch runs detached, in the lock directory, with the apply command as $1: the apply, its
+ * pid, its exit code. It starts the apply only while its directory still is the live lock: a launch
+ * starved so long that the next attempt took the lock over (moved it aside as last-apply) starts
+ * nothing. `-ef` is the shell's own test; a shell without it (status 2) goes on as before.
+ */
+export const APPLY_WRAPPER = `[ . -ef ../apply.lock ] 2>/dev/null; if [ $? = 1 ]; then echo 'not started: its apply lock was taken over before it started' > out; exit 0; fi; sh -c "$1" & echo $! > apply.pid; wait $!; echo $? > exitcode.tmp && mv -f exitcode.tmp exitcode`;
+
 /** A report detail the worker knows when it writes the script, as the hex the report carries. */
 const hex = (text: string): string => Buffer.from(text, 'utf8').toString('hex');
 /** wg_release's two arguments for a reason the worker knows: the text, and its hex for the report. */
@@ -75,7 +83,6 @@ export function applyScript(input: ApplyScriptInput): string {
   const me = `${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}`;
   const ownerless = `ownerless, broken by ${me}: a claim cut off before it named its owner; nothing was launched under it`;
   const check = input.payload.map((f) => `${f.sha256}  ${f.name}`).join('\n');
-  const wrapper = `sh -c "$1" & echo $! > apply.pid; wait $!; echo $? > exitcode.tmp && mv -f exitcode.tmp exitcode`;
   const lines: string[] = [
     `wg_P="$HOME/.wavegate/profiles/${input.profile}"; wg_L="$wg_P/apply.lock"; L="$wg_L"`,
     // Detail as hex bytes (od is POSIX; base64 is not): one line whatever the output holds.
@@ -101,6 +108,9 @@ export function applyScript(input: ApplyScriptInput): string {
     // process the script starts costs about a millisecond. A pid or exit code file holds one line.
     `wg_look() {`,
     `  if [ -e "$wg_L/launched" ]; then wg_launched=1; else wg_launched=0; fi`,
+    // \`launched\` holds the pid of the script that launched (or is launching) the apply.
+    `  wg_lp=; if [ "$wg_launched" = 1 ]; then IFS= read -r wg_lp 2>/dev/null < "$wg_L/launched"; case "$wg_lp" in ''|*[!0-9]*) wg_lp= ;; esac; fi`,
+    `  if [ -n "$wg_lp" ] && kill -0 "$wg_lp" 2>/dev/null; then wg_launching=1; else wg_launching=0; fi`,
     `  wg_p=; wg_a=; IFS= read -r wg_p 2>/dev/null < "$wg_L/pid"; IFS= read -r wg_a 2>/dev/null < "$wg_L/apply.pid"`,
     `  case "$wg_p" in ''|*[!0-9]*) wg_p= ;; esac; case "$wg_a" in ''|*[!0-9]*) wg_a= ;; esac`,
     `  if { [ -n "$wg_p" ] && kill -0 "$wg_p" 2>/dev/null; } || { [ -n "$wg_a" ] && kill -0 "$wg_a" 2>/dev/null; }; then wg_running=1; else wg_running=0; fi`,
@@ -193,12 +203,15 @@ export function applyScript(input: ApplyScriptInput): string {
     `  case "$wg_state" in`,
     `  acquired) wg_note lock acquired ${hex(`${owner.join('\n')}\nlaunched=0\npid=\nrunning=0\n`)}; wg_mode=fresh ;;`,
     `  ours)`,
-    // Launched, yet neither the launcher's pid nor the wrapper's, nor an outcome: a launch a moment from
-    // recording its pid, or one cut off between marking the launch and starting it (its session was
-    // killed there: nothing runs and nothing ever will). Wait the moment out once; still nothing: it
-    // never started, and this attempt takes over as from an interrupted one.
+    // Launched, yet neither the wrapper's pid nor the apply's, nor an outcome. While the script that
+    // marked the launch still runs (an earlier attempt of this unit its worker gave up on, slow to
+    // start it), the launch is its: wait for it like any reattach. Its script gone: a launch a moment
+    // from recording its pid, or one cut off between marking the launch and starting it (nothing runs
+    // and nothing ever will). Wait the moment out once; still nothing: it never started, and this
+    // attempt takes over as from an interrupted one.
     `    wg_unstarted=0; if [ "$wg_launched" = 1 ] && [ -z "$wg_p" ] && [ -z "$wg_a" ] && [ "$wg_done" = 0 ]; then wg_unstarted=1; fi`,
     `    if [ "$wg_launched" = 0 ]; then wg_record | wg_say lock ours; wg_mode=ours-unlaunched`,
+    `    elif [ "$wg_unstarted" = 1 ] && [ "$wg_launching" = 1 ]; then wg_record | wg_say lock ours; wg_mode=reattach`,
     `    elif [ "$wg_unstarted" = 1 ] && [ "$wg_waited" = 0 ]; then wg_waited=1; sleep ${input.ownerlessGraceSeconds}`,
     `    elif [ "$wg_unstarted" = 1 ]; then wg_record | wg_say lock interrupted; wg_release "interrupted: launched but never started (no pid recorded within ${input.ownerlessGraceSeconds} s; attempt ${holder.attempt} takes over)"`,
     `    elif [ "$wg_interrupted" = 0 ]; then wg_record | wg_say lock ours; wg_mode=reattach`,
@@ -228,10 +241,10 @@ export function applyScript(input: ApplyScriptInput): string {
     // (a dropped connection) ends the apply.
     `wg_wpid=`,
     `if ! cd "$wg_L" 2>/dev/null; then echo 'cannot enter the lock directory' | wg_say launch 3; wg_release ${reason(`${step} could not start: exit 3`)}; wg_end stop; fi`,
-    `if ( set -C; : > launched ) 2>/dev/null; then`,
+    `if ( set -C; echo $$ > launched ) 2>/dev/null; then`,
     // setsid alone detaches it (a session of its own has no terminal to hang up); nohup only without it.
     `  if command -v setsid > /dev/null 2>&1; then wg_ss=setsid; else wg_ss=nohup; fi`,
-    `  $wg_ss sh -c ${shQuote(wrapper)} wavegate-apply ${shQuote(input.apply)} > out 2>&1 < /dev/null &`,
+    `  $wg_ss sh -c ${shQuote(APPLY_WRAPPER)} wavegate-apply ${shQuote(input.apply)} > out 2>&1 < /dev/null &`,
     `  wg_wpid=$!; echo "$wg_wpid" > pid`,
     `  wg_note launch launched`,
     `else wg_note launch already-launched; fi`,
@@ -240,12 +253,18 @@ export function applyScript(input: ApplyScriptInput): string {
 
   // Wait for the outcome recorded under our lock: our own child is waited for, another's polled.
   const wait = [
-    `if [ -n "$wg_wpid" ]; then wait "$wg_wpid" 2>/dev/null; fi`,
+    `wg_gone_waited=0; if [ -n "$wg_wpid" ]; then wait "$wg_wpid" 2>/dev/null; fi`,
     `while :; do`,
     `  if [ ! -d "$wg_L" ]; then wg_note apply lost; wg_end stop; fi`,
     `  wg_look`,
     `  if [ "$wg_done" = 1 ]; then break; fi`,
     `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; fi`,
+    // Another script's launch we wait for: if that script dies with nothing started, give its wrapper
+    // the moment it may still need to record itself, then the apply is gone (the next attempt takes over).
+    `  if [ "$wg_running" = 0 ] && [ -z "$wg_p" ] && [ -z "$wg_a" ] && [ "$wg_launching" = 0 ]; then`,
+    `    if [ "$wg_gone_waited" = 1 ]; then wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; fi`,
+    `    wg_gone_waited=1; sleep ${input.ownerlessGraceSeconds}; continue`,
+    `  fi`,
     `  sleep 0.2 2>/dev/null || sleep 1`,
     `done`,
     `case "$wg_exit" in ''|*[!0-9]*) wg_code=unknown ;; *) wg_code=$wg_exit ;; esac`,

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { applyScript, parseReportLines, readApplyReport, ReportUnreadable, APPLY_SCRIPT_VERSION, type ApplyScriptInput } from '../../activities/transport/apply-script';
+import { applyScript, parseReportLines, readApplyReport, ReportUnreadable, APPLY_SCRIPT_VERSION, APPLY_WRAPPER, type ApplyScriptInput } from '../../activities/transport/apply-script';
 import { shellFor } from '../../activities/device-steps';
 import { scratchDir } from '../support/harness';
 
@@ -212,6 +212,61 @@ describe('the apply script run by the POSIX sh', () => {
     expect(steps.slice(0, 4)).toEqual(['floor ok', 'lock interrupted', 'release released', 'lock acquired']);
     expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
     expect(existsSync(join(lock))).toBe(false);
+  });
+
+  /** An earlier attempt's script, still alive, that marked the launch (its pid in `launched`) and runs `then` after `delay` s. */
+  const slowLauncher = (dir: string, lock: string, delay: number, then = '') => {
+    mkdirSync(lock, { recursive: true });
+    writeFileSync(join(lock, 'owner'), 'rollout=rollout:t\nrun=run-1\nactivity=5\nattempt=1\nattemptAt=2026-01-01T00:00:00.000Z\nrevision=4\nstep=apply\ntaken=2026-01-01T00:00:00.000Z\n');
+    // Started in the background of a shell that exits at once: like a device's, the launcher is reaped
+    // when it ends (a child of this process would stay a zombie while spawnSync blocks, alive to kill -0).
+    writeFileSync(join(dir, 'launcher.sh'), `sleep ${delay}\n${then}\n`);
+    const pid = Number(spawnSync('/bin/sh', ['-c', 'sh ../../../../launcher.sh > /dev/null 2>&1 & echo $!'], { cwd: lock, env: { PATH: process.env.PATH, HOME: dir }, encoding: 'utf8' }).stdout.trim());
+    writeFileSync(join(lock, 'launched'), `${pid}\n`);
+    return { kill: () => { try { process.kill(pid); } catch { /* already ended */ } } };
+  };
+
+  it('a launch an earlier attempt is still starting (its script alive, no pid yet) is waited for, never taken over: the apply runs once', () => {
+    const dir = home();
+    const lock = join(dir, '.wavegate/profiles/p/apply.lock');
+    // Attempt 1's script, starved: it marked the launch, and starts the apply (as its wrapper would) 1.5 s later.
+    const launcher = slowLauncher(dir, lock, 1.5, 'echo $$ > pid; echo run >> "$HOME/runs"; touch "$HOME/fact"; echo 0 > exitcode.tmp && mv exitcode.tmp exitcode');
+    try {
+      const res = run(dir, applyScript(input({ holder: { ...holder, attempt: 2 } })));
+      const steps = parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`);
+      expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
+      expect(steps).toEqual(['floor ok', 'lock ours', 'reattach ok', 'apply 0', 'verify 0', 'marker written', 'release released']);
+      expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n'); // once: attempt 1's, never attempt 2's too
+    } finally {
+      launcher.kill();
+    }
+  });
+
+  it('an earlier attempt that dies while launching, with nothing started: the waiting attempt reports the apply gone, the next one applies once', () => {
+    const dir = home();
+    const lock = join(dir, '.wavegate/profiles/p/apply.lock');
+    slowLauncher(dir, lock, 1); // marks the launch, then exits without starting anything
+    const waited = run(dir, applyScript(input({ holder: { ...holder, attempt: 2 } })));
+    expect(readApplyReport(waited.stdout, 'apply'), waited.stdout + waited.stderr).toMatchObject({ kind: 'apply-gone' });
+    expect(existsSync(join(dir, 'runs'))).toBe(false);
+    const next = run(dir, applyScript(input({ holder: { ...holder, attempt: 3 } })));
+    expect(readApplyReport(next.stdout, 'apply').kind, next.stdout + next.stderr).toBe('applied');
+    expect(parseReportLines(next.stdout).steps.slice(0, 4).map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock interrupted', 'release released', 'lock acquired']);
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+  });
+
+  it('the launch wrapper starts nothing under a lock that was taken over (moved aside) before it got going', () => {
+    const dir = home();
+    const p = join(dir, '.wavegate/profiles/p');
+    for (const name of ['apply.lock', 'last-apply']) mkdirSync(join(p, name), { recursive: true });
+    const wrap = (cwd: string) => spawnSync('/bin/sh', ['-c', APPLY_WRAPPER, 'wavegate-apply', 'echo run >> "$HOME/runs"'], { cwd, env: { PATH: process.env.PATH, HOME: dir }, encoding: 'utf8' });
+    wrap(join(p, 'last-apply'));
+    expect(existsSync(join(dir, 'runs'))).toBe(false);
+    expect(readFileSync(join(p, 'last-apply/out'), 'utf8')).toContain('not started: its apply lock was taken over');
+    expect(existsSync(join(p, 'last-apply/exitcode'))).toBe(false);
+    wrap(join(p, 'apply.lock'));
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    expect(readFileSync(join(p, 'apply.lock/exitcode'), 'utf8')).toBe('0\n');
   });
 
   it('payload not staged: stops under the lock with stage needed; once staged the rerun goes on without verifying first again', () => {
