@@ -1,8 +1,9 @@
 import { createHash, createHmac } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
+import { WavegateError } from '../../core/errors';
 import type { DeviceTarget, JumpHostTarget } from '../../core/rollout-state';
+import { readText } from '../../intake/files';
 import { TransportError, type TransportErrorKind } from './errors';
 import { sshPark } from './ssh-park';
 import type { ConnectOptions, ExecOptions, ExecResult } from './types';
@@ -66,7 +67,8 @@ function knownHostKeys(file: string, host: string, port: number): { pinned: stri
   const names = port === 22 ? [host, `[${host}]:22`] : [`[${host}]:${port}`];
   const pinned: string[] = [];
   const revoked = new Set<string>();
-  for (const line of readFileSync(file, 'utf8').split('\n')) {
+  // A regular file of bounded size only: a FIFO or /dev/zero named here would stall or flood the worker.
+  for (const line of readText(file).split('\n')) {
     let parts = line.trim().split(/\s+/);
     if (parts.length < 3 || parts[0]!.startsWith('#')) continue;
     const marker = parts[0]!.startsWith('@') ? parts[0] : undefined;
@@ -153,8 +155,13 @@ function readKnownHosts(target: DeviceTarget, file: string, host: string, port: 
   try {
     return read(file, host, port);
   } catch (err) {
-    throw new TransportError('config', `${target.id}: cannot read ssh.knownHosts ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new TransportError('config', `${target.id}: ssh.knownHosts ${unreadableWhy(file, err)}`);
   }
+}
+
+/** Why a file the inventory names could not be read: the reader's own words, or the system's code. */
+function unreadableWhy(file: string, err: unknown): string {
+  return err instanceof WavegateError ? err.message : `${file}: cannot read file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
 }
 
 /** Key file or agent: the same credentials log in to the jump host and the device. */
@@ -166,9 +173,9 @@ function credentials(target: DeviceTarget): Pick<ConnectConfig, 'privateKey' | '
   }
   if (target.ssh.key) {
     try {
-      return { privateKey: readFileSync(target.ssh.key) };
+      return { privateKey: readText(target.ssh.key) };
     } catch (err) {
-      throw new TransportError('config', `${target.id}: cannot read ssh.key ${target.ssh.key} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      throw new TransportError('config', `${target.id}: ssh.key ${unreadableWhy(target.ssh.key, err)}`);
     }
   }
   throw new TransportError('config', `${target.id}: neither ssh.key nor ssh.agent is set; one is required`);

@@ -118,11 +118,27 @@ describe('ssh transport against the fleet simulator', () => {
   it('a missing key file, or neither key nor agent, is a config error', async () => {
     const dev = fleet.device('wrongkey');
     const missing = join(scratch.dir, 'no-such-key');
-    expect((await refused(connectDevice(target(dev, { key: missing })), 'config')).message).toContain(`cannot read ssh.key ${missing} (ENOENT)`);
+    expect((await refused(connectDevice(target(dev, { key: missing })), 'config')).message).toContain(`ssh.key ${missing}: cannot read file (ENOENT)`);
     expect((await refused(connectDevice(target(dev, { key: undefined })), 'config')).retryable).toBe(false);
     const garbage = join(scratch.dir, 'garbage-key');
     writeFileSync(garbage, 'not a key\n', { mode: 0o600 });
     expect((await refused(connectDevice(target(dev, { key: garbage })), 'config')).message).toContain('cannot start an SSH connection');
+  });
+
+  it('a key or known_hosts path that is a FIFO or a device is refused at once, never read: the worker neither stalls nor floods', async () => {
+    const dev = fleet.device('wrongkey');
+    const fifo = join(scratch.dir, 'key-fifo');
+    spawnSync('mkfifo', [fifo]);
+    for (const path of [fifo, '/dev/zero', scratch.dir]) {
+      const started = Date.now();
+      const key = await refused(connectDevice(target(dev, { key: path })), 'config');
+      expect(key.message).toContain(`ssh.key ${path}: cannot read file (not a regular file)`);
+      expect(key.retryable).toBe(false);
+      const known = await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: path })), 'config');
+      expect(known.message).toContain(`ssh.knownHosts ${path}: cannot read file (not a regular file)`);
+      expect(Date.now() - started).toBeLessThan(5_000);
+    }
+    expect(fleet.commands('wrongkey')).toHaveLength(0);
   });
 
   it('an offline device (connection refused) is a retryable connect error', async () => {
