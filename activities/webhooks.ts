@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { WavegateError } from '../core/errors';
+import { readText } from '../intake/files';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { deliveryVerdict, shownUrl, webhookRequestHeaders, type WebhookEvent } from '../core/events';
@@ -32,9 +33,11 @@ function readSecret(input: DeliverWebhookInput): string {
   if (input.secretFile !== undefined) {
     let value: string;
     try {
-      value = readFileSync(input.secretFile, 'utf8').trim();
+      // A regular file of bounded size only: a FIFO named by a spec would stall the worker.
+      value = readText(input.secretFile).trim();
     } catch (err) {
-      throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} cannot be read on this worker: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, nonRetryable: true });
+      const why = err instanceof WavegateError ? (/cannot read file \((.*)\)$/.exec(err.message)?.[1] ?? err.message.replace(`${input.secretFile}: `, '')) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+      throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} cannot be read on this worker: ${why}`, nonRetryable: true });
     }
     if (!value) throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} is empty`, nonRetryable: true });
     return value;

@@ -259,6 +259,11 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     const missing = await failure({ url: r.url, secretFile: join(scratch.dir, 'nope'), event });
     expect([missing!.type, missing!.nonRetryable]).toEqual(['WebhookSecretMissing', true]);
     expect(missing!.message).toMatch(/the webhook secret file .*nope cannot be read on this worker: ENOENT/);
+    // A FIFO is refused without waiting for a writer (reading it would stall the worker).
+    const fifo = join(scratch.dir, 'secret-fifo');
+    spawnSync('mkfifo', [fifo]);
+    const stalled = await failure({ url: r.url, secretFile: fifo, event });
+    expect([stalled!.type, stalled!.nonRetryable, stalled!.message]).toEqual(['WebhookSecretMissing', true, `the webhook secret file ${fifo} cannot be read on this worker: not a regular file`]);
     expect(r.requests).toHaveLength(0);
   });
 
