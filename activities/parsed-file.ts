@@ -1,10 +1,11 @@
-import { readFileSync } from 'node:fs';
+import { readBytes } from '../intake/files';
 
 /**
  * A file the worker reads on every activity (trust.yaml for each device's apply, an inventory for each
  * snapshot page), parsed once per content: the bytes are read every time and compared with the ones
  * parsed last, so any edit, however quick, is parsed afresh. A file that cannot be read is handed to
- * `parse` every time (it reports why, or decides there is none), and what `parse` throws is not kept.
+ * `parse` every time (it reports why, or decides there is none), and what `parse` throws is not kept;
+ * a FIFO, a device or an oversized file counts as unreadable (intake/files.ts readBytes).
  * At most `limit` files are held; the oldest goes first.
  */
 export function parsedPerContent<T>(limit: number): (path: string, parse: () => T) => T {
@@ -12,7 +13,8 @@ export function parsedPerContent<T>(limit: number): (path: string, parse: () => 
   return (path, parse) => {
     let bytes: Buffer | undefined;
     try {
-      bytes = readFileSync(path);
+      // Bounded, regular files only (a FIFO here would stall the worker): anything else is parse's to refuse.
+      bytes = readBytes(path);
     } catch {
       bytes = undefined;
     }

@@ -19,6 +19,11 @@ function unreadable(path: string, why: string): WavegateError {
  * end) of at most MAX_DOCUMENT_BYTES. INVALID_INPUT naming the file otherwise.
  */
 export function readText(path: string): string {
+  return readBytes(path).toString('utf8');
+}
+
+/** The bytes of a user file, under readText's rules. */
+export function readBytes(path: string): Buffer {
   let fd: number;
   try {
     // Non-blocking open: opening a FIFO for reading would otherwise wait for a writer.
@@ -37,7 +42,7 @@ export function readText(path: string): string {
     let length = 0;
     for (let n = 1; n > 0 && length < buffer.length; length += n) n = readSync(fd, buffer, length, buffer.length - length, null);
     if (length > MAX_DOCUMENT_BYTES) throw new WavegateError('INVALID_INPUT', `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`, { source: path });
-    return buffer.subarray(0, length).toString('utf8');
+    return buffer.subarray(0, length);
   } catch (err) {
     if (err instanceof WavegateError) throw err;
     throw unreadable(path, (err as NodeJS.ErrnoException).code ?? String(err));
