@@ -5,7 +5,7 @@ import { judgeVerdicts } from '../activities/node-down';
 import { markOf } from '../core/node-down';
 import type { RolloutInput } from '../core/rollout/input';
 import { loadRolloutInventory } from '../intake/inventory';
-import { fetchInventory } from '../intake/inventory-url';
+import { bearerToken, checkInventoryUrl, fetchInventory } from '../intake/inventory-url';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import type { NodeDownMark } from '../core/node-down';
@@ -41,11 +41,23 @@ function flagConflict(field: string, message: string): never {
   throw new WavegateError('INVALID_INPUT', `${field}: ${message}`, { field });
 }
 
-/** The inventory the flags name, read and validated now (INVALID_INPUT, exit 2, before Temporal is contacted). */
-export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: string): Promise<ReadInventory> {
+/**
+ * The inventory flags checked on their own, reading nothing: conflicts, the URL, the token's variable
+ * (INVALID_INPUT, exit 2). For a command that must ask Temporal before it knows what to read (revert).
+ */
+export function checkInventoryFlags(opts: InventoryFlags): void {
   if (opts.inventory && opts.inventoryUrl) flagConflict('--inventory-url', 'give --inventory or --inventory-url, not both');
   if (opts.inventoryTokenEnv && !opts.inventoryUrl) flagConflict('--inventory-token-env', 'only with --inventory-url');
   if (opts.inventoryOnWorker && opts.inventoryUrl) flagConflict('--inventory-on-worker', 'only with --inventory <file> (the worker reads a path on its own disk)');
+  if (opts.inventoryUrl) {
+    checkInventoryUrl(opts.inventoryUrl);
+    bearerToken({ tokenEnv: opts.inventoryTokenEnv });
+  }
+}
+
+/** The inventory the flags name, read and validated now (INVALID_INPUT, exit 2, before Temporal is contacted). */
+export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: string): Promise<ReadInventory> {
+  checkInventoryFlags(opts);
   if (opts.inventoryUrl) {
     const inventory = await fetchInventory(opts.inventoryUrl, { tokenEnv: opts.inventoryTokenEnv });
     const url = new URL(opts.inventoryUrl);

@@ -44,7 +44,8 @@ export function checkInventoryUrl(text: string, field = '--inventory-url'): URL 
   return url;
 }
 
-function bearerToken(opts: InventoryUrlOptions): string | undefined {
+/** The bearer token `tokenEnv` names, checked (a variable name, set, not empty); undefined without one. */
+export function bearerToken(opts: Pick<InventoryUrlOptions, 'tokenEnv' | 'env'>): string | undefined {
   if (opts.tokenEnv === undefined) return undefined;
   if (!ENV_NAME.test(opts.tokenEnv)) throw invalid('--inventory-token-env', opts.tokenEnv, 'must be an environment variable name (letters, digits, "_")');
   const token = (opts.env ?? process.env)[opts.tokenEnv];

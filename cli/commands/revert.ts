@@ -11,7 +11,7 @@ import { revertRolloutInput } from '../../intake/revert';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { preflightRollout } from '../preflight';
-import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
+import { checkInventoryFlags, readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
 import { action, EXIT_OK } from '../run';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
@@ -119,6 +119,8 @@ export function register(program: Command): void {
       .addHelpText('after', HELP),
   ).action(
     action(async (id: string, opts: RevertFlags) => {
+      // Bad inventory flags are refused before Temporal is asked for the rollout (exit 2, nothing read).
+      checkInventoryFlags(opts);
       const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {

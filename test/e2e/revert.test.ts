@@ -97,6 +97,22 @@ describe('wavegate revert', () => {
     expect(help.stdout).toMatch(/roll-forward is\s+printed/);
   });
 
+  it('bad inventory flags are refused (exit 2, naming the flag and the value) before Temporal is asked anything', async () => {
+    // An address where nothing listens: reaching it would be UNAVAILABLE (exit 1), not these.
+    const nowhere = { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', WAVEGATE_TEST_UNSET: '' } };
+    const cases: Array<[string[], string]> = [
+      [['--inventory-url', 'ftp://cmdb/devices'], '--inventory-url "ftp://cmdb/devices": must be http or https (got ftp)'],
+      [['--inventory-token-env', 'CMDB_TOKEN'], '--inventory-token-env: only with --inventory-url'],
+      [['--inventory-url', 'http://127.0.0.1:1/devices', '--inventory-token-env', 'WAVEGATE_TEST_UNSET'], '--inventory-token-env "WAVEGATE_TEST_UNSET": that environment variable is not set or empty'],
+      [['--inventory', 'fleet.yaml', '--inventory-url', 'http://127.0.0.1:1/devices'], '--inventory-url: give --inventory or --inventory-url, not both'],
+    ];
+    for (const [flags, message] of cases) {
+      const run = await runCli(['revert', 'rollout:demo', ...flags, '--address', '127.0.0.1:1'], nowhere);
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(`wavegate: INVALID_INPUT: ${message}`);
+    }
+  });
+
   it('a running rollout and a rolled-back one are refused naming their state, and nothing is started', async () => {
     for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
     const started = await wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory]);
