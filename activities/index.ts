@@ -159,7 +159,6 @@ export function defaultWorkerIdentity(): string {
   return `${process.pid}@${hostname()}`;
 }
 
-/** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 /**
  * The devices of an inventory file on this worker's disk (`--inventory-on-worker`), parsed once per
  * content (./parsed-file.ts): a snapshot of 10,000 devices is ten pages, and each page parsed the whole
@@ -168,6 +167,7 @@ export function defaultWorkerIdentity(): string {
 const inventoryRead = parsedPerContent<MemberRecord[]>(4);
 const inventoryDevices = (path: string): MemberRecord[] => inventoryRead(path, () => loadInventory(path).devices);
 
+/** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });

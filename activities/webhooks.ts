@@ -36,7 +36,7 @@ function readSecret(input: DeliverWebhookInput): string {
       // A regular file of bounded size only: a FIFO named by a spec would stall the worker.
       value = readText(input.secretFile).trim();
     } catch (err) {
-      const why = err instanceof WavegateError ? (/cannot read file \((.*)\)$/.exec(err.message)?.[1] ?? err.message.replace(`${input.secretFile}: `, '')) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+      const why = err instanceof WavegateError ? String(err.details.reason ?? err.message.replace(`${input.secretFile}: `, '')) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
       throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} cannot be read on this worker: ${why}`, nonRetryable: true });
     }
     if (!value) throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} is empty`, nonRetryable: true });

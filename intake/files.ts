@@ -11,7 +11,7 @@ import { invalidFields, shapeProblem } from '../core/validation';
 export const MAX_DOCUMENT_BYTES = 16 * 1024 * 1024;
 
 function unreadable(path: string, why: string): WavegateError {
-  return new WavegateError('INVALID_INPUT', `${path}: cannot read file (${why})`, { source: path });
+  return new WavegateError('INVALID_INPUT', `${path}: cannot read file (${why})`, { source: path, reason: why });
 }
 
 /**

@@ -117,6 +117,8 @@ export function applyScript(input: ApplyScriptInput): string {
     `  if [ -f "$wg_L/exitcode" ]; then wg_done=1; wg_exit=; IFS= read -r wg_exit 2>/dev/null < "$wg_L/exitcode"; else wg_done=0; wg_exit=; fi`,
     `}`,
     `wg_inspect() { wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_look; }`,
+    // The apply under the lock ended without an outcome: report its record and stop (the next attempt takes over).
+    `wg_gone() { wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; }`,
     // Whether the owner file names this very attempt: the lines ownedBy (apply-lock.ts) greps for,
     // compared as whole lines by the shell itself.
     `wg_line() { case "$wg_nl$wg_ob$wg_nl" in *"$wg_nl$1$wg_nl"*) return 0 ;; esac; return 1; }`,
@@ -258,11 +260,11 @@ export function applyScript(input: ApplyScriptInput): string {
     `  if [ ! -d "$wg_L" ]; then wg_note apply lost; wg_end stop; fi`,
     `  wg_look`,
     `  if [ "$wg_done" = 1 ]; then break; fi`,
-    `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; fi`,
+    `  if [ "$wg_running" = 0 ] && [ -n "$wg_p" ]; then wg_gone; fi`,
     // Another script's launch we wait for: if that script dies with nothing started, give its wrapper
     // the moment it may still need to record itself, then the apply is gone (the next attempt takes over).
     `  if [ "$wg_running" = 0 ] && [ -z "$wg_p" ] && [ -z "$wg_a" ] && [ "$wg_launching" = 0 ]; then`,
-    `    if [ "$wg_gone_waited" = 1 ]; then wg_owner=$(cat "$wg_L/owner" 2>/dev/null); wg_record | wg_say apply gone; wg_end stop; fi`,
+    `    if [ "$wg_gone_waited" = 1 ]; then wg_gone; fi`,
     `    wg_gone_waited=1; sleep ${input.ownerlessGraceSeconds}; continue`,
     `  fi`,
     `  sleep 0.2 2>/dev/null || sleep 1`,

@@ -47,12 +47,9 @@ export class ConnectionPark {
 
   /** The parked connection for `key`, taken out of the park (the caller owns it now), or undefined. */
   take(key: string): ParkedConnection | undefined {
-    const entry = this.entries.get(key);
-    if (!entry) return undefined;
-    this.entries.delete(key);
-    clearTimeout(entry.timer);
-    entry.conn.client.off('close', entry.onClose);
-    return entry.conn;
+    const conn = this.entries.get(key)?.conn;
+    this.drop(key, false);
+    return conn;
   }
 
   get size(): number {
