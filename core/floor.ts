@@ -1,60 +1,140 @@
 /**
- * A device's floor for a profile: the revision a *completed* rollout confirmed on it. Nothing below it
- * is applied again (a completed release is undone by rolling forward to a higher revision), with one
- * exception the floor itself records: going back to the rollout's `from` revision until `revertUntil`
- * (the spec's `revertWindow`). Compensation inside a rollout never meets the floor: the floor moves only
- * when a rollout completes. Pure: the device stores the text, the worker decides.
+ * A device's floor for a profile: the revision the device itself confirmed for a rollout (verified,
+ * marker written), tagged with that rollout and run. Nothing below it is applied again (a confirmed
+ * release is undone by rolling forward to a higher revision), with two exceptions the floor itself makes
+ * checkable, both only back to its `from`:
+ *   - the compensation of the very rollout and run that raised it (rollback on a failed gate, abort with
+ *     rollback, cancel, deadline rollback, a canary put back);
+ *   - a `wavegate revert` of that rollout and run while its revert window is open: the floor carries the
+ *     window's length (`window`), the revert names when the rollout closed (`closedAt`), so the window
+ *     runs from the rollout's completion, as `wavegate revert` judges it.
+ * Pure: the device stores the text (`floor` under the profile's directory), the worker or agent decides.
+ *
+ * Floors written by a completed rollout's floor pass, before the floor moved into the apply, carry no
+ * `run`: for them the old rule holds (back to `from` until `revertUntil`, for anyone).
  */
 export interface DeviceFloor {
   revision: number;
-  /** The revision the completing rollout replaced. */
+  /** The revision the raising apply replaced: the only one a compensation or revert may go back to. */
   from: number;
-  /** Epoch milliseconds (worker clock) until which going back to `from` is allowed; 0: never. */
+  /**
+   * Legacy floors (no `run`): epoch milliseconds (worker clock) until which going back to `from` is
+   * allowed; 0: never. New floors write 0, so a worker from before reads them as strict.
+   */
   revertUntil: number;
-  /** The rollout that confirmed it (for the operator reading the device). */
+  /** The rollout that raised it (its top-level workflow id). */
   rollout: string;
+  /** The run of that rollout: compensation and revert must name this exact run. Absent: a legacy floor. */
+  run?: string;
+  /** The raising rollout's revert window in ms (0: none): a revert may go back until `closedAt + window`. */
+  window?: number;
+  /** When the device confirmed it (epoch ms, worker or agent clock). */
+  at?: number;
 }
+
+/**
+ * What one apply asks of the floor, carried with its steps (RevisionSteps.floor) to whichever channel
+ * runs it; absent (histories recorded before the floor moved into the apply): the floor is only checked.
+ */
+export interface FloorIntent {
+  /** The rollout (top-level workflow id) and run this apply is for: the floor it raises is tagged with them. */
+  rollout: string;
+  run: string;
+  /**
+   * Raise the floor to the steps' revision once the apply is confirmed (verify passed, marker written):
+   * `from` is the revision a compensation or revert may go back to (the rollout's fromRevision; the
+   * target itself for a revert or a convergence: no way back), `windowMs` the revert window. A device
+   * found already in place gets its floor raised only when it was below, with no way back.
+   */
+  raise?: { from: number; windowMs: number };
+  /** Go below the floor to its `from`: this apply is that rollout's compensation, or a revert of it. */
+  below?: FloorExemption;
+}
+
+export type FloorExemption =
+  /** The compensation of the rollout and run that raised the floor; on success the floor it replaced comes back. */
+  | { kind: 'compensation'; rollout: string; run: string }
+  /** A revert of that completed rollout and run, which closed at `closedAt` (epoch ms, from Temporal). */
+  | { kind: 'revert'; rollout: string; run: string; closedAt: number };
 
 /** The spec's `revertWindow` when a rollout's input carries none (recorded before the field existed). */
 export const DEFAULT_REVERT_WINDOW_MS = 86_400_000;
 
 /**
- * Until when a revert to `from` stays allowed, for a floor confirmed at `confirmedAt` (epoch ms) with a
- * window of `revertWindowMs` (0: never). The worker writes this on each device; `wavegate revert` asks
- * the same question of the rollout's close time before it starts anything.
+ * Until when a revert to `from` stays allowed, for a rollout that closed at `closedAt` (epoch ms) with a
+ * window of `revertWindowMs` (0: never). `wavegate revert` asks it before it starts anything; the
+ * devices ask the same of the floor they hold (floorRefusal).
  */
-export function revertUntilOf(confirmedAt: number, revertWindowMs: number): number {
-  return revertWindowMs > 0 ? confirmedAt + revertWindowMs : 0;
+export function revertUntilOf(closedAt: number, revertWindowMs: number): number {
+  return revertWindowMs > 0 ? closedAt + revertWindowMs : 0;
 }
 
-/** The floor file, `key=value` lines; unreadable or absent: null (no floor). */
+/** A rollout id or run as the floor file keeps it: characters that need no quoting anywhere, at most 200. */
+export function floorTag(value: string): string {
+  return value.replace(/[^A-Za-z0-9:._/@+-]/g, '_').slice(0, 200);
+}
+
+/** The floor file, `key=value` lines (the last of a key wins); unreadable or absent: null (no floor). */
 export function parseFloor(text: string): DeviceFloor | null {
   const fields = new Map<string, string>();
   for (const line of text.split('\n')) {
     const at = line.indexOf('=');
     if (at > 0) fields.set(line.slice(0, at), line.slice(at + 1));
   }
-  const num = (k: string) => (/^\d+$/.test(fields.get(k) ?? '') ? Number(fields.get(k)) : undefined);
+  const num = (k: string) => (/^\d{1,15}$/.test(fields.get(k) ?? '') ? Number(fields.get(k)) : undefined);
   const revision = num('revision');
   if (revision === undefined) return null;
-  return { revision, from: num('from') ?? revision, revertUntil: num('revertUntil') ?? 0, rollout: fields.get('rollout') ?? '' };
+  const run = fields.get('run');
+  const window = num('window');
+  const at = num('at');
+  return {
+    revision,
+    from: num('from') ?? revision,
+    revertUntil: num('revertUntil') ?? 0,
+    rollout: fields.get('rollout') ?? '',
+    ...(run ? { run } : {}),
+    ...(window !== undefined ? { window } : {}),
+    ...(at !== undefined ? { at } : {}),
+  };
 }
 
 export function formatFloor(floor: DeviceFloor): string {
-  // The rollout id is for people; keep it to characters that need no quoting anywhere.
-  const rollout = floor.rollout.replace(/[^A-Za-z0-9:._/@+-]/g, '_').slice(0, 200);
-  return `revision=${floor.revision}\nfrom=${floor.from}\nrevertUntil=${floor.revertUntil}\nrollout=${rollout}\n`;
+  const lines = [`revision=${floor.revision}`, `from=${floor.from}`, `revertUntil=${floor.revertUntil}`, `rollout=${floorTag(floor.rollout)}`];
+  if (floor.run !== undefined) lines.push(`run=${floorTag(floor.run)}`);
+  if (floor.window !== undefined) lines.push(`window=${floor.window}`);
+  if (floor.at !== undefined) lines.push(`at=${floor.at}`);
+  return `${lines.join('\n')}\n`;
 }
 
-/** Null when applying `revision` over this floor is allowed at `now`; else why not, for the operator. */
-export function floorRefusal(floor: DeviceFloor | null, revision: number, now: number): string | null {
+/** The floor a confirmed apply writes (FloorIntent.raise), at `now` on the device's clock. */
+export function raisedFloor(intent: FloorIntent & { raise: NonNullable<FloorIntent['raise']> }, revision: number, now: number): DeviceFloor {
+  return { revision, from: intent.raise.from, revertUntil: 0, rollout: floorTag(intent.rollout), run: floorTag(intent.run), window: intent.raise.windowMs, at: now };
+}
+
+/**
+ * Null when applying `revision` over this floor is allowed at `now` for an apply that may go below it
+ * as `below` says; else why not, for the operator.
+ */
+export function floorRefusal(floor: DeviceFloor | null, revision: number, now: number, below?: FloorExemption): string | null {
   if (!floor || revision >= floor.revision) return null;
-  if (revision === floor.from && now < floor.revertUntil) return null;
-  const window =
-    revision === floor.from
-      ? floor.revertUntil > 0
-        ? ` (its revert window closed at ${new Date(floor.revertUntil).toISOString()})`
-        : ' (it was confirmed with no revert window)'
-      : '';
-  return `r${revision} is below the device's floor r${floor.revision}, confirmed by ${floor.rollout || 'a completed rollout'}${window}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
+  const by = `${floor.rollout || 'a completed rollout'}${floor.run ? ` (run ${floor.run})` : ''}`;
+  const refuse = (why: string) => `r${revision} is below the device's floor r${floor.revision}, confirmed for ${by}${why}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
+  if (floor.run === undefined) {
+    // A legacy floor (written by a completed rollout's floor pass): back to `from` inside its window, for anyone.
+    if (revision === floor.from && now < floor.revertUntil) return null;
+    if (revision !== floor.from) return refuse('');
+    return refuse(floor.revertUntil > 0 ? ` (its revert window closed at ${new Date(floor.revertUntil).toISOString()})` : ' (it was confirmed with no revert window)');
+  }
+  if (revision !== floor.from) return refuse(floor.from === floor.revision ? '' : ` (only r${floor.from}, the revision that rollout replaced, may come back, and only by its compensation or its revert)`);
+  if (!below) return refuse(' (only that rollout\'s own compensation, or a revert of it inside its revert window, may go below it)');
+  if (floorTag(below.rollout) !== floor.rollout || floorTag(below.run) !== floor.run) {
+    return refuse(` (this ${below.kind === 'revert' ? 'revert' : 'compensation'} is for ${below.rollout} run ${below.run}, not for the rollout that raised the floor)`);
+  }
+  if (below.kind === 'compensation') return null;
+  const windowMs = floor.window ?? 0;
+  if (windowMs <= 0) return refuse(' (it was confirmed with no revert window)');
+  if (!Number.isSafeInteger(below.closedAt) || below.closedAt < (floor.at ?? 0)) return refuse(` (the revert says the rollout closed at ${below.closedAt}, before this device confirmed it)`);
+  const until = below.closedAt + windowMs;
+  if (now < until) return null;
+  return refuse(` (its revert window closed at ${new Date(until).toISOString()})`);
 }

@@ -1,6 +1,7 @@
 import type { MembershipRef } from '../membership';
 import type { Dependency } from '../dependencies';
 import type { PayloadFile, Profile } from '../revision';
+import type { FloorIntent } from '../floor';
 import type { Envelope } from '../signing';
 import type { RolloutSpec } from '../spec';
 
@@ -29,6 +30,13 @@ export interface RevisionSteps {
    * envelope of that revision, never a command carried here.
    */
   after?: Dependency[];
+  /**
+   * What this apply asks of the device's floor (core/floor.ts): raise it when the apply is confirmed, or
+   * go below it as the compensation or revert of the rollout that raised it. Not signed content: the
+   * floor rule itself (on the device, by the worker or agent) decides what it may do. Absent in
+   * histories recorded before the floor moved into the apply.
+   */
+  floor?: FloorIntent;
 }
 
 /**
@@ -82,4 +90,6 @@ export interface RolloutInput {
 export interface RevertOf {
   rolloutId: string;
   runId: string;
+  /** When that run closed (epoch ms, Temporal's close time): a device's revert window runs from it. Absent in older reverts. */
+  closedAt?: number;
 }
