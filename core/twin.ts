@@ -18,6 +18,10 @@ import type { Envelope } from './signing';
  *     profiles)` sets a newly enrolled device's desired state from the latest completed rollout of each
  *     profile it is in scope of; meant for the gateway to call on a device's first sync (a view with no
  *     desired entry and no report), with the profiles (name, scope) of its profiles root.
+ *   - v1.2 (additive): HealthReport gets optional `kind` ('runtime' | 'check' | 'error-rate'; absent, as
+ *     an older agent sends it: a runtime) and `value` (the number an 'error-rate' entry read, finite,
+ *     within ±TWIN_LIMITS.healthValue). The agent reports the signed `health.checks` too, and one 'error-rate'
+ *     entry per profile whose revision signs `health.errorRate.command`, named errorRateReportName(profile).
  */
 
 /** The apply lock's holder on the device (activities/transport/types.ts ApplyHolder has this shape). */
@@ -70,10 +74,22 @@ export interface ProfileReport {
   at: string;
 }
 
+export const HEALTH_REPORT_KINDS = ['runtime', 'check', 'error-rate'] as const;
+export type HealthReportKind = (typeof HEALTH_REPORT_KINDS)[number];
+
 export interface HealthReport {
   name: string;
   ok: boolean;
   detail?: string;
+  /** Which signed section it ran from (v1.2; absent: 'runtime'). */
+  kind?: HealthReportKind;
+  /** What an 'error-rate' entry read (v1.2): present exactly when it read a number. */
+  value?: number;
+}
+
+/** An error-rate report's name: ":" is never in a signed check name, so it cannot shadow a check. */
+export function errorRateReportName(profile: string): string {
+  return `error-rate:${profile}`;
 }
 
 export interface AgentReport {
@@ -115,6 +131,8 @@ export const TWIN_LIMITS = {
   health: 64,
   steps: 64,
   string: 400,
+  /** |value| of a health report: an error rate is a ratio or a count, never near this. */
+  healthValue: 1e12,
   /** A sync waits at most this long for news (the gateway's long-poll). */
   waitMs: 30_000,
 } as const;
@@ -239,9 +257,15 @@ export function reportProblem(report: unknown): string | null {
   if (!Array.isArray(report.health)) return 'report.health: must be a list of health checks';
   if (report.health.length > TWIN_LIMITS.health) return `report.health: at most ${TWIN_LIMITS.health} checks (got ${report.health.length})`;
   for (const [i, check] of report.health.entries()) {
-    if (!isRecord(check) || typeof check.ok !== 'boolean') return `report.health[${i}]: must be { name, ok: boolean, detail? }`;
+    if (!isRecord(check) || typeof check.ok !== 'boolean') return `report.health[${i}]: must be { name, ok: boolean, detail?, kind?, value? }`;
     const problem = stringProblem(check.name, `report.health[${i}].name`) ?? stringProblem(check.detail, `report.health[${i}].detail`, true);
     if (problem) return problem;
+    if (check.kind !== undefined && !(HEALTH_REPORT_KINDS as readonly unknown[]).includes(check.kind)) {
+      return `report.health[${i}].kind: must be one of ${HEALTH_REPORT_KINDS.join(', ')} (got ${shown(check.kind)})`;
+    }
+    if (check.value !== undefined && (typeof check.value !== 'number' || !Number.isFinite(check.value) || Math.abs(check.value) > TWIN_LIMITS.healthValue)) {
+      return `report.health[${i}].value: must be a finite number within ±${TWIN_LIMITS.healthValue} (got ${typeof check.value === 'number' ? String(check.value) : shown(check.value)})`;
+    }
   }
   if (report.healthAt !== null) {
     const problem = stringProblem(report.healthAt, 'report.healthAt');

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { agentBoardAnswer, agentDriftAnswer } from '../../activities/agent/board';
-import { agentChecks, agentOnline } from '../../activities/agent/health';
+import { agentChecks, agentErrorRate, agentOnline } from '../../activities/agent/health';
 import { parseInventory } from '../../core/inventory';
-import type { TwinView } from '../../core/twin';
+import { errorRateReportName, reportProblem, type HealthReport, type TwinView } from '../../core/twin';
 
 const NOW = Date.parse('2026-06-01T12:00:00.000Z');
 const ago = (s: number) => new Date(NOW - s * 1000).toISOString();
@@ -40,9 +40,43 @@ describe('agent devices on the fleet board, drift and health gates', () => {
     expect(agentOnline(null, NOW).ok).toBe(false);
     expect(agentChecks(view({ report: reportAt(2, 'applied') }), ['motd'], 'demo', 2, NOW)).toEqual({ ok: true, value: [] });
     expect(agentChecks(view({ report: reportAt(2, 'applied', {}, false) }), ['motd'], 'demo', 2, NOW)).toEqual({ ok: true, value: ['motd failed'] });
-    expect(agentChecks(view({ report: reportAt(2, 'applied', {}, true, 600) }), ['motd'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: expect.stringMatching(/stale/) });
+    expect(agentChecks(view({ report: reportAt(2, 'applied', {}, true, 600) }), ['motd'], 'demo', 2, NOW)).toEqual({ ok: false, reason: 'no fresh report from its agent: last 10m ago, reports count for 120 s' });
     expect(agentChecks(view({ report: reportAt(1, 'applied') }), ['motd'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: 'agent reports demo r1, not r2: its health is not about this revision' });
     expect(agentChecks(view({ report: reportAt(2, 'applied') }), ['motd', 'disk'], 'demo', 2, NOW)).toMatchObject({ ok: false, reason: 'agent reported no check "disk"' });
+  });
+
+  const withHealth = (health: HealthReport[], revision = 2, healthAge = 5) => view({ report: { ...reportAt(revision, 'applied', {}, true, healthAge), health } });
+
+  it('health: a signed health.checks entry answers `check: <name>`; an error-rate entry never does', () => {
+    const v = withHealth([{ name: 'motd', ok: true, kind: 'runtime' }, { name: 'disk', ok: false, kind: 'check', detail: 'exited 1: full' }, { name: errorRateReportName('demo'), ok: true, kind: 'error-rate', value: 0 }]);
+    expect(agentChecks(v, ['motd', 'disk'], 'demo', 2, NOW)).toEqual({ ok: true, value: ['disk failed: exited 1: full'] });
+    expect(agentChecks(v, [errorRateReportName('demo')], 'demo', 2, NOW)).toEqual({ ok: false, reason: 'agent reported no check "error-rate:demo"' });
+  });
+
+  it('error-rate: the fresh number of this revision; stale, other revision, missing or unread is never a pass', () => {
+    const rate = (value: number | undefined, ok = true, detail?: string): HealthReport => ({ name: errorRateReportName('demo'), ok, kind: 'error-rate', ...(value === undefined ? {} : { value }), ...(detail ? { detail } : {}) });
+    expect(agentErrorRate(withHealth([rate(0.02)]), 'demo', 2, NOW)).toEqual({ ok: true, value: 0.02 });
+    expect(agentErrorRate(withHealth([rate(0.02), { name: errorRateReportName('other'), ok: true, kind: 'error-rate', value: 0.9 }]), 'demo', 2, NOW)).toEqual({ ok: true, value: 0.02 });
+    // Without a profile the worst rate the device reports is the answer.
+    expect(agentErrorRate(withHealth([rate(0.02), { name: errorRateReportName('other'), ok: true, kind: 'error-rate', value: 0.9 }]), undefined, undefined, NOW)).toEqual({ ok: true, value: 0.9 });
+    expect(agentErrorRate(withHealth([rate(0.02)], 2, 300), 'demo', 2, NOW)).toEqual({ ok: false, reason: 'no fresh report from its agent: last 5m ago, reports count for 120 s' });
+    expect(agentErrorRate(withHealth([rate(0.02)], 2, 100), 'demo', 2, NOW, 60_000)).toEqual({ ok: false, reason: 'no fresh report from its agent: last 100s ago, reports count for 60 s' });
+    expect(agentErrorRate(withHealth([rate(0.02)], 1), 'demo', 2, NOW)).toEqual({ ok: false, reason: 'agent reports demo r1, not r2: its health is not about this revision' });
+    expect(agentErrorRate(withHealth([{ name: 'motd', ok: true }]), 'demo', 2, NOW)).toEqual({ ok: false, reason: 'agent reported no error rate for demo: its verified revision signs no health.errorRate.command' });
+    expect(agentErrorRate(withHealth([rate(undefined, false, 'not a number: "n/a"')]), 'demo', 2, NOW)).toEqual({ ok: false, reason: 'error-rate command on the device gave no number: not a number: "n/a"' });
+    expect(agentErrorRate(view(), 'demo', 2, NOW)).toEqual({ ok: false, reason: 'no report from its agent yet' });
+    expect(agentErrorRate(null, 'demo', 2, NOW).ok).toBe(false);
+  });
+
+  it('report contract v1.2: kind and value are checked, naming the field and value', () => {
+    const report = (entry: object) => ({ ...reportAt(2, 'applied'), health: [{ name: 'x', ok: true, ...entry }] });
+    expect(reportProblem(report({ kind: 'error-rate', value: 0.5 }))).toBeNull();
+    expect(reportProblem(report({}))).toBeNull();
+    expect(reportProblem(report({ kind: 'metric' }))).toBe('report.health[0].kind: must be one of runtime, check, error-rate (got "metric")');
+    expect(reportProblem(report({ value: Infinity }))).toBe('report.health[0].value: must be a finite number within ±1000000000000 (got Infinity)');
+    expect(reportProblem(report({ value: NaN }))).toMatch(/report\.health\[0\]\.value: .*\(got NaN\)/);
+    expect(reportProblem(report({ value: 2e12 }))).toMatch(/\(got 2000000000000\)/);
+    expect(reportProblem(report({ value: '0.1' }))).toMatch(/report\.health\[0\]\.value: .*\(got "0\.1"\)/);
   });
 });
 
