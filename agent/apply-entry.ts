@@ -88,7 +88,9 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
     let revision: Revision;
     try {
       revision = verifiedRevision(entry, ctx.trust, now());
-      const refusal = floorRefusal(await session.readFloor(entry.profile, { timeoutMs: 10_000 }), entry.revision, now());
+      // The exemption (a compensation or revert of the rollout and run that raised the floor) travels in
+      // the steps; the floor rule checks it against the floor's own tags, so a forged one buys nothing.
+      const refusal = floorRefusal(await session.readFloor(entry.profile, { timeoutMs: 10_000 }), entry.revision, now(), entry.steps.floor?.below);
       if (refusal) throw new Refusal('BELOW_FLOOR', refusal);
     } catch (err) {
       if (err instanceof Refusal) return report({ state: 'refused', reason: err.reason, detail: err.message });
@@ -125,9 +127,16 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
   }
 }
 
+/** A re-verify's drift answer (reverifyEntry): the next re-verify looks again, so a restored fact recovers. */
+export function isDrift(report: ProfileReport): boolean {
+  return report.state === 'failed' && report.reason === 'VERIFY' && (report.steps ?? []).includes('reverify');
+}
+
 /**
  * Re-verify what the device answered for `entry`: the envelope again (pins, expiry), then its signed
- * verify on the device. A drift (verify fails) is reported `failed` with reason VERIFY.
+ * verify on the device. A drift (verify fails) is reported `failed` with reason VERIFY. A pass after a
+ * drift reports the revision in place again: `applied`, or `claimed` for a revision whose verify cannot
+ * prove the fact (core/provability.ts) — only while the device's marker is still the entry's revision.
  */
 export async function reverifyEntry(ctx: EntryContext, entry: DesiredEntry, last: ProfileReport): Promise<ProfileReport> {
   const now = ctx.now ?? Date.now;
@@ -142,9 +151,13 @@ export async function reverifyEntry(ctx: EntryContext, entry: DesiredEntry, last
       if (err instanceof Refusal) return { revision: marker, state: 'refused', requestId: entry.requestId, reason: err.reason, detail: clip(err.message), at };
       throw err;
     }
+    const drift = (detail: string): ProfileReport => ({ revision: marker, state: 'failed', requestId: entry.requestId, reason: 'VERIFY', detail: clip(detail), steps: ['reverify'], at });
     const res = await session.exec(shellFor(entry.steps, revision.verify), { timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) });
-    if (res.code === 0) return { ...last, revision: marker, at, steps: ['reverify'] };
-    return { revision: marker, state: 'failed', requestId: entry.requestId, reason: 'VERIFY', detail: clip(`re-verify of r${entry.revision} exited ${res.code}: ${(res.stderr || res.stdout).trim().slice(-300)}`), steps: ['reverify'], at };
+    if (res.code !== 0) return drift(`re-verify of r${entry.revision} exited ${res.code}: ${(res.stderr || res.stdout).trim().slice(-300)}`);
+    if (!isDrift(last)) return { ...last, revision: marker, at, steps: ['reverify'] };
+    // Recovering from a drift: the fact reads back, but the marker must still say this revision.
+    if (marker !== entry.revision) return drift(`re-verify of r${entry.revision} passed, but the device's marker is r${marker ?? 'none'}`);
+    return { revision: marker, state: classifyRevision(revision).provable ? 'applied' : 'claimed', requestId: entry.requestId, steps: ['reverify'], at };
   } finally {
     session.close();
   }

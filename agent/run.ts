@@ -1,16 +1,16 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FINAL_REPORT_STATES, TWIN_LIMITS, type AgentReport, type DesiredEntry, type HealthReport, type TwinView } from '../core/twin';
 import { localDeviceSession } from '../activities/transport/local';
-import { applyEntry, reverifyEntry, TransportError } from './apply-entry';
+import { applyEntry, isDrift, reverifyEntry, TransportError } from './apply-entry';
 import type { GatewayClient } from './gateway-client';
-import { runRuntimeHealth } from './health';
+import { runDeviceHealth } from './health';
 import type { AgentTrust } from './pins';
 import { reportFile } from './report-file';
 
 /**
  * `wavegate agent`: sync with the device's twin through the gateway (long-poll), take every desired
  * entry it has not answered for good (agent/apply-entry.ts), re-verify when asked, run the signed
- * runtime health checks, and report. Gateway errors back off (1 s doubling to 30 s, with jitter);
+ * health (runtimes, checks, error-rate command: agent/health.ts), and report. Gateway errors back off (1 s doubling to 30 s, with jitter);
  * `stop()` (SIGTERM) ends the loop: a sync in flight is cut, an apply in flight is left running on the
  * device under its lock (the next start reattaches to it), and nothing is reported for it.
  */
@@ -85,8 +85,9 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       lastReverify = view.version;
       for (const entry of Object.values(view.desired)) {
         const answer = answers.profiles[entry.profile];
-        // Only what the device answered as in place: a refusal or a failure stays as it was reported.
-        if (!answer || answer.requestId !== entry.requestId || !['applied', 'already-applied', 'claimed'].includes(answer.state) || stopper.signal.aborted) continue;
+        // What the device answered as in place, and what an earlier re-verify found drifted (so a
+        // restored fact reads in place again); a refusal or a failed apply stays as it was reported.
+        if (!answer || answer.requestId !== entry.requestId || !(['applied', 'already-applied', 'claimed'].includes(answer.state) || isDrift(answer)) || stopper.signal.aborted) continue;
         const again = await reverifyEntry(ctx, entry, answer);
         answers.set(entry.profile, again);
         log(`${entry.profile}: re-verified r${entry.revision}: ${again.state}${again.reason ? ` (${again.reason})` : ''}`);
@@ -94,7 +95,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     }
     const session = await connect();
     try {
-      health = await runRuntimeHealth(session, view.desired, answers.profiles, opts.trust, Date.now());
+      health = await runDeviceHealth(session, view.desired, answers.profiles, opts.trust, Date.now());
       healthAt = new Date().toISOString();
     } finally {
       session.close();
