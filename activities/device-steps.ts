@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
-import { floorRefusal, parseFloor } from '../core/floor';
+import { floorRefusal, floorTag, formatFloor, parseFloor, raisedFloor, type FloorIntent } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
@@ -275,19 +275,21 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
         // With `after`, the floor and the dependencies are checked first by commands of their own (the
         // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
         beat('floor');
-        const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now());
+        const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now(), given.floor?.below);
         if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
         // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
         const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
         if (waiting) return waiting;
         skipFloor = true;
       }
-      result = await runUnit(session, target.id, steps, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
+      result = await runUnit(session, target.id, steps, given.floor, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
       return result;
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
       const changed = result?.outcome === 'applied' || result?.outcome === 'already-applied';
-      if (opts.parkConnectionMs && changed && !given.rollbackOf && !opts.signal?.aborted && session.park) session.park(opts.parkConnectionMs);
+      // Kept only for a rollout that raises floors in a pass after it completes (recorded before the
+      // floor moved into the apply: its steps carry no floor intent).
+      if (opts.parkConnectionMs && changed && !given.rollbackOf && !given.floor && !opts.signal?.aborted && session.park) session.park(opts.parkConnectionMs);
       else session.close();
     }
   } finally {
@@ -337,10 +339,11 @@ async function unmetDependencies(session: DeviceSession, device: string, steps: 
  * itself (a floor the shell cannot compare, a lock whose holder only Temporal can prove gone, payload
  * files it had to upload first).
  */
-async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void, skipFloor: boolean): Promise<ApplyResult> {
+async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, floor: FloorIntent | undefined, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void, skipFloor: boolean): Promise<ApplyResult> {
   const profile = steps.profile;
   const step = steps.rollbackOf ? 'rollback' : 'apply';
   const floorNowMs = opts.now ?? Date.now();
+  const floorWork = floorScriptInput(floor, steps.revision, floorNowMs);
   const ran: string[] = [];
   const answers: Pick<ApplyScriptInput, 'skipFloor' | 'afterStage' | 'breakTheirs'> = { skipFloor };
   // Small payloads travel on the script's standard input (the device writes them only if it lacks
@@ -364,6 +367,7 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
       streamed: stream && !answers.afterStage,
       ownerlessGraceSeconds: OWNERLESS_GRACE_MS / 1000,
       ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
+      ...floorWork,
       ...answers,
     });
     if (stream && !answers.afterStage) streamed ??= Buffer.concat(steps.payload.map(readSignedPayload));
@@ -384,7 +388,7 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
         return { device, outcome: 'ahead', steps: [], detail: `the device is at revision ${report.marker}, above r${opts.aheadAbove}` };
       case 'floor': {
         // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare.
-        const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs);
+        const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs, floor?.below);
         if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${device}: ${refusal}`);
         answers.skipFloor = true;
         continue;
@@ -420,6 +424,19 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
   throw new TransportError('dropped', `${device}: the apply unit for ${profile} did not settle in ${MAX_SCRIPT_ROUNDS} runs; try again`);
 }
 
+/**
+ * The floor work of one apply as the script takes it (core/floor.ts): the compensation of the rollout
+ * that raised the floor restores the floor it replaced; any other apply with a floor intent raises the
+ * floor once confirmed (found in place: only from below, with no way back).
+ */
+function floorScriptInput(floor: FloorIntent | undefined, revision: number, nowMs: number): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore'> {
+  if (!floor) return {};
+  if (floor.below?.kind === 'compensation') return { floorRestore: { rollout: floorTag(floor.below.rollout), run: floorTag(floor.below.run) } };
+  if (!floor.raise) return {};
+  const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs);
+  return { floorWrite: { raise: formatFloor(raised), inPlace: formatFloor({ ...raised, from: revision, window: 0 }) } };
+}
+
 /** Payloads up to this size (all files together) are streamed in the apply's one command. */
 const STREAM_PAYLOAD_MAX_BYTES = 1024 * 1024;
 
@@ -438,6 +455,7 @@ function ranSteps(report: readonly ReportStep[], already: readonly string[]): st
     else if (s.name === 'stage' && (s.status === 'present' || s.status === 'streamed') && !already.includes('stage')) out.push('stage');
     else if (s.name === 'launch') out.push('apply');
     else if (s.name === 'marker' && s.status === 'written') out.push('marker');
+    else if (s.name === 'floor' && (s.status === 'raised' || s.status === 'restored')) out.push('floor');
   }
   return out;
 }

@@ -118,7 +118,7 @@ export function raisedFloor(intent: FloorIntent & { raise: NonNullable<FloorInte
 export function floorRefusal(floor: DeviceFloor | null, revision: number, now: number, below?: FloorExemption): string | null {
   if (!floor || revision >= floor.revision) return null;
   const by = `${floor.rollout || 'a completed rollout'}${floor.run ? ` (run ${floor.run})` : ''}`;
-  const refuse = (why: string) => `r${revision} is below the device's floor r${floor.revision}, confirmed for ${by}${why}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
+  const refuse = (why: string) => `r${revision} is below the device's floor r${floor.revision}, confirmed by ${by}${why}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
   if (floor.run === undefined) {
     // A legacy floor (written by a completed rollout's floor pass): back to `from` inside its window, for anyone.
     if (revision === floor.from && now < floor.revertUntil) return null;

@@ -57,6 +57,19 @@ export interface ApplyScriptInput {
    * snapshot reads no marker). Absent: not checked (rollbacks go down on purpose).
    */
   aheadAbove?: number;
+  /**
+   * The floor this apply writes once it is confirmed (core/floor.ts; absent: the floor is not written,
+   * as in rollouts recorded before the floor moved into the apply). `raise`: the file's text after a
+   * fresh apply (verify passed, marker written); `inPlace`: the text written when verify first found the
+   * revision already there, and only over no floor or a floor below `revision` (a device this rollout
+   * did not change opens no way back). The floor it replaces is kept beside it as `floor.prev`.
+   */
+  floorWrite?: { raise?: string; inPlace?: string };
+  /**
+   * This apply is the compensation of the rollout and run that raised the floor (floorTag'd values): once
+   * it is in place, the floor those raised goes back to the one it replaced (`floor.prev`; none: removed).
+   */
+  floorRestore?: { rollout: string; run: string };
 }
 
 const STEP = 'WAVEGATE-STEP';
@@ -73,6 +86,22 @@ export const APPLY_WRAPPER = `[ . -ef ../apply.lock ] 2>/dev/null; if [ $? = 1 ]
 const hex = (text: string): string => Buffer.from(text, 'utf8').toString('hex');
 /** wg_release's two arguments for a reason the worker knows: the text, and its hex for the report. */
 const reason = (text: string): string => `${shQuote(text)} ${hex(text)}`;
+
+/**
+ * What the script does to the floor once the revision is in place (after the marker): restore the floor
+ * a compensated rollout raised, raise it after a fresh apply, or (found in place) raise it only from
+ * below. Builtins apart from one rename.
+ */
+function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string[] {
+  if (input.floorRestore) return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
+  if (path === 'raise') return input.floorWrite?.raise !== undefined ? [`wg_floor_read`, `wg_floor_write ${shQuote(input.floorWrite.raise)}`] : [];
+  if (input.floorWrite?.inPlace === undefined) return [];
+  return [
+    `wg_floor_read; wg_below=1`,
+    `case "$wg_fr" in ''|*[!0-9]*) ;; *) if [ \${#wg_fr} -gt 15 ] || [ "$wg_fr" -ge ${input.revision} ]; then wg_below=0; fi ;; esac`,
+    `if [ "$wg_below" = 1 ]; then wg_floor_write ${shQuote(input.floorWrite.inPlace)}; else wg_note floor kept; fi`,
+  ];
+}
 
 /** The script. Values reach the shell only through shQuote / deviceValue; the profile name is checked by the caller. */
 export function applyScript(input: ApplyScriptInput): string {
@@ -150,6 +179,22 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_marker() {`,
     `  if wg_err=$( { { [ -d "$wg_P" ] || mkdir -p "$wg_P"; } && printf '%s\\n' ${revision} > "$wg_P/revision"; } 2>&1 ); then wg_note marker written; else printf '%s' "$wg_err" | wg_say marker failed; wg_end stop; fi`,
     `}`,
+    // The floor (core/floor.ts), read with builtins: its text, revision and the rollout and run that raised it.
+    `wg_F="$wg_P/floor"`,
+    `wg_floor_read() {`,
+    `  wg_fb=; wg_fr=; wg_fro=; wg_frn=; [ -f "$wg_F" ] || return 0`,
+    `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_fb="$wg_fb$wg_l$wg_nl"; case "$wg_l" in revision=*) wg_fr=\${wg_l#revision=} ;; rollout=*) wg_fro=\${wg_l#rollout=} ;; run=*) wg_frn=\${wg_l#run=} ;; esac; done 2>/dev/null < "$wg_F"`,
+    `}`,
+    // Write the floor in one rename, keeping the one it replaces as floor.prev (empty: there was none).
+    `wg_floor_write() {`,
+    `  if wg_err=$( { printf '%s' "$wg_fb" > "$wg_F.prev" && printf '%s' "$1" > "$wg_F.tmp" && mv -f "$wg_F.tmp" "$wg_F"; } 2>&1 ); then wg_note floor raised; else printf '%s' "$wg_err" | wg_say floor failed; wg_end stop; fi`,
+    `}`,
+    `wg_floor_restore() {`,
+    `  wg_floor_read`,
+    `  if [ "$wg_fro" = "$1" ] && [ "$wg_frn" = "$2" ]; then`,
+    `    if wg_err=$( { if [ -s "$wg_F.prev" ]; then mv -f "$wg_F.prev" "$wg_F"; else rm -f "$wg_F" "$wg_F.prev"; fi; } 2>&1 ); then wg_note floor restored; else printf '%s' "$wg_err" | wg_say floor failed; wg_end stop; fi`,
+    `  else wg_note floor kept; fi`,
+    `}`,
     `printf '${STEP} begin ${APPLY_SCRIPT_VERSION} \\n'`,
   ];
 
@@ -160,25 +205,15 @@ export function applyScript(input: ApplyScriptInput): string {
     );
   }
 
-  // Floor (core/floor.ts floorRefusal): allowed at or above the floor, or back to its `from` inside the
-  // revert window. Anything the shell cannot compare safely goes to the worker (`floor check`).
+  // Floor (core/floor.ts floorRefusal): at or above it the shell allows; below it only the worker's
+  // rule can tell a compensation or a revert of the rollout that raised it, so the worker decides
+  // (`floor check`, with the floor's text) and runs the script again with its answer.
   if (!input.skipFloor) {
     lines.push(
-      `wg_F="$wg_P/floor"`,
-      `if [ -f "$wg_F" ]; then`,
-      // The last line of each key wins, as parseFloor reads it.
-      `  wg_fr=; wg_ff=; wg_fu=`,
-      `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do case "$wg_l" in revision=*) wg_fr=\${wg_l#revision=} ;; from=*) wg_ff=\${wg_l#from=} ;; revertUntil=*) wg_fu=\${wg_l#revertUntil=} ;; esac; done 2>/dev/null < "$wg_F"`,
-      `  wg_floor=ok`,
-      `  case "$wg_fr" in ''|*[!0-9]*) ;; *)`,
-      `    case "$wg_ff" in ''|*[!0-9]*) wg_ff="$wg_fr" ;; esac; case "$wg_fu" in ''|*[!0-9]*) wg_fu=0 ;; esac`,
-      `    if [ \${#wg_fr} -gt 15 ] || [ \${#wg_ff} -gt 15 ] || [ \${#wg_fu} -gt 15 ]; then wg_floor=check`,
-      `    elif [ ${revision} -ge "$wg_fr" ]; then wg_floor=ok`,
-      `    elif [ ${revision} -eq "$wg_ff" ] && [ ${input.floorNowMs} -lt "$wg_fu" ]; then wg_floor=ok`,
-      `    else wg_floor=refused; fi ;;`,
-      `  esac`,
-      `  if [ "$wg_floor" != ok ]; then head -c 2048 "$wg_F" | wg_say floor "$wg_floor"; wg_end stop; fi`,
-      `fi`,
+      `wg_floor_read`,
+      `case "$wg_fr" in ''|*[!0-9]*) ;; *)`,
+      `  if [ \${#wg_fr} -gt 15 ] || [ ${revision} -lt "$wg_fr" ]; then printf '%s' "$wg_fb" | head -c 2048 | wg_say floor check; wg_end stop; fi ;;`,
+      `esac`,
       `wg_note floor ok`,
     );
   }
@@ -275,6 +310,7 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_run_verify verify`,
     `if [ "$wg_code" != 0 ]; then wg_release "verify after ${step} exited $wg_code"; wg_end stop; fi`,
     `wg_marker`,
+    ...floorAfter(input, 'raise'),
     `wg_release ${reason(`${step} of r${revision} done: verified, marker written`)}`,
     `wg_end applied`,
   ];
@@ -308,7 +344,11 @@ export function applyScript(input: ApplyScriptInput): string {
     // Verify first, unless this attempt ran it under this very lock before it went to stage the payload.
     `if [ "$wg_mode" = fresh ] || [ ${input.afterStage ? 1 : 0} = 0 ]; then`,
     `  wg_verify_first`,
-    `  if [ "$wg_code" = 0 ]; then wg_marker; wg_release ${reason(`r${revision} already in place (verify only)`)}; wg_end already-applied; fi`,
+    `  if [ "$wg_code" = 0 ]; then`,
+    `    wg_marker`,
+    ...floorAfter(input, 'in-place').map((l) => `    ${l}`),
+    `    wg_release ${reason(`r${revision} already in place (verify only)`)}; wg_end already-applied`,
+    `  fi`,
     `fi`,
     ...stage,
     ...launch,
@@ -339,7 +379,7 @@ export type ApplyReport =
   | { kind: 'lock-busy' }
   | { kind: 'stage-needed' }
   /** A step of the unit ran and said no; `failed` names it as StepFailed does. */
-  | { kind: 'failed'; failed: 'apply' | 'rollback' | 'verify' | 'take apply lock' | 'write marker' | 'release apply lock'; code: number | null; output: string; reattached: boolean }
+  | { kind: 'failed'; failed: 'apply' | 'rollback' | 'verify' | 'take apply lock' | 'write marker' | 'write floor' | 'release apply lock'; code: number | null; output: string; reattached: boolean }
   /** The apply under our lock vanished (gone without an outcome, or the lock itself): verify decides on a retry. */
   | { kind: 'apply-gone'; why: string };
 
@@ -432,6 +472,8 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
       return { kind: 'stage-needed' };
     case 'marker failed':
       return failed('write marker', 1, last.detail);
+    case 'floor failed':
+      return failed('write floor', 1, last.detail);
     case 'release failed':
       return failed('release apply lock', 1, last.detail);
     case 'apply gone':

@@ -143,20 +143,80 @@ describe('the apply script run by the POSIX sh', () => {
     expect(ran.filter((t) => t !== 'touch').sort()).toEqual(['cat', 'mkdir', 'mkdir', 'mv', 'mv', 'mv', 'setsid', 'sha256sum']);
   });
 
-  it('the floor: refused below it, allowed back to its from inside the revert window, handed to the worker when too long to compare', () => {
+  it('the floor: at or above it the unit goes on; below it (or a number too long to compare) the worker decides, with the floor\'s text', () => {
     const dir = home();
     const floor = join(dir, '.wavegate/profiles/p/floor');
     mkdirSync(join(dir, '.wavegate/profiles/p'), { recursive: true });
-    writeFileSync(floor, `revision=5\nfrom=4\nrevertUntil=${Date.parse('2026-01-02T00:00:00Z')}\nrollout=r\n`);
+    writeFileSync(floor, 'revision=4\nfrom=3\nrevertUntil=0\nrollout=r\nrun=u\n');
     expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply').kind).toBe('applied');
-    writeFileSync(floor, `revision=5\nfrom=4\nrevertUntil=${Date.parse('2025-12-31T00:00:00Z')}\nrollout=r\n`);
-    const refused = readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'x' } }))).stdout, 'apply');
-    expect(refused).toEqual({ kind: 'floor', verdict: 'refused', text: `revision=5\nfrom=4\nrevertUntil=${Date.parse('2025-12-31T00:00:00Z')}\nrollout=r\n` });
+    // Below: the shell cannot tell a compensation or a revert of the raising rollout from a downgrade.
+    const text = `revision=5\nfrom=4\nrevertUntil=${Date.parse('2026-01-02T00:00:00Z')}\nrollout=r\n`;
+    writeFileSync(floor, text);
+    const below = readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'x' } }))).stdout, 'apply');
+    expect(below).toEqual({ kind: 'floor', verdict: 'check', text });
     expect(existsSync(join(dir, '.wavegate/profiles/p/apply.lock'))).toBe(false); // stopped before the lock
     writeFileSync(floor, 'revision=12345678901234567890\n');
     expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply')).toMatchObject({ kind: 'floor', verdict: 'check' });
     writeFileSync(floor, 'revision=garbage\n');
     expect(readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'y' } }))).stdout, 'apply').kind).toBe('already-applied');
+  });
+
+  it('the floor rises with the confirmed apply in the same run, keeping the one it replaced; found in place it only rises from below', () => {
+    const dir = home();
+    const p = join(dir, '.wavegate/profiles/p');
+    mkdirSync(p, { recursive: true });
+    const old = 'revision=3\nfrom=2\nrevertUntil=0\nrollout=rollout:old\nrun=r0\n';
+    writeFileSync(join(p, 'floor'), old);
+    const raised = 'revision=4\nfrom=3\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=60000\nat=1\n';
+    const inPlace = 'revision=4\nfrom=4\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nat=1\n';
+    const res = run(dir, applyScript(input({ floorWrite: { raise: raised, inPlace } })));
+    expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
+    expect(parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual(['floor ok', 'lock acquired', 'verify-first 1', 'launch launched', 'apply 0', 'verify 0', 'marker written', 'floor raised', 'release released']);
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+    expect(readFileSync(join(p, 'floor.prev'), 'utf8')).toBe(old);
+
+    // Another rollout finds it in place: its floor is at the target already, so it is kept as it is.
+    const again = run(dir, applyScript(input({ holder: { ...holder, run: 'run-2' }, floorWrite: { raise: raised.replace('run-1', 'run-2'), inPlace: inPlace.replace('run-1', 'run-2') } })));
+    expect(readApplyReport(again.stdout, 'apply').kind).toBe('already-applied');
+    expect(parseReportLines(again.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor kept');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+
+    // Found in place over a floor below the target (or none): raised to it, with no way back.
+    writeFileSync(join(p, 'floor'), old);
+    const low = run(dir, applyScript(input({ holder: { ...holder, run: 'run-3' }, floorWrite: { raise: raised, inPlace } })));
+    expect(readApplyReport(low.stdout, 'apply').kind).toBe('already-applied');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(inPlace);
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+  });
+
+  it('compensation restores the floor its own rollout raised, and keeps one raised by anyone else', () => {
+    const dir = home();
+    const p = join(dir, '.wavegate/profiles/p');
+    mkdirSync(p, { recursive: true });
+    const old = 'revision=3\nfrom=2\nrevertUntil=0\nrollout=rollout:old\nrun=r0\n';
+    writeFileSync(join(p, 'floor'), old);
+    const raised = 'revision=4\nfrom=3\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nat=1\n';
+    expect(readApplyReport(run(dir, applyScript(input({ floorWrite: { raise: raised } }))).stdout, 'apply').kind).toBe('applied');
+    const back = (over: Partial<ApplyScriptInput>) =>
+      applyScript(input({ step: 'rollback', revision: 3, skipFloor: true, holder: { ...holder, activity: `rb-${++n}` }, verify: shellFor({ profile: 'p', revision: 3 }, '! test -f "$HOME/fact"'), apply: shellFor({ profile: 'p', revision: 3 }, 'rm -f "$HOME/fact"'), ...over }));
+    // Another run's compensation: the device goes back (the worker allowed it) but the floor stays.
+    const other = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'someone-else' } }));
+    expect(readApplyReport(other.stdout, 'rollback').kind, other.stdout).toBe('applied');
+    expect(parseReportLines(other.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor kept');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+    // Its own: found in place now (verify first passes), the floor before it comes back.
+    const own = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1' } }));
+    expect(readApplyReport(own.stdout, 'rollback').kind).toBe('already-applied');
+    expect(parseReportLines(own.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor restored');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(old);
+    // A floor raised where there was none is removed by its compensation.
+    const bare = home();
+    const q = join(bare, '.wavegate/profiles/p');
+    expect(readApplyReport(run(bare, applyScript(input({ floorWrite: { raise: raised } }))).stdout, 'apply').kind).toBe('applied');
+    expect(readFileSync(join(q, 'floor.prev'), 'utf8')).toBe('');
+    expect(readApplyReport(run(bare, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1' } })).stdout, 'rollback').kind).toBe('applied');
+    expect(existsSync(join(q, 'floor'))).toBe(false);
+    expect(existsSync(join(q, 'floor.prev'))).toBe(false);
   });
 
   it('ahead: a marker above aheadAbove stops before the lock with nothing run; at or below it, or garbage, the unit goes on', () => {
