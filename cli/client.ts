@@ -11,6 +11,7 @@ import {
 import { canonicalize } from '../core/canonical';
 import { checkControl, isFinalState, type ControlBase, type ControlName } from '../core/controls';
 import { ROLLOUT_STATES } from '../core/rollout-state';
+import { readStatus } from '../core/rollout/outcome';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
@@ -156,7 +157,8 @@ export async function startRollout(client: Client, taskQueue: string, input: Rol
 /** The status query of a rollout, or NOT_FOUND naming the id. */
 export async function queryStatus(client: Client, id: string): Promise<RolloutStatus> {
   try {
-    return await client.workflow.getHandle(id).query<RolloutStatus>('status');
+    // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
+    return readStatus(await client.workflow.getHandle(id).query<RolloutStatus>('status'));
   } catch (err) {
     if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
     throw err;
@@ -199,7 +201,7 @@ export async function sendControl(
     throw new WavegateError('INVALID_STATE', `${id}: ${checkControl(name, { state: isFinalState(state) ? state : 'completed', aborting: false }) ?? `rollout is ${state}`}`);
   }
   try {
-    return await handle.executeUpdate<RolloutStatus, [typeof control]>(CONTROL_UPDATES[name], { args: [control] });
+    return readStatus(await handle.executeUpdate<RolloutStatus, [typeof control]>(CONTROL_UPDATES[name], { args: [control] }));
   } catch (err) {
     if (err instanceof WorkflowUpdateFailedError) {
       throw new WavegateError('INVALID_STATE', `${id}: ${err.cause?.message ?? err.message}`);

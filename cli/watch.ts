@@ -2,6 +2,7 @@ import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { isFinalState } from '../core/controls';
 import { WavegateError } from '../core/errors';
+import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
 import type { RolloutStatus } from '../workflows/messages';
 
@@ -11,7 +12,7 @@ import type { RolloutStatus } from '../workflows/messages';
  * whenever something changed, so a log reads as a history rather than a smear of escape codes.
  */
 
-const DONE: ReadonlySet<DeviceState> = new Set(['applied', 'claimed', 'skipped', 'failed', 'rolled-back', 'rollback-failed']);
+const DONE: ReadonlySet<DeviceState> = new Set(['applied', 'claimed', 'skipped', 'not-for-me', 'not-started', 'failed', 'rolled-back', 'rollback-failed']);
 
 function bar(done: number, total: number, width: number): string {
   const filled = total === 0 ? width : Math.round((done / total) * width);
@@ -95,7 +96,8 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
   for (;;) {
     let status: RolloutStatus;
     try {
-      status = final ?? (await handle.query<RolloutStatus>('status'));
+      // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
+      status = readStatus(final ?? (await handle.query<RolloutStatus>('status')));
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
       throw err;

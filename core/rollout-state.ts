@@ -11,7 +11,20 @@ export const DEVICE_STATES = [
   'applied',
   'claimed',
   'failed',
+  /** Left out on purpose (offline under `offline: skip`, ...); never counted, never changed. The reason says why. */
   'skipped',
+  /**
+   * Not this rollout's to change: left-behind, under a node-down verdict that holds, above the target. Set at
+   * plan time (or by an apply that found the device ahead); out of the tally and of the exit code. The reason
+   * is the planner's (and the board's), e.g. `node-down since <since>, expires <at>: <why>`.
+   */
+  'not-for-me',
+  /**
+   * Planned into a phase but never started: an abort, a cancel, a rollback or a deadline (or a canary run's
+   * later phases) ended the rollout first. Pending work like any device short of the target, kept apart from
+   * devices skipped as offline. The reason says what stopped it, e.g. `aborted by alice`.
+   */
+  'not-started',
   'rolling-back',
   'rolled-back',
   'rollback-failed',
@@ -19,6 +32,16 @@ export const DEVICE_STATES = [
   'waiting',
 ] as const;
 export type DeviceState = (typeof DEVICE_STATES)[number];
+
+/**
+ * The state the workflow's own steps decide on. Before not-for-me and not-started had names of their own,
+ * both were `skipped`, and recorded histories made commands from that (the offline devices a batch
+ * records, which agent devices a completed rollout converges): those steps keep reading `skipped`, so
+ * every history replays and every step does what it did.
+ */
+export function stepState(state: DeviceState): DeviceState {
+  return state === 'not-for-me' || state === 'not-started' ? 'skipped' : state;
+}
 
 export const ROLLOUT_STATES = ['running', 'paused', 'completed', 'rolled-back', 'aborted', 'cancelled', 'failed'] as const;
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
@@ -30,8 +53,12 @@ export type DeviceTarget = Pick<Device, 'id' | 'host' | 'port' | 'user' | 'pool'
    * histories recorded before the field existed carry none; a missing value means 'ssh'.
    */
   transport?: Device['transport'];
-  /** Pinned host key fingerprint, key file path, agent flag: references only, never secrets. */
-  ssh: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
+  /**
+   * Pinned host key fingerprint, key file path, agent flag: references only, never secrets. Absent for a
+   * device that is never dialled (`transport: agent`); an SSH path given a target without it refuses it
+   * as a config error naming the device.
+   */
+  ssh?: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
 };
 
 /** A bastion the device is reached through; its own host key is pinned (or found in ssh.knownHosts). */
@@ -91,6 +118,9 @@ export function summarizeCounts(counts: Counts): string {
   if (counts.claimed) parts.push(`${counts.claimed} claimed`);
   if (counts.failed) parts.push(`${counts.failed} failed`);
   if (counts.skipped) parts.push(`${counts.skipped} skipped`);
+  // Absent from the counts of statuses recorded before these states existed (read them through readStatus).
+  if (counts['not-started']) parts.push(`${counts['not-started']} not started`);
+  if (counts['not-for-me']) parts.push(`${counts['not-for-me']} not-for-me`);
   if (counts.applying) parts.push(`${counts.applying} applying`);
   if (counts.waiting) parts.push(`${counts.waiting} waiting`);
   return parts.join(', ');

@@ -60,6 +60,8 @@ const ICON: Record<DeviceState, string> = {
   claimed: '~',
   failed: '✘',
   skipped: '-',
+  'not-for-me': '○',
+  'not-started': '-',
   'rolling-back': '↺',
   'rolled-back': '↩',
   'rollback-failed': '!',

@@ -1,6 +1,6 @@
 import { formatDurationMs } from '../duration';
 import type { PlannedPhase } from '../planner';
-import type { DeviceState, DeviceStatus } from '../rollout-state';
+import { stepState, type DeviceState, type DeviceStatus } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
 
 /**
@@ -112,7 +112,8 @@ export function unconfirmedDevices(devices: Iterable<DeviceStatus>, passedPhases
   let count = 0;
   const byState: Partial<Record<DeviceState, number>> = {};
   for (const d of devices) {
-    if (d.phase < 0 || (phase !== undefined && d.phase !== phase) || d.state === 'skipped') continue;
+    // Not-started devices are skipped ones too (stepState): nobody waits for them.
+    if (d.phase < 0 || (phase !== undefined && d.phase !== phase) || stepState(d.state) === 'skipped') continue;
     const atTarget = d.state === 'applied' || d.state === 'claimed';
     if (atTarget && passedPhases.has(d.phase)) continue;
     count += 1;

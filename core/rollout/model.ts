@@ -2,9 +2,9 @@ import { checkControl, type ControlBase, type ControlContext, type ControlName }
 import type { DeliveryLedger } from '../events';
 import type { GateOutcome } from '../health';
 import type { Plan, PlannedPhase } from '../planner';
-import { countDevices, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
+import { countDevices, stepState, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
-import { NOT_FOR_ME } from './outcome';
+import { honestDevice, NOT_STARTED } from './outcome';
 import type { DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
@@ -105,8 +105,14 @@ export class RolloutModel {
   phase(index: number): PhaseStatus {
     return this.phases[index]!;
   }
+  /**
+   * A device's state as the workflow's steps decide on it: not-for-me and not-started read `skipped`, as
+   * they did when recorded histories made their commands from it (stepState). What a person reads, the
+   * status, has the state itself.
+   */
   deviceState(id: string): DeviceState | undefined {
-    return this.devices.get(id)?.state;
+    const d = this.devices.get(id);
+    return d && stepState(d.state);
   }
 
   // ---- snapshot and plan ----
@@ -133,14 +139,14 @@ export class RolloutModel {
     return this.snapshotAsRead;
   }
   /**
-   * Every device in scope gets a state: not-for-me and already-applied at once, offline by the spec's
-   * policy, and (with `refusalsFail`) a device that refused us at snapshot (host key, login, config)
+   * Every device in scope gets a state: not-for-me (with the planner's reason: left-behind, a node-down
+   * verdict's own text, ahead) and already-applied at once, offline by the spec's policy, and (with `refusalsFail`) a device that refused us at snapshot (host key, login, config)
    * failed with its kind named — never quietly skipped as offline.
    */
   adoptPlan(plan: Plan, opts: { refusalsFail: boolean } = { refusalsFail: true }): void {
     this.plan = plan;
     this.warnings.push(...plan.warnings);
-    for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'skipped', phase: -1, reason: `${NOT_FOR_ME} ${reason}` });
+    for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'not-for-me', phase: -1, reason });
     for (const id of plan.alreadyApplied) this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
     for (const phase of plan.phases) {
       this.phases.push({ index: phase.index, name: phase.name, devices: phase.devices.length, gate: phase.gate, stage: 'pending' });
@@ -172,14 +178,20 @@ export class RolloutModel {
   setDevice(id: string, next: DeviceState, reason?: string): void {
     const phase = this.devices.get(id)?.phase ?? -1;
     if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed') this.startedPhases.add(phase);
-    this.devices.set(id, { id, state: next, phase, ...(reason ? { reason } : {}) });
+    // The apply that finds a device ahead says not-for-me in the reason of a `skipped` (workflows/device-runner.ts, slices).
+    this.devices.set(id, honestDevice({ id, state: next, phase, ...(reason ? { reason } : {}) }));
   }
-  /** Devices that never started are recorded as skipped with the reason, so none is left without a state. */
+  /**
+   * Devices that never started are recorded as not-started with the reason (what stopped the rollout,
+   * `not started:` dropped: the state says it), so none is left without a state and none reads as
+   * skipped for being offline. Returns their ids (the `devices.skipped` record names them).
+   */
   skipPending(reason: string, exceptPhase?: number): string[] {
     const skipped: string[] = [];
+    const why = reason.startsWith(NOT_STARTED) ? reason.slice(NOT_STARTED.length).trim() : reason;
     for (const d of this.devices.values()) {
       if (d.state === 'pending' && d.phase !== exceptPhase) {
-        this.setDevice(d.id, 'skipped', reason);
+        this.setDevice(d.id, 'not-started', why);
         skipped.push(d.id);
       }
     }

@@ -1,7 +1,43 @@
+import { countDevices, type DeviceState, type DeviceStatus } from '../rollout-state';
 import type { RolloutStatus } from './status';
 
-/** The reason prefix of a device the plan left out on purpose (left-behind, already above the target). */
+/**
+ * How a `skipped` device's reason said it was not-for-me (left-behind, a node-down verdict, above the
+ * target) before `not-for-me` was a state of its own; the apply that finds a device ahead still says it so.
+ */
 export const NOT_FOR_ME = 'not-for-me:';
+/** How a `skipped` device's reason said it never started (an abort, a cancel, a rollback, a deadline), before `not-started`. */
+export const NOT_STARTED = 'not started:';
+
+const SKIP_LABELS: ReadonlyArray<[string, DeviceState]> = [
+  [NOT_FOR_ME, 'not-for-me'],
+  [NOT_STARTED, 'not-started'],
+];
+
+/**
+ * A device under the state it has: `skipped` with a `not-for-me:` reason is `not-for-me`, with a `not started:`
+ * reason `not-started`, the prefix dropped from the reason (the state says it now). Statuses and audit
+ * records written before those states existed read this way, so an older rollout reads like a new one;
+ * anything else is returned as it is.
+ */
+export function honestDevice<T extends Pick<DeviceStatus, 'state' | 'reason'>>(d: T): T {
+  if (d.state !== 'skipped' || d.reason === undefined) return d;
+  const label = SKIP_LABELS.find(([prefix]) => d.reason!.startsWith(prefix));
+  if (!label) return d;
+  const { reason, ...rest } = d;
+  const why = reason!.slice(label[0].length).trim();
+  return { ...rest, state: label[1], ...(why ? { reason: why } : {}) } as T;
+}
+
+/**
+ * A status as the CLI shows it, from any build: devices under the state they have (honestDevice) and the
+ * counts computed from them again (a status recorded before `not-for-me` and `not-started` has neither
+ * in its counts, and counts them as skipped).
+ */
+export function readStatus<S extends Pick<RolloutStatus, 'devices' | 'counts'>>(s: S): S {
+  const devices = s.devices.map(honestDevice);
+  return { ...s, devices, counts: countDevices(devices) };
+}
 
 export interface RolloutOutcome {
   /** 0: the rollout completed and every device it was for is at the target; 1: anything else. */
@@ -21,8 +57,9 @@ export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
   if (s.verdict !== undefined) {
     return s.verdict === 'pass' || s.verdict === 'nothing-to-test' ? { code: 0, summary: `canary verdict ${s.verdict}` } : { code: 1, summary: `canary verdict ${s.verdict}` };
   }
-  const pending = s.devices.filter((d) => d.state !== 'applied' && d.state !== 'claimed' && !(d.state === 'skipped' && d.reason?.startsWith(NOT_FOR_ME)));
-  const meant = s.devices.filter((d) => !(d.state === 'skipped' && d.reason?.startsWith(NOT_FOR_ME)));
+  // Read as it is meant whichever build wrote it: an older status says not-for-me in the reason.
+  const meant = s.devices.map(honestDevice).filter((d) => d.state !== 'not-for-me');
+  const pending = meant.filter((d) => d.state !== 'applied' && d.state !== 'claimed');
   if (meant.length === 0) return { code: 1, summary: 'no device in scope needed this revision; nothing was applied' };
   if (pending.length > 0) {
     const byState = new Map<string, number>();

@@ -39,6 +39,9 @@ function setup(snapshot: DeviceSnapshot[], spec: RolloutSpec = specOf(), rollout
   return { model, plan };
 }
 
+/** A node-down verdict's text as the planner (and the board) word it: core/node-down.ts verdictStanding. */
+const NODE_DOWN = 'node-down since 2026-11-30T08:00:00Z, expires 2026-12-30T08:00:00Z: PSU failed, OPS-12';
+
 /** A fleet with one device of every kind adoptPlan distinguishes. */
 function mixedFleet(): DeviceSnapshot[] {
   return [
@@ -47,6 +50,7 @@ function mixedFleet(): DeviceSnapshot[] {
     device('s3'),
     device('s4', { class: 'desktop', pool: 'office', os: 'ubuntu-24.04' }),
     device('lb', { updateClass: 'left-behind' }),
+    device('nd', { nodeDown: { holds: true, text: NODE_DOWN } }),
     device('at', { current: 2 }),
     device('off', { reachable: false, current: null, error: 'ssh: connect timeout' }),
     device('off2', { reachable: false, current: null }),
@@ -71,12 +75,14 @@ function phaseOf(plan: Plan, id: string): number {
 // ---- adoptPlan ----
 
 describe('RolloutModel.adoptPlan', () => {
-  it('gives every device in scope a state: not-for-me skipped, at target applied, the rest pending in its phase', () => {
+  it('gives every device in scope a state: not-for-me (left-behind, node-down), at target applied, the rest pending in its phase', () => {
     const { model, plan } = setup(mixedFleet());
     const st = model.status();
     const byId = new Map(st.devices.map((d) => [d.id, d]));
 
-    expect(byId.get('lb')).toEqual({ id: 'lb', state: 'skipped', phase: -1, reason: 'not-for-me: left-behind: the device is excluded from updates (updateClass)' });
+    expect(byId.get('lb')).toEqual({ id: 'lb', state: 'not-for-me', phase: -1, reason: 'left-behind: the device is excluded from updates (updateClass)' });
+    // A holding node-down verdict: not-for-me with the verdict's own text, as `plan` and the board say it.
+    expect(byId.get('nd')).toEqual({ id: 'nd', state: 'not-for-me', phase: -1, reason: NODE_DOWN });
     expect(byId.get('at')).toEqual({ id: 'at', state: 'applied', phase: -1, reason: 'already at target' });
     for (const id of ['s1', 's2', 's3', 's4']) {
       const phase = phaseOf(plan, id);
@@ -86,7 +92,7 @@ describe('RolloutModel.adoptPlan', () => {
     // default offline policy is skip
     expect(byId.get('off')).toEqual({ id: 'off', state: 'skipped', phase: phaseOf(plan, 'off'), reason: 'offline at snapshot: ssh: connect timeout' });
     expect(byId.get('off2')).toEqual({ id: 'off2', state: 'skipped', phase: phaseOf(plan, 'off2'), reason: 'offline at snapshot: unreachable' });
-    expect(st.devices).toHaveLength(8);
+    expect(st.devices).toHaveLength(9);
 
     expect(st.phases).toEqual(plan.phases.map((p) => ({ index: p.index, name: p.name, devices: p.devices.length, gate: p.gate, stage: 'pending' })));
     expect(st.phases.map((p) => p.name)).toEqual(['canary 1 device', 'bulk remainder']);
@@ -97,10 +103,11 @@ describe('RolloutModel.adoptPlan', () => {
 
   it('computes counts from the device states', () => {
     const { model } = setup(mixedFleet());
-    expect(model.counts()).toMatchObject({ total: 8, pending: 4, skipped: 3, applied: 1, failed: 0 });
+    // Not-for-me devices are counted apart from the ones skipped as offline.
+    expect(model.counts()).toMatchObject({ total: 9, pending: 4, skipped: 2, 'not-for-me': 2, 'not-started': 0, applied: 1, failed: 0 });
     model.setDevice('s1', 'applying');
     model.setDevice('s2', 'failed', 'exit 1');
-    expect(model.counts()).toMatchObject({ total: 8, pending: 2, applying: 1, failed: 1, skipped: 3, applied: 1 });
+    expect(model.counts()).toMatchObject({ total: 9, pending: 2, applying: 1, failed: 1, skipped: 2, 'not-for-me': 2, applied: 1 });
     expect(model.status().counts).toEqual(model.counts());
   });
 
@@ -113,7 +120,7 @@ describe('RolloutModel.adoptPlan', () => {
     expect(model.deviceState('off2')).toBe(state);
     const off = model.status().devices.find((d) => d.id === 'off')!;
     expect(off).toEqual({ id: 'off', state, phase: phaseOf(plan, 'off'), reason: 'offline at snapshot: ssh: connect timeout' });
-    expect(model.counts()[state]).toBe(state === 'skipped' ? 3 : 2); // + the left-behind device when skipped
+    expect(model.counts()[state]).toBe(2); // only the offline ones: the left-behind and node-down devices are not-for-me
   });
 
   it('offline: wait → devices unreachable at snapshot stay pending in their phase', () => {
@@ -121,7 +128,7 @@ describe('RolloutModel.adoptPlan', () => {
     const off = model.status().devices.find((d) => d.id === 'off')!;
     expect(off).toEqual({ id: 'off', state: 'pending', phase: phaseOf(plan, 'off') });
     expect(model.deviceState('off2')).toBe('pending');
-    expect(model.counts()).toMatchObject({ pending: 6, skipped: 1, applied: 1, failed: 0 });
+    expect(model.counts()).toMatchObject({ pending: 6, skipped: 0, 'not-for-me': 2, applied: 1, failed: 0 });
   });
 
   it('pendingIn and failedBeforeStart read a phase', () => {
@@ -382,18 +389,21 @@ describe('RolloutModel at 10,000 devices: no per-device linear scan', () => {
 // ---- phases, pending devices, the rollout's own state ----
 
 describe('RolloutModel skipPending', () => {
-  it('skips every pending device with the reason, leaving other states alone', () => {
+  it('makes every pending device not-started with what stopped it, leaving other states alone', () => {
     const { model, plan } = setup(mixedFleet());
     const canary = plan.phases[0]!.devices[0]!;
     model.setDevice(canary, 'applied');
     model.skipPending('not started: aborted by alice');
     const st = new Map(model.status().devices.map((d) => [d.id, d]));
     for (const id of ['s1', 's2', 's3', 's4'].filter((id) => id !== canary)) {
-      expect(st.get(id)).toEqual({ id, state: 'skipped', phase: phaseOf(plan, id), reason: 'not started: aborted by alice' });
+      expect(st.get(id)).toEqual({ id, state: 'not-started', phase: phaseOf(plan, id), reason: 'aborted by alice' });
     }
     expect(st.get(canary)!.state).toBe('applied');
-    expect(st.get('lb')!.reason).toMatch(/^not-for-me: /);
-    expect(st.get('off')!.reason).toBe('offline at snapshot: ssh: connect timeout');
+    expect(st.get('lb')!.state).toBe('not-for-me');
+    expect(st.get('nd')).toEqual({ id: 'nd', state: 'not-for-me', phase: -1, reason: NODE_DOWN });
+    // Skipped as offline stays skipped, offline: apart from the devices the abort never started.
+    expect(st.get('off')).toMatchObject({ state: 'skipped', reason: 'offline at snapshot: ssh: connect timeout' });
+    expect(model.counts()).toMatchObject({ 'not-started': 3, skipped: 2, 'not-for-me': 2 });
     expect(st.get('at')).toEqual({ id: 'at', state: 'applied', phase: -1, reason: 'already at target' });
     expect(model.counts().pending).toBe(0);
   });
@@ -403,10 +413,29 @@ describe('RolloutModel skipPending', () => {
     model.skipPending('not in the canary phase', 0);
     const canary = plan.phases[0]!.devices[0]!;
     expect(model.deviceState(canary)).toBe('pending');
-    for (const p of plan.phases.slice(1)) for (const id of p.devices) expect(model.deviceState(id)).toBe('skipped');
-    expect(model.counts()).toMatchObject({ pending: 1, skipped: 27 });
+    for (const p of plan.phases.slice(1)) for (const id of p.devices) expect(model.status().devices.find((d) => d.id === id)).toMatchObject({ state: 'not-started', reason: 'not in the canary phase' });
+    expect(model.counts()).toMatchObject({ pending: 1, 'not-started': 27, skipped: 0 });
     expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).toEqual([canary]);
     expect(model.pendingIn(plan.phases[3]!)).toEqual([]);
+  });
+});
+
+describe('RolloutModel: not-for-me and not-started as the workflow steps read them', () => {
+  it('deviceState reads both as skipped (what recorded histories made commands from); the status has the state itself', () => {
+    const { model, plan } = setup(mixedFleet());
+    model.skipPending('not started: rollout cancelled');
+    const bulk = plan.phases[1]!.devices.find((id) => id.startsWith('s'))!;
+    for (const id of ['lb', 'nd', bulk]) expect(model.deviceState(id)).toBe('skipped');
+    expect(model.status().devices.find((d) => d.id === bulk)).toMatchObject({ state: 'not-started', reason: 'rollout cancelled' });
+    expect(model.deviceState('at')).toBe('applied');
+  });
+
+  it('an apply that says not-for-me in a skipped device\'s reason (ahead at apply) makes it not-for-me', () => {
+    const { model } = setup(mixedFleet());
+    model.setDevice('s3', 'skipped', 'not-for-me: ahead: the device is at revision 3, above r2');
+    expect(model.status().devices.find((d) => d.id === 's3')).toMatchObject({ state: 'not-for-me', reason: 'ahead: the device is at revision 3, above r2' });
+    model.setDevice('s4', 'skipped', 'offline at apply: s4: cannot connect');
+    expect(model.status().devices.find((d) => d.id === 's4')).toMatchObject({ state: 'skipped', reason: 'offline at apply: s4: cannot connect' });
   });
 });
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { describeControl, rolloutOutcome } from '../../../core/rollout/outcome';
+import { describeControl, honestDevice, readStatus, rolloutOutcome } from '../../../core/rollout/outcome';
 import type { RolloutStatus } from '../../../core/rollout/status';
-import { countDevices, type DeviceState } from '../../../core/rollout-state';
+import { countDevices, summarizeCounts, type DeviceState } from '../../../core/rollout-state';
 
 function status(state: RolloutStatus['state'], devices: Array<[DeviceState, string?]>, verdict?: RolloutStatus['verdict']): RolloutStatus {
   const ds = devices.map(([s, reason], i) => ({ id: `d${i}`, state: s, phase: 0, ...(reason ? { reason } : {}) }));
@@ -31,6 +31,43 @@ describe('rolloutOutcome: the exit code of start --wait / --watch and watch', ()
     expect(rolloutOutcome(status('completed', [], 'nothing-to-test')).code).toBe(0);
     expect(rolloutOutcome(status('completed', [['rolled-back']], 'fail')).code).toBe(1);
     expect(rolloutOutcome(status('completed', [['rolled-back']], 'inconclusive')).code).toBe(1);
+  });
+});
+
+describe('not-for-me and not-started: the exit code and older statuses', () => {
+  const NODE_DOWN = 'node-down since 2026-11-30T08:00:00Z, expires 2026-12-30T08:00:00Z: PSU failed';
+  it('a not-for-me device (a node-down verdict) is not a device the rollout was for: exit 0 with the rest applied', () => {
+    expect(rolloutOutcome(status('completed', [['applied'], ['not-for-me', NODE_DOWN]]))).toEqual({ code: 0, summary: 'completed: 1 of 1 devices at the target' });
+    expect(rolloutOutcome(status('completed', [['not-for-me', NODE_DOWN]])).code).toBe(1);
+  });
+  it('a completed rollout with devices never started is pending work (exit 1), named apart from the offline ones', () => {
+    const o = rolloutOutcome(status('completed', [['applied'], ['not-started', 'aborted by wavegate'], ['skipped', 'offline at apply: x']]));
+    expect(o).toEqual({ code: 1, summary: 'completed with pending work: 1 not-started, 1 skipped (of 3 devices the rollout was for)' });
+  });
+  it('a status recorded before the states existed reads the same: skipped with a not-started reason is not-started', () => {
+    const o = rolloutOutcome(status('completed', [['applied'], ['skipped', 'not started: aborted by wavegate'], ['skipped', 'not-for-me: left-behind']]));
+    expect(o).toEqual({ code: 1, summary: 'completed with pending work: 1 not-started (of 2 devices the rollout was for)' });
+  });
+  it('readStatus gives an older status its states, without the prefix in the reason, and counts them again', () => {
+    const old = status('aborted', [['applied'], ['skipped', `not-for-me: ${NODE_DOWN}`], ['skipped', 'not started: aborted by alice'], ['skipped', 'offline at snapshot: unreachable'], ['skipped', 'not in the canary phase']]);
+    expect(old.counts).toMatchObject({ skipped: 4, 'not-for-me': 0 });
+    const read = readStatus(old);
+    expect(read.devices.map((d) => [d.state, d.reason])).toEqual([
+      ['applied', undefined],
+      ['not-for-me', NODE_DOWN],
+      ['not-started', 'aborted by alice'],
+      ['skipped', 'offline at snapshot: unreachable'],
+      ['skipped', 'not in the canary phase'],
+    ]);
+    expect(read.counts).toMatchObject({ total: 5, applied: 1, skipped: 2, 'not-for-me': 1, 'not-started': 1 });
+    expect(summarizeCounts(read.counts)).toBe('1/5 applied, 2 skipped, 1 not started, 1 not-for-me');
+    // A status in the new form is read as it is.
+    expect(readStatus(read)).toEqual(read);
+  });
+  it('honestDevice leaves every other state alone, even with a prefix-like reason', () => {
+    expect(honestDevice({ state: 'failed' as const, reason: 'not started: x' })).toEqual({ state: 'failed', reason: 'not started: x' });
+    expect(honestDevice({ state: 'skipped' as const })).toEqual({ state: 'skipped' });
+    expect(honestDevice({ state: 'skipped' as const, reason: 'not-for-me:' })).toEqual({ state: 'not-for-me' });
   });
 });
 
