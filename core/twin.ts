@@ -351,6 +351,20 @@ export function answerTo(view: Pick<TwinView, 'report'>, profile: string, reques
   return { state: report.state as 'applied', report };
 }
 
+/**
+ * Why asking `revision` of `profile` would take the device down or nowhere, or null: its agent reports
+ * that revision or a higher one (the marker), or the twin already desires a higher one (a newer rollout
+ * asked while the device was away). Convergence asks only below both.
+ */
+export function atOrAboveReason(view: Pick<TwinView, 'desired' | 'report'> | null, profile: string, revision: number): string | null {
+  if (!view) return null;
+  const reported = view.report && Object.hasOwn(view.report.profiles, profile) ? view.report.profiles[profile]!.revision : null;
+  if (reported !== null && reported >= revision) return `its agent reports ${profile} r${reported}, at or above r${revision}`;
+  const desired = Object.hasOwn(view.desired, profile) ? view.desired[profile]!.revision : null;
+  if (desired !== null && desired > revision) return `its twin already desires ${profile} r${desired}, above r${revision}`;
+  return null;
+}
+
 /** A short human age: "12s ago", "5m ago", "3h ago", "never". */
 export function describeAge(lastSeenAt: string | null, nowMs: number): string {
   const ms = ageMs(lastSeenAt, nowMs);

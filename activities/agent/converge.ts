@@ -3,12 +3,15 @@ import type { Client } from '@temporalio/client';
 import type { RevisionSteps } from '../../core/rollout/input';
 import { mapLimit } from '../map-limit';
 import { desiredRequestOf } from './apply';
-import { desireOnTwin } from './twin-client';
+import { atOrAboveReason } from '../../core/twin';
+import { desireOnTwin, readTwin } from './twin-client';
 
 /**
  * Offline convergence (issue 13 item 5): after a rollout completes, the agent devices it skipped as
  * offline keep its outcome as their desired state, so each converges when its agent next syncs. One
  * activity takes at most MAX_CONVERGE_BATCH devices; the signals go out `concurrency` at a time.
+ * Convergence never goes down: each twin is read first, and a device whose agent reports the revision
+ * or a higher one (or whose twin desires a higher one) is left alone and not counted as asked.
  */
 export const MAX_CONVERGE_BATCH = 500;
 
@@ -22,6 +25,8 @@ export interface ConvergeInput {
 
 export interface ConvergeResult {
   asked: number;
+  /** Devices left alone: they report the revision or above, or are desired above it. */
+  atOrAbove?: number;
 }
 
 /** The request for one device: `<rollout>:<run>:converge:<device>`, the same on every retry (idempotent on the twin). */
@@ -37,11 +42,17 @@ export function createConvergeActivities(deps: { client?: Client; concurrency?: 
       const ctx = Context.current();
       const client = deps.client ?? ctx.client;
       let done = 0;
+      let asked = 0;
+      let atOrAbove = 0;
       await mapLimit(input.devices, deps.concurrency ?? 16, async (device) => {
-        await desireOnTwin(client, ctx.info.taskQueue, device, convergeRequest(input, device));
+        if (atOrAboveReason(await readTwin(client, device), input.steps.profile, input.steps.revision) !== null) atOrAbove++;
+        else {
+          await desireOnTwin(client, ctx.info.taskQueue, device, convergeRequest(input, device));
+          asked++;
+        }
         ctx.heartbeat(++done);
       });
-      return { asked: done };
+      return { asked, atOrAbove };
     },
   };
 }

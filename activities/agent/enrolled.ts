@@ -3,6 +3,7 @@ import type { Client } from '@temporalio/client';
 import { devicesInScope } from '../../core/gates';
 import type { Device } from '../../core/inventory';
 import type { RolloutInput } from '../../core/rollout/input';
+import { atOrAboveReason } from '../../core/twin';
 import { desiredRequestOf } from './apply';
 import { desireOnTwin, readTwin } from './twin-client';
 
@@ -12,7 +13,8 @@ import { desireOnTwin, readTwin } from './twin-client';
  * whoever enrolls it: for each such profile whose twin entry is empty, the desired entry is the one that
  * rollout applied (its own signed steps, read from its start event; `requestId`
  * `<rollout>:<run>:converge:<device>`), found by the search attributes `WavegateProfile` and
- * `WavegateState = 'completed'`. A device already desired or reporting something for the profile is left alone.
+ * `WavegateState = 'completed'`. A device already desired for the profile is left alone, and so is one
+ * whose agent reports that revision or a higher one: enrolment never desires below what the device runs.
  */
 export interface ProfileScope {
   name: string;
@@ -45,11 +47,12 @@ export async function convergeEnrolledDevice(client: Client, taskQueue: string, 
   const asked: string[] = [];
   for (const profile of profiles) {
     if (devicesInScope(profile.scope, [device]).length === 0) continue;
-    if (view && (Object.hasOwn(view.desired, profile.name) || (view.report && Object.hasOwn(view.report.profiles, profile.name) && view.report.profiles[profile.name]!.revision !== null))) continue;
+    if (view && Object.hasOwn(view.desired, profile.name)) continue;
     const last = await latestCompletedRollout(client, profile.name);
     if (!last) continue;
     const input = await rolloutInputOf(client, last.workflowId, last.runId);
     if (!input || input.canary) continue;
+    if (atOrAboveReason(view, profile.name, input.steps.revision) !== null) continue;
     const holder = { rollout: last.workflowId, run: last.runId, activity: `converge:${device.id}`, attempt: 1 };
     await desireOnTwin(client, taskQueue, device.id, desiredRequestOf(input.steps, holder, last.workflowId, input.spec.fromRevision || null));
     asked.push(profile.name);
