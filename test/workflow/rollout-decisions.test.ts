@@ -1,5 +1,7 @@
 import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
+import { renderFrame } from '../../cli/watch';
+import { summarizeCounts } from '../../core/rollout-state';
 import { abortUpdate, approveUpdate, overrideAuditUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { recordHistory } from '../support/histories';
 import { mockDevices, type Scenario } from '../support/mock-activities';
@@ -38,7 +40,7 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(s.audit.find((r) => r.event === 'floor.confirmed')!.evidence).toMatchObject({ revision: 2, from: 1, confirmed: 4, failed: [] });
   });
 
-  it('failure gate with rollback.on failure-gate: the started devices are put back last-first, the rest skipped', async () => {
+  it('failure gate with rollback.on failure-gate: the started devices are put back last-first, the rest not-started', async () => {
     const devices = mockDevices(6);
     const { s, h } = await start(
       { phases: [{ canary: '1 device' }, { bulk: 'remainder' }], rollback: { on: 'failure-gate' }, maxFailureRatio: 0.2, minSample: 1 },
@@ -54,7 +56,8 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     // is undone, in reverse start order: the canary (first) goes back last.
     expect(applied).toHaveLength(2);
     expect(rolledBack).toEqual([...applied].reverse());
-    expect(result.counts.skipped).toBe(4);
+    expect(result.counts['not-started']).toBe(4);
+    expect(result.counts.skipped).toBe(0);
     expect(rolledBack.at(-1)).toBe(result.devices.find((d) => d.phase === 0)!.id);
     expect(result.phases[1]!.stage).toBe('failed');
   });
@@ -78,7 +81,7 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(result.state).toBe('rolled-back');
     expect(s.log.filter((l) => l.startsWith('apply:'))).toHaveLength(1);
     expect(s.log.filter((l) => l.startsWith('rollback:'))).toHaveLength(1);
-    expect(result.counts.skipped).toBe(3);
+    expect(result.counts['not-started']).toBe(3);
     expect(result.phases[0]!.gateOutcome).toBe('fail');
   });
 
@@ -148,7 +151,7 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(events(s)).toContain('rollout.approved');
   });
 
-  it('abort with rollback: the changed devices go back, the rest are skipped, the rollout ends aborted', async () => {
+  it('abort with rollback: the changed devices go back, the rest are not-started, the rollout ends aborted', async () => {
     const { s, h } = await start({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, { devices: mockDevices(3) });
     const waiting = await waitForStatus(h, (st) => st.phases[0]?.stage === 'awaiting-approval');
     const canary = waiting.devices.find((d) => d.phase === 0)!.id;
@@ -157,11 +160,52 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(result.state).toBe('aborted');
     expect(s.log).toEqual([`apply:${canary}`, `rollback:${canary}`]);
     expect(stateOf(result, canary)).toBe('rolled-back');
-    expect(result.counts.skipped).toBe(2);
+    expect(result.counts['not-started']).toBe(2);
     expect(result.phases.map((p) => p.stage)).toEqual(['stopped', 'stopped']);
     expect(events(s)).toEqual(expect.arrayContaining(['rollout.aborted', 'rollback.started', 'rollback.completed', 'rollout.ended']));
     // The operator's abort is audited once; the end of the rollout is a record of its own.
     expect(events(s).filter((e) => e === 'rollout.aborted')).toHaveLength(1);
+  });
+
+  it('abort mid-phase: the devices it never started are not-started (one skipped as offline stays skipped), a node-down device is not-for-me: in the status query, the Web UI details, watch and the audit', async () => {
+    // A holding verdict's text, as core/node-down.ts words it and the planner passes it on.
+    const NODE_DOWN = 'node-down since 2026-11-30T08:00:00Z, expires 2026-12-30T08:00:00Z: PSU failed, OPS-12';
+    // dev-05 is under the verdict; dev-06 is unreachable, alone in its pool so its apply starts at once and answers offline.
+    const devices = mockDevices(6, (i) => (i === 4 ? { nodeDown: { holds: true, text: NODE_DOWN } } : i === 5 ? { pool: 'remote', reachable: false, error: 'connect refused' } : {}));
+    const [down, offline] = [devices[4]!.id, devices[5]!.id];
+    const held = devices.slice(0, 4).map((d) => d.id);
+    const { s, input, h } = await start({ phases: [{ bulk: 'remainder' }] }, { devices, holdApply: new Set(held) }, { poolBudgets: { default: 0.25, remote: 1 } });
+    const mid = await waitForStatus(h, (st) => st.counts.applying === 1 && stateOf(st, offline) === 'skipped');
+    const first = mid.devices.find((d) => d.state === 'applying')!.id;
+    await h.executeUpdate(abortUpdate, { args: [{ by: 'henry', reason: 'wrong revision', rollback: false }] });
+    mocks.release(input.rolloutId, first);
+    expect((await h.result()).state).toBe('aborted');
+
+    const status = await h.query<RolloutStatus>('status');
+    const unstarted = held.filter((id) => id !== first);
+    expect(stateOf(status, first)).toBe('applied');
+    for (const id of unstarted) expect(status.devices.find((d) => d.id === id)).toEqual({ id, state: 'not-started', phase: 0, reason: 'aborted by henry' });
+    expect(status.devices.find((d) => d.id === offline)).toMatchObject({ state: 'skipped', reason: 'offline at apply: connect refused' });
+    expect(status.devices.find((d) => d.id === down)).toEqual({ id: down, state: 'not-for-me', phase: -1, reason: NODE_DOWN });
+    expect(status.counts).toMatchObject({ total: 6, applied: 1, 'not-started': 3, skipped: 1, 'not-for-me': 1 });
+    expect(summarizeCounts(status.counts)).toBe('1/6 applied, 1 skipped, 3 not started, 1 not-for-me');
+    expect(s.log).not.toContain(`apply:${down}`);
+
+    // The Web UI's details table (workflows/progress.ts), as the server serves it, and the watch frame.
+    const details = (await h.query<{ currentDetails: string }>('__temporal_workflow_metadata')).currentDetails;
+    expect(details).toContain(`| ${down} | not-for-me | ${NODE_DOWN} |`);
+    for (const id of unstarted) expect(details).toContain(`| ${id} | not-started | aborted by henry |`);
+    expect(details).toContain('1/6 applied, 1 skipped, 3 not started, 1 not-for-me');
+    expect(renderFrame(status, { maxDevices: 10 }).find((l) => l.includes(down))).toMatch(new RegExp(`${down}\\s+-\\s+not-for-me\\s+node-down since`));
+
+    // The audit: the plan's record names the node-down device not-for-me with the verdict; the devices the
+    // abort never started are one devices.skipped record, counted as not-started, apart from the offline one.
+    expect(deviceRecords(s, 'plan')).toContainEqual({ id: down, state: 'not-for-me', reason: NODE_DOWN });
+    expect(deviceRecords(s, 'apply')).toContainEqual({ id: offline, state: 'skipped', reason: 'offline at apply: connect refused' });
+    const skipped = s.audit.filter((r) => r.event === 'devices.skipped');
+    expect(skipped.map((r) => r.reason)).toEqual(['not started: aborted by henry']);
+    expect([...(skipped[0]!.evidence as { devices: string[] }).devices].sort()).toEqual([...unstarted].sort());
+    expect(skipped[0]!.counts).toMatchObject({ 'not-started': 3, skipped: 1, 'not-for-me': 1, pending: 0 });
   });
 
   it('a device refused before any command ran (no pins, below the floor) is never rolled back or reported rollback-failed', async () => {
