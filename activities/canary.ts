@@ -11,7 +11,7 @@ import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
 import { readFleetRevision } from './fleet';
-import { twinReader } from './agent/board';
+import { twinReader } from './channel';
 import { storeMembership } from './membership';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';

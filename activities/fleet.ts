@@ -2,15 +2,13 @@ import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { VerdictStanding } from '../core/node-down';
-import { shellFor } from './device-steps';
-import { connectDevice, TransportError, type DeviceSession, type ExecResult } from './transport';
 import { mapLimit } from './map-limit';
-import { agentBoardAnswer, agentDriftAnswer, type TwinReader } from './agent/board';
+import { channelFor, throughTemporal, type ChannelDeps, type TwinReader } from './channel';
 
 /**
  * Operator reads of the fleet, computed NOW on the devices (never from a stored flag): the fleet board,
  * drift and the fleet's current revision. Used directly by the CLI (an operator read, not a rollout) and
- * by the nightly canary's activities. One session per device, over the same transport as applies.
+ * by the nightly canary's activities. Each device is read through its channel (./channel), as its applies run.
  */
 
 /** The board states (seed §1): only `applied` counts as rolled out. */
@@ -49,24 +47,24 @@ export interface ProbeOptions {
   concurrency?: number;
   connectTimeoutMs?: number;
   commandTimeoutMs?: number;
-  /** How `transport: agent` devices are read: their twins' latest reports (activities/agent/board.ts). Without it they are pending. */
+  /** How devices whose channel reads twins (`transport: agent`) are read: their latest reports. Without it they are pending. */
   twins?: TwinReader;
 }
 
-const NO_TWIN_READER = 'agent device: read from its twin, and no Temporal client was given to read it';
+/** The channel of a fleet device: the board and drift ask it and never look at the transport themselves. */
+function channelOf(device: Device, probe: ProbeOptions) {
+  const deps: ChannelDeps = probe.twins ? { twins: probe.twins } : {};
+  return channelFor(device, deps);
+}
 
+/** What the workflow keeps of a device: an agent device is never dialled, so it carries no ssh settings. */
 export function targetOf(device: Device): DeviceTarget {
-  const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
-  return {
-    id: device.id,
-    host: device.host,
-    port: device.port,
-    user: device.user,
-    pool: device.pool,
-    class: device.class,
-    transport: device.transport,
-    ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) },
-  };
+  const target: DeviceTarget = { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, transport: device.transport };
+  if (!throughTemporal(device)) {
+    const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
+    target.ssh = { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) };
+  }
+  return target;
 }
 
 
@@ -83,10 +81,6 @@ export function partitionFleet(inventory: Inventory, scope: Record<string, strin
   return { targets, notForMe };
 }
 
-function evidence(res: ExecResult): string {
-  return (res.stdout || res.stderr).trim().slice(0, 400);
-}
-
 export function countBoard(rows: BoardRow[]): BoardCounts {
   const counts: BoardCounts = { applied: 0, claimed: 0, pending: 0, notForMe: 0, total: rows.length };
   for (const r of rows) {
@@ -94,12 +88,6 @@ export function countBoard(rows: BoardRow[]): BoardCounts {
     else counts[r.state]++;
   }
   return counts;
-}
-
-/** Why a device gave no answer: a refusal (host key, login, config) is named as such, not as silence. */
-function unreachableReason(err: unknown): string {
-  if (err instanceof TransportError && !err.retryable) return `refused (${err.kind}): ${err.message}`;
-  return `never answered: ${(err as Error).message}`;
 }
 
 /** Every target applied or not-for-me: the only state in which the board is green. */
@@ -131,29 +119,8 @@ export async function readFleetBoard(opts: {
   const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)));
   async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
-    if (device.transport === 'agent') {
-      if (!probe.twins) return { ...base, state: 'pending', reason: NO_TWIN_READER };
-      return { ...base, ...agentBoardAnswer(await probe.twins(device.id), opts.profile, opts.revision, opts.provable, Date.now()) };
-    }
-    let session: DeviceSession;
-    try {
-      session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
-    } catch (err) {
-      return { ...base, state: 'pending', reason: unreachableReason(err) };
-    }
-    try {
-      const marker = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
-      const res = await session.exec(shellFor({ profile: opts.profile, revision: opts.revision }, opts.verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
-      if (res.code === 0) {
-        return { ...base, state: opts.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(opts.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
-      }
-      // No marker at all: wavegate never brought this device anywhere — a signal, not an empty cell.
-      return { ...base, state: 'pending', marker, reason: marker !== null ? `verify exited ${res.code} (marker says r${marker})` : `verify exited ${res.code} (never reported: no revision marker)`, evidence: evidence(res) };
-    } catch (err) {
-      return { ...base, state: 'pending', reason: `never answered: ${(err as Error).message}` };
-    } finally {
-      session.close();
-    }
+    const question = { profile: opts.profile, revision: opts.revision, verify: opts.verify, provable: opts.provable, connectTimeoutMs: probe.connectTimeoutMs, commandTimeoutMs: probe.commandTimeoutMs };
+    return { ...base, ...(await channelOf(device, probe).boardRead(targetOf(device), question)) };
   }
   const rows = [...probed, ...notForMe.map(({ device, reason }): BoardRow => ({ id: device.id, pool: device.pool, class: device.class, state: 'not-for-me', reason }))];
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
@@ -191,30 +158,10 @@ export async function readDrift(opts: {
 }): Promise<DriftRow[]> {
   const { targets } = partitionFleet(opts.inventory, opts.scope);
   const probe = opts.probe ?? {};
-  return mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<DriftRow> => {
-    if (device.transport === 'agent') {
-      if (!probe.twins) return { id: device.id, marker: null, status: 'unreachable', detail: NO_TWIN_READER };
-      return { id: device.id, ...agentDriftAnswer(await probe.twins(device.id), opts.profile, Date.now()) };
-    }
-    let session: DeviceSession;
-    try {
-      session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
-    } catch (err) {
-      return { id: device.id, marker: null, status: 'unreachable', detail: (err as Error).message };
-    }
-    try {
-      const marker = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
-      if (marker === null) return { id: device.id, marker, status: 'no-marker' };
-      const verify = opts.verifyOf(marker);
-      if (verify === undefined) return { id: device.id, marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${opts.profile}` };
-      const res = await session.exec(shellFor({ profile: opts.profile, revision: marker }, verify), { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
-      return res.code === 0 ? { id: device.id, marker, status: 'ok' } : { id: device.id, marker, status: 'drifted', detail: `r${marker} verify exited ${res.code}: ${evidence(res) || '(no output)'}` };
-    } catch (err) {
-      return { id: device.id, marker: null, status: 'unreachable', detail: (err as Error).message };
-    } finally {
-      session.close();
-    }
-  });
+  return mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<DriftRow> => ({
+    id: device.id,
+    ...(await channelOf(device, probe).drift(targetOf(device), { profile: opts.profile, verifyOf: opts.verifyOf, connectTimeoutMs: probe.connectTimeoutMs, commandTimeoutMs: probe.commandTimeoutMs })),
+  }));
 }
 
 /**
@@ -227,24 +174,48 @@ export async function readFleetRevision(opts: { inventory: Inventory; profile: s
   const markers: Record<string, number | null> = {};
   const unreachable: string[] = [];
   await mapLimit(targets, probe.concurrency ?? 16, async (device) => {
-    if (device.transport === 'agent') {
-      const answer = probe.twins ? agentDriftAnswer(await probe.twins(device.id).catch(() => null), opts.profile, Date.now()) : undefined;
-      if (answer && answer.status !== 'unreachable') markers[device.id] = answer.marker;
-      else unreachable.push(device.id);
-      return;
-    }
     try {
-      const session = await connectDevice(targetOf(device), { connectTimeoutMs: probe.connectTimeoutMs ?? 5_000 });
-      try {
-        markers[device.id] = await session.readMarker(opts.profile, { timeoutMs: probe.commandTimeoutMs ?? 30_000 });
-      } finally {
-        session.close();
-      }
+      markers[device.id] = await channelOf(device, probe).readMarker(targetOf(device), opts.profile, probe);
     } catch {
       unreachable.push(device.id);
     }
   });
   return { revision: modeRevision(Object.values(markers)), markers, unreachable: unreachable.sort() };
+}
+
+export interface ReverifyOutcome {
+  asked: string[];
+  answered: string[];
+  /** Asked but no fresh answer within the wait. */
+  silent: string[];
+  /** Not asked: its channel cannot ask it now (an agent not syncing, no twin). */
+  offline: string[];
+}
+
+/**
+ * `fleet status --reverify`: ask every device whose channel verifies on request (an agent, through its
+ * twin) to verify again now, then wait at most `waitMs` for their answers. A device its channel reads
+ * live (SSH: the board runs verify as it reads) is neither asked nor waited for.
+ */
+export async function reverifyFleet(devices: readonly Device[], deps: Pick<ChannelDeps, 'client' | 'twins'>, opts: { waitMs: number; concurrency?: number; now?: () => number; pollMs?: number }): Promise<ReverifyOutcome> {
+  const now = opts.now ?? Date.now;
+  const offline: string[] = [];
+  const asked: Device[] = [];
+  await mapLimit(devices, opts.concurrency ?? 16, async (device) => {
+    const answer = await channelFor(device, deps).askReverify(targetOf(device), { now });
+    if (answer === 'asked') asked.push(device);
+    else if (answer === 'offline') offline.push(device.id);
+  });
+  const deadline = now() + opts.waitMs;
+  let waiting = [...asked];
+  while (waiting.length && now() < deadline) {
+    await new Promise((r) => setTimeout(r, opts.pollMs ?? 500));
+    const answered = await mapLimit(waiting, opts.concurrency ?? 16, (device) => channelFor(device, deps).reverified(targetOf(device), { now }));
+    waiting = waiting.filter((_, i) => !answered[i]);
+  }
+  const silent = new Set(waiting.map((d) => d.id));
+  const ids = asked.map((d) => d.id).sort();
+  return { asked: ids, answered: ids.filter((id) => !silent.has(id)), silent: [...silent].sort(), offline: offline.sort() };
 }
 
 export function modeRevision(markers: Array<number | null>): number | null {

@@ -2,7 +2,7 @@ import { Context } from '@temporalio/activity';
 import { revertUntilOf } from '../core/floor';
 import type { DeviceTarget } from '../core/rollout-state';
 import { mapLimit } from './map-limit';
-import { connectDevice, TransportError } from './transport';
+import { channelFor } from './channel';
 
 export interface ConfirmFloorInput {
   devices: DeviceTarget[];
@@ -42,22 +42,9 @@ export function createFloorActivities(deps: { concurrency?: number } = {}) {
       let done = 0;
       await mapLimit(input.devices, deps.concurrency ?? FLOOR_WRITES_AT_ONCE, async (device) => {
         const floor = { revision: input.revision, from: input.from, revertUntil, rollout: input.rolloutId };
-        const write = async (reuse: boolean): Promise<void> => {
-          const session = await connectDevice(device, { connectTimeoutMs: 5_000, reuse });
-          try {
-            await session.writeFloor(input.profile, floor, { timeoutMs: 10_000 });
-          } catch (err) {
-            // A kept connection the device let go of meanwhile (closed, or gone silent: a reboot sends no
-            // FIN): the same write on a new one (it is idempotent).
-            if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout')) return write(false);
-            throw err;
-          } finally {
-            session.close();
-          }
-        };
         try {
-          // The connection the device's apply kept for this, when this worker ran it (ssh-park.ts).
-          await write(true);
+          // Through the device's channel: over SSH on the connection its apply kept, when this worker ran it.
+          await channelFor(device).raiseFloor(device, input.profile, floor);
         } catch (err) {
           failed.push({ id: device.id, error: (err as Error).message.slice(0, 300) });
         } finally {

@@ -21,10 +21,9 @@ import type { DeviceTarget } from '../core/rollout-state';
 import { verifySignatureMemoized } from './signature-memo';
 import { verifyEnvelope, type Envelope } from '../core/signing';
 import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust } from './device-steps';
-import { connectDevice, TransportError, type DeviceSession } from './transport';
+import { TransportError } from './transport';
 import { mapLimit } from './map-limit';
-import { agentChecks, agentOnline, twinOf, type AgentHealthAnswer } from './agent/health';
-import type { TwinView } from '../core/twin';
+import { channelFor, type ChannelDeps, type DeviceChannel, type HealthQuestion, type Reading, type TwinReader } from './channel';
 
 /**
  * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
@@ -33,8 +32,8 @@ import type { TwinView } from '../core/twin';
  * `inconclusive`, and the workflow never advances on either.
  *
  * Per-device checks (`devices-online`, `all-runtimes-healthy`, `check: <name>`, and `error-rate` from a
- * signed command) run on the devices given (the changed devices) over their transport, one session per
- * device, `concurrency` at a time. Evidence of a fail wins over unread devices: one device that
+ * signed command) ask each device given (the changed devices) through its channel (./channel: a session
+ * over SSH, its agent's latest report for an agent device), `concurrency` at a time. Evidence of a fail wins over unread devices: one device that
  * answered "unhealthy" fails the check even if others could not be reached.
  *
  * Every command a check runs on a device, except the worker's own `echo online`, is read from inside
@@ -75,12 +74,19 @@ export interface HealthActivityDeps {
   concurrency?: number;
   /** Upper bound of connecting to one device (default 10 s; never beyond the check's deadline). */
   connectTimeoutMs?: number;
+  /** How agent devices' twins are read (tools, tests); default: with the activity's Temporal client. */
+  twins?: TwinReader;
 }
 
 type Verdict = Omit<CheckResult, 'check' | 'durationMs'>;
 
-/** What one device told us, or why it could not. */
-type DeviceAnswer<T> = { device: string; ok: true; value: T } | { device: string; ok: false; reason: string; kind: 'unreachable' | 'timeout' | 'not-reached' };
+/**
+ * What one device told us, or why it could not: not reached before the deadline, unreachable or timed
+ * out within it, or (Reading) reached with no answer that counts: `no-report` is an agent whose report
+ * is older than its freshness bound, whatever the check's timeout.
+ */
+type DeviceAnswer<T> = { device: string; ok: true; value: T } | { device: string; ok: false; reason: string; kind: 'unreachable' | 'timeout' | 'not-reached' | 'no-report' | 'unanswered' };
+type Unread = Extract<DeviceAnswer<unknown>, { ok: false }>;
 
 interface Probe {
   deadline: number;
@@ -117,90 +123,68 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const trustDir = deps.trustDir ?? DEFAULT_TRUST_DIR;
   const now = deps.now ?? Date.now;
 
-  /** Open a session on each device and run `fn` in it, bounded by the check's deadline. */
-  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, fn: (session: DeviceSession, remainingMs: () => number) => Promise<T>, fromReport?: (view: TwinView | null) => AgentHealthAnswer<T>): Promise<DeviceAnswer<T>[]> {
-    const open = new Set<DeviceSession>();
-    const closeAll = () => open.forEach((s) => s.close());
-    probe.signal.addEventListener('abort', closeAll, { once: true });
+  // Agent devices' twins: the reader given, else the activity's own client (none outside an activity: unread, saying so).
+  const channels: ChannelDeps = { ...(deps.twins ? { twins: deps.twins } : {}), client: () => activityContext()?.client, now };
+
+  /** Ask each device its question through its channel, bounded by the check's deadline. */
+  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, ask: (channel: DeviceChannel, device: DeviceTarget, q: HealthQuestion) => Promise<Reading<T>>): Promise<DeviceAnswer<T>[]> {
     let done = 0;
-    try {
-      return await mapLimit(devices, concurrency, async (device): Promise<DeviceAnswer<T>> => {
-        const remainingMs = () => probe.deadline - Date.now();
-        try {
-          if (remainingMs() <= 0 || probe.signal.aborted) return { device: device.id, ok: false, kind: 'not-reached', reason: 'not reached before the check timed out' };
-          if (device.transport === 'agent') {
-            // Never dialled: its agent's latest report on the twin answers; stale or missing is unread (activities/agent/health.ts).
-            const answer = fromReport ? fromReport(await twinOf(activityContext()?.client, device.id)) : { ok: false as const, reason: 'this check is not reported by agents' };
-            return answer.ok ? { device: device.id, ok: true, value: answer.value } : { device: device.id, ok: false, kind: 'not-reached', reason: answer.reason };
-          }
-          const session = await connectDevice(device, { connectTimeoutMs: Math.max(1, Math.min(connectCap, remainingMs())) });
-          open.add(session);
-          if (probe.signal.aborted) session.close();
-          try {
-            return { device: device.id, ok: true, value: await fn(session, remainingMs) };
-          } finally {
-            open.delete(session);
-            session.close();
-          }
-        } catch (err) {
-          const reason = withoutDevicePrefix(device.id, (err as Error).message);
-          if (probe.signal.aborted || (err instanceof TransportError && err.kind === 'timeout')) return { device: device.id, ok: false, kind: 'timeout', reason };
-          return { device: device.id, ok: false, kind: 'unreachable', reason };
-        } finally {
-          probe.progress(++done, devices.length);
-        }
-      });
-    } finally {
-      probe.signal.removeEventListener('abort', closeAll);
-    }
+    return mapLimit(devices, concurrency, async (device): Promise<DeviceAnswer<T>> => {
+      const remainingMs = () => probe.deadline - Date.now();
+      try {
+        if (remainingMs() <= 0 || probe.signal.aborted) return { device: device.id, ok: false, kind: 'not-reached', reason: 'not reached before the check timed out' };
+        const read = await ask(channelFor(device, channels), device, { remainingMs, signal: probe.signal, connectTimeoutMs: connectCap });
+        return read.ok ? { device: device.id, ok: true, value: read.value } : { device: device.id, ok: false, kind: read.kind, reason: read.reason };
+      } catch (err) {
+        const reason = withoutDevicePrefix(device.id, (err as Error).message);
+        if (probe.signal.aborted || (err instanceof TransportError && err.kind === 'timeout')) return { device: device.id, ok: false, kind: 'timeout', reason };
+        return { device: device.id, ok: false, kind: 'unreachable', reason };
+      } finally {
+        probe.progress(++done, devices.length);
+      }
+    });
   }
 
   async function devicesOnline(input: HealthCheckInput, probe: Probe): Promise<Verdict> {
     if (input.devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
-    const answers = await onEachDevice(input.devices, probe, async (session, remaining) => {
-      const res = await session.exec('echo online', { timeoutMs: Math.max(1, remaining()) });
-      return res.code === 0 && res.stdout.includes('online') ? null : `answered exit ${res.code}`;
-    }, (view) => agentOnline(view, now()));
+    const answers = await onEachDevice(input.devices, probe, (channel, device, q) => channel.online(device, q));
     // A device that did not answer within the check's time is not online: only devices we never got
-    // to (the deadline passed while they queued) are unknown.
-    const offline = answers.filter((a) => (a.ok ? a.value !== null : a.kind !== 'not-reached'));
-    const notReached = answers.filter((a) => !a.ok && a.kind === 'not-reached');
+    // to (the deadline passed while they queued) are unknown, and agents whose last report is too old to say.
+    const offline = answers.filter((a) => (a.ok ? a.value !== null : a.kind === 'unreachable' || a.kind === 'timeout'));
     if (offline.length) {
       const why = offline.map((a) => `${a.device} (${a.ok ? a.value : a.reason})`);
       return { outcome: 'fail', evidence: `${offline.length} of ${answers.length} devices not online: ${list(why)}`, failedDevices: offline.map((a) => a.device) };
     }
-    if (notReached.length) {
-      return { outcome: 'inconclusive', evidence: `${notReached.length} of ${answers.length} devices not reached within ${input.timeoutMs} ms: ${list(notReached.map((a) => a.device))}`, failedDevices: notReached.map((a) => a.device) };
+    const unread = answers.filter((a): a is Unread => !a.ok);
+    if (unread.length) {
+      const notReached = unread.filter((a) => a.kind === 'not-reached');
+      const parts = [
+        ...(notReached.length ? [`${notReached.length} of ${answers.length} devices not reached within ${input.timeoutMs} ms: ${list(notReached.map((a) => a.device))}`] : []),
+        ...unreadBeyondTimeout(unread, answers.length),
+      ];
+      return { outcome: 'inconclusive', evidence: parts.join('; '), failedDevices: unread.map((a) => a.device) };
     }
     return { outcome: 'pass', evidence: `${answers.length}/${answers.length} devices online` };
   }
 
-  /** Run commands on each device; exit 0 = healthy. Names are what the evidence calls each command. */
+  /** Run the signed commands on each device (or read its agent's report of them); exit 0 = healthy. Names are what the evidence calls each command. */
   async function commandsOnDevices(devices: DeviceTarget[], commands: { name: string; command: string }[], probe: Probe, timeoutMs: number, about: { profile?: string; revision?: number } = {}): Promise<Verdict> {
     if (devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
-    const answers = await onEachDevice(devices, probe, async (session, remaining) => {
-      const failed: string[] = [];
-      for (const c of commands) {
-        try {
-          const res = await session.exec(c.command, { timeoutMs: Math.max(1, remaining()) });
-          if (res.code !== 0) failed.push(`${c.name} exit ${res.code}${tail(res.stdout, res.stderr)}`);
-        } catch (err) {
-          // Keep what this device already said no to; only a device with no answer at all is unread.
-          if (failed.length === 0) throw err;
-          break;
-        }
-      }
-      return failed;
-    }, (view) => agentChecks(view, commands.map((c) => c.name), about.profile, about.revision, now()));
+    const answers = await onEachDevice(devices, probe, (channel, device, q) => channel.runChecks(device, commands, about, q));
     const unhealthy = answers.filter((a): a is Extract<typeof a, { ok: true }> => a.ok && a.value.length > 0);
-    const unread = answers.filter((a): a is Extract<typeof a, { ok: false }> => !a.ok);
+    const unread = answers.filter((a): a is Unread => !a.ok);
     if (unhealthy.length) {
       const what = unhealthy.flatMap((a) => a.value.map((v) => `${a.device}/${v}`));
       const also = unread.length ? `; ${unread.length} more could not be read` : '';
       return { outcome: 'fail', evidence: `unhealthy: ${list(what)}${also}`, failedDevices: unhealthy.map((a) => a.device) };
     }
     if (unread.length) {
-      return { outcome: 'inconclusive', evidence: `could not read ${unread.length} of ${answers.length} devices within ${timeoutMs} ms: ${list(unread.map((a) => `${a.device} (${a.reason})`))}`, failedDevices: unread.map((a) => a.device) };
+      const timed = unread.filter((a) => !beyondTimeout(a));
+      const parts = [
+        ...(timed.length ? [`could not read ${timed.length} of ${answers.length} devices within ${timeoutMs} ms: ${list(timed.map((a) => `${a.device} (${a.reason})`))}`] : []),
+        ...unreadBeyondTimeout(unread, answers.length),
+      ];
+      return { outcome: 'inconclusive', evidence: parts.join('; '), failedDevices: unread.map((a) => a.device) };
     }
     const n = commands.length * answers.length;
     return { outcome: 'pass', evidence: `${n} check${n === 1 ? '' : 's'} on ${answers.length} device${answers.length === 1 ? '' : 's'} exited 0` };
@@ -318,17 +302,12 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   /** The signed error-rate command on each changed device; the gate judges the MAX, so one bad device cannot hide behind a healthy average. */
   async function errorRateOnDevices(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe, command: string): Promise<Verdict> {
     if (input.devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
-    const answers = await onEachDevice(input.devices, probe, async (session, remaining) => {
-      const res = await session.exec(command, { timeoutMs: Math.max(1, remaining()) });
-      if (res.code !== 0) return { ok: false as const, reason: `exit ${res.code}${tail(res.stdout, res.stderr)}` };
-      return readMetricValue(res.stdout);
-    });
+    const answers = await onEachDevice(input.devices, probe, (channel, device, q) => channel.errorRate(device, command, { profile: input.profile, revision: input.revision }, q));
     const values: { device: string; value: number }[] = [];
     const unread: string[] = [];
     for (const a of answers) {
       if (!a.ok) unread.push(`${a.device} (${a.reason})`);
-      else if (!a.value.ok) unread.push(`${a.device} (${a.value.reason})`);
-      else values.push({ device: a.device, value: a.value.value });
+      else values.push({ device: a.device, value: a.value });
     }
     const over = values.filter((v) => !meetsThreshold(v.value, check.op, check.threshold));
     if (over.length) {
@@ -344,7 +323,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       return {
         outcome: 'inconclusive',
         evidence: `could not read the error rate of ${unread.length} of ${answers.length} devices: ${list(unread)}`,
-        failedDevices: answers.filter((a) => !a.ok || !a.value.ok).map((a) => a.device),
+        failedDevices: answers.filter((a) => !a.ok).map((a) => a.device),
       };
     }
     const max = values.reduce((m, v) => (v.value > m.value ? v : m));
@@ -484,10 +463,14 @@ function withoutDevicePrefix(device: string, message: string): string {
   return message.startsWith(`${device}: `) ? message.slice(device.length + 2) : message;
 }
 
-/** The last words a failing command printed, for the evidence (short; commands may be chatty). */
-function tail(stdout: string, stderr: string): string {
-  const text = (stderr.trim() || stdout.trim()).split('\n').pop()?.trim() ?? '';
-  return text ? `: ${JSON.stringify(text.slice(-80))}` : '';
+/** Unread for a reason the check's timeout did not set (an agent's stale report, an answer that is none): its evidence names its own bound. */
+function beyondTimeout(a: Unread): boolean {
+  return a.kind === 'no-report' || a.kind === 'unanswered';
+}
+
+function unreadBeyondTimeout(unread: readonly Unread[], total: number): string[] {
+  const beyond = unread.filter(beyondTimeout);
+  return beyond.length ? [`could not read ${beyond.length} of ${total} devices: ${list(beyond.map((a) => `${a.device} (${a.reason})`))}`] : [];
 }
 
 function list(items: readonly string[]): string {

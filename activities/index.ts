@@ -11,12 +11,11 @@ import { parsedPerContent } from './parsed-file';
 import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import { applyToDevice, ApplyLockHeld, DEFAULT_TRUST_DIR, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
-import { dependencyChecker } from './dependencies';
+import { ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
-import { connectDevice, StepFailed, TransportError } from './transport';
+import { StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
@@ -24,9 +23,7 @@ import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
-import { probeOverTransport, refusalOf } from './probe';
-import { applyThroughTwin } from './agent/apply';
-import { agentSnapshot } from './agent/snapshot';
+import { channelFor, refusalOf, type ChannelDeps } from './channel';
 import { createConvergeActivities } from './agent/converge';
 import { WavegateError } from '../core/errors';
 import { recordDeviceApply } from '../core/metrics';
@@ -149,6 +146,9 @@ function toFailure(err: unknown): never {
 }
 
 
+/** A marker read is one short command, but a slow device is not an offline one: the canary probe is generous. */
+const PROBE_READ_TIMEOUT_MS = 30_000;
+
 function requiredPath(input: SnapshotInput): string {
   if (!input.inventoryPath) throw ApplicationFailure.create({ type: 'SnapshotInput', message: 'snapshot: neither membership nor inventoryPath given', nonRetryable: true });
   return input.inventoryPath;
@@ -171,6 +171,8 @@ const inventoryDevices = (path: string): MemberRecord[] => inventoryRead(path, (
 export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });
+  // Every device operation goes through its channel (./channel): SSH sessions, or an agent's twin read and written with this client.
+  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
   return {
     ...(deps.auditStore
       ? auditActivitiesOf(deps.auditStore)
@@ -218,13 +220,8 @@ export function createActivities(deps: ActivityDeps = {}) {
           if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
           // Membership only: reachability and revision are learned at apply (and the canary's probe).
           if (input.probe === false) return { ...base, current: null, reachable: true };
-          if (target.transport === 'agent') return await agentSnapshot(deps.client ?? Context.current().client, base, input.profile);
-          const session = await connectDevice(target, { connectTimeoutMs: 5_000 });
-          try {
-            return { ...base, current: await session.readMarker(input.profile, { timeoutMs: 10_000 }), reachable: true };
-          } finally {
-            session.close();
-          }
+          // Older histories: every device's marker, read now (a 10 s read; one that fails counts the device unreachable).
+          return await channelFor(target, channels).probe({ ...base, current: null, reachable: true }, input.profile, { connectTimeoutMs: 5_000, readTimeoutMs: 10_000, unreadMarker: 'unreachable' });
         } catch (err) {
           const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
           return { ...base, current: null, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
@@ -240,8 +237,8 @@ export function createActivities(deps: ActivityDeps = {}) {
       let probed = 0;
       return mapLimit(input.devices, concurrency, async (device) => {
         try {
-          if (device.transport === 'agent') return await agentSnapshot(deps.client ?? Context.current().client, device, input.profile);
-          return await probeOverTransport(device, input.profile);
+          // The transport's own connect timeout, a generous marker read: a slow device is not an offline one.
+          return await channelFor(device, channels).probe(device, input.profile, { readTimeoutMs: PROBE_READ_TIMEOUT_MS, unreadMarker: 'unknown' });
         } finally {
           Context.current().heartbeat(++probed);
         }
@@ -257,23 +254,17 @@ export function createActivities(deps: ActivityDeps = {}) {
       const heartbeat = quietStartHeartbeat(ctx);
       try {
         const holder = { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt };
-        // An agent device pulls: the request goes to its twin and its agent runs the same steps (activities/agent/).
-        const result = transport === 'agent'
-          ? await applyThroughTwin(input.device, input.steps, { client: deps.client ?? ctx.client, taskQueue: ctx.info.taskQueue, holder, rollout: workflowExecution?.workflowId ?? null, reportOffline: input.reportOffline, ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}), heartbeat, signal: ctx.cancellationSignal })
-          : await applyToDevice(input.device, input.steps, {
+        // Chosen inside the try: a transport this worker has no channel for is a Transport.config failure.
+        const result = await channelFor(input.device, channels).apply(input.device, input.steps, {
+          holder,
+          rollout: workflowExecution?.workflowId ?? null,
+          taskQueue: ctx.info.taskQueue,
           commandTimeoutMs: input.commandTimeoutMs,
-          ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
-          trustDir: deps.trustDir,
-          requireEnvelope: !deps.allowUnsigned,
-          heartbeat,
           reportOffline: input.reportOffline,
           ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}),
-          // The apply unit on the device: this activity of this run; its retries reattach to it.
-          holder,
-          holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
+          heartbeat,
           signal: ctx.cancellationSignal,
-          // The spec's `after`, checked on the device from this worker's own signed envelopes.
-          dependencies: dependencyChecker({ profilesDir: deps.trustDir ?? DEFAULT_TRUST_DIR, requireEnvelope: !deps.allowUnsigned, timeoutMs: Math.min(input.commandTimeoutMs, 60_000) }),
+          holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
         });
         recordDeviceApply(ctx.metricMeter, { outcome: result.outcome, transport }, (Date.now() - startedAt) / 1000);
         return result;

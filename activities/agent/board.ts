@@ -1,7 +1,6 @@
 import type { Client } from '@temporalio/client';
-import { describeAge, isOffline, REPORT_FRESH_MS, type ProfileReport, type TwinView } from '../../core/twin';
-import { mapLimit } from '../map-limit';
-import { readTwin, reverifyTwin } from './twin-client';
+import { describeAge, type ProfileReport, type TwinView } from '../../core/twin';
+import { readTwin } from './twin-client';
 
 /**
  * The fleet board, drift and the fleet revision for `transport: agent` devices: read from each agent's
@@ -59,38 +58,4 @@ export function agentDriftAnswer(view: TwinView | null, profile: string, nowMs: 
   if (VERIFIED.has(report.state)) return { marker: report.revision, status: 'ok', detail: seen };
   if (report.state === 'failed' && report.reason === 'VERIFY') return { marker: report.revision, status: 'drifted', detail: `${report.detail ?? 'agent re-verify failed'} (${seen})` };
   return { marker: report.revision, status: 'ok', detail: `${report.state}, ${seen}` };
-}
-
-export interface ReverifyOutcome {
-  asked: string[];
-  answered: string[];
-  /** Asked but no fresh report within the wait. */
-  silent: string[];
-  /** Not asked: no twin, or its agent is not syncing. */
-  offline: string[];
-}
-
-/**
- * `fleet status --reverify`: ask every online agent device to re-verify now, and wait (at most
- * `waitMs`) until each asked twin has the answer (its reverify flag cleared by a fresh report).
- */
-export async function reverifyAgents(client: Client, deviceIds: readonly string[], opts: { waitMs: number; concurrency?: number; now?: () => number; pollMs?: number }): Promise<ReverifyOutcome> {
-  const now = opts.now ?? Date.now;
-  const offline: string[] = [];
-  const asked: string[] = [];
-  await mapLimit(deviceIds, opts.concurrency ?? 16, async (id) => {
-    const view = await readTwin(client, id);
-    if (!view || isOffline(view, now(), REPORT_FRESH_MS)) return void offline.push(id);
-    if (await reverifyTwin(client, id)) asked.push(id);
-    else offline.push(id);
-  });
-  const deadline = now() + opts.waitMs;
-  let waiting = [...asked];
-  while (waiting.length && now() < deadline) {
-    await new Promise((r) => setTimeout(r, opts.pollMs ?? 500));
-    const views = await mapLimit(waiting, opts.concurrency ?? 16, async (id) => [id, await readTwin(client, id)] as const);
-    waiting = views.filter(([, v]) => v?.reverify !== false).map(([id]) => id);
-  }
-  const silent = new Set(waiting);
-  return { asked: asked.sort(), answered: asked.filter((id) => !silent.has(id)).sort(), silent: [...silent].sort(), offline: offline.sort() };
 }

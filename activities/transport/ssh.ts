@@ -131,20 +131,28 @@ interface Hop {
 
 type ClientError = Error & { level?: string; code?: string | number; reason?: number };
 
-function devicePins(target: DeviceTarget): string[] {
+/** A target with its ssh settings: every SSH path needs them, and a target that is never dialled (transport: agent) has none. */
+type SshTarget = DeviceTarget & { ssh: NonNullable<DeviceTarget['ssh']> };
+
+function withSshSettings(target: DeviceTarget): SshTarget {
+  if (!target.ssh) throw new TransportError('config', `${target.id}: no ssh settings to dial it with (ssh.hostKey or ssh.knownHosts, and ssh.key or ssh.agent); set them on the device in the inventory`);
+  return target as SshTarget;
+}
+
+function devicePins(target: SshTarget): string[] {
   if (target.ssh.hostKey) return notRevoked(target, target.ssh.hostKey, target.host, target.port);
   if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, target.host, target.port);
   return [];
 }
 
-function jumpPins(target: DeviceTarget, jump: JumpHostTarget): string[] {
+function jumpPins(target: SshTarget, jump: JumpHostTarget): string[] {
   if (jump.hostKey) return notRevoked(target, jump.hostKey, jump.host, jump.port);
   if (target.ssh.knownHosts) return readKnownHosts(target, target.ssh.knownHosts, jump.host, jump.port);
   return [];
 }
 
 /** A `hostKey` pin, unless the device's known_hosts file (when it has one) revokes that key for the host. */
-function notRevoked(target: DeviceTarget, hostKey: string, host: string, port: number): string[] {
+function notRevoked(target: SshTarget, hostKey: string, host: string, port: number): string[] {
   if (!target.ssh.knownHosts) return [hostKey];
   return readKnownHosts(target, target.ssh.knownHosts, host, port, revokedHostFingerprints).has(hostKey) ? [] : [hostKey];
 }
@@ -165,7 +173,7 @@ function unreadableWhy(file: string, err: unknown): string {
 }
 
 /** Key file or agent: the same credentials log in to the jump host and the device. */
-function credentials(target: DeviceTarget): Pick<ConnectConfig, 'privateKey' | 'agent'> {
+function credentials(target: SshTarget): Pick<ConnectConfig, 'privateKey' | 'agent'> {
   if (target.ssh.agent) {
     const agent = process.env.SSH_AUTH_SOCK;
     if (!agent) throw new TransportError('config', `${target.id}: ssh.agent is true but SSH_AUTH_SOCK is not set in the worker's environment`);
@@ -305,7 +313,8 @@ function forwardThrough(jump: Client, target: DeviceTarget, label: string, timeo
  * Open one pinned SSH session to a device, through its jump host when it has one. Throws
  * TransportError; `retryable` tells whether another attempt can help.
  */
-export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): Promise<SshSession> {
+export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): Promise<SshSession> {
+  const target = withSshSettings(given);
   const timeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
   const pins = devicePins(target);
   if (pins.length === 0) {
@@ -357,7 +366,7 @@ export async function openSsh(target: DeviceTarget, opts: OpenSshOptions = {}): 
 }
 
 /** Which parked connection a target may take back: the same address, login, credentials and jump host. */
-function parkKey(target: DeviceTarget): string {
+function parkKey(target: SshTarget): string {
   const j = target.ssh.jumpHost;
   return JSON.stringify([target.id, target.host, target.port, target.user, target.ssh.key ?? null, target.ssh.agent === true, j ? [j.host, j.port, j.user] : null]);
 }

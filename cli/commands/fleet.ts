@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { boardIsGreen, readDrift, readFleetBoard, type BoardRow, type FleetBoard } from '../../activities/fleet';
+import { boardIsGreen, readDrift, readFleetBoard, reverifyFleet, type BoardRow, type FleetBoard } from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
 import { classifyRevision } from '../../core/provability';
 import type { Revision } from '../../core/revision';
@@ -17,7 +17,7 @@ import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
 import { registerVerdictCommands } from './fleet-verdicts';
 import { operatorName } from './rollout';
-import { reverifyAgents, twinReader, type TwinReader } from '../../activities/agent/board';
+import { throughTemporal, twinReader, type TwinReader } from '../../activities/channel';
 import { parseDurationMs } from '../../core/duration';
 import type { Inventory } from '../../core/inventory';
 
@@ -57,16 +57,17 @@ function reverifyWaitMs(value: string | undefined): number {
 }
 
 /**
- * Run `read` with a reader of the agent devices' twins when the inventory has any (through Temporal:
- * agents are never dialled); `--reverify` first asks every online agent to re-verify and waits for them.
+ * Run `read` with a reader of twins when some device's channel reads one (an agent device: through
+ * Temporal, never dialled); `--reverify` first asks every device that verifies on request (every online
+ * agent) to verify again, and waits for them.
  */
 async function withTwins<T>(inventory: Inventory, opts: BoardFlags, read: (twins?: TwinReader) => Promise<T>): Promise<T> {
-  const agents = inventory.devices.filter((d) => d.transport === 'agent').map((d) => d.id);
+  const twinned = inventory.devices.filter((d) => throughTemporal(d));
   const waitMs = reverifyWaitMs(opts.reverifyWait);
-  if (agents.length === 0) return read();
+  if (twinned.length === 0) return read();
   return withClient(resolveConnectionSettings(opts), async (client) => {
     if (opts.reverify) {
-      const r = await reverifyAgents(client, agents, { waitMs, concurrency: opts.concurrency });
+      const r = await reverifyFleet(twinned, { client: () => client }, { waitMs, concurrency: opts.concurrency });
       const note = `re-verify: ${r.answered.length} of ${r.asked.length} online agents answered${r.silent.length ? ` (no answer within ${waitMs / 1000}s: ${r.silent.join(', ')})` : ''}${r.offline.length ? `; ${r.offline.length} not asked (offline or never synced)` : ''}`;
       console.error(note);
     }

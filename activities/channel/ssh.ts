@@ -1,0 +1,214 @@
+import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
+import { dependencyChecker } from '../dependencies';
+import { applyToDevice, DEFAULT_TRUST_DIR, shellFor } from '../device-steps';
+import { readMetricValue } from '../../core/health';
+import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
+import { refusalOf } from './refusal';
+import type { BoardAnswer, ChannelDeps, DeviceChannel, DriftAnswer, HealthQuestion, Reading } from './types';
+
+/**
+ * The SSH channel: every question is a session to the device (activities/transport/), opened for it
+ * and closed after it. What runs there is the signed content (the apply script, verify, the signed
+ * health commands) or the worker's own `echo online` and marker reads.
+ */
+
+/** Run `fn` in a session to the device, closed after it. */
+async function inSession<T>(target: DeviceTarget, opts: ConnectOptions, fn: (session: DeviceSession) => Promise<T>): Promise<T> {
+  const session = await connectDevice(target, opts);
+  try {
+    return await fn(session);
+  } finally {
+    session.close();
+  }
+}
+
+/**
+ * A session for one health question: closed when the check's deadline passes or it is cancelled, so a
+ * hanging command or connect ends there (the check then counts the device as unread).
+ */
+async function inHealthSession<T>(target: DeviceTarget, q: HealthQuestion, fn: (session: DeviceSession) => Promise<T>): Promise<T> {
+  const session = await connectDevice(target, { connectTimeoutMs: Math.max(1, Math.min(q.connectTimeoutMs, q.remainingMs())) });
+  const close = () => session.close();
+  q.signal.addEventListener('abort', close, { once: true });
+  if (q.signal.aborted) session.close();
+  try {
+    return await fn(session);
+  } finally {
+    q.signal.removeEventListener('abort', close);
+    session.close();
+  }
+}
+
+const left = (q: HealthQuestion) => Math.max(1, q.remainingMs());
+
+/** The last words a failing command printed, for the evidence (short; commands may be chatty). */
+export function tail(stdout: string, stderr: string): string {
+  const text = (stderr.trim() || stdout.trim()).split('\n').pop()?.trim() ?? '';
+  return text ? `: ${JSON.stringify(text.slice(-80))}` : '';
+}
+
+function evidence(res: ExecResult): string {
+  return (res.stdout || res.stderr).trim().slice(0, 400);
+}
+
+/** Why a device gave no answer: a refusal (host key, login, config) is named as such, not as silence. */
+function unreachableReason(err: unknown): string {
+  if (err instanceof TransportError && !err.retryable) return `refused (${err.kind}): ${err.message}`;
+  return `never answered: ${(err as Error).message}`;
+}
+
+export function sshChannel(deps: ChannelDeps): DeviceChannel {
+  const requireEnvelope = !deps.allowUnsigned;
+  return {
+    name: 'ssh',
+    throughTemporal: false,
+
+    apply(target, steps, ctx) {
+      return applyToDevice(target, steps, {
+        commandTimeoutMs: ctx.commandTimeoutMs,
+        ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
+        trustDir: deps.trustDir,
+        requireEnvelope,
+        heartbeat: ctx.heartbeat,
+        reportOffline: ctx.reportOffline,
+        ...(ctx.aheadAbove !== undefined ? { aheadAbove: ctx.aheadAbove } : {}),
+        holder: ctx.holder,
+        holderClosed: ctx.holderClosed,
+        signal: ctx.signal,
+        // The spec's `after`, checked on the device from this worker's own signed envelopes.
+        dependencies: dependencyChecker({ profilesDir: deps.trustDir ?? DEFAULT_TRUST_DIR, requireEnvelope, timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) }),
+      });
+    },
+
+    /**
+     * Only a connect that fails makes the device unreachable; a marker read that fails or is slow after a
+     * good connect is, by `unreadMarker`, unreachable too (older snapshots) or reachable with no marker
+     * known, so its own apply (verify-first) decides (the canary probe: a slow device is not an offline one).
+     */
+    async probe(device, profile, opts) {
+      const base: DeviceSnapshot = { ...device, current: null, reachable: true };
+      delete base.error;
+      delete base.refusal;
+      let session: DeviceSession;
+      try {
+        session = await connectDevice(device, opts.connectTimeoutMs !== undefined ? { connectTimeoutMs: opts.connectTimeoutMs } : undefined);
+      } catch (err) {
+        const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
+        return { ...base, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
+      }
+      try {
+        return { ...base, current: await session.readMarker(profile, { timeoutMs: opts.readTimeoutMs }) };
+      } catch (err) {
+        if (opts.unreadMarker === 'unreachable') {
+          const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
+          return { ...base, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
+        }
+        return { ...base, error: `marker not read (the apply's verify-first decides): ${(err as Error).message}` };
+      } finally {
+        session.close();
+      }
+    },
+
+    online(target, q) {
+      return inHealthSession(target, q, async (session): Promise<Reading<string | null>> => {
+        const res = await session.exec('echo online', { timeoutMs: left(q) });
+        return { ok: true, value: res.code === 0 && res.stdout.includes('online') ? null : `answered exit ${res.code}` };
+      });
+    },
+
+    runChecks(target, checks, _about, q) {
+      return inHealthSession(target, q, async (session): Promise<Reading<string[]>> => {
+        const failed: string[] = [];
+        for (const c of checks) {
+          try {
+            const res = await session.exec(c.command, { timeoutMs: left(q) });
+            if (res.code !== 0) failed.push(`${c.name} exit ${res.code}${tail(res.stdout, res.stderr)}`);
+          } catch (err) {
+            // Keep what this device already said no to; only a device with no answer at all is unread.
+            if (failed.length === 0) throw err;
+            break;
+          }
+        }
+        return { ok: true, value: failed };
+      });
+    },
+
+    errorRate(target, command, _about, q) {
+      return inHealthSession(target, q, async (session): Promise<Reading<number>> => {
+        const res = await session.exec(command, { timeoutMs: left(q) });
+        if (res.code !== 0) return { ok: false, kind: 'unanswered', reason: `exit ${res.code}${tail(res.stdout, res.stderr)}` };
+        const value = readMetricValue(res.stdout);
+        return value.ok ? { ok: true, value: value.value } : { ok: false, kind: 'unanswered', reason: value.reason };
+      });
+    },
+
+    async boardRead(target, q): Promise<BoardAnswer> {
+      let session: DeviceSession;
+      try {
+        session = await connectDevice(target, { connectTimeoutMs: q.connectTimeoutMs ?? 5_000 });
+      } catch (err) {
+        return { state: 'pending', reason: unreachableReason(err) };
+      }
+      try {
+        const marker = await session.readMarker(q.profile, { timeoutMs: q.commandTimeoutMs ?? 30_000 });
+        const res = await session.exec(shellFor({ profile: q.profile, revision: q.revision }, q.verify), { timeoutMs: q.commandTimeoutMs ?? 30_000 });
+        if (res.code === 0) {
+          return { state: q.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(q.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
+        }
+        // No marker at all: wavegate never brought this device anywhere — a signal, not an empty cell.
+        return { state: 'pending', marker, reason: marker !== null ? `verify exited ${res.code} (marker says r${marker})` : `verify exited ${res.code} (never reported: no revision marker)`, evidence: evidence(res) };
+      } catch (err) {
+        return { state: 'pending', reason: `never answered: ${(err as Error).message}` };
+      } finally {
+        session.close();
+      }
+    },
+
+    async drift(target, q): Promise<DriftAnswer> {
+      let session: DeviceSession;
+      try {
+        session = await connectDevice(target, { connectTimeoutMs: q.connectTimeoutMs ?? 5_000 });
+      } catch (err) {
+        return { marker: null, status: 'unreachable', detail: (err as Error).message };
+      }
+      try {
+        const marker = await session.readMarker(q.profile, { timeoutMs: q.commandTimeoutMs ?? 30_000 });
+        if (marker === null) return { marker, status: 'no-marker' };
+        const verify = q.verifyOf(marker);
+        if (verify === undefined) return { marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${q.profile}` };
+        const res = await session.exec(shellFor({ profile: q.profile, revision: marker }, verify), { timeoutMs: q.commandTimeoutMs ?? 30_000 });
+        return res.code === 0 ? { marker, status: 'ok' } : { marker, status: 'drifted', detail: `r${marker} verify exited ${res.code}: ${evidence(res) || '(no output)'}` };
+      } catch (err) {
+        return { marker: null, status: 'unreachable', detail: (err as Error).message };
+      } finally {
+        session.close();
+      }
+    },
+
+    readMarker(target, profile, opts) {
+      return inSession(target, { connectTimeoutMs: opts.connectTimeoutMs ?? 5_000 }, (session) => session.readMarker(profile, { timeoutMs: opts.commandTimeoutMs ?? 30_000 }));
+    },
+
+    // The board runs verify on an SSH device as it reads it: there is nothing to ask beforehand.
+    askReverify: async () => 'live',
+    reverified: async () => true,
+
+    async raiseFloor(target, profile, floor) {
+      const write = async (reuse: boolean): Promise<void> => {
+        const session = await connectDevice(target, { connectTimeoutMs: 5_000, reuse });
+        try {
+          await session.writeFloor(profile, floor, { timeoutMs: 10_000 });
+        } catch (err) {
+          // A kept connection the device let go of meanwhile (closed, or gone silent: a reboot sends no
+          // FIN): the same write on a new one (it is idempotent).
+          if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout')) return write(false);
+          throw err;
+        } finally {
+          session.close();
+        }
+      };
+      // The connection the device's apply kept for this, when this worker ran it (ssh-park.ts).
+      await write(true);
+    },
+  };
+}

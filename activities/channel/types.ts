@@ -1,0 +1,169 @@
+import type { Client } from '@temporalio/client';
+import type { DeviceFloor } from '../../core/floor';
+import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
+import type { TwinReader } from '../agent/board';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
+
+/**
+ * The one way activities, the fleet board and the health gates reach a device (docs/architecture.md,
+ * "The device channel"). Each device has exactly one channel, chosen once from its inventory
+ * `transport` (./index.ts `channelFor`): `ssh` dials the device and runs commands in a session
+ * (./ssh.ts), `agent` never dials it and reads or writes its twin `device:<id>`, whose agent does the
+ * work and reports (./agent.ts). Callers ask the question; what "reaching the device" means is the
+ * channel's business, so no caller branches on the transport.
+ *
+ * Failing to talk to the device at all is a thrown error (TransportError from SSH, a twin the client
+ * cannot read); a device that was reached but gave no usable answer is a `Reading` that is not ok.
+ */
+export interface DeviceChannel {
+  /** The inventory's name for it (`transport: ssh`). */
+  readonly name: string;
+  /** Whether it reaches devices through Temporal (a twin): a caller without a client must get one first. */
+  readonly throughTemporal: boolean;
+
+  /** Bring the device to `steps` (apply or rollback: the same operation, to another revision). */
+  apply(target: DeviceTarget, steps: RevisionSteps, ctx: ApplyContext): Promise<ApplyResult>;
+
+  /**
+   * The device's revision marker and reachability (the snapshot's read, the canary's probe). Never
+   * throws for the device: an unreachable one is `reachable: false` with the error, a refusal named.
+   */
+  probe(device: DeviceSnapshot, profile: string, opts: ProbeOptions): Promise<DeviceSnapshot>;
+
+  /** devices-online: null when online, else what it answered instead. */
+  online(target: DeviceTarget, q: HealthQuestion): Promise<Reading<string | null>>;
+  /** The signed checks (runtimes or named checks) by name: the ones that failed (empty: healthy). */
+  runChecks(target: DeviceTarget, checks: readonly SignedCommand[], about: About, q: HealthQuestion): Promise<Reading<string[]>>;
+  /** The signed `health.errorRate.command`'s value on the device. */
+  errorRate(target: DeviceTarget, command: string, about: About, q: HealthQuestion): Promise<Reading<number>>;
+
+  /** The board's read: does the device verify `revision` now (applied, claimed or pending, and why). Never throws. */
+  boardRead(target: DeviceTarget, q: BoardQuestion): Promise<BoardAnswer>;
+  /** Drift: does the revision the device's marker names still verify. Never throws. */
+  drift(target: DeviceTarget, q: DriftQuestion): Promise<DriftAnswer>;
+  /** The device's revision marker now (the fleet's revision). Throws when it cannot be read. */
+  readMarker(target: DeviceTarget, profile: string, opts: ReadOptions): Promise<number | null>;
+
+  /**
+   * `fleet status --reverify`, first half: make the device verify again now. `live`: nothing to ask (its
+   * board read verifies now anyway); `asked`; `offline`: it cannot be asked (not syncing, no twin).
+   */
+  askReverify(target: DeviceTarget, q: ReverifyQuestion): Promise<'live' | 'asked' | 'offline'>;
+  /** Second half: whether an asked device has answered. */
+  reverified(target: DeviceTarget, q: ReverifyQuestion): Promise<boolean>;
+
+  /** Record the floor a completed rollout confirmed on the device. Throws when it could not be written. */
+  raiseFloor(target: DeviceTarget, profile: string, floor: DeviceFloor): Promise<void>;
+}
+
+/** What a channel needs from the worker or the CLI that built it; every field is optional for the channels that do not use it. */
+export interface ChannelDeps {
+  /**
+   * The Temporal client twins are read and written with, asked for when needed (inside an activity,
+   * the worker's own). Absent or undefined: an agent device's twin cannot be reached, and its answers say so.
+   */
+  client?: () => Client | undefined;
+  /** Read twins with this instead (the CLI's fleet reads, tests): defaults to one over `client`. */
+  twins?: TwinReader;
+  /** The worker's profiles root: its pins and payload files (SSH applies verify the envelope there). */
+  trustDir?: string;
+  /** Run steps without an envelope for profiles the worker has no pins for (SSH applies). */
+  allowUnsigned?: boolean;
+  /** Keep an applied device's SSH connection this long for the floor write (activities/transport/ssh-park.ts). */
+  parkConnectionMs?: number;
+  /** Epoch milliseconds now (freshness of agents' reports). */
+  now?: () => number;
+}
+
+export interface ApplyContext {
+  /** The apply unit: this activity of this run; its retries reattach to it. */
+  holder: ApplyHolder;
+  /** The rollout that asks (an agent's desired entry names it). */
+  rollout: string | null;
+  /** The rollout's task queue (a twin this starts runs there). */
+  taskQueue: string;
+  commandTimeoutMs: number;
+  /** ApplyInput.reportOffline: answer `offline` when the device cannot be reached at first contact. */
+  reportOffline?: boolean;
+  /** ApplyInput.aheadAbove: answer `ahead` for a device whose marker is above this. */
+  aheadAbove?: number;
+  heartbeat(detail: string): void;
+  signal?: AbortSignal;
+  /** Whether the workflow run holding a device's apply lock is closed (a proof its apply is gone). */
+  holderClosed(holder: ApplyHolder): Promise<boolean>;
+}
+
+export interface ProbeOptions {
+  /** Limit for reaching the device (default: the transport's own). */
+  connectTimeoutMs?: number;
+  readTimeoutMs: number;
+  /**
+   * A marker read that fails after a good connect: `unreachable` (the snapshot of older histories) or
+   * `unknown` (the canary probe: reachable, no marker known; the apply's verify-first decides).
+   */
+  unreadMarker: 'unreachable' | 'unknown';
+}
+
+/** The per-device part of a health check: the check's fan-out (deadline, concurrency, evidence) stays in activities/health.ts. */
+export interface HealthQuestion {
+  /** Milliseconds left until the check's deadline. */
+  remainingMs(): number;
+  /** Aborted at the deadline or on cancellation: whatever is in flight stops. */
+  signal: AbortSignal;
+  /** Upper bound of connecting to the device (never beyond the deadline). */
+  connectTimeoutMs: number;
+}
+
+/** Which revision a health answer must be about. */
+export interface About {
+  profile?: string;
+  revision?: number;
+}
+
+export interface SignedCommand {
+  name: string;
+  command: string;
+}
+
+/**
+ * A device's answer to a health question, or why it gave none that counts: `no-report` (an agent whose
+ * report is missing or older than its freshness bound: the bound is the real wait, not the check's
+ * timeout), `unanswered` (reached, but what it said is not an answer: an exit code, garbage, a report
+ * about another revision).
+ */
+export type Reading<T> = { ok: true; value: T } | { ok: false; kind: 'no-report' | 'unanswered'; reason: string };
+
+export interface ReadOptions {
+  connectTimeoutMs?: number;
+  commandTimeoutMs?: number;
+}
+
+export interface BoardQuestion extends ReadOptions {
+  profile: string;
+  revision: number;
+  verify: string;
+  provable: boolean;
+}
+
+export interface BoardAnswer {
+  state: 'applied' | 'claimed' | 'pending';
+  reason?: string;
+  marker?: number | null;
+  evidence?: string;
+}
+
+export interface DriftQuestion extends ReadOptions {
+  profile: string;
+  /** The verify command of a revision, or undefined when that revision is unknown here. */
+  verifyOf: (revision: number) => string | undefined;
+}
+
+export interface DriftAnswer {
+  marker: number | null;
+  status: 'ok' | 'drifted' | 'no-marker' | 'unreachable' | 'unknown-revision';
+  detail?: string;
+}
+
+export interface ReverifyQuestion {
+  now?: () => number;
+}
