@@ -7,6 +7,13 @@ type Acts = ReturnType<typeof activities.createActivities>;
 
 /** New executions whose snapshot has agent devices leave the skipped ones the completed revision as desired state. */
 export const AGENT_DESIRED_STATE = 'agent-desired-state';
+/**
+ * New executions leave the revision as desired state only on agent devices skipped as offline (never on
+ * one found ahead, not-for-me or never started), with the floor it raises when applied (no way back).
+ */
+export const CONVERGE_OFFLINE_ONLY = 'converge-offline-only';
+/** How the model words a device skipped because it could not be reached (at snapshot or at its apply). */
+const OFFLINE_SKIP = /^offline at (snapshot|apply)\b/;
 /** Devices per desireAgentRevision activity (activities/agent/converge.ts MAX_CONVERGE_BATCH). */
 const BATCH = 500;
 
@@ -22,12 +29,17 @@ export async function convergeSkippedAgents(input: RolloutInput, model: RolloutM
   const agents = model.snapshotDevices().filter((d) => d.transport === 'agent');
   if (agents.length === 0 || !wf.patched(AGENT_DESIRED_STATE)) return 0;
   const target = input.spec.toRevision;
+  const offlineOnly = wf.patched(CONVERGE_OFFLINE_ONLY);
+  // Before CONVERGE_OFFLINE_ONLY every skipped agent device took the target, a device ahead of it too.
+  const skippedAsOffline = (id: string) => !offlineOnly || OFFLINE_SKIP.test(model.outcomesOf([id])[0]?.reason ?? '');
   const ids = agents
-    .filter((d) => model.deviceState(d.id) === 'skipped' && d.updateClass !== 'left-behind' && !d.nodeDown?.holds && d.current !== target)
+    .filter((d) => model.deviceState(d.id) === 'skipped' && skippedAsOffline(d.id) && d.updateClass !== 'left-behind' && !d.nodeDown?.holds && d.current !== target)
     .map((d) => d.id);
   const { workflowId, runId } = wf.workflowInfo();
+  // The revision a device converges to raises its floor there with no way back: this rollout did not change it.
+  const steps = offlineOnly ? { ...input.steps, floor: { rollout: workflowId, run: runId, raise: { from: target, windowMs: 0 } } } : input.steps;
   for (let i = 0; i < ids.length; i += BATCH) {
-    await desireAgentRevision({ rollout: workflowId, run: runId, devices: ids.slice(i, i + BATCH), steps: input.steps, fromRevision: input.spec.fromRevision || null });
+    await desireAgentRevision({ rollout: workflowId, run: runId, devices: ids.slice(i, i + BATCH), steps, fromRevision: input.spec.fromRevision || null });
   }
   return ids.length;
 }

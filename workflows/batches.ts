@@ -1,5 +1,6 @@
 import * as wf from '@temporalio/workflow';
-import type { RolloutInput } from '../core/rollout/input';
+import { DEFAULT_REVERT_WINDOW_MS, type FloorIntent } from '../core/floor';
+import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
@@ -21,6 +22,13 @@ export const OVERLAPPING_SLICES = 'overlapping-slices';
  * apply that cannot reach the device at first contact answers `offline` (unless `offline: wait`).
  */
 export const OFFLINE_AT_APPLY = 'offline-at-apply';
+
+/**
+ * New executions move each device's floor with its own confirmed apply (the apply's steps carry a
+ * FloorIntent, core/floor.ts): no floor pass after completion, and a compensation names the run whose
+ * floor it may go below. Older executions raise floors in the pass (`device-floor`, rollout-steps.ts).
+ */
+export const FLOOR_AT_APPLY = 'floor-at-apply';
 
 export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
 
@@ -50,6 +58,8 @@ export class DeviceBatches {
   private readonly acked = new Map<string, number>();
   /** Slice children being started right now (a control must wait for them too). */
   private starting = 0;
+  /** Whether this execution's applies carry the floor with them (FLOOR_AT_APPLY). */
+  readonly floorAtApply: boolean;
 
   constructor(
     private readonly input: RolloutInput,
@@ -57,6 +67,7 @@ export class DeviceBatches {
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
     this.offlineAtApply = input.spec.offline !== 'wait' && wf.patched(OFFLINE_AT_APPLY);
+    this.floorAtApply = wf.patched(FLOOR_AT_APPLY);
     wf.setHandler(sliceControlAckSignal, ({ workflowId, ack }) => {
       if (ack > (this.acked.get(workflowId) ?? 0)) this.acked.set(workflowId, ack);
     });
@@ -108,7 +119,7 @@ export class DeviceBatches {
     const { spec } = this.input;
     return {
       mode,
-      steps: mode === 'apply' ? this.input.steps : this.input.rollbackSteps,
+      steps: this.stepsFor(mode),
       provable: mode === 'apply' ? this.input.provable : true,
       limits: Object.fromEntries((this.model.plan?.pools ?? []).map((p) => [p.pool, p.maxInFlight])),
       applyTimeoutMs: spec.applyTimeout,
@@ -119,6 +130,24 @@ export class DeviceBatches {
       ...(mode === 'apply' && this.offlineAtApply ? { reportOffline: true } : {}),
       ...(mode === 'apply' && this.aheadAbove !== undefined ? { aheadAbove: this.aheadAbove } : {}),
     };
+  }
+
+  /**
+   * The steps a device runs, with what they ask of its floor (FLOOR_AT_APPLY): an apply raises it once
+   * confirmed, tagged with this rollout and run (a revert: to its target with no way back, allowed below
+   * the floor of the rollout it reverts); a rollback is this run's compensation.
+   */
+  private stepsFor(mode: 'apply' | 'rollback'): RevisionSteps {
+    const steps = mode === 'apply' ? this.input.steps : this.input.rollbackSteps;
+    if (!this.floorAtApply) return steps;
+    const { workflowId: rollout, runId: run } = wf.workflowInfo();
+    const { spec, reverts } = this.input;
+    let floor: FloorIntent;
+    if (mode === 'rollback') floor = { rollout, run, below: { kind: 'compensation', rollout, run } };
+    else if (reverts) {
+      floor = { rollout, run, raise: { from: spec.toRevision, windowMs: 0 }, ...(reverts.closedAt !== undefined ? { below: { kind: 'revert', rollout: reverts.rolloutId, run: reverts.runId, closedAt: reverts.closedAt } } : {}) };
+    } else floor = { rollout, run, raise: { from: spec.fromRevision, windowMs: spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS } };
+    return { ...steps, floor };
   }
 
   private hooks(mode: 'apply' | 'rollback') {

@@ -3,6 +3,7 @@ import { dependencyBackoffMs, waitingReason, type Dependency } from '../core/dep
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
 import { ownValue } from '../core/own-keys';
 import { NOT_FOR_ME } from '../core/rollout/outcome';
+import { IN_PLACE_REASON } from '../core/rollout/revert';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
@@ -86,6 +87,12 @@ export const REFUSED_DEVICES_UNTOUCHED = 'refused-devices-untouched';
  */
 export const PROFILE_ORDERING = 'profile-ordering';
 
+/**
+ * New executions leave a device whose verify first found the revision in place out of compensation (and
+ * so out of a revert): nothing ran there, so there is nothing of this rollout's to put back.
+ */
+export const IN_PLACE_UNTOUCHED = 'in-place-untouched';
+
 /** Failures that happen before any command of ours runs on the device (the worker or the device said no first). */
 const REFUSED_BEFORE_RUNNING: ReadonlySet<string> = new Set(['EnvelopeRejected', 'ApplyLockHeld', 'Transport.host-key', 'Transport.auth', 'Transport.config']);
 
@@ -118,6 +125,8 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const tally: FailureTally = { succeeded: 0, failed: 0 };
   const started: string[] = [];
   const untouched = new Set<string>();
+  /** IN_PLACE_UNTOUCHED, asked at the first device found in place. */
+  let inPlaceUntouched: boolean | undefined;
   const required: Promise<void>[] = [];
   const background: Promise<void>[] = [];
   let tripped = false;
@@ -178,7 +187,8 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
         waiting = { unmet: result.unmet?.length ? result.unmet : opts.steps.after, ...(result.detail ? { detail: result.detail } : {}) };
         return waiting;
       } else {
-        hooks.setState(device.id, ok, result.outcome === 'already-applied' ? 'already in place (verify only)' : undefined);
+        hooks.setState(device.id, ok, result.outcome === 'already-applied' ? IN_PLACE_REASON : undefined);
+        if (result.outcome === 'already-applied' && opts.mode === 'apply' && (inPlaceUntouched ??= wf.patched(IN_PLACE_UNTOUCHED))) untouched.add(device.id);
         if (!bestEffort) {
           tally.succeeded += 1;
           counted = 'succeeded';

@@ -237,6 +237,11 @@ export class RolloutSteps {
     await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed } });
   }
 
+  /** Whether each device's floor moves with its own confirmed apply (FLOOR_AT_APPLY): no pass at the end. */
+  get floorAtApply(): boolean {
+    return this.batches.floorAtApply;
+  }
+
   /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */
   settled(): Promise<unknown> {
     return this.batches.settled();

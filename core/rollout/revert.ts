@@ -31,12 +31,18 @@ export interface FinishedRollout {
 }
 
 /**
+ * Why an `applied` device was not changed by its rollout: its verify first found the revision already in
+ * place, so nothing ran there. Such a device is applied for the board but never compensated or reverted.
+ */
+export const IN_PLACE_REASON = 'already in place (verify only)';
+
+/**
  * The devices a rollout changed and left at its target: applied or claimed in one of its phases. A device
- * counted as applied at plan time (already at the target, phase -1) was not changed by it, nor were
- * skipped, failed, not-for-me or rolled-back ones. The same set the floor was raised on (`confirmFloor`).
+ * counted as applied at plan time (already at the target, phase -1) or found in place by its apply's
+ * verify first was not changed by it, nor were skipped, failed, not-for-me or rolled-back ones.
  */
 export function changedDevices(status: Pick<RolloutStatus, 'devices'>): string[] {
-  return status.devices.filter((d) => (d.state === 'applied' || d.state === 'claimed') && d.phase >= 0).map((d) => d.id);
+  return status.devices.filter((d) => (d.state === 'applied' || d.state === 'claimed') && d.phase >= 0 && d.reason !== IN_PLACE_REASON).map((d) => d.id);
 }
 
 /** Why this rollout cannot be reverted whatever the time (its state), with what to do instead; null when it can. */
@@ -70,16 +76,16 @@ export function revertWindowOf(spec: { revertWindow?: number }): number {
 
 /**
  * Why the revert window of a completed rollout is closed at `now`, or null while it is open. The rule is
- * the device floor's (core/floor.ts `floorRefusal` over the floor its completion raised), so the CLI's
- * early answer and the devices' enforcement agree (the devices' window started when the floor was
- * written, moments before the run closed).
+ * the device floor's (core/floor.ts `floorRefusal` over the floor the rollout's applies raised, for a
+ * revert that names the rollout's run and close time), so the CLI's early answer and the devices'
+ * enforcement agree: the window runs from the rollout's close.
  */
-export function revertWindowRefusal(r: Pick<FinishedRollout, 'rolloutId' | 'closedAt' | 'spec'>, now: number): string | null {
+export function revertWindowRefusal(r: Pick<FinishedRollout, 'rolloutId' | 'runId' | 'closedAt' | 'spec'>, now: number): string | null {
   const windowMs = revertWindowOf(r.spec);
   const closedAt = r.closedAt ?? now;
-  const floor = { revision: r.spec.toRevision, from: r.spec.fromRevision, revertUntil: revertUntilOf(closedAt, windowMs), rollout: r.rolloutId };
-  if (floorRefusal(floor, r.spec.fromRevision, now) === null) return null;
-  const closed = windowMs > 0 ? `its revert window (revertWindow ${formatDurationMs(windowMs)}) closed at ${new Date(floor.revertUntil).toISOString()}` : 'it had no revert window (revertWindow 0)';
+  const floor = { revision: r.spec.toRevision, from: r.spec.fromRevision, revertUntil: 0, rollout: r.rolloutId, run: r.runId, window: windowMs, at: 0 };
+  if (floorRefusal(floor, r.spec.fromRevision, now, { kind: 'revert', rollout: r.rolloutId, run: r.runId, closedAt }) === null) return null;
+  const closed = windowMs > 0 ? `its revert window (revertWindow ${formatDurationMs(windowMs)}) closed at ${new Date(revertUntilOf(closedAt, windowMs)).toISOString()}` : 'it had no revert window (revertWindow 0)';
   return `${r.rolloutId} completed at ${new Date(closedAt).toISOString()} and ${closed}: its devices' floor is r${r.spec.toRevision} now, so nothing below it is applied there again; roll forward instead`;
 }
 
