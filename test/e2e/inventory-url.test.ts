@@ -141,7 +141,7 @@ describe('membership that does not live on the worker', () => {
     const status = await finished();
     expect(status.state).toBe('completed');
     const held = status.devices.find((d) => d.id === down)!;
-    expect(held).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^not-for-me: node-down since \S+Z, expires \S+Z: PSU replaced/) });
+    expect(held).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^node-down since \S+Z, expires \S+Z: PSU replaced/) });
     const rechecks = readFileSync(log, 'utf8').trim().split('\n');
     expect(rechecks.length).toBe(1);
     expect(rechecks).not.toContain(String(worker!.pid));

@@ -156,7 +156,7 @@ describe('overlapping slices with mocked activities: the chain shares one budget
     expect(s.began).toHaveLength(atAbort);
     const started = s.log.filter((l) => l.startsWith('apply:')).map((l) => l.slice('apply:'.length));
     expect(s.log.filter((l) => l.startsWith('rollback:')).map((l) => l.slice('rollback:'.length)).sort()).toEqual([...started].sort());
-    expect(result.counts.skipped).toBe(12 - atAbort);
+    expect(result.counts['not-started']).toBe(12 - atAbort);
   });
 
   it('histories stay bounded: 2,000 devices, 500 in flight, slices of 200 (each slice hears at most one release per freed slot)', async () => {
@@ -182,7 +182,7 @@ describe('overlapping slices with mocked activities: the chain shares one budget
     expect(result.state).toBe('rolled-back');
     // The second failure trips the gate; the next slice hears it with the freed slot and starts nothing.
     expect(s.began).toHaveLength(2);
-    expect(result.counts.skipped).toBe(10);
+    expect(result.counts['not-started']).toBe(10);
     await recordHistory(h, 'hot-path-overlapping-slices-failure-gate');
   });
 });

@@ -124,7 +124,7 @@ describe('hot path over real SSH', () => {
     await recordHistory(handle, 'hot-path-ahead-at-apply');
 
     expect(result.state).toBe('completed');
-    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'skipped', reason: 'not-for-me: ahead: the device is at revision 3, above r2' });
+    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'not-for-me', reason: 'ahead: the device is at revision 3, above r2' });
     expect(marker(fleet, 'edge-03')).toBe('3');
     // One script ran and stopped before the lock: no lock was taken, no apply launched.
     expect(fleet.commands('edge-03')).toHaveLength(1);

@@ -70,10 +70,10 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect(markerOf(fleet, canary!)).toBe(1);
     expect(verifiesAt(fleet, canary!, 1)).toBe(true);
     expect(verifiesAt(fleet, canary!, 2)).toBe(false);
-    // Nobody else was touched: no apply ran, every other device is recorded as skipped.
+    // Nobody else was touched: no apply ran, every other device is recorded as not started.
     for (const d of fleet.devices.filter((x) => x.id !== canary)) {
       expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
-      expect(result.devices.find((x) => x.id === d.id)!.state).toBe('skipped');
+      expect(result.devices.find((x) => x.id === d.id)!.state).toBe('not-started');
     }
     expect(result.phases[0]).toMatchObject({ stage: 'failed', gateOutcome: 'fail' });
     expect(result.phases[0]!.evidence!.join(' ')).toContain(canary!);
@@ -105,8 +105,8 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       expect(markerOf(fleet, id)).toBe(1);
       expect(verifiesAt(fleet, id, 1)).toBe(true);
     }
-    // Devices the tripped gate never started are recorded as skipped and were never applied.
-    const skipped = result.devices.filter((d) => d.state === 'skipped');
+    // Devices the tripped gate never started are recorded as not started and were never applied.
+    const skipped = result.devices.filter((d) => d.state === 'not-started');
     expect(skipped.length + touched.length).toBe(12);
     for (const d of skipped) expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
     expect(result.controls).toEqual([expect.objectContaining({ control: 'approve', by: 'test', accepted: true })]);
@@ -193,7 +193,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       expect(verifiesAt(fleet, canary!, rollback ? 1 : 2)).toBe(true);
       expect(result.devices.find((d) => d.id === canary)!.state).toBe(rollback ? 'rolled-back' : 'applied');
       for (const id of byPhase(result, 1)) {
-        expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'skipped', reason: 'not started: aborted by test' });
+        expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'not-started', reason: 'aborted by test' });
         expect(fleet.count(id, APPLY_COMMAND)).toBe(0);
       }
       // Aborting an aborted rollout is refused: it is final.
@@ -273,9 +273,9 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect(result.state).toBe('completed'); // maxFailureRatio 0: a counted failure would have tripped it
     expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at apply: edge-01: cannot connect/) });
     expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^best-effort, not counted: edge-02: apply exited 1/) });
-    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^not-for-me/) });
+    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^left-behind/) });
     expect(fleet.commands('edge-03')).toEqual([]);
-    expect(result.counts).toMatchObject({ applied: 5, failed: 1, skipped: 2, total: 8 });
+    expect(result.counts).toMatchObject({ applied: 5, failed: 1, skipped: 1, 'not-for-me': 1, total: 8 });
   });
 
   it('applyTimeout bounds a hung device, retries included; offline: fail records an unreachable device as failed', async () => {

@@ -144,7 +144,7 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
     }
     // A device the deadline stopped before it started was never touched.
     for (const d of result.devices.filter((x) => x.phase === 1 && !started.includes(x.id))) {
-      expect(d).toMatchObject({ state: 'skipped', reason: 'not started: phaseDeadline passed (rolled back)' });
+      expect(d).toMatchObject({ state: 'not-started', reason: 'phaseDeadline passed (rolled back)' });
       expect(fleet.count(d.id, APPLY_COMMAND)).toBe(0);
     }
     // The devices in flight finish their apply (as after an abort), then the compensation runs.
