@@ -1,0 +1,418 @@
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseFloor, type DeviceFloor } from '../../core/floor';
+import type { RevertOf, RolloutInput } from '../../core/rollout/input';
+import type { RolloutStatus } from '../../core/rollout/status';
+import { parseRolloutSpec } from '../../core/spec';
+import type { Envelope } from '../../core/signing';
+import { rolloutInputFromFiles } from '../../intake/prepare';
+import { revertRolloutInput } from '../../intake/revert';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
+import { scratchDir } from '../support/harness';
+import { writeSignedProfile, type RevisionSource, type SignedProfile } from '../support/signed-profile';
+import { until } from '../support/until';
+import type { ConformanceBackend, SuiteContext, WorkerProcess } from './backend';
+
+/**
+ * The channel conformance suite (test/conformance/README.md): one set of cases, written once against
+ * ConformanceBackend, run by each backend's own test file. Every case asserts on the device's own files
+ * (its marker, its floor, the counter its signed apply appends to) and on the rollout's result.
+ *
+ * The profile `conf` is signed 2-of-2 by keys made here. r1..r3 install `$HOME/etc/conf` from their
+ * payload ("conf r<n>") and verify it; every apply first appends `r<n>` to `$HOME/apply-runs` (the
+ * count of real runs) and sleeps `$(cat $HOME/slow)` seconds when that file exists; the signed check
+ * `conf-ok` fails while `$HOME/unhealthy` exists. r4's apply exits 3, r5's verify never passes after
+ * its apply, r6's verify reads its fact back but is not provable (non-ASCII text).
+ */
+export const PROFILE = 'conf';
+const SLOW = '{ [ ! -f "$HOME/slow" ] || sleep "$(cat "$HOME/slow")"; }';
+const CHECKS = { checks: [{ name: 'conf-ok', command: 'test ! -e "$HOME/unhealthy"' }] };
+export const REVISIONS: RevisionSource[] = [
+  ...[1, 2, 3].map((n) => ({
+    revision: n,
+    apply: `echo r${n} >> "$HOME/apply-runs" && ${SLOW} && mkdir -p "$HOME/etc" && install -m 0644 "$WAVEGATE_STAGING/conf" "$HOME/etc/conf"`,
+    verify: `grep -qx 'conf r${n}' "$HOME/etc/conf"`,
+    payload: { conf: `conf r${n}\n` },
+    health: CHECKS,
+  })),
+  { revision: 4, apply: 'echo r4 >> "$HOME/apply-runs" && echo "no space left on device" >&2 && exit 3', verify: `grep -qx 'conf r4' "$HOME/etc/conf"`, health: CHECKS },
+  { revision: 5, apply: 'echo r5 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && echo draft > "$HOME/etc/conf5"', verify: `grep -qx 'conf r5' "$HOME/etc/conf5"`, health: CHECKS },
+  // A real check of the fact, but its non-ASCII text makes it prose to the provability rule (NON_ASCII):
+  // verify-first fails, the apply runs, verify passes, and still the device only claims it.
+  { revision: 6, apply: 'echo r6 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/conf" "$HOME/etc/conf6"', verify: `grep -qx 'conf r6 ✓' "$HOME/etc/conf6"`, payload: { conf: 'conf r6 ✓\n' }, health: CHECKS },
+];
+
+/** Every device of the suite, by case: each case has devices of its own, so one failing case leaves the others' devices alone. */
+export const DEVICES = {
+  once: ['once-1', 'once-2'],
+  inPlace: ['inplace-1', 'inplace-2'],
+  applyFails: ['applyfail-1'],
+  verifyFails: ['verifyfail-1'],
+  claimed: ['claimed-1'],
+  refusals: ['refuse-1'],
+  floor: ['floor-1'],
+  rollback: ['rollback-1'],
+  revert: ['revert-1'],
+  checks: ['checks-1'],
+  reverify: ['reverify-1'],
+  crash: ['crash-1'],
+} as const;
+const ALL = Object.values(DEVICES).flat();
+
+const DAY = 86_400_000;
+
+export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
+  const backend = makeBackend();
+  describe(`channel conformance: ${backend.name}`, () => {
+    const scratch = scratchDir(`conformance-${backend.transport}`);
+    const root = join(scratch.dir, 'profiles');
+    let env: TestWorkflowEnvironment;
+    let profile: SignedProfile;
+    let worker: ReturnType<typeof workerProcess> | undefined;
+    let ctx: SuiteContext;
+
+    // --- the device's own files ----------------------------------------------------------------
+    const home = (id: string) => backend.home(id);
+    const file = (id: string, rel: string) => join(home(id), rel);
+    const read = (id: string, rel: string) => (existsSync(file(id, rel)) ? readFileSync(file(id, rel), 'utf8') : null);
+    const marker = (id: string): number | null => {
+      const text = read(id, `.wavegate/profiles/${PROFILE}/revision`);
+      return text === null ? null : Number(text.trim());
+    };
+    const floor = (id: string): DeviceFloor | null => {
+      const text = read(id, `.wavegate/profiles/${PROFILE}/floor`);
+      return text === null ? null : parseFloor(text);
+    };
+    /** How many times revision n's apply really ran on the device (every apply appends `r<n>` first). */
+    const runs = (id: string, n: number) => (read(id, 'apply-runs') ?? '').split('\n').filter((l) => l === `r${n}`).length;
+    const allRuns = (id: string) => (read(id, 'apply-runs') ?? '').split('\n').filter(Boolean).length;
+    const conf = (id: string) => read(id, 'etc/conf');
+    /** The device holds revision n's fact (what r<n>'s verify reads), its marker saying so. */
+    function seed(id: string, n: number, opts: { marker?: boolean } = {}) {
+      mkdirSync(file(id, 'etc'), { recursive: true });
+      writeFileSync(file(id, 'etc/conf'), `conf r${n}\n`);
+      if (opts.marker !== false) {
+        mkdirSync(file(id, `.wavegate/profiles/${PROFILE}`), { recursive: true });
+        writeFileSync(file(id, `.wavegate/profiles/${PROFILE}/revision`), `${n}\n`);
+      }
+    }
+
+    // --- rollouts ------------------------------------------------------------------------------
+    const cli = (args: string[], timeoutMs = 240_000): Promise<CliRun> =>
+      runCli(args, { timeoutMs, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
+    function inventory(name: string, ids: readonly string[]): string {
+      const path = join(scratch.dir, `${name}.inventory.yaml`);
+      writeFileSync(path, stringify({ pools: { conf: { disruptionBudget: 1 } }, devices: ids.map((id) => ({ ...backend.inventoryEntry(id), pool: 'conf', class: 'edge', labels: { case: name } })) }));
+      return path;
+    }
+    function spec(name: string, from: number, to: number, rollout: Record<string, unknown> = {}): string {
+      const path = join(scratch.dir, `${name}.spec.yaml`);
+      writeFileSync(path, stringify({ rollout: { profile: PROFILE, fromRevision: from, toRevision: to, phases: [{ bulk: 'remainder', gate: '1s' }], maxFailureRatio: 1, applyTimeout: '3m', ...rollout } }));
+      return path;
+    }
+    /** `wavegate start` (the real command): the rollout's id and run. */
+    async function start(name: string, ids: readonly string[], from: number, to: number, rollout: Record<string, unknown> = {}) {
+      const run = await cli(['start', '-f', spec(name, from, to, rollout), '--inventory', inventory(name, ids), '--profiles', root, '--json', ...ctx.temporalArgs()]);
+      expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+      const started = JSON.parse(run.stdout) as { rolloutId: string; runId: string };
+      return { rolloutId: started.rolloutId, runId: started.runId };
+    }
+    const result = (r: { rolloutId: string; runId: string }) => env.client.workflow.getHandle(r.rolloutId, r.runId).result() as Promise<RolloutStatus>;
+    /** Start r<from> -> r<to> over `ids` and wait for its end. */
+    async function rollout(name: string, ids: readonly string[], from: number, to: number, extra: Record<string, unknown> = {}) {
+      const started = await start(name, ids, from, to, extra);
+      return { ...started, status: await result(started) };
+    }
+    /** What intake would hand the workflow for this spec: the base of the inputs a control plane can forge. */
+    function inputFor(name: string, ids: readonly string[], from: number, to: number, extra: Record<string, unknown> = {}): RolloutInput {
+      const specSource = `${name} (conformance)`;
+      return rolloutInputFromFiles({
+        spec: parseRolloutSpec({ rollout: { profile: PROFILE, fromRevision: from, toRevision: to, phases: [{ bulk: 'remainder', gate: '1s' }], maxFailureRatio: 1, applyTimeout: '3m', ...extra } }, specSource),
+        specSource,
+        inventoryPath: inventory(name, ids),
+        profilesDir: root,
+        startedBy: 'conformance',
+      });
+    }
+    /** Start a workflow input directly through the client (what a compromised or buggy control plane could send) and wait for its end. */
+    async function forged(input: RolloutInput): Promise<RolloutStatus> {
+      const handle = await env.client.workflow.start('rolloutWorkflow', { workflowId: input.rolloutId, taskQueue: ctx.taskQueue, args: [input] });
+      return (await handle.result()) as RolloutStatus;
+    }
+    function revertInput(name: string, ids: readonly string[], reverts: RevertOf): RolloutInput {
+      return revertRolloutInput({ original: inputFor(name, ids, 1, 2), reverts, devices: [...ids], fast: true, profilesDir: root, startedBy: 'conformance' });
+    }
+    const device = (s: RolloutStatus, id: string) => {
+      const d = s.devices.find((x) => x.id === id);
+      expect(d, `${id} in ${JSON.stringify(s.devices)}`).toBeDefined();
+      return d!;
+    };
+    const closedAt = async (r: { rolloutId: string; runId: string }) => (await env.client.workflow.getHandle(r.rolloutId, r.runId).describe()).closeTime!.getTime();
+    const board = async (name: string, ids: readonly string[], revision: number) => {
+      const run = await cli(['fleet', 'status', '--profile', PROFILE, '--inventory', inventory(name, ids), '--profiles', root, '--revision', String(revision), '--json', ...backend.boardArgs(ctx)]);
+      expect(run.code === 0 || run.code === 1, `${run.stdout}\n${run.stderr}`).toBe(true);
+      const parsed = JSON.parse(run.stdout) as { rows: Array<{ id: string; state: string; reason?: string }> };
+      return { code: run.code, rows: Object.fromEntries(parsed.rows.map((r) => [r.id, r])) };
+    };
+
+    beforeAll(async () => {
+      profile = writeSignedProfile({ root, name: PROFILE, revisions: REVISIONS });
+      const devicePins = profile.writePins(join(scratch.dir, 'device-pins'));
+      env = await startDevServerEnv();
+      const taskQueue = `conformance-${backend.transport}-${process.pid}`;
+      const temporalArgs = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue];
+      worker = workerProcess([...temporalArgs(), '--profiles', root, '--audit-dir', join(scratch.dir, 'audit')]);
+      await worker.restart();
+      ctx = { scratch: scratch.dir, address: env.address, namespace: env.namespace ?? 'default', taskQueue, client: env.client, profilesRoot: root, profile: PROFILE, devicePins, worker, temporalArgs };
+      await backend.start(ctx, ALL);
+    }, 300_000);
+
+    afterAll(async () => {
+      await backend.stop();
+      await worker?.stop();
+      await env?.teardown();
+      scratch.cleanup();
+    }, 120_000);
+
+    it('1. apply once: r1 -> r2 runs the apply exactly once per device; marker 2; the floor raised by this rollout and run', async () => {
+      const ids = DEVICES.once;
+      for (const id of ids) seed(id, 1);
+      const r = await rollout('once', ids, 1, 2, { revertWindow: '1h' });
+      expect(r.status.state).toBe('completed');
+      for (const id of ids) {
+        expect(device(r.status, id).state, id).toBe('applied');
+        expect(runs(id, 2), `${id}: r2 apply runs`).toBe(1);
+        expect(allRuns(id), `${id}: apply runs of any revision`).toBe(1);
+        expect(marker(id), id).toBe(2);
+        expect(conf(id), id).toBe('conf r2\n');
+        expect(floor(id), `${id} floor`).toMatchObject({ revision: 2, from: 1, revertUntil: 0, rollout: r.rolloutId, run: r.runId, window: 3_600_000 });
+        expect(floor(id)!.at, `${id} floor at`).toEqual(expect.any(Number));
+      }
+    });
+
+    it('2. already in place: a device whose verify passes is applied with nothing re-applied; its floor rises to r2 with no way back', async () => {
+      const [inPlace, behind] = DEVICES.inPlace;
+      seed(inPlace, 2, { marker: false }); // the fact, no marker: only its verify can tell
+      seed(behind, 1);
+      const r = await rollout('inplace', DEVICES.inPlace, 1, 2);
+      expect(r.status.state).toBe('completed');
+      expect(device(r.status, inPlace).state).toBe('applied');
+      expect(allRuns(inPlace), 'nothing ran on the device already in place').toBe(0);
+      expect(marker(inPlace)).toBe(2);
+      expect(floor(inPlace)).toMatchObject({ revision: 2, from: 2 });
+      expect(device(r.status, behind).state).toBe('applied');
+      expect(runs(behind, 2)).toBe(1);
+      expect(floor(behind)).toMatchObject({ revision: 2, from: 1, run: r.runId });
+    });
+
+    it('3. apply fails: the apply exits 3 -> the device failed; marker and fact unchanged; no floor raised', async () => {
+      const [id] = DEVICES.applyFails;
+      seed(id, 1);
+      const r = await rollout('applyfail', DEVICES.applyFails, 1, 4);
+      expect(r.status.state).not.toBe('running');
+      expect(device(r.status, id)).toMatchObject({ state: 'failed', reason: expect.stringMatching(/apply exited 3/) });
+      expect(runs(id, 4), 'the failing apply ran once, never retried').toBe(1);
+      expect(marker(id)).toBe(1);
+      expect(conf(id)).toBe('conf r1\n');
+      expect(floor(id)).toBeNull();
+    });
+
+    it('4. verify fails after apply -> the device failed; marker unchanged; no floor raised', async () => {
+      const [id] = DEVICES.verifyFails;
+      seed(id, 1);
+      const r = await rollout('verifyfail', DEVICES.verifyFails, 1, 5);
+      expect(device(r.status, id)).toMatchObject({ state: 'failed', reason: expect.stringMatching(/verify/) });
+      expect(runs(id, 5)).toBe(1);
+      expect(read(id, 'etc/conf5'), 'the apply did run').toBe('draft\n');
+      expect(marker(id)).toBe(1);
+      expect(floor(id)).toBeNull();
+    });
+
+    it('5. a non-provable revision ends claimed, never applied (its apply ran once)', async () => {
+      const [id] = DEVICES.claimed;
+      seed(id, 1);
+      const r = await rollout('claimed', DEVICES.claimed, 1, 6);
+      expect(device(r.status, id).state).toBe('claimed');
+      expect(r.status.counts.applied).toBe(0);
+      expect(r.status.counts.claimed).toBe(1);
+      expect(runs(id, 6)).toBe(1);
+    });
+
+    it('6. envelope refusals (unsigned, below threshold, tampered, expired): refused before anything runs, with the reason code', async () => {
+      const [id] = DEVICES.refusals;
+      seed(id, 1);
+      const now = Date.now();
+      const { expiresAt: _expires, issuedAt: _issued, ...r2 } = profile.revision(2);
+      const bad: Array<[string, Envelope | undefined]> = [
+        ['UNSIGNED', undefined],
+        ['BELOW_THRESHOLD', profile.sign(profile.revision(2), { signers: [profile.keys[0]!] })],
+        ['BAD_SIGNATURE', profile.tampered(2, 'echo r2 >> "$HOME/apply-runs" && echo owned > "$HOME/etc/conf"')],
+        ['EXPIRED', profile.sign(r2, { now: now - 10 * DAY, validityDays: 1 })],
+      ];
+      for (const [reason, envelope] of bad) {
+        const input = inputFor(`refuse-${reason}`, DEVICES.refusals, 1, 2);
+        const { envelope: _good, ...unsigned } = input.steps;
+        const status = await forged({ ...input, steps: envelope ? { ...unsigned, envelope } : unsigned });
+        expect(device(status, id), reason).toMatchObject({ state: 'failed', reason: expect.stringContaining(`EnvelopeRejected (${reason})`) });
+        expect(allRuns(id), `${reason}: nothing ran`).toBe(0);
+        expect(marker(id), reason).toBe(1);
+        expect(conf(id), reason).toBe('conf r1\n');
+      }
+    });
+
+    it('7. below the floor: after r1 -> r2 completed, r1 by anything but that rollout\'s compensation or revert is refused BELOW_FLOOR; the device stays at r2', async () => {
+      const ids = DEVICES.floor;
+      const [id] = ids;
+      seed(id, 1);
+      const done = await rollout('floor', ids, 1, 2, { revertWindow: '1h' });
+      expect(done.status.state).toBe('completed');
+      expect(floor(id)).toMatchObject({ revision: 2, from: 1, run: done.runId });
+      // A "revert" naming another run of the same rollout id: not the rollout that raised the floor.
+      const other = await forged(revertInput('floor-other-run', ids, { rolloutId: done.rolloutId, runId: '00000000-0000-4000-8000-000000000000', closedAt: await closedAt(done) }));
+      expect(device(other, id)).toMatchObject({ state: 'failed', reason: expect.stringContaining('BELOW_FLOOR') });
+      // The device asked directly (no rollout at all: SSH transport / a twin desire).
+      const outside = await backend.applyOutsideRollout(ctx, id, inputFor('floor-outside', ids, 1, 2).rollbackSteps);
+      expect(outside).toBe('BELOW_FLOOR');
+      expect(runs(id, 1), 'r1 never ran').toBe(0);
+      expect(marker(id)).toBe(2);
+      expect(conf(id)).toBe('conf r2\n');
+      expect(floor(id)).toMatchObject({ revision: 2, from: 1, run: done.runId });
+    });
+
+    it('8. a rollback only by its own rollout: a failed health gate rolls the device back to r1 (its own compensation) and the floor it raised is gone', async () => {
+      const [id] = DEVICES.rollback;
+      seed(id, 1);
+      const before = read(id, `.wavegate/profiles/${PROFILE}/floor`);
+      writeFileSync(file(id, 'unhealthy'), '');
+      const r = await rollout('rollback', DEVICES.rollback, 1, 2, { phases: [{ bulk: 'remainder', gate: '1s', healthGate: ['check: conf-ok'] }] });
+      expect(r.status.state).toBe('rolled-back');
+      expect(device(r.status, id).state).toBe('rolled-back');
+      expect(runs(id, 2)).toBe(1);
+      expect(runs(id, 1), 'the compensation ran r1 once').toBe(1);
+      expect(marker(id)).toBe(1);
+      expect(conf(id)).toBe('conf r1\n');
+      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor it raised is gone').toBe(before);
+      rmSync(file(id, 'unhealthy'));
+    });
+
+    it('9. a revert inside its window brings the device back to r1; after the window `wavegate revert` exits 2, and forced, the device refuses BELOW_FLOOR', async () => {
+      const ids = DEVICES.revert;
+      const [id] = ids;
+      seed(id, 1);
+      const inside = await rollout('revert-inside', ids, 1, 2, { revertWindow: '1h' });
+      expect(inside.status.state).toBe('completed');
+      expect(marker(id)).toBe(2);
+      const revert = await cli(['revert', inside.rolloutId, '--profiles', root, '--wait', '--interval', '300', ...ctx.temporalArgs()]);
+      expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
+      expect(marker(id)).toBe(1);
+      expect(conf(id)).toBe('conf r1\n');
+      expect(runs(id, 1), 'the revert ran r1 once').toBe(1);
+
+      const late = await rollout('revert-late', ids, 1, 2, { revertWindow: '2s' });
+      expect(late.status.state).toBe('completed');
+      expect(marker(id)).toBe(2);
+      const closed = await closedAt(late);
+      await until('the 2 s revert window to close', async () => (Date.now() > closed + 3_000 ? true : undefined));
+      const refused = await cli(['revert', late.rolloutId, '--profiles', root, ...ctx.temporalArgs()]);
+      expect(refused.code, `${refused.stdout}\n${refused.stderr}`).toBe(2);
+      expect(refused.stderr).toMatch(/revert window/);
+      expect(marker(id)).toBe(2);
+      // Forced past the CLI: the revert's own input, for this very rollout and run, after its window.
+      const forcedStatus = await forged(revertInput('revert-forced', ids, { rolloutId: late.rolloutId, runId: late.runId, closedAt: closed }));
+      expect(device(forcedStatus, id)).toMatchObject({ state: 'failed', reason: expect.stringContaining('BELOW_FLOOR') });
+      expect(runs(id, 1), 'r1 did not run again').toBe(1);
+      expect(marker(id)).toBe(2);
+      expect(conf(id)).toBe('conf r2\n');
+    });
+
+    it('10. a named health check (`check: conf-ok`, signed) passes on a healthy device and fails the gate when it fails there; the failed rollout restores the floor it found', async () => {
+      const ids = DEVICES.checks;
+      const [id] = ids;
+      seed(id, 1);
+      const gate = { phases: [{ bulk: 'remainder', gate: '1s', healthGate: ['check: conf-ok'] }] };
+      const healthy = await rollout('checks-pass', ids, 1, 2, gate);
+      expect(healthy.status.state).toBe('completed');
+      expect(healthy.status.phases[0]).toMatchObject({ gateOutcome: 'pass' });
+      expect((healthy.status.phases[0]!.evidence ?? []).join(' ')).toContain('conf-ok');
+      const floorAtR2 = read(id, `.wavegate/profiles/${PROFILE}/floor`);
+      expect(parseFloor(floorAtR2 ?? '')).toMatchObject({ revision: 2, run: healthy.runId });
+
+      writeFileSync(file(id, 'unhealthy'), '');
+      const failing = await rollout('checks-fail', ids, 2, 3, gate);
+      expect(failing.status.state).toBe('rolled-back');
+      expect(failing.status.phases[0]).toMatchObject({ gateOutcome: 'fail' });
+      expect((failing.status.phases[0]!.evidence ?? []).join(' ')).toContain('conf-ok');
+      expect(runs(id, 3)).toBe(1);
+      expect(runs(id, 2), 'r2 applied by the first rollout, then again by the second one\'s compensation').toBe(2);
+      expect(marker(id)).toBe(2);
+      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor the first rollout raised, restored').toBe(floorAtR2);
+      rmSync(file(id, 'unhealthy'));
+    });
+
+    it('11. re-verify: a broken fact reads not applied on the board; restored, applied again', async () => {
+      const ids = DEVICES.reverify;
+      const [id] = ids;
+      seed(id, 1);
+      const r = await rollout('reverify', ids, 1, 2);
+      expect(r.status.state).toBe('completed');
+      expect((await board('reverify', ids, 2)).rows[id]).toMatchObject({ state: 'applied' });
+      writeFileSync(file(id, 'etc/conf'), 'hand-edited\n');
+      const broken = await board('reverify', ids, 2);
+      expect(broken.code).toBe(1);
+      expect(broken.rows[id]!.state).not.toBe('applied');
+      writeFileSync(file(id, 'etc/conf'), 'conf r2\n');
+      const restored = await board('reverify', ids, 2);
+      expect(restored.code).toBe(0);
+      expect(restored.rows[id]).toMatchObject({ state: 'applied' });
+      expect(allRuns(id), 'reading never applies').toBe(1);
+    });
+
+    it('12. killed mid-apply (SSH: the worker; agent: the agent) and restarted: the apply ran exactly once and the device is applied', async () => {
+      const ids = DEVICES.crash;
+      const [id] = ids;
+      seed(id, 1);
+      writeFileSync(file(id, 'slow'), '8');
+      const started = await start('crash', ids, 1, 2);
+      await until('the slow apply running', async () => (runs(id, 2) > 0 ? true : undefined), 180_000);
+      await backend.crashAndRestart(ctx, id);
+      const status = await result(started);
+      rmSync(file(id, 'slow'));
+      expect(status.state).toBe('completed');
+      expect(device(status, id).state).toBe('applied');
+      expect(runs(id, 2), 'one apply, reattached after the crash').toBe(1);
+      expect(marker(id)).toBe(2);
+      expect(conf(id)).toBe('conf r2\n');
+    });
+  });
+}
+
+/** `wavegate worker` as a child process of the suite: SIGKILLed and restarted by the crash case. */
+function workerProcess(args: string[]): WorkerProcess & { stop(): Promise<void> } {
+  let child: ChildProcess | undefined;
+  let out = () => '';
+  const gone = async (signal: NodeJS.Signals) => {
+    const c = child;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise((r) => c.once('exit', r));
+    c.kill(signal);
+    const timer = setTimeout(() => c.kill('SIGKILL'), 15_000);
+    await exited;
+    clearTimeout(timer);
+  };
+  return {
+    kill: () => gone('SIGKILL'),
+    async restart() {
+      await gone('SIGKILL');
+      const started = await spawnCliUntil(['worker', ...args], /polling .*task queue/, 180_000);
+      child = started.child;
+      out = started.output;
+    },
+    output: () => out(),
+    stop: () => gone('SIGTERM'),
+  };
+}
