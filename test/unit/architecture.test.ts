@@ -47,6 +47,35 @@ const files = SOURCE_DIRS.flatMap((d) => sourceFiles(join(PROJECT_ROOT, d))).map
 const graph = new Map(files.map((f) => [f, importsOf(join(PROJECT_ROOT, f))]));
 const layer = (f: string) => f.split('/')[0]!;
 
+/**
+ * What only a device channel's implementations may use (activities/channel/, over activities/transport/
+ * and activities/agent/): dialling a device, the twin client, and each transport's own apply and reads.
+ * Anything else in activities/ that used one would be a branch around the channel.
+ */
+const BEHIND_THE_CHANNEL = new Set([
+  'connectDevice', 'transportFor', 'openSsh', 'sshTransport', 'sshDeviceSession', 'localDeviceSession',
+  'readTwin', 'desireOnTwin', 'reverifyTwin', 'twinOf', 'applyThroughTwin', 'applyToDevice', 'agentSnapshot',
+  'agentBoardAnswer', 'agentDriftAnswer', 'agentOnline', 'agentChecks', 'agentErrorRate',
+]);
+const CHANNEL_SIDE = ['activities/channel/', 'activities/transport/', 'activities/agent/'];
+/** The session-level apply the SSH channel wraps (and the agent runs over its local session): it opens a session by default. */
+const CHANNEL_SIDE_FILES = ['activities/device-steps.ts'];
+
+/** How `text` (the source of `file`) goes around the device channel: imports of what is behind it, and branches on a transport's name. */
+function channelBypasses(file: string, text: string): string[] {
+  const found: string[] = [];
+  for (const m of text.matchAll(/(?:^|\n)\s*(?:import|export)\s+(type\s+)?\{([^}]*)\}\s*from\s*'([^']+)'/g)) {
+    if (m[1]) continue;
+    for (const spec of m[2]!.split(',')) {
+      const [name] = spec.trim().split(/\s+as\s+/);
+      if (name && !name.startsWith('type ') && BEHIND_THE_CHANNEL.has(name)) found.push(`${file} imports ${name} from '${m[3]}'`);
+    }
+  }
+  for (const m of text.matchAll(/(?:^|\n)\s*import\s+\*\s+as\s+\w+\s+from\s*'([^']*\/(?:transport|agent)\/[^']*)'/g)) found.push(`${file} imports all of '${m[1]}'`);
+  for (const m of text.matchAll(/\btransport\s*[!=]==?\s*['"`]|['"`][\w-]*['"`]\s*[!=]==?\s*[\w.?]*\btransport\b/g)) found.push(`${file} branches on a transport: ${m[0]}`);
+  return found;
+}
+
 describe('architecture rules (docs/architecture.md)', () => {
   it('finds the source to check', () => {
     expect(files.length).toBeGreaterThan(60);
@@ -111,6 +140,33 @@ describe('architecture rules (docs/architecture.md)', () => {
     };
     for (const f of files) visit(f);
     expect(cycles).toEqual([]);
+  });
+
+  it('activities reach a device only through its channel: outside activities/channel/, transport/ and agent/, nothing dials, reads a twin or branches on the transport', () => {
+    const outside = files.filter((f) => layer(f) === 'activities' && !CHANNEL_SIDE.some((d) => f.startsWith(d)) && !CHANNEL_SIDE_FILES.includes(f));
+    expect(outside).toContain('activities/health.ts');
+    const bad = outside.flatMap((f) => channelBypasses(f, readFileSync(join(PROJECT_ROOT, f), 'utf8')));
+    expect(bad).toEqual([]);
+  });
+
+  it('the channel rule catches the branches it was written against (the code before the channel)', () => {
+    // activities/index.ts and health.ts as they were: an agent branch beside an SSH session.
+    const before = [
+      "import { connectDevice, StepFailed, TransportError } from './transport';",
+      "import { applyThroughTwin } from './agent/apply';",
+      "import { agentChecks, agentOnline, twinOf, type AgentHealthAnswer } from './agent/health';",
+      "          if (device.transport === 'agent') return await agentSnapshot(client, device, input.profile);",
+    ].join('\n');
+    expect(channelBypasses('activities/x.ts', before)).toEqual([
+      "activities/x.ts imports connectDevice from './transport'",
+      "activities/x.ts imports applyThroughTwin from './agent/apply'",
+      "activities/x.ts imports agentChecks from './agent/health'",
+      "activities/x.ts imports agentOnline from './agent/health'",
+      "activities/x.ts imports twinOf from './agent/health'",
+      "activities/x.ts branches on a transport: transport === '",
+    ]);
+    // Types and the channel itself are fine.
+    expect(channelBypasses('activities/x.ts', "import type { DeviceSession } from './transport';\nimport { channelFor, type TwinReader } from './channel';")).toEqual([]);
   });
 
   it('SSH is reached only through the transport seam', () => {
