@@ -41,7 +41,7 @@ describe('not-for-me and not-started: the exit code and older statuses', () => {
     expect(rolloutOutcome(status('completed', [['not-for-me', NODE_DOWN]])).code).toBe(1);
   });
   it('a completed rollout with devices never started is pending work (exit 1), named apart from the offline ones', () => {
-    const o = rolloutOutcome(status('completed', [['applied'], ['not-started', 'aborted by wavegate'], ['skipped', 'offline at apply: x']]));
+    const o = rolloutOutcome(status('completed', [['applied'], ['not-started', 'aborted by wavegate'], ['skipped', 'offline at apply: x'], ['not-for-me', NODE_DOWN]]));
     expect(o).toEqual({ code: 1, summary: 'completed with pending work: 1 not-started, 1 skipped (of 3 devices the rollout was for)' });
   });
   it('a status recorded before the states existed reads the same: skipped with a not-started reason is not-started', () => {
