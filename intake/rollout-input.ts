@@ -40,8 +40,8 @@ export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
   if (target.revision.revision !== spec.toRevision || from.revision.revision !== spec.fromRevision) {
     throw new WavegateError('INVALID_INPUT', `${parts.specSource}: rollout: revisions r${from.revision.revision} → r${target.revision.revision} given for a spec of r${spec.fromRevision} → r${spec.toRevision}`);
   }
-  scopedDevices(spec, parts.inventory, profile, parts);
-  checkHealthSelections(spec, profile, target, parts.specSource);
+  const inScope = scopedDevices(spec, parts.inventory, profile, parts);
+  checkHealthSelections(spec, profile, target, parts.specSource, inScope);
   return {
     rolloutId: parts.rolloutId ?? `rollout:${spec.profile}`,
     spec,

@@ -11,6 +11,11 @@ export interface CorpusCase {
   why?: string;
   /** Text the message must contain: the value as given, or the rule. */
   shows?: string;
+  /**
+   * A profiles directory under test/corpus (specs only): the spec is then also checked against its
+   * profile's target revision, as `plan` and `start` check it (default: no profile, parsing only).
+   */
+  profiles?: string;
   /** Expensive to refuse naively (huge expansion, deep nesting): also run under a 200 MB heap. */
   heavy?: boolean;
 }

@@ -74,6 +74,26 @@ describe('plan and start refuse unsigned device commands', () => {
     expect(run.stderr).not.toMatch(/hunter[23]/);
   });
 
+  it('a gate no channel could answer on the target revision exits 2 at plan and at start, naming the phase, the check and the devices', async () => {
+    // test/corpus/profile-dirs/bare: signed revisions with no health section, a profile with no metrics.
+    const profiles = join(PROJECT_ROOT, 'test/corpus/profile-dirs');
+    const path = join(scratch.dir, 'bare.yaml');
+    writeFileSync(path, stringify({ rollout: { profile: 'bare', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', healthGate: ['devices-online'] }, { bulk: 'remainder', healthGate: ['error-rate < 0.05', 'prometheus: up < 1', 'all-runtimes-healthy', 'check: bare-present'] }] } }));
+    const runs = await Promise.all([plan(path, profiles), start(path, profiles)]);
+    const devices = 'phase 2 would pause on it on any device it takes (the 20 devices in scope: ';
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).not.toContain('cannot reach Temporal');
+      expect(run.stderr).toContain(`rollout.phases[1].healthGate[0]: has no error-rate source: bare r2 has no signed health.errorRate.command and profile "bare" no metrics.errorRate (http or prometheus); ${devices}`);
+      expect(run.stderr).toContain(`rollout.phases[1].healthGate[1]: has no Prometheus to ask: profile "bare" has no metrics.errorRate.prometheus.url`);
+      expect(run.stderr).toContain('rollout.phases[1].healthGate[2]: bare r2 declares no signed health.runtimes');
+      expect(run.stderr).toContain('rollout.phases[1].healthGate[3]: bare r2 has no signed health check named "bare-present"');
+      expect(run.stderr).toMatch(/and 15 more\) \(got "check: bare-present"\)/);
+      // phase 1's worker-side check is answerable: it is not named
+      expect(run.stderr).not.toContain('rollout.phases[0]');
+    }
+  });
+
   it('selecting the signed checks plans with exit 0', async () => {
     const run = await plan(spec('signed', ['all-runtimes-healthy', 'check: motd-present', 'error-rate < 0.01', 'devices-online']));
     expect(run.code, run.stderr).toBe(0);

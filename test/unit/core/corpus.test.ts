@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadInventory as loadInventoryFile } from '../../../intake/inventory';
+import { loadRolloutContent } from '../../../intake/prepare';
+import { assembleRolloutInput } from '../../../intake/rollout-input';
 import { MAX_DOCUMENT_BYTES, readDocument } from '../../../intake/files';
 import { WavegateError } from '../../../core/errors';
 import { parseProfile, parseRevision } from '../../../core/revision';
@@ -20,7 +22,10 @@ function load(c: CorpusCase): void {
   switch (c.kind) {
     case 'spec': {
       const spec = parseRolloutSpec(readDocument(file), file);
-      checkSpecAgainstInventory(spec, loadInventoryFile(join(ROOT, 'valid/inventory.yaml')), file);
+      const inventory = loadInventoryFile(join(ROOT, 'valid/inventory.yaml'));
+      checkSpecAgainstInventory(spec, inventory, file);
+      // Against a profile: the rollout input as start builds it (signed content, health selections).
+      if (c.profiles) assembleRolloutInput({ ...loadRolloutContent({ spec, specSource: file, profilesDir: join(ROOT, c.profiles) }), specSource: file, inventory, inventoryPath: join(ROOT, 'valid/inventory.yaml'), startedBy: 'corpus' });
       return;
     }
     case 'inventory':

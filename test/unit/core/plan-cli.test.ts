@@ -91,7 +91,7 @@ describe('wavegate plan (spawned)', () => {
       for (let c = queue.shift(); c; c = queue.shift()) {
         const file = join(ROOT, c.file);
         const args = c.kind === 'spec'
-          ? ['plan', '-f', file, '--inventory', join(ROOT, 'valid/inventory.yaml'), '--profiles-dir', NO_PROFILES]
+          ? ['plan', '-f', file, '--inventory', join(ROOT, 'valid/inventory.yaml'), '--profiles-dir', c.profiles ? join(ROOT, c.profiles) : NO_PROFILES]
           : ['plan', '-f', join(ROOT, 'valid/spec.yaml'), '--inventory', file, '--profiles-dir', NO_PROFILES];
         runs.set(c.file, await wavegate(args));
       }
