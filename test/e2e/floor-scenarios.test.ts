@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -7,21 +7,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { desireOnTwin, readTwin } from '../../activities/agent/twin-client';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
-import type { Revision } from '../../core/revision';
 import type { RolloutStatus } from '../../core/rollout/status';
-import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope } from '../../core/signing';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport } from '../../core/twin';
 import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { scratchDir, startTestWorker } from '../support/harness';
+import { writeSignedProfile, type RevisionSource, type SignedProfile } from '../support/signed-profile';
 import { until } from '../support/until';
 
 /**
  * The scenarios issue 21 demands ("Must show"), end to end over a mixed fleet: simulated SSH devices and
  * real `wavegate agent` processes behind a real `wavegate gateway`, one dev server and one worker, driven
  * by the real `wavegate` CLI. Each scenario has a profile of its own (w21a..w21e, r1..r5, signed 2-of-2
- * by keys made here and pinned by the worker, the gateway and every agent), so floors and markers of one
+ * by keys made here (test/support/signed-profile.ts) and pinned by the worker, the gateway and every agent), so floors and markers of one
  * never meet another's. Every apply appends `r<n>` to `$HOME/etc/<profile>.runs` on the device.
  *
  *   1. an old spec (r1 -> r2) re-run on a fleet at r5 applies nothing, now or later (no agent is given r2);
@@ -45,48 +44,30 @@ let gateway: { child: ChildProcess; output: () => string };
 let gatewayUrl = '';
 const agents = new Map<string, ChildProcess>();
 const agentPins = new Map<string, string>();
-const envelopes = new Map<string, Envelope>(); // `${profile}:${n}`
+const profiles = new Map<string, SignedProfile>();
 
 // ---- the test's own signed profiles -------------------------------------------------------------------
 
-const alice = keyPairFromSeed(randomBytes(32));
-const bob = keyPairFromSeed(randomBytes(32));
-
 /** Revision n of `profile`: installs `$HOME/etc/<profile>.conf` ("<profile> revision <n>"), counted in `<profile>.runs`. */
-function revisionOf(profile: string, n: number): { revision: Revision; payload: Buffer } {
-  const payload = Buffer.from(`${profile} revision ${n}\n`);
-  const revision: Revision = {
-    profile,
+function revisionSource(profile: string, n: number): RevisionSource {
+  return {
     revision: n,
     apply: `mkdir -p "$HOME/etc" && echo r${n} >> "$HOME/etc/${profile}.runs" && install -m 0644 "$WAVEGATE_STAGING/conf" "$HOME/etc/${profile}.conf"`,
     verify: `grep -qx '${profile} revision ${n}' "$HOME/etc/${profile}.conf"`,
-    ...(n > 1 ? { previous: n - 1 } : {}),
-    payload: [{ name: 'conf', sha256: createHash('sha256').update(payload).digest('hex'), size: payload.length, source: `payload/conf-${n}` }],
+    payload: { conf: `${profile} revision ${n}\n` },
     risk: 'risky',
     health: {
       runtimes: [{ name: `${profile}-up`, command: 'true' }],
       checks: [{ name: `${profile}-conf`, command: `grep -qx '${profile} revision ${n}' "$HOME/etc/${profile}.conf"` }],
     },
   };
-  return { revision, payload };
 }
 
+/** r1..r5 of `profile`, signed 2-of-2 under ROOT, and the same pins on every agent (DEVICE_PINS). */
 function writeProfile(profile: string): void {
-  const dir = join(ROOT, profile);
-  for (const sub of ['revisions', 'envelopes', 'payload']) mkdirSync(join(dir, sub), { recursive: true });
-  const trust = { threshold: 2, pins: [pinOf(alice, 'alice'), pinOf(bob, 'bob')] };
-  writeFileSync(join(dir, 'profile.yaml'), stringify({ name: profile, description: `issue 21 scenario profile ${profile}`, scope: {} }));
-  writeFileSync(join(dir, 'trust.yaml'), stringify(trust));
-  mkdirSync(join(DEVICE_PINS, profile), { recursive: true });
-  writeFileSync(join(DEVICE_PINS, profile, 'trust.yaml'), stringify(trust));
-  for (let n = 1; n <= 5; n++) {
-    const { revision, payload } = revisionOf(profile, n);
-    writeFileSync(join(dir, 'payload', `conf-${n}`), payload);
-    writeFileSync(join(dir, 'revisions', `${n}.yaml`), stringify(revision));
-    const envelope = cosignEnvelope(signRevision(revision, alice, { now: Date.now() }), bob);
-    envelopes.set(`${profile}:${n}`, envelope);
-    writeFileSync(join(dir, 'envelopes', `${n}.json`), `${JSON.stringify(envelope, null, 2)}\n`);
-  }
+  const p = writeSignedProfile({ root: ROOT, name: profile, revisions: [1, 2, 3, 4, 5].map((n) => revisionSource(profile, n)) });
+  p.writePins(DEVICE_PINS);
+  profiles.set(profile, p);
 }
 
 // ---- the devices, read back from their homes ----------------------------------------------------------
@@ -119,12 +100,12 @@ function wg(args: string[], timeoutMs = 240_000): Promise<CliRun> {
 }
 
 /** An inventory of these devices in one pool (budget 100%): SSH ones from the simulator, agents by their pins. */
-function inventory(name: string, ids: readonly string[]): string {
+function inventory(name: string, ids: readonly string[], classes: Record<string, string> = {}): string {
   const ssh = fleetInventory(fleet).devices;
   const devices = ids.map((id) =>
     isAgent(id)
-      ? { id, pool: 'mix', class: 'edge', labels: {}, transport: 'agent', agentKey: agentPins.get(id)! }
-      : { ...ssh.find((d) => d.id === id)!, pool: 'mix', user: fleet.user, ssh: { ...ssh.find((d) => d.id === id)!.ssh, key: fleet.clientKeyPath } },
+      ? { id, pool: 'mix', class: classes[id] ?? 'edge', labels: {}, transport: 'agent', agentKey: agentPins.get(id)! }
+      : { ...ssh.find((d) => d.id === id)!, class: classes[id] ?? 'edge', pool: 'mix', user: fleet.user, ssh: { ...ssh.find((d) => d.id === id)!.ssh, key: fleet.clientKeyPath } },
   );
   const path = join(scratch.dir, `${name}.inventory.yaml`);
   writeFileSync(path, stringify({ pools: { mix: { disruptionBudget: 1 } }, devices }));
@@ -157,8 +138,8 @@ async function startAndWait(specPath: string, inventoryPath: string, extra: stri
 }
 
 /** A rollout that must complete with exit 0. */
-async function rollout(name: string, ids: readonly string[], rolloutSpec: Record<string, unknown>): Promise<Started> {
-  const started = await startAndWait(spec(name, rolloutSpec), inventory(name, ids));
+async function rollout(name: string, ids: readonly string[], rolloutSpec: Record<string, unknown>, classes: Record<string, string> = {}): Promise<Started> {
+  const started = await startAndWait(spec(name, rolloutSpec), inventory(name, ids, classes));
   expect(started.run.code, `${name}: ${started.run.stdout}\n${started.run.stderr}`).toBe(0);
   expect(started.status.state, name).toBe('completed');
   return started;
@@ -251,8 +232,8 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     // The agent's own apply confirmed r2 and kept its floor there, as the SSH path does.
     expect(floorOf('ag-3', P)).toMatchObject({ revision: 2 });
 
-    const envelope = envelopes.get(`${P}:1`)!;
-    const { revision } = revisionOf(P, 1);
+    const envelope = profiles.get(P)!.envelope(1);
+    const revision = profiles.get(P)!.revision(1);
     const desire = async (over: Partial<DesiredRequest['steps']> = {}) => {
       const holder = { rollout: done.rolloutId, run: `forged-${randomUUID()}`, activity: '1', attempt: 1 };
       const request: DesiredRequest = {
@@ -289,11 +270,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const ids = ['edge-01', 'edge-02', 'ag-1', 'ag-2'];
     const first = await rollout('c-first', ids, { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '10s' });
     const floors = new Map(ids.map((id) => [id, floorText(id, P)]));
-    for (const id of ids) {
-      expect(marker(id, P), id).toBe(2);
-      expect(floors.get(id), `${id} has a floor`).not.toBeNull();
-      expect(parseFloor(floors.get(id)!), id).toMatchObject({ revision: 2, from: 1 });
-    }
+    for (const id of ids) expect(marker(id, P), id).toBe(2);
     const closedAt = (await env.client.workflow.getHandle(first.rolloutId, first.runId).describe()).closeTime!.getTime();
 
     const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d' }), inventory('c-rerun', ids));
@@ -302,6 +279,11 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     for (const id of ids) {
       expect(floorText(id, P), `${id}'s floor after the re-run`).toBe(floors.get(id));
       expect(runs(id, P), id).toEqual(['r2']);
+    }
+    // Each one is the floor the first rollout's own apply raised: r2, back to r1 only by that rollout.
+    for (const id of ids) {
+      expect(floors.get(id), `${id} has a floor`).not.toBeNull();
+      expect(parseFloor(floors.get(id)!), id).toMatchObject({ revision: 2, from: 1, rollout: first.rolloutId });
     }
 
     await until('the first rollout\'s 10 s revert window to pass', async () => (Date.now() > closedAt + 10_000 + 1_500 ? true : undefined), 60_000);
@@ -330,7 +312,10 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     mkdirSync(join(homeOf(IN_PLACE), '.wavegate/profiles', P), { recursive: true });
     writeFileSync(join(homeOf(IN_PLACE), '.wavegate/profiles', P, 'revision'), '2\n');
 
-    const done = await rollout('d', [IN_PLACE, ...changed], { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '1h' });
+    // Its class keeps it out of the canary phase (whose devices are probed before the plan): it is found in
+    // place by its own apply, in the bulk phase, as a device nobody probed would be.
+    const done = await rollout('d', [IN_PLACE, ...changed], { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '1h', canaryClass: 'edge' }, { [IN_PLACE]: 'kiosk' });
+    expect(done.status.devices.find((d) => d.id === IN_PLACE)?.phase, 'the device found in place is in the bulk phase').toBe(1);
     for (const id of changed) {
       expect(marker(id, P), id).toBe(2);
       expect(runs(id, P), id).toEqual(['r2']);
