@@ -242,6 +242,21 @@ export class RolloutSteps {
     return this.batches.floorAtApply;
   }
 
+  /**
+   * The completion's floor record (FLOOR_AT_APPLY): every device this rollout changed raised its floor in
+   * its own apply (a device whose floor could not be written failed there), so the record only names
+   * what the floor now says and on how many devices.
+   */
+  async recordFloor(): Promise<void> {
+    const { model, input } = this;
+    const { spec } = input;
+    const confirmed = model.toUndo().filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? '')).length;
+    if (confirmed === 0) return;
+    const revert = input.reverts !== undefined;
+    const revertWindowMs = revert ? 0 : (spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS);
+    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from: revert ? spec.toRevision : spec.fromRevision, revertWindowMs, confirmed, failed: [], raised: 'at each apply' } });
+  }
+
   /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */
   settled(): Promise<unknown> {
     return this.batches.settled();

@@ -103,8 +103,9 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       return steps.finish('aborted', outcome.event, abort.reason);
     }
     await steps.settled();
-    // Each device's floor rose with its own confirmed apply; executions recorded before that raise them here.
-    if (!steps.floorAtApply && wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
+    // Each device's floor rose with its own confirmed apply (recorded here); executions recorded before that raise them here.
+    if (steps.floorAtApply) await steps.recordFloor();
+    else if (wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
     // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
     await convergeSkippedAgents(input, model);
     return steps.finish('completed', 'rollout.completed');

@@ -135,6 +135,8 @@ export function createMockActivities() {
       if (mode === 'apply' && s.refuseApply?.has(id)) throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`, nonRetryable: true });
       const applies = s.log.filter((l) => l.startsWith('apply:')).length;
       if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter))) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
+      // The floor rises with the confirmed apply when its steps ask (patch floor-at-apply), as a device's script raises it.
+      if (input.steps.floor?.raise) s.floors = [...(s.floors ?? []), { id, revision: input.steps.revision }];
       return { device: id, outcome: 'applied' as const, steps: [mode] };
     },
     async runHealthCheck(input: { check: string }): Promise<CheckResult> {

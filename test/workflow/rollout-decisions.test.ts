@@ -35,7 +35,7 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     // Every device's own outcome is in the trail, not only the phases'.
     expect(deviceRecords(s, 'apply').map((d) => d.state).sort()).toEqual(['applied', 'applied', 'applied', 'applied']);
     expect(new Set(deviceRecords(s, 'apply').map((d) => d.id))).toEqual(new Set(result.devices.map((d) => d.id)));
-    // Completed: every device it changed gets its floor raised to the target (no downgrade after).
+    // Every device it changed raised its floor to the target with its own apply (no downgrade after); the completion records it.
     expect(s.floors!.map((f) => f.revision)).toEqual([2, 2, 2, 2]);
     expect(s.audit.find((r) => r.event === 'floor.confirmed')!.evidence).toMatchObject({ revision: 2, from: 1, confirmed: 4, failed: [] });
   });
