@@ -159,7 +159,8 @@ describe('wavegate revert', () => {
       expect(markerOf(fleet, id), id).toBe(1);
       expect(verifiesAt(fleet, id, 1), id).toBe(true);
       expect(verifiesAt(fleet, id, 2), id).toBe(false);
-      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: 'rollout:demo' });
+      // Raised by the revert's own apply, to its target with no way back (window 0), tagged with the revert's run.
+      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: 'rollout:demo', run: expect.not.stringMatching(runId), window: 0, at: expect.any(Number) });
     }
     // The devices it did not change (offline then, left-behind) saw no command at all.
     const after = commandCounts();
@@ -200,7 +201,7 @@ describe('wavegate revert', () => {
     expect(revert.stdout).toContain(`over the 7 device(s) rollout:demo (run ${runId}) changed, one phase, no gate (--fast)`);
     await recordHistory(env!.client.workflow.getHandle('rollout:demo'), 'revert-fast');
     const s = await status();
-    expect(s.reverts).toEqual({ rolloutId: 'rollout:demo', runId });
+    expect(s.reverts).toEqual({ rolloutId: 'rollout:demo', runId, closedAt: expect.any(Number) });
     expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
     expect(s.phases[0]!.evidence!.join(' ')).toContain('all-runtimes-healthy');
     for (const id of REQUIRED) expect(markerOf(fleet, id), id).toBe(1);
@@ -211,8 +212,10 @@ describe('wavegate revert', () => {
     const { runId, run } = await startAndWait('short-window', { ...FAST, revertWindow: '3s' });
     expect(run.code, run.stdout + run.stderr).toBe(0);
     const closedFloor = floorOf('edge-01');
-    expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: 'rollout:demo' });
-    await until('the 3 s revert window to pass', async () => (Date.now() > closedFloor!.revertUntil + 1_500 ? true : undefined));
+    // Raised by its apply, tagged with the run, carrying the window; the window runs from the rollout's close.
+    expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: 'rollout:demo', run: runId, window: 3_000 });
+    const closedAt = (await env!.client.workflow.getHandle('rollout:demo', runId).describe()).closeTime!.getTime();
+    await until('the 3 s revert window to pass', async () => (Date.now() > closedAt + 3_000 + 1_500 ? true : undefined));
 
     const before = fleet.totalCommands();
     const late = await wg(['revert', 'rollout:demo']);
