@@ -110,8 +110,10 @@ describe('unconfirmedDevices', () => {
     { id: 'b2', state: 'applying', phase: 1 },
     { id: 'b3', state: 'failed', phase: 1 },
     { id: 'b4', state: 'skipped', phase: 1, reason: 'offline at snapshot' },
+    // Never started (an abort came first): skipped like b4, nobody waits for it.
+    { id: 'b5', state: 'not-started', phase: 1, reason: 'aborted by alice' },
     { id: 'r1', state: 'pending', phase: 2 },
-    { id: 'nfm', state: 'skipped', phase: -1 },
+    { id: 'nfm', state: 'not-for-me', phase: -1, reason: 'left-behind: the device is excluded from updates (updateClass)' },
     { id: 'there', state: 'applied', phase: -1 },
   ];
 
