@@ -20,10 +20,12 @@ const BATCH = 500;
 const { desireAgentRevision } = wf.proxyActivities<Acts>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 5 } });
 
 /**
- * After a completed rollout: every agent device it skipped (offline, or not started) and that was not
- * at the target already gets the rollout's revision as its desired state on its twin, so it converges
- * when its agent returns. A rolled-back or aborted rollout leaves skipped devices' desired state alone:
- * they stay on the revision they have. Returns how many devices were asked.
+ * After a completed rollout: every agent device it skipped as offline (at snapshot or at its apply) gets
+ * the rollout's revision as its desired state on its twin, so it converges when its agent returns; the
+ * activity leaves alone a device whose agent reports that revision or a higher one. A device skipped for
+ * any other reason (ahead of the target, not-for-me, never started) is not asked: convergence never
+ * goes down. A rolled-back or aborted rollout leaves skipped devices' desired state alone: they stay on
+ * the revision they have. Returns how many devices were asked.
  */
 export async function convergeSkippedAgents(input: RolloutInput, model: RolloutModel): Promise<number> {
   const agents = model.snapshotDevices().filter((d) => d.transport === 'agent');
