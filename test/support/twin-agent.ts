@@ -1,14 +1,15 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import type { AgentReport, DesiredEntry } from '../../core/twin';
+import { errorRateReportName, type AgentReport, type DesiredEntry } from '../../core/twin';
 import { syncTwin } from '../../gateway/twin';
 
 /**
  * A minimal in-process agent for rollout-side tests (NOT `wavegate agent`): it syncs with its twin
  * through the Temporal client as the gateway would, "applies" a desired entry by writing the marker
  * file `<dir>/<profile>.revision` (and appending to `<dir>/applies.log`), and reports. `health(rev)`
- * says what its runtime check reports at a revision; `refuse(entry)` makes it refuse an entry.
+ * says what its runtime (and signed) checks report at a revision, `errorRate(rev)` the error rate it
+ * reports; `refuse(entry)` makes it refuse an entry.
  */
 export interface TwinAgentOptions {
   health?: (revision: number | null) => boolean;
@@ -16,6 +17,10 @@ export interface TwinAgentOptions {
   waitMs?: number;
   /** Runtime check names it reports (default the demo profile's `motd`). */
   runtimes?: string[];
+  /** Signed `health.checks` names it reports (kind 'check', ok as `health` says; default none). */
+  checks?: string[];
+  /** The error rate it reports at a revision (kind 'error-rate', named errorRateReportName); undefined: none reported. */
+  errorRate?: (revision: number | null) => number | undefined;
 }
 
 export function markerIn(dir: string, profile: string): number | null {
@@ -34,7 +39,13 @@ export function startTwinAgent(client: Client, taskQueue: string, deviceId: stri
   const report: AgentReport = { profiles: {}, health: [], healthAt: null, agentVersion: 'twin-agent-test' };
   const check = (profile: string) => {
     const revision = markerIn(dir, profile);
-    report.health = (opts.runtimes ?? ['motd']).map((name) => ({ name, ok: opts.health ? opts.health(revision) : true }));
+    const ok = opts.health ? opts.health(revision) : true;
+    const rate = opts.errorRate?.(revision);
+    report.health = [
+      ...(opts.runtimes ?? ['motd']).map((name) => ({ name, kind: 'runtime' as const, ok })),
+      ...(opts.checks ?? []).map((name) => ({ name, kind: 'check' as const, ok })),
+      ...(rate === undefined ? [] : [{ name: errorRateReportName(profile), kind: 'error-rate' as const, ok: true, value: rate }]),
+    ];
     report.healthAt = new Date().toISOString();
   };
   const loop = (async () => {
