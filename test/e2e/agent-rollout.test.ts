@@ -4,6 +4,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
+import { agentChecks, agentErrorRate } from '../../activities/agent/health';
 import { readTwin, twinStartOptions } from '../../activities/agent/twin-client';
 import { readAuditFile } from '../../activities/audit';
 import type { RolloutStatus } from '../../workflows/messages';
@@ -20,7 +21,8 @@ import { until } from '../support/until';
  * `wavegate gateway`, a dev server and a worker, started by the real `wavegate start`: the demo profile
  * r1 -> r2, signed, verified by each agent against its OWN pins. Every device's apply runs are counted by
  * an `install` wrapper first on the agents' PATH (`$HOME/apply-runs`); `sim-runtime-health` there reads
- * `$HOME/unhealthy` so a test can make a device's runtime check fail.
+ * `$HOME/unhealthy` so a test can make a device's runtime check fail, `sim-error-rate` prints
+ * `$HOME/error-rate` (else 0).
  */
 const PROFILES = join(PROJECT_ROOT, 'profiles');
 
@@ -99,7 +101,9 @@ describe('rollouts over real agents and a real gateway', () => {
     // The apply's `install`, counted (and slowed down when $HOME/slow names seconds), then the real one.
     writeFileSync(join(bin, 'install'), `#!/bin/sh\necho "install $*" >> "$HOME/apply-runs"\n[ -f "$HOME/slow" ] && sleep "$(cat "$HOME/slow")"\nexec /usr/bin/install "$@"\n`);
     writeFileSync(join(bin, 'sim-runtime-health'), `#!/bin/sh\n[ ! -e "$HOME/unhealthy" ]\n`);
-    for (const f of ['install', 'sim-runtime-health']) chmodSync(join(bin, f), 0o755);
+    // The demo revisions' signed error-rate command: what $HOME/error-rate says, else 0.
+    writeFileSync(join(bin, 'sim-error-rate'), `#!/bin/sh\ncat "$HOME/error-rate" 2>/dev/null || echo 0\n`);
+    for (const f of ['install', 'sim-runtime-health', 'sim-error-rate']) chmodSync(join(bin, f), 0o755);
     // The devices' own pins for the demo profile (the same release keys the profile is signed by).
     mkdirSync(join(devicePins, 'demo'), { recursive: true });
     copyFileSync(join(PROFILES, 'demo', 'trust.yaml'), join(devicePins, 'demo', 'trust.yaml'));
@@ -133,7 +137,7 @@ describe('rollouts over real agents and a real gateway', () => {
     // a3's apply takes 8 s: its agent is SIGKILLed in the middle and restarted.
     writeFileSync(join(home('a3'), 'slow'), '8');
     const inventory = writeInventory('a', [...A, OFFLINE].map(agentDevice));
-    const spec = writeSpec('a', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: '50%' }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] }] });
+    const spec = writeSpec('a', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: '50%' }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy', 'check: motd-present'] }] });
     const id = await start(spec, inventory);
     await until('a3 applying', async () => (runs('a3').length > 0 ? true : undefined), 180_000);
     await killAgent('a3');
@@ -251,5 +255,57 @@ describe('rollouts over real agents and a real gateway', () => {
     const view = await readTwin(env.client, LATE);
     expect(view?.desired.demo).toMatchObject({ revision: 2, requestId: expect.stringMatching(/:converge:e1$/) });
     expect(gateway.output()).toContain(`${LATE}: first sync: converging to the latest completed rollout of demo`);
+  }, 300_000);
+  it('agents report the signed checks and error rate; a drift `fleet status --reverify` finds reads applied again on the next --reverify once the fact is restored, with no apply in between', async () => {
+    const d = 'a1';
+    expect(marker(d)).toBe(2);
+    // Every device-side gate is answered from a1's report: the runtime, the signed check, the error rate.
+    writeFileSync(join(home(d), 'error-rate'), '0.25\n');
+    const rated = await until('a1 reports its error rate', async () => {
+      const v = await readTwin(env.client, d);
+      return v?.report?.health.some((h) => h.kind === 'error-rate' && h.value === 0.25) ? v : undefined;
+    }, 120_000);
+    expect(rated.report!.health).toEqual(
+      expect.arrayContaining([
+        { name: 'motd', kind: 'runtime', ok: true },
+        { name: 'motd-present', kind: 'check', ok: true },
+        { name: 'error-rate:demo', kind: 'error-rate', ok: true, value: 0.25 },
+      ]),
+    );
+    expect(agentErrorRate(rated, 'demo', 2, Date.now())).toEqual({ ok: true, value: 0.25 });
+    expect(agentChecks(rated, ['motd', 'motd-present'], 'demo', 2, Date.now())).toEqual({ ok: true, value: [] });
+    // Output that is no number is reported unread, never as a rate.
+    writeFileSync(join(home(d), 'error-rate'), 'n/a\n');
+    const unread = await until('a1 reports an unread error rate', async () => {
+      const v = await readTwin(env.client, d);
+      return v?.report?.health.some((h) => h.kind === 'error-rate' && !h.ok) ? v : undefined;
+    }, 120_000);
+    expect(unread.report!.health.find((h) => h.kind === 'error-rate')).toEqual({ name: 'error-rate:demo', kind: 'error-rate', ok: false, detail: 'not a number: "n/a"' });
+    expect(agentErrorRate(unread, 'demo', 2, Date.now())).toEqual({ ok: false, reason: 'error-rate command on the device gave no number: not a number: "n/a"' });
+    rmSync(join(home(d), 'error-rate'));
+
+    const inventory = writeInventory('reverify', [agentDevice(d)]);
+    const board = async () => {
+      const run = await runCli(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', PROFILES, '--revision', '2', '--reverify', '--json', ...temporal()]);
+      expect(run.stderr).toContain('re-verify: 1 of 1 online agents answered');
+      return { code: run.code, row: (JSON.parse(run.stdout) as { rows: Array<{ id: string; state: string; reason?: string }> }).rows.find((r) => r.id === d)! };
+    };
+    const applies = runs(d).length;
+    const motdFile = join(home(d), 'etc/motd');
+    const good = readFileSync(motdFile);
+    writeFileSync(motdFile, 'tampered\n');
+    const drifted = await board();
+    expect(drifted.code).not.toBe(0);
+    expect(drifted.row).toMatchObject({ state: 'pending', reason: expect.stringContaining('failed VERIFY') });
+    expect((await readTwin(env.client, d))?.report?.profiles.demo).toMatchObject({ state: 'failed', reason: 'VERIFY', steps: ['reverify'], revision: 2 });
+    // Restored by hand: the next re-verify finds the fact back and reports it in place.
+    writeFileSync(motdFile, good);
+    const recovered = await board();
+    expect(recovered.code, JSON.stringify(recovered.row)).toBe(0);
+    expect(recovered.row).toMatchObject({ state: 'applied', reason: expect.stringMatching(/^verified by its agent/) });
+    const report = (await readTwin(env.client, d))?.report?.profiles.demo;
+    expect(report).toMatchObject({ state: 'applied', steps: ['reverify'], revision: 2 });
+    expect(report?.reason).toBeUndefined();
+    expect(runs(d), 'no apply between the two re-verifies').toHaveLength(applies);
   }, 300_000);
 });
