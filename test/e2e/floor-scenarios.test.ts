@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { desireOnTwin, readTwin } from '../../activities/agent/twin-client';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
+import { changedDevices } from '../../core/rollout/revert';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport } from '../../core/twin';
 import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
@@ -202,10 +203,9 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     for (const id of ids) {
       const d = again.status.devices.find((x) => x.id === id);
       // Not for this rollout: above its target (its marker, or its agent's report, says r5).
-      if (d) {
-        expect(['applied', 'claimed', 'failed', 'rolled-back'], `${id}: ${JSON.stringify(d)}`).not.toContain(d.state);
-        expect(`${d.state} ${d.reason ?? ''}`, id).toMatch(/not-for-me|ahead/);
-      }
+      expect(d, `${id} in the re-run's status`).toBeDefined();
+      expect(['applied', 'claimed', 'failed', 'rolled-back'], `${id}: ${JSON.stringify(d)}`).not.toContain(d!.state);
+      expect(`${d!.state} ${d!.reason ?? ''}`, id).toMatch(/not-for-me|ahead/);
     }
     expect(again.status.counts.applied + again.status.counts.claimed + again.status.counts.failed).toBe(0);
 
@@ -276,6 +276,8 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d' }), inventory('c-rerun', ids));
     expect(rerun.status.state, rerun.run.stdout + rerun.run.stderr).toBe('completed');
     expect(rerun.runId).not.toBe(first.runId);
+    // It found every device in place: it changed none (what `wavegate revert` would go over).
+    expect(changedDevices(rerun.status), JSON.stringify(rerun.status.devices)).toEqual([]);
     for (const id of ids) {
       expect(floorText(id, P), `${id}'s floor after the re-run`).toBe(floors.get(id));
       expect(runs(id, P), id).toEqual(['r2']);
@@ -289,6 +291,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     await until('the first rollout\'s 10 s revert window to pass', async () => (Date.now() > closedAt + 10_000 + 1_500 ? true : undefined), 60_000);
     const late = await wg(['revert', first.rolloutId, '--run', first.runId, '--profiles', ROOT]);
     expect(late.code, late.stdout + late.stderr).toBe(2);
+    expect(late.stderr).toMatch(/revert window \(revertWindow 10s\) closed at/);
     const latest = await wg(['revert', first.rolloutId, '--profiles', ROOT]);
     expect(latest.code, latest.stdout + latest.stderr).toBe(2);
     // Nothing started: the id's latest run is still the re-run.
@@ -325,6 +328,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
 
     const revert = await wg(['revert', done.rolloutId, '--profiles', ROOT, '--wait', '--interval', '300']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
+    expect(revert.stdout).toContain(`over the ${changed.length} device(s) ${done.rolloutId} (run ${done.runId}) changed`);
     for (const id of changed) {
       expect(marker(id, P), id).toBe(1);
       expect(conf(id, P), id).toBe(`${P} revision 1\n`);
