@@ -170,7 +170,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       await worker.restart();
       ctx = { scratch: scratch.dir, address: env.address, namespace: env.namespace ?? 'default', taskQueue, client: env.client, profilesRoot: root, profile: PROFILE, devicePins, worker, temporalArgs };
       await backend.start(ctx, ALL);
-    }, 300_000);
+    }, 600_000);
 
     afterAll(async () => {
       await backend.stop();
