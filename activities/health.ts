@@ -42,7 +42,9 @@ import { channelFor, type ChannelDeps, type DeviceChannel, type HealthQuestion, 
  * health checks) or an envelope that does not verify runs nothing: the check is inconclusive, saying why.
  *
  * `timeoutMs` bounds the whole check: every connection and command gets the time left until the
- * check's deadline, and devices not reached by then count as unread.
+ * check's deadline, and devices not reached by then count as unread. An agent device answers from its
+ * latest report at once: one older than the report's freshness bound is unread, and the evidence names
+ * that bound, not the check's timeout.
  */
 export interface HealthCheckInput {
   /** One `healthGate` entry, as written in the rollout spec (see core/health.ts for the forms). */

@@ -18,6 +18,8 @@ import type { ChannelDeps, DeviceChannel, Reading } from './types';
 /** What the board and drift say of an agent device when nothing can read twins (the CLI had no client). */
 export const NO_TWIN_READER = 'agent device: read from its twin, and no Temporal client was given to read it';
 
+const NO_CLIENT = 'no Temporal client to read the device twin with';
+
 /** The freshness bound as evidence states it. */
 const BOUND = `reports count for ${Math.round(REPORT_FRESH_MS / 1000)} s`;
 
@@ -25,7 +27,7 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
   const now = deps.now ?? Date.now;
   const client = (): Client => {
     const c = deps.client?.();
-    if (!c) throw new Error('no Temporal client to read the device twin with');
+    if (!c) throw new Error(NO_CLIENT);
     return c;
   };
   const reader = (): TwinReader | undefined => {
@@ -35,7 +37,7 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
   };
   const view = (id: string): Promise<TwinView | null> => {
     const read = reader();
-    return read ? read(id) : Promise.reject(new Error('no Temporal client to read the device twin with'));
+    return read ? read(id) : Promise.reject(new Error(NO_CLIENT));
   };
   /** A health answer from the report: unread for its age (`no-report`, the bound named) or for what it says (`unanswered`). */
   const fromReport = <T>(answer: AgentHealthAnswer<T>, at: string | null | undefined): Reading<T> => {

@@ -37,9 +37,9 @@ export interface DeviceChannel {
   /** The signed `health.errorRate.command`'s value on the device. */
   errorRate(target: DeviceTarget, command: string, about: About, q: HealthQuestion): Promise<Reading<number>>;
 
-  /** The board's read: does the device verify `revision` now (applied, claimed or pending, and why). Never throws. */
+  /** The board's read: does the device verify `revision` now (applied, claimed or pending, and why); a device that cannot be read is pending, saying why. */
   boardRead(target: DeviceTarget, q: BoardQuestion): Promise<BoardAnswer>;
-  /** Drift: does the revision the device's marker names still verify. Never throws. */
+  /** Drift: does the revision the device's marker names still verify; a device that cannot be read is unreachable, saying why. */
   drift(target: DeviceTarget, q: DriftQuestion): Promise<DriftAnswer>;
   /** The device's revision marker now (the fleet's revision). Throws when it cannot be read. */
   readMarker(target: DeviceTarget, profile: string, opts: ReadOptions): Promise<number | null>;

@@ -9,8 +9,8 @@ export type { ApplyHolder, ApplyLockClaim, ApplyLockRecord, ConnectOptions, Devi
 
 /**
  * The transports this worker can dial, by the name inventories give them. `agent` devices are never
- * dialled: they pull from their twin `device:<id>`, and the rollout's activities reach them there
- * (activities/agent/); a session to one is refused.
+ * dialled: they pull from their twin `device:<id>`, and their channel reaches them there
+ * (activities/channel/agent.ts); a session to one is refused.
  */
 const TRANSPORTS: ReadonlyMap<string, DeviceTransport> = new Map([[sshTransport.name, sshTransport]]);
 

@@ -2,9 +2,9 @@ import type { DeviceFloor } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
 
 /**
- * The one way activities reach a device. Snapshot, apply, the fleet board and health probes all go
- * through a DeviceSession, so a second transport (a pull agent on the device) only has to implement
- * these two interfaces; what to run and in which order stays in the callers.
+ * A session to a device: what the SSH channel (activities/channel/ssh.ts) runs snapshot reads, applies,
+ * the board's verify and health commands over, and what the pull agent applies over on its own device
+ * (./local.ts). Activities never open one themselves: they ask the device's channel (activities/channel/).
  */
 export interface DeviceTransport {
   /** The name inventories and DeviceTargets use for it (`transport: ssh`). */
