@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationHeader } from '../../core/agent-auth';
 import { toBase64, utf8Encode } from '../../core/bytes';
 import { canonicalize } from '../../core/canonical';
-import { formatFloor } from '../../core/floor';
+import { formatFloor, type FloorExemption } from '../../core/floor';
 import type { Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport, type TwinView } from '../../core/twin';
@@ -360,4 +360,23 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       await stopChild(tls.child);
     }
   }, 120_000);
+  it('a floor raised at apply by a rollout run: the agent lets only that run\'s compensation (the exemption in the steps) back to its from; otherwise BELOW_FLOOR naming the floor', async () => {
+    // agentp r3 is in place; rollout:up (run run-up) then confirmed r5 over it, tagged as the apply writes it.
+    expect(marker('dev-a')).toBe(3);
+    writeFileSync(join(home('dev-a'), '.wavegate/profiles/agentp/floor'), formatFloor({ revision: 5, from: 3, revertUntil: 0, rollout: 'rollout:up', run: 'run-up', window: 0, at: Date.now() }));
+    const r3 = signRevision(revision('agentp', 3), signer, { now: Date.now() });
+    const steps = (below?: FloorExemption): DesiredRequest['steps'] => ({ profile: 'agentp', revision: 3, apply: '(signed)', verify: '(signed)', payload: [], envelope: r3, ...(below ? { floor: { rollout: below.rollout, run: below.run, below } } : {}) });
+    const before = runs('dev-a').length;
+    const plain = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps() }));
+    expect(plain).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR', revision: 3 });
+    expect(plain.detail).toContain("r3 is below the device's floor r5, confirmed by rollout:up (run run-up) (only that rollout's own compensation");
+    const otherRun = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-other' }) }));
+    expect(otherRun).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR' });
+    expect(otherRun.detail).toContain('this compensation is for rollout:up run run-other, not for the rollout that raised the floor');
+    const compensation = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-up' }) }));
+    expect(compensation.state, JSON.stringify(compensation)).not.toBe('refused');
+    expect(compensation).toMatchObject({ state: 'already-applied', revision: 3 });
+    expect(marker('dev-a')).toBe(3);
+    expect(runs('dev-a'), 'r3 was in place: nothing ran again').toHaveLength(before);
+  }, 180_000);
 });

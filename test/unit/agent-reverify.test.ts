@@ -55,7 +55,7 @@ const applied = (state: ProfileReport['state']): ProfileReport => ({ revision: 2
 
 describe('reverifyEntry: a drift recovers once the fact is back', () => {
   it('applied -> drift (failed VERIFY) -> fact restored -> applied again, with no reason left over', async () => {
-    const { fact, entry, ctx, markAt } = setup('provable', `echo 'rev 2' > "$HOME/fact"`);
+    const { fact, entry, ctx, markAt } = setup('provable', `cp "$HOME/src" "$HOME/fact"`);
     writeFileSync(fact, 'rev 2\n');
     await markAt(2);
     rmSync(fact);
@@ -80,7 +80,7 @@ describe('reverifyEntry: a drift recovers once the fact is back', () => {
   });
 
   it('the fact back but the marker moved: still drift, naming the marker', async () => {
-    const { fact, entry, ctx, markAt } = setup('moved', `echo 'rev 2' > "$HOME/fact"`);
+    const { fact, entry, ctx, markAt } = setup('moved', `cp "$HOME/src" "$HOME/fact"`);
     await markAt(2);
     const drift = await reverifyEntry(ctx, entry, applied('applied'));
     await markAt(1);
