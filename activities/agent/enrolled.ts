@@ -54,7 +54,9 @@ export async function convergeEnrolledDevice(client: Client, taskQueue: string, 
     if (!input || input.canary) continue;
     if (atOrAboveReason(view, profile.name, input.steps.revision) !== null) continue;
     const holder = { rollout: last.workflowId, run: last.runId, activity: `converge:${device.id}`, attempt: 1 };
-    await desireOnTwin(client, taskQueue, device.id, desiredRequestOf(input.steps, holder, last.workflowId, input.spec.fromRevision || null));
+    // Once applied, the device's floor rises to the revision with no way back: that rollout did not change it.
+    const steps = { ...input.steps, floor: { rollout: last.workflowId, run: last.runId, raise: { from: input.steps.revision, windowMs: 0 } } };
+    await desireOnTwin(client, taskQueue, device.id, desiredRequestOf(steps, holder, last.workflowId, input.spec.fromRevision || null));
     asked.push(profile.name);
   }
   return asked;
