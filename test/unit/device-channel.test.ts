@@ -104,6 +104,23 @@ describe('one gate over SSH and agent devices (simulated fleet)', () => {
     }
   });
 
+  it('probe over SSH: a marker read that hangs after a good connect is the canary probe\'s "unknown" and the older snapshot\'s "unreachable"', async () => {
+    const device = { ...ssh, current: null, reachable: true, updateClass: 'required' as const, os: 'linux' };
+    const channel = channelFor(ssh);
+    expect(await channel.probe(device, 'chan', { readTimeoutMs: 5_000, unreadMarker: 'unknown' })).toMatchObject({ reachable: true, current: null });
+    await fleet.setFaults(ssh.id, { hangCommand: '.wavegate' });
+    try {
+      const canary = await channel.probe(device, 'chan', { readTimeoutMs: 500, unreadMarker: 'unknown' });
+      expect(canary).toMatchObject({ reachable: true, current: null });
+      expect(canary.error).toMatch(/^marker not read \(the apply's verify-first decides\): /);
+      const snapshot = await channel.probe(device, 'chan', { connectTimeoutMs: 5_000, readTimeoutMs: 500, unreadMarker: 'unreachable' });
+      expect(snapshot).toMatchObject({ reachable: false, current: null });
+      expect(snapshot).not.toHaveProperty('refusal');
+    } finally {
+      await fleet.setFaults(ssh.id, {});
+    }
+  });
+
   it('the board and drift read both kinds of device through their channels', async () => {
     const d = fleet.devices[0]!;
     const inventory = parseInventory(
