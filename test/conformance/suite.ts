@@ -160,6 +160,9 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       return { code: run.code, rows: Object.fromEntries(parsed.rows.map((r) => [r.id, r])) };
     };
 
+    /** Rollouts, CLI processes and (case 9) a revert window: far more than the default 2 minutes on a loaded machine. */
+    const test = (name: string, fn: () => Promise<void>) => it(name, fn, 480_000);
+
     beforeAll(async () => {
       profile = writeSignedProfile({ root, name: PROFILE, revisions: REVISIONS });
       const devicePins = profile.writePins(join(scratch.dir, 'device-pins'));
@@ -179,7 +182,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       scratch.cleanup();
     }, 120_000);
 
-    it('1. apply once: r1 -> r2 runs the apply exactly once per device; marker 2; the floor raised by this rollout and run', async () => {
+    test('1. apply once: r1 -> r2 runs the apply exactly once per device; marker 2; the floor raised by this rollout and run', async () => {
       const ids = DEVICES.once;
       for (const id of ids) seed(id, 1);
       const r = await rollout('once', ids, 1, 2, { revertWindow: '1h' });
@@ -195,7 +198,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       }
     });
 
-    it('2. already in place: a device whose verify passes is applied with nothing re-applied; its floor rises to r2 with no way back', async () => {
+    test('2. already in place: a device whose verify passes is applied with nothing re-applied; its floor rises to r2 with no way back', async () => {
       const [inPlace, behind] = DEVICES.inPlace;
       seed(inPlace, 2, { marker: false }); // the fact, no marker: only its verify can tell
       seed(behind, 1);
@@ -210,7 +213,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(floor(behind)).toMatchObject({ revision: 2, from: 1, run: r.runId });
     });
 
-    it('3. apply fails: the apply exits 3 -> the device failed; marker and fact unchanged; no floor raised', async () => {
+    test('3. apply fails: the apply exits 3 -> the device failed; marker and fact unchanged; no floor raised', async () => {
       const [id] = DEVICES.applyFails;
       seed(id, 1);
       const r = await rollout('applyfail', DEVICES.applyFails, 1, 4);
@@ -222,7 +225,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(floor(id)).toBeNull();
     });
 
-    it('4. verify fails after apply -> the device failed; marker unchanged; no floor raised', async () => {
+    test('4. verify fails after apply -> the device failed; marker unchanged; no floor raised', async () => {
       const [id] = DEVICES.verifyFails;
       seed(id, 1);
       const r = await rollout('verifyfail', DEVICES.verifyFails, 1, 5);
@@ -233,7 +236,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(floor(id)).toBeNull();
     });
 
-    it('5. a non-provable revision ends claimed, never applied (its apply ran once)', async () => {
+    test('5. a non-provable revision ends claimed, never applied (its apply ran once)', async () => {
       const [id] = DEVICES.claimed;
       seed(id, 1);
       const r = await rollout('claimed', DEVICES.claimed, 1, 6);
@@ -243,7 +246,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(runs(id, 6)).toBe(1);
     });
 
-    it('6. envelope refusals (unsigned, below threshold, tampered, expired): refused before anything runs, with the reason code', async () => {
+    test('6. envelope refusals (unsigned, below threshold, tampered, expired): refused before anything runs, with the reason code', async () => {
       const [id] = DEVICES.refusals;
       seed(id, 1);
       const now = Date.now();
@@ -265,7 +268,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       }
     });
 
-    it('7. below the floor: after r1 -> r2 completed, r1 by anything but that rollout\'s compensation or revert is refused BELOW_FLOOR; the device stays at r2', async () => {
+    test('7. below the floor: after r1 -> r2 completed, r1 by anything but that rollout\'s compensation or revert is refused BELOW_FLOOR; the device stays at r2', async () => {
       const ids = DEVICES.floor;
       const [id] = ids;
       seed(id, 1);
@@ -284,12 +287,18 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(floor(id)).toMatchObject({ revision: 2, from: 1, run: done.runId });
     });
 
-    it('8. a rollback only by its own rollout: a failed health gate rolls the device back to r1 (its own compensation) and the floor it raised is gone', async () => {
+    test('8. a rollback only by its own rollout: a failed health gate rolls the device back to r1 (its own compensation) and the floor it raised is gone', async () => {
       const [id] = DEVICES.rollback;
       seed(id, 1);
       const before = read(id, `.wavegate/profiles/${PROFILE}/floor`);
       writeFileSync(file(id, 'unhealthy'), '');
-      const r = await rollout('rollback', DEVICES.rollback, 1, 2, { phases: [{ bulk: 'remainder', gate: '1s', healthGate: ['check: conf-ok'] }] });
+      // A manual gate holds the rollout after the apply: the floor it raised is on the device then.
+      const started = await start('rollback', DEVICES.rollback, 1, 2, { phases: [{ bulk: 'remainder', gate: 'manual', healthGate: ['check: conf-ok'] }] });
+      const raised = await until('the floor raised by the apply', async () => (floor(id)?.revision === 2 ? floor(id)! : undefined), 180_000);
+      expect(raised).toMatchObject({ revision: 2, from: 1, rollout: started.rolloutId, run: started.runId });
+      const approve = await cli(['approve', started.rolloutId, ...ctx.temporalArgs()]);
+      expect(approve.code, `${approve.stdout}\n${approve.stderr}`).toBe(0);
+      const r = { ...started, status: await result(started) };
       expect(r.status.state).toBe('rolled-back');
       expect(device(r.status, id).state).toBe('rolled-back');
       expect(runs(id, 2)).toBe(1);
@@ -300,7 +309,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       rmSync(file(id, 'unhealthy'));
     });
 
-    it('9. a revert inside its window brings the device back to r1; after the window `wavegate revert` exits 2, and forced, the device refuses BELOW_FLOOR', async () => {
+    test('9. a revert inside its window brings the device back to r1; after the window `wavegate revert` exits 2, and forced, the device refuses BELOW_FLOOR', async () => {
       const ids = DEVICES.revert;
       const [id] = ids;
       seed(id, 1);
@@ -330,7 +339,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(conf(id)).toBe('conf r2\n');
     });
 
-    it('10. a named health check (`check: conf-ok`, signed) passes on a healthy device and fails the gate when it fails there; the failed rollout restores the floor it found', async () => {
+    test('10. a named health check (`check: conf-ok`, signed) passes on a healthy device and fails the gate when it fails there; the failed rollout restores the floor it found', async () => {
       const ids = DEVICES.checks;
       const [id] = ids;
       seed(id, 1);
@@ -354,7 +363,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       rmSync(file(id, 'unhealthy'));
     });
 
-    it('11. re-verify: a broken fact reads not applied on the board; restored, applied again', async () => {
+    test('11. re-verify: a broken fact reads not applied on the board; restored, applied again', async () => {
       const ids = DEVICES.reverify;
       const [id] = ids;
       seed(id, 1);
@@ -372,7 +381,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(allRuns(id), 'reading never applies').toBe(1);
     });
 
-    it('12. killed mid-apply (SSH: the worker; agent: the agent) and restarted: the apply ran exactly once and the device is applied', async () => {
+    test('12. killed mid-apply (SSH: the worker; agent: the agent) and restarted: the apply ran exactly once and the device is applied', async () => {
       const ids = DEVICES.crash;
       const [id] = ids;
       seed(id, 1);
