@@ -198,11 +198,11 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       }
     });
 
-    test('2. already in place: a device whose verify passes is applied with nothing re-applied; its floor rises to r2 with no way back', async () => {
+    test('2. already in place: a device whose verify passes is applied with nothing re-applied; its floor rises to r2 with no way back, and a revert leaves it alone', async () => {
       const [inPlace, behind] = DEVICES.inPlace;
       seed(inPlace, 2, { marker: false }); // the fact, no marker: only its verify can tell
       seed(behind, 1);
-      const r = await rollout('inplace', DEVICES.inPlace, 1, 2);
+      const r = await rollout('inplace', DEVICES.inPlace, 1, 2, { revertWindow: '1h' });
       expect(r.status.state).toBe('completed');
       expect(device(r.status, inPlace).state).toBe('applied');
       expect(allRuns(inPlace), 'nothing ran on the device already in place').toBe(0);
@@ -211,6 +211,14 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(device(r.status, behind).state).toBe('applied');
       expect(runs(behind, 2)).toBe(1);
       expect(floor(behind)).toMatchObject({ revision: 2, from: 1, run: r.runId });
+      // Reverted: only the device the rollout changed goes back; the one found in place is never touched.
+      const revert = await cli(['revert', r.rolloutId, '--profiles', root, '--wait', '--interval', '300', ...ctx.temporalArgs()]);
+      expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
+      expect(marker(behind)).toBe(1);
+      expect(runs(behind, 1)).toBe(1);
+      expect(marker(inPlace)).toBe(2);
+      expect(allRuns(inPlace), 'the revert left the device found in place alone').toBe(0);
+      expect(conf(inPlace)).toBe('conf r2\n');
     });
 
     test('3. apply fails: the apply exits 3 -> the device failed; marker and fact unchanged; no floor raised', async () => {
