@@ -3,6 +3,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin } from '../../activities/agent/twin-client';
 import { syncTwin } from '../../gateway/twin';
+import { reverifyFleet } from '../../activities/fleet';
+import { parseInventory } from '../../core/inventory';
 import { applyThroughTwin } from '../../activities/agent/apply';
 import { twinSyncUpdate } from '../../workflows/twin-messages';
 import { startDevServerEnv } from '../../workers/dev-server';
@@ -131,4 +133,39 @@ describe('device twin workflow', () => {
     const view = await until('the carried view', async () => (await readTwin(env.client, device)) ?? undefined);
     expect(view).toMatchObject({ deviceId: device, version: 1, desired: { demo: { revision: 5, requestId: `rollout-${device}:run-1:42` } }, report: { profiles: { demo: { revision: 5 } } } });
   }, 600_000);
+});
+
+const key = (n: number) => `ed25519:${Buffer.alloc(32, n).toString('base64')}`;
+
+/**
+ * `fleet status --reverify` through the device channel: each device's channel says whether it is asked
+ * (an agent that syncs), offline (no twin), or live (SSH: its board read runs verify anyway); asked
+ * agents are waited for until their fresh report answers.
+ */
+describe('reverify through the device channel', () => {
+  it('asks syncing agents and waits for their answers; an agent without a twin is offline; an SSH device is not asked', async () => {
+    await sync('rv-answers', { report: report(2), knownVersion: 0, waitMs: 0 });
+    await sync('rv-silent', { report: report(2), knownVersion: 0, waitMs: 0 });
+    const inventory = parseInventory(
+      {
+        defaults: { pool: 'p' },
+        devices: [
+          { id: 'rv-answers', transport: 'agent', agentKey: key(1) },
+          { id: 'rv-silent', transport: 'agent', agentKey: key(2) },
+          { id: 'rv-no-twin', transport: 'agent', agentKey: key(3) },
+          { id: 'rv-ssh', host: '127.0.0.1', port: 1, user: 'u' },
+        ],
+      },
+      'fleet.yaml',
+    );
+    // The answering agent: its next sync (long-polling for the reverify's new version) sends a fresh report knowing it.
+    const answering = (async () => {
+      const asked = await sync('rv-answers', { report: null, knownVersion: 0, waitMs: 20_000 });
+      expect(asked.reverify).toBe(true);
+      await sync('rv-answers', { report: report(2), knownVersion: asked.version, waitMs: 0 });
+    })();
+    const outcome = await reverifyFleet(inventory.devices, { client: () => env.client }, { waitMs: 6_000, pollMs: 200 });
+    await answering;
+    expect(outcome).toEqual({ asked: ['rv-answers', 'rv-silent'], answered: ['rv-answers'], silent: ['rv-silent'], offline: ['rv-no-twin'] });
+  });
 });
