@@ -268,20 +268,23 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
   it('a re-run of a completed spec leaves every floor byte-identical; after the first window a revert of either run is refused (exit 2) and no device goes to r1', async () => {
     const P = 'w21c';
     const ids = ['edge-01', 'edge-02', 'ag-1', 'ag-2'];
-    const first = await rollout('c-first', ids, { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '10s' });
+    // No canary phase: nothing is probed before the plan, so the re-run finds every device in place by its
+    // own apply (a canary phase would have probed them all and planned them at the target, phase -1).
+    const phases = [{ bulk: '50%' }, { bulk: 'remainder' }];
+    const first = await rollout('c-first', ids, { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '10s', phases });
     const floors = new Map(ids.map((id) => [id, floorText(id, P)]));
     for (const id of ids) expect(marker(id, P), id).toBe(2);
     const closedAt = (await env.client.workflow.getHandle(first.rolloutId, first.runId).describe()).closeTime!.getTime();
 
-    const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d' }), inventory('c-rerun', ids));
+    const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d', phases }), inventory('c-rerun', ids));
     expect(rerun.status.state, rerun.run.stdout + rerun.run.stderr).toBe('completed');
     expect(rerun.runId).not.toBe(first.runId);
-    // It found every device in place: it changed none (what `wavegate revert` would go over).
-    expect(changedDevices(rerun.status), JSON.stringify(rerun.status.devices)).toEqual([]);
     for (const id of ids) {
       expect(floorText(id, P), `${id}'s floor after the re-run`).toBe(floors.get(id));
       expect(runs(id, P), id).toEqual(['r2']);
     }
+    // It found every device in place: it changed none (what `wavegate revert` would go over).
+    expect(changedDevices(rerun.status), JSON.stringify(rerun.status.devices)).toEqual([]);
     // Each one is the floor the first rollout's own apply raised: r2, back to r1 only by that rollout.
     for (const id of ids) {
       expect(floors.get(id), `${id} has a floor`).not.toBeNull();
