@@ -229,8 +229,6 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const done = await rollout('b', ['ag-3', 'edge-03'], { profile: P, fromRevision: 1, toRevision: 2 });
     expect(marker('ag-3', P)).toBe(2);
     expect(runs('ag-3', P)).toEqual(['r2']);
-    // The agent's own apply confirmed r2 and kept its floor there, as the SSH path does.
-    expect(floorOf('ag-3', P)).toMatchObject({ revision: 2 });
 
     const envelope = profiles.get(P)!.envelope(1);
     const revision = profiles.get(P)!.revision(1);
@@ -262,7 +260,8 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     expect(marker('ag-3', P)).toBe(2);
     expect(conf('ag-3', P)).toBe(`${P} revision 2\n`);
     expect(runs('ag-3', P)).toEqual(['r2']);
-    expect(floorOf('ag-3', P)).toMatchObject({ revision: 2 });
+    // The floor that refused it: the one the agent's own apply of r2 raised for the completed rollout.
+    expect(floorOf('ag-3', P)).toMatchObject({ revision: 2, from: 1, rollout: done.rolloutId });
   }, 300_000);
 
   it('a re-run of a completed spec leaves every floor byte-identical; after the first window a revert of either run is refused (exit 2) and no device goes to r1', async () => {
