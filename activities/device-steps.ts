@@ -381,6 +381,9 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
     if ('steps' in report) ran.push(...ranSteps(report.steps, ran));
     switch (report.kind) {
       case 'already-applied':
+        // In place with the floor this run raised: an earlier attempt of this apply finished on the device
+        // and its worker died before it heard. This rollout changed it, so it is compensated and reverted.
+        if (report.steps.some((st) => st.name === 'floor' && st.status === 'ours')) return { device, outcome: 'applied', steps: ran, detail: 'applied by an earlier attempt of this apply (found in place with the floor this run raised)' };
         return { device, outcome: 'already-applied', steps: ran };
       case 'applied':
         return { device, outcome: 'applied', steps: ran };
@@ -434,7 +437,7 @@ function floorScriptInput(floor: FloorIntent | undefined, revision: number, nowM
   if (floor.below?.kind === 'compensation') return { floorRestore: { rollout: floorTag(floor.below.rollout), run: floorTag(floor.below.run) } };
   if (!floor.raise) return {};
   const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs);
-  return { floorWrite: { raise: formatFloor(raised), inPlace: formatFloor({ ...raised, from: revision, window: 0 }) } };
+  return { floorWrite: { raise: formatFloor(raised), inPlace: formatFloor({ ...raised, from: revision, window: 0 }), rollout: raised.rollout, run: raised.run! } };
 }
 
 /** Payloads up to this size (all files together) are streamed in the apply's one command. */

@@ -1,4 +1,5 @@
 import { Context } from '@temporalio/activity';
+import { setMaxListeners } from 'node:events';
 import { readFileSync, statSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import {
@@ -415,6 +416,8 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       // composite signal is weakly held and, collected under GC pressure, never aborts, so a metrics
       // source that accepts and never answers would hang the check for good (nodejs/node#55428).
       const controller = new AbortController();
+      // Each device being asked listens on it (its session closes at the deadline): up to `concurrency` at once.
+      setMaxListeners(concurrency + 8, controller.signal);
       const timer = setTimeout(() => controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
       const onCancel = () => controller.abort(ctx?.cancellationSignal.reason);
       ctx?.cancellationSignal.addEventListener('abort', onCancel, { once: true });

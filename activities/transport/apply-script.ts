@@ -64,7 +64,7 @@ export interface ApplyScriptInput {
    * revision already there, and only over no floor or a floor below `revision` (a device this rollout
    * did not change opens no way back). The floor it replaces is kept beside it as `floor.prev`.
    */
-  floorWrite?: { raise?: string; inPlace?: string };
+  floorWrite?: { raise?: string; inPlace?: string; rollout?: string; run?: string };
   /**
    * This apply is the compensation of the rollout and run that raised the floor (floorTag'd values): once
    * it is in place, the floor those raised goes back to the one it replaced (`floor.prev`; none: removed).
@@ -96,10 +96,14 @@ function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string
   if (input.floorRestore) return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
   if (path === 'raise') return input.floorWrite?.raise !== undefined ? [`wg_floor_read`, `wg_floor_write ${shQuote(input.floorWrite.raise)}`] : [];
   if (input.floorWrite?.inPlace === undefined) return [];
+  // A floor this very run raised means an earlier attempt of this apply finished here (its worker died
+  // before it heard): the rollout did change the device (`floor ours`), it was not found in place.
+  const { rollout, run } = input.floorWrite;
+  const ours = rollout !== undefined && run !== undefined ? `[ "$wg_fro" = ${shQuote(rollout)} ] && [ "$wg_frn" = ${shQuote(run)} ]` : 'false';
   return [
     `wg_floor_read; wg_below=1`,
     `case "$wg_fr" in ''|*[!0-9]*) ;; *) if [ \${#wg_fr} -gt 15 ] || [ "$wg_fr" -ge ${input.revision} ]; then wg_below=0; fi ;; esac`,
-    `if [ "$wg_below" = 1 ]; then wg_floor_write ${shQuote(input.floorWrite.inPlace)}; else wg_note floor kept; fi`,
+    `if ${ours}; then wg_note floor ours; elif [ "$wg_below" = 1 ]; then wg_floor_write ${shQuote(input.floorWrite.inPlace)}; else wg_note floor kept; fi`,
   ];
 }
 

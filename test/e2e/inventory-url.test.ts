@@ -189,7 +189,7 @@ describe('membership that does not live on the worker', () => {
     expect(revert.stdout).toContain('over the 4 device(s)');
     for (const d of fleet.devices) expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('1');
     const input = await rolloutInput();
-    expect(input.reverts).toEqual({ rolloutId: 'rollout:demo', runId });
+    expect(input.reverts).toEqual({ rolloutId: 'rollout:demo', runId, closedAt: expect.any(Number) });
     expect(input.membership).toMatchObject({ devices: 4, source: `${registryUrl}/devices` });
   }, 180_000);
 

@@ -109,8 +109,9 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
         expect(readFileSync(join(d.home, 'etc/motd'), 'utf8').trim()).toBe(MOTD_R2);
         expect(readFileSync(join(d.home, '.wavegate/staging/demo/2/motd'), 'utf8').trim()).toBe(MOTD_R2);
       }
-      // ssh-c's sessions came through tunnels ssh-a opened to it: at least snapshot + apply.
-      expect(tunnelsTo(sshd.device('ssh-a'), sshd.device('ssh-c').port)).toBeGreaterThanOrEqual(2);
+      // ssh-c's session came through a tunnel ssh-a opened to it: its apply (the snapshot reads the
+      // membership only, and its floor rose within the apply's own command).
+      expect(tunnelsTo(sshd.device('ssh-a'), sshd.device('ssh-c').port)).toBeGreaterThanOrEqual(1);
 
       const bad = result.devices.find((d) => d.id === 'ssh-bad')!;
       expect(bad.state).toBe('failed');

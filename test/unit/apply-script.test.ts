@@ -181,6 +181,13 @@ describe('the apply script run by the POSIX sh', () => {
     expect(parseReportLines(again.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor kept');
     expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
 
+    // The same run again (its worker died after the script ended, before it heard): found in place with the
+    // floor this run raised, reported `ours` so the worker counts the device as changed by this rollout.
+    const retry = run(dir, applyScript(input({ holder: { ...holder, activity: '5b' }, floorWrite: { raise: raised, inPlace, rollout: 'rollout:t', run: 'run-1' } })));
+    expect(readApplyReport(retry.stdout, 'apply').kind).toBe('already-applied');
+    expect(parseReportLines(retry.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor ours');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+
     // Found in place over a floor below the target (or none): raised to it, with no way back.
     writeFileSync(join(p, 'floor'), old);
     const low = run(dir, applyScript(input({ holder: { ...holder, run: 'run-3' }, floorWrite: { raise: raised, inPlace } })));
