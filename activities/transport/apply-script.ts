@@ -94,12 +94,15 @@ const reason = (text: string): string => `${shQuote(text)} ${hex(text)}`;
  */
 function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string[] {
   if (input.floorRestore) return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
-  if (path === 'raise') return input.floorWrite?.raise !== undefined ? [`wg_floor_read`, `wg_floor_write ${shQuote(input.floorWrite.raise)}`] : [];
-  if (input.floorWrite?.inPlace === undefined) return [];
-  // A floor this very run raised means an earlier attempt of this apply finished here (its worker died
-  // before it heard): the rollout did change the device (`floor ours`), it was not found in place.
+  if (!input.floorWrite) return [];
   const { rollout, run } = input.floorWrite;
   const ours = rollout !== undefined && run !== undefined ? `[ "$wg_fro" = ${shQuote(rollout)} ] && [ "$wg_frn" = ${shQuote(run)} ]` : 'false';
+  // Raised already by this run (an attempt cut off between its floor and its release): written again it
+  // would keep itself as floor.prev and lose the floor its compensation must put back.
+  if (path === 'raise') return input.floorWrite.raise !== undefined ? [`wg_floor_read`, `if ${ours}; then wg_note floor raised; else wg_floor_write ${shQuote(input.floorWrite.raise)}; fi`] : [];
+  if (input.floorWrite.inPlace === undefined) return [];
+  // A floor this very run raised means an earlier attempt of this apply finished here (its worker died
+  // before it heard): the rollout did change the device (`floor ours`), it was not found in place.
   return [
     `wg_floor_read; wg_below=1`,
     `case "$wg_fr" in ''|*[!0-9]*) ;; *) if [ \${#wg_fr} -gt 15 ] || [ "$wg_fr" -ge ${input.revision} ]; then wg_below=0; fi ;; esac`,

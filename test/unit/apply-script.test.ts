@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { applyScript, parseReportLines, readApplyReport, ReportUnreadable, APPLY_SCRIPT_VERSION, APPLY_WRAPPER, type ApplyScriptInput } from '../../activities/transport/apply-script';
@@ -188,12 +188,21 @@ describe('the apply script run by the POSIX sh', () => {
     expect(parseReportLines(retry.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor ours');
     expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
 
+    // The apply runs again under this run's own floor (an attempt cut off after its floor, before its
+    // release): the floor stays, and floor.prev still holds the floor its compensation puts back.
+    rmSync(join(dir, 'fact'));
+    const rerun = run(dir, applyScript(input({ holder: { ...holder, activity: '5c' }, floorWrite: { raise: raised, inPlace, rollout: 'rollout:t', run: 'run-1' } })));
+    expect(readApplyReport(rerun.stdout, 'apply').kind, rerun.stdout).toBe('applied');
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+    expect(readFileSync(join(p, 'floor.prev'), 'utf8')).toBe(old);
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\nrun\n');
+
     // Found in place over a floor below the target (or none): raised to it, with no way back.
     writeFileSync(join(p, 'floor'), old);
     const low = run(dir, applyScript(input({ holder: { ...holder, run: 'run-3' }, floorWrite: { raise: raised, inPlace } })));
     expect(readApplyReport(low.stdout, 'apply').kind).toBe('already-applied');
     expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(inPlace);
-    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\n');
+    expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\nrun\n');
   });
 
   it('compensation restores the floor its own rollout raised, and keeps one raised by anyone else', () => {
