@@ -19,9 +19,20 @@ export function action<A extends unknown[]>(fn: (...args: A) => Promise<number |
         process.stderr.write(`wavegate: ${err.code}: ${err.message}\n`);
         process.exitCode = isRefusal(err.code) ? EXIT_REFUSED : EXIT_FAILED;
       } else {
-        process.stderr.write(`wavegate: ${(err as Error)?.stack ?? String(err)}\n`);
+        process.stderr.write(`wavegate: ${unexpectedErrorText(err)}\n`);
         process.exitCode = EXIT_FAILED;
       }
     }
   };
+}
+
+/**
+ * What an unforeseen error shows a user: its message, not a stack trace (which names our files, not what
+ * to do). `WAVEGATE_DEBUG=1` shows the stack for a bug report.
+ */
+export function unexpectedErrorText(err: unknown, env: NodeJS.ProcessEnv = process.env): string {
+  const e = err as Error | undefined;
+  if (env.WAVEGATE_DEBUG === '1' && e?.stack) return e.stack;
+  const message = e instanceof Error ? `${e.name === 'Error' ? '' : `${e.name}: `}${e.message}` : String(err);
+  return `${message.slice(0, 2000)} (an unexpected error; run again with WAVEGATE_DEBUG=1 for the details to report)`;
 }

@@ -5,7 +5,7 @@ import { parse as parseYaml } from 'yaml';
 /** One malformed input and what refusing it must say (test/corpus/cases*.yaml). */
 export interface CorpusCase {
   file: string;
-  kind: 'spec' | 'inventory' | 'revision' | 'profile';
+  kind: 'spec' | 'inventory' | 'revision' | 'profile' | 'command';
   code: string;
   path: string;
   why?: string;
@@ -18,6 +18,24 @@ export interface CorpusCase {
   profiles?: string;
   /** Expensive to refuse naively (huge expansion, deep nesting): also run under a 200 MB heap. */
   heavy?: boolean;
+  /**
+   * kind `command` (test/e2e/bad-input-commands.test.ts): the real `wavegate` run with these arguments in a
+   * fresh temp dir. `file` is then the case's name, not a file. In `args` and `env` values, `{dir}` is the
+   * temp dir and `{corpus}` the absolute test/corpus dir. The command must exit `exit` (default 2) with
+   * `path` (the field or flag) and `shows` on stderr, no stack trace, within `timeoutMs` (default 60 s).
+   */
+  args?: string[];
+  env?: Record<string, string>;
+  /** Files written into the temp dir first: name -> content. */
+  files?: Record<string, string>;
+  /** chmod after writing: name -> octal mode as a string ("0666"). */
+  modes?: Record<string, string>;
+  /** FIFOs made in the temp dir (mkfifo): names. */
+  fifos?: string[];
+  /** Directories made in the temp dir: names. */
+  dirs?: string[];
+  exit?: number;
+  timeoutMs?: number;
 }
 
 export const CORPUS_ROOT = 'test/corpus';
