@@ -15,6 +15,7 @@ import { ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, ty
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
+import type { WebhookPolicy } from '../core/webhook-policy';
 import { StepFailed, TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
@@ -63,6 +64,12 @@ export interface ActivityDeps {
    * tests): every connection is closed after its activity.
    */
   parkConnectionMs?: number;
+  /**
+   * Which webhook secrets and receivers this worker allows (core/webhook-policy.ts). Unset: read from
+   * the worker's environment (WAVEGATE_WEBHOOK_SECRETS_DIR, WAVEGATE_WEBHOOK_ALLOW_PRIVATE,
+   * WAVEGATE_WEBHOOK_ALLOW_HOSTS) when the activities are made.
+   */
+  webhookPolicy?: WebhookPolicy;
 }
 
 export interface SnapshotInput {
@@ -182,7 +189,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
     ...createPreflightActivities({ trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
-    ...createWebhookActivities(),
+    ...createWebhookActivities(deps.webhookPolicy ? { policy: deps.webhookPolicy } : {}),
     ...createConvergeActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {

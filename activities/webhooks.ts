@@ -1,8 +1,14 @@
-import { WavegateError } from '../core/errors';
-import { readText } from '../intake/files';
+import { lookup as dnsLookup } from 'node:dns';
+import { request as httpRequest, type ClientRequest, type RequestOptions } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { LookupFunction } from 'node:net';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { WavegateError } from '../core/errors';
 import { deliveryVerdict, shownUrl, webhookRequestHeaders, type WebhookEvent } from '../core/events';
+import { addressRefusal, hostNameAllowed, parseIp, urlRefusal, webhookPolicyFromEnv, webhookSecretEnvAllowed, WEBHOOK_SECRET_ENV_PREFIX, type WebhookPolicy } from '../core/webhook-policy';
+import { readText } from '../intake/files';
+import { resolveWebhookSecretFile } from '../intake/webhook-policy';
 
 export interface DeliverWebhookInput {
   url: string;
@@ -16,99 +22,199 @@ export interface DeliverWebhookResult {
   status: number;
 }
 
-/** One attempt's time to connect, send and get the answer's status line (the default). */
+/** A host name's addresses, as the resolver gives them (node:dns lookup with `all`). */
+export type ResolveHost = (host: string) => Promise<Array<{ address: string; family: number }>>;
+
+const systemResolve: ResolveHost = (host) =>
+  new Promise((resolve, reject) => dnsLookup(host, { all: true, verbatim: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))));
+
+export interface WebhookActivityDeps {
+  /** One attempt's time to resolve, connect, send and get the answer's status line (default 10 s). */
+  attemptTimeoutMs?: number;
+  /** Which secrets and receivers this worker allows; default: from its environment (core/webhook-policy.ts). */
+  policy?: WebhookPolicy;
+  /** How a receiver's host name is resolved (default the system resolver); tests give names of their own. */
+  resolveHost?: ResolveHost;
+}
+
 const ATTEMPT_TIMEOUT_MS = 10_000;
 
 /**
- * The webhook's HMAC secret, read where the worker keeps it. A reference that resolves to nothing fails
- * at once (non-retryable): it is configuration, and retrying will not set it. The secret itself is never
- * part of an error, a log line or the result.
+ * What a failed delivery says in the activity failure, and so in status (`webhooks.failed`) and the
+ * workflow history, which whoever starts rollouts reads: the class of the outcome, never an errno, an
+ * address the host resolved to, an exact status or a body of the receiver. A refused connection and a
+ * timeout both are "no answer", so a spec cannot map which internal ports are open. The detail goes to
+ * the worker's own log.
  */
-function readSecret(input: DeliverWebhookInput): string {
+const SAID = {
+  policy: 'delivery failed (refused by the worker\'s webhook policy)',
+  noAnswer: 'delivery failed (no answer)',
+} as const;
+
+function answeredClass(status: number, verdict: 'retry' | 'permanent'): string {
+  const cls = `${Math.floor(status / 100)}xx`;
+  if (verdict === 'retry') return `delivery failed (answered ${cls})`;
+  return `delivery failed (answered ${cls}${status >= 300 && status < 400 ? ', a redirect, not followed' : ''}; not retried)`;
+}
+
+/** Refused by the policy: not retried, since the address will not become allowed by sending again. */
+function notAllowed(shown: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: 'WebhookNotAllowed', message: `POST ${shown}: ${SAID.policy}`, nonRetryable: true });
+}
+
+function secretProblem(message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: 'WebhookSecretMissing', message, nonRetryable: true });
+}
+
+function log(level: 'warn' | 'info', message: string): void {
+  try {
+    Context.current().log[level](message);
+  } catch {
+    // Outside an activity (a library caller): nothing to log to.
+  }
+}
+
+/**
+ * The webhook's HMAC secret, read where the worker keeps it, within the worker's policy: a variable
+ * with the webhook prefix (checked again here: a history from an older CLI may name any), a file under
+ * the secrets directory with links resolved. A reference that resolves to nothing fails at once
+ * (non-retryable): it is configuration, and retrying will not set it. The secret itself is never part
+ * of an error, a log line or the result, nor is anything about a file's content.
+ */
+function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
   if (input.secretEnv !== undefined) {
+    if (!webhookSecretEnvAllowed(input.secretEnv)) throw secretProblem(`the webhook secret variable ${input.secretEnv} is not one this worker signs with (only ${WEBHOOK_SECRET_ENV_PREFIX}<NAME>)`);
     const value = process.env[input.secretEnv]?.trim();
-    if (!value) throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret variable ${input.secretEnv} is not set on this worker`, nonRetryable: true });
+    if (!value) throw secretProblem(`the webhook secret variable ${input.secretEnv} is not set on this worker`);
     return value;
   }
   if (input.secretFile !== undefined) {
-    let value: string;
-    try {
-      // A regular file of bounded size only: a FIFO named by a spec would stall the worker.
-      value = readText(input.secretFile).trim();
-    } catch (err) {
-      const why = err instanceof WavegateError ? String(err.details.reason ?? err.message.replace(`${input.secretFile}: `, '')) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
-      throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} cannot be read on this worker: ${why}`, nonRetryable: true });
+    const file = input.secretFile;
+    const where = resolveWebhookSecretFile(file, policy, true);
+    if ('refused' in where && where.refused === 'outside') {
+      log('warn', `webhook secret file ${file} refused: outside the webhook secrets directory ${policy.secretsDir} (links and .. resolved)`);
+      throw secretProblem(`the webhook secret file ${file} is outside this worker's webhook secrets directory (links and ".." resolved)`);
     }
-    if (!value) throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: `the webhook secret file ${input.secretFile} is empty`, nonRetryable: true });
+    let value = '';
+    let why = 'empty';
+    if ('realPath' in where) {
+      try {
+        // A regular file of bounded size only: a FIFO named by a spec would stall the worker.
+        value = readText(where.realPath).trim();
+      } catch (err) {
+        why = err instanceof WavegateError ? String(err.details.reason ?? err.message) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+      }
+    } else why = 'missing, or a link that does not resolve';
+    if (!value) {
+      log('warn', `webhook secret file ${file} cannot be used: ${why}`);
+      throw secretProblem(`the webhook secret file ${file} cannot be read on this worker, or is empty`);
+    }
     return value;
   }
-  throw ApplicationFailure.create({ type: 'WebhookSecretMissing', message: 'the webhook has no secret reference', nonRetryable: true });
+  throw secretProblem('the webhook has no secret reference');
 }
 
-/** Why fetch failed, in a few words (`ECONNREFUSED`, `timed out after 10 s`), without the request. */
-function transportProblem(err: unknown, timeoutMs: number): string {
-  const e = err as Error & { cause?: { code?: string; message?: string } };
-  if (e.name === 'TimeoutError') return `timed out after ${timeoutMs / 1000} s`;
-  return e.cause?.code ?? e.cause?.message ?? e.message;
+/** The lookup the connection uses: every address of the host judged, the connection made to those only. */
+function checkedLookup(resolveHost: ResolveHost, policy: WebhookPolicy, refusals: string[]): LookupFunction {
+  return ((hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
+    resolveHost(hostname).then(
+      (addresses) => {
+        const allowedByName = hostNameAllowed(hostname, policy);
+        for (const a of addresses) {
+          const ip = parseIp(a.address);
+          const refused = !ip ? `${a.address} is not an address` : allowedByName ? undefined : addressRefusal(ip, policy);
+          if (refused) refusals.push(`${hostname} resolves to ${refused}`);
+        }
+        if (refusals.length) return callback(Object.assign(new Error('refused by the webhook policy'), { code: 'EWEBHOOKPOLICY' }));
+        if (!addresses.length) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
+        // Exactly the addresses judged above: nothing is resolved again between the check and the connect.
+        if (options.all) callback(null, addresses);
+        else callback(null, addresses[0]!.address, addresses[0]!.family);
+      },
+      (err: unknown) => callback(err),
+    );
+  }) as unknown as LookupFunction;
+}
+
+/** Why an attempt got no answer, for the worker's log (an errno, a timeout), never for the failure. */
+function transportDetail(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  return e?.code ?? e?.message ?? String(err);
 }
 
 /**
  * Webhook delivery (docs/formats.md, "Webhooks"): one POST of one event per attempt, signed over the
- * attempt's timestamp and the exact body sent. Temporal's retry policy (workflows/events.ts) gives the
- * backoff; this says which failures are worth another attempt (core/events.ts deliveryVerdict).
+ * attempt's timestamp and the exact body sent, to a receiver the worker's policy allows (an address in
+ * the url judged first; a host name resolved here, every address judged, the connection made to those).
+ * Temporal's retry policy (workflows/events.ts) gives the backoff; this says which failures are worth
+ * another attempt (core/events.ts deliveryVerdict). A redirect is not followed.
  */
-export function createWebhookActivities(deps: { attemptTimeoutMs?: number } = {}) {
+export function createWebhookActivities(deps: WebhookActivityDeps = {}) {
   const timeoutMs = deps.attemptTimeoutMs ?? ATTEMPT_TIMEOUT_MS;
+  // Read once, when the worker starts: a value it cannot read stops it (exit 2 naming the variable).
+  const policy = deps.policy ?? webhookPolicyFromEnv(process.env);
+  const resolveHost = deps.resolveHost ?? systemResolve;
   return {
     async deliverWebhook(input: DeliverWebhookInput): Promise<DeliverWebhookResult> {
-      const secret = readSecret(input);
+      const shown = shownUrl(input.url);
+      const literal = urlRefusal(input.url, policy);
+      if (literal) {
+        log('warn', `webhook ${shown} refused: ${literal}`);
+        throw notAllowed(shown);
+      }
+      const secret = readSecret(input, policy);
       const body = JSON.stringify(input.event);
       const timestamp = String(Math.floor(Date.now() / 1000));
-      const shown = shownUrl(input.url);
-      // The attempt's own timer decides, not AbortSignal.timeout()/any() handed to fetch alone: those
-      // (and undici's link from a request to its signal) are weakly held and can be collected under GC
-      // pressure, leaving a POST to a silent receiver hanging for good (nodejs/node#55428). The fetch is
-      // aborted too, best effort, so its socket is freed.
-      const controller = new AbortController();
+      const url = new URL(input.url);
+      const refusals: string[] = [];
+      const options: RequestOptions = {
+        method: 'POST',
+        headers: { ...webhookRequestHeaders(input.event, secret, timestamp, body), 'User-Agent': 'wavegate-webhooks', 'Content-Length': String(Buffer.byteLength(body)) },
+        // One connection per attempt, to an address judged for this attempt (no pooled socket).
+        agent: false,
+        lookup: checkedLookup(resolveHost, policy, refusals),
+      };
+      // The attempt's own timer and the activity's cancellation end the request: both strongly held
+      // (a weakly held AbortSignal can be collected under GC pressure and never fire, nodejs/node#55428).
       const cancellation = Context.current().cancellationSignal;
+      let req: ClientRequest | undefined;
       let timer: NodeJS.Timeout | undefined;
       let onCancel: (() => void) | undefined;
-      const stopped = new Promise<never>((_, reject) => {
-        const stop = (reason: unknown) => {
-          controller.abort(reason);
-          reject(reason);
-        };
-        timer = setTimeout(() => stop(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
-        onCancel = () => stop(cancellation.reason);
-        cancellation.addEventListener('abort', onCancel, { once: true });
-      });
-      let response: Response;
+      let status: number;
       try {
-        response = await Promise.race([
-          fetch(input.url, {
-            method: 'POST',
-            headers: { ...webhookRequestHeaders(input.event, secret, timestamp, body), 'User-Agent': 'wavegate-webhooks' },
-            body,
-            // A redirect is not followed: the receiver is the url in the spec, nowhere else.
-            redirect: 'manual',
-            signal: controller.signal,
-          }),
-          stopped,
-        ]);
+        status = await new Promise<number>((resolve, reject) => {
+          const stop = (reason: Error) => {
+            req?.destroy(reason);
+            reject(reason);
+          };
+          timer = setTimeout(() => stop(Object.assign(new Error(`timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs);
+          onCancel = () => stop(Object.assign(new Error('cancelled'), { code: 'CANCELLED' }));
+          cancellation.addEventListener('abort', onCancel, { once: true });
+          req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, options, (res) => {
+            // The answer's body is not read: only its status counts.
+            res.destroy();
+            resolve(res.statusCode ?? 0);
+          });
+          req.on('error', reject);
+          req.end(body);
+        });
       } catch (err) {
-        throw ApplicationFailure.create({ type: 'WebhookUnreachable', message: `POST ${shown}: ${transportProblem(err, timeoutMs)}` });
+        if (refusals.length) {
+          log('warn', `webhook ${shown} refused: ${refusals.join('; ')}`);
+          throw notAllowed(shown);
+        }
+        log('warn', `webhook ${shown}: no answer (${transportDetail(err)})`);
+        throw ApplicationFailure.create({ type: 'WebhookUnreachable', message: `POST ${shown}: ${SAID.noAnswer}` });
       } finally {
         clearTimeout(timer);
         cancellation.removeEventListener('abort', onCancel!);
-        stopped.catch(() => {}); // settled or not, never an unhandled rejection
       }
-      // The answer's body is not read: only its status counts.
-      await response.body?.cancel().catch(() => {});
-      const verdict = deliveryVerdict(response.status);
-      if (verdict === 'delivered') return { status: response.status };
+      const verdict = deliveryVerdict(status);
+      if (verdict === 'delivered') return { status };
+      log('warn', `webhook ${shown}: HTTP ${status}`);
       throw ApplicationFailure.create({
         type: verdict === 'retry' ? 'WebhookRetry' : 'WebhookRefused',
-        message: `POST ${shown}: HTTP ${response.status}${verdict === 'permanent' ? ' (not retried)' : ''}`,
+        message: `POST ${shown}: ${answeredClass(status, verdict)}`,
         nonRetryable: verdict === 'permanent',
       });
     },

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { redactSecrets, type AuditEventName } from './audit';
 import { utf8Encode } from './bytes';
 import { inlineCredential, redactUrl } from './health';
+import { WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE } from './webhook-policy';
 
 /**
  * Rollout events for webhooks (docs/formats.md, "Webhooks"): every transition the audit trail records
@@ -119,7 +120,7 @@ const MAX_URL_LENGTH = 2048;
 const EVENT_FAMILIES = [...new Set(WEBHOOK_EVENTS.map((e) => e.slice(0, e.indexOf('.'))))];
 const EVENT_FILTERS: readonly string[] = [...WEBHOOK_EVENTS, ...EVENT_FAMILIES.map((f) => `${f}.*`)];
 
-const SECRET_BY_REFERENCE = 'give the HMAC secret by reference (secretEnv: <VAR> or secretFile: /path), which the worker reads';
+const SECRET_BY_REFERENCE = 'give the HMAC secret by reference (secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker\'s webhook secrets directory>), which the worker reads';
 
 /** An http(s) url with no credential in it: the spec is kept in the workflow history. */
 const WebhookUrl = z
@@ -144,9 +145,16 @@ const WebhookUrl = z
 export const Webhook = z
   .object({
     url: WebhookUrl,
-    /** The name of an environment variable of the worker that holds the secret. */
-    secretEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")').optional(),
-    /** An absolute path of a file on the worker that holds the secret. */
+    /**
+     * The name of an environment variable of the worker that holds the secret: only the operator's
+     * webhook secrets (`WAVEGATE_WEBHOOK_SECRET_<NAME>`, core/webhook-policy.ts), never any variable of
+     * the worker (its database password, its API keys).
+     */
+    secretEnv: z.string().regex(WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE).optional(),
+    /**
+     * An absolute path of a file on the worker that holds the secret; it must be under the worker's
+     * webhook secrets directory, checked by `plan`/`start` (intake/webhook-policy.ts) and at delivery.
+     */
     secretFile: z.string().regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker').optional(),
     /** Only these events (names, or families like `gate.*`); absent: every event. */
     events: z

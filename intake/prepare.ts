@@ -9,6 +9,7 @@ import { loadRolloutInventory } from './inventory';
 import { loadProfile, type LoadedProfile } from './profile';
 import { fileRevision, registeredRevision, registryTrust } from './revisions';
 import { assembleRolloutInput } from './rollout-input';
+import { checkWebhookPolicy } from './webhook-policy';
 import { loadProfileTrust } from './trust';
 
 /** A spec (parsed) with the profile it names and its two revisions, loaded and verified; no inventory yet. */
@@ -51,9 +52,11 @@ export interface RolloutRequest {
   client?: Client;
 }
 
-/** A rollout spec file, validated. */
+/** A rollout spec file, validated (its webhooks also against the webhook policy of this environment). */
 export function readSpec(path: string): RolloutSpec {
-  return parseRolloutSpec(readDocument(path), path);
+  const spec = parseRolloutSpec(readDocument(path), path);
+  checkWebhookPolicy(spec, path);
+  return spec;
 }
 
 function loadSpecProfile(req: SpecRequest): LoadedProfile {
