@@ -1,12 +1,13 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
-import { authenticate, NonceCache } from '../core/agent-auth';
-import { syncProblem, TWIN_LIMITS, type TwinSyncInput } from '../core/twin';
+import { authenticate, bodyDigestProblem, NonceCache } from '../core/agent-auth';
+import { syncProblem, type TwinSyncInput } from '../core/twin';
 import { readTwin } from '../activities/agent/twin-client';
 import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
-import { payloadFor } from './payload';
+import { DEFAULT_LIMITS, GATEWAY_TIMEOUTS, KeyedCounter, RefusalLog, type GatewayLimits } from './limits';
+import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
 import { syncTwin } from './twin';
 
@@ -19,6 +20,12 @@ import { syncTwin } from './twin';
  *   POST /v1/report   { report }                       -> TwinView (a sync that does not wait)
  *   GET  /v1/payload/<profile>/<revision>/<name>       -> the payload file's bytes
  *
+ * Bounded before anyone is known (gateway/limits.ts): a request is authenticated from its headers alone
+ * (the body's digest is declared and signed there), so no byte of a body is read for a request that is
+ * not a pinned device's; such a refusal closes the connection. Connections and requests in flight are
+ * capped per source address and in all, long-polls per device and in all, and slow or idle connections
+ * are timed out. Refusal lines are rate-limited.
+ *
  * Logs name the device, the route, the status and the time taken: never a key, a signature or a body.
  */
 export interface GatewayOptions {
@@ -27,23 +34,54 @@ export interface GatewayOptions {
   pins: AgentPins;
   /** The gateway's profiles root: payload files are served from `<root>/<profile>/payload/` only. */
   profilesRoot: string;
-  /** Long-polls (syncs that may wait) held at once; more are refused 503 BUSY with Retry-After. */
+  /** Long-polls (syncs that may wait) held at once; more are refused 503 BUSY with Retry-After. (Same as limits.maxLongPolls.) */
   maxLongPolls?: number;
+  limits?: Partial<GatewayLimits>;
   log?: (line: string) => void;
   now?: () => number;
   /** Run when a device's first sync starts its twin (gateway/enrolled.ts: converge to the latest completed rollouts). */
   onFirstSync?: (deviceId: string) => Promise<void>;
 }
 
-export const DEFAULT_MAX_LONG_POLLS = 2_000;
+export const DEFAULT_MAX_LONG_POLLS = DEFAULT_LIMITS.maxLongPolls;
 const PAYLOAD_ROUTE = /^\/v1\/payload\/([A-Za-z0-9][A-Za-z0-9._-]{0,63})\/([1-9][0-9]{0,15})\/([A-Za-z0-9._-]{1,255})$/;
 
-export function gatewayHandler(opts: GatewayOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  const nonces = new NonceCache();
+/** What the gateway holds right now (tests and the flood bench read it). */
+export interface GatewayStats {
+  connections: number;
+  connectionSources: number;
+  requests: number;
+  requestSources: number;
+  longPolls: number;
+  longPollDevices: number;
+  nonces: number;
+  /** Request body bytes read since start: only ever bodies of authenticated requests. */
+  bodyBytesRead: number;
+  /** Refusal lines counted but not written yet (rate limit). */
+  refusalsSuppressed: number;
+}
+
+export interface Gateway {
+  handle(req: IncomingMessage, res: ServerResponse): void;
+  /** Count a new connection; false (and the socket is destroyed) when a cap is reached. */
+  admitConnection(socket: Socket): boolean;
+  stats(): GatewayStats;
+  /** Write the summary of suppressed refusal lines now (a timer calls it every second). */
+  flushRefusals(): void;
+}
+
+const sourceOf = (socket: Socket | null | undefined): string => socket?.remoteAddress ?? '-';
+
+export function createGateway(opts: GatewayOptions): Gateway {
+  const limits: GatewayLimits = { ...DEFAULT_LIMITS, ...(opts.maxLongPolls !== undefined ? { maxLongPolls: opts.maxLongPolls } : {}), ...opts.limits };
+  const nonces = new NonceCache(undefined, undefined, limits.noncesPerDevice);
   const now = opts.now ?? Date.now;
   const log = opts.log ?? (() => {});
-  const maxLongPolls = opts.maxLongPolls ?? DEFAULT_MAX_LONG_POLLS;
-  let longPolls = 0;
+  const refusals = new RefusalLog(log, limits.refusalLogPerSecond, now);
+  const connections = new KeyedCounter(limits.maxConnectionsPerSource, limits.maxConnections);
+  const requests = new KeyedCounter(limits.maxRequestsPerSource, limits.maxRequests);
+  const longPolls = new KeyedCounter(limits.maxLongPollsPerDevice, limits.maxLongPolls);
+  let bodyBytesRead = 0;
 
   const syncInput = (body: Record<string, unknown>, waits: boolean): TwinSyncInput => {
     const input = { report: body.report ?? null, knownVersion: body.knownVersion ?? 0, waitMs: waits ? (body.waitMs ?? 0) : 0 };
@@ -52,67 +90,134 @@ export function gatewayHandler(opts: GatewayOptions): (req: IncomingMessage, res
     return input as TwinSyncInput;
   };
 
-  const route = async (req: IncomingMessage, res: ServerResponse, device: string, body: Buffer): Promise<void> => {
+  const route = async (req: IncomingMessage, res: ServerResponse, device: string, body: Buffer, gone: AbortSignal): Promise<void> => {
     const path = (req.url ?? '').split('?')[0]!;
     if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report')) {
       const input = syncInput(parseJsonObject(body), path === '/v1/sync');
-      // The agent gone (its connection closed before the answer): stop waiting for it.
-      const gone = new AbortController();
-      const onClose = () => !res.writableFinished && gone.abort();
-      res.once('close', onClose);
+      if (input.waitMs <= 0) return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
+      const slot = longPolls.take(device);
+      if (slot === 'total') throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls.size} long-polls, its limit; retry after a few seconds`);
+      if (slot === 'key') throw new HttpRefusal(429, 'DEVICE_LIMIT', `${device} already holds ${longPolls.of(device)} long-polls, a device's share (${limits.maxLongPollsPerDevice}); retry after the one it holds answers`);
+      // The wait is no idle connection: the socket's inactivity bound is lifted for it, then put back.
+      req.socket.setTimeout(input.waitMs + GATEWAY_TIMEOUTS.idleMs);
       try {
-        if (input.waitMs > 0) {
-          if (longPolls >= maxLongPolls) throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls} long-polls, its limit; retry after a few seconds`);
-          longPolls++;
-          try {
-            return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal, opts.onFirstSync));
-          } finally {
-            longPolls--;
-          }
-        }
-        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone.signal, opts.onFirstSync));
+        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
       } finally {
-        res.off('close', onClose);
+        longPolls.release(device);
+        if (!req.socket.destroyed) req.socket.setTimeout(GATEWAY_TIMEOUTS.idleMs);
       }
     }
     const payload = req.method === 'GET' ? PAYLOAD_ROUTE.exec(path) : null;
     if (payload) {
-      const bytes = payloadFor(await readTwin(opts.client, device), opts.profilesRoot, payload[1]!, Number(payload[2]), payload[3]!);
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': bytes.length, 'cache-control': 'no-store' });
-      res.end(bytes);
-      return;
+      const entry = payloadEntry(await readTwin(opts.client, device), payload[1]!, Number(payload[2]), payload[3]!);
+      return sendPayload(res, await openPayload(opts.profilesRoot, payload[1]!, entry));
     }
     if (path.startsWith('/v1/payload/')) throw new HttpRefusal(400, 'INVALID_INPUT', 'path: must be /v1/payload/<profile>/<revision>/<file name>');
     throw new HttpRefusal(404, 'NOT_FOUND', `${req.method} ${path.slice(0, 100)}: no such endpoint (POST /v1/sync, POST /v1/report, GET /v1/payload/<profile>/<revision>/<name>)`);
   };
 
-  return (req, res) => {
+  const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const started = now();
+    const source = sourceOf(req.socket);
     let device = '-';
-    const done = (status: number, extra = '') => log(`${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`);
+    let bodyRead = false;
+    const line = (status: number | string, extra = '') => `${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`;
+    // The agent gone (its connection closed before the answer): stop waiting for it, and say so.
+    const gone = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    const refuse = (err: HttpRefusal) => {
+      // A body not read (a refusal from the headers, a 413) is never drained: the connection closes after the answer.
+      const close = !bodyRead || err.status === 413;
+      if (close) res.shouldKeepAlive = false;
+      sendError(res, err.status, err.code, err.message, {
+        ...(err.status === 503 || err.status === 429 ? { 'retry-after': '5' } : {}),
+        ...(close ? { connection: 'close' } : {}),
+      });
+      if (close) lingerThenClose(req.socket);
+      refusals.line(line(err.status, ` ${err.code}${err.status === 401 ? ` ${err.message.slice(0, 120)}` : ''}`));
+    };
+    const slot = requests.take(source);
+    if (slot !== 'ok') {
+      refuse(new HttpRefusal(503, 'BUSY', slot === 'total' ? `the gateway is handling ${limits.maxRequests} requests, its limit; retry after a few seconds` : `${limits.maxRequestsPerSource} requests from ${source} are being handled, the limit per source address; retry after a few seconds`));
+      return;
+    }
+    res.once('close', () => requests.release(source));
     void (async () => {
       try {
-        const body = await readBody(req, MAX_BODY_BYTES);
-        const auth = authenticate({ header: req.headers.authorization, method: req.method ?? 'GET', path: req.url ?? '', body, now: now() }, (d) => opts.pins.keyOf(d), nonces);
+        const auth = authenticate({ header: req.headers.authorization, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
         if (!auth.ok) {
           if (auth.reason === 'BUSY') throw new HttpRefusal(503, 'BUSY', auth.message);
+          if (auth.reason === 'DEVICE_BUSY') throw new HttpRefusal(429, 'DEVICE_LIMIT', auth.message);
           throw new HttpRefusal(401, auth.reason === 'REPLAY' ? 'REPLAY' : 'UNAUTHENTICATED', `${auth.reason}: ${auth.message}`);
         }
         device = auth.device;
-        await route(req, res, device, body);
-        done(res.statusCode);
+        // Only now, for a pinned device whose signature verified, is the body read (bounded in size and by requestTimeout).
+        req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
+        const body = await readBody(req, MAX_BODY_BYTES);
+        bodyRead = true;
+        const mismatch = bodyDigestProblem(auth.digest, body);
+        if (mismatch) throw new HttpRefusal(401, 'UNAUTHENTICATED', `BODY_DIGEST: ${mismatch}`);
+        await route(req, res, device, body, gone.signal);
+        log(line(res.statusCode));
       } catch (err) {
-        if (err instanceof HttpRefusal) {
-          sendError(res, err.status, err.code, err.message, err.status === 503 ? { 'retry-after': '5' } : err.status === 413 ? { connection: 'close' } : {});
-          done(err.status, ` ${err.code}`);
+        if (gone.signal.aborted || (req.socket?.destroyed ?? true)) {
+          // Not the control plane's fault: the client (or a timeout on its slow request) closed the connection first.
+          refusals.line(line('-', ' client closed the connection before the answer'));
+        } else if (res.headersSent) {
+          // A payload send cut short (the file changed under it): the agent sees a short answer.
+          res.destroy();
+          refusals.line(line(res.statusCode, ` cut: ${(err as Error).message.slice(0, 200)}`));
+        } else if (err instanceof HttpRefusal) {
+          refuse(err);
         } else {
           // Temporal unreachable, or something unforeseen: the agent backs off and retries.
           sendError(res, 503, 'UNAVAILABLE', `the gateway cannot reach the control plane now: ${(err as Error).message.slice(0, 200)}`, { 'retry-after': '5' });
-          done(503, ` UNAVAILABLE ${(err as Error).message.slice(0, 200)}`);
+          refusals.line(line(503, ` UNAVAILABLE ${(err as Error).message.slice(0, 200)}`));
         }
       }
     })();
   };
+
+  return {
+    handle,
+    admitConnection(socket) {
+      const source = sourceOf(socket);
+      const slot = connections.take(source);
+      if (slot !== 'ok') {
+        socket.destroy();
+        refusals.line(`- connection from ${source} closed: ${slot === 'total' ? `${limits.maxConnections} connections open, the gateway's limit` : `${limits.maxConnectionsPerSource} connections open from ${source}, the limit per source address`}`);
+        return false;
+      }
+      socket.once('close', () => connections.release(source));
+      return true;
+    },
+    stats: () => ({
+      connections: connections.size,
+      connectionSources: connections.keys,
+      requests: requests.size,
+      requestSources: requests.keys,
+      longPolls: longPolls.size,
+      longPollDevices: longPolls.keys,
+      nonces: nonces.size,
+      bodyBytesRead,
+      refusalsSuppressed: refusals.pending,
+    }),
+    flushRefusals: () => refusals.flush(),
+  };
+}
+
+/**
+ * After a refusal that leaves a body unread: the answer goes out with `Connection: close` (Node ends the
+ * socket once it is written); a client that keeps the connection open, or keeps sending, is cut after
+ * GATEWAY_TIMEOUTS.lingerMs, so it holds nothing for longer.
+ */
+function lingerThenClose(socket: Socket | null): void {
+  if (!socket || socket.destroyed) return;
+  const timer = setTimeout(() => socket.destroy(), GATEWAY_TIMEOUTS.lingerMs);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
 }
 
 export interface ListenOptions {
@@ -125,15 +230,28 @@ export interface ListenOptions {
 export interface RunningGateway {
   server: Server;
   url: string;
+  stats(): GatewayStats;
   close(): Promise<void>;
 }
 
 export async function startGateway(opts: GatewayOptions & { listen: ListenOptions }): Promise<RunningGateway> {
-  const handler = gatewayHandler(opts);
-  const server = opts.listen.tls ? createHttpsServer({ cert: opts.listen.tls.cert, key: opts.listen.tls.key }, handler) : createHttpServer(handler);
-  // A long-poll lasts up to TWIN_LIMITS.waitMs: the server's own request timeout must outlast it.
-  server.requestTimeout = TWIN_LIMITS.waitMs + 30_000;
-  server.headersTimeout = 20_000;
+  const gateway = createGateway(opts);
+  const serverOptions = {
+    maxHeaderSize: GATEWAY_TIMEOUTS.maxHeaderBytes,
+    requestTimeout: GATEWAY_TIMEOUTS.requestMs,
+    headersTimeout: GATEWAY_TIMEOUTS.headersMs,
+    keepAliveTimeout: GATEWAY_TIMEOUTS.keepAliveMs,
+    // How often Node looks for requests past headersTimeout / requestTimeout (its default is 30 s).
+    connectionsCheckingInterval: 2_000,
+  };
+  const server = opts.listen.tls
+    ? createHttpsServer({ ...serverOptions, cert: opts.listen.tls.cert, key: opts.listen.tls.key, handshakeTimeout: GATEWAY_TIMEOUTS.headersMs }, gateway.handle)
+    : createHttpServer(serverOptions, gateway.handle);
+  // Set on every connection (the TLS one for HTTPS): a socket silent this long is destroyed. A long-poll lifts it for its wait.
+  server.timeout = GATEWAY_TIMEOUTS.idleMs;
+  server.on('connection', (socket: Socket) => gateway.admitConnection(socket));
+  const flusher = setInterval(() => gateway.flushRefusals(), 1_000);
+  flusher.unref();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.listen.port, opts.listen.host, () => resolve());
@@ -143,9 +261,12 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   return {
     server,
     url: `${opts.listen.tls ? 'https' : 'http'}://${host}:${port}`,
+    stats: gateway.stats,
     // Long-polls in flight are cut: their agents sync again (the twin keeps whatever they reported).
     close: () =>
       new Promise<void>((resolve) => {
+        clearInterval(flusher);
+        gateway.flushRefusals();
         server.close(() => resolve());
         server.closeAllConnections();
       }),

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { describe, expect, it } from 'vitest';
-import { agentKeyPin, authenticate, authorizationHeader, NonceCache, parseAgentKey, parseAuthorization, signatureBase, staleness, AUTH_WINDOW_MS } from '../../core/agent-auth';
+import { agentKeyPin, authenticate, authorizationHeader, bodyDigestProblem, bodyHash, EMPTY_BODY_DIGEST, NonceCache, parseAgentKey, parseAuthorization, signatureBase, staleness, AUTH_WINDOW_MS } from '../../core/agent-auth';
 import { utf8Encode } from '../../core/bytes';
 
 /** The gateway's request authentication (core/agent-auth.ts): pure, the clock passed in. */
@@ -15,11 +15,17 @@ describe('gateway auth', () => {
   const header = (over: Partial<{ device: string; path: string; body: Uint8Array; now: number; nonce: string; secretKey: Uint8Array; method: string }> = {}) =>
     authorizationHeader({ device: 'dev-1', method: 'POST', path: '/v1/sync', body, now, nonce: nonce(), secretKey: seed, ...over });
   const keys = (device: string) => (device === 'dev-1' ? pub : device === 'dev-nokey' ? null : undefined);
-  const check = (h: string | undefined, over: Partial<{ path: string; body: Uint8Array; now: number; method: string }> = {}, nonces = new NonceCache()) =>
-    authenticate({ header: h, method: 'POST', path: '/v1/sync', body, now, ...over }, keys, nonces);
+  /** From the headers alone, then (as the gateway does after `ok`) the body against the declared digest. */
+  const check = (h: string | undefined, over: Partial<{ path: string; body: Uint8Array; now: number; method: string }> = {}, nonces = new NonceCache()) => {
+    const { body: sent = body, ...rest } = over;
+    const auth = authenticate({ header: h, method: 'POST', path: '/v1/sync', now, ...rest }, keys, nonces);
+    if (!auth.ok) return auth;
+    const problem = bodyDigestProblem(auth.digest, sent);
+    return problem ? { ok: false, reason: 'BODY_DIGEST', message: problem } : { ok: true, device: auth.device };
+  };
 
   it('the signature base is the documented string', () => {
-    const base = new TextDecoder().decode(signatureBase('post', '/v1/sync', 12, 'ab'.repeat(16), utf8Encode('')));
+    const base = new TextDecoder().decode(signatureBase('post', '/v1/sync', 12, 'ab'.repeat(16), bodyHash(utf8Encode(''))));
     expect(base).toBe(`wavegate-agent-v1\nPOST\n/v1/sync\n12\n${'ab'.repeat(16)}\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855`);
   });
 
@@ -27,7 +33,26 @@ describe('gateway auth', () => {
     expect(check(header())).toEqual({ ok: true, device: 'dev-1' });
   });
 
-  it('parses exactly the four quoted parameters; anything else is MALFORMED, never echoing the signature', () => {
+  it('the header declares the body\'s digest (the hash the signature covers); an empty body\'s is the documented constant', () => {
+    const parsed = parseAuthorization(header());
+    expect(parsed.ok && parsed.fields.digest).toBe(bodyHash(body));
+    expect(bodyHash(new Uint8Array())).toBe(EMPTY_BODY_DIGEST);
+  });
+
+  it('an agent that sends no digest (older protocol) is refused NO_DIGEST, naming the upgrade', () => {
+    const old = header().replace(/, digest="[0-9a-f]+"/, '');
+    expect(check(old)).toMatchObject({ ok: false, reason: 'NO_DIGEST', message: expect.stringMatching(/upgrade the agent on "dev-1"/) });
+    expect(parseAuthorization(header().replace(/digest="[0-9a-f]+"/, 'digest="XYZ"'))).toMatchObject({ ok: false, reason: 'MALFORMED', message: expect.stringContaining('digest') });
+  });
+
+  it('a body other than the one whose digest was signed is refused after the headers verified', () => {
+    expect(check(header(), { body: utf8Encode('{"knownVersion":1}') })).toMatchObject({ ok: false, reason: 'BODY_DIGEST', message: expect.stringContaining(bodyHash(body)) });
+    // Changing the declared digest to the new body's breaks the signature.
+    const forged = header().replace(/digest="[0-9a-f]+"/, `digest="${bodyHash(utf8Encode('{"knownVersion":1}'))}"`);
+    expect(check(forged, { body: utf8Encode('{"knownVersion":1}') })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
+  });
+
+  it('parses exactly the five quoted parameters; anything else is MALFORMED, never echoing the signature', () => {
     const good = header();
     const parsed = parseAuthorization(good);
     expect(parsed.ok && parsed.fields.device).toBe('dev-1');
@@ -46,7 +71,6 @@ describe('gateway auth', () => {
     expect(check(header({ device: 'dev-9' }))).toMatchObject({ ok: false, reason: 'UNKNOWN_DEVICE', message: expect.stringContaining('dev-9') });
     expect(check(header({ device: 'dev-nokey' }))).toMatchObject({ ok: false, reason: 'NO_AGENT_KEY' });
     expect(check(header({ secretKey: otherSeed }))).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
-    expect(check(header(), { body: utf8Encode('{"knownVersion":1}') })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
     expect(check(header(), { path: '/v1/report' })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
     expect(check(header(), { method: 'GET' })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
   });
@@ -84,6 +108,23 @@ describe('gateway auth', () => {
     expect(nonces.admit('d', 'c', now + 2000, now + 2000)).toBe('fresh');
     expect(nonces.size).toBe(1);
     expect(nonces.admit('e', 'c', now + 2000, now + 2000)).toBe('fresh');
+  });
+
+  it('one device cannot fill the nonce cache for the others: past its share it alone is refused (DEVICE_BUSY)', () => {
+    const nonces = new NonceCache(1_000, AUTH_WINDOW_MS, 50);
+    let refused = 0;
+    for (let i = 0; i < 1_000; i++) if (nonces.admit('greedy', nonce(), now, now) === 'device-full') refused++;
+    expect(refused).toBe(950);
+    expect(nonces.heldBy('greedy')).toBe(50);
+    // Every other device still gets its requests in.
+    for (let d = 0; d < 10; d++) for (let i = 0; i < 50; i++) expect(nonces.admit(`dev-${d}`, nonce(), now, now)).toBe('fresh');
+    // Through authenticate: the greedy device's next request is DEVICE_BUSY (the gateway answers 429), dev-1's passes.
+    const small = new NonceCache(1_000, AUTH_WINDOW_MS, 2);
+    expect(check(header(), {}, small).ok).toBe(true);
+    expect(check(header(), {}, small).ok).toBe(true);
+    expect(check(header(), {}, small)).toMatchObject({ ok: false, reason: 'DEVICE_BUSY', message: expect.stringContaining('"dev-1"') });
+    // Its share comes back as its nonces leave the window.
+    expect(check(header({ now: now + 121_000 }), { now: now + 121_000 }, small).ok).toBe(true);
   });
 
   it('agentKey pins: ed25519:<base64 of 32 bytes>, round trip', () => {
