@@ -6,8 +6,10 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { dirname } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createWebhookActivities } from '../../activities/webhooks';
+import { webhookPolicyFromEnv } from '../../core/webhook-policy';
 
 async function main(): Promise<void> {
   const silent = createServer(() => {});
@@ -24,7 +26,9 @@ async function main(): Promise<void> {
   const started = Date.now();
   const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
   try {
-    await new MockActivityEnvironment(undefined, { logger: quiet }).run(createWebhookActivities({ attemptTimeoutMs: 300 }).deliverWebhook, { url, secretFile: process.argv[2]!, event: event as never });
+    // The worker's policy, explicitly: this receiver is on loopback, the secret file in its own directory.
+    const policy = webhookPolicyFromEnv({ WAVEGATE_WEBHOOK_SECRETS_DIR: dirname(process.argv[2]!), WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' });
+    await new MockActivityEnvironment(undefined, { logger: quiet }).run(createWebhookActivities({ attemptTimeoutMs: 300, policy }).deliverWebhook, { url, secretFile: process.argv[2]!, event: event as never });
     console.log('delivered?');
   } catch (err) {
     console.log(`rejected ${(err as { type?: string }).type} ${Date.now() - started}`);

@@ -8,6 +8,8 @@ export interface ReceivedDelivery {
   event: string;
   timestamp: string;
   signature: string;
+  /** The Host header: the url's host, also when the worker connected to an address it resolved. */
+  host: string;
   /** The raw body, exactly as received: what the signature covers. */
   body: string;
   answered: number;
@@ -24,9 +26,11 @@ export interface WebhookReceiver {
 
 /**
  * A real webhook receiver on 127.0.0.1 (a free port): records every request and answers `answer(n)` for
- * the n-th one (1-based), e.g. 500 for the first two and 200 after.
+ * the n-th one (1-based), e.g. 500 for the first two and 200 after, with `answerBody` (default "ok"/"no").
+ * A worker sends to loopback only when its webhook policy allows it: tests that deliver here give the
+ * worker `WAVEGATE_WEBHOOK_ALLOW_HOSTS=127.0.0.1` (core/webhook-policy.ts).
  */
-export async function startWebhookReceiver(answer: (n: number) => number = () => 200): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(answer: (n: number) => number = () => 200, answerBody?: string): Promise<WebhookReceiver> {
   const requests: ReceivedDelivery[] = [];
   const server = createServer((req, res) => {
     void readBody(req).then((body) => {
@@ -36,10 +40,11 @@ export async function startWebhookReceiver(answer: (n: number) => number = () =>
         event: String(req.headers['x-wavegate-event'] ?? ''),
         timestamp: String(req.headers['x-wavegate-timestamp'] ?? ''),
         signature: String(req.headers['x-wavegate-signature'] ?? ''),
+        host: String(req.headers.host ?? ''),
         body,
         answered: status,
       });
-      res.writeHead(status, { 'content-type': 'text/plain' }).end(status < 300 ? 'ok' : 'no');
+      res.writeHead(status, { 'content-type': 'text/plain' }).end(answerBody ?? (status < 300 ? 'ok' : 'no'));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
