@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, relative } from 'node:path';
+import { WavegateError } from '../core/errors';
 import { floorRefusal } from '../core/floor';
 import { classifyRevision } from '../core/provability';
 import type { PayloadFile, Revision } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
-import { verifyEnvelope } from '../core/signing';
+import { verifyEnvelope, type Trust } from '../core/signing';
 import { envelopeDigestOf, type DesiredEntry, type ProfileReport } from '../core/twin';
 import { applyToDevice, ApplyLockHeld, EnvelopeRejected, shellFor, StepFailed, TransportError } from '../activities/device-steps';
 import type { DeviceSession } from '../activities/transport';
@@ -44,12 +45,22 @@ class Refusal extends Error {
   }
 }
 
+/** The agent's pins for `profile`; a trust file others may write (or not a file) is a refusal, UNSAFE_TRUST. */
+function trustOf(trust: AgentTrust, profile: string): Trust | undefined {
+  try {
+    return trust.of(profile);
+  } catch (err) {
+    if (err instanceof WavegateError) throw new Refusal('UNSAFE_TRUST', err.message);
+    throw err;
+  }
+}
+
 /** The verified revision of an entry, or Refusal naming why not (digest, pins, signature, threshold, expiry). */
 export function verifiedRevision(entry: DesiredEntry, trust: AgentTrust, now: number): Revision {
   if (entry.steps.profile !== entry.profile || entry.steps.revision !== entry.revision) throw new Refusal('MALFORMED', `the entry is for ${entry.profile} r${entry.revision}, its steps for ${entry.steps.profile} r${entry.steps.revision}`);
   if (!entry.steps.envelope) throw new Refusal('UNSIGNED', `${entry.profile} r${entry.revision} has no signed envelope; this agent runs signed revisions only`);
   if (envelopeDigestOf(entry.steps.envelope) !== entry.envelopeDigest) throw new Refusal('DIGEST', `the envelope's sha256 is not the envelopeDigest the twin names (${entry.envelopeDigest.slice(0, 16)}...): changed on the way`);
-  const pins = trust.of(entry.profile);
+  const pins = trustOf(trust, entry.profile);
   if (!pins) throw new Refusal('NO_TRUST', `this agent holds no pins for profile "${entry.profile}" (${trust.describe()})`);
   const open = (envelope: NonNullable<DesiredEntry['steps']['envelope']>, what: string): Revision => {
     const verdict = verifyEnvelope(envelope, pins, { now });
@@ -86,8 +97,13 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
   try {
     marker = await session.readMarker(entry.profile, { timeoutMs: 10_000 });
     let revision: Revision;
+    let pins: Trust;
     try {
       revision = verifiedRevision(entry, ctx.trust, now());
+      // The pins staged below for applyToDevice, read again: gone or refused since is a refusal too.
+      const staged = trustOf(ctx.trust, entry.profile);
+      if (!staged) throw new Refusal('NO_TRUST', `this agent holds no pins for profile "${entry.profile}" (${ctx.trust.describe()})`);
+      pins = staged;
       // The exemption (a compensation or revert of the rollout and run that raised the floor) travels in
       // the steps; the floor rule checks it against the floor's own tags, so a forged one buys nothing.
       const refusal = floorRefusal(await session.readFloor(entry.profile, { timeoutMs: 10_000 }), entry.revision, now(), entry.steps.floor?.below);
@@ -96,7 +112,7 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
       if (err instanceof Refusal) return report({ state: 'refused', reason: err.reason, detail: err.message });
       throw err;
     }
-    const profilesRoot = stagePins(ctx.stateDir, entry.profile, ctx.trust.of(entry.profile)!);
+    const profilesRoot = stagePins(ctx.stateDir, entry.profile, pins);
     const target: DeviceTarget = { id: ctx.deviceId, host: '', port: 0, user: '', pool: '', class: '', transport: 'agent' } as DeviceTarget;
     try {
       for (const file of revision.payload) await fetchPayload(ctx, profilesRoot, entry, file);

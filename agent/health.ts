@@ -29,7 +29,12 @@ export async function runDeviceHealth(session: DeviceSession, desired: Record<st
   for (const entry of Object.values(desired)) {
     const answer = answers[entry.profile];
     if (!answer || answer.requestId !== entry.requestId || !['applied', 'already-applied', 'claimed'].includes(answer.state) || !entry.steps.envelope) continue;
-    const pins = trust.of(entry.profile);
+    let pins: ReturnType<AgentTrust['of']>;
+    try {
+      pins = trust.of(entry.profile);
+    } catch {
+      continue; // a trust file now refused (its mode): no health from pins the agent no longer takes
+    }
     const verdict = pins ? verifyEnvelope(entry.steps.envelope, pins, { now }) : undefined;
     if (!verdict?.ok) continue;
     const health = verdict.revision.health;

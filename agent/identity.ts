@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { agentKeyPin } from '../core/agent-auth';
 import { WavegateError } from '../core/errors';
 import { keyPairFromSeed, parseSecretKeyFile, secretKeyFile, type KeyPair } from '../core/signing';
+import { prepareStateDir, readIdentityKeyText } from './inputs';
 
 /**
  * The agent's identity key (docs/formats.md, "Agent state directory"): an Ed25519 key made on the
@@ -12,10 +13,9 @@ import { keyPairFromSeed, parseSecretKeyFile, secretKeyFile, type KeyPair } from
  */
 export const IDENTITY_FILE = 'identity.key';
 
-export function enrollIdentity(stateDir: string): { keyFile: string; pin: string } {
-  const dir = resolve(stateDir);
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
+export function enrollIdentity(stateDir: string, log: (line: string) => void = () => {}): { keyFile: string; pin: string } {
+  // The same checks as the agent's own start: a directory of this user that no one else may write.
+  const dir = prepareStateDir('--state-dir', stateDir, log);
   const keyFile = join(dir, IDENTITY_FILE);
   if (existsSync(keyFile)) {
     throw new WavegateError('CONFLICT', `${keyFile}: an identity key is already there; refusing to overwrite it (its pin is in the inventory). Print its pin with \`wavegate agent pin --key ${keyFile}\``, { field: '--state-dir', value: stateDir });
@@ -26,17 +26,12 @@ export function enrollIdentity(stateDir: string): { keyFile: string; pin: string
   return { keyFile, pin: agentKeyPin(pair.publicKey) };
 }
 
-/** The identity key at `path`: refused (INVALID_INPUT naming --key) when unreadable, malformed, or readable by group or others. */
+/**
+ * The identity key at `path`: refused (INVALID_INPUT naming --key and the path) when missing, not a
+ * regular file (a FIFO would block the read), oversized, readable by group or others, or malformed.
+ */
 export function loadIdentity(path: string): KeyPair {
-  let text: string;
-  let mode: number;
-  try {
-    mode = statSync(path).mode & 0o777;
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `--key ${path}: cannot read the identity key (${(err as NodeJS.ErrnoException).code ?? String(err)}); create one with \`wavegate agent enroll --state-dir DIR\``, { field: '--key', value: path });
-  }
-  if (mode & 0o077) throw new WavegateError('INVALID_INPUT', `--key ${path}: mode ${mode.toString(8).padStart(4, '0')} lets others read the identity key; chmod 600 it`, { field: '--key', value: path });
+  const text = readIdentityKeyText(path);
   let data: unknown;
   try {
     data = JSON.parse(text);

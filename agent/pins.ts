@@ -1,16 +1,21 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
 import { parseTrust, type Trust } from '../core/signing';
 import { readDocument } from '../intake/files';
 import { profileDir } from '../intake/profile-dir';
+import { checkTrustDir, checkTrustFile } from './inputs';
 
 /**
  * The agent's OWN pins, per profile: what it verifies every desired envelope against, whatever the
  * gateway or the control plane says. `--trust DIR` is a profiles directory (`DIR/<profile>/trust.yaml`,
  * the worker's layout); `--trust <profile>=<file>` names one profile's trust file (repeatable). Read
  * again for every apply, so an edited trust file counts from the next apply on.
+ *
+ * The trust files are this device's trust anchor, held to StrictModes (core/agent-inputs.ts): a file, its
+ * directory or a profiles directory that others may write is refused at start (exit 2 naming the path and
+ * the mode) and, should it become so later, at every read (`of` throws INVALID_INPUT: the apply is refused).
  */
 export interface AgentTrust {
   /** The profile's pins, or undefined when the agent holds none for it (it then refuses: NO_TRUST). */
@@ -31,7 +36,8 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
       if (!PROFILE_NAME.test(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: the profile ${PROFILE_NAME_RULE}`, { field: '--trust', value });
       if (!existsSync(file)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: no such file ${file}`, { field: '--trust', value });
       if (files.has(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: profile "${profile}" given twice`, { field: '--trust', value });
-      parseTrust(readDocument(file), `--trust ${value}`); // a bad file is refused at start, not at the first apply
+      checkTrustFile(file, `--trust ${value}`);
+      parseTrust(readTrustDocument(file, `--trust ${value}`), `--trust ${value}`); // a bad file is refused at start, not at the first apply
       files.set(profile, file);
     } else {
       const dir = resolve(value);
@@ -42,16 +48,35 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
         /* refused below */
       }
       if (!isDir) throw new WavegateError('INVALID_INPUT', `--trust ${value}: not a directory; give a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>`, { field: '--trust', value });
+      checkTrustDir(dir, `--trust ${value}`);
+      // Every trust file already there is checked now: a bad mode is refused at start, not at an apply.
+      for (const name of readdirSync(dir)) {
+        if (!PROFILE_NAME.test(name)) continue;
+        const file = profileDir(dir, name).trustFile;
+        if (existsSync(file)) checkTrustFile(file, `--trust ${value}`);
+      }
       dirs.push(dir);
     }
   }
   return {
     of(profile) {
       const file = files.get(profile) ?? dirs.map((d) => profileDir(d, profile).trustFile).find((f) => existsSync(f));
-      return file ? parseTrust(readDocument(file), file) : undefined;
+      if (!file) return undefined;
+      checkTrustFile(file, `trust file of profile "${profile}"`);
+      return parseTrust(readTrustDocument(file, file), file);
     },
     describe: () => [...dirs.map((d) => `${d}/<profile>/trust.yaml`), ...[...files].map(([p, f]) => `${p}=${f}`)].join(', '),
   };
+}
+
+/** A trust file's document through the bounded reader (a FIFO or /dev/zero is refused, not read), named as `what`. */
+function readTrustDocument(file: string, what: string): unknown {
+  try {
+    return readDocument(file);
+  } catch (err) {
+    if (err instanceof WavegateError && !err.message.startsWith(what)) throw new WavegateError('INVALID_INPUT', `${what}: ${err.message}`, { field: '--trust', value: file });
+    throw err;
+  }
 }
 
 /**

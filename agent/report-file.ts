@@ -1,6 +1,8 @@
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { lstatSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { WavegateError } from '../core/errors';
 import type { ProfileReport } from '../core/twin';
+import { readText } from '../intake/files';
 
 /**
  * What the agent answered, per profile, kept in `<state>/report.json` (written whole, then renamed):
@@ -11,8 +13,16 @@ import type { ProfileReport } from '../core/twin';
 export function reportFile(stateDir: string) {
   const path = join(stateDir, 'report.json');
   let profiles: Record<string, ProfileReport> = {};
+  let regular = true;
   try {
-    const data = JSON.parse(readFileSync(path, 'utf8')) as { profiles?: Record<string, ProfileReport> };
+    regular = lstatSync(path).isFile();
+  } catch {
+    /* none yet */
+  }
+  // Not a file (a FIFO would block the read, a directory would fail every answer): refused at start.
+  if (!regular) throw new WavegateError('INVALID_INPUT', `--state-dir ${stateDir}: ${path} is not a regular file; move it away`, { field: '--state-dir', value: path });
+  try {
+    const data = JSON.parse(readText(path)) as { profiles?: Record<string, ProfileReport> };
     if (data && typeof data.profiles === 'object' && data.profiles !== null) profiles = data.profiles;
   } catch {
     /* none yet, or unreadable: start with no answers (re-applying is verify-first and reattaches) */

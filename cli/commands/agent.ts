@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
@@ -6,6 +6,7 @@ import { agentKeyPin } from '../../core/agent-auth';
 import { WavegateError } from '../../core/errors';
 import { enrollIdentity, loadIdentity } from '../../agent/identity';
 import { gatewayClient } from '../../agent/gateway-client';
+import { checkHomeDir, gatewayUrl, prepareStateDir, readFlagFile } from '../../agent/inputs';
 import { parseTrustFlags } from '../../agent/pins';
 import { startAgent } from '../../agent/run';
 import { PROJECT_ROOT } from '../../workers/toolchain';
@@ -22,21 +23,6 @@ function agentVersion(): string {
   }
 }
 
-function gatewayUrl(value: string): string {
-  let url: URL | undefined;
-  try {
-    url = new URL(value);
-  } catch {
-    url = undefined;
-  }
-  if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password || url.search || url.hash) {
-    // Never echo a password someone put in the URL.
-    const shown = value.replace(/\/\/[^/@]*@/, '//***@');
-    throw new WavegateError('INVALID_INPUT', `--gateway: must be an http(s)://host:port URL without credentials, query or fragment (got ${JSON.stringify(shown)})`, { field: '--gateway', value: shown });
-  }
-  return value.replace(/\/+$/, '');
-}
-
 interface AgentFlags {
   deviceId: string;
   gateway: string;
@@ -45,6 +31,7 @@ interface AgentFlags {
   key: string;
   home?: string;
   gatewayCa?: string;
+  insecureHttp?: boolean;
 }
 
 export function register(program: Command): void {
@@ -60,32 +47,22 @@ export function register(program: Command): void {
     .option('--key <file>', 'the identity key `wavegate agent enroll` made (0600)')
     .option('--home <dir>', 'the device home whose .wavegate/ holds markers, floors and apply locks, and where commands run (default $HOME)')
     .option('--gateway-ca <file>', 'a CA certificate (PEM) to trust for the gateway, beside the system\'s')
+    .option('--insecure-http', 'allow a plain http:// gateway off loopback (behind a TLS-terminating proxy or on a private link only)')
     .action(
       action(async (flags: AgentFlags) => {
         for (const [flag, value] of [['--device-id', flags.deviceId], ['--gateway', flags.gateway], ['--state-dir', flags.stateDir], ['--key', flags.key]] as const) {
           if (!value) throw new WavegateError('INVALID_INPUT', `${flag}: required (wavegate agent --device-id ID --gateway URL --trust DIR --state-dir DIR --key FILE)`, { field: flag });
         }
         if (!DEVICE_ID.test(flags.deviceId)) throw new WavegateError('INVALID_INPUT', `--device-id: must be 1-128 letters, digits, ".", "_", ":" or "-" (got ${JSON.stringify(flags.deviceId)})`, { field: '--device-id', value: flags.deviceId });
-        const url = gatewayUrl(flags.gateway);
+        // Every input checked before anything starts: each refusal names its flag and the path or value.
+        const url = gatewayUrl(flags.gateway, !!flags.insecureHttp);
         const trust = parseTrustFlags(flags.trust ?? []);
         const pair = loadIdentity(flags.key);
-        let ca: Buffer | undefined;
-        if (flags.gatewayCa) {
-          try {
-            ca = readFileSync(flags.gatewayCa);
-          } catch (err) {
-            throw new WavegateError('INVALID_INPUT', `--gateway-ca ${flags.gatewayCa}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: '--gateway-ca', value: flags.gatewayCa });
-          }
-        }
-        const stateDir = resolve(flags.stateDir);
-        // Like the audit directory: made 0700, and a looser mode is fixed and said (report.json, pins, payloads live here).
-        mkdirSync(stateDir, { recursive: true, mode: 0o700 });
-        const mode = statSync(stateDir).mode & 0o777;
-        if (mode & 0o077) {
-          chmodSync(stateDir, 0o700);
-          log(`--state-dir ${stateDir}: mode ${mode.toString(8).padStart(4, '0')} was looser than 0700; set to 0700`);
-        }
-        const home = resolve(flags.home ?? (process.env.HOME || homedir()));
+        const ca = flags.gatewayCa ? readFlagFile('--gateway-ca', flags.gatewayCa) : undefined;
+        // Like the audit directory: made 0700, a looser mode that lets others only read it is fixed and
+        // said; one that lets others write it, or a file, is refused (report.json, pins, payloads live here).
+        const stateDir = prepareStateDir('--state-dir', flags.stateDir, log);
+        const home = checkHomeDir(flags.home ?? (process.env.HOME || homedir()));
         const running = startAgent({ deviceId: flags.deviceId, gateway: gatewayClient({ url, device: flags.deviceId, secretKey: pair.secretKey, ...(ca ? { ca } : {}) }), trust, stateDir, home, version: agentVersion(), log });
         log(`agent ${flags.deviceId} started (identity ${agentKeyPin(pair.publicKey)}, gateway ${url}); SIGTERM stops it`);
         const stop = (signal: string) => {
@@ -104,7 +81,7 @@ export function register(program: Command): void {
     .requiredOption('--state-dir <dir>', 'the agent\'s state directory')
     .action(
       action((flags: { stateDir: string }) => {
-        const { keyFile, pin } = enrollIdentity(flags.stateDir);
+        const { keyFile, pin } = enrollIdentity(flags.stateDir, (line) => process.stderr.write(`${line}\n`));
         process.stderr.write(`identity key written to ${keyFile} (mode 0600); put this pin in the inventory as the device's agentKey:\n`);
         log(pin);
       }),
