@@ -26,42 +26,71 @@ function portAnswers(address: string, timeoutMs = 2_000): Promise<boolean> {
   });
 }
 
-/** The head a rollout's workflow holds, or why there is none to compare with (never a silent pass). */
-export type WorkflowHead = { head: AuditHead; source: string } | { head: null; why: string };
+/**
+ * What the server says about one run of a rollout's audit: the head it holds, or why there is none to
+ * compare with (never a silent pass). `kind` tells a rollout the server does not have (`no-rollout`)
+ * from one that holds no head yet (`no-head`) from a server that could not be asked (`unreachable`).
+ */
+export type WorkflowHead =
+  | { head: AuditHead; source: string; runId: string; state: string }
+  | { head: null; why: string; kind: 'unreachable' | 'no-rollout' | 'no-head'; runId?: string; state?: string };
+
+/** One connection, asked about one run or several (`runId` undefined: the rollout id's latest run). */
+export interface WorkflowHeads {
+  headOf(runId?: string): Promise<WorkflowHead>;
+  /** Where it asks, fit to print. */
+  readonly address: string;
+}
 
 /**
- * Ask the rollout's workflow for the audit head it holds (`status.auditHead`): a running rollout answers
- * the `status` query, a completed one its result (no worker needed). Any failure to reach or read it is
- * an answer saying so, so that verification states plainly what it did not check.
+ * Ask the rollout's workflow runs for the audit head each holds (`status.auditHead`): a running run answers
+ * the `status` query, a completed one its result (no worker needed). Each run is described by its own
+ * run id, so a chain an earlier run wrote is compared with that run's head, not the latest run's. Any
+ * failure to reach or read it is an answer saying so, so that verification states what it did not check.
  */
-export async function workflowAuditHead(flags: TemporalFlags, rolloutId: string, runId?: string): Promise<WorkflowHead> {
+export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: string, body: (heads: WorkflowHeads) => Promise<T>): Promise<T> {
   let settings;
   try {
     settings = resolveConnectionSettings(flags);
   } catch (err) {
-    return { head: null, why: `the Temporal connection settings are not usable (${(err as Error).message})` };
+    const why = `the Temporal connection settings are not usable (${(err as Error).message})`;
+    return body({ address: '-', headOf: async () => ({ head: null, why, kind: 'unreachable' }) });
   }
+  const address = settings.address;
   let client;
   try {
-    if (!(await portAnswers(settings.address))) throw new Error('refused');
+    if (!(await portAnswers(address))) throw new Error('refused');
     client = await connectClient(settings);
   } catch {
-    return { head: null, why: `no Temporal server reachable at ${settings.address} to ask for the rollout's head` };
+    const why = `no Temporal server reachable at ${address} to ask for the rollout's head`;
+    return body({ address, headOf: async () => ({ head: null, why, kind: 'unreachable' }) });
   }
+  const connected = client;
+  const headOf = async (runId?: string): Promise<WorkflowHead> => {
+    try {
+      return await connected.connection.withDeadline(Date.now() + STATUS_DEADLINE_MS, async (): Promise<WorkflowHead> => {
+        const described = await connected.workflow.getHandle(rolloutId, runId).describe();
+        // Read that very run (its id from describe), never the latest one by accident.
+        const exact = connected.workflow.getHandle(rolloutId, described.runId, { followRuns: false });
+        const state = described.status.name;
+        const status = (state === 'COMPLETED' ? await exact.result() : await exact.query('status')) as RolloutStatus;
+        const where = `${rolloutId} run ${described.runId} on ${address}, ${state.toLowerCase()}`;
+        if (!status?.auditHead) return { head: null, why: `the workflow (${where}) holds no audit head yet`, kind: 'no-head', runId: described.runId, state };
+        return { head: status.auditHead, source: `the workflow's head (${where})`, runId: described.runId, state };
+      });
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return { head: null, why: `no rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} on ${address}`, kind: 'no-rollout' };
+      return { head: null, why: `could not read the rollout's status from ${address} (${(err as Error).message})`, kind: 'unreachable' };
+    }
+  };
   try {
-    return await client.connection.withDeadline(Date.now() + STATUS_DEADLINE_MS, async (): Promise<WorkflowHead> => {
-      const handle = client.workflow.getHandle(rolloutId, runId);
-      const described = await handle.describe();
-      const state = described.status.name;
-      const status = (state === 'COMPLETED' ? await handle.result() : await handle.query('status')) as RolloutStatus;
-      const where = `${rolloutId} run ${described.runId} on ${settings.address}, ${state.toLowerCase()}`;
-      if (!status?.auditHead) return { head: null, why: `the workflow (${where}) holds no audit head yet` };
-      return { head: status.auditHead, source: `the workflow's head (${where})` };
-    });
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return { head: null, why: `no rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} on ${settings.address}` };
-    return { head: null, why: `could not read the rollout's status from ${settings.address} (${(err as Error).message})` };
+    return await body({ address, headOf });
   } finally {
-    await client.connection.close().catch(() => {});
+    await connected.connection.close().catch(() => {});
   }
+}
+
+/** The head one run of a rollout holds (`runId` undefined: its latest run), or why there is none. */
+export function workflowAuditHead(flags: TemporalFlags, rolloutId: string, runId?: string): Promise<WorkflowHead> {
+  return withWorkflowHeads(flags, rolloutId, (heads) => heads.headOf(runId));
 }

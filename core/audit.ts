@@ -476,3 +476,33 @@ export function redactSecrets(value: unknown): unknown {
   };
   return walk(value, '(root)');
 }
+
+/**
+ * The run that wrote a chain: the runId of its first record. A re-used rollout id (`rollout:<profile>`)
+ * starts a new chain at each run's first record, so this is the run whose head the chain is compared
+ * with; the first record's runId is covered by its hash, so editing it breaks the chain. Undefined when
+ * the first line is not a record.
+ */
+export function chainRunOf(segments: AuditSegment[]): string | undefined {
+  const first = segments[0] ? parseAuditLog(segments[0].text).records[0] : undefined;
+  return typeof first?.runId === 'string' && first.runId.length > 0 ? first.runId : undefined;
+}
+
+/**
+ * A store that holds none of a trail whose writer acknowledged `head`: the trail was deleted (or is
+ * kept elsewhere). A verification failure (exit 1), not bad input: the message names what is missing.
+ */
+export function missingTrailMessage(head: AuditHead, headSource: string, storeLocation: string): string {
+  return `trail deleted: ${headSource} says ${head.seq} record${head.seq === 1 ? '' : 's'} up to seq ${head.seq} (hash ${head.hash}); ${storeLocation} has none`;
+}
+
+/**
+ * Which run's head a chain is compared with. `chainRun` is the run that wrote the chain (the `--run`
+ * given, else its first record's runId); `latest` is the rollout id's latest run as the server says.
+ * The chain is compared with its own run's head; a latest run that is another run and holds a head of
+ * its own means the store's current chain is not the latest run's: that run's trail is missing here.
+ */
+export function latestRunMismatch(chainRun: string | undefined, latest: { runId: string; head: AuditHead | null } | undefined, storeLocation: string): string | null {
+  if (!chainRun || !latest || latest.runId === chainRun || !latest.head) return null;
+  return `the rollout's latest run ${latest.runId} holds an audit head (${latest.head.seq} records up to seq ${latest.head.seq}, hash ${latest.head.hash.slice(0, 12)}…) but the current chain in ${storeLocation} is run ${chainRun}'s: run ${latest.runId}'s trail is missing there`;
+}

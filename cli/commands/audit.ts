@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { parseAuditLog, verifyAuditSegments, type AuditHead, type AuditRecord, type TrailVerdict } from '../../core/audit';
+import { chainRunOf, latestRunMismatch, missingTrailMessage, parseAuditLog, verifyAuditSegments, type AuditHead, type AuditRecord, type AuditSegment, type TrailVerdict } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { DEFAULT_AUDIT_DIR, readAuditKey } from '../../activities/audit';
-import { readAuditTrail } from '../../activities/audit-store';
+import { readAuditTrail, redactStoreUrl } from '../../activities/audit-store';
 import type { TemporalFlags } from '../../workers/connection';
-import { workflowAuditHead } from '../audit-head';
+import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audit-head';
 import { withTemporalOptions } from '../client';
 import { action, EXIT_FAILED } from '../run';
 
@@ -65,29 +65,128 @@ function verifyReport(label: string, verdict: TrailVerdict, head: { checked: str
   return out;
 }
 
+/** A trail as the store holds it, for `--verify`: `--run` also names the current chain when that run wrote it. */
+async function readChain(id: string, opts: AuditFlags): Promise<{ segments: AuditSegment[]; location: string }> {
+  try {
+    const { segments, location } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run });
+    return { segments, location };
+  } catch (err) {
+    if (!(opts.run && err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
+    // The file store keeps a run's chain under its run id only once a later run moved it aside.
+    const current = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id }).catch(() => undefined);
+    if (current && chainRunOf(current.segments) === opts.run) return { segments: current.segments, location: current.location };
+    throw err;
+  }
+}
+
+/** Where a store is, fit to print: the directory, or the database URL with no secret in it. */
+function storeLocation(opts: AuditFlags): string {
+  const value = opts.auditStore ?? (process.env.WAVEGATE_AUDIT_STORE || undefined);
+  if (value === undefined || value === 'file') return `the audit directory ${opts.auditDir}`;
+  try {
+    return `the audit store ${redactStoreUrl(value)}`;
+  } catch {
+    return 'the audit store';
+  }
+}
+
+/**
+ * No trail in the store. With a head acknowledged for it (the workflow's, or `--head`) the trail was
+ * deleted: exit 1 naming what is missing. With neither a trail nor a rollout: NOT_FOUND (exit 2). When
+ * the head could not be asked, the store's NOT_FOUND stands, saying what was not checked (`--strict`: exit 1).
+ */
+async function verifyMissing(id: string, opts: AuditFlags, notFound: WavegateError, offlineHead: AuditHead | undefined): Promise<number> {
+  const location = storeLocation(opts);
+  const found: WorkflowHead = offlineHead
+    ? { head: offlineHead, source: `--head ${offlineHead.seq}:${offlineHead.hash.slice(0, 12)}…`, runId: opts.run ?? '-', state: 'given' }
+    : await workflowAuditHead(opts, id, opts.run);
+  if (found.head) {
+    const message = missingTrailMessage(found.head, found.source, location);
+    const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
+    if (opts.json) console.log(JSON.stringify({ ok: false, problem: 'deleted', seq: 1, message, count: 0, head: null, headChecked: found.source, headRun: found.runId, missing: found.head }, null, 2));
+    else console.log(`${label}: ${message}`);
+    return EXIT_FAILED;
+  }
+  if (found.kind === 'no-rollout') throw new WavegateError('NOT_FOUND', `${notFound.message}, and ${found.why}: no such rollout`, notFound.details);
+  if (found.kind === 'no-head') throw new WavegateError('NOT_FOUND', `${notFound.message}; ${found.why}`, notFound.details);
+  const unchecked = `${notFound.message}; head NOT checked: ${found.why}; a trail deleted wholesale cannot be ruled out (give --head <seq>:<hash>, or reach the rollout's Temporal server)`;
+  if (opts.strict) {
+    process.stderr.write(`wavegate: --strict: ${unchecked}\n`);
+    return EXIT_FAILED;
+  }
+  throw new WavegateError('NOT_FOUND', unchecked, notFound.details);
+}
+
 async function verify(id: string, opts: AuditFlags): Promise<number> {
-  const { segments } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run });
   const keyFile = opts.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
   const key = keyFile === undefined ? undefined : readAuditKey(keyFile);
+  const offlineHead = opts.head !== undefined ? parseHead(opts.head) : undefined;
+  let chain: { segments: AuditSegment[]; location: string };
+  try {
+    chain = await readChain(id, opts);
+  } catch (err) {
+    if (err instanceof WavegateError && err.code === 'NOT_FOUND') return verifyMissing(id, opts, err, offlineHead);
+    throw err;
+  }
+  const { segments } = chain;
+  // The run that wrote this chain: its head is the one to compare with, whichever run is the latest.
+  const chainRun = opts.run ?? chainRunOf(segments);
   let head: AuditHead | undefined;
   let compared: { checked: string | null; why: string | null };
-  if (opts.head !== undefined) {
-    head = parseHead(opts.head);
+  let headRun: string | null = null;
+  let latestNote: string | null = null;
+  let latestFailure: string | null = null;
+  if (offlineHead) {
+    head = offlineHead;
     compared = { checked: `--head ${head.seq}:${head.hash.slice(0, 12)}…`, why: null };
   } else {
-    const found = await workflowAuditHead(opts, id, opts.run);
+    const found = await withWorkflowHeads(opts, id, async (heads) => {
+      const own = await heads.headOf(chainRun);
+      // The current chain (no --run) is also held against the latest run: one that is not this chain's
+      // run and holds a head wrote a trail this store does not have as its current one.
+      if (!opts.run && chainRun && (own.head || own.kind !== 'unreachable')) {
+        const latest = await heads.headOf(undefined);
+        if (latest.runId && latest.runId !== chainRun) {
+          latestFailure = latestRunMismatch(chainRun, { runId: latest.runId, head: latest.head }, chain.location);
+          if (!latestFailure) latestNote = `the rollout's latest run is ${latest.runId} (${(latest.state ?? 'unknown').toLowerCase()}), another run than this chain's: ${latest.head ? '' : `${latest.why}; `}this chain is compared with its own run's head`;
+        }
+      }
+      return own;
+    });
     head = found.head ?? undefined;
-    compared = found.head ? { checked: `${found.source}: record ${found.head.seq} ${found.head.hash.slice(0, 12)}…`, why: null } : { checked: null, why: found.why };
+    headRun = found.runId ?? null;
+    compared = found.head
+      ? { checked: `${found.source}: record ${found.head.seq} ${found.head.hash.slice(0, 12)}…${chainRun && !opts.run ? ', the run that wrote this chain' : ''}`, why: null }
+      : { checked: null, why: found.why };
   }
   const verdict = verifyAuditSegments(segments, { head, key });
-  const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
+  const label = `audit ${id}${opts.run ? ` run ${opts.run}` : chainRun ? ` (chain of run ${chainRun})` : ''}`;
+  const ok = verdict.ok && !latestFailure;
   if (opts.json) {
     const { failure } = verdict;
-    console.log(JSON.stringify({ ...verdict, ...(failure ? { seq: failure.seq, problem: failure.problem, message: failure.message } : {}), headChecked: compared.checked, headNotChecked: compared.why, macChecked: !!key }, null, 2));
+    console.log(
+      JSON.stringify(
+        {
+          ...verdict,
+          ok,
+          ...(failure ? { seq: failure.seq, problem: failure.problem, message: failure.message } : latestFailure ? { problem: 'deleted', message: latestFailure } : {}),
+          chainRun: chainRun ?? null,
+          headRun,
+          headChecked: compared.checked,
+          headNotChecked: compared.why,
+          latestRun: latestFailure ?? latestNote,
+          macChecked: !!key,
+        },
+        null,
+        2,
+      ),
+    );
   } else {
     for (const line of verifyReport(label, verdict, compared, !!key)) console.log(line);
+    if (latestNote) console.log(`latest run: ${latestNote}`);
+    if (latestFailure) console.log(`latest run: ${latestFailure}`);
   }
-  if (!verdict.ok) return EXIT_FAILED;
+  if (!ok) return EXIT_FAILED;
   if (opts.strict && (!compared.checked || !key)) {
     process.stderr.write(`wavegate: --strict: ${[!compared.checked && 'the head', !key && 'the MAC'].filter(Boolean).join(' and ')} could not be checked\n`);
     return EXIT_FAILED;
