@@ -123,7 +123,7 @@ function checkedLookup(resolveHost: ResolveHost, policy: WebhookPolicy, refusals
         for (const a of addresses) {
           const ip = parseIp(a.address);
           const refused = !ip ? `${a.address} is not an address` : allowedByName ? undefined : addressRefusal(ip, policy);
-          if (refused) refusals.push(`${hostname} resolves to ${refused}`);
+          if (refused) refusals.push(`${hostname} resolved: ${refused}`);
         }
         if (refusals.length) return callback(Object.assign(new Error('refused by the webhook policy'), { code: 'EWEBHOOKPOLICY' }));
         if (!addresses.length) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
