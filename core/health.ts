@@ -30,6 +30,8 @@
  * query may itself contain comparisons (`rate(x[5m]) > 0 < 3` compares `rate(x[5m]) > 0` with 3).
  */
 
+import { inlineCredential, scrubFound } from './credentials';
+
 export type ThresholdOp = '<' | '<=';
 
 export type HealthCheck =
@@ -153,34 +155,27 @@ export function parseHealthGate(texts: readonly string[]): { ok: true; checks: H
 
 /** Query parameter, argument and assignment names that carry a secret (`access_token`, `apiKey`, `X-Amz-Signature`, `password`). */
 const SECRET_WORD = String.raw`[A-Za-z0-9_.-]*(?:token|secret|password|passwd|apikey|api[_-]key|credential)[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?(?:key|pass|auth|sig|signature|session)`;
-const USERINFO = /^[a-z][a-z0-9+.-]*:\/\/[^/?#@\s]*@/i;
-const SECRET_QUERY = new RegExp(String.raw`[?&](?:${SECRET_WORD})=[^&#\s]`, 'i');
-const SECRET_ARGUMENT = new RegExp(String.raw`(?:^|\s)--?(${SECRET_WORD})(?:=|\s+)[^\s-]`, 'gi');
-/** `--token-file /path`, `--password-env NAME`: a reference to a secret, not the secret. */
-const REFERENCE_NAME = /[_.-](?:file|path|env|dir|name|id)$/i;
-const AUTH_HEADER = /authorization\s*:\s*\S/i;
 const URL_IN_TEXT = /([a-z][a-z0-9+.-]*:\/\/)([^\s"'<>`]*)/gi;
-const URL_IN_TEXT_WITH_USERINFO = /[a-z][a-z0-9+.-]*:\/\/[^/?#@\s"'<>`]*@/i;
 const AUTH_VALUE = /(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s"']+/gi;
 const SECRET_ASSIGNMENT = new RegExp(String.raw`(\b(?:${SECRET_WORD})\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&"']+)`, 'gi');
 const SECRET_FLAG_VALUE = new RegExp(String.raw`((?:^|\s)--?(?:${SECRET_WORD})\s+)([^\s-]\S*)`, 'gi');
 
 /**
  * What makes a url or command carry an inline credential (a password in the url, a secret-named query
- * parameter, a `--token x` argument, an Authorization header), or undefined when it carries none.
- * Where such text is written it would be kept in the workflow history and the audit forever.
+ * parameter or argument, an Authorization header or bearer token, a user:password or password argument
+ * of curl, mysql, sshpass...: core/credentials.ts), or undefined when it carries none. Where such text is
+ * written it would be kept in the workflow history and the audit forever. Linear in the text.
  */
-export function inlineCredential(text: string): string | undefined {
-  if (USERINFO.test(text) || URL_IN_TEXT_WITH_USERINFO.test(text)) return 'a user:password@ in a url';
-  if (SECRET_QUERY.test(text)) return 'a secret-named query parameter (token, key, password, ...)';
-  if (AUTH_HEADER.test(text)) return 'an Authorization header';
-  for (const m of text.matchAll(SECRET_ARGUMENT)) if (!REFERENCE_NAME.test(m[1]!)) return 'a secret-named argument (--token, --password, ...)';
-  return undefined;
-}
+export { inlineCredential };
 
 /** The refusal for an inline credential: where secrets go instead. */
 export function credentialsRefusal(what: string): string {
   return `has ${what}; secrets must not be written where they are kept in the workflow history and the audit: pass a token by reference in the profile's metrics.errorRate (tokenEnv: <VAR> or tokenFile: /path), which the worker reads`;
+}
+
+/** The refusal for an inline credential in a signed device command: the secret stays on the device. */
+export function signedCommandCredentialRefusal(what: string): string {
+  return `has ${what}; a signed command is sent to every device and kept in the envelope, the workflow history and the audit, so it must carry no secret: read it on the device instead (a file such as --password-file /etc/app/password or "$(cat /etc/app/token)", or a variable such as "$TOKEN")`;
 }
 
 /**
@@ -197,7 +192,8 @@ export function redactUrl(url: string): string {
  * any evidence or audit text goes through.
  */
 export function scrubCredentials(text: string): string {
-  return text
+  // What the detector finds first (a curl -u password, mysql -pX, Bearer x...), then the forms below.
+  return scrubFound(text)
     .replace(URL_IN_TEXT, (_all, scheme: string, rest: string) => scheme + scrubUrlRest(rest))
     .replace(AUTH_VALUE, '$1***')
     .replace(SECRET_ASSIGNMENT, (all, head: string, value: string) => (value.startsWith('***') ? all : `${head}***`))

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT } from './health';
+import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT, signedCommandCredentialRefusal } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
 
@@ -8,11 +8,25 @@ import { parseWith } from './validation';
  * Commands run on the device with a POSIX shell; `$WAVEGATE_STAGING` points at the directory the
  * payload files were uploaded to.
  */
+/**
+ * The largest payload file a revision may name: what an agent downloads in one answer from the gateway
+ * (agent/gateway-client.ts) and what a worker holds in memory to send. Refused at sign and wherever a
+ * revision is read (plan, start, the worker, the gateway, the agent), so no signed body names a file no
+ * device would take.
+ */
+export const MAX_PAYLOAD_FILE_BYTES = 64 * 1024 * 1024;
+
 export const PayloadFile = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'must be a plain file name (letters, digits, ".", "_", "-")'),
     sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
-    size: z.number().int().nonnegative(),
+    size: z
+      .number()
+      .int()
+      .nonnegative()
+      .superRefine((size, ctx) => {
+        if (size > MAX_PAYLOAD_FILE_BYTES) ctx.addIssue({ code: 'custom', message: `is ${size} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB) a device takes in one payload file; split it, or ship it another way` });
+      }),
     source: z.string().min(1),
   })
   .strict();
@@ -28,7 +42,7 @@ const HealthCommand = z.string().superRefine((command, ctx) => {
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command)) return ctx.addIssue({ code: 'custom', message: 'must not contain control characters (NUL, escape, carriage return, ...)' });
   const secret = inlineCredential(command);
-  if (secret) ctx.addIssue({ code: 'custom', message: credentialsRefusal(secret) });
+  if (secret) ctx.addIssue({ code: 'custom', message: signedCommandCredentialRefusal(secret) });
 });
 
 const NamedHealthCheck = z.object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command: HealthCommand }).strict();
@@ -70,7 +84,8 @@ export const MAX_COMMAND_LENGTH = 64 * 1024;
 /**
  * A signed device command. What is signed is what runs, so no character may hide or change what a
  * reader sees: no NUL or other control characters (a script keeps newlines and tabs; a one-line
- * command not even a newline), no bidi overrides or zero-width characters.
+ * command not even a newline), no bidi overrides or zero-width characters. And no inline credential
+ * (core/credentials.ts): the envelope goes to every device and stays in the history and the audit.
  */
 function signedCommand(oneLine: boolean) {
   // eslint-disable-next-line no-control-regex
@@ -78,7 +93,16 @@ function signedCommand(oneLine: boolean) {
   const rule = oneLine
     ? 'must be one line without control characters (NUL, newline, carriage return, escape...) or invisible characters'
     : 'must not contain control characters other than newline and tab (NUL, carriage return, escape...) or invisible characters';
-  return z.string().max(MAX_COMMAND_LENGTH, `must be at most ${MAX_COMMAND_LENGTH} characters`).refine((command) => !hidden.test(command), rule);
+  return z
+    .string()
+    .max(MAX_COMMAND_LENGTH, `must be at most ${MAX_COMMAND_LENGTH} characters`)
+    .refine((command) => !hidden.test(command), rule)
+    .superRefine((command, ctx) => {
+      // The detector is linear (core/credentials.ts): a 64 KB script costs what a short one does per byte.
+      if (command.length > MAX_COMMAND_LENGTH) return;
+      const secret = inlineCredential(command);
+      if (secret) ctx.addIssue({ code: 'custom', message: signedCommandCredentialRefusal(secret) });
+    });
 }
 
 export const Revision = z
