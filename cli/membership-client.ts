@@ -5,7 +5,7 @@ import { judgeVerdicts } from '../activities/node-down';
 import { markOf } from '../core/node-down';
 import type { RolloutInput } from '../core/rollout/input';
 import { loadRolloutInventory } from '../intake/inventory';
-import { bearerToken, checkInventoryUrl, fetchInventory } from '../intake/inventory-url';
+import { bearerToken, checkInventoryUrl, fetchInventory, parseInventoryDeadline } from '../intake/inventory-url';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import type { NodeDownMark } from '../core/node-down';
@@ -18,6 +18,7 @@ export interface InventoryFlags {
   inventory?: string;
   inventoryUrl?: string;
   inventoryTokenEnv?: string;
+  inventoryDeadline?: string;
   inventoryOnWorker?: boolean;
 }
 
@@ -26,6 +27,7 @@ export function withInventoryOptions(cmd: Command, fileHelp = 'inventory file, r
     .option('--inventory <fleet.yaml>', fileHelp)
     .option('--inventory-url <url>', 'read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
     .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable (never put it in the URL)')
+    .option('--inventory-deadline <duration>', 'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)')
     .option('--inventory-on-worker', 'with --inventory: the worker reads the file from its own disk at snapshot time (and runs the node-down rechecks there), as before the membership entity');
 }
 
@@ -48,10 +50,12 @@ function flagConflict(field: string, message: string): never {
 export function checkInventoryFlags(opts: InventoryFlags): void {
   if (opts.inventory && opts.inventoryUrl) flagConflict('--inventory-url', 'give --inventory or --inventory-url, not both');
   if (opts.inventoryTokenEnv && !opts.inventoryUrl) flagConflict('--inventory-token-env', 'only with --inventory-url');
+  if (opts.inventoryDeadline !== undefined && !opts.inventoryUrl) flagConflict('--inventory-deadline', 'only with --inventory-url');
   if (opts.inventoryOnWorker && opts.inventoryUrl) flagConflict('--inventory-on-worker', 'only with --inventory <file> (the worker reads a path on its own disk)');
   if (opts.inventoryUrl) {
     checkInventoryUrl(opts.inventoryUrl);
     bearerToken({ tokenEnv: opts.inventoryTokenEnv });
+    parseInventoryDeadline(opts.inventoryDeadline);
   }
 }
 
@@ -59,7 +63,7 @@ export function checkInventoryFlags(opts: InventoryFlags): void {
 export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: string): Promise<ReadInventory> {
   checkInventoryFlags(opts);
   if (opts.inventoryUrl) {
-    const inventory = await fetchInventory(opts.inventoryUrl, { tokenEnv: opts.inventoryTokenEnv });
+    const inventory = await fetchInventory(opts.inventoryUrl, { tokenEnv: opts.inventoryTokenEnv, deadlineMs: parseInventoryDeadline(opts.inventoryDeadline) });
     const url = new URL(opts.inventoryUrl);
     return { inventory, inventoryPath: `${url.origin}${url.pathname}`, kind: 'url', onWorker: false };
   }

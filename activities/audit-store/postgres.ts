@@ -1,13 +1,13 @@
 import { createHash, type Hash } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, Pool, type PoolClient } from 'pg';
-import { parseIntoClientConfig } from 'pg-connection-string';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { recordAuditWriteFailure } from '../../core/metrics';
 import { activityMeter } from '../metrics';
 import type { AuditHealth, AuditHealthInput } from '../audit';
 import { nextAppend } from './append-rule';
+import { storeClientConfig, type StoreClientConfig } from './config';
 import { migrateAuditSchema } from './schema';
 import type { AuditStore } from './types';
 
@@ -81,26 +81,66 @@ class ClosingClient extends Client {
   }
 }
 
-/** The URL as pg reads it (sslrootcert/sslcert/sslkey files are read now): a file it cannot read is bad input. */
-function clientConfigOf(url: string, location: string): ReturnType<typeof parseIntoClientConfig> {
-  try {
-    return parseIntoClientConfig(url);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `--audit-store ${JSON.stringify(location)}: ${(err as Error).message}`, { field: '--audit-store' });
+/** The URL as pg reads it, checked (config.ts): its TLS files read here, bounded; a file it cannot read is bad input. */
+function clientConfigOf(url: string): StoreClientConfig {
+  return storeClientConfig(url);
+}
+
+interface PgPassLookup {
+  (connInfo: { host?: string; port?: number; database?: string; user?: string }, cb: (password?: string) => void): void;
+}
+
+/**
+ * The password, asked for only when the server wants one (pg calls this then): the file's
+ * (`$WAVEGATE_AUDIT_STORE_PASSWORD_FILE`), else `$PGPASSWORD`, else the matching line of `~/.pgpass`
+ * (or `$PGPASSFILE`; the pgpass module ignores it unless it is a regular file of mode 0600). With none,
+ * INVALID_INPUT saying the three ways to give one, instead of pg's "SASL: SCRAM-SERVER-FIRST-MESSAGE:
+ * client password must be a string".
+ */
+function passwordSource(given: string | undefined, location: string) {
+  return async (params: { host?: string; port?: number; database?: string; user?: string }): Promise<string> => {
+    if (given !== undefined) return given;
+    if (process.env.PGPASSWORD) return process.env.PGPASSWORD;
+    // pg's own fallback, asked for the same way (pg 8 warns that it will stop doing it).
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const pgpass = require('pgpass') as PgPassLookup;
+    const fromPgpass = await new Promise<string | undefined>((resolve) => pgpass({ host: params.host, port: params.port, database: params.database, user: params.user }, resolve));
+    if (fromPgpass) return fromPgpass;
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `audit store ${location}: the server asks for the password of user ${JSON.stringify(params.user ?? '')} and none was given: set $PGPASSWORD, name a file holding it (mode 0600) with $WAVEGATE_AUDIT_STORE_PASSWORD_FILE, or add a line ${params.host}:${params.port}:${params.database}:${params.user}:<password> to ~/.pgpass (mode 0600)`,
+      { store: location, field: 'password' },
+    );
+  };
+}
+
+/**
+ * A connection that could not be made, in words that name the server (host and port, never a password):
+ * pg's own "timeout exceeded when trying to connect" says neither where nor how long.
+ */
+function connectError(err: unknown, client: StoreClientConfig): unknown {
+  if (err instanceof WavegateError) return err;
+  const message = (err as Error).message ?? String(err);
+  if (/timeout exceeded when trying to connect|connection timeout/i.test(message)) {
+    const where = `${client.host}:${client.port ?? 5432}`;
+    const e = new Error(`no connection to ${where} within ${(client.connectionTimeoutMillis ?? 0) / 1000}s (?connect_timeout= sets how long)`);
+    (e as { code?: string }).code = 'ETIMEDOUT';
+    return e;
   }
+  return err;
 }
 
 export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): PostgresAuditStore {
   const log = opts.log ?? (() => {});
-  // The URL carries host, port, user, database and sslmode/sslrootcert…; pg would let a parsed URL
-  // override an explicit password, so the URL is parsed first and the password set after it.
+  // The URL carries host, port, user, database and sslmode/sslrootcert… (checked, files read: config.ts);
+  // the password is never in it, and is asked for only when the server wants one.
+  const clientConfig = clientConfigOf(opts.url);
   const pool = new Pool({
-    ...clientConfigOf(opts.url, opts.location),
-    ...(opts.password !== undefined ? { password: opts.password } : {}),
+    ...clientConfig,
+    // pg calls it with the connection's parameters (its types declare no argument).
+    password: passwordSource(opts.password, opts.location) as () => Promise<string>,
     max: opts.maxConnections ?? 10,
-    connectionTimeoutMillis: 10_000,
     query_timeout: 30_000,
-    application_name: 'wavegate',
     // Idle connections never keep a CLI or a stopped worker alive.
     allowExitOnIdle: true,
     Client: ClosingClient,
@@ -118,8 +158,9 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
 
   function unwritable(err: unknown): ApplicationFailure {
     countFailure('unwritable');
-    const message = (err as Error).message;
-    return ApplicationFailure.create({ type: 'AuditUnwritable', message: `audit store ${opts.location}: ${message}`, nonRetryable: false, details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }] });
+    // A WavegateError already names the store.
+    const message = err instanceof WavegateError ? err.message : `audit store ${opts.location}: ${(err as Error).message}`;
+    return ApplicationFailure.create({ type: 'AuditUnwritable', message, nonRetryable: false, details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }] });
   }
 
   function invalid(err: unknown): never {
@@ -127,12 +168,19 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     throw err;
   }
 
-  async function withClient<T>(fn: (client: PoolClient) => Promise<T>, transaction: 'write' | 'read'): Promise<T> {
+  /**
+   * `caller`: an activity (append, health) turns any connection failure into a retryable AuditUnwritable
+   * (the password may be given later); the CLI (segments, earlierRuns) gets bad configuration (no
+   * password) as the INVALID_INPUT it is, exit 2.
+   */
+  async function withClient<T>(fn: (client: PoolClient) => Promise<T>, transaction: 'write' | 'read', caller: 'activity' | 'cli' = 'activity'): Promise<T> {
     let client: PoolClient;
     try {
       client = await pool.connect();
     } catch (err) {
-      throw unwritable(err);
+      const cause = connectError(err, clientConfig);
+      if (caller === 'cli' && cause instanceof WavegateError) throw cause;
+      throw unwritable(cause);
     }
     try {
       await client.query(transaction === 'write' ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -333,7 +381,7 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
         const bySegment = new Map<number, string[]>();
         for (const row of rows) bySegment.set(row.segment, [...(bySegment.get(row.segment) ?? []), row.record]);
         return [...bySegment.entries()].map(([segment, lines]) => ({ name: `${where(rolloutId, segment)}${runId ? ` run ${runId}` : ''}`, text: `${lines.join('\n')}\n` }));
-      }, 'read');
+      }, 'read', 'cli');
     },
 
     async earlierRuns(rolloutId: string): Promise<string[]> {
@@ -344,7 +392,7 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
           [rolloutId, current],
         );
         return rows.map((r) => r.chain_run);
-      }, 'read');
+      }, 'read', 'cli');
     },
 
     close: () => pool.end(),
