@@ -79,6 +79,7 @@ export function prepareStateDir(flag: string, path: string, log: (line: string) 
   try {
     stat = statSync(dir);
   } catch (err) {
+    if (errno(err) === 'ENOTDIR') throw refuse('a parent of it is not a directory');
     if (errno(err) !== 'ENOENT') throw refuse(`cannot use it (${errno(err)})`);
   }
   if (!stat) {
