@@ -3,6 +3,7 @@ import { formatDurationMs, parseDurationMs } from './duration';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
 import { Webhooks } from './events';
 import { parseHealthCheck } from './health';
+import { deadlineProblems } from './rollout/deadline';
 import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inventory';
 import { ownValue } from './own-keys';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
@@ -26,12 +27,44 @@ export function boundedDuration(min: number, max: number) {
       ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}, ${range}` });
       return z.NEVER;
     }
+    // Rounding would run something other than what was written (`1.5ms`, 90000.5): refused instead.
+    if (fractionalMs(value)) {
+      ctx.addIssue({ code: 'custom', message: `must be a whole number of milliseconds (no fraction of a millisecond), ${range}` });
+      return z.NEVER;
+    }
     if (ms < min || ms > max) {
       ctx.addIssue({ code: 'custom', message: `must be ${range}` });
       return z.NEVER;
     }
     return ms;
   });
+}
+
+const DURATION_PART = /(\d+)(?:\.(\d+))?(ms|s|m|h|d)/g;
+const UNIT_MS: Record<string, bigint> = { ms: 1n, s: 1_000n, m: 60_000n, h: 3_600_000n, d: 86_400_000n };
+
+/**
+ * Whether a duration parseDurationMs accepted is not a whole number of milliseconds: a number with a
+ * fraction, or text whose parts add up to one (`1.5ms`, `0.0001s`). Exact (decimal digits, no floating
+ * point: `1.1s` is 1100 ms, a whole number, though 1.1 * 1000 is not).
+ */
+export function fractionalMs(value: number | string): boolean {
+  if (typeof value === 'number') return !Number.isInteger(value);
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return false;
+  let digits = 0;
+  const parts: Array<{ fraction: string; unit: bigint }> = [];
+  for (const m of text.matchAll(DURATION_PART)) {
+    const fraction = m[2] ?? '';
+    parts.push({ fraction, unit: UNIT_MS[m[3]!]! });
+    digits = Math.max(digits, fraction.length);
+  }
+  if (digits === 0) return false;
+  if (digits > 64) return true; // no unit has 64 decimal places of milliseconds
+  const scale = 10n ** BigInt(digits);
+  let numerator = 0n;
+  for (const p of parts) numerator += BigInt(p.fraction.padEnd(digits, '0') || '0') * p.unit;
+  return numerator % scale !== 0n;
 }
 
 /** Bounds of the spec's durations (docs/formats.md, "Durations"). */
@@ -201,6 +234,7 @@ export const RolloutBody = z
       }
     }
     checkPhaseSizes(spec.phases ?? [], ctx);
+    for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
     for (const p of afterProblems(spec.profile, spec.after ?? [])) ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
   })
   .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) }));

@@ -57,10 +57,11 @@ describe('Deadline', () => {
   });
 });
 
+const body = (extra: Record<string, unknown>, phaseExtra: Record<string, unknown> = {}) => ({
+  rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', ...phaseExtra }, { bulk: 'remainder' }], ...extra },
+});
+
 describe('deadline fields in the spec', () => {
-  const body = (extra: Record<string, unknown>, phaseExtra: Record<string, unknown> = {}) => ({
-    rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', ...phaseExtra }, { bulk: 'remainder' }], ...extra },
-  });
 
   it('parses durations, the per-phase override and onDeadline; absent means no deadline and pause', () => {
     const spec = parseRolloutSpec(body({ progressDeadline: '2h', phaseDeadline: '30m', onDeadline: 'rollback' }, { phaseDeadline: '10m' }), 'spec.yaml');
@@ -87,6 +88,13 @@ describe('deadline fields in the spec', () => {
     ['phaseDeadline not a duration', { phaseDeadline: 'soon' }, {}, 'rollout.phaseDeadline', '(got "soon")'],
     ['a phase phaseDeadline of zero', {}, { phaseDeadline: 0 }, 'rollout.phases[0].phaseDeadline', 'between 1m and 30d (got 0)'],
     ['onDeadline unknown', { onDeadline: 'ignore' }, {}, 'rollout.onDeadline', '"ignore"'],
+    // Issue 22: accepted before, meaningless.
+    ['onDeadline with no deadline to act on', { onDeadline: 'rollback' }, {}, 'rollout.onDeadline', 'no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline (got "rollback")'],
+    ['a spec phaseDeadline longer than the progressDeadline', { progressDeadline: '1h', phaseDeadline: '2h' }, {}, 'rollout.phaseDeadline', 'is 2h, longer than the progressDeadline of 1h'],
+    ["a phase's own phaseDeadline longer than the progressDeadline", { progressDeadline: '1h' }, { phaseDeadline: '61m' }, 'rollout.phases[0].phaseDeadline', 'is 61m, longer than the progressDeadline of 1h'],
+    ['a fractional-millisecond deadline in text', { progressDeadline: '2m0.5ms' }, {}, 'rollout.progressDeadline', 'must be a whole number of milliseconds'],
+    ['a fractional number of milliseconds', { phaseDeadline: 90_000.5 }, {}, 'rollout.phaseDeadline', 'must be a whole number of milliseconds (no fraction of a millisecond), between 1m and 30d (got 90000.5)'],
+    ['a fraction of a millisecond in any duration', { gate: '1.5ms' }, {}, 'rollout.gate', 'whole number of milliseconds'],
   ];
   it.each(refusals)('%s is refused naming the field and the value', (_name, extra, phaseExtra, field, shows) => {
     let error: unknown;
@@ -100,6 +108,16 @@ describe('deadline fields in the spec', () => {
     const line = (error as Error).message.split('\n').find((l) => l.trim().startsWith(`${field}:`));
     expect(line, (error as Error).message).toBeDefined();
     expect(line).toContain(shows);
+  });
+});
+
+describe('deadline settings that hold together', () => {
+  it('a phase deadline equal to the progress deadline, decimal durations that are whole milliseconds, and onDeadline with only a phase deadline are accepted', () => {
+    const spec = parseRolloutSpec(body({ progressDeadline: '1.5h', phaseDeadline: '90m', onDeadline: 'abort' }, { phaseDeadline: '1.1m' }), 'spec.yaml');
+    expect(spec.progressDeadline).toBe(90 * MIN);
+    expect(spec.phaseDeadline).toBe(90 * MIN);
+    expect(spec.phases[0]!.phaseDeadline).toBe(66_000); // 1.1 * 60000 is 66000.00000000001 in floating point: exact here
+    expect(parseRolloutSpec(body({ onDeadline: 'pause' }, { phaseDeadline: '5m' }), 'spec.yaml').onDeadline).toBe('pause');
   });
 });
 
