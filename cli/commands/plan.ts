@@ -19,7 +19,7 @@ import { hasProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
-import { readInventoryFlags, type InventoryFlags } from '../membership-client';
+import { checkInventoryFlags, readInventoryFlags, type InventoryFlags } from '../membership-client';
 
 // Kept for test/unit/core/corpus.test.ts, which reads inventories through this name.
 
@@ -201,6 +201,7 @@ export function register(program: Command): void {
     .option('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
     .option('--inventory-url <url>', 'or read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
     .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable')
+    .option('--inventory-deadline <duration>', 'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)')
     .option('--rollout-id <id>', 'the rollout id that seeds the plan (default: rollout:<profile>)')
     .option('--profiles <dir>', profilesOptionHelp())
     .addOption(new Option('--profiles-dir <dir>', 'deprecated: the older name of --profiles').hideHelp())
@@ -211,6 +212,7 @@ export function register(program: Command): void {
     .action(
       action(async (flags: Omit<PlanOptions, 'inventory'> & InventoryFlags) => {
         // Read and validated exactly as start reads them (cli/membership-client.ts); a file keeps plan's Ansible support.
+        checkInventoryFlags(flags);
         const opts: PlanOptions = flags.inventoryUrl || !flags.inventory
           ? await readInventoryFlags(flags).then((read) => ({ ...flags, inventory: read.inventoryPath, fetched: read.inventory }))
           : { ...flags, inventory: flags.inventory };
