@@ -50,6 +50,46 @@ export async function connectClient(settings: ConnectionSettings): Promise<Clien
   }
 }
 
+/**
+ * gRPC codes a poll outlives: the server or the path to it was away for a moment (UNAVAILABLE), a call
+ * or a query was cut off (DEADLINE_EXCEEDED, CANCELLED: no worker answered the query in time, a worker
+ * restarting), the server shed load (RESOURCE_EXHAUSTED) or a call raced another (ABORTED).
+ */
+const TRANSIENT_GRPC_CODES: ReadonlySet<number> = new Set([1, 4, 8, 10, 14]);
+
+/** Is this a failure a `--wait` loop should retry rather than die of? Walks the error's causes. */
+export function isTransientFailure(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'number' && TRANSIENT_GRPC_CODES.has(code)) return true;
+    if (typeof code === 'string' && /^(?:ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
+    if (e instanceof WavegateError && e.code === 'UNAVAILABLE') return true;
+  }
+  return false;
+}
+
+/**
+ * Run one poll (a query, a describe) until it answers: a transient failure (isTransientFailure) waits
+ * and tries again, 0.5 s doubling to `maxDelayMs`, telling `onRetry` once per run of failures; any other
+ * failure is thrown. A wait never dies of a server restart or a cut query.
+ */
+export async function retryTransient<T>(poll: () => Promise<T>, opts: { onRetry?: (err: unknown) => void; maxDelayMs?: number; sleep?: (ms: number) => Promise<void> } = {}): Promise<T> {
+  const sleep = opts.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  let delay = 500;
+  let told = false;
+  for (;;) {
+    try {
+      return await poll();
+    } catch (err) {
+      if (!isTransientFailure(err)) throw err;
+      if (!told) opts.onRetry?.(err);
+      told = true;
+      await sleep(delay);
+      delay = Math.min(delay * 2, opts.maxDelayMs ?? 5_000);
+    }
+  }
+}
+
 /** Run `body` with a connected client and close the connection afterwards (a CLI process must exit). */
 export async function withClient<T>(settings: ConnectionSettings, body: (client: Client) => Promise<T>): Promise<T> {
   const client = await connectClient(settings);

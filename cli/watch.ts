@@ -2,6 +2,7 @@ import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { isFinalState } from '../core/controls';
 import { WavegateError } from '../core/errors';
+import { isTransientFailure, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
 import type { RolloutStatus } from '../workflows/messages';
@@ -74,34 +75,106 @@ export interface WatchOptions {
   onPause?: (status: RolloutStatus) => void;
   /** Return as soon as the rollout pauses, instead of waiting for a final state (`--exit-on-pause`). */
   stopOnPause?: boolean;
+  /**
+   * The rollout's status is final but its run is still open (its webhook outbox delivering the last
+   * events): called with a line saying so, again whenever that line changes, until the run has closed.
+   */
+  onClosing?: (line: string) => void;
+  /** A poll failed transiently (the server away, a query cut off) and is retried: once per run of failures. */
+  onRetry?: (line: string) => void;
+  /** The run to watch (a start knows it); default: the id's latest run when the watch starts. */
+  runId?: string;
 }
 
+/** What a run whose status is final still does before it closes: `completed; closing (delivering 2 webhook events)…`. */
+export function closingLine(status: Pick<RolloutStatus, 'state' | 'webhooks'>): string {
+  const pending = status.webhooks?.pending ?? 0;
+  return `${status.state}; closing${pending > 0 ? ` (delivering ${pending} webhook event${pending === 1 ? '' : 's'})` : ''}…`;
+}
+
+function firstLine(err: unknown): string {
+  return String((err as Error)?.message ?? err).split('\n')[0]!.slice(0, 200);
+}
+
+type Closed = { status: RolloutStatus } | 'closed' | 'retry';
+
 /**
- * Poll the rollout's status until it reaches a final state; return it. The in-place redraw moves the
- * cursor up over the previous frame and clears to the end of the screen, so the terminal shows one block.
+ * Poll the rollout's status until it reaches a final state AND its run has closed; return the final
+ * status. A final state comes before the close (the outbox drains the last webhook events, up to 30 s):
+ * returning then would let the next command (`revert`) find the run still open. The run is pinned when
+ * the watch starts, so a later run of the re-used id is never waited for instead. Every poll outlives a
+ * transient failure (retryTransient). The in-place redraw moves the cursor up over the previous frame
+ * and clears to the end of the screen, so the terminal shows one block.
  */
 export async function watchRollout(client: Client, id: string, opts: WatchOptions): Promise<RolloutStatus> {
-  const handle = client.workflow.getHandle(id);
-  let previousLines = 0;
-  let lastPlain = '';
-  let wasPaused = false;
+  const retry = <T>(what: string, poll: () => Promise<T>): Promise<T> => retryTransient(poll, { onRetry: (err) => opts.onRetry?.(`wavegate: ${what} of ${id} failed (${firstLine(err)}); retrying`) });
+  let runId: string;
+  try {
+    runId = opts.runId ?? (await retry('describe', () => client.workflow.getHandle(id).describe())).runId;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
+    throw err;
+  }
+  const handle = client.workflow.getHandle(id, runId, { followRuns: false });
+  const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
   // The rollout's result is its final status: waiting on it (a long poll) ends the watch the moment the
   // workflow closes instead of up to an interval later. A run that closes without one (cancelled,
-  // terminated, failed) is read by the query and describe below, as before.
-  let closed: Promise<{ status: RolloutStatus } | 'closed'> | undefined = handle.result().then(
-    (status: RolloutStatus) => ({ status }),
-    () => 'closed' as const,
-  );
-  let final: RolloutStatus | undefined;
-  for (;;) {
-    let status: RolloutStatus;
+  // terminated, failed) is read by the query and describe below; a transient failure of the long poll
+  // arms it again.
+  const armClosed = (): Promise<Closed> =>
+    handle.result().then(
+      (status: RolloutStatus) => ({ status }),
+      (err: unknown) => (isTransientFailure(err) ? ('retry' as const) : ('closed' as const)),
+    );
+  let closed: Promise<Closed> | undefined = armClosed();
+  /** Wait an interval, or less when the run closes; what the long poll said, if it said anything. */
+  const next = async (): Promise<RolloutStatus | undefined> => {
+    let tick: ReturnType<typeof setTimeout> | undefined;
+    const interval = new Promise<'tick'>((r) => (tick = setTimeout(() => r('tick'), opts.intervalMs)));
+    const said = await (closed ? Promise.race([interval, closed]) : interval);
+    clearTimeout(tick);
+    if (said === 'tick') return undefined;
+    if (said === 'retry') {
+      await sleep(opts.intervalMs);
+      closed = armClosed();
+      return undefined;
+    }
+    closed = undefined; // 'closed': no status in the result, the query reads the closed run
+    return said === 'closed' ? undefined : readStatus(said.status);
+  };
+  const queryStatus = async (): Promise<RolloutStatus> => {
     try {
       // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
-      status = readStatus(final ?? (await handle.query<RolloutStatus>('status')));
+      return readStatus(await retry('status query', () => handle.query<RolloutStatus>('status')));
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
       throw err;
     }
+  };
+  /** The status is final: wait for the run to close, saying what it still does. */
+  const untilClosed = async (status: RolloutStatus): Promise<RolloutStatus> => {
+    let said = '';
+    for (;;) {
+      const described = await retry('describe', () => handle.describe());
+      if (described.status.name !== 'RUNNING') {
+        // Closed: its result is the final status (deliveries counted); a run closed another way keeps the last read.
+        if (described.status.name !== 'COMPLETED') return status;
+        return readStatus(await retry('result', () => handle.result()));
+      }
+      const line = closingLine(status);
+      if (line !== said) opts.onClosing?.(line);
+      said = line;
+      const result = await next();
+      if (result) return result;
+      status = await queryStatus();
+    }
+  };
+  let previousLines = 0;
+  let lastPlain = '';
+  let wasPaused = false;
+  let final: RolloutStatus | undefined;
+  for (;;) {
+    const status = final ?? (await queryStatus());
     if (opts.tty) {
       const rows = opts.rows?.() ?? 40;
       const lines = renderFrame(status, { width: opts.columns?.() ?? 100, maxDevices: Math.max(3, rows - status.phases.length - 8), now: new Date() });
@@ -112,22 +185,14 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
       if (line !== lastPlain) opts.write(`${new Date().toISOString()} ${line}\n`);
       lastPlain = line;
     }
-    if (isFinalState(status.state)) return status;
+    if (isFinalState(status.state)) return final ?? untilClosed(status);
     const paused = status.state === 'paused';
     if (paused && !wasPaused) opts.onPause?.(status);
     wasPaused = paused;
     if (paused && opts.stopOnPause) return status;
     // A workflow closed without reaching a final state (terminated, or failed outside the main path).
-    const described = await handle.describe();
+    const described = await retry('describe', () => handle.describe());
     if (described.status.name !== 'RUNNING') return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };
-    let tick: ReturnType<typeof setTimeout> | undefined;
-    const interval = new Promise<'tick'>((r) => (tick = setTimeout(() => r('tick'), opts.intervalMs)));
-    const next = await (closed ? Promise.race([interval, closed]) : interval);
-    clearTimeout(tick);
-    if (next === 'closed') closed = undefined; // no status in the result: the query reads the closed run
-    else if (next !== 'tick') {
-      final = next.status;
-      closed = undefined;
-    }
+    final = await next();
   }
 }

@@ -13,7 +13,8 @@ import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions,
 import { preflightRollout } from '../preflight';
 import { checkInventoryFlags, readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
 import { action, EXIT_OK } from '../run';
-import { watchRollout } from '../watch';
+import { closingLine, watchRollout } from '../watch';
+import { isFinalState } from '../../core/controls';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
 
 /**
@@ -58,7 +59,7 @@ async function inputOfRun(client: Client, workflowId: string, runId: string): Pr
 }
 
 /** The rollout to revert as Temporal knows it: NOT_FOUND for an unknown id or run. */
-async function readRollout(client: Client, id: string, run?: string): Promise<{ finished: FinishedRollout; input: RolloutInput }> {
+async function readRollout(client: Client, id: string, run?: string): Promise<{ finished: FinishedRollout; input: RolloutInput; closing?: string }> {
   const handle = client.workflow.getHandle(id, run);
   let described: Awaited<ReturnType<typeof handle.describe>>;
   try {
@@ -77,6 +78,8 @@ async function readRollout(client: Client, id: string, run?: string): Promise<{ 
   else if (execution === 'COMPLETED') status = (await exact.result()) as RolloutStatus;
   return {
     input,
+    // A final status on a run still open: the end is decided, the run is delivering its last webhook events.
+    ...(execution === 'RUNNING' && status && isFinalState(status.state) ? { closing: closingLine(status) } : {}),
     finished: {
       rolloutId: id,
       runId,
@@ -124,7 +127,11 @@ export function register(program: Command): void {
       const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
-        const { finished, input: original } = await readRollout(client, id, opts.run);
+        const { finished, input: original, closing } = await readRollout(client, id, opts.run);
+        // Not "is completed: only a completed rollout can be reverted": it is completed, and its run has not closed yet.
+        if (closing) {
+          throw new WavegateError('INVALID_STATE', `${id} is ${finished.state} but its run ${finished.runId} is still open (${closing}): revert it once the run has closed; \`wavegate watch ${id}\` returns when it has. Nothing was started`, { state: 'closing' });
+        }
         // Where the revert reads its inventory: a flag, else the file the rollout read (a URL is read again
         // only when given: its query, which may have said which fleet, is not kept).
         const inventoryPath = opts.inventoryUrl ?? opts.inventory ?? original.inventoryPath;
@@ -155,7 +162,7 @@ export function register(program: Command): void {
           console.log(`Web UI: ${workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId)}`);
         }
         if (!opts.wait) return EXIT_OK;
-        return printOutcome(await watchRollout(client, handle.workflowId, waitOptions(opts.interval, !!opts.exitOnPause)));
+        return printOutcome(await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }));
       });
     }),
   );

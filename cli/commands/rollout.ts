@@ -74,12 +74,15 @@ function watchOptions(intervalMs: number): WatchOptions {
     rows: () => process.stdout.rows,
     // On a terminal the frame shows the pause and its commands; a log gets them on a line of their own.
     ...(tty ? {} : { onPause: (s: RolloutStatus) => console.log(pauseLine(s)) }),
+    // The status is final before the run closes (the last webhook deliveries): said while waiting for it.
+    onClosing: (line: string) => console.log(line),
+    onRetry: (line: string) => console.error(line),
   };
 }
 
 /** `--wait`: nothing drawn, but a pause is said (and with `--exit-on-pause` ends the wait). */
 export function waitOptions(intervalMs: number, exitOnPause: boolean): WatchOptions {
-  return { intervalMs, tty: false, write: () => {}, onPause: (s) => console.log(pauseLine(s)), stopOnPause: exitOnPause };
+  return { intervalMs, tty: false, write: () => {}, onPause: (s) => console.log(pauseLine(s)), stopOnPause: exitOnPause, onClosing: (line) => console.log(line), onRetry: (line) => console.error(line) };
 }
 
 export function parseInterval(value: string): number {
@@ -138,9 +141,9 @@ export function register(program: Command): void {
           console.log(`rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`);
           console.log(`Web UI: ${url}`);
         }
-        if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, watchOptions(opts.interval)));
+        if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }));
         if (!opts.wait) return;
-        return printOutcome(await watchRollout(client, handle.workflowId, waitOptions(opts.interval, !!opts.exitOnPause)));
+        return printOutcome(await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }));
       });
     }),
   );
@@ -174,7 +177,7 @@ export function register(program: Command): void {
     action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
         // With --json stdout carries only the final status: a pause is said on stderr.
-        const quiet: WatchOptions = { ...watchOptions(opts.interval), tty: false, write: () => {}, onPause: (s) => console.error(pauseLine(s)) };
+        const quiet: WatchOptions = { ...watchOptions(opts.interval), tty: false, write: () => {}, onPause: (s) => console.error(pauseLine(s)), onClosing: (line) => console.error(line) };
         const final = await watchRollout(client, id, opts.json ? quiet : watchOptions(opts.interval));
         if (opts.json) {
           console.log(JSON.stringify(final, null, 2));

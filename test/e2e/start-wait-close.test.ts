@@ -1,0 +1,90 @@
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { demoDevices, type Fleet } from '../../sim';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { runCli, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
+
+/**
+ * `wavegate start --wait` returns only once the rollout's run has closed (issue 22, "Timing"): a rollout
+ * whose status says completed still drains its webhook outbox (up to 30 s) before the run closes, and a
+ * `revert` issued then was refused because the run was open. Real dev server, a real in-process worker,
+ * the simulated SSH fleet and a real receiver on 127.0.0.1 that answers 503 to its first five requests,
+ * so the first event is acknowledged only after the activity's retries (1+2+4+8+16 s): the rollout's
+ * status is final long before its outbox is empty.
+ */
+const scratch = scratchDir('start-wait-close');
+const secretEnv = 'WAVEGATE_WEBHOOK_SECRET_START_WAIT';
+/** The worker's webhook policy (core/webhook-policy.ts): the loopback receiver allowed explicitly. */
+const policy = { [secretEnv]: randomBytes(24).toString('hex'), WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' };
+let env: TestWorkflowEnvironment | undefined;
+let worker: Awaited<ReturnType<typeof startTestWorker>> | undefined;
+let fleet: Fleet | undefined;
+let receiver: WebhookReceiver | undefined;
+let inventory = '';
+
+function wg(args: string[]): Promise<CliRun> {
+  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+    timeoutMs: 240_000,
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '', ...policy },
+  });
+}
+
+beforeAll(async () => {
+  // The worker runs in this process: its webhook secret and policy are this process's environment.
+  Object.assign(process.env, policy);
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  receiver = await startWebhookReceiver((n) => (n <= 5 ? 503 : 200));
+}, 180_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await fleet?.stop();
+  await receiver?.close();
+  await env?.teardown();
+  for (const name of Object.keys(policy)) delete process.env[name];
+  scratch.cleanup();
+});
+
+describe('start --wait returns after the run has closed', () => {
+  it('a rollout whose webhook is slow to acknowledge: --wait says it is closing, returns exit 0 with the run closed, and an immediate revert is accepted', async () => {
+    const specPath = join(scratch.dir, 'spec.yaml');
+    writeFileSync(
+      specPath,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+          phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }],
+          webhooks: [{ url: receiver!.url, secretEnv }],
+        },
+      }),
+    );
+    const start = await wg(['start', '-f', specPath, '--inventory', inventory, '--wait', '--interval', '300']);
+    expect(start.code, start.stdout + start.stderr).toBe(0);
+    // The status was final while deliveries were still pending: said, then waited for.
+    expect(start.stdout).toMatch(/^completed; closing \(delivering \d+ webhook events?\)…$/m);
+    expect(start.stdout).toMatch(/rollout completed: .* — exit 0/);
+    // Closed when --wait returned: no window in which the next command finds it open.
+    const described = await env!.client.workflow.getHandle('rollout:demo').describe();
+    expect(described.status.name).toBe('COMPLETED');
+
+    const revert = await wg(['revert', 'rollout:demo']);
+    expect(revert.code, revert.stdout + revert.stderr).toBe(0);
+    expect(revert.stdout).toMatch(/^revert rollout:demo started: r2 → r1 over the 4 device\(s\) rollout:demo \(run \S+\) changed/m);
+    expect(revert.stderr).not.toContain('INVALID_STATE');
+    // The revert (a new run of rollout:demo) is let finish, so the test leaves nothing running.
+    const reverted = await wg(['watch', 'rollout:demo', '--json', '--interval', '300']);
+    expect(reverted.code, reverted.stdout + reverted.stderr).toBe(0);
+    expect((await env!.client.workflow.getHandle('rollout:demo').describe()).status.name).toBe('COMPLETED');
+  }, 300_000);
+});
