@@ -109,7 +109,7 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
         // node-down verdicts beside it rechecked here, and stored in the membership entity, so the canary
         // rollout's snapshot reads the same devices whichever worker runs it.
         const marks = new Map<string, NodeDownMark>();
-        for (const [id, standing] of await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: inventory.devices, by: `worker ${process.pid}@${hostname()}` })) marks.set(id, markOf(standing));
+        for (const [id, standing] of await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: inventory.devices, inventory: inventory.devices, by: `worker ${process.pid}@${hostname()}` })) marks.set(id, markOf(standing));
         const membership = await storeMembership(client(), Context.current().info.taskQueue, inventory, input.inventoryPath, marks);
         return { ...prepared, membership, canary: { keep: input.keep } };
       } catch (err) {

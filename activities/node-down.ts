@@ -75,6 +75,8 @@ export interface JudgeOptions {
   inventoryPath: string;
   /** The devices to judge (a snapshot page, or the board's devices). */
   devices: readonly RecheckTarget[];
+  /** The whole inventory, when the caller holds it: a verdict naming another device is refused (intake/node-down.ts). */
+  inventory?: readonly { id: string }[];
   /** Who lifts a verdict whose recheck passes, in the file's history (`worker <identity>`, the CLI user). */
   by: string;
   timeoutMs?: number;
@@ -92,7 +94,7 @@ export interface JudgeOptions {
  */
 export async function judgeVerdicts(opts: JudgeOptions): Promise<Map<string, VerdictStanding>> {
   const path = verdictsPathFor(opts.inventoryPath);
-  const file = readVerdicts(path);
+  const file = readVerdicts(path, opts.inventory ? { inventory: opts.inventory } : {});
   const standings = new Map<string, VerdictStanding>();
   if (!file.verdicts.length) return standings;
   const now = opts.now ?? Date.now;

@@ -82,7 +82,7 @@ export async function withMembership(client: Client, taskQueue: string, input: R
   if (read.onWorker) return input;
   const marks = new Map<string, NodeDownMark>();
   if (read.kind === 'file') {
-    for (const [id, standing] of await judgeVerdicts({ inventoryPath: read.inventoryPath, devices: read.inventory.devices, by })) marks.set(id, markOf(standing));
+    for (const [id, standing] of await judgeVerdicts({ inventoryPath: read.inventoryPath, devices: read.inventory.devices, inventory: read.inventory.devices, by })) marks.set(id, markOf(standing));
   }
   const membership = await storeMembership(client, taskQueue, read.inventory, read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath, marks);
   return { ...input, membership };

@@ -3,8 +3,8 @@ import { closeSync, existsSync, fsyncSync, lstatSync, openSync, renameSync, rmSy
 import { basename, dirname, join } from 'node:path';
 import { stringify } from 'yaml';
 import { WavegateError } from '../core/errors';
-import { EMPTY_NODE_DOWN_FILE, NodeDownFile } from '../core/node-down';
-import { parseWith } from '../core/validation';
+import { EMPTY_NODE_DOWN_FILE, NODE_DOWN_EXPIRY, NodeDownFile } from '../core/node-down';
+import { invalidFields, parseWith, type FieldProblem } from '../core/validation';
 import { readDocument } from './files';
 
 /**
@@ -44,12 +44,63 @@ export function checkStrictModes(path: string): void {
   if (dir.mode & 0o022 && !(dir.mode & 0o1000)) refuse(`its directory ${dirname(path)} is writable by others (mode ${(dir.mode & 0o777).toString(8).padStart(4, '0')})`);
 }
 
-/** The verdicts in `path` (none when the file does not exist); INVALID_INPUT naming the field otherwise. */
-export function readVerdicts(path: string): NodeDownFile {
+/** A clock this far ahead of the one that wrote a verdict still reads it as written now. */
+export const VERDICT_CLOCK_SKEW_MS = 5 * 60_000;
+
+/** What a reader holds a verdicts file to beyond its shape: the rules `mark-down` writes by. */
+export interface VerdictRules {
+  /** The inventory the file is beside: every verdict must name one of its devices (absent: not checked, e.g. a page of it). */
+  inventory?: readonly { id: string }[];
+  /** Now, for "expires more than 365 days ahead" (default: the clock). */
+  nowMs?: number;
+}
+
+/**
+ * The verdicts a reader must refuse, each with its field: one that holds longer than `mark-down` would
+ * ever write (more than 365 days after its `since`, or from now), one whose `since` is in the future,
+ * and, given the inventory, one naming a device it does not hold. Pure.
+ */
+export function verdictProblems(file: NodeDownFile, rules: VerdictRules = {}): FieldProblem[] {
+  const now = rules.nowMs ?? Date.now();
+  const max = NODE_DOWN_EXPIRY.max;
+  const days = (ms: number) => `${Math.floor(ms / 86_400_000)} days`;
+  const ids = rules.inventory ? new Set(rules.inventory.map((d) => d.id)) : undefined;
+  const problems: FieldProblem[] = [];
+  file.verdicts.forEach((v, i) => {
+    const since = Date.parse(v.since);
+    const expires = Date.parse(v.expiresAt);
+    if (ids && !ids.has(v.device)) {
+      problems.push({ path: `verdicts[${i}].device`, value: v.device, message: `names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ${v.device} --inventory <the inventory>` });
+    }
+    if (since > now + VERDICT_CLOCK_SKEW_MS) {
+      problems.push({ path: `verdicts[${i}].since`, value: v.since, message: `is in the future (now is ${new Date(now).toISOString()}); a verdict starts when it is marked` });
+    }
+    if (expires - since > max) {
+      problems.push({ path: `verdicts[${i}].expiresAt`, value: v.expiresAt, message: `is ${days(expires - since)} after since (${v.since}); a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)` });
+    } else if (expires > now + max + VERDICT_CLOCK_SKEW_MS) {
+      problems.push({ path: `verdicts[${i}].expiresAt`, value: v.expiresAt, message: `is ${days(expires - now)} from now; a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)` });
+    }
+  });
+  return problems;
+}
+
+/** The file's shape only: what a writer reads to change (mark-up can lift a verdict a reader refuses). */
+function readVerdictFile(path: string): NodeDownFile {
   if (!existsSync(path)) return structuredClone(EMPTY_NODE_DOWN_FILE);
   checkStrictModes(path);
   const data = readDocument(path, 'yaml');
   return parseWith(NodeDownFile, data ?? {}, path);
+}
+
+/**
+ * The verdicts in `path` (none when the file does not exist), held to the rules `mark-down` writes by
+ * (verdictProblems; the inventory's devices when given); INVALID_INPUT naming the field otherwise.
+ */
+export function readVerdicts(path: string, rules: VerdictRules = {}): NodeDownFile {
+  const file = readVerdictFile(path);
+  const problems = verdictProblems(file, rules);
+  if (problems.length) invalidFields(path, problems);
+  return file;
 }
 
 /** Replace the file at once: readers see the old file or the new one, never half of one. */
@@ -113,7 +164,7 @@ function withFileLock<T>(path: string, fn: () => T): T {
 /** Read, change and write back in one step, under the file's lock (the change is applied to the newest file on disk). */
 export function updateVerdicts(path: string, change: (file: NodeDownFile) => NodeDownFile): NodeDownFile {
   return withFileLock(path, () => {
-    const next = change(readVerdicts(path));
+    const next = change(readVerdictFile(path));
     writeVerdicts(path, next);
     return next;
   });

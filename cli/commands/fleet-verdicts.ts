@@ -62,7 +62,7 @@ export function registerVerdictCommands(fleet: Command): void {
     .action(
       action((opts: { inventory: string; history?: boolean; json?: boolean }) => {
         const path = verdictsPathFor(opts.inventory);
-        const file = readVerdicts(path);
+        const file = readVerdicts(path, { inventory: loadInventory(opts.inventory).devices });
         const now = Date.now();
         if (opts.json) {
           console.log(JSON.stringify({ file: path, verdicts: file.verdicts.map((v) => ({ ...v, standing: isExpired(v, now) ? 'expired' : 'holds' })), ...(opts.history ? { history: file.history } : {}) }, null, 2));

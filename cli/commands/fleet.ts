@@ -144,7 +144,7 @@ export function register(program: Command): void {
         const inventory = loadInventory(opts.inventory);
         const revision = await boardRevision(files, opts);
         // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
-        const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, by: operatorName() });
+        const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, inventory: inventory.devices, by: operatorName() });
         const board = await withTwins(inventory, opts, (twins) =>
           readFleetBoard({
             verdicts,

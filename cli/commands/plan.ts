@@ -144,7 +144,7 @@ export function makePlan(opts: PlanOptions): PlanReport {
   // Node-down verdicts beside the inventory, as they stand now; plan runs no recheck (start's snapshot does).
   const verdictsPath = verdictsPathFor(opts.inventory);
   // An inventory read over HTTP has no verdicts file beside it.
-  const verdicts = opts.fetched ? [] : readVerdicts(verdictsPath).verdicts;
+  const verdicts = opts.fetched ? [] : readVerdicts(verdictsPath, { inventory: inventory.devices }).verdicts;
   const nodeDown = new Map(verdicts.map((v) => [v.device, markOf(verdictStanding(v, Date.now()))]));
   if (verdicts.length) revisionNotes.push(`node-down verdicts from ${verdictsPath}: ${[...nodeDown.values()].filter((m) => m.holds).length} hold, as of now without their rechecks (start's snapshot reruns them)`);
   const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers, nodeDown));

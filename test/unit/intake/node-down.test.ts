@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { judgeVerdicts, runRecheck } from '../../../activities/node-down';
-import { markDown, newVerdict, EMPTY_NODE_DOWN_FILE } from '../../../core/node-down';
+import { markDown, markUp, newVerdict, EMPTY_NODE_DOWN_FILE } from '../../../core/node-down';
 import { MAX_DOCUMENT_BYTES } from '../../../intake/files';
 import { readVerdicts, updateVerdicts, verdictsPathFor, writeVerdicts } from '../../../intake/node-down';
 import { runCli } from '../../support/cli';
@@ -69,6 +69,47 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     expect(err.message).toContain('"next week"');
     writeFileSync(verdicts, Buffer.alloc(MAX_DOCUMENT_BYTES + 10, 0x20), { mode: 0o600 });
     expect(refusal(() => readVerdicts(verdicts)).message).toContain('above the limit');
+  });
+
+  it('a reader holds the file to what mark-down writes: a device not in the inventory, or a verdict of more than 365 days, is INVALID_INPUT naming the field; mark-up still lifts it', () => {
+    const { verdicts } = place();
+    const now = Date.now();
+    const ghost = verdict('ghost', 'true', now);
+    const forever = { ...verdict('edge-01', 'true', now), expiresAt: '9999-12-31T00:00:00.000Z' };
+    writeVerdicts(verdicts, { verdicts: [ghost, forever], history: [] });
+    const inventory = [{ id: 'edge-01' }, { id: 'edge-02' }];
+    const err = refusal(() => readVerdicts(verdicts, { inventory }));
+    expect(err.code).toBe('INVALID_INPUT');
+    expect(err.message).toContain(`verdicts[0].device: names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ghost --inventory <the inventory> (got "ghost")`);
+    expect(err.message).toMatch(/verdicts\[1\]\.expiresAt: is \d+ days after since \(.*\); a verdict holds at most 365 days .*\(got "9999-12-31T00:00:00.000Z"\)/);
+    // Without the inventory (a worker's page of it) the expiry rule still holds.
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain('verdicts[1].expiresAt');
+    expect(refusal(() => readVerdicts(verdicts)).message).not.toContain('verdicts[0].device');
+    // A verdict from the future cannot stretch the year: its since is refused.
+    writeVerdicts(verdicts, { verdicts: [{ ...forever, since: '9999-01-01T00:00:00.000Z' }], history: [] });
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain('verdicts[0].since: is in the future');
+    // The writers read the shape only, so mark-up can lift what readers refuse.
+    writeVerdicts(verdicts, { verdicts: [ghost, forever], history: [] });
+    updateVerdicts(verdicts, (f) => markUp(markUp(f, 'ghost', 'tester', now), 'edge-01', 'tester', now));
+    expect(readVerdicts(verdicts, { inventory }).verdicts).toEqual([]);
+    // 365 days exactly (what mark-down --expires 365d writes) is read.
+    writeVerdicts(verdicts, markDown(EMPTY_NODE_DOWN_FILE, verdict('edge-02', 'true', now, '365d')));
+    expect(readVerdicts(verdicts, { inventory }).verdicts).toHaveLength(1);
+  });
+
+  it('fleet verdicts and plan refuse a verdicts file naming a device not in the inventory, exit 2 naming the field', async () => {
+    const { dir } = place();
+    const inventory = join(dir, 'fleet-20.yaml');
+    copyFileSync('examples/plan/fleet-20.yaml', inventory);
+    writeVerdicts(verdictsPathFor(inventory), markDown(EMPTY_NODE_DOWN_FILE, verdict('decommissioned-01', 'exit 1')));
+    const spec = join(dir, 'spec.yaml');
+    writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }] } }));
+    const runs = await Promise.all([runCli(['fleet', 'verdicts', '--inventory', inventory]), runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', join(dir, 'no-profiles')])]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain('verdicts[0].device: names a device the inventory does not hold');
+      expect(run.stderr).toContain('"decommissioned-01"');
+    }
   });
 
   it('updateVerdicts applies a change to the file on disk', () => {
