@@ -5,7 +5,8 @@ import { describeConnection, resolveConnectionSettings, type TemporalFlags } fro
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../intake/profiles-root';
 import { enrolmentHook } from '../../gateway/enrolled';
 import { inventoryPins } from '../../gateway/pins';
-import { DEFAULT_MAX_LONG_POLLS, startGateway } from '../../gateway/server';
+import { DEFAULT_LIMITS, type GatewayLimits } from '../../gateway/limits';
+import { startGateway } from '../../gateway/server';
 import { connectClient, withTemporalOptions } from '../client';
 import { action } from '../run';
 
@@ -45,10 +46,42 @@ interface GatewayFlags extends TemporalFlags {
   httpsKey?: string;
   insecureHttp?: boolean;
   maxLongPolls?: string;
+  maxLongPollsPerDevice?: string;
+  maxConnections?: string;
+  maxConnectionsPerSource?: string;
+  maxRequests?: string;
+  maxRequestsPerSource?: string;
+  noncesPerDevice?: string;
+  refusalLogPerSecond?: string;
+}
+
+/** The gateway's caps (gateway/limits.ts): flag, limit field, upper bound, what it counts. */
+const LIMIT_FLAGS: { flag: string; key: keyof GatewayLimits & keyof GatewayFlags; max: number; what: string }[] = [
+  { flag: '--max-connections', key: 'maxConnections', max: 1_000_000, what: 'open connections in all; one more is closed at once' },
+  { flag: '--max-connections-per-source', key: 'maxConnectionsPerSource', max: 1_000_000, what: 'open connections from one source address (raise it for many devices behind one NAT)' },
+  { flag: '--max-requests', key: 'maxRequests', max: 1_000_000, what: 'requests handled at once in all, long-polls included; more are answered 503 BUSY' },
+  { flag: '--max-requests-per-source', key: 'maxRequestsPerSource', max: 1_000_000, what: 'requests handled at once from one source address; more are answered 503 BUSY' },
+  { flag: '--max-long-polls', key: 'maxLongPolls', max: 100_000, what: 'long-polls held at once; more are answered 503 BUSY' },
+  { flag: '--max-long-polls-per-device', key: 'maxLongPollsPerDevice', max: 100, what: 'long-polls one device may hold; more are answered 429 DEVICE_LIMIT' },
+  { flag: '--nonces-per-device', key: 'noncesPerDevice', max: 100_000, what: "one device's share of the replay cache (requests within the 60 s window); more are answered 429 DEVICE_LIMIT" },
+  { flag: '--refusal-log-per-second', key: 'refusalLogPerSecond', max: 100_000, what: 'refusal lines logged per second; the rest are counted in one "suppressed" line' },
+];
+
+/** Every cap from its flag (a whole number within bounds, else exit 2 naming the flag and value) or its default. */
+export function limitsFromFlags(flags: Partial<Record<keyof GatewayFlags, unknown>>): GatewayLimits {
+  const limits = { ...DEFAULT_LIMITS };
+  for (const { flag, key, max } of LIMIT_FLAGS) limits[key] = positive(flag, flags[key] as string | undefined, DEFAULT_LIMITS[key], max);
+  if (limits.maxConnectionsPerSource > limits.maxConnections) {
+    throw new WavegateError('INVALID_INPUT', `--max-connections-per-source: ${limits.maxConnectionsPerSource} is above --max-connections ${limits.maxConnections}`, { field: '--max-connections-per-source', value: String(limits.maxConnectionsPerSource) });
+  }
+  if (limits.maxRequestsPerSource > limits.maxRequests) {
+    throw new WavegateError('INVALID_INPUT', `--max-requests-per-source: ${limits.maxRequestsPerSource} is above --max-requests ${limits.maxRequests}`, { field: '--max-requests-per-source', value: String(limits.maxRequestsPerSource) });
+  }
+  return limits;
 }
 
 export function register(program: Command): void {
-  withTemporalOptions(
+  const command = withTemporalOptions(
     program
       .command('gateway')
       .description('Run the device gateway: agents (`wavegate agent`) sync with their own twin through it, authenticated by their identity key; the only Temporal client on the device side. (--tls-* are the Temporal connection\'s, as for the worker; the gateway\'s own certificate is --https-cert/--https-key.)')
@@ -59,8 +92,10 @@ export function register(program: Command): void {
       .option('--https-cert <file>', 'TLS certificate (PEM) the gateway serves HTTPS with')
       .option('--https-key <file>', 'its private key (PEM)')
       .option('--insecure-http', 'allow plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)')
-      .option('--max-long-polls <n>', `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_MAX_LONG_POLLS})`),
-  ).action(
+      .option('--max-long-polls <n>', `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_LIMITS.maxLongPolls})`),
+  );
+  for (const { flag, key, what } of LIMIT_FLAGS) if (flag !== '--max-long-polls') command.option(`${flag} <n>`, `${what} (default ${DEFAULT_LIMITS[key]})`);
+  command.action(
     action(async (flags: GatewayFlags) => {
       // Every refusal comes before anything listens or connects: exit 2.
       const listen = parseListen(flags.listen);
@@ -69,7 +104,7 @@ export function register(program: Command): void {
       if (!tls && !LOOPBACK.has(listen.host) && !flags.insecureHttp) {
         throw new WavegateError('INVALID_INPUT', `--listen ${flags.listen}: plain HTTP only on 127.0.0.1, ::1 or localhost; give --https-cert and --https-key, or --insecure-http behind a TLS-terminating proxy`, { field: '--listen', value: flags.listen });
       }
-      const maxLongPolls = positive('--max-long-polls', flags.maxLongPolls, DEFAULT_MAX_LONG_POLLS, 100_000);
+      const limits = limitsFromFlags(flags);
       if (flags.profiles !== undefined && flags.profilesRoot !== undefined) throw new WavegateError('INVALID_INPUT', '--profiles and --profiles-root: give one (they are the same option)', { field: '--profiles-root' });
       const root = flags.profiles ?? flags.profilesRoot;
       const profiles = resolveProfilesRoot({ ...(root !== undefined ? { flag: root } : {}) });
@@ -78,7 +113,7 @@ export function register(program: Command): void {
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
       const onFirstSync = enrolmentHook({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, log });
-      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, maxLongPolls, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
+      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, limits, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
       log(`gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`);
       const onHup = () => pins.reload('SIGHUP');

@@ -1,0 +1,71 @@
+/**
+ * A real gateway HTTP server in its own process, for test/e2e/gateway-limits.test.ts and
+ * bench/gateway-flood.ts: `node --expose-gc --import tsx gateway-child.ts <config json>` with an IPC
+ * channel. Memory is measured here, in the gateway's own process, never the flooding client's.
+ *
+ * Config: { root?: checkout whose gateway/server.ts to run (default this one; the bench points it at a
+ * worktree of the code before), devices: { id: base64 public key }, limits?: {...} }. The Temporal
+ * client is a stand-in that holds every sync until the request is aborted (long-polls that never
+ * answer): unauthenticated requests never reach it, and the limits under test are the gateway's own.
+ *
+ * IPC: it sends { ready, url }; it answers { cmd: 'mem' } with process.memoryUsage() after a full GC,
+ * { cmd: 'stats' } with the gateway's counters (null for a gateway without them), { cmd: 'logs' } with
+ * the log lines so far.
+ */
+import { join, resolve } from 'node:path';
+
+const config = JSON.parse(process.argv[2] ?? '{}') as { root?: string; devices?: Record<string, string>; limits?: Record<string, number> };
+const root = resolve(config.root ?? join(__dirname, '..', '..'));
+const keys = new Map(Object.entries(config.devices ?? {}).map(([id, b64]) => [id, Uint8Array.from(Buffer.from(b64, 'base64'))]));
+const pins = {
+  keyOf: (d: string) => keys.get(d),
+  deviceOf: () => undefined,
+  reload: () => {},
+  get devices() {
+    return keys.size;
+  },
+};
+const aborted = (signal: AbortSignal | undefined) =>
+  new Promise<never>((_, reject) => {
+    if (signal?.aborted) return reject(new Error('aborted'));
+    signal?.addEventListener('abort', () => reject(new Error('aborted')));
+  });
+let current: AbortSignal | undefined;
+const client = {
+  withAbortSignal: <T>(signal: AbortSignal, fn: () => Promise<T>): Promise<T> => {
+    current = signal;
+    return fn();
+  },
+  workflow: {
+    getHandle: () => {
+      const signal = current;
+      return { executeUpdate: () => aborted(signal) };
+    },
+  },
+};
+const logs: string[] = [];
+
+void (async () => {
+  const { startGateway } = (await import(join(root, 'gateway', 'server.ts'))) as typeof import('../../gateway/server');
+  const gateway = await startGateway({
+    client: client as never,
+    taskQueue: 'flood',
+    pins,
+    profilesRoot: join(root, 'profiles'),
+    ...(config.limits ? { limits: config.limits } : {}),
+    log: (line: string) => void logs.push(line),
+    listen: { host: '127.0.0.1', port: 0 },
+  });
+  process.on('message', (m: { cmd: string }) => {
+    if (m.cmd === 'mem') {
+      (globalThis as { gc?: () => void }).gc?.();
+      process.send!({ mem: process.memoryUsage() });
+    } else if (m.cmd === 'stats') {
+      process.send!({ stats: (gateway as { stats?: () => unknown }).stats?.() ?? null });
+    } else if (m.cmd === 'logs') {
+      process.send!({ logs });
+    }
+  });
+  process.on('disconnect', () => void gateway.close().then(() => process.exit(0)));
+  process.send!({ ready: true, url: gateway.url });
+})();
