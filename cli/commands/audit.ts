@@ -160,7 +160,7 @@ async function verify(id: string, opts: AuditFlags): Promise<number> {
       : { checked: null, why: found.why };
   }
   const verdict = verifyAuditSegments(segments, { head, key });
-  const label = `audit ${id}${opts.run ? ` run ${opts.run}` : chainRun ? ` (chain of run ${chainRun})` : ''}`;
+  const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
   const ok = verdict.ok && !latestFailure;
   if (opts.json) {
     const { failure } = verdict;

@@ -154,6 +154,30 @@ describe('the audit in PostgreSQL, end to end', () => {
     expect(restored.code, restored.stdout).toBe(0);
   }, 120_000);
 
+  it('every row of the trail deleted while the workflow holds its head: exit 1 naming the head; an unknown id stays NOT_FOUND (exit 2)', async () => {
+    const saved = await admin(async (c) => (await c.query("SELECT * FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo' ORDER BY segment, seq")).rows);
+    const last = JSON.parse(saved.at(-1)!.record) as { seq: number; hash: string };
+    await admin((c) => c.query("DELETE FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo'"));
+    try {
+      const deleted = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+      expect(deleted.code, `${deleted.stdout}\n${deleted.stderr}`).toBe(1);
+      expect(deleted.stdout).toMatch(new RegExp(`trail deleted: the workflow's head \\(rollout:demo run \\S+ on ${env.address.replace(/\./g, '\\.')}, completed\\) says ${last.seq} records up to seq ${last.seq} \\(hash ${last.hash}\\); the audit store postgres://`));
+      expect(deleted.stderr).not.toContain('NOT_FOUND');
+    } finally {
+      await admin(async (c) => {
+        for (const row of saved) {
+          const columns = Object.keys(row);
+          await c.query(`INSERT INTO wavegate_audit_records (${columns.join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`, columns.map((k) => row[k]));
+        }
+      });
+    }
+    const unknown = await wavegate(['audit', 'rollout:no-such', '--verify', '--audit-store', pg.url, '--address', env.address], { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+    expect(unknown.code, unknown.stderr).toBe(2);
+    expect(unknown.stderr).toMatch(/NOT_FOUND: no audit trail for rollout "rollout:no-such" in .*, and no rollout "rollout:no-such" on .*: no such rollout/);
+    const restored = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+    expect(restored.code, restored.stdout).toBe(0);
+  }, 120_000);
+
   it('without the password the CLI cannot read the store: a clear failure, not a crash, and no password printed', async () => {
     const run = await wavegate(verifyArgs(), { cwd: operatorDir, env: { HOME: operatorDir } });
     expect(run.code).toBe(1);

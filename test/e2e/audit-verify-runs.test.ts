@@ -105,8 +105,8 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
     const run = await verify(dirA);
     expect(run.code, run.stdout + run.stderr).toBe(1);
     // Run 1's chain is whole against run 1's head: no false "edited" from run 2's head.
-    expect(run.stdout).toContain(`audit ${rolloutId} (chain of run ${run1}): ${head1.seq} records, chain intact`);
-    expect(run.stdout).toContain(`head: compared with the workflow's head (${rolloutId} run ${run1} `);
+    expect(run.stdout).toContain(`audit ${rolloutId}: ${head1.seq} records, chain intact`);
+    expect(run.stdout).toMatch(new RegExp(`head: compared with the workflow's head \\(${rolloutId} run ${run1} .*, the run that wrote this chain`));
     expect(run.stdout).toContain(`latest run: the rollout's latest run ${run2} holds an audit head (${head2.seq} records up to seq ${head2.seq}`);
     expect(run.stdout).toContain(`run ${run2}'s trail is missing there`);
     // Store B holds run 2's chain: compared with run 2's head, it passes.

@@ -70,13 +70,13 @@ describe('start --wait returns after the run has closed', () => {
       }),
     );
     const start = await wg(['start', '-f', specPath, '--inventory', inventory, '--wait', '--interval', '300']);
+    // Closed when --wait returned: no window in which the next command finds it open.
+    const described = await env!.client.workflow.getHandle('rollout:demo').describe();
     expect(start.code, start.stdout + start.stderr).toBe(0);
+    expect(described.status.name, start.stdout).toBe('COMPLETED');
     // The status was final while deliveries were still pending: said, then waited for.
     expect(start.stdout).toMatch(/^completed; closing \(delivering \d+ webhook events?\)…$/m);
     expect(start.stdout).toMatch(/rollout completed: .* — exit 0/);
-    // Closed when --wait returned: no window in which the next command finds it open.
-    const described = await env!.client.workflow.getHandle('rollout:demo').describe();
-    expect(described.status.name).toBe('COMPLETED');
 
     const revert = await wg(['revert', 'rollout:demo']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
