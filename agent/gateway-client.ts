@@ -6,7 +6,9 @@ import type { AgentReport, TwinView } from '../core/twin';
 
 /**
  * The agent's side of the gateway API: every request signed with the device's identity key
- * (core/agent-auth.ts). A refusal comes back as GatewayError with the gateway's `{ code, message }`.
+ * (core/agent-auth.ts), the body's sha256 declared in the Authorization header (`digest=`) so the
+ * gateway authenticates before it reads the body; a GET sends an empty body (its digest is that of no
+ * bytes). A refusal comes back as GatewayError with the gateway's `{ code, message }`.
  */
 export class GatewayError extends Error {
   constructor(
