@@ -32,6 +32,24 @@ export const PayloadFile = z
   .strict();
 export type PayloadFile = z.infer<typeof PayloadFile>;
 
+/** Where every payload `source` lives, relative to the profile directory (intake/profile-dir.ts). */
+export const PAYLOAD_DIR = 'payload';
+
+/**
+ * Why a payload `source` is not a path inside the profile's `payload/` directory, by its text alone
+ * (`sign` then resolves it on disk, symbolic links included: intake/profile-dir.ts), or undefined. The
+ * worker, the gateway and the agent refuse such a source at apply; `sign` refuses to sign one at all.
+ */
+export function payloadSourceProblem(source: string): string | undefined {
+  const where = `a payload source is a path relative to the profile directory, inside ${PAYLOAD_DIR}/ (e.g. ${PAYLOAD_DIR}/app.conf)`;
+  if (source.startsWith('/') || /^[A-Za-z]:/.test(source)) return `is an absolute path; ${where}`;
+  if (source.includes('\\')) return `contains a backslash; ${where}, with "/" between its parts`;
+  const parts = source.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.includes('..')) return `climbs out with ".."; ${where}`;
+  if (parts[0] !== PAYLOAD_DIR || parts.length < 2) return `is not inside ${PAYLOAD_DIR}/; ${where}`;
+  return undefined;
+}
+
 /**
  * A device-side health command, inside the signed revision: the only place a command a health gate
  * runs on a device may come from. No inline credentials (the envelope is public and kept in history).

@@ -1,7 +1,9 @@
-import { existsSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, readdirSync, realpathSync } from 'node:fs';
+import { join, resolve, sep } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
+import { PAYLOAD_DIR, payloadSourceProblem, type PayloadFile } from '../core/revision';
+import type { FieldProblem } from '../core/validation';
 
 /**
  * Where a profile's files live. The only place that knows the layout:
@@ -51,6 +53,38 @@ export function profileDir(profilesDir: string, name: string, field = 'profile')
     envelopeFile: (n) => join(dir, 'envelopes', `${n}.json`),
     payloadSource: (source) => resolve(dir, source),
   };
+}
+
+/**
+ * The payload sources of `revision` that `sign` must refuse, each naming `payload[i].source`: outside
+ * `payload/` by their text (core/revision.ts payloadSourceProblem), or, where the file is already there,
+ * resolving (symbolic links followed) outside the profile's real `payload/` directory. `dir` is the
+ * profile directory the revision belongs to when it is known; without it only the text is judged.
+ */
+export function payloadSourceProblems(payload: readonly PayloadFile[], dir: string | undefined): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  payload.forEach((file, i) => {
+    const path = `payload[${i}].source`;
+    const lexical = payloadSourceProblem(file.source);
+    if (lexical) return problems.push({ path, value: file.source, message: lexical });
+    if (dir === undefined) return;
+    let real: string;
+    try {
+      real = realpathSync(resolve(dir, file.source));
+    } catch {
+      return; // not there (yet): sign judges the text; the worker checks the file at apply
+    }
+    let root: string;
+    try {
+      root = realpathSync(join(dir, PAYLOAD_DIR));
+    } catch {
+      return;
+    }
+    if (!real.startsWith(`${root}${sep}`)) {
+      problems.push({ path, value: file.source, message: `resolves through a symbolic link to ${real}, outside the profile's ${root}${sep}; a payload file must be a plain file inside payload/` });
+    }
+  });
+  return problems;
 }
 
 /** Revision numbers a profile ships, ascending: its envelopes (`signed`) or its revision sources. */

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
@@ -22,7 +22,8 @@ import {
   signRevision,
   verifyEnvelope,
 } from '../../core/signing';
-import { parseWith } from '../../core/validation';
+import { invalidFields, parseWith } from '../../core/validation';
+import { payloadSourceProblems } from '../../intake/profile-dir';
 import { readDocument } from '../../intake/files';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
 import { loadInventory } from '../../intake/inventory';
@@ -65,6 +66,16 @@ function parseNow(value: string | undefined): number {
   const ms = Date.parse(value);
   if (Number.isNaN(ms)) throw new WavegateError('INVALID_INPUT', `--now: must be an ISO 8601 time (got ${JSON.stringify(value)})`);
   return ms;
+}
+
+/**
+ * The profile directory a revision being signed belongs to: the directory of `--profile <dir>/profile.yaml`,
+ * else `<dir>` of a revision at `<dir>/revisions/<n>.yaml` (the layout of intake/profile-dir.ts); else unknown.
+ */
+function signedProfileDir(revisionPath: string, profileFile: string | undefined): string | undefined {
+  if (profileFile !== undefined) return dirname(resolve(profileFile));
+  const dir = dirname(resolve(revisionPath));
+  return basename(dir) === 'revisions' ? dirname(dir) : undefined;
 }
 
 /** `--allow-no-payload` → `allowNoPayload`, as commander names it. */
@@ -125,6 +136,9 @@ export function register(program: Command): void {
   sign.action(
       action((revisionPath: string, opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<string, unknown>) => {
         const revision = parseRevision(readDocument(revisionPath), revisionPath);
+        // Payload sources inside the profile's payload/ only (what a worker would send): by their text, and on disk where the profile is known.
+        const sourceProblems = payloadSourceProblems(revision.payload, signedProfileDir(revisionPath, opts.profile));
+        if (sourceProblems.length) invalidFields(revisionPath, sourceProblems);
         const days = Number(opts.validityDays);
         if (!Number.isInteger(days) || days < 1 || days > MAX_VALIDITY_DAYS) {
           throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-${MAX_VALIDITY_DAYS} (got ${JSON.stringify(opts.validityDays)})`);

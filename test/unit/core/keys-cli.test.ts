@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -36,7 +36,7 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     writeFileSync(
       join(dir, 'rev.yaml'),
       'profile: production\nrevision: 15\napply: install -m 0644 "$WAVEGATE_STAGING/app.conf" /etc/app.conf\nverify: grep -q v=15 /etc/app.conf\nprevious: 14\n' +
-        `payload:\n  - { name: app.conf, sha256: ${'b'.repeat(64)}, size: 9, source: files/app.conf }\n`,
+        `payload:\n  - { name: app.conf, sha256: ${'b'.repeat(64)}, size: 9, source: payload/app.conf }\n`,
     );
     const [trust, sign] = await Promise.all([
       wavegate(dir, 'trust', '--threshold', '2', '--out', 'trust.yaml', 'alice.key.pub.yaml', 'bob.key.pub.yaml'),
@@ -92,6 +92,68 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     const envelope = JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')) as { body: string };
     const body = JSON.parse(Buffer.from(envelope.body, 'base64').toString('utf8')) as { escapes?: unknown[] };
     expect(body.escapes).toEqual([expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })]);
+  });
+
+  it('sign refuses a revision whose commands carry a credential, naming the field and not echoing the secret (issue 22)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
+    expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
+    const rev = 'profile: production\nrevision: 15\nprevious: 14\nverify: test -f /etc/app.conf\n';
+    const apply = (command: string) => `apply: ${JSON.stringify(command)}\n`;
+    writeFileSync(join(dir, 'bearer.yaml'), rev + apply(`curl -fsS -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.s3cr3t' https://artifacts.example.com/app.conf -o /etc/app.conf`));
+    writeFileSync(join(dir, 'curl-u.yaml'), `${rev + apply('systemctl restart app')}health:\n  checks:\n    - { name: status, command: 'curl -fsS -u ops:hunter2 https://127.0.0.1:8443/status' }\n`);
+    writeFileSync(join(dir, 'reference.yaml'), rev + apply('curl -fsS -H "Authorization: Bearer $(cat /etc/app/token)" --netrc-file /etc/app/netrc -u ops https://artifacts.example.com/app.conf -o /etc/app.conf'));
+    const [bearer, curlU, reference] = await Promise.all([
+      wavegate(dir, 'sign', 'bearer.yaml', '--key', 'k.key', '--out', 'b.json'),
+      wavegate(dir, 'sign', 'curl-u.yaml', '--key', 'k.key', '--out', 'c.json'),
+      wavegate(dir, 'sign', 'reference.yaml', '--key', 'k.key', '--out', 'r.json'),
+    ]);
+    expect(bearer.code).toBe(2);
+    expect(bearer.stderr).toContain('bearer.yaml: invalid');
+    expect(bearer.stderr).toContain('apply: has an Authorization header with a literal credential; a signed command is sent to every device');
+    expect(curlU.code).toBe(2);
+    expect(curlU.stderr).toContain('health.checks[0].command: has a password in a user:password argument (curl -u user:...)');
+    for (const run of [bearer, curlU]) expect(run.stderr).not.toMatch(/s3cr3t|hunter2/);
+    expect(readdirSync(dir).filter((f) => f.endsWith('.json')).sort()).toEqual(['r.json']); // the reference form signs
+    expect(reference.code, reference.stderr).toBe(0);
+  });
+
+  it('sign refuses a payload source outside the profile\'s payload/ directory: "..", absolute, a symbolic link out (issue 22)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
+    expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
+    const profile = join(dir, 'production');
+    mkdirSync(join(profile, 'revisions'), { recursive: true });
+    mkdirSync(join(profile, 'payload'));
+    writeFileSync(join(dir, 'outside.conf'), 'v=1\n');
+    writeFileSync(join(profile, 'payload', 'app.conf'), 'v=1\n');
+    symlinkSync(join(dir, 'outside.conf'), join(profile, 'payload', 'link.conf'));
+    const rev = (source: string) =>
+      'profile: production\nrevision: 15\nprevious: 14\napply: install -m 0644 "$WAVEGATE_STAGING/app.conf" /etc/app.conf\nverify: grep -q v=1 /etc/app.conf\n' +
+      `payload:\n  - { name: app.conf, sha256: ${'b'.repeat(64)}, size: 4, source: ${JSON.stringify(source)} }\n`;
+    const cases: Array<[string, string, string]> = [
+      ['dots', '../outside.conf', 'payload[0].source: climbs out with ".."'],
+      ['dots-inside', 'payload/../../outside.conf', 'payload[0].source: climbs out with ".."'],
+      ['absolute', join(dir, 'outside.conf'), 'payload[0].source: is an absolute path'],
+      ['beside', 'files/app.conf', 'payload[0].source: is not inside payload/'],
+      ['link', 'payload/link.conf', `payload[0].source: resolves through a symbolic link to ${realpathSync(join(dir, 'outside.conf'))}, outside the profile's`],
+    ];
+    for (const [name, source] of cases) writeFileSync(join(profile, 'revisions', `${name}.yaml`), rev(source));
+    writeFileSync(join(profile, 'revisions', '15.yaml'), rev('payload/app.conf'));
+    const runs = await Promise.all(cases.map(([name]) => wavegate(dir, 'sign', join(profile, 'revisions', `${name}.yaml`), '--key', 'k.key', '--out', `${name}.json`)));
+    runs.forEach((run, i) => {
+      const [, source, shows] = cases[i]!;
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(shows);
+      expect(run.stderr).toContain(`(got ${JSON.stringify(source)})`);
+    });
+    // Outside a profile layout the text is judged; the link is judged where the profile is known (--profile).
+    const [plain, viaProfile] = await Promise.all([
+      wavegate(dir, 'sign', join(profile, 'revisions', '15.yaml'), '--key', 'k.key', '--out', 'ok.json'),
+      wavegate(dir, 'sign', join(profile, 'revisions', 'link.yaml'), '--key', 'k.key', '--out', 'link2.json', '--profile', join(profile, 'profile.yaml')),
+    ]);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(viaProfile.code).toBe(2);
+    expect(viaProfile.stderr).toContain('resolves through a symbolic link');
+    expect(readdirSync(dir).filter((f) => f.endsWith('.json'))).toEqual(['ok.json']);
   });
 
   it('keygen --force over a world-readable file leaves the new private key at mode 0600', async () => {
