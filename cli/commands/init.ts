@@ -1,23 +1,27 @@
-import { statSync } from 'node:fs';
+import { rmSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { Client } from 'ssh2';
 import { parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
+import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, type AcceptedKey, type KeyJudgement } from '../../core/init-keys';
 import { parseInventory, type Device } from '../../core/inventory';
 import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
 import { readText } from '../../intake/files';
 import { checkProfileName } from '../../intake/profile-dir';
 import { nextCommands, scaffoldFiles, shellWord, writeScaffold, type ScaffoldHost, type ScaffoldInput } from '../../intake/scaffold';
+import { readScannedKeys, scannedKeysPathFor, writeScannedKeys } from '../../intake/scanned-keys';
 import { readSshConfig } from '../../intake/ssh-config';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
 /**
  * `wavegate init`: a profile, an inventory and a rollout spec to start from, for the user's own hosts,
  * with every host key pinned the way a careful operator would: from a known_hosts file, or read from
- * the host and printed, written only once the operator confirms with --accept-scanned-keys. The files
- * themselves come from intake/scaffold.ts.
+ * the host, printed and recorded (intake/scanned-keys.ts), and pinned only by a second run that is given
+ * exactly those fingerprints (--accept-scanned-keys <record>, --accept-key ID=SHA256:...) and reads the
+ * same keys again (core/init-keys.ts): a key swapped between the two runs is refused, never pinned. The
+ * files themselves come from intake/scaffold.ts.
  */
 
 interface InitOptions {
@@ -33,7 +37,9 @@ interface InitOptions {
   sshKey?: string;
   sshAgent?: boolean;
   knownHosts?: string;
-  acceptScannedKeys?: boolean;
+  /** true: the record beside the inventory; a path: that record. */
+  acceptScannedKeys?: boolean | string;
+  acceptKey: string[];
   threshold?: string;
   signers?: string;
   keysDir: string;
@@ -135,6 +141,8 @@ interface Pinned {
   /** Where the pin came from. */
   source: 'known_hosts' | 'scanned' | 'inventory';
   type?: string;
+  /** A scanned key: where the operator accepted it (--accept-key, or the record's path). */
+  acceptedFrom?: string;
 }
 
 async function pinHostKeys(candidates: Candidate[], opts: { knownHosts?: string; timeoutMs: number }): Promise<Pinned[]> {
@@ -166,6 +174,26 @@ async function pinHostKeys(candidates: Candidate[], opts: { knownHosts?: string;
   }
   return pinned;
 }
+
+/**
+ * The command that pins what this run printed: this very command line, with the record it wrote as
+ * --accept-scanned-keys (any earlier --accept-scanned-keys replaced).
+ */
+export function secondCommandOf(argv: readonly string[], recordPath: string): string {
+  const kept: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg.startsWith('--accept-scanned-keys=')) continue;
+    if (arg === '--accept-scanned-keys') {
+      if (argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('-')) i++; // its optional record
+      continue;
+    }
+    kept.push(arg);
+  }
+  return ['wavegate', ...kept, '--accept-scanned-keys', recordPath].map(shellWord).join(' ');
+}
+
+const secondCommand = (recordPath: string) => secondCommandOf(process.argv.slice(2), recordPath);
 
 function absoluteFile(path: string, field: string): string {
   const abs = resolve(path);
@@ -234,32 +262,60 @@ async function init(opts: InitOptions): Promise<number> {
     signers,
     keysDir: resolve(opts.keysDir),
   };
+  // The fingerprints the operator accepted, checked before any host is contacted.
+  const recordPath = scannedKeysPathFor(inventoryPath);
+  const givenRecord = typeof opts.acceptScannedKeys === 'string' ? resolve(opts.acceptScannedKeys) : opts.acceptScannedKeys ? recordPath : undefined;
+  const recorded = givenRecord ? readScannedKeys(givenRecord, inventoryPath, '--accept-scanned-keys') : [];
+  const accepted = acceptedKeys(opts.acceptKey.map(parseAcceptKeyFlag), recorded, new Set(candidates.map((c) => c.id)));
+
   // Everything that can be checked without the network, before any host is contacted.
   const placeholderKey = 'SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
   scaffoldFiles({ ...input, hosts: candidates.map((c) => ({ ...c, hostKey: c.hostKey ?? placeholderKey })) });
 
   const pins = await pinHostKeys(candidates, { knownHosts, timeoutMs });
-  const scanned = pins.filter((p) => p.source === 'scanned');
   for (const note of notes) process.stderr.write(`note: ${note}\n`);
-  if (scanned.length && !opts.acceptScannedKeys) {
+  // Every key read now against what the operator accepted: a scanned key is pinned only when it is the
+  // fingerprint accepted for that device at that address; a known_hosts or Ansible pin that an
+  // --accept-key contradicts is refused as well.
+  const judged = judgeHostKeys(
+    pins.map((p) => ({ id: p.host.id, host: p.host.host, port: p.host.port, fingerprint: p.host.hostKey, ...(p.type ? { type: p.type } : {}) })),
+    accepted,
+  );
+  const changed = judged.filter((j): j is Extract<KeyJudgement, { verdict: 'changed' }> => j.verdict === 'changed');
+  if (changed.length) throw changedKeysRefusal(changed);
+  const scannedJudged = judged.filter((_, i) => pins[i]!.source === 'scanned');
+  const unconfirmed = scannedJudged.filter((j) => j.verdict === 'unconfirmed');
+  if (unconfirmed.length) {
+    // Recorded: what is printed now, and the keys already accepted and read the same again.
+    writeScannedKeys(
+      recordPath,
+      inventoryPath,
+      scannedJudged.map((j) => ({ id: j.id, host: j.seen.host, port: j.seen.port, ...(j.seen.type ? { type: j.seen.type } : {}), fingerprint: j.seen.fingerprint })),
+    );
     process.stderr.write(
-      `wavegate: ${scanned.length} host key(s) were read from the hosts, not pinned from a known_hosts file. Nothing was written.\n` +
+      `wavegate: ${unconfirmed.length} host key(s) were read from the hosts, not pinned from a known_hosts file. Nothing of the profile, inventory or spec was written.\n` +
         `Check each fingerprint on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_<type>_key.pub, or your provider's console):\n` +
-        scanned.map((p) => `  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.type} ${p.host.hostKey}\n`).join('') +
-        `then run the same command again with --accept-scanned-keys (or pin them with --known-hosts <file>).\n`,
+        unconfirmed.map((j) => `  ${j.id.padEnd(16)} ${`${j.seen.host}:${j.seen.port}`.padEnd(22)} ${j.seen.type} ${j.seen.fingerprint}\n`).join('') +
+        `These fingerprints are recorded in ${recordPath}. When each one is right, pin exactly these with:\n` +
+        `  ${secondCommand(recordPath)}\n` +
+        `(or give --accept-key ID=SHA256:... for each host, or pin them with --known-hosts <file>). A host that shows another key then is refused, not pinned.\n`,
     );
     return EXIT_FAILED;
   }
+  const acceptedBy = new Map(scannedJudged.map((j) => [j.id, j.verdict === 'accepted' ? j.accepted.from : undefined] as const));
+  for (const p of pins) if (p.source === 'scanned') p.acceptedFrom = acceptedBy.get(p.host.id);
 
   const full: ScaffoldInput = { ...input, hosts: pins.map((p) => p.host) };
   const files = scaffoldFiles(full);
   writeScaffold(files, { force: !!opts.force, envelopesDir: join(full.profilesDir, opts.profile, 'envelopes') });
+  // The record is spent: a later init reads and records its hosts afresh.
+  rmSync(recordPath, { force: true });
 
   const out = (line: string) => process.stdout.write(`${line}\n`);
   out(`wrote profile ${opts.profile} under ${full.profilesDir}:`);
   for (const f of files) out(`  ${f.path}`);
   out(`host keys pinned in ${inventoryPath}:`);
-  for (const p of pins) out(`  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? 'scanned, accepted with --accept-scanned-keys' : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`);
+  for (const p of pins) out(`  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`);
   out('');
   out(`next, in order (edit revisions/2.yaml and payload/ for your change first; then re-run sha256sum/wc -c for payload sha256/size):`);
   for (const line of nextCommands(full)) out(line.startsWith('#') ? line : `  ${line}`);
@@ -282,8 +338,9 @@ export function register(program: Command): void {
     .option('--pool <name>', 'pool of hosts given by --host or --from-ssh-config', 'fleet')
     .option('--ssh-key <file>', "the worker's private key file (referenced, never read into the inventory)")
     .option('--ssh-agent', "log in with the worker's SSH agent instead")
-    .option('--known-hosts <file>', 'pin host keys from this known_hosts file (hosts it does not list are read from the host and need --accept-scanned-keys)')
-    .option('--accept-scanned-keys', 'write host keys read from the hosts, after you checked the printed fingerprints')
+    .option('--known-hosts <file>', 'pin host keys from this known_hosts file (hosts it does not list are read from the host, printed and recorded, and need --accept-scanned-keys or --accept-key)')
+    .option('--accept-scanned-keys [record]', 'pin the host keys the first run printed, as it recorded them (default <inventory>.init-scanned-keys.json beside the inventory); a host that now shows another key is refused')
+    .option('--accept-key <id=SHA256:...>', 'pin this fingerprint for this host, checked on the host itself (repeatable); a host that shows another key is refused', collect, [])
     .option('--scan-timeout <ms>', 'time to read one host key', '5000')
     .option('--threshold <n>', 'distinct signers every revision needs (default 2)')
     .option('--signers <names>', 'comma-separated signer names for the printed commands (default alice,bob)')

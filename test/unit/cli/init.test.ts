@@ -2,6 +2,8 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { secondCommandOf } from '../../../cli/commands/init';
+import { acceptedKeys, judgeHostKeys, parseAcceptKeyFlag } from '../../../core/init-keys';
 import { parseSshConfig } from '../../../intake/ssh-config';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
@@ -55,6 +57,8 @@ describe('wavegate init', () => {
     expect(existsSync(p.inventory)).toBe(false);
     expect(existsSync(p.profiles)).toBe(false);
 
+    // The first run recorded what it printed; --accept-scanned-keys pins exactly that record.
+    expect(unconfirmed.stderr).toContain(`--accept-scanned-keys ${join(p.dir, 'fleet.init-scanned-keys.json')}`);
     const accepted = await runCli([...args, '--accept-scanned-keys']);
     expect(accepted.code, accepted.stderr).toBe(0);
     expect(devicesOf(p.inventory).map((d) => d.ssh.hostKey)).toEqual(sshd.devices.map((d) => d.hostKeyFingerprint));
@@ -66,7 +70,7 @@ describe('wavegate init', () => {
     const lying = join(p.dir + '-kh');
     // Two keys listed for h-1, neither of them its own: the one it presents is not pinned.
     writeFileSync(lying, `[${a.host}]:${a.port} ${b.hostPublicKey}\n[${a.host}]:${a.port} ${sshd.devices[1]!.hostPublicKey.replace(/.{4}$/, 'AAAA')}\n`);
-    const run = await runCli(['init', '--profiles', p.profiles, '--profile', 'motd', '--inventory', p.inventory, '--host', `h-1=${a.user}@${a.host}:${a.port}`, '--known-hosts', lying, '--ssh-key', sshd.clientKeyPath, '--accept-scanned-keys']);
+    const run = await runCli(['init', '--profiles', p.profiles, '--profile', 'motd', '--inventory', p.inventory, '--host', `h-1=${a.user}@${a.host}:${a.port}`, '--known-hosts', lying, '--ssh-key', sshd.clientKeyPath, '--accept-key', `h-1=${a.hostKeyFingerprint}`]);
     expect(run.code).toBe(1);
     expect(run.stderr).toContain(`it presents ssh-ed25519 ${a.hostKeyFingerprint}`);
     expect(existsSync(p.inventory)).toBe(false);
@@ -126,5 +130,27 @@ describe('parseSshConfig', () => {
     const { hosts } = parseSshConfig('Host a b\n  User first\n  User second\n  Port 2200\n', 'cfg');
     expect(hosts).toMatchObject([{ alias: 'a', host: 'a', user: 'first', port: 2200 }, { alias: 'b', user: 'first', port: 2200 }]);
     expect(() => parseSshConfig('Host a\n  Port ssh\n', 'cfg')).toThrow('cfg:2: Port of Host a: must be a TCP port 1-65535 (got "ssh")');
+  });
+});
+
+describe('pinning what was printed (core/init-keys.ts)', () => {
+  const fp = (c: string) => `SHA256:${c.repeat(43)}`;
+  it('a recorded fingerprint counts only at the address it was read at; another key is "changed", none is "unconfirmed"', () => {
+    const accepted = acceptedKeys([], [{ id: 'a', host: '10.0.0.1', port: 22, fingerprint: fp('A'), from: 'rec.json' }, { id: 'b', host: '10.0.0.2', port: 22, fingerprint: fp('B'), from: 'rec.json' }], new Set(['a', 'b', 'c']));
+    const seen = [
+      { id: 'a', host: '10.0.0.1', port: 22, fingerprint: fp('A') },
+      { id: 'b', host: '10.0.0.2', port: 22, fingerprint: fp('X') },
+      { id: 'c', host: '10.0.0.3', port: 22, fingerprint: fp('C') },
+    ];
+    expect(judgeHostKeys(seen, accepted).map((j) => j.verdict)).toEqual(['accepted', 'changed', 'unconfirmed']);
+    expect(judgeHostKeys([{ ...seen[0]!, port: 2222 }], accepted)[0]!.verdict).toBe('unconfirmed');
+    // A flag wins over the record for its device.
+    const byFlag = acceptedKeys([parseAcceptKeyFlag(`b=${fp('X')}`)], [...accepted.values()], new Set(['a', 'b']));
+    expect(judgeHostKeys(seen.slice(0, 2), byFlag).map((j) => j.verdict)).toEqual(['accepted', 'accepted']);
+  });
+
+  it('the second command is this command with the record as --accept-scanned-keys (an earlier one replaced), quoted for the shell', () => {
+    expect(secondCommandOf(['init', '--host', 'a=u@h', '--accept-scanned-keys', 'old.json', '--force'], '/x/fleet.init-scanned-keys.json')).toBe('wavegate init --host a=u@h --force --accept-scanned-keys /x/fleet.init-scanned-keys.json');
+    expect(secondCommandOf(['init', '--accept-scanned-keys', '--profiles', 'my dir'], '/x/r.json')).toBe(`wavegate init --profiles 'my dir' --accept-scanned-keys /x/r.json`);
   });
 });
