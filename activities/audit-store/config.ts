@@ -1,8 +1,10 @@
 import { statSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import type { ClientConfig } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
 import { WavegateError } from '../../core/errors';
-import { readBytes } from '../../intake/files';
+import { readBytes, readText } from '../../intake/files';
 
 /**
  * `--audit-store` / `$WAVEGATE_AUDIT_STORE`: absent or `file` is the file store; `postgres://user@host:port/db`
@@ -40,7 +42,6 @@ const AUTHORITY_PARAMETERS: Record<string, string> = {
   user: "the URL's user",
   dbname: "the URL's database",
   database: "the URL's database",
-  options: 'the server settings of the session (search_path, roles...)',
 };
 
 /** The URL fit to print: any password (and anything that looks like userinfo secrets) replaced. */
@@ -91,6 +92,7 @@ export function storeClientConfig(urlText: string, field = '--audit-store'): Sto
   for (const name of names) {
     const overrides = AUTHORITY_PARAMETERS[name];
     if (overrides !== undefined) refuse(name, `would override ${overrides}: refused; say it in the URL itself (postgres://user@host:port/database)`);
+    if (name === 'options') refuse(name, 'would set server settings for the session (search_path, role...): refused; the audit store needs none');
     if (!(STORE_URL_PARAMETERS as readonly string[]).includes(name)) refuse(name, `is not a parameter wavegate passes to PostgreSQL; allowed: ${STORE_URL_PARAMETERS.join(', ')}`);
     if (url.searchParams.getAll(name).length > 1) refuse(name, 'is given more than once');
   }
@@ -176,4 +178,63 @@ export function readStorePassword(env: NodeJS.ProcessEnv = process.env): string 
   const line = bytes.toString('utf8').split(/\r?\n/, 1)[0] ?? '';
   if (line.length === 0) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: empty first line; expected the password`, { field });
   return line;
+}
+
+/** Where a connection goes and as whom: what a ~/.pgpass line is matched against. */
+export interface PgpassTarget {
+  host: string;
+  port: number;
+  database: string;
+  user: string;
+}
+
+/**
+ * The password a .pgpass text holds for `target`, as libpq reads it: lines `host:port:database:user:password`,
+ * the first that matches wins, `*` (unescaped, the whole field) matches anything, `\:` and `\\` are a
+ * literal colon and backslash, `#` starts a comment line; the password runs to the end of the line or an unescaped colon.
+ */
+export function pgpassPassword(text: string, target: PgpassTarget): string | undefined {
+  const want = [target.host, String(target.port), target.database, target.user];
+  const unescape = (field: string) => field.replace(/\\(.)/g, '$1');
+  for (const line of text.split(/\r?\n/)) {
+    if (line === '' || line.startsWith('#')) continue;
+    const fields: string[] = [];
+    let start = 0;
+    for (let i = 0; i < line.length && fields.length < 4; i++) {
+      if (line[i] === '\\') i++;
+      else if (line[i] === ':') {
+        fields.push(line.slice(start, i));
+        start = i + 1;
+      }
+    }
+    if (fields.length < 4) continue;
+    // The password runs to the end of the line or an unescaped colon.
+    if (fields.every((field, i) => field === '*' || unescape(field) === want[i])) return unescape(/^(?:[^:\\]|\\.?)*/.exec(line.slice(start))![0]);
+  }
+  return undefined;
+}
+
+/**
+ * `$PGPASSFILE` or `~/.pgpass`, as libpq takes it: ignored (with the reason, for the error that follows)
+ * unless a regular file only its owner may read; read with the bounded regular-file reader.
+ */
+export function readPgpass(target: PgpassTarget, env: NodeJS.ProcessEnv = process.env): { password?: string; ignored?: string } {
+  const path = env.PGPASSFILE || join(env.HOME || homedir(), '.pgpass');
+  let stat;
+  try {
+    stat = statSync(path);
+  } catch {
+    return {};
+  }
+  if (!stat.isFile()) return { ignored: `${path} is not a regular file` };
+  if ((stat.mode & 0o077) !== 0) return { ignored: `${path} may be read by others (mode ${(stat.mode & 0o777).toString(8)}; libpq too ignores it unless 0600)` };
+  let text: string;
+  try {
+    text = readText(path);
+  } catch (err) {
+    if (err instanceof WavegateError) return { ignored: err.message };
+    throw err;
+  }
+  const password = pgpassPassword(text, target);
+  return password ? { password } : {};
 }

@@ -7,7 +7,7 @@ import { recordAuditWriteFailure } from '../../core/metrics';
 import { activityMeter } from '../metrics';
 import type { AuditHealth, AuditHealthInput } from '../audit';
 import { nextAppend } from './append-rule';
-import { storeClientConfig, type StoreClientConfig } from './config';
+import { readPgpass, storeClientConfig, type StoreClientConfig } from './config';
 import { migrateAuditSchema } from './schema';
 import type { AuditStore } from './types';
 
@@ -27,7 +27,7 @@ export interface PostgresAuditStoreOptions {
   url: string;
   /** Printed in place of the URL. */
   location: string;
-  /** From $WAVEGATE_AUDIT_STORE_PASSWORD_FILE; absent: pg's $PGPASSWORD, then ~/.pgpass. */
+  /** From $WAVEGATE_AUDIT_STORE_PASSWORD_FILE; absent: $PGPASSWORD, then ~/.pgpass, asked when the server wants one. */
   password?: string;
   macKey?: Uint8Array;
   log?: (line: string) => void;
@@ -86,29 +86,23 @@ function clientConfigOf(url: string): StoreClientConfig {
   return storeClientConfig(url);
 }
 
-interface PgPassLookup {
-  (connInfo: { host?: string; port?: number; database?: string; user?: string }, cb: (password?: string) => void): void;
-}
-
 /**
  * The password, asked for only when the server wants one (pg calls this then): the file's
- * (`$WAVEGATE_AUDIT_STORE_PASSWORD_FILE`), else `$PGPASSWORD`, else the matching line of `~/.pgpass`
- * (or `$PGPASSFILE`; the pgpass module ignores it unless it is a regular file of mode 0600). With none,
- * INVALID_INPUT saying the three ways to give one, instead of pg's "SASL: SCRAM-SERVER-FIRST-MESSAGE:
- * client password must be a string".
+ * (`$WAVEGATE_AUDIT_STORE_PASSWORD_FILE`), else a non-empty `$PGPASSWORD`, else the matching line of
+ * `$PGPASSFILE` or `~/.pgpass` (config.ts, as libpq reads it, bounded). With none, INVALID_INPUT saying
+ * the three ways to give one, instead of pg's "SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must
+ * be a string".
  */
 function passwordSource(given: string | undefined, location: string) {
   return async (params: { host?: string; port?: number; database?: string; user?: string }): Promise<string> => {
     if (given !== undefined) return given;
     if (process.env.PGPASSWORD) return process.env.PGPASSWORD;
-    // pg's own fallback, asked for the same way (pg 8 warns that it will stop doing it).
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const pgpass = require('pgpass') as PgPassLookup;
-    const fromPgpass = await new Promise<string | undefined>((resolve) => pgpass({ host: params.host, port: params.port, database: params.database, user: params.user }, resolve));
-    if (fromPgpass) return fromPgpass;
+    const target = { host: params.host ?? '', port: params.port ?? 5432, database: params.database ?? '', user: params.user ?? '' };
+    const pgpass = readPgpass(target);
+    if (pgpass.password) return pgpass.password;
     throw new WavegateError(
       'INVALID_INPUT',
-      `audit store ${location}: the server asks for the password of user ${JSON.stringify(params.user ?? '')} and none was given: set $PGPASSWORD, name a file holding it (mode 0600) with $WAVEGATE_AUDIT_STORE_PASSWORD_FILE, or add a line ${params.host}:${params.port}:${params.database}:${params.user}:<password> to ~/.pgpass (mode 0600)`,
+      `audit store ${location}: the server asks for the password of user ${JSON.stringify(target.user)} and none was given: set $PGPASSWORD, name a file holding it (mode 0600) with $WAVEGATE_AUDIT_STORE_PASSWORD_FILE, or add a line ${target.host}:${target.port}:${target.database}:${target.user}:<password> to ~/.pgpass (mode 0600)${pgpass.ignored ? ` (${pgpass.ignored}: ignored)` : ''}`,
       { store: location, field: 'password' },
     );
   };

@@ -180,7 +180,8 @@ describe('the audit in PostgreSQL, end to end', () => {
 
   it('without the password the CLI cannot read the store: a clear failure, not a crash, and no password printed', async () => {
     const run = await wavegate(verifyArgs(), { cwd: operatorDir, env: { HOME: operatorDir } });
-    expect(run.code).toBe(1);
+    // No password given is configuration: exit 2 (issue 22; test/e2e/audit-store-config.test.ts).
+    expect(run.code).toBe(2);
     expect(run.stderr).toMatch(/audit store postgres:\/\/wavegate@127\.0\.0\.1:\d+\/wavegate: .*password/i);
   }, 60_000);
 });
