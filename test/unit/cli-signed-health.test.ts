@@ -5,6 +5,7 @@ import { stringify } from 'yaml';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { writeSignedProfile, type RevisionSource } from '../support/signed-profile';
 
 /**
  * `wavegate plan` and `wavegate start` (real processes) refuse a spec that would run anything unsigned
@@ -91,6 +92,37 @@ describe('plan and start refuse unsigned device commands', () => {
       expect(run.stderr).toMatch(/and 15 more\) \(got "check: bare-present"\)/);
       // phase 1's worker-side check is answerable: it is not named
       expect(run.stderr).not.toContain('rollout.phases[0]');
+    }
+  });
+
+  it('credentials in a signed command (an envelope signed without the check) exit 2 at plan and at start naming the field, never the secret (issue 22)', async () => {
+    // Signed with the core functions, as an envelope signed before sign refused credentials would be.
+    const root = join(scratch.dir, 'cred-profiles');
+    const revisions = (r2: Partial<RevisionSource>) => [
+      { revision: 1, apply: 'true', verify: 'true' },
+      { revision: 2, apply: 'systemctl restart app', verify: 'systemctl is-active app', health: { checks: [{ name: 'status', command: 'curl -fsS https://127.0.0.1:8443/status' }] }, ...r2 },
+    ];
+    writeSignedProfile({ root, name: 'bearer', revisions: revisions({ apply: "curl -fsS -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.s3cr3t' https://artifacts.example.com/app.conf -o /etc/app.conf" }) });
+    writeSignedProfile({ root, name: 'curlu', revisions: revisions({ health: { checks: [{ name: 'status', command: 'curl -fsS -u ops:hunter2 https://127.0.0.1:8443/status' }] } }) });
+    const specOf = (profile: string) => {
+      const path = join(scratch.dir, `cred-${profile}.yaml`);
+      writeFileSync(path, stringify({ rollout: { profile, fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', healthGate: ['check: status'] }, { bulk: 'remainder' }] } }));
+      return path;
+    };
+    const [bearerPlan, bearerStart, curlPlan, curlStart] = await Promise.all([plan(specOf('bearer'), root), start(specOf('bearer'), root), plan(specOf('curlu'), root), start(specOf('curlu'), root)]);
+    for (const run of [bearerPlan, bearerStart]) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(join(root, 'bearer', 'envelopes', '2.json'));
+      expect(run.stderr).toContain('INVALID_REVISION');
+      expect(run.stderr).toContain('apply: has an Authorization header with a literal credential');
+    }
+    for (const run of [curlPlan, curlStart]) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toMatch(/health\.checks[.[]0\]?\.command: has a password in a user:password argument \(curl -u user:\.\.\.\)/);
+    }
+    for (const run of [bearerPlan, bearerStart, curlPlan, curlStart]) {
+      expect(run.stderr).not.toMatch(/s3cr3t|hunter2/);
+      expect(run.stderr).not.toContain('cannot reach Temporal');
     }
   });
 
