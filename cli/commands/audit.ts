@@ -146,6 +146,8 @@ async function verify(id: string, opts: AuditFlags): Promise<number> {
       // run and holds a head wrote a trail this store does not have as its current one.
       if (!opts.run && chainRun && (own.head || own.kind !== 'unreachable')) {
         const latest = await heads.headOf(undefined);
+        // No rollout of that id at all: say so, not that one run of it is missing.
+        if (!own.head && own.kind === 'no-rollout' && !latest.head && latest.kind === 'no-rollout') return latest;
         if (latest.runId && latest.runId !== chainRun) {
           latestFailure = latestRunMismatch(chainRun, { runId: latest.runId, head: latest.head }, chain.location);
           if (!latestFailure) latestNote = `the rollout's latest run is ${latest.runId} (${(latest.state ?? 'unknown').toLowerCase()}), another run than this chain's: ${latest.head ? '' : `${latest.why}; `}this chain is compared with its own run's head`;
