@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { authorizationHeader } from '../core/agent-auth';
+import { MAX_PAYLOAD_FILE_BYTES } from '../core/revision';
 import type { AgentReport, TwinView } from '../core/twin';
 
 /**
@@ -30,8 +31,8 @@ export interface GatewayClientOptions {
   ca?: Buffer;
 }
 
-/** The most a response may carry: a view of 64 profiles with their envelopes, or one payload file. */
-const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+/** The most a response may carry: a view of 64 profiles with their envelopes, or one payload file (the size a revision may sign). */
+const MAX_RESPONSE_BYTES = MAX_PAYLOAD_FILE_BYTES;
 
 export function gatewayClient(opts: GatewayClientOptions) {
   const base = new URL(opts.url);
