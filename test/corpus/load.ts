@@ -20,7 +20,7 @@ export interface CorpusCase {
   heavy?: boolean;
   /**
    * kind `command` (test/e2e/bad-input-commands.test.ts): the real `wavegate` run with these arguments in a
-   * fresh temp dir. `file` is then the case's name, not a file. In `args` and `env` values, `{dir}` is the
+   * fresh temp dir. `file` is then the case's name, not a file. In `args`, `env`, `path` and `shows`, `{dir}` is the
    * temp dir and `{corpus}` the absolute test/corpus dir. The command must exit `exit` (default 2) with
    * `path` (the field or flag) and `shows` on stderr, no stack trace, within `timeoutMs` (default 60 s).
    */
