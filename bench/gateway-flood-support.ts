@@ -4,7 +4,7 @@ import { join } from 'node:path';
 
 /**
  * The flooding side of test/e2e/gateway-limits.test.ts and bench/gateway-flood.ts: a gateway in its
- * own process (test/support/gateway-child.ts) and raw TCP connections against it.
+ * own process (bench/gateway-child.ts) and raw TCP connections against it.
  */
 export interface GatewayChild {
   url: string;
@@ -19,7 +19,7 @@ export interface GatewayChild {
 export async function startGatewayChild(config: { root?: string; devices?: Record<string, string>; limits?: Record<string, number> }): Promise<GatewayChild> {
   const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), JSON.stringify(config)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    cwd: join(__dirname, '..', '..'),
+    cwd: join(__dirname, '..'),
   });
   const ask = <T>(cmd: string, key: string): Promise<T> =>
     new Promise((resolve) => {
