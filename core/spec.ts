@@ -3,7 +3,6 @@ import { formatDurationMs, parseDurationMs } from './duration';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
 import { Webhooks } from './events';
 import { parseHealthCheck } from './health';
-import { deadlineProblems } from './rollout/deadline';
 import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inventory';
 import { ownValue } from './own-keys';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
@@ -178,6 +177,34 @@ const BudgetFraction = z.union([Fraction, z.string().max(MAX_NAME_LENGTH)], { er
 
 /** Cumulative percentages (the seed's `waves: [1, 10, 50, 100]`): 1-10 increasing numbers ending at 100. */
 const Waves = z.array(z.number().gt(0, 'must be above 0').max(100, 'must be at most 100')).min(1).max(10, 'at most 10 waves');
+
+/**
+ * Deadline settings that could never mean what they say, each with the field it is at: an `onDeadline`
+ * with no deadline to act on, and a phase deadline longer than the whole rollout's (the progress
+ * deadline always passes first, so the phase's would never fire). Pure; the spec's validation reports them (core/rollout/deadline.ts runs the deadlines).
+ */
+export function deadlineProblems(spec: {
+  progressDeadline?: number;
+  phaseDeadline?: number;
+  onDeadline?: string;
+  phases?: ReadonlyArray<{ phaseDeadline?: number }>;
+}): Array<{ path: Array<string | number>; message: string }> {
+  const problems: Array<{ path: Array<string | number>; message: string }> = [];
+  const phases = spec.phases ?? [];
+  const anyDeadline = spec.progressDeadline !== undefined || spec.phaseDeadline !== undefined || phases.some((p) => p.phaseDeadline !== undefined);
+  if (spec.onDeadline !== undefined && !anyDeadline) {
+    problems.push({ path: ['onDeadline'], message: `says what a passed deadline does, but no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline` });
+  }
+  const progress = spec.progressDeadline;
+  if (progress !== undefined) {
+    const longer = (ms: number) => `is ${formatDurationMs(ms)}, longer than the progressDeadline of ${formatDurationMs(progress)}: the whole rollout's deadline passes first, so this one never would; make it at most ${formatDurationMs(progress)}`;
+    if (spec.phaseDeadline !== undefined && spec.phaseDeadline > progress) problems.push({ path: ['phaseDeadline'], message: longer(spec.phaseDeadline) });
+    phases.forEach((phase, i) => {
+      if (phase.phaseDeadline !== undefined && phase.phaseDeadline > progress) problems.push({ path: ['phases', i, 'phaseDeadline'], message: longer(phase.phaseDeadline) });
+    });
+  }
+  return problems;
+}
 
 export const RolloutBody = z
   .object({

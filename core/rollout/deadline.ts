@@ -91,34 +91,6 @@ export function phaseDeadlineOf(spec: Pick<DeadlineSpec, 'phases' | 'phaseDeadli
   return own ?? spec.phaseDeadline;
 }
 
-/**
- * Deadline settings that could never mean what they say, each with the field it is at: an `onDeadline`
- * with no deadline to act on, and a phase deadline longer than the whole rollout's (the progress
- * deadline always passes first, so the phase's would never fire). Pure; the spec's validation reports them.
- */
-export function deadlineProblems(spec: {
-  progressDeadline?: number;
-  phaseDeadline?: number;
-  onDeadline?: DeadlineAction;
-  phases?: ReadonlyArray<{ phaseDeadline?: number }>;
-}): Array<{ path: Array<string | number>; message: string }> {
-  const problems: Array<{ path: Array<string | number>; message: string }> = [];
-  const phases = spec.phases ?? [];
-  const anyDeadline = spec.progressDeadline !== undefined || spec.phaseDeadline !== undefined || phases.some((p) => p.phaseDeadline !== undefined);
-  if (spec.onDeadline !== undefined && !anyDeadline) {
-    problems.push({ path: ['onDeadline'], message: `says what a passed deadline does, but no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline` });
-  }
-  const progress = spec.progressDeadline;
-  if (progress !== undefined) {
-    const longer = (ms: number) => `is ${formatDurationMs(ms)}, longer than the progressDeadline of ${formatDurationMs(progress)}: the whole rollout's deadline passes first, so this one never would; make it at most ${formatDurationMs(progress)}`;
-    if (spec.phaseDeadline !== undefined && spec.phaseDeadline > progress) problems.push({ path: ['phaseDeadline'], message: longer(spec.phaseDeadline) });
-    phases.forEach((phase, i) => {
-      if (phase.phaseDeadline !== undefined && phase.phaseDeadline > progress) problems.push({ path: ['phases', i, 'phaseDeadline'], message: longer(phase.phaseDeadline) });
-    });
-  }
-  return problems;
-}
-
 /** What the spec's `onDeadline` asks for (default `pause`). */
 export function deadlineAction(spec: Pick<DeadlineSpec, 'onDeadline'>): DeadlineAction {
   return spec.onDeadline ?? 'pause';
