@@ -14,7 +14,7 @@
  */
 import { join, resolve } from 'node:path';
 
-const config = JSON.parse(process.argv[2] ?? '{}') as { root?: string; devices?: Record<string, string>; limits?: Record<string, number> };
+const config = JSON.parse(process.argv[2] ?? '{}') as { root?: string; devices?: Record<string, string>; limits?: Record<string, number>; acceptAgentsWithoutDigest?: boolean };
 const root = resolve(config.root ?? join(__dirname, '..'));
 const keys = new Map(Object.entries(config.devices ?? {}).map(([id, b64]) => [id, Uint8Array.from(Buffer.from(b64, 'base64'))]));
 const pins = {
@@ -53,6 +53,7 @@ void (async () => {
     pins,
     profilesRoot: join(root, 'profiles'),
     ...(config.limits ? { limits: config.limits } : {}),
+    ...(config.acceptAgentsWithoutDigest ? { acceptAgentsWithoutDigest: true } : {}),
     log: (line: string) => void logs.push(line),
     listen: { host: '127.0.0.1', port: 0 },
   });

@@ -16,7 +16,7 @@ export interface GatewayChild {
   stop(): Promise<void>;
 }
 
-export async function startGatewayChild(config: { root?: string; devices?: Record<string, string>; limits?: Record<string, number> }): Promise<GatewayChild> {
+export async function startGatewayChild(config: { root?: string; devices?: Record<string, string>; limits?: Record<string, number>; acceptAgentsWithoutDigest?: boolean }): Promise<GatewayChild> {
   const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), JSON.stringify(config)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     cwd: join(__dirname, '..'),

@@ -2,7 +2,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
-import { authenticate, bodyDigestProblem, NonceCache } from '../core/agent-auth';
+import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
 import { syncProblem, type TwinSyncInput } from '../core/twin';
 import { readTwin } from '../activities/agent/twin-client';
 import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
@@ -37,6 +37,13 @@ export interface GatewayOptions {
   /** Long-polls (syncs that may wait) held at once; more are refused 503 BUSY with Retry-After. (Same as limits.maxLongPolls.) */
   maxLongPolls?: number;
   limits?: Partial<GatewayLimits>;
+  /**
+   * `--accept-agents-without-digest`, for the upgrade only: a request whose header declares no body digest
+   * (an agent older than this gateway) is accepted as that agent signed it, when it names a pinned device.
+   * Its body (bounded) is then read before the signature is checked, which is what the digest exists to
+   * avoid: turn it off once every agent sends the digest (each such device is logged once).
+   */
+  acceptAgentsWithoutDigest?: boolean;
   log?: (line: string) => void;
   now?: () => number;
   /** Run when a device's first sync starts its twin (gateway/enrolled.ts: converge to the latest completed rollouts). */
@@ -75,6 +82,8 @@ const sourceOf = (socket: Socket | null | undefined): string => socket?.remoteAd
 export function createGateway(opts: GatewayOptions): Gateway {
   const limits: GatewayLimits = { ...DEFAULT_LIMITS, ...(opts.maxLongPolls !== undefined ? { maxLongPolls: opts.maxLongPolls } : {}), ...opts.limits };
   const nonces = new NonceCache(undefined, undefined, limits.noncesPerDevice);
+  /** Devices seen without a body digest under --accept-agents-without-digest (each logged once). */
+  const legacyAgents = new Set<string>();
   const now = opts.now ?? Date.now;
   const log = opts.log ?? (() => {});
   const refusals = new RefusalLog(log, limits.refusalLogPerSecond, now);
@@ -146,7 +155,24 @@ export function createGateway(opts: GatewayOptions): Gateway {
     res.once('close', () => requests.release(source));
     void (async () => {
       try {
-        const auth = authenticate({ header: req.headers.authorization, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
+        const header = req.headers.authorization;
+        let auth = authenticate({ header, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
+        let legacyBody: Buffer | undefined;
+        if (!auth.ok && auth.reason === 'NO_DIGEST' && opts.acceptAgentsWithoutDigest) {
+          // The older protocol signed the same text with the body's hash in it: read the body (bounded), then judge
+          // the header as if it had declared that hash. Only for a device that has a pinned key at all.
+          const claimed = /device="([^"]{1,128})"/.exec(header ?? '')?.[1];
+          if (claimed !== undefined && opts.pins.keyOf(claimed)) {
+            req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
+            legacyBody = await readBody(req, MAX_BODY_BYTES);
+            bodyRead = true;
+            auth = authenticate({ header: `${header}, digest="${bodyHash(legacyBody)}"`, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
+            if (auth.ok && !legacyAgents.has(auth.device)) {
+              legacyAgents.add(auth.device);
+              log(`${auth.device} sends no body digest (an agent older than this gateway): accepted under --accept-agents-without-digest; upgrade it`);
+            }
+          }
+        }
         if (!auth.ok) {
           if (auth.reason === 'BUSY') throw new HttpRefusal(503, 'BUSY', auth.message);
           if (auth.reason === 'DEVICE_BUSY') throw new HttpRefusal(429, 'DEVICE_LIMIT', auth.message);
@@ -154,8 +180,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
         }
         device = auth.device;
         // Only now, for a pinned device whose signature verified, is the body read (bounded in size and by requestTimeout).
-        req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-        const body = await readBody(req, MAX_BODY_BYTES);
+        if (legacyBody === undefined) req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
+        const body = legacyBody ?? (await readBody(req, MAX_BODY_BYTES));
         bodyRead = true;
         const mismatch = bodyDigestProblem(auth.digest, body);
         if (mismatch) throw new HttpRefusal(401, 'UNAUTHENTICATED', `BODY_DIGEST: ${mismatch}`);

@@ -53,6 +53,7 @@ interface GatewayFlags extends TemporalFlags {
   maxRequestsPerSource?: string;
   noncesPerDevice?: string;
   refusalLogPerSecond?: string;
+  acceptAgentsWithoutDigest?: boolean;
 }
 
 /** The gateway's caps (gateway/limits.ts): flag, limit field, upper bound, what it counts. */
@@ -92,6 +93,7 @@ export function register(program: Command): void {
       .option('--https-cert <file>', 'TLS certificate (PEM) the gateway serves HTTPS with')
       .option('--https-key <file>', 'its private key (PEM)')
       .option('--insecure-http', 'allow plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)')
+      .option('--accept-agents-without-digest', 'during an upgrade only: accept requests of agents older than this gateway (no body digest in their header) for pinned devices; their bodies are read before the signature is checked')
       .option('--max-long-polls <n>', `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_LIMITS.maxLongPolls})`),
   );
   for (const { flag, key, what } of LIMIT_FLAGS) if (flag !== '--max-long-polls') command.option(`${flag} <n>`, `${what} (default ${DEFAULT_LIMITS[key]})`);
@@ -113,7 +115,7 @@ export function register(program: Command): void {
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
       const onFirstSync = enrolmentHook({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, log });
-      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, limits, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
+      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, limits, acceptAgentsWithoutDigest: flags.acceptAgentsWithoutDigest === true, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
       log(`gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`);
       const onHup = () => pins.reload('SIGHUP');

@@ -154,3 +154,43 @@ describe('gateway bounds per device, per source, and its log', () => {
     expect(lines.written).toBeLessThan(100);
   }, 60_000);
 });
+
+describe('gateway upgrade: agents older than the digest (--accept-agents-without-digest)', () => {
+  let gateway: GatewayChild;
+  beforeAll(async () => {
+    gateway = await startGatewayChild({ devices, acceptAgentsWithoutDigest: true });
+  }, 60_000);
+  afterAll(async () => gateway?.stop());
+  const legacy = (device: string, secret: Uint8Array, method: string, path: string, body: Buffer) => sign(device, secret, method, path, body).replace(/, digest="[0-9a-f]+"/, '');
+  const path = '/v1/payload/app/1/conf';
+
+  it('an old agent of a pinned device passes authentication (the stand-in control plane then answers 503), and is logged once to upgrade', async () => {
+    for (let i = 0; i < 2; i++) {
+      const res = await send(gateway.port, 'GET', path, legacy('dev-a', devA.secret, 'GET', path, Buffer.alloc(0)), Buffer.alloc(0));
+      expect(res.status, res.message).toBe(503);
+    }
+    const logs = await until('the upgrade logged', async () => {
+      const all = await gateway.logs();
+      return all.some((l) => l.includes('sends no body digest')) ? all : undefined;
+    }, 20_000);
+    expect(logs.filter((l) => l.startsWith('dev-a sends no body digest'))).toHaveLength(1);
+  }, 30_000);
+
+  it('still refuses what the old agent did not sign: another key, a changed body, a replay', async () => {
+    const other = await send(gateway.port, 'GET', path, legacy('dev-a', stranger.secret, 'GET', path, Buffer.alloc(0)), Buffer.alloc(0));
+    expect(other).toMatchObject({ status: 401, message: expect.stringContaining('BAD_SIGNATURE') });
+    const signed = legacy('dev-b', devB.secret, 'POST', '/v1/report', Buffer.from('{"report":null}'));
+    const changed = await send(gateway.port, 'POST', '/v1/report', signed, Buffer.from('{"report":1234}'));
+    expect(changed).toMatchObject({ status: 401, message: expect.stringContaining('BAD_SIGNATURE') });
+    const header = legacy('dev-b', devB.secret, 'GET', path, Buffer.alloc(0));
+    expect((await send(gateway.port, 'GET', path, header, Buffer.alloc(0))).status).toBe(503);
+    expect(await send(gateway.port, 'GET', path, header, Buffer.alloc(0))).toMatchObject({ status: 401, code: 'REPLAY' });
+  }, 30_000);
+
+  it('a device with no pinned key gets no body read: refused as before (NO_DIGEST)', async () => {
+    const before = (await gateway.stats())?.bodyBytesRead ?? 0;
+    const unknown = await send(gateway.port, 'POST', '/v1/report', legacy('dev-z', stranger.secret, 'POST', '/v1/report', Buffer.from('{}')), Buffer.from('{}'));
+    expect(unknown).toMatchObject({ status: 401, message: expect.stringContaining('NO_DIGEST') });
+    expect((await gateway.stats())?.bodyBytesRead ?? 0).toBe(before);
+  }, 30_000);
+});
