@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { readFlagFile } from '../intake/files';
 import { hostname } from 'node:os';
 import { basename, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
@@ -133,7 +134,8 @@ export function readAuditKey(path: string): Uint8Array {
     throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
   }
   if (stat.size > 4096) throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`);
-  const hex = readFileSync(path, 'utf8').trim();
+  // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
+  const hex = readFlagFile('--audit-key-file', path).toString('utf8').trim();
   if (!/^(?:[0-9a-fA-F]{2}){32,}$/.test(hex)) {
     throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`);
   }

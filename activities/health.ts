@@ -1,6 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { setMaxListeners } from 'node:events';
-import { readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
+import { readText } from '../intake/files';
 import { isAbsolute } from 'node:path';
 import {
   formatHealthCheck,
@@ -227,7 +228,8 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
         const stat = statSync(path);
         if (!stat.isFile()) return { ok: false, evidence: `the metrics token file ${path} is not a regular file` };
         if (stat.size > TOKEN_FILE_LIMIT) return { ok: false, evidence: `the metrics token file ${path} is larger than ${TOKEN_FILE_LIMIT} bytes` };
-        const token = readFileSync(path, 'utf8').trim();
+        // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
+        const token = readText(path).trim();
         if (!token || /[\r\n]/.test(token)) return { ok: false, evidence: `the metrics token file ${path} does not hold one token line` };
         return { ok: true, token };
       } catch (err) {

@@ -52,6 +52,19 @@ export function readBytes(path: string): Buffer {
 }
 
 /**
+ * The bytes of a file a flag (or variable) names, under readBytes' rules, refused naming the flag:
+ * `--tls-cert /dev/zero: cannot read file (not a regular file)`.
+ */
+export function readFlagFile(flag: string, path: string): Buffer {
+  try {
+    return readBytes(path);
+  } catch (err) {
+    if (err instanceof WavegateError) throw new WavegateError(err.code, `${flag} ${err.message}`, { ...err.details, field: flag, value: path });
+    throw err;
+  }
+}
+
+/**
  * Read a YAML or JSON document from disk (JSON by the `.json` extension unless `format` says so); a
  * missing, oversized, unparsable or too deeply nested file is INVALID_INPUT naming it (and the field
  * where the nesting goes too deep).

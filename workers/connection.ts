@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFlagFile } from '../intake/files';
 import { loadClientConfigProfile, toClientOptions, type ClientConfigProfile } from '@temporalio/envconfig';
 import { WavegateError } from '../core/errors';
 import { registeredDevUi } from './dev-ui-registry';
@@ -56,13 +56,6 @@ export function defaultUiUrl(address: string): string {
   return `http://${match[1]}:${Number(match[2]) + 1000}`;
 }
 
-function readFlagFile(flag: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: flag, value: path });
-  }
-}
 
 /** The API key by reference: `--api-key-file`, `--api-key-env`, else what the environment or config profile holds. */
 function apiKeyOf(flags: TemporalFlags, env: NodeJS.ProcessEnv, fromProfile: ResolvedOptions['apiKey']): (() => string) | undefined {

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFlagFile } from '../../intake/files';
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
@@ -23,11 +23,8 @@ export function parseListen(value: string): { host: string; port: number } {
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 function readPem(flag: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: cannot read file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: flag, value: path });
-  }
+  // A regular file of bounded size only: a FIFO or /dev/zero named here would hang or grow the gateway.
+  return readFlagFile(flag, path);
 }
 
 function positive(flag: string, value: string | undefined, fallback: number, max: number): number {
