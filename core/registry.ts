@@ -8,7 +8,8 @@ import { bodyDigest, peekBody, verifyEnvelope, type Envelope, type Trust, type V
  * `registered`; it stores nothing otherwise.
  *
  * - the same body as a stored envelope → `existing`, the stored envelope (idempotent retries);
- * - the envelope must verify against the pins (threshold, signatures, canonical, expiry, digests);
+ * - the envelope must verify against the pins (threshold, signatures, canonical, expiry, digests, the
+ *   revision's structure and, unless `contentRules: false`, its signed content rules);
  * - it must belong to the profile (`WRONG_PROFILE`);
  * - the same number with other content → `CONFLICT`;
  * - a number not above every registered one → `NOT_ABOVE_CURRENT` (the channel never moves backwards).
@@ -24,6 +25,13 @@ export interface RegistrationInput {
   trust: Trust;
   /** Epoch milliseconds. */
   now: number;
+  /**
+   * false only where the registry's update handler re-makes a decision its validator already made
+   * (workflows/registry.ts): the handler runs again on every replay, so it must not apply a signed content
+   * rule (core/revision.ts, RevisionRules) added after an envelope was accepted; the validator, which never
+   * runs on replay, applies them to every new envelope. Default true.
+   */
+  contentRules?: boolean;
 }
 
 export type RegistrationDecision =
@@ -44,7 +52,7 @@ export function decideRegistration(input: RegistrationInput): RegistrationDecisi
     if (same) return { outcome: 'existing', revision: peekBody(same) as Revision, envelope: same, bodyDigest: digest };
   }
 
-  const verdict = verifyEnvelope(input.envelope, input.trust, { now: input.now });
+  const verdict = verifyEnvelope(input.envelope, input.trust, { now: input.now, ...(input.contentRules === false ? { contentRules: false } : {}) });
   if (!verdict.ok) {
     return { outcome: 'refused', code: verdict.code, reason: verdict.reason, message: verdict.message, ...(verdict.details ? { details: verdict.details } : {}) };
   }

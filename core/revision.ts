@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT, signedCommandCredentialRefusal } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
-import { parseWith } from './validation';
+import { formatPath, parseWith, type FieldProblem } from './validation';
 
 /**
  * A revision of a profile: immutable content that a rollout moves through the fleet (docs/formats.md).
@@ -16,20 +16,55 @@ import { parseWith } from './validation';
  */
 export const MAX_PAYLOAD_FILE_BYTES = 64 * 1024 * 1024;
 
-export const PayloadFile = z
-  .object({
-    name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'must be a plain file name (letters, digits, ".", "_", "-")'),
-    sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
-    size: z
-      .number()
-      .int()
-      .nonnegative()
-      .superRefine((size, ctx) => {
-        if (size > MAX_PAYLOAD_FILE_BYTES) ctx.addIssue({ code: 'custom', message: `is ${size} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB) a device takes in one payload file; split it, or ship it another way` });
-      }),
-    source: z.string().min(1),
-  })
-  .strict();
+/**
+ * Two layers of rules make a valid revision (docs/architecture.md, "Signed revisions and the registry"):
+ *
+ * - its structure: the fields, their types and shapes, and the characters a signed command may hold;
+ * - its signed content rules (`signedContentProblems`): no inline credential in any signed device command
+ *   (apply, verify, rollback, every health command) and no payload file above MAX_PAYLOAD_FILE_BYTES.
+ *
+ * Everything that reads a revision (sign, plan, start, the worker, the gateway, the agent, the registry's
+ * update validator) applies both, in one parse, with the same field paths and messages. Only the registry's
+ * update HANDLER re-decides with `{ contentRules: false }` (core/registry.ts): it runs again on every replay
+ * of the registry's history, so it must reach what it reached when the history was written, also for an
+ * envelope accepted before a content rule existed; new envelopes are held to the content rules by the
+ * update validator, which never runs on replay. A rule added later on what a revision may SAY goes in the
+ * content layer, never in the structure (that would change the handler's decision on old histories).
+ */
+export interface RevisionRules {
+  /** Apply the signed content rules (default true). false only where a decision is re-made on replay. */
+  contentRules?: boolean;
+}
+
+/** The content rule on a payload file's size: why a device would not take it, or undefined. */
+export function payloadSizeProblem(size: number): string | undefined {
+  return size > MAX_PAYLOAD_FILE_BYTES ? `is ${size} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB) a device takes in one payload file; split it, or ship it another way` : undefined;
+}
+
+/** The content rule on a signed device command: the inline credential it carries (core/credentials.ts), or undefined. */
+export function signedCommandProblem(command: string): string | undefined {
+  const secret = inlineCredential(command);
+  return secret ? signedCommandCredentialRefusal(secret) : undefined;
+}
+
+function payloadFileSchema(contentRules: boolean) {
+  const size = z.number().int().nonnegative();
+  return z
+    .object({
+      name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'must be a plain file name (letters, digits, ".", "_", "-")'),
+      sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
+      size: contentRules
+        ? size.superRefine((bytes, ctx) => {
+            const problem = payloadSizeProblem(bytes);
+            if (problem) ctx.addIssue({ code: 'custom', message: problem });
+          })
+        : size,
+      source: z.string().min(1),
+    })
+    .strict();
+}
+
+export const PayloadFile = payloadFileSchema(true);
 export type PayloadFile = z.infer<typeof PayloadFile>;
 
 /** Where every payload `source` lives, relative to the profile directory (intake/profile-dir.ts). */
@@ -52,43 +87,50 @@ export function payloadSourceProblem(source: string): string | undefined {
 
 /**
  * A device-side health command, inside the signed revision: the only place a command a health gate
- * runs on a device may come from. No inline credentials (the envelope is public and kept in history).
+ * runs on a device may come from. No inline credentials (the envelope is public and kept in history):
+ * a content rule, checked last.
  */
-const HealthCommand = z.string().superRefine((command, ctx) => {
-  if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
-  if (command.length > MAX_HEALTH_TEXT) return ctx.addIssue({ code: 'custom', message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}` });
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command)) return ctx.addIssue({ code: 'custom', message: 'must not contain control characters (NUL, escape, carriage return, ...)' });
-  const secret = inlineCredential(command);
-  if (secret) ctx.addIssue({ code: 'custom', message: signedCommandCredentialRefusal(secret) });
-});
-
-const NamedHealthCheck = z.object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command: HealthCommand }).strict();
+function healthCommandSchema(contentRules: boolean) {
+  return z.string().superRefine((command, ctx) => {
+    if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
+    if (command.length > MAX_HEALTH_TEXT) return ctx.addIssue({ code: 'custom', message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}` });
+    // eslint-disable-next-line no-control-regex
+    if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command)) return ctx.addIssue({ code: 'custom', message: 'must not contain control characters (NUL, escape, carriage return, ...)' });
+    const problem = contentRules ? signedCommandProblem(command) : undefined;
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
+}
 
 /**
  * The revision's health checks (docs/formats.md, "Revision health"): what `all-runtimes-healthy`,
  * `check: <name>` and `error-rate` run on the changed devices. Names are unique across runtimes and checks.
  */
-export const RevisionHealth = z
-  .object({
-    /** Every one runs for `all-runtimes-healthy`; exit 0 = healthy. */
-    runtimes: z.array(NamedHealthCheck).max(64, 'at most 64 runtimes').optional(),
-    /** Named checks a spec selects with `check: <name>`; exit 0 = healthy. */
-    checks: z.array(NamedHealthCheck).max(64, 'at most 64 checks').optional(),
-    /** Prints the device's error rate (a number or `{"value": n}`); `error-rate < x` judges the max over devices. */
-    errorRate: z.object({ command: HealthCommand }).strict().optional(),
-  })
-  .strict()
-  .superRefine((health, ctx) => {
-    const seen = new Map<string, string>();
-    for (const list of ['runtimes', 'checks'] as const) {
-      (health[list] ?? []).forEach((check, i) => {
-        const first = seen.get(check.name);
-        if (first) ctx.addIssue({ code: 'custom', path: [list, i, 'name'], message: `"${check.name}" is already the name of ${first}; names select checks, so each must be unique` });
-        else seen.set(check.name, `${list}[${i}]`);
-      });
-    }
-  });
+function revisionHealthSchema(contentRules: boolean) {
+  const command = healthCommandSchema(contentRules);
+  const NamedHealthCheck = z.object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command }).strict();
+  return z
+    .object({
+      /** Every one runs for `all-runtimes-healthy`; exit 0 = healthy. */
+      runtimes: z.array(NamedHealthCheck).max(64, 'at most 64 runtimes').optional(),
+      /** Named checks a spec selects with `check: <name>`; exit 0 = healthy. */
+      checks: z.array(NamedHealthCheck).max(64, 'at most 64 checks').optional(),
+      /** Prints the device's error rate (a number or `{"value": n}`); `error-rate < x` judges the max over devices. */
+      errorRate: z.object({ command }).strict().optional(),
+    })
+    .strict()
+    .superRefine((health, ctx) => {
+      const seen = new Map<string, string>();
+      for (const list of ['runtimes', 'checks'] as const) {
+        (health[list] ?? []).forEach((check, i) => {
+          const first = seen.get(check.name);
+          if (first) ctx.addIssue({ code: 'custom', path: [list, i, 'name'], message: `"${check.name}" is already the name of ${first}; names select checks, so each must be unique` });
+          else seen.set(check.name, `${list}[${i}]`);
+        });
+      }
+    });
+}
+
+export const RevisionHealth = revisionHealthSchema(true);
 export type RevisionHealth = z.infer<typeof RevisionHealth>;
 
 /** The signed device-side checks `check: <name>` can select, by name. */
@@ -102,56 +144,94 @@ export const MAX_COMMAND_LENGTH = 64 * 1024;
 /**
  * A signed device command. What is signed is what runs, so no character may hide or change what a
  * reader sees: no NUL or other control characters (a script keeps newlines and tabs; a one-line
- * command not even a newline), no bidi overrides or zero-width characters. And no inline credential
- * (core/credentials.ts): the envelope goes to every device and stays in the history and the audit.
+ * command not even a newline), no bidi overrides or zero-width characters. And, a content rule, no
+ * inline credential (core/credentials.ts): the envelope goes to every device and stays in the history
+ * and the audit.
  */
-function signedCommand(oneLine: boolean) {
+function signedCommand(oneLine: boolean, contentRules: boolean) {
   // eslint-disable-next-line no-control-regex
   const hidden = oneLine ? /[\u0000-\u0008\u000a-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/ : /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/;
   const rule = oneLine
     ? 'must be one line without control characters (NUL, newline, carriage return, escape...) or invisible characters'
     : 'must not contain control characters other than newline and tab (NUL, carriage return, escape...) or invisible characters';
-  return z
+  const structure = z
     .string()
     .max(MAX_COMMAND_LENGTH, `must be at most ${MAX_COMMAND_LENGTH} characters`)
-    .refine((command) => !hidden.test(command), rule)
-    .superRefine((command, ctx) => {
-      // The detector is linear (core/credentials.ts): a 64 KB script costs what a short one does per byte.
-      if (command.length > MAX_COMMAND_LENGTH) return;
-      const secret = inlineCredential(command);
-      if (secret) ctx.addIssue({ code: 'custom', message: signedCommandCredentialRefusal(secret) });
-    });
+    .refine((command) => !hidden.test(command), rule);
+  if (!contentRules) return structure;
+  return structure.superRefine((command, ctx) => {
+    // The detector is linear (core/credentials.ts): a 64 KB script costs what a short one does per byte.
+    if (command.length > MAX_COMMAND_LENGTH) return;
+    const problem = signedCommandProblem(command);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
 }
 
-export const Revision = z
-  .object({
-    profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-    revision: z.number().int().positive('must be a positive whole number'),
-    apply: signedCommand(false),
-    /** A check, one line: its exit status is the answer. */
-    verify: signedCommand(true),
-    rollback: signedCommand(false).optional(),
-    /** The revision a risky change goes back to when no explicit rollback command is given. */
-    previous: z.number().int().positive().optional(),
-    payload: z.array(PayloadFile).default([]),
-    risk: z.enum(['risky', 'safe']).default('risky'),
-    /** Device-side health checks: signed with the rest, run only from a verified envelope. */
-    health: RevisionHealth.optional(),
-    expiresAt: z.iso.datetime({ offset: true }).optional(),
-    /** When it was signed (set by `sign`; envelopes signed before it existed have none). */
-    issuedAt: z.iso.datetime({ offset: true }).optional(),
-    description: z.string().max(4096, 'must be at most 4096 characters').optional(),
-    /**
-     * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
-     * body, so the escape stays on the record wherever the revision goes.
-     */
-    escapes: z.array(z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict()).max(32).optional(),
-  })
-  .strict();
+function revisionSchema(contentRules: boolean) {
+  return z
+    .object({
+      profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
+      revision: z.number().int().positive('must be a positive whole number'),
+      apply: signedCommand(false, contentRules),
+      /** A check, one line: its exit status is the answer. */
+      verify: signedCommand(true, contentRules),
+      rollback: signedCommand(false, contentRules).optional(),
+      /** The revision a risky change goes back to when no explicit rollback command is given. */
+      previous: z.number().int().positive().optional(),
+      payload: z.array(payloadFileSchema(contentRules)).default([]),
+      risk: z.enum(['risky', 'safe']).default('risky'),
+      /** Device-side health checks: signed with the rest, run only from a verified envelope. */
+      health: revisionHealthSchema(contentRules).optional(),
+      expiresAt: z.iso.datetime({ offset: true }).optional(),
+      /** When it was signed (set by `sign`; envelopes signed before it existed have none). */
+      issuedAt: z.iso.datetime({ offset: true }).optional(),
+      description: z.string().max(4096, 'must be at most 4096 characters').optional(),
+      /**
+       * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
+       * body, so the escape stays on the record wherever the revision goes.
+       */
+      escapes: z.array(z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict()).max(32).optional(),
+    })
+    .strict();
+}
+
+/** A revision under both layers of rules: what every reader of a revision applies. */
+export const Revision = revisionSchema(true);
+/** The structure alone (see RevisionRules): only for a decision re-made on replay. */
+const RevisionStructure = revisionSchema(false);
 export type Revision = z.infer<typeof Revision>;
 
-export function parseRevision(data: unknown, source: string): Revision {
-  return parseWith(Revision, data, source);
+/** The revision schema under these rules (both layers unless `contentRules: false`). */
+export function revisionSchemaFor(rules: RevisionRules = {}): typeof Revision {
+  return rules.contentRules === false ? RevisionStructure : Revision;
+}
+
+export function parseRevision(data: unknown, source: string, rules: RevisionRules = {}): Revision {
+  return parseWith(revisionSchemaFor(rules), data, source);
+}
+
+/**
+ * The signed content rules alone, over a revision whose structure is valid: every field that breaks one,
+ * with the path and message the full parse gives for it (parseRevision and verifyEnvelope apply them in
+ * the same parse; this lists them for a revision read with `contentRules: false`).
+ */
+export function signedContentProblems(revision: Revision): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  const add = (path: PropertyKey[], value: unknown, message: string | undefined) => {
+    if (message) problems.push({ path: formatPath(path), value, message });
+  };
+  const command = (path: PropertyKey[], text: string | undefined) => {
+    if (text !== undefined) add(path, text, signedCommandProblem(text));
+  };
+  command(['apply'], revision.apply);
+  command(['verify'], revision.verify);
+  command(['rollback'], revision.rollback);
+  revision.payload.forEach((file, i) => add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size)));
+  for (const list of ['runtimes', 'checks'] as const) {
+    (revision.health?.[list] ?? []).forEach((check, i) => command(['health', list, i, 'command'], check.command));
+  }
+  command(['health', 'errorRate', 'command'], revision.health?.errorRate?.command);
+  return problems;
 }
 
 /** A url the worker reads metrics from: no credentials in it (the profile travels in the workflow history). */

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { fromBase64, toBase64, toBase64Url, utf8Decode, utf8Encode } from './bytes';
 import { canonicalize, isCanonicalJson } from './canonical';
 import { WavegateError, type WavegateErrorCode } from './errors';
-import { Revision } from './revision';
+import { revisionSchemaFor, type Revision, type RevisionRules } from './revision';
 import { parseWith } from './validation';
 
 /**
@@ -234,7 +234,7 @@ export function bodyDigest(envelope: Pick<Envelope, 'body'>): string | undefined
   return body ? hex(sha256(body)) : undefined;
 }
 
-export interface VerifyOptions {
+export interface VerifyOptions extends RevisionRules {
   /** The clock, in epoch milliseconds. */
   now: number;
   /** The highest registered revision number: the envelope must be above it. */
@@ -261,8 +261,8 @@ export function ed25519Verify(sig: Uint8Array, body: Uint8Array, publicKey: Uint
  * shape (MALFORMED / UNSUPPORTED_ALG), every signature by a pinned key valid over the body bytes
  * (BAD_SIGNATURE), no kid twice (DUPLICATE_SIGNER), threshold of distinct pinned signers
  * (UNPINNED_KEY when the only signers are unpinned, else BELOW_THRESHOLD), canonical body
- * (NOT_CANONICAL), digests on every payload file (MISSING_DIGEST), a valid revision
- * (INVALID_REVISION), expiry (MISSING_EXPIRY / EXPIRED), the signing time and the validity period
+ * (NOT_CANONICAL), digests on every payload file (MISSING_DIGEST), a valid revision, its structure and
+ * its signed content rules unless `contentRules: false` (INVALID_REVISION), expiry (MISSING_EXPIRY / EXPIRED), the signing time and the validity period
  * (NOT_YET_VALID / VALIDITY_TOO_LONG, see validityProblem) and the revision number (NOT_ABOVE_CURRENT).
  */
 export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOptions): VerifyResult {
@@ -318,7 +318,8 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
     const missing = files.findIndex((f) => typeof f !== 'object' || f === null || typeof (f as { sha256?: unknown }).sha256 !== 'string' || !(f as { sha256: string }).sha256);
     if (missing >= 0) return fail('MISSING_DIGEST', `payload[${missing}] has no sha256 digest`, { index: missing });
   }
-  const parsed = Revision.safeParse(content);
+  // The signed content rules too, unless the caller re-makes a decision on replay (core/revision.ts, RevisionRules).
+  const parsed = revisionSchemaFor(opts).safeParse(content);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     return fail('INVALID_REVISION', `envelope body is not a valid revision: ${issue.path.join('.') || '(root)'}: ${issue.message}`);

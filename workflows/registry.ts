@@ -10,7 +10,7 @@ import { parseTrust, type Envelope, type Trust } from '../core/signing';
  * time, so two racing registrations of the same envelope store it once).
  *
  * A refused registration is rejected by the update's validator: it never enters history and nothing is
- * stored. The workflow never completes on its own; it continues as new, carrying its state, before its
+ * stored. The validator applies every rule; the handler, which replays, not the signed content rules. The workflow never completes on its own; it continues as new, carrying its state, before its
  * history grows long.
  */
 export interface RegistryEntry {
@@ -86,13 +86,19 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
   }
   const entries: RegistryEntry[] = [...(input.entries ?? [])];
 
-  const decide = (req: RegisterRequest) =>
-    decideRegistration({ profile: input.profile, registered: entries.map((e) => e.envelope), envelope: req?.envelope, trust, now: Date.now() });
+  const decide = (req: RegisterRequest, rules: { contentRules: boolean }) =>
+    decideRegistration({ profile: input.profile, registered: entries.map((e) => e.envelope), envelope: req?.envelope, trust, now: Date.now(), contentRules: rules.contentRules });
 
   wf.setHandler(
     registerUpdate,
     (req) => {
-      const decision = decide(req);
+      // The handler runs again on every replay, the validator never: so the handler re-decides on the
+      // revision's structure and the registry's state (duplicates, conflicts, order), which it must for
+      // racing registrations, and not on the signed content rules (core/revision.ts, RevisionRules). The
+      // validator already refused every new envelope that breaks them; an envelope accepted before a
+      // content rule existed must replay as accepted, or the registry's state would silently lose it.
+      // Replay-safe without a patch: an envelope the validator accepted passes the handler either way.
+      const decision = decide(req, { contentRules: false });
       if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
       if (decision.outcome === 'existing') return { outcome: 'existing', revision: decision.revision.revision, bodyDigest: decision.bodyDigest };
       const { revision } = decision;
@@ -115,7 +121,7 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
       validator: (req) => {
         if (typeof req !== 'object' || req === null) throw refusal('INVALID_INPUT', 'MALFORMED', 'register: expected { envelope, by }');
         if (typeof req.by !== 'string' || req.by.trim() === '') throw refusal('INVALID_INPUT', 'MALFORMED', `register: by: must be a non-empty name (got ${JSON.stringify(req.by)})`);
-        const decision = decide(req);
+        const decision = decide(req, { contentRules: true });
         if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
       },
       description: 'Register a signed envelope of this profile: verified against the pins, above every registered revision',
