@@ -18,15 +18,15 @@ const { updateOutcomes } = proxySinks<UpdateOutcomeSinks>();
 export const interceptors: WorkflowInterceptorsFactory = () => ({
   inbound: [
     {
-      async handleUpdate(input, next) {
-        try {
-          const result = await next(input);
-          updateOutcomes.handled(input.updateId, input.name, null);
-          return result;
-        } catch (err) {
-          updateOutcomes.handled(input.updateId, input.name, err instanceof Error ? err.message : String(err));
-          throw err;
-        }
+      handleUpdate(input, next) {
+        // The handler's own promise, returned as it is: an `await` here would complete the update a tick
+        // later than the workflow does, and reorder its commands on replay (a false non-determinism).
+        const result = next(input);
+        result.then(
+          () => updateOutcomes.handled(input.updateId, input.name, null),
+          (err: unknown) => updateOutcomes.handled(input.updateId, input.name, err instanceof Error ? err.message : String(err)),
+        );
+        return result;
       },
     },
   ],
