@@ -1,4 +1,6 @@
-import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { MAX_DOCUMENT_DEPTH, documentProblems } from '../core/document-bounds';
 import { WavegateError } from '../core/errors';
@@ -82,4 +84,25 @@ export function readDocument(path: string, format: 'json' | 'yaml' = path.endsWi
   const shape = documentProblems(data);
   if (shape.length) invalidFields(path, shape.map(shapeProblem));
   return data;
+}
+
+/**
+ * Replace a file at once, mode 0600: a temp file beside it (created exclusively), synced, then renamed
+ * over it, so a reader sees the old file or the new one, never half of one.
+ */
+export function writeFileAtomic(path: string, text: string): void {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const fd = openSync(temp, 'wx', 0o600);
+  try {
+    writeSync(fd, text);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    renameSync(temp, path);
+  } catch (err) {
+    rmSync(temp, { force: true });
+    throw err;
+  }
 }

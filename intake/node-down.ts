@@ -5,7 +5,7 @@ import { stringify } from 'yaml';
 import { WavegateError } from '../core/errors';
 import { EMPTY_NODE_DOWN_FILE, NODE_DOWN_EXPIRY, NodeDownFile } from '../core/node-down';
 import { invalidFields, parseWith, type FieldProblem } from '../core/validation';
-import { readDocument } from './files';
+import { readDocument, writeFileAtomic } from './files';
 
 /**
  * The node-down verdicts file (docs/formats.md, "Node-down verdicts"): beside the inventory, because the
@@ -105,21 +105,8 @@ export function readVerdicts(path: string, rules: VerdictRules = {}): NodeDownFi
 
 /** Replace the file at once: readers see the old file or the new one, never half of one. */
 export function writeVerdicts(path: string, file: NodeDownFile): void {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
   const header = '# wavegate node-down verdicts (docs/formats.md, "Node-down verdicts"); written by `wavegate fleet mark-down/mark-up` and by rechecks\n';
-  const fd = openSync(temp, 'wx', 0o600);
-  try {
-    writeSync(fd, header + stringify(file));
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  try {
-    renameSync(temp, path);
-  } catch (err) {
-    rmSync(temp, { force: true });
-    throw err;
-  }
+  writeFileAtomic(path, header + stringify(file));
 }
 
 /** How long a writer waits for another's lock, and when a lock left by a dead process is taken over. */

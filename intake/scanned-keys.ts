@@ -4,7 +4,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { SCANNED_KEYS_KIND, ScannedKeysFile, type AcceptedKey, type ScannedHostKey } from '../core/init-keys';
 import { parseWith } from '../core/validation';
-import { readDocument } from './files';
+import { readDocument, writeFileAtomic } from './files';
 
 /**
  * The scanned-keys record of `wavegate init` (core/init-keys.ts, docs/formats.md): what the first run
@@ -46,18 +46,5 @@ export function readScannedKeys(path: string, inventoryPath: string, flag: strin
 export function writeScannedKeys(path: string, inventoryPath: string, hosts: ScannedHostKey[], now: Date = new Date()): void {
   const record: ScannedKeysFile = { kind: SCANNED_KEYS_KIND, version: 1, inventory: resolve(inventoryPath), scannedAt: now.toISOString(), hosts };
   mkdirSync(dirname(path), { recursive: true });
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-  const fd = openSync(temp, 'wx', 0o600);
-  try {
-    writeSync(fd, `${JSON.stringify(record, null, 2)}\n`);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  try {
-    renameSync(temp, path);
-  } catch (err) {
-    rmSync(temp, { force: true });
-    throw err;
-  }
+  writeFileAtomic(path, `${JSON.stringify(record, null, 2)}\n`);
 }
