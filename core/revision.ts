@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT, signedCommandCredentialRefusal } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
-import { formatPath, parseWith, type FieldProblem } from './validation';
+import { parseWith } from './validation';
 
 /**
  * A revision of a profile: immutable content that a rollout moves through the fleet (docs/formats.md).
@@ -20,7 +20,7 @@ export const MAX_PAYLOAD_FILE_BYTES = 64 * 1024 * 1024;
  * Two layers of rules make a valid revision (docs/architecture.md, "Signed revisions and the registry"):
  *
  * - its structure: the fields, their types and shapes, and the characters a signed command may hold;
- * - its signed content rules (`signedContentProblems`): no inline credential in any signed device command
+ * - its signed content rules (`signedCommandProblem`, `payloadSizeProblem`): no inline credential in any signed device command
  *   (apply, verify, rollback, every health command) and no payload file above MAX_PAYLOAD_FILE_BYTES.
  *
  * Everything that reads a revision (sign, plan, start, the worker, the gateway, the agent, the registry's
@@ -208,30 +208,6 @@ export function revisionSchemaFor(rules: RevisionRules = {}): typeof Revision {
 
 export function parseRevision(data: unknown, source: string, rules: RevisionRules = {}): Revision {
   return parseWith(revisionSchemaFor(rules), data, source);
-}
-
-/**
- * The signed content rules alone, over a revision whose structure is valid: every field that breaks one,
- * with the path and message the full parse gives for it (parseRevision and verifyEnvelope apply them in
- * the same parse; this lists them for a revision read with `contentRules: false`).
- */
-export function signedContentProblems(revision: Revision): FieldProblem[] {
-  const problems: FieldProblem[] = [];
-  const add = (path: PropertyKey[], value: unknown, message: string | undefined) => {
-    if (message) problems.push({ path: formatPath(path), value, message });
-  };
-  const command = (path: PropertyKey[], text: string | undefined) => {
-    if (text !== undefined) add(path, text, signedCommandProblem(text));
-  };
-  command(['apply'], revision.apply);
-  command(['verify'], revision.verify);
-  command(['rollback'], revision.rollback);
-  revision.payload.forEach((file, i) => add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size)));
-  for (const list of ['runtimes', 'checks'] as const) {
-    (revision.health?.[list] ?? []).forEach((check, i) => command(['health', list, i, 'command'], check.command));
-  }
-  command(['health', 'errorRate', 'command'], revision.health?.errorRate?.command);
-  return problems;
 }
 
 /** A url the worker reads metrics from: no credentials in it (the profile travels in the workflow history). */

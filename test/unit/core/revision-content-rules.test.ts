@@ -2,9 +2,9 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../../core/errors';
 import { decideRegistration } from '../../../core/registry';
-import { MAX_PAYLOAD_FILE_BYTES, parseRevision, Revision, revisionSchemaFor, signedContentProblems } from '../../../core/revision';
+import { MAX_PAYLOAD_FILE_BYTES, parseRevision, payloadSizeProblem, Revision, revisionSchemaFor, signedCommandProblem } from '../../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, verifyEnvelope, type Envelope } from '../../../core/signing';
-import type { FieldProblem } from '../../../core/validation';
+import { formatPath, type FieldProblem } from '../../../core/validation';
 
 /**
  * The two layers of a revision's rules (core/revision.ts, RevisionRules): the structure, and the signed
@@ -12,6 +12,29 @@ import type { FieldProblem } from '../../../core/validation';
  * applies both; only the registry's update handler, which re-decides on replay, reads with
  * `contentRules: false`.
  */
+/**
+ * The test's oracle: the signed content rules listed field by field, over a revision whose structure is
+ * valid, with the path and message the full parse gives (the full parse applies them in one pass).
+ */
+function signedContentProblems(revision: Revision): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  const add = (path: PropertyKey[], value: unknown, message: string | undefined) => {
+    if (message) problems.push({ path: formatPath(path), value, message });
+  };
+  const command = (path: PropertyKey[], text: string | undefined) => {
+    if (text !== undefined) add(path, text, signedCommandProblem(text));
+  };
+  command(['apply'], revision.apply);
+  command(['verify'], revision.verify);
+  command(['rollback'], revision.rollback);
+  revision.payload.forEach((file, i) => add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size)));
+  for (const list of ['runtimes', 'checks'] as const) {
+    (revision.health?.[list] ?? []).forEach((check, i) => command(['health', list, i, 'command'], check.command));
+  }
+  command(['health', 'errorRate', 'command'], revision.health?.errorRate?.command);
+  return problems;
+}
+
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 const alice = keyPairFromSeed(new Uint8Array(32).fill(7));
 const trust = parseTrust({ threshold: 1, pins: [pinOf(alice)] }, 'trust.yaml');
