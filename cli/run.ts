@@ -14,7 +14,8 @@ export function action<A extends unknown[]>(fn: (...args: A) => Promise<number |
     try {
       const code = await fn(...args);
       process.exitCode = code ?? EXIT_OK;
-    } catch (err) {
+    } catch (caught) {
+      const err = (await searchAttributeRefusal(caught, args)) ?? caught;
       if (err instanceof WavegateError) {
         process.stderr.write(`wavegate: ${err.code}: ${err.message}\n`);
         process.exitCode = isRefusal(err.code) ? EXIT_REFUSED : EXIT_FAILED;
@@ -24,6 +25,40 @@ export function action<A extends unknown[]>(fn: (...args: A) => Promise<number |
       }
     }
   };
+}
+
+/**
+ * A server's refusal over a search attribute wavegate needs (a namespace no worker has prepared: a bare
+ * `temporal server start-dev`, Temporal Cloud) becomes the same exit-2 explanation the worker gives,
+ * naming each missing attribute and the command that adds it, for every command in one place. The
+ * command's own connection flags (commander passes the Command last) say which namespace to look at.
+ */
+async function searchAttributeRefusal(err: unknown, args: unknown[]): Promise<WavegateError | undefined> {
+  if (err instanceof WavegateError || !/search attribute/i.test(messagesOf(err))) return undefined;
+  try {
+    // Loaded only here: most errors are not this one, and the CLI starts without the SDK.
+    const { searchAttributeFailure } = require('../workers/search-attributes') as typeof import('../workers/search-attributes');
+    const { resolveConnectionSettings } = require('../workers/connection') as typeof import('../workers/connection');
+    const command = args[args.length - 1] as { optsWithGlobals?: () => Record<string, unknown> } | undefined;
+    let settings;
+    try {
+      settings = resolveConnectionSettings(typeof command?.optsWithGlobals === 'function' ? command.optsWithGlobals() : {});
+    } catch {
+      settings = undefined;
+    }
+    return await searchAttributeFailure(err, settings);
+  } catch {
+    return undefined; // explaining failed: the original error is still shown, without a stack
+  }
+}
+
+/** The messages and gRPC details of an error and its causes, for a cheap first look. */
+function messagesOf(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    for (const part of [(e as { message?: unknown }).message, (e as { details?: unknown }).details]) if (typeof part === 'string') parts.push(part);
+  }
+  return parts.join(' ');
 }
 
 /**

@@ -6,6 +6,7 @@ import { Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { WavegateError } from '../core/errors';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../core/search-attributes';
+import { cliTypeName } from '../core/search-attribute-check';
 import { ensureTools } from './toolchain';
 import { installQuietRuntime } from './worker';
 
@@ -55,7 +56,9 @@ export async function startDevServer(opts: { dbFile: string; logFile: string; po
   mkdirSync(dirname(opts.dbFile), { recursive: true });
   const logFd = openSync(opts.logFile, 'a');
   const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--ui-port', String(uiPort), '--db-filename', opts.dbFile, '--namespace', namespace, '--log-level', 'warn'];
-  for (const key of WAVEGATE_SEARCH_ATTRIBUTES) args.push('--search-attribute', `${key.name}=${key.type === 'INT' ? 'Int' : 'Keyword'}`);
+  // Registered by the server itself, before its frontend answers: the dev stack's in-process worker does
+  // not run `wavegate worker`'s check (workers/search-attributes.ts), and no start can race a registration.
+  for (const key of WAVEGATE_SEARCH_ATTRIBUTES) args.push('--search-attribute', `${key.name}=${cliTypeName(key.type)}`);
   const child = spawn(temporal, args, { stdio: ['ignore', logFd, logFd], detached: true });
   const address = `127.0.0.1:${port}`;
   let exited = false;

@@ -7,12 +7,13 @@ import { verifyAuditSegments } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT, STATE_DIR } from '../../workers/toolchain';
 import { describeConnection, localConnectionSettings, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
 import { describeVersioning, resolveWorkerVersioning, type VersioningFlags } from '../../workers/versioning';
 import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
+import { ensureSearchAttributes } from '../../workers/search-attributes';
 import { workerAuditStore } from '../../activities/audit-store/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, PARK_CONNECTION_DEFAULT_MS, PARK_CONNECTION_MAX_MS, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
@@ -101,7 +102,7 @@ export function register(program: Command): void {
     .option('--demo', 'also start the simulated demo fleet and write its inventory')
     .option('--port <port>', 'Temporal frontend port (default 7233, or a free one)', (v) => Number(v))
     .option('--ui-port <port>', 'Web UI port (default 8233, or a free one)', (v) => Number(v))
-    .option('--state-dir <dir>', 'where the SQLite state, logs and demo fleet live', join(PROJECT_ROOT, '.wavegate'))
+    .option('--state-dir <dir>', 'where the SQLite state, logs and demo fleet live', STATE_DIR)
     .option('--profiles <dir>', profilesOptionHelp(`this checkout's profiles/ (${DEMO_PROFILES})`))
     .action(
       action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string; profiles?: string }) => {
@@ -130,7 +131,7 @@ export function register(program: Command): void {
   program
     .command('demo')
     .description('Bring up the dev stack and the demo fleet, roll the demo profile r1 → r2 to completion, and shut everything down.')
-    .option('--state-dir <dir>', 'where the demo keeps its state (wiped at start)', join(PROJECT_ROOT, '.wavegate', 'demo'))
+    .option('--state-dir <dir>', 'where the demo keeps its state (wiped at start)', join(STATE_DIR, 'demo'))
     .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
     .action(
       action(async (opts: { stateDir: string; spec: string }) => {
@@ -183,9 +184,10 @@ export function register(program: Command): void {
       .option('--activities-only', 'poll activity tasks only: no workflow code loaded (run a --workflows-only worker beside it on the same task queue)')
       .option('--max-activities <n>', `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`)
       .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`)
+      .option('--no-register-search-attributes', 'only check that the namespace has the search attributes wavegate needs; missing ones are named with the command that adds them (exit 2) instead of added through the operator API')
       .option('--park-connections <duration>', `keep a device's SSH connection open this long after its apply succeeded, for the floor its rollout raises on completing (0s: close at once; at most ${formatDurationMs(PARK_CONNECTION_MAX_MS)}, ${PARKED_CONNECTIONS_MAX} at once; default ${formatDurationMs(PARK_CONNECTION_DEFAULT_MS)})`),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string } & VersioningFlags & WorkerLayoutFlags) => {
+    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string; registerSearchAttributes?: boolean } & VersioningFlags & WorkerLayoutFlags) => {
       const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
       const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
       const profiles = resolveProfilesRoot({ flag: flags.profiles });
@@ -202,6 +204,15 @@ export function register(program: Command): void {
         connection = await connectWorker(settings);
       } catch (err) {
         throw await connectionFailure(settings, err);
+      }
+      // The namespace must have wavegate's search attributes before anything polls: added here where the
+      // server lets this worker (self-hosted), else exit 2 naming each one and the command that adds it.
+      try {
+        log(await ensureSearchAttributes(connection, settings, { register: flags.registerSearchAttributes !== false }));
+      } catch (err) {
+        await connection.close().catch(() => {});
+        await auditStore?.close();
+        throw err;
       }
       const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
