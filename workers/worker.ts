@@ -11,8 +11,9 @@ function workerSdk(): typeof import('@temporalio/worker') {
   return require('@temporalio/worker');
 }
 
-// A path, not require.resolve: the bundler takes the .ts source and tests run without a build.
-export const WORKFLOWS_PATH = join(__dirname, '..', 'workflows', 'index.ts');
+// A path, not require.resolve: from source the bundler takes the .ts entry (tests run without a build);
+// compiled (the installed package) this file is dist/workers/worker.js and the entry dist/workflows/index.js.
+export const WORKFLOWS_PATH = join(__dirname, '..', 'workflows', __filename.endsWith('.ts') ? 'index.ts' : 'index.js');
 
 /**
  * Connect to Temporal for a worker (loads the SDK's worker code on first use), with the same settings
