@@ -210,6 +210,72 @@ export function parseRevision(data: unknown, source: string, rules: RevisionRule
   return parseWith(revisionSchemaFor(rules), data, source);
 }
 
+/**
+ * A payload entry as its author writes it in revisions/<n>.yaml: `sha256` and `size` may be left out,
+ * and `wavegate sign` fills them from the payload file into the signed content. Only `sign` fills:
+ * every other reader takes them from a signed envelope (or, for a profile without pins, requires them).
+ */
+export const PayloadFileSource = PayloadFile.partial({ sha256: true, size: true });
+export type PayloadFileSource = z.infer<typeof PayloadFileSource>;
+
+/** A revision as written in revisions/<n>.yaml: a revision whose payload entries may leave sha256/size to `sign`. */
+export const RevisionSource = Revision.extend({ payload: z.array(PayloadFileSource).default([]) });
+export type RevisionSource = z.infer<typeof RevisionSource>;
+
+export function parseRevisionSource(data: unknown, source: string): RevisionSource {
+  return parseWith(RevisionSource, data, source);
+}
+
+/** What a payload file on disk holds, as `sign` read it (undefined `sha256`: too large to hash, over the cap). */
+export interface PayloadFileFacts {
+  sha256?: string;
+  size: number;
+}
+
+/**
+ * `sign`'s decision on a revision source's payload digests, given what each payload file holds
+ * (`facts(i)`: undefined when the file could not be found, with `missing(i)` saying why). An omitted
+ * `sha256`/`size` is filled from the file; a given one must be the file's, else a problem naming the
+ * entry, the field, the value written and the value the file has. Pure: the reading is the caller's.
+ */
+export function fillPayloadDigests(
+  source: RevisionSource,
+  facts: (i: number) => PayloadFileFacts | undefined,
+  missing: (i: number) => string,
+): { revision: Record<string, unknown>; filled: string[]; problems: { path: string; value: unknown; message: string }[] } {
+  const problems: { path: string; value: unknown; message: string }[] = [];
+  const filled: string[] = [];
+  const payload = source.payload.map((entry, i) => {
+    const omitted = (['sha256', 'size'] as const).filter((field) => entry[field] === undefined);
+    const file = facts(i);
+    if (!file) {
+      for (const field of omitted) problems.push({ path: `payload[${i}].${field}`, value: undefined, message: `payload "${entry.name}": left for sign to fill, but ${missing(i)}` });
+      return entry;
+    }
+    // A file over the cap is not hashed: no device would take it, whatever the entry says.
+    if (file.sha256 === undefined) {
+      problems.push({ path: `payload[${i}].source`, value: entry.source, message: `payload "${entry.name}": ${payloadSizeProblem(file.size) ?? `is ${file.size} bytes`}` });
+      return entry;
+    }
+    const out = { ...entry };
+    for (const field of ['size', 'sha256'] as const) {
+      const actual = file[field];
+      if (entry[field] === undefined) {
+        (out as Record<string, unknown>)[field] = actual;
+        filled.push(`payload[${i}].${field}`);
+      } else if (entry[field] !== actual) {
+        problems.push({
+          path: `payload[${i}].${field}`,
+          value: entry[field],
+          message: `payload "${entry.name}": the file ${entry.source} has ${field} ${actual}, not the value written here; write ${actual}, or remove sha256 and size from the entry and sign fills both from the file`,
+        });
+      }
+    }
+    return out;
+  });
+  return { revision: { ...source, payload }, filled, problems };
+}
+
 /** A url the worker reads metrics from: no credentials in it (the profile travels in the workflow history). */
 const MetricsUrl = z.url().superRefine((url, ctx) => {
   const secret = inlineCredential(url);

@@ -61,7 +61,7 @@ export function profileDir(profilesDir: string, name: string, field = 'profile')
  * resolving (symbolic links followed) outside the profile's real `payload/` directory. `dir` is the
  * profile directory the revision belongs to when it is known; without it only the text is judged.
  */
-export function payloadSourceProblems(payload: readonly PayloadFile[], dir: string | undefined): FieldProblem[] {
+export function payloadSourceProblems(payload: readonly Pick<PayloadFile, 'source'>[], dir: string | undefined): FieldProblem[] {
   const problems: FieldProblem[] = [];
   payload.forEach((file, i) => {
     const path = `payload[${i}].source`;

@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import type { Client } from '@temporalio/client';
 import { canonicalize } from '../core/canonical';
 import { WavegateError } from '../core/errors';
-import { parseRevision } from '../core/revision';
+import { parseRevision, parseRevisionSource } from '../core/revision';
+import { invalidFields } from '../core/validation';
 import type { Trust } from '../core/signing';
 import { openEnvelope, type SignedRevision } from './envelope';
 import { readDocument } from './files';
@@ -24,9 +25,14 @@ export function findFileRevision(layout: ProfileDir, trust: Trust | undefined, n
     if (!existsSync(envelopePath)) return undefined;
     const signed = openEnvelope(readDocument(envelopePath), trust, { profile: layout.name, revision: n, source: envelopePath });
     if (existsSync(path)) {
-      const source = parseRevision(readDocument(path), path);
-      // `sign` adds issuedAt (and expiresAt to a file without one); everything else must be what was signed.
-      const signedContent = { ...signed.revision, ...(source.expiresAt ? {} : { expiresAt: undefined }), ...(source.issuedAt ? {} : { issuedAt: undefined }) };
+      const source = parseRevisionSource(readDocument(path), path);
+      // `sign` adds issuedAt (and expiresAt to a file without one) and fills payload sha256/size the file
+      // leaves out (from the payload files); everything else must be what was signed.
+      const payload = signed.revision.payload.map((file, i) => {
+        const written = source.payload[i];
+        return { ...file, ...(written && written.sha256 === undefined ? { sha256: undefined } : {}), ...(written && written.size === undefined ? { size: undefined } : {}) };
+      });
+      const signedContent = { ...signed.revision, payload, ...(source.expiresAt ? {} : { expiresAt: undefined }), ...(source.issuedAt ? {} : { issuedAt: undefined }) };
       if (canonicalize(source) !== canonicalize(signedContent)) {
         throw new WavegateError('INVALID_INPUT', `${path}: differs from its signed envelope ${envelopePath}; sign the changed revision again`, { source: path });
       }
@@ -34,7 +40,15 @@ export function findFileRevision(layout: ProfileDir, trust: Trust | undefined, n
     return signed;
   }
   if (!existsSync(path)) return undefined;
-  const revision = parseRevision(readDocument(path), path);
+  const data = readDocument(path);
+  // Without pins nothing is signed, so nothing fills sha256/size: the file must give them.
+  const unfilled = parseRevisionSource(data, path).payload.flatMap((file, i) =>
+    (['sha256', 'size'] as const)
+      .filter((field) => file[field] === undefined)
+      .map((field) => ({ path: `payload[${i}].${field}`, value: undefined, message: `payload "${file.name}": missing; a profile without pins (${layout.trustFile}) is read from this file as written, so it must give sha256 and size (only \`wavegate sign\` fills them, into a signed envelope)` })),
+  );
+  if (unfilled.length) invalidFields(path, unfilled);
+  const revision = parseRevision(data, path);
   if (revision.profile !== layout.name || revision.revision !== n) {
     throw new WavegateError('INVALID_INPUT', `${path}: declares ${revision.profile} r${revision.revision}, expected ${layout.name} r${n}`, { source: path });
   }

@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path';
 import { parse as fromYaml, stringify as toYaml } from 'yaml';
 import { WavegateError } from '../core/errors';
 import { parseInventory } from '../core/inventory';
-import { parseProfile, parseRevision } from '../core/revision';
+import { parseProfile, parseRevision, parseRevisionSource } from '../core/revision';
 import { parseRolloutSpec } from '../core/spec';
 import { classifyRevision } from '../core/provability';
 import { profileDir } from './profile-dir';
@@ -71,7 +71,8 @@ function revisionText(profile: string, revision: 1 | 2): string {
     // Provable: the exit status reads the fact back (core/provability.ts). Never `|| true`, `echo ok`.
     verify: `grep -qx '${payload.trimEnd()}' ${target}`,
     ...(revision === 1 ? { rollback: `rm -f ${target}` } : { previous: 1 }),
-    payload: [{ name: `${profile}.txt`, sha256: sha256(payload), size: Buffer.byteLength(payload), source: `payload/${profile}-r${revision}.txt` }],
+    // No sha256/size: `wavegate sign` fills them from the file, so editing the payload needs no digest by hand.
+    payload: [{ name: `${profile}.txt`, source: `payload/${profile}-r${revision}.txt` }],
     risk: 'risky',
     health: { checks: [{ name: `${profile}-present`, command: `test -s ${target}` }] },
   };
@@ -79,7 +80,7 @@ function revisionText(profile: string, revision: 1 | 2): string {
     revision === 1
       ? '# The way back: a rollout r1 -> r2 rolls back to this revision. Its `rollback` (a way back from r1 itself)\n# satisfies the no-way-back registration gate.\n'
       : '# The change. `previous: 1` names the way back (the spec\'s fromRevision is what a rollback runs).\n';
-  return `# wavegate revision (docs/formats.md section 5). apply and verify run as the inventory's user, in $HOME,\n# with $WAVEGATE_STAGING holding the payload files. verify must read the fact back: exit 0 only when\n# the revision is in place. The health: section is signed with the rest; a spec selects its checks by name.\n${why}${toYaml(doc, { lineWidth: 0 })}`;
+  return `# wavegate revision (docs/formats.md section 5). apply and verify run as the inventory's user, in $HOME,\n# with $WAVEGATE_STAGING holding the payload files. verify must read the fact back: exit 0 only when\n# the revision is in place. The health: section is signed with the rest; a spec selects its checks by name.\n# Each payload entry's sha256 and size: wavegate sign fills them from the file in payload/ (edit the file, sign again).\n${why}${toYaml(doc, { lineWidth: 0 })}`;
 }
 
 function profileText(profile: string, scope: Record<string, string>): string {
@@ -134,8 +135,11 @@ export function scaffoldFiles(input: ScaffoldInput): ScaffoldFile[] {
   // What init writes must be what plan, sign and start accept: refuse here rather than write a broken file.
   const [profile, r1, r2, , , inventory, spec] = files.map((f) => parseYaml(f));
   parseProfile(profile, files[0]!.path);
-  for (const [doc, file] of [[r1, files[1]!], [r2, files[2]!]] as const) {
-    const revision = parseRevision(doc, file.path);
+  for (const [n, doc, file] of [[1, r1, files[1]!], [2, r2, files[2]!]] as const) {
+    // Checked as sign will sign it: with the payload's digest filled in.
+    const text = payloadText(input.profile, n);
+    const source = parseRevisionSource(doc, file.path);
+    const revision = parseRevision({ ...source, payload: source.payload.map((f) => ({ ...f, sha256: sha256(text), size: Buffer.byteLength(text) })) }, file.path);
     if (!classifyRevision(revision).provable) throw new Error(`wavegate init: template ${file.path} is not provable`);
   }
   parseInventory(inventory, input.inventoryPath);

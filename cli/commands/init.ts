@@ -317,7 +317,7 @@ async function init(opts: InitOptions): Promise<number> {
   out(`host keys pinned in ${inventoryPath}:`);
   for (const p of pins) out(`  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`);
   out('');
-  out(`next, in order (edit revisions/2.yaml and payload/ for your change first; then re-run sha256sum/wc -c for payload sha256/size):`);
+  out(`next, in order (edit revisions/2.yaml and payload/ for your change first; sign fills each payload sha256/size from the file):`);
   for (const line of nextCommands(full)) out(line.startsWith('#') ? line : `  ${line}`);
   out(`\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesDir)} in its environment to the same effect as --profiles)`);
   return EXIT_OK;

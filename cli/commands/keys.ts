@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
 import { ESCAPE_FLAGS, runRegistrationGates } from '../../core/gates';
-import { parseProfile, parseRevision } from '../../core/revision';
+import { fillPayloadDigests, parseProfile, parseRevision, parseRevisionSource, type Revision, type RevisionSource } from '../../core/revision';
 import {
   assertSignable,
   bodyDigest,
@@ -25,6 +25,7 @@ import {
 import { invalidFields, parseWith } from '../../core/validation';
 import { payloadSourceProblems } from '../../intake/profile-dir';
 import { readDocument } from '../../intake/files';
+import { readPayloadFacts } from '../../intake/payload-digest';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
 import { loadInventory } from '../../intake/inventory';
 
@@ -76,6 +77,41 @@ function signedProfileDir(revisionPath: string, profileFile: string | undefined)
   if (profileFile !== undefined) return dirname(resolve(profileFile));
   const dir = dirname(resolve(revisionPath));
   return basename(dir) === 'revisions' ? dirname(dir) : undefined;
+}
+
+/**
+ * The revision `sign` signs: the source with every omitted payload `sha256`/`size` filled from its file
+ * in the profile's payload/, and every given one checked against it (a difference is refused, exit 2,
+ * naming the entry, the field, the value written and the file's). Files are read only where the
+ * profile directory is known; a given value of a file that is not there (yet) is signed as written.
+ */
+function payloadDigests(source: RevisionSource, profileDir: string | undefined, revisionPath: string): { revision: Revision; filled: string[] } {
+  const reads = source.payload.map((entry) => (profileDir === undefined ? undefined : readPayloadFacts(profileDir, entry.source)));
+  const decision = fillPayloadDigests(
+    source,
+    (i) => {
+      const read = reads[i];
+      return read && 'facts' in read ? read.facts : undefined;
+    },
+    (i) => {
+      const read = reads[i];
+      if (read && 'missing' in read) return read.missing;
+      return `the profile directory is unknown, so sign cannot find ${source.payload[i]!.source}: sign <profile>/revisions/<n>.yaml, or pass --profile <profile>/profile.yaml`;
+    },
+  );
+  if (decision.problems.length) invalidFields(revisionPath, decision.problems);
+  return { revision: parseRevision(decision.revision, revisionPath), filled: decision.filled };
+}
+
+/** What sign filled, said once: the revision file itself is left as the user wrote it (the envelope carries the values). */
+function filledNote(revision: Revision, filled: readonly string[], revisionPath: string): string {
+  const entries = [...new Set(filled.map((path) => Number(/^payload\[(\d+)\]/.exec(path)![1])))];
+  if (!entries.length) return '';
+  const lines = entries.map((i) => {
+    const f = revision.payload[i]!;
+    return `  payload "${f.name}" (${f.source}): sha256 ${f.sha256}, size ${f.size}\n`;
+  });
+  return `filled from the payload files into the signed content (${revisionPath} is left as written; the envelope carries them):\n${lines.join('')}`;
 }
 
 /** `--allow-no-payload` → `allowNoPayload`, as commander names it. */
@@ -135,10 +171,12 @@ export function register(program: Command): void {
   for (const [gate, flag] of Object.entries(ESCAPE_FLAGS)) sign.option(flag, `escape the "${gate}" registration gate (loudly, on the record)`);
   sign.action(
       action((revisionPath: string, opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<string, unknown>) => {
-        const revision = parseRevision(readDocument(revisionPath), revisionPath);
+        const source = parseRevisionSource(readDocument(revisionPath), revisionPath);
+        const profileDir = signedProfileDir(revisionPath, opts.profile);
         // Payload sources inside the profile's payload/ only (what a worker would send): by their text, and on disk where the profile is known.
-        const sourceProblems = payloadSourceProblems(revision.payload, signedProfileDir(revisionPath, opts.profile));
+        const sourceProblems = payloadSourceProblems(source.payload, profileDir);
         if (sourceProblems.length) invalidFields(revisionPath, sourceProblems);
+        const { revision, filled } = payloadDigests(source, profileDir, revisionPath);
         const days = Number(opts.validityDays);
         if (!Number.isInteger(days) || days < 1 || days > MAX_VALIDITY_DAYS) {
           throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-${MAX_VALIDITY_DAYS} (got ${JSON.stringify(opts.validityDays)})`);
@@ -167,7 +205,7 @@ export function register(program: Command): void {
         const signed = escapes.length ? { ...revision, escapes: [...(revision.escapes ?? []), ...escapes] } : revision;
         const envelope = signRevision(signed, pair, { now, validityDays: days });
         writeAtomic(opts.out, `${JSON.stringify(envelope, null, 2)}\n`);
-        process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\nwrote ${opts.out}\n`);
+        process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\n${filledNote(revision, filled, revisionPath)}wrote ${opts.out}\n`);
         return EXIT_OK;
       }),
     );
