@@ -29,8 +29,8 @@ import { APPLY_COMMAND, waitForStatus } from '../support/rollout-helpers';
  *
  * The inventory's key references are relative (`keys/id_ed25519`, `keys/known_hosts`): the worker uses
  * them as written, so each resolves against that worker's own working directory. (`~` is not expanded;
- * production inventories use the same absolute path on every worker host, see README "Production
- * deployment".)
+ * production inventories use the same absolute path on every worker host, see docs/production.md
+ * "Files on a worker host".)
  */
 const DEVICES = 300;
 const TASK_QUEUE = 'control-plane';
@@ -128,7 +128,7 @@ function applyStartsOf(events: temporal.api.history.v1.IHistoryEvent[]): tempora
   return events.flatMap((e) => (e.activityTaskStartedEventAttributes && scheduled.has(String(e.activityTaskStartedEventAttributes.scheduledEventId)) ? [e.activityTaskStartedEventAttributes] : []));
 }
 
-/** A live worker's resident memory in MB (Linux /proc), for the sizing notes in the README. */
+/** A live worker's resident memory in MB (Linux /proc), for the sizing notes in docs/production.md. */
 function rssMb(child: ChildProcess): number {
   return Math.round(Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))![1]) / 1024);
 }

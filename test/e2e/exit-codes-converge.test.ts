@@ -10,7 +10,7 @@ import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harn
 import { until as waitUntil } from '../support/until';
 
 /**
- * The exit codes a pipeline reads (README: 0 done, 1 pending work, 2 refused) from the real `wavegate`
+ * The exit codes a pipeline reads (docs/cli.md "Exit codes": 0 done, 1 pending work, 2 refused) from the real `wavegate`
  * command against a real Temporal dev server, a real worker and a simulated SSH fleet whose devices the
  * test takes offline and back: `start --wait`, `--exit-on-pause`, `status`, `fleet status`, `converge`.
  */

@@ -7,7 +7,7 @@ import { runCli } from '../support/cli';
 /**
  * The example systemd unit (examples/systemd/) cannot rot: every flag its ExecStart passes is one
  * `wavegate worker --help` lists, every variable its env file sets is one wavegate or Temporal's client
- * config reads, the env file holds references only, and the hardening the README promises is there.
+ * config reads, the env file holds references only, and the hardening docs/production.md promises is there.
  */
 const dir = join(PROJECT_ROOT, 'examples', 'systemd');
 const unit = readFileSync(join(dir, 'wavegate-worker.service'), 'utf8');
