@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { readFlagFile } from '../intake/files';
 import { hostname } from 'node:os';
-import { basename, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, parseAuditLog, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../core/audit';
 import { WavegateError } from '../core/errors';
@@ -32,6 +32,48 @@ import { STATE_DIR } from '../workers/toolchain';
  * broken segment stays as it is. Files are 0600 and the directory 0700; looser modes are fixed and said.
  */
 export const DEFAULT_AUDIT_DIR = join(STATE_DIR, 'audit');
+
+/**
+ * The key the dev stack keeps beside its audit directory: `wavegate dev` writes `<state dir>/audit` and
+ * MACs it with `<state dir>/audit.key` (workers/dev-stack.ts), so the key of a dev trail is found from
+ * the directory alone.
+ */
+export function auditKeyBesideDir(auditDir: string): string {
+  return join(dirname(resolve(auditDir)), 'audit.key');
+}
+
+/** Where a reader of the audit looks, each path absolute, and what named it (for messages). */
+export interface AuditLocation {
+  auditDir: string;
+  /** `--audit-dir`, `$WAVEGATE_AUDIT_DIR` or `the default`. */
+  dirFrom: string;
+  keyFile?: string;
+  keyFrom?: string;
+  /** Where a key was looked for when none was found, fit to print. */
+  keyLookedFor: string;
+}
+
+/**
+ * The audit directory and key a worker writes with, read from the same configuration it reads (flag,
+ * then `$WAVEGATE_AUDIT_DIR` / `$WAVEGATE_AUDIT_KEY_FILE`, then DEFAULT_AUDIT_DIR), never from the
+ * working directory: the default is absolute, and a relative value is resolved once, here, so that it
+ * is printed as the absolute path it names. Without a configured key, the dev stack's key beside the
+ * directory is taken when it exists (`besideKey: false` for a store that is not the directory).
+ */
+export function resolveAuditLocation(flags: { auditDir?: string; auditKeyFile?: string }, opts: { env?: NodeJS.ProcessEnv; besideKey?: boolean } = {}): AuditLocation {
+  const env = opts.env ?? process.env;
+  const dirFlag = flags.auditDir ?? undefined;
+  const dirEnv = env.WAVEGATE_AUDIT_DIR || undefined;
+  const auditDir = resolve(dirFlag ?? dirEnv ?? DEFAULT_AUDIT_DIR);
+  const dirFrom = dirFlag !== undefined ? '--audit-dir' : dirEnv !== undefined ? '$WAVEGATE_AUDIT_DIR' : 'the default';
+  if (flags.auditKeyFile !== undefined) return { auditDir, dirFrom, keyFile: resolve(flags.auditKeyFile), keyFrom: '--audit-key-file', keyLookedFor: '--audit-key-file' };
+  const keyEnv = env.WAVEGATE_AUDIT_KEY_FILE || undefined;
+  if (keyEnv !== undefined) return { auditDir, dirFrom, keyFile: resolve(keyEnv), keyFrom: '$WAVEGATE_AUDIT_KEY_FILE', keyLookedFor: '$WAVEGATE_AUDIT_KEY_FILE' };
+  const beside = auditKeyBesideDir(auditDir);
+  if (opts.besideKey !== false && existsSync(beside)) return { auditDir, dirFrom, keyFile: beside, keyFrom: "the dev stack's key beside the audit directory", keyLookedFor: beside };
+  const keyLookedFor = `no --audit-key-file, no $WAVEGATE_AUDIT_KEY_FILE${opts.besideKey === false ? '' : `, no ${beside} (where \`wavegate dev\` keeps its key beside ${auditDir})`}`;
+  return { auditDir, dirFrom, keyLookedFor };
+}
 
 /** A lock older than this whose holder cannot be checked is taken to be left by a crashed writer. */
 const STALE_LOCK_MS = 30_000;
@@ -120,24 +162,25 @@ export function readAuditFile(auditDir: string, rolloutId: string, runId?: strin
 
 /**
  * The worker's audit MAC key, read by reference from a file holding at least 32 bytes as hex. The file
- * must be the owner's alone (like an ssh private key); the key itself is never printed.
+ * must be the owner's alone (like an ssh private key); the key itself is never printed. `source` names
+ * where the path came from in refusals.
  */
-export function readAuditKey(path: string): Uint8Array {
+export function readAuditKey(path: string, source = '--audit-key-file'): Uint8Array {
   let stat;
   try {
     stat = statSync(path);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
-  if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: not a regular file`);
+  if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: not a regular file`);
   if ((stat.mode & 0o077) !== 0) {
-    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
+    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
   }
-  if (stat.size > 4096) throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`);
+  if (stat.size > 4096) throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`);
   // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
-  const hex = readFlagFile('--audit-key-file', path).toString('utf8').trim();
+  const hex = readFlagFile(source, path).toString('utf8').trim();
   if (!/^(?:[0-9a-fA-F]{2}){32,}$/.test(hex)) {
-    throw new WavegateError('INVALID_INPUT', `--audit-key-file ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`);
+    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`);
   }
   return Uint8Array.from(Buffer.from(hex, 'hex'));
 }

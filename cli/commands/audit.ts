@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { chainRunOf, latestRunMismatch, missingTrailMessage, parseAuditLog, verifyAuditSegments, type AuditHead, type AuditRecord, type AuditSegment, type TrailVerdict } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
-import { DEFAULT_AUDIT_DIR, readAuditKey } from '../../activities/audit';
+import { DEFAULT_AUDIT_DIR, readAuditKey, resolveAuditLocation, type AuditLocation } from '../../activities/audit';
 import { readAuditTrail, redactStoreUrl } from '../../activities/audit-store';
 import type { TemporalFlags } from '../../workers/connection';
 import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audit-head';
@@ -11,6 +11,7 @@ import { action, EXIT_FAILED } from '../run';
 interface AuditFlags extends TemporalFlags {
   verify?: boolean;
   json?: boolean;
+  /** Resolved once by the action (resolveAuditLocation): absolute. */
   auditDir: string;
   run?: string;
   head?: string;
@@ -48,7 +49,7 @@ function table(records: AuditRecord[]): string[] {
 }
 
 /** The lines `--verify` prints: overrides and set-aside segments, the verdict, then what was and was not compared. */
-function verifyReport(label: string, verdict: TrailVerdict, head: { checked: string | null; why: string | null }, macChecked: boolean): string[] {
+function verifyReport(label: string, verdict: TrailVerdict, head: { checked: string | null; why: string | null }, key: { file?: string; from?: string; lookedFor: string }): string[] {
   const out: string[] = [];
   for (const [i, segment] of verdict.segments.entries()) {
     const o = segment.override;
@@ -61,8 +62,32 @@ function verifyReport(label: string, verdict: TrailVerdict, head: { checked: str
   }
   out.push(verdict.ok ? `${label}: ${verdict.count} records, chain intact` : `${label}: ${verdict.failure!.problem} at seq ${verdict.failure!.seq}: ${verdict.failure!.message}`);
   out.push(head.checked ? `head: compared with ${head.checked}` : `head: NOT checked: ${head.why}; records cut off the end or a resealed file cannot be ruled out (give --head <seq>:<hash>, or reach the rollout's Temporal server)`);
-  out.push(macChecked ? 'MAC: every record checked against the audit key' : 'MAC: NOT checked: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE; a chain rewritten and resealed wholesale cannot be ruled out');
+  out.push(key.file ? `MAC: every record checked against the audit key ${key.file} (${key.from})` : `MAC: NOT checked: ${macNotChecked(key.lookedFor)}`);
   return out;
+}
+
+/** Why no MAC was checked: where the key was looked for, and how to name the worker's. */
+function macNotChecked(lookedFor: string): string {
+  return `no audit key found (${lookedFor}); give the key the worker was started with by --audit-key-file <path> or $WAVEGATE_AUDIT_KEY_FILE; a chain rewritten and resealed wholesale cannot be ruled out`;
+}
+
+/** The store is the audit directory (not a database): a trail not found there may be in the worker's own. */
+function readsDirectory(opts: AuditFlags): boolean {
+  const value = opts.auditStore ?? (process.env.WAVEGATE_AUDIT_STORE || undefined);
+  return value === undefined || value === 'file';
+}
+
+/**
+ * A trail not in the directory: say which directory, what named it, and how to point at the worker's
+ * (the one its --audit-dir / $WAVEGATE_AUDIT_DIR names, or `<state dir>/audit` for `wavegate dev`).
+ */
+function directoryHint(where: AuditLocation): string {
+  return `looked in ${where.auditDir} (${where.dirFrom}); if the worker keeps its trails elsewhere, give its directory with --audit-dir <dir> or $WAVEGATE_AUDIT_DIR (the worker's own --audit-dir / $WAVEGATE_AUDIT_DIR; <state dir>/audit for \`wavegate dev --state-dir\`)`;
+}
+
+function withDirectoryHint(err: unknown, opts: AuditFlags, where: AuditLocation): unknown {
+  if (!(err instanceof WavegateError && err.code === 'NOT_FOUND' && readsDirectory(opts))) return err;
+  return new WavegateError('NOT_FOUND', `${err.message}; ${directoryHint(where)}`, err.details);
 }
 
 /** A trail as the store holds it, for `--verify`: `--run` also names the current chain when that run wrote it. */
@@ -95,7 +120,7 @@ function storeLocation(opts: AuditFlags): string {
  * deleted: exit 1 naming what is missing. With neither a trail nor a rollout: NOT_FOUND (exit 2). When
  * the head could not be asked, the store's NOT_FOUND stands, saying what was not checked (`--strict`: exit 1).
  */
-async function verifyMissing(id: string, opts: AuditFlags, notFound: WavegateError, offlineHead: AuditHead | undefined): Promise<number> {
+async function verifyMissing(id: string, opts: AuditFlags, where: AuditLocation, notFound: WavegateError, offlineHead: AuditHead | undefined): Promise<number> {
   const location = storeLocation(opts);
   const found: WorkflowHead = offlineHead
     ? { head: offlineHead, source: `--head ${offlineHead.seq}:${offlineHead.hash.slice(0, 12)}…`, runId: opts.run ?? '-', state: 'given' }
@@ -103,8 +128,13 @@ async function verifyMissing(id: string, opts: AuditFlags, notFound: WavegateErr
   if (found.head) {
     const message = missingTrailMessage(found.head, found.source, location);
     const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
-    if (opts.json) console.log(JSON.stringify({ ok: false, problem: 'deleted', seq: 1, message, count: 0, head: null, headChecked: found.source, headRun: found.runId, missing: found.head }, null, 2));
-    else console.log(`${label}: ${message}`);
+    // A directory that is not the worker's reads the same as a deleted trail: say where it looked.
+    const hint = readsDirectory(opts) ? directoryHint(where) : null;
+    if (opts.json) console.log(JSON.stringify({ ok: false, problem: 'deleted', seq: 1, message, count: 0, head: null, headChecked: found.source, headRun: found.runId, missing: found.head, ...(hint ? { looked: hint } : {}) }, null, 2));
+    else {
+      console.log(`${label}: ${message}`);
+      if (hint) console.log(`trail: ${hint}`);
+    }
     return EXIT_FAILED;
   }
   if (found.kind === 'no-rollout') throw new WavegateError('NOT_FOUND', `${notFound.message}, and ${found.why}: no such rollout`, notFound.details);
@@ -117,15 +147,14 @@ async function verifyMissing(id: string, opts: AuditFlags, notFound: WavegateErr
   throw new WavegateError('NOT_FOUND', unchecked, notFound.details);
 }
 
-async function verify(id: string, opts: AuditFlags): Promise<number> {
-  const keyFile = opts.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
-  const key = keyFile === undefined ? undefined : readAuditKey(keyFile);
+async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promise<number> {
+  const key = where.keyFile === undefined ? undefined : readAuditKey(where.keyFile, where.keyFrom);
   const offlineHead = opts.head !== undefined ? parseHead(opts.head) : undefined;
   let chain: { segments: AuditSegment[]; location: string };
   try {
     chain = await readChain(id, opts);
   } catch (err) {
-    if (err instanceof WavegateError && err.code === 'NOT_FOUND') return verifyMissing(id, opts, err, offlineHead);
+    if (err instanceof WavegateError && err.code === 'NOT_FOUND') return verifyMissing(id, opts, where, err, offlineHead);
     throw err;
   }
   const { segments } = chain;
@@ -178,19 +207,20 @@ async function verify(id: string, opts: AuditFlags): Promise<number> {
           headNotChecked: compared.why,
           latestRun: latestFailure ?? latestNote,
           macChecked: !!key,
+          auditKeyFile: where.keyFile ?? null,
         },
         null,
         2,
       ),
     );
   } else {
-    for (const line of verifyReport(label, verdict, compared, !!key)) console.log(line);
+    for (const line of verifyReport(label, verdict, compared, { file: where.keyFile, from: where.keyFrom, lookedFor: where.keyLookedFor })) console.log(line);
     if (latestNote) console.log(`latest run: ${latestNote}`);
     if (latestFailure) console.log(`latest run: ${latestFailure}`);
   }
   if (!ok) return EXIT_FAILED;
   if (opts.strict && (!compared.checked || !key)) {
-    process.stderr.write(`wavegate: --strict: ${[!compared.checked && 'the head', !key && 'the MAC'].filter(Boolean).join(' and ')} could not be checked\n`);
+    process.stderr.write(`wavegate: --strict: ${[!compared.checked && 'the head', !key && 'the MAC'].filter(Boolean).join(' and ')} could not be checked${key ? '' : ` (MAC: ${macNotChecked(where.keyLookedFor)})`}\n`);
     return EXIT_FAILED;
   }
   return 0;
@@ -203,17 +233,20 @@ export function register(program: Command): void {
       .description('Show the audit trail of a rollout, or check it with --verify: the hash chain, every segment, the head the workflow holds, and with a key the MACs (exit 1 on the first problem)')
       .option('--verify', 'check the trail: any edited, dropped, reordered or inserted record, a cut-off tail or a resealed chain fails with its seq')
       .option('--json', 'print the records (or with --verify the verdict) as JSON')
-      .option('--audit-dir <dir>', 'where the audit files are (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)', process.env.WAVEGATE_AUDIT_DIR || DEFAULT_AUDIT_DIR)
+      .option('--audit-dir <dir>', `where the audit files are: the worker's --audit-dir (default $WAVEGATE_AUDIT_DIR, as the worker reads it, else ${DEFAULT_AUDIT_DIR}, the worker's default; <state dir>/audit for \`wavegate dev\`)`)
       .option('--run <runId>', 'an earlier execution of a re-used rollout id (its chain was moved aside)')
       .option('--head <seq:hash>', 'with --verify, offline: the last record the writer acknowledged (the status\'s auditHead), instead of asking the workflow')
-      .option('--audit-key-file <path>', 'with --verify: the worker\'s audit key, to check every record\'s MAC (default $WAVEGATE_AUDIT_KEY_FILE)')
+      .option('--audit-key-file <path>', 'with --verify: the worker\'s audit key, to check every record\'s MAC (default $WAVEGATE_AUDIT_KEY_FILE, else audit.key beside the audit directory, where `wavegate dev` keeps its key)')
       .option('--audit-store <url>', 'read the trail from this store instead of --audit-dir: postgres://user@host:port/db (default $WAVEGATE_AUDIT_STORE; password by $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass)')
       .option('--strict', 'with --verify: also exit 1 when the head or the MAC could not be checked'),
   ).action(
     action(async (id: string, opts: AuditFlags) => {
       if (opts.head !== undefined) parseHead(opts.head); // bad input refused before anything is read
-      if (opts.verify) return verify(id, opts);
-      const { segments, earlierRuns } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run });
+      // The worker's configuration (flag, environment, default), never the working directory: absolute from here on.
+      const where = resolveAuditLocation(opts, { besideKey: readsDirectory(opts) });
+      opts.auditDir = where.auditDir;
+      if (opts.verify) return verify(id, opts, where).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
+      const { segments, earlierRuns } = await readAuditTrail({ store: opts.auditStore, auditDir: opts.auditDir, rolloutId: id, runId: opts.run }).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
       const parsed = segments.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
       const records = parsed.flatMap((p) => p.records);
       if (opts.json) {

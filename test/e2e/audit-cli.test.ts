@@ -73,7 +73,7 @@ describe('wavegate audit', () => {
     expect(run.stdout.split('\n')).toEqual([
       'audit rollout:demo: 5 records, chain intact',
       `head: NOT checked: no Temporal server reachable at ${OFFLINE} to ask for the rollout's head; records cut off the end or a resealed file cannot be ruled out (give --head <seq>:<hash>, or reach the rollout's Temporal server)`,
-      'MAC: NOT checked: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE; a chain rewritten and resealed wholesale cannot be ruled out',
+      `MAC: NOT checked: no audit key found (no --audit-key-file, no $WAVEGATE_AUDIT_KEY_FILE, no ${join(root, 'audit.key')} (where \`wavegate dev\` keeps its key beside ${auditDir})); give the key the worker was started with by --audit-key-file <path> or $WAVEGATE_AUDIT_KEY_FILE; a chain rewritten and resealed wholesale cannot be ruled out`,
       '',
     ]);
     const strict = await wavegate(['audit', 'rollout:demo', '--verify', '--strict', ...dirFlag()]);

@@ -35,7 +35,8 @@ describe('audit --verify against the workflow\'s head (real dev server)', () => 
   let running: Promise<void>;
   const root = mkdtempSync(join(tmpdir(), 'wavegate-audit-head-'));
   const auditDir = join(root, 'audit');
-  const keyFile = ensureAuditKeyFile(join(root, 'audit.key'));
+  // Not beside the audit directory (where `audit --verify` would find it unasked): the head is checked without a key too.
+  const keyFile = ensureAuditKeyFile(join(root, 'worker-audit.key'));
   const rolloutId = 'rollout:audit-head';
   const file = auditFilePath(auditDir, rolloutId);
   let pristine: string;
