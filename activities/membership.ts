@@ -1,4 +1,4 @@
-import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
@@ -69,6 +69,9 @@ export async function storeMembership(
       versioningOverride: 'AUTO_UPGRADE',
     });
   } catch (err) {
+    // Loaded here, not at the top: `wavegate plan` imports this file (through cli/membership-client.ts)
+    // and never talks to Temporal; the SDK client is most of a second of start-up.
+    const { WorkflowExecutionAlreadyStartedError } = require('@temporalio/client') as typeof import('@temporalio/client');
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
   }
   const handle = client.workflow.getHandle(workflowId);

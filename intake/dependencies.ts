@@ -1,6 +1,4 @@
 import type { Client } from '@temporalio/client';
-import { WorkflowNotFoundError } from '@temporalio/client';
-import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { dependencyLabel, describeCycle, findDependencyCycle, type Dependency } from '../core/dependencies';
 import { WavegateError } from '../core/errors';
 import { devicesInScope } from '../core/gates';
@@ -53,6 +51,10 @@ export const PLAN_CYCLE_NOTE = 'rollout.after: a cycle through running rollouts 
 
 /** The `after` of the running rollout `rollout:<profile>` (its workflow input), or undefined when none runs. */
 export async function runningRolloutAfter(client: Client, profile: string): Promise<Dependency[] | undefined> {
+  // Loaded here, not at the top: `wavegate plan` imports this file and never talks to Temporal (the SDK
+  // client is over a second of its start-up).
+  const { WorkflowNotFoundError } = require('@temporalio/client') as typeof import('@temporalio/client');
+  const { decodeFromPayloadsAtIndex } = require('@temporalio/common/lib/internal-non-workflow') as typeof import('@temporalio/common/lib/internal-non-workflow');
   const workflowId = `rollout:${profile}`;
   const handle = client.workflow.getHandle(workflowId);
   try {

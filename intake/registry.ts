@@ -1,4 +1,4 @@
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import type { Envelope } from '../core/signing';
@@ -46,6 +46,9 @@ export async function newestRevisionAbove(client: Client, profile: string, above
 /** Translate what Temporal said about a registry into wavegate's codes. */
 export function registryError(err: unknown, profile: string): unknown {
   if (err instanceof WavegateError) return err;
+  // Loaded here, not at the top: `wavegate plan` reads revisions through this file's importers and never
+  // talks to Temporal (the SDK client is most of a second of start-up). Here a client made the call.
+  const { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, WorkflowUpdateFailedError } = require('@temporalio/client') as typeof import('@temporalio/client');
   const workflowId = registryWorkflowId(profile);
   if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === REGISTRATION_REFUSED) {
     const refusal = (err.cause.details?.[0] ?? {}) as Partial<RegistrationRefusal>;
