@@ -1,12 +1,13 @@
 import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import type { RunningWorkflow } from '../core/exclusion';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
 import type { RolloutInput } from '../core/rollout/input';
 import { registeredCanarySpec } from '../intake/canary-spec';
+import { heldRolloutOf } from '../intake/running-rollout';
 import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
@@ -54,18 +55,14 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
   return {
     /**
      * The workflows of the profile running now (core/exclusion.ts decides which stand in the way of a
-     * canary): `rollout:<profile>` by id (strongly consistent), and by search attribute every other
-     * rollout of the profile (converges, canary rollouts).
+     * canary): the rollout holding the profile's lock (or a `rollout:<profile>` started before issue 23)
+     * by id (strongly consistent), and by search attribute every other rollout of the profile.
      */
     async runningOfProfile(input: { profile: string }): Promise<RunningWorkflow[]> {
       if (!PROFILE_NAME.test(input.profile)) throw ApplicationFailure.create({ type: 'Canary.INVALID_INPUT', message: `profile ${JSON.stringify(input.profile)}: ${PROFILE_NAME_RULE}`, nonRetryable: true });
       const running: RunningWorkflow[] = [];
-      try {
-        const described = await client().workflow.getHandle(`rollout:${input.profile}`).describe();
-        if (described.status.name === 'RUNNING') running.push({ workflowId: described.workflowId, type: described.type });
-      } catch (err) {
-        if (!(err instanceof WorkflowNotFoundError)) throw err;
-      }
+      const held = await heldRolloutOf(client(), input.profile);
+      if (held) running.push({ workflowId: held.rolloutId, type: 'rolloutWorkflow' });
       const query = `WorkflowType = 'rolloutWorkflow' AND WavegateProfile = '${input.profile}' AND ExecutionStatus = 'Running'`;
       for await (const info of client().workflow.list({ query, pageSize: 100 })) {
         running.push({ workflowId: info.workflowId, type: info.type });

@@ -14,13 +14,16 @@ import { ROLLOUT_STATES } from '../core/rollout-state';
 import { readStatus } from '../core/rollout/outcome';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { checkIdempotencyKey, legacyRolloutId, newRolloutId, profileLockId } from '../core/rollout-id';
+import { heldRolloutOf } from '../intake/running-rollout';
 import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
 import { connectionFailure } from '../workers/connection-failure';
 import { checkProfileName } from '../intake/profile-dir';
 import type { RolloutStatus } from '../workflows/messages';
 import type { RolloutInput } from '../core/rollout/input';
 import type { rolloutWorkflow } from '../workflows/rollout';
+import type { LockHolder, profileLockWorkflow } from '../workflows/profile-lock';
 
 /** Add the connection options every Temporal-facing command takes (resolved by workers/connection.ts). */
 export function withTemporalOptions(cmd: Command): Command {
@@ -106,16 +109,28 @@ export function workflowUrl(uiUrl: string, namespace: string, workflowId: string
 }
 
 /**
- * What makes two starts "the same": the whole validated rollout input except who sent it. Stored in the
- * workflow's memo, so a retried start can be recognised without any state outside Temporal.
+ * What makes two starts "the same": the whole validated rollout input except who sent it and the id it
+ * gets (each start picks a fresh one). Stored in the rollout's memo, so a retried start can be recognised
+ * without any state outside Temporal.
  */
 export function rolloutFingerprint(input: RolloutInput): string {
+  const { startedBy: _startedBy, rolloutId: _rolloutId, ...content } = input;
+  return digestOf(content);
+}
+
+/** The fingerprint as rollouts started before issue 23 stored it: the id `rollout:<profile>` included. */
+function legacyFingerprint(input: RolloutInput): string {
   const { startedBy: _startedBy, ...content } = input;
+  return digestOf({ ...content, rolloutId: legacyRolloutId(input.spec.profile) });
+}
+
+function digestOf(content: unknown): string {
   return createHash('sha256').update(canonicalize(JSON.parse(JSON.stringify(content)))).digest('hex');
 }
 
 export interface StartOutcome {
   handle: WorkflowHandle<typeof rolloutWorkflow>;
+  /** The rollout's first run (empty only for a keyed retry that found a rollout whose run is still being started). */
   runId: string;
   /** True when a retried start (same key, same spec) found the rollout it had already started. */
   existing: boolean;
@@ -124,83 +139,173 @@ export interface StartOutcome {
 interface StartMemo {
   wavegateKey?: string;
   wavegateSpec?: string;
+  wavegateRollout?: string;
+}
+
+export interface StartOptions {
+  /** Idempotency key: a start with the same key and the same spec returns the rollout it started, whenever. */
+  key?: string;
+  /**
+   * Give the rollout an id of its own, `rollout:<profile>:<UTC timestamp>` (start, revert). Without it
+   * the input's id is used as it is (a converge names its own).
+   */
+  newId?: boolean;
+  /** The clock for the new id (tests). */
+  now?: () => Date;
+  /** How long to wait for the lock to have started the rollout (a worker must pick the lock up). */
+  startTimeoutMs?: number;
 }
 
 /**
- * Start the rollout as workflow `rollout:<profile>`: one running rollout per profile. With an
- * idempotency `key`, a retried start with the same key and the same spec returns the rollout it started
- * (running or finished) instead of failing; any other start while one runs is a CONFLICT naming it.
+ * The rollout an idempotency key started, found by the WavegateKey search attribute (any profile,
+ * running or finished), else (a start so recent that visibility has not listed it yet) in the memo of
+ * the profile's lock, running or closed, else in the memo of `rollout:<profile>` (starts before issue
+ * 23). Same spec: that rollout. Another spec: CONFLICT naming it.
  */
-export async function startOrJoinRollout(client: Client, taskQueue: string, input: RolloutInput, opts: { key?: string } = {}): Promise<StartOutcome> {
-  const { spec } = input;
+export async function rolloutOfKey(client: Client, key: string, input: RolloutInput): Promise<StartOutcome | undefined> {
   const fingerprint = rolloutFingerprint(input);
-  const sameRetry = async (): Promise<StartOutcome | undefined> => {
-    if (!opts.key) return undefined;
-    const handle = client.workflow.getHandle<typeof rolloutWorkflow>(input.rolloutId);
-    let memo: StartMemo;
-    let runId: string;
-    try {
-      const described = await handle.describe();
-      memo = (described.memo ?? {}) as StartMemo;
-      runId = described.runId;
-    } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return undefined;
-      throw err;
+  const check = (rolloutId: string, memo: StartMemo, fingerprints: string[]) => {
+    if (memo.wavegateKey !== key) return false;
+    if (!fingerprints.includes(memo.wavegateSpec ?? '')) {
+      throw new WavegateError('CONFLICT', `idempotency key "${key}" was used for ${rolloutId} with a different spec; use a new key for a new rollout`, { rolloutId });
     }
-    if (memo.wavegateKey !== opts.key) return undefined;
-    if (memo.wavegateSpec !== fingerprint) {
-      throw new WavegateError('CONFLICT', `idempotency key "${opts.key}" was used for ${input.rolloutId} with a different spec; use a new key for a new rollout`);
-    }
-    return { handle, runId, existing: true };
+    return true;
   };
-  const retried = await sameRetry();
-  if (retried) return retried;
-  try {
-    const handle = await client.workflow.start<typeof rolloutWorkflow>('rolloutWorkflow', {
-      workflowId: input.rolloutId,
-      taskQueue,
-      args: [input],
-      workflowIdConflictPolicy: 'FAIL',
-      memo: { wavegateSpec: fingerprint, ...(opts.key ? { wavegateKey: opts.key } : {}) },
-      typedSearchAttributes: [
-        { key: WavegateProfile, value: spec.profile },
-        { key: WavegateState, value: 'running' },
-        { key: WavegatePhase, value: 'snapshot' },
-        { key: WavegateRevision, value: spec.toRevision },
-      ],
-      staticSummary: `${spec.profile}: r${spec.fromRevision} → r${spec.toRevision} in ${spec.phases.length} phases`,
-      staticDetails: [
-        `**Profile** ${spec.profile}, **revision** ${spec.fromRevision} → ${spec.toRevision}`,
-        '',
-        `**Phases** ${spec.phases.map((p) => (p.canary ? 'canary' : 'bulk')).join(' → ')}`,
-        '',
-        `**Started by** ${input.startedBy}; inventory \`${input.inventoryPath}\`; rollback on ${spec.rollback.on}`,
-      ].join('\n'),
-    });
-    return { handle, runId: handle.firstExecutionRunId, existing: false };
-  } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) {
-      // Two retries racing: the other one won; it is ours if key and spec match.
-      const raced = await sameRetry();
-      if (raced) return raced;
-      throw new WavegateError('CONFLICT', `a rollout of profile "${spec.profile}" is already running (${input.rolloutId}) with ${opts.key ? 'another key or spec' : 'no matching idempotency key'}; pause, abort or wait for it first`);
+  for await (const info of client.workflow.list({ query: `WorkflowType = 'rolloutWorkflow' AND WavegateKey = '${checkIdempotencyKey(key)}'`, pageSize: 10 })) {
+    if (check(info.workflowId, (info.memo ?? {}) as StartMemo, [fingerprint])) {
+      return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(info.workflowId), runId: info.runId, existing: true };
     }
+  }
+  const lock = await describeOrUndefined(client, profileLockId(input.spec.profile));
+  const lockMemo = (lock?.memo ?? {}) as StartMemo;
+  if (lock && lockMemo.wavegateRollout && check(lockMemo.wavegateRollout, lockMemo, [fingerprint])) {
+    const handle = client.workflow.getHandle<typeof rolloutWorkflow>(lockMemo.wavegateRollout);
+    return { handle, runId: (await awaitLockedRollout(client, lock.workflowId, lock.runId, 30_000).catch(() => undefined))?.runId ?? '', existing: true };
+  }
+  const legacy = await describeOrUndefined(client, legacyRolloutId(input.spec.profile));
+  if (legacy && check(legacy.workflowId, (legacy.memo ?? {}) as StartMemo, [legacyFingerprint(input), fingerprint])) {
+    return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(legacy.workflowId), runId: legacy.runId, existing: true };
+  }
+  return undefined;
+}
+
+async function describeOrUndefined(client: Client, workflowId: string, runId?: string) {
+  try {
+    return await client.workflow.getHandle(workflowId, runId).describe();
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return undefined;
     throw err;
   }
 }
 
-/** Start `rollout:<profile>`; a second start while one runs is a CONFLICT naming it. */
-export async function startRollout(client: Client, taskQueue: string, input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
-  return (await startOrJoinRollout(client, taskQueue, input)).handle;
+/**
+ * The rollout a lock run started, once it has: its pending child while the rollout runs, or the lock's
+ * result once it has closed (a rollout may end before it is looked at). Read by describe, which needs no
+ * worker to answer. FAILED when the lock closed without starting one, UNAVAILABLE after `timeoutMs`.
+ */
+async function awaitLockedRollout(client: Client, lockId: string, lockRunId: string, timeoutMs: number): Promise<LockHolder> {
+  const deadline = Date.now() + timeoutMs;
+  const lock = client.workflow.getHandle<typeof profileLockWorkflow>(lockId, lockRunId);
+  for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
+    const described = await lock.describe();
+    const child = described.raw.pendingChildren?.find((c) => c.workflowId && c.runId);
+    if (child) return { rolloutId: child.workflowId!, runId: child.runId! };
+    if (described.status.name !== 'RUNNING') {
+      try {
+        const { rolloutId, runId } = await lock.result();
+        return { rolloutId, runId };
+      } catch (err) {
+        throw new WavegateError('FAILED', `${lockId} closed without starting the rollout: ${(err as Error).message}`);
+      }
+    }
+    if (Date.now() > deadline) {
+      throw new WavegateError('UNAVAILABLE', `${lockId} holds the profile but has not started its rollout within ${Math.round(timeoutMs / 1000)} s: is a worker polling the task queue? (it starts once one does)`);
+    }
+    await new Promise((r) => setTimeout(r, delay));
+  }
 }
 
-/** The status query of a rollout, or NOT_FOUND naming the id. */
-export async function queryStatus(client: Client, id: string): Promise<RolloutStatus> {
+/**
+ * Start a rollout (issue 23). Its id is its own (`newId`: `rollout:<profile>:<UTC yyyymmdd-hhmmss>`);
+ * one running rollout per profile is held by the lock workflow `profile-lock:<profile>` (id conflict
+ * policy FAIL), which starts the rollout as its child (workflows/profile-lock.ts). A start while the lock
+ * runs, or while a rollout `rollout:<profile>` started before issue 23 runs, is a CONFLICT naming the
+ * running rollout. With an idempotency `key`, the rollout that key started (rolloutOfKey) is returned,
+ * running or finished, when the spec is the same; another spec is a CONFLICT.
+ */
+export async function startOrJoinRollout(client: Client, taskQueue: string, input: RolloutInput, opts: StartOptions = {}): Promise<StartOutcome> {
+  const { spec } = input;
+  if (opts.key !== undefined) {
+    const joined = await rolloutOfKey(client, opts.key, input);
+    if (joined) return joined;
+  }
+  const conflict = (rolloutId: string) =>
+    new WavegateError('CONFLICT', `a rollout of profile "${spec.profile}" is already running (${rolloutId})${opts.key ? ' with another key or spec' : ''}; pause, abort or wait for it first`, { running: [rolloutId] });
+  const held = await heldRolloutOf(client, spec.profile);
+  if (held) throw conflict(held.rolloutId);
+  const now = (opts.now ?? (() => new Date()))();
+  let rolloutId = input.rolloutId;
+  if (opts.newId) {
+    // A second taken (a rollout that ended within the second it started in) gets `-2`, `-3`, …
+    for (let attempt = 1; ; attempt++) {
+      rolloutId = newRolloutId(spec.profile, now, attempt);
+      if (attempt >= 9 || !(await describeOrUndefined(client, rolloutId))) break;
+    }
+  }
+  const fingerprint = rolloutFingerprint(input);
+  const memo: Record<string, string> = { wavegateSpec: fingerprint, ...(opts.key ? { wavegateKey: opts.key } : {}) };
+  const lockId = profileLockId(spec.profile);
+  let lock: Awaited<ReturnType<typeof client.workflow.start<typeof profileLockWorkflow>>>;
+  try {
+    lock = await client.workflow.start<typeof profileLockWorkflow>('profileLockWorkflow', {
+      workflowId: lockId,
+      taskQueue,
+      args: [
+        {
+          rollout: { ...input, rolloutId },
+          memo,
+          ...(opts.key ? { key: opts.key } : {}),
+          staticSummary: `${spec.profile}: r${spec.fromRevision} → r${spec.toRevision} in ${spec.phases.length} phases`,
+          staticDetails: [
+            `**Profile** ${spec.profile}, **revision** ${spec.fromRevision} → ${spec.toRevision}`,
+            '',
+            `**Phases** ${spec.phases.map((p) => (p.canary ? 'canary' : 'bulk')).join(' → ')}`,
+            '',
+            `**Started by** ${input.startedBy}; inventory \`${input.inventoryPath}\`; rollback on ${spec.rollback.on}`,
+          ].join('\n'),
+        },
+      ],
+      workflowIdConflictPolicy: 'FAIL',
+      memo: { ...memo, wavegateRollout: rolloutId },
+      typedSearchAttributes: [{ key: WavegateProfile, value: spec.profile }, ...(opts.key ? [{ key: WavegateKey, value: opts.key }] : [])],
+      staticSummary: `lock of profile ${spec.profile}: held by ${rolloutId} until it closes`,
+      staticDetails: `One running rollout per profile. Terminating this lock does not stop ${rolloutId} (abandoned child): it only lets another rollout of ${spec.profile} start beside it.`,
+    });
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) {
+      // Two starts racing: the other one holds the lock; it is ours if key and spec match.
+      const raced = opts.key !== undefined ? await rolloutOfKey(client, opts.key, input) : undefined;
+      if (raced) return raced;
+      throw conflict((await heldRolloutOf(client, spec.profile))?.rolloutId ?? lockId);
+    }
+    throw err;
+  }
+  const started = await awaitLockedRollout(client, lockId, lock.firstExecutionRunId, opts.startTimeoutMs ?? 60_000);
+  return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(started.rolloutId), runId: started.runId, existing: false };
+}
+
+/** Start a rollout under an id of its own; a second start while one of the profile runs is a CONFLICT naming it. */
+export async function startRollout(client: Client, taskQueue: string, input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
+  return (await startOrJoinRollout(client, taskQueue, input, { newId: true })).handle;
+}
+
+/** The status query of a rollout (its latest run, or `runId`), or NOT_FOUND naming the id. */
+export async function queryStatus(client: Client, id: string, runId?: string): Promise<RolloutStatus> {
   try {
     // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
-    return readStatus(await client.workflow.getHandle(id).query<RolloutStatus>('status'));
+    return readStatus(await client.workflow.getHandle(id, runId).query<RolloutStatus>('status'));
   } catch (err) {
-    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
+    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${runId ? ` and run ${runId}` : ''}`);
     throw err;
   }
 }

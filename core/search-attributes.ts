@@ -9,4 +9,7 @@ export const WavegateRevision = defineSearchAttributeKey('WavegateRevision', Sea
 /** A canary run's verdict: pass | fail | inconclusive | nothing-to-test. */
 export const WavegateVerdict = defineSearchAttributeKey('WavegateVerdict', SearchAttributeType.KEYWORD);
 
-export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision, WavegateVerdict];
+/** The idempotency key a rollout was started with (`start --key`): a retried start finds its rollout by it, running or finished. */
+export const WavegateKey = defineSearchAttributeKey('WavegateKey', SearchAttributeType.KEYWORD);
+
+export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision, WavegateVerdict, WavegateKey];

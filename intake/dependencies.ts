@@ -10,6 +10,7 @@ import type { SignedRevision } from './envelope';
 import { loadProfile } from './profile';
 import { fileRevision } from './revisions';
 import { loadProfileTrust } from './trust';
+import { heldRolloutOf } from './running-rollout';
 
 /** One `after` entry, found in the profiles root: its profile and the revision (verified when it has pins). */
 export interface LoadedDependency {
@@ -49,13 +50,15 @@ export function dependencyScopeNotes(deps: readonly LoadedDependency[], inventor
 /** What plan says of the cycle check it cannot make: it contacts nothing. */
 export const PLAN_CYCLE_NOTE = 'rollout.after: a cycle through running rollouts is checked by start (plan contacts no Temporal server)';
 
-/** The `after` of the running rollout `rollout:<profile>` (its workflow input), or undefined when none runs. */
+/** The `after` of the rollout that holds the profile now (intake/running-rollout.ts; its workflow input), or undefined when none runs. */
 export async function runningRolloutAfter(client: Client, profile: string): Promise<Dependency[] | undefined> {
   // Loaded here, not at the top: `wavegate plan` imports this file and never talks to Temporal (the SDK
   // client is over a second of its start-up).
   const { WorkflowNotFoundError } = require('@temporalio/client') as typeof import('@temporalio/client');
   const { decodeFromPayloadsAtIndex } = require('@temporalio/common/lib/internal-non-workflow') as typeof import('@temporalio/common/lib/internal-non-workflow');
-  const workflowId = `rollout:${profile}`;
+  const held = await heldRolloutOf(client, profile);
+  if (!held) return undefined;
+  const workflowId = held.rolloutId;
   const handle = client.workflow.getHandle(workflowId);
   try {
     const described = await handle.describe();
@@ -88,7 +91,7 @@ export async function checkDependencyCycle(client: Client, spec: Pick<RolloutSpe
   }
   const cycle = findDependencyCycle(spec.profile, graph);
   if (cycle) {
-    throw new WavegateError('INVALID_INPUT', `${specSource}: invalid\n  rollout.after: cycle ${describeCycle(cycle)} (through the running rollouts ${[...new Set(cycle)].filter((p) => p !== spec.profile).map((p) => `rollout:${p}`).join(', ')}); the rollouts would wait for each other forever`, {
+    throw new WavegateError('INVALID_INPUT', `${specSource}: invalid\n  rollout.after: cycle ${describeCycle(cycle)} (through the running rollouts of ${[...new Set(cycle)].filter((p) => p !== spec.profile).map((p) => `"${p}"`).join(', ')}); the rollouts would wait for each other forever`, {
       field: 'rollout.after',
       value: cycle,
     });

@@ -6,3 +6,4 @@ export { nightlyCanaryWorkflow } from './canary';
 export { preflightWorkflow } from './preflight';
 export { membershipWorkflow } from './membership';
 export { deviceTwinWorkflow } from './device-twin';
+export { profileLockWorkflow } from './profile-lock';

@@ -15,6 +15,7 @@ import { checkInventoryFlags, readInventoryFlags, withInventoryOptions, withMemb
 import { action, EXIT_OK } from '../run';
 import { closingLine, watchRollout } from '../watch';
 import { isFinalState } from '../../core/controls';
+import { isLegacyRolloutId } from '../../core/rollout-id';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
 
 /**
@@ -38,12 +39,16 @@ interface RevertFlags extends TemporalFlags, InventoryFlags {
 const HELP = `
 The revert window: a completed rollout raises a floor at its toRevision on every device it changed;
 nothing below it is applied there again, except going back to its fromRevision for the spec's
-revertWindow (default 24h) after it completed. Inside that window, revert starts rollout:<profile>
-from toRevision back to fromRevision over exactly the devices the rollout changed (not the ones it
+revertWindow (default 24h) after it completed. Inside that window, revert starts a new rollout (an id
+of its own, rollout:<profile>:<UTC yyyymmdd-hhmmss>) from toRevision back to fromRevision over exactly the devices the rollout changed (not the ones it
 skipped, failed or left alone), with the rollout's phases, gates and health checks; --fast runs one
 phase over all of them with no gate timer, health still checked. Its audit and status name the
 rollout it undoes. A rollout still running is aborted instead (wavegate abort puts back what it
 changed); a rolled-back, aborted or cancelled one has nothing to revert.
+
+The rollout id alone names the rollout. --run is for ids started before each rollout had its own
+(rollout:<profile>, every rollout of the profile one run after another): without it, the latest run;
+\`wavegate list --profile <profile> --json\` shows each run's runId.
 
 After the window (or with revertWindow 0) the revert is refused (exit 2) and the roll-forward is
 printed: copy revisions/<from>.yaml as a new revision above every one the profile has, sign and
@@ -102,6 +107,15 @@ function rollForward(input: RolloutInput, profilesRoot: string, inventoryPath: s
   return rollForwardCommands({ profile: spec.profile, profileDir: layout.dir, profilesRoot, from: spec.fromRevision, to: spec.toRevision, next, inventoryPath }).join('\n');
 }
 
+/**
+ * A refused revert of an id started before each rollout had its own (`rollout:<profile>`, re-used by
+ * every rollout of the profile): its latest run was read, and the rollout meant may be an earlier run.
+ */
+export function earlierRunsHint(id: string, profile: string, run: string | undefined): string {
+  if (run !== undefined || !isLegacyRolloutId(id)) return '';
+  return `\n${id} is an id every rollout of "${profile}" re-used before each rollout had its own; this was its latest run. To revert an earlier one, find its runId with \`wavegate list --profile ${profile} --json\` and run \`wavegate revert ${id} --run <runId>\``;
+}
+
 export function register(program: Command): void {
   withTemporalOptions(
     withInventoryOptions(
@@ -112,7 +126,7 @@ export function register(program: Command): void {
         "Undo a completed rollout inside its revert window: a new rollout from its toRevision back to its fromRevision over exactly the devices it changed. After the window it is refused (exit 2) and the roll-forward commands are printed",
       )
       .option('--fast', 'one phase over every device, no gate timer; the health checks of all the rollout\'s phases still run')
-      .option('--run <runId>', 'an earlier run of a re-used rollout id (default: its latest run)')
+      .option('--run <runId>', 'an earlier run of an id started before ids were per rollout (`rollout:<profile>`; default: its latest run; `wavegate list --json` shows the runs)')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
       .option('--wait', 'wait for the revert to finish; exit 0 only if every device it was for is back')
@@ -138,7 +152,7 @@ export function register(program: Command): void {
         const refused = revertStateRefusal(finished);
         if (refused) {
           const forward = finished.state === 'aborted' && finished.changed.length ? `\n${rollForward(original, profilesRoot, inventoryPath)}` : '';
-          throw new WavegateError('INVALID_STATE', `${refused}${forward}`, { state: finished.state ?? finished.execution });
+          throw new WavegateError('INVALID_STATE', `${refused}${forward}${earlierRunsHint(id, original.spec.profile, opts.run)}`, { state: finished.state ?? finished.execution });
         }
         const closed = revertWindowRefusal(finished, Date.now());
         if (closed) throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, { state: 'revert-window-closed' });
@@ -151,7 +165,7 @@ export function register(program: Command): void {
         const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);
-        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, await withMembership(client, settings.taskQueue, input, read, input.startedBy));
+        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, await withMembership(client, settings.taskQueue, input, read, input.startedBy), { newId: true });
         const { spec } = input;
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, reverts: input.reverts, devices: input.onlyDevices }));
         else {

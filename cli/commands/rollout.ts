@@ -12,11 +12,13 @@ import { checkDependencyCycle } from '../../intake/dependencies';
 import { prepareRollout } from '../../intake/prepare';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { listRollouts, queryStatus, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
+import { listRollouts, queryStatus, rolloutOfKey, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl, type StartOutcome } from '../client';
+import { checkIdempotencyKey } from '../../core/rollout-id';
+import type { RolloutInput } from '../../core/rollout/input';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { pauseLine, watchRollout, type WatchOptions } from '../watch';
 import { preflightRollout } from '../preflight';
-import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
+import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags, type ReadInventory } from '../membership-client';
 
 /** Who sends a control or starts a rollout: the operator's OS user name, recorded in the audit trail. */
 export function operatorName(): string {
@@ -92,10 +94,10 @@ export function parseInterval(value: string): number {
 }
 
 /**
- * A start is refused (CONFLICT, exit 2, as for a running `rollout:<profile>`) while a nightly canary of
- * the profile or its canary rollout runs, or another rollout of the profile (a converge), found by the
- * WavegateProfile search attribute (core/exclusion.ts). The id `rollout:<profile>` itself is decided by
- * the start (an idempotent retry joins it).
+ * A start is refused (CONFLICT, exit 2, as while the profile's lock is held) while a nightly canary of
+ * the profile or its canary rollout runs, or another rollout of the profile (a converge, a rollout whose
+ * lock was released by hand), found by the WavegateProfile search attribute (core/exclusion.ts). The
+ * lock itself (`profile-lock:<profile>`) is taken by the start (cli/client.ts).
  */
 async function refuseWhileCanaryRuns(client: Client, profile: string, rolloutId: string): Promise<void> {
   const running = (await listRollouts(client, { profile, limit: 1_000 })).filter((r) => r.status === 'RUNNING');
@@ -104,15 +106,26 @@ async function refuseWhileCanaryRuns(client: Client, profile: string, rolloutId:
   if (rollouts.length) throw new WavegateError('CONFLICT', `another rollout of profile "${profile}" is running (${rollouts.join(', ')}); pause, abort or wait for it first`, { running: rollouts });
 }
 
+/** The refusals of a start, then the start itself (under the profile's lock, with an id of its own). */
+async function startChecked(client: Client, taskQueue: string, input: RolloutInput, read: ReadInventory, withMembers: RolloutInput | undefined, opts: { file: string; key?: string }): Promise<StartOutcome> {
+  await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
+  // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
+  await checkDependencyCycle(client, input.spec, opts.file);
+  // A worker that would refuse the content is found now, before any device is contacted (exit 2).
+  await preflightRollout(client, taskQueue, input);
+  const members = withMembers ?? (await withMembership(client, taskQueue, input, read, input.startedBy));
+  return startOrJoinRollout(client, taskQueue, members, { key: opts.key, newId: true });
+}
+
 export function register(program: Command): void {
   withTemporalOptions(
     withInventoryOptions(program
       .command('start')
-      .description('Validate a rollout spec, inventory, profile and revision, then start the rollout; prints its id and Web UI link')
+      .description('Validate a rollout spec, inventory, profile and revision, then start the rollout under an id of its own (rollout:<profile>:<UTC yyyymmdd-hhmmss>); prints its id and Web UI link. One rollout per profile runs at a time (lock workflow profile-lock:<profile>)')
       .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
-      .option('--key <key>', 'idempotency key: a retried start with the same key and spec returns the rollout it started')
+      .option('--key <key>', 'idempotency key: a start with the same key and spec returns the rollout it started, running or finished (another spec: refused)')
       .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed with every device at the target')
       .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target; a pause is printed with the commands to resume or abort')
       .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
@@ -122,19 +135,18 @@ export function register(program: Command): void {
     action(async (opts: TemporalFlags & InventoryFlags & { file: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
       // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
       const read = await readInventoryFlags(opts);
+      if (opts.key !== undefined) checkIdempotencyKey(opts.key);
       const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         const input = fromFiles ?? (await prepareRollout({ ...request, client }));
-        await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
-        // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
-        await checkDependencyCycle(client, input.spec, opts.file);
-        // A worker that would refuse the content is found now, before any device is contacted (exit 2).
-        await preflightRollout(client, settings.taskQueue, input);
-        const withMembers = await withMembership(client, settings.taskQueue, input, read, input.startedBy);
-        const { handle, runId, existing } = await startOrJoinRollout(client, settings.taskQueue, withMembers, { key: opts.key });
+        // A retried start with its key returns the rollout it started (running or finished) before any
+        // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
+        const keyed = opts.key !== undefined ? await withMembership(client, settings.taskQueue, input, read, input.startedBy) : undefined;
+        const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
+        const { handle, runId, existing } = joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
         const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
         if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
         else {
@@ -152,11 +164,12 @@ export function register(program: Command): void {
     program
       .command('status <id>')
       .description('Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)')
+      .option('--run <runId>', 'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)')
       .option('--json', 'print JSON'),
   ).action(
-    action(async (id: string, opts: TemporalFlags & { json?: boolean }) =>
+    action(async (id: string, opts: TemporalFlags & { run?: string; json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
-        const status = await queryStatus(client, id);
+        const status = await queryStatus(client, id, opts.run);
         if (opts.json) console.log(JSON.stringify(status, null, 2));
         else {
           printStatus(status);

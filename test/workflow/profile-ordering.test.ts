@@ -210,7 +210,7 @@ describe('ordering between profiles over SSH', () => {
       writeFileSync(specFile, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: 0, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] } }));
       const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesDir, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue]);
       expect(run.code, run.stderr).toBe(2);
-      expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts rollout:base)');
+      expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts of "base")');
       await expect(env.client.workflow.getHandle('rollout:demo').describe()).rejects.toThrow(/not found/i);
     } finally {
       await baseHandle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'cycle test done', rollback: true }] });

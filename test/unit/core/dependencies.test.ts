@@ -131,7 +131,7 @@ describe('cycle check at start (the running rollouts, read through a stand-in fo
     const err = (await checkDependencyCycle({} as never, spec, 'motd.yaml', running({ inference: [{ profile: 'driver', revision: 2 }], driver: [{ profile: 'motd', revision: 3 }] })).catch((e: unknown) => e)) as WavegateError;
     expect(err).toBeInstanceOf(WavegateError);
     expect(err.code).toBe('INVALID_INPUT');
-    expect(err.message).toContain('motd.yaml: invalid\n  rollout.after: cycle motd -> inference -> driver -> motd (through the running rollouts rollout:inference, rollout:driver)');
+    expect(err.message).toContain('motd.yaml: invalid\n  rollout.after: cycle motd -> inference -> driver -> motd (through the running rollouts of "inference", "driver")');
   });
 
   it('passes when the profiles named run nothing that leads back, and reads each profile once', async () => {
