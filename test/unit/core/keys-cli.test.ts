@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -128,7 +129,8 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     symlinkSync(join(dir, 'outside.conf'), join(profile, 'payload', 'link.conf'));
     const rev = (source: string) =>
       'profile: production\nrevision: 15\nprevious: 14\napply: install -m 0644 "$WAVEGATE_STAGING/app.conf" /etc/app.conf\nverify: grep -q v=1 /etc/app.conf\n' +
-      `payload:\n  - { name: app.conf, sha256: ${'b'.repeat(64)}, size: 4, source: ${JSON.stringify(source)} }\n`;
+      // The real digest of v=1: sign checks a written digest against the file it finds (issue 23).
+      `payload:\n  - { name: app.conf, sha256: ${createHash('sha256').update('v=1\n').digest('hex')}, size: 4, source: ${JSON.stringify(source)} }\n`;
     const cases: Array<[string, string, string]> = [
       ['dots', '../outside.conf', 'payload[0].source: climbs out with ".."'],
       ['dots-inside', 'payload/../../outside.conf', 'payload[0].source: climbs out with ".."'],
