@@ -11,6 +11,7 @@ const RUN_ALONE = [
   'test/e2e/dev-stack.test.ts',
   // Headless chromium: the heaviest process of the suite on a 2-core machine.
   'test/e2e/webui.test.ts',
+  'test/e2e/webui-outcomes.test.ts',
   // Compute-bound (1,000 simulated devices; 300 devices over three workers and PostgreSQL): a neighbour
   // gains little time and, paired with each other, one device's apply failed its verify under load.
   'test/workflow/rollout-scale.test.ts',

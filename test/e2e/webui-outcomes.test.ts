@@ -20,8 +20,9 @@ import { until } from '../support/until';
  * WavegateState and WavegatePhase columns as the docs say (Configure Columns, clicked in headless
  * Chromium against a real `temporal server start-dev` and its UI). Without them, a completed, a
  * rolled-back and an aborted rollout all read "Completed" and a paused one "Running"; with them each
- * row says what happened. The documented saved views (queries on WavegateState) list exactly the
- * rollouts that did not complete, and the paused ones. Screenshots go to test-output/webui-outcomes/.
+ * row says what happened. The documented saved views (queries on WorkflowType and WavegateState) list
+ * exactly the rollouts, the ones that did not complete, and the paused ones. Screenshots go to
+ * test-output/webui-outcomes/ (kept after the run, like test/e2e/webui.test.ts's).
  */
 const scratch = scratchDir('webui-outcomes');
 const shots = join(PROJECT_ROOT, 'test-output', 'webui-outcomes');
@@ -35,6 +36,10 @@ let browser: BrowserContext | undefined;
 let page: Page;
 const fleets: Fleet[] = [];
 const taskQueue = `webui-outcomes-${process.pid}`;
+/** The saved views the docs give (Saved Views → Save as New), as typed in the list's query. */
+const ROLLOUTS = "WorkflowType = 'rolloutWorkflow'";
+const NOT_COMPLETED = "WavegateState IN ('rolled-back', 'aborted', 'failed', 'cancelled')";
+const PAUSED = "WavegateState = 'paused'";
 
 function wg(args: string[]): Promise<CliRun> {
   return runCli([...args, '--address', server!.address, '--task-queue', taskQueue], {
@@ -156,11 +161,11 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     for (const [name, r] of Object.entries(all)) truth[name] = await statusOf(r);
 
     // 1. The list as it comes: Temporal's own status says Completed for three different outcomes and Running for a pause.
-    await page.goto(listUrl());
-    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(expect.arrayContaining(Object.values(all).map((r) => r.runId)));
+    await page.goto(listUrl(ROLLOUTS));
+    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(Object.values(all).map((r) => r.runId).sort());
     for (const r of [completed, rolledBack, aborted]) expect((await rowOf(r.runId))['Status']).toMatch(/^completed$/i);
     expect((await rowOf(paused.runId))['Status']).toMatch(/^running$/i);
-    expect(await page.locator('thead th').allInnerTexts()).not.toContain('WavegateState');
+    expect((await page.locator('thead th').allInnerTexts()).map((h) => h.trim())).not.toContain('WavegateState');
     await shot('1-list-before-columns');
 
     // 2. The documented steps: Configure Columns, add WavegateState and WavegatePhase, move them up next to Status.
@@ -175,12 +180,15 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
         const target = column === 'WavegateState' ? 1 : 2;
         if (at > target) await up.click();
         return order.indexOf(column) - target;
-      }, { timeout: 20_000, intervals: [100] }).toBe(0);
+      }, { timeout: 20_000, interval: 100 }).toBe(0);
     }
     await shot('2-configure-columns');
     await page.getByRole('button', { name: 'Close' }).first().click();
 
-    // 3. Each row now says what happened, and in which phase, as the rollout itself reports it.
+    // 3. The documented "Rollouts" view (the list also holds wavegate's lock, membership and preflight
+    // workflows): each row now says what happened, and in which phase, as the rollout itself reports it.
+    await page.goto(listUrl(ROLLOUTS));
+    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(Object.values(all).map((r) => r.runId).sort());
     const expectedState = { completed: 'completed', 'rolled-back': 'rolled-back', aborted: 'aborted', paused: 'paused' } as const;
     await expect.poll(async () => (await page.locator('thead th').allInnerTexts()).map((h) => h.trim()).slice(2, 5)).toEqual(['Status', 'WavegateState', 'WavegatePhase']);
     const rows: Record<string, Record<string, string>> = {};
@@ -199,15 +207,14 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     await expect.poll(async () => (await rowOf(rolledBack.runId))['WavegateState'], { timeout: 30_000 }).toBe('rolled-back');
 
     // 4. The documented saved views: rollouts that did not complete, and paused rollouts.
-    const notCompleted = "WavegateState IN ('rolled-back', 'aborted', 'failed')";
-    await page.goto(listUrl(notCompleted));
+    await page.goto(listUrl(NOT_COMPLETED));
     await expect.poll(listedRuns, { timeout: 30_000 }).toEqual([rolledBack.runId, aborted.runId].sort());
     await page.getByRole('button', { name: 'Save as New' }).click();
     await page.locator('dialog[open] #view-name').fill('Rollouts that did not complete');
     await page.locator('dialog[open]').getByTestId('confirm-modal-button').click();
     await shot('4-saved-view-not-completed');
 
-    await page.goto(listUrl("WavegateState = 'paused'"));
+    await page.goto(listUrl(PAUSED));
     await expect.poll(listedRuns, { timeout: 30_000 }).toEqual([paused.runId]);
 
     // The saved view comes back from the Saved Views menu, on the unfiltered list.
@@ -216,6 +223,6 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     await page.locator('#workflow-saved-views-button').click();
     await page.getByText('Rollouts that did not complete').click();
     await expect.poll(listedRuns, { timeout: 30_000 }).toEqual([rolledBack.runId, aborted.runId].sort());
-    expect(decodeURIComponent(page.url()).replace(/\+/g, ' ')).toContain(notCompleted);
+    expect(decodeURIComponent(page.url()).replace(/\+/g, ' ')).toContain(NOT_COMPLETED);
   }, 240_000);
 });
