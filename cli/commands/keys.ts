@@ -26,6 +26,7 @@ import { invalidFields, parseWith } from '../../core/validation';
 import { payloadSourceProblems } from '../../intake/profile-dir';
 import { readDocument } from '../../intake/files';
 import { readPayloadFacts } from '../../intake/payload-digest';
+import { shellWord } from '../../intake/scaffold';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
 import { loadInventory } from '../../intake/inventory';
 
@@ -139,7 +140,13 @@ export function register(program: Command): void {
         }
         const pin = pinOf(pair, opts.name);
         writeFileSync(`${opts.out}.pub.yaml`, toYaml(pin));
-        process.stdout.write(`wrote ${opts.out} (private, mode 0600) and ${opts.out}.pub.yaml\nkid: ${pair.kid}\n\nadd this pin to the trust file:\n${toYaml({ pins: [pin] }).replace(/^pins:\n/, '')}`);
+        // The trust file is written by `wavegate trust` from the .pub.yaml files (the next documented step), not by hand.
+        const pub = `${opts.out}.pub.yaml`;
+        process.stdout.write(
+          `wrote ${opts.out} (private, mode 0600) and ${pub}\nkid: ${pair.kid}\n\nits pin (public, in ${pub}):\n${toYaml(pin).replace(/^/gm, '  ').trimEnd()}\n\n` +
+            `next: pin the signers for a profile: \`wavegate trust\` writes its trust file from every signer's .pub.yaml:\n` +
+            `  wavegate trust ${shellWord(pub)} [<other signers>.pub.yaml ...] --threshold <n> --out <profiles>/<profile>/trust.yaml\n`,
+        );
         return EXIT_OK;
       }),
     );
