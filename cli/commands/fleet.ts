@@ -130,6 +130,7 @@ function withBoardOptions(cmd: Command): Command {
 export function register(program: Command): void {
   const fleet = program.command('fleet').description('The fleet as it is now, read over SSH');
   registerVerdictCommands(fleet);
+  (require('./fleet-repin') as typeof import('./fleet-repin')).registerRepinCommand(fleet);
   withBoardOptions(
     fleet
       .command('status')
