@@ -16,6 +16,7 @@ import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
 import { registerVerdictCommands } from './fleet-verdicts';
+import { registerRepinCommand } from './fleet-repin';
 import { operatorName } from './rollout';
 import { throughTemporal, twinReader, type TwinReader } from '../../activities/channel';
 import { parseDurationMs } from '../../core/duration';
@@ -130,7 +131,7 @@ function withBoardOptions(cmd: Command): Command {
 export function register(program: Command): void {
   const fleet = program.command('fleet').description('The fleet as it is now, read over SSH');
   registerVerdictCommands(fleet);
-  (require('./fleet-repin') as typeof import('./fleet-repin')).registerRepinCommand(fleet);
+  registerRepinCommand(fleet);
   withBoardOptions(
     fleet
       .command('status')
