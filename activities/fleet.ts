@@ -138,8 +138,8 @@ export interface DriftRow {
   id: string;
   /** The revision the device's marker claims (null: no marker). */
   marker: number | null;
-  /** `ok` (marker's revision verifies), `drifted` (it no longer does), `no-marker`, `unreachable`, `unknown-revision`. */
-  status: 'ok' | 'drifted' | 'no-marker' | 'unreachable' | 'unknown-revision';
+  /** `ok` (marker's revision verifies), `drifted` (it no longer does), `no-marker`, `unreachable`, `refused` (host key, login or config not as pinned), `unknown-revision`. */
+  status: 'ok' | 'drifted' | 'no-marker' | 'unreachable' | 'refused' | 'unknown-revision';
   detail?: string;
 }
 

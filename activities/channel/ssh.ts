@@ -169,6 +169,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
       try {
         session = await connectDevice(target, { connectTimeoutMs: q.connectTimeoutMs ?? 5_000 });
       } catch (err) {
+        // A refusal (host key, login, config) is not a device being away: the device answered, and not as pinned.
+        if (err instanceof TransportError && !err.retryable) return { marker: null, status: 'refused', detail: `refused (${err.kind}): ${err.message}` };
         return { marker: null, status: 'unreachable', detail: (err as Error).message };
       }
       try {

@@ -160,7 +160,8 @@ export interface DriftQuestion extends ReadOptions {
 
 export interface DriftAnswer {
   marker: number | null;
-  status: 'ok' | 'drifted' | 'no-marker' | 'unreachable' | 'unknown-revision';
+  /** `refused`: the device answered but not as pinned (host key, login, config): exit 1 in `drift`, unlike `unreachable`. */
+  status: 'ok' | 'drifted' | 'no-marker' | 'unreachable' | 'refused' | 'unknown-revision';
   detail?: string;
 }
 

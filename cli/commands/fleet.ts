@@ -11,7 +11,7 @@ import { newestRevisionAbove } from '../../intake/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { lastCompletedRollout, withClient, withTemporalOptions } from '../client';
+import { lastCompletedRollout, listRollouts, withClient, withTemporalOptions } from '../client';
 import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
@@ -76,22 +76,89 @@ async function withTwins<T>(inventory: Inventory, opts: BoardFlags, read: (twins
   });
 }
 
-/** The revision the board is about: --revision, else the newest registered (--registry), else the newest in the files. */
-async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Revision> {
+/** The board's revision and why it is that one (printed: a board of the wrong revision reads as a broken fleet). */
+interface BoardChoice {
+  revision: Revision;
+  why: string;
+}
+
+/** The profile's newest completed rollout by its search attributes (no query: no worker needed), or why there is none to go by. */
+async function lastCompletedRevision(opts: BoardFlags, profile: string): Promise<{ rolloutId: string; revision: number; closeTime: string } | { none: string }> {
+  const settings = resolveConnectionSettings(opts);
+  try {
+    return await withClient(settings, async (client) => {
+      const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
+      const newest = rows
+        .filter((r) => r.type === 'rolloutWorkflow' && r.revision !== undefined)
+        .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
+      if (!newest) return { none: `no completed rollout of "${profile}" found in namespace ${settings.namespace} at ${settings.address}` };
+      return { rolloutId: newest.workflowId, revision: newest.revision!, closeTime: newest.closeTime ?? newest.startTime };
+    });
+  } catch (err) {
+    // A flag at fault (TLS files, namespace) is bad input; a server that is not there only loses the default.
+    if (err instanceof WavegateError && err.code === 'INVALID_INPUT') throw err;
+    return { none: `Temporal at ${settings.address} not reachable, so no completed rollout could be read (${firstLine(err)})` };
+  }
+}
+
+function firstLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
+}
+
+/** Revision `n` from the registry (--registry) or the files; undefined when they do not hold it. */
+async function revisionFrom(files: ProfileFiles, opts: BoardFlags, n: number): Promise<Revision | undefined> {
+  if (!opts.registry) return findFileRevision(files.layout, files.trust, n)?.revision;
+  return withClient(resolveConnectionSettings(opts), async (client) => {
+    const trust = registryTrust(files.layout, files.trust, '--registry');
+    return (
+      await registeredRevision(client, files.layout, trust, n).catch((err: unknown) => {
+        if (err instanceof WavegateError && err.code === 'NOT_FOUND') return undefined;
+        throw err;
+      })
+    )?.revision;
+  });
+}
+
+/** The newest revision: registered (--registry), else the newest in the files (signed, when the profile has pins). */
+async function newestRevision(files: ProfileFiles, opts: BoardFlags): Promise<{ revision: Revision; what: string }> {
   const name = files.profile.name;
   if (opts.registry) {
     return withClient(resolveConnectionSettings(opts), async (client) => {
       const trust = registryTrust(files.layout, files.trust, '--registry');
-      const n = opts.revision ?? (await newestRevisionAbove(client, name, 0))?.revision;
+      const n = (await newestRevisionAbove(client, name, 0))?.revision;
       if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no registered revision`);
-      return (await registeredRevision(client, files.layout, trust, n)).revision;
+      return { revision: (await registeredRevision(client, files.layout, trust, n)).revision, what: 'newest registered' };
     });
   }
-  const n = opts.revision ?? fileRevisionNumbers(files.layout, files.trust).at(-1);
+  const n = fileRevisionNumbers(files.layout, files.trust).at(-1);
   if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revisions in ${files.layout.dir}`);
   const revision = findFileRevision(files.layout, files.trust, n)?.revision;
-  if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${n}: profile "${name}" has no revision ${n} in ${files.layout.dir}`);
-  return revision;
+  if (!revision) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revision ${n} in ${files.layout.dir}`);
+  return { revision, what: files.trust ? 'newest signed' : 'newest in the files' };
+}
+
+/**
+ * The revision the board is about: --revision; else the revision the profile's last completed rollout
+ * left the fleet at (a newer revision signed but not rolled out yet is not what the fleet should be
+ * at); else, with no completed rollout or no Temporal to ask, the newest one, saying why.
+ */
+async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<BoardChoice> {
+  const name = files.profile.name;
+  if (opts.revision !== undefined) {
+    const revision = await revisionFrom(files, opts, opts.revision);
+    if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${opts.revision}: profile "${name}" has no revision ${opts.revision} ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`);
+    return { revision, why: `r${opts.revision}: --revision` };
+  }
+  const last = await lastCompletedRevision(opts, name);
+  if ('none' in last) {
+    const newest = await newestRevision(files, opts);
+    return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${last.none}` };
+  }
+  const left = await revisionFrom(files, opts, last.revision);
+  const by = `left by rollout ${last.rolloutId} completed ${last.closeTime}`;
+  if (left) return { revision: left, why: `r${last.revision}: ${by}` };
+  const newest = await newestRevision(files, opts);
+  return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}; r${last.revision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}` };
 }
 
 function parseRevisionFlag(value: string): number {
@@ -137,14 +204,14 @@ export function register(program: Command): void {
       .command('status')
       .description('The board: each device applied / claimed / pending / not-for-me for a revision, computed now by running its verify over SSH. Exit 0 only when every target is applied or not-for-me'),
   )
-    .option('--revision <n>', 'the revision (default: the newest one)', parseRevisionFlag)
+    .option('--revision <n>', 'the revision (default: the one the last completed rollout of the profile left; without one, or without Temporal, the newest)', parseRevisionFlag)
     .option('--reverify', 'first ask every online agent device (transport: agent) to re-verify now, and wait for their reports')
     .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
         const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
         const inventory = loadInventory(opts.inventory);
-        const revision = await boardRevision(files, opts);
+        const { revision, why } = await boardRevision(files, opts);
         // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
         const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, inventory: inventory.devices, by: operatorName() });
         const board = await withTwins(inventory, opts, (twins) =>
@@ -159,9 +226,10 @@ export function register(program: Command): void {
             probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
           }),
         );
-        if (opts.json) console.log(JSON.stringify(board, null, 2));
+        if (opts.json) console.log(JSON.stringify({ ...board, revisionWhy: why }, null, 2));
         else {
           const c = board.counts;
+          console.log(`checking ${why}`);
           console.log(`fleet ${board.profile} r${board.revision}${board.provable ? '' : ' (NOT provable: devices can only reach claimed)'}: ${c.total} devices, verified now over SSH`);
           // Applied and claimed are different facts: never one number.
           console.log(`  applied     ${c.applied}`);
@@ -175,7 +243,7 @@ export function register(program: Command): void {
       }),
     );
 
-  withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted")).action(
+  withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted or was refused (host key, login or config not as pinned); an unreachable device is listed, not counted")).action(
     action(async (opts: BoardFlags) => {
       const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
       const inventory = loadInventory(opts.inventory);
@@ -205,12 +273,19 @@ export function register(program: Command): void {
       }
       const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) => readDrift({ inventory, profile: files.profile.name, scope: files.profile.scope, verifyOf, probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) } }));
       const drifted = rows.filter((r) => r.status === 'drifted');
-      if (opts.json) console.log(JSON.stringify({ profile: files.profile.name, drifted: drifted.length, devices: rows }, null, 2));
+      // A refused device (host key, login or config not as pinned) may be another machine at that address:
+      // its drift is unknown and the refusal itself is news, so it fails the check. An unreachable one (no
+      // answer) is reported but does not: a device that is down has not drifted (node-down, fleet status).
+      const refused = rows.filter((r) => r.status === 'refused');
+      const unreachable = rows.filter((r) => r.status === 'unreachable').length;
+      if (opts.json) console.log(JSON.stringify({ profile: files.profile.name, drifted: drifted.length, refused: refused.length, unreachable, devices: rows }, null, 2));
       else {
-        console.log(`drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${rows.filter((r) => r.status === 'unreachable').length} unreachable)`);
+        console.log(`drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${refused.length} refused, ${unreachable} unreachable)`);
         for (const r of rows) console.log(`  ${r.id.padEnd(16)} ${r.status.padEnd(16)} ${r.marker === null ? '-' : `r${r.marker}`}${r.detail ? `  ${r.detail}` : ''}`);
+        if (refused.length) console.log(`${refused.length} device(s) refused as pinned (${refused.map((r) => r.id).join(', ')}): their drift is unknown; exit 1`);
+        if (unreachable) console.log(`${unreachable} device(s) unreachable: not checked, not counted as drift (exit 0 unless something drifted or was refused)`);
       }
-      return drifted.length ? EXIT_FAILED : EXIT_OK;
+      return drifted.length || refused.length ? EXIT_FAILED : EXIT_OK;
     }),
   );
 }

@@ -1,0 +1,126 @@
+import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { demoDevices, type Fleet } from '../../sim';
+import { freePort, startDevServerEnv } from '../../workers/dev-server';
+import { PROJECT_ROOT } from '../../workers/toolchain';
+import { runCli, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+
+/**
+ * Issue 23 frictions, against a real Temporal dev server, a real worker and a simulated SSH fleet:
+ * - `fleet status` checks, by default, the revision the profile's last completed rollout left (r2 here),
+ *   not the newest signed one (r3, signed but never rolled out), and says which and why; without a
+ *   completed rollout or without Temporal it checks the newest and says so; `--revision` still decides.
+ * - `drift` exits 1 when a device is refused (its host key is not the pinned one), naming it; a device
+ *   that does not answer is listed as unreachable and does not fail the check.
+ */
+const scratch = scratchDir('fleet-default');
+const profiles = join(scratch.dir, 'profiles');
+const profile = join(profiles, 'demo');
+let env: TestWorkflowEnvironment | undefined;
+let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+let fleet: Fleet;
+let inventory = '';
+
+const ENV = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' };
+
+function wg(args: string[], address = env!.address): Promise<CliRun> {
+  return runCli([...args, '--address', address, '--task-queue', worker!.taskQueue], { timeoutMs: 180_000, env: ENV });
+}
+const cli = (args: string[]) => runCli(args, { cwd: scratch.dir, env: ENV });
+const status = (...more: string[]) => wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles, ...more]);
+
+beforeAll(async () => {
+  // The demo profile, pinned to a key of this test's own, with a third revision signed but never rolled out.
+  cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), profile, { recursive: true });
+  rmSync(join(profile, 'envelopes'), { recursive: true });
+  const r2 = parse(readFileSync(join(profile, 'revisions', '2.yaml'), 'utf8')) as Record<string, unknown>;
+  writeFileSync(
+    join(profile, 'revisions', '3.yaml'),
+    stringify({ ...r2, revision: 3, description: 'signed, not rolled out', previous: 2, verify: `grep -qx 'wavegate demo revision 3' "$HOME/etc/motd"`, payload: [{ name: 'motd', source: 'payload/motd-r2' }] }),
+  );
+  const key = join(scratch.dir, 'alice.key');
+  expect((await cli(['keygen', '--out', key, '--name', 'alice'])).code).toBe(0);
+  expect((await cli(['trust', `${key}.pub.yaml`, '--threshold', '1', '--out', join(profile, 'trust.yaml')])).code).toBe(0);
+  for (const n of [1, 2, 3]) {
+    const signed = await cli(['sign', join(profile, 'revisions', `${n}.yaml`), '--key', key, '--out', join(profile, 'envelopes', `${n}.json`)]);
+    expect(signed.code, signed.stderr).toBe(0);
+  }
+  env = await startDevServerEnv();
+  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit'), trustDir: profiles });
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+}, 240_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await fleet?.stop();
+  await env?.teardown();
+  scratch.cleanup();
+});
+
+describe('fleet status: the default revision', () => {
+  it('checks the newest signed revision, saying so, while no rollout has completed; then the revision the last completed rollout left; --revision and a missing Temporal as said', async () => {
+    const before = await status();
+    expect(before.stdout).toContain(`checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${env!.address}`);
+    expect(before.stdout).toMatch(/^fleet demo r3/m);
+
+    const spec = join(scratch.dir, 'r1-r2.yaml');
+    writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] } }));
+    const started = await wg(['start', '-f', spec, '--inventory', inventory, '--profiles', profiles, '--wait', '--interval', '300']);
+    expect(started.code, started.stdout + started.stderr).toBe(0);
+
+    // The healthy fleet after its rollout reads green, though r3 is signed.
+    const after = await status();
+    expect(after.code, after.stdout + after.stderr).toBe(0);
+    expect(after.stdout).toMatch(/^checking r2: left by rollout (\S+) completed \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/m);
+    const rolloutId = /^checking r2: left by rollout (\S+) completed/m.exec(after.stdout)![1]!;
+    expect(started.stdout).toContain(rolloutId);
+    expect(after.stdout).toMatch(/^ {2}applied +4$/m);
+    const json = JSON.parse((await status('--json')).stdout) as { revision: number; revisionWhy: string };
+    expect(json.revision).toBe(2);
+    expect(json.revisionWhy).toContain(`left by rollout ${rolloutId}`);
+
+    const r3 = await status('--revision', '3');
+    expect(r3.code).toBe(1);
+    expect(r3.stdout).toContain('checking r3: --revision');
+    expect(r3.stdout).toMatch(/^ {2}pending +4/m);
+
+    // No Temporal at the address given: the newest, and why.
+    const nobody = `127.0.0.1:${await freePort()}`;
+    const noTemporal = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles], nobody);
+    expect(noTemporal.code).toBe(1);
+    expect(noTemporal.stdout).toContain(`checking r3: newest signed, Temporal at ${nobody} not reachable, so no completed rollout could be read`);
+    expect(noTemporal.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+describe('drift: a refused device fails the check', () => {
+  it('exits 1 naming a device whose host key is not the pinned one; an unreachable device is listed and does not fail it', async () => {
+    const clean = await wg(['drift', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles]);
+    expect(clean.code, clean.stdout + clean.stderr).toBe(0);
+
+    const doc = parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; port: number; ssh?: object }> };
+    const wrongPin = { ...doc, devices: doc.devices.map((d, i) => (i === 0 ? { ...d, ssh: { ...d.ssh, hostKey: `SHA256:${'A'.repeat(43)}` } } : d)) };
+    const pinned = join(scratch.dir, 'wrong-pin.yaml');
+    writeFileSync(pinned, stringify(wrongPin));
+    const refused = await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles]);
+    expect(refused.code, refused.stdout + refused.stderr).toBe(1);
+    expect(refused.stdout).toMatch(/^ {2}edge-01 +refused +- +refused \(host-key\): /m);
+    expect(refused.stdout).toContain('0 drifted of 4 devices in scope (3 ok, 0 without marker, 1 refused, 0 unreachable)');
+    expect(refused.stdout).toContain('1 device(s) refused as pinned (edge-01): their drift is unknown; exit 1');
+    const asJson = JSON.parse((await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles, '--json'])).stdout) as { refused: number; devices: Array<{ id: string; status: string }> };
+    expect(asJson.refused).toBe(1);
+    expect(asJson.devices.find((d) => d.id === 'edge-01')?.status).toBe('refused');
+
+    const away = { ...doc, devices: doc.devices.map((d, i) => (i === 1 ? { ...d, port: 1 } : d)) };
+    const awayPath = join(scratch.dir, 'away.yaml');
+    writeFileSync(awayPath, stringify(away));
+    const unreachable = await wg(['drift', '--profile', 'demo', '--inventory', awayPath, '--profiles', profiles]);
+    expect(unreachable.code, unreachable.stdout).toBe(0);
+    expect(unreachable.stdout).toMatch(/^ {2}edge-02 +unreachable /m);
+    expect(unreachable.stdout).toContain('1 device(s) unreachable: not checked, not counted as drift');
+  });
+});
