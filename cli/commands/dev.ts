@@ -162,7 +162,8 @@ export function register(program: Command): void {
           log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
           const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), { head: final.auditHead, key: readAuditKey(stack.auditKeyFile) });
           log(`audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`);
-          log(`Web UI (the finished run stays there until the stack stops): ${stack.server.uiUrl}`);
+          // The stack (and the Web UI with it) stops as this returns: no link that is dead by the time it is read.
+          log(`Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: \`npm run dev\` (wavegate dev --demo; Ctrl-C stops it), and start the rollout from another terminal as in the README's quick start.`);
           return ok ? EXIT_OK : EXIT_FAILED;
         });
       }),
