@@ -198,6 +198,16 @@ async function describeOrUndefined(client: Client, workflowId: string, runId?: s
   }
 }
 
+/** Wait (bounded) for a lock whose rollout has closed to close after it. */
+async function awaitLockClosed(client: Client, lockId: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 50; Date.now() < deadline; delay = Math.min(delay * 2, 500)) {
+    const described = await describeOrUndefined(client, lockId);
+    if (!described || described.status.name !== 'RUNNING') return;
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
 /**
  * The rollout a lock run started, once it has: its pending child while the rollout runs, or the lock's
  * result once it has closed (a rollout may end before it is looked at). Read by describe, which needs no
@@ -255,9 +265,8 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
   const fingerprint = rolloutFingerprint(input);
   const memo: Record<string, string> = { wavegateSpec: fingerprint, ...(opts.key ? { wavegateKey: opts.key } : {}) };
   const lockId = profileLockId(spec.profile);
-  let lock: Awaited<ReturnType<typeof client.workflow.start<typeof profileLockWorkflow>>>;
-  try {
-    lock = await client.workflow.start<typeof profileLockWorkflow>('profileLockWorkflow', {
+  const startLock = () =>
+    client.workflow.start<typeof profileLockWorkflow>('profileLockWorkflow', {
       workflowId: lockId,
       taskQueue,
       args: [
@@ -281,14 +290,23 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
       staticSummary: `lock of profile ${spec.profile}: held by ${rolloutId} until it closes`,
       staticDetails: `One running rollout per profile. Terminating this lock does not stop ${rolloutId} (abandoned child): it only lets another rollout of ${spec.profile} start beside it.`,
     });
+  let lock: Awaited<ReturnType<typeof startLock>>;
+  try {
+    lock = await startLock();
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) {
-      // Two starts racing: the other one holds the lock; it is ours if key and spec match.
-      const raced = opts.key !== undefined ? await rolloutOfKey(client, opts.key, input) : undefined;
-      if (raced) return raced;
-      throw conflict((await heldRolloutOf(client, spec.profile))?.rolloutId ?? lockId);
-    }
-    throw err;
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    // Two starts racing: the other one holds the lock; it is ours if key and spec match.
+    const raced = opts.key !== undefined ? await rolloutOfKey(client, opts.key, input) : undefined;
+    if (raced) return raced;
+    const holder = await heldRolloutOf(client, spec.profile);
+    if (holder) throw conflict(holder.rolloutId);
+    // The lock's rollout has closed and the lock is closing after it (a start straight after a
+    // `--wait` that returned at the rollout's close): wait for it, then take it.
+    await awaitLockClosed(client, lockId, 30_000);
+    lock = await startLock().catch(async (again: unknown) => {
+      if (again instanceof WorkflowExecutionAlreadyStartedError) throw conflict((await heldRolloutOf(client, spec.profile))?.rolloutId ?? lockId);
+      throw again;
+    });
   }
   const started = await awaitLockedRollout(client, lockId, lock.firstExecutionRunId, opts.startTimeoutMs ?? 60_000);
   return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(started.rolloutId), runId: started.runId, existing: false };

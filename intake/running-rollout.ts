@@ -11,13 +11,27 @@ export async function heldRolloutOf(client: Client, profile: string): Promise<{ 
   const lock = await describeRunning(client, profileLockId(profile));
   if (lock) {
     const child = lock.raw.pendingChildren?.find((c) => c.workflowId)?.workflowId;
+    if (child) return { rolloutId: child, via: 'lock' };
     const memo = (lock.memo ?? {}) as { wavegateRollout?: unknown };
-    const rolloutId = child ?? (typeof memo.wavegateRollout === 'string' ? memo.wavegateRollout : undefined);
-    if (rolloutId) return { rolloutId, via: 'lock' };
+    const named = typeof memo.wavegateRollout === 'string' ? memo.wavegateRollout : undefined;
+    // No pending child: the rollout is not started yet (held), or has just closed and the lock is
+    // closing after it (not held: the lock's next workflow task ends it).
+    if (named && !(await describeClosed(client, named))) return { rolloutId: named, via: 'lock' };
   }
   const legacy = await describeRunning(client, legacyRolloutId(profile));
   if (legacy && legacy.type === 'rolloutWorkflow') return { rolloutId: legacy.workflowId, via: 'legacy' };
   return undefined;
+}
+
+/** Did the workflow run and close? (Not found: not started yet.) */
+async function describeClosed(client: Client, workflowId: string): Promise<boolean> {
+  const { WorkflowNotFoundError } = require('@temporalio/client') as typeof import('@temporalio/client');
+  try {
+    return (await client.workflow.getHandle(workflowId).describe()).status.name !== 'RUNNING';
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return false;
+    throw err;
+  }
 }
 
 async function describeRunning(client: Client, workflowId: string) {

@@ -86,8 +86,9 @@ export async function profileLockWorkflow(input: ProfileLockInput): Promise<Prof
     const status = (await child.result()) as RolloutStatus;
     return { ...held, closed: 'completed', state: status.state };
   } catch (err) {
-    // The lock cancelled: it ends as cancelled (the rollout, abandoned, runs on).
-    if (wf.isCancellation(err)) throw err;
+    // The lock itself cancelled: it ends as cancelled (the rollout, abandoned, runs on). A rollout
+    // cancelled on its own (the Web UI) is a closed rollout like any other: the lock completes.
+    if (wf.isCancellation(err) && wf.CancellationScope.current().consideredCancelled) throw err;
     // Failed, terminated, timed out, or cancelled: the rollout is closed either way, and the lock is free.
     return { ...held, closed: 'failed', failure: (err as Error).message };
   }

@@ -105,15 +105,18 @@ describe('wavegate CLI against the dev stack', () => {
     const started = await wg(['start', '-f', manual, '--inventory', inventory, '--key', 'change-42', '--json']);
     expect(started.code, started.stderr).toBe(0);
     const first = JSON.parse(started.stdout) as { rolloutId: string; runId: string; url: string; existing: boolean };
-    expect(first).toMatchObject({ rolloutId: 'rollout:demo', existing: false, url: `${uiUrl}/namespaces/default/workflows/rollout%3Ademo` });
+    // An id of its own: the profile and the UTC second it started (issue 23).
+    expect(first.rolloutId).toMatch(/^rollout:demo:\d{8}-\d{6}$/);
+    expect(first).toMatchObject({ existing: false, url: `${uiUrl}/namespaces/default/workflows/${encodeURIComponent(first.rolloutId)}` });
+    const id = first.rolloutId;
 
     // A retried start with the same key and spec: the same rollout, not an error.
     const retried = await wg(['start', '-f', manual, '--inventory', inventory, '--key', 'change-42']);
     expect(retried.code, retried.stderr).toBe(0);
-    expect(retried.stdout).toContain('rollout rollout:demo already started with this key');
-    expect(retried.stdout).toContain(`Web UI: ${uiUrl}/namespaces/default/workflows/rollout%3Ademo`);
+    expect(retried.stdout).toContain(`rollout ${id} already started with this key`);
+    expect(retried.stdout).toContain(`Web UI: ${uiUrl}/namespaces/default/workflows/${encodeURIComponent(id)}`);
     const retriedJson = JSON.parse((await wg(['start', '-f', manual, '--inventory', inventory, '--key', 'change-42', '--json'])).stdout);
-    expect(retriedJson).toMatchObject({ runId: first.runId, existing: true });
+    expect(retriedJson).toMatchObject({ rolloutId: id, runId: first.runId, existing: true });
 
     // Another spec while it runs: CONFLICT, with or without a key.
     const other = spec('other', { ...MANUAL, maxFailureRatio: 0.2 });
@@ -123,63 +126,63 @@ describe('wavegate CLI against the dev stack', () => {
       expect(run.stderr).toContain('CONFLICT');
     }
 
-    await until('the canary to wait for approval', async () => ((await statusOf('rollout:demo')).phases[0]?.stage === 'awaiting-approval' ? true : undefined));
+    await until('the canary to wait for approval', async () => ((await statusOf(id)).phases[0]?.stage === 'awaiting-approval' ? true : undefined));
 
     const listed = await until('visibility to list the running rollout', async () => {
       const run = await wg(['list', '--profile', 'demo', '--state', 'running', '--json']);
       expect(run.code, run.stderr).toBe(0);
       const rows = JSON.parse(run.stdout) as Array<{ workflowId: string; state: string; profile: string }>;
-      return rows.find((r) => r.workflowId === 'rollout:demo');
+      return rows.find((r) => r.workflowId === id);
     });
     expect(listed).toMatchObject({ profile: 'demo', state: 'running' });
     const otherProfile = await wg(['list', '--profile', 'nothing-here', '--json']);
     expect(JSON.parse(otherProfile.stdout)).toEqual([]);
 
     // Controls: each accepted one records who and why; each invalid one is refused at once, exit 2.
-    const wrongPhase = await wg(['approve', 'rollout:demo', '--phase', '1']);
+    const wrongPhase = await wg(['approve', id, '--phase', '1']);
     expect(wrongPhase.code).toBe(2);
     expect(wrongPhase.stderr).toMatch(/phase 1 is not the one waiting; phase 0 "canary[^"]*" is/);
-    const resumeRunning = await wg(['resume', 'rollout:demo']);
+    const resumeRunning = await wg(['resume', id]);
     expect(resumeRunning.code).toBe(2);
     expect(resumeRunning.stderr).toContain('rollout is running; only a paused rollout can be resumed');
 
-    const paused = await wg(['pause', 'rollout:demo', '--reason', 'checking dashboards']);
+    const paused = await wg(['pause', id, '--reason', 'checking dashboards']);
     expect(paused.code, paused.stderr).toBe(0);
-    const pausedAgain = await wg(['pause', 'rollout:demo']);
+    const pausedAgain = await wg(['pause', id]);
     expect(pausedAgain.code).toBe(2);
     expect(pausedAgain.stderr).toContain('INVALID_STATE');
     expect(pausedAgain.stderr).toContain('rollout is paused; only a running rollout can be paused');
-    let s = await statusOf('rollout:demo');
+    let s = await statusOf(id);
     expect(s.state).toBe('paused');
     expect(s.controls.at(-1)).toMatchObject({ control: 'pause', by: me, reason: 'checking dashboards', accepted: true });
     const pausedList = await until('visibility to show it paused', async () => {
       const rows = JSON.parse((await wg(['list', '--state', 'paused', '--json'])).stdout) as Array<{ workflowId: string }>;
-      return rows.find((r) => r.workflowId === 'rollout:demo');
+      return rows.find((r) => r.workflowId === id);
     });
     expect(pausedList).toBeDefined();
 
-    expect((await wg(['resume', 'rollout:demo', '--reason', 'dashboards fine'])).code).toBe(0);
-    const approved = await wg(['approve', 'rollout:demo', '--phase', '0', '--reason', 'canary looks right']);
+    expect((await wg(['resume', id, '--reason', 'dashboards fine'])).code).toBe(0);
+    const approved = await wg(['approve', id, '--phase', '0', '--reason', 'canary looks right']);
     expect(approved.code, approved.stderr).toBe(0);
     s = await until('the next phase to wait for approval', async () => {
-      const st = await statusOf('rollout:demo');
+      const st = await statusOf(id);
       return st.phases[1]?.stage === 'awaiting-approval' ? st : undefined;
     });
     expect(s.controls.map((c) => `${c.control}:${c.by}:${c.accepted}`)).toEqual(expect.arrayContaining([`resume:${me}:true`, `approve:${me}:true`]));
 
-    const aborted = await wg(['abort', 'rollout:demo', '--no-rollback', '--reason', 'enough for today', '--json']);
+    const aborted = await wg(['abort', id, '--no-rollback', '--reason', 'enough for today', '--json']);
     expect(aborted.code, aborted.stderr).toBe(0);
     expect(JSON.parse(aborted.stdout).controls.at(-1)).toMatchObject({ control: 'abort', by: me, reason: 'enough for today' });
     const final = await until('the abort to finish', async () => {
-      const st = await statusOf('rollout:demo');
+      const st = await statusOf(id);
       return st.state === 'aborted' ? st : undefined;
     });
     expect(final.state).toBe('aborted');
-    const resumeAborted = await wg(['resume', 'rollout:demo']);
+    const resumeAborted = await wg(['resume', id]);
     expect(resumeAborted.code).toBe(2);
     expect(resumeAborted.stderr).toContain('rollout is aborted; resume is no longer possible');
 
-    const trail = await runCli(['audit', 'rollout:demo', '--json', '--audit-dir', join(scratch.dir, 'state', 'audit')]);
+    const trail = await runCli(['audit', id, '--json', '--audit-dir', join(scratch.dir, 'state', 'audit')]);
     expect(trail.code, trail.stderr).toBe(0);
     const events = (JSON.parse(trail.stdout) as Array<{ event: string; by: string; reason: string | null }>).map((r) => `${r.event}:${r.by}:${r.reason ?? ''}`);
     expect(events).toEqual(expect.arrayContaining([`rollout.paused:${me}:checking dashboards`, `rollout.resumed:${me}:dashboards fine`, `rollout.approved:${me}:canary looks right`, `rollout.aborted:${me}:enough for today`]));
@@ -190,16 +193,17 @@ describe('wavegate CLI against the dev stack', () => {
     const run = await wg(['start', '-f', quick, '--inventory', inventory, '--watch', '--interval', '300'], 180_000);
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toContain('Web UI: ');
+    const id = /^rollout (rollout:demo:\S+) started$/m.exec(run.stdout)?.[1] ?? 'no id printed';
     expect(run.stdout).not.toContain('\x1b[');
     expect(run.stdout).toMatch(/\[running\] phase canary[^:]*: \d+\/12 applied/);
     expect(run.stdout).toMatch(/rollout completed: 12\/12 applied — exit 0/);
-    const resumeCompleted = await wg(['resume', 'rollout:demo']);
+    const resumeCompleted = await wg(['resume', id]);
     expect(resumeCompleted.code).toBe(2);
     expect(resumeCompleted.stderr).toContain('rollout is completed; resume is no longer possible');
-    const watchDone = await wg(['watch', 'rollout:demo', '--json']);
+    const watchDone = await wg(['watch', id, '--json']);
     expect(watchDone.code).toBe(0);
     expect(JSON.parse(watchDone.stdout).state).toBe('completed');
-    const verify = await runCli(['audit', 'rollout:demo', '--verify', '--audit-dir', join(scratch.dir, 'state', 'audit')]);
+    const verify = await runCli(['audit', id, '--verify', '--audit-dir', join(scratch.dir, 'state', 'audit')]);
     expect(verify.code, verify.stdout + verify.stderr).toBe(0);
     expect(verify.stdout).toContain('chain intact');
   });

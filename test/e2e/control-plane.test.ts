@@ -114,9 +114,12 @@ async function adminQuery<T extends object>(sql: string): Promise<T[]> {
   }
 }
 
+/** The rollout's id, as `start` printed it. */
+let rolloutId = 'not started';
+
 /** The rollout's history and each of its slice children's (event ids are per history). */
 async function allHistories(): Promise<temporal.api.history.v1.IHistoryEvent[][]> {
-  const parent = (await env.client.workflow.getHandle('rollout:demo').fetchHistory()).events ?? [];
+  const parent = (await env.client.workflow.getHandle(rolloutId).fetchHistory()).events ?? [];
   const children = parent.flatMap((e) => (e.childWorkflowExecutionStartedEventAttributes ? [e.childWorkflowExecutionStartedEventAttributes.workflowExecution!] : []));
   const childEvents = await Promise.all(children.map(async (c) => (await env.client.workflow.getHandle(c.workflowId!, c.runId!).fetchHistory()).events ?? []));
   return [parent, ...childEvents];
@@ -176,7 +179,8 @@ describe('three workers, one Temporal, one PostgreSQL, the CLI elsewhere', () =>
     const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory', 'fleet.yaml', '--profiles', 'profiles', ...temporalFlags()], operatorDir);
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     rmSync(join(operatorDir, 'fleet.yaml')); // no worker can have read it: it was never on their disks
-    const handle = env.client.workflow.getHandle('rollout:demo');
+    rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
+    const handle = env.client.workflow.getHandle(rolloutId);
     const [w1, w2, w3] = workers as [(typeof workers)[0], (typeof workers)[0], (typeof workers)[0]];
 
     // SIGKILL worker 1 in the middle of the 25% phase (inline: its devices' states are live in status).
@@ -225,7 +229,7 @@ describe('three workers, one Temporal, one PostgreSQL, the CLI elsewhere', () =>
 
     // The audit in PostgreSQL: one chain, one segment, seq 1..n, ending at the head the workflow holds.
     const rows = await adminQuery<{ chain_run: string; segment: number; seq: string; event: string; hash: string; record: string }>(
-      "SELECT chain_run, segment, seq, event, hash, record FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo' ORDER BY seq",
+      `SELECT chain_run, segment, seq, event, hash, record FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY seq`,
     );
     expect(new Set(rows.map((r) => r.chain_run)).size).toBe(1);
     expect(new Set(rows.map((r) => r.segment))).toEqual(new Set([1]));
@@ -251,9 +255,9 @@ describe('three workers, one Temporal, one PostgreSQL, the CLI elsewhere', () =>
     for (const dir of workerDirs) expect(existsSync(join(dir, 'audit')) ? readdirSync(join(dir, 'audit')) : []).toEqual([]);
 
     // The operator verifies the chain (and every MAC) from the CLI's directory.
-    const verify = await wavegate(['audit', 'rollout:demo', '--verify', '--audit-store', pg.url, '--audit-key-file', 'audit.key', ...temporalFlags()], operatorDir, { PGPASSWORD: pg.password });
+    const verify = await wavegate(['audit', rolloutId, '--verify', '--audit-store', pg.url, '--audit-key-file', 'audit.key', ...temporalFlags()], operatorDir, { PGPASSWORD: pg.password });
     expect(verify.code, `${verify.stdout}\n${verify.stderr}`).toBe(0);
-    expect(verify.stdout).toContain(`audit rollout:demo: ${rows.length} records, chain intact`);
+    expect(verify.stdout).toContain(`audit ${rolloutId}: ${rows.length} records, chain intact`);
     expect(verify.stdout).toContain('MAC: every record checked against the audit key');
   }, 420_000);
 });

@@ -50,18 +50,24 @@ function spec(name: string, rollout: Record<string, unknown>): string {
   return path;
 }
 
-async function status(id = 'rollout:demo'): Promise<RolloutStatus> {
+async function status(id: string): Promise<RolloutStatus> {
   const run = await wg(['status', id, '--json']);
   expect(run.code, run.stderr).not.toBe(2);
   return JSON.parse(run.stdout) as RolloutStatus;
 }
 
-/** Start r1 → r2 with `--wait --json`: the run id (first line) and the exit code. */
-async function startAndWait(name: string, rollout: Record<string, unknown>): Promise<{ runId: string; run: CliRun }> {
+/** The rollout id a command printed (`rollout <id> started`, `revert <id> started`). */
+const printedId = (run: CliRun, verb: 'rollout' | 'revert'): string => new RegExp(`^${verb} (rollout:demo:\\S+) started`, 'm').exec(run.stdout)?.[1] ?? `no id printed: ${run.stdout}${run.stderr}`;
+/** The id of the rollout whose revert window closed (the window test), for the roll-forward. */
+let closedWindowId = 'not started';
+
+/** Start r1 → r2 with `--wait --json`: the rollout's id and run id (first line) and the exit code. */
+async function startAndWait(name: string, rollout: Record<string, unknown>): Promise<{ rolloutId: string; runId: string; run: CliRun }> {
   const run = await wg(['start', '-f', spec(name, rollout), '--inventory', inventory, '--wait', '--json', '--interval', '300']);
   const first = run.stdout.split('\n')[0] ?? '';
   expect(first, run.stdout + run.stderr).toMatch(/^\{/);
-  return { runId: (JSON.parse(first) as { runId: string }).runId, run };
+  const { rolloutId, runId } = JSON.parse(first) as { rolloutId: string; runId: string };
+  return { rolloutId, runId, run };
 }
 
 const floorOf = (id: string): DeviceFloor | null => {
@@ -117,41 +123,47 @@ describe('wavegate revert', () => {
     for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
     const started = await wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory]);
     expect(started.code, started.stderr).toBe(0);
-    await until('the canary at its manual gate', async () => ((await status()).phases[0]?.stage === 'awaiting-approval' ? true : undefined), 90_000);
+    const id = printedId(started, 'rollout');
+    await until('the canary at its manual gate', async () => ((await status(id)).phases[0]?.stage === 'awaiting-approval' ? true : undefined), 90_000);
 
-    const running = await wg(['revert', 'rollout:demo']);
+    const running = await wg(['revert', id]);
     expect(running.code, running.stdout).toBe(2);
-    expect(running.stderr).toContain('wavegate: INVALID_STATE: rollout:demo is running: only a completed rollout can be reverted; to undo it now, abort it');
+    expect(running.stderr).toContain(`wavegate: INVALID_STATE: ${id} is running: only a completed rollout can be reverted; to undo it now, abort it`);
 
-    expect((await wg(['approve', 'rollout:demo'])).code).toBe(0);
+    expect((await wg(['approve', id])).code).toBe(0);
     const back = await until('the failed health gate to roll the canary back', async () => {
-      const s = await status();
+      const s = await status(id);
       return s.state === 'running' || s.state === 'paused' ? undefined : s;
     }, 90_000);
     expect(back.state).toBe('rolled-back');
     const before = fleet.totalCommands();
-    const rolledBack = await wg(['revert', 'rollout:demo']);
+    const rolledBack = await wg(['revert', id]);
     expect(rolledBack.code, rolledBack.stdout).toBe(2);
-    expect(rolledBack.stderr).toContain('INVALID_STATE: rollout:demo is rolled-back: it already put back every device it changed to r1; nothing to revert');
-    expect((await status()).state).toBe('rolled-back');
+    expect(rolledBack.stderr).toContain(`INVALID_STATE: ${id} is rolled-back: it already put back every device it changed to r1; nothing to revert`);
+    expect((await status(id)).state).toBe('rolled-back');
     expect(fleet.totalCommands()).toBe(before);
     for (const d of fleet.devices) await fleet.setFaults(d.id, {});
   });
 
   it('inside the window: the revert brings exactly the devices the rollout changed back to r1, the others untouched; audit and status name the original', async () => {
     await fleet.setFaults(OFFLINE, { offline: true });
-    const { runId, run } = await startAndWait('inside', { ...FAST, revertWindow: '1h' });
+    const { rolloutId: id, runId, run } = await startAndWait('inside', { ...FAST, revertWindow: '1h' });
     expect(run.code, run.stdout + run.stderr).toBe(1); // completed with the offline device skipped
-    const original = await status();
+    const original = await status(id);
     const changed = REQUIRED.filter((id) => id !== OFFLINE);
     expect(original.devices.filter((d) => d.state === 'applied').map((d) => d.id).sort()).toEqual(changed);
     for (const id of changed) expect(markerOf(fleet, id)).toBe(2);
     await fleet.setFaults(OFFLINE, {});
+    const offlineMarker = markerOf(fleet, OFFLINE);
+    expect([null, 1]).toContain(offlineMarker);
 
     const before = commandCounts();
-    const revert = await wg(['revert', 'rollout:demo', '--wait', '--interval', '300']);
+    const revert = await wg(['revert', id, '--wait', '--interval', '300']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
-    expect(revert.stdout).toContain(`revert rollout:demo started: r2 → r1 over the 6 device(s) rollout:demo (run ${runId}) changed, 2 phase(s) as it ran`);
+    // The revert is a rollout of its own, with an id of its own.
+    const revertId = printedId(revert, 'revert');
+    expect(revertId).not.toBe(id);
+    expect(revert.stdout).toContain(`revert ${revertId} started: r2 → r1 over the 6 device(s) ${id} (run ${runId}) changed, 2 phase(s) as it ran`);
     expect(revert.stdout).toMatch(/rollout completed: .* — exit 0/);
 
     // Read back from the devices: every changed one verifies r1 again, with its marker and its floor at r1.
@@ -160,48 +172,51 @@ describe('wavegate revert', () => {
       expect(verifiesAt(fleet, id, 1), id).toBe(true);
       expect(verifiesAt(fleet, id, 2), id).toBe(false);
       // Raised by the revert's own apply, to its target with no way back (window 0), tagged with the revert's run.
-      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: 'rollout:demo', run: expect.not.stringMatching(runId), window: 0, at: expect.any(Number) });
+      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: revertId, run: expect.not.stringMatching(runId), window: 0, at: expect.any(Number) });
     }
     // The devices it did not change (offline then, left-behind) saw no command at all.
     const after = commandCounts();
     for (const id of [OFFLINE, LEFT_BEHIND]) expect(after[id], id).toBe(before[id]);
-    expect(markerOf(fleet, OFFLINE)).toBeNull();
+    // Untouched (r1 if an earlier test's canary, picked by the rollout's id, was it and was put back; else none).
+    expect(markerOf(fleet, OFFLINE)).toBe(offlineMarker);
 
     // The revert's own history (patch revert-rollouts) is replayed by test/workflow/replay.test.ts.
-    await recordHistory(env!.client.workflow.getHandle('rollout:demo'), 'revert-inside-window');
-    const reverted = await status();
-    expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: 'rollout:demo', runId } });
+    await recordHistory(env!.client.workflow.getHandle(revertId), 'revert-inside-window');
+    const reverted = await status(revertId);
+    expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: id, runId } });
     expect(reverted.devices.map((d) => d.id).sort()).toEqual(changed);
     expect(reverted.phases).toHaveLength(2);
-    const human = await wg(['status', 'rollout:demo']);
-    expect(human.stdout).toContain(`reverts: rollout:demo (run ${runId}), r2 → r1`);
+    const human = await wg(['status', revertId]);
+    expect(human.stdout).toContain(`reverts: ${id} (run ${runId}), r2 → r1`);
 
-    const audit = await wg(['audit', 'rollout:demo', '--audit-dir', auditDir, '--json']);
+    const audit = await wg(['audit', revertId, '--audit-dir', auditDir, '--json']);
     expect(audit.code, audit.stderr).toBe(0);
     const records = JSON.parse(audit.stdout) as AuditRecord[];
-    expect(records[0]).toMatchObject({ event: 'rollout.started', evidence: { from: 2, to: 1, reverts: 'rollout:demo', revertsRun: runId } });
+    expect(records[0]).toMatchObject({ event: 'rollout.started', evidence: { from: 2, to: 1, reverts: id, revertsRun: runId } });
     expect(records.find((r) => r.event === 'floor.confirmed')).toMatchObject({ evidence: { revision: 1, from: 1, revertWindowMs: 0 } });
-    const originalTrail = await wg(['audit', 'rollout:demo', '--audit-dir', auditDir, '--run', runId, '--json']);
+    // The original's trail, by its id alone.
+    const originalTrail = await wg(['audit', id, '--audit-dir', auditDir, '--json']);
     expect((JSON.parse(originalTrail.stdout) as AuditRecord[]).at(-1)).toMatchObject({ event: 'rollout.completed' });
 
     // A revert is not reverted again: going up is a start.
-    const again = await wg(['revert', 'rollout:demo']);
+    const again = await wg(['revert', revertId]);
     expect(again.code).toBe(2);
-    expect(again.stderr).toContain(`rollout:demo is itself a revert of rollout:demo (run ${runId}): to go back up to r2, start a rollout r1 → r2 again`);
+    expect(again.stderr).toContain(`${revertId} is itself a revert of ${id} (run ${runId}): to go back up to r2, start a rollout r1 → r2 again`);
   });
 
   it('--fast: one phase over every changed device, no gate timer, its health checks still run', async () => {
-    const { runId, run } = await startAndWait('fast', { ...FAST, revertWindow: '1h' });
+    const { rolloutId: id, runId, run } = await startAndWait('fast', { ...FAST, revertWindow: '1h' });
     expect(run.code, run.stdout + run.stderr).toBe(0);
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
     const before = commandCounts();
 
-    const revert = await wg(['revert', 'rollout:demo', '--fast', '--wait', '--interval', '300']);
+    const revert = await wg(['revert', id, '--fast', '--wait', '--interval', '300']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
-    expect(revert.stdout).toContain(`over the 7 device(s) rollout:demo (run ${runId}) changed, one phase, no gate (--fast)`);
-    await recordHistory(env!.client.workflow.getHandle('rollout:demo'), 'revert-fast');
-    const s = await status();
-    expect(s.reverts).toEqual({ rolloutId: 'rollout:demo', runId, closedAt: expect.any(Number) });
+    expect(revert.stdout).toContain(`over the 7 device(s) ${id} (run ${runId}) changed, one phase, no gate (--fast)`);
+    const revertId = printedId(revert, 'revert');
+    await recordHistory(env!.client.workflow.getHandle(revertId), 'revert-fast');
+    const s = await status(revertId);
+    expect(s.reverts).toEqual({ rolloutId: id, runId, closedAt: expect.any(Number) });
     expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
     expect(s.phases[0]!.evidence!.join(' ')).toContain('all-runtimes-healthy');
     for (const id of REQUIRED) expect(markerOf(fleet, id), id).toBe(1);
@@ -209,28 +224,29 @@ describe('wavegate revert', () => {
   });
 
   it('outside the window: refused (exit 2) with the roll-forward commands, nothing started, and the devices keep their floor', async () => {
-    const { runId, run } = await startAndWait('short-window', { ...FAST, revertWindow: '3s' });
+    const { rolloutId: id, runId, run } = await startAndWait('short-window', { ...FAST, revertWindow: '3s' });
     expect(run.code, run.stdout + run.stderr).toBe(0);
+    closedWindowId = id;
     const closedFloor = floorOf('edge-01');
     // Raised by its apply, tagged with the run, carrying the window; the window runs from the rollout's close.
-    expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: 'rollout:demo', run: runId, window: 3_000 });
-    const closedAt = (await env!.client.workflow.getHandle('rollout:demo', runId).describe()).closeTime!.getTime();
+    expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: id, run: runId, window: 3_000 });
+    const closedAt = (await env!.client.workflow.getHandle(id, runId).describe()).closeTime!.getTime();
     await until('the 3 s revert window to pass', async () => (Date.now() > closedAt + 3_000 + 1_500 ? true : undefined));
 
     const before = fleet.totalCommands();
-    const late = await wg(['revert', 'rollout:demo']);
+    const late = await wg(['revert', id]);
     expect(late.code, late.stdout).toBe(2);
-    expect(late.stderr).toMatch(/wavegate: INVALID_STATE: rollout:demo completed at \S+ and its revert window \(revertWindow 3s\) closed at \S+: its devices' floor is r2 now/);
+    expect(late.stderr).toContain(`wavegate: INVALID_STATE: ${id} completed at `);
+    expect(late.stderr).toMatch(/ completed at \S+ and its revert window \(revertWindow 3s\) closed at \S+: its devices' floor is r2 now/);
     expect(late.stderr).toContain("roll forward: r1's content as a new revision r3, then a rollout r2 → r3:");
     expect(late.stderr).toMatch(/wavegate sign \S+\/profiles\/demo\/revisions\/3\.yaml --key <your key> --out \S+\/profiles\/demo\/envelopes\/3\.json/);
     expect(late.stderr).toContain('wavegate start -f <the rollout\'s spec with fromRevision: 2, toRevision: 3>');
 
-    // Nothing started: the rollout id still names the original run, and no device was contacted.
-    const still = await status();
+    // Nothing started: the profile's lock is free, and no device was contacted.
+    const still = await status(id);
     expect(still).toMatchObject({ fromRevision: 1, toRevision: 2, state: 'completed' });
     expect(still.reverts).toBeUndefined();
-    const described = await env!.client.workflow.getHandle('rollout:demo').describe();
-    expect(described.runId).toBe(runId);
+    expect((await env!.client.workflow.getHandle('profile-lock:demo').describe()).status.name).toBe('COMPLETED');
     expect(fleet.totalCommands()).toBe(before);
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
   });
@@ -263,7 +279,7 @@ describe('the printed roll-forward, run as printed', () => {
 
     // The fleet is at r2 with its window closed (the test above): the revert prints the way forward.
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
-    const late = await wgForward(['revert', 'rollout:demo', '--profiles', root]);
+    const late = await wgForward(['revert', closedWindowId, '--profiles', root]);
     expect(late.code).toBe(2);
     const lines = late.stderr.split('\n').map((l) => l.trim());
     const at = lines.indexOf("roll forward: r1's content as a new revision r3, then a rollout r2 → r3:");

@@ -166,9 +166,16 @@ describe('one id per rollout', () => {
       code: 'CONFLICT',
       message: expect.stringContaining(`a rollout of profile "demo" is already running (${held.rolloutId})`),
     });
-    const watched = await wg(['abort', held.rolloutId, '--reason', 'test over']);
-    expect(watched.code, watched.stderr).toBe(0);
-    await until('the held rollout to close', async () => ((await env!.client.workflow.getHandle(held.rolloutId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
+    // A rollout cancelled on its own (as from the Web UI) closes; its lock completes after it and is free again.
+    await env!.client.workflow.getHandle(held.rolloutId).cancel();
+    const lockRun = await until('the lock to close after its rollout', async () => {
+      const d = await env!.client.workflow.getHandle(profileLockId('demo')).describe();
+      return d.status.name === 'RUNNING' ? undefined : d;
+    }, 90_000);
+    expect(lockRun.status.name).toBe('COMPLETED');
+    expect((await env!.client.workflow.getHandle(held.rolloutId).describe()).status.name).toBe('CANCELLED');
+    expect(await env!.client.workflow.getHandle(profileLockId('demo'), lockRun.runId).result()).toMatchObject({ rolloutId: held.rolloutId, closed: 'failed' });
+    await recordHistory(env!.client.workflow.getHandle(profileLockId('demo'), lockRun.runId), 'profile-lock-rollout-cancelled');
   });
 
   it('a rollout started the old way as rollout:demo is listed, read with status, blocks a start, and its refused revert says how to find an earlier run', async () => {

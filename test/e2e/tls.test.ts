@@ -77,12 +77,12 @@ async function rolloutThrough(taskQueue: string, connect: { flags?: string[]; en
   expect(worker.output()).toMatch(expectInWorkerLine);
   const start = await cli(['start', '-f', specPath, '--inventory', inventory, '--profiles', PROFILES, '--task-queue', taskQueue], connect);
   expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
-  expect(start.stdout).toContain('rollout:demo');
+  const id = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
   const listed = await cli(['list', '--profile', 'demo', '--json'], connect);
   expect(listed.code, listed.stderr).toBe(0);
-  expect((JSON.parse(listed.stdout) as Array<{ workflowId: string }>).map((r) => r.workflowId)).toContain('rollout:demo');
+  expect((JSON.parse(listed.stdout) as Array<{ workflowId: string }>).map((r) => r.workflowId)).toContain(id);
   const status = await until('the rollout to complete through the proxy', async () => {
-    const run = await cli(['status', 'rollout:demo'], connect);
+    const run = await cli(['status', id], connect);
     return run.code === 0 ? run : undefined;
   }, 120_000);
   expect(status.stdout).toMatch(/completed/);
@@ -133,7 +133,7 @@ describe('worker and CLI through a TLS-terminating nginx in front of Temporal', 
     const byToml = await cli(['list', '--profile', 'demo'], { env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'tls' } });
     for (const run of [byEnv, byToml]) {
       expect(run.code, run.stderr).toBe(0);
-      expect(run.stdout).toMatch(/rollout:demo\s+rollout\s+demo\s+completed/);
+      expect(run.stdout).toMatch(/rollout:demo:\S+\s+rollout\s+demo\s+completed/);
     }
   }, 240_000);
 

@@ -63,13 +63,16 @@ describe('wavegate watch in a terminal', () => {
     );
     const started = await wg(['start', '-f', spec, '--inventory', inventory]);
     expect(started.code, started.stderr).toBe(0);
+    // Its own id (issue 23): `rollout:demo:<UTC yyyymmdd-hhmmss>`, as start printed it.
+    const id = /^rollout (rollout:demo:\d{8}-\d{6}) started$/m.exec(started.stdout)?.[1] ?? 'no id printed';
+    const header = new RegExp(`^rollout ${id} `);
 
-    const command = `${process.execPath} ${WAVEGATE_BIN} watch rollout:demo --address ${address} --interval 300; echo "watch exit=$?"; sleep 600`;
+    const command = `${process.execPath} ${WAVEGATE_BIN} watch ${id} --address ${address} --interval 300; echo "watch exit=$?"; sleep 600`;
     tmux('new-session', '-d', '-s', 'watch', '-x', '120', '-y', '40', '-c', PROJECT_ROOT, '-e', 'TEMPORAL_ADDRESS=', command);
 
     // Moment 1: the canary waits at its manual gate.
     const first = await screenUntil('the canary awaiting approval', (t) => /awaiting-approval/.test(t));
-    expect(occurrences(first, /^rollout rollout:demo /), first).toBe(1);
+    expect(occurrences(first, header), first).toBe(1);
     expect(occurrences(first, /^ {2}DEVICE /), first).toBe(1);
     expect(first).toMatch(/^ {2}0 canary 1 device +\[#+\] +1\/1 +applied 1 +awaiting-approval$/m);
     expect(first).toMatch(/^ {2}1 bulk remainder +\[\.+\] +0\/11 +applied 0 +pending$/m);
@@ -78,14 +81,14 @@ describe('wavegate watch in a terminal', () => {
     // The frame is redrawn while nothing changes but the clock: still one block.
     const clock = /at (\d\d:\d\d:\d\d)/.exec(first)![1];
     const later = await screenUntil('a newer frame', (t) => /at (\d\d:\d\d:\d\d)/.exec(t)?.[1] !== clock);
-    expect(occurrences(later, /^rollout rollout:demo /), later).toBe(1);
+    expect(occurrences(later, header), later).toBe(1);
 
-    const approved = await wg(['approve', 'rollout:demo', '--reason', 'watching it in tmux']);
+    const approved = await wg(['approve', id, '--reason', 'watching it in tmux']);
     expect(approved.code, approved.stderr).toBe(0);
 
     // Moment 2: the rollout finished; the same block now shows every phase passed, then the outcome.
     const last = await screenUntil('the outcome', (t) => /watch exit=/.test(t), 120_000);
-    expect(occurrences(last, /^rollout rollout:demo /), last).toBe(1);
+    expect(occurrences(last, header), last).toBe(1);
     expect(occurrences(last, /^ {2}DEVICE /), last).toBe(1);
     expect(last).toMatch(/state completed +phase done/);
     expect(last).toMatch(/^ {2}0 canary 1 device +\[#+\] +1\/1 +applied 1 +passed/m);
@@ -94,6 +97,6 @@ describe('wavegate watch in a terminal', () => {
     expect(last).toContain('watch exit=0');
     expect(last).not.toEqual(first);
     // The block sits where it started: the header is still the screen's first line.
-    expect(last.split('\n')[0]).toMatch(/^rollout rollout:demo /);
+    expect(last.split('\n')[0]).toMatch(header);
   });
 });

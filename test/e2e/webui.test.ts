@@ -37,7 +37,9 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
-const status = () => client.workflow.getHandle('rollout:demo').query<RolloutStatus>('status');
+/** The rollout's id, as `start` printed it (`rollout:demo:<UTC yyyymmdd-hhmmss>`). */
+let id = 'not started';
+const status = () => client.workflow.getHandle(id).query<RolloutStatus>('status');
 const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
 beforeAll(async () => {
@@ -70,24 +72,25 @@ describe('the Temporal Web UI in headless Chromium', () => {
     writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }], disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 } } }));
     const started = await runCli(['start', '-f', spec, '--inventory', inventory, '--address', address], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });
     expect(started.code, started.stderr).toBe(0);
+    id = /^rollout (rollout:demo:\S+) started$/m.exec(started.stdout)?.[1] ?? 'no id printed';
     const waiting = await until('the canary to wait for approval', async () => ((await status()).phases[0]?.stage === 'awaiting-approval' ? await status() : undefined));
     const canary = waiting.devices.find((d) => d.phase === 0)!.id;
 
     // 1. Listed, and filtered by the WavegateProfile search attribute (the UI's query, in the URL).
     const listUrl = (profile: string) => `${uiUrl}/namespaces/default/workflows?query=${encodeURIComponent(`WavegateProfile="${profile}"`)}`;
     await page.goto(listUrl('demo'));
-    const row = page.getByRole('link', { name: 'rollout:demo' }).first();
+    const row = page.getByRole('link', { name: id }).first();
     await row.waitFor({ timeout: 30_000 });
     await expect.poll(() => page.getByText('WavegateProfile = "demo"').count()).toBeGreaterThan(0);
     await shot('1-list-filtered-by-profile');
     await page.goto(listUrl('somebody-else'));
     await page.getByText(/No Workflows|No Results/i).first().waitFor({ timeout: 30_000 });
-    expect(await page.getByRole('link', { name: 'rollout:demo' }).count()).toBe(0);
+    expect(await page.getByRole('link', { name: id }).count()).toBe(0);
 
     // 2. The workflow page: the live progress table in current details.
-    await page.goto(`${uiUrl}/namespaces/default/workflows/${encodeURIComponent('rollout:demo')}`);
+    await page.goto(`${uiUrl}/namespaces/default/workflows/${encodeURIComponent(id)}`);
     // The UI redirects to the latest run's page first; the tabs belong to that page.
-    await page.waitForURL(/\/workflows\/rollout%3Ademo\/[0-9a-f-]{36}\//);
+    await page.waitForURL(new RegExp(`/workflows/${encodeURIComponent(id)}/[0-9a-f-]{36}/`));
     await page.getByRole('link', { name: 'User Metadata' }).or(page.getByRole('tab', { name: 'User Metadata' })).first().click();
     const details = page.getByText('Current Details').first();
     await details.waitFor();
@@ -134,7 +137,7 @@ describe('the Temporal Web UI in headless Chromium', () => {
     await shot('4-request-cancellation');
     await confirm.getByTestId('confirm-modal-button').click();
     const closed = await until('the workflow to close', async () => {
-      const d = await client.workflow.getHandle('rollout:demo').describe();
+      const d = await client.workflow.getHandle(id).describe();
       return d.status.name === 'RUNNING' ? undefined : d;
     }, 90_000);
     expect(closed.status.name).toBe('CANCELLED');
@@ -146,7 +149,7 @@ describe('the Temporal Web UI in headless Chromium', () => {
     expect(final.state).toBe('cancelled');
     expect(final.devices.find((d) => d.id === canary)?.state).toBe('rolled-back');
     expect(readFileSync(join(stateDir, 'demo-fleet', canary, '.wavegate', 'profiles', 'demo', 'revision'), 'utf8').trim()).toBe('1');
-    const trail = await runCli(['audit', 'rollout:demo', '--json', '--audit-dir', join(stateDir, 'audit')]);
+    const trail = await runCli(['audit', id, '--json', '--audit-dir', join(stateDir, 'audit')]);
     const events = (JSON.parse(trail.stdout) as Array<{ event: string; by: string }>).map((r) => `${r.event}:${r.by}`);
     expect(events).toEqual(expect.arrayContaining(['rollout.paused:web-ui', 'rollback.started:temporal-cancel', 'rollback.completed:temporal-cancel', 'rollout.cancelled:temporal-cancel']));
     expect(events.at(-1)).toBe('rollout.cancelled:temporal-cancel');
