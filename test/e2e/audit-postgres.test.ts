@@ -64,7 +64,9 @@ async function admin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
   }
 }
 
-const verifyArgs = () => ['audit', 'rollout:demo', '--verify', '--audit-store', pg.url, '--audit-key-file', keyFile, '--address', env.address];
+/** The rollout's id, as `start` printed it (each rollout has its own). */
+let rolloutId = 'not started';
+const verifyArgs = () => ['audit', rolloutId, '--verify', '--audit-store', pg.url, '--audit-key-file', keyFile, '--address', env.address];
 
 beforeAll(async () => {
   mkdirSync(workerDir, { recursive: true });
@@ -123,8 +125,9 @@ describe('the audit in PostgreSQL, end to end', () => {
     const start = await wavegate(['start', '-f', specPath, '--inventory', inventory, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--task-queue', TASK_QUEUE, '--wait'], { cwd: operatorDir });
     expect(start.code, `${start.stdout}\n${start.stderr}\n${workerOutput}`).toBe(0);
     expect(start.stdout).toMatch(/rollout completed/);
+    rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
 
-    const rows = await admin(async (c) => (await c.query<{ seq: string; event: string }>("SELECT seq, event FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo' ORDER BY seq")).rows);
+    const rows = await admin(async (c) => (await c.query<{ seq: string; event: string }>(`SELECT seq, event FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY seq`)).rows);
     expect(rows.map((r) => Number(r.seq))).toEqual(rows.map((_, i) => i + 1));
     expect(rows[0]!.event).toBe('rollout.started');
     expect(rows.at(-1)!.event).toBe('rollout.completed');
@@ -133,35 +136,35 @@ describe('the audit in PostgreSQL, end to end', () => {
 
     const verify = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(verify.code, `${verify.stdout}\n${verify.stderr}`).toBe(0);
-    expect(verify.stdout).toContain(`audit rollout:demo: ${rows.length} records, chain intact`);
+    expect(verify.stdout).toContain(`audit ${rolloutId}: ${rows.length} records, chain intact`);
     expect(verify.stdout).toMatch(/head: compared with .*record \d+/);
     expect(verify.stdout).toContain('MAC: every record checked against the audit key');
 
-    const listing = await wavegate(['audit', 'rollout:demo', '--audit-store', pg.url], { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+    const listing = await wavegate(['audit', rolloutId, '--audit-store', pg.url], { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(listing.code, listing.stderr).toBe(0);
     expect(listing.stdout).toContain('rollout.completed');
   }, 300_000);
 
   it('a row edited in the database (UPDATE) makes --verify exit 1 naming its seq; put back, it passes again', async () => {
-    const original = await admin(async (c) => (await c.query<{ record: string }>("SELECT record FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo' AND seq = 2")).rows[0]!.record);
-    await admin((c) => c.query("UPDATE wavegate_audit_records SET record = replace(record, '\"by\":\"wavegate\"', '\"by\":\"mallory\"') WHERE rollout_id = 'rollout:demo' AND seq = 2"));
+    const original = await admin(async (c) => (await c.query<{ record: string }>(`SELECT record FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' AND seq = 2`)).rows[0]!.record);
+    await admin((c) => c.query(`UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = '${rolloutId}' AND seq = 2`));
     const tampered = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(tampered.code, tampered.stdout).toBe(1);
     expect(tampered.stdout).toMatch(/edited at seq 2: record 2 \(line 2\) was edited/);
 
-    await admin((c) => c.query("UPDATE wavegate_audit_records SET record = $1 WHERE rollout_id = 'rollout:demo' AND seq = 2", [original]));
+    await admin((c) => c.query(`UPDATE wavegate_audit_records SET record = $1 WHERE rollout_id = '${rolloutId}' AND seq = 2`, [original]));
     const restored = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(restored.code, restored.stdout).toBe(0);
   }, 120_000);
 
   it('every row of the trail deleted while the workflow holds its head: exit 1 naming the head; an unknown id stays NOT_FOUND (exit 2)', async () => {
-    const saved = await admin(async (c) => (await c.query("SELECT * FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo' ORDER BY segment, seq")).rows);
+    const saved = await admin(async (c) => (await c.query(`SELECT * FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY segment, seq`)).rows);
     const last = JSON.parse(saved.at(-1)!.record) as { seq: number; hash: string };
-    await admin((c) => c.query("DELETE FROM wavegate_audit_records WHERE rollout_id = 'rollout:demo'"));
+    await admin((c) => c.query(`DELETE FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}'`));
     try {
       const deleted = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
       expect(deleted.code, `${deleted.stdout}\n${deleted.stderr}`).toBe(1);
-      expect(deleted.stdout).toMatch(new RegExp(`trail deleted: the workflow's head \\(rollout:demo run \\S+ on ${env.address.replace(/\./g, '\\.')}, completed\\) says ${last.seq} records up to seq ${last.seq} \\(hash ${last.hash}\\); the audit store postgres://`));
+      expect(deleted.stdout).toMatch(new RegExp(`trail deleted: the workflow's head \\(${rolloutId} run \\S+ on ${env.address.replace(/\./g, '\\.')}, completed\\) says ${last.seq} records up to seq ${last.seq} \\(hash ${last.hash}\\); the audit store postgres://`));
       expect(deleted.stderr).not.toContain('NOT_FOUND');
     } finally {
       await admin(async (c) => {

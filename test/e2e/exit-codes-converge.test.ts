@@ -71,26 +71,33 @@ describe('exit codes and converge, as a pipeline sees them', () => {
 
   it('start --wait --exit-on-pause exits 1 when the rollout pauses, printing why and the exact resume/abort commands; status exits 1 while paused', async () => {
     const waiting = wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory, '--wait', '--exit-on-pause', '--interval', '300']);
+    // Its id (the start prints it only when --wait returns): the running rollout of demo, as list shows it.
+    const id = await until('the rollout to be listed', async () => {
+      const rows = JSON.parse((await wg(['list', '--profile', 'demo', '--state', 'running', '--json'])).stdout) as Array<{ workflowId: string }>;
+      return rows[0]?.workflowId;
+    });
+    expect(id).toMatch(/^rollout:demo:\d{8}-\d{6}$/);
     await until('the canary at its manual gate', async () => {
-      const run = await wg(['status', 'rollout:demo', '--json']);
+      const run = await wg(['status', id, '--json']);
       if (run.code === 2) return undefined; // not started yet
       expect(run.code, 'status of a running rollout').toBe(1);
       return (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
     });
-    const paused = await wg(['pause', 'rollout:demo', '--reason', 'change freeze']);
+    const paused = await wg(['pause', id, '--reason', 'change freeze']);
     expect(paused.code, paused.stderr).toBe(0);
     const wait = await waiting;
     expect(wait.code, wait.stdout + wait.stderr).toBe(1);
-    expect(wait.stdout).toMatch(/paused: .*change freeze.* wavegate resume rollout:demo; to stop: wavegate abort rollout:demo/);
+    expect(wait.stdout).toMatch(/paused: .*change freeze.* wavegate resume \S+; to stop: wavegate abort \S+/);
+    expect(wait.stdout).toContain(`wavegate resume ${id}; to stop: wavegate abort ${id}`);
     expect(wait.stdout).toMatch(/rollout paused: .* — exit 1/);
-    const status = await wg(['status', 'rollout:demo']);
+    const status = await wg(['status', id]);
     expect(status.code).toBe(1);
-    expect(status.stdout).toContain('wavegate resume rollout:demo');
+    expect(status.stdout).toContain(`wavegate resume ${id}`);
 
-    const aborted = await wg(['abort', 'rollout:demo', '--reason', 'test over']);
+    const aborted = await wg(['abort', id, '--reason', 'test over']);
     expect(aborted.code, aborted.stderr).toBe(0);
     await until('the abort to finish', async () => {
-      const run = await wg(['status', 'rollout:demo', '--json']);
+      const run = await wg(['status', id, '--json']);
       const state = (JSON.parse(run.stdout) as { state: string }).state;
       if (state === 'running' || state === 'paused') return undefined;
       expect(run.code, `status of an ${state} rollout`).toBe(1);
@@ -105,7 +112,8 @@ describe('exit codes and converge, as a pipeline sees them', () => {
     expect(run.code, run.stdout + run.stderr).toBe(1);
     expect(run.stdout).toContain('completed with pending work: 1 skipped');
     expect(run.stdout).toMatch(/rollout completed: .* — exit 1/);
-    const status = await wg(['status', 'rollout:demo', '--json']);
+    const id = /^rollout (rollout:demo:\S+) started$/m.exec(run.stdout)?.[1] ?? 'no id printed';
+    const status = await wg(['status', id, '--json']);
     expect(status.code).toBe(1);
     const devices = (JSON.parse(status.stdout) as { devices: Array<{ id: string; state: string }> }).devices;
     expect(devices.filter((d) => d.state !== 'applied')).toEqual([expect.objectContaining({ id: OFFLINE, state: 'skipped' })]);
@@ -113,14 +121,14 @@ describe('exit codes and converge, as a pipeline sees them', () => {
     await fleet.setFaults(OFFLINE, {});
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
     expect(board.code, board.stdout).toBe(1);
-    expect(board.stdout).toContain(`1 device(s) behind r2, where rollout:demo completed (${OFFLINE})`);
-    expect(board.stdout).toContain(`wavegate converge --profile demo --file <the spec of rollout:demo: r1 → r2> --inventory ${inventory}`);
+    expect(board.stdout).toContain(`1 device(s) behind r2, where ${id} completed (${OFFLINE})`);
+    expect(board.stdout).toContain(`wavegate converge --profile demo --file <the spec of ${id}: r1 → r2> --inventory ${inventory}`);
 
     const before = applyCounts();
     // A 10-minute poll interval: --wait still returns when the rollout closes (it waits on the result), not an interval later.
     const converge = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory, '--wait', '--interval', '600000']);
     expect(converge.code, converge.stdout + converge.stderr).toBe(0);
-    expect(converge.stdout).toContain('converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: rollout:demo)');
+    expect(converge.stdout).toContain(`converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: ${id})`);
     expect(converge.stdout).toMatch(new RegExp(`behind +${OFFLINE} +verify exited \\d`));
     expect(converge.stdout).toMatch(/rollout completed: .* — exit 0/);
     const after = applyCounts();

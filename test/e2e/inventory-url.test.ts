@@ -46,8 +46,14 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 }
 
 /** `wavegate <args>` run in `cwd`, with nothing from the test's Temporal environment. */
-function wavegate(args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }) {
-  return runCli(args, { cwd: opts.cwd, env: { ...NO_TEMPORAL_ENV(), ...opts.env } });
+/** The newest rollout a `start` or `revert` here printed (`rollout <id> started`, `revert <id> started`): each has an id of its own. */
+let latest = 'none started';
+
+async function wavegate(args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }) {
+  const run = await runCli(args, { cwd: opts.cwd, env: { ...NO_TEMPORAL_ENV(), ...opts.env } });
+  const printed = /^(?:rollout|revert) (rollout:demo:\S+) started/m.exec(run.stdout)?.[1];
+  if (printed) latest = printed;
+  return run;
 }
 
 const NO_TEMPORAL_ENV = () => ({ TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' });
@@ -55,21 +61,21 @@ const temporalFlags = () => ['--address', env.address, '--namespace', env.namesp
 const profilesFlags = () => ['--profiles', join(PROJECT_ROOT, 'profiles')];
 
 async function rolloutInput(): Promise<RolloutInput> {
-  const described = await env.client.workflow.getHandle('rollout:demo').fetchHistory();
+  const described = await env.client.workflow.getHandle(latest).fetchHistory();
   const started = described.events![0]!.workflowExecutionStartedEventAttributes!;
   return JSON.parse(Buffer.from(started.input!.payloads![0]!.data!).toString()) as RolloutInput;
 }
 
-/** The snapshotFleet activity inputs of the latest rollout:demo, as JSON text. */
+/** The snapshotFleet activity inputs of the latest rollout, as JSON text. */
 async function snapshotInputs(): Promise<string[]> {
-  const history = await env.client.workflow.getHandle('rollout:demo').fetchHistory();
+  const history = await env.client.workflow.getHandle(latest).fetchHistory();
   return history
     .events!.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'snapshotFleet')
     .map((e) => Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString());
 }
 
 async function finished(): Promise<RolloutStatus> {
-  return env.client.workflow.getHandle('rollout:demo').result() as Promise<RolloutStatus>;
+  return env.client.workflow.getHandle(latest).result() as Promise<RolloutStatus>;
 }
 
 beforeAll(async () => {
@@ -122,7 +128,7 @@ describe('membership that does not live on the worker', () => {
     expect(snapshots[0]).toContain(input.membership!.workflowId);
     expect(JSON.parse(snapshots[0]!)).not.toHaveProperty('inventoryPath');
     // Histories of the new path (patch membership-entity) for test/workflow/replay.test.ts.
-    await recordHistory(env.client.workflow.getHandle('rollout:demo'), 'membership-rollout');
+    await recordHistory(env.client.workflow.getHandle(latest), 'membership-rollout');
     await recordHistory(env.client.workflow.getHandle(input.membership!.workflowId), 'membership-entity-sealed');
   }, 180_000);
 
@@ -163,7 +169,7 @@ describe('membership that does not live on the worker', () => {
     expect(input.inventoryPath).toBe(`${registryUrl}/devices`);
     expect(input.membership).toMatchObject({ devices: 4, source: `${registryUrl}/devices` });
     // The raw histories (every payload's bytes) of the rollout and its membership entity.
-    for (const id of ['rollout:demo', input.membership!.workflowId]) {
+    for (const id of [latest, input.membership!.workflowId]) {
       const raw = Buffer.from(temporal.api.history.v1.History.encode(await env.client.workflow.getHandle(id).fetchHistory()).finish());
       expect(raw.includes('fleet-0') || raw.includes(fleet.devices[0]!.id)).toBe(true);
       expect(raw.includes(TOKEN)).toBe(false);
@@ -176,20 +182,22 @@ describe('membership that does not live on the worker', () => {
     const urlFlags = ['--inventory-url', `${registryUrl}/devices`, '--inventory-token-env', 'REGISTRY_TOKEN'];
     const start = await wavegate(['start', '-f', 'spec.yaml', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
-    const { runId } = await env.client.workflow.getHandle('rollout:demo').describe();
+    const original = latest;
+    const { runId } = await env.client.workflow.getHandle(original).describe();
 
     // Without an inventory flag: the stored URL is not read again on its own (its query is not kept).
-    const bare = await wavegate(['revert', 'rollout:demo', ...profilesFlags(), ...temporalFlags()], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const bare = await wavegate(['revert', original, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
     expect(bare.code, bare.stderr).toBe(2);
     expect(bare.stderr).toContain(`"${registryUrl}/devices" is a URL: the rollout read it with --inventory-url; give --inventory-url again`);
-    expect((await env.client.workflow.getHandle('rollout:demo').describe()).runId).toBe(runId);
+    expect(latest).toBe(original); // nothing started
 
-    const revert = await wavegate(['revert', 'rollout:demo', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const revert = await wavegate(['revert', original, ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
     expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
     expect(revert.stdout).toContain('over the 4 device(s)');
     for (const d of fleet.devices) expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('1');
     const input = await rolloutInput();
-    expect(input.reverts).toEqual({ rolloutId: 'rollout:demo', runId, closedAt: expect.any(Number) });
+    expect(latest).not.toBe(original);
+    expect(input.reverts).toEqual({ rolloutId: original, runId, closedAt: expect.any(Number) });
     expect(input.membership).toMatchObject({ devices: 4, source: `${registryUrl}/devices` });
   }, 180_000);
 
@@ -271,14 +279,15 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
 
   it('wavegate plan and start exit 2 on a bad page, and start starts nothing', async () => {
     routes.set('/bad-device', (_req, res) => json(res, 200, { devices: [device('a'), device('b', 'twenty-two')], next: null }));
-    const before = (await env.client.workflow.getHandle('rollout:demo').describe()).runId;
+    // Every start takes the profile's lock first: its latest run is the same after a refused start.
+    const before = (await env.client.workflow.getHandle('profile-lock:demo').describe()).runId;
     const plan = await wavegate(['plan', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/bad-device`, ...profilesFlags()], { cwd: cliDir });
     expect(plan.code).toBe(2);
     expect(plan.stderr).toMatch(/devices\[1\]\.port/);
     const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/broken`, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
     expect(start.code).toBe(2);
     expect(start.stderr).toMatch(/answered 500/);
-    expect((await env.client.workflow.getHandle('rollout:demo').describe()).runId).toBe(before);
+    expect((await env.client.workflow.getHandle('profile-lock:demo').describe()).runId).toBe(before);
     const both = await wavegate(['start', '-f', 'spec.yaml', '--inventory', 'x.yaml', '--inventory-url', `${registryUrl}/devices`, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
     expect(both.code).toBe(2);
     expect(both.stderr).toMatch(/--inventory-url: give --inventory or --inventory-url, not both/);

@@ -49,7 +49,9 @@ interface Status {
   warnings: string[];
   devices: Array<{ id: string; state: string; reason?: string }>;
 }
-const statusOf = async (): Promise<Status> => JSON.parse((await wg(['status', 'rollout:demo', '--json'])).stdout) as Status;
+/** The id of the rollout a `start` printed (`rollout <id> started`). */
+const startedId = (run: { stdout: string }): string => /^rollout (rollout:demo:\S+) started$/m.exec(run.stdout)?.[1] ?? 'no id printed';
+const statusOf = async (id: string): Promise<Status> => JSON.parse((await wg(['status', id, '--json'])).stdout) as Status;
 const board = () => wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
 const rowOf = (stdout: string, id: string) => stdout.split('\n').find((l) => l.trimStart().startsWith(`${id} `)) ?? '';
 
@@ -114,7 +116,7 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
   it('a rollout leaves a device under a holding verdict not-for-me with the reason, and sends it no command', async () => {
     const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--wait', '--interval', '300']);
     expect(run.code, run.stdout + run.stderr).toBe(0);
-    const status = await statusOf();
+    const status = await statusOf(startedId(run));
     expect(status.state).toBe('completed');
     for (const id of [DEAD, FLAKY]) {
       expect(status.devices.find((d) => d.id === id)).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^node-down since \S+Z, expires \S+Z: /) });
@@ -133,7 +135,7 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     // The worker-side recheck happens only when the worker reads the inventory itself (issue 11: `start` rechecks on its own host otherwise).
     const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--inventory-on-worker', '--wait', '--interval', '300']);
     expect(run.code, run.stdout + run.stderr).toBe(0);
-    const status = await statusOf();
+    const status = await statusOf(startedId(run));
     expect(status.devices.filter((d) => d.state === 'applied' && !d.reason).map((d) => d.id).sort()).toEqual([DEAD, FLAKY]);
     expect(fleet.count(DEAD, APPLY_R2)).toBe(1);
     expect(fleet.count(FLAKY, APPLY_R2)).toBe(1);
@@ -168,10 +170,11 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     expect(refused.stderr).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
     const run = await wg(['start', '-f', spec(), '--inventory', inventory, '--inventory-on-worker', '--wait', '--interval', '300']);
     expect(run.code).not.toBe(0);
-    const described = await wg(['status', 'rollout:demo', '--json']);
+    const id = startedId(run);
+    const described = await wg(['status', id, '--json']);
     const status = JSON.parse(described.stdout) as Status;
     expect(status.state).toBe('failed');
-    const failure = await env!.client.workflow.getHandle('rollout:demo').result().then(() => undefined, (err: { cause?: { message?: string; cause?: { message?: string } } }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
+    const failure = await env!.client.workflow.getHandle(id).result().then(() => undefined, (err: { cause?: { message?: string; cause?: { message?: string } } }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
     expect(failure).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
     expect(fleet.totalCommands()).toBe(before);
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);

@@ -92,6 +92,7 @@ describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metri
     expect(sample(before, METRIC.deviceApplies)).toBe(0);
 
     const start = await runCli(['start', '-f', specPath, '--inventory', inventory, '--profiles', PROFILES, '--address', env.address, '--task-queue', 'q-metrics'], { env: cleanEnv });
+    const rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? `no id printed: ${start.stdout}${start.stderr}`;
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
 
     // In the canary's gate: its two applies are counted, the bulk's not yet.
@@ -106,7 +107,7 @@ describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metri
     expect(sample(first, METRIC.rolloutStates, { state: 'running', profile: 'demo' })).toBeGreaterThanOrEqual(1);
 
     const status = await until('the rollout to complete', async () => {
-      const run = await runCli(['status', 'rollout:demo', '--address', env.address], { env: cleanEnv });
+      const run = await runCli(['status', rolloutId, '--address', env.address], { env: cleanEnv });
       return run.code === 0 && /completed/.test(run.stdout) ? run : undefined;
     }, 120_000);
     expect(status.code, status.stderr).toBe(0);

@@ -58,7 +58,8 @@ function commandsOnDevices(): Record<string, number> {
 
 async function rolloutExists(): Promise<boolean> {
   try {
-    await env.client.workflow.getHandle('rollout:demo').describe();
+    // Every start takes the profile's lock first: none taken, no rollout started.
+    await env.client.workflow.getHandle('profile-lock:demo').describe();
     return true;
   } catch (err) {
     if (err instanceof WorkflowNotFoundError) return false;

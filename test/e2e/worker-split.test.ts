@@ -80,7 +80,8 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
       expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), d.id).toBe('2');
     }
 
-    const history = await env.client.workflow.getHandle('rollout:demo').fetchHistory();
+    const rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(run.stdout)?.[1] ?? 'no id printed';
+    const history = await env.client.workflow.getHandle(rolloutId).fetchHistory();
     const events = history.events ?? [];
     const workflowTaskWorkers = new Set(events.filter((e) => e.workflowTaskCompletedEventAttributes).map((e) => e.workflowTaskCompletedEventAttributes!.identity));
     const activityWorkers = new Set(events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.identity));

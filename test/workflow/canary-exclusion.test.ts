@@ -86,12 +86,13 @@ afterAll(async () => {
 });
 
 describe('nightly canary and rollouts exclude each other', () => {
-  it('a canary triggered while rollout:demo runs records skipped: rollout running and applies nothing', async () => {
+  it('a canary triggered while a rollout of demo runs records skipped: rollout running and applies nothing', async () => {
     const manual = specFile('manual', { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] });
     const started = await wg(['start', '-f', manual, '--inventory', inventory]);
     expect(started.code, started.stderr).toBe(0);
-    await until('rollout:demo at its manual gate', async () => {
-      const run = await wg(['status', 'rollout:demo', '--json']);
+    const id = /^rollout (rollout:demo:\S+) started$/m.exec(started.stdout)?.[1] ?? 'no id printed';
+    await until('the rollout at its manual gate', async () => {
+      const run = await wg(['status', id, '--json']);
       return run.code !== 2 && (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
     });
     const before = applies();
@@ -99,22 +100,22 @@ describe('nightly canary and rollouts exclude each other', () => {
     const triggered = await wg(['schedule', 'trigger', 'nightly-demo', '--wait', '--json']);
     expect(triggered.code, triggered.stderr).toBe(1);
     const result = JSON.parse(triggered.stdout) as { verdict: string; reason: string; rolloutId?: string; kept: boolean };
-    expect(result).toMatchObject({ verdict: 'skipped', reason: 'skipped: rollout running (rollout:demo)', kept: false });
+    expect(result).toMatchObject({ verdict: 'skipped', reason: `skipped: rollout running (${id})`, kept: false });
     expect(result.rolloutId).toBeUndefined();
     expect(applies()).toBe(before);
 
     const described = await wg(['schedule', 'describe', 'nightly-demo']);
     expect(described.stdout).toContain('last verdict: skipped');
-    expect(described.stdout).toContain('verdict skipped  (skipped: rollout running (rollout:demo))');
+    expect(described.stdout).toContain(`verdict skipped  (skipped: rollout running (${id}))`);
     const nightlyId = (JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as { recentActions: Array<{ workflowId: string }> }).recentActions[0]!.workflowId;
     const audit = JSON.parse((await runCli(['audit', nightlyId, '--json', '--audit-dir', auditDir])).stdout) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
-    expect(audit).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'skipped', evidence: expect.objectContaining({ reason: 'skipped: rollout running (rollout:demo)' }) })]);
+    expect(audit).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'skipped', evidence: expect.objectContaining({ reason: `skipped: rollout running (${id})` }) })]);
     // The new path (patch canary-rollout-exclusion) gets a history of its own for the replay test.
     await recordHistory(env!.client.workflow.getHandle(nightlyId), 'nightly-canary-skipped-rollout-running');
 
-    const aborted = await wg(['abort', 'rollout:demo', '--reason', 'test over']);
+    const aborted = await wg(['abort', id, '--reason', 'test over']);
     expect(aborted.code, aborted.stderr).toBe(0);
-    await closed('rollout:demo');
+    await closed(id);
   });
 
   it('start while a canary of the profile runs is refused (exit 2) naming the canary; nothing starts', async () => {
@@ -131,7 +132,7 @@ describe('nightly canary and rollouts exclude each other', () => {
     expect(refused.stderr).toContain('CONFLICT: a nightly canary of profile "demo" is running');
     expect(refused.stderr).toContain(canary.workflowId);
     expect(refused.stderr).toContain(nightly.workflowId);
-    expect((await running()).map((r) => r.workflowId)).not.toContain('rollout:demo');
+    expect((await running()).map((r) => r.workflowId).filter((w) => w.startsWith('rollout:demo'))).toEqual([]);
     expect(applies()).toBe(before);
 
     await env!.client.workflow.getHandle(nightly.workflowId).terminate('test over');

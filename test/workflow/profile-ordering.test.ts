@@ -211,7 +211,8 @@ describe('ordering between profiles over SSH', () => {
       const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesDir, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue]);
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts of "base")');
-      await expect(env.client.workflow.getHandle('rollout:demo').describe()).rejects.toThrow(/not found/i);
+      // Nothing started: the lock of demo, which every start takes first, was never taken.
+      await expect(env.client.workflow.getHandle('profile-lock:demo').describe()).rejects.toThrow(/not found/i);
     } finally {
       await baseHandle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'cycle test done', rollback: true }] });
       expect((await baseHandle.result()).state).toBe('aborted');
