@@ -133,9 +133,10 @@ export function register(program: Command): void {
       .option('--json', 'print {rolloutId, runId, url, existing} as JSON')),
   ).action(
     action(async (opts: TemporalFlags & InventoryFlags & { file: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
+      // A key that could not be stored and searched for is refused before anything is read.
+      if (opts.key !== undefined) checkIdempotencyKey(opts.key);
       // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
       const read = await readInventoryFlags(opts);
-      if (opts.key !== undefined) checkIdempotencyKey(opts.key);
       const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
