@@ -54,7 +54,7 @@ async function answer(program: Command, args: string[]): Promise<{ out: string; 
 
 describe('the CLI command table (lazy command loading)', () => {
   it('names every top-level command with the group that registers it, its usage term and description, in order', () => {
-    // On a mismatch, the expected rows are the ones to paste into COMMANDS in cli/main.ts.
+    // On a mismatch: `npx tsx scripts/command-table.ts` rewrites COMMANDS in cli/main.ts from the groups.
     expect(COMMANDS).toEqual(derivedTable());
   });
 
