@@ -245,7 +245,9 @@ class Wavegate {
     const check = checkFleet(fleet);
     let workflowMs: number | undefined;
     try {
-      const history = await this.client!.workflow.getHandle(`rollout:${PROFILE}`).fetchHistory();
+      // Each rollout has an id of its own (issue 23): the one start printed.
+      const rolloutId = /^rollout (\S+) started$/m.exec(ran.out)?.[1] ?? `rollout:${PROFILE}`;
+      const history = await this.client!.workflow.getHandle(rolloutId).fetchHistory();
       // Kept for reading where the time went (`npx tsx bench/history-timeline.ts <file>`).
       writeFileSync(join(this.dir, `history-run${run}.json`), JSON.stringify(history));
       const times = (history.events ?? []).map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
