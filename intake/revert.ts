@@ -31,7 +31,8 @@ export interface RevertRequest {
  * verified against the profile's pins now, the spec checked against the inventory, the health checks
  * against the revision gone back to. The way down is exactly the original's way back (fromRevision's
  * signed steps, with the toRevision's explicit `rollback` command if it has one), and the way back from
- * the revert is the toRevision itself. Id `rollout:<profile>`: it excludes any other start of the profile.
+ * the revert is the toRevision itself. Its id is given at start (an id of its own, cli/client.ts); the
+ * profile's lock excludes any other start of the profile while it runs.
  */
 export function revertRolloutInput(req: RevertRequest & { client?: undefined }): RolloutInput;
 export function revertRolloutInput(req: RevertRequest & { client: Client }): Promise<RolloutInput>;
