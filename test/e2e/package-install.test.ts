@@ -28,10 +28,9 @@ function npm(args: string[], cwd: string): void {
 
 /** The user's environment: the installed bin on PATH, their own HOME, no Temporal settings of this machine. */
 function userEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`, TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', ...extra };
-  delete env.WAVEGATE_HOME;
-  for (const key of Object.keys(extra)) if (extra[key] === undefined) delete env[key];
-  return env;
+  const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`, TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' };
+  delete env.WAVEGATE_HOME; // this machine's, if any: the test says where
+  return { ...env, ...extra };
 }
 
 function wavegate(args: string[], extra: NodeJS.ProcessEnv = {}): { code: number | null; stdout: string; stderr: string } {
