@@ -271,7 +271,8 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
       taskQueue,
       args: [
         {
-          rollout: { ...input, rolloutId },
+          // Seeded as `wavegate plan` seeds it (the profile's old shared id), so the plan shown is the plan made.
+          rollout: { ...input, rolloutId, ...(rolloutId !== input.rolloutId ? { planSeed: input.planSeed ?? input.rolloutId } : {}) },
           memo,
           ...(opts.key ? { key: opts.key } : {}),
           staticSummary: `${spec.profile}: r${spec.fromRevision} → r${spec.toRevision} in ${spec.phases.length} phases`,

@@ -43,6 +43,8 @@ export type PlanSpec = Pick<RolloutSpec, 'toRevision' | 'phases' | 'gate' | 'can
 
 export interface PlanInput {
   rolloutId: string;
+  /** Seeds the random picks instead of `rolloutId` when given (RolloutInput.planSeed). */
+  seedId?: string;
   spec: PlanSpec;
   /** Every device in scope (the snapshot). */
   devices: readonly PlanDevice[];
@@ -145,7 +147,7 @@ function preferring<T>(items: readonly T[], key: (item: T) => number): T[] {
 export function planPhases(input: PlanInput): Plan {
   const { spec } = input;
   const warnings: string[] = [];
-  const seed = seedFrom(input.rolloutId);
+  const seed = seedFrom(input.seedId ?? input.rolloutId);
   const random = prng(seed);
 
   const byId = new Map<string, PlanDevice>();

@@ -45,6 +45,12 @@ export interface RevisionSteps {
  */
 export interface RolloutInput {
   rolloutId: string;
+  /**
+   * What seeds the plan's random picks (the canary) when not the id itself: `start` gives each rollout an
+   * id of its own (issue 23) but seeds it from `rollout:<profile>`, the id `wavegate plan` uses, so the
+   * plan shown before a start is the plan the rollout makes. Absent in histories from before: the id seeds.
+   */
+  planSeed?: string;
   spec: RolloutSpec;
   /** Scope and the worker-side metrics source; device-side health commands are in the signed revision (`steps.envelope`). */
   profile: Profile;

@@ -6,9 +6,10 @@ import type { RolloutInput } from './input';
  * budgets and the revision's risk. The workflow builds it after its snapshot; `wavegate plan` builds it
  * over the devices it read, with the same function, so the preview is the plan.
  */
-export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): PlanInput {
+export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): PlanInput {
   return {
     rolloutId: input.rolloutId,
+    ...(input.planSeed !== undefined ? { seedId: input.planSeed } : {}),
     spec: input.spec,
     devices: devices.map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: d.current, reachable: d.reachable, ...(d.nodeDown ? { nodeDown: d.nodeDown } : {}) })),
     pools: Object.fromEntries(Object.entries(input.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }])),
@@ -19,7 +20,7 @@ export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 
 }
 
 /** The plan of a rollout from its input and the devices it found. */
-export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): Plan {
+export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): Plan {
   return planPhases(plannerInputOf(input, devices));
 }
 

@@ -88,8 +88,17 @@ describe('one id per rollout', () => {
   const keyed = () => spec('keyed', { ...FAST, revertWindow: '1h' });
 
   it('a start gets an id of its own, shown by start, status, list and the audit; its lock is free once it closed', async () => {
+    // The plan shown before the start (seeded by rollout:demo) is the plan the rollout makes under its own id.
+    const planned = await runCli(['plan', '-f', keyed(), '--inventory', inventory, '--json'], { env: { WAVEGATE_PROFILES: '' } });
+    expect(planned.code, planned.stderr).toBe(0);
+    const previewCanary = (JSON.parse(planned.stdout) as { phases: Array<{ devices: string[] }> }).phases[0]!.devices;
     const { started, run } = await start(keyed(), ['--key', 'change-4711', '--wait', '--interval', '300']);
     expect(run.code, run.stdout + run.stderr).toBe(0);
+    const canaryOf = (await status(started.rolloutId)).devices.filter((d) => d.phase === 0).map((d) => d.id);
+    expect(canaryOf).toEqual(previewCanary);
+    const history = await env!.client.workflow.getHandle(started.rolloutId, started.runId).fetchHistory();
+    const startedWith = await env!.client.options.loadedDataConverter.payloadConverter.fromPayload<{ planSeed?: string }>(history.events![0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!);
+    expect(startedWith.planSeed).toBe('rollout:demo');
     expect(started.rolloutId).toMatch(NEW_ID);
     expect(started.existing).toBe(false);
     expect(started.runId).toMatch(/^[0-9a-f-]{36}$/);

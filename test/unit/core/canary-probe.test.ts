@@ -30,6 +30,22 @@ describe('canary probe after a membership-only snapshot', () => {
   });
 });
 
+describe('the plan seed (start gives each rollout its own id, plan seeds from rollout:<profile>)', () => {
+  it('a rollout with planSeed picks as the plan of that id does, whatever its own id', () => {
+    const devices = Array.from({ length: 40 }, (_, i) => device(`d${i}`));
+    const phases = [{ canary: '3 devices' }, { bulk: 'remainder' }];
+    const previewed = planRollout(input(phases), devices); // `wavegate plan`: id rollout:probe
+    const started = planRollout({ ...input(phases), rolloutId: 'rollout:probe:20261202-180000', planSeed: 'rollout:probe' }, devices);
+    expect(started.seed).toBe(previewed.seed);
+    expect(started.phases[0]!.devices).toEqual(previewed.phases[0]!.devices);
+    expect(started.rolloutId).toBe('rollout:probe:20261202-180000');
+    // Without a seed (histories from before), the id seeds: another id, another pick.
+    const unseeded = planRollout({ ...input(phases), rolloutId: 'rollout:probe:20261202-180000' }, devices);
+    expect(unseeded.seed).not.toBe(previewed.seed);
+    expect(unseeded.phases[0]!.devices).not.toEqual(previewed.phases[0]!.devices);
+  });
+});
+
 describe('peakOverlap (the simulator’s concurrency high-water mark)', () => {
   it('counts spans open at once; one that closes as another opens does not overlap it; an open one counts', () => {
     expect(peakOverlap([])).toBe(0);
