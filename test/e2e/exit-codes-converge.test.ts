@@ -1,12 +1,10 @@
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { runCli, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { runCliAgainst, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
 import { until as waitUntil } from '../support/until';
 
 /**
@@ -22,17 +20,12 @@ let inventory = '';
 const OFFLINE = 'edge-05';
 const APPLY_R2 = 'install -m 0644 "$WAVEGATE_STAGING/motd"';
 
-function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
-    timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
+function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
+  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
-  return path;
+  return writeDemoSpec(scratch.dir, name, rollout);
 }
 
 const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] };

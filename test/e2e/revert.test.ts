@@ -1,7 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { AuditRecord } from '../../core/audit';
@@ -10,9 +9,9 @@ import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
+import { runCli, runCliAgainst, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
 import { markerOf, verifiesAt } from '../support/rollout-helpers';
 import { until } from '../support/until';
 
@@ -37,17 +36,12 @@ const LEFT_BEHIND = 'edge-08';
 const REQUIRED = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-06', 'edge-07'];
 const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s', healthGate: ['all-runtimes-healthy'] }] };
 
-function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
-    timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
+function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
+  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
-  return path;
+  return writeDemoSpec(scratch.dir, name, rollout);
 }
 
 async function status(id: string): Promise<RolloutStatus> {

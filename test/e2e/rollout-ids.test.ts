@@ -1,6 +1,4 @@
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { rolloutFingerprint, startOrJoinRollout } from '../../cli/client';
@@ -11,9 +9,9 @@ import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
-import { runCli, type CliRun } from '../support/cli';
+import { runCli, runCliAgainst, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
 import { markerOf } from '../support/rollout-helpers';
 import { until } from '../support/until';
 
@@ -37,17 +35,12 @@ const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder',
 const MANUAL = { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] };
 const NEW_ID = /^rollout:demo:\d{8}-\d{6}(-\d+)?$/;
 
-function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
-    timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
+function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
+  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
-  return path;
+  return writeDemoSpec(scratch.dir, name, rollout);
 }
 
 interface Started {

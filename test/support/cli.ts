@@ -30,6 +30,17 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
   });
 }
 
+/**
+ * The CLI against a test's own Temporal and task queue, blind to the user's Temporal settings
+ * (address, profile, config file) and profiles root, so nothing outside the test answers it.
+ */
+export function runCliAgainst(target: { address: string; taskQueue: string; scratch: string }, args: string[], timeoutMs = 180_000): Promise<CliRun> {
+  return runCli([...args, '--address', target.address, '--task-queue', target.taskQueue], {
+    timeoutMs,
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(target.scratch, 'none.toml'), WAVEGATE_PROFILES: '' },
+  });
+}
+
 /** Start `wavegate` in the background (in the checkout, or `cwd`) and resolve once its output matches `ready`. */
 export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000, env?: NodeJS.ProcessEnv, cwd: string = PROJECT_ROOT): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {

@@ -1,7 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { stringify } from 'yaml';
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { prepareRollout, rolloutInputFromFiles } from '../../intake/prepare';
@@ -15,6 +16,13 @@ import { workflowBundle } from './temporal';
 export function scratchDir(prefix: string): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), `wavegate-${prefix}-`));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A rollout spec file of the demo profile, r1 → r2 over pools a and b at half each, with `rollout`'s fields over those. */
+export function writeDemoSpec(dir: string, name: string, rollout: Record<string, unknown>): string {
+  const path = join(dir, `${name}.yaml`);
+  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
+  return path;
 }
 
 /** A simulated fleet with its inventory file written next to it. */
