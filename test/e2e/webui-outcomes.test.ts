@@ -1,7 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { launchChromium } from '../support/chromium';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -109,12 +110,7 @@ beforeAll(async () => {
   });
   running = worker.run();
   client = new Client({ connection: await Connection.connect({ address: server.address }) });
-  browser = await chromium.launchPersistentContext(join(scratch.dir, 'chromium-profile'), {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1600, height: 900 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium(scratch.dir, { width: 1600, height: 900 });
   page = await browser.newPage();
 }, 120_000);
 

@@ -2,7 +2,8 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { launchChromium } from '../support/chromium';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../workers/toolchain';
@@ -50,12 +51,7 @@ beforeAll(async () => {
   uiUrl = stack.uiUrl;
   inventory = stack.inventory;
   client = new Client({ connection: await Connection.connect({ address }) });
-  browser = await chromium.launchPersistentContext(join(scratch.dir, 'chromium-profile'), {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium(scratch.dir, { width: 1400, height: 1000 });
   page = await browser.newPage();
 });
 
