@@ -264,7 +264,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     expect(floorOf('ag-3', P)).toMatchObject({ revision: 2, from: 1, rollout: done.rolloutId });
   }, 300_000);
 
-  it('a re-run of a completed spec leaves every floor byte-identical; after the first window a revert of either run is refused (exit 2) and no device goes to r1', async () => {
+  it('a re-run of a completed spec leaves every floor byte-identical; after the first window a revert of either rollout is refused (exit 2) and no device goes to r1', async () => {
     const P = 'w21c';
     const ids = ['edge-01', 'edge-02', 'ag-1', 'ag-2'];
     // No canary phase: nothing is probed before the plan, so the re-run finds every device in place by its
@@ -277,7 +277,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
 
     const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d', phases }), inventory('c-rerun', ids));
     expect(rerun.status.state, rerun.run.stdout + rerun.run.stderr).toBe('completed');
-    expect(rerun.runId).not.toBe(first.runId);
+    expect(rerun.rolloutId, 'the re-run is a rollout of its own').not.toBe(first.rolloutId);
     for (const id of ids) {
       expect(floorText(id, P), `${id}'s floor after the re-run`).toBe(floors.get(id));
       expect(runs(id, P), id).toEqual(['r2']);
@@ -294,10 +294,16 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const late = await wg(['revert', first.rolloutId, '--run', first.runId, '--profiles', ROOT]);
     expect(late.code, late.stdout + late.stderr).toBe(2);
     expect(late.stderr).toMatch(/revert window \(revertWindow 10s\) closed at/);
-    const latest = await wg(['revert', first.rolloutId, '--profiles', ROOT]);
-    expect(latest.code, latest.stdout + latest.stderr).toBe(2);
-    // Nothing started: the id's latest run is still the re-run.
-    expect((await env.client.workflow.getHandle(first.rolloutId).describe()).runId).toBe(rerun.runId);
+    const byId = await wg(['revert', first.rolloutId, '--profiles', ROOT]);
+    expect(byId.code, byId.stdout + byId.stderr).toBe(2);
+    expect(byId.stderr).toMatch(/revert window \(revertWindow 10s\) closed at/);
+    // The re-run's own window (30d) is open, but it changed no device: its revert has nothing to put back.
+    const ofRerun = await wg(['revert', rerun.rolloutId, '--profiles', ROOT]);
+    expect(ofRerun.code, ofRerun.stdout + ofRerun.stderr).toBe(2);
+    expect(ofRerun.stderr).toContain(`${rerun.rolloutId} completed without changing any device`);
+    // Nothing started: no rollout of the profile but these two.
+    const listed = await wg(['list', '--profile', P, '--json']);
+    expect((JSON.parse(listed.stdout) as Array<{ workflowId: string; type: string }>).filter((r) => r.type === 'rolloutWorkflow').map((r) => r.workflowId).sort()).toEqual([first.rolloutId, rerun.rolloutId].sort());
     await new Promise((r) => setTimeout(r, 5_000));
     for (const id of ids) {
       expect(marker(id, P), id).toBe(2);
@@ -342,7 +348,9 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     // Its floor only ever rose: never below r2.
     const floor = floorOf(IN_PLACE, P);
     if (floor) expect(floor.revision).toBeGreaterThanOrEqual(2);
-    const reverted = (await env.client.workflow.getHandle(done.rolloutId).result()) as RolloutStatus;
+    const revertId = /^revert (\S+) started/m.exec(revert.stdout)?.[1];
+    expect(revertId, revert.stdout).toBeDefined();
+    const reverted = (await env.client.workflow.getHandle(revertId!).result()) as RolloutStatus;
     expect(reverted.reverts).toMatchObject({ rolloutId: done.rolloutId, runId: done.runId });
     expect(reverted.devices.map((d) => d.id)).not.toContain(IN_PLACE);
   }, 600_000);
