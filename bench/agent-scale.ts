@@ -26,7 +26,7 @@ import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../workers/toolchain';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from './history-bounds';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({

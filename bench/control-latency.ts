@@ -27,7 +27,7 @@ import { PROJECT_ROOT } from '../workers/toolchain';
 import { createWorker } from '../workers/worker';
 import { abortUpdate, pauseUpdate, resumeUpdate, statusQuery, type RolloutStatus } from '../workflows/messages';
 import { rolloutWorkflow } from '../workflows/rollout';
-import { activityRuns, childWorkflowIds } from './history-bounds';
+import { activityRuns, childWorkflowIds } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({

@@ -1,6 +1,6 @@
 /**
  * The gateway under a flood of unauthenticated connections (bench/README.md, "Gateway under a flood"):
- * a gateway HTTP server in its own process (bench/gateway-child.ts; the Temporal client a
+ * a gateway HTTP server in its own process (test/support/gateway-child.ts; the Temporal client a
  * stand-in, which no unauthenticated request reaches) and, from this process, N connections that each
  * send a request head signed by a key the gateway does not pin plus --body-kb of a body declared longer
  * (never finished), and N idle connections that send nothing. The gateway's own RSS and heap+external
@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { authorizationHeader } from '../core/agent-auth';
-import { closeFlood, openFlood, startGatewayChild } from './gateway-flood-support';
+import { closeFlood, openFlood, startGatewayChild } from '../test/support/gateway-flood';
 import { wholeFlag } from './flags';
 
 const MB = 1024 * 1024;

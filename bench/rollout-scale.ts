@@ -31,7 +31,7 @@ import { PROJECT_ROOT } from '../workers/toolchain';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from './history-bounds';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
 import { childPid, processCpu, startCpuSplit, type CpuSplit } from './cpu-account';
 

@@ -3,12 +3,12 @@ import { request } from 'node:http';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationHeader } from '../../core/agent-auth';
-import { closeFlood, openFlood, startGatewayChild, type GatewayChild } from '../../bench/gateway-flood-support';
+import { closeFlood, openFlood, startGatewayChild, type GatewayChild } from '../support/gateway-flood';
 import { until } from '../support/until';
 
 /**
  * The gateway under attack (issue 22), each against a real gateway HTTP server in its own process on
- * 127.0.0.1 (bench/gateway-child.ts): memory is measured in that process. Its Temporal client is
+ * 127.0.0.1 (test/support/gateway-child.ts): memory is measured in that process. Its Temporal client is
  * a stand-in that holds every sync until the request goes away: no unauthenticated request reaches it,
  * and what is checked here is the gateway's own bounds. (The gateway with a real Temporal and real
  * agents: test/e2e/agent-refusals.test.ts, agent-rollout.test.ts.)

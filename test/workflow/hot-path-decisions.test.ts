@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../../bench/history-bounds';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { recordHistory } from '../support/histories';
 import { mockDevices, type Scenario } from '../support/mock-activities';

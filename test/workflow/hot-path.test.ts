@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../../bench/history-bounds';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';

@@ -9,7 +9,7 @@ import { membershipPages, membershipWorkflowId, type MembershipRef } from '../..
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
 import { join } from 'node:path';
-import { HISTORY_EVENT_LIMIT } from '../../bench/history-bounds';
+import { HISTORY_EVENT_LIMIT } from '../support/history-bounds';
 import { parseRolloutSpec } from '../../core/spec';
 import { rolloutInputFromFiles } from '../../intake/prepare';
 import { demoDevices, fleetInventory, startFleet } from '../../sim';

@@ -5,7 +5,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { auditFilePath, DEFAULT_AUDIT_DIR } from '../../activities/audit';
-import { activityRuns } from '../../bench/history-bounds';
+import { activityRuns } from '../support/history-bounds';
 import type { DeviceState } from '../../core/rollout-state';
 import { demoDevices, fleetInventory, generateEd25519, startFleet, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../../bench/history-bounds';
+import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';

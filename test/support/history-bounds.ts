@@ -9,7 +9,7 @@ import { temporal } from '@temporalio/proto';
  * the history itself: an activity is pending from ActivityTaskScheduled until it completes, fails,
  * times out or is cancelled (retries stay pending: the server records one Started per final attempt);
  * a child is pending from StartChildWorkflowExecutionInitiated until its start fails or it closes.
- * In bench/ because the benchmark reports these numbers; the scale tests assert them from here.
+ * Shared by the scale tests, which assert these numbers, and the benchmarks in bench/, which report them.
  */
 
 const E = temporal.api.enums.v1.EventType;

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 
 /**
  * The flooding side of test/e2e/gateway-limits.test.ts and bench/gateway-flood.ts: a gateway in its
- * own process (bench/gateway-child.ts) and raw TCP connections against it.
+ * own process (test/support/gateway-child.ts) and raw TCP connections against it.
  */
 export interface GatewayChild {
   url: string;

@@ -15,7 +15,7 @@
 import { join, resolve } from 'node:path';
 
 const config = JSON.parse(process.argv[2] ?? '{}') as { root?: string; devices?: Record<string, string>; limits?: Record<string, number>; acceptAgentsWithoutDigest?: boolean };
-const root = resolve(config.root ?? join(__dirname, '..'));
+const root = resolve(config.root ?? join(__dirname, '..', '..'));
 const keys = new Map(Object.entries(config.devices ?? {}).map(([id, b64]) => [id, Uint8Array.from(Buffer.from(b64, 'base64'))]));
 const pins = {
   keyOf: (d: string) => keys.get(d),
@@ -46,7 +46,7 @@ const client = {
 const logs: string[] = [];
 
 void (async () => {
-  const { startGateway } = (await import(join(root, 'gateway', 'server.ts'))) as typeof import('../gateway/server');
+  const { startGateway } = (await import(join(root, 'gateway', 'server.ts'))) as typeof import('../../gateway/server');
   const gateway = await startGateway({
     client: client as never,
     taskQueue: 'flood',
