@@ -10,11 +10,11 @@ import { parseTrustFlags } from '../../agent/pins';
 import { reportFile } from '../../agent/report-file';
 import { localDeviceSession } from '../../activities/transport/local';
 import { isLoopbackHostname, stateDirProblem, trustFileProblem } from '../../core/agent-inputs';
-import { WavegateError } from '../../core/errors';
 import type { Revision } from '../../core/revision';
 import { keyPairFromSeed, pinOf, signRevision } from '../../core/signing';
 import { envelopeDigestOf, type DesiredEntry } from '../../core/twin';
 import { scratchDir } from '../support/harness';
+import { refusal } from '../support/refusal';
 
 /**
  * `wavegate agent`'s own inputs (issue 22): each refusal is INVALID_INPUT naming the flag and the path
@@ -30,16 +30,6 @@ const fresh = (name: string) => {
   mkdirSync(dir, { recursive: true });
   return dir;
 };
-
-function refusal(fn: () => unknown): WavegateError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof WavegateError) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 describe('--gateway: plain HTTP only to loopback without --insecure-http', () => {
   it('knows loopback by address, not by a look-alike name', () => {

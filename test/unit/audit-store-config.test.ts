@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseAuditStore } from '../../activities/audit-store';
 import { pgpassPassword, readPgpass, storeClientConfig } from '../../activities/audit-store/config';
-import { WavegateError } from '../../core/errors';
+import type { WavegateError } from '../../core/errors';
+import { refusal } from '../support/refusal';
 
 /**
  * `--audit-store` URLs (issue 22): the query parameters pg-connection-string would hand to pg unchecked.
@@ -16,15 +17,11 @@ import { WavegateError } from '../../core/errors';
 const dir = mkdtempSync(join(tmpdir(), 'wavegate-store-url-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-function refusal(url: string, field = '--audit-store'): WavegateError {
-  try {
-    parseAuditStore(url, field);
-  } catch (err) {
-    expect(err).toBeInstanceOf(WavegateError);
-    expect((err as WavegateError).code).toBe('INVALID_INPUT');
-    return err as WavegateError;
-  }
-  throw new Error(`${url} was accepted`);
+/** parseAuditStore's refusal of `url`: always INVALID_INPUT. */
+function urlRefusal(url: string, field = '--audit-store'): WavegateError {
+  const err = refusal(() => parseAuditStore(url, field));
+  expect(err.code).toBe('INVALID_INPUT');
+  return err;
 }
 
 describe('files named by the URL: read bounded, by wavegate, handed to pg as contents', () => {
@@ -44,7 +41,7 @@ describe('files named by the URL: read bounded, by wavegate, handed to pg as con
       ['sslrootcert', huge, /above the limit of 16777216 bytes/],
     ];
     for (const [parameter, path, why] of cases) {
-      const err = refusal(`postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=${encodeURIComponent(path)}`);
+      const err = urlRefusal(`postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=${encodeURIComponent(path)}`);
       expect(err.message).toContain(`--audit-store "postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=`);
       expect(err.message).toContain(`?${parameter}= ${path}: `);
       expect(err.message).toMatch(why);
@@ -80,7 +77,7 @@ describe('the query cannot say where to connect or as whom', () => {
     ['database', 'postgres', "the URL's database"],
     ['options', '-c search_path=evil', 'would set server settings for the session'],
   ])('?%s= is refused naming it', (parameter, value, what) => {
-    const err = refusal(`postgres://auditor@db.example:5432/wavegate?${parameter}=${encodeURIComponent(value)}`, '$WAVEGATE_AUDIT_STORE');
+    const err = urlRefusal(`postgres://auditor@db.example:5432/wavegate?${parameter}=${encodeURIComponent(value)}`, '$WAVEGATE_AUDIT_STORE');
     expect(err.message).toContain(`$WAVEGATE_AUDIT_STORE "postgres://auditor@db.example:5432/wavegate?${parameter}=`);
     expect(err.message).toContain(`?${parameter}= ${what.startsWith('would') ? what : `would override ${what}`}`);
     expect(err.message).toMatch(/: refused/);
@@ -90,19 +87,19 @@ describe('the query cannot say where to connect or as whom', () => {
 describe('only the documented parameters, once each, in range', () => {
   it('unknown parameters are refused by name with the list allowed', () => {
     for (const parameter of ['sslcrl', 'ssl', 'uselibpqcompat', 'statement_timeout', 'client_encoding', 'keepalives', 'passfile']) {
-      const err = refusal(`postgres://u@db.example/wavegate?${parameter}=1`);
+      const err = urlRefusal(`postgres://u@db.example/wavegate?${parameter}=1`);
       expect(err.message).toContain(`?${parameter}= is not a parameter wavegate passes to PostgreSQL; allowed: sslmode, sslrootcert, sslcert, sslkey, application_name, connect_timeout`);
     }
-    expect(refusal('postgres://u@db.example/wavegate?%0Aevil=1').message).toContain('?"\\nevil"= is not a parameter');
+    expect(urlRefusal('postgres://u@db.example/wavegate?%0Aevil=1').message).toContain('?"\\nevil"= is not a parameter');
   });
 
   it('a parameter twice, an sslmode pg does not know, a connect_timeout of 0 ("for ever") or out of range, an unprintable application_name', () => {
-    expect(refusal('postgres://u@h/db?sslmode=disable&sslmode=verify-full').message).toContain('?sslmode= is given more than once');
-    expect(refusal('postgres://u@h/db?sslmode=allow').message).toContain('?sslmode= "allow": expected one of disable, prefer, require, verify-ca, verify-full, no-verify');
-    for (const t of ['0', '301', '1.5', 'soon', '']) expect(refusal(`postgres://u@h/db?connect_timeout=${t}`).message).toContain(`?connect_timeout= ${JSON.stringify(t)}: expected whole seconds from 1 to 300`);
-    expect(refusal('postgres://u@h/db?application_name=%1B%5B2J').message).toContain('?application_name= "\\u001b[2J": expected 1-63 printable ASCII characters');
-    expect(refusal('postgres://u@h/db?sslpassword=hunter2').message).toContain('a password in the URL is refused');
-    expect(refusal('postgres://u@h/db?sslpassword=hunter2').message).not.toContain('hunter2');
+    expect(urlRefusal('postgres://u@h/db?sslmode=disable&sslmode=verify-full').message).toContain('?sslmode= is given more than once');
+    expect(urlRefusal('postgres://u@h/db?sslmode=allow').message).toContain('?sslmode= "allow": expected one of disable, prefer, require, verify-ca, verify-full, no-verify');
+    for (const t of ['0', '301', '1.5', 'soon', '']) expect(urlRefusal(`postgres://u@h/db?connect_timeout=${t}`).message).toContain(`?connect_timeout= ${JSON.stringify(t)}: expected whole seconds from 1 to 300`);
+    expect(urlRefusal('postgres://u@h/db?application_name=%1B%5B2J').message).toContain('?application_name= "\\u001b[2J": expected 1-63 printable ASCII characters');
+    expect(urlRefusal('postgres://u@h/db?sslpassword=hunter2').message).toContain('a password in the URL is refused');
+    expect(urlRefusal('postgres://u@h/db?sslpassword=hunter2').message).not.toContain('hunter2');
   });
 });
 

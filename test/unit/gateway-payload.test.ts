@@ -10,7 +10,7 @@ import { envelopeDigestOf, type TwinView } from '../../core/twin';
 import { HttpRefusal } from '../../gateway/http';
 import { openPayload, payloadEntry, sendPayload, PAYLOAD_CHUNK_BYTES } from '../../gateway/payload';
 import { scratchDir } from '../support/harness';
-import { refusal as refusalOf } from '../support/refusal';
+import { refusal as refusalOf, rejection as rejectionOf } from '../support/refusal';
 
 /**
  * Which file the gateway serves a device (gateway/payload.ts): only a payload entry in the signed body
@@ -41,11 +41,7 @@ describe('gateway payloads', () => {
     };
   };
   const refusal = (fn: () => unknown): HttpRefusal => refusalOf(fn, HttpRefusal);
-  const rejection = async (p: Promise<unknown>): Promise<HttpRefusal> => {
-    const err = await p.then(() => undefined, (e: unknown) => e);
-    expect(err).toBeInstanceOf(HttpRefusal);
-    return err as HttpRefusal;
-  };
+  const rejection = (p: Promise<unknown>): Promise<HttpRefusal> => rejectionOf(p, HttpRefusal);
   /** What payloadFor was: the entry, the file opened and checked, its chunks gathered. */
   const payloadFor = async (view: TwinView | null, root: string, profile: string, revision: number, name: string): Promise<Buffer> => {
     const opened = await openPayload(root, profile, payloadEntry(view, profile, revision, name));

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../core/errors';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import { ensureSearchAttributes, type TemporalServices } from '../../workers/search-attributes';
+import { rejection } from '../support/refusal';
 
 /**
  * The refusals a dev server cannot produce (test/e2e/any-temporal.test.ts covers the rest on a real one):
@@ -40,16 +40,10 @@ function fakeServer(opts: { registered: Record<string, number>; list?: 'refuse';
   return { services, calls };
 }
 
-async function refusal(p: Promise<unknown>): Promise<WavegateError> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
-  expect(err).toBeInstanceOf(WavegateError);
-  return err as WavegateError;
-}
-
 describe('the worker start-up check where registration is refused', () => {
   it('PERMISSION_DENIED on adding: INVALID_STATE (exit 2) naming every missing attribute, the refusal and each create command', async () => {
     const { services, calls } = fakeServer({ registered: {}, add: 'refuse' });
-    const err = await refusal(ensureSearchAttributes(services, { namespace: 'prod', address: 'temporal.internal:7233' }, { register: true }));
+    const err = await rejection(ensureSearchAttributes(services, { namespace: 'prod', address: 'temporal.internal:7233' }, { register: true }));
     expect(err.code).toBe('INVALID_STATE');
     expect(calls.add).toBe(1);
     expect(err.message).toContain('adding them was refused: PERMISSION_DENIED: ');
@@ -58,7 +52,7 @@ describe('the worker start-up check where registration is refused', () => {
 
   it('Temporal Cloud (operator API refused): reads the namespace through queries, adds nothing, and prints the tcld command for the missing ones', async () => {
     const { services, calls } = fakeServer({ registered: { WavegateProfile: 2 }, list: 'refuse' });
-    const err = await refusal(ensureSearchAttributes(services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
+    const err = await rejection(ensureSearchAttributes(services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
     expect(err.code).toBe('INVALID_STATE');
     expect(calls.add).toBe(0);
     expect(calls.queries).toContain("WavegateProfile = ''");
@@ -73,7 +67,7 @@ describe('the worker start-up check where registration is refused', () => {
     const ok = fakeServer({ registered: { ...all }, list: 'refuse' });
     expect(await ensureSearchAttributes(ok.services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true })).toContain(`all ${NAMES.length} present`);
     const wrong = fakeServer({ registered: { ...all, WavegateRevision: 2 }, list: 'refuse' });
-    const err = await refusal(ensureSearchAttributes(wrong.services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
+    const err = await rejection(ensureSearchAttributes(wrong.services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
     expect(err.message).toContain('wrong type: WavegateRevision is registered as Keyword, wavegate needs Int');
     expect(err.message).toContain('tcld namespace search-attributes rename --namespace wg.a1b2c --existing-name WavegateRevision');
   });

@@ -10,16 +10,14 @@ import { connectDevice, transportFor, TransportError, type TransportErrorKind } 
 import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
 import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { rejection } from '../support/refusal';
 
 /** The rejection of `promise`, which must be a TransportError of `kind`. */
+/** The TransportError `promise` rejects with, of this kind. */
 async function refused(promise: Promise<unknown>, kind: TransportErrorKind): Promise<TransportError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err, `expected a TransportError of kind ${kind}`).toBeInstanceOf(TransportError);
-  expect((err as TransportError).kind, (err as Error).message).toBe(kind);
-  return err as TransportError;
+  const err = await rejection(promise, TransportError);
+  expect(err.kind, err.message).toBe(kind);
+  return err;
 }
 
 /** Wait until `check` holds (the simulator records a killed command a moment after the client gives up). */

@@ -6,9 +6,10 @@ import { dependencyBackoffMs, describeCycle, findDependencyCycle, waitingReason,
 import { WavegateError } from '../../../core/errors';
 import { parseRolloutSpec } from '../../../core/spec';
 import { checkDependencyCycle, loadDependencies } from '../../../intake/dependencies';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
+import { refusal } from '../../support/refusal';
 
 /** Ordering between profiles: the graph walk, the spec field, the checks against the profiles root, and plan's exit 2. */
 
@@ -52,14 +53,7 @@ describe('waiting: reason and backoff', () => {
 
 describe('rollout.after in the spec', () => {
   const spec = (after: unknown) => ({ rollout: { profile: 'motd', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }], after } });
-  const refusal = (after: unknown): WavegateError => {
-    try {
-      parseRolloutSpec(spec(after), 'spec.yaml');
-    } catch (err) {
-      return err as WavegateError;
-    }
-    throw new Error('accepted');
-  };
+  const specRefusal = (after: unknown): WavegateError => refusal(() => parseRolloutSpec(spec(after), 'spec.yaml'));
 
   it('parses a list of profile and revision, absent by default', () => {
     expect(parseRolloutSpec(spec([{ profile: 'inference', revision: 15 }]), 's').after).toEqual([{ profile: 'inference', revision: 15 }]);
@@ -67,15 +61,15 @@ describe('rollout.after in the spec', () => {
   });
 
   it('refuses the spec’s own profile, a profile twice, a bad name, a bad revision, unknown keys and more than 10', () => {
-    const self = refusal([{ profile: 'motd', revision: 1 }]);
+    const self = specRefusal([{ profile: 'motd', revision: 1 }]);
     expect(self.code).toBe('INVALID_INPUT');
     expect(self.message).toContain('rollout.after[0].profile: a profile may not depend on itself (got "motd")');
-    expect(refusal([{ profile: 'a', revision: 1 }, { profile: 'a', revision: 2 }]).message).toContain('rollout.after[1].profile: named twice');
-    expect(refusal([{ profile: 'Inference', revision: 1 }]).message).toMatch(/rollout\.after\[0\]\.profile: must be lowercase.*\(got "Inference"\)/);
-    expect(refusal([{ profile: 'a', revision: 0 }]).message).toMatch(/rollout\.after\[0\]\.revision: .*\(got 0\)/);
-    expect(refusal([{ profile: 'a', revision: 1, verify: 'true' }]).message).toContain('rollout.after[0].verify: unknown field');
+    expect(specRefusal([{ profile: 'a', revision: 1 }, { profile: 'a', revision: 2 }]).message).toContain('rollout.after[1].profile: named twice');
+    expect(specRefusal([{ profile: 'Inference', revision: 1 }]).message).toMatch(/rollout\.after\[0\]\.profile: must be lowercase.*\(got "Inference"\)/);
+    expect(specRefusal([{ profile: 'a', revision: 0 }]).message).toMatch(/rollout\.after\[0\]\.revision: .*\(got 0\)/);
+    expect(specRefusal([{ profile: 'a', revision: 1, verify: 'true' }]).message).toContain('rollout.after[0].verify: unknown field');
     const many = Array.from({ length: 11 }, (_, i) => ({ profile: `p${i}`, revision: 1 }));
-    expect(refusal(many).message).toMatch(/rollout\.after: at most 10 profiles/);
+    expect(specRefusal(many).message).toMatch(/rollout\.after: at most 10 profiles/);
   });
 });
 
@@ -94,14 +88,7 @@ describe('rollout.after against the profiles root', () => {
   const root = profilesRoot(scratch.dir);
   afterAll(() => scratch.cleanup());
   const load = (after: Dependency[]) => loadDependencies({ after }, root, 'spec.yaml');
-  const refused = (after: Dependency[]): WavegateError => {
-    try {
-      load(after);
-    } catch (err) {
-      return err as WavegateError;
-    }
-    throw new Error('accepted');
-  };
+  const refused = (after: Dependency[]): WavegateError => refusal(() => load(after));
 
   it('finds each named profile at its revision (a signed one verified against its pins)', () => {
     const found = load([{ profile: 'base', revision: 1 }, { profile: 'demo', revision: 2 }]);

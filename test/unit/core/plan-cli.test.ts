@@ -5,13 +5,13 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { makePlan } from '../../../cli/commands/plan';
-import type { WavegateError } from '../../../core/errors';
 import { devicesInScope } from '../../../core/gates';
 import { planPhases } from '../../../core/planner';
 import { loadInventory } from '../../../intake/inventory';
 import { prepareRollout } from '../../../intake/prepare';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { corpusCases } from '../../corpus/load';
+import { refusal } from '../../support/refusal';
 
 /**
  * `wavegate plan` as a user runs it: a real `node bin/wavegate.js` process. Each malformed spec and
@@ -162,14 +162,6 @@ describe('plan and start build the same input', () => {
     cpSync(join(profilesDir, 'demo'), join(profiles, 'demo'), { recursive: true });
     const revisionPath = join(profiles, 'demo', 'revisions', '2.yaml');
     writeFileSync(revisionPath, readFileSync(revisionPath, 'utf8').replace('risk: risky', 'risk: safe'));
-    const refusal = (fn: () => unknown) => {
-      try {
-        fn();
-      } catch (err) {
-        return err as WavegateError;
-      }
-      throw new Error('not refused');
-    };
     const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesDir: profiles, startedBy: 'someone' }));
     const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profilesDir: profiles }));
     expect(fromStart.code).toBe('INVALID_INPUT');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../../core/errors';
 import { resolveWorkerLayout } from '../../../core/worker-layout';
+import { refusal } from '../../support/refusal';
 
 describe('resolveWorkerLayout', () => {
   it('no flags: both roles with the default slots', () => {
@@ -13,24 +13,20 @@ describe('resolveWorkerLayout', () => {
     expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({ role: 'activities', maxActivities: 50, maxWorkflowTasks: 0, parkConnectionMs: 30_000 });
   });
   it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
-    const refusal = (f: Parameters<typeof resolveWorkerLayout>[0]) => {
-      try {
-        resolveWorkerLayout(f);
-      } catch (err) {
-        expect(err).toBeInstanceOf(WavegateError);
-        expect((err as WavegateError).code).toBe('INVALID_INPUT');
-        return (err as Error).message;
-      }
-      throw new Error('accepted');
+    /** The message of resolveWorkerLayout's refusal: always INVALID_INPUT. */
+    const refused = (f: Parameters<typeof resolveWorkerLayout>[0]): string => {
+      const err = refusal(() => resolveWorkerLayout(f));
+      expect(err.code).toBe('INVALID_INPUT');
+      return err.message;
     };
-    expect(refusal({ workflowsOnly: true, activitiesOnly: true })).toMatch(/--workflows-only and --activities-only/);
-    expect(refusal({ maxActivities: '0' })).toContain('--max-activities "0"');
-    expect(refusal({ maxActivities: '2001' })).toContain('--max-activities "2001"');
-    expect(refusal({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
-    expect(refusal({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
-    expect(refusal({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain('--max-workflow-tasks "4" with --activities-only');
-    expect(refusal({ parkConnections: 'soon' })).toContain('--park-connections "soon"');
-    expect(refusal({ parkConnections: '11m' })).toContain('--park-connections "11m"');
-    expect(refusal({ workflowsOnly: true, parkConnections: '5s' })).toContain('--park-connections "5s" with --workflows-only');
+    expect(refused({ workflowsOnly: true, activitiesOnly: true })).toMatch(/--workflows-only and --activities-only/);
+    expect(refused({ maxActivities: '0' })).toContain('--max-activities "0"');
+    expect(refused({ maxActivities: '2001' })).toContain('--max-activities "2001"');
+    expect(refused({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
+    expect(refused({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
+    expect(refused({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain('--max-workflow-tasks "4" with --activities-only');
+    expect(refused({ parkConnections: 'soon' })).toContain('--park-connections "soon"');
+    expect(refused({ parkConnections: '11m' })).toContain('--park-connections "11m"');
+    expect(refused({ workflowsOnly: true, parkConnections: '5s' })).toContain('--park-connections "5s" with --workflows-only');
   });
 });
