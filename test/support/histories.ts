@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
@@ -14,6 +14,21 @@ import { PROJECT_ROOT } from '../../workers/toolchain';
  */
 export const HISTORIES_DIR = join(PROJECT_ROOT, 'test', 'fixtures', 'histories');
 
+/**
+ * Histories of rollouts the current code no longer supports (docs/architecture.md, "Versioning workflow code"):
+ * `archive/<release>/` holds those that took the old branch of a patch retired after that release, kept for the
+ * record and replayed by that release's commit (workflows/patches.ts RELEASES), never by the current code.
+ */
+export const ARCHIVE_DIR = join(HISTORIES_DIR, 'archive');
+
+/** The histories the current code replays: the files directly in `dir` (one level; archive/ is not read). */
+export function currentHistories(dir = HISTORIES_DIR): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isFile() && e.name.endsWith('.json'))
+    .map((e) => e.name)
+    .sort();
+}
+
 export async function recordHistory(handle: WorkflowHandle, name: string): Promise<void> {
   if (process.env.RECORD_HISTORIES !== '1') return;
   mkdirSync(HISTORIES_DIR, { recursive: true });
@@ -28,4 +43,24 @@ export async function recordHistory(handle: WorkflowHandle, name: string): Promi
 export function loadHistory(file: string): { workflowId: string; history: temporal.api.history.v1.History } {
   const { workflowId, history } = JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as { workflowId: string; history: string };
   return { workflowId, history: temporal.api.history.v1.History.decode(Buffer.from(history, 'base64')) };
+}
+
+/** A patch marker a history recorded: the SDK's `core_patch` marker, its `patch-data` detail naming the patch id. */
+export interface PatchMarker {
+  id: string;
+  deprecated: boolean;
+}
+
+/** The patch markers in a history, in the order recorded. */
+export function patchMarkers(history: temporal.api.history.v1.IHistory): PatchMarker[] {
+  const markers: PatchMarker[] = [];
+  for (const event of history.events ?? []) {
+    const marker = event.markerRecordedEventAttributes;
+    if (marker?.markerName !== 'core_patch') continue;
+    for (const payload of marker.details?.['patch-data']?.payloads ?? []) {
+      const { id, deprecated } = JSON.parse(Buffer.from(payload.data ?? []).toString('utf8')) as PatchMarker;
+      markers.push({ id, deprecated });
+    }
+  }
+  return markers;
 }

@@ -1,0 +1,119 @@
+/**
+ * Every patch id the workflow code has ever asked (`wf.patched`, then `wf.deprecatePatch`), with the release
+ * that introduced it, where it is asked, and the recorded histories (test/fixtures/histories) that replay it
+ * on each branch. docs/architecture.md "Versioning workflow code" states the policy this serves: a patch is
+ * deprecated, and its old branch removed, at the first release boundary past the support window; the
+ * histories that took its old branch then move to test/fixtures/histories/archive/<release>/.
+ * test/workflow/patch-registry.test.ts holds this file to the source and to the histories.
+ * Nothing here is bundled into a workflow: it is the record the policy is applied from.
+ */
+
+/** A release: one landed stop of the project, by the last commit it landed. */
+export interface Release {
+  id: `r${number}`;
+  /** The last commit of the release: check it out to replay the histories archived under its name. */
+  commit: string;
+  /** The issues whose work the release landed (reconstructed from the stops' closing notes). */
+  issues: readonly number[];
+}
+
+/** Reconstructed from `issues stops` (each landed stop's final commit) and `git log`; the project had no tags. */
+export const RELEASES: readonly Release[] = [
+  { id: 'r1', commit: 'a7dc634', issues: [2, 3, 4, 5] },
+  { id: 'r2', commit: '04152a3', issues: [8, 9, 10] },
+  { id: 'r3', commit: '8caff2a', issues: [11, 14] },
+  { id: 'r4', commit: 'fbad4ba', issues: [12, 13] },
+  { id: 'r5', commit: 'd693c40', issues: [12] },
+  { id: 'r6', commit: '6c519b1', issues: [12] },
+  { id: 'r7', commit: '9e149e4', issues: [21] },
+  { id: 'r8', commit: '7b668b3', issues: [22] },
+  { id: 'r9', commit: '5826b68', issues: [23] },
+];
+
+/** The release the working tree builds (not landed yet, so it has no commit here). */
+export const CURRENT_RELEASE = 'r10';
+
+/**
+ * Releases before the current one whose rollouts the current code still replays. Pinned rollouts never
+ * replay on another build, so this bounds only moved rollouts, auto-upgrade workflows and unversioned
+ * workers: an operator may skip one release, not two.
+ */
+export const SUPPORT_WINDOW = 2;
+
+/** 'live': asked with `wf.patched`; 'deprecated': `wf.deprecatePatch`, old branch gone; 'removed': no call left. */
+export type PatchStatus = 'live' | 'deprecated' | 'removed';
+
+export interface PatchRecord {
+  id: string;
+  introducedIn: Release['id'];
+  /** The commit that introduced it (`git log -S"'<id>'" --reverse -- workflows`). */
+  commit: string;
+  /** `<file> <where in it>`: every workflow file that asks it. */
+  askedIn: readonly string[];
+  status: PatchStatus;
+  /** Histories (names in test/fixtures/histories, without .json) that carry its marker: the new branch. */
+  replayedWith: readonly string[];
+  /** Every history that reaches the patch point without its marker: the old branch. These are archived when it retires. */
+  replayedWithout: readonly string[];
+  /** When no history can reach the patch point without the marker: why. */
+  noOldBranch?: string;
+  /** For 'deprecated' and 'removed': the release that made it so. */
+  deprecatedIn?: Release['id'];
+  removedIn?: Release['id'];
+}
+
+const STOP_6_ROLLOUTS = ['abort-rollback-false', 'abort-rollback-true', 'bulk-failure-gate', 'canary-health-fail', 'cancel-compensates', 'happy-path-timeskip', 'inconclusive-resume', 'offline-besteffort-leftbehind', 'pause-resume', 'rollout-resilience-ssh-refusals', 'rollout-resilience-worker-killed', 'rollout-scale-1000'];
+const BEFORE_AUDIT_RECORDS = [...STOP_6_ROLLOUTS, 'canary-cancel-mid-apply', 'canary-cancel-mid-apply-pre-patch'].sort();
+const R3_ROLLOUTS = ['deadline-abort', 'deadline-pause-resume', 'deadline-paused-not-counted', 'deadline-rollback', 'membership-rollout', 'profile-ordering-abort-while-waiting', 'profile-ordering-wait-then-proceed', 'revert-fast', 'revert-inside-window', 'webhooks-cancel', 'webhooks-controls-abort', 'webhooks-flaky-and-dead'];
+const BEFORE_HOT_PATH = [...BEFORE_AUDIT_RECORDS, ...R3_ROLLOUTS].sort();
+const NEW_INPUT = (what: string) => `only an input with ${what} asks it, and no build before it could start one`;
+
+export const PATCHES: readonly PatchRecord[] = [
+  { id: 'canary-touched-at-start', introducedIn: 'r2', commit: '3f4ee83', askedIn: ['workflows/rollout-steps.ts applyPhase'], status: 'live', replayedWith: ['canary-cancel-mid-apply'], replayedWithout: ['canary-cancel-mid-apply-pre-patch'] },
+  { id: 'snapshot-refusals-fail', introducedIn: 'r2', commit: 'c041a8d', askedIn: ['workflows/rollout.ts plan adoption'], status: 'live', replayedWith: ['profile-ordering-wait-then-proceed'], replayedWithout: BEFORE_AUDIT_RECORDS },
+  { id: 'audit-device-records', introducedIn: 'r2', commit: '05242f0', askedIn: ['workflows/rollout-steps.ts audit trail'], status: 'live', replayedWith: ['profile-ordering-wait-then-proceed'], replayedWithout: BEFORE_AUDIT_RECORDS },
+  { id: 'audit-failure-holds', introducedIn: 'r2', commit: 'c538106', askedIn: ['workflows/rollout-steps.ts audit trail'], status: 'live', replayedWith: ['profile-ordering-wait-then-proceed'], replayedWithout: BEFORE_AUDIT_RECORDS },
+  { id: 'device-floor', introducedIn: 'r2', commit: '93e8155', askedIn: ['workflows/rollout.ts completion'], status: 'live', replayedWith: ['revert-fast'], replayedWithout: ['happy-path-timeskip', 'inconclusive-resume', 'offline-besteffort-leftbehind', 'pause-resume', 'rollout-resilience-ssh-refusals', 'rollout-resilience-worker-killed', 'rollout-scale-1000'] },
+  { id: 'refused-devices-untouched', introducedIn: 'r2', commit: '5f5c616', askedIn: ['workflows/device-runner.ts runDevices'], status: 'live', replayedWith: ['ssh-refusals-untouched'], replayedWithout: ['rollout-resilience-ssh-refusals'] },
+  { id: 'revert-rollouts', introducedIn: 'r3', commit: '969e403', askedIn: ['workflows/rollout.ts rollout.started', 'workflows/rollout-steps.ts confirmFloor'], status: 'live', replayedWith: ['revert-fast', 'revert-inside-window'], replayedWithout: [], noOldBranch: NEW_INPUT('reverts') },
+  { id: 'webhook-events', introducedIn: 'r3', commit: '969e403', askedIn: ['workflows/rollout-steps.ts audit'], status: 'live', replayedWith: ['webhooks-flaky-and-dead', 'webhooks-controls-abort', 'webhooks-cancel'], replayedWithout: [], noOldBranch: NEW_INPUT('spec webhooks') },
+  { id: 'rollout-deadlines', introducedIn: 'r3', commit: '513c2d4', askedIn: ['workflows/deadlines.ts startDeadlines'], status: 'live', replayedWith: ['deadline-abort', 'deadline-rollback'], replayedWithout: [], noOldBranch: NEW_INPUT('a spec deadline') },
+  { id: 'profile-ordering', introducedIn: 'r3', commit: 'c06e39d', askedIn: ['workflows/device-runner.ts runDevices'], status: 'live', replayedWith: ['profile-ordering-wait-then-proceed', 'profile-ordering-abort-while-waiting'], replayedWithout: [], noOldBranch: NEW_INPUT("steps with 'after' (dependency-unmet answers)") },
+  { id: 'canary-rollout-exclusion', introducedIn: 'r3', commit: '9a1cd2d', askedIn: ['workflows/canary.ts before the baseline'], status: 'live', replayedWith: ['nightly-canary-skipped-rollout-running'], replayedWithout: [], noOldBranch: 'no nightly canary history was recorded before it' },
+  { id: 'membership-entity', introducedIn: 'r3', commit: 'd5b1871', askedIn: ['workflows/rollout-steps.ts snapshot'], status: 'live', replayedWith: ['membership-rollout'], replayedWithout: [], noOldBranch: NEW_INPUT('membership') },
+  { id: 'agent-desired-state', introducedIn: 'r4', commit: '26e09e9', askedIn: ['workflows/agent-converge.ts convergeSkippedAgents'], status: 'live', replayedWith: ['agent-mixed-offline-converge'], replayedWithout: [], noOldBranch: 'only a snapshot with agent devices asks it, and no build before it had agent devices' },
+  { id: 'audit-pipelined', introducedIn: 'r4', commit: 'c8b8338', askedIn: ['workflows/rollout-steps.ts audit trail'], status: 'live', replayedWith: ['hot-path-zero-gate-pipelined-audit'], replayedWithout: R3_ROLLOUTS },
+  { id: 'offline-at-apply', introducedIn: 'r4', commit: 'c8b8338', askedIn: ['workflows/batches.ts options'], status: 'live', replayedWith: ['hot-path-offline-at-apply-skip', 'hot-path-slow-and-stopped'], replayedWithout: BEFORE_HOT_PATH },
+  { id: 'overlapping-slices', introducedIn: 'r4', commit: 'c8b8338', askedIn: ['workflows/batches.ts runPhase'], status: 'live', replayedWith: ['hot-path-overlapping-slices'], replayedWithout: ['rollout-scale-1000'] },
+  { id: 'snapshot-membership-only', introducedIn: 'r4', commit: 'c8b8338', askedIn: ['workflows/rollout-steps.ts snapshot'], status: 'live', replayedWith: ['hot-path-canary-probe'], replayedWithout: BEFORE_HOT_PATH },
+  { id: 'zero-gate-no-timer', introducedIn: 'r4', commit: 'c8b8338', askedIn: ['workflows/rollout-steps.ts gateTimer'], status: 'live', replayedWith: ['hot-path-zero-gate-pipelined-audit'], replayedWithout: ['profile-ordering-wait-then-proceed', 'revert-fast', 'revert-inside-window', 'webhooks-flaky-and-dead'] },
+  { id: 'controls-reach-slices', introducedIn: 'r4', commit: '311aaa3', askedIn: ['workflows/controls.ts control updates'], status: 'live', replayedWith: ['pause-reaches-slices'], replayedWithout: ['abort-rollback-false', 'abort-rollback-true', 'bulk-failure-gate', 'deadline-pause-resume', 'inconclusive-resume', 'pause-resume', 'profile-ordering-abort-while-waiting', 'rollout-resilience-ssh-refusals', 'webhooks-controls-abort'] },
+  { id: 'ahead-at-apply', introducedIn: 'r4', commit: '1d45d87', askedIn: ['workflows/rollout-steps.ts snapshot'], status: 'live', replayedWith: ['hot-path-ahead-at-apply'], replayedWithout: ['hot-path-canary-probe', 'hot-path-offline-at-apply-skip', 'hot-path-overlapping-slices', 'hot-path-overlapping-slices-failure-gate', 'hot-path-slow-and-stopped', 'hot-path-zero-gate-pipelined-audit', 'pause-reaches-slices'] },
+  { id: 'audit-phase-barrier', introducedIn: 'r4', commit: '2db2b00', askedIn: ['workflows/rollout-steps.ts applyPhase'], status: 'live', replayedWith: ['hot-path-audit-phase-barrier'], replayedWithout: ['agent-canary-health-fail', 'agent-mixed-offline-converge', 'hot-path-ahead-at-apply', 'hot-path-canary-probe', 'hot-path-offline-at-apply-skip', 'hot-path-overlapping-slices', 'hot-path-overlapping-slices-failure-gate', 'hot-path-slow-and-stopped', 'hot-path-zero-gate-pipelined-audit', 'pause-reaches-slices'] },
+  { id: 'slice-control-ack', introducedIn: 'r4', commit: '2db2b00', askedIn: ['workflows/controls.ts control updates', 'workflows/slice.ts sliceControl'], status: 'live', replayedWith: ['pause-acked-by-slices', 'pause-acked-slice-child'], replayedWithout: ['abort-rollback-false', 'abort-rollback-true', 'bulk-failure-gate', 'deadline-pause-resume', 'inconclusive-resume', 'pause-reaches-slices', 'pause-resume', 'profile-ordering-abort-while-waiting', 'rollout-resilience-ssh-refusals', 'webhooks-controls-abort'] },
+  { id: 'floor-chunks-parallel', introducedIn: 'r5', commit: 'e3d0362', askedIn: ['workflows/rollout-steps.ts confirmFloor'], status: 'live', replayedWith: ['rollout-scale-1000-floor-chunks-parallel'], replayedWithout: ['agent-mixed-offline-converge', 'deadline-pause-resume', 'deadline-paused-not-counted', 'hot-path-ahead-at-apply', 'hot-path-audit-phase-barrier', 'hot-path-canary-probe', 'hot-path-offline-at-apply-skip', 'hot-path-overlapping-slices', 'hot-path-slow-and-stopped', 'hot-path-zero-gate-pipelined-audit', 'membership-rollout', 'pause-acked-by-slices', 'pause-reaches-slices', 'profile-ordering-wait-then-proceed', 'revert-fast', 'revert-inside-window', 'webhooks-flaky-and-dead'] },
+  { id: 'floor-at-apply', introducedIn: 'r7', commit: '42ed052', askedIn: ['workflows/batches.ts options'], status: 'live', replayedWith: ['floor-at-apply', 'floor-at-apply-abort-rollback'], replayedWithout: [...BEFORE_HOT_PATH, 'agent-canary-health-fail', 'agent-mixed-offline-converge', 'hot-path-ahead-at-apply', 'hot-path-audit-phase-barrier', 'hot-path-canary-probe', 'hot-path-offline-at-apply-skip', 'hot-path-overlapping-slices', 'hot-path-overlapping-slices-failure-gate', 'hot-path-slow-and-stopped', 'hot-path-zero-gate-pipelined-audit', 'pause-acked-by-slices', 'pause-reaches-slices', 'rollout-scale-1000-floor-chunks-parallel'].sort() },
+  { id: 'in-place-untouched', introducedIn: 'r7', commit: '42ed052', askedIn: ['workflows/device-runner.ts runDevices'], status: 'live', replayedWith: ['floor-at-apply'], replayedWithout: ['hot-path-canary-probe'] },
+  { id: 'converge-offline-only', introducedIn: 'r7', commit: '42ed052', askedIn: ['workflows/agent-converge.ts convergeSkippedAgents'], status: 'live', replayedWith: ['agent-converge-offline-only'], replayedWithout: ['agent-mixed-offline-converge'] },
+];
+
+/** The position of a release in RELEASES (the current one last). */
+export function releaseIndex(id: string): number {
+  const i = RELEASES.findIndex((r) => r.id === id);
+  if (i >= 0) return i;
+  if (id === CURRENT_RELEASE) return RELEASES.length;
+  throw new Error(`unknown release ${id}`);
+}
+
+/**
+ * What the policy does to a patch at the boundary into release `at`: a live patch whose old branch only
+ * histories started before the window can take (introduced `window` or more releases before `at`) is
+ * deprecated; a deprecated one whose marker only such histories can carry undeprecated (deprecated
+ * `window` or more releases before `at`) is removed. Otherwise it stays as it is.
+ */
+export function fateAt(patch: Pick<PatchRecord, 'status' | 'introducedIn' | 'deprecatedIn'>, at: string, window = SUPPORT_WINDOW): PatchStatus {
+  const boundary = releaseIndex(at) - window;
+  if (patch.status === 'live') return releaseIndex(patch.introducedIn) <= boundary ? 'deprecated' : 'live';
+  if (patch.status === 'deprecated') return releaseIndex(patch.deprecatedIn ?? at) <= boundary ? 'removed' : 'deprecated';
+  return 'removed';
+}
