@@ -37,11 +37,17 @@ export async function recordHistory(handle: WorkflowHandle, name: string): Promi
   const history = await handle.fetchHistory();
   // Protobuf binary (base64): exact, and independent of the JSON mapping of the SDK version at hand.
   const bytes = temporal.api.history.v1.History.encode(history).finish();
-  writeFileSync(path, `${JSON.stringify({ workflowId: handle.workflowId, events: history.events?.length ?? 0, history: Buffer.from(bytes).toString('base64') })}\n`);
+  writeFileSync(
+    path,
+    `${JSON.stringify({ workflowId: handle.workflowId, events: history.events?.length ?? 0, history: Buffer.from(bytes).toString('base64') })}\n`,
+  );
 }
 
 export function loadHistory(file: string): { workflowId: string; history: temporal.api.history.v1.History } {
-  const { workflowId, history } = JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as { workflowId: string; history: string };
+  const { workflowId, history } = JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as {
+    workflowId: string;
+    history: string;
+  };
   return { workflowId, history: temporal.api.history.v1.History.decode(Buffer.from(history, 'base64')) };
 }
 

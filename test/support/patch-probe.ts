@@ -16,7 +16,9 @@ export interface PatchMeeting {
  * histories reach each patch point, and on which branch. A patch point a history never reaches leaves no
  * meeting, so this tells "replays the old branch" apart from "has no marker because it ended earlier".
  */
-export async function replayPatchMeetings(files: readonly string[]): Promise<{ errors: string[]; meetings: PatchMeeting[] }> {
+export async function replayPatchMeetings(
+  files: readonly string[],
+): Promise<{ errors: string[]; meetings: PatchMeeting[] }> {
   installQuietRuntime();
   const seen = new Map<string, PatchMeeting>();
   const sinks: InjectedSinks<PatchProbeSinks> = {
@@ -35,7 +37,13 @@ export async function replayPatchMeetings(files: readonly string[]): Promise<{ e
     logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m) },
     webpackConfigHook: (config) => ({
       ...config,
-      resolve: { ...config.resolve, alias: { ...(config.resolve?.alias as Record<string, string | false>), '@temporalio/workflow$': join(__dirname, 'patch-probe-workflow.ts') } },
+      resolve: {
+        ...config.resolve,
+        alias: {
+          ...(config.resolve?.alias as Record<string, string | false>),
+          '@temporalio/workflow$': join(__dirname, 'patch-probe-workflow.ts'),
+        },
+      },
     }),
   });
   const histories = files.map((file) => {

@@ -1,7 +1,15 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CURRENT_RELEASE, fateAt, PATCHES, RELEASES, releaseIndex, SUPPORT_WINDOW, type PatchRecord } from '../../workflows/patches';
+import {
+  CURRENT_RELEASE,
+  fateAt,
+  PATCHES,
+  RELEASES,
+  releaseIndex,
+  SUPPORT_WINDOW,
+  type PatchRecord,
+} from '../../workflows/patches';
 import { currentHistories, loadHistory, patchMarkers, type PatchMarker } from '../support/histories';
 import { replayPatchMeetings, type PatchMeeting } from '../support/patch-probe';
 
@@ -18,7 +26,11 @@ function sources(folder: string): { path: string; text: string }[] {
 }
 
 /** The patch ids the workflow code asks, by kind of call, with the files that ask each. */
-function askedInSource(): { patched: Map<string, Set<string>>; deprecated: Map<string, Set<string>>; unresolved: string[] } {
+function askedInSource(): {
+  patched: Map<string, Set<string>>;
+  deprecated: Map<string, Set<string>>;
+  unresolved: string[];
+} {
   const constants = new Map<string, string>();
   for (const { text } of [...sources('workflows'), ...sources('core'), ...sources('contracts')]) {
     for (const m of text.matchAll(/export const ([A-Z][A-Z0-9_]*) = '([a-z0-9-]+)'/g)) constants.set(m[1]!, m[2]!);
@@ -63,9 +75,12 @@ describe('the patch registry (workflows/patches.ts)', () => {
       const byPatched = [...(asked.patched.get(p.id) ?? [])].sort();
       const byDeprecate = [...(asked.deprecated.get(p.id) ?? [])].sort();
       const files = [...new Set(p.askedIn.map(fileOf))].sort();
-      if (p.status === 'live') expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: files, byDeprecate: [] });
-      if (p.status === 'deprecated') expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: [], byDeprecate: files });
-      if (p.status === 'removed') expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: [], byDeprecate: [] });
+      if (p.status === 'live')
+        expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: files, byDeprecate: [] });
+      if (p.status === 'deprecated')
+        expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: [], byDeprecate: files });
+      if (p.status === 'removed')
+        expect({ id: p.id, byPatched, byDeprecate }).toEqual({ id: p.id, byPatched: [], byDeprecate: [] });
     }
   });
 
@@ -73,23 +88,35 @@ describe('the patch registry (workflows/patches.ts)', () => {
     expect(RELEASES.map((r) => r.id)).toEqual(RELEASES.map((_, i) => `r${i + 1}`));
     for (const p of PATCHES) {
       expect(releaseIndex(p.introducedIn), p.id).toBeLessThanOrEqual(releaseIndex(CURRENT_RELEASE));
-      if (p.status !== 'live') expect(releaseIndex(p.deprecatedIn!), p.id).toBeGreaterThan(releaseIndex(p.introducedIn));
-      if (p.status === 'removed') expect(releaseIndex(p.removedIn!), p.id).toBeGreaterThan(releaseIndex(p.deprecatedIn!));
+      if (p.status !== 'live')
+        expect(releaseIndex(p.deprecatedIn!), p.id).toBeGreaterThan(releaseIndex(p.introducedIn));
+      if (p.status === 'removed')
+        expect(releaseIndex(p.removedIn!), p.id).toBeGreaterThan(releaseIndex(p.deprecatedIn!));
     }
   });
 
   it('every live patch has a current history that carries its marker, and one that reaches it without (or says why none can)', () => {
     for (const p of withStatus('live')) {
       expect(p.replayedWith.length, `${p.id}: no history replays its new branch`).toBeGreaterThan(0);
-      expect(p.replayedWithout.length > 0 !== (p.noOldBranch !== undefined), `${p.id}: histories without its marker, or why there are none (not both)`).toBe(true);
-      for (const name of [...p.replayedWith, ...p.replayedWithout]) expect(current.has(`${name}.json`), `${p.id}: ${name}.json is not a current history`).toBe(true);
-      for (const name of p.replayedWith) expect(markersOf(name), `${p.id} in ${name}`).toContainEqual({ id: p.id, deprecated: false });
-      for (const name of p.replayedWithout) expect(markersOf(name).map((m) => m.id), `${p.id} in ${name}`).not.toContain(p.id);
+      expect(
+        p.replayedWithout.length > 0 !== (p.noOldBranch !== undefined),
+        `${p.id}: histories without its marker, or why there are none (not both)`,
+      ).toBe(true);
+      for (const name of [...p.replayedWith, ...p.replayedWithout])
+        expect(current.has(`${name}.json`), `${p.id}: ${name}.json is not a current history`).toBe(true);
+      for (const name of p.replayedWith)
+        expect(markersOf(name), `${p.id} in ${name}`).toContainEqual({ id: p.id, deprecated: false });
+      for (const name of p.replayedWithout)
+        expect(
+          markersOf(name).map((m) => m.id),
+          `${p.id} in ${name}`,
+        ).not.toContain(p.id);
     }
   });
 
   it('no current history takes the old branch of a retired patch', () => {
-    for (const p of PATCHES.filter((x) => x.status !== 'live')) expect({ id: p.id, without: p.replayedWithout }).toEqual({ id: p.id, without: [] });
+    for (const p of PATCHES.filter((x) => x.status !== 'live'))
+      expect({ id: p.id, without: p.replayedWithout }).toEqual({ id: p.id, without: [] });
   });
 
   describe('on replay', () => {
@@ -107,8 +134,17 @@ describe('the patch registry (workflows/patches.ts)', () => {
       for (const p of withStatus('live')) {
         const taken = meetings.filter((m) => m.patchId === p.id);
         const newBranch = taken.filter((m) => m.taken).map((m) => m.file);
-        expect(p.replayedWith.map((n) => `${n}.json`).filter((f) => !newBranch.includes(f)), `${p.id}: listed with, not taken`).toEqual([]);
-        expect(taken.filter((m) => !m.taken).map((m) => m.file).sort(), `${p.id}: old branch`).toEqual(p.replayedWithout.map((n) => `${n}.json`).sort());
+        expect(
+          p.replayedWith.map((n) => `${n}.json`).filter((f) => !newBranch.includes(f)),
+          `${p.id}: listed with, not taken`,
+        ).toEqual([]);
+        expect(
+          taken
+            .filter((m) => !m.taken)
+            .map((m) => m.file)
+            .sort(),
+          `${p.id}: old branch`,
+        ).toEqual(p.replayedWithout.map((n) => `${n}.json`).sort());
       }
     });
 
@@ -130,7 +166,9 @@ describe('the retirement policy (fateAt)', () => {
 
   it('removes a deprecated call only once no supported history can carry its marker undeprecated', () => {
     expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r8' }, CURRENT_RELEASE)).toBe('removed');
-    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r9' }, CURRENT_RELEASE)).toBe('deprecated');
+    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r9' }, CURRENT_RELEASE)).toBe(
+      'deprecated',
+    );
     expect(fateAt({ status: 'removed', introducedIn: 'r2', deprecatedIn: 'r3' }, CURRENT_RELEASE)).toBe('removed');
   });
 

@@ -36,7 +36,12 @@ describe('replay of recorded rollout histories', () => {
     // replays "fine" while the state diverges): the interceptor reports each handler's end and it is compared here.
     const { errors, outcomes } = await replayUpdateOutcomes(files);
     expect(errors).toEqual([]);
-    const changed = outcomes.filter((o) => o.recorded !== 'not completed' && o.recorded !== o.replayed).map((o) => `${o.file} ${o.updateId}: recorded ${o.recorded}, replayed ${o.replayed}${o.failure ? ` (${o.failure.slice(0, 200)})` : ''}`);
+    const changed = outcomes
+      .filter((o) => o.recorded !== 'not completed' && o.recorded !== o.replayed)
+      .map(
+        (o) =>
+          `${o.file} ${o.updateId}: recorded ${o.recorded}, replayed ${o.replayed}${o.failure ? ` (${o.failure.slice(0, 200)})` : ''}`,
+      );
     expect(changed).toEqual([]);
     expect(outcomes.length).toBeGreaterThan(0);
   });
