@@ -30,6 +30,7 @@ export interface CanaryActivityDeps {
 export interface CanaryTarget {
   profile: string;
   inventoryPath: string;
+  /** The worker's profiles root. Named as the canary workflow's input has it since before the name was profilesRoot. */
   profilesDir: string;
 }
 
@@ -91,12 +92,12 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
     async prepareCanary(input: PrepareCanaryInput): Promise<RolloutInput> {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
-        const { spec, specSource } = await registeredCanarySpec(client(), { profile, profilesDir: input.profilesDir, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
+        const { spec, specSource } = await registeredCanarySpec(client(), { profile, profilesRoot: input.profilesDir, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
         const inventory = loadRolloutInventory(input.inventoryPath, 'inventoryPath');
         const prepared = await rolloutInputFromRegistry(client(), {
           spec,
           specSource,
-          profilesDir: input.profilesDir,
+          profilesRoot: input.profilesDir,
           inventory,
           inventoryPath: input.inventoryPath,
           startedBy: input.startedBy,

@@ -14,7 +14,7 @@ import { EnvelopeRejected, loadWorkerTrust, shellFor, type DependencyChecker } f
 
 export interface DependencyCheckOptions {
   /** The worker's profiles root: the dependency's pins and envelopes come from here and nowhere else. */
-  profilesDir: string;
+  profilesRoot: string;
   /** Refuse a dependency without a signed envelope even when the worker holds no pins for it. */
   requireEnvelope: boolean;
   /** Each verify (and the marker read) gets this long. */
@@ -26,9 +26,9 @@ export interface DependencyCheckOptions {
  * EnvelopeRejected (never retried: no device state changes that) when it cannot be opened. Undefined
  * only for `optional` revisions (a marker's newer revision the worker does not ship).
  */
-export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOptions, 'profilesDir' | 'requireEnvelope'>, optional = false): Revision | undefined {
-  const trust = loadWorkerTrust(opts.profilesDir, dep.profile);
-  const layout = profileDir(opts.profilesDir, dep.profile);
+export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOptions, 'profilesRoot' | 'requireEnvelope'>, optional = false): Revision | undefined {
+  const trust = loadWorkerTrust(opts.profilesRoot, dep.profile);
+  const layout = profileDir(opts.profilesRoot, dep.profile);
   if (!trust && opts.requireEnvelope) {
     throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for the dependency profile "${dep.profile}" (no ${layout.trustFile}) to verify ${dependencyLabel(dep)} against`);
   }
@@ -52,7 +52,7 @@ export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOption
  */
 export function dependencyChecker(opts: DependencyCheckOptions): DependencyChecker {
   return async (session, _device, after) => {
-    const open = { profilesDir: opts.profilesDir, requireEnvelope: opts.requireEnvelope };
+    const open = { profilesRoot: opts.profilesRoot, requireEnvelope: opts.requireEnvelope };
     // Every envelope is opened before the device runs any of them: a refusal runs nothing.
     const revisions = after.map((dep) => ({ dep, revision: openDependency(dep, open)! }));
     const verifies = async (profile: string, revision: Revision) =>

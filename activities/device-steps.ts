@@ -73,14 +73,14 @@ function describeHolder(record: ApplyLockRecord): string {
 }
 
 /** Where workers find their pins and payload files by default: `profiles/<profile>/` of this checkout. */
-export const DEFAULT_TRUST_DIR = join(PROJECT_ROOT, 'profiles');
+export const CHECKOUT_PROFILES_ROOT = join(PROJECT_ROOT, 'profiles');
 
-/** The worker's own pins for a profile (`<trustDir>/<profile>/trust.yaml`), or undefined when it has none. */
-export function loadWorkerTrust(trustDir: string, profile: string): Trust | undefined {
+/** The worker's own pins for a profile (`<profilesRoot>/<profile>/trust.yaml`), or undefined when it has none. */
+export function loadWorkerTrust(profilesRoot: string, profile: string): Trust | undefined {
   if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
   // Every device's apply asks for the same file: parsed once per content (./parsed-file.ts).
   try {
-    return trustRead(profileDir(trustDir, profile).trustFile, () => loadTrust(trustDir, profile));
+    return trustRead(profileDir(profilesRoot, profile).trustFile, () => loadTrust(profilesRoot, profile));
   } catch (err) {
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
   }
@@ -106,14 +106,14 @@ export interface SignedStepsOptions {
   requireEnvelope: boolean;
   /** Epoch milliseconds. */
   now: number;
-  /** The worker's profiles directory: payload files are read from `<profilesDir>/<profile>/payload/` only. */
-  profilesDir: string;
+  /** The worker's profiles directory: payload files are read from `<profilesRoot>/<profile>/payload/` only. */
+  profilesRoot: string;
 }
 
 /** A payload entry located on this worker (PayloadRefused becomes an envelope rejection: nothing runs). */
 function localPayload(opts: SignedStepsOptions, profile: string, file: PayloadFile): PayloadFile {
   try {
-    return { ...file, source: resolvePayload(opts.profilesDir, profile, file) };
+    return { ...file, source: resolvePayload(opts.profilesRoot, profile, file) };
   } catch (err) {
     if (err instanceof PayloadRefused) throw new EnvelopeRejected(err.reason, err.message.slice(err.reason.length + 2));
     throw err;
@@ -201,7 +201,7 @@ export interface ApplyOptions {
    */
   parkConnectionMs?: number;
   /** The worker's profiles directory: pins (`<dir>/<profile>/trust.yaml`) and payload files (default this checkout's profiles/). */
-  trustDir?: string;
+  profilesRoot?: string;
   /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
   requireEnvelope?: boolean;
   /** Epoch milliseconds for the expiry check (default now). */
@@ -242,7 +242,7 @@ const LOCK_STEP_TIMEOUT_MS = 10_000;
  * one remote script over one connection (runUnit, ./transport/apply-script.ts).
  */
 export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, opts: ApplyOptions): Promise<ApplyResult> {
-  const profilesDir = opts.trustDir ?? DEFAULT_TRUST_DIR;
+  const profilesRoot = opts.profilesRoot ?? CHECKOUT_PROFILES_ROOT;
   const holder: ApplyHolder = opts.holder ?? { rollout: 'direct', run: randomUUID(), activity: 'apply', attempt: 1 };
   const interval = opts.heartbeatIntervalMs ?? 1_000;
   let detail = 'connect';
@@ -252,10 +252,10 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
   };
   // Verified before the device is contacted: a rejected envelope runs nothing there, not even verify.
   const steps = signedSteps(given, {
-    trust: loadWorkerTrust(profilesDir, given.profile),
+    trust: loadWorkerTrust(profilesRoot, given.profile),
     requireEnvelope: opts.requireEnvelope ?? false,
     now: opts.now ?? Date.now(),
-    profilesDir,
+    profilesRoot,
   });
   // A payload file that differs from its signed size or digest is refused before the device is
   // contacted (read again when it is sent: the check at upload time stays).

@@ -22,7 +22,7 @@ import { namedHealthChecks, type Profile, type RevisionHealth } from '../core/re
 import type { DeviceTarget } from '../core/rollout-state';
 import { verifySignatureMemoized } from './signature-memo';
 import { verifyEnvelope, type Envelope } from '../core/signing';
-import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust } from './device-steps';
+import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from './device-steps';
 import { TransportError } from './transport';
 import { mapLimit } from './map-limit';
 import { channelFor, type ChannelDeps, type DeviceChannel, type HealthQuestion, type Reading, type TwinReader } from './channel';
@@ -69,8 +69,8 @@ export interface HealthCheckInput {
 }
 
 export interface HealthActivityDeps {
-  /** Where the worker's pins live: `<trustDir>/<profile>/trust.yaml` (default this checkout's profiles/). */
-  trustDir?: string;
+  /** Where the worker's pins live: `<profilesRoot>/<profile>/trust.yaml` (default this checkout's profiles/). */
+  profilesRoot?: string;
   /** Epoch milliseconds for the envelope's expiry check (default now). */
   now?: () => number;
   fetch?: typeof fetch;
@@ -124,7 +124,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const doFetch = deps.fetch ?? fetch;
   const concurrency = Math.max(1, deps.concurrency ?? 16);
   const connectCap = deps.connectTimeoutMs ?? 10_000;
-  const trustDir = deps.trustDir ?? DEFAULT_TRUST_DIR;
+  const profilesRoot = deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT;
   const now = deps.now ?? Date.now;
 
   // Agent devices' twins: the reader given, else the activity's own client (none outside an activity: unread, saying so).
@@ -346,7 +346,7 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     }
     try {
       if (typeof input.profile !== 'string') throw new EnvelopeRejected('MALFORMED', 'the input names no profile to load pins for');
-      const trust = loadWorkerTrust(trustDir, input.profile);
+      const trust = loadWorkerTrust(profilesRoot, input.profile);
       if (!trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${input.profile}" (no trust.yaml) to verify the envelope against`);
       const verdict = verifyEnvelope(input.envelope, trust, { now: now(), verifySignature: verifySignatureMemoized });
       if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, verdict.message);

@@ -43,9 +43,9 @@ export interface ActivityDeps {
   snapshotConcurrency?: number;
   log?: (line: string) => void;
   /**
-   * The worker's profiles root: pins (`<trustDir>/<profile>/trust.yaml`) and payload files. `wavegate
+   * The worker's profiles root: pins (`<profilesRoot>/<profile>/trust.yaml`) and payload files. `wavegate
    * worker` and `wavegate dev` always pass one (intake/profiles-root.ts); unset (library use, tests)
-   * it is this checkout's profiles/.
+   * it is this checkout's profiles/. (Still `trustDir` here: workers/ passes it by that name.)
    */
   trustDir?: string;
   /**
@@ -179,16 +179,16 @@ export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });
   // Every device operation goes through its channel (./channel): SSH sessions, or an agent's twin read and written with this client.
-  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
+  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, profilesRoot: deps.trustDir, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
   return {
     ...(deps.auditStore
       ? auditActivitiesOf(deps.auditStore)
       : createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) })),
-    ...createHealthActivities({ trustDir: deps.trustDir }),
+    ...createHealthActivities({ profilesRoot: deps.trustDir }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
-    ...createPreflightActivities({ trustDir: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
+    ...createPreflightActivities({ profilesRoot: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
     ...createWebhookActivities(deps.webhookPolicy ? { policy: deps.webhookPolicy } : {}),
     ...createConvergeActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */

@@ -23,12 +23,12 @@ export class PayloadRefused extends Error {
 }
 
 /**
- * Where `file` lives on this worker: `<profilesDir>/<profile>/<source>`, which must lie inside the
+ * Where `file` lives on this worker: `<profilesRoot>/<profile>/<source>`, which must lie inside the
  * profile's `payload/` directory with no symbolic link below it, and be a regular file of the signed
  * size. Checked with lstat, so a FIFO, a device node or a link to elsewhere is refused before it is read.
  */
-export function resolvePayload(profilesDir: string, profile: string, file: PayloadFile): string {
-  const layout = profileDir(profilesDir, profile);
+export function resolvePayload(profilesRoot: string, profile: string, file: PayloadFile): string {
+  const layout = profileDir(profilesRoot, profile);
   const root = layout.payloadDir;
   const path = isAbsolute(file.source) ? resolve(file.source) : layout.payloadSource(file.source);
   const rel = relative(root, path);

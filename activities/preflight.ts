@@ -3,7 +3,7 @@ import type { Envelope } from '../core/signing';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
 import { openDependency } from './dependencies';
-import { DEFAULT_TRUST_DIR, EnvelopeRejected, loadWorkerTrust, signedSteps } from './device-steps';
+import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust, signedSteps } from './device-steps';
 
 /**
  * What `start` asks a worker before it starts a rollout: would you run these envelopes? The rollout's
@@ -25,7 +25,7 @@ export type WorkerContentAnswer =
 
 export interface PreflightDeps {
   /** The worker's profiles root, as `applyRevision` reads it. */
-  trustDir?: string;
+  profilesRoot?: string;
   allowUnsigned?: boolean;
   /** The worker's identity (as Temporal knows it), named in every answer. */
   identity: string;
@@ -37,7 +37,7 @@ function stepsFor(profile: string, revision: number, envelope: Envelope | undefi
 }
 
 export function createPreflightActivities(deps: PreflightDeps) {
-  const profilesDir = deps.trustDir ?? DEFAULT_TRUST_DIR;
+  const profilesRoot = deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT;
   return {
     /**
      * Whether this worker would run the rollout's content: the same verification `applyRevision` does
@@ -48,14 +48,14 @@ export function createPreflightActivities(deps: PreflightDeps) {
     async checkWorkerContent(input: WorkerContentInput): Promise<WorkerContentAnswer> {
       const worker = deps.identity;
       try {
-        const opts = { trust: loadWorkerTrust(profilesDir, input.profile), requireEnvelope: !deps.allowUnsigned, now: Date.now(), profilesDir };
+        const opts = { trust: loadWorkerTrust(profilesRoot, input.profile), requireEnvelope: !deps.allowUnsigned, now: Date.now(), profilesRoot };
         signedSteps(stepsFor(input.profile, input.revision, input.envelope), opts);
         if (input.rollback) signedSteps(stepsFor(input.profile, input.rollback.revision, input.rollback.envelope, input.rollback.rollbackOf), opts);
-        for (const dep of input.after ?? []) openDependency(dep, { profilesDir, requireEnvelope: !deps.allowUnsigned });
+        for (const dep of input.after ?? []) openDependency(dep, { profilesRoot, requireEnvelope: !deps.allowUnsigned });
         return { ok: true, worker };
       } catch (err) {
         if (!(err instanceof EnvelopeRejected)) throw err;
-        const where = `this worker reads its pins from ${join(profilesDir, input.profile, 'trust.yaml')}`;
+        const where = `this worker reads its pins from ${join(profilesRoot, input.profile, 'trust.yaml')}`;
         return { ok: false, reason: err.reason, message: `${err.message} (${where})`, worker };
       }
     },

@@ -118,7 +118,7 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
       for (const file of revision.payload) await fetchPayload(ctx, profilesRoot, entry, file);
       const result = await applyToDevice(target, entry.steps, {
         commandTimeoutMs: ctx.commandTimeoutMs,
-        trustDir: profilesRoot,
+        profilesRoot: profilesRoot,
         requireEnvelope: true,
         now: now(),
         holder: entry.holder,

@@ -80,7 +80,7 @@ function readTrustDocument(file: string, what: string): unknown {
 }
 
 /**
- * applyToDevice reads pins and payload files from a profiles directory (its `trustDir`): the agent's is
+ * applyToDevice reads pins and payload files from a profiles directory (its `profilesRoot`): the agent's is
  * `<state>/profiles`, where it writes the profile's pins from its own trust before each apply and its
  * checked payload downloads. Returns that directory.
  */

@@ -166,7 +166,7 @@ async function main(): Promise<void> {
     }
     console.log(`agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far`);
 
-    const input = { ...prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId: `rollout:agent-scale-${Date.now()}`, sliceSize: SLICE };
+    const input = { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId: `rollout:agent-scale-${Date.now()}`, sliceSize: SLICE };
     const before = requests;
     const started = Date.now();
     const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });

@@ -103,7 +103,7 @@ async function main(): Promise<void> {
       const specPath = join(dir, `spec-${run}.yaml`);
       writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: FROM_REVISION, toRevision: 2, gate: '0s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] } }));
       const rolloutId = `rollout:control-latency-${run}`;
-      const input: RolloutInput = { ...prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId, sliceSize: SLICE };
+      const input: RolloutInput = { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId, sliceSize: SLICE };
       const handle: WorkflowHandle = await client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
       const status = () => handle.query(statusQuery) as Promise<RolloutStatus>;
       // Mid-way through the bulk phase, with more than one slice's worth done.

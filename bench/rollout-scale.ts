@@ -100,7 +100,7 @@ function writeInventory(path: string, devices: ShardDevice[], clientKeyPath: str
 function rolloutInputFor(dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
   const specPath = join(dir, `${rolloutId.replace(/[^A-Za-z0-9_-]/g, '_')}.yaml`);
   writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }));
-  return { ...prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId };
+  return { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId };
 }
 
 // ---- the two runs ----

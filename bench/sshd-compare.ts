@@ -174,7 +174,7 @@ class Wavegate {
   readonly dir = join(DIR, 'wavegate');
   private specPath = join(this.dir, `${PROFILE}-rollout.yaml`);
   private inventoryPath = join(this.dir, 'fleet.yaml');
-  private profilesDir = join(this.dir, 'profiles');
+  private profilesRoot = join(this.dir, 'profiles');
 
   private cliEnv(): NodeJS.ProcessEnv {
     return {
@@ -197,7 +197,7 @@ class Wavegate {
     mkdirSync(this.dir, { recursive: true });
     const knownHosts = join(DIR, 'known_hosts');
     const init = await this.wg([
-      'init', '--profiles', this.profilesDir, '--profile', PROFILE, '--inventory', this.inventoryPath, '--spec', this.specPath,
+      'init', '--profiles', this.profilesRoot, '--profile', PROFILE, '--inventory', this.inventoryPath, '--spec', this.specPath,
       ...fleet.devices.flatMap((d) => ['--host', `${d.id}=${d.user}@${d.host}:${d.port}`]),
       '--known-hosts', knownHosts, '--ssh-key', fleet.clientKeyPath, '--keys-dir', join(this.dir, 'keys'), '--gate', '0s', '--force',
     ]);
@@ -225,7 +225,7 @@ class Wavegate {
     this.env = await startDevServerEnv();
     this.connection = await Connection.connect({ address: this.env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
     this.client = new Client({ connection: this.connection, namespace: this.env.namespace ?? 'default' });
-    const workerArgs = ['worker', '--profiles', this.profilesDir, '--audit-dir', join(this.dir, 'audit')];
+    const workerArgs = ['worker', '--profiles', this.profilesRoot, '--audit-dir', join(this.dir, 'audit')];
     const layouts = flags['split-workers'] ? [['--workflows-only'], ['--activities-only']] : [[]];
     for (const layout of layouts) {
       // --cpu-prof DIR: the worker writes a V8 CPU profile there when it stops (open it in Chrome's DevTools).
@@ -239,7 +239,7 @@ class Wavegate {
     let peak = 0;
     const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(activitiesWorker))), 200);
     const started = Date.now();
-    const ran = await this.wg(['start', '-f', this.specPath, '--inventory', this.inventoryPath, '--profiles', this.profilesDir, '--wait']);
+    const ran = await this.wg(['start', '-f', this.specPath, '--inventory', this.inventoryPath, '--profiles', this.profilesRoot, '--wait']);
     const wallMs = Date.now() - started;
     clearInterval(sampler);
     const check = checkFleet(fleet);

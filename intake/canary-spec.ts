@@ -49,9 +49,9 @@ export function canarySpec(req: CanarySpecRequest): { spec: RolloutSpec; specSou
  * The same for a nightly canary from the registry: without a spec file, the default phase selects from
  * the signed health section of the registered target revision (verified against the profile's pins).
  */
-export async function registeredCanarySpec(client: Client, req: CanarySpecRequest & { profilesDir: string }): Promise<{ spec: RolloutSpec; specSource: string }> {
+export async function registeredCanarySpec(client: Client, req: CanarySpecRequest & { profilesRoot: string }): Promise<{ spec: RolloutSpec; specSource: string }> {
   if (req.specPath || req.health) return canarySpec(req);
-  const layout = profileDir(req.profilesDir, req.profile.name);
+  const layout = profileDir(req.profilesRoot, req.profile.name);
   const trust = registryTrust(layout, loadProfileTrust(layout), 'profile');
   const target = await registeredRevision(client, layout, trust, req.toRevision, 'toRevision');
   return canarySpec({ ...req, ...(target.revision.health ? { health: target.revision.health } : {}) });

@@ -24,10 +24,10 @@ export interface LoadedDependency {
  * revision (a signed envelope verified against its pins when it has pins). INVALID_INPUT naming
  * `rollout.after[i].profile` or `.revision` and the value otherwise; nothing is started.
  */
-export function loadDependencies(spec: Pick<RolloutSpec, 'after'>, profilesDir: string, specSource: string): LoadedDependency[] {
+export function loadDependencies(spec: Pick<RolloutSpec, 'after'>, profilesRoot: string, specSource: string): LoadedDependency[] {
   return (spec.after ?? []).map((dep, i) => {
     const field = (name: string) => `${specSource}: rollout.after[${i}].${name}`;
-    const { layout, profile } = loadProfile(profilesDir, dep.profile, field('profile'));
+    const { layout, profile } = loadProfile(profilesRoot, dep.profile, field('profile'));
     const revision = fileRevision(layout, loadProfileTrust(layout), dep.revision, field('revision'));
     return { dep, profile, revision };
   });

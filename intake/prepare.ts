@@ -27,7 +27,7 @@ export interface SpecRequest {
   spec: RolloutSpec;
   /** Names the spec in errors: its file, or what made it. */
   specSource: string;
-  profilesDir: string;
+  profilesRoot: string;
 }
 
 export interface RolloutFromSpec extends SpecRequest {
@@ -43,7 +43,7 @@ export interface RolloutRequest {
   inventoryPath: string;
   /** The inventory already read and validated (e.g. from `--inventory-url`); read from `inventoryPath` when not given. */
   inventory?: Inventory;
-  profilesDir: string;
+  profilesRoot: string;
   startedBy: string;
   /**
    * Take the target and from revisions from the profile's registry (`registry:<profile>`) through this
@@ -60,7 +60,7 @@ export function readSpec(path: string): RolloutSpec {
 }
 
 function loadSpecProfile(req: SpecRequest): LoadedProfile {
-  return loadProfile(req.profilesDir, req.spec.profile, `${req.specSource}: rollout.profile`);
+  return loadProfile(req.profilesRoot, req.spec.profile, `${req.specSource}: rollout.profile`);
 }
 
 /** The spec's profile and revisions from the profile's files (signed envelopes when it has pins). */
@@ -70,7 +70,7 @@ export function loadRolloutContent(req: SpecRequest): RolloutContent {
   const field = (name: string) => `${req.specSource}: rollout.${name}`;
   const target = fileRevision(loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = fileRevision(loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesDir, req.specSource) };
+  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource) };
 }
 
 /** The same from `registry:<profile>`, each envelope verified again against the profile's pins. */
@@ -81,7 +81,7 @@ export async function loadRegisteredRolloutContent(client: Client, req: SpecRequ
   const target = await registeredRevision(client, loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = await registeredRevision(client, loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
   // Dependencies from the files either way: they are what the worker verifies them against.
-  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesDir, req.specSource) };
+  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource) };
 }
 
 function inputOf(content: RolloutContent, req: RolloutFromSpec): RolloutInput {
@@ -114,6 +114,6 @@ export function prepareRollout(req: RolloutRequest & { client?: undefined }): Ro
 export function prepareRollout(req: RolloutRequest & { client: Client }): Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput> {
-  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesDir: req.profilesDir, inventoryPath: req.inventoryPath, startedBy: req.startedBy, ...(req.inventory ? { inventory: req.inventory } : {}) };
+  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesRoot: req.profilesRoot, inventoryPath: req.inventoryPath, startedBy: req.startedBy, ...(req.inventory ? { inventory: req.inventory } : {}) };
   return req.client ? rolloutInputFromRegistry(req.client, spec) : rolloutInputFromFiles(spec);
 }

@@ -37,10 +37,10 @@ export function checkProfileName(name: string, field = 'profile'): string {
   return name;
 }
 
-/** The layout of profile `name` under `profilesDir`; the name is checked first (it becomes a path). */
-export function profileDir(profilesDir: string, name: string, field = 'profile'): ProfileDir {
+/** The layout of profile `name` under `profilesRoot`; the name is checked first (it becomes a path). */
+export function profileDir(profilesRoot: string, name: string, field = 'profile'): ProfileDir {
   checkProfileName(name, field);
-  const dir = resolve(profilesDir, name);
+  const dir = resolve(profilesRoot, name);
   return {
     name,
     dir,

@@ -11,11 +11,11 @@ export interface LoadedProfile {
 }
 
 /**
- * Profile `name` from `<profilesDir>/<name>/profile.yaml`. A missing profile, or one whose file names
+ * Profile `name` from `<profilesRoot>/<name>/profile.yaml`. A missing profile, or one whose file names
  * another profile, is INVALID_INPUT naming `field` (e.g. `spec.yaml: rollout.profile` or `--profile`).
  */
-export function loadProfile(profilesDir: string, name: string, field = 'profile'): LoadedProfile {
-  const layout = profileDir(profilesDir, name, field);
+export function loadProfile(profilesRoot: string, name: string, field = 'profile'): LoadedProfile {
+  const layout = profileDir(profilesRoot, name, field);
   if (!existsSync(layout.profileFile)) {
     throw new WavegateError('INVALID_INPUT', `${field}: no profile "${name}" (expected ${layout.profileFile})`, { field, value: name });
   }
@@ -26,10 +26,10 @@ export function loadProfile(profilesDir: string, name: string, field = 'profile'
   return { layout, profile };
 }
 
-/** Whether `<profilesDir>/<name>/profile.yaml` exists (a bad name has no profile). */
-export function hasProfile(profilesDir: string, name: string): boolean {
+/** Whether `<profilesRoot>/<name>/profile.yaml` exists (a bad name has no profile). */
+export function hasProfile(profilesRoot: string, name: string): boolean {
   try {
-    return existsSync(profileDir(profilesDir, name).profileFile);
+    return existsSync(profileDir(profilesRoot, name).profileFile);
   } catch {
     return false;
   }

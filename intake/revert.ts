@@ -16,7 +16,7 @@ export interface RevertRequest {
   devices: string[];
   /** One phase, no gate timer, the original phases' health checks merged. */
   fast: boolean;
-  profilesDir: string;
+  profilesRoot: string;
   /** Default: the inventory the original read. */
   inventoryPath?: string;
   /** The inventory already read and validated (a file, or over HTTP); read from the path when not given. */
@@ -37,7 +37,7 @@ export interface RevertRequest {
 export function revertRolloutInput(req: RevertRequest & { client?: undefined }): RolloutInput;
 export function revertRolloutInput(req: RevertRequest & { client: Client }): Promise<RolloutInput>;
 export function revertRolloutInput(req: RevertRequest): RolloutInput | Promise<RolloutInput> {
-  const request = { spec: req.original.spec, specSource: `${req.reverts.rolloutId} (the rollout reverted)`, profilesDir: req.profilesDir };
+  const request = { spec: req.original.spec, specSource: `${req.reverts.rolloutId} (the rollout reverted)`, profilesRoot: req.profilesRoot };
   return req.client ? loadRegisteredRolloutContent(req.client, request).then((c) => inputOf(req, c)) : inputOf(req, loadRolloutContent(request));
 }
 

@@ -33,7 +33,7 @@ export interface ScaffoldHost {
 
 export interface ScaffoldInput {
   /** The profiles root (absolute). */
-  profilesDir: string;
+  profilesRoot: string;
   profile: string;
   inventoryPath: string;
   specPath: string;
@@ -120,7 +120,7 @@ function specText(profile: string, gate: string): string {
 
 /** The files `wavegate init` writes, each checked by the parser that will read it. */
 export function scaffoldFiles(input: ScaffoldInput): ScaffoldFile[] {
-  const layout = profileDir(input.profilesDir, input.profile, '--profile');
+  const layout = profileDir(input.profilesRoot, input.profile, '--profile');
   const pools = new Set(input.hosts.map((h) => h.pool));
   const scope: Record<string, string> = pools.size === 1 ? { pool: [...pools][0]! } : {};
   const files: ScaffoldFile[] = [
@@ -177,10 +177,10 @@ export function shellWord(word: string): string {
 /** The commands after init, in order, with the paths filled in. */
 export function nextCommands(input: ScaffoldInput): string[] {
   const q = shellWord;
-  const layout = profileDir(input.profilesDir, input.profile, '--profile');
+  const layout = profileDir(input.profilesRoot, input.profile, '--profile');
   const keys = input.signers.map((name) => ({ name, key: join(input.keysDir, `${name}.key`) }));
   const [first, ...others] = keys;
-  const where = `--inventory ${q(input.inventoryPath)} --profiles ${q(input.profilesDir)}`;
+  const where = `--inventory ${q(input.inventoryPath)} --profiles ${q(input.profilesRoot)}`;
   const lines = [
     `# 1. Signing keys, one per signer, kept offline (only the .pub.yaml files are shared):`,
     `mkdir -p -m 0700 ${q(input.keysDir)}`,
@@ -198,7 +198,7 @@ export function nextCommands(input: ScaffoldInput): string[] {
     `# 4. Check the plan (contacts nothing):`,
     `wavegate plan -f ${q(input.specPath)} ${where}`,
     `# 5. A worker that reads the same profiles root (next to your Temporal server; \`wavegate worker --help\`):`,
-    `wavegate worker --profiles ${q(input.profilesDir)}`,
+    `wavegate worker --profiles ${q(input.profilesRoot)}`,
     `# 6. Start and wait for the outcome (exit 0 only when every device is at r2):`,
     `wavegate start -f ${q(input.specPath)} ${where} --wait`,
     `# 7. The fleet as it is now, verified over SSH:`,

@@ -1,6 +1,6 @@
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import { dependencyChecker } from '../dependencies';
-import { applyToDevice, DEFAULT_TRUST_DIR, shellFor } from '../device-steps';
+import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../device-steps';
 import { readMetricValue } from '../../core/health';
 import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
 import { refusalOf } from './refusal';
@@ -67,7 +67,7 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
       return applyToDevice(target, steps, {
         commandTimeoutMs: ctx.commandTimeoutMs,
         ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
-        trustDir: deps.trustDir,
+        profilesRoot: deps.profilesRoot,
         requireEnvelope,
         heartbeat: ctx.heartbeat,
         reportOffline: ctx.reportOffline,
@@ -76,7 +76,7 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
         holderClosed: ctx.holderClosed,
         signal: ctx.signal,
         // The spec's `after`, checked on the device from this worker's own signed envelopes.
-        dependencies: dependencyChecker({ profilesDir: deps.trustDir ?? DEFAULT_TRUST_DIR, requireEnvelope, timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) }),
+        dependencies: dependencyChecker({ profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT, requireEnvelope, timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) }),
       });
     },
 

@@ -66,7 +66,7 @@ export interface ChannelDeps {
   /** Read twins with this instead (the CLI's fleet reads, tests): defaults to one over `client`. */
   twins?: TwinReader;
   /** The worker's profiles root: its pins and payload files (SSH applies verify the envelope there). */
-  trustDir?: string;
+  profilesRoot?: string;
   /** Run steps without an envelope for profiles the worker has no pins for (SSH applies). */
   allowUnsigned?: boolean;
   /** Keep an applied device's SSH connection this long for the floor write (activities/transport/ssh-park.ts). */

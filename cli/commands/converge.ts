@@ -63,10 +63,10 @@ export function register(program: Command): void {
       .option('--json', 'print {rolloutId, devices, unreachable} as JSON')),
   ).action(
     action(async (opts: ConvergeFlags) => {
-      const profilesDir = resolveProfilesRoot({ flag: opts.profiles }).dir;
+      const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
       // From files, bad input is refused before Temporal or any device is contacted.
       const read = await readInventoryFlags(opts);
-      const input: RolloutInput = prepareRollout({ specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir, startedBy: operatorName() });
+      const input: RolloutInput = prepareRollout({ specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesRoot, startedBy: operatorName() });
       if (input.spec.profile !== opts.profile) {
         throw new WavegateError('INVALID_INPUT', `--file ${opts.file}: rollout.profile is "${input.spec.profile}", not --profile "${opts.profile}"`, { field: 'rollout.profile' });
       }

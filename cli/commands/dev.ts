@@ -89,9 +89,9 @@ export function progressPrinter(out: (line: string) => void) {
 /** The demo's profiles (and the dev stack's default root): this checkout's profiles/. */
 const DEMO_PROFILES = join(PROJECT_ROOT, 'profiles');
 
-/** Seed registry:demo with the demo's signed revisions from `<profilesDir>/demo` (idempotent: `existing` on a second run). */
-async function registerDemoEnvelopes(client: Client, stack: DevStack, profilesDir: string): Promise<void> {
-  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(profilesDir, 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
+/** Seed registry:demo with the demo's signed revisions from `<profilesRoot>/demo` (idempotent: `existing` on a second run). */
+async function registerDemoEnvelopes(client: Client, stack: DevStack, profilesRoot: string): Promise<void> {
+  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
   log(`registry:demo: ${results.map((r) => `r${r.revision} ${r.outcome}`).join(', ')}`);
 }
 
@@ -135,15 +135,15 @@ export function register(program: Command): void {
     .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
     .action(
       action(async (opts: { stateDir: string; spec: string }) => {
-        const profilesDir = DEMO_PROFILES; // the demo is this checkout's own content, always
-        loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesDir }); // bad input starts nothing
+        const profilesRoot = DEMO_PROFILES; // the demo is this checkout's own content, always
+        loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesRoot }); // bad input starts nothing
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
-        return withDevStack({ stateDir, demo: true, profilesDir, log }, async (stack) => {
+        return withDevStack({ stateDir, demo: true, profilesDir: profilesRoot, log }, async (stack) => {
           const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
-          await registerDemoEnvelopes(client, stack, profilesDir);
+          await registerDemoEnvelopes(client, stack, profilesRoot);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.
-          const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesDir, startedBy: 'wavegate demo', client });
+          const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesRoot, startedBy: 'wavegate demo', client });
           const handle = await startRollout(client, stack.taskQueue, input);
           log(`\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`);
           log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);

@@ -32,8 +32,8 @@ interface ProfileFiles extends LoadedProfile {
   trust: Trust | undefined;
 }
 
-function loadProfileFiles(profilesDir: string, name: string): ProfileFiles {
-  const loaded = loadProfile(profilesDir, name, '--profile');
+function loadProfileFiles(profilesRoot: string, name: string): ProfileFiles {
+  const loaded = loadProfile(profilesRoot, name, '--profile');
   return { ...loaded, trust: loadProfileTrust(loaded.layout) };
 }
 

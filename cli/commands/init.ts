@@ -251,7 +251,7 @@ async function init(opts: InitOptions): Promise<number> {
 
   const inventoryPath = resolve(opts.inventory);
   const input: Omit<ScaffoldInput, 'hosts'> = {
-    profilesDir: resolve(profilesRoot),
+    profilesRoot: resolve(profilesRoot),
     profile: opts.profile,
     inventoryPath,
     specPath: resolve(opts.spec ?? join(dirname(inventoryPath), `${opts.profile}-rollout.yaml`)),
@@ -307,19 +307,19 @@ async function init(opts: InitOptions): Promise<number> {
 
   const full: ScaffoldInput = { ...input, hosts: pins.map((p) => p.host) };
   const files = scaffoldFiles(full);
-  writeScaffold(files, { force: !!opts.force, envelopesDir: join(full.profilesDir, opts.profile, 'envelopes') });
+  writeScaffold(files, { force: !!opts.force, envelopesDir: join(full.profilesRoot, opts.profile, 'envelopes') });
   // The record is spent: a later init reads and records its hosts afresh.
   rmSync(recordPath, { force: true });
 
   const out = (line: string) => process.stdout.write(`${line}\n`);
-  out(`wrote profile ${opts.profile} under ${full.profilesDir}:`);
+  out(`wrote profile ${opts.profile} under ${full.profilesRoot}:`);
   for (const f of files) out(`  ${f.path}`);
   out(`host keys pinned in ${inventoryPath}:`);
   for (const p of pins) out(`  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`);
   out('');
   out(`next, in order (edit revisions/2.yaml and payload/ for your change first; sign fills each payload sha256/size from the file):`);
   for (const line of nextCommands(full)) out(line.startsWith('#') ? line : `  ${line}`);
-  out(`\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesDir)} in its environment to the same effect as --profiles)`);
+  out(`\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesRoot)} in its environment to the same effect as --profiles)`);
   return EXIT_OK;
 }
 

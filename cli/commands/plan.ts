@@ -52,7 +52,7 @@ export interface PlanOptions {
   /** `--profiles` (else `$WAVEGATE_PROFILES`, else ./profiles: intake/profiles-root.ts). */
   profiles?: string;
   /** `--profiles-dir`: the older name of `--profiles`, hidden and deprecated. */
-  profilesDir?: string;
+  profilesRoot?: string;
   markers?: string;
   risk?: string;
   json?: boolean;
@@ -77,8 +77,8 @@ export interface PlanReport {
 }
 
 /** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
-function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesDir: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
-  const profilesDir = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesDir }).dir;
+function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesRoot: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
+  const profilesRoot = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesRoot }).dir;
   if (opts.profile) {
     const profile = parseProfile(readDocument(opts.profile), opts.profile);
     if (profile.name !== spec.profile) {
@@ -86,7 +86,7 @@ function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory';
     }
     return { kind: 'file', profile };
   }
-  return hasProfile(profilesDir, spec.profile) ? { kind: 'directory', profilesDir } : { kind: 'none' };
+  return hasProfile(profilesRoot, spec.profile) ? { kind: 'directory', profilesRoot } : { kind: 'none' };
 }
 
 function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): string[] {
@@ -115,7 +115,7 @@ export function makePlan(opts: PlanOptions): PlanReport {
   let profile: Profile | undefined;
   let scopeNote: string;
   if (where.kind === 'directory') {
-    content = loadRolloutContent({ spec, specSource: opts.file, profilesDir: where.profilesDir });
+    content = loadRolloutContent({ spec, specSource: opts.file, profilesRoot: where.profilesRoot });
     input = assembleRolloutInput({ ...content, ...source, inventory, startedBy: 'wavegate plan', rolloutId });
     profile = content.profile;
     scopeNote = `scope ${JSON.stringify(profile.scope)} from ${content.layout.profileFile}`;

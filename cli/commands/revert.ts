@@ -161,7 +161,7 @@ export function register(program: Command): void {
 
         // The membership as start stores it: the inventory read here, from a file or over HTTP.
         const read = await readInventoryFlags(opts, opts.inventoryUrl ? undefined : original.inventoryPath);
-        const request = { original, reverts: { rolloutId: id, runId: finished.runId, ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}) }, devices: finished.changed, fast: !!opts.fast, profilesDir: profilesRoot, inventoryPath: read.inventoryPath, inventory: read.inventory, startedBy: operatorName() };
+        const request = { original, reverts: { rolloutId: id, runId: finished.runId, ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}) }, devices: finished.changed, fast: !!opts.fast, profilesRoot: profilesRoot, inventoryPath: read.inventoryPath, inventory: read.inventory, startedBy: operatorName() };
         const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);

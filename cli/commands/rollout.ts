@@ -137,7 +137,7 @@ export function register(program: Command): void {
       if (opts.key !== undefined) checkIdempotencyKey(opts.key);
       // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
       const read = await readInventoryFlags(opts);
-      const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesDir: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
+      const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesRoot: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
       // From files, bad input is refused before Temporal is contacted at all.
       const fromFiles = opts.registry ? undefined : prepareRollout(request);
       const settings = resolveConnectionSettings(opts);

@@ -179,8 +179,8 @@ export function register(program: Command): void {
       checkName(name);
       const at = parseAt(opts.at);
       const timezone = checkTimeZone(opts.tz);
-      const profilesDir = resolveProfilesRoot({ flag: opts.profiles }).dir;
-      const { profile } = loadProfile(profilesDir, opts.profile, '--profile');
+      const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
+      const { profile } = loadProfile(profilesRoot, opts.profile, '--profile');
       const inventoryPath = resolve(opts.inventory);
       loadRolloutInventory(inventoryPath);
       const catchupMs = parseDurationMs(opts.catchupWindow);
@@ -188,7 +188,7 @@ export function register(program: Command): void {
       const specPath = opts.file ? resolve(opts.file) : undefined;
       // Validate now with placeholder revisions: the real ones are filled in each night.
       canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
-      const input: NightlyCanaryInput = { profile: opts.profile, inventoryPath, profilesDir, ...(specPath ? { specPath } : {}), keep: !!opts.keep, createdBy: operatorName() };
+      const input: NightlyCanaryInput = { profile: opts.profile, inventoryPath, profilesDir: profilesRoot, ...(specPath ? { specPath } : {}), keep: !!opts.keep, createdBy: operatorName() };
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
         try {

@@ -135,7 +135,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
         spec: parseRolloutSpec({ rollout: { profile: PROFILE, fromRevision: from, toRevision: to, phases: [{ bulk: 'remainder', gate: '1s' }], maxFailureRatio: 1, applyTimeout: '3m', ...extra } }, specSource),
         specSource,
         inventoryPath: inventory(name, ids),
-        profilesDir: root,
+        profilesRoot: root,
         startedBy: 'conformance',
       });
     }
@@ -145,7 +145,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       return (await handle.result()) as RolloutStatus;
     }
     function revertInput(name: string, ids: readonly string[], reverts: RevertOf): RolloutInput {
-      return revertRolloutInput({ original: inputFor(name, ids, 1, 2), reverts, devices: [...ids], fast: true, profilesDir: root, startedBy: 'conformance' });
+      return revertRolloutInput({ original: inputFor(name, ids, 1, 2), reverts, devices: [...ids], fast: true, profilesRoot: root, startedBy: 'conformance' });
     }
     const device = (s: RolloutStatus, id: string) => {
       const d = s.devices.find((x) => x.id === id);

@@ -50,7 +50,7 @@ beforeAll(async () => {
     expect(signed.code, signed.stderr).toBe(0);
   }
   env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit'), trustDir: profiles });
+  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit'), profilesRoot: profiles });
   ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
 }, 240_000);
 

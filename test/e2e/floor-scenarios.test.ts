@@ -160,7 +160,7 @@ async function startAgent(id: string): Promise<void> {
 beforeAll(async () => {
   for (const p of PROFILES) writeProfile(p);
   env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: AUDIT, trustDir: ROOT });
+  worker = await startTestWorker(env, { auditDir: AUDIT, profilesRoot: ROOT });
   fleet = await startFleet({ devices: demoDevices(SSH.length), dir: join(scratch.dir, 'fleet') });
   for (const id of AGENTS) {
     mkdirSync(homeOf(id), { recursive: true });

@@ -147,7 +147,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
 
     it('an apply runs detached under sshd: the connection is cut mid-apply, the apply runs on to its end, and the retry reattaches to it (it ran once)', async () => {
       const b = sshd.device('ssh-b');
-      const profilesDir = join(scratch.dir, 'unsigned-profiles');
+      const profilesRoot = join(scratch.dir, 'unsigned-profiles');
       const steps = {
         profile: 'detached',
         revision: 1,
@@ -159,7 +159,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const cut = new AbortController();
       const first = await applyToDevice(target(b), steps, {
         commandTimeoutMs: 30_000,
-        trustDir: profilesDir,
+        profilesRoot: profilesRoot,
         holder,
         heartbeatIntervalMs: 200,
         signal: cut.signal,
@@ -174,7 +174,7 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(first?.kind).toBe('dropped');
       expect(existsSync(join(b.home, 'detached-done'))).toBe(false); // cut before the apply was done
 
-      const retry = await applyToDevice(target(b), steps, { commandTimeoutMs: 30_000, trustDir: profilesDir, holder: { ...holder, attempt: 2 }, heartbeatIntervalMs: 200 });
+      const retry = await applyToDevice(target(b), steps, { commandTimeoutMs: 30_000, profilesRoot: profilesRoot, holder: { ...holder, attempt: 2 }, heartbeatIntervalMs: 200 });
       expect(retry).toEqual({ device: 'ssh-b', outcome: 'applied', steps: ['reattach', 'verify', 'marker'] });
       expect(readFileSync(join(b.home, 'detached-runs'), 'utf8')).toBe('run\n');
       const last = join(b.home, '.wavegate/profiles/detached/last-apply');
@@ -186,15 +186,15 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
 
     it('one command per apply under sshd: a fresh apply with its payload streamed, in place, apply fails, verify fails after apply', async () => {
       const a = sshd.device('ssh-a');
-      const profilesDir = join(scratch.dir, 'single-profiles');
+      const profilesRoot = join(scratch.dir, 'single-profiles');
       const body = 'single payload\n';
-      mkdirSync(join(profilesDir, 'single', 'payload'), { recursive: true });
-      writeFileSync(join(profilesDir, 'single', 'payload', 'file.txt'), body);
+      mkdirSync(join(profilesRoot, 'single', 'payload'), { recursive: true });
+      writeFileSync(join(profilesRoot, 'single', 'payload', 'file.txt'), body);
       const payload = [{ name: 'file.txt', sha256: createHash('sha256').update(body).digest('hex'), size: body.length, source: 'payload/file.txt' }];
       const steps = (revision: number, apply: string, verify: string) => ({ profile: 'single', revision, apply, verify, payload });
       /** exec requests sshd answered (its DEBUG1 log names each channel request). */
       const execs = () => (a.log().match(/request exec reply/g) ?? []).length;
-      const opts = { commandTimeoutMs: 30_000, trustDir: profilesDir };
+      const opts = { commandTimeoutMs: 30_000, profilesRoot: profilesRoot };
       const lockDir = join(a.home, '.wavegate/profiles/single');
 
       let before = execs();

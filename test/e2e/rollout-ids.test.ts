@@ -163,7 +163,7 @@ describe('one id per rollout', () => {
     expect(refused.stderr).toContain(held.rolloutId);
 
     // The lock without the CLI's visibility check: a start straight through it is refused with the holder's id.
-    const input = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
+    const input = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
     await expect(startOrJoinRollout(env!.client, worker!.taskQueue, input, { newId: true })).rejects.toMatchObject({
       code: 'CONFLICT',
       message: expect.stringContaining(`a rollout of profile "demo" is already running (${held.rolloutId})`),
@@ -183,7 +183,7 @@ describe('one id per rollout', () => {
   it('a rollout started the old way as rollout:demo is listed, read with status, blocks a start, and its refused revert says how to find an earlier run', async () => {
     await until('the lock to be free', async () => ((await env!.client.workflow.getHandle(profileLockId('demo')).describe()).status.name === 'RUNNING' ? undefined : true), 60_000);
     // As the start of 7b668b3 did: workflow id rollout:<profile>, the key and fingerprint in its memo.
-    const input = { ...prepareRollout({ specPath: spec('legacy', MANUAL), inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo' };
+    const input = { ...prepareRollout({ specPath: spec('legacy', MANUAL), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo' };
     const legacy = await env!.client.workflow.start('rolloutWorkflow', {
       workflowId: 'rollout:demo',
       taskQueue: worker!.taskQueue,
@@ -201,7 +201,7 @@ describe('one id per rollout', () => {
     const refused = await wg(['start', '-f', spec('fast', FAST), '--inventory', inventory]);
     expect(refused.code, refused.stdout).toBe(2);
     expect(refused.stderr).toContain('rollout:demo');
-    const direct = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
+    const direct = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
     await expect(startOrJoinRollout(env!.client, worker!.taskQueue, direct, { newId: true })).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('already running (rollout:demo)') });
 
     const listed = await until('rollout:demo to be listed', async () => {

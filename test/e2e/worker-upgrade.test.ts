@@ -32,7 +32,7 @@ import { until } from '../support/until';
 const BUILD_B_PATH = join(PROJECT_ROOT, 'test', 'fixtures', 'build-b', 'workflows.ts');
 const scratch = scratchDir('upgrade');
 const auditDir = join(scratch.dir, 'audit');
-const trustDir = join(PROJECT_ROOT, 'profiles');
+const profilesRoot = join(PROJECT_ROOT, 'profiles');
 let env: TestWorkflowEnvironment;
 let bundleB: WorkflowBundleWithSourceMap;
 const fleets: Fleet[] = [];
@@ -66,7 +66,7 @@ async function versionedWorker(build: Build, deployment: string, taskQueue: stri
     taskQueue,
     ...(build === 'A' ? { workflowBundle: await workflowBundle() } : { workflowsPath: BUILD_B_PATH }),
     versioning: { version: { deploymentName: deployment, buildId: buildId(build) }, behavior, buildIdSource: 'test' },
-    deps: { auditDir, trustDir, identity: `${buildId(build)}@${deployment}` },
+    deps: { auditDir, trustDir: profilesRoot, identity: `${buildId(build)}@${deployment}` },
   });
   const running = worker.run();
   let stopped = false;
@@ -169,7 +169,7 @@ describe('worker upgrade from build A to build B', () => {
     const taskQueue = `upgrade-pinned-${process.pid}`;
     // Build A: the real `wavegate worker`, as an operator runs it.
     const a = await spawnCliUntil(
-      ['worker', '--address', env.address, '--task-queue', taskQueue, '--profiles', trustDir, '--audit-dir', auditDir, '--deployment-name', deployment, '--build-id', buildId('A')],
+      ['worker', '--address', env.address, '--task-queue', taskQueue, '--profiles', profilesRoot, '--audit-dir', auditDir, '--deployment-name', deployment, '--build-id', buildId('A')],
       /worker \S+ polling/,
     );
     stops.push(() => stopChild(a.child));
@@ -181,7 +181,7 @@ describe('worker upgrade from build A to build B', () => {
     expect(promoteA.code).toBe(0);
     await currentIs(deployment, 'build-a');
     // The revision registry (an entity that never ends) starts on A too.
-    const registered = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(trustDir, 'demo'), by: 'test', taskQueue });
+    const registered = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'test', taskQueue });
     expect(registered.map((r) => r.outcome)).toEqual(['registered', 'registered']);
 
     const { fleet, handle } = await rolloutOn(taskQueue);
@@ -205,7 +205,7 @@ describe('worker upgrade from build A to build B', () => {
     // The registry entity never ends, so it is started with an auto-upgrade override: unlike the pinned
     // rollout it follows the current build by itself, and B answers it from then on with no operator step.
     expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-a', override: 'auto-upgrade' });
-    const again = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(trustDir, 'demo'), by: 'test', taskQueue });
+    const again = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'test', taskQueue });
     expect(again.map((r) => r.outcome)).toEqual(['existing', 'existing']);
     expect(buildsOf(await env.client.workflow.getHandle('registry:demo').fetchHistory())).toEqual(['build-a', 'build-b']);
     expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-b', override: 'auto-upgrade' });
@@ -299,7 +299,7 @@ describe('worker upgrade from build A to build B', () => {
     expect(resolveWorkerVersioning({ versioningBehavior: 'auto-upgrade' }, { WAVEGATE_DEPLOYMENT_NAME: 'fleet' })).toMatchObject({ behavior: 'AUTO_UPGRADE', version: { buildId: derived } });
     expect(resolveWorkerVersioning({}, {})).toBeUndefined();
 
-    const w = await spawnCliUntil(['worker', '--address', env.address, '--task-queue', `derived-${process.pid}`, '--profiles', trustDir, '--audit-dir', auditDir, '--deployment-name', 'wavegate-derived'], /worker \S+ polling/);
+    const w = await spawnCliUntil(['worker', '--address', env.address, '--task-queue', `derived-${process.pid}`, '--profiles', profilesRoot, '--audit-dir', auditDir, '--deployment-name', 'wavegate-derived'], /worker \S+ polling/);
     stops.push(() => stopChild(w.child));
     expect(w.output()).toContain(`versioning: deployment wavegate-derived build ${derived} (derived from the package version and the workflow sources), new rollouts pinned`);
     expect(w.output()).toContain(`wavegate worker set-current ${derived} --deployment-name wavegate-derived`);

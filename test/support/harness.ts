@@ -34,7 +34,7 @@ export async function fleetWithInventory(dir: string, devices: SimDeviceSpec[], 
 
 /** The demo profile's rollout input for a spec under examples/ or a test file, against an inventory. */
 export function demoRolloutInput(specPath: string, inventoryPath: string, rolloutId?: string): RolloutInput {
-  const input = prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
+  const input = prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
   return rolloutId ? { ...input, rolloutId } : input;
 }
 
@@ -45,19 +45,19 @@ export function demoRolloutInput(specPath: string, inventoryPath: string, rollou
 export function rolloutInputFor(_dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
   const specSource = `${rolloutId} spec`;
   const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }, specSource);
-  return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId });
+  return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId });
 }
 
 let queueCounter = 0;
 /** A real worker with the real activities on a fresh task queue of `env`. */
-export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string; trustDir?: string } = {}) {
+export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string; profilesRoot?: string } = {}) {
   const taskQueue = opts.taskQueue ?? `test-${process.pid}-${++queueCounter}`;
   const worker = await Worker.create({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.trustDir ? { trustDir: opts.trustDir } : {}) }),
+    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.profilesRoot ? { trustDir: opts.profilesRoot } : {}) }),
     maxConcurrentActivityTaskExecutions: 200,
   });
   const running = worker.run();

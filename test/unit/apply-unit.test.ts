@@ -16,7 +16,7 @@ describe('the single-command apply keeps every step semantic', () => {
   const scratch = scratchDir('apply-unit');
   let fleet: Fleet;
   const ids = ['fresh', 'in-place', 'apply-fails', 'verify-fails', 'unprovable', 'mismatch', 'payload', 'refused', 'cut'];
-  const profilesDir = join(scratch.dir, 'profiles');
+  const profilesRoot = join(scratch.dir, 'profiles');
   const body = 'signed payload\n';
   const sha = createHash('sha256').update(body).digest('hex');
 
@@ -37,7 +37,7 @@ describe('the single-command apply keeps every step semantic', () => {
     return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).length : 0;
   };
   const profileFile = (id: string, rel: string) => join(fleet.device(id).sandbox, '.wavegate/profiles/unit', rel);
-  const opts = { commandTimeoutMs: 20_000, trustDir: profilesDir, heartbeatIntervalMs: 200 };
+  const opts = { commandTimeoutMs: 20_000, profilesRoot: profilesRoot, heartbeatIntervalMs: 200 };
   const failure = (p: Promise<unknown>): Promise<Error> =>
     p.then(
       () => {
@@ -48,10 +48,10 @@ describe('the single-command apply keeps every step semantic', () => {
 
   beforeAll(async () => {
     fleet = await startFleet({ devices: ids.map((id) => ({ id })), dir: join(scratch.dir, 'fleet') });
-    const file = join(profilesDir, 'unit', 'payload', 'file.txt');
+    const file = join(profilesRoot, 'unit', 'payload', 'file.txt');
     mkdirSync(dirname(file), { recursive: true });
     writeFileSync(file, body);
-    writeFileSync(join(profilesDir, 'unit', 'payload', 'forged.txt'), body.replace('signed', 'forged'));
+    writeFileSync(join(profilesRoot, 'unit', 'payload', 'forged.txt'), body.replace('signed', 'forged'));
   });
   afterAll(async () => {
     await fleet?.stop();

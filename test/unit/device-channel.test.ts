@@ -45,7 +45,7 @@ function twin(ageS: number, health: HealthReport[] = [{ name: 'motd', ok: true, 
 }
 
 function healthWith(view: TwinView | null) {
-  return createHealthActivities({ trustDir: profile.root, twins: async (id) => (id === 'a1' ? view : null) }).runHealthCheck;
+  return createHealthActivities({ profilesRoot: profile.root, twins: async (id) => (id === 'a1' ? view : null) }).runHealthCheck;
 }
 
 const input = (check: string, devices: DeviceTarget[]): HealthCheckInput => ({ check, devices, profile: 'chan', revision: 2, envelope: profile.envelope(2), timeoutMs: 60_000 });

@@ -19,12 +19,12 @@ describe('device floor over SSH', () => {
   let fleet: Fleet;
   const target = (d: SimDevice): DeviceTarget => ({ id: d.id, host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'c', ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath } });
   const steps = (revision: number): RevisionSteps => ({ profile: 'floored', revision, apply: `echo ${revision} > "$HOME/applied-${revision}"`, verify: `test -f "$HOME/applied-${revision}"`, payload: [] });
-  const opts = { commandTimeoutMs: 10_000, trustDir: join(scratch.dir, 'profiles') };
+  const opts = { commandTimeoutMs: 10_000, profilesRoot: join(scratch.dir, 'profiles') };
   const confirm = (d: SimDevice, revertWindowMs: number) =>
     new MockActivityEnvironment().run(createFloorActivities().confirmFloor, { devices: [target(d)], profile: 'floored', revision: 3, from: 2, rolloutId: 'rollout:floored', revertWindowMs });
 
   beforeAll(async () => {
-    mkdirSync(opts.trustDir, { recursive: true });
+    mkdirSync(opts.profilesRoot, { recursive: true });
     fleet = await startFleet({ devices: [{ id: 'f1' }, { id: 'f2' }, { id: 'gone' }], dir: join(scratch.dir, 'fleet') });
   });
   afterAll(async () => {

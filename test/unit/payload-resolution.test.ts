@@ -18,8 +18,8 @@ import { scratchDir } from '../support/harness';
  */
 describe('payload files: resolved by the signed entry under the worker payload directory only', () => {
   const scratch = scratchDir('payload');
-  const profilesDir = join(scratch.dir, 'profiles');
-  const payloadDir = join(profilesDir, 'pay', 'payload');
+  const profilesRoot = join(scratch.dir, 'profiles');
+  const payloadDir = join(profilesRoot, 'pay', 'payload');
   const body = 'signed payload body\n';
   const digest = createHash('sha256').update(body).digest('hex');
   const key = keyPairFromSeed(new Uint8Array(randomBytes(32)));
@@ -37,7 +37,7 @@ describe('payload files: resolved by the signed entry under the worker payload d
     // What the rollout input says about the file's location is never used.
     return { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: body.length, source: '/etc/passwd' }], envelope };
   };
-  const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesDir });
+  const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot });
   const rejection = (fn: () => unknown): EnvelopeRejected => {
     try {
       fn();
@@ -53,7 +53,7 @@ describe('payload files: resolved by the signed entry under the worker payload d
     writeFileSync(join(payloadDir, 'good'), body);
     writeFileSync(join(payloadDir, 'longer'), `${body}and more\n`);
     writeFileSync(join(payloadDir, 'same-size'), body.replace('signed', 'forged'));
-    writeFileSync(join(profilesDir, 'pay', 'profile.yaml'), 'name: pay\n');
+    writeFileSync(join(profilesRoot, 'pay', 'profile.yaml'), 'name: pay\n');
     symlinkSync(join(payloadDir, 'good'), join(payloadDir, 'link-inside'));
     symlinkSync('/etc/hostname', join(payloadDir, 'link-outside'));
     symlinkSync('/etc', join(payloadDir, 'etc-dir'));
@@ -113,7 +113,7 @@ describe('payload files: resolved by the signed entry under the worker payload d
     const target: DeviceTarget = { id: 'digest', host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'server', ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath } };
     // An unsigned worker still finds the file under its payload directory only, and still checks it.
     const steps: RevisionSteps = { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: body.length, source: 'payload/same-size' }] };
-    const err = await applyToDevice(target, steps, { commandTimeoutMs: 10_000, trustDir: profilesDir }).then(
+    const err = await applyToDevice(target, steps, { commandTimeoutMs: 10_000, profilesRoot: profilesRoot }).then(
       () => undefined,
       (e: unknown) => e as Error,
     );
@@ -127,7 +127,7 @@ describe('payload files: resolved by the signed entry under the worker payload d
 
   it('an unsigned step naming a file outside the worker payload directory is refused (the worker reads no other file)', () => {
     const steps: RevisionSteps = { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: 0, source: '/dev/zero' }] };
-    const err = rejection(() => signedSteps(steps, { trust: undefined, requireEnvelope: false, now, profilesDir }));
+    const err = rejection(() => signedSteps(steps, { trust: undefined, requireEnvelope: false, now, profilesRoot }));
     expect(err.reason).toBe('PAYLOAD_OUTSIDE_ROOT');
   });
 });

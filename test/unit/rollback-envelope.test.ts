@@ -23,7 +23,7 @@ describe('rollback envelopes', () => {
     envelope: envelopeOf(revision),
     rollbackOf,
   });
-  const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesDir: '/nonexistent' });
+  const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot: '/nonexistent' });
 
   it('runs r3 rollback command to go back to r2, the revision r3 names as previous', () => {
     const steps = resolve(rollbackTo(2, envelopeOf(3, { previous: 2, rollback: 'undo 3' })));

@@ -21,13 +21,13 @@ describe('parked SSH connections', () => {
   let fleet: Fleet;
   const target = (d: SimDevice, hostKey = d.hostKeyFingerprint): DeviceTarget => ({ id: d.id, host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'c', ssh: { hostKey, key: fleet.clientKeyPath } });
   const steps = (apply = 'echo 2 > "$HOME/applied"'): RevisionSteps => ({ profile: 'parked', revision: 2, apply, verify: 'test -f "$HOME/applied"', payload: [] });
-  const opts = { commandTimeoutMs: 10_000, trustDir: join(scratch.dir, 'profiles'), parkConnectionMs: 30_000 };
+  const opts = { commandTimeoutMs: 10_000, profilesRoot: join(scratch.dir, 'profiles'), parkConnectionMs: 30_000 };
   const raiseFloor = (t: DeviceTarget) =>
     new MockActivityEnvironment().run(createFloorActivities().confirmFloor, { devices: [t], profile: 'parked', revision: 2, from: 1, rolloutId: 'rollout:parked', revertWindowMs: 60_000 });
   const floorOf = (d: SimDevice) => parseFloor(readFileSync(join(d.sandbox, '.wavegate/profiles/parked/floor'), 'utf8'));
 
   beforeAll(async () => {
-    mkdirSync(opts.trustDir, { recursive: true });
+    mkdirSync(opts.profilesRoot, { recursive: true });
     fleet = await startFleet({ devices: ['kept', 'failed', 'dropped', 'rotated'].map((id) => ({ id })), dir: join(scratch.dir, 'fleet') });
   });
   afterAll(async () => {

@@ -286,8 +286,8 @@ describe('ssh transport against the fleet simulator', () => {
   describe('applyToDevice', () => {
     const payloadBody = 'wavegate transport test payload\n';
     // The worker's profiles directory: payload files are read from <profiles>/<profile>/payload/ only.
-    const profilesDir = join(scratch.dir, 'profiles');
-    const payloadPath = join(profilesDir, 'transport', 'payload', 'payload.txt');
+    const profilesRoot = join(scratch.dir, 'profiles');
+    const payloadPath = join(profilesRoot, 'transport', 'payload', 'payload.txt');
     const steps = (apply: string): RevisionSteps => ({
       profile: 'transport',
       revision: 7,
@@ -305,7 +305,7 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('apply');
       const install = 'mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
       // streamPayloadMaxBytes 0: never streamed in the apply's command, so a device that lacks it gets it by SFTP.
-      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir, streamPayloadMaxBytes: 0 });
+      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot, streamPayloadMaxBytes: 0 });
       expect(first).toEqual({ device: 'apply', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
       expect(fleet.sftpUploads('apply')).toBe(1);
       // The unit's script (stops: payload not staged), the upload's mkdir and device-side digest check, the script again.
@@ -315,7 +315,7 @@ describe('ssh transport against the fleet simulator', () => {
       expect(readFileSync(join(dev.sandbox, '.wavegate/profiles/transport/revision'), 'utf8')).toBe('7\n');
 
       const sent = fleet.commands('apply').length;
-      const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir });
+      const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot });
       expect(again).toEqual({ device: 'apply', outcome: 'already-applied', steps: ['verify', 'marker'] });
       expect(fleet.commands('apply').length - sent).toBe(1); // one script: verify first passed, marker, release
       expect(fleet.sftpUploads('apply')).toBe(1);
@@ -325,7 +325,7 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       const beats: string[] = [];
       const install = 'sleep 1.2 && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
-      const result = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, trustDir: profilesDir, heartbeat: (d) => beats.push(d), heartbeatIntervalMs: 200 });
+      const result = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot, heartbeat: (d) => beats.push(d), heartbeatIntervalMs: 200 });
       expect(result.outcome).toBe('applied');
       const during = beats.filter((b) => /^apply running \d+s$/.test(b));
       expect(during.length, beats.join(', ')).toBeGreaterThanOrEqual(3);
@@ -336,7 +336,7 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       await fleet.setFaults('slow', { hangCommand: 'hang-here' });
       try {
-        await refused(applyToDevice(target(dev), { ...steps('hang-here'), revision: 8, verify: 'false' }, { commandTimeoutMs: 500, trustDir: profilesDir }), 'timeout');
+        await refused(applyToDevice(target(dev), { ...steps('hang-here'), revision: 8, verify: 'false' }, { commandTimeoutMs: 500, profilesRoot: profilesRoot }), 'timeout');
       } finally {
         await fleet.setFaults('slow', {});
       }

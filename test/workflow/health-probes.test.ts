@@ -16,7 +16,7 @@ import { startPrometheus, type Prometheus } from '../support/prometheus';
 /**
  * Health probes against real components: SSH to the simulated fleet, a node HTTP server on
  * 127.0.0.1, and a real Prometheus scraping it. Device-side commands come from a revision signed by a
- * key the worker pins (`<trustDir>/probe/trust.yaml`), as in a rollout.
+ * key the worker pins (`<profilesRoot>/probe/trust.yaml`), as in a rollout.
  */
 const HEALTH: RevisionHealth = {
   runtimes: [
@@ -31,11 +31,11 @@ const HEALTH: RevisionHealth = {
 };
 
 const trustScratch = scratchDir('health-trust');
-const trustDir = join(trustScratch.dir, 'profiles');
+const profilesRoot = join(trustScratch.dir, 'profiles');
 const pinned = keyPairFromSeed(new Uint8Array(32).fill(7));
 const stranger = keyPairFromSeed(new Uint8Array(32).fill(9));
-mkdirSync(join(trustDir, 'probe'), { recursive: true });
-writeFileSync(join(trustDir, 'probe', 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(pinned, 'probe-release')] }));
+mkdirSync(join(profilesRoot, 'probe'), { recursive: true });
+writeFileSync(join(profilesRoot, 'probe', 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(pinned, 'probe-release')] }));
 
 /** A revision of `profile` with this health section, signed by `key`. */
 function signedHealth(health: RevisionHealth, opts: { key?: KeyPair; profile?: string; revision?: number } = {}): Envelope {
@@ -44,7 +44,7 @@ function signedHealth(health: RevisionHealth, opts: { key?: KeyPair; profile?: s
 }
 const ENVELOPE = signedHealth(HEALTH);
 
-const { runHealthCheck } = createHealthActivities({ trustDir });
+const { runHealthCheck } = createHealthActivities({ profilesRoot });
 afterAll(() => trustScratch.cleanup());
 
 function targetsOf(fleet: Fleet, ids?: string[]): DeviceTarget[] {

@@ -53,7 +53,7 @@ abstract class SshBackend implements ConformanceBackend {
       const r = await applyToDevice(
         { id, host: d.host, port: d.port, user: d.user, pool: 'conf', class: 'edge', ssh: { hostKey: d.hostKey, key: d.clientKey } },
         steps,
-        { commandTimeoutMs: 60_000, trustDir: ctx.profilesRoot, requireEnvelope: true },
+        { commandTimeoutMs: 60_000, profilesRoot: ctx.profilesRoot, requireEnvelope: true },
       );
       return r.outcome;
     } catch (err) {

@@ -26,7 +26,7 @@ function load(c: CorpusCase): void {
       const inventory = loadInventoryFile(join(ROOT, 'valid/inventory.yaml'));
       checkSpecAgainstInventory(spec, inventory, file);
       // Against a profile: the rollout input as start builds it (signed content, health selections).
-      if (c.profiles) assembleRolloutInput({ ...loadRolloutContent({ spec, specSource: file, profilesDir: join(ROOT, c.profiles) }), specSource: file, inventory, inventoryPath: join(ROOT, 'valid/inventory.yaml'), startedBy: 'corpus' });
+      if (c.profiles) assembleRolloutInput({ ...loadRolloutContent({ spec, specSource: file, profilesRoot: join(ROOT, c.profiles) }), specSource: file, inventory, inventoryPath: join(ROOT, 'valid/inventory.yaml'), startedBy: 'corpus' });
       return;
     }
     case 'inventory':

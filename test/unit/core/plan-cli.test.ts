@@ -118,7 +118,7 @@ describe('plan and start build the same input', () => {
   let dir: string;
   let specPath: string;
   let inventoryPath: string;
-  const profilesDir = join(PROJECT_ROOT, 'profiles');
+  const profilesRoot = join(PROJECT_ROOT, 'profiles');
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'wavegate-plan-start-'));
@@ -132,8 +132,8 @@ describe('plan and start build the same input', () => {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('gives the planner identical input from plan and from start, with signed steps and the inventory budgets', () => {
-    const started = prepareRollout({ specPath, inventoryPath, profilesDir, startedBy: 'someone' });
-    const report = makePlan({ file: specPath, inventory: inventoryPath, profilesDir });
+    const started = prepareRollout({ specPath, inventoryPath, profilesRoot, startedBy: 'someone' });
+    const report = makePlan({ file: specPath, inventory: inventoryPath, profilesRoot });
 
     // What the workflow hands the planner, written out as workflows/rollout.ts does it.
     const inventory = loadInventory(inventoryPath);
@@ -159,11 +159,11 @@ describe('plan and start build the same input', () => {
 
   it('refuses a revision file that differs from its signed envelope the same way in plan and start', () => {
     const profiles = join(dir, 'profiles');
-    cpSync(join(profilesDir, 'demo'), join(profiles, 'demo'), { recursive: true });
+    cpSync(join(profilesRoot, 'demo'), join(profiles, 'demo'), { recursive: true });
     const revisionPath = join(profiles, 'demo', 'revisions', '2.yaml');
     writeFileSync(revisionPath, readFileSync(revisionPath, 'utf8').replace('risk: risky', 'risk: safe'));
-    const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesDir: profiles, startedBy: 'someone' }));
-    const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profilesDir: profiles }));
+    const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesRoot: profiles, startedBy: 'someone' }));
+    const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profilesRoot: profiles }));
     expect(fromStart.code).toBe('INVALID_INPUT');
     expect(fromStart.message).toContain('differs from its signed envelope');
     expect(fromPlan.message).toBe(fromStart.message);

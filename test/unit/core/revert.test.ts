@@ -166,11 +166,11 @@ describe('revert: its input, through intake', () => {
     inventoryPath,
     stringify({ pools: { web: { disruptionBudget: 0.5 } }, defaults: { user: 'wavegate', host: '127.0.0.1' }, devices: ['a', 'b', 'c'].map((id, i) => ({ id, pool: 'web', port: 2201 + i })) }),
   );
-  const profilesDir = join(PROJECT_ROOT, 'profiles');
-  const original = rolloutInputFromFiles({ spec, specSource: 'spec.yaml', inventoryPath, profilesDir, startedBy: 'alice' });
+  const profilesRoot = join(PROJECT_ROOT, 'profiles');
+  const original = rolloutInputFromFiles({ spec, specSource: 'spec.yaml', inventoryPath, profilesRoot, startedBy: 'alice' });
 
   it('goes down exactly the way the original went back, over only the devices it changed, naming it', () => {
-    const input = revertRolloutInput({ original, reverts: { rolloutId: 'rollout:demo', runId: 'run-1' }, devices: ['a', 'b'], fast: false, profilesDir, startedBy: 'bob' });
+    const input = revertRolloutInput({ original, reverts: { rolloutId: 'rollout:demo', runId: 'run-1' }, devices: ['a', 'b'], fast: false, profilesRoot, startedBy: 'bob' });
     expect(input.rolloutId).toBe('rollout:demo');
     expect(input.spec).toEqual(revertSpec(spec, false));
     expect(input.steps).toEqual(original.rollbackSteps);
@@ -184,7 +184,7 @@ describe('revert: its input, through intake', () => {
   });
   it('refuses a revision the profile no longer has, naming it (nothing started)', () => {
     const gone = { ...original, spec: { ...spec, fromRevision: 7 } };
-    const err = refusal(() => revertRolloutInput({ original: gone, reverts: { rolloutId: 'rollout:demo', runId: 'run-1' }, devices: ['a'], fast: true, profilesDir, startedBy: 'bob' }));
+    const err = refusal(() => revertRolloutInput({ original: gone, reverts: { rolloutId: 'rollout:demo', runId: 'run-1' }, devices: ['a'], fast: true, profilesRoot, startedBy: 'bob' }));
     expect(err.code).toBe('INVALID_INPUT');
     expect(err.message).toContain('rollout:demo (the rollout reverted): rollout.fromRevision');
   });
