@@ -1,9 +1,7 @@
 import { cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { readAuditFile } from '../../activities/audit';
 import { dependencyChecker } from '../../activities/dependencies';
@@ -16,15 +14,14 @@ import { keyPairFromSeed, pinOf, signRevision } from '../../core/signing';
 import { rolloutInputFromFiles } from '../../intake/prepare';
 import { loadRolloutInventory } from '../../intake/inventory';
 import { targetOf } from '../../activities/fleet';
-import { type Fleet } from '../../sim';
+import type { Fleet } from '../../sim';
 import { renderFrame } from '../../cli/watch';
 import { runCli } from '../support/cli';
 import { until } from '../support/until';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../workers/toolchain';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { recordHistory } from '../support/histories';
 import { mockDevices, mockInput } from '../support/mock-activities';
 import { mockedRolloutWorker } from '../support/mocked-worker';
@@ -38,17 +35,20 @@ import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/r
  * but base's signed verify), and proceeds once base's own rollout has put base r2 there.
  */
 describe('ordering between profiles over SSH', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('ordering');
-  const auditDir = join(scratch.dir, 'audit');
-  const profilesDir = join(scratch.dir, 'profiles');
-  const fleets: Fleet[] = [];
+  // The worker's own profiles root: the demo profile as shipped, and base.
+  const real = realRollouts('ordering', {
+    profilesRoot: () => profilesRoot,
+    prepare: () => {
+      cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(profilesRoot, 'demo'), { recursive: true });
+      writeBaseProfile();
+    },
+  });
+  const profilesRoot = join(real.dir, 'profiles');
   let n = 0;
 
   /** The `base` profile: revisions 1 and 2 write $HOME/etc/base, verified by its content; signed by a key made here. */
   function writeBaseProfile(): void {
-    const dir = join(profilesDir, 'base');
+    const dir = join(profilesRoot, 'base');
     mkdirSync(join(dir, 'envelopes'), { recursive: true });
     const key = keyPairFromSeed(new Uint8Array(randomBytes(32)));
     writeFileSync(join(dir, 'profile.yaml'), stringify({ name: 'base', description: 'what demo needs first', scope: {} }));
@@ -69,44 +69,26 @@ describe('ordering between profiles over SSH', () => {
     }
   }
 
-  beforeAll(async () => {
-    // The worker's own profiles root: the demo profile as shipped, and base.
-    cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(profilesDir, 'demo'), { recursive: true });
-    writeBaseProfile();
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir, trustDir: profilesDir });
-  });
-  afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
-
   function inputFor(rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
     const specSource = `${rolloutId} spec`;
     const spec = parseRolloutSpec({ rollout: { gate: 0, ...rollout } }, specSource);
-    return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesDir, startedBy: 'test', rolloutId });
+    return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesRoot, startedBy: 'test', rolloutId });
   }
 
   /** Two devices in one pool with room for one apply at a time: a waiting device must free its slot. */
   async function setup() {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, [{ id: 'ready', pool: 'edge' }, { id: 'behind', pool: 'edge' }], { edge: 0.5 });
-    fleets.push(fleet);
+    n++;
+    const { fleet, inventoryPath } = await real.fleet([{ id: 'ready', pool: 'edge' }, { id: 'behind', pool: 'edge' }], { edge: 0.5 });
     const targets = new Map<string, DeviceTarget>(loadRolloutInventory(inventoryPath).devices.map((d) => [d.id, targetOf(d)]));
     // `ready` already verifies base r2: applied by the real apply unit from the worker's own envelope.
     const baseSteps = inputFor({ profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }] }, inventoryPath, 'rollout:base-setup').steps;
-    const done = await applyToDevice(targets.get('ready')!, baseSteps, { commandTimeoutMs: 20_000, trustDir: profilesDir, requireEnvelope: true });
+    const done = await applyToDevice(targets.get('ready')!, baseSteps, { commandTimeoutMs: 20_000, profilesRoot, requireEnvelope: true });
     expect(done.outcome).toBe('applied');
     const demo = inputFor({ profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] }, inventoryPath, `rollout:demo-ordering-${n}`);
     return { fleet, inventoryPath, demo, targets };
   }
 
-  const start = (input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> =>
-    env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+  const { start } = real;
   const device = (s: RolloutStatus, id: string) => s.devices.find((d) => d.id === id)!;
   const baseIn = (fleet: Fleet, id: string) => {
     const path = join(fleet.device(id).sandbox, 'etc', 'base');
@@ -153,7 +135,7 @@ describe('ordering between profiles over SSH', () => {
     expect(verifiesAt(fleet, 'behind', 2)).toBe(true);
     expect(fleet.count('behind', APPLY_COMMAND)).toBe(1);
     // The audit's per-device outcomes: each device applied once, neither recorded as skipped.
-    const audit = readAuditFile(auditDir, demo.rolloutId);
+    const audit = readAuditFile(real.auditDir, demo.rolloutId);
     expect(audit.map((r) => r.event)).toContain('rollout.completed');
     expect(audit.filter((r) => r.event === 'devices.skipped')).toEqual([]);
   }, 180_000);
@@ -178,7 +160,7 @@ describe('ordering between profiles over SSH', () => {
   }, 120_000);
   it('on the worker: a marker naming a newer signed revision lets its verify decide; a dependency the worker has no envelope of is refused with nothing run', async () => {
     const { fleet, demo, targets } = await setup();
-    const opts = { commandTimeoutMs: 20_000, trustDir: profilesDir, requireEnvelope: true, dependencies: dependencyChecker({ profilesDir, requireEnvelope: true, timeoutMs: 10_000 }) };
+    const opts = { commandTimeoutMs: 20_000, profilesRoot, requireEnvelope: true, dependencies: dependencyChecker({ profilesRoot, requireEnvelope: true, timeoutMs: 10_000 }) };
     // `ready` holds base r2 (marker 2): r1's verify fails there, r2's passes, so "after base r1" is met.
     const met = await applyToDevice(targets.get('ready')!, { ...demo.steps, after: [{ profile: 'base', revision: 1 }] }, opts);
     expect(met.outcome).toBe('applied');
@@ -194,7 +176,7 @@ describe('ordering between profiles over SSH', () => {
     expect(fleet.count('behind', /grep|install/)).toBe(0);
     expect(fleet.count('behind', APPLY_COMMAND)).toBe(0);
     // The preflight `start` asks finds the same before any device is contacted.
-    const preflight = createPreflightActivities({ trustDir: profilesDir, identity: 'test-worker' });
+    const preflight = createPreflightActivities({ profilesRoot, identity: 'test-worker' });
     await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'base', revision: 2 }] })).resolves.toMatchObject({ ok: true });
     await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'nosuch', revision: 1 }] })).resolves.toMatchObject({ ok: false, reason: 'NO_TRUST' });
   }, 120_000);
@@ -206,13 +188,13 @@ describe('ordering between profiles over SSH', () => {
     const baseHandle = await start(base);
     try {
       await waitForStatus(baseHandle, (s) => s.devices.some((d) => d.state === 'waiting'));
-      const specFile = join(scratch.dir, `demo-after-base-${n}.yaml`);
+      const specFile = join(real.dir, `demo-after-base-${n}.yaml`);
       writeFileSync(specFile, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: 0, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] } }));
-      const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesDir, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue]);
+      const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesRoot, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue]);
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts of "base")');
       // Nothing started: the lock of demo, which every start takes first, was never taken.
-      await expect(env.client.workflow.getHandle('profile-lock:demo').describe()).rejects.toThrow(/not found/i);
+      await expect(real.env.client.workflow.getHandle('profile-lock:demo').describe()).rejects.toThrow(/not found/i);
     } finally {
       await baseHandle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'cycle test done', rollback: true }] });
       expect((await baseHandle.result()).state).toBe('aborted');
