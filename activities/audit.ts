@@ -9,7 +9,7 @@ import { WavegateError } from '../core/errors';
 import { recordAuditWriteFailure } from '../core/metrics';
 import { nextAppend } from './audit-store/append-rule';
 import { activityMeter } from './metrics';
-import { STATE_DIR } from '../workers/toolchain';
+import { STATE_DIR } from '../intake/package-layout';
 
 /**
  * The audit sink (docs/architecture.md, "Audit"): one append-only JSONL file per rollout, one sealed record per line.

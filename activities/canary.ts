@@ -7,13 +7,13 @@ import type { RunningWorkflow } from '../core/exclusion';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
 import type { RolloutInput } from '../core/rollout/input';
 import { registeredCanarySpec } from '../intake/canary-spec';
-import { heldRolloutOf } from '../intake/running-rollout';
+import { heldRolloutOf } from '../clients/profile-lock';
 import { loadInventory, loadRolloutInventory } from '../intake/inventory';
 import { rolloutInputFromRegistry } from '../intake/prepare';
 import { loadProfile } from '../intake/profile';
 import { readFleetRevision } from './fleet';
 import { twinReader } from './channel';
-import { storeMembership } from './membership';
+import { storeMembership } from '../clients/membership';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 

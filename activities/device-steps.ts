@@ -13,7 +13,7 @@ import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
 import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
 import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { PROJECT_ROOT } from '../intake/package-layout';
 import { parsedPerContent } from './parsed-file';
 
 export type { ApplyHolder, RevisionSteps };

@@ -2,7 +2,8 @@ import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
-import { newestRevisionAbove, type RevisionSummary } from '../intake/registry';
+import { newestRevisionAbove } from '../clients/registry';
+import type { RevisionSummary } from '../contracts/registry';
 
 export interface RegistryActivityDeps {
   /** A client for the registry workflows; default: the worker's own client (the activity context's). */

@@ -23,7 +23,7 @@ import { twinWorkflowId, type AgentReport } from '../core/twin';
 import { prepareRollout } from '../intake/prepare';
 import { gatewayClient } from '../agent/gateway-client';
 import { startDevServerEnv } from '../workers/dev-server';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { PROJECT_ROOT } from '../intake/package-layout';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';

@@ -16,8 +16,9 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { freePort, startDevServer, type DevServer } from '../workers/dev-server';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { startDevServer, type DevServer } from '../workers/dev-server';
+import { freePort } from '../sim/ports';
+import { PROJECT_ROOT } from '../intake/package-layout';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
 import { wholeFlag } from './flags';
 

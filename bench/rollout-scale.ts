@@ -27,7 +27,7 @@ import type { RolloutInput } from '../core/rollout/input';
 import { planRollout } from '../core/rollout/plan';
 import { demoDevices, generateEd25519, writeFleetInventory, type SimDeviceSpec } from '../sim';
 import { startDevServerEnv } from '../workers/dev-server';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { PROJECT_ROOT } from '../intake/package-layout';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';

@@ -24,7 +24,7 @@ import { stringify } from 'yaml';
 import { Client, Connection } from '@temporalio/client';
 import { startOpenSshFleet, type OpenSshFleet } from '../sim/openssh';
 import { startDevServerEnv } from '../workers/dev-server';
-import { PROJECT_ROOT } from '../workers/toolchain';
+import { PROJECT_ROOT } from '../intake/package-layout';
 import { wholeFlag } from './flags';
 
 const { values: flags } = parseArgs({

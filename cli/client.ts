@@ -14,16 +14,17 @@ import { ROLLOUT_STATES } from '../core/rollout-state';
 import { readStatus } from '../core/rollout/outcome';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
-import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
 import { checkIdempotencyKey, legacyRolloutId, newRolloutId, profileLockId } from '../core/rollout-id';
-import { heldRolloutOf } from '../intake/running-rollout';
+import { heldRolloutOf } from '../clients/profile-lock';
 import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
 import { connectionFailure } from '../workers/connection-failure';
-import { checkProfileName } from '../intake/profile-dir';
-import type { RolloutStatus } from '../workflows/messages';
+import { checkProfileName } from '../core/profile-name';
+import type { RolloutStatus } from '../contracts/rollout';
 import type { RolloutInput } from '../core/rollout/input';
 import type { rolloutWorkflow } from '../workflows/rollout';
-import type { LockHolder, profileLockWorkflow } from '../workflows/profile-lock';
+import type { LockHolder } from '../contracts/profile-lock';
+import type { profileLockWorkflow } from '../workflows/profile-lock';
 
 /** Add the connection options every Temporal-facing command takes (resolved by workers/connection.ts). */
 export function withTemporalOptions(cmd: Command): Command {

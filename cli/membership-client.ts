@@ -9,9 +9,7 @@ import { bearerToken, checkInventoryUrl, fetchInventory, parseInventoryDeadline 
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import type { NodeDownMark } from '../core/node-down';
-import { storeMembership } from '../activities/membership';
-
-export { storeMembership };
+import { storeMembership } from '../clients/membership';
 
 /** The inventory flags of start, plan, converge and revert. */
 export interface InventoryFlags {

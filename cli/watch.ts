@@ -5,7 +5,7 @@ import { WavegateError } from '../core/errors';
 import { isTransientFailure, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
-import type { RolloutStatus } from '../workflows/messages';
+import type { RolloutStatus } from '../contracts/rollout';
 
 /**
  * `wavegate watch`: live per-phase progress bars and a device table. On a terminal the block redraws in

@@ -5,7 +5,7 @@ import type { SearchAttributeType } from '@temporalio/common';
  * person runs to fix it. Pure: the worker (workers/search-attributes.ts) asks the server, this decides.
  */
 
-/** One search attribute wavegate needs: core/search-attributes.ts's keys have this shape. */
+/** One search attribute wavegate needs: contracts/search-attributes.ts's keys have this shape. */
 export interface NeededAttribute {
   name: string;
   type: SearchAttributeType;

@@ -4,7 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
 import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
 import { syncProblem, type TwinSyncInput } from '../core/twin';
-import { readTwin } from '../activities/agent/twin-client';
+import { readTwin } from '../clients/twin';
 import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
 import { DEFAULT_LIMITS, GATEWAY_TIMEOUTS, KeyedCounter, RefusalLog, type GatewayLimits } from './limits';
 import { openPayload, payloadEntry, sendPayload } from './payload';

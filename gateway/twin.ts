@@ -1,14 +1,13 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
-import { twinWorkflowId, type TwinSyncInput, type TwinView } from '../core/twin';
-import { twinStartOptions } from '../activities/agent/twin-client';
-import { twinSyncUpdate } from '../workflows/twin-messages';
+import type { Client } from '@temporalio/client';
+import { WavegateError } from '../core/errors';
+import type { TwinSyncInput, TwinView } from '../core/twin';
+import * as twins from '../clients/twin';
 import { HttpRefusal } from './http';
 
 /**
  * The gateway's one way into Temporal: the device's own twin `device:<id>`, by the id from the
- * verified Authorization header only. A device that never synced has no twin yet: its first sync
- * starts it (an existing one is used) and runs `onStarted` (the enrolment hook, gateway/enrolled.ts).
+ * verified Authorization header only (clients/twin.ts `syncTwin`). A device that never synced has no
+ * twin yet: its first sync runs `onStarted` (the enrolment hook, gateway/enrolled.ts) and starts it.
  */
 export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, signal?: AbortSignal, onStarted?: (deviceId: string) => Promise<void>): Promise<TwinView> {
   // Bounded: with no worker to take the update it would wait for good, and the agent has given up long
@@ -18,29 +17,13 @@ export async function syncTwin(client: Client, taskQueue: string, deviceId: stri
   const onClose = () => abort.abort();
   signal?.addEventListener('abort', onClose);
   try {
-    return await client.withAbortSignal(abort.signal, () => syncOnce(client, taskQueue, deviceId, input, onStarted));
+    return await client.withAbortSignal(abort.signal, () => twins.syncTwin(client, taskQueue, deviceId, input, onStarted));
+  } catch (err) {
+    // The twin's validator said no: the agent sent something malformed, named in the message.
+    if (err instanceof WavegateError && err.code === 'INVALID_INPUT') throw new HttpRefusal(400, 'INVALID_INPUT', err.message);
+    throw err;
   } finally {
     clearTimeout(timer);
     signal?.removeEventListener('abort', onClose);
-  }
-}
-
-async function syncOnce(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, onStarted?: (deviceId: string) => Promise<void>): Promise<TwinView> {
-  for (let tries = 0; ; tries++) {
-    try {
-      return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
-    } catch (err) {
-      // The twin's validator said no: the agent sent something malformed, named in the message.
-      if (err instanceof WorkflowUpdateFailedError) throw new HttpRefusal(400, 'INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400));
-      if (tries >= 3) throw err;
-      if (err instanceof WorkflowNotFoundError || /not found/i.test((err as Error).message)) {
-        await client.workflow.start('deviceTwinWorkflow', { ...twinStartOptions(deviceId, taskQueue), workflowIdConflictPolicy: 'USE_EXISTING' });
-        // A device's first sync: before its answer, it is given what the fleet already converged to.
-        await onStarted?.(deviceId);
-      } else if (/already completed|completed/i.test((err as Error).message)) {
-        // Caught between a run and its continue-as-new: the next run takes the update.
-        await sleep(200);
-      } else throw err;
-    }
   }
 }

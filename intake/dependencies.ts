@@ -10,7 +10,7 @@ import type { SignedRevision } from './envelope';
 import { loadProfile } from './profile';
 import { fileRevision } from './revisions';
 import { loadProfileTrust } from './trust';
-import { heldRolloutOf } from './running-rollout';
+import { heldRolloutOf } from '../clients/profile-lock';
 
 /** One `after` entry, found in the profiles root: its profile and the revision (verified when it has pins). */
 export interface LoadedDependency {
@@ -50,7 +50,7 @@ export function dependencyScopeNotes(deps: readonly LoadedDependency[], inventor
 /** What plan says of the cycle check it cannot make: it contacts nothing. */
 export const PLAN_CYCLE_NOTE = 'rollout.after: a cycle through running rollouts is checked by start (plan contacts no Temporal server)';
 
-/** The `after` of the rollout that holds the profile now (intake/running-rollout.ts; its workflow input), or undefined when none runs. */
+/** The `after` of the rollout that holds the profile now (clients/profile-lock.ts; its workflow input), or undefined when none runs. */
 export async function runningRolloutAfter(client: Client, profile: string): Promise<Dependency[] | undefined> {
   // Loaded here, not at the top: `wavegate plan` imports this file and never talks to Temporal (the SDK
   // client is over a second of its start-up).

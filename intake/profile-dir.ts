@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, realpathSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
 import { WavegateError } from '../core/errors';
-import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
+import { checkProfileName } from '../core/profile-name';
 import { PAYLOAD_DIR, payloadSourceProblem, type PayloadFile } from '../core/revision';
 import type { FieldProblem } from '../core/validation';
 
@@ -27,14 +27,6 @@ export interface ProfileDir {
   envelopeFile(n: number): string;
   /** A revision's payload `source` (relative to the profile directory) as a path the worker can read. */
   payloadSource(source: string): string;
-}
-
-/** `name` if it is a profile name, else INVALID_INPUT naming `field` and the value. */
-export function checkProfileName(name: string, field = 'profile'): string {
-  if (typeof name !== 'string' || !PROFILE_NAME.test(name)) {
-    throw new WavegateError('INVALID_INPUT', `${field}: ${PROFILE_NAME_RULE} (got ${JSON.stringify(name)})`, { field, value: name });
-  }
-  return name;
 }
 
 /** The layout of profile `name` under `profilesRoot`; the name is checked first (it becomes a path). */

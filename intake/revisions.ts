@@ -8,7 +8,7 @@ import type { Trust } from '../core/signing';
 import { openEnvelope, type SignedRevision } from './envelope';
 import { readDocument } from './files';
 import { revisionNumbers, type ProfileDir } from './profile-dir';
-import { getEnvelope } from './registry';
+import { getEnvelope } from '../clients/registry';
 
 /**
  * Revisions of a profile, from its files or its registry. A profile with pins (trust.yaml) is read

@@ -20,7 +20,7 @@ import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../activities/transport/ssh';
-import { freePort } from '../workers/dev-server';
+import { freePort } from '../sim/ports';
 
 export const SSHD_PATH = '/usr/sbin/sshd';
 

@@ -1,12 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { dirname } from 'node:path';
 import { Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { WavegateError } from '../core/errors';
-import { WAVEGATE_SEARCH_ATTRIBUTES } from '../core/search-attributes';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../contracts/search-attributes';
 import { cliTypeName } from '../core/search-attribute-check';
+import { freePort, portFree } from '../sim/ports';
 import { ensureTools } from './toolchain';
 import { installQuietRuntime } from './worker';
 
@@ -16,26 +16,6 @@ export interface DevServer {
   namespace: string;
   process: ChildProcess;
   stop(): Promise<void>;
-}
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.once('error', () => resolve(false));
-    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-  });
-}
-
-/** A TCP port free on 127.0.0.1 right now (the servers and tests pick their ports with it). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 /** The preferred port when it is free, else any free one (a second dev stack must not fail to start). */

@@ -1,5 +1,5 @@
 import { WavegateError } from '../core/errors';
-import { WAVEGATE_SEARCH_ATTRIBUTES } from '../core/search-attributes';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../contracts/search-attributes';
 import {
   checkSearchAttributes,
   classifyProbeAnswer,
@@ -105,7 +105,7 @@ async function inspect(services: TemporalServices, target: Target): Promise<{ ch
 }
 
 /**
- * The worker's start-up check: every attribute core/search-attributes.ts lists is on the namespace with
+ * The worker's start-up check: every attribute contracts/search-attributes.ts lists is on the namespace with
  * its type. Missing ones are added through the operator API when `register` (a self-hosted server lets a
  * client with the operator role do it); a refusal (Temporal Cloud, no permission) or `register` false is
  * INVALID_STATE (exit 2) naming each one and the command that adds it, and so is a wrong type, which no

@@ -5,7 +5,7 @@ import type { Client } from '@temporalio/client';
 import type { VersioningBehavior, WorkerDeploymentVersion } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { WavegateError } from '../core/errors';
-import { isCheckout, PROJECT_ROOT } from './toolchain';
+import { isCheckout, PROJECT_ROOT } from '../intake/package-layout';
 
 /**
  * Temporal Worker Versioning for wavegate workers (docs/architecture.md, "Upgrading workers"): which
@@ -31,8 +31,12 @@ export const VERSIONING_BEHAVIORS: Record<string, VersioningBehavior> = { pinned
 const DEPLOYMENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$/;
 const BUILD_ID = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$/;
 
-/** The workflow code a build id stands for: the workflow entry's tree and the pure core it bundles. */
-export const WORKFLOW_SOURCE_DIRS = [join(PROJECT_ROOT, 'workflows'), join(PROJECT_ROOT, 'core')];
+/**
+ * The workflow code a build id stands for: the workflow entry's tree and what it bundles, the message
+ * definitions (contracts/) and the pure core (test/unit/architecture.test.ts checks that workflow code
+ * imports nothing else).
+ */
+export const WORKFLOW_SOURCE_DIRS = [join(PROJECT_ROOT, 'workflows'), join(PROJECT_ROOT, 'contracts'), join(PROJECT_ROOT, 'core')];
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true })
@@ -46,7 +50,7 @@ function versionOf(packageJson: string): string {
 
 /**
  * The build id a worker gets when none is given: wavegate's version and a hash of what decides the
- * commands a workflow makes (the workflow sources, the core they import, the workflow SDK's version), so
+ * commands a workflow makes (the workflow sources, the contracts and core they import, the workflow SDK's version), so
  * two workers with the same id run the same workflow code and a changed workflow file is a new build.
  */
 export function defaultBuildId(dirs: string[] = WORKFLOW_SOURCE_DIRS): string {

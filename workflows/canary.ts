@@ -1,5 +1,5 @@
 import * as wf from '@temporalio/workflow';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
 import type * as activities from '../activities';
 import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';

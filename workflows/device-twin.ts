@@ -1,12 +1,6 @@
 import * as wf from '@temporalio/workflow';
-import { desire, desireProblem, hasNews, recordSync, requestReverify, restoreTwinState, syncProblem, TWIN_HISTORY_LIMIT, viewOf, type TwinState } from '../core/twin';
-import { TWIN_REFUSED, twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery } from './twin-messages';
-
-export interface DeviceTwinInput {
-  deviceId: string;
-  /** The state the previous run carried over continue-as-new. */
-  carried?: TwinState;
-}
+import { desire, desireProblem, hasNews, recordSync, requestReverify, restoreTwinState, syncProblem, TWIN_HISTORY_LIMIT, viewOf } from '../core/twin';
+import { TWIN_REFUSED, twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery, type DeviceTwinInput } from '../contracts/twin';
 
 /**
  * The device twin `device:<id>`: an entity that lives as long as the device (core/twin.ts holds the

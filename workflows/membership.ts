@@ -1,5 +1,9 @@
 import * as wf from '@temporalio/workflow';
-import { MembershipState, planProblem, type MembershipPage, type MembershipPlan, type MembershipProgress } from '../core/membership';
+import { MembershipState, planProblem, type MembershipPlan } from '../core/membership';
+import { MEMBERSHIP_REFUSED, pageQuery, progressQuery, sealUpdate, storePageUpdate } from '../contracts/membership';
+
+/** An upload not sealed within this time is abandoned: the entity fails, and a new start of the same id may begin again. */
+export const UPLOAD_WINDOW = '1 hour';
 
 /**
  * One inventory's membership as a durable entity `membership:<digest>` (core/membership.ts holds the
@@ -9,16 +13,6 @@ import { MembershipState, planProblem, type MembershipPage, type MembershipPlan,
  * history is bounded by its pages (at most MAX_MEMBERSHIP_PAGES updates of at most 1 MB each) and it
  * never needs to continue as new: its state could not be carried in one continue-as-new payload anyway.
  */
-export const MEMBERSHIP_REFUSED = 'MembershipRefused';
-
-export const storePageUpdate = wf.defineUpdate<MembershipProgress, [MembershipPage]>('storePage');
-export const sealUpdate = wf.defineUpdate<MembershipProgress, []>('seal');
-export const progressQuery = wf.defineQuery<MembershipProgress>('progress');
-export const pageQuery = wf.defineQuery<MembershipPage | null, [number]>('page');
-
-/** An upload not sealed within this time is abandoned: the entity fails, and a new start of the same id may begin again. */
-export const UPLOAD_WINDOW = '1 hour';
-
 export async function membershipWorkflow(plan: MembershipPlan): Promise<void> {
   const problem = planProblem(plan);
   if (problem) throw wf.ApplicationFailure.nonRetryable(`membership: ${problem}`, MEMBERSHIP_REFUSED);

@@ -2,8 +2,9 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import * as wf from '@temporalio/workflow';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutStatus } from '../core/rollout/status';
-import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../core/search-attributes';
+import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../contracts/search-attributes';
 import { rolloutWorkflow } from './rollout';
+import { holderQuery, type LockHolder } from '../contracts/profile-lock';
 
 /**
  * The per-profile lock (issue 23): workflow `profile-lock:<profile>`, started by the CLI with id
@@ -27,20 +28,12 @@ export interface ProfileLockInput {
   staticDetails?: string;
 }
 
-/** Who holds the lock: the rollout it started (its id and first run), once started. */
-export interface LockHolder {
-  rolloutId: string;
-  runId: string;
-}
-
 export interface ProfileLockResult extends LockHolder {
   /** How the rollout's run closed: completed (its status is its result), or the failure's message. */
   closed: 'completed' | 'failed';
   state?: string;
   failure?: string;
 }
-
-export const holderQuery = wf.defineQuery<LockHolder | null>('holder');
 
 /** Ids tried for one rollout: the one given, then with `-2` … `-9` (a second taken is rare: one start per profile at a time). */
 const ID_ATTEMPTS = 9;

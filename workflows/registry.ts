@@ -1,7 +1,8 @@
 import * as wf from '@temporalio/workflow';
 import { classifyRevision } from '../core/provability';
 import { decideRegistration } from '../core/registry';
-import { parseTrust, type Envelope, type Trust } from '../core/signing';
+import { parseTrust, type Trust } from '../core/signing';
+import { REGISTRATION_REFUSED, registerUpdate, envelopeQuery, revisionsQuery, trustQuery, type RegisterRequest, type RegistrationRefusal, type RegistryEntry, type RegistryInput } from '../contracts/registry';
 
 /**
  * The revision registry of one profile: a long-lived entity workflow
@@ -13,68 +14,7 @@ import { parseTrust, type Envelope, type Trust } from '../core/signing';
  * stored. The validator applies every rule; the handler, which replays, not the signed content rules. The workflow never completes on its own; it continues as new, carrying its state, before its
  * history grows long.
  */
-export interface RegistryEntry {
-  revision: number;
-  /** Hex SHA-256 of the envelope body: the content identity. */
-  bodyDigest: string;
-  /** Workflow time of the registration, ISO 8601. */
-  registeredAt: string;
-  /** Who registered it (as the caller said). */
-  by: string;
-  /** Distinct pinned kids whose signatures verified at registration. */
-  signers: string[];
-  expiresAt?: string;
-  risk: string;
-  provable: boolean;
-  /** The envelope exactly as signed (public content: body and signatures, no secrets). */
-  envelope: Envelope;
-}
-
-export type RevisionSummary = Omit<RegistryEntry, 'envelope'>;
-
-export interface RegistryInput {
-  profile: string;
-  /** The trust document (`{ threshold, pins }`) as read from the trust file; parsed inside with parseTrust. */
-  trustDoc: unknown;
-  /** Carried over by continue-as-new. */
-  entries?: RegistryEntry[];
-  /** Continue as new once the history holds this many events (default 2,000). */
-  continueAsNewAfterEvents?: number;
-}
-
-export interface RegisterRequest {
-  envelope: unknown;
-  by: string;
-}
-
-export interface RegisterResult {
-  outcome: 'registered' | 'existing';
-  revision: number;
-  bodyDigest: string;
-}
-
-/** The failure type a refused registration carries; details[0] is `RegistrationRefusal`. */
-export const REGISTRATION_REFUSED = 'RegistrationRefused';
-export interface RegistrationRefusal {
-  /** WavegateError code: CONFLICT (same number, other content) or INVALID_INPUT. */
-  code: string;
-  /** The reason code (BELOW_THRESHOLD, BAD_SIGNATURE, EXPIRED, NOT_ABOVE_CURRENT, CONFLICT, ...). */
-  reason: string;
-  details?: Record<string, unknown>;
-}
-
-export const registerUpdate = wf.defineUpdate<RegisterResult, [RegisterRequest]>('register');
-export const revisionsQuery = wf.defineQuery<RevisionSummary[]>('revisions');
-/** The registered envelope of a revision number, or null when there is none. */
-export const envelopeQuery = wf.defineQuery<Envelope | null, [number]>('envelope');
-/** The trust document the registry verifies with. */
-export const trustQuery = wf.defineQuery<unknown>('trust');
-
 export const DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS = 2_000;
-
-export function registryWorkflowId(profile: string): string {
-  return `registry:${profile}`;
-}
 
 export async function revisionRegistryWorkflow(input: RegistryInput): Promise<void> {
   let trust: Trust;

@@ -2,7 +2,7 @@ import type { Client } from '@temporalio/client';
 import { answerTo, ageMs, envelopeDigestOf, isOffline, requestIdOf, type DesiredRequest, type TwinView } from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { EnvelopeRejected, StepFailed, type ApplyHolder, type ApplyResult, type RevisionSteps } from '../device-steps';
-import { desireOnTwin, readTwin } from './twin-client';
+import { desireOnTwin, readTwin } from '../../clients/twin';
 
 /**
  * Apply a revision to a `transport: agent` device: set it as the device's desired state on its twin

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { describeAge, type ProfileReport, type TwinView } from '../../core/twin';
-import { readTwin } from './twin-client';
+import { readTwin } from '../../clients/twin';
 
 /**
  * The fleet board, drift and the fleet revision for `transport: agent` devices: read from each agent's

@@ -4,7 +4,7 @@ import type { RevisionSteps } from '../../core/rollout/input';
 import { mapLimit } from '../map-limit';
 import { desiredRequestOf } from './apply';
 import { atOrAboveReason } from '../../core/twin';
-import { desireOnTwin, readTwin } from './twin-client';
+import { desireOnTwin, readTwin } from '../../clients/twin';
 
 /**
  * Offline convergence (issue 13 item 5): after a rollout completes, the agent devices it skipped as

@@ -5,7 +5,7 @@ import type { Device } from '../../core/inventory';
 import type { RolloutInput } from '../../core/rollout/input';
 import { atOrAboveReason } from '../../core/twin';
 import { desiredRequestOf } from './apply';
-import { desireOnTwin, readTwin } from './twin-client';
+import { desireOnTwin, readTwin } from '../../clients/twin';
 
 /**
  * A device enrolled after a rollout completed converges to the revision of the latest completed

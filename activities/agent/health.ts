@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { ageMs, type AgentReport, describeAge, errorRateReportName, REPORT_FRESH_MS, type TwinView } from '../../core/twin';
-import { readTwin } from './twin-client';
+import { readTwin } from '../../clients/twin';
 
 /**
  * Health-gate answers for `transport: agent` devices, read from their agents' latest reports on the

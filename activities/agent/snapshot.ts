@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import { describeAge, isOffline } from '../../core/twin';
 import type { DeviceSnapshot } from '../../core/rollout-state';
-import { readTwin } from './twin-client';
+import { readTwin } from '../../clients/twin';
 
 /**
  * An agent device in the rollout's snapshot: never dialled. Its marker is the one its agent last

@@ -4,7 +4,7 @@ import { applyThroughTwin } from '../agent/apply';
 import { agentBoardAnswer, agentDriftAnswer, twinReader, type TwinReader } from '../agent/board';
 import { agentChecks, agentErrorRate, agentOnline, type AgentHealthAnswer } from '../agent/health';
 import { agentSnapshot } from '../agent/snapshot';
-import { reverifyTwin } from '../agent/twin-client';
+import { reverifyTwin } from '../../clients/twin';
 import { TransportError } from '../transport';
 import type { ChannelDeps, DeviceChannel, Reading } from './types';
 

@@ -9,7 +9,7 @@ import { gatewayClient } from '../../agent/gateway-client';
 import { checkHomeDir, gatewayUrl, prepareStateDir, readFlagFile } from '../../agent/inputs';
 import { parseTrustFlags } from '../../agent/pins';
 import { startAgent } from '../../agent/run';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { action } from '../run';
 
 const log = (line: string) => process.stdout.write(`${line}\n`);

@@ -7,7 +7,7 @@ import type { Trust } from '../../core/signing';
 import { loadInventory } from '../../intake/inventory';
 import { loadProfile, type LoadedProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
-import { newestRevisionAbove } from '../../intake/registry';
+import { newestRevisionAbove } from '../../clients/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';

@@ -9,7 +9,7 @@ import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, ty
 import { parseInventory, type Device } from '../../core/inventory';
 import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
 import { readText } from '../../intake/files';
-import { checkProfileName } from '../../intake/profile-dir';
+import { checkProfileName } from '../../core/profile-name';
 import { nextCommands, scaffoldFiles, shellWord, writeScaffold, type ScaffoldHost, type ScaffoldInput } from '../../intake/scaffold';
 import { readScannedKeys, scannedKeysPathFor, writeScannedKeys } from '../../intake/scanned-keys';
 import { readSshConfig } from '../../intake/ssh-config';

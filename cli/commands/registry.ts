@@ -3,8 +3,8 @@ import type { Command } from 'commander';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { connectClient, withTemporalOptions } from '../client';
 import { readDocument } from '../../intake/files';
-import { listRevisions } from '../../intake/registry';
-import { envelopeProfile, registerEnvelope } from '../registry-client';
+import { listRevisions, registerEnvelope } from '../../clients/registry';
+import { envelopeProfile } from '../registry-client';
 import { action, EXIT_OK } from '../run';
 
 /**

@@ -7,7 +7,7 @@ import { WavegateError } from '../../core/errors';
 import { formatDurationMs } from '../../core/duration';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
-import type { RolloutStatus } from '../../workflows/messages';
+import type { RolloutStatus } from '../../contracts/rollout';
 import { checkDependencyCycle } from '../../intake/dependencies';
 import { prepareRollout } from '../../intake/prepare';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';

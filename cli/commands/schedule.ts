@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { ScheduleAlreadyRunning, ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleDescription, type ScheduleHandle } from '@temporalio/client';
 import { WavegateError } from '../../core/errors';
 import { parseDurationMs } from '../../core/duration';
-import { WavegateProfile, WavegateVerdict } from '../../core/search-attributes';
+import { WavegateProfile, WavegateVerdict } from '../../contracts/search-attributes';
 import type { NightlyCanaryInput, NightlyCanaryResult } from '../../workflows/canary';
 import { canarySpec } from '../../intake/canary-spec';
 import { loadRolloutInventory } from '../../intake/inventory';

@@ -11,7 +11,7 @@ import { formatFloor, type FloorExemption } from '../../core/floor';
 import type { Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport, type TwinView } from '../../core/twin';
-import { desireOnTwin, readTwin, reverifyTwin } from '../../activities/agent/twin-client';
+import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { gatewayClient, GatewayError } from '../../agent/gateway-client';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';

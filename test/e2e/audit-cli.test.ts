@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { auditFilePath, createAuditActivities } from '../../activities/audit';
 import { type AuditEvent, type AuditRecord } from '../../core/audit';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /**
  * `wavegate audit` in a real process. Until cli/main.ts registers the command, the process assembles a

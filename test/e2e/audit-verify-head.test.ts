@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditFilePath, createAuditActivities, ensureAuditKeyFile, readAuditFile, readAuditKey } from '../../activities/audit';
 import { GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, type AuditRecord } from '../../core/audit';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { createMockActivities, mockDevices, mockInput } from '../support/mock-activities';
 import { workflowBundle } from '../support/temporal';

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { until } from '../support/until';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /**
  * `wavegate audit --verify` finds the trail and the key where the worker keeps them, from the worker's

@@ -10,7 +10,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';

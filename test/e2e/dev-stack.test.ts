@@ -6,7 +6,7 @@ import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { runCli, spawnCliUntil } from '../support/cli';
 import { scratchDir } from '../support/harness';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 function processesMentioning(text: string): string[] {
   try {

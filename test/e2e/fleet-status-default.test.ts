@@ -4,8 +4,9 @@ import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
-import { freePort, startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { startDevServerEnv } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 

@@ -5,7 +5,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { desireOnTwin, readTwin } from '../../activities/agent/twin-client';
+import { desireOnTwin, readTwin } from '../../clients/twin';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
 import { changedDevices } from '../../core/rollout/revert';
 import type { RolloutStatus } from '../../core/rollout/status';

@@ -13,7 +13,7 @@ import type { RolloutInput } from '../../core/rollout/input';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { fetchInventory } from '../../intake/inventory-url';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { recordHistory } from '../support/histories';

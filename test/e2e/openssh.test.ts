@@ -10,7 +10,7 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../activities/device-steps';
 import { connectDevice, StepFailed, TransportError } from '../../activities/transport';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { resumeUpdate } from '../../workflows/messages';
+import { resumeUpdate } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
 import { waitForStatus } from '../support/rollout-helpers';

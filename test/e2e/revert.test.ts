@@ -8,7 +8,7 @@ import { parseFloor, type DeviceFloor } from '../../core/floor';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, runCliAgainst, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
 import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';

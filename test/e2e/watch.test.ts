@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, startDevDemo, WAVEGATE_BIN, type CliRun, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
 

@@ -6,8 +6,8 @@ import type { BrowserContext, Page } from 'playwright-core';
 import { launchChromium } from '../support/chromium';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PROJECT_ROOT } from '../../workers/toolchain';
-import type { RolloutStatus } from '../../workflows/messages';
+import { PROJECT_ROOT } from '../../intake/package-layout';
+import type { RolloutStatus } from '../../contracts/rollout';
 import { runCli, startDevDemo, type DevDemo } from '../support/cli';
 import { scratchDir } from '../support/harness';
 

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { freePort } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { freePort } from '../../sim/ports';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 export const WAVEGATE_BIN = join(PROJECT_ROOT, 'bin', 'wavegate.js');
 

@@ -8,7 +8,7 @@ import { createActivities } from '../../activities';
 import { prepareRollout, rolloutInputFromFiles } from '../../intake/prepare';
 import { parseRolloutSpec } from '../../core/spec';
 import { startFleet, writeFleetInventory, type Fleet, type SimDeviceSpec } from '../../sim';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import type { RolloutInput } from '../../core/rollout/input';
 import { workflowBundle } from './temporal';
 

@@ -5,7 +5,7 @@ import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { freePort } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
 
 const run = promisify(execFile);
 

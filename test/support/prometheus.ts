@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, createWriteStream, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
-import { freePort } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
 
 /**
  * A real Prometheus server on 127.0.0.1 for tests, with a throwaway config and TSDB under `dir`.

@@ -5,8 +5,8 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { parse } from 'yaml';
 import { parseRevision } from '../../core/revision';
 import type { Fleet } from '../../sim';
-import { PROJECT_ROOT } from '../../workers/toolchain';
-import type { RolloutStatus } from '../../workflows/messages';
+import { PROJECT_ROOT } from '../../intake/package-layout';
+import type { RolloutStatus } from '../../contracts/rollout';
 
 /** Poll the rollout's `status` query until `done` holds (or fail with the last status seen). */
 export async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutStatus) => boolean, timeoutMs = 60_000): Promise<RolloutStatus> {

@@ -15,7 +15,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../../activities/transport/ssh';
-import { freePort } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
 import { keygen, SSHD_PATH } from '../../sim/openssh';
 
 export { SSHD_PATH };

@@ -1,7 +1,7 @@
 import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../contracts/search-attributes';
 import { ensureTools } from '../../workers/toolchain';
 import { installQuietRuntime, WORKFLOWS_PATH } from '../../workers/worker';
 

@@ -2,7 +2,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { freePort } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
 
 /**
  * A Temporal frontend behind TLS, as a self-hosted cluster puts it: Debian's nginx terminating TLS (and,

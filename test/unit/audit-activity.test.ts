@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { archivedAuditRuns, auditFilePath, auditFileStem, createAuditActivities, ensureAuditKeyFile, readAuditFile, readAuditKey, rolloutIdOfStem } from '../../activities/audit';
 import { AUDIT_EVENTS, GENESIS_HASH, sealRecord, serializeAuditRecord, verifyAuditChain, verifyAuditLog, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /** The events the workflow writes by itself (an override needs fields of its own). */
 const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');

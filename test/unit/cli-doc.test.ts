@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli } from '../support/cli';
 
 /**

@@ -2,7 +2,7 @@ import { cpSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { writeSignedProfile, type RevisionSource } from '../support/signed-profile';

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /**
  * Every relative link in the README and docs/ leads somewhere: the file (or directory) exists, and a

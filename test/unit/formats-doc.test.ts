@@ -7,7 +7,7 @@ import { NodeDownFile } from '../../core/node-down';
 import { Profile, Revision } from '../../core/revision';
 import { Envelope, parseTrust, Pin, SecretKeyFile } from '../../core/signing';
 import { RolloutBody } from '../../core/spec';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /**
  * docs/formats.md cannot drift from the schemas: every field of every user-written format (walked out

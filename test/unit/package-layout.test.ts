@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isCheckout, PROJECT_ROOT, STATE_DIR, VENV_DIR, wavegateLayout } from '../../workers/toolchain';
+import { isCheckout, PROJECT_ROOT, STATE_DIR, VENV_DIR, wavegateLayout } from '../../intake/package-layout';
 import { defaultBuildId, derivedBuildId } from '../../workers/versioning';
 import { WORKFLOWS_PATH } from '../../workers/worker';
 import { scratchDir } from '../support/harness';

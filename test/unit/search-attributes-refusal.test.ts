@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../core/search-attributes';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../contracts/search-attributes';
 import { ensureSearchAttributes, type TemporalServices } from '../../workers/search-attributes';
 import { rejection } from '../support/refusal';
 

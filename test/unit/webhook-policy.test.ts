@@ -6,7 +6,7 @@ import { createWebhookActivities } from '../../activities/webhooks';
 import { WavegateError } from '../../core/errors';
 import { addressClass, addressRefusal, formatIp, parseIp, pathInside, STRICT_WEBHOOK_POLICY, urlRefusal, webhookPolicyFromEnv } from '../../core/webhook-policy';
 import { checkWebhookPolicy, resolveWebhookSecretFile } from '../../intake/webhook-policy';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { refusal } from '../support/refusal';

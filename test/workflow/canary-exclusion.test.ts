@@ -8,7 +8,7 @@ import { registerProfileEnvelopes } from '../../cli/registry-client';
 import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
 import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
-import { desireOnTwin, readTwin, reverifyTwin } from '../../activities/agent/twin-client';
+import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { syncTwin } from '../../gateway/twin';
 import { reverifyFleet } from '../../activities/fleet';
 import { parseInventory } from '../../core/inventory';
 import { applyThroughTwin } from '../../activities/agent/apply';
-import { twinSyncUpdate } from '../../workflows/twin-messages';
+import { twinSyncUpdate } from '../../contracts/twin';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
 import { until } from '../support/until';

@@ -7,7 +7,7 @@ import { parseFloor } from '../../core/floor';
 import { changedDevices, IN_PLACE_REASON } from '../../core/rollout/revert';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { abortUpdate } from '../../workflows/messages';
+import { abortUpdate } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
-import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
 import { recordHistory } from '../support/histories';
 import { mockDevices, type Scenario } from '../support/mock-activities';
 import { waitForStatus } from '../support/rollout-helpers';

@@ -3,7 +3,7 @@ import { temporal } from '@temporalio/proto';
 import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities, type SnapshotPage } from '../../activities';
-import { storeMembership } from '../../cli/membership-client';
+import { storeMembership } from '../../clients/membership';
 import { parseInventory } from '../../core/inventory';
 import { membershipPages, membershipWorkflowId, type MembershipRef } from '../../core/membership';
 import { startDevServerEnv } from '../../workers/dev-server';
@@ -13,7 +13,7 @@ import { HISTORY_EVENT_LIMIT } from '../support/history-bounds';
 import { parseRolloutSpec } from '../../core/spec';
 import { rolloutInputFromFiles } from '../../intake/prepare';
 import { demoDevices, fleetInventory, startFleet } from '../../sim';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { rolloutWorkflow } from '../../workflows/rollout';
 
 /**

@@ -5,7 +5,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { pauseUpdate, resumeUpdate, statusQuery } from '../../workflows/messages';
+import { pauseUpdate, resumeUpdate, statusQuery } from '../../contracts/rollout';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';

@@ -6,7 +6,7 @@ import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { abortUpdate, approveUpdate, pauseSignal, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { abortUpdate, approveUpdate, pauseSignal, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain, type AuditRecord } from '../../core/audit';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
-import { pauseSignal, resumeSignal, type RolloutStatus } from '../../workflows/messages';
+import { pauseSignal, resumeSignal, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';

@@ -2,7 +2,7 @@ import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/clie
 import { describe, expect, it } from 'vitest';
 import { renderFrame } from '../../cli/watch';
 import { summarizeCounts } from '../../core/rollout-state';
-import { abortUpdate, approveUpdate, overrideAuditUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../workflows/messages';
+import { abortUpdate, approveUpdate, overrideAuditUpdate, pauseUpdate, resumeSignal, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
 import { recordHistory } from '../support/histories';
 import { mockDevices, type Scenario } from '../support/mock-activities';
 import { waitForStatus } from '../support/rollout-helpers';

@@ -9,7 +9,7 @@ import { activityRuns } from '../support/history-bounds';
 import type { DeviceState } from '../../core/rollout-state';
 import { demoDevices, fleetInventory, generateEd25519, startFleet, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { approveUpdate, statusQuery, type RolloutStatus } from '../../workflows/messages';
+import { approveUpdate, statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { spawnCliUntil, stopChild } from '../support/cli';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';

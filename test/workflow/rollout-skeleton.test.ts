@@ -2,11 +2,11 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WavegateState } from '../../core/search-attributes';
+import { WavegateState } from '../../contracts/search-attributes';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
-import { abortUpdate } from '../../workflows/messages';
+import { abortUpdate } from '../../contracts/rollout';
 import { waitForStatus } from '../support/rollout-helpers';
 import { DEMO_SPEC, demoRolloutInput, fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
 

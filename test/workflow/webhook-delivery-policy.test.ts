@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createWebhookActivities, type ResolveHost } from '../../activities/webhooks';
 import { shownUrl, webhookEventFor } from '../../core/events';
 import { webhookPolicyFromEnv } from '../../core/webhook-policy';
-import { freePort } from '../../workers/dev-server';
+import { freePort } from '../../sim/ports';
 import { scratchDir } from '../support/harness';
 import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
 

@@ -4,7 +4,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { desiredRequestOf } from '../../../activities/agent/apply';
-import { desireOnTwin, readTwin } from '../../../activities/agent/twin-client';
+import { desireOnTwin, readTwin } from '../../../clients/twin';
 import type { RevisionSteps } from '../../../core/rollout/input';
 import { runCli, spawnCliUntil, stopChild } from '../../support/cli';
 import { until } from '../../support/until';

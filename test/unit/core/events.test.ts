@@ -18,7 +18,7 @@ import {
   type TransitionRecord,
 } from '../../../core/events';
 import { parseRolloutSpec } from '../../../core/spec';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
 import { refusal } from '../../support/refusal';

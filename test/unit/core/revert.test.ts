@@ -19,7 +19,7 @@ import {
 import { parseRolloutSpec } from '../../../core/spec';
 import { revertRolloutInput } from '../../../intake/revert';
 import { rolloutInputFromFiles } from '../../../intake/prepare';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { scratchDir } from '../../support/harness';
 import { refusal } from '../../support/refusal';
 

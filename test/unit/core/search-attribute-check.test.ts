@@ -10,7 +10,7 @@ import {
   searchAttributeNamedIn,
   type NeededAttribute,
 } from '../../../core/search-attribute-check';
-import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../../core/search-attributes';
+import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../../contracts/search-attributes';
 
 const NEEDED: NeededAttribute[] = [
   { name: 'WavegateProfile', type: 'KEYWORD' },
@@ -38,7 +38,7 @@ describe('which search attributes a namespace lacks', () => {
     expect(checkSearchAttributes([NEEDED[0]!], { WavegateProfile: 99 }).mismatched).toEqual([{ name: 'WavegateProfile', needed: 'KEYWORD', registered: 'UNKNOWN' }]);
   });
 
-  it('covers every attribute core/search-attributes.ts lists (its types map to the operator API enum)', () => {
+  it('covers every attribute contracts/search-attributes.ts lists (its types map to the operator API enum)', () => {
     for (const key of WAVEGATE_SEARCH_ATTRIBUTES) expect(indexedValueTypeOf(key.type), key.name).toBeGreaterThan(0);
     const none = checkSearchAttributes(WAVEGATE_SEARCH_ATTRIBUTES, {});
     expect(none.missing.map((a) => a.name)).toEqual(WAVEGATE_SEARCH_ATTRIBUTES.map((k) => k.name));

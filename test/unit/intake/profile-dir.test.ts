@@ -1,9 +1,10 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadProfile } from '../../../intake/profile';
-import { checkProfileName, profileDir, revisionNumbers } from '../../../intake/profile-dir';
+import { checkProfileName } from '../../../core/profile-name';
+import { profileDir, revisionNumbers } from '../../../intake/profile-dir';
 import { loadTrust } from '../../../intake/trust';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { refusal } from '../../support/refusal';
 
 const PROFILES = join(PROJECT_ROOT, 'profiles');

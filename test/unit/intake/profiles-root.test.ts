@@ -5,7 +5,7 @@ import { WavegateError } from '../../../core/errors';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../../intake/profiles-root';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 
 describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES > default', () => {
   it('the flag wins over the environment, the environment over the default, each made absolute', () => {

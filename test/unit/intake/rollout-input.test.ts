@@ -9,7 +9,7 @@ import { loadProfile } from '../../../intake/profile';
 import { fileRevision } from '../../../intake/revisions';
 import { assembleRolloutInput, poolBudgetsOf } from '../../../intake/rollout-input';
 import { loadProfileTrust } from '../../../intake/trust';
-import { PROJECT_ROOT } from '../../../workers/toolchain';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { refusal } from '../../support/refusal';
 
 const PROFILES = join(PROJECT_ROOT, 'profiles');

@@ -1,11 +1,20 @@
 import * as wf from '@temporalio/workflow';
-import type { DesiredRequest, TwinSyncInput, TwinView } from '../core/twin';
+import type { DesiredRequest, TwinState, TwinSyncInput, TwinView } from '../core/twin';
 
 /**
  * The messages of the device twin `device:<id>` (workflows/device-twin.ts; state and checks in
- * core/twin.ts). Importable by clients (the gateway, the rollout's activities, the CLI) without
- * pulling in the workflow itself.
+ * core/twin.ts). Importable by clients (clients/twin.ts: the gateway, the rollout's activities, the
+ * CLI) without pulling in the workflow itself.
  */
+export const TWIN_WORKFLOW = 'deviceTwinWorkflow';
+
+export interface DeviceTwinInput {
+  deviceId: string;
+  /** The state the previous run carried over continue-as-new. */
+  carried?: TwinState;
+}
+
+export type DeviceTwinWorkflow = (input: DeviceTwinInput) => Promise<never>;
 
 /** Set the device's desired revision of one profile (idempotent by requestId; bumps the version). */
 export const twinDesireSignal = wf.defineSignal<[DesiredRequest]>('twinDesire');

@@ -1,0 +1,52 @@
+import type { Client } from '@temporalio/client';
+import { WavegateError } from '../core/errors';
+import type { Inventory } from '../core/inventory';
+import { membershipPages, membershipWorkflowId, type MembershipPage, type MembershipRef } from '../core/membership';
+import type { NodeDownMark } from '../core/node-down';
+import { MEMBERSHIP_WORKFLOW, pageQuery, progressQuery, sealUpdate, storePageUpdate, type MembershipWorkflow } from '../contracts/membership';
+
+/**
+ * The one client of membership entities `membership:<digest>` (workflows/membership.ts; messages in
+ * contracts/membership.ts): the CLI and the nightly canary write one, the snapshot reads its pages.
+ */
+
+/**
+ * Write a membership entity: start `membership:<digest>` or use the running one (conflict policy
+ * USE_EXISTING: the same content is the same entity), ask how far an earlier upload got, upload the
+ * pages it does not hold yet, one update each, and seal it. Safe to repeat after an interrupted upload;
+ * a sealed entity is reused as it is. (No update-with-start here: the first answer needed is the
+ * entity's progress, a query, before any page can be chosen.)
+ */
+export async function storeMembership(
+  client: Client,
+  taskQueue: string,
+  inventory: Pick<Inventory, 'devices'>,
+  source: string,
+  marks: ReadonlyMap<string, NodeDownMark> = new Map(),
+): Promise<MembershipRef> {
+  const { pages, digest } = membershipPages(inventory, marks);
+  const workflowId = membershipWorkflowId(digest);
+  const plan = { digest, devices: inventory.devices.length, pages: pages.length, source };
+  const handle = await client.workflow.start<MembershipWorkflow>(MEMBERSHIP_WORKFLOW, {
+    workflowId,
+    taskQueue,
+    args: [plan],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    staticSummary: `membership of ${plan.devices} devices from ${source}`,
+    // Long-lived and queried by later snapshots: under Worker Versioning it follows the current build
+    // instead of staying pinned to the one it started on, as the registry entity does. No effect unversioned.
+    versioningOverride: 'AUTO_UPGRADE',
+  });
+  let progress = await handle.query(progressQuery);
+  if (progress.digest !== digest) throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, { workflowId });
+  for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
+    progress = await handle.executeUpdate(storePageUpdate, { args: [pages[index]!] });
+  }
+  if (!progress.sealed) progress = await handle.executeUpdate(sealUpdate, { args: [] });
+  return { workflowId, digest, devices: plan.devices, pages: plan.pages, source };
+}
+
+/** Page `index` of a sealed membership, or null (no such page, or not sealed yet). */
+export async function membershipPage(client: Client, workflowId: string, index: number): Promise<MembershipPage | null> {
+  return client.workflow.getHandle(workflowId).query(pageQuery, index);
+}

@@ -1,0 +1,78 @@
+import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { WavegateError } from '../core/errors';
+import { twinWorkflowId, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
+import { TWIN_WORKFLOW, twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery, type DeviceTwinWorkflow } from '../contracts/twin';
+
+/**
+ * The one client of device twins `device:<id>` (workflows/device-twin.ts; messages in contracts/twin.ts):
+ * the rollout's apply, the snapshot, health gates, the fleet board and `fleet status --reverify`
+ * (through activities/agent/), and the gateway's agent syncs. In the entity clients' one style
+ * (docs/architecture.md, "Layers"): a write that needs no answer is signal-with-start (desire), one that
+ * needs an answer is update-with-start (a device's first sync), and a read never starts anything (not
+ * found is an answer: null or false).
+ */
+
+/** How a twin is started: an entity that never ends must follow the current build under Worker Versioning. */
+export function twinStartOptions(deviceId: string, taskQueue: string) {
+  return {
+    workflowId: twinWorkflowId(deviceId),
+    taskQueue,
+    args: [{ deviceId }] as Parameters<DeviceTwinWorkflow>,
+    versioningOverride: 'AUTO_UPGRADE' as const,
+  };
+}
+
+/** Set a device's desired state, starting its twin if it has none yet. */
+export async function desireOnTwin(client: Client, taskQueue: string, deviceId: string, request: DesiredRequest): Promise<void> {
+  await client.workflow.signalWithStart<DeviceTwinWorkflow, [DesiredRequest]>(TWIN_WORKFLOW, {
+    ...twinStartOptions(deviceId, taskQueue),
+    signal: twinDesireSignal,
+    signalArgs: [request],
+  });
+}
+
+/** The twin's view, or null when the device has no twin (its agent never synced, nothing was asked of it). */
+export async function readTwin(client: Client, deviceId: string): Promise<TwinView | null> {
+  try {
+    return await client.workflow.getHandle(twinWorkflowId(deviceId)).query(twinViewQuery);
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return null;
+    throw err;
+  }
+}
+
+/** Ask a device's agent to re-verify now; false when the device has no twin to ask. */
+export async function reverifyTwin(client: Client, deviceId: string): Promise<boolean> {
+  try {
+    await client.workflow.getHandle(twinWorkflowId(deviceId)).signal(twinReverifySignal, {});
+    return true;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return false;
+    throw err;
+  }
+}
+
+/**
+ * An agent's sync (the gateway's, by the device id it verified): the twin's answer. A device whose twin
+ * is not found is new: `onFirstSync` (the gateway's enrolment hook) runs first, so what it asks of the
+ * device (by signal-with-start, which may start the twin) is in the first answer, then the sync is an
+ * update-with-start (conflict policy USE_EXISTING: a twin started meanwhile is used). The twin's
+ * validator refusing the sync is INVALID_INPUT, its message naming what is malformed.
+ */
+export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, onFirstSync?: (deviceId: string) => Promise<void>): Promise<TwinView> {
+  try {
+    try {
+      return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
+    } catch (err) {
+      // Not found: no twin yet, or caught between a run and its continue-as-new (the hook is
+      // idempotent, by request id, and the next run takes the update).
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+    await onFirstSync?.(deviceId);
+    const startWorkflowOperation = new WithStartWorkflowOperation<DeviceTwinWorkflow>(TWIN_WORKFLOW, { ...twinStartOptions(deviceId, taskQueue), workflowIdConflictPolicy: 'USE_EXISTING' });
+    return await client.workflow.executeUpdateWithStart(twinSyncUpdate, { args: [input], startWorkflowOperation });
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError) throw new WavegateError('INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400), { deviceId });
+    throw err;
+  }
+}
