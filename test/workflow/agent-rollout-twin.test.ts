@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { demoDevices } from '../../sim';
 import { readAuditFile } from '../../activities/audit';
-import { readTwin } from '../../activities/agent/twin-client';
+import { readTwin } from '../../clients/twin';
 import { convergeEnrolledDevice, latestCompletedRollout } from '../../activities/agent/enrolled';
 import { parseInventory } from '../../core/inventory';
 import { rolloutInputFor } from '../support/harness';
