@@ -2,7 +2,7 @@ import * as wf from '@temporalio/workflow';
 import type { AuditEventName } from '../core/audit';
 import type { ControlName } from '../core/controls';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
-import * as msg from './messages';
+import * as msg from '../contracts/rollout';
 import { SLICE_CONTROL_ACK } from './slice';
 
 /** New executions answer a control update only once the running slices have the new state. */

@@ -4,31 +4,26 @@ import {
   Deadline,
   deadlineAction,
   deadlineReason,
-  deadlineSkipReason,
   hasDeadlines,
   phaseDeadlineOf,
   phaseInProgress,
   unconfirmedDevices,
-  type DeadlineKind,
 } from '../core/rollout/deadline';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
-import * as policy from '../core/rollout/policy';
-import type { RolloutStatus } from '../core/rollout/status';
 import { DEFAULT_SLICE } from './batches';
 import type { RolloutSteps } from './rollout-steps';
 
 /** New executions whose spec sets a deadline run the deadline watcher (docs/architecture.md, patches). */
 export const ROLLOUT_DEADLINES = 'rollout-deadlines';
 
-/** What the story needs from the watcher. */
+/**
+ * What the story needs from the watcher. The watcher only records what a passed deadline asks for on
+ * the model (a pause, an abort, a rollback); the story ends the rollout, through its one end().
+ */
 export interface DeadlineWatch {
   /** The phases are over: no deadline fires after this. */
   stop(): void;
-  /** A deadline under `onDeadline: rollback` stopped the rollout: end it through rollBack(), not the abort's end. */
-  readonly rollbackRequested: boolean;
-  /** Put back every device this rollout changed (the one compensation path) and end rolled-back. */
-  rollBack(): Promise<RolloutStatus>;
 }
 
 /**
@@ -44,12 +39,12 @@ export function watchDeadlines(input: RolloutInput, model: RolloutModel, steps: 
  * A background loop beside the story: it samples the active clocks whenever the rollout's state changes
  * (pause, resume, a phase starting or ending) and otherwise sleeps the least active time left. While
  * paused it waits for the resume with no timer at all, so a pause of any length never fires anything.
- * A passed deadline changes the model the way a control does (pause, abort), so the gate timer, the
- * approval wait and the device batches react to it exactly as they react to an operator.
+ * A passed deadline changes the model the way a control does (pause, abort, or a rollback requested on
+ * the model), so the gate timer, the approval wait and the device batches react to it exactly as they
+ * react to an operator, and the story ends the rollout as it ends any other.
  */
 class DeadlineWatcher implements DeadlineWatch {
   private ended = false;
-  private rollback: { kind: DeadlineKind; reason: string } | undefined;
   private readonly progress: Deadline | undefined;
   /** One deadline per phase, created at the phase's first device start; each passes at most once. */
   private readonly phases = new Map<number, Deadline>();
@@ -65,24 +60,12 @@ class DeadlineWatcher implements DeadlineWatch {
     if (progressDeadline !== undefined) this.progress = new Deadline('progressDeadline', progressDeadline, Date.now(), this.active());
     void this.run().catch((err) => {
       // A cancel ends the watcher with the workflow's root scope; anything else only costs the deadlines.
-      if (!wf.isCancellation(err)) model.warnings.push(`deadlines stopped: ${String(err)}`.slice(0, 300));
+      if (!wf.isCancellation(err)) model.warn(`deadlines stopped: ${String(err)}`.slice(0, 300));
     });
-  }
-
-  get rollbackRequested(): boolean {
-    return this.rollback !== undefined;
   }
 
   stop(): void {
     this.ended = true;
-  }
-
-  async rollBack(): Promise<RolloutStatus> {
-    const { kind, reason } = this.rollback!;
-    this.model.closePhases(policy.stagesClosedBy('abort'));
-    await this.steps.compensate(reason, 'wavegate');
-    this.steps.skipPending(deadlineSkipReason(kind));
-    return this.steps.finish('rolled-back', 'rollout.failed', reason);
   }
 
   /** Past the phases: stopped by the story, aborting, compensating, or finished. */
@@ -152,8 +135,7 @@ class DeadlineWatcher implements DeadlineWatch {
     const unconfirmed = unconfirmedDevices(model.requiredDevices(), passedPhases, deadline.phase);
     const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
     const at = new Date(now).toISOString();
-    model.deadline = { kind: deadline.kind, phase, limitMs: deadline.limitMs, at, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, action };
-    model.warnings.push(reason);
+    model.recordDeadline({ kind: deadline.kind, phase, limitMs: deadline.limitMs, at, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, action }, reason);
     void steps.audit('deadline.passed', {
       phase,
       by: 'wavegate',
@@ -162,7 +144,7 @@ class DeadlineWatcher implements DeadlineWatch {
     });
     switch (action) {
       case 'pause':
-        model.pauseFor(reason);
+        model.pauseFor('deadline', reason);
         void steps.audit('rollout.paused', { by: 'wavegate', reason });
         break;
       case 'abort': {
@@ -174,9 +156,8 @@ class DeadlineWatcher implements DeadlineWatch {
         break;
       }
       case 'rollback':
-        // Stops the story the way an abort does; rollBack() then ends it rolled back.
-        this.rollback = { kind: deadline.kind, reason };
-        model.abort = { rollback: true, reason, by: 'wavegate' };
+        // Stops the story the way an abort does; the story then ends it rolled back (core/rollout/ending.ts).
+        model.requestDeadlineRollback(deadline.kind, reason);
         break;
     }
     steps.controlsChanged();

@@ -49,7 +49,7 @@ export class EventOutbox {
   ) {
     const { spec } = input;
     this.ctx = { rolloutId: input.rolloutId, runId: wf.workflowInfo().runId, profile: spec.profile, fromRevision: spec.fromRevision, toRevision: spec.toRevision };
-    model.webhookDeliveries = this.ledger;
+    model.attachWebhooks(this.ledger);
     this.queues = hooks.map(() => []);
     this.sending = hooks.map(() => undefined);
     // Not cancellable: a cancelled rollout's rollback and its end are events too.

@@ -2,18 +2,22 @@ import * as wf from '@temporalio/workflow';
 import type { RolloutModel } from '../core/rollout/model';
 import type { RolloutStatus } from '../core/rollout/status';
 import { summarizeCounts } from '../core/rollout-state';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../core/search-attributes';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
 import { recordRolloutState } from '../core/metrics';
 
 const lastPublishedState = new WeakMap<RolloutModel, string>();
 
 /**
  * What the Temporal Web UI shows of a rollout: search attributes (to list and filter rollouts) and the
- * current-details progress table. `publish` upserts the attributes, a command in history, so it is called
- * exactly where the story changes state; `refreshDetails` is free (not in history) and follows every
- * device change.
+ * current-details progress table. The model marks itself changed with every write (its methods are the
+ * only writers); `publishIfChanged` is the one place the status is computed and the attributes upserted,
+ * at the end of each step that changes the rollout's state. The upsert is a command in history, so the
+ * step boundaries that call it are exactly those recorded histories have (each follows a write, so each
+ * upserts); a boundary with nothing written since the last upsert adds no command. `refreshDetails` is
+ * free (not in history) and follows every device change.
  */
-export function publish(model: RolloutModel): void {
+export function publishIfChanged(model: RolloutModel): void {
+  if (!model.takeChanged()) return;
   const s = model.status();
   // A metric, not a command (the SDK drops it during replay): counted once per state the rollout enters.
   if (lastPublishedState.get(model) !== s.state) {
@@ -40,7 +44,7 @@ export const DETAILS_REFRESH_MS = 1_000;
  * Rebuild the Web UI's progress table (not a command: no history, no patch). Device changes come in
  * bursts of hundreds within one workflow task, and each rebuild walks the whole fleet, so it is
  * throttled: at most once per DETAILS_REFRESH_MS of workflow time, or at once with `force` (the end of
- * a batch or a slice, and every `publish`).
+ * a batch or a slice, and every publish).
  */
 export function refreshDetails(model: RolloutModel, force = false): void {
   const now = Date.now();

@@ -5,16 +5,16 @@ import type { Plan, PlannedPhase } from '../core/planner';
 import { canaryToProbe, planRollout } from '../core/rollout/plan';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
+import { endingOf, endingSteps, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
-import type { RolloutState } from '../core/rollout-state';
 import type * as activities from '../activities';
 import { AuditTrail } from './audit-trail';
 import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
 import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
-import { publish, refreshDetails } from './progress';
+import { publishIfChanged, refreshDetails } from './progress';
 
 type Acts = ReturnType<typeof activities.createActivities>;
 const { snapshotFleet, probeDevices, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
@@ -52,6 +52,12 @@ export const SNAPSHOT_MEMBERSHIP_ONLY = 'snapshot-membership-only';
 export const AHEAD_AT_APPLY = 'ahead-at-apply';
 /** At most this many rounds of probing the canary's candidates (each probes at least one more device). */
 const MAX_CANARY_PROBE_ROUNDS = 8;
+/**
+ * New executions end every rollout in one order (core/rollout/ending.ts ENDING_ORDER): close the waiting
+ * phases, name the devices never started, compensate, finish. Executions recorded before take their
+ * cause's own order (`Ending.legacyOrder`).
+ */
+export const ONE_ENDING = 'one-ending';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
 const DEVICE_RECORD_CHUNK = 500;
 
@@ -76,7 +82,7 @@ export class RolloutSteps {
   ) {
     const changed = (ack = false) => {
       const told = this.batches.forwardControls(ack);
-      publish(model);
+      publishIfChanged(model);
       return told;
     };
     const holds = wf.patched(AUDIT_FAILURE_HOLDS);
@@ -84,10 +90,10 @@ export class RolloutSteps {
     this.trail = new AuditTrail(
       input.rolloutId,
       {
-        onHead: (head) => (model.auditHead = head),
-        onLost: (lost) => model.warnings.push(lost),
+        onHead: (head) => model.recordAuditHead(head),
+        onLost: (lost) => model.warn(lost),
         onHold: (reason) => {
-          model.auditHold = reason;
+          model.holdForAudit(reason);
           changed();
         },
       },
@@ -123,7 +129,7 @@ export class RolloutSteps {
   /** The model's pause/abort state changed outside a control (a deadline): tell a running slice and the Web UI. */
   controlsChanged(): void {
     void this.batches.forwardControls();
-    publish(this.model);
+    publishIfChanged(this.model);
   }
   skipPending(reason: string, exceptPhase?: number): void {
     const skipped = this.model.skipPending(reason, exceptPhase);
@@ -192,12 +198,30 @@ export class RolloutSteps {
     return plan;
   }
 
-  async finish(final: RolloutState, event: AuditEventName, reason?: string, by?: string): Promise<RolloutStatus> {
-    this.model.finish(final);
-    await this.audit(event, { phase: null, reason: reason ?? null, ...(by ? { by } : {}) });
-    await this.trail.drained();
-    publish(this.model);
-    return this.model.status();
+  /**
+   * The one way a rollout ends, whatever ended it (core/rollout/ending.ts decides the parts): close the
+   * phases still waiting, name the devices never started, put back what this rollout changed, then the
+   * final state, the last record and the status. Executions recorded before ONE_ENDING replay their
+   * cause's own order.
+   */
+  async end(ending: Ending): Promise<RolloutStatus> {
+    const { model } = this;
+    for (const step of endingSteps(ending, wf.patched(ONE_ENDING))) {
+      if (step === 'close') model.closePhases(ending.closes!);
+      else if (step === 'skip') this.skipPending(ending.skips!.reason);
+      else if (step === 'compensate') await this.compensate(ending.compensation!.trigger, ending.compensation!.by);
+    }
+    if (ending.failed) {
+      // The trail may be what failed: its record is tried, never waited on to fail again (see Ending.failed).
+      model.fail();
+      await this.audit(ending.event, { phase: null, reason: ending.reason }).catch(() => {});
+    } else {
+      model.finish(ending.state);
+      await this.audit(ending.event, { phase: null, reason: ending.reason, ...(ending.by ? { by: ending.by } : {}) });
+      await this.trail.drained();
+    }
+    publishIfChanged(model);
+    return model.status();
   }
 
   /**
@@ -233,7 +257,7 @@ export class RolloutSteps {
     } else {
       for (const chunk of all) tally(await raise(chunk));
     }
-    if (failed.length) model.warnings.push(`floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(0, 500));
+    if (failed.length) model.warn(`floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(0, 500));
     await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed } });
   }
 
@@ -268,7 +292,7 @@ export class RolloutSteps {
     await this.batches.settled();
     const toUndo = model.toUndo();
     model.enterRollback();
-    publish(model);
+    publishIfChanged(model);
     await this.audit('rollback.started', { phase: 'rollback', by, reason: trigger, evidence: { devices: toUndo.length } });
     await this.batches.run(toUndo, 'rollback', 'rollback');
     await this.recordDevices('rollback', toUndo.map((d) => d.id));
@@ -276,17 +300,16 @@ export class RolloutSteps {
     await this.audit('rollback.completed', { phase: 'rollback', by, reason: trigger, evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed } });
   }
 
-  /** The failure policy: roll back, or pause until an operator resumes ('continue') or aborts. */
-  async onFailure(trigger: policy.FailureTrigger, evidence: string): Promise<'rolled-back' | 'continue' | 'aborted'> {
+  /**
+   * The failure policy: the rollback's ending (the story ends the rollout with it), or a pause until an
+   * operator resumes ('continue') or aborts.
+   */
+  async onFailure(trigger: policy.FailureTrigger, evidence: string, phase: PlannedPhase): Promise<Ending | 'continue' | 'aborted'> {
     const { model } = this;
-    if (policy.failureResponse(trigger, this.input.spec.rollback.on) === 'rollback') {
-      await this.compensate(`${trigger}: ${evidence}`, 'wavegate');
-      this.skipPending(policy.rolledBackSkipReason(trigger));
-      return 'rolled-back';
-    }
-    model.pauseFor(policy.failurePauseReason(trigger, evidence));
+    if (policy.failureResponse(trigger, this.input.spec.rollback.on) === 'rollback') return endingOf({ kind: 'failure-rollback', trigger, evidence, phaseName: phase.name });
+    model.pauseFor('failure-policy', policy.failurePauseReason(trigger, evidence));
     await this.audit('rollout.paused', { reason: model.pausedReason });
-    publish(model);
+    publishIfChanged(model);
     await this.holdWhilePaused();
     return model.stopped ? 'aborted' : 'continue';
   }
@@ -299,7 +322,7 @@ export class RolloutSteps {
     // sink was to say so (AUDIT_PHASE_BARRIER).
     if (this.pipelined && wf.patched(AUDIT_PHASE_BARRIER)) await this.trail.drained();
     model.enterPhase(phase.index);
-    publish(model);
+    publishIfChanged(model);
     await this.audit('phase.started', { evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) } });
     const batch = model.pendingIn(phase);
     const offlineFailed = model.failedBeforeStart(phase);
@@ -321,19 +344,19 @@ export class RolloutSteps {
   /** The gate's wait: a timer an abort interrupts (manual gates are approvals, see gateThenHealth). */
   async gateTimer(phase: PlannedPhase): Promise<void> {
     this.model.setStage(phase.index, 'gate');
-    publish(this.model);
+    publishIfChanged(this.model);
     if (phase.gate === 'manual') return;
     // A zero gate is no wait: a timer would only cost a round trip (older runs recorded one).
     if (phase.gate === 0 && wf.patched(ZERO_GATE_NO_TIMER)) return;
     await wf.condition(() => this.model.stopped, phase.gate, { summary: `gate after ${phase.name}` });
   }
 
-  /** The gate (timer, or manual approval) then the health gate; inconclusive holds and re-checks. */
-  async gateThenHealth(phase: PlannedPhase): Promise<'rolled-back' | 'done'> {
+  /** The gate (timer, or manual approval) then the health gate; inconclusive holds and re-checks; a failure may end in a rollback. */
+  async gateThenHealth(phase: PlannedPhase): Promise<Ending | 'done'> {
     const { model } = this;
     if (phase.gate === 'manual') {
       model.awaitApproval(phase.index);
-      publish(model);
+      publishIfChanged(model);
       await wf.condition(() => model.isApproved(phase.index) || model.stopped);
       model.approvalDone();
     } else await this.gateTimer(phase);
@@ -346,11 +369,14 @@ export class RolloutSteps {
       model.recordGate(phase.index, gate.outcome, evidence, decision.stage);
       await this.audit(decision.event, { evidence: gate.results });
       if (decision.next === 'advance') return 'done';
-      if (decision.next === 'fail') return (await this.onFailure('healthGate-fail', evidence.join('; '))) === 'rolled-back' ? 'rolled-back' : 'done';
+      if (decision.next === 'fail') {
+        const next = await this.onFailure('healthGate-fail', evidence.join('; '), phase);
+        return typeof next === 'object' ? next : 'done';
+      }
       // Hold: after a resume the gate's time has passed, so health is checked again at once.
-      model.pauseFor(`health gate inconclusive after ${phase.name}: ${evidence.join('; ')}`);
+      model.pauseFor('inconclusive-gate', `health gate inconclusive after ${phase.name}: ${evidence.join('; ')}`);
       await this.audit('rollout.paused', { reason: model.pausedReason });
-      publish(model);
+      publishIfChanged(model);
     }
   }
 }

@@ -2,13 +2,14 @@ import * as wf from '@temporalio/workflow';
 import type { GateOutcome } from '../core/health';
 import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
+import { endingOf, stopCause } from '../core/rollout/ending';
 import { RolloutModel } from '../core/rollout/model';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
 import { watchDeadlines } from './deadlines';
 import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
-import { publish } from './progress';
+import { publishIfChanged } from './progress';
 import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutSteps } from './rollout-steps';
 import { convergeSkippedAgents } from './agent-converge';
 
@@ -34,9 +35,9 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     model.closePhases('all-after-first');
     steps.skipPending('not in the canary phase', phase?.index ?? -1);
     if (!phase) {
-      model.verdict = policy.NOTHING_TO_TEST;
+      model.recordVerdict(policy.NOTHING_TO_TEST);
       await steps.audit('canary.verdict', { phase: null, reason: 'no device needs the revision', evidence: { verdict: model.verdict } });
-      return steps.finish('completed', 'rollout.completed', 'canary: nothing to test');
+      return steps.end(endingOf({ kind: 'canary-nothing-to-test' }));
     }
     const applied = await steps.applyPhase(phase, true);
     let outcome: { verdict: GateOutcome; evidence: string[] } | null = policy.canaryApplyVerdict(applied.tally);
@@ -46,20 +47,19 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       outcome = { verdict: gate.outcome, evidence: gateEvidence(gate) };
     }
     const { verdict, evidence } = outcome;
-    model.verdict = verdict;
+    model.recordVerdict(verdict);
     model.recordGate(phase.index, verdict, evidence, policy.canaryStage(verdict));
     await steps.audit('canary.verdict', { reason: verdict, evidence: { verdict, evidence, kept: input.canary!.keep } });
-    publish(model);
-    if (!input.canary!.keep) await steps.compensate(`canary verdict ${verdict}: put the canary back`, 'wavegate');
-    return steps.finish('completed', 'rollout.completed', `canary verdict: ${verdict}`);
+    publishIfChanged(model);
+    return steps.end(endingOf({ kind: 'canary-verdict', verdict, keep: input.canary!.keep }));
   }
 
   async function story(): Promise<RolloutStatus> {
-    publish(model);
+    publishIfChanged(model);
     // Only when the spec sets a deadline (then patched 'rollout-deadlines'): older rollouts never start it.
     const deadlines = watchDeadlines(input, model, steps);
     // A revert names the rollout (id and run) it undoes, in its first record and in its status.
-    model.reverts = input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined;
+    model.recordReverts(input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined);
     const reverts = model.reverts ? { reverts: model.reverts.rolloutId, revertsRun: model.reverts.runId } : {};
     await steps.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
@@ -67,7 +67,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     const plan = await steps.plan();
     // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
     model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
-    publish(model);
+    publishIfChanged(model);
     await steps.recordPlan();
     if (input.canary) return canaryRun(plan.phases[0]);
 
@@ -84,31 +84,25 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       if (failureGate.tripped) {
         model.setStage(phase.index, 'failed');
         await steps.audit('gate.failed', { reason: 'failure-gate', evidence: { tally: failureGate.tally } });
-        const next = await steps.onFailure('failure-gate', failureGate.evidence);
-        if (next === 'rolled-back') return steps.finish('rolled-back', 'rollout.failed', `failure gate: ${failureGate.evidence}`);
+        const next = await steps.onFailure('failure-gate', failureGate.evidence, phase);
+        if (typeof next === 'object') return steps.end(next);
         if (next === 'aborted') break;
       }
-      if ((await steps.gateThenHealth(phase)) === 'rolled-back') return steps.finish('rolled-back', 'rollout.failed', `health gate failed after ${phase.name}`);
+      const gated = await steps.gateThenHealth(phase);
+      if (gated !== 'done') return steps.end(gated);
       if (model.stopped) break;
     }
     deadlines?.stop();
 
-    if (model.abort) {
-      if (deadlines?.rollbackRequested) return deadlines.rollBack();
-      const { abort } = model;
-      const outcome = policy.abortOutcome(abort);
-      model.closePhases(policy.stagesClosedBy('abort'));
-      steps.skipPending(outcome.skipReason);
-      if (outcome.compensate) await steps.compensate(outcome.trigger, abort.by);
-      return steps.finish('aborted', outcome.event, abort.reason);
-    }
+    // Stopped by an operator's abort or by a deadline (which only recorded its request on the model).
+    if (model.abort) return steps.end(endingOf(stopCause(model.abort)));
     await steps.settled();
     // Each device's floor rose with its own confirmed apply (recorded here); executions recorded before that raise them here.
     if (steps.floorAtApply) await steps.recordFloor();
     else if (wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
     // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
     await convergeSkippedAgents(input, model);
-    return steps.finish('completed', 'rollout.completed');
+    return steps.end(endingOf({ kind: 'completed' }));
   }
 
   try {
@@ -117,17 +111,13 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     await wf.CancellationScope.nonCancellable(async () => {
       if (wf.isCancellation(err)) {
         // A cancel (e.g. Request Cancellation in the Web UI) still puts every changed device back.
-        const cancel = policy.cancelOutcome();
+        const cancel = endingOf({ kind: 'cancel' });
         model.recordControl('cancel', { by: cancel.by }, true, new Date(Date.now()).toISOString());
         model.clearWaits();
-        model.closePhases(policy.stagesClosedBy('cancel'));
-        steps.skipPending(cancel.skipReason);
-        await steps.compensate(cancel.trigger, cancel.by);
-        await steps.finish('cancelled', cancel.event, undefined, cancel.by);
+        await steps.end(cancel);
       } else {
-        model.state = 'failed';
-        await steps.audit('rollout.failed', { phase: null, reason: rootMessage(err) }).catch(() => {});
-        publish(model);
+        // No compensation (core/rollout/ending.ts says why): the rollout fails where it was.
+        await steps.end(endingOf({ kind: 'error', message: rootMessage(err) }));
       }
     });
     throw err;

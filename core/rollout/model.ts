@@ -5,7 +5,7 @@ import type { Plan, PlannedPhase } from '../planner';
 import { countDevices, stepState, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
 import { honestDevice, NOT_STARTED } from './outcome';
-import type { DeadlineStatus } from './deadline';
+import type { DeadlineKind, DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
 
@@ -21,32 +21,39 @@ export interface AuditIntent {
   evidence?: unknown;
 }
 
+/** Why a rollout is paused, one reason per cause (the status shows the latest; a resume clears them all). */
+export type PauseCause = 'operator' | 'failure-policy' | 'inconclusive-gate' | 'deadline';
+
 /**
  * One rollout's state: its devices, phases, controls and the devices it changed. Device states are the
  * truth; counts are computed from them. Pure and synchronous (no Temporal, no clock: callers pass the
- * time), so the workflow holds one of these and its methods are tested on their own. The handful of
- * fields the workflow's story reads (`state`, `phaseName`, `abort`) are public; everything else changes
- * through methods, so each transition is written once.
+ * time), so the workflow holds one of these and its methods are tested on their own. Every field is
+ * private: the workflow reads through getters and changes the model through one method per change, so
+ * each transition is written once, and each marks the model changed for the next publish
+ * (workflows/progress.ts `publishIfChanged`, docs/architecture.md "The model's methods").
  */
 export class RolloutModel {
-  state: RolloutState = 'running';
+  private currentState: RolloutState = 'running';
   /** The current phase's name, or the stage around the phases: `snapshot`, `rollback`, `done`. */
-  phaseName = 'snapshot';
-  pausedReason: string | undefined;
-  abort: AbortRequest | undefined;
-  verdict: CanaryVerdict | undefined;
-  awaitingApproval: { index: number; name: string } | undefined;
-  auditHead: { seq: number; hash: string } | undefined;
+  private currentPhase = 'snapshot';
+  /** Why it is paused, by cause, in the order the causes paused it (a Map keeps insertion order). */
+  private readonly pauses = new Map<PauseCause, string>();
+  private abortRequest: AbortRequest | undefined;
+  private canaryVerdict: CanaryVerdict | undefined;
+  private approvalWait: { index: number; name: string } | undefined;
+  private lastAuditHead: { seq: number; hash: string } | undefined;
   /** Why the audit trail holds the rollout: a record could not be written and the trail is not whole. */
-  auditHold: string | undefined;
+  private auditHoldReason: string | undefined;
   /** A revert: the completed rollout it undoes (shown in the status). */
-  reverts: { rolloutId: string; runId: string } | undefined;
+  private revertsRollout: { rolloutId: string; runId: string } | undefined;
   /** Deliveries to the spec's webhooks (workflows/events.ts keeps it); absent without webhooks. */
-  webhookDeliveries: DeliveryLedger | undefined;
-  plan: Plan | undefined;
+  private webhookLedger: DeliveryLedger | undefined;
+  private adoptedPlan: Plan | undefined;
   /** The last progress deadline that passed (workflows/deadlines.ts), with the devices it found unconfirmed. */
-  deadline: DeadlineStatus | undefined;
-  readonly warnings: string[] = [];
+  private passedDeadline: DeadlineStatus | undefined;
+  private readonly warningList: string[] = [];
+  /** A write since the last publish (see `takeChanged`); a new model has not been published yet. */
+  private changed = true;
 
   private readonly devices = new Map<string, DeviceStatus>();
   private readonly phases: PhaseStatus[] = [];
@@ -70,21 +77,70 @@ export class RolloutModel {
       fromRevision: this.spec.fromRevision,
       toRevision: this.spec.toRevision,
       // Held by the audit trail, a running rollout is paused in every way that matters: say so.
-      state: this.auditHold && this.state === 'running' ? 'paused' : this.state,
-      phase: this.phaseName,
-      ...(this.auditHold ? { pausedReason: `audit trail not whole: ${this.auditHold}` } : this.pausedReason ? { pausedReason: this.pausedReason } : {}),
+      state: this.auditHoldReason && this.currentState === 'running' ? 'paused' : this.currentState,
+      phase: this.currentPhase,
+      ...(this.auditHoldReason ? { pausedReason: `audit trail not whole: ${this.auditHoldReason}` } : this.pausedReason ? { pausedReason: this.pausedReason } : {}),
       phases: this.phases,
       devices: [...this.devices.values()],
       counts: this.counts(),
       controls: this.controls,
-      warnings: this.warnings,
+      warnings: this.warningList,
       changedDevices: this.changedDevices(),
-      ...(this.verdict ? { verdict: this.verdict } : {}),
-      ...(this.auditHead ? { auditHead: this.auditHead } : {}),
-      ...(this.reverts ? { reverts: this.reverts } : {}),
-      ...(this.deadline ? { deadline: this.deadline } : {}),
-      ...(this.webhookDeliveries ? { webhooks: this.webhookDeliveries.status() } : {}),
+      ...(this.canaryVerdict ? { verdict: this.canaryVerdict } : {}),
+      ...(this.lastAuditHead ? { auditHead: this.lastAuditHead } : {}),
+      ...(this.revertsRollout ? { reverts: this.revertsRollout } : {}),
+      ...(this.passedDeadline ? { deadline: this.passedDeadline } : {}),
+      ...(this.webhookLedger ? { webhooks: this.webhookLedger.status() } : {}),
     };
+  }
+  get state(): RolloutState {
+    return this.currentState;
+  }
+  /** The current phase's name, or the stage around the phases: `snapshot`, `rollback`, `done`. */
+  get phaseName(): string {
+    return this.currentPhase;
+  }
+  /** The latest pause's reason (what the status shows), while paused. */
+  get pausedReason(): string | undefined {
+    let last: string | undefined;
+    for (const reason of this.pauses.values()) last = reason;
+    return last;
+  }
+  /** The causes pausing the rollout now, oldest first. */
+  pauseCauses(): PauseCause[] {
+    return [...this.pauses.keys()];
+  }
+  /** The accepted abort (an operator's, or a deadline's): the story ends the rollout with it. */
+  get abort(): AbortRequest | undefined {
+    return this.abortRequest;
+  }
+  get verdict(): CanaryVerdict | undefined {
+    return this.canaryVerdict;
+  }
+  get awaitingApproval(): { index: number; name: string } | undefined {
+    return this.approvalWait;
+  }
+  /** Why the audit trail holds the rollout, while it does. */
+  get auditHold(): string | undefined {
+    return this.auditHoldReason;
+  }
+  get reverts(): { rolloutId: string; runId: string } | undefined {
+    return this.revertsRollout;
+  }
+  get plan(): Plan | undefined {
+    return this.adoptedPlan;
+  }
+  get warnings(): readonly string[] {
+    return this.warningList;
+  }
+  /**
+   * Whether anything was written since the last call (which clears it): the publisher upserts the
+   * search attributes only then, once per step however many writes the step made.
+   */
+  takeChanged(): boolean {
+    const changed = this.changed;
+    this.changed = false;
+    return changed;
   }
   counts(): Counts {
     return countDevices(this.devices.values());
@@ -97,10 +153,10 @@ export class RolloutModel {
     return n;
   }
   get paused(): boolean {
-    return this.state === 'paused' || this.auditHold !== undefined;
+    return this.currentState === 'paused' || this.auditHoldReason !== undefined;
   }
   get stopped(): boolean {
-    return this.abort !== undefined;
+    return this.abortRequest !== undefined;
   }
   phase(index: number): PhaseStatus {
     return this.phases[index]!;
@@ -117,12 +173,14 @@ export class RolloutModel {
 
   // ---- snapshot and plan ----
   addSnapshot(page: DeviceSnapshot[]): void {
+    this.changed = true;
     this.snapshotAsRead.push(...page);
     // The first entry of an id wins, as in the planner: the inventory may change between pages.
     for (const d of page) if (!this.snapshot.has(d.id)) this.snapshot.set(d.id, d);
   }
   /** What was learned of some devices after the snapshot (the canary's probe): it replaces what was read. */
   updateSnapshot(found: readonly DeviceSnapshot[]): void {
+    this.changed = true;
     const byId = new Map(found.map((d) => [d.id, d]));
     for (const d of found) if (this.snapshot.has(d.id)) this.snapshot.set(d.id, d);
     for (let i = 0; i < this.snapshotAsRead.length; i++) {
@@ -144,8 +202,9 @@ export class RolloutModel {
    * failed with its kind named — never quietly skipped as offline.
    */
   adoptPlan(plan: Plan, opts: { refusalsFail: boolean } = { refusalsFail: true }): void {
-    this.plan = plan;
-    this.warnings.push(...plan.warnings);
+    this.changed = true;
+    this.adoptedPlan = plan;
+    this.warningList.push(...plan.warnings);
     for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'not-for-me', phase: -1, reason });
     for (const id of plan.alreadyApplied) this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
     for (const phase of plan.phases) {
@@ -176,6 +235,7 @@ export class RolloutModel {
 
   // ---- devices ----
   setDevice(id: string, next: DeviceState, reason?: string): void {
+    this.changed = true;
     const phase = this.devices.get(id)?.phase ?? -1;
     if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed') this.startedPhases.add(phase);
     // The apply that finds a device ahead says not-for-me in the reason of a `skipped` (workflows/device-runner.ts, slices).
@@ -215,10 +275,12 @@ export class RolloutModel {
   }
   /** About to start these: compensation must undo them if the rollout stops while they run. */
   markTouched(ids: Iterable<string>): void {
+    this.changed = true;
     for (const id of ids) this.touched.add(id);
   }
   /** Of a batch, the devices that never started were not changed: keep compensation exact. */
   forgetUnstarted(batch: readonly DeviceSnapshot[], started: readonly string[]): void {
+    this.changed = true;
     const startedSet = new Set(started);
     for (const d of batch) if (!startedSet.has(d.id)) this.touched.delete(d.id);
   }
@@ -232,13 +294,16 @@ export class RolloutModel {
 
   // ---- phases ----
   enterPhase(index: number, stage: PhaseStage = 'applying'): void {
-    this.phaseName = this.phases[index]!.name;
+    this.changed = true;
+    this.currentPhase = this.phases[index]!.name;
     this.phases[index]!.stage = stage;
   }
   setStage(index: number, stage: PhaseStage): void {
+    this.changed = true;
     this.phases[index]!.stage = stage;
   }
   recordGate(index: number, outcome: GateOutcome, evidence: string[], stage: PhaseStage): void {
+    this.changed = true;
     const ps = this.phases[index]!;
     ps.gateOutcome = outcome;
     ps.evidence = evidence;
@@ -246,38 +311,98 @@ export class RolloutModel {
   }
   /** Close the phases still waiting (an abort, a cancel, a canary run's later phases). */
   closePhases(stages: ReadonlySet<PhaseStage> | 'all-after-first'): void {
+    this.changed = true;
     this.phases.forEach((ps, i) => {
       if (stages === 'all-after-first' ? i > 0 : stages.has(ps.stage)) ps.stage = 'stopped';
     });
   }
   awaitApproval(index: number): void {
+    this.changed = true;
     this.phases[index]!.stage = 'awaiting-approval';
-    this.awaitingApproval = { index, name: this.phases[index]!.name };
+    this.approvalWait = { index, name: this.phases[index]!.name };
   }
   isApproved(index: number): boolean {
     return this.approved.has(index);
   }
   approvalDone(): void {
-    this.awaitingApproval = undefined;
+    this.changed = true;
+    this.approvalWait = undefined;
   }
 
   // ---- the rollout's own state ----
-  pauseFor(reason: string): void {
-    this.state = 'paused';
-    this.pausedReason = reason;
+  /** Pause for a cause; the same cause pausing again replaces its reason (and is the latest). */
+  pauseFor(cause: PauseCause, reason: string): void {
+    this.changed = true;
+    this.currentState = 'paused';
+    this.pauses.delete(cause);
+    this.pauses.set(cause, reason);
+  }
+  /** An operator's resume: every cause's pause ends at once (as before, one resume lifts any pause). */
+  private resume(): void {
+    this.changed = true;
+    this.currentState = 'running';
+    this.pauses.clear();
   }
   enterRollback(): void {
-    this.phaseName = 'rollback';
+    this.changed = true;
+    this.currentPhase = 'rollback';
   }
   finish(state: RolloutState): void {
-    this.state = state;
-    this.phaseName = 'done';
-    this.pausedReason = undefined;
+    this.changed = true;
+    this.currentState = state;
+    this.currentPhase = 'done';
+    this.pauses.clear();
+  }
+  /** An unexpected error: the rollout failed where it was (the status keeps the phase it failed in). */
+  fail(): void {
+    this.changed = true;
+    this.currentState = 'failed';
+  }
+  /** A deadline under `onDeadline: rollback`: stops the story as an abort does; the story ends it rolled back. */
+  requestDeadlineRollback(deadline: DeadlineKind, reason: string): void {
+    this.changed = true;
+    this.abortRequest = { rollback: true, reason, by: 'wavegate', deadline };
+  }
+  /** A progress deadline passed: shown in the status, and as a warning. */
+  recordDeadline(passed: DeadlineStatus, reason: string): void {
+    this.changed = true;
+    this.passedDeadline = passed;
+    this.warningList.push(reason);
+  }
+  /** A nightly canary run's verdict. */
+  recordVerdict(verdict: CanaryVerdict): void {
+    this.changed = true;
+    this.canaryVerdict = verdict;
+  }
+  /** A revert names the completed rollout it undoes. */
+  recordReverts(reverts: { rolloutId: string; runId: string } | undefined): void {
+    this.changed = true;
+    this.revertsRollout = reverts;
+  }
+  /** The last audit record written (its seq and hash). */
+  recordAuditHead(head: { seq: number; hash: string }): void {
+    this.changed = true;
+    this.lastAuditHead = head;
+  }
+  /** The audit trail holds the rollout (with why), or holds it no more (undefined). */
+  holdForAudit(reason: string | undefined): void {
+    this.changed = true;
+    this.auditHoldReason = reason;
+  }
+  /** The webhook deliveries' ledger, shown in the status (workflows/events.ts keeps it). */
+  attachWebhooks(ledger: DeliveryLedger): void {
+    this.changed = true;
+    this.webhookLedger = ledger;
+  }
+  /** Something an operator should know that changed nothing else (a record not written, a floor not raised). */
+  warn(warning: string): void {
+    this.changed = true;
+    this.warningList.push(warning);
   }
 
   // ---- controls: signals (Web UI) and updates (CLI) share one check and one effect ----
   controlContext(): ControlContext {
-    return { state: this.state, awaitingApproval: this.awaitingApproval, aborting: this.abort !== undefined, ...(this.auditHold ? { auditHold: this.auditHold } : {}) };
+    return { state: this.currentState, awaitingApproval: this.approvalWait, aborting: this.abortRequest !== undefined, ...(this.auditHoldReason ? { auditHold: this.auditHoldReason } : {}) };
   }
   /** Null when the control is allowed now, else why not (naming the current state). */
   refusal(name: ControlName, c: ControlRequest = {}): string | null {
@@ -292,28 +417,31 @@ export class RolloutModel {
     const reason = c.reason ?? null;
     switch (name) {
       case 'pause':
-        this.pauseFor(`paused by ${c.by ?? 'unknown'}${c.reason ? `: ${c.reason}` : ''}`);
+        this.pauseFor('operator', `paused by ${c.by ?? 'unknown'}${c.reason ? `: ${c.reason}` : ''}`);
         return { event: 'rollout.paused', by, reason };
       case 'resume':
-        this.state = 'running';
-        this.pausedReason = undefined;
+        this.resume();
         return { event: 'rollout.resumed', by, reason };
       case 'abort':
-        this.abort = { rollback: c.rollback ?? true, reason: c.reason ?? 'aborted by operator', by: c.by ?? 'unknown' };
-        return { event: 'rollout.aborted', by, reason, evidence: { rollback: this.abort.rollback } };
+        this.changed = true;
+        this.abortRequest = { rollback: c.rollback ?? true, reason: c.reason ?? 'aborted by operator', by: c.by ?? 'unknown' };
+        return { event: 'rollout.aborted', by, reason, evidence: { rollback: this.abortRequest.rollback } };
       case 'approve':
-        this.approved.add(this.awaitingApproval!.index);
-        return { event: 'rollout.approved', by, reason, phase: this.awaitingApproval!.name };
+        this.changed = true;
+        this.approved.add(this.approvalWait!.index);
+        return { event: 'rollout.approved', by, reason, phase: this.approvalWait!.name };
       case 'override-audit':
         return undefined;
     }
   }
   recordControl(control: ControlRecord['control'], c: ControlBase, accepted: boolean, at: string, note?: string): void {
+    this.changed = true;
     this.controls.push({ control, by: c.by ?? 'unknown', ...(c.reason ? { reason: c.reason } : {}), at, accepted, ...(note ? { note } : {}) });
   }
   /** A cancel: no pause or approval is pending any more. */
   clearWaits(): void {
-    this.pausedReason = undefined;
-    this.awaitingApproval = undefined;
+    this.changed = true;
+    this.pauses.clear();
+    this.approvalWait = undefined;
   }
 }

@@ -2,6 +2,7 @@ import type { AuditEventName } from '../audit';
 import { failureGateTripped, type FailureTally } from '../failure-gate';
 import type { GateOutcome } from '../health';
 import type { RolloutSpec } from '../spec';
+import type { DeadlineKind } from './deadline';
 import type { CanaryVerdict, PhaseStage } from './status';
 
 /**
@@ -90,6 +91,8 @@ export interface AbortRequest {
   rollback: boolean;
   reason: string;
   by: string;
+  /** Set when a deadline under `onDeadline: rollback` stopped the rollout (core/rollout/ending.ts ends it rolled back). */
+  deadline?: DeadlineKind;
 }
 
 /** How an accepted abort ends the rollout: compensate when asked (the default), then `aborted`. */

@@ -60,6 +60,9 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(result.counts.skipped).toBe(0);
     expect(rolledBack.at(-1)).toBe(result.devices.find((d) => d.phase === 0)!.id);
     expect(result.phases[1]!.stage).toBe('failed');
+    // The one ending (core/rollout/ending.ts): the devices never started are named, then the rollback runs, then the end.
+    const trail = s.audit.map((r) => r.event);
+    expect(trail.slice(trail.indexOf('gate.failed'))).toEqual(['gate.failed', 'devices.skipped', 'rollback.started', 'devices.outcome', 'rollback.completed', 'rollout.failed']);
   });
 
   it('failure gate with rollback.on healthGate-fail: pauses for an operator; resume continues to the end', async () => {

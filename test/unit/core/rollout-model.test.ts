@@ -149,8 +149,8 @@ describe('RolloutModel.adoptPlan', () => {
     expect(model.status()).not.toHaveProperty('pausedReason');
     expect(model.status()).not.toHaveProperty('verdict');
     expect(model.status()).not.toHaveProperty('auditHead');
-    model.verdict = 'pass';
-    model.auditHead = { seq: 4, hash: 'abc' };
+    model.recordVerdict('pass');
+    model.recordAuditHead({ seq: 4, hash: 'abc' });
     expect(model.status()).toMatchObject({ verdict: 'pass', auditHead: { seq: 4, hash: 'abc' } });
   });
 });
@@ -293,7 +293,7 @@ describe('RolloutModel controls', () => {
   it('clearWaits drops the pause reason and the approval wait', () => {
     const model = fresh();
     model.awaitApproval(1);
-    model.pauseFor('why');
+    model.pauseFor('operator', 'why');
     model.clearWaits();
     expect(model.pausedReason).toBeUndefined();
     expect(model.awaitingApproval).toBeUndefined();
@@ -511,7 +511,7 @@ describe('RolloutModel phases and the rollout state', () => {
   it('pauseFor pauses with the reason; finish sets the final state, phase done, and clears the reason', () => {
     const { model } = sevenPhases();
     model.enterPhase(1);
-    model.pauseFor('failure-gate: 2 of 2 failed — resume to continue, or abort');
+    model.pauseFor('failure-policy', 'failure-gate: 2 of 2 failed — resume to continue, or abort');
     expect(model.state).toBe('paused');
     expect(model.status()).toMatchObject({ state: 'paused', pausedReason: 'failure-gate: 2 of 2 failed — resume to continue, or abort' });
     model.enterRollback();
@@ -601,7 +601,7 @@ describe('RolloutModel: held by the audit trail', () => {
   it('holds new starts like a pause, shows as paused with the reason, and only an override (with a reason) is the way on', () => {
     const { model } = setup([device('s1'), device('s2')]);
     expect(model.refusal('override-audit', { reason: 'x' })).toBe('the audit trail is whole; there is nothing to override');
-    model.auditHold = 'record 4 (phase.applied) not written: line 3 is not a record';
+    model.holdForAudit('record 4 (phase.applied) not written: line 3 is not a record');
     expect(model.paused).toBe(true);
     expect(model.status()).toMatchObject({ state: 'paused', pausedReason: 'audit trail not whole: record 4 (phase.applied) not written: line 3 is not a record' });
     expect(model.refusal('resume')).toMatch(/only a paused rollout can be resumed/);
@@ -609,7 +609,7 @@ describe('RolloutModel: held by the audit trail', () => {
     expect(model.refusal('override-audit', { reason: 'disk replaced' })).toBeNull();
     model.applyControl('abort', { by: 'ops' });
     expect(model.refusal('override-audit', { reason: 'let the rollback through' })).toBeNull(); // also while aborting
-    model.auditHold = undefined;
+    model.holdForAudit(undefined);
     expect(model.paused).toBe(false);
   });
 });
@@ -623,5 +623,63 @@ describe('RolloutModel: changedDevices', () => {
     model.setDevice(batch[0]!.id, 'applying');
     model.setDevice(batch[1]!.id, 'applied');
     expect(model.status().changedDevices).toBe(2);
+  });
+});
+
+describe('RolloutModel owns its writes', () => {
+  it('pause reasons are kept per cause: the status shows the latest, one resume clears them all', () => {
+    const { model } = sevenPhases();
+    model.pauseFor('inconclusive-gate', 'health gate inconclusive after canary: error-rate: timed out');
+    model.pauseFor('deadline', 'progressDeadline of 1h passed');
+    expect(model.pauseCauses()).toEqual(['inconclusive-gate', 'deadline']);
+    expect(model.status().pausedReason).toBe('progressDeadline of 1h passed');
+    // The same cause again replaces its reason and becomes the latest.
+    model.pauseFor('inconclusive-gate', 'health gate inconclusive after canary: still timed out');
+    expect(model.pauseCauses()).toEqual(['deadline', 'inconclusive-gate']);
+    expect(model.pausedReason).toBe('health gate inconclusive after canary: still timed out');
+    model.applyControl('resume', { by: 'bob' });
+    expect(model.pauseCauses()).toEqual([]);
+    expect(model.state).toBe('running');
+    expect(model.status()).not.toHaveProperty('pausedReason');
+  });
+
+  it('finish clears every pause cause', () => {
+    const { model } = sevenPhases();
+    model.applyControl('pause', { by: 'alice' });
+    model.pauseFor('failure-policy', 'failure-gate: 2 of 2 failed');
+    model.finish('aborted');
+    expect(model.pauseCauses()).toEqual([]);
+    expect(model.status()).not.toHaveProperty('pausedReason');
+  });
+
+  it('marks itself changed with every write, once per publish', () => {
+    const { model } = sevenPhases();
+    model.takeChanged();
+    expect(model.takeChanged()).toBe(false);
+    model.enterPhase(0);
+    model.setDevice(model.plan!.phases[0]!.devices[0]!, 'applying');
+    expect(model.takeChanged()).toBe(true);
+    expect(model.takeChanged()).toBe(false);
+    for (const write of [
+      () => model.warn('a warning'),
+      () => model.recordAuditHead({ seq: 1, hash: 'h' }),
+      () => model.holdForAudit('record 2 not written'),
+      () => model.recordVerdict('pass'),
+      () => model.fail(),
+    ]) {
+      write();
+      expect(model.takeChanged()).toBe(true);
+    }
+  });
+
+  it('a deadline rollback is an abort request by wavegate that names its deadline; an unexpected error keeps the phase it failed in', () => {
+    const { model } = sevenPhases();
+    model.enterPhase(2);
+    model.requestDeadlineRollback('phaseDeadline', 'phaseDeadline of 10m passed');
+    expect(model.stopped).toBe(true);
+    expect(model.abort).toEqual({ rollback: true, reason: 'phaseDeadline of 10m passed', by: 'wavegate', deadline: 'phaseDeadline' });
+    expect(model.refusal('abort')).toMatch(/abort/);
+    model.fail();
+    expect(model.status()).toMatchObject({ state: 'failed', phase: model.phase(2).name });
   });
 });

@@ -1,0 +1,202 @@
+import type { AuditEventName } from '../audit';
+import type { GateOutcome } from '../health';
+import type { RolloutState } from '../rollout-state';
+import { deadlineSkipReason, type DeadlineKind } from './deadline';
+import {
+  abortOutcome,
+  cancelOutcome,
+  rolledBackSkipReason,
+  stagesClosedBy,
+  type AbortRequest,
+  type FailureTrigger,
+} from './policy';
+import type { PhaseStage } from './status';
+
+/**
+ * How a rollout ends, decided once from what ended it (docs/architecture.md, "Endings"). The workflow's
+ * one `end()` step carries an Ending out, in one order for every cause (ENDING_ORDER); this file only
+ * decides what each part is. Pure: no Temporal, no clock.
+ */
+
+/** What ended the rollout. */
+export type EndingCause =
+  | { kind: 'completed' }
+  /** An operator's abort, or a deadline under `onDeadline: abort` (an abort by wavegate, without rollback). */
+  | { kind: 'abort'; abort: AbortRequest }
+  /** A deadline under `onDeadline: rollback`: recorded on the model by the watcher, ended by the story. */
+  | { kind: 'deadline-rollback'; deadline: DeadlineKind; reason: string }
+  /** The failure policy chose to roll back: after the failure gate tripped, or a failed health gate. */
+  | { kind: 'failure-rollback'; trigger: FailureTrigger; evidence: string; phaseName: string }
+  | { kind: 'cancel' }
+  /** A nightly canary run's verdict: the canary is kept on the revision, or put back. */
+  | { kind: 'canary-verdict'; verdict: GateOutcome; keep: boolean }
+  | { kind: 'canary-nothing-to-test' }
+  /** Anything the story did not expect (a bug, an activity that failed past its retries). */
+  | { kind: 'error'; message: string };
+
+/** The parts of an ending, each carried out by end() when the ending has it. */
+export type EndingStep = 'close' | 'skip' | 'compensate' | 'finish';
+
+/**
+ * The one order: close the phases still waiting, name the devices never started, put back what this
+ * rollout changed, then the final state and record. An abort with rollback, a deadline rollback, a
+ * failure-policy rollback and a cancel leave identically ordered audit trails.
+ */
+export const ENDING_ORDER: readonly EndingStep[] = ['close', 'skip', 'compensate', 'finish'];
+
+export interface Ending {
+  cause: EndingCause['kind'];
+  /** Phases in these stages close as `stopped` (null: none). */
+  closes: ReadonlySet<PhaseStage> | null;
+  /** Devices still pending become not-started with this reason (null: none are skipped). */
+  skips: { reason: string } | null;
+  /** Put back every device this rollout changed, last changed first (null: nothing is put back). */
+  compensation: { trigger: string; by: string } | null;
+  state: RolloutState;
+  /** The last audit record. */
+  event: AuditEventName;
+  reason: string | null;
+  /** Who the last record names (absent: wavegate). */
+  by?: string;
+  /**
+   * The rollout failed for a reason the story did not expect, perhaps in the audit trail itself: its last
+   * record is tried but not waited for, and the status keeps the phase it failed in.
+   */
+  failed: boolean;
+  /**
+   * The order executions recorded before the one ending (patch `one-ending`) carried this cause out in;
+   * end() follows it only when replaying them. Retire with the patch.
+   */
+  legacyOrder: readonly EndingStep[];
+}
+
+const NO_PARTS = { closes: null, skips: null, compensation: null, failed: false } as const;
+
+/** The ending for a cause. */
+export function endingOf(cause: EndingCause): Ending {
+  switch (cause.kind) {
+    case 'completed':
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        state: 'completed',
+        event: 'rollout.completed',
+        reason: null,
+        legacyOrder: ['finish'],
+      };
+    case 'abort': {
+      const { abort } = cause;
+      const outcome = abortOutcome(abort);
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        closes: stagesClosedBy('abort'),
+        skips: { reason: outcome.skipReason },
+        compensation: outcome.compensate ? { trigger: outcome.trigger, by: abort.by } : null,
+        state: 'aborted',
+        event: outcome.event,
+        reason: abort.reason,
+        legacyOrder: ['close', 'skip', 'compensate', 'finish'],
+      };
+    }
+    case 'deadline-rollback':
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        closes: stagesClosedBy('abort'),
+        skips: { reason: deadlineSkipReason(cause.deadline) },
+        compensation: { trigger: cause.reason, by: 'wavegate' },
+        state: 'rolled-back',
+        event: 'rollout.failed',
+        reason: cause.reason,
+        // workflows/deadlines.ts rollBack(): put back first, then named the devices never started.
+        legacyOrder: ['close', 'compensate', 'skip', 'finish'],
+      };
+    case 'failure-rollback':
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        // The failed phase keeps `failed`; later phases close as an abort closes them.
+        closes: stagesClosedBy('abort'),
+        skips: { reason: rolledBackSkipReason(cause.trigger) },
+        compensation: { trigger: `${cause.trigger}: ${cause.evidence}`, by: 'wavegate' },
+        state: 'rolled-back',
+        event: 'rollout.failed',
+        reason:
+          cause.trigger === 'failure-gate'
+            ? `failure gate: ${cause.evidence}`
+            : `health gate failed after ${cause.phaseName}`,
+        // RolloutSteps.onFailure: put back, then named the devices never started; later phases stayed `pending`.
+        legacyOrder: ['compensate', 'skip', 'finish'],
+      };
+    case 'cancel': {
+      const cancel = cancelOutcome();
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        closes: stagesClosedBy('cancel'),
+        skips: { reason: cancel.skipReason },
+        compensation: { trigger: cancel.trigger, by: cancel.by },
+        state: 'cancelled',
+        event: cancel.event,
+        reason: null,
+        by: cancel.by,
+        legacyOrder: ['close', 'skip', 'compensate', 'finish'],
+      };
+    }
+    case 'canary-verdict':
+      // The run closed its later phases and named their devices when it started (only the canary phase runs).
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        compensation: cause.keep
+          ? null
+          : { trigger: `canary verdict ${cause.verdict}: put the canary back`, by: 'wavegate' },
+        state: 'completed',
+        event: 'rollout.completed',
+        reason: `canary verdict: ${cause.verdict}`,
+        legacyOrder: ['compensate', 'finish'],
+      };
+    case 'canary-nothing-to-test':
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        state: 'completed',
+        event: 'rollout.completed',
+        reason: 'canary: nothing to test',
+        legacyOrder: ['finish'],
+      };
+    case 'error':
+      // No compensation: an unexpected error says the workflow's own view of the devices may be wrong (an
+      // activity failed past its retries, a bug), and putting devices back on a wrong view could change
+      // devices this rollout never touched or undo a half-known state. The devices stay as they are, named
+      // in the status and the audit; `wavegate revert` or `converge` is the operator's deliberate next step.
+      return {
+        cause: cause.kind,
+        ...NO_PARTS,
+        state: 'failed',
+        event: 'rollout.failed',
+        reason: cause.message,
+        failed: true,
+        legacyOrder: ['finish'],
+      };
+  }
+}
+
+/** What a stopped rollout's abort request was: an abort (an operator's, or a deadline's without rollback), or a deadline's rollback. */
+export function stopCause(abort: AbortRequest): EndingCause {
+  return abort.deadline
+    ? { kind: 'deadline-rollback', deadline: abort.deadline, reason: abort.reason }
+    : { kind: 'abort', abort };
+}
+
+/** The steps end() takes for an ending: the one order, or for executions recorded before it, the cause's own. */
+export function endingSteps(ending: Ending, oneOrder: boolean): EndingStep[] {
+  const has: Record<EndingStep, boolean> = {
+    close: ending.closes !== null,
+    skip: ending.skips !== null,
+    compensate: ending.compensation !== null,
+    finish: true,
+  };
+  return (oneOrder ? ENDING_ORDER : ending.legacyOrder).filter((step) => has[step]);
+}

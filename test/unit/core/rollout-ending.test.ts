@@ -1,0 +1,157 @@
+import { describe, expect, it } from 'vitest';
+import { ENDING_ORDER, endingOf, endingSteps, stopCause, type EndingCause } from '../../../core/rollout/ending';
+import { stagesClosedBy } from '../../../core/rollout/policy';
+
+/** Every cause a rollout can end by, one of each. */
+const causes: Record<EndingCause['kind'], EndingCause> = {
+  completed: { kind: 'completed' },
+  abort: { kind: 'abort', abort: { rollback: true, reason: 'wrong revision', by: 'alice' } },
+  'deadline-rollback': {
+    kind: 'deadline-rollback',
+    deadline: 'progressDeadline',
+    reason: 'progressDeadline of 1h passed',
+  },
+  'failure-rollback': {
+    kind: 'failure-rollback',
+    trigger: 'failure-gate',
+    evidence: '3 of 4 devices failed in bulk',
+    phaseName: 'bulk',
+  },
+  cancel: { kind: 'cancel' },
+  'canary-verdict': { kind: 'canary-verdict', verdict: 'fail', keep: false },
+  'canary-nothing-to-test': { kind: 'canary-nothing-to-test' },
+  error: { kind: 'error', message: 'activity failed' },
+};
+
+describe('endingOf: one decision per cause', () => {
+  it('an abort with rollback closes the waiting phases, names the devices never started, compensates by who aborted, ends aborted', () => {
+    expect(endingOf(causes.abort)).toMatchObject({
+      closes: stagesClosedBy('abort'),
+      skips: { reason: 'not started: aborted by alice' },
+      compensation: { trigger: 'abort: wrong revision', by: 'alice' },
+      state: 'aborted',
+      event: 'rollout.ended',
+      reason: 'wrong revision',
+      failed: false,
+    });
+  });
+
+  it('an abort without rollback (an operator, or a deadline under onDeadline: abort) compensates nothing', () => {
+    const ending = endingOf({
+      kind: 'abort',
+      abort: { rollback: false, reason: 'progressDeadline passed', by: 'wavegate' },
+    });
+    expect(ending.compensation).toBeNull();
+    expect(ending.skips).toEqual({ reason: 'not started: aborted by wavegate' });
+    expect(endingSteps(ending, true)).toEqual(['close', 'skip', 'finish']);
+  });
+
+  it('a deadline rollback and a failure-policy rollback end rolled-back with rollout.failed, compensated by wavegate', () => {
+    expect(endingOf(causes['deadline-rollback'])).toMatchObject({
+      closes: stagesClosedBy('abort'),
+      skips: { reason: 'not started: progressDeadline passed (rolled back)' },
+      compensation: { trigger: 'progressDeadline of 1h passed', by: 'wavegate' },
+      state: 'rolled-back',
+      event: 'rollout.failed',
+    });
+    expect(endingOf(causes['failure-rollback'])).toMatchObject({
+      closes: stagesClosedBy('abort'),
+      skips: { reason: 'not started: rolled back after failure-gate' },
+      compensation: { trigger: 'failure-gate: 3 of 4 devices failed in bulk', by: 'wavegate' },
+      state: 'rolled-back',
+      event: 'rollout.failed',
+      reason: 'failure gate: 3 of 4 devices failed in bulk',
+    });
+    const health = endingOf({
+      kind: 'failure-rollback',
+      trigger: 'healthGate-fail',
+      evidence: 'error-rate 0.2 >= 0.01',
+      phaseName: 'canary',
+    });
+    expect(health).toMatchObject({
+      compensation: { trigger: 'healthGate-fail: error-rate 0.2 >= 0.01' },
+      reason: 'health gate failed after canary',
+    });
+  });
+
+  it('a cancel also closes the applying phase and names temporal-cancel in its last record', () => {
+    expect(endingOf(causes.cancel)).toMatchObject({
+      closes: stagesClosedBy('cancel'),
+      skips: { reason: 'not started: rollout cancelled' },
+      compensation: { trigger: 'cancelled', by: 'temporal-cancel' },
+      state: 'cancelled',
+      event: 'rollout.cancelled',
+      by: 'temporal-cancel',
+    });
+  });
+
+  it('a canary verdict puts the canary back unless kept; nothing to test touches nothing', () => {
+    expect(endingOf(causes['canary-verdict'])).toMatchObject({
+      compensation: { trigger: 'canary verdict fail: put the canary back' },
+      state: 'completed',
+      reason: 'canary verdict: fail',
+    });
+    expect(endingOf({ kind: 'canary-verdict', verdict: 'pass', keep: true }).compensation).toBeNull();
+    expect(endingOf(causes['canary-nothing-to-test'])).toMatchObject({
+      closes: null,
+      skips: null,
+      compensation: null,
+      state: 'completed',
+      reason: 'canary: nothing to test',
+    });
+  });
+
+  it('an unexpected error compensates nothing and fails where it was', () => {
+    expect(endingOf(causes.error)).toMatchObject({
+      closes: null,
+      skips: null,
+      compensation: null,
+      state: 'failed',
+      event: 'rollout.failed',
+      reason: 'activity failed',
+      failed: true,
+    });
+  });
+
+  it('a deadline rollback request on the model is a deadline rollback; any other abort request is an abort', () => {
+    expect(
+      stopCause({ rollback: true, reason: 'phaseDeadline passed', by: 'wavegate', deadline: 'phaseDeadline' }),
+    ).toEqual({ kind: 'deadline-rollback', deadline: 'phaseDeadline', reason: 'phaseDeadline passed' });
+    const abort = { rollback: true, reason: 'x', by: 'bob' };
+    expect(stopCause(abort)).toEqual({ kind: 'abort', abort });
+  });
+});
+
+describe('endingSteps: one order for every cause', () => {
+  it('every cause takes its parts in the one order: close, skip, compensate, finish', () => {
+    for (const cause of Object.values(causes)) {
+      const steps = endingSteps(endingOf(cause), true);
+      expect(steps.at(-1)).toBe('finish');
+      expect(steps).toEqual(ENDING_ORDER.filter((s) => steps.includes(s)));
+    }
+  });
+
+  it('an abort with rollback and a deadline rollback take the same steps in the same order', () => {
+    const abort = endingSteps(endingOf(causes.abort), true);
+    expect(abort).toEqual(['close', 'skip', 'compensate', 'finish']);
+    expect(endingSteps(endingOf(causes['deadline-rollback']), true)).toEqual(abort);
+    expect(endingSteps(endingOf(causes['failure-rollback']), true)).toEqual(abort);
+    expect(endingSteps(endingOf(causes.cancel), true)).toEqual(abort);
+  });
+
+  it("executions recorded before the one ending replay their cause's own order", () => {
+    expect(endingSteps(endingOf(causes.abort), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
+    expect(endingSteps(endingOf(causes['deadline-rollback']), false)).toEqual([
+      'close',
+      'compensate',
+      'skip',
+      'finish',
+    ]);
+    // The failure policy never closed the later phases.
+    expect(endingSteps(endingOf(causes['failure-rollback']), false)).toEqual(['compensate', 'skip', 'finish']);
+    expect(endingSteps(endingOf(causes.cancel), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
+    expect(endingSteps(endingOf(causes['canary-verdict']), false)).toEqual(['compensate', 'finish']);
+    for (const kind of ['completed', 'canary-nothing-to-test', 'error'] as const)
+      expect(endingSteps(endingOf(causes[kind]), false)).toEqual(['finish']);
+  });
+});
