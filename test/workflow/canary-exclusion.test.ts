@@ -1,17 +1,15 @@
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { startOrJoinRollout } from '../../cli/client';
 import { registerProfileEnvelopes } from '../../cli/registry-client';
 import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
-import { PROJECT_ROOT } from '../../intake/package-layout';
+import { PROJECT_ROOT } from '../../workers/toolchain';
 import { runCli, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 
 /**
@@ -21,23 +19,20 @@ import { until } from '../support/until';
  * describe`) and touches no device; `wavegate start` while a canary of the profile runs is refused
  * (exit 2) naming the canary, and so is a start while a converge of the profile runs.
  */
-const scratch = scratchDir('canary-exclusion');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+const real = realRollouts('canary-exclusion');
 let fleet: Fleet;
 let inventory = '';
-const auditDir = join(scratch.dir, 'audit');
 const APPLY = /install -m 0644/;
 
 function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+  return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
     timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
   });
 }
 
 function specFile(name: string, body: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.yaml`);
+  const path = join(real.dir, `${name}.yaml`);
   writeFileSync(path, stringify({ rollout: body }));
   return path;
 }
@@ -52,7 +47,7 @@ interface Listed {
 const running = async (): Promise<Listed[]> => (JSON.parse((await wg(['list', '--profile', 'demo', '--json'])).stdout) as Listed[]).filter((r) => r.status === 'RUNNING');
 
 async function closed(workflowId: string): Promise<void> {
-  await until(`${workflowId} to close`, async () => ((await env!.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
+  await until(`${workflowId} to close`, async () => ((await real.env.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
 }
 
 /** Every device back on r1 (its motd and marker): what a nightly canary starts from. */
@@ -67,22 +62,13 @@ function installR1(): void {
 }
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  ({ fleet, inventoryPath: inventory } = await real.fleet(demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
   // An installed fleet on r1, and r1, r2 registered: what a nightly canary starts from.
   installR1();
-  await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'test', taskQueue: worker.taskQueue });
+  await registerProfileEnvelopes(real.env.client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'test', taskQueue: real.worker.taskQueue });
   const canarySpec = specFile('canary', { phases: [{ canary: '1 device', gate: '10m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }] });
   const created = await wg(['schedule', 'create', 'nightly-demo', '--profile', 'demo', '--inventory', inventory, '--at', '02:00', '-f', canarySpec]);
   expect(created.code, created.stderr).toBe(0);
-});
-
-afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
 });
 
 describe('nightly canary and rollouts exclude each other', () => {
@@ -108,10 +94,10 @@ describe('nightly canary and rollouts exclude each other', () => {
     expect(described.stdout).toContain('last verdict: skipped');
     expect(described.stdout).toContain(`verdict skipped  (skipped: rollout running (${id}))`);
     const nightlyId = (JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as { recentActions: Array<{ workflowId: string }> }).recentActions[0]!.workflowId;
-    const audit = JSON.parse((await runCli(['audit', nightlyId, '--json', '--audit-dir', auditDir])).stdout) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
+    const audit = JSON.parse((await runCli(['audit', nightlyId, '--json', '--audit-dir', real.auditDir])).stdout) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
     expect(audit).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'skipped', evidence: expect.objectContaining({ reason: `skipped: rollout running (${id})` }) })]);
     // The new path (patch canary-rollout-exclusion) gets a history of its own for the replay test.
-    await recordHistory(env!.client.workflow.getHandle(nightlyId), 'nightly-canary-skipped-rollout-running');
+    await recordHistory(real.env.client.workflow.getHandle(nightlyId), 'nightly-canary-skipped-rollout-running');
 
     const aborted = await wg(['abort', id, '--reason', 'test over']);
     expect(aborted.code, aborted.stderr).toBe(0);
@@ -135,7 +121,7 @@ describe('nightly canary and rollouts exclude each other', () => {
     expect((await running()).map((r) => r.workflowId).filter((w) => w.startsWith('rollout:demo'))).toEqual([]);
     expect(applies()).toBe(before);
 
-    await env!.client.workflow.getHandle(nightly.workflowId).terminate('test over');
+    await real.env.client.workflow.getHandle(nightly.workflowId).terminate('test over');
     await closed(canary.workflowId);
   });
 
@@ -144,21 +130,21 @@ describe('nightly canary and rollouts exclude each other', () => {
     // have nothing to do and complete before the start below looks, so put the fleet back on r1 first.
     installR1();
     const manual = specFile('converge', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }] });
-    const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
-    await startOrJoinRollout(env!.client, worker!.taskQueue, input);
+    const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
+    await startOrJoinRollout(real.env.client, real.worker.taskQueue, input);
     // Visibility lags the start a little: wait until a start would find the converge by search attribute.
     await until('the converge to be listed', async () => {
-      for await (const info of env!.client.workflow.list({ query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'" })) if (info.workflowId === 'rollout:demo:converge-1') return true;
+      for await (const info of real.env.client.workflow.list({ query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'" })) if (info.workflowId === 'rollout:demo:converge-1') return true;
       return undefined;
     }, 90_000);
     // ... and it really is still running (held at its manual gate), not a listing that lags its end.
     await until('the converge at its manual gate', async () => {
-      const status = await env!.client.workflow.getHandle('rollout:demo:converge-1').query<{ phases: Array<{ stage: string }> }>('status');
+      const status = await real.env.client.workflow.getHandle('rollout:demo:converge-1').query<{ phases: Array<{ stage: string }> }>('status');
       return status.phases[0]?.stage === 'awaiting-approval' ? true : undefined;
     }, 90_000);
     const refused = await wg(['start', '-f', manual, '--inventory', inventory]);
     expect(refused.code, refused.stdout + refused.stderr).toBe(2);
     expect(refused.stderr).toContain('CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)');
-    await env!.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
+    await real.env.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
   });
 });
