@@ -60,6 +60,11 @@ export interface PatchRecord {
   /** For 'deprecated' and 'removed': the release that made it so. */
   deprecatedIn?: Release['id'];
   removedIn?: Release['id'];
+  /**
+   * The histories its retirement moved out of the replay, as `archive/<release>/<name>`: on deprecation, those
+   * that took its old branch; on removal, those that carry its marker undeprecated.
+   */
+  archived?: readonly string[];
 }
 
 const STOP_6_ROLLOUTS = [

@@ -10,7 +10,14 @@ import {
   SUPPORT_WINDOW,
   type PatchRecord,
 } from '../../workflows/patches';
-import { currentHistories, loadHistory, patchMarkers, type PatchMarker } from '../support/histories';
+import {
+  ARCHIVE_DIR,
+  currentHistories,
+  HISTORIES_DIR,
+  loadHistory,
+  patchMarkers,
+  type PatchMarker,
+} from '../support/histories';
 import { replayPatchMeetings, type PatchMeeting } from '../support/patch-probe';
 
 const PROJECT_ROOT = join(__dirname, '..', '..');
@@ -117,6 +124,32 @@ describe('the patch registry (workflows/patches.ts)', () => {
   it('no current history takes the old branch of a retired patch', () => {
     for (const p of PATCHES.filter((x) => x.status !== 'live'))
       expect({ id: p.id, without: p.replayedWithout }).toEqual({ id: p.id, without: [] });
+  });
+
+  it('every archived history sits under a release that replays it and is named by the patch whose retirement moved it', () => {
+    const releases = new Set<string>(RELEASES.map((r) => r.id));
+    const named = new Set(PATCHES.flatMap((p) => p.archived ?? []));
+    const archived = existsSync(ARCHIVE_DIR)
+      ? readdirSync(ARCHIVE_DIR, { recursive: true, withFileTypes: true })
+          .filter((e) => e.isFile())
+          .map((e) => relative(HISTORIES_DIR, join(e.parentPath, e.name)))
+      : [];
+    for (const path of archived) {
+      expect(path, 'archive/<release>/<name>.json').toMatch(/^archive\/r\d+\/[^/]+\.json$/);
+      expect(releases.has(path.split('/')[1]!), `${path}: not a landed release`).toBe(true);
+      expect(named.has(path.replace(/\.json$/, '')), `${path}: no retired patch names it`).toBe(true);
+    }
+    for (const p of PATCHES) {
+      if (p.archived?.length) expect(p.status, `${p.id} archived histories but is live`).not.toBe('live');
+      for (const name of p.archived ?? []) {
+        expect(archived, `${p.id}: ${name}.json`).toContain(`${name}.json`);
+        if (p.status === 'deprecated')
+          expect(
+            markersOf(name).map((m) => m.id),
+            `${p.id} in ${name}`,
+          ).not.toContain(p.id);
+      }
+    }
   });
 
   describe('on replay', () => {
