@@ -1,9 +1,7 @@
 import * as wf from '@temporalio/workflow';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
-import type * as activities from '../activities';
-
-type Acts = ReturnType<typeof activities.createActivities>;
+import { desireAgentRevision } from './activity-proxies';
 
 /** New executions whose snapshot has agent devices leave the skipped ones the completed revision as desired state. */
 export const AGENT_DESIRED_STATE = 'agent-desired-state';
@@ -16,8 +14,6 @@ export const CONVERGE_OFFLINE_ONLY = 'converge-offline-only';
 const OFFLINE_SKIP = /^offline at (snapshot|apply)\b/;
 /** Devices per desireAgentRevision activity (activities/agent/converge.ts MAX_CONVERGE_BATCH). */
 const BATCH = 500;
-
-const { desireAgentRevision } = wf.proxyActivities<Acts>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 5 } });
 
 /**
  * After a completed rollout: every agent device it skipped as offline (at snapshot or at its apply) gets

@@ -1,15 +1,7 @@
 import * as wf from '@temporalio/workflow';
 import { GENESIS_HASH, type AuditEvent, type AuditEventName, type AuditHead } from '../core/audit';
-import type * as activities from '../activities';
+import { appendAudit, appendAuditBounded, appendAuditOnce, auditHealth } from './activity-proxies';
 import { rootMessage } from './device-runner';
-
-type Acts = ReturnType<typeof activities.createActivities>;
-
-/** The record must land: retry until it does, except when retrying cannot help. */
-export const { appendAudit } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
-});
 
 export interface AuditFields {
   phase: string | null;
@@ -35,25 +27,6 @@ export function auditEvent(rolloutId: string, seq: number, event: AuditEventName
     evidence: fields.evidence ?? null,
   };
 }
-
-/**
- * The holding trail's appends: bounded, so a record that keeps failing (the sink retrying an out-of-order
- * seq, a disk that stays full) becomes a hold the operator can see instead of a silent wait.
- */
-const { appendAudit: appendAuditBounded, auditHealth } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8, nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
-});
-
-/**
- * The pipelined trail's appends (AUDIT_PIPELINED): the story does not wait for them, so a failure must
- * reach the workflow at once to hold new device starts at the next decision; one attempt, then the hold
- * asks the sink whether the trail is whole (a passing blip costs one poll) and writes the record again.
- */
-const { appendAudit: appendAuditOnce } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '30 seconds',
-  retry: { maximumAttempts: 1, nonRetryableErrorTypes: ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'] },
-});
 
 /**
  * How often a held trail asks the sink whether it is whole again: soon at first (a repaired file is

@@ -1,9 +1,9 @@
 import * as wf from '@temporalio/workflow';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
-import type * as activities from '../activities';
 import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
-import { appendAudit, auditEvent } from './audit-trail';
+import { appendAudit, fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } from './activity-proxies';
+import { auditEvent } from './audit-trail';
 import { rolloutWorkflow } from './rollout';
 
 /**
@@ -42,13 +42,6 @@ export interface NightlyCanaryResult {
   rolloutId?: string;
   kept: boolean;
 }
-
-type Acts = ReturnType<typeof activities.createActivities>;
-
-const { fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '10 minutes',
-  retry: { maximumAttempts: 3 },
-});
 
 export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<NightlyCanaryResult> {
   const info = wf.workflowInfo();

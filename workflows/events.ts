@@ -5,24 +5,11 @@ import { isFinalState } from '../core/controls';
 import type { RolloutModel } from '../core/rollout/model';
 import type { RolloutState } from '../core/rollout-state';
 import type { RolloutInput } from '../core/rollout/input';
-import type * as activities from '../activities';
+import { deliverWebhook } from './activity-proxies';
 import { rootMessage } from './device-runner';
-
-type Acts = ReturnType<typeof activities.createActivities>;
 
 /** New executions with `webhooks` in their spec deliver every transition to them (core/events.ts). */
 export const WEBHOOK_EVENTS_PATCH = 'webhook-events';
-
-/**
- * At least once, with backoff, and bounded: six attempts of at most 15 s each, 1, 2, 4, 8 and 16 s apart
- * (3 minutes at most in all), then the delivery is given up and listed in status. A refusal (a 4xx other
- * than 408/429, a redirect) or a secret the worker does not have is not retried.
- */
-const { deliverWebhook } = wf.proxyActivities<Acts>({
-  startToCloseTimeout: '15 seconds',
-  scheduleToCloseTimeout: '3 minutes',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 6, nonRetryableErrorTypes: ['WebhookRefused', 'WebhookSecretMissing'] },
-});
 
 /** How long the end of a rollout waits for its last deliveries before it closes anyway. */
 const DRAIN_MS = 30_000;

@@ -3,12 +3,12 @@ import { evaluateHealthGate, type CheckResult, type GateResult } from '../core/h
 import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
-import type * as activities from '../activities';
+import type { Activities } from '../activities';
 import type { DeviceTarget } from '../core/rollout-state';
+import { runHealthCheckActivity } from './activity-proxies';
 import { rootMessage } from './device-runner';
 
-type Acts = ReturnType<typeof activities.createActivities>;
-type HealthCheckInput = Parameters<Acts['runHealthCheck']>[0];
+type HealthCheckInput = Parameters<Activities['runHealthCheck']>[0];
 
 /** Devices per health-check activity: a 10,000-device phase is twenty checks, not one huge payload. */
 const HEALTH_CHUNK = 500;
@@ -19,12 +19,7 @@ const HEALTH_CHUNK = 500;
  */
 export async function runHealthGate(input: RolloutInput, model: RolloutModel, phase: PlannedPhase): Promise<GateResult> {
   const { spec } = input;
-  const healthCheck = wf.proxyActivities<Acts>({
-    startToCloseTimeout: spec.healthTimeout + 30_000,
-    heartbeatTimeout: '30 seconds',
-    // A check that cannot answer is inconclusive by itself; retrying it only hides the evidence.
-    retry: { maximumAttempts: 2 },
-  }).runHealthCheck;
+  const healthCheck = runHealthCheckActivity(spec.healthTimeout);
   const changed = model.healthTargets();
   const results: CheckResult[] = [];
   for (const check of phase.healthGate) {
