@@ -1,18 +1,17 @@
 import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { auditFilePath, DEFAULT_AUDIT_DIR } from '../../activities/audit';
 import { activityRuns } from '../support/history-bounds';
 import type { DeviceState } from '../../core/rollout-state';
-import { demoDevices, fleetInventory, generateEd25519, startFleet, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { demoDevices, fleetInventory, generateEd25519, type Fleet } from '../../sim';
 import { approveUpdate, statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { spawnCliUntil, stopChild } from '../support/cli';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { rolloutInputFor, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { recordHistory } from '../support/histories';
 
 const APPLY = /install -m 0644/;
@@ -44,23 +43,11 @@ async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutStatus) =>
 const stateOf = (s: RolloutStatus, id: string): DeviceState | undefined => s.devices.find((d) => d.id === id)?.state;
 
 describe('rollout resilience on a real Temporal dev server over real SSH', () => {
-  let env: TestWorkflowEnvironment;
-  const scratch = scratchDir('resilience');
-  const fleets: Fleet[] = [];
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-  });
-  afterAll(async () => {
-    await Promise.all(fleets.map((f) => f.stop()));
-    await env?.teardown();
-    scratch.cleanup();
-  });
+  // Workers of each test's own: one is killed mid-apply, the other's audit trail is read.
+  const real = realRollouts('resilience', { worker: false });
 
   it('a worker SIGKILLed mid-apply and replaced: its in-flight devices reattach to their running applies, each apply ran exactly once, the device records it', async () => {
-    const dir = join(scratch.dir, 'crash');
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(8), { 'pool-a': 0.5, 'pool-b': 0.5 });
-    fleets.push(fleet);
+    const { dir, fleet, inventoryPath } = await real.fleet(demoDevices(8), { 'pool-a': 0.5, 'pool-b': 0.5 });
     // Every exec waits this long before it starts, so a device's apply unit is in flight for seconds.
     const latencyMs = 1_500;
     await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs })));
@@ -73,12 +60,12 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     const rolloutId = `rollout:resilience-crash-${Date.now()}`;
     const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: '1s' }], gate: '1s' }, inventoryPath, rolloutId);
     const taskQueue = `crash-${process.pid}-${Date.now()}`;
-    const workerArgs = ['worker', '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue];
+    const workerArgs = ['worker', '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', taskQueue];
 
     const first = await spawnCliUntil(workerArgs, /^worker \S+ polling /m);
     let second: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
     try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
       // Mid-phase: the bulk phase has devices applying and devices not yet started.
       await waitForStatus(handle, (s) => s.phases[1]?.stage === 'applying' && s.devices.filter((d) => d.state === 'applying').length >= 2, 90_000);
       // Until an apply of the bulk phase runs on a device (it counted itself there).
@@ -140,9 +127,7 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
   }, 240_000);
 
   it('a changed host key and a refused login at apply time fail those devices at once with the reason, never retried, no command run', async () => {
-    const dir = join(scratch.dir, 'refusals');
-    const fleet = await startFleet({ devices: demoDevices(6), dir: join(dir, 'fleet') });
-    fleets.push(fleet);
+    const { dir, fleet } = await real.fleet(demoDevices(6));
     // Every device logs in with its own copy of the fleet key, so one device's key can be swapped later.
     const inventory = fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } });
     const keyPath = (id: string) => join(dir, `key-${id}`);
@@ -159,11 +144,11 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       inventoryPath,
       rolloutId,
     );
-    const worker = await startTestWorker(env, { auditDir: join(dir, 'audit') });
+    const worker = await startTestWorker(real.env, { auditDir: join(dir, 'audit') });
     try {
       // Two refusals in a phase of five stay under the failure gate (0.4 ≤ 0.5 once all five are in), so
       // the rollout runs on and the test sees each refusal on its own.
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
       const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
       const next = waiting.devices.filter((d) => d.phase === 1 && d.state === 'pending').map((d) => d.id);
       expect(next.length).toBe(5);
