@@ -67,12 +67,15 @@ export interface PatchRecord {
   archived?: readonly string[];
 }
 
-const STOP_6_ROLLOUTS = [
+/** Histories by the release they were recorded on; most old branches are taken by a whole group. */
+const R1_STOPPED = [
   'abort-rollback-false',
   'abort-rollback-true',
   'bulk-failure-gate',
   'canary-health-fail',
   'cancel-compensates',
+];
+const R1_COMPLETED = [
   'happy-path-timeskip',
   'inconclusive-resume',
   'offline-besteffort-leftbehind',
@@ -81,11 +84,7 @@ const STOP_6_ROLLOUTS = [
   'rollout-resilience-worker-killed',
   'rollout-scale-1000',
 ];
-const BEFORE_AUDIT_RECORDS = [
-  ...STOP_6_ROLLOUTS,
-  'canary-cancel-mid-apply',
-  'canary-cancel-mid-apply-pre-patch',
-].sort();
+const R2_CANARY = ['canary-cancel-mid-apply', 'canary-cancel-mid-apply-pre-patch'];
 const R3_ROLLOUTS = [
   'deadline-abort',
   'deadline-pause-resume',
@@ -100,7 +99,30 @@ const R3_ROLLOUTS = [
   'webhooks-controls-abort',
   'webhooks-flaky-and-dead',
 ];
-const BEFORE_HOT_PATH = [...BEFORE_AUDIT_RECORDS, ...R3_ROLLOUTS].sort();
+const R4_BEFORE_AHEAD = [
+  'hot-path-canary-probe',
+  'hot-path-offline-at-apply-skip',
+  'hot-path-overlapping-slices',
+  'hot-path-overlapping-slices-failure-gate',
+  'hot-path-slow-and-stopped',
+  'hot-path-zero-gate-pipelined-audit',
+  'pause-reaches-slices',
+];
+const R4_AGENTS = ['agent-canary-health-fail', 'agent-mixed-offline-converge'];
+/** Histories with a control update (pause, resume, abort, approve) recorded before the updates waited for the slices. */
+const CONTROLLED_BEFORE_SLICES = [
+  'abort-rollback-false',
+  'abort-rollback-true',
+  'bulk-failure-gate',
+  'deadline-pause-resume',
+  'inconclusive-resume',
+  'pause-resume',
+  'profile-ordering-abort-while-waiting',
+  'rollout-resilience-ssh-refusals',
+  'webhooks-controls-abort',
+];
+const BEFORE_AUDIT_RECORDS = [...R1_STOPPED, ...R1_COMPLETED, ...R2_CANARY];
+const BEFORE_HOT_PATH = [...BEFORE_AUDIT_RECORDS, ...R3_ROLLOUTS];
 const NEW_INPUT = (what: string) => `only an input with ${what} asks it, and no build before it could start one`;
 
 export const PATCHES: readonly PatchRecord[] = [
@@ -147,15 +169,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/rollout.ts completion'],
     status: 'live',
     replayedWith: ['revert-fast'],
-    replayedWithout: [
-      'happy-path-timeskip',
-      'inconclusive-resume',
-      'offline-besteffort-leftbehind',
-      'pause-resume',
-      'rollout-resilience-ssh-refusals',
-      'rollout-resilience-worker-killed',
-      'rollout-scale-1000',
-    ],
+    replayedWithout: R1_COMPLETED,
   },
   {
     id: 'refused-devices-untouched',
@@ -293,17 +307,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/controls.ts control updates'],
     status: 'live',
     replayedWith: ['pause-reaches-slices'],
-    replayedWithout: [
-      'abort-rollback-false',
-      'abort-rollback-true',
-      'bulk-failure-gate',
-      'deadline-pause-resume',
-      'inconclusive-resume',
-      'pause-resume',
-      'profile-ordering-abort-while-waiting',
-      'rollout-resilience-ssh-refusals',
-      'webhooks-controls-abort',
-    ],
+    replayedWithout: CONTROLLED_BEFORE_SLICES,
   },
   {
     id: 'ahead-at-apply',
@@ -312,15 +316,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/rollout-steps.ts snapshot'],
     status: 'live',
     replayedWith: ['hot-path-ahead-at-apply'],
-    replayedWithout: [
-      'hot-path-canary-probe',
-      'hot-path-offline-at-apply-skip',
-      'hot-path-overlapping-slices',
-      'hot-path-overlapping-slices-failure-gate',
-      'hot-path-slow-and-stopped',
-      'hot-path-zero-gate-pipelined-audit',
-      'pause-reaches-slices',
-    ],
+    replayedWithout: R4_BEFORE_AHEAD,
   },
   {
     id: 'audit-phase-barrier',
@@ -329,18 +325,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/rollout-steps.ts applyPhase'],
     status: 'live',
     replayedWith: ['hot-path-audit-phase-barrier'],
-    replayedWithout: [
-      'agent-canary-health-fail',
-      'agent-mixed-offline-converge',
-      'hot-path-ahead-at-apply',
-      'hot-path-canary-probe',
-      'hot-path-offline-at-apply-skip',
-      'hot-path-overlapping-slices',
-      'hot-path-overlapping-slices-failure-gate',
-      'hot-path-slow-and-stopped',
-      'hot-path-zero-gate-pipelined-audit',
-      'pause-reaches-slices',
-    ],
+    replayedWithout: [...R4_BEFORE_AHEAD, ...R4_AGENTS, 'hot-path-ahead-at-apply'],
   },
   {
     id: 'slice-control-ack',
@@ -349,18 +334,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/controls.ts control updates', 'workflows/slice.ts sliceControl'],
     status: 'live',
     replayedWith: ['pause-acked-by-slices', 'pause-acked-slice-child'],
-    replayedWithout: [
-      'abort-rollback-false',
-      'abort-rollback-true',
-      'bulk-failure-gate',
-      'deadline-pause-resume',
-      'inconclusive-resume',
-      'pause-reaches-slices',
-      'pause-resume',
-      'profile-ordering-abort-while-waiting',
-      'rollout-resilience-ssh-refusals',
-      'webhooks-controls-abort',
-    ],
+    replayedWithout: [...CONTROLLED_BEFORE_SLICES, 'pause-reaches-slices'],
   },
   {
     id: 'floor-chunks-parallel',
@@ -398,18 +372,11 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWith: ['floor-at-apply', 'floor-at-apply-abort-rollback'],
     replayedWithout: [
       ...BEFORE_HOT_PATH,
-      'agent-canary-health-fail',
-      'agent-mixed-offline-converge',
+      ...R4_BEFORE_AHEAD,
+      ...R4_AGENTS,
       'hot-path-ahead-at-apply',
       'hot-path-audit-phase-barrier',
-      'hot-path-canary-probe',
-      'hot-path-offline-at-apply-skip',
-      'hot-path-overlapping-slices',
-      'hot-path-overlapping-slices-failure-gate',
-      'hot-path-slow-and-stopped',
-      'hot-path-zero-gate-pipelined-audit',
       'pause-acked-by-slices',
-      'pause-reaches-slices',
       'rollout-scale-1000-floor-chunks-parallel',
     ].sort(),
   },
