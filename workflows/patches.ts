@@ -59,6 +59,7 @@ export interface PatchRecord {
   noOldBranch?: string;
   /** For 'deprecated' and 'removed': the release that made it so. */
   deprecatedIn?: Release['id'];
+  /** The same release as `deprecatedIn` for a call that went with another patch's old branch. */
   removedIn?: Release['id'];
   /**
    * The histories its retirement moved out of the replay, as `archive/<release>/<name>`: on deprecation, those

@@ -91,14 +91,14 @@ describe('the patch registry (workflows/patches.ts)', () => {
     }
   });
 
-  it('dates every patch to a known release (the current one for a patch new in it), and each retirement to a later one', () => {
+  it('dates every patch to a known release (the current one for a patch new in it), and each retirement to a later one (a removal to no earlier one)', () => {
     expect(RELEASES.map((r) => r.id)).toEqual(RELEASES.map((_, i) => `r${i + 1}`));
     for (const p of PATCHES) {
       expect(releaseIndex(p.introducedIn), p.id).toBeLessThanOrEqual(releaseIndex(CURRENT_RELEASE));
       if (p.status !== 'live')
         expect(releaseIndex(p.deprecatedIn!), p.id).toBeGreaterThan(releaseIndex(p.introducedIn));
       if (p.status === 'removed')
-        expect(releaseIndex(p.removedIn!), p.id).toBeGreaterThan(releaseIndex(p.deprecatedIn!));
+        expect(releaseIndex(p.removedIn!), p.id).toBeGreaterThanOrEqual(releaseIndex(p.deprecatedIn!));
     }
   });
 
