@@ -1,5 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { describe, expect, it } from 'vitest';
 import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { syncTwin } from '../../gateway/twin';
@@ -7,8 +6,7 @@ import { reverifyFleet } from '../../activities/fleet';
 import { parseInventory } from '../../core/inventory';
 import { applyThroughTwin } from '../../activities/agent/apply';
 import { twinSyncUpdate } from '../../contracts/twin';
-import { startDevServerEnv } from '../../workers/dev-server';
-import { scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 import { recordHistory } from '../support/histories';
 
@@ -18,20 +16,7 @@ import { recordHistory } from '../support/histories';
  * the validator (nothing in history), and continue-as-new keeping the history bounded over 3,000
  * syncs with the state carried.
  */
-const scratch = scratchDir('device-twin');
-let env: TestWorkflowEnvironment;
-let worker: Awaited<ReturnType<typeof startTestWorker>>;
-
-beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: scratch.dir });
-}, 240_000);
-
-afterAll(async () => {
-  await worker?.stop();
-  await env?.teardown();
-  scratch.cleanup();
-});
+const real = realRollouts('device-twin');
 
 function request(device: string, revision: number, activity = '1'): DesiredRequest {
   const holder = { rollout: `rollout-${device}`, run: 'run-1', activity, attempt: 1 };
@@ -40,7 +25,7 @@ function request(device: string, revision: number, activity = '1'): DesiredReque
 const report = (revision: number, requestId?: string): AgentReport => ({ profiles: { demo: { revision, state: 'applied', ...(requestId ? { requestId } : {}), at: new Date().toISOString() } }, health: [], healthAt: null, agentVersion: 'test' });
 
 function sync(device: string, input: { report: AgentReport | null; knownVersion: number; waitMs: number }): Promise<TwinView> {
-  return syncTwin(env.client, worker.taskQueue, device, input);
+  return syncTwin(real.env.client, real.worker.taskQueue, device, input);
 }
 
 describe('device twin workflow', () => {
@@ -53,37 +38,37 @@ describe('device twin workflow', () => {
     const started = Date.now();
     const waiting = sync(device, { report: null, knownVersion: 0, waitMs: 30_000 });
     await new Promise((r) => setTimeout(r, 500));
-    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 2));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 2));
     const view = await waiting;
     expect(Date.now() - started).toBeLessThan(25_000);
     expect(view.version).toBe(1);
     expect(view.desired.demo).toMatchObject({ revision: 2, requestId: `rollout-${device}:run-1:1`, fromRevision: 1 });
-    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 2));
-    expect((await readTwin(env.client, device))!.version).toBe(1);
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 2));
+    expect((await readTwin(real.env.client, device))!.version).toBe(1);
     // The agent reports; the view carries it.
     await sync(device, { report: report(2, view.desired.demo!.requestId), knownVersion: 1, waitMs: 0 });
-    expect((await readTwin(env.client, device))!.report!.profiles.demo).toMatchObject({ revision: 2, state: 'applied' });
+    expect((await readTwin(real.env.client, device))!.report!.profiles.demo).toMatchObject({ revision: 2, state: 'applied' });
     // Reverify: the version moves, the flag is set until a report knowing that version arrives.
-    expect(await reverifyTwin(env.client, device)).toBe(true);
+    expect(await reverifyTwin(real.env.client, device)).toBe(true);
     const asked = await sync(device, { report: null, knownVersion: 1, waitMs: 10_000 });
     expect(asked).toMatchObject({ version: 2, reverify: true });
     await sync(device, { report: report(2), knownVersion: 2, waitMs: 0 });
-    expect((await readTwin(env.client, device))!.reverify).toBe(false);
-    await recordHistory(env.client.workflow.getHandle(twinWorkflowId(device)), 'device-twin-desire-sync-reverify');
-    expect(await reverifyTwin(env.client, 'no-such-device')).toBe(false);
-    expect(await readTwin(env.client, 'no-such-device')).toBeNull();
+    expect((await readTwin(real.env.client, device))!.reverify).toBe(false);
+    await recordHistory(real.env.client.workflow.getHandle(twinWorkflowId(device)), 'device-twin-desire-sync-reverify');
+    expect(await reverifyTwin(real.env.client, 'no-such-device')).toBe(false);
+    expect(await readTwin(real.env.client, 'no-such-device')).toBeNull();
   });
 
   it('applyThroughTwin at first contact: offline for a never-seen agent, ahead for one reporting above the target; nothing asked of either', async () => {
     const holder = { rollout: 'rollout:first-contact', run: 'run-1', activity: '3', attempt: 1 };
     const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
     const target = (id: string) => ({ id, host: '', port: 0, user: '', pool: 'p', class: 'c', transport: 'agent' as const, ssh: {} });
-    const opts = { client: env.client, taskQueue: worker.taskQueue, holder, rollout: holder.rollout };
+    const opts = { client: real.env.client, taskQueue: real.worker.taskQueue, holder, rollout: holder.rollout };
     expect(await applyThroughTwin(target('never-seen'), steps, { ...opts, reportOffline: true })).toMatchObject({ outcome: 'offline', steps: [], detail: 'agent not syncing (never seen): nothing asked of it' });
-    expect(await readTwin(env.client, 'never-seen')).toBeNull();
+    expect(await readTwin(real.env.client, 'never-seen')).toBeNull();
     await sync('twin-ahead', { report: report(3), knownVersion: 0, waitMs: 0 });
     expect(await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 })).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
-    expect((await readTwin(env.client, 'twin-ahead'))!.desired).toEqual({});
+    expect((await readTwin(real.env.client, 'twin-ahead'))!.desired).toEqual({});
   });
 
   it('a sync with no news returns after its waitMs', async () => {
@@ -98,8 +83,8 @@ describe('device twin workflow', () => {
   it('refuses a malformed sync in the validator, naming the field; nothing reaches history', async () => {
     const device = 'twin-c';
     await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
-    const before = (await env.client.workflow.getHandle(twinWorkflowId(device)).fetchHistory()).events!.length;
-    const handle = env.client.workflow.getHandle(twinWorkflowId(device));
+    const before = (await real.env.client.workflow.getHandle(twinWorkflowId(device)).fetchHistory()).events!.length;
+    const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
     await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: null, knownVersion: 0, waitMs: 60_000 }] })).rejects.toMatchObject({ cause: { type: 'TwinRefused', message: 'twin-c: twinSync: waitMs: must be 0-30000 (got 60000)' } });
     const bad = { ...report(1), profiles: { demo: { revision: 1, state: 'applied' as const, detail: 'x'.repeat(500), at: 't' } } };
     await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: bad, knownVersion: 0, waitMs: 0 }] })).rejects.toMatchObject({ cause: { message: 'twin-c: twinSync: report.profiles.demo.detail: at most 400 characters (got 500)' } });
@@ -109,8 +94,8 @@ describe('device twin workflow', () => {
   it('3,000 syncs: the twin continues as new, each run under the bound, the state carried', async () => {
     const device = 'twin-many';
     await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
-    await desireOnTwin(env.client, worker.taskQueue, device, request(device, 5, '42'));
-    const handle = env.client.workflow.getHandle(twinWorkflowId(device));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 5, '42'));
+    const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
     const firstRun = (await handle.describe()).runId;
     const SYNCS = 3_000;
     let done = 0;
@@ -124,13 +109,13 @@ describe('device twin workflow', () => {
     await Promise.all(lanes);
     // Every run closed by continue-as-new stayed under the bound (plus the events of one last task).
     const runs: Array<{ runId: string; status: string; historyLength: number }> = [];
-    for await (const w of env.client.workflow.list({ query: `WorkflowId = '${twinWorkflowId(device)}'` })) runs.push({ runId: w.runId, status: w.status.name, historyLength: w.historyLength });
+    for await (const w of real.env.client.workflow.list({ query: `WorkflowId = '${twinWorkflowId(device)}'` })) runs.push({ runId: w.runId, status: w.status.name, historyLength: w.historyLength });
     const current = await handle.describe();
     console.log(`twin over ${SYNCS} syncs: ${runs.length} runs, history lengths ${runs.map((r) => r.historyLength).join(', ')}`);
     expect(current.runId).not.toBe(firstRun);
     expect(runs.filter((r) => r.status === 'CONTINUED_AS_NEW').length).toBeGreaterThanOrEqual(2);
     for (const r of runs) expect(r.historyLength).toBeLessThan(TWIN_HISTORY_LIMIT + 200);
-    const view = await until('the carried view', async () => (await readTwin(env.client, device)) ?? undefined);
+    const view = await until('the carried view', async () => (await readTwin(real.env.client, device)) ?? undefined);
     expect(view).toMatchObject({ deviceId: device, version: 1, desired: { demo: { revision: 5, requestId: `rollout-${device}:run-1:42` } }, report: { profiles: { demo: { revision: 5 } } } });
   }, 600_000);
 });
@@ -164,7 +149,7 @@ describe('reverify through the device channel', () => {
       expect(asked.reverify).toBe(true);
       await sync('rv-answers', { report: report(2), knownVersion: asked.version, waitMs: 0 });
     })();
-    const outcome = await reverifyFleet(inventory.devices, { client: () => env.client }, { waitMs: 6_000, pollMs: 200 });
+    const outcome = await reverifyFleet(inventory.devices, { client: () => real.env.client }, { waitMs: 6_000, pollMs: 200 });
     await answering;
     expect(outcome).toEqual({ asked: ['rv-answers', 'rv-silent'], answered: ['rv-answers'], silent: ['rv-silent'], offline: ['rv-no-twin'] });
   });
