@@ -1,6 +1,6 @@
 import { chmodSync, statSync } from 'node:fs';
 import { isAlias, isMap, isSeq, parseDocument, type Document } from 'yaml';
-import { knownHostFingerprints } from '../activities/transport/ssh';
+import { knownHostFingerprints } from '../intake/known-hosts';
 import { looksLikeAnsible } from '../core/ansible';
 import { WavegateError } from '../core/errors';
 import type { PinSource } from '../core/host-repin';

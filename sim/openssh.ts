@@ -19,7 +19,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
-import { sshFingerprint } from '../activities/transport/ssh';
+import { sshFingerprint } from '../intake/known-hosts';
 import { freePort } from '../sim/ports';
 
 export const SSHD_PATH = '/usr/sbin/sshd';

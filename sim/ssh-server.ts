@@ -10,7 +10,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import * as net from 'node:net';
 import { Server as SshServer, type AuthContext, type Connection, type ParsedKey, type Session } from 'ssh2';
-import { sshFingerprint } from '../activities/transport/ssh';
+import { sshFingerprint } from '../intake/known-hosts';
 import { HOST, type DeviceState, type FleetRuntime, type SimDevice } from './device';
 import { runExec, type LiveExec } from './exec';
 import { generateEd25519, publicLine } from './keys';

@@ -7,7 +7,7 @@ import { parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
 import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, type AcceptedKey, type KeyJudgement } from '../../core/init-keys';
 import { parseInventory, type Device } from '../../core/inventory';
-import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
+import { knownHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { readText } from '../../intake/files';
 import { checkProfileName } from '../../core/profile-name';
 import { nextCommands, scaffoldFiles, shellWord, writeScaffold, type ScaffoldHost, type ScaffoldInput } from '../../intake/scaffold';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanHostKey } from '../../cli/commands/init';
-import { sshFingerprint } from '../../activities/transport/ssh';
+import { sshFingerprint } from '../../intake/known-hosts';
 import { keygen } from '../../sim/openssh';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';

@@ -14,7 +14,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
-import { sshFingerprint } from '../../activities/transport/ssh';
+import { sshFingerprint } from '../../intake/known-hosts';
 import { freePort } from '../../sim/ports';
 import { keygen, SSHD_PATH } from '../../sim/openssh';
 

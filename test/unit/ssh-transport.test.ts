@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, type RevisionSteps } from '../../activities/device-steps';
 import { connectDevice, transportFor, TransportError, type TransportErrorKind } from '../../activities/transport';
-import { knownHostFingerprints, sshFingerprint } from '../../activities/transport/ssh';
+import { knownHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
 import { rejection } from '../support/refusal';

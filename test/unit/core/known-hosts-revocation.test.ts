@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { knownHostFingerprints, revokedHostFingerprints, sshFingerprint } from '../../../activities/transport/ssh';
+import { knownHostFingerprints, revokedHostFingerprints, sshFingerprint } from '../../../intake/known-hosts';
 
 /** An ed25519 host key as a known_hosts line carries it: `ssh-ed25519 <base64 blob>`. */
 function hostKey(): { line: string; fingerprint: string } {
