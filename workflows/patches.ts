@@ -124,6 +124,16 @@ const CONTROLLED_BEFORE_SLICES = [
 ];
 const BEFORE_AUDIT_RECORDS = [...R1_STOPPED, ...R1_COMPLETED, ...R2_CANARY];
 const BEFORE_HOT_PATH = [...BEFORE_AUDIT_RECORDS, ...R3_ROLLOUTS];
+/** Every rollout history recorded before FLOOR_AT_APPLY (r7). */
+const BEFORE_FLOOR_AT_APPLY = [
+  ...BEFORE_HOT_PATH,
+  ...R4_BEFORE_AHEAD,
+  ...R4_AGENTS,
+  'hot-path-ahead-at-apply',
+  'hot-path-audit-phase-barrier',
+  'pause-acked-by-slices',
+  'rollout-scale-1000-floor-chunks-parallel',
+];
 const NEW_INPUT = (what: string) => `only an input with ${what} asks it, and no build before it could start one`;
 
 export const PATCHES: readonly PatchRecord[] = [
@@ -371,15 +381,7 @@ export const PATCHES: readonly PatchRecord[] = [
     askedIn: ['workflows/batches.ts options'],
     status: 'live',
     replayedWith: ['floor-at-apply', 'floor-at-apply-abort-rollback'],
-    replayedWithout: [
-      ...BEFORE_HOT_PATH,
-      ...R4_BEFORE_AHEAD,
-      ...R4_AGENTS,
-      'hot-path-ahead-at-apply',
-      'hot-path-audit-phase-barrier',
-      'pause-acked-by-slices',
-      'rollout-scale-1000-floor-chunks-parallel',
-    ].sort(),
+    replayedWithout: BEFORE_FLOOR_AT_APPLY,
   },
   {
     id: 'in-place-untouched',
@@ -398,6 +400,26 @@ export const PATCHES: readonly PatchRecord[] = [
     status: 'live',
     replayedWith: ['agent-converge-offline-only'],
     replayedWithout: ['agent-mixed-offline-converge'],
+  },
+  {
+    id: 'one-ending',
+    introducedIn: 'r10',
+    commit: '0a2182b',
+    askedIn: ['workflows/rollout-steps.ts end'],
+    status: 'live',
+    replayedWith: [
+      'one-ending-abort-rollback',
+      'one-ending-deadline-rollback',
+      'one-ending-failure-gate-rollback',
+      'one-ending-cancel',
+    ],
+    replayedWithout: [
+      ...BEFORE_FLOOR_AT_APPLY,
+      'floor-at-apply',
+      'floor-at-apply-abort-rollback',
+      'agent-converge-offline-only',
+      'ssh-refusals-untouched',
+    ],
   },
 ];
 
