@@ -72,6 +72,33 @@ export interface Ending {
 
 const NO_PARTS = { closes: null, skips: null, compensation: null, failed: false } as const;
 
+/** An ending that stops the rollout early: it closes the phases `stop` closes and names the devices never started. */
+function stopping(
+  cause: EndingCause['kind'],
+  stop: 'abort' | 'cancel',
+  skipReason: string,
+  rest: Pick<Ending, 'compensation' | 'state' | 'event' | 'reason' | 'legacyOrder' | 'by'>,
+): Ending {
+  return { cause, ...NO_PARTS, closes: stagesClosedBy(stop), skips: { reason: skipReason }, ...rest };
+}
+
+/** A rollback wavegate decided (a deadline, the failure policy): it puts back what it changed and ends rolled-back. */
+function rollingBack(
+  cause: EndingCause['kind'],
+  skipReason: string,
+  trigger: string,
+  reason: string,
+  legacyOrder: readonly EndingStep[],
+): Ending {
+  return stopping(cause, 'abort', skipReason, {
+    compensation: { trigger, by: 'wavegate' },
+    state: 'rolled-back',
+    event: 'rollout.failed',
+    reason,
+    legacyOrder,
+  });
+}
+
 /** The ending for a cause. */
 export function endingOf(cause: EndingCause): Ending {
   switch (cause.kind) {
@@ -87,62 +114,47 @@ export function endingOf(cause: EndingCause): Ending {
     case 'abort': {
       const { abort } = cause;
       const outcome = abortOutcome(abort);
-      return {
-        cause: cause.kind,
-        ...NO_PARTS,
-        closes: stagesClosedBy('abort'),
-        skips: { reason: outcome.skipReason },
+      return stopping(cause.kind, 'abort', outcome.skipReason, {
         compensation: outcome.compensate ? { trigger: outcome.trigger, by: abort.by } : null,
         state: 'aborted',
         event: outcome.event,
         reason: abort.reason,
         legacyOrder: ['close', 'skip', 'compensate', 'finish'],
-      };
+      });
     }
     case 'deadline-rollback':
-      return {
-        cause: cause.kind,
-        ...NO_PARTS,
-        closes: stagesClosedBy('abort'),
-        skips: { reason: deadlineSkipReason(cause.deadline) },
-        compensation: { trigger: cause.reason, by: 'wavegate' },
-        state: 'rolled-back',
-        event: 'rollout.failed',
-        reason: cause.reason,
-        // workflows/deadlines.ts rollBack(): put back first, then named the devices never started.
-        legacyOrder: ['close', 'compensate', 'skip', 'finish'],
-      };
-    case 'failure-rollback':
-      return {
-        cause: cause.kind,
-        ...NO_PARTS,
-        // The failed phase keeps `failed`; later phases close as an abort closes them.
-        closes: stagesClosedBy('abort'),
-        skips: { reason: rolledBackSkipReason(cause.trigger) },
-        compensation: { trigger: `${cause.trigger}: ${cause.evidence}`, by: 'wavegate' },
-        state: 'rolled-back',
-        event: 'rollout.failed',
-        reason:
-          cause.trigger === 'failure-gate'
-            ? `failure gate: ${cause.evidence}`
-            : `health gate failed after ${cause.phaseName}`,
-        // RolloutSteps.onFailure: put back, then named the devices never started; later phases stayed `pending`.
-        legacyOrder: ['compensate', 'skip', 'finish'],
-      };
+      // workflows/deadlines.ts rollBack() put back first, then named the devices never started.
+      return rollingBack(cause.kind, deadlineSkipReason(cause.deadline), cause.reason, cause.reason, [
+        'close',
+        'compensate',
+        'skip',
+        'finish',
+      ]);
+    case 'failure-rollback': {
+      // The failed phase keeps `failed`; later phases close as an abort closes them.
+      const reason =
+        cause.trigger === 'failure-gate'
+          ? `failure gate: ${cause.evidence}`
+          : `health gate failed after ${cause.phaseName}`;
+      // RolloutSteps.onFailure put back, then named the devices never started; later phases stayed `pending`.
+      return rollingBack(
+        cause.kind,
+        rolledBackSkipReason(cause.trigger),
+        `${cause.trigger}: ${cause.evidence}`,
+        reason,
+        ['compensate', 'skip', 'finish'],
+      );
+    }
     case 'cancel': {
       const cancel = cancelOutcome();
-      return {
-        cause: cause.kind,
-        ...NO_PARTS,
-        closes: stagesClosedBy('cancel'),
-        skips: { reason: cancel.skipReason },
+      return stopping(cause.kind, 'cancel', cancel.skipReason, {
         compensation: { trigger: cancel.trigger, by: cancel.by },
         state: 'cancelled',
         event: cancel.event,
         reason: null,
         by: cancel.by,
         legacyOrder: ['close', 'skip', 'compensate', 'finish'],
-      };
+      });
     }
     case 'canary-verdict':
       // The run closed its later phases and named their devices when it started (only the canary phase runs).

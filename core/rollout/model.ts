@@ -337,10 +337,10 @@ export class RolloutModel {
     this.pauses.delete(cause);
     this.pauses.set(cause, reason);
   }
-  /** An operator's resume: every cause's pause ends at once (as before, one resume lifts any pause). */
-  private resume(): void {
+  /** The rollout's state moves on (a resume, the end): every cause's pause ends with it, as one resume always lifted any pause. */
+  private moveTo(state: RolloutState): void {
     this.changed = true;
-    this.currentState = 'running';
+    this.currentState = state;
     this.pauses.clear();
   }
   enterRollback(): void {
@@ -348,10 +348,8 @@ export class RolloutModel {
     this.currentPhase = 'rollback';
   }
   finish(state: RolloutState): void {
-    this.changed = true;
-    this.currentState = state;
+    this.moveTo(state);
     this.currentPhase = 'done';
-    this.pauses.clear();
   }
   /** An unexpected error: the rollout failed where it was (the status keeps the phase it failed in). */
   fail(): void {
@@ -420,7 +418,7 @@ export class RolloutModel {
         this.pauseFor('operator', `paused by ${c.by ?? 'unknown'}${c.reason ? `: ${c.reason}` : ''}`);
         return { event: 'rollout.paused', by, reason };
       case 'resume':
-        this.resume();
+        this.moveTo('running');
         return { event: 'rollout.resumed', by, reason };
       case 'abort':
         this.changed = true;

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { ENDING_ORDER, endingOf, endingSteps, stopCause, type EndingCause } from '../../../core/rollout/ending';
+import {
+  ENDING_ORDER,
+  type Ending,
+  type EndingCause,
+  endingOf,
+  endingSteps,
+  stopCause,
+} from '../../../core/rollout/ending';
 import { stagesClosedBy } from '../../../core/rollout/policy';
 
 /** Every cause a rollout can end by, one of each. */
@@ -24,16 +31,17 @@ const causes: Record<EndingCause['kind'], EndingCause> = {
 };
 
 describe('endingOf: one decision per cause', () => {
-  it('an abort with rollback closes the waiting phases, names the devices never started, compensates by who aborted, ends aborted', () => {
-    expect(endingOf(causes.abort)).toMatchObject({
-      closes: stagesClosedBy('abort'),
-      skips: { reason: 'not started: aborted by alice' },
-      compensation: { trigger: 'abort: wrong revision', by: 'alice' },
-      state: 'aborted',
-      event: 'rollout.ended',
-      reason: 'wrong revision',
-      failed: false,
-    });
+  // What each stopping cause closes, whom it names not started, what it puts back (and by whom), how it ends.
+  // biome-ignore format: a table, one row per cause
+  const stopping: Array<[string, EndingCause, Partial<Ending>]> = [
+    ['an abort with rollback: compensated by who aborted, ends aborted', causes.abort, { closes: stagesClosedBy('abort'), skips: { reason: 'not started: aborted by alice' }, compensation: { trigger: 'abort: wrong revision', by: 'alice' }, state: 'aborted', event: 'rollout.ended', reason: 'wrong revision', failed: false }],
+    ['a deadline rollback: compensated by wavegate, ends rolled-back', causes['deadline-rollback'], { closes: stagesClosedBy('abort'), skips: { reason: 'not started: progressDeadline passed (rolled back)' }, compensation: { trigger: 'progressDeadline of 1h passed', by: 'wavegate' }, state: 'rolled-back', event: 'rollout.failed', reason: 'progressDeadline of 1h passed' }],
+    ['a failure-gate rollback: compensated by wavegate, ends rolled-back', causes['failure-rollback'], { closes: stagesClosedBy('abort'), skips: { reason: 'not started: rolled back after failure-gate' }, compensation: { trigger: 'failure-gate: 3 of 4 devices failed in bulk', by: 'wavegate' }, state: 'rolled-back', event: 'rollout.failed', reason: 'failure gate: 3 of 4 devices failed in bulk' }],
+    ['a failed health gate rollback: the reason names the phase', { kind: 'failure-rollback', trigger: 'healthGate-fail', evidence: 'error-rate 0.2 >= 0.01', phaseName: 'canary' }, { skips: { reason: 'not started: rolled back after healthGate-fail' }, compensation: { trigger: 'healthGate-fail: error-rate 0.2 >= 0.01', by: 'wavegate' }, reason: 'health gate failed after canary' }],
+    ['a cancel: also closes the applying phase, temporal-cancel in its last record', causes.cancel, { closes: stagesClosedBy('cancel'), skips: { reason: 'not started: rollout cancelled' }, compensation: { trigger: 'cancelled', by: 'temporal-cancel' }, state: 'cancelled', event: 'rollout.cancelled', by: 'temporal-cancel' }],
+  ];
+  it.each(stopping)('%s', (_name, cause, expected) => {
+    expect(endingOf(cause)).toMatchObject(expected);
   });
 
   it('an abort without rollback (an operator, or a deadline under onDeadline: abort) compensates nothing', () => {
@@ -44,45 +52,6 @@ describe('endingOf: one decision per cause', () => {
     expect(ending.compensation).toBeNull();
     expect(ending.skips).toEqual({ reason: 'not started: aborted by wavegate' });
     expect(endingSteps(ending, true)).toEqual(['close', 'skip', 'finish']);
-  });
-
-  it('a deadline rollback and a failure-policy rollback end rolled-back with rollout.failed, compensated by wavegate', () => {
-    expect(endingOf(causes['deadline-rollback'])).toMatchObject({
-      closes: stagesClosedBy('abort'),
-      skips: { reason: 'not started: progressDeadline passed (rolled back)' },
-      compensation: { trigger: 'progressDeadline of 1h passed', by: 'wavegate' },
-      state: 'rolled-back',
-      event: 'rollout.failed',
-    });
-    expect(endingOf(causes['failure-rollback'])).toMatchObject({
-      closes: stagesClosedBy('abort'),
-      skips: { reason: 'not started: rolled back after failure-gate' },
-      compensation: { trigger: 'failure-gate: 3 of 4 devices failed in bulk', by: 'wavegate' },
-      state: 'rolled-back',
-      event: 'rollout.failed',
-      reason: 'failure gate: 3 of 4 devices failed in bulk',
-    });
-    const health = endingOf({
-      kind: 'failure-rollback',
-      trigger: 'healthGate-fail',
-      evidence: 'error-rate 0.2 >= 0.01',
-      phaseName: 'canary',
-    });
-    expect(health).toMatchObject({
-      compensation: { trigger: 'healthGate-fail: error-rate 0.2 >= 0.01' },
-      reason: 'health gate failed after canary',
-    });
-  });
-
-  it('a cancel also closes the applying phase and names temporal-cancel in its last record', () => {
-    expect(endingOf(causes.cancel)).toMatchObject({
-      closes: stagesClosedBy('cancel'),
-      skips: { reason: 'not started: rollout cancelled' },
-      compensation: { trigger: 'cancelled', by: 'temporal-cancel' },
-      state: 'cancelled',
-      event: 'rollout.cancelled',
-      by: 'temporal-cancel',
-    });
   });
 
   it('a canary verdict puts the canary back unless kept; nothing to test touches nothing', () => {
