@@ -8,16 +8,13 @@ import type { RolloutModel } from '../core/rollout/model';
 import { endingOf, endingSteps, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
-import type * as activities from '../activities';
+import { confirmFloor, probeDevices, snapshotFleet } from './activity-proxies';
 import { AuditTrail } from './audit-trail';
 import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
 import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publishIfChanged, refreshDetails } from './progress';
-
-type Acts = ReturnType<typeof activities.createActivities>;
-const { snapshotFleet, probeDevices, confirmFloor } = wf.proxyActivities<Acts>({ startToCloseTimeout: '10 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 3 } });
 
 /** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
 const SNAPSHOT_PAGE = 1_000;
