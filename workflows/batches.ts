@@ -3,9 +3,10 @@ import { DEFAULT_REVERT_WINDOW_MS, type FloorIntent } from '../core/floor';
 import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
-import { runDevices, type DeviceRunOptions, type DeviceRunResult } from './device-runner';
-import { sliceActiveSignal, sliceControlAckSignal, sliceControlSignal, sliceSuccessorSignal } from './messages';
+import { runDevices, type BatchResult, type DeviceRunOptions } from './device-runner';
+import { sliceActiveSignal, sliceControlAckSignal, sliceControlSignal, sliceSuccessorSignal } from '../contracts/rollout';
 import { refreshDetails } from './progress';
+import { runSequentialSlices } from './sequential-slices';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
 export const DEFAULT_SLICE = 200;
@@ -30,7 +31,7 @@ export const OFFLINE_AT_APPLY = 'offline-at-apply';
  */
 export const FLOOR_AT_APPLY = 'floor-at-apply';
 
-export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
+export type { BatchResult };
 
 /**
  * Runs a phase's devices (apply) or the devices to put back (rollback): inline when the batch is small,
@@ -46,8 +47,7 @@ export class DeviceBatches {
    * read no markers, so a device ahead of the rollout is learned by its apply, as the plan did before.
    */
   aheadAbove: number | undefined;
-  private activeSlice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow> | undefined;
-  /** Overlapping slices: every slice child running now, by workflow id. */
+  /** Every slice child running now, by workflow id (overlapping, or the one sequential slice). */
   private readonly liveSlices = new Map<string, wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>>();
   /** Overlapping slices: the children that told us they hold the budget. */
   private readonly activeSlices = new Set<string>();
@@ -87,7 +87,6 @@ export class DeviceBatches {
     const c = { paused: this.model.paused, stop: this.model.stopped };
     if (ack) return this.forwardAcked(c);
     const sent: Promise<void>[] = [];
-    if (this.activeSlice) sent.push(this.activeSlice.signal(sliceControlSignal, c).catch(() => {}));
     for (const slice of this.liveSlices.values()) sent.push(this.control(slice, c));
     return Promise.all(sent).then(() => undefined);
   }
@@ -99,8 +98,8 @@ export class DeviceBatches {
    */
   private async forwardAcked(c: { paused: boolean; stop: boolean }): Promise<void> {
     const seq = ++this.controlSeq;
-    for (const slice of [...this.liveSlices.values(), ...(this.activeSlice ? [this.activeSlice] : [])]) void this.control(slice, { ...c, ack: seq });
-    const live = () => [...this.liveSlices.keys(), ...(this.activeSlice ? [this.activeSlice.workflowId] : [])];
+    for (const slice of this.liveSlices.values()) void this.control(slice, { ...c, ack: seq });
+    const live = () => [...this.liveSlices.keys()];
     await wf.condition(() => this.starting === 0 && live().every((id) => (this.acked.get(id) ?? 0) >= seq), CONTROL_ACK_TIMEOUT);
   }
 
@@ -163,42 +162,31 @@ export class DeviceBatches {
       : { setState, isPaused: () => false, isStopped: () => false };
   }
 
-  async run(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
+  /**
+   * Not `async`, on purpose: each path's promise reaches the caller after as many microtask turns as when
+   * the three were one async method. Coroutines resumed by the same activation emit their commands in
+   * the order those turns give, so a turn more or less could reorder a recorded history's commands.
+   */
+  run(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
     const opts = this.options(mode, phaseName);
-    if (batch.length <= this.sliceSize) {
-      const result = await runDevices(batch, opts, this.hooks(mode));
-      this.background.push(result.background);
-      refreshDetails(this.model, true);
-      return result;
-    }
-    if (wf.patched(OVERLAPPING_SLICES)) return this.runOverlapping(batch, mode, phaseName, opts);
-    const info = wf.workflowInfo();
-    const model = this.model;
-    const total: BatchResult = { tally: { succeeded: 0, failed: 0 }, tripped: false, started: [] };
-    for (let i = 0, k = 0; i < batch.length; i += this.sliceSize, k++) {
-      if (mode === 'apply') {
-        if (model.stopped || total.tripped) break;
-        await wf.condition(() => !model.paused || model.stopped);
-        if (model.stopped) break;
-      }
-      const slice = batch.slice(i, i + this.sliceSize);
-      this.activeSlice = await wf.startChild(rolloutSliceWorkflow, {
-        workflowId: `${this.input.rolloutId}/${info.runId.slice(0, 8)}/${mode}-${phaseName.replace(/\s+/g, '_')}-${k}`,
-        args: [{ devices: slice, options: opts, tallyBefore: total.tally, paused: mode === 'apply' && model.paused }],
-        staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${Math.ceil(batch.length / this.sliceSize)} (${slice.length} devices)`,
-      });
-      const result: SliceResult = await this.activeSlice.result();
-      this.activeSlice = undefined;
-      // One details refresh for the whole slice: per device, it would rebuild the table 200 times over
-      // a fleet that may hold 10,000 devices, inside one workflow task.
-      for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
-      refreshDetails(model, true);
-      total.tally.succeeded += result.tally.succeeded;
-      total.tally.failed += result.tally.failed;
-      total.tripped ||= result.tripped;
-      total.started.push(...result.started);
-    }
-    return total;
+    if (batch.length <= this.sliceSize) return this.runInline(batch, mode, opts);
+    // An async method returning runOverlapping's promise, as `run` was: one turn after it resolves.
+    if (wf.patched(OVERLAPPING_SLICES)) return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
+    // Executions recorded before OVERLAPPING_SLICES: goes with that patch (workflows/sequential-slices.ts).
+    return runSequentialSlices(batch, mode, phaseName, opts, {
+      rolloutId: this.input.rolloutId,
+      sliceSize: this.sliceSize,
+      model: this.model,
+      sliceRunning: (handle) => this.liveSlices.set(handle.workflowId, handle),
+      sliceEnded: (handle) => this.liveSlices.delete(handle.workflowId),
+    });
+  }
+
+  private async runInline(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', opts: DeviceRunOptions): Promise<BatchResult> {
+    const result = await runDevices(batch, opts, this.hooks(mode));
+    this.background.push(result.background);
+    refreshDetails(this.model, true);
+    return result;
   }
 
   /**

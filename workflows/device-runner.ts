@@ -1,15 +1,12 @@
 import * as wf from '@temporalio/workflow';
-import { dependencyBackoffMs, waitingReason, type Dependency } from '../core/dependencies';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
-import { ownValue } from '../core/own-keys';
-import { NOT_FOR_ME } from '../core/rollout/outcome';
-import { IN_PLACE_REASON } from '../core/rollout/revert';
+import { deviceOutcome, runStates, waitGivenUpReason, type AnswerPatches, type AnswerReading, type ApplyAnswer, type DeviceOutcome } from '../core/rollout/device-outcome';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
 import type * as activities from '../activities';
-
-type Acts = ReturnType<typeof activities.createActivities>;
+import { applyRevisionActivity } from './activity-proxies';
+import { DeviceQueue } from './device-queue';
 
 /** How a batch of devices is driven: shared by the rollout workflow and its slice children. */
 export interface DeviceRunOptions {
@@ -57,25 +54,11 @@ export interface DeviceRunResult {
   background: Promise<void>;
 }
 
+/** What a batch (inline, or over slices) answers the rollout: a run's result without its background devices. */
+export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
+
 function applyProxy(opts: DeviceRunOptions) {
-  const waitForOffline = opts.offline === 'wait' && opts.mode === 'apply';
-  return wf.proxyActivities<Acts>({
-    // `applyTimeout` bounds a device's whole apply, retries included; a device that is offline under
-    // `offline: wait` is retried until it runs out.
-    startToCloseTimeout: opts.applyTimeoutMs,
-    scheduleToCloseTimeout: opts.applyTimeoutMs,
-    // A worker that dies mid-apply is noticed after this long and the device's apply is retried on
-    // another worker, which reattaches to the apply still running (or finished) under the device's
-    // apply lock instead of starting another. The apply heartbeats every second whatever it is doing,
-    // after a quiet first 2 s (activities/quiet-heartbeat.ts), so 6 s is four missed beats.
-    heartbeatTimeout: '6 seconds',
-    // Only the device saying no (and refusals: host key, login, envelope, a lock held by another
-    // rollout) is terminal, as non-retryable failures; a lost connection or worker retries until
-    // `applyTimeout` runs out, so worker deaths never use up a device's attempts.
-    retry: waitForOffline
-      ? { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute' }
-      : { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds' },
-  }).applyRevision;
+  return applyRevisionActivity({ applyTimeoutMs: opts.applyTimeoutMs, waitForOffline: opts.offline === 'wait' && opts.mode === 'apply' });
 }
 
 /** New executions leave a device refused before any command ran out of compensation (never "rolled back"). */
@@ -93,8 +76,33 @@ export const PROFILE_ORDERING = 'profile-ordering';
  */
 export const IN_PLACE_UNTOUCHED = 'in-place-untouched';
 
-/** Failures that happen before any command of ours runs on the device (the worker or the device said no first). */
-const REFUSED_BEFORE_RUNNING: ReadonlySet<string> = new Set(['EnvelopeRejected', 'ApplyLockHeld', 'Transport.host-key', 'Transport.auth', 'Transport.config']);
+/**
+ * The patches a run reads its devices' answers under (core/rollout/device-outcome.ts `AnswerPatches`),
+ * each asked of the SDK at the first device whose answer needs it (where the runner always asked: the
+ * first ask records the marker) and kept once the answer is final. Only a `true` is final: a `false`
+ * during replay means no marker was seen yet, and an execution that replays up to now and runs on from
+ * here may still take the patch (the SDK keeps no decision for it either), so it is asked again.
+ */
+class RunPatches implements AnswerPatches {
+  private readonly taken = new Set<string>();
+
+  get profileOrdering(): boolean {
+    return this.taken.has(PROFILE_ORDERING) || this.keep(PROFILE_ORDERING, wf.patched(PROFILE_ORDERING));
+  }
+
+  get refusedUntouched(): boolean {
+    return this.taken.has(REFUSED_DEVICES_UNTOUCHED) || this.keep(REFUSED_DEVICES_UNTOUCHED, wf.patched(REFUSED_DEVICES_UNTOUCHED));
+  }
+
+  get inPlaceUntouched(): boolean {
+    return this.taken.has(IN_PLACE_UNTOUCHED) || this.keep(IN_PLACE_UNTOUCHED, wf.patched(IN_PLACE_UNTOUCHED));
+  }
+
+  private keep(patch: string, taken: boolean): boolean {
+    if (taken) this.taken.add(patch);
+    return taken;
+  }
+}
 
 /** The type of the first ApplicationFailure in a failure chain, if any. */
 function failureType(err: unknown): string | undefined {
@@ -116,105 +124,75 @@ export function rootMessage(err: unknown): string {
  * gate stops new starts), each one verify-first → apply → verify → marker. Required devices are awaited;
  * best-effort ones run in the background and never count toward the failure gate. A device that does
  * not yet verify a profile the rollout waits for (`after`) frees its slot, waits (state `waiting`) and is
- * tried again after a backoff, while the others go on.
+ * tried again after a backoff, while the others go on. What each answer means is decided in
+ * core/rollout/device-outcome.ts; the bookkeeping is a DeviceQueue's.
  */
 export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptions, hooks: DeviceRunHooks, tallyBefore: FailureTally = { succeeded: 0, failed: 0 }): Promise<DeviceRunResult> {
   const apply = applyProxy(opts);
-  const inFlight = new Map<string, number>();
-  const queue = [...devices];
-  const tally: FailureTally = { succeeded: 0, failed: 0 };
-  const started: string[] = [];
-  const untouched = new Set<string>();
-  /** IN_PLACE_UNTOUCHED, asked at the first device found in place. */
-  let inPlaceUntouched: boolean | undefined;
+  const { budget } = hooks;
+  const queue = new DeviceQueue(devices, opts.limits, budget);
+  const patches = new RunPatches();
+  const reading: AnswerReading = {
+    mode: opts.mode,
+    provable: opts.provable,
+    offline: opts.offline,
+    reportOffline: opts.reportOffline === true,
+    aheadAtApply: opts.aheadAbove !== undefined,
+    ...(opts.steps.after ? { after: opts.steps.after } : {}),
+  };
   const required: Promise<void>[] = [];
   const background: Promise<void>[] = [];
   let tripped = false;
   const verb = opts.mode === 'apply' ? 'apply' : 'rollback';
-  const [busy, ok, bad]: DeviceState[] = opts.mode === 'apply' ? ['applying', opts.provable ? 'applied' : 'claimed', 'failed'] : ['rolling-back', 'rolled-back', 'rollback-failed'];
+  const { busy } = runStates(opts);
 
-  const { budget } = hooks;
-  const room = budget ? (d: DeviceSnapshot) => budget.room(d.pool) : (d: DeviceSnapshot) => (inFlight.get(d.pool) ?? 0) < (ownValue(opts.limits, d.pool) ?? 1);
   /** The phase's tally as this run sees it: earlier runs (tallyBefore, or the chain's), then its own. */
   const phaseTally = (): FailureTally => {
     const earlier = budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
-    return { succeeded: tallyBefore.succeeded + earlier.succeeded + tally.succeeded, failed: tallyBefore.failed + earlier.failed + tally.failed };
+    return { succeeded: tallyBefore.succeeded + earlier.succeeded + queue.tally.succeeded, failed: tallyBefore.failed + earlier.failed + queue.tally.failed };
   };
   // In a chain of slices, devices of earlier slices end while this one runs: their failures trip the gate here too.
   const trippedUpChain = () => budget !== undefined && opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, false);
-  const halted = () => hooks.isStopped() || tripped || (trippedUpChain() && (tripped = true));
-  // Devices between a dependency wait and their retry: they may start again, so the run is not drained.
-  let waitingNow = 0;
+  const halted = (): boolean => {
+    if (hooks.isStopped() || tripped) return true;
+    if (trippedUpChain()) tripped = true;
+    return tripped;
+  };
   let loopDone = false;
   let drainedSaid = false;
   const maybeDrained = () => {
-    if (drainedSaid || !loopDone || queue.length > 0 || waitingNow > 0 || halted()) return;
+    if (drainedSaid || !loopDone || !queue.drained() || halted()) return;
     drainedSaid = true;
     hooks.onQueueEmpty?.();
   };
 
-  /** One apply activity; the dependencies it found unmet (nothing ran on the device then), if any. */
-  const attempt = async (device: DeviceSnapshot): Promise<{ unmet: Dependency[]; detail?: string } | undefined> => {
-    const bestEffort = device.updateClass === 'best-effort';
-    inFlight.set(device.pool, (inFlight.get(device.pool) ?? 0) + 1);
-    budget?.started(device.pool);
-    let counted: 'succeeded' | 'failed' | undefined;
-    started.push(device.id);
+  /** One apply activity, and what its answer means, applied: the device's state, its slot, its count. */
+  const attempt = async (device: DeviceSnapshot, attemptNo: number): Promise<DeviceOutcome> => {
+    queue.begin(device);
     hooks.setState(device.id, busy);
-    let waiting: { unmet: Dependency[]; detail?: string } | undefined;
+    let answer: ApplyAnswer;
+    let cancellation: unknown;
     try {
       const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
         { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs, ...(opts.reportOffline ? { reportOffline: true } : {}), ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}) },
       ]);
-      if (result.outcome === 'offline' && opts.reportOffline) {
-        // Unreachable at first contact: nothing ran on it, so it is not changed; the offline policy says
-        // whether it is skipped (not counted) or failed (counted).
-        started.splice(started.lastIndexOf(device.id), 1);
-        const failed = opts.offline === 'fail';
-        hooks.setState(device.id, failed ? bad : 'skipped', `offline at apply: ${result.detail ?? 'unreachable'}`);
-        if (failed && !bestEffort) {
-          tally.failed += 1;
-          counted = 'failed';
-        }
-      } else if (result.outcome === 'ahead' && opts.aheadAbove !== undefined) {
-        // Ahead of the rollout (its marker above the target): nothing ran, it is not changed and not
-        // counted, as the plan's not-for-me "ahead" rule said when the snapshot read every marker.
-        started.splice(started.lastIndexOf(device.id), 1);
-        hooks.setState(device.id, 'skipped', `${NOT_FOR_ME} ahead: ${result.detail ?? 'the device is above the target'}`);
-      } else if (result.outcome === 'dependency-unmet' && opts.steps.after?.length && wf.patched(PROFILE_ORDERING)) {
-        // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
-        started.splice(started.lastIndexOf(device.id), 1);
-        waiting = { unmet: result.unmet?.length ? result.unmet : opts.steps.after, ...(result.detail ? { detail: result.detail } : {}) };
-        return waiting;
-      } else {
-        hooks.setState(device.id, ok, result.outcome === 'already-applied' ? IN_PLACE_REASON : undefined);
-        if (result.outcome === 'already-applied' && opts.mode === 'apply' && (inPlaceUntouched ??= wf.patched(IN_PLACE_UNTOUCHED))) untouched.add(device.id);
-        if (!bestEffort) {
-          tally.succeeded += 1;
-          counted = 'succeeded';
-        }
-      }
+      answer = { kind: 'answered', outcome: result.outcome, ...(result.detail !== undefined ? { detail: result.detail } : {}), ...(result.unmet ? { unmet: result.unmet } : {}) };
     } catch (err) {
       if (wf.isCancellation(err)) {
-        hooks.setState(device.id, bad, `${verb} cancelled mid-flight`);
-        throw err;
+        cancellation = err;
+        answer = { kind: 'cancelled' };
+      } else {
+        const type = failureType(err);
+        answer = { kind: 'failed', ...(type ? { failureType: type } : {}), message: rootMessage(err) };
       }
-      hooks.setState(device.id, bad, `${bestEffort ? 'best-effort, not counted: ' : ''}${rootMessage(err)}`);
-      if (!bestEffort) {
-        tally.failed += 1;
-        counted = 'failed';
-      }
-      // Refused before anything ran on it: the device was not changed, so there is nothing to put back.
-      if (opts.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(failureType(err) ?? '') && wf.patched(REFUSED_DEVICES_UNTOUCHED)) untouched.add(device.id);
-    } finally {
-      inFlight.set(device.pool, inFlight.get(device.pool)! - 1);
-      budget?.ended(device.pool);
-      hooks.onEnded?.(device.pool, counted);
     }
-    if (!bestEffort && opts.mode === 'apply') {
-      if (failureGateTripped(phaseTally(), opts.failurePolicy, false)) tripped = true;
-    }
-    return waiting;
+    const outcome = deviceOutcome(answer, { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo }, reading, patches);
+    hooks.setState(device.id, outcome.state, outcome.reason);
+    queue.settle(device, outcome);
+    hooks.onEnded?.(device.pool, outcome.counted);
+    if (outcome.cancelled) throw cancellation;
+    if (outcome.readsGate && failureGateTripped(phaseTally(), opts.failurePolicy, false)) tripped = true;
+    return outcome;
   };
 
   /**
@@ -222,17 +200,19 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
    * paused and the maintenance window is open. A stop (abort, cancel, a tripped failure gate) ends the
    * wait: the device never started, so it goes back to pending for the rollout's own skip.
    */
-  const retryAfterWait = async (device: DeviceSnapshot, reason: string, waits: number): Promise<boolean> => {
-    hooks.setState(device.id, 'waiting', reason);
-    const giveUp = () => hooks.setState(device.id, 'pending', `not started: was ${reason}`);
+  const retryAfterWait = async (device: DeviceSnapshot, waitingFor: string, backoffMs: number): Promise<boolean> => {
+    const giveUp = () => {
+      hooks.setState(device.id, 'pending', waitGivenUpReason(waitingFor));
+      return false;
+    };
     try {
-      if (await wf.condition(halted, dependencyBackoffMs(waits))) return (giveUp(), false);
+      if (await wf.condition(halted, backoffMs)) return giveUp();
       for (;;) {
-        await wf.condition(() => halted() || (!hooks.isPaused() && room(device)));
-        if (halted()) return (giveUp(), false);
+        await wf.condition(() => halted() || (!hooks.isPaused() && queue.room(device)));
+        if (halted()) return giveUp();
         const closed = opts.window ? msUntilWindowOpens(Date.now(), opts.window) : 0;
         if (closed <= 0) return true;
-        if (await wf.condition(halted, closed)) return (giveUp(), false);
+        if (await wf.condition(halted, closed)) return giveUp();
       }
     } catch (err) {
       if (wf.isCancellation(err)) giveUp();
@@ -242,17 +222,16 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
 
   const runOne = async (device: DeviceSnapshot) => {
     try {
-      for (let waits = 1; ; waits++) {
-        const waiting = await attempt(device);
-        if (!waiting) return;
-        const reason = `${waitingReason(waiting.unmet)}${waiting.detail ? ` (${waiting.detail})` : ''}`;
-        waitingNow += 1;
+      for (let attemptNo = 1; ; attemptNo++) {
+        const outcome = await attempt(device, attemptNo);
+        if (outcome.retryAfterMs === undefined) return;
+        queue.waitBegins();
         let again: boolean;
         try {
-          again = await retryAfterWait(device, reason, waits);
+          again = await retryAfterWait(device, outcome.reason ?? '', outcome.retryAfterMs);
         } finally {
           // Synchronously before the retry's attempt takes its slot: no drained check can run in between.
-          waitingNow -= 1;
+          queue.waitEnds();
         }
         if (!again) return;
       }
@@ -261,8 +240,8 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     }
   };
 
-  while (queue.length > 0) {
-    await wf.condition(() => halted() || (!hooks.isPaused() && queue.some(room)));
+  while (queue.hasPending()) {
+    await wf.condition(() => halted() || (!hooks.isPaused() && queue.canStartOne()));
     if (halted()) break;
     if (opts.window) {
       const wait = msUntilWindowOpens(Date.now(), opts.window);
@@ -271,7 +250,7 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
         continue; // re-check pause, abort and budget after sleeping
       }
     }
-    const device = queue.splice(queue.findIndex(room), 1)[0]!;
+    const device = queue.takeNext();
     const run = runOne(device);
     (device.updateClass === 'best-effort' ? background : required).push(run);
   }
@@ -279,9 +258,9 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   maybeDrained();
   await Promise.all(required);
   return {
-    tally,
+    tally: queue.tally,
     tripped: tripped || (opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, true)),
-    started: untouched.size ? started.filter((id) => !untouched.has(id)) : started,
+    started: queue.started(),
     background: Promise.all(background).then(() => undefined),
   };
 }

@@ -1,6 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import { emptyRelease, isEmptyRelease, mergeRelease, SharedBudget, type BudgetRelease } from '../core/rollout/shared-budget';
-import { sliceActiveSignal, sliceHandoffSignal, sliceReleaseSignal, sliceSuccessorSignal } from './messages';
+import { sliceActiveSignal, sliceHandoffSignal, sliceReleaseSignal, sliceSuccessorSignal } from '../contracts/rollout';
 
 /** Where a slice stands in its phase's chain (SliceInput.link); absent for slices started before overlap. */
 export interface SliceLinkInput {

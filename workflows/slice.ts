@@ -2,7 +2,7 @@ import * as wf from '@temporalio/workflow';
 import type { FailureTally } from '../core/failure-gate';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type DeviceRunOptions } from './device-runner';
-import { sliceControlAckSignal, sliceControlSignal } from './messages';
+import { sliceControlAckSignal, sliceControlSignal } from '../contracts/rollout';
 import { SliceLink, type SliceLinkInput } from './slice-link';
 
 /** A slice answers a numbered control (`ack`) with `sliceControlAck` to its parent. */

@@ -1,0 +1,177 @@
+import { dependencyBackoffMs, waitingReason, type Dependency } from '../dependencies';
+import type { DeviceState } from '../rollout-state';
+import { NOT_FOR_ME, NOT_STARTED } from './outcome';
+import { IN_PLACE_REASON } from './revert';
+
+/**
+ * What one device's apply (or rollback) came to, as a value (Nomad's deploymentwatcher style: decide,
+ * then act once): the device runner (workflows/device-runner.ts) asks `deviceOutcome` and applies the
+ * answer in one place. Pure: the activity's answer, the run's settings and the patches in force as
+ * plain booleans in, the device's next state, its place in compensation and the failure tally out.
+ */
+
+/** What an apply activity answers when it returns (activities/device-steps.ts `ApplyResult.outcome`). */
+export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 'offline' | 'ahead';
+
+/** How a device's apply activity ended: it answered, it failed, or the rollout was cancelled under it. */
+export type ApplyAnswer =
+  | { kind: 'answered'; outcome: ApplyOutcome; detail?: string; unmet?: readonly Dependency[] }
+  /** `failureType`: the type of the first ApplicationFailure in the chain; `message`: its innermost message. */
+  | { kind: 'failed'; failureType?: string; message: string }
+  | { kind: 'cancelled' };
+
+/** How a run reads its devices' answers (the parts of workflows/device-runner.ts `DeviceRunOptions` that matter). */
+export interface AnswerReading {
+  mode: 'apply' | 'rollback';
+  /** A non-provable revision can only ever reach `claimed`: its verify cannot read the fact back. */
+  provable: boolean;
+  offline: 'skip' | 'wait' | 'fail';
+  /** Applies carry `reportOffline` (patch `offline-at-apply`): an `offline` answer is believed. */
+  reportOffline: boolean;
+  /** Applies carry `aheadAbove` (patch `ahead-at-apply`): an `ahead` answer is believed. */
+  aheadAtApply: boolean;
+  /** The profiles the rollout waits for (the spec's `after`), if any. */
+  after?: readonly Dependency[];
+}
+
+/**
+ * The patches an answer is read under. Each is read only where its answer decides something, exactly
+ * where the runner asked `patched()` before this was a value: reading one may record its marker in a
+ * new execution, so a flag read elsewhere would change the execution's commands.
+ */
+export interface AnswerPatches {
+  /** `profile-ordering`: a `dependency-unmet` answer sends the device to wait and retry. */
+  readonly profileOrdering: boolean;
+  /** `refused-devices-untouched`: a device refused before any command ran is out of compensation. */
+  readonly refusedUntouched: boolean;
+  /** `in-place-untouched`: a device whose verify first found the revision in place is out of compensation. */
+  readonly inPlaceUntouched: boolean;
+}
+
+/**
+ * Failures that happen before any command of ours runs on the device (the worker or the device said no
+ * first): the envelope, the apply lock, the host key, the login, the transport's own settings.
+ */
+export const REFUSED_BEFORE_RUNNING: ReadonlySet<string> = new Set([
+  'EnvelopeRejected',
+  'ApplyLockHeld',
+  'Transport.host-key',
+  'Transport.auth',
+  'Transport.config',
+]);
+
+/**
+ * What an answer means for the run. Every answer frees the device's slot (a slot is held only while its
+ * activity runs); a device that waits takes a slot again when it retries.
+ */
+export interface DeviceOutcome {
+  /** The state the device shows now, and why. */
+  state: DeviceState;
+  reason?: string;
+  /**
+   * Whether something of this rollout's may have run on it, so compensation must undo it. A device not
+   * touched is forgotten from the run's started list: offline or ahead at first contact, waiting for a
+   * dependency, refused before running, found in place.
+   */
+  touched: boolean;
+  /** How it counts for the phase's failure gate; absent: not counted (best-effort, skipped, waiting, cancelled). */
+  counted?: 'succeeded' | 'failed';
+  /** The failure gate is read once it ended: a required device of an apply that ended (did not wait, was not cancelled). */
+  readsGate: boolean;
+  /** A dependency is unmet: wait this long (then for a free slot, no pause, an open window) and try again. */
+  retryAfterMs?: number;
+  /** The rollout was cancelled mid-apply: the cancellation goes on up once the state is set. */
+  cancelled?: true;
+}
+
+/** The device's place in the run: whether it is best-effort, and which attempt (1-based) answered. */
+export interface AnsweringDevice {
+  bestEffort: boolean;
+  attempt: number;
+}
+
+/** The state a run's devices take while they run, when they end well and when they fail. */
+export function runStates(reading: Pick<AnswerReading, 'mode' | 'provable'>): {
+  busy: DeviceState;
+  ok: DeviceState;
+  bad: DeviceState;
+} {
+  return reading.mode === 'apply'
+    ? { busy: 'applying', ok: reading.provable ? 'applied' : 'claimed', bad: 'failed' }
+    : { busy: 'rolling-back', ok: 'rolled-back', bad: 'rollback-failed' };
+}
+
+/** The reason of a waiting device that goes back to pending because the run stopped before its retry. */
+export function waitGivenUpReason(waitingFor: string): string {
+  return `${NOT_STARTED} was ${waitingFor}`;
+}
+
+/** What a device's answer means: its next state, whether compensation must undo it, how it counts, whether it retries. */
+export function deviceOutcome(
+  answer: ApplyAnswer,
+  device: AnsweringDevice,
+  reading: AnswerReading,
+  patches: AnswerPatches,
+): DeviceOutcome {
+  const { ok, bad } = runStates(reading);
+  const verb = reading.mode === 'apply' ? 'apply' : 'rollback';
+  const required = !device.bestEffort;
+  const readsGate = required && reading.mode === 'apply';
+  if (answer.kind === 'cancelled')
+    return { state: bad, reason: `${verb} cancelled mid-flight`, touched: true, readsGate: false, cancelled: true };
+  if (answer.kind === 'failed') {
+    // Refused before anything ran on it: the device was not changed, so there is nothing to put back.
+    const refused =
+      reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '') && patches.refusedUntouched;
+    return {
+      state: bad,
+      reason: `${device.bestEffort ? 'best-effort, not counted: ' : ''}${answer.message}`,
+      touched: !refused,
+      ...(required ? { counted: 'failed' as const } : {}),
+      readsGate,
+    };
+  }
+  if (answer.outcome === 'offline' && reading.reportOffline) {
+    // Unreachable at first contact: nothing ran on it, so it is not changed; the offline policy says
+    // whether it is skipped (not counted) or failed (counted).
+    const failed = reading.offline === 'fail';
+    return {
+      state: failed ? bad : 'skipped',
+      reason: `offline at apply: ${answer.detail ?? 'unreachable'}`,
+      touched: false,
+      ...(failed && required ? { counted: 'failed' as const } : {}),
+      readsGate,
+    };
+  }
+  if (answer.outcome === 'ahead' && reading.aheadAtApply) {
+    // Ahead of the rollout (its marker above the target): nothing ran, it is not changed and not
+    // counted, as the plan's not-for-me "ahead" rule said when the snapshot read every marker.
+    return {
+      state: 'skipped',
+      reason: `${NOT_FOR_ME} ahead: ${answer.detail ?? 'the device is above the target'}`,
+      touched: false,
+      readsGate,
+    };
+  }
+  if (answer.outcome === 'dependency-unmet' && reading.after?.length && patches.profileOrdering) {
+    // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
+    const unmet = answer.unmet?.length ? answer.unmet : reading.after;
+    return {
+      state: 'waiting',
+      reason: `${waitingReason(unmet)}${answer.detail ? ` (${answer.detail})` : ''}`,
+      touched: false,
+      readsGate: false,
+      retryAfterMs: dependencyBackoffMs(device.attempt),
+    };
+  }
+  // Before its patch, a dependency-unmet answer read as applied too (and offline, ahead before theirs).
+  const inPlace = answer.outcome === 'already-applied';
+  const untouched = inPlace && reading.mode === 'apply' && patches.inPlaceUntouched;
+  return {
+    state: ok,
+    ...(inPlace ? { reason: IN_PLACE_REASON } : {}),
+    touched: !untouched,
+    ...(required ? { counted: 'succeeded' as const } : {}),
+    readsGate,
+  };
+}
