@@ -51,8 +51,8 @@ export interface PlanOptions {
   profile?: string;
   /** `--profiles` (else `$WAVEGATE_PROFILES`, else ./profiles: intake/profiles-root.ts). */
   profiles?: string;
-  /** `--profiles-dir`: the older name of `--profiles`, hidden and deprecated. */
-  profilesRoot?: string;
+  /** `--profiles-dir`: the older name of `--profiles`, hidden and deprecated (the name commander gives that flag). */
+  profilesDir?: string;
   markers?: string;
   risk?: string;
   json?: boolean;
@@ -78,7 +78,7 @@ export interface PlanReport {
 
 /** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
 function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesRoot: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
-  const profilesRoot = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesRoot }).dir;
+  const profilesRoot = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesDir }).dir;
   if (opts.profile) {
     const profile = parseProfile(readDocument(opts.profile), opts.profile);
     if (profile.name !== spec.profile) {

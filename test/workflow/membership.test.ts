@@ -1,13 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { temporal } from '@temporalio/proto';
-import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
+import { MockActivityEnvironment, } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities, type SnapshotPage } from '../../activities';
 import { storeMembership } from '../../clients/membership';
 import { parseInventory } from '../../core/inventory';
 import { membershipPages, membershipWorkflowId, type MembershipRef } from '../../core/membership';
-import { startDevServerEnv } from '../../workers/dev-server';
-import { scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { join } from 'node:path';
 import { HISTORY_EVENT_LIMIT } from '../support/history-bounds';
 import { parseRolloutSpec } from '../../core/spec';
@@ -23,9 +22,7 @@ import { rolloutWorkflow } from '../../workflows/rollout';
  * payload far under 2 MB, the whole history far under the 50 MB limit (and under the 10 MB warning).
  */
 const DEVICES = 10_000;
-const scratch = scratchDir('membership');
-let env: TestWorkflowEnvironment;
-let worker: Awaited<ReturnType<typeof startTestWorker>>;
+const real = realRollouts('membership');
 let ref: MembershipRef;
 const quiet = new DefaultLogger('ERROR');
 
@@ -50,23 +47,15 @@ const inventory = bigInventory();
 const marks = new Map(inventory.devices.filter((_, i) => i % 2 === 0).map((d) => [d.id, { holds: true, text: `node-down since 2026-01-01T00:00:00Z: ${d.id} is down` }]));
 
 async function historyOf(workflowId: string) {
-  const history = await env.client.workflow.getHandle(workflowId).fetchHistory();
+  const history = await real.env.client.workflow.getHandle(workflowId).fetchHistory();
   const events = history.events ?? [];
   const sizes = events.map((e) => temporal.api.history.v1.HistoryEvent.encode(e).finish().length);
   return { events, largestEvent: Math.max(...sizes), bytes: temporal.api.history.v1.History.encode(history).finish().length };
 }
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: scratch.dir });
-  ref = await storeMembership(env.client, worker.taskQueue, inventory, 'generated (test)', marks);
+  ref = await storeMembership(real.env.client, real.worker.taskQueue, inventory, 'generated (test)', marks);
 }, 240_000);
-
-afterAll(async () => {
-  await worker?.stop();
-  await env?.teardown();
-  scratch.cleanup();
-});
 
 describe('membership entity', () => {
   it('stores 10,000 devices in 10 pages within Temporal payload and history limits', async () => {
@@ -82,7 +71,7 @@ describe('membership entity', () => {
 
   it('storing the same content again reuses the sealed entity and writes nothing', async () => {
     const before = (await historyOf(ref.workflowId)).events.length;
-    expect(await storeMembership(env.client, worker.taskQueue, inventory, 'generated (test)', marks)).toEqual(ref);
+    expect(await storeMembership(real.env.client, real.worker.taskQueue, inventory, 'generated (test)', marks)).toEqual(ref);
     expect((await historyOf(ref.workflowId)).events.length).toBe(before);
   });
 
@@ -90,8 +79,8 @@ describe('membership entity', () => {
     const small = parseInventory({ defaults: { user: 'u', port: 22, pool: 'p', class: 'c', os: 'linux' }, devices: [{ id: 'a', host: '10.9.9.1' }, { id: 'b', host: '10.9.9.2' }] }, 'small');
     const { pages, digest } = membershipPages(small);
     const id = membershipWorkflowId(digest);
-    await env.client.workflow.start('membershipWorkflow', { workflowId: id, taskQueue: worker.taskQueue, args: [{ digest, devices: 2, pages: 1, source: 'small' }] });
-    const handle = env.client.workflow.getHandle(id);
+    await real.env.client.workflow.start('membershipWorkflow', { workflowId: id, taskQueue: real.worker.taskQueue, args: [{ digest, devices: 2, pages: 1, source: 'small' }] });
+    const handle = real.env.client.workflow.getHandle(id);
     const forged = { ...pages[0]!, devices: pages[0]!.devices.map((d) => ({ ...d, host: '203.0.113.66' })) };
     await expect(handle.executeUpdate('storePage', { args: [forged] })).rejects.toMatchObject({ cause: { type: 'MembershipRefused', message: expect.stringMatching(/^digest: page 0's content hashes to/) } });
     await expect(handle.executeUpdate('seal', { args: [] })).rejects.toMatchObject({ cause: { message: 'pages: 0 of 1 stored' } });
@@ -106,7 +95,7 @@ describe('membership entity', () => {
   });
 
   it('snapshotFleet reads all 10,000 from the entity through the client, page by page, with the stored node-down standings', async () => {
-    const acts = createActivities({ client: env.client, auditDir: scratch.dir });
+    const acts = createActivities({ client: real.env.client, auditDir: real.dir });
     const activityEnv = new MockActivityEnvironment(undefined, { logger: quiet });
     const seen: string[] = [];
     for (let offset = 0; offset < DEVICES; offset += 1_000) {
@@ -128,16 +117,16 @@ describe('membership entity', () => {
   }, 120_000);
 
   it('a real rollout over the 10,000-device membership (plus 2 simulated devices) completes; every history within limits', async () => {
-    const fleet = await startFleet({ devices: demoDevices(2), dir: join(scratch.dir, 'fleet') });
+    const fleet = await startFleet({ devices: demoDevices(2), dir: join(real.dir, 'fleet') });
     try {
       const sim = fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } });
       const big = bigInventory();
       const doc = { pools: { ...sim.pools, east: { disruptionBudget: 0.05 }, west: { disruptionBudget: 0.05 } }, devices: [...sim.devices.map((d) => ({ ...d, user: sim.defaults.user, ssh: { ...d.ssh, key: sim.defaults.ssh.key } })), ...big.devices] };
       const inv = parseInventory(doc, 'generated+sim');
       const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], gate: '1s' } }, 'membership spec');
-      const input = rolloutInputFromFiles({ spec, specSource: 'membership spec', inventory: inv, inventoryPath: 'generated+sim', profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId: 'rollout:membership-10k' });
-      const membership = await storeMembership(env.client, worker.taskQueue, inv, 'generated+sim', marks);
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [{ ...input, membership }] });
+      const input = rolloutInputFromFiles({ spec, specSource: 'membership spec', inventory: inv, inventoryPath: 'generated+sim', profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId: 'rollout:membership-10k' });
+      const membership = await storeMembership(real.env.client, real.worker.taskQueue, inv, 'generated+sim', marks);
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: real.worker.taskQueue, args: [{ ...input, membership }] });
       const status = await handle.result();
       expect(status.state).toBe('completed');
       expect(status.devices.filter((d) => d.state === 'applied').map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
@@ -154,7 +143,7 @@ describe('membership entity', () => {
   }, 300_000);
 
   it('a rollout naming another digest than the entity holds is refused at snapshot (MembershipMismatch, not retried)', async () => {
-    const acts = createActivities({ client: env.client, auditDir: scratch.dir });
+    const acts = createActivities({ client: real.env.client, auditDir: real.dir });
     const wrong = { ...ref, digest: 'e'.repeat(64) };
     await expect(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.snapshotFleet, { membership: wrong, profile: 'demo', scope: {}, offset: 0, limit: 10 })).rejects.toMatchObject({
       type: 'MembershipMismatch',

@@ -1,16 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { join } from 'node:path';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { listRevisions, registerEnvelope } from '../../clients/registry';
 import { registryWorkflowId } from '../../contracts/registry';
 import { WavegateError } from '../../core/errors';
 import { MAX_PAYLOAD_FILE_BYTES, type Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, peekBody, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { loadHistory } from '../support/histories';
 import { replayUpdateOutcomes } from '../support/replay-update-outcomes';
-import { scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 
 /**
  * The registry's update handler re-decides every registration on replay; its validator does not run on
@@ -61,19 +58,7 @@ describe('a new registration under the signed content rules (real Temporal dev s
   const keyA = newKey();
   const keyB = newKey();
   const trustDoc = { threshold: 2, pins: [pinOf(keyA, 'release-a'), pinOf(keyB, 'release-b')] };
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('registry-content-rules');
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
+  const real = realRollouts('registry-content-rules');
 
   const revisionOf = (profile: string, n: number, extra: Partial<Revision> = {}): Revision => {
     const content = `v=${n}\n`;
@@ -88,9 +73,9 @@ describe('a new registration under the signed content rules (real Temporal dev s
     };
   };
   const signed = (revision: Revision): Envelope => cosignEnvelope(signRevision(revision, keyA, { now: Date.now(), validityDays: 30 }), keyB);
-  const register = (profile: string, envelope: Envelope) => registerEnvelope(env.client, { profile, envelope, trustDoc, by: 'test', taskQueue: worker.taskQueue });
+  const register = (profile: string, envelope: Envelope) => registerEnvelope(real.env.client, { profile, envelope, trustDoc, by: 'test', taskQueue: real.worker.taskQueue });
   const acceptedUpdates = async (profile: string) =>
-    ((await env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes).length;
+    ((await real.env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes).length;
 
   it('refuses curl -u in apply, in a health command and a payload above 64 MiB, naming the field; nothing enters history', async () => {
     const p = 'reg-content-rules';
@@ -116,7 +101,7 @@ describe('a new registration under the signed content rules (real Temporal dev s
     }
     // Refused by the validator: no update reached the history, nothing was stored, and the next one registers.
     expect(await acceptedUpdates(p)).toBe(updatesBefore);
-    expect((await listRevisions(env.client, p)).map((r) => r.revision)).toEqual([1]);
+    expect((await listRevisions(real.env.client, p)).map((r) => r.revision)).toEqual([1]);
     expect(await register(p, signed(revisionOf(p, 2)))).toMatchObject({ outcome: 'registered', revision: 2 });
   });
 });

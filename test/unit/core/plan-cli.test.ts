@@ -133,7 +133,7 @@ describe('plan and start build the same input', () => {
 
   it('gives the planner identical input from plan and from start, with signed steps and the inventory budgets', () => {
     const started = prepareRollout({ specPath, inventoryPath, profilesRoot, startedBy: 'someone' });
-    const report = makePlan({ file: specPath, inventory: inventoryPath, profilesRoot });
+    const report = makePlan({ file: specPath, inventory: inventoryPath, profiles: profilesRoot });
 
     // What the workflow hands the planner, written out as workflows/rollout.ts does it.
     const inventory = loadInventory(inventoryPath);
@@ -163,7 +163,7 @@ describe('plan and start build the same input', () => {
     const revisionPath = join(profiles, 'demo', 'revisions', '2.yaml');
     writeFileSync(revisionPath, readFileSync(revisionPath, 'utf8').replace('risk: risky', 'risk: safe'));
     const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesRoot: profiles, startedBy: 'someone' }));
-    const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profilesRoot: profiles }));
+    const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profiles }));
     expect(fromStart.code).toBe('INVALID_INPUT');
     expect(fromStart.message).toContain('differs from its signed envelope');
     expect(fromPlan.message).toBe(fromStart.message);
