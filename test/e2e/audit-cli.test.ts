@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { auditFilePath, createAuditActivities } from '../../activities/audit';
-import { type AuditEvent, type AuditRecord } from '../../core/audit';
+import type { AuditEvent, AuditRecord } from '../../core/audit';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 
 /**

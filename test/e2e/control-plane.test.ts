@@ -93,7 +93,7 @@ function provisionWorkerHost(dir: string, auditKey: string): void {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(dir, 'profiles', 'demo'), { recursive: true });
   copyFileSync(fleet.clientKeyPath, join(dir, 'keys', 'id_ed25519'));
   chmodSync(join(dir, 'keys', 'id_ed25519'), 0o600);
-  writeFileSync(join(dir, 'keys', 'known_hosts'), fleet.devices.map((d) => `[${d.host}]:${d.port} ${d.hostPublicKey}`).join('\n') + '\n');
+  writeFileSync(join(dir, 'keys', 'known_hosts'), `${fleet.devices.map((d) => `[${d.host}]:${d.port} ${d.hostPublicKey}`).join('\n')}\n`);
   writeFileSync(join(dir, 'audit.key'), auditKey, { mode: 0o600 });
   writeFileSync(join(dir, 'pg.password'), pg.password, { mode: 0o600 });
 }

@@ -21,7 +21,10 @@ function processesMentioning(text: string): string[] {
 function portRefuses(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = connect(port, '127.0.0.1');
-    sock.once('connect', () => (sock.destroy(), resolve(false)));
+    sock.once('connect', () => {
+      sock.destroy();
+      resolve(false);
+    });
     sock.once('error', () => resolve(true));
   });
 }

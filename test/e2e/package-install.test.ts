@@ -119,7 +119,7 @@ describe('the packed, globally installed package', () => {
     });
     const address = /Temporal address: (127\.0\.0\.1:\d+)/.exec(out)![1]!;
     const inventory = /demo inventory: +(\S+)/.exec(out)![1]!;
-    expect(inventory.startsWith(join(home, '.wavegate') + '/'), inventory).toBe(true);
+    expect(inventory.startsWith(`${join(home, '.wavegate')}/`), inventory).toBe(true);
 
     const start = wavegate(['start', '-f', join(installed, 'examples', 'demo-rollout.yaml'), '--inventory', inventory, '--profiles', join(installed, 'profiles'), '--address', address, '--wait'], { TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml') });
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);

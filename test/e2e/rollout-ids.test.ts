@@ -4,7 +4,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { rolloutFingerprint, startOrJoinRollout } from '../../cli/client';
 import { profileLockId } from '../../core/rollout-id';
 import type { RolloutStatus } from '../../core/rollout/status';
-import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../../contracts/search-attributes';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../../contracts/search-attributes';
 import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';

@@ -91,6 +91,7 @@ async function rowOf(runId: string): Promise<Record<string, string>> {
 
 /** The run ids the list shows now. */
 async function listedRuns(): Promise<string[]> {
+  // biome-ignore lint/performance/useDomNodeTextContent: Playwright's locator.innerText() (the rendered text), not the DOM property
   const text = (await page.locator('tbody').first().innerText().catch(() => '')) ?? '';
   return [...text.matchAll(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g)].map((m) => m[0]).sort();
 }
@@ -160,8 +161,8 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     // 1. The list as it comes: Temporal's own status says Completed for three different outcomes and Running for a pause.
     await page.goto(listUrl(ROLLOUTS));
     await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(Object.values(all).map((r) => r.runId).sort());
-    for (const r of [completed, rolledBack, aborted]) expect((await rowOf(r.runId))['Status']).toMatch(/^completed$/i);
-    expect((await rowOf(paused.runId))['Status']).toMatch(/^running$/i);
+    for (const r of [completed, rolledBack, aborted]) expect((await rowOf(r.runId)).Status).toMatch(/^completed$/i);
+    expect((await rowOf(paused.runId)).Status).toMatch(/^running$/i);
     expect((await page.locator('thead th').allInnerTexts()).map((h) => h.trim())).not.toContain('WavegateState');
     await shot('1-list-before-columns');
 
@@ -191,17 +192,17 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     const rows: Record<string, Record<string, string>> = {};
     for (const [name, r] of Object.entries(all)) {
       rows[name] = await rowOf(r.runId);
-      expect(rows[name]!['WavegateState'], name).toBe(expectedState[name as keyof typeof expectedState]);
-      expect(rows[name]!['WavegateState'], name).toBe(truth[name]!.state);
-      expect(rows[name]!['WavegatePhase'], name).toBe(truth[name]!.phase);
+      expect(rows[name]!.WavegateState, name).toBe(expectedState[name as keyof typeof expectedState]);
+      expect(rows[name]!.WavegateState, name).toBe(truth[name]!.state);
+      expect(rows[name]!.WavegatePhase, name).toBe(truth[name]!.phase);
     }
     // At a glance: four rows, four different states (the Status column alone had two).
-    expect(new Set(Object.values(rows).map((row) => row['WavegateState'])).size).toBe(4);
+    expect(new Set(Object.values(rows).map((row) => row.WavegateState)).size).toBe(4);
     await shot('3-list-with-wavegate-columns');
 
     // The columns are the browser's setting for this namespace: they are still there after a reload.
     await page.reload();
-    await expect.poll(async () => (await rowOf(rolledBack.runId))['WavegateState'], { timeout: 30_000 }).toBe('rolled-back');
+    await expect.poll(async () => (await rowOf(rolledBack.runId)).WavegateState, { timeout: 30_000 }).toBe('rolled-back');
 
     // 4. The documented saved views: rollouts that did not complete, and paused rollouts.
     await page.goto(listUrl(NOT_COMPLETED));

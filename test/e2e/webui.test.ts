@@ -1,5 +1,4 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { BrowserContext, Page } from 'playwright-core';
@@ -92,6 +91,7 @@ describe('the Temporal Web UI in headless Chromium', () => {
     await details.waitFor();
     // Summary, details and current details are rendered markdown, each in its own sandboxed frame.
     const renderedMarkdown = async () => {
+      // biome-ignore lint/performance/useDomNodeTextContent: Playwright's locator.innerText() (the rendered text), not the DOM property
       const texts = await Promise.all(page.frames().filter((f) => f.url().includes('/render?')).map((f) => f.locator('body').innerText().catch(() => '')));
       return texts.join('\n----\n');
     };

@@ -47,7 +47,10 @@ function startWorker(args: string[], extraEnv: NodeJS.ProcessEnv = {}): Promise<
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', onData);
-    child.once('exit', (code) => (clearTimeout(timer), reject(new Error(`worker exited ${code}:\n${out}`))));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`worker exited ${code}:\n${out}`));
+    });
   });
 }
 

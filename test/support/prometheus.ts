@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, createWriteStream, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { freePort } from '../../sim/ports';
 
@@ -88,8 +87,16 @@ export async function startPrometheus(opts: { dir: string; targets: string[]; me
     child.stdout!.pipe(log);
     child.stderr!.pipe(log);
     let exited: number | string | null | undefined;
-    const exit = new Promise<void>((resolve) => child.once('exit', (code, signal) => ((exited = code ?? signal), resolve())));
-    child.once('error', (err) => ((exited = err.message), log.write(`spawn error: ${err.message}\n`)));
+    const exit = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      exited = code ?? signal;
+      resolve();
+    }),
+  );
+    child.once('error', (err) => {
+    exited = err.message;
+    log.write(`spawn error: ${err.message}\n`);
+  });
 
     const stop = async () => {
       if (exited !== undefined) return void log.end();

@@ -89,7 +89,10 @@ async function listening(port: number, timeoutMs: number, exited: () => boolean)
     if (exited()) throw new Error('nginx exited during start-up');
     const ok = await new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1');
-      s.once('connect', () => (s.destroy(), resolve(true)));
+      s.once('connect', () => {
+        s.destroy();
+        resolve(true);
+      });
       s.once('error', () => resolve(false));
     });
     if (ok) return;

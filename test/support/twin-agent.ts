@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import { errorRateReportName, type AgentReport, type DesiredEntry } from '../../core/twin';
+import { errorRateReportName, type AgentReport, type DesiredEntry, type TwinView } from '../../core/twin';
 import { syncTwin } from '../../gateway/twin';
 
 /**
@@ -51,11 +51,11 @@ export function startTwinAgent(client: Client, taskQueue: string, deviceId: stri
   const loop = (async () => {
     let knownVersion = 0;
     while (!stopped) {
-      let view;
+      let view: TwinView;
       try {
         check('demo');
         view = await syncTwin(client, taskQueue, deviceId, { report, knownVersion, waitMs: opts.waitMs ?? 2_000 });
-      } catch (err) {
+      } catch {
         if (stopped) return;
         await new Promise((r) => setTimeout(r, 500));
         continue;

@@ -172,7 +172,10 @@ describe('the apply lock: one exclusive, resumable apply per device', () => {
     writeFileSync(join(lock, 'out'), 'done\n');
 
     const asked: ApplyHolder[] = [];
-    const held = await failure(applyToDevice(target('finished'), steps(0), { commandTimeoutMs: 20_000, holder: unit('rollout:next', 1), holderClosed: async (h) => (asked.push(h), false) }));
+    const held = await failure(applyToDevice(target('finished'), steps(0), { commandTimeoutMs: 20_000, holder: unit('rollout:next', 1), holderClosed: async (h) => {
+        asked.push(h);
+        return false;
+      } }));
     expect(held.name).toBe('ApplyLockHeld');
     expect(held.message).toContain('its apply of r3 ended with exit 0');
     expect(asked).toEqual([{ rollout: 'rollout:done', run: 'done-run', activity: '4', attempt: 1 }]);

@@ -291,7 +291,7 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
   it('auditHealth with the workflow\'s head finds a cut tail that the chain alone cannot', async () => {
     for (let seq = 1; seq <= 4; seq++) await audit.appendAudit(event(seq));
     const records = readAuditFile(dir, 'rollout:demo');
-    writeFileSync(file(), readFileSync(file(), 'utf8').split('\n').slice(0, 2).join('\n') + '\n');
+    writeFileSync(file(), `${readFileSync(file(), 'utf8').split('\n').slice(0, 2).join('\n')}\n`);
     expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: true });
     expect(await audit.auditHealth({ rolloutId: 'rollout:demo', head: { seq: 4, hash: records[3]!.hash } })).toMatchObject({ ok: false, problem: 'truncated', reason: expect.stringMatching(/records 3–4 were cut off/) });
   });

@@ -25,7 +25,7 @@ function prose(markdown: string): string[] {
 }
 
 /** GitHub's heading anchor: lower case, punctuation dropped (links keep their text), each space a `-`. */
-export function slug(heading: string): string {
+function slug(heading: string): string {
   return heading
     .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
     .toLowerCase()

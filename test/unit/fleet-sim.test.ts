@@ -16,7 +16,7 @@ interface ExecResult {
 }
 
 function fingerprint(blob: Buffer): string {
-  return 'SHA256:' + createHash('sha256').update(blob).digest('base64').replace(/=+$/, '');
+  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
 }
 
 function connect(dev: SimDevice, fleet: Fleet, extra: Partial<ConnectConfig> = {}): Promise<Client> {

@@ -30,9 +30,9 @@ const keyB = newKey();
 const trustDoc = { threshold: 2, pins: [pinOf(keyA, 'release-a'), pinOf(keyB, 'release-b')] };
 
 /** What the current rules refuse and 9e149e4's accepted. */
-export const OLD_RULES_CREDENTIAL_APPLY = 'curl -fsS -u deploy:hunter2 https://repo.example/app.conf -o "$HOME/app.conf"';
-export const OLD_RULES_CREDENTIAL_HEALTH = 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz';
-export const OLD_RULES_OVERSIZED_PAYLOAD = 64 * 1024 * 1024 + 1;
+const OLD_RULES_CREDENTIAL_APPLY = 'curl -fsS -u deploy:hunter2 https://repo.example/app.conf -o "$HOME/app.conf"';
+const OLD_RULES_CREDENTIAL_HEALTH = 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz';
+const OLD_RULES_OVERSIZED_PAYLOAD = 64 * 1024 * 1024 + 1;
 
 function revisionOf(profile: string, n: number, extra: Partial<Revision> = {}): Revision {
   const content = `v=${n}\n`;

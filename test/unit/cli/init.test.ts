@@ -67,7 +67,7 @@ describe('wavegate init', () => {
   it('a host known_hosts lists under another key is refused (exit 1), nothing written', async () => {
     const p = paths();
     const [a, b] = sshd.devices as [(typeof sshd.devices)[0], (typeof sshd.devices)[0]];
-    const lying = join(p.dir + '-kh');
+    const lying = join(`${p.dir}-kh`);
     // Two keys listed for h-1, neither of them its own: the one it presents is not pinned.
     writeFileSync(lying, `[${a.host}]:${a.port} ${b.hostPublicKey}\n[${a.host}]:${a.port} ${sshd.devices[1]!.hostPublicKey.replace(/.{4}$/, 'AAAA')}\n`);
     const run = await runCli(['init', '--profiles', p.profiles, '--profile', 'motd', '--inventory', p.inventory, '--host', `h-1=${a.user}@${a.host}:${a.port}`, '--known-hosts', lying, '--ssh-key', sshd.clientKeyPath, '--accept-key', `h-1=${a.hostKeyFingerprint}`]);

@@ -14,7 +14,6 @@ import type { FieldProblem } from '../../../core/validation';
 
 import { CORPUS_ROOT as ROOT, corpusCases, type CorpusCase } from '../../corpus/load';
 
-export type { CorpusCase };
 // Command cases run the real CLI (test/e2e/bad-input-commands.test.ts); these are parsed in process.
 const CASES = corpusCases().filter((c) => c.kind !== 'command');
 
@@ -44,7 +43,7 @@ function load(c: CorpusCase): void {
 }
 
 /** The error names the field: one of its problems has exactly this path, or its message mentions it. */
-export function namesField(err: WavegateError, path: string): boolean {
+function namesField(err: WavegateError, path: string): boolean {
   const problems = (err.details.problems as FieldProblem[] | undefined) ?? [];
   return problems.some((p) => p.path === path) || err.message.includes(path);
 }

@@ -173,7 +173,7 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
   it('sign refuses already-expired content and a validity above 400 days, and signs issuedAt into the body', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
     expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
-    const rev = (extra: string) => 'profile: production\nrevision: 3\napply: touch "$HOME/r3"\nverify: test -f "$HOME/r3"\nprevious: 2\n' + extra;
+    const rev = (extra: string) => `profile: production\nrevision: 3\napply: touch "$HOME/r3"\nverify: test -f "$HOME/r3"\nprevious: 2\n${extra}`;
     writeFileSync(join(dir, 'expired.yaml'), rev('expiresAt: 2020-01-01T00:00:00Z\n'));
     const expired = await wavegate(dir, 'sign', 'expired.yaml', '--key', 'k.key', '--out', 'e.json');
     expect(expired.code).toBe(2);

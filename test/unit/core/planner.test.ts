@@ -217,7 +217,7 @@ describe('planner properties', () => {
       fc.property(inputArb, (input) => {
         const plan = planPhases(input);
         const first = plan.phases[0];
-        if (!first || first.kind !== 'canary') return;
+        if (first?.kind !== 'canary') return;
         const byId = new Map(input.devices.map((d) => [d.id, d]));
         const candidates = input.devices.filter((d) => classifyDevice(plan, d.id).status === 'planned');
         const required = candidates.filter((d) => d.updateClass === 'required');

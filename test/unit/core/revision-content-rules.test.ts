@@ -27,9 +27,9 @@ function signedContentProblems(revision: Revision): FieldProblem[] {
   command(['apply'], revision.apply);
   command(['verify'], revision.verify);
   command(['rollback'], revision.rollback);
-  revision.payload.forEach((file, i) => add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size)));
+  for (const [i, file] of revision.payload.entries()) add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size));
   for (const list of ['runtimes', 'checks'] as const) {
-    (revision.health?.[list] ?? []).forEach((check, i) => command(['health', list, i, 'command'], check.command));
+    for (const [i, check] of (revision.health?.[list] ?? []).entries()) command(['health', list, i, 'command'], check.command);
   }
   command(['health', 'errorRate', 'command'], revision.health?.errorRate?.command);
   return problems;

@@ -150,6 +150,7 @@ describe('the verdicts file (intake/node-down.ts)', () => {
 describe('the recheck runner (activities/node-down.ts)', () => {
   it('runs on this host with a clean environment; the device reaches it only as environment variables', async () => {
     process.env.WAVEGATE_TEST_SECRET = 'leak';
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, run by sh, not a template
     const res = await runRecheck('echo "$WAVEGATE_DEVICE|$WAVEGATE_HOST|$WAVEGATE_PORT|${WAVEGATE_TEST_SECRET:-clean}"; exit 3', { id: 'edge-01', host: '10.0.0.1', port: 2222 });
     delete process.env.WAVEGATE_TEST_SECRET;
     expect(res).toMatchObject({ passed: false, result: 'exit 3: edge-01|10.0.0.1|2222|clean' });

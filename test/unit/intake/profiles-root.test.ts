@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../../core/errors';
+import type { WavegateError } from '../../../core/errors';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../../intake/profiles-root';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
