@@ -12,7 +12,7 @@ import {
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import { DEFAULT_SLICE } from './batches';
-import type { RolloutSteps } from './rollout-steps';
+import type { RolloutStages } from './rollout-stages';
 
 /** New executions whose spec sets a deadline run the deadline watcher (docs/architecture.md, patches). */
 export const ROLLOUT_DEADLINES = 'rollout-deadlines';
@@ -30,9 +30,9 @@ export interface DeadlineWatch {
  * Starts the watcher when the spec sets a deadline (never for a nightly canary run). Rollouts without
  * one never reach `wf.patched`, so their histories are exactly as before.
  */
-export function watchDeadlines(input: RolloutInput, model: RolloutModel, steps: RolloutSteps): DeadlineWatch | undefined {
+export function watchDeadlines(input: RolloutInput, model: RolloutModel, stages: RolloutStages): DeadlineWatch | undefined {
   if (input.canary || !hasDeadlines(input.spec) || !wf.patched(ROLLOUT_DEADLINES)) return undefined;
-  return new DeadlineWatcher(input, model, steps);
+  return new DeadlineWatcher(input, model, stages);
 }
 
 /**
@@ -53,7 +53,7 @@ class DeadlineWatcher implements DeadlineWatch {
   constructor(
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
-    private readonly steps: RolloutSteps,
+    private readonly stages: RolloutStages,
   ) {
     const { progressDeadline } = input.spec;
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
@@ -126,7 +126,7 @@ class DeadlineWatcher implements DeadlineWatch {
   /** A deadline passed: record it (audit and status), then carry out `onDeadline`. */
   private pass(deadline: Deadline, now: number): void {
     deadline.fired = true;
-    const { model, steps } = this;
+    const { model, stages } = this;
     const action = deadlineAction(this.input.spec);
     const phaseIndex = deadline.phase ?? this.livePhase();
     // A progress deadline between two phases (or waiting for a window) names the phase the story is at.
@@ -136,7 +136,7 @@ class DeadlineWatcher implements DeadlineWatch {
     const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
     const at = new Date(now).toISOString();
     model.recordDeadline({ kind: deadline.kind, phase, limitMs: deadline.limitMs, at, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, action }, reason);
-    void steps.audit('deadline.passed', {
+    void stages.audit('deadline.passed', {
       phase,
       by: 'wavegate',
       reason,
@@ -145,14 +145,14 @@ class DeadlineWatcher implements DeadlineWatch {
     switch (action) {
       case 'pause':
         model.pauseFor('deadline', reason);
-        void steps.audit('rollout.paused', { by: 'wavegate', reason });
+        void stages.audit('rollout.paused', { by: 'wavegate', reason });
         break;
       case 'abort': {
         // As `wavegate abort --no-rollback` by wavegate: no new device starts, changed devices stay at toRevision.
         const control = { by: 'wavegate', reason, rollback: false };
         const intent = model.applyControl('abort', control)!;
         model.recordControl('abort', control, true, at);
-        void steps.audit(intent.event, { by: intent.by, reason: intent.reason, evidence: intent.evidence });
+        void stages.audit(intent.event, { by: intent.by, reason: intent.reason, evidence: intent.evidence });
         break;
       }
       case 'rollback':
@@ -160,6 +160,6 @@ class DeadlineWatcher implements DeadlineWatch {
         model.requestDeadlineRollback(deadline.kind, reason);
         break;
     }
-    steps.controlsChanged();
+    stages.controlsChanged();
   }
 }

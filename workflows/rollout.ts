@@ -10,7 +10,7 @@ import { watchDeadlines } from './deadlines';
 import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publishIfChanged } from './progress';
-import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutSteps } from './rollout-steps';
+import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutStages } from './rollout-stages';
 import { convergeSkippedAgents } from './agent-converge';
 
 export type { RolloutInput };
@@ -22,60 +22,60 @@ export const SNAPSHOT_REFUSALS_FAIL = 'snapshot-refusals-fail';
  * A rollout, as a story (docs/architecture.md): snapshot the membership, plan the phases, then for each
  * phase apply the revision within the pools' budgets, judge the failure gate, wait the gate, check
  * health, and advance, pause for an operator, or put back every device this rollout changed. The state
- * lives in a RolloutModel, the decisions in core/rollout/policy.ts, the steps in rollout-steps.ts; this
+ * lives in a RolloutModel, the decisions in core/rollout/policy.ts, the stages in rollout-stages.ts; this
  * file only tells them in order.
  */
 export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatus> {
   const { spec } = input;
   const model = new RolloutModel({ rolloutId: input.rolloutId, ...spec });
-  const steps = new RolloutSteps(input, model);
+  const stages = new RolloutStages(input, model);
 
   /** The nightly canary: the first phase, its gate and health gate; the outcome is the verdict. */
   async function canaryRun(phase: PlannedPhase | undefined): Promise<RolloutStatus> {
     model.closePhases('all-after-first');
-    steps.skipPending('not in the canary phase', phase?.index ?? -1);
+    stages.skipPending('not in the canary phase', phase?.index ?? -1);
     if (!phase) {
       model.recordVerdict(policy.NOTHING_TO_TEST);
-      await steps.audit('canary.verdict', { phase: null, reason: 'no device needs the revision', evidence: { verdict: model.verdict } });
-      return steps.end(endingOf({ kind: 'canary-nothing-to-test' }));
+      await stages.audit('canary.verdict', { phase: null, reason: 'no device needs the revision', evidence: { verdict: model.verdict } });
+      return stages.end(endingOf({ kind: 'canary-nothing-to-test' }));
     }
-    const applied = await steps.applyPhase(phase, true);
+    const applied = await stages.applyPhase(phase, true);
     let outcome: { verdict: GateOutcome; evidence: string[] } | null = policy.canaryApplyVerdict(applied.tally);
     if (!outcome) {
-      await steps.gateTimer(phase);
+      await stages.gateTimer(phase);
       const gate = await runHealthGate(input, model, phase);
       outcome = { verdict: gate.outcome, evidence: gateEvidence(gate) };
     }
     const { verdict, evidence } = outcome;
     model.recordVerdict(verdict);
     model.recordGate(phase.index, verdict, evidence, policy.canaryStage(verdict));
-    await steps.audit('canary.verdict', { reason: verdict, evidence: { verdict, evidence, kept: input.canary!.keep } });
+    await stages.audit('canary.verdict', { reason: verdict, evidence: { verdict, evidence, kept: input.canary!.keep } });
     publishIfChanged(model);
-    return steps.end(endingOf({ kind: 'canary-verdict', verdict, keep: input.canary!.keep }));
+    return stages.end(endingOf({ kind: 'canary-verdict', verdict, keep: input.canary!.keep }));
   }
 
   async function story(): Promise<RolloutStatus> {
     publishIfChanged(model);
     // Only when the spec sets a deadline (then patched 'rollout-deadlines'): older rollouts never start it.
-    const deadlines = watchDeadlines(input, model, steps);
+    const deadlines = watchDeadlines(input, model, stages);
     // A revert names the rollout (id and run) it undoes, in its first record and in its status.
     model.recordReverts(input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined);
     const reverts = model.reverts ? { reverts: model.reverts.rolloutId, revertsRun: model.reverts.runId } : {};
-    await steps.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
+    await stages.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
-    await steps.snapshot();
-    const plan = await steps.plan();
+    await stages.snapshot();
+    const plan = await stages.plan();
     // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
     model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
     publishIfChanged(model);
-    await steps.recordPlan();
+    await stages.recordPlan();
     if (input.canary) return canaryRun(plan.phases[0]);
 
     // 3-5. Each phase: apply, failure gate, gate, health gate.
     for (const phase of plan.phases) {
-      await steps.holdWhilePaused();
+      await stages.holdWhilePaused();
       if (model.stopped) break;
-      const applied = await steps.applyPhase(phase, false);
+      const applied = await stages.applyPhase(phase, false);
       if (model.stopped) {
         model.setStage(phase.index, 'stopped');
         break;
@@ -83,26 +83,26 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
       const failureGate = policy.phaseFailureGate(phase.name, applied, applied.offlineFailed, spec);
       if (failureGate.tripped) {
         model.setStage(phase.index, 'failed');
-        await steps.audit('gate.failed', { reason: 'failure-gate', evidence: { tally: failureGate.tally } });
-        const next = await steps.onFailure('failure-gate', failureGate.evidence, phase);
-        if (typeof next === 'object') return steps.end(next);
+        await stages.audit('gate.failed', { reason: 'failure-gate', evidence: { tally: failureGate.tally } });
+        const next = await stages.onFailure('failure-gate', failureGate.evidence, phase);
+        if (typeof next === 'object') return stages.end(next);
         if (next === 'aborted') break;
       }
-      const gated = await steps.gateThenHealth(phase);
-      if (gated !== 'done') return steps.end(gated);
+      const gated = await stages.gateThenHealth(phase);
+      if (gated !== 'done') return stages.end(gated);
       if (model.stopped) break;
     }
     deadlines?.stop();
 
     // Stopped by an operator's abort or by a deadline (which only recorded its request on the model).
-    if (model.abort) return steps.end(endingOf(stopCause(model.abort)));
-    await steps.settled();
+    if (model.abort) return stages.end(endingOf(stopCause(model.abort)));
+    await stages.settled();
     // Each device's floor rose with its own confirmed apply (recorded here); executions recorded before that raise them here.
-    if (steps.floorAtApply) await steps.recordFloor();
-    else if (wf.patched(DEVICE_FLOOR)) await steps.confirmFloor();
+    if (stages.floorAtApply) await stages.recordFloor();
+    else if (wf.patched(DEVICE_FLOOR)) await stages.confirmFloor();
     // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
     await convergeSkippedAgents(input, model);
-    return steps.end(endingOf({ kind: 'completed' }));
+    return stages.end(endingOf({ kind: 'completed' }));
   }
 
   try {
@@ -114,10 +114,10 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
         const cancel = endingOf({ kind: 'cancel' });
         model.recordControl('cancel', { by: cancel.by }, true, new Date(Date.now()).toISOString());
         model.clearWaits();
-        await steps.end(cancel);
+        await stages.end(cancel);
       } else {
         // No compensation (core/rollout/ending.ts says why): the rollout fails where it was.
-        await steps.end(endingOf({ kind: 'error', message: rootMessage(err) }));
+        await stages.end(endingOf({ kind: 'error', message: rootMessage(err) }));
       }
     });
     throw err;

@@ -14,7 +14,7 @@ import type { PhaseStage } from './status';
 
 /**
  * How a rollout ends, decided once from what ended it (docs/architecture.md, "Endings"). The workflow's
- * one `end()` step carries an Ending out, in one order for every cause (ENDING_ORDER); this file only
+ * one `end()` stage carries an Ending out, in one order for every cause (ENDING_ORDER); this file only
  * decides what each part is. Pure: no Temporal, no clock.
  */
 
@@ -35,14 +35,14 @@ export type EndingCause =
   | { kind: 'error'; message: string };
 
 /** The parts of an ending, each carried out by end() when the ending has it. */
-export type EndingStep = 'close' | 'skip' | 'compensate' | 'finish';
+export type EndingPart = 'close' | 'skip' | 'compensate' | 'finish';
 
 /**
  * The one order: close the phases still waiting, name the devices never started, put back what this
  * rollout changed, then the final state and record. An abort with rollback, a deadline rollback, a
  * failure-policy rollback and a cancel leave identically ordered audit trails.
  */
-export const ENDING_ORDER: readonly EndingStep[] = ['close', 'skip', 'compensate', 'finish'];
+export const ENDING_ORDER: readonly EndingPart[] = ['close', 'skip', 'compensate', 'finish'];
 
 export interface Ending {
   cause: EndingCause['kind'];
@@ -67,7 +67,7 @@ export interface Ending {
    * The order executions recorded before the one ending (patch `one-ending`) carried this cause out in;
    * end() follows it only when replaying them. Retire with the patch.
    */
-  legacyOrder: readonly EndingStep[];
+  legacyOrder: readonly EndingPart[];
 }
 
 const NO_PARTS = { closes: null, skips: null, compensation: null, failed: false } as const;
@@ -88,7 +88,7 @@ function rollingBack(
   skipReason: string,
   trigger: string,
   reason: string,
-  legacyOrder: readonly EndingStep[],
+  legacyOrder: readonly EndingPart[],
 ): Ending {
   return stopping(cause, 'abort', skipReason, {
     compensation: { trigger, by: 'wavegate' },
@@ -136,7 +136,7 @@ export function endingOf(cause: EndingCause): Ending {
         cause.trigger === 'failure-gate'
           ? `failure gate: ${cause.evidence}`
           : `health gate failed after ${cause.phaseName}`;
-      // RolloutSteps.onFailure put back, then named the devices never started; later phases stayed `pending`.
+      // RolloutStages.onFailure put back, then named the devices never started; later phases stayed `pending`.
       return rollingBack(
         cause.kind,
         rolledBackSkipReason(cause.trigger),
@@ -202,13 +202,13 @@ export function stopCause(abort: AbortRequest): EndingCause {
     : { kind: 'abort', abort };
 }
 
-/** The steps end() takes for an ending: the one order, or for executions recorded before it, the cause's own. */
-export function endingSteps(ending: Ending, oneOrder: boolean): EndingStep[] {
-  const has: Record<EndingStep, boolean> = {
+/** The parts end() carries out for an ending, in order: the one order, or for executions recorded before it, the cause's own. */
+export function endingParts(ending: Ending, oneOrder: boolean): EndingPart[] {
+  const has: Record<EndingPart, boolean> = {
     close: ending.closes !== null,
     skip: ending.skips !== null,
     compensate: ending.compensation !== null,
     finish: true,
   };
-  return (oneOrder ? ENDING_ORDER : ending.legacyOrder).filter((step) => has[step]);
+  return (oneOrder ? ENDING_ORDER : ending.legacyOrder).filter((part) => has[part]);
 }

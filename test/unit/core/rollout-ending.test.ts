@@ -4,7 +4,7 @@ import {
   type Ending,
   type EndingCause,
   endingOf,
-  endingSteps,
+  endingParts,
   stopCause,
 } from '../../../core/rollout/ending';
 import { stagesClosedBy } from '../../../core/rollout/policy';
@@ -51,7 +51,7 @@ describe('endingOf: one decision per cause', () => {
     });
     expect(ending.compensation).toBeNull();
     expect(ending.skips).toEqual({ reason: 'not started: aborted by wavegate' });
-    expect(endingSteps(ending, true)).toEqual(['close', 'skip', 'finish']);
+    expect(endingParts(ending, true)).toEqual(['close', 'skip', 'finish']);
   });
 
   it('a canary verdict puts the canary back unless kept; nothing to test touches nothing', () => {
@@ -91,36 +91,36 @@ describe('endingOf: one decision per cause', () => {
   });
 });
 
-describe('endingSteps: one order for every cause', () => {
+describe('endingParts: one order for every cause', () => {
   it('every cause takes its parts in the one order: close, skip, compensate, finish', () => {
     for (const cause of Object.values(causes)) {
-      const steps = endingSteps(endingOf(cause), true);
-      expect(steps.at(-1)).toBe('finish');
-      expect(steps).toEqual(ENDING_ORDER.filter((s) => steps.includes(s)));
+      const parts = endingParts(endingOf(cause), true);
+      expect(parts.at(-1)).toBe('finish');
+      expect(parts).toEqual(ENDING_ORDER.filter((s) => parts.includes(s)));
     }
   });
 
-  it('an abort with rollback and a deadline rollback take the same steps in the same order', () => {
-    const abort = endingSteps(endingOf(causes.abort), true);
+  it('an abort with rollback and a deadline rollback take the same parts in the same order', () => {
+    const abort = endingParts(endingOf(causes.abort), true);
     expect(abort).toEqual(['close', 'skip', 'compensate', 'finish']);
-    expect(endingSteps(endingOf(causes['deadline-rollback']), true)).toEqual(abort);
-    expect(endingSteps(endingOf(causes['failure-rollback']), true)).toEqual(abort);
-    expect(endingSteps(endingOf(causes.cancel), true)).toEqual(abort);
+    expect(endingParts(endingOf(causes['deadline-rollback']), true)).toEqual(abort);
+    expect(endingParts(endingOf(causes['failure-rollback']), true)).toEqual(abort);
+    expect(endingParts(endingOf(causes.cancel), true)).toEqual(abort);
   });
 
   it("executions recorded before the one ending replay their cause's own order", () => {
-    expect(endingSteps(endingOf(causes.abort), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
-    expect(endingSteps(endingOf(causes['deadline-rollback']), false)).toEqual([
+    expect(endingParts(endingOf(causes.abort), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
+    expect(endingParts(endingOf(causes['deadline-rollback']), false)).toEqual([
       'close',
       'compensate',
       'skip',
       'finish',
     ]);
     // The failure policy never closed the later phases.
-    expect(endingSteps(endingOf(causes['failure-rollback']), false)).toEqual(['compensate', 'skip', 'finish']);
-    expect(endingSteps(endingOf(causes.cancel), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
-    expect(endingSteps(endingOf(causes['canary-verdict']), false)).toEqual(['compensate', 'finish']);
+    expect(endingParts(endingOf(causes['failure-rollback']), false)).toEqual(['compensate', 'skip', 'finish']);
+    expect(endingParts(endingOf(causes.cancel), false)).toEqual(['close', 'skip', 'compensate', 'finish']);
+    expect(endingParts(endingOf(causes['canary-verdict']), false)).toEqual(['compensate', 'finish']);
     for (const kind of ['completed', 'canary-nothing-to-test', 'error'] as const)
-      expect(endingSteps(endingOf(causes[kind]), false)).toEqual(['finish']);
+      expect(endingParts(endingOf(causes[kind]), false)).toEqual(['finish']);
   });
 });

@@ -5,7 +5,7 @@ import type { Plan, PlannedPhase } from '../core/planner';
 import { canaryToProbe, planRollout } from '../core/rollout/plan';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
-import { endingOf, endingSteps, type Ending } from '../core/rollout/ending';
+import { endingOf, endingParts, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
 import { confirmFloor, probeDevices, snapshotFleet } from './activity-proxies';
@@ -61,11 +61,11 @@ const DEVICE_RECORD_CHUNK = 500;
 export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown };
 
 /**
- * The steps a rollout's story is told in, shared by a rollout and a canary run: each step changes the
+ * The stages a rollout's story is told in, shared by a rollout and a canary run: each stage changes the
  * model, writes its audit records and publishes to the Web UI, in that order. The story (rollout.ts)
- * decides which step comes next.
+ * decides which stage comes next. (A revision's `steps` are its commands; these are the rollout's stages.)
  */
-export class RolloutSteps {
+export class RolloutStages {
   private readonly trail: AuditTrail;
   private readonly batches: DeviceBatches;
   /** Whether this execution writes per-device audit records (false when replaying older rollouts). */
@@ -203,10 +203,10 @@ export class RolloutSteps {
    */
   async end(ending: Ending): Promise<RolloutStatus> {
     const { model } = this;
-    for (const step of endingSteps(ending, wf.patched(ONE_ENDING))) {
-      if (step === 'close') model.closePhases(ending.closes!);
-      else if (step === 'skip') this.skipPending(ending.skips!.reason);
-      else if (step === 'compensate') await this.compensate(ending.compensation!.trigger, ending.compensation!.by);
+    for (const part of endingParts(ending, wf.patched(ONE_ENDING))) {
+      if (part === 'close') model.closePhases(ending.closes!);
+      else if (part === 'skip') this.skipPending(ending.skips!.reason);
+      else if (part === 'compensate') await this.compensate(ending.compensation!.trigger, ending.compensation!.by);
     }
     if (ending.failed) {
       // The trail may be what failed: its record is tried, never waited on to fail again (see Ending.failed).
