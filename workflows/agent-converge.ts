@@ -31,13 +31,28 @@ export async function convergeSkippedAgents(input: RolloutInput, model: RolloutM
   // Before CONVERGE_OFFLINE_ONLY every skipped agent device took the target, a device ahead of it too.
   const skippedAsOffline = (id: string) => !offlineOnly || OFFLINE_SKIP.test(model.outcomesOf([id])[0]?.reason ?? '');
   const ids = agents
-    .filter((d) => model.deviceState(d.id) === 'skipped' && skippedAsOffline(d.id) && d.updateClass !== 'left-behind' && !d.nodeDown?.holds && d.current !== target)
+    .filter(
+      (d) =>
+        model.deviceState(d.id) === 'skipped' &&
+        skippedAsOffline(d.id) &&
+        d.updateClass !== 'left-behind' &&
+        !d.nodeDown?.holds &&
+        d.current !== target,
+    )
     .map((d) => d.id);
   const { workflowId, runId } = wf.workflowInfo();
   // The revision a device converges to raises its floor there with no way back: this rollout did not change it.
-  const steps = offlineOnly ? { ...input.steps, floor: { rollout: workflowId, run: runId, raise: { from: target, windowMs: 0 } } } : input.steps;
+  const steps = offlineOnly
+    ? { ...input.steps, floor: { rollout: workflowId, run: runId, raise: { from: target, windowMs: 0 } } }
+    : input.steps;
   for (let i = 0; i < ids.length; i += BATCH) {
-    await desireAgentRevision({ rollout: workflowId, run: runId, devices: ids.slice(i, i + BATCH), steps, fromRevision: input.spec.fromRevision || null });
+    await desireAgentRevision({
+      rollout: workflowId,
+      run: runId,
+      devices: ids.slice(i, i + BATCH),
+      steps,
+      fromRevision: input.spec.fromRevision || null,
+    });
   }
   return ids.length;
 }

@@ -79,7 +79,9 @@ export class AuditTrail {
     // The seq is given when the record is sent: an override in between takes the next one.
     const record = auditEvent(this.rolloutId, 0, event, fields);
     // A pipelined record outlives a cancel of the story: the compensation's records follow it.
-    this.chain = this.chain.then(() => (this.pipelined ? wf.CancellationScope.nonCancellable(() => this.send(record)) : this.send(record)));
+    this.chain = this.chain.then(() =>
+      this.pipelined ? wf.CancellationScope.nonCancellable(() => this.send(record)) : this.send(record),
+    );
     return this.chain;
   }
 
@@ -115,7 +117,12 @@ export class AuditTrail {
     for (;;) {
       record.seq = this.seq + 1;
       try {
-        this.written(await (this.pipelined ? appendAuditOnce : appendAuditBounded).executeWithOptions({ summary: `audit ${record.event}` }, [record]));
+        this.written(
+          await (this.pipelined ? appendAuditOnce : appendAuditBounded).executeWithOptions(
+            { summary: `audit ${record.event}` },
+            [record],
+          ),
+        );
         if (this.held) {
           this.held = false;
           this.hooks.onHold(undefined);
@@ -140,7 +147,16 @@ export class AuditTrail {
         const { by, reason } = this.override;
         this.override = undefined;
         const lastGood = this.head ?? { seq: 0, hash: GENESIS_HASH };
-        const record: AuditEvent = { ...auditEvent(this.rolloutId, lastGood.seq + 1, 'audit.override', { phase: null, by, reason, counts: null, evidence: { lastGood } }), lastGood };
+        const record: AuditEvent = {
+          ...auditEvent(this.rolloutId, lastGood.seq + 1, 'audit.override', {
+            phase: null,
+            by,
+            reason,
+            counts: null,
+            evidence: { lastGood },
+          }),
+          lastGood,
+        };
         try {
           this.written(await appendAuditBounded.executeWithOptions({ summary: 'audit audit.override' }, [record]));
           return;
@@ -151,7 +167,9 @@ export class AuditTrail {
         }
       }
       const health = await auditHealth
-        .executeWithOptions({ summary: 'is the audit trail whole again?' }, [{ rolloutId: this.rolloutId, ...(this.head ? { head: this.head } : {}) }])
+        .executeWithOptions({ summary: 'is the audit trail whole again?' }, [
+          { rolloutId: this.rolloutId, ...(this.head ? { head: this.head } : {}) },
+        ])
         .catch((err: unknown) => {
           if (wf.isCancellation(err)) throw err;
           return { ok: false as const };

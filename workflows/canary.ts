@@ -1,5 +1,11 @@
 import * as wf from '@temporalio/workflow';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
+import {
+  WavegatePhase,
+  WavegateProfile,
+  WavegateRevision,
+  WavegateState,
+  WavegateVerdict,
+} from '../contracts/search-attributes';
 import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
 import { appendAudit, fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } from './activity-proxies';
@@ -64,36 +70,71 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
     state = 'completed';
     phase = 'done';
     publish();
-    wf.setCurrentDetails(`**nightly canary of ${input.profile}**: verdict **${result.verdict}** — ${result.reason}${result.rolloutId ? ` (rollout \`${result.rolloutId}\`)` : ''}`);
+    wf.setCurrentDetails(
+      `**nightly canary of ${input.profile}**: verdict **${result.verdict}** — ${result.reason}${result.rolloutId ? ` (rollout \`${result.rolloutId}\`)` : ''}`,
+    );
     await appendAudit.executeWithOptions({ summary: `audit canary.verdict ${result.verdict}` }, [
-      auditEvent(info.workflowId, 1, 'canary.verdict', { phase: null, by: 'schedule', reason: result.verdict, counts: null, evidence: { ...result, kept: input.keep } }),
+      auditEvent(info.workflowId, 1, 'canary.verdict', {
+        phase: null,
+        by: 'schedule',
+        reason: result.verdict,
+        counts: null,
+        evidence: { ...result, kept: input.keep },
+      }),
     ]);
     return { ...result, kept: input.keep && result.rolloutId !== undefined };
   };
 
   // Never while a rollout of the profile runs: the canary would race it for the same devices.
   if (wf.patched(CANARY_ROLLOUT_EXCLUSION)) {
-    const running = await runningOfProfile.executeWithOptions({ summary: `rollouts of ${input.profile} running?` }, [{ profile: input.profile }]);
+    const running = await runningOfProfile.executeWithOptions({ summary: `rollouts of ${input.profile} running?` }, [
+      { profile: input.profile },
+    ]);
     const blocking = rolloutsBlockingCanary(input.profile, running);
-    if (blocking.length) return finish({ verdict: 'skipped', reason: skippedReason(blocking), fleetRevision: null, revision: null });
+    if (blocking.length)
+      return finish({ verdict: 'skipped', reason: skippedReason(blocking), fleetRevision: null, revision: null });
   }
   const target = { profile: input.profile, inventoryPath: input.inventoryPath, profilesDir: input.profilesDir };
   const base = await fleetRevision.executeWithOptions({ summary: `read ${input.profile} fleet revision` }, [target]);
   if (base.revision === null) {
-    return finish({ verdict: 'nothing-to-test', reason: `no device of the ${input.profile} fleet has a revision marker: no baseline to go back to`, fleetRevision: null, revision: null });
+    return finish({
+      verdict: 'nothing-to-test',
+      reason: `no device of the ${input.profile} fleet has a revision marker: no baseline to go back to`,
+      fleetRevision: null,
+      revision: null,
+    });
   }
   phase = 'registry';
-  const newest = await newestRevisionAbove.executeWithOptions({ summary: `newest ${input.profile} revision above r${base.revision}` }, [{ profile: input.profile, above: base.revision }]);
+  const newest = await newestRevisionAbove.executeWithOptions(
+    { summary: `newest ${input.profile} revision above r${base.revision}` },
+    [{ profile: input.profile, above: base.revision }],
+  );
   if (!newest) {
-    return finish({ verdict: 'nothing-to-test', reason: `nothing registered above the fleet's r${base.revision}`, fleetRevision: base.revision, revision: null });
+    return finish({
+      verdict: 'nothing-to-test',
+      reason: `nothing registered above the fleet's r${base.revision}`,
+      fleetRevision: base.revision,
+      revision: null,
+    });
   }
   revision = newest.revision;
   phase = 'canary';
   publish();
   const rolloutId = canaryRolloutId(input.profile, info.workflowId);
-  const rolloutInput = await prepareCanary.executeWithOptions({ summary: `prepare canary r${base.revision} → r${newest.revision}` }, [
-    { ...target, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: base.revision, toRevision: newest.revision, keep: input.keep, rolloutId, startedBy: `nightly canary (${input.createdBy})` },
-  ]);
+  const rolloutInput = await prepareCanary.executeWithOptions(
+    { summary: `prepare canary r${base.revision} → r${newest.revision}` },
+    [
+      {
+        ...target,
+        ...(input.specPath ? { specPath: input.specPath } : {}),
+        fromRevision: base.revision,
+        toRevision: newest.revision,
+        keep: input.keep,
+        rolloutId,
+        startedBy: `nightly canary (${input.createdBy})`,
+      },
+    ],
+  );
   let status: RolloutStatus;
   try {
     status = await wf.executeChild(rolloutWorkflow, {
@@ -109,9 +150,25 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
     });
   } catch (err) {
     if (wf.isCancellation(err)) throw err;
-    return finish({ verdict: 'inconclusive', reason: `the canary rollout did not finish: ${(err as Error).message}`, fleetRevision: base.revision, revision: newest.revision, rolloutId });
+    return finish({
+      verdict: 'inconclusive',
+      reason: `the canary rollout did not finish: ${(err as Error).message}`,
+      fleetRevision: base.revision,
+      revision: newest.revision,
+      rolloutId,
+    });
   }
   const childVerdict = status.verdict ?? 'inconclusive';
   const evidence = status.phases[0]?.evidence?.join('; ');
-  return finish({ verdict: childVerdict, reason: `r${newest.revision} on ${status.phases[0]?.devices ?? 0} canary device(s)${evidence ? `: ${evidence}` : ''}`.slice(0, 500), fleetRevision: base.revision, revision: newest.revision, rolloutId });
+  return finish({
+    verdict: childVerdict,
+    reason:
+      `r${newest.revision} on ${status.phases[0]?.devices ?? 0} canary device(s)${evidence ? `: ${evidence}` : ''}`.slice(
+        0,
+        500,
+      ),
+    fleetRevision: base.revision,
+    revision: newest.revision,
+    rolloutId,
+  });
 }

@@ -8,7 +8,10 @@ import { SLICE_CONTROL_ACK } from './slice';
 /** New executions answer a control update only once the running slices have the new state. */
 export const CONTROLS_REACH_SLICES = 'controls-reach-slices';
 
-export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown }) => Promise<unknown>;
+export type RolloutAuditFn = (
+  event: AuditEventName,
+  fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown },
+) => Promise<unknown>;
 
 /**
  * The operator's controls, wired as the samples' safe message handlers do: the model checks and carries
@@ -16,12 +19,23 @@ export type RolloutAuditFn = (event: AuditEventName, fields?: { phase?: string |
  * are not allowed now are recorded as refused and change nothing. `onChange` lets the story pass the new
  * state on (to a running slice, to the Web UI).
  */
-export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChange: (ack: boolean) => Promise<void>, onAuditOverride: (c: { by: string; reason: string }) => void): void {
+export function wireControls(
+  model: RolloutModel,
+  audit: RolloutAuditFn,
+  onChange: (ack: boolean) => Promise<void>,
+  onAuditOverride: (c: { by: string; reason: string }) => void,
+): void {
   const now = () => new Date(Date.now()).toISOString();
   /** Carry out a control; `told` resolves once every running slice has the new state (see CONTROLS_REACH_SLICES). */
   const carryOut = (name: ControlName, c: ControlRequest, ack = false) => {
     const intent = model.applyControl(name, c);
-    if (intent) void audit(intent.event, { by: intent.by, reason: intent.reason, ...(intent.phase ? { phase: intent.phase } : {}), ...(intent.evidence ? { evidence: intent.evidence } : {}) });
+    if (intent)
+      void audit(intent.event, {
+        by: intent.by,
+        reason: intent.reason,
+        ...(intent.phase ? { phase: intent.phase } : {}),
+        ...(intent.evidence ? { evidence: intent.evidence } : {}),
+      });
     else onAuditOverride({ by: c.by ?? 'unknown', reason: c.reason! });
     model.recordControl(name, c, true, now());
     const told = onChange(ack);
@@ -41,12 +55,14 @@ export function wireControls(model: RolloutModel, audit: RolloutAuditFn, onChang
     if (ack || wf.patched(CONTROLS_REACH_SLICES)) await told;
     return status;
   };
-  const onSignal = (name: ControlName) => (c: ControlRequest = {}) => {
-    const signalled = { ...c, by: c.by ?? 'signal' };
-    const problem = model.refusal(name, c);
-    if (problem) model.recordControl(name, signalled, false, now(), problem);
-    else apply(name, signalled);
-  };
+  const onSignal =
+    (name: ControlName) =>
+    (c: ControlRequest = {}) => {
+      const signalled = { ...c, by: c.by ?? 'signal' };
+      const problem = model.refusal(name, c);
+      if (problem) model.recordControl(name, signalled, false, now(), problem);
+      else apply(name, signalled);
+    };
   const validator = (name: ControlName) => (c: ControlRequest) => {
     const problem = model.refusal(name, c ?? {});
     if (problem) throw new Error(problem);

@@ -30,7 +30,11 @@ export interface DeadlineWatch {
  * Starts the watcher when the spec sets a deadline (never for a nightly canary run). Rollouts without
  * one never reach `wf.patched`, so their histories are exactly as before.
  */
-export function watchDeadlines(input: RolloutInput, model: RolloutModel, stages: RolloutStages): DeadlineWatch | undefined {
+export function watchDeadlines(
+  input: RolloutInput,
+  model: RolloutModel,
+  stages: RolloutStages,
+): DeadlineWatch | undefined {
   if (input.canary || !hasDeadlines(input.spec) || !wf.patched(ROLLOUT_DEADLINES)) return undefined;
   return new DeadlineWatcher(input, model, stages);
 }
@@ -57,7 +61,8 @@ class DeadlineWatcher implements DeadlineWatch {
   ) {
     const { progressDeadline } = input.spec;
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
-    if (progressDeadline !== undefined) this.progress = new Deadline('progressDeadline', progressDeadline, Date.now(), this.active());
+    if (progressDeadline !== undefined)
+      this.progress = new Deadline('progressDeadline', progressDeadline, Date.now(), this.active());
     void this.run().catch((err) => {
       // A cancel ends the watcher with the workflow's root scope; anything else only costs the deadlines.
       if (!wf.isCancellation(err)) model.warn(`deadlines stopped: ${String(err)}`.slice(0, 300));
@@ -111,7 +116,9 @@ class DeadlineWatcher implements DeadlineWatch {
       }
       if (this.over()) return;
 
-      const running = [this.progress, live === undefined ? undefined : this.phases.get(live)].filter((d): d is Deadline => d !== undefined && !d.fired);
+      const running = [this.progress, live === undefined ? undefined : this.phases.get(live)].filter(
+        (d): d is Deadline => d !== undefined && !d.fired,
+      );
       const due = running.find((d) => d.due(now));
       if (due && active) {
         this.pass(due, now);
@@ -119,7 +126,10 @@ class DeadlineWatcher implements DeadlineWatch {
       }
       const key = this.key();
       if (!active || running.length === 0) await wf.condition(() => this.key() !== key);
-      else await wf.condition(() => this.key() !== key, Math.min(...running.map((d) => d.remaining(now))), { summary: 'progress deadline' });
+      else
+        await wf.condition(() => this.key() !== key, Math.min(...running.map((d) => d.remaining(now))), {
+          summary: 'progress deadline',
+        });
     }
   }
 
@@ -131,16 +141,37 @@ class DeadlineWatcher implements DeadlineWatch {
     const phaseIndex = deadline.phase ?? this.livePhase();
     // A progress deadline between two phases (or waiting for a window) names the phase the story is at.
     const phase = phaseIndex !== undefined ? model.phase(phaseIndex).name : model.plan ? model.phaseName : null;
-    const passedPhases = new Set((model.plan?.phases ?? []).map((p) => p.index).filter((i) => model.phase(i).stage === 'passed'));
+    const passedPhases = new Set(
+      (model.plan?.phases ?? []).map((p) => p.index).filter((i) => model.phase(i).stage === 'passed'),
+    );
     const unconfirmed = unconfirmedDevices(model.requiredDevices(), passedPhases, deadline.phase);
     const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
     const at = new Date(now).toISOString();
-    model.recordDeadline({ kind: deadline.kind, phase, limitMs: deadline.limitMs, at, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, action }, reason);
+    model.recordDeadline(
+      {
+        kind: deadline.kind,
+        phase,
+        limitMs: deadline.limitMs,
+        at,
+        unconfirmed: unconfirmed.ids,
+        unconfirmedCount: unconfirmed.count,
+        action,
+      },
+      reason,
+    );
     void stages.audit('deadline.passed', {
       phase,
       by: 'wavegate',
       reason,
-      evidence: { kind: deadline.kind, limitMs: deadline.limitMs, activeMs: deadline.elapsed(now), action, unconfirmed: unconfirmed.ids, unconfirmedCount: unconfirmed.count, byState: unconfirmed.byState },
+      evidence: {
+        kind: deadline.kind,
+        limitMs: deadline.limitMs,
+        activeMs: deadline.elapsed(now),
+        action,
+        unconfirmed: unconfirmed.ids,
+        unconfirmedCount: unconfirmed.count,
+        byState: unconfirmed.byState,
+      },
     });
     switch (action) {
       case 'pause':

@@ -1,5 +1,14 @@
 import * as wf from '@temporalio/workflow';
-import { DeliveryLedger, shownUrl, webhookEventFor, webhookWants, type EventContext, type TransitionRecord, type Webhook, type WebhookEvent } from '../core/events';
+import {
+  DeliveryLedger,
+  shownUrl,
+  webhookEventFor,
+  webhookWants,
+  type EventContext,
+  type TransitionRecord,
+  type Webhook,
+  type WebhookEvent,
+} from '../core/events';
 import type { AuditEventName } from '../core/audit';
 import { isFinalState } from '../core/controls';
 import type { RolloutModel } from '../core/rollout/model';
@@ -35,7 +44,13 @@ export class EventOutbox {
     private readonly hooks: readonly Webhook[],
   ) {
     const { spec } = input;
-    this.ctx = { rolloutId: input.rolloutId, runId: wf.workflowInfo().runId, profile: spec.profile, fromRevision: spec.fromRevision, toRevision: spec.toRevision };
+    this.ctx = {
+      rolloutId: input.rolloutId,
+      runId: wf.workflowInfo().runId,
+      profile: spec.profile,
+      fromRevision: spec.fromRevision,
+      toRevision: spec.toRevision,
+    };
     model.attachWebhooks(this.ledger);
     this.queues = hooks.map(() => []);
     this.sending = hooks.map(() => undefined);
@@ -47,8 +62,19 @@ export class EventOutbox {
    * A transition the audit trail records: queued at once; on the rollout's end (a final state) the
    * returned promise is the bounded wait for delivery (drain), otherwise there is nothing to wait for.
    */
-  transition(event: AuditEventName, fields: { phase: string | null; by?: string; reason?: string | null; evidence?: unknown }, state: RolloutState): Promise<void> | undefined {
-    this.record({ event, phase: fields.phase, by: fields.by ?? 'wavegate', reason: fields.reason ?? null, at: new Date(Date.now()).toISOString(), evidence: fields.evidence ?? null });
+  transition(
+    event: AuditEventName,
+    fields: { phase: string | null; by?: string; reason?: string | null; evidence?: unknown },
+    state: RolloutState,
+  ): Promise<void> | undefined {
+    this.record({
+      event,
+      phase: fields.phase,
+      by: fields.by ?? 'wavegate',
+      reason: fields.reason ?? null,
+      at: new Date(Date.now()).toISOString(),
+      evidence: fields.evidence ?? null,
+    });
     return isFinalState(state) ? this.drain() : undefined;
   }
 
@@ -76,7 +102,13 @@ export class EventOutbox {
     this.ended = true;
     this.queues.forEach((queue, i) => {
       const left = [...(this.sending[i] ? [this.sending[i]] : []), ...queue.splice(0)];
-      for (const event of left) this.ledger.failed({ deliveryId: event.deliveryId, event: event.event, url: shownUrl(this.hooks[i]!.url), error: 'not delivered when the rollout ended' });
+      for (const event of left)
+        this.ledger.failed({
+          deliveryId: event.deliveryId,
+          event: event.event,
+          url: shownUrl(this.hooks[i]!.url),
+          error: 'not delivered when the rollout ended',
+        });
     });
   }
 
@@ -92,11 +124,16 @@ export class EventOutbox {
       this.sending[i] = event;
       try {
         await deliverWebhook.executeWithOptions({ summary: `${event.event} to ${url}` }, [
-          { url: hook.url, ...(hook.secretEnv ? { secretEnv: hook.secretEnv } : { secretFile: hook.secretFile }), event },
+          {
+            url: hook.url,
+            ...(hook.secretEnv ? { secretEnv: hook.secretEnv } : { secretFile: hook.secretFile }),
+            event,
+          },
         ]);
         if (!this.ended) this.ledger.delivered();
       } catch (err) {
-        if (!this.ended) this.ledger.failed({ deliveryId: event.deliveryId, event: event.event, url, error: rootMessage(err) });
+        if (!this.ended)
+          this.ledger.failed({ deliveryId: event.deliveryId, event: event.event, url, error: rootMessage(err) });
       } finally {
         this.sending[i] = undefined;
       }

@@ -17,7 +17,11 @@ const HEALTH_CHUNK = 500;
  * The health gate after a phase: every check of the phase over the devices this rollout changed, in
  * chunks. A probe that could not run is a fact we could not read: inconclusive, never a pass.
  */
-export async function runHealthGate(input: RolloutInput, model: RolloutModel, phase: PlannedPhase): Promise<GateResult> {
+export async function runHealthGate(
+  input: RolloutInput,
+  model: RolloutModel,
+  phase: PlannedPhase,
+): Promise<GateResult> {
   const { spec } = input;
   const healthCheck = runHealthCheckActivity(spec.healthTimeout);
   const changed = model.healthTargets();
@@ -33,7 +37,12 @@ export async function runHealthGate(input: RolloutInput, model: RolloutModel, ph
         );
       } catch (err) {
         if (wf.isCancellation(err)) throw err;
-        results.push({ check, outcome: 'inconclusive', evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300), durationMs: 0 });
+        results.push({
+          check,
+          outcome: 'inconclusive',
+          evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300),
+          durationMs: 0,
+        });
       }
     }
   }

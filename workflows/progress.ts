@@ -2,7 +2,13 @@ import * as wf from '@temporalio/workflow';
 import type { RolloutModel } from '../core/rollout/model';
 import type { RolloutStatus } from '../core/rollout/status';
 import { summarizeCounts } from '../core/rollout-state';
-import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
+import {
+  WavegatePhase,
+  WavegateProfile,
+  WavegateRevision,
+  WavegateState,
+  WavegateVerdict,
+} from '../contracts/search-attributes';
 import { recordRolloutState } from '../core/metrics';
 
 const lastPublishedState = new WeakMap<RolloutModel, string>();
@@ -56,10 +62,15 @@ export function refreshDetails(model: RolloutModel, force = false): void {
 
 /** The live progress table shown in the Web UI's current details (markdown). */
 export function progressTable(s: RolloutStatus): string {
-  const phaseRows = s.phases.map((p) => `| ${p.index} | ${p.name} | ${p.devices} | ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''} |`);
+  const phaseRows = s.phases.map(
+    (p) => `| ${p.index} | ${p.name} | ${p.devices} | ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''} |`,
+  );
   // Devices waiting for a dependency first: what holds the phase must not scroll out of the table.
   const waiting = s.devices.filter((d) => d.state === 'waiting').slice(0, 10);
-  const active = [...waiting, ...s.devices.filter((d) => d.state !== 'pending' && d.state !== 'waiting').slice(-(30 - waiting.length))];
+  const active = [
+    ...waiting,
+    ...s.devices.filter((d) => d.state !== 'pending' && d.state !== 'waiting').slice(-(30 - waiting.length)),
+  ];
   const rows = active.map((d) => `| ${d.id} | ${d.state} | ${d.reason ?? ''} |`);
   return [
     `**${s.profile}** r${s.fromRevision} → r${s.toRevision}: **${s.state}**, phase *${s.phase}*${s.pausedReason ? ` — ${s.pausedReason}` : ''}`,

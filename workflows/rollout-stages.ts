@@ -99,17 +99,30 @@ export class RolloutStages {
     );
     this.batches = new DeviceBatches(input, model);
     this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
-    wireControls(model, (event, fields) => this.audit(event, fields), changed, (c) => this.trail.requestOverride(c));
+    wireControls(
+      model,
+      (event, fields) => this.audit(event, fields),
+      changed,
+      (c) => this.trail.requestOverride(c),
+    );
   }
 
   /** One audit record: the current phase (once planned) and the counts at this moment. */
   audit(event: AuditEventName, f: AuditFieldsOf = {}): Promise<unknown> {
     const { model } = this;
-    const fields = { phase: f.phase === undefined ? (model.plan ? model.phaseName : null) : f.phase, by: f.by, reason: f.reason, counts: { ...model.counts() }, evidence: f.evidence };
+    const fields = {
+      phase: f.phase === undefined ? (model.plan ? model.phaseName : null) : f.phase,
+      by: f.by,
+      reason: f.reason,
+      counts: { ...model.counts() },
+      evidence: f.evidence,
+    };
     const written = this.trail.append(event, fields);
     // The same transition as a webhook event (workflows/events.ts), made at the first record; only the end waits for delivery.
     const { webhooks } = this.input.spec;
-    if (this.outbox === undefined) this.outbox = webhooks?.length && wf.patched(WEBHOOK_EVENTS_PATCH) ? new EventOutbox(this.input, model, webhooks) : false;
+    if (this.outbox === undefined)
+      this.outbox =
+        webhooks?.length && wf.patched(WEBHOOK_EVENTS_PATCH) ? new EventOutbox(this.input, model, webhooks) : false;
     const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
     if (this.pipelined) {
       // Written in the background, in order; the end (`finish`) waits for the trail to drain.
@@ -131,20 +144,31 @@ export class RolloutStages {
   skipPending(reason: string, exceptPhase?: number): void {
     const skipped = this.model.skipPending(reason, exceptPhase);
     refreshDetails(this.model, true);
-    if (this.deviceRecords) for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
+    if (this.deviceRecords)
+      for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
   }
 
   /** One record per chunk of devices: each one's state (and why) after a batch, or at plan time. */
   async recordDevices(mode: 'plan' | 'apply' | 'rollback', ids: readonly string[]): Promise<void> {
     if (!this.deviceRecords) return;
     for (const chunk of chunks(ids)) {
-      await this.audit('devices.outcome', { evidence: { mode, devices: this.model.outcomesOf(chunk).map((d) => ({ id: d.id, state: d.state, ...(d.reason ? { reason: d.reason } : {}) })) } });
+      await this.audit('devices.outcome', {
+        evidence: {
+          mode,
+          devices: this.model
+            .outcomesOf(chunk)
+            .map((d) => ({ id: d.id, state: d.state, ...(d.reason ? { reason: d.reason } : {}) })),
+        },
+      });
     }
   }
 
   /** The devices whose state the plan already settled: failed or skipped at snapshot, not-for-me, already there. */
   recordPlan(): Promise<void> {
-    return this.recordDevices('plan', this.model.settledAtPlan().map((d) => d.id));
+    return this.recordDevices(
+      'plan',
+      this.model.settledAtPlan().map((d) => d.id),
+    );
   }
 
   /** This execution's snapshot is the membership only (SNAPSHOT_MEMBERSHIP_ONLY): nothing contacted. */
@@ -158,14 +182,29 @@ export class RolloutStages {
     this.membershipOnly = wf.patched(SNAPSHOT_MEMBERSHIP_ONLY);
     // With no marker read here, a device ahead of the rollout is learned by its apply (nothing runs there).
     // A revert comes down from its fromRevision: a device at that revision is a candidate, not ahead.
-    if (this.membershipOnly && wf.patched(AHEAD_AT_APPLY)) this.batches.aheadAbove = this.input.reverts ? Math.max(spec.fromRevision, spec.toRevision) : spec.toRevision;
+    if (this.membershipOnly && wf.patched(AHEAD_AT_APPLY))
+      this.batches.aheadAbove = this.input.reverts ? Math.max(spec.fromRevision, spec.toRevision) : spec.toRevision;
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
-    const source = this.input.membership && wf.patched(MEMBERSHIP_ENTITY) ? { membership: this.input.membership } : { inventoryPath: this.input.inventoryPath };
+    const source =
+      this.input.membership && wf.patched(MEMBERSHIP_ENTITY)
+        ? { membership: this.input.membership }
+        : { inventoryPath: this.input.inventoryPath };
     for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
-      const page = await snapshotFleet.executeWithOptions({ summary: `snapshot ${spec.profile} fleet from #${offset}` }, [
-        { ...source, profile: spec.profile, scope: profile.scope, offset, limit: SNAPSHOT_PAGE, ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}), ...(this.membershipOnly ? { probe: false } : {}) },
-      ]);
+      const page = await snapshotFleet.executeWithOptions(
+        { summary: `snapshot ${spec.profile} fleet from #${offset}` },
+        [
+          {
+            ...source,
+            profile: spec.profile,
+            scope: profile.scope,
+            offset,
+            limit: SNAPSHOT_PAGE,
+            ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}),
+            ...(this.membershipOnly ? { probe: false } : {}),
+          },
+        ],
+      );
       this.model.addSnapshot(page.devices);
       if (offset + SNAPSHOT_PAGE >= page.total) break;
     }
@@ -185,9 +224,10 @@ export class RolloutStages {
     for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS; round++) {
       const ids = canaryToProbe(plan, probed);
       if (ids.length === 0) break;
-      const found = await probeDevices.executeWithOptions({ summary: `probe ${ids.length} canary candidate(s) of ${input.spec.profile}` }, [
-        { profile: input.spec.profile, devices: ids.map((id) => model.snapshotOf(id)!) },
-      ]);
+      const found = await probeDevices.executeWithOptions(
+        { summary: `probe ${ids.length} canary candidate(s) of ${input.spec.profile}` },
+        [{ profile: input.spec.profile, devices: ids.map((id) => model.snapshotOf(id)!) }],
+      );
       for (const id of ids) probed.add(id);
       model.updateSnapshot(found);
       plan = planRollout(input, model.snapshotDevices());
@@ -229,7 +269,10 @@ export class RolloutStages {
   async confirmFloor(): Promise<void> {
     const { model, input } = this;
     const { spec } = input;
-    const devices = model.toUndo().reverse().filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? ''));
+    const devices = model
+      .toUndo()
+      .reverse()
+      .filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? ''));
     if (devices.length === 0) return;
     // A revert lands the floor on its target with no way "back" (up is always allowed): the
     // reverted-to revision is the fleet's floor again.
@@ -239,9 +282,19 @@ export class RolloutStages {
     let confirmed = 0;
     const failed: Array<{ id: string; error: string }> = [];
     const raise = (chunk: typeof devices) =>
-      confirmFloor.executeWithOptions({ summary: `raise the floor to r${spec.toRevision} on ${chunk.length} device(s)` }, [
-        { devices: chunk, profile: spec.profile, revision: spec.toRevision, from, rolloutId: input.rolloutId, revertWindowMs },
-      ]);
+      confirmFloor.executeWithOptions(
+        { summary: `raise the floor to r${spec.toRevision} on ${chunk.length} device(s)` },
+        [
+          {
+            devices: chunk,
+            profile: spec.profile,
+            revision: spec.toRevision,
+            from,
+            rolloutId: input.rolloutId,
+            revertWindowMs,
+          },
+        ],
+      );
     const all = chunks(devices);
     // A large fleet's floor pass was one chunk after another (20 of them at 10,000 devices, a fifth of
     // the rollout, bench/README.md); the writes touch no running service, so chunks go side by side.
@@ -250,12 +303,21 @@ export class RolloutStages {
       failed.push(...result.failed);
     };
     if (wf.patched(FLOOR_CHUNKS_PARALLEL)) {
-      for (let i = 0; i < all.length; i += FLOOR_CHUNKS_AT_ONCE) (await Promise.all(all.slice(i, i + FLOOR_CHUNKS_AT_ONCE).map(raise))).forEach(tally);
+      for (let i = 0; i < all.length; i += FLOOR_CHUNKS_AT_ONCE)
+        (await Promise.all(all.slice(i, i + FLOOR_CHUNKS_AT_ONCE).map(raise))).forEach(tally);
     } else {
       for (const chunk of all) tally(await raise(chunk));
     }
-    if (failed.length) model.warn(`floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(0, 500));
-    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed } });
+    if (failed.length)
+      model.warn(
+        `floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(
+          0,
+          500,
+        ),
+      );
+    await this.audit('floor.confirmed', {
+      evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed },
+    });
   }
 
   /** Whether each device's floor moves with its own confirmed apply (FLOOR_AT_APPLY): no pass at the end. */
@@ -271,11 +333,22 @@ export class RolloutStages {
   async recordFloor(): Promise<void> {
     const { model, input } = this;
     const { spec } = input;
-    const confirmed = model.toUndo().filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? '')).length;
+    const confirmed = model
+      .toUndo()
+      .filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? '')).length;
     if (confirmed === 0) return;
     const revert = input.reverts !== undefined;
     const revertWindowMs = revert ? 0 : (spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS);
-    await this.audit('floor.confirmed', { evidence: { revision: spec.toRevision, from: revert ? spec.toRevision : spec.fromRevision, revertWindowMs, confirmed, failed: [], raised: 'at each apply' } });
+    await this.audit('floor.confirmed', {
+      evidence: {
+        revision: spec.toRevision,
+        from: revert ? spec.toRevision : spec.fromRevision,
+        revertWindowMs,
+        confirmed,
+        failed: [],
+        raised: 'at each apply',
+      },
+    });
   }
 
   /** Wait for best-effort devices still running (they never hold a gate, but the rollout's end waits). */
@@ -290,20 +363,38 @@ export class RolloutStages {
     const toUndo = model.toUndo();
     model.enterRollback();
     publishIfChanged(model);
-    await this.audit('rollback.started', { phase: 'rollback', by, reason: trigger, evidence: { devices: toUndo.length } });
+    await this.audit('rollback.started', {
+      phase: 'rollback',
+      by,
+      reason: trigger,
+      evidence: { devices: toUndo.length },
+    });
     await this.batches.run(toUndo, 'rollback', 'rollback');
-    await this.recordDevices('rollback', toUndo.map((d) => d.id));
+    await this.recordDevices(
+      'rollback',
+      toUndo.map((d) => d.id),
+    );
     const failed = model.rollbackFailedOf(toUndo);
-    await this.audit('rollback.completed', { phase: 'rollback', by, reason: trigger, evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed } });
+    await this.audit('rollback.completed', {
+      phase: 'rollback',
+      by,
+      reason: trigger,
+      evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed },
+    });
   }
 
   /**
    * The failure policy: the rollback's ending (the story ends the rollout with it), or a pause until an
    * operator resumes ('continue') or aborts.
    */
-  async onFailure(trigger: policy.FailureTrigger, evidence: string, phase: PlannedPhase): Promise<Ending | 'continue' | 'aborted'> {
+  async onFailure(
+    trigger: policy.FailureTrigger,
+    evidence: string,
+    phase: PlannedPhase,
+  ): Promise<Ending | 'continue' | 'aborted'> {
     const { model } = this;
-    if (policy.failureResponse(trigger, this.input.spec.rollback.on) === 'rollback') return endingOf({ kind: 'failure-rollback', trigger, evidence, phaseName: phase.name });
+    if (policy.failureResponse(trigger, this.input.spec.rollback.on) === 'rollback')
+      return endingOf({ kind: 'failure-rollback', trigger, evidence, phaseName: phase.name });
     model.pauseFor('failure-policy', policy.failurePauseReason(trigger, evidence));
     await this.audit('rollout.paused', { reason: model.pausedReason });
     publishIfChanged(model);
@@ -320,7 +411,9 @@ export class RolloutStages {
     if (this.pipelined && wf.patched(AUDIT_PHASE_BARRIER)) await this.trail.drained();
     model.enterPhase(phase.index);
     publishIfChanged(model);
-    await this.audit('phase.started', { evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) } });
+    await this.audit('phase.started', {
+      evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) },
+    });
     const batch = model.pendingIn(phase);
     const offlineFailed = model.failedBeforeStart(phase);
     // Touched before the batch runs, so a stop while it runs puts back what it started. Canary runs
@@ -332,7 +425,11 @@ export class RolloutStages {
     else model.markTouched(result.started);
     // Devices found offline at their apply never started, but their outcome (skipped or failed) is recorded too.
     const startedSet = new Set(result.started);
-    const offline = this.batches.offlineAtApply ? batch.filter((d) => !startedSet.has(d.id) && ['skipped', 'failed'].includes(model.deviceState(d.id) ?? '')).map((d) => d.id) : [];
+    const offline = this.batches.offlineAtApply
+      ? batch
+          .filter((d) => !startedSet.has(d.id) && ['skipped', 'failed'].includes(model.deviceState(d.id) ?? ''))
+          .map((d) => d.id)
+      : [];
     await this.recordDevices('apply', offline.length ? [...result.started, ...offline] : result.started);
     await this.audit('phase.applied', { evidence: { tally: result.tally } });
     return { ...result, offlineFailed };

@@ -36,7 +36,11 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     stages.skipPending('not in the canary phase', phase?.index ?? -1);
     if (!phase) {
       model.recordVerdict(policy.NOTHING_TO_TEST);
-      await stages.audit('canary.verdict', { phase: null, reason: 'no device needs the revision', evidence: { verdict: model.verdict } });
+      await stages.audit('canary.verdict', {
+        phase: null,
+        reason: 'no device needs the revision',
+        evidence: { verdict: model.verdict },
+      });
       return stages.end(endingOf({ kind: 'canary-nothing-to-test' }));
     }
     const applied = await stages.applyPhase(phase, true);
@@ -49,7 +53,10 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     const { verdict, evidence } = outcome;
     model.recordVerdict(verdict);
     model.recordGate(phase.index, verdict, evidence, policy.canaryStage(verdict));
-    await stages.audit('canary.verdict', { reason: verdict, evidence: { verdict, evidence, kept: input.canary!.keep } });
+    await stages.audit('canary.verdict', {
+      reason: verdict,
+      evidence: { verdict, evidence, kept: input.canary!.keep },
+    });
     publishIfChanged(model);
     return stages.end(endingOf({ kind: 'canary-verdict', verdict, keep: input.canary!.keep }));
   }
@@ -61,7 +68,11 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // A revert names the rollout (id and run) it undoes, in its first record and in its status.
     model.recordReverts(input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined);
     const reverts = model.reverts ? { reverts: model.reverts.rolloutId, revertsRun: model.reverts.runId } : {};
-    await stages.audit('rollout.started', { phase: null, by: input.startedBy, evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts } });
+    await stages.audit('rollout.started', {
+      phase: null,
+      by: input.startedBy,
+      evidence: { from: spec.fromRevision, to: spec.toRevision, phases: spec.phases.length, ...reverts },
+    });
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
     await stages.snapshot();
     const plan = await stages.plan();

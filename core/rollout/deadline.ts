@@ -81,11 +81,18 @@ type DeadlineSpec = Pick<RolloutSpec, 'phases' | 'progressDeadline' | 'phaseDead
 
 /** Whether the spec sets any deadline (the workflow's guard: rollouts without one run exactly as before). */
 export function hasDeadlines(spec: DeadlineSpec): boolean {
-  return spec.progressDeadline !== undefined || spec.phaseDeadline !== undefined || spec.phases.some((p) => p.phaseDeadline !== undefined);
+  return (
+    spec.progressDeadline !== undefined ||
+    spec.phaseDeadline !== undefined ||
+    spec.phases.some((p) => p.phaseDeadline !== undefined)
+  );
 }
 
 /** A planned phase's deadline: its spec phase's own `phaseDeadline`, else the spec's (an implicit remainder takes the spec's). */
-export function phaseDeadlineOf(spec: Pick<DeadlineSpec, 'phases' | 'phaseDeadline'>, phase: Pick<PlannedPhase, 'specIndex'>): number | undefined {
+export function phaseDeadlineOf(
+  spec: Pick<DeadlineSpec, 'phases' | 'phaseDeadline'>,
+  phase: Pick<PlannedPhase, 'specIndex'>,
+): number | undefined {
   // A `risk: safe` plan collapses every phase into one ('all', specIndex 0): the first phase's own, else the spec's.
   const own = phase.specIndex >= 0 ? spec.phases[phase.specIndex]?.phaseDeadline : undefined;
   return own ?? spec.phaseDeadline;
@@ -107,7 +114,11 @@ export function phaseInProgress(stage: string): boolean {
  * or every phase) that are not best-effort, not skipped, and not yet confirmed — at the target
  * (applied or claimed) *and* through their phase's health gate.
  */
-export function unconfirmedDevices(devices: Iterable<DeviceStatus>, passedPhases: ReadonlySet<number>, phase?: number): { ids: string[]; count: number; byState: Partial<Record<DeviceState, number>> } {
+export function unconfirmedDevices(
+  devices: Iterable<DeviceStatus>,
+  passedPhases: ReadonlySet<number>,
+  phase?: number,
+): { ids: string[]; count: number; byState: Partial<Record<DeviceState, number>> } {
   const ids: string[] = [];
   let count = 0;
   const byState: Partial<Record<DeviceState, number>> = {};
@@ -138,8 +149,16 @@ export interface DeadlineStatus {
 }
 
 /** The reason a deadline gives (pause reason, abort reason, rollback trigger): it starts with `deadline:`. */
-export function deadlineReason(kind: DeadlineKind, limitMs: number, phase: string | null, unconfirmedCount: number): string {
-  const where = kind === 'phaseDeadline' ? `phaseDeadline ${formatDurationMs(limitMs)} of phase ${phase ?? '?'}` : `progressDeadline ${formatDurationMs(limitMs)}${phase ? ` (in phase ${phase})` : ''}`;
+export function deadlineReason(
+  kind: DeadlineKind,
+  limitMs: number,
+  phase: string | null,
+  unconfirmedCount: number,
+): string {
+  const where =
+    kind === 'phaseDeadline'
+      ? `phaseDeadline ${formatDurationMs(limitMs)} of phase ${phase ?? '?'}`
+      : `progressDeadline ${formatDurationMs(limitMs)}${phase ? ` (in phase ${phase})` : ''}`;
   return `deadline: ${where} passed in active time with ${unconfirmedCount} required device(s) unconfirmed`;
 }
 

@@ -2,7 +2,15 @@ import { checkControl, type ControlBase, type ControlContext, type ControlName }
 import type { DeliveryLedger } from '../events';
 import type { GateOutcome } from '../health';
 import type { Plan, PlannedPhase } from '../planner';
-import { countDevices, stepState, type Counts, type DeviceSnapshot, type DeviceState, type DeviceStatus, type RolloutState } from '../rollout-state';
+import {
+  countDevices,
+  stepState,
+  type Counts,
+  type DeviceSnapshot,
+  type DeviceState,
+  type DeviceStatus,
+  type RolloutState,
+} from '../rollout-state';
 import type { RolloutSpec } from '../spec';
 import { honestDevice, NOT_STARTED } from './outcome';
 import type { DeadlineKind, DeadlineStatus } from './deadline';
@@ -67,7 +75,11 @@ export class RolloutModel {
   /** The snapshot as read, page by page: what the planner judges (it warns of an id seen twice). */
   private readonly snapshotAsRead: DeviceSnapshot[] = [];
 
-  constructor(private readonly spec: Pick<RolloutSpec, 'profile' | 'fromRevision' | 'toRevision' | 'offline'> & { rolloutId: string }) {}
+  constructor(
+    private readonly spec: Pick<RolloutSpec, 'profile' | 'fromRevision' | 'toRevision' | 'offline'> & {
+      rolloutId: string;
+    },
+  ) {}
 
   // ---- reading ----
   status(): RolloutStatus {
@@ -79,7 +91,11 @@ export class RolloutModel {
       // Held by the audit trail, a running rollout is paused in every way that matters: say so.
       state: this.auditHoldReason && this.currentState === 'running' ? 'paused' : this.currentState,
       phase: this.currentPhase,
-      ...(this.auditHoldReason ? { pausedReason: `audit trail not whole: ${this.auditHoldReason}` } : this.pausedReason ? { pausedReason: this.pausedReason } : {}),
+      ...(this.auditHoldReason
+        ? { pausedReason: `audit trail not whole: ${this.auditHoldReason}` }
+        : this.pausedReason
+          ? { pausedReason: this.pausedReason }
+          : {}),
       phases: this.phases,
       devices: [...this.devices.values()],
       counts: this.counts(),
@@ -206,16 +222,33 @@ export class RolloutModel {
     this.adoptedPlan = plan;
     this.warningList.push(...plan.warnings);
     for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'not-for-me', phase: -1, reason });
-    for (const id of plan.alreadyApplied) this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
+    for (const id of plan.alreadyApplied)
+      this.devices.set(id, { id, state: 'applied', phase: -1, reason: 'already at target' });
     for (const phase of plan.phases) {
-      this.phases.push({ index: phase.index, name: phase.name, devices: phase.devices.length, gate: phase.gate, stage: 'pending' });
+      this.phases.push({
+        index: phase.index,
+        name: phase.name,
+        devices: phase.devices.length,
+        gate: phase.gate,
+        stage: 'pending',
+      });
       for (const id of phase.devices) {
         const d = this.snapshot.get(id)!;
         if (d.refusal && opts.refusalsFail) {
-          this.devices.set(id, { id, state: 'failed', phase: phase.index, reason: `refused at snapshot (${d.refusal}): ${d.error ?? 'refused'}` });
+          this.devices.set(id, {
+            id,
+            state: 'failed',
+            phase: phase.index,
+            reason: `refused at snapshot (${d.refusal}): ${d.error ?? 'refused'}`,
+          });
         } else if (!d.reachable && this.spec.offline !== 'wait') {
           const offline = this.spec.offline === 'fail' ? 'failed' : 'skipped';
-          this.devices.set(id, { id, state: offline, phase: phase.index, reason: `offline at snapshot: ${d.error ?? 'unreachable'}` });
+          this.devices.set(id, {
+            id,
+            state: offline,
+            phase: phase.index,
+            reason: `offline at snapshot: ${d.error ?? 'unreachable'}`,
+          });
         } else this.devices.set(id, { id, state: 'pending', phase: phase.index });
       }
     }
@@ -230,14 +263,17 @@ export class RolloutModel {
   }
   /** Devices the health gate measures: changed by this rollout and not best-effort, in snapshot order. */
   healthTargets(): DeviceSnapshot[] {
-    return [...this.snapshot.values()].filter((d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''));
+    return [...this.snapshot.values()].filter(
+      (d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''),
+    );
   }
 
   // ---- devices ----
   setDevice(id: string, next: DeviceState, reason?: string): void {
     this.changed = true;
     const phase = this.devices.get(id)?.phase ?? -1;
-    if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed') this.startedPhases.add(phase);
+    if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed')
+      this.startedPhases.add(phase);
     // The apply that finds a device ahead says not-for-me in the reason of a `skipped` (workflows/device-runner.ts, slices).
     this.devices.set(id, honestDevice({ id, state: next, phase, ...(reason ? { reason } : {}) }));
   }
@@ -263,7 +299,8 @@ export class RolloutModel {
   }
   /** Devices a deadline waits for: planned into a phase and not best-effort (they never hold a gate). */
   *requiredDevices(): Iterable<DeviceStatus> {
-    for (const d of this.devices.values()) if (d.phase >= 0 && this.snapshot.get(d.id)?.updateClass !== 'best-effort') yield d;
+    for (const d of this.devices.values())
+      if (d.phase >= 0 && this.snapshot.get(d.id)?.updateClass !== 'best-effort') yield d;
   }
   /** The current state (and reason) of each listed device, for the per-device audit records. */
   outcomesOf(ids: readonly string[]): DeviceStatus[] {
@@ -400,7 +437,12 @@ export class RolloutModel {
 
   // ---- controls: signals (Web UI) and updates (CLI) share one check and one effect ----
   controlContext(): ControlContext {
-    return { state: this.currentState, awaitingApproval: this.approvalWait, aborting: this.abortRequest !== undefined, ...(this.auditHoldReason ? { auditHold: this.auditHoldReason } : {}) };
+    return {
+      state: this.currentState,
+      awaitingApproval: this.approvalWait,
+      aborting: this.abortRequest !== undefined,
+      ...(this.auditHoldReason ? { auditHold: this.auditHoldReason } : {}),
+    };
   }
   /** Null when the control is allowed now, else why not (naming the current state). */
   refusal(name: ControlName, c: ControlRequest = {}): string | null {
@@ -422,7 +464,11 @@ export class RolloutModel {
         return { event: 'rollout.resumed', by, reason };
       case 'abort':
         this.changed = true;
-        this.abortRequest = { rollback: c.rollback ?? true, reason: c.reason ?? 'aborted by operator', by: c.by ?? 'unknown' };
+        this.abortRequest = {
+          rollback: c.rollback ?? true,
+          reason: c.reason ?? 'aborted by operator',
+          by: c.by ?? 'unknown',
+        };
         return { event: 'rollout.aborted', by, reason, evidence: { rollback: this.abortRequest.rollback } };
       case 'approve':
         this.changed = true;
@@ -434,7 +480,14 @@ export class RolloutModel {
   }
   recordControl(control: ControlRecord['control'], c: ControlBase, accepted: boolean, at: string, note?: string): void {
     this.changed = true;
-    this.controls.push({ control, by: c.by ?? 'unknown', ...(c.reason ? { reason: c.reason } : {}), at, accepted, ...(note ? { note } : {}) });
+    this.controls.push({
+      control,
+      by: c.by ?? 'unknown',
+      ...(c.reason ? { reason: c.reason } : {}),
+      at,
+      accepted,
+      ...(note ? { note } : {}),
+    });
   }
   /** A cancel: no pause or approval is pending any more. */
   clearWaits(): void {

@@ -55,7 +55,9 @@ export interface RolloutOutcome {
 export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
   if (s.state !== 'completed') return { code: 1, summary: `rollout ${s.state}` };
   if (s.verdict !== undefined) {
-    return s.verdict === 'pass' || s.verdict === 'nothing-to-test' ? { code: 0, summary: `canary verdict ${s.verdict}` } : { code: 1, summary: `canary verdict ${s.verdict}` };
+    return s.verdict === 'pass' || s.verdict === 'nothing-to-test'
+      ? { code: 0, summary: `canary verdict ${s.verdict}` }
+      : { code: 1, summary: `canary verdict ${s.verdict}` };
   }
   // Read as it is meant whichever build wrote it: an older status says not-for-me in the reason.
   const meant = s.devices.map(honestDevice).filter((d) => d.state !== 'not-for-me');
@@ -65,7 +67,10 @@ export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
     const byState = new Map<string, number>();
     for (const d of pending) byState.set(d.state, (byState.get(d.state) ?? 0) + 1);
     const parts = [...byState].map(([state, n]) => `${n} ${state}`).join(', ');
-    return { code: 1, summary: `completed with pending work: ${parts} (of ${meant.length} devices the rollout was for)` };
+    return {
+      code: 1,
+      summary: `completed with pending work: ${parts} (of ${meant.length} devices the rollout was for)`,
+    };
   }
   return { code: 0, summary: `completed: ${meant.length} of ${meant.length} devices at the target` };
 }
@@ -74,14 +79,20 @@ export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
  * What an accepted control did, in one line an operator can act on (the CLI prints it): not "now
  * running", but what happens next to the devices.
  */
-export function describeControl(name: 'pause' | 'resume' | 'abort' | 'approve' | 'override-audit', s: RolloutStatus, control: { rollback?: boolean } = {}): string {
+export function describeControl(
+  name: 'pause' | 'resume' | 'abort' | 'approve' | 'override-audit',
+  s: RolloutStatus,
+  control: { rollback?: boolean } = {},
+): string {
   const changed = s.changedDevices ?? 0;
   const devices = (n: number) => `${n} device${n === 1 ? '' : 's'}`;
   switch (name) {
     case 'pause':
       return `pause accepted: no new device starts${s.counts.applying ? ` (${devices(s.counts.applying)} in flight finish)` : ''}, and the rollout holds before its next step; resume with: wavegate resume ${s.rolloutId}`;
     case 'resume':
-      return s.state === 'paused' ? `resume accepted: ${s.pausedReason ?? 'still held'}` : `resume accepted: the rollout goes on (phase ${s.phase})`;
+      return s.state === 'paused'
+        ? `resume accepted: ${s.pausedReason ?? 'still held'}`
+        : `resume accepted: the rollout goes on (phase ${s.phase})`;
     case 'approve':
       return `approve accepted: the manual gate is passed; the health gate of phase ${s.phase} runs next`;
     case 'abort':

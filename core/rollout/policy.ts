@@ -15,7 +15,10 @@ import type { CanaryVerdict, PhaseStage } from './status';
 export type FailureTrigger = 'failure-gate' | 'healthGate-fail';
 
 /** Roll back when `rollback.on` names this trigger (or `both`); otherwise pause for an operator. */
-export function failureResponse(trigger: FailureTrigger, rollbackOn: RolloutSpec['rollback']['on']): 'rollback' | 'pause' {
+export function failureResponse(
+  trigger: FailureTrigger,
+  rollbackOn: RolloutSpec['rollback']['on'],
+): 'rollback' | 'pause' {
   return rollbackOn === 'both' || rollbackOn === trigger ? 'rollback' : 'pause';
 }
 
@@ -51,7 +54,10 @@ export type HealthGateDecision =
   /** Inconclusive never advances: hold for an operator, then check again after a resume. */
   | { next: 'hold'; stage: 'inconclusive'; event: 'gate.inconclusive' };
 
-export function healthGateDecision(outcome: GateOutcome, onInconclusive: RolloutSpec['onInconclusive']): HealthGateDecision {
+export function healthGateDecision(
+  outcome: GateOutcome,
+  onInconclusive: RolloutSpec['onInconclusive'],
+): HealthGateDecision {
   if (outcome === 'pass') return { next: 'advance', stage: 'passed', event: 'gate.passed' };
   if (outcome === 'fail') return { next: 'fail', stage: 'failed', event: 'gate.failed' };
   if (onInconclusive === 'fail') return { next: 'fail', stage: 'failed', event: 'gate.inconclusive' };
@@ -64,7 +70,10 @@ export function healthGateDecision(outcome: GateOutcome, onInconclusive: Rollout
  */
 export function canaryApplyVerdict(tally: FailureTally): { verdict: 'fail'; evidence: string[] } | null {
   if (tally.failed > 0 || tally.succeeded === 0) {
-    return { verdict: 'fail', evidence: [`${tally.failed} of ${tally.failed + tally.succeeded} canary devices failed to apply`] };
+    return {
+      verdict: 'fail',
+      evidence: [`${tally.failed} of ${tally.failed + tally.succeeded} canary devices failed to apply`],
+    };
   }
   return null;
 }
@@ -96,14 +105,36 @@ export interface AbortRequest {
 }
 
 /** How an accepted abort ends the rollout: compensate when asked (the default), then `aborted`. */
-export function abortOutcome(abort: AbortRequest): { compensate: boolean; trigger: string; skipReason: string; event: AuditEventName } {
+export function abortOutcome(abort: AbortRequest): {
+  compensate: boolean;
+  trigger: string;
+  skipReason: string;
+  event: AuditEventName;
+} {
   // The abort was recorded when it was accepted (rollout.aborted, with who and why): the end is its own record.
-  return { compensate: abort.rollback, trigger: `abort: ${abort.reason}`, skipReason: `not started: aborted by ${abort.by}`, event: 'rollout.ended' };
+  return {
+    compensate: abort.rollback,
+    trigger: `abort: ${abort.reason}`,
+    skipReason: `not started: aborted by ${abort.by}`,
+    event: 'rollout.ended',
+  };
 }
 
 /** A cancel (e.g. Request Cancellation in the Web UI) always puts every changed device back. */
-export function cancelOutcome(): { compensate: true; trigger: string; skipReason: string; by: string; event: AuditEventName } {
-  return { compensate: true, trigger: 'cancelled', skipReason: 'not started: rollout cancelled', by: 'temporal-cancel', event: 'rollout.cancelled' };
+export function cancelOutcome(): {
+  compensate: true;
+  trigger: string;
+  skipReason: string;
+  by: string;
+  event: AuditEventName;
+} {
+  return {
+    compensate: true,
+    trigger: 'cancelled',
+    skipReason: 'not started: rollout cancelled',
+    by: 'temporal-cancel',
+    event: 'rollout.cancelled',
+  };
 }
 
 /** Why the rollout paused when the failure policy chose to hold rather than roll back. */

@@ -3,7 +3,16 @@ import type { GateOutcome } from '../health';
 import type { DeadlineStatus } from './deadline';
 import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
 
-export const PHASE_STAGES = ['pending', 'applying', 'gate', 'awaiting-approval', 'passed', 'failed', 'inconclusive', 'stopped'] as const;
+export const PHASE_STAGES = [
+  'pending',
+  'applying',
+  'gate',
+  'awaiting-approval',
+  'passed',
+  'failed',
+  'inconclusive',
+  'stopped',
+] as const;
 export type PhaseStage = (typeof PHASE_STAGES)[number];
 
 export type CanaryVerdict = GateOutcome | 'nothing-to-test';

@@ -20,7 +20,7 @@ import { APPLY_COMMAND, markerOf, waitForStatus } from '../support/rollout-helpe
  * compensation goes below it, and puts back the floor that was there. Real Temporal, real activities
  * over SSH to the simulator.
  */
-describe('the floor rises with each device\'s confirmed apply', () => {
+describe("the floor rises with each device's confirmed apply", () => {
   let env: TestWorkflowEnvironment;
   let worker: Awaited<ReturnType<typeof startTestWorker>>;
   const scratch = scratchDir('floor-at-apply');
@@ -41,12 +41,20 @@ describe('the floor rises with each device\'s confirmed apply', () => {
   });
 
   const floorFile = (fleet: Fleet, id: string) => join(fleet.device(id).sandbox, '.wavegate/profiles/demo/floor');
-  const floorText = (fleet: Fleet, id: string) => (existsSync(floorFile(fleet, id)) ? readFileSync(floorFile(fleet, id), 'utf8') : null);
+  const floorText = (fleet: Fleet, id: string) =>
+    existsSync(floorFile(fleet, id)) ? readFileSync(floorFile(fleet, id), 'utf8') : null;
   const run = async (input: RolloutInput) => {
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
     return { handle, result: await handle.result(), runId: (await handle.describe()).runId };
   };
-  const activityTypes = async (handle: WorkflowHandle) => (await handle.fetchHistory()).events!.map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name).filter(Boolean);
+  const activityTypes = async (handle: WorkflowHandle) =>
+    (await handle.fetchHistory())
+      .events!.map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name)
+      .filter(Boolean);
 
   it('raises the floor in the apply, with no pass after completion; a device found in place is not changed and keeps its floor; a re-run changes no floor', async () => {
     const dir = join(scratch.dir, `t${++n}`);
@@ -56,18 +64,34 @@ describe('the floor rises with each device\'s confirmed apply', () => {
     const [first, ...others] = fleet.devices.map((d) => d.id);
 
     // One device brought to r2 by a rollout of its own: the next rollout finds it in place.
-    const pre = { ...rolloutInputFor(dir, { gate: '0s', phases, revertWindow: '1h' }, inventoryPath, `rollout:demo-floor-pre-${n}`), onlyDevices: [first!] };
+    const pre = {
+      ...rolloutInputFor(dir, { gate: '0s', phases, revertWindow: '1h' }, inventoryPath, `rollout:demo-floor-pre-${n}`),
+      onlyDevices: [first!],
+    };
     expect((await run(pre)).result.state).toBe('completed');
     const preFloor = floorText(fleet, first!);
     expect(parseFloor(preFloor ?? '')).toMatchObject({ revision: 2, from: 1, rollout: pre.rolloutId });
 
-    const main = rolloutInputFor(dir, { gate: '0s', phases, revertWindow: '1h' }, inventoryPath, `rollout:demo-floor-main-${n}`);
+    const main = rolloutInputFor(
+      dir,
+      { gate: '0s', phases, revertWindow: '1h' },
+      inventoryPath,
+      `rollout:demo-floor-main-${n}`,
+    );
     const { handle, result, runId } = await run(main);
     await recordHistory(handle, 'floor-at-apply');
     expect(result.state).toBe('completed');
     for (const id of others) {
       expect(markerOf(fleet, id)).toBe(2);
-      expect(parseFloor(floorText(fleet, id)!)).toEqual({ revision: 2, from: 1, revertUntil: 0, rollout: main.rolloutId, run: runId, window: 3_600_000, at: expect.any(Number) });
+      expect(parseFloor(floorText(fleet, id)!)).toEqual({
+        revision: 2,
+        from: 1,
+        revertUntil: 0,
+        rollout: main.rolloutId,
+        run: runId,
+        window: 3_600_000,
+        at: expect.any(Number),
+      });
     }
     // Found in place: applied for the board, but not changed by this rollout, and its floor untouched.
     expect(result.devices.find((d) => d.id === first)).toMatchObject({ state: 'applied', reason: IN_PLACE_REASON });
@@ -80,7 +104,9 @@ describe('the floor rises with each device\'s confirmed apply', () => {
     // The same change again, now with a month to revert: every device is in place, no floor moves, no window opens.
     const before = new Map(fleet.devices.map((d) => [d.id, floorText(fleet, d.id)]));
     const applies = fleet.devices.map((d) => fleet.count(d.id, APPLY_COMMAND));
-    const again = await run(rolloutInputFor(dir, { gate: '0s', phases, revertWindow: '30d' }, inventoryPath, `rollout:demo-floor-again-${n}`));
+    const again = await run(
+      rolloutInputFor(dir, { gate: '0s', phases, revertWindow: '30d' }, inventoryPath, `rollout:demo-floor-again-${n}`),
+    );
     expect(again.result.state).toBe('completed');
     expect(changedDevices(again.result)).toEqual([]);
     for (const d of fleet.devices) expect(floorText(fleet, d.id)).toBe(before.get(d.id));
@@ -91,13 +117,27 @@ describe('the floor rises with each device\'s confirmed apply', () => {
     const dir = join(scratch.dir, `t${++n}`);
     const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4));
     fleets.push(fleet);
-    const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] }, inventoryPath, `rollout:demo-floor-abort-${n}`);
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const input = rolloutInputFor(
+      dir,
+      { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] },
+      inventoryPath,
+      `rollout:demo-floor-abort-${n}`,
+    );
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
     const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     const canary = waiting.devices.find((d) => d.phase === 0)!.id;
     const runId = (await handle.describe()).runId;
     // Raised by the canary's apply, while the rollout still runs.
-    expect(parseFloor(floorText(fleet, canary)!)).toMatchObject({ revision: 2, from: 1, rollout: input.rolloutId, run: runId });
+    expect(parseFloor(floorText(fleet, canary)!)).toMatchObject({
+      revision: 2,
+      from: 1,
+      rollout: input.rolloutId,
+      run: runId,
+    });
     await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'wrong revision', rollback: true }] });
     const result = await handle.result();
     await recordHistory(handle, 'floor-at-apply-abort-rollback');

@@ -6,7 +6,14 @@ import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { abortUpdate, approveUpdate, pauseSignal, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
+import {
+  abortUpdate,
+  approveUpdate,
+  pauseSignal,
+  pauseUpdate,
+  resumeUpdate,
+  type RolloutStatus,
+} from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
@@ -37,7 +44,11 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     scratch.cleanup();
   });
 
-  async function setup(rollout: Record<string, unknown>, devices: SimDeviceSpec[] = demoDevices(12), budgets?: Record<string, number>) {
+  async function setup(
+    rollout: Record<string, unknown>,
+    devices: SimDeviceSpec[] = demoDevices(12),
+    budgets?: Record<string, number>,
+  ) {
     const dir = join(scratch.dir, `t${++n}`);
     const { fleet, inventoryPath } = await fleetWithInventory(dir, devices, budgets);
     fleets.push(fleet);
@@ -46,12 +57,19 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
   }
 
   async function start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
-    return env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    return env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
   }
 
   const byPhase = (s: RolloutStatus, phase: number) => s.devices.filter((d) => d.phase === phase).map((d) => d.id);
   /** The phase-level story of the trail (per-device records, checked where they matter, filtered out). */
-  const events = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => r.event).filter((e) => !e.startsWith('devices.'));
+  const events = (rolloutId: string) =>
+    readAuditFile(auditDir, rolloutId)
+      .map((r) => r.event)
+      .filter((e) => !e.startsWith('devices.'));
 
   it('canary health-gate failure: only the canary is rolled back, the rollout ends rolled-back', async () => {
     const { fleet, input } = await setup({
@@ -77,14 +95,25 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     }
     expect(result.phases[0]).toMatchObject({ stage: 'failed', gateOutcome: 'fail' });
     expect(result.phases[0]!.evidence!.join(' ')).toContain(canary!);
-    expect(events(input.rolloutId)).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.failed', 'rollback.started', 'rollback.completed', 'rollout.failed']);
+    expect(events(input.rolloutId)).toEqual([
+      'rollout.started',
+      'phase.started',
+      'phase.applied',
+      'gate.failed',
+      'rollback.started',
+      'rollback.completed',
+      'rollout.failed',
+    ]);
   });
 
   it('bulk failure gate: every device changed by the rollout goes back to fromRevision', async () => {
     const { fleet, input } = await setup({
       maxFailureRatio: 0.1,
       minSample: 3,
-      phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }],
+      phases: [
+        { canary: '1 device', gate: 'manual' },
+        { bulk: 'remainder', gate: '1s' },
+      ],
       rollback: { on: 'failure-gate' },
     });
     const handle = await start(input);
@@ -140,12 +169,23 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     await recordHistory(handle, 'inconclusive-resume');
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(12);
-    expect(events(input.rolloutId)).toEqual(expect.arrayContaining(['gate.inconclusive', 'rollout.paused', 'rollout.resumed', 'gate.passed', 'rollout.completed']));
+    expect(events(input.rolloutId)).toEqual(
+      expect.arrayContaining([
+        'gate.inconclusive',
+        'rollout.paused',
+        'rollout.resumed',
+        'gate.passed',
+        'rollout.completed',
+      ]),
+    );
   });
 
   it('pause mid-phase: no device starts after the pause is acknowledged; resume continues to completion', async () => {
     // One device in flight per pool and slow commands, so the phase takes a while.
-    const { fleet, input } = await setup({ gate: '1s', phases: [{ bulk: 'remainder' }] }, demoDevices(8), { 'pool-a': 0.01, 'pool-b': 0.01 });
+    const { fleet, input } = await setup({ gate: '1s', phases: [{ bulk: 'remainder' }] }, demoDevices(8), {
+      'pool-a': 0.01,
+      'pool-b': 0.01,
+    });
     for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 150 });
     const handle = await start(input);
     await waitForStatus(handle, (s) => s.counts.applied >= 2);
@@ -193,7 +233,10 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       expect(verifiesAt(fleet, canary!, rollback ? 1 : 2)).toBe(true);
       expect(result.devices.find((d) => d.id === canary)!.state).toBe(rollback ? 'rolled-back' : 'applied');
       for (const id of byPhase(result, 1)) {
-        expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'not-started', reason: 'aborted by test' });
+        expect(result.devices.find((d) => d.id === id)).toMatchObject({
+          state: 'not-started',
+          reason: 'aborted by test',
+        });
         expect(fleet.count(id, APPLY_COMMAND)).toBe(0);
       }
       // Aborting an aborted rollout is refused: it is final.
@@ -220,7 +263,10 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
   });
 
   it('canary mode: a cancel while the canary is applying puts the canary back on the fleet revision', async () => {
-    const { fleet, input } = await setup({ gate: '1s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, demoDevices(4));
+    const { fleet, input } = await setup(
+      { gate: '1s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] },
+      demoDevices(4),
+    );
     for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 1_500 });
     const handle = await start({ ...input, canary: { keep: true } });
     const applying = await waitForStatus(handle, (s) => s.counts.applying === 1);
@@ -241,12 +287,18 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
   });
 
   it('a device that refuses us at its apply (changed host key) fails with the reason named and trips the failure gate, never skipped as offline', async () => {
-    const { fleet, input } = await setup({ gate: '1s', maxFailureRatio: 0.1, phases: [{ bulk: 'remainder' }] }, demoDevices(6));
+    const { fleet, input } = await setup(
+      { gate: '1s', maxFailureRatio: 0.1, phases: [{ bulk: 'remainder' }] },
+      demoDevices(6),
+    );
     fleet.rotateHostKey('edge-03');
     const handle = await start(input);
     const paused = await waitForStatus(handle, (s) => s.state === 'paused');
     // The snapshot contacts no device: the apply meets the changed key, before any command runs.
-    expect(paused.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^edge-03: host key .* does not match the pinned /) });
+    expect(paused.devices.find((d) => d.id === 'edge-03')).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(/^edge-03: host key .* does not match the pinned /),
+    });
     // Learned while the phase runs: the gate may trip once its minimum sample (the spec's default
     // minSample, 3) is in, before all six are; devices still in flight then may add to the count.
     expect(paused.pausedReason).toMatch(/^failure-gate: 1 of [3-6] devices failed/);
@@ -255,8 +307,18 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect((await handle.result()).state).toBe('aborted');
     expect(events(input.rolloutId)).toContain('gate.failed');
     // The trail names what happened to that device, with the kind.
-    const applied = readAuditFile(auditDir, input.rolloutId).filter((r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === 'apply');
-    expect(applied.flatMap((r) => (r.evidence as { devices: Array<{ id: string }> }).devices).find((d) => d.id === 'edge-03')).toEqual({ id: 'edge-03', state: 'failed', reason: expect.stringMatching(/host key .* does not match the pinned/) });
+    const applied = readAuditFile(auditDir, input.rolloutId).filter(
+      (r) => r.event === 'devices.outcome' && (r.evidence as { mode: string }).mode === 'apply',
+    );
+    expect(
+      applied
+        .flatMap((r) => (r.evidence as { devices: Array<{ id: string }> }).devices)
+        .find((d) => d.id === 'edge-03'),
+    ).toEqual({
+      id: 'edge-03',
+      state: 'failed',
+      reason: expect.stringMatching(/host key .* does not match the pinned/),
+    });
   });
 
   it('offline devices are skipped and reported, a best-effort failure is not counted, left-behind is never contacted', async () => {
@@ -271,25 +333,48 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     await recordHistory(handle, 'offline-besteffort-leftbehind');
 
     expect(result.state).toBe('completed'); // maxFailureRatio 0: a counted failure would have tripped it
-    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({ state: 'skipped', reason: expect.stringMatching(/^offline at apply: edge-01: cannot connect/) });
-    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^best-effort, not counted: edge-02: apply exited 1/) });
-    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^left-behind/) });
+    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({
+      state: 'skipped',
+      reason: expect.stringMatching(/^offline at apply: edge-01: cannot connect/),
+    });
+    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(/^best-effort, not counted: edge-02: apply exited 1/),
+    });
+    expect(result.devices.find((d) => d.id === 'edge-03')).toMatchObject({
+      state: 'not-for-me',
+      reason: expect.stringMatching(/^left-behind/),
+    });
     expect(fleet.commands('edge-03')).toEqual([]);
     expect(result.counts).toMatchObject({ applied: 5, failed: 1, skipped: 1, 'not-for-me': 1, total: 8 });
   });
 
   it('applyTimeout bounds a hung device, retries included; offline: fail records an unreachable device as failed', async () => {
-    const { fleet, input } = await setup({ gate: '1s', applyTimeout: '3s', offline: 'fail', maxFailureRatio: 0.5, phases: [{ bulk: 'remainder' }] }, demoDevices(6));
+    const { fleet, input } = await setup(
+      { gate: '1s', applyTimeout: '3s', offline: 'fail', maxFailureRatio: 0.5, phases: [{ bulk: 'remainder' }] },
+      demoDevices(6),
+    );
     await fleet.setFaults('edge-01', { hangCommand: 'install -m 0644' });
     await fleet.setFaults('edge-02', { offline: true });
     const handle = await start(input);
     const result = await handle.result();
     expect(result.state).toBe('completed'); // 2 of 6 failed: under the 0.5 ratio
-    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/timed? ?out/i) });
-    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({ state: 'failed', reason: expect.stringMatching(/^offline at apply/) });
+    expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(/timed? ?out/i),
+    });
+    expect(result.devices.find((d) => d.id === 'edge-02')).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(/^offline at apply/),
+    });
     expect(result.counts).toMatchObject({ applied: 4, failed: 2 });
     // The hung apply was never run to completion, and the other devices were not held up by it.
-    expect(fleet.commands('edge-01').filter((c) => APPLY_COMMAND.test(c.command)).every((c) => c.exitCode === null)).toBe(true);
+    expect(
+      fleet
+        .commands('edge-01')
+        .filter((c) => APPLY_COMMAND.test(c.command))
+        .every((c) => c.exitCode === null),
+    ).toBe(true);
   });
 
   it('a Web UI style signal without a name is recorded as from "signal"; an invalid signal is ignored and recorded', async () => {
@@ -301,7 +386,12 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     const s = await waitForStatus(handle, (x) => x.controls.length === 2);
     expect(s.state).toBe('paused');
     expect(s.controls[0]).toMatchObject({ control: 'pause', by: 'signal', accepted: true });
-    expect(s.controls[1]).toMatchObject({ control: 'pause', by: 'web-ui', accepted: false, note: expect.stringContaining('rollout is paused') });
+    expect(s.controls[1]).toMatchObject({
+      control: 'pause',
+      by: 'web-ui',
+      accepted: false,
+      note: expect.stringContaining('rollout is paused'),
+    });
     await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: true }] });
     expect((await handle.result()).state).toBe('aborted');
   });

@@ -28,7 +28,11 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     // apply is one remote script that also carries verify), says how often it ran.
     for (const d of fleet.devices) {
       const sandbox = await fleet.ensureSandbox(d.id);
-      writeFileSync(join(sandbox, '.sim/bin/install'), '#!/bin/sh\necho run >> "$HOME/apply-runs"\nexec /usr/bin/install "$@"\n', { mode: 0o755 });
+      writeFileSync(
+        join(sandbox, '.sim/bin/install'),
+        '#!/bin/sh\necho run >> "$HOME/apply-runs"\nexec /usr/bin/install "$@"\n',
+        { mode: 0o755 },
+      );
     }
   });
   const applyRuns = (id: string): number => {
@@ -56,7 +60,10 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
       expect(result.state).toBe('completed');
       expect(result.counts.applied).toBe(5);
       expect(result.counts['not-for-me']).toBe(1);
-      expect(result.devices.find((d) => d.id === 'edge-06')).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^left-behind/) });
+      expect(result.devices.find((d) => d.id === 'edge-06')).toMatchObject({
+        state: 'not-for-me',
+        reason: expect.stringMatching(/^left-behind/),
+      });
       for (const device of fleet.devices.slice(0, 5)) {
         // One remote command (verify first fails, the payload streamed in, apply once, verify reads the fact back).
         expect(fleet.count(device.id, VERIFY)).toBe(1);
@@ -81,7 +88,11 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     const worker = await startTestWorker(env);
     try {
       const input = demoRolloutInput(DEMO_SPEC, inventoryPath, 'rollout:demo-skeleton-2');
-      const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const result = await env.client.workflow.execute(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       expect(result.state).toBe('completed');
       expect(result.devices.filter((d) => d.reason === 'already at target')).toHaveLength(5);
       for (const device of fleet.devices.slice(0, 5)) {
@@ -101,11 +112,20 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     const worker = await startTestWorker(env);
     try {
       const input = demoRolloutInput(DEMO_SPEC, inventoryPath, 'rollout:demo-skeleton-3');
-      const result = await env.client.workflow.execute(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
-      expect(result.devices.find((d) => d.id === device.id)).toMatchObject({ state: 'applied', reason: 'already in place (verify only)' });
+      const result = await env.client.workflow.execute(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
+      expect(result.devices.find((d) => d.id === device.id)).toMatchObject({
+        state: 'applied',
+        reason: 'already in place (verify only)',
+      });
       expect(fleet.count(device.id, VERIFY)).toBe(1); // one remote command, which stopped after verify first
       expect(applyRuns(device.id)).toBe(1); // the first test's run only
-      expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe('r2 already in place (verify only)\n');
+      expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
+        'r2 already in place (verify only)\n',
+      );
       expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('2');
     } finally {
       await worker.stop();
@@ -120,12 +140,18 @@ describe('walking skeleton on a real Temporal dev server over real SSH', () => {
     const worker = await startTestWorker(env);
     try {
       const input = demoRolloutInput(DEMO_SPEC, inventoryPath, 'rollout:demo-skeleton-4');
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       const paused = await waitForStatus(handle, (s) => s.state === 'paused', 90_000);
       expect(paused.pausedReason).toMatch(/^failure-gate: /);
       const record = paused.devices.find((d) => d.id === victim.id)!;
       expect(record.state).toBe('failed');
-      expect(record.reason).toMatch(/^refused at snapshot \(host-key\): edge-02: host key SHA256:\S+ at 127\.0\.0\.1:\d+ does not match the pinned SHA256:/);
+      expect(record.reason).toMatch(
+        /^refused at snapshot \(host-key\): edge-02: host key SHA256:\S+ at 127\.0\.0\.1:\d+ does not match the pinned SHA256:/,
+      );
       await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', rollback: false }] });
       expect((await handle.result()).state).toBe('aborted');
       expect(fleet.commands(victim.id)).toHaveLength(0);

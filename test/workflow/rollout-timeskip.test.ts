@@ -44,7 +44,11 @@ describe('rollout workflow on the time-skipping test server', () => {
     );
     const worker = await startTestWorker(env, { auditDir });
     try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       const result = await handle.result();
       await recordHistory(handle, 'happy-path-timeskip');
 
@@ -59,13 +63,17 @@ describe('rollout workflow on the time-skipping test server', () => {
         // One remote command per device (verify first, apply, verify, marker), which applied once.
         expect(fleet.count(d.id, APPLY_COMMAND)).toBe(1);
         expect(fleet.count(d.id, VERIFY_R2)).toBe(1);
-        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe('apply of r2 done: verified, marker written\n');
+        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
+          'apply of r2 done: verified, marker written\n',
+        );
       }
       // Three 10-minute gates passed in workflow time, skipped by the test server.
       const { startTime, closeTime } = await handle.describe();
       expect(closeTime!.getTime() - startTime.getTime()).toBeGreaterThanOrEqual(30 * 60_000);
       const history = await handle.fetchHistory();
-      const timers = history.events!.filter((e) => e.timerStartedEventAttributes).map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
+      const timers = history
+        .events!.filter((e) => e.timerStartedEventAttributes)
+        .map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
       expect(timers).toEqual([600, 600, 600]);
 
       const audit = readAuditFile(auditDir, input.rolloutId);
@@ -88,7 +96,9 @@ describe('rollout workflow on the time-skipping test server', () => {
         'rollout.completed',
       ]);
       // What happened to each device is in the trail: all twelve applied, each once.
-      const outcomes = audit.filter((r) => r.event === 'devices.outcome').flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
+      const outcomes = audit
+        .filter((r) => r.event === 'devices.outcome')
+        .flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
       expect(outcomes.map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
       expect(new Set(outcomes.map((d) => d.state))).toEqual(new Set(['applied']));
       expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
@@ -102,23 +112,42 @@ describe('rollout workflow on the time-skipping test server', () => {
     // Devices are back on r1 so there is something to apply.
     for (const d of fleet.devices) writeFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), '1\n');
     const now = new Date();
-    const hhmm = (d: Date) => `${String(d.getUTCHours()).padStart(2, '0')}:${String(d.getUTCMinutes()).padStart(2, '0')}`;
+    const hhmm = (d: Date) =>
+      `${String(d.getUTCHours()).padStart(2, '0')}:${String(d.getUTCMinutes()).padStart(2, '0')}`;
     const opens = new Date(now.getTime() + 3 * 3_600_000);
     const closes = new Date(now.getTime() + 5 * 3_600_000);
     const input = rolloutInputFor(
       scratch.dir,
-      { gate: '1m', window: { days: ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'], start: hhmm(opens), end: hhmm(closes), timezone: 'UTC' }, phases: [{ bulk: 'remainder' }] },
+      {
+        gate: '1m',
+        window: {
+          days: ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'],
+          start: hhmm(opens),
+          end: hhmm(closes),
+          timezone: 'UTC',
+        },
+        phases: [{ bulk: 'remainder' }],
+      },
       inventoryPath,
       'rollout:demo-window',
     );
     const worker = await startTestWorker(env, { auditDir });
     try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       const result = await handle.result();
       expect(result.state).toBe('completed');
       const history = await handle.fetchHistory();
-      const firstApply = history.events!.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision')!;
-      const windowTimer = history.events!.find((e) => e.timerStartedEventAttributes && Number(e.timerStartedEventAttributes.startToFireTimeout!.seconds) > 3_600)!;
+      const firstApply = history.events!.find(
+        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision',
+      )!;
+      const windowTimer = history.events!.find(
+        (e) =>
+          e.timerStartedEventAttributes && Number(e.timerStartedEventAttributes.startToFireTimeout!.seconds) > 3_600,
+      )!;
       expect(windowTimer).toBeDefined();
       // The first apply was scheduled only after the window opened (workflow time).
       const scheduledAt = Number(firstApply.eventTime!.seconds) * 1000;
@@ -127,7 +156,9 @@ describe('rollout workflow on the time-skipping test server', () => {
       // The content was still in place (only the markers were reset): verify-first, no apply.
       for (const d of fleet.devices) {
         expect(fleet.count(d.id, VERIFY_R2)).toBe(1); // one remote command, which stopped after verify first
-        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe('r2 already in place (verify only)\n');
+        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
+          'r2 already in place (verify only)\n',
+        );
         expect(markerOf(fleet, d.id)).toBe(2);
       }
       expect(result.devices.every((d) => d.reason === 'already in place (verify only)')).toBe(true);

@@ -18,9 +18,18 @@ import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../s
  * Host names are given by a resolver of the test's own (a mock beside the real receiver and connection):
  * the real resolver cannot be made to answer a test name with loopback.
  */
-const event = webhookEventFor({ rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 }, 1, {
-  event: 'rollout.started', phase: null, by: 'test', reason: null, at: '2026-01-01T00:00:00.000Z', evidence: null,
-})!;
+const event = webhookEventFor(
+  { rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 },
+  1,
+  {
+    event: 'rollout.started',
+    phase: null,
+    by: 'test',
+    reason: null,
+    at: '2026-01-01T00:00:00.000Z',
+    evidence: null,
+  },
+)!;
 
 /** The worker's log lines, to show the operator keeps the detail the failure leaves out. */
 function capturingLogger(lines: string[]): Logger {
@@ -28,7 +37,7 @@ function capturingLogger(lines: string[]): Logger {
   return { log: (_level, message) => keep(message), trace: keep, debug: keep, info: keep, warn: keep, error: keep };
 }
 
-describe('deliverWebhook within the worker\'s webhook policy (real receivers on 127.0.0.1)', () => {
+describe("deliverWebhook within the worker's webhook policy (real receivers on 127.0.0.1)", () => {
   const scratch = scratchDir('webhook-policy');
   const secretsDir = join(scratch.dir, 'secrets');
   mkdirSync(secretsDir);
@@ -50,10 +59,17 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
   /** A worker's activity under `env` (its policy variables), resolving names with `resolveHost`. */
   function worker(env: Record<string, string>, resolveHost?: ResolveHost) {
     const policy = webhookPolicyFromEnv({ WAVEGATE_WEBHOOK_SECRETS_DIR: secretsDir, ...env });
-    const { deliverWebhook } = createWebhookActivities({ policy, attemptTimeoutMs: 2_000, ...(resolveHost ? { resolveHost } : {}) });
+    const { deliverWebhook } = createWebhookActivities({
+      policy,
+      attemptTimeoutMs: 2_000,
+      ...(resolveHost ? { resolveHost } : {}),
+    });
     const log: string[] = [];
     const attempt = (input: Parameters<typeof deliverWebhook>[0]) =>
-      new MockActivityEnvironment(undefined, { logger: capturingLogger(log) }).run(deliverWebhook, input).then((r) => ({ ok: r, err: undefined }), (e: unknown) => ({ ok: undefined, err: e as ApplicationFailure }));
+      new MockActivityEnvironment(undefined, { logger: capturingLogger(log) }).run(deliverWebhook, input).then(
+        (r) => ({ ok: r, err: undefined }),
+        (e: unknown) => ({ ok: undefined, err: e as ApplicationFailure }),
+      );
     return { attempt, log };
   }
   /** A resolver that answers `name` with `addresses` (and counts its calls); any other name is not found. */
@@ -61,7 +77,9 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     let calls = 0;
     const resolve: ResolveHost = async (host) => {
       if (host !== name) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
-      const answer = (Array.isArray(addresses[0]) ? (addresses as string[][])[Math.min(calls, addresses.length - 1)]! : (addresses as string[]));
+      const answer = Array.isArray(addresses[0])
+        ? (addresses as string[][])[Math.min(calls, addresses.length - 1)]!
+        : (addresses as string[]);
       calls += 1;
       return answer.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
     };
@@ -76,7 +94,11 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     const url = hostUrl('hooks.example.test', r);
     const { err } = await attempt({ url, secretFile, event });
     expect(err).toBeInstanceOf(ApplicationFailure);
-    expect([err!.type, err!.nonRetryable, err!.message]).toEqual(['WebhookNotAllowed', true, `POST ${url}: delivery failed (refused by the worker's webhook policy)`]);
+    expect([err!.type, err!.nonRetryable, err!.message]).toEqual([
+      'WebhookNotAllowed',
+      true,
+      `POST ${url}: delivery failed (refused by the worker's webhook policy)`,
+    ]);
     expect(err!.message).not.toContain('127.0.0.1');
     expect(r.requests).toHaveLength(0);
     // The worker's operator sees why.
@@ -85,9 +107,21 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
 
   it('every address a name resolves to is judged: one public and one loopback is refused, without connecting to either', async () => {
     const r = await receiver();
-    for (const addresses of [['93.184.215.14', '127.0.0.1'], ['::ffff:127.0.0.1'], ['10.20.30.40'], ['169.254.169.254'], ['fe80::1'], ['0.0.0.0']]) {
+    for (const addresses of [
+      ['93.184.215.14', '127.0.0.1'],
+      ['::ffff:127.0.0.1'],
+      ['10.20.30.40'],
+      ['169.254.169.254'],
+      ['fe80::1'],
+      ['0.0.0.0'],
+    ]) {
       const dns = resolverFor('mixed.example.test', addresses);
-      const { err } = await worker({ WAVEGATE_WEBHOOK_ALLOW_PRIVATE: addresses[0] === '169.254.169.254' || addresses[0] === 'fe80::1' ? '1' : '0' }, dns.resolve).attempt({ url: hostUrl('mixed.example.test', r), secretFile, event });
+      const { err } = await worker(
+        {
+          WAVEGATE_WEBHOOK_ALLOW_PRIVATE: addresses[0] === '169.254.169.254' || addresses[0] === 'fe80::1' ? '1' : '0',
+        },
+        dns.resolve,
+      ).attempt({ url: hostUrl('mixed.example.test', r), secretFile, event });
       expect([err?.type, err?.nonRetryable], addresses.join(',')).toEqual(['WebhookNotAllowed', true]);
     }
     expect(r.requests).toHaveLength(0);
@@ -98,7 +132,11 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     // First answer allowed (the receiver's loopback address, allowed exactly); every later answer an address that is not.
     const dns = resolverFor('rebind.example.test', [['127.0.0.1'], ['10.0.0.1'], ['10.0.0.1']]);
     const url = hostUrl('rebind.example.test', r);
-    const { ok, err } = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }, dns.resolve).attempt({ url, secretFile, event });
+    const { ok, err } = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }, dns.resolve).attempt({
+      url,
+      secretFile,
+      event,
+    });
     expect(err).toBeUndefined();
     expect(ok).toEqual({ status: 200 });
     expect(dns.calls()).toBe(1);
@@ -106,7 +144,11 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     expect(r.requests[0]!.host).toBe(new URL(url).host);
     expect(signatureValid(r.requests[0]!, 'file-secret')).toBe(true);
     // The next attempt resolves again and is judged again: now refused.
-    const second = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }, dns.resolve).attempt({ url, secretFile, event });
+    const second = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }, dns.resolve).attempt({
+      url,
+      secretFile,
+      event,
+    });
     expect(second.err?.type).toBe('WebhookNotAllowed');
     expect(r.requests).toHaveLength(1);
   });
@@ -127,16 +169,30 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     ] as const) {
       // Even a secret that the worker would refuse is not looked at: the address is judged first.
       const { err } = await worker(env, noDns).attempt({ url, secretEnv: 'PGPASSWORD', event });
-      expect([err?.type, err?.nonRetryable, err?.message], url).toEqual(['WebhookNotAllowed', true, `POST ${shownUrl(url)}: delivery failed (refused by the worker's webhook policy)`]);
+      expect([err?.type, err?.nonRetryable, err?.message], url).toEqual([
+        'WebhookNotAllowed',
+        true,
+        `POST ${shownUrl(url)}: delivery failed (refused by the worker's webhook policy)`,
+      ]);
     }
     expect(r.requests).toHaveLength(0);
   });
 
   it('what the operator allows is delivered: loopback with WAVEGATE_WEBHOOK_ALLOW_PRIVATE=1, a host name on the allow-list whatever it resolves to', async () => {
     const r = await receiver();
-    expect((await worker({ WAVEGATE_WEBHOOK_ALLOW_PRIVATE: '1' }).attempt({ url: r.url, secretFile, event })).ok).toEqual({ status: 200 });
+    expect(
+      (await worker({ WAVEGATE_WEBHOOK_ALLOW_PRIVATE: '1' }).attempt({ url: r.url, secretFile, event })).ok,
+    ).toEqual({ status: 200 });
     const dns = resolverFor('hooks.internal.test', ['127.0.0.1']);
-    expect((await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '*.internal.test' }, dns.resolve).attempt({ url: hostUrl('hooks.internal.test', r), secretFile, event })).ok).toEqual({ status: 200 });
+    expect(
+      (
+        await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '*.internal.test' }, dns.resolve).attempt({
+          url: hostUrl('hooks.internal.test', r),
+          secretFile,
+          event,
+        })
+      ).ok,
+    ).toEqual({ status: 200 });
     expect(r.requests.map((q) => signatureValid(q, 'file-secret'))).toEqual([true, true]);
   });
 
@@ -144,8 +200,16 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     const r = await receiver();
     process.env.WAVEGATE_POLICY_TEST_DB_PASSWORD = 'hunter2';
     try {
-      const { err } = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }).attempt({ url: r.url, secretEnv: 'WAVEGATE_POLICY_TEST_DB_PASSWORD', event });
-      expect([err?.type, err?.nonRetryable, err?.message]).toEqual(['WebhookSecretMissing', true, 'the webhook secret variable WAVEGATE_POLICY_TEST_DB_PASSWORD is not one this worker signs with (only WAVEGATE_WEBHOOK_SECRET_<NAME>)']);
+      const { err } = await worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }).attempt({
+        url: r.url,
+        secretEnv: 'WAVEGATE_POLICY_TEST_DB_PASSWORD',
+        event,
+      });
+      expect([err?.type, err?.nonRetryable, err?.message]).toEqual([
+        'WebhookSecretMissing',
+        true,
+        'the webhook secret variable WAVEGATE_POLICY_TEST_DB_PASSWORD is not one this worker signs with (only WAVEGATE_WEBHOOK_SECRET_<NAME>)',
+      ]);
     } finally {
       delete process.env.WAVEGATE_POLICY_TEST_DB_PASSWORD;
     }
@@ -161,7 +225,11 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     const { attempt, log } = worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' });
     for (const file of [outside, '/etc/passwd', join(secretsDir, '..', 'not-a-webhook-secret'), link]) {
       const { err } = await attempt({ url: r.url, secretFile: file, event });
-      expect([err?.type, err?.nonRetryable, err?.message], file).toEqual(['WebhookSecretMissing', true, `the webhook secret file ${file} is outside this worker's webhook secrets directory (links and ".." resolved)`]);
+      expect([err?.type, err?.nonRetryable, err?.message], file).toEqual([
+        'WebhookSecretMissing',
+        true,
+        `the webhook secret file ${file} is outside this worker's webhook secrets directory (links and ".." resolved)`,
+      ]);
     }
     expect(r.requests).toHaveLength(0);
     expect(log.join('\n')).not.toContain('hunter2');
@@ -169,19 +237,31 @@ describe('deliverWebhook within the worker\'s webhook policy (real receivers on 
     expect(signatureValid(r.requests[0]!, 'file-secret')).toBe(true);
   });
 
-  it('a failure says a class only (no errno, no resolved address, no status, no body); the worker\'s log keeps the detail', async () => {
+  it("a failure says a class only (no errno, no resolved address, no status, no body); the worker's log keeps the detail", async () => {
     const dead = await freePort();
     const dns = resolverFor('down.example.test', ['127.0.0.1']);
     const { attempt, log } = worker({ WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' }, dns.resolve);
     const refused = await attempt({ url: `http://down.example.test:${dead}/hook`, secretFile, event });
-    expect([refused.err?.type, refused.err?.nonRetryable, refused.err?.message]).toEqual(['WebhookUnreachable', false, `POST http://down.example.test:${dead}/hook: delivery failed (no answer)`]);
+    expect([refused.err?.type, refused.err?.nonRetryable, refused.err?.message]).toEqual([
+      'WebhookUnreachable',
+      false,
+      `POST http://down.example.test:${dead}/hook: delivery failed (no answer)`,
+    ]);
     const unknown = await attempt({ url: `http://nowhere.example.test:${dead}/hook`, secretFile, event });
     expect(unknown.err?.message).toBe(`POST http://nowhere.example.test:${dead}/hook: delivery failed (no answer)`);
-    const internal = await receiver(() => 503, 'upstream db 10.9.8.7:5432 refused: FATAL password authentication failed');
+    const internal = await receiver(
+      () => 503,
+      'upstream db 10.9.8.7:5432 refused: FATAL password authentication failed',
+    );
     const answered = await attempt({ url: hostUrl('down.example.test', internal), secretFile, event });
-    expect([answered.err?.type, answered.err?.message]).toEqual(['WebhookRetry', `POST ${hostUrl('down.example.test', internal)}: delivery failed (answered 5xx)`]);
+    expect([answered.err?.type, answered.err?.message]).toEqual([
+      'WebhookRetry',
+      `POST ${hostUrl('down.example.test', internal)}: delivery failed (answered 5xx)`,
+    ]);
     const gone = await receiver(() => 404);
-    expect((await attempt({ url: gone.url, secretFile, event })).err?.message).toBe(`POST ${gone.url}: delivery failed (answered 4xx; not retried)`);
+    expect((await attempt({ url: gone.url, secretFile, event })).err?.message).toBe(
+      `POST ${gone.url}: delivery failed (answered 4xx; not retried)`,
+    );
     for (const said of [refused, unknown, answered].map((a) => a.err!.message)) {
       expect(said).not.toMatch(/E[A-Z]{4,}|127\.0\.0\.1|10\.9\.8\.7|503|password|getaddrinfo/);
     }

@@ -36,7 +36,10 @@ const secretEnv = 'WAVEGATE_WEBHOOK_SECRET_TEST';
  * receivers are on loopback, which a worker refuses unless allowed, and secret files live in one
  * directory. Exactly the loopback address the receivers listen on, nothing wider.
  */
-const workerPolicyEnv = (secretsDir: string) => ({ WAVEGATE_WEBHOOK_SECRETS_DIR: secretsDir, WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' });
+const workerPolicyEnv = (secretsDir: string) => ({
+  WAVEGATE_WEBHOOK_SECRETS_DIR: secretsDir,
+  WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1',
+});
 
 /**
  * Events to webhooks (issue 14 item 4) on a real Temporal dev server, with the real activities applying
@@ -50,7 +53,7 @@ describe('rollout events delivered to webhooks', () => {
   const auditDir = join(scratch.dir, 'audit');
   const fleets: Fleet[] = [];
   const receivers: WebhookReceiver[] = [];
-    const secret = randomBytes(24).toString('hex');
+  const secret = randomBytes(24).toString('hex');
   const fileSecret = randomBytes(24).toString('hex');
   const secretsDir = join(scratch.dir, 'secrets');
   const secretFile = join(secretsDir, 'hook.secret');
@@ -90,27 +93,46 @@ describe('rollout events delivered to webhooks', () => {
     return r;
   }
   /** The transitions the audit trail recorded that are webhook events, in order. */
-  const transitions = (rolloutId: string) => readAuditFile(auditDir, rolloutId).map((r) => webhookEventOf(r.event)).filter((e) => e !== undefined);
+  const transitions = (rolloutId: string) =>
+    readAuditFile(auditDir, rolloutId)
+      .map((r) => webhookEventOf(r.event))
+      .filter((e) => e !== undefined);
 
   it('a receiver that answers 500 twice then 200 gets every transition exactly once by delivery id, signed; a dead endpoint neither holds nor fails the rollout and its events are listed in status', async () => {
     const flaky = await receiver((i) => (i <= 2 ? 500 : 200));
     const dead = `http://127.0.0.1:${await freePort()}/hook`;
     const input = await setup({
-      phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: 0 }],
+      phases: [
+        { canary: '1 device', gate: '1s' },
+        { bulk: 'remainder', gate: 0 },
+      ],
       webhooks: [
         { url: flaky.url, secretEnv },
         { url: dead, secretFile },
       ],
     });
     const started = Date.now();
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
     const result = await handle.result();
     const took = Date.now() - started;
 
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(4);
     const expected = transitions(input.rolloutId);
-    expect(expected).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'gate.passed', 'phase.started', 'phase.applied', 'gate.passed', 'rollout.completed']);
+    expect(expected).toEqual([
+      'rollout.started',
+      'phase.started',
+      'phase.applied',
+      'gate.passed',
+      'phase.started',
+      'phase.applied',
+      'gate.passed',
+      'rollout.completed',
+    ]);
 
     // 500, 500, then the same first delivery again: retried, with the same id.
     expect(flaky.requests.slice(0, 3).map((r) => [r.event, r.answered])).toEqual([
@@ -130,11 +152,23 @@ describe('rollout events delivered to webhooks', () => {
       expect(signatureValid(request, secret)).toBe(true);
       expect(signatureValid(request, fileSecret)).toBe(false);
       const body = JSON.parse(request.body) as WebhookEvent;
-      expect(body).toMatchObject({ deliveryId: request.deliveryId, event: request.event, rolloutId: input.rolloutId, profile: 'demo', fromRevision: 1, toRevision: 2 });
+      expect(body).toMatchObject({
+        deliveryId: request.deliveryId,
+        event: request.event,
+        rolloutId: input.rolloutId,
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+      });
       expect(Math.abs(Number(request.timestamp) * 1000 - Date.now())).toBeLessThan(600_000);
     }
     const applied = JSON.parse(acked[2]!.body) as WebhookEvent;
-    expect(applied).toMatchObject({ event: 'phase.applied', phase: 'canary 1 device', by: 'wavegate', evidence: { tally: expect.any(Object) } });
+    expect(applied).toMatchObject({
+      event: 'phase.applied',
+      phase: 'canary 1 device',
+      by: 'wavegate',
+      evidence: { tally: expect.any(Object) },
+    });
 
     // The dead endpoint: nothing delivered, every event listed (bounded list) with the url and why.
     expect(result.webhooks).toMatchObject({ delivered: expected.length, pending: 0, failedTotal: expected.length });
@@ -163,14 +197,21 @@ describe('rollout events delivered to webhooks', () => {
     const rolloutOnly = await receiver();
     const gone = await receiver(() => 404);
     const input = await setup({
-      phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: 0 }],
+      phases: [
+        { canary: '1 device', gate: 'manual' },
+        { bulk: 'remainder', gate: 0 },
+      ],
       webhooks: [
         { url: all.url, secretFile },
         { url: rolloutOnly.url, secretEnv, events: ['rollout.*'] },
         { url: gone.url, secretEnv, events: ['rollout.paused', 'rollout.resumed'] },
       ],
     });
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
     await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     await handle.executeUpdate(pauseUpdate, { args: [{ by: 'alice', reason: 'checking the dashboards' }] });
     await handle.executeUpdate(resumeUpdate, { args: [{ by: 'bob', reason: 'dashboards fine' }] });
@@ -179,14 +220,28 @@ describe('rollout events delivered to webhooks', () => {
     expect(result.state).toBe('aborted');
 
     const expected = transitions(input.rolloutId);
-    expect(expected).toEqual(['rollout.started', 'phase.started', 'phase.applied', 'rollout.paused', 'rollout.resumed', 'rollout.aborted', 'rollback.started', 'rollback.completed', 'rollout.ended']);
+    expect(expected).toEqual([
+      'rollout.started',
+      'phase.started',
+      'phase.applied',
+      'rollout.paused',
+      'rollout.resumed',
+      'rollout.aborted',
+      'rollback.started',
+      'rollback.completed',
+      'rollout.ended',
+    ]);
     expect(all.acknowledged().map((r) => r.event)).toEqual(expected);
     expect(all.requests.every((r) => signatureValid(r, fileSecret))).toBe(true);
     const body = (event: string) => JSON.parse(all.requests.find((r) => r.event === event)!.body) as WebhookEvent;
     expect(body('rollout.paused')).toMatchObject({ by: 'alice', reason: 'checking the dashboards' });
     expect(body('rollout.resumed')).toMatchObject({ by: 'bob', reason: 'dashboards fine' });
     expect(body('rollout.aborted')).toMatchObject({ by: 'carol', reason: 'change freeze' });
-    expect(body('rollback.started')).toMatchObject({ by: 'carol', reason: 'abort: change freeze', evidence: { devices: 1 } });
+    expect(body('rollback.started')).toMatchObject({
+      by: 'carol',
+      reason: 'abort: change freeze',
+      evidence: { devices: 1 },
+    });
 
     expect(rolloutOnly.acknowledged().map((r) => r.event)).toEqual(expected.filter((e) => e.startsWith('rollout.')));
     expect(rolloutOnly.requests.every((r) => signatureValid(r, secret))).toBe(true);
@@ -203,8 +258,15 @@ describe('rollout events delivered to webhooks', () => {
 
   it('a cancel (as from the Web UI) still delivers its rollback and the end: the outbox is not cancelled with the rollout', async () => {
     const hook = await receiver((i) => (i === 1 ? 503 : 200));
-    const input = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }], webhooks: [{ url: hook.url, secretEnv }] });
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+    const input = await setup({
+      phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }],
+      webhooks: [{ url: hook.url, secretEnv }],
+    });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [input],
+    });
     await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     await handle.cancel();
     await expect(handle.result()).rejects.toThrow();
@@ -214,7 +276,10 @@ describe('rollout events delivered to webhooks', () => {
     expect(expected.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
     expect(hook.acknowledged().map((r) => r.event)).toEqual(expected);
     expect(new Set(hook.acknowledged().map((r) => r.deliveryId)).size).toBe(expected.length);
-    expect(JSON.parse(hook.acknowledged().at(-1)!.body)).toMatchObject({ event: 'rollout.cancelled', by: 'temporal-cancel' });
+    expect(JSON.parse(hook.acknowledged().at(-1)!.body)).toMatchObject({
+      event: 'rollout.cancelled',
+      by: 'temporal-cancel',
+    });
     const final = await handle.query<RolloutStatus>('status');
     expect(final.webhooks).toEqual({ delivered: expected.length, pending: 0, failedTotal: 0, failed: [] });
     await recordHistory(handle, 'webhooks-cancel');
@@ -227,11 +292,25 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
   const scratch = scratchDir('webhook-activity');
   const policy = webhookPolicyFromEnv(workerPolicyEnv(scratch.dir));
   const { deliverWebhook } = createWebhookActivities({ policy });
-  const attempt = (input: Parameters<typeof deliverWebhook>[0]) => new MockActivityEnvironment(undefined, { logger: quiet }).run(deliverWebhook, input);
-  const failure = (input: Parameters<typeof deliverWebhook>[0]) => attempt(input).then(() => undefined, (e: unknown) => e as ApplicationFailure);
-  const event = webhookEventFor({ rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 }, 1, {
-    event: 'rollout.started', phase: null, by: 'test', reason: null, at: '2026-01-01T00:00:00.000Z', evidence: null,
-  })!;
+  const attempt = (input: Parameters<typeof deliverWebhook>[0]) =>
+    new MockActivityEnvironment(undefined, { logger: quiet }).run(deliverWebhook, input);
+  const failure = (input: Parameters<typeof deliverWebhook>[0]) =>
+    attempt(input).then(
+      () => undefined,
+      (e: unknown) => e as ApplicationFailure,
+    );
+  const event = webhookEventFor(
+    { rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 },
+    1,
+    {
+      event: 'rollout.started',
+      phase: null,
+      by: 'test',
+      reason: null,
+      at: '2026-01-01T00:00:00.000Z',
+      evidence: null,
+    },
+  )!;
   const receivers: WebhookReceiver[] = [];
   const receiver = async (answer: (n: number) => number) => {
     const r = await startWebhookReceiver(answer);
@@ -251,12 +330,26 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     expect(JSON.parse(ok.requests[0]!.body)).toEqual(event);
     expect(signatureValid(ok.requests[0]!, 'file-secret')).toBe(true);
 
-    for (const [status, retryable] of [[500, true], [503, true], [429, true], [408, true], [404, false], [401, false], [302, false]] as const) {
+    for (const [status, retryable] of [
+      [500, true],
+      [503, true],
+      [429, true],
+      [408, true],
+      [404, false],
+      [401, false],
+      [302, false],
+    ] as const) {
       const r = await receiver(() => status);
       const err = await failure({ url: r.url, secretFile: file, event });
       expect(err, String(status)).toBeInstanceOf(ApplicationFailure);
-      const said = retryable ? `answered ${String(status)[0]}xx` : `answered ${String(status)[0]}xx${status === 302 ? ', a redirect, not followed' : ''}; not retried`;
-      expect([err!.type, err!.nonRetryable, err!.message]).toEqual([retryable ? 'WebhookRetry' : 'WebhookRefused', !retryable, `POST ${r.url}: delivery failed (${said})`]);
+      const said = retryable
+        ? `answered ${String(status)[0]}xx`
+        : `answered ${String(status)[0]}xx${status === 302 ? ', a redirect, not followed' : ''}; not retried`;
+      expect([err!.type, err!.nonRetryable, err!.message]).toEqual([
+        retryable ? 'WebhookRetry' : 'WebhookRefused',
+        !retryable,
+        `POST ${r.url}: delivery failed (${said})`,
+      ]);
       expect(r.requests).toHaveLength(1);
     }
   });
@@ -271,22 +364,36 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
 
     const r = await receiver(() => 200);
     const unset = await failure({ url: r.url, secretEnv: 'WAVEGATE_WEBHOOK_SECRET_NO_SUCH', event });
-    expect([unset!.type, unset!.nonRetryable, unset!.message]).toEqual(['WebhookSecretMissing', true, 'the webhook secret variable WAVEGATE_WEBHOOK_SECRET_NO_SUCH is not set on this worker']);
+    expect([unset!.type, unset!.nonRetryable, unset!.message]).toEqual([
+      'WebhookSecretMissing',
+      true,
+      'the webhook secret variable WAVEGATE_WEBHOOK_SECRET_NO_SUCH is not set on this worker',
+    ]);
     const missing = await failure({ url: r.url, secretFile: join(scratch.dir, 'nope'), event });
     expect([missing!.type, missing!.nonRetryable]).toEqual(['WebhookSecretMissing', true]);
-    expect(missing!.message).toBe(`the webhook secret file ${join(scratch.dir, 'nope')} cannot be read on this worker, or is empty`);
+    expect(missing!.message).toBe(
+      `the webhook secret file ${join(scratch.dir, 'nope')} cannot be read on this worker, or is empty`,
+    );
     // A FIFO is refused without waiting for a writer (reading it would stall the worker).
     const fifo = join(scratch.dir, 'secret-fifo');
     spawnSync('mkfifo', [fifo]);
     const stalled = await failure({ url: r.url, secretFile: fifo, event });
-    expect([stalled!.type, stalled!.nonRetryable, stalled!.message]).toEqual(['WebhookSecretMissing', true, `the webhook secret file ${fifo} cannot be read on this worker, or is empty`]);
+    expect([stalled!.type, stalled!.nonRetryable, stalled!.message]).toEqual([
+      'WebhookSecretMissing',
+      true,
+      `the webhook secret file ${fifo} cannot be read on this worker, or is empty`,
+    ]);
     expect(r.requests).toHaveLength(0);
   });
 
   it('the attempt timeout holds under garbage-collector pressure (a weakly held timeout signal would never fire)', () => {
     const file = join(scratch.dir, 'secret-gc');
     writeFileSync(file, 'gc-secret');
-    const run = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', join(PROJECT_ROOT, 'test/support/gc-silent-receiver.ts'), file], { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 60_000 });
+    const run = spawnSync(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', join(PROJECT_ROOT, 'test/support/gc-silent-receiver.ts'), file],
+      { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 60_000 },
+    );
     expect(run.stdout, run.stderr).toMatch(/^rejected WebhookUnreachable (\d+)$/m);
     expect(Number(/rejected WebhookUnreachable (\d+)/.exec(run.stdout)![1])).toBeLessThan(5_000);
   });
@@ -299,8 +406,17 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     try {
       const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/hook`;
       const slow = createWebhookActivities({ attemptTimeoutMs: 300, policy }).deliverWebhook;
-      const err = await new MockActivityEnvironment(undefined, { logger: quiet }).run(slow, { url, secretFile: file, event }).then(() => undefined, (e: unknown) => e as ApplicationFailure);
-      expect([err!.type, err!.nonRetryable, err!.message]).toEqual(['WebhookUnreachable', false, `POST ${url}: delivery failed (no answer)`]);
+      const err = await new MockActivityEnvironment(undefined, { logger: quiet })
+        .run(slow, { url, secretFile: file, event })
+        .then(
+          () => undefined,
+          (e: unknown) => e as ApplicationFailure,
+        );
+      expect([err!.type, err!.nonRetryable, err!.message]).toEqual([
+        'WebhookUnreachable',
+        false,
+        `POST ${url}: delivery failed (no answer)`,
+      ]);
     } finally {
       silent.closeAllConnections();
       await new Promise<void>((resolve) => silent.close(() => resolve()));

@@ -58,13 +58,21 @@ describe('Deadline', () => {
 });
 
 const body = (extra: Record<string, unknown>, phaseExtra: Record<string, unknown> = {}) => ({
-  rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', ...phaseExtra }, { bulk: 'remainder' }], ...extra },
+  rollout: {
+    profile: 'demo',
+    fromRevision: 1,
+    toRevision: 2,
+    phases: [{ canary: '1 device', ...phaseExtra }, { bulk: 'remainder' }],
+    ...extra,
+  },
 });
 
 describe('deadline fields in the spec', () => {
-
   it('parses durations, the per-phase override and onDeadline; absent means no deadline and pause', () => {
-    const spec = parseRolloutSpec(body({ progressDeadline: '2h', phaseDeadline: '30m', onDeadline: 'rollback' }, { phaseDeadline: '10m' }), 'spec.yaml');
+    const spec = parseRolloutSpec(
+      body({ progressDeadline: '2h', phaseDeadline: '30m', onDeadline: 'rollback' }, { phaseDeadline: '10m' }),
+      'spec.yaml',
+    );
     expect(spec.progressDeadline).toBe(120 * MIN);
     expect(spec.phaseDeadline).toBe(30 * MIN);
     expect(spec.phases[0]!.phaseDeadline).toBe(10 * MIN);
@@ -83,18 +91,72 @@ describe('deadline fields in the spec', () => {
   });
 
   const refusals: Array<[string, Record<string, unknown>, Record<string, unknown>, string, string]> = [
-    ['progressDeadline below 1 minute', { progressDeadline: '30s' }, {}, 'rollout.progressDeadline', 'between 1m and 30d (got "30s")'],
-    ['progressDeadline above 30 days', { progressDeadline: '31d' }, {}, 'rollout.progressDeadline', 'between 1m and 30d'],
+    [
+      'progressDeadline below 1 minute',
+      { progressDeadline: '30s' },
+      {},
+      'rollout.progressDeadline',
+      'between 1m and 30d (got "30s")',
+    ],
+    [
+      'progressDeadline above 30 days',
+      { progressDeadline: '31d' },
+      {},
+      'rollout.progressDeadline',
+      'between 1m and 30d',
+    ],
     ['phaseDeadline not a duration', { phaseDeadline: 'soon' }, {}, 'rollout.phaseDeadline', '(got "soon")'],
-    ['a phase phaseDeadline of zero', {}, { phaseDeadline: 0 }, 'rollout.phases[0].phaseDeadline', 'between 1m and 30d (got 0)'],
+    [
+      'a phase phaseDeadline of zero',
+      {},
+      { phaseDeadline: 0 },
+      'rollout.phases[0].phaseDeadline',
+      'between 1m and 30d (got 0)',
+    ],
     ['onDeadline unknown', { onDeadline: 'ignore' }, {}, 'rollout.onDeadline', '"ignore"'],
     // Issue 22: accepted before, meaningless.
-    ['onDeadline with no deadline to act on', { onDeadline: 'rollback' }, {}, 'rollout.onDeadline', 'no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline (got "rollback")'],
-    ['a spec phaseDeadline longer than the progressDeadline', { progressDeadline: '1h', phaseDeadline: '2h' }, {}, 'rollout.phaseDeadline', 'is 2h, longer than the progressDeadline of 1h'],
-    ["a phase's own phaseDeadline longer than the progressDeadline", { progressDeadline: '1h' }, { phaseDeadline: '61m' }, 'rollout.phases[0].phaseDeadline', 'is 61m, longer than the progressDeadline of 1h'],
-    ['a fractional-millisecond deadline in text', { progressDeadline: '2m0.5ms' }, {}, 'rollout.progressDeadline', 'must be a whole number of milliseconds'],
-    ['a fractional number of milliseconds', { phaseDeadline: 90_000.5 }, {}, 'rollout.phaseDeadline', 'must be a whole number of milliseconds (no fraction of a millisecond), between 1m and 30d (got 90000.5)'],
-    ['a fraction of a millisecond in any duration', { gate: '1.5ms' }, {}, 'rollout.gate', 'whole number of milliseconds'],
+    [
+      'onDeadline with no deadline to act on',
+      { onDeadline: 'rollback' },
+      {},
+      'rollout.onDeadline',
+      'no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline (got "rollback")',
+    ],
+    [
+      'a spec phaseDeadline longer than the progressDeadline',
+      { progressDeadline: '1h', phaseDeadline: '2h' },
+      {},
+      'rollout.phaseDeadline',
+      'is 2h, longer than the progressDeadline of 1h',
+    ],
+    [
+      "a phase's own phaseDeadline longer than the progressDeadline",
+      { progressDeadline: '1h' },
+      { phaseDeadline: '61m' },
+      'rollout.phases[0].phaseDeadline',
+      'is 61m, longer than the progressDeadline of 1h',
+    ],
+    [
+      'a fractional-millisecond deadline in text',
+      { progressDeadline: '2m0.5ms' },
+      {},
+      'rollout.progressDeadline',
+      'must be a whole number of milliseconds',
+    ],
+    [
+      'a fractional number of milliseconds',
+      { phaseDeadline: 90_000.5 },
+      {},
+      'rollout.phaseDeadline',
+      'must be a whole number of milliseconds (no fraction of a millisecond), between 1m and 30d (got 90000.5)',
+    ],
+    [
+      'a fraction of a millisecond in any duration',
+      { gate: '1.5ms' },
+      {},
+      'rollout.gate',
+      'whole number of milliseconds',
+    ],
   ];
   it.each(refusals)('%s is refused naming the field and the value', (_name, extra, phaseExtra, field, shows) => {
     let error: unknown;
@@ -113,11 +175,16 @@ describe('deadline fields in the spec', () => {
 
 describe('deadline settings that hold together', () => {
   it('a phase deadline equal to the progress deadline, decimal durations that are whole milliseconds, and onDeadline with only a phase deadline are accepted', () => {
-    const spec = parseRolloutSpec(body({ progressDeadline: '1.5h', phaseDeadline: '90m', onDeadline: 'abort' }, { phaseDeadline: '1.1m' }), 'spec.yaml');
+    const spec = parseRolloutSpec(
+      body({ progressDeadline: '1.5h', phaseDeadline: '90m', onDeadline: 'abort' }, { phaseDeadline: '1.1m' }),
+      'spec.yaml',
+    );
     expect(spec.progressDeadline).toBe(90 * MIN);
     expect(spec.phaseDeadline).toBe(90 * MIN);
     expect(spec.phases[0]!.phaseDeadline).toBe(66_000); // 1.1 * 60000 is 66000.00000000001 in floating point: exact here
-    expect(parseRolloutSpec(body({ onDeadline: 'pause' }, { phaseDeadline: '5m' }), 'spec.yaml').onDeadline).toBe('pause');
+    expect(parseRolloutSpec(body({ onDeadline: 'pause' }, { phaseDeadline: '5m' }), 'spec.yaml').onDeadline).toBe(
+      'pause',
+    );
   });
 });
 
@@ -131,12 +198,21 @@ describe('unconfirmedDevices', () => {
     // Never started (an abort came first): skipped like b4, nobody waits for it.
     { id: 'b5', state: 'not-started', phase: 1, reason: 'aborted by alice' },
     { id: 'r1', state: 'pending', phase: 2 },
-    { id: 'nfm', state: 'not-for-me', phase: -1, reason: 'left-behind: the device is excluded from updates (updateClass)' },
+    {
+      id: 'nfm',
+      state: 'not-for-me',
+      phase: -1,
+      reason: 'left-behind: the device is excluded from updates (updateClass)',
+    },
     { id: 'there', state: 'applied', phase: -1 },
   ];
 
   it('a phase: its devices not at the target, or at it but before its health gate passed; skipped ones are not waited for', () => {
-    expect(unconfirmedDevices(devices, new Set([0]), 1)).toEqual({ ids: ['b1', 'b2', 'b3'], count: 3, byState: { applied: 1, applying: 1, failed: 1 } });
+    expect(unconfirmedDevices(devices, new Set([0]), 1)).toEqual({
+      ids: ['b1', 'b2', 'b3'],
+      count: 3,
+      byState: { applied: 1, applying: 1, failed: 1 },
+    });
     expect(unconfirmedDevices(devices, new Set([0, 1]), 1).ids).toEqual(['b2', 'b3']);
   });
 
@@ -156,8 +232,12 @@ describe('unconfirmedDevices', () => {
 
 describe('deadline wording and phase stages', () => {
   it('the reason starts with "deadline:" and names which deadline, its length, the phase and the count', () => {
-    expect(deadlineReason('phaseDeadline', 30 * MIN, 'canary 1 device', 1)).toBe('deadline: phaseDeadline 30m of phase canary 1 device passed in active time with 1 required device(s) unconfirmed');
-    expect(deadlineReason('progressDeadline', 120 * MIN, 'bulk 25%', 11)).toBe('deadline: progressDeadline 2h (in phase bulk 25%) passed in active time with 11 required device(s) unconfirmed');
+    expect(deadlineReason('phaseDeadline', 30 * MIN, 'canary 1 device', 1)).toBe(
+      'deadline: phaseDeadline 30m of phase canary 1 device passed in active time with 1 required device(s) unconfirmed',
+    );
+    expect(deadlineReason('progressDeadline', 120 * MIN, 'bulk 25%', 11)).toBe(
+      'deadline: progressDeadline 2h (in phase bulk 25%) passed in active time with 11 required device(s) unconfirmed',
+    );
     expect(deadlineReason('progressDeadline', 120 * MIN, null, 0)).toMatch(/^deadline: progressDeadline 2h passed/);
     expect(deadlineSkipReason('phaseDeadline')).toBe('not started: phaseDeadline passed (rolled back)');
   });
@@ -171,7 +251,15 @@ describe('deadline wording and phase stages', () => {
 describe('wavegate plan with a bad deadline', () => {
   it('exits 2 naming the field and the value, nothing planned', async () => {
     const corpus = 'test/corpus';
-    const run = await runCli(['plan', '-f', join(corpus, 'specs/progress-deadline-30s.yaml'), '--inventory', join(corpus, 'valid/inventory.yaml'), '--profiles-dir', join(corpus, 'no-profiles')]);
+    const run = await runCli([
+      'plan',
+      '-f',
+      join(corpus, 'specs/progress-deadline-30s.yaml'),
+      '--inventory',
+      join(corpus, 'valid/inventory.yaml'),
+      '--profiles-dir',
+      join(corpus, 'no-profiles'),
+    ]);
     expect(run.code, run.stderr).toBe(2);
     expect(run.stderr).toContain('rollout.progressDeadline: must be between 1m and 30d (got "30s")');
     expect(run.stdout).toBe('');

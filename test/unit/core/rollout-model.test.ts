@@ -27,11 +27,18 @@ function device(id: string, over: Partial<DeviceSnapshot> = {}): DeviceSnapshot 
   };
 }
 
-function specOf(extra: Record<string, unknown> = {}, phases: unknown[] = [{ canary: '1 device' }, { bulk: 'remainder' }]): RolloutSpec {
+function specOf(
+  extra: Record<string, unknown> = {},
+  phases: unknown[] = [{ canary: '1 device' }, { bulk: 'remainder' }],
+): RolloutSpec {
   return parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases, ...extra } }, 'test');
 }
 
-function setup(snapshot: DeviceSnapshot[], spec: RolloutSpec = specOf(), rolloutId = 'rollout:demo:1'): { model: RolloutModel; plan: Plan } {
+function setup(
+  snapshot: DeviceSnapshot[],
+  spec: RolloutSpec = specOf(),
+  rolloutId = 'rollout:demo:1',
+): { model: RolloutModel; plan: Plan } {
   const model = new RolloutModel({ rolloutId, ...spec });
   model.addSnapshot(snapshot);
   const plan = planRollout({ rolloutId, spec, poolBudgets: { web: 0.5 }, risk: 'risky' }, model.snapshotDevices());
@@ -59,7 +66,11 @@ function mixedFleet(): DeviceSnapshot[] {
 
 /** 1 + 2 + … + 7 = 28 devices in seven phases, enough for one phase per stage. */
 function sevenPhases(): { model: RolloutModel; plan: Plan } {
-  const phases = [{ canary: '1 device' }, ...[2, 3, 4, 5, 6].map((n) => ({ bulk: `${n} devices` })), { bulk: 'remainder' }];
+  const phases = [
+    { canary: '1 device' },
+    ...[2, 3, 4, 5, 6].map((n) => ({ bulk: `${n} devices` })),
+    { bulk: 'remainder' },
+  ];
   const { model, plan } = setup(
     Array.from({ length: 28 }, (_, i) => device(`d${String(i).padStart(2, '0')}`)),
     specOf({}, phases),
@@ -80,7 +91,12 @@ describe('RolloutModel.adoptPlan', () => {
     const st = model.status();
     const byId = new Map(st.devices.map((d) => [d.id, d]));
 
-    expect(byId.get('lb')).toEqual({ id: 'lb', state: 'not-for-me', phase: -1, reason: 'left-behind: the device is excluded from updates (updateClass)' });
+    expect(byId.get('lb')).toEqual({
+      id: 'lb',
+      state: 'not-for-me',
+      phase: -1,
+      reason: 'left-behind: the device is excluded from updates (updateClass)',
+    });
     // A holding node-down verdict: not-for-me with the verdict's own text, as `plan` and the board say it.
     expect(byId.get('nd')).toEqual({ id: 'nd', state: 'not-for-me', phase: -1, reason: NODE_DOWN });
     expect(byId.get('at')).toEqual({ id: 'at', state: 'applied', phase: -1, reason: 'already at target' });
@@ -90,11 +106,29 @@ describe('RolloutModel.adoptPlan', () => {
       expect(byId.get(id)).toEqual({ id, state: 'pending', phase });
     }
     // default offline policy is skip
-    expect(byId.get('off')).toEqual({ id: 'off', state: 'skipped', phase: phaseOf(plan, 'off'), reason: 'offline at snapshot: ssh: connect timeout' });
-    expect(byId.get('off2')).toEqual({ id: 'off2', state: 'skipped', phase: phaseOf(plan, 'off2'), reason: 'offline at snapshot: unreachable' });
+    expect(byId.get('off')).toEqual({
+      id: 'off',
+      state: 'skipped',
+      phase: phaseOf(plan, 'off'),
+      reason: 'offline at snapshot: ssh: connect timeout',
+    });
+    expect(byId.get('off2')).toEqual({
+      id: 'off2',
+      state: 'skipped',
+      phase: phaseOf(plan, 'off2'),
+      reason: 'offline at snapshot: unreachable',
+    });
     expect(st.devices).toHaveLength(9);
 
-    expect(st.phases).toEqual(plan.phases.map((p) => ({ index: p.index, name: p.name, devices: p.devices.length, gate: p.gate, stage: 'pending' })));
+    expect(st.phases).toEqual(
+      plan.phases.map((p) => ({
+        index: p.index,
+        name: p.name,
+        devices: p.devices.length,
+        gate: p.gate,
+        stage: 'pending',
+      })),
+    );
     expect(st.phases.map((p) => p.name)).toEqual(['canary 1 device', 'bulk remainder']);
     expect(model.plan).toBe(plan);
     expect(model.warnings).toEqual(plan.warnings);
@@ -104,10 +138,26 @@ describe('RolloutModel.adoptPlan', () => {
   it('computes counts from the device states', () => {
     const { model } = setup(mixedFleet());
     // Not-for-me devices are counted apart from the ones skipped as offline.
-    expect(model.counts()).toMatchObject({ total: 9, pending: 4, skipped: 2, 'not-for-me': 2, 'not-started': 0, applied: 1, failed: 0 });
+    expect(model.counts()).toMatchObject({
+      total: 9,
+      pending: 4,
+      skipped: 2,
+      'not-for-me': 2,
+      'not-started': 0,
+      applied: 1,
+      failed: 0,
+    });
     model.setDevice('s1', 'applying');
     model.setDevice('s2', 'failed', 'exit 1');
-    expect(model.counts()).toMatchObject({ total: 9, pending: 2, applying: 1, failed: 1, skipped: 2, 'not-for-me': 2, applied: 1 });
+    expect(model.counts()).toMatchObject({
+      total: 9,
+      pending: 2,
+      applying: 1,
+      failed: 1,
+      skipped: 2,
+      'not-for-me': 2,
+      applied: 1,
+    });
     expect(model.status().counts).toEqual(model.counts());
   });
 
@@ -119,7 +169,12 @@ describe('RolloutModel.adoptPlan', () => {
     expect(model.deviceState('off')).toBe(state);
     expect(model.deviceState('off2')).toBe(state);
     const off = model.status().devices.find((d) => d.id === 'off')!;
-    expect(off).toEqual({ id: 'off', state, phase: phaseOf(plan, 'off'), reason: 'offline at snapshot: ssh: connect timeout' });
+    expect(off).toEqual({
+      id: 'off',
+      state,
+      phase: phaseOf(plan, 'off'),
+      reason: 'offline at snapshot: ssh: connect timeout',
+    });
     expect(model.counts()[state]).toBe(2); // only the offline ones: the left-behind and node-down devices are not-for-me
   });
 
@@ -145,7 +200,17 @@ describe('RolloutModel.adoptPlan', () => {
   it('starts running in the snapshot stage; status names the rollout', () => {
     const spec = specOf();
     const model = new RolloutModel({ rolloutId: 'r-1', ...spec });
-    expect(model.status()).toMatchObject({ rolloutId: 'r-1', profile: 'demo', fromRevision: 1, toRevision: 2, state: 'running', phase: 'snapshot', devices: [], phases: [], controls: [] });
+    expect(model.status()).toMatchObject({
+      rolloutId: 'r-1',
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      state: 'running',
+      phase: 'snapshot',
+      devices: [],
+      phases: [],
+      controls: [],
+    });
     expect(model.status()).not.toHaveProperty('pausedReason');
     expect(model.status()).not.toHaveProperty('verdict');
     expect(model.status()).not.toHaveProperty('auditHead');
@@ -188,7 +253,11 @@ describe('RolloutModel controls', () => {
     expect(model.refusal('resume')).toBe('rollout is running; only a paused rollout can be resumed');
     model.applyControl('pause', { by: 'alice' });
     expect(model.refusal('resume', { by: 'bob' })).toBeNull();
-    expect(model.applyControl('resume', { by: 'bob', reason: 'fixed' })).toEqual({ event: 'rollout.resumed', by: 'bob', reason: 'fixed' });
+    expect(model.applyControl('resume', { by: 'bob', reason: 'fixed' })).toEqual({
+      event: 'rollout.resumed',
+      by: 'bob',
+      reason: 'fixed',
+    });
     expect(model.state).toBe('running');
     expect(model.paused).toBe(false);
     expect(model.pausedReason).toBeUndefined();
@@ -209,7 +278,12 @@ describe('RolloutModel controls', () => {
     const model = fresh();
     const intent = model.applyControl('abort', { by: 'carol', reason: 'wrong build', rollback: false });
     expect(model.abort).toEqual({ rollback: false, reason: 'wrong build', by: 'carol' });
-    expect(intent).toEqual({ event: 'rollout.aborted', by: 'carol', reason: 'wrong build', evidence: { rollback: false } });
+    expect(intent).toEqual({
+      event: 'rollout.aborted',
+      by: 'carol',
+      reason: 'wrong build',
+      evidence: { rollback: false },
+    });
   });
 
   it('abort is allowed while paused', () => {
@@ -233,7 +307,9 @@ describe('RolloutModel controls', () => {
     expect(model.refusal('approve', { phase: 1 })).toBeNull();
     expect(model.refusal('approve', { phase: 'bulk remainder' })).toBeNull();
     expect(model.refusal('approve', { phase: 0 })).toBe('phase 0 is not the one waiting; phase 1 "bulk remainder" is');
-    expect(model.refusal('approve', { phase: 'canary 1 device' })).toBe('phase "canary 1 device" is not the one waiting; phase 1 "bulk remainder" is');
+    expect(model.refusal('approve', { phase: 'canary 1 device' })).toBe(
+      'phase "canary 1 device" is not the one waiting; phase 1 "bulk remainder" is',
+    );
     expect(model.refusal('approve', { phase: '1' })).not.toBeNull(); // a string index is not the index
   });
 
@@ -241,7 +317,12 @@ describe('RolloutModel controls', () => {
     const model = fresh();
     model.awaitApproval(1);
     expect(model.isApproved(1)).toBe(false);
-    expect(model.applyControl('approve', { by: 'dave', reason: 'looks good' })).toEqual({ event: 'rollout.approved', by: 'dave', reason: 'looks good', phase: 'bulk remainder' });
+    expect(model.applyControl('approve', { by: 'dave', reason: 'looks good' })).toEqual({
+      event: 'rollout.approved',
+      by: 'dave',
+      reason: 'looks good',
+      phase: 'bulk remainder',
+    });
     expect(model.isApproved(1)).toBe(true);
     expect(model.isApproved(0)).toBe(false);
     model.approvalDone();
@@ -259,13 +340,16 @@ describe('RolloutModel controls', () => {
     }
   });
 
-  it.each(['completed', 'rolled-back', 'aborted', 'cancelled', 'failed'] as RolloutState[])('in the final state %s every control is refused', (final) => {
-    const model = fresh();
-    model.finish(final);
-    for (const name of ['pause', 'resume', 'abort', 'approve'] as ControlName[]) {
-      expect(model.refusal(name)).toBe(`rollout is ${final}; ${name} is no longer possible`);
-    }
-  });
+  it.each(['completed', 'rolled-back', 'aborted', 'cancelled', 'failed'] as RolloutState[])(
+    'in the final state %s every control is refused',
+    (final) => {
+      const model = fresh();
+      model.finish(final);
+      for (const name of ['pause', 'resume', 'abort', 'approve'] as ControlName[]) {
+        expect(model.refusal(name)).toBe(`rollout is ${final}; ${name} is no longer possible`);
+      }
+    },
+  );
 
   it('controlContext reflects state, approval wait and abort', () => {
     const model = fresh();
@@ -273,17 +357,33 @@ describe('RolloutModel controls', () => {
     model.awaitApproval(0);
     model.applyControl('pause', { by: 'a' });
     model.applyControl('abort', { by: 'a' });
-    expect(model.controlContext()).toEqual({ state: 'paused', awaitingApproval: { index: 0, name: 'canary 1 device' }, aborting: true });
+    expect(model.controlContext()).toEqual({
+      state: 'paused',
+      awaitingApproval: { index: 0, name: 'canary 1 device' },
+      aborting: true,
+    });
   });
 
   it('recordControl keeps every control, accepted or not, in status().controls', () => {
     const model = fresh();
     model.recordControl('pause', { by: 'alice', reason: 'lunch' }, true, '2026-01-01T00:00:00.000Z');
-    model.recordControl('resume', {}, false, '2026-01-01T00:01:00.000Z', 'rollout is running; only a paused rollout can be resumed');
+    model.recordControl(
+      'resume',
+      {},
+      false,
+      '2026-01-01T00:01:00.000Z',
+      'rollout is running; only a paused rollout can be resumed',
+    );
     model.recordControl('cancel', { by: 'temporal-cancel' }, true, '2026-01-01T00:02:00.000Z');
     expect(model.status().controls).toEqual([
       { control: 'pause', by: 'alice', reason: 'lunch', at: '2026-01-01T00:00:00.000Z', accepted: true },
-      { control: 'resume', by: 'unknown', at: '2026-01-01T00:01:00.000Z', accepted: false, note: 'rollout is running; only a paused rollout can be resumed' },
+      {
+        control: 'resume',
+        by: 'unknown',
+        at: '2026-01-01T00:01:00.000Z',
+        accepted: false,
+        note: 'rollout is running; only a paused rollout can be resumed',
+      },
       { control: 'cancel', by: 'temporal-cancel', at: '2026-01-01T00:02:00.000Z', accepted: true },
     ]);
     expect(model.status().controls[1]).not.toHaveProperty('reason');
@@ -375,7 +475,9 @@ describe('RolloutModel at 10,000 devices: no per-device linear scan', () => {
     } finally {
       for (const s of spies) s.mockRestore();
     }
-    expect(Object.fromEntries(methods.map((m, i) => [m, calls[i]]))).toEqual(Object.fromEntries(methods.map((m) => [m, 0])));
+    expect(Object.fromEntries(methods.map((m, i) => [m, calls[i]]))).toEqual(
+      Object.fromEntries(methods.map((m) => [m, 0])),
+    );
 
     expect(undo).toHaveLength(N / 2);
     const expected = snap.filter((_, i) => i % 2 === 0).reverse();
@@ -413,7 +515,12 @@ describe('RolloutModel skipPending', () => {
     model.skipPending('not in the canary phase', 0);
     const canary = plan.phases[0]!.devices[0]!;
     expect(model.deviceState(canary)).toBe('pending');
-    for (const p of plan.phases.slice(1)) for (const id of p.devices) expect(model.status().devices.find((d) => d.id === id)).toMatchObject({ state: 'not-started', reason: 'not in the canary phase' });
+    for (const p of plan.phases.slice(1))
+      for (const id of p.devices)
+        expect(model.status().devices.find((d) => d.id === id)).toMatchObject({
+          state: 'not-started',
+          reason: 'not in the canary phase',
+        });
     expect(model.counts()).toMatchObject({ pending: 1, 'not-started': 27, skipped: 0 });
     expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).toEqual([canary]);
     expect(model.pendingIn(plan.phases[3]!)).toEqual([]);
@@ -426,16 +533,25 @@ describe('RolloutModel: not-for-me and not-started as the workflow steps read th
     model.skipPending('not started: rollout cancelled');
     const bulk = plan.phases[1]!.devices.find((id) => id.startsWith('s'))!;
     for (const id of ['lb', 'nd', bulk]) expect(model.deviceState(id)).toBe('skipped');
-    expect(model.status().devices.find((d) => d.id === bulk)).toMatchObject({ state: 'not-started', reason: 'rollout cancelled' });
+    expect(model.status().devices.find((d) => d.id === bulk)).toMatchObject({
+      state: 'not-started',
+      reason: 'rollout cancelled',
+    });
     expect(model.deviceState('at')).toBe('applied');
   });
 
-  it('an apply that says not-for-me in a skipped device\'s reason (ahead at apply) makes it not-for-me', () => {
+  it("an apply that says not-for-me in a skipped device's reason (ahead at apply) makes it not-for-me", () => {
     const { model } = setup(mixedFleet());
     model.setDevice('s3', 'skipped', 'not-for-me: ahead: the device is at revision 3, above r2');
-    expect(model.status().devices.find((d) => d.id === 's3')).toMatchObject({ state: 'not-for-me', reason: 'ahead: the device is at revision 3, above r2' });
+    expect(model.status().devices.find((d) => d.id === 's3')).toMatchObject({
+      state: 'not-for-me',
+      reason: 'ahead: the device is at revision 3, above r2',
+    });
     model.setDevice('s4', 'skipped', 'offline at apply: s4: cannot connect');
-    expect(model.status().devices.find((d) => d.id === 's4')).toMatchObject({ state: 'skipped', reason: 'offline at apply: s4: cannot connect' });
+    expect(model.status().devices.find((d) => d.id === 's4')).toMatchObject({
+      state: 'skipped',
+      reason: 'offline at apply: s4: cannot connect',
+    });
   });
 });
 
@@ -444,7 +560,12 @@ describe('RolloutModel setDevice', () => {
     const { model, plan } = setup(mixedFleet());
     const phase = phaseOf(plan, 's2');
     model.setDevice('s2', 'failed', 'exit 1');
-    expect(model.status().devices.find((d) => d.id === 's2')).toEqual({ id: 's2', state: 'failed', phase, reason: 'exit 1' });
+    expect(model.status().devices.find((d) => d.id === 's2')).toEqual({
+      id: 's2',
+      state: 'failed',
+      phase,
+      reason: 'exit 1',
+    });
     model.setDevice('s2', 'rolled-back');
     expect(model.status().devices.find((d) => d.id === 's2')).toEqual({ id: 's2', state: 'rolled-back', phase });
     expect(model.deviceState('nope')).toBeUndefined();
@@ -456,7 +577,9 @@ describe('RolloutModel closePhases', () => {
 
   function staged(): RolloutModel {
     const { model } = sevenPhases();
-    STAGES.forEach((s, i) => model.setStage(i, s));
+    STAGES.forEach((s, i) => {
+      model.setStage(i, s);
+    });
     return model;
   }
   const stages = (m: RolloutModel) => m.status().phases.map((p) => p.stage);
@@ -491,7 +614,11 @@ describe('RolloutModel phases and the rollout state', () => {
     model.enterPhase(3, 'gate');
     expect(model.phase(3).stage).toBe('gate');
     model.recordGate(3, 'fail', ['error-rate: fail — 0.2'], 'failed');
-    expect(model.phase(3)).toMatchObject({ gateOutcome: 'fail', evidence: ['error-rate: fail — 0.2'], stage: 'failed' });
+    expect(model.phase(3)).toMatchObject({
+      gateOutcome: 'fail',
+      evidence: ['error-rate: fail — 0.2'],
+      stage: 'failed',
+    });
   });
 
   it('awaitApproval / isApproved / approvalDone', () => {
@@ -513,7 +640,10 @@ describe('RolloutModel phases and the rollout state', () => {
     model.enterPhase(1);
     model.pauseFor('failure-policy', 'failure-gate: 2 of 2 failed — resume to continue, or abort');
     expect(model.state).toBe('paused');
-    expect(model.status()).toMatchObject({ state: 'paused', pausedReason: 'failure-gate: 2 of 2 failed — resume to continue, or abort' });
+    expect(model.status()).toMatchObject({
+      state: 'paused',
+      pausedReason: 'failure-gate: 2 of 2 failed — resume to continue, or abort',
+    });
     model.enterRollback();
     expect(model.phaseName).toBe('rollback');
     model.finish('rolled-back');
@@ -567,7 +697,10 @@ describe('RolloutModel: an id read twice across snapshot pages', () => {
     const model = new RolloutModel({ rolloutId: 'rollout:demo:dup', ...spec });
     model.addSnapshot([device('a'), device('b')]);
     model.addSnapshot([device('a', { reachable: false, host: 'other.example' }), device('c')]);
-    const plan = planRollout({ rolloutId: 'rollout:demo:dup', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices());
+    const plan = planRollout(
+      { rolloutId: 'rollout:demo:dup', spec, poolBudgets: {}, risk: 'risky' },
+      model.snapshotDevices(),
+    );
     model.adoptPlan(plan);
     expect(plan.warnings.join('\n')).toMatch(/\ba\b.*twice/);
     expect(model.deviceState('a')).toBe('pending');
@@ -579,11 +712,18 @@ describe('RolloutModel: an id read twice across snapshot pages', () => {
 });
 
 describe('RolloutModel: a device that refused us at snapshot', () => {
-  const refused = () => [device('s1'), device('s2'), device('hk', { reachable: false, current: null, refusal: 'host-key', error: 'hk: host key changed' })];
+  const refused = () => [
+    device('s1'),
+    device('s2'),
+    device('hk', { reachable: false, current: null, refusal: 'host-key', error: 'hk: host key changed' }),
+  ];
   it('fails with the kind named, whatever the offline policy, and counts as failed before its phase starts', () => {
     for (const offline of ['skip', 'wait', 'fail'] as const) {
       const { model, plan } = setup(refused(), specOf({ offline }, [{ bulk: 'remainder' }]));
-      expect(model.status().devices.find((d) => d.id === 'hk')).toMatchObject({ state: 'failed', reason: 'refused at snapshot (host-key): hk: host key changed' });
+      expect(model.status().devices.find((d) => d.id === 'hk')).toMatchObject({
+        state: 'failed',
+        reason: 'refused at snapshot (host-key): hk: host key changed',
+      });
       expect(model.failedBeforeStart(plan.phases[0]!)).toBe(1);
       expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).not.toContain('hk');
     }
@@ -592,7 +732,10 @@ describe('RolloutModel: a device that refused us at snapshot', () => {
     const spec = specOf({ offline: 'skip' }, [{ bulk: 'remainder' }]);
     const model = new RolloutModel({ rolloutId: 'rollout:demo:1', ...spec });
     model.addSnapshot(refused());
-    model.adoptPlan(planRollout({ rolloutId: 'rollout:demo:1', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices()), { refusalsFail: false });
+    model.adoptPlan(
+      planRollout({ rolloutId: 'rollout:demo:1', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices()),
+      { refusalsFail: false },
+    );
     expect(model.deviceState('hk')).toBe('skipped');
   });
 });
@@ -600,10 +743,15 @@ describe('RolloutModel: a device that refused us at snapshot', () => {
 describe('RolloutModel: held by the audit trail', () => {
   it('holds new starts like a pause, shows as paused with the reason, and only an override (with a reason) is the way on', () => {
     const { model } = setup([device('s1'), device('s2')]);
-    expect(model.refusal('override-audit', { reason: 'x' })).toBe('the audit trail is whole; there is nothing to override');
+    expect(model.refusal('override-audit', { reason: 'x' })).toBe(
+      'the audit trail is whole; there is nothing to override',
+    );
     model.holdForAudit('record 4 (phase.applied) not written: line 3 is not a record');
     expect(model.paused).toBe(true);
-    expect(model.status()).toMatchObject({ state: 'paused', pausedReason: 'audit trail not whole: record 4 (phase.applied) not written: line 3 is not a record' });
+    expect(model.status()).toMatchObject({
+      state: 'paused',
+      pausedReason: 'audit trail not whole: record 4 (phase.applied) not written: line 3 is not a record',
+    });
     expect(model.refusal('resume')).toMatch(/only a paused rollout can be resumed/);
     expect(model.refusal('override-audit', {})).toMatch(/needs a reason/);
     expect(model.refusal('override-audit', { reason: 'disk replaced' })).toBeNull();
@@ -615,7 +763,7 @@ describe('RolloutModel: held by the audit trail', () => {
 });
 
 describe('RolloutModel: changedDevices', () => {
-  it('counts the devices this rollout started changing, not a batch\'s devices still waiting to start', () => {
+  it("counts the devices this rollout started changing, not a batch's devices still waiting to start", () => {
     const { model, plan } = setup([device('s1'), device('s2'), device('s3')], specOf({}, [{ bulk: 'remainder' }]));
     const batch = model.pendingIn(plan.phases[0]!);
     model.markTouched(batch.map((d) => d.id));
@@ -677,7 +825,12 @@ describe('RolloutModel owns its writes', () => {
     model.enterPhase(2);
     model.requestDeadlineRollback('phaseDeadline', 'phaseDeadline of 10m passed');
     expect(model.stopped).toBe(true);
-    expect(model.abort).toEqual({ rollback: true, reason: 'phaseDeadline of 10m passed', by: 'wavegate', deadline: 'phaseDeadline' });
+    expect(model.abort).toEqual({
+      rollback: true,
+      reason: 'phaseDeadline of 10m passed',
+      by: 'wavegate',
+      deadline: 'phaseDeadline',
+    });
     expect(model.refusal('abort')).toMatch(/abort/);
     model.fail();
     expect(model.status()).toMatchObject({ state: 'failed', phase: model.phase(2).name });

@@ -84,26 +84,45 @@ describe('phaseFailureGate', () => {
 
 describe('healthGateDecision', () => {
   it('pass → advance, passed, gate.passed (whatever onInconclusive)', () => {
-    for (const on of ['pause', 'fail'] as const) expect(healthGateDecision('pass', on)).toEqual({ next: 'advance', stage: 'passed', event: 'gate.passed' });
+    for (const on of ['pause', 'fail'] as const)
+      expect(healthGateDecision('pass', on)).toEqual({ next: 'advance', stage: 'passed', event: 'gate.passed' });
   });
   it('fail → fail, failed, gate.failed (whatever onInconclusive)', () => {
-    for (const on of ['pause', 'fail'] as const) expect(healthGateDecision('fail', on)).toEqual({ next: 'fail', stage: 'failed', event: 'gate.failed' });
+    for (const on of ['pause', 'fail'] as const)
+      expect(healthGateDecision('fail', on)).toEqual({ next: 'fail', stage: 'failed', event: 'gate.failed' });
   });
   it("inconclusive with onInconclusive 'pause' → hold, inconclusive, gate.inconclusive", () => {
-    expect(healthGateDecision('inconclusive', 'pause')).toEqual({ next: 'hold', stage: 'inconclusive', event: 'gate.inconclusive' });
+    expect(healthGateDecision('inconclusive', 'pause')).toEqual({
+      next: 'hold',
+      stage: 'inconclusive',
+      event: 'gate.inconclusive',
+    });
   });
   it("inconclusive with onInconclusive 'fail' → fail, failed, gate.inconclusive", () => {
-    expect(healthGateDecision('inconclusive', 'fail')).toEqual({ next: 'fail', stage: 'failed', event: 'gate.inconclusive' });
+    expect(healthGateDecision('inconclusive', 'fail')).toEqual({
+      next: 'fail',
+      stage: 'failed',
+      event: 'gate.inconclusive',
+    });
   });
 });
 
 describe('canaryApplyVerdict and canaryStage', () => {
   it('fails with evidence when any canary device failed', () => {
-    expect(canaryApplyVerdict({ succeeded: 1, failed: 1 })).toEqual({ verdict: 'fail', evidence: ['1 of 2 canary devices failed to apply'] });
-    expect(canaryApplyVerdict({ succeeded: 0, failed: 3 })).toEqual({ verdict: 'fail', evidence: ['3 of 3 canary devices failed to apply'] });
+    expect(canaryApplyVerdict({ succeeded: 1, failed: 1 })).toEqual({
+      verdict: 'fail',
+      evidence: ['1 of 2 canary devices failed to apply'],
+    });
+    expect(canaryApplyVerdict({ succeeded: 0, failed: 3 })).toEqual({
+      verdict: 'fail',
+      evidence: ['3 of 3 canary devices failed to apply'],
+    });
   });
   it('fails an empty canary (nothing succeeded, nothing to measure)', () => {
-    expect(canaryApplyVerdict({ succeeded: 0, failed: 0 })).toEqual({ verdict: 'fail', evidence: ['0 of 0 canary devices failed to apply'] });
+    expect(canaryApplyVerdict({ succeeded: 0, failed: 0 })).toEqual({
+      verdict: 'fail',
+      evidence: ['0 of 0 canary devices failed to apply'],
+    });
   });
   it('is null when every canary device applied: the gate decides', () => {
     expect(canaryApplyVerdict({ succeeded: 1, failed: 0 })).toBeNull();
@@ -131,11 +150,13 @@ describe('stagesClosedBy', () => {
   });
   it('neither closes a phase that already ended (passed, failed, inconclusive, stopped)', () => {
     for (const stop of ['abort', 'cancel'] as const) {
-      for (const done of ['passed', 'failed', 'inconclusive', 'stopped'] as const) expect(stagesClosedBy(stop).has(done)).toBe(false);
+      for (const done of ['passed', 'failed', 'inconclusive', 'stopped'] as const)
+        expect(stagesClosedBy(stop).has(done)).toBe(false);
     }
   });
   it('only names real phase stages', () => {
-    for (const stop of ['abort', 'cancel'] as const) for (const s of stagesClosedBy(stop)) expect(PHASE_STAGES).toContain(s);
+    for (const stop of ['abort', 'cancel'] as const)
+      for (const s of stagesClosedBy(stop)) expect(PHASE_STAGES).toContain(s);
   });
 });
 
@@ -169,7 +190,9 @@ describe('abort, cancel and failure texts', () => {
     expect(failurePauseReason('failure-gate', '3 of 11 devices failed in bulk (max ratio 0.25)')).toBe(
       'failure-gate: 3 of 11 devices failed in bulk (max ratio 0.25) — resume to continue, or abort',
     );
-    expect(failurePauseReason('healthGate-fail', 'error-rate 0.2')).toBe('healthGate-fail: error-rate 0.2 — resume to continue, or abort');
+    expect(failurePauseReason('healthGate-fail', 'error-rate 0.2')).toBe(
+      'healthGate-fail: error-rate 0.2 — resume to continue, or abort',
+    );
   });
   it('rolledBackSkipReason names the trigger', () => {
     expect(rolledBackSkipReason('failure-gate')).toBe('not started: rolled back after failure-gate');
