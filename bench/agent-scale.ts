@@ -156,7 +156,8 @@ async function main(): Promise<void> {
   try {
     console.log(`${DEVICES} simulated agents against ${gateway.url}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}`);
     const upStart = Date.now();
-    const loops = agents.map((a) => runAgent(a, gateway.url, stop.signal));
+    // The agents' loops run until stop aborts them; nothing waits on them.
+    for (const a of agents) void runAgent(a, gateway.url, stop.signal);
     // Every twin seen before the rollout (its snapshot counts a never-seen agent offline).
     for (;;) {
       const synced = new Set<string>();

@@ -26,9 +26,11 @@ const t0 = ms(history.events[0]!.eventTime);
 const at = (e: Ev) => ((ms(e.eventTime) - t0) / 1000).toFixed(2);
 const typeName = (e: Ev): string => String(e.eventType).replace(/^EVENT_TYPE_/, '');
 
+// biome-ignore lint/suspicious/noExplicitAny: a report reading whichever attributes an event type has, field by field
+type Attributes = Record<string, any>;
 /** An event's attributes object (the one `*EventAttributes` field it carries). */
-const attrs = (e: Ev): Record<string, any> => {
-  for (const [k, v] of Object.entries(e)) if (k.endsWith('EventAttributes') && v) return v as Record<string, any>;
+const attrs = (e: Ev): Attributes => {
+  for (const [k, v] of Object.entries(e)) if (k.endsWith('EventAttributes') && v) return v as Attributes;
   return {};
 };
 

@@ -70,7 +70,8 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
     if (finished || runtime.isStopped()) return;
     if (peerClosed()) {
       drain();
-      return handle.kill();
+      handle.kill();
+      return;
     }
     const fault = execFault(faults, command);
     if (fault === 'drop' && faults.raw.dropAfterMs !== undefined) {
@@ -107,7 +108,8 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
     if (finished || runtime.isStopped()) return;
     if (peerClosed()) {
       drain();
-      return handle.kill();
+      handle.kill();
+      return;
     }
     const c = spawn('/bin/sh', ['-c', command], {
       cwd: sandbox,

@@ -108,9 +108,9 @@ export async function writeFaultFiles(sandbox: string, faults: SimFaults): Promi
     content === undefined ? fsp.rm(path.join(simDir, name), { force: true }) : fsp.writeFile(path.join(simDir, name), content);
   const unhealthy = faults.unhealthyRuntimes ?? [];
   await Promise.all([
-    put('unhealthy', unhealthy.length ? unhealthy.join('\n') + '\n' : undefined),
+    put('unhealthy', unhealthy.length ? `${unhealthy.join('\n')}\n` : undefined),
     put('error_rate', faults.errorRate !== undefined ? `${faults.errorRate}\n` : undefined),
     put('error_rate_hangs', faults.errorRateHangs ? '1\n' : undefined),
-    put('faults.json', JSON.stringify(faults, null, 2) + '\n'),
+    put('faults.json', `${JSON.stringify(faults, null, 2)}\n`),
   ]);
 }

@@ -73,7 +73,7 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
   const toVirtual = (p: string): string => {
     const v = path.posix.resolve('/', p || '.');
     if (v === sandbox) return '/';
-    if (v.startsWith(sandbox + '/')) return v.slice(sandbox.length);
+    if (v.startsWith(`${sandbox}/`)) return v.slice(sandbox.length);
     return v;
   };
   const toReal = (p: string): string => path.join(sandbox, toVirtual(p));
@@ -158,7 +158,7 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
   sftp.on('READ', (reqId, hbuf, offset, len) => {
     safe(reqId, async () => {
       const h = lookup(hbuf);
-      if (!h || h.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+      if (h?.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
       const buf = Buffer.alloc(Math.min(len, MAX_READ));
       const { bytesRead } = await h.fd.read(buf, 0, buf.length, offset);
       if (bytesRead === 0) return sftp.status(reqId, STATUS_CODE.EOF);
@@ -169,7 +169,7 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
   sftp.on('WRITE', (reqId, hbuf, offset, data) => {
     safe(reqId, async () => {
       const h = lookup(hbuf);
-      if (!h || h.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+      if (h?.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
       let written = 0;
       while (written < data.length) {
         const { bytesWritten } = await h.fd.write(data, written, data.length - written, offset + written);
@@ -232,7 +232,7 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
   sftp.on('READDIR', (reqId, hbuf) => {
     safe(reqId, async () => {
       const h = lookup(hbuf);
-      if (!h || h.kind !== 'dir') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+      if (h?.kind !== 'dir') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
       if (!h.entries) {
         const names = ['.', '..', ...(await fsp.readdir(h.real)).sort()];
         const entries: FileEntry[] = [];
