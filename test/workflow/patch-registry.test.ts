@@ -40,14 +40,17 @@ function askedInSource(): {
 } {
   const constants = new Map<string, string>();
   for (const { text } of [...sources('workflows'), ...sources('core'), ...sources('contracts')]) {
-    for (const m of text.matchAll(/export const ([A-Z][A-Z0-9_]*) = '([a-z0-9-]+)'/g)) constants.set(m[1]!, m[2]!);
+    for (const m of text.matchAll(/export const ([A-Z][A-Z0-9_]*) = ['"]([a-z0-9-]+)['"]/g))
+      constants.set(m[1]!, m[2]!);
   }
   const patched = new Map<string, Set<string>>();
   const deprecated = new Map<string, Set<string>>();
   const unresolved: string[] = [];
   for (const { path, text } of sources('workflows')) {
     if (path === join('workflows', 'patches.ts')) continue;
-    for (const m of text.matchAll(/\b(patched|deprecatePatch)\(\s*(?:'([^']+)'|([A-Za-z_][A-Za-z0-9_]*))\s*\)/g)) {
+    for (const m of text.matchAll(
+      /\b(patched|deprecatePatch)\(\s*(?:['"]([^'"]+)['"]|([A-Za-z_][A-Za-z0-9_]*))\s*\)/g,
+    )) {
       const id = m[2] ?? constants.get(m[3]!);
       if (id === undefined) {
         unresolved.push(`${path}: ${m[0]}`);
