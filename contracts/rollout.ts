@@ -3,6 +3,11 @@ import type { AbortControl, ApproveControl, AuditOverrideControl, PauseControl, 
 import type { RolloutStatus } from '../core/rollout/status';
 import type { BudgetHandoff, BudgetRelease } from '../core/rollout/shared-budget';
 
+/**
+ * The messages of a rollout `rollout:<profile>:<stamp>` (workflows/rollout.ts) and of its slice children
+ * (workflows/slice.ts): the operator's controls as signals (the Web UI's form) and as updates (the CLI),
+ * the status query, and what a parent and its slices tell each other.
+ */
 export type { ControlRecord, PhaseStatus, RolloutStatus } from '../core/rollout/status';
 
 export const statusQuery = defineQuery<RolloutStatus>('status');
