@@ -1,15 +1,10 @@
 import * as wf from '@temporalio/workflow';
-import {
-  WavegatePhase,
-  WavegateProfile,
-  WavegateRevision,
-  WavegateState,
-  WavegateVerdict,
-} from '../contracts/search-attributes';
+import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../contracts/search-attributes';
 import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
 import { appendAudit, fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } from './activity-proxies';
 import { auditEvent } from './audit-trail';
+import { searchAttributesOf } from './progress';
 import { rolloutWorkflow } from './rollout';
 
 /**
@@ -56,13 +51,7 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
   let revision: number | null = null;
   let verdict: NightlyVerdict | undefined;
   const publish = () =>
-    wf.upsertSearchAttributes([
-      { key: WavegateProfile, value: input.profile },
-      { key: WavegateState, value: state },
-      { key: WavegatePhase, value: phase },
-      ...(revision !== null ? [{ key: WavegateRevision, value: revision }] : []),
-      ...(verdict ? [{ key: WavegateVerdict, value: verdict }] : []),
-    ]);
+    wf.upsertSearchAttributes(searchAttributesOf({ profile: input.profile, state, phase, revision, verdict }));
   publish();
 
   const finish = async (result: Omit<NightlyCanaryResult, 'kept'>): Promise<NightlyCanaryResult> => {

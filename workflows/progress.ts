@@ -1,3 +1,4 @@
+import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import * as wf from '@temporalio/workflow';
 import type { RolloutModel } from '../core/rollout/model';
 import type { RolloutStatus } from '../core/rollout/status';
@@ -30,15 +31,29 @@ export function publishIfChanged(model: RolloutModel): void {
     lastPublishedState.set(model, s.state);
     recordRolloutState(wf.metricMeter, { state: s.state, profile: s.profile });
   }
-  wf.upsertSearchAttributes([
-    { key: WavegateProfile, value: s.profile },
-    { key: WavegateState, value: s.state },
-    { key: WavegatePhase, value: s.phase },
-    { key: WavegateRevision, value: s.toRevision },
-    ...(s.verdict ? [{ key: WavegateVerdict, value: s.verdict }] : []),
-  ]);
+  wf.upsertSearchAttributes(searchAttributesOf({ ...s, revision: s.toRevision }));
   wf.setCurrentDetails(progressTable(s));
   lastRefresh.set(model, Date.now());
+}
+
+/**
+ * The search attributes a rollout (and a nightly canary) is listed and filtered by, in the order every
+ * recorded upsert has them; the revision and the verdict only once there is one.
+ */
+export function searchAttributesOf(a: {
+  profile: string;
+  state: string;
+  phase: string;
+  revision: number | null;
+  verdict?: string | undefined;
+}): SearchAttributeUpdatePair[] {
+  return [
+    { key: WavegateProfile, value: a.profile },
+    { key: WavegateState, value: a.state },
+    { key: WavegatePhase, value: a.phase },
+    ...(a.revision !== null ? [{ key: WavegateRevision, value: a.revision }] : []),
+    ...(a.verdict ? [{ key: WavegateVerdict, value: a.verdict }] : []),
+  ];
 }
 
 /** When each model's details were last rebuilt (workflow time) and whether a change is waiting. */

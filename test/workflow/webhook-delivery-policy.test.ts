@@ -4,7 +4,8 @@ import { ApplicationFailure, type Logger } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createWebhookActivities, type ResolveHost } from '../../activities/webhooks';
-import { shownUrl, webhookEventFor } from '../../core/events';
+import { shownUrl } from '../../core/events';
+import { startedEvent } from '../support/webhook-event';
 import { webhookPolicyFromEnv } from '../../core/webhook-policy';
 import { freePort } from '../../sim/ports';
 import { scratchDir } from '../support/harness';
@@ -18,18 +19,7 @@ import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../s
  * Host names are given by a resolver of the test's own (a mock beside the real receiver and connection):
  * the real resolver cannot be made to answer a test name with loopback.
  */
-const event = webhookEventFor(
-  { rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 },
-  1,
-  {
-    event: 'rollout.started',
-    phase: null,
-    by: 'test',
-    reason: null,
-    at: '2026-01-01T00:00:00.000Z',
-    evidence: null,
-  },
-)!;
+const event = startedEvent;
 
 /** The worker's log lines, to show the operator keeps the detail the failure leaves out. */
 function capturingLogger(lines: string[]): Logger {

@@ -9,7 +9,8 @@ import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporal
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { createWebhookActivities } from '../../activities/webhooks';
-import { webhookEventFor, webhookEventOf, type WebhookEvent } from '../../core/events';
+import { webhookEventOf, type WebhookEvent } from '../../core/events';
+import { startedEvent } from '../support/webhook-event';
 import { webhookPolicyFromEnv } from '../../core/webhook-policy';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
@@ -31,6 +32,8 @@ function historyText(value: unknown): string {
 }
 
 const secretEnv = 'WAVEGATE_WEBHOOK_SECRET_TEST';
+/** A phase that applied and passed its gates, as its webhook events tell it. */
+const PHASE_PASSED = ['phase.started', 'phase.applied', 'gate.passed'];
 /**
  * The worker's webhook policy for these tests, set as an operator would (its environment): the
  * receivers are on loopback, which a worker refuses unless allowed, and secret files live in one
@@ -123,16 +126,7 @@ describe('rollout events delivered to webhooks', () => {
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(4);
     const expected = transitions(input.rolloutId);
-    expect(expected).toEqual([
-      'rollout.started',
-      'phase.started',
-      'phase.applied',
-      'gate.passed',
-      'phase.started',
-      'phase.applied',
-      'gate.passed',
-      'rollout.completed',
-    ]);
+    expect(expected).toEqual(['rollout.started', ...PHASE_PASSED, ...PHASE_PASSED, 'rollout.completed']);
 
     // 500, 500, then the same first delivery again: retried, with the same id.
     expect(flaky.requests.slice(0, 3).map((r) => [r.event, r.answered])).toEqual([
@@ -299,18 +293,7 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
       () => undefined,
       (e: unknown) => e as ApplicationFailure,
     );
-  const event = webhookEventFor(
-    { rolloutId: 'rollout:demo', runId: 'run-1', profile: 'demo', fromRevision: 1, toRevision: 2 },
-    1,
-    {
-      event: 'rollout.started',
-      phase: null,
-      by: 'test',
-      reason: null,
-      at: '2026-01-01T00:00:00.000Z',
-      evidence: null,
-    },
-  )!;
+  const event = startedEvent;
   const receivers: WebhookReceiver[] = [];
   const receiver = async (answer: (n: number) => number) => {
     const r = await startWebhookReceiver(answer);
