@@ -6,7 +6,7 @@ import { startOrJoinRollout } from '../../cli/client';
 import { registerProfileEnvelopes } from '../../cli/registry-client';
 import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
-import { PROJECT_ROOT } from '../../workers/toolchain';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
