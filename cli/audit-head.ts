@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { AuditHead } from '../core/audit';
+import { statusQuery } from '../contracts/rollout';
 import type { RolloutStatus } from '../core/rollout/status';
 import { resolveConnectionSettings, type TemporalFlags } from '../workers/connection';
 import { connectClient } from './client';
@@ -73,7 +74,7 @@ export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: stri
         // Read that very run (its id from describe), never the latest one by accident.
         const exact = connected.workflow.getHandle(rolloutId, described.runId, { followRuns: false });
         const state = described.status.name;
-        const status = (state === 'COMPLETED' ? await exact.result() : await exact.query('status')) as RolloutStatus;
+        const status = (state === 'COMPLETED' ? await exact.result() : await exact.query(statusQuery)) as RolloutStatus;
         const where = `${rolloutId} run ${described.runId} on ${address}, ${state.toLowerCase()}`;
         if (!status?.auditHead) return { head: null, why: `the workflow (${where}) holds no audit head yet`, kind: 'no-head', runId: described.runId, state };
         return { head: status.auditHead, source: `the workflow's head (${where})`, runId: described.runId, state };

@@ -20,7 +20,7 @@ import { heldRolloutOf } from '../clients/profile-lock';
 import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
 import { connectionFailure } from '../workers/connection-failure';
 import { checkProfileName } from '../core/profile-name';
-import type { RolloutStatus } from '../contracts/rollout';
+import { statusQuery, type RolloutStatus } from '../contracts/rollout';
 import type { RolloutInput } from '../core/rollout/input';
 import type { rolloutWorkflow } from '../workflows/rollout';
 import type { LockHolder } from '../contracts/profile-lock';
@@ -323,7 +323,7 @@ export async function startRollout(client: Client, taskQueue: string, input: Rol
 export async function queryStatus(client: Client, id: string, runId?: string): Promise<RolloutStatus> {
   try {
     // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
-    return readStatus(await client.workflow.getHandle(id, runId).query<RolloutStatus>('status'));
+    return readStatus(await client.workflow.getHandle(id, runId).query(statusQuery));
   } catch (err) {
     if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${runId ? ` and run ${runId}` : ''}`);
     throw err;
@@ -359,7 +359,7 @@ export async function sendControl(
     throw err;
   }
   if (!running) {
-    const state = await handle.query<RolloutStatus>('status').then(
+    const state = await handle.query(statusQuery).then(
       (s) => s.state,
       () => 'finished' as RolloutState,
     );

@@ -5,7 +5,7 @@ import { WavegateError } from '../core/errors';
 import { isTransientFailure, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
-import type { RolloutStatus } from '../contracts/rollout';
+import { statusQuery, type RolloutStatus } from '../contracts/rollout';
 
 /**
  * `wavegate watch`: live per-phase progress bars and a device table. On a terminal the block redraws in
@@ -145,7 +145,7 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
   const queryStatus = async (): Promise<RolloutStatus> => {
     try {
       // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
-      return readStatus(await retry('status query', () => handle.query<RolloutStatus>('status')));
+      return readStatus(await retry('status query', () => handle.query(statusQuery)));
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`);
       throw err;

@@ -19,7 +19,7 @@ import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, PARK_CONNECTION_DEFAULT_MS, PARK_CONNECTION_MAX_MS, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
 import { formatDurationMs } from '../../core/duration';
 import { PARKED_CONNECTIONS_MAX, sshPark } from '../../activities/transport/ssh-park';
-import type { RolloutStatus } from '../../contracts/rollout';
+import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
 import { hasProfile } from '../../intake/profile';
@@ -153,7 +153,7 @@ export function register(program: Command): void {
           void result.finally(() => (done = true)).catch(() => {});
           while (!done) {
             await new Promise((r) => setTimeout(r, 300));
-            if (!done) print(await handle.query<RolloutStatus>('status'));
+            if (!done) print(await handle.query(statusQuery));
           }
           const final = await result;
           print(final);

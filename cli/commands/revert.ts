@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
 import { changedDevices, revertStateRefusal, revertWindowRefusal, rollForwardCommands, type FinishedRollout } from '../../core/rollout/revert';
+import { statusQuery } from '../../contracts/rollout';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { profileDir, revisionNumbers } from '../../intake/profile-dir';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
@@ -79,7 +80,7 @@ async function readRollout(client: Client, id: string, run?: string): Promise<{ 
   const execution = described.status.name;
   const exact = client.workflow.getHandle(id, runId);
   let status: RolloutStatus | undefined;
-  if (execution === 'RUNNING') status = await exact.query<RolloutStatus>('status').catch(() => undefined);
+  if (execution === 'RUNNING') status = await exact.query(statusQuery).catch(() => undefined);
   else if (execution === 'COMPLETED') status = (await exact.result()) as RolloutStatus;
   return {
     input,

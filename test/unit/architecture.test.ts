@@ -200,11 +200,15 @@ describe('architecture rules (docs/architecture.md)', () => {
     expect(graph.get('cli/commands/agent.ts')).toContain('agent/run.ts');
   });
 
-  it('message definitions and search attribute keys live in contracts/ only; activity proxies in workflows/activity-proxies.ts only', () => {
+  it('message definitions and search attribute keys live in contracts/ only, and clients use them; activity proxies in workflows/activity-proxies.ts only', () => {
     const outside = (pattern: RegExp, home: (f: string) => boolean) => files.filter((f) => !home(f) && pattern.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')));
     expect(outside(/\bdefine(Signal|Update|Query|SearchAttributeKey)\b/, (f) => layer(f) === 'contracts')).toEqual([]);
     expect(outside(/\bproxy(Local)?Activities\b/, (f) => f === 'workflows/activity-proxies.ts')).toEqual([]);
     expect(outside(/^type Acts\b/m, () => false)).toEqual([]);
+    // A client names a message by its definition, never by a string of its own (SQL and SSH channel
+    // signals are not Temporal messages).
+    const notTemporal = (f: string) => f.startsWith('activities/audit-store/') || f.startsWith('activities/transport/');
+    expect(outside(/\.(query|signal|executeUpdate|startUpdate)(<[^>]*>)?\(\s*['"`]/, notTemporal)).toEqual([]);
   });
 
   it('the build id hashes every folder workflow code imports at run time', () => {
