@@ -174,7 +174,7 @@ export class RolloutModel {
   get stopped(): boolean {
     return this.abortRequest !== undefined;
   }
-  phase(index: number): PhaseStatus {
+  phase(index: number): Readonly<PhaseStatus> {
     return this.phases[index]!;
   }
   /**
