@@ -1,43 +1,35 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { rolloutInputFor, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { recordHistory } from '../support/histories';
 
 const DEVICES = 1_000;
 const SLICE = 100;
 
 describe('rollout at scale on a real Temporal dev server over real SSH', () => {
-  let env: TestWorkflowEnvironment;
+  const real = realRollouts('scale', { worker: false });
   let fleet: Fleet;
   let inventoryPath: string;
-  const scratch = scratchDir('scale');
 
   beforeAll(async () => {
-    env = await startDevServerEnv();
     // Two pools of 500 with a 10% budget each: about 100 devices in flight.
-    ({ fleet, inventoryPath } = await fleetWithInventory(scratch.dir, demoDevices(DEVICES), { 'pool-a': 0.1, 'pool-b': 0.1 }));
-  });
-  afterAll(async () => {
-    await fleet?.stop();
-    await env?.teardown();
-    scratch.cleanup();
+    ({ fleet, inventoryPath } = await real.fleet(demoDevices(DEVICES), { 'pool-a': 0.1, 'pool-b': 0.1 }));
   });
 
   it(`${DEVICES} devices in slices of ${SLICE}: completes, and the parent and every slice child keep history < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities, ≤ ${PENDING_LIMIT} pending children`, async () => {
-    const worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
+    const worker = await startTestWorker(real.env, { auditDir: join(real.dir, 'audit') });
     try {
       const rolloutId = 'rollout:scale-1000';
       const input = {
-        ...rolloutInputFor(scratch.dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
+        ...rolloutInputFor(real.dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
         sliceSize: SLICE,
       };
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
       const result = await handle.result();
       await recordHistory(handle, 'rollout-scale-1000');
       await recordHistory(handle, 'rollout-scale-1000-floor-chunks-parallel');
@@ -56,7 +48,7 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
         expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/floor'), 'utf8'), device.id).toMatch(new RegExp(`^revision=2\nfrom=1\n(.|\n)*rollout=${rolloutId}\n`));
       }
 
-      const shapes = await executionTreeShapes(env.client, rolloutId);
+      const shapes = await executionTreeShapes(real.env.client, rolloutId);
       const [parent, ...children] = shapes;
       // The canary (1 device) runs inline; 250 and 749 devices run as ceil(n / 100) slice children.
       expect(children).toHaveLength(Math.ceil(250 / SLICE) + Math.ceil(749 / SLICE));
