@@ -13,6 +13,8 @@ type TestWorker = Awaited<ReturnType<typeof startTestWorker>>;
 export interface RealRolloutsOptions {
   /** The shared worker's profiles root (its pins and payload files), read once `prepare` has run; default the checkout's profiles/. */
   profilesRoot?: () => string;
+  /** The server (default a dev server; `startTimeSkippingEnv` from ./temporal for skipped time). */
+  startEnv?: () => Promise<TestWorkflowEnvironment>;
   /** false: no shared worker; the file starts its own (a worker killed mid-test, per-test task queues). */
   worker?: boolean;
   /** Runs in beforeAll before the server starts: what the worker must find at start (a profiles root, fixtures). */
@@ -29,7 +31,7 @@ export interface TestFleet {
 }
 
 export interface RealRollouts {
-  /** The dev server (set once beforeAll has run). */
+  /** The Temporal server (set once beforeAll has run). */
   readonly env: TestWorkflowEnvironment;
   /** The shared worker with the real activities (absent with `worker: false`). */
   readonly worker: TestWorker;
@@ -63,7 +65,7 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
 
   beforeAll(async () => {
     await opts.prepare?.();
-    env = await startDevServerEnv();
+    env = await (opts.startEnv ?? startDevServerEnv)();
     if (opts.worker !== false) {
       worker = await startTestWorker(env, { auditDir, ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot() } : {}) });
     }
