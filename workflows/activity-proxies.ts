@@ -8,9 +8,9 @@ import type { Activities } from '../activities';
  * moving a proxy here changes no command a workflow makes (the replay test holds that).
  */
 
-// ---- the rollout's snapshot, probes and the floor at its end ----
+// ---- the rollout's snapshot and probes ----
 
-export const { snapshotFleet, probeDevices, confirmFloor } = wf.proxyActivities<Activities>({
+export const { snapshotFleet, probeDevices } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '1 minute',
   retry: { maximumAttempts: 3 },
@@ -62,15 +62,15 @@ export function runHealthCheckActivity(healthTimeoutMs: number): wf.ActivityInte
 
 const AUDIT_REFUSALS = ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'];
 
-/** The record must land: retry until it does, except when retrying cannot help. */
+/** The nightly canary's verdict record must land: retry until it does, except when retrying cannot help. */
 export const { appendAudit } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', nonRetryableErrorTypes: AUDIT_REFUSALS },
 });
 
 /**
- * The holding trail's appends: bounded, so a record that keeps failing (the sink retrying an out-of-order
- * seq, a disk that stays full) becomes a hold the operator can see instead of a silent wait.
+ * The trail's override record and health check: bounded, so a record that keeps failing (the sink retrying
+ * an out-of-order seq, a disk that stays full) becomes a hold the operator can see instead of a silent wait.
  */
 export const { appendAudit: appendAuditBounded, auditHealth } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
@@ -78,7 +78,7 @@ export const { appendAudit: appendAuditBounded, auditHealth } = wf.proxyActiviti
 });
 
 /**
- * The pipelined trail's appends (AUDIT_PIPELINED): the story does not wait for them, so a failure must
+ * The trail's appends: the story does not wait for them, so a failure must
  * reach the workflow at once to hold new device starts at the next decision; one attempt, then the hold
  * asks the sink whether the trail is whole (a passing blip costs one poll) and writes the record again.
  */

@@ -25,11 +25,11 @@ const BATCH = 500;
  */
 export async function convergeSkippedAgents(input: RolloutInput, model: RolloutModel): Promise<number> {
   const agents = model.snapshotDevices().filter((d) => d.transport === 'agent');
-  if (agents.length === 0 || !wf.patched(AGENT_DESIRED_STATE)) return 0;
+  if (agents.length === 0) return 0;
+  wf.deprecatePatch(AGENT_DESIRED_STATE);
   const target = input.spec.toRevision;
-  const offlineOnly = wf.patched(CONVERGE_OFFLINE_ONLY);
-  // Before CONVERGE_OFFLINE_ONLY every skipped agent device took the target, a device ahead of it too.
-  const skippedAsOffline = (id: string) => !offlineOnly || OFFLINE_SKIP.test(model.outcomesOf([id])[0]?.reason ?? '');
+  wf.deprecatePatch(CONVERGE_OFFLINE_ONLY);
+  const skippedAsOffline = (id: string) => OFFLINE_SKIP.test(model.outcomesOf([id])[0]?.reason ?? '');
   const ids = agents
     .filter(
       (d) =>
@@ -42,9 +42,7 @@ export async function convergeSkippedAgents(input: RolloutInput, model: RolloutM
     .map((d) => d.id);
   const { workflowId, runId } = wf.workflowInfo();
   // The revision a device converges to raises its floor there with no way back: this rollout did not change it.
-  const steps = offlineOnly
-    ? { ...input.steps, floor: { rollout: workflowId, run: runId, raise: { from: target, windowMs: 0 } } }
-    : input.steps;
+  const steps = { ...input.steps, floor: { rollout: workflowId, run: runId, raise: { from: target, windowMs: 0 } } };
   for (let i = 0; i < ids.length; i += BATCH) {
     await desireAgentRevision({
       rollout: workflowId,

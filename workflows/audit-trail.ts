@@ -1,6 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import { GENESIS_HASH, type AuditEvent, type AuditEventName, type AuditHead } from '../core/audit';
-import { appendAudit, appendAuditBounded, appendAuditOnce, auditHealth } from './activity-proxies';
+import { appendAuditBounded, appendAuditOnce, auditHealth } from './activity-proxies';
 import { rootMessage } from './device-runner';
 
 export interface AuditFields {
@@ -37,8 +37,6 @@ const REPAIR_POLL_MAX_MS = 300_000;
 
 export interface AuditTrailHooks {
   onHead(head: AuditHead): void;
-  /** Rollouts recorded before holding: a record not written is only a warning. */
-  onLost(warning: string): void;
   /** The trail holds the rollout (with why), or holds it no more (undefined). */
   onHold(reason: string | undefined): void;
 }
@@ -47,12 +45,13 @@ export interface AuditTrailHooks {
  * A rollout's audit trail: one record per transition, appended strictly in order so the hash chain on
  * the worker is in order, even when a control handler and the story both write at once.
  *
- * With `holds` (every rollout since AUDIT_FAILURE_HOLDS), a record that cannot be written stops
- * progress: the trail holds the rollout (no new device starts, no advance, no end) and asks the sink
+ * A record that cannot be written stops progress: the trail holds the rollout (no new device starts, no advance, no end) and asks the sink
  * whether the trail is whole again (every 5 s at first, backing off to 5 min), then writes the record and lets go. An operator's override
  * (`override-audit`, with a reason) is the other way on: it writes an `audit.override` record that starts
- * a new segment from the last good head, and the held records follow it. Older rollouts replay the
- * original behaviour: the record is reported through `onLost` and the rollout goes on.
+ * a new segment from the last good head, and the held records follow it.
+ *
+ * The story does not wait for a record: appends run one after another in the background (order and chain
+ * kept), each in one attempt, and a failed one holds the rollout as soon as it fails.
  */
 export class AuditTrail {
   private seq = 0;
@@ -61,27 +60,17 @@ export class AuditTrail {
   private held = false;
   private override: { by: string; reason: string } | undefined;
 
-  /**
-   * `pipelined` (AUDIT_PIPELINED, only with `holds`): the story does not wait for a record; appends run
-   * one after another in the background (order and chain kept), each in one attempt, and a failed one
-   * holds the rollout as soon as it fails.
-   */
   constructor(
     private readonly rolloutId: string,
     private readonly hooks: AuditTrailHooks,
-    private readonly holds: boolean,
-    private readonly pipelined = false,
   ) {}
 
   /** Queue a record; the promise settles once it (and every record before it) has been written. */
   append(event: AuditEventName, fields: AuditFields): Promise<unknown> {
-    if (!this.holds) return this.appendOrWarn(event, fields);
     // The seq is given when the record is sent: an override in between takes the next one.
     const record = auditEvent(this.rolloutId, 0, event, fields);
-    // A pipelined record outlives a cancel of the story: the compensation's records follow it.
-    this.chain = this.chain.then(() =>
-      this.pipelined ? wf.CancellationScope.nonCancellable(() => this.send(record)) : this.send(record),
-    );
+    // A record outlives a cancel of the story: the compensation's records follow it.
+    this.chain = this.chain.then(() => wf.CancellationScope.nonCancellable(() => this.send(record)));
     return this.chain;
   }
 
@@ -90,20 +79,8 @@ export class AuditTrail {
     this.override = c;
   }
 
-  /** Settles when every queued record has been written (or, for older rollouts, tried). */
+  /** Settles when every queued record has been written. */
   drained(): Promise<unknown> {
-    return this.chain;
-  }
-
-  private appendOrWarn(event: AuditEventName, fields: AuditFields): Promise<unknown> {
-    const record = auditEvent(this.rolloutId, ++this.seq, event, fields);
-    this.chain = this.chain
-      .then(() => appendAudit.executeWithOptions({ summary: `audit ${event}` }, [record]))
-      .then((head) => this.hooks.onHead(head))
-      .catch((err) => {
-        if (wf.isCancellation(err)) throw err;
-        this.hooks.onLost(`audit record ${record.seq} (${event}) not written: ${rootMessage(err)}`);
-      });
     return this.chain;
   }
 
@@ -117,12 +94,7 @@ export class AuditTrail {
     for (;;) {
       record.seq = this.seq + 1;
       try {
-        this.written(
-          await (this.pipelined ? appendAuditOnce : appendAuditBounded).executeWithOptions(
-            { summary: `audit ${record.event}` },
-            [record],
-          ),
-        );
+        this.written(await appendAuditOnce.executeWithOptions({ summary: `audit ${record.event}` }, [record]));
         if (this.held) {
           this.held = false;
           this.hooks.onHold(undefined);

@@ -6,7 +6,6 @@ import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type BatchResult, type DeviceRunOptions } from './device-runner';
 import { sliceActiveSignal, sliceControlAckSignal, sliceControlSignal, sliceSuccessorSignal } from '../contracts/rollout';
 import { refreshDetails } from './progress';
-import { runSequentialSlices } from './sequential-slices';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
 export const DEFAULT_SLICE = 200;
@@ -27,7 +26,7 @@ export const OFFLINE_AT_APPLY = 'offline-at-apply';
 /**
  * New executions move each device's floor with its own confirmed apply (the apply's steps carry a
  * FloorIntent, core/floor.ts): no floor pass after completion, and a compensation names the run whose
- * floor it may go below. Older executions raise floors in the pass (`device-floor`, rollout-steps.ts).
+ * floor it may go below.
  */
 export const FLOOR_AT_APPLY = 'floor-at-apply';
 
@@ -47,7 +46,7 @@ export class DeviceBatches {
    * read no markers, so a device ahead of the rollout is learned by its apply, as the plan did before.
    */
   aheadAbove: number | undefined;
-  /** Every slice child running now, by workflow id (overlapping, or the one sequential slice). */
+  /** Every slice child running now, by workflow id. */
   private readonly liveSlices = new Map<string, wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>>();
   /** Overlapping slices: the children that told us they hold the budget. */
   private readonly activeSlices = new Set<string>();
@@ -58,16 +57,15 @@ export class DeviceBatches {
   private readonly acked = new Map<string, number>();
   /** Slice children being started right now (a control must wait for them too). */
   private starting = 0;
-  /** Whether this execution's applies carry the floor with them (FLOOR_AT_APPLY). */
-  readonly floorAtApply: boolean;
 
   constructor(
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
-    this.offlineAtApply = input.spec.offline !== 'wait' && wf.patched(OFFLINE_AT_APPLY);
-    this.floorAtApply = wf.patched(FLOOR_AT_APPLY);
+    this.offlineAtApply = input.spec.offline !== 'wait';
+    if (this.offlineAtApply) wf.deprecatePatch(OFFLINE_AT_APPLY);
+    wf.deprecatePatch(FLOOR_AT_APPLY);
     wf.setHandler(sliceControlAckSignal, ({ workflowId, ack }) => {
       if (ack > (this.acked.get(workflowId) ?? 0)) this.acked.set(workflowId, ack);
     });
@@ -76,11 +74,10 @@ export class DeviceBatches {
     });
   }
 
-  /** Tell the running slice (if any) the rollout's pause/abort state; compensation is never held. */
   /**
-   * Resolves once every running slice has the signal in its history (a slice that is gone counts as
-   * told): a pause or abort update that awaits it returns only when no slice can start a device on the
-   * old state any more (CONTROLS_REACH_SLICES).
+   * Tell the running slices the rollout's pause/abort state; compensation is never held. With `ack` (a
+   * control update) it resolves once every live slice answered (forwardAcked); without, once every
+   * running slice has the signal in its history (a slice that is gone counts as told).
    */
   forwardControls(ack = false): Promise<void> {
     if (this.model.phaseName === 'rollback') return Promise.resolve();
@@ -138,7 +135,6 @@ export class DeviceBatches {
    */
   private stepsFor(mode: 'apply' | 'rollback'): RevisionSteps {
     const steps = mode === 'apply' ? this.input.steps : this.input.rollbackSteps;
-    if (!this.floorAtApply) return steps;
     const { workflowId: rollout, runId: run } = wf.workflowInfo();
     const { spec, reverts } = this.input;
     let floor: FloorIntent;
@@ -171,15 +167,8 @@ export class DeviceBatches {
     const opts = this.options(mode, phaseName);
     if (batch.length <= this.sliceSize) return this.runInline(batch, mode, opts);
     // An async method returning runOverlapping's promise, as `run` was: one turn after it resolves.
-    if (wf.patched(OVERLAPPING_SLICES)) return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
-    // Executions recorded before OVERLAPPING_SLICES: goes with that patch (workflows/sequential-slices.ts).
-    return runSequentialSlices(batch, mode, phaseName, opts, {
-      rolloutId: this.input.rolloutId,
-      sliceSize: this.sliceSize,
-      model: this.model,
-      sliceRunning: (handle) => this.liveSlices.set(handle.workflowId, handle),
-      sliceEnded: (handle) => this.liveSlices.delete(handle.workflowId),
-    });
+    wf.deprecatePatch(OVERLAPPING_SLICES);
+    return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
   }
 
   private async runInline(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', opts: DeviceRunOptions): Promise<BatchResult> {

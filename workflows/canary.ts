@@ -30,7 +30,7 @@ export interface NightlyCanaryInput {
 /** `skipped`: a rollout of the profile was running, so the canary did not run (core/exclusion.ts). */
 export type NightlyVerdict = CanaryVerdict | 'skipped';
 
-/** A nightly canary checks that no rollout of its profile runs before it reads anything (patched). */
+/** A nightly canary checks that no rollout of its profile runs before it reads anything. */
 export const CANARY_ROLLOUT_EXCLUSION = 'canary-rollout-exclusion';
 
 export interface NightlyCanaryResult {
@@ -75,14 +75,13 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
   };
 
   // Never while a rollout of the profile runs: the canary would race it for the same devices.
-  if (wf.patched(CANARY_ROLLOUT_EXCLUSION)) {
-    const running = await runningOfProfile.executeWithOptions({ summary: `rollouts of ${input.profile} running?` }, [
-      { profile: input.profile },
-    ]);
-    const blocking = rolloutsBlockingCanary(input.profile, running);
-    if (blocking.length)
-      return finish({ verdict: 'skipped', reason: skippedReason(blocking), fleetRevision: null, revision: null });
-  }
+  wf.deprecatePatch(CANARY_ROLLOUT_EXCLUSION);
+  const running = await runningOfProfile.executeWithOptions({ summary: `rollouts of ${input.profile} running?` }, [
+    { profile: input.profile },
+  ]);
+  const blocking = rolloutsBlockingCanary(input.profile, running);
+  if (blocking.length)
+    return finish({ verdict: 'skipped', reason: skippedReason(blocking), fleetRevision: null, revision: null });
   const target = { profile: input.profile, inventoryPath: input.inventoryPath, profilesDir: input.profilesDir };
   const base = await fleetRevision.executeWithOptions({ summary: `read ${input.profile} fleet revision` }, [target]);
   if (base.revision === null) {

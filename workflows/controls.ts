@@ -5,9 +5,6 @@ import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import * as msg from '../contracts/rollout';
 import { SLICE_CONTROL_ACK } from './slice';
 
-/** New executions answer a control update only once the running slices have the new state. */
-export const CONTROLS_REACH_SLICES = 'controls-reach-slices';
-
 export type RolloutAuditFn = (
   event: AuditEventName,
   fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown },
@@ -26,7 +23,7 @@ export function wireControls(
   onAuditOverride: (c: { by: string; reason: string }) => void,
 ): void {
   const now = () => new Date(Date.now()).toISOString();
-  /** Carry out a control; `told` resolves once every running slice has the new state (see CONTROLS_REACH_SLICES). */
+  /** Carry out a control; `told` resolves once every running slice has the new state (SLICE_CONTROL_ACK). */
   const carryOut = (name: ControlName, c: ControlRequest, ack = false) => {
     const intent = model.applyControl(name, c);
     if (intent)
@@ -44,15 +41,13 @@ export function wireControls(
   const apply = (name: ControlName, c: ControlRequest) => carryOut(name, c).status;
   /**
    * An update (the CLI) answers once the running slices have the new state in their histories, so when
-   * `wavegate pause` returns no slice starts another device; executions from before the patch answered
-   * at once, while the signals to the slices were still on their way.
+   * `wavegate pause` returns no slice starts another device.
    */
   const applyUpdate = async (name: ControlName, c: ControlRequest) => {
-    // New executions wait for each live slice to answer (it holds the new state from its next task on);
-    // executions of CONTROLS_REACH_SLICES waited only for the signals to land in the slices' histories.
-    const ack = wf.patched(SLICE_CONTROL_ACK);
-    const { status, told } = carryOut(name, c, ack);
-    if (ack || wf.patched(CONTROLS_REACH_SLICES)) await told;
+    // Each live slice answers once it holds the new state (from its next task on).
+    wf.deprecatePatch(SLICE_CONTROL_ACK);
+    const { status, told } = carryOut(name, c, true);
+    await told;
     return status;
   };
   const onSignal =

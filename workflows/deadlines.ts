@@ -27,15 +27,15 @@ export interface DeadlineWatch {
 }
 
 /**
- * Starts the watcher when the spec sets a deadline (never for a nightly canary run). Rollouts without
- * one never reach `wf.patched`, so their histories are exactly as before.
+ * Starts the watcher when the spec sets a deadline (never for a nightly canary run).
  */
 export function watchDeadlines(
   input: RolloutInput,
   model: RolloutModel,
   stages: RolloutStages,
 ): DeadlineWatch | undefined {
-  if (input.canary || !hasDeadlines(input.spec) || !wf.patched(ROLLOUT_DEADLINES)) return undefined;
+  if (input.canary || !hasDeadlines(input.spec)) return undefined;
+  wf.deprecatePatch(ROLLOUT_DEADLINES);
   return new DeadlineWatcher(input, model, stages);
 }
 

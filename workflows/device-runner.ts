@@ -1,6 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
-import { deviceOutcome, runStates, waitGivenUpReason, type AnswerPatches, type AnswerReading, type ApplyAnswer, type DeviceOutcome } from '../core/rollout/device-outcome';
+import { answerPatchAsked, deviceOutcome, runStates, waitGivenUpReason, type AnswerReading, type ApplyAnswer, type DeviceOutcome } from '../core/rollout/device-outcome';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
@@ -76,34 +76,6 @@ export const PROFILE_ORDERING = 'profile-ordering';
  */
 export const IN_PLACE_UNTOUCHED = 'in-place-untouched';
 
-/**
- * The patches a run reads its devices' answers under (core/rollout/device-outcome.ts `AnswerPatches`),
- * each asked of the SDK at the first device whose answer needs it (where the runner always asked: the
- * first ask records the marker) and kept once the answer is final. Only a `true` is final: a `false`
- * during replay means no marker was seen yet, and an execution that replays up to now and runs on from
- * here may still take the patch (the SDK keeps no decision for it either), so it is asked again.
- */
-class RunPatches implements AnswerPatches {
-  private readonly taken = new Set<string>();
-
-  get profileOrdering(): boolean {
-    return this.taken.has(PROFILE_ORDERING) || this.keep(PROFILE_ORDERING, wf.patched(PROFILE_ORDERING));
-  }
-
-  get refusedUntouched(): boolean {
-    return this.taken.has(REFUSED_DEVICES_UNTOUCHED) || this.keep(REFUSED_DEVICES_UNTOUCHED, wf.patched(REFUSED_DEVICES_UNTOUCHED));
-  }
-
-  get inPlaceUntouched(): boolean {
-    return this.taken.has(IN_PLACE_UNTOUCHED) || this.keep(IN_PLACE_UNTOUCHED, wf.patched(IN_PLACE_UNTOUCHED));
-  }
-
-  private keep(patch: string, taken: boolean): boolean {
-    if (taken) this.taken.add(patch);
-    return taken;
-  }
-}
-
 /** The type of the first ApplicationFailure in a failure chain, if any. */
 function failureType(err: unknown): string | undefined {
   for (let current = err as { cause?: unknown; type?: unknown } | undefined; current; current = current.cause as typeof current) {
@@ -131,7 +103,6 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   const apply = applyProxy(opts);
   const { budget } = hooks;
   const queue = new DeviceQueue(devices, opts.limits, budget);
-  const patches = new RunPatches();
   const reading: AnswerReading = {
     mode: opts.mode,
     provable: opts.provable,
@@ -186,7 +157,12 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
         answer = { kind: 'failed', ...(type ? { failureType: type } : {}), message: rootMessage(err) };
       }
     }
-    const outcome = deviceOutcome(answer, { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo }, reading, patches);
+    // Each retired patch's deprecated marker where the runner asked it (the SDK records it once per execution).
+    const asked = answerPatchAsked(answer, reading);
+    if (asked === 'refusedUntouched') wf.deprecatePatch(REFUSED_DEVICES_UNTOUCHED);
+    else if (asked === 'profileOrdering') wf.deprecatePatch(PROFILE_ORDERING);
+    else if (asked === 'inPlaceUntouched') wf.deprecatePatch(IN_PLACE_UNTOUCHED);
+    const outcome = deviceOutcome(answer, { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo }, reading);
     hooks.setState(device.id, outcome.state, outcome.reason);
     queue.settle(device, outcome);
     hooks.onEnded?.(device.pool, outcome.counted);

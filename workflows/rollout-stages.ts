@@ -8,7 +8,7 @@ import type { RolloutModel } from '../core/rollout/model';
 import { endingOf, endingParts, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
-import { confirmFloor, probeDevices, snapshotFleet } from './activity-proxies';
+import { probeDevices, snapshotFleet } from './activity-proxies';
 import { AuditTrail } from './audit-trail';
 import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
@@ -31,12 +31,6 @@ export const AUDIT_FAILURE_HOLDS = 'audit-failure-holds';
 export const AUDIT_PIPELINED = 'audit-pipelined';
 /** New pipelined executions wait, before a phase's devices start, until every earlier record is written (a failed one holds there). */
 export const AUDIT_PHASE_BARRIER = 'audit-phase-barrier';
-/** New executions raise each changed device's floor when the rollout completes (no downgrade after). */
-export const DEVICE_FLOOR = 'device-floor';
-/** New executions write the floor on up to FLOOR_CHUNKS_AT_ONCE chunks of devices at once, one confirmFloor activity each. */
-export const FLOOR_CHUNKS_PARALLEL = 'floor-chunks-parallel';
-/** Chunks of the floor pass at once: 2,000 devices, at the activity's own FLOOR_WRITES_AT_ONCE each. */
-const FLOOR_CHUNKS_AT_ONCE = 4;
 /** A revert (`input.reverts`) names the rollout it undoes in its audit, and its floor ends at its target. */
 export const REVERT_ROLLOUTS = 'revert-rollouts';
 /** New executions write what happened to every device into the audit trail, not only to phases. */
@@ -68,10 +62,6 @@ export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: strin
 export class RolloutStages {
   private readonly trail: AuditTrail;
   private readonly batches: DeviceBatches;
-  /** Whether this execution writes per-device audit records (false when replaying older rollouts). */
-  private readonly deviceRecords: boolean;
-  /** Whether the story goes on without waiting for each audit record (AUDIT_PIPELINED). */
-  private readonly pipelined: boolean;
 
   constructor(
     private readonly input: RolloutInput,
@@ -82,23 +72,20 @@ export class RolloutStages {
       publishIfChanged(model);
       return told;
     };
-    const holds = wf.patched(AUDIT_FAILURE_HOLDS);
-    this.pipelined = holds && wf.patched(AUDIT_PIPELINED);
+    wf.deprecatePatch(AUDIT_FAILURE_HOLDS);
+    wf.deprecatePatch(AUDIT_PIPELINED);
     this.trail = new AuditTrail(
       input.rolloutId,
       {
         onHead: (head) => model.recordAuditHead(head),
-        onLost: (lost) => model.warn(lost),
         onHold: (reason) => {
           model.holdForAudit(reason);
           changed();
         },
       },
-      holds,
-      this.pipelined,
     );
     this.batches = new DeviceBatches(input, model);
-    this.deviceRecords = wf.patched(AUDIT_DEVICE_RECORDS);
+    wf.deprecatePatch(AUDIT_DEVICE_RECORDS);
     wireControls(
       model,
       (event, fields) => this.audit(event, fields),
@@ -120,18 +107,16 @@ export class RolloutStages {
     const written = this.trail.append(event, fields);
     // The same transition as a webhook event (workflows/events.ts), made at the first record; only the end waits for delivery.
     const { webhooks } = this.input.spec;
-    if (this.outbox === undefined)
-      this.outbox =
-        webhooks?.length && wf.patched(WEBHOOK_EVENTS_PATCH) ? new EventOutbox(this.input, model, webhooks) : false;
-    const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
-    if (this.pipelined) {
-      // Written in the background, in order; the end (`finish`) waits for the trail to drain.
-      written.catch(() => {});
-      return delivered ?? Promise.resolve();
+    if (this.outbox === undefined) {
+      if (webhooks?.length) wf.deprecatePatch(WEBHOOK_EVENTS_PATCH);
+      this.outbox = webhooks?.length ? new EventOutbox(this.input, model, webhooks) : false;
     }
-    return delivered ? Promise.all([written, delivered]) : written;
+    const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
+    // Written in the background, in order; the end (`finish`) waits for the trail to drain.
+    written.catch(() => {});
+    return delivered ?? Promise.resolve();
   }
-  /** The webhook outbox: undefined until the first record, false for a spec without webhooks (or an older run). */
+  /** The webhook outbox: undefined until the first record, false for a spec without webhooks. */
   private outbox: EventOutbox | false | undefined;
   holdWhilePaused(): Promise<void> {
     return wf.condition(() => !this.model.paused || this.model.stopped);
@@ -144,13 +129,11 @@ export class RolloutStages {
   skipPending(reason: string, exceptPhase?: number): void {
     const skipped = this.model.skipPending(reason, exceptPhase);
     refreshDetails(this.model, true);
-    if (this.deviceRecords)
-      for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
+    for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
   }
 
   /** One record per chunk of devices: each one's state (and why) after a batch, or at plan time. */
   async recordDevices(mode: 'plan' | 'apply' | 'rollback', ids: readonly string[]): Promise<void> {
-    if (!this.deviceRecords) return;
     for (const chunk of chunks(ids)) {
       await this.audit('devices.outcome', {
         evidence: {
@@ -171,25 +154,22 @@ export class RolloutStages {
     );
   }
 
-  /** This execution's snapshot is the membership only (SNAPSHOT_MEMBERSHIP_ONLY): nothing contacted. */
-  private membershipOnly = false;
-
   /** The membership in scope, page by page, fixed for the rollout. */
   async snapshot(): Promise<void> {
     const { spec, profile } = this.input;
     // New executions contact no device here: each one's revision and reachability are learned by its
     // own apply (verify-first answers already-applied; an unreachable one answers offline).
-    this.membershipOnly = wf.patched(SNAPSHOT_MEMBERSHIP_ONLY);
+    wf.deprecatePatch(SNAPSHOT_MEMBERSHIP_ONLY);
     // With no marker read here, a device ahead of the rollout is learned by its apply (nothing runs there).
     // A revert comes down from its fromRevision: a device at that revision is a candidate, not ahead.
-    if (this.membershipOnly && wf.patched(AHEAD_AT_APPLY))
-      this.batches.aheadAbove = this.input.reverts ? Math.max(spec.fromRevision, spec.toRevision) : spec.toRevision;
+    wf.deprecatePatch(AHEAD_AT_APPLY);
+    this.batches.aheadAbove = this.input.reverts ? Math.max(spec.fromRevision, spec.toRevision) : spec.toRevision;
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
-    const source =
-      this.input.membership && wf.patched(MEMBERSHIP_ENTITY)
-        ? { membership: this.input.membership }
-        : { inventoryPath: this.input.inventoryPath };
+    if (this.input.membership) wf.deprecatePatch(MEMBERSHIP_ENTITY);
+    const source = this.input.membership
+      ? { membership: this.input.membership }
+      : { inventoryPath: this.input.inventoryPath };
     for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
       const page = await snapshotFleet.executeWithOptions(
         { summary: `snapshot ${spec.profile} fleet from #${offset}` },
@@ -201,7 +181,7 @@ export class RolloutStages {
             offset,
             limit: SNAPSHOT_PAGE,
             ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}),
-            ...(this.membershipOnly ? { probe: false } : {}),
+            probe: false,
           },
         ],
       );
@@ -219,7 +199,6 @@ export class RolloutStages {
   async plan(): Promise<Plan> {
     const { input, model } = this;
     let plan = planRollout(input, model.snapshotDevices());
-    if (!this.membershipOnly) return plan;
     const probed = new Set<string>();
     for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS; round++) {
       const ids = canaryToProbe(plan, probed);
@@ -259,70 +238,6 @@ export class RolloutStages {
     }
     publishIfChanged(model);
     return model.status();
-  }
-
-  /**
-   * A completed rollout raises the floor on every device it changed (core/floor.ts): nothing below the
-   * target is applied there again, except a revert to fromRevision within the spec's revertWindow. A
-   * device whose floor could not be written is named in the audit and the warnings.
-   */
-  async confirmFloor(): Promise<void> {
-    const { model, input } = this;
-    const { spec } = input;
-    const devices = model
-      .toUndo()
-      .reverse()
-      .filter((d) => ['applied', 'claimed'].includes(model.deviceState(d.id) ?? ''));
-    if (devices.length === 0) return;
-    // A revert lands the floor on its target with no way "back" (up is always allowed): the
-    // reverted-to revision is the fleet's floor again.
-    const revert = input.reverts !== undefined && wf.patched(REVERT_ROLLOUTS);
-    const revertWindowMs = revert ? 0 : (spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS);
-    const from = revert ? spec.toRevision : spec.fromRevision;
-    let confirmed = 0;
-    const failed: Array<{ id: string; error: string }> = [];
-    const raise = (chunk: typeof devices) =>
-      confirmFloor.executeWithOptions(
-        { summary: `raise the floor to r${spec.toRevision} on ${chunk.length} device(s)` },
-        [
-          {
-            devices: chunk,
-            profile: spec.profile,
-            revision: spec.toRevision,
-            from,
-            rolloutId: input.rolloutId,
-            revertWindowMs,
-          },
-        ],
-      );
-    const all = chunks(devices);
-    // A large fleet's floor pass was one chunk after another (20 of them at 10,000 devices, a fifth of
-    // the rollout, bench/README.md); the writes touch no running service, so chunks go side by side.
-    const tally = (result: Awaited<ReturnType<typeof raise>>) => {
-      confirmed += result.confirmed;
-      failed.push(...result.failed);
-    };
-    if (wf.patched(FLOOR_CHUNKS_PARALLEL)) {
-      for (let i = 0; i < all.length; i += FLOOR_CHUNKS_AT_ONCE)
-        (await Promise.all(all.slice(i, i + FLOOR_CHUNKS_AT_ONCE).map(raise))).forEach(tally);
-    } else {
-      for (const chunk of all) tally(await raise(chunk));
-    }
-    if (failed.length)
-      model.warn(
-        `floor r${spec.toRevision} not written on ${failed.length} device(s): ${failed.map((f) => f.id).join(', ')}`.slice(
-          0,
-          500,
-        ),
-      );
-    await this.audit('floor.confirmed', {
-      evidence: { revision: spec.toRevision, from, revertWindowMs, confirmed, failed },
-    });
-  }
-
-  /** Whether each device's floor moves with its own confirmed apply (FLOOR_AT_APPLY): no pass at the end. */
-  get floorAtApply(): boolean {
-    return this.batches.floorAtApply;
   }
 
   /**
@@ -408,7 +323,8 @@ export class RolloutStages {
     // Pipelined records are not waited for one by one, but every record of the phases before this one is
     // written before its devices start: a record that failed holds the rollout here, however slow the
     // sink was to say so (AUDIT_PHASE_BARRIER).
-    if (this.pipelined && wf.patched(AUDIT_PHASE_BARRIER)) await this.trail.drained();
+    wf.deprecatePatch(AUDIT_PHASE_BARRIER);
+    await this.trail.drained();
     model.enterPhase(phase.index);
     publishIfChanged(model);
     await this.audit('phase.started', {
@@ -416,13 +332,11 @@ export class RolloutStages {
     });
     const batch = model.pendingIn(phase);
     const offlineFailed = model.failedBeforeStart(phase);
-    // Touched before the batch runs, so a stop while it runs puts back what it started. Canary runs
-    // recorded before CANARY_TOUCHED_AT_START only learned their devices once the batch was over.
-    const touchFirst = !canary || wf.patched(CANARY_TOUCHED_AT_START);
-    if (touchFirst) model.markTouched(batch.map((d) => d.id));
+    // Touched before the batch runs, so a stop while it runs puts back what it started.
+    if (canary) wf.deprecatePatch(CANARY_TOUCHED_AT_START);
+    model.markTouched(batch.map((d) => d.id));
     const result = await this.batches.run(batch, 'apply', phase.name);
-    if (touchFirst) model.forgetUnstarted(batch, result.started);
-    else model.markTouched(result.started);
+    model.forgetUnstarted(batch, result.started);
     // Devices found offline at their apply never started, but their outcome (skipped or failed) is recorded too.
     const startedSet = new Set(result.started);
     const offline = this.batches.offlineAtApply
@@ -440,8 +354,11 @@ export class RolloutStages {
     this.model.setStage(phase.index, 'gate');
     publishIfChanged(this.model);
     if (phase.gate === 'manual') return;
-    // A zero gate is no wait: a timer would only cost a round trip (older runs recorded one).
-    if (phase.gate === 0 && wf.patched(ZERO_GATE_NO_TIMER)) return;
+    // A zero gate is no wait: a timer would only cost a round trip.
+    if (phase.gate === 0) {
+      wf.deprecatePatch(ZERO_GATE_NO_TIMER);
+      return;
+    }
     await wf.condition(() => this.model.stopped, phase.gate, { summary: `gate after ${phase.name}` });
   }
 

@@ -10,7 +10,7 @@ import { watchDeadlines } from './deadlines';
 import { rootMessage } from './device-runner';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { publishIfChanged } from './progress';
-import { DEVICE_FLOOR, REVERT_ROLLOUTS, RolloutStages } from './rollout-stages';
+import { REVERT_ROLLOUTS, RolloutStages } from './rollout-stages';
 import { convergeSkippedAgents } from './agent-converge';
 
 export type { RolloutInput };
@@ -63,10 +63,11 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
 
   async function story(): Promise<RolloutStatus> {
     publishIfChanged(model);
-    // Only when the spec sets a deadline (then patched 'rollout-deadlines'): older rollouts never start it.
+    // Only when the spec sets a deadline.
     const deadlines = watchDeadlines(input, model, stages);
     // A revert names the rollout (id and run) it undoes, in its first record and in its status.
-    model.recordReverts(input.reverts && wf.patched(REVERT_ROLLOUTS) ? input.reverts : undefined);
+    if (input.reverts) wf.deprecatePatch(REVERT_ROLLOUTS);
+    model.recordReverts(input.reverts);
     const reverts = model.reverts ? { reverts: model.reverts.rolloutId, revertsRun: model.reverts.runId } : {};
     await stages.audit('rollout.started', {
       phase: null,
@@ -76,8 +77,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // 1. Snapshot the membership in scope; 2. plan, deterministically from the rollout id.
     await stages.snapshot();
     const plan = await stages.plan();
-    // Rollouts recorded before SNAPSHOT_REFUSALS_FAIL treated a refused device as offline.
-    model.adoptPlan(plan, { refusalsFail: wf.patched(SNAPSHOT_REFUSALS_FAIL) });
+    wf.deprecatePatch(SNAPSHOT_REFUSALS_FAIL);
+    model.adoptPlan(plan);
     publishIfChanged(model);
     await stages.recordPlan();
     if (input.canary) return canaryRun(plan.phases[0]);
@@ -108,9 +109,8 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // Stopped by an operator's abort or by a deadline (which only recorded its request on the model).
     if (model.abort) return stages.end(endingOf(stopCause(model.abort)));
     await stages.settled();
-    // Each device's floor rose with its own confirmed apply (recorded here); executions recorded before that raise them here.
-    if (stages.floorAtApply) await stages.recordFloor();
-    else if (wf.patched(DEVICE_FLOOR)) await stages.confirmFloor();
+    // Each device's floor rose with its own confirmed apply: recorded here.
+    await stages.recordFloor();
     // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
     await convergeSkippedAgents(input, model);
     return stages.end(endingOf({ kind: 'completed' }));

@@ -39,7 +39,8 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
     // The parent's control update answers once every live slice says it holds the new state: from this
     // workflow task on, no device of this slice starts on the old one (SLICE_CONTROL_ACK).
     const parent = wf.workflowInfo().parent;
-    if (c.ack !== undefined && parent && wf.patched(SLICE_CONTROL_ACK)) {
+    if (c.ack !== undefined && parent) {
+      wf.deprecatePatch(SLICE_CONTROL_ACK);
       void wf.getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(sliceControlAckSignal, { workflowId: wf.workflowInfo().workflowId, ack: c.ack }).catch(() => {});
     }
   });

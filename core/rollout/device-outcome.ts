@@ -6,8 +6,8 @@ import { IN_PLACE_REASON } from './revert';
 /**
  * What one device's apply (or rollback) came to, as a value (Nomad's deploymentwatcher style: decide,
  * then act once): the device runner (workflows/device-runner.ts) asks `deviceOutcome` and applies the
- * answer in one place. Pure: the activity's answer, the run's settings and the patches in force as
- * plain booleans in, the device's next state, its place in compensation and the failure tally out.
+ * answer in one place. Pure: the activity's answer and the run's settings in, the device's next state,
+ * its place in compensation and the failure tally out.
  */
 
 /** What an apply activity answers when it returns (activities/device-steps.ts `ApplyResult.outcome`). */
@@ -35,17 +35,22 @@ export interface AnswerReading {
 }
 
 /**
- * The patches an answer is read under. Each is read only where its answer decides something, exactly
- * where the runner asked `patched()` before this was a value: reading one may record its marker in a
- * new execution, so a flag read elsewhere would change the execution's commands.
+ * The retired patches (workflows/patches.ts, deprecated in r10) an answer was read under, named by what
+ * each decided: `profileOrdering` (a `dependency-unmet` answer waits and retries), `refusedUntouched` (a
+ * device refused before any command ran is out of compensation), `inPlaceUntouched` (a device found in
+ * place is out of compensation). The runner records each one's deprecated marker where it asked the patch.
  */
-export interface AnswerPatches {
-  /** `profile-ordering`: a `dependency-unmet` answer sends the device to wait and retry. */
-  readonly profileOrdering: boolean;
-  /** `refused-devices-untouched`: a device refused before any command ran is out of compensation. */
-  readonly refusedUntouched: boolean;
-  /** `in-place-untouched`: a device whose verify first found the revision in place is out of compensation. */
-  readonly inPlaceUntouched: boolean;
+export type AnswerPatch = 'profileOrdering' | 'refusedUntouched' | 'inPlaceUntouched';
+
+/** The retired patch this answer was read under (at most one), exactly where the runner asked it. */
+export function answerPatchAsked(answer: ApplyAnswer, reading: AnswerReading): AnswerPatch | undefined {
+  if (answer.kind === 'failed')
+    return reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '') ? 'refusedUntouched' : undefined;
+  if (answer.kind !== 'answered') return undefined;
+  if (answer.outcome === 'offline' && reading.reportOffline) return undefined;
+  if (answer.outcome === 'ahead' && reading.aheadAtApply) return undefined;
+  if (answer.outcome === 'dependency-unmet' && reading.after?.length) return 'profileOrdering';
+  return answer.outcome === 'already-applied' && reading.mode === 'apply' ? 'inPlaceUntouched' : undefined;
 }
 
 /**
@@ -111,7 +116,6 @@ export function deviceOutcome(
   answer: ApplyAnswer,
   device: AnsweringDevice,
   reading: AnswerReading,
-  patches: AnswerPatches,
 ): DeviceOutcome {
   const { ok, bad } = runStates(reading);
   const verb = reading.mode === 'apply' ? 'apply' : 'rollback';
@@ -121,8 +125,7 @@ export function deviceOutcome(
     return { state: bad, reason: `${verb} cancelled mid-flight`, touched: true, readsGate: false, cancelled: true };
   if (answer.kind === 'failed') {
     // Refused before anything ran on it: the device was not changed, so there is nothing to put back.
-    const refused =
-      reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '') && patches.refusedUntouched;
+    const refused = reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '');
     return {
       state: bad,
       reason: `${device.bestEffort ? 'best-effort, not counted: ' : ''}${answer.message}`,
@@ -153,7 +156,7 @@ export function deviceOutcome(
       readsGate,
     };
   }
-  if (answer.outcome === 'dependency-unmet' && reading.after?.length && patches.profileOrdering) {
+  if (answer.outcome === 'dependency-unmet' && reading.after?.length) {
     // Nothing ran on the device: it is not changed and not counted, and its slot is free for others.
     const unmet = answer.unmet?.length ? answer.unmet : reading.after;
     return {
@@ -164,9 +167,9 @@ export function deviceOutcome(
       retryAfterMs: dependencyBackoffMs(device.attempt),
     };
   }
-  // Before its patch, a dependency-unmet answer read as applied too (and offline, ahead before theirs).
+  // A dependency-unmet answer without `after` reads as applied (and offline, ahead without their settings).
   const inPlace = answer.outcome === 'already-applied';
-  const untouched = inPlace && reading.mode === 'apply' && patches.inPlaceUntouched;
+  const untouched = inPlace && reading.mode === 'apply';
   return {
     state: ok,
     ...(inPlace ? { reason: IN_PLACE_REASON } : {}),

@@ -214,10 +214,10 @@ export class RolloutModel {
   }
   /**
    * Every device in scope gets a state: not-for-me (with the planner's reason: left-behind, a node-down
-   * verdict's own text, ahead) and already-applied at once, offline by the spec's policy, and (with `refusalsFail`) a device that refused us at snapshot (host key, login, config)
+   * verdict's own text, ahead) and already-applied at once, offline by the spec's policy, and a device that refused us at snapshot (host key, login, config)
    * failed with its kind named — never quietly skipped as offline.
    */
-  adoptPlan(plan: Plan, opts: { refusalsFail: boolean } = { refusalsFail: true }): void {
+  adoptPlan(plan: Plan): void {
     this.changed = true;
     this.adoptedPlan = plan;
     this.warningList.push(...plan.warnings);
@@ -234,7 +234,7 @@ export class RolloutModel {
       });
       for (const id of phase.devices) {
         const d = this.snapshot.get(id)!;
-        if (d.refusal && opts.refusalsFail) {
+        if (d.refusal) {
           this.devices.set(id, {
             id,
             state: 'failed',

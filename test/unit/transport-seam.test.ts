@@ -55,7 +55,9 @@ describe('transport seam', () => {
 
   it('snapshots in recorded histories carry no transport field and resolve to ssh', () => {
     const snapshots: DeviceSnapshot[] = [];
-    for (const file of readdirSync(HISTORIES_DIR).filter((f) => f.endsWith('.json'))) {
+    // The archived histories too (archive/<release>/), read here as data only: the current code replays none of them.
+    const files = readdirSync(HISTORIES_DIR, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.json'));
+    for (const file of files) {
       for (const event of loadHistory(file).history.events ?? []) {
         const data = event.activityTaskCompletedEventAttributes?.result?.payloads?.[0]?.data;
         if (!data) continue;
@@ -63,7 +65,7 @@ describe('transport seam', () => {
         if (Array.isArray(value?.devices)) snapshots.push(...(value.devices as DeviceSnapshot[]).filter((d) => d && typeof d === 'object' && 'ssh' in d));
       }
     }
-    // Histories recorded before the field existed carry none; those recorded since carry the inventory's:
+    // Histories recorded before the field existed (all archived) carry none; those recorded since carry the inventory's:
     // 'ssh', or 'agent' for pull devices (reached through their twin, never an SSH session). None and 'ssh' are ssh.
     expect(snapshots.filter((d) => !('transport' in d)).length).toBeGreaterThan(0);
     for (const snapshot of snapshots) {

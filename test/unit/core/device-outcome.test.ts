@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { DEPENDENCY_RETRY_MAX_MS, DEPENDENCY_RETRY_MIN_MS } from '../../../core/dependencies';
 import {
+  answerPatchAsked,
   deviceOutcome,
   REFUSED_BEFORE_RUNNING,
   runStates,
   waitGivenUpReason,
-  type AnswerPatches,
+  type AnswerPatch,
   type AnswerReading,
   type AnsweringDevice,
   type ApplyAnswer,
@@ -30,8 +31,6 @@ const rollback: AnswerReading = {
   reportOffline: false,
   aheadAtApply: false,
 };
-const allPatches: AnswerPatches = { profileOrdering: true, refusedUntouched: true, inPlaceUntouched: true };
-const noPatches: AnswerPatches = { profileOrdering: false, refusedUntouched: false, inPlaceUntouched: false };
 const required: AnsweringDevice = { bestEffort: false, attempt: 1 };
 const bestEffort: AnsweringDevice = { bestEffort: true, attempt: 1 };
 
@@ -64,33 +63,17 @@ function line(o: DeviceOutcome): string {
   return parts.join(' | ');
 }
 
-/** Patches that record which flags were read: reading one records its marker in a new execution. */
-function recordingPatches(values: AnswerPatches = allPatches): { patches: AnswerPatches; read: string[] } {
-  const read: string[] = [];
-  const patches = {} as AnswerPatches;
-  for (const key of Object.keys(values) as Array<keyof AnswerPatches>) {
-    Object.defineProperty(patches, key, {
-      get: () => {
-        read.push(key);
-        return values[key];
-      },
-    });
-  }
-  return { patches, read };
-}
-
-type Case = [string, ApplyAnswer, AnsweringDevice, AnswerReading, AnswerPatches, string];
+type Case = [string, ApplyAnswer, AnsweringDevice, AnswerReading, string];
 
 describe('deviceOutcome: what an answer means', () => {
   it.each<Case>([
     // Applied.
-    ['applied', answered('applied'), required, apply, allPatches, 'applied | - | touched | succeeded | gate'],
+    ['applied', answered('applied'), required, apply, 'applied | - | touched | succeeded | gate'],
     [
       'applied, not provable: claimed',
       answered('applied'),
       required,
       { ...apply, provable: false },
-      allPatches,
       'claimed | - | touched | succeeded | gate',
     ],
     [
@@ -98,7 +81,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('applied'),
       bestEffort,
       apply,
-      allPatches,
       'applied | - | touched | - | no gate',
     ],
     [
@@ -106,7 +88,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('applied'),
       required,
       rollback,
-      allPatches,
       'rolled-back | - | touched | succeeded | no gate',
     ],
     // Found in place.
@@ -115,23 +96,13 @@ describe('deviceOutcome: what an answer means', () => {
       answered('already-applied'),
       required,
       apply,
-      allPatches,
       `applied | ${IN_PLACE_REASON} | untouched | succeeded | gate`,
-    ],
-    [
-      'in place before the patch',
-      answered('already-applied'),
-      required,
-      apply,
-      noPatches,
-      `applied | ${IN_PLACE_REASON} | touched | succeeded | gate`,
     ],
     [
       'in place in a rollback',
       answered('already-applied'),
       required,
       rollback,
-      allPatches,
       `rolled-back | ${IN_PLACE_REASON} | touched | succeeded | no gate`,
     ],
     // Offline at first contact.
@@ -140,7 +111,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('offline', { detail: 'no route' }),
       required,
       apply,
-      allPatches,
       'skipped | offline at apply: no route | untouched | - | gate',
     ],
     [
@@ -148,7 +118,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('offline'),
       required,
       { ...apply, offline: 'fail' },
-      allPatches,
       'failed | offline at apply: unreachable | untouched | failed | gate',
     ],
     [
@@ -156,7 +125,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('offline'),
       bestEffort,
       { ...apply, offline: 'fail' },
-      allPatches,
       'failed | offline at apply: unreachable | untouched | - | no gate',
     ],
     [
@@ -164,7 +132,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('offline'),
       required,
       { ...apply, reportOffline: false },
-      allPatches,
       'applied | - | touched | succeeded | gate',
     ],
     // Ahead of the rollout.
@@ -173,7 +140,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('ahead', { detail: 'at r9, above r4' }),
       required,
       apply,
-      allPatches,
       'skipped | not-for-me: ahead: at r9, above r4 | untouched | - | gate',
     ],
     [
@@ -181,7 +147,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('ahead'),
       required,
       apply,
-      allPatches,
       'skipped | not-for-me: ahead: the device is above the target | untouched | - | gate',
     ],
     [
@@ -189,7 +154,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('ahead'),
       required,
       { ...apply, aheadAtApply: false },
-      allPatches,
       'applied | - | touched | succeeded | gate',
     ],
     // A dependency unmet.
@@ -198,7 +162,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('dependency-unmet', { unmet: after, detail: 'base at r2' }),
       required,
       apply,
-      allPatches,
       `waiting | waiting for base r3 (base at r2) | untouched | - | no gate | retry ${DEPENDENCY_RETRY_MIN_MS}`,
     ],
     [
@@ -206,7 +169,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('dependency-unmet', { unmet: after }),
       { bestEffort: false, attempt: 2 },
       apply,
-      allPatches,
       `waiting | waiting for base r3 | untouched | - | no gate | retry ${2 * DEPENDENCY_RETRY_MIN_MS}`,
     ],
     [
@@ -214,7 +176,6 @@ describe('deviceOutcome: what an answer means', () => {
       answered('dependency-unmet', { unmet: after }),
       { bestEffort: false, attempt: 30 },
       apply,
-      allPatches,
       `waiting | waiting for base r3 | untouched | - | no gate | retry ${DEPENDENCY_RETRY_MAX_MS}`,
     ],
     [
@@ -222,23 +183,13 @@ describe('deviceOutcome: what an answer means', () => {
       answered('dependency-unmet', { unmet: [] }),
       required,
       { ...apply, after: [...after, { profile: 'net', revision: 1 }] },
-      allPatches,
       `waiting | waiting for base r3, net r1 | untouched | - | no gate | retry ${DEPENDENCY_RETRY_MIN_MS}`,
-    ],
-    [
-      'dependency unmet before profile-ordering: applied',
-      answered('dependency-unmet'),
-      required,
-      apply,
-      noPatches,
-      'applied | - | touched | succeeded | gate',
     ],
     [
       'dependency unmet without after: applied',
       answered('dependency-unmet'),
       required,
       { ...apply, after: [] },
-      allPatches,
       'applied | - | touched | succeeded | gate',
     ],
     // Failed.
@@ -247,7 +198,6 @@ describe('deviceOutcome: what an answer means', () => {
       failed('exit 3', 'DeviceSaidNo'),
       required,
       apply,
-      allPatches,
       'failed | exit 3 | touched | failed | gate',
     ],
     [
@@ -255,23 +205,13 @@ describe('deviceOutcome: what an answer means', () => {
       failed('exit 3'),
       bestEffort,
       apply,
-      allPatches,
       'failed | best-effort, not counted: exit 3 | touched | - | no gate',
-    ],
-    [
-      'refused before running, before the patch',
-      failed('no', 'Transport.host-key'),
-      required,
-      apply,
-      noPatches,
-      'failed | no | touched | failed | gate',
     ],
     [
       'a rollback refused',
       failed('denied', 'Transport.auth'),
       required,
       rollback,
-      allPatches,
       'rollback-failed | denied | touched | failed | no gate',
     ],
     // Cancelled.
@@ -280,7 +220,6 @@ describe('deviceOutcome: what an answer means', () => {
       { kind: 'cancelled' },
       required,
       apply,
-      allPatches,
       'failed | apply cancelled mid-flight | touched | - | no gate | cancelled',
     ],
     [
@@ -288,51 +227,41 @@ describe('deviceOutcome: what an answer means', () => {
       { kind: 'cancelled' },
       required,
       rollback,
-      allPatches,
       'rollback-failed | rollback cancelled mid-flight | touched | - | no gate | cancelled',
     ],
-  ])('%s', (_, answer, device, reading, patches, expected) => {
-    expect(line(deviceOutcome(answer, device, reading, patches))).toBe(expected);
+  ])('%s', (_, answer, device, reading, expected) => {
+    expect(line(deviceOutcome(answer, device, reading))).toBe(expected);
   });
 
   it.each([...REFUSED_BEFORE_RUNNING])(
-    'refused before running (%s) under refused-devices-untouched: untouched, still counted',
+    'refused before running (%s): untouched, still counted',
     (type) => {
-      expect(line(deviceOutcome(failed('no', type), required, apply, allPatches))).toBe(
+      expect(line(deviceOutcome(failed('no', type), required, apply))).toBe(
         'failed | no | untouched | failed | gate',
       );
     },
   );
 
   it('leaves out the reason when there is none (the state says it all)', () => {
-    expect(deviceOutcome(answered('applied'), required, apply, allPatches)).not.toHaveProperty('reason');
+    expect(deviceOutcome(answered('applied'), required, apply)).not.toHaveProperty('reason');
   });
 });
 
-describe('deviceOutcome reads a patch only where its answer decides', () => {
-  it.each<[string, ApplyAnswer, AnswerReading, AnswerPatches, string[]]>([
-    ['applied', answered('applied'), apply, allPatches, []],
-    ['in place', answered('already-applied'), apply, allPatches, ['inPlaceUntouched']],
-    ['in place in a rollback', answered('already-applied'), rollback, allPatches, []],
-    ['dependency unmet', answered('dependency-unmet'), apply, allPatches, ['profileOrdering']],
-    [
-      'dependency unmet without the patch (and never in-place-untouched)',
-      answered('dependency-unmet'),
-      apply,
-      noPatches,
-      ['profileOrdering'],
-    ],
-    ['dependency unmet without after', answered('dependency-unmet'), { ...apply, after: [] }, allPatches, []],
-    ['offline', answered('offline'), apply, allPatches, []],
-    ['ahead', answered('ahead'), apply, allPatches, []],
-    ['refused before running', failed('held', 'ApplyLockHeld'), apply, allPatches, ['refusedUntouched']],
-    ['refused before running a rollback', failed('held', 'ApplyLockHeld'), rollback, allPatches, []],
-    ['failed on the device', failed('exit 3', 'DeviceSaidNo'), apply, allPatches, []],
-    ['cancelled', { kind: 'cancelled' }, apply, allPatches, []],
-  ])('%s', (_, answer, reading, values, expected) => {
-    const { patches, read } = recordingPatches(values);
-    deviceOutcome(answer, required, reading, patches);
-    expect(read).toEqual(expected);
+describe('answerPatchAsked: the retired patch an answer was read under, where the runner asked it', () => {
+  it.each<[string, ApplyAnswer, AnswerReading, AnswerPatch | undefined]>([
+    ['applied', answered('applied'), apply, undefined],
+    ['in place', answered('already-applied'), apply, 'inPlaceUntouched'],
+    ['in place in a rollback', answered('already-applied'), rollback, undefined],
+    ['dependency unmet', answered('dependency-unmet'), apply, 'profileOrdering'],
+    ['dependency unmet without after', answered('dependency-unmet'), { ...apply, after: [] }, undefined],
+    ['offline', answered('offline'), apply, undefined],
+    ['ahead', answered('ahead'), apply, undefined],
+    ['refused before running', failed('held', 'ApplyLockHeld'), apply, 'refusedUntouched'],
+    ['refused before running a rollback', failed('held', 'ApplyLockHeld'), rollback, undefined],
+    ['failed on the device', failed('exit 3', 'DeviceSaidNo'), apply, undefined],
+    ['cancelled', { kind: 'cancelled' }, apply, undefined],
+  ])('%s', (_, answer, reading, expected) => {
+    expect(answerPatchAsked(answer, reading)).toBe(expected);
   });
 });
 

@@ -727,18 +727,7 @@ describe('RolloutModel: a device that refused us at snapshot', () => {
       expect(model.failedBeforeStart(plan.phases[0]!)).toBe(1);
       expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).not.toContain('hk');
     }
-  });
-  it('is treated as offline for rollouts recorded before the change (refusalsFail false)', () => {
-    const spec = specOf({ offline: 'skip' }, [{ bulk: 'remainder' }]);
-    const model = new RolloutModel({ rolloutId: 'rollout:demo:1', ...spec });
-    model.addSnapshot(refused());
-    model.adoptPlan(
-      planRollout({ rolloutId: 'rollout:demo:1', spec, poolBudgets: {}, risk: 'risky' }, model.snapshotDevices()),
-      { refusalsFail: false },
-    );
-    expect(model.deviceState('hk')).toBe('skipped');
-  });
-});
+  });});
 
 describe('RolloutModel: held by the audit trail', () => {
   it('holds new starts like a pause, shows as paused with the reason, and only an override (with a reason) is the way on', () => {
