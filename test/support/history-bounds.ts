@@ -128,11 +128,25 @@ function decode(payload: temporal.api.common.v1.IPayload | null | undefined): un
   return payload ? defaultPayloadConverter.fromPayload(payload) : undefined;
 }
 
+/** The events that close an activity with nothing more to read than its outcome: their attributes, and that outcome. */
+const CLOSED_AS: Partial<Record<number, [keyof HistoryEvent, ActivityRun['outcome']]>> = {
+  [E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED]: ['activityTaskCompletedEventAttributes', 'completed'],
+  [E.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT]: ['activityTaskTimedOutEventAttributes', 'timed-out'],
+  [E.EVENT_TYPE_ACTIVITY_TASK_CANCELED]: ['activityTaskCanceledEventAttributes', 'canceled'],
+};
+
 /** Every activity of one execution, with its decoded input, final attempt and outcome. */
 export function activityRuns(history: History): ActivityRun[] {
   const runs = new Map<number, ActivityRun>();
   for (const event of events(history)) {
     const id = num(event.eventId);
+    const closed = CLOSED_AS[event.eventType ?? 0];
+    if (closed) {
+      const attributes = event[closed[0]] as { scheduledEventId?: unknown } | null | undefined;
+      const run = runs.get(num(attributes?.scheduledEventId));
+      if (run) run.outcome = closed[1];
+      continue;
+    }
     switch (event.eventType) {
       case E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: {
         const a = event.activityTaskScheduledEventAttributes!;
@@ -157,11 +171,6 @@ export function activityRuns(history: History): ActivityRun[] {
         }
         break;
       }
-      case E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: {
-        const run = runs.get(num(event.activityTaskCompletedEventAttributes?.scheduledEventId));
-        if (run) run.outcome = 'completed';
-        break;
-      }
       case E.EVENT_TYPE_ACTIVITY_TASK_FAILED: {
         const a = event.activityTaskFailedEventAttributes!;
         const run = runs.get(num(a.scheduledEventId));
@@ -174,16 +183,6 @@ export function activityRuns(history: History): ActivityRun[] {
             retryState: temporal.api.enums.v1.RetryState[a.retryState ?? 0] ?? String(a.retryState),
           };
         }
-        break;
-      }
-      case E.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: {
-        const run = runs.get(num(event.activityTaskTimedOutEventAttributes?.scheduledEventId));
-        if (run) run.outcome = 'timed-out';
-        break;
-      }
-      case E.EVENT_TYPE_ACTIVITY_TASK_CANCELED: {
-        const run = runs.get(num(event.activityTaskCanceledEventAttributes?.scheduledEventId));
-        if (run) run.outcome = 'canceled';
         break;
       }
     }
