@@ -1,17 +1,16 @@
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { rolloutFingerprint, startOrJoinRollout } from '../../cli/client';
 import { profileLockId } from '../../core/rollout-id';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../../contracts/search-attributes';
 import { prepareRollout } from '../../intake/prepare';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, runCliAgainst, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
-import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
+import { writeDemoSpec } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { markerOf } from '../support/rollout-helpers';
 import { until } from '../support/until';
 
@@ -24,10 +23,7 @@ import { until } from '../support/until';
  * start, before visibility lists it), and a rollout started the old way as `rollout:demo` is still
  * listed, read, blocks a start, and its refused revert says how to find an earlier run.
  */
-const scratch = scratchDir('rollout-ids');
-const auditDir = join(scratch.dir, 'audit');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+const real = realRollouts('rollout-ids');
 let fleet: Fleet;
 let inventory = '';
 const DEVICES = ['edge-01', 'edge-02', 'edge-03', 'edge-04'];
@@ -36,11 +32,11 @@ const MANUAL = { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remai
 const NEW_ID = /^rollout:demo:\d{8}-\d{6}(-\d+)?$/;
 
 function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
-  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
+  return runCliAgainst({ address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  return writeDemoSpec(scratch.dir, name, rollout);
+  return writeDemoSpec(real.dir, name, rollout);
 }
 
 interface Started {
@@ -64,16 +60,7 @@ async function status(id: string, run?: string): Promise<RolloutStatus> {
 }
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-});
-
-afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
+  ({ fleet, inventoryPath: inventory } = await real.fleet(demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
 });
 
 describe('one id per rollout', () => {
@@ -89,8 +76,8 @@ describe('one id per rollout', () => {
     expect(run.code, run.stdout + run.stderr).toBe(0);
     const canaryOf = (await status(started.rolloutId)).devices.filter((d) => d.phase === 0).map((d) => d.id);
     expect(canaryOf).toEqual(previewCanary);
-    const history = await env!.client.workflow.getHandle(started.rolloutId, started.runId).fetchHistory();
-    const startedWith = await env!.client.options.loadedDataConverter.payloadConverter.fromPayload<{ planSeed?: string }>(history.events![0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!);
+    const history = await real.env.client.workflow.getHandle(started.rolloutId, started.runId).fetchHistory();
+    const startedWith = await real.env.client.options.loadedDataConverter.payloadConverter.fromPayload<{ planSeed?: string }>(history.events![0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!);
     expect(startedWith.planSeed).toBe('rollout:demo');
     expect(started.rolloutId).toMatch(NEW_ID);
     expect(started.existing).toBe(false);
@@ -105,17 +92,17 @@ describe('one id per rollout', () => {
     expect(human.stdout).toContain(`rollout ${first.rolloutId} already started with this key (same spec): returning it`);
     expect(human.stdout).toContain(`/workflows/${encodeURIComponent(first.rolloutId)}`);
 
-    const audit = await wg(['audit', first.rolloutId, '--audit-dir', auditDir, '--json']);
+    const audit = await wg(['audit', first.rolloutId, '--audit-dir', real.auditDir, '--json']);
     expect(audit.code, audit.stderr).toBe(0);
     const records = JSON.parse(audit.stdout) as Array<{ rolloutId: string; event: string }>;
     expect(records[0]).toMatchObject({ event: 'rollout.started', rolloutId: first.rolloutId });
 
     // The lock ran as profile-lock:demo, started the rollout as its child, and closed with it.
-    const lock = await env!.client.workflow.getHandle(profileLockId('demo')).describe();
+    const lock = await real.env.client.workflow.getHandle(profileLockId('demo')).describe();
     expect(lock.type).toBe('profileLockWorkflow');
     expect(lock.status.name).toBe('COMPLETED');
-    expect(await env!.client.workflow.getHandle(profileLockId('demo')).result()).toMatchObject({ rolloutId: first.rolloutId, runId: first.runId, closed: 'completed', state: 'completed' });
-    await recordHistory(env!.client.workflow.getHandle(profileLockId('demo'), lock.runId), 'profile-lock-completed');
+    expect(await real.env.client.workflow.getHandle(profileLockId('demo')).result()).toMatchObject({ rolloutId: first.rolloutId, runId: first.runId, closed: 'completed', state: 'completed' });
+    await recordHistory(real.env.client.workflow.getHandle(profileLockId('demo'), lock.runId), 'profile-lock-completed');
   });
 
   it('a second rollout of the profile gets a second id; list shows both; the same key and spec then returns the first (another spec is refused)', async () => {
@@ -164,29 +151,29 @@ describe('one id per rollout', () => {
 
     // The lock without the CLI's visibility check: a start straight through it is refused with the holder's id.
     const input = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
-    await expect(startOrJoinRollout(env!.client, worker!.taskQueue, input, { newId: true })).rejects.toMatchObject({
+    await expect(startOrJoinRollout(real.env.client, real.worker.taskQueue, input, { newId: true })).rejects.toMatchObject({
       code: 'CONFLICT',
       message: expect.stringContaining(`a rollout of profile "demo" is already running (${held.rolloutId})`),
     });
     // A rollout cancelled on its own (as from the Web UI) closes; its lock completes after it and is free again.
-    await env!.client.workflow.getHandle(held.rolloutId).cancel();
+    await real.env.client.workflow.getHandle(held.rolloutId).cancel();
     const lockRun = await until('the lock to close after its rollout', async () => {
-      const d = await env!.client.workflow.getHandle(profileLockId('demo')).describe();
+      const d = await real.env.client.workflow.getHandle(profileLockId('demo')).describe();
       return d.status.name === 'RUNNING' ? undefined : d;
     }, 90_000);
     expect(lockRun.status.name).toBe('COMPLETED');
-    expect((await env!.client.workflow.getHandle(held.rolloutId).describe()).status.name).toBe('CANCELLED');
-    expect(await env!.client.workflow.getHandle(profileLockId('demo'), lockRun.runId).result()).toMatchObject({ rolloutId: held.rolloutId, closed: 'failed' });
-    await recordHistory(env!.client.workflow.getHandle(profileLockId('demo'), lockRun.runId), 'profile-lock-rollout-cancelled');
+    expect((await real.env.client.workflow.getHandle(held.rolloutId).describe()).status.name).toBe('CANCELLED');
+    expect(await real.env.client.workflow.getHandle(profileLockId('demo'), lockRun.runId).result()).toMatchObject({ rolloutId: held.rolloutId, closed: 'failed' });
+    await recordHistory(real.env.client.workflow.getHandle(profileLockId('demo'), lockRun.runId), 'profile-lock-rollout-cancelled');
   });
 
   it('a rollout started the old way as rollout:demo is listed, read with status, blocks a start, and its refused revert says how to find an earlier run', async () => {
-    await until('the lock to be free', async () => ((await env!.client.workflow.getHandle(profileLockId('demo')).describe()).status.name === 'RUNNING' ? undefined : true), 60_000);
+    await until('the lock to be free', async () => ((await real.env.client.workflow.getHandle(profileLockId('demo')).describe()).status.name === 'RUNNING' ? undefined : true), 60_000);
     // As the start of 7b668b3 did: workflow id rollout:<profile>, the key and fingerprint in its memo.
     const input = { ...prepareRollout({ specPath: spec('legacy', MANUAL), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo' };
-    const legacy = await env!.client.workflow.start('rolloutWorkflow', {
+    const legacy = await real.env.client.workflow.start('rolloutWorkflow', {
       workflowId: 'rollout:demo',
-      taskQueue: worker!.taskQueue,
+      taskQueue: real.worker.taskQueue,
       args: [input],
       memo: { wavegateSpec: rolloutFingerprint(input), wavegateKey: 'old-key' },
       typedSearchAttributes: [
@@ -202,7 +189,7 @@ describe('one id per rollout', () => {
     expect(refused.code, refused.stdout).toBe(2);
     expect(refused.stderr).toContain('rollout:demo');
     const direct = prepareRollout({ specPath: spec('direct', FAST), inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
-    await expect(startOrJoinRollout(env!.client, worker!.taskQueue, direct, { newId: true })).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('already running (rollout:demo)') });
+    await expect(startOrJoinRollout(real.env.client, real.worker.taskQueue, direct, { newId: true })).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('already running (rollout:demo)') });
 
     const listed = await until('rollout:demo to be listed', async () => {
       const out = await wg(['list', '--profile', 'demo']);
