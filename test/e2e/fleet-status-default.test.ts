@@ -1,14 +1,12 @@
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { demoDevices } from '../../sim';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 
 /**
  * Issue 23 frictions, against a real Temporal dev server, a real worker and a simulated SSH fleet:
@@ -18,24 +16,22 @@ import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harn
  * - `drift` exits 1 when a device is refused (its host key is not the pinned one), naming it; a device
  *   that does not answer is listed as unreachable and does not fail the check.
  */
-const scratch = scratchDir('fleet-default');
-const profiles = join(scratch.dir, 'profiles');
+// The demo profile, pinned to a key of this test's own, with a third revision signed but never rolled out:
+// written before the worker starts, which reads its pins from there.
+const real = realRollouts('fleet-default', { profilesRoot: () => profiles, prepare: () => writeProfile() });
+const profiles = join(real.dir, 'profiles');
 const profile = join(profiles, 'demo');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
-let fleet: Fleet;
 let inventory = '';
 
-const ENV = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' };
+const ENV = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' };
 
-function wg(args: string[], address = env!.address): Promise<CliRun> {
-  return runCli([...args, '--address', address, '--task-queue', worker!.taskQueue], { timeoutMs: 180_000, env: ENV });
+function wg(args: string[], address = real.env.address): Promise<CliRun> {
+  return runCli([...args, '--address', address, '--task-queue', real.worker.taskQueue], { timeoutMs: 180_000, env: ENV });
 }
-const cli = (args: string[]) => runCli(args, { cwd: scratch.dir, env: ENV });
+const cli = (args: string[]) => runCli(args, { cwd: real.dir, env: ENV });
 const status = (...more: string[]) => wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles, ...more]);
 
-beforeAll(async () => {
-  // The demo profile, pinned to a key of this test's own, with a third revision signed but never rolled out.
+async function writeProfile(): Promise<void> {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), profile, { recursive: true });
   rmSync(join(profile, 'envelopes'), { recursive: true });
   const r2 = parse(readFileSync(join(profile, 'revisions', '2.yaml'), 'utf8')) as Record<string, unknown>;
@@ -43,32 +39,26 @@ beforeAll(async () => {
     join(profile, 'revisions', '3.yaml'),
     stringify({ ...r2, revision: 3, description: 'signed, not rolled out', previous: 2, verify: `grep -qx 'wavegate demo revision 3' "$HOME/etc/motd"`, payload: [{ name: 'motd', source: 'payload/motd-r2' }] }),
   );
-  const key = join(scratch.dir, 'alice.key');
+  const key = join(real.dir, 'alice.key');
   expect((await cli(['keygen', '--out', key, '--name', 'alice'])).code).toBe(0);
   expect((await cli(['trust', `${key}.pub.yaml`, '--threshold', '1', '--out', join(profile, 'trust.yaml')])).code).toBe(0);
   for (const n of [1, 2, 3]) {
     const signed = await cli(['sign', join(profile, 'revisions', `${n}.yaml`), '--key', key, '--out', join(profile, 'envelopes', `${n}.json`)]);
     expect(signed.code, signed.stderr).toBe(0);
   }
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit'), profilesRoot: profiles });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-}, 240_000);
+}
 
-afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
+beforeAll(async () => {
+  ({ inventoryPath: inventory } = await real.fleet(demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
 });
 
 describe('fleet status: the default revision', () => {
   it('checks the newest signed revision, saying so, while no rollout has completed; then the revision the last completed rollout left; --revision and a missing Temporal as said', async () => {
     const before = await status();
-    expect(before.stdout).toContain(`checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${env!.address}`);
+    expect(before.stdout).toContain(`checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${real.env.address}`);
     expect(before.stdout).toMatch(/^fleet demo r3/m);
 
-    const spec = join(scratch.dir, 'r1-r2.yaml');
+    const spec = join(real.dir, 'r1-r2.yaml');
     writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] } }));
     const started = await wg(['start', '-f', spec, '--inventory', inventory, '--profiles', profiles, '--wait', '--interval', '300']);
     expect(started.code, started.stdout + started.stderr).toBe(0);
@@ -105,7 +95,7 @@ describe('drift: a refused device fails the check', () => {
 
     const doc = parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; port: number; ssh?: object }> };
     const wrongPin = { ...doc, devices: doc.devices.map((d, i) => (i === 0 ? { ...d, ssh: { ...d.ssh, hostKey: `SHA256:${'A'.repeat(43)}` } } : d)) };
-    const pinned = join(scratch.dir, 'wrong-pin.yaml');
+    const pinned = join(real.dir, 'wrong-pin.yaml');
     writeFileSync(pinned, stringify(wrongPin));
     const refused = await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles]);
     expect(refused.code, refused.stdout + refused.stderr).toBe(1);
@@ -117,7 +107,7 @@ describe('drift: a refused device fails the check', () => {
     expect(asJson.devices.find((d) => d.id === 'edge-01')?.status).toBe('refused');
 
     const away = { ...doc, devices: doc.devices.map((d, i) => (i === 1 ? { ...d, port: 1 } : d)) };
-    const awayPath = join(scratch.dir, 'away.yaml');
+    const awayPath = join(real.dir, 'away.yaml');
     writeFileSync(awayPath, stringify(away));
     const unreachable = await wg(['drift', '--profile', 'demo', '--inventory', awayPath, '--profiles', profiles]);
     expect(unreachable.code, unreachable.stdout).toBe(0);
