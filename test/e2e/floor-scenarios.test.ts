@@ -2,18 +2,16 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { desireOnTwin, readTwin } from '../../clients/twin';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
 import { changedDevices } from '../../core/rollout/revert';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport } from '../../core/twin';
-import { demoDevices, fleetInventory, startFleet, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { demoDevices, fleetInventory, type Fleet } from '../../sim';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
-import { scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { writeSignedProfile, type RevisionSource, type SignedProfile } from '../support/signed-profile';
 import { until } from '../support/until';
 
@@ -30,16 +28,22 @@ import { until } from '../support/until';
  *   4. a device found in place is left alone by its rollout's revert;
  *   5. a `check: <name>` gate over a signed health.checks entry passes on agent devices.
  */
-const scratch = scratchDir('floor-scenarios');
-const ROOT = join(scratch.dir, 'profiles'); // worker, gateway and CLI
-const DEVICE_PINS = join(scratch.dir, 'device-pins'); // the agents' own pins
-const AUDIT = join(scratch.dir, 'audit');
+const real = realRollouts('floor-scenarios', {
+  profilesRoot: () => ROOT,
+  prepare: () => {
+    for (const p of PROFILES) writeProfile(p);
+  },
+  cleanup: async () => {
+    for (const child of agents.values()) await stopChild(child);
+    if (gateway) await stopChild(gateway.child);
+  },
+});
+const ROOT = join(real.dir, 'profiles'); // worker, gateway and CLI
+const DEVICE_PINS = join(real.dir, 'device-pins'); // the agents' own pins
 const PROFILES = ['w21a', 'w21b', 'w21c', 'w21d', 'w21e'] as const;
 const SSH = ['edge-01', 'edge-02', 'edge-03', 'edge-04'];
 const AGENTS = ['ag-1', 'ag-2', 'ag-3', 'ag-4'];
 
-let env: TestWorkflowEnvironment;
-let worker: Awaited<ReturnType<typeof startTestWorker>>;
 let fleet: Fleet;
 let gateway: { child: ChildProcess; output: () => string };
 let gatewayUrl = '';
@@ -74,8 +78,8 @@ function writeProfile(profile: string): void {
 // ---- the devices, read back from their homes ----------------------------------------------------------
 
 const isAgent = (id: string) => id.startsWith('ag-');
-const homeOf = (id: string) => (isAgent(id) ? join(scratch.dir, 'homes', id) : fleet.device(id).sandbox);
-const stateDir = (id: string) => join(scratch.dir, 'state', id);
+const homeOf = (id: string) => (isAgent(id) ? join(real.dir, 'homes', id) : fleet.device(id).sandbox);
+const stateDir = (id: string) => join(real.dir, 'state', id);
 const readIf = (path: string) => (existsSync(path) ? readFileSync(path, 'utf8') : null);
 const marker = (id: string, profile: string) => {
   const text = readIf(join(homeOf(id), '.wavegate/profiles', profile, 'revision'));
@@ -94,9 +98,9 @@ const conf = (id: string, profile: string) => readIf(join(homeOf(id), 'etc', `${
 // ---- the CLI ------------------------------------------------------------------------------------------
 
 function wg(args: string[], timeoutMs = 240_000): Promise<CliRun> {
-  return runCli([...args, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue], {
+  return runCli([...args, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue], {
     timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
   });
 }
 
@@ -108,14 +112,14 @@ function inventory(name: string, ids: readonly string[], classes: Record<string,
       ? { id, pool: 'mix', class: classes[id] ?? 'edge', labels: {}, transport: 'agent', agentKey: agentPins.get(id)! }
       : { ...ssh.find((d) => d.id === id)!, class: classes[id] ?? 'edge', pool: 'mix', user: fleet.user, ssh: { ...ssh.find((d) => d.id === id)!.ssh, key: fleet.clientKeyPath } },
   );
-  const path = join(scratch.dir, `${name}.inventory.yaml`);
+  const path = join(real.dir, `${name}.inventory.yaml`);
   writeFileSync(path, stringify({ pools: { mix: { disruptionBudget: 1 } }, devices }));
   return path;
 }
 
 const TWO_PHASES = [{ canary: '1 device' }, { bulk: 'remainder' }];
 function spec(name: string, rollout: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.spec.yaml`);
+  const path = join(real.dir, `${name}.spec.yaml`);
   writeFileSync(path, stringify({ rollout: { gate: '0s', applyTimeout: '2m', phases: TWO_PHASES, ...rollout } }));
   return path;
 }
@@ -132,7 +136,7 @@ async function startAndWait(specPath: string, inventoryPath: string, extra: stri
   const first = run.stdout.split('\n')[0] ?? '';
   expect(first, `${run.stdout}\n${run.stderr}`).toMatch(/^\{/);
   const { rolloutId, runId } = JSON.parse(first) as { rolloutId: string; runId: string };
-  const handle = env.client.workflow.getHandle(rolloutId, runId);
+  const handle = real.env.client.workflow.getHandle(rolloutId, runId);
   const described = await handle.describe();
   const status = described.status.name === 'RUNNING' ? await handle.query<RolloutStatus>('status') : ((await handle.result()) as RolloutStatus);
   return { rolloutId, runId, run, status };
@@ -158,10 +162,7 @@ async function startAgent(id: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  for (const p of PROFILES) writeProfile(p);
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: AUDIT, profilesRoot: ROOT });
-  fleet = await startFleet({ devices: demoDevices(SSH.length), dir: join(scratch.dir, 'fleet') });
+  ({ fleet } = await real.fleet(demoDevices(SSH.length)));
   for (const id of AGENTS) {
     mkdirSync(homeOf(id), { recursive: true });
     const run = await runCli(['agent', 'enroll', '--state-dir', stateDir(id)]);
@@ -170,22 +171,13 @@ beforeAll(async () => {
   }
   const gatewayInventory = inventory('gateway', AGENTS);
   gateway = await spawnCliUntil(
-    ['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', ROOT, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue],
+    ['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', ROOT, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue],
     /gateway listening on (http:\/\/\S+)/,
   );
   gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
   for (const id of AGENTS) await startAgent(id);
-  await until('every agent synced', async () => ((await Promise.all(AGENTS.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 120_000);
+  await until('every agent synced', async () => ((await Promise.all(AGENTS.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 120_000);
 }, 300_000);
-
-afterAll(async () => {
-  for (const child of agents.values()) await stopChild(child);
-  if (gateway) await stopChild(gateway.child);
-  await fleet?.stop();
-  await worker?.stop();
-  await env?.teardown();
-  scratch.cleanup();
-});
 
 describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator + real agents)', () => {
   it('an old spec (r1 -> r2) re-run on a mixed fleet at r5 finds every device ahead, applies nothing, and 30 s later every device is still at r5 (no agent is given r2)', async () => {
@@ -217,7 +209,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
       expect(runs(id, P), `${id} ran nothing after r5`).toEqual(['r2', 'r3', 'r4', 'r5']);
     }
     for (const id of ids.filter(isAgent)) {
-      const view = await readTwin(env.client, id);
+      const view = await readTwin(real.env.client, id);
       const desired = view?.desired[P];
       expect(desired?.revision ?? 5, `${id}'s desired state`).toBeGreaterThanOrEqual(5);
       expect(view?.report?.profiles[P]?.revision, `${id}'s report`).toBe(5);
@@ -244,9 +236,9 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
         rollout: done.rolloutId,
         fromRevision: 2,
       };
-      await desireOnTwin(env.client, worker.taskQueue, 'ag-3', request);
+      await desireOnTwin(real.env.client, real.worker.taskQueue, 'ag-3', request);
       return until<ProfileReport>(`ag-3 answering ${request.requestId}`, async () => {
-        const r = (await readTwin(env.client, 'ag-3'))?.report?.profiles[P];
+        const r = (await readTwin(real.env.client, 'ag-3'))?.report?.profiles[P];
         return r && r.requestId === request.requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
       }, 120_000);
     };
@@ -273,7 +265,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const first = await rollout('c-first', ids, { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '10s', phases });
     const floors = new Map(ids.map((id) => [id, floorText(id, P)]));
     for (const id of ids) expect(marker(id, P), id).toBe(2);
-    const closedAt = (await env.client.workflow.getHandle(first.rolloutId, first.runId).describe()).closeTime!.getTime();
+    const closedAt = (await real.env.client.workflow.getHandle(first.rolloutId, first.runId).describe()).closeTime!.getTime();
 
     const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d', phases }), inventory('c-rerun', ids));
     expect(rerun.status.state, rerun.run.stdout + rerun.run.stderr).toBe('completed');
@@ -350,7 +342,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     if (floor) expect(floor.revision).toBeGreaterThanOrEqual(2);
     const revertId = /^revert (\S+) started/m.exec(revert.stdout)?.[1];
     expect(revertId, revert.stdout).toBeDefined();
-    const reverted = (await env.client.workflow.getHandle(revertId!).result()) as RolloutStatus;
+    const reverted = (await real.env.client.workflow.getHandle(revertId!).result()) as RolloutStatus;
     expect(reverted.reverts).toMatchObject({ rolloutId: done.rolloutId, runId: done.runId });
     expect(reverted.devices.map((d) => d.id)).not.toContain(IN_PLACE);
   }, 600_000);
