@@ -1,10 +1,8 @@
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { runCliAgainst, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
+import { writeDemoSpec } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { until as waitUntil } from '../support/until';
 
 /**
@@ -12,20 +10,18 @@ import { until as waitUntil } from '../support/until';
  * command against a real Temporal dev server, a real worker and a simulated SSH fleet whose devices the
  * test takes offline and back: `start --wait`, `--exit-on-pause`, `status`, `fleet status`, `converge`.
  */
-const scratch = scratchDir('exit-codes');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+const real = realRollouts('exit-codes');
 let fleet: Fleet;
 let inventory = '';
 const OFFLINE = 'edge-05';
 const APPLY_R2 = 'install -m 0644 "$WAVEGATE_STAGING/motd"';
 
 function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
-  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
+  return runCliAgainst({ address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  return writeDemoSpec(scratch.dir, name, rollout);
+  return writeDemoSpec(real.dir, name, rollout);
 }
 
 const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] };
@@ -36,16 +32,7 @@ const until = <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs =
 const applyCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.count(d.id, APPLY_R2)]));
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(12), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-});
-
-afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
+  ({ fleet, inventoryPath: inventory } = await real.fleet(demoDevices(12), { 'pool-a': 0.5, 'pool-b': 0.5 }));
 });
 
 describe('exit codes and converge, as a pipeline sees them', () => {

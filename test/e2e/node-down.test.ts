@@ -1,13 +1,11 @@
 import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { readVerdicts, verdictsPathFor, writeVerdicts } from '../../intake/node-down';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { runCli, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 
 /**
  * Node-down verdicts end to end (issue 14 item 5): the real `wavegate` command against a real Temporal
@@ -17,9 +15,7 @@ import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harn
  * expiresAt brings the device back into the next plan and is never silently renewed; a recheck that
  * passes at snapshot time lifts its verdict on the worker, recorded in the file and the status.
  */
-const scratch = scratchDir('node-down');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+const real = realRollouts('node-down');
 let fleet: Fleet;
 let inventory = '';
 let verdictsFile = '';
@@ -27,19 +23,19 @@ const APPLY_R2 = 'install -m 0644 "$WAVEGATE_STAGING/motd"';
 const DEAD = 'edge-02';
 const FLAKY = 'edge-03';
 const BACK_AT_BOARD = 'edge-04';
-const flag = join(scratch.dir, 'edge-03-is-back');
+const flag = join(real.dir, 'edge-03-is-back');
 
 function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+  return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
     timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
   });
 }
 /** Commands that take no Temporal options. */
 const offline = (args: string[]) => runCli(args, { env: { WAVEGATE_PROFILES: '' } });
 
 function spec(): string {
-  const path = join(scratch.dir, 'fast.yaml');
+  const path = join(real.dir, 'fast.yaml');
   writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] } }));
   return path;
 }
@@ -56,17 +52,8 @@ const board = () => wg(['fleet', 'status', '--profile', 'demo', '--inventory', i
 const rowOf = (stdout: string, id: string) => stdout.split('\n').find((l) => l.trimStart().startsWith(`${id} `)) ?? '';
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  ({ fleet, inventoryPath: inventory } = await real.fleet(demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
   verdictsFile = verdictsPathFor(inventory);
-});
-
-afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
 });
 
 describe('node-down verdicts through the CLI, the worker and the planner', () => {
@@ -174,7 +161,7 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     const described = await wg(['status', id, '--json']);
     const status = JSON.parse(described.stdout) as Status;
     expect(status.state).toBe('failed');
-    const failure = await env!.client.workflow.getHandle(id).result().then(() => undefined, (err: { cause?: { message?: string; cause?: { message?: string } } }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
+    const failure = await real.env.client.workflow.getHandle(id).result().then(() => undefined, (err: { cause?: { message?: string; cause?: { message?: string } } }) => `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`);
     expect(failure).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
     expect(fleet.totalCommands()).toBe(before);
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);

@@ -2,16 +2,15 @@ import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { AuditRecord } from '../../core/audit';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, runCliAgainst, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { recordHistory } from '../support/histories';
-import { fleetWithInventory, scratchDir, startTestWorker, writeDemoSpec } from '../support/harness';
+import { writeDemoSpec } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { markerOf, verifiesAt } from '../support/rollout-helpers';
 import { until } from '../support/until';
 
@@ -23,10 +22,7 @@ import { until } from '../support/until';
  * refused after the window with the roll-forward printed and nothing started, and refusals of a
  * running, a rolled-back and an unknown rollout.
  */
-const scratch = scratchDir('revert');
-const auditDir = join(scratch.dir, 'audit');
-let env: TestWorkflowEnvironment | undefined;
-let worker: { taskQueue: string; stop(): Promise<void> } | undefined;
+const real = realRollouts('revert');
 let fleet: Fleet;
 let inventory = '';
 /** The roll-forward's worker: `wavegate worker --profiles <root>` with pins of keys this test made. */
@@ -37,11 +33,11 @@ const REQUIRED = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-0
 const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s', healthGate: ['all-runtimes-healthy'] }] };
 
 function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
-  return runCliAgainst({ address: env!.address, taskQueue: worker!.taskQueue, scratch: scratch.dir }, args, timeoutMs);
+  return runCliAgainst({ address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir }, args, timeoutMs);
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  return writeDemoSpec(scratch.dir, name, rollout);
+  return writeDemoSpec(real.dir, name, rollout);
 }
 
 async function status(id: string): Promise<RolloutStatus> {
@@ -71,18 +67,12 @@ const floorOf = (id: string): DeviceFloor | null => {
 const commandCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.commands(d.id).length]));
 
 beforeAll(async () => {
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir });
   const devices = demoDevices(8).map((d) => (d.id === LEFT_BEHIND ? { ...d, updateClass: 'left-behind' as const } : d));
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, devices, { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  ({ fleet, inventoryPath: inventory } = await real.fleet(devices, { 'pool-a': 0.5, 'pool-b': 0.5 }));
 });
 
 afterAll(async () => {
   if (forwardWorker) await stopChild(forwardWorker.child);
-  await worker?.stop();
-  await fleet?.stop();
-  await env?.teardown();
-  scratch.cleanup();
 });
 
 describe('wavegate revert', () => {
@@ -175,7 +165,7 @@ describe('wavegate revert', () => {
     expect(markerOf(fleet, OFFLINE)).toBe(offlineMarker);
 
     // The revert's own history (patch revert-rollouts) is replayed by test/workflow/replay.test.ts.
-    await recordHistory(env!.client.workflow.getHandle(revertId), 'revert-inside-window');
+    await recordHistory(real.env.client.workflow.getHandle(revertId), 'revert-inside-window');
     const reverted = await status(revertId);
     expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: id, runId } });
     expect(reverted.devices.map((d) => d.id).sort()).toEqual(changed);
@@ -183,13 +173,13 @@ describe('wavegate revert', () => {
     const human = await wg(['status', revertId]);
     expect(human.stdout).toContain(`reverts: ${id} (run ${runId}), r2 → r1`);
 
-    const audit = await wg(['audit', revertId, '--audit-dir', auditDir, '--json']);
+    const audit = await wg(['audit', revertId, '--audit-dir', real.auditDir, '--json']);
     expect(audit.code, audit.stderr).toBe(0);
     const records = JSON.parse(audit.stdout) as AuditRecord[];
     expect(records[0]).toMatchObject({ event: 'rollout.started', evidence: { from: 2, to: 1, reverts: id, revertsRun: runId } });
     expect(records.find((r) => r.event === 'floor.confirmed')).toMatchObject({ evidence: { revision: 1, from: 1, revertWindowMs: 0 } });
     // The original's trail, by its id alone.
-    const originalTrail = await wg(['audit', id, '--audit-dir', auditDir, '--json']);
+    const originalTrail = await wg(['audit', id, '--audit-dir', real.auditDir, '--json']);
     expect((JSON.parse(originalTrail.stdout) as AuditRecord[]).at(-1)).toMatchObject({ event: 'rollout.completed' });
 
     // A revert is not reverted again: going up is a start.
@@ -208,7 +198,7 @@ describe('wavegate revert', () => {
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
     expect(revert.stdout).toContain(`over the 7 device(s) ${id} (run ${runId}) changed, one phase, no gate (--fast)`);
     const revertId = printedId(revert, 'revert');
-    await recordHistory(env!.client.workflow.getHandle(revertId), 'revert-fast');
+    await recordHistory(real.env.client.workflow.getHandle(revertId), 'revert-fast');
     const s = await status(revertId);
     expect(s.reverts).toEqual({ rolloutId: id, runId, closedAt: expect.any(Number) });
     expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
@@ -224,7 +214,7 @@ describe('wavegate revert', () => {
     const closedFloor = floorOf('edge-01');
     // Raised by its apply, tagged with the run, carrying the window; the window runs from the rollout's close.
     expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: id, run: runId, window: 3_000 });
-    const closedAt = (await env!.client.workflow.getHandle(id, runId).describe()).closeTime!.getTime();
+    const closedAt = (await real.env.client.workflow.getHandle(id, runId).describe()).closeTime!.getTime();
     await until('the 3 s revert window to pass', async () => (Date.now() > closedAt + 3_000 + 1_500 ? true : undefined));
 
     const before = fleet.totalCommands();
@@ -240,7 +230,7 @@ describe('wavegate revert', () => {
     const still = await status(id);
     expect(still).toMatchObject({ fromRevision: 1, toRevision: 2, state: 'completed' });
     expect(still.reverts).toBeUndefined();
-    expect((await env!.client.workflow.getHandle('profile-lock:demo').describe()).status.name).toBe('COMPLETED');
+    expect((await real.env.client.workflow.getHandle('profile-lock:demo').describe()).status.name).toBe('COMPLETED');
     expect(fleet.totalCommands()).toBe(before);
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
   });
@@ -249,12 +239,12 @@ describe('wavegate revert', () => {
 describe('the printed roll-forward, run as printed', () => {
   it('signs r1\'s content as r3 and rolls the fleet forward from r2 to it: every device verifies r1\'s content at marker 3', async () => {
     // A profiles root of our own: the demo's files, signed 2-of-2 by keys made here (the demo's are gone).
-    const root = join(scratch.dir, 'profiles');
+    const root = join(real.dir, 'profiles');
     const dir = join(root, 'demo');
     cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), dir, { recursive: true });
     rmSync(join(dir, 'envelopes'), { recursive: true });
     mkdirSync(join(dir, 'envelopes'));
-    const key = (name: string) => join(scratch.dir, `${name}.key`);
+    const key = (name: string) => join(real.dir, `${name}.key`);
     const offline = async (args: string[]) => {
       const run = await runCli(args);
       expect(run.code, `${args.join(' ')}\n${run.stdout}\n${run.stderr}`).toBe(0);
@@ -266,10 +256,10 @@ describe('the printed roll-forward, run as printed', () => {
       await offline(['sign', join(dir, 'revisions', `${n}.yaml`), '--key', key('alice'), '--out', join(dir, 'envelopes', `${n}.json`)]);
       await offline(['cosign', join(dir, 'envelopes', `${n}.json`), '--key', key('bob')]);
     }
-    const queue = `${worker!.taskQueue}-forward`;
-    forwardWorker = await spawnCliUntil(['worker', '--address', env!.address, '--task-queue', queue, '--profiles', root, '--audit-dir', auditDir], /worker \S+ polling/);
+    const queue = `${real.worker.taskQueue}-forward`;
+    forwardWorker = await spawnCliUntil(['worker', '--address', real.env.address, '--task-queue', queue, '--profiles', root, '--audit-dir', real.auditDir], /worker \S+ polling/);
     const wgForward = (args: string[]) =>
-      runCli([...args, '--address', env!.address, '--task-queue', queue], { timeoutMs: 180_000, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
+      runCli([...args, '--address', real.env.address, '--task-queue', queue], { timeoutMs: 180_000, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
 
     // The fleet is at r2 with its window closed (the test above): the revert prints the way forward.
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);

@@ -3,11 +3,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { demoDevices } from '../../sim';
 import { runCli, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir, startTestWorker } from '../support/harness';
+import { realRollouts } from '../support/real-rollouts';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
 
 /**
@@ -18,44 +16,35 @@ import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-r
  * so the first event is acknowledged only after the activity's retries (1+2+4+8+16 s): the rollout's
  * status is final long before its outbox is empty.
  */
-const scratch = scratchDir('start-wait-close');
+const real = realRollouts('start-wait-close');
 const secretEnv = 'WAVEGATE_WEBHOOK_SECRET_START_WAIT';
 /** The worker's webhook policy (core/webhook-policy.ts): the loopback receiver allowed explicitly. */
 const policy = { [secretEnv]: randomBytes(24).toString('hex'), WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' };
-let env: TestWorkflowEnvironment | undefined;
-let worker: Awaited<ReturnType<typeof startTestWorker>> | undefined;
-let fleet: Fleet | undefined;
 let receiver: WebhookReceiver | undefined;
 let inventory = '';
 
 function wg(args: string[]): Promise<CliRun> {
-  return runCli([...args, '--address', env!.address, '--task-queue', worker!.taskQueue], {
+  return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
     timeoutMs: 240_000,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '', ...policy },
+    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '', ...policy },
   });
 }
 
 beforeAll(async () => {
   // The worker runs in this process: its webhook secret and policy are this process's environment.
   Object.assign(process.env, policy);
-  env = await startDevServerEnv();
-  worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
+  ({ inventoryPath: inventory } = await real.fleet(demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
   receiver = await startWebhookReceiver((n) => (n <= 5 ? 503 : 200));
 }, 180_000);
 
 afterAll(async () => {
-  await worker?.stop();
-  await fleet?.stop();
   await receiver?.close();
-  await env?.teardown();
   for (const name of Object.keys(policy)) delete process.env[name];
-  scratch.cleanup();
 });
 
 describe('start --wait returns after the run has closed', () => {
   it('a rollout whose webhook is slow to acknowledge: --wait says it is closing, returns exit 0 with the run closed, and an immediate revert is accepted', async () => {
-    const specPath = join(scratch.dir, 'spec.yaml');
+    const specPath = join(real.dir, 'spec.yaml');
     writeFileSync(
       specPath,
       stringify({
@@ -72,7 +61,7 @@ describe('start --wait returns after the run has closed', () => {
     const start = await wg(['start', '-f', specPath, '--inventory', inventory, '--wait', '--interval', '300']);
     const id = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
     // Closed when --wait returned: no window in which the next command finds it open.
-    const described = await env!.client.workflow.getHandle(id).describe();
+    const described = await real.env.client.workflow.getHandle(id).describe();
     expect(start.code, start.stdout + start.stderr).toBe(0);
     expect(described.status.name, start.stdout).toBe('COMPLETED');
     // The status was final while deliveries were still pending: said, then waited for.
@@ -88,6 +77,6 @@ describe('start --wait returns after the run has closed', () => {
     // The revert (a rollout of its own) is let finish, so the test leaves nothing running.
     const reverted = await wg(['watch', revertId, '--json', '--interval', '300']);
     expect(reverted.code, reverted.stdout + reverted.stderr).toBe(0);
-    expect((await env!.client.workflow.getHandle(revertId).describe()).status.name).toBe('COMPLETED');
+    expect((await real.env.client.workflow.getHandle(revertId).describe()).status.name).toBe('COMPLETED');
   }, 300_000);
 });
