@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { type Stats, chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { readFlagFile } from '../intake/files';
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -166,7 +166,7 @@ export function readAuditFile(auditDir: string, rolloutId: string, runId?: strin
  * where the path came from in refusals.
  */
 export function readAuditKey(path: string, source = '--audit-key-file'): Uint8Array {
-  let stat;
+  let stat: Stats;
   try {
     stat = statSync(path);
   } catch (err) {
@@ -417,7 +417,7 @@ export function createAuditActivities(deps: AuditActivityDeps) {
   /** The runId of the chain's first record, when it can be read. */
   function firstRunOf(rolloutId: string): string | undefined {
     try {
-      const first = parseAuditLog(readFileSync(auditFilePath(dir, rolloutId), 'utf8').split('\n', 1)[0]! + '\n').records[0];
+      const first = parseAuditLog(`${readFileSync(auditFilePath(dir, rolloutId), 'utf8').split('\n', 1)[0]!}\n`).records[0];
       return typeof first?.runId === 'string' ? first.runId : undefined;
     } catch {
       return undefined;

@@ -32,7 +32,7 @@ export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOption
   if (!trust && opts.requireEnvelope) {
     throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for the dependency profile "${dep.profile}" (no ${layout.trustFile}) to verify ${dependencyLabel(dep)} against`);
   }
-  let found;
+  let found: ReturnType<typeof findFileRevision>;
   try {
     found = findFileRevision(layout, trust, dep.revision);
   } catch (err) {

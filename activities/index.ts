@@ -45,9 +45,9 @@ export interface ActivityDeps {
   /**
    * The worker's profiles root: pins (`<profilesRoot>/<profile>/trust.yaml`) and payload files. `wavegate
    * worker` and `wavegate dev` always pass one (intake/profiles-root.ts); unset (library use, tests)
-   * it is this checkout's profiles/. (Still `trustDir` here: workers/ passes it by that name.)
+   * it is this checkout's profiles/.
    */
-  trustDir?: string;
+  profilesRoot?: string;
   /**
    * Run steps without a signed envelope for profiles the worker holds no pins for. Off by default: a
    * worker only runs what its own pins signed.
@@ -179,16 +179,16 @@ export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });
   // Every device operation goes through its channel (./channel): SSH sessions, or an agent's twin read and written with this client.
-  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, profilesRoot: deps.trustDir, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
+  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, profilesRoot: deps.profilesRoot, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
   return {
     ...(deps.auditStore
       ? auditActivitiesOf(deps.auditStore)
       : createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) })),
-    ...createHealthActivities({ profilesRoot: deps.trustDir }),
+    ...createHealthActivities({ profilesRoot: deps.profilesRoot }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
-    ...createPreflightActivities({ profilesRoot: deps.trustDir, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
+    ...createPreflightActivities({ profilesRoot: deps.profilesRoot, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
     ...createWebhookActivities(deps.webhookPolicy ? { policy: deps.webhookPolicy } : {}),
     ...createConvergeActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
+import { type Stats, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { isAbsolute, relative, resolve, sep } from 'node:path';
 import type { PayloadFile } from '../core/revision';
 import { profileDir } from '../intake/profile-dir';
@@ -39,7 +39,7 @@ export function resolvePayload(profilesRoot: string, profile: string, file: Payl
   let at = root;
   for (const part of rel.split(sep)) {
     at = resolve(at, part);
-    let st;
+    let st: Stats;
     try {
       st = lstatSync(at);
     } catch (err) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-'use strict';
+
 // Two ways to run, decided by whether the TypeScript sources are here:
 // - a checkout (cli/main.ts present): the sources through tsx, so tests and `npm run dev` need no build
 //   and can never run a stale dist/ left by an earlier `npm run build`;
@@ -24,6 +24,6 @@ if (fromSource) {
 cli.main(process.argv).catch((err) => {
   // No stack trace reaches a user (WAVEGATE_DEBUG=1 shows it for a bug report).
   const debug = process.env.WAVEGATE_DEBUG === '1' && err && err.stack;
-  process.stderr.write(`wavegate: ${debug ? err.stack : `${err && err.message ? err.message : err} (an unexpected error; run again with WAVEGATE_DEBUG=1 for the details to report)`}\n`);
+  process.stderr.write(`wavegate: ${debug ? err.stack : `${err?.message ? err.message : err} (an unexpected error; run again with WAVEGATE_DEBUG=1 for the details to report)`}\n`);
   process.exitCode = 1;
 });

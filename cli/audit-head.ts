@@ -50,7 +50,7 @@ export interface WorkflowHeads {
  * failure to reach or read it is an answer saying so, so that verification states what it did not check.
  */
 export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: string, body: (heads: WorkflowHeads) => Promise<T>): Promise<T> {
-  let settings;
+  let settings: ReturnType<typeof resolveConnectionSettings>;
   try {
     settings = resolveConnectionSettings(flags);
   } catch (err) {
@@ -58,7 +58,7 @@ export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: stri
     return body({ address: '-', headOf: async () => ({ head: null, why, kind: 'unreachable' }) });
   }
   const address = settings.address;
-  let client;
+  let client: Awaited<ReturnType<typeof connectClient>>;
   try {
     if (!(await portAnswers(address))) throw new Error('refused');
     client = await connectClient(settings);

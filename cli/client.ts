@@ -204,7 +204,7 @@ async function awaitLockClosed(client: Client, lockId: string, timeoutMs: number
   const deadline = Date.now() + timeoutMs;
   for (let delay = 50; Date.now() < deadline; delay = Math.min(delay * 2, 500)) {
     const described = await describeOrUndefined(client, lockId);
-    if (!described || described.status.name !== 'RUNNING') return;
+    if (described?.status.name !== 'RUNNING') return;
     await new Promise((r) => setTimeout(r, delay));
   }
 }

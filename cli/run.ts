@@ -9,6 +9,7 @@ export const EXIT_REFUSED = 2;
  * Wrap a command action: a WavegateError prints its message and exits 2 when it is a refusal (bad input,
  * invalid state, conflict, not found) or 1 otherwise. The action returns the exit code it wants.
  */
+// biome-ignore lint/suspicious/noConfusingVoidType: an action that returns nothing (void) exits 0; commander's actions are written that way
 export function action<A extends unknown[]>(fn: (...args: A) => Promise<number | void> | number | void) {
   return async (...args: A): Promise<void> => {
     try {
@@ -40,7 +41,7 @@ async function searchAttributeRefusal(err: unknown, args: unknown[]): Promise<Wa
     const { searchAttributeFailure } = require('../workers/search-attributes') as typeof import('../workers/search-attributes');
     const { resolveConnectionSettings } = require('../workers/connection') as typeof import('../workers/connection');
     const command = args[args.length - 1] as { optsWithGlobals?: () => Record<string, unknown> } | undefined;
-    let settings;
+    let settings: ReturnType<typeof resolveConnectionSettings> | undefined;
     try {
       settings = resolveConnectionSettings(typeof command?.optsWithGlobals === 'function' ? command.optsWithGlobals() : {});
     } catch {

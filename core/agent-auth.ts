@@ -129,7 +129,7 @@ export function staleness(ts: number, now: number, windowMs = AUTH_WINDOW_MS): s
 /** Whether `fields.sig` signs this method, path, ts, nonce and the declared body digest. */
 export function signatureValid(fields: AuthFields, publicKey: Uint8Array, method: string, path: string): boolean {
   const sig = fromBase64(fields.sig);
-  if (!sig || sig.length !== 64) return false;
+  if (sig?.length !== 64) return false;
   try {
     return ed25519.verify(sig, signatureBase(method, path, fields.ts, fields.nonce, fields.digest), publicKey, { zip215: false });
   } catch {
@@ -176,7 +176,10 @@ export class NonceCache {
     // A whole pass over the cache at most once a second: a cache full of live entries is not rescanned per request.
     if (this.count >= this.max && now - this.prunedAllAt >= 1_000) this.prune(now);
     if (this.count >= this.max) return 'full';
-    if (!own) this.byDevice.set(device, (own = new Map()));
+    if (!own) {
+      own = new Map();
+      this.byDevice.set(device, own);
+    }
     if (own.delete(nonce)) this.count--;
     // `ts + window` is when the request could no longer pass the window check.
     own.set(nonce, Math.max(ts, now) + this.windowMs);

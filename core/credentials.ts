@@ -160,8 +160,7 @@ const TOKEN68 = /[A-Za-z0-9._~+/=-]/;
 /** `Authorization: <literal>` (and Proxy-Authorization), and `Bearer <token>` anywhere. */
 function scanAuthorization(text: string, add: Add, meter: ScanMeter): void {
   const words = /authorization|bearer/gi;
-  let m: RegExpExecArray | null;
-  while ((m = words.exec(text)) !== null) {
+  for (let m = words.exec(text); m !== null; m = words.exec(text)) {
     meter.steps += m[0].length;
     const start = m.index;
     const before = text[start - 1];

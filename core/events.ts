@@ -48,7 +48,7 @@ const RENAMED: Partial<Record<AuditEventName, WebhookEventName>> = { 'rollout.ap
 
 /** The event an audit record is, or undefined when it is not one a webhook receives. */
 export function webhookEventOf(event: AuditEventName): WebhookEventName | undefined {
-  if (Object.prototype.hasOwnProperty.call(RENAMED, event)) return RENAMED[event];
+  if (Object.hasOwn(RENAMED, event)) return RENAMED[event];
   return (WEBHOOK_EVENTS as readonly string[]).includes(event) ? (event as WebhookEventName) : undefined;
 }
 

@@ -305,7 +305,7 @@ function deliveredFiles(apply: string): string[] {
     const words = commandWords(seg.text);
     if (!words.length || !DELIVERY_COMMANDS.test(words[0]!)) continue;
     const args = words.slice(1).filter((w) => !w.startsWith('-'));
-    const needsValue = /^(install)$/.test(words[0]!) ? words.slice(1).filter((w, i, all) => /^-[mogt]$/.test(all[i - 1] ?? '')) : [];
+    const needsValue = /^(install)$/.test(words[0]!) ? words.slice(1).filter((_w, i, all) => /^-[mogt]$/.test(all[i - 1] ?? '')) : [];
     const operands = args.filter((w) => !needsValue.includes(w));
     if (/^tar$/i.test(words[0]!)) {
       const f = words.findIndex((w) => /^-?[a-z]*f$/.test(w));

@@ -154,7 +154,7 @@ export function parseHealthGate(texts: readonly string[]): { ok: true; checks: H
 // --- credentials: refused where they are written, redacted wherever text is recorded -------------
 
 /** Query parameter, argument and assignment names that carry a secret (`access_token`, `apiKey`, `X-Amz-Signature`, `password`). */
-const SECRET_WORD = String.raw`[A-Za-z0-9_.-]*(?:token|secret|password|passwd|apikey|api[_-]key|credential)[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?(?:key|pass|auth|sig|signature|session)`;
+const SECRET_WORD = `[A-Za-z0-9_.-]*(?:token|secret|password|passwd|apikey|api[_-]key|credential)[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?(?:key|pass|auth|sig|signature|session)`;
 const URL_IN_TEXT = /([a-z][a-z0-9+.-]*:\/\/)([^\s"'<>`]*)/gi;
 const AUTH_VALUE = /(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s"']+/gi;
 const SECRET_ASSIGNMENT = new RegExp(String.raw`(\b(?:${SECRET_WORD})\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&"']+)`, 'gi');

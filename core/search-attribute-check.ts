@@ -56,7 +56,7 @@ export function checkSearchAttributes(needed: readonly NeededAttribute[], regist
   const missing: NeededAttribute[] = [];
   const mismatched: AttributeMismatch[] = [];
   for (const attr of needed) {
-    if (!Object.prototype.hasOwnProperty.call(registered, attr.name)) {
+    if (!Object.hasOwn(registered, attr.name)) {
       missing.push({ name: attr.name, type: attr.type });
       continue;
     }

@@ -69,7 +69,7 @@ export function parseTrust(data: unknown, source: string): Trust {
   const keys = new Map<string, Uint8Array>();
   input.pins.forEach((pin, i) => {
     const raw = fromBase64(pin.publicKey);
-    if (!raw || raw.length !== 32) {
+    if (raw?.length !== 32) {
       problems.push(`  pins[${i}].publicKey: must be a base64 raw 32-byte Ed25519 public key (got ${JSON.stringify(pin.publicKey)})`);
       return;
     }
@@ -118,7 +118,7 @@ export function secretKeyFile(pair: KeyPair): z.infer<typeof SecretKeyFile> {
 export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
   const file = parseWith(SecretKeyFile, data, source);
   const secret = fromBase64(file.secretKey);
-  if (!secret || secret.length !== 32) throw invalid(source, ['  secretKey: must be a base64 32-byte Ed25519 secret key']);
+  if (secret?.length !== 32) throw invalid(source, ['  secretKey: must be a base64 32-byte Ed25519 secret key']);
   const pair = keyPairFromSeed(secret);
   if (pair.kid !== file.kid || toBase64(pair.publicKey) !== file.publicKey) {
     throw invalid(source, ['  kid: does not belong to this secret key (the file was edited or mixed up)']);

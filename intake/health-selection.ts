@@ -21,30 +21,34 @@ export function checkHealthSelections(spec: RolloutSpec, profile: Profile, targe
   const names = namedHealthChecks(health).map((c) => c.name);
   const problems: FieldProblem[] = [];
   const concerned = concernedDevices(devices);
-  spec.phases.forEach((phase, i) => {
-    phase.healthGate.forEach((text, j) => {
+  for (const [i, phase] of spec.phases.entries()) {
+    for (const [j, text] of phase.healthGate.entries()) {
       const parsed = parseHealthCheck(text);
-      if (!parsed.ok) return; // the spec parser already refused it
+      if (!parsed.ok) continue; // the spec parser already refused it
       const check = parsed.check;
       const problem = (message: string) => problems.push({ path: `rollout.phases[${i}].healthGate[${j}]`, value: text, message: `${message}${concerned(i)}` });
       const r = `${revision.profile} r${revision.revision}`;
       if (runsOnDevices(check) && !envelope) {
-        return problem(`runs commands on devices, which must come from signed content, but profile "${revision.profile}" has no pins (trust.yaml), so ${r} is unsigned; sign its revisions (wavegate keygen, trust, sign, cosign) or use a worker-side check (http, prometheus, devices-online)`);
+        problem(`runs commands on devices, which must come from signed content, but profile "${revision.profile}" has no pins (trust.yaml), so ${r} is unsigned; sign its revisions (wavegate keygen, trust, sign, cosign) or use a worker-side check (http, prometheus, devices-online)`);
+        continue;
       }
       if (check.kind === 'all-runtimes-healthy' && !health?.runtimes?.length) {
-        return problem(`${r} declares no signed health.runtimes to check; add them to the revision as { name, command } and sign it again, or drop this check`);
+        problem(`${r} declares no signed health.runtimes to check; add them to the revision as { name, command } and sign it again, or drop this check`);
+        continue;
       }
       if (check.kind === 'named' && !names.includes(check.name)) {
-        return problem(`${r} has no signed health check named "${check.name}"; allowed: ${names.map((n) => `"check: ${n}"`).join(', ') || '(none: add health.checks to the revision and sign it again)'}`);
+        problem(`${r} has no signed health check named "${check.name}"; allowed: ${names.map((n) => `"check: ${n}"`).join(', ') || '(none: add health.checks to the revision and sign it again)'}`);
+        continue;
       }
       if (check.kind === 'error-rate' && !(envelope && health?.errorRate) && !profile.metrics) {
-        return problem(`has no error-rate source: ${r} has no signed health.errorRate.command${envelope ? '' : ' (and is unsigned)'} and profile "${profile.name}" no metrics.errorRate (http or prometheus)`);
+        problem(`has no error-rate source: ${r} has no signed health.errorRate.command${envelope ? '' : ' (and is unsigned)'} and profile "${profile.name}" no metrics.errorRate (http or prometheus)`);
+        continue;
       }
       if (check.kind === 'prometheus' && check.url === undefined && !(profile.metrics && 'prometheus' in profile.metrics.errorRate)) {
-        return problem(`has no Prometheus to ask: profile "${profile.name}" has no metrics.errorRate.prometheus.url; write "prometheus(<url>): <query> < <number>" or set it in the profile`);
+        problem(`has no Prometheus to ask: profile "${profile.name}" has no metrics.errorRate.prometheus.url; write "prometheus(<url>): <query> < <number>" or set it in the profile`);
       }
-    });
-  });
+    }
+  }
   if (problems.length) invalidFields(specSource, problems);
 }
 

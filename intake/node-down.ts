@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, lstatSync, openSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+
+import { closeSync, existsSync, lstatSync, openSync, rmSync, statSync, } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { stringify } from 'yaml';
 import { WavegateError } from '../core/errors';

@@ -1,6 +1,5 @@
 import { existsSync, readdirSync, realpathSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
-import { WavegateError } from '../core/errors';
 import { checkProfileName } from '../core/profile-name';
 import { PAYLOAD_DIR, payloadSourceProblem, type PayloadFile } from '../core/revision';
 import type { FieldProblem } from '../core/validation';
@@ -58,7 +57,10 @@ export function payloadSourceProblems(payload: readonly Pick<PayloadFile, 'sourc
   payload.forEach((file, i) => {
     const path = `payload[${i}].source`;
     const lexical = payloadSourceProblem(file.source);
-    if (lexical) return problems.push({ path, value: file.source, message: lexical });
+    if (lexical) {
+      problems.push({ path, value: file.source, message: lexical });
+      return;
+    }
     if (dir === undefined) return;
     let real: string;
     try {

@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+
+import { existsSync, mkdirSync, } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { SCANNED_KEYS_KIND, ScannedKeysFile, type AcceptedKey, type ScannedHostKey } from '../core/init-keys';

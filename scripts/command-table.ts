@@ -11,7 +11,7 @@ import { GROUP_NAMES, programWith } from '../cli/main';
 const help = new Help();
 const rows = GROUP_NAMES.flatMap((group) => {
   const program = new Command('wavegate');
-  programWith([group]).commands.forEach((c) => program.addCommand(c));
+  for (const c of programWith([group]).commands) program.addCommand(c);
   return program.commands.map((c) => `  { name: ${JSON.stringify(c.name())}, group: '${group}', term: ${JSON.stringify(help.subcommandTerm(c))}, description: ${JSON.stringify(help.subcommandDescription(c))} },`);
 });
 const file = join(__dirname, '..', 'cli', 'main.ts');

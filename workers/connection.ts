@@ -129,5 +129,5 @@ export function connectionOptions(settings: ConnectionSettings) {
 
 /** What a person reads about where a process connects: never the key, only whether one is used. */
 export function describeConnection(settings: ConnectionSettings): string {
-  return `${settings.address} namespace ${settings.namespace}${settings.tls ? ' (TLS' + (settings.apiKey ? ', API key)' : ')') : ''}`;
+  return `${settings.address} namespace ${settings.namespace}${settings.tls ? ` (TLS${settings.apiKey ? ', API key)' : ')'}` : ''}`;
 }

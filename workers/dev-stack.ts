@@ -33,7 +33,7 @@ export async function startDevStack(opts: {
   port?: number;
   uiPort?: number;
   /** The worker's profiles root (pins and payload files), always given: the stack never guesses it. */
-  profilesDir: string;
+  profilesRoot: string;
   log: (line: string) => void;
 }): Promise<DevStack> {
   const stateDir = resolve(opts.stateDir);
@@ -68,7 +68,7 @@ export async function startDevStack(opts: {
     stops.push(() => connection.close());
     // The dev stack MACs its audit with a key of its own, kept (0600) with the rest of its state.
     const auditKeyFile = ensureAuditKeyFile(join(stateDir, 'audit.key'));
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, trustDir: resolve(opts.profilesDir), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
+    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, profilesRoot: resolve(opts.profilesRoot), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();

@@ -1,4 +1,4 @@
-import { statSync } from 'node:fs';
+import { type Stats, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { ClientConfig } from 'pg';
@@ -157,7 +157,7 @@ export function readStorePassword(env: NodeJS.ProcessEnv = process.env): string 
   const path = env.WAVEGATE_AUDIT_STORE_PASSWORD_FILE;
   if (!path) return undefined;
   const field = '$WAVEGATE_AUDIT_STORE_PASSWORD_FILE';
-  let stat;
+  let stat: Stats;
   try {
     stat = statSync(path);
   } catch (err) {
@@ -195,7 +195,7 @@ export interface PgpassTarget {
  */
 export function pgpassPassword(text: string, target: PgpassTarget): string | undefined {
   const want = [target.host, String(target.port), target.database, target.user];
-  const unescape = (field: string) => field.replace(/\\(.)/g, '$1');
+  const unescapeField = (field: string) => field.replace(/\\(.)/g, '$1');
   for (const line of text.split(/\r?\n/)) {
     if (line === '' || line.startsWith('#')) continue;
     const fields: string[] = [];
@@ -209,7 +209,7 @@ export function pgpassPassword(text: string, target: PgpassTarget): string | und
     }
     if (fields.length < 4) continue;
     // The password runs to the end of the line or an unescaped colon.
-    if (fields.every((field, i) => field === '*' || unescape(field) === want[i])) return unescape(/^(?:[^:\\]|\\.?)*/.exec(line.slice(start))![0]);
+    if (fields.every((field, i) => field === '*' || unescapeField(field) === want[i])) return unescapeField(/^(?:[^:\\]|\\.?)*/.exec(line.slice(start))![0]);
   }
   return undefined;
 }
@@ -220,7 +220,7 @@ export function pgpassPassword(text: string, target: PgpassTarget): string | und
  */
 export function readPgpass(target: PgpassTarget, env: NodeJS.ProcessEnv = process.env): { password?: string; ignored?: string } {
   const path = env.PGPASSFILE || join(env.HOME || homedir(), '.pgpass');
-  let stat;
+  let stat: Stats;
   try {
     stat = statSync(path);
   } catch {

@@ -72,7 +72,7 @@ function headOf(state: SegmentState): AuditHead | null {
 class ClosingClient extends Client {
   override connect(): Promise<Client>;
   override connect(callback: (err: Error | null, client?: Client) => void): void;
-  override connect(callback?: (err: Error | null, client?: Client) => void): Promise<Client> | void {
+  override connect(callback?: (err: Error | null, client?: Client) => void): Promise<Client> | undefined {
     if (!callback) return super.connect();
     super.connect((err: Error | null) => {
       if (err) (this as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();

@@ -361,7 +361,7 @@ export function applyScript(input: ApplyScriptInput): string {
     ...launch,
     ...wait,
   );
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }
 
 /** One report line. */
@@ -405,7 +405,7 @@ export class ReportUnreadable extends Error {
 export function parseReportLines(stdout: string): { steps: ReportStep[]; end: string } {
   const lines = stdout.split('\n');
   if (lines.at(-1) === '') lines.pop();
-  const begin = lines.findIndex((l) => l === `${STEP} begin ${APPLY_SCRIPT_VERSION} `);
+  const begin = lines.indexOf(`${STEP} begin ${APPLY_SCRIPT_VERSION} `);
   if (begin < 0) throw new ReportUnreadable(`no "${STEP} begin ${APPLY_SCRIPT_VERSION}" line`);
   const steps: ReportStep[] = [];
   for (let i = begin + 1; i < lines.length; i++) {

@@ -109,7 +109,7 @@ export function register(program: Command): void {
         const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
         checkProfilesRoot(profiles);
         if (opts.demo && !hasProfile(profiles.dir, 'demo')) throw new WavegateError('INVALID_INPUT', `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`, { field: '--profiles' });
-        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, profilesDir: profiles.dir, log }, async (stack) => {
+        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, profilesRoot: profiles.dir, log }, async (stack) => {
           log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
           log(`Web UI:           ${stack.server.uiUrl}`);
           log(`profiles root:    ${describeProfilesRoot(profiles)}`);
@@ -139,7 +139,7 @@ export function register(program: Command): void {
         loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesRoot }); // bad input starts nothing
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
-        return withDevStack({ stateDir, demo: true, profilesDir: profilesRoot, log }, async (stack) => {
+        return withDevStack({ stateDir, demo: true, profilesRoot, log }, async (stack) => {
           const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
           await registerDemoEnvelopes(client, stack, profilesRoot);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.
@@ -219,7 +219,7 @@ export function register(program: Command): void {
       const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
       if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
       log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, layout, ...(versioning ? { versioning } : {}), deps: { log, trustDir: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
+      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, layout, ...(versioning ? { versioning } : {}), deps: { log, profilesRoot: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
       log(`versioning: ${describeVersioning(versioning)}`);
       log(`runs: ${describeWorkerLayout(layout)}`);
       if (versioning) log(`  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`);

@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { Client } from 'ssh2';
 import { parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
-import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, type AcceptedKey, type KeyJudgement } from '../../core/init-keys';
+import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, type KeyJudgement } from '../../core/init-keys';
 import { parseInventory, type Device } from '../../core/inventory';
 import { knownHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { readText } from '../../intake/files';

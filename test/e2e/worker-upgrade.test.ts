@@ -66,7 +66,7 @@ async function versionedWorker(build: Build, deployment: string, taskQueue: stri
     taskQueue,
     ...(build === 'A' ? { workflowBundle: await workflowBundle() } : { workflowsPath: BUILD_B_PATH }),
     versioning: { version: { deploymentName: deployment, buildId: buildId(build) }, behavior, buildIdSource: 'test' },
-    deps: { auditDir, trustDir: profilesRoot, identity: `${buildId(build)}@${deployment}` },
+    deps: { auditDir, profilesRoot, identity: `${buildId(build)}@${deployment}` },
   });
   const running = worker.run();
   let stopped = false;

@@ -57,7 +57,7 @@ export async function startTestWorker(env: TestWorkflowEnvironment, opts: { audi
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.profilesRoot ? { trustDir: opts.profilesRoot } : {}) }),
+    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot } : {}) }),
     maxConcurrentActivityTaskExecutions: 200,
   });
   const running = worker.run();

@@ -15,7 +15,7 @@ import { cosignEnvelope, keyPairFromSeed, pinOf, signedContent, signRevision, ty
  * made with the core/signing.ts functions directly (no CLI round trips).
  *
  *   const p = writeSignedProfile({ root, name: 'conf', revisions: [{ revision: 1, apply, verify, payload: { conf: 'a\n' } }] });
- *   // a worker:  wavegate worker --profiles <root>   (or createActivities({ trustDir: root }))
+ *   // a worker:  wavegate worker --profiles <root>   (or createActivities({ profilesRoot: root }))
  *   // an agent:  p.writePins(dir) then wavegate agent --trust <dir>
  *   // refusals:  p.sign(p.revision(2), { signers: [p.keys[0]!] })  (below threshold), p.tampered(2), p.sign(..., { now: past })
  *

@@ -37,7 +37,7 @@ describe('quiet-start heartbeat', () => {
     const beats: { at: number; detail: unknown }[] = [];
     const started = Date.now();
     env.on('heartbeat', (detail: unknown) => beats.push({ at: Date.now() - started, detail }));
-    const acts = createActivities({ allowUnsigned: true, trustDir: join(scratch.dir, 'profiles') });
+    const acts = createActivities({ allowUnsigned: true, profilesRoot: join(scratch.dir, 'profiles') });
     const result: ApplyResult = await env.run(acts.applyRevision, { device: device(d), steps: steps(apply), commandTimeoutMs: 20_000 });
     return { result, beats };
   }
