@@ -51,7 +51,7 @@ export interface PatchRecord {
   /** `<file> <where in it>`: every workflow file that asks it. */
   askedIn: readonly string[];
   status: PatchStatus;
-  /** Histories (names in test/fixtures/histories, without .json) that carry its marker: the new branch. */
+  /** Histories (names in test/fixtures/histories, without .json) that carry its marker: the new branch (none once removed). */
   replayedWith: readonly string[];
   /** Every history that reaches the patch point without its marker: the old branch. These are archived when it retires. */
   replayedWithout: readonly string[];
@@ -136,6 +136,26 @@ const BEFORE_FLOOR_AT_APPLY = [
 ];
 /** The names of histories moved to `archive/<release>/` (test/support/histories.ts ARCHIVE_DIR). */
 const archivedIn = (release: Release['id'], names: readonly string[]) => names.map((n) => `archive/${release}/${n}`);
+/** Histories that ran the floor pass (`device-floor`) one chunk after another: before `floor-chunks-parallel` (r5). */
+const FLOOR_PASS_CHUNK_BY_CHUNK = [
+  'agent-mixed-offline-converge',
+  'deadline-pause-resume',
+  'deadline-paused-not-counted',
+  'hot-path-ahead-at-apply',
+  'hot-path-audit-phase-barrier',
+  'hot-path-canary-probe',
+  'hot-path-offline-at-apply-skip',
+  'hot-path-overlapping-slices',
+  'hot-path-slow-and-stopped',
+  'hot-path-zero-gate-pipelined-audit',
+  'membership-rollout',
+  'pause-acked-by-slices',
+  'pause-reaches-slices',
+  'profile-ordering-wait-then-proceed',
+  'revert-fast',
+  'revert-inside-window',
+  'webhooks-flaky-and-dead',
+];
 const NEW_INPUT = (what: string) => `only an input with ${what} asks it, and no build before it could start one`;
 
 export const PATCHES: readonly PatchRecord[] = [
@@ -191,9 +211,9 @@ export const PATCHES: readonly PatchRecord[] = [
     status: 'removed',
     deprecatedIn: 'r10',
     removedIn: 'r10',
-    replayedWith: ['revert-fast'],
+    replayedWith: [],
     replayedWithout: [],
-    archived: archivedIn('r9', R1_COMPLETED),
+    archived: archivedIn('r9', [...R1_COMPLETED, ...FLOOR_PASS_CHUNK_BY_CHUNK, 'rollout-scale-1000-floor-chunks-parallel']),
   },
   {
     id: 'refused-devices-untouched',
@@ -351,9 +371,9 @@ export const PATCHES: readonly PatchRecord[] = [
     status: 'removed',
     deprecatedIn: 'r10',
     removedIn: 'r10',
-    replayedWith: ['pause-reaches-slices'],
+    replayedWith: [],
     replayedWithout: [],
-    archived: archivedIn('r9', CONTROLLED_BEFORE_SLICES),
+    archived: archivedIn('r9', [...CONTROLLED_BEFORE_SLICES, 'pause-reaches-slices']),
   },
   {
     id: 'ahead-at-apply',
@@ -396,27 +416,9 @@ export const PATCHES: readonly PatchRecord[] = [
     status: 'removed',
     deprecatedIn: 'r10',
     removedIn: 'r10',
-    replayedWith: ['rollout-scale-1000-floor-chunks-parallel'],
+    replayedWith: [],
     replayedWithout: [],
-    archived: archivedIn('r9', [
-        'agent-mixed-offline-converge',
-        'deadline-pause-resume',
-        'deadline-paused-not-counted',
-        'hot-path-ahead-at-apply',
-        'hot-path-audit-phase-barrier',
-        'hot-path-canary-probe',
-        'hot-path-offline-at-apply-skip',
-        'hot-path-overlapping-slices',
-        'hot-path-slow-and-stopped',
-        'hot-path-zero-gate-pipelined-audit',
-        'membership-rollout',
-        'pause-acked-by-slices',
-        'pause-reaches-slices',
-        'profile-ordering-wait-then-proceed',
-        'revert-fast',
-        'revert-inside-window',
-        'webhooks-flaky-and-dead',
-      ]),
+    archived: archivedIn('r9', [...FLOOR_PASS_CHUNK_BY_CHUNK, 'rollout-scale-1000-floor-chunks-parallel']),
   },
   {
     id: 'floor-at-apply',
@@ -462,6 +464,9 @@ export const PATCHES: readonly PatchRecord[] = [
       'one-ending-deadline-rollback',
       'one-ending-failure-gate-rollback',
       'one-ending-cancel',
+      'deadline-rollback',
+      'bulk-failure-gate',
+      'canary-health-fail',
     ],
     replayedWithout: [
       'floor-at-apply',

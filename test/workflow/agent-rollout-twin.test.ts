@@ -51,6 +51,7 @@ describe('rollouts over agent devices (twin side)', () => {
     const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'agent-mixed-offline-converge');
+    await recordHistory(handle, 'agent-converge-offline-only');
     expect(result.state).toBe('completed');
     for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
     for (const id of online) {

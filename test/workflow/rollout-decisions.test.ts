@@ -381,7 +381,6 @@ describe('rollout decisions with mocked activities on a real Temporal server', (
     expect(s.log).toContain(`rollback:${canary}`);
     expect(events(s)).toEqual(expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.cancelled']));
     expect(s.audit.find((r) => r.event === 'rollback.started')!.evidence).toEqual({ devices: 1 });
-    // Beside canary-cancel-mid-apply-pre-patch.json (the same run on the code before the patch).
     await recordHistory(h, 'canary-cancel-mid-apply');
   });
 

@@ -162,6 +162,7 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       await handle.executeUpdate(approveUpdate, { args: [{ by: 'test' }] });
       const result = await handle.result();
       await recordHistory(handle, 'rollout-resilience-ssh-refusals');
+      await recordHistory(handle, 'ssh-refusals-untouched');
 
       expect(result.state).toBe('completed');
       expect(result.devices.find((d) => d.id === hostKeyVictim)).toMatchObject({
