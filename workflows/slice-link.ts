@@ -2,7 +2,7 @@ import * as wf from '@temporalio/workflow';
 import { emptyRelease, isEmptyRelease, mergeRelease, SharedBudget, type BudgetRelease } from '../core/rollout/shared-budget';
 import { sliceActiveSignal, sliceHandoffSignal, sliceReleaseSignal, sliceSuccessorSignal } from '../contracts/rollout';
 
-/** Where a slice stands in its phase's chain (SliceInput.link); absent for slices started before overlap. */
+/** Where a slice stands in its phase's chain (SliceInput.link). */
 export interface SliceLinkInput {
   index: number;
   /** The first slice of the phase: it holds the budget from the start. */

@@ -14,8 +14,8 @@ export interface SliceInput {
   /** The phase's tally before this slice: the failure gate is over the whole phase. */
   tallyBefore: FailureTally;
   paused: boolean;
-  /** Overlapping slices (patch `overlapping-slices`): its place in the phase's chain sharing the budgets. */
-  link?: SliceLinkInput;
+  /** Its place in the phase's chain of overlapping slices sharing the budgets (slice-link.ts). */
+  link: SliceLinkInput;
 }
 
 export interface SliceResult {
@@ -47,7 +47,7 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   const states = new Map<string, [DeviceState, string | undefined]>();
   for (const d of input.devices) states.set(d.id, ['pending', undefined]);
   // A slice of a chain shares the phase's budget with the slices before and after it (slice-link.ts).
-  const link = input.link ? new SliceLink(input.link, input.options.limits) : undefined;
+  const link = new SliceLink(input.link, input.options.limits);
   const result = await runDevices(
     input.devices,
     input.options,
@@ -55,11 +55,13 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
       setState: (id, state, reason) => states.set(id, [state, reason]),
       isPaused: () => paused,
       isStopped: () => stopped,
-      ...(link ? { budget: link.budget, onQueueEmpty: () => link.queueEmpty(), onEnded: (pool: string, counted: 'succeeded' | 'failed' | undefined) => link.ended(pool, counted) } : {}),
+      budget: link.budget,
+      onQueueEmpty: () => link.queueEmpty(),
+      onEnded: (pool: string, counted: 'succeeded' | 'failed' | undefined) => link.ended(pool, counted),
     },
     input.tallyBefore,
   );
   await result.background;
-  await link?.settled(() => stopped || result.tripped);
+  await link.settled(() => stopped || result.tripped);
   return { devices: [...states].map(([id, [state, reason]]) => [id, state, reason]), tally: result.tally, tripped: result.tripped, started: result.started };
 }
