@@ -95,7 +95,7 @@ describe('pause over overlapping slices', () => {
     const result = await handle.result();
     expect(result.state).toBe('completed');
     expect(result.counts.applied).toBe(DEVICES);
-    // The path of SLICE_CONTROL_ACK (pause-reaches-slices.json holds the earlier CONTROLS_REACH_SLICES one).
+    // The path of SLICE_CONTROL_ACK (archive/r9/pause-reaches-slices.json holds the retired CONTROLS_REACH_SLICES one).
     await recordHistory(handle, 'pause-acked-by-slices');
     for (const id of parent.children) {
       const events = (await env.client.workflow.getHandle(id).fetchHistory()).events ?? [];
