@@ -29,7 +29,7 @@ export class SliceLink {
   private readonly own = { succeeded: 0, failed: 0 };
 
   constructor(
-    private readonly link: SliceLinkInput,
+    link: SliceLinkInput,
     limits: Record<string, number>,
   ) {
     this.budget = new SharedBudget(limits, link.holding);

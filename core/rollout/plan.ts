@@ -31,6 +31,6 @@ export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'planSeed' |
  */
 export function canaryToProbe(plan: Plan, probed: ReadonlySet<string>): string[] {
   const first = plan.phases[0];
-  if (!first || first.kind !== 'canary') return [];
+  if (first?.kind !== 'canary') return [];
   return first.devices.filter((id) => !probed.has(id));
 }

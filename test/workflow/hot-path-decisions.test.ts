@@ -14,7 +14,6 @@ import { mockedRolloutWorker } from '../support/mocked-worker';
  */
 describe('hot path decisions with mocked activities', () => {
   const worker = mockedRolloutWorker('hot-path', { defaults: { gate: '0s' } });
-  const { mocks } = worker;
   const start = worker.start.bind(worker);
   const phases2 = [{ canary: '1 device' }, { bulk: 'remainder' }];
   const deviceRecords = (s: Scenario, mode: string) =>
