@@ -35,7 +35,13 @@ export default defineConfig({
         extends: true,
         // Most of a file's time is spent waiting (Temporal timers, servers starting, SSH round trips),
         // not computing: two files at once on 2 cores roughly halve the wall time.
-        test: { name: 'shared', include: ['test/**/*.test.ts'], exclude: RUN_ALONE, maxWorkers: 2, sequence: { groupOrder: 0 } },
+        test: {
+          name: 'shared',
+          include: ['test/**/*.test.ts'],
+          exclude: RUN_ALONE,
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
+        },
       },
       {
         extends: true,

@@ -1,10 +1,39 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { type Stats, chmodSync, closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  type Stats,
+  chmodSync,
+  closeSync,
+  existsSync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { readFlagFile } from '../intake/files';
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, parseAuditLog, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../core/audit';
+import {
+  auditContentKey,
+  auditContentOfEvent,
+  GENESIS_HASH,
+  macRecord,
+  parseAuditLog,
+  sealRecord,
+  serializeAuditRecord,
+  verifyAuditChain,
+  type AuditEvent,
+  type AuditHead,
+  type AuditRecord,
+  type AuditSegment,
+} from '../core/audit';
 import { WavegateError } from '../core/errors';
 import { recordAuditWriteFailure } from '../core/metrics';
 import { nextAppend } from './audit-store/append-rule';
@@ -60,17 +89,41 @@ export interface AuditLocation {
  * is printed as the absolute path it names. Without a configured key, the dev stack's key beside the
  * directory is taken when it exists (`besideKey: false` for a store that is not the directory).
  */
-export function resolveAuditLocation(flags: { auditDir?: string; auditKeyFile?: string }, opts: { env?: NodeJS.ProcessEnv; besideKey?: boolean } = {}): AuditLocation {
+export function resolveAuditLocation(
+  flags: { auditDir?: string; auditKeyFile?: string },
+  opts: { env?: NodeJS.ProcessEnv; besideKey?: boolean } = {},
+): AuditLocation {
   const env = opts.env ?? process.env;
   const dirFlag = flags.auditDir ?? undefined;
   const dirEnv = env.WAVEGATE_AUDIT_DIR || undefined;
   const auditDir = resolve(dirFlag ?? dirEnv ?? DEFAULT_AUDIT_DIR);
   const dirFrom = dirFlag !== undefined ? '--audit-dir' : dirEnv !== undefined ? '$WAVEGATE_AUDIT_DIR' : 'the default';
-  if (flags.auditKeyFile !== undefined) return { auditDir, dirFrom, keyFile: resolve(flags.auditKeyFile), keyFrom: '--audit-key-file', keyLookedFor: '--audit-key-file' };
+  if (flags.auditKeyFile !== undefined)
+    return {
+      auditDir,
+      dirFrom,
+      keyFile: resolve(flags.auditKeyFile),
+      keyFrom: '--audit-key-file',
+      keyLookedFor: '--audit-key-file',
+    };
   const keyEnv = env.WAVEGATE_AUDIT_KEY_FILE || undefined;
-  if (keyEnv !== undefined) return { auditDir, dirFrom, keyFile: resolve(keyEnv), keyFrom: '$WAVEGATE_AUDIT_KEY_FILE', keyLookedFor: '$WAVEGATE_AUDIT_KEY_FILE' };
+  if (keyEnv !== undefined)
+    return {
+      auditDir,
+      dirFrom,
+      keyFile: resolve(keyEnv),
+      keyFrom: '$WAVEGATE_AUDIT_KEY_FILE',
+      keyLookedFor: '$WAVEGATE_AUDIT_KEY_FILE',
+    };
   const beside = auditKeyBesideDir(auditDir);
-  if (opts.besideKey !== false && existsSync(beside)) return { auditDir, dirFrom, keyFile: beside, keyFrom: "the dev stack's key beside the audit directory", keyLookedFor: beside };
+  if (opts.besideKey !== false && existsSync(beside))
+    return {
+      auditDir,
+      dirFrom,
+      keyFile: beside,
+      keyFrom: "the dev stack's key beside the audit directory",
+      keyLookedFor: beside,
+    };
   const keyLookedFor = `no --audit-key-file, no $WAVEGATE_AUDIT_KEY_FILE${opts.besideKey === false ? '' : `, no ${beside} (where \`wavegate dev\` keeps its key beside ${auditDir})`}`;
   return { auditDir, dirFrom, keyLookedFor };
 }
@@ -89,7 +142,11 @@ export function auditFileStem(rolloutId: string): string {
     else for (const byte of new TextEncoder().encode(ch)) out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }
   // Leave room for `@<runId>.jsonl` and `.lock` within the usual 255-byte name limit.
-  if (out.length > 180) throw new WavegateError('INVALID_INPUT', `rollout id "${rolloutId.slice(0, 40)}…": too long for an audit file name (encoded ${out.length} > 180 characters)`);
+  if (out.length > 180)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `rollout id "${rolloutId.slice(0, 40)}…": too long for an audit file name (encoded ${out.length} > 180 characters)`,
+    );
   return out;
 }
 
@@ -137,7 +194,11 @@ export function readAuditSegments(auditDir: string, rolloutId: string, runId?: s
   const numbers = auditSegmentNumbers(auditDir, rolloutId, runId);
   if (numbers.length === 0) {
     const path = auditFilePath(auditDir, rolloutId, runId);
-    throw new WavegateError('NOT_FOUND', `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} (looked for ${path})`, { path });
+    throw new WavegateError(
+      'NOT_FOUND',
+      `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} (looked for ${path})`,
+      { path },
+    );
   }
   return numbers.map((n) => {
     const path = auditFilePath(auditDir, rolloutId, runId, n);
@@ -154,7 +215,10 @@ export function readAuditFile(auditDir: string, rolloutId: string, runId?: strin
   return segments.flatMap((segment, i) => {
     const { records, unreadable } = parseAuditLog(segment.text);
     if (unreadable && i === segments.length - 1) {
-      throw new WavegateError('FAILED', `${segment.name} line ${unreadable.line}: ${unreadable.torn ? 'cut off mid-record' : 'not a JSON audit record'}`);
+      throw new WavegateError(
+        'FAILED',
+        `${segment.name} line ${unreadable.line}: ${unreadable.torn ? 'cut off mid-record' : 'not a JSON audit record'}`,
+      );
     }
     return records;
   });
@@ -170,17 +234,30 @@ export function readAuditKey(path: string, source = '--audit-key-file'): Uint8Ar
   try {
     stat = statSync(path);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+    );
   }
   if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: not a regular file`);
   if ((stat.mode & 0o077) !== 0) {
-    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`,
+    );
   }
-  if (stat.size > 4096) throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`);
+  if (stat.size > 4096)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`,
+    );
   // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
   const hex = readFlagFile(source, path).toString('utf8').trim();
   if (!/^(?:[0-9a-fA-F]{2}){32,}$/.test(hex)) {
-    throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source} ${JSON.stringify(path)}: expected at least 32 bytes as hex on one line (e.g. \`openssl rand -hex 32\`)`,
+    );
   }
   return Uint8Array.from(Buffer.from(hex, 'hex'));
 }
@@ -258,7 +335,11 @@ async function withFileLock<T>(path: string, fn: () => T): Promise<T> {
         continue;
       }
       if (Date.now() > deadline) {
-        throw ApplicationFailure.create({ type: 'AuditBusy', message: `${lockPath} is held by another writer; retrying`, nonRetryable: false });
+        throw ApplicationFailure.create({
+          type: 'AuditBusy',
+          message: `${lockPath} is held by another writer; retrying`,
+          nonRetryable: false,
+        });
       }
       await new Promise((resolve) => setTimeout(resolve, 10));
       continue;
@@ -348,33 +429,78 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       text = readFileSync(path, 'utf8');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') return { path, segment, text: '', records: [], start: genesis, torn: false, problem: null };
-      return { path, segment, text: '', records: [], start: genesis, torn: false, problem: { line: null, seq: 0, problem: 'unreadable', message: `cannot read the file (${code ?? (err as Error).message})` } };
+      if (code === 'ENOENT')
+        return { path, segment, text: '', records: [], start: genesis, torn: false, problem: null };
+      return {
+        path,
+        segment,
+        text: '',
+        records: [],
+        start: genesis,
+        torn: false,
+        problem: {
+          line: null,
+          seq: 0,
+          problem: 'unreadable',
+          message: `cannot read the file (${code ?? (err as Error).message})`,
+        },
+      };
     }
     const known = verified.get(path);
-    const reuse = known !== undefined && text.length >= known.length && digestOf(text.slice(0, known.length)) === known.digest;
+    const reuse =
+      known !== undefined && text.length >= known.length && digestOf(text.slice(0, known.length)) === known.digest;
     const fresh = parseAuditLog(reuse ? text.slice(known.length) : text);
     const records = reuse ? known.records.concat(fresh.records) : fresh.records;
-    const unreadable = fresh.unreadable && { ...fresh.unreadable, line: fresh.unreadable.line + (reuse ? known.records.length : 0) };
-    const state: SegmentState = { path, segment, text, records, start: genesis, torn: !!unreadable?.torn, problem: null };
+    const unreadable = fresh.unreadable && {
+      ...fresh.unreadable,
+      line: fresh.unreadable.line + (reuse ? known.records.length : 0),
+    };
+    const state: SegmentState = {
+      path,
+      segment,
+      text,
+      records,
+      start: genesis,
+      torn: !!unreadable?.torn,
+      problem: null,
+    };
     if (segment > 1) {
       const first = records[0];
       if (first?.event !== 'audit.override' || !first.lastGood) {
-        state.problem = { line: 1, seq: first?.seq ?? 0, problem: 'no-override', message: 'a later segment must start with an audit.override record' };
+        state.problem = {
+          line: 1,
+          seq: first?.seq ?? 0,
+          problem: 'no-override',
+          message: 'a later segment must start with an audit.override record',
+        };
         return state;
       }
       state.start = first.lastGood;
     }
     const checkedUpTo = reuse ? known.records.at(-1) : undefined;
     const verdict = checkedUpTo
-      ? verifyAuditChain(fresh.records, undefined, { start: { seq: checkedUpTo.seq, hash: checkedUpTo.hash }, key: deps.macKey })
+      ? verifyAuditChain(fresh.records, undefined, {
+          start: { seq: checkedUpTo.seq, hash: checkedUpTo.hash },
+          key: deps.macKey,
+        })
       : verifyAuditChain(records, undefined, { start: state.start, key: deps.macKey });
     if (!verdict.ok) {
-      state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+      state.problem = {
+        line: Math.max(1, verdict.seq - state.start.seq),
+        seq: verdict.seq,
+        problem: verdict.problem,
+        message: verdict.message,
+      };
     } else if (unreadable && !unreadable.torn) {
-      state.problem = { line: unreadable.line, seq: state.start.seq + records.length + 1, problem: 'edited', message: `line ${unreadable.line} is not a JSON audit record` };
+      state.problem = {
+        line: unreadable.line,
+        seq: state.start.seq + records.length + 1,
+        problem: 'edited',
+        message: `line ${unreadable.line} is not a JSON audit record`,
+      };
     }
-    if (!state.problem && !unreadable && text.endsWith('\n')) verified.set(path, { length: text.length, digest: digestOf(text), records });
+    if (!state.problem && !unreadable && text.endsWith('\n'))
+      verified.set(path, { length: text.length, digest: digestOf(text), records });
     else verified.delete(path);
     return state;
   }
@@ -399,16 +525,25 @@ export function createAuditActivities(deps: AuditActivityDeps) {
     } finally {
       closeSync(fd);
     }
-    log(`audit: ${state.path}: removed a torn partial record after line ${state.records.length} (an unacknowledged append)`);
+    log(
+      `audit: ${state.path}: removed a torn partial record after line ${state.records.length} (an unacknowledged append)`,
+    );
     return { ...state, text: state.text.slice(0, keep), torn: false };
   }
 
   /** A seq-1 record of another run: move the finished chain (every segment, as it is) aside. */
   function archiveChain(rolloutId: string, firstRun: string): void {
     const segments = auditSegmentNumbers(dir, rolloutId);
-    const moves = segments.map((n) => [auditFilePath(dir, rolloutId, undefined, n), auditFilePath(dir, rolloutId, firstRun, n)] as const);
+    const moves = segments.map(
+      (n) => [auditFilePath(dir, rolloutId, undefined, n), auditFilePath(dir, rolloutId, firstRun, n)] as const,
+    );
     const taken = moves.find(([, to]) => existsSync(to));
-    if (taken) throw ApplicationFailure.create({ type: 'AuditConflict', message: `cannot start a new chain for ${rolloutId}: ${taken[1]} already exists`, nonRetryable: true });
+    if (taken)
+      throw ApplicationFailure.create({
+        type: 'AuditConflict',
+        message: `cannot start a new chain for ${rolloutId}: ${taken[1]} already exists`,
+        nonRetryable: true,
+      });
     for (const [from, to] of moves) renameSync(from, to);
     fsyncDir(dir);
     log(`audit: ${rolloutId}: a new run starts a new chain; run ${firstRun}'s chain moved to ${moves[0]![1]}`);
@@ -417,7 +552,8 @@ export function createAuditActivities(deps: AuditActivityDeps) {
   /** The runId of the chain's first record, when it can be read. */
   function firstRunOf(rolloutId: string): string | undefined {
     try {
-      const first = parseAuditLog(`${readFileSync(auditFilePath(dir, rolloutId), 'utf8').split('\n', 1)[0]!}\n`).records[0];
+      const first = parseAuditLog(`${readFileSync(auditFilePath(dir, rolloutId), 'utf8').split('\n', 1)[0]!}\n`)
+        .records[0];
       return typeof first?.runId === 'string' ? first.runId : undefined;
     } catch {
       return undefined;
@@ -440,7 +576,12 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       }
     }
 
-    const step = nextAppend({ segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem }, event, existing, state.path);
+    const step = nextAppend(
+      { segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem },
+      event,
+      existing,
+      state.path,
+    );
     if (step === 'corrupt') {
       const meter = activityMeter();
       if (meter) recordAuditWriteFailure(meter, 'corrupt');
@@ -448,7 +589,9 @@ export function createAuditActivities(deps: AuditActivityDeps) {
     }
     if (step.kind === 'new-segment') {
       const path = auditFilePath(dir, event.rolloutId, undefined, step.segment);
-      log(`audit: ${event.rolloutId}: override by ${event.by} starts ${path} after record ${event.lastGood!.seq}; ${state.path} is kept as it is`);
+      log(
+        `audit: ${event.rolloutId}: override by ${event.by} starts ${path} after record ${event.lastGood!.seq}; ${state.path} is kept as it is`,
+      );
       return writeRecord(path, sealRecord(event, step.prevHash), '', true);
     }
     // A complete last record whose newline did not land gets one before the next.
@@ -471,7 +614,12 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       // Disk full, read-only, gone: retrying may help, and until it does nothing moves on unaudited.
       const meter = activityMeter();
       if (meter) recordAuditWriteFailure(meter, 'unwritable');
-      throw ApplicationFailure.create({ type: 'AuditUnwritable', message: `cannot write ${path}: ${(err as Error).message}`, nonRetryable: false, details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }] });
+      throw ApplicationFailure.create({
+        type: 'AuditUnwritable',
+        message: `cannot write ${path}: ${(err as Error).message}`,
+        nonRetryable: false,
+        details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }],
+      });
     }
     return { seq: record.seq, hash: record.hash };
   }
@@ -479,7 +627,8 @@ export function createAuditActivities(deps: AuditActivityDeps) {
   function prepareDir(rolloutId: string): void {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     restrictMode(dir, 0o700, log);
-    for (const n of auditSegmentNumbers(dir, rolloutId)) restrictMode(auditFilePath(dir, rolloutId, undefined, n), 0o600, log);
+    for (const n of auditSegmentNumbers(dir, rolloutId))
+      restrictMode(auditFilePath(dir, rolloutId, undefined, n), 0o600, log);
   }
 
   return {
@@ -503,7 +652,8 @@ export function createAuditActivities(deps: AuditActivityDeps) {
         content = auditContentOfEvent(event);
         path = auditFilePath(dir, event.rolloutId);
       } catch (err) {
-        if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
+        if (err instanceof WavegateError)
+          throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
         throw err;
       }
       prepareDir(event.rolloutId);
@@ -520,13 +670,21 @@ export function createAuditActivities(deps: AuditActivityDeps) {
       try {
         path = auditFilePath(dir, input.rolloutId);
       } catch (err) {
-        if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
+        if (err instanceof WavegateError)
+          throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
         throw err;
       }
       if (!existsSync(dir)) return { ok: true, head: null, file: path, segment: 1 };
       return withFileLock(path, (): AuditHealth => {
         const state = inspect(input.rolloutId, currentSegment(input.rolloutId));
-        const notWhole = (p: SegmentProblem): AuditHealth => ({ ok: false, reason: `${state.path}${p.line === null ? '' : ` line ${p.line}`}: ${p.message}`, problem: p.problem, file: state.path, line: p.line, segment: state.segment });
+        const notWhole = (p: SegmentProblem): AuditHealth => ({
+          ok: false,
+          reason: `${state.path}${p.line === null ? '' : ` line ${p.line}`}: ${p.message}`,
+          problem: p.problem,
+          file: state.path,
+          line: p.line,
+          segment: state.segment,
+        });
         if (state.problem) return notWhole(state.problem);
         if (input.head) {
           const held = verifyAuditChain(state.records, input.head, { start: state.start });

@@ -60,7 +60,12 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
      * by id (strongly consistent), and by search attribute every other rollout of the profile.
      */
     async runningOfProfile(input: { profile: string }): Promise<RunningWorkflow[]> {
-      if (!PROFILE_NAME.test(input.profile)) throw ApplicationFailure.create({ type: 'Canary.INVALID_INPUT', message: `profile ${JSON.stringify(input.profile)}: ${PROFILE_NAME_RULE}`, nonRetryable: true });
+      if (!PROFILE_NAME.test(input.profile))
+        throw ApplicationFailure.create({
+          type: 'Canary.INVALID_INPUT',
+          message: `profile ${JSON.stringify(input.profile)}: ${PROFILE_NAME_RULE}`,
+          nonRetryable: true,
+        });
       const running: RunningWorkflow[] = [];
       const held = await heldRolloutOf(client(), input.profile);
       if (held) running.push({ workflowId: held.rolloutId, type: 'rolloutWorkflow' });
@@ -73,12 +78,23 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
     },
 
     /** The revision most target devices' markers name now (null: none has a marker). */
-    async fleetRevision(input: CanaryTarget): Promise<{ revision: number | null; unreachable: string[]; devices: number }> {
+    async fleetRevision(
+      input: CanaryTarget,
+    ): Promise<{ revision: number | null; unreachable: string[]; devices: number }> {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
         const inventory = loadInventory(input.inventoryPath);
-        const read = await readFleetRevision({ inventory, profile: profile.name, scope: profile.scope, probe: { twins: twinReader(client()) } });
-        return { revision: read.revision, unreachable: read.unreachable, devices: Object.keys(read.markers).length + read.unreachable.length };
+        const read = await readFleetRevision({
+          inventory,
+          profile: profile.name,
+          scope: profile.scope,
+          probe: { twins: twinReader(client()) },
+        });
+        return {
+          revision: read.revision,
+          unreachable: read.unreachable,
+          devices: Object.keys(read.markers).length + read.unreachable.length,
+        };
       } catch (err) {
         return toFailure(err);
       }
@@ -92,7 +108,13 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
     async prepareCanary(input: PrepareCanaryInput): Promise<RolloutInput> {
       try {
         const { profile } = loadProfile(input.profilesDir, input.profile);
-        const { spec, specSource } = await registeredCanarySpec(client(), { profile, profilesRoot: input.profilesDir, ...(input.specPath ? { specPath: input.specPath } : {}), fromRevision: input.fromRevision, toRevision: input.toRevision });
+        const { spec, specSource } = await registeredCanarySpec(client(), {
+          profile,
+          profilesRoot: input.profilesDir,
+          ...(input.specPath ? { specPath: input.specPath } : {}),
+          fromRevision: input.fromRevision,
+          toRevision: input.toRevision,
+        });
         const inventory = loadRolloutInventory(input.inventoryPath, 'inventoryPath');
         const prepared = await rolloutInputFromRegistry(client(), {
           spec,
@@ -107,8 +129,20 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
         // node-down verdicts beside it rechecked here, and stored in the membership entity, so the canary
         // rollout's snapshot reads the same devices whichever worker runs it.
         const marks = new Map<string, NodeDownMark>();
-        for (const [id, standing] of await judgeVerdicts({ inventoryPath: input.inventoryPath, devices: inventory.devices, inventory: inventory.devices, by: `worker ${process.pid}@${hostname()}` })) marks.set(id, markOf(standing));
-        const membership = await storeMembership(client(), Context.current().info.taskQueue, inventory, input.inventoryPath, marks);
+        for (const [id, standing] of await judgeVerdicts({
+          inventoryPath: input.inventoryPath,
+          devices: inventory.devices,
+          inventory: inventory.devices,
+          by: `worker ${process.pid}@${hostname()}`,
+        }))
+          marks.set(id, markOf(standing));
+        const membership = await storeMembership(
+          client(),
+          Context.current().info.taskQueue,
+          inventory,
+          input.inventoryPath,
+          marks,
+        );
         return { ...prepared, membership, canary: { keep: input.keep } };
       } catch (err) {
         return toFailure(err);

@@ -26,11 +26,18 @@ export interface DependencyCheckOptions {
  * EnvelopeRejected (never retried: no device state changes that) when it cannot be opened. Undefined
  * only for `optional` revisions (a marker's newer revision the worker does not ship).
  */
-export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOptions, 'profilesRoot' | 'requireEnvelope'>, optional = false): Revision | undefined {
+export function openDependency(
+  dep: Dependency,
+  opts: Pick<DependencyCheckOptions, 'profilesRoot' | 'requireEnvelope'>,
+  optional = false,
+): Revision | undefined {
   const trust = loadWorkerTrust(opts.profilesRoot, dep.profile);
   const layout = profileDir(opts.profilesRoot, dep.profile);
   if (!trust && opts.requireEnvelope) {
-    throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for the dependency profile "${dep.profile}" (no ${layout.trustFile}) to verify ${dependencyLabel(dep)} against`);
+    throw new EnvelopeRejected(
+      'NO_TRUST',
+      `this worker has no pins for the dependency profile "${dep.profile}" (no ${layout.trustFile}) to verify ${dependencyLabel(dep)} against`,
+    );
   }
   let found: ReturnType<typeof findFileRevision>;
   try {
@@ -41,7 +48,10 @@ export function openDependency(dep: Dependency, opts: Pick<DependencyCheckOption
     throw new EnvelopeRejected(reason, `dependency ${dependencyLabel(dep)}: ${err.message}`);
   }
   if (found || optional) return found?.revision;
-  throw new EnvelopeRejected('NO_DEPENDENCY', `this worker has no ${trust ? 'signed envelope' : 'revision file'} of the dependency ${dependencyLabel(dep)} (expected ${trust ? layout.envelopeFile(dep.revision) : layout.revisionFile(dep.revision)})`);
+  throw new EnvelopeRejected(
+    'NO_DEPENDENCY',
+    `this worker has no ${trust ? 'signed envelope' : 'revision file'} of the dependency ${dependencyLabel(dep)} (expected ${trust ? layout.envelopeFile(dep.revision) : layout.revisionFile(dep.revision)})`,
+  );
 }
 
 /**
@@ -56,7 +66,11 @@ export function dependencyChecker(opts: DependencyCheckOptions): DependencyCheck
     // Every envelope is opened before the device runs any of them: a refusal runs nothing.
     const revisions = after.map((dep) => ({ dep, revision: openDependency(dep, open)! }));
     const verifies = async (profile: string, revision: Revision) =>
-      (await session.exec(shellFor({ profile, revision: revision.revision }, revision.verify), { timeoutMs: opts.timeoutMs })).code === 0;
+      (
+        await session.exec(shellFor({ profile, revision: revision.revision }, revision.verify), {
+          timeoutMs: opts.timeoutMs,
+        })
+      ).code === 0;
     const unmet: Dependency[] = [];
     const notes: string[] = [];
     for (const { dep, revision } of revisions) {

@@ -10,8 +10,25 @@ import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
 import { PayloadRefused, readPayload, resolvePayload } from './payload-file';
-import { connectDevice, deviceValue, StepFailed, TransportError, type ApplyHolder, type ApplyLockRecord, type DeviceSession, type ExecResult, type StagedFile } from './transport';
-import { applyScript, readApplyReport, ReportUnreadable, type ApplyReport, type ApplyScriptInput, type ReportStep } from './transport/apply-script';
+import {
+  connectDevice,
+  deviceValue,
+  StepFailed,
+  TransportError,
+  type ApplyHolder,
+  type ApplyLockRecord,
+  type DeviceSession,
+  type ExecResult,
+  type StagedFile,
+} from './transport';
+import {
+  applyScript,
+  readApplyReport,
+  ReportUnreadable,
+  type ApplyReport,
+  type ApplyScriptInput,
+  type ReportStep,
+} from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
 import { PROJECT_ROOT } from '../intake/package-layout';
 import { parsedPerContent } from './parsed-file';
@@ -60,15 +77,25 @@ export class ApplyLockHeld extends Error {
     readonly record: ApplyLockRecord,
     profile: string,
   ) {
-    super(`${device}: CONFLICT: the apply lock for profile "${profile}" is held by ${describeHolder(record)}; nothing was run. It is released when that apply ends; if its rollout is gone and the lock stays, inspect $HOME/.wavegate/profiles/${profile}/apply.lock on the device`);
+    super(
+      `${device}: CONFLICT: the apply lock for profile "${profile}" is held by ${describeHolder(record)}; nothing was run. It is released when that apply ends; if its rollout is gone and the lock stays, inspect $HOME/.wavegate/profiles/${profile}/apply.lock on the device`,
+    );
     this.name = 'ApplyLockHeld';
   }
 }
 
 function describeHolder(record: ApplyLockRecord): string {
   const h = record.holder;
-  const who = h ? `rollout ${h.rollout} (run ${h.run}, activity ${h.activity}, attempt ${h.attempt})` : 'an unnamed holder (the lock is being taken, or its owner file is damaged)';
-  const what = record.outcome ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} ended with exit ${record.outcome.code}` : record.running ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} is running (pid ${record.pid ?? '?'})` : record.launched ? 'its apply was started' : 'its apply has not started';
+  const who = h
+    ? `rollout ${h.rollout} (run ${h.run}, activity ${h.activity}, attempt ${h.attempt})`
+    : 'an unnamed holder (the lock is being taken, or its owner file is damaged)';
+  const what = record.outcome
+    ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} ended with exit ${record.outcome.code}`
+    : record.running
+      ? `its ${record.step ?? 'apply'} of r${record.revision ?? '?'} is running (pid ${record.pid ?? '?'})`
+      : record.launched
+        ? 'its apply was started'
+        : 'its apply has not started';
   return `${who}, taken ${record.takenAt ?? '?'}; ${what}`;
 }
 
@@ -77,7 +104,8 @@ export const CHECKOUT_PROFILES_ROOT = join(PROJECT_ROOT, 'profiles');
 
 /** The worker's own pins for a profile (`<profilesRoot>/<profile>/trust.yaml`), or undefined when it has none. */
 export function loadWorkerTrust(profilesRoot: string, profile: string): Trust | undefined {
-  if (!PROFILE_NAME.test(profile)) throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
+  if (!PROFILE_NAME.test(profile))
+    throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
   // Every device's apply asks for the same file: parsed once per content (./parsed-file.ts).
   try {
     return trustRead(profileDir(profilesRoot, profile).trustFile, () => loadTrust(profilesRoot, profile));
@@ -97,7 +125,11 @@ export interface UnmetDependencies {
 }
 
 /** Checks a device's dependencies over an open session; null when every one is verified there (activities/dependencies.ts). */
-export type DependencyChecker = (session: DeviceSession, device: string, after: readonly Dependency[]) => Promise<UnmetDependencies | null>;
+export type DependencyChecker = (
+  session: DeviceSession,
+  device: string,
+  after: readonly Dependency[],
+) => Promise<UnmetDependencies | null>;
 
 export interface SignedStepsOptions {
   /** The worker's pins for the steps' profile (undefined: it has none). */
@@ -128,38 +160,72 @@ function localPayload(opts: SignedStepsOptions, profile: string, file: PayloadFi
  */
 export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): RevisionSteps {
   if (!steps.envelope) {
-    if (steps.rollbackOf) throw new EnvelopeRejected('UNSIGNED', `r${steps.revision} carries a rollback envelope but no envelope of its own`);
-    if (opts.trust) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope, and this worker holds pins for "${steps.profile}"`);
-    if (opts.requireEnvelope) throw new EnvelopeRejected('UNSIGNED', `${steps.profile} r${steps.revision} has no signed envelope (this worker runs signed revisions only)`);
+    if (steps.rollbackOf)
+      throw new EnvelopeRejected(
+        'UNSIGNED',
+        `r${steps.revision} carries a rollback envelope but no envelope of its own`,
+      );
+    if (opts.trust)
+      throw new EnvelopeRejected(
+        'UNSIGNED',
+        `${steps.profile} r${steps.revision} has no signed envelope, and this worker holds pins for "${steps.profile}"`,
+      );
+    if (opts.requireEnvelope)
+      throw new EnvelopeRejected(
+        'UNSIGNED',
+        `${steps.profile} r${steps.revision} has no signed envelope (this worker runs signed revisions only)`,
+      );
     return { ...steps, payload: steps.payload.map((file) => localPayload(opts, steps.profile, file)) };
   }
-  if (!opts.trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${steps.profile}" (no trust.yaml) to verify r${steps.revision} against`);
+  if (!opts.trust)
+    throw new EnvelopeRejected(
+      'NO_TRUST',
+      `this worker has no pins for profile "${steps.profile}" (no trust.yaml) to verify r${steps.revision} against`,
+    );
   const open = (envelope: Envelope, what: string): Revision => {
     const verdict = verifyEnvelope(envelope, opts.trust!, { now: opts.now, verifySignature: verifySignatureMemoized });
     if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, `${what}: ${verdict.message}`);
     if (verdict.revision.profile !== steps.profile) {
-      throw new EnvelopeRejected('WRONG_PROFILE', `${what} is a revision of "${verdict.revision.profile}", not of "${steps.profile}"`);
+      throw new EnvelopeRejected(
+        'WRONG_PROFILE',
+        `${what} is a revision of "${verdict.revision.profile}", not of "${steps.profile}"`,
+      );
     }
     return verdict.revision;
   };
   const revision = open(steps.envelope, `${steps.profile} r${steps.revision} envelope`);
   if (revision.revision !== steps.revision) {
-    throw new EnvelopeRejected('WRONG_REVISION', `the envelope holds r${revision.revision}, the steps say r${steps.revision}`);
+    throw new EnvelopeRejected(
+      'WRONG_REVISION',
+      `the envelope holds r${revision.revision}, the steps say r${steps.revision}`,
+    );
   }
   let apply = revision.apply;
   if (steps.rollbackOf) {
     const target = open(steps.rollbackOf, `${steps.profile} rollback envelope`);
-    if (target.rollback === undefined) throw new EnvelopeRejected('NO_ROLLBACK', `r${target.revision} names no rollback command`);
+    if (target.rollback === undefined)
+      throw new EnvelopeRejected('NO_ROLLBACK', `r${target.revision} names no rollback command`);
     // No mix and match: a rollback command only ever takes its own revision back to the one it names.
     if (target.previous !== revision.revision) {
-      throw new EnvelopeRejected('WRONG_ROLLBACK', `r${target.revision}'s rollback goes back to ${target.previous === undefined ? 'no named revision' : `r${target.previous}`}, not to r${revision.revision}`);
+      throw new EnvelopeRejected(
+        'WRONG_ROLLBACK',
+        `r${target.revision}'s rollback goes back to ${target.previous === undefined ? 'no named revision' : `r${target.previous}`}, not to r${revision.revision}`,
+      );
     }
     apply = target.rollback;
   }
   // Every payload field comes from the signed body, the file's location included: the paths in the
   // steps handed to the worker are ignored.
   const payload = revision.payload.map((file) => localPayload(opts, steps.profile, file));
-  return { profile: steps.profile, revision: revision.revision, apply, verify: revision.verify, payload, envelope: steps.envelope, ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}) };
+  return {
+    profile: steps.profile,
+    revision: revision.revision,
+    apply,
+    verify: revision.verify,
+    payload,
+    envelope: steps.envelope,
+    ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}),
+  };
 }
 
 function stagingDir(steps: Pick<RevisionSteps, 'profile' | 'revision'>): string {
@@ -176,9 +242,16 @@ export function shellFor(steps: Pick<RevisionSteps, 'profile' | 'revision'>, com
  * signedSteps) and checks its signed size and digest just before it is sent; the session checks the
  * copies on the device.
  */
-async function stagePayload(session: DeviceSession, steps: RevisionSteps, timeoutMs: number, beat: (detail: string) => void): Promise<void> {
+async function stagePayload(
+  session: DeviceSession,
+  steps: RevisionSteps,
+  timeoutMs: number,
+  beat: (detail: string) => void,
+): Promise<void> {
   if (steps.payload.length === 0) return;
-  const files = steps.payload.map((file): StagedFile => ({ name: file.name, sha256: file.sha256, read: () => readSignedPayload(file) }));
+  const files = steps.payload.map(
+    (file): StagedFile => ({ name: file.name, sha256: file.sha256, read: () => readSignedPayload(file) }),
+  );
   await session.stage(stagingDir(steps), files, { timeoutMs, onStaged: (name) => beat(`staged ${name}`) });
 }
 
@@ -241,7 +314,11 @@ const LOCK_STEP_TIMEOUT_MS = 10_000;
  * apply it finds instead of starting a second one; docs/formats.md, "The apply lock". All of it is
  * one remote script over one connection (runUnit, ./transport/apply-script.ts).
  */
-export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, opts: ApplyOptions): Promise<ApplyResult> {
+export async function applyToDevice(
+  target: DeviceTarget,
+  given: RevisionSteps,
+  opts: ApplyOptions,
+): Promise<ApplyResult> {
   const profilesRoot = opts.profilesRoot ?? CHECKOUT_PROFILES_ROOT;
   const holder: ApplyHolder = opts.holder ?? { rollout: 'direct', run: randomUUID(), activity: 'apply', attempt: 1 };
   const interval = opts.heartbeatIntervalMs ?? 1_000;
@@ -265,7 +342,11 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
   const ticker = setInterval(() => opts.heartbeat?.(detail), interval);
   try {
     beat('connect');
-    const session = await connectOrOffline(target, opts.connect ?? connectDevice, opts.reportOffline === true && holder.attempt === 1);
+    const session = await connectOrOffline(
+      target,
+      opts.connect ?? connectDevice,
+      opts.reportOffline === true && holder.attempt === 1,
+    );
     if ('outcome' in session) return session;
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
@@ -276,21 +357,43 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
         // With `after`, the floor and the dependencies are checked first by commands of their own (the
         // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
         beat('floor');
-        const refusal = floorRefusal(await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }), steps.revision, opts.now ?? Date.now(), given.floor?.below);
+        const refusal = floorRefusal(
+          await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }),
+          steps.revision,
+          opts.now ?? Date.now(),
+          given.floor?.below,
+        );
         if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
         // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
         const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
         if (waiting) return waiting;
         skipFloor = true;
       }
-      result = await runUnit(session, target.id, steps, given.floor, holder, { ...opts, heartbeatIntervalMs: interval }, beat, skipFloor);
+      result = await runUnit(
+        session,
+        target.id,
+        steps,
+        given.floor,
+        holder,
+        { ...opts, heartbeatIntervalMs: interval },
+        beat,
+        skipFloor,
+      );
       return result;
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
       const changed = result?.outcome === 'applied' || result?.outcome === 'already-applied';
       // Kept only for a rollout that raises floors in a pass after it completes (recorded before the
       // floor moved into the apply: its steps carry no floor intent).
-      if (opts.parkConnectionMs && changed && !given.rollbackOf && !given.floor && !opts.signal?.aborted && session.park) session.park(opts.parkConnectionMs);
+      if (
+        opts.parkConnectionMs &&
+        changed &&
+        !given.rollbackOf &&
+        !given.floor &&
+        !opts.signal?.aborted &&
+        session.park
+      )
+        session.park(opts.parkConnectionMs);
       else session.close();
     }
   } finally {
@@ -304,7 +407,11 @@ export async function applyToDevice(target: DeviceTarget, given: RevisionSteps, 
  * first attempt asks, as a retry may follow an attempt that did run something. A slow device whose
  * connect succeeds is never offline.
  */
-async function connectOrOffline(target: DeviceTarget, connect: (target: DeviceTarget) => Promise<DeviceSession>, offline: boolean): Promise<DeviceSession | ApplyResult> {
+async function connectOrOffline(
+  target: DeviceTarget,
+  connect: (target: DeviceTarget) => Promise<DeviceSession>,
+  offline: boolean,
+): Promise<DeviceSession | ApplyResult> {
   try {
     return await connect(target);
   } catch (err) {
@@ -321,16 +428,36 @@ async function connectOrOffline(target: DeviceTarget, connect: (target: DeviceTa
  * that already holds the device's lock passed this check before it took the lock: it goes on to
  * reattach, never leaving its own apply behind because a dependency changed since.
  */
-async function unmetDependencies(session: DeviceSession, device: string, steps: RevisionSteps, after: RevisionSteps['after'], holder: ApplyHolder, opts: ApplyOptions, beat: (detail: string) => void): Promise<ApplyResult | null> {
+async function unmetDependencies(
+  session: DeviceSession,
+  device: string,
+  steps: RevisionSteps,
+  after: RevisionSteps['after'],
+  holder: ApplyHolder,
+  opts: ApplyOptions,
+  beat: (detail: string) => void,
+): Promise<ApplyResult | null> {
   if (!after?.length) return null;
-  if (!opts.dependencies) throw new EnvelopeRejected('NO_DEPENDENCY_CHECK', `${steps.profile} r${steps.revision} waits for ${after.map((d) => `${d.profile} r${d.revision}`).join(', ')}, and this apply was given no way to check that`);
+  if (!opts.dependencies)
+    throw new EnvelopeRejected(
+      'NO_DEPENDENCY_CHECK',
+      `${steps.profile} r${steps.revision} waits for ${after.map((d) => `${d.profile} r${d.revision}`).join(', ')}, and this apply was given no way to check that`,
+    );
   beat('lock-read');
-  const lock = await session.readApplyLock(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) });
-  const ours = lock?.holder && lock.holder.rollout === deviceValue(holder.rollout) && lock.holder.run === deviceValue(holder.run) && lock.holder.activity === deviceValue(holder.activity);
+  const lock = await session.readApplyLock(steps.profile, {
+    timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS),
+  });
+  const ours =
+    lock?.holder &&
+    lock.holder.rollout === deviceValue(holder.rollout) &&
+    lock.holder.run === deviceValue(holder.run) &&
+    lock.holder.activity === deviceValue(holder.activity);
   if (ours) return null;
   beat('dependencies');
   const found = await opts.dependencies(session, device, after);
-  return found ? { device, outcome: 'dependency-unmet', steps: ['dependencies'], unmet: found.unmet, detail: found.detail } : null;
+  return found
+    ? { device, outcome: 'dependency-unmet', steps: ['dependencies'], unmet: found.unmet, detail: found.detail }
+    : null;
 }
 
 /**
@@ -340,7 +467,16 @@ async function unmetDependencies(session: DeviceSession, device: string, steps: 
  * itself (a floor the shell cannot compare, a lock whose holder only Temporal can prove gone, payload
  * files it had to upload first).
  */
-async function runUnit(session: DeviceSession, device: string, steps: RevisionSteps, floor: FloorIntent | undefined, holder: ApplyHolder, opts: ApplyOptions & { heartbeatIntervalMs: number }, beat: (detail: string) => void, skipFloor: boolean): Promise<ApplyResult> {
+async function runUnit(
+  session: DeviceSession,
+  device: string,
+  steps: RevisionSteps,
+  floor: FloorIntent | undefined,
+  holder: ApplyHolder,
+  opts: ApplyOptions & { heartbeatIntervalMs: number },
+  beat: (detail: string) => void,
+  skipFloor: boolean,
+): Promise<ApplyResult> {
   const profile = steps.profile;
   const step = steps.rollbackOf ? 'rollback' : 'apply';
   const floorNowMs = opts.now ?? Date.now();
@@ -384,12 +520,23 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
       case 'already-applied':
         // In place with the floor this run raised: an earlier attempt of this apply finished on the device
         // and its worker died before it heard. This rollout changed it, so it is compensated and reverted.
-        if (report.steps.some((st) => st.name === 'floor' && st.status === 'ours')) return { device, outcome: 'applied', steps: ran, detail: 'applied by an earlier attempt of this apply (found in place with the floor this run raised)' };
+        if (report.steps.some((st) => st.name === 'floor' && st.status === 'ours'))
+          return {
+            device,
+            outcome: 'applied',
+            steps: ran,
+            detail: 'applied by an earlier attempt of this apply (found in place with the floor this run raised)',
+          };
         return { device, outcome: 'already-applied', steps: ran };
       case 'applied':
         return { device, outcome: 'applied', steps: ran };
       case 'ahead':
-        return { device, outcome: 'ahead', steps: [], detail: `the device is at revision ${report.marker}, above r${opts.aheadAbove}` };
+        return {
+          device,
+          outcome: 'ahead',
+          steps: [],
+          detail: `the device is at revision ${report.marker}, above r${opts.aheadAbove}`,
+        };
       case 'floor': {
         // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare.
         const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs, floor?.below);
@@ -405,14 +552,22 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
         const theirs = report.record.holder;
         const gone = theirs && opts.holderClosed ? await opts.holderClosed(theirs).catch(() => false) : false;
         if (!theirs || !gone) throw new ApplyLockHeld(device, report.record, profile);
-        answers.breakTheirs = { holder: theirs, reason: `stale, broken by ${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}: its workflow run ${theirs.run} is closed` };
+        answers.breakTheirs = {
+          holder: theirs,
+          reason: `stale, broken by ${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}: its workflow run ${theirs.run} is closed`,
+        };
         continue;
       }
       case 'lock-busy':
         throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands; try again`);
       case 'stage-needed':
         // Verify first ran and failed under our lock: upload, then the same script goes on from the staging check.
-        if (answers.afterStage) throw new StepFailed('payload digest check', { code: 1, stdout: '', stderr: 'the staged payload files do not have their signed SHA-256 on the device' }, device);
+        if (answers.afterStage)
+          throw new StepFailed(
+            'payload digest check',
+            { code: 1, stdout: '', stderr: 'the staged payload files do not have their signed SHA-256 on the device' },
+            device,
+          );
         if (!ran.includes('verify')) ran.push('verify');
         beat('stage');
         await stagePayload(session, steps, opts.commandTimeoutMs, beat);
@@ -425,7 +580,10 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
         throw new TransportError('dropped', `${device}: ${report.why}; verify decides on the retry`);
     }
   }
-  throw new TransportError('dropped', `${device}: the apply unit for ${profile} did not settle in ${MAX_SCRIPT_ROUNDS} runs; try again`);
+  throw new TransportError(
+    'dropped',
+    `${device}: the apply unit for ${profile} did not settle in ${MAX_SCRIPT_ROUNDS} runs; try again`,
+  );
 }
 
 /**
@@ -433,12 +591,24 @@ async function runUnit(session: DeviceSession, device: string, steps: RevisionSt
  * that raised the floor restores the floor it replaced; any other apply with a floor intent raises the
  * floor once confirmed (found in place: only from below, with no way back).
  */
-function floorScriptInput(floor: FloorIntent | undefined, revision: number, nowMs: number): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore'> {
+function floorScriptInput(
+  floor: FloorIntent | undefined,
+  revision: number,
+  nowMs: number,
+): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore'> {
   if (!floor) return {};
-  if (floor.below?.kind === 'compensation') return { floorRestore: { rollout: floorTag(floor.below.rollout), run: floorTag(floor.below.run) } };
+  if (floor.below?.kind === 'compensation')
+    return { floorRestore: { rollout: floorTag(floor.below.rollout), run: floorTag(floor.below.run) } };
   if (!floor.raise) return {};
   const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs);
-  return { floorWrite: { raise: formatFloor(raised), inPlace: formatFloor({ ...raised, from: revision, window: 0 }), rollout: raised.rollout, run: raised.run! } };
+  return {
+    floorWrite: {
+      raise: formatFloor(raised),
+      inPlace: formatFloor({ ...raised, from: revision, window: 0 }),
+      rollout: raised.rollout,
+      run: raised.run!,
+    },
+  };
 }
 
 /** Payloads up to this size (all files together) are streamed in the apply's one command. */
@@ -456,7 +626,8 @@ function ranSteps(report: readonly ReportStep[], already: readonly string[]): st
   for (const s of report) {
     if (s.name === 'verify-first' || s.name === 'verify') out.push('verify');
     else if (s.name === 'reattach') out.push('reattach');
-    else if (s.name === 'stage' && (s.status === 'present' || s.status === 'streamed') && !already.includes('stage')) out.push('stage');
+    else if (s.name === 'stage' && (s.status === 'present' || s.status === 'streamed') && !already.includes('stage'))
+      out.push('stage');
     else if (s.name === 'launch') out.push('apply');
     else if (s.name === 'marker' && s.status === 'written') out.push('marker');
     else if (s.name === 'floor' && (s.status === 'raised' || s.status === 'restored')) out.push('floor');
@@ -476,6 +647,9 @@ function reportOf(res: ExecResult, device: string, step: 'apply' | 'rollback'): 
     if (!(err instanceof ReportUnreadable)) throw err;
     const begun = res.stdout.split('\n').some((l) => l.startsWith('WAVEGATE-STEP begin '));
     if (!begun && res.code !== null && res.code !== 0) throw new StepFailed(step, res, device);
-    throw new TransportError('dropped', `${device}: the apply unit's report cannot be read (${err.message}; exit ${res.code}); a retry reattaches to what it left on the device`);
+    throw new TransportError(
+      'dropped',
+      `${device}: the apply unit's report cannot be read (${err.message}; exit ${res.code}); a retry reattaches to what it left on the device`,
+    );
   }
 }

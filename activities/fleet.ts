@@ -59,7 +59,15 @@ function channelOf(device: Device, probe: ProbeOptions) {
 
 /** What the workflow keeps of a device: an agent device is never dialled, so it carries no ssh settings. */
 export function targetOf(device: Device): DeviceTarget {
-  const target: DeviceTarget = { id: device.id, host: device.host, port: device.port, user: device.user, pool: device.pool, class: device.class, transport: device.transport };
+  const target: DeviceTarget = {
+    id: device.id,
+    host: device.host,
+    port: device.port,
+    user: device.user,
+    pool: device.pool,
+    class: device.class,
+    transport: device.transport,
+  };
   if (!throughTemporal(device)) {
     const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
     target.ssh = { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) };
@@ -67,14 +75,22 @@ export function targetOf(device: Device): DeviceTarget {
   return target;
 }
 
-
 /** Which inventory devices a profile is for, and why the others are not-for-me. */
-export function partitionFleet(inventory: Inventory, scope: Record<string, string>): { targets: Device[]; notForMe: Array<{ device: Device; reason: string }> } {
+export function partitionFleet(
+  inventory: Inventory,
+  scope: Record<string, string>,
+): { targets: Device[]; notForMe: Array<{ device: Device; reason: string }> } {
   const inScope = new Set(devicesInScope(scope, inventory.devices).map((d) => d.id));
   const targets: Device[] = [];
   const notForMe: Array<{ device: Device; reason: string }> = [];
   for (const device of inventory.devices) {
-    if (!inScope.has(device.id)) notForMe.push({ device, reason: `out of scope (${Object.entries(scope).map(([k, v]) => `${k}=${v}`).join(', ')})` });
+    if (!inScope.has(device.id))
+      notForMe.push({
+        device,
+        reason: `out of scope (${Object.entries(scope)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(', ')})`,
+      });
     else if (device.updateClass === 'left-behind') notForMe.push({ device, reason: 'left-behind' });
     else targets.push(device);
   }
@@ -114,15 +130,40 @@ export async function readFleetBoard(opts: {
   const partition = partitionFleet(opts.inventory, opts.scope);
   const holding = (d: Device) => opts.verdicts?.get(d.id)?.kind === 'holds';
   const targets = partition.targets.filter((d) => !holding(d));
-  const notForMe = [...partition.notForMe, ...partition.targets.filter(holding).map((device) => ({ device, reason: opts.verdicts!.get(device.id)!.text }))];
+  const notForMe = [
+    ...partition.notForMe,
+    ...partition.targets.filter(holding).map((device) => ({ device, reason: opts.verdicts!.get(device.id)!.text })),
+  ];
   const probe = opts.probe ?? {};
-  const probed = await mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)));
+  const probed = await mapLimit(
+    targets,
+    probe.concurrency ?? 16,
+    async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)),
+  );
   async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
-    const question = { profile: opts.profile, revision: opts.revision, verify: opts.verify, provable: opts.provable, connectTimeoutMs: probe.connectTimeoutMs, commandTimeoutMs: probe.commandTimeoutMs };
+    const question = {
+      profile: opts.profile,
+      revision: opts.revision,
+      verify: opts.verify,
+      provable: opts.provable,
+      connectTimeoutMs: probe.connectTimeoutMs,
+      commandTimeoutMs: probe.commandTimeoutMs,
+    };
     return { ...base, ...(await channelOf(device, probe).boardRead(targetOf(device), question)) };
   }
-  const rows = [...probed, ...notForMe.map(({ device, reason }): BoardRow => ({ id: device.id, pool: device.pool, class: device.class, state: 'not-for-me', reason }))];
+  const rows = [
+    ...probed,
+    ...notForMe.map(
+      ({ device, reason }): BoardRow => ({
+        id: device.id,
+        pool: device.pool,
+        class: device.class,
+        state: 'not-for-me',
+        reason,
+      }),
+    ),
+  ];
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
   rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
   return { profile: opts.profile, revision: opts.revision, provable: opts.provable, rows, counts: countBoard(rows) };
@@ -158,17 +199,31 @@ export async function readDrift(opts: {
 }): Promise<DriftRow[]> {
   const { targets } = partitionFleet(opts.inventory, opts.scope);
   const probe = opts.probe ?? {};
-  return mapLimit(targets, probe.concurrency ?? 16, async (device): Promise<DriftRow> => ({
-    id: device.id,
-    ...(await channelOf(device, probe).drift(targetOf(device), { profile: opts.profile, verifyOf: opts.verifyOf, connectTimeoutMs: probe.connectTimeoutMs, commandTimeoutMs: probe.commandTimeoutMs })),
-  }));
+  return mapLimit(
+    targets,
+    probe.concurrency ?? 16,
+    async (device): Promise<DriftRow> => ({
+      id: device.id,
+      ...(await channelOf(device, probe).drift(targetOf(device), {
+        profile: opts.profile,
+        verifyOf: opts.verifyOf,
+        connectTimeoutMs: probe.connectTimeoutMs,
+        commandTimeoutMs: probe.commandTimeoutMs,
+      })),
+    }),
+  );
 }
 
 /**
  * The fleet's revision: the revision most reachable target devices' markers name (ties: the lower one,
  * the safer baseline), or null when no device has a marker. A canary kept on one device does not move it.
  */
-export async function readFleetRevision(opts: { inventory: Inventory; profile: string; scope: Record<string, string>; probe?: ProbeOptions }): Promise<{ revision: number | null; markers: Record<string, number | null>; unreachable: string[] }> {
+export async function readFleetRevision(opts: {
+  inventory: Inventory;
+  profile: string;
+  scope: Record<string, string>;
+  probe?: ProbeOptions;
+}): Promise<{ revision: number | null; markers: Record<string, number | null>; unreachable: string[] }> {
   const { targets } = partitionFleet(opts.inventory, opts.scope);
   const probe = opts.probe ?? {};
   const markers: Record<string, number | null> = {};
@@ -197,7 +252,11 @@ export interface ReverifyOutcome {
  * twin) to verify again now, then wait at most `waitMs` for their answers. A device its channel reads
  * live (SSH: the board runs verify as it reads) is neither asked nor waited for.
  */
-export async function reverifyFleet(devices: readonly Device[], deps: Pick<ChannelDeps, 'client' | 'twins'>, opts: { waitMs: number; concurrency?: number; now?: () => number; pollMs?: number }): Promise<ReverifyOutcome> {
+export async function reverifyFleet(
+  devices: readonly Device[],
+  deps: Pick<ChannelDeps, 'client' | 'twins'>,
+  opts: { waitMs: number; concurrency?: number; now?: () => number; pollMs?: number },
+): Promise<ReverifyOutcome> {
   const now = opts.now ?? Date.now;
   const offline: string[] = [];
   const asked: Device[] = [];
@@ -210,18 +269,26 @@ export async function reverifyFleet(devices: readonly Device[], deps: Pick<Chann
   let waiting = [...asked];
   while (waiting.length && now() < deadline) {
     await new Promise((r) => setTimeout(r, opts.pollMs ?? 500));
-    const answered = await mapLimit(waiting, opts.concurrency ?? 16, (device) => channelFor(device, deps).reverified(targetOf(device), { now }));
+    const answered = await mapLimit(waiting, opts.concurrency ?? 16, (device) =>
+      channelFor(device, deps).reverified(targetOf(device), { now }),
+    );
     waiting = waiting.filter((_, i) => !answered[i]);
   }
   const silent = new Set(waiting.map((d) => d.id));
   const ids = asked.map((d) => d.id).sort();
-  return { asked: ids, answered: ids.filter((id) => !silent.has(id)), silent: [...silent].sort(), offline: offline.sort() };
+  return {
+    asked: ids,
+    answered: ids.filter((id) => !silent.has(id)),
+    silent: [...silent].sort(),
+    offline: offline.sort(),
+  };
 }
 
 export function modeRevision(markers: Array<number | null>): number | null {
   const tally = new Map<number, number>();
   for (const m of markers) if (m !== null) tally.set(m, (tally.get(m) ?? 0) + 1);
   let best: number | null = null;
-  for (const [rev, n] of tally) if (best === null || n > tally.get(best)! || (n === tally.get(best)! && rev < best)) best = rev;
+  for (const [rev, n] of tally)
+    if (best === null || n > tally.get(best)! || (n === tally.get(best)! && rev < best)) best = rev;
   return best;
 }

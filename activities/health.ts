@@ -25,7 +25,14 @@ import { verifyEnvelope, type Envelope } from '../core/signing';
 import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from './device-steps';
 import { TransportError } from './transport';
 import { mapLimit } from './map-limit';
-import { channelFor, type ChannelDeps, type DeviceChannel, type HealthQuestion, type Reading, type TwinReader } from './channel';
+import {
+  channelFor,
+  type ChannelDeps,
+  type DeviceChannel,
+  type HealthQuestion,
+  type Reading,
+  type TwinReader,
+} from './channel';
 
 /**
  * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
@@ -89,7 +96,14 @@ type Verdict = Omit<CheckResult, 'check' | 'durationMs'>;
  * out within it, or (Reading) reached with no answer that counts: `no-report` is an agent whose report
  * is older than its freshness bound, whatever the check's timeout.
  */
-type DeviceAnswer<T> = { device: string; ok: true; value: T } | { device: string; ok: false; reason: string; kind: 'unreachable' | 'timeout' | 'not-reached' | 'no-report' | 'unanswered' };
+type DeviceAnswer<T> =
+  | { device: string; ok: true; value: T }
+  | {
+      device: string;
+      ok: false;
+      reason: string;
+      kind: 'unreachable' | 'timeout' | 'not-reached' | 'no-report' | 'unanswered';
+    };
 type Unread = Extract<DeviceAnswer<unknown>, { ok: false }>;
 
 interface Probe {
@@ -113,7 +127,8 @@ interface SignedHealth {
 /** A raw device command an input from an old client carries (`runtimes[].health`, `metrics.errorRate.command`), or undefined. */
 function rawDeviceCommand(input: HealthCheckInput): string | undefined {
   const runtimes = input.runtimes;
-  if (Array.isArray(runtimes) ? runtimes.length > 0 : runtimes !== undefined && runtimes !== null) return 'runtimes[].health';
+  if (Array.isArray(runtimes) ? runtimes.length > 0 : runtimes !== undefined && runtimes !== null)
+    return 'runtimes[].health';
   const source = input.metrics?.errorRate as Record<string, unknown> | undefined;
   if (source && typeof source === 'object' && 'command' in source) return 'metrics.errorRate.command';
   return undefined;
@@ -128,20 +143,41 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const now = deps.now ?? Date.now;
 
   // Agent devices' twins: the reader given, else the activity's own client (none outside an activity: unread, saying so).
-  const channels: ChannelDeps = { ...(deps.twins ? { twins: deps.twins } : {}), client: () => activityContext()?.client, now };
+  const channels: ChannelDeps = {
+    ...(deps.twins ? { twins: deps.twins } : {}),
+    client: () => activityContext()?.client,
+    now,
+  };
 
   /** Ask each device its question through its channel, bounded by the check's deadline. */
-  async function onEachDevice<T>(devices: DeviceTarget[], probe: Probe, ask: (channel: DeviceChannel, device: DeviceTarget, q: HealthQuestion) => Promise<Reading<T>>): Promise<DeviceAnswer<T>[]> {
+  async function onEachDevice<T>(
+    devices: DeviceTarget[],
+    probe: Probe,
+    ask: (channel: DeviceChannel, device: DeviceTarget, q: HealthQuestion) => Promise<Reading<T>>,
+  ): Promise<DeviceAnswer<T>[]> {
     let done = 0;
     return mapLimit(devices, concurrency, async (device): Promise<DeviceAnswer<T>> => {
       const remainingMs = () => probe.deadline - Date.now();
       try {
-        if (remainingMs() <= 0 || probe.signal.aborted) return { device: device.id, ok: false, kind: 'not-reached', reason: 'not reached before the check timed out' };
-        const read = await ask(channelFor(device, channels), device, { remainingMs, signal: probe.signal, connectTimeoutMs: connectCap });
-        return read.ok ? { device: device.id, ok: true, value: read.value } : { device: device.id, ok: false, kind: read.kind, reason: read.reason };
+        if (remainingMs() <= 0 || probe.signal.aborted)
+          return {
+            device: device.id,
+            ok: false,
+            kind: 'not-reached',
+            reason: 'not reached before the check timed out',
+          };
+        const read = await ask(channelFor(device, channels), device, {
+          remainingMs,
+          signal: probe.signal,
+          connectTimeoutMs: connectCap,
+        });
+        return read.ok
+          ? { device: device.id, ok: true, value: read.value }
+          : { device: device.id, ok: false, kind: read.kind, reason: read.reason };
       } catch (err) {
         const reason = withoutDevicePrefix(device.id, (err as Error).message);
-        if (probe.signal.aborted || (err instanceof TransportError && err.kind === 'timeout')) return { device: device.id, ok: false, kind: 'timeout', reason };
+        if (probe.signal.aborted || (err instanceof TransportError && err.kind === 'timeout'))
+          return { device: device.id, ok: false, kind: 'timeout', reason };
         return { device: device.id, ok: false, kind: 'unreachable', reason };
       } finally {
         probe.progress(++done, devices.length);
@@ -157,13 +193,21 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     const offline = answers.filter((a) => (a.ok ? a.value !== null : a.kind === 'unreachable' || a.kind === 'timeout'));
     if (offline.length) {
       const why = offline.map((a) => `${a.device} (${a.ok ? a.value : a.reason})`);
-      return { outcome: 'fail', evidence: `${offline.length} of ${answers.length} devices not online: ${list(why)}`, failedDevices: offline.map((a) => a.device) };
+      return {
+        outcome: 'fail',
+        evidence: `${offline.length} of ${answers.length} devices not online: ${list(why)}`,
+        failedDevices: offline.map((a) => a.device),
+      };
     }
     const unread = answers.filter((a): a is Unread => !a.ok);
     if (unread.length) {
       const notReached = unread.filter((a) => a.kind === 'not-reached');
       const parts = [
-        ...(notReached.length ? [`${notReached.length} of ${answers.length} devices not reached within ${input.timeoutMs} ms: ${list(notReached.map((a) => a.device))}`] : []),
+        ...(notReached.length
+          ? [
+              `${notReached.length} of ${answers.length} devices not reached within ${input.timeoutMs} ms: ${list(notReached.map((a) => a.device))}`,
+            ]
+          : []),
         ...unreadBeyondTimeout(unread, answers.length),
       ];
       return { outcome: 'inconclusive', evidence: parts.join('; '), failedDevices: unread.map((a) => a.device) };
@@ -172,38 +216,69 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   }
 
   /** Run the signed commands on each device (or read its agent's report of them); exit 0 = healthy. Names are what the evidence calls each command. */
-  async function commandsOnDevices(devices: DeviceTarget[], commands: { name: string; command: string }[], probe: Probe, timeoutMs: number, about: { profile?: string; revision?: number } = {}): Promise<Verdict> {
+  async function commandsOnDevices(
+    devices: DeviceTarget[],
+    commands: { name: string; command: string }[],
+    probe: Probe,
+    timeoutMs: number,
+    about: { profile?: string; revision?: number } = {},
+  ): Promise<Verdict> {
     if (devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
-    const answers = await onEachDevice(devices, probe, (channel, device, q) => channel.runChecks(device, commands, about, q));
+    const answers = await onEachDevice(devices, probe, (channel, device, q) =>
+      channel.runChecks(device, commands, about, q),
+    );
     const unhealthy = answers.filter((a): a is Extract<typeof a, { ok: true }> => a.ok && a.value.length > 0);
     const unread = answers.filter((a): a is Unread => !a.ok);
     if (unhealthy.length) {
       const what = unhealthy.flatMap((a) => a.value.map((v) => `${a.device}/${v}`));
       const also = unread.length ? `; ${unread.length} more could not be read` : '';
-      return { outcome: 'fail', evidence: `unhealthy: ${list(what)}${also}`, failedDevices: unhealthy.map((a) => a.device) };
+      return {
+        outcome: 'fail',
+        evidence: `unhealthy: ${list(what)}${also}`,
+        failedDevices: unhealthy.map((a) => a.device),
+      };
     }
     if (unread.length) {
       const timed = unread.filter((a) => !beyondTimeout(a));
       const parts = [
-        ...(timed.length ? [`could not read ${timed.length} of ${answers.length} devices within ${timeoutMs} ms: ${list(timed.map((a) => `${a.device} (${a.reason})`))}`] : []),
+        ...(timed.length
+          ? [
+              `could not read ${timed.length} of ${answers.length} devices within ${timeoutMs} ms: ${list(timed.map((a) => `${a.device} (${a.reason})`))}`,
+            ]
+          : []),
         ...unreadBeyondTimeout(unread, answers.length),
       ];
       return { outcome: 'inconclusive', evidence: parts.join('; '), failedDevices: unread.map((a) => a.device) };
     }
     const n = commands.length * answers.length;
-    return { outcome: 'pass', evidence: `${n} check${n === 1 ? '' : 's'} on ${answers.length} device${answers.length === 1 ? '' : 's'} exited 0` };
+    return {
+      outcome: 'pass',
+      evidence: `${n} check${n === 1 ? '' : 's'} on ${answers.length} device${answers.length === 1 ? '' : 's'} exited 0`,
+    };
   }
 
   /** GET a url within the check's deadline; the body is read under the same signal. */
-  async function get(url: string, probe: Probe, token?: string): Promise<{ status: number; body: string } | { error: string }> {
+  async function get(
+    url: string,
+    probe: Probe,
+    token?: string,
+  ): Promise<{ status: number; body: string } | { error: string }> {
     const headers: Record<string, string> = { accept: 'application/json, text/plain;q=0.9, */*;q=0.1' };
     const secret = inlineCredential(url);
     // The spec and the profile refuse inline credentials; an input that has one anyway is not sent.
-    if (secret) return { error: `refused: the url has ${secret}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)` };
+    if (secret)
+      return {
+        error: `refused: the url has ${secret}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)`,
+      };
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
     try {
       // A token goes to the source's own url only, never on to where a redirect points.
-      const res = await doFetch(url, { method: 'GET', signal: probe.signal, redirect: token === undefined ? 'follow' : 'manual', headers });
+      const res = await doFetch(url, {
+        method: 'GET',
+        signal: probe.signal,
+        redirect: token === undefined ? 'follow' : 'manual',
+        headers,
+      });
       const body = await res.text();
       return { status: res.status, body };
     } catch (err) {
@@ -218,22 +293,29 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   function tokenOf(source: TokenRef): { ok: true; token?: string } | { ok: false; evidence: string } {
     if (source.tokenEnv !== undefined) {
       const token = process.env[source.tokenEnv]?.trim();
-      if (!token) return { ok: false, evidence: `the metrics token variable ${source.tokenEnv} is not set on this worker` };
+      if (!token)
+        return { ok: false, evidence: `the metrics token variable ${source.tokenEnv} is not set on this worker` };
       return { ok: true, token };
     }
     if (source.tokenFile !== undefined) {
       const path = source.tokenFile;
-      if (!isAbsolute(path)) return { ok: false, evidence: `the metrics token file ${JSON.stringify(path)} is not an absolute path` };
+      if (!isAbsolute(path))
+        return { ok: false, evidence: `the metrics token file ${JSON.stringify(path)} is not an absolute path` };
       try {
         const stat = statSync(path);
         if (!stat.isFile()) return { ok: false, evidence: `the metrics token file ${path} is not a regular file` };
-        if (stat.size > TOKEN_FILE_LIMIT) return { ok: false, evidence: `the metrics token file ${path} is larger than ${TOKEN_FILE_LIMIT} bytes` };
+        if (stat.size > TOKEN_FILE_LIMIT)
+          return { ok: false, evidence: `the metrics token file ${path} is larger than ${TOKEN_FILE_LIMIT} bytes` };
         // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
         const token = readText(path).trim();
-        if (!token || /[\r\n]/.test(token)) return { ok: false, evidence: `the metrics token file ${path} does not hold one token line` };
+        if (!token || /[\r\n]/.test(token))
+          return { ok: false, evidence: `the metrics token file ${path} does not hold one token line` };
         return { ok: true, token };
       } catch (err) {
-        return { ok: false, evidence: `the metrics token file ${path} cannot be read on this worker (${(err as NodeJS.ErrnoException).code ?? 'error'})` };
+        return {
+          ok: false,
+          evidence: `the metrics token file ${path} cannot be read on this worker (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+        };
       }
     }
     return { ok: true };
@@ -242,19 +324,37 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   async function httpCheck(url: string, probe: Probe, timeoutMs: number): Promise<Verdict> {
     const shown = redactUrl(url);
     const res = await get(url, probe);
-    if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}` };
+    if ('error' in res)
+      return {
+        outcome: 'inconclusive',
+        evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}`,
+      };
     const ok = res.status >= 200 && res.status < 300;
     return { outcome: ok ? 'pass' : 'fail', evidence: `GET ${shown} answered ${res.status}` };
   }
 
-  async function prometheusValue(base: string, query: string, probe: Probe, timeoutMs: number, auth: TokenRef = {}): Promise<{ ok: true; value: number; detail: string } | { ok: false; evidence: string }> {
+  async function prometheusValue(
+    base: string,
+    query: string,
+    probe: Probe,
+    timeoutMs: number,
+    auth: TokenRef = {},
+  ): Promise<{ ok: true; value: number; detail: string } | { ok: false; evidence: string }> {
     const url = `${base.replace(/\/+$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
     const shown = redactUrl(base);
     const token = tokenOf(auth);
     if (!token.ok) return { ok: false, evidence: `Prometheus ${shown}: ${token.evidence}` };
-    if (inlineCredential(base)) return { ok: false, evidence: `Prometheus ${shown}: refused: the url has ${inlineCredential(base)}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)` };
+    if (inlineCredential(base))
+      return {
+        ok: false,
+        evidence: `Prometheus ${shown}: refused: the url has ${inlineCredential(base)}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)`,
+      };
     const res = await get(url, probe, token.token);
-    if ('error' in res) return { ok: false, evidence: `Prometheus ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}` };
+    if ('error' in res)
+      return {
+        ok: false,
+        evidence: `Prometheus ${shown}: ${res.error === NO_ANSWER ? `no answer within ${timeoutMs} ms` : res.error}`,
+      };
     let json: unknown;
     try {
       json = JSON.parse(res.body);
@@ -264,32 +364,64 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     const read = readPrometheusValue(json);
     if (!read.ok) return { ok: false, evidence: `Prometheus ${shown}: ${read.reason}` };
     const where = read.label && read.label !== '{}' ? ` at ${read.label}` : '';
-    return { ok: true, value: read.value, detail: `${read.series > 1 ? `max of ${read.series} series ` : ''}${read.value}${where}` };
+    return {
+      ok: true,
+      value: read.value,
+      detail: `${read.series > 1 ? `max of ${read.series} series ` : ''}${read.value}${where}`,
+    };
   }
 
-  async function prometheusCheck(check: Extract<HealthCheck, { kind: 'prometheus' }>, input: HealthCheckInput, probe: Probe): Promise<Verdict> {
+  async function prometheusCheck(
+    check: Extract<HealthCheck, { kind: 'prometheus' }>,
+    input: HealthCheckInput,
+    probe: Probe,
+  ): Promise<Verdict> {
     const source = input.metrics?.errorRate;
     const profileSource = source && 'prometheus' in source ? source : undefined;
     // The profile's token goes to the profile's Prometheus only: a url written in the spec gets none.
     const base = check.url ?? profileSource?.prometheus.url;
     if (!base) {
-      return { outcome: 'inconclusive', evidence: 'no Prometheus url: write "prometheus(<url>): <query> < <number>" or set metrics.errorRate.prometheus.url in the profile' };
+      return {
+        outcome: 'inconclusive',
+        evidence:
+          'no Prometheus url: write "prometheus(<url>): <query> < <number>" or set metrics.errorRate.prometheus.url in the profile',
+      };
     }
-    const read = await prometheusValue(base, check.query, probe, input.timeoutMs, check.url === undefined ? profileSource : {});
+    const read = await prometheusValue(
+      base,
+      check.query,
+      probe,
+      input.timeoutMs,
+      check.url === undefined ? profileSource : {},
+    );
     if (!read.ok) return { outcome: 'inconclusive', evidence: read.evidence };
     return judged(read.value, check.op, check.threshold, read.detail);
   }
 
-  async function errorRate(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe, signed: SignedHealth | undefined): Promise<Verdict> {
+  async function errorRate(
+    check: Extract<HealthCheck, { kind: 'error-rate' }>,
+    input: HealthCheckInput,
+    probe: Probe,
+    signed: SignedHealth | undefined,
+  ): Promise<Verdict> {
     // The revision's signed command wins: it is what the revision's author said measures it.
     const command = signed?.health?.errorRate?.command;
     if (command !== undefined) return errorRateOnDevices(check, input, probe, command);
     const source = input.metrics?.errorRate;
     if (!source) {
-      return { outcome: 'inconclusive', evidence: `neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate (http or prometheus) is given, so the error rate cannot be read` };
+      return {
+        outcome: 'inconclusive',
+        evidence: `neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate (http or prometheus) is given, so the error rate cannot be read`,
+      };
     }
     if ('prometheus' in source) {
-      const read = await prometheusValue(source.prometheus.url, source.prometheus.query, probe, input.timeoutMs, source);
+      const read = await prometheusValue(
+        source.prometheus.url,
+        source.prometheus.query,
+        probe,
+        input.timeoutMs,
+        source,
+      );
       if (!read.ok) return { outcome: 'inconclusive', evidence: read.evidence };
       return judged(read.value, check.op, check.threshold, read.detail);
     }
@@ -297,17 +429,29 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     const token = tokenOf(source);
     if (!token.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${token.evidence}` };
     const res = await get(source.http, probe, token.token);
-    if ('error' in res) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${input.timeoutMs} ms` : res.error}` };
-    if (res.status < 200 || res.status >= 300) return { outcome: 'inconclusive', evidence: `GET ${shown} answered ${res.status}; no error rate read` };
+    if ('error' in res)
+      return {
+        outcome: 'inconclusive',
+        evidence: `GET ${shown}: ${res.error === NO_ANSWER ? `no answer within ${input.timeoutMs} ms` : res.error}`,
+      };
+    if (res.status < 200 || res.status >= 300)
+      return { outcome: 'inconclusive', evidence: `GET ${shown} answered ${res.status}; no error rate read` };
     const value = readMetricValue(res.body);
     if (!value.ok) return { outcome: 'inconclusive', evidence: `GET ${shown}: ${value.reason}` };
     return judged(value.value, check.op, check.threshold, `${value.value} from ${shown}`);
   }
 
   /** The signed error-rate command on each changed device; the gate judges the MAX, so one bad device cannot hide behind a healthy average. */
-  async function errorRateOnDevices(check: Extract<HealthCheck, { kind: 'error-rate' }>, input: HealthCheckInput, probe: Probe, command: string): Promise<Verdict> {
+  async function errorRateOnDevices(
+    check: Extract<HealthCheck, { kind: 'error-rate' }>,
+    input: HealthCheckInput,
+    probe: Probe,
+    command: string,
+  ): Promise<Verdict> {
     if (input.devices.length === 0) return { outcome: 'pass', evidence: 'no changed devices to check' };
-    const answers = await onEachDevice(input.devices, probe, (channel, device, q) => channel.errorRate(device, command, { profile: input.profile, revision: input.revision }, q));
+    const answers = await onEachDevice(input.devices, probe, (channel, device, q) =>
+      channel.errorRate(device, command, { profile: input.profile, revision: input.revision }, q),
+    );
     const values: { device: string; value: number }[] = [];
     const unread: string[] = [];
     for (const a of answers) {
@@ -332,48 +476,93 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       };
     }
     const max = values.reduce((m, v) => (v.value > m.value ? v : m));
-    return { outcome: 'pass', evidence: `max error rate ${max.value} (${max.device}) over ${values.length} device${values.length === 1 ? '' : 's'} is ${check.op} ${check.threshold}` };
+    return {
+      outcome: 'pass',
+      evidence: `max error rate ${max.value} (${max.device}) over ${values.length} device${values.length === 1 ? '' : 's'} is ${check.op} ${check.threshold}`,
+    };
   }
 
   /**
    * The revision's signed health section, from the envelope verified against this worker's own pins
    * (`loadWorkerTrust` + `verifyEnvelope`, as an apply verifies its steps). Never the input's word for it.
    */
-  function openSignedHealth(input: HealthCheckInput): { ok: true; signed: SignedHealth } | { ok: false; evidence: string } {
+  function openSignedHealth(
+    input: HealthCheckInput,
+  ): { ok: true; signed: SignedHealth } | { ok: false; evidence: string } {
     const what = `${input.profile ?? '(no profile)'} r${input.revision ?? '?'}`;
     if (!input.envelope) {
-      return { ok: false, evidence: `refused: this check runs commands on devices, and those are read only from the target revision's signed envelope, which the input does not carry (an unsigned profile, or a client from before signed health checks); nothing was run` };
+      return {
+        ok: false,
+        evidence: `refused: this check runs commands on devices, and those are read only from the target revision's signed envelope, which the input does not carry (an unsigned profile, or a client from before signed health checks); nothing was run`,
+      };
     }
     try {
-      if (typeof input.profile !== 'string') throw new EnvelopeRejected('MALFORMED', 'the input names no profile to load pins for');
+      if (typeof input.profile !== 'string')
+        throw new EnvelopeRejected('MALFORMED', 'the input names no profile to load pins for');
       const trust = loadWorkerTrust(profilesRoot, input.profile);
-      if (!trust) throw new EnvelopeRejected('NO_TRUST', `this worker has no pins for profile "${input.profile}" (no trust.yaml) to verify the envelope against`);
+      if (!trust)
+        throw new EnvelopeRejected(
+          'NO_TRUST',
+          `this worker has no pins for profile "${input.profile}" (no trust.yaml) to verify the envelope against`,
+        );
       const verdict = verifyEnvelope(input.envelope, trust, { now: now(), verifySignature: verifySignatureMemoized });
       if (!verdict.ok) throw new EnvelopeRejected(verdict.reason, verdict.message);
-      if (verdict.revision.profile !== input.profile) throw new EnvelopeRejected('WRONG_PROFILE', `the envelope is a revision of "${verdict.revision.profile}", not of "${input.profile}"`);
-      if (input.revision !== undefined && verdict.revision.revision !== input.revision) throw new EnvelopeRejected('WRONG_REVISION', `the envelope holds r${verdict.revision.revision}, the input says r${input.revision}`);
-      return { ok: true, signed: { revision: verdict.revision.revision, ...(verdict.revision.health ? { health: verdict.revision.health } : {}) } };
+      if (verdict.revision.profile !== input.profile)
+        throw new EnvelopeRejected(
+          'WRONG_PROFILE',
+          `the envelope is a revision of "${verdict.revision.profile}", not of "${input.profile}"`,
+        );
+      if (input.revision !== undefined && verdict.revision.revision !== input.revision)
+        throw new EnvelopeRejected(
+          'WRONG_REVISION',
+          `the envelope holds r${verdict.revision.revision}, the input says r${input.revision}`,
+        );
+      return {
+        ok: true,
+        signed: {
+          revision: verdict.revision.revision,
+          ...(verdict.revision.health ? { health: verdict.revision.health } : {}),
+        },
+      };
     } catch (err) {
-      const reason = err instanceof EnvelopeRejected ? `${err.reason}: ${err.message.replace(/^EnvelopeRejected \([^)]*\): /, '')}` : (err as Error).message;
-      return { ok: false, evidence: `refused: the envelope of ${what} does not verify against this worker's pins (${reason}); nothing was run` };
+      const reason =
+        err instanceof EnvelopeRejected
+          ? `${err.reason}: ${err.message.replace(/^EnvelopeRejected \([^)]*\): /, '')}`
+          : (err as Error).message;
+      return {
+        ok: false,
+        evidence: `refused: the envelope of ${what} does not verify against this worker's pins (${reason}); nothing was run`,
+      };
     }
   }
 
-  function run(check: HealthCheck, input: HealthCheckInput, probe: Probe, signed: SignedHealth | undefined): Promise<Verdict> {
+  function run(
+    check: HealthCheck,
+    input: HealthCheckInput,
+    probe: Probe,
+    signed: SignedHealth | undefined,
+  ): Promise<Verdict> {
     const health = signed?.health;
     switch (check.kind) {
       case 'devices-online':
         return devicesOnline(input, probe);
       case 'all-runtimes-healthy': {
         const runtimes = health?.runtimes ?? [];
-        if (runtimes.length === 0) return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section declares no runtimes, so none can be checked` });
+        if (runtimes.length === 0)
+          return Promise.resolve({
+            outcome: 'inconclusive',
+            evidence: `r${signed?.revision}'s signed health section declares no runtimes, so none can be checked`,
+          });
         return commandsOnDevices(input.devices, runtimes, probe, input.timeoutMs, input);
       }
       case 'named': {
         const named = namedHealthChecks(health).find((c) => c.name === check.name);
         if (!named) {
           const known = namedHealthChecks(health).map((c) => c.name);
-          return Promise.resolve({ outcome: 'inconclusive', evidence: `r${signed?.revision}'s signed health section has no check "${check.name}" (it has: ${known.join(', ') || 'none'}); nothing was run` });
+          return Promise.resolve({
+            outcome: 'inconclusive',
+            evidence: `r${signed?.revision}'s signed health section has no check "${check.name}" (it has: ${known.join(', ') || 'none'}); nothing was run`,
+          });
         }
         return commandsOnDevices(input.devices, [named], probe, input.timeoutMs, input);
       }
@@ -396,13 +585,25 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       const parsed = parseHealthCheck(input.check);
       if (!parsed.ok) {
         // The spec validator should have refused it; if one slips through, hold the gate, say why.
-        return { check: scrubCredentials(String(input.check).trim()), outcome: 'inconclusive', evidence: clip(parsed.message), durationMs: 0 };
+        return {
+          check: scrubCredentials(String(input.check).trim()),
+          outcome: 'inconclusive',
+          evidence: clip(parsed.message),
+          durationMs: 0,
+        };
       }
       const name = formatHealthCheck(parsed.check);
-      const refused = (evidence: string): CheckResult => ({ check: name, outcome: 'inconclusive', evidence: clip(evidence), durationMs: Date.now() - started });
+      const refused = (evidence: string): CheckResult => ({
+        check: name,
+        outcome: 'inconclusive',
+        evidence: clip(evidence),
+        durationMs: Date.now() - started,
+      });
       const raw = rawDeviceCommand(input);
       if (raw) {
-        return refused(`refused: the input carries an unsigned device command (${raw}), from a client older than signed health checks; device-side commands are read only from the target revision's signed envelope, so nothing was run`);
+        return refused(
+          `refused: the input carries an unsigned device command (${raw}), from a client older than signed health checks; device-side commands are read only from the target revision's signed envelope, so nothing was run`,
+        );
       }
       // Device-side commands come from the verified envelope only. error-rate opens it when given (its
       // signed command wins); without one it reads the profile's worker-side source.
@@ -420,7 +621,10 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
       const controller = new AbortController();
       // Each device being asked listens on it (its session closes at the deadline): up to `concurrency` at once.
       setMaxListeners(concurrency + 8, controller.signal);
-      const timer = setTimeout(() => controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+      const timer = setTimeout(
+        () => controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')),
+        timeoutMs,
+      );
       const onCancel = () => controller.abort(ctx?.cancellationSignal.reason);
       ctx?.cancellationSignal.addEventListener('abort', onCancel, { once: true });
       let progress: { done: number; total: number } = { done: 0, total: input.devices.length };
@@ -477,7 +681,9 @@ function beyondTimeout(a: Unread): boolean {
 
 function unreadBeyondTimeout(unread: readonly Unread[], total: number): string[] {
   const beyond = unread.filter(beyondTimeout);
-  return beyond.length ? [`could not read ${beyond.length} of ${total} devices: ${list(beyond.map((a) => `${a.device} (${a.reason})`))}`] : [];
+  return beyond.length
+    ? [`could not read ${beyond.length} of ${total} devices: ${list(beyond.map((a) => `${a.device} (${a.reason})`))}`]
+    : [];
 }
 
 function list(items: readonly string[]): string {
@@ -489,4 +695,3 @@ function clip(text: string): string {
   const bounded = text.length > EVIDENCE_LIMIT ? `${text.slice(0, EVIDENCE_LIMIT - 3)}...` : text;
   return scrubCredentials(bounded);
 }
-

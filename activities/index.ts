@@ -11,7 +11,13 @@ import { parsedPerContent } from './parsed-file';
 import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import { ApplyLockHeld, EnvelopeRejected, type ApplyHolder, type ApplyResult, type RevisionSteps } from './device-steps';
+import {
+  ApplyLockHeld,
+  EnvelopeRejected,
+  type ApplyHolder,
+  type ApplyResult,
+  type RevisionSteps,
+} from './device-steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
@@ -121,7 +127,6 @@ export interface ApplyInput {
   aheadAbove?: number;
 }
 
-
 /**
  * Whether the workflow run that holds a device's apply lock is closed: a proof that its apply activity
  * is gone. Anything short of a closed run (running, unknown here, the server unreachable) is no proof.
@@ -138,26 +143,49 @@ async function workflowRunClosed(client: Client, holder: ApplyHolder): Promise<b
 /** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
 function toFailure(err: unknown): never {
   if (err instanceof TransportError) {
-    throw ApplicationFailure.create({ type: `Transport.${err.kind}`, message: err.message, nonRetryable: !err.retryable });
+    throw ApplicationFailure.create({
+      type: `Transport.${err.kind}`,
+      message: err.message,
+      nonRetryable: !err.retryable,
+    });
   }
   if (err instanceof EnvelopeRejected) {
-    throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: err.message, nonRetryable: true, details: [{ reason: err.reason }] });
+    throw ApplicationFailure.create({
+      type: 'EnvelopeRejected',
+      message: err.message,
+      nonRetryable: true,
+      details: [{ reason: err.reason }],
+    });
   }
   if (err instanceof ApplyLockHeld) {
-    throw ApplicationFailure.create({ type: 'ApplyLockHeld', message: err.message, nonRetryable: true, details: [{ code: 'CONFLICT', holder: err.record.holder }] });
+    throw ApplicationFailure.create({
+      type: 'ApplyLockHeld',
+      message: err.message,
+      nonRetryable: true,
+      details: [{ code: 'CONFLICT', holder: err.record.holder }],
+    });
   }
   if (err instanceof StepFailed) {
-    throw ApplicationFailure.create({ type: 'StepFailed', message: err.message, nonRetryable: true, details: [{ step: err.step, code: err.result.code }] });
+    throw ApplicationFailure.create({
+      type: 'StepFailed',
+      message: err.message,
+      nonRetryable: true,
+      details: [{ step: err.step, code: err.result.code }],
+    });
   }
   throw err;
 }
-
 
 /** A marker read is one short command, but a slow device is not an offline one: the canary probe is generous. */
 const PROBE_READ_TIMEOUT_MS = 30_000;
 
 function requiredPath(input: SnapshotInput): string {
-  if (!input.inventoryPath) throw ApplicationFailure.create({ type: 'SnapshotInput', message: 'snapshot: neither membership nor inventoryPath given', nonRetryable: true });
+  if (!input.inventoryPath)
+    throw ApplicationFailure.create({
+      type: 'SnapshotInput',
+      message: 'snapshot: neither membership nor inventoryPath given',
+      nonRetryable: true,
+    });
   return input.inventoryPath;
 }
 
@@ -179,16 +207,29 @@ export function createActivities(deps: ActivityDeps = {}) {
   const concurrency = deps.snapshotConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });
   // Every device operation goes through its channel (./channel): SSH sessions, or an agent's twin read and written with this client.
-  const channels: ChannelDeps = { client: () => deps.client ?? Context.current().client, profilesRoot: deps.profilesRoot, allowUnsigned: deps.allowUnsigned, parkConnectionMs: deps.parkConnectionMs };
+  const channels: ChannelDeps = {
+    client: () => deps.client ?? Context.current().client,
+    profilesRoot: deps.profilesRoot,
+    allowUnsigned: deps.allowUnsigned,
+    parkConnectionMs: deps.parkConnectionMs,
+  };
   return {
     ...(deps.auditStore
       ? auditActivitiesOf(deps.auditStore)
-      : createAuditActivities({ auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR, log: deps.log, ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}) })),
+      : createAuditActivities({
+          auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR,
+          log: deps.log,
+          ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}),
+        })),
     ...createHealthActivities({ profilesRoot: deps.profilesRoot }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     ...createFloorActivities(),
-    ...createPreflightActivities({ profilesRoot: deps.profilesRoot, allowUnsigned: deps.allowUnsigned, identity: deps.identity ?? defaultWorkerIdentity() }),
+    ...createPreflightActivities({
+      profilesRoot: deps.profilesRoot,
+      allowUnsigned: deps.allowUnsigned,
+      identity: deps.identity ?? defaultWorkerIdentity(),
+    }),
     ...createWebhookActivities(deps.webhookPolicy ? { policy: deps.webhookPolicy } : {}),
     ...createConvergeActivities({ client: deps.client }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
@@ -197,7 +238,11 @@ export function createActivities(deps: ActivityDeps = {}) {
       // The CLI's stored membership (read through the client, node-down standings judged by the CLI at
       // start), or with --inventory-on-worker (and older inputs) the file on this worker's disk.
       const members: readonly MemberRecord[] = input.membership
-        ? await readMembership(input.membership, () => Context.current().client, () => Context.current().heartbeat(probed))
+        ? await readMembership(
+            input.membership,
+            () => Context.current().client,
+            () => Context.current().heartbeat(probed),
+          )
         : inventoryDevices(requiredPath(input));
       const scoped = devicesInScope(input.scope, members);
       const only = input.only ? new Set(input.only) : undefined;
@@ -210,12 +255,16 @@ export function createActivities(deps: ActivityDeps = {}) {
       if (input.membership) {
         for (const d of page) if (d.nodeDown) marks.set(d.id, d.nodeDown);
       } else {
-        const verdicts = await judgeVerdicts({ inventoryPath: requiredPath(input), devices: page, by: `worker ${deps.identity ?? defaultWorkerIdentity()}`, onCheck: () => Context.current().heartbeat(probed) }).catch(
-          (err: unknown) => {
-            if (err instanceof WavegateError) throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
-            throw err;
-          },
-        );
+        const verdicts = await judgeVerdicts({
+          inventoryPath: requiredPath(input),
+          devices: page,
+          by: `worker ${deps.identity ?? defaultWorkerIdentity()}`,
+          onCheck: () => Context.current().heartbeat(probed),
+        }).catch((err: unknown) => {
+          if (err instanceof WavegateError)
+            throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
+          throw err;
+        });
         for (const [id, standing] of verdicts) marks.set(id, markOf(standing));
       }
       const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {
@@ -223,15 +272,26 @@ export function createActivities(deps: ActivityDeps = {}) {
         const mark = marks.get(device.id);
         const base = { ...target, updateClass: device.updateClass, os: device.os, ...(mark ? { nodeDown: mark } : {}) };
         try {
-          if (device.updateClass === 'left-behind') return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
+          if (device.updateClass === 'left-behind')
+            return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
           if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
           // Membership only: reachability and revision are learned at apply (and the canary's probe).
           if (input.probe === false) return { ...base, current: null, reachable: true };
           // Older histories: every device's marker, read now (a 10 s read; one that fails counts the device unreachable).
-          return await channelFor(target, channels).probe({ ...base, current: null, reachable: true }, input.profile, { connectTimeoutMs: 5_000, readTimeoutMs: 10_000, unreadMarker: 'unreachable' });
+          return await channelFor(target, channels).probe({ ...base, current: null, reachable: true }, input.profile, {
+            connectTimeoutMs: 5_000,
+            readTimeoutMs: 10_000,
+            unreadMarker: 'unreachable',
+          });
         } catch (err) {
           const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
-          return { ...base, current: null, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
+          return {
+            ...base,
+            current: null,
+            reachable: false,
+            error: (err as Error).message,
+            ...(refusal ? { refusal } : {}),
+          };
         } finally {
           Context.current().heartbeat(++probed);
         }
@@ -245,7 +305,10 @@ export function createActivities(deps: ActivityDeps = {}) {
       return mapLimit(input.devices, concurrency, async (device) => {
         try {
           // The transport's own connect timeout, a generous marker read: a slow device is not an offline one.
-          return await channelFor(device, channels).probe(device, input.profile, { readTimeoutMs: PROBE_READ_TIMEOUT_MS, unreadMarker: 'unknown' });
+          return await channelFor(device, channels).probe(device, input.profile, {
+            readTimeoutMs: PROBE_READ_TIMEOUT_MS,
+            unreadMarker: 'unknown',
+          });
         } finally {
           Context.current().heartbeat(++probed);
         }
@@ -260,7 +323,12 @@ export function createActivities(deps: ActivityDeps = {}) {
       const transport = input.device.transport ?? 'ssh';
       const heartbeat = quietStartHeartbeat(ctx);
       try {
-        const holder = { rollout: workflowExecution?.workflowId ?? 'standalone', run: workflowExecution?.runId ?? activityId, activity: activityId, attempt };
+        const holder = {
+          rollout: workflowExecution?.workflowId ?? 'standalone',
+          run: workflowExecution?.runId ?? activityId,
+          activity: activityId,
+          attempt,
+        };
         // Chosen inside the try: a transport this worker has no channel for is a Transport.config failure.
         const result = await channelFor(input.device, channels).apply(input.device, input.steps, {
           holder,

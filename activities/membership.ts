@@ -18,19 +18,33 @@ export interface MembershipReaderDeps {
 
 export function createMembershipReader(deps: MembershipReaderDeps = {}) {
   const cache = new Map<string, MemberRecord[]>();
-  return async function readMembership(ref: MembershipRef, contextClient: () => Client, onPage: () => void = () => {}): Promise<MemberRecord[]> {
+  return async function readMembership(
+    ref: MembershipRef,
+    contextClient: () => Client,
+    onPage: () => void = () => {},
+  ): Promise<MemberRecord[]> {
     const cached = cache.get(ref.digest);
     if (cached) return cached;
     const client = deps.client ?? contextClient();
     const pages: MembershipPage[] = [];
     for (let index = 0; index < ref.pages; index++) {
       const page = await membershipPage(client, ref.workflowId, index);
-      if (!page) throw ApplicationFailure.create({ type: 'MembershipMismatch', message: `${ref.workflowId}: page ${index} of ${ref.pages} not found (not sealed?)`, nonRetryable: true });
+      if (!page)
+        throw ApplicationFailure.create({
+          type: 'MembershipMismatch',
+          message: `${ref.workflowId}: page ${index} of ${ref.pages} not found (not sealed?)`,
+          nonRetryable: true,
+        });
       pages.push(page);
       onPage();
     }
     const mismatch = membershipMismatch(ref, pages);
-    if (mismatch) throw ApplicationFailure.create({ type: 'MembershipMismatch', message: `${ref.workflowId}: ${mismatch}`, nonRetryable: true });
+    if (mismatch)
+      throw ApplicationFailure.create({
+        type: 'MembershipMismatch',
+        message: `${ref.workflowId}: ${mismatch}`,
+        nonRetryable: true,
+      });
     const devices = pages.flatMap((p) => p.devices);
     cache.set(ref.digest, devices);
     while (cache.size > CACHED_MEMBERSHIPS) cache.delete(cache.keys().next().value!);

@@ -29,13 +29,23 @@ export interface RecheckTarget {
 }
 
 /** Run one recheck: exit 0 within the timeout is "the device is back"; anything else is "still down". */
-export function runRecheck(command: string, device: RecheckTarget, opts: { timeoutMs?: number; now?: () => number } = {}): Promise<RecheckResult> {
+export function runRecheck(
+  command: string,
+  device: RecheckTarget,
+  opts: { timeoutMs?: number; now?: () => number } = {},
+): Promise<RecheckResult> {
   const timeoutMs = opts.timeoutMs ?? RECHECK_TIMEOUT_MS;
   const at = () => new Date((opts.now ?? Date.now)()).toISOString();
   return new Promise((resolve) => {
     const child = spawn('/bin/sh', ['-c', command], {
       cwd: tmpdir(),
-      env: { PATH: CLEAN_PATH, LANG: 'C', WAVEGATE_DEVICE: device.id, WAVEGATE_HOST: device.host, ...(device.port !== undefined ? { WAVEGATE_PORT: String(device.port) } : {}) },
+      env: {
+        PATH: CLEAN_PATH,
+        LANG: 'C',
+        WAVEGATE_DEVICE: device.id,
+        WAVEGATE_HOST: device.host,
+        ...(device.port !== undefined ? { WAVEGATE_PORT: String(device.port) } : {}),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       // Its own process group: a timeout ends the command and everything it started.
       detached: true,
@@ -63,9 +73,27 @@ export function runRecheck(command: string, device: RecheckTarget, opts: { timeo
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       const said = evidence();
-      if (timedOut) resolve({ passed: false, result: `timed out after ${timeoutMs / 1000}s${said ? `: ${said}` : ''}`.slice(0, MAX_CHECK_RESULT_LENGTH), at: at() });
-      else if (code === 0) resolve({ passed: true, result: `exit 0${said ? `: ${said}` : ''}`.slice(0, MAX_CHECK_RESULT_LENGTH), at: at() });
-      else resolve({ passed: false, result: `${code === null ? `killed by ${signal}` : `exit ${code}`}${said ? `: ${said}` : ''}`.slice(0, MAX_CHECK_RESULT_LENGTH), at: at() });
+      if (timedOut)
+        resolve({
+          passed: false,
+          result: `timed out after ${timeoutMs / 1000}s${said ? `: ${said}` : ''}`.slice(0, MAX_CHECK_RESULT_LENGTH),
+          at: at(),
+        });
+      else if (code === 0)
+        resolve({
+          passed: true,
+          result: `exit 0${said ? `: ${said}` : ''}`.slice(0, MAX_CHECK_RESULT_LENGTH),
+          at: at(),
+        });
+      else
+        resolve({
+          passed: false,
+          result: `${code === null ? `killed by ${signal}` : `exit ${code}`}${said ? `: ${said}` : ''}`.slice(
+            0,
+            MAX_CHECK_RESULT_LENGTH,
+          ),
+          at: at(),
+        });
     });
   });
 }

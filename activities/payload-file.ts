@@ -14,7 +14,12 @@ import { profileDir } from '../intake/profile-dir';
 /** Why a payload file cannot be sent; the message never carries the local file's digest. */
 export class PayloadRefused extends Error {
   constructor(
-    readonly reason: 'PAYLOAD_OUTSIDE_ROOT' | 'PAYLOAD_MISSING' | 'PAYLOAD_NOT_REGULAR' | 'PAYLOAD_SIZE_MISMATCH' | 'PAYLOAD_DIGEST_MISMATCH',
+    readonly reason:
+      | 'PAYLOAD_OUTSIDE_ROOT'
+      | 'PAYLOAD_MISSING'
+      | 'PAYLOAD_NOT_REGULAR'
+      | 'PAYLOAD_SIZE_MISMATCH'
+      | 'PAYLOAD_DIGEST_MISMATCH',
     detail: string,
   ) {
     super(`${reason}: ${detail}`);
@@ -43,12 +48,23 @@ export function resolvePayload(profilesRoot: string, profile: string, file: Payl
     try {
       st = lstatSync(at);
     } catch (err) {
-      throw new PayloadRefused('PAYLOAD_MISSING', `${what}: ${at} cannot be read on this worker (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+      throw new PayloadRefused(
+        'PAYLOAD_MISSING',
+        `${what}: ${at} cannot be read on this worker (${(err as NodeJS.ErrnoException).code ?? String(err)})`,
+      );
     }
-    if (st.isSymbolicLink()) throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `${what}: ${at} is a symbolic link; payload files must be plain files under ${root}`);
+    if (st.isSymbolicLink())
+      throw new PayloadRefused(
+        'PAYLOAD_NOT_REGULAR',
+        `${what}: ${at} is a symbolic link; payload files must be plain files under ${root}`,
+      );
     if (at === path) {
       if (!st.isFile()) throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `${what}: ${at} is not a regular file`);
-      if (st.size !== file.size) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `${what}: ${at} has ${st.size} bytes, the signed revision says ${file.size}`);
+      if (st.size !== file.size)
+        throw new PayloadRefused(
+          'PAYLOAD_SIZE_MISMATCH',
+          `${what}: ${at} has ${st.size} bytes, the signed revision says ${file.size}`,
+        );
     } else if (!st.isDirectory()) {
       throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `${what}: ${at} is not a directory`);
     }
@@ -65,7 +81,8 @@ export function readPayload(path: string, file: PayloadFile): Buffer {
   const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `payload "${file.name}": ${path} is not a regular file`);
+    if (!st.isFile())
+      throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `payload "${file.name}": ${path} is not a regular file`);
     const data = Buffer.alloc(file.size + 1);
     let got = 0;
     while (got < data.length) {
@@ -73,10 +90,17 @@ export function readPayload(path: string, file: PayloadFile): Buffer {
       if (n === 0) break;
       got += n;
     }
-    if (got !== file.size) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `payload "${file.name}": ${path} has ${got > file.size ? `more than ${file.size}` : got} bytes, the signed revision says ${file.size}`);
+    if (got !== file.size)
+      throw new PayloadRefused(
+        'PAYLOAD_SIZE_MISMATCH',
+        `payload "${file.name}": ${path} has ${got > file.size ? `more than ${file.size}` : got} bytes, the signed revision says ${file.size}`,
+      );
     const body = data.subarray(0, got);
     if (createHash('sha256').update(body).digest('hex') !== file.sha256) {
-      throw new PayloadRefused('PAYLOAD_DIGEST_MISMATCH', `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`);
+      throw new PayloadRefused(
+        'PAYLOAD_DIGEST_MISMATCH',
+        `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`,
+      );
     }
     return body;
   } finally {

@@ -32,8 +32,21 @@ export interface PreflightDeps {
 }
 
 /** Steps without commands: only the envelopes (and the payload entries inside them) are checked. */
-function stepsFor(profile: string, revision: number, envelope: Envelope | undefined, rollbackOf?: Envelope): RevisionSteps {
-  return { profile, revision, apply: '', verify: '', payload: [], ...(envelope ? { envelope } : {}), ...(rollbackOf ? { rollbackOf } : {}) };
+function stepsFor(
+  profile: string,
+  revision: number,
+  envelope: Envelope | undefined,
+  rollbackOf?: Envelope,
+): RevisionSteps {
+  return {
+    profile,
+    revision,
+    apply: '',
+    verify: '',
+    payload: [],
+    ...(envelope ? { envelope } : {}),
+    ...(rollbackOf ? { rollbackOf } : {}),
+  };
 }
 
 export function createPreflightActivities(deps: PreflightDeps) {
@@ -48,10 +61,20 @@ export function createPreflightActivities(deps: PreflightDeps) {
     async checkWorkerContent(input: WorkerContentInput): Promise<WorkerContentAnswer> {
       const worker = deps.identity;
       try {
-        const opts = { trust: loadWorkerTrust(profilesRoot, input.profile), requireEnvelope: !deps.allowUnsigned, now: Date.now(), profilesRoot };
+        const opts = {
+          trust: loadWorkerTrust(profilesRoot, input.profile),
+          requireEnvelope: !deps.allowUnsigned,
+          now: Date.now(),
+          profilesRoot,
+        };
         signedSteps(stepsFor(input.profile, input.revision, input.envelope), opts);
-        if (input.rollback) signedSteps(stepsFor(input.profile, input.rollback.revision, input.rollback.envelope, input.rollback.rollbackOf), opts);
-        for (const dep of input.after ?? []) openDependency(dep, { profilesRoot, requireEnvelope: !deps.allowUnsigned });
+        if (input.rollback)
+          signedSteps(
+            stepsFor(input.profile, input.rollback.revision, input.rollback.envelope, input.rollback.rollbackOf),
+            opts,
+          );
+        for (const dep of input.after ?? [])
+          openDependency(dep, { profilesRoot, requireEnvelope: !deps.allowUnsigned });
         return { ok: true, worker };
       } catch (err) {
         if (!(err instanceof EnvelopeRejected)) throw err;

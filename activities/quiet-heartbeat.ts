@@ -12,7 +12,10 @@ export const QUIET_START_MS = 2_000;
  * the start, and a cancel still arrives with the first heartbeat's answer (sooner than before, when it
  * waited for the second, throttled one).
  */
-export function quietStartHeartbeat(ctx: Pick<Context, 'heartbeat' | 'info'>, now: () => number = Date.now): (detail: unknown) => void {
+export function quietStartHeartbeat(
+  ctx: Pick<Context, 'heartbeat' | 'info'>,
+  now: () => number = Date.now,
+): (detail: unknown) => void {
   const startedAt = now();
   const timeout = ctx.info.heartbeatTimeoutMs;
   const quietMs = timeout ? Math.min(QUIET_START_MS, Math.floor(timeout / 3)) : QUIET_START_MS;

@@ -13,7 +13,12 @@ export interface RegistryActivityDeps {
 /** A refusal from the registry is an answer, not a glitch: not retried. */
 function toFailure(err: unknown): never {
   if (err instanceof WavegateError && err.code !== 'UNAVAILABLE' && err.code !== 'FAILED') {
-    throw ApplicationFailure.create({ type: `Registry.${err.code}`, message: err.message, nonRetryable: true, details: [err.details] });
+    throw ApplicationFailure.create({
+      type: `Registry.${err.code}`,
+      message: err.message,
+      nonRetryable: true,
+      details: [err.details],
+    });
   }
   throw err;
 }

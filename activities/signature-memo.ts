@@ -12,8 +12,12 @@ export function memoizedVerify(limit = 1024): (sig: Uint8Array, body: Uint8Array
   const seen = new Map<string, boolean>();
   return (sig, body, publicKey) => {
     const key = createHash('sha256')
-      .update(String(publicKey.length)).update(':').update(publicKey)
-      .update(String(sig.length)).update(':').update(sig)
+      .update(String(publicKey.length))
+      .update(':')
+      .update(publicKey)
+      .update(String(sig.length))
+      .update(':')
+      .update(sig)
       .update(body)
       .digest('base64');
     const known = seen.get(key);

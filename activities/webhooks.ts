@@ -6,7 +6,16 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import { deliveryVerdict, shownUrl, webhookRequestHeaders, type WebhookEvent } from '../core/events';
-import { addressRefusal, hostNameAllowed, parseIp, urlRefusal, webhookPolicyFromEnv, webhookSecretEnvAllowed, WEBHOOK_SECRET_ENV_PREFIX, type WebhookPolicy } from '../core/webhook-policy';
+import {
+  addressRefusal,
+  hostNameAllowed,
+  parseIp,
+  urlRefusal,
+  webhookPolicyFromEnv,
+  webhookSecretEnvAllowed,
+  WEBHOOK_SECRET_ENV_PREFIX,
+  type WebhookPolicy,
+} from '../core/webhook-policy';
 import { readText } from '../intake/files';
 import { resolveWebhookSecretFile } from '../intake/webhook-policy';
 
@@ -26,7 +35,9 @@ export interface DeliverWebhookResult {
 export type ResolveHost = (host: string) => Promise<Array<{ address: string; family: number }>>;
 
 const systemResolve: ResolveHost = (host) =>
-  new Promise((resolve, reject) => dnsLookup(host, { all: true, verbatim: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))));
+  new Promise((resolve, reject) =>
+    dnsLookup(host, { all: true, verbatim: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))),
+  );
 
 export interface WebhookActivityDeps {
   /** One attempt's time to resolve, connect, send and get the answer's status line (default 10 s). */
@@ -47,7 +58,7 @@ const ATTEMPT_TIMEOUT_MS = 10_000;
  * the worker's own log.
  */
 const SAID = {
-  policy: 'delivery failed (refused by the worker\'s webhook policy)',
+  policy: "delivery failed (refused by the worker's webhook policy)",
   noAnswer: 'delivery failed (no answer)',
 } as const;
 
@@ -59,7 +70,11 @@ function answeredClass(status: number, verdict: 'retry' | 'permanent'): string {
 
 /** Refused by the policy: not retried, since the address will not become allowed by sending again. */
 function notAllowed(shown: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: 'WebhookNotAllowed', message: `POST ${shown}: ${SAID.policy}`, nonRetryable: true });
+  return ApplicationFailure.create({
+    type: 'WebhookNotAllowed',
+    message: `POST ${shown}: ${SAID.policy}`,
+    nonRetryable: true,
+  });
 }
 
 function secretProblem(message: string): ApplicationFailure {
@@ -83,7 +98,10 @@ function log(level: 'warn' | 'info', message: string): void {
  */
 function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
   if (input.secretEnv !== undefined) {
-    if (!webhookSecretEnvAllowed(input.secretEnv)) throw secretProblem(`the webhook secret variable ${input.secretEnv} is not one this worker signs with (only ${WEBHOOK_SECRET_ENV_PREFIX}<NAME>)`);
+    if (!webhookSecretEnvAllowed(input.secretEnv))
+      throw secretProblem(
+        `the webhook secret variable ${input.secretEnv} is not one this worker signs with (only ${WEBHOOK_SECRET_ENV_PREFIX}<NAME>)`,
+      );
     const value = process.env[input.secretEnv]?.trim();
     if (!value) throw secretProblem(`the webhook secret variable ${input.secretEnv} is not set on this worker`);
     return value;
@@ -92,8 +110,13 @@ function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
     const file = input.secretFile;
     const where = resolveWebhookSecretFile(file, policy, true);
     if ('refused' in where && where.refused === 'outside') {
-      log('warn', `webhook secret file ${file} refused: outside the webhook secrets directory ${policy.secretsDir} (links and .. resolved)`);
-      throw secretProblem(`the webhook secret file ${file} is outside this worker's webhook secrets directory (links and ".." resolved)`);
+      log(
+        'warn',
+        `webhook secret file ${file} refused: outside the webhook secrets directory ${policy.secretsDir} (links and .. resolved)`,
+      );
+      throw secretProblem(
+        `the webhook secret file ${file} is outside this worker's webhook secrets directory (links and ".." resolved)`,
+      );
     }
     let value = '';
     let why = 'empty';
@@ -102,7 +125,10 @@ function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
         // A regular file of bounded size only: a FIFO named by a spec would stall the worker.
         value = readText(where.realPath).trim();
       } catch (err) {
-        why = err instanceof WavegateError ? String(err.details.reason ?? err.message) : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+        why =
+          err instanceof WavegateError
+            ? String(err.details.reason ?? err.message)
+            : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
       }
     } else why = 'missing, or a link that does not resolve';
     if (!value) {
@@ -122,11 +148,17 @@ function checkedLookup(resolveHost: ResolveHost, policy: WebhookPolicy, refusals
         const allowedByName = hostNameAllowed(hostname, policy);
         for (const a of addresses) {
           const ip = parseIp(a.address);
-          const refused = !ip ? `${a.address} is not an address` : allowedByName ? undefined : addressRefusal(ip, policy);
+          const refused = !ip
+            ? `${a.address} is not an address`
+            : allowedByName
+              ? undefined
+              : addressRefusal(ip, policy);
           if (refused) refusals.push(`${hostname} resolved: ${refused}`);
         }
-        if (refusals.length) return callback(Object.assign(new Error('refused by the webhook policy'), { code: 'EWEBHOOKPOLICY' }));
-        if (!addresses.length) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
+        if (refusals.length)
+          return callback(Object.assign(new Error('refused by the webhook policy'), { code: 'EWEBHOOKPOLICY' }));
+        if (!addresses.length)
+          return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
         // Exactly the addresses judged above: nothing is resolved again between the check and the connect.
         if (options.all) callback(null, addresses);
         else callback(null, addresses[0]!.address, addresses[0]!.family);
@@ -169,7 +201,11 @@ export function createWebhookActivities(deps: WebhookActivityDeps = {}) {
       const refusals: string[] = [];
       const options: RequestOptions = {
         method: 'POST',
-        headers: { ...webhookRequestHeaders(input.event, secret, timestamp, body), 'User-Agent': 'wavegate-webhooks', 'Content-Length': String(Buffer.byteLength(body)) },
+        headers: {
+          ...webhookRequestHeaders(input.event, secret, timestamp, body),
+          'User-Agent': 'wavegate-webhooks',
+          'Content-Length': String(Buffer.byteLength(body)),
+        },
         // One connection per attempt, to an address judged for this attempt (no pooled socket).
         agent: false,
         lookup: checkedLookup(resolveHost, policy, refusals),
@@ -187,7 +223,10 @@ export function createWebhookActivities(deps: WebhookActivityDeps = {}) {
             req?.destroy(reason);
             reject(reason);
           };
-          timer = setTimeout(() => stop(Object.assign(new Error(`timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs);
+          timer = setTimeout(
+            () => stop(Object.assign(new Error(`timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' })),
+            timeoutMs,
+          );
           onCancel = () => stop(Object.assign(new Error('cancelled'), { code: 'CANCELLED' }));
           cancellation.addEventListener('abort', onCancel, { once: true });
           req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, options, (res) => {

@@ -8,7 +8,14 @@ import type { PayloadFile, Revision } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
 import { verifyEnvelope, type Trust } from '../core/signing';
 import { envelopeDigestOf, type DesiredEntry, type ProfileReport } from '../core/twin';
-import { applyToDevice, ApplyLockHeld, EnvelopeRejected, shellFor, StepFailed, TransportError } from '../activities/device-steps';
+import {
+  applyToDevice,
+  ApplyLockHeld,
+  EnvelopeRejected,
+  shellFor,
+  StepFailed,
+  TransportError,
+} from '../activities/device-steps';
 import type { DeviceSession } from '../activities/transport';
 import { profileDir } from '../intake/profile-dir';
 import type { AgentTrust } from './pins';
@@ -57,32 +64,63 @@ function trustOf(trust: AgentTrust, profile: string): Trust | undefined {
 
 /** The verified revision of an entry, or Refusal naming why not (digest, pins, signature, threshold, expiry). */
 export function verifiedRevision(entry: DesiredEntry, trust: AgentTrust, now: number): Revision {
-  if (entry.steps.profile !== entry.profile || entry.steps.revision !== entry.revision) throw new Refusal('MALFORMED', `the entry is for ${entry.profile} r${entry.revision}, its steps for ${entry.steps.profile} r${entry.steps.revision}`);
-  if (!entry.steps.envelope) throw new Refusal('UNSIGNED', `${entry.profile} r${entry.revision} has no signed envelope; this agent runs signed revisions only`);
-  if (envelopeDigestOf(entry.steps.envelope) !== entry.envelopeDigest) throw new Refusal('DIGEST', `the envelope's sha256 is not the envelopeDigest the twin names (${entry.envelopeDigest.slice(0, 16)}...): changed on the way`);
+  if (entry.steps.profile !== entry.profile || entry.steps.revision !== entry.revision)
+    throw new Refusal(
+      'MALFORMED',
+      `the entry is for ${entry.profile} r${entry.revision}, its steps for ${entry.steps.profile} r${entry.steps.revision}`,
+    );
+  if (!entry.steps.envelope)
+    throw new Refusal(
+      'UNSIGNED',
+      `${entry.profile} r${entry.revision} has no signed envelope; this agent runs signed revisions only`,
+    );
+  if (envelopeDigestOf(entry.steps.envelope) !== entry.envelopeDigest)
+    throw new Refusal(
+      'DIGEST',
+      `the envelope's sha256 is not the envelopeDigest the twin names (${entry.envelopeDigest.slice(0, 16)}...): changed on the way`,
+    );
   const pins = trustOf(trust, entry.profile);
-  if (!pins) throw new Refusal('NO_TRUST', `this agent holds no pins for profile "${entry.profile}" (${trust.describe()})`);
+  if (!pins)
+    throw new Refusal('NO_TRUST', `this agent holds no pins for profile "${entry.profile}" (${trust.describe()})`);
   const open = (envelope: NonNullable<DesiredEntry['steps']['envelope']>, what: string): Revision => {
     const verdict = verifyEnvelope(envelope, pins, { now });
-    if (!verdict.ok) throw new Refusal(verdict.reason, `${entry.profile} r${entry.revision} ${what}: ${verdict.message}`);
+    if (!verdict.ok)
+      throw new Refusal(verdict.reason, `${entry.profile} r${entry.revision} ${what}: ${verdict.message}`);
     return verdict.revision;
   };
   const revision = open(entry.steps.envelope, 'envelope');
-  if (revision.profile !== entry.profile || revision.revision !== entry.revision) throw new Refusal('WRONG_REVISION', `the signed envelope holds ${revision.profile} r${revision.revision}, the entry says ${entry.profile} r${entry.revision}`);
+  if (revision.profile !== entry.profile || revision.revision !== entry.revision)
+    throw new Refusal(
+      'WRONG_REVISION',
+      `the signed envelope holds ${revision.profile} r${revision.revision}, the entry says ${entry.profile} r${entry.revision}`,
+    );
   if (entry.steps.rollbackOf) open(entry.steps.rollbackOf, 'rollback envelope');
   return revision;
 }
 
 /** Fetch one signed payload file into `<state>/profiles/<profile>/<source>`, checked by size and SHA-256 first. */
-async function fetchPayload(ctx: EntryContext, profilesRoot: string, entry: DesiredEntry, file: PayloadFile): Promise<void> {
+async function fetchPayload(
+  ctx: EntryContext,
+  profilesRoot: string,
+  entry: DesiredEntry,
+  file: PayloadFile,
+): Promise<void> {
   const layout = profileDir(profilesRoot, entry.profile);
   const path = layout.payloadSource(file.source);
   const rel = relative(layout.payloadDir, path);
-  if (rel === '' || rel.startsWith('..') || isAbsolute(rel)) throw new Refusal('PAYLOAD_OUTSIDE_ROOT', `payload "${file.name}" (source ${JSON.stringify(file.source)}) is not under payload/`);
+  if (rel === '' || rel.startsWith('..') || isAbsolute(rel))
+    throw new Refusal(
+      'PAYLOAD_OUTSIDE_ROOT',
+      `payload "${file.name}" (source ${JSON.stringify(file.source)}) is not under payload/`,
+    );
   const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
   if (existsSync(path) && digest(readFileSync(path)) === file.sha256) return; // already here from an earlier attempt
   const bytes = await ctx.download(entry.profile, entry.revision, file.name);
-  if (bytes.length !== file.size || digest(bytes) !== file.sha256) throw new Refusal('PAYLOAD_DIGEST_MISMATCH', `payload "${file.name}" from the gateway is ${bytes.length} bytes with another sha256 than the signed ${file.sha256.slice(0, 16)}... (${file.size} bytes)`);
+  if (bytes.length !== file.size || digest(bytes) !== file.sha256)
+    throw new Refusal(
+      'PAYLOAD_DIGEST_MISMATCH',
+      `payload "${file.name}" from the gateway is ${bytes.length} bytes with another sha256 than the signed ${file.sha256.slice(0, 16)}... (${file.size} bytes)`,
+    );
   mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
   writeFileSync(`${path}.part`, bytes, { mode: 0o600 });
   chmodSync(`${path}.part`, 0o600);
@@ -93,7 +131,13 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
   const now = ctx.now ?? Date.now;
   const session = await ctx.connect();
   let marker: number | null = null;
-  const report = (fields: Omit<ProfileReport, 'revision' | 'requestId' | 'at'>): ProfileReport => ({ revision: marker, requestId: entry.requestId, at: new Date(now()).toISOString(), ...fields, ...(fields.detail ? { detail: clip(fields.detail) } : {}) });
+  const report = (fields: Omit<ProfileReport, 'revision' | 'requestId' | 'at'>): ProfileReport => ({
+    revision: marker,
+    requestId: entry.requestId,
+    at: new Date(now()).toISOString(),
+    ...fields,
+    ...(fields.detail ? { detail: clip(fields.detail) } : {}),
+  });
   try {
     marker = await session.readMarker(entry.profile, { timeoutMs: 10_000 });
     let revision: Revision;
@@ -102,18 +146,35 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
       revision = verifiedRevision(entry, ctx.trust, now());
       // The pins staged below for applyToDevice, read again: gone or refused since is a refusal too.
       const staged = trustOf(ctx.trust, entry.profile);
-      if (!staged) throw new Refusal('NO_TRUST', `this agent holds no pins for profile "${entry.profile}" (${ctx.trust.describe()})`);
+      if (!staged)
+        throw new Refusal(
+          'NO_TRUST',
+          `this agent holds no pins for profile "${entry.profile}" (${ctx.trust.describe()})`,
+        );
       pins = staged;
       // The exemption (a compensation or revert of the rollout and run that raised the floor) travels in
       // the steps; the floor rule checks it against the floor's own tags, so a forged one buys nothing.
-      const refusal = floorRefusal(await session.readFloor(entry.profile, { timeoutMs: 10_000 }), entry.revision, now(), entry.steps.floor?.below);
+      const refusal = floorRefusal(
+        await session.readFloor(entry.profile, { timeoutMs: 10_000 }),
+        entry.revision,
+        now(),
+        entry.steps.floor?.below,
+      );
       if (refusal) throw new Refusal('BELOW_FLOOR', refusal);
     } catch (err) {
       if (err instanceof Refusal) return report({ state: 'refused', reason: err.reason, detail: err.message });
       throw err;
     }
     const profilesRoot = stagePins(ctx.stateDir, entry.profile, pins);
-    const target: DeviceTarget = { id: ctx.deviceId, host: '', port: 0, user: '', pool: '', class: '', transport: 'agent' } as DeviceTarget;
+    const target: DeviceTarget = {
+      id: ctx.deviceId,
+      host: '',
+      port: 0,
+      user: '',
+      pool: '',
+      class: '',
+      transport: 'agent',
+    } as DeviceTarget;
     try {
       for (const file of revision.payload) await fetchPayload(ctx, profilesRoot, entry, file);
       const result = await applyToDevice(target, entry.steps, {
@@ -128,7 +189,13 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
       marker = await session.readMarker(entry.profile, { timeoutMs: 10_000 });
       // A revision whose verify cannot read the fact back is only ever claimed (core/provability.ts).
       const provable = classifyRevision(revision).provable;
-      if (result.outcome !== 'applied' && result.outcome !== 'already-applied') return report({ state: 'failed', reason: result.outcome.toUpperCase(), detail: result.detail ?? result.outcome, steps: result.steps });
+      if (result.outcome !== 'applied' && result.outcome !== 'already-applied')
+        return report({
+          state: 'failed',
+          reason: result.outcome.toUpperCase(),
+          detail: result.detail ?? result.outcome,
+          steps: result.steps,
+        });
       return report({ state: provable ? result.outcome : 'claimed', steps: result.steps });
     } catch (err) {
       marker = await session.readMarker(entry.profile, { timeoutMs: 10_000 }).catch(() => marker);
@@ -154,7 +221,11 @@ export function isDrift(report: ProfileReport): boolean {
  * drift reports the revision in place again: `applied`, or `claimed` for a revision whose verify cannot
  * prove the fact (core/provability.ts) — only while the device's marker is still the entry's revision.
  */
-export async function reverifyEntry(ctx: EntryContext, entry: DesiredEntry, last: ProfileReport): Promise<ProfileReport> {
+export async function reverifyEntry(
+  ctx: EntryContext,
+  entry: DesiredEntry,
+  last: ProfileReport,
+): Promise<ProfileReport> {
   const now = ctx.now ?? Date.now;
   const session = await ctx.connect();
   try {
@@ -164,16 +235,44 @@ export async function reverifyEntry(ctx: EntryContext, entry: DesiredEntry, last
     try {
       revision = verifiedRevision(entry, ctx.trust, now());
     } catch (err) {
-      if (err instanceof Refusal) return { revision: marker, state: 'refused', requestId: entry.requestId, reason: err.reason, detail: clip(err.message), at };
+      if (err instanceof Refusal)
+        return {
+          revision: marker,
+          state: 'refused',
+          requestId: entry.requestId,
+          reason: err.reason,
+          detail: clip(err.message),
+          at,
+        };
       throw err;
     }
-    const drift = (detail: string): ProfileReport => ({ revision: marker, state: 'failed', requestId: entry.requestId, reason: 'VERIFY', detail: clip(detail), steps: ['reverify'], at });
-    const res = await session.exec(shellFor(entry.steps, revision.verify), { timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) });
-    if (res.code !== 0) return drift(`re-verify of r${entry.revision} exited ${res.code}: ${(res.stderr || res.stdout).trim().slice(-300)}`);
+    const drift = (detail: string): ProfileReport => ({
+      revision: marker,
+      state: 'failed',
+      requestId: entry.requestId,
+      reason: 'VERIFY',
+      detail: clip(detail),
+      steps: ['reverify'],
+      at,
+    });
+    const res = await session.exec(shellFor(entry.steps, revision.verify), {
+      timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000),
+    });
+    if (res.code !== 0)
+      return drift(
+        `re-verify of r${entry.revision} exited ${res.code}: ${(res.stderr || res.stdout).trim().slice(-300)}`,
+      );
     if (!isDrift(last)) return { ...last, revision: marker, at, steps: ['reverify'] };
     // Recovering from a drift: the fact reads back, but the marker must still say this revision.
-    if (marker !== entry.revision) return drift(`re-verify of r${entry.revision} passed, but the device's marker is r${marker ?? 'none'}`);
-    return { revision: marker, state: classifyRevision(revision).provable ? 'applied' : 'claimed', requestId: entry.requestId, steps: ['reverify'], at };
+    if (marker !== entry.revision)
+      return drift(`re-verify of r${entry.revision} passed, but the device's marker is r${marker ?? 'none'}`);
+    return {
+      revision: marker,
+      state: classifyRevision(revision).provable ? 'applied' : 'claimed',
+      requestId: entry.requestId,
+      steps: ['reverify'],
+      at,
+    };
   } finally {
     session.close();
   }

@@ -38,39 +38,66 @@ export function gatewayClient(opts: GatewayClientOptions) {
   const base = new URL(opts.url);
   const prefix = base.pathname.replace(/\/+$/, '');
 
-  const send = (method: 'GET' | 'POST', path: string, body: Buffer, timeoutMs: number, signal?: AbortSignal): Promise<Buffer> =>
+  const send = (
+    method: 'GET' | 'POST',
+    path: string,
+    body: Buffer,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<Buffer> =>
     new Promise((resolve, reject) => {
       const target = `${prefix}${path}`;
       const headers: Record<string, string | number> = {
-        authorization: authorizationHeader({ device: opts.device, method, path: target, body, now: Date.now(), nonce: randomBytes(16).toString('hex'), secretKey: opts.secretKey }),
+        authorization: authorizationHeader({
+          device: opts.device,
+          method,
+          path: target,
+          body,
+          now: Date.now(),
+          nonce: randomBytes(16).toString('hex'),
+          secretKey: opts.secretKey,
+        }),
         'content-length': body.length,
         ...(method === 'POST' ? { 'content-type': 'application/json' } : {}),
       };
       const make = base.protocol === 'https:' ? httpsRequest : httpRequest;
-      const req = make({ host: base.hostname.replace(/^\[|\]$/g, ''), port: base.port || (base.protocol === 'https:' ? 443 : 80), method, path: target, headers, timeout: timeoutMs, ...(opts.ca ? { ca: opts.ca } : {}), ...(signal ? { signal } : {}) }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_RESPONSE_BYTES) req.destroy(new Error(`the gateway's answer is above ${MAX_RESPONSE_BYTES} bytes`));
-          else chunks.push(c);
-        });
-        res.on('end', () => {
-          const data = Buffer.concat(chunks);
-          if (res.statusCode === 200) return resolve(data);
-          let code = 'HTTP';
-          let message = data.toString('utf8').slice(0, 400);
-          try {
-            const parsed = JSON.parse(message) as { code?: string; message?: string };
-            code = parsed.code ?? code;
-            message = parsed.message ?? message;
-          } catch {
-            /* not the gateway's JSON */
-          }
-          reject(new GatewayError(res.statusCode ?? 0, code, message));
-        });
-        res.on('error', reject);
-      });
+      const req = make(
+        {
+          host: base.hostname.replace(/^\[|\]$/g, ''),
+          port: base.port || (base.protocol === 'https:' ? 443 : 80),
+          method,
+          path: target,
+          headers,
+          timeout: timeoutMs,
+          ...(opts.ca ? { ca: opts.ca } : {}),
+          ...(signal ? { signal } : {}),
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (c: Buffer) => {
+            size += c.length;
+            if (size > MAX_RESPONSE_BYTES)
+              req.destroy(new Error(`the gateway's answer is above ${MAX_RESPONSE_BYTES} bytes`));
+            else chunks.push(c);
+          });
+          res.on('end', () => {
+            const data = Buffer.concat(chunks);
+            if (res.statusCode === 200) return resolve(data);
+            let code = 'HTTP';
+            let message = data.toString('utf8').slice(0, 400);
+            try {
+              const parsed = JSON.parse(message) as { code?: string; message?: string };
+              code = parsed.code ?? code;
+              message = parsed.message ?? message;
+            } catch {
+              /* not the gateway's JSON */
+            }
+            reject(new GatewayError(res.statusCode ?? 0, code, message));
+          });
+          res.on('error', reject);
+        },
+      );
       req.on('timeout', () => req.destroy(new Error(`no answer from the gateway within ${timeoutMs} ms`)));
       req.on('error', reject);
       req.end(body);
@@ -79,11 +106,18 @@ export function gatewayClient(opts: GatewayClientOptions) {
   const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
   return {
-    async sync(input: { report: AgentReport | null; knownVersion: number; waitMs: number }, signal?: AbortSignal): Promise<TwinView> {
-      return JSON.parse((await send('POST', '/v1/sync', json(input), input.waitMs + 20_000, signal)).toString('utf8')) as TwinView;
+    async sync(
+      input: { report: AgentReport | null; knownVersion: number; waitMs: number },
+      signal?: AbortSignal,
+    ): Promise<TwinView> {
+      return JSON.parse(
+        (await send('POST', '/v1/sync', json(input), input.waitMs + 20_000, signal)).toString('utf8'),
+      ) as TwinView;
     },
     async report(report: AgentReport, signal?: AbortSignal): Promise<TwinView> {
-      return JSON.parse((await send('POST', '/v1/report', json({ report }), 20_000, signal)).toString('utf8')) as TwinView;
+      return JSON.parse(
+        (await send('POST', '/v1/report', json({ report }), 20_000, signal)).toString('utf8'),
+      ) as TwinView;
     },
     payload(profile: string, revision: number, name: string, signal?: AbortSignal): Promise<Buffer> {
       return send('GET', `/v1/payload/${profile}/${revision}/${name}`, Buffer.alloc(0), 120_000, signal);

@@ -13,12 +13,19 @@ import { prepareStateDir, readIdentityKeyText } from './inputs';
  */
 export const IDENTITY_FILE = 'identity.key';
 
-export function enrollIdentity(stateDir: string, log: (line: string) => void = () => {}): { keyFile: string; pin: string } {
+export function enrollIdentity(
+  stateDir: string,
+  log: (line: string) => void = () => {},
+): { keyFile: string; pin: string } {
   // The same checks as the agent's own start: a directory of this user that no one else may write.
   const dir = prepareStateDir('--state-dir', stateDir, log);
   const keyFile = join(dir, IDENTITY_FILE);
   if (existsSync(keyFile)) {
-    throw new WavegateError('CONFLICT', `${keyFile}: an identity key is already there; refusing to overwrite it (its pin is in the inventory). Print its pin with \`wavegate agent pin --key ${keyFile}\``, { field: '--state-dir', value: stateDir });
+    throw new WavegateError(
+      'CONFLICT',
+      `${keyFile}: an identity key is already there; refusing to overwrite it (its pin is in the inventory). Print its pin with \`wavegate agent pin --key ${keyFile}\``,
+      { field: '--state-dir', value: stateDir },
+    );
   }
   const pair = keyPairFromSeed(randomBytes(32));
   // 'wx': created here or not at all (two enrolls racing cannot both write).
@@ -36,7 +43,10 @@ export function loadIdentity(path: string): KeyPair {
   try {
     data = JSON.parse(text);
   } catch {
-    throw new WavegateError('INVALID_INPUT', `--key ${path}: not a wavegate key file (JSON)`, { field: '--key', value: path });
+    throw new WavegateError('INVALID_INPUT', `--key ${path}: not a wavegate key file (JSON)`, {
+      field: '--key',
+      value: path,
+    });
   }
   return parseSecretKeyFile(data, `--key ${path}`);
 }

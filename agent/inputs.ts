@@ -1,6 +1,14 @@
 import { chmodSync, mkdirSync, realpathSync, statSync, type Stats } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { identityKeyProblem, isLoopbackHostname, modeText, stateDirProblem, trustDirProblem, trustFileProblem, type PathFacts } from '../core/agent-inputs';
+import {
+  identityKeyProblem,
+  isLoopbackHostname,
+  modeText,
+  stateDirProblem,
+  trustDirProblem,
+  trustFileProblem,
+  type PathFacts,
+} from '../core/agent-inputs';
 import { WavegateError } from '../core/errors';
 import { readBytes } from '../intake/files';
 
@@ -14,7 +22,11 @@ import { readBytes } from '../intake/files';
 const ownUid = (): number | undefined => (typeof process.getuid === 'function' ? process.getuid() : undefined);
 
 function facts(stat: Stats): PathFacts {
-  return { kind: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other', mode: stat.mode & 0o7777, uid: stat.uid };
+  return {
+    kind: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other',
+    mode: stat.mode & 0o7777,
+    uid: stat.uid,
+  };
 }
 
 const errno = (err: unknown) => (err as NodeJS.ErrnoException).code ?? String(err);
@@ -30,12 +42,20 @@ export function gatewayUrl(value: string, insecureHttp: boolean): string {
   // Never echo a password someone put in the URL.
   const shown = value.replace(/\/\/[^/@]*@/, '//***@');
   if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password || url.search || url.hash) {
-    throw new WavegateError('INVALID_INPUT', `--gateway: must be an http(s)://host:port URL without credentials, query or fragment (got ${JSON.stringify(shown)})`, { field: '--gateway', value: shown });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--gateway: must be an http(s)://host:port URL without credentials, query or fragment (got ${JSON.stringify(shown)})`,
+      { field: '--gateway', value: shown },
+    );
   }
   if (url.protocol === 'http:' && !insecureHttp && !isLoopbackHostname(url.hostname)) {
     // The requests are signed, but a plain-HTTP path lets anyone on it read the desired revisions and
     // payloads, and hold or replay what the gateway answers; the gateway refuses such a listen too.
-    throw new WavegateError('INVALID_INPUT', `--gateway ${JSON.stringify(shown)}: plain HTTP only to a gateway on loopback (127.0.0.1, ::1, localhost); use https://, or give --insecure-http when a TLS-terminating proxy or a private link carries it`, { field: '--gateway', value: shown });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--gateway ${JSON.stringify(shown)}: plain HTTP only to a gateway on loopback (127.0.0.1, ::1, localhost); use https://, or give --insecure-http when a TLS-terminating proxy or a private link carries it`,
+      { field: '--gateway', value: shown },
+    );
   }
   return value.replace(/\/+$/, '');
 }
@@ -45,7 +65,8 @@ export function readFlagFile(flag: string, path: string): Buffer {
   try {
     return readBytes(path);
   } catch (err) {
-    if (err instanceof WavegateError) throw new WavegateError('INVALID_INPUT', `${flag} ${err.message}`, { field: flag, value: path });
+    if (err instanceof WavegateError)
+      throw new WavegateError('INVALID_INPUT', `${flag} ${err.message}`, { field: flag, value: path });
     throw err;
   }
 }
@@ -59,7 +80,11 @@ export function readIdentityKeyText(path: string): string {
   try {
     stat = statSync(path);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `--key ${path}: cannot read the identity key (${errno(err)}); create one with \`wavegate agent enroll --state-dir DIR\``, { field: '--key', value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--key ${path}: cannot read the identity key (${errno(err)}); create one with \`wavegate agent enroll --state-dir DIR\``,
+      { field: '--key', value: path },
+    );
   }
   const problem = identityKeyProblem(facts(stat), MAX_IDENTITY_KEY_BYTES, stat.size);
   if (problem) throw new WavegateError('INVALID_INPUT', `--key ${path}: ${problem}`, { field: '--key', value: path });
@@ -74,7 +99,8 @@ export function readIdentityKeyText(path: string): string {
  */
 export function prepareStateDir(flag: string, path: string, log: (line: string) => void): string {
   const dir = resolve(path);
-  const refuse = (why: string) => new WavegateError('INVALID_INPUT', `${flag} ${dir}: ${why}`, { field: flag, value: path });
+  const refuse = (why: string) =>
+    new WavegateError('INVALID_INPUT', `${flag} ${dir}: ${why}`, { field: flag, value: path });
   let stat: Stats | undefined;
   try {
     stat = statSync(dir);
@@ -109,7 +135,12 @@ export function checkHomeDir(path: string): string {
   } catch {
     /* refused below */
   }
-  if (!isDir) throw new WavegateError('INVALID_INPUT', `--home ${dir}: not a directory (the device home whose .wavegate/ holds markers, floors and apply locks)`, { field: '--home', value: path });
+  if (!isDir)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--home ${dir}: not a directory (the device home whose .wavegate/ holds markers, floors and apply locks)`,
+      { field: '--home', value: path },
+    );
   return dir;
 }
 
@@ -127,7 +158,10 @@ export function checkTrustFile(path: string, what: string): void {
     file = statSync(real);
     dir = statSync(dirname(real));
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${what}: ${path}: cannot read the trust file (${errno(err)})`, { field: '--trust', value: path });
+    throw new WavegateError('INVALID_INPUT', `${what}: ${path}: cannot read the trust file (${errno(err)})`, {
+      field: '--trust',
+      value: path,
+    });
   }
   const problem = trustFileProblem(facts(file), facts(dir), ownUid(), dirname(real));
   if (problem) throw unsafeTrust(what, real, problem);
@@ -139,12 +173,19 @@ export function checkTrustDir(path: string, what: string): void {
   try {
     dir = statSync(realpathSync(path));
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${what}: ${path}: cannot read the directory (${errno(err)})`, { field: '--trust', value: path });
+    throw new WavegateError('INVALID_INPUT', `${what}: ${path}: cannot read the directory (${errno(err)})`, {
+      field: '--trust',
+      value: path,
+    });
   }
   const problem = trustDirProblem(facts(dir), ownUid(), path);
   if (problem) throw unsafeTrust(what, path, problem.replace(/^its directory /, 'the profiles directory '));
 }
 
 function unsafeTrust(what: string, path: string, problem: string): WavegateError {
-  return new WavegateError('INVALID_INPUT', `${what}: ${path}: refused: ${problem}; whoever may change this device's pins may make it run anything (chown it to this user or root, chmod go-w; see SECURITY.md)`, { field: '--trust', value: path });
+  return new WavegateError(
+    'INVALID_INPUT',
+    `${what}: ${path}: refused: ${problem}; whoever may change this device's pins may make it run anything (chown it to this user or root, chmod go-w; see SECURITY.md)`,
+    { field: '--trust', value: path },
+  );
 }

@@ -25,7 +25,12 @@ export interface AgentTrust {
 }
 
 export function parseTrustFlags(values: readonly string[]): AgentTrust {
-  if (values.length === 0) throw new WavegateError('INVALID_INPUT', '--trust: required: a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>', { field: '--trust' });
+  if (values.length === 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--trust: required: a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>',
+      { field: '--trust' },
+    );
   const dirs: string[] = [];
   const files = new Map<string, string>();
   for (const value of values) {
@@ -33,9 +38,18 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
     if (eq > 0) {
       const profile = value.slice(0, eq);
       const file = resolve(value.slice(eq + 1));
-      if (!PROFILE_NAME.test(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: the profile ${PROFILE_NAME_RULE}`, { field: '--trust', value });
-      if (!existsSync(file)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: no such file ${file}`, { field: '--trust', value });
-      if (files.has(profile)) throw new WavegateError('INVALID_INPUT', `--trust ${value}: profile "${profile}" given twice`, { field: '--trust', value });
+      if (!PROFILE_NAME.test(profile))
+        throw new WavegateError('INVALID_INPUT', `--trust ${value}: the profile ${PROFILE_NAME_RULE}`, {
+          field: '--trust',
+          value,
+        });
+      if (!existsSync(file))
+        throw new WavegateError('INVALID_INPUT', `--trust ${value}: no such file ${file}`, { field: '--trust', value });
+      if (files.has(profile))
+        throw new WavegateError('INVALID_INPUT', `--trust ${value}: profile "${profile}" given twice`, {
+          field: '--trust',
+          value,
+        });
       checkTrustFile(file, `--trust ${value}`);
       parseTrust(readTrustDocument(file, `--trust ${value}`), `--trust ${value}`); // a bad file is refused at start, not at the first apply
       files.set(profile, file);
@@ -47,7 +61,12 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
       } catch {
         /* refused below */
       }
-      if (!isDir) throw new WavegateError('INVALID_INPUT', `--trust ${value}: not a directory; give a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>`, { field: '--trust', value });
+      if (!isDir)
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `--trust ${value}: not a directory; give a profiles directory (DIR/<profile>/trust.yaml) or <profile>=<trust file>`,
+          { field: '--trust', value },
+        );
       checkTrustDir(dir, `--trust ${value}`);
       // Every trust file already there is checked now: a bad mode is refused at start, not at an apply.
       for (const name of readdirSync(dir)) {
@@ -65,7 +84,8 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
       checkTrustFile(file, `trust file of profile "${profile}"`);
       return parseTrust(readTrustDocument(file, file), file);
     },
-    describe: () => [...dirs.map((d) => `${d}/<profile>/trust.yaml`), ...[...files].map(([p, f]) => `${p}=${f}`)].join(', '),
+    describe: () =>
+      [...dirs.map((d) => `${d}/<profile>/trust.yaml`), ...[...files].map(([p, f]) => `${p}=${f}`)].join(', '),
   };
 }
 
@@ -74,7 +94,8 @@ function readTrustDocument(file: string, what: string): unknown {
   try {
     return readDocument(file);
   } catch (err) {
-    if (err instanceof WavegateError && !err.message.startsWith(what)) throw new WavegateError('INVALID_INPUT', `${what}: ${err.message}`, { field: '--trust', value: file });
+    if (err instanceof WavegateError && !err.message.startsWith(what))
+      throw new WavegateError('INVALID_INPUT', `${what}: ${err.message}`, { field: '--trust', value: file });
     throw err;
   }
 }

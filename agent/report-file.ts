@@ -20,7 +20,11 @@ export function reportFile(stateDir: string) {
     /* none yet */
   }
   // Not a file (a FIFO would block the read, a directory would fail every answer): refused at start.
-  if (!regular) throw new WavegateError('INVALID_INPUT', `--state-dir ${stateDir}: ${path} is not a regular file; move it away`, { field: '--state-dir', value: path });
+  if (!regular)
+    throw new WavegateError('INVALID_INPUT', `--state-dir ${stateDir}: ${path} is not a regular file; move it away`, {
+      field: '--state-dir',
+      value: path,
+    });
   try {
     const data = JSON.parse(readText(path)) as { profiles?: Record<string, ProfileReport> };
     if (data && typeof data.profiles === 'object' && data.profiles !== null) profiles = data.profiles;

@@ -1,5 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { FINAL_REPORT_STATES, TWIN_LIMITS, type AgentReport, type DesiredEntry, type HealthReport, type TwinView } from '../core/twin';
+import {
+  FINAL_REPORT_STATES,
+  TWIN_LIMITS,
+  type AgentReport,
+  type DesiredEntry,
+  type HealthReport,
+  type TwinView,
+} from '../core/twin';
 import { localDeviceSession } from '../activities/transport/local';
 import { applyEntry, isDrift, reverifyEntry, TransportError } from './apply-entry';
 import type { GatewayClient } from './gateway-client';
@@ -41,14 +48,20 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   let desiredProfiles: Set<string> | null = null;
   const report = (): AgentReport => {
     const entries = Object.entries(answers.profiles).filter(([p]) => !desiredProfiles || desiredProfiles.has(p));
-    return { profiles: Object.fromEntries(entries.slice(0, TWIN_LIMITS.profiles)), health, healthAt, agentVersion: opts.version };
+    return {
+      profiles: Object.fromEntries(entries.slice(0, TWIN_LIMITS.profiles)),
+      health,
+      healthAt,
+      agentVersion: opts.version,
+    };
   };
   const ctx = {
     deviceId: opts.deviceId,
     stateDir: opts.stateDir,
     trust: opts.trust,
     connect,
-    download: (profile: string, revision: number, name: string) => opts.gateway.payload(profile, revision, name, stopper.signal),
+    download: (profile: string, revision: number, name: string) =>
+      opts.gateway.payload(profile, revision, name, stopper.signal),
     commandTimeoutMs: opts.commandTimeoutMs ?? 30 * 60_000,
     signal: stopper.signal,
     log,
@@ -66,11 +79,18 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
 
   const take = async (entry: DesiredEntry): Promise<void> => {
     log(`${entry.profile}: desired r${entry.revision} (request ${entry.requestId}); checking and applying`);
-    answers.set(entry.profile, { revision: answers.profiles[entry.profile]?.revision ?? null, state: 'applying', requestId: entry.requestId, at: new Date().toISOString() });
+    answers.set(entry.profile, {
+      revision: answers.profiles[entry.profile]?.revision ?? null,
+      state: 'applying',
+      requestId: entry.requestId,
+      at: new Date().toISOString(),
+    });
     await opts.gateway.report(report(), stopper.signal).catch(() => {});
     const answer = await whileBusy(() => applyEntry(ctx, entry));
     answers.set(entry.profile, answer);
-    log(`${entry.profile}: r${entry.revision} ${answer.state}${answer.reason ? ` (${answer.reason})` : ''}${answer.detail && answer.state !== 'applied' ? `: ${answer.detail}` : ''}`);
+    log(
+      `${entry.profile}: r${entry.revision} ${answer.state}${answer.reason ? ` (${answer.reason})` : ''}${answer.detail && answer.state !== 'applied' ? `: ${answer.detail}` : ''}`,
+    );
   };
 
   const handle = async (view: TwinView): Promise<void> => {
@@ -87,10 +107,18 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
         const answer = answers.profiles[entry.profile];
         // What the device answered as in place, and what an earlier re-verify found drifted (so a
         // restored fact reads in place again); a refusal or a failed apply stays as it was reported.
-        if (!answer || answer.requestId !== entry.requestId || !(['applied', 'already-applied', 'claimed'].includes(answer.state) || isDrift(answer)) || stopper.signal.aborted) continue;
+        if (
+          !answer ||
+          answer.requestId !== entry.requestId ||
+          !(['applied', 'already-applied', 'claimed'].includes(answer.state) || isDrift(answer)) ||
+          stopper.signal.aborted
+        )
+          continue;
         const again = await reverifyEntry(ctx, entry, answer);
         answers.set(entry.profile, again);
-        log(`${entry.profile}: re-verified r${entry.revision}: ${again.state}${again.reason ? ` (${again.reason})` : ''}`);
+        log(
+          `${entry.profile}: re-verified r${entry.revision}: ${again.state}${again.reason ? ` (${again.reason})` : ''}`,
+        );
       }
     }
     const session = await connect();
@@ -109,7 +137,10 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     while (!stopper.signal.aborted) {
       let view: TwinView;
       try {
-        view = await opts.gateway.sync({ report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 }, stopper.signal);
+        view = await opts.gateway.sync(
+          { report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 },
+          stopper.signal,
+        );
         backoff = 1_000;
       } catch (err) {
         if (stopper.signal.aborted) break;

@@ -45,7 +45,8 @@ const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 10_000);
 const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
 const WAIT_MS = wholeFlag('wait-ms', flags['wait-ms'], 0, 30_000);
 const GATE = flags.gate!;
-if (!/^\d+(ms|s|m)$/.test(GATE)) throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
+if (!/^\d+(ms|s|m)$/.test(GATE))
+  throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -70,7 +71,12 @@ function counted<T>(p: Promise<T>): Promise<T> {
     },
     (err: unknown) => {
       failures++;
-      const why = err instanceof Error ? ('code' in err && typeof err.code === 'string' ? err.code : err.message.replace(/\d+/g, 'N').slice(0, 80)) : String(err);
+      const why =
+        err instanceof Error
+          ? 'code' in err && typeof err.code === 'string'
+            ? err.code
+            : err.message.replace(/\d+/g, 'N').slice(0, 80)
+          : String(err);
       failureKinds.set(why, (failureKinds.get(why) ?? 0) + 1);
       throw err;
     },
@@ -80,7 +86,12 @@ function counted<T>(p: Promise<T>): Promise<T> {
 /** One simulated agent: sync (long-poll), answer each new desired entry as applied, report, repeat. */
 async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promise<void> {
   const gw = gatewayClient({ url, device: agent.id, secretKey: agent.key.secretKey });
-  const report: AgentReport = { profiles: {}, health: [{ name: 'motd', ok: true }], healthAt: new Date().toISOString(), agentVersion: 'bench' };
+  const report: AgentReport = {
+    profiles: {},
+    health: [{ name: 'motd', ok: true }],
+    healthAt: new Date().toISOString(),
+    agentVersion: 'bench',
+  };
   let knownVersion = 0;
   while (!stop.aborted) {
     try {
@@ -90,7 +101,13 @@ async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promis
       for (const entry of Object.values(view.desired)) {
         if (report.profiles[entry.profile]?.requestId === entry.requestId) continue;
         if (APPLY_MS) await sleep(APPLY_MS);
-        report.profiles[entry.profile] = { revision: entry.revision, state: 'applied', requestId: entry.requestId, steps: ['verify', 'apply', 'verify', 'marker'], at: new Date().toISOString() };
+        report.profiles[entry.profile] = {
+          revision: entry.revision,
+          state: 'applied',
+          requestId: entry.requestId,
+          steps: ['verify', 'apply', 'verify', 'marker'],
+          at: new Date().toISOString(),
+        };
         // The answer goes out at once (the next sync would only carry it after its wait).
         await counted(gw.report(report, stop));
       }
@@ -105,7 +122,10 @@ let gatewayLog = '';
 
 function startGateway(args: string[]): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'wavegate.js'), 'gateway', ...args], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'wavegate.js'), 'gateway', ...args], {
+      cwd: PROJECT_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     const onData = (c: Buffer) => {
       out += c.toString();
@@ -122,13 +142,22 @@ function startGateway(args: string[]): Promise<{ child: ChildProcess; url: strin
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-agent-scale-'));
-  const agents: SimAgent[] = Array.from({ length: DEVICES }, (_, i) => ({ id: `agent-${String(i).padStart(5, '0')}`, key: keyPairFromSeed(randomBytes(32)) }));
+  const agents: SimAgent[] = Array.from({ length: DEVICES }, (_, i) => ({
+    id: `agent-${String(i).padStart(5, '0')}`,
+    key: keyPairFromSeed(randomBytes(32)),
+  }));
   const inventoryPath = join(dir, 'inventory.yaml');
   writeFileSync(
     inventoryPath,
     stringify({
       pools: { agents: { disruptionBudget: Math.min(1, IN_FLIGHT / DEVICES) } },
-      devices: agents.map((a, i) => ({ id: a.id, transport: 'agent', agentKey: agentKeyPin(a.key.publicKey), pool: 'agents', class: i % 3 ? 'edge' : 'kiosk' })),
+      devices: agents.map((a, i) => ({
+        id: a.id,
+        transport: 'agent',
+        agentKey: agentKeyPin(a.key.publicKey),
+        pool: 'agents',
+        class: i % 3 ? 'edge' : 'kiosk',
+      })),
     }),
   );
   const specPath = join(dir, 'spec.yaml');
@@ -141,40 +170,80 @@ async function main(): Promise<void> {
         toRevision: 2,
         gate: GATE,
         maxFailureRatio: 0.05,
-        phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: '10%' }, { bulk: 'remainder', healthGate: ['devices-online'] }],
+        phases: [
+          { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+          { bulk: '10%' },
+          { bulk: 'remainder', healthGate: ['devices-online'] },
+        ],
       },
     }),
   );
 
   const env = await startDevServerEnv();
   const taskQueue = 'agent-scale';
-  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit') }, layout: { role: 'all', maxActivities: Math.max(200, IN_FLIGHT * 2), maxWorkflowTasks: 40, parkConnectionMs: 0 } });
+  const worker = await createWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    deps: { auditDir: join(dir, 'audit') },
+    layout: { role: 'all', maxActivities: Math.max(200, IN_FLIGHT * 2), maxWorkflowTasks: 40, parkConnectionMs: 0 },
+  });
   const running = worker.run();
-  const gateway = await startGateway(['--listen', '127.0.0.1:0', '--inventory', inventoryPath, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue]);
+  const gateway = await startGateway([
+    '--listen',
+    '127.0.0.1:0',
+    '--inventory',
+    inventoryPath,
+    '--profiles',
+    join(PROJECT_ROOT, 'profiles'),
+    '--address',
+    env.address,
+    '--namespace',
+    env.namespace ?? 'default',
+    '--task-queue',
+    taskQueue,
+  ]);
   const stop = new AbortController();
   setMaxListeners(0, stop.signal); // one listener per simulated agent's request in flight
   try {
-    console.log(`${DEVICES} simulated agents against ${gateway.url}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}`);
+    console.log(
+      `${DEVICES} simulated agents against ${gateway.url}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}`,
+    );
     const upStart = Date.now();
     // The agents' loops run until stop aborts them; nothing waits on them.
     for (const a of agents) void runAgent(a, gateway.url, stop.signal);
     // Every twin seen before the rollout (its snapshot counts a never-seen agent offline).
     for (;;) {
       const synced = new Set<string>();
-      for await (const w of env.client.workflow.list({ query: `WorkflowType = 'deviceTwinWorkflow'` })) synced.add(w.workflowId);
+      for await (const w of env.client.workflow.list({ query: `WorkflowType = 'deviceTwinWorkflow'` }))
+        synced.add(w.workflowId);
       if (synced.size >= DEVICES) break;
       await sleep(1_000);
     }
-    console.log(`agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far`);
+    console.log(
+      `agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far`,
+    );
 
-    const input = { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId: `rollout:agent-scale-${Date.now()}`, sliceSize: SLICE };
+    const input = {
+      ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }),
+      rolloutId: `rollout:agent-scale-${Date.now()}`,
+      sliceSize: SLICE,
+    };
     const before = requests;
     const started = Date.now();
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue,
+      args: [input],
+    });
     const progress = setInterval(() => {
       handle
         .query<{ phase?: string; counts: Record<string, number> }>('status')
-        .then((s) => console.log(`  ${seconds(Date.now() - started)}: ${s.phase ?? '-'} applied ${s.counts.applied} applying ${s.counts.applying} skipped ${s.counts.skipped} failed ${s.counts.failed}; ${requests - before} gateway requests`))
+        .then((s) =>
+          console.log(
+            `  ${seconds(Date.now() - started)}: ${s.phase ?? '-'} applied ${s.counts.applied} applying ${s.counts.applying} skipped ${s.counts.skipped} failed ${s.counts.failed}; ${requests - before} gateway requests`,
+          ),
+        )
         .catch(() => {});
     }, 30_000);
     // The result's long-poll can time out on a loaded server: ask again until the rollout has closed.
@@ -183,40 +252,80 @@ async function main(): Promise<void> {
         try {
           return await handle.result();
         } catch (err) {
-          if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err))) throw err;
+          if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err)))
+            throw err;
         }
       }
     })().finally(() => clearInterval(progress));
     const makespan = Date.now() - started;
     const during = requests - before;
-    console.log(`\nrollout ${result.state}: ${JSON.stringify(result.counts)} in ${seconds(makespan)} (${(DEVICES / (makespan / 1000)).toFixed(1)} devices/s)`);
-    const window = [...perSecond.entries()].filter(([s]) => s * 1000 >= started && s * 1000 <= started + makespan).map(([, n]) => n);
-    console.log(`gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all${failures ? ` (${[...failureKinds].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join('; ')})` : ''}`);
+    console.log(
+      `\nrollout ${result.state}: ${JSON.stringify(result.counts)} in ${seconds(makespan)} (${(DEVICES / (makespan / 1000)).toFixed(1)} devices/s)`,
+    );
+    const window = [...perSecond.entries()]
+      .filter(([s]) => s * 1000 >= started && s * 1000 <= started + makespan)
+      .map(([, n]) => n);
+    console.log(
+      `gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all${
+        failures
+          ? ` (${[...failureKinds]
+              .sort((x, y) => y[1] - x[1])
+              .slice(0, 5)
+              .map(([k, n]) => `${n}× ${k}`)
+              .join('; ')})`
+          : ''
+      }`,
+    );
 
     const refusals = new Map<string, number>();
     for (const m of gatewayLog.matchAll(/ (5\d\d|4\d\d) \d+ms (.{0,90})/g)) {
       const kind = `${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`;
       refusals.set(kind, (refusals.get(kind) ?? 0) + 1);
     }
-    if (refusals.size) console.log(`gateway refusals by kind (its log): ${[...refusals].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([k, n]) => `${n}× ${k}`).join(' | ')}`);
+    if (refusals.size)
+      console.log(
+        `gateway refusals by kind (its log): ${[...refusals]
+          .sort((x, y) => y[1] - x[1])
+          .slice(0, 5)
+          .map(([k, n]) => `${n}× ${k}`)
+          .join(' | ')}`,
+      );
 
     const shapes = await executionTreeShapes(env.client, input.rolloutId);
-    console.log(`\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`);
+    console.log(
+      `\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`,
+    );
     console.log('| execution | events | bytes | activities | max pending activities | max pending children |');
     console.log('|---|---:|---:|---:|---:|---:|');
-    for (const s of shapes) console.log(`| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} |`);
-    const over = shapes.filter((s) => s.events >= HISTORY_EVENT_LIMIT || s.maxPendingActivities > PENDING_LIMIT || s.maxPendingChildren > PENDING_LIMIT);
-    console.log(over.length === 0 ? 'every execution within the limits' : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`);
+    for (const s of shapes)
+      console.log(
+        `| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} |`,
+      );
+    const over = shapes.filter(
+      (s) =>
+        s.events >= HISTORY_EVENT_LIMIT ||
+        s.maxPendingActivities > PENDING_LIMIT ||
+        s.maxPendingChildren > PENDING_LIMIT,
+    );
+    console.log(
+      over.length === 0
+        ? 'every execution within the limits'
+        : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`,
+    );
 
     // Twins: history length of each current run, and how many runs (continue-as-new) each has had.
     const lengths: number[] = [];
     for (let i = 0; i < agents.length; i += 50) {
-      const batch = await Promise.all(agents.slice(i, i + 50).map((a) => env.client.workflow.getHandle(twinWorkflowId(a.id)).describe()));
+      const batch = await Promise.all(
+        agents.slice(i, i + 50).map((a) => env.client.workflow.getHandle(twinWorkflowId(a.id)).describe()),
+      );
       lengths.push(...batch.map((d) => d.historyLength));
     }
     lengths.sort((a, b) => a - b);
     const pct = (p: number) => lengths[Math.min(lengths.length - 1, Math.floor((p / 100) * lengths.length))]!;
-    console.log(`\ntwin histories (current run): median ${pct(50)} events, p99 ${pct(99)}, max ${lengths.at(-1)} (continue-as-new past 2,000)`);
+    console.log(
+      `\ntwin histories (current run): median ${pct(50)} events, p99 ${pct(99)}, max ${lengths.at(-1)} (continue-as-new past 2,000)`,
+    );
   } finally {
     stop.abort();
     gateway.child.kill('SIGTERM');

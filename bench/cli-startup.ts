@@ -29,10 +29,15 @@ const { values: flags } = parseArgs({
   },
 });
 const RUNS = wholeFlag('runs', flags.runs, 1, 50);
-if (!flags['before-root']) throw new Error('--before-root DIR: a checkout of the commit to compare with (see the header of bench/cli-startup.ts)');
+if (!flags['before-root'])
+  throw new Error(
+    '--before-root DIR: a checkout of the commit to compare with (see the header of bench/cli-startup.ts)',
+  );
 const BEFORE_ROOT = resolve(flags['before-root']);
-if (!existsSync(join(BEFORE_ROOT, 'bin', 'wavegate.js'))) throw new Error(`--before-root ${BEFORE_ROOT}: no bin/wavegate.js there`);
-if (!existsSync(join(PROJECT_ROOT, 'dist', 'build-info.json'))) throw new Error(`${PROJECT_ROOT}/dist is not built: run \`npm run build\` first`);
+if (!existsSync(join(BEFORE_ROOT, 'bin', 'wavegate.js')))
+  throw new Error(`--before-root ${BEFORE_ROOT}: no bin/wavegate.js there`);
+if (!existsSync(join(PROJECT_ROOT, 'dist', 'build-info.json')))
+  throw new Error(`${PROJECT_ROOT}/dist is not built: run \`npm run build\` first`);
 const TIME = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
 
 interface Variant {
@@ -60,7 +65,11 @@ function measure(argv: string[], env: NodeJS.ProcessEnv, cwd: string, expectCode
   const command = TIME ? [TIME, '-f', `${marker} %U %S`, ...argv] : argv;
   const started = process.hrtime.bigint();
   return new Promise((resolveSample, reject) => {
-    const child = spawn(command[0]!, command.slice(1), { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command[0]!, command.slice(1), {
+      cwd,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -85,7 +94,10 @@ function median(values: number[]): number {
 /** Start a long-running CLI process and wait for its line. */
 function startUntil(argv: string[], ready: RegExp, env: NodeJS.ProcessEnv): Promise<ChildProcess> {
   return new Promise((resolveReady, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(argv[0]!, argv.slice(1), {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`${argv.join(' ')}: not ready in 120 s:\n${out}`)), 120_000);
     const onData = (c: Buffer) => {
@@ -116,24 +128,83 @@ async function main(): Promise<void> {
     fleet = await startFleet({ devices: demoDevices(1), dir: join(dir, 'fleet') });
     const inventory = writeFleetInventory(fleet, join(dir, 'inventory.yaml'), { budgets: { 'pool-a': 1 } });
     const spec = join(dir, 'spec.yaml');
-    writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - canary: 1 device\n  gate: 0s\n  disruptionBudget:\n    pool-a: 1\n');
+    writeFileSync(
+      spec,
+      'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - canary: 1 device\n  gate: 0s\n  disruptionBudget:\n    pool-a: 1\n',
+    );
     const connection = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(dir, 'none.toml') };
 
     // A dev server and worker per distinct root: the before and after code each run their own workflows.
     for (const root of new Set(VARIANTS.map((v) => v.root))) {
       const name = root === BEFORE_ROOT ? 'before' : 'after';
-      const server = await startDevServer({ dbFile: join(dir, name, 'temporal.db'), logFile: join(dir, `${name}-temporal.log`), port: await freePort(), uiPort: await freePort() });
+      const server = await startDevServer({
+        dbFile: join(dir, name, 'temporal.db'),
+        logFile: join(dir, `${name}-temporal.log`),
+        port: await freePort(),
+        uiPort: await freePort(),
+      });
       const bin = join(root, 'bin', 'wavegate.js');
       const common = ['--address', server.address, '--task-queue', 'cli-startup'];
-      const worker = await startUntil([process.execPath, bin, 'worker', ...common, '--profiles', join(root, 'profiles'), '--audit-dir', join(dir, name, 'audit')], /polling/, connection);
-      for (const n of [1, 2]) await measure([process.execPath, bin, 'register', join(root, 'profiles', 'demo', 'envelopes', `${n}.json`), '--trust', join(root, 'profiles', 'demo', 'trust.yaml'), ...common], connection, dir);
+      const worker = await startUntil(
+        [
+          process.execPath,
+          bin,
+          'worker',
+          ...common,
+          '--profiles',
+          join(root, 'profiles'),
+          '--audit-dir',
+          join(dir, name, 'audit'),
+        ],
+        /polling/,
+        connection,
+      );
+      for (const n of [1, 2])
+        await measure(
+          [
+            process.execPath,
+            bin,
+            'register',
+            join(root, 'profiles', 'demo', 'envelopes', `${n}.json`),
+            '--trust',
+            join(root, 'profiles', 'demo', 'trust.yaml'),
+            ...common,
+          ],
+          connection,
+          dir,
+        );
       stacks.set(root, { server, worker, address: server.address });
     }
 
     const commands: Array<{ name: string; argv: (v: Variant) => string[] }> = [
       { name: '--help', argv: () => ['--help'] },
-      { name: 'plan', argv: () => ['plan', '-f', join(PROJECT_ROOT, 'examples', 'plan', 'phased.yaml'), '--inventory', join(PROJECT_ROOT, 'examples', 'plan', 'fleet-20.yaml')] },
-      { name: 'start --wait (1 device)', argv: (v) => ['start', '-f', spec, '--inventory', inventory, '--profiles', join(v.root, 'profiles'), '--address', stacks.get(v.root)!.address, '--task-queue', 'cli-startup', '--wait'] },
+      {
+        name: 'plan',
+        argv: () => [
+          'plan',
+          '-f',
+          join(PROJECT_ROOT, 'examples', 'plan', 'phased.yaml'),
+          '--inventory',
+          join(PROJECT_ROOT, 'examples', 'plan', 'fleet-20.yaml'),
+        ],
+      },
+      {
+        name: 'start --wait (1 device)',
+        argv: (v) => [
+          'start',
+          '-f',
+          spec,
+          '--inventory',
+          inventory,
+          '--profiles',
+          join(v.root, 'profiles'),
+          '--address',
+          stacks.get(v.root)!.address,
+          '--task-queue',
+          'cli-startup',
+          '--wait',
+        ],
+      },
     ];
     const samples = new Map<string, Sample[]>();
     const add = (key: string, s: Sample) => samples.set(key, [...(samples.get(key) ?? []), s]);
@@ -142,7 +213,15 @@ async function main(): Promise<void> {
       loads.push(loadavg()[0]!);
       add('node -e 0', await measure([process.execPath, '-e', '0'], {}, dir));
       for (const command of commands) {
-        for (const v of VARIANTS) add(`${command.name}|${v.name}`, await measure([process.execPath, join(v.root, 'bin', 'wavegate.js'), ...command.argv(v)], { ...connection, ...v.env }, dir));
+        for (const v of VARIANTS)
+          add(
+            `${command.name}|${v.name}`,
+            await measure(
+              [process.execPath, join(v.root, 'bin', 'wavegate.js'), ...command.argv(v)],
+              { ...connection, ...v.env },
+              dir,
+            ),
+          );
       }
     }
 
@@ -154,11 +233,15 @@ async function main(): Promise<void> {
       const cpu = median(s.map((x) => x.cpuMs));
       return `| ${label} | ${wall.toFixed(0)} ms | ${(wall / baseWall).toFixed(1)}x | ${cpu.toFixed(0)} ms | ${(cpu / baseCpu).toFixed(1)}x |`;
     };
-    console.log(`\n${RUNS} runs each, medians; load average ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}; before = ${BEFORE_ROOT}\n`);
+    console.log(
+      `\n${RUNS} runs each, medians; load average ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}; before = ${BEFORE_ROOT}\n`,
+    );
     console.log('| command | wall | × node -e 0 | CPU (user+sys) | × node -e 0 |');
     console.log('|---|---|---|---|---|');
     console.log(row('node -e 0', base));
-    for (const command of commands) for (const v of VARIANTS) console.log(row(`\`${command.name}\` ${v.name}`, samples.get(`${command.name}|${v.name}`)!));
+    for (const command of commands)
+      for (const v of VARIANTS)
+        console.log(row(`\`${command.name}\` ${v.name}`, samples.get(`${command.name}|${v.name}`)!));
   } finally {
     for (const stack of stacks.values()) {
       stack.worker.kill('SIGTERM');

@@ -47,10 +47,14 @@ const RUNS = wholeFlag('runs', flags.runs, 1, 20);
 const E = temporal.api.enums.v1.EventType;
 const FROM_REVISION = 1;
 
-const ms = (t: temporal.api.history.v1.IHistoryEvent['eventTime']): number => Number(t?.seconds ?? 0) * 1000 + Math.floor((t?.nanos ?? 0) / 1e6);
+const ms = (t: temporal.api.history.v1.IHistoryEvent['eventTime']): number =>
+  Number(t?.seconds ?? 0) * 1000 + Math.floor((t?.nanos ?? 0) / 1e6);
 
 /** Every apply of the rollout (parent and slices): when scheduled, when started, whether a rollback. */
-async function applies(client: Client, workflowId: string): Promise<Array<{ scheduledAt: number; startedAt?: number; rollback: boolean }>> {
+async function applies(
+  client: Client,
+  workflowId: string,
+): Promise<Array<{ scheduledAt: number; startedAt?: number; rollback: boolean }>> {
   const out: Array<{ scheduledAt: number; startedAt?: number; rollback: boolean }> = [];
   const queue = [workflowId];
   while (queue.length) {
@@ -59,7 +63,8 @@ async function applies(client: Client, workflowId: string): Promise<Array<{ sche
     queue.push(...childWorkflowIds(history));
     const at = new Map<number, { scheduledAt: number; startedAt?: number }>();
     for (const e of history.events ?? []) {
-      if (e.eventType === E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) at.set(Number(e.eventId), { scheduledAt: ms(e.eventTime) });
+      if (e.eventType === E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        at.set(Number(e.eventId), { scheduledAt: ms(e.eventTime) });
       if (e.eventType === E.EVENT_TYPE_ACTIVITY_TASK_STARTED) {
         const row = at.get(Number(e.activityTaskStartedEventAttributes!.scheduledEventId));
         if (row) row.startedAt = ms(e.eventTime);
@@ -86,11 +91,18 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-control-latency-'));
   const fleet = await startFleet({ devices: demoDevices(DEVICES), dir: join(dir, 'fleet') });
   const budget = Math.min(1, (IN_FLIGHT / 2 + 0.5) / (DEVICES / 2)); // two pools: IN_FLIGHT / 2 each
-  const inventoryPath = writeFleetInventory(fleet, join(dir, 'fleet.yaml'), { budgets: { 'pool-a': budget, 'pool-b': budget } });
+  const inventoryPath = writeFleetInventory(fleet, join(dir, 'fleet.yaml'), {
+    budgets: { 'pool-a': budget, 'pool-b': budget },
+  });
   await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs: LATENCY_MS })));
   const env = await startDevServerEnv();
   const taskQueue = 'wavegate-control-latency';
-  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
+  const worker = await createWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS },
+  });
   const running = worker.run();
   const connection = await Connection.connect({ address: env.address });
   const client = new Client({ connection, namespace: env.namespace ?? 'default' });
@@ -101,10 +113,34 @@ async function main(): Promise<void> {
       for (const d of fleet.devices) rmSync(join(d.sandbox, '.wavegate'), { recursive: true, force: true });
       for (const d of fleet.devices) rmSync(join(d.sandbox, 'etc'), { recursive: true, force: true });
       const specPath = join(dir, `spec-${run}.yaml`);
-      writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: FROM_REVISION, toRevision: 2, gate: '0s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] } }));
+      writeFileSync(
+        specPath,
+        stringify({
+          rollout: {
+            profile: 'demo',
+            fromRevision: FROM_REVISION,
+            toRevision: 2,
+            gate: '0s',
+            phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+          },
+        }),
+      );
       const rolloutId = `rollout:control-latency-${run}`;
-      const input: RolloutInput = { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId, sliceSize: SLICE };
-      const handle: WorkflowHandle = await client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
+      const input: RolloutInput = {
+        ...prepareRollout({
+          specPath,
+          inventoryPath,
+          profilesRoot: join(PROJECT_ROOT, 'profiles'),
+          startedBy: 'bench',
+        }),
+        rolloutId,
+        sliceSize: SLICE,
+      };
+      const handle: WorkflowHandle = await client.workflow.start(rolloutWorkflow, {
+        workflowId: rolloutId,
+        taskQueue,
+        args: [input],
+      });
       const status = () => handle.query(statusQuery) as Promise<RolloutStatus>;
       // Mid-way through the bulk phase, with more than one slice's worth done.
       await until('a quarter of the fleet applied', async () => (await status()).counts.applied >= DEVICES / 4);
@@ -119,15 +155,21 @@ async function main(): Promise<void> {
       await handle.executeUpdate(abortUpdate, { args: [{ by: 'bench', rollback: true }] });
       const abortReturned = Date.now();
       const final = (await handle.result()) as RolloutStatus;
-      const rollbacks = (await applies(client, rolloutId)).filter((a) => a.rollback).sort((a, b) => a.scheduledAt - b.scheduledAt);
+      const rollbacks = (await applies(client, rolloutId))
+        .filter((a) => a.rollback)
+        .sort((a, b) => a.scheduledAt - b.scheduledAt);
       const first = rollbacks[0];
       const firstStarted = Math.min(...rollbacks.map((a) => a.startedAt ?? Infinity));
       const row = `| ${run} | ${pauseReturned - pauseSent} ms | ${afterPause} | ${abortReturned - abortSent} ms | ${first ? `${first.scheduledAt - abortReturned} ms` : 'none'} | ${Number.isFinite(firstStarted) ? `${firstStarted - abortReturned} ms` : 'none'} | ${rollbacks.length} | ${final.state} |`;
       rows.push(row);
       console.log(row);
     }
-    console.log(`\n## ${DEVICES} simulated devices, ${IN_FLIGHT} in flight, slices of ${SLICE}, ${LATENCY_MS} ms per command\n`);
-    console.log('| run | pause returned after | applies scheduled after pause returned | abort returned after | first rollback apply scheduled (after abort returned) | first rollback apply started | rollback applies | final state |');
+    console.log(
+      `\n## ${DEVICES} simulated devices, ${IN_FLIGHT} in flight, slices of ${SLICE}, ${LATENCY_MS} ms per command\n`,
+    );
+    console.log(
+      '| run | pause returned after | applies scheduled after pause returned | abort returned after | first rollback apply scheduled (after abort returned) | first rollback apply started | rollback applies | final state |',
+    );
     console.log('|---|---:|---:|---:|---:|---:|---:|---|');
     for (const row of rows) console.log(row);
   } finally {

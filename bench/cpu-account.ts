@@ -13,7 +13,10 @@ export function processCpu(pid: number): { own: number; reaped: number } {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // Fields after the command name (which may hold spaces, inside parentheses): utime is the 12th.
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
     return { own: (f[11]! + f[12]!) / TICKS_PER_S, reaped: (f[13]! + f[14]!) / TICKS_PER_S };
   } catch {
     return { own: 0, reaped: 0 };
@@ -37,7 +40,11 @@ export function childPid(needle: string): number | undefined {
 
 /** The machine's busy CPU seconds, every core (from /proc/stat: user, nice, system, irq, softirq). */
 export function machineBusy(): number {
-  const [, user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).map(Number);
+  const [, user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8')
+    .split('\n')[0]!
+    .trim()
+    .split(/\s+/)
+    .map(Number);
   return (user! + nice! + system! + irq! + softirq!) / TICKS_PER_S;
 }
 

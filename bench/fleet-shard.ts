@@ -25,8 +25,16 @@ export interface ShardDevice {
   spec: SimDeviceSpec;
 }
 
-export type ShardRequest = { devices: SimDeviceSpec[]; dir: string; clientKeyPath: string; applyMs?: number } | { reset: true } | { count: true } | { stop: true };
-export type ShardReply = { ready: ShardDevice[] } | { resetDone: true } | { counted: { marker2: number; content2: number; commands: number } } | { error: string };
+export type ShardRequest =
+  | { devices: SimDeviceSpec[]; dir: string; clientKeyPath: string; applyMs?: number }
+  | { reset: true }
+  | { count: true }
+  | { stop: true };
+export type ShardReply =
+  | { ready: ShardDevice[] }
+  | { resetDone: true }
+  | { counted: { marker2: number; content2: number; commands: number } }
+  | { error: string };
 
 const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
 
@@ -39,7 +47,11 @@ async function forEachLimit<T>(items: T[], limit: number, fn: (item: T) => Promi
   );
 }
 
-const readTrimmed = (path: string) => readFile(path, 'utf8').then((s) => s.trim(), () => '');
+const readTrimmed = (path: string) =>
+  readFile(path, 'utf8').then(
+    (s) => s.trim(),
+    () => '',
+  );
 
 let fleet: Fleet | undefined;
 const send = (reply: ShardReply) => process.send!(reply);
@@ -54,9 +66,20 @@ process.on('message', (request: ShardRequest) => {
           // demo revision runs unchanged and takes applyMs longer, whoever runs it (wavegate or the loop).
           const wrapper = `#!/bin/sh\nsleep ${(request.applyMs / 1000).toFixed(3)}\nexec /usr/bin/install "$@"\n`;
           const f = fleet;
-          await forEachLimit(f.devices, 32, async (d) => writeFile(join(await f.ensureSandbox(d.id), '.sim', 'bin', 'install'), wrapper, { mode: 0o755 }));
+          await forEachLimit(f.devices, 32, async (d) =>
+            writeFile(join(await f.ensureSandbox(d.id), '.sim', 'bin', 'install'), wrapper, { mode: 0o755 }),
+          );
         }
-        send({ ready: fleet.devices.map((d) => ({ id: d.id, host: d.host, port: d.port, hostKeyFingerprint: d.hostKeyFingerprint, sandbox: d.sandbox, spec: d.spec })) });
+        send({
+          ready: fleet.devices.map((d) => ({
+            id: d.id,
+            host: d.host,
+            port: d.port,
+            hostKeyFingerprint: d.hostKeyFingerprint,
+            sandbox: d.sandbox,
+            spec: d.spec,
+          })),
+        });
       } else if ('reset' in request) {
         await forEachLimit(fleet!.devices, 32, async (d) => {
           await rm(join(d.sandbox, 'etc'), { recursive: true, force: true });

@@ -39,8 +39,12 @@ async function main(): Promise<void> {
   // Well formed, for a pinned device, signed by another key: the gateway must run the signature check to refuse it.
   const head = () =>
     `POST /v1/sync HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\nauthorization: ${authorizationHeader({ device: 'dev-1', method: 'POST', path: '/v1/sync', body: Buffer.from('{}'), now: Date.now(), nonce: randomBytes(16).toString('hex'), secretKey: stranger })}\r\n`;
-  console.log(`gateway: ${values.root ?? 'this checkout'}; each flood connection sends a bad signature and ${bodyKb} KB of a ${bodyKb + 50} KB body, plus as many idle connections`);
-  console.log('connections | RSS before | RSS during | RSS after | heap+ext before | during | after | answered 401 before the body ended');
+  console.log(
+    `gateway: ${values.root ?? 'this checkout'}; each flood connection sends a bad signature and ${bodyKb} KB of a ${bodyKb + 50} KB body, plus as many idle connections`,
+  );
+  console.log(
+    'connections | RSS before | RSS during | RSS after | heap+ext before | during | after | answered 401 before the body ended',
+  );
   for (const n of counts) {
     const gateway = await startGatewayChild({ ...(values.root ? { root: values.root } : {}), devices });
     try {
@@ -57,7 +61,9 @@ async function main(): Promise<void> {
       const after = await gateway.mem();
       const mb = (v: number) => `${(v / MB).toFixed(0)} MB`;
       const he = (m: NodeJS.MemoryUsage) => m.heapUsed + m.external;
-      console.log(`${n} + ${n} idle | ${mb(before.rss)} | ${mb(during.rss)} | ${mb(after.rss)} | ${mb(he(before))} | ${mb(he(during))} | ${mb(he(after))} | ${answered}/${n}`);
+      console.log(
+        `${n} + ${n} idle | ${mb(before.rss)} | ${mb(during.rss)} | ${mb(after.rss)} | ${mb(he(before))} | ${mb(he(during))} | ${mb(he(after))} | ${answered}/${n}`,
+      );
     } finally {
       await gateway.stop();
     }

@@ -21,7 +21,8 @@ if (!file) {
   process.exit(2);
 }
 const history = JSON.parse(readFileSync(file, 'utf8')) as { events: Ev[] };
-const ms = (t: Ev['eventTime']): number => (typeof t === 'string' ? Date.parse(t) : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6));
+const ms = (t: Ev['eventTime']): number =>
+  typeof t === 'string' ? Date.parse(t) : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
 const t0 = ms(history.events[0]!.eventTime);
 const at = (e: Ev) => ((ms(e.eventTime) - t0) / 1000).toFixed(2);
 const typeName = (e: Ev): string => String(e.eventType).replace(/^EVENT_TYPE_/, '');
@@ -34,7 +35,11 @@ const attrs = (e: Ev): Attributes => {
   return {};
 };
 
-interface Row { kind: string; scheduled: number; closed?: number; }
+interface Row {
+  kind: string;
+  scheduled: number;
+  closed?: number;
+}
 const rows: Row[] = [];
 const byScheduled = new Map<string, Row>();
 for (const e of history.events) {
@@ -56,17 +61,27 @@ for (const e of history.events) {
   } else if (/TIMER_FIRED|TimerFired/i.test(type)) {
     const row = byScheduled.get(`timer:${a.timerId}`);
     if (row) row.closed = t;
-  } else if (a.scheduledEventId !== undefined && /ACTIVITY_TASK_(COMPLETED|FAILED|TIMED_OUT|CANCELED)|ActivityTask(Completed|Failed|TimedOut|Canceled)/i.test(type)) {
+  } else if (
+    a.scheduledEventId !== undefined &&
+    /ACTIVITY_TASK_(COMPLETED|FAILED|TIMED_OUT|CANCELED)|ActivityTask(Completed|Failed|TimedOut|Canceled)/i.test(type)
+  ) {
     const row = byScheduled.get(String(a.scheduledEventId));
     if (row) row.closed = t;
-  } else if (a.initiatedEventId !== undefined && /CHILD_WORKFLOW_EXECUTION_(COMPLETED|FAILED|CANCELED|TERMINATED|TIMED_OUT)|ChildWorkflowExecution(Completed|Failed|Canceled|Terminated|TimedOut)/i.test(type)) {
+  } else if (
+    a.initiatedEventId !== undefined &&
+    /CHILD_WORKFLOW_EXECUTION_(COMPLETED|FAILED|CANCELED|TERMINATED|TIMED_OUT)|ChildWorkflowExecution(Completed|Failed|Canceled|Terminated|TimedOut)/i.test(
+      type,
+    )
+  ) {
     const row = byScheduled.get(String(a.initiatedEventId));
     if (row) row.closed = t;
   }
 }
 const s = (x: number) => (x / 1000).toFixed(2);
 let i = 0;
-console.log(`${history.events.length} events, first ${at(history.events[0]!)} s, last ${at(history.events[history.events.length - 1]!)} s`);
+console.log(
+  `${history.events.length} events, first ${at(history.events[0]!)} s, last ${at(history.events[history.events.length - 1]!)} s`,
+);
 while (i < rows.length) {
   let j = i;
   while (j + 1 < rows.length && rows[j + 1]!.kind === rows[i]!.kind) j++;
@@ -74,6 +89,8 @@ while (i < rows.length) {
   const closed = group.map((r) => r.closed).filter((c): c is number => c !== undefined);
   const sched = `${s(group[0]!.scheduled)}${group.length > 1 ? `–${s(group[group.length - 1]!.scheduled)}` : ''}`;
   const done = closed.length ? `${s(Math.min(...closed))}–${s(Math.max(...closed))}` : 'open';
-  console.log(`${String(group.length).padStart(4)} × ${group[0]!.kind.padEnd(32)} scheduled ${sched.padEnd(13)} closed ${done}`);
+  console.log(
+    `${String(group.length).padStart(4)} × ${group[0]!.kind.padEnd(32)} scheduled ${sched.padEnd(13)} closed ${done}`,
+  );
   i = j + 1;
 }

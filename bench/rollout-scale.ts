@@ -31,7 +31,12 @@ import { PROJECT_ROOT } from '../intake/package-layout';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import type { ShardDevice, ShardReply, ShardRequest } from './fleet-shard';
-import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT, type HistoryShape } from '../test/support/history-bounds';
+import {
+  executionTreeShapes,
+  HISTORY_EVENT_LIMIT,
+  PENDING_LIMIT,
+  type HistoryShape,
+} from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
 import { childPid, processCpu, startCpuSplit, type CpuSplit } from './cpu-account';
 
@@ -52,8 +57,10 @@ const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1);
 const SHARD_SIZE = wholeFlag('shard-size', flags['shard-size'], 1);
 const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
 const GATE = flags.gate!;
-if (!/^\d+(ms|s|m)$/.test(GATE)) throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
-if (flags.only !== undefined && !['temporal', 'baseline'].includes(flags.only)) throw new Error(`--only: expected temporal or baseline, got ${JSON.stringify(flags.only)}`);
+if (!/^\d+(ms|s|m)$/.test(GATE))
+  throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
+if (flags.only !== undefined && !['temporal', 'baseline'].includes(flags.only))
+  throw new Error(`--only: expected temporal or baseline, got ${JSON.stringify(flags.only)}`);
 const POOLS = ['pool-a', 'pool-b'] as const; // demoDevices alternates the two
 
 // ---- the fleet: shards of the simulator in child processes ----
@@ -69,38 +76,74 @@ class Shard {
   }
   ask<R extends ShardReply>(request: ShardRequest): Promise<R> {
     return new Promise((resolve, reject) => {
-      this.waiting = (reply) => ('error' in reply ? reject(new Error(`fleet shard: ${reply.error}`)) : resolve(reply as R));
+      this.waiting = (reply) =>
+        'error' in reply ? reject(new Error(`fleet shard: ${reply.error}`)) : resolve(reply as R);
       this.child.send(request);
     });
   }
 }
 
-async function startShards(dir: string, specs: SimDeviceSpec[], clientKeyPath: string): Promise<{ shards: Shard[]; devices: ShardDevice[] }> {
+async function startShards(
+  dir: string,
+  specs: SimDeviceSpec[],
+  clientKeyPath: string,
+): Promise<{ shards: Shard[]; devices: ShardDevice[] }> {
   const shards: Shard[] = [];
   const parts: Promise<{ ready: ShardDevice[] }>[] = [];
   for (let i = 0; i < specs.length; i += SHARD_SIZE) {
-    const shard = new Shard(fork(join(__dirname, 'fleet-shard.ts'), [], { execArgv: ['--require', 'tsx/cjs'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+    const shard = new Shard(
+      fork(join(__dirname, 'fleet-shard.ts'), [], {
+        execArgv: ['--require', 'tsx/cjs'],
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      }),
+    );
     shards.push(shard);
-    parts.push(shard.ask({ devices: specs.slice(i, i + SHARD_SIZE), dir: join(dir, 'fleet'), clientKeyPath, ...(APPLY_MS ? { applyMs: APPLY_MS } : {}) }));
+    parts.push(
+      shard.ask({
+        devices: specs.slice(i, i + SHARD_SIZE),
+        dir: join(dir, 'fleet'),
+        clientKeyPath,
+        ...(APPLY_MS ? { applyMs: APPLY_MS } : {}),
+      }),
+    );
   }
   const devices = (await Promise.all(parts)).flatMap((p) => p.ready);
   return { shards, devices };
 }
 
 async function countApplied(shards: Shard[]) {
-  const counts = await Promise.all(shards.map((s) => s.ask<{ counted: { marker2: number; content2: number; commands: number } }>({ count: true })));
-  return counts.reduce((a, { counted: c }) => ({ marker2: a.marker2 + c.marker2, content2: a.content2 + c.content2, commands: a.commands + c.commands }), { marker2: 0, content2: 0, commands: 0 });
+  const counts = await Promise.all(
+    shards.map((s) => s.ask<{ counted: { marker2: number; content2: number; commands: number } }>({ count: true })),
+  );
+  return counts.reduce(
+    (a, { counted: c }) => ({
+      marker2: a.marker2 + c.marker2,
+      content2: a.content2 + c.content2,
+      commands: a.commands + c.commands,
+    }),
+    { marker2: 0, content2: 0, commands: 0 },
+  );
 }
 
 function writeInventory(path: string, devices: ShardDevice[], clientKeyPath: string, budget: number): void {
-  writeFleetInventory({ user: 'wavegate', clientKeyPath, devices }, path, { budgets: Object.fromEntries(POOLS.map((p) => [p, budget])) });
+  writeFleetInventory({ user: 'wavegate', clientKeyPath, devices }, path, {
+    budgets: Object.fromEntries(POOLS.map((p) => [p, budget])),
+  });
 }
 
 /** Writes a rollout spec of the demo profile, r1 → r2, and prepares it against the inventory as the CLI does. */
-function rolloutInputFor(dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
+function rolloutInputFor(
+  dir: string,
+  rollout: Record<string, unknown>,
+  inventoryPath: string,
+  rolloutId: string,
+): RolloutInput {
   const specPath = join(dir, `${rolloutId.replace(/[^A-Za-z0-9_-]/g, '_')}.yaml`);
   writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }));
-  return { ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }), rolloutId };
+  return {
+    ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }),
+    rolloutId,
+  };
 }
 
 // ---- the two runs ----
@@ -124,7 +167,12 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
   const serverPid = childPid('start-dev');
   const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);
   const taskQueue = 'wavegate-bench';
-  const worker = await createWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
+  const worker = await createWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS },
+  });
   const running = worker.run();
   try {
     const rolloutId = `rollout:bench-${DEVICES}`;
@@ -133,7 +181,10 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
       sliceSize: SLICE,
     };
     // At 10,000 devices a page of the parent's history is over gRPC's default 4 MB receive limit.
-    const connection = await Connection.connect({ address: env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
+    const connection = await Connection.connect({
+      address: env.address,
+      channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 },
+    });
     const client = new Client({ connection, namespace: env.namespace ?? 'default' });
     let peak = 0;
     // memoryUsage.rss() alone: the full memoryUsage() walks every heap space, CPU this run would count.
@@ -150,12 +201,24 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     const kept = join(tmpdir(), `wavegate-rollout-scale-${DEVICES}-histories`);
     rmSync(kept, { recursive: true, force: true });
     mkdirSync(kept, { recursive: true });
-    const shapes = await executionTreeShapes(client, rolloutId, (id, history) => writeFileSync(join(kept, `${id.replace(/[^A-Za-z0-9_.-]/g, '_')}.json`), JSON.stringify(history)));
+    const shapes = await executionTreeShapes(client, rolloutId, (id, history) =>
+      writeFileSync(join(kept, `${id.replace(/[^A-Za-z0-9_.-]/g, '_')}.json`), JSON.stringify(history)),
+    );
     console.log(`  histories: ${kept}`);
     await connection.close();
     const { commands } = await countApplied(shards);
-    if (result.state !== 'completed') console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
-    return { name: 'wavegate (Temporal)', wallMs, applied: result.counts.applied, failed: result.counts.failed, commands, shapes, peakRssMiB: Math.round(peak / 1024 / 1024), cpu };
+    if (result.state !== 'completed')
+      console.log(`temporal rollout ended ${result.state}: ${JSON.stringify(result.counts)}`);
+    return {
+      name: 'wavegate (Temporal)',
+      wallMs,
+      applied: result.counts.applied,
+      failed: result.counts.failed,
+      commands,
+      shapes,
+      peakRssMiB: Math.round(peak / 1024 / 1024),
+      cpu,
+    };
   } finally {
     worker.shutdown();
     await running;
@@ -163,8 +226,21 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
   }
 }
 
-async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKeyPath: string, shards: Shard[]): Promise<RunResult> {
-  const targets: DeviceTarget[] = devices.map((d) => ({ id: d.id, host: d.host, port: d.port, user: 'wavegate', pool: d.spec.pool!, class: d.spec.class!, ssh: { hostKey: d.hostKeyFingerprint, key: clientKeyPath } }));
+async function runBaseline(
+  input: RolloutInput,
+  devices: ShardDevice[],
+  clientKeyPath: string,
+  shards: Shard[],
+): Promise<RunResult> {
+  const targets: DeviceTarget[] = devices.map((d) => ({
+    id: d.id,
+    host: d.host,
+    port: d.port,
+    user: 'wavegate',
+    pool: d.spec.pool!,
+    class: d.spec.class!,
+    ssh: { hostKey: d.hostKeyFingerprint, key: clientKeyPath },
+  }));
   let applied = 0;
   let failed = 0;
   let next = 0;
@@ -192,7 +268,15 @@ async function runBaseline(input: RolloutInput, devices: ShardDevice[], clientKe
   const cpu = cpuSince();
   const { commands } = await countApplied(shards);
   durations.sort((a, b) => a - b);
-  return { name: 'ssh loop (baseline)', wallMs, applied, failed, commands, perDeviceMs: durations[Math.floor(durations.length / 2)] ?? 0, cpu };
+  return {
+    name: 'ssh loop (baseline)',
+    wallMs,
+    applied,
+    failed,
+    commands,
+    perDeviceMs: durations[Math.floor(durations.length / 2)] ?? 0,
+    cpu,
+  };
 }
 
 // ---- the ideal makespan ----
@@ -203,9 +287,23 @@ const PHASED = { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'rema
  * The least time the phased rollout can take with this per-device time: each phase runs its devices in
  * rounds of each pool's in-flight limit (the slowest pool sets the phase's length), then its gate.
  */
-function idealMakespan(dir: string, inventoryPath: string, devices: ShardDevice[], perDeviceMs: number): { ms: number; rounds: number[]; gatesMs: number } {
+function idealMakespan(
+  dir: string,
+  inventoryPath: string,
+  devices: ShardDevice[],
+  perDeviceMs: number,
+): { ms: number; rounds: number[]; gatesMs: number } {
   const input = rolloutInputFor(dir, PHASED, inventoryPath, `rollout:bench-${DEVICES}`);
-  const plan = planRollout(input, devices.map((d) => ({ id: d.id, pool: d.spec.pool!, class: d.spec.class!, updateClass: 'required' as const, current: 1 })));
+  const plan = planRollout(
+    input,
+    devices.map((d) => ({
+      id: d.id,
+      pool: d.spec.pool!,
+      class: d.spec.class!,
+      updateClass: 'required' as const,
+      current: 1,
+    })),
+  );
   const poolOf = new Map(devices.map((d) => [d.id, d.spec.pool!]));
   const limit = new Map(plan.pools.map((p) => [p.pool, p.maxInFlight]));
   const rounds = plan.phases.map((phase) => {
@@ -223,31 +321,54 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 const rate = (r: RunResult) => (r.applied / (r.wallMs / 1000)).toFixed(1);
 
 function printShapes(shapes: HistoryShape[]): void {
-  console.log(`\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`);
-  console.log('| execution | events | bytes | activities | max pending activities | max pending children | longest workflow task |');
+  console.log(
+    `\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`,
+  );
+  console.log(
+    '| execution | events | bytes | activities | max pending activities | max pending children | longest workflow task |',
+  );
   console.log('|---|---:|---:|---:|---:|---:|---:|');
-  for (const s of shapes) console.log(`| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`);
+  for (const s of shapes)
+    console.log(
+      `| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`,
+    );
   const children = shapes.slice(1);
   if (children.length > 0) {
     const max = (f: (s: HistoryShape) => number) => Math.max(...children.map(f));
-    console.log(`children: ${children.length}; largest history ${max((s) => s.events)} events, ${max((s) => s.bytes)} bytes; peak pending activities ${max((s) => s.maxPendingActivities)}`);
+    console.log(
+      `children: ${children.length}; largest history ${max((s) => s.events)} events, ${max((s) => s.bytes)} bytes; peak pending activities ${max((s) => s.maxPendingActivities)}`,
+    );
   }
-  const over = shapes.filter((s) => s.events >= HISTORY_EVENT_LIMIT || s.maxPendingActivities > PENDING_LIMIT || s.maxPendingChildren > PENDING_LIMIT);
-  console.log(over.length === 0 ? 'every execution within the limits' : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`);
+  const over = shapes.filter(
+    (s) =>
+      s.events >= HISTORY_EVENT_LIMIT || s.maxPendingActivities > PENDING_LIMIT || s.maxPendingChildren > PENDING_LIMIT,
+  );
+  console.log(
+    over.length === 0
+      ? 'every execution within the limits'
+      : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`,
+  );
 }
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-bench-'));
   const clientKeyPath = join(dir, 'client_ed25519');
   writeFileSync(clientKeyPath, generateEd25519('wavegate-bench').private, { mode: 0o600 });
-  console.log(`fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS ? `+${APPLY_MS} ms` : 'as is'}; gates ${GATE}`);
+  console.log(
+    `fleet: ${DEVICES} simulated SSH devices in ${Math.ceil(DEVICES / SHARD_SIZE)} processes; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS ? `+${APPLY_MS} ms` : 'as is'}; gates ${GATE}`,
+  );
   const fleetStart = Date.now();
   const { shards, devices } = await startShards(dir, demoDevices(DEVICES), clientKeyPath);
   console.log(`fleet up in ${seconds(Date.now() - fleetStart)}`);
   const inventoryPath = join(dir, 'inventory.yaml');
   // Two pools of N/2: a budget of IN_FLIGHT/N lets IN_FLIGHT/2 devices of each pool run at once.
   writeInventory(inventoryPath, devices, clientKeyPath, IN_FLIGHT / DEVICES);
-  const input = rolloutInputFor(dir, { phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, inventoryPath, 'rollout:bench-steps');
+  const input = rolloutInputFor(
+    dir,
+    { phases: [{ canary: '1 device' }, { bulk: 'remainder' }] },
+    inventoryPath,
+    'rollout:bench-steps',
+  );
   const results: RunResult[] = [];
   try {
     if (flags.only !== 'baseline') {
@@ -266,28 +387,47 @@ async function main(): Promise<void> {
     console.log(`\n## ${DEVICES} devices, ${IN_FLIGHT} in flight, slices of ${SLICE}\n`);
     console.log('| run | wall time | devices/s | applied | failed | SSH commands |');
     console.log('|---|---:|---:|---:|---:|---:|');
-    for (const r of results) console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
+    for (const r of results)
+      console.log(`| ${r.name} | ${seconds(r.wallMs)} | ${rate(r)} | ${r.applied} | ${r.failed} | ${r.commands} |`);
     console.log('\nCPU seconds by component (the cores are shared: wall time follows CPU)');
-    console.log('| run | this process (worker + client, or the loop) | Temporal server | fleet shards (SSH servers) | device commands waited for | whole machine | machine per device |');
+    console.log(
+      '| run | this process (worker + client, or the loop) | Temporal server | fleet shards (SSH servers) | device commands waited for | whole machine | machine per device |',
+    );
     console.log('|---|---:|---:|---:|---:|---:|---:|');
-    for (const r of results) console.log(`| ${r.name} | ${r.cpu.process.toFixed(1)} | ${r.cpu.server.toFixed(1)} | ${r.cpu.shards.toFixed(1)} | ${r.cpu.deviceCommands.toFixed(1)} | ${r.cpu.machine.toFixed(1)} | ${((r.cpu.machine / DEVICES) * 1000).toFixed(1)} ms |`);
-    if (results.length === 2) console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
-    console.log(`last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`);
+    for (const r of results)
+      console.log(
+        `| ${r.name} | ${r.cpu.process.toFixed(1)} | ${r.cpu.server.toFixed(1)} | ${r.cpu.shards.toFixed(1)} | ${r.cpu.deviceCommands.toFixed(1)} | ${r.cpu.machine.toFixed(1)} | ${((r.cpu.machine / DEVICES) * 1000).toFixed(1)} ms |`,
+      );
+    if (results.length === 2)
+      console.log(`\nwavegate / baseline wall time: ${(results[0]!.wallMs / results[1]!.wallMs).toFixed(2)}×`);
+    console.log(
+      `last run's devices at revision 2 on disk: marker ${onDisk.marker2}, content ${onDisk.content2} of ${DEVICES}`,
+    );
     const temporal = results.find((r) => r.shapes);
     const baseline = results.find((r) => r.perDeviceMs !== undefined);
-    if (temporal?.peakRssMiB) console.log(`wavegate process peak RSS during the rollout (worker + client): ${temporal.peakRssMiB} MiB`);
+    if (temporal?.peakRssMiB)
+      console.log(`wavegate process peak RSS during the rollout (worker + client): ${temporal.peakRssMiB} MiB`);
     if (temporal && baseline) {
       const ideal = idealMakespan(dir, inventoryPath, devices, baseline.perDeviceMs!);
-      console.log(`ideal makespan: rounds per phase ${ideal.rounds.join(' + ')} × ${baseline.perDeviceMs} ms per device (the baseline's median) + gates ${ideal.gatesMs} ms = ${seconds(ideal.ms)}`);
-      console.log(`wavegate makespan ÷ ideal: **${(temporal.wallMs / ideal.ms).toFixed(2)}×** (${seconds(temporal.wallMs)} ÷ ${seconds(ideal.ms)})`);
+      console.log(
+        `ideal makespan: rounds per phase ${ideal.rounds.join(' + ')} × ${baseline.perDeviceMs} ms per device (the baseline's median) + gates ${ideal.gatesMs} ms = ${seconds(ideal.ms)}`,
+      );
+      console.log(
+        `wavegate makespan ÷ ideal: **${(temporal.wallMs / ideal.ms).toFixed(2)}×** (${seconds(temporal.wallMs)} ÷ ${seconds(ideal.ms)})`,
+      );
     }
     const shapes = temporal?.shapes;
     if (shapes) printShapes(shapes);
   } finally {
-    await Promise.all(shards.map((s) => new Promise<void>((resolve) => {
-      s.child.once('exit', () => resolve());
-      s.child.send({ stop: true });
-    })));
+    await Promise.all(
+      shards.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            s.child.once('exit', () => resolve());
+            s.child.send({ stop: true });
+          }),
+      ),
+    );
     rmSync(dir, { recursive: true, force: true });
   }
 }

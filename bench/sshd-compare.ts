@@ -45,13 +45,21 @@ const DEVICES = wholeFlag('devices', flags.devices, 1, 1000);
 const RUNS = wholeFlag('runs', flags.runs, 1, 20);
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 500);
 const BASE_PORT = wholeFlag('base-port', flags['base-port'], 1, 32767);
-if (BASE_PORT + DEVICES > 32768) throw new Error(`--base-port ${BASE_PORT} + --devices ${DEVICES}: ports must stay below 32768 (the kernel's ephemeral range)`);
+if (BASE_PORT + DEVICES > 32768)
+  throw new Error(
+    `--base-port ${BASE_PORT} + --devices ${DEVICES}: ports must stay below 32768 (the kernel's ephemeral range)`,
+  );
 const WAVEGATE_ROOT = resolve(flags['wavegate-root']!);
-if (!existsSync(join(WAVEGATE_ROOT, 'bin', 'wavegate.js'))) throw new Error(`--wavegate-root ${WAVEGATE_ROOT}: no bin/wavegate.js there`);
+if (!existsSync(join(WAVEGATE_ROOT, 'bin', 'wavegate.js')))
+  throw new Error(`--wavegate-root ${WAVEGATE_ROOT}: no bin/wavegate.js there`);
 const PEERS = ['wavegate', 'ansible', 'ssh'] as const;
 type Peer = (typeof PEERS)[number];
 const ONLY = flags.only!.split(',').map((s) => s.trim());
-for (const p of ONLY) if (!(PEERS as readonly string[]).includes(p)) throw new Error(`--only: unknown run ${JSON.stringify(p)}; expected a comma-separated subset of ${PEERS.join(',')}`);
+for (const p of ONLY)
+  if (!(PEERS as readonly string[]).includes(p))
+    throw new Error(
+      `--only: unknown run ${JSON.stringify(p)}; expected a comma-separated subset of ${PEERS.join(',')}`,
+    );
 const DIR = resolve(flags.dir ?? `/tmp/wavegate-sshd-bench-${DEVICES}`);
 
 const PROFILE = 'motd';
@@ -66,7 +74,10 @@ const WRITE_MARKER = `mkdir -p "$HOME/.wavegate/profiles/${PROFILE}" && echo 2 >
 const log = (line: string) => process.stdout.write(`${line}\n`);
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 /** The machine is shared: every figure is printed with the load it was measured under. */
-const load = () => `load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`;
+const load = () =>
+  `load ${loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ')}`;
 
 // ---- processes ----
 
@@ -75,9 +86,17 @@ interface Ran {
   out: string;
 }
 
-function runProcess(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<Ran> {
+function runProcess(
+  cmd: string,
+  args: string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<Ran> {
   return new Promise((done, fail) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: { ...process.env, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -90,9 +109,18 @@ function runProcess(cmd: string, args: string[], opts: { cwd?: string; env?: Nod
   });
 }
 
-function spawnUntil(cmd: string, args: string[], ready: RegExp, opts: { cwd: string; env: NodeJS.ProcessEnv }): Promise<{ child: ChildProcess; output: () => string }> {
+function spawnUntil(
+  cmd: string,
+  args: string[],
+  ready: RegExp,
+  opts: { cwd: string; env: NodeJS.ProcessEnv },
+): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((done, fail) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: { ...process.env, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     const timer = setTimeout(() => fail(new Error(`${args.join(' ')}: not ready in 120 s:\n${out}`)), 120_000);
     const onData = (c: Buffer) => {
@@ -188,7 +216,11 @@ class Wavegate {
   }
 
   private wg(args: string[], timeoutMs?: number): Promise<Ran> {
-    return runProcess(process.execPath, [join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...args], { cwd: this.dir, env: this.cliEnv(), ...(timeoutMs ? { timeoutMs } : {}) });
+    return runProcess(process.execPath, [join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...args], {
+      cwd: this.dir,
+      env: this.cliEnv(),
+      ...(timeoutMs ? { timeoutMs } : {}),
+    });
   }
 
   /** Not timed: init's profile, keys, trust and signatures (the commands init prints), the spec, a dev server and the worker(s). */
@@ -197,12 +229,31 @@ class Wavegate {
     mkdirSync(this.dir, { recursive: true });
     const knownHosts = join(DIR, 'known_hosts');
     const init = await this.wg([
-      'init', '--profiles', this.profilesRoot, '--profile', PROFILE, '--inventory', this.inventoryPath, '--spec', this.specPath,
+      'init',
+      '--profiles',
+      this.profilesRoot,
+      '--profile',
+      PROFILE,
+      '--inventory',
+      this.inventoryPath,
+      '--spec',
+      this.specPath,
       ...fleet.devices.flatMap((d) => ['--host', `${d.id}=${d.user}@${d.host}:${d.port}`]),
-      '--known-hosts', knownHosts, '--ssh-key', fleet.clientKeyPath, '--keys-dir', join(this.dir, 'keys'), '--gate', '0s', '--force',
+      '--known-hosts',
+      knownHosts,
+      '--ssh-key',
+      fleet.clientKeyPath,
+      '--keys-dir',
+      join(this.dir, 'keys'),
+      '--gate',
+      '0s',
+      '--force',
     ]);
     if (init.code !== 0) throw new Error(`wavegate init exited ${init.code}:\n${init.out}`);
-    const printed = init.out.split('\n').filter((l) => /^ {2}(wavegate|mkdir) /.test(l)).map((l) => l.trim().split(' '));
+    const printed = init.out
+      .split('\n')
+      .filter((l) => /^ {2}(wavegate|mkdir) /.test(l))
+      .map((l) => l.trim().split(' '));
     for (const [tool, ...args] of printed) {
       if (tool === 'mkdir') {
         mkdirSync(args[args.length - 1]!, { recursive: true, mode: 0o700 });
@@ -214,23 +265,42 @@ class Wavegate {
     }
     // The benchmark's spec: three phases, gates 0, no health gate, IN_FLIGHT devices at once.
     const budget = Math.min(1, (IN_FLIGHT + 0.5) / DEVICES); // max(1, floor(size × budget)) = IN_FLIGHT
-    writeFileSync(this.specPath, stringify({
-      rollout: {
-        profile: PROFILE, fromRevision: 1, toRevision: 2,
-        phases: [{ canary: '1 device', gate: '0s' }, { bulk: '25%', gate: '0s' }, { bulk: 'remainder', gate: '0s' }],
-        disruptionBudget: { fleet: budget },
-      },
-    }));
+    writeFileSync(
+      this.specPath,
+      stringify({
+        rollout: {
+          profile: PROFILE,
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [
+            { canary: '1 device', gate: '0s' },
+            { bulk: '25%', gate: '0s' },
+            { bulk: 'remainder', gate: '0s' },
+          ],
+          disruptionBudget: { fleet: budget },
+        },
+      }),
+    );
 
     this.env = await startDevServerEnv();
-    this.connection = await Connection.connect({ address: this.env.address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
+    this.connection = await Connection.connect({
+      address: this.env.address,
+      channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 },
+    });
     this.client = new Client({ connection: this.connection, namespace: this.env.namespace ?? 'default' });
     const workerArgs = ['worker', '--profiles', this.profilesRoot, '--audit-dir', join(this.dir, 'audit')];
     const layouts = flags['split-workers'] ? [['--workflows-only'], ['--activities-only']] : [[]];
     for (const layout of layouts) {
       // --cpu-prof DIR: the worker writes a V8 CPU profile there when it stops (open it in Chrome's DevTools).
       const prof = flags['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', resolve(flags['cpu-prof'])] : [];
-      this.workers.push(await spawnUntil(process.execPath, [...prof, join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...workerArgs, ...layout], /worker \S+ polling/, { cwd: this.dir, env: this.cliEnv() }));
+      this.workers.push(
+        await spawnUntil(
+          process.execPath,
+          [...prof, join(WAVEGATE_ROOT, 'bin', 'wavegate.js'), ...workerArgs, ...layout],
+          /worker \S+ polling/,
+          { cwd: this.dir, env: this.cliEnv() },
+        ),
+      );
     }
   }
 
@@ -239,7 +309,16 @@ class Wavegate {
     let peak = 0;
     const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(activitiesWorker))), 200);
     const started = Date.now();
-    const ran = await this.wg(['start', '-f', this.specPath, '--inventory', this.inventoryPath, '--profiles', this.profilesRoot, '--wait']);
+    const ran = await this.wg([
+      'start',
+      '-f',
+      this.specPath,
+      '--inventory',
+      this.inventoryPath,
+      '--profiles',
+      this.profilesRoot,
+      '--wait',
+    ]);
     const wallMs = Date.now() - started;
     clearInterval(sampler);
     const check = checkFleet(fleet);
@@ -250,14 +329,24 @@ class Wavegate {
       const history = await this.client!.workflow.getHandle(rolloutId).fetchHistory();
       // Kept for reading where the time went (`npx tsx bench/history-timeline.ts <file>`).
       writeFileSync(join(this.dir, `history-run${run}.json`), JSON.stringify(history));
-      const times = (history.events ?? []).map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
+      const times = (history.events ?? []).map(
+        (e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6),
+      );
       workflowMs = times[times.length - 1]! - times[0]!;
     } catch (err) {
       log(`  (workflow history not read: ${(err as Error).message})`);
     }
     const ok = ran.code === 0 && check.content === DEVICES && check.marker === DEVICES;
     if (!ok) log(`  wavegate start exited ${ran.code}:\n${ran.out.split('\n').slice(-15).join('\n')}`);
-    return { peer: 'wavegate', run, wallMs, check, ok, ...(workflowMs !== undefined ? { workflowMs } : {}), workerRssMiB: Math.round(peak) };
+    return {
+      peer: 'wavegate',
+      run,
+      wallMs,
+      check,
+      ok,
+      ...(workflowMs !== undefined ? { workflowMs } : {}),
+      workerRssMiB: Math.round(peak),
+    };
   }
 
   async tearDown(): Promise<void> {
@@ -328,10 +417,18 @@ class Ansible {
 
   async run(fleet: OpenSshFleet, run: number): Promise<Result> {
     const started = Date.now();
-    const ran = await runProcess('ansible-playbook', ['-i', join(this.dir, 'inventory.ini'), join(this.dir, 'rollout.yml')], {
-      cwd: this.dir,
-      env: { ANSIBLE_CONFIG: join(this.dir, 'ansible.cfg'), ANSIBLE_HOME: join(this.dir, 'home'), ANSIBLE_NOCOLOR: '1' },
-    });
+    const ran = await runProcess(
+      'ansible-playbook',
+      ['-i', join(this.dir, 'inventory.ini'), join(this.dir, 'rollout.yml')],
+      {
+        cwd: this.dir,
+        env: {
+          ANSIBLE_CONFIG: join(this.dir, 'ansible.cfg'),
+          ANSIBLE_HOME: join(this.dir, 'home'),
+          ANSIBLE_NOCOLOR: '1',
+        },
+      },
+    );
     const wallMs = Date.now() - started;
     writeFileSync(join(this.dir, `run-${run}.log`), ran.out);
     const check = checkFleet(fleet);
@@ -354,7 +451,20 @@ async function parallelSsh(fleet: OpenSshFleet, run: number): Promise<Result> {
     Array.from({ length: Math.min(IN_FLIGHT, DEVICES) }, async () => {
       while (next < fleet.devices.length) {
         const d = fleet.devices[next++]!;
-        const ran = await runProcess('ssh', ['-i', fleet.clientKeyPath, '-o', `UserKnownHostsFile=${knownHosts}`, '-o', 'StrictHostKeyChecking=yes', '-o', 'BatchMode=yes', '-p', String(d.port), `${d.user}@${d.host}`, script]);
+        const ran = await runProcess('ssh', [
+          '-i',
+          fleet.clientKeyPath,
+          '-o',
+          `UserKnownHostsFile=${knownHosts}`,
+          '-o',
+          'StrictHostKeyChecking=yes',
+          '-o',
+          'BatchMode=yes',
+          '-p',
+          String(d.port),
+          `${d.user}@${d.host}`,
+          script,
+        ]);
         if (ran.code !== 0) {
           failed++;
           firstFailure ||= `${d.id}: exit ${ran.code}: ${ran.out.trim()}`;
@@ -378,8 +488,14 @@ const median = (xs: number[]) => {
 };
 
 function report(results: Result[]): void {
-  const NAMES: Record<Peer, string> = { wavegate: 'wavegate (start --wait)', ansible: `Ansible (forks ${IN_FLIGHT}, serial [1, 25%, 100%])`, ssh: `parallel ssh (${IN_FLIGHT} at once, no phases)` };
-  log(`\n## ${DEVICES} sshd devices, ${IN_FLIGHT} in flight, ${RUNS} run(s), wavegate from ${WAVEGATE_ROOT}${flags['split-workers'] ? ' (split workers)' : ''}\n`);
+  const NAMES: Record<Peer, string> = {
+    wavegate: 'wavegate (start --wait)',
+    ansible: `Ansible (forks ${IN_FLIGHT}, serial [1, 25%, 100%])`,
+    ssh: `parallel ssh (${IN_FLIGHT} at once, no phases)`,
+  };
+  log(
+    `\n## ${DEVICES} sshd devices, ${IN_FLIGHT} in flight, ${RUNS} run(s), wavegate from ${WAVEGATE_ROOT}${flags['split-workers'] ? ' (split workers)' : ''}\n`,
+  );
   log('| run | wall (median) | each run | verified (content / marker) |');
   log('|---|---:|---|---|');
   const medians: Partial<Record<Peer, number>> = {};
@@ -388,29 +504,45 @@ function report(results: Result[]): void {
     if (rs.length === 0) continue;
     medians[peer] = median(rs.map((r) => r.wallMs));
     const verified = rs.map((r) => `${r.check.content}/${r.check.marker}${r.ok ? '' : ' FAILED'}`).join(', ');
-    log(`| ${NAMES[peer]} | ${seconds(medians[peer]!)} | ${rs.map((r) => seconds(r.wallMs)).join(', ')} | ${verified} of ${DEVICES} |`);
+    log(
+      `| ${NAMES[peer]} | ${seconds(medians[peer]!)} | ${rs.map((r) => seconds(r.wallMs)).join(', ')} | ${verified} of ${DEVICES} |`,
+    );
   }
   const wg = results.filter((r) => r.peer === 'wavegate');
   if (wg.length > 0) {
     const wf = wg.filter((r) => r.workflowMs !== undefined).map((r) => r.workflowMs!);
-    if (wf.length > 0) log(`\nwavegate workflow (first to last history event): median ${seconds(median(wf))} (${wf.map(seconds).join(', ')})`);
+    if (wf.length > 0)
+      log(
+        `\nwavegate workflow (first to last history event): median ${seconds(median(wf))} (${wf.map(seconds).join(', ')})`,
+      );
     log(`wavegate worker peak RSS: ${wg.map((r) => `${r.workerRssMiB} MiB`).join(', ')}`);
   }
-  if (medians.wavegate !== undefined && medians.ansible !== undefined) log(`wavegate / Ansible: ${(medians.wavegate / medians.ansible).toFixed(2)}×`);
-  if (medians.wavegate !== undefined && medians.ssh !== undefined) log(`wavegate / parallel ssh: ${(medians.wavegate / medians.ssh).toFixed(2)}×`);
+  if (medians.wavegate !== undefined && medians.ansible !== undefined)
+    log(`wavegate / Ansible: ${(medians.wavegate / medians.ansible).toFixed(2)}×`);
+  if (medians.wavegate !== undefined && medians.ssh !== undefined)
+    log(`wavegate / parallel ssh: ${(medians.wavegate / medians.ssh).toFixed(2)}×`);
   if (results.some((r) => !r.ok)) log('SOME RUNS FAILED (see above): their times are not comparable');
 }
 
 async function main(): Promise<void> {
   mkdirSync(DIR, { recursive: true });
-  log(`fleet: ${DEVICES} OpenSSH sshd on 127.0.0.1:${BASE_PORT}-${BASE_PORT + DEVICES - 1} under ${join(DIR, 'fleet')}`);
+  log(
+    `fleet: ${DEVICES} OpenSSH sshd on 127.0.0.1:${BASE_PORT}-${BASE_PORT + DEVICES - 1} under ${join(DIR, 'fleet')}`,
+  );
   const fleetStarted = Date.now();
-  const fleet = await startOpenSshFleet({ dir: join(DIR, 'fleet'), ids: Array.from({ length: DEVICES }, (_, i) => `dev-${String(i).padStart(4, '0')}`), basePort: BASE_PORT, logLevel: 'ERROR' });
+  const fleet = await startOpenSshFleet({
+    dir: join(DIR, 'fleet'),
+    ids: Array.from({ length: DEVICES }, (_, i) => `dev-${String(i).padStart(4, '0')}`),
+    basePort: BASE_PORT,
+    logLevel: 'ERROR',
+  });
   writeFileSync(join(DIR, 'known_hosts'), fleet.knownHosts());
   // The sshd are detached (so --keep can leave them): on Ctrl-C take them down unless asked to keep them.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
-      log(`\n${signal}: ${flags.keep ? `leaving the fleet running: kill $(cat ${join(DIR, 'fleet')}/*/sshd.pid)` : 'stopping the fleet'}`);
+      log(
+        `\n${signal}: ${flags.keep ? `leaving the fleet running: kill $(cat ${join(DIR, 'fleet')}/*/sshd.pid)` : 'stopping the fleet'}`,
+      );
       void (flags.keep ? Promise.resolve() : fleet.stop()).then(() => process.exit(130));
     });
   }
@@ -428,16 +560,25 @@ async function main(): Promise<void> {
       for (const peer of PEERS) {
         if (!ONLY.includes(peer)) continue;
         resetFleet(fleet);
-        const r = peer === 'wavegate' ? await wavegate.run(fleet, run) : peer === 'ansible' ? await ansible.run(fleet, run) : await parallelSsh(fleet, run);
+        const r =
+          peer === 'wavegate'
+            ? await wavegate.run(fleet, run)
+            : peer === 'ansible'
+              ? await ansible.run(fleet, run)
+              : await parallelSsh(fleet, run);
         results.push(r);
-        log(`run ${run} ${peer}: ${seconds(r.wallMs)}${r.workflowMs !== undefined ? ` (workflow ${seconds(r.workflowMs)})` : ''}; content ${r.check.content}, marker ${r.check.marker} of ${DEVICES}${r.ok ? '' : ' FAILED'}; ${load()} (1/5/15 min)`);
+        log(
+          `run ${run} ${peer}: ${seconds(r.wallMs)}${r.workflowMs !== undefined ? ` (workflow ${seconds(r.workflowMs)})` : ''}; content ${r.check.content}, marker ${r.check.marker} of ${DEVICES}${r.ok ? '' : ' FAILED'}; ${load()} (1/5/15 min)`,
+        );
       }
     }
     report(results);
   } finally {
     await wavegate.tearDown();
     if (flags.keep) {
-      log(`\n--keep: the fleet is still running (${DEVICES} sshd). Stop it with:\n  kill $(cat ${join(DIR, 'fleet')}/*/sshd.pid)`);
+      log(
+        `\n--keep: the fleet is still running (${DEVICES} sshd). Stop it with:\n  kill $(cat ${join(DIR, 'fleet')}/*/sshd.pid)`,
+      );
     } else {
       await fleet.stop();
     }

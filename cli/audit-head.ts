@@ -49,7 +49,11 @@ export interface WorkflowHeads {
  * run id, so a chain an earlier run wrote is compared with that run's head, not the latest run's. Any
  * failure to reach or read it is an answer saying so, so that verification states what it did not check.
  */
-export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: string, body: (heads: WorkflowHeads) => Promise<T>): Promise<T> {
+export async function withWorkflowHeads<T>(
+  flags: TemporalFlags,
+  rolloutId: string,
+  body: (heads: WorkflowHeads) => Promise<T>,
+): Promise<T> {
   let settings: ReturnType<typeof resolveConnectionSettings>;
   try {
     settings = resolveConnectionSettings(flags);
@@ -69,19 +73,40 @@ export async function withWorkflowHeads<T>(flags: TemporalFlags, rolloutId: stri
   const connected = client;
   const headOf = async (runId?: string): Promise<WorkflowHead> => {
     try {
-      return await connected.connection.withDeadline(Date.now() + STATUS_DEADLINE_MS, async (): Promise<WorkflowHead> => {
-        const described = await connected.workflow.getHandle(rolloutId, runId).describe();
-        // Read that very run (its id from describe), never the latest one by accident.
-        const exact = connected.workflow.getHandle(rolloutId, described.runId, { followRuns: false });
-        const state = described.status.name;
-        const status = (state === 'COMPLETED' ? await exact.result() : await exact.query(statusQuery)) as RolloutStatus;
-        const where = `${rolloutId} run ${described.runId} on ${address}, ${state.toLowerCase()}`;
-        if (!status?.auditHead) return { head: null, why: `the workflow (${where}) holds no audit head yet`, kind: 'no-head', runId: described.runId, state };
-        return { head: status.auditHead, source: `the workflow's head (${where})`, runId: described.runId, state };
-      });
+      return await connected.connection.withDeadline(
+        Date.now() + STATUS_DEADLINE_MS,
+        async (): Promise<WorkflowHead> => {
+          const described = await connected.workflow.getHandle(rolloutId, runId).describe();
+          // Read that very run (its id from describe), never the latest one by accident.
+          const exact = connected.workflow.getHandle(rolloutId, described.runId, { followRuns: false });
+          const state = described.status.name;
+          const status = (
+            state === 'COMPLETED' ? await exact.result() : await exact.query(statusQuery)
+          ) as RolloutStatus;
+          const where = `${rolloutId} run ${described.runId} on ${address}, ${state.toLowerCase()}`;
+          if (!status?.auditHead)
+            return {
+              head: null,
+              why: `the workflow (${where}) holds no audit head yet`,
+              kind: 'no-head',
+              runId: described.runId,
+              state,
+            };
+          return { head: status.auditHead, source: `the workflow's head (${where})`, runId: described.runId, state };
+        },
+      );
     } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return { head: null, why: `no rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} on ${address}`, kind: 'no-rollout' };
-      return { head: null, why: `could not read the rollout's status from ${address} (${(err as Error).message})`, kind: 'unreachable' };
+      if (err instanceof WorkflowNotFoundError)
+        return {
+          head: null,
+          why: `no rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} on ${address}`,
+          kind: 'no-rollout',
+        };
+      return {
+        head: null,
+        why: `could not read the rollout's status from ${address} (${(err as Error).message})`,
+        kind: 'unreachable',
+      };
     }
   };
   try {

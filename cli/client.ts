@@ -14,7 +14,14 @@ import { ROLLOUT_STATES } from '../core/rollout-state';
 import { readStatus } from '../core/rollout/outcome';
 import { WavegateError } from '../core/errors';
 import type { RolloutState } from '../core/rollout-state';
-import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState, WavegateVerdict } from '../contracts/search-attributes';
+import {
+  WavegateKey,
+  WavegatePhase,
+  WavegateProfile,
+  WavegateRevision,
+  WavegateState,
+  WavegateVerdict,
+} from '../contracts/search-attributes';
 import { checkIdempotencyKey, legacyRolloutId, newRolloutId, profileLockId } from '../core/rollout-id';
 import { heldRolloutOf } from '../clients/profile-lock';
 import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type ConnectionSettings } from '../workers/connection';
@@ -29,19 +36,31 @@ import type { profileLockWorkflow } from '../workflows/profile-lock';
 /** Add the connection options every Temporal-facing command takes (resolved by workers/connection.ts). */
 export function withTemporalOptions(cmd: Command): Command {
   return cmd
-    .option('--address <host:port>', `Temporal frontend address (default $TEMPORAL_ADDRESS, the config profile, or ${DEFAULT_ADDRESS})`)
+    .option(
+      '--address <host:port>',
+      `Temporal frontend address (default $TEMPORAL_ADDRESS, the config profile, or ${DEFAULT_ADDRESS})`,
+    )
     .option('--namespace <ns>', 'Temporal namespace (default $TEMPORAL_NAMESPACE, the config profile, or "default")')
     .option('--task-queue <queue>', `worker task queue (default $WAVEGATE_TASK_QUEUE or "${DEFAULT_TASK_QUEUE}")`)
     .option('--profile-name <name>', 'Temporal client config profile (default $TEMPORAL_PROFILE or "default")')
-    .option('--config-file <file.toml>', 'Temporal client config file (default $TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml)')
-    .option('--api-key-file <file>', 'file holding the API key for a hosted Temporal (default $TEMPORAL_API_KEY or the config profile); implies TLS')
+    .option(
+      '--config-file <file.toml>',
+      'Temporal client config file (default $TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml)',
+    )
+    .option(
+      '--api-key-file <file>',
+      'file holding the API key for a hosted Temporal (default $TEMPORAL_API_KEY or the config profile); implies TLS',
+    )
     .option('--api-key-env <VAR>', 'environment variable holding the API key; implies TLS')
     .option('--tls', 'connect with TLS (implied by an API key or any --tls-* option)')
     .option('--tls-ca-cert <file>', 'server CA certificate (PEM)')
     .option('--tls-cert <file>', 'client certificate for mTLS (PEM)')
     .option('--tls-key <file>', 'client private key for mTLS (PEM)')
     .option('--tls-server-name <name>', 'server name to verify instead of the address host')
-    .option('--ui-url <url>', 'Temporal Web UI base URL for printed links (default $WAVEGATE_UI_URL or derived from the address)');
+    .option(
+      '--ui-url <url>',
+      'Temporal Web UI base URL for printed links (default $WAVEGATE_UI_URL or derived from the address)',
+    );
 }
 
 export async function connectClient(settings: ConnectionSettings): Promise<Client> {
@@ -63,7 +82,11 @@ const TRANSIENT_GRPC_CODES: ReadonlySet<number> = new Set([1, 4, 8, 10, 14]);
 
 /** Is this a failure a `--wait` loop should retry rather than die of? Walks the error's causes. */
 export function isTransientFailure(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e: unknown = err, depth = 0;
+    e && typeof e === 'object' && depth < 5;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'number' && TRANSIENT_GRPC_CODES.has(code)) return true;
     if (typeof code === 'string' && /^(?:ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
@@ -77,7 +100,10 @@ export function isTransientFailure(err: unknown): boolean {
  * and tries again, 0.5 s doubling to `maxDelayMs`, telling `onRetry` once per run of failures; any other
  * failure is thrown. A wait never dies of a server restart or a cut query.
  */
-export async function retryTransient<T>(poll: () => Promise<T>, opts: { onRetry?: (err: unknown) => void; maxDelayMs?: number; sleep?: (ms: number) => Promise<void> } = {}): Promise<T> {
+export async function retryTransient<T>(
+  poll: () => Promise<T>,
+  opts: { onRetry?: (err: unknown) => void; maxDelayMs?: number; sleep?: (ms: number) => Promise<void> } = {},
+): Promise<T> {
   const sleep = opts.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   let delay = 500;
   let told = false;
@@ -126,7 +152,9 @@ function legacyFingerprint(input: RolloutInput): string {
 }
 
 function digestOf(content: unknown): string {
-  return createHash('sha256').update(canonicalize(JSON.parse(JSON.stringify(content)))).digest('hex');
+  return createHash('sha256')
+    .update(canonicalize(JSON.parse(JSON.stringify(content))))
+    .digest('hex');
 }
 
 export interface StartOutcome {
@@ -163,29 +191,53 @@ export interface StartOptions {
  * the profile's lock, running or closed, else in the memo of `rollout:<profile>` (starts before issue
  * 23). Same spec: that rollout. Another spec: CONFLICT naming it.
  */
-export async function rolloutOfKey(client: Client, key: string, input: RolloutInput): Promise<StartOutcome | undefined> {
+export async function rolloutOfKey(
+  client: Client,
+  key: string,
+  input: RolloutInput,
+): Promise<StartOutcome | undefined> {
   const fingerprint = rolloutFingerprint(input);
   const check = (rolloutId: string, memo: StartMemo, fingerprints: string[]) => {
     if (memo.wavegateKey !== key) return false;
     if (!fingerprints.includes(memo.wavegateSpec ?? '')) {
-      throw new WavegateError('CONFLICT', `idempotency key "${key}" was used for ${rolloutId} with a different spec; use a new key for a new rollout`, { rolloutId });
+      throw new WavegateError(
+        'CONFLICT',
+        `idempotency key "${key}" was used for ${rolloutId} with a different spec; use a new key for a new rollout`,
+        { rolloutId },
+      );
     }
     return true;
   };
-  for await (const info of client.workflow.list({ query: `WorkflowType = 'rolloutWorkflow' AND WavegateKey = '${checkIdempotencyKey(key)}'`, pageSize: 10 })) {
+  for await (const info of client.workflow.list({
+    query: `WorkflowType = 'rolloutWorkflow' AND WavegateKey = '${checkIdempotencyKey(key)}'`,
+    pageSize: 10,
+  })) {
     if (check(info.workflowId, (info.memo ?? {}) as StartMemo, [fingerprint])) {
-      return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(info.workflowId), runId: info.runId, existing: true };
+      return {
+        handle: client.workflow.getHandle<typeof rolloutWorkflow>(info.workflowId),
+        runId: info.runId,
+        existing: true,
+      };
     }
   }
   const lock = await describeOrUndefined(client, profileLockId(input.spec.profile));
   const lockMemo = (lock?.memo ?? {}) as StartMemo;
   if (lock && lockMemo.wavegateRollout && check(lockMemo.wavegateRollout, lockMemo, [fingerprint])) {
     const handle = client.workflow.getHandle<typeof rolloutWorkflow>(lockMemo.wavegateRollout);
-    return { handle, runId: (await awaitLockedRollout(client, lock.workflowId, lock.runId, 30_000).catch(() => undefined))?.runId ?? '', existing: true };
+    return {
+      handle,
+      runId:
+        (await awaitLockedRollout(client, lock.workflowId, lock.runId, 30_000).catch(() => undefined))?.runId ?? '',
+      existing: true,
+    };
   }
   const legacy = await describeOrUndefined(client, legacyRolloutId(input.spec.profile));
   if (legacy && check(legacy.workflowId, (legacy.memo ?? {}) as StartMemo, [legacyFingerprint(input), fingerprint])) {
-    return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(legacy.workflowId), runId: legacy.runId, existing: true };
+    return {
+      handle: client.workflow.getHandle<typeof rolloutWorkflow>(legacy.workflowId),
+      runId: legacy.runId,
+      existing: true,
+    };
   }
   return undefined;
 }
@@ -214,7 +266,12 @@ async function awaitLockClosed(client: Client, lockId: string, timeoutMs: number
  * result once it has closed (a rollout may end before it is looked at). Read by describe, which needs no
  * worker to answer. FAILED when the lock closed without starting one, UNAVAILABLE after `timeoutMs`.
  */
-async function awaitLockedRollout(client: Client, lockId: string, lockRunId: string, timeoutMs: number): Promise<LockHolder> {
+async function awaitLockedRollout(
+  client: Client,
+  lockId: string,
+  lockRunId: string,
+  timeoutMs: number,
+): Promise<LockHolder> {
   const deadline = Date.now() + timeoutMs;
   const lock = client.workflow.getHandle<typeof profileLockWorkflow>(lockId, lockRunId);
   for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
@@ -230,7 +287,10 @@ async function awaitLockedRollout(client: Client, lockId: string, lockRunId: str
       }
     }
     if (Date.now() > deadline) {
-      throw new WavegateError('UNAVAILABLE', `${lockId} holds the profile but has not started its rollout within ${Math.round(timeoutMs / 1000)} s: is a worker polling the task queue? (it starts once one does)`);
+      throw new WavegateError(
+        'UNAVAILABLE',
+        `${lockId} holds the profile but has not started its rollout within ${Math.round(timeoutMs / 1000)} s: is a worker polling the task queue? (it starts once one does)`,
+      );
     }
     await new Promise((r) => setTimeout(r, delay));
   }
@@ -244,14 +304,23 @@ async function awaitLockedRollout(client: Client, lockId: string, lockRunId: str
  * running rollout. With an idempotency `key`, the rollout that key started (rolloutOfKey) is returned,
  * running or finished, when the spec is the same; another spec is a CONFLICT.
  */
-export async function startOrJoinRollout(client: Client, taskQueue: string, input: RolloutInput, opts: StartOptions = {}): Promise<StartOutcome> {
+export async function startOrJoinRollout(
+  client: Client,
+  taskQueue: string,
+  input: RolloutInput,
+  opts: StartOptions = {},
+): Promise<StartOutcome> {
   const { spec } = input;
   if (opts.key !== undefined) {
     const joined = await rolloutOfKey(client, opts.key, input);
     if (joined) return joined;
   }
   const conflict = (rolloutId: string) =>
-    new WavegateError('CONFLICT', `a rollout of profile "${spec.profile}" is already running (${rolloutId})${opts.key ? ' with another key or spec' : ''}; pause, abort or wait for it first`, { running: [rolloutId] });
+    new WavegateError(
+      'CONFLICT',
+      `a rollout of profile "${spec.profile}" is already running (${rolloutId})${opts.key ? ' with another key or spec' : ''}; pause, abort or wait for it first`,
+      { running: [rolloutId] },
+    );
   const held = await heldRolloutOf(client, spec.profile);
   if (held) throw conflict(held.rolloutId);
   const now = (opts.now ?? (() => new Date()))();
@@ -273,7 +342,11 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
       args: [
         {
           // Seeded as `wavegate plan` seeds it (the profile's old shared id), so the plan shown is the plan made.
-          rollout: { ...input, rolloutId, ...(rolloutId !== input.rolloutId ? { planSeed: input.planSeed ?? input.rolloutId } : {}) },
+          rollout: {
+            ...input,
+            rolloutId,
+            ...(rolloutId !== input.rolloutId ? { planSeed: input.planSeed ?? input.rolloutId } : {}),
+          },
           memo,
           ...(opts.key ? { key: opts.key } : {}),
           staticSummary: `${spec.profile}: r${spec.fromRevision} → r${spec.toRevision} in ${spec.phases.length} phases`,
@@ -288,7 +361,10 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
       ],
       workflowIdConflictPolicy: 'FAIL',
       memo: { ...memo, wavegateRollout: rolloutId },
-      typedSearchAttributes: [{ key: WavegateProfile, value: spec.profile }, ...(opts.key ? [{ key: WavegateKey, value: opts.key }] : [])],
+      typedSearchAttributes: [
+        { key: WavegateProfile, value: spec.profile },
+        ...(opts.key ? [{ key: WavegateKey, value: opts.key }] : []),
+      ],
       staticSummary: `lock of profile ${spec.profile}: held by ${rolloutId} until it closes`,
       staticDetails: `One running rollout per profile. Terminating this lock does not stop ${rolloutId} (abandoned child): it only lets another rollout of ${spec.profile} start beside it.`,
     });
@@ -306,16 +382,25 @@ export async function startOrJoinRollout(client: Client, taskQueue: string, inpu
     // `--wait` that returned at the rollout's close): wait for it, then take it.
     await awaitLockClosed(client, lockId, 30_000);
     lock = await startLock().catch(async (again: unknown) => {
-      if (again instanceof WorkflowExecutionAlreadyStartedError) throw conflict((await heldRolloutOf(client, spec.profile))?.rolloutId ?? lockId);
+      if (again instanceof WorkflowExecutionAlreadyStartedError)
+        throw conflict((await heldRolloutOf(client, spec.profile))?.rolloutId ?? lockId);
       throw again;
     });
   }
   const started = await awaitLockedRollout(client, lockId, lock.firstExecutionRunId, opts.startTimeoutMs ?? 60_000);
-  return { handle: client.workflow.getHandle<typeof rolloutWorkflow>(started.rolloutId), runId: started.runId, existing: false };
+  return {
+    handle: client.workflow.getHandle<typeof rolloutWorkflow>(started.rolloutId),
+    runId: started.runId,
+    existing: false,
+  };
 }
 
 /** Start a rollout under an id of its own; a second start while one of the profile runs is a CONFLICT naming it. */
-export async function startRollout(client: Client, taskQueue: string, input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
+export async function startRollout(
+  client: Client,
+  taskQueue: string,
+  input: RolloutInput,
+): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
   return (await startOrJoinRollout(client, taskQueue, input, { newId: true })).handle;
 }
 
@@ -325,7 +410,8 @@ export async function queryStatus(client: Client, id: string, runId?: string): P
     // Read as it is meant whichever build answered: an older one says not-for-me and not-started as skipped.
     return readStatus(await client.workflow.getHandle(id, runId).query(statusQuery));
   } catch (err) {
-    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${runId ? ` and run ${runId}` : ''}`);
+    if (err instanceof WorkflowNotFoundError)
+      throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${runId ? ` and run ${runId}` : ''}`);
     throw err;
   }
 }
@@ -363,15 +449,21 @@ export async function sendControl(
       (s) => s.state,
       () => 'finished' as RolloutState,
     );
-    throw new WavegateError('INVALID_STATE', `${id}: ${checkControl(name, { state: isFinalState(state) ? state : 'completed', aborting: false }) ?? `rollout is ${state}`}`);
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${id}: ${checkControl(name, { state: isFinalState(state) ? state : 'completed', aborting: false }) ?? `rollout is ${state}`}`,
+    );
   }
   try {
-    return readStatus(await handle.executeUpdate<RolloutStatus, [typeof control]>(CONTROL_UPDATES[name], { args: [control] }));
+    return readStatus(
+      await handle.executeUpdate<RolloutStatus, [typeof control]>(CONTROL_UPDATES[name], { args: [control] }),
+    );
   } catch (err) {
     if (err instanceof WorkflowUpdateFailedError) {
       throw new WavegateError('INVALID_STATE', `${id}: ${err.cause?.message ?? err.message}`);
     }
-    if (err instanceof WorkflowNotFoundError) throw new WavegateError('INVALID_STATE', `${id}: the rollout finished before ${name} arrived`);
+    if (err instanceof WorkflowNotFoundError)
+      throw new WavegateError('INVALID_STATE', `${id}: the rollout finished before ${name} arrived`);
     throw err;
   }
 }
@@ -402,13 +494,20 @@ export function listQuery(filter: { profile?: string; state?: string }): string 
   }
   if (filter.state !== undefined) {
     const states: readonly string[] = ROLLOUT_STATES;
-    if (!states.includes(filter.state)) throw new WavegateError('INVALID_INPUT', `--state ${JSON.stringify(filter.state)}: must be one of ${states.join(', ')}`);
+    if (!states.includes(filter.state))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--state ${JSON.stringify(filter.state)}: must be one of ${states.join(', ')}`,
+      );
     clauses.push(`WavegateState = '${filter.state}'`);
   }
   return clauses.join(' AND ');
 }
 
-export async function listRollouts(client: Client, filter: { profile?: string; state?: string; limit?: number }): Promise<RolloutListing[]> {
+export async function listRollouts(
+  client: Client,
+  filter: { profile?: string; state?: string; limit?: number },
+): Promise<RolloutListing[]> {
   const out: RolloutListing[] = [];
   const limit = filter.limit ?? 100;
   for await (const info of client.workflow.list({ query: listQuery(filter), pageSize: Math.min(limit, 100) })) {
@@ -437,9 +536,14 @@ export async function listRollouts(client: Client, filter: { profile?: string; s
 }
 
 /** The newest completed rollout of a profile (not a nightly canary), with the revisions its status carries. */
-export async function lastCompletedRollout(client: Client, profile: string): Promise<{ rolloutId: string; fromRevision: number; toRevision: number } | undefined> {
+export async function lastCompletedRollout(
+  client: Client,
+  profile: string,
+): Promise<{ rolloutId: string; fromRevision: number; toRevision: number } | undefined> {
   const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
-  const newest = rows.filter((r) => r.type === 'rolloutWorkflow').sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
+  const newest = rows
+    .filter((r) => r.type === 'rolloutWorkflow')
+    .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
   if (!newest) return undefined;
   const status = await queryStatus(client, newest.workflowId);
   return { rolloutId: newest.workflowId, fromRevision: status.fromRevision, toRevision: status.toRevision };

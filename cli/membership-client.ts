@@ -20,13 +20,28 @@ export interface InventoryFlags {
   inventoryOnWorker?: boolean;
 }
 
-export function withInventoryOptions(cmd: Command, fileHelp = 'inventory file, read and validated here, then stored in a membership entity for the workers'): Command {
+export function withInventoryOptions(
+  cmd: Command,
+  fileHelp = 'inventory file, read and validated here, then stored in a membership entity for the workers',
+): Command {
   return cmd
     .option('--inventory <fleet.yaml>', fileHelp)
-    .option('--inventory-url <url>', 'read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
-    .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable (never put it in the URL)')
-    .option('--inventory-deadline <duration>', 'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)')
-    .option('--inventory-on-worker', 'with --inventory: the worker reads the file from its own disk at snapshot time (and runs the node-down rechecks there), as before the membership entity');
+    .option(
+      '--inventory-url <url>',
+      'read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")',
+    )
+    .option(
+      '--inventory-token-env <NAME>',
+      'with --inventory-url: send the bearer token held in this environment variable (never put it in the URL)',
+    )
+    .option(
+      '--inventory-deadline <duration>',
+      'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)',
+    )
+    .option(
+      '--inventory-on-worker',
+      'with --inventory: the worker reads the file from its own disk at snapshot time (and runs the node-down rechecks there), as before the membership entity',
+    );
 }
 
 export interface ReadInventory {
@@ -46,10 +61,13 @@ function flagConflict(field: string, message: string): never {
  * (INVALID_INPUT, exit 2). For a command that must ask Temporal before it knows what to read (revert).
  */
 export function checkInventoryFlags(opts: InventoryFlags): void {
-  if (opts.inventory && opts.inventoryUrl) flagConflict('--inventory-url', 'give --inventory or --inventory-url, not both');
+  if (opts.inventory && opts.inventoryUrl)
+    flagConflict('--inventory-url', 'give --inventory or --inventory-url, not both');
   if (opts.inventoryTokenEnv && !opts.inventoryUrl) flagConflict('--inventory-token-env', 'only with --inventory-url');
-  if (opts.inventoryDeadline !== undefined && !opts.inventoryUrl) flagConflict('--inventory-deadline', 'only with --inventory-url');
-  if (opts.inventoryOnWorker && opts.inventoryUrl) flagConflict('--inventory-on-worker', 'only with --inventory <file> (the worker reads a path on its own disk)');
+  if (opts.inventoryDeadline !== undefined && !opts.inventoryUrl)
+    flagConflict('--inventory-deadline', 'only with --inventory-url');
+  if (opts.inventoryOnWorker && opts.inventoryUrl)
+    flagConflict('--inventory-on-worker', 'only with --inventory <file> (the worker reads a path on its own disk)');
   if (opts.inventoryUrl) {
     checkInventoryUrl(opts.inventoryUrl);
     bearerToken({ tokenEnv: opts.inventoryTokenEnv });
@@ -61,14 +79,26 @@ export function checkInventoryFlags(opts: InventoryFlags): void {
 export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: string): Promise<ReadInventory> {
   checkInventoryFlags(opts);
   if (opts.inventoryUrl) {
-    const inventory = await fetchInventory(opts.inventoryUrl, { tokenEnv: opts.inventoryTokenEnv, deadlineMs: parseInventoryDeadline(opts.inventoryDeadline) });
+    const inventory = await fetchInventory(opts.inventoryUrl, {
+      tokenEnv: opts.inventoryTokenEnv,
+      deadlineMs: parseInventoryDeadline(opts.inventoryDeadline),
+    });
     const url = new URL(opts.inventoryUrl);
     return { inventory, inventoryPath: `${url.origin}${url.pathname}`, kind: 'url', onWorker: false };
   }
   const path = opts.inventory ?? fallbackPath;
   if (!path) flagConflict('--inventory', 'an inventory is required: --inventory <file> or --inventory-url <url>');
-  if (/^https?:\/\//.test(path)) flagConflict('--inventory', `${JSON.stringify(path)} is a URL: the rollout read it with --inventory-url; give --inventory-url again (or a file)`);
-  return { inventory: loadRolloutInventory(path), inventoryPath: path, kind: 'file', onWorker: !!opts.inventoryOnWorker };
+  if (/^https?:\/\//.test(path))
+    flagConflict(
+      '--inventory',
+      `${JSON.stringify(path)} is a URL: the rollout read it with --inventory-url; give --inventory-url again (or a file)`,
+    );
+  return {
+    inventory: loadRolloutInventory(path),
+    inventoryPath: path,
+    kind: 'file',
+    onWorker: !!opts.inventoryOnWorker,
+  };
 }
 
 /**
@@ -76,12 +106,30 @@ export async function readInventoryFlags(opts: InventoryFlags, fallbackPath?: st
  * inventory's node-down verdicts (beside it) are judged here, on the operator's host, now: each
  * device's standing is stored with its record, and no worker runs a recheck for this rollout.
  */
-export async function withMembership(client: Client, taskQueue: string, input: RolloutInput, read: ReadInventory, by: string): Promise<RolloutInput> {
+export async function withMembership(
+  client: Client,
+  taskQueue: string,
+  input: RolloutInput,
+  read: ReadInventory,
+  by: string,
+): Promise<RolloutInput> {
   if (read.onWorker) return input;
   const marks = new Map<string, NodeDownMark>();
   if (read.kind === 'file') {
-    for (const [id, standing] of await judgeVerdicts({ inventoryPath: read.inventoryPath, devices: read.inventory.devices, inventory: read.inventory.devices, by })) marks.set(id, markOf(standing));
+    for (const [id, standing] of await judgeVerdicts({
+      inventoryPath: read.inventoryPath,
+      devices: read.inventory.devices,
+      inventory: read.inventory.devices,
+      by,
+    }))
+      marks.set(id, markOf(standing));
   }
-  const membership = await storeMembership(client, taskQueue, read.inventory, read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath, marks);
+  const membership = await storeMembership(
+    client,
+    taskQueue,
+    read.inventory,
+    read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath,
+    marks,
+  );
   return { ...input, membership };
 }

@@ -14,7 +14,11 @@ export function workerContentInput(input: RolloutInput): WorkerContentInput {
     profile: steps.profile,
     revision: steps.revision,
     ...(steps.envelope ? { envelope: steps.envelope } : {}),
-    rollback: { revision: rollbackSteps.revision, ...(rollbackSteps.envelope ? { envelope: rollbackSteps.envelope } : {}), ...(rollbackSteps.rollbackOf ? { rollbackOf: rollbackSteps.rollbackOf } : {}) },
+    rollback: {
+      revision: rollbackSteps.revision,
+      ...(rollbackSteps.envelope ? { envelope: rollbackSteps.envelope } : {}),
+      ...(rollbackSteps.rollbackOf ? { rollbackOf: rollbackSteps.rollbackOf } : {}),
+    },
     ...(steps.after?.length ? { after: steps.after } : {}),
   };
 }
@@ -26,11 +30,20 @@ export function workerContentInput(input: RolloutInput): WorkerContentInput {
  * identity; throws INVALID_STATE (exit 2) on a refusal naming the profile, the reason and the worker,
  * UNAVAILABLE (exit 1) when no worker answers within `timeoutMs`.
  */
-export async function preflightRollout(client: Client, taskQueue: string, input: RolloutInput, opts: { timeoutMs?: number } = {}): Promise<string> {
+export async function preflightRollout(
+  client: Client,
+  taskQueue: string,
+  input: RolloutInput,
+  opts: { timeoutMs?: number } = {},
+): Promise<string> {
   const timeoutMs = opts.timeoutMs ?? PREFLIGHT_TIMEOUT_MS;
   const question = workerContentInput(input);
   const noAnswer = () =>
-    new WavegateError('UNAVAILABLE', `no worker on task queue "${taskQueue}" answered the content preflight for profile "${question.profile}" within ${Math.round(timeoutMs / 1000)} s; nothing was started. Is a \`wavegate worker\` of this version polling that queue (--task-queue / $WAVEGATE_TASK_QUEUE)?`, { taskQueue });
+    new WavegateError(
+      'UNAVAILABLE',
+      `no worker on task queue "${taskQueue}" answered the content preflight for profile "${question.profile}" within ${Math.round(timeoutMs / 1000)} s; nothing was started. Is a \`wavegate worker\` of this version polling that queue (--task-queue / $WAVEGATE_TASK_QUEUE)?`,
+      { taskQueue },
+    );
   const handle = await client.workflow.start<typeof preflightWorkflow>('preflightWorkflow', {
     workflowId: `preflight:${question.profile}:${randomUUID()}`,
     taskQueue,
@@ -51,7 +64,11 @@ export async function preflightRollout(client: Client, taskQueue: string, input:
       throw err;
     }
     if (err instanceof WorkflowFailedError && err.cause?.name === 'TimeoutFailure') throw noAnswer();
-    throw new WavegateError('FAILED', `the content preflight for profile "${question.profile}" on task queue "${taskQueue}" failed: ${(err as Error).message}${err instanceof WorkflowFailedError && err.cause ? ` (${err.cause.message})` : ''}; nothing was started`, { taskQueue });
+    throw new WavegateError(
+      'FAILED',
+      `the content preflight for profile "${question.profile}" on task queue "${taskQueue}" failed: ${(err as Error).message}${err instanceof WorkflowFailedError && err.cause ? ` (${err.cause.message})` : ''}; nothing was started`,
+      { taskQueue },
+    );
   } finally {
     clearTimeout(timer);
   }

@@ -22,20 +22,45 @@ export async function registerProfileEnvelopes(
   opts: { profile: string; profileDir: string; by: string; taskQueue?: string },
 ): Promise<Array<RegisterEnvelopeResult & { path: string }>> {
   const layout = profileDir(dirname(resolve(opts.profileDir)), basename(opts.profileDir), 'profileDir');
-  if (layout.name !== opts.profile) throw new WavegateError('INVALID_INPUT', `profileDir: ${opts.profileDir} is not the directory of profile "${opts.profile}"`, { field: 'profileDir', value: opts.profileDir });
-  if (!existsSync(layout.trustFile)) throw new WavegateError('INVALID_INPUT', `${layout.trustFile}: profile "${opts.profile}" has no trust file to register its envelopes with`);
+  if (layout.name !== opts.profile)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `profileDir: ${opts.profileDir} is not the directory of profile "${opts.profile}"`,
+      { field: 'profileDir', value: opts.profileDir },
+    );
+  if (!existsSync(layout.trustFile))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${layout.trustFile}: profile "${opts.profile}" has no trust file to register its envelopes with`,
+    );
   const trustDoc = readDocument(layout.trustFile);
   const results: Array<RegisterEnvelopeResult & { path: string }> = [];
   for (const n of revisionNumbers(layout, 'envelopes')) {
     const path = layout.envelopeFile(n);
-    results.push({ path, ...(await registerEnvelope(client, { profile: opts.profile, envelope: readDocument(path), trustDoc, by: opts.by, taskQueue: opts.taskQueue ?? DEFAULT_TASK_QUEUE })) });
+    results.push({
+      path,
+      ...(await registerEnvelope(client, {
+        profile: opts.profile,
+        envelope: readDocument(path),
+        trustDoc,
+        by: opts.by,
+        taskQueue: opts.taskQueue ?? DEFAULT_TASK_QUEUE,
+      })),
+    });
   }
   return results;
 }
 
 /** The profile named inside an envelope's body (unverified: only to pick the registry). */
 export function envelopeProfile(envelope: unknown, source: string): string {
-  const body = typeof envelope === 'object' && envelope !== null && typeof (envelope as Envelope).body === 'string' ? (peekBody(envelope as Envelope) as { profile?: unknown } | undefined) : undefined;
-  if (typeof body?.profile !== 'string') throw new WavegateError('INVALID_INPUT', `${source}: body: not a revision naming its profile (MALFORMED)`, { reason: 'MALFORMED', source });
+  const body =
+    typeof envelope === 'object' && envelope !== null && typeof (envelope as Envelope).body === 'string'
+      ? (peekBody(envelope as Envelope) as { profile?: unknown } | undefined)
+      : undefined;
+  if (typeof body?.profile !== 'string')
+    throw new WavegateError('INVALID_INPUT', `${source}: body: not a revision naming its profile (MALFORMED)`, {
+      reason: 'MALFORMED',
+      source,
+    });
   return body.profile;
 }

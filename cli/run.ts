@@ -38,12 +38,15 @@ async function searchAttributeRefusal(err: unknown, args: unknown[]): Promise<Wa
   if (err instanceof WavegateError || !/search attribute/i.test(messagesOf(err))) return undefined;
   try {
     // Loaded only here: most errors are not this one, and the CLI starts without the SDK.
-    const { searchAttributeFailure } = require('../workers/search-attributes') as typeof import('../workers/search-attributes');
+    const { searchAttributeFailure } =
+      require('../workers/search-attributes') as typeof import('../workers/search-attributes');
     const { resolveConnectionSettings } = require('../workers/connection') as typeof import('../workers/connection');
     const command = args[args.length - 1] as { optsWithGlobals?: () => Record<string, unknown> } | undefined;
     let settings: ReturnType<typeof resolveConnectionSettings> | undefined;
     try {
-      settings = resolveConnectionSettings(typeof command?.optsWithGlobals === 'function' ? command.optsWithGlobals() : {});
+      settings = resolveConnectionSettings(
+        typeof command?.optsWithGlobals === 'function' ? command.optsWithGlobals() : {},
+      );
     } catch {
       settings = undefined;
     }
@@ -56,8 +59,13 @@ async function searchAttributeRefusal(err: unknown, args: unknown[]): Promise<Wa
 /** The messages and gRPC details of an error and its causes, for a cheap first look. */
 function messagesOf(err: unknown): string {
   const parts: string[] = [];
-  for (let e: unknown = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    for (const part of [(e as { message?: unknown }).message, (e as { details?: unknown }).details]) if (typeof part === 'string') parts.push(part);
+  for (
+    let e: unknown = err, depth = 0;
+    e && typeof e === 'object' && depth < 5;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
+    for (const part of [(e as { message?: unknown }).message, (e as { details?: unknown }).details])
+      if (typeof part === 'string') parts.push(part);
   }
   return parts.join(' ');
 }

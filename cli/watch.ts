@@ -13,7 +13,16 @@ import { statusQuery, type RolloutStatus } from '../contracts/rollout';
  * whenever something changed, so a log reads as a history rather than a smear of escape codes.
  */
 
-const DONE: ReadonlySet<DeviceState> = new Set(['applied', 'claimed', 'skipped', 'not-for-me', 'not-started', 'failed', 'rolled-back', 'rollback-failed']);
+const DONE: ReadonlySet<DeviceState> = new Set([
+  'applied',
+  'claimed',
+  'skipped',
+  'not-for-me',
+  'not-started',
+  'failed',
+  'rolled-back',
+  'rollback-failed',
+]);
 
 function bar(done: number, total: number, width: number): string {
   const filled = total === 0 ? width : Math.round((done / total) * width);
@@ -22,16 +31,27 @@ function bar(done: number, total: number, width: number): string {
 
 /** Devices that are moving first (applying, rolling back), then failures and waits for a dependency, then the rest by phase. */
 function deviceOrder(state: DeviceState): number {
-  return ({ applying: 0, 'rolling-back': 0, failed: 1, 'rollback-failed': 1, waiting: 1 } as Partial<Record<DeviceState, number>>)[state] ?? 2;
+  return (
+    (
+      { applying: 0, 'rolling-back': 0, failed: 1, 'rollback-failed': 1, waiting: 1 } as Partial<
+        Record<DeviceState, number>
+      >
+    )[state] ?? 2
+  );
 }
 
 /** The lines of one frame: a header, one bar per phase, and a device table of at most `maxDevices` rows. */
-export function renderFrame(status: RolloutStatus, opts: { width?: number; maxDevices?: number; now?: Date } = {}): string[] {
+export function renderFrame(
+  status: RolloutStatus,
+  opts: { width?: number; maxDevices?: number; now?: Date } = {},
+): string[] {
   // One character short of the terminal: a line that wraps would throw off the cursor-up redraw.
   const width = Math.max(60, Math.min((opts.width ?? 100) - 1, 200));
   const maxDevices = opts.maxDevices ?? 20;
   const lines: string[] = [];
-  lines.push(`rollout ${status.rolloutId}  ${status.profile} r${status.fromRevision} → r${status.toRevision}  state ${status.state}  phase ${status.phase}${opts.now ? `  at ${opts.now.toISOString().slice(11, 19)}` : ''}`);
+  lines.push(
+    `rollout ${status.rolloutId}  ${status.profile} r${status.fromRevision} → r${status.toRevision}  state ${status.state}  phase ${status.phase}${opts.now ? `  at ${opts.now.toISOString().slice(11, 19)}` : ''}`,
+  );
   if (status.state === 'paused') lines.push(`  ${pauseLine(status)}`.slice(0, width));
   else if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
   lines.push(`  ${summarizeCounts(status.counts)}`);
@@ -42,14 +62,24 @@ export function renderFrame(status: RolloutStatus, opts: { width?: number; maxDe
     const applied = members.filter((d) => d.state === 'applied').length;
     const claimed = members.filter((d) => d.state === 'claimed').length;
     const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
-    lines.push(`  ${name} ${bar(done, members.length, barWidth)} ${String(done).padStart(4)}/${String(members.length).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`);
+    lines.push(
+      `  ${name} ${bar(done, members.length, barWidth)} ${String(done).padStart(4)}/${String(members.length).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
+    );
   }
-  const shown = [...status.devices].sort((a, b) => deviceOrder(a.state) - deviceOrder(b.state) || a.phase - b.phase || a.id.localeCompare(b.id));
+  const shown = [...status.devices].sort(
+    (a, b) => deviceOrder(a.state) - deviceOrder(b.state) || a.phase - b.phase || a.id.localeCompare(b.id),
+  );
   lines.push(`  ${'DEVICE'.padEnd(16)} ${'PHASE'.padEnd(6)} ${'STATE'.padEnd(16)} NOTE`);
   for (const d of shown.slice(0, maxDevices)) {
-    lines.push(`  ${d.id.padEnd(16)} ${String(d.phase < 0 ? '-' : d.phase).padEnd(6)} ${d.state.padEnd(16)} ${d.reason ?? ''}`.slice(0, width));
+    lines.push(
+      `  ${d.id.padEnd(16)} ${String(d.phase < 0 ? '-' : d.phase).padEnd(6)} ${d.state.padEnd(16)} ${d.reason ?? ''}`.slice(
+        0,
+        width,
+      ),
+    );
   }
-  if (shown.length > maxDevices) lines.push(`  … ${shown.length - maxDevices} more devices (wavegate status ${status.rolloutId})`);
+  if (shown.length > maxDevices)
+    lines.push(`  … ${shown.length - maxDevices} more devices (wavegate status ${status.rolloutId})`);
   return lines.map((line) => (line.length > width ? line.slice(0, width) : line));
 }
 
@@ -93,7 +123,9 @@ export function closingLine(status: Pick<RolloutStatus, 'state' | 'webhooks'>): 
 }
 
 function firstLine(err: unknown): string {
-  return String((err as Error)?.message ?? err).split('\n')[0]!.slice(0, 200);
+  return String((err as Error)?.message ?? err)
+    .split('\n')[0]!
+    .slice(0, 200);
 }
 
 type Closed = { status: RolloutStatus } | 'closed' | 'retry';
@@ -107,7 +139,10 @@ type Closed = { status: RolloutStatus } | 'closed' | 'retry';
  * and clears to the end of the screen, so the terminal shows one block.
  */
 export async function watchRollout(client: Client, id: string, opts: WatchOptions): Promise<RolloutStatus> {
-  const retry = <T>(what: string, poll: () => Promise<T>): Promise<T> => retryTransient(poll, { onRetry: (err) => opts.onRetry?.(`wavegate: ${what} of ${id} failed (${firstLine(err)}); retrying`) });
+  const retry = <T>(what: string, poll: () => Promise<T>): Promise<T> =>
+    retryTransient(poll, {
+      onRetry: (err) => opts.onRetry?.(`wavegate: ${what} of ${id} failed (${firstLine(err)}); retrying`),
+    });
   let runId: string;
   try {
     runId = opts.runId ?? (await retry('describe', () => client.workflow.getHandle(id).describe())).runId;
@@ -177,7 +212,11 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
     const status = final ?? (await queryStatus());
     if (opts.tty) {
       const rows = opts.rows?.() ?? 40;
-      const lines = renderFrame(status, { width: opts.columns?.() ?? 100, maxDevices: Math.max(3, rows - status.phases.length - 8), now: new Date() });
+      const lines = renderFrame(status, {
+        width: opts.columns?.() ?? 100,
+        maxDevices: Math.max(3, rows - status.phases.length - 8),
+        now: new Date(),
+      });
       opts.write(`${previousLines ? `\x1b[${previousLines}A\r` : ''}\x1b[J${lines.join('\n')}\n`);
       previousLines = lines.length;
     } else {
@@ -192,7 +231,8 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
     if (paused && opts.stopOnPause) return status;
     // A workflow closed without reaching a final state (terminated, or failed outside the main path).
     const described = await retry('describe', () => handle.describe());
-    if (described.status.name !== 'RUNNING') return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };
+    if (described.status.name !== 'RUNNING')
+      return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };
     final = await next();
   }
 }

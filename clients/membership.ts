@@ -3,7 +3,14 @@ import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import { membershipPages, membershipWorkflowId, type MembershipPage, type MembershipRef } from '../core/membership';
 import type { NodeDownMark } from '../core/node-down';
-import { MEMBERSHIP_WORKFLOW, pageQuery, progressQuery, sealUpdate, storePageUpdate, type MembershipWorkflow } from '../contracts/membership';
+import {
+  MEMBERSHIP_WORKFLOW,
+  pageQuery,
+  progressQuery,
+  sealUpdate,
+  storePageUpdate,
+  type MembershipWorkflow,
+} from '../contracts/membership';
 
 /**
  * The one client of membership entities `membership:<digest>` (workflows/membership.ts; messages in
@@ -38,7 +45,10 @@ export async function storeMembership(
     versioningOverride: 'AUTO_UPGRADE',
   });
   let progress = await handle.query(progressQuery);
-  if (progress.digest !== digest) throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, { workflowId });
+  if (progress.digest !== digest)
+    throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${digest}`, {
+      workflowId,
+    });
   for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
     progress = await handle.executeUpdate(storePageUpdate, { args: [pages[index]!] });
   }
@@ -47,6 +57,10 @@ export async function storeMembership(
 }
 
 /** Page `index` of a sealed membership, or null (no such page, or not sealed yet). */
-export async function membershipPage(client: Client, workflowId: string, index: number): Promise<MembershipPage | null> {
+export async function membershipPage(
+  client: Client,
+  workflowId: string,
+  index: number,
+): Promise<MembershipPage | null> {
   return client.workflow.getHandle(workflowId).query(pageQuery, index);
 }

@@ -8,7 +8,10 @@ import { legacyRolloutId, profileLockId } from '../core/rollout-id';
  * issue 23. Undefined when neither runs. A read: it never starts anything (the lock is started by
  * the CLI's start, cli/client.ts), and not found is an answer.
  */
-export async function heldRolloutOf(client: Client, profile: string): Promise<{ rolloutId: string; via: 'lock' | 'legacy' } | undefined> {
+export async function heldRolloutOf(
+  client: Client,
+  profile: string,
+): Promise<{ rolloutId: string; via: 'lock' | 'legacy' } | undefined> {
   const lock = await describeRunning(client, profileLockId(profile));
   if (lock) {
     const child = lock.raw.pendingChildren?.find((c) => c.workflowId)?.workflowId;

@@ -64,12 +64,19 @@ function trustIdentity(doc: unknown): string {
 export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOptions): Promise<RegisterEnvelopeResult> {
   checkProfileName(opts.profile);
   const ourTrust = trustIdentity(opts.trustDoc); // a bad trust document starts nothing
-  if (typeof opts.by !== 'string' || opts.by.trim() === '') throw new WavegateError('INVALID_INPUT', `by: must be a non-empty name (got ${JSON.stringify(opts.by)})`);
+  if (typeof opts.by !== 'string' || opts.by.trim() === '')
+    throw new WavegateError('INVALID_INPUT', `by: must be a non-empty name (got ${JSON.stringify(opts.by)})`);
   const workflowId = registryWorkflowId(opts.profile);
   const startWorkflowOperation = new (sdk().WithStartWorkflowOperation)<RegistryWorkflow>(REGISTRY_WORKFLOW, {
     workflowId,
     taskQueue: opts.taskQueue,
-    args: [{ profile: opts.profile, trustDoc: opts.trustDoc, ...(opts.continueAsNewAfterEvents ? { continueAsNewAfterEvents: opts.continueAsNewAfterEvents } : {}) }],
+    args: [
+      {
+        profile: opts.profile,
+        trustDoc: opts.trustDoc,
+        ...(opts.continueAsNewAfterEvents ? { continueAsNewAfterEvents: opts.continueAsNewAfterEvents } : {}),
+      },
+    ],
     workflowIdConflictPolicy: 'USE_EXISTING',
     // A closed registry is not silently replaced by an empty one: the channel would move backwards.
     workflowIdReusePolicy: 'REJECT_DUPLICATE',
@@ -80,7 +87,10 @@ export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOpt
   });
   let result: RegisterResult;
   try {
-    result = await client.workflow.executeUpdateWithStart(registerUpdate, { args: [{ envelope: opts.envelope, by: opts.by }], startWorkflowOperation });
+    result = await client.workflow.executeUpdateWithStart(registerUpdate, {
+      args: [{ envelope: opts.envelope, by: opts.by }],
+      startWorkflowOperation,
+    });
   } catch (err) {
     throw registryError(err, opts.profile);
   }
@@ -112,7 +122,12 @@ export async function getEnvelope(client: Client, profile: string, revision: num
   } catch (err) {
     throw registryError(err, profile);
   }
-  if (!envelope) throw new WavegateError('NOT_FOUND', `profile "${profile}" has no registered revision ${revision} (${registryWorkflowId(profile)})`, { profile, revision });
+  if (!envelope)
+    throw new WavegateError(
+      'NOT_FOUND',
+      `profile "${profile}" has no registered revision ${revision} (${registryWorkflowId(profile)})`,
+      { profile, revision },
+    );
   return envelope;
 }
 
@@ -120,8 +135,15 @@ export async function getEnvelope(client: Client, profile: string, revision: num
  * The newest registered revision above `above` that has not expired at `now`, or null when there is
  * none: what a nightly canary tries next. NOT_FOUND when the profile has no registry.
  */
-export async function newestRevisionAbove(client: Client, profile: string, above: number, now = Date.now()): Promise<RevisionSummary | null> {
-  const candidates = (await listRevisions(client, profile)).filter((r) => r.revision > above && (r.expiresAt === undefined || Date.parse(r.expiresAt) > now));
+export async function newestRevisionAbove(
+  client: Client,
+  profile: string,
+  above: number,
+  now = Date.now(),
+): Promise<RevisionSummary | null> {
+  const candidates = (await listRevisions(client, profile)).filter(
+    (r) => r.revision > above && (r.expiresAt === undefined || Date.parse(r.expiresAt) > now),
+  );
   return candidates.reduce<RevisionSummary | null>((best, r) => (!best || r.revision > best.revision ? r : best), null);
 }
 
@@ -130,19 +152,37 @@ function registryError(err: unknown, profile: string): unknown {
   if (err instanceof WavegateError) return err;
   const { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, WorkflowUpdateFailedError } = sdk();
   const workflowId = registryWorkflowId(profile);
-  if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === REGISTRATION_REFUSED) {
+  if (
+    err instanceof WorkflowUpdateFailedError &&
+    err.cause instanceof ApplicationFailure &&
+    err.cause.type === REGISTRATION_REFUSED
+  ) {
     const refusal = (err.cause.details?.[0] ?? {}) as Partial<RegistrationRefusal>;
     const code = (refusal.code === 'CONFLICT' ? 'CONFLICT' : 'INVALID_INPUT') satisfies WavegateErrorCode;
-    return new WavegateError(code, `${workflowId} refused the envelope (${refusal.reason ?? 'REFUSED'}): ${err.cause.message.replace(/^[A-Z_]+: /, '')}`, { ...refusal.details, reason: refusal.reason, profile });
+    return new WavegateError(
+      code,
+      `${workflowId} refused the envelope (${refusal.reason ?? 'REFUSED'}): ${err.cause.message.replace(/^[A-Z_]+: /, '')}`,
+      { ...refusal.details, reason: refusal.reason, profile },
+    );
   }
   if (err instanceof WorkflowNotFoundError) {
-    return new WavegateError('NOT_FOUND', `profile "${profile}" has no revision registry (${workflowId}); register a revision first (wavegate register)`, { profile });
+    return new WavegateError(
+      'NOT_FOUND',
+      `profile "${profile}" has no revision registry (${workflowId}); register a revision first (wavegate register)`,
+      { profile },
+    );
   }
   if (err instanceof WorkflowExecutionAlreadyStartedError) {
-    return new WavegateError('INVALID_STATE', `${workflowId} exists but is closed (terminated or failed); its registrations are in its history: restore it before registering`, { profile });
+    return new WavegateError(
+      'INVALID_STATE',
+      `${workflowId} exists but is closed (terminated or failed); its registrations are in its history: restore it before registering`,
+      { profile },
+    );
   }
   if (err instanceof WorkflowUpdateFailedError) {
-    return new WavegateError('FAILED', `${workflowId}: registration failed: ${err.cause?.message ?? err.message}`, { profile });
+    return new WavegateError('FAILED', `${workflowId}: registration failed: ${err.cause?.message ?? err.message}`, {
+      profile,
+    });
   }
   return err;
 }

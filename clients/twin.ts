@@ -1,7 +1,19 @@
-import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import {
+  WithStartWorkflowOperation,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+  type Client,
+} from '@temporalio/client';
 import { WavegateError } from '../core/errors';
 import { twinWorkflowId, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
-import { TWIN_WORKFLOW, twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery, type DeviceTwinWorkflow } from '../contracts/twin';
+import {
+  TWIN_WORKFLOW,
+  twinDesireSignal,
+  twinReverifySignal,
+  twinSyncUpdate,
+  twinViewQuery,
+  type DeviceTwinWorkflow,
+} from '../contracts/twin';
 
 /**
  * The one client of device twins `device:<id>` (workflows/device-twin.ts; messages in contracts/twin.ts):
@@ -23,7 +35,12 @@ export function twinStartOptions(deviceId: string, taskQueue: string) {
 }
 
 /** Set a device's desired state, starting its twin if it has none yet. */
-export async function desireOnTwin(client: Client, taskQueue: string, deviceId: string, request: DesiredRequest): Promise<void> {
+export async function desireOnTwin(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  request: DesiredRequest,
+): Promise<void> {
   await client.workflow.signalWithStart<DeviceTwinWorkflow, [DesiredRequest]>(TWIN_WORKFLOW, {
     ...twinStartOptions(deviceId, taskQueue),
     signal: twinDesireSignal,
@@ -59,7 +76,13 @@ export async function reverifyTwin(client: Client, deviceId: string): Promise<bo
  * update-with-start (conflict policy USE_EXISTING: a twin started meanwhile is used). The twin's
  * validator refusing the sync is INVALID_INPUT, its message naming what is malformed.
  */
-export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, onFirstSync?: (deviceId: string) => Promise<void>): Promise<TwinView> {
+export async function syncTwin(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  input: TwinSyncInput,
+  onFirstSync?: (deviceId: string) => Promise<void>,
+): Promise<TwinView> {
   try {
     try {
       return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
@@ -69,10 +92,14 @@ export async function syncTwin(client: Client, taskQueue: string, deviceId: stri
       if (!(err instanceof WorkflowNotFoundError)) throw err;
     }
     await onFirstSync?.(deviceId);
-    const startWorkflowOperation = new WithStartWorkflowOperation<DeviceTwinWorkflow>(TWIN_WORKFLOW, { ...twinStartOptions(deviceId, taskQueue), workflowIdConflictPolicy: 'USE_EXISTING' });
+    const startWorkflowOperation = new WithStartWorkflowOperation<DeviceTwinWorkflow>(TWIN_WORKFLOW, {
+      ...twinStartOptions(deviceId, taskQueue),
+      workflowIdConflictPolicy: 'USE_EXISTING',
+    });
     return await client.workflow.executeUpdateWithStart(twinSyncUpdate, { args: [input], startWorkflowOperation });
   } catch (err) {
-    if (err instanceof WorkflowUpdateFailedError) throw new WavegateError('INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400), { deviceId });
+    if (err instanceof WorkflowUpdateFailedError)
+      throw new WavegateError('INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400), { deviceId });
     throw err;
   }
 }

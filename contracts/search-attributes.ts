@@ -12,4 +12,11 @@ export const WavegateVerdict = defineSearchAttributeKey('WavegateVerdict', Searc
 /** The idempotency key a rollout was started with (`start --key`): a retried start finds its rollout by it, running or finished. */
 export const WavegateKey = defineSearchAttributeKey('WavegateKey', SearchAttributeType.KEYWORD);
 
-export const WAVEGATE_SEARCH_ATTRIBUTES = [WavegateProfile, WavegateState, WavegatePhase, WavegateRevision, WavegateVerdict, WavegateKey];
+export const WAVEGATE_SEARCH_ATTRIBUTES = [
+  WavegateProfile,
+  WavegateState,
+  WavegatePhase,
+  WavegateRevision,
+  WavegateVerdict,
+  WavegateKey,
+];

@@ -62,14 +62,32 @@ export function signatureBase(method: string, path: string, ts: number, nonce: s
 }
 
 /** The `Authorization` header value for a request, signed with the device's 32-byte secret seed. */
-export function authorizationHeader(req: { device: string; method: string; path: string; body: Uint8Array; now: number; nonce: string; secretKey: Uint8Array }): string {
+export function authorizationHeader(req: {
+  device: string;
+  method: string;
+  path: string;
+  body: Uint8Array;
+  now: number;
+  nonce: string;
+  secretKey: Uint8Array;
+}): string {
   const digest = bodyHash(req.body);
   const sig = toBase64(ed25519.sign(signatureBase(req.method, req.path, req.now, req.nonce, digest), req.secretKey));
   return `${AUTH_SCHEME} device="${req.device}", ts="${req.now}", nonce="${req.nonce}", digest="${digest}", sig="${sig}"`;
 }
 
 export type AuthRefusal = { ok: false; reason: AuthReason; message: string };
-export type AuthReason = 'MISSING' | 'MALFORMED' | 'NO_DIGEST' | 'UNKNOWN_DEVICE' | 'NO_AGENT_KEY' | 'STALE' | 'BAD_SIGNATURE' | 'REPLAY' | 'BUSY' | 'DEVICE_BUSY';
+export type AuthReason =
+  | 'MISSING'
+  | 'MALFORMED'
+  | 'NO_DIGEST'
+  | 'UNKNOWN_DEVICE'
+  | 'NO_AGENT_KEY'
+  | 'STALE'
+  | 'BAD_SIGNATURE'
+  | 'REPLAY'
+  | 'BUSY'
+  | 'DEVICE_BUSY';
 
 const refuse = (reason: AuthReason, message: string): AuthRefusal => ({ ok: false, reason, message });
 
@@ -79,32 +97,64 @@ const refuse = (reason: AuthReason, message: string): AuthRefusal => ({ ok: fals
  * the signature.
  */
 export function parseAuthorization(header: string | undefined): { ok: true; fields: AuthFields } | AuthRefusal {
-  if (header === undefined || header === '') return refuse('MISSING', `no Authorization header; send "${AUTH_SCHEME} device=..., ts=..., nonce=..., digest=..., sig=..."`);
-  if (header.length > 1024) return refuse('MALFORMED', `the Authorization header is ${header.length} characters long, above the limit of 1024`);
+  if (header === undefined || header === '')
+    return refuse(
+      'MISSING',
+      `no Authorization header; send "${AUTH_SCHEME} device=..., ts=..., nonce=..., digest=..., sig=..."`,
+    );
+  if (header.length > 1024)
+    return refuse('MALFORMED', `the Authorization header is ${header.length} characters long, above the limit of 1024`);
   const space = header.indexOf(' ');
   const scheme = space < 0 ? header : header.slice(0, space);
-  if (scheme !== AUTH_SCHEME) return refuse('MALFORMED', `Authorization scheme must be "${AUTH_SCHEME}" (got ${JSON.stringify(scheme.slice(0, 40))})`);
+  if (scheme !== AUTH_SCHEME)
+    return refuse(
+      'MALFORMED',
+      `Authorization scheme must be "${AUTH_SCHEME}" (got ${JSON.stringify(scheme.slice(0, 40))})`,
+    );
   const params = new Map<string, string>();
   for (const part of header.slice(space + 1).split(',')) {
     const m = /^\s*([a-z]+)="([^"]*)"\s*$/.exec(part);
-    if (!m) return refuse('MALFORMED', `Authorization parameter ${JSON.stringify(part.trim().slice(0, 20))} is not key="value"`);
+    if (!m)
+      return refuse(
+        'MALFORMED',
+        `Authorization parameter ${JSON.stringify(part.trim().slice(0, 20))} is not key="value"`,
+      );
     if (params.has(m[1]!)) return refuse('MALFORMED', `Authorization parameter ${m[1]} appears twice`);
     params.set(m[1]!, m[2]!);
   }
-  for (const k of params.keys()) if (!PARAMS.includes(k)) return refuse('MALFORMED', `Authorization parameter ${JSON.stringify(k)} is not one of ${PARAMS.join(', ')}`);
+  for (const k of params.keys())
+    if (!PARAMS.includes(k))
+      return refuse('MALFORMED', `Authorization parameter ${JSON.stringify(k)} is not one of ${PARAMS.join(', ')}`);
   const device = params.get('device');
   const ts = params.get('ts');
   const nonce = params.get('nonce');
   const sig = params.get('sig');
-  if (device === undefined || !DEVICE_ID.test(device)) return refuse('MALFORMED', `Authorization device must be a device id (got ${JSON.stringify(device?.slice(0, 130))})`);
-  if (ts === undefined || !TS.test(ts)) return refuse('MALFORMED', `Authorization ts must be epoch milliseconds (got ${JSON.stringify(ts?.slice(0, 20))})`);
-  if (nonce === undefined || !NONCE.test(nonce)) return refuse('MALFORMED', `Authorization nonce must be 32 lowercase hex characters (got ${JSON.stringify(nonce?.slice(0, 40))})`);
-  if (sig === undefined || !SIG.test(sig)) return refuse('MALFORMED', 'Authorization sig must be the base64 of a 64-byte Ed25519 signature');
+  if (device === undefined || !DEVICE_ID.test(device))
+    return refuse(
+      'MALFORMED',
+      `Authorization device must be a device id (got ${JSON.stringify(device?.slice(0, 130))})`,
+    );
+  if (ts === undefined || !TS.test(ts))
+    return refuse('MALFORMED', `Authorization ts must be epoch milliseconds (got ${JSON.stringify(ts?.slice(0, 20))})`);
+  if (nonce === undefined || !NONCE.test(nonce))
+    return refuse(
+      'MALFORMED',
+      `Authorization nonce must be 32 lowercase hex characters (got ${JSON.stringify(nonce?.slice(0, 40))})`,
+    );
+  if (sig === undefined || !SIG.test(sig))
+    return refuse('MALFORMED', 'Authorization sig must be the base64 of a 64-byte Ed25519 signature');
   const digest = params.get('digest');
   if (digest === undefined) {
-    return refuse('NO_DIGEST', `the Authorization header has no digest parameter: this gateway authenticates from the headers before it reads a body, and needs the body's sha256 declared there; upgrade the agent on ${JSON.stringify(device)} to a wavegate that sends digest="<hex sha256 of the body>"`);
+    return refuse(
+      'NO_DIGEST',
+      `the Authorization header has no digest parameter: this gateway authenticates from the headers before it reads a body, and needs the body's sha256 declared there; upgrade the agent on ${JSON.stringify(device)} to a wavegate that sends digest="<hex sha256 of the body>"`,
+    );
   }
-  if (!DIGEST.test(digest)) return refuse('MALFORMED', `Authorization digest must be the 64 lowercase hex characters of the body's sha256 (got ${JSON.stringify(digest.slice(0, 70))})`);
+  if (!DIGEST.test(digest))
+    return refuse(
+      'MALFORMED',
+      `Authorization digest must be the 64 lowercase hex characters of the body's sha256 (got ${JSON.stringify(digest.slice(0, 70))})`,
+    );
   return { ok: true, fields: { device, ts: Number(ts), nonce, digest, sig } };
 }
 
@@ -131,7 +181,9 @@ export function signatureValid(fields: AuthFields, publicKey: Uint8Array, method
   const sig = fromBase64(fields.sig);
   if (sig?.length !== 64) return false;
   try {
-    return ed25519.verify(sig, signatureBase(method, path, fields.ts, fields.nonce, fields.digest), publicKey, { zip215: false });
+    return ed25519.verify(sig, signatureBase(method, path, fields.ts, fields.nonce, fields.digest), publicKey, {
+      zip215: false,
+    });
   } catch {
     return false;
   }
@@ -230,14 +282,31 @@ export function authenticate(
   if (!parsed.ok) return parsed;
   const { fields } = parsed;
   const key = keyOf(fields.device);
-  if (key === undefined) return refuse('UNKNOWN_DEVICE', `device ${JSON.stringify(fields.device)} is not in the gateway's inventory`);
-  if (key === null) return refuse('NO_AGENT_KEY', `device ${JSON.stringify(fields.device)} has no agentKey in the inventory (run \`wavegate agent enroll\` on it and pin the key it prints)`);
+  if (key === undefined)
+    return refuse('UNKNOWN_DEVICE', `device ${JSON.stringify(fields.device)} is not in the gateway's inventory`);
+  if (key === null)
+    return refuse(
+      'NO_AGENT_KEY',
+      `device ${JSON.stringify(fields.device)} has no agentKey in the inventory (run \`wavegate agent enroll\` on it and pin the key it prints)`,
+    );
   const stale = staleness(fields.ts, req.now);
   if (stale) return refuse('STALE', stale);
-  if (!signatureValid(fields, key, req.method, req.path)) return refuse('BAD_SIGNATURE', `the signature does not verify with the agentKey pinned for ${JSON.stringify(fields.device)} (another key, or the request was changed)`);
+  if (!signatureValid(fields, key, req.method, req.path))
+    return refuse(
+      'BAD_SIGNATURE',
+      `the signature does not verify with the agentKey pinned for ${JSON.stringify(fields.device)} (another key, or the request was changed)`,
+    );
   const admitted = nonces.admit(fields.device, fields.nonce, fields.ts, req.now);
-  if (admitted === 'replay') return refuse('REPLAY', `nonce ${fields.nonce} was already used by ${JSON.stringify(fields.device)} within the window: a replayed request`);
-  if (admitted === 'device-full') return refuse('DEVICE_BUSY', `${JSON.stringify(fields.device)} sent more than ${nonces.perDevice} requests within the ${AUTH_WINDOW_MS / 1000} s window, its share of the gateway's nonce cache; retry shortly`);
+  if (admitted === 'replay')
+    return refuse(
+      'REPLAY',
+      `nonce ${fields.nonce} was already used by ${JSON.stringify(fields.device)} within the window: a replayed request`,
+    );
+  if (admitted === 'device-full')
+    return refuse(
+      'DEVICE_BUSY',
+      `${JSON.stringify(fields.device)} sent more than ${nonces.perDevice} requests within the ${AUTH_WINDOW_MS / 1000} s window, its share of the gateway's nonce cache; retry shortly`,
+    );
   if (admitted === 'full') return refuse('BUSY', 'the gateway is holding too many recent nonces; retry shortly');
   return { ok: true, device: fields.device, digest: fields.digest };
 }
@@ -245,5 +314,7 @@ export function authenticate(
 /** Null when `body` is what the verified header declared; else why not (the signed digest, the one received). */
 export function bodyDigestProblem(declared: string, body: Uint8Array): string | null {
   const got = bodyHash(body);
-  return got === declared ? null : `the body's sha256 is ${got}, not the digest ${declared} the request was signed with (${body.length} bytes received)`;
+  return got === declared
+    ? null
+    : `the body's sha256 is ${got}, not the digest ${declared} the request was signed with (${body.length} bytes received)`;
 }

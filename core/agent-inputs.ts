@@ -38,9 +38,15 @@ const writableBy = (mode: number) => (mode & 0o002 ? 'world' : 'group');
  * not writable by others unless sticky (then others cannot rename or replace a file they do not own).
  * `uid` undefined: a platform without uids (the ownership checks are skipped).
  */
-export function trustFileProblem(file: PathFacts, dir: PathFacts, uid: number | undefined, dirPath: string): string | undefined {
+export function trustFileProblem(
+  file: PathFacts,
+  dir: PathFacts,
+  uid: number | undefined,
+  dirPath: string,
+): string | undefined {
   if (file.kind !== 'file') return 'is not a regular file';
-  if (uid !== undefined && file.uid !== uid && file.uid !== 0) return `is owned by uid ${file.uid}, not by this user (uid ${uid}) or root`;
+  if (uid !== undefined && file.uid !== uid && file.uid !== 0)
+    return `is owned by uid ${file.uid}, not by this user (uid ${uid}) or root`;
   if (file.mode & 0o022) return `is ${writableBy(file.mode)}-writable (mode ${modeText(file.mode)})`;
   return trustDirProblem(dir, uid, dirPath);
 }
@@ -48,8 +54,10 @@ export function trustFileProblem(file: PathFacts, dir: PathFacts, uid: number | 
 /** A directory that holds trust files (a `--trust DIR`, or a trust file's own directory). */
 export function trustDirProblem(dir: PathFacts, uid: number | undefined, dirPath: string): string | undefined {
   if (dir.kind !== 'directory') return `${dirPath} is not a directory`;
-  if (uid !== undefined && dir.uid !== uid && dir.uid !== 0) return `its directory ${dirPath} is owned by uid ${dir.uid}, not by this user (uid ${uid}) or root`;
-  if (dir.mode & 0o022 && !(dir.mode & 0o1000)) return `its directory ${dirPath} is ${writableBy(dir.mode)}-writable (mode ${modeText(dir.mode)}) and not sticky`;
+  if (uid !== undefined && dir.uid !== uid && dir.uid !== 0)
+    return `its directory ${dirPath} is owned by uid ${dir.uid}, not by this user (uid ${uid}) or root`;
+  if (dir.mode & 0o022 && !(dir.mode & 0o1000))
+    return `its directory ${dirPath} is ${writableBy(dir.mode)}-writable (mode ${modeText(dir.mode)}) and not sticky`;
   return undefined;
 }
 
@@ -62,7 +70,8 @@ export function trustDirProblem(dir: PathFacts, uid: number | undefined, dirPath
 export function stateDirProblem(dir: PathFacts, uid: number | undefined): string | undefined {
   if (dir.kind !== 'directory') return 'is not a directory';
   if (uid !== undefined && dir.uid !== uid) return `is owned by uid ${dir.uid}, not by this user (uid ${uid})`;
-  if (dir.mode & 0o022) return `is ${writableBy(dir.mode)}-writable (mode ${modeText(dir.mode)}); make it the agent user's own, chmod 700, and check what is in it`;
+  if (dir.mode & 0o022)
+    return `is ${writableBy(dir.mode)}-writable (mode ${modeText(dir.mode)}); make it the agent user's own, chmod 700, and check what is in it`;
   return undefined;
 }
 

@@ -47,14 +47,20 @@ class Model {
     try {
       const count = countHostPattern(pattern);
       if (count > this.expansionBudget && this.expansionBudget < MAX_PATTERN_HOSTS) {
-        throw new HostPatternError(`expands to ${count} hosts; only ${this.expansionBudget} of the ${MAX_PATTERN_HOSTS} host names an inventory may hold are left`);
+        throw new HostPatternError(
+          `expands to ${count} hosts; only ${this.expansionBudget} of the ${MAX_PATTERN_HOSTS} host names an inventory may hold are left`,
+        );
       }
       const hosts = expandHostPattern(pattern);
       this.expansionBudget -= hosts.length;
       return hosts;
     } catch (err) {
       if (!(err instanceof HostPatternError)) throw err;
-      return fail(source, `${where.path ? `${where.path}: ` : ''}host pattern ${JSON.stringify(pattern.slice(0, 80))}: ${err.message}`, where.line);
+      return fail(
+        source,
+        `${where.path ? `${where.path}: ` : ''}host pattern ${JSON.stringify(pattern.slice(0, 80))}: ${err.message}`,
+        where.line,
+      );
     }
   }
   addHost(group: string, host: string, vars: Vars): void {
@@ -66,7 +72,10 @@ class Model {
 
 function fail(source: string, message: string, line?: number): never {
   const where = line ? ` at line ${line}` : '';
-  throw new WavegateError('INVALID_INPUT', `${source}: invalid Ansible inventory${where}: ${message}`, { source, ...(line ? { line } : {}) });
+  throw new WavegateError('INVALID_INPUT', `${source}: invalid Ansible inventory${where}: ${message}`, {
+    source,
+    ...(line ? { line } : {}),
+  });
 }
 
 const RANGE = /^(.*?)\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\](.*)$/i;
@@ -85,7 +94,8 @@ export class HostPatternError extends Error {}
  * `web-[0:9999999]` costs nothing. A range that names no host (`[9:0]`, a step of 0) is an error.
  */
 export function countHostPattern(pattern: string): number {
-  if (pattern.length > MAX_PATTERN_LENGTH) throw new HostPatternError(`is ${pattern.length} characters long, above the limit of ${MAX_PATTERN_LENGTH}`);
+  if (pattern.length > MAX_PATTERN_LENGTH)
+    throw new HostPatternError(`is ${pattern.length} characters long, above the limit of ${MAX_PATTERN_LENGTH}`);
   let total = 1;
   for (let rest = pattern, m = RANGE.exec(rest); m; rest = m[5]!, m = RANGE.exec(rest)) {
     const [, , from, to, stride] = m as unknown as [string, string, string, string, string | undefined];
@@ -171,7 +181,8 @@ function parseIni(text: string, source: string): Model {
       model.group(section.group);
       return;
     }
-    if (line.startsWith('[')) fail(source, `bad section header "${line}" (expected [group], [group:vars] or [group:children])`, lineNo);
+    if (line.startsWith('['))
+      fail(source, `bad section header "${line}" (expected [group], [group:vars] or [group:children])`, lineNo);
     if (section.kind === 'vars') {
       const eq = line.indexOf('=');
       if (eq <= 0) fail(source, `expected key=value in [${section.group}:vars], got "${line}"`, lineNo);
@@ -212,7 +223,8 @@ function parseYamlModel(text: string, source: string): Model {
     if (body === null || body === undefined) return;
     if (!isRecord(body)) fail(source, `${path}: a group must be a mapping with hosts, vars or children`);
     for (const key of Object.keys(body)) {
-      if (!['hosts', 'vars', 'children'].includes(key)) fail(source, `${path}.${key}: unknown key (allowed: hosts, vars, children)`);
+      if (!['hosts', 'vars', 'children'].includes(key))
+        fail(source, `${path}.${key}: unknown key (allowed: hosts, vars, children)`);
     }
     if (body.vars !== undefined && body.vars !== null) {
       if (!isRecord(body.vars)) fail(source, `${path}.vars: must be a mapping`);
@@ -221,8 +233,10 @@ function parseYamlModel(text: string, source: string): Model {
     if (body.hosts !== undefined && body.hosts !== null) {
       if (!isRecord(body.hosts)) fail(source, `${path}.hosts: must be a mapping of host names to their vars`);
       for (const [pattern, vars] of Object.entries(body.hosts)) {
-        if (vars !== null && vars !== undefined && !isRecord(vars)) fail(source, `${path}.hosts.${pattern}: host vars must be a mapping`);
-        for (const host of model.expand(pattern, source, { path: `${path}.hosts` })) model.addHost(name, host, (vars as Vars | null) ?? {});
+        if (vars !== null && vars !== undefined && !isRecord(vars))
+          fail(source, `${path}.hosts.${pattern}: host vars must be a mapping`);
+        for (const host of model.expand(pattern, source, { path: `${path}.hosts` }))
+          model.addHost(name, host, (vars as Vars | null) ?? {});
       }
     }
     if (body.children !== undefined && body.children !== null) {
@@ -243,7 +257,10 @@ function parseYamlModel(text: string, source: string): Model {
 /** True for text that looks like an Ansible inventory rather than a wavegate one. */
 export function looksLikeAnsible(text: string, path = ''): boolean {
   if (/\.(ini|cfg)$/i.test(path) || /(^|\/)hosts$/.test(path)) return true;
-  const first = text.split(/\r?\n/).map((l) => l.trim()).find((l) => l && !l.startsWith('#') && !l.startsWith(';'));
+  const first = text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .find((l) => l && !l.startsWith('#') && !l.startsWith(';'));
   if (!first) return false;
   if (/^\[[^\]]+\]$/.test(first)) return true;
   try {
@@ -260,9 +277,14 @@ export function looksLikeAnsible(text: string, path = ''): boolean {
  * file name's (`.yaml`/`.yml` → YAML, `.ini`/`.cfg` → INI), else the text's (a `[...]` first line is INI).
  */
 export function parseAnsibleInventory(text: string, source: string, format?: 'ini' | 'yaml'): Record<string, unknown> {
-  const first = text.split(/\r?\n/).map((l) => l.trim()).find((l) => l && !l.startsWith('#') && !l.startsWith(';'));
+  const first = text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .find((l) => l && !l.startsWith('#') && !l.startsWith(';'));
   if (!first) fail(source, 'the inventory is empty');
-  const kind = format ?? (/\.ya?ml$/i.test(source) ? 'yaml' : /\.(ini|cfg)$/i.test(source) ? 'ini' : first.startsWith('[') ? 'ini' : 'yaml');
+  const kind =
+    format ??
+    (/\.ya?ml$/i.test(source) ? 'yaml' : /\.(ini|cfg)$/i.test(source) ? 'ini' : first.startsWith('[') ? 'ini' : 'yaml');
   const model = kind === 'ini' ? parseIni(text, source) : parseYamlModel(text, source);
   return toInventoryDocument(model, source);
 }
@@ -270,7 +292,12 @@ export function parseAnsibleInventory(text: string, source: string, format?: 'in
 function toInventoryDocument(model: Model, source: string): Record<string, unknown> {
   const all = model.group('all');
   for (const g of model.groups.values()) {
-    if (g.name !== 'all' && g.name !== 'ungrouped' && !all.children.includes(g.name) && ![...model.groups.values()].some((p) => p.children.includes(g.name))) {
+    if (
+      g.name !== 'all' &&
+      g.name !== 'ungrouped' &&
+      !all.children.includes(g.name) &&
+      ![...model.groups.values()].some((p) => p.children.includes(g.name))
+    ) {
       all.children.push(g.name);
     }
   }
@@ -278,7 +305,8 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
 
   // Ancestors (root first) of every group, for var inheritance and group labels.
   const parents = new Map<string, string[]>();
-  for (const g of model.groups.values()) for (const c of g.children) parents.set(c, [...(parents.get(c) ?? []), g.name]);
+  for (const g of model.groups.values())
+    for (const c of g.children) parents.set(c, [...(parents.get(c) ?? []), g.name]);
   const chain = (name: string, seen = new Set<string>()): string[] => {
     if (seen.has(name)) fail(source, `group "${name}" is its own ancestor (children cycle)`);
     seen.add(name);
@@ -300,10 +328,16 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
     // inventory validation then refuses by name (an assignment would drop or shadow it silently).
     const labels = new Map<string, string>();
     for (const name of groups) if (name !== 'all' && name !== 'ungrouped') labels.set(`group/${name}`, 'true');
-    if (isRecord(vars.wavegate_labels)) for (const [k, v] of Object.entries(vars.wavegate_labels)) labels.set(k, String(v));
-    for (const [k, v] of Object.entries(vars)) if (k.startsWith('label_') && k.length > 6) labels.set(k.slice(6), String(v));
+    if (isRecord(vars.wavegate_labels))
+      for (const [k, v] of Object.entries(vars.wavegate_labels)) labels.set(k, String(v));
+    for (const [k, v] of Object.entries(vars))
+      if (k.startsWith('label_') && k.length > 6) labels.set(k.slice(6), String(v));
     const connection = str(vars.ansible_connection);
-    const os = str(vars.wavegate_os) ?? str(vars.ansible_os_family) ?? str(vars.ansible_distribution) ?? (connection && /winrm|psrp/.test(connection) ? 'windows' : undefined);
+    const os =
+      str(vars.wavegate_os) ??
+      str(vars.ansible_os_family) ??
+      str(vars.ansible_distribution) ??
+      (connection && /winrm|psrp/.test(connection) ? 'windows' : undefined);
     const ssh: Record<string, unknown> = {};
     if (vars.ansible_ssh_private_key_file !== undefined) ssh.key = String(vars.ansible_ssh_private_key_file);
     if (vars.wavegate_host_key !== undefined) ssh.hostKey = String(vars.wavegate_host_key);
@@ -319,7 +353,14 @@ function toInventoryDocument(model: Model, source: string): Record<string, unkno
       os,
       labels: Object.fromEntries(labels),
       updateClass: str(vars.wavegate_update_class),
-      runtimes: Array.isArray(runtimes) ? runtimes.map(String) : typeof runtimes === 'string' ? runtimes.split(',').map((r) => r.trim()).filter(Boolean) : undefined,
+      runtimes: Array.isArray(runtimes)
+        ? runtimes.map(String)
+        : typeof runtimes === 'string'
+          ? runtimes
+              .split(',')
+              .map((r) => r.trim())
+              .filter(Boolean)
+          : undefined,
       transport: str(vars.wavegate_transport),
       ssh: Object.keys(ssh).length ? ssh : undefined,
     };

@@ -88,8 +88,18 @@ export interface AuditRecord extends AuditEvent {
 
 export const GENESIS_HASH = '0'.repeat(64);
 
-export type AuditProblem = 'edited' | 'dropped' | 'reordered' | 'broken-chain' | 'bad-seq' | 'truncated' | 'unsigned' | 'bad-mac';
-export type AuditVerdict = { ok: true; count: number } | { ok: false; seq: number; problem: AuditProblem; message: string };
+export type AuditProblem =
+  | 'edited'
+  | 'dropped'
+  | 'reordered'
+  | 'broken-chain'
+  | 'bad-seq'
+  | 'truncated'
+  | 'unsigned'
+  | 'bad-mac';
+export type AuditVerdict =
+  | { ok: true; count: number }
+  | { ok: false; seq: number; problem: AuditProblem; message: string };
 
 /** The last record a writer acknowledged, kept outside the file: lets verification see a cut-off tail. */
 export interface AuditHead {
@@ -101,7 +111,7 @@ const HEX64 = /^[0-9a-f]{64}$/;
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$/;
 
 function refuse(field: string, value: unknown, allowed: string): never {
-  const shown = value === undefined ? 'missing' : JSON.stringify(value)?.slice(0, 80) ?? String(value);
+  const shown = value === undefined ? 'missing' : (JSON.stringify(value)?.slice(0, 80) ?? String(value));
   throw new WavegateError('INVALID_INPUT', `audit event ${field}: ${shown} is not allowed; ${allowed}`, { field });
 }
 
@@ -112,15 +122,19 @@ function checkEvent(event: AuditEvent): void {
     refuse('at', event.at, 'expected an ISO-8601 UTC instant like 2026-01-01T00:00:00.000Z');
   }
   for (const field of ['rolloutId', 'runId', 'by'] as const) {
-    if (typeof event[field] !== 'string' || event[field].length === 0) refuse(field, event[field], 'expected a non-empty string');
+    if (typeof event[field] !== 'string' || event[field].length === 0)
+      refuse(field, event[field], 'expected a non-empty string');
   }
-  if (!(AUDIT_EVENTS as readonly string[]).includes(event.event)) refuse('event', event.event, `expected one of ${AUDIT_EVENTS.join(', ')}`);
+  if (!(AUDIT_EVENTS as readonly string[]).includes(event.event))
+    refuse('event', event.event, `expected one of ${AUDIT_EVENTS.join(', ')}`);
   for (const field of ['phase', 'reason'] as const) {
-    if (event[field] !== null && typeof event[field] !== 'string') refuse(field, event[field], 'expected a string or null');
+    if (event[field] !== null && typeof event[field] !== 'string')
+      refuse(field, event[field], 'expected a string or null');
   }
   checkOverride(event);
   if (event.counts !== null) {
-    if (typeof event.counts !== 'object' || Array.isArray(event.counts)) refuse('counts', event.counts, 'expected an object of counts or null');
+    if (typeof event.counts !== 'object' || Array.isArray(event.counts))
+      refuse('counts', event.counts, 'expected an object of counts or null');
     for (const [name, n] of Object.entries(event.counts)) {
       if (!Number.isSafeInteger(n) || n < 0) refuse(`counts.${name}`, n, 'expected an integer ≥ 0');
     }
@@ -129,19 +143,34 @@ function checkEvent(event: AuditEvent): void {
 
 function isHead(value: unknown, minSeq: number): value is AuditHead {
   const head = value as AuditHead;
-  return isRecordLike(value) && Number.isSafeInteger(head.seq) && head.seq >= minSeq && typeof head.hash === 'string' && HEX64.test(head.hash);
+  return (
+    isRecordLike(value) &&
+    Number.isSafeInteger(head.seq) &&
+    head.seq >= minSeq &&
+    typeof head.hash === 'string' &&
+    HEX64.test(head.hash)
+  );
 }
 
 /** An override names the head it continues from and why; no other event carries `lastGood`. */
 function checkOverride(event: AuditEvent): void {
   if (event.event !== 'audit.override') {
-    if (event.lastGood !== undefined) refuse('lastGood', event.lastGood, 'only an audit.override record carries lastGood');
+    if (event.lastGood !== undefined)
+      refuse('lastGood', event.lastGood, 'only an audit.override record carries lastGood');
     return;
   }
-  if (!isHead(event.lastGood, 0)) refuse('lastGood', event.lastGood, 'audit.override needs the last good head { seq ≥ 0, hash: 64 lowercase hex }');
-  if (event.lastGood.seq === 0 && event.lastGood.hash !== GENESIS_HASH) refuse('lastGood.hash', event.lastGood.hash, 'seq 0 is the chain start: expected 64 zeros');
-  if (event.seq !== event.lastGood.seq + 1) refuse('seq', event.seq, `audit.override continues after lastGood.seq ${event.lastGood.seq}: expected ${event.lastGood.seq + 1}`);
-  if (typeof event.reason !== 'string' || event.reason.trim().length === 0) refuse('reason', event.reason, 'audit.override needs the operator\'s reason');
+  if (!isHead(event.lastGood, 0))
+    refuse('lastGood', event.lastGood, 'audit.override needs the last good head { seq ≥ 0, hash: 64 lowercase hex }');
+  if (event.lastGood.seq === 0 && event.lastGood.hash !== GENESIS_HASH)
+    refuse('lastGood.hash', event.lastGood.hash, 'seq 0 is the chain start: expected 64 zeros');
+  if (event.seq !== event.lastGood.seq + 1)
+    refuse(
+      'seq',
+      event.seq,
+      `audit.override continues after lastGood.seq ${event.lastGood.seq}: expected ${event.lastGood.seq + 1}`,
+    );
+  if (typeof event.reason !== 'string' || event.reason.trim().length === 0)
+    refuse('reason', event.reason, "audit.override needs the operator's reason");
 }
 
 /** SHA-256 hex over the canonical JSON of every field of `record` except `hash` and `mac`. */
@@ -156,7 +185,9 @@ function normalizeJson(value: unknown, field: string): unknown {
     return JSON.parse(canonicalize(value ?? null));
   } catch (err) {
     if (!(err instanceof WavegateError)) throw err;
-    throw new WavegateError('INVALID_INPUT', err.message.replace('canonical JSON: (root)', `audit event ${field}`), { field });
+    throw new WavegateError('INVALID_INPUT', err.message.replace('canonical JSON: (root)', `audit event ${field}`), {
+      field,
+    });
   }
 }
 
@@ -169,7 +200,8 @@ export function sealRecord(event: AuditEvent, prev: string): AuditRecord {
   checkEvent(event);
   if (typeof prev !== 'string' || !HEX64.test(prev)) refuse('prev', prev, 'expected 64 lowercase hex characters');
   if (event.seq === 1 && prev !== GENESIS_HASH) refuse('prev', prev, 'seq 1 starts a chain: expected 64 zeros');
-  if (event.lastGood && prev !== event.lastGood.hash) refuse('prev', prev, `audit.override chains to lastGood.hash ${event.lastGood.hash.slice(0, 12)}…`);
+  if (event.lastGood && prev !== event.lastGood.hash)
+    refuse('prev', prev, `audit.override chains to lastGood.hash ${event.lastGood.hash.slice(0, 12)}…`);
   const body: Omit<AuditRecord, 'hash'> = {
     seq: event.seq,
     at: event.at,
@@ -257,7 +289,11 @@ export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts:
     if (!isRecordLike(record)) return fail(expected, 'edited', `${line}: not an audit record`);
     const seq = record.seq;
     if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 1) {
-      return fail(expected, 'bad-seq', `${line}: seq ${JSON.stringify(seq)} is not an integer ≥ 1 (expected ${expected})`);
+      return fail(
+        expected,
+        'bad-seq',
+        `${line}: seq ${JSON.stringify(seq)} is not an integer ≥ 1 (expected ${expected})`,
+      );
     }
     let actual: string;
     try {
@@ -266,29 +302,62 @@ export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts:
       return fail(seq, 'edited', `record ${seq} (${line}) holds a value with no JSON form`);
     }
     if (record.hash !== actual) {
-      return fail(seq, 'edited', `record ${seq} (${line}) was edited: its content hashes to ${actual.slice(0, 12)}…, the record says ${String(record.hash).slice(0, 12)}…`);
+      return fail(
+        seq,
+        'edited',
+        `record ${seq} (${line}) was edited: its content hashes to ${actual.slice(0, 12)}…, the record says ${String(record.hash).slice(0, 12)}…`,
+      );
     }
     const linked = record.prev === prevHash;
     if (seq === expected) {
       if (!linked) {
-        return fail(seq, 'broken-chain', `record ${seq} (${line}) does not chain to record ${seq - 1}: record ${seq - 1} was rewritten and resealed, or a record was inserted or replaced before ${seq}`);
+        return fail(
+          seq,
+          'broken-chain',
+          `record ${seq} (${line}) does not chain to record ${seq - 1}: record ${seq - 1} was rewritten and resealed, or a record was inserted or replaced before ${seq}`,
+        );
       }
     } else if (linked) {
-      return fail(expected, 'bad-seq', `${line} is chained right after record ${expected - 1} but sealed as seq ${seq} (expected ${expected})`);
+      return fail(
+        expected,
+        'bad-seq',
+        `${line} is chained right after record ${expected - 1} but sealed as seq ${seq} (expected ${expected})`,
+      );
     } else if (seq > expected) {
       const later = records.slice(i + 1).findIndex((r) => isRecordLike(r) && r.seq === expected);
       if (later >= 0) {
-        return fail(expected, 'reordered', `record ${expected} is out of order: ${line} holds record ${seq}, record ${expected} is on line ${i + 2 + later}`);
+        return fail(
+          expected,
+          'reordered',
+          `record ${expected} is out of order: ${line} holds record ${seq}, record ${expected} is on line ${i + 2 + later}`,
+        );
       }
       const missing = seq - 1 === expected ? `record ${expected} is` : `records ${expected}–${seq - 1} are`;
-      return fail(expected, 'dropped', `${missing} missing: ${line} holds record ${seq} right after record ${expected - 1}`);
+      return fail(
+        expected,
+        'dropped',
+        `${missing} missing: ${line} holds record ${seq} right after record ${expected - 1}`,
+      );
     } else {
-      return fail(seq, 'broken-chain', `record ${seq} appears again on ${line} (expected ${expected}): a record was inserted or duplicated before it`);
+      return fail(
+        seq,
+        'broken-chain',
+        `record ${seq} appears again on ${line} (expected ${expected}): a record was inserted or duplicated before it`,
+      );
     }
     if (opts.key) {
-      if (typeof record.mac !== 'string') return fail(seq, 'unsigned', `record ${seq} (${line}) carries no MAC: it was not written by a worker holding the audit key (resealed, or written before the key was configured)`);
+      if (typeof record.mac !== 'string')
+        return fail(
+          seq,
+          'unsigned',
+          `record ${seq} (${line}) carries no MAC: it was not written by a worker holding the audit key (resealed, or written before the key was configured)`,
+        );
       if (!sameHex(record.mac, auditRecordMac(opts.key, actual))) {
-        return fail(seq, 'bad-mac', `record ${seq} (${line}) has a MAC that is not the audit key's: the chain was rewritten and resealed without the key, or written under another key`);
+        return fail(
+          seq,
+          'bad-mac',
+          `record ${seq} (${line}) has a MAC that is not the audit key's: the chain was rewritten and resealed without the key, or written under another key`,
+        );
       }
     }
     prevHash = record.hash as string;
@@ -296,14 +365,31 @@ export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts:
   if (head) {
     const last = start.seq + records.length;
     if (head.seq > last) {
-      return fail(last + 1, 'truncated', `the chain ends at record ${last} but the writer acknowledged record ${head.seq}: records ${last + 1}–${head.seq} were cut off`);
+      return fail(
+        last + 1,
+        'truncated',
+        `the chain ends at record ${last} but the writer acknowledged record ${head.seq}: records ${last + 1}–${head.seq} were cut off`,
+      );
     }
-    const anchored = head.seq === start.seq ? { hash: start.hash } : head.seq > start.seq ? records[head.seq - start.seq - 1]! : undefined;
+    const anchored =
+      head.seq === start.seq
+        ? { hash: start.hash }
+        : head.seq > start.seq
+          ? records[head.seq - start.seq - 1]!
+          : undefined;
     if (!anchored) {
-      return fail(head.seq, 'edited', `the writer acknowledged record ${head.seq}, but this segment starts after record ${start.seq}`);
+      return fail(
+        head.seq,
+        'edited',
+        `the writer acknowledged record ${head.seq}, but this segment starts after record ${start.seq}`,
+      );
     }
     if (anchored.hash !== head.hash) {
-      return fail(head.seq, 'edited', `record ${head.seq} has hash ${anchored.hash.slice(0, 12)}… but the writer acknowledged ${head.hash.slice(0, 12)}…: the chain was rewritten up to here`);
+      return fail(
+        head.seq,
+        'edited',
+        `record ${head.seq} has hash ${anchored.hash.slice(0, 12)}… but the writer acknowledged ${head.hash.slice(0, 12)}…: the chain was rewritten up to here`,
+      );
     }
   }
   return { ok: true, count: records.length };
@@ -333,7 +419,8 @@ export function parseAuditLog(text: string): ParsedAuditLog {
     } catch {
       parsed = undefined;
     }
-    if (!isRecordLike(parsed)) return { records, unreadable: { line: i + 1, torn: !terminated && i === lines.length - 1 } };
+    if (!isRecordLike(parsed))
+      return { records, unreadable: { line: i + 1, torn: !terminated && i === lines.length - 1 } };
     records.push(parsed as unknown as AuditRecord);
   }
   return { records, unreadable: null };
@@ -388,7 +475,9 @@ export interface TrailVerdict {
 }
 
 function overrideOf(record: AuditRecord | undefined): AuditRecord | undefined {
-  return record && isRecordLike(record) && record.event === 'audit.override' && isHead(record.lastGood, 0) ? record : undefined;
+  return record && isRecordLike(record) && record.event === 'audit.override' && isHead(record.lastGood, 0)
+    ? record
+    : undefined;
 }
 
 /**
@@ -398,7 +487,10 @@ function overrideOf(record: AuditRecord | undefined): AuditRecord | undefined {
  * override's author and reason, and does not fail the trail); a problem in the last segment fails it.
  * `head` (the writer's acknowledged head) is checked against the last segment, `key` on every record.
  */
-export function verifyAuditSegments(segments: AuditSegment[], opts: { head?: AuditHead; key?: Uint8Array } = {}): TrailVerdict {
+export function verifyAuditSegments(
+  segments: AuditSegment[],
+  opts: { head?: AuditHead; key?: Uint8Array } = {},
+): TrailVerdict {
   const reports: SegmentReport[] = [];
   let count = 0;
   let failure: TrailVerdict['failure'] = null;
@@ -413,20 +505,36 @@ export function verifyAuditSegments(segments: AuditSegment[], opts: { head?: Aud
     if (i > 0) {
       const first = overrideOf(records[0]);
       if (!first) {
-        failure = { segment: segment.name, seq: 0, problem: 'no-override', message: `${segment.name} does not start with an audit.override record: a segment after the first is only ever started by an operator's override` };
+        failure = {
+          segment: segment.name,
+          seq: 0,
+          problem: 'no-override',
+          message: `${segment.name} does not start with an audit.override record: a segment after the first is only ever started by an operator's override`,
+        };
         reports.push({ name: segment.name, records: records.length, problem: null });
         break;
       }
       start = { seq: first.lastGood!.seq, hash: first.lastGood!.hash };
       const prev = previous!;
-      const held = start.seq === prev.start.seq ? prev.start.hash === start.hash : prev.records.some((r) => r.seq === start.seq && r.hash === start.hash);
-      override = { seq: first.seq, at: first.at, by: first.by, reason: first.reason ?? '', lastGood: start, confirmed: held && (prev.problem === null || start.seq < prev.problem.seq) };
+      const held =
+        start.seq === prev.start.seq
+          ? prev.start.hash === start.hash
+          : prev.records.some((r) => r.seq === start.seq && r.hash === start.hash);
+      override = {
+        seq: first.seq,
+        at: first.at,
+        by: first.by,
+        reason: first.reason ?? '',
+        lastGood: start,
+        confirmed: held && (prev.problem === null || start.seq < prev.problem.seq),
+      };
     }
     const verdict = verifyAuditLog(segment.text, last ? opts.head : undefined, { start, key: opts.key });
     const problem = verdict.ok ? null : verdict;
     reports.push({ name: segment.name, records: records.length, problem, ...(override ? { override } : {}) });
     if (last) {
-      if (problem) failure = { segment: segment.name, seq: problem.seq, problem: problem.problem, message: problem.message };
+      if (problem)
+        failure = { segment: segment.name, seq: problem.seq, problem: problem.problem, message: problem.message };
       const tail = records.at(-1);
       head = tail ? { seq: tail.seq, hash: tail.hash } : start.seq > 0 ? start : null;
     }
@@ -438,7 +546,22 @@ export function verifyAuditSegments(segments: AuditSegment[], opts: { head?: Aud
 /** The one line a record is stored as: fixed field order for people reading the file, JSON for tools. */
 export function serializeAuditRecord(record: AuditRecord): string {
   const { seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, lastGood, prev, hash, mac } = record;
-  return JSON.stringify({ seq, at, rolloutId, runId, event, phase, by, reason, counts, evidence, lastGood, prev, hash, mac });
+  return JSON.stringify({
+    seq,
+    at,
+    rolloutId,
+    runId,
+    event,
+    phase,
+    by,
+    reason,
+    counts,
+    evidence,
+    lastGood,
+    prev,
+    hash,
+    mac,
+  });
 }
 
 const SECRET_FIELD = /private[-_ ]?key|secret|passw(?:or)?d|passphrase|credential|api[-_]?key|token/i;
@@ -460,7 +583,12 @@ export function redactSecrets(value: unknown): unknown {
   const walk = (v: unknown, path: string): unknown => {
     if (typeof v === 'string') return redactPem(v);
     if (v === null || typeof v !== 'object') return v;
-    if (seen.has(v)) throw new WavegateError('INVALID_INPUT', `audit event evidence${path === '(root)' ? '' : path.replace('(root)', '')}: circular reference has no JSON form`, { path });
+    if (seen.has(v))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `audit event evidence${path === '(root)' ? '' : path.replace('(root)', '')}: circular reference has no JSON form`,
+        { path },
+      );
     seen.add(v);
     try {
       if (Array.isArray(v)) return v.map((item, i) => walk(item, `${path}[${i}]`));
@@ -468,7 +596,9 @@ export function redactSecrets(value: unknown): unknown {
       const proto = Object.getPrototypeOf(v);
       if (proto !== Object.prototype && proto !== null) return v;
       const out: Record<string, unknown> = {};
-      for (const [key, item] of Object.entries(v)) out[key] = SECRET_FIELD.test(key) && item !== null && item !== undefined ? REDACTED : walk(item, `${path}.${key}`);
+      for (const [key, item] of Object.entries(v))
+        out[key] =
+          SECRET_FIELD.test(key) && item !== null && item !== undefined ? REDACTED : walk(item, `${path}.${key}`);
       return out;
     } finally {
       seen.delete(v);
@@ -502,7 +632,11 @@ export function missingTrailMessage(head: AuditHead, headSource: string, storeLo
  * The chain is compared with its own run's head; a latest run that is another run and holds a head of
  * its own means the store's current chain is not the latest run's: that run's trail is missing here.
  */
-export function latestRunMismatch(chainRun: string | undefined, latest: { runId: string; head: AuditHead | null } | undefined, storeLocation: string): string | null {
+export function latestRunMismatch(
+  chainRun: string | undefined,
+  latest: { runId: string; head: AuditHead | null } | undefined,
+  storeLocation: string,
+): string | null {
   if (!chainRun || !latest || latest.runId === chainRun || !latest.head) return null;
   return `the rollout's latest run ${latest.runId} holds an audit head (${latest.head.seq} records up to seq ${latest.head.seq}, hash ${latest.head.hash.slice(0, 12)}…) but the current chain in ${storeLocation} is run ${chainRun}'s: run ${latest.runId}'s trail is missing there`;
 }

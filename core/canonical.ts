@@ -24,17 +24,28 @@ function write(value: unknown, path: string): string {
       return JSON.stringify(value);
     case 'object': {
       if (Array.isArray(value)) {
-        return `[${value.map((item, i) => {
-          if (item === undefined) throw new WavegateError('INVALID_INPUT', `canonical JSON: ${path}[${i}]: undefined has no JSON form`, { path });
-          return write(item, `${path}[${i}]`);
-        }).join(',')}]`;
+        return `[${value
+          .map((item, i) => {
+            if (item === undefined)
+              throw new WavegateError('INVALID_INPUT', `canonical JSON: ${path}[${i}]: undefined has no JSON form`, {
+                path,
+              });
+            return write(item, `${path}[${i}]`);
+          })
+          .join(',')}]`;
       }
       const proto = Object.getPrototypeOf(value);
       if (proto !== Object.prototype && proto !== null) {
-        throw new WavegateError('INVALID_INPUT', `canonical JSON: ${path}: only plain objects are allowed (got ${proto?.constructor?.name ?? 'object'})`, { path });
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `canonical JSON: ${path}: only plain objects are allowed (got ${proto?.constructor?.name ?? 'object'})`,
+          { path },
+        );
       }
       const record = value as Record<string, unknown>;
-      const keys = Object.keys(record).filter((k) => record[k] !== undefined).sort(compareUtf16);
+      const keys = Object.keys(record)
+        .filter((k) => record[k] !== undefined)
+        .sort(compareUtf16);
       return `{${keys.map((k) => `${JSON.stringify(k)}:${write(record[k], `${path}.${k}`)}`).join(',')}}`;
     }
     default:

@@ -44,7 +44,11 @@ export function isFinalState(state: RolloutState): boolean {
 }
 
 /** Null when the control is allowed now, else a message naming the current state. */
-export function checkControl(name: ControlName, ctx: ControlContext, control: ControlBase & { phase?: number | string } = {}): string | null {
+export function checkControl(
+  name: ControlName,
+  ctx: ControlContext,
+  control: ControlBase & { phase?: number | string } = {},
+): string | null {
   if (isFinalState(ctx.state)) return `rollout is ${ctx.state}; ${name} is no longer possible`;
   // An override is the one control that also helps an abort's compensation past a broken trail.
   if (name === 'override-audit') {

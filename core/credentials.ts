@@ -42,18 +42,93 @@ export interface ScanMeter {
   steps: number;
 }
 
-const STRONG_WORDS = ['token', 'secret', 'password', 'passwd', 'passphrase', 'apikey', 'api_key', 'api-key', 'credential', 'bearer'];
+const STRONG_WORDS = [
+  'token',
+  'secret',
+  'password',
+  'passwd',
+  'passphrase',
+  'apikey',
+  'api_key',
+  'api-key',
+  'credential',
+  'bearer',
+];
 /** Secret only as the whole name or its last segment (`ssh_key`, `X-Amz-Signature`): `monkey`, `author`, `bypass` are not. */
 const SUFFIX_WORDS = ['key', 'pass', 'pwd', 'auth', 'sig', 'signature', 'session', 'creds'];
 /** A name ending in one of these names where a secret is, or what kind it is, not the secret itself. */
 const REFERENCE_ENDINGS = [
-  'file', 'path', 'env', 'dir', 'name', 'id', 'url', 'uri', 'endpoint', 'host', 'port', 'stdin', 'type', 'method', 'helper',
-  'length', 'size', 'ttl', 'header', 'mode', 'format', 'prompt', 'sock', 'socket', 'count', 'version', 'algorithm', 'alg',
-  'location', 'timeout', 'field', 'prefix', 'scheme', 'policy', 'source', 'expiry', 'expires', 'expiration',
+  'file',
+  'path',
+  'env',
+  'dir',
+  'name',
+  'id',
+  'url',
+  'uri',
+  'endpoint',
+  'host',
+  'port',
+  'stdin',
+  'type',
+  'method',
+  'helper',
+  'length',
+  'size',
+  'ttl',
+  'header',
+  'mode',
+  'format',
+  'prompt',
+  'sock',
+  'socket',
+  'count',
+  'version',
+  'algorithm',
+  'alg',
+  'location',
+  'timeout',
+  'field',
+  'prefix',
+  'scheme',
+  'policy',
+  'source',
+  'expiry',
+  'expires',
+  'expiration',
 ];
 /** Switches, not values: `--no-password`, `--ask-pass`, `--allow-auth`. */
-const SWITCH_PREFIXES = ['no-', 'no_', 'ask-', 'ask_', 'prompt-', 'require-', 'allow-', 'enable-', 'disable-', 'skip-', 'with-', 'without-'];
-const SWITCH_VALUES = new Set(['yes', 'no', 'true', 'false', 'on', 'off', 'none', 'null', '0', '1', 'disabled', 'enabled', 'required', 'optional', 'prompt']);
+const SWITCH_PREFIXES = [
+  'no-',
+  'no_',
+  'ask-',
+  'ask_',
+  'prompt-',
+  'require-',
+  'allow-',
+  'enable-',
+  'disable-',
+  'skip-',
+  'with-',
+  'without-',
+];
+const SWITCH_VALUES = new Set([
+  'yes',
+  'no',
+  'true',
+  'false',
+  'on',
+  'off',
+  'none',
+  'null',
+  '0',
+  '1',
+  'disabled',
+  'enabled',
+  'required',
+  'optional',
+  'prompt',
+]);
 /** Schemes whose bare userinfo (`https://TOKEN@host`) is how tokens are passed. */
 const TOKEN_USER_SCHEMES = new Set(['http', 'https', 'ftp', 'ftps', 'ws', 'wss']);
 
@@ -96,7 +171,29 @@ const isNameChar = (c: string | undefined) => c !== undefined && NAME_CHAR.test(
 const SCHEME_CHAR = /[A-Za-z0-9+.-]/;
 /** Where a value written in text ends (for scrubbing); quotes are handled by the caller. */
 const VALUE_END = new Set([' ', '\t', '\n', '\r', '"', "'", '`', '&', ';', ',', '<', '>', ')', '|']);
-const AUTHORITY_END = new Set([' ', '\t', '\n', '\r', '"', "'", '`', '/', '?', '#', '<', '>', '\\', '(', ')', ';', '|', '&', ',', '{', '}']);
+const AUTHORITY_END = new Set([
+  ' ',
+  '\t',
+  '\n',
+  '\r',
+  '"',
+  "'",
+  '`',
+  '/',
+  '?',
+  '#',
+  '<',
+  '>',
+  '\\',
+  '(',
+  ')',
+  ';',
+  '|',
+  '&',
+  ',',
+  '{',
+  '}',
+]);
 
 function clipName(name: string): string {
   return name.length > 64 ? `${name.slice(0, 61)}...` : name;
@@ -131,7 +228,10 @@ function scanUrls(text: string, add: Add, meter: ScanMeter): void {
       s--;
       meter.steps++;
     }
-    const scheme = text.slice(s, at).replace(/^[^A-Za-z]+/, '').toLowerCase();
+    const scheme = text
+      .slice(s, at)
+      .replace(/^[^A-Za-z]+/, '')
+      .toLowerCase();
     let end = at + 3;
     let lastAt = -1;
     while (end < text.length && !AUTHORITY_END.has(text[end]!)) {
@@ -186,7 +286,8 @@ function scanAuthorization(text: string, add: Add, meter: ScanMeter): void {
       const valueStart = i;
       while (i < text.length && !VALUE_END.has(text[i]!)) i++;
       meter.steps += i - start;
-      if (!isReference(text.slice(valueStart, i))) add('an Authorization header with a literal credential', valueStart, i);
+      if (!isReference(text.slice(valueStart, i)))
+        add('an Authorization header with a literal credential', valueStart, i);
       words.lastIndex = Math.max(words.lastIndex, i);
       continue;
     }
@@ -269,14 +370,19 @@ function scanPairs(text: string, add: Add, meter: ScanMeter): void {
       next = valueEnd < text.length && text[valueEnd] === q ? valueEnd + 1 : valueEnd;
     } else {
       valueEnd = v;
-      while (valueEnd < text.length && !VALUE_END.has(text[valueEnd]!) && !(inQuery && text[valueEnd] === '#')) valueEnd++;
+      while (valueEnd < text.length && !VALUE_END.has(text[valueEnd]!) && !(inQuery && text[valueEnd] === '#'))
+        valueEnd++;
       next = valueEnd;
     }
     meter.steps += next - i;
     const value = text.slice(valueStart, valueEnd);
     const bare = name.replace(/^-+/, '');
     if (!isReference(value) && !isKeyFile(bare, value)) {
-      add(`a secret-named ${inQuery ? 'query parameter' : name.startsWith('-') ? 'argument' : 'value'} (${clipName(name)}${c === '=' ? '=' : ': '}...)`, valueStart, valueEnd);
+      add(
+        `a secret-named ${inQuery ? 'query parameter' : name.startsWith('-') ? 'argument' : 'value'} (${clipName(name)}${c === '=' ? '=' : ': '}...)`,
+        valueStart,
+        valueEnd,
+      );
     }
     // A secret's value is skipped whole: what it contains is part of it (and the scan stays linear).
     i = Math.max(i + 1, next);
@@ -380,7 +486,21 @@ function shellCommands(text: string, meter: ScanMeter): Word[][] {
   return commands;
 }
 
-const MYSQL = new Set(['mysql', 'mysqldump', 'mysqladmin', 'mysqlimport', 'mysqlshow', 'mysqlcheck', 'mysqlpump', 'mysqlsh', 'mariadb', 'mariadb-dump', 'mariadb-admin', 'mariadb-import', 'mariadb-check']);
+const MYSQL = new Set([
+  'mysql',
+  'mysqldump',
+  'mysqladmin',
+  'mysqlimport',
+  'mysqlshow',
+  'mysqlcheck',
+  'mysqlpump',
+  'mysqlsh',
+  'mariadb',
+  'mariadb-dump',
+  'mariadb-admin',
+  'mariadb-import',
+  'mariadb-check',
+]);
 const LOGIN = new Set(['docker', 'podman', 'nerdctl', 'buildah', 'helm', 'skopeo', 'oras', 'crane']);
 const PROGRAMS = new Set(['curl', 'sshpass', 'redis-cli', 'openssl', ...MYSQL, ...LOGIN]);
 /** curl's short options that take an argument: in `-fsSu user:pw` the first of them takes the rest. */
@@ -422,13 +542,16 @@ function shortFlagValue(add: Add, w: Word, next: Word | undefined, flag: string,
 function curlUserArgument(w: Word, next: Word | undefined): { word: Word; from: number; flag: string } | undefined {
   const v = w.value;
   if (v === '--user' || v === '--proxy-user') return next && { word: next, from: 0, flag: v };
-  if (v.startsWith('--user=') || v.startsWith('--proxy-user=')) return { word: w, from: v.indexOf('=') + 1, flag: v.slice(0, v.indexOf('=')) };
+  if (v.startsWith('--user=') || v.startsWith('--proxy-user='))
+    return { word: w, from: v.indexOf('=') + 1, flag: v.slice(0, v.indexOf('=')) };
   if (v.startsWith('--')) return undefined;
   for (let c = 1; c < v.length; c++) {
     const opt = v[c]!;
     if (!CURL_ARG_OPTIONS.has(opt)) continue;
     if (opt !== 'u' && opt !== 'U') return undefined;
-    return c + 1 < v.length ? { word: w, from: c + 1, flag: `-${opt}` } : next && { word: next, from: 0, flag: `-${opt}` };
+    return c + 1 < v.length
+      ? { word: w, from: c + 1, flag: `-${opt}` }
+      : next && { word: next, from: 0, flag: `-${opt}` };
   }
   return undefined;
 }
@@ -457,7 +580,13 @@ function scanWords(text: string, add: Add, meter: ScanMeter): void {
         const user = curlUserArgument(w, nextValue);
         if (user) {
           const colon = user.word.value.indexOf(':', user.from);
-          if (colon >= 0) literalValue(add, user.word, colon + 1, `a password in a user:password argument (curl ${user.flag} user:...)`);
+          if (colon >= 0)
+            literalValue(
+              add,
+              user.word,
+              colon + 1,
+              `a password in a user:password argument (curl ${user.flag} user:...)`,
+            );
           continue;
         }
       }
@@ -465,18 +594,23 @@ function scanWords(text: string, add: Add, meter: ScanMeter): void {
         literalValue(add, w, 2, `a password argument (${program} -p<password>)`);
         continue;
       }
-      if (program === 'sshpass' && shortFlagValue(add, w, nextValue, '-p', 'a password argument (sshpass -p)')) continue;
-      if (program === 'redis-cli' && shortFlagValue(add, w, nextValue, '-a', 'a password argument (redis-cli -a)')) continue;
-      if (login && program && shortFlagValue(add, w, nextValue, '-p', `a password argument (${program} login -p)`)) continue;
+      if (program === 'sshpass' && shortFlagValue(add, w, nextValue, '-p', 'a password argument (sshpass -p)'))
+        continue;
+      if (program === 'redis-cli' && shortFlagValue(add, w, nextValue, '-a', 'a password argument (redis-cli -a)'))
+        continue;
+      if (login && program && shortFlagValue(add, w, nextValue, '-p', `a password argument (${program} login -p)`))
+        continue;
       if (program === 'openssl' && OPENSSL_PASS_FLAGS.has(v)) {
         // -passin pass:x is the password itself; env:VAR, file:/path, fd:N and stdin name where it is.
-        if (nextValue?.value.startsWith('pass:')) literalValue(add, nextValue, 5, `a literal password (openssl ${v} pass:...)`);
+        if (nextValue?.value.startsWith('pass:'))
+          literalValue(add, nextValue, 5, `a literal password (openssl ${v} pass:...)`);
         continue;
       }
       // --name value (the `--name=value` form is a pair: scanPairs).
       if (v.includes('=') || !nextValue) continue;
       const name = v.replace(/^-+/, '');
-      if (isSecretName(name) && !isKeyFile(name, nextValue.value)) literalValue(add, nextValue, 0, `a secret-named argument (${clipName(v)} ...)`);
+      if (isSecretName(name) && !isKeyFile(name, nextValue.value))
+        literalValue(add, nextValue, 0, `a secret-named argument (${clipName(v)} ...)`);
     }
   }
 }

@@ -40,8 +40,10 @@ export function afterProblems(profile: string, after: readonly Dependency[]): Af
   const problems: AfterProblem[] = [];
   const seen = new Set<string>();
   after.forEach((dep, index) => {
-    if (dep.profile === profile) problems.push({ index, value: dep.profile, message: 'a profile may not depend on itself' });
-    else if (seen.has(dep.profile)) problems.push({ index, value: dep.profile, message: 'named twice; give each profile once' });
+    if (dep.profile === profile)
+      problems.push({ index, value: dep.profile, message: 'a profile may not depend on itself' });
+    else if (seen.has(dep.profile))
+      problems.push({ index, value: dep.profile, message: 'named twice; give each profile once' });
     seen.add(dep.profile);
   });
   return problems;

@@ -23,7 +23,12 @@ export function documentProblems(data: unknown, maxDepth = MAX_DOCUMENT_DEPTH): 
     if (value === null || typeof value !== 'object') continue;
     if (path.length >= maxDepth) {
       // Name where it starts going deep (a few levels of it), not all 64 levels.
-      problems.push({ path: path.slice(0, 6), deep: true, value: undefined, message: `nested more than ${maxDepth} levels deep; no wavegate document needs that` });
+      problems.push({
+        path: path.slice(0, 6),
+        deep: true,
+        value: undefined,
+        message: `nested more than ${maxDepth} levels deep; no wavegate document needs that`,
+      });
       continue;
     }
     if (Array.isArray(value)) {
@@ -32,7 +37,12 @@ export function documentProblems(data: unknown, maxDepth = MAX_DOCUMENT_DEPTH): 
     }
     for (const key of Object.keys(value)) {
       if (key === '__proto__') {
-        problems.push({ path: [...path, key], deep: false, value: key, message: 'is a reserved name (a property of every JavaScript object); choose another name' });
+        problems.push({
+          path: [...path, key],
+          deep: false,
+          value: key,
+          message: 'is a reserved name (a property of every JavaScript object); choose another name',
+        });
         continue;
       }
       stack.push({ value: (value as Record<string, unknown>)[key], path: [...path, key] });

@@ -2,13 +2,7 @@
  * Errors are values with a code and a message a person can act on. Every layer (CLI, activities,
  * workflow) speaks these codes; the CLI maps them to exit codes (2 = refused).
  */
-export type WavegateErrorCode =
-  | 'INVALID_INPUT'
-  | 'NOT_FOUND'
-  | 'CONFLICT'
-  | 'INVALID_STATE'
-  | 'UNAVAILABLE'
-  | 'FAILED';
+export type WavegateErrorCode = 'INVALID_INPUT' | 'NOT_FOUND' | 'CONFLICT' | 'INVALID_STATE' | 'UNAVAILABLE' | 'FAILED';
 
 export class WavegateError extends Error {
   constructor(

@@ -120,7 +120,8 @@ const MAX_URL_LENGTH = 2048;
 const EVENT_FAMILIES = [...new Set(WEBHOOK_EVENTS.map((e) => e.slice(0, e.indexOf('.'))))];
 const EVENT_FILTERS: readonly string[] = [...WEBHOOK_EVENTS, ...EVENT_FAMILIES.map((f) => `${f}.*`)];
 
-const SECRET_BY_REFERENCE = 'give the HMAC secret by reference (secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker\'s webhook secrets directory>), which the worker reads';
+const SECRET_BY_REFERENCE =
+  "give the HMAC secret by reference (secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker's webhook secrets directory>), which the worker reads";
 
 /** An http(s) url with no credential in it: the spec is kept in the workflow history. */
 const WebhookUrl = z
@@ -135,11 +136,18 @@ const WebhookUrl = z
       return;
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      ctx.addIssue({ code: 'custom', message: `must be an http:// or https:// url, not ${url.protocol.slice(0, -1)}:` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be an http:// or https:// url, not ${url.protocol.slice(0, -1)}:`,
+      });
       return;
     }
     const secret = url.username || url.password ? 'a user:password@ in a url' : inlineCredential(text);
-    if (secret) ctx.addIssue({ code: 'custom', message: `has ${secret}; secrets must not be written in the spec, which is kept in the workflow history: ${SECRET_BY_REFERENCE}` });
+    if (secret)
+      ctx.addIssue({
+        code: 'custom',
+        message: `has ${secret}; secrets must not be written in the spec, which is kept in the workflow history: ${SECRET_BY_REFERENCE}`,
+      });
   });
 
 export const Webhook = z
@@ -155,18 +163,35 @@ export const Webhook = z
      * An absolute path of a file on the worker that holds the secret; it must be under the worker's
      * webhook secrets directory, checked by `plan`/`start` (intake/webhook-policy.ts) and at delivery.
      */
-    secretFile: z.string().regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker').optional(),
+    secretFile: z
+      .string()
+      .regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker')
+      .optional(),
     /** Only these events (names, or families like `gate.*`); absent: every event. */
     events: z
-      .array(z.string().refine((e) => EVENT_FILTERS.includes(e), { message: `must be an event name or family; allowed: ${EVENT_FILTERS.join(', ')}` }))
+      .array(
+        z.string().refine((e) => EVENT_FILTERS.includes(e), {
+          message: `must be an event name or family; allowed: ${EVENT_FILTERS.join(', ')}`,
+        }),
+      )
       .min(1, 'at least one event (leave "events" out for every event)')
       .max(EVENT_FILTERS.length)
       .optional(),
   })
   .strict()
   .superRefine((hook, ctx) => {
-    if (hook.secretEnv !== undefined && hook.secretFile !== undefined) ctx.addIssue({ code: 'custom', path: ['secretFile'], message: 'give either "secretEnv" or "secretFile", not both' });
-    if (hook.secretEnv === undefined && hook.secretFile === undefined) ctx.addIssue({ code: 'custom', path: ['secretEnv'], message: `a webhook needs its secret: ${SECRET_BY_REFERENCE}` });
+    if (hook.secretEnv !== undefined && hook.secretFile !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['secretFile'],
+        message: 'give either "secretEnv" or "secretFile", not both',
+      });
+    if (hook.secretEnv === undefined && hook.secretFile === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['secretEnv'],
+        message: `a webhook needs its secret: ${SECRET_BY_REFERENCE}`,
+      });
   });
 export type Webhook = z.output<typeof Webhook>;
 
@@ -204,7 +229,12 @@ export function webhookSignature(secret: string, timestamp: string, body: string
 }
 
 /** The headers of one delivery attempt (`timestamp`: Unix seconds when the attempt is sent). */
-export function webhookRequestHeaders(event: WebhookEvent, secret: string, timestamp: string, body: string): Record<string, string> {
+export function webhookRequestHeaders(
+  event: WebhookEvent,
+  secret: string,
+  timestamp: string,
+  body: string,
+): Record<string, string> {
   return {
     'Content-Type': 'application/json',
     [WEBHOOK_HEADERS.signature]: webhookSignature(secret, timestamp, body),
@@ -261,7 +291,8 @@ export class DeliveryLedger {
   failed(failure: WebhookFailure): void {
     this.state.pending -= 1;
     this.state.failedTotal += 1;
-    if (this.state.failed.length < MAX_LISTED_FAILURES) this.state.failed.push({ ...failure, error: failure.error.slice(0, 300) });
+    if (this.state.failed.length < MAX_LISTED_FAILURES)
+      this.state.failed.push({ ...failure, error: failure.error.slice(0, 300) });
   }
   status(): WebhookDeliveryStatus {
     return { ...this.state, failed: [...this.state.failed] };

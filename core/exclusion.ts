@@ -36,11 +36,17 @@ export function rolloutsBlockingCanary(profile: string, running: readonly Runnin
  * canary rollout), or another rollout of the profile (a converge). `rolloutId` itself is left to the
  * start (one running `rollout:<profile>`, and an idempotent retry of it, is decided there).
  */
-export function blockingStart(profile: string, rolloutId: string, running: readonly RunningWorkflow[]): { canaries: string[]; rollouts: string[] } {
+export function blockingStart(
+  profile: string,
+  rolloutId: string,
+  running: readonly RunningWorkflow[],
+): { canaries: string[]; rollouts: string[] } {
   const others = running.filter((w) => w.workflowId !== rolloutId);
   return {
     canaries: unique(others.filter((w) => isCanary(profile, w)).map((w) => w.workflowId)),
-    rollouts: unique(others.filter((w) => w.type === 'rolloutWorkflow' && !isCanary(profile, w)).map((w) => w.workflowId)),
+    rollouts: unique(
+      others.filter((w) => w.type === 'rolloutWorkflow' && !isCanary(profile, w)).map((w) => w.workflowId),
+    ),
   };
 }
 

@@ -99,7 +99,12 @@ export function parseFloor(text: string): DeviceFloor | null {
 }
 
 export function formatFloor(floor: DeviceFloor): string {
-  const lines = [`revision=${floor.revision}`, `from=${floor.from}`, `revertUntil=${floor.revertUntil}`, `rollout=${floorTag(floor.rollout)}`];
+  const lines = [
+    `revision=${floor.revision}`,
+    `from=${floor.from}`,
+    `revertUntil=${floor.revertUntil}`,
+    `rollout=${floorTag(floor.rollout)}`,
+  ];
   if (floor.run !== undefined) lines.push(`run=${floorTag(floor.run)}`);
   if (floor.window !== undefined) lines.push(`window=${floor.window}`);
   if (floor.at !== undefined) lines.push(`at=${floor.at}`);
@@ -107,33 +112,66 @@ export function formatFloor(floor: DeviceFloor): string {
 }
 
 /** The floor a confirmed apply writes (FloorIntent.raise), at `now` on the device's clock. */
-export function raisedFloor(intent: FloorIntent & { raise: NonNullable<FloorIntent['raise']> }, revision: number, now: number): DeviceFloor {
-  return { revision, from: intent.raise.from, revertUntil: 0, rollout: floorTag(intent.rollout), run: floorTag(intent.run), window: intent.raise.windowMs, at: now };
+export function raisedFloor(
+  intent: FloorIntent & { raise: NonNullable<FloorIntent['raise']> },
+  revision: number,
+  now: number,
+): DeviceFloor {
+  return {
+    revision,
+    from: intent.raise.from,
+    revertUntil: 0,
+    rollout: floorTag(intent.rollout),
+    run: floorTag(intent.run),
+    window: intent.raise.windowMs,
+    at: now,
+  };
 }
 
 /**
  * Null when applying `revision` over this floor is allowed at `now` for an apply that may go below it
  * as `below` says; else why not, for the operator.
  */
-export function floorRefusal(floor: DeviceFloor | null, revision: number, now: number, below?: FloorExemption): string | null {
+export function floorRefusal(
+  floor: DeviceFloor | null,
+  revision: number,
+  now: number,
+  below?: FloorExemption,
+): string | null {
   if (!floor || revision >= floor.revision) return null;
   const by = `${floor.rollout || 'a completed rollout'}${floor.run ? ` (run ${floor.run})` : ''}`;
-  const refuse = (why: string) => `r${revision} is below the device's floor r${floor.revision}, confirmed by ${by}${why}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
+  const refuse = (why: string) =>
+    `r${revision} is below the device's floor r${floor.revision}, confirmed by ${by}${why}: roll forward instead (sign a revision above r${floor.revision} with the content you want)`;
   if (floor.run === undefined) {
     // A legacy floor (written by a completed rollout's floor pass): back to `from` inside its window, for anyone.
     if (revision === floor.from && now < floor.revertUntil) return null;
     if (revision !== floor.from) return refuse('');
-    return refuse(floor.revertUntil > 0 ? ` (its revert window closed at ${new Date(floor.revertUntil).toISOString()})` : ' (it was confirmed with no revert window)');
+    return refuse(
+      floor.revertUntil > 0
+        ? ` (its revert window closed at ${new Date(floor.revertUntil).toISOString()})`
+        : ' (it was confirmed with no revert window)',
+    );
   }
-  if (revision !== floor.from) return refuse(floor.from === floor.revision ? '' : ` (only r${floor.from}, the revision that rollout replaced, may come back, and only by its compensation or its revert)`);
-  if (!below) return refuse(' (only that rollout\'s own compensation, or a revert of it inside its revert window, may go below it)');
+  if (revision !== floor.from)
+    return refuse(
+      floor.from === floor.revision
+        ? ''
+        : ` (only r${floor.from}, the revision that rollout replaced, may come back, and only by its compensation or its revert)`,
+    );
+  if (!below)
+    return refuse(
+      " (only that rollout's own compensation, or a revert of it inside its revert window, may go below it)",
+    );
   if (floorTag(below.rollout) !== floor.rollout || floorTag(below.run) !== floor.run) {
-    return refuse(` (this ${below.kind === 'revert' ? 'revert' : 'compensation'} is for ${below.rollout} run ${below.run}, not for the rollout that raised the floor)`);
+    return refuse(
+      ` (this ${below.kind === 'revert' ? 'revert' : 'compensation'} is for ${below.rollout} run ${below.run}, not for the rollout that raised the floor)`,
+    );
   }
   if (below.kind === 'compensation') return null;
   const windowMs = floor.window ?? 0;
   if (windowMs <= 0) return refuse(' (it was confirmed with no revert window)');
-  if (!Number.isSafeInteger(below.closedAt) || below.closedAt < (floor.at ?? 0)) return refuse(` (the revert says the rollout closed at ${below.closedAt}, before this device confirmed it)`);
+  if (!Number.isSafeInteger(below.closedAt) || below.closedAt < (floor.at ?? 0))
+    return refuse(` (the revert says the rollout closed at ${below.closedAt}, before this device confirmed it)`);
   const until = below.closedAt + windowMs;
   if (now < until) return null;
   return refuse(` (its revert window closed at ${new Date(until).toISOString()})`);

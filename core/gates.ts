@@ -88,7 +88,10 @@ export interface GateInput {
 }
 
 /** Devices matched by a scope: every key must match (`id`, `pool`, `class`, `os` or a label). */
-export function devicesInScope<D extends GateDevice>(scope: Record<string, string> | undefined, devices: readonly D[]): D[] {
+export function devicesInScope<D extends GateDevice>(
+  scope: Record<string, string> | undefined,
+  devices: readonly D[],
+): D[] {
   const entries = Object.entries(scope ?? {});
   return devices.filter((d) =>
     entries.every(([key, value]) => {
@@ -101,9 +104,13 @@ export function devicesInScope<D extends GateDevice>(scope: Record<string, strin
 export function runRegistrationGates(input: GateInput): GateReport {
   const findings: GateFinding[] = [];
   const notes: string[] = [];
-  const add = (gate: GateName, reason: GateReason, message: string) => findings.push({ gate, reason, flag: ESCAPE_FLAGS[gate], message });
+  const add = (gate: GateName, reason: GateReason, message: string) =>
+    findings.push({ gate, reason, flag: ESCAPE_FLAGS[gate], message });
   const rev = input.revision;
-  const steps: Array<[string, string]> = [['apply', rev.apply], ['verify', rev.verify]];
+  const steps: Array<[string, string]> = [
+    ['apply', rev.apply],
+    ['verify', rev.verify],
+  ];
   if (rev.rollback) steps.push(['rollback', rev.rollback]);
 
   // unknown target
@@ -113,19 +120,30 @@ export function runRegistrationGates(input: GateInput): GateReport {
     add('unknown-target', 'UNKNOWN_TARGET', `scope names device "${wantedId}", which the inventory does not know`);
   } else if (targets.length === 0) {
     const keys = Object.keys(input.scope ?? {});
-    const unknownKeys = keys.filter((k) => !['id', 'pool', 'class', 'os'].includes(k) && !input.devices.some((d) => d.labels && k in d.labels));
-    add('unknown-target', 'EMPTY_SCOPE', `scope ${JSON.stringify(input.scope ?? {})} matches no device${unknownKeys.length ? ` (no device has label ${unknownKeys.map((k) => `"${k}"`).join(', ')})` : ''}`);
+    const unknownKeys = keys.filter(
+      (k) => !['id', 'pool', 'class', 'os'].includes(k) && !input.devices.some((d) => d.labels && k in d.labels),
+    );
+    add(
+      'unknown-target',
+      'EMPTY_SCOPE',
+      `scope ${JSON.stringify(input.scope ?? {})} matches no device${unknownKeys.length ? ` (no device has label ${unknownKeys.map((k) => `"${k}"`).join(', ')})` : ''}`,
+    );
   }
 
   // provability
   const provability = classifyRevision(rev);
   if (!provability.provable) {
-    add('unprovable', 'UNPROVABLE', `the revision is not provable (${provability.reasons.join('; ')}); its devices could only ever reach "claimed"`);
+    add(
+      'unprovable',
+      'UNPROVABLE',
+      `the revision is not provable (${provability.reasons.join('; ')}); its devices could only ever reach "claimed"`,
+    );
   }
 
   // node-local paths
   for (const [step, text] of steps) {
-    for (const problem of nodeLocalPaths(text, targets)) add('node-local-path', 'NODE_LOCAL_PATH', `${step}: ${problem}`);
+    for (const problem of nodeLocalPaths(text, targets))
+      add('node-local-path', 'NODE_LOCAL_PATH', `${step}: ${problem}`);
   }
 
   // portability over the OS mix of the targets
@@ -136,16 +154,26 @@ export function runRegistrationGates(input: GateInput): GateReport {
       const wrong = targets.filter((d) => req.breaks(osFamily(d.os)));
       const unknown = targets.filter((d) => req.unsure?.(osFamily(d.os)));
       if (wrong.length) {
-        add('portability', 'NONPORTABLE', `${step}: "${hit[0].trim()}" needs ${req.needs}, but ${wrong.length} target(s) are not: ${list(wrong.map((d) => `${d.id} (${d.os ?? 'unknown os'})`))}`);
+        add(
+          'portability',
+          'NONPORTABLE',
+          `${step}: "${hit[0].trim()}" needs ${req.needs}, but ${wrong.length} target(s) are not: ${list(wrong.map((d) => `${d.id} (${d.os ?? 'unknown os'})`))}`,
+        );
       } else if (unknown.length) {
-        notes.push(`${step}: "${hit[0].trim()}" needs ${req.needs}; the distribution of ${list(unknown.map((d) => `${d.id} (${d.os ?? 'unknown os'})`))} is not known`);
+        notes.push(
+          `${step}: "${hit[0].trim()}" needs ${req.needs}; the distribution of ${list(unknown.map((d) => `${d.id} (${d.os ?? 'unknown os'})`))} is not known`,
+        );
       }
     }
   }
 
   // a way back
   if (rev.risk !== 'safe' && !rev.rollback?.trim() && rev.previous === undefined) {
-    add('no-way-back', 'NO_WAY_BACK', 'a risky revision must name a way back: "previous" (the revision to return to) or an explicit "rollback" command; or mark it "risk: safe" on the record');
+    add(
+      'no-way-back',
+      'NO_WAY_BACK',
+      'a risky revision must name a way back: "previous" (the revision to return to) or an explicit "rollback" command; or mark it "risk: safe" on the record',
+    );
   }
 
   // promised delivery, unresolvable files
@@ -160,10 +188,20 @@ export function runRegistrationGates(input: GateInput): GateReport {
         : PROMISE_WORDS.exec(rev.apply)
           ? `it says "${PROMISE_WORDS.exec(rev.apply)![0]}"`
           : undefined;
-    if (promise) add('promised-delivery', 'PROMISED_DELIVERY', `apply promises a delivery (${promise}) but the revision ships no payload`);
+    if (promise)
+      add(
+        'promised-delivery',
+        'PROMISED_DELIVERY',
+        `apply promises a delivery (${promise}) but the revision ships no payload`,
+      );
   } else {
     const missing = [...new Set([...staged, ...delivered])].filter((name) => !payloadNames.has(name));
-    if (missing.length) add('unresolvable-file', 'UNRESOLVABLE_FILE', `the steps use ${list(missing)}, which the payload does not contain (payload: ${list([...payloadNames])})`);
+    if (missing.length)
+      add(
+        'unresolvable-file',
+        'UNRESOLVABLE_FILE',
+        `the steps use ${list(missing)}, which the payload does not contain (payload: ${list([...payloadNames])})`,
+      );
   }
 
   const allowed = new Set((input.allow ?? []).map((f) => (f.startsWith('--') ? f : `--${f}`)));
@@ -176,7 +214,15 @@ export function runRegistrationGates(input: GateInput): GateReport {
       warnings.push(`WARNING: gate "${f.gate}" bypassed with ${f.flag}: ${f.message}`);
     } else blocked.push(f);
   }
-  return { ok: blocked.length === 0, blocked, escaped, warnings, notes, provability, targets: targets.map((d) => d.id) };
+  return {
+    ok: blocked.length === 0,
+    blocked,
+    escaped,
+    warnings,
+    notes,
+    provability,
+    targets: targets.map((d) => d.id),
+  };
 }
 
 function list(items: readonly string[]): string {
@@ -198,17 +244,26 @@ function nodeLocalPaths(text: string, targets: readonly GateDevice[]): string[] 
       const who = match[1]!;
       if (/^(shared|public|default)$/i.test(who)) continue;
       const others = targets.filter((d) => d.user !== who);
-      if (others.length) problems.push(`hardcodes ${prefix}${who}, the home of "${who}", while targeting ${list(others.map((d) => `${d.id} (user ${d.user ?? '?'})`))}; use $HOME or ~`);
+      if (others.length)
+        problems.push(
+          `hardcodes ${prefix}${who}, the home of "${who}", while targeting ${list(others.map((d) => `${d.id} (user ${d.user ?? '?'})`))}; use $HOME or ~`,
+        );
     }
   }
-  const paths = [...text.matchAll(/(?:^|[\s"'=])((?:\/|~\/|\$HOME\/|\$\{HOME\}\/|[A-Za-z]:\\)[^\s"';|&]*)/g)].map((m) => m[1]!);
+  const paths = [...text.matchAll(/(?:^|[\s"'=])((?:\/|~\/|\$HOME\/|\$\{HOME\}\/|[A-Za-z]:\\)[^\s"';|&]*)/g)].map(
+    (m) => m[1]!,
+  );
   for (const target of targets) {
-    const names = [target.id, target.host].filter((n): n is string => !!n && n.length >= 3 && !/^[\d.:]+$/.test(n) && n !== 'localhost');
+    const names = [target.id, target.host].filter(
+      (n): n is string => !!n && n.length >= 3 && !/^[\d.:]+$/.test(n) && n !== 'localhost',
+    );
     for (const path of paths) {
       const parts = path.split(/[\\/]/).map((p) => p.toLowerCase());
       const name = names.find((n) => parts.includes(n.toLowerCase()));
       if (name && targets.length > 1) {
-        problems.push(`path ${path} is specific to ${target.id} ("${name}") but the revision targets ${targets.length} devices`);
+        problems.push(
+          `path ${path} is specific to ${target.id} ("${name}") but the revision targets ${targets.length} devices`,
+        );
       }
     }
   }
@@ -248,7 +303,8 @@ interface Requirement {
 const REQUIREMENTS: Requirement[] = [
   {
     needs: 'Windows (PowerShell / cmd)',
-    pattern: /\S+\.ps1\b|\bpowershell(\.exe)?\b|\bcmd(\.exe)? \/c\b|(^|[\s;&|])(reg|sc|msiexec|choco|winget)(\.exe)?\s|\b(Get|Set|New|Remove|Start|Stop|Restart|Install|Copy)-(Item|ItemProperty|Service|Content|Process|Package|WindowsFeature|ChildItem)\b/i,
+    pattern:
+      /\S+\.ps1\b|\bpowershell(\.exe)?\b|\bcmd(\.exe)? \/c\b|(^|[\s;&|])(reg|sc|msiexec|choco|winget)(\.exe)?\s|\b(Get|Set|New|Remove|Start|Stop|Restart|Install|Copy)-(Item|ItemProperty|Service|Content|Process|Package|WindowsFeature|ChildItem)\b/i,
     breaks: (f) => f !== 'windows' && f !== 'unknown',
   },
   {
@@ -288,13 +344,17 @@ const REQUIREMENTS: Requirement[] = [
 
 // --- delivery -------------------------------------------------------------------------------------
 
-const PROMISE_WORDS = /\b(will arrive|arrives? via|via (sync|rsync|the payload)|from the payload|is shipped|ships with|delivered by)\b/i;
+const PROMISE_WORDS =
+  /\b(will arrive|arrives? via|via (sync|rsync|the payload)|from the payload|is shipped|ships with|delivered by)\b/i;
 const DELIVERY_COMMANDS = /^(install|cp|copy|rsync|scp|mv|deploy|copy-item|xcopy|robocopy|unzip|tar)$/i;
 
 /** `$WAVEGATE_STAGING/<name>` references (also `${WAVEGATE_STAGING}` and `%WAVEGATE_STAGING%`). */
 function stagedReferences(text: string): string[] {
   const names = new Set<string>();
-  for (const m of text.matchAll(/(?:\$\{?WAVEGATE_STAGING\}?|%WAVEGATE_STAGING%|\$env:WAVEGATE_STAGING)(?:[\\/]([A-Za-z0-9._-]+))?/g)) names.add(m[1] ?? '$WAVEGATE_STAGING');
+  for (const m of text.matchAll(
+    /(?:\$\{?WAVEGATE_STAGING\}?|%WAVEGATE_STAGING%|\$env:WAVEGATE_STAGING)(?:[\\/]([A-Za-z0-9._-]+))?/g,
+  ))
+    names.add(m[1] ?? '$WAVEGATE_STAGING');
   return [...names];
 }
 
@@ -305,7 +365,9 @@ function deliveredFiles(apply: string): string[] {
     const words = commandWords(seg.text);
     if (!words.length || !DELIVERY_COMMANDS.test(words[0]!)) continue;
     const args = words.slice(1).filter((w) => !w.startsWith('-'));
-    const needsValue = /^(install)$/.test(words[0]!) ? words.slice(1).filter((_w, i, all) => /^-[mogt]$/.test(all[i - 1] ?? '')) : [];
+    const needsValue = /^(install)$/.test(words[0]!)
+      ? words.slice(1).filter((_w, i, all) => /^-[mogt]$/.test(all[i - 1] ?? ''))
+      : [];
     const operands = args.filter((w) => !needsValue.includes(w));
     if (/^tar$/i.test(words[0]!)) {
       const f = words.findIndex((w) => /^-?[a-z]*f$/.test(w));

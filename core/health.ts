@@ -97,11 +97,16 @@ function lastThreshold(text: string): { body: string; op: ThresholdOp; threshold
 
 /** Parse one health-gate entry. Never throws; a refusal names the text and the allowed forms. */
 export function parseHealthCheck(text: string): ParsedHealthCheck {
-  if (typeof text !== 'string') return { ok: false, message: `health check ${JSON.stringify(text)} must be text; ${allowed()}` };
+  if (typeof text !== 'string')
+    return { ok: false, message: `health check ${JSON.stringify(text)} must be text; ${allowed()}` };
   const t = text.trim();
-  const refuse = (why: string): ParsedHealthCheck => ({ ok: false, message: `health check ${show(t)} ${why}; ${allowed()}` });
+  const refuse = (why: string): ParsedHealthCheck => ({
+    ok: false,
+    message: `health check ${show(t)} ${why}; ${allowed()}`,
+  });
   if (t === '') return refuse('is empty');
-  if (t.length > MAX_HEALTH_TEXT) return refuse(`is ${t.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`);
+  if (t.length > MAX_HEALTH_TEXT)
+    return refuse(`is ${t.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`);
   if (t === 'devices-online') return { ok: true, check: { kind: 'devices-online' } };
   if (t === 'all-runtimes-healthy') return { ok: true, check: { kind: 'all-runtimes-healthy' } };
 
@@ -109,38 +114,55 @@ export function parseHealthCheck(text: string): ParsedHealthCheck {
     const m = ERROR_RATE.exec(t);
     if (!m) return refuse('needs a comparison with a number, like "error-rate < 0.01"');
     const threshold = Number(m[2]);
-    if (!Number.isFinite(threshold) || threshold < 0) return refuse(`has threshold ${m[2]}, which must be a number >= 0`);
+    if (!Number.isFinite(threshold) || threshold < 0)
+      return refuse(`has threshold ${m[2]}, which must be a number >= 0`);
     return { ok: true, check: { kind: 'error-rate', op: m[1] as ThresholdOp, threshold } };
   }
 
   const prefixed = /^(command|check|http|prometheus)(?:\(([^)]*)\))?\s*:\s*([\s\S]*)$/.exec(t);
   if (prefixed) {
-    const [, kind, arg, rest] = prefixed as unknown as [string, 'command' | 'check' | 'http' | 'prometheus', string | undefined, string];
+    const [, kind, arg, rest] = prefixed as unknown as [
+      string,
+      'command' | 'check' | 'http' | 'prometheus',
+      string | undefined,
+      string,
+    ];
     if (kind === 'command') return refuse(UNSIGNED_COMMAND_REFUSAL);
-    if (arg !== undefined && kind !== 'prometheus') return refuse(`gives "(${arg})" after ${kind}, which takes no argument`);
+    if (arg !== undefined && kind !== 'prometheus')
+      return refuse(`gives "(${arg})" after ${kind}, which takes no argument`);
     if (kind === 'check') {
-      if (!HEALTH_CHECK_NAME.test(rest)) return refuse(`names ${show(rest)}, which is not a check name (${HEALTH_CHECK_NAME_RULE}); the name selects a signed check of the target revision's health section`);
+      if (!HEALTH_CHECK_NAME.test(rest))
+        return refuse(
+          `names ${show(rest)}, which is not a check name (${HEALTH_CHECK_NAME_RULE}); the name selects a signed check of the target revision's health section`,
+        );
       return { ok: true, check: { kind: 'named', name: rest } };
     }
     if (kind === 'http') {
-      if (!HTTP_URL.test(rest)) return refuse(`has url ${show(rest)}, which must be an http:// or https:// url without spaces`);
+      if (!HTTP_URL.test(rest))
+        return refuse(`has url ${show(rest)}, which must be an http:// or https:// url without spaces`);
       const secret = inlineCredential(rest);
       if (secret) return refuse(credentialsRefusal(secret));
       return { ok: true, check: { kind: 'http', url: rest } };
     }
     const url = arg?.trim();
-    if (url !== undefined && !HTTP_URL.test(url)) return refuse(`has Prometheus url ${show(url)}, which must be an http:// or https:// url`);
+    if (url !== undefined && !HTTP_URL.test(url))
+      return refuse(`has Prometheus url ${show(url)}, which must be an http:// or https:// url`);
     const secret = url !== undefined ? inlineCredential(url) : undefined;
     if (secret) return refuse(credentialsRefusal(secret));
     const cmp = lastThreshold(rest);
     if (!cmp) return refuse('needs a query and a threshold, like "prometheus: max(wavegate_error_ratio) < 0.01"');
-    return { ok: true, check: { kind: 'prometheus', query: cmp.body, op: cmp.op, threshold: cmp.threshold, ...(url ? { url } : {}) } };
+    return {
+      ok: true,
+      check: { kind: 'prometheus', query: cmp.body, op: cmp.op, threshold: cmp.threshold, ...(url ? { url } : {}) },
+    };
   }
   return refuse('is not a known check');
 }
 
 /** Parse every entry of a `healthGate` list; all refusals at once, each naming its index. */
-export function parseHealthGate(texts: readonly string[]): { ok: true; checks: HealthCheck[] } | { ok: false; messages: string[] } {
+export function parseHealthGate(
+  texts: readonly string[],
+): { ok: true; checks: HealthCheck[] } | { ok: false; messages: string[] } {
   const checks: HealthCheck[] = [];
   const messages: string[] = [];
   texts.forEach((text, i) => {
@@ -291,7 +313,14 @@ export function readMetricValue(body: string): MetricRead {
       const parsed = JSON.parse(text) as unknown;
       if (parsed && typeof parsed === 'object' && 'value' in parsed) {
         const v = (parsed as { value: unknown }).value;
-        const n = typeof v === 'number' ? (Number.isFinite(v) ? v : undefined) : typeof v === 'string' ? numberFrom(v.trim()) : undefined;
+        const n =
+          typeof v === 'number'
+            ? Number.isFinite(v)
+              ? v
+              : undefined
+            : typeof v === 'string'
+              ? numberFrom(v.trim())
+              : undefined;
         if (n !== undefined) return { ok: true, value: n };
         return { ok: false, reason: `"value" is ${JSON.stringify(v)}, not a number` };
       }
@@ -314,10 +343,21 @@ function numberFrom(text: string): number | undefined {
  * series of a vector (a gate must not let one bad series hide behind good ones). No series, NaN,
  * an error status or another result type cannot be judged.
  */
-export function readPrometheusValue(json: unknown): ({ ok: true; value: number; series: number; label?: string }) | { ok: false; reason: string } {
+export function readPrometheusValue(
+  json: unknown,
+): { ok: true; value: number; series: number; label?: string } | { ok: false; reason: string } {
   if (!json || typeof json !== 'object') return { ok: false, reason: 'response is not a JSON object' };
-  const r = json as { status?: unknown; error?: unknown; errorType?: unknown; data?: { resultType?: unknown; result?: unknown } };
-  if (r.status !== 'success') return { ok: false, reason: `Prometheus says ${String(r.errorType ?? r.status)}: ${String(r.error ?? 'no error text').slice(0, 160)}` };
+  const r = json as {
+    status?: unknown;
+    error?: unknown;
+    errorType?: unknown;
+    data?: { resultType?: unknown; result?: unknown };
+  };
+  if (r.status !== 'success')
+    return {
+      ok: false,
+      reason: `Prometheus says ${String(r.errorType ?? r.status)}: ${String(r.error ?? 'no error text').slice(0, 160)}`,
+    };
   const sample = (v: unknown): number | undefined => {
     if (!Array.isArray(v) || v.length !== 2 || typeof v[1] !== 'string') return undefined;
     const s = v[1];
@@ -329,14 +369,17 @@ export function readPrometheusValue(json: unknown): ({ ok: true; value: number; 
   const result = r.data?.result;
   if (type === 'scalar') {
     const v = sample(result);
-    return v === undefined ? { ok: false, reason: `scalar value ${JSON.stringify(result)} is not a number` } : { ok: true, value: v, series: 1 };
+    return v === undefined
+      ? { ok: false, reason: `scalar value ${JSON.stringify(result)} is not a number` }
+      : { ok: true, value: v, series: 1 };
   }
   if (type === 'vector' && Array.isArray(result)) {
     if (result.length === 0) return { ok: false, reason: 'the query returned no series' };
     let best: { value: number; label?: string } | undefined;
     for (const s of result as Array<{ metric?: Record<string, string>; value?: unknown }>) {
       const v = sample(s.value);
-      if (v === undefined) return { ok: false, reason: `series ${labelOf(s.metric)} has value ${JSON.stringify(s.value)}, not a number` };
+      if (v === undefined)
+        return { ok: false, reason: `series ${labelOf(s.metric)} has value ${JSON.stringify(s.value)}, not a number` };
       if (!best || v > best.value) best = { value: v, label: labelOf(s.metric) };
     }
     return { ok: true, value: best!.value, series: result.length, label: best!.label };

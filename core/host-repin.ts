@@ -24,7 +24,12 @@ export type PinSource =
 
 /** `--accept SHA256:...`: INVALID_INPUT naming the flag and the value otherwise. */
 export function parseAcceptFingerprint(value: string): string {
-  if (!FINGERPRINT.test(value)) throw new WavegateError('INVALID_INPUT', `--accept ${showValue(value)}: must be the new fingerprint as repin prints it, SHA256: and 43 base64 characters (ssh-keygen -lf prints the same)`, { field: '--accept', value });
+  if (!FINGERPRINT.test(value))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--accept ${showValue(value)}: must be the new fingerprint as repin prints it, SHA256: and 43 base64 characters (ssh-keygen -lf prints the same)`,
+      { field: '--accept', value },
+    );
   return value;
 }
 
@@ -67,7 +72,11 @@ export function decideRepin(pin: PinSource, presented: string, accept: string | 
 }
 
 /** `--accept` names another key than the host presents: the operator checked something else. */
-export function acceptMismatch(device: Device, accepted: string, presented: { type: string; fingerprint: string }): WavegateError {
+export function acceptMismatch(
+  device: Device,
+  accepted: string,
+  presented: { type: string; fingerprint: string },
+): WavegateError {
   return new WavegateError(
     'CONFLICT',
     `--accept ${accepted}: ${device.id} (${device.host}:${device.port}) presents ${presented.type} ${presented.fingerprint}, not the key you accepted; nothing was written. Check the key on the host itself again: if the host changed keys once more, or someone is in the middle, the two differ`,

@@ -58,8 +58,17 @@ export function parseAcceptKeyFlag(value: string): AcceptedKey {
   const eq = value.indexOf('=');
   const id = eq > 0 ? value.slice(0, eq) : '';
   const fingerprint = eq > 0 ? value.slice(eq + 1) : '';
-  if (!id || /\s/.test(id) || id.length > 256) throw new WavegateError('INVALID_INPUT', `--accept-key: must be ID=SHA256:<fingerprint>, the device id and the fingerprint init printed for it (got ${showValue(value)})`, { field: '--accept-key', value });
-  if (!FINGERPRINT.test(fingerprint)) throw new WavegateError('INVALID_INPUT', `--accept-key ${showValue(value)}: the fingerprint ${FINGERPRINT_RULE}`, { field: '--accept-key', value });
+  if (!id || /\s/.test(id) || id.length > 256)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--accept-key: must be ID=SHA256:<fingerprint>, the device id and the fingerprint init printed for it (got ${showValue(value)})`,
+      { field: '--accept-key', value },
+    );
+  if (!FINGERPRINT.test(fingerprint))
+    throw new WavegateError('INVALID_INPUT', `--accept-key ${showValue(value)}: the fingerprint ${FINGERPRINT_RULE}`, {
+      field: '--accept-key',
+      value,
+    });
   return { id, fingerprint, from: '--accept-key' };
 }
 
@@ -68,12 +77,26 @@ export function parseAcceptKeyFlag(value: string): AcceptedKey {
  * fingerprints is refused), then the record's for devices no flag names. Ids no host of this run has are
  * refused when they come from a flag (a typo would otherwise leave a host unaccepted without a word).
  */
-export function acceptedKeys(flags: readonly AcceptedKey[], recorded: readonly AcceptedKey[], hostIds: ReadonlySet<string>): Map<string, AcceptedKey> {
+export function acceptedKeys(
+  flags: readonly AcceptedKey[],
+  recorded: readonly AcceptedKey[],
+  hostIds: ReadonlySet<string>,
+): Map<string, AcceptedKey> {
   const out = new Map<string, AcceptedKey>();
   for (const a of flags) {
-    if (!hostIds.has(a.id)) throw new WavegateError('INVALID_INPUT', `--accept-key ${a.id}=${a.fingerprint}: no host of this init has the id ${showValue(a.id)} (hosts: ${[...hostIds].slice(0, 10).join(', ')}${hostIds.size > 10 ? ', ...' : ''})`, { field: '--accept-key', value: a.id });
+    if (!hostIds.has(a.id))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--accept-key ${a.id}=${a.fingerprint}: no host of this init has the id ${showValue(a.id)} (hosts: ${[...hostIds].slice(0, 10).join(', ')}${hostIds.size > 10 ? ', ...' : ''})`,
+        { field: '--accept-key', value: a.id },
+      );
     const before = out.get(a.id);
-    if (before && before.fingerprint !== a.fingerprint) throw new WavegateError('INVALID_INPUT', `--accept-key ${a.id}: given twice with two fingerprints (${before.fingerprint}, ${a.fingerprint}); accept one`, { field: '--accept-key', value: a.id });
+    if (before && before.fingerprint !== a.fingerprint)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--accept-key ${a.id}: given twice with two fingerprints (${before.fingerprint}, ${a.fingerprint}); accept one`,
+        { field: '--accept-key', value: a.id },
+      );
     out.set(a.id, a);
   }
   for (const r of recorded) if (!out.has(r.id)) out.set(r.id, r);
@@ -104,14 +127,18 @@ export type KeyJudgement =
 export function judgeHostKeys(seen: readonly SeenKey[], accepted: ReadonlyMap<string, AcceptedKey>): KeyJudgement[] {
   return seen.map((s) => {
     const a = accepted.get(s.id);
-    if (!a || (a.host !== undefined && (a.host !== s.host || a.port !== s.port))) return { id: s.id, verdict: 'unconfirmed', seen: s };
+    if (!a || (a.host !== undefined && (a.host !== s.host || a.port !== s.port)))
+      return { id: s.id, verdict: 'unconfirmed', seen: s };
     return { id: s.id, verdict: a.fingerprint === s.fingerprint ? 'accepted' : 'changed', seen: s, accepted: a };
   });
 }
 
 /** The refusal when any host now shows another key than the one accepted: CONFLICT naming each device and both fingerprints. */
 export function changedKeysRefusal(changed: readonly Extract<KeyJudgement, { verdict: 'changed' }>[]): WavegateError {
-  const lines = changed.map((c) => `  ${c.id} (${c.seen.host}:${c.seen.port}): accepted ${c.accepted.fingerprint} (${c.accepted.from}), now shows ${c.seen.type ? `${c.seen.type} ` : ''}${c.seen.fingerprint}`);
+  const lines = changed.map(
+    (c) =>
+      `  ${c.id} (${c.seen.host}:${c.seen.port}): accepted ${c.accepted.fingerprint} (${c.accepted.from}), now shows ${c.seen.type ? `${c.seen.type} ` : ''}${c.seen.fingerprint}`,
+  );
   return new WavegateError(
     'CONFLICT',
     `host key changed since it was accepted: ${changed.map((c) => c.id).join(', ')}; nothing was written:\n${lines.join('\n')}\nthe host may have been reinstalled, or someone is in the middle: check the key on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_<type>_key.pub, or your provider's console) before you accept another`,

@@ -14,23 +14,44 @@ export const MAX_PHASE_DEVICES = MAX_DEVICES;
 
 /** A name that is also a record key or a Map key somewhere: the ID rule, and never a reserved name. */
 function named(rule: RegExp, message: string) {
-  return z.string().regex(rule, message).refine((name) => !isReservedName(name), RESERVED_NAME_RULE);
+  return z
+    .string()
+    .regex(rule, message)
+    .refine((name) => !isReservedName(name), RESERVED_NAME_RULE);
 }
 
 /** Device classes, OS names and runtime names: plain identifiers (no path, shell or whitespace syntax). */
-export const Identifier = named(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit');
+export const Identifier = named(
+  /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/,
+  'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit',
+);
 export const PoolName = named(ID, 'must be a name of 1-128 letters, digits, ".", "_", ":" or "-"');
 
 /**
  * A host name or address as ssh takes it: no leading "-" (it would read as an option to a command
  * line), no whitespace, control characters or shell syntax.
  */
-const Host = z.string().regex(/^[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,252}$/, 'must be a host name or IP address (letters, digits, ".", ":", "-", "_", "%"; not starting with "-")');
+const Host = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,252}$/,
+    'must be a host name or IP address (letters, digits, ".", ":", "-", "_", "%"; not starting with "-")',
+  );
 /** A login name: the same rules (letters, digits, ".", "_", "-", "@"; no leading "-"). */
-const User = z.string().regex(/^[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}$/, 'must be a login name of 1-64 letters, digits, ".", "_", "-" or "@" (not starting with "-")');
+const User = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}$/,
+    'must be a login name of 1-64 letters, digits, ".", "_", "-" or "@" (not starting with "-")',
+  );
 /** A file on the worker (a key or a known_hosts file): one line, bounded. */
 const WorkerPath = z.string().min(1).max(4096).regex(PRINTABLE, PRINTABLE_RULE);
-const LabelKey = z.string().min(1).max(128).regex(PRINTABLE, PRINTABLE_RULE).refine((key) => !isReservedName(key), RESERVED_NAME_RULE);
+const LabelKey = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(PRINTABLE, PRINTABLE_RULE)
+  .refine((key) => !isReservedName(key), RESERVED_NAME_RULE);
 const LabelValue = z.string().max(256).regex(PRINTABLE, PRINTABLE_RULE);
 
 export const UpdateClass = z.enum(['required', 'best-effort', 'left-behind']);
@@ -41,12 +62,20 @@ export const Transport = z.enum(['ssh', 'agent']);
  * An agent device's identity key pin (`transport: agent`): the Ed25519 public key its `wavegate agent`
  * signs every gateway request with (`wavegate agent enroll` prints it).
  */
-export const AgentKey = z.string().regex(/^ed25519:[A-Za-z0-9+/]{43}=$/, 'must be "ed25519:<base64 of the 32-byte public key>" (as `wavegate agent enroll` prints it)');
+export const AgentKey = z
+  .string()
+  .regex(
+    /^ed25519:[A-Za-z0-9+/]{43}=$/,
+    'must be "ed25519:<base64 of the 32-byte public key>" (as `wavegate agent enroll` prints it)',
+  );
 
 export const SshSettings = z
   .object({
     /** Pinned host key: OpenSSH fingerprint `SHA256:...`. */
-    hostKey: z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
+    hostKey: z
+      .string()
+      .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"')
+      .optional(),
     /** Or a known_hosts file to pin against. */
     knownHosts: WorkerPath.optional(),
     /** Private key file (never its contents: keys stay on the worker's disk). */
@@ -58,7 +87,10 @@ export const SshSettings = z
         host: Host,
         port: z.number().int().min(1).max(65535).default(22),
         user: User,
-        hostKey: z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/).optional(),
+        hostKey: z
+          .string()
+          .regex(/^SHA256:[A-Za-z0-9+/]{43}$/)
+          .optional(),
       })
       .strict()
       .optional(),
@@ -83,13 +115,18 @@ const DeviceFields = {
 
 export const DeviceInput = z
   .object({ id: named(ID, 'must be 1-128 letters, digits, ".", "_", ":" or "-"') })
-  .extend(Object.fromEntries(Object.entries(DeviceFields).map(([k, v]) => [k, v.optional()])) as {
-    [K in keyof typeof DeviceFields]: z.ZodOptional<(typeof DeviceFields)[K]>;
-  })
+  .extend(
+    Object.fromEntries(Object.entries(DeviceFields).map(([k, v]) => [k, v.optional()])) as {
+      [K in keyof typeof DeviceFields]: z.ZodOptional<(typeof DeviceFields)[K]>;
+    },
+  )
   .strict();
 
 const Budget = z.union([
-  z.number().min(0, 'must be a fraction 0-1 or a percentage like "5%"').max(1, 'must be a fraction 0-1 or a percentage like "5%"'),
+  z
+    .number()
+    .min(0, 'must be a fraction 0-1 or a percentage like "5%"')
+    .max(1, 'must be a fraction 0-1 or a percentage like "5%"'),
   z.string().regex(/^\d+(\.\d+)?%$/, 'must be a fraction 0-1 or a percentage like "5%"'),
 ]);
 
@@ -97,7 +134,10 @@ export const InventoryInput = z
   .object({
     pools: z.record(PoolName, z.object({ disruptionBudget: Budget.optional() }).strict()).default({}),
     defaults: DeviceInput.omit({ id: true }).partial().default({}),
-    devices: z.array(DeviceInput).min(1, 'an inventory needs at least one device').max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
+    devices: z
+      .array(DeviceInput)
+      .min(1, 'an inventory needs at least one device')
+      .max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
   })
   .strict();
 
@@ -140,12 +180,34 @@ function budgetFraction(value: number | string | undefined): number {
  * `agentKey` is required for an agent device and refused for any other (a pin nothing checks is a
  * false comfort), and one key names one device: a request signed by it must say which twin it may reach.
  */
-function agentKeyProblems(index: number, transport: string, agentKey: string | undefined, seen: Map<string, number>): FieldProblem[] {
+function agentKeyProblems(
+  index: number,
+  transport: string,
+  agentKey: string | undefined,
+  seen: Map<string, number>,
+): FieldProblem[] {
   const path = `devices[${index}].agentKey`;
-  if (transport !== 'agent') return agentKey === undefined ? [] : [{ path, value: agentKey, message: `only for transport: agent devices (this one is ${transport})` }];
-  if (agentKey === undefined) return [{ path, value: undefined, message: 'required for transport: agent (the pin `wavegate agent enroll` prints on the device)' }];
+  if (transport !== 'agent')
+    return agentKey === undefined
+      ? []
+      : [{ path, value: agentKey, message: `only for transport: agent devices (this one is ${transport})` }];
+  if (agentKey === undefined)
+    return [
+      {
+        path,
+        value: undefined,
+        message: 'required for transport: agent (the pin `wavegate agent enroll` prints on the device)',
+      },
+    ];
   const first = seen.get(agentKey);
-  if (first !== undefined) return [{ path, value: agentKey, message: `the same key as devices[${first}]; every agent device has its own identity key` }];
+  if (first !== undefined)
+    return [
+      {
+        path,
+        value: agentKey,
+        message: `the same key as devices[${first}]; every agent device has its own identity key`,
+      },
+    ];
   seen.set(agentKey, index);
   return [];
 }
@@ -162,13 +224,22 @@ export function parseInventory(data: unknown, source: string): Inventory {
     const first = seen.get(d.id.toLowerCase());
     if (first !== undefined) {
       const same = input.devices[first]!.id === d.id;
-      problems.push({ path: `devices[${i}].id`, value: d.id, message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first}] is ${JSON.stringify(input.devices[first]!.id)})` });
+      problems.push({
+        path: `devices[${i}].id`,
+        value: d.id,
+        message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first}] is ${JSON.stringify(input.devices[first]!.id)})`,
+      });
     } else seen.set(d.id.toLowerCase(), i);
     const merged = { ...input.defaults, ...d, ssh: { ...input.defaults.ssh, ...d.ssh } };
     const agent = merged.transport === 'agent';
     // An agent device is never dialled: it pulls through the gateway, so it needs no host or login.
     for (const field of agent ? (['pool'] as const) : (['host', 'user', 'pool'] as const)) {
-      if (!merged[field]) problems.push({ path: `devices[${i}].${field}`, value: undefined, message: 'required (set it on the device or in defaults)' });
+      if (!merged[field])
+        problems.push({
+          path: `devices[${i}].${field}`,
+          value: undefined,
+          message: 'required (set it on the device or in defaults)',
+        });
     }
     problems.push(...agentKeyProblems(i, merged.transport ?? 'ssh', merged.agentKey, agentKeys));
     return {
@@ -189,12 +260,19 @@ export function parseInventory(data: unknown, source: string): Inventory {
   });
   for (const [name, pool] of Object.entries(input.pools)) {
     if (budgetFraction(pool.disruptionBudget) > 1) {
-      problems.push({ path: formatPath(['pools', name, 'disruptionBudget']), value: pool.disruptionBudget, message: 'must be a fraction 0-1 or a percentage like "5%" (at most 100%)' });
+      problems.push({
+        path: formatPath(['pools', name, 'disruptionBudget']),
+        value: pool.disruptionBudget,
+        message: 'must be a fraction 0-1 or a percentage like "5%" (at most 100%)',
+      });
     }
   }
   if (problems.length) invalidFields(source, problems);
   const pools: Record<string, Pool> = {};
-  for (const [name, pool] of Object.entries(input.pools)) pools[name] = { name, disruptionBudget: budgetFraction(pool.disruptionBudget) };
-  for (const device of devices) if (!ownValue(pools, device.pool)) pools[device.pool] = { name: device.pool, disruptionBudget: DEFAULT_DISRUPTION_BUDGET };
+  for (const [name, pool] of Object.entries(input.pools))
+    pools[name] = { name, disruptionBudget: budgetFraction(pool.disruptionBudget) };
+  for (const device of devices)
+    if (!ownValue(pools, device.pool))
+      pools[device.pool] = { name: device.pool, disruptionBudget: DEFAULT_DISRUPTION_BUDGET };
   return { pools, devices };
 }

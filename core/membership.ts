@@ -89,7 +89,11 @@ function compact(device: Device, mark: NodeDownMark | undefined): MemberRecord {
 }
 
 /** The inventory's devices as records cut into pages, with the membership's digest. */
-export function membershipPages(inventory: Pick<Inventory, 'devices'>, marks: ReadonlyMap<string, NodeDownMark> = new Map(), pageSize = MEMBERSHIP_PAGE_DEVICES): { pages: MembershipPage[]; digest: string } {
+export function membershipPages(
+  inventory: Pick<Inventory, 'devices'>,
+  marks: ReadonlyMap<string, NodeDownMark> = new Map(),
+  pageSize = MEMBERSHIP_PAGE_DEVICES,
+): { pages: MembershipPage[]; digest: string } {
   const pages: MembershipPage[] = [];
   for (let i = 0; i < inventory.devices.length; i += pageSize) {
     const devices = inventory.devices.slice(i, i + pageSize).map((d) => compact(d, marks.get(d.id)));
@@ -99,10 +103,14 @@ export function membershipPages(inventory: Pick<Inventory, 'devices'>, marks: Re
 }
 
 /** Why a stored membership does not match the digest a rollout names (null: it matches). */
-export function membershipMismatch(ref: Pick<MembershipRef, 'digest' | 'devices'>, pages: readonly MembershipPage[]): string | null {
+export function membershipMismatch(
+  ref: Pick<MembershipRef, 'digest' | 'devices'>,
+  pages: readonly MembershipPage[],
+): string | null {
   for (const page of pages) {
     const actual = pageDigest(page.devices);
-    if (actual !== page.digest) return `page ${page.index}: content digest ${actual.slice(0, 12)}… is not the recorded ${page.digest.slice(0, 12)}…`;
+    if (actual !== page.digest)
+      return `page ${page.index}: content digest ${actual.slice(0, 12)}… is not the recorded ${page.digest.slice(0, 12)}…`;
   }
   const digest = membershipDigest(pages.map((p) => p.digest));
   if (digest !== ref.digest) return `digest ${digest.slice(0, 12)}… is not the rollout's ${ref.digest.slice(0, 12)}…`;
@@ -116,10 +124,18 @@ const HEX64 = /^[0-9a-f]{64}$/;
 /** Why a plan cannot start an entity (null: it can). */
 export function planProblem(plan: MembershipPlan): string | null {
   if (!plan || typeof plan !== 'object') return 'expected { digest, devices, pages, source }';
-  if (typeof plan.digest !== 'string' || !HEX64.test(plan.digest)) return `digest: must be 64 hex characters (got ${JSON.stringify(plan.digest)})`;
-  if (!Number.isInteger(plan.pages) || plan.pages < 1 || plan.pages > MAX_MEMBERSHIP_PAGES) return `pages: must be 1-${MAX_MEMBERSHIP_PAGES} (got ${JSON.stringify(plan.pages)})`;
-  if (!Number.isInteger(plan.devices) || plan.devices < plan.pages || plan.devices > plan.pages * MEMBERSHIP_PAGE_DEVICES) return `devices: ${JSON.stringify(plan.devices)} cannot fill ${plan.pages} pages of at most ${MEMBERSHIP_PAGE_DEVICES}`;
-  if (typeof plan.source !== 'string' || plan.source.length > 2_048) return 'source: must be a string of at most 2048 characters';
+  if (typeof plan.digest !== 'string' || !HEX64.test(plan.digest))
+    return `digest: must be 64 hex characters (got ${JSON.stringify(plan.digest)})`;
+  if (!Number.isInteger(plan.pages) || plan.pages < 1 || plan.pages > MAX_MEMBERSHIP_PAGES)
+    return `pages: must be 1-${MAX_MEMBERSHIP_PAGES} (got ${JSON.stringify(plan.pages)})`;
+  if (
+    !Number.isInteger(plan.devices) ||
+    plan.devices < plan.pages ||
+    plan.devices > plan.pages * MEMBERSHIP_PAGE_DEVICES
+  )
+    return `devices: ${JSON.stringify(plan.devices)} cannot fill ${plan.pages} pages of at most ${MEMBERSHIP_PAGE_DEVICES}`;
+  if (typeof plan.source !== 'string' || plan.source.length > 2_048)
+    return 'source: must be a string of at most 2048 characters';
   return null;
 }
 
@@ -139,17 +155,24 @@ export class MembershipState {
   /** Why `page` cannot be stored now (null: it can); checked by the update's validator, so a refusal leaves no history. */
   pageProblem(page: MembershipPage): string | null {
     if (this.sealed) return 'sealed: a membership never changes once sealed';
-    if (!page || typeof page !== 'object' || !Array.isArray(page.devices)) return 'expected { index, digest, devices: [...] }';
-    if (page.index !== this.pages.length) return `index: expected page ${this.pages.length} next (got ${JSON.stringify(page.index)})`;
+    if (!page || typeof page !== 'object' || !Array.isArray(page.devices))
+      return 'expected { index, digest, devices: [...] }';
+    if (page.index !== this.pages.length)
+      return `index: expected page ${this.pages.length} next (got ${JSON.stringify(page.index)})`;
     if (page.index >= this.plan.pages) return `index: the membership has ${this.plan.pages} pages (got ${page.index})`;
-    if (page.devices.length < 1 || page.devices.length > MEMBERSHIP_PAGE_DEVICES) return `devices: a page holds 1-${MEMBERSHIP_PAGE_DEVICES} devices (got ${page.devices.length})`;
+    if (page.devices.length < 1 || page.devices.length > MEMBERSHIP_PAGE_DEVICES)
+      return `devices: a page holds 1-${MEMBERSHIP_PAGE_DEVICES} devices (got ${page.devices.length})`;
     const stored = this.devicesStored();
-    if (stored + page.devices.length > this.plan.devices) return `devices: ${stored + page.devices.length} would exceed the planned ${this.plan.devices}`;
+    if (stored + page.devices.length > this.plan.devices)
+      return `devices: ${stored + page.devices.length} would exceed the planned ${this.plan.devices}`;
     const text = canonicalize(page.devices);
-    if (text.length > MAX_MEMBERSHIP_PAGE_BYTES) return `devices: page ${page.index} is ${text.length} bytes (at most ${MAX_MEMBERSHIP_PAGE_BYTES})`;
-    if (this.bytes + text.length > MAX_MEMBERSHIP_BYTES) return `devices: the membership would exceed ${MAX_MEMBERSHIP_BYTES} bytes`;
+    if (text.length > MAX_MEMBERSHIP_PAGE_BYTES)
+      return `devices: page ${page.index} is ${text.length} bytes (at most ${MAX_MEMBERSHIP_PAGE_BYTES})`;
+    if (this.bytes + text.length > MAX_MEMBERSHIP_BYTES)
+      return `devices: the membership would exceed ${MAX_MEMBERSHIP_BYTES} bytes`;
     const actual = bytesToHex(sha256(utf8Encode(text)));
-    if (actual !== page.digest) return `digest: page ${page.index}'s content hashes to ${actual}, not ${JSON.stringify(page.digest)}`;
+    if (actual !== page.digest)
+      return `digest: page ${page.index}'s content hashes to ${actual}, not ${JSON.stringify(page.digest)}`;
     return null;
   }
 
@@ -190,6 +213,12 @@ export class MembershipState {
   }
 
   progress(): MembershipProgress {
-    return { digest: this.plan.digest, pages: this.plan.pages, pagesStored: this.pages.length, devicesStored: this.devicesStored(), sealed: this.sealed };
+    return {
+      digest: this.plan.digest,
+      pages: this.plan.pages,
+      pagesStored: this.pages.length,
+      devicesStored: this.devicesStored(),
+      sealed: this.sealed,
+    };
   }
 }

@@ -20,9 +20,15 @@ export const METRIC = {
 /** Bucket bounds of the apply duration (seconds): a device apply takes from a second to many minutes. */
 export const APPLY_DURATION_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800];
 
-export function recordDeviceApply(meter: MetricMeter, tags: { outcome: string; transport: string }, seconds: number): void {
+export function recordDeviceApply(
+  meter: MetricMeter,
+  tags: { outcome: string; transport: string },
+  seconds: number,
+): void {
   meter.createCounter(METRIC.deviceApplies, '1', 'device applies by outcome and transport').add(1, tags);
-  meter.createHistogram(METRIC.applyDuration, 'float', 's', 'duration of one device apply attempt').record(seconds, tags);
+  meter
+    .createHistogram(METRIC.applyDuration, 'float', 's', 'duration of one device apply attempt')
+    .record(seconds, tags);
 }
 
 export function recordAuditWriteFailure(meter: MetricMeter, reason: 'unwritable' | 'corrupt'): void {

@@ -23,10 +23,15 @@ export const MAX_CHECK_RESULT_LENGTH = 400;
 /** A recheck that has not answered in this long counts as "still down". */
 export const RECHECK_TIMEOUT_MS = 10_000;
 
-const DEVICE_ID = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, 'must be a device id of 1-128 letters, digits, ".", "_", ":" or "-"');
+const DEVICE_ID = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, 'must be a device id of 1-128 letters, digits, ".", "_", ":" or "-"');
 const Line = (max: number) => z.string().max(max, `must be at most ${max} characters`).regex(PRINTABLE, PRINTABLE_RULE);
 const Reason = Line(MAX_REASON_LENGTH).refine((s) => s.trim().length > 0, 'must say why (not empty)');
-const Recheck = Line(MAX_RECHECK_LENGTH).refine((s) => s.trim().length > 0, 'must be a command to run on the control host (not empty)');
+const Recheck = Line(MAX_RECHECK_LENGTH).refine(
+  (s) => s.trim().length > 0,
+  'must be a command to run on the control host (not empty)',
+);
 const By = Line(128).refine((s) => s.trim().length > 0, 'must name who (not empty)');
 const Instant = z.iso.datetime({ message: 'must be an ISO 8601 UTC time such as 2026-12-01T10:00:00.000Z' });
 
@@ -65,9 +70,19 @@ export const NodeDownFile = z
   .superRefine((file, ctx) => {
     const seen = new Set<string>();
     file.verdicts.forEach((v, i) => {
-      if (seen.has(v.device)) ctx.addIssue({ code: 'custom', path: ['verdicts', i, 'device'], message: 'a second verdict for this device (one per device)' });
+      if (seen.has(v.device))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['verdicts', i, 'device'],
+          message: 'a second verdict for this device (one per device)',
+        });
       seen.add(v.device);
-      if (Date.parse(v.expiresAt) <= Date.parse(v.since)) ctx.addIssue({ code: 'custom', path: ['verdicts', i, 'expiresAt'], message: `must be after since (${v.since})` });
+      if (Date.parse(v.expiresAt) <= Date.parse(v.since))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['verdicts', i, 'expiresAt'],
+          message: `must be after since (${v.since})`,
+        });
     });
   });
 export type NodeDownFile = z.output<typeof NodeDownFile>;
@@ -110,10 +125,27 @@ export function needsRecheck(verdict: NodeDownVerdict, nowMs: number): boolean {
 export function verdictStanding(verdict: NodeDownVerdict, nowMs: number, check?: RecheckResult): VerdictStanding {
   const { device } = verdict;
   if (isExpired(verdict, nowMs)) {
-    return { device, kind: 'expired', verdict, text: `node-down expired ${shortTime(verdict.expiresAt)} (back in the plan; renew with wavegate fleet mark-down): ${verdict.reason}` };
+    return {
+      device,
+      kind: 'expired',
+      verdict,
+      text: `node-down expired ${shortTime(verdict.expiresAt)} (back in the plan; renew with wavegate fleet mark-down): ${verdict.reason}`,
+    };
   }
-  if (check?.passed) return { device, kind: 'lifted', verdict, check, text: `node-down lifted at ${shortTime(check.at)}: its recheck passed (${verdict.reason})` };
-  return { device, kind: 'holds', verdict, text: `node-down since ${shortTime(verdict.since)}, expires ${shortTime(verdict.expiresAt)}: ${verdict.reason}` };
+  if (check?.passed)
+    return {
+      device,
+      kind: 'lifted',
+      verdict,
+      check,
+      text: `node-down lifted at ${shortTime(check.at)}: its recheck passed (${verdict.reason})`,
+    };
+  return {
+    device,
+    kind: 'holds',
+    verdict,
+    text: `node-down since ${shortTime(verdict.since)}, expires ${shortTime(verdict.expiresAt)}: ${verdict.reason}`,
+  };
 }
 
 /** What the snapshot carries for a device with a verdict: small, as 10,000 snapshots may sit in one history. */
@@ -141,13 +173,28 @@ function checkFlag<T>(schema: z.ZodType<T>, flag: string, value: unknown): T {
 }
 
 /** A new verdict from the operator's flags; INVALID_INPUT naming the flag and its value otherwise. */
-export function newVerdict(opts: { device: string; reason: unknown; recheck: unknown; expires?: unknown; by: string; nowMs: number }): NodeDownVerdict {
+export function newVerdict(opts: {
+  device: string;
+  reason: unknown;
+  recheck: unknown;
+  expires?: unknown;
+  by: string;
+  nowMs: number;
+}): NodeDownVerdict {
   const device = checkFlag(DEVICE_ID, 'device', opts.device);
   const reason = checkFlag(Reason, '--reason', opts.reason ?? '');
   const recheck = checkFlag(Recheck, '--recheck', opts.recheck ?? '');
-  const expiresMs = opts.expires === undefined ? NODE_DOWN_EXPIRY.default : checkFlag(Expiry, '--expires', opts.expires);
+  const expiresMs =
+    opts.expires === undefined ? NODE_DOWN_EXPIRY.default : checkFlag(Expiry, '--expires', opts.expires);
   const by = checkFlag(By, 'by', opts.by);
-  return { device, reason, recheck, by, since: new Date(opts.nowMs).toISOString(), expiresAt: new Date(opts.nowMs + expiresMs).toISOString() };
+  return {
+    device,
+    reason,
+    recheck,
+    by,
+    since: new Date(opts.nowMs).toISOString(),
+    expiresAt: new Date(opts.nowMs + expiresMs).toISOString(),
+  };
 }
 
 function withHistory(file: NodeDownFile, entries: NodeDownHistoryEntry[]): NodeDownHistoryEntry[] {
@@ -160,17 +207,37 @@ export function markDown(file: NodeDownFile, verdict: NodeDownVerdict): NodeDown
   const detail = `${verdict.reason}; expires ${shortTime(verdict.expiresAt)}${previous ? `; replaces the verdict of ${shortTime(previous.since)}` : ''}`;
   return {
     verdicts: [...file.verdicts.filter((v) => v.device !== verdict.device), verdict],
-    history: withHistory(file, [{ at: verdict.since, device: verdict.device, event: 'marked-down', by: verdict.by, detail: detail.slice(0, MAX_REASON_LENGTH + MAX_CHECK_RESULT_LENGTH) }]),
+    history: withHistory(file, [
+      {
+        at: verdict.since,
+        device: verdict.device,
+        event: 'marked-down',
+        by: verdict.by,
+        detail: detail.slice(0, MAX_REASON_LENGTH + MAX_CHECK_RESULT_LENGTH),
+      },
+    ]),
   };
 }
 
 /** Lift a verdict by hand; NOT_FOUND when the device has none. */
 export function markUp(file: NodeDownFile, device: string, by: string, nowMs: number): NodeDownFile {
   const verdict = file.verdicts.find((v) => v.device === device);
-  if (!verdict) throw new WavegateError('NOT_FOUND', `device ${JSON.stringify(device)} has no node-down verdict`, { field: 'device', value: device });
+  if (!verdict)
+    throw new WavegateError('NOT_FOUND', `device ${JSON.stringify(device)} has no node-down verdict`, {
+      field: 'device',
+      value: device,
+    });
   return {
     verdicts: file.verdicts.filter((v) => v.device !== device),
-    history: withHistory(file, [{ at: new Date(nowMs).toISOString(), device, event: 'marked-up', by, detail: `was: ${verdict.reason}`.slice(0, MAX_REASON_LENGTH) }]),
+    history: withHistory(file, [
+      {
+        at: new Date(nowMs).toISOString(),
+        device,
+        event: 'marked-up',
+        by,
+        detail: `was: ${verdict.reason}`.slice(0, MAX_REASON_LENGTH),
+      },
+    ]),
   };
 }
 
@@ -179,14 +246,33 @@ export function markUp(file: NodeDownFile, device: string, by: string, nowMs: nu
  * still down records when it was checked and what the check said. A recheck of a verdict that changed
  * meanwhile (another `since`) is dropped: the operator's newer word wins.
  */
-export function recordRechecks(file: NodeDownFile, checks: ReadonlyMap<string, { since: string; check: RecheckResult }>, by: string): NodeDownFile {
+export function recordRechecks(
+  file: NodeDownFile,
+  checks: ReadonlyMap<string, { since: string; check: RecheckResult }>,
+  by: string,
+): NodeDownFile {
   const verdicts: NodeDownVerdict[] = [];
   const lifted: NodeDownHistoryEntry[] = [];
   for (const v of file.verdicts) {
     const c = checks.get(v.device);
     if (!c || c.since !== v.since) verdicts.push(v);
-    else if (c.check.passed) lifted.push({ at: c.check.at, device: v.device, event: 'lifted-by-recheck', by, detail: `${v.recheck.slice(0, 200)} → ${c.check.result}; was: ${v.reason}`.slice(0, MAX_REASON_LENGTH + MAX_CHECK_RESULT_LENGTH) });
-    else verdicts.push({ ...v, lastCheckedAt: c.check.at, lastCheckResult: c.check.result.slice(0, MAX_CHECK_RESULT_LENGTH) });
+    else if (c.check.passed)
+      lifted.push({
+        at: c.check.at,
+        device: v.device,
+        event: 'lifted-by-recheck',
+        by,
+        detail: `${v.recheck.slice(0, 200)} → ${c.check.result}; was: ${v.reason}`.slice(
+          0,
+          MAX_REASON_LENGTH + MAX_CHECK_RESULT_LENGTH,
+        ),
+      });
+    else
+      verdicts.push({
+        ...v,
+        lastCheckedAt: c.check.at,
+        lastCheckResult: c.check.result.slice(0, MAX_CHECK_RESULT_LENGTH),
+      });
   }
   return { verdicts, history: withHistory(file, lifted) };
 }

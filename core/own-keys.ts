@@ -20,7 +20,8 @@ export const RESERVED_NAMES: ReadonlySet<string> = new Set([
   '__lookupSetter__',
 ]);
 
-export const RESERVED_NAME_RULE = 'is a reserved name (a property of every JavaScript object, such as "constructor" or "__proto__"); choose another name';
+export const RESERVED_NAME_RULE =
+  'is a reserved name (a property of every JavaScript object, such as "constructor" or "__proto__"); choose another name';
 
 export function isReservedName(name: string): boolean {
   return RESERVED_NAMES.has(name);

@@ -39,7 +39,11 @@ export interface PlanDevice {
   nodeDown?: NodeDownMark;
 }
 
-export type PlanSpec = Pick<RolloutSpec, 'toRevision' | 'phases' | 'gate' | 'canaryClass' | 'concurrent' | 'disruptionBudget'> & Partial<Pick<RolloutSpec, 'minSample'>>;
+export type PlanSpec = Pick<
+  RolloutSpec,
+  'toRevision' | 'phases' | 'gate' | 'canaryClass' | 'concurrent' | 'disruptionBudget'
+> &
+  Partial<Pick<RolloutSpec, 'minSample'>>;
 
 export interface PlanInput {
   rolloutId: string;
@@ -141,7 +145,10 @@ function majorityClass(devices: readonly PlanDevice[]): string | undefined {
 
 /** Stable sort by a numeric preference key (lower first). */
 function preferring<T>(items: readonly T[], key: (item: T) => number): T[] {
-  return items.map((item, i) => ({ item, i, k: key(item) })).sort((a, b) => a.k - b.k || a.i - b.i).map((x) => x.item);
+  return items
+    .map((item, i) => ({ item, i, k: key(item) }))
+    .sort((a, b) => a.k - b.k || a.i - b.i)
+    .map((x) => x.item);
 }
 
 export function planPhases(input: PlanInput): Plan {
@@ -165,19 +172,29 @@ export function planPhases(input: PlanInput): Plan {
   const alreadyApplied: string[] = [];
   const candidates: PlanDevice[] = [];
   for (const d of devices) {
-    if (d.updateClass === 'left-behind') notForMe.push({ id: d.id, reason: 'left-behind: the device is excluded from updates (updateClass)' });
+    if (d.updateClass === 'left-behind')
+      notForMe.push({ id: d.id, reason: 'left-behind: the device is excluded from updates (updateClass)' });
     else if (d.nodeDown?.holds) notForMe.push({ id: d.id, reason: d.nodeDown.text });
     else if (typeof d.current === 'number' && d.current > spec.toRevision && d.current !== input.revertingFrom) {
-      notForMe.push({ id: d.id, reason: `ahead: the device is at revision ${d.current}, above the target ${spec.toRevision}` });
+      notForMe.push({
+        id: d.id,
+        reason: `ahead: the device is at revision ${d.current}, above the target ${spec.toRevision}`,
+      });
     } else if (d.current === spec.toRevision) alreadyApplied.push(d.id);
     else candidates.push(d);
   }
   if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${some(notForMe.map((n) => n.id))}`);
   // A verdict that no longer holds (expired, or lifted by its recheck) brings its device back: say so.
-  for (const d of devices) if (d.nodeDown && !d.nodeDown.holds && d.updateClass !== 'left-behind') warnings.push(`device ${d.id}: ${d.nodeDown.text}`);
-  if (alreadyApplied.length) warnings.push(`${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`);
+  for (const d of devices)
+    if (d.nodeDown && !d.nodeDown.holds && d.updateClass !== 'left-behind')
+      warnings.push(`device ${d.id}: ${d.nodeDown.text}`);
+  if (alreadyApplied.length)
+    warnings.push(
+      `${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`,
+    );
   const unreachable = candidates.filter((d) => d.reachable === false);
-  if (unreachable.length) warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);
+  if (unreachable.length)
+    warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);
 
   const pools = poolPlans(devices, input, warnings);
   const phases: PlannedPhase[] = [];
@@ -188,9 +205,19 @@ export function planPhases(input: PlanInput): Plan {
     warnings.push('nothing to roll out: every device in scope is already applied or not-for-me');
   } else if (input.risk === 'safe') {
     const healthGate = [...new Set(spec.phases.flatMap((p) => p.healthGate))];
-    phases.push({ index: 0, name: 'all (risk: safe)', kind: 'all', specIndex: 0, devices: remaining.map((d) => d.id), gate: phaseGate(spec, spec.phases[0]!), healthGate });
+    phases.push({
+      index: 0,
+      name: 'all (risk: safe)',
+      kind: 'all',
+      specIndex: 0,
+      devices: remaining.map((d) => d.id),
+      gate: phaseGate(spec, spec.phases[0]!),
+      healthGate,
+    });
     remaining = [];
-    warnings.push('risk: safe — the phases are collapsed into one; "safe" is the revision author\'s claim, on the record');
+    warnings.push(
+      'risk: safe — the phases are collapsed into one; "safe" is the revision author\'s claim, on the record',
+    );
   } else {
     let assigned = 0;
     let previous = 0;
@@ -220,22 +247,40 @@ export function planPhases(input: PlanInput): Plan {
       if (isCanary && spec.concurrent && desired < 2) desired = 2;
       let count = Math.max(desired, previous + 1);
       if (count > desired && desired < remaining.length) {
-        warnings.push(`phase "${name}": ${Math.max(desired, 0)} device(s) raised to ${Math.min(count, remaining.length)} (each phase holds at least one device more than the one before)`);
+        warnings.push(
+          `phase "${name}": ${Math.max(desired, 0)} device(s) raised to ${Math.min(count, remaining.length)} (each phase holds at least one device more than the one before)`,
+        );
       }
       count = Math.min(count, remaining.length);
 
       let chosen: PlanDevice[];
       if (isCanary) {
         canaryClass = pickCanaryClass(remaining, spec.canaryClass, warnings);
-        const ordered = preferring(remaining, (d) => (d.class === canaryClass ? 0 : 4) + (d.updateClass === 'required' ? 0 : 2) + (d.reachable === false ? 1 : 0));
+        const ordered = preferring(
+          remaining,
+          (d) =>
+            (d.class === canaryClass ? 0 : 4) +
+            (d.updateClass === 'required' ? 0 : 2) +
+            (d.reachable === false ? 1 : 0),
+        );
         chosen = ordered.slice(0, count);
         for (const d of chosen) {
-          if (d.class !== canaryClass) warnings.push(`canary ${d.id} is of class "${d.class}", not "${canaryClass}": not enough "${canaryClass}" devices`);
-          else if (d.updateClass !== 'required') warnings.push(`canary ${d.id} is best-effort: its gate does not wait for it`);
+          if (d.class !== canaryClass)
+            warnings.push(
+              `canary ${d.id} is of class "${d.class}", not "${canaryClass}": not enough "${canaryClass}" devices`,
+            );
+          else if (d.updateClass !== 'required')
+            warnings.push(`canary ${d.id} is best-effort: its gate does not wait for it`);
           else if (d.reachable === false) warnings.push(`canary ${d.id} was unreachable at snapshot`);
         }
       } else if (phases.length === 1) {
-        chosen = withDifferentDevice(remaining, count, phases[0]!.devices.map((id) => byId.get(id)!), warnings, name);
+        chosen = withDifferentDevice(
+          remaining,
+          count,
+          phases[0]!.devices.map((id) => byId.get(id)!),
+          warnings,
+          name,
+        );
       } else {
         chosen = remaining.slice(0, count);
       }
@@ -255,9 +300,20 @@ export function planPhases(input: PlanInput): Plan {
     });
     if (remaining.length) {
       const last = spec.phases[spec.phases.length - 1]!;
-      warnings.push(`${remaining.length} device(s) remain after the last phase; they form an implicit "remainder" phase`);
-      const chosen = phases.length === 1 ? withDifferentDevice(remaining, remaining.length, [], warnings, 'remainder') : remaining;
-      phases.push({ index: phases.length, name: 'remainder (implicit)', kind: 'bulk', specIndex: -1, devices: chosen.map((d) => d.id), gate: spec.gate, healthGate: last.healthGate });
+      warnings.push(
+        `${remaining.length} device(s) remain after the last phase; they form an implicit "remainder" phase`,
+      );
+      const chosen =
+        phases.length === 1 ? withDifferentDevice(remaining, remaining.length, [], warnings, 'remainder') : remaining;
+      phases.push({
+        index: phases.length,
+        name: 'remainder (implicit)',
+        kind: 'bulk',
+        specIndex: -1,
+        devices: chosen.map((d) => d.id),
+        gate: spec.gate,
+        healthGate: last.healthGate,
+      });
       remaining = [];
     }
   }
@@ -302,7 +358,9 @@ function pickCanaryClass(remaining: readonly PlanDevice[], wanted: string | unde
   const majority = majorityClass(required.length ? required : remaining)!;
   if (wanted === undefined) return majority;
   if (remaining.some((d) => d.class === wanted)) return wanted;
-  warnings.push(`canaryClass "${wanted}": no device of that class needs the update; the majority class "${majority}" is used`);
+  warnings.push(
+    `canaryClass "${wanted}": no device of that class needs the update; the majority class "${majority}" is used`,
+  );
   return majority;
 }
 
@@ -310,7 +368,13 @@ function pickCanaryClass(remaining: readonly PlanDevice[], wanted: string | unde
  * Take `count` devices from the front of `remaining`, making sure one of them has a class not seen in
  * `earlier` (or, when every remaining device shares the earlier classes, another OS).
  */
-function withDifferentDevice(remaining: readonly PlanDevice[], count: number, earlier: readonly PlanDevice[], warnings: string[], name: string): PlanDevice[] {
+function withDifferentDevice(
+  remaining: readonly PlanDevice[],
+  count: number,
+  earlier: readonly PlanDevice[],
+  warnings: string[],
+  name: string,
+): PlanDevice[] {
   const chosen = remaining.slice(0, count);
   const classes = new Set(earlier.map((d) => d.class));
   const oses = new Set(earlier.map((d) => d.os ?? ''));
@@ -326,7 +390,9 @@ function withDifferentDevice(remaining: readonly PlanDevice[], count: number, ea
       return chosen;
     }
     if (what === 'class' && earlier.length) {
-      warnings.push(`phase "${name}": no remaining device has a class other than ${[...classes].map((c) => `"${c}"`).join(', ')}`);
+      warnings.push(
+        `phase "${name}": no remaining device has a class other than ${[...classes].map((c) => `"${c}"`).join(', ')}`,
+      );
     }
   }
   return chosen;

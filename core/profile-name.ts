@@ -13,7 +13,10 @@ export const PROFILE_NAME_RULE = 'must be lowercase letters, digits and "-"';
 /** `name` if it is a profile name, else INVALID_INPUT naming `field` and the value. */
 export function checkProfileName(name: string, field = 'profile'): string {
   if (typeof name !== 'string' || !PROFILE_NAME.test(name)) {
-    throw new WavegateError('INVALID_INPUT', `${field}: ${PROFILE_NAME_RULE} (got ${JSON.stringify(name)})`, { field, value: name });
+    throw new WavegateError('INVALID_INPUT', `${field}: ${PROFILE_NAME_RULE} (got ${JSON.stringify(name)})`, {
+      field,
+      value: name,
+    });
   }
   return name;
 }

@@ -94,7 +94,11 @@ export function splitCommand(text: string): Segment[] {
 /** The words of a simple command after leading `sudo`, `env` and `VAR=value` assignments. */
 export function commandWords(segment: string): string[] {
   const words = segment.trim().split(/\s+/).filter(Boolean);
-  while (words.length && (/^(sudo|env|exec|command|nohup|time)$/.test(words[0]!) || /^[A-Za-z_][A-Za-z0-9_]*=/.test(words[0]!))) words.shift();
+  while (
+    words.length &&
+    (/^(sudo|env|exec|command|nohup|time)$/.test(words[0]!) || /^[A-Za-z_][A-Za-z0-9_]*=/.test(words[0]!))
+  )
+    words.shift();
   return words;
 }
 
@@ -105,10 +109,27 @@ function unquote(text: string): string {
 }
 
 const NOOP_EXACT = new Set([
-  'true', ':', '/bin/true', '/usr/bin/true', 'exit', 'exit 0', 'return', 'return 0', 'test 1', '[ 1 ]', '[[ 1 ]]',
-  'cat /dev/null', 'cmd /c exit 0', 'cmd.exe /c exit 0', 'exit /b 0', '$true', 'nop', 'noop',
+  'true',
+  ':',
+  '/bin/true',
+  '/usr/bin/true',
+  'exit',
+  'exit 0',
+  'return',
+  'return 0',
+  'test 1',
+  '[ 1 ]',
+  '[[ 1 ]]',
+  'cat /dev/null',
+  'cmd /c exit 0',
+  'cmd.exe /c exit 0',
+  'exit /b 0',
+  '$true',
+  'nop',
+  'noop',
 ]);
-const NOOP_COMMANDS = /^(echo|\/bin\/echo|printf|sleep|rem|write-host|write-output|wait|pwd|whoami|date|hostname|clear)$/i;
+const NOOP_COMMANDS =
+  /^(echo|\/bin\/echo|printf|sleep|rem|write-host|write-output|wait|pwd|whoami|date|hostname|clear)$/i;
 const INTERPRETER_INLINE = /^(python[0-9.]*|py|node|ruby|perl|php|bash|sh|zsh|dash|pwsh|powershell(?:\.exe)?)$/i;
 
 /** True when the simple command does nothing that could change or read a fact. */
@@ -122,22 +143,74 @@ export function isNoOpSegment(segment: string): boolean {
   if (INTERPRETER_INLINE.test(words[0]!) && words.length >= 2 && /^(-c|-e|--eval|-Command|-command)$/.test(words[1]!)) {
     const program = unquote(text.slice(text.indexOf(words[1]!) + words[1]!.length));
     if (/^(python|py)/i.test(words[0]!)) {
-      return splitPython(program).every((stmt) => /^(pass|None|0|1|True|False|\.\.\.|print\(.*\)|import sys; sys\.exit\(0\)|sys\.exit\(0\)|exit\(0\)|quit\(\)|exit\(\)|import \w+|)$/.test(stmt.trim()));
+      return splitPython(program).every((stmt) =>
+        /^(pass|None|0|1|True|False|\.\.\.|print\(.*\)|import sys; sys\.exit\(0\)|sys\.exit\(0\)|exit\(0\)|quit\(\)|exit\(\)|import \w+|)$/.test(
+          stmt.trim(),
+        ),
+      );
     }
-    if (/^(node|ruby|perl|php)$/i.test(words[0]!)) return /^\s*(;|0|1|true|null|undefined|console\.log\(.*\)|puts .*|print .*|process\.exit\(0\))?\s*;?\s*$/.test(program);
+    if (/^(node|ruby|perl|php)$/i.test(words[0]!))
+      return /^\s*(;|0|1|true|null|undefined|console\.log\(.*\)|puts .*|print .*|process\.exit\(0\))?\s*;?\s*$/.test(
+        program,
+      );
     return splitCommand(program).every((s) => isNoOpSegment(s.text));
   }
   return false;
 }
 
 function splitPython(program: string): string[] {
-  return program.split(/[;\n]/).map((s) => s.trim()).filter(Boolean);
+  return program
+    .split(/[;\n]/)
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 const STOPWORDS = new Set([
-  'the', 'a', 'an', 'should', 'must', 'please', 'be', 'is', 'are', 'now', 'that', 'this', 'it', 'in', 'on', 'to', 'of',
-  'and', 'then', 'make', 'sure', 'manually', 'ensure', 'will', 'via', 'by', 'has', 'have', 'been', 'was', 'were', 'we',
-  'you', 'your', 'our', 'after', 'before', 'when', 'if', 'done', 'place', 'ok', 'works', 'correctly', 'properly',
+  'the',
+  'a',
+  'an',
+  'should',
+  'must',
+  'please',
+  'be',
+  'is',
+  'are',
+  'now',
+  'that',
+  'this',
+  'it',
+  'in',
+  'on',
+  'to',
+  'of',
+  'and',
+  'then',
+  'make',
+  'sure',
+  'manually',
+  'ensure',
+  'will',
+  'via',
+  'by',
+  'has',
+  'have',
+  'been',
+  'was',
+  'were',
+  'we',
+  'you',
+  'your',
+  'our',
+  'after',
+  'before',
+  'when',
+  'if',
+  'done',
+  'place',
+  'ok',
+  'works',
+  'correctly',
+  'properly',
 ]);
 const PLACEHOLDER = /^(todo|tbd|n\/a|na|none|manual|manually|by hand|see (the )?(docs?|wiki|readme|runbook)\b.*|-|—)$/i;
 
@@ -161,21 +234,48 @@ export function classifyStep(text: string | undefined, role: 'apply' | 'verify' 
   if (!t) return { provable: false, reason: 'EMPTY', detail: 'the step is empty' };
   // eslint-disable-next-line no-control-regex
   const nonAscii = /[^\x09\x0a\x0d\x20-\x7e]/.exec(t);
-  if (nonAscii) return { provable: false, reason: 'NON_ASCII', detail: `non-ASCII text (${JSON.stringify(nonAscii[0])}) is treated as prose for a person, not a command` };
+  if (nonAscii)
+    return {
+      provable: false,
+      reason: 'NON_ASCII',
+      detail: `non-ASCII text (${JSON.stringify(nonAscii[0])}) is treated as prose for a person, not a command`,
+    };
   const segments = splitCommand(t);
   if (segments.every((s) => isNoOpSegment(s.text))) {
-    return { provable: false, reason: 'NO_OP', detail: `${JSON.stringify(short(t))} always succeeds and reads nothing back` };
+    return {
+      provable: false,
+      reason: 'NO_OP',
+      detail: `${JSON.stringify(short(t))} always succeeds and reads nothing back`,
+    };
   }
-  if (looksLikeProse(t)) return { provable: false, reason: 'PROSE', detail: `${JSON.stringify(short(t))} reads as an instruction for a person, not a command` };
+  if (looksLikeProse(t))
+    return {
+      provable: false,
+      reason: 'PROSE',
+      detail: `${JSON.stringify(short(t))} reads as an instruction for a person, not a command`,
+    };
   if (role === 'verify' && segments.length > 1) {
     const last = segments[segments.length - 1]!;
     const joiner = segments[segments.length - 2]!.next;
-    const forced = joiner === '||' || joiner === ';' || joiner === '\n' || joiner === '&' || (joiner === '|' && /^(cat|tee|true|:)(\s|$)/.test(last.text));
+    const forced =
+      joiner === '||' ||
+      joiner === ';' ||
+      joiner === '\n' ||
+      joiner === '&' ||
+      (joiner === '|' && /^(cat|tee|true|:)(\s|$)/.test(last.text));
     if (forced && isNoOpSegment(last.text)) {
-      return { provable: false, reason: 'ALWAYS_SUCCEEDS', detail: `the exit status is forced to 0 by "${joiner === '\n' ? '\\n' : joiner} ${short(last.text)}"` };
+      return {
+        provable: false,
+        reason: 'ALWAYS_SUCCEEDS',
+        detail: `the exit status is forced to 0 by "${joiner === '\n' ? '\\n' : joiner} ${short(last.text)}"`,
+      };
     }
     if (forced && joiner === '|') {
-      return { provable: false, reason: 'ALWAYS_SUCCEEDS', detail: `the exit status is that of "| ${short(last.text)}", which always succeeds` };
+      return {
+        provable: false,
+        reason: 'ALWAYS_SUCCEEDS',
+        detail: `the exit status is that of "| ${short(last.text)}", which always succeeds`,
+      };
     }
   }
   return { provable: true, detail: 'a machine command' };

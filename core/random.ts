@@ -30,7 +30,10 @@ export function seedHex(seed: readonly number[]): string {
 export function prng(seed: readonly [number, number, number, number]): () => number {
   let [a, b, c, d] = seed;
   const next = (): number => {
-    a >>>= 0; b >>>= 0; c >>>= 0; d >>>= 0;
+    a >>>= 0;
+    b >>>= 0;
+    c >>>= 0;
+    d >>>= 0;
     const t = (((a + b) | 0) + d) | 0;
     d = (d + 1) | 0;
     a = b ^ (b >>> 9);

@@ -37,7 +37,13 @@ export interface RegistrationInput {
 export type RegistrationDecision =
   | { outcome: 'registered'; revision: Revision; envelope: Envelope; bodyDigest: string; signers: string[] }
   | { outcome: 'existing'; revision: Revision; envelope: Envelope; bodyDigest: string }
-  | { outcome: 'refused'; code: WavegateErrorCode; reason: RegistryReason; message: string; details?: Record<string, unknown> };
+  | {
+      outcome: 'refused';
+      code: WavegateErrorCode;
+      reason: RegistryReason;
+      message: string;
+      details?: Record<string, unknown>;
+    };
 
 function storedNumber(envelope: Envelope): number | undefined {
   const body = peekBody(envelope) as { revision?: unknown } | undefined;
@@ -52,13 +58,27 @@ export function decideRegistration(input: RegistrationInput): RegistrationDecisi
     if (same) return { outcome: 'existing', revision: peekBody(same) as Revision, envelope: same, bodyDigest: digest };
   }
 
-  const verdict = verifyEnvelope(input.envelope, input.trust, { now: input.now, ...(input.contentRules === false ? { contentRules: false } : {}) });
+  const verdict = verifyEnvelope(input.envelope, input.trust, {
+    now: input.now,
+    ...(input.contentRules === false ? { contentRules: false } : {}),
+  });
   if (!verdict.ok) {
-    return { outcome: 'refused', code: verdict.code, reason: verdict.reason, message: verdict.message, ...(verdict.details ? { details: verdict.details } : {}) };
+    return {
+      outcome: 'refused',
+      code: verdict.code,
+      reason: verdict.reason,
+      message: verdict.message,
+      ...(verdict.details ? { details: verdict.details } : {}),
+    };
   }
   const revision = verdict.revision;
   if (revision.profile !== input.profile) {
-    return { outcome: 'refused', code: 'INVALID_INPUT', reason: 'WRONG_PROFILE', message: `the envelope is a revision of "${revision.profile}", not of "${input.profile}"` };
+    return {
+      outcome: 'refused',
+      code: 'INVALID_INPUT',
+      reason: 'WRONG_PROFILE',
+      message: `the envelope is a revision of "${revision.profile}", not of "${input.profile}"`,
+    };
   }
   let highest = 0;
   for (const stored of input.registered) {
@@ -84,7 +104,13 @@ export function decideRegistration(input: RegistrationInput): RegistrationDecisi
       details: { current: highest },
     };
   }
-  return { outcome: 'registered', revision, envelope: shapeOf(input.envelope as Envelope), bodyDigest: verdict.bodyDigest, signers: verdict.signers };
+  return {
+    outcome: 'registered',
+    revision,
+    envelope: shapeOf(input.envelope as Envelope),
+    bodyDigest: verdict.bodyDigest,
+    signers: verdict.signers,
+  };
 }
 
 /** Store exactly the fields of the envelope (no stray properties a caller attached). */

@@ -1,5 +1,12 @@
 import { z } from 'zod';
-import { credentialsRefusal, HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE, inlineCredential, MAX_HEALTH_TEXT, signedCommandCredentialRefusal } from './health';
+import {
+  credentialsRefusal,
+  HEALTH_CHECK_NAME,
+  HEALTH_CHECK_NAME_RULE,
+  inlineCredential,
+  MAX_HEALTH_TEXT,
+  signedCommandCredentialRefusal,
+} from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
 
@@ -38,7 +45,9 @@ export interface RevisionRules {
 
 /** The content rule on a payload file's size: why a device would not take it, or undefined. */
 export function payloadSizeProblem(size: number): string | undefined {
-  return size > MAX_PAYLOAD_FILE_BYTES ? `is ${size} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB) a device takes in one payload file; split it, or ship it another way` : undefined;
+  return size > MAX_PAYLOAD_FILE_BYTES
+    ? `is ${size} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB) a device takes in one payload file; split it, or ship it another way`
+    : undefined;
 }
 
 /** The content rule on a signed device command: the inline credential it carries (core/credentials.ts), or undefined. */
@@ -93,9 +102,17 @@ export function payloadSourceProblem(source: string): string | undefined {
 function healthCommandSchema(contentRules: boolean) {
   return z.string().superRefine((command, ctx) => {
     if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
-    if (command.length > MAX_HEALTH_TEXT) return ctx.addIssue({ code: 'custom', message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}` });
+    if (command.length > MAX_HEALTH_TEXT)
+      return ctx.addIssue({
+        code: 'custom',
+        message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`,
+      });
     // eslint-disable-next-line no-control-regex
-    if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command)) return ctx.addIssue({ code: 'custom', message: 'must not contain control characters (NUL, escape, carriage return, ...)' });
+    if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command))
+      return ctx.addIssue({
+        code: 'custom',
+        message: 'must not contain control characters (NUL, escape, carriage return, ...)',
+      });
     const problem = contentRules ? signedCommandProblem(command) : undefined;
     if (problem) ctx.addIssue({ code: 'custom', message: problem });
   });
@@ -107,7 +124,9 @@ function healthCommandSchema(contentRules: boolean) {
  */
 function revisionHealthSchema(contentRules: boolean) {
   const command = healthCommandSchema(contentRules);
-  const NamedHealthCheck = z.object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command }).strict();
+  const NamedHealthCheck = z
+    .object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command })
+    .strict();
   return z
     .object({
       /** Every one runs for `all-runtimes-healthy`; exit 0 = healthy. */
@@ -123,7 +142,12 @@ function revisionHealthSchema(contentRules: boolean) {
       for (const list of ['runtimes', 'checks'] as const) {
         (health[list] ?? []).forEach((check, i) => {
           const first = seen.get(check.name);
-          if (first) ctx.addIssue({ code: 'custom', path: [list, i, 'name'], message: `"${check.name}" is already the name of ${first}; names select checks, so each must be unique` });
+          if (first)
+            ctx.addIssue({
+              code: 'custom',
+              path: [list, i, 'name'],
+              message: `"${check.name}" is already the name of ${first}; names select checks, so each must be unique`,
+            });
           else seen.set(check.name, `${list}[${i}]`);
         });
       }
@@ -150,7 +174,9 @@ export const MAX_COMMAND_LENGTH = 64 * 1024;
  */
 function signedCommand(oneLine: boolean, contentRules: boolean) {
   // eslint-disable-next-line no-control-regex
-  const hidden = oneLine ? /[\u0000-\u0008\u000a-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/ : /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/;
+  const hidden = oneLine
+    ? /[\u0000-\u0008\u000a-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/
+    : /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/;
   const rule = oneLine
     ? 'must be one line without control characters (NUL, newline, carriage return, escape...) or invisible characters'
     : 'must not contain control characters other than newline and tab (NUL, carriage return, escape...) or invisible characters';
@@ -190,7 +216,12 @@ function revisionSchema(contentRules: boolean) {
        * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
        * body, so the escape stays on the record wherever the revision goes.
        */
-      escapes: z.array(z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict()).max(32).optional(),
+      escapes: z
+        .array(
+          z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict(),
+        )
+        .max(32)
+        .optional(),
     })
     .strict();
 }
@@ -242,19 +273,32 @@ export function fillPayloadDigests(
   source: RevisionSource,
   facts: (i: number) => PayloadFileFacts | undefined,
   missing: (i: number) => string,
-): { revision: Record<string, unknown>; filled: string[]; problems: { path: string; value: unknown; message: string }[] } {
+): {
+  revision: Record<string, unknown>;
+  filled: string[];
+  problems: { path: string; value: unknown; message: string }[];
+} {
   const problems: { path: string; value: unknown; message: string }[] = [];
   const filled: string[] = [];
   const payload = source.payload.map((entry, i) => {
     const omitted = (['sha256', 'size'] as const).filter((field) => entry[field] === undefined);
     const file = facts(i);
     if (!file) {
-      for (const field of omitted) problems.push({ path: `payload[${i}].${field}`, value: undefined, message: `payload "${entry.name}": left for sign to fill, but ${missing(i)}` });
+      for (const field of omitted)
+        problems.push({
+          path: `payload[${i}].${field}`,
+          value: undefined,
+          message: `payload "${entry.name}": left for sign to fill, but ${missing(i)}`,
+        });
       return entry;
     }
     // A file over the cap is not hashed: no device would take it, whatever the entry says.
     if (file.sha256 === undefined) {
-      problems.push({ path: `payload[${i}].source`, value: entry.source, message: `payload "${entry.name}": ${payloadSizeProblem(file.size) ?? `is ${file.size} bytes`}` });
+      problems.push({
+        path: `payload[${i}].source`,
+        value: entry.source,
+        message: `payload "${entry.name}": ${payloadSizeProblem(file.size) ?? `is ${file.size} bytes`}`,
+      });
       return entry;
     }
     const out = { ...entry };
@@ -286,19 +330,26 @@ const MetricsUrl = z.url().superRefine((url, ctx) => {
  * A bearer token by reference, resolved on the worker only: the name of an environment variable of the
  * worker, or an absolute path of a file on the worker. The reference is recorded; the token never is.
  */
-const TokenEnv = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")');
+const TokenEnv = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")');
 const TokenFile = z.string().regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker');
 
 const MOVED_TO_REVISION = {
-  runtimes: 'device-side health commands must be signed: move each runtime into the revisions\' health.runtimes as { name, command } and sign them again; the profile keeps scope and worker-side metrics only',
-  command: 'an error-rate command runs on devices, so it must be signed: move it into the revisions\' health.errorRate.command and sign them again; metrics.errorRate keeps worker-side sources only (http, prometheus)',
+  runtimes:
+    "device-side health commands must be signed: move each runtime into the revisions' health.runtimes as { name, command } and sign them again; the profile keeps scope and worker-side metrics only",
+  command:
+    "an error-rate command runs on devices, so it must be signed: move it into the revisions' health.errorRate.command and sign them again; metrics.errorRate keeps worker-side sources only (http, prometheus)",
 };
 
 /** Where the error rate is read from on the worker: one http or prometheus source, with an optional token reference. */
 const ErrorRateSource = z
   .object({
     http: MetricsUrl.optional(),
-    prometheus: z.object({ url: MetricsUrl, query: z.string().min(1).max(MAX_HEALTH_TEXT) }).strict().optional(),
+    prometheus: z
+      .object({ url: MetricsUrl, query: z.string().min(1).max(MAX_HEALTH_TEXT) })
+      .strict()
+      .optional(),
     /** Sent as `Authorization: Bearer <token>`, only to this source's url. */
     tokenEnv: TokenEnv.optional(),
     tokenFile: TokenFile.optional(),
@@ -307,9 +358,12 @@ const ErrorRateSource = z
   })
   .strict()
   .superRefine((source, ctx) => {
-    if (source.command !== undefined) ctx.addIssue({ code: 'custom', path: ['command'], message: MOVED_TO_REVISION.command });
-    else if ((source.http === undefined) === (source.prometheus === undefined)) ctx.addIssue({ code: 'custom', message: 'give exactly one of "http" or "prometheus"' });
-    if (source.tokenEnv !== undefined && source.tokenFile !== undefined) ctx.addIssue({ code: 'custom', path: ['tokenFile'], message: 'give either "tokenEnv" or "tokenFile", not both' });
+    if (source.command !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['command'], message: MOVED_TO_REVISION.command });
+    else if ((source.http === undefined) === (source.prometheus === undefined))
+      ctx.addIssue({ code: 'custom', message: 'give exactly one of "http" or "prometheus"' });
+    if (source.tokenEnv !== undefined && source.tokenFile !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['tokenFile'], message: 'give either "tokenEnv" or "tokenFile", not both' });
   })
   .transform(({ command: _refused, ...source }) => source as ErrorRateSourceOut);
 
@@ -329,7 +383,8 @@ export const Profile = z
   })
   .strict()
   .superRefine((profile, ctx) => {
-    if (profile.runtimes !== undefined) ctx.addIssue({ code: 'custom', path: ['runtimes'], message: MOVED_TO_REVISION.runtimes });
+    if (profile.runtimes !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['runtimes'], message: MOVED_TO_REVISION.runtimes });
   })
   .transform(({ runtimes: _refused, ...profile }) => profile);
 export type Profile = z.output<typeof Profile>;

@@ -43,8 +43,13 @@ export const MAX_IDEMPOTENCY_KEY = 200;
  */
 export function checkIdempotencyKey(key: string, field = '--key'): string {
   if (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY || !/^[\x21-\x7e]+$/.test(key) || /['"\\`]/.test(key)) {
-    const shown = key.length > 80 ? `${JSON.stringify(key.slice(0, 80))}… (${key.length} characters)` : JSON.stringify(key);
-    throw new WavegateError('INVALID_INPUT', `${field} ${shown}: an idempotency key is 1-${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces, quotes or backslash`, { field, value: key });
+    const shown =
+      key.length > 80 ? `${JSON.stringify(key.slice(0, 80))}… (${key.length} characters)` : JSON.stringify(key);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${shown}: an idempotency key is 1-${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces, quotes or backslash`,
+      { field, value: key },
+    );
   }
   return key;
 }

@@ -43,7 +43,15 @@ export function stepState(state: DeviceState): DeviceState {
   return state === 'not-for-me' || state === 'not-started' ? 'skipped' : state;
 }
 
-export const ROLLOUT_STATES = ['running', 'paused', 'completed', 'rolled-back', 'aborted', 'cancelled', 'failed'] as const;
+export const ROLLOUT_STATES = [
+  'running',
+  'paused',
+  'completed',
+  'rolled-back',
+  'aborted',
+  'cancelled',
+  'failed',
+] as const;
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 
 /** What the workflow knows of one device: small, because 10,000 of them may live in one history. */

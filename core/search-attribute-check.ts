@@ -34,8 +34,18 @@ const CLI_TYPE_NAME: Record<SearchAttributeType, string> = {
 };
 
 /** temporal.api.enums.v1.IndexedValueType, as the operator API's listSearchAttributes reports it. */
-const INDEXED_VALUE_TYPES: Record<number, SearchAttributeType> = { 1: 'TEXT', 2: 'KEYWORD', 3: 'INT', 4: 'DOUBLE', 5: 'BOOL', 6: 'DATETIME', 7: 'KEYWORD_LIST' };
-const INDEXED_VALUE_TYPE_OF: Record<SearchAttributeType, number> = Object.fromEntries(Object.entries(INDEXED_VALUE_TYPES).map(([n, t]) => [t, Number(n)])) as Record<SearchAttributeType, number>;
+const INDEXED_VALUE_TYPES: Record<number, SearchAttributeType> = {
+  1: 'TEXT',
+  2: 'KEYWORD',
+  3: 'INT',
+  4: 'DOUBLE',
+  5: 'BOOL',
+  6: 'DATETIME',
+  7: 'KEYWORD_LIST',
+};
+const INDEXED_VALUE_TYPE_OF: Record<SearchAttributeType, number> = Object.fromEntries(
+  Object.entries(INDEXED_VALUE_TYPES).map(([n, t]) => [t, Number(n)]),
+) as Record<SearchAttributeType, number>;
 
 export function cliTypeName(type: SearchAttributeType | 'UNKNOWN'): string {
   return type === 'UNKNOWN' ? 'an unknown type' : CLI_TYPE_NAME[type];
@@ -52,7 +62,10 @@ export function indexedValueTypeOf(type: SearchAttributeType): number {
 }
 
 /** Compare what wavegate needs with what the namespace has (name → the operator API's enum number). */
-export function checkSearchAttributes(needed: readonly NeededAttribute[], registered: Readonly<Record<string, number>>): SearchAttributeCheck {
+export function checkSearchAttributes(
+  needed: readonly NeededAttribute[],
+  registered: Readonly<Record<string, number>>,
+): SearchAttributeCheck {
   const missing: NeededAttribute[] = [];
   const mismatched: AttributeMismatch[] = [];
   for (const attr of needed) {
@@ -75,7 +88,10 @@ export function searchAttributesOk(check: SearchAttributeCheck): boolean {
  * `<ns>.<account>.tmprl.cloud` (mTLS) and `<region>.<cloud>.api.temporal.io` (API keys).
  */
 export function isTemporalCloudAddress(address: string): boolean {
-  const host = address.replace(/:\d+$/, '').replace(/^\[|\]$/g, '').toLowerCase();
+  const host = address
+    .replace(/:\d+$/, '')
+    .replace(/^\[|\]$/g, '')
+    .toLowerCase();
   return /\.tmprl\.cloud$/.test(host) || /(^|\.)api\.temporal\.io$/.test(host);
 }
 
@@ -89,13 +105,21 @@ function shellWord(word: string): string {
  * per attribute on a self-hosted server (its --type takes one type per command), one
  * `tcld namespace search-attributes add` with every attribute on Temporal Cloud.
  */
-export function addCommands(missing: readonly NeededAttribute[], target: { namespace: string; address: string }): string[] {
+export function addCommands(
+  missing: readonly NeededAttribute[],
+  target: { namespace: string; address: string },
+): string[] {
   if (missing.length === 0) return [];
   const ns = shellWord(target.namespace);
   if (isTemporalCloudAddress(target.address)) {
-    return [`tcld namespace search-attributes add --namespace ${ns} ${missing.map((a) => `--search-attribute ${shellWord(`${a.name}=${CLI_TYPE_NAME[a.type]}`)}`).join(' ')}`];
+    return [
+      `tcld namespace search-attributes add --namespace ${ns} ${missing.map((a) => `--search-attribute ${shellWord(`${a.name}=${CLI_TYPE_NAME[a.type]}`)}`).join(' ')}`,
+    ];
   }
-  return missing.map((a) => `temporal operator search-attribute create --address ${shellWord(target.address)} --namespace ${ns} --name ${a.name} --type ${CLI_TYPE_NAME[a.type]}`);
+  return missing.map(
+    (a) =>
+      `temporal operator search-attribute create --address ${shellWord(target.address)} --namespace ${ns} --name ${a.name} --type ${CLI_TYPE_NAME[a.type]}`,
+  );
 }
 
 /**
@@ -103,18 +127,30 @@ export function addCommands(missing: readonly NeededAttribute[], target: { names
  * command that adds it, each mismatched one with both types and what to do (a type cannot be changed in
  * place). `reason` says why the worker did not add them itself (a refusal, a flag), `preface` what failed.
  */
-export function describeSearchAttributeProblem(check: SearchAttributeCheck, target: { namespace: string; address: string }, opts: { preface?: string; reason?: string } = {}): string {
+export function describeSearchAttributeProblem(
+  check: SearchAttributeCheck,
+  target: { namespace: string; address: string },
+  opts: { preface?: string; reason?: string } = {},
+): string {
   const lines: string[] = [];
   const cloud = isTemporalCloudAddress(target.address);
   const head = opts.preface ? `${opts.preface}: ` : '';
-  lines.push(`${head}namespace "${target.namespace}" on ${target.address} does not have the search attributes wavegate needs${opts.reason ? ` (${opts.reason})` : ''}; nothing was started.`);
+  lines.push(
+    `${head}namespace "${target.namespace}" on ${target.address} does not have the search attributes wavegate needs${opts.reason ? ` (${opts.reason})` : ''}; nothing was started.`,
+  );
   if (check.missing.length > 0) {
     lines.push(`missing: ${check.missing.map((a) => `${a.name} (${CLI_TYPE_NAME[a.type]})`).join(', ')}`);
-    lines.push(cloud ? 'add them with tcld (Temporal Cloud; needs the namespace admin role):' : 'add them (needs the operator API; `wavegate worker` does this itself where it may):');
+    lines.push(
+      cloud
+        ? 'add them with tcld (Temporal Cloud; needs the namespace admin role):'
+        : 'add them (needs the operator API; `wavegate worker` does this itself where it may):',
+    );
     for (const command of addCommands(check.missing, target)) lines.push(`  ${command}`);
   }
   for (const m of check.mismatched) {
-    lines.push(`wrong type: ${m.name} is registered as ${cliTypeName(m.registered)}, wavegate needs ${CLI_TYPE_NAME[m.needed]}; a search attribute's type cannot be changed in place:`);
+    lines.push(
+      `wrong type: ${m.name} is registered as ${cliTypeName(m.registered)}, wavegate needs ${CLI_TYPE_NAME[m.needed]}; a search attribute's type cannot be changed in place:`,
+    );
     lines.push(
       cloud
         ? `  rename it out of the way (tcld namespace search-attributes rename --namespace ${shellWord(target.namespace)} --existing-name ${m.name} --new-name ${m.name}Old) and add it again with the right type, or use another namespace`
@@ -131,17 +167,34 @@ export function describeSearchAttributeProblem(check: SearchAttributeCheck, targ
  * for a value of the wrong type.
  */
 export function probeQuery(attr: NeededAttribute): string {
-  const sample: Record<SearchAttributeType, string> = { TEXT: "''", KEYWORD: "''", KEYWORD_LIST: "''", INT: '0', DOUBLE: '0.5', BOOL: 'true', DATETIME: "'2000-01-01T00:00:00Z'" };
+  const sample: Record<SearchAttributeType, string> = {
+    TEXT: "''",
+    KEYWORD: "''",
+    KEYWORD_LIST: "''",
+    INT: '0',
+    DOUBLE: '0.5',
+    BOOL: 'true',
+    DATETIME: "'2000-01-01T00:00:00Z'",
+  };
   return `${attr.name} = ${sample[attr.type]}`;
 }
 
-const TYPE_BY_CLI_NAME: Record<string, SearchAttributeType> = Object.fromEntries(Object.entries(CLI_TYPE_NAME).map(([t, n]) => [n.toLowerCase(), t as SearchAttributeType]));
+const TYPE_BY_CLI_NAME: Record<string, SearchAttributeType> = Object.fromEntries(
+  Object.entries(CLI_TYPE_NAME).map(([t, n]) => [n.toLowerCase(), t as SearchAttributeType]),
+);
 
 /**
  * What the server's answer to probeQuery(attr) says: `present` when it answered (no error text),
  * `missing`, the registered type when it named another, or `unknown` for any other refusal.
  */
-export function classifyProbeAnswer(attr: NeededAttribute, errorText: string | undefined): { kind: 'present' } | { kind: 'missing' } | { kind: 'mismatched'; registered: SearchAttributeType | 'UNKNOWN' } | { kind: 'unknown' } {
+export function classifyProbeAnswer(
+  attr: NeededAttribute,
+  errorText: string | undefined,
+):
+  | { kind: 'present' }
+  | { kind: 'missing' }
+  | { kind: 'mismatched'; registered: SearchAttributeType | 'UNKNOWN' }
+  | { kind: 'unknown' } {
   if (errorText === undefined) return { kind: 'present' };
   if (searchAttributeNamedIn(errorText, [attr.name]) === undefined) return { kind: 'unknown' };
   const typed = new RegExp(`search attribute ${attr.name} of type (\\w+)`, 'i').exec(errorText);

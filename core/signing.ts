@@ -38,9 +38,7 @@ export type SignatureEntry = z.infer<typeof SignatureEntry>;
 export const Envelope = z.object({ body: Base64Text.min(1), signatures: z.array(SignatureEntry) }).strict();
 export type Envelope = z.infer<typeof Envelope>;
 
-export const Pin = z
-  .object({ kid: Kid, publicKey: Base64Text.min(1), name: z.string().min(1).optional() })
-  .strict();
+export const Pin = z.object({ kid: Kid, publicKey: Base64Text.min(1), name: z.string().min(1).optional() }).strict();
 export type Pin = z.infer<typeof Pin>;
 
 const TrustInput = z
@@ -70,10 +68,13 @@ export function parseTrust(data: unknown, source: string): Trust {
   input.pins.forEach((pin, i) => {
     const raw = fromBase64(pin.publicKey);
     if (raw?.length !== 32) {
-      problems.push(`  pins[${i}].publicKey: must be a base64 raw 32-byte Ed25519 public key (got ${JSON.stringify(pin.publicKey)})`);
+      problems.push(
+        `  pins[${i}].publicKey: must be a base64 raw 32-byte Ed25519 public key (got ${JSON.stringify(pin.publicKey)})`,
+      );
       return;
     }
-    if (keyId(raw) !== pin.kid) problems.push(`  pins[${i}].kid: does not match its publicKey (expected ${keyId(raw)}, got "${pin.kid}")`);
+    if (keyId(raw) !== pin.kid)
+      problems.push(`  pins[${i}].kid: does not match its publicKey (expected ${keyId(raw)}, got "${pin.kid}")`);
     if (keys.has(pin.kid)) problems.push(`  pins[${i}].kid: pinned twice (got "${pin.kid}")`);
     keys.set(pin.kid, raw);
   });
@@ -112,7 +113,12 @@ export const SecretKeyFile = z
   .strict();
 
 export function secretKeyFile(pair: KeyPair): z.infer<typeof SecretKeyFile> {
-  return { type: 'wavegate.ed25519.secret-key', kid: pair.kid, publicKey: toBase64(pair.publicKey), secretKey: toBase64(pair.secretKey) };
+  return {
+    type: 'wavegate.ed25519.secret-key',
+    kid: pair.kid,
+    publicKey: toBase64(pair.publicKey),
+    secretKey: toBase64(pair.secretKey),
+  };
 }
 
 export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
@@ -142,7 +148,8 @@ export function signedContent(revision: Revision, opts: { now: number; validityD
   return {
     ...revision,
     issuedAt: new Date(opts.now).toISOString(),
-    expiresAt: revision.expiresAt ?? new Date(opts.now + (opts.validityDays ?? DEFAULT_VALIDITY_DAYS) * DAY_MS).toISOString(),
+    expiresAt:
+      revision.expiresAt ?? new Date(opts.now + (opts.validityDays ?? DEFAULT_VALIDITY_DAYS) * DAY_MS).toISOString(),
   };
 }
 
@@ -158,7 +165,12 @@ export function assertSignable(content: Revision, now: number, source: string): 
     : expires - issued > MAX_VALIDITY_DAYS * DAY_MS
       ? `is ${Math.ceil((expires - issued) / DAY_MS)} days after the signing time; a signature is valid for at most ${MAX_VALIDITY_DAYS} days`
       : undefined;
-  if (problem) throw new WavegateError('INVALID_INPUT', `${source}: invalid\n  expiresAt: ${problem} (got ${JSON.stringify(content.expiresAt)})`, { source, field: 'expiresAt' });
+  if (problem)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source}: invalid\n  expiresAt: ${problem} (got ${JSON.stringify(content.expiresAt)})`,
+      { source, field: 'expiresAt' },
+    );
 }
 
 /**
@@ -166,7 +178,11 @@ export function assertSignable(content: Revision, now: number, source: string): 
  * body; the envelope is then what is registered, not the source file. A primitive: `sign` checks the
  * content with assertSignable first (tests use it to make expired envelopes on purpose).
  */
-export function signRevision(revision: Revision, pair: KeyPair, opts: { now: number; validityDays?: number }): Envelope {
+export function signRevision(
+  revision: Revision,
+  pair: KeyPair,
+  opts: { now: number; validityDays?: number },
+): Envelope {
   const content = signedContent(revision, opts);
   const body = utf8Encode(canonicalize(content));
   return { body: toBase64(body), signatures: [signEntry(body, pair)] };
@@ -267,8 +283,14 @@ export function ed25519Verify(sig: Uint8Array, body: Uint8Array, publicKey: Uint
  */
 export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOptions): VerifyResult {
   if (typeof envelope === 'object' && envelope !== null && Array.isArray((envelope as Envelope).signatures)) {
-    const bad = (envelope as Envelope).signatures.find((s) => typeof s === 'object' && s !== null && 'alg' in s && s.alg !== ALG);
-    if (bad) return fail('UNSUPPORTED_ALG', `signature by ${String(bad.kid)} uses alg ${JSON.stringify(bad.alg)}; only "${ALG}" is accepted`);
+    const bad = (envelope as Envelope).signatures.find(
+      (s) => typeof s === 'object' && s !== null && 'alg' in s && s.alg !== ALG,
+    );
+    if (bad)
+      return fail(
+        'UNSUPPORTED_ALG',
+        `signature by ${String(bad.kid)} uses alg ${JSON.stringify(bad.alg)}; only "${ALG}" is accepted`,
+      );
   }
   const shape = Envelope.safeParse(envelope);
   if (!shape.success) {
@@ -293,15 +315,27 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
     }
     const sig = fromBase64(entry.sig);
     const valid = !!sig && (opts.verifySignature ?? ed25519Verify)(sig, body, key);
-    if (!valid) return fail('BAD_SIGNATURE', `signature by ${entry.kid} does not verify over the body (tampered body or signature)`, { kid: entry.kid });
+    if (!valid)
+      return fail(
+        'BAD_SIGNATURE',
+        `signature by ${entry.kid} does not verify over the body (tampered body or signature)`,
+        { kid: entry.kid },
+      );
     if (!signers.includes(entry.kid)) signers.push(entry.kid);
   }
-  if (duplicate) return fail('DUPLICATE_SIGNER', `${duplicate} signed more than once; each key counts once toward the threshold`, { kid: duplicate });
+  if (duplicate)
+    return fail('DUPLICATE_SIGNER', `${duplicate} signed more than once; each key counts once toward the threshold`, {
+      kid: duplicate,
+    });
   if (signers.length < trust.threshold) {
     if (signers.length === 0 && ignored.length > 0) {
       return fail('UNPINNED_KEY', `no signature is by a pinned key (signed by ${ignored.join(', ')})`, { ignored });
     }
-    return fail('BELOW_THRESHOLD', `${signers.length} distinct pinned signer(s), ${trust.threshold} required${ignored.length ? ` (unpinned: ${ignored.join(', ')})` : ''}`, { signers, ignored });
+    return fail(
+      'BELOW_THRESHOLD',
+      `${signers.length} distinct pinned signer(s), ${trust.threshold} required${ignored.length ? ` (unpinned: ${ignored.join(', ')})` : ''}`,
+      { signers, ignored },
+    );
   }
 
   const text = utf8Decode(body);
@@ -312,28 +346,45 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
   } catch {
     return fail('MALFORMED', 'envelope body is not JSON');
   }
-  if (!isCanonicalJson(text)) return fail('NOT_CANONICAL', 'envelope body is not canonical JSON (sorted keys, no whitespace)');
+  if (!isCanonicalJson(text))
+    return fail('NOT_CANONICAL', 'envelope body is not canonical JSON (sorted keys, no whitespace)');
   if (typeof content === 'object' && content !== null && Array.isArray((content as { payload?: unknown }).payload)) {
     const files = (content as { payload: unknown[] }).payload;
-    const missing = files.findIndex((f) => typeof f !== 'object' || f === null || typeof (f as { sha256?: unknown }).sha256 !== 'string' || !(f as { sha256: string }).sha256);
+    const missing = files.findIndex(
+      (f) =>
+        typeof f !== 'object' ||
+        f === null ||
+        typeof (f as { sha256?: unknown }).sha256 !== 'string' ||
+        !(f as { sha256: string }).sha256,
+    );
     if (missing >= 0) return fail('MISSING_DIGEST', `payload[${missing}] has no sha256 digest`, { index: missing });
   }
   // The signed content rules too, unless the caller re-makes a decision on replay (core/revision.ts, RevisionRules).
   const parsed = revisionSchemaFor(opts).safeParse(content);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    return fail('INVALID_REVISION', `envelope body is not a valid revision: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+    return fail(
+      'INVALID_REVISION',
+      `envelope body is not a valid revision: ${issue.path.join('.') || '(root)'}: ${issue.message}`,
+    );
   }
   const revision = parsed.data;
-  if (!revision.expiresAt) return fail('MISSING_EXPIRY', 'the revision has no expiresAt; a signed revision must expire');
+  if (!revision.expiresAt)
+    return fail('MISSING_EXPIRY', 'the revision has no expiresAt; a signed revision must expire');
   const expires = Date.parse(revision.expiresAt);
   if (!(expires > opts.now)) {
-    return fail('EXPIRED', `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`, { expiresAt: revision.expiresAt });
+    return fail('EXPIRED', `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`, {
+      expiresAt: revision.expiresAt,
+    });
   }
   const period = validityProblem(revision, expires, opts.now);
   if (period) return period;
   if (opts.current !== undefined && revision.revision <= opts.current) {
-    return fail('NOT_ABOVE_CURRENT', `revision ${revision.revision} is not above the current revision ${opts.current}; the channel never moves backwards`, { current: opts.current });
+    return fail(
+      'NOT_ABOVE_CURRENT',
+      `revision ${revision.revision} is not above the current revision ${opts.current}; the channel never moves backwards`,
+      { current: opts.current },
+    );
   }
   return { ok: true, revision, signers, bodyDigest: hex(sha256(body)), ignored };
 }
@@ -348,14 +399,26 @@ function validityProblem(revision: Revision, expires: number, now: number): Veri
   const name = `revision ${revision.profile}#${revision.revision}`;
   if (revision.issuedAt === undefined) {
     if (expires - now <= LEGACY_MAX_VALIDITY_DAYS * DAY_MS) return undefined;
-    return fail('VALIDITY_TOO_LONG', `${name} has no issuedAt and expires at ${revision.expiresAt}, more than ${LEGACY_MAX_VALIDITY_DAYS} days from now; sign it again`, { expiresAt: revision.expiresAt });
+    return fail(
+      'VALIDITY_TOO_LONG',
+      `${name} has no issuedAt and expires at ${revision.expiresAt}, more than ${LEGACY_MAX_VALIDITY_DAYS} days from now; sign it again`,
+      { expiresAt: revision.expiresAt },
+    );
   }
   const issued = Date.parse(revision.issuedAt);
   if (issued > now + MAX_CLOCK_SKEW_MS) {
-    return fail('NOT_YET_VALID', `${name} was issued at ${revision.issuedAt}, after this clock's ${new Date(now).toISOString()}: this clock is behind (or the envelope is post-dated); refusing`, { issuedAt: revision.issuedAt });
+    return fail(
+      'NOT_YET_VALID',
+      `${name} was issued at ${revision.issuedAt}, after this clock's ${new Date(now).toISOString()}: this clock is behind (or the envelope is post-dated); refusing`,
+      { issuedAt: revision.issuedAt },
+    );
   }
   if (expires - issued > MAX_VALIDITY_DAYS * DAY_MS) {
-    return fail('VALIDITY_TOO_LONG', `${name} is valid from ${revision.issuedAt} to ${revision.expiresAt}, longer than ${MAX_VALIDITY_DAYS} days`, { issuedAt: revision.issuedAt, expiresAt: revision.expiresAt });
+    return fail(
+      'VALIDITY_TOO_LONG',
+      `${name} is valid from ${revision.issuedAt} to ${revision.expiresAt}, longer than ${MAX_VALIDITY_DAYS} days`,
+      { issuedAt: revision.issuedAt, expiresAt: revision.expiresAt },
+    );
   }
   return undefined;
 }

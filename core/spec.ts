@@ -28,7 +28,10 @@ export function boundedDuration(min: number, max: number) {
     }
     // Rounding would run something other than what was written (`1.5ms`, 90000.5): refused instead.
     if (fractionalMs(value)) {
-      ctx.addIssue({ code: 'custom', message: `must be a whole number of milliseconds (no fraction of a millisecond), ${range}` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be a whole number of milliseconds (no fraction of a millisecond), ${range}`,
+      });
       return z.NEVER;
     }
     if (ms < min || ms > max) {
@@ -98,19 +101,29 @@ export type PhaseSize =
   | { kind: 'remainder' };
 
 const PHASE_SIZE_FORM = 'must be "<n> device(s)", "<p>%" or "up to <p>%" with p in (0, 100], or "remainder"';
-const PhaseSizeText = z.union([z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES} devices`), z.string().max(MAX_NAME_LENGTH)], { error: PHASE_SIZE_FORM }).transform((value, ctx): PhaseSize => {
-  if (typeof value === 'number') return { kind: 'count', count: value };
-  const text = value.trim();
-  const count = /^(\d+)\s*(devices?)?$/.exec(text);
-  if (count && Number(count[1]) > 0 && Number(count[1]) <= MAX_PHASE_DEVICES) return { kind: 'count', count: Number(count[1]) };
-  const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
-  if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
-  const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
-  if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100) return { kind: 'cumulative', percent: Number(cumulative[1]) };
-  if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
-  ctx.addIssue({ code: 'custom', message: PHASE_SIZE_FORM });
-  return z.NEVER;
-});
+const PhaseSizeText = z
+  .union(
+    [
+      z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES} devices`),
+      z.string().max(MAX_NAME_LENGTH),
+    ],
+    { error: PHASE_SIZE_FORM },
+  )
+  .transform((value, ctx): PhaseSize => {
+    if (typeof value === 'number') return { kind: 'count', count: value };
+    const text = value.trim();
+    const count = /^(\d+)\s*(devices?)?$/.exec(text);
+    if (count && Number(count[1]) > 0 && Number(count[1]) <= MAX_PHASE_DEVICES)
+      return { kind: 'count', count: Number(count[1]) };
+    const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
+    if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
+    const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
+    if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100)
+      return { kind: 'cumulative', percent: Number(cumulative[1]) };
+    if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
+    ctx.addIssue({ code: 'custom', message: PHASE_SIZE_FORM });
+    return z.NEVER;
+  });
 
 /** One health-gate check, validated by the same parser the probes use (core/health.ts). */
 export const HealthCheck = z.string().superRefine((text, ctx) => {
@@ -123,7 +136,12 @@ const Phase = z
     canary: PhaseSizeText.optional(),
     bulk: PhaseSizeText.optional(),
     name: z.string().min(1).max(MAX_NAME_LENGTH).regex(PRINTABLE, PRINTABLE_RULE).optional(),
-    gateMs: z.number().int().min(DURATION_BOUNDS.gate.min).max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`).optional(),
+    gateMs: z
+      .number()
+      .int()
+      .min(DURATION_BOUNDS.gate.min)
+      .max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`)
+      .optional(),
     gate: Gate.optional(),
     healthGate: z.array(HealthCheck).default([]),
     /** This phase's deadline in active time, overriding the spec's `phaseDeadline`. */
@@ -167,16 +185,21 @@ const Window = z
   .strict();
 
 const Fraction = z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1');
-const BudgetFraction = z.union([Fraction, z.string().max(MAX_NAME_LENGTH)], { error: 'must be a fraction 0-1 or a percentage like "5%"' }).transform((value, ctx) => {
-  if (typeof value === 'number') return value;
-  const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
-  if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
-  ctx.addIssue({ code: 'custom', message: 'must be a fraction 0-1 or a percentage like "5%"' });
-  return z.NEVER;
-});
+const BudgetFraction = z
+  .union([Fraction, z.string().max(MAX_NAME_LENGTH)], { error: 'must be a fraction 0-1 or a percentage like "5%"' })
+  .transform((value, ctx) => {
+    if (typeof value === 'number') return value;
+    const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
+    if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
+    ctx.addIssue({ code: 'custom', message: 'must be a fraction 0-1 or a percentage like "5%"' });
+    return z.NEVER;
+  });
 
 /** Cumulative percentages (the seed's `waves: [1, 10, 50, 100]`): 1-10 increasing numbers ending at 100. */
-const Waves = z.array(z.number().gt(0, 'must be above 0').max(100, 'must be at most 100')).min(1).max(10, 'at most 10 waves');
+const Waves = z
+  .array(z.number().gt(0, 'must be above 0').max(100, 'must be at most 100'))
+  .min(1)
+  .max(10, 'at most 10 waves');
 
 /**
  * Deadline settings that could never mean what they say, each with the field it is at: an `onDeadline`
@@ -191,16 +214,25 @@ export function deadlineProblems(spec: {
 }): Array<{ path: Array<string | number>; message: string }> {
   const problems: Array<{ path: Array<string | number>; message: string }> = [];
   const phases = spec.phases ?? [];
-  const anyDeadline = spec.progressDeadline !== undefined || spec.phaseDeadline !== undefined || phases.some((p) => p.phaseDeadline !== undefined);
+  const anyDeadline =
+    spec.progressDeadline !== undefined ||
+    spec.phaseDeadline !== undefined ||
+    phases.some((p) => p.phaseDeadline !== undefined);
   if (spec.onDeadline !== undefined && !anyDeadline) {
-    problems.push({ path: ['onDeadline'], message: `says what a passed deadline does, but no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline` });
+    problems.push({
+      path: ['onDeadline'],
+      message: `says what a passed deadline does, but no deadline is set: add progressDeadline or phaseDeadline (of the spec or of a phase), or remove onDeadline`,
+    });
   }
   const progress = spec.progressDeadline;
   if (progress !== undefined) {
-    const longer = (ms: number) => `is ${formatDurationMs(ms)}, longer than the progressDeadline of ${formatDurationMs(progress)}: the whole rollout's deadline passes first, so this one never would; make it at most ${formatDurationMs(progress)}`;
-    if (spec.phaseDeadline !== undefined && spec.phaseDeadline > progress) problems.push({ path: ['phaseDeadline'], message: longer(spec.phaseDeadline) });
+    const longer = (ms: number) =>
+      `is ${formatDurationMs(ms)}, longer than the progressDeadline of ${formatDurationMs(progress)}: the whole rollout's deadline passes first, so this one never would; make it at most ${formatDurationMs(progress)}`;
+    if (spec.phaseDeadline !== undefined && spec.phaseDeadline > progress)
+      problems.push({ path: ['phaseDeadline'], message: longer(spec.phaseDeadline) });
     phases.forEach((phase, i) => {
-      if (phase.phaseDeadline !== undefined && phase.phaseDeadline > progress) problems.push({ path: ['phases', i, 'phaseDeadline'], message: longer(phase.phaseDeadline) });
+      if (phase.phaseDeadline !== undefined && phase.phaseDeadline > progress)
+        problems.push({ path: ['phases', i, 'phaseDeadline'], message: longer(phase.phaseDeadline) });
     });
   }
   return problems;
@@ -226,9 +258,13 @@ export const RolloutBody = z
     disruptionBudget: z.record(PoolName, BudgetFraction).default({}),
     onInconclusive: z.enum(['pause', 'fail']).default('pause'),
     /** Each health-gate check must answer within this; one that cannot is inconclusive. */
-    healthTimeout: boundedDuration(DURATION_BOUNDS.healthTimeout.min, DURATION_BOUNDS.healthTimeout.max).default(60_000),
+    healthTimeout: boundedDuration(DURATION_BOUNDS.healthTimeout.min, DURATION_BOUNDS.healthTimeout.max).default(
+      60_000,
+    ),
     /** After completion, each changed device's floor allows going back to fromRevision this long (core/floor.ts). */
-    revertWindow: boundedDuration(DURATION_BOUNDS.revertWindow.min, DURATION_BOUNDS.revertWindow.max).default(86_400_000),
+    revertWindow: boundedDuration(DURATION_BOUNDS.revertWindow.min, DURATION_BOUNDS.revertWindow.max).default(
+      86_400_000,
+    ),
     window: Window.optional(),
     canaryClass: Identifier.optional(),
     concurrent: z.boolean().default(false),
@@ -247,14 +283,27 @@ export const RolloutBody = z
   .strict()
   .superRefine((spec, ctx) => {
     if (spec.toRevision <= spec.fromRevision) {
-      ctx.addIssue({ code: 'custom', path: ['toRevision'], message: `must be above fromRevision (${spec.fromRevision})` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['toRevision'],
+        message: `must be above fromRevision (${spec.fromRevision})`,
+      });
     }
     if ((spec.phases === undefined) === (spec.waves === undefined)) {
-      ctx.addIssue({ code: 'custom', path: ['phases'], message: 'give exactly one of "phases" or "waves" (cumulative percentages)' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['phases'],
+        message: 'give exactly one of "phases" or "waves" (cumulative percentages)',
+      });
     }
     if (spec.waves) {
       spec.waves.forEach((w, i) => {
-        if (i > 0 && w <= spec.waves![i - 1]!) ctx.addIssue({ code: 'custom', path: ['waves', i], message: `must be above the previous wave (${spec.waves![i - 1]})` });
+        if (i > 0 && w <= spec.waves![i - 1]!)
+          ctx.addIssue({
+            code: 'custom',
+            path: ['waves', i],
+            message: `must be above the previous wave (${spec.waves![i - 1]})`,
+          });
       });
       if (spec.waves[spec.waves.length - 1] !== 100) {
         ctx.addIssue({ code: 'custom', path: ['waves', spec.waves.length - 1], message: 'the last wave must be 100' });
@@ -262,7 +311,8 @@ export const RolloutBody = z
     }
     checkPhaseSizes(spec.phases ?? [], ctx);
     for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
-    for (const p of afterProblems(spec.profile, spec.after ?? [])) ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
+    for (const p of afterProblems(spec.profile, spec.after ?? []))
+      ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
   })
   .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) }));
 
@@ -281,7 +331,11 @@ function checkPhaseSizes(phases: PhaseOut[], ctx: z.RefinementCtx): void {
     const key = phase.canary !== undefined ? 'canary' : 'bulk';
     if (!size) return;
     if (phase.canary !== undefined && i > 0) {
-      ctx.addIssue({ code: 'custom', path: ['phases', i, 'canary'], message: 'only the first phase can be a canary phase; use "bulk"' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['phases', i, 'canary'],
+        message: 'only the first phase can be a canary phase; use "bulk"',
+      });
     }
     if (size.kind === 'remainder' && i !== phases.length - 1) {
       ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: '"remainder" must be the last phase' });
@@ -289,12 +343,20 @@ function checkPhaseSizes(phases: PhaseOut[], ctx: z.RefinementCtx): void {
     if (size.kind === 'percent') {
       percentSum += size.percent;
       if (percentSum > 100 + 1e-9) {
-        ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: `phase percentages add up to ${percentSum}%, above 100%` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['phases', i, key],
+          message: `phase percentages add up to ${percentSum}%, above 100%`,
+        });
       }
     }
     if (size.kind === 'cumulative') {
       if (size.percent <= lastCumulative) {
-        ctx.addIssue({ code: 'custom', path: ['phases', i, key], message: `a cumulative size must be above the previous one (up to ${lastCumulative}%)` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['phases', i, key],
+          message: `a cumulative size must be above the previous one (up to ${lastCumulative}%)`,
+        });
       }
       lastCumulative = size.percent;
     }
@@ -330,26 +392,43 @@ export function phaseSize(phase: PhaseSpec): PhaseSize {
  * Checks that need the inventory: `canaryClass` must be a class present among the devices in scope,
  * and every pool named in `disruptionBudget` must exist. Throws INVALID_INPUT naming `source`.
  */
-export function checkSpecAgainstInventory(spec: RolloutSpec, inventory: Inventory, source: string, inScope?: readonly string[]): void {
+export function checkSpecAgainstInventory(
+  spec: RolloutSpec,
+  inventory: Inventory,
+  source: string,
+  inScope?: readonly string[],
+): void {
   const ids = inScope ? new Set(inScope) : undefined;
   const devices = ids ? inventory.devices.filter((d) => ids.has(d.id)) : inventory.devices;
   const problems: FieldProblem[] = [];
   if (spec.canaryClass !== undefined) {
     const classes = [...new Set(devices.map((d) => d.class))].sort();
     if (!classes.includes(spec.canaryClass)) {
-      problems.push({ path: 'rollout.canaryClass', value: spec.canaryClass, message: `no device in scope has this class; allowed: ${classes.map((c) => JSON.stringify(c)).join(', ') || '(none)'}` });
+      problems.push({
+        path: 'rollout.canaryClass',
+        value: spec.canaryClass,
+        message: `no device in scope has this class; allowed: ${classes.map((c) => JSON.stringify(c)).join(', ') || '(none)'}`,
+      });
     }
   }
   const pools = Object.keys(inventory.pools).sort();
   for (const pool of Object.keys(spec.disruptionBudget)) {
     if (!ownValue(inventory.pools, pool)) {
-      problems.push({ path: formatPath(['rollout', 'disruptionBudget', pool]), value: pool, message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}` });
+      problems.push({
+        path: formatPath(['rollout', 'disruptionBudget', pool]),
+        value: pool,
+        message: `no such pool in the inventory; allowed: ${pools.map((p) => JSON.stringify(p)).join(', ')}`,
+      });
     }
   }
   // Each device's transport comes from the inventory (`transport: agent` devices are applied through
   // their twin); a rollout-wide `transport: agent` would override that, and no such override exists.
   if (spec.transport === 'agent') {
-    problems.push({ path: 'rollout.transport', value: spec.transport, message: 'the agent transport is not available in this version; allowed: "ssh"' });
+    problems.push({
+      path: 'rollout.transport',
+      value: spec.transport,
+      message: 'the agent transport is not available in this version; allowed: "ssh"',
+    });
   }
   if (problems.length) invalidFields(source, problems);
 }

@@ -54,10 +54,24 @@ export interface DesiredEntry {
 
 export type DesiredRequest = Omit<DesiredEntry, 'setAt'>;
 
-export const PROFILE_REPORT_STATES = ['idle', 'applying', 'applied', 'already-applied', 'claimed', 'failed', 'refused'] as const;
+export const PROFILE_REPORT_STATES = [
+  'idle',
+  'applying',
+  'applied',
+  'already-applied',
+  'claimed',
+  'failed',
+  'refused',
+] as const;
 export type ProfileReportState = (typeof PROFILE_REPORT_STATES)[number];
 /** Report states that answer a request for good: the rollout side stops waiting on them. */
-export const FINAL_REPORT_STATES: readonly ProfileReportState[] = ['applied', 'already-applied', 'claimed', 'failed', 'refused'];
+export const FINAL_REPORT_STATES: readonly ProfileReportState[] = [
+  'applied',
+  'already-applied',
+  'claimed',
+  'failed',
+  'refused',
+];
 
 export interface ProfileReport {
   /** The device's marker for the profile. */
@@ -158,13 +172,23 @@ export function requestIdOf(holder: Pick<TwinHolder, 'rollout' | 'run' | 'activi
 }
 
 export function newTwinState(deviceId: string): TwinState {
-  return { deviceId, version: 0, desired: {}, report: null, lastSeenAt: null, reverify: false, reverifyVersion: 0, syncs: 0 };
+  return {
+    deviceId,
+    version: 0,
+    desired: {},
+    report: null,
+    lastSeenAt: null,
+    reverify: false,
+    reverifyVersion: 0,
+    syncs: 0,
+  };
 }
 
 /** The twin's state from what a previous run carried (or a fresh one): a carried state of another device is refused. */
 export function restoreTwinState(deviceId: string, carried: TwinState | undefined): TwinState {
   if (!carried) return newTwinState(deviceId);
-  if (carried.deviceId !== deviceId) throw new Error(`twin ${deviceId}: carried state is of device ${JSON.stringify(carried.deviceId)}`);
+  if (carried.deviceId !== deviceId)
+    throw new Error(`twin ${deviceId}: carried state is of device ${JSON.stringify(carried.deviceId)}`);
   return { ...newTwinState(deviceId), ...carried };
 }
 
@@ -182,23 +206,26 @@ const RESERVED = new Set(['__proto__', 'constructor', 'prototype']);
 function stringProblem(value: unknown, field: string, optional = false): string | null {
   if (value === undefined && optional) return null;
   if (typeof value !== 'string') return `${field}: must be a string (got ${shown(value)})`;
-  if (value.length > TWIN_LIMITS.string) return `${field}: at most ${TWIN_LIMITS.string} characters (got ${value.length})`;
+  if (value.length > TWIN_LIMITS.string)
+    return `${field}: at most ${TWIN_LIMITS.string} characters (got ${value.length})`;
   return null;
 }
 
 function shown(value: unknown): string {
-  const text = value === undefined ? 'undefined' : JSON.stringify(value) ?? String(value);
+  const text = value === undefined ? 'undefined' : (JSON.stringify(value) ?? String(value));
   return text.length > 60 ? `${text.slice(0, 60)}…` : text;
 }
 
 function revisionProblem(value: unknown, field: string, nullable: boolean): string | null {
   if (value === null && nullable) return null;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) return `${field}: must be a revision number >= 1${nullable ? ' or null' : ''} (got ${shown(value)})`;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1)
+    return `${field}: must be a revision number >= 1${nullable ? ' or null' : ''} (got ${shown(value)})`;
   return null;
 }
 
 function profileNameProblem(name: unknown, field: string): string | null {
-  if (typeof name !== 'string' || !PROFILE.test(name) || RESERVED.has(name)) return `${field}: must be a profile name (1-64 letters, digits, ".", "_", "-"; got ${shown(name)})`;
+  if (typeof name !== 'string' || !PROFILE.test(name) || RESERVED.has(name))
+    return `${field}: must be a profile name (1-64 letters, digits, ".", "_", "-"; got ${shown(name)})`;
   return null;
 }
 
@@ -209,7 +236,9 @@ export function desireProblem(entry: unknown): string | null {
     stringProblem(entry.requestId, 'requestId'),
     profileNameProblem(entry.profile, 'profile'),
     revisionProblem(entry.revision, 'revision', false),
-    typeof entry.envelopeDigest === 'string' && /^([0-9a-f]{64})?$/.test(entry.envelopeDigest) ? null : `envelopeDigest: must be 64 hex chars or "" (got ${shown(entry.envelopeDigest)})`,
+    typeof entry.envelopeDigest === 'string' && /^([0-9a-f]{64})?$/.test(entry.envelopeDigest)
+      ? null
+      : `envelopeDigest: must be 64 hex chars or "" (got ${shown(entry.envelopeDigest)})`,
     entry.rollout === null ? null : stringProblem(entry.rollout, 'rollout'),
     revisionProblem(entry.fromRevision, 'fromRevision', true),
   ].find((p) => p !== null);
@@ -218,7 +247,15 @@ export function desireProblem(entry: unknown): string | null {
     return `twinDesire: steps: must be the steps of ${String(entry.profile)} r${String(entry.revision)}`;
   }
   const h = entry.holder;
-  if (!isRecord(h) || [h.rollout, h.run, h.activity].some((v) => typeof v !== 'string' || v.length === 0 || v.length > TWIN_LIMITS.string) || typeof h.attempt !== 'number' || !Number.isSafeInteger(h.attempt) || h.attempt < 1) {
+  if (
+    !isRecord(h) ||
+    [h.rollout, h.run, h.activity].some(
+      (v) => typeof v !== 'string' || v.length === 0 || v.length > TWIN_LIMITS.string,
+    ) ||
+    typeof h.attempt !== 'number' ||
+    !Number.isSafeInteger(h.attempt) ||
+    h.attempt < 1
+  ) {
     return `twinDesire: holder: must be { rollout, run, activity, attempt >= 1 } (got ${shown(h)})`;
   }
   return null;
@@ -226,7 +263,8 @@ export function desireProblem(entry: unknown): string | null {
 
 function profileReportProblem(report: unknown, field: string): string | null {
   if (!isRecord(report)) return `${field}: must be an object`;
-  if (!(PROFILE_REPORT_STATES as readonly unknown[]).includes(report.state)) return `${field}.state: must be one of ${PROFILE_REPORT_STATES.join(', ')} (got ${shown(report.state)})`;
+  if (!(PROFILE_REPORT_STATES as readonly unknown[]).includes(report.state))
+    return `${field}.state: must be one of ${PROFILE_REPORT_STATES.join(', ')} (got ${shown(report.state)})`;
   const steps = report.steps;
   return (
     [
@@ -249,21 +287,33 @@ export function reportProblem(report: unknown): string | null {
   if (!isRecord(report)) return 'report: must be an object or null';
   if (!isRecord(report.profiles)) return 'report.profiles: must be an object of profile reports';
   const names = Object.keys(report.profiles);
-  if (names.length > TWIN_LIMITS.profiles) return `report.profiles: at most ${TWIN_LIMITS.profiles} profiles (got ${names.length})`;
+  if (names.length > TWIN_LIMITS.profiles)
+    return `report.profiles: at most ${TWIN_LIMITS.profiles} profiles (got ${names.length})`;
   for (const name of names) {
-    const problem = profileNameProblem(name, `report.profiles[${shown(name)}]`) ?? profileReportProblem(report.profiles[name], `report.profiles.${name}`);
+    const problem =
+      profileNameProblem(name, `report.profiles[${shown(name)}]`) ??
+      profileReportProblem(report.profiles[name], `report.profiles.${name}`);
     if (problem) return problem;
   }
   if (!Array.isArray(report.health)) return 'report.health: must be a list of health checks';
-  if (report.health.length > TWIN_LIMITS.health) return `report.health: at most ${TWIN_LIMITS.health} checks (got ${report.health.length})`;
+  if (report.health.length > TWIN_LIMITS.health)
+    return `report.health: at most ${TWIN_LIMITS.health} checks (got ${report.health.length})`;
   for (const [i, check] of report.health.entries()) {
-    if (!isRecord(check) || typeof check.ok !== 'boolean') return `report.health[${i}]: must be { name, ok: boolean, detail?, kind?, value? }`;
-    const problem = stringProblem(check.name, `report.health[${i}].name`) ?? stringProblem(check.detail, `report.health[${i}].detail`, true);
+    if (!isRecord(check) || typeof check.ok !== 'boolean')
+      return `report.health[${i}]: must be { name, ok: boolean, detail?, kind?, value? }`;
+    const problem =
+      stringProblem(check.name, `report.health[${i}].name`) ??
+      stringProblem(check.detail, `report.health[${i}].detail`, true);
     if (problem) return problem;
     if (check.kind !== undefined && !(HEALTH_REPORT_KINDS as readonly unknown[]).includes(check.kind)) {
       return `report.health[${i}].kind: must be one of ${HEALTH_REPORT_KINDS.join(', ')} (got ${shown(check.kind)})`;
     }
-    if (check.value !== undefined && (typeof check.value !== 'number' || !Number.isFinite(check.value) || Math.abs(check.value) > TWIN_LIMITS.healthValue)) {
+    if (
+      check.value !== undefined &&
+      (typeof check.value !== 'number' ||
+        !Number.isFinite(check.value) ||
+        Math.abs(check.value) > TWIN_LIMITS.healthValue)
+    ) {
       return `report.health[${i}].value: must be a finite number within ±${TWIN_LIMITS.healthValue} (got ${typeof check.value === 'number' ? String(check.value) : shown(check.value)})`;
     }
   }
@@ -277,8 +327,15 @@ export function reportProblem(report: unknown): string | null {
 /** Why a sync is malformed, or null (the twinSync update's validator). */
 export function syncProblem(input: unknown): string | null {
   if (!isRecord(input)) return 'twinSync: must be { report, knownVersion, waitMs }';
-  if (typeof input.knownVersion !== 'number' || !Number.isSafeInteger(input.knownVersion) || input.knownVersion < 0) return `twinSync: knownVersion: must be an integer >= 0 (got ${shown(input.knownVersion)})`;
-  if (typeof input.waitMs !== 'number' || !Number.isFinite(input.waitMs) || input.waitMs < 0 || input.waitMs > TWIN_LIMITS.waitMs) return `twinSync: waitMs: must be 0-${TWIN_LIMITS.waitMs} (got ${shown(input.waitMs)})`;
+  if (typeof input.knownVersion !== 'number' || !Number.isSafeInteger(input.knownVersion) || input.knownVersion < 0)
+    return `twinSync: knownVersion: must be an integer >= 0 (got ${shown(input.knownVersion)})`;
+  if (
+    typeof input.waitMs !== 'number' ||
+    !Number.isFinite(input.waitMs) ||
+    input.waitMs < 0 ||
+    input.waitMs > TWIN_LIMITS.waitMs
+  )
+    return `twinSync: waitMs: must be 0-${TWIN_LIMITS.waitMs} (got ${shown(input.waitMs)})`;
   if (input.report === null) return null;
   const problem = reportProblem(input.report);
   return problem ? `twinSync: ${problem}` : null;
@@ -347,7 +404,8 @@ export type RequestAnswer =
 export function answerTo(view: Pick<TwinView, 'report'>, profile: string, requestId: string): RequestAnswer {
   const profiles = view.report?.profiles;
   const report = profiles && Object.hasOwn(profiles, profile) ? profiles[profile] : undefined;
-  if (!report || report.requestId !== requestId || !FINAL_REPORT_STATES.includes(report.state)) return { state: 'pending' };
+  if (!report || report.requestId !== requestId || !FINAL_REPORT_STATES.includes(report.state))
+    return { state: 'pending' };
   return { state: report.state as 'applied', report };
 }
 
@@ -356,12 +414,19 @@ export function answerTo(view: Pick<TwinView, 'report'>, profile: string, reques
  * that revision or a higher one (the marker), or the twin already desires a higher one (a newer rollout
  * asked while the device was away). Convergence asks only below both.
  */
-export function atOrAboveReason(view: Pick<TwinView, 'desired' | 'report'> | null, profile: string, revision: number): string | null {
+export function atOrAboveReason(
+  view: Pick<TwinView, 'desired' | 'report'> | null,
+  profile: string,
+  revision: number,
+): string | null {
   if (!view) return null;
-  const reported = view.report && Object.hasOwn(view.report.profiles, profile) ? view.report.profiles[profile]!.revision : null;
-  if (reported !== null && reported >= revision) return `its agent reports ${profile} r${reported}, at or above r${revision}`;
+  const reported =
+    view.report && Object.hasOwn(view.report.profiles, profile) ? view.report.profiles[profile]!.revision : null;
+  if (reported !== null && reported >= revision)
+    return `its agent reports ${profile} r${reported}, at or above r${revision}`;
   const desired = Object.hasOwn(view.desired, profile) ? view.desired[profile]!.revision : null;
-  if (desired !== null && desired > revision) return `its twin already desires ${profile} r${desired}, above r${revision}`;
+  if (desired !== null && desired > revision)
+    return `its twin already desires ${profile} r${desired}, above r${revision}`;
   return null;
 }
 

@@ -62,15 +62,24 @@ export function showValue(value: unknown): string {
 function render(value: unknown, depth: number): string {
   if (typeof value === 'number') return Number.isFinite(value) ? JSON.stringify(value) : String(value);
   // Scrubbed: a refused url or command may hold the very password it was refused for.
-  if (typeof value === 'string') return escapeInvisible(JSON.stringify(scrubCredentials(value.length > PREVIEW_LENGTH * 2 ? value.slice(0, PREVIEW_LENGTH * 2) : value)));
+  if (typeof value === 'string')
+    return escapeInvisible(
+      JSON.stringify(scrubCredentials(value.length > PREVIEW_LENGTH * 2 ? value.slice(0, PREVIEW_LENGTH * 2) : value)),
+    );
   if (typeof value === 'bigint') return `${value}n`;
   if (value === null || typeof value === 'boolean') return String(value);
   if (typeof value !== 'object') return typeof value;
   if (depth >= 3) return Array.isArray(value) ? '[...]' : '{...}';
   // Only as many entries as can show: a 100,000-element array costs no more than a short one.
-  if (Array.isArray(value)) return `[${value.slice(0, 10).map((v) => render(v, depth + 1)).join(',')}${value.length > 10 ? ',...' : ''}]`;
+  if (Array.isArray(value))
+    return `[${value
+      .slice(0, 10)
+      .map((v) => render(v, depth + 1))
+      .join(',')}${value.length > 10 ? ',...' : ''}]`;
   const keys = Object.keys(value);
-  const shown = keys.slice(0, 10).map((k) => `${escapeInvisible(JSON.stringify(k))}:${render((value as Record<string, unknown>)[k], depth + 1)}`);
+  const shown = keys
+    .slice(0, 10)
+    .map((k) => `${escapeInvisible(JSON.stringify(k))}:${render((value as Record<string, unknown>)[k], depth + 1)}`);
   return `{${shown.join(',')}${keys.length > 10 ? ',...' : ''}}`;
 }
 
@@ -110,10 +119,15 @@ function issueProblems(schema: z.ZodType, data: unknown, base: readonly Property
   if (issue.code === 'invalid_key') {
     // A record key that its key schema refused: say why (the key's own rule), not "Invalid key in record".
     const key = path[path.length - 1];
-    return [{ path: formatPath(path), value: key, message: issue.issues.map((i) => i.message).join('; ') || issue.message }];
+    return [
+      { path: formatPath(path), value: key, message: issue.issues.map((i) => i.message).join('; ') || issue.message },
+    ];
   }
   const value = valueAt(data, path);
-  const message = value === undefined && issue.code === 'invalid_type' ? `required (${issue.message.replace(/^Invalid input: /, '').replace(/, received undefined$/, '')})` : issue.message;
+  const message =
+    value === undefined && issue.code === 'invalid_type'
+      ? `required (${issue.message.replace(/^Invalid input: /, '').replace(/, received undefined$/, '')})`
+      : issue.message;
   return [{ path: formatPath(path), value, message }];
 }
 
@@ -126,22 +140,40 @@ const DEFAULT_UNION_MESSAGE = 'Invalid input';
  * says `errorRate.command` must be text and `gate: 1e300` gets the duration's range. When the value is
  * of no alternative's kind at all, the union's own message (a field's `error`), else the kinds allowed.
  */
-function unionProblems(schema: z.ZodType, data: unknown, path: readonly PropertyKey[], branches: Issue[][], message: string): FieldProblem[] {
-  const kindMismatch = (i: Issue) => i.path.length === 0 && (i.code === 'invalid_type' || i.code === 'invalid_value' || i.code === 'invalid_union');
+function unionProblems(
+  schema: z.ZodType,
+  data: unknown,
+  path: readonly PropertyKey[],
+  branches: Issue[][],
+  message: string,
+): FieldProblem[] {
+  const kindMismatch = (i: Issue) =>
+    i.path.length === 0 && (i.code === 'invalid_type' || i.code === 'invalid_value' || i.code === 'invalid_union');
   const score = (branch: Issue[]) =>
-    branch.some((i) => i.code === 'unrecognized_keys') ? -1 : branch.every(kindMismatch) ? -2 : Math.min(...branch.map((i) => i.path.length));
+    branch.some((i) => i.code === 'unrecognized_keys')
+      ? -1
+      : branch.every(kindMismatch)
+        ? -2
+        : Math.min(...branch.map((i) => i.path.length));
   const best = [...branches].filter((b) => b.length).sort((a, b) => score(b) - score(a))[0];
   if (best && score(best) >= 0) return best.flatMap((issue) => issueProblems(schema, data, path, issue));
   const kinds = [...new Set(branches.flatMap(alternatives))];
   const own = message !== DEFAULT_UNION_MESSAGE ? message : undefined;
-  return [{ path: formatPath(path), value: valueAt(data, path), message: own ?? `must be ${kinds.length ? orList(kinds) : 'one of the allowed forms'}` }];
+  return [
+    {
+      path: formatPath(path),
+      value: valueAt(data, path),
+      message: own ?? `must be ${kinds.length ? orList(kinds) : 'one of the allowed forms'}`,
+    },
+  ];
 }
 
 /** The kinds of value a union branch accepts, in words (`"manual"`, `a number`). */
 function alternatives(branch: Issue[]): string[] {
   return branch.flatMap((i): string[] => {
     if (i.path.length) return [];
-    if (i.code === 'invalid_type') return [i.expected === 'object' ? 'a mapping' : i.expected === 'array' ? 'a list' : `a ${i.expected}`];
+    if (i.code === 'invalid_type')
+      return [i.expected === 'object' ? 'a mapping' : i.expected === 'array' ? 'a list' : `a ${i.expected}`];
     if (i.code === 'invalid_value') return i.values.map((v) => JSON.stringify(v));
     if (i.code === 'invalid_union') return i.errors.flatMap(alternatives);
     return [];
@@ -181,7 +213,13 @@ function allowedKeys(schema: z.ZodType, path: readonly PropertyKey[]): string[] 
   for (const key of path) {
     def = unwrap(def);
     const next =
-      def.type === 'object' && typeof key === 'string' ? def.shape?.[key] : def.type === 'array' ? def.element : def.type === 'record' ? def.valueType : undefined;
+      def.type === 'object' && typeof key === 'string'
+        ? def.shape?.[key]
+        : def.type === 'array'
+          ? def.element
+          : def.type === 'record'
+            ? def.valueType
+            : undefined;
     if (!next) return undefined;
     def = next._zod.def;
   }

@@ -40,7 +40,15 @@ export function webhookSecretEnvAllowed(name: string): boolean {
 // ---- addresses ----
 
 /** What an address is, for the policy: only `public` is allowed without configuration. */
-export type AddressClass = 'public' | 'loopback' | 'private' | 'link-local' | 'metadata' | 'unspecified' | 'multicast' | 'reserved';
+export type AddressClass =
+  | 'public'
+  | 'loopback'
+  | 'private'
+  | 'link-local'
+  | 'metadata'
+  | 'unspecified'
+  | 'multicast'
+  | 'reserved';
 
 /** Classes `WAVEGATE_WEBHOOK_ALLOW_PRIVATE=1` allows; the others only an allow-list entry does. */
 const ALLOWED_BY_ALLOW_PRIVATE: ReadonlySet<AddressClass> = new Set(['loopback', 'private']);
@@ -184,7 +192,8 @@ export function addressClass(ip: IpBytes): AddressClass {
 
 export function formatIp(ip: IpBytes): string {
   if (ip.length === 4) return ip.join('.');
-  if (ip.slice(0, 10).every((b) => b === 0) && ip[10] === 0xff && ip[11] === 0xff) return `::ffff:${ip.slice(12).join('.')}`;
+  if (ip.slice(0, 10).every((b) => b === 0) && ip[10] === 0xff && ip[11] === 0xff)
+    return `::ffff:${ip.slice(12).join('.')}`;
   const groups = Array.from({ length: 8 }, (_, i) => (ip[2 * i]! << 8) | ip[2 * i + 1]!);
   // The longest run of two or more zero groups becomes "::" (RFC 5952).
   let best = { at: -1, len: 0 };
@@ -219,12 +228,21 @@ export interface WebhookPolicy {
 }
 
 /** The policy with nothing allowed beyond public receivers and the default secrets directory. */
-export const STRICT_WEBHOOK_POLICY: WebhookPolicy = { secretsDir: DEFAULT_WEBHOOK_SECRETS_DIR, allowPrivate: false, allowRanges: [], allowNames: [] };
+export const STRICT_WEBHOOK_POLICY: WebhookPolicy = {
+  secretsDir: DEFAULT_WEBHOOK_SECRETS_DIR,
+  allowPrivate: false,
+  allowRanges: [],
+  allowNames: [],
+};
 
 const HOST_NAME = /^(\*\.)?(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?$/;
 
 function configProblem(variable: string, value: string, rule: string): WavegateError {
-  return new WavegateError('INVALID_INPUT', `${variable}: ${rule} (got ${JSON.stringify(value.length > 200 ? `${value.slice(0, 200)}...` : value)})`, { field: variable, value });
+  return new WavegateError(
+    'INVALID_INPUT',
+    `${variable}: ${rule} (got ${JSON.stringify(value.length > 200 ? `${value.slice(0, 200)}...` : value)})`,
+    { field: variable, value },
+  );
 }
 
 /**
@@ -233,16 +251,23 @@ function configProblem(variable: string, value: string, rule: string): WavegateE
  */
 export function webhookPolicyFromEnv(env: Readonly<Record<string, string | undefined>>): WebhookPolicy {
   const dir = env[WEBHOOK_SECRETS_DIR_ENV]?.trim() || DEFAULT_WEBHOOK_SECRETS_DIR;
-  if (!dir.startsWith('/') || /[\0\n\r]/.test(dir) || dir.length > 1024) throw configProblem(WEBHOOK_SECRETS_DIR_ENV, dir, 'must be an absolute directory path');
+  if (!dir.startsWith('/') || /[\0\n\r]/.test(dir) || dir.length > 1024)
+    throw configProblem(WEBHOOK_SECRETS_DIR_ENV, dir, 'must be an absolute directory path');
   const privateText = (env[WEBHOOK_ALLOW_PRIVATE_ENV] ?? '').trim().toLowerCase();
   let allowPrivate: boolean;
   if (['1', 'true', 'yes'].includes(privateText)) allowPrivate = true;
   else if (['', '0', 'false', 'no'].includes(privateText)) allowPrivate = false;
-  else throw configProblem(WEBHOOK_ALLOW_PRIVATE_ENV, env[WEBHOOK_ALLOW_PRIVATE_ENV]!, 'must be 1 (allow loopback and private receivers) or 0');
+  else
+    throw configProblem(
+      WEBHOOK_ALLOW_PRIVATE_ENV,
+      env[WEBHOOK_ALLOW_PRIVATE_ENV]!,
+      'must be 1 (allow loopback and private receivers) or 0',
+    );
   const allowRanges: Cidr[] = [];
   const allowNames: HostEntry[] = [];
   const entries = (env[WEBHOOK_ALLOW_HOSTS_ENV] ?? '').split(/[\s,]+/).filter(Boolean);
-  if (entries.length > 256) throw configProblem(WEBHOOK_ALLOW_HOSTS_ENV, env[WEBHOOK_ALLOW_HOSTS_ENV]!, 'at most 256 entries');
+  if (entries.length > 256)
+    throw configProblem(WEBHOOK_ALLOW_HOSTS_ENV, env[WEBHOOK_ALLOW_HOSTS_ENV]!, 'at most 256 entries');
   for (const entry of entries) {
     const range = parseCidr(entry);
     if (range) {
@@ -250,7 +275,12 @@ export function webhookPolicyFromEnv(env: Readonly<Record<string, string | undef
       continue;
     }
     const name = entry.toLowerCase();
-    if (!HOST_NAME.test(name) || /^[0-9.]+$/.test(name)) throw configProblem(WEBHOOK_ALLOW_HOSTS_ENV, entry, 'each entry (comma-separated) must be a CIDR (10.1.0.0/16, fd00::/8), an address, a host name or *.domain');
+    if (!HOST_NAME.test(name) || /^[0-9.]+$/.test(name))
+      throw configProblem(
+        WEBHOOK_ALLOW_HOSTS_ENV,
+        entry,
+        'each entry (comma-separated) must be a CIDR (10.1.0.0/16, fd00::/8), an address, a host name or *.domain',
+      );
     allowNames.push({ name: name.replace(/^\*\./, '').replace(/\.$/, ''), subdomains: name.startsWith('*.') });
   }
   return { secretsDir: dir.length > 1 ? dir.replace(/\/+$/, '') : dir, allowPrivate, allowRanges, allowNames };
@@ -269,7 +299,9 @@ export function addressRefusal(ip: IpBytes, policy: WebhookPolicy): string | und
   if (policy.allowRanges.some((r) => inCidr(ip, r))) return undefined;
   if (policy.allowPrivate && ALLOWED_BY_ALLOW_PRIVATE.has(cls)) return undefined;
   const kind = cls === 'metadata' ? 'a cloud metadata' : cls === 'unspecified' ? 'an unspecified' : `a ${cls}`;
-  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls) ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}` : WEBHOOK_ALLOW_HOSTS_ENV;
+  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls)
+    ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}`
+    : WEBHOOK_ALLOW_HOSTS_ENV;
   return `${formatIp(ip)} is ${kind} address; the worker sends webhooks to public addresses only, unless its operator allows this one (${how})`;
 }
 
@@ -298,7 +330,9 @@ export function urlRefusal(url: string, policy: WebhookPolicy): string | undefin
   if (hostNameAllowed(host, policy)) return undefined;
   const cls = internalName(host);
   if (!cls) return undefined;
-  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls) ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}` : WEBHOOK_ALLOW_HOSTS_ENV;
+  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls)
+    ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}`
+    : WEBHOOK_ALLOW_HOSTS_ENV;
   return `${host} is a ${cls === 'metadata' ? 'cloud metadata' : cls} host name; the worker sends webhooks to public addresses only, unless its operator allows this one (${how})`;
 }
 
@@ -322,4 +356,5 @@ export function pathInside(path: string, dir: string): boolean {
   return p.length > d.length && d.every((part, i) => p[i] === part);
 }
 
-export const SECRET_FILE_RULE = (dir: string) => `must be a file under the worker's webhook secrets directory ${dir} (${WEBHOOK_SECRETS_DIR_ENV}), links and ".." resolved`;
+export const SECRET_FILE_RULE = (dir: string) =>
+  `must be a file under the worker's webhook secrets directory ${dir} (${WEBHOOK_SECRETS_DIR_ENV}), links and ".." resolved`;

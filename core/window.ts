@@ -12,9 +12,18 @@ export interface MaintenanceWindow {
 const DAY_NAMES = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
 
 function localParts(ms: number, timeZone: string): { day: (typeof DAY_NAMES)[number]; minutes: number } {
-  const parts = new Intl.DateTimeFormat('en-US', { timeZone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(new Date(ms));
+  const parts = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    weekday: 'short',
+    hour: '2-digit',
+    minute: '2-digit',
+    hourCycle: 'h23',
+  }).formatToParts(new Date(ms));
   const get = (type: string) => parts.find((p) => p.type === type)!.value;
-  return { day: get('weekday').toLowerCase().slice(0, 3) as (typeof DAY_NAMES)[number], minutes: Number(get('hour')) * 60 + Number(get('minute')) };
+  return {
+    day: get('weekday').toLowerCase().slice(0, 3) as (typeof DAY_NAMES)[number],
+    minutes: Number(get('hour')) * 60 + Number(get('minute')),
+  };
 }
 
 function toMinutes(hhmm: string): number {

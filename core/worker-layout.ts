@@ -42,7 +42,10 @@ export interface WorkerLayoutFlags {
 function slots(flag: string, value: string | undefined, fallback: number, max: number): number {
   if (value === undefined) return fallback;
   if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > max) {
-    throw new WavegateError('INVALID_INPUT', `${flag} ${JSON.stringify(value)}: must be a whole number from 1 to ${max}`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${JSON.stringify(value)}: must be a whole number from 1 to ${max}`,
+    );
   }
   return Number(value);
 }
@@ -50,23 +53,44 @@ function slots(flag: string, value: string | undefined, fallback: number, max: n
 /** The worker command's layout flags, validated (INVALID_INPUT naming the flag and the value). */
 export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
   if (flags.workflowsOnly && flags.activitiesOnly) {
-    throw new WavegateError('INVALID_INPUT', '--workflows-only and --activities-only together: a worker polling neither would do nothing; run one process with each flag, or neither flag for both');
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--workflows-only and --activities-only together: a worker polling neither would do nothing; run one process with each flag, or neither flag for both',
+    );
   }
   const role: WorkerRole = flags.workflowsOnly ? 'workflows' : flags.activitiesOnly ? 'activities' : 'all';
   if (role === 'workflows' && flags.maxActivities !== undefined) {
-    throw new WavegateError('INVALID_INPUT', `--max-activities ${JSON.stringify(flags.maxActivities)} with --workflows-only: that worker runs no activities`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--max-activities ${JSON.stringify(flags.maxActivities)} with --workflows-only: that worker runs no activities`,
+    );
   }
   if (role === 'activities' && flags.maxWorkflowTasks !== undefined) {
-    throw new WavegateError('INVALID_INPUT', `--max-workflow-tasks ${JSON.stringify(flags.maxWorkflowTasks)} with --activities-only: that worker runs no workflows`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--max-workflow-tasks ${JSON.stringify(flags.maxWorkflowTasks)} with --activities-only: that worker runs no workflows`,
+    );
   }
   const maxActivities = slots('--max-activities', flags.maxActivities, DEFAULT_MAX_ACTIVITIES, MAX_ACTIVITIES_LIMIT);
-  const maxWorkflowTasks = slots('--max-workflow-tasks', flags.maxWorkflowTasks, DEFAULT_MAX_WORKFLOW_TASKS, MAX_WORKFLOW_TASKS_LIMIT);
+  const maxWorkflowTasks = slots(
+    '--max-workflow-tasks',
+    flags.maxWorkflowTasks,
+    DEFAULT_MAX_WORKFLOW_TASKS,
+    MAX_WORKFLOW_TASKS_LIMIT,
+  );
   if (role === 'workflows' && flags.parkConnections !== undefined) {
-    throw new WavegateError('INVALID_INPUT', `--park-connections ${JSON.stringify(flags.parkConnections)} with --workflows-only: that worker opens no SSH connections`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--park-connections ${JSON.stringify(flags.parkConnections)} with --workflows-only: that worker opens no SSH connections`,
+    );
   }
-  const park = flags.parkConnections === undefined ? PARK_CONNECTION_DEFAULT_MS : parseDurationMs(flags.parkConnections);
+  const park =
+    flags.parkConnections === undefined ? PARK_CONNECTION_DEFAULT_MS : parseDurationMs(flags.parkConnections);
   if (park === undefined || park > PARK_CONNECTION_MAX_MS) {
-    throw new WavegateError('INVALID_INPUT', `--park-connections ${JSON.stringify(flags.parkConnections)}: must be a duration from 0s to ${formatDurationMs(PARK_CONNECTION_MAX_MS)} (like 30s; 0 closes every connection after its apply)`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--park-connections ${JSON.stringify(flags.parkConnections)}: must be a duration from 0s to ${formatDurationMs(PARK_CONNECTION_MAX_MS)} (like 30s; 0 closes every connection after its apply)`,
+    );
   }
   return {
     role,
@@ -78,7 +102,10 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
 
 export function describeWorkerLayout(layout: WorkerLayout): string {
   if (layout.role === 'workflows') return `workflow tasks only (${layout.maxWorkflowTasks} slots, no activities)`;
-  const park = layout.parkConnectionMs > 0 ? `; SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor` : '; SSH connections closed after each apply';
+  const park =
+    layout.parkConnectionMs > 0
+      ? `; SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor`
+      : '; SSH connections closed after each apply';
   if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots, no workflows)${park}`;
   return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots)${park}`;
 }

@@ -10,15 +10,24 @@ import type { AgentPins } from './pins';
  * scope it is in (activities/agent/enrolled.ts). Best effort: a failure is logged and the device simply
  * waits for the next rollout; the sync itself is answered either way.
  */
-export function enrolmentHook(opts: { client: Client; taskQueue: string; pins: AgentPins; profilesRoot: string; log: (line: string) => void }): (deviceId: string) => Promise<void> {
+export function enrolmentHook(opts: {
+  client: Client;
+  taskQueue: string;
+  pins: AgentPins;
+  profilesRoot: string;
+  log: (line: string) => void;
+}): (deviceId: string) => Promise<void> {
   return async (deviceId) => {
     const device = opts.pins.deviceOf(deviceId);
     if (!device) return;
     try {
       const asked = await convergeEnrolledDevice(opts.client, opts.taskQueue, device, profilesUnder(opts.profilesRoot));
-      if (asked.length) opts.log(`${deviceId}: first sync: converging to the latest completed rollout of ${asked.join(', ')}`);
+      if (asked.length)
+        opts.log(`${deviceId}: first sync: converging to the latest completed rollout of ${asked.join(', ')}`);
     } catch (err) {
-      opts.log(`${deviceId}: first sync: could not look up the latest completed rollouts (${(err as Error).message.slice(0, 200)}); the device waits for the next rollout`);
+      opts.log(
+        `${deviceId}: first sync: could not look up the latest completed rollouts (${(err as Error).message.slice(0, 200)}); the device waits for the next rollout`,
+      );
     }
   };
 }
@@ -28,7 +37,9 @@ function profilesUnder(root: string): ProfileScope[] {
   const out: ProfileScope[] = [];
   let names: string[];
   try {
-    names = readdirSync(root, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+    names = readdirSync(root, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name);
   } catch {
     return out;
   }

@@ -53,11 +53,21 @@ export function readBody(req: IncomingMessage, max = MAX_BODY_BYTES): Promise<Bu
 
 export function sendJson(res: ServerResponse, status: number, value: unknown): void {
   const body = Buffer.from(JSON.stringify(value));
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': body.length, 'cache-control': 'no-store' });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': body.length,
+    'cache-control': 'no-store',
+  });
   res.end(body);
 }
 
-export function sendError(res: ServerResponse, status: number, code: string, message: string, headers: Record<string, string> = {}): void {
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
   for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
   sendJson(res, status, { code, message });
 }
@@ -70,6 +80,7 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   } catch {
     throw new HttpRefusal(400, 'INVALID_INPUT', 'the request body is not JSON');
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new HttpRefusal(400, 'INVALID_INPUT', 'the request body must be a JSON object');
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new HttpRefusal(400, 'INVALID_INPUT', 'the request body must be a JSON object');
   return value as Record<string, unknown>;
 }

@@ -123,7 +123,9 @@ export class RefusalLog {
   /** Write the summary of what was suppressed, if anything was. */
   flush(): void {
     if (this.suppressed === 0) return;
-    this.write(`suppressed ${this.suppressed} refusal line${this.suppressed === 1 ? '' : 's'} (more than ${this.perSecond} a second)`);
+    this.write(
+      `suppressed ${this.suppressed} refusal line${this.suppressed === 1 ? '' : 's'} (more than ${this.perSecond} a second)`,
+    );
     this.suppressed = 0;
   }
 

@@ -26,12 +26,24 @@ export const PAYLOAD_CHUNK_BYTES = 64 * 1024;
 export function payloadEntry(view: TwinView | null, profile: string, revision: number, name: string): PayloadFile {
   const entry = view && Object.hasOwn(view.desired, profile) ? view.desired[profile] : undefined;
   if (!entry || entry.revision !== revision) {
-    throw new HttpRefusal(403, 'FORBIDDEN', `${profile} r${revision} is not this device's desired revision${entry ? ` (that is r${entry.revision})` : ''}: its payload is not yours to fetch`);
+    throw new HttpRefusal(
+      403,
+      'FORBIDDEN',
+      `${profile} r${revision} is not this device's desired revision${entry ? ` (that is r${entry.revision})` : ''}: its payload is not yours to fetch`,
+    );
   }
   const body = entry.steps.envelope ? peekBody(entry.steps.envelope) : undefined;
-  const files = body && typeof body === 'object' && Array.isArray((body as { payload?: unknown }).payload) ? (body as { payload: unknown[] }).payload : [];
+  const files =
+    body && typeof body === 'object' && Array.isArray((body as { payload?: unknown }).payload)
+      ? (body as { payload: unknown[] }).payload
+      : [];
   const match = files.map((f) => PayloadFile.safeParse(f)).find((p) => p.success && p.data.name === name);
-  if (!match?.success) throw new HttpRefusal(403, 'FORBIDDEN', `"${name}" is not a payload file of the signed ${profile} r${revision} this device is to run`);
+  if (!match?.success)
+    throw new HttpRefusal(
+      403,
+      'FORBIDDEN',
+      `"${name}" is not a payload file of the signed ${profile} r${revision} this device is to run`,
+    );
   return match.data;
 }
 
@@ -46,7 +58,14 @@ export interface OpenedPayload {
 const verified = new Map<string, true>();
 const VERIFIED_MAX = 256;
 
-const refusalOf = (err: unknown): unknown => (err instanceof PayloadRefused ? new HttpRefusal(err.reason === 'PAYLOAD_MISSING' ? 404 : 409, err.reason, err.message.slice(err.reason.length + 2)) : err);
+const refusalOf = (err: unknown): unknown =>
+  err instanceof PayloadRefused
+    ? new HttpRefusal(
+        err.reason === 'PAYLOAD_MISSING' ? 404 : 409,
+        err.reason,
+        err.message.slice(err.reason.length + 2),
+      )
+    : err;
 
 /** Open the signed file of `file` under the root, checked (404/409 as HttpRefusal); the caller closes it. */
 export async function openPayload(profilesRoot: string, profile: string, file: PayloadFile): Promise<OpenedPayload> {
@@ -60,8 +79,13 @@ export async function openPayload(profilesRoot: string, profile: string, file: P
   const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     const st = await handle.stat();
-    if (!st.isFile()) throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `payload "${file.name}": ${path} is not a regular file`);
-    if (st.size !== file.size) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `payload "${file.name}": ${path} has ${st.size} bytes, the signed revision says ${file.size}`);
+    if (!st.isFile())
+      throw new PayloadRefused('PAYLOAD_NOT_REGULAR', `payload "${file.name}": ${path} is not a regular file`);
+    if (st.size !== file.size)
+      throw new PayloadRefused(
+        'PAYLOAD_SIZE_MISMATCH',
+        `payload "${file.name}": ${path} has ${st.size} bytes, the signed revision says ${file.size}`,
+      );
     const version = `${path}\n${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${file.sha256}`;
     if (!verified.has(version)) {
       for await (const _ of readChecked(handle, path, file)) {
@@ -87,20 +111,39 @@ async function* readChecked(handle: FileHandle, path: string, file: PayloadFile)
     const { bytesRead } = await handle.read(chunk, 0, chunk.length, at);
     if (want === 0) {
       // One byte past the signed size: the file grew since it was opened.
-      if (bytesRead > 0) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `payload "${file.name}": ${path} has more than ${file.size} bytes, the signed revision says ${file.size}`);
+      if (bytesRead > 0)
+        throw new PayloadRefused(
+          'PAYLOAD_SIZE_MISMATCH',
+          `payload "${file.name}": ${path} has more than ${file.size} bytes, the signed revision says ${file.size}`,
+        );
       // Only an empty file gets here (a non-empty one returns after its last chunk).
-      if (hash.digest('hex') !== file.sha256) throw new PayloadRefused('PAYLOAD_DIGEST_MISMATCH', `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`);
+      if (hash.digest('hex') !== file.sha256)
+        throw new PayloadRefused(
+          'PAYLOAD_DIGEST_MISMATCH',
+          `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`,
+        );
       return;
     }
-    if (bytesRead === 0) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `payload "${file.name}": ${path} has ${at} bytes, the signed revision says ${file.size}`);
+    if (bytesRead === 0)
+      throw new PayloadRefused(
+        'PAYLOAD_SIZE_MISMATCH',
+        `payload "${file.name}": ${path} has ${at} bytes, the signed revision says ${file.size}`,
+      );
     const data = bytesRead === chunk.length ? chunk : chunk.subarray(0, bytesRead);
     hash.update(data);
     at += bytesRead;
     if (at === file.size) {
       const more = await handle.read(Buffer.alloc(1), 0, 1, at);
-      if (more.bytesRead > 0) throw new PayloadRefused('PAYLOAD_SIZE_MISMATCH', `payload "${file.name}": ${path} has more than ${file.size} bytes, the signed revision says ${file.size}`);
+      if (more.bytesRead > 0)
+        throw new PayloadRefused(
+          'PAYLOAD_SIZE_MISMATCH',
+          `payload "${file.name}": ${path} has more than ${file.size} bytes, the signed revision says ${file.size}`,
+        );
       if (hash.digest('hex') !== file.sha256) {
-        throw new PayloadRefused('PAYLOAD_DIGEST_MISMATCH', `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`);
+        throw new PayloadRefused(
+          'PAYLOAD_DIGEST_MISMATCH',
+          `payload "${file.name}": ${path} does not have the signed sha256 ${file.sha256}; replace it with the file that was signed`,
+        );
       }
       yield data;
       return;
@@ -116,18 +159,23 @@ async function* readChecked(handle: FileHandle, path: string, file: PayloadFile)
  */
 export async function sendPayload(res: ServerResponse, payload: OpenedPayload): Promise<void> {
   try {
-    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': payload.size, 'cache-control': 'no-store' });
+    res.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      'content-length': payload.size,
+      'cache-control': 'no-store',
+    });
     for await (const chunk of payload.chunks()) {
       if (res.destroyed) return;
-      if (!res.write(chunk)) await new Promise<void>((resolve) => {
-        const go = () => {
-          res.off('drain', go);
-          res.off('close', go);
-          resolve();
-        };
-        res.on('drain', go);
-        res.on('close', go);
-      });
+      if (!res.write(chunk))
+        await new Promise<void>((resolve) => {
+          const go = () => {
+            res.off('drain', go);
+            res.off('close', go);
+            resolve();
+          };
+          res.on('drain', go);
+          res.on('close', go);
+        });
     }
     res.end();
   } catch (err) {

@@ -33,7 +33,10 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
     const next = new Map<string, Uint8Array | null>();
     const nextRecords = new Map<string, Device>();
     for (const device of loadInventory(path).devices) {
-      next.set(device.id, device.transport === 'agent' && device.agentKey ? (parseAgentKey(device.agentKey) ?? null) : null);
+      next.set(
+        device.id,
+        device.transport === 'agent' && device.agentKey ? (parseAgentKey(device.agentKey) ?? null) : null,
+      );
       nextRecords.set(device.id, device);
     }
     keys = next;
@@ -44,7 +47,11 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
     read();
   } catch (err) {
     if (err instanceof WavegateError) throw err;
-    throw new WavegateError('INVALID_INPUT', `--inventory ${path}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { field: '--inventory', value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--inventory ${path}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? String(err)})`,
+      { field: '--inventory', value: path },
+    );
   }
   const withKeys = () => [...keys.values()].filter((k) => k !== null).length;
   log(`inventory ${path}: ${keys.size} devices, ${withKeys()} with an agentKey`);
@@ -58,7 +65,9 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
         try {
           if (fileStamp() !== stamp) pins.reload('the file changed');
         } catch (err) {
-          log(`inventory ${path}: cannot stat (${(err as NodeJS.ErrnoException).code ?? String(err)}); keeping the pins loaded before`);
+          log(
+            `inventory ${path}: cannot stat (${(err as NodeJS.ErrnoException).code ?? String(err)}); keeping the pins loaded before`,
+          );
         }
       }
       return keys.has(device) ? keys.get(device) : undefined;
@@ -74,7 +83,9 @@ export function inventoryPins(path: string, log: (line: string) => void, now: ()
         } catch {
           /* reported on the next look */
         }
-        log(`inventory ${path}: reload (${why}) failed, keeping the pins loaded before: ${(err as Error).message.split('\n').slice(0, 3).join(' ')}`);
+        log(
+          `inventory ${path}: reload (${why}) failed, keeping the pins loaded before: ${(err as Error).message.split('\n').slice(0, 3).join(' ')}`,
+        );
       }
     },
     get devices() {

@@ -80,7 +80,11 @@ export interface Gateway {
 const sourceOf = (socket: Socket | null | undefined): string => socket?.remoteAddress ?? '-';
 
 export function createGateway(opts: GatewayOptions): Gateway {
-  const limits: GatewayLimits = { ...DEFAULT_LIMITS, ...(opts.maxLongPolls !== undefined ? { maxLongPolls: opts.maxLongPolls } : {}), ...opts.limits };
+  const limits: GatewayLimits = {
+    ...DEFAULT_LIMITS,
+    ...(opts.maxLongPolls !== undefined ? { maxLongPolls: opts.maxLongPolls } : {}),
+    ...opts.limits,
+  };
   const nonces = new NonceCache(undefined, undefined, limits.noncesPerDevice);
   /** Devices seen without a body digest under --accept-agents-without-digest (each logged once). */
   const legacyAgents = new Set<string>();
@@ -93,20 +97,41 @@ export function createGateway(opts: GatewayOptions): Gateway {
   let bodyBytesRead = 0;
 
   const syncInput = (body: Record<string, unknown>, waits: boolean): TwinSyncInput => {
-    const input = { report: body.report ?? null, knownVersion: body.knownVersion ?? 0, waitMs: waits ? (body.waitMs ?? 0) : 0 };
+    const input = {
+      report: body.report ?? null,
+      knownVersion: body.knownVersion ?? 0,
+      waitMs: waits ? (body.waitMs ?? 0) : 0,
+    };
     const problem = syncProblem(input);
     if (problem) throw new HttpRefusal(400, 'INVALID_INPUT', problem.replace(/^twinSync: /, ''));
     return input as TwinSyncInput;
   };
 
-  const route = async (req: IncomingMessage, res: ServerResponse, device: string, body: Buffer, gone: AbortSignal): Promise<void> => {
+  const route = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    device: string,
+    body: Buffer,
+    gone: AbortSignal,
+  ): Promise<void> => {
     const path = (req.url ?? '').split('?')[0]!;
     if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report')) {
       const input = syncInput(parseJsonObject(body), path === '/v1/sync');
-      if (input.waitMs <= 0) return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
+      if (input.waitMs <= 0)
+        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
       const slot = longPolls.take(device);
-      if (slot === 'total') throw new HttpRefusal(503, 'BUSY', `the gateway holds ${longPolls.size} long-polls, its limit; retry after a few seconds`);
-      if (slot === 'key') throw new HttpRefusal(429, 'DEVICE_LIMIT', `${device} already holds ${longPolls.of(device)} long-polls, a device's share (${limits.maxLongPollsPerDevice}); retry after the one it holds answers`);
+      if (slot === 'total')
+        throw new HttpRefusal(
+          503,
+          'BUSY',
+          `the gateway holds ${longPolls.size} long-polls, its limit; retry after a few seconds`,
+        );
+      if (slot === 'key')
+        throw new HttpRefusal(
+          429,
+          'DEVICE_LIMIT',
+          `${device} already holds ${longPolls.of(device)} long-polls, a device's share (${limits.maxLongPollsPerDevice}); retry after the one it holds answers`,
+        );
       // The wait is no idle connection: the socket's inactivity bound is lifted for it, then put back.
       req.socket.setTimeout(input.waitMs + GATEWAY_TIMEOUTS.idleMs);
       try {
@@ -121,8 +146,13 @@ export function createGateway(opts: GatewayOptions): Gateway {
       const entry = payloadEntry(await readTwin(opts.client, device), payload[1]!, Number(payload[2]), payload[3]!);
       return sendPayload(res, await openPayload(opts.profilesRoot, payload[1]!, entry));
     }
-    if (path.startsWith('/v1/payload/')) throw new HttpRefusal(400, 'INVALID_INPUT', 'path: must be /v1/payload/<profile>/<revision>/<file name>');
-    throw new HttpRefusal(404, 'NOT_FOUND', `${req.method} ${path.slice(0, 100)}: no such endpoint (POST /v1/sync, POST /v1/report, GET /v1/payload/<profile>/<revision>/<name>)`);
+    if (path.startsWith('/v1/payload/'))
+      throw new HttpRefusal(400, 'INVALID_INPUT', 'path: must be /v1/payload/<profile>/<revision>/<file name>');
+    throw new HttpRefusal(
+      404,
+      'NOT_FOUND',
+      `${req.method} ${path.slice(0, 100)}: no such endpoint (POST /v1/sync, POST /v1/report, GET /v1/payload/<profile>/<revision>/<name>)`,
+    );
   };
 
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
@@ -130,7 +160,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const source = sourceOf(req.socket);
     let device = '-';
     let bodyRead = false;
-    const line = (status: number | string, extra = '') => `${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`;
+    const line = (status: number | string, extra = '') =>
+      `${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`;
     // The agent gone (its connection closed before the answer): stop waiting for it, and say so.
     const gone = new AbortController();
     res.once('close', () => {
@@ -149,14 +180,26 @@ export function createGateway(opts: GatewayOptions): Gateway {
     };
     const slot = requests.take(source);
     if (slot !== 'ok') {
-      refuse(new HttpRefusal(503, 'BUSY', slot === 'total' ? `the gateway is handling ${limits.maxRequests} requests, its limit; retry after a few seconds` : `${limits.maxRequestsPerSource} requests from ${source} are being handled, the limit per source address; retry after a few seconds`));
+      refuse(
+        new HttpRefusal(
+          503,
+          'BUSY',
+          slot === 'total'
+            ? `the gateway is handling ${limits.maxRequests} requests, its limit; retry after a few seconds`
+            : `${limits.maxRequestsPerSource} requests from ${source} are being handled, the limit per source address; retry after a few seconds`,
+        ),
+      );
       return;
     }
     res.once('close', () => requests.release(source));
     void (async () => {
       try {
         const header = req.headers.authorization;
-        let auth = authenticate({ header, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
+        let auth = authenticate(
+          { header, method: req.method ?? 'GET', path: req.url ?? '', now: now() },
+          (d) => opts.pins.keyOf(d),
+          nonces,
+        );
         let legacyBody: Buffer | undefined;
         if (!auth.ok && auth.reason === 'NO_DIGEST' && opts.acceptAgentsWithoutDigest) {
           // The older protocol signed the same text with the body's hash in it: read the body (bounded), then judge
@@ -166,17 +209,32 @@ export function createGateway(opts: GatewayOptions): Gateway {
             req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
             legacyBody = await readBody(req, MAX_BODY_BYTES);
             bodyRead = true;
-            auth = authenticate({ header: `${header}, digest="${bodyHash(legacyBody)}"`, method: req.method ?? 'GET', path: req.url ?? '', now: now() }, (d) => opts.pins.keyOf(d), nonces);
+            auth = authenticate(
+              {
+                header: `${header}, digest="${bodyHash(legacyBody)}"`,
+                method: req.method ?? 'GET',
+                path: req.url ?? '',
+                now: now(),
+              },
+              (d) => opts.pins.keyOf(d),
+              nonces,
+            );
             if (auth.ok && !legacyAgents.has(auth.device)) {
               legacyAgents.add(auth.device);
-              log(`${auth.device} sends no body digest (an agent older than this gateway): accepted under --accept-agents-without-digest; upgrade it`);
+              log(
+                `${auth.device} sends no body digest (an agent older than this gateway): accepted under --accept-agents-without-digest; upgrade it`,
+              );
             }
           }
         }
         if (!auth.ok) {
           if (auth.reason === 'BUSY') throw new HttpRefusal(503, 'BUSY', auth.message);
           if (auth.reason === 'DEVICE_BUSY') throw new HttpRefusal(429, 'DEVICE_LIMIT', auth.message);
-          throw new HttpRefusal(401, auth.reason === 'REPLAY' ? 'REPLAY' : 'UNAUTHENTICATED', `${auth.reason}: ${auth.message}`);
+          throw new HttpRefusal(
+            401,
+            auth.reason === 'REPLAY' ? 'REPLAY' : 'UNAUTHENTICATED',
+            `${auth.reason}: ${auth.message}`,
+          );
         }
         device = auth.device;
         // Only now, for a pinned device whose signature verified, is the body read (bounded in size and by requestTimeout).
@@ -199,7 +257,13 @@ export function createGateway(opts: GatewayOptions): Gateway {
           refuse(err);
         } else {
           // Temporal unreachable, or something unforeseen: the agent backs off and retries.
-          sendError(res, 503, 'UNAVAILABLE', `the gateway cannot reach the control plane now: ${(err as Error).message.slice(0, 200)}`, { 'retry-after': '5' });
+          sendError(
+            res,
+            503,
+            'UNAVAILABLE',
+            `the gateway cannot reach the control plane now: ${(err as Error).message.slice(0, 200)}`,
+            { 'retry-after': '5' },
+          );
           refusals.line(line(503, ` UNAVAILABLE ${(err as Error).message.slice(0, 200)}`));
         }
       }
@@ -213,7 +277,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
       const slot = connections.take(source);
       if (slot !== 'ok') {
         socket.destroy();
-        refusals.line(`- connection from ${source} closed: ${slot === 'total' ? `${limits.maxConnections} connections open, the gateway's limit` : `${limits.maxConnectionsPerSource} connections open from ${source}, the limit per source address`}`);
+        refusals.line(
+          `- connection from ${source} closed: ${slot === 'total' ? `${limits.maxConnections} connections open, the gateway's limit` : `${limits.maxConnectionsPerSource} connections open from ${source}, the limit per source address`}`,
+        );
         return false;
       }
       socket.once('close', () => connections.release(source));
@@ -271,7 +337,15 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
     connectionsCheckingInterval: 2_000,
   };
   const server = opts.listen.tls
-    ? createHttpsServer({ ...serverOptions, cert: opts.listen.tls.cert, key: opts.listen.tls.key, handshakeTimeout: GATEWAY_TIMEOUTS.headersMs }, gateway.handle)
+    ? createHttpsServer(
+        {
+          ...serverOptions,
+          cert: opts.listen.tls.cert,
+          key: opts.listen.tls.key,
+          handshakeTimeout: GATEWAY_TIMEOUTS.headersMs,
+        },
+        gateway.handle,
+      )
     : createHttpServer(serverOptions, gateway.handle);
   // Set on every connection (the TLS one for HTTPS): a socket silent this long is destroyed. A long-poll lifts it for its wait.
   server.timeout = GATEWAY_TIMEOUTS.idleMs;

@@ -9,7 +9,14 @@ import { HttpRefusal } from './http';
  * verified Authorization header only (clients/twin.ts `syncTwin`). A device that never synced has no
  * twin yet: its first sync runs `onStarted` (the enrolment hook, gateway/enrolled.ts) and starts it.
  */
-export async function syncTwin(client: Client, taskQueue: string, deviceId: string, input: TwinSyncInput, signal?: AbortSignal, onStarted?: (deviceId: string) => Promise<void>): Promise<TwinView> {
+export async function syncTwin(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  input: TwinSyncInput,
+  signal?: AbortSignal,
+  onStarted?: (deviceId: string) => Promise<void>,
+): Promise<TwinView> {
   // Bounded: with no worker to take the update it would wait for good, and the agent has given up long
   // before (its request times out at waitMs + 20 s). Cut too when the agent's connection closes.
   const abort = new AbortController();
@@ -17,10 +24,13 @@ export async function syncTwin(client: Client, taskQueue: string, deviceId: stri
   const onClose = () => abort.abort();
   signal?.addEventListener('abort', onClose);
   try {
-    return await client.withAbortSignal(abort.signal, () => twins.syncTwin(client, taskQueue, deviceId, input, onStarted));
+    return await client.withAbortSignal(abort.signal, () =>
+      twins.syncTwin(client, taskQueue, deviceId, input, onStarted),
+    );
   } catch (err) {
     // The twin's validator said no: the agent sent something malformed, named in the message.
-    if (err instanceof WavegateError && err.code === 'INVALID_INPUT') throw new HttpRefusal(400, 'INVALID_INPUT', err.message);
+    if (err instanceof WavegateError && err.code === 'INVALID_INPUT')
+      throw new HttpRefusal(400, 'INVALID_INPUT', err.message);
     throw err;
   } finally {
     clearTimeout(timer);

@@ -23,7 +23,11 @@ export interface CanarySpecRequest {
  * profile's worker-side error-rate source).
  */
 function defaultCanaryRollout(profile: Profile, health: RevisionHealth | undefined): Record<string, unknown> {
-  const healthGate = [...(health?.runtimes?.length ? ['all-runtimes-healthy'] : []), ...(health?.errorRate || profile.metrics ? ['error-rate < 0.01'] : []), 'devices-online'];
+  const healthGate = [
+    ...(health?.runtimes?.length ? ['all-runtimes-healthy'] : []),
+    ...(health?.errorRate || profile.metrics ? ['error-rate < 0.01'] : []),
+    'devices-online',
+  ];
   return { phases: [{ canary: '1 device', gate: '5m', healthGate }] };
 }
 
@@ -37,11 +41,18 @@ export function canarySpec(req: CanarySpecRequest): { spec: RolloutSpec; specSou
   if (req.specPath) {
     const rollout = (readDocument(req.specPath) as { rollout?: unknown } | null)?.rollout ?? {};
     if (typeof rollout !== 'object' || rollout === null || Array.isArray(rollout)) {
-      throw new WavegateError('INVALID_INPUT', `${req.specPath}: invalid\n  rollout: must be a rollout spec mapping (got ${JSON.stringify(rollout)})`, { source: req.specPath });
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${req.specPath}: invalid\n  rollout: must be a rollout spec mapping (got ${JSON.stringify(rollout)})`,
+        { source: req.specPath },
+      );
     }
     base = rollout as Record<string, unknown>;
   }
-  const spec = parseRolloutSpec({ rollout: { ...base, profile: req.profile.name, fromRevision: req.fromRevision, toRevision: req.toRevision } }, specSource);
+  const spec = parseRolloutSpec(
+    { rollout: { ...base, profile: req.profile.name, fromRevision: req.fromRevision, toRevision: req.toRevision } },
+    specSource,
+  );
   return { spec, specSource };
 }
 
@@ -49,7 +60,10 @@ export function canarySpec(req: CanarySpecRequest): { spec: RolloutSpec; specSou
  * The same for a nightly canary from the registry: without a spec file, the default phase selects from
  * the signed health section of the registered target revision (verified against the profile's pins).
  */
-export async function registeredCanarySpec(client: Client, req: CanarySpecRequest & { profilesRoot: string }): Promise<{ spec: RolloutSpec; specSource: string }> {
+export async function registeredCanarySpec(
+  client: Client,
+  req: CanarySpecRequest & { profilesRoot: string },
+): Promise<{ spec: RolloutSpec; specSource: string }> {
   if (req.specPath || req.health) return canarySpec(req);
   const layout = profileDir(req.profilesRoot, req.profile.name);
   const trust = registryTrust(layout, loadProfileTrust(layout), 'profile');

@@ -25,10 +25,18 @@ export interface EnvelopeExpectation {
 export function openEnvelope(envelope: unknown, trust: Trust, expect: EnvelopeExpectation): SignedRevision {
   const verdict = verifyEnvelope(envelope, trust, { now: expect.now ?? Date.now() });
   if (!verdict.ok) {
-    throw new WavegateError('INVALID_INPUT', `${expect.source}: envelope refused (${verdict.reason}): ${verdict.message}`, { reason: verdict.reason, source: expect.source });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${expect.source}: envelope refused (${verdict.reason}): ${verdict.message}`,
+      { reason: verdict.reason, source: expect.source },
+    );
   }
   if (verdict.revision.profile !== expect.profile || verdict.revision.revision !== expect.revision) {
-    throw new WavegateError('INVALID_INPUT', `${expect.source}: the envelope holds ${verdict.revision.profile} r${verdict.revision.revision}, expected ${expect.profile} r${expect.revision}`, { source: expect.source });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${expect.source}: the envelope holds ${verdict.revision.profile} r${verdict.revision.revision}, expected ${expect.profile} r${expect.revision}`,
+      { source: expect.source },
+    );
   }
   return { revision: verdict.revision, envelope: parseWith(Envelope, envelope, expect.source) };
 }

@@ -37,13 +37,23 @@ export function readBytes(path: string): Buffer {
     const stat = fstatSync(fd);
     if (!stat.isFile()) throw unreadable(path, 'not a regular file');
     if (stat.size > MAX_DOCUMENT_BYTES) {
-      throw new WavegateError('INVALID_INPUT', `${path}: is ${stat.size} bytes, above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`, { source: path });
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${path}: is ${stat.size} bytes, above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
+        { source: path },
+      );
     }
     // Read at most one byte past the limit, whatever the size said (a file can grow while read).
     const buffer = Buffer.alloc(Math.min(stat.size, MAX_DOCUMENT_BYTES) + 1);
     let length = 0;
-    for (let n = 1; n > 0 && length < buffer.length; length += n) n = readSync(fd, buffer, length, buffer.length - length, null);
-    if (length > MAX_DOCUMENT_BYTES) throw new WavegateError('INVALID_INPUT', `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`, { source: path });
+    for (let n = 1; n > 0 && length < buffer.length; length += n)
+      n = readSync(fd, buffer, length, buffer.length - length, null);
+    if (length > MAX_DOCUMENT_BYTES)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
+        { source: path },
+      );
     return buffer.subarray(0, length);
   } catch (err) {
     if (err instanceof WavegateError) throw err;
@@ -61,7 +71,8 @@ export function readFlagFile(flag: string, path: string): Buffer {
   try {
     return readBytes(path);
   } catch (err) {
-    if (err instanceof WavegateError) throw new WavegateError(err.code, `${flag} ${err.message}`, { ...err.details, field: flag, value: path });
+    if (err instanceof WavegateError)
+      throw new WavegateError(err.code, `${flag} ${err.message}`, { ...err.details, field: flag, value: path });
     throw err;
   }
 }
@@ -71,15 +82,23 @@ export function readFlagFile(flag: string, path: string): Buffer {
  * missing, oversized, unparsable or too deeply nested file is INVALID_INPUT naming it (and the field
  * where the nesting goes too deep).
  */
-export function readDocument(path: string, format: 'json' | 'yaml' = path.endsWith('.json') ? 'json' : 'yaml'): unknown {
+export function readDocument(
+  path: string,
+  format: 'json' | 'yaml' = path.endsWith('.json') ? 'json' : 'yaml',
+): unknown {
   const text = readText(path);
   let data: unknown;
   try {
     data = format === 'json' ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
     // The YAML parser recurses per level of nesting: a deep enough document overflows its stack.
-    const message = (err as Error).message.replace(/^Maximum call stack size exceeded/, `nested too deeply (more than ${MAX_DOCUMENT_DEPTH} levels)`);
-    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${format === 'json' ? 'JSON' : 'YAML'}: ${message}`, { source: path });
+    const message = (err as Error).message.replace(
+      /^Maximum call stack size exceeded/,
+      `nested too deeply (more than ${MAX_DOCUMENT_DEPTH} levels)`,
+    );
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${format === 'json' ? 'JSON' : 'YAML'}: ${message}`, {
+      source: path,
+    });
   }
   const shape = documentProblems(data);
   if (shape.length) invalidFields(path, shape.map(shapeProblem));

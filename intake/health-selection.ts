@@ -15,7 +15,13 @@ import type { SignedRevision } from './envelope';
  * every device. INVALID_INPUT naming `rollout.phases[i].healthGate[j]` (the phase and the check), why,
  * and the devices concerned: those the phase may take (phases are sized only at the snapshot).
  */
-export function checkHealthSelections(spec: RolloutSpec, profile: Profile, target: SignedRevision, specSource: string, devices: readonly Pick<Device, 'id' | 'updateClass'>[] = []): void {
+export function checkHealthSelections(
+  spec: RolloutSpec,
+  profile: Profile,
+  target: SignedRevision,
+  specSource: string,
+  devices: readonly Pick<Device, 'id' | 'updateClass'>[] = [],
+): void {
   const { revision, envelope } = target;
   const health = revision.health;
   const names = namedHealthChecks(health).map((c) => c.name);
@@ -26,26 +32,45 @@ export function checkHealthSelections(spec: RolloutSpec, profile: Profile, targe
       const parsed = parseHealthCheck(text);
       if (!parsed.ok) continue; // the spec parser already refused it
       const check = parsed.check;
-      const problem = (message: string) => problems.push({ path: `rollout.phases[${i}].healthGate[${j}]`, value: text, message: `${message}${concerned(i)}` });
+      const problem = (message: string) =>
+        problems.push({
+          path: `rollout.phases[${i}].healthGate[${j}]`,
+          value: text,
+          message: `${message}${concerned(i)}`,
+        });
       const r = `${revision.profile} r${revision.revision}`;
       if (runsOnDevices(check) && !envelope) {
-        problem(`runs commands on devices, which must come from signed content, but profile "${revision.profile}" has no pins (trust.yaml), so ${r} is unsigned; sign its revisions (wavegate keygen, trust, sign, cosign) or use a worker-side check (http, prometheus, devices-online)`);
+        problem(
+          `runs commands on devices, which must come from signed content, but profile "${revision.profile}" has no pins (trust.yaml), so ${r} is unsigned; sign its revisions (wavegate keygen, trust, sign, cosign) or use a worker-side check (http, prometheus, devices-online)`,
+        );
         continue;
       }
       if (check.kind === 'all-runtimes-healthy' && !health?.runtimes?.length) {
-        problem(`${r} declares no signed health.runtimes to check; add them to the revision as { name, command } and sign it again, or drop this check`);
+        problem(
+          `${r} declares no signed health.runtimes to check; add them to the revision as { name, command } and sign it again, or drop this check`,
+        );
         continue;
       }
       if (check.kind === 'named' && !names.includes(check.name)) {
-        problem(`${r} has no signed health check named "${check.name}"; allowed: ${names.map((n) => `"check: ${n}"`).join(', ') || '(none: add health.checks to the revision and sign it again)'}`);
+        problem(
+          `${r} has no signed health check named "${check.name}"; allowed: ${names.map((n) => `"check: ${n}"`).join(', ') || '(none: add health.checks to the revision and sign it again)'}`,
+        );
         continue;
       }
       if (check.kind === 'error-rate' && !(envelope && health?.errorRate) && !profile.metrics) {
-        problem(`has no error-rate source: ${r} has no signed health.errorRate.command${envelope ? '' : ' (and is unsigned)'} and profile "${profile.name}" no metrics.errorRate (http or prometheus)`);
+        problem(
+          `has no error-rate source: ${r} has no signed health.errorRate.command${envelope ? '' : ' (and is unsigned)'} and profile "${profile.name}" no metrics.errorRate (http or prometheus)`,
+        );
         continue;
       }
-      if (check.kind === 'prometheus' && check.url === undefined && !(profile.metrics && 'prometheus' in profile.metrics.errorRate)) {
-        problem(`has no Prometheus to ask: profile "${profile.name}" has no metrics.errorRate.prometheus.url; write "prometheus(<url>): <query> < <number>" or set it in the profile`);
+      if (
+        check.kind === 'prometheus' &&
+        check.url === undefined &&
+        !(profile.metrics && 'prometheus' in profile.metrics.errorRate)
+      ) {
+        problem(
+          `has no Prometheus to ask: profile "${profile.name}" has no metrics.errorRate.prometheus.url; write "prometheus(<url>): <query> < <number>" or set it in the profile`,
+        );
       }
     }
   }
@@ -58,5 +83,6 @@ function concernedDevices(devices: readonly Pick<Device, 'id' | 'updateClass'>[]
   const ids = devices.filter((d) => d.updateClass !== 'left-behind').map((d) => d.id);
   if (ids.length === 0) return () => '';
   const shown = ids.length > 5 ? `${ids.slice(0, 5).join(', ')} and ${ids.length - 5} more` : ids.join(', ');
-  return (phase) => `; phase ${phase + 1} would pause on it on any device it takes (${ids.length === 1 ? 'the 1 device' : `the ${ids.length} devices`} in scope: ${shown})`;
+  return (phase) =>
+    `; phase ${phase + 1} would pause on it on any device it takes (${ids.length === 1 ? 'the 1 device' : `the ${ids.length} devices`} in scope: ${shown})`;
 }

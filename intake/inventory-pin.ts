@@ -25,7 +25,10 @@ export interface PinnableInventory {
   pin: PinSource;
 }
 
-type Raw = { defaults?: { ssh?: { hostKey?: unknown } }; devices?: Array<{ id?: unknown; ssh?: { hostKey?: unknown } }> };
+type Raw = {
+  defaults?: { ssh?: { hostKey?: unknown } };
+  devices?: Array<{ id?: unknown; ssh?: { hostKey?: unknown } }>;
+};
 
 function knownHostsPins(file: string, host: string, port: number): string[] {
   try {
@@ -40,7 +43,11 @@ export function readPinnableInventory(path: string, id: string): PinnableInvento
   const text = readText(path);
   const format = path.endsWith('.json') ? 'json' : 'yaml';
   if (format === 'yaml' && looksLikeAnsible(text, path)) {
-    throw new WavegateError('INVALID_INPUT', `--inventory ${path}: an Ansible inventory; fleet repin writes wavegate inventories (YAML or JSON). Check the key on the host and set wavegate_host_key=SHA256:... on ${showValue(id)}'s line by hand`, { field: '--inventory', value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--inventory ${path}: an Ansible inventory; fleet repin writes wavegate inventories (YAML or JSON). Check the key on the host and set wavegate_host_key=SHA256:... on ${showValue(id)}'s line by hand`,
+      { field: '--inventory', value: path },
+    );
   }
   // Read and bounded as every inventory is (depth, size); the text above is what gets edited.
   const raw = readDocument(path, format) as Raw;
@@ -48,7 +55,11 @@ export function readPinnableInventory(path: string, id: string): PinnableInvento
   const index = inventory.devices.findIndex((d) => d.id === id);
   if (index < 0) {
     const ids = inventory.devices.map((d) => d.id);
-    throw new WavegateError('INVALID_INPUT', `<device> ${showValue(id)}: no such device in the inventory ${path} (devices: ${ids.slice(0, 10).join(', ')}${ids.length > 10 ? `, ... ${ids.length} in all` : ''})`, { field: '<device>', value: id });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `<device> ${showValue(id)}: no such device in the inventory ${path} (devices: ${ids.slice(0, 10).join(', ')}${ids.length > 10 ? `, ... ${ids.length} in all` : ''})`,
+      { field: '<device>', value: id },
+    );
   }
   const device = inventory.devices[index]!;
   const own = raw.devices?.[index]?.ssh?.hostKey;
@@ -58,7 +69,11 @@ export function readPinnableInventory(path: string, id: string): PinnableInvento
       : typeof raw.defaults?.ssh?.hostKey === 'string'
         ? { kind: 'defaults', fingerprints: [raw.defaults.ssh.hostKey] }
         : device.ssh.knownHosts
-          ? { kind: 'known-hosts', file: device.ssh.knownHosts, fingerprints: knownHostsPins(device.ssh.knownHosts, device.host, device.port) }
+          ? {
+              kind: 'known-hosts',
+              file: device.ssh.knownHosts,
+              fingerprints: knownHostsPins(device.ssh.knownHosts, device.host, device.port),
+            }
           : { kind: 'none', fingerprints: [] };
   return { path, text, format, inventory, device, index, pin };
 }
@@ -69,7 +84,11 @@ function setYamlHostKey(doc: Document, index: number, fingerprint: string, path:
   const ssh = isMap(entry) ? entry.get('ssh', true) : undefined;
   // An alias shares its node with other entries: setting it would re-pin them too.
   if (!isMap(entry) || isAlias(ssh) || (ssh !== undefined && !isMap(ssh))) {
-    throw new WavegateError('INVALID_INPUT', `--inventory ${path}: devices[${index}] ${isMap(entry) ? 'shares its ssh settings through a YAML alias' : 'is not a plain mapping'}; set its ssh.hostKey by hand`, { field: '--inventory', value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--inventory ${path}: devices[${index}] ${isMap(entry) ? 'shares its ssh settings through a YAML alias' : 'is not a plain mapping'}; set its ssh.hostKey by hand`,
+      { field: '--inventory', value: path },
+    );
   }
   doc.setIn(['devices', index, 'ssh', 'hostKey'], fingerprint);
 }
@@ -78,7 +97,9 @@ function setYamlHostKey(doc: Document, index: number, fingerprint: string, path:
 export function withHostKey(file: PinnableInventory, fingerprint: string): string {
   let next: string;
   if (file.format === 'json') {
-    const doc = JSON.parse(file.text) as { devices: Array<Record<string, unknown> & { ssh?: Record<string, unknown> }> };
+    const doc = JSON.parse(file.text) as {
+      devices: Array<Record<string, unknown> & { ssh?: Record<string, unknown> }>;
+    };
     const entry = doc.devices[file.index]!;
     entry.ssh = { ...(entry.ssh ?? {}), hostKey: fingerprint };
     next = `${JSON.stringify(doc, null, 2)}\n`;
@@ -90,8 +111,15 @@ export function withHostKey(file: PinnableInventory, fingerprint: string): strin
   // The edit itself is checked: the same devices, this one pinned to exactly the new key.
   const reread = parseInventory(file.format === 'json' ? JSON.parse(next) : parseDocument(next).toJS(), file.path);
   const device = reread.devices[file.index];
-  if (reread.devices.length !== file.inventory.devices.length || device?.id !== file.device.id || device.ssh.hostKey !== fingerprint) {
-    throw new WavegateError('INVALID_STATE', `--inventory ${file.path}: the edited inventory does not read back with ${file.device.id} pinned to ${fingerprint}; nothing was written`);
+  if (
+    reread.devices.length !== file.inventory.devices.length ||
+    device?.id !== file.device.id ||
+    device.ssh.hostKey !== fingerprint
+  ) {
+    throw new WavegateError(
+      'INVALID_STATE',
+      `--inventory ${file.path}: the edited inventory does not read back with ${file.device.id} pinned to ${fingerprint}; nothing was written`,
+    );
   }
   return next;
 }
@@ -99,7 +127,11 @@ export function withHostKey(file: PinnableInventory, fingerprint: string): strin
 /** Replace the file at once, unless someone changed it since it was read; its mode is kept. */
 export function writePinnedInventory(file: PinnableInventory, text: string): void {
   if (readText(file.path) !== file.text) {
-    throw new WavegateError('CONFLICT', `--inventory ${file.path}: changed while repin ran; nothing was written, run it again`, { field: '--inventory', value: file.path });
+    throw new WavegateError(
+      'CONFLICT',
+      `--inventory ${file.path}: changed while repin ran; nothing was written, run it again`,
+      { field: '--inventory', value: file.path },
+    );
   }
   const mode = statSync(file.path).mode & 0o777;
   writeFileAtomic(file.path, text);

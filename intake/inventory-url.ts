@@ -46,25 +46,38 @@ function invalid(field: string, value: unknown, message: string): WavegateError 
 
 /** A URL the CLI may read: http(s), no user name or password in it, bounded. INVALID_INPUT naming `field` otherwise. */
 export function checkInventoryUrl(text: string, field = '--inventory-url'): URL {
-  if (typeof text !== 'string' || text.length === 0 || text.length > MAX_URL_LENGTH) throw invalid(field, text, `must be an http(s) URL of at most ${MAX_URL_LENGTH} characters`);
+  if (typeof text !== 'string' || text.length === 0 || text.length > MAX_URL_LENGTH)
+    throw invalid(field, text, `must be an http(s) URL of at most ${MAX_URL_LENGTH} characters`);
   let url: URL;
   try {
     url = new URL(text);
   } catch {
     throw invalid(field, text, 'not a URL');
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalid(field, text, `must be http or https (got ${url.protocol.replace(/:$/, '')})`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw invalid(field, text, `must be http or https (got ${url.protocol.replace(/:$/, '')})`);
   // Shown without what it refuses: a password in a URL never reaches an error message either.
-  if (url.username || url.password) throw invalid(field, `${url.protocol}//…@${url.host}${url.pathname}`, 'credentials may not be in the URL; put a token in an environment variable and name it with --inventory-token-env');
+  if (url.username || url.password)
+    throw invalid(
+      field,
+      `${url.protocol}//…@${url.host}${url.pathname}`,
+      'credentials may not be in the URL; put a token in an environment variable and name it with --inventory-token-env',
+    );
   return url;
 }
 
 /** The bearer token `tokenEnv` names, checked (a variable name, set, not empty); undefined without one. */
 export function bearerToken(opts: Pick<InventoryUrlOptions, 'tokenEnv' | 'env'>): string | undefined {
   if (opts.tokenEnv === undefined) return undefined;
-  if (!ENV_NAME.test(opts.tokenEnv)) throw invalid('--inventory-token-env', opts.tokenEnv, 'must be an environment variable name (letters, digits, "_")');
+  if (!ENV_NAME.test(opts.tokenEnv))
+    throw invalid(
+      '--inventory-token-env',
+      opts.tokenEnv,
+      'must be an environment variable name (letters, digits, "_")',
+    );
   const token = (opts.env ?? process.env)[opts.tokenEnv];
-  if (!token?.trim()) throw invalid('--inventory-token-env', opts.tokenEnv, 'that environment variable is not set or empty');
+  if (!token?.trim())
+    throw invalid('--inventory-token-env', opts.tokenEnv, 'that environment variable is not set or empty');
   return token.trim();
 }
 
@@ -72,7 +85,12 @@ export function bearerToken(opts: Pick<InventoryUrlOptions, 'tokenEnv' | 'env'>)
 export function parseInventoryDeadline(text: string | undefined, field = '--inventory-deadline'): number {
   if (text === undefined) return INVENTORY_DEADLINE_MS;
   const ms = parseDurationMs(text);
-  if (ms === undefined || ms < 1_000 || ms > MAX_INVENTORY_DEADLINE_MS) throw invalid(field, text, `must be a duration from 1s to ${formatDurationMs(MAX_INVENTORY_DEADLINE_MS)} (e.g. 120s, 5m) for the whole listing, every page`);
+  if (ms === undefined || ms < 1_000 || ms > MAX_INVENTORY_DEADLINE_MS)
+    throw invalid(
+      field,
+      text,
+      `must be a duration from 1s to ${formatDurationMs(MAX_INVENTORY_DEADLINE_MS)} (e.g. 120s, 5m) for the whole listing, every page`,
+    );
   return ms;
 }
 
@@ -180,10 +198,18 @@ interface PageBounds {
  * not after), within what the listing may still read, and with no more devices than it may still hold
  * (counted in the bytes, so the reader stops mid-page at the limit).
  */
-async function boundedBody(res: Response, bounds: PageBounds, where: string, signal: AbortSignal): Promise<{ text: string; bytes: number }> {
+async function boundedBody(
+  res: Response,
+  bounds: PageBounds,
+  where: string,
+  signal: AbortSignal,
+): Promise<{ text: string; bytes: number }> {
   const max = bounds.maxBytes;
   const declared = Number(res.headers.get('content-length') ?? NaN);
-  if (Number.isFinite(declared) && declared > max) throw new WavegateError('INVALID_INPUT', `${where}: page of ${declared} bytes is larger than ${max}`, { source: where });
+  if (Number.isFinite(declared) && declared > max)
+    throw new WavegateError('INVALID_INPUT', `${where}: page of ${declared} bytes is larger than ${max}`, {
+      source: where,
+    });
   const reader = res.body?.getReader();
   if (!reader) return { text: '', bytes: 0 };
   const counter = new DeviceCounter();
@@ -204,9 +230,12 @@ async function boundedBody(res: Response, bounds: PageBounds, where: string, sig
         return new WavegateError('INVALID_INPUT', `${where}: ${message}`, { source: where });
       };
       if (size > max) throw await refuse(`page larger than ${max} bytes`);
-      if (size > bounds.listingBytesLeft) throw await refuse(`the pages so far are larger than ${bounds.maxListingBytes} bytes in all; stopped reading`);
+      if (size > bounds.listingBytesLeft)
+        throw await refuse(`the pages so far are larger than ${bounds.maxListingBytes} bytes in all; stopped reading`);
       if (counter.push(value) > bounds.devicesLeft) {
-        throw await refuse(`invalid\n  devices: more than ${bounds.maxDevices} devices (the most one inventory may hold): ${bounds.devicesBefore} on the pages before, ${counter.count} read of this page so far; stopped reading`);
+        throw await refuse(
+          `invalid\n  devices: more than ${bounds.maxDevices} devices (the most one inventory may hold): ${bounds.devicesBefore} on the pages before, ${counter.count} read of this page so far; stopped reading`,
+        );
       }
       chunks.push(value);
     }
@@ -228,20 +257,37 @@ function pageOf(body: string, where: string, first: boolean): InventoryPage {
   try {
     doc = JSON.parse(body);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${where}: invalid\n  (root): not JSON (${(err as Error).message})`, { source: where });
+    throw new WavegateError('INVALID_INPUT', `${where}: invalid\n  (root): not JSON (${(err as Error).message})`, {
+      source: where,
+    });
   }
-  const problem = (path: string, message: string) => new WavegateError('INVALID_INPUT', `${where}: invalid\n  ${path}: ${message}`, { source: where });
+  const problem = (path: string, message: string) =>
+    new WavegateError('INVALID_INPUT', `${where}: invalid\n  ${path}: ${message}`, { source: where });
   // Before anything that walks the page recursively (the schema, an error message quoting a value).
   const shape = documentProblems(doc)[0];
   if (shape) throw problem(`${formatPath(shape.path)}${shape.deep ? '...' : ''}`, shape.message);
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw problem('(root)', 'must be an object { devices: [...], next: <url or null> }');
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc))
+    throw problem('(root)', 'must be an object { devices: [...], next: <url or null> }');
   const page = doc as Record<string, unknown>;
   for (const key of Object.keys(page)) {
-    if (!['devices', 'next', ...(first ? ['pools', 'defaults'] : [])].includes(key)) throw problem(key, first ? 'unknown field (a page has devices, next, and on the first page pools and defaults)' : 'unknown field (only the first page may carry pools and defaults)');
+    if (!['devices', 'next', ...(first ? ['pools', 'defaults'] : [])].includes(key))
+      throw problem(
+        key,
+        first
+          ? 'unknown field (a page has devices, next, and on the first page pools and defaults)'
+          : 'unknown field (only the first page may carry pools and defaults)',
+      );
   }
-  if (!Array.isArray(page.devices)) throw problem('devices', `must be a list of devices (got ${JSON.stringify(page.devices)?.slice(0, 80)})`);
-  if (page.next !== null && page.next !== undefined && typeof page.next !== 'string') throw problem('next', `must be a URL or null (got ${JSON.stringify(page.next)?.slice(0, 80)})`);
-  return { devices: page.devices, next: (page.next as string | null | undefined) ?? null, ...(first && 'pools' in page ? { pools: page.pools } : {}), ...(first && 'defaults' in page ? { defaults: page.defaults } : {}) };
+  if (!Array.isArray(page.devices))
+    throw problem('devices', `must be a list of devices (got ${JSON.stringify(page.devices)?.slice(0, 80)})`);
+  if (page.next !== null && page.next !== undefined && typeof page.next !== 'string')
+    throw problem('next', `must be a URL or null (got ${JSON.stringify(page.next)?.slice(0, 80)})`);
+  return {
+    devices: page.devices,
+    next: (page.next as string | null | undefined) ?? null,
+    ...(first && 'pools' in page ? { pools: page.pools } : {}),
+    ...(first && 'defaults' in page ? { defaults: page.defaults } : {}),
+  };
 }
 
 /** The next page's URL: relative to this one, and on the same origin (the token is sent nowhere else). */
@@ -250,10 +296,24 @@ function nextUrl(next: string, current: URL, where: string, seen: Set<string>): 
   try {
     url = new URL(next, current);
   } catch {
-    throw new WavegateError('INVALID_INPUT', `${where}: invalid\n  next: ${JSON.stringify(next.slice(0, 200))} is not a URL`, { source: where });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${where}: invalid\n  next: ${JSON.stringify(next.slice(0, 200))} is not a URL`,
+      { source: where },
+    );
   }
-  if (url.origin !== current.origin) throw new WavegateError('INVALID_INPUT', `${where}: invalid\n  next: ${JSON.stringify(url.origin)} is another origin than ${current.origin} (pages stay on one server)`, { source: where });
-  if (seen.has(url.href)) throw new WavegateError('INVALID_INPUT', `${where}: invalid\n  next: ${JSON.stringify(url.pathname + url.search)} was already read (the pages loop)`, { source: where });
+  if (url.origin !== current.origin)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${where}: invalid\n  next: ${JSON.stringify(url.origin)} is another origin than ${current.origin} (pages stay on one server)`,
+      { source: where },
+    );
+  if (seen.has(url.href))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${where}: invalid\n  next: ${JSON.stringify(url.pathname + url.search)} was already read (the pages loop)`,
+      { source: where },
+    );
   return url;
 }
 
@@ -300,22 +360,46 @@ export async function fetchInventory(urlText: string, opts: InventoryUrlOptions 
     const signal = controller.signal;
     let body: { text: string; bytes: number };
     try {
-      const res = await fetch(url, { headers: { accept: 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, redirect: 'error', signal });
+      const res = await fetch(url, {
+        headers: { accept: 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        redirect: 'error',
+        signal,
+      });
       if (res.status < 200 || res.status > 299) {
         await res.body?.cancel().catch(() => {});
-        throw new WavegateError('INVALID_INPUT', `${where}: the server answered ${res.status} ${res.statusText}`.trimEnd(), { source: where, status: res.status });
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `${where}: the server answered ${res.status} ${res.statusText}`.trimEnd(),
+          { source: where, status: res.status },
+        );
       }
       body = await boundedBody(
         res,
-        { maxBytes, listingBytesLeft: maxListingBytes - listingBytes, maxListingBytes, devicesLeft: maxDevices - devices.length, maxDevices, devicesBefore: devices.length },
+        {
+          maxBytes,
+          listingBytesLeft: maxListingBytes - listingBytes,
+          maxListingBytes,
+          devicesLeft: maxDevices - devices.length,
+          maxDevices,
+          devicesBefore: devices.length,
+        },
         where,
         signal,
       );
     } catch (err) {
       if (err instanceof WavegateError) throw err;
       const e = err as Error;
-      if (signal.aborted) throw byDeadline ? pastDeadline(n) : new WavegateError('INVALID_INPUT', `${where}: no whole page within ${timeoutMs / 1000}s`, { source: where });
-      throw new WavegateError('INVALID_INPUT', `${where}: cannot read: ${(e.cause as Error | undefined)?.message ?? e.message}`, { source: where });
+      if (signal.aborted)
+        throw byDeadline
+          ? pastDeadline(n)
+          : new WavegateError('INVALID_INPUT', `${where}: no whole page within ${timeoutMs / 1000}s`, {
+              source: where,
+            });
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${where}: cannot read: ${(e.cause as Error | undefined)?.message ?? e.message}`,
+        { source: where },
+      );
     } finally {
       clearTimeout(timer);
     }

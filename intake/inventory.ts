@@ -12,7 +12,8 @@ export type InventoryFormat = 'wavegate' | 'ansible';
  */
 export function readInventory(path: string): { inventory: Inventory; format: InventoryFormat } {
   const text = readText(path);
-  if (!path.endsWith('.json') && looksLikeAnsible(text, path)) return { inventory: parseInventory(parseAnsibleInventory(text, path), path), format: 'ansible' };
+  if (!path.endsWith('.json') && looksLikeAnsible(text, path))
+    return { inventory: parseInventory(parseAnsibleInventory(text, path), path), format: 'ansible' };
   return { inventory: parseInventory(readDocument(path), path), format: 'wavegate' };
 }
 
@@ -29,10 +30,14 @@ export function loadInventory(path: string): Inventory {
 export function loadRolloutInventory(path: string, field = '--inventory'): Inventory {
   const { inventory, format } = readInventory(path);
   if (format === 'ansible') {
-    throw new WavegateError('INVALID_INPUT', `${field} ${path}: an Ansible inventory; a rollout needs a wavegate inventory (the worker reads it again at snapshot time). \`wavegate plan\` reads Ansible inventories`, {
-      field,
-      value: path,
-    });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${path}: an Ansible inventory; a rollout needs a wavegate inventory (the worker reads it again at snapshot time). \`wavegate plan\` reads Ansible inventories`,
+      {
+        field,
+        value: path,
+      },
+    );
   }
   return inventory;
 }

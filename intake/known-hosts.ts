@@ -30,7 +30,13 @@ function hostFieldMatches(field: string, names: string[]): boolean {
 
 /** An OpenSSH host pattern (`*` any run, `?` one character) as a whole-name matcher. */
 function hostPattern(pattern: string): RegExp {
-  return new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`, 'i');
+  return new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+    'i',
+  );
 }
 
 /**

@@ -1,5 +1,4 @@
-
-import { closeSync, existsSync, lstatSync, openSync, rmSync, statSync, } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { stringify } from 'yaml';
 import { WavegateError } from '../core/errors';
@@ -32,16 +31,28 @@ function ownUid(): number | undefined {
 export function checkStrictModes(path: string): void {
   const uid = ownUid();
   const refuse = (what: string) => {
-    throw new WavegateError('INVALID_STATE', `${path}: refused: ${what}; its recheck commands would run as this user (fix with chown and chmod go-w, see SECURITY.md)`, { source: path });
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${path}: refused: ${what}; its recheck commands would run as this user (fix with chown and chmod go-w, see SECURITY.md)`,
+      { source: path },
+    );
   };
   const file = lstatSync(path);
   if (file.isSymbolicLink()) refuse('is a symbolic link');
   if (!file.isFile()) refuse('is not a regular file');
-  if (uid !== undefined && file.uid !== uid && file.uid !== 0) refuse(`is owned by uid ${file.uid}, not by this user (uid ${uid}) or root`);
-  if (file.mode & 0o022) refuse(`is ${file.mode & 0o002 ? 'world' : 'group'}-writable (mode ${(file.mode & 0o777).toString(8).padStart(4, '0')})`);
+  if (uid !== undefined && file.uid !== uid && file.uid !== 0)
+    refuse(`is owned by uid ${file.uid}, not by this user (uid ${uid}) or root`);
+  if (file.mode & 0o022)
+    refuse(
+      `is ${file.mode & 0o002 ? 'world' : 'group'}-writable (mode ${(file.mode & 0o777).toString(8).padStart(4, '0')})`,
+    );
   const dir = statSync(dirname(path));
-  if (uid !== undefined && dir.uid !== uid && dir.uid !== 0) refuse(`its directory ${dirname(path)} is owned by uid ${dir.uid}, not by this user (uid ${uid}) or root`);
-  if (dir.mode & 0o022 && !(dir.mode & 0o1000)) refuse(`its directory ${dirname(path)} is writable by others (mode ${(dir.mode & 0o777).toString(8).padStart(4, '0')})`);
+  if (uid !== undefined && dir.uid !== uid && dir.uid !== 0)
+    refuse(`its directory ${dirname(path)} is owned by uid ${dir.uid}, not by this user (uid ${uid}) or root`);
+  if (dir.mode & 0o022 && !(dir.mode & 0o1000))
+    refuse(
+      `its directory ${dirname(path)} is writable by others (mode ${(dir.mode & 0o777).toString(8).padStart(4, '0')})`,
+    );
 }
 
 /** A clock this far ahead of the one that wrote a verdict still reads it as written now. */
@@ -70,15 +81,31 @@ export function verdictProblems(file: NodeDownFile, rules: VerdictRules = {}): F
     const since = Date.parse(v.since);
     const expires = Date.parse(v.expiresAt);
     if (ids && !ids.has(v.device)) {
-      problems.push({ path: `verdicts[${i}].device`, value: v.device, message: `names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ${v.device} --inventory <the inventory>` });
+      problems.push({
+        path: `verdicts[${i}].device`,
+        value: v.device,
+        message: `names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ${v.device} --inventory <the inventory>`,
+      });
     }
     if (since > now + VERDICT_CLOCK_SKEW_MS) {
-      problems.push({ path: `verdicts[${i}].since`, value: v.since, message: `is in the future (now is ${new Date(now).toISOString()}); a verdict starts when it is marked` });
+      problems.push({
+        path: `verdicts[${i}].since`,
+        value: v.since,
+        message: `is in the future (now is ${new Date(now).toISOString()}); a verdict starts when it is marked`,
+      });
     }
     if (expires - since > max) {
-      problems.push({ path: `verdicts[${i}].expiresAt`, value: v.expiresAt, message: `is ${days(expires - since)} after since (${v.since}); a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)` });
+      problems.push({
+        path: `verdicts[${i}].expiresAt`,
+        value: v.expiresAt,
+        message: `is ${days(expires - since)} after since (${v.since}); a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)`,
+      });
     } else if (expires > now + max + VERDICT_CLOCK_SKEW_MS) {
-      problems.push({ path: `verdicts[${i}].expiresAt`, value: v.expiresAt, message: `is ${days(expires - now)} from now; a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)` });
+      problems.push({
+        path: `verdicts[${i}].expiresAt`,
+        value: v.expiresAt,
+        message: `is ${days(expires - now)} from now; a verdict holds at most 365 days (wavegate fleet mark-down --expires 1h to 365d)`,
+      });
     }
   });
   return problems;
@@ -105,7 +132,8 @@ export function readVerdicts(path: string, rules: VerdictRules = {}): NodeDownFi
 
 /** Replace the file at once: readers see the old file or the new one, never half of one. */
 export function writeVerdicts(path: string, file: NodeDownFile): void {
-  const header = '# wavegate node-down verdicts (docs/formats.md, "Node-down verdicts"); written by `wavegate fleet mark-down/mark-up` and by rechecks\n';
+  const header =
+    '# wavegate node-down verdicts (docs/formats.md, "Node-down verdicts"); written by `wavegate fleet mark-down/mark-up` and by rechecks\n';
   writeFileAtomic(path, header + stringify(file));
 }
 
@@ -137,7 +165,12 @@ function withFileLock<T>(path: string, fn: () => T): T {
         rmSync(lock, { force: true });
         continue;
       }
-      if (Date.now() > deadline) throw new WavegateError('CONFLICT', `${path}: another writer has held ${lock} for ${Math.round(age / 1000)} s; try again, or remove the lock if no wavegate process is running`, { source: path });
+      if (Date.now() > deadline)
+        throw new WavegateError(
+          'CONFLICT',
+          `${path}: another writer has held ${lock} for ${Math.round(age / 1000)} s; try again, or remove the lock if no wavegate process is running`,
+          { source: path },
+        );
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
     }
   }

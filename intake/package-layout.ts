@@ -36,7 +36,12 @@ export interface WavegateLayout {
  * (`npm install -g` as root, a Nix store), so it keeps them in a per-user home: `$WAVEGATE_HOME`, default
  * `~/.wavegate` (state in it, the venv in `tools/venv`). WAVEGATE_HOME only applies to an installed package.
  */
-export function wavegateLayout(root: string, checkout: boolean, env: NodeJS.ProcessEnv = process.env, home: () => string = homedir): WavegateLayout {
+export function wavegateLayout(
+  root: string,
+  checkout: boolean,
+  env: NodeJS.ProcessEnv = process.env,
+  home: () => string = homedir,
+): WavegateLayout {
   if (checkout) return { stateDir: join(root, '.wavegate'), venvDir: join(root, '.tools', 'venv') };
   const wavegateHome = resolve(env.WAVEGATE_HOME || join(home(), '.wavegate'));
   return { stateDir: wavegateHome, venvDir: join(wavegateHome, 'tools', 'venv') };

@@ -10,7 +10,10 @@ import { MAX_PAYLOAD_FILE_BYTES, type PayloadFileFacts } from '../core/revision'
  * without blocking (a FIFO cannot hang sign), hashed in chunks; a file above the 64 MiB cap is measured,
  * never read. Where the file is (inside payload/) was already judged by payloadSourceProblems.
  */
-export function readPayloadFacts(profileDir: string, source: string): { facts: PayloadFileFacts } | { missing: string } {
+export function readPayloadFacts(
+  profileDir: string,
+  source: string,
+): { facts: PayloadFileFacts } | { missing: string } {
   const path = resolve(profileDir, source);
   let fd: number;
   try {
@@ -18,7 +21,8 @@ export function readPayloadFacts(profileDir: string, source: string): { facts: P
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return { missing: `${path} does not exist` };
-    if (code === 'ELOOP') return { missing: `${path} is a symbolic link; a payload file must be a plain file inside payload/` };
+    if (code === 'ELOOP')
+      return { missing: `${path} is a symbolic link; a payload file must be a plain file inside payload/` };
     return { missing: `${path} cannot be read (${code ?? String(err)})` };
   }
   try {

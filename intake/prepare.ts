@@ -70,7 +70,13 @@ export function loadRolloutContent(req: SpecRequest): RolloutContent {
   const field = (name: string) => `${req.specSource}: rollout.${name}`;
   const target = fileRevision(loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = fileRevision(loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource) };
+  return {
+    ...req,
+    ...loaded,
+    target,
+    from,
+    dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource),
+  };
 }
 
 /** The same from `registry:<profile>`, each envelope verified again against the profile's pins. */
@@ -81,7 +87,13 @@ export async function loadRegisteredRolloutContent(client: Client, req: SpecRequ
   const target = await registeredRevision(client, loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = await registeredRevision(client, loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
   // Dependencies from the files either way: they are what the worker verifies them against.
-  return { ...req, ...loaded, target, from, dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource) };
+  return {
+    ...req,
+    ...loaded,
+    target,
+    from,
+    dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource),
+  };
 }
 
 function inputOf(content: RolloutContent, req: RolloutFromSpec): RolloutInput {
@@ -114,6 +126,13 @@ export function prepareRollout(req: RolloutRequest & { client?: undefined }): Ro
 export function prepareRollout(req: RolloutRequest & { client: Client }): Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput>;
 export function prepareRollout(req: RolloutRequest): RolloutInput | Promise<RolloutInput> {
-  const spec: RolloutFromSpec = { spec: readSpec(req.specPath), specSource: req.specPath, profilesRoot: req.profilesRoot, inventoryPath: req.inventoryPath, startedBy: req.startedBy, ...(req.inventory ? { inventory: req.inventory } : {}) };
+  const spec: RolloutFromSpec = {
+    spec: readSpec(req.specPath),
+    specSource: req.specPath,
+    profilesRoot: req.profilesRoot,
+    inventoryPath: req.inventoryPath,
+    startedBy: req.startedBy,
+    ...(req.inventory ? { inventory: req.inventory } : {}),
+  };
   return req.client ? rolloutInputFromRegistry(req.client, spec) : rolloutInputFromFiles(spec);
 }

@@ -52,7 +52,10 @@ export function profileDir(profilesRoot: string, name: string, field = 'profile'
  * resolving (symbolic links followed) outside the profile's real `payload/` directory. `dir` is the
  * profile directory the revision belongs to when it is known; without it only the text is judged.
  */
-export function payloadSourceProblems(payload: readonly Pick<PayloadFile, 'source'>[], dir: string | undefined): FieldProblem[] {
+export function payloadSourceProblems(
+  payload: readonly Pick<PayloadFile, 'source'>[],
+  dir: string | undefined,
+): FieldProblem[] {
   const problems: FieldProblem[] = [];
   payload.forEach((file, i) => {
     const path = `payload[${i}].source`;
@@ -75,7 +78,11 @@ export function payloadSourceProblems(payload: readonly Pick<PayloadFile, 'sourc
       return;
     }
     if (!real.startsWith(`${root}${sep}`)) {
-      problems.push({ path, value: file.source, message: `resolves through a symbolic link to ${real}, outside the profile's ${root}${sep}; a payload file must be a plain file inside payload/` });
+      problems.push({
+        path,
+        value: file.source,
+        message: `resolves through a symbolic link to ${real}, outside the profile's ${root}${sep}; a payload file must be a plain file inside payload/`,
+      });
     }
   });
   return problems;

@@ -17,11 +17,18 @@ export interface LoadedProfile {
 export function loadProfile(profilesRoot: string, name: string, field = 'profile'): LoadedProfile {
   const layout = profileDir(profilesRoot, name, field);
   if (!existsSync(layout.profileFile)) {
-    throw new WavegateError('INVALID_INPUT', `${field}: no profile "${name}" (expected ${layout.profileFile})`, { field, value: name });
+    throw new WavegateError('INVALID_INPUT', `${field}: no profile "${name}" (expected ${layout.profileFile})`, {
+      field,
+      value: name,
+    });
   }
   const profile = parseProfile(readDocument(layout.profileFile), layout.profileFile);
   if (profile.name !== name) {
-    throw new WavegateError('INVALID_INPUT', `${layout.profileFile}: invalid\n  name: the profile directory is "${name}" (got ${JSON.stringify(profile.name)})`, { source: layout.profileFile });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${layout.profileFile}: invalid\n  name: the profile directory is "${name}" (got ${JSON.stringify(profile.name)})`,
+      { source: layout.profileFile },
+    );
   }
   return { layout, profile };
 }

@@ -20,9 +20,14 @@ export interface ProfilesRoot {
  * `fallback` (default `./profiles`). An empty environment variable counts as unset; an empty flag is
  * refused. Resolved against the current directory once, so every later read uses the same absolute path.
  */
-export function resolveProfilesRoot(opts: { flag?: string; env?: NodeJS.ProcessEnv; fallback?: string } = {}): ProfilesRoot {
+export function resolveProfilesRoot(
+  opts: { flag?: string; env?: NodeJS.ProcessEnv; fallback?: string } = {},
+): ProfilesRoot {
   if (opts.flag !== undefined) {
-    if (!opts.flag.trim()) throw new WavegateError('INVALID_INPUT', `--profiles ${JSON.stringify(opts.flag)}: must name a directory`, { field: '--profiles' });
+    if (!opts.flag.trim())
+      throw new WavegateError('INVALID_INPUT', `--profiles ${JSON.stringify(opts.flag)}: must name a directory`, {
+        field: '--profiles',
+      });
     return { dir: resolve(opts.flag), from: 'flag' };
   }
   const fromEnv = (opts.env ?? process.env)[PROFILES_ENV];
@@ -42,7 +47,11 @@ export function checkProfilesRoot(root: ProfilesRoot): boolean {
     isDir = false;
   }
   if (!isDir && root.from !== 'default') {
-    throw new WavegateError('INVALID_INPUT', `${root.from === 'flag' ? '--profiles' : `$${PROFILES_ENV}`} ${JSON.stringify(root.dir)}: not a directory`, { field: root.from === 'flag' ? '--profiles' : PROFILES_ENV });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${root.from === 'flag' ? '--profiles' : `$${PROFILES_ENV}`} ${JSON.stringify(root.dir)}: not a directory`,
+      { field: root.from === 'flag' ? '--profiles' : PROFILES_ENV },
+    );
   }
   return isDir;
 }

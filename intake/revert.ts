@@ -37,8 +37,14 @@ export interface RevertRequest {
 export function revertRolloutInput(req: RevertRequest & { client?: undefined }): RolloutInput;
 export function revertRolloutInput(req: RevertRequest & { client: Client }): Promise<RolloutInput>;
 export function revertRolloutInput(req: RevertRequest): RolloutInput | Promise<RolloutInput> {
-  const request = { spec: req.original.spec, specSource: `${req.reverts.rolloutId} (the rollout reverted)`, profilesRoot: req.profilesRoot };
-  return req.client ? loadRegisteredRolloutContent(req.client, request).then((c) => inputOf(req, c)) : inputOf(req, loadRolloutContent(request));
+  const request = {
+    spec: req.original.spec,
+    specSource: `${req.reverts.rolloutId} (the rollout reverted)`,
+    profilesRoot: req.profilesRoot,
+  };
+  return req.client
+    ? loadRegisteredRolloutContent(req.client, request).then((c) => inputOf(req, c))
+    : inputOf(req, loadRolloutContent(request));
 }
 
 function inputOf(req: RevertRequest, content: RolloutContent): RolloutInput {

@@ -23,18 +23,35 @@ export function findFileRevision(layout: ProfileDir, trust: Trust | undefined, n
   if (trust) {
     const envelopePath = layout.envelopeFile(n);
     if (!existsSync(envelopePath)) return undefined;
-    const signed = openEnvelope(readDocument(envelopePath), trust, { profile: layout.name, revision: n, source: envelopePath });
+    const signed = openEnvelope(readDocument(envelopePath), trust, {
+      profile: layout.name,
+      revision: n,
+      source: envelopePath,
+    });
     if (existsSync(path)) {
       const source = parseRevisionSource(readDocument(path), path);
       // `sign` adds issuedAt (and expiresAt to a file without one) and fills payload sha256/size the file
       // leaves out (from the payload files); everything else must be what was signed.
       const payload = signed.revision.payload.map((file, i) => {
         const written = source.payload[i];
-        return { ...file, ...(written && written.sha256 === undefined ? { sha256: undefined } : {}), ...(written && written.size === undefined ? { size: undefined } : {}) };
+        return {
+          ...file,
+          ...(written && written.sha256 === undefined ? { sha256: undefined } : {}),
+          ...(written && written.size === undefined ? { size: undefined } : {}),
+        };
       });
-      const signedContent = { ...signed.revision, payload, ...(source.expiresAt ? {} : { expiresAt: undefined }), ...(source.issuedAt ? {} : { issuedAt: undefined }) };
+      const signedContent = {
+        ...signed.revision,
+        payload,
+        ...(source.expiresAt ? {} : { expiresAt: undefined }),
+        ...(source.issuedAt ? {} : { issuedAt: undefined }),
+      };
       if (canonicalize(source) !== canonicalize(signedContent)) {
-        throw new WavegateError('INVALID_INPUT', `${path}: differs from its signed envelope ${envelopePath}; sign the changed revision again`, { source: path });
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `${path}: differs from its signed envelope ${envelopePath}; sign the changed revision again`,
+          { source: path },
+        );
       }
     }
     return signed;
@@ -45,12 +62,20 @@ export function findFileRevision(layout: ProfileDir, trust: Trust | undefined, n
   const unfilled = parseRevisionSource(data, path).payload.flatMap((file, i) =>
     (['sha256', 'size'] as const)
       .filter((field) => file[field] === undefined)
-      .map((field) => ({ path: `payload[${i}].${field}`, value: undefined, message: `payload "${file.name}": missing; a profile without pins (${layout.trustFile}) is read from this file as written, so it must give sha256 and size (only \`wavegate sign\` fills them, into a signed envelope)` })),
+      .map((field) => ({
+        path: `payload[${i}].${field}`,
+        value: undefined,
+        message: `payload "${file.name}": missing; a profile without pins (${layout.trustFile}) is read from this file as written, so it must give sha256 and size (only \`wavegate sign\` fills them, into a signed envelope)`,
+      })),
   );
   if (unfilled.length) invalidFields(path, unfilled);
   const revision = parseRevision(data, path);
   if (revision.profile !== layout.name || revision.revision !== n) {
-    throw new WavegateError('INVALID_INPUT', `${path}: declares ${revision.profile} r${revision.revision}, expected ${layout.name} r${n}`, { source: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${path}: declares ${revision.profile} r${revision.revision}, expected ${layout.name} r${n}`,
+      { source: path },
+    );
   }
   return { revision };
 }
@@ -66,7 +91,11 @@ export function fileRevision(layout: ProfileDir, trust: Trust | undefined, n: nu
       { field, value: n },
     );
   }
-  throw new WavegateError('INVALID_INPUT', `${field}: profile "${layout.name}" has no revision ${n} (expected ${layout.revisionFile(n)})`, { field, value: n });
+  throw new WavegateError(
+    'INVALID_INPUT',
+    `${field}: profile "${layout.name}" has no revision ${n} (expected ${layout.revisionFile(n)})`,
+    { field, value: n },
+  );
 }
 
 /** Revision numbers the profile's files hold, ascending (its envelopes when it has pins). */
@@ -79,7 +108,13 @@ export function fileRevisionNumbers(layout: ProfileDir, trust: Trust | undefined
  * not trusted further than the pins on this side). A revision the registry does not hold is
  * INVALID_INPUT naming `field` when one is given, else NOT_FOUND.
  */
-export async function registeredRevision(client: Client, layout: ProfileDir, trust: Trust, n: number, field?: string): Promise<SignedRevision> {
+export async function registeredRevision(
+  client: Client,
+  layout: ProfileDir,
+  trust: Trust,
+  n: number,
+  field?: string,
+): Promise<SignedRevision> {
   let envelope: unknown;
   try {
     envelope = await getEnvelope(client, layout.name, n);
@@ -95,5 +130,9 @@ export async function registeredRevision(client: Client, layout: ProfileDir, tru
 /** The pins a registry read is verified against; a profile without pins cannot use its registry. */
 export function registryTrust(layout: ProfileDir, trust: Trust | undefined, field: string): Trust {
   if (trust) return trust;
-  throw new WavegateError('INVALID_INPUT', `${field}: profile "${layout.name}" has no pins (expected ${layout.trustFile}) to verify its registered revisions against`, { field, value: layout.name });
+  throw new WavegateError(
+    'INVALID_INPUT',
+    `${field}: profile "${layout.name}" has no pins (expected ${layout.trustFile}) to verify its registered revisions against`,
+    { field, value: layout.name },
+  );
 }

@@ -38,7 +38,10 @@ export interface RolloutParts {
 export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
   const { spec, profile, layout, target, from } = parts;
   if (target.revision.revision !== spec.toRevision || from.revision.revision !== spec.fromRevision) {
-    throw new WavegateError('INVALID_INPUT', `${parts.specSource}: rollout: revisions r${from.revision.revision} → r${target.revision.revision} given for a spec of r${spec.fromRevision} → r${spec.toRevision}`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${parts.specSource}: rollout: revisions r${from.revision.revision} → r${target.revision.revision} given for a spec of r${spec.fromRevision} → r${spec.toRevision}`,
+    );
   }
   const inScope = scopedDevices(spec, parts.inventory, profile, parts);
   checkHealthSelections(spec, profile, target, parts.specSource, inScope);
@@ -63,19 +66,41 @@ export function assembleRolloutInput(parts: RolloutParts): RolloutInput {
  * against the spec: at least one device, a `canaryClass` among them, known pools, a transport that
  * exists. INVALID_INPUT naming the spec or the inventory otherwise.
  */
-export function scopedDevices(spec: RolloutSpec, inventory: Inventory, profile: Pick<Profile, 'scope'> | undefined, sources: { specSource: string; inventoryPath: string }): Device[] {
+export function scopedDevices(
+  spec: RolloutSpec,
+  inventory: Inventory,
+  profile: Pick<Profile, 'scope'> | undefined,
+  sources: { specSource: string; inventoryPath: string },
+): Device[] {
   const inScope = devicesInScope(profile?.scope, inventory.devices);
   if (inScope.length === 0) {
-    throw new WavegateError('INVALID_INPUT', `${sources.inventoryPath}: invalid\n  devices: no device matches the scope of profile "${spec.profile}" (${JSON.stringify(profile?.scope ?? {})})`, { source: sources.inventoryPath });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${sources.inventoryPath}: invalid\n  devices: no device matches the scope of profile "${spec.profile}" (${JSON.stringify(profile?.scope ?? {})})`,
+      { source: sources.inventoryPath },
+    );
   }
-  checkSpecAgainstInventory(spec, inventory, sources.specSource, inScope.map((d) => d.id));
+  checkSpecAgainstInventory(
+    spec,
+    inventory,
+    sources.specSource,
+    inScope.map((d) => d.id),
+  );
   return inScope;
 }
 
 /** In-flight fraction per pool: the spec's `disruptionBudget` for a pool where it names one, else the inventory's. */
-export function poolBudgetsOf(spec: Pick<RolloutSpec, 'disruptionBudget'>, inventory: Inventory): Record<string, number> {
+export function poolBudgetsOf(
+  spec: Pick<RolloutSpec, 'disruptionBudget'>,
+  inventory: Inventory,
+): Record<string, number> {
   // Built from entries (own properties only, whatever the names) and read with own-property lookups.
-  return Object.fromEntries(Object.values(inventory.pools).map((pool) => [pool.name, ownValue(spec.disruptionBudget, pool.name) ?? pool.disruptionBudget]));
+  return Object.fromEntries(
+    Object.values(inventory.pools).map((pool) => [
+      pool.name,
+      ownValue(spec.disruptionBudget, pool.name) ?? pool.disruptionBudget,
+    ]),
+  );
 }
 
 /**

@@ -79,7 +79,7 @@ function revisionText(profile: string, revision: 1 | 2): string {
   const why =
     revision === 1
       ? '# The way back: a rollout r1 -> r2 rolls back to this revision. Its `rollback` (a way back from r1 itself)\n# satisfies the no-way-back registration gate.\n'
-      : '# The change. `previous: 1` names the way back (the spec\'s fromRevision is what a rollback runs).\n';
+      : "# The change. `previous: 1` names the way back (the spec's fromRevision is what a rollback runs).\n";
   return `# wavegate revision (docs/formats.md section 5). apply and verify run as the inventory's user, in $HOME,\n# with $WAVEGATE_STAGING holding the payload files. verify must read the fact back: exit 0 only when\n# the revision is in place. The health: section is signed with the rest; a spec selects its checks by name.\n# Each payload entry's sha256 and size: wavegate sign fills them from the file in payload/ (edit the file, sign again).\n${why}${toYaml(doc, { lineWidth: 0 })}`;
 }
 
@@ -98,7 +98,14 @@ function inventoryText(input: ScaffoldInput): string {
     ...(h.extra ?? {}),
     ssh: { hostKey: h.hostKey, ...(h.key ? { key: h.key } : {}) },
   }));
-  const pools = Object.fromEntries(Object.keys(input.pools).sort().map((p) => [p, input.pools[p]!.disruptionBudget === undefined ? {} : { disruptionBudget: input.pools[p]!.disruptionBudget }]));
+  const pools = Object.fromEntries(
+    Object.keys(input.pools)
+      .sort()
+      .map((p) => [
+        p,
+        input.pools[p]!.disruptionBudget === undefined ? {} : { disruptionBudget: input.pools[p]!.disruptionBudget },
+      ]),
+  );
   return `# wavegate inventory (docs/formats.md section 7), made by wavegate init. Host keys are pinned (ssh.hostKey);\n# the key file is read on the worker. A changed host key is refused, never trusted.\n${toYaml({ pools, defaults, devices })}`;
 }
 
@@ -135,11 +142,20 @@ export function scaffoldFiles(input: ScaffoldInput): ScaffoldFile[] {
   // What init writes must be what plan, sign and start accept: refuse here rather than write a broken file.
   const [profile, r1, r2, , , inventory, spec] = files.map((f) => parseYaml(f));
   parseProfile(profile, files[0]!.path);
-  for (const [n, doc, file] of [[1, r1, files[1]!], [2, r2, files[2]!]] as const) {
+  for (const [n, doc, file] of [
+    [1, r1, files[1]!],
+    [2, r2, files[2]!],
+  ] as const) {
     // Checked as sign will sign it: with the payload's digest filled in.
     const text = payloadText(input.profile, n);
     const source = parseRevisionSource(doc, file.path);
-    const revision = parseRevision({ ...source, payload: source.payload.map((f) => ({ ...f, sha256: sha256(text), size: Buffer.byteLength(text) })) }, file.path);
+    const revision = parseRevision(
+      {
+        ...source,
+        payload: source.payload.map((f) => ({ ...f, sha256: sha256(text), size: Buffer.byteLength(text) })),
+      },
+      file.path,
+    );
     if (!classifyRevision(revision).provable) throw new Error(`wavegate init: template ${file.path} is not provable`);
   }
   parseInventory(inventory, input.inventoryPath);
@@ -159,7 +175,11 @@ export function writeScaffold(files: ScaffoldFile[], opts: { force: boolean; env
   if (!opts.force) {
     const existing = files.filter((f) => existsSync(f.path)).map((f) => f.path);
     if (existing.length) {
-      throw new WavegateError('CONFLICT', `${existing.join(', ')}: already exist${existing.length === 1 ? 's' : ''}; wavegate init never overwrites a file, and wrote nothing (use --force to overwrite, or choose another --profiles, --profile, --inventory or --spec)`, { files: existing });
+      throw new WavegateError(
+        'CONFLICT',
+        `${existing.join(', ')}: already exist${existing.length === 1 ? 's' : ''}; wavegate init never overwrites a file, and wrote nothing (use --force to overwrite, or choose another --profiles, --profile, --inventory or --spec)`,
+        { files: existing },
+      );
     }
   }
   for (const f of files) {
@@ -191,8 +211,11 @@ export function nextCommands(input: ScaffoldInput): string[] {
   ];
   for (const n of [1, 2]) {
     const envelope = layout.envelopeFile(n);
-    lines.push(`wavegate sign ${q(layout.revisionFile(n))} --key ${q(first!.key)} --out ${q(envelope)} --inventory ${q(input.inventoryPath)} --profile ${q(layout.profileFile)}`);
-    for (const k of others.slice(0, input.threshold - 1)) lines.push(`wavegate cosign ${q(envelope)} --key ${q(k.key)}`);
+    lines.push(
+      `wavegate sign ${q(layout.revisionFile(n))} --key ${q(first!.key)} --out ${q(envelope)} --inventory ${q(input.inventoryPath)} --profile ${q(layout.profileFile)}`,
+    );
+    for (const k of others.slice(0, input.threshold - 1))
+      lines.push(`wavegate cosign ${q(envelope)} --key ${q(k.key)}`);
   }
   lines.push(
     `# 4. Check the plan (contacts nothing):`,

@@ -1,5 +1,4 @@
-
-import { existsSync, mkdirSync, } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
 import { SCANNED_KEYS_KIND, ScannedKeysFile, type AcceptedKey, type ScannedHostKey } from '../core/init-keys';
@@ -26,25 +25,45 @@ export function scannedKeysPathFor(inventoryPath: string): string {
  */
 export function readScannedKeys(path: string, inventoryPath: string, flag: string): AcceptedKey[] {
   if (!existsSync(path)) {
-    throw new WavegateError('INVALID_INPUT', `${flag}: no fingerprints recorded at ${path}; run init without ${flag} first, check the fingerprints it prints on each host, then run the command it prints`, { field: flag, value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag}: no fingerprints recorded at ${path}; run init without ${flag} first, check the fingerprints it prints on each host, then run the command it prints`,
+      { field: flag, value: path },
+    );
   }
   let record: ScannedKeysFile;
   try {
     record = parseWith(ScannedKeysFile, readDocument(path, 'json'), path);
   } catch (err) {
-    if (err instanceof WavegateError) throw new WavegateError('INVALID_INPUT', `${flag} ${err.message}`, { field: flag, value: path });
+    if (err instanceof WavegateError)
+      throw new WavegateError('INVALID_INPUT', `${flag} ${err.message}`, { field: flag, value: path });
     throw err;
   }
   const inventory = resolve(inventoryPath);
   if (record.inventory !== inventory) {
-    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: recorded for the inventory ${record.inventory}, not ${inventory}; accept the fingerprints of this init's own first run`, { field: flag, value: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${path}: recorded for the inventory ${record.inventory}, not ${inventory}; accept the fingerprints of this init's own first run`,
+      { field: flag, value: path },
+    );
   }
   return record.hosts.map((h) => ({ id: h.id, host: h.host, port: h.port, fingerprint: h.fingerprint, from: path }));
 }
 
 /** Replace the record at once (a temp file in the same directory, then rename), mode 0600. */
-export function writeScannedKeys(path: string, inventoryPath: string, hosts: ScannedHostKey[], now: Date = new Date()): void {
-  const record: ScannedKeysFile = { kind: SCANNED_KEYS_KIND, version: 1, inventory: resolve(inventoryPath), scannedAt: now.toISOString(), hosts };
+export function writeScannedKeys(
+  path: string,
+  inventoryPath: string,
+  hosts: ScannedHostKey[],
+  now: Date = new Date(),
+): void {
+  const record: ScannedKeysFile = {
+    kind: SCANNED_KEYS_KIND,
+    version: 1,
+    inventory: resolve(inventoryPath),
+    scannedAt: now.toISOString(),
+    hosts,
+  };
   mkdirSync(dirname(path), { recursive: true });
   writeFileAtomic(path, `${JSON.stringify(record, null, 2)}\n`);
 }

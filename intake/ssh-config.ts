@@ -61,11 +61,16 @@ export function parseSshConfig(text: string, source: string): { hosts: SshConfig
     for (const entry of current) {
       if (keyword === 'hostname' && entry.host === entry.alias) entry.host = value;
       else if (keyword === 'user' && entry.user === undefined) entry.user = value;
-      else if (keyword === 'identityfile' && entry.identityFile === undefined) entry.identityFile = value.replace(/^~(?=\/|$)/, homedir());
+      else if (keyword === 'identityfile' && entry.identityFile === undefined)
+        entry.identityFile = value.replace(/^~(?=\/|$)/, homedir());
       else if (keyword === 'port' && entry.port === undefined) {
         const port = Number(value);
         if (!/^\d+$/.test(value) || port < 1 || port > 65535) {
-          throw new WavegateError('INVALID_INPUT', `${source}:${lineNo}: Port of Host ${entry.alias}: must be a TCP port 1-65535 (got ${JSON.stringify(value)})`, { source, line: lineNo });
+          throw new WavegateError(
+            'INVALID_INPUT',
+            `${source}:${lineNo}: Port of Host ${entry.alias}: must be a TCP port 1-65535 (got ${JSON.stringify(value)})`,
+            { source, line: lineNo },
+          );
         }
         entry.port = port;
       }

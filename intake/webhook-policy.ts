@@ -1,6 +1,12 @@
 import { lstatSync, realpathSync } from 'node:fs';
 import { formatPath, invalidFields, type FieldProblem } from '../core/validation';
-import { pathInside, SECRET_FILE_RULE, urlRefusal, webhookPolicyFromEnv, type WebhookPolicy } from '../core/webhook-policy';
+import {
+  pathInside,
+  SECRET_FILE_RULE,
+  urlRefusal,
+  webhookPolicyFromEnv,
+  type WebhookPolicy,
+} from '../core/webhook-policy';
 import type { RolloutSpec } from '../core/spec';
 
 /**
@@ -10,7 +16,11 @@ import type { RolloutSpec } from '../core/spec';
  * exist, and the real path is what is read. Without it (`plan`/`start`, on a machine that may not hold
  * the file), a file absent here passes on the textual check and the worker checks it again.
  */
-export function resolveWebhookSecretFile(path: string, policy: WebhookPolicy, mustExist: boolean): { realPath: string } | { refused: 'outside' | 'unreadable' } {
+export function resolveWebhookSecretFile(
+  path: string,
+  policy: WebhookPolicy,
+  mustExist: boolean,
+): { realPath: string } | { refused: 'outside' | 'unreadable' } {
   if (!path.startsWith('/') || !pathInside(path, policy.secretsDir)) return { refused: 'outside' };
   let exists = true;
   try {
@@ -38,7 +48,11 @@ export function resolveWebhookSecretFile(path: string, policy: WebhookPolicy, mu
  * the worker would refuse. INVALID_INPUT naming each field and its value; the worker decides again at
  * every delivery (activities/webhooks.ts), so a CLI configured more loosely gains nothing.
  */
-export function checkWebhookPolicy(spec: Pick<RolloutSpec, 'webhooks'>, source: string, env: Readonly<Record<string, string | undefined>> = process.env): void {
+export function checkWebhookPolicy(
+  spec: Pick<RolloutSpec, 'webhooks'>,
+  source: string,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): void {
   if (!spec.webhooks?.length) return;
   const policy = webhookPolicyFromEnv(env);
   const problems: FieldProblem[] = [];

@@ -12,7 +12,10 @@ const help = new Help();
 const rows = GROUP_NAMES.flatMap((group) => {
   const program = new Command('wavegate');
   for (const c of programWith([group]).commands) program.addCommand(c);
-  return program.commands.map((c) => `  { name: ${JSON.stringify(c.name())}, group: '${group}', term: ${JSON.stringify(help.subcommandTerm(c))}, description: ${JSON.stringify(help.subcommandDescription(c))} },`);
+  return program.commands.map(
+    (c) =>
+      `  { name: ${JSON.stringify(c.name())}, group: '${group}', term: ${JSON.stringify(help.subcommandTerm(c))}, description: ${JSON.stringify(help.subcommandDescription(c))} },`,
+  );
 });
 const file = join(__dirname, '..', 'cli', 'main.ts');
 const text = readFileSync(file, 'utf8');
@@ -22,7 +25,9 @@ const end = text.indexOf('\n];\n', start);
 if (start < begin.length || end < 0) throw new Error(`${file}: no COMMANDS table found`);
 const updated = `${text.slice(0, start)}${rows.join('\n')}${text.slice(end)}`;
 if (process.argv.includes('--check')) {
-  process.stdout.write(updated === text ? 'COMMANDS is current\n' : 'COMMANDS is out of date: run npx tsx scripts/command-table.ts\n');
+  process.stdout.write(
+    updated === text ? 'COMMANDS is current\n' : 'COMMANDS is out of date: run npx tsx scripts/command-table.ts\n',
+  );
   process.exit(updated === text ? 0 : 1);
 }
 writeFileSync(file, updated);

@@ -17,7 +17,14 @@ export interface LiveExec {
   kill(): void;
 }
 
-export function runExec(st: DeviceState, channel: ServerChannel, command: string, live: Set<LiveExec>, sock: net.Socket | undefined, runtime: FleetRuntime): void {
+export function runExec(
+  st: DeviceState,
+  channel: ServerChannel,
+  command: string,
+  live: Set<LiveExec>,
+  sock: net.Socket | undefined,
+  runtime: FleetRuntime,
+): void {
   const rec: SimCommandRecord = { command, exitCode: null, startedAt: Date.now() };
   st.records.push(rec);
   const faults = st.faults; // the faults in force when the exec arrived, even if setFaults runs during its latency
@@ -80,20 +87,21 @@ export function runExec(st: DeviceState, channel: ServerChannel, command: string
       drop.unref();
     } else if (fault === 'hang' && faults.raw.hangAfterRunning) {
       holdChannel = true;
-    } else switch (fault) {
-      case 'drop':
-        finish(null);
-        destroySocket();
-        return;
-      case 'fail':
-        drain();
-        channel.stderr.write('simulated failure\n');
-        void endChannel(channel, 1).then(() => finish(1));
-        return;
-      case 'hang':
-        drain();
-        return; // never finishes; handle.kill() runs on channel/connection close
-    }
+    } else
+      switch (fault) {
+        case 'drop':
+          finish(null);
+          destroySocket();
+          return;
+        case 'fail':
+          drain();
+          channel.stderr.write('simulated failure\n');
+          void endChannel(channel, 1).then(() => finish(1));
+          return;
+        case 'hang':
+          drain();
+          return; // never finishes; handle.kill() runs on channel/connection close
+      }
     void ensureSandbox(st).then(
       (sandbox) => spawnCommand(sandbox),
       (err: unknown) => {

@@ -7,7 +7,14 @@
  */
 import { promises as fsp } from 'node:fs';
 import * as path from 'node:path';
-import { HOST, type DeviceState, type FleetRuntime, type SimCommandRecord, type SimDevice, type SimDeviceSpec } from './device';
+import {
+  HOST,
+  type DeviceState,
+  type FleetRuntime,
+  type SimCommandRecord,
+  type SimDevice,
+  type SimDeviceSpec,
+} from './device';
 import { compileFaults, copyFaults, type SimFaults } from './faults';
 import { loadClientKey } from './keys';
 import { ensureSandbox, writeFaultFiles } from './sandbox';
@@ -98,7 +105,18 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
   const ordered: DeviceState[] = [];
   for (let i = 0; i < opts.devices.length; i++) {
     const spec = { ...opts.devices[i] };
-    const st = createDevice({ id: spec.id, host: HOST, port: opts.ports?.[i] ?? 0, hostKeyFingerprint: '', hostPublicKey: '', sandbox: path.join(baseDir, spec.id), spec }, runtime);
+    const st = createDevice(
+      {
+        id: spec.id,
+        host: HOST,
+        port: opts.ports?.[i] ?? 0,
+        hostKeyFingerprint: '',
+        hostPublicKey: '',
+        sandbox: path.join(baseDir, spec.id),
+        spec,
+      },
+      runtime,
+    );
     states.set(spec.id, st);
     ordered.push(st);
   }
@@ -188,7 +206,8 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
     sftpUploads: (id) => get(id).sftpOpens,
     connections: (id) => get(id).sockets.size,
     connectionsOpened: (id) => get(id).connectionSpans.length,
-    peakConnections: (ids, until = Number.POSITIVE_INFINITY) => peakOverlap(ids.flatMap((id) => get(id).connectionSpans.filter((s) => s.openedAt < until))),
+    peakConnections: (ids, until = Number.POSITIVE_INFINITY) =>
+      peakOverlap(ids.flatMap((id) => get(id).connectionSpans.filter((s) => s.openedAt < until))),
     ensureSandbox: (id) => ensureSandbox(get(id)),
     resetCounters: () => {
       for (const st of ordered) {

@@ -16,9 +16,13 @@ export interface FleetAddresses {
  * The inventory document of a simulated fleet: every device with its loopback port, pinned host key and
  * the fleet's client key file (a path: key material never leaves the disk).
  */
-export function fleetInventory(fleet: FleetAddresses, opts: { budgets?: Record<string, number>; runtimes?: string[] } = {}) {
+export function fleetInventory(
+  fleet: FleetAddresses,
+  opts: { budgets?: Record<string, number>; runtimes?: string[] } = {},
+) {
   const pools: Record<string, { disruptionBudget: number }> = {};
-  for (const d of fleet.devices) pools[d.spec.pool ?? 'default'] = { disruptionBudget: opts.budgets?.[d.spec.pool ?? 'default'] ?? 0.05 };
+  for (const d of fleet.devices)
+    pools[d.spec.pool ?? 'default'] = { disruptionBudget: opts.budgets?.[d.spec.pool ?? 'default'] ?? 0.05 };
   return {
     pools,
     defaults: { user: fleet.user, ssh: { key: fleet.clientKeyPath }, runtimes: opts.runtimes ?? ['motd'] },
@@ -36,7 +40,11 @@ export function fleetInventory(fleet: FleetAddresses, opts: { budgets?: Record<s
   };
 }
 
-export function writeFleetInventory(fleet: FleetAddresses, path: string, opts: Parameters<typeof fleetInventory>[1] = {}): string {
+export function writeFleetInventory(
+  fleet: FleetAddresses,
+  path: string,
+  opts: Parameters<typeof fleetInventory>[1] = {},
+): string {
   writeFileSync(path, stringify(fleetInventory(fleet, opts)));
   return path;
 }

@@ -24,7 +24,8 @@ export function generateEd25519(comment?: string): { private: string; public: st
     if (priv instanceof Error || pub instanceof Error) continue;
     const parsed = (Array.isArray(priv) ? (priv as ParsedKey[])[0] : priv) as ParsedKey | undefined;
     // "ssh-ed25519" blob: string(11) "ssh-ed25519" + string(32) key = 4 + 11 + 4 + 32 bytes
-    if (parsed?.getPublicSSH().length !== 51 || !parsed.getPublicSSH().equals((pub as ParsedKey).getPublicSSH())) continue;
+    if (parsed?.getPublicSSH().length !== 51 || !parsed.getPublicSSH().equals((pub as ParsedKey).getPublicSSH()))
+      continue;
     return { private: kp.private, public: kp.public, parsed };
   }
   throw new Error('fleet-sim: could not generate a well-formed ed25519 key');

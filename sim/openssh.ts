@@ -70,7 +70,8 @@ export interface OpenSshFleetOptions {
 function run(cmd: string, args: string[]): string {
   const res = spawnSync(cmd, args, { encoding: 'utf8' });
   if (res.error) throw new Error(`openssh fleet: cannot run ${cmd}: ${res.error.message}`);
-  if (res.status !== 0) throw new Error(`openssh fleet: ${cmd} ${args.join(' ')} exited ${res.status}: ${res.stderr.trim()}`);
+  if (res.status !== 0)
+    throw new Error(`openssh fleet: ${cmd} ${args.join(' ')} exited ${res.status}: ${res.stderr.trim()}`);
   return res.stdout;
 }
 
@@ -120,7 +121,8 @@ async function launch(config: string, logFile: string, port: number): Promise<Ru
  * Requires Debian `openssh-server`; run as root it also creates the privilege-separation dir /run/sshd.
  */
 export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<OpenSshFleet> {
-  if (!existsSync(SSHD_PATH)) throw new Error(`openssh fleet: ${SSHD_PATH} not found; install the Debian package openssh-server`);
+  if (!existsSync(SSHD_PATH))
+    throw new Error(`openssh fleet: ${SSHD_PATH} not found; install the Debian package openssh-server`);
   const base = resolve(opts.dir);
   mkdirSync(base, { recursive: true });
   if (process.getuid?.() === 0) mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
@@ -155,7 +157,8 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
     const bin = join(dir, 'bin');
     mkdirSync(home, { recursive: true });
     mkdirSync(bin, { recursive: true });
-    for (const [name, body] of Object.entries(opts.helpers ?? {})) writeFileSync(join(bin, name), body, { mode: 0o755 });
+    for (const [name, body] of Object.entries(opts.helpers ?? {}))
+      writeFileSync(join(bin, name), body, { mode: 0o755 });
     const hostKey = join(dir, 'ssh_host_ed25519_key');
     keygen(hostKey, `wavegate-fleet-${id}`);
     writeFileSync(join(dir, 'authorized_keys'), clientPub, { mode: 0o600 });
@@ -165,7 +168,8 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
     let started: Running | undefined;
     let port = 0;
     for (let attempt = 0; attempt < 5 && !started; attempt++) {
-      if (opts.basePort !== undefined && attempt > 0) throw new Error(`openssh fleet: port ${opts.basePort + index} for ${id} is taken`);
+      if (opts.basePort !== undefined && attempt > 0)
+        throw new Error(`openssh fleet: port ${opts.basePort + index} for ${id} is taken`);
       port = opts.basePort !== undefined ? opts.basePort + index : await freePort();
       const config = join(dir, 'sshd_config');
       writeFileSync(

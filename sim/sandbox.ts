@@ -105,7 +105,9 @@ __WAVEGATE_SIM_EOF__
 export async function writeFaultFiles(sandbox: string, faults: SimFaults): Promise<void> {
   const simDir = path.join(sandbox, '.sim');
   const put = (name: string, content: string | undefined): Promise<void> =>
-    content === undefined ? fsp.rm(path.join(simDir, name), { force: true }) : fsp.writeFile(path.join(simDir, name), content);
+    content === undefined
+      ? fsp.rm(path.join(simDir, name), { force: true })
+      : fsp.writeFile(path.join(simDir, name), content);
   const unhealthy = faults.unhealthyRuntimes ?? [];
   await Promise.all([
     put('unhealthy', unhealthy.length ? `${unhealthy.join('\n')}\n` : undefined),

@@ -36,7 +36,19 @@ function toAttrs(st: import('node:fs').Stats): Attributes {
 function modeString(mode: number): string {
   const t = fsc.S_IFMT & mode;
   const type =
-    t === fsc.S_IFDIR ? 'd' : t === fsc.S_IFLNK ? 'l' : t === fsc.S_IFCHR ? 'c' : t === fsc.S_IFBLK ? 'b' : t === fsc.S_IFIFO ? 'p' : t === fsc.S_IFSOCK ? 's' : '-';
+    t === fsc.S_IFDIR
+      ? 'd'
+      : t === fsc.S_IFLNK
+        ? 'l'
+        : t === fsc.S_IFCHR
+          ? 'c'
+          : t === fsc.S_IFBLK
+            ? 'b'
+            : t === fsc.S_IFIFO
+              ? 'p'
+              : t === fsc.S_IFSOCK
+                ? 's'
+                : '-';
   const bits = 'rwxrwxrwx';
   let perms = '';
   for (let i = 0; i < 9; i++) perms += mode & (1 << (8 - i)) ? bits[i] : '-';
@@ -97,7 +109,11 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
   };
   const ok = (reqId: number): void => sftp.status(reqId, STATUS_CODE.OK);
 
-  const applyAttrs = async (real: string, attrs: Partial<Attributes> | undefined, fd?: fsp.FileHandle): Promise<void> => {
+  const applyAttrs = async (
+    real: string,
+    attrs: Partial<Attributes> | undefined,
+    fd?: fsp.FileHandle,
+  ): Promise<void> => {
     if (!attrs) return;
     if (typeof attrs.size === 'number') {
       if (fd) await fd.truncate(attrs.size);

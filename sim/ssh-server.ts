@@ -35,7 +35,8 @@ export function clientAuthenticator(user: string, clientKey: ParsedKey): (ctx: A
     const keyOk = sameBytes(ctx.key.data, clientBlob);
     if (!keyOk || !userOk) return ctx.reject(['publickey']);
     if (ctx.signature) {
-      if (!ctx.blob || clientKey.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true) return ctx.reject(['publickey']);
+      if (!ctx.blob || clientKey.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true)
+        return ctx.reject(['publickey']);
     }
     ctx.accept();
   };

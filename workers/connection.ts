@@ -56,46 +56,74 @@ export function defaultUiUrl(address: string): string {
   return `http://${match[1]}:${Number(match[2]) + 1000}`;
 }
 
-
 /** The API key by reference: `--api-key-file`, `--api-key-env`, else what the environment or config profile holds. */
-function apiKeyOf(flags: TemporalFlags, env: NodeJS.ProcessEnv, fromProfile: ResolvedOptions['apiKey']): (() => string) | undefined {
+function apiKeyOf(
+  flags: TemporalFlags,
+  env: NodeJS.ProcessEnv,
+  fromProfile: ResolvedOptions['apiKey'],
+): (() => string) | undefined {
   if (flags.apiKeyFile) {
     const key = readFlagFile('--api-key-file', flags.apiKeyFile).toString('utf8').trim();
-    if (!key) throw new WavegateError('INVALID_INPUT', `--api-key-file ${flags.apiKeyFile}: the file is empty`, { field: '--api-key-file', value: flags.apiKeyFile });
+    if (!key)
+      throw new WavegateError('INVALID_INPUT', `--api-key-file ${flags.apiKeyFile}: the file is empty`, {
+        field: '--api-key-file',
+        value: flags.apiKeyFile,
+      });
     return () => key;
   }
   if (flags.apiKeyEnv) {
     const key = env[flags.apiKeyEnv]?.trim();
-    if (!key) throw new WavegateError('INVALID_INPUT', `--api-key-env ${flags.apiKeyEnv}: the environment variable is unset or empty`, { field: '--api-key-env', value: flags.apiKeyEnv });
+    if (!key)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--api-key-env ${flags.apiKeyEnv}: the environment variable is unset or empty`,
+        { field: '--api-key-env', value: flags.apiKeyEnv },
+      );
     return () => key;
   }
   if (typeof fromProfile === 'string' && fromProfile) return () => fromProfile;
   return typeof fromProfile === 'function' ? fromProfile : undefined;
 }
 
-export function resolveConnectionSettings(flags: TemporalFlags = {}, env: NodeJS.ProcessEnv = process.env): ConnectionSettings {
+export function resolveConnectionSettings(
+  flags: TemporalFlags = {},
+  env: NodeJS.ProcessEnv = process.env,
+): ConnectionSettings {
   let profile: ClientConfigProfile;
   try {
     profile = loadClientConfigProfile({
       ...(flags.profileName ? { profile: flags.profileName } : {}),
       ...(flags.configFile ? { configSource: { path: flags.configFile } } : {}),
       // An empty variable is an unset one (how shells and CI templates "remove" a setting).
-      overrideEnvVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== '')),
+      overrideEnvVars: Object.fromEntries(
+        Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''),
+      ),
     });
   } catch (err) {
     const which = flags.profileName ?? (env.TEMPORAL_PROFILE || undefined);
-    throw new WavegateError('INVALID_INPUT', `Temporal client config${which ? ` profile "${which}"` : ''}: ${(err as Error).message}`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `Temporal client config${which ? ` profile "${which}"` : ''}: ${(err as Error).message}`,
+    );
   }
   const { connectionOptions, namespace } = toClientOptions(profile);
   const address = flags.address ?? connectionOptions.address ?? DEFAULT_ADDRESS;
   const apiKey = apiKeyOf(flags, env, connectionOptions.apiKey);
   let tls = connectionOptions.tls ?? undefined;
   if (flags.tlsCaCert || flags.tlsCert || flags.tlsKey || flags.tlsServerName) {
-    if (!!flags.tlsCert !== !!flags.tlsKey) throw new WavegateError('INVALID_INPUT', '--tls-cert and --tls-key: give both for mTLS, or neither');
+    if (!!flags.tlsCert !== !!flags.tlsKey)
+      throw new WavegateError('INVALID_INPUT', '--tls-cert and --tls-key: give both for mTLS, or neither');
     tls = {
       ...(flags.tlsServerName ? { serverNameOverride: flags.tlsServerName } : {}),
       ...(flags.tlsCaCert ? { serverRootCACertificate: readFlagFile('--tls-ca-cert', flags.tlsCaCert) } : {}),
-      ...(flags.tlsCert && flags.tlsKey ? { clientCertPair: { crt: readFlagFile('--tls-cert', flags.tlsCert), key: readFlagFile('--tls-key', flags.tlsKey) } } : {}),
+      ...(flags.tlsCert && flags.tlsKey
+        ? {
+            clientCertPair: {
+              crt: readFlagFile('--tls-cert', flags.tlsCert),
+              key: readFlagFile('--tls-key', flags.tlsKey),
+            },
+          }
+        : {}),
     };
   } else if (flags.tls || (apiKey && tls === undefined)) {
     // An API key implies TLS: a hosted Temporal needs only an address, a namespace and a key.
@@ -108,13 +136,24 @@ export function resolveConnectionSettings(flags: TemporalFlags = {}, env: NodeJS
     ...(apiKey ? { apiKey } : {}),
     ...(tls !== undefined ? { tls } : {}),
     ...(connectionOptions.metadata ? { metadata: connectionOptions.metadata } : {}),
-    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || registeredDevUi(address, env) || defaultUiUrl(address))).replace(/\/+$/, ''),
+    uiUrl: (flags.uiUrl ?? (env.WAVEGATE_UI_URL || registeredDevUi(address, env) || defaultUiUrl(address))).replace(
+      /\/+$/,
+      '',
+    ),
   };
 }
 
 /** Settings for a server this process started itself (the dev stack): plain local address, no TLS. */
-export function localConnectionSettings(server: { address: string; namespace: string; uiUrl?: string }, taskQueue = DEFAULT_TASK_QUEUE): ConnectionSettings {
-  return { address: server.address, namespace: server.namespace, taskQueue, uiUrl: server.uiUrl ?? defaultUiUrl(server.address) };
+export function localConnectionSettings(
+  server: { address: string; namespace: string; uiUrl?: string },
+  taskQueue = DEFAULT_TASK_QUEUE,
+): ConnectionSettings {
+  return {
+    address: server.address,
+    namespace: server.namespace,
+    taskQueue,
+    uiUrl: server.uiUrl ?? defaultUiUrl(server.address),
+  };
 }
 
 /** The options both the client's Connection and the worker's NativeConnection take. */

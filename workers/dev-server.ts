@@ -28,14 +28,36 @@ async function pickPort(preferred: number): Promise<number> {
  * registered; resolve once it accepts connections. The server runs in its own process group so that
  * stop() (and Ctrl-C) takes down everything it started.
  */
-export async function startDevServer(opts: { dbFile: string; logFile: string; port?: number; uiPort?: number; namespace?: string; log?: (line: string) => void }): Promise<DevServer> {
+export async function startDevServer(opts: {
+  dbFile: string;
+  logFile: string;
+  port?: number;
+  uiPort?: number;
+  namespace?: string;
+  log?: (line: string) => void;
+}): Promise<DevServer> {
   const { temporal } = ensureTools(opts.log);
   const port = await pickPort(opts.port ?? 7233);
   const uiPort = await pickPort(opts.uiPort ?? (port === 7233 ? 8233 : port + 1000));
   const namespace = opts.namespace ?? 'default';
   mkdirSync(dirname(opts.dbFile), { recursive: true });
   const logFd = openSync(opts.logFile, 'a');
-  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--ui-port', String(uiPort), '--db-filename', opts.dbFile, '--namespace', namespace, '--log-level', 'warn'];
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--ui-port',
+    String(uiPort),
+    '--db-filename',
+    opts.dbFile,
+    '--namespace',
+    namespace,
+    '--log-level',
+    'warn',
+  ];
   // Registered by the server itself, before its frontend answers: the dev stack's in-process worker does
   // not run `wavegate worker`'s check (workers/search-attributes.ts), and no start can race a registration.
   for (const key of WAVEGATE_SEARCH_ATTRIBUTES) args.push('--search-attribute', `${key.name}=${cliTypeName(key.type)}`);
@@ -46,7 +68,8 @@ export async function startDevServer(opts: { dbFile: string; logFile: string; po
 
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (exited) throw new WavegateError('UNAVAILABLE', `temporal dev server exited during start-up; see ${opts.logFile}`);
+    if (exited)
+      throw new WavegateError('UNAVAILABLE', `temporal dev server exited during start-up; see ${opts.logFile}`);
     try {
       const conn = await Connection.connect({ address, connectTimeout: 1_000 });
       await conn.workflowService.getSystemInfo({});
@@ -55,7 +78,10 @@ export async function startDevServer(opts: { dbFile: string; logFile: string; po
     } catch (err) {
       if (Date.now() > deadline) {
         process.kill(-child.pid!, 'SIGKILL');
-        throw new WavegateError('UNAVAILABLE', `temporal dev server did not answer on ${address} within 60 s (${(err as Error).message}); see ${opts.logFile}`);
+        throw new WavegateError(
+          'UNAVAILABLE',
+          `temporal dev server did not answer on ${address} within 60 s (${(err as Error).message}); see ${opts.logFile}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 250));
     }

@@ -45,7 +45,13 @@ export async function startDevStack(opts: {
   };
   try {
     opts.log('starting Temporal dev server...');
-    const server = await startDevServer({ dbFile: join(stateDir, 'temporal.db'), logFile: join(stateDir, 'temporal.log'), port: opts.port, uiPort: opts.uiPort, log: opts.log });
+    const server = await startDevServer({
+      dbFile: join(stateDir, 'temporal.db'),
+      logFile: join(stateDir, 'temporal.log'),
+      port: opts.port,
+      uiPort: opts.uiPort,
+      log: opts.log,
+    });
     stops.push(() => server.stop());
     opts.log(`Temporal dev server on ${server.address}; Web UI ${server.uiUrl}`);
     // Commands run from another terminal link to this UI, whatever port it got.
@@ -59,7 +65,9 @@ export async function startDevStack(opts: {
       rmSync(fleetDir, { recursive: true, force: true }); // every demo starts from a fresh fleet
       fleet = await startFleet({ devices: demoDevices(12), dir: fleetDir });
       stops.push(() => fleet!.stop());
-      inventoryPath = writeFleetInventory(fleet, join(stateDir, 'demo-fleet.yaml'), { budgets: { 'pool-a': 0.34, 'pool-b': 0.34 } });
+      inventoryPath = writeFleetInventory(fleet, join(stateDir, 'demo-fleet.yaml'), {
+        budgets: { 'pool-a': 0.34, 'pool-b': 0.34 },
+      });
       opts.log(`demo fleet: ${fleet.devices.length} simulated SSH devices on 127.0.0.1; inventory ${inventoryPath}`);
     }
 
@@ -68,7 +76,18 @@ export async function startDevStack(opts: {
     stops.push(() => connection.close());
     // The dev stack MACs its audit with a key of its own, kept (0600) with the rest of its state.
     const auditKeyFile = ensureAuditKeyFile(join(stateDir, 'audit.key'));
-    const worker: Worker = await createWorker({ connection, namespace: server.namespace, taskQueue: DEFAULT_TASK_QUEUE, deps: { log: opts.log, auditDir: join(stateDir, 'audit'), auditKeyFile, profilesRoot: resolve(opts.profilesRoot), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS } });
+    const worker: Worker = await createWorker({
+      connection,
+      namespace: server.namespace,
+      taskQueue: DEFAULT_TASK_QUEUE,
+      deps: {
+        log: opts.log,
+        auditDir: join(stateDir, 'audit'),
+        auditKeyFile,
+        profilesRoot: resolve(opts.profilesRoot),
+        parkConnectionMs: PARK_CONNECTION_DEFAULT_MS,
+      },
+    });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();
@@ -76,7 +95,15 @@ export async function startDevStack(opts: {
       sshPark.closeAll();
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
-    return { server, auditDir: join(stateDir, 'audit'), auditKeyFile, taskQueue: DEFAULT_TASK_QUEUE, fleet, inventoryPath, stop };
+    return {
+      server,
+      auditDir: join(stateDir, 'audit'),
+      auditKeyFile,
+      taskQueue: DEFAULT_TASK_QUEUE,
+      fleet,
+      inventoryPath,
+      stop,
+    };
   } catch (err) {
     await stop();
     throw err;

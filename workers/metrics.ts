@@ -12,7 +12,8 @@ const MAX_BIND_LENGTH = 255;
 
 /** `host:port` (IPv4, `[IPv6]` or a name) with a port 1–65535, or a clear INVALID_INPUT naming the field and value. */
 export function parseMetricsBind(value: string, field = '--metrics-bind'): string {
-  const bad = (why: string) => new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(value.slice(0, 80))}: ${why}`, { field, value });
+  const bad = (why: string) =>
+    new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(value.slice(0, 80))}: ${why}`, { field, value });
   if (value.length > MAX_BIND_LENGTH) throw bad(`longer than ${MAX_BIND_LENGTH} characters`);
   const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
   if (!m) throw bad('expected host:port, e.g. 127.0.0.1:9464 or 0.0.0.0:9464');
@@ -42,11 +43,18 @@ export function installWorkerRuntime(opts: { metricsBind?: string }): void {
       logger: new DefaultLogger('WARN'),
       telemetryOptions: {
         metrics: {
-          prometheus: { bindAddress: opts.metricsBind, histogramBucketOverrides: { [METRIC.applyDuration]: APPLY_DURATION_BUCKETS } },
+          prometheus: {
+            bindAddress: opts.metricsBind,
+            histogramBucketOverrides: { [METRIC.applyDuration]: APPLY_DURATION_BUCKETS },
+          },
         },
       },
     });
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `--metrics-bind ${opts.metricsBind}: cannot serve metrics there (${(err as Error).message})`, { field: '--metrics-bind', value: opts.metricsBind });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--metrics-bind ${opts.metricsBind}: cannot serve metrics there (${(err as Error).message})`,
+      { field: '--metrics-bind', value: opts.metricsBind },
+    );
   }
 }

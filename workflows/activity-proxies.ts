@@ -65,7 +65,12 @@ const AUDIT_REFUSALS = ['AuditConflict', 'AuditInvalid', 'AuditCorrupt'];
 /** The nightly canary's verdict record must land: retry until it does, except when retrying cannot help. */
 export const { appendAudit } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', nonRetryableErrorTypes: AUDIT_REFUSALS },
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    nonRetryableErrorTypes: AUDIT_REFUSALS,
+  },
 });
 
 /**
@@ -74,7 +79,13 @@ export const { appendAudit } = wf.proxyActivities<Activities>({
  */
 export const { appendAudit: appendAuditBounded, auditHealth } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8, nonRetryableErrorTypes: AUDIT_REFUSALS },
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: 8,
+    nonRetryableErrorTypes: AUDIT_REFUSALS,
+  },
 });
 
 /**
@@ -97,12 +108,22 @@ export const { appendAudit: appendAuditOnce } = wf.proxyActivities<Activities>({
 export const { deliverWebhook } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '15 seconds',
   scheduleToCloseTimeout: '3 minutes',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 6, nonRetryableErrorTypes: ['WebhookRefused', 'WebhookSecretMissing'] },
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: 6,
+    nonRetryableErrorTypes: ['WebhookRefused', 'WebhookSecretMissing'],
+  },
 });
 
 // ---- agent devices' desired state after a rollout ----
 
-export const { desireAgentRevision } = wf.proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '1 minute', retry: { maximumAttempts: 5 } });
+export const { desireAgentRevision } = wf.proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 5 },
+});
 
 // ---- the nightly canary ----
 

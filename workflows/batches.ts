@@ -4,7 +4,12 @@ import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type BatchResult, type DeviceRunOptions } from './device-runner';
-import { sliceActiveSignal, sliceControlAckSignal, sliceControlSignal, sliceSuccessorSignal } from '../contracts/rollout';
+import {
+  sliceActiveSignal,
+  sliceControlAckSignal,
+  sliceControlSignal,
+  sliceSuccessorSignal,
+} from '../contracts/rollout';
 import { refreshDetails } from './progress';
 import { rolloutSliceWorkflow, type SliceResult } from './slice';
 
@@ -97,10 +102,16 @@ export class DeviceBatches {
     const seq = ++this.controlSeq;
     for (const slice of this.liveSlices.values()) void this.control(slice, { ...c, ack: seq });
     const live = () => [...this.liveSlices.keys()];
-    await wf.condition(() => this.starting === 0 && live().every((id) => (this.acked.get(id) ?? 0) >= seq), CONTROL_ACK_TIMEOUT);
+    await wf.condition(
+      () => this.starting === 0 && live().every((id) => (this.acked.get(id) ?? 0) >= seq),
+      CONTROL_ACK_TIMEOUT,
+    );
   }
 
-  private control(slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>, c: { paused: boolean; stop: boolean; ack?: number }): Promise<void> {
+  private control(
+    slice: wf.ChildWorkflowHandle<typeof rolloutSliceWorkflow>,
+    c: { paused: boolean; stop: boolean; ack?: number },
+  ): Promise<void> {
     // A slice that cannot be signalled has closed: nothing of it can start, so it has answered.
     return slice.signal(sliceControlSignal, c).catch(() => {
       if (c.ack !== undefined) this.acked.set(slice.workflowId, Math.max(this.acked.get(slice.workflowId) ?? 0, c.ack));
@@ -140,8 +151,20 @@ export class DeviceBatches {
     let floor: FloorIntent;
     if (mode === 'rollback') floor = { rollout, run, below: { kind: 'compensation', rollout, run } };
     else if (reverts) {
-      floor = { rollout, run, raise: { from: spec.toRevision, windowMs: 0 }, ...(reverts.closedAt !== undefined ? { below: { kind: 'revert', rollout: reverts.rolloutId, run: reverts.runId, closedAt: reverts.closedAt } } : {}) };
-    } else floor = { rollout, run, raise: { from: spec.fromRevision, windowMs: spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS } };
+      floor = {
+        rollout,
+        run,
+        raise: { from: spec.toRevision, windowMs: 0 },
+        ...(reverts.closedAt !== undefined
+          ? { below: { kind: 'revert', rollout: reverts.rolloutId, run: reverts.runId, closedAt: reverts.closedAt } }
+          : {}),
+      };
+    } else
+      floor = {
+        rollout,
+        run,
+        raise: { from: spec.fromRevision, windowMs: spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS },
+      };
     return { ...steps, floor };
   }
 
@@ -171,7 +194,11 @@ export class DeviceBatches {
     return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
   }
 
-  private async runInline(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', opts: DeviceRunOptions): Promise<BatchResult> {
+  private async runInline(
+    batch: DeviceSnapshot[],
+    mode: 'apply' | 'rollback',
+    opts: DeviceRunOptions,
+  ): Promise<BatchResult> {
     const result = await runDevices(batch, opts, this.hooks(mode));
     this.background.push(result.background);
     refreshDetails(this.model, true);
@@ -185,7 +212,12 @@ export class DeviceBatches {
    * budget + 2: a slice lives while a device of its own or of one before it runs), so every history stays bounded. A stop
    * (abort, or a slice's tripped failure gate) starts no more slices and stops the ones waiting.
    */
-  private async runOverlapping(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string, opts: DeviceRunOptions): Promise<BatchResult> {
+  private async runOverlapping(
+    batch: DeviceSnapshot[],
+    mode: 'apply' | 'rollback',
+    phaseName: string,
+    opts: DeviceRunOptions,
+  ): Promise<BatchResult> {
     const run8 = wf.workflowInfo().runId.slice(0, 8);
     const model = this.model;
     const count = Math.ceil(batch.length / this.sliceSize);
@@ -201,7 +233,8 @@ export class DeviceBatches {
       if (result.tripped && !tripped) {
         tripped = true;
         // Nobody starts after a tripped failure gate: the slices still waiting for the budget stop.
-        for (const slice of this.liveSlices.values()) void this.control(slice, { paused: mode === 'apply' && model.paused, stop: true });
+        for (const slice of this.liveSlices.values())
+          void this.control(slice, { paused: mode === 'apply' && model.paused, stop: true });
       }
     };
     const start = async (k: number) => {
@@ -213,7 +246,15 @@ export class DeviceBatches {
       try {
         handle = await wf.startChild(rolloutSliceWorkflow, {
           workflowId: idOf(k),
-          args: [{ devices: slice, options: opts, tallyBefore: { succeeded: 0, failed: 0 }, paused, link: { index: k, holding: k === 0, last: k === count - 1 } }],
+          args: [
+            {
+              devices: slice,
+              options: opts,
+              tallyBefore: { succeeded: 0, failed: 0 },
+              paused,
+              link: { index: k, holding: k === 0, last: k === count - 1 },
+            },
+          ],
           staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${slice.length} devices), overlapping`,
         });
       } finally {
@@ -222,7 +263,12 @@ export class DeviceBatches {
       this.liveSlices.set(handle.workflowId, handle);
       // A control that came while the child was being started has not reached it yet (numbered: the
       // update waiting for it counts this slice too). Otherwise its input already has the state.
-      if (mode === 'apply' && (model.paused !== paused || model.stopped)) void this.control(handle, { paused: model.paused, stop: model.stopped, ...(this.controlSeq > seqAtStart ? { ack: this.controlSeq } : {}) });
+      if (mode === 'apply' && (model.paused !== paused || model.stopped))
+        void this.control(handle, {
+          paused: model.paused,
+          stop: model.stopped,
+          ...(this.controlSeq > seqAtStart ? { ack: this.controlSeq } : {}),
+        });
       else this.acked.set(handle.workflowId, this.controlSeq);
       if (tripped) void this.control(handle, { paused, stop: true });
       ended[k] = handle.result().then((result) => {
@@ -239,7 +285,8 @@ export class DeviceBatches {
       let startedCount = 1;
       for (let k = 1; k < count; k++) {
         // Slice k is started once slice k-1 holds the budget (slice 1 at once: slice 0 holds it from its start).
-        if (k >= 2) await wf.condition(() => closing() || this.activeSlices.has(idOf(k - 1)) || results[k - 1] !== undefined);
+        if (k >= 2)
+          await wf.condition(() => closing() || this.activeSlices.has(idOf(k - 1)) || results[k - 1] !== undefined);
         if (closing() || results[k - 1] !== undefined) break;
         const next = await start(k);
         void previous.signal(sliceSuccessorSignal, { workflowId: next.workflowId }).catch(() => {});

@@ -1,6 +1,14 @@
 import * as wf from '@temporalio/workflow';
 import { failureGateTripped, type FailureTally } from '../core/failure-gate';
-import { answerPatchAsked, deviceOutcome, runStates, waitGivenUpReason, type AnswerReading, type ApplyAnswer, type DeviceOutcome } from '../core/rollout/device-outcome';
+import {
+  answerPatchAsked,
+  deviceOutcome,
+  runStates,
+  waitGivenUpReason,
+  type AnswerReading,
+  type ApplyAnswer,
+  type DeviceOutcome,
+} from '../core/rollout/device-outcome';
 import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
@@ -58,7 +66,10 @@ export interface DeviceRunResult {
 export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
 
 function applyProxy(opts: DeviceRunOptions) {
-  return applyRevisionActivity({ applyTimeoutMs: opts.applyTimeoutMs, waitForOffline: opts.offline === 'wait' && opts.mode === 'apply' });
+  return applyRevisionActivity({
+    applyTimeoutMs: opts.applyTimeoutMs,
+    waitForOffline: opts.offline === 'wait' && opts.mode === 'apply',
+  });
 }
 
 /** New executions leave a device refused before any command ran out of compensation (never "rolled back"). */
@@ -78,7 +89,11 @@ export const IN_PLACE_UNTOUCHED = 'in-place-untouched';
 
 /** The type of the first ApplicationFailure in a failure chain, if any. */
 function failureType(err: unknown): string | undefined {
-  for (let current = err as { cause?: unknown; type?: unknown } | undefined; current; current = current.cause as typeof current) {
+  for (
+    let current = err as { cause?: unknown; type?: unknown } | undefined;
+    current;
+    current = current.cause as typeof current
+  ) {
     if (typeof current.type === 'string' && current.type) return current.type;
   }
   return undefined;
@@ -99,7 +114,12 @@ export function rootMessage(err: unknown): string {
  * tried again after a backoff, while the others go on. What each answer means is decided in
  * core/rollout/device-outcome.ts; the bookkeeping is a DeviceQueue's.
  */
-export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptions, hooks: DeviceRunHooks, tallyBefore: FailureTally = { succeeded: 0, failed: 0 }): Promise<DeviceRunResult> {
+export async function runDevices(
+  devices: DeviceSnapshot[],
+  opts: DeviceRunOptions,
+  hooks: DeviceRunHooks,
+  tallyBefore: FailureTally = { succeeded: 0, failed: 0 },
+): Promise<DeviceRunResult> {
   const apply = applyProxy(opts);
   const { budget } = hooks;
   const queue = new DeviceQueue(devices, opts.limits, budget);
@@ -120,10 +140,14 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
   /** The phase's tally as this run sees it: earlier runs (tallyBefore, or the chain's), then its own. */
   const phaseTally = (): FailureTally => {
     const earlier = budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
-    return { succeeded: tallyBefore.succeeded + earlier.succeeded + queue.tally.succeeded, failed: tallyBefore.failed + earlier.failed + queue.tally.failed };
+    return {
+      succeeded: tallyBefore.succeeded + earlier.succeeded + queue.tally.succeeded,
+      failed: tallyBefore.failed + earlier.failed + queue.tally.failed,
+    };
   };
   // In a chain of slices, devices of earlier slices end while this one runs: their failures trip the gate here too.
-  const trippedUpChain = () => budget !== undefined && opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, false);
+  const trippedUpChain = () =>
+    budget !== undefined && opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, false);
   const halted = (): boolean => {
     if (hooks.isStopped() || tripped) return true;
     if (trippedUpChain()) tripped = true;
@@ -144,10 +168,24 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     let answer: ApplyAnswer;
     let cancellation: unknown;
     try {
-      const result = await apply.executeWithOptions({ summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` }, [
-        { device, steps: opts.steps, commandTimeoutMs: opts.applyTimeoutMs, ...(opts.reportOffline ? { reportOffline: true } : {}), ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}) },
-      ]);
-      answer = { kind: 'answered', outcome: result.outcome, ...(result.detail !== undefined ? { detail: result.detail } : {}), ...(result.unmet ? { unmet: result.unmet } : {}) };
+      const result = await apply.executeWithOptions(
+        { summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` },
+        [
+          {
+            device,
+            steps: opts.steps,
+            commandTimeoutMs: opts.applyTimeoutMs,
+            ...(opts.reportOffline ? { reportOffline: true } : {}),
+            ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
+          },
+        ],
+      );
+      answer = {
+        kind: 'answered',
+        outcome: result.outcome,
+        ...(result.detail !== undefined ? { detail: result.detail } : {}),
+        ...(result.unmet ? { unmet: result.unmet } : {}),
+      };
     } catch (err) {
       if (wf.isCancellation(err)) {
         cancellation = err;
@@ -162,7 +200,11 @@ export async function runDevices(devices: DeviceSnapshot[], opts: DeviceRunOptio
     if (asked === 'refusedUntouched') wf.deprecatePatch(REFUSED_DEVICES_UNTOUCHED);
     else if (asked === 'profileOrdering') wf.deprecatePatch(PROFILE_ORDERING);
     else if (asked === 'inPlaceUntouched') wf.deprecatePatch(IN_PLACE_UNTOUCHED);
-    const outcome = deviceOutcome(answer, { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo }, reading);
+    const outcome = deviceOutcome(
+      answer,
+      { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo },
+      reading,
+    );
     hooks.setState(device.id, outcome.state, outcome.reason);
     queue.settle(device, outcome);
     hooks.onEnded?.(device.pool, outcome.counted);

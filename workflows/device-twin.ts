@@ -1,6 +1,23 @@
 import * as wf from '@temporalio/workflow';
-import { desire, desireProblem, hasNews, recordSync, requestReverify, restoreTwinState, syncProblem, TWIN_HISTORY_LIMIT, viewOf } from '../core/twin';
-import { TWIN_REFUSED, twinDesireSignal, twinReverifySignal, twinSyncUpdate, twinViewQuery, type DeviceTwinInput } from '../contracts/twin';
+import {
+  desire,
+  desireProblem,
+  hasNews,
+  recordSync,
+  requestReverify,
+  restoreTwinState,
+  syncProblem,
+  TWIN_HISTORY_LIMIT,
+  viewOf,
+} from '../core/twin';
+import {
+  TWIN_REFUSED,
+  twinDesireSignal,
+  twinReverifySignal,
+  twinSyncUpdate,
+  twinViewQuery,
+  type DeviceTwinInput,
+} from '../contracts/twin';
 
 /**
  * The device twin `device:<id>`: an entity that lives as long as the device (core/twin.ts holds the
@@ -26,8 +43,12 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
   );
-  wf.setHandler(twinReverifySignal, () => requestReverify(state), { description: 'Ask the agent to re-verify every profile and report' });
-  wf.setHandler(twinViewQuery, () => viewOf(state), { description: 'The twin now: desired state, last report, last seen' });
+  wf.setHandler(twinReverifySignal, () => requestReverify(state), {
+    description: 'Ask the agent to re-verify every profile and report',
+  });
+  wf.setHandler(twinViewQuery, () => viewOf(state), {
+    description: 'The twin now: desired state, last report, last seen',
+  });
   wf.setHandler(
     twinSyncUpdate,
     async (sync) => {
@@ -40,13 +61,20 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
     {
       validator: (sync) => {
         const problem = syncProblem(sync);
-        if (problem) throw wf.ApplicationFailure.create({ type: TWIN_REFUSED, message: `${state.deviceId}: ${problem}`, nonRetryable: true });
+        if (problem)
+          throw wf.ApplicationFailure.create({
+            type: TWIN_REFUSED,
+            message: `${state.deviceId}: ${problem}`,
+            nonRetryable: true,
+          });
       },
       description: 'An agent sync: record its report, wait up to waitMs for news, answer the view',
     },
   );
 
-  await wf.condition(() => wf.workflowInfo().continueAsNewSuggested || wf.workflowInfo().historyLength > TWIN_HISTORY_LIMIT);
+  await wf.condition(
+    () => wf.workflowInfo().continueAsNewSuggested || wf.workflowInfo().historyLength > TWIN_HISTORY_LIMIT,
+  );
   // Waiting syncs answer now (rolling), so every handler can finish before the state moves on.
   rolling = true;
   await wf.condition(wf.allHandlersFinished);

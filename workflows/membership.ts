@@ -29,11 +29,18 @@ export async function membershipWorkflow(plan: MembershipPlan): Promise<void> {
     validator: () => refuse(state.sealProblem()),
     description: 'Seal the membership: every page stored and the whole matches the digest it was started with',
   });
-  wf.setHandler(progressQuery, () => state.progress(), { description: 'Pages stored and whether the membership is sealed' });
-  wf.setHandler(pageQuery, (index) => state.page(index), { description: 'A page of a sealed membership (null: none, or not sealed yet)' });
+  wf.setHandler(progressQuery, () => state.progress(), {
+    description: 'Pages stored and whether the membership is sealed',
+  });
+  wf.setHandler(pageQuery, (index) => state.page(index), {
+    description: 'A page of a sealed membership (null: none, or not sealed yet)',
+  });
 
   if (!(await wf.condition(() => state.isSealed(), UPLOAD_WINDOW))) {
-    throw wf.ApplicationFailure.nonRetryable(`membership ${plan.digest.slice(0, 12)}…: not sealed within ${UPLOAD_WINDOW} (${state.progress().pagesStored} of ${plan.pages} pages)`, MEMBERSHIP_REFUSED);
+    throw wf.ApplicationFailure.nonRetryable(
+      `membership ${plan.digest.slice(0, 12)}…: not sealed within ${UPLOAD_WINDOW} (${state.progress().pagesStored} of ${plan.pages} pages)`,
+      MEMBERSHIP_REFUSED,
+    );
   }
   // Sealed: it only answers queries from now on, for as long as rollouts may name it.
   await wf.condition(() => false);

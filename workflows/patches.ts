@@ -211,7 +211,11 @@ export const PATCHES: readonly PatchRecord[] = [
     introducedIn: 'r2',
     commit: '93e8155',
     ...REMOVED_AT_R10,
-    archived: archivedIn('r9', [...R1_COMPLETED, ...FLOOR_PASS_CHUNK_BY_CHUNK, 'rollout-scale-1000-floor-chunks-parallel']),
+    archived: archivedIn('r9', [
+      ...R1_COMPLETED,
+      ...FLOOR_PASS_CHUNK_BY_CHUNK,
+      'rollout-scale-1000-floor-chunks-parallel',
+    ]),
   },
   {
     id: 'refused-devices-untouched',
@@ -329,11 +333,11 @@ export const PATCHES: readonly PatchRecord[] = [
     ...DEPRECATED_AT_R10,
     replayedWith: ['hot-path-zero-gate-pipelined-audit'],
     archived: archivedIn('r9', [
-        'profile-ordering-wait-then-proceed',
-        'revert-fast',
-        'revert-inside-window',
-        'webhooks-flaky-and-dead',
-      ]),
+      'profile-ordering-wait-then-proceed',
+      'revert-fast',
+      'revert-inside-window',
+      'webhooks-flaky-and-dead',
+    ]),
   },
   {
     id: 'controls-reach-slices',

@@ -2,7 +2,13 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import * as wf from '@temporalio/workflow';
 import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutStatus } from '../core/rollout/status';
-import { WavegateKey, WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../contracts/search-attributes';
+import {
+  WavegateKey,
+  WavegatePhase,
+  WavegateProfile,
+  WavegateRevision,
+  WavegateState,
+} from '../contracts/search-attributes';
 import { rolloutWorkflow } from './rollout';
 import { holderQuery, type LockHolder } from '../contracts/profile-lock';
 

@@ -2,7 +2,17 @@ import * as wf from '@temporalio/workflow';
 import { classifyRevision } from '../core/provability';
 import { decideRegistration } from '../core/registry';
 import { parseTrust, type Trust } from '../core/signing';
-import { REGISTRATION_REFUSED, registerUpdate, envelopeQuery, revisionsQuery, trustQuery, type RegisterRequest, type RegistrationRefusal, type RegistryEntry, type RegistryInput } from '../contracts/registry';
+import {
+  REGISTRATION_REFUSED,
+  registerUpdate,
+  envelopeQuery,
+  revisionsQuery,
+  trustQuery,
+  type RegisterRequest,
+  type RegistrationRefusal,
+  type RegistryEntry,
+  type RegistryInput,
+} from '../contracts/registry';
 
 /**
  * The revision registry of one profile: a long-lived entity workflow
@@ -27,7 +37,14 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
   const entries: RegistryEntry[] = [...(input.entries ?? [])];
 
   const decide = (req: RegisterRequest, rules: { contentRules: boolean }) =>
-    decideRegistration({ profile: input.profile, registered: entries.map((e) => e.envelope), envelope: req?.envelope, trust, now: Date.now(), contentRules: rules.contentRules });
+    decideRegistration({
+      profile: input.profile,
+      registered: entries.map((e) => e.envelope),
+      envelope: req?.envelope,
+      trust,
+      now: Date.now(),
+      contentRules: rules.contentRules,
+    });
 
   wf.setHandler(
     registerUpdate,
@@ -39,8 +56,10 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
       // content rule existed must replay as accepted, or the registry's state would silently lose it.
       // Replay-safe without a patch: an envelope the validator accepted passes the handler either way.
       const decision = decide(req, { contentRules: false });
-      if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
-      if (decision.outcome === 'existing') return { outcome: 'existing', revision: decision.revision.revision, bodyDigest: decision.bodyDigest };
+      if (decision.outcome === 'refused')
+        throw refusal(decision.code, decision.reason, decision.message, decision.details);
+      if (decision.outcome === 'existing')
+        return { outcome: 'existing', revision: decision.revision.revision, bodyDigest: decision.bodyDigest };
       const { revision } = decision;
       entries.push({
         revision: revision.revision,
@@ -59,16 +78,28 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
     {
       // The validator refuses before anything is written: a refused envelope leaves no trace in history.
       validator: (req) => {
-        if (typeof req !== 'object' || req === null) throw refusal('INVALID_INPUT', 'MALFORMED', 'register: expected { envelope, by }');
-        if (typeof req.by !== 'string' || req.by.trim() === '') throw refusal('INVALID_INPUT', 'MALFORMED', `register: by: must be a non-empty name (got ${JSON.stringify(req.by)})`);
+        if (typeof req !== 'object' || req === null)
+          throw refusal('INVALID_INPUT', 'MALFORMED', 'register: expected { envelope, by }');
+        if (typeof req.by !== 'string' || req.by.trim() === '')
+          throw refusal(
+            'INVALID_INPUT',
+            'MALFORMED',
+            `register: by: must be a non-empty name (got ${JSON.stringify(req.by)})`,
+          );
         const decision = decide(req, { contentRules: true });
-        if (decision.outcome === 'refused') throw refusal(decision.code, decision.reason, decision.message, decision.details);
+        if (decision.outcome === 'refused')
+          throw refusal(decision.code, decision.reason, decision.message, decision.details);
       },
-      description: 'Register a signed envelope of this profile: verified against the pins, above every registered revision',
+      description:
+        'Register a signed envelope of this profile: verified against the pins, above every registered revision',
     },
   );
-  wf.setHandler(revisionsQuery, () => entries.map(({ envelope: _envelope, ...summary }) => summary), { description: 'Registered revisions, oldest first' });
-  wf.setHandler(envelopeQuery, (n) => entries.find((e) => e.revision === n)?.envelope ?? null, { description: 'The envelope of a revision number (null: none)' });
+  wf.setHandler(revisionsQuery, () => entries.map(({ envelope: _envelope, ...summary }) => summary), {
+    description: 'Registered revisions, oldest first',
+  });
+  wf.setHandler(envelopeQuery, (n) => entries.find((e) => e.revision === n)?.envelope ?? null, {
+    description: 'The envelope of a revision number (null: none)',
+  });
   wf.setHandler(trustQuery, () => input.trustDoc, { description: 'The trust pins this registry verifies with' });
 
   const limit = input.continueAsNewAfterEvents ?? DEFAULT_CONTINUE_AS_NEW_AFTER_EVENTS;
@@ -77,7 +108,17 @@ export async function revisionRegistryWorkflow(input: RegistryInput): Promise<vo
   await wf.continueAsNew<typeof revisionRegistryWorkflow>({ ...input, entries });
 }
 
-function refusal(code: string, reason: string, message: string, details?: Record<string, unknown>): wf.ApplicationFailure {
+function refusal(
+  code: string,
+  reason: string,
+  message: string,
+  details?: Record<string, unknown>,
+): wf.ApplicationFailure {
   const refused: RegistrationRefusal = { code, reason, ...(details ? { details } : {}) };
-  return wf.ApplicationFailure.create({ type: REGISTRATION_REFUSED, message: `${reason}: ${message}`, nonRetryable: true, details: [refused] });
+  return wf.ApplicationFailure.create({
+    type: REGISTRATION_REFUSED,
+    message: `${reason}: ${message}`,
+    nonRetryable: true,
+    details: [refused],
+  });
 }

@@ -74,16 +74,13 @@ export class RolloutStages {
     };
     wf.deprecatePatch(AUDIT_FAILURE_HOLDS);
     wf.deprecatePatch(AUDIT_PIPELINED);
-    this.trail = new AuditTrail(
-      input.rolloutId,
-      {
-        onHead: (head) => model.recordAuditHead(head),
-        onHold: (reason) => {
-          model.holdForAudit(reason);
-          changed();
-        },
+    this.trail = new AuditTrail(input.rolloutId, {
+      onHead: (head) => model.recordAuditHead(head),
+      onHold: (reason) => {
+        model.holdForAudit(reason);
+        changed();
       },
-    );
+    });
     this.batches = new DeviceBatches(input, model);
     wf.deprecatePatch(AUDIT_DEVICE_RECORDS);
     wireControls(

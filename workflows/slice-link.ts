@@ -1,5 +1,11 @@
 import * as wf from '@temporalio/workflow';
-import { emptyRelease, isEmptyRelease, mergeRelease, SharedBudget, type BudgetRelease } from '../core/rollout/shared-budget';
+import {
+  emptyRelease,
+  isEmptyRelease,
+  mergeRelease,
+  SharedBudget,
+  type BudgetRelease,
+} from '../core/rollout/shared-budget';
 import { sliceActiveSignal, sliceHandoffSignal, sliceReleaseSignal, sliceSuccessorSignal } from '../contracts/rollout';
 
 /** Where a slice stands in its phase's chain (SliceInput.link). */
@@ -28,10 +34,7 @@ export class SliceLink {
   private pending: BudgetRelease = emptyRelease();
   private readonly own = { succeeded: 0, failed: 0 };
 
-  constructor(
-    link: SliceLinkInput,
-    limits: Record<string, number>,
-  ) {
+  constructor(link: SliceLinkInput, limits: Record<string, number>) {
     this.budget = new SharedBudget(limits, link.holding);
     // The first slice needs no word to the parent: it starts the second slice at once.
     if (link.last) this.successor = null;
@@ -58,7 +61,11 @@ export class SliceLink {
   /** One of this slice's devices ended. */
   ended(pool: string, counted: 'succeeded' | 'failed' | undefined): void {
     if (counted) this.own[counted] += 1;
-    if (this.handedOff) this.forward({ pools: { [pool]: 1 }, tally: { succeeded: counted === 'succeeded' ? 1 : 0, failed: counted === 'failed' ? 1 : 0 } });
+    if (this.handedOff)
+      this.forward({
+        pools: { [pool]: 1 },
+        tally: { succeeded: counted === 'succeeded' ? 1 : 0, failed: counted === 'failed' ? 1 : 0 },
+      });
   }
 
   /**
@@ -73,7 +80,11 @@ export class SliceLink {
 
   private tellParentActive(): void {
     const parent = wf.workflowInfo().parent;
-    if (parent) void wf.getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(sliceActiveSignal, { workflowId: wf.workflowInfo().workflowId }).catch(() => {});
+    if (parent)
+      void wf
+        .getExternalWorkflowHandle(parent.workflowId, parent.runId)
+        .signal(sliceActiveSignal, { workflowId: wf.workflowInfo().workflowId })
+        .catch(() => {});
   }
 
   private maybeHandOff(): void {
@@ -98,7 +109,10 @@ export class SliceLink {
         const release = this.pending;
         this.pending = emptyRelease();
         // A successor already closed (stopped) needs no more slots: nothing to do about a failed send.
-        await wf.getExternalWorkflowHandle(this.successor!).signal(sliceReleaseSignal, release).catch(() => {});
+        await wf
+          .getExternalWorkflowHandle(this.successor!)
+          .signal(sliceReleaseSignal, release)
+          .catch(() => {});
       }
     } finally {
       this.sending = false;

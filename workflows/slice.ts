@@ -41,7 +41,10 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
     const parent = wf.workflowInfo().parent;
     if (c.ack !== undefined && parent) {
       wf.deprecatePatch(SLICE_CONTROL_ACK);
-      void wf.getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(sliceControlAckSignal, { workflowId: wf.workflowInfo().workflowId, ack: c.ack }).catch(() => {});
+      void wf
+        .getExternalWorkflowHandle(parent.workflowId, parent.runId)
+        .signal(sliceControlAckSignal, { workflowId: wf.workflowInfo().workflowId, ack: c.ack })
+        .catch(() => {});
     }
   });
   const states = new Map<string, [DeviceState, string | undefined]>();
@@ -63,5 +66,10 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   );
   await result.background;
   await link.settled(() => stopped || result.tripped);
-  return { devices: [...states].map(([id, [state, reason]]) => [id, state, reason]), tally: result.tally, tripped: result.tripped, started: result.started };
+  return {
+    devices: [...states].map(([id, [state, reason]]) => [id, state, reason]),
+    tally: result.tally,
+    tripped: result.tripped,
+    started: result.started,
+  };
 }

@@ -1,5 +1,13 @@
 import type { Client } from '@temporalio/client';
-import { answerTo, ageMs, envelopeDigestOf, isOffline, requestIdOf, type DesiredRequest, type TwinView } from '../../core/twin';
+import {
+  answerTo,
+  ageMs,
+  envelopeDigestOf,
+  isOffline,
+  requestIdOf,
+  type DesiredRequest,
+  type TwinView,
+} from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { EnvelopeRejected, StepFailed, type ApplyHolder, type ApplyResult, type RevisionSteps } from '../device-steps';
 import { desireOnTwin, readTwin } from '../../clients/twin';
@@ -31,7 +39,12 @@ export interface TwinApplyOptions {
   now?: () => number;
 }
 
-export function desiredRequestOf(steps: RevisionSteps, holder: ApplyHolder, rollout: string | null, fromRevision: number | null): DesiredRequest {
+export function desiredRequestOf(
+  steps: RevisionSteps,
+  holder: ApplyHolder,
+  rollout: string | null,
+  fromRevision: number | null,
+): DesiredRequest {
   return {
     requestId: requestIdOf(holder),
     profile: steps.profile,
@@ -64,24 +77,43 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-export async function applyThroughTwin(target: DeviceTarget, steps: RevisionSteps, opts: TwinApplyOptions): Promise<ApplyResult> {
+export async function applyThroughTwin(
+  target: DeviceTarget,
+  steps: RevisionSteps,
+  opts: TwinApplyOptions,
+): Promise<ApplyResult> {
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
   const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null);
   if (opts.reportOffline || opts.aheadAbove !== undefined) {
     const view = await readTwin(opts.client, target.id);
-    const alreadyAsked = view && Object.hasOwn(view.desired, steps.profile) && view.desired[steps.profile]!.requestId === request.requestId;
+    const alreadyAsked =
+      view &&
+      Object.hasOwn(view.desired, steps.profile) &&
+      view.desired[steps.profile]!.requestId === request.requestId;
     // First contact: an agent that is not syncing would take the request whenever it returns, outside
     // this rollout's budget, so nothing is asked of it; the rollout records it offline.
     if (opts.reportOffline && !alreadyAsked && (!view || isOffline(view, now()))) {
-      const seen = view?.lastSeenAt ? `last seen ${Math.round(ageMs(view.lastSeenAt, now()) / 1000)}s ago` : 'never seen';
-      return { device: target.id, outcome: 'offline', steps: [], detail: `agent not syncing (${seen}): nothing asked of it` };
+      const seen = view?.lastSeenAt
+        ? `last seen ${Math.round(ageMs(view.lastSeenAt, now()) / 1000)}s ago`
+        : 'never seen';
+      return {
+        device: target.id,
+        outcome: 'offline',
+        steps: [],
+        detail: `agent not syncing (${seen}): nothing asked of it`,
+      };
     }
     // A device its agent last reported above the rollout's target is left alone (as the SSH path's `ahead`).
     const reported = view?.report?.profiles;
     const marker = reported && Object.hasOwn(reported, steps.profile) ? reported[steps.profile]!.revision : null;
     if (opts.aheadAbove !== undefined && !alreadyAsked && marker !== null && marker > opts.aheadAbove) {
-      return { device: target.id, outcome: 'ahead', steps: [], detail: `the device is at revision ${marker} (its agent's last report), above r${opts.aheadAbove}` };
+      return {
+        device: target.id,
+        outcome: 'ahead',
+        steps: [],
+        detail: `the device is at revision ${marker} (its agent's last report), above r${opts.aheadAbove}`,
+      };
     }
   }
   beat('desire');
@@ -98,7 +130,14 @@ export async function applyThroughTwin(target: DeviceTarget, steps: RevisionStep
   }
 }
 
-async function waitForAnswer(target: DeviceTarget, steps: RevisionSteps, requestId: string, opts: TwinApplyOptions, now: () => number, say: (detail: string) => void): Promise<ApplyResult> {
+async function waitForAnswer(
+  target: DeviceTarget,
+  steps: RevisionSteps,
+  requestId: string,
+  opts: TwinApplyOptions,
+  now: () => number,
+  say: (detail: string) => void,
+): Promise<ApplyResult> {
   let pollMs = opts.pollMs ?? 1_000;
   const maxPollMs = Math.max(pollMs, opts.maxPollMs ?? 4_000);
   for (;;) {
@@ -111,7 +150,9 @@ async function waitForAnswer(target: DeviceTarget, steps: RevisionSteps, request
     const view = 'view' in read ? read.view : null;
     const answer = view ? answerTo(view, steps.profile, requestId) : { state: 'pending' as const };
     if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
-    say('view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`);
+    say(
+      'view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`,
+    );
     await sleep(pollMs * (0.75 + Math.random() / 2), opts.signal);
     pollMs = Math.min(maxPollMs, pollMs * 1.5);
   }
@@ -123,14 +164,26 @@ function waitingDetail(view: TwinView | null, profile: string, nowMs: number): s
   return `agent ${report?.state ?? 'idle'}, ${seen}`;
 }
 
-function resultOf(device: string, steps: RevisionSteps, state: 'applied' | 'already-applied' | 'claimed' | 'failed' | 'refused', report: NonNullable<TwinView['report']>['profiles'][string]): ApplyResult {
+function resultOf(
+  device: string,
+  steps: RevisionSteps,
+  state: 'applied' | 'already-applied' | 'claimed' | 'failed' | 'refused',
+  report: NonNullable<TwinView['report']>['profiles'][string],
+): ApplyResult {
   const ran = report.steps ?? [];
   const detail = report.detail?.slice(0, 400);
   switch (state) {
     case 'refused':
-      throw new EnvelopeRejected(report.reason ?? 'REFUSED', `${device}: the agent refused ${steps.profile} r${steps.revision}${detail ? `: ${detail}` : ''}`);
+      throw new EnvelopeRejected(
+        report.reason ?? 'REFUSED',
+        `${device}: the agent refused ${steps.profile} r${steps.revision}${detail ? `: ${detail}` : ''}`,
+      );
     case 'failed':
-      throw new StepFailed(report.reason ?? 'apply', { code: 1, stdout: '', stderr: `agent: ${detail ?? 'failed'}` }, device);
+      throw new StepFailed(
+        report.reason ?? 'apply',
+        { code: 1, stdout: '', stderr: `agent: ${detail ?? 'failed'}` },
+        device,
+      );
     case 'already-applied':
       return { device, outcome: 'already-applied', steps: ran, ...(detail ? { detail } : {}) };
     default:

@@ -27,20 +27,36 @@ export interface AgentBoardAnswer {
   reason: string;
 }
 
-export function agentBoardAnswer(view: TwinView | null, profile: string, revision: number, provable: boolean, nowMs: number): AgentBoardAnswer {
+export function agentBoardAnswer(
+  view: TwinView | null,
+  profile: string,
+  revision: number,
+  provable: boolean,
+  nowMs: number,
+): AgentBoardAnswer {
   if (!view) return { state: 'pending', marker: null, reason: 'never reported: agent never synced (no twin)' };
   const seen = `last seen ${describeAge(view.lastSeenAt, nowMs)}`;
   const report = reportOf(view, profile);
   const marker = report?.revision ?? null;
   if (report && report.revision === revision && VERIFIED.has(report.state)) {
     const verified = `verified by its agent ${describeAge(report.at, nowMs)}, ${seen}`;
-    if (!provable || report.state === 'claimed') return { state: 'claimed', marker, reason: `${verified}; verify cannot prove the revision (non-provable)` };
+    if (!provable || report.state === 'claimed')
+      return { state: 'claimed', marker, reason: `${verified}; verify cannot prove the revision (non-provable)` };
     return { state: 'applied', marker, reason: verified };
   }
   const desired = Object.hasOwn(view.desired, profile) ? view.desired[profile] : undefined;
-  if (desired?.revision === revision) return { state: 'pending', marker, reason: `converging, ${seen}${report ? ` (agent reports r${report.revision ?? 'none'}, ${report.state}${report.reason ? ` ${report.reason}` : ''})` : ''}` };
+  if (desired?.revision === revision)
+    return {
+      state: 'pending',
+      marker,
+      reason: `converging, ${seen}${report ? ` (agent reports r${report.revision ?? 'none'}, ${report.state}${report.reason ? ` ${report.reason}` : ''})` : ''}`,
+    };
   if (!report) return { state: 'pending', marker, reason: `never reported ${profile}: ${seen}` };
-  return { state: 'pending', marker, reason: `agent reports r${report.revision ?? 'none'} (${report.state}${report.reason ? ` ${report.reason}` : ''}), ${seen}` };
+  return {
+    state: 'pending',
+    marker,
+    reason: `agent reports r${report.revision ?? 'none'} (${report.state}${report.reason ? ` ${report.reason}` : ''}), ${seen}`,
+  };
 }
 
 export interface AgentDriftAnswer {
@@ -56,6 +72,11 @@ export function agentDriftAnswer(view: TwinView | null, profile: string, nowMs: 
   const seen = `reported ${describeAge(report?.at ?? view.lastSeenAt, nowMs)}`;
   if (!report || report.revision === null) return { marker: null, status: 'no-marker', detail: seen };
   if (VERIFIED.has(report.state)) return { marker: report.revision, status: 'ok', detail: seen };
-  if (report.state === 'failed' && report.reason === 'VERIFY') return { marker: report.revision, status: 'drifted', detail: `${report.detail ?? 'agent re-verify failed'} (${seen})` };
+  if (report.state === 'failed' && report.reason === 'VERIFY')
+    return {
+      marker: report.revision,
+      status: 'drifted',
+      detail: `${report.detail ?? 'agent re-verify failed'} (${seen})`,
+    };
   return { marker: report.revision, status: 'ok', detail: `${report.state}, ${seen}` };
 }

@@ -38,14 +38,18 @@ export function convergeRequest(input: ConvergeInput, device: string) {
 export function createConvergeActivities(deps: { client?: Client; concurrency?: number } = {}) {
   return {
     async desireAgentRevision(input: ConvergeInput): Promise<ConvergeResult> {
-      if (input.devices.length > MAX_CONVERGE_BATCH) throw new Error(`desireAgentRevision: at most ${MAX_CONVERGE_BATCH} devices per batch (got ${input.devices.length})`);
+      if (input.devices.length > MAX_CONVERGE_BATCH)
+        throw new Error(
+          `desireAgentRevision: at most ${MAX_CONVERGE_BATCH} devices per batch (got ${input.devices.length})`,
+        );
       const ctx = Context.current();
       const client = deps.client ?? ctx.client;
       let done = 0;
       let asked = 0;
       let atOrAbove = 0;
       await mapLimit(input.devices, deps.concurrency ?? 16, async (device) => {
-        if (atOrAboveReason(await readTwin(client, device), input.steps.profile, input.steps.revision) !== null) atOrAbove++;
+        if (atOrAboveReason(await readTwin(client, device), input.steps.profile, input.steps.revision) !== null)
+          atOrAbove++;
         else {
           await desireOnTwin(client, ctx.info.taskQueue, device, convergeRequest(input, device));
           asked++;

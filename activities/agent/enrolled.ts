@@ -22,11 +22,18 @@ export interface ProfileScope {
 }
 
 /** The newest completed rollout of `profile` (not a canary), or undefined. */
-export async function latestCompletedRollout(client: Client, profile: string): Promise<{ workflowId: string; runId: string } | undefined> {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(profile)) throw new Error(`profile ${JSON.stringify(profile)}: not a profile name`);
+export async function latestCompletedRollout(
+  client: Client,
+  profile: string,
+): Promise<{ workflowId: string; runId: string } | undefined> {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(profile))
+    throw new Error(`profile ${JSON.stringify(profile)}: not a profile name`);
   let best: { workflowId: string; runId: string; closed: number } | undefined;
   let seen = 0;
-  for await (const w of client.workflow.list({ query: `WorkflowType = 'rolloutWorkflow' AND WavegateProfile = '${profile}' AND WavegateState = 'completed'`, pageSize: 100 })) {
+  for await (const w of client.workflow.list({
+    query: `WorkflowType = 'rolloutWorkflow' AND WavegateProfile = '${profile}' AND WavegateState = 'completed'`,
+    pageSize: 100,
+  })) {
     const closed = (w.closeTime ?? w.startTime).getTime();
     if (!best || closed > best.closed) best = { workflowId: w.workflowId, runId: w.runId, closed };
     if (++seen >= 1_000) break;
@@ -41,7 +48,12 @@ async function rolloutInputOf(client: Client, workflowId: string, runId: string)
 }
 
 /** Set the desired state of a newly enrolled agent device; returns the profiles it was asked to converge on. */
-export async function convergeEnrolledDevice(client: Client, taskQueue: string, device: Device, profiles: readonly ProfileScope[]): Promise<string[]> {
+export async function convergeEnrolledDevice(
+  client: Client,
+  taskQueue: string,
+  device: Device,
+  profiles: readonly ProfileScope[],
+): Promise<string[]> {
   if (device.transport !== 'agent' || device.updateClass === 'left-behind') return [];
   const view = await readTwin(client, device.id);
   const asked: string[] = [];
@@ -55,8 +67,16 @@ export async function convergeEnrolledDevice(client: Client, taskQueue: string, 
     if (atOrAboveReason(view, profile.name, input.steps.revision) !== null) continue;
     const holder = { rollout: last.workflowId, run: last.runId, activity: `converge:${device.id}`, attempt: 1 };
     // Once applied, the device's floor rises to the revision with no way back: that rollout did not change it.
-    const steps = { ...input.steps, floor: { rollout: last.workflowId, run: last.runId, raise: { from: input.steps.revision, windowMs: 0 } } };
-    await desireOnTwin(client, taskQueue, device.id, desiredRequestOf(steps, holder, last.workflowId, input.spec.fromRevision || null));
+    const steps = {
+      ...input.steps,
+      floor: { rollout: last.workflowId, run: last.runId, raise: { from: input.steps.revision, windowMs: 0 } },
+    };
+    await desireOnTwin(
+      client,
+      taskQueue,
+      device.id,
+      desiredRequestOf(steps, holder, last.workflowId, input.spec.fromRevision || null),
+    );
     asked.push(profile.name);
   }
   return asked;

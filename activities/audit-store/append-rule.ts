@@ -13,7 +13,9 @@ export interface SegmentStanding {
 }
 
 /** What to write next: a record after `prevHash` in the current segment, or an override opening the next one. */
-export type AppendStep = { kind: 'append'; prevHash: string } | { kind: 'new-segment'; segment: number; prevHash: string };
+export type AppendStep =
+  | { kind: 'append'; prevHash: string }
+  | { kind: 'new-segment'; segment: number; prevHash: string };
 
 /**
  * The one rule both audit stores follow for the record after the current head (docs/formats.md, the
@@ -23,10 +25,16 @@ export type AppendStep = { kind: 'append'; prevHash: string } | { kind: 'new-seg
  * An earlier seq with other content is a conflict (never an overwrite); a later one waits its turn.
  * `where` names the segment in messages (a file path, or the database's rollout and segment).
  */
-export function nextAppend(s: SegmentStanding, event: AuditEvent, existing: AuditRecord | undefined, where: string): AppendStep | 'corrupt' {
+export function nextAppend(
+  s: SegmentStanding,
+  event: AuditEvent,
+  existing: AuditRecord | undefined,
+  where: string,
+): AppendStep | 'corrupt' {
   if (event.event === 'audit.override') {
     const lastGood = event.lastGood!;
-    const endsAtLastGood = s.head === null ? lastGood.seq === 0 : s.head.seq === lastGood.seq && s.head.hash === lastGood.hash;
+    const endsAtLastGood =
+      s.head === null ? lastGood.seq === 0 : s.head.seq === lastGood.seq && s.head.hash === lastGood.hash;
     if (!s.problem && s.head !== null && s.head.seq > lastGood.seq) {
       throw ApplicationFailure.create({
         type: 'AuditConflict',

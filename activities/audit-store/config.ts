@@ -12,10 +12,15 @@ import { readBytes, readText } from '../../intake/files';
  * the URL is refused: the URL is printed in logs and lives in shell history and unit files. The password
  * comes from `$WAVEGATE_AUDIT_STORE_PASSWORD_FILE`, `$PGPASSWORD`, or `~/.pgpass`.
  */
-export type AuditStoreConfig = { kind: 'file' } | { kind: 'postgres'; url: string; location: string; client: StoreClientConfig };
+export type AuditStoreConfig =
+  | { kind: 'file' }
+  | { kind: 'postgres'; url: string; location: string; client: StoreClientConfig };
 
 /** What pg is given for a store URL: where to connect and how, with the TLS files' contents (never their paths). */
-export type StoreClientConfig = Pick<ClientConfig, 'host' | 'port' | 'user' | 'database' | 'ssl' | 'application_name' | 'connectionTimeoutMillis'>;
+export type StoreClientConfig = Pick<
+  ClientConfig,
+  'host' | 'port' | 'user' | 'database' | 'ssl' | 'application_name' | 'connectionTimeoutMillis'
+>;
 
 export const MAX_AUDIT_STORE_URL = 2048;
 /** How long a connection (TCP, TLS and authentication) may take unless `?connect_timeout=` says otherwise. */
@@ -31,7 +36,14 @@ const SSL_MODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full', '
  * `user`: the authority the operator reads would not be the one used), set server settings for the
  * session (`options`), or are read from disk (`sslcert`… are read here instead, bounded).
  */
-export const STORE_URL_PARAMETERS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey', 'application_name', 'connect_timeout'] as const;
+export const STORE_URL_PARAMETERS = [
+  'sslmode',
+  'sslrootcert',
+  'sslcert',
+  'sslkey',
+  'application_name',
+  'connect_timeout',
+] as const;
 /** The parameters that name a file: read with the bounded regular-file reader, their contents handed to pg. */
 const FILE_PARAMETERS = { sslrootcert: 'ca', sslcert: 'cert', sslkey: 'key' } as const;
 /** Parameters that would override what the URL's authority or path says: where to connect and as whom. */
@@ -46,21 +58,34 @@ const AUTHORITY_PARAMETERS: Record<string, string> = {
 
 /** The URL fit to print: any password (and anything that looks like userinfo secrets) replaced. */
 export function redactStoreUrl(text: string): string {
-  return text.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@?#]*):[^@/?#]*@/i, '$1:***@').replace(/([?&](?:password|sslpassword)=)[^&#]*/gi, '$1***');
+  return text
+    .replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@?#]*):[^@/?#]*@/i, '$1:***@')
+    .replace(/([?&](?:password|sslpassword)=)[^&#]*/gi, '$1***');
 }
 
 export function parseAuditStore(value: string | undefined, field = '--audit-store'): AuditStoreConfig {
   if (value === undefined || value === '' || value === 'file') return { kind: 'file' };
-  if (value.length > MAX_AUDIT_STORE_URL) throw new WavegateError('INVALID_INPUT', `${field}: ${value.length} characters; at most ${MAX_AUDIT_STORE_URL}`, { field });
+  if (value.length > MAX_AUDIT_STORE_URL)
+    throw new WavegateError('INVALID_INPUT', `${field}: ${value.length} characters; at most ${MAX_AUDIT_STORE_URL}`, {
+      field,
+    });
   const shown = JSON.stringify(redactStoreUrl(value));
   if (!/^postgres(?:ql)?:\/\//i.test(value)) {
-    throw new WavegateError('INVALID_INPUT', `${field} ${shown}: expected "file" or postgres://user@host:port/database`, { field });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${shown}: expected "file" or postgres://user@host:port/database`,
+      { field },
+    );
   }
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw new WavegateError('INVALID_INPUT', `${field} ${shown}: not a URL; expected postgres://user@host:port/database`, { field });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${shown}: not a URL; expected postgres://user@host:port/database`,
+      { field },
+    );
   }
   if (url.password !== '' || url.searchParams.has('password') || url.searchParams.has('sslpassword')) {
     throw new WavegateError(
@@ -69,8 +94,18 @@ export function parseAuditStore(value: string | undefined, field = '--audit-stor
       { field },
     );
   }
-  if (url.hostname === '') throw new WavegateError('INVALID_INPUT', `${field} ${shown}: no host; expected postgres://user@host:port/database`, { field });
-  if (url.pathname.length <= 1) throw new WavegateError('INVALID_INPUT', `${field} ${shown}: no database name; expected postgres://user@host:port/database`, { field });
+  if (url.hostname === '')
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${shown}: no host; expected postgres://user@host:port/database`,
+      { field },
+    );
+  if (url.pathname.length <= 1)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${shown}: no database name; expected postgres://user@host:port/database`,
+      { field },
+    );
   return { kind: 'postgres', url: value, location: redactStoreUrl(value), client: storeClientConfig(value, field) };
 }
 
@@ -91,23 +126,38 @@ export function storeClientConfig(urlText: string, field = '--audit-store'): Sto
   const names = [...url.searchParams.keys()];
   for (const name of names) {
     const overrides = AUTHORITY_PARAMETERS[name];
-    if (overrides !== undefined) refuse(name, `would override ${overrides}: refused; say it in the URL itself (postgres://user@host:port/database)`);
-    if (name === 'options') refuse(name, 'would set server settings for the session (search_path, role...): refused; the audit store needs none');
-    if (!(STORE_URL_PARAMETERS as readonly string[]).includes(name)) refuse(name, `is not a parameter wavegate passes to PostgreSQL; allowed: ${STORE_URL_PARAMETERS.join(', ')}`);
+    if (overrides !== undefined)
+      refuse(
+        name,
+        `would override ${overrides}: refused; say it in the URL itself (postgres://user@host:port/database)`,
+      );
+    if (name === 'options')
+      refuse(
+        name,
+        'would set server settings for the session (search_path, role...): refused; the audit store needs none',
+      );
+    if (!(STORE_URL_PARAMETERS as readonly string[]).includes(name))
+      refuse(name, `is not a parameter wavegate passes to PostgreSQL; allowed: ${STORE_URL_PARAMETERS.join(', ')}`);
     if (url.searchParams.getAll(name).length > 1) refuse(name, 'is given more than once');
   }
   const param = (name: string) => url.searchParams.get(name) ?? undefined;
 
   const sslmode = param('sslmode');
-  if (sslmode !== undefined && !SSL_MODES.includes(sslmode)) refuse('sslmode', `${JSON.stringify(sslmode)}: expected one of ${SSL_MODES.join(', ')}`);
+  if (sslmode !== undefined && !SSL_MODES.includes(sslmode))
+    refuse('sslmode', `${JSON.stringify(sslmode)}: expected one of ${SSL_MODES.join(', ')}`);
   let connectionTimeoutMillis = STORE_CONNECT_TIMEOUT_MS;
   const timeout = param('connect_timeout');
   if (timeout !== undefined) {
-    if (!/^\d{1,4}$/.test(timeout) || Number(timeout) < 1 || Number(timeout) > MAX_CONNECT_TIMEOUT_S) refuse('connect_timeout', `${JSON.stringify(timeout)}: expected whole seconds from 1 to ${MAX_CONNECT_TIMEOUT_S} (0, "for ever", is not allowed)`);
+    if (!/^\d{1,4}$/.test(timeout) || Number(timeout) < 1 || Number(timeout) > MAX_CONNECT_TIMEOUT_S)
+      refuse(
+        'connect_timeout',
+        `${JSON.stringify(timeout)}: expected whole seconds from 1 to ${MAX_CONNECT_TIMEOUT_S} (0, "for ever", is not allowed)`,
+      );
     connectionTimeoutMillis = Number(timeout) * 1000;
   }
   const applicationName = param('application_name');
-  if (applicationName !== undefined && !/^[\x20-\x7e]{1,63}$/.test(applicationName)) refuse('application_name', `${JSON.stringify(applicationName)}: expected 1-63 printable ASCII characters`);
+  if (applicationName !== undefined && !/^[\x20-\x7e]{1,63}$/.test(applicationName))
+    refuse('application_name', `${JSON.stringify(applicationName)}: expected 1-63 printable ASCII characters`);
 
   const files: { ca?: string; cert?: string; key?: string } = {};
   for (const [name, key] of Object.entries(FILE_PARAMETERS)) {
@@ -126,7 +176,8 @@ export function storeClientConfig(urlText: string, field = '--audit-store'): Sto
   // pg-connection-string for what it parses (host, port, user, database, sslmode), without the file
   // parameters: it would read them itself, unbounded. Their contents are added as it would add them.
   const forPg = new URL(urlText);
-  for (const name of [...Object.keys(FILE_PARAMETERS), 'connect_timeout', 'application_name']) forPg.searchParams.delete(name);
+  for (const name of [...Object.keys(FILE_PARAMETERS), 'connect_timeout', 'application_name'])
+    forPg.searchParams.delete(name);
   let parsed: ReturnType<typeof parseIntoClientConfig>;
   try {
     parsed = parseIntoClientConfig(forPg.href);
@@ -161,11 +212,26 @@ export function readStorePassword(env: NodeJS.ProcessEnv = process.env): string 
   try {
     stat = statSync(path);
   } catch (err) {
-    throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, { field });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+      { field },
+    );
   }
-  if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: not a regular file`, { field });
-  if ((stat.mode & 0o077) !== 0) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`, { field });
-  if (stat.size > MAX_PASSWORD_FILE_BYTES) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line`, { field });
+  if (!stat.isFile())
+    throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: not a regular file`, { field });
+  if ((stat.mode & 0o077) !== 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`,
+      { field },
+    );
+  if (stat.size > MAX_PASSWORD_FILE_BYTES)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line`,
+      { field },
+    );
   let bytes: Buffer;
   try {
     // The file checked above may have been replaced since (by a FIFO, a device): readBytes refuses those.
@@ -174,9 +240,19 @@ export function readStorePassword(env: NodeJS.ProcessEnv = process.env): string 
     if (!(err instanceof WavegateError)) throw err;
     throw new WavegateError('INVALID_INPUT', `${field} ${err.message}`, { field });
   }
-  if (bytes.length > MAX_PASSWORD_FILE_BYTES) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: ${bytes.length} bytes; expected one line`, { field });
+  if (bytes.length > MAX_PASSWORD_FILE_BYTES)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${JSON.stringify(path)}: ${bytes.length} bytes; expected one line`,
+      { field },
+    );
   const line = bytes.toString('utf8').split(/\r?\n/, 1)[0] ?? '';
-  if (line.length === 0) throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: empty first line; expected the password`, { field });
+  if (line.length === 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field} ${JSON.stringify(path)}: empty first line; expected the password`,
+      { field },
+    );
   return line;
 }
 
@@ -209,7 +285,8 @@ export function pgpassPassword(text: string, target: PgpassTarget): string | und
     }
     if (fields.length < 4) continue;
     // The password runs to the end of the line or an unescaped colon.
-    if (fields.every((field, i) => field === '*' || unescapeField(field) === want[i])) return unescapeField(/^(?:[^:\\]|\\.?)*/.exec(line.slice(start))![0]);
+    if (fields.every((field, i) => field === '*' || unescapeField(field) === want[i]))
+      return unescapeField(/^(?:[^:\\]|\\.?)*/.exec(line.slice(start))![0]);
   }
   return undefined;
 }
@@ -218,7 +295,10 @@ export function pgpassPassword(text: string, target: PgpassTarget): string | und
  * `$PGPASSFILE` or `~/.pgpass`, as libpq takes it: ignored (with the reason, for the error that follows)
  * unless a regular file only its owner may read; read with the bounded regular-file reader.
  */
-export function readPgpass(target: PgpassTarget, env: NodeJS.ProcessEnv = process.env): { password?: string; ignored?: string } {
+export function readPgpass(
+  target: PgpassTarget,
+  env: NodeJS.ProcessEnv = process.env,
+): { password?: string; ignored?: string } {
   const path = env.PGPASSFILE || join(env.HOME || homedir(), '.pgpass');
   let stat: Stats;
   try {
@@ -227,7 +307,10 @@ export function readPgpass(target: PgpassTarget, env: NodeJS.ProcessEnv = proces
     return {};
   }
   if (!stat.isFile()) return { ignored: `${path} is not a regular file` };
-  if ((stat.mode & 0o077) !== 0) return { ignored: `${path} may be read by others (mode ${(stat.mode & 0o777).toString(8)}; libpq too ignores it unless 0600)` };
+  if ((stat.mode & 0o077) !== 0)
+    return {
+      ignored: `${path} may be read by others (mode ${(stat.mode & 0o777).toString(8)}; libpq too ignores it unless 0600)`,
+    };
   let text: string;
   try {
     text = readText(path);

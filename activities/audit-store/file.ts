@@ -2,7 +2,11 @@ import { archivedAuditRuns, createAuditActivities, readAuditSegments } from '../
 import type { AuditStore } from './types';
 
 /** Today's store behind the interface: one JSONL file per rollout under `auditDir` (activities/audit.ts). */
-export function createFileAuditStore(deps: { auditDir: string; macKey?: Uint8Array; log?: (line: string) => void }): AuditStore {
+export function createFileAuditStore(deps: {
+  auditDir: string;
+  macKey?: Uint8Array;
+  log?: (line: string) => void;
+}): AuditStore {
   const activities = createAuditActivities(deps);
   return {
     location: deps.auditDir,

@@ -28,9 +28,16 @@ export interface OpenAuditStoreOptions {
  */
 export function openAuditStore(opts: OpenAuditStoreOptions): AuditStore | PostgresAuditStore {
   const config = parseAuditStore(opts.store);
-  if (config.kind === 'file') return createFileAuditStore({ auditDir: opts.auditDir ?? DEFAULT_AUDIT_DIR, macKey: opts.macKey, log: opts.log });
+  if (config.kind === 'file')
+    return createFileAuditStore({ auditDir: opts.auditDir ?? DEFAULT_AUDIT_DIR, macKey: opts.macKey, log: opts.log });
   const password = readStorePassword(opts.env);
-  return createPostgresAuditStore({ url: config.url, location: config.location, macKey: opts.macKey, log: opts.log, ...(password !== undefined ? { password } : {}) });
+  return createPostgresAuditStore({
+    url: config.url,
+    location: config.location,
+    macKey: opts.macKey,
+    log: opts.log,
+    ...(password !== undefined ? { password } : {}),
+  });
 }
 
 export function isPostgresStore(store: AuditStore): store is PostgresAuditStore {
@@ -50,7 +57,13 @@ export function auditActivitiesOf(store: AuditStore) {
  * store (`auditDir`) or the database the CLI names (`--audit-store` / `$WAVEGATE_AUDIT_STORE`). Reads only:
  * the CLI never migrates. A database it cannot reach is UNAVAILABLE, a trail it has not, NOT_FOUND.
  */
-export async function readAuditTrail(opts: { store?: string; auditDir?: string; rolloutId: string; runId?: string; env?: NodeJS.ProcessEnv }) {
+export async function readAuditTrail(opts: {
+  store?: string;
+  auditDir?: string;
+  rolloutId: string;
+  runId?: string;
+  env?: NodeJS.ProcessEnv;
+}) {
   const env = opts.env ?? process.env;
   const value = opts.store ?? (env.WAVEGATE_AUDIT_STORE || undefined);
   const config = parseAuditStore(value, opts.store !== undefined ? '--audit-store' : '$WAVEGATE_AUDIT_STORE');

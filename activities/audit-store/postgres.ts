@@ -1,7 +1,19 @@
 import { createHash, type Hash } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, Pool, type PoolClient } from 'pg';
-import { auditContentKey, auditContentOfEvent, GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, verifyAuditChain, type AuditEvent, type AuditHead, type AuditRecord, type AuditSegment } from '../../core/audit';
+import {
+  auditContentKey,
+  auditContentOfEvent,
+  GENESIS_HASH,
+  macRecord,
+  sealRecord,
+  serializeAuditRecord,
+  verifyAuditChain,
+  type AuditEvent,
+  type AuditHead,
+  type AuditRecord,
+  type AuditSegment,
+} from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { recordAuditWriteFailure } from '../../core/metrics';
 import { activityMeter } from '../metrics';
@@ -97,7 +109,12 @@ function passwordSource(given: string | undefined, location: string) {
   return async (params: { host?: string; port?: number; database?: string; user?: string }): Promise<string> => {
     if (given !== undefined) return given;
     if (process.env.PGPASSWORD) return process.env.PGPASSWORD;
-    const target = { host: params.host ?? '', port: params.port ?? 5432, database: params.database ?? '', user: params.user ?? '' };
+    const target = {
+      host: params.host ?? '',
+      port: params.port ?? 5432,
+      database: params.database ?? '',
+      user: params.user ?? '',
+    };
     const pgpass = readPgpass(target);
     if (pgpass.password) return pgpass.password;
     throw new WavegateError(
@@ -117,7 +134,9 @@ function connectError(err: unknown, client: StoreClientConfig): unknown {
   const message = (err as Error).message ?? String(err);
   if (/timeout exceeded when trying to connect|connection timeout/i.test(message)) {
     const where = `${client.host}:${client.port ?? 5432}`;
-    const e = new Error(`no connection to ${where} within ${(client.connectionTimeoutMillis ?? 0) / 1000}s (?connect_timeout= sets how long)`);
+    const e = new Error(
+      `no connection to ${where} within ${(client.connectionTimeoutMillis ?? 0) / 1000}s (?connect_timeout= sets how long)`,
+    );
     (e as { code?: string }).code = 'ETIMEDOUT';
     return e;
   }
@@ -142,7 +161,8 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
   // An idle connection the server drops must not take the worker down; the next query reconnects.
   pool.on('error', (err) => log(`audit store ${opts.location}: idle connection lost (${err.message})`));
 
-  const where = (rolloutId: string, segment: number) => `${opts.location} rollout ${JSON.stringify(rolloutId)} segment ${segment}`;
+  const where = (rolloutId: string, segment: number) =>
+    `${opts.location} rollout ${JSON.stringify(rolloutId)} segment ${segment}`;
 
   /** The worker's `wavegate_audit_write_failures{reason}`, as the file store counts them. */
   function countFailure(reason: 'unwritable' | 'corrupt'): void {
@@ -153,12 +173,19 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
   function unwritable(err: unknown): ApplicationFailure {
     countFailure('unwritable');
     // A WavegateError already names the store.
-    const message = err instanceof WavegateError ? err.message : `audit store ${opts.location}: ${(err as Error).message}`;
-    return ApplicationFailure.create({ type: 'AuditUnwritable', message, nonRetryable: false, details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }] });
+    const message =
+      err instanceof WavegateError ? err.message : `audit store ${opts.location}: ${(err as Error).message}`;
+    return ApplicationFailure.create({
+      type: 'AuditUnwritable',
+      message,
+      nonRetryable: false,
+      details: [{ store: opts.location, code: (err as { code?: string }).code ?? null }],
+    });
   }
 
   function invalid(err: unknown): never {
-    if (err instanceof WavegateError) throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
+    if (err instanceof WavegateError)
+      throw ApplicationFailure.create({ type: 'AuditInvalid', message: err.message, nonRetryable: true });
     throw err;
   }
 
@@ -167,7 +194,11 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
    * (the password may be given later); the CLI (segments, earlierRuns) gets bad configuration (no
    * password) as the INVALID_INPUT it is, exit 2.
    */
-  async function withClient<T>(fn: (client: PoolClient) => Promise<T>, transaction: 'write' | 'read', caller: 'activity' | 'cli' = 'activity'): Promise<T> {
+  async function withClient<T>(
+    fn: (client: PoolClient) => Promise<T>,
+    transaction: 'write' | 'read',
+    caller: 'activity' | 'cli' = 'activity',
+  ): Promise<T> {
     let client: PoolClient;
     try {
       client = await pool.connect();
@@ -185,10 +216,17 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
       await client.query('ROLLBACK').catch(() => {});
       if (err instanceof ApplicationFailure || err instanceof WavegateError) throw err;
       if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
-        throw ApplicationFailure.create({ type: 'AuditBusy', message: `audit store ${opts.location}: another writer wrote the same place at the same moment; retrying`, nonRetryable: false });
+        throw ApplicationFailure.create({
+          type: 'AuditBusy',
+          message: `audit store ${opts.location}: another writer wrote the same place at the same moment; retrying`,
+          nonRetryable: false,
+        });
       }
       if ((err as { code?: string }).code === UNDEFINED_TABLE) {
-        throw new WavegateError('NOT_FOUND', `audit store ${opts.location}: no wavegate audit tables (no worker with --audit-store has started against this database yet)`);
+        throw new WavegateError(
+          'NOT_FOUND',
+          `audit store ${opts.location}: no wavegate audit tables (no worker with --audit-store has started against this database yet)`,
+        );
       }
       throw unwritable(err);
     } finally {
@@ -197,7 +235,10 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
   }
 
   async function readSegment(client: PoolClient, rolloutId: string, chainRun: string, segment: number): Promise<Row[]> {
-    const { rows } = await client.query<Row>('SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 ORDER BY seq', [rolloutId, chainRun, segment]);
+    const { rows } = await client.query<Row>(
+      'SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 ORDER BY seq',
+      [rolloutId, chainRun, segment],
+    );
     return rows;
   }
 
@@ -218,17 +259,29 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
          FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 AND seq <= $4`,
       [rolloutId, chainRun, segment, last.seq],
     );
-    return Number(rows[0]!.n) === known.records.length && rows[0]!.digest === known.digest ? { ...known, last } : undefined;
+    return Number(rows[0]!.n) === known.records.length && rows[0]!.digest === known.digest
+      ? { ...known, last }
+      : undefined;
   }
 
   /** Read and check a segment: every row a record, chained from its start, each MAC the key's. */
-  async function inspect(client: PoolClient, rolloutId: string, chainRun: string | null, segment: number): Promise<SegmentState> {
+  async function inspect(
+    client: PoolClient,
+    rolloutId: string,
+    chainRun: string | null,
+    segment: number,
+  ): Promise<SegmentState> {
     const state: SegmentState = { chainRun, segment, records: [], start: GENESIS, problem: null };
     if (chainRun === null) return state;
     const key = JSON.stringify([rolloutId, chainRun, segment]);
     const known = await knownPrefix(client, key, rolloutId, chainRun, segment);
     const rows = known
-      ? (await client.query<Row>('SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 AND seq > $4 ORDER BY seq', [rolloutId, chainRun, segment, known.last.seq])).rows
+      ? (
+          await client.query<Row>(
+            'SELECT seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 AND segment = $3 AND seq > $4 ORDER BY seq',
+            [rolloutId, chainRun, segment, known.last.seq],
+          )
+        ).rows
       : await readSegment(client, rolloutId, chainRun, segment);
     verified.delete(key);
     const fresh: AuditRecord[] = [];
@@ -241,7 +294,12 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
         parsed = undefined;
       }
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-        state.problem = { line: state.records.length + 1, seq: Number(row.seq), problem: 'edited', message: `the row at seq ${row.seq} is not a JSON audit record` };
+        state.problem = {
+          line: state.records.length + 1,
+          seq: Number(row.seq),
+          problem: 'edited',
+          message: `the row at seq ${row.seq} is not a JSON audit record`,
+        };
         return state;
       }
       fresh.push(parsed as AuditRecord);
@@ -250,7 +308,12 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     if (segment > 1) {
       const first = state.records[0];
       if (first?.event !== 'audit.override' || !first.lastGood) {
-        state.problem = { line: 1, seq: first?.seq ?? 0, problem: 'no-override', message: 'a later segment must start with an audit.override record' };
+        state.problem = {
+          line: 1,
+          seq: first?.seq ?? 0,
+          problem: 'no-override',
+          message: 'a later segment must start with an audit.override record',
+        };
         return state;
       }
       state.start = first.lastGood;
@@ -259,24 +322,51 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
       ? verifyAuditChain(fresh, undefined, { start: { seq: known.last.seq, hash: known.last.hash }, key: opts.macKey })
       : verifyAuditChain(state.records, undefined, { start: state.start, key: opts.macKey });
     if (!verdict.ok) {
-      state.problem = { line: Math.max(1, verdict.seq - state.start.seq), seq: verdict.seq, problem: verdict.problem, message: verdict.message };
+      state.problem = {
+        line: Math.max(1, verdict.seq - state.start.seq),
+        seq: verdict.seq,
+        problem: verdict.problem,
+        message: verdict.message,
+      };
       return state;
     }
     // The rows joined by newlines, as string_agg joins them; hashed on from where the prefix ended.
     const hasher = known ? known.hasher.copy() : createHash('sha256');
     for (const [i, row] of rows.entries()) hasher.update(known || i > 0 ? `\n${row.record}` : row.record, 'utf8');
     if (verified.size >= MAX_CACHED_SEGMENTS) verified.delete(verified.keys().next().value!);
-    if (state.records.length > 0) verified.set(key, { hasher, records: state.records, digest: hasher.copy().digest('hex') });
+    if (state.records.length > 0)
+      verified.set(key, { hasher, records: state.records, digest: hasher.copy().digest('hex') });
     return state;
   }
 
-  async function insert(client: PoolClient, rolloutId: string, chainRun: string, segment: number, sealed: AuditRecord): Promise<AuditHead> {
+  async function insert(
+    client: PoolClient,
+    rolloutId: string,
+    chainRun: string,
+    segment: number,
+    sealed: AuditRecord,
+  ): Promise<AuditHead> {
     const record = opts.macKey ? macRecord(sealed, opts.macKey) : sealed;
     await client.query(
       'INSERT INTO wavegate_audit_records (rollout_id, chain_run, segment, seq, run_id, event, at, prev, hash, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
-      [rolloutId, chainRun, segment, record.seq, record.runId, record.event, record.at, record.prev, record.hash, serializeAuditRecord(record)],
+      [
+        rolloutId,
+        chainRun,
+        segment,
+        record.seq,
+        record.runId,
+        record.event,
+        record.at,
+        record.prev,
+        record.hash,
+        serializeAuditRecord(record),
+      ],
     );
-    await client.query('UPDATE wavegate_audit_chains SET chain_run = $2, segment = $3 WHERE rollout_id = $1', [rolloutId, chainRun, segment]);
+    await client.query('UPDATE wavegate_audit_chains SET chain_run = $2, segment = $3 WHERE rollout_id = $1', [
+      rolloutId,
+      chainRun,
+      segment,
+    ]);
     return { seq: record.seq, hash: record.hash };
   }
 
@@ -295,33 +385,69 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
   /** The append under the rollout's row lock: the file store's appendLocked, over rows. */
   async function appendLocked(client: PoolClient, event: AuditEvent, content: string): Promise<AuditHead> {
     const id = event.rolloutId;
-    await client.query('INSERT INTO wavegate_audit_chains (rollout_id) VALUES ($1) ON CONFLICT (rollout_id) DO NOTHING', [id]);
-    const chain = (await client.query<{ chain_run: string | null; segment: number }>('SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1 FOR UPDATE', [id])).rows[0]!;
+    await client.query(
+      'INSERT INTO wavegate_audit_chains (rollout_id) VALUES ($1) ON CONFLICT (rollout_id) DO NOTHING',
+      [id],
+    );
+    const chain = (
+      await client.query<{ chain_run: string | null; segment: number }>(
+        'SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1 FOR UPDATE',
+        [id],
+      )
+    ).rows[0]!;
     const state = await inspect(client, id, chain.chain_run, chain.segment);
 
     const existing = state.records.find((r) => r.seq === event.seq);
     if (existing && auditContentKey(existing) === content) return { seq: existing.seq, hash: existing.hash };
 
     // A seq-1 record of another run starts a new chain; the finished one stays under its own run id.
-    if (event.seq === 1 && event.event !== 'audit.override' && chain.chain_run !== null && chain.chain_run !== event.runId) {
-      const taken = await client.query('SELECT 1 FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 LIMIT 1', [id, event.runId]);
-      if (taken.rowCount) throw ApplicationFailure.create({ type: 'AuditConflict', message: `cannot start a new chain for ${id}: run ${event.runId} already has one in ${opts.location}`, nonRetryable: true });
+    if (
+      event.seq === 1 &&
+      event.event !== 'audit.override' &&
+      chain.chain_run !== null &&
+      chain.chain_run !== event.runId
+    ) {
+      const taken = await client.query(
+        'SELECT 1 FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 LIMIT 1',
+        [id, event.runId],
+      );
+      if (taken.rowCount)
+        throw ApplicationFailure.create({
+          type: 'AuditConflict',
+          message: `cannot start a new chain for ${id}: run ${event.runId} already has one in ${opts.location}`,
+          nonRetryable: true,
+        });
       log(`audit: ${id}: a new run starts a new chain; run ${chain.chain_run}'s chain is kept in ${opts.location}`);
       return insert(client, id, event.runId, 1, sealRecord(event, GENESIS_HASH));
     }
     const chainRun = chain.chain_run ?? event.runId;
 
-    const step = nextAppend({ segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem }, event, existing, where(id, state.segment));
+    const step = nextAppend(
+      { segment: state.segment, start: state.start, head: headOf(state), problem: !!state.problem },
+      event,
+      existing,
+      where(id, state.segment),
+    );
     if (step === 'corrupt') throw corrupt(state, id);
     if (step.kind === 'new-segment') {
-      log(`audit: ${id}: override by ${event.by} starts segment ${step.segment} after record ${event.lastGood!.seq}; segment ${state.segment} is kept as it is`);
+      log(
+        `audit: ${id}: override by ${event.by} starts segment ${step.segment} after record ${event.lastGood!.seq}; segment ${state.segment} is kept as it is`,
+      );
       return insert(client, id, chainRun, step.segment, sealRecord(event, step.prevHash));
     }
     return insert(client, id, chainRun, state.segment, sealRecord(event, step.prevHash));
   }
 
-  async function currentChain(client: PoolClient, rolloutId: string): Promise<{ chain_run: string | null; segment: number } | undefined> {
-    return (await client.query<{ chain_run: string | null; segment: number }>('SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1', [rolloutId])).rows[0];
+  async function currentChain(
+    client: PoolClient,
+    rolloutId: string,
+  ): Promise<{ chain_run: string | null; segment: number } | undefined> {
+    return (
+      await client.query<{ chain_run: string | null; segment: number }>(
+        'SELECT chain_run, segment FROM wavegate_audit_chains WHERE rollout_id = $1',
+        [rolloutId],
+      )
+    ).rows[0];
   }
 
   return {
@@ -332,7 +458,10 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
         return await migrateAuditSchema(pool);
       } catch (err) {
         if (err instanceof WavegateError) throw err;
-        throw new WavegateError('UNAVAILABLE', `audit store ${opts.location}: cannot migrate the schema (${(err as Error).message})`);
+        throw new WavegateError(
+          'UNAVAILABLE',
+          `audit store ${opts.location}: cannot migrate the schema (${(err as Error).message})`,
+        );
       }
     },
 
@@ -347,12 +476,25 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     },
 
     async health(input: AuditHealthInput): Promise<AuditHealth> {
-      if (typeof input?.rolloutId !== 'string' || input.rolloutId.length === 0) invalid(new WavegateError('INVALID_INPUT', `rollout id ${JSON.stringify(input?.rolloutId)}: expected a non-empty string`));
+      if (typeof input?.rolloutId !== 'string' || input.rolloutId.length === 0)
+        invalid(
+          new WavegateError(
+            'INVALID_INPUT',
+            `rollout id ${JSON.stringify(input?.rolloutId)}: expected a non-empty string`,
+          ),
+        );
       return withClient(async (client): Promise<AuditHealth> => {
         const chain = await currentChain(client, input.rolloutId);
         const state = await inspect(client, input.rolloutId, chain?.chain_run ?? null, chain?.segment ?? 1);
         const place = where(input.rolloutId, state.segment);
-        const notWhole = (p: NonNullable<SegmentState['problem']>): AuditHealth => ({ ok: false, reason: `${place} seq ${p.seq}: ${p.message}`, problem: p.problem, file: place, line: p.line, segment: state.segment });
+        const notWhole = (p: NonNullable<SegmentState['problem']>): AuditHealth => ({
+          ok: false,
+          reason: `${place} seq ${p.seq}: ${p.message}`,
+          problem: p.problem,
+          file: place,
+          line: p.line,
+          segment: state.segment,
+        });
         if (state.problem) return notWhole(state.problem);
         if (input.head) {
           const held = verifyAuditChain(state.records, input.head, { start: state.start });
@@ -363,30 +505,48 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
     },
 
     async segments(rolloutId: string, runId?: string): Promise<AuditSegment[]> {
-      return withClient(async (client) => {
-        const chainRun = runId ?? (await currentChain(client, rolloutId))?.chain_run ?? null;
-        const { rows } = chainRun === null ? { rows: [] as Array<{ segment: number; seq: string; record: string }> } : await client.query<{ segment: number; seq: string; record: string }>(
-          'SELECT segment, seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 ORDER BY segment, seq',
-          [rolloutId, chainRun],
-        );
-        if (rows.length === 0) {
-          throw new WavegateError('NOT_FOUND', `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} in ${opts.location}`, { store: opts.location });
-        }
-        const bySegment = new Map<number, string[]>();
-        for (const row of rows) bySegment.set(row.segment, [...(bySegment.get(row.segment) ?? []), row.record]);
-        return [...bySegment.entries()].map(([segment, lines]) => ({ name: `${where(rolloutId, segment)}${runId ? ` run ${runId}` : ''}`, text: `${lines.join('\n')}\n` }));
-      }, 'read', 'cli');
+      return withClient(
+        async (client) => {
+          const chainRun = runId ?? (await currentChain(client, rolloutId))?.chain_run ?? null;
+          const { rows } =
+            chainRun === null
+              ? { rows: [] as Array<{ segment: number; seq: string; record: string }> }
+              : await client.query<{ segment: number; seq: string; record: string }>(
+                  'SELECT segment, seq, record FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run = $2 ORDER BY segment, seq',
+                  [rolloutId, chainRun],
+                );
+          if (rows.length === 0) {
+            throw new WavegateError(
+              'NOT_FOUND',
+              `no audit trail for rollout "${rolloutId}"${runId ? ` run ${runId}` : ''} in ${opts.location}`,
+              { store: opts.location },
+            );
+          }
+          const bySegment = new Map<number, string[]>();
+          for (const row of rows) bySegment.set(row.segment, [...(bySegment.get(row.segment) ?? []), row.record]);
+          return [...bySegment.entries()].map(([segment, lines]) => ({
+            name: `${where(rolloutId, segment)}${runId ? ` run ${runId}` : ''}`,
+            text: `${lines.join('\n')}\n`,
+          }));
+        },
+        'read',
+        'cli',
+      );
     },
 
     async earlierRuns(rolloutId: string): Promise<string[]> {
-      return withClient(async (client) => {
-        const current = (await currentChain(client, rolloutId))?.chain_run ?? null;
-        const { rows } = await client.query<{ chain_run: string }>(
-          'SELECT chain_run FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run IS DISTINCT FROM $2 GROUP BY chain_run ORDER BY min(written_at)',
-          [rolloutId, current],
-        );
-        return rows.map((r) => r.chain_run);
-      }, 'read', 'cli');
+      return withClient(
+        async (client) => {
+          const current = (await currentChain(client, rolloutId))?.chain_run ?? null;
+          const { rows } = await client.query<{ chain_run: string }>(
+            'SELECT chain_run FROM wavegate_audit_records WHERE rollout_id = $1 AND chain_run IS DISTINCT FROM $2 GROUP BY chain_run ORDER BY min(written_at)',
+            [rolloutId, current],
+          );
+          return rows.map((r) => r.chain_run);
+        },
+        'read',
+        'cli',
+      );
     },
 
     close: () => pool.end(),

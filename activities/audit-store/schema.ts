@@ -49,10 +49,17 @@ export async function migrateAuditSchema(pool: Pool): Promise<{ from: number; to
   try {
     await client.query('SELECT pg_advisory_lock($1::bigint)', [MIGRATION_LOCK]);
     try {
-      await client.query('CREATE TABLE IF NOT EXISTS wavegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
-      const from = Number((await client.query<{ v: number }>('SELECT coalesce(max(version), 0) AS v FROM wavegate_schema')).rows[0]!.v);
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS wavegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())',
+      );
+      const from = Number(
+        (await client.query<{ v: number }>('SELECT coalesce(max(version), 0) AS v FROM wavegate_schema')).rows[0]!.v,
+      );
       if (from > SCHEMA_VERSION) {
-        throw new WavegateError('INVALID_STATE', `the audit store's schema is at version ${from}, newer than this wavegate knows (${SCHEMA_VERSION}): upgrade this worker`);
+        throw new WavegateError(
+          'INVALID_STATE',
+          `the audit store's schema is at version ${from}, newer than this wavegate knows (${SCHEMA_VERSION}): upgrade this worker`,
+        );
       }
       for (const migration of MIGRATIONS.filter((m) => m.version > from)) {
         await client.query('BEGIN');

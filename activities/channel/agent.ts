@@ -115,7 +115,10 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
 
     async raiseFloor(target) {
       // The worker never dials an agent device; its agent checks the floor on the device before every apply.
-      throw new TransportError('config', `${target.id}: transport "agent": an agent device is never dialled, so the worker writes no floor on it`);
+      throw new TransportError(
+        'config',
+        `${target.id}: transport "agent": an agent device is never dialled, so the worker writes no floor on it`,
+      );
     },
   };
 }

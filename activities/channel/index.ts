@@ -28,7 +28,10 @@ export function channelFor(target: Pick<DeviceTarget, 'id' | 'transport'>, deps:
   const make = typeof name === 'string' ? CHANNELS.get(name) : undefined;
   if (!make) {
     const allowed = [...CHANNELS.keys()].map((n) => JSON.stringify(n)).join(', ');
-    throw new TransportError('config', `${target.id}: transport ${JSON.stringify(name)}: not a transport this worker knows; allowed: ${allowed} (set transport on the device in the inventory)`);
+    throw new TransportError(
+      'config',
+      `${target.id}: transport ${JSON.stringify(name)}: not a transport this worker knows; allowed: ${allowed} (set transport on the device in the inventory)`,
+    );
   }
   return make(deps);
 }

@@ -13,7 +13,11 @@ import type { BoardAnswer, ChannelDeps, DeviceChannel, DriftAnswer, HealthQuesti
  */
 
 /** Run `fn` in a session to the device, closed after it. */
-async function inSession<T>(target: DeviceTarget, opts: ConnectOptions, fn: (session: DeviceSession) => Promise<T>): Promise<T> {
+async function inSession<T>(
+  target: DeviceTarget,
+  opts: ConnectOptions,
+  fn: (session: DeviceSession) => Promise<T>,
+): Promise<T> {
   const session = await connectDevice(target, opts);
   try {
     return await fn(session);
@@ -26,8 +30,14 @@ async function inSession<T>(target: DeviceTarget, opts: ConnectOptions, fn: (ses
  * A session for one health question: closed when the check's deadline passes or it is cancelled, so a
  * hanging command or connect ends there (the check then counts the device as unread).
  */
-async function inHealthSession<T>(target: DeviceTarget, q: HealthQuestion, fn: (session: DeviceSession) => Promise<T>): Promise<T> {
-  const session = await connectDevice(target, { connectTimeoutMs: Math.max(1, Math.min(q.connectTimeoutMs, q.remainingMs())) });
+async function inHealthSession<T>(
+  target: DeviceTarget,
+  q: HealthQuestion,
+  fn: (session: DeviceSession) => Promise<T>,
+): Promise<T> {
+  const session = await connectDevice(target, {
+    connectTimeoutMs: Math.max(1, Math.min(q.connectTimeoutMs, q.remainingMs())),
+  });
   const close = () => session.close();
   q.signal.addEventListener('abort', close, { once: true });
   if (q.signal.aborted) session.close();
@@ -76,7 +86,11 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
         holderClosed: ctx.holderClosed,
         signal: ctx.signal,
         // The spec's `after`, checked on the device from this worker's own signed envelopes.
-        dependencies: dependencyChecker({ profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT, requireEnvelope, timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000) }),
+        dependencies: dependencyChecker({
+          profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT,
+          requireEnvelope,
+          timeoutMs: Math.min(ctx.commandTimeoutMs, 60_000),
+        }),
       });
     },
 
@@ -91,7 +105,10 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
       delete base.refusal;
       let session: DeviceSession;
       try {
-        session = await connectDevice(device, opts.connectTimeoutMs !== undefined ? { connectTimeoutMs: opts.connectTimeoutMs } : undefined);
+        session = await connectDevice(
+          device,
+          opts.connectTimeoutMs !== undefined ? { connectTimeoutMs: opts.connectTimeoutMs } : undefined,
+        );
       } catch (err) {
         const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
         return { ...base, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
@@ -112,7 +129,10 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     online(target, q) {
       return inHealthSession(target, q, async (session): Promise<Reading<string | null>> => {
         const res = await session.exec('echo online', { timeoutMs: left(q) });
-        return { ok: true, value: res.code === 0 && res.stdout.includes('online') ? null : `answered exit ${res.code}` };
+        return {
+          ok: true,
+          value: res.code === 0 && res.stdout.includes('online') ? null : `answered exit ${res.code}`,
+        };
       });
     },
 
@@ -136,7 +156,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     errorRate(target, command, _about, q) {
       return inHealthSession(target, q, async (session): Promise<Reading<number>> => {
         const res = await session.exec(command, { timeoutMs: left(q) });
-        if (res.code !== 0) return { ok: false, kind: 'unanswered', reason: `exit ${res.code}${tail(res.stdout, res.stderr)}` };
+        if (res.code !== 0)
+          return { ok: false, kind: 'unanswered', reason: `exit ${res.code}${tail(res.stdout, res.stderr)}` };
         const value = readMetricValue(res.stdout);
         return value.ok ? { ok: true, value: value.value } : { ok: false, kind: 'unanswered', reason: value.reason };
       });
@@ -151,12 +172,27 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
       }
       try {
         const marker = await session.readMarker(q.profile, { timeoutMs: q.commandTimeoutMs ?? 30_000 });
-        const res = await session.exec(shellFor({ profile: q.profile, revision: q.revision }, q.verify), { timeoutMs: q.commandTimeoutMs ?? 30_000 });
+        const res = await session.exec(shellFor({ profile: q.profile, revision: q.revision }, q.verify), {
+          timeoutMs: q.commandTimeoutMs ?? 30_000,
+        });
         if (res.code === 0) {
-          return { state: q.provable ? 'applied' : 'claimed', marker, evidence: evidence(res), ...(q.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }) };
+          return {
+            state: q.provable ? 'applied' : 'claimed',
+            marker,
+            evidence: evidence(res),
+            ...(q.provable ? {} : { reason: 'verify exits 0 but cannot prove the revision (non-provable)' }),
+          };
         }
         // No marker at all: wavegate never brought this device anywhere — a signal, not an empty cell.
-        return { state: 'pending', marker, reason: marker !== null ? `verify exited ${res.code} (marker says r${marker})` : `verify exited ${res.code} (never reported: no revision marker)`, evidence: evidence(res) };
+        return {
+          state: 'pending',
+          marker,
+          reason:
+            marker !== null
+              ? `verify exited ${res.code} (marker says r${marker})`
+              : `verify exited ${res.code} (never reported: no revision marker)`,
+          evidence: evidence(res),
+        };
       } catch (err) {
         return { state: 'pending', reason: `never answered: ${(err as Error).message}` };
       } finally {
@@ -170,16 +206,26 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
         session = await connectDevice(target, { connectTimeoutMs: q.connectTimeoutMs ?? 5_000 });
       } catch (err) {
         // A refusal (host key, login, config) is not a device being away: the device answered, and not as pinned.
-        if (err instanceof TransportError && !err.retryable) return { marker: null, status: 'refused', detail: `refused (${err.kind}): ${err.message}` };
+        if (err instanceof TransportError && !err.retryable)
+          return { marker: null, status: 'refused', detail: `refused (${err.kind}): ${err.message}` };
         return { marker: null, status: 'unreachable', detail: (err as Error).message };
       }
       try {
         const marker = await session.readMarker(q.profile, { timeoutMs: q.commandTimeoutMs ?? 30_000 });
         if (marker === null) return { marker, status: 'no-marker' };
         const verify = q.verifyOf(marker);
-        if (verify === undefined) return { marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${q.profile}` };
-        const res = await session.exec(shellFor({ profile: q.profile, revision: marker }, verify), { timeoutMs: q.commandTimeoutMs ?? 30_000 });
-        return res.code === 0 ? { marker, status: 'ok' } : { marker, status: 'drifted', detail: `r${marker} verify exited ${res.code}: ${evidence(res) || '(no output)'}` };
+        if (verify === undefined)
+          return { marker, status: 'unknown-revision', detail: `r${marker} is not a known revision of ${q.profile}` };
+        const res = await session.exec(shellFor({ profile: q.profile, revision: marker }, verify), {
+          timeoutMs: q.commandTimeoutMs ?? 30_000,
+        });
+        return res.code === 0
+          ? { marker, status: 'ok' }
+          : {
+              marker,
+              status: 'drifted',
+              detail: `r${marker} verify exited ${res.code}: ${evidence(res) || '(no output)'}`,
+            };
       } catch (err) {
         return { marker: null, status: 'unreachable', detail: (err as Error).message };
       } finally {
@@ -188,7 +234,9 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     },
 
     readMarker(target, profile, opts) {
-      return inSession(target, { connectTimeoutMs: opts.connectTimeoutMs ?? 5_000 }, (session) => session.readMarker(profile, { timeoutMs: opts.commandTimeoutMs ?? 30_000 }));
+      return inSession(target, { connectTimeoutMs: opts.connectTimeoutMs ?? 5_000 }, (session) =>
+        session.readMarker(profile, { timeoutMs: opts.commandTimeoutMs ?? 30_000 }),
+      );
     },
 
     // The board runs verify on an SSH device as it reads it: there is nothing to ask beforehand.
@@ -203,7 +251,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
         } catch (err) {
           // A kept connection the device let go of meanwhile (closed, or gone silent: a reboot sends no
           // FIN): the same write on a new one (it is idempotent).
-          if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout')) return write(false);
+          if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout'))
+            return write(false);
           throw err;
         } finally {
           session.close();

@@ -33,7 +33,12 @@ export interface DeviceChannel {
   /** devices-online: null when online, else what it answered instead. */
   online(target: DeviceTarget, q: HealthQuestion): Promise<Reading<string | null>>;
   /** The signed checks (runtimes or named checks) by name: the ones that failed (empty: healthy). */
-  runChecks(target: DeviceTarget, checks: readonly SignedCommand[], about: About, q: HealthQuestion): Promise<Reading<string[]>>;
+  runChecks(
+    target: DeviceTarget,
+    checks: readonly SignedCommand[],
+    about: About,
+    q: HealthQuestion,
+  ): Promise<Reading<string[]>>;
   /** The signed `health.errorRate.command`'s value on the device. */
   errorRate(target: DeviceTarget, command: string, about: About, q: HealthQuestion): Promise<Reading<number>>;
 

@@ -32,17 +32,30 @@ const dirs = (profile: string) => `P="$HOME/.wavegate/profiles/${profile}"; L="$
 
 /** The owner file's holder lines (apply-script.ts writes the same). */
 export function holderLines(holder: ApplyHolder, atMs: number): string[] {
-  return [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, `attempt=${holder.attempt}`, `attemptAt=${new Date(atMs).toISOString()}`];
+  return [
+    `rollout=${deviceValue(holder.rollout)}`,
+    `run=${deviceValue(holder.run)}`,
+    `activity=${deviceValue(holder.activity)}`,
+    `attempt=${holder.attempt}`,
+    `attemptAt=${new Date(atMs).toISOString()}`,
+  ];
 }
 
 /** The owner-file lines that name this unit (and, with `attempt`, this very attempt). */
 export function ownedLines(holder: ApplyHolder, withAttempt = true): string[] {
-  return [`rollout=${deviceValue(holder.rollout)}`, `run=${deviceValue(holder.run)}`, `activity=${deviceValue(holder.activity)}`, ...(withAttempt ? [`attempt=${holder.attempt}`] : [])];
+  return [
+    `rollout=${deviceValue(holder.rollout)}`,
+    `run=${deviceValue(holder.run)}`,
+    `activity=${deviceValue(holder.activity)}`,
+    ...(withAttempt ? [`attempt=${holder.attempt}`] : []),
+  ];
 }
 
 /** `grep` tests that the lock's owner file names this unit (and, with `attempt`, this very attempt). */
 export function ownedBy(holder: ApplyHolder, withAttempt: boolean): string {
-  return ownedLines(holder, withAttempt).map((l) => `grep -qxF ${shQuote(l)} "$L/owner" 2>/dev/null`).join(' && ');
+  return ownedLines(holder, withAttempt)
+    .map((l) => `grep -qxF ${shQuote(l)} "$L/owner" 2>/dev/null`)
+    .join(' && ');
 }
 
 /**
@@ -61,8 +74,17 @@ const REPORT = [
 ].join('\n');
 
 /** Take the lock, or report who holds it; a retry of the same unit records itself as the holder's attempt. */
-export function claimScript(profile: string, claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean }, nowMs: number): string {
-  const owner = [...holderLines(claim.holder, nowMs), `revision=${claim.revision}`, `step=${deviceValue(claim.step)}`, `taken=${new Date(nowMs).toISOString()}`];
+export function claimScript(
+  profile: string,
+  claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean },
+  nowMs: number,
+): string {
+  const owner = [
+    ...holderLines(claim.holder, nowMs),
+    `revision=${claim.revision}`,
+    `step=${deviceValue(claim.step)}`,
+    `taken=${new Date(nowMs).toISOString()}`,
+  ];
   const attempt = holderLines(claim.holder, nowMs).slice(3);
   const why = `ownerless, broken by ${deviceValue(claim.holder.rollout)} activity ${deviceValue(claim.holder.activity)} attempt ${claim.holder.attempt}: a claim cut off before it named its owner; nothing was launched under it`;
   return [
@@ -71,7 +93,9 @@ export function claimScript(profile: string, claim: { holder: ApplyHolder; revis
     // A lock without owner and launch: its claimer died between `mkdir` and naming itself (the caller
     // waited first, so no live claimer is that slow). Kept as last-apply, like every released lock.
     ...(claim.breakOwnerless
-      ? [`if [ -d "$L" ] && [ ! -e "$L/owner" ] && [ ! -e "$L/launched" ]; then rm -rf "$P/last-apply" && mv "$L" "$P/last-apply" && printf '%s\\n' ${shQuote(why)} > "$P/last-apply/released" || exit 1; fi`]
+      ? [
+          `if [ -d "$L" ] && [ ! -e "$L/owner" ] && [ ! -e "$L/launched" ]; then rm -rf "$P/last-apply" && mv "$L" "$P/last-apply" && printf '%s\\n' ${shQuote(why)} > "$P/last-apply/released" || exit 1; fi`,
+        ]
       : []),
     `if mkdir "$L" 2>/dev/null; then`,
     `  printf '%s\\n' ${owner.map(shQuote).join(' ')} > "$L/owner.tmp" && mv -f "$L/owner.tmp" "$L/owner" || exit 1`,
@@ -138,7 +162,10 @@ export function parseRecord(stdout: string): { state: string; record: ApplyLockR
   return {
     state: kv.get('state') ?? 'unknown',
     record: {
-      holder: rollout !== undefined && run !== undefined && activity !== undefined && attempt !== null ? { rollout, run, activity, attempt } : null,
+      holder:
+        rollout !== undefined && run !== undefined && activity !== undefined && attempt !== null
+          ? { rollout, run, activity, attempt }
+          : null,
       revision: num('revision'),
       step: kv.get('step') ?? null,
       takenAt: kv.get('taken') ?? null,
@@ -146,7 +173,8 @@ export function parseRecord(stdout: string): { state: string; record: ApplyLockR
       launched: kv.get('launched') === '1',
       pid: num('pid'),
       running: kv.get('running') === '1',
-      outcome: exit !== undefined ? { code: /^\d+$/.test(exit.trim()) ? Number(exit.trim()) : null, tail: tail ?? '' } : null,
+      outcome:
+        exit !== undefined ? { code: /^\d+$/.test(exit.trim()) ? Number(exit.trim()) : null, tail: tail ?? '' } : null,
     },
   };
 }

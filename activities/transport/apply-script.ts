@@ -93,13 +93,23 @@ const reason = (text: string): string => `${shQuote(text)} ${hex(text)}`;
  * below. Builtins apart from one rename.
  */
 function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string[] {
-  if (input.floorRestore) return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
+  if (input.floorRestore)
+    return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
   if (!input.floorWrite) return [];
   const { rollout, run } = input.floorWrite;
-  const ours = rollout !== undefined && run !== undefined ? `[ "$wg_fro" = ${shQuote(rollout)} ] && [ "$wg_frn" = ${shQuote(run)} ]` : 'false';
+  const ours =
+    rollout !== undefined && run !== undefined
+      ? `[ "$wg_fro" = ${shQuote(rollout)} ] && [ "$wg_frn" = ${shQuote(run)} ]`
+      : 'false';
   // Raised already by this run (an attempt cut off between its floor and its release): written again it
   // would keep itself as floor.prev and lose the floor its compensation must put back.
-  if (path === 'raise') return input.floorWrite.raise !== undefined ? [`wg_floor_read`, `if ${ours}; then wg_note floor raised; else wg_floor_write ${shQuote(input.floorWrite.raise)}; fi`] : [];
+  if (path === 'raise')
+    return input.floorWrite.raise !== undefined
+      ? [
+          `wg_floor_read`,
+          `if ${ours}; then wg_note floor raised; else wg_floor_write ${shQuote(input.floorWrite.raise)}; fi`,
+        ]
+      : [];
   if (input.floorWrite.inPlace === undefined) return [];
   // A floor this very run raised means an earlier attempt of this apply finished here (its worker died
   // before it heard): the rollout did change the device (`floor ours`), it was not found in place.
@@ -114,7 +124,12 @@ function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string
 export function applyScript(input: ApplyScriptInput): string {
   const { holder, revision, step } = input;
   const at = new Date(input.nowMs).toISOString();
-  const owner = [...holderLines(holder, input.nowMs), `revision=${revision}`, `step=${deviceValue(step)}`, `taken=${at}`];
+  const owner = [
+    ...holderLines(holder, input.nowMs),
+    `revision=${revision}`,
+    `step=${deviceValue(step)}`,
+    `taken=${at}`,
+  ];
   const attempt = holderLines(holder, input.nowMs).slice(3);
   const me = `${deviceValue(holder.rollout)} activity ${deviceValue(holder.activity)} attempt ${holder.attempt}`;
   const ownerless = `ownerless, broken by ${me}: a claim cut off before it named its owner; nothing was launched under it`;
@@ -161,7 +176,9 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_holding() {`,
     `  wg_ob=; [ -f "$wg_L/owner" ] || return 1`,
     `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_ob="$wg_ob$wg_nl$wg_l"; done 2>/dev/null < "$wg_L/owner"`,
-    `  ${ownedLines(holder).map((l) => `wg_line ${shQuote(l)}`).join(' && ')}`,
+    `  ${ownedLines(holder)
+      .map((l) => `wg_line ${shQuote(l)}`)
+      .join(' && ')}`,
     `}`,
     // The record in the format of apply-lock.ts REPORT (parseRecord reads both).
     `wg_record() {`,
@@ -271,7 +288,9 @@ export function applyScript(input: ApplyScriptInput): string {
     `    elif [ "$wg_interrupted" = 1 ]; then wg_record | wg_say lock stale; wg_put_aside "stale, broken by ${me}: its pid $wg_p is not running and wrote no outcome"`,
     `    elif [ "$(wg_field rollout)" = ${shQuote(deviceValue(holder.rollout))} ] && [ "$(wg_field run)" = ${shQuote(deviceValue(holder.run))} ]; then wg_record | wg_say lock stale; wg_put_aside "stale, broken by ${me}: activity $(wg_field activity | tr -cd 'A-Za-z0-9._:@/+=-') of the same run has closed"`,
     ...(input.breakTheirs
-      ? [`    elif ${ownedBy(input.breakTheirs.holder, true)}; then wg_record | wg_say lock stale; wg_put_aside ${shQuote(input.breakTheirs.reason.replace(/[^\x20-\x7e]/g, '?').slice(0, 400))}`]
+      ? [
+          `    elif ${ownedBy(input.breakTheirs.holder, true)}; then wg_record | wg_say lock stale; wg_put_aside ${shQuote(input.breakTheirs.reason.replace(/[^\x20-\x7e]/g, '?').slice(0, 400))}`,
+        ]
       : []),
     `    else wg_record | wg_say lock theirs; wg_end stop; fi ;;`,
     `  esac`,
@@ -326,19 +345,26 @@ export function applyScript(input: ApplyScriptInput): string {
   // cannot be cut by byte counts reliably) and checked, or stop for the worker to upload.
   let offset = 1;
   // One file (the usual case): the stream is that file, written in place and then checked.
-  const write = input.payload.length === 1
-    ? `cat > "$wg_S/${input.payload[0]!.name}"`
-    : `cat > "$wg_S/.wavegate-stream" && ${input.payload.map((f) => {
-    const cut = `tail -c +${offset} "$wg_S/.wavegate-stream" | head -c ${f.size} > "$wg_S/.${f.name}.tmp" && mv -f "$wg_S/.${f.name}.tmp" "$wg_S/${f.name}"`;
-    offset += f.size;
-    return cut;
-  }).join(' && ')} && rm -f "$wg_S/.wavegate-stream"`;
+  const write =
+    input.payload.length === 1
+      ? `cat > "$wg_S/${input.payload[0]!.name}"`
+      : `cat > "$wg_S/.wavegate-stream" && ${input.payload
+          .map((f) => {
+            const cut = `tail -c +${offset} "$wg_S/.wavegate-stream" | head -c ${f.size} > "$wg_S/.${f.name}.tmp" && mv -f "$wg_S/.${f.name}.tmp" "$wg_S/${f.name}"`;
+            offset += f.size;
+            return cut;
+          })
+          .join(' && ')} && rm -f "$wg_S/.wavegate-stream"`;
   const stage = input.payload.length
     ? [
         `wg_S="$HOME/${input.stagingDir}"`,
         `wg_staged() ( cd "$wg_S" 2>/dev/null && printf '%s\\n' ${shQuote(check)} | sha256sum -c --quiet - > /dev/null 2>&1 )`,
         `if wg_staged; then wg_note stage present`,
-        ...(input.streamed ? [`elif { [ -d "$wg_S" ] || mkdir -p "$wg_S" 2>/dev/null; } && ${write} && wg_staged; then wg_note stage streamed`] : []),
+        ...(input.streamed
+          ? [
+              `elif { [ -d "$wg_S" ] || mkdir -p "$wg_S" 2>/dev/null; } && ${write} && wg_staged; then wg_note stage streamed`,
+            ]
+          : []),
         `else ${input.payload.length === 1 ? '' : 'rm -f "$wg_S/.wavegate-stream"; '}wg_note stage needed; wg_end stop; fi`,
       ]
     : [];
@@ -371,7 +397,19 @@ export interface ReportStep {
   detail: string;
 }
 
-const NAMES = new Set(['ahead', 'floor', 'lock', 'reattach', 'verify-first', 'stage', 'launch', 'apply', 'verify', 'marker', 'release']);
+const NAMES = new Set([
+  'ahead',
+  'floor',
+  'lock',
+  'reattach',
+  'verify-first',
+  'stage',
+  'launch',
+  'apply',
+  'verify',
+  'marker',
+  'release',
+]);
 const LINE = /^WAVEGATE-STEP ([a-z-]+) ([a-z0-9-]+) ([0-9a-f]*)$/;
 const ENDS = new Set(['applied', 'already-applied', 'stop']);
 
@@ -386,7 +424,20 @@ export type ApplyReport =
   | { kind: 'lock-busy' }
   | { kind: 'stage-needed' }
   /** A step of the unit ran and said no; `failed` names it as StepFailed does. */
-  | { kind: 'failed'; failed: 'apply' | 'rollback' | 'verify' | 'take apply lock' | 'write marker' | 'write floor' | 'release apply lock'; code: number | null; output: string; reattached: boolean }
+  | {
+      kind: 'failed';
+      failed:
+        | 'apply'
+        | 'rollback'
+        | 'verify'
+        | 'take apply lock'
+        | 'write marker'
+        | 'write floor'
+        | 'release apply lock';
+      code: number | null;
+      output: string;
+      reattached: boolean;
+    }
   /** The apply under our lock vanished (gone without an outcome, or the lock itself): verify decides on a retry. */
   | { kind: 'apply-gone'; why: string };
 
@@ -412,7 +463,8 @@ export function parseReportLines(stdout: string): { steps: ReportStep[]; end: st
     const line = lines[i]!;
     const end = /^WAVEGATE-STEP end ([a-z-]+) $/.exec(line);
     if (end) {
-      if (i !== lines.length - 1) throw new ReportUnreadable(`output after the end line: ${JSON.stringify(lines[i + 1]!.slice(0, 80))}`);
+      if (i !== lines.length - 1)
+        throw new ReportUnreadable(`output after the end line: ${JSON.stringify(lines[i + 1]!.slice(0, 80))}`);
       if (!ENDS.has(end[1]!)) throw new ReportUnreadable(`unknown end ${JSON.stringify(end[1])}`);
       return { steps, end: end[1]! };
     }
@@ -425,7 +477,8 @@ export function parseReportLines(stdout: string): { steps: ReportStep[]; end: st
   throw new ReportUnreadable('the report ends without an end line (cut short)');
 }
 
-const code = (status: string): number | null | undefined => (/^\d+$/.test(status) ? Number(status) : status === 'unknown' ? null : undefined);
+const code = (status: string): number | null | undefined =>
+  /^\d+$/.test(status) ? Number(status) : status === 'unknown' ? null : undefined;
 
 /** Read a script's report into what happened (strict: a sequence that does not add up is unreadable). */
 export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): ApplyReport {
@@ -433,14 +486,20 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
   const find = (name: string) => steps.filter((s) => s.name === name);
   const one = (name: string, status?: RegExp): ReportStep => {
     const found = find(name);
-    if (found.length !== 1 || (status && !status.test(found[0]!.status))) throw new ReportUnreadable(`expected one ${name} step${status ? ` (${status.source})` : ''}, found ${found.map((s) => s.status).join(',') || 'none'}`);
+    if (found.length !== 1 || (status && !status.test(found[0]!.status)))
+      throw new ReportUnreadable(
+        `expected one ${name} step${status ? ` (${status.source})` : ''}, found ${found.map((s) => s.status).join(',') || 'none'}`,
+      );
     return found[0]!;
   };
   const reattached = find('reattach').length > 0;
   // The unit's own release is its last step (an interrupted attempt's release may come earlier).
   const released = () => {
     const last = steps.at(-1);
-    if (last?.name !== 'release' || !/^(released|not-held)$/.test(last.status)) throw new ReportUnreadable(`ended without its release (last step ${last ? `${last.name} ${last.status}` : 'none'})`);
+    if (last?.name !== 'release' || !/^(released|not-held)$/.test(last.status))
+      throw new ReportUnreadable(
+        `ended without its release (last step ${last ? `${last.name} ${last.status}` : 'none'})`,
+      );
   };
   if (end === 'already-applied') {
     if (one('verify-first').status !== '0') throw new ReportUnreadable('already-applied without a passing verify');
@@ -449,20 +508,34 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
     return { kind: 'already-applied', steps };
   }
   if (end === 'applied') {
-    if (one('apply').status !== '0' || one('verify').status !== '0') throw new ReportUnreadable('applied without a passing apply and verify');
+    if (one('apply').status !== '0' || one('verify').status !== '0')
+      throw new ReportUnreadable('applied without a passing apply and verify');
     one('marker', /^written$/);
     released();
-    if (!reattached && find('launch').length !== 1) throw new ReportUnreadable('applied without a launch or a reattach');
-    return { kind: 'applied', reattached, staged: find('stage').some((s) => s.status === 'present' || s.status === 'streamed'), steps };
+    if (!reattached && find('launch').length !== 1)
+      throw new ReportUnreadable('applied without a launch or a reattach');
+    return {
+      kind: 'applied',
+      reattached,
+      staged: find('stage').some((s) => s.status === 'present' || s.status === 'streamed'),
+      steps,
+    };
   }
   // Stopped: the last step says why.
   const last = steps.at(-1);
   if (!last) throw new ReportUnreadable('stopped before any step');
-  const failed = (failed: Extract<ApplyReport, { kind: 'failed' }>['failed'], codeOf: number | null, output: string): ApplyReport => ({ kind: 'failed', failed, code: codeOf, output, reattached });
+  const failed = (
+    failed: Extract<ApplyReport, { kind: 'failed' }>['failed'],
+    codeOf: number | null,
+    output: string,
+  ): ApplyReport => ({ kind: 'failed', failed, code: codeOf, output, reattached });
   switch (`${last.name} ${last.status}`) {
     case 'ahead above': {
       const marker = Number(last.detail);
-      if (!/^\d{1,15}$/.test(last.detail)) throw new ReportUnreadable(`ahead with a marker that is not a revision: ${JSON.stringify(last.detail.slice(0, 40))}`);
+      if (!/^\d{1,15}$/.test(last.detail))
+        throw new ReportUnreadable(
+          `ahead with a marker that is not a revision: ${JSON.stringify(last.detail.slice(0, 40))}`,
+        );
       return { kind: 'ahead', marker };
     }
     case 'floor refused':
@@ -484,9 +557,15 @@ export function readApplyReport(stdout: string, step: 'apply' | 'rollback'): App
     case 'release failed':
       return failed('release apply lock', 1, last.detail);
     case 'apply gone':
-      return { kind: 'apply-gone', why: `the apply on the device (pid ${parseRecord(last.detail).record.pid ?? '?'}) is gone without an outcome` };
+      return {
+        kind: 'apply-gone',
+        why: `the apply on the device (pid ${parseRecord(last.detail).record.pid ?? '?'}) is gone without an outcome`,
+      };
     case 'apply lost':
-      return { kind: 'apply-gone', why: 'the apply lock disappeared while its apply ran (another worker judged it gone)' };
+      return {
+        kind: 'apply-gone',
+        why: 'the apply lock disappeared while its apply ran (another worker judged it gone)',
+      };
   }
   // A failing step is followed by its release: the step before the release is the one that said no.
   if (last.name === 'release') {

@@ -34,7 +34,9 @@ export class StepFailed extends Error {
     readonly result: ExecResult,
     device: string,
   ) {
-    super(`${device}: ${step} exited ${result.code}: ${(result.stderr || result.stdout).trim().slice(-400) || '(no output)'}`);
+    super(
+      `${device}: ${step} exited ${result.code}: ${(result.stderr || result.stdout).trim().slice(-400) || '(no output)'}`,
+    );
     this.name = 'StepFailed';
   }
 }

@@ -5,7 +5,18 @@ import type { ConnectOptions, DeviceSession, DeviceTransport } from './types';
 
 export { StepFailed, TransportError, type TransportErrorKind } from './errors';
 export { deviceValue } from './apply-lock';
-export type { ApplyHolder, ApplyLockClaim, ApplyLockRecord, ConnectOptions, DeviceSession, DeviceTransport, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
+export type {
+  ApplyHolder,
+  ApplyLockClaim,
+  ApplyLockRecord,
+  ConnectOptions,
+  DeviceSession,
+  DeviceTransport,
+  ExecOptions,
+  ExecResult,
+  StagedFile,
+  StageOptions,
+} from './types';
 
 /**
  * The transports this worker can dial, by the name inventories give them. `agent` devices are never
@@ -24,8 +35,14 @@ export function transportFor(target: DeviceTarget): DeviceTransport {
   const transport = typeof name === 'string' ? TRANSPORTS.get(name) : undefined;
   if (!transport) {
     const allowed = [...TRANSPORTS.keys()].map((n) => JSON.stringify(n)).join(', ');
-    const why = name === 'agent' ? 'an agent device is never dialled (it pulls from its twin device:<id>; rollouts, health gates and the fleet board read it there)' : 'not a transport this worker knows';
-    throw new TransportError('config', `${target.id}: transport ${JSON.stringify(name)}: ${why}; allowed: ${allowed} (set transport on the device in the inventory)`);
+    const why =
+      name === 'agent'
+        ? 'an agent device is never dialled (it pulls from its twin device:<id>; rollouts, health gates and the fleet board read it there)'
+        : 'not a transport this worker knows';
+    throw new TransportError(
+      'config',
+      `${target.id}: transport ${JSON.stringify(name)}: ${why}; allowed: ${allowed} (set transport on the device in the inventory)`,
+    );
   }
   return transport;
 }

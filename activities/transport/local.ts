@@ -45,10 +45,18 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
   let closed = false;
   const running = new Set<() => void>();
 
-  const exec = (command: string, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000, stdin }: ExecOptions = {}): Promise<ExecResult> =>
+  const exec = (
+    command: string,
+    { timeoutMs = 60_000, env, onProgress, progressIntervalMs = 5_000, stdin }: ExecOptions = {},
+  ): Promise<ExecResult> =>
     new Promise((resolvePromise, reject) => {
       if (closed) return reject(new TransportError('dropped', `${device}: the local session is closed`));
-      const child = spawn('/bin/sh', ['-c', EXEC_WRAPPER, 'wavegate-exec', command], { cwd: root, env: { ...process.env, ...env, HOME: root }, stdio: ['pipe', 'pipe', 'pipe', 'pipe'], detached: true });
+      const child = spawn('/bin/sh', ['-c', EXEC_WRAPPER, 'wavegate-exec', command], {
+        cwd: root,
+        env: { ...process.env, ...env, HOME: root },
+        stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+        detached: true,
+      });
       // fd 0 is never written to: it closes when this process ends, however it ends (see EXEC_WRAPPER).
       child.stdin!.on('error', () => {});
       const input = child.stdio[3] as Writable;
@@ -75,26 +83,50 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
       };
       const abort = () => {
         killGroup();
-        finish(() => reject(new TransportError('dropped', `${device}: the local session was closed while a command ran`)));
+        finish(() =>
+          reject(new TransportError('dropped', `${device}: the local session was closed while a command ran`)),
+        );
       };
       running.add(abort);
       const timer = setTimeout(() => {
         killGroup();
-        finish(() => reject(new TransportError('timeout', `${device}: command timed out after ${timeoutMs} ms: ${command.slice(0, 80)}`)));
+        finish(() =>
+          reject(
+            new TransportError(
+              'timeout',
+              `${device}: command timed out after ${timeoutMs} ms: ${command.slice(0, 80)}`,
+            ),
+          ),
+        );
       }, timeoutMs);
       const ticker = setInterval(() => onProgress?.(Date.now() - started), progressIntervalMs);
       child.stdout!.on('data', (b: Buffer) => out.push(b));
       child.stderr!.on('data', (b: Buffer) => err.push(b));
-      child.on('error', (e) => finish(() => reject(new TransportError('config', `${device}: cannot run /bin/sh: ${e.message}`))));
+      child.on('error', (e) =>
+        finish(() => reject(new TransportError('config', `${device}: cannot run /bin/sh: ${e.message}`))),
+      );
       child.on('exit', () => child.stdin!.end());
-      child.on('close', (code) => finish(() => resolvePromise({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') })));
+      child.on('close', (code) =>
+        finish(() =>
+          resolvePromise({
+            code,
+            stdout: Buffer.concat(out).toString('utf8'),
+            stderr: Buffer.concat(err).toString('utf8'),
+          }),
+        ),
+      );
     });
 
   /** A path under the home, from a relative one (the session's paths are all relative to $HOME). */
   const under = (rel: string): string => {
     const path = resolve(root, rel);
     const r = relative(root, path);
-    if (r === '' || r.startsWith('..') || isAbsolute(r)) throw new StepFailed('stage payload', { code: 1, stdout: '', stderr: `${rel} is not inside the device home ${root}` }, device);
+    if (r === '' || r.startsWith('..') || isAbsolute(r))
+      throw new StepFailed(
+        'stage payload',
+        { code: 1, stdout: '', stderr: `${rel} is not inside the device home ${root}` },
+        device,
+      );
     return path;
   };
 
@@ -104,7 +136,8 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
     renameSync(`${path}.new`, path);
   };
 
-  const failed = (step: string, e: unknown): StepFailed => new StepFailed(step, { code: 1, stdout: '', stderr: (e as Error).message }, device);
+  const failed = (step: string, e: unknown): StepFailed =>
+    new StepFailed(step, { code: 1, stdout: '', stderr: (e as Error).message }, device);
 
   return {
     exec,
@@ -123,8 +156,19 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
       }
       // Read back what landed, as the SSH path has the device check it: a full disk or a swapped file shows here.
       for (const file of files) {
-        const got = createHash('sha256').update(readFileSync(join(target, file.name))).digest('hex');
-        if (got !== file.sha256) throw new StepFailed('payload digest check', { code: 1, stdout: '', stderr: `${file.name}: FAILED (sha256 on the device is not the signed ${file.sha256})` }, device);
+        const got = createHash('sha256')
+          .update(readFileSync(join(target, file.name)))
+          .digest('hex');
+        if (got !== file.sha256)
+          throw new StepFailed(
+            'payload digest check',
+            {
+              code: 1,
+              stdout: '',
+              stderr: `${file.name}: FAILED (sha256 on the device is not the signed ${file.sha256})`,
+            },
+            device,
+          );
       }
     },
 
@@ -168,7 +212,10 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
         const answer = parseClaim(res.stdout);
         if (answer !== 'retry') return answer;
       }
-      throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands while it was being taken`);
+      throw new TransportError(
+        'dropped',
+        `${device}: the apply lock for ${profile} kept changing hands while it was being taken`,
+      );
     },
 
     async readApplyLock(profile, { timeoutMs }) {

@@ -28,14 +28,25 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
       const mk = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' "$HOME"`, { timeoutMs });
       if (mk.code !== 0) throw new StepFailed('stage payload', mk, device);
       const home = mk.stdout.trim();
-      if (!home.startsWith('/')) throw new StepFailed('stage payload', { code: 1, stdout: mk.stdout, stderr: `$HOME on the device is not an absolute path: ${JSON.stringify(home)}` }, device);
+      if (!home.startsWith('/'))
+        throw new StepFailed(
+          'stage payload',
+          {
+            code: 1,
+            stdout: mk.stdout,
+            stderr: `$HOME on the device is not an absolute path: ${JSON.stringify(home)}`,
+          },
+          device,
+        );
       for (const file of files) {
         await ssh.upload(file.read(), `${home}/${dir}/${file.name}`, { timeoutMs });
         onStaged?.(file.name);
       }
       // The device checks what landed itself: SFTP carries no end-to-end digest.
       const check = files.map((f) => `${f.sha256}  ${f.name}`).join('\n');
-      const res = await ssh.exec(`cd "$HOME/${dir}" && printf '%s\\n' '${check}' | sha256sum -c --quiet -`, { timeoutMs });
+      const res = await ssh.exec(`cd "$HOME/${dir}" && printf '%s\\n' '${check}' | sha256sum -c --quiet -`, {
+        timeoutMs,
+      });
       if (res.code !== 0) throw new StepFailed('payload digest check', res, device);
     },
 
@@ -48,7 +59,9 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
     async writeMarker(profile, revision, { timeoutMs }) {
       const path = markerPath(profile);
       const dir = path.slice(0, path.lastIndexOf('/'));
-      const res = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' ${revision} > "$HOME/${path}"`, { timeoutMs });
+      const res = await ssh.exec(`mkdir -p "$HOME/${dir}" && printf '%s\\n' ${revision} > "$HOME/${path}"`, {
+        timeoutMs,
+      });
       if (res.code !== 0) throw new StepFailed('write marker', res, device);
     },
 
@@ -62,7 +75,10 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
       const dir = path.slice(0, path.lastIndexOf('/'));
       // formatFloor keeps every value to characters that need no quoting; written whole, then renamed.
       // The directory is there after an apply: the test is the shell's own, mkdir runs only without it.
-      const res = await ssh.exec(`{ [ -d "$HOME/${dir}" ] || mkdir -p "$HOME/${dir}"; } && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`, { timeoutMs });
+      const res = await ssh.exec(
+        `{ [ -d "$HOME/${dir}" ] || mkdir -p "$HOME/${dir}"; } && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`,
+        { timeoutMs },
+      );
       if (res.code !== 0) throw new StepFailed('write floor', res, device);
     },
 
@@ -75,7 +91,10 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
         const answer = parseClaim(res.stdout);
         if (answer !== 'retry') return answer;
       }
-      throw new TransportError('dropped', `${device}: the apply lock for ${profile} kept changing hands while it was being taken`);
+      throw new TransportError(
+        'dropped',
+        `${device}: the apply lock for ${profile} kept changing hands while it was being taken`,
+      );
     },
 
     async readApplyLock(profile, { timeoutMs }) {

@@ -52,7 +52,11 @@ type ClientError = Error & { level?: string; code?: string | number; reason?: nu
 type SshTarget = DeviceTarget & { ssh: NonNullable<DeviceTarget['ssh']> };
 
 function withSshSettings(target: DeviceTarget): SshTarget {
-  if (!target.ssh) throw new TransportError('config', `${target.id}: no ssh settings to dial it with (ssh.hostKey or ssh.knownHosts, and ssh.key or ssh.agent); set them on the device in the inventory`);
+  if (!target.ssh)
+    throw new TransportError(
+      'config',
+      `${target.id}: no ssh settings to dial it with (ssh.hostKey or ssh.knownHosts, and ssh.key or ssh.agent); set them on the device in the inventory`,
+    );
   return target as SshTarget;
 }
 
@@ -71,12 +75,26 @@ function jumpPins(target: SshTarget, jump: JumpHostTarget): string[] {
 /** A `hostKey` pin, unless the device's known_hosts file (when it has one) revokes that key for the host. */
 function notRevoked(target: SshTarget, hostKey: string, host: string, port: number): string[] {
   if (!target.ssh.knownHosts) return [hostKey];
-  return readKnownHosts(target, target.ssh.knownHosts, host, port, revokedHostFingerprints).has(hostKey) ? [] : [hostKey];
+  return readKnownHosts(target, target.ssh.knownHosts, host, port, revokedHostFingerprints).has(hostKey)
+    ? []
+    : [hostKey];
 }
 
 function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number): string[];
-function readKnownHosts<T>(target: DeviceTarget, file: string, host: string, port: number, read: (file: string, host: string, port: number) => T): T;
-function readKnownHosts(target: DeviceTarget, file: string, host: string, port: number, read: (file: string, host: string, port: number) => unknown = knownHostFingerprints): unknown {
+function readKnownHosts<T>(
+  target: DeviceTarget,
+  file: string,
+  host: string,
+  port: number,
+  read: (file: string, host: string, port: number) => T,
+): T;
+function readKnownHosts(
+  target: DeviceTarget,
+  file: string,
+  host: string,
+  port: number,
+  read: (file: string, host: string, port: number) => unknown = knownHostFingerprints,
+): unknown {
   try {
     return read(file, host, port);
   } catch (err) {
@@ -86,14 +104,20 @@ function readKnownHosts(target: DeviceTarget, file: string, host: string, port: 
 
 /** Why a file the inventory names could not be read: the reader's own words, or the system's code. */
 function unreadableWhy(file: string, err: unknown): string {
-  return err instanceof WavegateError ? err.message : `${file}: cannot read file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+  return err instanceof WavegateError
+    ? err.message
+    : `${file}: cannot read file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
 }
 
 /** Key file or agent: the same credentials log in to the jump host and the device. */
 function credentials(target: SshTarget): Pick<ConnectConfig, 'privateKey' | 'agent'> {
   if (target.ssh.agent) {
     const agent = process.env.SSH_AUTH_SOCK;
-    if (!agent) throw new TransportError('config', `${target.id}: ssh.agent is true but SSH_AUTH_SOCK is not set in the worker's environment`);
+    if (!agent)
+      throw new TransportError(
+        'config',
+        `${target.id}: ssh.agent is true but SSH_AUTH_SOCK is not set in the worker's environment`,
+      );
     return { agent };
   }
   if (target.ssh.key) {
@@ -107,18 +131,32 @@ function credentials(target: SshTarget): Pick<ConnectConfig, 'privateKey' | 'age
 }
 
 /** Classify a connection that ended before it was ready, from everything ssh2 reported on the way. */
-function connectFailure(hop: Hop, errors: ClientError[], seenKey: string | undefined, timeoutMs: number): TransportError {
+function connectFailure(
+  hop: Hop,
+  errors: ClientError[],
+  seenKey: string | undefined,
+  timeoutMs: number,
+): TransportError {
   const where = `${hop.host}:${hop.port}`;
   if (seenKey && !hop.pins.includes(seenKey)) {
-    return new TransportError('host-key', `${hop.label}: host key ${seenKey} at ${where} does not match the pinned ${hop.pins.join(' or ')}; refusing to connect`);
+    return new TransportError(
+      'host-key',
+      `${hop.label}: host key ${seenKey} at ${where} does not match the pinned ${hop.pins.join(' or ')}; refusing to connect`,
+    );
   }
   const auth = errors.find((e) => e.level === 'client-authentication');
   if (auth) {
     const agent = errors.find((e) => e.level === 'agent');
-    return new TransportError('auth', `${hop.label}: authentication as ${hop.user} at ${where} failed (${auth.message}${agent ? `; agent: ${agent.message}` : ''})`);
+    return new TransportError(
+      'auth',
+      `${hop.label}: authentication as ${hop.user} at ${where} failed (${auth.message}${agent ? `; agent: ${agent.message}` : ''})`,
+    );
   }
   if (errors.some((e) => e.level === 'client-timeout')) {
-    return new TransportError('timeout', `${hop.label}: connection to ${where} timed out after ${timeoutMs} ms (no SSH handshake)`);
+    return new TransportError(
+      'timeout',
+      `${hop.label}: connection to ${where} timed out after ${timeoutMs} ms (no SSH handshake)`,
+    );
   }
   if (errors.some((e) => e.level === 'handshake')) {
     // No common algorithm and the like: the same configuration fails the same way next time.
@@ -188,7 +226,12 @@ function connectHop(
       settled = true;
       clearTimeout(guard);
       client.destroy();
-      reject(new TransportError('config', `${hop.label}: cannot start an SSH connection to ${hop.host}:${hop.port} (${(err as Error).message})`));
+      reject(
+        new TransportError(
+          'config',
+          `${hop.label}: cannot start an SSH connection to ${hop.host}:${hop.port} (${(err as Error).message})`,
+        ),
+      );
     }
   });
 }
@@ -199,7 +242,12 @@ function forwardThrough(jump: Client, target: DeviceTarget, label: string, timeo
     let settled = false;
     const timer = setTimeout(() => {
       settled = true;
-      reject(new TransportError('timeout', `${label}: the jump host did not open a tunnel to ${target.host}:${target.port} within ${timeoutMs} ms`));
+      reject(
+        new TransportError(
+          'timeout',
+          `${label}: the jump host did not open a tunnel to ${target.host}:${target.port} within ${timeoutMs} ms`,
+        ),
+      );
     }, timeoutMs);
     try {
       jump.forwardOut('127.0.0.1', 0, target.host, target.port, (err, stream) => {
@@ -213,7 +261,12 @@ function forwardThrough(jump: Client, target: DeviceTarget, label: string, timeo
           // RFC 4254 reason 1: the jump host forbids forwarding (a setting, not a passing fault).
           const reason = (err as ClientError).reason;
           const kind: TransportErrorKind = reason === 1 ? 'config' : 'connect';
-          return reject(new TransportError(kind, `${label}: the jump host cannot reach ${target.host}:${target.port} (${err.message})`));
+          return reject(
+            new TransportError(
+              kind,
+              `${label}: the jump host cannot reach ${target.host}:${target.port} (${err.message})`,
+            ),
+          );
         }
         stream.on('error', () => {}); // the device connection sees the loss as its own close
         resolve(stream);
@@ -221,7 +274,12 @@ function forwardThrough(jump: Client, target: DeviceTarget, label: string, timeo
     } catch (err) {
       clearTimeout(timer);
       settled = true;
-      reject(new TransportError('dropped', `${label}: jump host connection lost before the tunnel opened (${(err as Error).message})`));
+      reject(
+        new TransportError(
+          'dropped',
+          `${label}: jump host connection lost before the tunnel opened (${(err as Error).message})`,
+        ),
+      );
     }
   });
 }
@@ -235,7 +293,10 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
   const timeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
   const pins = devicePins(target);
   if (pins.length === 0) {
-    throw new TransportError('host-key', `${target.id}: no pinned host key for ${target.host}:${target.port} (set ssh.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`);
+    throw new TransportError(
+      'host-key',
+      `${target.id}: no pinned host key for ${target.host}:${target.port} (set ssh.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`,
+    );
   }
   const auth = credentials(target);
   const jumpTarget = target.ssh.jumpHost;
@@ -244,8 +305,15 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
     const parked = sshPark.take(key);
     if (parked) {
       // Only while what it verified is still pinned (pins are read again above: a revocation counts).
-      const jumpOk = !jumpTarget || (parked.jumpHostKey !== undefined && jumpPins(target, jumpTarget).includes(parked.jumpHostKey));
-      if (pins.includes(parked.hostKey) && jumpOk) return sessionOn(parked.client, parked.lastError, parked.label, parked.jump, { key, hostKey: parked.hostKey, jumpHostKey: parked.jumpHostKey, reused: true });
+      const jumpOk =
+        !jumpTarget || (parked.jumpHostKey !== undefined && jumpPins(target, jumpTarget).includes(parked.jumpHostKey));
+      if (pins.includes(parked.hostKey) && jumpOk)
+        return sessionOn(parked.client, parked.lastError, parked.label, parked.jump, {
+          key,
+          hostKey: parked.hostKey,
+          jumpHostKey: parked.jumpHostKey,
+          reused: true,
+        });
       parked.client.end();
       parked.jump?.end();
     }
@@ -259,9 +327,16 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
     const jumpLabel = `${target.id} via jump host ${jumpTarget.host}:${jumpTarget.port}`;
     const jPins = jumpPins(target, jumpTarget);
     if (jPins.length === 0) {
-      throw new TransportError('host-key', `${jumpLabel}: no pinned host key for the jump host (set ssh.jumpHost.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`);
+      throw new TransportError(
+        'host-key',
+        `${jumpLabel}: no pinned host key for the jump host (set ssh.jumpHost.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`,
+      );
     }
-    ({ client: jump, hostKey: jumpHostKey } = await connectHop({ label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins }, auth, timeoutMs));
+    ({ client: jump, hostKey: jumpHostKey } = await connectHop(
+      { label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins },
+      auth,
+      timeoutMs,
+    ));
     label = `${target.id} (via ${jumpTarget.host}:${jumpTarget.port})`;
     try {
       sock = await forwardThrough(jump, target, label, timeoutMs);
@@ -273,19 +348,37 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
 
   let connected: Awaited<ReturnType<typeof connectHop>>;
   try {
-    connected = await connectHop({ label, host: target.host, port: target.port, user: target.user, pins }, auth, timeoutMs, sock);
+    connected = await connectHop(
+      { label, host: target.host, port: target.port, user: target.user, pins },
+      auth,
+      timeoutMs,
+      sock,
+    );
   } catch (err) {
     jump?.end();
     throw err;
   }
   jump?.on('close', () => connected.client.destroy());
-  return sessionOn(connected.client, connected.lastError, label, jump, { key, hostKey: connected.hostKey, jumpHostKey, reused: false });
+  return sessionOn(connected.client, connected.lastError, label, jump, {
+    key,
+    hostKey: connected.hostKey,
+    jumpHostKey,
+    reused: false,
+  });
 }
 
 /** Which parked connection a target may take back: the same address, login, credentials and jump host. */
 function parkKey(target: SshTarget): string {
   const j = target.ssh.jumpHost;
-  return JSON.stringify([target.id, target.host, target.port, target.user, target.ssh.key ?? null, target.ssh.agent === true, j ? [j.host, j.port, j.user] : null]);
+  return JSON.stringify([
+    target.id,
+    target.host,
+    target.port,
+    target.user,
+    target.ssh.key ?? null,
+    target.ssh.agent === true,
+    j ? [j.host, j.port, j.user] : null,
+  ]);
 }
 
 function sessionOn(
@@ -311,7 +404,10 @@ function sessionOn(
   const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
 
   return {
-    exec(command, { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS, stdin } = {}) {
+    exec(
+      command,
+      { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS, stdin } = {},
+    ) {
       return new Promise<ExecResult>((resolve, reject) => {
         if (closed) return reject(lost(`before running: ${short(command)}`));
         const started = Date.now();
@@ -350,7 +446,15 @@ function sessionOn(
           : undefined;
         try {
           client.exec(command, env ? { env } : {}, (err, ch) => {
-            if (err) return finish(closed ? lost(`before running: ${short(command)}`) : new TransportError('dropped', `${label}: cannot open a channel for: ${short(command)} (${err.message})`));
+            if (err)
+              return finish(
+                closed
+                  ? lost(`before running: ${short(command)}`)
+                  : new TransportError(
+                      'dropped',
+                      `${label}: cannot open a channel for: ${short(command)} (${err.message})`,
+                    ),
+              );
             channel = ch;
             if (settled) return void ch.close(); // timed out while the channel was opening
             let stdout = '';
@@ -367,12 +471,22 @@ function sessionOn(
             });
             ch.on('close', () => {
               if (code !== null) return finish(undefined, { code, stdout, stderr });
-              if (signal) return finish(undefined, { code: null, stdout, stderr: `${stderr}${stderr && !stderr.endsWith('\n') ? '\n' : ''}killed by signal ${signal}` });
+              if (signal)
+                return finish(undefined, {
+                  code: null,
+                  stdout,
+                  stderr: `${stderr}${stderr && !stderr.endsWith('\n') ? '\n' : ''}killed by signal ${signal}`,
+                });
               finish(lost(`while running: ${short(command)}`));
             });
           });
         } catch (err) {
-          finish(new TransportError('dropped', `${label}: connection lost before running: ${short(command)} (${(err as Error).message})`));
+          finish(
+            new TransportError(
+              'dropped',
+              `${label}: connection lost before running: ${short(command)} (${(err as Error).message})`,
+            ),
+          );
         }
       });
     },
@@ -397,10 +511,24 @@ function sessionOn(
         };
         const onLost = (): void => finish(lost(`while uploading ${remotePath}`));
         pending.add(onLost);
-        const timer = setTimeout(() => finish(new TransportError('timeout', `${label}: upload of ${remotePath} (${data.length} bytes) timed out after ${timeoutMs} ms`)), timeoutMs);
+        const timer = setTimeout(
+          () =>
+            finish(
+              new TransportError(
+                'timeout',
+                `${label}: upload of ${remotePath} (${data.length} bytes) timed out after ${timeoutMs} ms`,
+              ),
+            ),
+          timeoutMs,
+        );
         try {
           client.sftp((err, sftp) => {
-            if (err) return finish(closed ? lost(`before uploading ${remotePath}`) : new TransportError('dropped', `${label}: SFTP subsystem unavailable (${err.message})`));
+            if (err)
+              return finish(
+                closed
+                  ? lost(`before uploading ${remotePath}`)
+                  : new TransportError('dropped', `${label}: SFTP subsystem unavailable (${err.message})`),
+              );
             sftp.on('error', () => {});
             sftpEnd = () => sftp.end();
             if (settled) return sftpEnd();
@@ -409,12 +537,28 @@ function sessionOn(
               // A numeric code is an SFTP status from the server (no such directory, permission
               // denied): the device said no, and the same upload will be refused again.
               const status = (werr as ClientError).code;
-              if (typeof status === 'number') finish(new TransportError('config', `${label}: device refused the upload of ${remotePath} (SFTP status ${status}: ${werr.message})`));
-              else finish(closed ? lost(`while uploading ${remotePath}`) : new TransportError('dropped', `${label}: upload of ${remotePath} failed (${werr.message})`));
+              if (typeof status === 'number')
+                finish(
+                  new TransportError(
+                    'config',
+                    `${label}: device refused the upload of ${remotePath} (SFTP status ${status}: ${werr.message})`,
+                  ),
+                );
+              else
+                finish(
+                  closed
+                    ? lost(`while uploading ${remotePath}`)
+                    : new TransportError('dropped', `${label}: upload of ${remotePath} failed (${werr.message})`),
+                );
             });
           });
         } catch (err) {
-          finish(new TransportError('dropped', `${label}: connection lost before uploading ${remotePath} (${(err as Error).message})`));
+          finish(
+            new TransportError(
+              'dropped',
+              `${label}: connection lost before uploading ${remotePath} (${(err as Error).message})`,
+            ),
+          );
         }
       });
     },
@@ -428,7 +572,11 @@ function sessionOn(
       if (closed || pending.size > 0 || ttlMs <= 0) return this.close();
       client.off('close', onClose);
       closed = true; // this session is done with it; the next one to take it gets its own
-      sshPark.park(parking.key, { client, jump, hostKey: parking.hostKey, jumpHostKey: parking.jumpHostKey, lastError, label }, ttlMs);
+      sshPark.park(
+        parking.key,
+        { client, jump, hostKey: parking.hostKey, jumpHostKey: parking.jumpHostKey, lastError, label },
+        ttlMs,
+      );
     },
 
     reused: parking.reused,

@@ -89,7 +89,11 @@ export interface DeviceSession {
    * With `breakOwnerless`, a lock with no owner and no launch (a claim cut off between taking the lock
    * and naming its owner: the claimer died) is put aside as `last-apply` and taken.
    */
-  claimApplyLock(profile: string, claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean }, opts: { timeoutMs: number }): Promise<ApplyLockClaim>;
+  claimApplyLock(
+    profile: string,
+    claim: { holder: ApplyHolder; revision: number; step: string; breakOwnerless?: boolean },
+    opts: { timeoutMs: number },
+  ): Promise<ApplyLockClaim>;
   /** The lock's record, or null when no lock is held. */
   readApplyLock(profile: string, opts: { timeoutMs: number }): Promise<ApplyLockRecord | null>;
   /**

@@ -8,7 +8,12 @@ import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
 import { PROJECT_ROOT, STATE_DIR } from '../../intake/package-layout';
-import { describeConnection, localConnectionSettings, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
+import {
+  describeConnection,
+  localConnectionSettings,
+  resolveConnectionSettings,
+  type TemporalFlags,
+} from '../../workers/connection';
 import { connectWorker, createWorker, installQuietRuntime } from '../../workers/worker';
 import { describeVersioning, resolveWorkerVersioning, type VersioningFlags } from '../../workers/versioning';
 import { registerWorkerVersionCommands } from './worker-versions';
@@ -16,14 +21,27 @@ import { connectionFailure } from '../../workers/connection-failure';
 import { ensureSearchAttributes } from '../../workers/search-attributes';
 import { workerAuditStore } from '../../activities/audit-store/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
-import { describeWorkerLayout, MAX_ACTIVITIES_LIMIT, MAX_WORKFLOW_TASKS_LIMIT, PARK_CONNECTION_DEFAULT_MS, PARK_CONNECTION_MAX_MS, resolveWorkerLayout, type WorkerLayoutFlags } from '../../core/worker-layout';
+import {
+  describeWorkerLayout,
+  MAX_ACTIVITIES_LIMIT,
+  MAX_WORKFLOW_TASKS_LIMIT,
+  PARK_CONNECTION_DEFAULT_MS,
+  PARK_CONNECTION_MAX_MS,
+  resolveWorkerLayout,
+  type WorkerLayoutFlags,
+} from '../../core/worker-layout';
 import { formatDurationMs } from '../../core/duration';
 import { PARKED_CONNECTIONS_MAX, sshPark } from '../../activities/transport/ssh-park';
 import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
 import { hasProfile } from '../../intake/profile';
-import { checkProfilesRoot, describeProfilesRoot, profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
+import {
+  checkProfilesRoot,
+  describeProfilesRoot,
+  profilesOptionHelp,
+  resolveProfilesRoot,
+} from '../../intake/profiles-root';
 import { connectClient, startRollout, withTemporalOptions, workflowUrl } from '../client';
 import { registerProfileEnvelopes } from '../registry-client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -31,7 +49,10 @@ import { action, EXIT_FAILED, EXIT_OK } from '../run';
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
 /** Run `body` with a dev stack, taking the whole stack down on return, error, Ctrl-C or SIGTERM. */
-async function withDevStack<T>(opts: Parameters<typeof StartDevStack>[0], body: (stack: DevStack) => Promise<T>): Promise<T> {
+async function withDevStack<T>(
+  opts: Parameters<typeof StartDevStack>[0],
+  body: (stack: DevStack) => Promise<T>,
+): Promise<T> {
   // Loaded here, not at the top: the dev stack pulls in the SDK's worker, which other commands never need.
   const { startDevStack } = require('../../workers/dev-stack') as typeof import('../../workers/dev-stack');
   let stack: DevStack | undefined;
@@ -91,14 +112,21 @@ const DEMO_PROFILES = join(PROJECT_ROOT, 'profiles');
 
 /** Seed registry:demo with the demo's signed revisions from `<profilesRoot>/demo` (idempotent: `existing` on a second run). */
 async function registerDemoEnvelopes(client: Client, stack: DevStack, profilesRoot: string): Promise<void> {
-  const results = await registerProfileEnvelopes(client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'wavegate dev', taskQueue: stack.taskQueue });
+  const results = await registerProfileEnvelopes(client, {
+    profile: 'demo',
+    profileDir: join(profilesRoot, 'demo'),
+    by: 'wavegate dev',
+    taskQueue: stack.taskQueue,
+  });
   log(`registry:demo: ${results.map((r) => `r${r.revision} ${r.outcome}`).join(', ')}`);
 }
 
 export function register(program: Command): void {
   program
     .command('dev')
-    .description('Run the embedded dev stack: Temporal dev server with Web UI, a worker, and with --demo a 12-device simulated fleet. Ctrl-C stops all of it.')
+    .description(
+      'Run the embedded dev stack: Temporal dev server with Web UI, a worker, and with --demo a 12-device simulated fleet. Ctrl-C stops all of it.',
+    )
     .option('--demo', 'also start the simulated demo fleet and write its inventory')
     .option('--port <port>', 'Temporal frontend port (default 7233, or a free one)', (v) => Number(v))
     .option('--ui-port <port>', 'Web UI port (default 8233, or a free one)', (v) => Number(v))
@@ -108,29 +136,46 @@ export function register(program: Command): void {
       action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string; profiles?: string }) => {
         const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
         checkProfilesRoot(profiles);
-        if (opts.demo && !hasProfile(profiles.dir, 'demo')) throw new WavegateError('INVALID_INPUT', `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`, { field: '--profiles' });
-        await withDevStack({ stateDir: opts.stateDir, demo: !!opts.demo, port: opts.port, uiPort: opts.uiPort, profilesRoot: profiles.dir, log }, async (stack) => {
-          log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
-          log(`Web UI:           ${stack.server.uiUrl}`);
-          log(`profiles root:    ${describeProfilesRoot(profiles)}`);
-          if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
-          if (opts.demo) {
-            const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
-            try {
-              await registerDemoEnvelopes(client, stack, profiles.dir);
-            } finally {
-              await client.connection.close();
+        if (opts.demo && !hasProfile(profiles.dir, 'demo'))
+          throw new WavegateError(
+            'INVALID_INPUT',
+            `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`,
+            { field: '--profiles' },
+          );
+        await withDevStack(
+          {
+            stateDir: opts.stateDir,
+            demo: !!opts.demo,
+            port: opts.port,
+            uiPort: opts.uiPort,
+            profilesRoot: profiles.dir,
+            log,
+          },
+          async (stack) => {
+            log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
+            log(`Web UI:           ${stack.server.uiUrl}`);
+            log(`profiles root:    ${describeProfilesRoot(profiles)}`);
+            if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
+            if (opts.demo) {
+              const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
+              try {
+                await registerDemoEnvelopes(client, stack, profiles.dir);
+              } finally {
+                await client.connection.close();
+              }
             }
-          }
-          log('Ctrl-C to stop.');
-          await new Promise<never>(() => {}); // until a signal takes the stack down
-        });
+            log('Ctrl-C to stop.');
+            await new Promise<never>(() => {}); // until a signal takes the stack down
+          },
+        );
       }),
     );
 
   program
     .command('demo')
-    .description('Bring up the dev stack and the demo fleet, roll the demo profile r1 → r2 to completion, and shut everything down.')
+    .description(
+      'Bring up the dev stack and the demo fleet, roll the demo profile r1 → r2 to completion, and shut everything down.',
+    )
     .option('--state-dir <dir>', 'where the demo keeps its state (wiped at start)', join(STATE_DIR, 'demo'))
     .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
     .action(
@@ -143,9 +188,17 @@ export function register(program: Command): void {
           const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
           await registerDemoEnvelopes(client, stack, profilesRoot);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.
-          const input = await prepareRollout({ specPath: opts.spec, inventoryPath: stack.inventoryPath!, profilesRoot, startedBy: 'wavegate demo', client });
+          const input = await prepareRollout({
+            specPath: opts.spec,
+            inventoryPath: stack.inventoryPath!,
+            profilesRoot,
+            startedBy: 'wavegate demo',
+            client,
+          });
           const handle = await startRollout(client, stack.taskQueue, input);
-          log(`\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`);
+          log(
+            `\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`,
+          );
           log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);
           const print = progressPrinter(log);
           const result = handle.result();
@@ -160,10 +213,17 @@ export function register(program: Command): void {
           await client.connection.close();
           const ok = final.state === 'completed';
           log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
-          const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), { head: final.auditHead, key: readAuditKey(stack.auditKeyFile) });
-          log(`audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`);
+          const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), {
+            head: final.auditHead,
+            key: readAuditKey(stack.auditKeyFile),
+          });
+          log(
+            `audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`,
+          );
           // The stack (and the Web UI with it) stops as this returns: no link that is dead by the time it is read.
-          log(`Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: \`npm run dev\` (wavegate dev --demo; Ctrl-C stops it), and start the rollout from another terminal as in the README's quick start.`);
+          log(
+            `Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: \`npm run dev\` (wavegate dev --demo; Ctrl-C stops it), and start the rollout from another terminal as in the README's quick start.`,
+          );
           return ok ? EXIT_OK : EXIT_FAILED;
         });
       }),
@@ -172,65 +232,148 @@ export function register(program: Command): void {
   const workerCommand = withTemporalOptions(
     program
       .command('worker')
-      .description('Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).')
-      .option('--audit-dir <dir>', 'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)')
-      .option('--audit-key-file <path>', 'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)')
-      .option('--audit-store <url>', 'where the audit goes: file (default: --audit-dir on this worker) or postgres://user@host:port/db shared by every worker (default $WAVEGATE_AUDIT_STORE); no password in the URL: $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass')
-      .option('--profiles <dir>', `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`)
-      .option('--metrics-bind <host:port>', 'serve Prometheus metrics (the SDK\'s and wavegate\'s) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)')
-      .option('--deployment-name <name>', 'Temporal Worker Versioning: poll as a version of this worker deployment (default $WAVEGATE_DEPLOYMENT_NAME; none: unversioned)')
-      .option('--build-id <id>', 'this worker\'s build id in the deployment (default $WAVEGATE_BUILD_ID, else <package version>-<hash of the workflow sources>)')
-      .option('--versioning-behavior <pinned|auto-upgrade>', 'for versioned workers: pinned (default) keeps a rollout on the build it started on; auto-upgrade moves it to the current build at its next task')
-      .option('--workflows-only', 'poll workflow tasks only: no activities registered, no activity slots (run --activities-only workers beside it on the same task queue)')
-      .option('--activities-only', 'poll activity tasks only: no workflow code loaded (run a --workflows-only worker beside it on the same task queue)')
-      .option('--max-activities <n>', `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`)
+      .description(
+        'Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).',
+      )
+      .option(
+        '--audit-dir <dir>',
+        'where the audit trails are written (default $WAVEGATE_AUDIT_DIR or .wavegate/audit)',
+      )
+      .option(
+        '--audit-key-file <path>',
+        'the audit MAC key, a 0600 file of hex (e.g. `openssl rand -hex 32`), by reference (default $WAVEGATE_AUDIT_KEY_FILE)',
+      )
+      .option(
+        '--audit-store <url>',
+        'where the audit goes: file (default: --audit-dir on this worker) or postgres://user@host:port/db shared by every worker (default $WAVEGATE_AUDIT_STORE); no password in the URL: $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass',
+      )
+      .option(
+        '--profiles <dir>',
+        `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`,
+      )
+      .option(
+        '--metrics-bind <host:port>',
+        "serve Prometheus metrics (the SDK's and wavegate's) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)",
+      )
+      .option(
+        '--deployment-name <name>',
+        'Temporal Worker Versioning: poll as a version of this worker deployment (default $WAVEGATE_DEPLOYMENT_NAME; none: unversioned)',
+      )
+      .option(
+        '--build-id <id>',
+        "this worker's build id in the deployment (default $WAVEGATE_BUILD_ID, else <package version>-<hash of the workflow sources>)",
+      )
+      .option(
+        '--versioning-behavior <pinned|auto-upgrade>',
+        'for versioned workers: pinned (default) keeps a rollout on the build it started on; auto-upgrade moves it to the current build at its next task',
+      )
+      .option(
+        '--workflows-only',
+        'poll workflow tasks only: no activities registered, no activity slots (run --activities-only workers beside it on the same task queue)',
+      )
+      .option(
+        '--activities-only',
+        'poll activity tasks only: no workflow code loaded (run a --workflows-only worker beside it on the same task queue)',
+      )
+      .option(
+        '--max-activities <n>',
+        `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`,
+      )
       .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`)
-      .option('--no-register-search-attributes', 'only check that the namespace has the search attributes wavegate needs; missing ones are named with the command that adds them (exit 2) instead of added through the operator API')
-      .option('--park-connections <duration>', `keep a device's SSH connection open this long after its apply succeeded, for the floor its rollout raises on completing (0s: close at once; at most ${formatDurationMs(PARK_CONNECTION_MAX_MS)}, ${PARKED_CONNECTIONS_MAX} at once; default ${formatDurationMs(PARK_CONNECTION_DEFAULT_MS)})`),
+      .option(
+        '--no-register-search-attributes',
+        'only check that the namespace has the search attributes wavegate needs; missing ones are named with the command that adds them (exit 2) instead of added through the operator API',
+      )
+      .option(
+        '--park-connections <duration>',
+        `keep a device's SSH connection open this long after its apply succeeded, for the floor its rollout raises on completing (0s: close at once; at most ${formatDurationMs(PARK_CONNECTION_MAX_MS)}, ${PARKED_CONNECTIONS_MAX} at once; default ${formatDurationMs(PARK_CONNECTION_DEFAULT_MS)})`,
+      ),
   ).action(
-    action(async (flags: TemporalFlags & { auditDir?: string; auditKeyFile?: string; profiles?: string; registerSearchAttributes?: boolean } & VersioningFlags & WorkerLayoutFlags) => {
-      const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
-      const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
-      const profiles = resolveProfilesRoot({ flag: flags.profiles });
-      const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
-      const settings = resolveConnectionSettings(flags);
-      const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
-      // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
-      // A workflows-only worker appends no audit records (activities do), so it opens no store.
-      const auditStore = layout.role === 'workflows' ? undefined : await workerAuditStore({ flag: (flags as { auditStore?: string }).auditStore, auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined), log });
-      let connection: NativeConnection;
-      installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
-      installQuietRuntime();
-      try {
-        connection = await connectWorker(settings);
-      } catch (err) {
-        throw await connectionFailure(settings, err);
-      }
-      // The namespace must have wavegate's search attributes before anything polls: added here where the
-      // server lets this worker (self-hosted), else exit 2 naming each one and the command that adds it.
-      try {
-        log(await ensureSearchAttributes(connection, settings, { register: flags.registerSearchAttributes !== false }));
-      } catch (err) {
-        await connection.close().catch(() => {});
+    action(
+      async (
+        flags: TemporalFlags & {
+          auditDir?: string;
+          auditKeyFile?: string;
+          profiles?: string;
+          registerSearchAttributes?: boolean;
+        } & VersioningFlags &
+          WorkerLayoutFlags,
+      ) => {
+        const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
+        const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
+        const profiles = resolveProfilesRoot({ flag: flags.profiles });
+        const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
+        const settings = resolveConnectionSettings(flags);
+        const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
+        // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
+        // A workflows-only worker appends no audit records (activities do), so it opens no store.
+        const auditStore =
+          layout.role === 'workflows'
+            ? undefined
+            : await workerAuditStore({
+                flag: (flags as { auditStore?: string }).auditStore,
+                auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined),
+                log,
+              });
+        let connection: NativeConnection;
+        installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
+        installQuietRuntime();
+        try {
+          connection = await connectWorker(settings);
+        } catch (err) {
+          throw await connectionFailure(settings, err);
+        }
+        // The namespace must have wavegate's search attributes before anything polls: added here where the
+        // server lets this worker (self-hosted), else exit 2 naming each one and the command that adds it.
+        try {
+          log(
+            await ensureSearchAttributes(connection, settings, { register: flags.registerSearchAttributes !== false }),
+          );
+        } catch (err) {
+          await connection.close().catch(() => {});
+          await auditStore?.close();
+          throw err;
+        }
+        const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
+        const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
+        if (!auditKeyFile)
+          log(
+            "warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow's head",
+          );
+        log(
+          `profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`,
+        );
+        const worker = await createWorker({
+          connection,
+          namespace: settings.namespace,
+          taskQueue: settings.taskQueue,
+          layout,
+          ...(versioning ? { versioning } : {}),
+          deps: {
+            log,
+            profilesRoot: profiles.dir,
+            ...(auditDir ? { auditDir } : {}),
+            ...(auditKeyFile ? { auditKeyFile } : {}),
+            ...(auditStore ? { auditStore } : {}),
+          },
+        });
+        log(`versioning: ${describeVersioning(versioning)}`);
+        log(`runs: ${describeWorkerLayout(layout)}`);
+        if (versioning)
+          log(
+            `  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`,
+          );
+        if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
+        log(
+          `worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`,
+        );
+        // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
+        await worker.run();
+        sshPark.closeAll();
+        await connection.close();
         await auditStore?.close();
-        throw err;
-      }
-      const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
-      const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
-      if (!auditKeyFile) log('warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow\'s head');
-      log(`profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`);
-      const worker = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, layout, ...(versioning ? { versioning } : {}), deps: { log, profilesRoot: profiles.dir, ...(auditDir ? { auditDir } : {}), ...(auditKeyFile ? { auditKeyFile } : {}), ...(auditStore ? { auditStore } : {}) } });
-      log(`versioning: ${describeVersioning(versioning)}`);
-      log(`runs: ${describeWorkerLayout(layout)}`);
-      if (versioning) log(`  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`);
-      if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
-      log(`worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`);
-      // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
-      await worker.run();
-      sshPark.closeAll();
-      await connection.close();
-      await auditStore?.close();
-    }),
+      },
+    ),
   );
   registerWorkerVersionCommands(workerCommand);
 }

@@ -1,5 +1,12 @@
 import type { Command } from 'commander';
-import { boardIsGreen, readDrift, readFleetBoard, reverifyFleet, type BoardRow, type FleetBoard } from '../../activities/fleet';
+import {
+  boardIsGreen,
+  readDrift,
+  readFleetBoard,
+  reverifyFleet,
+  type BoardRow,
+  type FleetBoard,
+} from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
 import { classifyRevision } from '../../core/provability';
 import type { Revision } from '../../core/revision';
@@ -53,7 +60,11 @@ interface BoardFlags extends TemporalFlags {
 function reverifyWaitMs(value: string | undefined): number {
   if (value === undefined) return 60_000;
   const ms = parseDurationMs(value);
-  if (ms === undefined || ms < 1_000 || ms > 600_000) throw new WavegateError('INVALID_INPUT', `--reverify-wait ${JSON.stringify(value)}: must be a duration between 1s and 10m (e.g. 30s)`);
+  if (ms === undefined || ms < 1_000 || ms > 600_000)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--reverify-wait ${JSON.stringify(value)}: must be a duration between 1s and 10m (e.g. 30s)`,
+    );
   return ms;
 }
 
@@ -62,7 +73,11 @@ function reverifyWaitMs(value: string | undefined): number {
  * Temporal, never dialled); `--reverify` first asks every device that verifies on request (every online
  * agent) to verify again, and waits for them.
  */
-async function withTwins<T>(inventory: Inventory, opts: BoardFlags, read: (twins?: TwinReader) => Promise<T>): Promise<T> {
+async function withTwins<T>(
+  inventory: Inventory,
+  opts: BoardFlags,
+  read: (twins?: TwinReader) => Promise<T>,
+): Promise<T> {
   const twinned = inventory.devices.filter((d) => throughTemporal(d));
   const waitMs = reverifyWaitMs(opts.reverifyWait);
   if (twinned.length === 0) return read();
@@ -83,7 +98,10 @@ interface BoardChoice {
 }
 
 /** The profile's newest completed rollout by its search attributes (no query: no worker needed), or why there is none to go by. */
-async function lastCompletedRevision(opts: BoardFlags, profile: string): Promise<{ rolloutId: string; revision: number; closeTime: string } | { none: string }> {
+async function lastCompletedRevision(
+  opts: BoardFlags,
+  profile: string,
+): Promise<{ rolloutId: string; revision: number; closeTime: string } | { none: string }> {
   const settings = resolveConnectionSettings(opts);
   try {
     return await withClient(settings, async (client) => {
@@ -91,13 +109,22 @@ async function lastCompletedRevision(opts: BoardFlags, profile: string): Promise
       const newest = rows
         .filter((r) => r.type === 'rolloutWorkflow' && r.revision !== undefined)
         .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
-      if (!newest) return { none: `no completed rollout of "${profile}" found in namespace ${settings.namespace} at ${settings.address}` };
-      return { rolloutId: newest.workflowId, revision: newest.revision!, closeTime: newest.closeTime ?? newest.startTime };
+      if (!newest)
+        return {
+          none: `no completed rollout of "${profile}" found in namespace ${settings.namespace} at ${settings.address}`,
+        };
+      return {
+        rolloutId: newest.workflowId,
+        revision: newest.revision!,
+        closeTime: newest.closeTime ?? newest.startTime,
+      };
     });
   } catch (err) {
     // A flag at fault (TLS files, namespace) is bad input; a server that is not there only loses the default.
     if (err instanceof WavegateError && err.code === 'INVALID_INPUT') throw err;
-    return { none: `Temporal at ${settings.address} not reachable, so no completed rollout could be read (${firstLine(err)})` };
+    return {
+      none: `Temporal at ${settings.address} not reachable, so no completed rollout could be read (${firstLine(err)})`,
+    };
   }
 }
 
@@ -127,11 +154,15 @@ async function newestRevision(files: ProfileFiles, opts: BoardFlags): Promise<{ 
       const trust = registryTrust(files.layout, files.trust, '--registry');
       const n = (await newestRevisionAbove(client, name, 0))?.revision;
       if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no registered revision`);
-      return { revision: (await registeredRevision(client, files.layout, trust, n)).revision, what: 'newest registered' };
+      return {
+        revision: (await registeredRevision(client, files.layout, trust, n)).revision,
+        what: 'newest registered',
+      };
     });
   }
   const n = fileRevisionNumbers(files.layout, files.trust).at(-1);
-  if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revisions in ${files.layout.dir}`);
+  if (n === undefined)
+    throw new WavegateError('NOT_FOUND', `profile "${name}" has no revisions in ${files.layout.dir}`);
   const revision = findFileRevision(files.layout, files.trust, n)?.revision;
   if (!revision) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revision ${n} in ${files.layout.dir}`);
   return { revision, what: files.trust ? 'newest signed' : 'newest in the files' };
@@ -146,7 +177,11 @@ async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Boa
   const name = files.profile.name;
   if (opts.revision !== undefined) {
     const revision = await revisionFrom(files, opts, opts.revision);
-    if (!revision) throw new WavegateError('NOT_FOUND', `--revision ${opts.revision}: profile "${name}" has no revision ${opts.revision} ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`);
+    if (!revision)
+      throw new WavegateError(
+        'NOT_FOUND',
+        `--revision ${opts.revision}: profile "${name}" has no revision ${opts.revision} ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
+      );
     return { revision, why: `r${opts.revision}: --revision` };
   }
   const last = await lastCompletedRevision(opts, name);
@@ -158,16 +193,24 @@ async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Boa
   const by = `left by rollout ${last.rolloutId} completed ${last.closeTime}`;
   if (left) return { revision: left, why: `r${last.revision}: ${by}` };
   const newest = await newestRevision(files, opts);
-  return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}; r${last.revision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}` };
+  return {
+    revision: newest.revision,
+    why: `r${newest.revision.revision}: ${newest.what}; r${last.revision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
+  };
 }
 
 function parseRevisionFlag(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new WavegateError('INVALID_INPUT', `--revision ${JSON.stringify(value)}: must be a positive whole number`);
+  if (!/^\d+$/.test(value) || Number(value) < 1)
+    throw new WavegateError('INVALID_INPUT', `--revision ${JSON.stringify(value)}: must be a positive whole number`);
   return Number(value);
 }
 
 function rowLine(r: BoardRow): string {
-  return `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(36) + (r.reason ? ` ${r.reason}` : '');
+  return (
+    `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(
+      36,
+    ) + (r.reason ? ` ${r.reason}` : '')
+  );
 }
 
 /**
@@ -177,10 +220,16 @@ function rowLine(r: BoardRow): string {
 async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<void> {
   const behind = behindRows(board.rows);
   if (!behind.length) return;
-  const last = await withClient(resolveConnectionSettings(opts), (client) => lastCompletedRollout(client, board.profile)).catch(() => undefined);
+  const last = await withClient(resolveConnectionSettings(opts), (client) =>
+    lastCompletedRollout(client, board.profile),
+  ).catch(() => undefined);
   if (!last || last.toRevision !== board.revision) return;
-  console.log(`${behind.length} device(s) behind r${last.toRevision}, where ${last.rolloutId} completed (${behind.map((r) => r.id).join(', ')}). Bring them there with:`);
-  console.log(`  wavegate converge --profile ${board.profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${opts.inventory}${opts.profiles ? ` --profiles ${opts.profiles}` : ''}`);
+  console.log(
+    `${behind.length} device(s) behind r${last.toRevision}, where ${last.rolloutId} completed (${behind.map((r) => r.id).join(', ')}). Bring them there with:`,
+  );
+  console.log(
+    `  wavegate converge --profile ${board.profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${opts.inventory}${opts.profiles ? ` --profiles ${opts.profiles}` : ''}`,
+  );
 }
 
 function withBoardOptions(cmd: Command): Command {
@@ -202,10 +251,19 @@ export function register(program: Command): void {
   withBoardOptions(
     fleet
       .command('status')
-      .description('The board: each device applied / claimed / pending / not-for-me for a revision, computed now by running its verify over SSH. Exit 0 only when every target is applied or not-for-me'),
+      .description(
+        'The board: each device applied / claimed / pending / not-for-me for a revision, computed now by running its verify over SSH. Exit 0 only when every target is applied or not-for-me',
+      ),
   )
-    .option('--revision <n>', 'the revision (default: the one the last completed rollout of the profile left; without one, or without Temporal, the newest)', parseRevisionFlag)
-    .option('--reverify', 'first ask every online agent device (transport: agent) to re-verify now, and wait for their reports')
+    .option(
+      '--revision <n>',
+      'the revision (default: the one the last completed rollout of the profile left; without one, or without Temporal, the newest)',
+      parseRevisionFlag,
+    )
+    .option(
+      '--reverify',
+      'first ask every online agent device (transport: agent) to re-verify now, and wait for their reports',
+    )
     .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
@@ -213,7 +271,12 @@ export function register(program: Command): void {
         const inventory = loadInventory(opts.inventory);
         const { revision, why } = await boardRevision(files, opts);
         // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
-        const verdicts = await judgeVerdicts({ inventoryPath: opts.inventory, devices: inventory.devices, inventory: inventory.devices, by: operatorName() });
+        const verdicts = await judgeVerdicts({
+          inventoryPath: opts.inventory,
+          devices: inventory.devices,
+          inventory: inventory.devices,
+          by: operatorName(),
+        });
         const board = await withTwins(inventory, opts, (twins) =>
           readFleetBoard({
             verdicts,
@@ -230,11 +293,15 @@ export function register(program: Command): void {
         else {
           const c = board.counts;
           console.log(`checking ${why}`);
-          console.log(`fleet ${board.profile} r${board.revision}${board.provable ? '' : ' (NOT provable: devices can only reach claimed)'}: ${c.total} devices, verified now over SSH`);
+          console.log(
+            `fleet ${board.profile} r${board.revision}${board.provable ? '' : ' (NOT provable: devices can only reach claimed)'}: ${c.total} devices, verified now over SSH`,
+          );
           // Applied and claimed are different facts: never one number.
           console.log(`  applied     ${c.applied}`);
           console.log(`  claimed     ${c.claimed}`);
-          console.log(`  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length}; never reported: ${board.rows.filter((r) => r.reason?.includes('never reported')).length})` : ''}`);
+          console.log(
+            `  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length}; never reported: ${board.rows.filter((r) => r.reason?.includes('never reported')).length})` : ''}`,
+          );
           console.log(`  not-for-me  ${c.notForMe}`);
           for (const r of board.rows) console.log(rowLine(r));
           await printConvergeHint(board, opts);
@@ -243,7 +310,13 @@ export function register(program: Command): void {
       }),
     );
 
-  withBoardOptions(program.command('drift').description("Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted or was refused (host key, login or config not as pinned); an unreachable device is listed, not counted")).action(
+  withBoardOptions(
+    program
+      .command('drift')
+      .description(
+        'Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted or was refused (host key, login or config not as pinned); an unreachable device is listed, not counted',
+      ),
+  ).action(
     action(async (opts: BoardFlags) => {
       const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
       const inventory = loadInventory(opts.inventory);
@@ -271,19 +344,51 @@ export function register(program: Command): void {
           }
         });
       }
-      const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) => readDrift({ inventory, profile: files.profile.name, scope: files.profile.scope, verifyOf, probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) } }));
+      const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) =>
+        readDrift({
+          inventory,
+          profile: files.profile.name,
+          scope: files.profile.scope,
+          verifyOf,
+          probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
+        }),
+      );
       const drifted = rows.filter((r) => r.status === 'drifted');
       // A refused device (host key, login or config not as pinned) may be another machine at that address:
       // its drift is unknown and the refusal itself is news, so it fails the check. An unreachable one (no
       // answer) is reported but does not: a device that is down has not drifted (node-down, fleet status).
       const refused = rows.filter((r) => r.status === 'refused');
       const unreachable = rows.filter((r) => r.status === 'unreachable').length;
-      if (opts.json) console.log(JSON.stringify({ profile: files.profile.name, drifted: drifted.length, refused: refused.length, unreachable, devices: rows }, null, 2));
+      if (opts.json)
+        console.log(
+          JSON.stringify(
+            {
+              profile: files.profile.name,
+              drifted: drifted.length,
+              refused: refused.length,
+              unreachable,
+              devices: rows,
+            },
+            null,
+            2,
+          ),
+        );
       else {
-        console.log(`drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${refused.length} refused, ${unreachable} unreachable)`);
-        for (const r of rows) console.log(`  ${r.id.padEnd(16)} ${r.status.padEnd(16)} ${r.marker === null ? '-' : `r${r.marker}`}${r.detail ? `  ${r.detail}` : ''}`);
-        if (refused.length) console.log(`${refused.length} device(s) refused as pinned (${refused.map((r) => r.id).join(', ')}): their drift is unknown; exit 1`);
-        if (unreachable) console.log(`${unreachable} device(s) unreachable: not checked, not counted as drift (exit 0 unless something drifted or was refused)`);
+        console.log(
+          `drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${refused.length} refused, ${unreachable} unreachable)`,
+        );
+        for (const r of rows)
+          console.log(
+            `  ${r.id.padEnd(16)} ${r.status.padEnd(16)} ${r.marker === null ? '-' : `r${r.marker}`}${r.detail ? `  ${r.detail}` : ''}`,
+          );
+        if (refused.length)
+          console.log(
+            `${refused.length} device(s) refused as pinned (${refused.map((r) => r.id).join(', ')}): their drift is unknown; exit 1`,
+          );
+        if (unreachable)
+          console.log(
+            `${unreachable} device(s) unreachable: not checked, not counted as drift (exit 0 unless something drifted or was refused)`,
+          );
       }
       return drifted.length || refused.length ? EXIT_FAILED : EXIT_OK;
     }),

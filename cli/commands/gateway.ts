@@ -16,7 +16,12 @@ const log = (line: string) => process.stdout.write(`${line}\n`);
 export function parseListen(value: string): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(value);
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new WavegateError('INVALID_INPUT', `--listen: must be host:port (IPv6 as [::1]:port) (got ${JSON.stringify(value)})`, { field: '--listen', value });
+  if (!m || port > 65535)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--listen: must be host:port (IPv6 as [::1]:port) (got ${JSON.stringify(value)})`,
+      { field: '--listen', value },
+    );
   return { host: m[1] ?? m[2]!, port };
 }
 
@@ -30,7 +35,12 @@ function readPem(flag: string, path: string): Buffer {
 function positive(flag: string, value: string | undefined, fallback: number, max: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!/^\d+$/.test(value) || n < 1 || n > max) throw new WavegateError('INVALID_INPUT', `${flag}: must be a whole number 1-${max} (got ${JSON.stringify(value)})`, { field: flag, value });
+  if (!/^\d+$/.test(value) || n < 1 || n > max)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag}: must be a whole number 1-${max} (got ${JSON.stringify(value)})`,
+      { field: flag, value },
+    );
   return n;
 }
 
@@ -55,25 +65,74 @@ interface GatewayFlags extends TemporalFlags {
 
 /** The gateway's caps (gateway/limits.ts): flag, limit field, upper bound, what it counts. */
 const LIMIT_FLAGS: { flag: string; key: keyof GatewayLimits & keyof GatewayFlags; max: number; what: string }[] = [
-  { flag: '--max-connections', key: 'maxConnections', max: 1_000_000, what: 'open connections in all; one more is closed at once' },
-  { flag: '--max-connections-per-source', key: 'maxConnectionsPerSource', max: 1_000_000, what: 'open connections from one source address (raise it for many devices behind one NAT)' },
-  { flag: '--max-requests', key: 'maxRequests', max: 1_000_000, what: 'requests handled at once in all, long-polls included; more are answered 503 BUSY' },
-  { flag: '--max-requests-per-source', key: 'maxRequestsPerSource', max: 1_000_000, what: 'requests handled at once from one source address; more are answered 503 BUSY' },
-  { flag: '--max-long-polls', key: 'maxLongPolls', max: 100_000, what: 'long-polls held at once; more are answered 503 BUSY' },
-  { flag: '--max-long-polls-per-device', key: 'maxLongPollsPerDevice', max: 100, what: 'long-polls one device may hold; more are answered 429 DEVICE_LIMIT' },
-  { flag: '--nonces-per-device', key: 'noncesPerDevice', max: 100_000, what: "one device's share of the replay cache (requests within the 60 s window); more are answered 429 DEVICE_LIMIT" },
-  { flag: '--refusal-log-per-second', key: 'refusalLogPerSecond', max: 100_000, what: 'refusal lines logged per second; the rest are counted in one "suppressed" line' },
+  {
+    flag: '--max-connections',
+    key: 'maxConnections',
+    max: 1_000_000,
+    what: 'open connections in all; one more is closed at once',
+  },
+  {
+    flag: '--max-connections-per-source',
+    key: 'maxConnectionsPerSource',
+    max: 1_000_000,
+    what: 'open connections from one source address (raise it for many devices behind one NAT)',
+  },
+  {
+    flag: '--max-requests',
+    key: 'maxRequests',
+    max: 1_000_000,
+    what: 'requests handled at once in all, long-polls included; more are answered 503 BUSY',
+  },
+  {
+    flag: '--max-requests-per-source',
+    key: 'maxRequestsPerSource',
+    max: 1_000_000,
+    what: 'requests handled at once from one source address; more are answered 503 BUSY',
+  },
+  {
+    flag: '--max-long-polls',
+    key: 'maxLongPolls',
+    max: 100_000,
+    what: 'long-polls held at once; more are answered 503 BUSY',
+  },
+  {
+    flag: '--max-long-polls-per-device',
+    key: 'maxLongPollsPerDevice',
+    max: 100,
+    what: 'long-polls one device may hold; more are answered 429 DEVICE_LIMIT',
+  },
+  {
+    flag: '--nonces-per-device',
+    key: 'noncesPerDevice',
+    max: 100_000,
+    what: "one device's share of the replay cache (requests within the 60 s window); more are answered 429 DEVICE_LIMIT",
+  },
+  {
+    flag: '--refusal-log-per-second',
+    key: 'refusalLogPerSecond',
+    max: 100_000,
+    what: 'refusal lines logged per second; the rest are counted in one "suppressed" line',
+  },
 ];
 
 /** Every cap from its flag (a whole number within bounds, else exit 2 naming the flag and value) or its default. */
 export function limitsFromFlags(flags: Partial<Record<keyof GatewayFlags, unknown>>): GatewayLimits {
   const limits = { ...DEFAULT_LIMITS };
-  for (const { flag, key, max } of LIMIT_FLAGS) limits[key] = positive(flag, flags[key] as string | undefined, DEFAULT_LIMITS[key], max);
+  for (const { flag, key, max } of LIMIT_FLAGS)
+    limits[key] = positive(flag, flags[key] as string | undefined, DEFAULT_LIMITS[key], max);
   if (limits.maxConnectionsPerSource > limits.maxConnections) {
-    throw new WavegateError('INVALID_INPUT', `--max-connections-per-source: ${limits.maxConnectionsPerSource} is above --max-connections ${limits.maxConnections}`, { field: '--max-connections-per-source', value: String(limits.maxConnectionsPerSource) });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--max-connections-per-source: ${limits.maxConnectionsPerSource} is above --max-connections ${limits.maxConnections}`,
+      { field: '--max-connections-per-source', value: String(limits.maxConnectionsPerSource) },
+    );
   }
   if (limits.maxRequestsPerSource > limits.maxRequests) {
-    throw new WavegateError('INVALID_INPUT', `--max-requests-per-source: ${limits.maxRequestsPerSource} is above --max-requests ${limits.maxRequests}`, { field: '--max-requests-per-source', value: String(limits.maxRequestsPerSource) });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--max-requests-per-source: ${limits.maxRequestsPerSource} is above --max-requests ${limits.maxRequests}`,
+      { field: '--max-requests-per-source', value: String(limits.maxRequestsPerSource) },
+    );
   }
   return limits;
 }
@@ -82,39 +141,89 @@ export function register(program: Command): void {
   const command = withTemporalOptions(
     program
       .command('gateway')
-      .description('Run the device gateway: agents (`wavegate agent`) sync with their own twin through it, authenticated by their identity key; the only Temporal client on the device side. (--tls-* are the Temporal connection\'s, as for the worker; the gateway\'s own certificate is --https-cert/--https-key.)')
+      .description(
+        "Run the device gateway: agents (`wavegate agent`) sync with their own twin through it, authenticated by their identity key; the only Temporal client on the device side. (--tls-* are the Temporal connection's, as for the worker; the gateway's own certificate is --https-cert/--https-key.)",
+      )
       .requiredOption('--listen <host:port>', 'address to serve on, e.g. 0.0.0.0:8443 (port 0: any free port, printed)')
-      .requiredOption('--inventory <file>', 'the inventory whose agentKey pins authenticate devices; reloaded on SIGHUP and when the file changes')
-      .option('--profiles <dir>', 'the profiles root whose <profile>/payload/ files are served to agents, by the signed entries of their desired envelopes (default $WAVEGATE_PROFILES or ./profiles)')
+      .requiredOption(
+        '--inventory <file>',
+        'the inventory whose agentKey pins authenticate devices; reloaded on SIGHUP and when the file changes',
+      )
+      .option(
+        '--profiles <dir>',
+        'the profiles root whose <profile>/payload/ files are served to agents, by the signed entries of their desired envelopes (default $WAVEGATE_PROFILES or ./profiles)',
+      )
       .option('--profiles-root <dir>', 'the same as --profiles')
       .option('--https-cert <file>', 'TLS certificate (PEM) the gateway serves HTTPS with')
       .option('--https-key <file>', 'its private key (PEM)')
       .option('--insecure-http', 'allow plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)')
-      .option('--accept-agents-without-digest', 'during an upgrade only: accept requests of agents older than this gateway (no body digest in their header) for pinned devices; their bodies are read before the signature is checked')
-      .option('--max-long-polls <n>', `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_LIMITS.maxLongPolls})`),
+      .option(
+        '--accept-agents-without-digest',
+        'during an upgrade only: accept requests of agents older than this gateway (no body digest in their header) for pinned devices; their bodies are read before the signature is checked',
+      )
+      .option(
+        '--max-long-polls <n>',
+        `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_LIMITS.maxLongPolls})`,
+      ),
   );
-  for (const { flag, key, what } of LIMIT_FLAGS) if (flag !== '--max-long-polls') command.option(`${flag} <n>`, `${what} (default ${DEFAULT_LIMITS[key]})`);
+  for (const { flag, key, what } of LIMIT_FLAGS)
+    if (flag !== '--max-long-polls') command.option(`${flag} <n>`, `${what} (default ${DEFAULT_LIMITS[key]})`);
   command.action(
     action(async (flags: GatewayFlags) => {
       // Every refusal comes before anything listens or connects: exit 2.
       const listen = parseListen(flags.listen);
-      if (!!flags.httpsCert !== !!flags.httpsKey) throw new WavegateError('INVALID_INPUT', '--https-cert and --https-key: give both (HTTPS) or neither (HTTP on loopback)', { field: flags.httpsCert ? '--https-key' : '--https-cert' });
-      const tls = flags.httpsCert && flags.httpsKey ? { cert: readPem('--https-cert', flags.httpsCert), key: readPem('--https-key', flags.httpsKey) } : undefined;
+      if (!!flags.httpsCert !== !!flags.httpsKey)
+        throw new WavegateError(
+          'INVALID_INPUT',
+          '--https-cert and --https-key: give both (HTTPS) or neither (HTTP on loopback)',
+          { field: flags.httpsCert ? '--https-key' : '--https-cert' },
+        );
+      const tls =
+        flags.httpsCert && flags.httpsKey
+          ? { cert: readPem('--https-cert', flags.httpsCert), key: readPem('--https-key', flags.httpsKey) }
+          : undefined;
       if (!tls && !LOOPBACK.has(listen.host) && !flags.insecureHttp) {
-        throw new WavegateError('INVALID_INPUT', `--listen ${flags.listen}: plain HTTP only on 127.0.0.1, ::1 or localhost; give --https-cert and --https-key, or --insecure-http behind a TLS-terminating proxy`, { field: '--listen', value: flags.listen });
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `--listen ${flags.listen}: plain HTTP only on 127.0.0.1, ::1 or localhost; give --https-cert and --https-key, or --insecure-http behind a TLS-terminating proxy`,
+          { field: '--listen', value: flags.listen },
+        );
       }
       const limits = limitsFromFlags(flags);
-      if (flags.profiles !== undefined && flags.profilesRoot !== undefined) throw new WavegateError('INVALID_INPUT', '--profiles and --profiles-root: give one (they are the same option)', { field: '--profiles-root' });
+      if (flags.profiles !== undefined && flags.profilesRoot !== undefined)
+        throw new WavegateError(
+          'INVALID_INPUT',
+          '--profiles and --profiles-root: give one (they are the same option)',
+          { field: '--profiles-root' },
+        );
       const root = flags.profiles ?? flags.profilesRoot;
       const profiles = resolveProfilesRoot({ ...(root !== undefined ? { flag: root } : {}) });
       checkProfilesRoot(profiles);
       const pins = inventoryPins(flags.inventory, log);
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
-      const onFirstSync = enrolmentHook({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, log });
-      const gateway = await startGateway({ client, taskQueue: settings.taskQueue, pins, profilesRoot: profiles.dir, limits, acceptAgentsWithoutDigest: flags.acceptAgentsWithoutDigest === true, log, onFirstSync, listen: { ...listen, ...(tls ? { tls } : {}) } });
+      const onFirstSync = enrolmentHook({
+        client,
+        taskQueue: settings.taskQueue,
+        pins,
+        profilesRoot: profiles.dir,
+        log,
+      });
+      const gateway = await startGateway({
+        client,
+        taskQueue: settings.taskQueue,
+        pins,
+        profilesRoot: profiles.dir,
+        limits,
+        acceptAgentsWithoutDigest: flags.acceptAgentsWithoutDigest === true,
+        log,
+        onFirstSync,
+        listen: { ...listen, ...(tls ? { tls } : {}) },
+      });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
-      log(`gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`);
+      log(
+        `gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`,
+      );
       const onHup = () => pins.reload('SIGHUP');
       process.on('SIGHUP', onHup);
       await new Promise<void>((resolve) => {

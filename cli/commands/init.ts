@@ -5,12 +5,25 @@ import type { Command } from 'commander';
 import { Client } from 'ssh2';
 import { parseAnsibleInventory } from '../../core/ansible';
 import { WavegateError } from '../../core/errors';
-import { acceptedKeys, changedKeysRefusal, judgeHostKeys, parseAcceptKeyFlag, type KeyJudgement } from '../../core/init-keys';
+import {
+  acceptedKeys,
+  changedKeysRefusal,
+  judgeHostKeys,
+  parseAcceptKeyFlag,
+  type KeyJudgement,
+} from '../../core/init-keys';
 import { parseInventory, type Device } from '../../core/inventory';
 import { knownHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { readText } from '../../intake/files';
 import { checkProfileName } from '../../core/profile-name';
-import { nextCommands, scaffoldFiles, shellWord, writeScaffold, type ScaffoldHost, type ScaffoldInput } from '../../intake/scaffold';
+import {
+  nextCommands,
+  scaffoldFiles,
+  shellWord,
+  writeScaffold,
+  type ScaffoldHost,
+  type ScaffoldInput,
+} from '../../intake/scaffold';
 import { readScannedKeys, scannedKeysPathFor, writeScannedKeys } from '../../intake/scanned-keys';
 import { readSshConfig } from '../../intake/ssh-config';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -56,32 +69,68 @@ const collect = (value: string, previous: string[]) => [...previous, value];
 /** `[id=][user@]host[:port]`, IPv6 as `[addr]:port`. */
 export function parseHostFlag(value: string, opts: { user?: string; pool: string }): Candidate {
   const m = /^(?:([^=@\s]+)=)?(?:([^@\s]+)@)?(\[[^\]\s]+\]|[^:@\s[\]]+)(?::(\d+))?$/.exec(value);
-  if (!m) throw new WavegateError('INVALID_INPUT', `--host: must be [id=][user@]host[:port], like web-01=deploy@10.0.1.11:22 (got ${JSON.stringify(value)})`, { field: '--host', value });
+  if (!m)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--host: must be [id=][user@]host[:port], like web-01=deploy@10.0.1.11:22 (got ${JSON.stringify(value)})`,
+      { field: '--host', value },
+    );
   const host = m[3]!.replace(/^\[|\]$/g, '');
   const port = m[4] === undefined ? 22 : Number(m[4]);
-  if (port < 1 || port > 65535) throw new WavegateError('INVALID_INPUT', `--host ${value}: port must be 1-65535 (got ${m[4]})`, { field: '--host', value });
+  if (port < 1 || port > 65535)
+    throw new WavegateError('INVALID_INPUT', `--host ${value}: port must be 1-65535 (got ${m[4]})`, {
+      field: '--host',
+      value,
+    });
   const user = m[2] ?? opts.user;
-  if (!user) throw new WavegateError('INVALID_INPUT', `--host ${value}: no login user (write user@host, or give --user)`, { field: '--host', value });
+  if (!user)
+    throw new WavegateError('INVALID_INPUT', `--host ${value}: no login user (write user@host, or give --user)`, {
+      field: '--host',
+      value,
+    });
   return { id: m[1] ?? (port === 22 ? host : `${host}-${port}`), host, port, user, pool: opts.pool };
 }
 
 function fromSshConfig(path: string, opts: { user?: string; pool: string }): { hosts: Candidate[]; notes: string[] } {
   const { hosts, skipped } = readSshConfig(path);
-  if (hosts.length === 0) throw new WavegateError('INVALID_INPUT', `--from-ssh-config ${path}: no Host entry names a concrete host (patterns such as * are not hosts)`, { field: '--from-ssh-config', value: path });
+  if (hosts.length === 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--from-ssh-config ${path}: no Host entry names a concrete host (patterns such as * are not hosts)`,
+      { field: '--from-ssh-config', value: path },
+    );
   return {
     hosts: hosts.map((h) => {
       const user = h.user ?? opts.user;
-      if (!user) throw new WavegateError('INVALID_INPUT', `${path}:${h.line}: Host ${h.alias} has no User (add one, or give --user)`, { source: path, line: h.line });
-      return { id: h.alias, host: h.host, port: h.port ?? 22, user, pool: opts.pool, ...(h.identityFile ? { key: resolve(h.identityFile) } : {}) };
+      if (!user)
+        throw new WavegateError(
+          'INVALID_INPUT',
+          `${path}:${h.line}: Host ${h.alias} has no User (add one, or give --user)`,
+          { source: path, line: h.line },
+        );
+      return {
+        id: h.alias,
+        host: h.host,
+        port: h.port ?? 22,
+        user,
+        pool: opts.pool,
+        ...(h.identityFile ? { key: resolve(h.identityFile) } : {}),
+      };
     }),
     notes: skipped.map((s) => `skipped ${s}`),
   };
 }
 
-function fromAnsible(path: string, opts: { user?: string }): { hosts: Candidate[]; pools: Record<string, { disruptionBudget?: number }> } {
+function fromAnsible(
+  path: string,
+  opts: { user?: string },
+): { hosts: Candidate[]; pools: Record<string, { disruptionBudget?: number }> } {
   const doc = parseAnsibleInventory(readText(path), path) as { defaults?: Record<string, unknown> };
   // --user fills in hosts the Ansible file gives no ansible_user; the file's own values win.
-  const inventory = parseInventory(opts.user ? { ...doc, defaults: { user: opts.user, ...(doc.defaults ?? {}) } } : doc, path);
+  const inventory = parseInventory(
+    opts.user ? { ...doc, defaults: { user: opts.user, ...(doc.defaults ?? {}) } } : doc,
+    path,
+  );
   const extra = (d: Device): Candidate['extra'] => ({
     ...(d.class !== 'server' ? { class: d.class } : {}),
     ...(d.os !== 'linux' ? { os: d.os } : {}),
@@ -101,7 +150,9 @@ function fromAnsible(path: string, opts: { user?: string }): { hosts: Candidate[
       // A key the Ansible file pins (wavegate_host_key) is the operator's own statement: kept.
       ...(d.ssh.hostKey ? { hostKey: d.ssh.hostKey } : {}),
     })),
-    pools: Object.fromEntries(Object.values(inventory.pools).map((p) => [p.name, { disruptionBudget: p.disruptionBudget }])),
+    pools: Object.fromEntries(
+      Object.values(inventory.pools).map((p) => [p.name, { disruptionBudget: p.disruptionBudget }]),
+    ),
   };
 }
 
@@ -110,13 +161,18 @@ function fromAnsible(path: string, opts: { user?: string }): { hosts: Candidate[
  * the worker's, so the key read is the key the worker will be shown), without logging in: the key is
  * refused in the handshake.
  */
-export function scanHostKey(host: string, port: number, timeoutMs: number): Promise<{ type: string; fingerprint: string }> {
+export function scanHostKey(
+  host: string,
+  port: number,
+  timeoutMs: number,
+): Promise<{ type: string; fingerprint: string }> {
   return new Promise((done, fail) => {
     const client = new Client();
     let key: Buffer | undefined;
     const finish = () => {
       client.destroy();
-      if (!key) return fail(new Error(`no SSH host key read from ${host}:${port}${lastError ? ` (${lastError})` : ''}`));
+      if (!key)
+        return fail(new Error(`no SSH host key read from ${host}:${port}${lastError ? ` (${lastError})` : ''}`));
       const typeLength = key.readUInt32BE(0);
       done({ type: key.subarray(4, 4 + typeLength).toString('latin1'), fingerprint: sshFingerprint(key) });
     };
@@ -145,7 +201,10 @@ interface Pinned {
   acceptedFrom?: string;
 }
 
-async function pinHostKeys(candidates: Candidate[], opts: { knownHosts?: string; timeoutMs: number }): Promise<Pinned[]> {
+async function pinHostKeys(
+  candidates: Candidate[],
+  opts: { knownHosts?: string; timeoutMs: number },
+): Promise<Pinned[]> {
   const pinned: Pinned[] = [];
   const unreadable: string[] = [];
   for (const c of candidates) {
@@ -161,16 +220,25 @@ async function pinHostKeys(candidates: Candidate[], opts: { knownHosts?: string;
     try {
       const seen = await scanHostKey(c.host, c.port, opts.timeoutMs);
       if (known.length > 1 && !known.includes(seen.fingerprint)) {
-        throw new Error(`it presents ${seen.type} ${seen.fingerprint}, which ${opts.knownHosts} does not list for it (listed: ${known.join(', ')}): refusing to pin`);
+        throw new Error(
+          `it presents ${seen.type} ${seen.fingerprint}, which ${opts.knownHosts} does not list for it (listed: ${known.join(', ')}): refusing to pin`,
+        );
       }
       // With several keys in known_hosts, the one the host presents is pinned: it is both listed and what the worker will see.
-      pinned.push({ host: { ...c, hostKey: seen.fingerprint }, source: known.length > 1 ? 'known_hosts' : 'scanned', type: seen.type });
+      pinned.push({
+        host: { ...c, hostKey: seen.fingerprint },
+        source: known.length > 1 ? 'known_hosts' : 'scanned',
+        type: seen.type,
+      });
     } catch (err) {
       unreadable.push(`  ${c.id} (${c.host}:${c.port}): ${(err as Error).message}`);
     }
   }
   if (unreadable.length) {
-    throw new WavegateError('UNAVAILABLE', `cannot pin the host key of ${unreadable.length} host(s); nothing was written:\n${unreadable.join('\n')}\nlist them in a known_hosts file given with --known-hosts, or make them reachable`);
+    throw new WavegateError(
+      'UNAVAILABLE',
+      `cannot pin the host key of ${unreadable.length} host(s); nothing was written:\n${unreadable.join('\n')}\nlist them in a known_hosts file given with --known-hosts, or make them reachable`,
+    );
   }
   return pinned;
 }
@@ -203,27 +271,58 @@ function absoluteFile(path: string, field: string): string {
   } catch {
     /* reported below */
   }
-  if (!isFile) throw new WavegateError('INVALID_INPUT', `${field}: ${JSON.stringify(path)} is not a readable file`, { field, value: path });
+  if (!isFile)
+    throw new WavegateError('INVALID_INPUT', `${field}: ${JSON.stringify(path)} is not a readable file`, {
+      field,
+      value: path,
+    });
   return abs;
 }
 
 function signersOf(opts: InitOptions): { threshold: number; signers: string[] } {
   const threshold = opts.threshold === undefined ? 2 : Number(opts.threshold);
-  if (!Number.isInteger(threshold) || threshold < 1 || threshold > 16) throw new WavegateError('INVALID_INPUT', `--threshold: must be a whole number 1-16 (got ${JSON.stringify(opts.threshold)})`, { field: '--threshold', value: opts.threshold });
-  const signers = opts.signers ? opts.signers.split(',').map((s) => s.trim()).filter(Boolean) : ['alice', 'bob', 'carol', 'dave'].slice(0, threshold);
+  if (!Number.isInteger(threshold) || threshold < 1 || threshold > 16)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--threshold: must be a whole number 1-16 (got ${JSON.stringify(opts.threshold)})`,
+      { field: '--threshold', value: opts.threshold },
+    );
+  const signers = opts.signers
+    ? opts.signers
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : ['alice', 'bob', 'carol', 'dave'].slice(0, threshold);
   while (signers.length < threshold) signers.push(`signer${signers.length + 1}`);
-  for (const s of signers) if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(s)) throw new WavegateError('INVALID_INPUT', `--signers: each name must be 1-64 letters, digits, ".", "_" or "-" (got ${JSON.stringify(s)})`, { field: '--signers', value: s });
+  for (const s of signers)
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(s))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--signers: each name must be 1-64 letters, digits, ".", "_" or "-" (got ${JSON.stringify(s)})`,
+        { field: '--signers', value: s },
+      );
   return { threshold, signers };
 }
 
 async function init(opts: InitOptions): Promise<number> {
   const profilesRoot = opts.profiles ?? (process.env.WAVEGATE_PROFILES || undefined);
-  if (!profilesRoot) throw new WavegateError('INVALID_INPUT', '--profiles: required (or set WAVEGATE_PROFILES): the directory that will hold your profiles, for example ~/wavegate/profiles', { field: '--profiles' });
+  if (!profilesRoot)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--profiles: required (or set WAVEGATE_PROFILES): the directory that will hold your profiles, for example ~/wavegate/profiles',
+      { field: '--profiles' },
+    );
   checkProfileName(opts.profile, '--profile');
   const { threshold, signers } = signersOf(opts);
   const timeoutMs = Number(opts.scanTimeout);
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000) throw new WavegateError('INVALID_INPUT', `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`, { field: '--scan-timeout', value: opts.scanTimeout });
-  if (opts.sshKey && opts.sshAgent) throw new WavegateError('INVALID_INPUT', '--ssh-key and --ssh-agent: give one, not both', { field: '--ssh-agent' });
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`,
+      { field: '--scan-timeout', value: opts.scanTimeout },
+    );
+  if (opts.sshKey && opts.sshAgent)
+    throw new WavegateError('INVALID_INPUT', '--ssh-key and --ssh-agent: give one, not both', { field: '--ssh-agent' });
   const knownHosts = opts.knownHosts ? absoluteFile(opts.knownHosts, '--known-hosts') : undefined;
 
   const candidates: Candidate[] = opts.host.map((h) => parseHostFlag(h, opts));
@@ -240,13 +339,31 @@ async function init(opts: InitOptions): Promise<number> {
     candidates.push(...imported.hosts);
     notes.push(...imported.notes);
   }
-  if (candidates.length === 0) throw new WavegateError('INVALID_INPUT', 'no hosts: give --host user@host[:port] (repeatable), --from-ansible <file> or --from-ssh-config [file]', { field: '--host' });
+  if (candidates.length === 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      'no hosts: give --host user@host[:port] (repeatable), --from-ansible <file> or --from-ssh-config [file]',
+      { field: '--host' },
+    );
   for (const c of candidates) pools[c.pool] ??= {};
 
-  const login: ScaffoldInput['login'] | undefined = opts.sshAgent ? { agent: true } : opts.sshKey ? { key: absoluteFile(opts.sshKey, '--ssh-key') } : undefined;
+  const login: ScaffoldInput['login'] | undefined = opts.sshAgent
+    ? { agent: true }
+    : opts.sshKey
+      ? { key: absoluteFile(opts.sshKey, '--ssh-key') }
+      : undefined;
   const keyless = candidates.filter((c) => !c.key);
   if (!login && keyless.length) {
-    throw new WavegateError('INVALID_INPUT', `--ssh-key: required: ${keyless.slice(0, 5).map((c) => c.id).join(', ')}${keyless.length > 5 ? ', ...' : ''} ha${keyless.length === 1 ? 's' : 've'} no login key; give the worker's private key file with --ssh-key <file>, or --ssh-agent`, { field: '--ssh-key' });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--ssh-key: required: ${keyless
+        .slice(0, 5)
+        .map((c) => c.id)
+        .join(
+          ', ',
+        )}${keyless.length > 5 ? ', ...' : ''} ha${keyless.length === 1 ? 's' : 've'} no login key; give the worker's private key file with --ssh-key <file>, or --ssh-agent`,
+      { field: '--ssh-key' },
+    );
   }
 
   const inventoryPath = resolve(opts.inventory);
@@ -264,7 +381,12 @@ async function init(opts: InitOptions): Promise<number> {
   };
   // The fingerprints the operator accepted, checked before any host is contacted.
   const recordPath = scannedKeysPathFor(inventoryPath);
-  const givenRecord = typeof opts.acceptScannedKeys === 'string' ? resolve(opts.acceptScannedKeys) : opts.acceptScannedKeys ? recordPath : undefined;
+  const givenRecord =
+    typeof opts.acceptScannedKeys === 'string'
+      ? resolve(opts.acceptScannedKeys)
+      : opts.acceptScannedKeys
+        ? recordPath
+        : undefined;
   const recorded = givenRecord ? readScannedKeys(givenRecord, inventoryPath, '--accept-scanned-keys') : [];
   const accepted = acceptedKeys(opts.acceptKey.map(parseAcceptKeyFlag), recorded, new Set(candidates.map((c) => c.id)));
 
@@ -278,7 +400,13 @@ async function init(opts: InitOptions): Promise<number> {
   // fingerprint accepted for that device at that address; a known_hosts or Ansible pin that an
   // --accept-key contradicts is refused as well.
   const judged = judgeHostKeys(
-    pins.map((p) => ({ id: p.host.id, host: p.host.host, port: p.host.port, fingerprint: p.host.hostKey, ...(p.type ? { type: p.type } : {}) })),
+    pins.map((p) => ({
+      id: p.host.id,
+      host: p.host.host,
+      port: p.host.port,
+      fingerprint: p.host.hostKey,
+      ...(p.type ? { type: p.type } : {}),
+    })),
     accepted,
   );
   const changed = judged.filter((j): j is Extract<KeyJudgement, { verdict: 'changed' }> => j.verdict === 'changed');
@@ -290,19 +418,32 @@ async function init(opts: InitOptions): Promise<number> {
     writeScannedKeys(
       recordPath,
       inventoryPath,
-      scannedJudged.map((j) => ({ id: j.id, host: j.seen.host, port: j.seen.port, ...(j.seen.type ? { type: j.seen.type } : {}), fingerprint: j.seen.fingerprint })),
+      scannedJudged.map((j) => ({
+        id: j.id,
+        host: j.seen.host,
+        port: j.seen.port,
+        ...(j.seen.type ? { type: j.seen.type } : {}),
+        fingerprint: j.seen.fingerprint,
+      })),
     );
     process.stderr.write(
       `wavegate: ${unconfirmed.length} host key(s) were read from the hosts, not pinned from a known_hosts file. Nothing of the profile, inventory or spec was written.\n` +
         `Check each fingerprint on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_<type>_key.pub, or your provider's console):\n` +
-        unconfirmed.map((j) => `  ${j.id.padEnd(16)} ${`${j.seen.host}:${j.seen.port}`.padEnd(22)} ${j.seen.type} ${j.seen.fingerprint}\n`).join('') +
+        unconfirmed
+          .map(
+            (j) =>
+              `  ${j.id.padEnd(16)} ${`${j.seen.host}:${j.seen.port}`.padEnd(22)} ${j.seen.type} ${j.seen.fingerprint}\n`,
+          )
+          .join('') +
         `These fingerprints are recorded in ${recordPath}. When each one is right, pin exactly these with:\n` +
         `  ${secondCommand(recordPath)}\n` +
         `(or give --accept-key ID=SHA256:... for each host, or pin them with --known-hosts <file>). A host that shows another key then is refused, not pinned.\n`,
     );
     return EXIT_FAILED;
   }
-  const acceptedBy = new Map(scannedJudged.map((j) => [j.id, j.verdict === 'accepted' ? j.accepted.from : undefined] as const));
+  const acceptedBy = new Map(
+    scannedJudged.map((j) => [j.id, j.verdict === 'accepted' ? j.accepted.from : undefined] as const),
+  );
   for (const p of pins) if (p.source === 'scanned') p.acceptedFrom = acceptedBy.get(p.host.id);
 
   const full: ScaffoldInput = { ...input, hosts: pins.map((p) => p.host) };
@@ -315,36 +456,66 @@ async function init(opts: InitOptions): Promise<number> {
   out(`wrote profile ${opts.profile} under ${full.profilesRoot}:`);
   for (const f of files) out(`  ${f.path}`);
   out(`host keys pinned in ${inventoryPath}:`);
-  for (const p of pins) out(`  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`);
+  for (const p of pins)
+    out(
+      `  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`,
+    );
   out('');
-  out(`next, in order (edit revisions/2.yaml and payload/ for your change first; sign fills each payload sha256/size from the file):`);
+  out(
+    `next, in order (edit revisions/2.yaml and payload/ for your change first; sign fills each payload sha256/size from the file):`,
+  );
   for (const line of nextCommands(full)) out(line.startsWith('#') ? line : `  ${line}`);
-  out(`\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesRoot)} in its environment to the same effect as --profiles)`);
+  out(
+    `\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesRoot)} in its environment to the same effect as --profiles)`,
+  );
   return EXIT_OK;
 }
 
 export function register(program: Command): void {
   program
     .command('init')
-    .description('Scaffold a profile (revisions 1 and 2, payload, health checks), an inventory with pinned host keys and a rollout spec; print the commands that sign and roll it out')
-    .option('--profiles <dir>', 'profiles root to create the profile in (default $WAVEGATE_PROFILES); keep it outside the wavegate checkout')
+    .description(
+      'Scaffold a profile (revisions 1 and 2, payload, health checks), an inventory with pinned host keys and a rollout spec; print the commands that sign and roll it out',
+    )
+    .option(
+      '--profiles <dir>',
+      'profiles root to create the profile in (default $WAVEGATE_PROFILES); keep it outside the wavegate checkout',
+    )
     .requiredOption('--profile <name>', 'the new profile\'s name (lowercase letters, digits, "-")')
     .requiredOption('--inventory <file>', 'the inventory file to write')
     .option('--spec <file>', 'the rollout spec to write (default <inventory dir>/<profile>-rollout.yaml)')
     .option('--host <[id=]user@host[:port]>', 'a host (repeatable)', collect, [])
     .option('--from-ansible <file>', 'hosts from an Ansible inventory (INI or YAML)')
-    .option('--from-ssh-config [file]', 'hosts from the Host entries of an OpenSSH client config (default ~/.ssh/config)')
+    .option(
+      '--from-ssh-config [file]',
+      'hosts from the Host entries of an OpenSSH client config (default ~/.ssh/config)',
+    )
     .option('--user <name>', 'login user for hosts that name none')
     .option('--pool <name>', 'pool of hosts given by --host or --from-ssh-config', 'fleet')
     .option('--ssh-key <file>', "the worker's private key file (referenced, never read into the inventory)")
     .option('--ssh-agent', "log in with the worker's SSH agent instead")
-    .option('--known-hosts <file>', 'pin host keys from this known_hosts file (hosts it does not list are read from the host, printed and recorded, and need --accept-scanned-keys or --accept-key)')
-    .option('--accept-scanned-keys [record]', 'pin the host keys the first run printed, as it recorded them (default <inventory>.init-scanned-keys.json beside the inventory); a host that now shows another key is refused')
-    .option('--accept-key <id=SHA256:...>', 'pin this fingerprint for this host, checked on the host itself (repeatable); a host that shows another key is refused', collect, [])
+    .option(
+      '--known-hosts <file>',
+      'pin host keys from this known_hosts file (hosts it does not list are read from the host, printed and recorded, and need --accept-scanned-keys or --accept-key)',
+    )
+    .option(
+      '--accept-scanned-keys [record]',
+      'pin the host keys the first run printed, as it recorded them (default <inventory>.init-scanned-keys.json beside the inventory); a host that now shows another key is refused',
+    )
+    .option(
+      '--accept-key <id=SHA256:...>',
+      'pin this fingerprint for this host, checked on the host itself (repeatable); a host that shows another key is refused',
+      collect,
+      [],
+    )
     .option('--scan-timeout <ms>', 'time to read one host key', '5000')
     .option('--threshold <n>', 'distinct signers every revision needs (default 2)')
     .option('--signers <names>', 'comma-separated signer names for the printed commands (default alice,bob)')
-    .option('--keys-dir <dir>', 'where the printed keygen commands put the private keys', join(homedir(), '.wavegate', 'keys'))
+    .option(
+      '--keys-dir <dir>',
+      'where the printed keygen commands put the private keys',
+      join(homedir(), '.wavegate', 'keys'),
+    )
     .option('--gate <duration>', 'each phase\'s gate in the spec ("10m", "manual", ...)', '10m')
     .option('--force', 'overwrite files that already exist')
     .action(action((opts: InitOptions) => init(opts)));

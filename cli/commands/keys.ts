@@ -5,7 +5,14 @@ import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
 import { ESCAPE_FLAGS, runRegistrationGates } from '../../core/gates';
-import { fillPayloadDigests, parseProfile, parseRevision, parseRevisionSource, type Revision, type RevisionSource } from '../../core/revision';
+import {
+  fillPayloadDigests,
+  parseProfile,
+  parseRevision,
+  parseRevisionSource,
+  type Revision,
+  type RevisionSource,
+} from '../../core/revision';
 import {
   assertSignable,
   bodyDigest,
@@ -66,7 +73,8 @@ function writeAtomic(path: string, text: string, mode = 0o644): void {
 function parseNow(value: string | undefined): number {
   if (value === undefined) return Date.now();
   const ms = Date.parse(value);
-  if (Number.isNaN(ms)) throw new WavegateError('INVALID_INPUT', `--now: must be an ISO 8601 time (got ${JSON.stringify(value)})`);
+  if (Number.isNaN(ms))
+    throw new WavegateError('INVALID_INPUT', `--now: must be an ISO 8601 time (got ${JSON.stringify(value)})`);
   return ms;
 }
 
@@ -86,8 +94,14 @@ function signedProfileDir(revisionPath: string, profileFile: string | undefined)
  * naming the entry, the field, the value written and the file's). Files are read only where the
  * profile directory is known; a given value of a file that is not there (yet) is signed as written.
  */
-function payloadDigests(source: RevisionSource, profileDir: string | undefined, revisionPath: string): { revision: Revision; filled: string[] } {
-  const reads = source.payload.map((entry) => (profileDir === undefined ? undefined : readPayloadFacts(profileDir, entry.source)));
+function payloadDigests(
+  source: RevisionSource,
+  profileDir: string | undefined,
+  revisionPath: string,
+): { revision: Revision; filled: string[] } {
+  const reads = source.payload.map((entry) =>
+    profileDir === undefined ? undefined : readPayloadFacts(profileDir, entry.source),
+  );
   const decision = fillPayloadDigests(
     source,
     (i) => {
@@ -136,7 +150,10 @@ export function register(program: Command): void {
           else writeFileSync(opts.out, text, { mode: 0o600, flag: 'wx' });
         } catch (err) {
           const code = (err as NodeJS.ErrnoException).code;
-          throw new WavegateError(code === 'EEXIST' ? 'CONFLICT' : 'INVALID_INPUT', `${opts.out}: ${code === 'EEXIST' ? 'already exists (use --force to overwrite)' : `cannot write (${code ?? String(err)})`}`);
+          throw new WavegateError(
+            code === 'EEXIST' ? 'CONFLICT' : 'INVALID_INPUT',
+            `${opts.out}: ${code === 'EEXIST' ? 'already exists (use --force to overwrite)' : `cannot write (${code ?? String(err)})`}`,
+          );
         }
         const pin = pinOf(pair, opts.name);
         writeFileSync(`${opts.out}.pub.yaml`, toYaml(pin));
@@ -172,12 +189,24 @@ export function register(program: Command): void {
     .description('Sign a revision (YAML/JSON) into an envelope: { body: base64(canonical JSON), signatures }')
     .requiredOption('--key <file>', 'private key file (from keygen)')
     .requiredOption('--out <file>', 'envelope file to write (JSON)')
-    .option('--validity-days <n>', `expiry when the revision has no expiresAt (at most ${MAX_VALIDITY_DAYS})`, String(DEFAULT_VALIDITY_DAYS))
+    .option(
+      '--validity-days <n>',
+      `expiry when the revision has no expiresAt (at most ${MAX_VALIDITY_DAYS})`,
+      String(DEFAULT_VALIDITY_DAYS),
+    )
     .option('--inventory <file>', 'run the registration gates against this inventory before signing')
-    .option('--profile <file>', 'profile whose scope selects the targets (with --inventory)')
-  for (const [gate, flag] of Object.entries(ESCAPE_FLAGS)) sign.option(flag, `escape the "${gate}" registration gate (loudly, on the record)`);
+    .option('--profile <file>', 'profile whose scope selects the targets (with --inventory)');
+  for (const [gate, flag] of Object.entries(ESCAPE_FLAGS))
+    sign.option(flag, `escape the "${gate}" registration gate (loudly, on the record)`);
   sign.action(
-      action((revisionPath: string, opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<string, unknown>) => {
+    action(
+      (
+        revisionPath: string,
+        opts: { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<
+          string,
+          unknown
+        >,
+      ) => {
         const source = parseRevisionSource(readDocument(revisionPath), revisionPath);
         const profileDir = signedProfileDir(revisionPath, opts.profile);
         // Payload sources inside the profile's payload/ only (what a worker would send): by their text, and on disk where the profile is known.
@@ -186,7 +215,10 @@ export function register(program: Command): void {
         const { revision, filled } = payloadDigests(source, profileDir, revisionPath);
         const days = Number(opts.validityDays);
         if (!Number.isInteger(days) || days < 1 || days > MAX_VALIDITY_DAYS) {
-          throw new WavegateError('INVALID_INPUT', `--validity-days: must be a whole number of days 1-${MAX_VALIDITY_DAYS} (got ${JSON.stringify(opts.validityDays)})`);
+          throw new WavegateError(
+            'INVALID_INPUT',
+            `--validity-days: must be a whole number of days 1-${MAX_VALIDITY_DAYS} (got ${JSON.stringify(opts.validityDays)})`,
+          );
         }
         // Refused before any gate runs or key is read: expired content, or a validity above the maximum.
         const now = Date.now();
@@ -200,7 +232,10 @@ export function register(program: Command): void {
           for (const line of report.warnings) process.stderr.write(`${line}\n`);
           for (const note of report.notes) process.stderr.write(`note: ${note}\n`);
           if (!report.ok) {
-            for (const b of report.blocked) process.stderr.write(`wavegate: gate "${b.gate}" blocked ${revisionPath} (${b.reason}): ${b.message} [escape: ${b.flag}]\n`);
+            for (const b of report.blocked)
+              process.stderr.write(
+                `wavegate: gate "${b.gate}" blocked ${revisionPath} (${b.reason}): ${b.message} [escape: ${b.flag}]\n`,
+              );
             return EXIT_REFUSED;
           }
           if (report.escaped.length) {
@@ -212,10 +247,13 @@ export function register(program: Command): void {
         const signed = escapes.length ? { ...revision, escapes: [...(revision.escapes ?? []), ...escapes] } : revision;
         const envelope = signRevision(signed, pair, { now, validityDays: days });
         writeAtomic(opts.out, `${JSON.stringify(envelope, null, 2)}\n`);
-        process.stdout.write(`signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\n${filledNote(revision, filled, revisionPath)}wrote ${opts.out}\n`);
+        process.stdout.write(
+          `signed ${revision.profile} r${revision.revision} by ${pair.kid}\nbody sha256 ${bodyDigest(envelope)}\n${filledNote(revision, filled, revisionPath)}wrote ${opts.out}\n`,
+        );
         return EXIT_OK;
-      }),
-    );
+      },
+    ),
+  );
 
   program
     .command('cosign <envelope>')
@@ -228,7 +266,9 @@ export function register(program: Command): void {
         const pair = loadKey(opts.key);
         const cosigned = cosignEnvelope(envelope, pair);
         writeAtomic(opts.out ?? envelopePath, `${JSON.stringify(cosigned, null, 2)}\n`);
-        process.stdout.write(`cosigned by ${pair.kid}: ${cosigned.signatures.length} signature(s)\nwrote ${opts.out ?? envelopePath}\n`);
+        process.stdout.write(
+          `cosigned by ${pair.kid}: ${cosigned.signatures.length} signature(s)\nwrote ${opts.out ?? envelopePath}\n`,
+        );
         return EXIT_OK;
       }),
     );
@@ -247,11 +287,20 @@ export function register(program: Command): void {
         let current: number | undefined;
         if (opts.current !== undefined) {
           current = Number(opts.current);
-          if (!Number.isInteger(current) || current < 0) throw new WavegateError('INVALID_INPUT', `--current: must be a revision number (got ${JSON.stringify(opts.current)})`);
+          if (!Number.isInteger(current) || current < 0)
+            throw new WavegateError(
+              'INVALID_INPUT',
+              `--current: must be a revision number (got ${JSON.stringify(opts.current)})`,
+            );
         }
-        const verdict = verifyEnvelope(envelope, trust, { now: parseNow(opts.now), ...(current !== undefined ? { current } : {}) });
+        const verdict = verifyEnvelope(envelope, trust, {
+          now: parseNow(opts.now),
+          ...(current !== undefined ? { current } : {}),
+        });
         if (opts.json) {
-          process.stdout.write(`${JSON.stringify(verdict.ok ? { ok: true, profile: verdict.revision.profile, revision: verdict.revision.revision, signers: verdict.signers, ignored: verdict.ignored, bodyDigest: verdict.bodyDigest } : verdict)}\n`);
+          process.stdout.write(
+            `${JSON.stringify(verdict.ok ? { ok: true, profile: verdict.revision.profile, revision: verdict.revision.revision, signers: verdict.signers, ignored: verdict.ignored, bodyDigest: verdict.bodyDigest } : verdict)}\n`,
+          );
         }
         if (!verdict.ok) {
           process.stderr.write(`wavegate: ${envelopePath}: refused (${verdict.reason}): ${verdict.message}\n`);

@@ -27,17 +27,23 @@ import { checkInventoryFlags, readInventoryFlags, type InventoryFlags } from '..
 function loadMarkers(path: string, inventory: Inventory): Map<string, number> {
   const doc = readDocument(path);
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
-    throw new WavegateError('INVALID_INPUT', `${path}: invalid\n  (root): must be a mapping of device id to revision number`, { source: path });
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${path}: invalid\n  (root): must be a mapping of device id to revision number`,
+      { source: path },
+    );
   }
   const known = new Set(inventory.devices.map((d) => d.id));
   const markers = new Map<string, number>();
   const problems: string[] = [];
   for (const [id, value] of Object.entries(doc)) {
     if (!known.has(id)) problems.push(`  ${id}: no such device in the inventory (got ${JSON.stringify(value)})`);
-    else if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) problems.push(`  ${id}: must be a revision number (got ${JSON.stringify(value)})`);
+    else if (typeof value !== 'number' || !Number.isInteger(value) || value < 0)
+      problems.push(`  ${id}: must be a revision number (got ${JSON.stringify(value)})`);
     else markers.set(id, value);
   }
-  if (problems.length) throw new WavegateError('INVALID_INPUT', `${path}: invalid\n${problems.join('\n')}`, { source: path });
+  if (problems.length)
+    throw new WavegateError('INVALID_INPUT', `${path}: invalid\n${problems.join('\n')}`, { source: path });
   return markers;
 }
 
@@ -77,12 +83,19 @@ export interface PlanReport {
 }
 
 /** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
-function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory'; profilesRoot: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
+function planProfile(
+  opts: PlanOptions,
+  spec: RolloutSpec,
+): { kind: 'directory'; profilesRoot: string } | { kind: 'file'; profile: Profile } | { kind: 'none' } {
   const profilesRoot = resolveProfilesRoot({ flag: opts.profiles ?? opts.profilesDir }).dir;
   if (opts.profile) {
     const profile = parseProfile(readDocument(opts.profile), opts.profile);
     if (profile.name !== spec.profile) {
-      throw new WavegateError('INVALID_INPUT', `${opts.file}: invalid\n  rollout.profile: the profile file ${opts.profile} is "${profile.name}" (got ${JSON.stringify(spec.profile)})`, { source: opts.file });
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${opts.file}: invalid\n  rollout.profile: the profile file ${opts.profile} is "${profile.name}" (got ${JSON.stringify(spec.profile)})`,
+        { source: opts.file },
+      );
     }
     return { kind: 'file', profile };
   }
@@ -92,9 +105,13 @@ function planProfile(opts: PlanOptions, spec: RolloutSpec): { kind: 'directory';
 function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): string[] {
   const notes: string[] = [];
   const gates = runRegistrationGates({ revision, scope: profile.scope, devices: inventory.devices });
-  for (const b of gates.blocked) notes.push(`r${revision.revision}: gate "${b.gate}" would refuse registration (${b.reason}): ${b.message} [escape: ${b.flag}]`);
+  for (const b of gates.blocked)
+    notes.push(
+      `r${revision.revision}: gate "${b.gate}" would refuse registration (${b.reason}): ${b.message} [escape: ${b.flag}]`,
+    );
   for (const n of gates.notes) notes.push(`r${revision.revision}: ${n}`);
-  if (!gates.provability.provable) notes.push(`r${revision.revision} is not provable: its devices can only reach "claimed", never "applied"`);
+  if (!gates.provability.provable)
+    notes.push(`r${revision.revision} is not provable: its devices can only reach "claimed", never "applied"`);
   return notes;
 }
 
@@ -105,7 +122,9 @@ function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): 
  */
 export function makePlan(opts: PlanOptions): PlanReport {
   const spec = readSpec(opts.file);
-  const { inventory, format } = opts.fetched ? { inventory: opts.fetched, format: 'wavegate' as const } : readInventory(opts.inventory);
+  const { inventory, format } = opts.fetched
+    ? { inventory: opts.fetched, format: 'wavegate' as const }
+    : readInventory(opts.inventory);
   const rolloutId = opts.rolloutId ?? `rollout:${spec.profile}`;
   const source = { specSource: opts.file, inventoryPath: opts.inventory };
   const where = planProfile(opts, spec);
@@ -120,7 +139,10 @@ export function makePlan(opts: PlanOptions): PlanReport {
     profile = content.profile;
     scopeNote = `scope ${JSON.stringify(profile.scope)} from ${content.layout.profileFile}`;
     revisionNotes.push(...gateNotes(content.target.revision, profile, inventory));
-    if (format === 'ansible') revisionNotes.push(`${opts.inventory} is an Ansible inventory: \`start\` refuses it (the worker reads wavegate inventories only)`);
+    if (format === 'ansible')
+      revisionNotes.push(
+        `${opts.inventory} is an Ansible inventory: \`start\` refuses it (the worker reads wavegate inventories only)`,
+      );
   } else if (where.kind === 'file') {
     profile = where.profile;
     scopeNote = `scope ${JSON.stringify(profile.scope)} from ${opts.profile} (what-if: revisions not read; start reads <profiles>/${spec.profile}/)`;
@@ -130,14 +152,26 @@ export function makePlan(opts: PlanOptions): PlanReport {
   const inScope = scopedDevices(spec, inventory, profile, source);
   if (spec.after?.length) {
     // The profiles and revisions `after` names were checked with the content; a cycle needs the running rollouts.
-    if (content) revisionNotes.push(...dependencyScopeNotes(content.dependencies, inventory, inScope.map((d) => d.id)));
+    if (content)
+      revisionNotes.push(
+        ...dependencyScopeNotes(
+          content.dependencies,
+          inventory,
+          inScope.map((d) => d.id),
+        ),
+      );
     else revisionNotes.push('rollout.after: not checked (a what-if plan reads no profile directory; start checks it)');
     revisionNotes.push(PLAN_CYCLE_NOTE);
   }
   let risk = input?.risk ?? 'risky';
   if (opts.risk !== undefined) {
-    if (opts.risk !== 'risky' && opts.risk !== 'safe') throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`, { field: '--risk', value: opts.risk });
-    if (input && opts.risk !== input.risk) revisionNotes.push(`--risk ${opts.risk}: a what-if; start runs r${spec.toRevision} as ${input.risk}`);
+    if (opts.risk !== 'risky' && opts.risk !== 'safe')
+      throw new WavegateError('INVALID_INPUT', `--risk: must be "risky" or "safe" (got ${JSON.stringify(opts.risk)})`, {
+        field: '--risk',
+        value: opts.risk,
+      });
+    if (input && opts.risk !== input.risk)
+      revisionNotes.push(`--risk ${opts.risk}: a what-if; start runs r${spec.toRevision} as ${input.risk}`);
     risk = opts.risk;
   }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
@@ -146,9 +180,24 @@ export function makePlan(opts: PlanOptions): PlanReport {
   // An inventory read over HTTP has no verdicts file beside it.
   const verdicts = opts.fetched ? [] : readVerdicts(verdictsPath, { inventory: inventory.devices }).verdicts;
   const nodeDown = new Map(verdicts.map((v) => [v.device, markOf(verdictStanding(v, Date.now()))]));
-  if (verdicts.length) revisionNotes.push(`node-down verdicts from ${verdictsPath}: ${[...nodeDown.values()].filter((m) => m.holds).length} hold, as of now without their rechecks (start's snapshot reruns them)`);
-  const planned = plannerInputOf({ rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk }, planDevices(inScope, markers, nodeDown));
-  return { plan: planPhases(planned), spec, inventory, scopeNote, risk, revisionNotes, ...(input ? { input } : {}), plannerInput: planned };
+  if (verdicts.length)
+    revisionNotes.push(
+      `node-down verdicts from ${verdictsPath}: ${[...nodeDown.values()].filter((m) => m.holds).length} hold, as of now without their rechecks (start's snapshot reruns them)`,
+    );
+  const planned = plannerInputOf(
+    { rolloutId, spec, poolBudgets: input?.poolBudgets ?? poolBudgetsOf(spec, inventory), risk },
+    planDevices(inScope, markers, nodeDown),
+  );
+  return {
+    plan: planPhases(planned),
+    spec,
+    inventory,
+    scopeNote,
+    risk,
+    revisionNotes,
+    ...(input ? { input } : {}),
+    plannerInput: planned,
+  };
 }
 
 function gateText(gate: number | 'manual'): string {
@@ -159,20 +208,32 @@ export function renderPlan(report: PlanReport): string {
   const { plan, spec, inventory } = report;
   const byId = new Map(inventory.devices.map((d) => [d.id, d]));
   const lines: string[] = [];
-  lines.push(`plan ${plan.rolloutId}: ${spec.profile} r${spec.fromRevision} → r${spec.toRevision} (risk: ${report.risk}), seed ${plan.seed}`);
+  lines.push(
+    `plan ${plan.rolloutId}: ${spec.profile} r${spec.fromRevision} → r${spec.toRevision} (risk: ${report.risk}), seed ${plan.seed}`,
+  );
   lines.push(`snapshot: ${plan.snapshotSize} device(s) in scope (${report.scopeNote})`);
-  if (plan.canaryClass) lines.push(`canary class: ${plan.canaryClass}${spec.canaryClass ? ' (canaryClass)' : ' (majority)'}${spec.concurrent ? ', concurrent' : ''}`);
+  if (plan.canaryClass)
+    lines.push(
+      `canary class: ${plan.canaryClass}${spec.canaryClass ? ' (canaryClass)' : ' (majority)'}${spec.concurrent ? ', concurrent' : ''}`,
+    );
   lines.push('');
   lines.push('pools:');
-  for (const p of plan.pools) lines.push(`  ${p.pool.padEnd(16)} ${String(p.size).padStart(5)} device(s)  budget ${(p.budget * 100).toFixed(1).replace(/\.0$/, '')}%  at most ${p.maxInFlight} in flight`);
+  for (const p of plan.pools)
+    lines.push(
+      `  ${p.pool.padEnd(16)} ${String(p.size).padStart(5)} device(s)  budget ${(p.budget * 100).toFixed(1).replace(/\.0$/, '')}%  at most ${p.maxInFlight} in flight`,
+    );
   for (const phase of plan.phases) {
     const spec0 = phase.specIndex >= 0 ? spec.phases[phase.specIndex] : undefined;
     const size = spec0 ? describeSize((spec0.canary ?? spec0.bulk)!) : 'remainder';
     lines.push('');
-    lines.push(`phase ${phase.index + 1}: ${phase.name} — ${phase.devices.length} device(s) [${size}], gate ${gateText(phase.gate)}${phase.healthGate.length ? `, health: ${phase.healthGate.join('; ')}` : ''}`);
+    lines.push(
+      `phase ${phase.index + 1}: ${phase.name} — ${phase.devices.length} device(s) [${size}], gate ${gateText(phase.gate)}${phase.healthGate.length ? `, health: ${phase.healthGate.join('; ')}` : ''}`,
+    );
     for (const id of phase.devices) {
       const d = byId.get(id)!;
-      lines.push(`  ${id.padEnd(24)} pool ${d.pool.padEnd(12)} class ${d.class.padEnd(10)} ${d.os}${d.updateClass === 'best-effort' ? '  (best-effort)' : ''}`);
+      lines.push(
+        `  ${id.padEnd(24)} pool ${d.pool.padEnd(12)} class ${d.class.padEnd(10)} ${d.os}${d.updateClass === 'best-effort' ? '  (best-effort)' : ''}`,
+      );
     }
   }
   if (plan.alreadyApplied.length) {
@@ -196,16 +257,30 @@ export function renderPlan(report: PlanReport): string {
 export function register(program: Command): void {
   program
     .command('plan')
-    .description('Validate a rollout spec against an inventory and print its phases; starts nothing (exit 0 valid, 2 invalid)')
+    .description(
+      'Validate a rollout spec against an inventory and print its phases; starts nothing (exit 0 valid, 2 invalid)',
+    )
     .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
     .option('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
-    .option('--inventory-url <url>', 'or read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")')
-    .option('--inventory-token-env <NAME>', 'with --inventory-url: send the bearer token held in this environment variable')
-    .option('--inventory-deadline <duration>', 'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)')
+    .option(
+      '--inventory-url <url>',
+      'or read the inventory from a device registry serving JSON pages { devices, next } (docs/formats.md "Inventory over HTTP")',
+    )
+    .option(
+      '--inventory-token-env <NAME>',
+      'with --inventory-url: send the bearer token held in this environment variable',
+    )
+    .option(
+      '--inventory-deadline <duration>',
+      'with --inventory-url: the whole listing, every page, within this (default 120s; each page within 15s)',
+    )
     .option('--rollout-id <id>', 'the rollout id that seeds the plan (default: rollout:<profile>)')
     .option('--profiles <dir>', profilesOptionHelp())
     .addOption(new Option('--profiles-dir <dir>', 'deprecated: the older name of --profiles').hideHelp())
-    .option('--profile <profile.yaml>', 'what-if: plan over the scope of this profile file instead of the profile directory start would read (no revisions read)')
+    .option(
+      '--profile <profile.yaml>',
+      'what-if: plan over the scope of this profile file instead of the profile directory start would read (no revisions read)',
+    )
     .option('--markers <file>', 'current revision per device (mapping of device id → revision number)')
     .option('--risk <risky|safe>', "override the revision's risk")
     .option('--json', 'print the plan as JSON')
@@ -213,16 +288,29 @@ export function register(program: Command): void {
       action(async (flags: Omit<PlanOptions, 'inventory'> & InventoryFlags) => {
         // Read and validated exactly as start reads them (cli/membership-client.ts); a file keeps plan's Ansible support.
         checkInventoryFlags(flags);
-        const opts: PlanOptions = flags.inventoryUrl || !flags.inventory
-          ? await readInventoryFlags(flags).then((read) => ({ ...flags, inventory: read.inventoryPath, fetched: read.inventory }))
-          : { ...flags, inventory: flags.inventory };
+        const opts: PlanOptions =
+          flags.inventoryUrl || !flags.inventory
+            ? await readInventoryFlags(flags).then((read) => ({
+                ...flags,
+                inventory: read.inventoryPath,
+                fetched: read.inventory,
+              }))
+            : { ...flags, inventory: flags.inventory };
         const report = makePlan(opts);
         if (opts.json) {
-          const inPlan = new Set([...report.plan.phases.flatMap((p) => p.devices), ...report.plan.alreadyApplied, ...report.plan.notForMe.map((n) => n.id)]);
+          const inPlan = new Set([
+            ...report.plan.phases.flatMap((p) => p.devices),
+            ...report.plan.alreadyApplied,
+            ...report.plan.notForMe.map((n) => n.id),
+          ]);
           const devices = Object.fromEntries(
-            report.inventory.devices.filter((d) => inPlan.has(d.id)).map((d) => [d.id, { pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass }]),
+            report.inventory.devices
+              .filter((d) => inPlan.has(d.id))
+              .map((d) => [d.id, { pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass }]),
           );
-          process.stdout.write(`${JSON.stringify({ ...report.plan, risk: report.risk, revisionNotes: report.revisionNotes, devices }, null, 2)}\n`);
+          process.stdout.write(
+            `${JSON.stringify({ ...report.plan, risk: report.risk, revisionNotes: report.revisionNotes, devices }, null, 2)}\n`,
+          );
         } else {
           process.stdout.write(`${renderPlan(report)}\n`);
         }

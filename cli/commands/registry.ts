@@ -16,7 +16,9 @@ export function register(program: Command): void {
   withTemporalOptions(
     program
       .command('register <envelope>')
-      .description('Register a signed envelope (from sign/cosign) into its profile\'s registry; exit 2 with the reason code when refused')
+      .description(
+        "Register a signed envelope (from sign/cosign) into its profile's registry; exit 2 with the reason code when refused",
+      )
       .requiredOption('--trust <file>', 'trust file (threshold + pins) the registry is created with on first use')
       .option('--by <name>', 'who registers it (default: the login name)')
       .option('--json', 'print the outcome as JSON'),
@@ -28,11 +30,22 @@ export function register(program: Command): void {
       const settings = resolveConnectionSettings(opts);
       const client = await connectClient(settings);
       try {
-        const result = await registerEnvelope(client, { profile, envelope, trustDoc, by: opts.by ?? userInfo().username, taskQueue: settings.taskQueue });
+        const result = await registerEnvelope(client, {
+          profile,
+          envelope,
+          trustDoc,
+          by: opts.by ?? userInfo().username,
+          taskQueue: settings.taskQueue,
+        });
         if (opts.json) process.stdout.write(`${JSON.stringify({ profile, ...result })}\n`);
-        else process.stdout.write(`${result.outcome} ${profile} r${result.revision} (body sha256 ${result.bodyDigest}) in registry:${profile}\n`);
+        else
+          process.stdout.write(
+            `${result.outcome} ${profile} r${result.revision} (body sha256 ${result.bodyDigest}) in registry:${profile}\n`,
+          );
         if (result.registryTrustDiffers) {
-          process.stderr.write(`wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`);
+          process.stderr.write(
+            `wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`,
+          );
         }
         return EXIT_OK;
       } finally {
@@ -61,7 +74,9 @@ export function register(program: Command): void {
           process.stdout.write(`registry:${opts.profile} holds no revisions\n`);
           return EXIT_OK;
         }
-        process.stdout.write(`${'REV'.padEnd(5)}${'RISK'.padEnd(7)}${'PROVABLE'.padEnd(10)}${'EXPIRES'.padEnd(26)}${'REGISTERED'.padEnd(26)}${'BY'.padEnd(14)}SIGNERS  BODY SHA256\n`);
+        process.stdout.write(
+          `${'REV'.padEnd(5)}${'RISK'.padEnd(7)}${'PROVABLE'.padEnd(10)}${'EXPIRES'.padEnd(26)}${'REGISTERED'.padEnd(26)}${'BY'.padEnd(14)}SIGNERS  BODY SHA256\n`,
+        );
         for (const r of list) {
           process.stdout.write(
             `${String(r.revision).padEnd(5)}${r.risk.padEnd(7)}${(r.provable ? 'yes' : 'no').padEnd(10)}${(r.expiresAt ?? '-').padEnd(26)}${r.registeredAt.padEnd(26)}${r.by.padEnd(14)}${String(r.signers.length).padEnd(9)}${r.bodyDigest.slice(0, 16)}…\n`,

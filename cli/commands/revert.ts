@@ -3,7 +3,13 @@ import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-w
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
-import { changedDevices, revertStateRefusal, revertWindowRefusal, rollForwardCommands, type FinishedRollout } from '../../core/rollout/revert';
+import {
+  changedDevices,
+  revertStateRefusal,
+  revertWindowRefusal,
+  rollForwardCommands,
+  type FinishedRollout,
+} from '../../core/rollout/revert';
 import { statusQuery } from '../../contracts/rollout';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { profileDir, revisionNumbers } from '../../intake/profile-dir';
@@ -12,7 +18,13 @@ import { revertRolloutInput } from '../../intake/revert';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { preflightRollout } from '../preflight';
-import { checkInventoryFlags, readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
+import {
+  checkInventoryFlags,
+  readInventoryFlags,
+  withInventoryOptions,
+  withMembership,
+  type InventoryFlags,
+} from '../membership-client';
 import { action, EXIT_OK } from '../run';
 import { closingLine, watchRollout } from '../watch';
 import { isFinalState } from '../../core/controls';
@@ -58,23 +70,41 @@ cosign it, and start a rollout up to it (going up is always allowed).
 
 /** The run's input, from its first history event (one event fetched, however long the history is). */
 async function inputOfRun(client: Client, workflowId: string, runId: string): Promise<RolloutInput> {
-  const { history } = await client.workflowService.getWorkflowExecutionHistory({ namespace: client.options.namespace, execution: { workflowId, runId }, maximumPageSize: 1 });
+  const { history } = await client.workflowService.getWorkflowExecutionHistory({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
   const payloads = history?.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads;
-  if (!payloads?.length) throw new WavegateError('FAILED', `${workflowId} run ${runId}: its history has no start input to revert from`);
+  if (!payloads?.length)
+    throw new WavegateError('FAILED', `${workflowId} run ${runId}: its history has no start input to revert from`);
   return decodeFromPayloadsAtIndex<RolloutInput>(client.options.loadedDataConverter, 0, payloads);
 }
 
 /** The rollout to revert as Temporal knows it: NOT_FOUND for an unknown id or run. */
-async function readRollout(client: Client, id: string, run?: string): Promise<{ finished: FinishedRollout; input: RolloutInput; closing?: string }> {
+async function readRollout(
+  client: Client,
+  id: string,
+  run?: string,
+): Promise<{ finished: FinishedRollout; input: RolloutInput; closing?: string }> {
   const handle = client.workflow.getHandle(id, run);
   let described: Awaited<ReturnType<typeof handle.describe>>;
   try {
     described = await handle.describe();
   } catch (err) {
-    if (err instanceof WorkflowNotFoundError) throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"${run ? ` and run ${run}` : ''}; \`wavegate list\` shows the rollouts Temporal knows`);
+    if (err instanceof WorkflowNotFoundError)
+      throw new WavegateError(
+        'NOT_FOUND',
+        `no rollout with id "${id}"${run ? ` and run ${run}` : ''}; \`wavegate list\` shows the rollouts Temporal knows`,
+      );
     throw err;
   }
-  if (described.type !== 'rolloutWorkflow') throw new WavegateError('INVALID_INPUT', `${id} is a ${described.type}, not a rollout; only a rollout can be reverted`, { field: '<rollout-id>', value: id });
+  if (described.type !== 'rolloutWorkflow')
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${id} is a ${described.type}, not a rollout; only a rollout can be reverted`,
+      { field: '<rollout-id>', value: id },
+    );
   const runId = described.runId;
   const input = await inputOfRun(client, id, runId);
   const execution = described.status.name;
@@ -104,8 +134,22 @@ async function readRollout(client: Client, id: string, run?: string): Promise<{ 
 function rollForward(input: RolloutInput, profilesRoot: string, inventoryPath: string): string {
   const { spec } = input;
   const layout = profileDir(profilesRoot, spec.profile);
-  const next = Math.max(spec.fromRevision, spec.toRevision, ...revisionNumbers(layout, 'revisions'), ...revisionNumbers(layout, 'envelopes')) + 1;
-  return rollForwardCommands({ profile: spec.profile, profileDir: layout.dir, profilesRoot, from: spec.fromRevision, to: spec.toRevision, next, inventoryPath }).join('\n');
+  const next =
+    Math.max(
+      spec.fromRevision,
+      spec.toRevision,
+      ...revisionNumbers(layout, 'revisions'),
+      ...revisionNumbers(layout, 'envelopes'),
+    ) + 1;
+  return rollForwardCommands({
+    profile: spec.profile,
+    profileDir: layout.dir,
+    profilesRoot,
+    from: spec.fromRevision,
+    to: spec.toRevision,
+    next,
+    inventoryPath,
+  }).join('\n');
 }
 
 /**
@@ -124,12 +168,21 @@ export function register(program: Command): void {
       'inventory file (default: the file the rollout read; one it read over HTTP needs --inventory-url again); read here and stored in a membership entity for the workers',
     )
       .description(
-        "Undo a completed rollout inside its revert window: a new rollout from its toRevision back to its fromRevision over exactly the devices it changed. After the window it is refused (exit 2) and the roll-forward commands are printed",
+        'Undo a completed rollout inside its revert window: a new rollout from its toRevision back to its fromRevision over exactly the devices it changed. After the window it is refused (exit 2) and the roll-forward commands are printed',
       )
-      .option('--fast', 'one phase over every device, no gate timer; the health checks of all the rollout\'s phases still run')
-      .option('--run <runId>', 'an earlier run of an id started before ids were per rollout (`rollout:<profile>`; default: its latest run; `wavegate list --json` shows the runs)')
+      .option(
+        '--fast',
+        "one phase over every device, no gate timer; the health checks of all the rollout's phases still run",
+      )
+      .option(
+        '--run <runId>',
+        'an earlier run of an id started before ids were per rollout (`rollout:<profile>`; default: its latest run; `wavegate list --json` shows the runs)',
+      )
       .option('--profiles <dir>', profilesOptionHelp())
-      .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
+      .option(
+        '--registry',
+        'take the revisions from the profile registry (registry:<profile>) instead of the signed files',
+      )
       .option('--wait', 'wait for the revert to finish; exit 0 only if every device it was for is back')
       .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the revert pauses')
       .option('--interval <ms>', 'with --wait: poll interval', parseInterval, 1000)
@@ -145,30 +198,69 @@ export function register(program: Command): void {
         const { finished, input: original, closing } = await readRollout(client, id, opts.run);
         // Not "is completed: only a completed rollout can be reverted": it is completed, and its run has not closed yet.
         if (closing) {
-          throw new WavegateError('INVALID_STATE', `${id} is ${finished.state} but its run ${finished.runId} is still open (${closing}): revert it once the run has closed; \`wavegate watch ${id}\` returns when it has. Nothing was started`, { state: 'closing' });
+          throw new WavegateError(
+            'INVALID_STATE',
+            `${id} is ${finished.state} but its run ${finished.runId} is still open (${closing}): revert it once the run has closed; \`wavegate watch ${id}\` returns when it has. Nothing was started`,
+            { state: 'closing' },
+          );
         }
         // Where the revert reads its inventory: a flag, else the file the rollout read (a URL is read again
         // only when given: its query, which may have said which fleet, is not kept).
         const inventoryPath = opts.inventoryUrl ?? opts.inventory ?? original.inventoryPath;
         const refused = revertStateRefusal(finished);
         if (refused) {
-          const forward = finished.state === 'aborted' && finished.changed.length ? `\n${rollForward(original, profilesRoot, inventoryPath)}` : '';
-          throw new WavegateError('INVALID_STATE', `${refused}${forward}${earlierRunsHint(id, original.spec.profile, opts.run)}`, { state: finished.state ?? finished.execution });
+          const forward =
+            finished.state === 'aborted' && finished.changed.length
+              ? `\n${rollForward(original, profilesRoot, inventoryPath)}`
+              : '';
+          throw new WavegateError(
+            'INVALID_STATE',
+            `${refused}${forward}${earlierRunsHint(id, original.spec.profile, opts.run)}`,
+            { state: finished.state ?? finished.execution },
+          );
         }
         const closed = revertWindowRefusal(finished, Date.now());
-        if (closed) throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, { state: 'revert-window-closed' });
+        if (closed)
+          throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, {
+            state: 'revert-window-closed',
+          });
         const running = await runningRolloutsOf(client, original.spec.profile);
-        if (running.length) throw new WavegateError('CONFLICT', `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`);
+        if (running.length)
+          throw new WavegateError(
+            'CONFLICT',
+            `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`,
+          );
 
         // The membership as start stores it: the inventory read here, from a file or over HTTP.
         const read = await readInventoryFlags(opts, opts.inventoryUrl ? undefined : original.inventoryPath);
-        const request = { original, reverts: { rolloutId: id, runId: finished.runId, ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}) }, devices: finished.changed, fast: !!opts.fast, profilesRoot: profilesRoot, inventoryPath: read.inventoryPath, inventory: read.inventory, startedBy: operatorName() };
+        const request = {
+          original,
+          reverts: {
+            rolloutId: id,
+            runId: finished.runId,
+            ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}),
+          },
+          devices: finished.changed,
+          fast: !!opts.fast,
+          profilesRoot: profilesRoot,
+          inventoryPath: read.inventoryPath,
+          inventory: read.inventory,
+          startedBy: operatorName(),
+        };
         const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
         // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
         await preflightRollout(client, settings.taskQueue, input);
-        const { handle, runId } = await startOrJoinRollout(client, settings.taskQueue, await withMembership(client, settings.taskQueue, input, read, input.startedBy), { newId: true });
+        const { handle, runId } = await startOrJoinRollout(
+          client,
+          settings.taskQueue,
+          await withMembership(client, settings.taskQueue, input, read, input.startedBy),
+          { newId: true },
+        );
         const { spec } = input;
-        if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, reverts: input.reverts, devices: input.onlyDevices }));
+        if (opts.json)
+          console.log(
+            JSON.stringify({ rolloutId: handle.workflowId, runId, reverts: input.reverts, devices: input.onlyDevices }),
+          );
         else {
           console.log(
             `revert ${handle.workflowId} started: r${spec.fromRevision} → r${spec.toRevision} over the ${finished.changed.length} device(s) ${id} (run ${finished.runId}) changed, ${opts.fast ? 'one phase, no gate (--fast)' : `${spec.phases.length} phase(s) as it ran`}`,
@@ -177,7 +269,9 @@ export function register(program: Command): void {
           console.log(`Web UI: ${workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId)}`);
         }
         if (!opts.wait) return EXIT_OK;
-        return printOutcome(await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }));
+        return printOutcome(
+          await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }),
+        );
       });
     }),
   );

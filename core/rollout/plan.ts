@@ -6,13 +6,27 @@ import type { RolloutInput } from './input';
  * budgets and the revision's risk. The workflow builds it after its snapshot; `wavegate plan` builds it
  * over the devices it read, with the same function, so the preview is the plan.
  */
-export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): PlanInput {
+export function plannerInputOf(
+  input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>,
+  devices: readonly PlanDevice[],
+): PlanInput {
   return {
     rolloutId: input.rolloutId,
     ...(input.planSeed !== undefined ? { seedId: input.planSeed } : {}),
     spec: input.spec,
-    devices: devices.map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: d.current, reachable: d.reachable, ...(d.nodeDown ? { nodeDown: d.nodeDown } : {}) })),
-    pools: Object.fromEntries(Object.entries(input.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }])),
+    devices: devices.map((d) => ({
+      id: d.id,
+      pool: d.pool,
+      class: d.class,
+      os: d.os,
+      updateClass: d.updateClass,
+      current: d.current,
+      reachable: d.reachable,
+      ...(d.nodeDown ? { nodeDown: d.nodeDown } : {}),
+    })),
+    pools: Object.fromEntries(
+      Object.entries(input.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }]),
+    ),
     risk: input.risk,
     // A revert goes down from fromRevision on purpose: its devices there are what it is for.
     ...(input.reverts ? { revertingFrom: input.spec.fromRevision } : {}),
@@ -20,7 +34,10 @@ export function plannerInputOf(input: Pick<RolloutInput, 'rolloutId' | 'planSeed
 }
 
 /** The plan of a rollout from its input and the devices it found. */
-export function planRollout(input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>, devices: readonly PlanDevice[]): Plan {
+export function planRollout(
+  input: Pick<RolloutInput, 'rolloutId' | 'planSeed' | 'spec' | 'poolBudgets' | 'risk' | 'reverts'>,
+  devices: readonly PlanDevice[],
+): Plan {
   return planPhases(plannerInputOf(input, devices));
 }
 

@@ -42,7 +42,9 @@ export const IN_PLACE_REASON = 'already in place (verify only)';
  * verify first was not changed by it, nor were skipped, failed, not-for-me or rolled-back ones.
  */
 export function changedDevices(status: Pick<RolloutStatus, 'devices'>): string[] {
-  return status.devices.filter((d) => (d.state === 'applied' || d.state === 'claimed') && d.phase >= 0 && d.reason !== IN_PLACE_REASON).map((d) => d.id);
+  return status.devices
+    .filter((d) => (d.state === 'applied' || d.state === 'claimed') && d.phase >= 0 && d.reason !== IN_PLACE_REASON)
+    .map((d) => d.id);
 }
 
 /** Why this rollout cannot be reverted whatever the time (its state), with what to do instead; null when it can. */
@@ -52,20 +54,26 @@ export function revertStateRefusal(r: FinishedRollout): string | null {
   if (r.execution === 'RUNNING') {
     return `${id} is ${r.state ?? 'running'}: only a completed rollout can be reverted; to undo it now, abort it (\`wavegate abort ${id}\` puts back every device it changed)`;
   }
-  if (r.canary) return `${id} is a nightly canary run: it puts its canary back itself (unless --keep); nothing to revert`;
-  if (r.execution === 'CANCELLED' || r.state === 'cancelled') return `${id} is cancelled: it put back every device it changed before it closed; nothing to revert`;
-  if (r.execution !== 'COMPLETED') return `${id} ${r.execution === 'TERMINATED' ? 'was terminated' : `is ${r.execution.toLowerCase().replace(/_/g, ' ')}`}: it did not complete, so no floor was raised; read \`wavegate status ${id}\` and \`wavegate audit ${id}\` for where its devices are`;
-  if (r.state === 'rolled-back') return `${id} is rolled-back: it already put back every device it changed to r${from}; nothing to revert`;
+  if (r.canary)
+    return `${id} is a nightly canary run: it puts its canary back itself (unless --keep); nothing to revert`;
+  if (r.execution === 'CANCELLED' || r.state === 'cancelled')
+    return `${id} is cancelled: it put back every device it changed before it closed; nothing to revert`;
+  if (r.execution !== 'COMPLETED')
+    return `${id} ${r.execution === 'TERMINATED' ? 'was terminated' : `is ${r.execution.toLowerCase().replace(/_/g, ' ')}`}: it did not complete, so no floor was raised; read \`wavegate status ${id}\` and \`wavegate audit ${id}\` for where its devices are`;
+  if (r.state === 'rolled-back')
+    return `${id} is rolled-back: it already put back every device it changed to r${from}; nothing to revert`;
   if (r.state === 'aborted') {
     return r.changed.length
       ? `${id} is aborted: only a completed rollout can be reverted; ${r.changed.length} device(s) it changed were kept at r${to} (abort --no-rollback) with no revert window, so roll forward to move them`
       : `${id} is aborted: it put back every device it changed; nothing to revert`;
   }
-  if (r.state !== 'completed') return `${id} is ${r.state ?? 'in an unknown state'}: only a completed rollout can be reverted`;
+  if (r.state !== 'completed')
+    return `${id} is ${r.state ?? 'in an unknown state'}: only a completed rollout can be reverted`;
   if (r.reverts) {
     return `${id} is itself a revert of ${r.reverts.rolloutId} (run ${r.reverts.runId}): to go back up to r${from}, start a rollout r${to} → r${from} again (going up is always allowed)`;
   }
-  if (r.changed.length === 0) return `${id} completed without changing any device (every one was already at r${to}, not-for-me or left out); nothing to revert`;
+  if (r.changed.length === 0)
+    return `${id} completed without changing any device (every one was already at r${to}, not-for-me or left out); nothing to revert`;
   return null;
 }
 
@@ -80,18 +88,41 @@ export function revertWindowOf(spec: { revertWindow?: number }): number {
  * revert that names the rollout's run and close time), so the CLI's early answer and the devices'
  * enforcement agree: the window runs from the rollout's close.
  */
-export function revertWindowRefusal(r: Pick<FinishedRollout, 'rolloutId' | 'runId' | 'closedAt' | 'spec'>, now: number): string | null {
+export function revertWindowRefusal(
+  r: Pick<FinishedRollout, 'rolloutId' | 'runId' | 'closedAt' | 'spec'>,
+  now: number,
+): string | null {
   const windowMs = revertWindowOf(r.spec);
   const closedAt = r.closedAt ?? now;
-  const floor = { revision: r.spec.toRevision, from: r.spec.fromRevision, revertUntil: 0, rollout: r.rolloutId, run: r.runId, window: windowMs, at: 0 };
-  if (floorRefusal(floor, r.spec.fromRevision, now, { kind: 'revert', rollout: r.rolloutId, run: r.runId, closedAt }) === null) return null;
-  const closed = windowMs > 0 ? `its revert window (revertWindow ${formatDurationMs(windowMs)}) closed at ${new Date(revertUntilOf(closedAt, windowMs)).toISOString()}` : 'it had no revert window (revertWindow 0)';
+  const floor = {
+    revision: r.spec.toRevision,
+    from: r.spec.fromRevision,
+    revertUntil: 0,
+    rollout: r.rolloutId,
+    run: r.runId,
+    window: windowMs,
+    at: 0,
+  };
+  if (
+    floorRefusal(floor, r.spec.fromRevision, now, { kind: 'revert', rollout: r.rolloutId, run: r.runId, closedAt }) ===
+    null
+  )
+    return null;
+  const closed =
+    windowMs > 0
+      ? `its revert window (revertWindow ${formatDurationMs(windowMs)}) closed at ${new Date(revertUntilOf(closedAt, windowMs)).toISOString()}`
+      : 'it had no revert window (revertWindow 0)';
   return `${r.rolloutId} completed at ${new Date(closedAt).toISOString()} and ${closed}: its devices' floor is r${r.spec.toRevision} now, so nothing below it is applied there again; roll forward instead`;
 }
 
 /** The one phase of `revert --fast`: every device at once, no gate timer, every health check of the original's phases. */
 export function fastRevertPhase(phases: readonly PhaseSpec[]): PhaseSpec {
-  return { bulk: { kind: 'percent', percent: 100 }, name: 'revert (fast)', gate: 0, healthGate: [...new Set(phases.flatMap((p) => p.healthGate))] };
+  return {
+    bulk: { kind: 'percent', percent: 100 },
+    name: 'revert (fast)',
+    gate: 0,
+    healthGate: [...new Set(phases.flatMap((p) => p.healthGate))],
+  };
 }
 
 /**
@@ -100,7 +131,13 @@ export function fastRevertPhase(phases: readonly PhaseSpec[]): PhaseSpec {
  * window of its own (its floor ends at its target; going up again is always allowed).
  */
 export function revertSpec(original: RolloutSpec, fast: boolean): RolloutSpec {
-  return { ...original, fromRevision: original.toRevision, toRevision: original.fromRevision, phases: fast ? [fastRevertPhase(original.phases)] : original.phases, revertWindow: 0 };
+  return {
+    ...original,
+    fromRevision: original.toRevision,
+    toRevision: original.fromRevision,
+    phases: fast ? [fastRevertPhase(original.phases)] : original.phases,
+    revertWindow: 0,
+  };
 }
 
 export interface RollForwardRequest {

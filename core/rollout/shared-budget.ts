@@ -80,7 +80,10 @@ export class SharedBudget {
       const n = this.inUse(pool);
       if (n !== 0) inFlight[pool] = n;
     }
-    return { inFlight, tally: { succeeded: this.earlier.succeeded + own.succeeded, failed: this.earlier.failed + own.failed } };
+    return {
+      inFlight,
+      tally: { succeeded: this.earlier.succeeded + own.succeeded, failed: this.earlier.failed + own.failed },
+    };
   }
   /** Devices that ended in earlier slices, as far as this slice has heard. */
   earlierTally(): FailureTally {

@@ -40,11 +40,27 @@ export const REVISIONS: RevisionSource[] = [
     payload: { conf: `conf r${n}\n` },
     health: CHECKS,
   })),
-  { revision: 4, apply: 'echo r4 >> "$HOME/apply-runs" && echo "no space left on device" >&2 && exit 3', verify: `grep -qx 'conf r4' "$HOME/etc/conf"`, health: CHECKS },
-  { revision: 5, apply: 'echo r5 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && echo draft > "$HOME/etc/conf5"', verify: `grep -qx 'conf r5' "$HOME/etc/conf5"`, health: CHECKS },
+  {
+    revision: 4,
+    apply: 'echo r4 >> "$HOME/apply-runs" && echo "no space left on device" >&2 && exit 3',
+    verify: `grep -qx 'conf r4' "$HOME/etc/conf"`,
+    health: CHECKS,
+  },
+  {
+    revision: 5,
+    apply: 'echo r5 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && echo draft > "$HOME/etc/conf5"',
+    verify: `grep -qx 'conf r5' "$HOME/etc/conf5"`,
+    health: CHECKS,
+  },
   // A real check of the fact, but its non-ASCII text makes it prose to the provability rule (NON_ASCII):
   // verify-first fails, the apply runs, verify passes, and still the device only claims it.
-  { revision: 6, apply: 'echo r6 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/conf" "$HOME/etc/conf6"', verify: `grep -qx 'conf r6 ✓' "$HOME/etc/conf6"`, payload: { conf: 'conf r6 ✓\n' }, health: CHECKS },
+  {
+    revision: 6,
+    apply: 'echo r6 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/conf" "$HOME/etc/conf6"',
+    verify: `grep -qx 'conf r6 ✓' "$HOME/etc/conf6"`,
+    payload: { conf: 'conf r6 ✓\n' },
+    health: CHECKS,
+  },
 ];
 
 /** Every device of the suite, by case: each case has devices of its own, so one failing case leaves the others' devices alone. */
@@ -89,7 +105,8 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       return text === null ? null : parseFloor(text);
     };
     /** How many times revision n's apply really ran on the device (every apply appends `r<n>` first). */
-    const runs = (id: string, n: number) => (read(id, 'apply-runs') ?? '').split('\n').filter((l) => l === `r${n}`).length;
+    const runs = (id: string, n: number) =>
+      (read(id, 'apply-runs') ?? '').split('\n').filter((l) => l === `r${n}`).length;
     const allRuns = (id: string) => (read(id, 'apply-runs') ?? '').split('\n').filter(Boolean).length;
     const conf = (id: string) => read(id, 'etc/conf');
     /** The device holds revision n's fact (what r<n>'s verify reads), its marker saying so. */
@@ -104,35 +121,109 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
 
     // --- rollouts ------------------------------------------------------------------------------
     const cli = (args: string[], timeoutMs = 240_000): Promise<CliRun> =>
-      runCli(args, { timeoutMs, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
+      runCli(args, {
+        timeoutMs,
+        env: {
+          TEMPORAL_ADDRESS: '',
+          TEMPORAL_PROFILE: '',
+          TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+          WAVEGATE_PROFILES: '',
+        },
+      });
     function inventory(name: string, ids: readonly string[]): string {
       const path = join(scratch.dir, `${name}.inventory.yaml`);
-      writeFileSync(path, stringify({ pools: { conf: { disruptionBudget: 1 } }, devices: ids.map((id) => ({ ...backend.inventoryEntry(id), pool: 'conf', class: 'edge', labels: { case: name } })) }));
+      writeFileSync(
+        path,
+        stringify({
+          pools: { conf: { disruptionBudget: 1 } },
+          devices: ids.map((id) => ({
+            ...backend.inventoryEntry(id),
+            pool: 'conf',
+            class: 'edge',
+            labels: { case: name },
+          })),
+        }),
+      );
       return path;
     }
     function spec(name: string, from: number, to: number, rollout: Record<string, unknown> = {}): string {
       const path = join(scratch.dir, `${name}.spec.yaml`);
-      writeFileSync(path, stringify({ rollout: { profile: PROFILE, fromRevision: from, toRevision: to, phases: [{ bulk: 'remainder', gate: '1s' }], maxFailureRatio: 1, applyTimeout: '3m', ...rollout } }));
+      writeFileSync(
+        path,
+        stringify({
+          rollout: {
+            profile: PROFILE,
+            fromRevision: from,
+            toRevision: to,
+            phases: [{ bulk: 'remainder', gate: '1s' }],
+            maxFailureRatio: 1,
+            applyTimeout: '3m',
+            ...rollout,
+          },
+        }),
+      );
       return path;
     }
     /** `wavegate start` (the real command): the rollout's id and run. */
-    async function start(name: string, ids: readonly string[], from: number, to: number, rollout: Record<string, unknown> = {}) {
-      const run = await cli(['start', '-f', spec(name, from, to, rollout), '--inventory', inventory(name, ids), '--profiles', root, '--json', ...ctx.temporalArgs()]);
+    async function start(
+      name: string,
+      ids: readonly string[],
+      from: number,
+      to: number,
+      rollout: Record<string, unknown> = {},
+    ) {
+      const run = await cli([
+        'start',
+        '-f',
+        spec(name, from, to, rollout),
+        '--inventory',
+        inventory(name, ids),
+        '--profiles',
+        root,
+        '--json',
+        ...ctx.temporalArgs(),
+      ]);
       expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
       const started = JSON.parse(run.stdout) as { rolloutId: string; runId: string };
       return { rolloutId: started.rolloutId, runId: started.runId };
     }
-    const result = (r: { rolloutId: string; runId: string }) => env.client.workflow.getHandle(r.rolloutId, r.runId).result() as Promise<RolloutStatus>;
+    const result = (r: { rolloutId: string; runId: string }) =>
+      env.client.workflow.getHandle(r.rolloutId, r.runId).result() as Promise<RolloutStatus>;
     /** Start r<from> -> r<to> over `ids` and wait for its end. */
-    async function rollout(name: string, ids: readonly string[], from: number, to: number, extra: Record<string, unknown> = {}) {
+    async function rollout(
+      name: string,
+      ids: readonly string[],
+      from: number,
+      to: number,
+      extra: Record<string, unknown> = {},
+    ) {
       const started = await start(name, ids, from, to, extra);
       return { ...started, status: await result(started) };
     }
     /** What intake would hand the workflow for this spec: the base of the inputs a control plane can forge. */
-    function inputFor(name: string, ids: readonly string[], from: number, to: number, extra: Record<string, unknown> = {}): RolloutInput {
+    function inputFor(
+      name: string,
+      ids: readonly string[],
+      from: number,
+      to: number,
+      extra: Record<string, unknown> = {},
+    ): RolloutInput {
       const specSource = `${name} (conformance)`;
       return rolloutInputFromFiles({
-        spec: parseRolloutSpec({ rollout: { profile: PROFILE, fromRevision: from, toRevision: to, phases: [{ bulk: 'remainder', gate: '1s' }], maxFailureRatio: 1, applyTimeout: '3m', ...extra } }, specSource),
+        spec: parseRolloutSpec(
+          {
+            rollout: {
+              profile: PROFILE,
+              fromRevision: from,
+              toRevision: to,
+              phases: [{ bulk: 'remainder', gate: '1s' }],
+              maxFailureRatio: 1,
+              applyTimeout: '3m',
+              ...extra,
+            },
+          },
+          specSource,
+        ),
         specSource,
         inventoryPath: inventory(name, ids),
         profilesRoot: root,
@@ -141,20 +232,45 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
     }
     /** Start a workflow input directly through the client (what a compromised or buggy control plane could send) and wait for its end. */
     async function forged(input: RolloutInput): Promise<RolloutStatus> {
-      const handle = await env.client.workflow.start('rolloutWorkflow', { workflowId: input.rolloutId, taskQueue: ctx.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start('rolloutWorkflow', {
+        workflowId: input.rolloutId,
+        taskQueue: ctx.taskQueue,
+        args: [input],
+      });
       return (await handle.result()) as RolloutStatus;
     }
     function revertInput(name: string, ids: readonly string[], reverts: RevertOf): RolloutInput {
-      return revertRolloutInput({ original: inputFor(name, ids, 1, 2), reverts, devices: [...ids], fast: true, profilesRoot: root, startedBy: 'conformance' });
+      return revertRolloutInput({
+        original: inputFor(name, ids, 1, 2),
+        reverts,
+        devices: [...ids],
+        fast: true,
+        profilesRoot: root,
+        startedBy: 'conformance',
+      });
     }
     const device = (s: RolloutStatus, id: string) => {
       const d = s.devices.find((x) => x.id === id);
       expect(d, `${id} in ${JSON.stringify(s.devices)}`).toBeDefined();
       return d!;
     };
-    const closedAt = async (r: { rolloutId: string; runId: string }) => (await env.client.workflow.getHandle(r.rolloutId, r.runId).describe()).closeTime!.getTime();
+    const closedAt = async (r: { rolloutId: string; runId: string }) =>
+      (await env.client.workflow.getHandle(r.rolloutId, r.runId).describe()).closeTime!.getTime();
     const board = async (name: string, ids: readonly string[], revision: number) => {
-      const run = await cli(['fleet', 'status', '--profile', PROFILE, '--inventory', inventory(name, ids), '--profiles', root, '--revision', String(revision), '--json', ...backend.boardArgs(ctx)]);
+      const run = await cli([
+        'fleet',
+        'status',
+        '--profile',
+        PROFILE,
+        '--inventory',
+        inventory(name, ids),
+        '--profiles',
+        root,
+        '--revision',
+        String(revision),
+        '--json',
+        ...backend.boardArgs(ctx),
+      ]);
       expect(run.code === 0 || run.code === 1, `${run.stdout}\n${run.stderr}`).toBe(true);
       const parsed = JSON.parse(run.stdout) as { rows: Array<{ id: string; state: string; reason?: string }> };
       return { code: run.code, rows: Object.fromEntries(parsed.rows.map((r) => [r.id, r])) };
@@ -168,10 +284,28 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       const devicePins = profile.writePins(join(scratch.dir, 'device-pins'));
       env = await startDevServerEnv();
       const taskQueue = `conformance-${backend.transport}-${process.pid}`;
-      const temporalArgs = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue];
+      const temporalArgs = () => [
+        '--address',
+        env.address,
+        '--namespace',
+        env.namespace ?? 'default',
+        '--task-queue',
+        taskQueue,
+      ];
       worker = workerProcess([...temporalArgs(), '--profiles', root, '--audit-dir', join(scratch.dir, 'audit')]);
       await worker.restart();
-      ctx = { scratch: scratch.dir, address: env.address, namespace: env.namespace ?? 'default', taskQueue, client: env.client, profilesRoot: root, profile: PROFILE, devicePins, worker, temporalArgs };
+      ctx = {
+        scratch: scratch.dir,
+        address: env.address,
+        namespace: env.namespace ?? 'default',
+        taskQueue,
+        client: env.client,
+        profilesRoot: root,
+        profile: PROFILE,
+        devicePins,
+        worker,
+        temporalArgs,
+      };
       await backend.start(ctx, ALL);
     }, 600_000);
 
@@ -193,7 +327,14 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
         expect(allRuns(id), `${id}: apply runs of any revision`).toBe(1);
         expect(marker(id), id).toBe(2);
         expect(conf(id), id).toBe('conf r2\n');
-        expect(floor(id), `${id} floor`).toMatchObject({ revision: 2, from: 1, revertUntil: 0, rollout: r.rolloutId, run: r.runId, window: 3_600_000 });
+        expect(floor(id), `${id} floor`).toMatchObject({
+          revision: 2,
+          from: 1,
+          revertUntil: 0,
+          rollout: r.rolloutId,
+          run: r.runId,
+          window: 3_600_000,
+        });
         expect(floor(id)!.at, `${id} floor at`).toEqual(expect.any(Number));
       }
     });
@@ -212,7 +353,16 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(runs(behind, 2)).toBe(1);
       expect(floor(behind)).toMatchObject({ revision: 2, from: 1, run: r.runId });
       // Reverted: only the device the rollout changed goes back; the one found in place is never touched.
-      const revert = await cli(['revert', r.rolloutId, '--profiles', root, '--wait', '--interval', '300', ...ctx.temporalArgs()]);
+      const revert = await cli([
+        'revert',
+        r.rolloutId,
+        '--profiles',
+        root,
+        '--wait',
+        '--interval',
+        '300',
+        ...ctx.temporalArgs(),
+      ]);
       expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
       expect(marker(behind)).toBe(1);
       expect(runs(behind, 1)).toBe(1);
@@ -269,14 +419,17 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
         const input = inputFor(`refuse-${reason}`, DEVICES.refusals, 1, 2);
         const { envelope: _good, ...unsigned } = input.steps;
         const status = await forged({ ...input, steps: envelope ? { ...unsigned, envelope } : unsigned });
-        expect(device(status, id), reason).toMatchObject({ state: 'failed', reason: expect.stringContaining(`EnvelopeRejected (${reason})`) });
+        expect(device(status, id), reason).toMatchObject({
+          state: 'failed',
+          reason: expect.stringContaining(`EnvelopeRejected (${reason})`),
+        });
         expect(allRuns(id), `${reason}: nothing ran`).toBe(0);
         expect(marker(id), reason).toBe(1);
         expect(conf(id), reason).toBe('conf r1\n');
       }
     });
 
-    test('7. below the floor: after r1 -> r2 completed, r1 by anything but that rollout\'s compensation or revert is refused BELOW_FLOOR; the device stays at r2', async () => {
+    test("7. below the floor: after r1 -> r2 completed, r1 by anything but that rollout's compensation or revert is refused BELOW_FLOOR; the device stays at r2", async () => {
       const ids = DEVICES.floor;
       const [id] = ids;
       seed(id, 1);
@@ -284,7 +437,13 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(done.status.state).toBe('completed');
       expect(floor(id)).toMatchObject({ revision: 2, from: 1, run: done.runId });
       // A "revert" naming another run of the same rollout id: not the rollout that raised the floor.
-      const other = await forged(revertInput('floor-other-run', ids, { rolloutId: done.rolloutId, runId: '00000000-0000-4000-8000-000000000000', closedAt: await closedAt(done) }));
+      const other = await forged(
+        revertInput('floor-other-run', ids, {
+          rolloutId: done.rolloutId,
+          runId: '00000000-0000-4000-8000-000000000000',
+          closedAt: await closedAt(done),
+        }),
+      );
       expect(device(other, id)).toMatchObject({ state: 'failed', reason: expect.stringContaining('BELOW_FLOOR') });
       // The device asked directly (no rollout at all: SSH transport / a twin desire).
       const outside = await backend.applyOutsideRollout(ctx, id, inputFor('floor-outside', ids, 1, 2).rollbackSteps);
@@ -301,8 +460,14 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       const before = read(id, `.wavegate/profiles/${PROFILE}/floor`);
       writeFileSync(file(id, 'unhealthy'), '');
       // A manual gate holds the rollout after the apply: the floor it raised is on the device then.
-      const started = await start('rollback', DEVICES.rollback, 1, 2, { phases: [{ bulk: 'remainder', gate: 'manual', healthGate: ['check: conf-ok'] }] });
-      const raised = await until('the floor raised by the apply', async () => (floor(id)?.revision === 2 ? floor(id)! : undefined), 180_000);
+      const started = await start('rollback', DEVICES.rollback, 1, 2, {
+        phases: [{ bulk: 'remainder', gate: 'manual', healthGate: ['check: conf-ok'] }],
+      });
+      const raised = await until(
+        'the floor raised by the apply',
+        async () => (floor(id)?.revision === 2 ? floor(id)! : undefined),
+        180_000,
+      );
       expect(raised).toMatchObject({ revision: 2, from: 1, rollout: started.rolloutId, run: started.runId });
       const approve = await cli(['approve', started.rolloutId, ...ctx.temporalArgs()]);
       expect(approve.code, `${approve.stdout}\n${approve.stderr}`).toBe(0);
@@ -324,7 +489,16 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       const inside = await rollout('revert-inside', ids, 1, 2, { revertWindow: '1h' });
       expect(inside.status.state).toBe('completed');
       expect(marker(id)).toBe(2);
-      const revert = await cli(['revert', inside.rolloutId, '--profiles', root, '--wait', '--interval', '300', ...ctx.temporalArgs()]);
+      const revert = await cli([
+        'revert',
+        inside.rolloutId,
+        '--profiles',
+        root,
+        '--wait',
+        '--interval',
+        '300',
+        ...ctx.temporalArgs(),
+      ]);
       expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
       expect(marker(id)).toBe(1);
       expect(conf(id)).toBe('conf r1\n');
@@ -340,8 +514,13 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(refused.stderr).toMatch(/revert window/);
       expect(marker(id)).toBe(2);
       // Forced past the CLI: the revert's own input, for this very rollout and run, after its window.
-      const forcedStatus = await forged(revertInput('revert-forced', ids, { rolloutId: late.rolloutId, runId: late.runId, closedAt: closed }));
-      expect(device(forcedStatus, id)).toMatchObject({ state: 'failed', reason: expect.stringContaining('BELOW_FLOOR') });
+      const forcedStatus = await forged(
+        revertInput('revert-forced', ids, { rolloutId: late.rolloutId, runId: late.runId, closedAt: closed }),
+      );
+      expect(device(forcedStatus, id)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringContaining('BELOW_FLOOR'),
+      });
       expect(runs(id, 1), 'r1 did not run again').toBe(1);
       expect(marker(id)).toBe(2);
       expect(conf(id)).toBe('conf r2\n');
@@ -365,9 +544,11 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(failing.status.phases[0]).toMatchObject({ gateOutcome: 'fail' });
       expect((failing.status.phases[0]!.evidence ?? []).join(' ')).toContain('conf-ok');
       expect(runs(id, 3)).toBe(1);
-      expect(runs(id, 2), 'r2 applied by the first rollout, then again by the second one\'s compensation').toBe(2);
+      expect(runs(id, 2), "r2 applied by the first rollout, then again by the second one's compensation").toBe(2);
       expect(marker(id)).toBe(2);
-      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor the first rollout raised, restored').toBe(floorAtR2);
+      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor the first rollout raised, restored').toBe(
+        floorAtR2,
+      );
       rmSync(file(id, 'unhealthy'));
     });
 

@@ -42,6 +42,8 @@ export const CORPUS_ROOT = 'test/corpus';
 
 /** Every case: cases.yaml, then each cases-<topic>.yaml (one file per topic, so authors do not collide). */
 export function corpusCases(): CorpusCase[] {
-  const files = readdirSync(CORPUS_ROOT).filter((f) => /^cases(-[a-z0-9-]+)?\.yaml$/.test(f)).sort((a, b) => (a === 'cases.yaml' ? -1 : b === 'cases.yaml' ? 1 : a < b ? -1 : 1));
+  const files = readdirSync(CORPUS_ROOT)
+    .filter((f) => /^cases(-[a-z0-9-]+)?\.yaml$/.test(f))
+    .sort((a, b) => (a === 'cases.yaml' ? -1 : b === 'cases.yaml' ? 1 : a < b ? -1 : 1));
   return files.flatMap((f) => parseYaml(readFileSync(join(CORPUS_ROOT, f), 'utf8')) as CorpusCase[]);
 }

@@ -46,7 +46,12 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
   const stateDir = (d: string) => join(scratch.dir, 'state', d);
   const gatewayProfiles = join(scratch.dir, 'gateway-profiles');
   const devicePins = join(scratch.dir, 'device-pins');
-  const runs = (d: string) => (existsSync(join(home(d), 'apply-runs')) ? readFileSync(join(home(d), 'apply-runs'), 'utf8').split('\n').filter(Boolean) : []);
+  const runs = (d: string) =>
+    existsSync(join(home(d), 'apply-runs'))
+      ? readFileSync(join(home(d), 'apply-runs'), 'utf8')
+          .split('\n')
+          .filter(Boolean)
+      : [];
   const marker = (d: string, profile = 'agentp') => {
     const f = join(home(d), '.wavegate/profiles', profile, 'revision');
     return existsSync(f) ? Number(readFileSync(f, 'utf8').trim()) : null;
@@ -62,14 +67,27 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       revision: n,
       apply: `echo "${profile} r${n}" >> "$HOME/apply-runs" && sleep ${sleepS} && cp "$WAVEGATE_STAGING/app-${n}.conf" "$HOME/${profile}.conf"`,
       verify: `grep -qx 'rev ${n}' "$HOME/${profile}.conf"`,
-      payload: [{ name: `app-${n}.conf`, sha256: createHash('sha256').update(body).digest('hex'), size: body.length, source: `payload/app-${n}.conf` }],
+      payload: [
+        {
+          name: `app-${n}.conf`,
+          sha256: createHash('sha256').update(body).digest('hex'),
+          size: body.length,
+          source: `payload/app-${n}.conf`,
+        },
+      ],
       risk: 'risky',
       health: { runtimes: [{ name: 'conf-present', command: `test -f "$HOME/${profile}.conf"` }] },
     };
   };
   let counter = 0;
   /** Signal a desired entry for `envelope` (digest computed unless given) and return its requestId. */
-  const desire = async (device: string, profile: string, n: number, envelope: Envelope, over: Partial<DesiredRequest> = {}): Promise<string> => {
+  const desire = async (
+    device: string,
+    profile: string,
+    n: number,
+    envelope: Envelope,
+    over: Partial<DesiredRequest> = {},
+  ): Promise<string> => {
     const holder = { rollout: `rollout:${profile}`, run: `run-${++counter}`, activity: `${counter}`, attempt: 1 };
     const request: DesiredRequest = {
       requestId: requestIdOf(holder),
@@ -97,18 +115,43 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     );
 
   const inventory = join(scratch.dir, 'inventory.yaml');
-  const writeInventory = (ids: readonly string[]) => writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: ids.map((id) => ({ id, pool: 'p', transport: 'agent', agentKey: identity.get(id)!.pin })) }));
+  const writeInventory = (ids: readonly string[]) =>
+    writeFileSync(
+      inventory,
+      JSON.stringify({
+        pools: { p: {} },
+        devices: ids.map((id) => ({ id, pool: 'p', transport: 'agent', agentKey: identity.get(id)!.pin })),
+      }),
+    );
   const enroll = async (d: string) => {
     mkdirSync(home(d), { recursive: true });
     const run = await runCli(['agent', 'enroll', '--state-dir', stateDir(d)]);
     expect(run.code, run.stderr).toBe(0);
     const keyFile = join(stateDir(d), 'identity.key');
-    identity.set(d, { keyFile, pin: run.stdout.trim(), secret: Uint8Array.from(Buffer.from(JSON.parse(readFileSync(keyFile, 'utf8')).secretKey, 'base64')) });
+    identity.set(d, {
+      keyFile,
+      pin: run.stdout.trim(),
+      secret: Uint8Array.from(Buffer.from(JSON.parse(readFileSync(keyFile, 'utf8')).secretKey, 'base64')),
+    });
   };
 
   const startAgent = async (device: string) => {
     const { child } = await spawnCliUntil(
-      ['agent', '--device-id', device, '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir(device), '--key', identity.get(device)!.keyFile, '--home', home(device)],
+      [
+        'agent',
+        '--device-id',
+        device,
+        '--gateway',
+        gatewayUrl,
+        '--trust',
+        devicePins,
+        '--state-dir',
+        stateDir(device),
+        '--key',
+        identity.get(device)!.keyFile,
+        '--home',
+        home(device),
+      ],
       /syncing with the gateway/,
     );
     agents.set(device, child);
@@ -130,7 +173,21 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     writeInventory(devices);
     mkdirSync(gatewayProfiles, { recursive: true });
     gateway = await spawnCliUntil(
-      ['gateway', '--listen', '127.0.0.1:0', '--inventory', inventory, '--profiles', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue],
+      [
+        'gateway',
+        '--listen',
+        '127.0.0.1:0',
+        '--inventory',
+        inventory,
+        '--profiles',
+        gatewayProfiles,
+        '--address',
+        env.address,
+        '--namespace',
+        env.namespace ?? 'default',
+        '--task-queue',
+        worker.taskQueue,
+      ],
       /gateway listening on (http:\/\/\S+)/,
     );
     gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
@@ -187,7 +244,12 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
 
     it('an envelope tampered on the way (body changed, signature kept): BAD_SIGNATURE', async () => {
       const good = signRevision(revision('agentp', 4), signer, { now: Date.now() });
-      const evil = { ...revision('agentp', 4), apply: 'echo pwned >> "$HOME/apply-runs"', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + DAY).toISOString() };
+      const evil = {
+        ...revision('agentp', 4),
+        apply: 'echo pwned >> "$HOME/apply-runs"',
+        issuedAt: new Date().toISOString(),
+        expiresAt: new Date(Date.now() + DAY).toISOString(),
+      };
       const tampered: Envelope = { ...good, body: toBase64(utf8Encode(canonicalize(evil))) };
       await refused(await desire('dev-a', 'agentp', 4, tampered), 'BAD_SIGNATURE');
     }, 180_000);
@@ -198,10 +260,13 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     }, 180_000);
 
     it('signed by a key the device does not pin: UNPINNED_KEY', async () => {
-      await refused(await desire('dev-a', 'agentp', 4, signRevision(revision('agentp', 4), stranger, { now: Date.now() })), 'UNPINNED_KEY');
+      await refused(
+        await desire('dev-a', 'agentp', 4, signRevision(revision('agentp', 4), stranger, { now: Date.now() })),
+        'UNPINNED_KEY',
+      );
     }, 180_000);
 
-    it('under the device\'s threshold (one of two required signers): BELOW_THRESHOLD; with both it applies', async () => {
+    it("under the device's threshold (one of two required signers): BELOW_THRESHOLD; with both it applies", async () => {
       const one = signRevision(revision('agentq', 1), signer, { now: Date.now() });
       await refused(await desire('dev-a', 'agentq', 1, one), 'BELOW_THRESHOLD', 'agentq');
       const both = cosignEnvelope(one, second);
@@ -214,27 +279,50 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       await refused(await desire('dev-a', 'agentp', 4, old), 'EXPIRED');
     }, 180_000);
 
-    it('below the device\'s own floor (the SSH path\'s floor file): BELOW_FLOOR', async () => {
+    it("below the device's own floor (the SSH path's floor file): BELOW_FLOOR", async () => {
       // r3 is in place; a completed rollout confirmed r5 as this device's floor (written as the worker does).
-      writeFileSync(join(home('dev-a'), '.wavegate/profiles/agentp/floor'), formatFloor({ revision: 5, from: 3, revertUntil: 0, rollout: 'rollout:done' }));
-      const report = await refused(await desire('dev-a', 'agentp', 4, signRevision(revision('agentp', 4), signer, { now: Date.now() })), 'BELOW_FLOOR');
+      writeFileSync(
+        join(home('dev-a'), '.wavegate/profiles/agentp/floor'),
+        formatFloor({ revision: 5, from: 3, revertUntil: 0, rollout: 'rollout:done' }),
+      );
+      const report = await refused(
+        await desire('dev-a', 'agentp', 4, signRevision(revision('agentp', 4), signer, { now: Date.now() })),
+        'BELOW_FLOOR',
+      );
       expect(report.detail).toContain('floor r5');
     }, 180_000);
   });
 
-  describe('the gateway refuses requests that are not the device\'s own', () => {
+  describe("the gateway refuses requests that are not the device's own", () => {
     const raw = async (device: string, secret: Uint8Array, path: string, body: unknown, header?: string) => {
       const bytes = Buffer.from(body === undefined ? '' : JSON.stringify(body));
-      const authorization = header ?? authorizationHeader({ device, method: body === undefined ? 'GET' : 'POST', path, body: bytes, now: Date.now(), nonce: randomBytes(16).toString('hex'), secretKey: secret });
-      const res = await fetch(`${gatewayUrl}${path}`, { method: body === undefined ? 'GET' : 'POST', headers: { authorization, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: bytes }) });
+      const authorization =
+        header ??
+        authorizationHeader({
+          device,
+          method: body === undefined ? 'GET' : 'POST',
+          path,
+          body: bytes,
+          now: Date.now(),
+          nonce: randomBytes(16).toString('hex'),
+          secretKey: secret,
+        });
+      const res = await fetch(`${gatewayUrl}${path}`, {
+        method: body === undefined ? 'GET' : 'POST',
+        headers: { authorization, 'content-type': 'application/json' },
+        ...(body === undefined ? {} : { body: bytes }),
+      });
       return { status: res.status, body: (await res.json()) as { code: string; message: string }, authorization };
     };
     const sync = { report: null, knownVersion: 0, waitMs: 0 };
 
-    it('signed by another device\'s key: 401 naming the bad signature; the sync of the device itself passes', async () => {
+    it("signed by another device's key: 401 naming the bad signature; the sync of the device itself passes", async () => {
       const foreign = await raw('dev-a', identity.get('dev-b')!.secret, '/v1/sync', sync);
       expect(foreign.status).toBe(401);
-      expect(foreign.body).toMatchObject({ code: 'UNAUTHENTICATED', message: expect.stringContaining('BAD_SIGNATURE') });
+      expect(foreign.body).toMatchObject({
+        code: 'UNAUTHENTICATED',
+        message: expect.stringContaining('BAD_SIGNATURE'),
+      });
       const own = await raw('dev-b', identity.get('dev-b')!.secret, '/v1/sync', sync);
       expect(own.status).toBe(200);
       expect((own.body as unknown as TwinView).deviceId).toBe('dev-b');
@@ -243,12 +331,18 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     it('a replayed request: 401 REPLAY', async () => {
       const first = await raw('dev-b', identity.get('dev-b')!.secret, '/v1/report', { report: null });
       expect(first.status).toBe(200);
-      const again = await raw('dev-b', identity.get('dev-b')!.secret, '/v1/report', { report: null }, first.authorization);
+      const again = await raw(
+        'dev-b',
+        identity.get('dev-b')!.secret,
+        '/v1/report',
+        { report: null },
+        first.authorization,
+      );
       expect(again.status).toBe(401);
       expect(again.body.code).toBe('REPLAY');
     }, 60_000);
 
-    it('another device\'s payload: 403; an unknown device 401; a bad field 400 naming it; logs carry no signature', async () => {
+    it("another device's payload: 403; an unknown device 401; a bad field 400 naming it; logs carry no signature", async () => {
       const theirs = await raw('dev-b', identity.get('dev-b')!.secret, '/v1/payload/agentp/3/app-3.conf', undefined);
       expect(theirs.status).toBe(403);
       expect(theirs.body.code).toBe('FORBIDDEN');
@@ -263,7 +357,7 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       expect(gateway.output()).not.toContain(identity.get('dev-b')!.pin);
     }, 60_000);
 
-    it('the agent\'s own client: a payload of its own desired revision comes through, checked by the agent', async () => {
+    it("the agent's own client: a payload of its own desired revision comes through, checked by the agent", async () => {
       const client = gatewayClient({ url: gatewayUrl, device: 'dev-a', secretKey: identity.get('dev-a')!.secret });
       const view = await client.sync({ report: null, knownVersion: 0, waitMs: 0 }).catch((e: GatewayError) => e);
       expect(view).not.toBeInstanceOf(GatewayError);
@@ -296,7 +390,11 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
-    await until('the detached apply done', async () => (existsSync(join(home('dev-b'), 'agentp.conf')) ? true : undefined), 60_000);
+    await until(
+      'the detached apply done',
+      async () => (existsSync(join(home('dev-b'), 'agentp.conf')) ? true : undefined),
+      60_000,
+    );
     await startAgent('dev-b');
     const report = await answer('dev-b', 'agentp', rid);
     expect(report).toMatchObject({ state: 'applied', revision: 2 });
@@ -306,24 +404,50 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
   it('the gateway reads the inventory again when it changes: a newly pinned device gets in, a removed one is refused', async () => {
     await enroll('dev-c');
     const client = gatewayClient({ url: gatewayUrl, device: 'dev-c', secretKey: identity.get('dev-c')!.secret });
-    await expect(client.sync({ report: null, knownVersion: 0, waitMs: 0 })).rejects.toMatchObject({ status: 401, message: expect.stringContaining('UNKNOWN_DEVICE') });
+    await expect(client.sync({ report: null, knownVersion: 0, waitMs: 0 })).rejects.toMatchObject({
+      status: 401,
+      message: expect.stringContaining('UNKNOWN_DEVICE'),
+    });
     writeInventory([...devices, 'dev-c']);
-    const view = await until('dev-c let in', () => client.sync({ report: null, knownVersion: 0, waitMs: 0 }).catch(() => undefined));
+    const view = await until('dev-c let in', () =>
+      client.sync({ report: null, knownVersion: 0, waitMs: 0 }).catch(() => undefined),
+    );
     expect(view.deviceId).toBe('dev-c');
     writeInventory(devices);
     gateway.child.kill('SIGHUP');
-    await until('dev-c refused again', () => client.sync({ report: null, knownVersion: 0, waitMs: 0 }).then(() => undefined, (e: GatewayError) => (e.status === 401 ? e : undefined)));
+    await until('dev-c refused again', () =>
+      client.sync({ report: null, knownVersion: 0, waitMs: 0 }).then(
+        () => undefined,
+        (e: GatewayError) => (e.status === 401 ? e : undefined),
+      ),
+    );
     expect(gateway.output()).toMatch(/reloaded \(SIGHUP\)|reloaded \(the file changed\)/);
   }, 120_000);
 
   it('gateway errors back off (1 s, 2 s, 4 s ...) and SIGTERM ends the wait at once (exit 0)', async () => {
     await enroll('dev-z'); // never pinned: every sync is 401
     const { child, output } = await spawnCliUntil(
-      ['agent', '--device-id', 'dev-z', '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir('dev-z'), '--key', identity.get('dev-z')!.keyFile, '--home', home('dev-z')],
+      [
+        'agent',
+        '--device-id',
+        'dev-z',
+        '--gateway',
+        gatewayUrl,
+        '--trust',
+        devicePins,
+        '--state-dir',
+        stateDir('dev-z'),
+        '--key',
+        identity.get('dev-z')!.keyFile,
+        '--home',
+        home('dev-z'),
+      ],
       /retrying in 4 s/,
       60_000,
     );
-    const waits = [...output().matchAll(/sync failed: gateway 401 UNAUTHENTICATED: UNKNOWN_DEVICE.*; retrying in (\d+) s/g)].map((m) => Number(m[1]));
+    const waits = [
+      ...output().matchAll(/sync failed: gateway 401 UNAUTHENTICATED: UNKNOWN_DEVICE.*; retrying in (\d+) s/g),
+    ].map((m) => Number(m[1]));
     expect(waits.slice(0, 3)).toEqual([1, 2, 4]);
     const started = Date.now();
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
@@ -335,7 +459,27 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
   it('HTTPS: a gateway with --https-cert/--https-key; the agent trusts it with --gateway-ca, and not without', async () => {
     const pki = makeTestPki(join(scratch.dir, 'pki'));
     const tls = await spawnCliUntil(
-      ['gateway', '--listen', '127.0.0.1:0', '--https-cert', pki.serverCert, '--https-key', pki.serverKey, '--inventory', inventory, '--profiles', gatewayProfiles, '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue, '--max-long-polls', '1'],
+      [
+        'gateway',
+        '--listen',
+        '127.0.0.1:0',
+        '--https-cert',
+        pki.serverCert,
+        '--https-key',
+        pki.serverKey,
+        '--inventory',
+        inventory,
+        '--profiles',
+        gatewayProfiles,
+        '--address',
+        env.address,
+        '--namespace',
+        env.namespace ?? 'default',
+        '--task-queue',
+        worker.taskQueue,
+        '--max-long-polls',
+        '1',
+      ],
       /gateway listening on (https:\/\/\S+)/,
     );
     try {
@@ -343,37 +487,80 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       const secretKey = identity.get('dev-b')!.secret;
       const trusted = gatewayClient({ url, device: 'dev-b', secretKey, ca: readFileSync(pki.caCert) });
       expect((await trusted.sync({ report: null, knownVersion: 0, waitMs: 0 })).deviceId).toBe('dev-b');
-      await expect(gatewayClient({ url, device: 'dev-b', secretKey }).sync({ report: null, knownVersion: 0, waitMs: 0 })).rejects.toThrow(/certificate/);
+      await expect(
+        gatewayClient({ url, device: 'dev-b', secretKey }).sync({ report: null, knownVersion: 0, waitMs: 0 }),
+      ).rejects.toThrow(/certificate/);
       // --max-long-polls 1: one sync waits, the next waiting one is refused BUSY; a body above 256 KB is 413.
       const view = await trusted.sync({ report: null, knownVersion: 0, waitMs: 0 });
       const waiting = trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 });
       await new Promise((r) => setTimeout(r, 1_000));
-      await expect(trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 })).rejects.toMatchObject({ status: 503, code: 'BUSY' });
+      await expect(trusted.sync({ report: null, knownVersion: view.version, waitMs: 8_000 })).rejects.toMatchObject({
+        status: 503,
+        code: 'BUSY',
+      });
       await waiting;
       // An agent that gives up mid long-poll frees its slot at once (the gateway stops waiting for it).
       const slow = Buffer.from(JSON.stringify({ report: null, knownVersion: view.version, waitMs: 8_000 }));
       await expect(trusted.send('POST', '/v1/sync', slow, 1_000)).rejects.toThrow(/no answer/);
       await new Promise((r) => setTimeout(r, 500));
       expect((await trusted.sync({ report: null, knownVersion: view.version, waitMs: 1_000 })).deviceId).toBe('dev-b');
-      await expect(trusted.send('POST', '/v1/sync', Buffer.alloc(300 * 1024, 32), 10_000)).rejects.toMatchObject({ status: 413, code: 'TOO_LARGE' });
+      await expect(trusted.send('POST', '/v1/sync', Buffer.alloc(300 * 1024, 32), 10_000)).rejects.toMatchObject({
+        status: 413,
+        code: 'TOO_LARGE',
+      });
     } finally {
       await stopChild(tls.child);
     }
   }, 120_000);
-  it('a floor raised at apply by a rollout run: the agent lets only that run\'s compensation (the exemption in the steps) back to its from; otherwise BELOW_FLOOR naming the floor', async () => {
+  it("a floor raised at apply by a rollout run: the agent lets only that run's compensation (the exemption in the steps) back to its from; otherwise BELOW_FLOOR naming the floor", async () => {
     // agentp r3 is in place; rollout:up (run run-up) then confirmed r5 over it, tagged as the apply writes it.
     expect(marker('dev-a')).toBe(3);
-    writeFileSync(join(home('dev-a'), '.wavegate/profiles/agentp/floor'), formatFloor({ revision: 5, from: 3, revertUntil: 0, rollout: 'rollout:up', run: 'run-up', window: 0, at: Date.now() }));
+    writeFileSync(
+      join(home('dev-a'), '.wavegate/profiles/agentp/floor'),
+      formatFloor({
+        revision: 5,
+        from: 3,
+        revertUntil: 0,
+        rollout: 'rollout:up',
+        run: 'run-up',
+        window: 0,
+        at: Date.now(),
+      }),
+    );
     const r3 = signRevision(revision('agentp', 3), signer, { now: Date.now() });
-    const steps = (below?: FloorExemption): DesiredRequest['steps'] => ({ profile: 'agentp', revision: 3, apply: '(signed)', verify: '(signed)', payload: [], envelope: r3, ...(below ? { floor: { rollout: below.rollout, run: below.run, below } } : {}) });
+    const steps = (below?: FloorExemption): DesiredRequest['steps'] => ({
+      profile: 'agentp',
+      revision: 3,
+      apply: '(signed)',
+      verify: '(signed)',
+      payload: [],
+      envelope: r3,
+      ...(below ? { floor: { rollout: below.rollout, run: below.run, below } } : {}),
+    });
     const before = runs('dev-a').length;
     const plain = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps() }));
     expect(plain).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR', revision: 3 });
-    expect(plain.detail).toContain("r3 is below the device's floor r5, confirmed by rollout:up (run run-up) (only that rollout's own compensation");
-    const otherRun = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-other' }) }));
+    expect(plain.detail).toContain(
+      "r3 is below the device's floor r5, confirmed by rollout:up (run run-up) (only that rollout's own compensation",
+    );
+    const otherRun = await answer(
+      'dev-a',
+      'agentp',
+      await desire('dev-a', 'agentp', 3, r3, {
+        steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-other' }),
+      }),
+    );
     expect(otherRun).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR' });
-    expect(otherRun.detail).toContain('this compensation is for rollout:up run run-other, not for the rollout that raised the floor');
-    const compensation = await answer('dev-a', 'agentp', await desire('dev-a', 'agentp', 3, r3, { steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-up' }) }));
+    expect(otherRun.detail).toContain(
+      'this compensation is for rollout:up run run-other, not for the rollout that raised the floor',
+    );
+    const compensation = await answer(
+      'dev-a',
+      'agentp',
+      await desire('dev-a', 'agentp', 3, r3, {
+        steps: steps({ kind: 'compensation', rollout: 'rollout:up', run: 'run-up' }),
+      }),
+    );
     expect(compensation.state, JSON.stringify(compensation)).not.toBe('refused');
     expect(compensation).toMatchObject({ state: 'already-applied', revision: 3 });
     expect(marker('dev-a')).toBe(3);

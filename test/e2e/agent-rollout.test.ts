@@ -39,13 +39,26 @@ describe('rollouts over real agents and a real gateway', () => {
   const devicePins = join(scratch.dir, 'device-pins');
   const home = (d: string) => join(scratch.dir, 'homes', d);
   const stateDir = (d: string) => join(scratch.dir, 'state', d);
-  const runs = (d: string) => (existsSync(join(home(d), 'apply-runs')) ? readFileSync(join(home(d), 'apply-runs'), 'utf8').split('\n').filter(Boolean) : []);
+  const runs = (d: string) =>
+    existsSync(join(home(d), 'apply-runs'))
+      ? readFileSync(join(home(d), 'apply-runs'), 'utf8')
+          .split('\n')
+          .filter(Boolean)
+      : [];
   const marker = (d: string) => {
     const f = join(home(d), '.wavegate/profiles/demo/revision');
     return existsSync(f) ? Number(readFileSync(f, 'utf8').trim()) : null;
   };
-  const motd = (d: string) => (existsSync(join(home(d), 'etc/motd')) ? readFileSync(join(home(d), 'etc/motd'), 'utf8') : '');
-  const temporal = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', worker.taskQueue];
+  const motd = (d: string) =>
+    existsSync(join(home(d), 'etc/motd')) ? readFileSync(join(home(d), 'etc/motd'), 'utf8') : '';
+  const temporal = () => [
+    '--address',
+    env.address,
+    '--namespace',
+    env.namespace ?? 'default',
+    '--task-queue',
+    worker.taskQueue,
+  ];
 
   const A = ['a1', 'a2', 'a3', 'a4', 'a5'];
   const OFFLINE = 'a6';
@@ -56,20 +69,46 @@ describe('rollouts over real agents and a real gateway', () => {
   const LATE = 'e1';
   const ALL = [...A, OFFLINE, ...MIXED, ...CANARY, ...ABORT, LATE];
 
-  const agentDevice = (id: string) => ({ id, transport: 'agent', agentKey: pins.get(id)!, pool: `pool-${id[0]}`, class: 'edge', labels: { group: id[0]! } });
+  const agentDevice = (id: string) => ({
+    id,
+    transport: 'agent',
+    agentKey: pins.get(id)!,
+    pool: `pool-${id[0]}`,
+    class: 'edge',
+    labels: { group: id[0]! },
+  });
   function writeInventory(name: string, devices: object[], pools: Record<string, number> = {}): string {
     const path = join(scratch.dir, `${name}.yaml`);
     const poolNames = new Set(devices.map((d) => (d as { pool: string }).pool));
-    writeFileSync(path, stringify({ pools: Object.fromEntries([...poolNames].map((p) => [p, { disruptionBudget: pools[p] ?? 1 }])), devices }));
+    writeFileSync(
+      path,
+      stringify({
+        pools: Object.fromEntries([...poolNames].map((p) => [p, { disruptionBudget: pools[p] ?? 1 }])),
+        devices,
+      }),
+    );
     return path;
   }
   function writeSpec(name: string, rollout: Record<string, unknown>): string {
     const path = join(scratch.dir, `${name}.spec.yaml`);
-    writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: '1s', ...rollout } }));
+    writeFileSync(
+      path,
+      stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: '1s', ...rollout } }),
+    );
     return path;
   }
   async function start(spec: string, inventory: string): Promise<string> {
-    const run = await runCli(['start', '-f', spec, '--inventory', inventory, '--profiles', PROFILES, '--json', ...temporal()]);
+    const run = await runCli([
+      'start',
+      '-f',
+      spec,
+      '--inventory',
+      inventory,
+      '--profiles',
+      PROFILES,
+      '--json',
+      ...temporal(),
+    ]);
     expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
     return JSON.parse(run.stdout).rolloutId as string;
   }
@@ -77,7 +116,21 @@ describe('rollouts over real agents and a real gateway', () => {
 
   async function startAgent(device: string): Promise<ChildProcess> {
     const { child } = await spawnCliUntil(
-      ['agent', '--device-id', device, '--gateway', gatewayUrl, '--trust', devicePins, '--state-dir', stateDir(device), '--key', join(stateDir(device), 'identity.key'), '--home', home(device)],
+      [
+        'agent',
+        '--device-id',
+        device,
+        '--gateway',
+        gatewayUrl,
+        '--trust',
+        devicePins,
+        '--state-dir',
+        stateDir(device),
+        '--key',
+        join(stateDir(device), 'identity.key'),
+        '--home',
+        home(device),
+      ],
       /syncing with the gateway/,
       120_000,
       { PATH: `${bin}:${process.env.PATH}` },
@@ -92,14 +145,23 @@ describe('rollouts over real agents and a real gateway', () => {
     await gone;
     agents.delete(device);
   }
-  const seen = (ids: readonly string[]) => until(`${ids.join(', ')} synced`, async () => ((await Promise.all(ids.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 120_000);
+  const seen = (ids: readonly string[]) =>
+    until(
+      `${ids.join(', ')} synced`,
+      async () =>
+        (await Promise.all(ids.map((id) => readTwin(env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined,
+      120_000,
+    );
 
   beforeAll(async () => {
     env = await startDevServerEnv();
     worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
     mkdirSync(bin, { recursive: true });
     // The apply's `install`, counted (and slowed down when $HOME/slow names seconds), then the real one.
-    writeFileSync(join(bin, 'install'), `#!/bin/sh\necho "install $*" >> "$HOME/apply-runs"\n[ -f "$HOME/slow" ] && sleep "$(cat "$HOME/slow")"\nexec /usr/bin/install "$@"\n`);
+    writeFileSync(
+      join(bin, 'install'),
+      `#!/bin/sh\necho "install $*" >> "$HOME/apply-runs"\n[ -f "$HOME/slow" ] && sleep "$(cat "$HOME/slow")"\nexec /usr/bin/install "$@"\n`,
+    );
     writeFileSync(join(bin, 'sim-runtime-health'), `#!/bin/sh\n[ ! -e "$HOME/unhealthy" ]\n`);
     // The demo revisions' signed error-rate command: what $HOME/error-rate says, else 0.
     writeFileSync(join(bin, 'sim-error-rate'), `#!/bin/sh\ncat "$HOME/error-rate" 2>/dev/null || echo 0\n`);
@@ -115,9 +177,13 @@ describe('rollouts over real agents and a real gateway', () => {
     }
     // Every device but LATE was enrolled before any rollout: its twin exists before the first one
     // completes, so only LATE's first sync starts a twin (and converges it to the fleet's revision).
-    for (const d of ALL.filter((x) => x !== LATE)) await env.client.workflow.start('deviceTwinWorkflow', twinStartOptions(d, worker.taskQueue));
+    for (const d of ALL.filter((x) => x !== LATE))
+      await env.client.workflow.start('deviceTwinWorkflow', twinStartOptions(d, worker.taskQueue));
     const gatewayInventory = writeInventory('gateway-inventory', ALL.map(agentDevice));
-    gateway = await spawnCliUntil(['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', PROFILES, ...temporal()], /gateway listening on (http:\/\/\S+)/);
+    gateway = await spawnCliUntil(
+      ['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', PROFILES, ...temporal()],
+      /gateway listening on (http:\/\/\S+)/,
+    );
     gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
     fleet = await startFleet({ devices: demoDevices(2), dir: join(scratch.dir, 'fleet') });
   }, 300_000);
@@ -137,7 +203,13 @@ describe('rollouts over real agents and a real gateway', () => {
     // a3's apply takes 8 s: its agent is SIGKILLed in the middle and restarted.
     writeFileSync(join(home('a3'), 'slow'), '8');
     const inventory = writeInventory('a', [...A, OFFLINE].map(agentDevice));
-    const spec = writeSpec('a', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: '50%' }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy', 'check: motd-present'] }] });
+    const spec = writeSpec('a', {
+      phases: [
+        { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+        { bulk: '50%' },
+        { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy', 'check: motd-present'] },
+      ],
+    });
     const id = await start(spec, inventory);
     await until('a3 applying', async () => (runs('a3').length > 0 ? true : undefined), 180_000);
     await killAgent('a3');
@@ -147,7 +219,10 @@ describe('rollouts over real agents and a real gateway', () => {
     const status = await result(id);
     expect(status.state).toBe('completed');
     for (const d of A) {
-      expect(status.devices.find((x) => x.id === d), d).toMatchObject({ state: 'applied' });
+      expect(
+        status.devices.find((x) => x.id === d),
+        d,
+      ).toMatchObject({ state: 'applied' });
       expect(marker(d), d).toBe(2);
       expect(motd(d), d).toContain('revision 2');
       expect(runs(d), `${d} apply runs`).toHaveLength(1);
@@ -162,7 +237,20 @@ describe('rollouts over real agents and a real gateway', () => {
     expect(motd(OFFLINE)).toContain('revision 2');
     expect(runs(OFFLINE)).toHaveLength(1);
     // The board reads the agents' reports: every device applied, none pending.
-    const board = await runCli(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', PROFILES, '--revision', '2', '--json', ...temporal()]);
+    const board = await runCli([
+      'fleet',
+      'status',
+      '--profile',
+      'demo',
+      '--inventory',
+      inventory,
+      '--profiles',
+      PROFILES,
+      '--revision',
+      '2',
+      '--json',
+      ...temporal(),
+    ]);
     expect(board.code, board.stdout + board.stderr).toBe(0);
     expect(JSON.parse(board.stdout).counts).toMatchObject({ applied: 6, pending: 0 });
   }, 600_000);
@@ -171,8 +259,25 @@ describe('rollouts over real agents and a real gateway', () => {
     for (const d of MIXED) await startAgent(d);
     await seen(MIXED);
     const ssh = fleetInventory(fleet);
-    const inventory = writeInventory('mixed', [...ssh.devices.map((d) => ({ ...d, pool: 'mixed', ssh: { ...d.ssh, key: fleet.clientKeyPath }, user: fleet.user })), ...MIXED.map((id) => ({ ...agentDevice(id), pool: 'mixed' }))], { mixed: 0.5 });
-    const spec = writeSpec('mixed', { phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: 'remainder', healthGate: ['devices-online'] }] });
+    const inventory = writeInventory(
+      'mixed',
+      [
+        ...ssh.devices.map((d) => ({
+          ...d,
+          pool: 'mixed',
+          ssh: { ...d.ssh, key: fleet.clientKeyPath },
+          user: fleet.user,
+        })),
+        ...MIXED.map((id) => ({ ...agentDevice(id), pool: 'mixed' })),
+      ],
+      { mixed: 0.5 },
+    );
+    const spec = writeSpec('mixed', {
+      phases: [
+        { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+        { bulk: 'remainder', healthGate: ['devices-online'] },
+      ],
+    });
     const id = await start(spec, inventory);
     const status = await result(id);
     expect(status.state).toBe('completed');
@@ -195,7 +300,12 @@ describe('rollouts over real agents and a real gateway', () => {
     await seen(CANARY);
     for (const d of CANARY) writeFileSync(join(home(d), 'unhealthy'), '');
     const inventory = writeInventory('c', CANARY.map(agentDevice));
-    const failing = await start(writeSpec('c-fail', { phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }), inventory);
+    const failing = await start(
+      writeSpec('c-fail', {
+        phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }],
+      }),
+      inventory,
+    );
     const failed = await result(failing);
     expect(failed.state).toBe('rolled-back');
     const canary = failed.devices.find((d) => d.phase === 0)!.id;
@@ -208,7 +318,10 @@ describe('rollouts over real agents and a real gateway', () => {
     }
 
     for (const d of CANARY) rmSync(join(home(d), 'unhealthy'));
-    const id = await start(writeSpec('c-pause', { phases: [{ canary: '1 device', gate: '20s' }, { bulk: 'remainder' }] }), inventory);
+    const id = await start(
+      writeSpec('c-pause', { phases: [{ canary: '1 device', gate: '20s' }, { bulk: 'remainder' }] }),
+      inventory,
+    );
     const handle = env.client.workflow.getHandle(id);
     await waitForStatus(handle, (s) => s.devices.some((d) => d.phase === 0 && d.state === 'applied'), 180_000);
     const pause = await runCli(['pause', id, '--reason', 'agent test', ...temporal()]);
@@ -228,7 +341,10 @@ describe('rollouts over real agents and a real gateway', () => {
     for (const d of ABORT) await startAgent(d);
     await seen(ABORT);
     const inventory = writeInventory('d', ABORT.map(agentDevice));
-    const id = await start(writeSpec('d-abort', { phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] }), inventory);
+    const id = await start(
+      writeSpec('d-abort', { phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] }),
+      inventory,
+    );
     const handle = env.client.workflow.getHandle(id);
     await waitForStatus(handle, (s) => s.devices.some((d) => d.phase === 0 && d.state === 'applied'), 180_000);
     const abort = await runCli(['abort', id, '--reason', 'agent abort test', ...temporal()]);
@@ -261,10 +377,14 @@ describe('rollouts over real agents and a real gateway', () => {
     expect(marker(d)).toBe(2);
     // Every device-side gate is answered from a1's report: the runtime, the signed check, the error rate.
     writeFileSync(join(home(d), 'error-rate'), '0.25\n');
-    const rated = await until('a1 reports its error rate', async () => {
-      const v = await readTwin(env.client, d);
-      return v?.report?.health.some((h) => h.kind === 'error-rate' && h.value === 0.25) ? v : undefined;
-    }, 120_000);
+    const rated = await until(
+      'a1 reports its error rate',
+      async () => {
+        const v = await readTwin(env.client, d);
+        return v?.report?.health.some((h) => h.kind === 'error-rate' && h.value === 0.25) ? v : undefined;
+      },
+      120_000,
+    );
     expect(rated.report!.health).toEqual(
       expect.arrayContaining([
         { name: 'motd', kind: 'runtime', ok: true },
@@ -276,19 +396,50 @@ describe('rollouts over real agents and a real gateway', () => {
     expect(agentChecks(rated, ['motd', 'motd-present'], 'demo', 2, Date.now())).toEqual({ ok: true, value: [] });
     // Output that is no number is reported unread, never as a rate.
     writeFileSync(join(home(d), 'error-rate'), 'n/a\n');
-    const unread = await until('a1 reports an unread error rate', async () => {
-      const v = await readTwin(env.client, d);
-      return v?.report?.health.some((h) => h.kind === 'error-rate' && !h.ok) ? v : undefined;
-    }, 120_000);
-    expect(unread.report!.health.find((h) => h.kind === 'error-rate')).toEqual({ name: 'error-rate:demo', kind: 'error-rate', ok: false, detail: 'not a number: "n/a"' });
-    expect(agentErrorRate(unread, 'demo', 2, Date.now())).toEqual({ ok: false, reason: 'error-rate command on the device gave no number: not a number: "n/a"' });
+    const unread = await until(
+      'a1 reports an unread error rate',
+      async () => {
+        const v = await readTwin(env.client, d);
+        return v?.report?.health.some((h) => h.kind === 'error-rate' && !h.ok) ? v : undefined;
+      },
+      120_000,
+    );
+    expect(unread.report!.health.find((h) => h.kind === 'error-rate')).toEqual({
+      name: 'error-rate:demo',
+      kind: 'error-rate',
+      ok: false,
+      detail: 'not a number: "n/a"',
+    });
+    expect(agentErrorRate(unread, 'demo', 2, Date.now())).toEqual({
+      ok: false,
+      reason: 'error-rate command on the device gave no number: not a number: "n/a"',
+    });
     rmSync(join(home(d), 'error-rate'));
 
     const inventory = writeInventory('reverify', [agentDevice(d)]);
     const board = async () => {
-      const run = await runCli(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', PROFILES, '--revision', '2', '--reverify', '--json', ...temporal()]);
+      const run = await runCli([
+        'fleet',
+        'status',
+        '--profile',
+        'demo',
+        '--inventory',
+        inventory,
+        '--profiles',
+        PROFILES,
+        '--revision',
+        '2',
+        '--reverify',
+        '--json',
+        ...temporal(),
+      ]);
       expect(run.stderr).toContain('re-verify: 1 of 1 online agents answered');
-      return { code: run.code, row: (JSON.parse(run.stdout) as { rows: Array<{ id: string; state: string; reason?: string }> }).rows.find((r) => r.id === d)! };
+      return {
+        code: run.code,
+        row: (JSON.parse(run.stdout) as { rows: Array<{ id: string; state: string; reason?: string }> }).rows.find(
+          (r) => r.id === d,
+        )!,
+      };
     };
     const applies = runs(d).length;
     const motdFile = join(home(d), 'etc/motd');
@@ -297,7 +448,12 @@ describe('rollouts over real agents and a real gateway', () => {
     const drifted = await board();
     expect(drifted.code).not.toBe(0);
     expect(drifted.row).toMatchObject({ state: 'pending', reason: expect.stringContaining('failed VERIFY') });
-    expect((await readTwin(env.client, d))?.report?.profiles.demo).toMatchObject({ state: 'failed', reason: 'VERIFY', steps: ['reverify'], revision: 2 });
+    expect((await readTwin(env.client, d))?.report?.profiles.demo).toMatchObject({
+      state: 'failed',
+      reason: 'VERIFY',
+      steps: ['reverify'],
+      revision: 2,
+    });
     // Restored by hand: the next re-verify finds the fact back and reports it in place.
     writeFileSync(motdFile, good);
     const recovered = await board();

@@ -50,7 +50,9 @@ const env = (): NodeJS.ProcessEnv => ({
 const wg = (args: string[]): Promise<CliRun> => runCli(args, { env: env(), cwd: home, timeoutMs: 240_000 });
 const temporalCli = (args: string[]): Promise<CliRun> =>
   new Promise((resolve, reject) => {
-    const child = spawn(temporalBin, args, { env: { ...process.env, HOME: home, TEMPORAL_ADDRESS: '', TEMPORAL_NAMESPACE: '' } });
+    const child = spawn(temporalBin, args, {
+      env: { ...process.env, HOME: home, TEMPORAL_ADDRESS: '', TEMPORAL_NAMESPACE: '' },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -84,7 +86,11 @@ beforeAll(async () => {
   const [port, uiPort] = [await freePort(), await freePort()];
   address = `127.0.0.1:${port}`;
   // `temporal server start-dev &`, on free ports (the test must not take 7233): no search attributes.
-  server = spawn(temporalBin, ['server', 'start-dev', '--port', String(port), '--ui-port', String(uiPort)], { stdio: 'ignore', detached: true, env: { ...process.env, HOME: home } });
+  server = spawn(temporalBin, ['server', 'start-dev', '--port', String(port), '--ui-port', String(uiPort)], {
+    stdio: 'ignore',
+    detached: true,
+    env: { ...process.env, HOME: home },
+  });
   for (const deadline = Date.now() + 60_000; ; ) {
     try {
       const c = await Connection.connect({ address, connectTimeout: 1_000 });
@@ -103,8 +109,23 @@ beforeAll(async () => {
 
   // The operator's content, outside the checkout: the demo profile (its pins and signed revisions).
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(profiles, 'demo'), { recursive: true });
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], gate: '1s' } }));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), {
+    'pool-a': 0.5,
+    'pool-b': 0.5,
+  }));
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
 }, 180_000);
 
 afterAll(async () => {
@@ -125,20 +146,34 @@ describe('any Temporal: a bare dev server, then README step 5', () => {
     const run = await wg(['list', '--profile', 'demo']);
     expect(run.code, run.stderr).toBe(2);
     expectNoStackTrace(run);
-    expect(run.stderr).toContain(`namespace "default" on ${address} does not have the search attributes wavegate needs`);
+    expect(run.stderr).toContain(
+      `namespace "default" on ${address} does not have the search attributes wavegate needs`,
+    );
     for (const key of WAVEGATE_SEARCH_ATTRIBUTES) {
-      expect(run.stderr).toContain(`temporal operator search-attribute create --address ${address} --namespace default --name ${key.name} --type ${cliTypeName(key.type)}`);
+      expect(run.stderr).toContain(
+        `temporal operator search-attribute create --address ${address} --namespace default --name ${key.name} --type ${cliTypeName(key.type)}`,
+      );
     }
     expect(run.stderr).toMatch(new RegExp(`missing: ${NAMES.map((n) => `${n} \\(\\w+\\)`).join(', ')}`));
   });
 
   it('a worker that may not register (--no-register-search-attributes) exits 2 naming them; the commands it prints, run as printed, are enough', async () => {
-    const refused = await wg(['worker', '--namespace', 'byhand', '--profiles', profiles, '--no-register-search-attributes']);
+    const refused = await wg([
+      'worker',
+      '--namespace',
+      'byhand',
+      '--profiles',
+      profiles,
+      '--no-register-search-attributes',
+    ]);
     expect(refused.code, refused.stderr).toBe(2);
     expectNoStackTrace(refused);
     expect(refused.stdout + refused.stderr).not.toMatch(/polling/);
     expect(refused.stderr).toContain('worker not started');
-    const printed = refused.stderr.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('temporal operator search-attribute create '));
+    const printed = refused.stderr
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l.startsWith('temporal operator search-attribute create '));
     expect(printed.map((l) => / --name (\w+) /.exec(l)![1])).toEqual(NAMES);
     expect(Object.keys(await registeredOn('byhand')).filter((n) => NAMES.includes(n))).toEqual([]); // it added nothing
 
@@ -146,21 +181,50 @@ describe('any Temporal: a bare dev server, then README step 5', () => {
       const ran = await temporalCli(command.split(' ').slice(1));
       expect(ran.code, `${command}\n${ran.stderr}`).toBe(0);
     }
-    const w = await spawnCliUntil(['worker', '--namespace', 'byhand', '--profiles', profiles, '--task-queue', 'byhand', '--no-register-search-attributes'], /polling .*task queue/, 120_000, env(), home);
+    const w = await spawnCliUntil(
+      [
+        'worker',
+        '--namespace',
+        'byhand',
+        '--profiles',
+        profiles,
+        '--task-queue',
+        'byhand',
+        '--no-register-search-attributes',
+      ],
+      /polling .*task queue/,
+      120_000,
+      env(),
+      home,
+    );
     workers.push(w.child);
     expect(w.output()).toContain(`search attributes: all ${NAMES.length} present on namespace byhand`);
     await stopChild(w.child);
   });
 
   it('an attribute registered with the wrong type (WavegateRevision as Keyword): the worker exits 2 naming it, both types and the way out, and adds nothing', async () => {
-    const pre = await temporalCli(['operator', 'search-attribute', 'create', '--address', address, '--namespace', 'wrongtype', '--name', 'WavegateRevision', '--type', 'Keyword']);
+    const pre = await temporalCli([
+      'operator',
+      'search-attribute',
+      'create',
+      '--address',
+      address,
+      '--namespace',
+      'wrongtype',
+      '--name',
+      'WavegateRevision',
+      '--type',
+      'Keyword',
+    ]);
     expect(pre.code, pre.stderr).toBe(0);
     const refused = await wg(['worker', '--namespace', 'wrongtype', '--profiles', profiles]);
     expect(refused.code, refused.stderr).toBe(2);
     expectNoStackTrace(refused);
     expect(refused.stdout + refused.stderr).not.toMatch(/polling/);
     expect(refused.stderr).toContain('wrong type: WavegateRevision is registered as Keyword, wavegate needs Int');
-    expect(refused.stderr).toContain(`temporal operator search-attribute remove --address ${address} --namespace wrongtype --name WavegateRevision`);
+    expect(refused.stderr).toContain(
+      `temporal operator search-attribute remove --address ${address} --namespace wrongtype --name WavegateRevision`,
+    );
     const registered = await registeredOn('wrongtype');
     expect(Object.keys(registered).filter((n) => NAMES.includes(n))).toEqual(['WavegateRevision']);
   });

@@ -23,10 +23,16 @@ const PROGRAM = `
 
 const OFFLINE = '127.0.0.1:1';
 
-function wavegate(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function wavegate(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     // Offline unless a test says otherwise: never ask whatever Temporal happens to listen on :7233.
-    const child = spawn(process.execPath, ['-e', PROGRAM, '--', ...args], { cwd: PROJECT_ROOT, env: { ...process.env, TEMPORAL_ADDRESS: OFFLINE, WAVEGATE_AUDIT_KEY_FILE: '', ...env } });
+    const child = spawn(process.execPath, ['-e', PROGRAM, '--', ...args], {
+      cwd: PROJECT_ROOT,
+      env: { ...process.env, TEMPORAL_ADDRESS: OFFLINE, WAVEGATE_AUDIT_KEY_FILE: '', ...env },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -38,8 +44,20 @@ function wavegate(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: 
 const EVENTS: Array<Pick<AuditEvent, 'event' | 'phase' | 'by' | 'reason' | 'counts'>> = [
   { event: 'rollout.started', phase: null, by: 'alice', reason: null, counts: { total: 12, pending: 12 } },
   { event: 'phase.started', phase: 'canary', by: 'wavegate', reason: null, counts: { total: 12, pending: 12 } },
-  { event: 'phase.applied', phase: 'canary', by: 'wavegate', reason: null, counts: { total: 12, applied: 1, pending: 11 } },
-  { event: 'rollout.paused', phase: 'canary', by: 'bob', reason: 'checking dashboards before bulk', counts: { total: 12, applied: 1, pending: 11 } },
+  {
+    event: 'phase.applied',
+    phase: 'canary',
+    by: 'wavegate',
+    reason: null,
+    counts: { total: 12, applied: 1, pending: 11 },
+  },
+  {
+    event: 'rollout.paused',
+    phase: 'canary',
+    by: 'bob',
+    reason: 'checking dashboards before bulk',
+    counts: { total: 12, applied: 1, pending: 11 },
+  },
   { event: 'rollout.resumed', phase: 'canary', by: 'bob', reason: null, counts: null },
 ];
 
@@ -54,11 +72,21 @@ beforeAll(async () => {
   auditDir = join(root, 'audit');
   const audit = createAuditActivities({ auditDir });
   for (const [i, e] of EVENTS.entries()) {
-    await audit.appendAudit({ ...e, seq: i + 1, at: new Date(Date.UTC(2026, 2, 1, 12, 0, i)).toISOString(), rolloutId: 'rollout:demo', runId: 'run-1', evidence: { i } });
+    await audit.appendAudit({
+      ...e,
+      seq: i + 1,
+      at: new Date(Date.UTC(2026, 2, 1, 12, 0, i)).toISOString(),
+      rolloutId: 'rollout:demo',
+      runId: 'run-1',
+      evidence: { i },
+    });
   }
   file = auditFilePath(auditDir, 'rollout:demo');
   pristine = readFileSync(file, 'utf8');
-  records = pristine.trimEnd().split('\n').map((line) => JSON.parse(line) as AuditRecord);
+  records = pristine
+    .trimEnd()
+    .split('\n')
+    .map((line) => JSON.parse(line) as AuditRecord);
 });
 beforeEach(() => writeFileSync(file, pristine));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -124,26 +152,59 @@ describe('wavegate audit', () => {
       const dir2 = join(root2, 'audit');
       const sink = createAuditActivities({ auditDir: dir2 });
       const at = (i: number) => new Date(Date.UTC(2026, 2, 1, 12, 0, i)).toISOString();
-      const base = { rolloutId: 'rollout:demo', runId: 'run-1', phase: null, reason: null, counts: null, evidence: null };
+      const base = {
+        rolloutId: 'rollout:demo',
+        runId: 'run-1',
+        phase: null,
+        reason: null,
+        counts: null,
+        evidence: null,
+      };
       const heads = [];
-      for (const [i, e] of EVENTS.slice(0, 3).entries()) heads.push(await sink.appendAudit({ ...base, ...e, seq: i + 1, at: at(i) }));
+      for (const [i, e] of EVENTS.slice(0, 3).entries())
+        heads.push(await sink.appendAudit({ ...base, ...e, seq: i + 1, at: at(i) }));
       const broken = auditFilePath(dir2, 'rollout:demo');
       writeFileSync(broken, `${readFileSync(broken, 'utf8')}not a record\n`);
       const brokenText = readFileSync(broken, 'utf8');
-      await sink.appendAudit({ ...base, seq: 4, at: at(4), event: 'audit.override', by: 'carol', reason: 'disk error ate line 4; continuing after record 3', lastGood: heads[2]! });
+      await sink.appendAudit({
+        ...base,
+        seq: 4,
+        at: at(4),
+        event: 'audit.override',
+        by: 'carol',
+        reason: 'disk error ate line 4; continuing after record 3',
+        lastGood: heads[2]!,
+      });
       const after = await sink.appendAudit({ ...base, seq: 5, at: at(5), event: 'rollout.resumed', by: 'carol' });
-      const run = await wavegate(['audit', 'rollout:demo', '--verify', '--audit-dir', dir2, '--head', `${after.seq}:${after.hash}`]);
+      const run = await wavegate([
+        'audit',
+        'rollout:demo',
+        '--verify',
+        '--audit-dir',
+        dir2,
+        '--head',
+        `${after.seq}:${after.hash}`,
+      ]);
       expect(run.code, run.stdout + run.stderr).toBe(0);
       const out = run.stdout.split('\n');
-      expect(out[1]).toMatch(/^segment 2 \(.*rollout%3Ademo\+2\.jsonl\): started by an operator override, record 4 by carol at .*: "disk error ate line 4; continuing after record 3"; continues after record 3$/);
-      expect(out[0]).toMatch(/^segment 1 \(.*rollout%3Ademo\.jsonl\): edited at seq 4: line 4 \(record 4\) is not a JSON audit record — set aside by the override in segment 2, kept as it is$/);
+      expect(out[1]).toMatch(
+        /^segment 2 \(.*rollout%3Ademo\+2\.jsonl\): started by an operator override, record 4 by carol at .*: "disk error ate line 4; continuing after record 3"; continues after record 3$/,
+      );
+      expect(out[0]).toMatch(
+        /^segment 1 \(.*rollout%3Ademo\.jsonl\): edited at seq 4: line 4 \(record 4\) is not a JSON audit record — set aside by the override in segment 2, kept as it is$/,
+      );
       expect(out[2]).toBe('audit rollout:demo: 5 records, chain intact');
       expect(readFileSync(broken, 'utf8')).toBe(brokenText);
       // A segment that does not start with an override is refused.
-      writeFileSync(auditFilePath(dir2, 'rollout:demo', undefined, 3), `${readFileSync(auditFilePath(dir2, 'rollout:demo', undefined, 2), 'utf8').split('\n')[1]}\n`);
+      writeFileSync(
+        auditFilePath(dir2, 'rollout:demo', undefined, 3),
+        `${readFileSync(auditFilePath(dir2, 'rollout:demo', undefined, 2), 'utf8').split('\n')[1]}\n`,
+      );
       const forged = await wavegate(['audit', 'rollout:demo', '--verify', '--audit-dir', dir2]);
       expect(forged.code).toBe(1);
-      expect(forged.stdout).toMatch(/no-override at seq 0: .*rollout%3Ademo\+3\.jsonl does not start with an audit\.override record/);
+      expect(forged.stdout).toMatch(
+        /no-override at seq 0: .*rollout%3Ademo\+3\.jsonl does not start with an audit\.override record/,
+      );
     } finally {
       rmSync(root2, { recursive: true, force: true });
     }
@@ -156,7 +217,9 @@ describe('wavegate audit', () => {
     expect(out[0]).toBe(`audit rollout:demo: 5 records in ${file}`);
     expect(out[1]).toMatch(/^SEQ\s+AT\s+EVENT\s+PHASE\s+BY\s+REASON\s+COUNTS$/);
     expect(out[2]).toMatch(/^1\s+2026-03-01T12:00:00\.000Z\s+rollout\.started\s+-\s+alice\s+-\s+total 12, pending 12$/);
-    expect(out[5]).toMatch(/^4\s+\S+\s+rollout\.paused\s+canary\s+bob\s+checking dashboards before bulk\s+total 12, applied 1, pending 11$/);
+    expect(out[5]).toMatch(
+      /^4\s+\S+\s+rollout\.paused\s+canary\s+bob\s+checking dashboards before bulk\s+total 12, applied 1, pending 11$/,
+    );
     expect(out[6]).toMatch(/^5\s+\S+\s+rollout\.resumed\s+canary\s+bob\s+-\s+-$/);
 
     const json = await wavegate(['audit', 'rollout:demo', '--json', ...dirFlag()]);
@@ -167,7 +230,9 @@ describe('wavegate audit', () => {
   it('an unknown id is NOT_FOUND, exit 2; the audit dir defaults to $WAVEGATE_AUDIT_DIR', async () => {
     const run = await wavegate(['audit', 'rollout:nope', '--verify', ...dirFlag()]);
     expect(run.code).toBe(2);
-    expect(run.stderr).toMatch(/NOT_FOUND: no audit trail for rollout "rollout:nope" \(looked for .*rollout%3Anope\.jsonl\)/);
+    expect(run.stderr).toMatch(
+      /NOT_FOUND: no audit trail for rollout "rollout:nope" \(looked for .*rollout%3Anope\.jsonl\)/,
+    );
     const viaEnv = await wavegate(['audit', 'rollout:demo', '--verify'], { WAVEGATE_AUDIT_DIR: auditDir });
     expect(viaEnv.code).toBe(0);
     expect(viaEnv.stdout).toMatch(/^audit rollout:demo: 5 records, chain intact\n/);

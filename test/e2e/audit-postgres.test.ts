@@ -66,15 +66,40 @@ async function admin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
 
 /** The rollout's id, as `start` printed it (each rollout has its own). */
 let rolloutId = 'not started';
-const verifyArgs = () => ['audit', rolloutId, '--verify', '--audit-store', pg.url, '--audit-key-file', keyFile, '--address', env.address];
+const verifyArgs = () => [
+  'audit',
+  rolloutId,
+  '--verify',
+  '--audit-store',
+  pg.url,
+  '--audit-key-file',
+  keyFile,
+  '--address',
+  env.address,
+];
 
 beforeAll(async () => {
   mkdirSync(workerDir, { recursive: true });
   mkdirSync(operatorDir, { recursive: true });
   writeFileSync(keyFile, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
   [pg, env] = await Promise.all([startPostgres(), startDevServerEnv()]);
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: 1 }, { bulk: 'remainder' }], gate: '1s' } }));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), {
+    'pool-a': 0.5,
+    'pool-b': 0.5,
+  }));
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        phases: [{ canary: 1 }, { bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
 }, 180_000);
 
 afterAll(async () => {
@@ -89,24 +114,60 @@ describe('the audit in PostgreSQL, end to end', () => {
   it('a password in --audit-store or $WAVEGATE_AUDIT_STORE is refused with exit 2 and never printed; nothing connects', async () => {
     const secret = 'Pw-in-the-url-9f3c';
     const withPassword = pg.url.replace(`${pg.user}@`, `${pg.user}:${secret}@`);
-    const flag = await wavegate(['worker', '--address', env.address, '--task-queue', 'q-refused', '--profiles', join(PROJECT_ROOT, 'profiles'), '--audit-store', withPassword], { cwd: workerDir });
+    const flag = await wavegate(
+      [
+        'worker',
+        '--address',
+        env.address,
+        '--task-queue',
+        'q-refused',
+        '--profiles',
+        join(PROJECT_ROOT, 'profiles'),
+        '--audit-store',
+        withPassword,
+      ],
+      { cwd: workerDir },
+    );
     expect(flag.code, flag.stderr).toBe(2);
     expect(flag.stderr).toContain('--audit-store');
     expect(flag.stderr).toContain('a password in the URL is refused');
     expect(`${flag.stdout}${flag.stderr}`).not.toContain(secret);
     expect(flag.stdout).not.toMatch(/polling/);
-    const fromEnv = await wavegate(['audit', 'rollout:demo', '--verify'], { cwd: operatorDir, env: { WAVEGATE_AUDIT_STORE: withPassword } });
+    const fromEnv = await wavegate(['audit', 'rollout:demo', '--verify'], {
+      cwd: operatorDir,
+      env: { WAVEGATE_AUDIT_STORE: withPassword },
+    });
     expect(fromEnv.code, fromEnv.stderr).toBe(2);
     expect(fromEnv.stderr).toContain('$WAVEGATE_AUDIT_STORE');
     expect(`${fromEnv.stdout}${fromEnv.stderr}`).not.toContain(secret);
     // Nothing was migrated by the refused worker.
-    expect(await admin(async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'wavegate_schema'")).rows[0].n)).toBe(0);
+    expect(
+      await admin(
+        async (c) =>
+          (await c.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'wavegate_schema'")).rows[0].n,
+      ),
+    ).toBe(0);
   });
 
   it('a worker with --audit-store runs a rollout to completion; the records are rows, and --verify from another directory passes', async () => {
     worker = spawn(
       process.execPath,
-      [WAVEGATE_BIN, 'worker', '--address', env.address, '--task-queue', TASK_QUEUE, '--profiles', join(PROJECT_ROOT, 'profiles'), '--audit-key-file', keyFile, '--audit-store', pg.url, '--audit-dir', join(workerDir, 'audit')],
+      [
+        WAVEGATE_BIN,
+        'worker',
+        '--address',
+        env.address,
+        '--task-queue',
+        TASK_QUEUE,
+        '--profiles',
+        join(PROJECT_ROOT, 'profiles'),
+        '--audit-key-file',
+        keyFile,
+        '--audit-store',
+        pg.url,
+        '--audit-dir',
+        join(workerDir, 'audit'),
+      ],
       { cwd: workerDir, env: cleanEnv({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: pg.passwordFile }) },
     );
     const w = worker;
@@ -122,12 +183,35 @@ describe('the audit in PostgreSQL, end to end', () => {
     expect(workerOutput).toContain(`audit store: ${pg.url} (schema version 1, migrated from 0)`);
     expect(workerOutput).not.toContain(pg.password);
 
-    const start = await wavegate(['start', '-f', specPath, '--inventory', inventory, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--task-queue', TASK_QUEUE, '--wait'], { cwd: operatorDir });
+    const start = await wavegate(
+      [
+        'start',
+        '-f',
+        specPath,
+        '--inventory',
+        inventory,
+        '--profiles',
+        join(PROJECT_ROOT, 'profiles'),
+        '--address',
+        env.address,
+        '--task-queue',
+        TASK_QUEUE,
+        '--wait',
+      ],
+      { cwd: operatorDir },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}\n${workerOutput}`).toBe(0);
     expect(start.stdout).toMatch(/rollout completed/);
     rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
 
-    const rows = await admin(async (c) => (await c.query<{ seq: string; event: string }>(`SELECT seq, event FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY seq`)).rows);
+    const rows = await admin(
+      async (c) =>
+        (
+          await c.query<{ seq: string; event: string }>(
+            `SELECT seq, event FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY seq`,
+          )
+        ).rows,
+    );
     expect(rows.map((r) => Number(r.seq))).toEqual(rows.map((_, i) => i + 1));
     expect(rows[0]!.event).toBe('rollout.started');
     expect(rows.at(-1)!.event).toBe('rollout.completed');
@@ -140,43 +224,77 @@ describe('the audit in PostgreSQL, end to end', () => {
     expect(verify.stdout).toMatch(/head: compared with .*record \d+/);
     expect(verify.stdout).toContain('MAC: every record checked against the audit key');
 
-    const listing = await wavegate(['audit', rolloutId, '--audit-store', pg.url], { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+    const listing = await wavegate(['audit', rolloutId, '--audit-store', pg.url], {
+      cwd: operatorDir,
+      env: { PGPASSWORD: pg.password },
+    });
     expect(listing.code, listing.stderr).toBe(0);
     expect(listing.stdout).toContain('rollout.completed');
   }, 300_000);
 
   it('a row edited in the database (UPDATE) makes --verify exit 1 naming its seq; put back, it passes again', async () => {
-    const original = await admin(async (c) => (await c.query<{ record: string }>(`SELECT record FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' AND seq = 2`)).rows[0]!.record);
-    await admin((c) => c.query(`UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = '${rolloutId}' AND seq = 2`));
+    const original = await admin(
+      async (c) =>
+        (
+          await c.query<{ record: string }>(
+            `SELECT record FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' AND seq = 2`,
+          )
+        ).rows[0]!.record,
+    );
+    await admin((c) =>
+      c.query(
+        `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = '${rolloutId}' AND seq = 2`,
+      ),
+    );
     const tampered = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(tampered.code, tampered.stdout).toBe(1);
     expect(tampered.stdout).toMatch(/edited at seq 2: record 2 \(line 2\) was edited/);
 
-    await admin((c) => c.query(`UPDATE wavegate_audit_records SET record = $1 WHERE rollout_id = '${rolloutId}' AND seq = 2`, [original]));
+    await admin((c) =>
+      c.query(`UPDATE wavegate_audit_records SET record = $1 WHERE rollout_id = '${rolloutId}' AND seq = 2`, [
+        original,
+      ]),
+    );
     const restored = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(restored.code, restored.stdout).toBe(0);
   }, 120_000);
 
   it('every row of the trail deleted while the workflow holds its head: exit 1 naming the head; an unknown id stays NOT_FOUND (exit 2)', async () => {
-    const saved = await admin(async (c) => (await c.query(`SELECT * FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY segment, seq`)).rows);
+    const saved = await admin(
+      async (c) =>
+        (await c.query(`SELECT * FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}' ORDER BY segment, seq`))
+          .rows,
+    );
     const last = JSON.parse(saved.at(-1)!.record) as { seq: number; hash: string };
     await admin((c) => c.query(`DELETE FROM wavegate_audit_records WHERE rollout_id = '${rolloutId}'`));
     try {
       const deleted = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
       expect(deleted.code, `${deleted.stdout}\n${deleted.stderr}`).toBe(1);
-      expect(deleted.stdout).toMatch(new RegExp(`trail deleted: the workflow's head \\(${rolloutId} run \\S+ on ${env.address.replace(/\./g, '\\.')}, completed\\) says ${last.seq} records up to seq ${last.seq} \\(hash ${last.hash}\\); the audit store postgres://`));
+      expect(deleted.stdout).toMatch(
+        new RegExp(
+          `trail deleted: the workflow's head \\(${rolloutId} run \\S+ on ${env.address.replace(/\./g, '\\.')}, completed\\) says ${last.seq} records up to seq ${last.seq} \\(hash ${last.hash}\\); the audit store postgres://`,
+        ),
+      );
       expect(deleted.stderr).not.toContain('NOT_FOUND');
     } finally {
       await admin(async (c) => {
         for (const row of saved) {
           const columns = Object.keys(row);
-          await c.query(`INSERT INTO wavegate_audit_records (${columns.join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`, columns.map((k) => row[k]));
+          await c.query(
+            `INSERT INTO wavegate_audit_records (${columns.join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`,
+            columns.map((k) => row[k]),
+          );
         }
       });
     }
-    const unknown = await wavegate(['audit', 'rollout:no-such', '--verify', '--audit-store', pg.url, '--address', env.address], { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
+    const unknown = await wavegate(
+      ['audit', 'rollout:no-such', '--verify', '--audit-store', pg.url, '--address', env.address],
+      { cwd: operatorDir, env: { PGPASSWORD: pg.password } },
+    );
     expect(unknown.code, unknown.stderr).toBe(2);
-    expect(unknown.stderr).toMatch(/NOT_FOUND: no audit trail for rollout "rollout:no-such" in .*, and no rollout "rollout:no-such" on .*: no such rollout/);
+    expect(unknown.stderr).toMatch(
+      /NOT_FOUND: no audit trail for rollout "rollout:no-such" in .*, and no rollout "rollout:no-such" on .*: no such rollout/,
+    );
     const restored = await wavegate(verifyArgs(), { cwd: operatorDir, env: { PGPASSWORD: pg.password } });
     expect(restored.code, restored.stdout).toBe(0);
   }, 120_000);

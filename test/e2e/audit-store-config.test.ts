@@ -22,10 +22,26 @@ let silentPort = 0;
 const held: Socket[] = [];
 
 /** No password from anywhere: no variable, no password file, a HOME without .pgpass. */
-const NO_PASSWORD = { PGPASSWORD: '', PGPASSFILE: '', WAVEGATE_AUDIT_STORE_PASSWORD_FILE: '', WAVEGATE_AUDIT_STORE: '', HOME: scratch.dir };
+const NO_PASSWORD = {
+  PGPASSWORD: '',
+  PGPASSFILE: '',
+  WAVEGATE_AUDIT_STORE_PASSWORD_FILE: '',
+  WAVEGATE_AUDIT_STORE: '',
+  HOME: scratch.dir,
+};
 
 function wavegate(args: string[], env: Record<string, string> = {}) {
-  return runCli(args, { cwd: scratch.dir, env: { ...NO_PASSWORD, TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), ...env }, timeoutMs: 120_000 });
+  return runCli(args, {
+    cwd: scratch.dir,
+    env: {
+      ...NO_PASSWORD,
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+      ...env,
+    },
+    timeoutMs: 120_000,
+  });
 }
 
 beforeAll(async () => {
@@ -51,14 +67,27 @@ describe('the audit store without a password', () => {
     const run = await wavegate(['audit', 'rollout:demo', '--audit-store', pg.url]);
     const shown = `exit ${run.code}\n${run.stderr}`;
     expect(run.code, shown).toBe(2);
-    expect(run.stderr, shown).toContain(`INVALID_INPUT: audit store ${pg.url}: the server asks for the password of user "${pg.user}" and none was given`);
-    for (const way of ['$PGPASSWORD', '$WAVEGATE_AUDIT_STORE_PASSWORD_FILE', '~/.pgpass']) expect(run.stderr, shown).toContain(way);
+    expect(run.stderr, shown).toContain(
+      `INVALID_INPUT: audit store ${pg.url}: the server asks for the password of user "${pg.user}" and none was given`,
+    );
+    for (const way of ['$PGPASSWORD', '$WAVEGATE_AUDIT_STORE_PASSWORD_FILE', '~/.pgpass'])
+      expect(run.stderr, shown).toContain(way);
     expect(run.stderr, shown).not.toMatch(/SASL|SCRAM/);
     expect(`${run.stdout}${run.stderr}`).not.toContain(pg.password);
   }, 120_000);
 
   it('wavegate worker: exit 2 before it connects to Temporal, with the same words', async () => {
-    const run = await wavegate(['worker', '--address', '127.0.0.1:1', '--task-queue', 'q-no-password', '--profiles', scratch.dir, '--audit-store', pg.url]);
+    const run = await wavegate([
+      'worker',
+      '--address',
+      '127.0.0.1:1',
+      '--task-queue',
+      'q-no-password',
+      '--profiles',
+      scratch.dir,
+      '--audit-store',
+      pg.url,
+    ]);
     const shown = `exit ${run.code}\n${run.stdout}\n${run.stderr}`;
     expect(run.code, shown).toBe(2);
     expect(run.stderr, shown).toContain(`the server asks for the password of user "${pg.user}" and none was given`);
@@ -66,9 +95,15 @@ describe('the audit store without a password', () => {
   }, 120_000);
 
   it('each of the three ways is still taken: ~/.pgpass, $PGPASSWORD, the password file (the store then answers: no audit tables yet)', async () => {
-    writeFileSync(join(scratch.dir, '.pgpass'), `127.0.0.1:${pg.port}:${pg.database}:${pg.user}:${pg.password}\n`, { mode: 0o600 });
+    writeFileSync(join(scratch.dir, '.pgpass'), `127.0.0.1:${pg.port}:${pg.database}:${pg.user}:${pg.password}\n`, {
+      mode: 0o600,
+    });
     try {
-      const ways: Array<Record<string, string>> = [{}, { PGPASSWORD: pg.password, HOME: '/nonexistent' }, { WAVEGATE_AUDIT_STORE_PASSWORD_FILE: pg.passwordFile, HOME: '/nonexistent' }];
+      const ways: Array<Record<string, string>> = [
+        {},
+        { PGPASSWORD: pg.password, HOME: '/nonexistent' },
+        { WAVEGATE_AUDIT_STORE_PASSWORD_FILE: pg.passwordFile, HOME: '/nonexistent' },
+      ];
       for (const env of ways) {
         const run = await wavegate(['audit', 'rollout:demo', '--audit-store', pg.url], env);
         expect(run.code, run.stderr).toBe(2);
@@ -80,15 +115,28 @@ describe('the audit store without a password', () => {
     }
   }, 180_000);
 
-  it('in a worker\'s activity it is a retryable AuditUnwritable with the same words (the password may be given later)', async () => {
+  it("in a worker's activity it is a retryable AuditUnwritable with the same words (the password may be given later)", async () => {
     const saved = { PGPASSWORD: process.env.PGPASSWORD, PGPASSFILE: process.env.PGPASSFILE, HOME: process.env.HOME };
     Object.assign(process.env, { PGPASSWORD: '', PGPASSFILE: join(scratch.dir, 'no-such-pgpass'), HOME: scratch.dir });
     const store = createPostgresAuditStore({ url: pg.url, location: pg.url });
     try {
-      const failure = await store.append({ seq: 1, at: '2026-01-01T00:00:00.000Z', rolloutId: 'rollout:x', runId: 'run-1', event: 'rollout.started', phase: null, by: 'wavegate', reason: null, counts: null, evidence: null } as never).then(
-        () => undefined,
-        (err: unknown) => err,
-      );
+      const failure = await store
+        .append({
+          seq: 1,
+          at: '2026-01-01T00:00:00.000Z',
+          rolloutId: 'rollout:x',
+          runId: 'run-1',
+          event: 'rollout.started',
+          phase: null,
+          by: 'wavegate',
+          reason: null,
+          counts: null,
+          evidence: null,
+        } as never)
+        .then(
+          () => undefined,
+          (err: unknown) => err,
+        );
       expect(failure).toBeInstanceOf(ApplicationFailure);
       expect((failure as ApplicationFailure).type).toBe('AuditUnwritable');
       expect((failure as ApplicationFailure).nonRetryable).toBe(false);
@@ -104,12 +152,14 @@ describe('the audit store without a password', () => {
 });
 
 describe('a server that never answers', () => {
-  it('is given up at ?connect_timeout=, exit 1 naming the host and port, not after pg\'s default of for ever', async () => {
+  it("is given up at ?connect_timeout=, exit 1 naming the host and port, not after pg's default of for ever", async () => {
     const url = `postgres://auditor@127.0.0.1:${silentPort}/wavegate?connect_timeout=1`;
     const run = await wavegate(['audit', 'rollout:demo', '--audit-store', url], { PGPASSWORD: 'not-printed-4c1a' });
     const shown = `exit ${run.code}\n${run.stderr}`;
     expect(run.code, shown).toBe(1);
-    expect(run.stderr, shown).toContain(`UNAVAILABLE: audit store ${url}: no connection to 127.0.0.1:${silentPort} within 1s (?connect_timeout= sets how long)`);
+    expect(run.stderr, shown).toContain(
+      `UNAVAILABLE: audit store ${url}: no connection to 127.0.0.1:${silentPort} within 1s (?connect_timeout= sets how long)`,
+    );
     expect(run.stderr).not.toContain('not-printed-4c1a');
   }, 120_000);
 });

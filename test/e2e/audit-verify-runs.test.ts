@@ -22,7 +22,7 @@ import { workflowBundle } from '../support/temporal';
  * Run 1 writes to store A, run 2 (the latest, with one more phase: a longer chain) to store B, so store
  * A's current chain is run 1's while the rollout's latest run is run 2.
  */
-describe('audit --verify: each run\'s chain against its own run\'s head (real dev server)', () => {
+describe("audit --verify: each run's chain against its own run's head (real dev server)", () => {
   let env: TestWorkflowEnvironment;
   const workers: Array<{ worker: Worker; running: Promise<void> }> = [];
   const root = mkdtempSync(join(tmpdir(), 'wavegate-audit-runs-'));
@@ -37,7 +37,11 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
   let pristineA = '';
   let pristineB = '';
 
-  async function runOn(auditDir: string, taskQueue: string, phases: unknown[]): Promise<{ runId: string; head: AuditHead }> {
+  async function runOn(
+    auditDir: string,
+    taskQueue: string,
+    phases: unknown[],
+  ): Promise<{ runId: string; head: AuditHead }> {
     const mocks = createMockActivities();
     const worker = await Worker.create({
       connection: env.nativeConnection,
@@ -48,7 +52,11 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
     });
     workers.push({ worker, running: worker.run() });
     mocks.add(rolloutId, { devices: mockDevices(3) });
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [mockInput(rolloutId, { gate: '100ms', phases })] });
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: rolloutId,
+      taskQueue,
+      args: [mockInput(rolloutId, { gate: '100ms', phases })],
+    });
     const result = await handle.result();
     expect(result.state).toBe('completed');
     return { runId: handle.firstExecutionRunId, head: result.auditHead! };
@@ -57,7 +65,11 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
   beforeAll(async () => {
     env = await startDevServerEnv();
     ({ runId: run1, head: head1 } = await runOn(dirA, `audit-runs-a-${process.pid}`, [{ bulk: 'remainder' }]));
-    ({ runId: run2, head: head2 } = await runOn(dirB, `audit-runs-b-${process.pid}`, [{ canary: '1 device' }, { bulk: '1 device', name: 'early' }, { bulk: 'remainder' }]));
+    ({ runId: run2, head: head2 } = await runOn(dirB, `audit-runs-b-${process.pid}`, [
+      { canary: '1 device' },
+      { bulk: '1 device', name: 'early' },
+      { bulk: 'remainder' },
+    ]));
     expect(run2).not.toBe(run1);
     // The runs' heads differ, so a chain compared with the wrong one could not pass.
     expect(head2.seq, `run 1 ${head1.seq} records, run 2 ${head2.seq}`).toBeGreaterThan(head1.seq);
@@ -73,12 +85,34 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
   });
 
   const verify = (auditDir: string, extra: string[] = []): Promise<CliRun> =>
-    runCli(['audit', rolloutId, '--verify', '--audit-dir', auditDir, '--address', env.address, '--namespace', env.namespace ?? 'default', '--audit-key-file', keyFile, ...extra], {
-      env: { WAVEGATE_AUDIT_KEY_FILE: '', WAVEGATE_AUDIT_STORE: '', TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(root, 'none.toml') },
-      timeoutMs: 60_000,
-    });
+    runCli(
+      [
+        'audit',
+        rolloutId,
+        '--verify',
+        '--audit-dir',
+        auditDir,
+        '--address',
+        env.address,
+        '--namespace',
+        env.namespace ?? 'default',
+        '--audit-key-file',
+        keyFile,
+        ...extra,
+      ],
+      {
+        env: {
+          WAVEGATE_AUDIT_KEY_FILE: '',
+          WAVEGATE_AUDIT_STORE: '',
+          TEMPORAL_ADDRESS: '',
+          TEMPORAL_PROFILE: '',
+          TEMPORAL_CONFIG_FILE: join(root, 'none.toml'),
+        },
+        timeoutMs: 60_000,
+      },
+    );
 
-  it('the first run\'s chain (--run <run 1>) is compared with run 1\'s head and passes, though run 2 is the latest', async () => {
+  it("the first run's chain (--run <run 1>) is compared with run 1's head and passes, though run 2 is the latest", async () => {
     writeFileSync(auditFilePath(dirA, rolloutId), pristineA);
     const run = await verify(dirA, ['--run', run1, '--strict']);
     expect(run.code, run.stdout + run.stderr).toBe(0);
@@ -87,14 +121,16 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
     expect(run.stdout).not.toContain(run2);
   });
 
-  it('tampering with the first run\'s chain is found against run 1\'s own head, not the latest run\'s', async () => {
+  it("tampering with the first run's chain is found against run 1's own head, not the latest run's", async () => {
     const lines = pristineA.trimEnd().split('\n');
     writeFileSync(auditFilePath(dirA, rolloutId), `${lines.slice(0, -2).join('\n')}\n`);
     try {
       const run = await verify(dirA, ['--run', run1]);
       expect(run.code, run.stdout + run.stderr).toBe(1);
       // Cut off at run 1's head (records head1-1..head1), not run 2's longer one.
-      expect(run.stdout).toMatch(new RegExp(`truncated at seq ${head1.seq - 1}: .*records ${head1.seq - 1}–${head1.seq} were cut off`));
+      expect(run.stdout).toMatch(
+        new RegExp(`truncated at seq ${head1.seq - 1}: .*records ${head1.seq - 1}–${head1.seq} were cut off`),
+      );
       expect(run.stdout).toContain(`run ${run1} `);
     } finally {
       writeFileSync(auditFilePath(dirA, rolloutId), pristineA);
@@ -106,8 +142,14 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
     expect(run.code, run.stdout + run.stderr).toBe(1);
     // Run 1's chain is whole against run 1's head: no false "edited" from run 2's head.
     expect(run.stdout).toContain(`audit ${rolloutId}: ${head1.seq} records, chain intact`);
-    expect(run.stdout).toMatch(new RegExp(`head: compared with the workflow's head \\(${rolloutId} run ${run1} .*, the run that wrote this chain`));
-    expect(run.stdout).toContain(`latest run: the rollout's latest run ${run2} holds an audit head (${head2.seq} records up to seq ${head2.seq}`);
+    expect(run.stdout).toMatch(
+      new RegExp(
+        `head: compared with the workflow's head \\(${rolloutId} run ${run1} .*, the run that wrote this chain`,
+      ),
+    );
+    expect(run.stdout).toContain(
+      `latest run: the rollout's latest run ${run2} holds an audit head (${head2.seq} records up to seq ${head2.seq}`,
+    );
     expect(run.stdout).toContain(`run ${run2}'s trail is missing there`);
     // Store B holds run 2's chain: compared with run 2's head, it passes.
     const b = await verify(dirB, ['--strict']);
@@ -115,26 +157,38 @@ describe('audit --verify: each run\'s chain against its own run\'s head (real de
     expect(b.stdout).toContain(`head: compared with the workflow's head (${rolloutId} run ${run2} `);
   });
 
-  it('a trail deleted from the store while the workflow holds its head: exit 1 naming the head\'s seq and hash', async () => {
+  it("a trail deleted from the store while the workflow holds its head: exit 1 naming the head's seq and hash", async () => {
     unlinkSync(auditFilePath(dirB, rolloutId));
     try {
       const run = await verify(dirB);
       expect(run.code, run.stdout + run.stderr).toBe(1);
-      expect(run.stdout).toContain(`trail deleted: the workflow's head (${rolloutId} run ${run2} on ${env.address}, completed) says ${head2.seq} records up to seq ${head2.seq} (hash ${head2.hash})`);
+      expect(run.stdout).toContain(
+        `trail deleted: the workflow's head (${rolloutId} run ${run2} on ${env.address}, completed) says ${head2.seq} records up to seq ${head2.seq} (hash ${head2.hash})`,
+      );
       expect(run.stdout).toContain(`${dirB} has none`);
       expect(run.stderr).not.toContain('NOT_FOUND');
       // Offline, with the head the operator kept: the same verdict.
-      const offline = await runCli(['audit', rolloutId, '--verify', '--audit-dir', dirB, '--head', `${head2.seq}:${head2.hash}`], { env: { WAVEGATE_AUDIT_STORE: '' } });
+      const offline = await runCli(
+        ['audit', rolloutId, '--verify', '--audit-dir', dirB, '--head', `${head2.seq}:${head2.hash}`],
+        { env: { WAVEGATE_AUDIT_STORE: '' } },
+      );
       expect(offline.code, offline.stdout + offline.stderr).toBe(1);
-      expect(offline.stdout).toContain(`trail deleted: --head ${head2.seq}:${head2.hash.slice(0, 12)}… says ${head2.seq} records`);
+      expect(offline.stdout).toContain(
+        `trail deleted: --head ${head2.seq}:${head2.hash.slice(0, 12)}… says ${head2.seq} records`,
+      );
     } finally {
       writeFileSync(auditFilePath(dirB, rolloutId), pristineB, { mode: 0o600 });
     }
   });
 
   it('neither a trail nor a rollout: NOT_FOUND, exit 2', async () => {
-    const run = await runCli(['audit', 'rollout:never-started', '--verify', '--audit-dir', dirA, '--address', env.address], { env: { WAVEGATE_AUDIT_STORE: '', WAVEGATE_AUDIT_KEY_FILE: '' } });
+    const run = await runCli(
+      ['audit', 'rollout:never-started', '--verify', '--audit-dir', dirA, '--address', env.address],
+      { env: { WAVEGATE_AUDIT_STORE: '', WAVEGATE_AUDIT_KEY_FILE: '' } },
+    );
     expect(run.code, run.stdout + run.stderr).toBe(2);
-    expect(run.stderr).toMatch(/wavegate: NOT_FOUND: no audit trail for rollout "rollout:never-started" .*, and no rollout "rollout:never-started" on .*: no such rollout/);
+    expect(run.stderr).toMatch(
+      /wavegate: NOT_FOUND: no audit trail for rollout "rollout:never-started" .*, and no rollout "rollout:never-started" on .*: no such rollout/,
+    );
   });
 });

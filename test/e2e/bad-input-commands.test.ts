@@ -38,15 +38,22 @@ describe('bad-input corpus: commands', () => {
     expect(CASES.length).toBeGreaterThan(0);
   });
 
-  it.each(CASES.map((c) => [c.file, c] as const))('%s is refused naming its field', async (_name, c) => {
-    const dir = prepare(c);
-    const env = Object.fromEntries(Object.entries(c.env ?? {}).map(([k, v]) => [k, fill(v, dir)]));
-    // A fresh HOME: nothing of the machine's own configuration answers for the case.
-    const run = await runCli((c.args ?? []).map((a) => fill(a, dir)), { cwd: dir, env: { HOME: dir, ...env }, timeoutMs: c.timeoutMs ?? 60_000 });
-    const shown = `exit ${run.code}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
-    expect(run.code, shown).toBe(c.exit ?? 2);
-    expect(run.stderr, shown).toContain(fill(c.path, dir));
-    if (c.shows !== undefined) expect(run.stderr, shown).toContain(fill(c.shows, dir));
-    expect(run.stderr, `a stack trace reached the user:\n${shown}`).not.toMatch(/\n\s+at .+\(.*:\d+:\d+\)/);
-  }, 120_000);
+  it.each(CASES.map((c) => [c.file, c] as const))(
+    '%s is refused naming its field',
+    async (_name, c) => {
+      const dir = prepare(c);
+      const env = Object.fromEntries(Object.entries(c.env ?? {}).map(([k, v]) => [k, fill(v, dir)]));
+      // A fresh HOME: nothing of the machine's own configuration answers for the case.
+      const run = await runCli(
+        (c.args ?? []).map((a) => fill(a, dir)),
+        { cwd: dir, env: { HOME: dir, ...env }, timeoutMs: c.timeoutMs ?? 60_000 },
+      );
+      const shown = `exit ${run.code}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
+      expect(run.code, shown).toBe(c.exit ?? 2);
+      expect(run.stderr, shown).toContain(fill(c.path, dir));
+      if (c.shows !== undefined) expect(run.stderr, shown).toContain(fill(c.shows, dir));
+      expect(run.stderr, `a stack trace reached the user:\n${shown}`).not.toMatch(/\n\s+at .+\(.*:\d+:\d+\)/);
+    },
+    120_000,
+  );
 });

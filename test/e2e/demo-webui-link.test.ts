@@ -18,7 +18,9 @@ describe('wavegate demo: the Web UI link at the end', () => {
       const ending = run.stdout.slice(run.stdout.indexOf('\nrollout completed:'));
       expect(ending).not.toContain(ui!);
       expect(ending).not.toContain('stays there');
-      expect(ending).toContain("Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: `npm run dev`");
+      expect(ending).toContain(
+        "Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: `npm run dev`",
+      );
       // What the old ending pointed at: nothing answers once the command has returned.
       await expect(fetch(ui!, { signal: AbortSignal.timeout(5_000) })).rejects.toThrow();
     } finally {

@@ -41,8 +41,12 @@ describe('the embedded dev stack', () => {
       const page = await fetch(ui);
       expect(page.status).toBe(200);
       // The dev server and the demo fleet run from this state directory.
-      expect(processesMentioning(scratch.dir).some((l) => l.includes('temporal') && l.includes('start-dev'))).toBe(true);
-      const inventory = parse(readFileSync(join(scratch.dir, 'demo-fleet.yaml'), 'utf8')) as { devices: Array<{ port: number; pool: string; class: string }> };
+      expect(processesMentioning(scratch.dir).some((l) => l.includes('temporal') && l.includes('start-dev'))).toBe(
+        true,
+      );
+      const inventory = parse(readFileSync(join(scratch.dir, 'demo-fleet.yaml'), 'utf8')) as {
+        devices: Array<{ port: number; pool: string; class: string }>;
+      };
       expect(inventory.devices).toHaveLength(12);
       expect(new Set(inventory.devices.map((d) => d.pool)).size).toBe(2);
       expect(new Set(inventory.devices.map((d) => d.class)).size).toBe(2);
@@ -78,24 +82,56 @@ describe('the embedded dev stack', () => {
     const scratch = scratchDir('badspec');
     try {
       const spec = join(scratch.dir, 'bad.yaml');
-      writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - canary: lots\n');
+      writeFileSync(
+        spec,
+        'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - canary: lots\n',
+      );
       // A valid inventory, so the spec alone is what is wrong (start reads the inventory first now, for the membership entity).
-      const run = await runCli(['start', '-f', spec, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--address', '127.0.0.1:1']);
+      const run = await runCli([
+        'start',
+        '-f',
+        spec,
+        '--inventory',
+        join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'),
+        '--address',
+        '127.0.0.1:1',
+      ]);
       expect(run.code).toBe(2);
       expect(run.stderr).toContain('rollout.phases[0].canary');
       expect(run.stderr).toContain('"lots"');
       expect(run.stderr).not.toContain('cannot reach Temporal');
       // A missing inventory is named too.
-      const missing = await runCli(['start', '-f', spec, '--inventory', join(scratch.dir, 'none.yaml'), '--address', '127.0.0.1:1']);
+      const missing = await runCli([
+        'start',
+        '-f',
+        spec,
+        '--inventory',
+        join(scratch.dir, 'none.yaml'),
+        '--address',
+        '127.0.0.1:1',
+      ]);
       expect(missing.code).toBe(2);
       expect(missing.stderr).toMatch(/none\.yaml: cannot read file \(ENOENT\)/);
       expect(missing.stderr).not.toContain('cannot reach Temporal');
 
       // A transport this version does not have is refused by name, not quietly replaced by SSH.
-      writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  transport: agent\n  phases:\n    - canary: 1 device\n');
-      const agent = await runCli(['start', '-f', spec, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--address', '127.0.0.1:1']);
+      writeFileSync(
+        spec,
+        'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  transport: agent\n  phases:\n    - canary: 1 device\n',
+      );
+      const agent = await runCli([
+        'start',
+        '-f',
+        spec,
+        '--inventory',
+        join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'),
+        '--address',
+        '127.0.0.1:1',
+      ]);
       expect(agent.code).toBe(2);
-      expect(agent.stderr).toContain('rollout.transport: the agent transport is not available in this version; allowed: "ssh" (got "agent")');
+      expect(agent.stderr).toContain(
+        'rollout.transport: the agent transport is not available in this version; allowed: "ssh" (got "agent")',
+      );
     } finally {
       scratch.cleanup();
     }

@@ -17,17 +17,27 @@ const OFFLINE = 'edge-05';
 const APPLY_R2 = 'install -m 0644 "$WAVEGATE_STAGING/motd"';
 
 function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
-  return runCliAgainst({ address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir }, args, timeoutMs);
+  return runCliAgainst(
+    { address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir },
+    args,
+    timeoutMs,
+  );
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
   return writeDemoSpec(real.dir, name, rollout);
 }
 
-const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] };
+const FAST = {
+  phases: [
+    { canary: '1 device', gate: '0s' },
+    { bulk: 'remainder', gate: '0s' },
+  ],
+};
 
 /** This file's waits run against a loaded stack: longer than the shared default. */
-const until = <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000) => waitUntil(what, probe, timeoutMs);
+const until = <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000) =>
+  waitUntil(what, probe, timeoutMs);
 
 const applyCounts = () => Object.fromEntries(fleet.devices.map((d) => [d.id, fleet.count(d.id, APPLY_R2)]));
 
@@ -37,23 +47,55 @@ beforeAll(async () => {
 
 describe('exit codes and converge, as a pipeline sees them', () => {
   it('refused input exits 2 with nothing started: bad spec for start --wait, unknown rollout for status and converge without a completed rollout', async () => {
-    const unknownPool = await wg(['start', '-f', spec('bad-pool', { ...FAST, disruptionBudget: { 'pool-z': 0.5 } }), '--inventory', inventory, '--wait']);
+    const unknownPool = await wg([
+      'start',
+      '-f',
+      spec('bad-pool', { ...FAST, disruptionBudget: { 'pool-z': 0.5 } }),
+      '--inventory',
+      inventory,
+      '--wait',
+    ]);
     expect(unknownPool.code, unknownPool.stderr).toBe(2);
     expect(unknownPool.stderr).toContain('pool-z');
     const unknown = await wg(['status', 'rollout:nope']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('NOT_FOUND');
-    const noneCompleted = await wg(['converge', '--profile', 'demo', '-f', spec('fast', FAST), '--inventory', inventory]);
+    const noneCompleted = await wg([
+      'converge',
+      '--profile',
+      'demo',
+      '-f',
+      spec('fast', FAST),
+      '--inventory',
+      inventory,
+    ]);
     expect(noneCompleted.code, noneCompleted.stdout).toBe(2);
     expect(noneCompleted.stderr).toContain('has no completed rollout');
     expect(fleet.totalCommands()).toBe(0);
   });
 
   it('start --wait --exit-on-pause exits 1 when the rollout pauses, printing why and the exact resume/abort commands; status exits 1 while paused', async () => {
-    const waiting = wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory, '--wait', '--exit-on-pause', '--interval', '300']);
+    const waiting = wg([
+      'start',
+      '-f',
+      spec('manual', {
+        phases: [
+          { canary: '1 device', gate: 'manual' },
+          { bulk: 'remainder', gate: '0s' },
+        ],
+      }),
+      '--inventory',
+      inventory,
+      '--wait',
+      '--exit-on-pause',
+      '--interval',
+      '300',
+    ]);
     // Its id (the start prints it only when --wait returns): the running rollout of demo, as list shows it.
     const id = await until('the rollout to be listed', async () => {
-      const rows = JSON.parse((await wg(['list', '--profile', 'demo', '--state', 'running', '--json'])).stdout) as Array<{ workflowId: string }>;
+      const rows = JSON.parse(
+        (await wg(['list', '--profile', 'demo', '--state', 'running', '--json'])).stdout,
+      ) as Array<{ workflowId: string }>;
       return rows[0]?.workflowId;
     });
     expect(id).toMatch(/^rollout:demo:\d{8}-\d{6}$/);
@@ -61,7 +103,9 @@ describe('exit codes and converge, as a pipeline sees them', () => {
       const run = await wg(['status', id, '--json']);
       if (run.code === 2) return undefined; // not started yet
       expect(run.code, 'status of a running rollout').toBe(1);
-      return (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+      return (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval'
+        ? true
+        : undefined;
     });
     const paused = await wg(['pause', id, '--reason', 'change freeze']);
     expect(paused.code, paused.stderr).toBe(0);
@@ -96,19 +140,36 @@ describe('exit codes and converge, as a pipeline sees them', () => {
     const status = await wg(['status', id, '--json']);
     expect(status.code).toBe(1);
     const devices = (JSON.parse(status.stdout) as { devices: Array<{ id: string; state: string }> }).devices;
-    expect(devices.filter((d) => d.state !== 'applied')).toEqual([expect.objectContaining({ id: OFFLINE, state: 'skipped' })]);
+    expect(devices.filter((d) => d.state !== 'applied')).toEqual([
+      expect.objectContaining({ id: OFFLINE, state: 'skipped' }),
+    ]);
 
     await fleet.setFaults(OFFLINE, {});
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
     expect(board.code, board.stdout).toBe(1);
     expect(board.stdout).toContain(`1 device(s) behind r2, where ${id} completed (${OFFLINE})`);
-    expect(board.stdout).toContain(`wavegate converge --profile demo --file <the spec of ${id}: r1 → r2> --inventory ${inventory}`);
+    expect(board.stdout).toContain(
+      `wavegate converge --profile demo --file <the spec of ${id}: r1 → r2> --inventory ${inventory}`,
+    );
 
     const before = applyCounts();
     // A 10-minute poll interval: --wait still returns when the rollout closes (it waits on the result), not an interval later.
-    const converge = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory, '--wait', '--interval', '600000']);
+    const converge = await wg([
+      'converge',
+      '--profile',
+      'demo',
+      '-f',
+      fast,
+      '--inventory',
+      inventory,
+      '--wait',
+      '--interval',
+      '600000',
+    ]);
     expect(converge.code, converge.stdout + converge.stderr).toBe(0);
-    expect(converge.stdout).toContain(`converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: ${id})`);
+    expect(converge.stdout).toContain(
+      `converge rollout:demo:converge-1 started: 1 device(s) behind r2 (last completed: ${id})`,
+    );
     expect(converge.stdout).toMatch(new RegExp(`behind +${OFFLINE} +verify exited \\d`));
     expect(converge.stdout).toMatch(/rollout completed: .* — exit 0/);
     const after = applyCounts();
@@ -117,7 +178,9 @@ describe('exit codes and converge, as a pipeline sees them', () => {
 
     const clean = await wg(['status', 'rollout:demo:converge-1', '--json']);
     expect(clean.code).toBe(0);
-    expect((JSON.parse(clean.stdout) as { devices: Array<{ id: string; state: string }> }).devices).toEqual([expect.objectContaining({ id: OFFLINE, state: 'applied' })]);
+    expect((JSON.parse(clean.stdout) as { devices: Array<{ id: string; state: string }> }).devices).toEqual([
+      expect.objectContaining({ id: OFFLINE, state: 'applied' }),
+    ]);
     const green = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
     expect(green.code, green.stdout).toBe(0);
     const again = await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory]);

@@ -51,8 +51,10 @@ devices:
     writeFileSync(path, inventoryText(), { mode: 0o644 });
     return path;
   };
-  const repin = (inventory: string, id: string, extra: string[] = []) => runCli(['fleet', 'repin', id, '--inventory', inventory, ...extra], { cwd: scratch.dir });
-  const devicesOf = (inventory: string) => (parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; ssh?: { hostKey?: string } }> }).devices;
+  const repin = (inventory: string, id: string, extra: string[] = []) =>
+    runCli(['fleet', 'repin', id, '--inventory', inventory, ...extra], { cwd: scratch.dir });
+  const devicesOf = (inventory: string) =>
+    (parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; ssh?: { hostKey?: string } }> }).devices;
 
   beforeAll(async () => {
     sshd = await startSshdFleet({ dir: sshdDir, ids: ['r-1', 'r-2'] });
@@ -66,7 +68,11 @@ devices:
     keygen(key, `rekeyed-${b.id}`);
     rekeyed = sshFingerprint(Buffer.from(readFileSync(`${key}.pub`, 'utf8').trim().split(/\s+/)[1]!, 'base64'));
     expect(rekeyed).not.toBe(b.hostKeyFingerprint);
-    await until(`${b.id} presenting its new key`, async () => ((await scanHostKey(b.host, b.port, 5000)).fingerprint === rekeyed ? true : undefined), 30_000);
+    await until(
+      `${b.id} presenting its new key`,
+      async () => ((await scanHostKey(b.host, b.port, 5000)).fingerprint === rekeyed ? true : undefined),
+      30_000,
+    );
   }, 60_000);
   afterAll(async () => {
     await sshd?.stop();
@@ -77,7 +83,9 @@ devices:
     const inventory = freshInventory();
     const run = await repin(inventory, a.id);
     expect(run.code, run.stderr).toBe(0);
-    expect(run.stdout).toContain(`${a.id} (127.0.0.1:${a.port}) presents ssh-ed25519 ${a.hostKeyFingerprint}, the key it is pinned to (ssh.hostKey of the device in ${inventory}): nothing to re-pin, nothing written`);
+    expect(run.stdout).toContain(
+      `${a.id} (127.0.0.1:${a.port}) presents ssh-ed25519 ${a.hostKeyFingerprint}, the key it is pinned to (ssh.hostKey of the device in ${inventory}): nothing to re-pin, nothing written`,
+    );
     expect(readFileSync(inventory, 'utf8')).toBe(inventoryText());
   });
 
@@ -85,7 +93,9 @@ devices:
     const inventory = freshInventory();
     const run = await repin(inventory, b.id);
     expect(run.code, run.stderr).toBe(1);
-    expect(run.stdout).toContain(`  pinned:   ${b.hostKeyFingerprint}  (defaults.ssh.hostKey in ${inventory}, shared with other devices`);
+    expect(run.stdout).toContain(
+      `  pinned:   ${b.hostKeyFingerprint}  (defaults.ssh.hostKey in ${inventory}, shared with other devices`,
+    );
     expect(run.stdout).toContain(`  presents: ssh-ed25519 ${rekeyed}`);
     expect(run.stdout).toContain('ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub');
     expect(run.stdout).toContain(`  wavegate fleet repin ${b.id} --inventory ${inventory} --accept ${rekeyed}`);
@@ -96,11 +106,15 @@ devices:
     const inventory = freshInventory();
     const run = await repin(inventory, b.id, ['--accept', b.hostKeyFingerprint]);
     expect(run.code).toBe(2);
-    expect(run.stderr).toContain(`CONFLICT: --accept ${b.hostKeyFingerprint}: ${b.id} (127.0.0.1:${b.port}) presents ssh-ed25519 ${rekeyed}, not the key you accepted; nothing was written`);
+    expect(run.stderr).toContain(
+      `CONFLICT: --accept ${b.hostKeyFingerprint}: ${b.id} (127.0.0.1:${b.port}) presents ssh-ed25519 ${rekeyed}, not the key you accepted; nothing was written`,
+    );
     // Also when the host still presents its pinned key: the operator checked something else.
     const unchangedHost = await repin(inventory, a.id, ['--accept', OTHER]);
     expect(unchangedHost.code).toBe(2);
-    expect(unchangedHost.stderr).toContain(`--accept ${OTHER}: ${a.id} (127.0.0.1:${a.port}) presents ssh-ed25519 ${a.hostKeyFingerprint}`);
+    expect(unchangedHost.stderr).toContain(
+      `--accept ${OTHER}: ${a.id} (127.0.0.1:${a.port}) presents ssh-ed25519 ${a.hostKeyFingerprint}`,
+    );
     expect(readFileSync(inventory, 'utf8')).toBe(inventoryText());
   });
 
@@ -108,9 +122,15 @@ devices:
     const inventory = freshInventory();
     const run = await repin(inventory, b.id, ['--accept', rekeyed]);
     expect(run.code, run.stdout + run.stderr).toBe(0);
-    expect(run.stdout).toContain(`pinned ${b.id} to ssh-ed25519 ${rekeyed} in ${inventory} (ssh.hostKey; --accept); was ${b.hostKeyFingerprint}`);
+    expect(run.stdout).toContain(
+      `pinned ${b.id} to ssh-ed25519 ${rekeyed} in ${inventory} (ssh.hostKey; --accept); was ${b.hostKeyFingerprint}`,
+    );
     const after = readFileSync(inventory, 'utf8');
-    expect(devicesOf(inventory).map((d) => [d.id, d.ssh?.hostKey])).toEqual([[a.id, a.hostKeyFingerprint], [b.id, rekeyed], ['agent-01', undefined]]);
+    expect(devicesOf(inventory).map((d) => [d.id, d.ssh?.hostKey])).toEqual([
+      [a.id, a.hostKeyFingerprint],
+      [b.id, rekeyed],
+      ['agent-01', undefined],
+    ]);
     // Only b's entry gained its pin: every line of the file before is still there, in order.
     const before = inventoryText().split('\n');
     const lines = after.split('\n');
@@ -120,7 +140,9 @@ devices:
 
     const again = await repin(inventory, b.id);
     expect(again.code, again.stderr).toBe(0);
-    expect(again.stdout).toContain(`presents ssh-ed25519 ${rekeyed}, the key it is pinned to (ssh.hostKey of the device in ${inventory})`);
+    expect(again.stdout).toContain(
+      `presents ssh-ed25519 ${rekeyed}, the key it is pinned to (ssh.hostKey of the device in ${inventory})`,
+    );
     // The pinned inventory is one the fleet commands read: b now answers over SSH with the new pin.
     expect(readFileSync(inventory, 'utf8')).toBe(after);
   });
@@ -129,7 +151,9 @@ devices:
     const onTerminal = (inventory: string, answer: string): Promise<CliRun> =>
       new Promise((done) => {
         // script(1) gives the command a pseudo-terminal; the answer is typed once the question is shown.
-        const command = [process.execPath, WAVEGATE_BIN, 'fleet', 'repin', b.id, '--inventory', inventory].map((w) => `'${w}'`).join(' ');
+        const command = [process.execPath, WAVEGATE_BIN, 'fleet', 'repin', b.id, '--inventory', inventory]
+          .map((w) => `'${w}'`)
+          .join(' ');
         const child = spawn('script', ['-qec', command, '/dev/null'], { cwd: scratch.dir });
         let stdout = '';
         let asked = false;
@@ -150,7 +174,9 @@ devices:
     expect(readFileSync(inventory, 'utf8')).toBe(inventoryText());
     const yes = await onTerminal(inventory, 'y');
     expect(yes.code, yes.stdout).toBe(0);
-    expect(yes.stdout).toContain(`pinned ${b.id} to ssh-ed25519 ${rekeyed} in ${inventory} (ssh.hostKey; confirmed on the terminal)`);
+    expect(yes.stdout).toContain(
+      `pinned ${b.id} to ssh-ed25519 ${rekeyed} in ${inventory} (ssh.hostKey; confirmed on the terminal)`,
+    );
     expect(devicesOf(inventory).find((d) => d.id === b.id)?.ssh?.hostKey).toBe(rekeyed);
   });
 
@@ -158,14 +184,20 @@ devices:
     const inventory = freshInventory();
     const unknown = await repin(inventory, 'web-99');
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain(`<device> "web-99": no such device in the inventory ${inventory} (devices: ${a.id}, ${b.id}, agent-01)`);
+    expect(unknown.stderr).toContain(
+      `<device> "web-99": no such device in the inventory ${inventory} (devices: ${a.id}, ${b.id}, agent-01)`,
+    );
     const agent = await repin(inventory, 'agent-01');
     expect(agent.code).toBe(2);
     expect(agent.stderr).toContain('is an agent (transport: agent)');
     expect(agent.stderr).toContain('wavegate agent pin --key <its identity key file>');
-    const overHttp = await runCli(['fleet', 'repin', b.id, '--inventory-url', 'https://registry.example/devices'], { cwd: scratch.dir });
+    const overHttp = await runCli(['fleet', 'repin', b.id, '--inventory-url', 'https://registry.example/devices'], {
+      cwd: scratch.dir,
+    });
     expect(overHttp.code).toBe(2);
-    expect(overHttp.stderr).toContain('--inventory-url https://registry.example/devices: an inventory served over HTTP is not a file repin can write');
+    expect(overHttp.stderr).toContain(
+      '--inventory-url https://registry.example/devices: an inventory served over HTTP is not a file repin can write',
+    );
     const badAccept = await repin(inventory, b.id, ['--accept', 'SHA256:short']);
     expect(badAccept.code).toBe(2);
     expect(badAccept.stderr).toContain('--accept "SHA256:short": must be the new fingerprint');

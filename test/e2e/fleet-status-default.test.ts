@@ -23,13 +23,22 @@ const profiles = join(real.dir, 'profiles');
 const profile = join(profiles, 'demo');
 let inventory = '';
 
-const ENV = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' };
+const ENV = {
+  TEMPORAL_ADDRESS: '',
+  TEMPORAL_PROFILE: '',
+  TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
+  WAVEGATE_PROFILES: '',
+};
 
 function wg(args: string[], address = real.env.address): Promise<CliRun> {
-  return runCli([...args, '--address', address, '--task-queue', real.worker.taskQueue], { timeoutMs: 180_000, env: ENV });
+  return runCli([...args, '--address', address, '--task-queue', real.worker.taskQueue], {
+    timeoutMs: 180_000,
+    env: ENV,
+  });
 }
 const cli = (args: string[]) => runCli(args, { cwd: real.dir, env: ENV });
-const status = (...more: string[]) => wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles, ...more]);
+const status = (...more: string[]) =>
+  wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles, ...more]);
 
 async function writeProfile(): Promise<void> {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), profile, { recursive: true });
@@ -37,13 +46,29 @@ async function writeProfile(): Promise<void> {
   const r2 = parse(readFileSync(join(profile, 'revisions', '2.yaml'), 'utf8')) as Record<string, unknown>;
   writeFileSync(
     join(profile, 'revisions', '3.yaml'),
-    stringify({ ...r2, revision: 3, description: 'signed, not rolled out', previous: 2, verify: `grep -qx 'wavegate demo revision 3' "$HOME/etc/motd"`, payload: [{ name: 'motd', source: 'payload/motd-r2' }] }),
+    stringify({
+      ...r2,
+      revision: 3,
+      description: 'signed, not rolled out',
+      previous: 2,
+      verify: `grep -qx 'wavegate demo revision 3' "$HOME/etc/motd"`,
+      payload: [{ name: 'motd', source: 'payload/motd-r2' }],
+    }),
   );
   const key = join(real.dir, 'alice.key');
   expect((await cli(['keygen', '--out', key, '--name', 'alice'])).code).toBe(0);
-  expect((await cli(['trust', `${key}.pub.yaml`, '--threshold', '1', '--out', join(profile, 'trust.yaml')])).code).toBe(0);
+  expect((await cli(['trust', `${key}.pub.yaml`, '--threshold', '1', '--out', join(profile, 'trust.yaml')])).code).toBe(
+    0,
+  );
   for (const n of [1, 2, 3]) {
-    const signed = await cli(['sign', join(profile, 'revisions', `${n}.yaml`), '--key', key, '--out', join(profile, 'envelopes', `${n}.json`)]);
+    const signed = await cli([
+      'sign',
+      join(profile, 'revisions', `${n}.yaml`),
+      '--key',
+      key,
+      '--out',
+      join(profile, 'envelopes', `${n}.json`),
+    ]);
     expect(signed.code, signed.stderr).toBe(0);
   }
 }
@@ -55,18 +80,47 @@ beforeAll(async () => {
 describe('fleet status: the default revision', () => {
   it('checks the newest signed revision, saying so, while no rollout has completed; then the revision the last completed rollout left; --revision and a missing Temporal as said', async () => {
     const before = await status();
-    expect(before.stdout).toContain(`checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${real.env.address}`);
+    expect(before.stdout).toContain(
+      `checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${real.env.address}`,
+    );
     expect(before.stdout).toMatch(/^fleet demo r3/m);
 
     const spec = join(real.dir, 'r1-r2.yaml');
-    writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] } }));
-    const started = await wg(['start', '-f', spec, '--inventory', inventory, '--profiles', profiles, '--wait', '--interval', '300']);
+    writeFileSync(
+      spec,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+          phases: [
+            { canary: '1 device', gate: '0s' },
+            { bulk: 'remainder', gate: '0s' },
+          ],
+        },
+      }),
+    );
+    const started = await wg([
+      'start',
+      '-f',
+      spec,
+      '--inventory',
+      inventory,
+      '--profiles',
+      profiles,
+      '--wait',
+      '--interval',
+      '300',
+    ]);
     expect(started.code, started.stdout + started.stderr).toBe(0);
 
     // The healthy fleet after its rollout reads green, though r3 is signed.
     const after = await status();
     expect(after.code, after.stdout + after.stderr).toBe(0);
-    expect(after.stdout).toMatch(/^checking r2: left by rollout (\S+) completed \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/m);
+    expect(after.stdout).toMatch(
+      /^checking r2: left by rollout (\S+) completed \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/m,
+    );
     const rolloutId = /^checking r2: left by rollout (\S+) completed/m.exec(after.stdout)![1]!;
     expect(started.stdout).toContain(rolloutId);
     expect(after.stdout).toMatch(/^ {2}applied +4$/m);
@@ -81,9 +135,14 @@ describe('fleet status: the default revision', () => {
 
     // No Temporal at the address given: the newest, and why.
     const nobody = `127.0.0.1:${await freePort()}`;
-    const noTemporal = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles], nobody);
+    const noTemporal = await wg(
+      ['fleet', 'status', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles],
+      nobody,
+    );
     expect(noTemporal.code).toBe(1);
-    expect(noTemporal.stdout).toContain(`checking r3: newest signed, Temporal at ${nobody} not reachable, so no completed rollout could be read`);
+    expect(noTemporal.stdout).toContain(
+      `checking r3: newest signed, Temporal at ${nobody} not reachable, so no completed rollout could be read`,
+    );
     expect(noTemporal.stderr).not.toMatch(/\n\s+at /);
   });
 });
@@ -93,16 +152,27 @@ describe('drift: a refused device fails the check', () => {
     const clean = await wg(['drift', '--profile', 'demo', '--inventory', inventory, '--profiles', profiles]);
     expect(clean.code, clean.stdout + clean.stderr).toBe(0);
 
-    const doc = parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; port: number; ssh?: object }> };
-    const wrongPin = { ...doc, devices: doc.devices.map((d, i) => (i === 0 ? { ...d, ssh: { ...d.ssh, hostKey: `SHA256:${'A'.repeat(43)}` } } : d)) };
+    const doc = parse(readFileSync(inventory, 'utf8')) as {
+      devices: Array<{ id: string; port: number; ssh?: object }>;
+    };
+    const wrongPin = {
+      ...doc,
+      devices: doc.devices.map((d, i) =>
+        i === 0 ? { ...d, ssh: { ...d.ssh, hostKey: `SHA256:${'A'.repeat(43)}` } } : d,
+      ),
+    };
     const pinned = join(real.dir, 'wrong-pin.yaml');
     writeFileSync(pinned, stringify(wrongPin));
     const refused = await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles]);
     expect(refused.code, refused.stdout + refused.stderr).toBe(1);
     expect(refused.stdout).toMatch(/^ {2}edge-01 +refused +- +refused \(host-key\): /m);
-    expect(refused.stdout).toContain('0 drifted of 4 devices in scope (3 ok, 0 without marker, 1 refused, 0 unreachable)');
+    expect(refused.stdout).toContain(
+      '0 drifted of 4 devices in scope (3 ok, 0 without marker, 1 refused, 0 unreachable)',
+    );
     expect(refused.stdout).toContain('1 device(s) refused as pinned (edge-01): their drift is unknown; exit 1');
-    const asJson = JSON.parse((await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles, '--json'])).stdout) as { refused: number; devices: Array<{ id: string; status: string }> };
+    const asJson = JSON.parse(
+      (await wg(['drift', '--profile', 'demo', '--inventory', pinned, '--profiles', profiles, '--json'])).stdout,
+    ) as { refused: number; devices: Array<{ id: string; status: string }> };
     expect(asJson.refused).toBe(1);
     expect(asJson.devices.find((d) => d.id === 'edge-01')?.status).toBe('refused');
 

@@ -70,7 +70,11 @@ function revisionSource(profile: string, n: number): RevisionSource {
 
 /** r1..r5 of `profile`, signed 2-of-2 under ROOT, and the same pins on every agent (DEVICE_PINS). */
 function writeProfile(profile: string): void {
-  const p = writeSignedProfile({ root: ROOT, name: profile, revisions: [1, 2, 3, 4, 5].map((n) => revisionSource(profile, n)) });
+  const p = writeSignedProfile({
+    root: ROOT,
+    name: profile,
+    revisions: [1, 2, 3, 4, 5].map((n) => revisionSource(profile, n)),
+  });
   p.writePins(DEVICE_PINS);
   profiles.set(profile, p);
 }
@@ -92,16 +96,33 @@ const floorOf = (id: string, profile: string): DeviceFloor | null => {
   return text === null ? null : parseFloor(text);
 };
 /** The revisions whose apply ran on the device, in order ("r2", "r3", ...). */
-const runs = (id: string, profile: string) => (readIf(join(homeOf(id), 'etc', `${profile}.runs`)) ?? '').split('\n').filter(Boolean);
+const runs = (id: string, profile: string) =>
+  (readIf(join(homeOf(id), 'etc', `${profile}.runs`)) ?? '').split('\n').filter(Boolean);
 const conf = (id: string, profile: string) => readIf(join(homeOf(id), 'etc', `${profile}.conf`));
 
 // ---- the CLI ------------------------------------------------------------------------------------------
 
 function wg(args: string[], timeoutMs = 240_000): Promise<CliRun> {
-  return runCli([...args, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue], {
-    timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
+  return runCli(
+    [
+      ...args,
+      '--address',
+      real.env.address,
+      '--namespace',
+      real.env.namespace ?? 'default',
+      '--task-queue',
+      real.worker.taskQueue,
+    ],
+    {
+      timeoutMs,
+      env: {
+        TEMPORAL_ADDRESS: '',
+        TEMPORAL_PROFILE: '',
+        TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
+        WAVEGATE_PROFILES: '',
+      },
+    },
+  );
 }
 
 /** An inventory of these devices in one pool (budget 100%): SSH ones from the simulator, agents by their pins. */
@@ -110,7 +131,13 @@ function inventory(name: string, ids: readonly string[], classes: Record<string,
   const devices = ids.map((id) =>
     isAgent(id)
       ? { id, pool: 'mix', class: classes[id] ?? 'edge', labels: {}, transport: 'agent', agentKey: agentPins.get(id)! }
-      : { ...ssh.find((d) => d.id === id)!, class: classes[id] ?? 'edge', pool: 'mix', user: fleet.user, ssh: { ...ssh.find((d) => d.id === id)!.ssh, key: fleet.clientKeyPath } },
+      : {
+          ...ssh.find((d) => d.id === id)!,
+          class: classes[id] ?? 'edge',
+          pool: 'mix',
+          user: fleet.user,
+          ssh: { ...ssh.find((d) => d.id === id)!.ssh, key: fleet.clientKeyPath },
+        },
   );
   const path = join(real.dir, `${name}.inventory.yaml`);
   writeFileSync(path, stringify({ pools: { mix: { disruptionBudget: 1 } }, devices }));
@@ -132,18 +159,39 @@ interface Started {
 }
 /** `wavegate start --wait --json` (exit code not judged here); the run's final (or current) status. */
 async function startAndWait(specPath: string, inventoryPath: string, extra: string[] = []): Promise<Started> {
-  const run = await wg(['start', '-f', specPath, '--inventory', inventoryPath, '--profiles', ROOT, '--wait', '--json', '--interval', '300', ...extra]);
+  const run = await wg([
+    'start',
+    '-f',
+    specPath,
+    '--inventory',
+    inventoryPath,
+    '--profiles',
+    ROOT,
+    '--wait',
+    '--json',
+    '--interval',
+    '300',
+    ...extra,
+  ]);
   const first = run.stdout.split('\n')[0] ?? '';
   expect(first, `${run.stdout}\n${run.stderr}`).toMatch(/^\{/);
   const { rolloutId, runId } = JSON.parse(first) as { rolloutId: string; runId: string };
   const handle = real.env.client.workflow.getHandle(rolloutId, runId);
   const described = await handle.describe();
-  const status = described.status.name === 'RUNNING' ? await handle.query<RolloutStatus>('status') : ((await handle.result()) as RolloutStatus);
+  const status =
+    described.status.name === 'RUNNING'
+      ? await handle.query<RolloutStatus>('status')
+      : ((await handle.result()) as RolloutStatus);
   return { rolloutId, runId, run, status };
 }
 
 /** A rollout that must complete with exit 0. */
-async function rollout(name: string, ids: readonly string[], rolloutSpec: Record<string, unknown>, classes: Record<string, string> = {}): Promise<Started> {
+async function rollout(
+  name: string,
+  ids: readonly string[],
+  rolloutSpec: Record<string, unknown>,
+  classes: Record<string, string> = {},
+): Promise<Started> {
   const started = await startAndWait(spec(name, rolloutSpec), inventory(name, ids, classes));
   expect(started.run.code, `${name}: ${started.run.stdout}\n${started.run.stderr}`).toBe(0);
   expect(started.status.state, name).toBe('completed');
@@ -154,7 +202,21 @@ async function rollout(name: string, ids: readonly string[], rolloutSpec: Record
 
 async function startAgent(id: string): Promise<void> {
   const { child } = await spawnCliUntil(
-    ['agent', '--device-id', id, '--gateway', gatewayUrl, '--trust', DEVICE_PINS, '--state-dir', stateDir(id), '--key', join(stateDir(id), 'identity.key'), '--home', homeOf(id)],
+    [
+      'agent',
+      '--device-id',
+      id,
+      '--gateway',
+      gatewayUrl,
+      '--trust',
+      DEVICE_PINS,
+      '--state-dir',
+      stateDir(id),
+      '--key',
+      join(stateDir(id), 'identity.key'),
+      '--home',
+      homeOf(id),
+    ],
     /syncing with the gateway/,
     120_000,
   );
@@ -171,12 +233,33 @@ beforeAll(async () => {
   }
   const gatewayInventory = inventory('gateway', AGENTS);
   gateway = await spawnCliUntil(
-    ['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', ROOT, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue],
+    [
+      'gateway',
+      '--listen',
+      '127.0.0.1:0',
+      '--inventory',
+      gatewayInventory,
+      '--profiles',
+      ROOT,
+      '--address',
+      real.env.address,
+      '--namespace',
+      real.env.namespace ?? 'default',
+      '--task-queue',
+      real.worker.taskQueue,
+    ],
     /gateway listening on (http:\/\/\S+)/,
   );
   gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;
   for (const id of AGENTS) await startAgent(id);
-  await until('every agent synced', async () => ((await Promise.all(AGENTS.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 120_000);
+  await until(
+    'every agent synced',
+    async () =>
+      (await Promise.all(AGENTS.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt)
+        ? true
+        : undefined,
+    120_000,
+  );
 }, 300_000);
 
 describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator + real agents)', () => {
@@ -216,7 +299,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     }
   }, 600_000);
 
-  it('a twin desired below an agent\'s floor (as a compromised gateway could) is refused BELOW_FLOOR; the device stays at r2', async () => {
+  it("a twin desired below an agent's floor (as a compromised gateway could) is refused BELOW_FLOOR; the device stays at r2", async () => {
     const P = 'w21b';
     const done = await rollout('b', ['ag-3', 'edge-03'], { profile: P, fromRevision: 1, toRevision: 2 });
     expect(marker('ag-3', P)).toBe(2);
@@ -230,24 +313,42 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
         requestId: requestIdOf(holder),
         profile: P,
         revision: 1,
-        steps: { profile: P, revision: 1, apply: revision.apply, verify: revision.verify, payload: revision.payload.map((f) => ({ ...f, source: f.name })), envelope, ...over },
+        steps: {
+          profile: P,
+          revision: 1,
+          apply: revision.apply,
+          verify: revision.verify,
+          payload: revision.payload.map((f) => ({ ...f, source: f.name })),
+          envelope,
+          ...over,
+        },
         envelopeDigest: envelopeDigestOf(envelope),
         holder,
         rollout: done.rolloutId,
         fromRevision: 2,
       };
       await desireOnTwin(real.env.client, real.worker.taskQueue, 'ag-3', request);
-      return until<ProfileReport>(`ag-3 answering ${request.requestId}`, async () => {
-        const r = (await readTwin(real.env.client, 'ag-3'))?.report?.profiles[P];
-        return r && r.requestId === request.requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-      }, 120_000);
+      return until<ProfileReport>(
+        `ag-3 answering ${request.requestId}`,
+        async () => {
+          const r = (await readTwin(real.env.client, 'ag-3'))?.report?.profiles[P];
+          return r && r.requestId === request.requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
+        },
+        120_000,
+      );
     };
     // Signed r1, validly: only the device's floor stands in the way.
     const plain = await desire();
     expect(plain).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR', revision: 2 });
     expect(plain.detail).toContain('floor r2');
     // Claiming to be a revert of the completed rollout, under a run that is not the one that raised the floor.
-    const forged = await desire({ floor: { rollout: done.rolloutId, run: `forged-${randomUUID()}`, below: { kind: 'revert', rollout: done.rolloutId, run: `forged-${randomUUID()}`, closedAt: Date.now() } } });
+    const forged = await desire({
+      floor: {
+        rollout: done.rolloutId,
+        run: `forged-${randomUUID()}`,
+        below: { kind: 'revert', rollout: done.rolloutId, run: `forged-${randomUUID()}`, closedAt: Date.now() },
+      },
+    });
     expect(forged).toMatchObject({ state: 'refused', reason: 'BELOW_FLOOR', revision: 2 });
     expect(marker('ag-3', P)).toBe(2);
     expect(conf('ag-3', P)).toBe(`${P} revision 2\n`);
@@ -262,12 +363,23 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     // No canary phase: nothing is probed before the plan, so the re-run finds every device in place by its
     // own apply (a canary phase would have probed them all and planned them at the target, phase -1).
     const phases = [{ bulk: '50%' }, { bulk: 'remainder' }];
-    const first = await rollout('c-first', ids, { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '10s', phases });
+    const first = await rollout('c-first', ids, {
+      profile: P,
+      fromRevision: 1,
+      toRevision: 2,
+      revertWindow: '10s',
+      phases,
+    });
     const floors = new Map(ids.map((id) => [id, floorText(id, P)]));
     for (const id of ids) expect(marker(id, P), id).toBe(2);
-    const closedAt = (await real.env.client.workflow.getHandle(first.rolloutId, first.runId).describe()).closeTime!.getTime();
+    const closedAt = (
+      await real.env.client.workflow.getHandle(first.rolloutId, first.runId).describe()
+    ).closeTime!.getTime();
 
-    const rerun = await startAndWait(spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d', phases }), inventory('c-rerun', ids));
+    const rerun = await startAndWait(
+      spec('c-rerun', { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '30d', phases }),
+      inventory('c-rerun', ids),
+    );
     expect(rerun.status.state, rerun.run.stdout + rerun.run.stderr).toBe('completed');
     expect(rerun.rolloutId, 'the re-run is a rollout of its own').not.toBe(first.rolloutId);
     for (const id of ids) {
@@ -282,7 +394,11 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
       expect(parseFloor(floors.get(id)!), id).toMatchObject({ revision: 2, from: 1, rollout: first.rolloutId });
     }
 
-    await until('the first rollout\'s 10 s revert window to pass', async () => (Date.now() > closedAt + 10_000 + 1_500 ? true : undefined), 60_000);
+    await until(
+      "the first rollout's 10 s revert window to pass",
+      async () => (Date.now() > closedAt + 10_000 + 1_500 ? true : undefined),
+      60_000,
+    );
     const late = await wg(['revert', first.rolloutId, '--run', first.runId, '--profiles', ROOT]);
     expect(late.code, late.stdout + late.stderr).toBe(2);
     expect(late.stderr).toMatch(/revert window \(revertWindow 10s\) closed at/);
@@ -295,7 +411,12 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     expect(ofRerun.stderr).toContain(`${rerun.rolloutId} completed without changing any device`);
     // Nothing started: no rollout of the profile but these two.
     const listed = await wg(['list', '--profile', P, '--json']);
-    expect((JSON.parse(listed.stdout) as Array<{ workflowId: string; type: string }>).filter((r) => r.type === 'rolloutWorkflow').map((r) => r.workflowId).sort()).toEqual([first.rolloutId, rerun.rolloutId].sort());
+    expect(
+      (JSON.parse(listed.stdout) as Array<{ workflowId: string; type: string }>)
+        .filter((r) => r.type === 'rolloutWorkflow')
+        .map((r) => r.workflowId)
+        .sort(),
+    ).toEqual([first.rolloutId, rerun.rolloutId].sort());
     await new Promise((r) => setTimeout(r, 5_000));
     for (const id of ids) {
       expect(marker(id, P), id).toBe(2);
@@ -305,7 +426,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     }
   }, 600_000);
 
-  it('a device found in place (already at r2) is untouched by its rollout\'s revert: the changed ones go back to r1, it stays at r2 (no r1 apply on it)', async () => {
+  it("a device found in place (already at r2) is untouched by its rollout's revert: the changed ones go back to r1, it stays at r2 (no r1 apply on it)", async () => {
     const P = 'w21d';
     const IN_PLACE = 'edge-04';
     const changed = ['edge-02', 'edge-03', 'ag-4'];
@@ -317,8 +438,16 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
 
     // Its class keeps it out of the canary phase (whose devices are probed before the plan): it is found in
     // place by its own apply, in the bulk phase, as a device nobody probed would be.
-    const done = await rollout('d', [IN_PLACE, ...changed], { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '1h', canaryClass: 'edge' }, { [IN_PLACE]: 'kiosk' });
-    expect(done.status.devices.find((d) => d.id === IN_PLACE)?.phase, 'the device found in place is in the bulk phase').toBe(1);
+    const done = await rollout(
+      'd',
+      [IN_PLACE, ...changed],
+      { profile: P, fromRevision: 1, toRevision: 2, revertWindow: '1h', canaryClass: 'edge' },
+      { [IN_PLACE]: 'kiosk' },
+    );
+    expect(
+      done.status.devices.find((d) => d.id === IN_PLACE)?.phase,
+      'the device found in place is in the bulk phase',
+    ).toBe(1);
     for (const id of changed) {
       expect(marker(id, P), id).toBe(2);
       expect(runs(id, P), id).toEqual(['r2']);
@@ -328,7 +457,9 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
 
     const revert = await wg(['revert', done.rolloutId, '--profiles', ROOT, '--wait', '--interval', '300']);
     expect(revert.code, revert.stdout + revert.stderr).toBe(0);
-    expect(revert.stdout).toContain(`over the ${changed.length} device(s) ${done.rolloutId} (run ${done.runId}) changed`);
+    expect(revert.stdout).toContain(
+      `over the ${changed.length} device(s) ${done.rolloutId} (run ${done.runId}) changed`,
+    );
     for (const id of changed) {
       expect(marker(id, P), id).toBe(1);
       expect(conf(id, P), id).toBe(`${P} revision 1\n`);
@@ -336,7 +467,10 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     }
     expect(marker(IN_PLACE, P)).toBe(2);
     expect(conf(IN_PLACE, P)).toBe(`${P} revision 2\n`);
-    expect(runs(IN_PLACE, P).filter((r) => r === 'r1'), 'r1 applies on the device found in place').toHaveLength(0);
+    expect(
+      runs(IN_PLACE, P).filter((r) => r === 'r1'),
+      'r1 applies on the device found in place',
+    ).toHaveLength(0);
     // Its floor only ever rose: never below r2.
     const floor = floorOf(IN_PLACE, P);
     if (floor) expect(floor.revision).toBeGreaterThanOrEqual(2);
@@ -352,19 +486,31 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
     const ids = ['ag-1', 'ag-2', 'ag-3'];
     const gate = [`check: ${P}-conf`];
     const started = await startAndWait(
-      spec('e', { profile: P, fromRevision: 1, toRevision: 2, healthTimeout: '90s', phases: [{ canary: '1 device', healthGate: gate }, { bulk: 'remainder', healthGate: gate }] }),
+      spec('e', {
+        profile: P,
+        fromRevision: 1,
+        toRevision: 2,
+        healthTimeout: '90s',
+        phases: [
+          { canary: '1 device', healthGate: gate },
+          { bulk: 'remainder', healthGate: gate },
+        ],
+      }),
       inventory('e', ids),
       ['--exit-on-pause'],
     );
     try {
-      const evidence = started.status.phases.map((p) => `${p.name}: ${p.gateOutcome ?? '-'} ${(p.evidence ?? []).join('; ')}`).join('\n');
+      const evidence = started.status.phases
+        .map((p) => `${p.name}: ${p.gateOutcome ?? '-'} ${(p.evidence ?? []).join('; ')}`)
+        .join('\n');
       expect(started.status.state, `${started.status.pausedReason ?? ''}\n${evidence}`).toBe('completed');
       expect(started.run.code, started.run.stdout + started.run.stderr).toBe(0);
       for (const p of started.status.phases) expect(p.gateOutcome, evidence).toBe('pass');
       for (const id of ids) expect(marker(id, P), id).toBe(2);
     } finally {
       // A paused rollout (the gate inconclusive) is ended, not left waiting for an operator.
-      if (started.status.state === 'running' || started.status.state === 'paused') await wg(['abort', started.rolloutId, '--no-rollback', '--reason', 'test cleanup']);
+      if (started.status.state === 'running' || started.status.state === 'paused')
+        await wg(['abort', started.rolloutId, '--no-rollback', '--reason', 'test cleanup']);
     }
   }, 400_000);
 });

@@ -32,10 +32,27 @@ describe('wavegate init pins what it printed', () => {
   let n = 0;
   const paths = () => {
     const dir = join(scratch.dir, `case-${++n}`);
-    return { dir, profiles: join(dir, 'profiles'), inventory: join(dir, 'fleet.yaml'), record: join(dir, 'fleet.init-scanned-keys.json') };
+    return {
+      dir,
+      profiles: join(dir, 'profiles'),
+      inventory: join(dir, 'fleet.yaml'),
+      record: join(dir, 'fleet.init-scanned-keys.json'),
+    };
   };
-  const args = (p: ReturnType<typeof paths>, devices: SshdDevice[] = sshd.devices) => ['init', '--profiles', p.profiles, '--profile', 'motd', '--inventory', p.inventory, ...devices.flatMap((d) => ['--host', `${d.id}=${d.user}@${d.host}:${d.port}`]), '--ssh-key', sshd.clientKeyPath];
-  const devicesOf = (inventory: string) => (parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; ssh: { hostKey: string } }> }).devices;
+  const args = (p: ReturnType<typeof paths>, devices: SshdDevice[] = sshd.devices) => [
+    'init',
+    '--profiles',
+    p.profiles,
+    '--profile',
+    'motd',
+    '--inventory',
+    p.inventory,
+    ...devices.flatMap((d) => ['--host', `${d.id}=${d.user}@${d.host}:${d.port}`]),
+    '--ssh-key',
+    sshd.clientKeyPath,
+  ];
+  const devicesOf = (inventory: string) =>
+    (parse(readFileSync(inventory, 'utf8')) as { devices: Array<{ id: string; ssh: { hostKey: string } }> }).devices;
 
   /** Give `d` a new host key on disk (the old one kept aside); its fingerprint once the host presents it, and the way back. */
   const swapHostKey = async (d: SshdDevice): Promise<{ fingerprint: string; restore: () => Promise<void> }> => {
@@ -48,7 +65,12 @@ describe('wavegate init pins what it printed', () => {
     const blob = readFileSync(`${key}.pub`, 'utf8').trim().split(/\s+/)[1]!;
     const fingerprint = sshFingerprint(Buffer.from(blob, 'base64'));
     expect(fingerprint).not.toBe(d.hostKeyFingerprint);
-    const presents = (fp: string) => until(`${d.id} presenting ${fp}`, async () => ((await scanHostKey(d.host, d.port, 5000)).fingerprint === fp ? true : undefined), 30_000);
+    const presents = (fp: string) =>
+      until(
+        `${d.id} presenting ${fp}`,
+        async () => ((await scanHostKey(d.host, d.port, 5000)).fingerprint === fp ? true : undefined),
+        30_000,
+      );
     await presents(fingerprint);
     return {
       fingerprint,
@@ -66,9 +88,14 @@ describe('wavegate init pins what it printed', () => {
     for (const d of sshd.devices) expect(first.stderr).toContain(d.hostKeyFingerprint);
     expect(existsSync(p.inventory)).toBe(false);
     expect(existsSync(p.profiles)).toBe(false);
-    const record = JSON.parse(readFileSync(p.record, 'utf8')) as { inventory: string; hosts: Array<{ id: string; fingerprint: string }> };
+    const record = JSON.parse(readFileSync(p.record, 'utf8')) as {
+      inventory: string;
+      hosts: Array<{ id: string; fingerprint: string }>;
+    };
     expect(record.inventory).toBe(p.inventory);
-    expect(record.hosts.map((h) => [h.id, h.fingerprint])).toEqual(sshd.devices.map((d) => [d.id, d.hostKeyFingerprint]));
+    expect(record.hosts.map((h) => [h.id, h.fingerprint])).toEqual(
+      sshd.devices.map((d) => [d.id, d.hostKeyFingerprint]),
+    );
     const command = /^ {2}(wavegate init .*)$/m.exec(first.stderr)?.[1];
     expect(command, first.stderr).toBe(['wavegate', ...args(p), '--accept-scanned-keys', p.record].join(' '));
 
@@ -88,7 +115,13 @@ describe('wavegate init pins what it printed', () => {
     expect(partly.stderr).toContain(b.hostKeyFingerprint);
     expect(partly.stderr).not.toMatch(new RegExp(`^ +${a.id} `, 'm')); // accepted: not asked again
     expect(existsSync(p.inventory)).toBe(false);
-    const both = await runCli([...args(p), '--accept-key', `${a.id}=${a.hostKeyFingerprint}`, '--accept-key', `${b.id}=${b.hostKeyFingerprint}`]);
+    const both = await runCli([
+      ...args(p),
+      '--accept-key',
+      `${a.id}=${a.hostKeyFingerprint}`,
+      '--accept-key',
+      `${b.id}=${b.hostKeyFingerprint}`,
+    ]);
     expect(both.code, both.stderr).toBe(0);
     expect(devicesOf(p.inventory).map((d) => d.ssh.hostKey)).toEqual([a.hostKeyFingerprint, b.hostKeyFingerprint]);
   });
@@ -106,7 +139,9 @@ describe('wavegate init pins what it printed', () => {
       const second = await runCli([...args(p), '--accept-scanned-keys']);
       expect(second.code, `the swapped key must not be pinned:\n${second.stdout}\n${second.stderr}`).toBe(2);
       expect(second.stderr).toContain('CONFLICT: host key changed since it was accepted: h-2; nothing was written');
-      expect(second.stderr).toContain(`h-2 (127.0.0.1:${b.port}): accepted ${b.hostKeyFingerprint} (${p.record}), now shows ssh-ed25519 ${swapped}`);
+      expect(second.stderr).toContain(
+        `h-2 (127.0.0.1:${b.port}): accepted ${b.hostKeyFingerprint} (${p.record}), now shows ssh-ed25519 ${swapped}`,
+      );
       expect(second.stderr).not.toContain(`${a.id} (127.0.0.1`);
       expect(existsSync(p.inventory)).toBe(false);
       expect(existsSync(p.profiles)).toBe(false);
@@ -116,7 +151,9 @@ describe('wavegate init pins what it printed', () => {
       // The same with the fingerprint given by hand.
       const byHand = await runCli([...args(p, [b]), '--accept-key', `${b.id}=${b.hostKeyFingerprint}`]);
       expect(byHand.code, byHand.stderr).toBe(2);
-      expect(byHand.stderr).toContain(`h-2 (127.0.0.1:${b.port}): accepted ${b.hostKeyFingerprint} (--accept-key), now shows ssh-ed25519 ${swapped}`);
+      expect(byHand.stderr).toContain(
+        `h-2 (127.0.0.1:${b.port}): accepted ${b.hostKeyFingerprint} (--accept-key), now shows ssh-ed25519 ${swapped}`,
+      );
       expect(existsSync(p.inventory)).toBe(false);
     } finally {
       await restore(); // the fleet's fingerprints stay true for the other cases
@@ -127,7 +164,9 @@ describe('wavegate init pins what it printed', () => {
     const p = paths();
     const run = await runCli([...args(p), '--accept-scanned-keys']);
     expect(run.code, run.stderr).toBe(2);
-    expect(run.stderr).toContain(`--accept-scanned-keys: no fingerprints recorded at ${p.record}; run init without --accept-scanned-keys first`);
+    expect(run.stderr).toContain(
+      `--accept-scanned-keys: no fingerprints recorded at ${p.record}; run init without --accept-scanned-keys first`,
+    );
     expect(existsSync(p.dir)).toBe(false);
   });
 });

@@ -45,7 +45,11 @@ afterAll(async () => {
 
 /** `wavegate plan` over the listing at `path`, in a 200 MB heap (an out-of-memory death is exit 134, not 2). */
 function plan(path: string, extra: string[] = []) {
-  return runCli(['plan', '-f', SPEC, '--inventory-url', `${base}${path}`, ...extra], { cwd: scratch.dir, env: { NODE_OPTIONS: HEAP, HOME: scratch.dir }, timeoutMs: 120_000 });
+  return runCli(['plan', '-f', SPEC, '--inventory-url', `${base}${path}`, ...extra], {
+    cwd: scratch.dir,
+    env: { NODE_OPTIONS: HEAP, HOME: scratch.dir },
+    timeoutMs: 120_000,
+  });
 }
 
 const STACK_TRACE = /\n\s+at .+:\d+:\d+/;
@@ -78,13 +82,20 @@ describe('--inventory-url: no listing crashes the reader or outgrows its bounds'
     routes.set('/many', (_req, res, url) => {
       const n = Number(url.searchParams.get('page') ?? 1);
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ devices: Array.from({ length: perPage }, (_, i) => ({ id: `d-${n}-${i}` })), next: n < pages ? `/many?page=${n + 1}` : null }));
+      res.end(
+        JSON.stringify({
+          devices: Array.from({ length: perPage }, (_, i) => ({ id: `d-${n}-${i}` })),
+          next: n < pages ? `/many?page=${n + 1}` : null,
+        }),
+      );
     });
     const run = await plan('/many');
     const shown = `exit ${run.code}\n${run.stderr}`;
     expect(run.code, shown).toBe(2);
     expect(run.stderr, shown).toContain('/many page 4: invalid');
-    expect(run.stderr, shown).toMatch(/more than 100000 devices \(the most one inventory may hold\): 90000 on the pages before, \d+ read of this page so far; stopped reading/);
+    expect(run.stderr, shown).toMatch(
+      /more than 100000 devices \(the most one inventory may hold\): 90000 on the pages before, \d+ read of this page so far; stopped reading/,
+    );
     // The registry saw the reader stop: 4 of the 10 pages asked for (before, all 10 were read and held).
     expect(served.get('/many')).toBe(4);
     expect(run.stderr, shown).not.toMatch(STACK_TRACE);
@@ -97,13 +108,21 @@ describe('--inventory-url: no listing crashes the reader or outgrows its bounds'
       // Each page well within the 15 s page timeout; the listing never ends.
       setTimeout(() => {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ devices: [{ id: `slow-${page}`, host: '127.0.0.1', user: 'u', pool: 'p' }], next: `/slow?after=${page}` }));
+        res.end(
+          JSON.stringify({
+            devices: [{ id: `slow-${page}`, host: '127.0.0.1', user: 'u', pool: 'p' }],
+            next: `/slow?after=${page}`,
+          }),
+        );
       }, 300);
     });
     const run = await plan('/slow', ['--inventory-deadline', '2s']);
     const shown = `exit ${run.code}\n${run.stderr}`;
     expect(run.code, shown).toBe(2);
-    const said = /\/slow: the listing did not end within its deadline of 2s \(--inventory-deadline\): (\d+) whole pages? and (\d+) devices? read, stopped in page (\d+)/.exec(run.stderr);
+    const said =
+      /\/slow: the listing did not end within its deadline of 2s \(--inventory-deadline\): (\d+) whole pages? and (\d+) devices? read, stopped in page (\d+)/.exec(
+        run.stderr,
+      );
     expect(said, shown).not.toBeNull();
     const [, whole, devices, stoppedIn] = said!.map(Number);
     expect(devices).toBe(whole); // one device a page
@@ -128,9 +147,16 @@ describe('fetchInventory: the whole listing is bounded in bytes, and a page in d
     routes.set('/bytes', (_req, res, url) => {
       const n = Number(url.searchParams.get('page') ?? 1);
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ devices: [{ id: `b-${n}`, host: 'h', user: 'u', pool: 'p', labels: { pad: 'x'.repeat(900) } }], next: n < 20 ? `/bytes?page=${n + 1}` : null }));
+      res.end(
+        JSON.stringify({
+          devices: [{ id: `b-${n}`, host: 'h', user: 'u', pool: 'p', labels: { pad: 'x'.repeat(900) } }],
+          next: n < 20 ? `/bytes?page=${n + 1}` : null,
+        }),
+      );
     });
-    await expect(fetchInventory(`${base}/bytes`, { maxListingBytes: 3_000 })).rejects.toThrow(/\/bytes page 3: the pages so far are larger than 3000 bytes in all; stopped reading/);
+    await expect(fetchInventory(`${base}/bytes`, { maxListingBytes: 3_000 })).rejects.toThrow(
+      /\/bytes page 3: the pages so far are larger than 3000 bytes in all; stopped reading/,
+    );
   });
 
   it('a page nested 200,000 levels deep is refused naming where, before the schema walks it', async () => {
@@ -138,6 +164,8 @@ describe('fetchInventory: the whole listing is bounded in bytes, and a page in d
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(`{"devices":[${'['.repeat(200_000)}${']'.repeat(200_000)}],"next":null}`);
     });
-    await expect(fetchInventory(`${base}/deep`)).rejects.toThrow(/\/deep page 1: invalid\n {2}devices\[0\]\[0\]\[0\]\[0\]\[0\]\.\.\.: nested more than 64 levels deep/);
+    await expect(fetchInventory(`${base}/deep`)).rejects.toThrow(
+      /\/deep page 1: invalid\n {2}devices\[0\]\[0\]\[0\]\[0\]\[0\]\.\.\.: nested more than 64 levels deep/,
+    );
   });
 });

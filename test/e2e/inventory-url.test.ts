@@ -56,8 +56,20 @@ async function wavegate(args: string[], opts: { cwd: string; env?: NodeJS.Proces
   return run;
 }
 
-const NO_TEMPORAL_ENV = () => ({ TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' });
-const temporalFlags = () => ['--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', TASK_QUEUE];
+const NO_TEMPORAL_ENV = () => ({
+  TEMPORAL_ADDRESS: '',
+  TEMPORAL_PROFILE: '',
+  TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+  WAVEGATE_PROFILES: '',
+});
+const temporalFlags = () => [
+  '--address',
+  env.address,
+  '--namespace',
+  env.namespace ?? 'default',
+  '--task-queue',
+  TASK_QUEUE,
+];
 const profilesFlags = () => ['--profiles', join(PROJECT_ROOT, 'profiles')];
 
 async function rolloutInput(): Promise<RolloutInput> {
@@ -84,9 +96,27 @@ beforeAll(async () => {
   mkdirSync(cliDir, { recursive: true });
   mkdirSync(join(workerDir, 'home'), { recursive: true });
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(workerDir, 'profiles', 'demo'), { recursive: true });
-  writeFileSync(join(cliDir, 'spec.yaml'), stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ bulk: 'remainder' }], gate: '1s' } }));
+  writeFileSync(
+    join(cliDir, 'spec.yaml'),
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        phases: [{ bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
   // The worker: its own cwd, HOME, profiles root and audit dir; nothing of X.
-  const spawned = await spawnCliUntil(['worker', ...temporalFlags(), '--profiles', join(workerDir, 'profiles'), '--audit-dir', join(workerDir, 'audit')], /worker \S+ polling/, 120_000, { HOME: join(workerDir, 'home'), ...NO_TEMPORAL_ENV() }, workerDir);
+  const spawned = await spawnCliUntil(
+    ['worker', ...temporalFlags(), '--profiles', join(workerDir, 'profiles'), '--audit-dir', join(workerDir, 'audit')],
+    /worker \S+ polling/,
+    120_000,
+    { HOME: join(workerDir, 'home'), ...NO_TEMPORAL_ENV() },
+    workerDir,
+  );
   worker = spawned.child;
   registry = createServer((req, res) => {
     seenAuth.push(req.headers.authorization ?? '');
@@ -98,8 +128,16 @@ beforeAll(async () => {
   registryUrl = `http://127.0.0.1:${(registry.address() as AddressInfo).port}`;
   // The fleet as a registry serves it: two pages, pools and defaults on the first, a bearer token required.
   const doc = fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } });
-  const authed = (res: ServerResponse, req: IncomingMessage, body: unknown) => (req.headers.authorization === `Bearer ${TOKEN}` ? json(res, 200, body) : json(res, 401, { error: 'token' }));
-  routes.set('/devices', (req, res) => authed(res, req, { pools: doc.pools, defaults: doc.defaults, devices: doc.devices.slice(0, 2), next: '/devices/page2?cursor=2' }));
+  const authed = (res: ServerResponse, req: IncomingMessage, body: unknown) =>
+    req.headers.authorization === `Bearer ${TOKEN}` ? json(res, 200, body) : json(res, 401, { error: 'token' });
+  routes.set('/devices', (req, res) =>
+    authed(res, req, {
+      pools: doc.pools,
+      defaults: doc.defaults,
+      devices: doc.devices.slice(0, 2),
+      next: '/devices/page2?cursor=2',
+    }),
+  );
   routes.set('/devices/page2', (req, res) => authed(res, req, { devices: doc.devices.slice(2), next: null }));
 }, 240_000);
 
@@ -113,8 +151,14 @@ afterAll(async () => {
 
 describe('membership that does not live on the worker', () => {
   it('a rollout started from X completes on a worker elsewhere after the inventory in X is deleted', async () => {
-    writeFileSync(join(cliDir, 'fleet.yaml'), stringify(fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } })));
-    const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory', 'fleet.yaml', ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
+    writeFileSync(
+      join(cliDir, 'fleet.yaml'),
+      stringify(fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } })),
+    );
+    const start = await wavegate(
+      ['start', '-f', 'spec.yaml', '--inventory', 'fleet.yaml', ...profilesFlags(), ...temporalFlags()],
+      { cwd: cliDir },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     // Gone before the worker's snapshot could read it (X was never the worker's to read anyway).
     rmSync(join(cliDir, 'fleet.yaml'));
@@ -138,16 +182,35 @@ describe('membership that does not live on the worker', () => {
     const log = join(scratch.dir, 'rechecks.log');
     const down = fleet.devices[0]!.id;
     // $PPID of the recheck's shell is the process that ran it: the CLI here, never the worker.
-    const mark = await wavegate(['fleet', 'mark-down', down, '--inventory', 'fleet2.yaml', '--recheck', `echo $PPID >> ${log}; exit 1`, '--reason', 'PSU replaced'], { cwd: cliDir });
+    const mark = await wavegate(
+      [
+        'fleet',
+        'mark-down',
+        down,
+        '--inventory',
+        'fleet2.yaml',
+        '--recheck',
+        `echo $PPID >> ${log}; exit 1`,
+        '--reason',
+        'PSU replaced',
+      ],
+      { cwd: cliDir },
+    );
     expect(mark.code, mark.stderr).toBe(0);
-    const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory', 'fleet2.yaml', ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
+    const start = await wavegate(
+      ['start', '-f', 'spec.yaml', '--inventory', 'fleet2.yaml', ...profilesFlags(), ...temporalFlags()],
+      { cwd: cliDir },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     rmSync(inventory);
     rmSync(join(cliDir, 'fleet2.verdicts.yaml'));
     const status = await finished();
     expect(status.state).toBe('completed');
     const held = status.devices.find((d) => d.id === down)!;
-    expect(held).toMatchObject({ state: 'not-for-me', reason: expect.stringMatching(/^node-down since \S+Z, expires \S+Z: PSU replaced/) });
+    expect(held).toMatchObject({
+      state: 'not-for-me',
+      reason: expect.stringMatching(/^node-down since \S+Z, expires \S+Z: PSU replaced/),
+    });
     const rechecks = readFileSync(log, 'utf8').trim().split('\n');
     expect(rechecks.length).toBe(1);
     expect(rechecks).not.toContain(String(worker!.pid));
@@ -155,10 +218,23 @@ describe('membership that does not live on the worker', () => {
   }, 180_000);
 
   it('--inventory-url: read page by page with the token from the environment, validated, stored, rolled out; the token is nowhere in history', async () => {
-    const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/devices`, '--inventory-token-env', 'REGISTRY_TOKEN', ...profilesFlags(), ...temporalFlags()], {
-      cwd: cliDir,
-      env: { REGISTRY_TOKEN: TOKEN },
-    });
+    const start = await wavegate(
+      [
+        'start',
+        '-f',
+        'spec.yaml',
+        '--inventory-url',
+        `${registryUrl}/devices`,
+        '--inventory-token-env',
+        'REGISTRY_TOKEN',
+        ...profilesFlags(),
+        ...temporalFlags(),
+      ],
+      {
+        cwd: cliDir,
+        env: { REGISTRY_TOKEN: TOKEN },
+      },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     expect(seenAuth.filter((a) => a === `Bearer ${TOKEN}`).length).toBeGreaterThanOrEqual(2);
     const status = await finished();
@@ -170,7 +246,9 @@ describe('membership that does not live on the worker', () => {
     expect(input.membership).toMatchObject({ devices: 4, source: `${registryUrl}/devices` });
     // The raw histories (every payload's bytes) of the rollout and its membership entity.
     for (const id of [latest, input.membership!.workflowId]) {
-      const raw = Buffer.from(temporal.api.history.v1.History.encode(await env.client.workflow.getHandle(id).fetchHistory()).finish());
+      const raw = Buffer.from(
+        temporal.api.history.v1.History.encode(await env.client.workflow.getHandle(id).fetchHistory()).finish(),
+      );
       expect(raw.includes('fleet-0') || raw.includes(fleet.devices[0]!.id)).toBe(true);
       expect(raw.includes(TOKEN)).toBe(false);
     }
@@ -178,23 +256,36 @@ describe('membership that does not live on the worker', () => {
 
   it('revert of a rollout that read its inventory over HTTP: it asks for --inventory-url again, then reads it from there', async () => {
     // Every device back before r1 so the rollout changes all four (and raises their floors).
-    for (const d of fleet.devices) for (const dir of ['.wavegate', 'etc']) rmSync(join(d.sandbox, dir), { recursive: true, force: true });
+    for (const d of fleet.devices)
+      for (const dir of ['.wavegate', 'etc']) rmSync(join(d.sandbox, dir), { recursive: true, force: true });
     const urlFlags = ['--inventory-url', `${registryUrl}/devices`, '--inventory-token-env', 'REGISTRY_TOKEN'];
-    const start = await wavegate(['start', '-f', 'spec.yaml', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const start = await wavegate(
+      ['start', '-f', 'spec.yaml', ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'],
+      { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     const original = latest;
     const { runId } = await env.client.workflow.getHandle(original).describe();
 
     // Without an inventory flag: the stored URL is not read again on its own (its query is not kept).
-    const bare = await wavegate(['revert', original, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const bare = await wavegate(['revert', original, ...profilesFlags(), ...temporalFlags()], {
+      cwd: cliDir,
+      env: { REGISTRY_TOKEN: TOKEN },
+    });
     expect(bare.code, bare.stderr).toBe(2);
-    expect(bare.stderr).toContain(`"${registryUrl}/devices" is a URL: the rollout read it with --inventory-url; give --inventory-url again`);
+    expect(bare.stderr).toContain(
+      `"${registryUrl}/devices" is a URL: the rollout read it with --inventory-url; give --inventory-url again`,
+    );
     expect(latest).toBe(original); // nothing started
 
-    const revert = await wavegate(['revert', original, ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const revert = await wavegate(['revert', original, ...urlFlags, ...profilesFlags(), ...temporalFlags(), '--wait'], {
+      cwd: cliDir,
+      env: { REGISTRY_TOKEN: TOKEN },
+    });
     expect(revert.code, `${revert.stdout}\n${revert.stderr}`).toBe(0);
     expect(revert.stdout).toContain('over the 4 device(s)');
-    for (const d of fleet.devices) expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('1');
+    for (const d of fleet.devices)
+      expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim()).toBe('1');
     const input = await rolloutInput();
     expect(latest).not.toBe(original);
     expect(input.reverts).toEqual({ rolloutId: original, runId, closedAt: expect.any(Number) });
@@ -204,7 +295,19 @@ describe('membership that does not live on the worker', () => {
   it('--inventory-on-worker: the worker reads the path on its own disk, as before', async () => {
     const path = join(scratch.dir, 'shared-fleet.yaml');
     writeFileSync(path, stringify(fleetInventory(fleet, { budgets: { 'pool-a': 0.5, 'pool-b': 0.5 } })));
-    const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory', path, '--inventory-on-worker', ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
+    const start = await wavegate(
+      [
+        'start',
+        '-f',
+        'spec.yaml',
+        '--inventory',
+        path,
+        '--inventory-on-worker',
+        ...profilesFlags(),
+        ...temporalFlags(),
+      ],
+      { cwd: cliDir },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     expect((await finished()).state).toBe('completed');
     const input = await rolloutInput();
@@ -214,11 +317,21 @@ describe('membership that does not live on the worker', () => {
 });
 
 describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)', () => {
-  const device = (id: string, port: unknown = 2222) => ({ id, host: '127.0.0.1', port, user: 'u', pool: 'p', class: 'c', os: 'linux' });
+  const device = (id: string, port: unknown = 2222) => ({
+    id,
+    host: '127.0.0.1',
+    port,
+    user: 'u',
+    pool: 'p',
+    class: 'c',
+    os: 'linux',
+  });
 
   it('a 500 names the page and the status', async () => {
     routes.set('/broken', (_req, res) => json(res, 500, { error: 'db down' }));
-    await expect(fetchInventory(`${registryUrl}/broken`)).rejects.toThrow(/\/broken page 1: the server answered 500 Internal Server Error/);
+    await expect(fetchInventory(`${registryUrl}/broken`)).rejects.toThrow(
+      /\/broken page 1: the server answered 500 Internal Server Error/,
+    );
   });
 
   it('a malformed page: not JSON, or not { devices, next }', async () => {
@@ -226,7 +339,9 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('{"devices": [');
     });
-    await expect(fetchInventory(`${registryUrl}/garbage`)).rejects.toThrow(/\/garbage page 1: invalid\n {2}\(root\): not JSON/);
+    await expect(fetchInventory(`${registryUrl}/garbage`)).rejects.toThrow(
+      /\/garbage page 1: invalid\n {2}\(root\): not JSON/,
+    );
     routes.set('/shape', (_req, res) => json(res, 200, { devices: { a: 1 }, next: null }));
     await expect(fetchInventory(`${registryUrl}/shape`)).rejects.toThrow(/devices: must be a list of devices/);
     routes.set('/next-bad', (_req, res) => json(res, 200, { devices: [device('a')], next: 42 }));
@@ -234,7 +349,9 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
   });
 
   it('a device that fails the inventory schema is named with its field and value, as for a file', async () => {
-    routes.set('/bad-device', (_req, res) => json(res, 200, { devices: [device('a'), device('b', 'twenty-two')], next: null }));
+    routes.set('/bad-device', (_req, res) =>
+      json(res, 200, { devices: [device('a'), device('b', 'twenty-two')], next: null }),
+    );
     await expect(fetchInventory(`${registryUrl}/bad-device`)).rejects.toThrow(/devices\[1\]\.port/);
   });
 
@@ -246,7 +363,9 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
       res.on('close', () => clearInterval(tick));
     });
     const started = Date.now();
-    await expect(fetchInventory(`${registryUrl}/endless`, { pageTimeoutMs: 1_000 })).rejects.toThrow(/\/endless page 1: no whole page within 1s/);
+    await expect(fetchInventory(`${registryUrl}/endless`, { pageTimeoutMs: 1_000 })).rejects.toThrow(
+      /\/endless page 1: no whole page within 1s/,
+    );
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
@@ -257,7 +376,9 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
       for (let i = 0; i < 200; i++) res.write(`${JSON.stringify(device(`d-${i}`))},`);
       res.end(`${JSON.stringify(device('last'))}], "next": null}`);
     });
-    await expect(fetchInventory(`${registryUrl}/huge`, { maxPageBytes: 4_096 })).rejects.toThrow(/\/huge page 1: page larger than 4096 bytes/);
+    await expect(fetchInventory(`${registryUrl}/huge`, { maxPageBytes: 4_096 })).rejects.toThrow(
+      /\/huge page 1: page larger than 4096 bytes/,
+    );
   });
 
   it('pages that loop, leave the origin, or never stop are refused', async () => {
@@ -271,27 +392,66 @@ describe('the HTTP source refuses what it cannot trust (exit 2, nothing started)
   });
 
   it('URLs and token references are checked before anything is read', async () => {
-    await expect(fetchInventory('ftp://127.0.0.1/devices')).rejects.toThrow(/--inventory-url "ftp:\/\/127.0.0.1\/devices": must be http or https \(got ftp\)/);
-    await expect(fetchInventory(`http://ops:hunter2@127.0.0.1:1/devices`)).rejects.toThrow(/credentials may not be in the URL/);
+    await expect(fetchInventory('ftp://127.0.0.1/devices')).rejects.toThrow(
+      /--inventory-url "ftp:\/\/127.0.0.1\/devices": must be http or https \(got ftp\)/,
+    );
+    await expect(fetchInventory(`http://ops:hunter2@127.0.0.1:1/devices`)).rejects.toThrow(
+      /credentials may not be in the URL/,
+    );
     await expect(fetchInventory(`http://ops:hunter2@127.0.0.1:1/devices`)).rejects.not.toThrow(/hunter2/);
-    await expect(fetchInventory(`${registryUrl}/devices`, { tokenEnv: 'NO_SUCH_TOKEN_VAR', env: {} })).rejects.toThrow(/--inventory-token-env "NO_SUCH_TOKEN_VAR": that environment variable is not set/);
+    await expect(fetchInventory(`${registryUrl}/devices`, { tokenEnv: 'NO_SUCH_TOKEN_VAR', env: {} })).rejects.toThrow(
+      /--inventory-token-env "NO_SUCH_TOKEN_VAR": that environment variable is not set/,
+    );
   });
 
   it('wavegate plan and start exit 2 on a bad page, and start starts nothing', async () => {
-    routes.set('/bad-device', (_req, res) => json(res, 200, { devices: [device('a'), device('b', 'twenty-two')], next: null }));
+    routes.set('/bad-device', (_req, res) =>
+      json(res, 200, { devices: [device('a'), device('b', 'twenty-two')], next: null }),
+    );
     // Every start takes the profile's lock first: its latest run is the same after a refused start.
     const before = (await env.client.workflow.getHandle('profile-lock:demo').describe()).runId;
-    const plan = await wavegate(['plan', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/bad-device`, ...profilesFlags()], { cwd: cliDir });
+    const plan = await wavegate(
+      ['plan', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/bad-device`, ...profilesFlags()],
+      { cwd: cliDir },
+    );
     expect(plan.code).toBe(2);
     expect(plan.stderr).toMatch(/devices\[1\]\.port/);
-    const start = await wavegate(['start', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/broken`, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
+    const start = await wavegate(
+      ['start', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/broken`, ...profilesFlags(), ...temporalFlags()],
+      { cwd: cliDir },
+    );
     expect(start.code).toBe(2);
     expect(start.stderr).toMatch(/answered 500/);
     expect((await env.client.workflow.getHandle('profile-lock:demo').describe()).runId).toBe(before);
-    const both = await wavegate(['start', '-f', 'spec.yaml', '--inventory', 'x.yaml', '--inventory-url', `${registryUrl}/devices`, ...profilesFlags(), ...temporalFlags()], { cwd: cliDir });
+    const both = await wavegate(
+      [
+        'start',
+        '-f',
+        'spec.yaml',
+        '--inventory',
+        'x.yaml',
+        '--inventory-url',
+        `${registryUrl}/devices`,
+        ...profilesFlags(),
+        ...temporalFlags(),
+      ],
+      { cwd: cliDir },
+    );
     expect(both.code).toBe(2);
     expect(both.stderr).toMatch(/--inventory-url: give --inventory or --inventory-url, not both/);
-    const planOk = await wavegate(['plan', '-f', 'spec.yaml', '--inventory-url', `${registryUrl}/devices`, '--inventory-token-env', 'REGISTRY_TOKEN', ...profilesFlags()], { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } });
+    const planOk = await wavegate(
+      [
+        'plan',
+        '-f',
+        'spec.yaml',
+        '--inventory-url',
+        `${registryUrl}/devices`,
+        '--inventory-token-env',
+        'REGISTRY_TOKEN',
+        ...profilesFlags(),
+      ],
+      { cwd: cliDir, env: { REGISTRY_TOKEN: TOKEN } },
+    );
     expect(planOk.code, planOk.stderr).toBe(0);
     expect(planOk.stdout).toContain(fleet.devices[3]!.id);
   }, 120_000);

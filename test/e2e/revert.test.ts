@@ -30,10 +30,19 @@ let forwardWorker: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
 const OFFLINE = 'edge-05';
 const LEFT_BEHIND = 'edge-08';
 const REQUIRED = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-06', 'edge-07'];
-const FAST = { phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s', healthGate: ['all-runtimes-healthy'] }] };
+const FAST = {
+  phases: [
+    { canary: '1 device', gate: '0s' },
+    { bulk: 'remainder', gate: '0s', healthGate: ['all-runtimes-healthy'] },
+  ],
+};
 
 function wg(args: string[], timeoutMs?: number): Promise<CliRun> {
-  return runCliAgainst({ address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir }, args, timeoutMs);
+  return runCliAgainst(
+    { address: real.env.address, taskQueue: real.worker.taskQueue, scratch: real.dir },
+    args,
+    timeoutMs,
+  );
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
@@ -47,13 +56,28 @@ async function status(id: string): Promise<RolloutStatus> {
 }
 
 /** The rollout id a command printed (`rollout <id> started`, `revert <id> started`). */
-const printedId = (run: CliRun, verb: 'rollout' | 'revert'): string => new RegExp(`^${verb} (rollout:demo:\\S+) started`, 'm').exec(run.stdout)?.[1] ?? `no id printed: ${run.stdout}${run.stderr}`;
+const printedId = (run: CliRun, verb: 'rollout' | 'revert'): string =>
+  new RegExp(`^${verb} (rollout:demo:\\S+) started`, 'm').exec(run.stdout)?.[1] ??
+  `no id printed: ${run.stdout}${run.stderr}`;
 /** The id of the rollout whose revert window closed (the window test), for the roll-forward. */
 let closedWindowId = 'not started';
 
 /** Start r1 → r2 with `--wait --json`: the rollout's id and run id (first line) and the exit code. */
-async function startAndWait(name: string, rollout: Record<string, unknown>): Promise<{ rolloutId: string; runId: string; run: CliRun }> {
-  const run = await wg(['start', '-f', spec(name, rollout), '--inventory', inventory, '--wait', '--json', '--interval', '300']);
+async function startAndWait(
+  name: string,
+  rollout: Record<string, unknown>,
+): Promise<{ rolloutId: string; runId: string; run: CliRun }> {
+  const run = await wg([
+    'start',
+    '-f',
+    spec(name, rollout),
+    '--inventory',
+    inventory,
+    '--wait',
+    '--json',
+    '--interval',
+    '300',
+  ]);
   const first = run.stdout.split('\n')[0] ?? '';
   expect(first, run.stdout + run.stderr).toMatch(/^\{/);
   const { rolloutId, runId } = JSON.parse(first) as { rolloutId: string; runId: string };
@@ -91,10 +115,19 @@ describe('wavegate revert', () => {
     // An address where nothing listens: reaching it would be UNAVAILABLE (exit 1), not these.
     const nowhere = { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', WAVEGATE_TEST_UNSET: '' } };
     const cases: Array<[string[], string]> = [
-      [['--inventory-url', 'ftp://cmdb/devices'], '--inventory-url "ftp://cmdb/devices": must be http or https (got ftp)'],
+      [
+        ['--inventory-url', 'ftp://cmdb/devices'],
+        '--inventory-url "ftp://cmdb/devices": must be http or https (got ftp)',
+      ],
       [['--inventory-token-env', 'CMDB_TOKEN'], '--inventory-token-env: only with --inventory-url'],
-      [['--inventory-url', 'http://127.0.0.1:1/devices', '--inventory-token-env', 'WAVEGATE_TEST_UNSET'], '--inventory-token-env "WAVEGATE_TEST_UNSET": that environment variable is not set or empty'],
-      [['--inventory', 'fleet.yaml', '--inventory-url', 'http://127.0.0.1:1/devices'], '--inventory-url: give --inventory or --inventory-url, not both'],
+      [
+        ['--inventory-url', 'http://127.0.0.1:1/devices', '--inventory-token-env', 'WAVEGATE_TEST_UNSET'],
+        '--inventory-token-env "WAVEGATE_TEST_UNSET": that environment variable is not set or empty',
+      ],
+      [
+        ['--inventory', 'fleet.yaml', '--inventory-url', 'http://127.0.0.1:1/devices'],
+        '--inventory-url: give --inventory or --inventory-url, not both',
+      ],
     ];
     for (const [flags, message] of cases) {
       const run = await runCli(['revert', 'rollout:demo', ...flags, '--address', '127.0.0.1:1'], nowhere);
@@ -105,25 +138,48 @@ describe('wavegate revert', () => {
 
   it('a running rollout and a rolled-back one are refused naming their state, and nothing is started', async () => {
     for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
-    const started = await wg(['start', '-f', spec('manual', { phases: [{ canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder', gate: '0s' }] }), '--inventory', inventory]);
+    const started = await wg([
+      'start',
+      '-f',
+      spec('manual', {
+        phases: [
+          { canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy'] },
+          { bulk: 'remainder', gate: '0s' },
+        ],
+      }),
+      '--inventory',
+      inventory,
+    ]);
     expect(started.code, started.stderr).toBe(0);
     const id = printedId(started, 'rollout');
-    await until('the canary at its manual gate', async () => ((await status(id)).phases[0]?.stage === 'awaiting-approval' ? true : undefined), 90_000);
+    await until(
+      'the canary at its manual gate',
+      async () => ((await status(id)).phases[0]?.stage === 'awaiting-approval' ? true : undefined),
+      90_000,
+    );
 
     const running = await wg(['revert', id]);
     expect(running.code, running.stdout).toBe(2);
-    expect(running.stderr).toContain(`wavegate: INVALID_STATE: ${id} is running: only a completed rollout can be reverted; to undo it now, abort it`);
+    expect(running.stderr).toContain(
+      `wavegate: INVALID_STATE: ${id} is running: only a completed rollout can be reverted; to undo it now, abort it`,
+    );
 
     expect((await wg(['approve', id])).code).toBe(0);
-    const back = await until('the failed health gate to roll the canary back', async () => {
-      const s = await status(id);
-      return s.state === 'running' || s.state === 'paused' ? undefined : s;
-    }, 90_000);
+    const back = await until(
+      'the failed health gate to roll the canary back',
+      async () => {
+        const s = await status(id);
+        return s.state === 'running' || s.state === 'paused' ? undefined : s;
+      },
+      90_000,
+    );
     expect(back.state).toBe('rolled-back');
     const before = fleet.totalCommands();
     const rolledBack = await wg(['revert', id]);
     expect(rolledBack.code, rolledBack.stdout).toBe(2);
-    expect(rolledBack.stderr).toContain(`INVALID_STATE: ${id} is rolled-back: it already put back every device it changed to r1; nothing to revert`);
+    expect(rolledBack.stderr).toContain(
+      `INVALID_STATE: ${id} is rolled-back: it already put back every device it changed to r1; nothing to revert`,
+    );
     expect((await status(id)).state).toBe('rolled-back');
     expect(fleet.totalCommands()).toBe(before);
     for (const d of fleet.devices) await fleet.setFaults(d.id, {});
@@ -135,7 +191,12 @@ describe('wavegate revert', () => {
     expect(run.code, run.stdout + run.stderr).toBe(1); // completed with the offline device skipped
     const original = await status(id);
     const changed = REQUIRED.filter((id) => id !== OFFLINE);
-    expect(original.devices.filter((d) => d.state === 'applied').map((d) => d.id).sort()).toEqual(changed);
+    expect(
+      original.devices
+        .filter((d) => d.state === 'applied')
+        .map((d) => d.id)
+        .sort(),
+    ).toEqual(changed);
     for (const id of changed) expect(markerOf(fleet, id)).toBe(2);
     await fleet.setFaults(OFFLINE, {});
     const offlineMarker = markerOf(fleet, OFFLINE);
@@ -147,7 +208,9 @@ describe('wavegate revert', () => {
     // The revert is a rollout of its own, with an id of its own.
     const revertId = printedId(revert, 'revert');
     expect(revertId).not.toBe(id);
-    expect(revert.stdout).toContain(`revert ${revertId} started: r2 → r1 over the 6 device(s) ${id} (run ${runId}) changed, 2 phase(s) as it ran`);
+    expect(revert.stdout).toContain(
+      `revert ${revertId} started: r2 → r1 over the 6 device(s) ${id} (run ${runId}) changed, 2 phase(s) as it ran`,
+    );
     expect(revert.stdout).toMatch(/rollout completed: .* — exit 0/);
 
     // Read back from the devices: every changed one verifies r1 again, with its marker and its floor at r1.
@@ -156,7 +219,15 @@ describe('wavegate revert', () => {
       expect(verifiesAt(fleet, id, 1), id).toBe(true);
       expect(verifiesAt(fleet, id, 2), id).toBe(false);
       // Raised by the revert's own apply, to its target with no way back (window 0), tagged with the revert's run.
-      expect(floorOf(id), id).toEqual({ revision: 1, from: 1, revertUntil: 0, rollout: revertId, run: expect.not.stringMatching(runId), window: 0, at: expect.any(Number) });
+      expect(floorOf(id), id).toEqual({
+        revision: 1,
+        from: 1,
+        revertUntil: 0,
+        rollout: revertId,
+        run: expect.not.stringMatching(runId),
+        window: 0,
+        at: expect.any(Number),
+      });
     }
     // The devices it did not change (offline then, left-behind) saw no command at all.
     const after = commandCounts();
@@ -167,7 +238,12 @@ describe('wavegate revert', () => {
     // The revert's own history (patch revert-rollouts) is replayed by test/workflow/replay.test.ts.
     await recordHistory(real.env.client.workflow.getHandle(revertId), 'revert-inside-window');
     const reverted = await status(revertId);
-    expect(reverted).toMatchObject({ fromRevision: 2, toRevision: 1, state: 'completed', reverts: { rolloutId: id, runId } });
+    expect(reverted).toMatchObject({
+      fromRevision: 2,
+      toRevision: 1,
+      state: 'completed',
+      reverts: { rolloutId: id, runId },
+    });
     expect(reverted.devices.map((d) => d.id).sort()).toEqual(changed);
     expect(reverted.phases).toHaveLength(2);
     const human = await wg(['status', revertId]);
@@ -176,8 +252,13 @@ describe('wavegate revert', () => {
     const audit = await wg(['audit', revertId, '--audit-dir', real.auditDir, '--json']);
     expect(audit.code, audit.stderr).toBe(0);
     const records = JSON.parse(audit.stdout) as AuditRecord[];
-    expect(records[0]).toMatchObject({ event: 'rollout.started', evidence: { from: 2, to: 1, reverts: id, revertsRun: runId } });
-    expect(records.find((r) => r.event === 'floor.confirmed')).toMatchObject({ evidence: { revision: 1, from: 1, revertWindowMs: 0 } });
+    expect(records[0]).toMatchObject({
+      event: 'rollout.started',
+      evidence: { from: 2, to: 1, reverts: id, revertsRun: runId },
+    });
+    expect(records.find((r) => r.event === 'floor.confirmed')).toMatchObject({
+      evidence: { revision: 1, from: 1, revertWindowMs: 0 },
+    });
     // The original's trail, by its id alone.
     const originalTrail = await wg(['audit', id, '--audit-dir', real.auditDir, '--json']);
     expect((JSON.parse(originalTrail.stdout) as AuditRecord[]).at(-1)).toMatchObject({ event: 'rollout.completed' });
@@ -185,7 +266,9 @@ describe('wavegate revert', () => {
     // A revert is not reverted again: going up is a start.
     const again = await wg(['revert', revertId]);
     expect(again.code).toBe(2);
-    expect(again.stderr).toContain(`${revertId} is itself a revert of ${id} (run ${runId}): to go back up to r2, start a rollout r1 → r2 again`);
+    expect(again.stderr).toContain(
+      `${revertId} is itself a revert of ${id} (run ${runId}): to go back up to r2, start a rollout r1 → r2 again`,
+    );
   });
 
   it('--fast: one phase over every changed device, no gate timer, its health checks still run', async () => {
@@ -201,7 +284,9 @@ describe('wavegate revert', () => {
     await recordHistory(real.env.client.workflow.getHandle(revertId), 'revert-fast');
     const s = await status(revertId);
     expect(s.reverts).toEqual({ rolloutId: id, runId, closedAt: expect.any(Number) });
-    expect(s.phases).toEqual([expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' })]);
+    expect(s.phases).toEqual([
+      expect.objectContaining({ name: 'revert (fast)', devices: 7, gate: 0, stage: 'passed', gateOutcome: 'pass' }),
+    ]);
     expect(s.phases[0]!.evidence!.join(' ')).toContain('all-runtimes-healthy');
     for (const id of REQUIRED) expect(markerOf(fleet, id), id).toBe(1);
     expect(commandCounts()[LEFT_BEHIND]).toBe(before[LEFT_BEHIND]);
@@ -215,16 +300,22 @@ describe('wavegate revert', () => {
     // Raised by its apply, tagged with the run, carrying the window; the window runs from the rollout's close.
     expect(closedFloor).toMatchObject({ revision: 2, from: 1, rollout: id, run: runId, window: 3_000 });
     const closedAt = (await real.env.client.workflow.getHandle(id, runId).describe()).closeTime!.getTime();
-    await until('the 3 s revert window to pass', async () => (Date.now() > closedAt + 3_000 + 1_500 ? true : undefined));
+    await until('the 3 s revert window to pass', async () =>
+      Date.now() > closedAt + 3_000 + 1_500 ? true : undefined,
+    );
 
     const before = fleet.totalCommands();
     const late = await wg(['revert', id]);
     expect(late.code, late.stdout).toBe(2);
     expect(late.stderr).toContain(`wavegate: INVALID_STATE: ${id} completed at `);
-    expect(late.stderr).toMatch(/ completed at \S+ and its revert window \(revertWindow 3s\) closed at \S+: its devices' floor is r2 now/);
+    expect(late.stderr).toMatch(
+      / completed at \S+ and its revert window \(revertWindow 3s\) closed at \S+: its devices' floor is r2 now/,
+    );
     expect(late.stderr).toContain("roll forward: r1's content as a new revision r3, then a rollout r2 → r3:");
-    expect(late.stderr).toMatch(/wavegate sign \S+\/profiles\/demo\/revisions\/3\.yaml --key <your key> --out \S+\/profiles\/demo\/envelopes\/3\.json/);
-    expect(late.stderr).toContain('wavegate start -f <the rollout\'s spec with fromRevision: 2, toRevision: 3>');
+    expect(late.stderr).toMatch(
+      /wavegate sign \S+\/profiles\/demo\/revisions\/3\.yaml --key <your key> --out \S+\/profiles\/demo\/envelopes\/3\.json/,
+    );
+    expect(late.stderr).toContain("wavegate start -f <the rollout's spec with fromRevision: 2, toRevision: 3>");
 
     // Nothing started: the profile's lock is free, and no device was contacted.
     const still = await status(id);
@@ -237,7 +328,7 @@ describe('wavegate revert', () => {
 });
 
 describe('the printed roll-forward, run as printed', () => {
-  it('signs r1\'s content as r3 and rolls the fleet forward from r2 to it: every device verifies r1\'s content at marker 3', async () => {
+  it("signs r1's content as r3 and rolls the fleet forward from r2 to it: every device verifies r1's content at marker 3", async () => {
     // A profiles root of our own: the demo's files, signed 2-of-2 by keys made here (the demo's are gone).
     const root = join(real.dir, 'profiles');
     const dir = join(root, 'demo');
@@ -251,15 +342,51 @@ describe('the printed roll-forward, run as printed', () => {
       return run;
     };
     for (const name of ['alice', 'bob']) await offline(['keygen', '--out', key(name), '--name', name]);
-    await offline(['trust', `${key('alice')}.pub.yaml`, `${key('bob')}.pub.yaml`, '--threshold', '2', '--out', join(dir, 'trust.yaml')]);
+    await offline([
+      'trust',
+      `${key('alice')}.pub.yaml`,
+      `${key('bob')}.pub.yaml`,
+      '--threshold',
+      '2',
+      '--out',
+      join(dir, 'trust.yaml'),
+    ]);
     for (const n of [1, 2]) {
-      await offline(['sign', join(dir, 'revisions', `${n}.yaml`), '--key', key('alice'), '--out', join(dir, 'envelopes', `${n}.json`)]);
+      await offline([
+        'sign',
+        join(dir, 'revisions', `${n}.yaml`),
+        '--key',
+        key('alice'),
+        '--out',
+        join(dir, 'envelopes', `${n}.json`),
+      ]);
       await offline(['cosign', join(dir, 'envelopes', `${n}.json`), '--key', key('bob')]);
     }
     const queue = `${real.worker.taskQueue}-forward`;
-    forwardWorker = await spawnCliUntil(['worker', '--address', real.env.address, '--task-queue', queue, '--profiles', root, '--audit-dir', real.auditDir], /worker \S+ polling/);
+    forwardWorker = await spawnCliUntil(
+      [
+        'worker',
+        '--address',
+        real.env.address,
+        '--task-queue',
+        queue,
+        '--profiles',
+        root,
+        '--audit-dir',
+        real.auditDir,
+      ],
+      /worker \S+ polling/,
+    );
     const wgForward = (args: string[]) =>
-      runCli([...args, '--address', real.env.address, '--task-queue', queue], { timeoutMs: 180_000, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' } });
+      runCli([...args, '--address', real.env.address, '--task-queue', queue], {
+        timeoutMs: 180_000,
+        env: {
+          TEMPORAL_ADDRESS: '',
+          TEMPORAL_PROFILE: '',
+          TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
+          WAVEGATE_PROFILES: '',
+        },
+      });
 
     // The fleet is at r2 with its window closed (the test above): the revert prints the way forward.
     for (const id of REQUIRED) expect(markerOf(fleet, id)).toBe(2);
@@ -273,9 +400,18 @@ describe('the printed roll-forward, run as printed', () => {
 
     execFileSync('/bin/sh', ['-c', sed!]);
     await offline(sign!.replace('<your key>', key('alice')).split(' ').slice(1));
-    await offline(cosign!.replace(/ +#.*$/, '').replace("<the next signer's key>", key('bob')).split(' ').slice(1));
+    await offline(
+      cosign!
+        .replace(/ +#.*$/, '')
+        .replace("<the next signer's key>", key('bob'))
+        .split(' ')
+        .slice(1),
+    );
     const forwardSpec = spec('forward', { ...FAST, fromRevision: 2, toRevision: 3 });
-    const startArgs = start!.replace(/<the rollout's spec[^>]*>/, forwardSpec).split(' ').slice(1);
+    const startArgs = start!
+      .replace(/<the rollout's spec[^>]*>/, forwardSpec)
+      .split(' ')
+      .slice(1);
     expect(startArgs).toEqual(['start', '-f', forwardSpec, '--inventory', inventory, '--profiles', root, '--wait']);
     const forward = await wgForward(startArgs);
     expect(forward.code, forward.stdout + forward.stderr + forwardWorker.output()).toBe(0);

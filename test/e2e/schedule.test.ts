@@ -18,13 +18,13 @@ let deviceIds: string[] = [];
 const stateDir = join(scratch.dir, 'state');
 const auditDir = join(stateDir, 'audit');
 
-
 function wg(args: string[], timeoutMs = 120_000): Promise<CliRun> {
   return runCli([...args, '--address', address], { timeoutMs, env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });
 }
 
 const sandbox = (id: string) => join(stateDir, 'demo-fleet', id);
-const markerOf = (id: string) => readFileSync(join(sandbox(id), '.wavegate', 'profiles', 'demo', 'revision'), 'utf8').trim();
+const markerOf = (id: string) =>
+  readFileSync(join(sandbox(id), '.wavegate', 'profiles', 'demo', 'revision'), 'utf8').trim();
 
 /** Put every device on revision n as if it had been rolled out long ago: its motd and its marker. */
 function installRevision(n: number): void {
@@ -45,7 +45,12 @@ interface Report {
   overlap: string;
   catchupWindowMs: number;
   nextActionTimes: string[];
-  recentActions: Array<{ workflowId: string; status: string; verdict?: string; result?: { verdict: string; rolloutId?: string } }>;
+  recentActions: Array<{
+    workflowId: string;
+    status: string;
+    verdict?: string;
+    result?: { verdict: string; rolloutId?: string };
+  }>;
   lastVerdict?: string;
 }
 
@@ -71,8 +76,29 @@ afterAll(async () => {
 describe('nightly canary schedule', () => {
   it('is created on a calendar in a time zone with overlap SKIP and a catch-up window; bad input and duplicates exit 2', async () => {
     const canarySpec = join(scratch.dir, 'canary-spec.yaml');
-    writeFileSync(canarySpec, stringify({ rollout: { phases: [{ canary: '1 device', gate: '1s', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }] } }));
-    const create = ['schedule', 'create', 'nightly-canary', '--profile', 'demo', '--inventory', inventory, '--at', '02:00', '--tz', 'Europe/Berlin', '-f', canarySpec];
+    writeFileSync(
+      canarySpec,
+      stringify({
+        rollout: {
+          phases: [{ canary: '1 device', gate: '1s', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }],
+        },
+      }),
+    );
+    const create = [
+      'schedule',
+      'create',
+      'nightly-canary',
+      '--profile',
+      'demo',
+      '--inventory',
+      inventory,
+      '--at',
+      '02:00',
+      '--tz',
+      'Europe/Berlin',
+      '-f',
+      canarySpec,
+    ];
     const created = await wg(create);
     expect(created.code, created.stderr).toBe(0);
     expect(created.stdout).toContain('schedule nightly-canary created: nightly canary of demo at 02:00 Europe/Berlin');
@@ -84,27 +110,49 @@ describe('nightly canary schedule', () => {
       ['--at', '25:00', '--at "25:00"'],
       ['--tz', 'Mars/Olympus', '--tz "Mars/Olympus"'],
     ] as const) {
-      const bad = await wg(create.map((a, i) => (create[i - 1] === flag ? value : a)).map((a) => (a === 'nightly-canary' ? 'other' : a)));
+      const bad = await wg(
+        create.map((a, i) => (create[i - 1] === flag ? value : a)).map((a) => (a === 'nightly-canary' ? 'other' : a)),
+      );
       expect(bad.code, flag).toBe(2);
       expect(bad.stderr).toContain(message);
     }
 
     const report = await describeSchedule('nightly-canary');
-    expect(report).toMatchObject({ name: 'nightly-canary', profile: 'demo', paused: false, calendar: '02:00 Europe/Berlin', overlap: 'SKIP', catchupWindowMs: 3_600_000, recentActions: [] });
+    expect(report).toMatchObject({
+      name: 'nightly-canary',
+      profile: 'demo',
+      paused: false,
+      calendar: '02:00 Europe/Berlin',
+      overlap: 'SKIP',
+      catchupWindowMs: 3_600_000,
+      recentActions: [],
+    });
     // The next run is 02:00 in Berlin: 00:00 or 01:00 UTC depending on daylight saving time.
     expect(report.nextActionTimes[0]).toMatch(/T0[01]:00:00\.000Z$/);
-    const listed = JSON.parse((await wg(['schedule', 'list', '--json'])).stdout) as Array<{ name: string; workflowType: string }>;
-    expect(listed).toContainEqual(expect.objectContaining({ name: 'nightly-canary', workflowType: 'nightlyCanaryWorkflow' }));
+    const listed = JSON.parse((await wg(['schedule', 'list', '--json'])).stdout) as Array<{
+      name: string;
+      workflowType: string;
+    }>;
+    expect(listed).toContainEqual(
+      expect.objectContaining({ name: 'nightly-canary', workflowType: 'nightlyCanaryWorkflow' }),
+    );
 
     expect((await wg(['schedule', 'pause', 'nightly-canary', '--reason', 'change freeze'])).code).toBe(0);
-    expect(await describeSchedule('nightly-canary')).toMatchObject({ paused: true, note: expect.stringContaining('change freeze') });
+    expect(await describeSchedule('nightly-canary')).toMatchObject({
+      paused: true,
+      note: expect.stringContaining('change freeze'),
+    });
     const pausedAgain = await wg(['schedule', 'pause', 'nightly-canary']);
     expect(pausedAgain.code).toBe(2);
     expect(pausedAgain.stderr).toContain('already paused');
     expect((await wg(['schedule', 'unpause', 'nightly-canary'])).code).toBe(0);
     expect((await describeSchedule('nightly-canary')).paused).toBe(false);
 
-    for (const args of [['schedule', 'describe', 'nope'], ['schedule', 'trigger', 'nope'], ['schedule', 'delete', 'nope']]) {
+    for (const args of [
+      ['schedule', 'describe', 'nope'],
+      ['schedule', 'trigger', 'nope'],
+      ['schedule', 'delete', 'nope'],
+    ]) {
       const run = await wg(args);
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stderr).toContain('NOT_FOUND: no schedule named "nope"');
@@ -114,7 +162,13 @@ describe('nightly canary schedule', () => {
   it('trigger runs the canary now: verdict in describe, in the audit and as a search attribute; the canary is back on the fleet revision', async () => {
     const run = await wg(['schedule', 'trigger', 'nightly-canary', '--wait', '--json'], 180_000);
     expect(run.code, run.stderr).toBe(0);
-    const result = JSON.parse(run.stdout) as { verdict: string; fleetRevision: number; revision: number; rolloutId: string; kept: boolean };
+    const result = JSON.parse(run.stdout) as {
+      verdict: string;
+      fleetRevision: number;
+      revision: number;
+      rolloutId: string;
+      kept: boolean;
+    };
     expect(result).toMatchObject({ verdict: 'pass', fleetRevision: 1, revision: 2, kept: false });
     expect(result.rolloutId).toMatch(/^canary:demo:nightly-canary:demo-/);
 
@@ -128,11 +182,22 @@ describe('nightly canary schedule', () => {
     // The audit: the canary rollout's trail holds the verdict; the nightly run's own trail too.
     const trail = await runCli(['audit', result.rolloutId, '--json', '--audit-dir', auditDir]);
     expect(trail.code, trail.stderr).toBe(0);
-    const events = JSON.parse(trail.stdout) as Array<{ event: string; reason: string | null; evidence: { verdict?: string } | null }>;
-    expect(events.find((e) => e.event === 'canary.verdict')).toMatchObject({ reason: 'pass', evidence: expect.objectContaining({ verdict: 'pass' }) });
-    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.completed']));
+    const events = JSON.parse(trail.stdout) as Array<{
+      event: string;
+      reason: string | null;
+      evidence: { verdict?: string } | null;
+    }>;
+    expect(events.find((e) => e.event === 'canary.verdict')).toMatchObject({
+      reason: 'pass',
+      evidence: expect.objectContaining({ verdict: 'pass' }),
+    });
+    expect(events.map((e) => e.event)).toEqual(
+      expect.arrayContaining(['rollback.started', 'rollback.completed', 'rollout.completed']),
+    );
     expect((await runCli(['audit', result.rolloutId, '--verify', '--audit-dir', auditDir])).code).toBe(0);
-    const own = JSON.parse((await runCli(['audit', report.recentActions[0]!.workflowId, '--json', '--audit-dir', auditDir])).stdout) as Array<{ event: string; reason: string }>;
+    const own = JSON.parse(
+      (await runCli(['audit', report.recentActions[0]!.workflowId, '--json', '--audit-dir', auditDir])).stdout,
+    ) as Array<{ event: string; reason: string }>;
     expect(own).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'pass' })]);
 
     // The search attribute: visibility lists the nightly run and its canary with WavegateVerdict = pass.
@@ -147,7 +212,9 @@ describe('nightly canary schedule', () => {
     expect(rows).toContainEqual(expect.objectContaining({ workflowId: result.rolloutId, verdict: 'pass' }));
 
     // The canary went to r2 and came back: every device is on r1 again, proven by r1's verify now.
-    const status = JSON.parse((await wg(['status', result.rolloutId, '--json'])).stdout) as { devices: Array<{ id: string; state: string }> };
+    const status = JSON.parse((await wg(['status', result.rolloutId, '--json'])).stdout) as {
+      devices: Array<{ id: string; state: string }>;
+    };
     const canary = status.devices.find((d) => d.state === 'rolled-back');
     expect(canary, JSON.stringify(status.devices)).toBeDefined();
     expect(markerOf(canary!.id)).toBe('1');
@@ -162,7 +229,12 @@ describe('nightly canary schedule', () => {
     const motdBefore = deviceIds.map((id) => readFileSync(join(sandbox(id), 'etc', 'motd'), 'utf8'));
     const run = await wg(['schedule', 'trigger', 'nightly-canary', '--wait', '--json'], 180_000);
     expect(run.code, run.stderr).toBe(0);
-    const result = JSON.parse(run.stdout) as { verdict: string; fleetRevision: number; revision: number | null; rolloutId?: string };
+    const result = JSON.parse(run.stdout) as {
+      verdict: string;
+      fleetRevision: number;
+      revision: number | null;
+      rolloutId?: string;
+    };
     expect(result).toMatchObject({ verdict: 'nothing-to-test', fleetRevision: 2, revision: null });
     expect(result.rolloutId).toBeUndefined();
     expect(deviceIds.map((id) => readFileSync(join(sandbox(id), 'etc', 'motd'), 'utf8'))).toEqual(motdBefore);

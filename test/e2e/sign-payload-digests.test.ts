@@ -33,19 +33,66 @@ describe('wavegate sign: payload sha256/size from the files', () => {
   let n = 0;
   async function scaffold(): Promise<Paths> {
     const dir = join(scratch.dir, `case-${++n}`);
-    const p = { dir, profiles: join(dir, 'profiles'), profile: join(dir, 'profiles', 'motd'), inventory: join(dir, 'fleet.yaml'), spec: join(dir, 'motd-rollout.yaml'), key: join(dir, 'alice.key') };
+    const p = {
+      dir,
+      profiles: join(dir, 'profiles'),
+      profile: join(dir, 'profiles', 'motd'),
+      inventory: join(dir, 'fleet.yaml'),
+      spec: join(dir, 'motd-rollout.yaml'),
+      key: join(dir, 'alice.key'),
+    };
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, 'known_hosts'), `[192.0.2.10]:22 ${HOST_KEY}\n`);
     writeFileSync(join(dir, 'id'), 'not read\n');
-    const init = await runCli(['init', '--profiles', p.profiles, '--profile', 'motd', '--inventory', p.inventory, '--spec', p.spec, '--host', 'web-1=deploy@192.0.2.10', '--known-hosts', join(dir, 'known_hosts'), '--ssh-key', join(dir, 'id')], { cwd: dir, env: { HOME: dir } });
+    const init = await runCli(
+      [
+        'init',
+        '--profiles',
+        p.profiles,
+        '--profile',
+        'motd',
+        '--inventory',
+        p.inventory,
+        '--spec',
+        p.spec,
+        '--host',
+        'web-1=deploy@192.0.2.10',
+        '--known-hosts',
+        join(dir, 'known_hosts'),
+        '--ssh-key',
+        join(dir, 'id'),
+      ],
+      { cwd: dir, env: { HOME: dir } },
+    );
     expect(init.code, init.stderr).toBe(0);
     expect((await runCli(['keygen', '--out', p.key, '--name', 'alice'], { cwd: dir })).code).toBe(0);
-    expect((await runCli(['trust', `${p.key}.pub.yaml`, '--threshold', '1', '--out', join(p.profile, 'trust.yaml')], { cwd: dir })).code).toBe(0);
+    expect(
+      (
+        await runCli(['trust', `${p.key}.pub.yaml`, '--threshold', '1', '--out', join(p.profile, 'trust.yaml')], {
+          cwd: dir,
+        })
+      ).code,
+    ).toBe(0);
     return p;
   }
   const sign = (p: Paths, rev: number) =>
-    runCli(['sign', join(p.profile, 'revisions', `${rev}.yaml`), '--key', p.key, '--out', join(p.profile, 'envelopes', `${rev}.json`), '--inventory', p.inventory, '--profile', join(p.profile, 'profile.yaml')], { cwd: p.dir });
-  const plan = (p: Paths) => runCli(['plan', '-f', p.spec, '--inventory', p.inventory, '--profiles', p.profiles], { cwd: p.dir });
+    runCli(
+      [
+        'sign',
+        join(p.profile, 'revisions', `${rev}.yaml`),
+        '--key',
+        p.key,
+        '--out',
+        join(p.profile, 'envelopes', `${rev}.json`),
+        '--inventory',
+        p.inventory,
+        '--profile',
+        join(p.profile, 'profile.yaml'),
+      ],
+      { cwd: p.dir },
+    );
+  const plan = (p: Paths) =>
+    runCli(['plan', '-f', p.spec, '--inventory', p.inventory, '--profiles', p.profiles], { cwd: p.dir });
   const signedPayload = (p: Paths, rev: number) => {
     const env = JSON.parse(readFileSync(join(p.profile, 'envelopes', `${rev}.json`), 'utf8')) as { body: string };
     return (JSON.parse(Buffer.from(env.body, 'base64').toString('utf8')) as { payload: PayloadFile[] }).payload;
@@ -55,15 +102,24 @@ describe('wavegate sign: payload sha256/size from the files', () => {
     const p = await scaffold();
     const revisionFile = join(p.profile, 'revisions', '2.yaml');
     const written = readFileSync(revisionFile, 'utf8');
-    expect((parseYaml(written) as { payload: object[] }).payload[0]).toEqual({ name: 'motd.txt', source: 'payload/motd-r2.txt' });
+    expect((parseYaml(written) as { payload: object[] }).payload[0]).toEqual({
+      name: 'motd.txt',
+      source: 'payload/motd-r2.txt',
+    });
 
     for (const rev of [1, 2]) {
       const signed = await sign(p, rev);
       expect(signed.code, signed.stderr).toBe(0);
       const body = readFileSync(join(p.profile, 'payload', `motd-r${rev}.txt`));
-      expect(signedPayload(p, rev)).toEqual([{ name: 'motd.txt', sha256: sha256(body), size: body.length, source: `payload/motd-r${rev}.txt` }]);
-      expect(signed.stdout).toContain(`filled from the payload files into the signed content (${join(p.profile, 'revisions', `${rev}.yaml`)} is left as written; the envelope carries them)`);
-      expect(signed.stdout).toContain(`payload "motd.txt" (payload/motd-r${rev}.txt): sha256 ${sha256(body)}, size ${body.length}`);
+      expect(signedPayload(p, rev)).toEqual([
+        { name: 'motd.txt', sha256: sha256(body), size: body.length, source: `payload/motd-r${rev}.txt` },
+      ]);
+      expect(signed.stdout).toContain(
+        `filled from the payload files into the signed content (${join(p.profile, 'revisions', `${rev}.yaml`)} is left as written; the envelope carries them)`,
+      );
+      expect(signed.stdout).toContain(
+        `payload "motd.txt" (payload/motd-r${rev}.txt): sha256 ${sha256(body)}, size ${body.length}`,
+      );
     }
     expect(readFileSync(revisionFile, 'utf8')).toBe(written);
     const planned = await plan(p);
@@ -91,8 +147,12 @@ describe('wavegate sign: payload sha256/size from the files', () => {
 
     const refused = await sign(p, 2);
     expect(refused.code).toBe(2);
-    expect(refused.stderr).toContain(`payload[0].sha256: payload "motd.txt": the file payload/motd-r2.txt has sha256 ${sha256('edited\n')}, not the value written here; write ${sha256('edited\n')}, or remove sha256 and size from the entry and sign fills both from the file (got "${sha256(old)}")`);
-    expect(refused.stderr).toContain(`payload[0].size: payload "motd.txt": the file payload/motd-r2.txt has size 7, not the value written here; write 7`);
+    expect(refused.stderr).toContain(
+      `payload[0].sha256: payload "motd.txt": the file payload/motd-r2.txt has sha256 ${sha256('edited\n')}, not the value written here; write ${sha256('edited\n')}, or remove sha256 and size from the entry and sign fills both from the file (got "${sha256(old)}")`,
+    );
+    expect(refused.stderr).toContain(
+      `payload[0].size: payload "motd.txt": the file payload/motd-r2.txt has size 7, not the value written here; write 7`,
+    );
     expect(refused.stderr).not.toMatch(/\n\s+at /);
     expect(readFileSync(join(p.profile, 'envelopes', '2.json'), 'utf8')).toBe(envelope);
 
@@ -118,6 +178,8 @@ describe('wavegate sign: payload sha256/size from the files', () => {
     rmSync(join(p.profile, 'trust.yaml'));
     const unsigned = await plan(p);
     expect(unsigned.code).toBe(2);
-    expect(unsigned.stderr).toContain(`payload[0].sha256: payload "motd.txt": missing; a profile without pins (${join(p.profile, 'trust.yaml')}) is read from this file as written, so it must give sha256 and size`);
+    expect(unsigned.stderr).toContain(
+      `payload[0].sha256: payload "motd.txt": missing; a profile without pins (${join(p.profile, 'trust.yaml')}) is read from this file as written, so it must give sha256 and size`,
+    );
   });
 });

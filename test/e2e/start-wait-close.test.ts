@@ -26,7 +26,13 @@ let inventory = '';
 function wg(args: string[]): Promise<CliRun> {
   return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
     timeoutMs: 240_000,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '', ...policy },
+    env: {
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
+      WAVEGATE_PROFILES: '',
+      ...policy,
+    },
   });
 }
 
@@ -53,7 +59,10 @@ describe('start --wait returns after the run has closed', () => {
           fromRevision: 1,
           toRevision: 2,
           disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-          phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }],
+          phases: [
+            { canary: '1 device', gate: '0s' },
+            { bulk: 'remainder', gate: '0s' },
+          ],
           webhooks: [{ url: receiver!.url, secretEnv }],
         },
       }),

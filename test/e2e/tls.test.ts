@@ -45,7 +45,16 @@ const cleanEnv: NodeJS.ProcessEnv = {
 };
 
 const tlsFlags = () => ['--address', tlsProxy.address, '--tls-ca-cert', pki.caCert];
-const mtlsFlags = () => ['--address', mtlsProxy.address, '--tls-ca-cert', pki.caCert, '--tls-cert', pki.clientCert, '--tls-key', pki.clientKey];
+const mtlsFlags = () => [
+  '--address',
+  mtlsProxy.address,
+  '--tls-ca-cert',
+  pki.caCert,
+  '--tls-cert',
+  pki.clientCert,
+  '--tls-key',
+  pki.clientKey,
+];
 const mtlsEnv = (): NodeJS.ProcessEnv => ({
   TEMPORAL_ADDRESS: mtlsProxy.address,
   TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.caCert,
@@ -56,7 +65,16 @@ const mtlsEnv = (): NodeJS.ProcessEnv => ({
 /** `wavegate worker` connecting as `connect` says (flags and environment); resolves once it polls. */
 async function startWorker(taskQueue: string, connect: { flags?: string[]; env?: NodeJS.ProcessEnv }) {
   const w = await spawnCliUntil(
-    ['worker', ...(connect.flags ?? []), '--task-queue', taskQueue, '--profiles', PROFILES, '--audit-dir', join(scratch.dir, 'audit')],
+    [
+      'worker',
+      ...(connect.flags ?? []),
+      '--task-queue',
+      taskQueue,
+      '--profiles',
+      PROFILES,
+      '--audit-dir',
+      join(scratch.dir, 'audit'),
+    ],
     /worker \S+ polling/,
     60_000,
     { ...cleanEnv, ...connect.env },
@@ -70,34 +88,70 @@ function cli(args: string[], connect: { flags?: string[]; env?: NodeJS.ProcessEn
 }
 
 /** A worker and the CLI on one connection: start a simulator rollout, see it in `list`, `status` until completed. */
-async function rolloutThrough(taskQueue: string, connect: { flags?: string[]; env?: NodeJS.ProcessEnv }, expectInWorkerLine: RegExp) {
+async function rolloutThrough(
+  taskQueue: string,
+  connect: { flags?: string[]; env?: NodeJS.ProcessEnv },
+  expectInWorkerLine: RegExp,
+) {
   // A fleet of its own per case: every rollout changes every one of its devices r1 -> r2.
-  const { fleet, inventoryPath: inventory } = await fleetWithInventory(join(scratch.dir, taskQueue), demoDevices(2), { 'pool-a': 1, 'pool-b': 1 });
+  const { fleet, inventoryPath: inventory } = await fleetWithInventory(join(scratch.dir, taskQueue), demoDevices(2), {
+    'pool-a': 1,
+    'pool-b': 1,
+  });
   fleets.push(fleet);
   const worker = await startWorker(taskQueue, connect);
   expect(worker.output()).toMatch(expectInWorkerLine);
-  const start = await cli(['start', '-f', specPath, '--inventory', inventory, '--profiles', PROFILES, '--task-queue', taskQueue], connect);
+  const start = await cli(
+    ['start', '-f', specPath, '--inventory', inventory, '--profiles', PROFILES, '--task-queue', taskQueue],
+    connect,
+  );
   expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
   const id = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
   const listed = await cli(['list', '--profile', 'demo', '--json'], connect);
   expect(listed.code, listed.stderr).toBe(0);
   expect((JSON.parse(listed.stdout) as Array<{ workflowId: string }>).map((r) => r.workflowId)).toContain(id);
-  const status = await until('the rollout to complete through the proxy', async () => {
-    const run = await cli(['status', id], connect);
-    return run.code === 0 ? run : undefined;
-  }, 120_000);
+  const status = await until(
+    'the rollout to complete through the proxy',
+    async () => {
+      const run = await cli(['status', id], connect);
+      return run.code === 0 ? run : undefined;
+    },
+    120_000,
+  );
   expect(status.stdout).toMatch(/completed/);
-  for (const d of fleet.devices) expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), d.id).toBe('2');
+  for (const d of fleet.devices)
+    expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), d.id).toBe('2');
   await stopChild(worker.child);
 }
-
 
 beforeAll(async () => {
   env = await startDevServerEnv();
   pki = makeTestPki(join(scratch.dir, 'pki'));
-  tlsProxy = await startTlsProxy({ dir: join(scratch.dir, 'nginx-tls'), upstream: env.address, pki, verifyClient: false });
-  mtlsProxy = await startTlsProxy({ dir: join(scratch.dir, 'nginx-mtls'), upstream: env.address, pki, verifyClient: true });
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 1, 'pool-b': 1 }, phases: [{ bulk: 'remainder' }], gate: '1s' } }));
+  tlsProxy = await startTlsProxy({
+    dir: join(scratch.dir, 'nginx-tls'),
+    upstream: env.address,
+    pki,
+    verifyClient: false,
+  });
+  mtlsProxy = await startTlsProxy({
+    dir: join(scratch.dir, 'nginx-mtls'),
+    upstream: env.address,
+    pki,
+    verifyClient: true,
+  });
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 1, 'pool-b': 1 },
+        phases: [{ bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
   writeFileSync(
     configFile,
     [
@@ -128,10 +182,18 @@ afterAll(async () => {
 
 describe('worker and CLI through a TLS-terminating nginx in front of Temporal', () => {
   it('TLS by flags (--tls-ca-cert): the worker polls and start/list/status run a rollout to completion; list by TEMPORAL_TLS_SERVER_CA_CERT_PATH and by a TOML profile', async () => {
-    await rolloutThrough('q-tls-flags', { flags: tlsFlags() }, new RegExp(`polling ${tlsProxy.address.replace(/\./g, '\\.')} namespace default \\(TLS\\)`));
+    await rolloutThrough(
+      'q-tls-flags',
+      { flags: tlsFlags() },
+      new RegExp(`polling ${tlsProxy.address.replace(/\./g, '\\.')} namespace default \\(TLS\\)`),
+    );
     // TLS with the CA alone, by the environment and by a TOML profile: the CLI lists that rollout.
-    const byEnv = await cli(['list', '--profile', 'demo'], { env: { TEMPORAL_ADDRESS: tlsProxy.address, TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.caCert } });
-    const byToml = await cli(['list', '--profile', 'demo'], { env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'tls' } });
+    const byEnv = await cli(['list', '--profile', 'demo'], {
+      env: { TEMPORAL_ADDRESS: tlsProxy.address, TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.caCert },
+    });
+    const byToml = await cli(['list', '--profile', 'demo'], {
+      env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'tls' },
+    });
     for (const run of [byEnv, byToml]) {
       expect(run.code, run.stderr).toBe(0);
       expect(run.stdout).toMatch(/rollout:demo:\S+\s+rollout\s+demo\s+completed/);
@@ -143,12 +205,22 @@ describe('worker and CLI through a TLS-terminating nginx in front of Temporal', 
   }, 240_000);
 
   it('mTLS by the TEMPORAL_* environment alone', async () => {
-    await rolloutThrough('q-mtls-env', { env: mtlsEnv() }, new RegExp(`polling ${mtlsProxy.address.replace(/\./g, '\\.')}`));
+    await rolloutThrough(
+      'q-mtls-env',
+      { env: mtlsEnv() },
+      new RegExp(`polling ${mtlsProxy.address.replace(/\./g, '\\.')}`),
+    );
   }, 240_000);
 
   it('mTLS by a TOML client config profile (TEMPORAL_CONFIG_FILE + TEMPORAL_PROFILE, and --config-file/--profile-name)', async () => {
-    await rolloutThrough('q-mtls-toml', { env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'secure' } }, /\(TLS\)/);
-    const listed = await cli(['list', '--profile', 'demo'], { flags: ['--config-file', configFile, '--profile-name', 'secure'] });
+    await rolloutThrough(
+      'q-mtls-toml',
+      { env: { TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: 'secure' } },
+      /\(TLS\)/,
+    );
+    const listed = await cli(['list', '--profile', 'demo'], {
+      flags: ['--config-file', configFile, '--profile-name', 'secure'],
+    });
     expect(listed.code, listed.stderr).toBe(0);
     expect(listed.stdout).toContain('rollout:demo');
   }, 240_000);
@@ -159,7 +231,10 @@ describe('TLS misconfiguration is refused with exit 2 naming what failed; a fron
   const noClientCert = () => ['--address', mtlsProxy.address, '--tls-ca-cert', pki.caCert];
 
   it('a CA that did not sign the server certificate: CLI and worker exit 2 naming --tls-ca-cert', async () => {
-    for (const run of [await cli(['list'], { flags: wrongCa() }), await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags: wrongCa() })]) {
+    for (const run of [
+      await cli(['list'], { flags: wrongCa() }),
+      await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags: wrongCa() }),
+    ]) {
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain(`TLS to Temporal at ${tlsProxy.address}`);
       expect(run.stderr).toContain("the server's certificate is not trusted by the CA given (--tls-ca-cert");
@@ -168,13 +243,20 @@ describe('TLS misconfiguration is refused with exit 2 naming what failed; a fron
   }, 60_000);
 
   it('no client certificate for the mTLS frontend: CLI and worker exit 2 saying the server requires one', async () => {
-    for (const run of [await cli(['list'], { flags: noClientCert() }), await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags: noClientCert() })]) {
+    for (const run of [
+      await cli(['list'], { flags: noClientCert() }),
+      await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags: noClientCert() }),
+    ]) {
       expect(run.code, run.stderr).toBe(2);
-      expect(run.stderr).toContain('the server requires a client certificate (mTLS) and none was given: set --tls-cert and --tls-key');
+      expect(run.stderr).toContain(
+        'the server requires a client certificate (mTLS) and none was given: set --tls-cert and --tls-key',
+      );
       expect(run.stdout).not.toContain('polling');
     }
     // Also when the environment, not a flag, was to give it.
-    const fromEnv = await cli(['list'], { env: { ...mtlsEnv(), TEMPORAL_TLS_CLIENT_CERT_PATH: '', TEMPORAL_TLS_CLIENT_KEY_PATH: '' } });
+    const fromEnv = await cli(['list'], {
+      env: { ...mtlsEnv(), TEMPORAL_TLS_CLIENT_CERT_PATH: '', TEMPORAL_TLS_CLIENT_KEY_PATH: '' },
+    });
     expect(fromEnv.code, fromEnv.stderr).toBe(2);
     expect(fromEnv.stderr).toContain('requires a client certificate');
   }, 60_000);
@@ -187,8 +269,14 @@ describe('TLS misconfiguration is refused with exit 2 naming what failed; a fron
 
   it('a frontend that is not listening, with or without TLS: exit 1 UNAVAILABLE, not bad input', async () => {
     const closed = `127.0.0.1:${await freePort()}`;
-    for (const flags of [['--address', closed, '--tls-ca-cert', pki.caCert], ['--address', closed]]) {
-      for (const run of [await cli(['list'], { flags }), await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags })]) {
+    for (const flags of [
+      ['--address', closed, '--tls-ca-cert', pki.caCert],
+      ['--address', closed],
+    ]) {
+      for (const run of [
+        await cli(['list'], { flags }),
+        await cli(['worker', '--profiles', PROFILES, '--task-queue', 'q-never'], { flags }),
+      ]) {
         expect(run.code, run.stderr).toBe(1);
         expect(run.stderr).toContain(`UNAVAILABLE: cannot reach Temporal at ${closed}`);
       }

@@ -17,7 +17,6 @@ let stack: DevDemo | undefined;
 let address = '';
 let inventory = '';
 
-
 function wg(args: string[]): Promise<CliRun> {
   return runCli([...args, '--address', address], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } });
 }
@@ -58,7 +57,18 @@ describe('wavegate watch in a terminal', () => {
     const spec = join(scratch.dir, 'manual.yaml');
     writeFileSync(
       spec,
-      stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '2s' }], disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 } } }),
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [
+            { canary: '1 device', gate: 'manual' },
+            { bulk: 'remainder', gate: '2s' },
+          ],
+          disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        },
+      }),
     );
     const started = await wg(['start', '-f', spec, '--inventory', inventory]);
     expect(started.code, started.stderr).toBe(0);
@@ -67,7 +77,21 @@ describe('wavegate watch in a terminal', () => {
     const header = new RegExp(`^rollout ${id} `);
 
     const command = `${process.execPath} ${WAVEGATE_BIN} watch ${id} --address ${address} --interval 300; echo "watch exit=$?"; sleep 600`;
-    tmux('new-session', '-d', '-s', 'watch', '-x', '120', '-y', '40', '-c', PROJECT_ROOT, '-e', 'TEMPORAL_ADDRESS=', command);
+    tmux(
+      'new-session',
+      '-d',
+      '-s',
+      'watch',
+      '-x',
+      '120',
+      '-y',
+      '40',
+      '-c',
+      PROJECT_ROOT,
+      '-e',
+      'TEMPORAL_ADDRESS=',
+      command,
+    );
 
     // Moment 1: the canary waits at its manual gate.
     const first = await screenUntil('the canary awaiting approval', (t) => /awaiting-approval/.test(t));

@@ -45,7 +45,12 @@ const PAUSED = "WavegateState = 'paused'";
 
 function wg(args: string[]): Promise<CliRun> {
   return runCli([...args, '--address', server!.address, '--task-queue', taskQueue], {
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: {
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+      WAVEGATE_PROFILES: '',
+    },
   });
 }
 
@@ -60,7 +65,10 @@ async function startRollout(name: string, phases: unknown[], faulty = false): Pr
   fleets.push(fleet);
   if (faulty) for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
   const spec = join(scratch.dir, `${name}.yaml`);
-  writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases, disruptionBudget: BUDGETS } }));
+  writeFileSync(
+    spec,
+    stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases, disruptionBudget: BUDGETS } }),
+  );
   const run = await wg(['start', '-f', spec, '--inventory', inventoryPath, '--json']);
   expect(run.code, run.stderr).toBe(0);
   // The id is whatever `start` says it is: this test does not depend on its format.
@@ -71,37 +79,55 @@ async function startRollout(name: string, phases: unknown[], faulty = false): Pr
 const statusOf = (r: Started) => client!.workflow.getHandle(r.rolloutId, r.runId).query<RolloutStatus>('status');
 
 async function untilState(r: Started, done: (s: RolloutStatus) => boolean, what: string): Promise<RolloutStatus> {
-  return until(what, async () => {
-    const s = await statusOf(r).catch(() => undefined);
-    return s && done(s) ? s : undefined;
-  }, 90_000);
+  return until(
+    what,
+    async () => {
+      const s = await statusOf(r).catch(() => undefined);
+      return s && done(s) ? s : undefined;
+    },
+    90_000,
+  );
 }
 
 /** The run has closed in Temporal (its history, so the list's Status column, is final). */
 async function untilClosed(r: Started): Promise<void> {
-  await until(`${r.rolloutId} run ${r.runId} to close`, async () => ((await client!.workflow.getHandle(r.rolloutId, r.runId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
+  await until(
+    `${r.rolloutId} run ${r.runId} to close`,
+    async () =>
+      (await client!.workflow.getHandle(r.rolloutId, r.runId).describe()).status.name === 'RUNNING' ? undefined : true,
+    90_000,
+  );
 }
 
 /** The list's row of one run as {column header: cell text}, found by its run id (unique, unlike a workflow id). */
 async function rowOf(runId: string): Promise<Record<string, string>> {
   const headers = (await page.locator('thead th').allInnerTexts()).map((h) => h.trim());
-  const cells = (await page.locator('tbody tr').filter({ hasText: runId }).first().locator('td').allInnerTexts()).map((c) => c.trim());
+  const cells = (await page.locator('tbody tr').filter({ hasText: runId }).first().locator('td').allInnerTexts()).map(
+    (c) => c.trim(),
+  );
   return Object.fromEntries(headers.map((h, i) => [h, cells[i] ?? '']).filter(([h]) => h !== ''));
 }
 
 /** The run ids the list shows now. */
 async function listedRuns(): Promise<string[]> {
+  const table = page.locator('tbody').first();
   // biome-ignore lint/performance/useDomNodeTextContent: Playwright's locator.innerText() (the rendered text), not the DOM property
-  const text = (await page.locator('tbody').first().innerText().catch(() => '')) ?? '';
+  const text = (await table.innerText().catch(() => '')) ?? '';
   return [...text.matchAll(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g)].map((m) => m[0]).sort();
 }
 
-const listUrl = (query?: string) => `${server!.uiUrl}/namespaces/default/workflows${query ? `?query=${encodeURIComponent(query)}` : ''}`;
+const listUrl = (query?: string) =>
+  `${server!.uiUrl}/namespaces/default/workflows${query ? `?query=${encodeURIComponent(query)}` : ''}`;
 const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
 beforeAll(async () => {
   mkdirSync(shots, { recursive: true });
-  server = await startDevServer({ dbFile: join(scratch.dir, 'temporal.db'), logFile: join(scratch.dir, 'temporal.log'), port: await freePort(), uiPort: await freePort() });
+  server = await startDevServer({
+    dbFile: join(scratch.dir, 'temporal.db'),
+    logFile: join(scratch.dir, 'temporal.log'),
+    port: await freePort(),
+    uiPort: await freePort(),
+  });
   native = await NativeConnection.connect({ address: server.address });
   worker = await Worker.create({
     connection: native,
@@ -129,16 +155,28 @@ afterAll(async () => {
 
 describe('the Temporal Web UI workflow list tells rollout outcomes apart', () => {
   it('with the documented WavegateState and WavegatePhase columns: completed, rolled-back, aborted and paused rows differ; the saved views find them', async () => {
-    const canaryThenBulk = (canary: Record<string, unknown>) => [{ canary: '1 device', ...canary }, { bulk: 'remainder', gate: '0s' }];
+    const canaryThenBulk = (canary: Record<string, unknown>) => [
+      { canary: '1 device', ...canary },
+      { bulk: 'remainder', gate: '0s' },
+    ];
 
     // One completed, one rolled back by its failing health gate, one aborted at its gate, one paused there.
     // One after another: one running rollout per profile.
     const completed = await startRollout('completed', canaryThenBulk({ gate: '0s' }));
-    expect((await untilState(completed, (s) => s.state !== 'running', 'the rollout to complete')).state).toBe('completed');
+    expect((await untilState(completed, (s) => s.state !== 'running', 'the rollout to complete')).state).toBe(
+      'completed',
+    );
     await untilClosed(completed);
 
-    const rolledBack = await startRollout('rolled-back', canaryThenBulk({ gate: '0s', healthGate: ['all-runtimes-healthy'] }), true);
-    expect((await untilState(rolledBack, (s) => s.state !== 'running', 'the failed health gate to roll the canary back')).state).toBe('rolled-back');
+    const rolledBack = await startRollout(
+      'rolled-back',
+      canaryThenBulk({ gate: '0s', healthGate: ['all-runtimes-healthy'] }),
+      true,
+    );
+    expect(
+      (await untilState(rolledBack, (s) => s.state !== 'running', 'the failed health gate to roll the canary back'))
+        .state,
+    ).toBe('rolled-back');
     await untilClosed(rolledBack);
 
     const aborted = await startRollout('aborted', canaryThenBulk({ gate: 'manual' }));
@@ -160,7 +198,11 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
 
     // 1. The list as it comes: Temporal's own status says Completed for three different outcomes and Running for a pause.
     await page.goto(listUrl(ROLLOUTS));
-    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(Object.values(all).map((r) => r.runId).sort());
+    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(
+      Object.values(all)
+        .map((r) => r.runId)
+        .sort(),
+    );
     for (const r of [completed, rolledBack, aborted]) expect((await rowOf(r.runId)).Status).toMatch(/^completed$/i);
     expect((await rowOf(paused.runId)).Status).toMatch(/^running$/i);
     expect((await page.locator('thead th').allInnerTexts()).map((h) => h.trim())).not.toContain('WavegateState');
@@ -172,13 +214,20 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
       await page.getByRole('button', { name: `Add ${column} column` }).click();
       const up = page.getByRole('button', { name: `Move ${column} column up` });
       // Up until it sits right after Status (Status itself has no "up").
-      await expect.poll(async () => {
-        const order = (await page.locator('li[data-testid^="orderable-list-item-"][draggable="true"]').evaluateAll((els) => els.map((e) => e.getAttribute('data-testid')!.replace('orderable-list-item-', ''))));
-        const at = order.indexOf(column);
-        const target = column === 'WavegateState' ? 1 : 2;
-        if (at > target) await up.click();
-        return order.indexOf(column) - target;
-      }, { timeout: 20_000, interval: 100 }).toBe(0);
+      await expect
+        .poll(
+          async () => {
+            const order = await page
+              .locator('li[data-testid^="orderable-list-item-"][draggable="true"]')
+              .evaluateAll((els) => els.map((e) => e.getAttribute('data-testid')!.replace('orderable-list-item-', '')));
+            const at = order.indexOf(column);
+            const target = column === 'WavegateState' ? 1 : 2;
+            if (at > target) await up.click();
+            return order.indexOf(column) - target;
+          },
+          { timeout: 20_000, interval: 100 },
+        )
+        .toBe(0);
     }
     await shot('2-configure-columns');
     await page.getByRole('button', { name: 'Close' }).first().click();
@@ -186,9 +235,20 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
     // 3. The documented "Rollouts" view (the list also holds wavegate's lock, membership and preflight
     // workflows): each row now says what happened, and in which phase, as the rollout itself reports it.
     await page.goto(listUrl(ROLLOUTS));
-    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(Object.values(all).map((r) => r.runId).sort());
-    const expectedState = { completed: 'completed', 'rolled-back': 'rolled-back', aborted: 'aborted', paused: 'paused' } as const;
-    await expect.poll(async () => (await page.locator('thead th').allInnerTexts()).map((h) => h.trim()).slice(2, 5)).toEqual(['Status', 'WavegateState', 'WavegatePhase']);
+    await expect.poll(listedRuns, { timeout: 30_000 }).toEqual(
+      Object.values(all)
+        .map((r) => r.runId)
+        .sort(),
+    );
+    const expectedState = {
+      completed: 'completed',
+      'rolled-back': 'rolled-back',
+      aborted: 'aborted',
+      paused: 'paused',
+    } as const;
+    await expect
+      .poll(async () => (await page.locator('thead th').allInnerTexts()).map((h) => h.trim()).slice(2, 5))
+      .toEqual(['Status', 'WavegateState', 'WavegatePhase']);
     const rows: Record<string, Record<string, string>> = {};
     for (const [name, r] of Object.entries(all)) {
       rows[name] = await rowOf(r.runId);
@@ -202,7 +262,9 @@ describe('the Temporal Web UI workflow list tells rollout outcomes apart', () =>
 
     // The columns are the browser's setting for this namespace: they are still there after a reload.
     await page.reload();
-    await expect.poll(async () => (await rowOf(rolledBack.runId)).WavegateState, { timeout: 30_000 }).toBe('rolled-back');
+    await expect
+      .poll(async () => (await rowOf(rolledBack.runId)).WavegateState, { timeout: 30_000 })
+      .toBe('rolled-back');
 
     // 4. The documented saved views: rollouts that did not complete, and paused rollouts.
     await page.goto(listUrl(NOT_COMPLETED));

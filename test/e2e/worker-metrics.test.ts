@@ -29,12 +29,24 @@ let inventory = '';
 const children: ChildProcess[] = [];
 const PROFILES = join(PROJECT_ROOT, 'profiles');
 const specPath = join(scratch.dir, 'spec.yaml');
-const cleanEnv = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '', WAVEGATE_METRICS_BIND: '' };
+const cleanEnv = {
+  TEMPORAL_ADDRESS: '',
+  TEMPORAL_PROFILE: '',
+  TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+  WAVEGATE_PROFILES: '',
+  WAVEGATE_METRICS_BIND: '',
+};
 
 /** `wavegate worker` with extra environment; resolves once it polls. */
-function startWorker(args: string[], extraEnv: NodeJS.ProcessEnv = {}): Promise<{ child: ChildProcess; output: () => string }> {
+function startWorker(
+  args: string[],
+  extraEnv: NodeJS.ProcessEnv = {},
+): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, 'worker', ...args], { cwd: PROJECT_ROOT, env: { ...process.env, ...cleanEnv, ...extraEnv } });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, 'worker', ...args], {
+      cwd: PROJECT_ROOT,
+      env: { ...process.env, ...cleanEnv, ...extraEnv },
+    });
     children.push(child);
     let out = '';
     const timer = setTimeout(() => reject(new Error(`worker not polling in 60 s:\n${out}`)), 60_000);
@@ -74,9 +86,24 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
 
 beforeAll(async () => {
   env = await startDevServerEnv();
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), { 'pool-a': 1, 'pool-b': 1 }));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(6), {
+    'pool-a': 1,
+    'pool-b': 1,
+  }));
   // Two devices, an 8 s gate, then the rest: the first scrape falls in the gate.
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 1, 'pool-b': 1 }, phases: [{ canary: '2 devices', gateMs: 8000 }, { bulk: 'remainder' }], gate: '1s' } }));
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 1, 'pool-b': 1 },
+        phases: [{ canary: '2 devices', gateMs: 8000 }, { bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -86,17 +113,45 @@ afterAll(async () => {
   scratch.cleanup();
 });
 
-describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metrics', () => {
+describe("wavegate worker --metrics-bind serves the SDK's and wavegate's metrics", () => {
   it('during a rollout on the simulator, curl shows device applies going up, apply durations counted and rollout states, beside the SDK series', async () => {
     const bind = `127.0.0.1:${await freePort()}`;
-    const worker = await startWorker(['--address', env.address, '--task-queue', 'q-metrics', '--profiles', PROFILES, '--audit-dir', join(scratch.dir, 'audit'), '--metrics-bind', bind]);
+    const worker = await startWorker([
+      '--address',
+      env.address,
+      '--task-queue',
+      'q-metrics',
+      '--profiles',
+      PROFILES,
+      '--audit-dir',
+      join(scratch.dir, 'audit'),
+      '--metrics-bind',
+      bind,
+    ]);
     expect(worker.output()).toContain(`metrics: http://${bind}/metrics`);
     const url = `http://${bind}/metrics`;
     const before = await curl(url);
     expect(sample(before, METRIC.deviceApplies)).toBe(0);
 
-    const start = await runCli(['start', '-f', specPath, '--inventory', inventory, '--profiles', PROFILES, '--address', env.address, '--task-queue', 'q-metrics'], { env: cleanEnv });
-    const rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? `no id printed: ${start.stdout}${start.stderr}`;
+    const start = await runCli(
+      [
+        'start',
+        '-f',
+        specPath,
+        '--inventory',
+        inventory,
+        '--profiles',
+        PROFILES,
+        '--address',
+        env.address,
+        '--task-queue',
+        'q-metrics',
+      ],
+      { env: cleanEnv },
+    );
+    const rolloutId =
+      /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ??
+      `no id printed: ${start.stdout}${start.stderr}`;
     expect(start.code, `${start.stdout}\n${start.stderr}`).toBe(0);
 
     // In the canary's gate: its two applies are counted, the bulk's not yet.
@@ -110,10 +165,14 @@ describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metri
     expect(sample(first, `${METRIC.applyDuration}_sum`, { outcome: 'applied' })).toBeGreaterThan(0);
     expect(sample(first, METRIC.rolloutStates, { state: 'running', profile: 'demo' })).toBeGreaterThanOrEqual(1);
 
-    const status = await until('the rollout to complete', async () => {
-      const run = await runCli(['status', rolloutId, '--address', env.address], { env: cleanEnv });
-      return run.code === 0 && /completed/.test(run.stdout) ? run : undefined;
-    }, 120_000);
+    const status = await until(
+      'the rollout to complete',
+      async () => {
+        const run = await runCli(['status', rolloutId, '--address', env.address], { env: cleanEnv });
+        return run.code === 0 && /completed/.test(run.stdout) ? run : undefined;
+      },
+      120_000,
+    );
     expect(status.code, status.stderr).toBe(0);
 
     const last = await curl(url);
@@ -133,22 +192,41 @@ describe('wavegate worker --metrics-bind serves the SDK\'s and wavegate\'s metri
 
   it('$WAVEGATE_METRICS_BIND opens the endpoint too; a bad address is refused with exit 2 naming the field and value, before connecting', async () => {
     const bind = `127.0.0.1:${await freePort()}`;
-    const worker = await startWorker(['--address', env.address, '--task-queue', 'q-metrics-env', '--profiles', PROFILES, '--audit-dir', join(scratch.dir, 'audit')], { WAVEGATE_METRICS_BIND: bind });
+    const worker = await startWorker(
+      [
+        '--address',
+        env.address,
+        '--task-queue',
+        'q-metrics-env',
+        '--profiles',
+        PROFILES,
+        '--audit-dir',
+        join(scratch.dir, 'audit'),
+      ],
+      { WAVEGATE_METRICS_BIND: bind },
+    );
     expect(await curl(`http://${bind}/metrics`)).toMatch(/^temporal_\w+/m);
     await stopChild(worker.child);
 
-    const bad = await runCli(['worker', '--address', '127.0.0.1:1', '--profiles', PROFILES, '--metrics-bind', 'localhost'], { env: cleanEnv });
+    const bad = await runCli(
+      ['worker', '--address', '127.0.0.1:1', '--profiles', PROFILES, '--metrics-bind', 'localhost'],
+      { env: cleanEnv },
+    );
     expect(bad.code, bad.stderr).toBe(2);
     expect(bad.stderr).toContain('--metrics-bind "localhost"');
     expect(bad.stderr).toContain('host:port');
-    const badEnv = await runCli(['worker', '--address', '127.0.0.1:1', '--profiles', PROFILES], { env: { ...cleanEnv, WAVEGATE_METRICS_BIND: '127.0.0.1:70000' } });
+    const badEnv = await runCli(['worker', '--address', '127.0.0.1:1', '--profiles', PROFILES], {
+      env: { ...cleanEnv, WAVEGATE_METRICS_BIND: '127.0.0.1:70000' },
+    });
     expect(badEnv.code, badEnv.stderr).toBe(2);
     expect(badEnv.stderr).toContain('WAVEGATE_METRICS_BIND "127.0.0.1:70000"');
     // A port someone else holds: refused naming it, before any connection.
     const holder = createServer();
     await new Promise<void>((r) => holder.listen(0, '127.0.0.1', () => r()));
     const taken = `127.0.0.1:${(holder.address() as AddressInfo).port}`;
-    const inUse = await runCli(['worker', '--address', env.address, '--profiles', PROFILES, '--metrics-bind', taken], { env: cleanEnv });
+    const inUse = await runCli(['worker', '--address', env.address, '--profiles', PROFILES, '--metrics-bind', taken], {
+      env: cleanEnv,
+    });
     await new Promise((r) => holder.close(r));
     expect(inUse.code, inUse.stderr).toBe(2);
     expect(inUse.stderr).toContain(`--metrics-bind ${taken}: cannot serve metrics there`);

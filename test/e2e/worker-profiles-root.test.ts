@@ -37,7 +37,19 @@ function rootWith(name: string, edit: (demoDir: string) => void = () => {}): str
 /** `wavegate worker --profiles <root>` on a task queue of its own; resolves with its identity once polling. */
 async function workerFor(root: string, taskQueue: string): Promise<string> {
   const w = await spawnCliUntil(
-    ['worker', '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', taskQueue, '--profiles', root, '--audit-dir', join(scratch.dir, 'audit')],
+    [
+      'worker',
+      '--address',
+      env.address,
+      '--namespace',
+      env.namespace ?? 'default',
+      '--task-queue',
+      taskQueue,
+      '--profiles',
+      root,
+      '--audit-dir',
+      join(scratch.dir, 'audit'),
+    ],
     /worker \S+ polling/,
   );
   workers.push(w);
@@ -47,9 +59,30 @@ async function workerFor(root: string, taskQueue: string): Promise<string> {
 
 /** `start` with the CLI's own profiles root being the checkout's copy (the operator has the content). */
 function start(taskQueue: string, extra: string[] = []) {
-  return runCli(['start', '-f', specPath, '--inventory', inventory, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--task-queue', taskQueue, ...extra], {
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
-  });
+  return runCli(
+    [
+      'start',
+      '-f',
+      specPath,
+      '--inventory',
+      inventory,
+      '--profiles',
+      join(PROJECT_ROOT, 'profiles'),
+      '--address',
+      env.address,
+      '--task-queue',
+      taskQueue,
+      ...extra,
+    ],
+    {
+      env: {
+        TEMPORAL_ADDRESS: '',
+        TEMPORAL_PROFILE: '',
+        TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+        WAVEGATE_PROFILES: '',
+      },
+    },
+  );
 }
 
 function commandsOnDevices(): Record<string, number> {
@@ -69,8 +102,23 @@ async function rolloutExists(): Promise<boolean> {
 
 beforeAll(async () => {
   env = await startDevServerEnv();
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ bulk: 'remainder' }], gate: '1s' } }));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), {
+    'pool-a': 0.5,
+    'pool-b': 0.5,
+  }));
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        phases: [{ bulk: 'remainder' }],
+        gate: '1s',
+      },
+    }),
+  );
 });
 
 afterAll(async () => {
@@ -81,7 +129,7 @@ afterAll(async () => {
 });
 
 describe('a worker reads pins and payloads from its --profiles root, and start asks it first', () => {
-  it('a worker whose root lacks the profile\'s trust.yaml: start exits 2 naming the profile, NO_TRUST and the worker; nothing started, no device contacted', async () => {
+  it("a worker whose root lacks the profile's trust.yaml: start exits 2 naming the profile, NO_TRUST and the worker; nothing started, no device contacted", async () => {
     const root = rootWith('no-trust', (demo) => rmSync(join(demo, 'trust.yaml')));
     const identity = await workerFor(root, 'q-no-trust');
     const run = await start('q-no-trust');
@@ -97,7 +145,9 @@ describe('a worker reads pins and payloads from its --profiles root, and start a
 
   it('a worker whose root pins other keys: start exits 2 with UNPINNED_KEY naming the worker; no device contacted', async () => {
     const other = keyPairFromSeed(randomBytes(32));
-    const root = rootWith('other-pins', (demo) => writeFileSync(join(demo, 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(other, 'someone-else')] })));
+    const root = rootWith('other-pins', (demo) =>
+      writeFileSync(join(demo, 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(other, 'someone-else')] })),
+    );
     const identity = await workerFor(root, 'q-other-pins');
     const run = await start('q-other-pins');
     expect(run.code, run.stderr).toBe(2);

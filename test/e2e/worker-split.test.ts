@@ -20,11 +20,29 @@ let fleet: Fleet;
 let inventory = '';
 const workers: Array<Awaited<ReturnType<typeof spawnCliUntil>>> = [];
 const specPath = join(scratch.dir, 'spec.yaml');
-const cliEnv = () => ({ TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_PROFILES: '' });
+const cliEnv = () => ({
+  TEMPORAL_ADDRESS: '',
+  TEMPORAL_PROFILE: '',
+  TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+  WAVEGATE_PROFILES: '',
+});
 
 async function worker(flags: string[]): Promise<{ identity: string; output: () => string }> {
   const w = await spawnCliUntil(
-    ['worker', '--address', env.address, '--namespace', env.namespace ?? 'default', '--task-queue', 'q-split', '--profiles', join(PROJECT_ROOT, 'profiles'), '--audit-dir', join(scratch.dir, 'audit'), ...flags],
+    [
+      'worker',
+      '--address',
+      env.address,
+      '--namespace',
+      env.namespace ?? 'default',
+      '--task-queue',
+      'q-split',
+      '--profiles',
+      join(PROJECT_ROOT, 'profiles'),
+      '--audit-dir',
+      join(scratch.dir, 'audit'),
+      ...flags,
+    ],
     /worker \S+ polling/,
     120_000,
     cliEnv(),
@@ -35,8 +53,23 @@ async function worker(flags: string[]): Promise<{ identity: string; output: () =
 
 beforeAll(async () => {
   env = await startDevServerEnv();
-  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 }));
-  writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: 1 }, { bulk: 'remainder' }], gate: '0s' } }));
+  ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), {
+    'pool-a': 0.5,
+    'pool-b': 0.5,
+  }));
+  writeFileSync(
+    specPath,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        phases: [{ canary: 1 }, { bulk: 'remainder' }],
+        gate: '0s',
+      },
+    }),
+  );
 }, 180_000);
 
 afterAll(async () => {
@@ -48,7 +81,9 @@ afterAll(async () => {
 
 describe('wavegate worker --workflows-only / --activities-only', () => {
   it('the two flags together: exit 2 naming both, nothing polls', async () => {
-    const run = await runCli(['worker', '--workflows-only', '--activities-only', '--address', '127.0.0.1:1'], { env: cliEnv() });
+    const run = await runCli(['worker', '--workflows-only', '--activities-only', '--address', '127.0.0.1:1'], {
+      env: cliEnv(),
+    });
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('--workflows-only');
     expect(run.stderr).toContain('--activities-only');
@@ -70,11 +105,32 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
     const workflows = await worker(['--workflows-only', '--max-workflow-tasks', '10']);
     const activities = await worker(['--activities-only', '--max-activities', '20']);
     expect(workflows.output()).toContain('runs: workflow tasks only (10 slots, no activities)');
-    expect(activities.output()).toContain('runs: activities only (20 slots, no workflows); SSH connections kept 30s after an apply for its floor');
+    expect(activities.output()).toContain(
+      'runs: activities only (20 slots, no workflows); SSH connections kept 30s after an apply for its floor',
+    );
     expect(workflows.identity).not.toBe(activities.identity);
 
-    const run = await runCli(['start', '-f', specPath, '--inventory', inventory, '--profiles', join(PROJECT_ROOT, 'profiles'), '--address', env.address, '--task-queue', 'q-split', '--wait'], { env: cliEnv(), timeoutMs: 300_000 });
-    expect(run.code, `${run.stdout}\n${run.stderr}\nworkflows worker:\n${workflows.output()}\nactivities worker:\n${activities.output()}`).toBe(0);
+    const run = await runCli(
+      [
+        'start',
+        '-f',
+        specPath,
+        '--inventory',
+        inventory,
+        '--profiles',
+        join(PROJECT_ROOT, 'profiles'),
+        '--address',
+        env.address,
+        '--task-queue',
+        'q-split',
+        '--wait',
+      ],
+      { env: cliEnv(), timeoutMs: 300_000 },
+    );
+    expect(
+      run.code,
+      `${run.stdout}\n${run.stderr}\nworkflows worker:\n${workflows.output()}\nactivities worker:\n${activities.output()}`,
+    ).toBe(0);
     expect(run.stdout).toMatch(/rollout completed/);
     for (const d of fleet.devices) {
       expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), d.id).toBe('2');
@@ -83,8 +139,16 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
     const rolloutId = /^rollout (rollout:demo:\S+) started$/m.exec(run.stdout)?.[1] ?? 'no id printed';
     const history = await env.client.workflow.getHandle(rolloutId).fetchHistory();
     const events = history.events ?? [];
-    const workflowTaskWorkers = new Set(events.filter((e) => e.workflowTaskCompletedEventAttributes).map((e) => e.workflowTaskCompletedEventAttributes!.identity));
-    const activityWorkers = new Set(events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.identity));
+    const workflowTaskWorkers = new Set(
+      events
+        .filter((e) => e.workflowTaskCompletedEventAttributes)
+        .map((e) => e.workflowTaskCompletedEventAttributes!.identity),
+    );
+    const activityWorkers = new Set(
+      events
+        .filter((e) => e.activityTaskStartedEventAttributes)
+        .map((e) => e.activityTaskStartedEventAttributes!.identity),
+    );
     expect([...workflowTaskWorkers]).toEqual([workflows.identity]);
     expect([...activityWorkers]).toEqual([activities.identity]);
   }, 400_000);

@@ -10,7 +10,14 @@ import { WavegateError } from '../../core/errors';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
-import { defaultBuildId, describeDeployment, resolveWorkerVersioning, setCurrentVersion, workflowVersioning, type DeploymentDescription } from '../../workers/versioning';
+import {
+  defaultBuildId,
+  describeDeployment,
+  resolveWorkerVersioning,
+  setCurrentVersion,
+  workflowVersioning,
+  type DeploymentDescription,
+} from '../../workers/versioning';
 import { createWorker } from '../../workers/worker';
 import { pauseUpdate, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
 import type { RolloutInput } from '../../workflows/rollout';
@@ -44,7 +51,10 @@ beforeAll(async () => {
   // loader take the .ts sources, as bin/wavegate.js does.
   (require('tsx/cjs/api') as { register: () => void }).register();
   env = await startDevServerEnv();
-  bundleB = await bundleWorkflowCode({ workflowsPath: BUILD_B_PATH, logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m) } });
+  bundleB = await bundleWorkflowCode({
+    workflowsPath: BUILD_B_PATH,
+    logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m) },
+  });
 }, 120_000);
 afterEach(async () => {
   await Promise.all(stops.splice(0).map((stop) => stop()));
@@ -59,7 +69,12 @@ type Build = 'A' | 'B';
 const buildId = (build: Build) => `build-${build.toLowerCase()}`;
 
 /** An in-process worker of build A or B as a version of `deployment`; build B through the workflowsPath override. */
-async function versionedWorker(build: Build, deployment: string, taskQueue: string, behavior: 'PINNED' | 'AUTO_UPGRADE' = 'PINNED') {
+async function versionedWorker(
+  build: Build,
+  deployment: string,
+  taskQueue: string,
+  behavior: 'PINNED' | 'AUTO_UPGRADE' = 'PINNED',
+) {
   const worker = await createWorker({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
@@ -119,8 +134,24 @@ async function rolloutOn(taskQueue: string): Promise<{ fleet: Fleet; input: Roll
   const dir = join(scratch.dir, `t${++n}`);
   const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4), { 'pool-a': 0.5, 'pool-b': 0.5 });
   fleets.push(fleet);
-  const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: '3s' }, { bulk: 'remainder', gate: '1s' }], gate: '1s', disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 } }, inventoryPath, `rollout:demo-upgrade-${n}`);
-  const handle = await env.client.workflow.start('rolloutWorkflow', { workflowId: input.rolloutId, taskQueue, args: [input] });
+  const input = rolloutInputFor(
+    dir,
+    {
+      phases: [
+        { canary: '1 device', gate: '3s' },
+        { bulk: 'remainder', gate: '1s' },
+      ],
+      gate: '1s',
+      disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+    },
+    inventoryPath,
+    `rollout:demo-upgrade-${n}`,
+  );
+  const handle = await env.client.workflow.start('rolloutWorkflow', {
+    workflowId: input.rolloutId,
+    taskQueue,
+    args: [input],
+  });
   return { fleet, input, handle };
 }
 
@@ -153,14 +184,24 @@ async function buildBMemo(handle: WorkflowHandle): Promise<BuildBMemo | undefine
   return (await handle.describe()).memo?.buildB as BuildBMemo | undefined;
 }
 
-async function replay(bundle: WorkflowBundleWithSourceMap, histories: Array<{ workflowId: string; history: temporal.api.history.v1.IHistory }>) {
+async function replay(
+  bundle: WorkflowBundleWithSourceMap,
+  histories: Array<{ workflowId: string; history: temporal.api.history.v1.IHistory }>,
+) {
   const errors: Record<string, string | undefined> = {};
-  for await (const r of Worker.runReplayHistories({ workflowBundle: bundle }, histories)) errors[r.workflowId] = r.error ? String(r.error) : undefined;
+  for await (const r of Worker.runReplayHistories({ workflowBundle: bundle }, histories))
+    errors[r.workflowId] = r.error ? String(r.error) : undefined;
   return errors;
 }
 
 function cliEnv() {
-  return { TEMPORAL_ADDRESS: env.address, TEMPORAL_NAMESPACE: env.namespace ?? 'default', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'), WAVEGATE_DEPLOYMENT_NAME: '' };
+  return {
+    TEMPORAL_ADDRESS: env.address,
+    TEMPORAL_NAMESPACE: env.namespace ?? 'default',
+    TEMPORAL_PROFILE: '',
+    TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+    WAVEGATE_DEPLOYMENT_NAME: '',
+  };
 }
 
 describe('worker upgrade from build A to build B', () => {
@@ -169,30 +210,58 @@ describe('worker upgrade from build A to build B', () => {
     const taskQueue = `upgrade-pinned-${process.pid}`;
     // Build A: the real `wavegate worker`, as an operator runs it.
     const a = await spawnCliUntil(
-      ['worker', '--address', env.address, '--task-queue', taskQueue, '--profiles', profilesRoot, '--audit-dir', auditDir, '--deployment-name', deployment, '--build-id', buildId('A')],
+      [
+        'worker',
+        '--address',
+        env.address,
+        '--task-queue',
+        taskQueue,
+        '--profiles',
+        profilesRoot,
+        '--audit-dir',
+        auditDir,
+        '--deployment-name',
+        deployment,
+        '--build-id',
+        buildId('A'),
+      ],
       /worker \S+ polling/,
     );
     stops.push(() => stopChild(a.child));
-    expect(a.output()).toContain(`versioning: deployment ${deployment} build build-a (--build-id), new rollouts pinned`);
+    expect(a.output()).toContain(
+      `versioning: deployment ${deployment} build build-a (--build-id), new rollouts pinned`,
+    );
     await deploymentHas(deployment, 'build-a');
-    const promoteA = await runCli(['worker', 'set-current', 'build-a', '--deployment-name', deployment], { env: cliEnv() });
+    const promoteA = await runCli(['worker', 'set-current', 'build-a', '--deployment-name', deployment], {
+      env: cliEnv(),
+    });
     expect(promoteA.stderr).toBe('');
     expect(promoteA.stdout).toContain(`deployment ${deployment}: current build build-a`);
     expect(promoteA.code).toBe(0);
     await currentIs(deployment, 'build-a');
     // The revision registry (an entity that never ends) starts on A too.
-    const registered = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'test', taskQueue });
+    const registered = await registerProfileEnvelopes(env.client, {
+      profile: 'demo',
+      profileDir: join(profilesRoot, 'demo'),
+      by: 'test',
+      taskQueue,
+    });
     expect(registered.map((r) => r.outcome)).toEqual(['registered', 'registered']);
 
     const { fleet, handle } = await rolloutOn(taskQueue);
     await pauseAfterCanary(handle);
     const onA = await handle.fetchHistory();
-    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
+    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({
+      buildId: 'build-a',
+      behavior: 'pinned',
+    });
 
     // Replace A by B: stop A's worker, start B's, make B current.
     await stopChild(a.child);
     await versionedWorker('B', deployment, taskQueue);
-    const promoteB = await runCli(['worker', 'set-current', 'build-b', '--deployment-name', deployment], { env: cliEnv() });
+    const promoteB = await runCli(['worker', 'set-current', 'build-b', '--deployment-name', deployment], {
+      env: cliEnv(),
+    });
     expect(promoteB.stdout).toContain(`deployment ${deployment}: current build build-b (was build-a)`);
     expect(promoteB.code).toBe(0);
     await currentIs(deployment, 'build-b');
@@ -201,21 +270,41 @@ describe('worker upgrade from build A to build B', () => {
     expect(versions.stdout).toMatch(/build-b \*\s+current/);
     // A pinned rollout still belongs to A (it is what keeps A "draining"): it never moves by itself.
     expect(versions.stdout).toMatch(/build-a\s+draining/);
-    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({ buildId: 'build-a', behavior: 'pinned' });
+    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({
+      buildId: 'build-a',
+      behavior: 'pinned',
+    });
     // The registry entity never ends, so it is started with an auto-upgrade override: unlike the pinned
     // rollout it follows the current build by itself, and B answers it from then on with no operator step.
-    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-a', override: 'auto-upgrade' });
-    const again = await registerProfileEnvelopes(env.client, { profile: 'demo', profileDir: join(profilesRoot, 'demo'), by: 'test', taskQueue });
+    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({
+      buildId: 'build-a',
+      override: 'auto-upgrade',
+    });
+    const again = await registerProfileEnvelopes(env.client, {
+      profile: 'demo',
+      profileDir: join(profilesRoot, 'demo'),
+      by: 'test',
+      taskQueue,
+    });
     expect(again.map((r) => r.outcome)).toEqual(['existing', 'existing']);
-    expect(buildsOf(await env.client.workflow.getHandle('registry:demo').fetchHistory())).toEqual(['build-a', 'build-b']);
-    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({ buildId: 'build-b', override: 'auto-upgrade' });
+    expect(buildsOf(await env.client.workflow.getHandle('registry:demo').fetchHistory())).toEqual([
+      'build-a',
+      'build-b',
+    ]);
+    expect(await workflowVersioning(env.client, 'registry:demo')).toMatchObject({
+      buildId: 'build-b',
+      override: 'auto-upgrade',
+    });
     // A registry started by an older wavegate (no override) is moved once by hand; the command is idempotent.
     const follow = await runCli(['worker', 'move', 'registry:demo', '--auto-upgrade'], { env: cliEnv() });
     expect(follow.stdout).toContain('registry:demo: auto-upgrade (last ran on build-b)');
     expect(follow.code).toBe(0);
 
     // The operator moves it (or would keep A running until it drains), then resumes it.
-    const move = await runCli(['worker', 'move', handle.workflowId, '--to', 'build-b', '--deployment-name', deployment], { env: cliEnv() });
+    const move = await runCli(
+      ['worker', 'move', handle.workflowId, '--to', 'build-b', '--deployment-name', deployment],
+      { env: cliEnv() },
+    );
     expect(move.stderr).toBe('');
     expect(move.stdout).toContain(`${handle.workflowId}: pinned to build-b`);
     expect(move.code).toBe(0);
@@ -252,7 +341,10 @@ describe('worker upgrade from build A to build B', () => {
     await makeCurrent(deployment, 'build-b');
     const fresh = await rolloutOn(taskQueue);
     await old.handle.executeUpdate(resumeUpdate, { args: [{ by: 'test' }] });
-    const [oldResult, freshResult] = (await Promise.all([old.handle.result(), fresh.handle.result()])) as RolloutStatus[];
+    const [oldResult, freshResult] = (await Promise.all([
+      old.handle.result(),
+      fresh.handle.result(),
+    ])) as RolloutStatus[];
     expect(oldResult!.state).toBe('completed');
     expect(freshResult!.state).toBe('completed');
     for (const { fleet } of [old, fresh]) for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
@@ -270,7 +362,10 @@ describe('worker upgrade from build A to build B', () => {
     await makeCurrent(deployment, 'build-a');
     const { fleet, handle } = await rolloutOn(taskQueue);
     await pauseAfterCanary(handle);
-    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({ buildId: 'build-a', behavior: 'auto_upgrade' });
+    expect(await workflowVersioning(env.client, handle.workflowId)).toMatchObject({
+      buildId: 'build-a',
+      behavior: 'auto_upgrade',
+    });
 
     await a.stop();
     await versionedWorker('B', deployment, taskQueue, 'AUTO_UPGRADE');
@@ -281,7 +376,9 @@ describe('worker upgrade from build A to build B', () => {
     for (const d of fleet.devices) expect(markerOf(fleet, d.id)).toBe(2);
     expect(buildsOf(await handle.fetchHistory())).toEqual(['build-a', 'build-b']);
     expect(await buildBMemo(handle)).toEqual({ startedOn: 'A', finishedOn: 'B' });
-    expect(await replay(bundleB, [{ workflowId: 'auto', history: await handle.fetchHistory() }])).toEqual({ auto: undefined });
+    expect(await replay(bundleB, [{ workflowId: 'auto', history: await handle.fetchHistory() }])).toEqual({
+      auto: undefined,
+    });
   }, 240_000);
 
   it('a worker without --build-id derives one from the package version and the workflow sources, and prints it', async () => {
@@ -295,19 +392,46 @@ describe('worker upgrade from build A to build B', () => {
     const before = defaultBuildId([dir]);
     writeFileSync(join(dir, 'a.ts'), 'export const a = 2;\n');
     expect(defaultBuildId([dir])).not.toBe(before);
-    expect(resolveWorkerVersioning({}, { WAVEGATE_DEPLOYMENT_NAME: 'fleet', WAVEGATE_BUILD_ID: '2026.12.1' })).toMatchObject({ version: { deploymentName: 'fleet', buildId: '2026.12.1' }, behavior: 'PINNED', buildIdSource: 'WAVEGATE_BUILD_ID' });
-    expect(resolveWorkerVersioning({ versioningBehavior: 'auto-upgrade' }, { WAVEGATE_DEPLOYMENT_NAME: 'fleet' })).toMatchObject({ behavior: 'AUTO_UPGRADE', version: { buildId: derived } });
+    expect(
+      resolveWorkerVersioning({}, { WAVEGATE_DEPLOYMENT_NAME: 'fleet', WAVEGATE_BUILD_ID: '2026.12.1' }),
+    ).toMatchObject({
+      version: { deploymentName: 'fleet', buildId: '2026.12.1' },
+      behavior: 'PINNED',
+      buildIdSource: 'WAVEGATE_BUILD_ID',
+    });
+    expect(
+      resolveWorkerVersioning({ versioningBehavior: 'auto-upgrade' }, { WAVEGATE_DEPLOYMENT_NAME: 'fleet' }),
+    ).toMatchObject({ behavior: 'AUTO_UPGRADE', version: { buildId: derived } });
     expect(resolveWorkerVersioning({}, {})).toBeUndefined();
 
-    const w = await spawnCliUntil(['worker', '--address', env.address, '--task-queue', `derived-${process.pid}`, '--profiles', profilesRoot, '--audit-dir', auditDir, '--deployment-name', 'wavegate-derived'], /worker \S+ polling/);
+    const w = await spawnCliUntil(
+      [
+        'worker',
+        '--address',
+        env.address,
+        '--task-queue',
+        `derived-${process.pid}`,
+        '--profiles',
+        profilesRoot,
+        '--audit-dir',
+        auditDir,
+        '--deployment-name',
+        'wavegate-derived',
+      ],
+      /worker \S+ polling/,
+    );
     stops.push(() => stopChild(w.child));
-    expect(w.output()).toContain(`versioning: deployment wavegate-derived build ${derived} (derived from the package version and the workflow sources), new rollouts pinned`);
+    expect(w.output()).toContain(
+      `versioning: deployment wavegate-derived build ${derived} (derived from the package version and the workflow sources), new rollouts pinned`,
+    );
     expect(w.output()).toContain(`wavegate worker set-current ${derived} --deployment-name wavegate-derived`);
     await deploymentHas('wavegate-derived', derived);
   }, 120_000);
 
   it('refuses bad versioning input with exit 2 naming the flag, and a build nobody runs as current', async () => {
-    const behavior = await runCli(['worker', '--deployment-name', 'd', '--versioning-behavior', 'sticky'], { env: cliEnv() });
+    const behavior = await runCli(['worker', '--deployment-name', 'd', '--versioning-behavior', 'sticky'], {
+      env: cliEnv(),
+    });
     expect(behavior.code).toBe(2);
     expect(behavior.stderr).toContain('--versioning-behavior "sticky": expected one of pinned, auto-upgrade');
     const lone = await runCli(['worker', '--build-id', 'b1'], { env: cliEnv() });
@@ -316,7 +440,9 @@ describe('worker upgrade from build A to build B', () => {
     const dotted = await runCli(['worker', '--deployment-name', 'a.b'], { env: cliEnv() });
     expect(dotted.code).toBe(2);
     expect(dotted.stderr).toContain('--deployment-name "a.b"');
-    const unknown = await runCli(['worker', 'set-current', 'build-z', '--deployment-name', 'wavegate-upgrade-pinned'], { env: cliEnv() });
+    const unknown = await runCli(['worker', 'set-current', 'build-z', '--deployment-name', 'wavegate-upgrade-pinned'], {
+      env: cliEnv(),
+    });
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('has no build "build-z" (known: build-a, build-b)');
   }, 120_000);

@@ -12,9 +12,15 @@ export interface CliRun {
 }
 
 /** Run the real `wavegate` command to completion (in `cwd`, default the checkout). */
-export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string } = {}): Promise<CliRun> {
+export function runCli(
+  args: string[],
+  opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string } = {},
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd: opts.cwd ?? PROJECT_ROOT, env: { ...process.env, ...opts.env } });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], {
+      cwd: opts.cwd ?? PROJECT_ROOT,
+      env: { ...process.env, ...opts.env },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -34,17 +40,35 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
  * The CLI against a test's own Temporal and task queue, blind to the user's Temporal settings
  * (address, profile, config file) and profiles root, so nothing outside the test answers it.
  */
-export function runCliAgainst(target: { address: string; taskQueue: string; scratch: string }, args: string[], timeoutMs = 180_000): Promise<CliRun> {
+export function runCliAgainst(
+  target: { address: string; taskQueue: string; scratch: string },
+  args: string[],
+  timeoutMs = 180_000,
+): Promise<CliRun> {
   return runCli([...args, '--address', target.address, '--task-queue', target.taskQueue], {
     timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(target.scratch, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: {
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(target.scratch, 'none.toml'),
+      WAVEGATE_PROFILES: '',
+    },
   });
 }
 
 /** Start `wavegate` in the background (in the checkout, or `cwd`) and resolve once its output matches `ready`. */
-export function spawnCliUntil(args: string[], ready: RegExp, timeoutMs = 120_000, env?: NodeJS.ProcessEnv, cwd: string = PROJECT_ROOT): Promise<{ child: ChildProcess; output: () => string }> {
+export function spawnCliUntil(
+  args: string[],
+  ready: RegExp,
+  timeoutMs = 120_000,
+  env?: NodeJS.ProcessEnv,
+  cwd: string = PROJECT_ROOT,
+): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], { cwd, ...(env ? { env: { ...process.env, ...env } } : {}) });
+    const child = spawn(process.execPath, [WAVEGATE_BIN, ...args], {
+      cwd,
+      ...(env ? { env: { ...process.env, ...env } } : {}),
+    });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`not ready in ${timeoutMs} ms:\n${out}`)), timeoutMs);
     const onData = (c: Buffer) => {
@@ -86,7 +110,10 @@ export interface DevDemo {
 
 /** `wavegate dev --demo` in a child process on a free port, for the e2e suites that drive it. */
 export async function startDevDemo(stateDir: string): Promise<DevDemo> {
-  const { child, output } = await spawnCliUntil(['dev', '--demo', '--state-dir', stateDir, '--port', String(await freePort())], /Ctrl-C to stop/);
+  const { child, output } = await spawnCliUntil(
+    ['dev', '--demo', '--state-dir', stateDir, '--port', String(await freePort())],
+    /Ctrl-C to stop/,
+  );
   const text = output();
   const field = (re: RegExp) => re.exec(text)![1]!;
   return {

@@ -14,9 +14,16 @@
  */
 import { join, resolve } from 'node:path';
 
-const config = JSON.parse(process.argv[2] ?? '{}') as { root?: string; devices?: Record<string, string>; limits?: Record<string, number>; acceptAgentsWithoutDigest?: boolean };
+const config = JSON.parse(process.argv[2] ?? '{}') as {
+  root?: string;
+  devices?: Record<string, string>;
+  limits?: Record<string, number>;
+  acceptAgentsWithoutDigest?: boolean;
+};
 const root = resolve(config.root ?? join(__dirname, '..', '..'));
-const keys = new Map(Object.entries(config.devices ?? {}).map(([id, b64]) => [id, Uint8Array.from(Buffer.from(b64, 'base64'))]));
+const keys = new Map(
+  Object.entries(config.devices ?? {}).map(([id, b64]) => [id, Uint8Array.from(Buffer.from(b64, 'base64'))]),
+);
 const pins = {
   keyOf: (d: string) => keys.get(d),
   deviceOf: () => undefined,

@@ -16,11 +16,20 @@ export interface GatewayChild {
   stop(): Promise<void>;
 }
 
-export async function startGatewayChild(config: { root?: string; devices?: Record<string, string>; limits?: Record<string, number>; acceptAgentsWithoutDigest?: boolean }): Promise<GatewayChild> {
-  const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), JSON.stringify(config)], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    cwd: join(__dirname, '..'),
-  });
+export async function startGatewayChild(config: {
+  root?: string;
+  devices?: Record<string, string>;
+  limits?: Record<string, number>;
+  acceptAgentsWithoutDigest?: boolean;
+}): Promise<GatewayChild> {
+  const child: ChildProcess = spawn(
+    process.execPath,
+    ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), JSON.stringify(config)],
+    {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      cwd: join(__dirname, '..'),
+    },
+  );
   const ask = <T>(cmd: string, key: string): Promise<T> =>
     new Promise((resolve) => {
       const on = (m: Record<string, unknown>) => {
@@ -67,7 +76,13 @@ export interface FloodConnection {
  * never finished, so a server that waits for it holds the connection and what it read. bodyBytes 0 and
  * head undefined: idle connections that send nothing.
  */
-export async function openFlood(port: number, count: number, head: ((i: number) => string) | undefined, bodyBytes: number, declaredBytes = bodyBytes + 1): Promise<FloodConnection[]> {
+export async function openFlood(
+  port: number,
+  count: number,
+  head: ((i: number) => string) | undefined,
+  bodyBytes: number,
+  declaredBytes = bodyBytes + 1,
+): Promise<FloodConnection[]> {
   const body = Buffer.alloc(bodyBytes, 0x61);
   const out: FloodConnection[] = [];
   for (let i = 0; i < count; i++) {

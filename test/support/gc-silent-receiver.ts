@@ -22,13 +22,31 @@ async function main(): Promise<void> {
     console.log('HUNG');
     process.exit(1);
   }, 10_000);
-  const event = { deliveryId: 'r:run:1', event: 'rollout.started', rolloutId: 'r', profile: 'p', fromRevision: 1, toRevision: 2, phase: null, reason: null, by: 'test', at: new Date(0).toISOString(), evidence: {} };
+  const event = {
+    deliveryId: 'r:run:1',
+    event: 'rollout.started',
+    rolloutId: 'r',
+    profile: 'p',
+    fromRevision: 1,
+    toRevision: 2,
+    phase: null,
+    reason: null,
+    by: 'test',
+    at: new Date(0).toISOString(),
+    evidence: {},
+  };
   const started = Date.now();
   const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
   try {
     // The worker's policy, explicitly: this receiver is on loopback, the secret file in its own directory.
-    const policy = webhookPolicyFromEnv({ WAVEGATE_WEBHOOK_SECRETS_DIR: dirname(process.argv[2]!), WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' });
-    await new MockActivityEnvironment(undefined, { logger: quiet }).run(createWebhookActivities({ attemptTimeoutMs: 300, policy }).deliverWebhook, { url, secretFile: process.argv[2]!, event: event as never });
+    const policy = webhookPolicyFromEnv({
+      WAVEGATE_WEBHOOK_SECRETS_DIR: dirname(process.argv[2]!),
+      WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1',
+    });
+    await new MockActivityEnvironment(undefined, { logger: quiet }).run(
+      createWebhookActivities({ attemptTimeoutMs: 300, policy }).deliverWebhook,
+      { url, secretFile: process.argv[2]!, event: event as never },
+    );
     console.log('delivered?');
   } catch (err) {
     console.log(`rejected ${(err as { type?: string }).type} ${Date.now() - started}`);

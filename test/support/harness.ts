@@ -21,7 +21,18 @@ export function scratchDir(prefix: string): { dir: string; cleanup: () => void }
 /** A rollout spec file of the demo profile, r1 → r2 over pools a and b at half each, with `rollout`'s fields over those. */
 export function writeDemoSpec(dir: string, name: string, rollout: Record<string, unknown>): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, ...rollout } }));
+  writeFileSync(
+    path,
+    stringify({
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+        ...rollout,
+      },
+    }),
+  );
   return path;
 }
 
@@ -34,7 +45,12 @@ export async function fleetWithInventory(dir: string, devices: SimDeviceSpec[], 
 
 /** The demo profile's rollout input for a spec under examples/ or a test file, against an inventory. */
 export function demoRolloutInput(specPath: string, inventoryPath: string, rolloutId?: string): RolloutInput {
-  const input = prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' });
+  const input = prepareRollout({
+    specPath,
+    inventoryPath,
+    profilesRoot: join(PROJECT_ROOT, 'profiles'),
+    startedBy: 'test',
+  });
   return rolloutId ? { ...input, rolloutId } : input;
 }
 
@@ -42,22 +58,43 @@ export function demoRolloutInput(specPath: string, inventoryPath: string, rollou
  * A rollout spec body (the `rollout:` mapping, over demo r1 → r2) prepared against the demo profile
  * through intake, as an object: no spec file. `_dir` is unused (callers still pass their scratch dir).
  */
-export function rolloutInputFor(_dir: string, rollout: Record<string, unknown>, inventoryPath: string, rolloutId: string): RolloutInput {
+export function rolloutInputFor(
+  _dir: string,
+  rollout: Record<string, unknown>,
+  inventoryPath: string,
+  rolloutId: string,
+): RolloutInput {
   const specSource = `${rolloutId} spec`;
-  const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }, specSource);
-  return rolloutInputFromFiles({ spec, specSource, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', rolloutId });
+  const spec = parseRolloutSpec(
+    { rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } },
+    specSource,
+  );
+  return rolloutInputFromFiles({
+    spec,
+    specSource,
+    inventoryPath,
+    profilesRoot: join(PROJECT_ROOT, 'profiles'),
+    startedBy: 'test',
+    rolloutId,
+  });
 }
 
 let queueCounter = 0;
 /** A real worker with the real activities on a fresh task queue of `env`. */
-export async function startTestWorker(env: TestWorkflowEnvironment, opts: { auditDir?: string; taskQueue?: string; profilesRoot?: string } = {}) {
+export async function startTestWorker(
+  env: TestWorkflowEnvironment,
+  opts: { auditDir?: string; taskQueue?: string; profilesRoot?: string } = {},
+) {
   const taskQueue = opts.taskQueue ?? `test-${process.pid}-${++queueCounter}`;
   const worker = await Worker.create({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: createActivities({ auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'), ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot } : {}) }),
+    activities: createActivities({
+      auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'),
+      ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot } : {}),
+    }),
     maxConcurrentActivityTaskExecutions: 200,
   });
   const running = worker.run();

@@ -33,7 +33,12 @@ export interface HistoryShape {
   maxWorkflowTaskMs: number;
 }
 
-const ACTIVITY_CLOSED = new Set([E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, E.EVENT_TYPE_ACTIVITY_TASK_FAILED, E.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, E.EVENT_TYPE_ACTIVITY_TASK_CANCELED]);
+const ACTIVITY_CLOSED = new Set([
+  E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+  E.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+  E.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+  E.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+]);
 const CHILD_CLOSED = new Set([
   E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED,
   E.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED,
@@ -56,7 +61,16 @@ export function historyShape(workflowId: string, history: History): HistoryShape
   let pendingActivities = 0;
   let pendingChildren = 0;
   let taskStartedAt: number | undefined;
-  const shape: HistoryShape = { workflowId, events: 0, bytes: temporal.api.history.v1.History.encode(history).finish().length, activitiesScheduled: 0, maxPendingActivities: 0, childrenInitiated: 0, maxPendingChildren: 0, maxWorkflowTaskMs: 0 };
+  const shape: HistoryShape = {
+    workflowId,
+    events: 0,
+    bytes: temporal.api.history.v1.History.encode(history).finish().length,
+    activitiesScheduled: 0,
+    maxPendingActivities: 0,
+    childrenInitiated: 0,
+    maxPendingChildren: 0,
+    maxWorkflowTaskMs: 0,
+  };
   for (const event of events(history)) {
     shape.events += 1;
     const type = event.eventType ?? E.EVENT_TYPE_UNSPECIFIED;
@@ -94,7 +108,11 @@ export function childWorkflowIds(history: History): string[] {
  * The shape of a workflow and of every descendant it started, parent first (children found through the
  * parent's own ChildWorkflowExecutionStarted events, so none is missed or borrowed from another run).
  */
-export async function executionTreeShapes(client: Client, workflowId: string, onHistory?: (workflowId: string, history: History) => void): Promise<HistoryShape[]> {
+export async function executionTreeShapes(
+  client: Client,
+  workflowId: string,
+  onHistory?: (workflowId: string, history: History) => void,
+): Promise<HistoryShape[]> {
   const out: HistoryShape[] = [];
   const queue = [workflowId];
   while (queue.length > 0) {

@@ -44,7 +44,9 @@ export async function startMetricsServer(routes: Record<string, RouteAnswer> = {
       res.writeHead(404, { 'content-type': 'text/plain' }).end(`no route ${path}\n`);
       return;
     }
-    res.writeHead(answer.status ?? 200, { 'content-type': answer.contentType ?? 'text/plain; charset=utf-8' }).end(answer.body ?? '');
+    res
+      .writeHead(answer.status ?? 200, { 'content-type': answer.contentType ?? 'text/plain; charset=utf-8' })
+      .end(answer.body ?? '');
   });
   server.on('connection', (socket) => {
     sockets.add(socket);

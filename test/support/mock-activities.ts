@@ -41,7 +41,10 @@ export interface Scenario {
   healthCalls: number;
 }
 
-export function mockDevices(n: number, overrides: (i: number) => Partial<DeviceSnapshot> = () => ({})): DeviceSnapshot[] {
+export function mockDevices(
+  n: number,
+  overrides: (i: number) => Partial<DeviceSnapshot> = () => ({}),
+): DeviceSnapshot[] {
   return Array.from({ length: n }, (_, i) => ({
     id: `dev-${String(i + 1).padStart(2, '0')}`,
     host: '127.0.0.1',
@@ -58,9 +61,19 @@ export function mockDevices(n: number, overrides: (i: number) => Partial<DeviceS
   }));
 }
 
-export function mockInput(rolloutId: string, rollout: Record<string, unknown>, extra: Partial<RolloutInput> = {}): RolloutInput {
+export function mockInput(
+  rolloutId: string,
+  rollout: Record<string, unknown>,
+  extra: Partial<RolloutInput> = {},
+): RolloutInput {
   const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, ...rollout } }, 'mock');
-  const steps = (revision: number) => ({ profile: 'demo', revision, apply: `apply r${revision}`, verify: `verify r${revision}`, payload: [] });
+  const steps = (revision: number) => ({
+    profile: 'demo',
+    revision,
+    apply: `apply r${revision}`,
+    verify: `verify r${revision}`,
+    payload: [],
+  });
   return {
     rolloutId,
     spec,
@@ -86,7 +99,16 @@ export function createMockActivities() {
     if (!s) throw ApplicationFailure.nonRetryable(`no mock scenario for ${id}`);
     return s;
   };
-  const activities: Pick<Activities, 'snapshotFleet' | 'probeDevices' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth' | 'confirmFloor'> = {
+  const activities: Pick<
+    Activities,
+    | 'snapshotFleet'
+    | 'probeDevices'
+    | 'applyRevision'
+    | 'runHealthCheck'
+    | 'appendAudit'
+    | 'auditHealth'
+    | 'confirmFloor'
+  > = {
     async confirmFloor(input) {
       const s = scenario();
       s.floors = [...(s.floors ?? []), ...input.devices.map((d) => ({ id: d.id, revision: input.revision }))];
@@ -94,13 +116,27 @@ export function createMockActivities() {
     },
     async auditHealth() {
       const s = scenario();
-      return s.auditRepaired ? { ok: true as const, head: null, file: 'mock', segment: 1 } : { ok: false as const, reason: 'line 3 is not a record', problem: 'unreadable', file: 'mock', line: 3, segment: 1 };
+      return s.auditRepaired
+        ? { ok: true as const, head: null, file: 'mock', segment: 1 }
+        : {
+            ok: false as const,
+            reason: 'line 3 is not a record',
+            problem: 'unreadable',
+            file: 'mock',
+            line: 3,
+            segment: 1,
+          };
     },
     async snapshotFleet(input: SnapshotInput) {
       const s = scenario();
       const page = s.devices.slice(input.offset, input.offset + input.limit);
       // Membership only (new executions): nothing contacted, so no marker and no reachability known yet.
-      const devices = input.probe === false ? page.map((d) => (d.updateClass === 'left-behind' ? d : { ...d, current: null, reachable: true, error: undefined })) : page;
+      const devices =
+        input.probe === false
+          ? page.map((d) =>
+              d.updateClass === 'left-behind' ? d : { ...d, current: null, reachable: true, error: undefined },
+            )
+          : page;
       return { devices, total: s.devices.length };
     },
     async probeDevices(input: ProbeInput) {
@@ -122,7 +158,13 @@ export function createMockActivities() {
       }
       if (mode === 'apply' && input.steps.after?.length && s.dependencyUnmet?.has(id)) {
         s.log.push(`dependencies:${id}`);
-        return { device: id, outcome: 'dependency-unmet' as const, steps: ['dependencies'], unmet: input.steps.after, detail: `${input.steps.after[0]!.profile} r${input.steps.after[0]!.revision} verify failed, no marker` };
+        return {
+          device: id,
+          outcome: 'dependency-unmet' as const,
+          steps: ['dependencies'],
+          unmet: input.steps.after,
+          detail: `${input.steps.after[0]!.profile} r${input.steps.after[0]!.revision} verify failed, no marker`,
+        };
       }
       const known = s.devices.find((d) => d.id === id);
       // What a real apply learns at first contact: unreachable (offline), or already at the target.
@@ -131,10 +173,17 @@ export function createMockActivities() {
         return { device: id, outcome: 'offline' as const, steps: [], detail: known.error ?? 'connect refused' };
       }
       s.log.push(`${mode}:${id}`);
-      if (mode === 'apply' && known?.current === input.steps.revision) return { device: id, outcome: 'already-applied' as const, steps: ['verify'] };
-      if (mode === 'apply' && s.refuseApply?.has(id)) throw ApplicationFailure.create({ type: 'EnvelopeRejected', message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`, nonRetryable: true });
+      if (mode === 'apply' && known?.current === input.steps.revision)
+        return { device: id, outcome: 'already-applied' as const, steps: ['verify'] };
+      if (mode === 'apply' && s.refuseApply?.has(id))
+        throw ApplicationFailure.create({
+          type: 'EnvelopeRejected',
+          message: `EnvelopeRejected (NO_TRUST): this worker has no pins for profile "demo"`,
+          nonRetryable: true,
+        });
       const applies = s.log.filter((l) => l.startsWith('apply:')).length;
-      if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter))) throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
+      if (mode === 'apply' && (s.failApply?.has(id) || (s.failApplyAfter !== undefined && applies > s.failApplyAfter)))
+        throw ApplicationFailure.nonRetryable(`${id}: verify exited 1`, 'StepFailed');
       // The floor rises with the confirmed apply when its steps ask (patch floor-at-apply), as a device's script raises it.
       if (input.steps.floor?.raise) s.floors = [...(s.floors ?? []), { id, revision: input.steps.revision }];
       return { device: id, outcome: 'applied' as const, steps: [mode] };
@@ -147,9 +196,14 @@ export function createMockActivities() {
     },
     async appendAudit(event: AuditEvent) {
       const s = scenario();
-      if (event.event === 'audit.override') s.auditRepaired = true; // a new segment: whole from here on
+      if (event.event === 'audit.override')
+        s.auditRepaired = true; // a new segment: whole from here on
       else if (s.auditFailFrom !== undefined && event.seq >= s.auditFailFrom && !s.auditRepaired) {
-        throw ApplicationFailure.create({ type: 'AuditCorrupt', message: `mock trail line 3: not a JSON audit record`, nonRetryable: true });
+        throw ApplicationFailure.create({
+          type: 'AuditCorrupt',
+          message: `mock trail line 3: not a JSON audit record`,
+          nonRetryable: true,
+        });
       }
       s.audit.push(event);
       return { seq: event.seq, hash: event.seq.toString(16).padStart(64, '0') };

@@ -14,7 +14,10 @@ import { workflowBundle } from './temporal';
  * started before the block's tests and stopped after them. `start` runs one rollout with its scenario:
  * ids `rollout:<prefix>-<n>`, the spec's fields over `defaults`.
  */
-export function mockedRolloutWorker(prefix: string, opts: { startEnv?: () => Promise<TestWorkflowEnvironment>; defaults?: Record<string, unknown> } = {}) {
+export function mockedRolloutWorker(
+  prefix: string,
+  opts: { startEnv?: () => Promise<TestWorkflowEnvironment>; defaults?: Record<string, unknown> } = {},
+) {
   const mocks = createMockActivities();
   const taskQueue = `${prefix}-${process.pid}`;
   let env: TestWorkflowEnvironment | undefined;
@@ -23,7 +26,13 @@ export function mockedRolloutWorker(prefix: string, opts: { startEnv?: () => Pro
   let n = 0;
   beforeAll(async () => {
     env = await (opts.startEnv ?? startDevServerEnv)();
-    worker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, workflowBundle: await workflowBundle(), activities: mocks.activities });
+    worker = await Worker.create({
+      connection: env.nativeConnection,
+      namespace: env.namespace ?? 'default',
+      taskQueue,
+      workflowBundle: await workflowBundle(),
+      activities: mocks.activities,
+    });
     running = worker.run();
   });
   afterAll(async () => {
@@ -38,10 +47,18 @@ export function mockedRolloutWorker(prefix: string, opts: { startEnv?: () => Pro
       if (!env) throw new Error('the mocked worker is not started (use it inside a test)');
       return env;
     },
-    async start(rollout: Record<string, unknown>, scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>, extra: Partial<RolloutInput> = {}) {
+    async start(
+      rollout: Record<string, unknown>,
+      scenario: Omit<Scenario, 'log' | 'audit' | 'healthCalls'>,
+      extra: Partial<RolloutInput> = {},
+    ) {
       const input = mockInput(`rollout:${prefix}-${++n}`, { ...opts.defaults, ...rollout }, extra);
       const s = mocks.add(input.rolloutId, scenario);
-      const h: WorkflowHandle<typeof rolloutWorkflow> = await this.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+      const h: WorkflowHandle<typeof rolloutWorkflow> = await this.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue,
+        args: [input],
+      });
       return { input, s, h };
     },
   };

@@ -58,13 +58,58 @@ function serverCommand(bindir: string, binary: string, args: string[]): [string,
 }
 
 /** A throwaway CA and a server certificate for 127.0.0.1 (openssl), owned by the cluster's owner. */
-async function makeServerCertificate(dir: string, owner: number, group: number): Promise<{ ca: string; cert: string; key: string }> {
+async function makeServerCertificate(
+  dir: string,
+  owner: number,
+  group: number,
+): Promise<{ ca: string; cert: string; key: string }> {
   const file = (name: string) => join(dir, name);
   writeFileSync(file('server.ext'), 'subjectAltName=IP:127.0.0.1\n');
   const openssl = (args: string[]) => run('openssl', args, { cwd: dir, timeout: 60_000 });
-  await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('ca.key'), '-out', file('ca.pem'), '-days', '2', '-subj', '/CN=wavegate test CA']);
-  await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', '/CN=127.0.0.1']);
-  await openssl(['x509', '-req', '-in', file('server.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-CAcreateserial', '-out', file('server.pem'), '-days', '2', '-extfile', file('server.ext')]);
+  await openssl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    file('ca.key'),
+    '-out',
+    file('ca.pem'),
+    '-days',
+    '2',
+    '-subj',
+    '/CN=wavegate test CA',
+  ]);
+  await openssl([
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    file('server.key'),
+    '-out',
+    file('server.csr'),
+    '-subj',
+    '/CN=127.0.0.1',
+  ]);
+  await openssl([
+    'x509',
+    '-req',
+    '-in',
+    file('server.csr'),
+    '-CA',
+    file('ca.pem'),
+    '-CAkey',
+    file('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    file('server.pem'),
+    '-days',
+    '2',
+    '-extfile',
+    file('server.ext'),
+  ]);
   for (const name of ['server.pem', 'server.key']) chownSync(file(name), owner, group);
   chmodSync(file('server.key'), 0o600);
   return { ca: file('ca.pem'), cert: file('server.pem'), key: file('server.key') };
@@ -76,7 +121,9 @@ export async function startPostgres(opts: { database?: string; user?: string; tl
   const user = opts.user ?? 'wavegate';
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-pg-'));
   const owner = asRoot ? Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim()) : userInfo().uid;
-  const ownerGid = asRoot ? Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim()) : userInfo().gid;
+  const ownerGid = asRoot
+    ? Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim())
+    : userInfo().gid;
   if (asRoot) chownSync(dir, owner, ownerGid);
   const data = join(dir, 'data');
   const superPassword = randomBytes(18).toString('hex');
@@ -99,14 +146,36 @@ export async function startPostgres(opts: { database?: string; user?: string; tl
   };
 
   const tls = opts.tls ? await makeServerCertificate(dir, owner, ownerGid) : undefined;
-  await exec('initdb', ['-D', data, '-U', 'postgres', '--auth-local=scram-sha-256', '--auth-host=scram-sha-256', `--pwfile=${superPwFile}`, '-E', 'UTF8', '--no-instructions']);
+  await exec('initdb', [
+    '-D',
+    data,
+    '-U',
+    'postgres',
+    '--auth-local=scram-sha-256',
+    '--auth-host=scram-sha-256',
+    `--pwfile=${superPwFile}`,
+    '-E',
+    'UTF8',
+    '--no-instructions',
+  ]);
   // A free port may be taken between the probe and the bind: try a few.
   let port = 0;
   let lastError: unknown;
   for (let attempt = 0; attempt < 4 && port === 0; attempt++) {
     const candidate = await freePort();
     try {
-      await exec('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', `-p ${candidate} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off${tls ? ` -c ssl=on -c ssl_cert_file=${tls.cert} -c ssl_key_file=${tls.key}` : ''}`, 'start']);
+      await exec('pg_ctl', [
+        '-D',
+        data,
+        '-l',
+        join(dir, 'server.log'),
+        '-w',
+        '-t',
+        '60',
+        '-o',
+        `-p ${candidate} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off${tls ? ` -c ssl=on -c ssl_cert_file=${tls.cert} -c ssl_key_file=${tls.key}` : ''}`,
+        'start',
+      ]);
       port = candidate;
     } catch (err) {
       lastError = err;
@@ -117,7 +186,8 @@ export async function startPostgres(opts: { database?: string; user?: string; tl
   const stop = async () => {
     await exec('pg_ctl', ['-D', data, '-m', 'fast', '-w', '-t', '60', 'stop']).catch(() => {});
     // pg_ctl -w returns once the postmaster is gone; its pid file going is the proof.
-    for (let i = 0; i < 100 && existsSync(join(data, 'postmaster.pid')); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 100 && existsSync(join(data, 'postmaster.pid')); i++)
+      await new Promise((r) => setTimeout(r, 100));
     rmSync(dir, { recursive: true, force: true });
   };
 

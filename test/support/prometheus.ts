@@ -14,7 +14,12 @@ export const PROMETHEUS_INSTALL_HINT = 'apt-get install -y --no-install-recommen
 
 export function findPrometheus(): string {
   const fromEnv = process.env.PROMETHEUS_PATH;
-  const candidates = fromEnv ? [fromEnv] : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, 'prometheus'));
+  const candidates = fromEnv
+    ? [fromEnv]
+    : (process.env.PATH ?? '')
+        .split(delimiter)
+        .filter(Boolean)
+        .map((dir) => join(dir, 'prometheus'));
   for (const file of candidates) {
     try {
       accessSync(file, constants.X_OK);
@@ -39,14 +44,19 @@ export interface Prometheus {
   stop(): Promise<void>;
 }
 
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Start Prometheus scraping `targets` (`host:port`, path `/metrics`) every `scrapeIntervalMs`
  * (default 1 s). Resolves once `/-/ready` answers 200.
  */
-export async function startPrometheus(opts: { dir: string; targets: string[]; metricsPath?: string; scrapeIntervalMs?: number; readyTimeoutMs?: number }): Promise<Prometheus> {
+export async function startPrometheus(opts: {
+  dir: string;
+  targets: string[];
+  metricsPath?: string;
+  scrapeIntervalMs?: number;
+  readyTimeoutMs?: number;
+}): Promise<Prometheus> {
   const binary = findPrometheus();
   mkdirSync(join(opts.dir, 'data'), { recursive: true });
   const interval = `${Math.max(1, Math.round((opts.scrapeIntervalMs ?? 1_000) / 1_000))}s`;
@@ -88,15 +98,15 @@ export async function startPrometheus(opts: { dir: string; targets: string[]; me
     child.stderr!.pipe(log);
     let exited: number | string | null | undefined;
     const exit = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      exited = code ?? signal;
-      resolve();
-    }),
-  );
+      child.once('exit', (code, signal) => {
+        exited = code ?? signal;
+        resolve();
+      }),
+    );
     child.once('error', (err) => {
-    exited = err.message;
-    log.write(`spawn error: ${err.message}\n`);
-  });
+      exited = err.message;
+      log.write(`spawn error: ${err.message}\n`);
+    });
 
     const stop = async () => {
       if (exited !== undefined) return void log.end();
@@ -126,7 +136,9 @@ export async function startPrometheus(opts: { dir: string; targets: string[]; me
       await stop();
       const tail = readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n');
       if (attempt < 3 && /address already in use/.test(tail)) continue;
-      throw new Error(`prometheus (${binary}) did not become ready on ${url} within ${readyTimeoutMs} ms${exited !== undefined ? ` (exited: ${exited})` : ''}; log ${logFile}:\n${tail}`);
+      throw new Error(
+        `prometheus (${binary}) did not become ready on ${url} within ${readyTimeoutMs} ms${exited !== undefined ? ` (exited: ${exited})` : ''}; log ${logFile}:\n${tail}`,
+      );
     }
 
     return {
@@ -137,7 +149,9 @@ export async function startPrometheus(opts: { dir: string; targets: string[]; me
         let last = '';
         while (Date.now() < until) {
           try {
-            const res = await fetch(`${url}/api/v1/query?query=${encodeURIComponent(query)}`, { signal: AbortSignal.timeout(2_000) });
+            const res = await fetch(`${url}/api/v1/query?query=${encodeURIComponent(query)}`, {
+              signal: AbortSignal.timeout(2_000),
+            });
             const json = (await res.json()) as { status: string; data?: { result?: unknown[] } };
             last = JSON.stringify(json).slice(0, 200);
             if (json.status === 'success' && (json.data?.result?.length ?? 0) > 0) return;
@@ -146,7 +160,9 @@ export async function startPrometheus(opts: { dir: string; targets: string[]; me
           }
           await sleep(200);
         }
-        throw new Error(`prometheus at ${url}: query ${query} returned no series within ${timeoutMs} ms (last answer: ${last})`);
+        throw new Error(
+          `prometheus at ${url}: query ${query} returned no series within ${timeoutMs} ms (last answer: ${last})`,
+        );
       },
     };
   }

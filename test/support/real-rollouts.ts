@@ -42,7 +42,11 @@ export interface RealRollouts {
   /** A fleet in a fresh directory: stopped after the test that made it (after all tests, when made outside one). */
   fleet(devices: SimDeviceSpec[], budgets?: Record<string, number>): Promise<TestFleet>;
   /** A fleet, and the demo r1 → r2 rollout input with `rollout`'s fields over it (rollout id `rollout:<name>-<n>`). */
-  rollout(rollout: Record<string, unknown>, devices: SimDeviceSpec[], budgets?: Record<string, number>): Promise<TestFleet & { input: RolloutInput }>;
+  rollout(
+    rollout: Record<string, unknown>,
+    devices: SimDeviceSpec[],
+    budgets?: Record<string, number>,
+  ): Promise<TestFleet & { input: RolloutInput }>;
   /** Starts the rollout workflow for `input` on the shared worker, its workflow id the rollout id. */
   start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>>;
 }
@@ -67,7 +71,10 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
     await opts.prepare?.();
     env = await (opts.startEnv ?? startDevServerEnv)();
     if (opts.worker !== false) {
-      worker = await startTestWorker(env, { auditDir, ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot() } : {}) });
+      worker = await startTestWorker(env, {
+        auditDir,
+        ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot() } : {}),
+      });
     }
   }, 240_000);
   beforeEach(() => {
@@ -91,7 +98,8 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
       return env;
     },
     get worker() {
-      if (!worker) throw new Error(`${name}: no shared worker (${opts.worker === false ? 'worker: false' : 'not started yet'})`);
+      if (!worker)
+        throw new Error(`${name}: no shared worker (${opts.worker === false ? 'worker: false' : 'not started yet'})`);
       return worker;
     },
     dir: scratch.dir,
@@ -107,7 +115,11 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
       return { ...made, input: rolloutInputFor(made.dir, rollout, made.inventoryPath, `rollout:${name}-${n}`) };
     },
     start(input) {
-      return fixture.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: fixture.worker.taskQueue, args: [input] });
+      return fixture.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: fixture.worker.taskQueue,
+        args: [input],
+      });
     },
   };
   return fixture;

@@ -3,7 +3,10 @@ import { WavegateError } from '../../core/errors';
 type ErrorClass<E extends Error> = abstract new (...args: never[]) => E;
 
 /** The error of `type` (default WavegateError) `fn` throws (any other error is rethrown; no error at all fails the test). */
-export function refusal<E extends Error = WavegateError>(fn: () => unknown, type: ErrorClass<E> = WavegateError as unknown as ErrorClass<E>): E {
+export function refusal<E extends Error = WavegateError>(
+  fn: () => unknown,
+  type: ErrorClass<E> = WavegateError as unknown as ErrorClass<E>,
+): E {
   try {
     fn();
   } catch (err) {
@@ -14,7 +17,10 @@ export function refusal<E extends Error = WavegateError>(fn: () => unknown, type
 }
 
 /** The error of `type` (default WavegateError) `promise` rejects with (any other error is rethrown; fulfilling fails the test). */
-export async function rejection<E extends Error = WavegateError>(promise: Promise<unknown>, type: ErrorClass<E> = WavegateError as unknown as ErrorClass<E>): Promise<E> {
+export async function rejection<E extends Error = WavegateError>(
+  promise: Promise<unknown>,
+  type: ErrorClass<E> = WavegateError as unknown as ErrorClass<E>,
+): Promise<E> {
   let value: unknown;
   try {
     value = await promise;

@@ -23,7 +23,9 @@ export interface UpdateOutcome {
  * SDK itself does not compare an update's outcome: a handler that throws on replay where it once returned
  * replays without error while the workflow's state diverges.
  */
-export async function replayUpdateOutcomes(files: readonly string[]): Promise<{ errors: string[]; outcomes: UpdateOutcome[] }> {
+export async function replayUpdateOutcomes(
+  files: readonly string[],
+): Promise<{ errors: string[]; outcomes: UpdateOutcome[] }> {
   installQuietRuntime();
   const replayed = new Map<string, string | null>();
   const sinks: InjectedSinks<UpdateOutcomeSinks> = {
@@ -58,7 +60,12 @@ export async function replayUpdateOutcomes(files: readonly string[]): Promise<{ 
     for (const updateId of accepted) {
       const key = `${workflowId}#${file} ${updateId}`;
       const failure = replayed.get(key);
-      const outcome: UpdateOutcome = { file, updateId, recorded: completed.get(updateId) ?? 'not completed', replayed: !replayed.has(key) ? 'not handled' : failure === null ? 'ok' : 'failed' };
+      const outcome: UpdateOutcome = {
+        file,
+        updateId,
+        recorded: completed.get(updateId) ?? 'not completed',
+        replayed: !replayed.has(key) ? 'not handled' : failure === null ? 'ok' : 'failed',
+      };
       outcomes.push(typeof failure === 'string' ? { ...outcome, failure } : outcome);
     }
   }

@@ -9,7 +9,11 @@ import { PROJECT_ROOT } from '../../intake/package-layout';
 import type { RolloutStatus } from '../../contracts/rollout';
 
 /** Poll the rollout's `status` query until `done` holds (or fail with the last status seen). */
-export async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutStatus) => boolean, timeoutMs = 60_000): Promise<RolloutStatus> {
+export async function waitForStatus(
+  handle: WorkflowHandle,
+  done: (s: RolloutStatus) => boolean,
+  timeoutMs = 60_000,
+): Promise<RolloutStatus> {
   const deadline = Date.now() + timeoutMs;
   let last: RolloutStatus | undefined;
   for (;;) {
@@ -19,7 +23,10 @@ export async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutSta
     } catch (err) {
       if (Date.now() > deadline) throw err;
     }
-    if (Date.now() > deadline) throw new Error(`status never matched; last: ${JSON.stringify(last && { state: last.state, phase: last.phase, phases: last.phases, counts: last.counts })}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `status never matched; last: ${JSON.stringify(last && { state: last.state, phase: last.phase, phases: last.phases, counts: last.counts })}`,
+      );
     await new Promise((r) => setTimeout(r, 200));
   }
 }
@@ -36,7 +43,11 @@ export function verifiesAt(fleet: Fleet, id: string, n: number): boolean {
   const revision = parseRevision(parse(readFileSync(path, 'utf8')), path);
   const sandbox = fleet.device(id).sandbox;
   try {
-    execFileSync('/bin/sh', ['-c', revision.verify], { cwd: sandbox, env: { PATH: process.env.PATH, HOME: sandbox }, stdio: 'ignore' });
+    execFileSync('/bin/sh', ['-c', revision.verify], {
+      cwd: sandbox,
+      env: { PATH: process.env.PATH, HOME: sandbox },
+      stdio: 'ignore',
+    });
     return true;
   } catch {
     return false;

@@ -5,7 +5,15 @@ import { stringify } from 'yaml';
 import { toBase64, utf8Encode } from '../../core/bytes';
 import { canonicalize } from '../../core/canonical';
 import type { Revision, RevisionHealth } from '../../core/revision';
-import { cosignEnvelope, keyPairFromSeed, pinOf, signedContent, signRevision, type Envelope, type KeyPair } from '../../core/signing';
+import {
+  cosignEnvelope,
+  keyPairFromSeed,
+  pinOf,
+  signedContent,
+  signRevision,
+  type Envelope,
+  type KeyPair,
+} from '../../core/signing';
 
 /**
  * A signed profile of the test's own, under a profiles root of its own: fresh Ed25519 keys (in memory,
@@ -82,7 +90,10 @@ export function writeSignedProfile(opts: SignedProfileOptions): SignedProfile {
   const trust = { threshold, pins: keys.map((k, i) => pinOf(k, `${opts.name}-signer-${i + 1}`)) };
   const trustFile = join(dir, 'trust.yaml');
   writeFileSync(trustFile, stringify(trust));
-  writeFileSync(join(dir, 'profile.yaml'), stringify({ name: opts.name, description: `${opts.name} (test profile)`, scope: opts.scope ?? {} }));
+  writeFileSync(
+    join(dir, 'profile.yaml'),
+    stringify({ name: opts.name, description: `${opts.name} (test profile)`, scope: opts.scope ?? {} }),
+  );
 
   const sources = new Map<number, Revision>();
   const signed = new Map<number, Revision>();
@@ -90,7 +101,10 @@ export function writeSignedProfile(opts: SignedProfileOptions): SignedProfile {
   const sign = (content: Revision, o: { signers?: KeyPair[]; now?: number; validityDays?: number } = {}): Envelope => {
     const [first, ...rest] = o.signers ?? keys.slice(0, threshold);
     if (!first) throw new Error('signed-profile: no signer');
-    return rest.reduce((env, k) => cosignEnvelope(env, k), signRevision(content, first, { now: o.now ?? now, ...(o.validityDays ? { validityDays: o.validityDays } : {}) }));
+    return rest.reduce(
+      (env, k) => cosignEnvelope(env, k),
+      signRevision(content, first, { now: o.now ?? now, ...(o.validityDays ? { validityDays: o.validityDays } : {}) }),
+    );
   };
 
   for (const src of opts.revisions) {

@@ -47,7 +47,8 @@ export interface SshdFleet {
 }
 
 const HEALTH_HELPERS: Record<string, string> = {
-  'sim-runtime-health': '#!/bin/sh\n# every runtime of a real sshd device is healthy\nfor name in "$@"; do echo "$name healthy"; done\n',
+  'sim-runtime-health':
+    '#!/bin/sh\n# every runtime of a real sshd device is healthy\nfor name in "$@"; do echo "$name healthy"; done\n',
   'sim-error-rate': '#!/bin/sh\necho 0\n',
 };
 
@@ -91,7 +92,8 @@ async function launch(config: string): Promise<Running | undefined> {
  * Requires Debian `openssh-server`; run as root it also creates the privilege-separation dir /run/sshd.
  */
 export async function startSshdFleet(opts: { dir: string; ids: string[] }): Promise<SshdFleet> {
-  if (!existsSync(SSHD_PATH)) throw new Error(`sshd support: ${SSHD_PATH} not found; install the Debian package openssh-server`);
+  if (!existsSync(SSHD_PATH))
+    throw new Error(`sshd support: ${SSHD_PATH} not found; install the Debian package openssh-server`);
   const base = resolve(opts.dir);
   mkdirSync(base, { recursive: true });
   if (process.getuid?.() === 0) mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });

@@ -19,7 +19,10 @@ export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
   await env.connection.operatorService.addSearchAttributes({
     namespace: env.namespace ?? 'default',
     searchAttributes: Object.fromEntries(
-      WAVEGATE_SEARCH_ATTRIBUTES.map((k) => [k.name, k.type === 'INT' ? IndexedValueType.INDEXED_VALUE_TYPE_INT : IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD]),
+      WAVEGATE_SEARCH_ATTRIBUTES.map((k) => [
+        k.name,
+        k.type === 'INT' ? IndexedValueType.INDEXED_VALUE_TYPE_INT : IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+      ]),
     ),
   });
   return env;
@@ -33,4 +36,11 @@ export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
 }
 
 const noop = () => {};
-const quietLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: (m: string) => console.error(m) };
+const quietLogger = {
+  log: noop,
+  trace: noop,
+  debug: noop,
+  info: noop,
+  warn: noop,
+  error: (m: string) => console.error(m),
+};

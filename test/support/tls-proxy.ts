@@ -30,17 +30,90 @@ export function makeTestPki(dir: string): TestPki {
   mkdirSync(dir, { recursive: true });
   const path = (name: string) => join(dir, name);
   const ca = (name: string, subject: string) =>
-    openssl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.crt`, '-days', '2', '-subj', subject, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);
+    openssl(
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:P-256',
+        '-nodes',
+        '-keyout',
+        `${name}.key`,
+        '-out',
+        `${name}.crt`,
+        '-days',
+        '2',
+        '-subj',
+        subject,
+        '-addext',
+        'basicConstraints=critical,CA:TRUE',
+        '-addext',
+        'keyUsage=critical,keyCertSign,cRLSign',
+      ],
+      dir,
+    );
   ca('ca', '/CN=wavegate test CA');
   ca('other-ca', '/CN=an unrelated CA');
   const leaf = (name: string, subject: string, ext: string) => {
     writeFileSync(path(`${name}.ext`), ext);
-    openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', subject], dir);
-    openssl(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${name}.crt`, '-days', '2', '-extfile', `${name}.ext`], dir);
+    openssl(
+      [
+        'req',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:P-256',
+        '-nodes',
+        '-keyout',
+        `${name}.key`,
+        '-out',
+        `${name}.csr`,
+        '-subj',
+        subject,
+      ],
+      dir,
+    );
+    openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-out',
+        `${name}.crt`,
+        '-days',
+        '2',
+        '-extfile',
+        `${name}.ext`,
+      ],
+      dir,
+    );
   };
-  leaf('server', '/CN=127.0.0.1', 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  leaf('client', '/CN=wavegate worker', 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n');
-  return { caCert: path('ca.crt'), otherCaCert: path('other-ca.crt'), serverCert: path('server.crt'), serverKey: path('server.key'), clientCert: path('client.crt'), clientKey: path('client.key') };
+  leaf(
+    'server',
+    '/CN=127.0.0.1',
+    'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n',
+  );
+  leaf(
+    'client',
+    '/CN=wavegate worker',
+    'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n',
+  );
+  return {
+    caCert: path('ca.crt'),
+    otherCaCert: path('other-ca.crt'),
+    serverCert: path('server.crt'),
+    serverKey: path('server.key'),
+    clientCert: path('client.crt'),
+    clientKey: path('client.key'),
+  };
 }
 
 export interface TlsProxy {
@@ -51,7 +124,13 @@ export interface TlsProxy {
   stop(): Promise<void>;
 }
 
-function nginxConfig(opts: { prefix: string; port: number; upstream: string; pki: TestPki; verifyClient: boolean }): string {
+function nginxConfig(opts: {
+  prefix: string;
+  port: number;
+  upstream: string;
+  pki: TestPki;
+  verifyClient: boolean;
+}): string {
   const { prefix, pki } = opts;
   return `# written by test/support/tls-proxy.ts
 ${process.getuid?.() === 0 ? 'user root;' : ''}
@@ -102,13 +181,25 @@ async function listening(port: number, timeoutMs: number, exited: () => boolean)
 }
 
 /** nginx in the foreground (`daemon off`), a child of the test: stop() ends it, SIGKILL after 5 s. */
-export async function startTlsProxy(opts: { dir: string; upstream: string; pki: TestPki; verifyClient: boolean }): Promise<TlsProxy> {
+export async function startTlsProxy(opts: {
+  dir: string;
+  upstream: string;
+  pki: TestPki;
+  verifyClient: boolean;
+}): Promise<TlsProxy> {
   const prefix = opts.dir;
   mkdirSync(join(prefix, 'tmp'), { recursive: true });
   const port = await freePort();
   const conf = join(prefix, 'nginx.conf');
-  writeFileSync(conf, nginxConfig({ prefix, port, upstream: opts.upstream, pki: opts.pki, verifyClient: opts.verifyClient }));
-  const child: ChildProcess = spawn('nginx', ['-p', prefix, '-c', conf, '-e', join(prefix, 'error.log'), '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  writeFileSync(
+    conf,
+    nginxConfig({ prefix, port, upstream: opts.upstream, pki: opts.pki, verifyClient: opts.verifyClient }),
+  );
+  const child: ChildProcess = spawn(
+    'nginx',
+    ['-p', prefix, '-c', conf, '-e', join(prefix, 'error.log'), '-g', 'daemon off;'],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
   let exited = false;

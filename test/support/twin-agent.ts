@@ -33,7 +33,13 @@ export function appliesIn(dir: string): string[] {
   return existsSync(path) ? readFileSync(path, 'utf8').trim().split('\n').filter(Boolean) : [];
 }
 
-export function startTwinAgent(client: Client, taskQueue: string, deviceId: string, dir: string, opts: TwinAgentOptions = {}) {
+export function startTwinAgent(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  dir: string,
+  opts: TwinAgentOptions = {},
+) {
   mkdirSync(dir, { recursive: true });
   let stopped = false;
   const report: AgentReport = { profiles: {}, health: [], healthAt: null, agentVersion: 'twin-agent-test' };
@@ -44,7 +50,9 @@ export function startTwinAgent(client: Client, taskQueue: string, deviceId: stri
     report.health = [
       ...(opts.runtimes ?? ['motd']).map((name) => ({ name, kind: 'runtime' as const, ok })),
       ...(opts.checks ?? []).map((name) => ({ name, kind: 'check' as const, ok })),
-      ...(rate === undefined ? [] : [{ name: errorRateReportName(profile), kind: 'error-rate' as const, ok: true, value: rate }]),
+      ...(rate === undefined
+        ? []
+        : [{ name: errorRateReportName(profile), kind: 'error-rate' as const, ok: true, value: rate }]),
     ];
     report.healthAt = new Date().toISOString();
   };
@@ -66,17 +74,36 @@ export function startTwinAgent(client: Client, taskQueue: string, deviceId: stri
         const at = new Date().toISOString();
         const refusal = opts.refuse?.(entry);
         if (refusal) {
-          report.profiles[entry.profile] = { revision: markerIn(dir, entry.profile), state: 'refused', reason: refusal, requestId: entry.requestId, detail: `refused by test agent: ${refusal}`, at };
+          report.profiles[entry.profile] = {
+            revision: markerIn(dir, entry.profile),
+            state: 'refused',
+            reason: refusal,
+            requestId: entry.requestId,
+            detail: `refused by test agent: ${refusal}`,
+            at,
+          };
           continue;
         }
         const before = markerIn(dir, entry.profile);
         if (before === entry.revision) {
-          report.profiles[entry.profile] = { revision: before, state: 'already-applied', requestId: entry.requestId, steps: ['verify'], at };
+          report.profiles[entry.profile] = {
+            revision: before,
+            state: 'already-applied',
+            requestId: entry.requestId,
+            steps: ['verify'],
+            at,
+          };
           continue;
         }
         appendFileSync(join(dir, 'applies.log'), `${entry.profile} r${entry.revision} ${entry.requestId}\n`);
         writeFileSync(join(dir, `${entry.profile}.revision`), `${entry.revision}\n`);
-        report.profiles[entry.profile] = { revision: entry.revision, state: 'applied', requestId: entry.requestId, steps: ['verify', 'apply', 'verify', 'marker'], at };
+        report.profiles[entry.profile] = {
+          revision: entry.revision,
+          state: 'applied',
+          requestId: entry.requestId,
+          steps: ['verify', 'apply', 'verify', 'marker'],
+          at,
+        };
       }
     }
   })();

@@ -24,7 +24,8 @@ export const interceptors: WorkflowInterceptorsFactory = () => ({
         const result = next(input);
         result.then(
           () => updateOutcomes.handled(input.updateId, input.name, null),
-          (err: unknown) => updateOutcomes.handled(input.updateId, input.name, err instanceof Error ? err.message : String(err)),
+          (err: unknown) =>
+            updateOutcomes.handled(input.updateId, input.name, err instanceof Error ? err.message : String(err)),
         );
         return result;
       },

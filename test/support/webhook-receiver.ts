@@ -30,7 +30,10 @@ export interface WebhookReceiver {
  * A worker sends to loopback only when its webhook policy allows it: tests that deliver here give the
  * worker `WAVEGATE_WEBHOOK_ALLOW_HOSTS=127.0.0.1` (core/webhook-policy.ts).
  */
-export async function startWebhookReceiver(answer: (n: number) => number = () => 200, answerBody?: string): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(
+  answer: (n: number) => number = () => 200,
+  answerBody?: string,
+): Promise<WebhookReceiver> {
   const requests: ReceivedDelivery[] = [];
   const server = createServer((req, res) => {
     void readBody(req).then((body) => {
@@ -68,7 +71,9 @@ function readBody(req: IncomingMessage): Promise<string> {
 
 /** A receiver's check, as docs/formats.md describes it: HMAC-SHA256(secret, "<timestamp>.<raw body>"). */
 export function signatureValid(delivery: ReceivedDelivery, secret: string): boolean {
-  const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(`${delivery.timestamp}.${delivery.body}`).digest('hex')}`);
+  const expected = Buffer.from(
+    `sha256=${createHmac('sha256', secret).update(`${delivery.timestamp}.${delivery.body}`).digest('hex')}`,
+  );
   const given = Buffer.from(delivery.signature);
   return given.length === expected.length && timingSafeEqual(given, expected);
 }

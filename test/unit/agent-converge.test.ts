@@ -15,14 +15,48 @@ import { twinWorkflowId, type DesiredRequest, type ProfileReportState, type Twin
  * view per device (what the twin query answers) and recording the desire signals it is sent.
  */
 const quiet: Logger = { trace() {}, debug() {}, info() {}, warn() {}, error() {}, log() {} };
-const steps = (revision: number): RevisionSteps => ({ profile: 'demo', revision, apply: 'a', verify: 'v', payload: [] });
+const steps = (revision: number): RevisionSteps => ({
+  profile: 'demo',
+  revision,
+  apply: 'a',
+  verify: 'v',
+  payload: [],
+});
 
-function twinView(deviceId: string, reported: number | null, desired?: number, state: ProfileReportState = 'applied'): TwinView {
+function twinView(
+  deviceId: string,
+  reported: number | null,
+  desired?: number,
+  state: ProfileReportState = 'applied',
+): TwinView {
   return {
     deviceId,
     version: 3,
-    desired: desired === undefined ? {} : { demo: { requestId: `r:x:${desired}`, profile: 'demo', revision: desired, steps: steps(desired), envelopeDigest: '', holder: { rollout: 'r', run: 'x', activity: '1', attempt: 1 }, rollout: 'r', fromRevision: null, setAt: '2026-06-01T00:00:00.000Z' } },
-    report: reported === undefined ? null : { profiles: reported === null ? {} : { demo: { revision: reported, state, at: '2026-06-01T00:00:00.000Z' } }, health: [], healthAt: null, agentVersion: 't' },
+    desired:
+      desired === undefined
+        ? {}
+        : {
+            demo: {
+              requestId: `r:x:${desired}`,
+              profile: 'demo',
+              revision: desired,
+              steps: steps(desired),
+              envelopeDigest: '',
+              holder: { rollout: 'r', run: 'x', activity: '1', attempt: 1 },
+              rollout: 'r',
+              fromRevision: null,
+              setAt: '2026-06-01T00:00:00.000Z',
+            },
+          },
+    report:
+      reported === undefined
+        ? null
+        : {
+            profiles: reported === null ? {} : { demo: { revision: reported, state, at: '2026-06-01T00:00:00.000Z' } },
+            health: [],
+            healthAt: null,
+            agentVersion: 't',
+          },
     lastSeenAt: '2026-06-01T00:00:00.000Z',
     reverify: false,
   };
@@ -40,13 +74,26 @@ function fakeTemporal(views: Record<string, TwinView>, target = 2) {
           if (!view) throw new WorkflowNotFoundError('not found', workflowId, undefined);
           return view;
         },
-        fetchHistory: async () => ({ events: [{ workflowExecutionStartedEventAttributes: { input: { payloads: [defaultPayloadConverter.toPayload(input)] } } }] }),
+        fetchHistory: async () => ({
+          events: [
+            {
+              workflowExecutionStartedEventAttributes: {
+                input: { payloads: [defaultPayloadConverter.toPayload(input)] },
+              },
+            },
+          ],
+        }),
       }),
       signalWithStart: async (_type: string, opts: { workflowId: string; signalArgs: [DesiredRequest] }) => {
         desired.push({ device: opts.workflowId.replace(/^device:/, ''), request: opts.signalArgs[0] });
       },
       list: async function* () {
-        yield { workflowId: 'rollout:demo-2', runId: 'run-1', closeTime: new Date('2026-06-01T00:00:00Z'), startTime: new Date('2026-05-31T00:00:00Z') };
+        yield {
+          workflowId: 'rollout:demo-2',
+          runId: 'run-1',
+          closeTime: new Date('2026-06-01T00:00:00Z'),
+          startTime: new Date('2026-05-31T00:00:00Z'),
+        };
       },
     },
   };
@@ -74,12 +121,23 @@ describe('desireAgentRevision: convergence after a rollout never goes down', () 
     });
     expect(result).toEqual({ asked: 3, atOrAbove: 4 });
     expect(desired.map((d) => d.device).sort()).toEqual(['below', 'no-twin', 'silent']);
-    expect(desired.every((d) => d.request.revision === 2 && d.request.requestId === `rollout:demo-2:run-1:converge:${d.device}`)).toBe(true);
+    expect(
+      desired.every(
+        (d) => d.request.revision === 2 && d.request.requestId === `rollout:demo-2:run-1:converge:${d.device}`,
+      ),
+    ).toBe(true);
   });
 });
 
 describe('convergeEnrolledDevice: a newly enrolled device is never desired below what it reports', () => {
-  const device = (id: string) => parseInventory({ defaults: { pool: 'p' }, devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }] }, 'fleet.yaml').devices[0]!;
+  const device = (id: string) =>
+    parseInventory(
+      {
+        defaults: { pool: 'p' },
+        devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }],
+      },
+      'fleet.yaml',
+    ).devices[0]!;
   const demo = [{ name: 'demo', scope: {} }];
 
   it('reporting the latest completed revision or above: left alone', async () => {
@@ -90,11 +148,13 @@ describe('convergeEnrolledDevice: a newly enrolled device is never desired below
     }
   });
 
-  it('reporting below it, nothing, or no twin yet: desired the rollout\'s revision', async () => {
+  it("reporting below it, nothing, or no twin yet: desired the rollout's revision", async () => {
     for (const view of [twinView('e1', 1), twinView('e1', null), undefined]) {
       const { client, desired } = fakeTemporal(view ? { e1: view } : {});
       expect(await convergeEnrolledDevice(client, 'q', device('e1'), demo)).toEqual(['demo']);
-      expect(desired).toMatchObject([{ device: 'e1', request: { revision: 2, requestId: 'rollout:demo-2:run-1:converge:e1', fromRevision: 1 } }]);
+      expect(desired).toMatchObject([
+        { device: 'e1', request: { revision: 2, requestId: 'rollout:demo-2:run-1:converge:e1', fromRevision: 1 } },
+      ]);
     }
   });
 

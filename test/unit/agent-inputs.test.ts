@@ -33,8 +33,19 @@ const fresh = (name: string) => {
 
 describe('--gateway: plain HTTP only to loopback without --insecure-http', () => {
   it('knows loopback by address, not by a look-alike name', () => {
-    for (const h of ['127.0.0.1', '127.3.2.1', 'localhost', '[::1]', '::1', 'LOCALHOST']) expect(isLoopbackHostname(h), h).toBe(true);
-    for (const h of ['10.0.0.5', '0.0.0.0', '127.0.0.1.example.com', 'localhost.example', '128.0.0.1', '[::ffff:10.0.0.1]', '127.256.0.1', 'gateway']) expect(isLoopbackHostname(h), h).toBe(false);
+    for (const h of ['127.0.0.1', '127.3.2.1', 'localhost', '[::1]', '::1', 'LOCALHOST'])
+      expect(isLoopbackHostname(h), h).toBe(true);
+    for (const h of [
+      '10.0.0.5',
+      '0.0.0.0',
+      '127.0.0.1.example.com',
+      'localhost.example',
+      '128.0.0.1',
+      '[::ffff:10.0.0.1]',
+      '127.256.0.1',
+      'gateway',
+    ])
+      expect(isLoopbackHostname(h), h).toBe(false);
   });
 
   it('refuses http:// off loopback naming --gateway and the value; --insecure-http, https:// and loopback are accepted', () => {
@@ -66,17 +77,25 @@ describe('--key and --gateway-ca: the bounded regular-file reader', () => {
     const { keyFile } = enrollIdentity(join(dir, 'state'));
     expect(loadIdentity(keyFile).publicKey).toHaveLength(32);
     chmodSync(keyFile, 0o640);
-    expect(refusal(() => loadIdentity(keyFile)).message).toBe(`--key ${keyFile}: mode 0640 lets others read the identity key; chmod 600 it`);
+    expect(refusal(() => loadIdentity(keyFile)).message).toBe(
+      `--key ${keyFile}: mode 0640 lets others read the identity key; chmod 600 it`,
+    );
     const big = join(dir, 'big.key');
     writeFileSync(big, Buffer.alloc(70 * 1024, 0x20), { mode: 0o600 });
-    expect(refusal(() => loadIdentity(big)).message).toMatch(/--key .*big\.key: is 71680 bytes; an identity key file is at most 65536/);
+    expect(refusal(() => loadIdentity(big)).message).toMatch(
+      /--key .*big\.key: is 71680 bytes; an identity key file is at most 65536/,
+    );
   });
 
   it('--gateway-ca naming a FIFO or a device is refused naming the flag and the path', () => {
     const fifo = join(fresh('ca'), 'ca.pem');
     execFileSync('mkfifo', [fifo]);
-    expect(refusal(() => readFlagFile('--gateway-ca', fifo)).message).toBe(`--gateway-ca ${fifo}: cannot read file (not a regular file)`);
-    expect(refusal(() => readFlagFile('--gateway-ca', '/dev/zero')).message).toContain('--gateway-ca /dev/zero: cannot read file (not a regular file)');
+    expect(refusal(() => readFlagFile('--gateway-ca', fifo)).message).toBe(
+      `--gateway-ca ${fifo}: cannot read file (not a regular file)`,
+    );
+    expect(refusal(() => readFlagFile('--gateway-ca', '/dev/zero')).message).toContain(
+      '--gateway-ca /dev/zero: cannot read file (not a regular file)',
+    );
   });
 });
 
@@ -85,9 +104,13 @@ describe('--state-dir', () => {
     const dir = fresh('state-file');
     const file = join(dir, 'state');
     writeFileSync(file, 'x');
-    expect(refusal(() => prepareStateDir('--state-dir', file, () => {})).message).toBe(`--state-dir ${file}: is not a directory`);
+    expect(refusal(() => prepareStateDir('--state-dir', file, () => {})).message).toBe(
+      `--state-dir ${file}: is not a directory`,
+    );
     expect(refusal(() => enrollIdentity(file)).message).toBe(`--state-dir ${file}: is not a directory`);
-    expect(refusal(() => prepareStateDir('--state-dir', join(file, 'sub'), () => {})).message).toBe(`--state-dir ${join(file, 'sub')}: a parent of it is not a directory`);
+    expect(refusal(() => prepareStateDir('--state-dir', join(file, 'sub'), () => {})).message).toBe(
+      `--state-dir ${join(file, 'sub')}: a parent of it is not a directory`,
+    );
   });
 
   it('one others may write is refused naming the mode; one they may only read is set to 0700 and said; a missing one is made 0700', () => {
@@ -95,9 +118,13 @@ describe('--state-dir', () => {
     const open = join(dir, 'open');
     mkdirSync(open);
     chmodSync(open, 0o777);
-    expect(refusal(() => prepareStateDir('--state-dir', open, () => {})).message).toContain(`--state-dir ${open}: is world-writable (mode 0777)`);
+    expect(refusal(() => prepareStateDir('--state-dir', open, () => {})).message).toContain(
+      `--state-dir ${open}: is world-writable (mode 0777)`,
+    );
     chmodSync(open, 0o770);
-    expect(refusal(() => prepareStateDir('--state-dir', open, () => {})).message).toContain('is group-writable (mode 0770)');
+    expect(refusal(() => prepareStateDir('--state-dir', open, () => {})).message).toContain(
+      'is group-writable (mode 0770)',
+    );
     expect(statSync(open).mode & 0o777).toBe(0o770); // refused, not changed
     const readable = join(dir, 'readable');
     mkdirSync(readable);
@@ -111,19 +138,23 @@ describe('--state-dir', () => {
     expect(statSync(missing).mode & 0o777).toBe(0o700);
   });
 
-  it('another user\'s directory is refused (the rule; the tests run as one user)', () => {
-    expect(stateDirProblem({ kind: 'directory', mode: 0o700, uid: 1001 }, 1000)).toBe('is owned by uid 1001, not by this user (uid 1000)');
+  it("another user's directory is refused (the rule; the tests run as one user)", () => {
+    expect(stateDirProblem({ kind: 'directory', mode: 0o700, uid: 1001 }, 1000)).toBe(
+      'is owned by uid 1001, not by this user (uid 1000)',
+    );
     expect(stateDirProblem({ kind: 'directory', mode: 0o700, uid: 1000 }, 1000)).toBeUndefined();
   });
 
   it('a report.json that is a FIFO is refused at start, not read', () => {
     const dir = fresh('report-fifo');
     execFileSync('mkfifo', [join(dir, 'report.json')]);
-    expect(refusal(() => reportFile(dir)).message).toBe(`--state-dir ${dir}: ${join(dir, 'report.json')} is not a regular file; move it away`);
+    expect(refusal(() => reportFile(dir)).message).toBe(
+      `--state-dir ${dir}: ${join(dir, 'report.json')} is not a regular file; move it away`,
+    );
   });
 });
 
-describe('--trust: the device\'s trust anchor under StrictModes', () => {
+describe("--trust: the device's trust anchor under StrictModes", () => {
   const signer = keyPairFromSeed(randomBytes(32));
   const trustText = JSON.stringify({ threshold: 1, pins: [pinOf(signer)] });
 
@@ -135,24 +166,36 @@ describe('--trust: the device\'s trust anchor under StrictModes', () => {
     writeFileSync(file, trustText);
     expect(parseTrustFlags([profiles]).of('web')?.threshold).toBe(1);
     chmodSync(file, 0o666);
-    expect(refusal(() => parseTrustFlags([profiles])).message).toMatch(new RegExp(`^--trust ${profiles}: ${file}: refused: is world-writable \\(mode 0666\\); .*SECURITY\\.md`));
+    expect(refusal(() => parseTrustFlags([profiles])).message).toMatch(
+      new RegExp(`^--trust ${profiles}: ${file}: refused: is world-writable \\(mode 0666\\); .*SECURITY\\.md`),
+    );
     chmodSync(file, 0o664);
-    expect(refusal(() => parseTrustFlags([`web=${file}`])).message).toContain(`--trust web=${file}: ${file}: refused: is group-writable (mode 0664)`);
+    expect(refusal(() => parseTrustFlags([`web=${file}`])).message).toContain(
+      `--trust web=${file}: ${file}: refused: is group-writable (mode 0664)`,
+    );
     chmodSync(file, 0o644);
     chmodSync(join(profiles, 'web'), 0o777);
-    expect(refusal(() => parseTrustFlags([`web=${file}`])).message).toContain(`its directory ${join(profiles, 'web')} is world-writable (mode 0777) and not sticky`);
+    expect(refusal(() => parseTrustFlags([`web=${file}`])).message).toContain(
+      `its directory ${join(profiles, 'web')} is world-writable (mode 0777) and not sticky`,
+    );
     chmodSync(join(profiles, 'web'), 0o1777); // sticky: others cannot replace a file they do not own
     expect(parseTrustFlags([`web=${file}`]).of('web')?.threshold).toBe(1);
     chmodSync(join(profiles, 'web'), 0o755);
     chmodSync(profiles, 0o775);
-    expect(refusal(() => parseTrustFlags([profiles])).message).toContain(`the profiles directory ${profiles} is group-writable (mode 0775) and not sticky`);
+    expect(refusal(() => parseTrustFlags([profiles])).message).toContain(
+      `the profiles directory ${profiles} is group-writable (mode 0775) and not sticky`,
+    );
   });
 
   it('a trust file owned by another user (not root) is refused (the rule)', () => {
     const dir = { kind: 'directory' as const, mode: 0o755, uid: 0 };
-    expect(trustFileProblem({ kind: 'file', mode: 0o644, uid: 1001 }, dir, 1000, '/etc/wavegate')).toBe('is owned by uid 1001, not by this user (uid 1000) or root');
+    expect(trustFileProblem({ kind: 'file', mode: 0o644, uid: 1001 }, dir, 1000, '/etc/wavegate')).toBe(
+      'is owned by uid 1001, not by this user (uid 1000) or root',
+    );
     expect(trustFileProblem({ kind: 'file', mode: 0o644, uid: 0 }, dir, 1000, '/etc/wavegate')).toBeUndefined();
-    expect(trustFileProblem({ kind: 'file', mode: 0o644, uid: 0 }, { ...dir, uid: 1001 }, 1000, '/etc/wavegate')).toBe('its directory /etc/wavegate is owned by uid 1001, not by this user (uid 1000) or root');
+    expect(trustFileProblem({ kind: 'file', mode: 0o644, uid: 0 }, { ...dir, uid: 1001 }, 1000, '/etc/wavegate')).toBe(
+      'its directory /etc/wavegate is owned by uid 1001, not by this user (uid 1000) or root',
+    );
   });
 
   it('a trust file made world-writable after the start: the next apply is refused UNSAFE_TRUST and runs nothing', async () => {
@@ -164,7 +207,14 @@ describe('--trust: the device\'s trust anchor under StrictModes', () => {
     const trust = parseTrustFlags([profiles]);
     const home = join(root, 'home');
     mkdirSync(home);
-    const revision = { profile: 'web', revision: 2, apply: 'echo ran > "$HOME/ran"', verify: 'grep -qx ran "$HOME/ran"', payload: [], risk: 'risky' } as Revision;
+    const revision = {
+      profile: 'web',
+      revision: 2,
+      apply: 'echo ran > "$HOME/ran"',
+      verify: 'grep -qx ran "$HOME/ran"',
+      payload: [],
+      risk: 'risky',
+    } as Revision;
     const envelope = signRevision(revision, signer, { now: Date.now() });
     const entry: DesiredEntry = {
       requestId: 'rollout:web:run-1:1',
@@ -186,14 +236,25 @@ describe('--trust: the device\'s trust anchor under StrictModes', () => {
       reason = (err as { reason?: string }).reason;
     }
     expect(reason).toBe('UNSAFE_TRUST');
-    const ctx: EntryContext = { deviceId: 'dev-1', stateDir: join(root, 'state'), trust, connect: async () => localDeviceSession('dev-1', home), download: async () => Buffer.alloc(0), commandTimeoutMs: 10_000, log: () => {} };
+    const ctx: EntryContext = {
+      deviceId: 'dev-1',
+      stateDir: join(root, 'state'),
+      trust,
+      connect: async () => localDeviceSession('dev-1', home),
+      download: async () => Buffer.alloc(0),
+      commandTimeoutMs: 10_000,
+      log: () => {},
+    };
     const answer = await applyEntry(ctx, entry);
     expect(answer).toMatchObject({ state: 'refused', reason: 'UNSAFE_TRUST' });
     expect(answer.detail).toContain(`${file}: refused: is world-writable (mode 0646)`);
     expect(existsSync(join(home, 'ran'))).toBe(false);
     chmodSync(file, 0o644);
     // Safe again: the same entry applies (claimed: this tiny revision's verify is not one core/provability.ts counts as proof).
-    expect(await applyEntry(ctx, { ...entry, requestId: 'rollout:web:run-1:2' })).toMatchObject({ state: 'claimed', revision: 2 });
+    expect(await applyEntry(ctx, { ...entry, requestId: 'rollout:web:run-1:2' })).toMatchObject({
+      state: 'claimed',
+      revision: 2,
+    });
     expect(existsSync(join(home, 'ran'))).toBe(true);
   });
 });

@@ -26,7 +26,14 @@ function setup(name: string, apply: string) {
   const home = join(scratch.dir, name);
   mkdirSync(home, { recursive: true });
   const fact = join(home, 'fact');
-  const revision: Revision = { profile: 'rv', revision: 2, apply, verify: `grep -qx 'rev 2' "$HOME/fact"`, payload: [], risk: 'risky' } as Revision;
+  const revision: Revision = {
+    profile: 'rv',
+    revision: 2,
+    apply,
+    verify: `grep -qx 'rev 2' "$HOME/fact"`,
+    payload: [],
+    risk: 'risky',
+  } as Revision;
   const envelope = signRevision(revision, signer, { now: Date.now() });
   const entry: DesiredEntry = {
     requestId: 'rollout:rv:run-1:7',
@@ -39,7 +46,15 @@ function setup(name: string, apply: string) {
     fromRevision: 1,
     setAt: new Date().toISOString(),
   };
-  const ctx: EntryContext = { deviceId: name, stateDir: join(home, 'state'), trust, connect: async () => localDeviceSession(name, home), download: async () => Buffer.alloc(0), commandTimeoutMs: 10_000, log: () => {} };
+  const ctx: EntryContext = {
+    deviceId: name,
+    stateDir: join(home, 'state'),
+    trust,
+    connect: async () => localDeviceSession(name, home),
+    download: async () => Buffer.alloc(0),
+    commandTimeoutMs: 10_000,
+    log: () => {},
+  };
   const markAt = async (n: number) => {
     const s = localDeviceSession(name, home);
     try {
@@ -51,7 +66,13 @@ function setup(name: string, apply: string) {
   return { fact, entry, ctx, markAt };
 }
 
-const applied = (state: ProfileReport['state']): ProfileReport => ({ revision: 2, state, requestId: 'rollout:rv:run-1:7', steps: ['verify', 'apply', 'verify', 'marker'], at: new Date().toISOString() });
+const applied = (state: ProfileReport['state']): ProfileReport => ({
+  revision: 2,
+  state,
+  requestId: 'rollout:rv:run-1:7',
+  steps: ['verify', 'apply', 'verify', 'marker'],
+  at: new Date().toISOString(),
+});
 
 describe('reverifyEntry: a drift recovers once the fact is back', () => {
   it('applied -> drift (failed VERIFY) -> fact restored -> applied again, with no reason left over', async () => {
@@ -60,14 +81,26 @@ describe('reverifyEntry: a drift recovers once the fact is back', () => {
     await markAt(2);
     rmSync(fact);
     const drift = await reverifyEntry(ctx, entry, applied('applied'));
-    expect(drift).toMatchObject({ state: 'failed', reason: 'VERIFY', revision: 2, steps: ['reverify'], requestId: entry.requestId });
+    expect(drift).toMatchObject({
+      state: 'failed',
+      reason: 'VERIFY',
+      revision: 2,
+      steps: ['reverify'],
+      requestId: entry.requestId,
+    });
     expect(drift.detail).toMatch(/^re-verify of r2 exited 2: grep: .*fact: No such file/);
     expect(isDrift(drift)).toBe(true);
     // Still drifted: asked again, it stays drift.
     expect(await reverifyEntry(ctx, entry, drift)).toMatchObject({ state: 'failed', reason: 'VERIFY' });
     writeFileSync(fact, 'rev 2\n');
     const back = await reverifyEntry(ctx, entry, drift);
-    expect(back).toEqual({ revision: 2, state: 'applied', requestId: entry.requestId, steps: ['reverify'], at: expect.any(String) });
+    expect(back).toEqual({
+      revision: 2,
+      state: 'applied',
+      requestId: entry.requestId,
+      steps: ['reverify'],
+      at: expect.any(String),
+    });
   });
 
   it('a revision whose apply proves nothing (core/provability.ts) recovers as claimed, never applied', async () => {
@@ -76,7 +109,11 @@ describe('reverifyEntry: a drift recovers once the fact is back', () => {
     const drift = await reverifyEntry(ctx, entry, applied('claimed'));
     expect(drift).toMatchObject({ state: 'failed', reason: 'VERIFY' });
     writeFileSync(fact, 'rev 2\n');
-    expect(await reverifyEntry(ctx, entry, drift)).toMatchObject({ state: 'claimed', revision: 2, steps: ['reverify'] });
+    expect(await reverifyEntry(ctx, entry, drift)).toMatchObject({
+      state: 'claimed',
+      revision: 2,
+      steps: ['reverify'],
+    });
   });
 
   it('the fact back but the marker moved: still drift, naming the marker', async () => {
@@ -86,12 +123,19 @@ describe('reverifyEntry: a drift recovers once the fact is back', () => {
     await markAt(1);
     writeFileSync(fact, 'rev 2\n');
     const still = await reverifyEntry(ctx, entry, drift);
-    expect(still).toMatchObject({ state: 'failed', reason: 'VERIFY', revision: 1, detail: "re-verify of r2 passed, but the device's marker is r1" });
+    expect(still).toMatchObject({
+      state: 'failed',
+      reason: 'VERIFY',
+      revision: 1,
+      detail: "re-verify of r2 passed, but the device's marker is r1",
+    });
   });
 
-  it('only a re-verify\'s drift is one: an apply whose own verify failed is not re-verified into place', () => {
+  it("only a re-verify's drift is one: an apply whose own verify failed is not re-verified into place", () => {
     expect(isDrift({ revision: 1, state: 'failed', reason: 'VERIFY', steps: ['reverify'], at: '' })).toBe(true);
-    expect(isDrift({ revision: 1, state: 'failed', reason: 'VERIFY', steps: ['verify', 'apply', 'verify'], at: '' })).toBe(false);
+    expect(
+      isDrift({ revision: 1, state: 'failed', reason: 'VERIFY', steps: ['verify', 'apply', 'verify'], at: '' }),
+    ).toBe(false);
     expect(isDrift({ revision: 1, state: 'refused', reason: 'VERIFY', steps: ['reverify'], at: '' })).toBe(false);
     expect(isDrift({ revision: 1, state: 'failed', reason: 'CONFLICT', at: '' })).toBe(false);
   });

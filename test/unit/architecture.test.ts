@@ -11,7 +11,21 @@ import { WORKFLOW_SOURCE_DIRS } from '../../workers/versioning';
  * tsconfig.json covering every source folder. A change that breaks a rule fails here, naming the file
  * and the import.
  */
-const SOURCE_DIRS = ['activities', 'agent', 'bench', 'cli', 'clients', 'contracts', 'core', 'gateway', 'intake', 'scripts', 'sim', 'workers', 'workflows'];
+const SOURCE_DIRS = [
+  'activities',
+  'agent',
+  'bench',
+  'cli',
+  'clients',
+  'contracts',
+  'core',
+  'gateway',
+  'intake',
+  'scripts',
+  'sim',
+  'workers',
+  'workflows',
+];
 
 function sourceFiles(dir: string): string[] {
   const out: string[] = [];
@@ -29,7 +43,8 @@ interface Edge {
   typeOnly: boolean;
 }
 
-const IMPORT = /(?:^|\n)\s*(?:import|export)\s+(type\s+)?[^'"]*?from\s+'([^']+)'|require\('([^']+)'\)|import\('([^']+)'\)/g;
+const IMPORT =
+  /(?:^|\n)\s*(?:import|export)\s+(type\s+)?[^'"]*?from\s+'([^']+)'|require\('([^']+)'\)|import\('([^']+)'\)/g;
 
 /** What a file imports: project files (relative specifiers, resolved) by path, packages as `pkg:<name>`, built-ins as `node:<name>`. */
 function importsOf(file: string, text = readFileSync(file, 'utf8')): Edge[] {
@@ -39,7 +54,15 @@ function importsOf(file: string, text = readFileSync(file, 'utf8')): Edge[] {
     if (!spec) continue;
     const typeOnly = !!m[1];
     if (!spec.startsWith('.')) {
-      found.push({ to: spec.startsWith('node:') ? spec : `pkg:${spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/')}`, typeOnly });
+      found.push({
+        to: spec.startsWith('node:')
+          ? spec
+          : `pkg:${spec
+              .split('/')
+              .slice(0, spec.startsWith('@') ? 2 : 1)
+              .join('/')}`,
+        typeOnly,
+      });
       continue;
     }
     const base = resolve(dirname(file), spec);
@@ -94,14 +117,45 @@ const LAYER_RULES: Record<string, LayerRule> = {
   gateway: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
   agent: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
   workers: { imports: ['activities', 'clients', 'contracts', 'core', 'intake', 'sim', 'workflows'] },
-  cli: { imports: ['activities', 'agent', 'clients', 'contracts', 'core', 'gateway', 'intake', 'sim', 'workers', 'workflows'] },
+  cli: {
+    imports: [
+      'activities',
+      'agent',
+      'clients',
+      'contracts',
+      'core',
+      'gateway',
+      'intake',
+      'sim',
+      'workers',
+      'workflows',
+    ],
+  },
   // The benchmarks drive the tests' shared fixtures (history bounds, the gateway flood).
-  bench: { imports: ['activities', 'agent', 'cli', 'clients', 'contracts', 'core', 'gateway', 'intake', 'sim', 'workers', 'workflows'], files: ['test/support/'] },
+  bench: {
+    imports: [
+      'activities',
+      'agent',
+      'cli',
+      'clients',
+      'contracts',
+      'core',
+      'gateway',
+      'intake',
+      'sim',
+      'workers',
+      'workflows',
+    ],
+    files: ['test/support/'],
+  },
   scripts: { imports: ['cli', 'clients', 'contracts', 'core', 'intake', 'workers', 'workflows'] },
 };
 
 /** Every import in `edgesOf` that a rule of LAYER_RULES forbids, as `<file> -> <import>`. */
-function layerViolations(edgesOf: ReadonlyMap<string, readonly Edge[]>, rules: Record<string, LayerRule> = LAYER_RULES): string[] {
+function layerViolations(
+  edgesOf: ReadonlyMap<string, readonly Edge[]>,
+  rules: Record<string, LayerRule> = LAYER_RULES,
+): string[] {
   const bad: string[] = [];
   for (const [file, es] of edgesOf) {
     const rule = rules[layer(file)];
@@ -113,7 +167,13 @@ function layerViolations(edgesOf: ReadonlyMap<string, readonly Edge[]>, rules: R
       }
       const target = layer(to);
       const named = rule.files?.some((f) => (f.endsWith('/') ? to.startsWith(f) : to === f));
-      if (target === layer(file) || rule.imports.includes(target) || named || (typeOnly && rule.typesFrom?.includes(target))) continue;
+      if (
+        target === layer(file) ||
+        rule.imports.includes(target) ||
+        named ||
+        (typeOnly && rule.typesFrom?.includes(target))
+      )
+        continue;
       bad.push(`${file} -> ${to}${typeOnly ? ' (type)' : ''}`);
     }
   }
@@ -126,9 +186,24 @@ function layerViolations(edgesOf: ReadonlyMap<string, readonly Edge[]>, rules: R
  * Anything else in activities/ that used one would be a branch around the channel.
  */
 const BEHIND_THE_CHANNEL = new Set([
-  'connectDevice', 'transportFor', 'openSsh', 'sshTransport', 'sshDeviceSession', 'localDeviceSession',
-  'readTwin', 'desireOnTwin', 'reverifyTwin', 'twinOf', 'applyThroughTwin', 'applyToDevice', 'agentSnapshot',
-  'agentBoardAnswer', 'agentDriftAnswer', 'agentOnline', 'agentChecks', 'agentErrorRate',
+  'connectDevice',
+  'transportFor',
+  'openSsh',
+  'sshTransport',
+  'sshDeviceSession',
+  'localDeviceSession',
+  'readTwin',
+  'desireOnTwin',
+  'reverifyTwin',
+  'twinOf',
+  'applyThroughTwin',
+  'applyToDevice',
+  'agentSnapshot',
+  'agentBoardAnswer',
+  'agentDriftAnswer',
+  'agentOnline',
+  'agentChecks',
+  'agentErrorRate',
 ]);
 const CHANNEL_SIDE = ['activities/channel/', 'activities/transport/', 'activities/agent/'];
 /** The session-level apply the SSH channel wraps (and the agent runs over its local session): it opens a session by default. */
@@ -141,11 +216,14 @@ function channelBypasses(file: string, text: string): string[] {
     if (m[1]) continue;
     for (const spec of m[2]!.split(',')) {
       const [name] = spec.trim().split(/\s+as\s+/);
-      if (name && !name.startsWith('type ') && BEHIND_THE_CHANNEL.has(name)) found.push(`${file} imports ${name} from '${m[3]}'`);
+      if (name && !name.startsWith('type ') && BEHIND_THE_CHANNEL.has(name))
+        found.push(`${file} imports ${name} from '${m[3]}'`);
     }
   }
-  for (const m of text.matchAll(/(?:^|\n)\s*import\s+\*\s+as\s+\w+\s+from\s*'([^']*\/(?:transport|agent)\/[^']*)'/g)) found.push(`${file} imports all of '${m[1]}'`);
-  for (const m of text.matchAll(/\btransport\s*[!=]==?\s*['"`]|['"`][\w-]*['"`]\s*[!=]==?\s*[\w.?]*\btransport\b/g)) found.push(`${file} branches on a transport: ${m[0]}`);
+  for (const m of text.matchAll(/(?:^|\n)\s*import\s+\*\s+as\s+\w+\s+from\s*'([^']*\/(?:transport|agent)\/[^']*)'/g))
+    found.push(`${file} imports all of '${m[1]}'`);
+  for (const m of text.matchAll(/\btransport\s*[!=]==?\s*['"`]|['"`][\w-]*['"`]\s*[!=]==?\s*[\w.?]*\btransport\b/g))
+    found.push(`${file} branches on a transport: ${m[0]}`);
   return found;
 }
 
@@ -166,12 +244,36 @@ describe('architecture rules (docs/architecture.md)', () => {
       ['intake/registry.ts', [{ to: 'workflows/registry.ts', typeOnly: false }]],
       ['activities/audit.ts', [{ to: 'workers/toolchain.ts', typeOnly: false }]],
       ['sim/openssh.ts', [{ to: 'workers/dev-server.ts', typeOnly: false }]],
-      ['workflows/canary.ts', [{ to: 'activities/index.ts', typeOnly: false }, { to: 'activities/index.ts', typeOnly: true }]],
-      ['core/audit.ts', [{ to: 'node:fs', typeOnly: false }, { to: 'pkg:zod', typeOnly: false }]],
+      [
+        'workflows/canary.ts',
+        [
+          { to: 'activities/index.ts', typeOnly: false },
+          { to: 'activities/index.ts', typeOnly: true },
+        ],
+      ],
+      [
+        'core/audit.ts',
+        [
+          { to: 'node:fs', typeOnly: false },
+          { to: 'pkg:zod', typeOnly: false },
+        ],
+      ],
       ['contracts/twin.ts', [{ to: 'pkg:@temporalio/client', typeOnly: false }]],
-      ['clients/twin.ts', [{ to: 'contracts/twin.ts', typeOnly: false }, { to: 'workflows/device-twin.ts', typeOnly: true }]],
+      [
+        'clients/twin.ts',
+        [
+          { to: 'contracts/twin.ts', typeOnly: false },
+          { to: 'workflows/device-twin.ts', typeOnly: true },
+        ],
+      ],
       ['cli/main.ts', [{ to: 'test/support/cli.ts', typeOnly: false }]],
-      ['bench/agent-scale.ts', [{ to: 'test/support/history-bounds.ts', typeOnly: false }, { to: 'test/e2e/x.test.ts', typeOnly: false }]],
+      [
+        'bench/agent-scale.ts',
+        [
+          { to: 'test/support/history-bounds.ts', typeOnly: false },
+          { to: 'test/e2e/x.test.ts', typeOnly: false },
+        ],
+      ],
     ]);
     expect(layerViolations(upward)).toEqual([
       'activities/agent/twin-client.ts -> workflows/twin-messages.ts',
@@ -188,20 +290,29 @@ describe('architecture rules (docs/architecture.md)', () => {
   });
 
   it('the checker reads a real file: a temp source with an upward import is caught', () => {
-    const text = "import { STATE_DIR } from '../workers/toolchain';\nimport type { Activities } from '../activities';\n";
+    const text =
+      "import { STATE_DIR } from '../workers/toolchain';\nimport type { Activities } from '../activities';\n";
     const parsed = importsOf(join(PROJECT_ROOT, 'activities', 'x.ts'), text);
-    expect(parsed).toEqual([{ to: 'workers/toolchain.ts', typeOnly: false }, { to: 'activities/index.ts', typeOnly: true }]);
-    expect(layerViolations(new Map([['activities/x.ts', parsed]]))).toEqual(['activities/x.ts -> workers/toolchain.ts']);
+    expect(parsed).toEqual([
+      { to: 'workers/toolchain.ts', typeOnly: false },
+      { to: 'activities/index.ts', typeOnly: true },
+    ]);
+    expect(layerViolations(new Map([['activities/x.ts', parsed]]))).toEqual([
+      'activities/x.ts -> workers/toolchain.ts',
+    ]);
   });
 
   it('only cli/ (and bench/) import gateway/ and agent/; cli/commands/agent.ts runs the agent', () => {
-    const importers = files.filter((f) => graph.get(f)!.some((i) => ['gateway', 'agent'].includes(layer(i)) && layer(i) !== layer(f)));
+    const importers = files.filter((f) =>
+      graph.get(f)!.some((i) => ['gateway', 'agent'].includes(layer(i)) && layer(i) !== layer(f)),
+    );
     expect(importers.filter((f) => !['cli', 'bench'].includes(layer(f)))).toEqual([]);
     expect(graph.get('cli/commands/agent.ts')).toContain('agent/run.ts');
   });
 
   it('message definitions and search attribute keys live in contracts/ only, and clients use them; activity proxies in workflows/activity-proxies.ts only', () => {
-    const outside = (pattern: RegExp, home: (f: string) => boolean) => files.filter((f) => !home(f) && pattern.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')));
+    const outside = (pattern: RegExp, home: (f: string) => boolean) =>
+      files.filter((f) => !home(f) && pattern.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')));
     expect(outside(/\bdefine(Signal|Update|Query|SearchAttributeKey)\b/, (f) => layer(f) === 'contracts')).toEqual([]);
     expect(outside(/\bproxy(Local)?Activities\b/, (f) => f === 'workflows/activity-proxies.ts')).toEqual([]);
     expect(outside(/^type Acts\b/m, () => false)).toEqual([]);
@@ -213,13 +324,23 @@ describe('architecture rules (docs/architecture.md)', () => {
 
   it('the build id hashes every folder workflow code imports at run time', () => {
     const hashed = WORKFLOW_SOURCE_DIRS.map((d) => relative(PROJECT_ROOT, d));
-    const bundled = new Set(files.filter((f) => layer(f) === 'workflows').flatMap((f) => edges.get(f)!.filter((e) => !e.typeOnly && !e.to.includes(':')).map((e) => layer(e.to))));
+    const bundled = new Set(
+      files
+        .filter((f) => layer(f) === 'workflows')
+        .flatMap((f) =>
+          edges
+            .get(f)!
+            .filter((e) => !e.typeOnly && !e.to.includes(':'))
+            .map((e) => layer(e.to)),
+        ),
+    );
     expect([...bundled].filter((l) => !hashed.includes(l))).toEqual([]);
     expect(hashed).toContain('contracts');
   });
 
   it('tsconfig.json type-checks every source folder; tsconfig.build.json compiles every one the package runs', () => {
-    const include = (file: string) => (JSON.parse(readFileSync(join(PROJECT_ROOT, file), 'utf8')) as { include: string[] }).include;
+    const include = (file: string) =>
+      (JSON.parse(readFileSync(join(PROJECT_ROOT, file), 'utf8')) as { include: string[] }).include;
     const withSources = readdirSync(PROJECT_ROOT, { withFileTypes: true })
       .filter((d) => d.isDirectory() && d.name !== 'node_modules' && !d.name.startsWith('.') && d.name !== 'dist')
       .map((d) => d.name)
@@ -250,7 +371,9 @@ describe('architecture rules (docs/architecture.md)', () => {
   });
 
   it('activities reach a device only through its channel: outside activities/channel/, transport/ and agent/, nothing dials, reads a twin or branches on the transport', () => {
-    const outside = files.filter((f) => layer(f) === 'activities' && !CHANNEL_SIDE.some((d) => f.startsWith(d)) && !CHANNEL_SIDE_FILES.includes(f));
+    const outside = files.filter(
+      (f) => layer(f) === 'activities' && !CHANNEL_SIDE.some((d) => f.startsWith(d)) && !CHANNEL_SIDE_FILES.includes(f),
+    );
     expect(outside).toContain('activities/health.ts');
     const bad = outside.flatMap((f) => channelBypasses(f, readFileSync(join(PROJECT_ROOT, f), 'utf8')));
     expect(bad).toEqual([]);
@@ -273,11 +396,18 @@ describe('architecture rules (docs/architecture.md)', () => {
       "activities/x.ts branches on a transport: transport === '",
     ]);
     // Types and the channel itself are fine.
-    expect(channelBypasses('activities/x.ts', "import type { DeviceSession } from './transport';\nimport { channelFor, type TwinReader } from './channel';")).toEqual([]);
+    expect(
+      channelBypasses(
+        'activities/x.ts',
+        "import type { DeviceSession } from './transport';\nimport { channelFor, type TwinReader } from './channel';",
+      ),
+    ).toEqual([]);
   });
 
   it('SSH is reached only through the transport seam', () => {
-    const bad = files.filter((f) => !f.startsWith('activities/transport/') && /\bopenSsh\b/.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')));
+    const bad = files.filter(
+      (f) => !f.startsWith('activities/transport/') && /\bopenSsh\b/.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')),
+    );
     expect(bad).toEqual([]);
   });
 });

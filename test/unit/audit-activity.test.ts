@@ -1,11 +1,38 @@
 import { spawn } from 'node:child_process';
-import { appendFileSync, chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { archivedAuditRuns, auditFilePath, auditFileStem, createAuditActivities, ensureAuditKeyFile, readAuditFile, readAuditKey, rolloutIdOfStem } from '../../activities/audit';
-import { AUDIT_EVENTS, GENESIS_HASH, sealRecord, serializeAuditRecord, verifyAuditChain, verifyAuditLog, type AuditEvent } from '../../core/audit';
+import {
+  archivedAuditRuns,
+  auditFilePath,
+  auditFileStem,
+  createAuditActivities,
+  ensureAuditKeyFile,
+  readAuditFile,
+  readAuditKey,
+  rolloutIdOfStem,
+} from '../../activities/audit';
+import {
+  AUDIT_EVENTS,
+  GENESIS_HASH,
+  sealRecord,
+  serializeAuditRecord,
+  verifyAuditChain,
+  verifyAuditLog,
+  type AuditEvent,
+} from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 
@@ -51,7 +78,17 @@ afterEach(() => rmSync(join(dir, '..'), { recursive: true, force: true }));
 describe('audit file names', () => {
   it('encode ids reversibly and stably, with no separators, hidden names or case collisions', () => {
     expect(auditFileStem('rollout:demo')).toBe('rollout%3Ademo');
-    const ids = ['rollout:demo', 'rollout:Demo', 'a/b', 'a%2Fb', '..', '.hidden', 'rollout:prod/eu-1', 'ünïcode:x', 'a@b'];
+    const ids = [
+      'rollout:demo',
+      'rollout:Demo',
+      'a/b',
+      'a%2Fb',
+      '..',
+      '.hidden',
+      'rollout:prod/eu-1',
+      'ünïcode:x',
+      'a@b',
+    ];
     const stems = ids.map(auditFileStem);
     expect(new Set(stems).size).toBe(ids.length);
     for (const [i, stem] of stems.entries()) {
@@ -74,7 +111,9 @@ describe('appendAudit on real files', () => {
     expect(records[0]!.prev).toBe(GENESIS_HASH);
     for (let i = 1; i < 5; i++) expect(records[i]!.prev).toBe(records[i - 1]!.hash);
     expect(verifyAuditLog(readFileSync(file(), 'utf8'))).toEqual({ ok: true, count: 5 });
-    expect(readFileSync(file(), 'utf8').split('\n')[0]).toMatch(/^\{"seq":1,"at":"2026-01-01T00:00:01.000Z","rolloutId":"rollout:demo"/);
+    expect(readFileSync(file(), 'utf8').split('\n')[0]).toMatch(
+      /^\{"seq":1,"at":"2026-01-01T00:00:01.000Z","rolloutId":"rollout:demo"/,
+    );
     expect(existsSync(`${file()}.lock`)).toBe(false);
   });
 
@@ -214,7 +253,10 @@ describe('appendAudit on real files', () => {
     const firstChain = readFileSync(file(), 'utf8');
     await audit.appendAudit(event(1, { runId: 'run-2' }));
     await audit.appendAudit(event(2, { runId: 'run-2' }));
-    expect(readAuditFile(dir, 'rollout:demo').map((r) => [r.seq, r.runId])).toEqual([[1, 'run-2'], [2, 'run-2']]);
+    expect(readAuditFile(dir, 'rollout:demo').map((r) => [r.seq, r.runId])).toEqual([
+      [1, 'run-2'],
+      [2, 'run-2'],
+    ]);
     expect(readFileSync(auditFilePath(dir, 'rollout:demo', 'run-1'), 'utf8')).toBe(firstChain);
     expect(archivedAuditRuns(dir, 'rollout:demo')).toEqual(['run-1']);
     expect(archivedAuditRuns(dir, 'rollout:other')).toEqual([]);
@@ -224,12 +266,22 @@ describe('appendAudit on real files', () => {
   });
 
   it('secrets in the evidence never reach the disk', async () => {
-    const pem = '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAC3NzaC1lZDI1NTE5AAAAIKEYMATERIAL\n-----END OPENSSH PRIVATE KEY-----';
-    await audit.appendAudit(event(1, { evidence: { device: 'laptop-01', privateKey: pem, stderr: `oops ${pem}`, ssh: { password: 'hunter2' } } }));
+    const pem =
+      '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAC3NzaC1lZDI1NTE5AAAAIKEYMATERIAL\n-----END OPENSSH PRIVATE KEY-----';
+    await audit.appendAudit(
+      event(1, {
+        evidence: { device: 'laptop-01', privateKey: pem, stderr: `oops ${pem}`, ssh: { password: 'hunter2' } },
+      }),
+    );
     const text = readFileSync(file(), 'utf8');
     expect(text).not.toContain('KEYMATERIAL');
     expect(text).not.toContain('hunter2');
-    expect(readAuditFile(dir, 'rollout:demo')[0]!.evidence).toEqual({ device: 'laptop-01', privateKey: '[redacted]', stderr: 'oops [redacted private key]', ssh: { password: '[redacted]' } });
+    expect(readAuditFile(dir, 'rollout:demo')[0]!.evidence).toEqual({
+      device: 'laptop-01',
+      privateKey: '[redacted]',
+      stderr: 'oops [redacted private key]',
+      ssh: { password: '[redacted]' },
+    });
   });
 
   it('a lock left by a dead writer is broken; one held by a live writer makes the append retry later', async () => {
@@ -273,10 +325,21 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
     expect(failure.type).toBe('AuditCorrupt');
     expect(failure.nonRetryable).toBe(true);
     expect(failure.details).toEqual([{ file: file(), line: 2, seq: 2, problem: 'edited', segment: 1 }]);
-    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: false, file: file(), line: 2, problem: 'edited', reason: expect.stringMatching(/line 2: line 2 is not a JSON audit record/) });
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({
+      ok: false,
+      file: file(),
+      line: 2,
+      problem: 'edited',
+      reason: expect.stringMatching(/line 2: line 2 is not a JSON audit record/),
+    });
     writeFileSync(file(), good);
     const records = readAuditFile(dir, 'rollout:demo');
-    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toEqual({ ok: true, head: { seq: 3, hash: records[2]!.hash }, file: file(), segment: 1 });
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toEqual({
+      ok: true,
+      head: { seq: 3, hash: records[2]!.hash },
+      file: file(),
+      segment: 1,
+    });
     await audit.appendAudit(event(4));
   });
 
@@ -288,12 +351,14 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
     expect(failure.details).toEqual([{ file: file(), line: 2, seq: 2, problem: 'edited', segment: 1 }]);
   });
 
-  it('auditHealth with the workflow\'s head finds a cut tail that the chain alone cannot', async () => {
+  it("auditHealth with the workflow's head finds a cut tail that the chain alone cannot", async () => {
     for (let seq = 1; seq <= 4; seq++) await audit.appendAudit(event(seq));
     const records = readAuditFile(dir, 'rollout:demo');
     writeFileSync(file(), `${readFileSync(file(), 'utf8').split('\n').slice(0, 2).join('\n')}\n`);
     expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: true });
-    expect(await audit.auditHealth({ rolloutId: 'rollout:demo', head: { seq: 4, hash: records[3]!.hash } })).toMatchObject({ ok: false, problem: 'truncated', reason: expect.stringMatching(/records 3–4 were cut off/) });
+    expect(
+      await audit.auditHealth({ rolloutId: 'rollout:demo', head: { seq: 4, hash: records[3]!.hash } }),
+    ).toMatchObject({ ok: false, problem: 'truncated', reason: expect.stringMatching(/records 3–4 were cut off/) });
   });
 
   it('an override starts a new segment after the last good head, keeps the broken file byte for byte, and later appends continue there', async () => {
@@ -301,26 +366,59 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
     const lastGood = readAuditFile(dir, 'rollout:demo')[2]!;
     appendFileSync(file(), 'garbage\n');
     const broken = readFileSync(file(), 'utf8');
-    const override = event(4, { event: 'audit.override', by: 'alice', reason: 'disk repaired; line 4 lost', lastGood: { seq: 3, hash: lastGood.hash } });
+    const override = event(4, {
+      event: 'audit.override',
+      by: 'alice',
+      reason: 'disk repaired; line 4 lost',
+      lastGood: { seq: 3, hash: lastGood.hash },
+    });
     const head = await audit.appendAudit(override);
     expect(await audit.appendAudit(override)).toEqual(head); // idempotent on retry
     await audit.appendAudit(event(5));
     expect(readFileSync(file(), 'utf8')).toBe(broken);
     const segment2 = auditFilePath(dir, 'rollout:demo', undefined, 2);
-    const second = readFileSync(segment2, 'utf8').trimEnd().split('\n').map((line) => JSON.parse(line) as { seq: number; event: string; prev: string; lastGood?: unknown });
-    expect(second.map((r) => [r.seq, r.event])).toEqual([[4, 'audit.override'], [5, ROUTINE[5]]]);
+    const second = readFileSync(segment2, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { seq: number; event: string; prev: string; lastGood?: unknown });
+    expect(second.map((r) => [r.seq, r.event])).toEqual([
+      [4, 'audit.override'],
+      [5, ROUTINE[5]],
+    ]);
     expect(second[0]).toMatchObject({ prev: lastGood.hash, lastGood: { seq: 3, hash: lastGood.hash } });
-    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({ ok: true, segment: 2, head: { seq: 5 } });
-    expect(logs.join('\n')).toMatch(/override by alice starts .*rollout%3Ademo\+2\.jsonl after record 3; .* is kept as it is/);
+    expect(await audit.auditHealth({ rolloutId: 'rollout:demo' })).toMatchObject({
+      ok: true,
+      segment: 2,
+      head: { seq: 5 },
+    });
+    expect(logs.join('\n')).toMatch(
+      /override by alice starts .*rollout%3Ademo\+2\.jsonl after record 3; .* is kept as it is/,
+    );
   });
 
   it('an override is refused without lastGood or reason (AuditInvalid), and on a whole trail that already goes past lastGood (AuditConflict)', async () => {
     for (let seq = 1; seq <= 2; seq++) await audit.appendAudit(event(seq));
     const first = readAuditFile(dir, 'rollout:demo')[0]!;
-    expect((await failureOf(audit.appendAudit(event(3, { event: 'audit.override', reason: 'x' })))).type).toBe('AuditInvalid');
-    expect((await failureOf(audit.appendAudit(event(3, { event: 'audit.override', lastGood: { seq: 2, hash: first.hash } })))).message).toMatch(/reason/);
-    expect((await failureOf(audit.appendAudit(event(5, { event: 'audit.override', reason: 'x', lastGood: { seq: 2, hash: first.hash } })))).message).toMatch(/expected 3/);
-    const fork = await failureOf(audit.appendAudit(event(2, { event: 'audit.override', reason: 'x', lastGood: { seq: 1, hash: first.hash } })));
+    expect((await failureOf(audit.appendAudit(event(3, { event: 'audit.override', reason: 'x' })))).type).toBe(
+      'AuditInvalid',
+    );
+    expect(
+      (
+        await failureOf(
+          audit.appendAudit(event(3, { event: 'audit.override', lastGood: { seq: 2, hash: first.hash } })),
+        )
+      ).message,
+    ).toMatch(/reason/);
+    expect(
+      (
+        await failureOf(
+          audit.appendAudit(event(5, { event: 'audit.override', reason: 'x', lastGood: { seq: 2, hash: first.hash } })),
+        )
+      ).message,
+    ).toMatch(/expected 3/);
+    const fork = await failureOf(
+      audit.appendAudit(event(2, { event: 'audit.override', reason: 'x', lastGood: { seq: 1, hash: first.hash } })),
+    );
     expect(fork.type).toBe('AuditConflict');
     expect(fork.message).toMatch(/already holds record 2.*would fork the chain/);
     expect(auditFilePath(dir, 'rollout:demo', undefined, 2)).not.toSatisfy(existsSync);
@@ -367,7 +465,7 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
 });
 
 describe('the audit key file', () => {
-  it('is read by reference: hex of at least 32 bytes, the owner\'s alone; a bad file is INVALID_INPUT that never shows its content', () => {
+  it("is read by reference: hex of at least 32 bytes, the owner's alone; a bad file is INVALID_INPUT that never shows its content", () => {
     const keyFile = join(dir, '..', 'audit.key');
     ensureAuditKeyFile(keyFile);
     expect(statSync(keyFile).mode & 0o777).toBe(0o600);

@@ -41,8 +41,12 @@ describe('files named by the URL: read bounded, by wavegate, handed to pg as con
       ['sslrootcert', huge, /above the limit of 16777216 bytes/],
     ];
     for (const [parameter, path, why] of cases) {
-      const err = urlRefusal(`postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=${encodeURIComponent(path)}`);
-      expect(err.message).toContain(`--audit-store "postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=`);
+      const err = urlRefusal(
+        `postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=${encodeURIComponent(path)}`,
+      );
+      expect(err.message).toContain(
+        `--audit-store "postgres://u@db.example/wavegate?sslmode=verify-full&${parameter}=`,
+      );
       expect(err.message).toContain(`?${parameter}= ${path}: `);
       expect(err.message).toMatch(why);
       expect(err.details).toMatchObject({ field: '--audit-store', parameter });
@@ -52,18 +56,40 @@ describe('files named by the URL: read bounded, by wavegate, handed to pg as con
   it('a readable CA, certificate and key reach pg as their contents, never as paths; sslmode, connect_timeout and application_name as given', () => {
     const files = { sslrootcert: 'CA PEM\n', sslcert: 'CERT PEM\n', sslkey: 'KEY PEM\n' };
     for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, `${name}.pem`), text);
-    const query = Object.keys(files).map((name) => `${name}=${encodeURIComponent(join(dir, `${name}.pem`))}`).join('&');
-    const config = parseAuditStore(`postgresql://auditor@[::1]:6432/trail?sslmode=verify-full&${query}&connect_timeout=7&application_name=wavegate-eu`);
+    const query = Object.keys(files)
+      .map((name) => `${name}=${encodeURIComponent(join(dir, `${name}.pem`))}`)
+      .join('&');
+    const config = parseAuditStore(
+      `postgresql://auditor@[::1]:6432/trail?sslmode=verify-full&${query}&connect_timeout=7&application_name=wavegate-eu`,
+    );
     expect(config).toMatchObject({
       kind: 'postgres',
-      client: { host: '::1', port: 6432, user: 'auditor', database: 'trail', ssl: { ca: 'CA PEM\n', cert: 'CERT PEM\n', key: 'KEY PEM\n' }, connectionTimeoutMillis: 7_000, application_name: 'wavegate-eu' },
+      client: {
+        host: '::1',
+        port: 6432,
+        user: 'auditor',
+        database: 'trail',
+        ssl: { ca: 'CA PEM\n', cert: 'CERT PEM\n', key: 'KEY PEM\n' },
+        connectionTimeoutMillis: 7_000,
+        application_name: 'wavegate-eu',
+      },
     });
     expect(JSON.stringify(config.kind === 'postgres' ? config.client : null)).not.toContain(dir);
     // sslmode=disable keeps TLS off even with a CA named (as pg-connection-string does); no-verify skips the check.
-    expect(storeClientConfig(`postgres://u@h/db?sslmode=disable&sslrootcert=${encodeURIComponent(join(dir, 'sslrootcert.pem'))}`).ssl).toBe(false);
+    expect(
+      storeClientConfig(
+        `postgres://u@h/db?sslmode=disable&sslrootcert=${encodeURIComponent(join(dir, 'sslrootcert.pem'))}`,
+      ).ssl,
+    ).toBe(false);
     expect(storeClientConfig('postgres://u@h/db?sslmode=no-verify').ssl).toMatchObject({ rejectUnauthorized: false });
     // Defaults: 10 s to connect, the application name wavegate, no TLS settings of its own.
-    expect(storeClientConfig('postgres://u@h/db')).toEqual({ host: 'h', user: 'u', database: 'db', application_name: 'wavegate', connectionTimeoutMillis: 10_000 });
+    expect(storeClientConfig('postgres://u@h/db')).toEqual({
+      host: 'h',
+      user: 'u',
+      database: 'db',
+      application_name: 'wavegate',
+      connectionTimeoutMillis: 10_000,
+    });
   });
 });
 
@@ -77,7 +103,10 @@ describe('the query cannot say where to connect or as whom', () => {
     ['database', 'postgres', "the URL's database"],
     ['options', '-c search_path=evil', 'would set server settings for the session'],
   ])('?%s= is refused naming it', (parameter, value, what) => {
-    const err = urlRefusal(`postgres://auditor@db.example:5432/wavegate?${parameter}=${encodeURIComponent(value)}`, '$WAVEGATE_AUDIT_STORE');
+    const err = urlRefusal(
+      `postgres://auditor@db.example:5432/wavegate?${parameter}=${encodeURIComponent(value)}`,
+      '$WAVEGATE_AUDIT_STORE',
+    );
     expect(err.message).toContain(`$WAVEGATE_AUDIT_STORE "postgres://auditor@db.example:5432/wavegate?${parameter}=`);
     expect(err.message).toContain(`?${parameter}= ${what.startsWith('would') ? what : `would override ${what}`}`);
     expect(err.message).toMatch(/: refused/);
@@ -86,18 +115,39 @@ describe('the query cannot say where to connect or as whom', () => {
 
 describe('only the documented parameters, once each, in range', () => {
   it('unknown parameters are refused by name with the list allowed', () => {
-    for (const parameter of ['sslcrl', 'ssl', 'uselibpqcompat', 'statement_timeout', 'client_encoding', 'keepalives', 'passfile']) {
+    for (const parameter of [
+      'sslcrl',
+      'ssl',
+      'uselibpqcompat',
+      'statement_timeout',
+      'client_encoding',
+      'keepalives',
+      'passfile',
+    ]) {
       const err = urlRefusal(`postgres://u@db.example/wavegate?${parameter}=1`);
-      expect(err.message).toContain(`?${parameter}= is not a parameter wavegate passes to PostgreSQL; allowed: sslmode, sslrootcert, sslcert, sslkey, application_name, connect_timeout`);
+      expect(err.message).toContain(
+        `?${parameter}= is not a parameter wavegate passes to PostgreSQL; allowed: sslmode, sslrootcert, sslcert, sslkey, application_name, connect_timeout`,
+      );
     }
-    expect(urlRefusal('postgres://u@db.example/wavegate?%0Aevil=1').message).toContain('?"\\nevil"= is not a parameter');
+    expect(urlRefusal('postgres://u@db.example/wavegate?%0Aevil=1').message).toContain(
+      '?"\\nevil"= is not a parameter',
+    );
   });
 
   it('a parameter twice, an sslmode pg does not know, a connect_timeout of 0 ("for ever") or out of range, an unprintable application_name', () => {
-    expect(urlRefusal('postgres://u@h/db?sslmode=disable&sslmode=verify-full').message).toContain('?sslmode= is given more than once');
-    expect(urlRefusal('postgres://u@h/db?sslmode=allow').message).toContain('?sslmode= "allow": expected one of disable, prefer, require, verify-ca, verify-full, no-verify');
-    for (const t of ['0', '301', '1.5', 'soon', '']) expect(urlRefusal(`postgres://u@h/db?connect_timeout=${t}`).message).toContain(`?connect_timeout= ${JSON.stringify(t)}: expected whole seconds from 1 to 300`);
-    expect(urlRefusal('postgres://u@h/db?application_name=%1B%5B2J').message).toContain('?application_name= "\\u001b[2J": expected 1-63 printable ASCII characters');
+    expect(urlRefusal('postgres://u@h/db?sslmode=disable&sslmode=verify-full').message).toContain(
+      '?sslmode= is given more than once',
+    );
+    expect(urlRefusal('postgres://u@h/db?sslmode=allow').message).toContain(
+      '?sslmode= "allow": expected one of disable, prefer, require, verify-ca, verify-full, no-verify',
+    );
+    for (const t of ['0', '301', '1.5', 'soon', ''])
+      expect(urlRefusal(`postgres://u@h/db?connect_timeout=${t}`).message).toContain(
+        `?connect_timeout= ${JSON.stringify(t)}: expected whole seconds from 1 to 300`,
+      );
+    expect(urlRefusal('postgres://u@h/db?application_name=%1B%5B2J').message).toContain(
+      '?application_name= "\\u001b[2J": expected 1-63 printable ASCII characters',
+    );
     expect(urlRefusal('postgres://u@h/db?sslpassword=hunter2').message).toContain('a password in the URL is refused');
     expect(urlRefusal('postgres://u@h/db?sslpassword=hunter2').message).not.toContain('hunter2');
   });
@@ -107,7 +157,14 @@ describe('~/.pgpass, as libpq reads it (the password asked for only when the ser
   const target = { host: 'db.example', port: 5432, database: 'wavegate', user: 'auditor' };
 
   it('the first matching line wins; * matches a whole field; \\: and \\\\ are literal; # is a comment', () => {
-    const text = ['# comment', 'other:5432:wavegate:auditor:no', 'db.example:5433:*:auditor:wrong-port', 'db.example:*:wave\\:gate:auditor:escaped-db', '*:5432:*:auditor:p\\:w\\\\1:tail', 'db.example:5432:wavegate:auditor:later'].join('\n');
+    const text = [
+      '# comment',
+      'other:5432:wavegate:auditor:no',
+      'db.example:5433:*:auditor:wrong-port',
+      'db.example:*:wave\\:gate:auditor:escaped-db',
+      '*:5432:*:auditor:p\\:w\\\\1:tail',
+      'db.example:5432:wavegate:auditor:later',
+    ].join('\n');
     expect(pgpassPassword(text, target)).toBe('p:w\\1');
     expect(pgpassPassword(text, { ...target, database: 'wave:gate', port: 6000 })).toBe('escaped-db');
     expect(pgpassPassword('\\*:5432:wavegate:auditor:literal-star\n', target)).toBeUndefined();

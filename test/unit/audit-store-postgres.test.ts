@@ -5,7 +5,15 @@ import { dirname, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createPostgresAuditStore, openAuditStore, parseAuditStore, readStorePassword, redactStoreUrl, SCHEMA_VERSION, type PostgresAuditStore } from '../../activities/audit-store';
+import {
+  createPostgresAuditStore,
+  openAuditStore,
+  parseAuditStore,
+  readStorePassword,
+  redactStoreUrl,
+  SCHEMA_VERSION,
+  type PostgresAuditStore,
+} from '../../activities/audit-store';
 import { AUDIT_EVENTS, verifyAuditSegments, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { startPostgres, type Postgres } from '../support/postgres';
@@ -54,8 +62,15 @@ async function failureOf(promise: Promise<unknown>): Promise<ApplicationFailure>
   throw new Error('expected the call to fail');
 }
 
-async function rows(rolloutId = id): Promise<Array<{ seq: string; segment: number; chain_run: string; hash: string; prev: string }>> {
-  return (await admin.query('SELECT seq, segment, chain_run, hash, prev FROM wavegate_audit_records WHERE rollout_id = $1 ORDER BY chain_run, segment, seq', [rolloutId])).rows;
+async function rows(
+  rolloutId = id,
+): Promise<Array<{ seq: string; segment: number; chain_run: string; hash: string; prev: string }>> {
+  return (
+    await admin.query(
+      'SELECT seq, segment, chain_run, hash, prev FROM wavegate_audit_records WHERE rollout_id = $1 ORDER BY chain_run, segment, seq',
+      [rolloutId],
+    )
+  ).rows;
 }
 
 beforeAll(async () => {
@@ -82,7 +97,9 @@ describe('schema migration', () => {
     // A fresh database: five stores migrate at the same moment (pg_advisory_lock).
     await admin.query('CREATE DATABASE fresh OWNER wavegate');
     const freshUrl = pg.url.replace(/\/wavegate$/, '/fresh');
-    const racers = Array.from({ length: 5 }, () => createPostgresAuditStore({ url: freshUrl, location: freshUrl, password: pg.password }));
+    const racers = Array.from({ length: 5 }, () =>
+      createPostgresAuditStore({ url: freshUrl, location: freshUrl, password: pg.password }),
+    );
     stores.push(...racers);
     const results = await Promise.all(racers.map((s) => s.migrate()));
     expect(results.filter((r) => r.from === 0)).toHaveLength(1);
@@ -91,7 +108,10 @@ describe('schema migration', () => {
     await fresh.connect();
     try {
       expect((await fresh.query('SELECT version FROM wavegate_schema')).rows).toEqual([{ version: SCHEMA_VERSION }]);
-      expect((await fresh.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename LIKE 'wavegate_audit_%'")).rows[0].n).toBe(2);
+      expect(
+        (await fresh.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename LIKE 'wavegate_audit_%'")).rows[0]
+          .n,
+      ).toBe(2);
     } finally {
       await fresh.end();
     }
@@ -99,7 +119,7 @@ describe('schema migration', () => {
 });
 
 describe('appends', () => {
-  it('chain records with MACs; the store\'s segments verify like a file (hash chain, head, every MAC)', async () => {
+  it("chain records with MACs; the store's segments verify like a file (hash chain, head, every MAC)", async () => {
     const s = store();
     const heads = [];
     for (let seq = 1; seq <= 5; seq++) heads.push(await s.append(event(seq)));
@@ -108,7 +128,11 @@ describe('appends', () => {
     for (let i = 1; i < stored.length; i++) expect(stored[i]!.prev).toBe(stored[i - 1]!.hash);
     const verdict = verifyAuditSegments(await s.segments(id), { head: heads.at(-1), key });
     expect(verdict).toMatchObject({ ok: true, count: 5, head: heads.at(-1) });
-    expect(await s.health({ rolloutId: id, head: heads.at(-1) })).toMatchObject({ ok: true, head: heads.at(-1), segment: 1 });
+    expect(await s.health({ rolloutId: id, head: heads.at(-1) })).toMatchObject({
+      ok: true,
+      head: heads.at(-1),
+      segment: 1,
+    });
   });
 
   it('the same record twice (a retried activity, from another worker) is one row and the same head', async () => {
@@ -170,7 +194,10 @@ describe('appends', () => {
     const [a, b] = [store(), store()];
     await a.append(event(1));
     for (let seq = 2; seq <= 11; seq++) {
-      const results = await Promise.allSettled([a.append(event(seq, { by: 'worker-a' })), b.append(event(seq, { by: 'worker-b' }))]);
+      const results = await Promise.allSettled([
+        a.append(event(seq, { by: 'worker-a' })),
+        b.append(event(seq, { by: 'worker-b' })),
+      ]);
       expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
       const lost = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
       expect((lost.reason as ApplicationFailure).type).toBe('AuditConflict');
@@ -183,7 +210,10 @@ describe('appends', () => {
   it('a row edited in the database (UPDATE) stops the chain: AuditCorrupt naming the seq, health not whole, verify fails at it', async () => {
     const s = store();
     for (let seq = 1; seq <= 4; seq++) await s.append(event(seq));
-    await admin.query(`UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 3`, [id]);
+    await admin.query(
+      `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 3`,
+      [id],
+    );
     const failure = await failureOf(s.append(event(5)));
     expect(failure.type).toBe('AuditCorrupt');
     expect(failure.nonRetryable).toBe(true);
@@ -203,7 +233,10 @@ describe('appends', () => {
     // A fresh id, warmed, then one character of an early row changed.
     id = `${id}-b`;
     for (let seq = 1; seq <= 30; seq++) await s.append(event(seq));
-    await admin.query(`UPDATE wavegate_audit_records SET record = replace(record, '"applied":2,', '"applied":3,') WHERE rollout_id = $1 AND seq = 2`, [id]);
+    await admin.query(
+      `UPDATE wavegate_audit_records SET record = replace(record, '"applied":2,', '"applied":3,') WHERE rollout_id = $1 AND seq = 2`,
+      [id],
+    );
     const edited = await failureOf(s.append(event(31)));
     expect(edited.details?.[0]).toMatchObject({ seq: 2, problem: 'edited' });
     expect(await s.health({ rolloutId: id })).toMatchObject({ ok: false, problem: 'edited' });
@@ -214,9 +247,17 @@ describe('appends', () => {
     const heads = [];
     for (let seq = 1; seq <= 3; seq++) heads.push(await s.append(event(seq)));
     await admin.query(`UPDATE wavegate_audit_records SET record = 'not json' WHERE rollout_id = $1 AND seq = 3`, [id]);
-    const override = await s.append(event(3, { event: 'audit.override', by: 'alice', reason: 'row 3 damaged by a bad restore', lastGood: heads[1]! }));
+    const override = await s.append(
+      event(3, { event: 'audit.override', by: 'alice', reason: 'row 3 damaged by a bad restore', lastGood: heads[1]! }),
+    );
     const next = await s.append(event(4));
-    expect((await rows()).map((r) => [Number(r.seq), r.segment])).toEqual([[1, 1], [2, 1], [3, 1], [3, 2], [4, 2]]);
+    expect((await rows()).map((r) => [Number(r.seq), r.segment])).toEqual([
+      [1, 1],
+      [2, 1],
+      [3, 1],
+      [3, 2],
+      [4, 2],
+    ]);
     const verdict = verifyAuditSegments(await s.segments(id), { head: next, key });
     expect(verdict.ok).toBe(true);
     expect(verdict.segments[1]!.override).toMatchObject({ by: 'alice', lastGood: heads[1], confirmed: true });
@@ -237,7 +278,10 @@ describe('appends', () => {
   it('without the key the MAC check fails on verify; a wrong password is a retryable AuditUnwritable', async () => {
     const unkeyed = store({});
     await unkeyed.append(event(1));
-    expect(verifyAuditSegments(await unkeyed.segments(id), { key }).failure).toMatchObject({ seq: 1, problem: 'unsigned' });
+    expect(verifyAuditSegments(await unkeyed.segments(id), { key }).failure).toMatchObject({
+      seq: 1,
+      problem: 'unsigned',
+    });
     const wrong = createPostgresAuditStore({ url: pg.url, location: pg.url, password: 'not-the-password' });
     stores.push(wrong);
     const failure = await failureOf(wrong.append(event(2)));
@@ -249,7 +293,10 @@ describe('appends', () => {
 
 describe('configuration', () => {
   it('a password in the URL is refused naming --audit-store, without printing it', () => {
-    for (const url of ['postgres://wavegate:s3cretpw@db.example:5432/wavegate', 'postgresql://u@db/w?password=s3cretpw']) {
+    for (const url of [
+      'postgres://wavegate:s3cretpw@db.example:5432/wavegate',
+      'postgresql://u@db/w?password=s3cretpw',
+    ]) {
       let error: unknown;
       try {
         parseAuditStore(url);
@@ -265,7 +312,10 @@ describe('configuration', () => {
     expect(() => parseAuditStore('mysql://u@h/db')).toThrow(/expected "file" or postgres:\/\//);
     expect(() => parseAuditStore('postgres://u@h')).toThrow(/no database name/);
     expect(parseAuditStore(undefined)).toEqual({ kind: 'file' });
-    expect(parseAuditStore('postgres://u@h:5/db?sslmode=require')).toMatchObject({ kind: 'postgres', location: 'postgres://u@h:5/db?sslmode=require' });
+    expect(parseAuditStore('postgres://u@h:5/db?sslmode=require')).toMatchObject({
+      kind: 'postgres',
+      location: 'postgres://u@h:5/db?sslmode=require',
+    });
     expect(redactStoreUrl('postgres://u:pw@h/db')).toBe('postgres://u:***@h/db');
   });
 
@@ -275,8 +325,14 @@ describe('configuration', () => {
     const loose = `${file}.loose`;
     writeFileSync(loose, `${pg.password}\n`);
     chmodSync(loose, 0o644);
-    expect(() => readStorePassword({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: loose })).toThrow(/readable by others \(mode 644\)/);
-    const opened = openAuditStore({ store: pg.url, env: { WAVEGATE_AUDIT_STORE_PASSWORD_FILE: file }, macKey: key }) as PostgresAuditStore;
+    expect(() => readStorePassword({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: loose })).toThrow(
+      /readable by others \(mode 644\)/,
+    );
+    const opened = openAuditStore({
+      store: pg.url,
+      env: { WAVEGATE_AUDIT_STORE_PASSWORD_FILE: file },
+      macKey: key,
+    }) as PostgresAuditStore;
     stores.push(opened);
     expect(opened.location).toBe(pg.url);
     expect(await opened.append(event(1))).toMatchObject({ seq: 1 });
@@ -302,7 +358,11 @@ describe('TLS to PostgreSQL: sslmode and sslrootcert in the URL go to pg', () =>
     const check = new Client({ connectionString: tlsPg.adminUrl });
     await check.connect();
     try {
-      const sessions = (await check.query("SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'wavegate'")).rows;
+      const sessions = (
+        await check.query(
+          "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'wavegate'",
+        )
+      ).rows;
       expect(sessions.length).toBeGreaterThan(0);
       expect(sessions.every((r) => r.ssl === true)).toBe(true);
     } finally {
@@ -310,7 +370,25 @@ describe('TLS to PostgreSQL: sslmode and sslrootcert in the URL go to pg', () =>
     }
     // A CA that did not sign the server's certificate.
     const otherCa = join(dirname(tlsPg.caFile!), 'other-ca.pem');
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', join(dirname(otherCa), 'other-ca.key'), '-out', otherCa, '-days', '1', '-subj', '/CN=some other CA'], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        join(dirname(otherCa), 'other-ca.key'),
+        '-out',
+        otherCa,
+        '-days',
+        '1',
+        '-subj',
+        '/CN=some other CA',
+      ],
+      { stdio: 'ignore' },
+    );
     const wrongUrl = `${tlsPg.url}?sslmode=verify-full&sslrootcert=${encodeURIComponent(otherCa)}`;
     const wrong = createPostgresAuditStore({ url: wrongUrl, location: wrongUrl, password: tlsPg.password });
     stores.push(wrong);

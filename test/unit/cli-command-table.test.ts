@@ -14,7 +14,16 @@ import * as revert from '../../cli/commands/revert';
 import * as rollout from '../../cli/commands/rollout';
 import * as schedule from '../../cli/commands/schedule';
 import * as tools from '../../cli/commands/tools';
-import { COMMANDS, GROUP_NAMES, groupsFor, programWith, topLevelProgram, type Group, type GroupName, type TopCommand } from '../../cli/main';
+import {
+  COMMANDS,
+  GROUP_NAMES,
+  groupsFor,
+  programWith,
+  topLevelProgram,
+  type Group,
+  type GroupName,
+  type TopCommand,
+} from '../../cli/main';
 
 /**
  * cli/main.ts loads only the group of commands the arguments name, and prints the top-level help from its
@@ -23,7 +32,22 @@ import { COMMANDS, GROUP_NAMES, groupsFor, programWith, topLevelProgram, type Gr
  * top-level invocation exactly as the program with every group loaded does.
  */
 // The groups imported here (vitest loads TypeScript through imports; main.ts requires them at run time).
-const MODULES: Record<GroupName, Group> = { dev, plan, rollout, converge, revert, fleet, schedule, audit, keys, registry, tools, init, gateway, agent };
+const MODULES: Record<GroupName, Group> = {
+  dev,
+  plan,
+  rollout,
+  converge,
+  revert,
+  fleet,
+  schedule,
+  audit,
+  keys,
+  registry,
+  tools,
+  init,
+  gateway,
+  agent,
+};
 const load = (name: GroupName) => MODULES[name];
 
 function derivedTable(): TopCommand[] {
@@ -31,11 +55,19 @@ function derivedTable(): TopCommand[] {
   return GROUP_NAMES.flatMap((group) => {
     const program = new Command('wavegate');
     load(group).register(program);
-    return program.commands.map((c) => ({ name: c.name(), group, term: help.subcommandTerm(c), description: help.subcommandDescription(c) }));
+    return program.commands.map((c) => ({
+      name: c.name(),
+      group,
+      term: help.subcommandTerm(c),
+      description: help.subcommandDescription(c),
+    }));
   });
 }
 
-async function answer(program: Command, args: string[]): Promise<{ out: string; err: string; exitCode: number | undefined }> {
+async function answer(
+  program: Command,
+  args: string[],
+): Promise<{ out: string; err: string; exitCode: number | undefined }> {
   let out = '';
   let err = '';
   let exitCode: number | undefined;
@@ -67,12 +99,28 @@ describe('the CLI command table (lazy command loading)', () => {
     expect(groupsFor(['no-such-command'])).toBeUndefined(); // every group: Commander reports it as before
   });
 
-  it.each([[[]], [['--help']], [['-h']], [['help']], [['help', 'plan']], [['--help', 'plan']], [['nope']], [['pla']], [['--foo']], [['help', 'nope']], [['plan', '--help']], [['fleet', '--help']], [['schedule']]])(
-    'wavegate %j answers exactly as with every group loaded',
-    async (args) => {
-      const groups = groupsFor(args);
-      const lazy = groups === undefined ? programWith(GROUP_NAMES, load) : groups.length === 0 ? topLevelProgram() : programWith(groups, load);
-      expect(await answer(lazy, args)).toEqual(await answer(programWith(GROUP_NAMES, load), args));
-    },
-  );
+  it.each([
+    [[]],
+    [['--help']],
+    [['-h']],
+    [['help']],
+    [['help', 'plan']],
+    [['--help', 'plan']],
+    [['nope']],
+    [['pla']],
+    [['--foo']],
+    [['help', 'nope']],
+    [['plan', '--help']],
+    [['fleet', '--help']],
+    [['schedule']],
+  ])('wavegate %j answers exactly as with every group loaded', async (args) => {
+    const groups = groupsFor(args);
+    const lazy =
+      groups === undefined
+        ? programWith(GROUP_NAMES, load)
+        : groups.length === 0
+          ? topLevelProgram()
+          : programWith(groups, load);
+    expect(await answer(lazy, args)).toEqual(await answer(programWith(GROUP_NAMES, load), args));
+  });
 });

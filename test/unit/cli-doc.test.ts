@@ -27,7 +27,9 @@ interface CommandDoc {
 function walk(command: Command, prefix: string): CommandDoc[] {
   return command.commands.flatMap((c) => {
     const path = `${prefix} ${c.name()}`.trim();
-    const options = c.options.filter((o) => o.long).map((o) => ({ flags: o.flags, long: o.long!, description: o.description }));
+    const options = c.options
+      .filter((o) => o.long)
+      .map((o) => ({ flags: o.flags, long: o.long!, description: o.description }));
     return [{ path, usage: c.usage(), description: c.description(), options }, ...walk(c, path)];
   });
 }
@@ -36,7 +38,9 @@ function walk(command: Command, prefix: string): CommandDoc[] {
 async function commandTree(topLevel: Set<string>): Promise<CommandDoc[]> {
   const program = new Command('wavegate');
   const dir = join(PROJECT_ROOT, 'cli', 'commands');
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts')).sort()) {
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.ts'))
+    .sort()) {
     const module = (await import(join(dir, file))) as { register?: (program: Command) => void };
     if (typeof module.register === 'function') module.register(program);
   }
@@ -63,10 +67,14 @@ describe('docs/cli.md documents every command and option', () => {
   it('has a section for each command and names each of its options', async () => {
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
-    const listed = new Set([...help.stdout.split(/^Commands:$/m)[1]!.matchAll(/^ {2}([a-z][\w-]*)/gm)].map((m) => m[1]!));
+    const listed = new Set(
+      [...help.stdout.split(/^Commands:$/m)[1]!.matchAll(/^ {2}([a-z][\w-]*)/gm)].map((m) => m[1]!),
+    );
     expect(listed.has('start') && listed.has('fleet')).toBe(true);
     const tree = await commandTree(listed);
-    expect(new Set(tree.filter((c) => !c.path.includes(' ')).map((c) => c.path))).toEqual(new Set([...listed].filter((n) => n !== 'help')));
+    expect(new Set(tree.filter((c) => !c.path.includes(' ')).map((c) => c.path))).toEqual(
+      new Set([...listed].filter((n) => n !== 'help')),
+    );
 
     const connection = section('Connection options');
     expect(connection, 'docs/cli.md: "### Connection options"').toBeDefined();
@@ -74,12 +82,17 @@ describe('docs/cli.md documents every command and option', () => {
     for (const command of tree) {
       const text = section(`\`wavegate ${command.path}\``);
       if (!text) {
-        missing.push(`### \`wavegate ${command.path}\`\n\nUsage: \`wavegate ${command.path} ${command.usage}\`\n\n${command.description}\n\n${command.options.map((o) => `| \`${o.flags}\` | ${o.description} |`).join('\n')}`);
+        missing.push(
+          `### \`wavegate ${command.path}\`\n\nUsage: \`wavegate ${command.path} ${command.usage}\`\n\n${command.description}\n\n${command.options.map((o) => `| \`${o.flags}\` | ${o.description} |`).join('\n')}`,
+        );
         continue;
       }
       for (const option of command.options) {
         const viaConnection = named(connection!, option.long) && text.includes('](#connection-options)');
-        if (!named(text, option.long) && !viaConnection) missing.push(`wavegate ${command.path}: | \`${option.flags.replace(/\|/g, '\\|')}\` | ${option.description} |`);
+        if (!named(text, option.long) && !viaConnection)
+          missing.push(
+            `wavegate ${command.path}: | \`${option.flags.replace(/\|/g, '\\|')}\` | ${option.description} |`,
+          );
       }
     }
     expect(missing, `add to docs/cli.md, "## Options of every command":\n${missing.join('\n')}`).toEqual([]);

@@ -17,8 +17,15 @@ afterAll(() => scratch.cleanup());
 function modulesLoadedBy(args: string[]): string[] {
   const record = join(scratch.dir, `modules-${args[0] ?? 'none'}.json`);
   const hook = join(scratch.dir, 'record-modules.js');
-  writeFileSync(hook, `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(record)}, JSON.stringify(Object.keys(require.cache))));\n`);
-  const run = spawnSync(process.execPath, ['--require', hook, WAVEGATE_BIN, ...args], { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 120_000 });
+  writeFileSync(
+    hook,
+    `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(record)}, JSON.stringify(Object.keys(require.cache))));\n`,
+  );
+  const run = spawnSync(process.execPath, ['--require', hook, WAVEGATE_BIN, ...args], {
+    cwd: PROJECT_ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   expect(run.status, run.stderr).toBe(0);
   return JSON.parse(readFileSync(record, 'utf8')) as string[];
 }
@@ -33,7 +40,13 @@ describe('lazy command loading', () => {
   });
 
   it('wavegate plan loads its own group only, and neither the Temporal client nor the worker SDK nor SSH', () => {
-    const modules = modulesLoadedBy(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', 'examples/plan/fleet-20.yaml']);
+    const modules = modulesLoadedBy([
+      'plan',
+      '-f',
+      'examples/plan/phased.yaml',
+      '--inventory',
+      'examples/plan/fleet-20.yaml',
+    ]);
     expect(loaded(modules, /\/cli\/commands\//).map((m) => m.replace(/.*\/cli\/commands\//, ''))).toEqual(['plan.ts']);
     expect(loaded(modules, /node_modules\/(@temporalio\/(client|worker|core-bridge)|ssh2|pg)\//)).toEqual([]);
   });

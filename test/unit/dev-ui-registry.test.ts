@@ -20,8 +20,12 @@ describe('Web UI links point at the UI actually serving a local dev stack', () =
 
   it('an explicit --ui-url or WAVEGATE_UI_URL still wins', () => {
     const unregister = registerDevUi('127.0.0.1:29300', 'http://127.0.0.1:29301', env);
-    expect(resolveConnectionSettings({ address: '127.0.0.1:29300', uiUrl: 'http://ui.example/' }, env).uiUrl).toBe('http://ui.example');
-    expect(resolveConnectionSettings({ address: '127.0.0.1:29300' }, { ...env, WAVEGATE_UI_URL: 'http://other:1' }).uiUrl).toBe('http://other:1');
+    expect(resolveConnectionSettings({ address: '127.0.0.1:29300', uiUrl: 'http://ui.example/' }, env).uiUrl).toBe(
+      'http://ui.example',
+    );
+    expect(
+      resolveConnectionSettings({ address: '127.0.0.1:29300' }, { ...env, WAVEGATE_UI_URL: 'http://other:1' }).uiUrl,
+    ).toBe('http://other:1');
     unregister();
   });
 });

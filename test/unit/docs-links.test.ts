@@ -10,7 +10,13 @@ import { PROJECT_ROOT } from '../../intake/package-layout';
  */
 
 /** The documents checked: README.md, SECURITY.md and every docs/*.md. */
-const DOCUMENTS = ['README.md', 'SECURITY.md', ...readdirSync(join(PROJECT_ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const DOCUMENTS = [
+  'README.md',
+  'SECURITY.md',
+  ...readdirSync(join(PROJECT_ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 /** The text outside fenced code blocks, with inline code spans blanked: links and headings live only there. */
 function prose(markdown: string): string[] {
@@ -69,11 +75,16 @@ function relativeLinks(doc: string): Link[] {
 /** What is wrong with one link, or undefined when it leads somewhere. */
 function problem(link: Link): string | undefined {
   const [path, anchor] = link.target.split('#', 2) as [string, string | undefined];
-  const file = path ? resolve(PROJECT_ROOT, dirname(link.from), decodeURIComponent(path)) : join(PROJECT_ROOT, link.from);
+  const file = path
+    ? resolve(PROJECT_ROOT, dirname(link.from), decodeURIComponent(path))
+    : join(PROJECT_ROOT, link.from);
   if (!existsSync(file)) return `no file ${relative(PROJECT_ROOT, file)}`;
   if (anchor === undefined) return undefined;
-  if (statSync(file).isDirectory() || !file.endsWith('.md')) return `an anchor into ${relative(PROJECT_ROOT, file)}, which is not a markdown file`;
-  return anchors(file).has(anchor) ? undefined : `${relative(PROJECT_ROOT, file)} has no heading with anchor #${anchor}`;
+  if (statSync(file).isDirectory() || !file.endsWith('.md'))
+    return `an anchor into ${relative(PROJECT_ROOT, file)}, which is not a markdown file`;
+  return anchors(file).has(anchor)
+    ? undefined
+    : `${relative(PROJECT_ROOT, file)} has no heading with anchor #${anchor}`;
 }
 
 describe('links in the README and docs/', () => {
@@ -89,7 +100,9 @@ describe('links in the README and docs/', () => {
     const links = DOCUMENTS.flatMap(relativeLinks);
     expect(links.length).toBeGreaterThan(50);
     expect(links.some((l) => l.from === 'README.md' && l.target.startsWith('docs/'))).toBe(true);
-    expect(problem({ from: 'README.md', line: 0, target: 'docs/cli.md#no-such-heading' })).toMatch(/no heading with anchor #no-such-heading/);
+    expect(problem({ from: 'README.md', line: 0, target: 'docs/cli.md#no-such-heading' })).toMatch(
+      /no heading with anchor #no-such-heading/,
+    );
     expect(problem({ from: 'docs/cli.md', line: 0, target: 'nowhere.md' })).toMatch(/no file docs\/nowhere\.md/);
   });
 

@@ -308,7 +308,9 @@ describe('fleet simulator', () => {
     fleet.resetCounters();
     const conn = await connect(b, fleet);
     try {
-      const sftp = await new Promise<import('ssh2').SFTPWrapper>((res, rej) => conn.sftp((e, s) => (e ? rej(e) : res(s))));
+      const sftp = await new Promise<import('ssh2').SFTPWrapper>((res, rej) =>
+        conn.sftp((e, s) => (e ? rej(e) : res(s))),
+      );
       const call = <T>(fn: (cb: (err: Error | null | undefined, v?: T) => void) => void): Promise<T> =>
         new Promise<T>((res, rej) => fn((err, v) => (err ? rej(err) : res(v as T))));
 

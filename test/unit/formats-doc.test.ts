@@ -86,7 +86,11 @@ function allowedFields(parse: (data: unknown) => unknown): Path[] {
     parse({ formatsDocProbe: 1 });
   } catch (err) {
     const allowed = /formatsDocProbe: unknown field; allowed: ([^(\n]+)/.exec((err as Error).message)?.[1];
-    if (allowed) return allowed.trim().split(/,\s*/).map((k) => [k]);
+    if (allowed)
+      return allowed
+        .trim()
+        .split(/,\s*/)
+        .map((k) => [k]);
   }
   throw new Error('the schema did not name its allowed fields');
 }
@@ -110,7 +114,13 @@ function documentedPaths(text: string): Path[] {
     if (!first) continue;
     for (const [, code] of first.matchAll(/`([^`]+)`/g)) {
       // `payload[].sha256`, `pools.<name>.disruptionBudget`, `…name` → segments of field names.
-      out.push(code!.replace(/^…\.?/, '').replace(/\[\]/g, '').split('.').filter((s) => s && !/^<.*>$/.test(s)));
+      out.push(
+        code!
+          .replace(/^…\.?/, '')
+          .replace(/\[\]/g, '')
+          .split('.')
+          .filter((s) => s && !/^<.*>$/.test(s)),
+      );
     }
   }
   return out;
@@ -131,7 +141,10 @@ function isDocumented(path: Path, rows: Path[]): boolean {
       if (segment !== last || i + 1 > path.length) return false;
       const head = row.slice(0, i + 1);
       const before = path[path.length - head.length - 1];
-      return head.every((s, j) => s === path[path.length - head.length + j]) && !(before !== undefined && qualifiers.has(before));
+      return (
+        head.every((s, j) => s === path[path.length - head.length + j]) &&
+        !(before !== undefined && qualifiers.has(before))
+      );
     }),
   );
 }
@@ -146,19 +159,48 @@ interface Format {
 
 const rolloutFields = fieldPaths(RolloutBody, [], new Set(['window']));
 const FORMATS: Format[] = [
-  { name: 'profile.yaml (core/revision.ts Profile)', section: '4. profile.yaml', fields: fieldPaths(Profile), refused: ['runtimes', 'metrics.errorRate.command'] },
-  { name: 'revision (core/revision.ts Revision, PayloadFile, RevisionHealth)', section: '5. Revisions', fields: fieldPaths(Revision) },
+  {
+    name: 'profile.yaml (core/revision.ts Profile)',
+    section: '4. profile.yaml',
+    fields: fieldPaths(Profile),
+    refused: ['runtimes', 'metrics.errorRate.command'],
+  },
+  {
+    name: 'revision (core/revision.ts Revision, PayloadFile, RevisionHealth)',
+    section: '5. Revisions',
+    fields: fieldPaths(Revision),
+  },
   {
     name: 'trust.yaml (core/signing.ts parseTrust, Pin)',
     section: '6. Envelopes, keys and trust.yaml',
     fields: [...allowedFields((d) => parseTrust(d, 'trust.yaml')), ...fieldPaths(Pin, ['pins'])],
   },
-  { name: 'envelope (core/signing.ts Envelope)', section: '6. Envelopes, keys and trust.yaml', fields: fieldPaths(Envelope) },
-  { name: 'key file (core/signing.ts SecretKeyFile)', section: '6. Envelopes, keys and trust.yaml', fields: fieldPaths(SecretKeyFile) },
-  { name: 'inventory (core/inventory.ts InventoryInput, DeviceInput, SshSettings, pools)', section: '7. Inventory', fields: fieldPaths(InventoryInput) },
-  { name: 'node-down verdicts (core/node-down.ts NodeDownFile)', section: '7. Inventory', fields: fieldPaths(NodeDownFile) },
+  {
+    name: 'envelope (core/signing.ts Envelope)',
+    section: '6. Envelopes, keys and trust.yaml',
+    fields: fieldPaths(Envelope),
+  },
+  {
+    name: 'key file (core/signing.ts SecretKeyFile)',
+    section: '6. Envelopes, keys and trust.yaml',
+    fields: fieldPaths(SecretKeyFile),
+  },
+  {
+    name: 'inventory (core/inventory.ts InventoryInput, DeviceInput, SshSettings, pools)',
+    section: '7. Inventory',
+    fields: fieldPaths(InventoryInput),
+  },
+  {
+    name: 'node-down verdicts (core/node-down.ts NodeDownFile)',
+    section: '7. Inventory',
+    fields: fieldPaths(NodeDownFile),
+  },
   { name: 'rollout spec (core/spec.ts RolloutBody, Phase)', section: '8. Rollout spec', fields: rolloutFields },
-  { name: 'maintenance window (core/spec.ts RolloutBody.window)', section: '11. Maintenance windows', fields: fieldPaths(schemaAt(RolloutBody, ['window'])) },
+  {
+    name: 'maintenance window (core/spec.ts RolloutBody.window)',
+    section: '11. Maintenance windows',
+    fields: fieldPaths(schemaAt(RolloutBody, ['window'])),
+  },
 ];
 
 /** Every schema field the section's tables leave out, as `<format>: <field> (section "<s>")`. */
@@ -169,8 +211,10 @@ function undocumented(format: Format): string[] {
   for (const path of format.fields) {
     const field = path.join('.');
     if (format.refused?.includes(field)) {
-      if (!text.includes(`\`${field}\``)) missing.push(`${format.name}: ${field} (refused field, not named in section "${format.section}")`);
-    } else if (!isDocumented(path, rows)) missing.push(`${format.name}: ${field} (no table row in section "${format.section}")`);
+      if (!text.includes(`\`${field}\``))
+        missing.push(`${format.name}: ${field} (refused field, not named in section "${format.section}")`);
+    } else if (!isDocumented(path, rows))
+      missing.push(`${format.name}: ${field} (no table row in section "${format.section}")`);
   }
   return missing;
 }
@@ -178,16 +222,31 @@ function undocumented(format: Format): string[] {
 describe('docs/formats.md documents every schema field', () => {
   it('walks nested objects, arrays, records, unions and pipes of the schemas (the walk itself finds deep fields)', () => {
     const joined = (paths: Path[]) => paths.map((p) => p.join('.'));
-    expect(joined(rolloutFields)).toEqual(expect.arrayContaining(['rollback.on', 'phases.healthGate', 'phases.gateMs', 'revertWindow', 'window']));
+    expect(joined(rolloutFields)).toEqual(
+      expect.arrayContaining(['rollback.on', 'phases.healthGate', 'phases.gateMs', 'revertWindow', 'window']),
+    );
     expect(joined(rolloutFields)).not.toContain('window.days');
-    expect(joined(fieldPaths(InventoryInput))).toEqual(expect.arrayContaining(['pools.disruptionBudget', 'devices.ssh.jumpHost.hostKey', 'defaults.labels']));
-    expect(joined(fieldPaths(Revision))).toEqual(expect.arrayContaining(['payload.sha256', 'health.runtimes.command', 'health.errorRate.command', 'escapes.reason']));
-    expect(joined(fieldPaths(Profile))).toEqual(expect.arrayContaining(['metrics.errorRate.prometheus.query', 'metrics.errorRate.tokenFile']));
+    expect(joined(fieldPaths(InventoryInput))).toEqual(
+      expect.arrayContaining(['pools.disruptionBudget', 'devices.ssh.jumpHost.hostKey', 'defaults.labels']),
+    );
+    expect(joined(fieldPaths(Revision))).toEqual(
+      expect.arrayContaining([
+        'payload.sha256',
+        'health.runtimes.command',
+        'health.errorRate.command',
+        'escapes.reason',
+      ]),
+    );
+    expect(joined(fieldPaths(Profile))).toEqual(
+      expect.arrayContaining(['metrics.errorRate.prometheus.query', 'metrics.errorRate.tokenFile']),
+    );
     expect(joined(allowedFields((d) => parseTrust(d, 'trust.yaml')))).toEqual(['threshold', 'pins']);
   });
 
   it('a field with no table row is reported by name; a parent row documents neither an unrelated field nor one of another parent', () => {
-    const rows = documentedPaths('| Field | Type |\n|---|---|\n| `rollback.on` | x |\n| `payload[].sha256` | x |\n| `…name` | x |\n| `pools.<name>.disruptionBudget` | x |');
+    const rows = documentedPaths(
+      '| Field | Type |\n|---|---|\n| `rollback.on` | x |\n| `payload[].sha256` | x |\n| `…name` | x |\n| `pools.<name>.disruptionBudget` | x |',
+    );
     expect(isDocumented(['rollback'], rows)).toBe(true);
     expect(isDocumented(['rollback', 'on'], rows)).toBe(true);
     expect(isDocumented(['payload', 'sha256'], rows)).toBe(true);

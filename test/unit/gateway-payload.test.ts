@@ -29,12 +29,28 @@ describe('gateway payloads', () => {
   const pair = keyPairFromSeed(randomBytes(32));
 
   const viewWith = (payload: Revision['payload'], revision = 2): TwinView => {
-    const envelope = signRevision({ profile: 'app', revision, apply: 'true', verify: 'true', payload, risk: 'risky' }, pair, { now: Date.now() });
+    const envelope = signRevision(
+      { profile: 'app', revision, apply: 'true', verify: 'true', payload, risk: 'risky' },
+      pair,
+      { now: Date.now() },
+    );
     const holder = { rollout: 'r', run: 'x', activity: '1', attempt: 1 };
     return {
       deviceId: 'dev-1',
       version: 1,
-      desired: { app: { requestId: 'r:x:1', profile: 'app', revision, steps: { profile: 'app', revision, apply: '', verify: '', payload: [], envelope }, envelopeDigest: envelopeDigestOf(envelope), holder, rollout: 'r', fromRevision: null, setAt: '' } },
+      desired: {
+        app: {
+          requestId: 'r:x:1',
+          profile: 'app',
+          revision,
+          steps: { profile: 'app', revision, apply: '', verify: '', payload: [], envelope },
+          envelopeDigest: envelopeDigestOf(envelope),
+          holder,
+          rollout: 'r',
+          fromRevision: null,
+          setAt: '',
+        },
+      },
       report: null,
       lastSeenAt: null,
       reverify: false,
@@ -43,7 +59,13 @@ describe('gateway payloads', () => {
   const refusal = (fn: () => unknown): HttpRefusal => refusalOf(fn, HttpRefusal);
   const rejection = (p: Promise<unknown>): Promise<HttpRefusal> => rejectionOf(p, HttpRefusal);
   /** What payloadFor was: the entry, the file opened and checked, its chunks gathered. */
-  const payloadFor = async (view: TwinView | null, root: string, profile: string, revision: number, name: string): Promise<Buffer> => {
+  const payloadFor = async (
+    view: TwinView | null,
+    root: string,
+    profile: string,
+    revision: number,
+    name: string,
+  ): Promise<Buffer> => {
     const opened = await openPayload(root, profile, payloadEntry(view, profile, revision, name));
     try {
       const chunks: Buffer[] = [];
@@ -55,12 +77,24 @@ describe('gateway payloads', () => {
   };
 
   it('serves the signed entry of the desired revision', async () => {
-    expect(await payloadFor(viewWith([{ name: 'conf', sha256, size: body.length, source: 'payload/conf' }]), root, 'app', 2, 'conf')).toEqual(body);
+    expect(
+      await payloadFor(
+        viewWith([{ name: 'conf', sha256, size: body.length, source: 'payload/conf' }]),
+        root,
+        'app',
+        2,
+        'conf',
+      ),
+    ).toEqual(body);
   });
 
   it('403 for another revision, another profile, a name the envelope does not list, or no twin', () => {
     const view = viewWith([{ name: 'conf', sha256, size: body.length, source: 'payload/conf' }]);
-    expect(refusal(() => payloadEntry(view, 'app', 1, 'conf'))).toMatchObject({ status: 403, code: 'FORBIDDEN', message: expect.stringContaining('that is r2') });
+    expect(refusal(() => payloadEntry(view, 'app', 1, 'conf'))).toMatchObject({
+      status: 403,
+      code: 'FORBIDDEN',
+      message: expect.stringContaining('that is r2'),
+    });
     expect(refusal(() => payloadEntry(view, 'other', 2, 'conf')).status).toBe(403);
     expect(refusal(() => payloadEntry(view, 'app', 2, 'secret.txt')).status).toBe(403);
     expect(refusal(() => payloadEntry(null, 'app', 2, 'conf')).status).toBe(403);
@@ -68,19 +102,36 @@ describe('gateway payloads', () => {
 
   it('refuses a signed source outside payload/, and a local file that is not the signed one', async () => {
     const outside = viewWith([{ name: 'conf', sha256, size: 13, source: 'secret.txt' }]);
-    expect(await rejection(payloadFor(outside, root, 'app', 2, 'conf'))).toMatchObject({ status: 409, code: 'PAYLOAD_OUTSIDE_ROOT' });
+    expect(await rejection(payloadFor(outside, root, 'app', 2, 'conf'))).toMatchObject({
+      status: 409,
+      code: 'PAYLOAD_OUTSIDE_ROOT',
+    });
     const wrong = viewWith([{ name: 'conf', sha256: 'ab'.repeat(32), size: body.length, source: 'payload/conf' }]);
-    expect(await rejection(payloadFor(wrong, root, 'app', 2, 'conf'))).toMatchObject({ status: 409, code: 'PAYLOAD_DIGEST_MISMATCH' });
+    expect(await rejection(payloadFor(wrong, root, 'app', 2, 'conf'))).toMatchObject({
+      status: 409,
+      code: 'PAYLOAD_DIGEST_MISMATCH',
+    });
     const missing = viewWith([{ name: 'gone', sha256, size: body.length, source: 'payload/gone' }]);
-    expect(await rejection(payloadFor(missing, root, 'app', 2, 'gone'))).toMatchObject({ status: 404, code: 'PAYLOAD_MISSING' });
+    expect(await rejection(payloadFor(missing, root, 'app', 2, 'gone'))).toMatchObject({
+      status: 404,
+      code: 'PAYLOAD_MISSING',
+    });
     const bigger = viewWith([{ name: 'conf', sha256, size: body.length + 1, source: 'payload/conf' }]);
-    expect(await rejection(payloadFor(bigger, root, 'app', 2, 'conf'))).toMatchObject({ status: 409, code: 'PAYLOAD_SIZE_MISMATCH' });
+    expect(await rejection(payloadFor(bigger, root, 'app', 2, 'conf'))).toMatchObject({
+      status: 409,
+      code: 'PAYLOAD_SIZE_MISMATCH',
+    });
   });
 
   it('streams a large file from disk in chunks, whole and exact, over a real HTTP answer', async () => {
     const big = randomBytes(5 * PAYLOAD_CHUNK_BYTES + 123);
     writeFileSync(join(root, 'app', 'payload', 'big.bin'), big);
-    const entry = { name: 'big.bin', sha256: createHash('sha256').update(big).digest('hex'), size: big.length, source: 'payload/big.bin' };
+    const entry = {
+      name: 'big.bin',
+      sha256: createHash('sha256').update(big).digest('hex'),
+      size: big.length,
+      source: 'payload/big.bin',
+    };
     const opened = await openPayload(root, 'app', entry);
     let most = 0;
     const chunks: Buffer[] = [];
@@ -116,7 +167,12 @@ describe('gateway payloads', () => {
     const original = randomBytes(3 * PAYLOAD_CHUNK_BYTES);
     const path = join(root, 'app', 'payload', 'swapped.bin');
     writeFileSync(path, original);
-    const entry = { name: 'swapped.bin', sha256: createHash('sha256').update(original).digest('hex'), size: original.length, source: 'payload/swapped.bin' };
+    const entry = {
+      name: 'swapped.bin',
+      sha256: createHash('sha256').update(original).digest('hex'),
+      size: original.length,
+      source: 'payload/swapped.bin',
+    };
     const opened = await openPayload(root, 'app', entry);
     // Same size, other bytes, written in place after the open's check.
     const changed = Buffer.from(original);
@@ -125,7 +181,10 @@ describe('gateway payloads', () => {
     const got: Buffer[] = [];
     const err = await (async () => {
       for await (const c of opened.chunks()) got.push(c);
-    })().then(() => undefined, (e: unknown) => e as Error);
+    })().then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
     await opened.close();
     expect(err?.message).toContain('PAYLOAD_DIGEST_MISMATCH');
     expect(Buffer.concat(got).length).toBeLessThan(original.length);

@@ -21,10 +21,20 @@ describe('gateway inventory pins', () => {
   it('answers a key, null (no agentKey) or undefined (unknown); re-reads a changed file at most once a second; keeps the old pins when the new file is bad', () => {
     const k1 = key();
     const k2 = key();
-    write([{ id: 'a', pool: 'p', transport: 'agent', agentKey: agentKeyPin(k1) }, { id: 's', pool: 'p', host: 'h', user: 'u' }], 1_000_000);
+    write(
+      [
+        { id: 'a', pool: 'p', transport: 'agent', agentKey: agentKeyPin(k1) },
+        { id: 's', pool: 'p', host: 'h', user: 'u' },
+      ],
+      1_000_000,
+    );
     const lines: string[] = [];
     let now = 10_000;
-    const pins = inventoryPins(file, (l) => lines.push(l), () => now);
+    const pins = inventoryPins(
+      file,
+      (l) => lines.push(l),
+      () => now,
+    );
     expect(pins.keyOf('a')).toEqual(k1);
     expect(pins.keyOf('s')).toBeNull();
     expect(pins.keyOf('zz')).toBeUndefined();

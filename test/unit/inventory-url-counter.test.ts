@@ -27,10 +27,13 @@ const PAGES: string[] = [
 ];
 
 describe('DeviceCounter: the devices of a page counted while it streams', () => {
-  it.each(PAGES.map((p, i) => [i, p] as const))('page %i: the count JSON.parse keeps, in one chunk or byte by byte', (_i, page) => {
-    const kept = (JSON.parse(page) as { devices: unknown[] }).devices.length;
-    for (const chunk of [1, 2, 3, 7, page.length]) expect(countInChunks(page, chunk)).toBe(kept);
-  });
+  it.each(PAGES.map((p, i) => [i, p] as const))(
+    'page %i: the count JSON.parse keeps, in one chunk or byte by byte',
+    (_i, page) => {
+      const kept = (JSON.parse(page) as { devices: unknown[] }).devices.length;
+      for (const chunk of [1, 2, 3, 7, page.length]) expect(countInChunks(page, chunk)).toBe(kept);
+    },
+  );
 
   it('a duplicate devices key is counted twice: never below what JSON.parse keeps (the last)', () => {
     expect(countInChunks('{"devices":[{},{},{}],"devices":[{}]}', 4)).toBe(4);
@@ -47,6 +50,9 @@ describe('--inventory-deadline', () => {
     expect(parseInventoryDeadline(undefined)).toBe(120_000);
     expect(parseInventoryDeadline('90s')).toBe(90_000);
     expect(parseInventoryDeadline('1h')).toBe(3_600_000);
-    for (const bad of ['0', '999ms', '2h', 'soon', '-5s', '']) expect(() => parseInventoryDeadline(bad)).toThrow(`--inventory-deadline ${JSON.stringify(bad)}: must be a duration from 1s to 1h`);
+    for (const bad of ['0', '999ms', '2h', 'soon', '-5s', ''])
+      expect(() => parseInventoryDeadline(bad)).toThrow(
+        `--inventory-deadline ${JSON.stringify(bad)}: must be a duration from 1s to 1h`,
+      );
   });
 });

@@ -25,9 +25,19 @@ describe('LocalSession: applyToDevice on the device itself', () => {
     const profiles = join(scratch.dir, `profiles-${n}`);
     mkdirSync(home, { recursive: true });
     mkdirSync(profiles, { recursive: true });
-    const target: DeviceTarget = { id: `dev-${n}`, host: '', port: 0, user: '', pool: 'p', class: 'agent' } as DeviceTarget;
+    const target: DeviceTarget = {
+      id: `dev-${n}`,
+      host: '',
+      port: 0,
+      user: '',
+      pool: 'p',
+      class: 'agent',
+    } as DeviceTarget;
     const connect = async () => localDeviceSession(target.id, home);
-    const runs = () => (existsSync(join(home, 'apply-runs')) ? readFileSync(join(home, 'apply-runs'), 'utf8').split('\n').filter(Boolean).length : 0);
+    const runs = () =>
+      existsSync(join(home, 'apply-runs'))
+        ? readFileSync(join(home, 'apply-runs'), 'utf8').split('\n').filter(Boolean).length
+        : 0;
     return { home, profiles, target, connect, runs };
   };
   const steps = (seconds: number, revision = 3): RevisionSteps => ({
@@ -41,12 +51,22 @@ describe('LocalSession: applyToDevice on the device itself', () => {
 
   it('applies once: the apply runs under HOME = the device home, the marker is written, a second apply is already-applied', async () => {
     const d = device();
-    const first = await applyToDevice(d.target, steps(0), { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect, holder: unit(1) });
+    const first = await applyToDevice(d.target, steps(0), {
+      commandTimeoutMs: 10_000,
+      profilesRoot: d.profiles,
+      connect: d.connect,
+      holder: unit(1),
+    });
     expect(first.outcome).toBe('applied');
     expect(first.steps).toEqual(['verify', 'apply', 'verify', 'marker']);
     expect(readFileSync(join(d.home, '.wavegate/profiles/lock/revision'), 'utf8').trim()).toBe('3');
     expect(readFileSync(join(d.home, '.wavegate/profiles/lock/last-apply/released'), 'utf8')).toContain('done');
-    const again = await applyToDevice(d.target, steps(0), { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect, holder: { ...unit(1), activity: '8' } });
+    const again = await applyToDevice(d.target, steps(0), {
+      commandTimeoutMs: 10_000,
+      profilesRoot: d.profiles,
+      connect: d.connect,
+      holder: { ...unit(1), activity: '8' },
+    });
     expect(again.outcome).toBe('already-applied');
     expect(d.runs()).toBe(1);
   });
@@ -54,13 +74,26 @@ describe('LocalSession: applyToDevice on the device itself', () => {
   it('a session closed mid-apply: the apply keeps running detached, and the retry of the same unit reattaches to it (one run)', async () => {
     const d = device();
     const abort = new AbortController();
-    const first = applyToDevice(d.target, steps(2), { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect, holder: unit(1), heartbeatIntervalMs: 100, signal: abort.signal });
+    const first = applyToDevice(d.target, steps(2), {
+      commandTimeoutMs: 10_000,
+      profilesRoot: d.profiles,
+      connect: d.connect,
+      holder: unit(1),
+      heartbeatIntervalMs: 100,
+      signal: abort.signal,
+    });
     // Closed once the apply has started on the device (it records its run first).
     const watch = setInterval(() => d.runs() > 0 && abort.abort(), 50);
     await expect(first).rejects.toBeInstanceOf(TransportError);
     clearInterval(watch);
     expect(existsSync(join(d.home, '.wavegate/profiles/lock/apply.lock/launched'))).toBe(true);
-    const retry = await applyToDevice(d.target, steps(2), { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect, holder: unit(2), heartbeatIntervalMs: 100 });
+    const retry = await applyToDevice(d.target, steps(2), {
+      commandTimeoutMs: 10_000,
+      profilesRoot: d.profiles,
+      connect: d.connect,
+      holder: unit(2),
+      heartbeatIntervalMs: 100,
+    });
     expect(retry.outcome).toBe('applied');
     expect(retry.steps[0]).toBe('reattach');
     expect(d.runs()).toBe(1);
@@ -74,20 +107,32 @@ describe('LocalSession: applyToDevice on the device itself', () => {
     const sha256 = createHash('sha256').update(body).digest('hex');
     const result = await applyToDevice(
       d.target,
-      { ...steps(0, 4), apply: 'cp "$WAVEGATE_STAGING/app.conf" "$HOME/app.conf" && touch "$HOME/applied-r4"', payload: [{ name: 'app.conf', sha256, size: body.length, source: 'payload/app.conf' }] },
+      {
+        ...steps(0, 4),
+        apply: 'cp "$WAVEGATE_STAGING/app.conf" "$HOME/app.conf" && touch "$HOME/applied-r4"',
+        payload: [{ name: 'app.conf', sha256, size: body.length, source: 'payload/app.conf' }],
+      },
       { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect },
     );
     expect(result.steps).toContain('stage');
     expect(readFileSync(join(d.home, 'app.conf'), 'utf8')).toBe('hello agent\n');
   });
 
-  it('refuses below the floor written in the device home (the SSH path\'s floor file), running nothing', async () => {
+  it("refuses below the floor written in the device home (the SSH path's floor file), running nothing", async () => {
     const d = device();
     const session = localDeviceSession(d.target.id, d.home);
-    await session.writeFloor('lock', { revision: 5, from: 4, revertUntil: 0, rollout: 'rollout:done' }, { timeoutMs: 1000 });
+    await session.writeFloor(
+      'lock',
+      { revision: 5, from: 4, revertUntil: 0, rollout: 'rollout:done' },
+      { timeoutMs: 1000 },
+    );
     session.close();
     expect(readFileSync(join(d.home, '.wavegate/profiles/lock/floor'), 'utf8')).toContain('revision=5');
-    const refused = applyToDevice(d.target, steps(0), { commandTimeoutMs: 10_000, profilesRoot: d.profiles, connect: d.connect });
+    const refused = applyToDevice(d.target, steps(0), {
+      commandTimeoutMs: 10_000,
+      profilesRoot: d.profiles,
+      connect: d.connect,
+    });
     await expect(refused).rejects.toBeInstanceOf(EnvelopeRejected);
     await expect(refused).rejects.toThrow(/BELOW_FLOOR/);
     expect(d.runs()).toBe(0);

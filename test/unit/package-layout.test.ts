@@ -15,7 +15,10 @@ describe('checkout or installed package', () => {
     expect(isCheckout(PROJECT_ROOT)).toBe(true);
     expect(STATE_DIR).toBe(join(PROJECT_ROOT, '.wavegate'));
     expect(VENV_DIR).toBe(join(PROJECT_ROOT, '.tools', 'venv'));
-    expect(wavegateLayout('/src/wavegate', true, { WAVEGATE_HOME: '/elsewhere' })).toEqual({ stateDir: '/src/wavegate/.wavegate', venvDir: '/src/wavegate/.tools/venv' });
+    expect(wavegateLayout('/src/wavegate', true, { WAVEGATE_HOME: '/elsewhere' })).toEqual({
+      stateDir: '/src/wavegate/.wavegate',
+      venvDir: '/src/wavegate/.tools/venv',
+    });
     expect(WORKFLOWS_PATH).toBe(join(PROJECT_ROOT, 'workflows', 'index.ts'));
   });
 
@@ -24,9 +27,17 @@ describe('checkout or installed package', () => {
     mkdirSync(join(installed, 'dist', 'cli'), { recursive: true });
     writeFileSync(join(installed, 'dist', 'cli', 'main.js'), '');
     expect(isCheckout(installed)).toBe(false);
-    expect(wavegateLayout(installed, false, {}, () => '/home/op')).toEqual({ stateDir: '/home/op/.wavegate', venvDir: '/home/op/.wavegate/tools/venv' });
-    expect(wavegateLayout(installed, false, { WAVEGATE_HOME: '/var/lib/wavegate' }, () => '/home/op')).toEqual({ stateDir: '/var/lib/wavegate', venvDir: '/var/lib/wavegate/tools/venv' });
-    expect(wavegateLayout(installed, false, { WAVEGATE_HOME: '' }, () => '/home/op').stateDir).toBe('/home/op/.wavegate');
+    expect(wavegateLayout(installed, false, {}, () => '/home/op')).toEqual({
+      stateDir: '/home/op/.wavegate',
+      venvDir: '/home/op/.wavegate/tools/venv',
+    });
+    expect(wavegateLayout(installed, false, { WAVEGATE_HOME: '/var/lib/wavegate' }, () => '/home/op')).toEqual({
+      stateDir: '/var/lib/wavegate',
+      venvDir: '/var/lib/wavegate/tools/venv',
+    });
+    expect(wavegateLayout(installed, false, { WAVEGATE_HOME: '' }, () => '/home/op').stateDir).toBe(
+      '/home/op/.wavegate',
+    );
   });
 
   it('the build id: hashed from the sources in a checkout, read from dist/build-info.json when installed', () => {

@@ -27,7 +27,8 @@ describe('parsed once per content', () => {
     const fifo = join(scratch.dir, 'fifo');
     spawnSync('mkfifo', [fifo]);
     let parses = 0;
-    for (const path of [fifo, fifo, '/dev/zero']) expect(read(path, () => `refused ${++parses}`)).toBe(`refused ${parses}`);
+    for (const path of [fifo, fifo, '/dev/zero'])
+      expect(read(path, () => `refused ${++parses}`)).toBe(`refused ${parses}`);
     expect(parses).toBe(3);
   });
 });

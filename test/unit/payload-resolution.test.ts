@@ -30,12 +30,26 @@ describe('payload files: resolved by the signed entry under the worker payload d
   /** Steps of a signed revision whose one payload entry has this source, size and digest. */
   const signed = (source: string, opts: { size?: number; sha256?: string } = {}): RevisionSteps => {
     const revision = parseRevision(
-      { profile: 'pay', revision: 2, apply: 'true', verify: 'false', risk: 'safe', payload: [{ name: 'file', sha256: opts.sha256 ?? digest, size: opts.size ?? body.length, source }] },
+      {
+        profile: 'pay',
+        revision: 2,
+        apply: 'true',
+        verify: 'false',
+        risk: 'safe',
+        payload: [{ name: 'file', sha256: opts.sha256 ?? digest, size: opts.size ?? body.length, source }],
+      },
       'test revision',
     );
     const envelope = signRevision(revision, key, { now, validityDays: 30 });
     // What the rollout input says about the file's location is never used.
-    return { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: body.length, source: '/etc/passwd' }], envelope };
+    return {
+      profile: 'pay',
+      revision: 2,
+      apply: 'true',
+      verify: 'false',
+      payload: [{ name: 'file', sha256: digest, size: body.length, source: '/etc/passwd' }],
+      envelope,
+    };
   };
   const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot });
   const rejection = (fn: () => unknown): EnvelopeRejected => {
@@ -66,7 +80,9 @@ describe('payload files: resolved by the signed entry under the worker payload d
   });
 
   it('the file is the signed source under the worker profile directory, whatever path the rollout input names', () => {
-    expect(resolve(signed('payload/good')).payload).toEqual([{ name: 'file', sha256: digest, size: body.length, source: join(payloadDir, 'good') }]);
+    expect(resolve(signed('payload/good')).payload).toEqual([
+      { name: 'file', sha256: digest, size: body.length, source: join(payloadDir, 'good') },
+    ]);
   });
 
   it.each([
@@ -110,9 +126,23 @@ describe('payload files: resolved by the signed entry under the worker payload d
 
   it('a file of the signed size with another digest is refused before upload, and its local digest is never printed', async () => {
     const d = fleet.device('digest');
-    const target: DeviceTarget = { id: 'digest', host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'server', ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath } };
+    const target: DeviceTarget = {
+      id: 'digest',
+      host: d.host,
+      port: d.port,
+      user: fleet.user,
+      pool: 'p',
+      class: 'server',
+      ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath },
+    };
     // An unsigned worker still finds the file under its payload directory only, and still checks it.
-    const steps: RevisionSteps = { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: body.length, source: 'payload/same-size' }] };
+    const steps: RevisionSteps = {
+      profile: 'pay',
+      revision: 2,
+      apply: 'true',
+      verify: 'false',
+      payload: [{ name: 'file', sha256: digest, size: body.length, source: 'payload/same-size' }],
+    };
     const err = await applyToDevice(target, steps, { commandTimeoutMs: 10_000, profilesRoot: profilesRoot }).then(
       () => undefined,
       (e: unknown) => e as Error,
@@ -126,7 +156,13 @@ describe('payload files: resolved by the signed entry under the worker payload d
   });
 
   it('an unsigned step naming a file outside the worker payload directory is refused (the worker reads no other file)', () => {
-    const steps: RevisionSteps = { profile: 'pay', revision: 2, apply: 'true', verify: 'false', payload: [{ name: 'file', sha256: digest, size: 0, source: '/dev/zero' }] };
+    const steps: RevisionSteps = {
+      profile: 'pay',
+      revision: 2,
+      apply: 'true',
+      verify: 'false',
+      payload: [{ name: 'file', sha256: digest, size: 0, source: '/dev/zero' }],
+    };
     const err = rejection(() => signedSteps(steps, { trust: undefined, requireEnvelope: false, now, profilesRoot }));
     expect(err.reason).toBe('PAYLOAD_OUTSIDE_ROOT');
   });

@@ -19,8 +19,26 @@ describe('quiet-start heartbeat', () => {
   const scratch = scratchDir('quiet-heartbeat');
   let fleet: Fleet;
   const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-  const device = (d: SimDevice): DeviceSnapshot => ({ id: d.id, host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'c', updateClass: 'required', os: 'linux', current: null, reachable: true, ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath } });
-  const steps = (apply: string) => ({ profile: 'quiet', revision: 2, apply, verify: 'test -f "$HOME/applied"', payload: [] });
+  const device = (d: SimDevice): DeviceSnapshot => ({
+    id: d.id,
+    host: d.host,
+    port: d.port,
+    user: fleet.user,
+    pool: 'p',
+    class: 'c',
+    updateClass: 'required',
+    os: 'linux',
+    current: null,
+    reachable: true,
+    ssh: { hostKey: d.hostKeyFingerprint, key: fleet.clientKeyPath },
+  });
+  const steps = (apply: string) => ({
+    profile: 'quiet',
+    revision: 2,
+    apply,
+    verify: 'test -f "$HOME/applied"',
+    payload: [],
+  });
 
   beforeAll(async () => {
     mkdirSync(join(scratch.dir, 'profiles'), { recursive: true });
@@ -38,7 +56,11 @@ describe('quiet-start heartbeat', () => {
     const started = Date.now();
     env.on('heartbeat', (detail: unknown) => beats.push({ at: Date.now() - started, detail }));
     const acts = createActivities({ allowUnsigned: true, profilesRoot: join(scratch.dir, 'profiles') });
-    const result: ApplyResult = await env.run(acts.applyRevision, { device: device(d), steps: steps(apply), commandTimeoutMs: 20_000 });
+    const result: ApplyResult = await env.run(acts.applyRevision, {
+      device: device(d),
+      steps: steps(apply),
+      commandTimeoutMs: 20_000,
+    });
     return { result, beats };
   }
 
@@ -60,7 +82,10 @@ describe('quiet-start heartbeat', () => {
   it('the quiet start is a third of a short heartbeat timeout, and no heartbeat timeout means the default', () => {
     let clock = 0;
     const sent: unknown[] = [];
-    const beat = quietStartHeartbeat({ heartbeat: (d) => sent.push(d), info: { heartbeatTimeoutMs: 900 } as never }, () => clock);
+    const beat = quietStartHeartbeat(
+      { heartbeat: (d) => sent.push(d), info: { heartbeatTimeoutMs: 900 } as never },
+      () => clock,
+    );
     clock = 299;
     beat('early');
     clock = 300;

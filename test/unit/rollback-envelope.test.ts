@@ -13,7 +13,14 @@ describe('rollback envelopes', () => {
   const trust: Trust = parseTrust({ threshold: 1, pins: [pinOf(key)] }, 'test trust');
   const now = Date.now();
   const envelopeOf = (revision: number, extra: Record<string, unknown> = {}) =>
-    signRevision(parseRevision({ profile: 'mix', revision, apply: `apply ${revision}`, verify: `verify ${revision}`, risk: 'safe', ...extra }, 'test'), key, { now, validityDays: 30 });
+    signRevision(
+      parseRevision(
+        { profile: 'mix', revision, apply: `apply ${revision}`, verify: `verify ${revision}`, risk: 'safe', ...extra },
+        'test',
+      ),
+      key,
+      { now, validityDays: 30 },
+    );
   const rollbackTo = (revision: number, rollbackOf: ReturnType<typeof envelopeOf>): RevisionSteps => ({
     profile: 'mix',
     revision,
@@ -23,7 +30,8 @@ describe('rollback envelopes', () => {
     envelope: envelopeOf(revision),
     rollbackOf,
   });
-  const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot: '/nonexistent' });
+  const resolve = (steps: RevisionSteps) =>
+    signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot: '/nonexistent' });
 
   it('runs r3 rollback command to go back to r2, the revision r3 names as previous', () => {
     const steps = resolve(rollbackTo(2, envelopeOf(3, { previous: 2, rollback: 'undo 3' })));
@@ -44,6 +52,8 @@ describe('rollback envelopes', () => {
   });
 
   it('refuses a rollback command from a revision that names no previous', () => {
-    expect(() => resolve(rollbackTo(2, envelopeOf(3, { rollback: 'undo 3' })))).toThrow(/goes back to no named revision/);
+    expect(() => resolve(rollbackTo(2, envelopeOf(3, { rollback: 'undo 3' })))).toThrow(
+      /goes back to no named revision/,
+    );
   });
 });

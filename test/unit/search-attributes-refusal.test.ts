@@ -32,7 +32,11 @@ function fakeServer(opts: { registered: Record<string, number>; list?: 'refuse';
         calls.queries.push(req.query);
         const name = req.query.split(' ')[0]!;
         if (!(name in opts.registered)) throw grpcError(3, `invalid query: invalid search attribute: ${name}`);
-        if (opts.registered[name] === 2 && /= \d/.test(req.query)) throw grpcError(3, `invalid query: invalid expression: invalid value type for search attribute ${name} of type Keyword: 0 (type: int64)`);
+        if (opts.registered[name] === 2 && /= \d/.test(req.query))
+          throw grpcError(
+            3,
+            `invalid query: invalid expression: invalid value type for search attribute ${name} of type Keyword: 0 (type: int64)`,
+          );
         return { count: 0 };
       },
     },
@@ -43,16 +47,29 @@ function fakeServer(opts: { registered: Record<string, number>; list?: 'refuse';
 describe('the worker start-up check where registration is refused', () => {
   it('PERMISSION_DENIED on adding: INVALID_STATE (exit 2) naming every missing attribute, the refusal and each create command', async () => {
     const { services, calls } = fakeServer({ registered: {}, add: 'refuse' });
-    const err = await rejection(ensureSearchAttributes(services, { namespace: 'prod', address: 'temporal.internal:7233' }, { register: true }));
+    const err = await rejection(
+      ensureSearchAttributes(services, { namespace: 'prod', address: 'temporal.internal:7233' }, { register: true }),
+    );
     expect(err.code).toBe('INVALID_STATE');
     expect(calls.add).toBe(1);
     expect(err.message).toContain('adding them was refused: PERMISSION_DENIED: ');
-    for (const name of NAMES) expect(err.message).toMatch(new RegExp(`temporal operator search-attribute create --address temporal\\.internal:7233 --namespace prod --name ${name} --type \\w+`));
+    for (const name of NAMES)
+      expect(err.message).toMatch(
+        new RegExp(
+          `temporal operator search-attribute create --address temporal\\.internal:7233 --namespace prod --name ${name} --type \\w+`,
+        ),
+      );
   });
 
   it('Temporal Cloud (operator API refused): reads the namespace through queries, adds nothing, and prints the tcld command for the missing ones', async () => {
     const { services, calls } = fakeServer({ registered: { WavegateProfile: 2 }, list: 'refuse' });
-    const err = await rejection(ensureSearchAttributes(services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
+    const err = await rejection(
+      ensureSearchAttributes(
+        services,
+        { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' },
+        { register: true },
+      ),
+    );
     expect(err.code).toBe('INVALID_STATE');
     expect(calls.add).toBe(0);
     expect(calls.queries).toContain("WavegateProfile = ''");
@@ -65,16 +82,36 @@ describe('the worker start-up check where registration is refused', () => {
   it('Temporal Cloud with every attribute present: starts, having checked each by a query (a wrong type found the same way)', async () => {
     const all = Object.fromEntries(WAVEGATE_SEARCH_ATTRIBUTES.map((k) => [k.name, k.type === 'INT' ? 3 : 2]));
     const ok = fakeServer({ registered: { ...all }, list: 'refuse' });
-    expect(await ensureSearchAttributes(ok.services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true })).toContain(`all ${NAMES.length} present`);
+    expect(
+      await ensureSearchAttributes(
+        ok.services,
+        { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' },
+        { register: true },
+      ),
+    ).toContain(`all ${NAMES.length} present`);
     const wrong = fakeServer({ registered: { ...all, WavegateRevision: 2 }, list: 'refuse' });
-    const err = await rejection(ensureSearchAttributes(wrong.services, { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' }, { register: true }));
+    const err = await rejection(
+      ensureSearchAttributes(
+        wrong.services,
+        { namespace: 'wg.a1b2c', address: 'wg.a1b2c.tmprl.cloud:7233' },
+        { register: true },
+      ),
+    );
     expect(err.message).toContain('wrong type: WavegateRevision is registered as Keyword, wavegate needs Int');
-    expect(err.message).toContain('tcld namespace search-attributes rename --namespace wg.a1b2c --existing-name WavegateRevision');
+    expect(err.message).toContain(
+      'tcld namespace search-attributes rename --namespace wg.a1b2c --existing-name WavegateRevision',
+    );
   });
 
   it('a self-hosted server that lets it: adds exactly the missing ones, with their types', async () => {
     const { services } = fakeServer({ registered: { WavegateProfile: 2 } });
-    const line = await ensureSearchAttributes(services, { namespace: 'default', address: '127.0.0.1:7233' }, { register: true });
-    expect(line).toBe(`search attributes: added ${NAMES.filter((n) => n !== 'WavegateProfile').join(', ')} to namespace default`);
+    const line = await ensureSearchAttributes(
+      services,
+      { namespace: 'default', address: '127.0.0.1:7233' },
+      { register: true },
+    );
+    expect(line).toBe(
+      `search attributes: added ${NAMES.filter((n) => n !== 'WavegateProfile').join(', ')} to namespace default`,
+    );
   });
 });

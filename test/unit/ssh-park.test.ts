@@ -19,16 +19,41 @@ import { scratchDir } from '../support/harness';
 describe('parked SSH connections', () => {
   const scratch = scratchDir('ssh-park');
   let fleet: Fleet;
-  const target = (d: SimDevice, hostKey = d.hostKeyFingerprint): DeviceTarget => ({ id: d.id, host: d.host, port: d.port, user: fleet.user, pool: 'p', class: 'c', ssh: { hostKey, key: fleet.clientKeyPath } });
-  const steps = (apply = 'echo 2 > "$HOME/applied"'): RevisionSteps => ({ profile: 'parked', revision: 2, apply, verify: 'test -f "$HOME/applied"', payload: [] });
+  const target = (d: SimDevice, hostKey = d.hostKeyFingerprint): DeviceTarget => ({
+    id: d.id,
+    host: d.host,
+    port: d.port,
+    user: fleet.user,
+    pool: 'p',
+    class: 'c',
+    ssh: { hostKey, key: fleet.clientKeyPath },
+  });
+  const steps = (apply = 'echo 2 > "$HOME/applied"'): RevisionSteps => ({
+    profile: 'parked',
+    revision: 2,
+    apply,
+    verify: 'test -f "$HOME/applied"',
+    payload: [],
+  });
   const opts = { commandTimeoutMs: 10_000, profilesRoot: join(scratch.dir, 'profiles'), parkConnectionMs: 30_000 };
   const raiseFloor = (t: DeviceTarget) =>
-    new MockActivityEnvironment().run(createFloorActivities().confirmFloor, { devices: [t], profile: 'parked', revision: 2, from: 1, rolloutId: 'rollout:parked', revertWindowMs: 60_000 });
-  const floorOf = (d: SimDevice) => parseFloor(readFileSync(join(d.sandbox, '.wavegate/profiles/parked/floor'), 'utf8'));
+    new MockActivityEnvironment().run(createFloorActivities().confirmFloor, {
+      devices: [t],
+      profile: 'parked',
+      revision: 2,
+      from: 1,
+      rolloutId: 'rollout:parked',
+      revertWindowMs: 60_000,
+    });
+  const floorOf = (d: SimDevice) =>
+    parseFloor(readFileSync(join(d.sandbox, '.wavegate/profiles/parked/floor'), 'utf8'));
 
   beforeAll(async () => {
     mkdirSync(opts.profilesRoot, { recursive: true });
-    fleet = await startFleet({ devices: ['kept', 'failed', 'dropped', 'rotated'].map((id) => ({ id })), dir: join(scratch.dir, 'fleet') });
+    fleet = await startFleet({
+      devices: ['kept', 'failed', 'dropped', 'rotated'].map((id) => ({ id })),
+      dir: join(scratch.dir, 'fleet'),
+    });
   });
   afterAll(async () => {
     sshPark.closeAll();
@@ -36,7 +61,7 @@ describe('parked SSH connections', () => {
     scratch.cleanup();
   });
 
-  it('the floor write after an apply runs on the apply\'s own connection: one connection for both', async () => {
+  it("the floor write after an apply runs on the apply's own connection: one connection for both", async () => {
     const d = fleet.device('kept');
     fleet.resetCounters();
     expect((await applyToDevice(target(d), steps(), opts)).outcome).toBe('applied');
@@ -84,7 +109,13 @@ describe('parked SSH connections', () => {
 
   it('the park is bounded: the oldest kept connection is closed when it is full; closeAll empties it', () => {
     const ended: string[] = [];
-    const fake = (name: string) => ({ client: { once() {}, off() {}, end: () => ended.push(name) }, hostKey: 'k', lastError: () => undefined, label: name }) as never;
+    const fake = (name: string) =>
+      ({
+        client: { once() {}, off() {}, end: () => ended.push(name) },
+        hostKey: 'k',
+        lastError: () => undefined,
+        label: name,
+      }) as never;
     const park = new ConnectionPark(2);
     park.park('a', fake('a'), 60_000);
     park.park('b', fake('b'), 60_000);

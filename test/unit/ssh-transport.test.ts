@@ -33,7 +33,20 @@ async function eventually(check: () => boolean, ms = 3_000): Promise<void> {
 describe('ssh transport against the fleet simulator', () => {
   const scratch = scratchDir('ssh-transport');
   let fleet: Fleet;
-  const ids = ['plain', 'rotated', 'nopin', 'wrongkey', 'offline', 'silent', 'hang', 'drop', 'known', 'agent', 'apply', 'slow'];
+  const ids = [
+    'plain',
+    'rotated',
+    'nopin',
+    'wrongkey',
+    'offline',
+    'silent',
+    'hang',
+    'drop',
+    'known',
+    'agent',
+    'apply',
+    'slow',
+  ];
 
   const target = (d: SimDevice, ssh: Partial<DeviceTarget['ssh']> = {}): DeviceTarget => ({
     id: d.id,
@@ -116,11 +129,15 @@ describe('ssh transport against the fleet simulator', () => {
   it('a missing key file, or neither key nor agent, is a config error', async () => {
     const dev = fleet.device('wrongkey');
     const missing = join(scratch.dir, 'no-such-key');
-    expect((await refused(connectDevice(target(dev, { key: missing })), 'config')).message).toContain(`ssh.key ${missing}: cannot read file (ENOENT)`);
+    expect((await refused(connectDevice(target(dev, { key: missing })), 'config')).message).toContain(
+      `ssh.key ${missing}: cannot read file (ENOENT)`,
+    );
     expect((await refused(connectDevice(target(dev, { key: undefined })), 'config')).retryable).toBe(false);
     const garbage = join(scratch.dir, 'garbage-key');
     writeFileSync(garbage, 'not a key\n', { mode: 0o600 });
-    expect((await refused(connectDevice(target(dev, { key: garbage })), 'config')).message).toContain('cannot start an SSH connection');
+    expect((await refused(connectDevice(target(dev, { key: garbage })), 'config')).message).toContain(
+      'cannot start an SSH connection',
+    );
   });
 
   it('a key or known_hosts path that is a FIFO or a device is refused at once, never read: the worker neither stalls nor floods', async () => {
@@ -163,7 +180,10 @@ describe('ssh transport against the fleet simulator', () => {
     const port = (silent.address() as net.AddressInfo).port;
     try {
       const started = Date.now();
-      const err = await refused(connectDevice({ ...target(fleet.device('silent')), port }, { connectTimeoutMs: 400 }), 'timeout');
+      const err = await refused(
+        connectDevice({ ...target(fleet.device('silent')), port }, { connectTimeoutMs: 400 }),
+        'timeout',
+      );
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(err.retryable).toBe(true);
       expect(err.message).toContain(`127.0.0.1:${port} timed out after 400 ms`);
@@ -197,7 +217,12 @@ describe('ssh transport against the fleet simulator', () => {
       expect(err.retryable).toBe(true);
       expect(err.message).toContain('connection lost while running: cut-me');
       await refused(session.exec('echo after'), 'dropped');
-      await refused(session.stage('never', [{ name: 'x', sha256: '0'.repeat(64), read: () => Buffer.from('x') }], { timeoutMs: 1_000 }), 'dropped');
+      await refused(
+        session.stage('never', [{ name: 'x', sha256: '0'.repeat(64), read: () => Buffer.from('x') }], {
+          timeoutMs: 1_000,
+        }),
+        'dropped',
+      );
       expect(fleet.count('drop', 'echo after')).toBe(0);
     } finally {
       session.close();
@@ -209,7 +234,10 @@ describe('ssh transport against the fleet simulator', () => {
     const [type, blob] = dev.hostPublicKey.split(' ') as [string, string];
     const other = generateEd25519().parsed.getPublicSSH().toString('base64');
     const plain = join(scratch.dir, 'known_hosts');
-    writeFileSync(plain, `# pinned by the test\n[127.0.0.1]:1 ${type} ${other}\n[127.0.0.1]:${dev.port} ${type} ${blob}\n`);
+    writeFileSync(
+      plain,
+      `# pinned by the test\n[127.0.0.1]:1 ${type} ${other}\n[127.0.0.1]:${dev.port} ${type} ${blob}\n`,
+    );
     expect(knownHostFingerprints(plain, '127.0.0.1', dev.port)).toEqual([dev.hostKeyFingerprint]);
     const session = await connectDevice(target(dev, { hostKey: undefined, knownHosts: plain }));
     expect((await session.exec('echo pinned')).stdout).toBe('pinned\n');
@@ -227,7 +255,10 @@ describe('ssh transport against the fleet simulator', () => {
     expect(err.message).toContain(`does not match the pinned ${sshFingerprint(Buffer.from(other, 'base64'))}`);
 
     const revoked = join(scratch.dir, 'known_hosts.revoked');
-    writeFileSync(revoked, `[127.0.0.1]:${dev.port} ${type} ${blob}\n@revoked [127.0.0.1]:${dev.port} ${type} ${blob}\n`);
+    writeFileSync(
+      revoked,
+      `[127.0.0.1]:${dev.port} ${type} ${blob}\n@revoked [127.0.0.1]:${dev.port} ${type} ${blob}\n`,
+    );
     await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: revoked })), 'host-key');
 
     // Port 22 devices are listed by bare name too.
@@ -235,13 +266,19 @@ describe('ssh transport against the fleet simulator', () => {
     expect(knownHostFingerprints(plain, '10.0.0.9', 22)).toEqual([dev.hostKeyFingerprint]);
     expect(knownHostFingerprints(plain, '10.0.0.9', 2222)).toEqual([]);
 
-    await refused(connectDevice(target(dev, { hostKey: undefined, knownHosts: join(scratch.dir, 'missing_known_hosts') })), 'config');
+    await refused(
+      connectDevice(target(dev, { hostKey: undefined, knownHosts: join(scratch.dir, 'missing_known_hosts') })),
+      'config',
+    );
   });
 
   it('a jump host without a pinned key is refused before anything is contacted', async () => {
     const dev = fleet.device('plain');
     const before = fleet.commands('plain').length;
-    const err = await refused(connectDevice(target(dev, { jumpHost: { host: '127.0.0.1', port: dev.port, user: fleet.user } })), 'host-key');
+    const err = await refused(
+      connectDevice(target(dev, { jumpHost: { host: '127.0.0.1', port: dev.port, user: fleet.user } })),
+      'host-key',
+    );
     expect(err.message).toContain('no pinned host key for the jump host');
     expect(fleet.commands('plain')).toHaveLength(before);
   });
@@ -279,7 +316,9 @@ describe('ssh transport against the fleet simulator', () => {
       expect(err.retryable).toBe(false);
 
       delete process.env.SSH_AUTH_SOCK;
-      expect((await refused(connectDevice(target(dev, { key: undefined, agent: true })), 'config')).message).toContain('SSH_AUTH_SOCK is not set');
+      expect((await refused(connectDevice(target(dev, { key: undefined, agent: true })), 'config')).message).toContain(
+        'SSH_AUTH_SOCK is not set',
+      );
     });
   });
 
@@ -293,7 +332,14 @@ describe('ssh transport against the fleet simulator', () => {
       revision: 7,
       apply,
       verify: 'grep -qx "wavegate transport test payload" "$HOME/etc/payload.txt"',
-      payload: [{ name: 'payload.txt', sha256: createHash('sha256').update(payloadBody).digest('hex'), size: payloadBody.length, source: 'payload/payload.txt' }],
+      payload: [
+        {
+          name: 'payload.txt',
+          sha256: createHash('sha256').update(payloadBody).digest('hex'),
+          size: payloadBody.length,
+          source: 'payload/payload.txt',
+        },
+      ],
     });
 
     beforeAll(() => {
@@ -305,17 +351,30 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('apply');
       const install = 'mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
       // streamPayloadMaxBytes 0: never streamed in the apply's command, so a device that lacks it gets it by SFTP.
-      const first = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot, streamPayloadMaxBytes: 0 });
-      expect(first).toEqual({ device: 'apply', outcome: 'applied', steps: ['verify', 'stage', 'apply', 'verify', 'marker'] });
+      const first = await applyToDevice(target(dev), steps(install), {
+        commandTimeoutMs: 10_000,
+        profilesRoot: profilesRoot,
+        streamPayloadMaxBytes: 0,
+      });
+      expect(first).toEqual({
+        device: 'apply',
+        outcome: 'applied',
+        steps: ['verify', 'stage', 'apply', 'verify', 'marker'],
+      });
       expect(fleet.sftpUploads('apply')).toBe(1);
       // The unit's script (stops: payload not staged), the upload's mkdir and device-side digest check, the script again.
       expect(fleet.commands('apply')).toHaveLength(4);
-      expect(fleet.count('apply', /^cd "\$HOME\/\.wavegate\/staging\/transport\/7" && printf .* \| sha256sum -c/)).toBe(1);
+      expect(fleet.count('apply', /^cd "\$HOME\/\.wavegate\/staging\/transport\/7" && printf .* \| sha256sum -c/)).toBe(
+        1,
+      );
       expect(readFileSync(join(dev.sandbox, '.wavegate/staging/transport/7/payload.txt'), 'utf8')).toBe(payloadBody);
       expect(readFileSync(join(dev.sandbox, '.wavegate/profiles/transport/revision'), 'utf8')).toBe('7\n');
 
       const sent = fleet.commands('apply').length;
-      const again = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot });
+      const again = await applyToDevice(target(dev), steps(install), {
+        commandTimeoutMs: 10_000,
+        profilesRoot: profilesRoot,
+      });
       expect(again).toEqual({ device: 'apply', outcome: 'already-applied', steps: ['verify', 'marker'] });
       expect(fleet.commands('apply').length - sent).toBe(1); // one script: verify first passed, marker, release
       expect(fleet.sftpUploads('apply')).toBe(1);
@@ -325,7 +384,12 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       const beats: string[] = [];
       const install = 'sleep 1.2 && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/payload.txt" "$HOME/etc/payload.txt"';
-      const result = await applyToDevice(target(dev), steps(install), { commandTimeoutMs: 10_000, profilesRoot: profilesRoot, heartbeat: (d) => beats.push(d), heartbeatIntervalMs: 200 });
+      const result = await applyToDevice(target(dev), steps(install), {
+        commandTimeoutMs: 10_000,
+        profilesRoot: profilesRoot,
+        heartbeat: (d) => beats.push(d),
+        heartbeatIntervalMs: 200,
+      });
       expect(result.outcome).toBe('applied');
       const during = beats.filter((b) => /^apply running \d+s$/.test(b));
       expect(during.length, beats.join(', ')).toBeGreaterThanOrEqual(3);
@@ -336,7 +400,14 @@ describe('ssh transport against the fleet simulator', () => {
       const dev = fleet.device('slow');
       await fleet.setFaults('slow', { hangCommand: 'hang-here' });
       try {
-        await refused(applyToDevice(target(dev), { ...steps('hang-here'), revision: 8, verify: 'false' }, { commandTimeoutMs: 500, profilesRoot: profilesRoot }), 'timeout');
+        await refused(
+          applyToDevice(
+            target(dev),
+            { ...steps('hang-here'), revision: 8, verify: 'false' },
+            { commandTimeoutMs: 500, profilesRoot: profilesRoot },
+          ),
+          'timeout',
+        );
       } finally {
         await fleet.setFaults('slow', {});
       }

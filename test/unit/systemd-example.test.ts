@@ -26,7 +26,10 @@ function directives(text: string): Array<[string, string]> {
     });
 }
 
-const values = (key: string) => directives(unit).filter(([k]) => k === key).map(([, v]) => v);
+const values = (key: string) =>
+  directives(unit)
+    .filter(([k]) => k === key)
+    .map(([, v]) => v);
 
 /** `VAR=value` assignments of the env file, commented-out alternatives included. */
 const assignments = envFile
@@ -48,7 +51,9 @@ describe('examples/systemd/wavegate-worker.service', () => {
     expect(more).toEqual([]);
     const words = execStart!.split(/\s+/);
     expect(words.slice(0, 3)).toEqual(['/usr/bin/node', '/opt/wavegate/bin/wavegate.js', 'worker']);
-    const accepted = new Map([...help.matchAll(/^\s+(?:-\w, )?(--[a-z][a-z-]*)( <[^>]+>)?/gm)].map((m) => [m[1]!, m[2] !== undefined]));
+    const accepted = new Map(
+      [...help.matchAll(/^\s+(?:-\w, )?(--[a-z][a-z-]*)( <[^>]+>)?/gm)].map((m) => [m[1]!, m[2] !== undefined]),
+    );
     expect(accepted.size).toBeGreaterThan(10);
     const flags = words.slice(3);
     expect(flags.length).toBeGreaterThan(0);
@@ -72,25 +77,38 @@ describe('examples/systemd/wavegate-worker.service', () => {
     expect(writable).toEqual(['/var/lib/wavegate']);
     // The audit directory (the file store's fallback) and the working directory are writable.
     const auditDir = /--audit-dir (\S+)/.exec(values('ExecStart')[0]!)![1]!;
-    for (const path of [auditDir, values('WorkingDirectory')[0]!]) expect(writable.some((w) => path === w || path.startsWith(`${w}/`)), path).toBe(true);
+    for (const path of [auditDir, values('WorkingDirectory')[0]!])
+      expect(
+        writable.some((w) => path === w || path.startsWith(`${w}/`)),
+        path,
+      ).toBe(true);
   });
 });
 
 describe('examples/systemd/worker.env', () => {
   it('sets only variables wavegate or the Temporal client config reads', () => {
     const lib = dirname(require.resolve('@temporalio/envconfig'));
-    const envconfig = readdirSync(lib).filter((f) => f.endsWith('.js')).map((f) => readFileSync(join(lib, f), 'utf8')).join('\n');
-    const sources = ['activities/audit-store/config.ts', 'cli/commands/dev.ts', 'workers/connection.ts'].map((f) => readFileSync(join(PROJECT_ROOT, f), 'utf8')).join('\n');
+    const envconfig = readdirSync(lib)
+      .filter((f) => f.endsWith('.js'))
+      .map((f) => readFileSync(join(lib, f), 'utf8'))
+      .join('\n');
+    const sources = ['activities/audit-store/config.ts', 'cli/commands/dev.ts', 'workers/connection.ts']
+      .map((f) => readFileSync(join(PROJECT_ROOT, f), 'utf8'))
+      .join('\n');
     expect(assignments.length).toBeGreaterThan(5);
     for (const { name } of assignments) {
-      const known = name.startsWith('TEMPORAL_') ? envconfig.includes(`'${name}'`) || envconfig.includes(`"${name}"`) : sources.includes(name);
+      const known = name.startsWith('TEMPORAL_')
+        ? envconfig.includes(`'${name}'`) || envconfig.includes(`"${name}"`)
+        : sources.includes(name);
       expect(known, `${name} is read by nothing`).toBe(true);
     }
   });
 
   it('holds references only: no inline key, password or token, and the store URL carries no password', () => {
     for (const { name, value } of assignments) {
-      expect(name, `${name}: a secret by value`).not.toMatch(/^(TEMPORAL_API_KEY|PGPASSWORD|TEMPORAL_TLS_CLIENT_KEY_DATA)$/);
+      expect(name, `${name}: a secret by value`).not.toMatch(
+        /^(TEMPORAL_API_KEY|PGPASSWORD|TEMPORAL_TLS_CLIENT_KEY_DATA)$/,
+      );
       if (/PASSWORD|KEY|TOKEN|SECRET/.test(name)) expect(value, name).toMatch(/^\//);
     }
     const store = assignments.find((a) => a.name === 'WAVEGATE_AUDIT_STORE')!.value;
@@ -104,7 +122,10 @@ describe.each([
   { file: 'wavegate-agent.service', command: 'agent', user: 'wavegate-agent' },
 ])('examples/systemd/$file', ({ file, command, user }) => {
   const text = readFileSync(join(dir, file), 'utf8');
-  const of = (key: string) => directives(text).filter(([k]) => k === key).map(([, v]) => v);
+  const of = (key: string) =>
+    directives(text)
+      .filter(([k]) => k === key)
+      .map(([, v]) => v);
   let commandHelp = '';
   beforeAll(async () => {
     const run = await runCli([command, '--help']);
@@ -117,7 +138,9 @@ describe.each([
     expect(more).toEqual([]);
     const words = execStart!.split(/\s+/);
     expect(words.slice(0, 3)).toEqual(['/usr/bin/node', '/opt/wavegate/bin/wavegate.js', command]);
-    const accepted = new Map([...commandHelp.matchAll(/^\s+(?:-\w, )?(--[a-z][a-z-]*)( <[^>]+>)?/gm)].map((m) => [m[1]!, m[2] !== undefined]));
+    const accepted = new Map(
+      [...commandHelp.matchAll(/^\s+(?:-\w, )?(--[a-z][a-z-]*)( <[^>]+>)?/gm)].map((m) => [m[1]!, m[2] !== undefined]),
+    );
     const flags = words.slice(3);
     expect(flags.length).toBeGreaterThan(4);
     for (let i = 0; i < flags.length; i++) {
@@ -135,16 +158,21 @@ describe.each([
     expect(of('UMask')).toEqual(['0077']);
   });
 
-  it(command === 'gateway' ? 'serves HTTPS and reloads the inventory on systemctl reload (SIGHUP)' : 'a stop ends only the agent, so an apply in flight finishes and the restart reattaches', () => {
-    const execStart = of('ExecStart')[0]!;
-    if (command === 'gateway') {
-      expect(execStart).toMatch(/--https-cert \S+\s+--https-key \S+/);
-      expect(execStart).not.toContain('--insecure-http');
-      expect(of('ExecReload')).toEqual(['/bin/kill -HUP $MAINPID']);
-    } else {
-      expect(of('KillMode')).toEqual(['process']);
-      expect(execStart).toMatch(/--gateway https:\/\//);
-      expect(execStart).toMatch(/--key \/var\/lib\/wavegate-agent\/state\//);
-    }
-  });
+  it(
+    command === 'gateway'
+      ? 'serves HTTPS and reloads the inventory on systemctl reload (SIGHUP)'
+      : 'a stop ends only the agent, so an apply in flight finishes and the restart reattaches',
+    () => {
+      const execStart = of('ExecStart')[0]!;
+      if (command === 'gateway') {
+        expect(execStart).toMatch(/--https-cert \S+\s+--https-key \S+/);
+        expect(execStart).not.toContain('--insecure-http');
+        expect(of('ExecReload')).toEqual(['/bin/kill -HUP $MAINPID']);
+      } else {
+        expect(of('KillMode')).toEqual(['process']);
+        expect(execStart).toMatch(/--gateway https:\/\//);
+        expect(execStart).toMatch(/--key \/var\/lib\/wavegate-agent\/state\//);
+      }
+    },
+  );
 });

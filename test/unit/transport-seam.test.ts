@@ -62,7 +62,10 @@ describe('transport seam', () => {
         const data = event.activityTaskCompletedEventAttributes?.result?.payloads?.[0]?.data;
         if (!data) continue;
         const value = JSON.parse(Buffer.from(data).toString('utf8')) as { devices?: unknown };
-        if (Array.isArray(value?.devices)) snapshots.push(...(value.devices as DeviceSnapshot[]).filter((d) => d && typeof d === 'object' && 'ssh' in d));
+        if (Array.isArray(value?.devices))
+          snapshots.push(
+            ...(value.devices as DeviceSnapshot[]).filter((d) => d && typeof d === 'object' && 'ssh' in d),
+          );
       }
     }
     // Histories recorded before the field existed (all archived) carry none; those recorded since carry the inventory's:
@@ -82,7 +85,9 @@ describe('transport seam', () => {
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).kind).toBe('config');
     expect((err as TransportError).retryable).toBe(false);
-    expect((err as Error).message).toBe('dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh" (set transport on the device in the inventory)');
+    expect((err as Error).message).toBe(
+      'dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh" (set transport on the device in the inventory)',
+    );
     expect(connections).toBe(before);
   });
 
@@ -90,18 +95,28 @@ describe('transport seam', () => {
     const err = await rejection(connectDevice(target('agent')));
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).kind).toBe('config');
-    expect((err as Error).message).toContain('dev-1: transport "agent": an agent device is never dialled (it pulls from its twin device:<id>');
+    expect((err as Error).message).toContain(
+      'dev-1: transport "agent": an agent device is never dialled (it pulls from its twin device:<id>',
+    );
   });
 
   it('an apply to a device with an unsupported transport fails as a non-retryable Transport.config failure', async () => {
     const steps = { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] };
     const before = connections;
-    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }))).toBeInstanceOf(TransportError);
+    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }))).toBeInstanceOf(
+      TransportError,
+    );
 
     // `toFailure` turns the moved TransportError into the failure type workflows see.
     const acts = createActivities({ allowUnsigned: true });
     const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-    const failure = await rejection(new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, { device: target('ftp'), steps, commandTimeoutMs: 1_000 }));
+    const failure = await rejection(
+      new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, {
+        device: target('ftp'),
+        steps,
+        commandTimeoutMs: 1_000,
+      }),
+    );
     expect(failure).toBeInstanceOf(ApplicationFailure);
     expect((failure as ApplicationFailure).type).toBe('Transport.config');
     expect((failure as ApplicationFailure).nonRetryable).toBe(true);
@@ -109,7 +124,16 @@ describe('transport seam', () => {
   });
 
   it('targetOf carries the inventory device transport (default ssh)', () => {
-    const inventory = parseInventory({ defaults: { user: 'ops', pool: 'web' }, devices: [{ id: 'a', host: 'h1' }, { id: 'b', transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, 7).toString('base64')}` }] }, 'inventory.yaml');
+    const inventory = parseInventory(
+      {
+        defaults: { user: 'ops', pool: 'web' },
+        devices: [
+          { id: 'a', host: 'h1' },
+          { id: 'b', transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, 7).toString('base64')}` },
+        ],
+      },
+      'inventory.yaml',
+    );
     expect(inventory.devices.map((d) => targetOf(d).transport)).toEqual(['ssh', 'agent']);
   });
 });

@@ -32,7 +32,16 @@ async function setup(ssh: number, agentCount: number) {
   const doc = parse(readFileSync(inventoryPath, 'utf8'));
   const agentIds = Array.from({ length: agentCount }, (_, i) => `agent-${n}-${i + 1}`);
   doc.pools.agents = { disruptionBudget: 1 };
-  doc.devices.push(...agentIds.map((id, i) => ({ id, transport: 'agent', agentKey: agentKey(n * 10 + i), pool: 'agents', class: 'agent', labels: {} })));
+  doc.devices.push(
+    ...agentIds.map((id, i) => ({
+      id,
+      transport: 'agent',
+      agentKey: agentKey(n * 10 + i),
+      pool: 'agents',
+      class: 'agent',
+      labels: {},
+    })),
+  );
   writeFileSync(inventoryPath, stringify(doc));
   return { dir, fleet, inventoryPath, agentIds };
 }
@@ -46,8 +55,26 @@ describe('rollouts over agent devices (twin side)', () => {
     const { dir, fleet, inventoryPath, agentIds } = await setup(3, 4);
     const [offline, ...online] = agentIds as [string, ...string[]];
     for (const id of online) agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id)));
-    await until('every online agent seen by its twin', async () => ((await Promise.all(online.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
-    const input = rolloutInputFor(dir, { gate: '1s', phases: [{ canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] }, { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] }] }, inventoryPath, `rollout:agent-mixed-${n}`);
+    await until(
+      'every online agent seen by its twin',
+      async () =>
+        (await Promise.all(online.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt)
+          ? true
+          : undefined,
+      60_000,
+    );
+    const input = rolloutInputFor(
+      dir,
+      {
+        gate: '1s',
+        phases: [
+          { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+          { bulk: 'remainder', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+        ],
+      },
+      inventoryPath,
+      `rollout:agent-mixed-${n}`,
+    );
     const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'agent-mixed-offline-converge');
@@ -63,33 +90,83 @@ describe('rollouts over agent devices (twin side)', () => {
     expect(result.counts.applied).toBe(3 + online.length);
     // The skipped agent keeps the completed revision as desired state: started now, it converges.
     const view = await readTwin(real.env.client, offline);
-    expect(view?.desired.demo).toMatchObject({ revision: 2, requestId: `${input.rolloutId}:${(await handle.describe()).runId}:converge:${offline}` });
+    expect(view?.desired.demo).toMatchObject({
+      revision: 2,
+      requestId: `${input.rolloutId}:${(await handle.describe()).runId}:converge:${offline}`,
+    });
     agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, offline, agentDir(dir, offline)));
-    await until('the offline agent converged', async () => (markerIn(agentDir(dir, offline), 'demo') === 2 ? true : undefined), 60_000);
-    await until('its report on the twin', async () => ((await readTwin(real.env.client, offline))?.report?.profiles.demo?.state === 'applied' ? true : undefined), 30_000);
+    await until(
+      'the offline agent converged',
+      async () => (markerIn(agentDir(dir, offline), 'demo') === 2 ? true : undefined),
+      60_000,
+    );
+    await until(
+      'its report on the twin',
+      async () =>
+        (await readTwin(real.env.client, offline))?.report?.profiles.demo?.state === 'applied' ? true : undefined,
+      30_000,
+    );
     expect(appliesIn(agentDir(dir, offline))).toHaveLength(1);
 
     // A device enrolled after the rollout completed converges to its revision (the latest completed rollout of the profile).
-    const late = parseInventory({ devices: [{ id: `late-${n}`, transport: 'agent', agentKey: agentKey(99), pool: 'agents' }] }, 'late').devices[0]!;
-    const asked = await until('the completed rollout listed', async () => {
-      const found = await latestCompletedRollout(real.env.client, 'demo');
-      return found?.workflowId === input.rolloutId ? found : undefined;
-    }, 60_000);
+    const late = parseInventory(
+      { devices: [{ id: `late-${n}`, transport: 'agent', agentKey: agentKey(99), pool: 'agents' }] },
+      'late',
+    ).devices[0]!;
+    const asked = await until(
+      'the completed rollout listed',
+      async () => {
+        const found = await latestCompletedRollout(real.env.client, 'demo');
+        return found?.workflowId === input.rolloutId ? found : undefined;
+      },
+      60_000,
+    );
     expect(asked.workflowId).toBe(input.rolloutId);
-    expect(await convergeEnrolledDevice(real.env.client, real.worker.taskQueue, late, [{ name: 'demo', scope: {} }])).toEqual(['demo']);
+    expect(
+      await convergeEnrolledDevice(real.env.client, real.worker.taskQueue, late, [{ name: 'demo', scope: {} }]),
+    ).toEqual(['demo']);
     agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, late.id, agentDir(dir, late.id)));
-    await until('the late device converged', async () => (markerIn(agentDir(dir, late.id), 'demo') === 2 ? true : undefined), 60_000);
-    expect((await readTwin(real.env.client, late.id))?.desired.demo).toMatchObject({ revision: 2, rollout: input.rolloutId, requestId: `${input.rolloutId}:${asked.runId}:converge:${late.id}` });
+    await until(
+      'the late device converged',
+      async () => (markerIn(agentDir(dir, late.id), 'demo') === 2 ? true : undefined),
+      60_000,
+    );
+    expect((await readTwin(real.env.client, late.id))?.desired.demo).toMatchObject({
+      revision: 2,
+      rollout: input.rolloutId,
+      requestId: `${input.rolloutId}:${asked.runId}:converge:${late.id}`,
+    });
     // Asked again (a second first sync): it is desired already, nothing changes.
-    expect(await convergeEnrolledDevice(real.env.client, real.worker.taskQueue, late, [{ name: 'demo', scope: {} }])).toEqual([]);
+    expect(
+      await convergeEnrolledDevice(real.env.client, real.worker.taskQueue, late, [{ name: 'demo', scope: {} }]),
+    ).toEqual([]);
   }, 300_000);
 
   it('a canary health-gate failure on an agent device rolls back only the canary', async () => {
     const { dir, inventoryPath, agentIds } = await setup(1, 4);
     // Every agent's runtime check fails at revision 2: whichever device is the canary fails its gate.
-    for (const id of agentIds) agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id), { health: (rev) => rev !== 2 }));
-    await until('every agent seen', async () => ((await Promise.all(agentIds.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
-    const input = rolloutInputFor(dir, { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }] }, inventoryPath, `rollout:agent-canary-${n}`);
+    for (const id of agentIds)
+      agents.push(
+        startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id), { health: (rev) => rev !== 2 }),
+      );
+    await until(
+      'every agent seen',
+      async () =>
+        (await Promise.all(agentIds.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt)
+          ? true
+          : undefined,
+      60_000,
+    );
+    const input = rolloutInputFor(
+      dir,
+      {
+        gate: '1s',
+        canaryClass: 'agent',
+        phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: 'remainder' }],
+      },
+      inventoryPath,
+      `rollout:agent-canary-${n}`,
+    );
     const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'agent-canary-health-fail');
@@ -105,19 +182,40 @@ describe('rollouts over agent devices (twin side)', () => {
     }
   }, 300_000);
 
-  it('a cancel (the Web UI\'s Request Cancellation) puts the changed agent device back', async () => {
+  it("a cancel (the Web UI's Request Cancellation) puts the changed agent device back", async () => {
     const { dir, inventoryPath, agentIds } = await setup(1, 2);
-    for (const id of agentIds) agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id)));
-    await until('the agents seen', async () => ((await Promise.all(agentIds.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined), 60_000);
-    const input = rolloutInputFor(dir, { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] }, inventoryPath, `rollout:agent-cancel-${n}`);
+    for (const id of agentIds)
+      agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id)));
+    await until(
+      'the agents seen',
+      async () =>
+        (await Promise.all(agentIds.map((id) => readTwin(real.env.client, id)))).every((v) => v?.lastSeenAt)
+          ? true
+          : undefined,
+      60_000,
+    );
+    const input = rolloutInputFor(
+      dir,
+      { gate: '1s', canaryClass: 'agent', phases: [{ canary: '1 device', gate: '5m' }, { bulk: 'remainder' }] },
+      inventoryPath,
+      `rollout:agent-cancel-${n}`,
+    );
     const handle = await real.start(input);
-    const canary = await until('the canary applied', async () => {
-      const s = await handle.query<{ devices: Array<{ id: string; phase?: number; state: string }> }>('status');
-      return s.devices.find((d) => d.phase === 0 && d.state === 'applied')?.id;
-    }, 120_000);
+    const canary = await until(
+      'the canary applied',
+      async () => {
+        const s = await handle.query<{ devices: Array<{ id: string; phase?: number; state: string }> }>('status');
+        return s.devices.find((d) => d.phase === 0 && d.state === 'applied')?.id;
+      },
+      120_000,
+    );
     await handle.cancel();
     await expect(handle.result()).rejects.toThrow();
-    await until('the canary back on r1', async () => (markerIn(agentDir(dir, canary), 'demo') === 1 ? true : undefined), 60_000);
+    await until(
+      'the canary back on r1',
+      async () => (markerIn(agentDir(dir, canary), 'demo') === 1 ? true : undefined),
+      60_000,
+    );
     expect(appliesIn(agentDir(dir, canary)).map((l) => l.split(' ')[1])).toEqual(['r2', 'r1']);
     for (const id of agentIds.filter((x) => x !== canary)) expect(appliesIn(agentDir(dir, id))).toEqual([]);
   }, 300_000);
@@ -125,9 +223,20 @@ describe('rollouts over agent devices (twin side)', () => {
   it('an agent refusal fails the device as EnvelopeRejected, nothing applied', async () => {
     const { dir, inventoryPath, agentIds } = await setup(1, 1);
     const [id] = agentIds as [string];
-    agents.push(startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id), { refuse: () => 'UNPINNED_KEY' }));
-    await until('the agent seen', async () => ((await readTwin(real.env.client, id))?.lastSeenAt ? true : undefined), 60_000);
-    const input = rolloutInputFor(dir, { gate: '1s', maxFailureRatio: 1, phases: [{ bulk: 'remainder' }] }, inventoryPath, `rollout:agent-refused-${n}`);
+    agents.push(
+      startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id), { refuse: () => 'UNPINNED_KEY' }),
+    );
+    await until(
+      'the agent seen',
+      async () => ((await readTwin(real.env.client, id))?.lastSeenAt ? true : undefined),
+      60_000,
+    );
+    const input = rolloutInputFor(
+      dir,
+      { gate: '1s', maxFailureRatio: 1, phases: [{ bulk: 'remainder' }] },
+      inventoryPath,
+      `rollout:agent-refused-${n}`,
+    );
     const result = await (await real.start(input)).result();
     const row = result.devices.find((d) => d.id === id)!;
     expect(row.state).toBe('failed');
@@ -135,7 +244,12 @@ describe('rollouts over agent devices (twin side)', () => {
     expect(appliesIn(agentDir(dir, id))).toEqual([]);
     // The refusal is in the audit trail too: the phase's per-device record names it.
     const records = readAuditFile(real.auditDir, input.rolloutId).filter((r) => r.event === 'devices.outcome');
-    const audited = records.flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices).find((d) => d.id === id);
-    expect(audited).toMatchObject({ state: 'failed', reason: expect.stringMatching(/EnvelopeRejected \(UNPINNED_KEY\)/) });
+    const audited = records
+      .flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string; reason?: string }> }).devices)
+      .find((d) => d.id === id);
+    expect(audited).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(/EnvelopeRejected \(UNPINNED_KEY\)/),
+    });
   }, 300_000);
 });

@@ -27,7 +27,12 @@ const APPLY = /install -m 0644/;
 function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
   return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
     timeoutMs,
-    env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'), WAVEGATE_PROFILES: '' },
+    env: {
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
+      WAVEGATE_PROFILES: '',
+    },
   });
 }
 
@@ -44,10 +49,18 @@ interface Listed {
   type: string;
   status: string;
 }
-const running = async (): Promise<Listed[]> => (JSON.parse((await wg(['list', '--profile', 'demo', '--json'])).stdout) as Listed[]).filter((r) => r.status === 'RUNNING');
+const running = async (): Promise<Listed[]> =>
+  (JSON.parse((await wg(['list', '--profile', 'demo', '--json'])).stdout) as Listed[]).filter(
+    (r) => r.status === 'RUNNING',
+  );
 
 async function closed(workflowId: string): Promise<void> {
-  await until(`${workflowId} to close`, async () => ((await real.env.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true), 90_000);
+  await until(
+    `${workflowId} to close`,
+    async () =>
+      (await real.env.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING' ? undefined : true,
+    90_000,
+  );
 }
 
 /** Every device back on r1 (its motd and marker): what a nightly canary starts from. */
@@ -65,27 +78,63 @@ beforeAll(async () => {
   ({ fleet, inventoryPath: inventory } = await real.fleet(demoDevices(6), { 'pool-a': 0.5, 'pool-b': 0.5 }));
   // An installed fleet on r1, and r1, r2 registered: what a nightly canary starts from.
   installR1();
-  await registerProfileEnvelopes(real.env.client, { profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'test', taskQueue: real.worker.taskQueue });
-  const canarySpec = specFile('canary', { phases: [{ canary: '1 device', gate: '10m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }] });
-  const created = await wg(['schedule', 'create', 'nightly-demo', '--profile', 'demo', '--inventory', inventory, '--at', '02:00', '-f', canarySpec]);
+  await registerProfileEnvelopes(real.env.client, {
+    profile: 'demo',
+    profileDir: join(PROJECT_ROOT, 'profiles', 'demo'),
+    by: 'test',
+    taskQueue: real.worker.taskQueue,
+  });
+  const canarySpec = specFile('canary', {
+    phases: [{ canary: '1 device', gate: '10m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] }],
+  });
+  const created = await wg([
+    'schedule',
+    'create',
+    'nightly-demo',
+    '--profile',
+    'demo',
+    '--inventory',
+    inventory,
+    '--at',
+    '02:00',
+    '-f',
+    canarySpec,
+  ]);
   expect(created.code, created.stderr).toBe(0);
 });
 
 describe('nightly canary and rollouts exclude each other', () => {
   it('a canary triggered while a rollout of demo runs records skipped: rollout running and applies nothing', async () => {
-    const manual = specFile('manual', { profile: 'demo', fromRevision: 1, toRevision: 2, disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 }, phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '0s' }] });
+    const manual = specFile('manual', {
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
+      phases: [
+        { canary: '1 device', gate: 'manual' },
+        { bulk: 'remainder', gate: '0s' },
+      ],
+    });
     const started = await wg(['start', '-f', manual, '--inventory', inventory]);
     expect(started.code, started.stderr).toBe(0);
     const id = /^rollout (rollout:demo:\S+) started$/m.exec(started.stdout)?.[1] ?? 'no id printed';
     await until('the rollout at its manual gate', async () => {
       const run = await wg(['status', id, '--json']);
-      return run.code !== 2 && (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+      return run.code !== 2 &&
+        (JSON.parse(run.stdout) as { phases: Array<{ stage: string }> }).phases[0]?.stage === 'awaiting-approval'
+        ? true
+        : undefined;
     });
     const before = applies();
 
     const triggered = await wg(['schedule', 'trigger', 'nightly-demo', '--wait', '--json']);
     expect(triggered.code, triggered.stderr).toBe(1);
-    const result = JSON.parse(triggered.stdout) as { verdict: string; reason: string; rolloutId?: string; kept: boolean };
+    const result = JSON.parse(triggered.stdout) as {
+      verdict: string;
+      reason: string;
+      rolloutId?: string;
+      kept: boolean;
+    };
     expect(result).toMatchObject({ verdict: 'skipped', reason: `skipped: rollout running (${id})`, kept: false });
     expect(result.rolloutId).toBeUndefined();
     expect(applies()).toBe(before);
@@ -93,9 +142,21 @@ describe('nightly canary and rollouts exclude each other', () => {
     const described = await wg(['schedule', 'describe', 'nightly-demo']);
     expect(described.stdout).toContain('last verdict: skipped');
     expect(described.stdout).toContain(`verdict skipped  (skipped: rollout running (${id}))`);
-    const nightlyId = (JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as { recentActions: Array<{ workflowId: string }> }).recentActions[0]!.workflowId;
-    const audit = JSON.parse((await runCli(['audit', nightlyId, '--json', '--audit-dir', real.auditDir])).stdout) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
-    expect(audit).toEqual([expect.objectContaining({ event: 'canary.verdict', reason: 'skipped', evidence: expect.objectContaining({ reason: `skipped: rollout running (${id})` }) })]);
+    const nightlyId = (
+      JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as {
+        recentActions: Array<{ workflowId: string }>;
+      }
+    ).recentActions[0]!.workflowId;
+    const audit = JSON.parse(
+      (await runCli(['audit', nightlyId, '--json', '--audit-dir', real.auditDir])).stdout,
+    ) as Array<{ event: string; reason: string; evidence: { reason: string } }>;
+    expect(audit).toEqual([
+      expect.objectContaining({
+        event: 'canary.verdict',
+        reason: 'skipped',
+        evidence: expect.objectContaining({ reason: `skipped: rollout running (${id})` }),
+      }),
+    ]);
     // The new path (patch canary-rollout-exclusion) gets a history of its own for the replay test.
     await recordHistory(real.env.client.workflow.getHandle(nightlyId), 'nightly-canary-skipped-rollout-running');
 
@@ -107,11 +168,21 @@ describe('nightly canary and rollouts exclude each other', () => {
   it('start while a canary of the profile runs is refused (exit 2) naming the canary; nothing starts', async () => {
     const triggered = await wg(['schedule', 'trigger', 'nightly-demo']);
     expect(triggered.code, triggered.stderr).toBe(0);
-    const canary = await until('the canary rollout to run', async () => (await running()).find((r) => r.workflowId.startsWith('canary:demo:')));
+    const canary = await until('the canary rollout to run', async () =>
+      (await running()).find((r) => r.workflowId.startsWith('canary:demo:')),
+    );
     const nightly = (await running()).find((r) => r.type === 'nightlyCanaryWorkflow')!;
     expect(nightly).toBeDefined();
 
-    const fast = specFile('fast', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: '0s' }, { bulk: 'remainder', gate: '0s' }] });
+    const fast = specFile('fast', {
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      phases: [
+        { canary: '1 device', gate: '0s' },
+        { bulk: 'remainder', gate: '0s' },
+      ],
+    });
     const before = applies();
     const refused = await wg(['start', '-f', fast, '--inventory', inventory]);
     expect(refused.code, refused.stdout + refused.stderr).toBe(2);
@@ -129,22 +200,51 @@ describe('nightly canary and rollouts exclude each other', () => {
     // The tests before may leave edge-01 on r2 (a canary terminated mid-apply): on r2 the converge would
     // have nothing to do and complete before the start below looks, so put the fleet back on r1 first.
     installR1();
-    const manual = specFile('converge', { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device', gate: 'manual' }] });
-    const input = { ...prepareRollout({ specPath: manual, inventoryPath: inventory, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test' }), rolloutId: 'rollout:demo:converge-1', onlyDevices: ['edge-01'] };
+    const manual = specFile('converge', {
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      phases: [{ canary: '1 device', gate: 'manual' }],
+    });
+    const input = {
+      ...prepareRollout({
+        specPath: manual,
+        inventoryPath: inventory,
+        profilesRoot: join(PROJECT_ROOT, 'profiles'),
+        startedBy: 'test',
+      }),
+      rolloutId: 'rollout:demo:converge-1',
+      onlyDevices: ['edge-01'],
+    };
     await startOrJoinRollout(real.env.client, real.worker.taskQueue, input);
     // Visibility lags the start a little: wait until a start would find the converge by search attribute.
-    await until('the converge to be listed', async () => {
-      for await (const info of real.env.client.workflow.list({ query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'" })) if (info.workflowId === 'rollout:demo:converge-1') return true;
-      return undefined;
-    }, 90_000);
+    await until(
+      'the converge to be listed',
+      async () => {
+        for await (const info of real.env.client.workflow.list({
+          query: "WavegateProfile = 'demo' AND ExecutionStatus = 'Running'",
+        }))
+          if (info.workflowId === 'rollout:demo:converge-1') return true;
+        return undefined;
+      },
+      90_000,
+    );
     // ... and it really is still running (held at its manual gate), not a listing that lags its end.
-    await until('the converge at its manual gate', async () => {
-      const status = await real.env.client.workflow.getHandle('rollout:demo:converge-1').query<{ phases: Array<{ stage: string }> }>('status');
-      return status.phases[0]?.stage === 'awaiting-approval' ? true : undefined;
-    }, 90_000);
+    await until(
+      'the converge at its manual gate',
+      async () => {
+        const status = await real.env.client.workflow
+          .getHandle('rollout:demo:converge-1')
+          .query<{ phases: Array<{ stage: string }> }>('status');
+        return status.phases[0]?.stage === 'awaiting-approval' ? true : undefined;
+      },
+      90_000,
+    );
     const refused = await wg(['start', '-f', manual, '--inventory', inventory]);
     expect(refused.code, refused.stdout + refused.stderr).toBe(2);
-    expect(refused.stderr).toContain('CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)');
+    expect(refused.stderr).toContain(
+      'CONFLICT: another rollout of profile "demo" is running (rollout:demo:converge-1)',
+    );
     await real.env.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
   });
 });

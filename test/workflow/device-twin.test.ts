@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { requestIdOf, TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type DesiredRequest, type TwinView } from '../../core/twin';
+import {
+  requestIdOf,
+  TWIN_HISTORY_LIMIT,
+  twinWorkflowId,
+  type AgentReport,
+  type DesiredRequest,
+  type TwinView,
+} from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { syncTwin } from '../../gateway/twin';
 import { reverifyFleet } from '../../activities/fleet';
@@ -20,11 +27,28 @@ const real = realRollouts('device-twin');
 
 function request(device: string, revision: number, activity = '1'): DesiredRequest {
   const holder = { rollout: `rollout-${device}`, run: 'run-1', activity, attempt: 1 };
-  return { requestId: requestIdOf(holder), profile: 'demo', revision, steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] }, envelopeDigest: '', holder, rollout: holder.rollout, fromRevision: revision - 1 || null };
+  return {
+    requestId: requestIdOf(holder),
+    profile: 'demo',
+    revision,
+    steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] },
+    envelopeDigest: '',
+    holder,
+    rollout: holder.rollout,
+    fromRevision: revision - 1 || null,
+  };
 }
-const report = (revision: number, requestId?: string): AgentReport => ({ profiles: { demo: { revision, state: 'applied', ...(requestId ? { requestId } : {}), at: new Date().toISOString() } }, health: [], healthAt: null, agentVersion: 'test' });
+const report = (revision: number, requestId?: string): AgentReport => ({
+  profiles: { demo: { revision, state: 'applied', ...(requestId ? { requestId } : {}), at: new Date().toISOString() } },
+  health: [],
+  healthAt: null,
+  agentVersion: 'test',
+});
 
-function sync(device: string, input: { report: AgentReport | null; knownVersion: number; waitMs: number }): Promise<TwinView> {
+function sync(
+  device: string,
+  input: { report: AgentReport | null; knownVersion: number; waitMs: number },
+): Promise<TwinView> {
   return syncTwin(real.env.client, real.worker.taskQueue, device, input);
 }
 
@@ -47,7 +71,10 @@ describe('device twin workflow', () => {
     expect((await readTwin(real.env.client, device))!.version).toBe(1);
     // The agent reports; the view carries it.
     await sync(device, { report: report(2, view.desired.demo!.requestId), knownVersion: 1, waitMs: 0 });
-    expect((await readTwin(real.env.client, device))!.report!.profiles.demo).toMatchObject({ revision: 2, state: 'applied' });
+    expect((await readTwin(real.env.client, device))!.report!.profiles.demo).toMatchObject({
+      revision: 2,
+      state: 'applied',
+    });
     // Reverify: the version moves, the flag is set until a report knowing that version arrives.
     expect(await reverifyTwin(real.env.client, device)).toBe(true);
     const asked = await sync(device, { report: null, knownVersion: 1, waitMs: 10_000 });
@@ -62,12 +89,27 @@ describe('device twin workflow', () => {
   it('applyThroughTwin at first contact: offline for a never-seen agent, ahead for one reporting above the target; nothing asked of either', async () => {
     const holder = { rollout: 'rollout:first-contact', run: 'run-1', activity: '3', attempt: 1 };
     const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
-    const target = (id: string) => ({ id, host: '', port: 0, user: '', pool: 'p', class: 'c', transport: 'agent' as const, ssh: {} });
+    const target = (id: string) => ({
+      id,
+      host: '',
+      port: 0,
+      user: '',
+      pool: 'p',
+      class: 'c',
+      transport: 'agent' as const,
+      ssh: {},
+    });
     const opts = { client: real.env.client, taskQueue: real.worker.taskQueue, holder, rollout: holder.rollout };
-    expect(await applyThroughTwin(target('never-seen'), steps, { ...opts, reportOffline: true })).toMatchObject({ outcome: 'offline', steps: [], detail: 'agent not syncing (never seen): nothing asked of it' });
+    expect(await applyThroughTwin(target('never-seen'), steps, { ...opts, reportOffline: true })).toMatchObject({
+      outcome: 'offline',
+      steps: [],
+      detail: 'agent not syncing (never seen): nothing asked of it',
+    });
     expect(await readTwin(real.env.client, 'never-seen')).toBeNull();
     await sync('twin-ahead', { report: report(3), knownVersion: 0, waitMs: 0 });
-    expect(await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 })).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
+    expect(
+      await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 }),
+    ).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
     expect((await readTwin(real.env.client, 'twin-ahead'))!.desired).toEqual({});
   });
 
@@ -85,9 +127,20 @@ describe('device twin workflow', () => {
     await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
     const before = (await real.env.client.workflow.getHandle(twinWorkflowId(device)).fetchHistory()).events!.length;
     const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
-    await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: null, knownVersion: 0, waitMs: 60_000 }] })).rejects.toMatchObject({ cause: { type: 'TwinRefused', message: 'twin-c: twinSync: waitMs: must be 0-30000 (got 60000)' } });
-    const bad = { ...report(1), profiles: { demo: { revision: 1, state: 'applied' as const, detail: 'x'.repeat(500), at: 't' } } };
-    await expect(handle.executeUpdate(twinSyncUpdate, { args: [{ report: bad, knownVersion: 0, waitMs: 0 }] })).rejects.toMatchObject({ cause: { message: 'twin-c: twinSync: report.profiles.demo.detail: at most 400 characters (got 500)' } });
+    await expect(
+      handle.executeUpdate(twinSyncUpdate, { args: [{ report: null, knownVersion: 0, waitMs: 60_000 }] }),
+    ).rejects.toMatchObject({
+      cause: { type: 'TwinRefused', message: 'twin-c: twinSync: waitMs: must be 0-30000 (got 60000)' },
+    });
+    const bad = {
+      ...report(1),
+      profiles: { demo: { revision: 1, state: 'applied' as const, detail: 'x'.repeat(500), at: 't' } },
+    };
+    await expect(
+      handle.executeUpdate(twinSyncUpdate, { args: [{ report: bad, knownVersion: 0, waitMs: 0 }] }),
+    ).rejects.toMatchObject({
+      cause: { message: 'twin-c: twinSync: report.profiles.demo.detail: at most 400 characters (got 500)' },
+    });
     expect((await handle.fetchHistory()).events!.length).toBe(before);
   });
 
@@ -102,21 +155,33 @@ describe('device twin workflow', () => {
     const lanes = Array.from({ length: 8 }, async () => {
       while (done < SYNCS) {
         const n = ++done;
-        const view = await sync(device, { report: report(5, `rollout-${device}:run-1:42`), knownVersion: 1, waitMs: 0 });
+        const view = await sync(device, {
+          report: report(5, `rollout-${device}:run-1:42`),
+          knownVersion: 1,
+          waitMs: 0,
+        });
         if (n === SYNCS) expect(view.desired.demo?.revision).toBe(5);
       }
     });
     await Promise.all(lanes);
     // Every run closed by continue-as-new stayed under the bound (plus the events of one last task).
     const runs: Array<{ runId: string; status: string; historyLength: number }> = [];
-    for await (const w of real.env.client.workflow.list({ query: `WorkflowId = '${twinWorkflowId(device)}'` })) runs.push({ runId: w.runId, status: w.status.name, historyLength: w.historyLength });
+    for await (const w of real.env.client.workflow.list({ query: `WorkflowId = '${twinWorkflowId(device)}'` }))
+      runs.push({ runId: w.runId, status: w.status.name, historyLength: w.historyLength });
     const current = await handle.describe();
-    console.log(`twin over ${SYNCS} syncs: ${runs.length} runs, history lengths ${runs.map((r) => r.historyLength).join(', ')}`);
+    console.log(
+      `twin over ${SYNCS} syncs: ${runs.length} runs, history lengths ${runs.map((r) => r.historyLength).join(', ')}`,
+    );
     expect(current.runId).not.toBe(firstRun);
     expect(runs.filter((r) => r.status === 'CONTINUED_AS_NEW').length).toBeGreaterThanOrEqual(2);
     for (const r of runs) expect(r.historyLength).toBeLessThan(TWIN_HISTORY_LIMIT + 200);
     const view = await until('the carried view', async () => (await readTwin(real.env.client, device)) ?? undefined);
-    expect(view).toMatchObject({ deviceId: device, version: 1, desired: { demo: { revision: 5, requestId: `rollout-${device}:run-1:42` } }, report: { profiles: { demo: { revision: 5 } } } });
+    expect(view).toMatchObject({
+      deviceId: device,
+      version: 1,
+      desired: { demo: { revision: 5, requestId: `rollout-${device}:run-1:42` } },
+      report: { profiles: { demo: { revision: 5 } } },
+    });
   }, 600_000);
 });
 
@@ -149,8 +214,17 @@ describe('reverify through the device channel', () => {
       expect(asked.reverify).toBe(true);
       await sync('rv-answers', { report: report(2), knownVersion: asked.version, waitMs: 0 });
     })();
-    const outcome = await reverifyFleet(inventory.devices, { client: () => real.env.client }, { waitMs: 6_000, pollMs: 200 });
+    const outcome = await reverifyFleet(
+      inventory.devices,
+      { client: () => real.env.client },
+      { waitMs: 6_000, pollMs: 200 },
+    );
     await answering;
-    expect(outcome).toEqual({ asked: ['rv-answers', 'rv-silent'], answered: ['rv-answers'], silent: ['rv-silent'], offline: ['rv-no-twin'] });
+    expect(outcome).toEqual({
+      asked: ['rv-answers', 'rv-silent'],
+      answered: ['rv-answers'],
+      silent: ['rv-silent'],
+      offline: ['rv-no-twin'],
+    });
   });
 });

@@ -17,7 +17,16 @@ const real = realRollouts('entity-clients');
 
 function desire(device: string, revision: number): DesiredRequest {
   const holder = { rollout: `rollout-${device}`, run: 'run-1', activity: '1', attempt: 1 };
-  return { requestId: requestIdOf(holder), profile: 'demo', revision, steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] }, envelopeDigest: '', holder, rollout: holder.rollout, fromRevision: null };
+  return {
+    requestId: requestIdOf(holder),
+    profile: 'demo',
+    revision,
+    steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] },
+    envelopeDigest: '',
+    holder,
+    rollout: holder.rollout,
+    fromRevision: null,
+  };
 }
 
 describe('entity clients', () => {
@@ -29,17 +38,33 @@ describe('entity clients', () => {
       await desireOnTwin(real.env.client, real.worker.taskQueue, id, desire(id, 3));
     };
     expect(await readTwin(real.env.client, device)).toBeNull();
-    const first = await syncTwin(real.env.client, real.worker.taskQueue, device, { report: null, knownVersion: 0, waitMs: 0 }, hook);
+    const first = await syncTwin(
+      real.env.client,
+      real.worker.taskQueue,
+      device,
+      { report: null, knownVersion: 0, waitMs: 0 },
+      hook,
+    );
     expect(hooked).toEqual([device]);
     expect(first.desired.demo).toMatchObject({ revision: 3 });
-    const again = await syncTwin(real.env.client, real.worker.taskQueue, device, { report: null, knownVersion: first.version, waitMs: 0 }, hook);
+    const again = await syncTwin(
+      real.env.client,
+      real.worker.taskQueue,
+      device,
+      { report: null, knownVersion: first.version, waitMs: 0 },
+      hook,
+    );
     expect(hooked).toEqual([device]);
     expect(again.version).toBe(first.version);
   });
 
   it('a first sync with no hook starts the twin by update-with-start', async () => {
     const device = 'entity-bare';
-    const view = await syncTwin(real.env.client, real.worker.taskQueue, device, { report: null, knownVersion: 0, waitMs: 0 });
+    const view = await syncTwin(real.env.client, real.worker.taskQueue, device, {
+      report: null,
+      knownVersion: 0,
+      waitMs: 0,
+    });
     expect(view).toMatchObject({ deviceId: device, version: 0, desired: {} });
     expect((await real.env.client.workflow.getHandle(twinWorkflowId(device)).describe()).status.name).toBe('RUNNING');
   });
@@ -59,5 +84,4 @@ describe('entity clients', () => {
     await expect(real.env.client.workflow.getHandle('registry:entity-nobody').describe()).rejects.toThrow(/not found/i);
     expect(await heldRolloutOf(real.env.client, 'entity-nobody')).toBeUndefined();
   });
-
 });

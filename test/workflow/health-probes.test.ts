@@ -35,11 +35,20 @@ const profilesRoot = join(trustScratch.dir, 'profiles');
 const pinned = keyPairFromSeed(new Uint8Array(32).fill(7));
 const stranger = keyPairFromSeed(new Uint8Array(32).fill(9));
 mkdirSync(join(profilesRoot, 'probe'), { recursive: true });
-writeFileSync(join(profilesRoot, 'probe', 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(pinned, 'probe-release')] }));
+writeFileSync(
+  join(profilesRoot, 'probe', 'trust.yaml'),
+  stringify({ threshold: 1, pins: [pinOf(pinned, 'probe-release')] }),
+);
 
 /** A revision of `profile` with this health section, signed by `key`. */
-function signedHealth(health: RevisionHealth, opts: { key?: KeyPair; profile?: string; revision?: number } = {}): Envelope {
-  const revision = parseRevision({ profile: opts.profile ?? 'probe', revision: opts.revision ?? 2, apply: 'true', verify: 'true', health }, 'test revision');
+function signedHealth(
+  health: RevisionHealth,
+  opts: { key?: KeyPair; profile?: string; revision?: number } = {},
+): Envelope {
+  const revision = parseRevision(
+    { profile: opts.profile ?? 'probe', revision: opts.revision ?? 2, apply: 'true', verify: 'true', health },
+    'test revision',
+  );
   return signRevision(revision, opts.key ?? pinned, { now: Date.now() });
 }
 const ENVELOPE = signedHealth(HEALTH);
@@ -88,7 +97,11 @@ describe('health probes over SSH (simulated fleet)', () => {
   });
 
   it('a healthy fleet passes every per-device check, and each device ran each health command once', async () => {
-    const results = await Promise.all(['devices-online', 'all-runtimes-healthy', 'error-rate < 0.01', 'check: device-info'].map((c) => runHealthCheck(input(c))));
+    const results = await Promise.all(
+      ['devices-online', 'all-runtimes-healthy', 'error-rate < 0.01', 'check: device-info'].map((c) =>
+        runHealthCheck(input(c)),
+      ),
+    );
     expect(results.map((r) => [r.check, r.outcome])).toEqual([
       ['devices-online', 'pass'],
       ['all-runtimes-healthy', 'pass'],
@@ -126,7 +139,9 @@ describe('health probes over SSH (simulated fleet)', () => {
     await fleet.setFaults('edge-03', { failCommand: 'sim-runtime-health widget' });
     const result = await runHealthCheck(input('check: widget'));
     expect(result).toMatchObject({ outcome: 'fail', failedDevices: ['edge-01', 'edge-03'] });
-    expect(result.evidence).toBe('unhealthy: edge-01/widget exit 1: "widget unhealthy", edge-03/widget exit 1: "simulated failure"');
+    expect(result.evidence).toBe(
+      'unhealthy: edge-01/widget exit 1: "widget unhealthy", edge-03/widget exit 1: "simulated failure"',
+    );
     for (const d of fleet.devices) expect(fleet.count(d.id, 'sim-runtime-health widget')).toBe(1);
   });
 
@@ -149,7 +164,9 @@ describe('health probes over SSH (simulated fleet)', () => {
     const elapsed = Date.now() - started;
     expect(result.outcome).toBe('inconclusive');
     expect(result.failedDevices).toEqual(['edge-04']);
-    expect(result.evidence).toMatch(/^could not read the error rate of 1 of 4 devices: edge-04 \(command timed out after \d+ ms: sim-error-rate\)$/);
+    expect(result.evidence).toMatch(
+      /^could not read the error rate of 1 of 4 devices: edge-04 \(command timed out after \d+ ms: sim-error-rate\)$/,
+    );
     expect(elapsed).toBeGreaterThanOrEqual(1_400);
     expect(elapsed).toBeLessThan(4_000);
     expect(result.durationMs).toBeLessThan(4_000);
@@ -176,7 +193,9 @@ describe('health probes over SSH (simulated fleet)', () => {
     const online = await runHealthCheck(input('devices-online'));
     expect(online.outcome).toBe('fail');
     expect(online.failedDevices).toEqual(['edge-03']);
-    expect(online.evidence).toMatch(/^1 of 4 devices not online: edge-03 \(cannot connect to 127\.0\.0\.1:\d+ \(ECONNREFUSED\)\)$/);
+    expect(online.evidence).toMatch(
+      /^1 of 4 devices not online: edge-03 \(cannot connect to 127\.0\.0\.1:\d+ \(ECONNREFUSED\)\)$/,
+    );
     const runtimes = await runHealthCheck(input('all-runtimes-healthy'));
     expect(runtimes).toMatchObject({ outcome: 'inconclusive', failedDevices: ['edge-03'] });
   });
@@ -203,32 +222,67 @@ describe('health probes over SSH (simulated fleet)', () => {
   it('says what is missing when the signed revision and the profile give nothing to check', async () => {
     const bare = signedHealth({});
     const noMetrics = await runHealthCheck(input('error-rate < 0.01', { envelope: bare }));
-    expect(noMetrics).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining("neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate") });
+    expect(noMetrics).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: expect.stringContaining(
+        "neither the target revision's signed health.errorRate.command nor the profile's metrics.errorRate",
+      ),
+    });
     const noRuntimes = await runHealthCheck(input('all-runtimes-healthy', { envelope: bare }));
-    expect(noRuntimes).toMatchObject({ outcome: 'inconclusive', evidence: "r2's signed health section declares no runtimes, so none can be checked" });
+    expect(noRuntimes).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: "r2's signed health section declares no runtimes, so none can be checked",
+    });
     const noSuchCheck = await runHealthCheck(input('check: nope'));
-    expect(noSuchCheck).toMatchObject({ outcome: 'inconclusive', evidence: `r2's signed health section has no check "nope" (it has: motd, agent, device-info, widget); nothing was run` });
+    expect(noSuchCheck).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: `r2's signed health section has no check "nope" (it has: motd, agent, device-info, widget); nothing was run`,
+    });
     const noDevices = await runHealthCheck(input('devices-online', { devices: [] }));
     expect(noDevices).toMatchObject({ outcome: 'pass', evidence: 'no changed devices to check' });
     const bad = await runHealthCheck(input('error-rate > 0.01'));
-    expect(bad).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringMatching(/^health check "error-rate > 0.01" needs a comparison/) });
+    expect(bad).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: expect.stringMatching(/^health check "error-rate > 0.01" needs a comparison/),
+    });
     expect(fleet.totalCommands()).toBe(0);
   });
 
-  it('a worker given raw device commands (an old client\'s input) refuses the check and runs nothing on any device', async () => {
+  it("a worker given raw device commands (an old client's input) refuses the check and runs nothing on any device", async () => {
     const devices = targetsOf(fleet);
     const oldClient = [
       // the pre-signing input shape: the profile's runtimes and metrics command, no envelope
-      { check: 'all-runtimes-healthy', devices, runtimes: [{ name: 'motd', health: 'touch pwned-runtime' }], timeoutMs: 5_000 },
-      { check: 'error-rate < 0.01', devices, runtimes: [], metrics: { errorRate: { command: 'touch pwned-rate' } }, timeoutMs: 5_000 },
+      {
+        check: 'all-runtimes-healthy',
+        devices,
+        runtimes: [{ name: 'motd', health: 'touch pwned-runtime' }],
+        timeoutMs: 5_000,
+      },
+      {
+        check: 'error-rate < 0.01',
+        devices,
+        runtimes: [],
+        metrics: { errorRate: { command: 'touch pwned-rate' } },
+        timeoutMs: 5_000,
+      },
       // raw commands riding along with a valid envelope are refused too
-      { check: 'all-runtimes-healthy', devices, profile: 'probe', revision: 2, envelope: ENVELOPE, runtimes: [{ name: 'x', health: 'touch pwned-x' }], timeoutMs: 5_000 },
+      {
+        check: 'all-runtimes-healthy',
+        devices,
+        profile: 'probe',
+        revision: 2,
+        envelope: ENVELOPE,
+        runtimes: [{ name: 'x', health: 'touch pwned-x' }],
+        timeoutMs: 5_000,
+      },
       { check: 'devices-online', devices, runtimes: [{ name: 'x', health: 'touch pwned-online' }], timeoutMs: 5_000 },
     ] as unknown as HealthCheckInput[];
     for (const given of oldClient) {
       const result = await runHealthCheck(given);
       expect(result.outcome, given.check).toBe('inconclusive');
-      expect(result.evidence).toMatch(/^refused: the input carries an unsigned device command \((runtimes\[\]\.health|metrics\.errorRate\.command)\).*nothing was run$/);
+      expect(result.evidence).toMatch(
+        /^refused: the input carries an unsigned device command \((runtimes\[\]\.health|metrics\.errorRate\.command)\).*nothing was run$/,
+      );
     }
     const written = await runHealthCheck(input('command: touch pwned-command'));
     expect(written.outcome).toBe('inconclusive');
@@ -236,16 +290,36 @@ describe('health probes over SSH (simulated fleet)', () => {
     expect(fleet.totalCommands()).toBe(0);
   });
 
-  it('device-side checks run only from an envelope that verifies against the worker\'s own pins; otherwise nothing runs', async () => {
-    const evil: RevisionHealth = { runtimes: [{ name: 'motd', command: 'touch pwned' }], checks: [{ name: 'widget', command: 'touch pwned' }], errorRate: { command: 'touch pwned' } };
+  it("device-side checks run only from an envelope that verifies against the worker's own pins; otherwise nothing runs", async () => {
+    const evil: RevisionHealth = {
+      runtimes: [{ name: 'motd', command: 'touch pwned' }],
+      checks: [{ name: 'widget', command: 'touch pwned' }],
+      errorRate: { command: 'touch pwned' },
+    };
     const tampered: Envelope = { ...ENVELOPE, body: signedHealth(evil).body };
     const cases: Array<[string, Partial<HealthCheckInput>, RegExp]> = [
       ['no envelope (unsigned)', { envelope: undefined }, /which the input does not carry/],
-      ['signed by a key the worker does not pin', { envelope: signedHealth(evil, { key: stranger }) }, /does not verify against this worker's pins \(/],
+      [
+        'signed by a key the worker does not pin',
+        { envelope: signedHealth(evil, { key: stranger }) },
+        /does not verify against this worker's pins \(/,
+      ],
       ['a body swapped under the signatures', { envelope: tampered }, /does not verify against this worker's pins \(/],
-      ['a revision of another profile, signed by the pinned key', { envelope: signedHealth(evil, { profile: 'other' }) }, /WRONG_PROFILE/],
-      ['another revision than the devices were brought to', { envelope: signedHealth(evil, { revision: 3 }) }, /WRONG_REVISION/],
-      ['a profile the worker holds no pins for', { profile: 'nopins', envelope: signedHealth(evil, { profile: 'nopins' }) }, /NO_TRUST/],
+      [
+        'a revision of another profile, signed by the pinned key',
+        { envelope: signedHealth(evil, { profile: 'other' }) },
+        /WRONG_PROFILE/,
+      ],
+      [
+        'another revision than the devices were brought to',
+        { envelope: signedHealth(evil, { revision: 3 }) },
+        /WRONG_REVISION/,
+      ],
+      [
+        'a profile the worker holds no pins for',
+        { profile: 'nopins', envelope: signedHealth(evil, { profile: 'nopins' }) },
+        /NO_TRUST/,
+      ],
       ['a profile name that is a path', { profile: '../probe' }, /MALFORMED/],
     ];
     for (const [what, extra, why] of cases) {
@@ -294,7 +368,12 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   });
   afterAll(() => server?.close());
 
-  const httpInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], timeoutMs: 5_000, ...extra });
+  const httpInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({
+    check,
+    devices: [],
+    timeoutMs: 5_000,
+    ...extra,
+  });
 
   it('200 passes, 500 fails, each with the status as evidence', async () => {
     const ok = await runHealthCheck(httpInput(`http: ${server.url}/ok`));
@@ -308,7 +387,10 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   it('a server that never answers is inconclusive within the timeout', async () => {
     const started = Date.now();
     const hang = await runHealthCheck(httpInput(`http: ${server.url}/hang`, { timeoutMs: 1_000 }));
-    expect(hang).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${server.url}/hang: no answer within 1000 ms` });
+    expect(hang).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: `GET ${server.url}/hang: no answer within 1000 ms`,
+    });
     expect(Date.now() - started).toBeLessThan(3_000);
     expect(hang.durationMs).toBeGreaterThanOrEqual(990);
   });
@@ -323,8 +405,14 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   it('credentials inline in a profile url are refused by the worker: nothing is sent, and no secret reaches the evidence', async () => {
     const before = server.hits('/rate-json');
     const withCreds = `${server.url.replace('http://', 'http://admin:s3cret@')}/rate-json`;
-    const userinfo = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: withCreds } } }));
-    const query = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json?access_token=abc123` } } }));
+    const userinfo = await runHealthCheck(
+      httpInput('error-rate < 0.01', { metrics: { errorRate: { http: withCreds } } }),
+    );
+    const query = await runHealthCheck(
+      httpInput('error-rate < 0.01', {
+        metrics: { errorRate: { http: `${server.url}/rate-json?access_token=abc123` } },
+      }),
+    );
     for (const r of [userinfo, query]) {
       expect(r.outcome).toBe('inconclusive');
       expect(r.evidence).toMatch(/refused: the url has .*tokenEnv or tokenFile/);
@@ -337,17 +425,32 @@ describe('http probes (node http server on 127.0.0.1)', () => {
     const scratch = scratchDir('token');
     try {
       process.env.WAVEGATE_TEST_METRICS_TOKEN = 'env-tok-481516';
-      const viaEnv = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_METRICS_TOKEN' } } }));
+      const viaEnv = await runHealthCheck(
+        httpInput('error-rate < 0.01', {
+          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_METRICS_TOKEN' } },
+        }),
+      );
       expect(viaEnv).toMatchObject({ outcome: 'pass', evidence: `0.001 from ${server.url}/rate-json is < 0.01` });
       expect(server.lastHeaders('/rate-json')?.authorization).toBe('Bearer env-tok-481516');
       const file = join(scratch.dir, 'metrics.token');
       writeFileSync(file, 'file-tok-2342\n', { mode: 0o600 });
-      const viaFile = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenFile: file } } }));
+      const viaFile = await runHealthCheck(
+        httpInput('error-rate < 0.01', {
+          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenFile: file } },
+        }),
+      );
       expect(viaFile.outcome).toBe('pass');
       expect(server.lastHeaders('/rate-json')?.authorization).toBe('Bearer file-tok-2342');
       const hits = server.hits('/rate-json');
-      const unset = await runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_NO_SUCH_TOKEN' } } }));
-      expect(unset).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${server.url}/rate-json: the metrics token variable WAVEGATE_TEST_NO_SUCH_TOKEN is not set on this worker` });
+      const unset = await runHealthCheck(
+        httpInput('error-rate < 0.01', {
+          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_NO_SUCH_TOKEN' } },
+        }),
+      );
+      expect(unset).toMatchObject({
+        outcome: 'inconclusive',
+        evidence: `GET ${server.url}/rate-json: the metrics token variable WAVEGATE_TEST_NO_SUCH_TOKEN is not set on this worker`,
+      });
       expect(server.hits('/rate-json')).toBe(hits);
       for (const r of [viaEnv, viaFile, unset]) expect(JSON.stringify(r)).not.toMatch(/tok-/);
     } finally {
@@ -358,7 +461,11 @@ describe('http probes (node http server on 127.0.0.1)', () => {
 
   it('query strings are redacted from evidence even when they hold nothing secret-named', async () => {
     const ok = await runHealthCheck(httpInput(`http: ${server.url}/ok?region=eu-west`));
-    expect(ok).toMatchObject({ outcome: 'pass', check: `http: ${server.url}/ok?region=***`, evidence: `GET ${server.url}/ok?region=*** answered 200` });
+    expect(ok).toMatchObject({
+      outcome: 'pass',
+      check: `http: ${server.url}/ok?region=***`,
+      evidence: `GET ${server.url}/ok?region=*** answered 200`,
+    });
     expect(JSON.stringify(ok)).not.toContain('eu-west');
   });
 
@@ -372,11 +479,24 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   });
 
   it('error-rate from an http source: plain text, JSON {value}, unreadable and unavailable', async () => {
-    const rate = (path: string) => runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}${path}` } } }));
-    expect(await rate('/rate-high')).toMatchObject({ outcome: 'fail', evidence: `0.2 from ${server.url}/rate-high is not < 0.01` });
-    expect(await rate('/rate-json')).toMatchObject({ outcome: 'pass', evidence: `0.001 from ${server.url}/rate-json is < 0.01` });
-    expect(await rate('/rate-garbage')).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${server.url}/rate-garbage: not a number: "<html>login</html>"` });
-    expect(await rate('/rate-unavailable')).toMatchObject({ outcome: 'inconclusive', evidence: `GET ${server.url}/rate-unavailable answered 503; no error rate read` });
+    const rate = (path: string) =>
+      runHealthCheck(httpInput('error-rate < 0.01', { metrics: { errorRate: { http: `${server.url}${path}` } } }));
+    expect(await rate('/rate-high')).toMatchObject({
+      outcome: 'fail',
+      evidence: `0.2 from ${server.url}/rate-high is not < 0.01`,
+    });
+    expect(await rate('/rate-json')).toMatchObject({
+      outcome: 'pass',
+      evidence: `0.001 from ${server.url}/rate-json is < 0.01`,
+    });
+    expect(await rate('/rate-garbage')).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: `GET ${server.url}/rate-garbage: not a number: "<html>login</html>"`,
+    });
+    expect(await rate('/rate-unavailable')).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: `GET ${server.url}/rate-unavailable answered 503; no error rate read`,
+    });
   });
 });
 
@@ -389,7 +509,10 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
   beforeAll(async () => {
     scratch = scratchDir('prometheus');
     exporter = await startMetricsServer({
-      '/metrics': { body: exposition({ wavegate_error_ratio: 0.2, wavegate_ok_ratio: 0.001 }), contentType: 'text/plain; version=0.0.4' },
+      '/metrics': {
+        body: exposition({ wavegate_error_ratio: 0.2, wavegate_ok_ratio: 0.001 }),
+        contentType: 'text/plain; version=0.0.4',
+      },
     });
     prometheus = await startPrometheus({ dir: scratch.dir, targets: [exporter.hostPort] });
     await prometheus.waitForSeries('wavegate_error_ratio', 25_000);
@@ -401,28 +524,50 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
     scratch?.cleanup();
   });
 
-  const promInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({ check, devices: [], metrics, timeoutMs: 5_000, ...extra });
+  const promInput = (check: string, extra: Partial<HealthCheckInput> = {}): HealthCheckInput => ({
+    check,
+    devices: [],
+    metrics,
+    timeoutMs: 5_000,
+    ...extra,
+  });
 
   it('a query over the threshold fails, under it passes (profile url and explicit url)', async () => {
     expect(exporter.hits('/metrics')).toBeGreaterThan(0);
     const over = await runHealthCheck(promInput('prometheus: wavegate_error_ratio < 0.01'));
     expect(over.outcome).toBe('fail');
-    expect(over.evidence).toMatch(/^0\.2 at wavegate_error_ratio\{instance="127\.0\.0\.1:\d+",job="wavegate-test"\} is not < 0\.01$/);
-    const under = await runHealthCheck(promInput(`prometheus(${prometheus.url}): wavegate_ok_ratio <= 0.001`, { metrics: undefined }));
-    expect(under).toMatchObject({ outcome: 'pass', check: `prometheus(${prometheus.url}): wavegate_ok_ratio <= 0.001` });
+    expect(over.evidence).toMatch(
+      /^0\.2 at wavegate_error_ratio\{instance="127\.0\.0\.1:\d+",job="wavegate-test"\} is not < 0\.01$/,
+    );
+    const under = await runHealthCheck(
+      promInput(`prometheus(${prometheus.url}): wavegate_ok_ratio <= 0.001`, { metrics: undefined }),
+    );
+    expect(under).toMatchObject({
+      outcome: 'pass',
+      check: `prometheus(${prometheus.url}): wavegate_ok_ratio <= 0.001`,
+    });
     // PromQL's own comparison inside the query stays part of the query
     const count = await runHealthCheck(promInput('prometheus: count(wavegate_error_ratio > 0.1) < 1'));
     expect(count).toMatchObject({ outcome: 'fail', evidence: '1 is not < 1' });
   });
 
   it('error-rate reads the profile prometheus source', async () => {
-    expect(await runHealthCheck(promInput('error-rate < 0.01'))).toMatchObject({ outcome: 'fail', evidence: '0.2 is not < 0.01' });
-    expect(await runHealthCheck(promInput('error-rate < 0.25'))).toMatchObject({ outcome: 'pass', evidence: '0.2 is < 0.25' });
+    expect(await runHealthCheck(promInput('error-rate < 0.01'))).toMatchObject({
+      outcome: 'fail',
+      evidence: '0.2 is not < 0.01',
+    });
+    expect(await runHealthCheck(promInput('error-rate < 0.25'))).toMatchObject({
+      outcome: 'pass',
+      evidence: '0.2 is < 0.25',
+    });
   });
 
   it('no series, a bad query and an unreachable Prometheus are inconclusive', async () => {
     const absent = await runHealthCheck(promInput('prometheus: wavegate_no_such_metric < 1'));
-    expect(absent).toMatchObject({ outcome: 'inconclusive', evidence: `Prometheus ${prometheus.url}: the query returned no series` });
+    expect(absent).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: `Prometheus ${prometheus.url}: the query returned no series`,
+    });
     const bad = await runHealthCheck(promInput('prometheus: sum(( < 1'));
     expect(bad.outcome).toBe('inconclusive');
     expect(bad.evidence).toMatch(/^Prometheus http:\/\/127\.0\.0\.1:\d+: Prometheus says bad_data: /);
@@ -433,7 +578,12 @@ describe('prometheus probes (a real Prometheus scraping a node exporter of waveg
   });
 
   it('without a Prometheus url anywhere the check says where to put one', async () => {
-    const result = await runHealthCheck(promInput('prometheus: up < 1', { metrics: { errorRate: { http: 'http://127.0.0.1:1/rate' } } }));
-    expect(result).toMatchObject({ outcome: 'inconclusive', evidence: expect.stringContaining('set metrics.errorRate.prometheus.url in the profile') });
+    const result = await runHealthCheck(
+      promInput('prometheus: up < 1', { metrics: { errorRate: { http: 'http://127.0.0.1:1/rate' } } }),
+    );
+    expect(result).toMatchObject({
+      outcome: 'inconclusive',
+      evidence: expect.stringContaining('set metrics.errorRate.prometheus.url in the profile'),
+    });
   });
 });

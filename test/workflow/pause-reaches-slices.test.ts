@@ -20,7 +20,10 @@ function readMarker(fleet: Fleet, id: string): string | undefined {
 }
 
 /** When each apply activity of an execution was scheduled (server clock, epoch ms), and the children it started. */
-async function appliesScheduled(client: Client, workflowId: string): Promise<{ scheduled: number[]; children: string[] }> {
+async function appliesScheduled(
+  client: Client,
+  workflowId: string,
+): Promise<{ scheduled: number[]; children: string[] }> {
   const history = await client.workflow.getHandle(workflowId).fetchHistory();
   const scheduled: number[] = [];
   const children: string[] = [];
@@ -58,12 +61,24 @@ describe('pause over overlapping slices', () => {
 
   it('no apply is scheduled in any slice after the pause update returns; resume finishes the rollout', async () => {
     const DEVICES = 40;
-    const made = await fleetWithInventory(join(scratch.dir, 'fleet'), demoDevices(DEVICES), { 'pool-a': 0.1, 'pool-b': 0.1 });
+    const made = await fleetWithInventory(join(scratch.dir, 'fleet'), demoDevices(DEVICES), {
+      'pool-a': 0.1,
+      'pool-b': 0.1,
+    });
     fleet = made.fleet;
     // Slow commands keep devices of neighbouring slices in flight when the pause lands.
     await Promise.all(fleet.devices.map((d) => fleet!.setFaults(d.id, { latencyMs: 200 })));
-    const input = rolloutInputFor(join(scratch.dir, 'fleet'), { gate: '0s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] }, made.inventoryPath, 'rollout:pause-slices');
-    const handle = await env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: worker.taskQueue, args: [{ ...input, sliceSize: 4 }] });
+    const input = rolloutInputFor(
+      join(scratch.dir, 'fleet'),
+      { gate: '0s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] },
+      made.inventoryPath,
+      'rollout:pause-slices',
+    );
+    const handle = await env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue: worker.taskQueue,
+      args: [{ ...input, sliceSize: 4 }],
+    });
 
     // Mid-phase, read from the devices themselves (the parent learns a slice's devices when it ends).
     const onTarget = () => fleet!.devices.filter((d) => readMarker(fleet!, d.id) === '2').length;
@@ -99,7 +114,9 @@ describe('pause over overlapping slices', () => {
     await recordHistory(handle, 'pause-acked-by-slices');
     for (const id of parent.children) {
       const events = (await env.client.workflow.getHandle(id).fetchHistory()).events ?? [];
-      if (events.some((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'sliceControlAck')) {
+      if (
+        events.some((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'sliceControlAck')
+      ) {
         await recordHistory(env.client.workflow.getHandle(id), 'pause-acked-slice-child');
         break;
       }

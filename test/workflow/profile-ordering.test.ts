@@ -51,7 +51,10 @@ describe('ordering between profiles over SSH', () => {
     const dir = join(profilesRoot, 'base');
     mkdirSync(join(dir, 'envelopes'), { recursive: true });
     const key = keyPairFromSeed(new Uint8Array(randomBytes(32)));
-    writeFileSync(join(dir, 'profile.yaml'), stringify({ name: 'base', description: 'what demo needs first', scope: {} }));
+    writeFileSync(
+      join(dir, 'profile.yaml'),
+      stringify({ name: 'base', description: 'what demo needs first', scope: {} }),
+    );
     writeFileSync(join(dir, 'trust.yaml'), stringify({ threshold: 1, pins: [pinOf(key, 'test-signer')] }));
     for (const revision of [1, 2]) {
       const content = parseRevision(
@@ -65,7 +68,10 @@ describe('ordering between profiles over SSH', () => {
         },
         `base r${revision}`,
       );
-      writeFileSync(join(dir, 'envelopes', `${revision}.json`), JSON.stringify(signRevision(content, key, { now: Date.now(), validityDays: 30 })));
+      writeFileSync(
+        join(dir, 'envelopes', `${revision}.json`),
+        JSON.stringify(signRevision(content, key, { now: Date.now(), validityDays: 30 })),
+      );
     }
   }
 
@@ -78,13 +84,39 @@ describe('ordering between profiles over SSH', () => {
   /** Two devices in one pool with room for one apply at a time: a waiting device must free its slot. */
   async function setup() {
     n++;
-    const { fleet, inventoryPath } = await real.fleet([{ id: 'ready', pool: 'edge' }, { id: 'behind', pool: 'edge' }], { edge: 0.5 });
-    const targets = new Map<string, DeviceTarget>(loadRolloutInventory(inventoryPath).devices.map((d) => [d.id, targetOf(d)]));
+    const { fleet, inventoryPath } = await real.fleet(
+      [
+        { id: 'ready', pool: 'edge' },
+        { id: 'behind', pool: 'edge' },
+      ],
+      { edge: 0.5 },
+    );
+    const targets = new Map<string, DeviceTarget>(
+      loadRolloutInventory(inventoryPath).devices.map((d) => [d.id, targetOf(d)]),
+    );
     // `ready` already verifies base r2: applied by the real apply unit from the worker's own envelope.
-    const baseSteps = inputFor({ profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }] }, inventoryPath, 'rollout:base-setup').steps;
-    const done = await applyToDevice(targets.get('ready')!, baseSteps, { commandTimeoutMs: 20_000, profilesRoot, requireEnvelope: true });
+    const baseSteps = inputFor(
+      { profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }] },
+      inventoryPath,
+      'rollout:base-setup',
+    ).steps;
+    const done = await applyToDevice(targets.get('ready')!, baseSteps, {
+      commandTimeoutMs: 20_000,
+      profilesRoot,
+      requireEnvelope: true,
+    });
     expect(done.outcome).toBe('applied');
-    const demo = inputFor({ profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] }, inventoryPath, `rollout:demo-ordering-${n}`);
+    const demo = inputFor(
+      {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        phases: [{ canary: '2 devices' }],
+        after: [{ profile: 'base', revision: 2 }],
+      },
+      inventoryPath,
+      `rollout:demo-ordering-${n}`,
+    );
     return { fleet, inventoryPath, demo, targets };
   }
 
@@ -101,7 +133,10 @@ describe('ordering between profiles over SSH', () => {
     expect(demo.rollbackSteps.after).toBeUndefined();
     const handle = await start(demo);
 
-    const waiting = await waitForStatus(handle, (s) => device(s, 'ready')?.state === 'applied' && device(s, 'behind')?.state === 'waiting');
+    const waiting = await waitForStatus(
+      handle,
+      (s) => device(s, 'ready')?.state === 'applied' && device(s, 'behind')?.state === 'waiting',
+    );
     expect(waiting.state).toBe('running');
     expect(device(waiting, 'behind').reason).toMatch(/^waiting for base r2 \(base r2 verify failed, no marker\)$/);
     expect(waiting.counts).toMatchObject({ applied: 1, waiting: 1 });
@@ -118,7 +153,11 @@ describe('ordering between profiles over SSH', () => {
     expect(meta.currentDetails).toContain('| behind | waiting | waiting for base r2');
 
     // base's own rollout over the same devices: `ready` verifies already, `behind` gets base r2.
-    const base = inputFor({ profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }] }, inventoryPath, `rollout:base-ordering-${n}`);
+    const base = inputFor(
+      { profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }] },
+      inventoryPath,
+      `rollout:base-ordering-${n}`,
+    );
     const baseResult = await (await start(base)).result();
     expect(baseResult.state).toBe('completed');
     expect(baseIn(fleet, 'behind')).toBe('base 2');
@@ -143,7 +182,10 @@ describe('ordering between profiles over SSH', () => {
   it('an abort ends the wait: the waiting device is not started, never applied and never rolled back; the applied one is put back', async () => {
     const { fleet, demo } = await setup();
     const handle = await start(demo);
-    await waitForStatus(handle, (s) => device(s, 'ready')?.state === 'applied' && device(s, 'behind')?.state === 'waiting');
+    await waitForStatus(
+      handle,
+      (s) => device(s, 'ready')?.state === 'applied' && device(s, 'behind')?.state === 'waiting',
+    );
     await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'base is late', rollback: true }] });
     const result = await handle.result();
     await recordHistory(handle, 'profile-ordering-abort-while-waiting');
@@ -160,16 +202,33 @@ describe('ordering between profiles over SSH', () => {
   }, 120_000);
   it('on the worker: a marker naming a newer signed revision lets its verify decide; a dependency the worker has no envelope of is refused with nothing run', async () => {
     const { fleet, demo, targets } = await setup();
-    const opts = { commandTimeoutMs: 20_000, profilesRoot, requireEnvelope: true, dependencies: dependencyChecker({ profilesRoot, requireEnvelope: true, timeoutMs: 10_000 }) };
+    const opts = {
+      commandTimeoutMs: 20_000,
+      profilesRoot,
+      requireEnvelope: true,
+      dependencies: dependencyChecker({ profilesRoot, requireEnvelope: true, timeoutMs: 10_000 }),
+    };
     // `ready` holds base r2 (marker 2): r1's verify fails there, r2's passes, so "after base r1" is met.
-    const met = await applyToDevice(targets.get('ready')!, { ...demo.steps, after: [{ profile: 'base', revision: 1 }] }, opts);
+    const met = await applyToDevice(
+      targets.get('ready')!,
+      { ...demo.steps, after: [{ profile: 'base', revision: 1 }] },
+      opts,
+    );
     expect(met.outcome).toBe('applied');
     // `behind` has no base at all: unmet, and only verify commands ran there.
     const unmet = await applyToDevice(targets.get('behind')!, demo.steps, opts);
-    expect(unmet).toMatchObject({ outcome: 'dependency-unmet', unmet: [{ profile: 'base', revision: 2 }], detail: 'base r2 verify failed, no marker' });
+    expect(unmet).toMatchObject({
+      outcome: 'dependency-unmet',
+      unmet: [{ profile: 'base', revision: 2 }],
+      detail: 'base r2 verify failed, no marker',
+    });
     // A revision the worker does not hold signed: refused before the device runs anything.
     fleet.resetCounters();
-    const refused = await applyToDevice(targets.get('behind')!, { ...demo.steps, after: [{ profile: 'base', revision: 3 }] }, opts).catch((e: unknown) => e);
+    const refused = await applyToDevice(
+      targets.get('behind')!,
+      { ...demo.steps, after: [{ profile: 'base', revision: 3 }] },
+      opts,
+    ).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(EnvelopeRejected);
     expect((refused as EnvelopeRejected).reason).toBe('NO_DEPENDENCY');
     expect((refused as Error).message).toContain('base/envelopes/3.json');
@@ -177,26 +236,80 @@ describe('ordering between profiles over SSH', () => {
     expect(fleet.count('behind', APPLY_COMMAND)).toBe(0);
     // The preflight `start` asks finds the same before any device is contacted.
     const preflight = createPreflightActivities({ profilesRoot, identity: 'test-worker' });
-    await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'base', revision: 2 }] })).resolves.toMatchObject({ ok: true });
-    await expect(preflight.checkWorkerContent({ profile: 'demo', revision: 2, envelope: demo.steps.envelope!, after: [{ profile: 'nosuch', revision: 1 }] })).resolves.toMatchObject({ ok: false, reason: 'NO_TRUST' });
+    await expect(
+      preflight.checkWorkerContent({
+        profile: 'demo',
+        revision: 2,
+        envelope: demo.steps.envelope!,
+        after: [{ profile: 'base', revision: 2 }],
+      }),
+    ).resolves.toMatchObject({ ok: true });
+    await expect(
+      preflight.checkWorkerContent({
+        profile: 'demo',
+        revision: 2,
+        envelope: demo.steps.envelope!,
+        after: [{ profile: 'nosuch', revision: 1 }],
+      }),
+    ).resolves.toMatchObject({ ok: false, reason: 'NO_TRUST' });
   }, 120_000);
 
   it('start refuses (exit 2) an after that closes a cycle with a running rollout, read from its workflow input; nothing is started', async () => {
     const { inventoryPath } = await setup();
     // rollout:base runs, waiting on its devices for demo r2 (none has it).
-    const base = inputFor({ profile: 'base', fromRevision: 1, toRevision: 2, phases: [{ canary: '2 devices' }], after: [{ profile: 'demo', revision: 2 }] }, inventoryPath, 'rollout:base');
+    const base = inputFor(
+      {
+        profile: 'base',
+        fromRevision: 1,
+        toRevision: 2,
+        phases: [{ canary: '2 devices' }],
+        after: [{ profile: 'demo', revision: 2 }],
+      },
+      inventoryPath,
+      'rollout:base',
+    );
     const baseHandle = await start(base);
     try {
       await waitForStatus(baseHandle, (s) => s.devices.some((d) => d.state === 'waiting'));
       const specFile = join(real.dir, `demo-after-base-${n}.yaml`);
-      writeFileSync(specFile, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, gate: 0, phases: [{ canary: '2 devices' }], after: [{ profile: 'base', revision: 2 }] } }));
-      const run = await runCli(['start', '-f', specFile, '--inventory', inventoryPath, '--profiles', profilesRoot, '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', real.worker.taskQueue]);
+      writeFileSync(
+        specFile,
+        stringify({
+          rollout: {
+            profile: 'demo',
+            fromRevision: 1,
+            toRevision: 2,
+            gate: 0,
+            phases: [{ canary: '2 devices' }],
+            after: [{ profile: 'base', revision: 2 }],
+          },
+        }),
+      );
+      const run = await runCli([
+        'start',
+        '-f',
+        specFile,
+        '--inventory',
+        inventoryPath,
+        '--profiles',
+        profilesRoot,
+        '--address',
+        real.env.address,
+        '--namespace',
+        real.env.namespace ?? 'default',
+        '--task-queue',
+        real.worker.taskQueue,
+      ]);
       expect(run.code, run.stderr).toBe(2);
-      expect(run.stderr).toContain('rollout.after: cycle demo -> base -> demo (through the running rollouts of "base")');
+      expect(run.stderr).toContain(
+        'rollout.after: cycle demo -> base -> demo (through the running rollouts of "base")',
+      );
       // Nothing started: the lock of demo, which every start takes first, was never taken.
       await expect(real.env.client.workflow.getHandle('profile-lock:demo').describe()).rejects.toThrow(/not found/i);
     } finally {
-      await baseHandle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'cycle test done', rollback: true }] });
+      await baseHandle.executeUpdate(abortUpdate, {
+        args: [{ by: 'test', reason: 'cycle test done', rollback: true }],
+      });
       expect((await baseHandle.result()).state).toBe('aborted');
     }
   }, 120_000);
@@ -212,13 +325,28 @@ describe('ordering between profiles: the wait under pause (mocked activities, ti
   const { mocks, taskQueue } = worker;
 
   it('a pause holds the rechecks (10 minutes of skipped time, no recheck); after resume the device is rechecked at once and applied', async () => {
-    const base = mockInput('rollout:ordering-pause', { gate: 0, phases: [{ canary: '3 devices' }], after: [{ profile: 'base', revision: 2 }] });
+    const base = mockInput('rollout:ordering-pause', {
+      gate: 0,
+      phases: [{ canary: '3 devices' }],
+      after: [{ profile: 'base', revision: 2 }],
+    });
     const input = { ...base, steps: { ...base.steps, after: base.spec.after } };
     const s = mocks.add(input.rolloutId, { devices: mockDevices(3), dependencyUnmet: new Set(['dev-02']) });
-    const handle = await worker.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue, args: [input] });
+    const handle = await worker.env.client.workflow.start(rolloutWorkflow, {
+      workflowId: input.rolloutId,
+      taskQueue,
+      args: [input],
+    });
     const rechecks = () => s.log.filter((l) => l === 'dependencies:dev-02').length;
-    const waiting = await waitForStatus(handle, (st) => st.devices.filter((d) => d.state === 'applied').length === 2 && st.devices.some((d) => d.state === 'waiting'));
-    expect(waiting.devices.find((d) => d.id === 'dev-02')).toMatchObject({ state: 'waiting', reason: 'waiting for base r2 (base r2 verify failed, no marker)' });
+    const waiting = await waitForStatus(
+      handle,
+      (st) =>
+        st.devices.filter((d) => d.state === 'applied').length === 2 && st.devices.some((d) => d.state === 'waiting'),
+    );
+    expect(waiting.devices.find((d) => d.id === 'dev-02')).toMatchObject({
+      state: 'waiting',
+      reason: 'waiting for base r2 (base r2 verify failed, no marker)',
+    });
     // Unpaused, the backoff's timer (15 s) passes in skipped time and the device is rechecked.
     expect(rechecks()).toBe(1);
     await worker.env.sleep(16_000);

@@ -41,7 +41,14 @@ function revisionOf(profile: string, n: number, extra: Partial<Revision> = {}): 
     revision: n,
     apply: 'install -m 0644 "$WAVEGATE_STAGING/app.conf" "$HOME/app.conf"',
     verify: `grep -qx v=${n} "$HOME/app.conf"`,
-    payload: [{ name: 'app.conf', sha256: createHash('sha256').update(content).digest('hex'), size: content.length, source: 'payload/app.conf' }],
+    payload: [
+      {
+        name: 'app.conf',
+        sha256: createHash('sha256').update(content).digest('hex'),
+        size: content.length,
+        source: 'payload/app.conf',
+      },
+    ],
     risk: 'risky',
     ...extra,
   };
@@ -67,7 +74,14 @@ describe('registry under the rules of 9e149e4 (recorder)', () => {
   });
 
   const register = (profile: string, envelope: Envelope, extra: { continueAsNewAfterEvents?: number } = {}) =>
-    registerEnvelope(env.client, { profile, envelope, trustDoc, by: 'recorder', taskQueue: worker.taskQueue, ...extra });
+    registerEnvelope(env.client, {
+      profile,
+      envelope,
+      trustDoc,
+      by: 'recorder',
+      taskQueue: worker.taskQueue,
+      ...extra,
+    });
 
   /** r1: curl -u in apply; r1 again (existing); r2: a payload above 64 MiB; r3: curl -u in a health command; r4: clean. */
   async function registerOldRuleEnvelopes(profile: string, extra: { continueAsNewAfterEvents?: number } = {}) {
@@ -77,9 +91,14 @@ describe('registry under the rules of 9e149e4 (recorder)', () => {
     const big = revisionOf(profile, 2);
     big.payload = [{ ...big.payload[0]!, size: OLD_RULES_OVERSIZED_PAYLOAD }];
     expect(await register(profile, signed(big), extra)).toMatchObject({ outcome: 'registered', revision: 2 });
-    const probe = signed(revisionOf(profile, 3, { health: { runtimes: [{ name: 'app', command: OLD_RULES_CREDENTIAL_HEALTH }] } }));
+    const probe = signed(
+      revisionOf(profile, 3, { health: { runtimes: [{ name: 'app', command: OLD_RULES_CREDENTIAL_HEALTH }] } }),
+    );
     expect(await register(profile, probe, extra)).toMatchObject({ outcome: 'registered', revision: 3 });
-    expect(await register(profile, signed(revisionOf(profile, 4)), extra)).toMatchObject({ outcome: 'registered', revision: 4 });
+    expect(await register(profile, signed(revisionOf(profile, 4)), extra)).toMatchObject({
+      outcome: 'registered',
+      revision: 4,
+    });
     expect((await listRevisions(env.client, profile)).map((r) => r.revision)).toEqual([1, 2, 3, 4]);
   }
 
@@ -96,6 +115,9 @@ describe('registry under the rules of 9e149e4 (recorder)', () => {
     const latest = await env.client.workflow.getHandle(registryWorkflowId(p)).fetchHistory();
     const started = latest.events?.[0]?.workflowExecutionStartedEventAttributes;
     expect(started?.continuedExecutionRunId, 'the registry continued as new').toBeTruthy();
-    await recordHistory(env.client.workflow.getHandle(registryWorkflowId(p), started!.firstExecutionRunId!), 'registry-old-rules-continued');
+    await recordHistory(
+      env.client.workflow.getHandle(registryWorkflowId(p), started!.firstExecutionRunId!),
+      'registry-old-rules-continued',
+    );
   });
 });

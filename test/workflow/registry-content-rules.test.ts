@@ -4,7 +4,15 @@ import { listRevisions, registerEnvelope } from '../../clients/registry';
 import { registryWorkflowId } from '../../contracts/registry';
 import { WavegateError } from '../../core/errors';
 import { MAX_PAYLOAD_FILE_BYTES, type Revision } from '../../core/revision';
-import { cosignEnvelope, keyPairFromSeed, peekBody, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
+import {
+  cosignEnvelope,
+  keyPairFromSeed,
+  peekBody,
+  pinOf,
+  signRevision,
+  type Envelope,
+  type KeyPair,
+} from '../../core/signing';
 import { loadHistory } from '../support/histories';
 import { replayUpdateOutcomes } from '../support/replay-update-outcomes';
 import { realRollouts } from '../support/real-rollouts';
@@ -67,15 +75,26 @@ describe('a new registration under the signed content rules (real Temporal dev s
       revision: n,
       apply: 'install -m 0644 "$WAVEGATE_STAGING/app.conf" "$HOME/app.conf"',
       verify: `grep -qx v=${n} "$HOME/app.conf"`,
-      payload: [{ name: 'app.conf', sha256: createHash('sha256').update(content).digest('hex'), size: content.length, source: 'payload/app.conf' }],
+      payload: [
+        {
+          name: 'app.conf',
+          sha256: createHash('sha256').update(content).digest('hex'),
+          size: content.length,
+          source: 'payload/app.conf',
+        },
+      ],
       risk: 'risky',
       ...extra,
     };
   };
-  const signed = (revision: Revision): Envelope => cosignEnvelope(signRevision(revision, keyA, { now: Date.now(), validityDays: 30 }), keyB);
-  const register = (profile: string, envelope: Envelope) => registerEnvelope(real.env.client, { profile, envelope, trustDoc, by: 'test', taskQueue: real.worker.taskQueue });
+  const signed = (revision: Revision): Envelope =>
+    cosignEnvelope(signRevision(revision, keyA, { now: Date.now(), validityDays: 30 }), keyB);
+  const register = (profile: string, envelope: Envelope) =>
+    registerEnvelope(real.env.client, { profile, envelope, trustDoc, by: 'test', taskQueue: real.worker.taskQueue });
   const acceptedUpdates = async (profile: string) =>
-    ((await real.env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes).length;
+    ((await real.env.client.workflow.getHandle(registryWorkflowId(profile)).fetchHistory()).events ?? []).filter(
+      (e) => e.workflowExecutionUpdateAcceptedEventAttributes,
+    ).length;
 
   it('refuses curl -u in apply, in a health command and a payload above 64 MiB, naming the field; nothing enters history', async () => {
     const p = 'reg-content-rules';
@@ -85,9 +104,24 @@ describe('a new registration under the signed content rules (real Temporal dev s
     const big = revisionOf(p, 2);
     big.payload = [{ ...big.payload[0]!, size: MAX_PAYLOAD_FILE_BYTES + 1 }];
     const cases: Array<[Envelope, RegExp]> = [
-      [signed(revisionOf(p, 2, { apply: 'curl -fsS -u deploy:hunter2 https://repo.example/app.conf -o "$HOME/app.conf"' })), /\(INVALID_REVISION\): .*: apply: has .*a signed command is sent to every device/],
-      [signed(revisionOf(p, 2, { health: { runtimes: [{ name: 'app', command: 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz' }] } })), /\(INVALID_REVISION\): .*: health\.runtimes\.0\.command: has .*a signed command is sent to every device/],
-      [signed(big), /\(INVALID_REVISION\): .*: payload\.0\.size: is 67108865 bytes, above the 67108864 bytes \(64 MiB\)/],
+      [
+        signed(
+          revisionOf(p, 2, { apply: 'curl -fsS -u deploy:hunter2 https://repo.example/app.conf -o "$HOME/app.conf"' }),
+        ),
+        /\(INVALID_REVISION\): .*: apply: has .*a signed command is sent to every device/,
+      ],
+      [
+        signed(
+          revisionOf(p, 2, {
+            health: { runtimes: [{ name: 'app', command: 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz' }] },
+          }),
+        ),
+        /\(INVALID_REVISION\): .*: health\.runtimes\.0\.command: has .*a signed command is sent to every device/,
+      ],
+      [
+        signed(big),
+        /\(INVALID_REVISION\): .*: payload\.0\.size: is 67108865 bytes, above the 67108864 bytes \(64 MiB\)/,
+      ],
     ];
     for (const [envelope, shows] of cases) {
       const err = await register(p, envelope).then(
@@ -95,7 +129,10 @@ describe('a new registration under the signed content rules (real Temporal dev s
         (e: unknown) => e,
       );
       expect(err).toBeInstanceOf(WavegateError);
-      expect([(err as WavegateError).code, (err as WavegateError).details.reason]).toEqual(['INVALID_INPUT', 'INVALID_REVISION']);
+      expect([(err as WavegateError).code, (err as WavegateError).details.reason]).toEqual([
+        'INVALID_INPUT',
+        'INVALID_REVISION',
+      ]);
       expect((err as WavegateError).message).toMatch(shows);
       expect((err as WavegateError).message).not.toContain('hunter2');
     }

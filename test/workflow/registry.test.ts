@@ -18,7 +18,7 @@ import { PROJECT_ROOT } from '../../intake/package-layout';
 import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { runCli } from '../support/cli';
-import { fleetWithInventory, } from '../support/harness';
+import { fleetWithInventory } from '../support/harness';
 import { realRollouts } from '../support/real-rollouts';
 import { rejection } from '../support/refusal';
 
@@ -40,7 +40,14 @@ function revisionOf(profile: string, n: number, extra: Partial<Revision> = {}): 
     revision: n,
     apply: 'install -m 0644 "$WAVEGATE_STAGING/app.conf" "$HOME/app.conf"',
     verify: `grep -qx v=${n} "$HOME/app.conf"`,
-    payload: [{ name: 'app.conf', sha256: createHash('sha256').update(content).digest('hex'), size: content.length, source: 'payload/app.conf' }],
+    payload: [
+      {
+        name: 'app.conf',
+        sha256: createHash('sha256').update(content).digest('hex'),
+        size: content.length,
+        source: 'payload/app.conf',
+      },
+    ],
     risk: 'risky',
     ...extra,
   };
@@ -60,7 +67,12 @@ function tamper(envelope: Envelope, change: (body: Record<string, unknown>) => v
 
 describe('revision registry on a real Temporal dev server', () => {
   const real = realRollouts('registry');
-  const register = (profile: string, envelope: unknown, by = 'test', extra: { continueAsNewAfterEvents?: number } = {}) =>
+  const register = (
+    profile: string,
+    envelope: unknown,
+    by = 'test',
+    extra: { continueAsNewAfterEvents?: number } = {},
+  ) =>
     registerEnvelope(real.env.client, { profile, envelope, trustDoc, by, taskQueue: real.worker.taskQueue, ...extra });
   /** Update events in the registry's current run: refused registrations must leave none. */
   const acceptedUpdates = async (profile: string) => {
@@ -71,7 +83,11 @@ describe('revision registry on a real Temporal dev server', () => {
   it('registers, lists and returns the envelope; the same envelope again is "existing" with nothing added', async () => {
     const r1 = signed(revisionOf('reg-basic', 1));
     const r2 = signed(revisionOf('reg-basic', 2, { verify: 'true' }));
-    expect(await register('reg-basic', r1, 'alice')).toMatchObject({ outcome: 'registered', revision: 1, registryTrustDiffers: false });
+    expect(await register('reg-basic', r1, 'alice')).toMatchObject({
+      outcome: 'registered',
+      revision: 1,
+      registryTrustDiffers: false,
+    });
     const second = await register('reg-basic', r2, 'bob');
     expect(second).toMatchObject({ outcome: 'registered', revision: 2 });
 
@@ -87,7 +103,10 @@ describe('revision registry on a real Temporal dev server', () => {
 
     const again = await register('reg-basic', r1, 'carol');
     expect(again).toMatchObject({ outcome: 'existing', revision: 1 });
-    expect((await listRevisions(real.env.client, 'reg-basic')).map((r) => [r.revision, r.by])).toEqual([[1, 'alice'], [2, 'bob']]);
+    expect((await listRevisions(real.env.client, 'reg-basic')).map((r) => [r.revision, r.by])).toEqual([
+      [1, 'alice'],
+      [2, 'bob'],
+    ]);
 
     expect((await rejection(getEnvelope(real.env.client, 'reg-basic', 9))).code).toBe('NOT_FOUND');
     expect((await rejection(listRevisions(real.env.client, 'reg-nobody'))).code).toBe('NOT_FOUND');
@@ -114,10 +133,16 @@ describe('revision registry on a real Temporal dev server', () => {
     expect((await rejection(register(p, tampered))).details.reason).toBe('BAD_SIGNATURE');
 
     // Validly signed by both keys, but over pretty-printed JSON: not the canonical form.
-    const pretty = utf8Encode(JSON.stringify({ ...revisionOf(p, 6), expiresAt: new Date(Date.now() + DAY).toISOString() }, null, 2));
+    const pretty = utf8Encode(
+      JSON.stringify({ ...revisionOf(p, 6), expiresAt: new Date(Date.now() + DAY).toISOString() }, null, 2),
+    );
     const nonCanonical: Envelope = {
       body: toBase64(pretty),
-      signatures: [keyA, keyB].map((k) => ({ kid: k.kid, alg: 'Ed25519' as const, sig: toBase64(ed25519.sign(pretty, k.secretKey)) })),
+      signatures: [keyA, keyB].map((k) => ({
+        kid: k.kid,
+        alg: 'Ed25519' as const,
+        sig: toBase64(ed25519.sign(pretty, k.secretKey)),
+      })),
     };
     expect((await rejection(register(p, nonCanonical))).details.reason).toBe('NOT_CANONICAL');
 
@@ -144,7 +169,8 @@ describe('revision registry on a real Temporal dev server', () => {
     writeFileSync(envelopePath, JSON.stringify(signed(revisionOf(p, 1)), null, 2));
     writeFileSync(trustPath, toYaml(trustDoc));
     const conn = ['--address', real.env.address, '--namespace', real.env.namespace ?? 'default'];
-    const registerCli = (path: string, by: string) => runCli(['register', path, '--trust', trustPath, '--by', by, ...conn, '--task-queue', real.worker.taskQueue]);
+    const registerCli = (path: string, by: string) =>
+      runCli(['register', path, '--trust', trustPath, '--by', by, ...conn, '--task-queue', real.worker.taskQueue]);
 
     // The registry does not exist yet: both race to create it as well.
     const [one, two] = await Promise.all([registerCli(envelopePath, 'proc-1'), registerCli(envelopePath, 'proc-2')]);
@@ -160,7 +186,10 @@ describe('revision registry on a real Temporal dev server', () => {
     expect((JSON.parse(listed.stdout) as Array<{ revision: number }>).map((r) => r.revision)).toEqual([1]);
 
     const belowPath = join(real.dir, 'race-2-below.json');
-    writeFileSync(belowPath, JSON.stringify(signRevision(revisionOf(p, 2), keyA, { now: Date.now(), validityDays: 30 })));
+    writeFileSync(
+      belowPath,
+      JSON.stringify(signRevision(revisionOf(p, 2), keyA, { now: Date.now(), validityDays: 30 })),
+    );
     const refused = await registerCli(belowPath, 'proc-3');
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/INVALID_INPUT: registry:reg-race refused the envelope \(BELOW_THRESHOLD\)/);
@@ -208,7 +237,10 @@ describe('revision registry on a real Temporal dev server', () => {
     await new Promise((r) => setTimeout(r, 3_200));
     expect((await newestRevisionAbove(real.env.client, p, 0))?.revision).toBe(1);
     expect(await activities.newestRevisionAbove({ profile: p, above: 1 })).toBeNull();
-    await expect(activities.newestRevisionAbove({ profile: 'reg-nobody', above: 0 })).rejects.toMatchObject({ type: 'Registry.NOT_FOUND', nonRetryable: true });
+    await expect(activities.newestRevisionAbove({ profile: 'reg-nobody', above: 0 })).rejects.toMatchObject({
+      type: 'Registry.NOT_FOUND',
+      nonRetryable: true,
+    });
   });
 
   describe('the demo profile through the registry, applied over SSH', () => {
@@ -216,7 +248,12 @@ describe('revision registry on a real Temporal dev server', () => {
     let inventoryPath: string;
     let specPath: string;
     const R2_STAGING = /staging\/demo\/2"/;
-    const seed = () => ({ profile: 'demo', profileDir: join(PROJECT_ROOT, 'profiles', 'demo'), by: 'wavegate dev', taskQueue: real.worker.taskQueue });
+    const seed = () => ({
+      profile: 'demo',
+      profileDir: join(PROJECT_ROOT, 'profiles', 'demo'),
+      by: 'wavegate dev',
+      taskQueue: real.worker.taskQueue,
+    });
     let firstRegistration: Array<[number, string]>;
 
     beforeAll(async () => {
@@ -226,7 +263,19 @@ describe('revision registry on a real Temporal dev server', () => {
       specPath = join(real.dir, 'demo-spec.yaml');
       writeFileSync(
         specPath,
-        toYaml({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, strategy: 'phased', phases: [{ canary: '1 device', gateMs: 500 }, { bulk: 'remainder', gateMs: 500 }], rollback: { on: 'healthGate-fail' } } }),
+        toYaml({
+          rollout: {
+            profile: 'demo',
+            fromRevision: 1,
+            toRevision: 2,
+            strategy: 'phased',
+            phases: [
+              { canary: '1 device', gateMs: 500 },
+              { bulk: 'remainder', gateMs: 500 },
+            ],
+            rollback: { on: 'healthGate-fail' },
+          },
+        }),
       );
     });
     afterAll(async () => {
@@ -238,7 +287,11 @@ describe('revision registry on a real Temporal dev server', () => {
      * which (rollback on health-gate failures only) pauses for an operator with the device states intact.
      */
     const runUntilSettled = async (input: RolloutInput): Promise<RolloutStatus> => {
-      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: real.worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: real.worker.taskQueue,
+        args: [input],
+      });
       const deadline = Date.now() + 60_000;
       for (;;) {
         const status = await handle.query(statusQuery);
@@ -252,16 +305,29 @@ describe('revision registry on a real Temporal dev server', () => {
     };
 
     const registeredInput = async (rolloutId: string): Promise<RolloutInput> => ({
-      ...(await prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'test', client: real.env.client })),
+      ...(await prepareRollout({
+        specPath,
+        inventoryPath,
+        profilesRoot: join(PROJECT_ROOT, 'profiles'),
+        startedBy: 'test',
+        client: real.env.client,
+      })),
       rolloutId,
     });
 
     it('the demo start-up registration is idempotent, and prepareRollout with a client takes the registered envelopes', async () => {
-      expect(firstRegistration).toEqual([[1, 'registered'], [2, 'registered']]);
-      expect((await registerProfileEnvelopes(real.env.client, seed())).map((r) => [r.revision, r.outcome])).toEqual([[1, 'existing'], [2, 'existing']]);
+      expect(firstRegistration).toEqual([
+        [1, 'registered'],
+        [2, 'registered'],
+      ]);
+      expect((await registerProfileEnvelopes(real.env.client, seed())).map((r) => [r.revision, r.outcome])).toEqual([
+        [1, 'existing'],
+        [2, 'existing'],
+      ]);
 
       const input = await registeredInput('rollout:demo-registry-0');
-      const committed = (n: number) => JSON.parse(readFileSync(join(PROJECT_ROOT, 'profiles/demo/envelopes', `${n}.json`), 'utf8')) as Envelope;
+      const committed = (n: number) =>
+        JSON.parse(readFileSync(join(PROJECT_ROOT, 'profiles/demo/envelopes', `${n}.json`), 'utf8')) as Envelope;
       expect(input.steps.envelope).toEqual(committed(2));
       expect(input.rollbackSteps.envelope).toEqual(committed(1));
       expect(input.steps).toMatchObject({ profile: 'demo', revision: 2 });
@@ -273,7 +339,10 @@ describe('revision registry on a real Temporal dev server', () => {
       fleet.resetCounters();
       const input = await registeredInput('rollout:demo-registry-tampered');
       // A compromised control plane swaps the command inside the envelope it hands the workers.
-      input.steps = { ...input.steps, envelope: tamper(input.steps.envelope!, (body) => (body.apply = 'touch "$HOME/owned"')) };
+      input.steps = {
+        ...input.steps,
+        envelope: tamper(input.steps.envelope!, (body) => (body.apply = 'touch "$HOME/owned"')),
+      };
       const result = await runUntilSettled(input);
 
       expect(result.state).toBe('paused');
@@ -296,7 +365,8 @@ describe('revision registry on a real Temporal dev server', () => {
       const result = await runUntilSettled(input);
       expect(result.state).toBe('paused');
       expect(result.devices.filter((d) => d.state === 'failed').map((d) => d.reason)).not.toHaveLength(0);
-      for (const d of result.devices.filter((x) => x.state === 'failed')) expect(d.reason).toMatch(/EnvelopeRejected \(UNSIGNED\)/);
+      for (const d of result.devices.filter((x) => x.state === 'failed'))
+        expect(d.reason).toMatch(/EnvelopeRejected \(UNSIGNED\)/);
       for (const device of fleet.devices) expect(fleet.count(device.id, R2_STAGING)).toBe(0);
     });
 
@@ -304,17 +374,25 @@ describe('revision registry on a real Temporal dev server', () => {
       fleet.resetCounters();
       const input = await registeredInput('rollout:demo-registry-substituted');
       input.steps = { ...input.steps, apply: 'touch "$HOME/owned"', verify: 'true' };
-      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: input.rolloutId, taskQueue: real.worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue: real.worker.taskQueue,
+        args: [input],
+      });
       const result = await handle.result();
 
       expect(result.state, JSON.stringify(result.devices)).toBe('completed');
       expect(result.counts.applied).toBe(4);
       for (const device of fleet.devices) {
         expect(fleet.count(device.id, 'owned')).toBe(0);
-        expect(fleet.count(device.id, /staging\/demo\/2" && export WAVEGATE_STAGING && mkdir -p "\$HOME\/etc" && install -m 0644/)).toBe(1);
+        expect(
+          fleet.count(
+            device.id,
+            /staging\/demo\/2" && export WAVEGATE_STAGING && mkdir -p "\$HOME\/etc" && install -m 0644/,
+          ),
+        ).toBe(1);
         expect(readFileSync(join(device.sandbox, 'etc/motd'), 'utf8')).toContain('revision 2');
       }
     });
-
   });
 });

@@ -25,7 +25,11 @@ const runs = (fleet: Fleet, id: string): number => {
 const MOTD_R2 = 'wavegate demo revision 2 - rolled out in phases, gated and audited';
 
 /** Poll the status query until `done` holds (the workflow answers queries only while a worker runs). */
-async function waitForStatus(handle: WorkflowHandle, done: (s: RolloutStatus) => boolean, timeoutMs = 60_000): Promise<RolloutStatus> {
+async function waitForStatus(
+  handle: WorkflowHandle,
+  done: (s: RolloutStatus) => boolean,
+  timeoutMs = 60_000,
+): Promise<RolloutStatus> {
   const deadline = Date.now() + timeoutMs;
   let last: RolloutStatus | undefined;
   while (Date.now() < deadline) {
@@ -55,24 +59,56 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     // applies are really running there (the count, not the worker, says how often each ran).
     for (const d of fleet.devices) {
       const sandbox = await fleet.ensureSandbox(d.id);
-      writeFileSync(join(sandbox, '.sim/bin/install'), `#!/bin/sh\necho run >> "$HOME/apply-runs"\nsleep ${APPLY_SECONDS}\nexec /usr/bin/install "$@"\n`, { mode: 0o755 });
+      writeFileSync(
+        join(sandbox, '.sim/bin/install'),
+        `#!/bin/sh\necho run >> "$HOME/apply-runs"\nsleep ${APPLY_SECONDS}\nexec /usr/bin/install "$@"\n`,
+        { mode: 0o755 },
+      );
     }
     const rolloutId = `rollout:resilience-crash-${Date.now()}`;
-    const input = rolloutInputFor(dir, { phases: [{ canary: '1 device', gate: '1s' }, { bulk: 'remainder', gate: '1s' }], gate: '1s' }, inventoryPath, rolloutId);
+    const input = rolloutInputFor(
+      dir,
+      {
+        phases: [
+          { canary: '1 device', gate: '1s' },
+          { bulk: 'remainder', gate: '1s' },
+        ],
+        gate: '1s',
+      },
+      inventoryPath,
+      rolloutId,
+    );
     const taskQueue = `crash-${process.pid}-${Date.now()}`;
-    const workerArgs = ['worker', '--address', real.env.address, '--namespace', real.env.namespace ?? 'default', '--task-queue', taskQueue];
+    const workerArgs = [
+      'worker',
+      '--address',
+      real.env.address,
+      '--namespace',
+      real.env.namespace ?? 'default',
+      '--task-queue',
+      taskQueue,
+    ];
 
     const first = await spawnCliUntil(workerArgs, /^worker \S+ polling /m);
     let second: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;
     try {
-      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: rolloutId,
+        taskQueue,
+        args: [input],
+      });
       // Mid-phase: the bulk phase has devices applying and devices not yet started.
-      await waitForStatus(handle, (s) => s.phases[1]?.stage === 'applying' && s.devices.filter((d) => d.state === 'applying').length >= 2, 90_000);
+      await waitForStatus(
+        handle,
+        (s) => s.phases[1]?.stage === 'applying' && s.devices.filter((d) => d.state === 'applying').length >= 2,
+        90_000,
+      );
       // Until an apply of the bulk phase runs on a device (it counted itself there).
       const bulk = (s: RolloutStatus) => s.devices.filter((d) => d.phase === 1).map((d) => d.id);
       const status = await handle.query(statusQuery);
       const deadline = Date.now() + 60_000;
-      while (!bulk(status).some((id) => runs(fleet, id) > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      while (!bulk(status).some((id) => runs(fleet, id) > 0) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 100));
       const atKill = await handle.query(statusQuery);
       const exited = new Promise<void>((resolve) => first.child.once('exit', () => resolve()));
       first.child.kill('SIGKILL');
@@ -95,7 +131,9 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       const applyRuns = activityRuns(await handle.fetchHistory()).filter((r) => r.activityType === 'applyRevision');
       expect(applyRuns).toHaveLength(8);
       for (const r of applyRuns) expect(r.outcome).toBe('completed');
-      const retried = applyRuns.filter((r) => (r.attempt ?? 0) >= 2).map((r) => (r.input[0] as { device: { id: string } }).device.id);
+      const retried = applyRuns
+        .filter((r) => (r.attempt ?? 0) >= 2)
+        .map((r) => (r.input[0] as { device: { id: string } }).device.id);
       for (const id of runningAtKill) expect(retried, `${id} was running at the kill`).toContain(id);
       const resumeMs: string[] = [];
       for (const device of fleet.devices) {
@@ -108,7 +146,9 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
         const owner = readFileSync(join(last, 'owner'), 'utf8');
         expect(owner, device.id).toMatch(new RegExp(`^rollout=${rolloutId.replace(/[^A-Za-z0-9]/g, '.')}$`, 'm'));
         expect(readFileSync(join(last, 'exitcode'), 'utf8').trim(), device.id).toBe('0');
-        expect(readFileSync(join(last, 'released'), 'utf8'), device.id).toMatch(/^apply of r2 done: verified, marker written$/m);
+        expect(readFileSync(join(last, 'released'), 'utf8'), device.id).toMatch(
+          /^apply of r2 done: verified, marker written$/m,
+        );
         const attempt = Number(/^attempt=(\d+)$/m.exec(owner)?.[1]);
         if (runningAtKill.includes(device.id)) {
           expect(attempt, `${device.id} was reattached by a retry`).toBeGreaterThanOrEqual(2);
@@ -140,7 +180,15 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     const rolloutId = 'rollout:resilience-refusals';
     const input = rolloutInputFor(
       dir,
-      { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder', gate: '1s' }], gate: '1s', maxFailureRatio: 0.5, minSample: 5 },
+      {
+        phases: [
+          { canary: '1 device', gate: 'manual' },
+          { bulk: 'remainder', gate: '1s' },
+        ],
+        gate: '1s',
+        maxFailureRatio: 0.5,
+        minSample: 5,
+      },
       inventoryPath,
       rolloutId,
     );
@@ -148,13 +196,20 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
     try {
       // Two refusals in a phase of five stay under the failure gate (0.4 ≤ 0.5 once all five are in), so
       // the rollout runs on and the test sees each refusal on its own.
-      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
       const next = waiting.devices.filter((d) => d.phase === 1 && d.state === 'pending').map((d) => d.id);
       expect(next.length).toBe(5);
       const [hostKeyVictim, authVictim] = next as [string, string];
 
-      const commandsAtSnapshot = { [hostKeyVictim]: fleet.commands(hostKeyVictim).length, [authVictim]: fleet.commands(authVictim).length };
+      const commandsAtSnapshot = {
+        [hostKeyVictim]: fleet.commands(hostKeyVictim).length,
+        [authVictim]: fleet.commands(authVictim).length,
+      };
       expect(commandsAtSnapshot[hostKeyVictim]).toBe(0); // the snapshot contacts no device (the membership only)
       fleet.rotateHostKey(hostKeyVictim);
       writeFileSync(keyPath(authVictim), generateEd25519('not-the-fleet-key').private, { mode: 0o600 });
@@ -167,11 +222,17 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       expect(result.state).toBe('completed');
       expect(result.devices.find((d) => d.id === hostKeyVictim)).toMatchObject({
         state: 'failed',
-        reason: expect.stringMatching(new RegExp(`^${hostKeyVictim}: host key SHA256:\\S+ at 127\\.0\\.0\\.1:\\d+ does not match the pinned SHA256:\\S+; refusing to connect$`)),
+        reason: expect.stringMatching(
+          new RegExp(
+            `^${hostKeyVictim}: host key SHA256:\\S+ at 127\\.0\\.0\\.1:\\d+ does not match the pinned SHA256:\\S+; refusing to connect$`,
+          ),
+        ),
       });
       expect(result.devices.find((d) => d.id === authVictim)).toMatchObject({
         state: 'failed',
-        reason: expect.stringMatching(new RegExp(`^${authVictim}: authentication as wavegate at 127\\.0\\.0\\.1:\\d+ failed`)),
+        reason: expect.stringMatching(
+          new RegExp(`^${authVictim}: authentication as wavegate at 127\\.0\\.0\\.1:\\d+ failed`),
+        ),
       });
       for (const id of next.slice(2)) expect(stateOf(result, id), id).toBe('applied');
 
@@ -187,7 +248,12 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
       ] as const) {
         const mine = runs.filter((r) => (r.input[0] as { device: { id: string } }).device.id === id);
         expect(mine, id).toHaveLength(1);
-        expect(mine[0]).toMatchObject({ attempt: 1, startedEvents: 1, outcome: 'failed', failure: { type, nonRetryable: true, retryState: 'RETRY_STATE_NON_RETRYABLE_FAILURE' } });
+        expect(mine[0]).toMatchObject({
+          attempt: 1,
+          startedEvents: 1,
+          outcome: 'failed',
+          failure: { type, nonRetryable: true, retryState: 'RETRY_STATE_NON_RETRYABLE_FAILURE' },
+        });
         expect(mine[0]!.summary).toBe(`apply r2 → ${id} (${waiting.phases[1]!.name})`);
       }
     } finally {

@@ -26,10 +26,19 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
     try {
       const rolloutId = 'rollout:scale-1000';
       const input = {
-        ...rolloutInputFor(real.dir, { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' }, inventoryPath, rolloutId),
+        ...rolloutInputFor(
+          real.dir,
+          { phases: [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }], gate: '1s' },
+          inventoryPath,
+          rolloutId,
+        ),
         sliceSize: SLICE,
       };
-      const handle = await real.env.client.workflow.start(rolloutWorkflow, { workflowId: rolloutId, taskQueue: worker.taskQueue, args: [input] });
+      const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+        workflowId: rolloutId,
+        taskQueue: worker.taskQueue,
+        args: [input],
+      });
       const result = await handle.result();
       await recordHistory(handle, 'rollout-scale-1000');
       await recordHistory(handle, 'rollout-scale-1000-floor-chunks-parallel');
@@ -38,14 +47,20 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
       expect(result.counts.applied).toBe(DEVICES);
       expect(result.phases.map((p) => p.devices)).toEqual([1, 250, 749]);
       for (const device of fleet.devices) {
-        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), device.id).toBe('2');
+        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), device.id).toBe(
+          '2',
+        );
       }
       // The floor rose with each device's own apply (patch floor-at-apply): no floor pass after completion,
       // and every device's floor written, tagged with this rollout.
       const events = (await handle.fetchHistory()).events ?? [];
-      expect(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'confirmFloor')).toHaveLength(0);
+      expect(
+        events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'confirmFloor'),
+      ).toHaveLength(0);
       for (const device of fleet.devices) {
-        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/floor'), 'utf8'), device.id).toMatch(new RegExp(`^revision=2\nfrom=1\n(.|\n)*rollout=${rolloutId}\n`));
+        expect(readFileSync(join(device.sandbox, '.wavegate/profiles/demo/floor'), 'utf8'), device.id).toMatch(
+          new RegExp(`^revision=2\nfrom=1\n(.|\n)*rollout=${rolloutId}\n`),
+        );
       }
 
       const shapes = await executionTreeShapes(real.env.client, rolloutId);
@@ -63,7 +78,14 @@ describe('rollout at scale on a real Temporal dev server over real SSH', () => {
       }
       // A slice of 100 within pools allowing 50 + 50 does run its devices side by side.
       expect(Math.max(...children.map((c) => c.maxPendingActivities))).toBeGreaterThan(1);
-      console.log(shapes.map((s) => `${s.workflowId}: ${s.events} events, max ${s.maxPendingActivities} pending activities, max ${s.maxPendingChildren} pending children, longest workflow task ${s.maxWorkflowTaskMs} ms`).join('\n'));
+      console.log(
+        shapes
+          .map(
+            (s) =>
+              `${s.workflowId}: ${s.events} events, max ${s.maxPendingActivities} pending activities, max ${s.maxPendingChildren} pending children, longest workflow task ${s.maxWorkflowTaskMs} ms`,
+          )
+          .join('\n'),
+      );
     } finally {
       await worker.stop();
     }

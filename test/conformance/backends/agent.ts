@@ -51,20 +51,50 @@ export class AgentBackend implements ConformanceBackend {
       this.pins.set(id, run.stdout.trim());
     });
     const inventory = join(this.dir, 'gateway-inventory.yaml');
-    writeFileSync(inventory, stringify({ pools: { conf: {} }, devices: ids.map((id) => ({ ...this.inventoryEntry(id), pool: 'conf' })) }));
-    this.gateway = await spawnCliUntil(['gateway', '--listen', '127.0.0.1:0', '--inventory', inventory, '--profiles', ctx.profilesRoot, ...ctx.temporalArgs()], /gateway listening on (http:\/\/\S+)/);
+    writeFileSync(
+      inventory,
+      stringify({ pools: { conf: {} }, devices: ids.map((id) => ({ ...this.inventoryEntry(id), pool: 'conf' })) }),
+    );
+    this.gateway = await spawnCliUntil(
+      [
+        'gateway',
+        '--listen',
+        '127.0.0.1:0',
+        '--inventory',
+        inventory,
+        '--profiles',
+        ctx.profilesRoot,
+        ...ctx.temporalArgs(),
+      ],
+      /gateway listening on (http:\/\/\S+)/,
+    );
     this.gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(this.gateway.output())![1]!;
     await inBatches(ids, 4, (id) => this.startAgent(ctx, id));
     await until(
       'every agent synced',
-      async () => ((await Promise.all(ids.map((id) => readTwin(ctx.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined),
+      async () =>
+        (await Promise.all(ids.map((id) => readTwin(ctx.client, id)))).every((v) => v?.lastSeenAt) ? true : undefined,
       120_000,
     );
   }
 
   private async startAgent(ctx: SuiteContext, id: string): Promise<void> {
     const { child } = await spawnCliUntil(
-      ['agent', '--device-id', id, '--gateway', this.gatewayUrl, '--trust', ctx.devicePins, '--state-dir', this.stateDir(id), '--key', join(this.stateDir(id), 'identity.key'), '--home', this.home(id)],
+      [
+        'agent',
+        '--device-id',
+        id,
+        '--gateway',
+        this.gatewayUrl,
+        '--trust',
+        ctx.devicePins,
+        '--state-dir',
+        this.stateDir(id),
+        '--key',
+        join(this.stateDir(id), 'identity.key'),
+        '--home',
+        this.home(id),
+      ],
       /syncing with the gateway/,
       120_000,
     );

@@ -51,7 +51,15 @@ abstract class SshBackend implements ConformanceBackend {
     const d = this.dev(id);
     try {
       const r = await applyToDevice(
-        { id, host: d.host, port: d.port, user: d.user, pool: 'conf', class: 'edge', ssh: { hostKey: d.hostKey, key: d.clientKey } },
+        {
+          id,
+          host: d.host,
+          port: d.port,
+          user: d.user,
+          pool: 'conf',
+          class: 'edge',
+          ssh: { hostKey: d.hostKey, key: d.clientKey },
+        },
         steps,
         { commandTimeoutMs: 60_000, profilesRoot: ctx.profilesRoot, requireEnvelope: true },
       );
@@ -73,7 +81,15 @@ export class SimBackend extends SshBackend {
     this.fleet = fleet;
     for (const d of fleet.devices) {
       await fleet.ensureSandbox(d.id);
-      this.devices.set(d.id, { id: d.id, host: d.host, port: d.port, user: fleet.user, hostKey: d.hostKeyFingerprint, clientKey: fleet.clientKeyPath, home: d.sandbox });
+      this.devices.set(d.id, {
+        id: d.id,
+        host: d.host,
+        port: d.port,
+        user: fleet.user,
+        hostKey: d.hostKeyFingerprint,
+        clientKey: fleet.clientKeyPath,
+        home: d.sandbox,
+      });
     }
   }
   async stop(): Promise<void> {
@@ -88,7 +104,16 @@ export class OpenSshBackend extends SshBackend {
   async start(ctx: SuiteContext, ids: readonly string[]): Promise<void> {
     const fleet = await startSshdFleet({ dir: join(ctx.scratch, 'sshd'), ids: [...ids] });
     this.fleet = fleet;
-    for (const d of fleet.devices) this.devices.set(d.id, { id: d.id, host: d.host, port: d.port, user: d.user, hostKey: d.hostKeyFingerprint, clientKey: fleet.clientKeyPath, home: d.home });
+    for (const d of fleet.devices)
+      this.devices.set(d.id, {
+        id: d.id,
+        host: d.host,
+        port: d.port,
+        user: d.user,
+        hostKey: d.hostKeyFingerprint,
+        clientKey: fleet.clientKeyPath,
+        home: d.home,
+      });
   }
   async stop(): Promise<void> {
     await this.fleet?.stop();

@@ -36,14 +36,29 @@ describe('wavegate agent / gateway at the command line', () => {
   it('agent refusals: a key others can read, a bad gateway URL, missing pins, a bad device id', async () => {
     const pins = join(scratch.dir, 'pins');
     mkdirSync(pins, { recursive: true });
-    const base = ['agent', '--device-id', 'dev-1', '--gateway', 'http://127.0.0.1:1', '--trust', pins, '--state-dir', state, '--key', key];
+    const base = [
+      'agent',
+      '--device-id',
+      'dev-1',
+      '--gateway',
+      'http://127.0.0.1:1',
+      '--trust',
+      pins,
+      '--state-dir',
+      state,
+      '--key',
+      key,
+    ];
     chmodSync(key, 0o644);
     const loose = await runCli(base);
     expect(loose.code).toBe(2);
     expect(loose.stderr).toMatch(/--key .*mode 0644.*chmod 600/);
     chmodSync(key, 0o600);
     const cases: Array<[string[], RegExp]> = [
-      [base.map((a) => (a === 'http://127.0.0.1:1' ? 'http://user:pw@127.0.0.1:1' : a)), /--gateway: must be an http\(s\):\/\/host:port URL without credentials/],
+      [
+        base.map((a) => (a === 'http://127.0.0.1:1' ? 'http://user:pw@127.0.0.1:1' : a)),
+        /--gateway: must be an http\(s\):\/\/host:port URL without credentials/,
+      ],
       [base.map((a) => (a === pins ? join(scratch.dir, 'nope') : a)), /--trust .*nope: not a directory/],
       [base.map((a) => (a === pins ? 'bad name=x' : a)), /--trust bad name=x: the profile/],
       [base.map((a) => (a === 'dev-1' ? '-x y' : a)), /--device-id: must be/],
@@ -63,21 +78,63 @@ describe('wavegate agent / gateway at the command line', () => {
     chmodSync(loose, 0o755);
     const pins = join(scratch.dir, 'pins');
     mkdirSync(pins, { recursive: true });
-    const { child, output } = await spawnCliUntil(['agent', '--device-id', 'dev-1', '--gateway', 'http://127.0.0.1:1', '--trust', pins, '--state-dir', loose, '--key', key, '--home', scratch.dir], /retrying in/, 60_000);
+    const { child, output } = await spawnCliUntil(
+      [
+        'agent',
+        '--device-id',
+        'dev-1',
+        '--gateway',
+        'http://127.0.0.1:1',
+        '--trust',
+        pins,
+        '--state-dir',
+        loose,
+        '--key',
+        key,
+        '--home',
+        scratch.dir,
+      ],
+      /retrying in/,
+      60_000,
+    );
     await stopChild(child);
     expect(output()).toMatch(/mode 0755 was looser than 0700; set to 0700/);
     expect(statSync(loose).mode & 0o777).toBe(0o700);
   }, 60_000);
 
   it('gateway refusals: plain HTTP off loopback, half a certificate, a bad listen address, a bad inventory', async () => {
-    writeFileSync(inventory, JSON.stringify({ pools: { p: {} }, devices: [{ id: 'dev-1', pool: 'p', transport: 'agent', agentKey: (await runCli(['agent', 'pin', '--key', key])).stdout.trim() }] }));
+    writeFileSync(
+      inventory,
+      JSON.stringify({
+        pools: { p: {} },
+        devices: [
+          {
+            id: 'dev-1',
+            pool: 'p',
+            transport: 'agent',
+            agentKey: (await runCli(['agent', 'pin', '--key', key])).stdout.trim(),
+          },
+        ],
+      }),
+    );
     const base = ['gateway', '--inventory', inventory, '--address', '127.0.0.1:1'];
     const cases: Array<[string[], RegExp]> = [
       [[...base, '--listen', '0.0.0.0:0'], /--listen 0\.0\.0\.0:0: plain HTTP only on 127\.0\.0\.1, ::1 or localhost/],
       [[...base, '--listen', '127.0.0.1:0', '--https-cert', inventory], /--https-cert and --https-key: give both/],
       [[...base, '--listen', 'nowhere'], /--listen: must be host:port/],
       [[...base, '--listen', '127.0.0.1:0', '--max-long-polls', '0'], /--max-long-polls: must be a whole number/],
-      [['gateway', '--inventory', join(scratch.dir, 'missing.yaml'), '--listen', '127.0.0.1:0', '--address', '127.0.0.1:1'], /missing\.yaml/],
+      [
+        [
+          'gateway',
+          '--inventory',
+          join(scratch.dir, 'missing.yaml'),
+          '--listen',
+          '127.0.0.1:0',
+          '--address',
+          '127.0.0.1:1',
+        ],
+        /missing\.yaml/,
+      ],
     ];
     for (const [args, message] of cases) {
       const run = await runCli(args);

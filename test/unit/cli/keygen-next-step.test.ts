@@ -19,13 +19,25 @@ describe('wavegate keygen: the next step it prints', () => {
     expect(keygen.code, keygen.stderr).toBe(0);
     expect(keygen.stdout).not.toMatch(/add this pin to the trust file/i);
     const line = keygen.stdout.split('\n').find((l) => l.trim().startsWith('wavegate trust '));
-    expect(line).toBe('  wavegate trust alice.key.pub.yaml [<other signers>.pub.yaml ...] --threshold <n> --out <profiles>/<profile>/trust.yaml');
+    expect(line).toBe(
+      '  wavegate trust alice.key.pub.yaml [<other signers>.pub.yaml ...] --threshold <n> --out <profiles>/<profile>/trust.yaml',
+    );
 
     mkdirSync(join(scratch.dir, 'profiles', 'motd'), { recursive: true });
-    const args = line!.trim().replace(' [<other signers>.pub.yaml ...]', '').replace('<n>', '1').replace('<profiles>/<profile>', 'profiles/motd').split(' ').slice(1);
+    const args = line!
+      .trim()
+      .replace(' [<other signers>.pub.yaml ...]', '')
+      .replace('<n>', '1')
+      .replace('<profiles>/<profile>', 'profiles/motd')
+      .split(' ')
+      .slice(1);
     const trust = await runCli(args, { cwd: scratch.dir });
     expect(trust.code, trust.stderr).toBe(0);
-    const written = parseYaml(readFileSync(join(scratch.dir, 'profiles', 'motd', 'trust.yaml'), 'utf8')) as { pins: Array<{ kid: string; name: string }> };
-    expect(written.pins).toEqual([expect.objectContaining({ name: 'alice', kid: /kid: (\S+)/.exec(keygen.stdout)![1] })]);
+    const written = parseYaml(readFileSync(join(scratch.dir, 'profiles', 'motd', 'trust.yaml'), 'utf8')) as {
+      pins: Array<{ kid: string; name: string }>;
+    };
+    expect(written.pins).toEqual([
+      expect.objectContaining({ name: 'alice', kid: /kid: (\S+)/.exec(keygen.stdout)![1] }),
+    ]);
   });
 });

@@ -122,7 +122,11 @@ describe('verifyAuditChain: each tampering is named with its seq', () => {
   it('several records dropped, including the first → dropped at 1', () => {
     const records = chain(6);
     expect(verifyAuditChain(records.slice(2))).toMatchObject({ ok: false, problem: 'dropped', seq: 1 });
-    expect(verifyAuditChain([...records.slice(0, 2), ...records.slice(4)])).toMatchObject({ ok: false, problem: 'dropped', seq: 3 });
+    expect(verifyAuditChain([...records.slice(0, 2), ...records.slice(4)])).toMatchObject({
+      ok: false,
+      problem: 'dropped',
+      seq: 3,
+    });
   });
 
   it('reordered records → reordered at the first seq out of place', () => {
@@ -173,7 +177,11 @@ describe('verifyAuditChain: each tampering is named with its seq', () => {
     expect(verifyAuditChain(records.slice(0, 3))).toEqual({ ok: true, count: 3 });
     expect(verifyAuditChain(records.slice(0, 3), head)).toMatchObject({ ok: false, problem: 'truncated', seq: 4 });
     expect(verifyAuditChain(records, head)).toEqual({ ok: true, count: 5 });
-    expect(verifyAuditChain(records, { seq: 5, hash: 'f'.repeat(64) })).toMatchObject({ ok: false, problem: 'edited', seq: 5 });
+    expect(verifyAuditChain(records, { seq: 5, hash: 'f'.repeat(64) })).toMatchObject({
+      ok: false,
+      problem: 'edited',
+      seq: 5,
+    });
   });
 
   it('a garbage line in the middle → edited at its position', () => {
@@ -184,7 +192,11 @@ describe('verifyAuditChain: each tampering is named with its seq', () => {
 });
 
 describe('redactSecrets', () => {
-  const pem = ['-----BEGIN OPENSSH PRIVATE KEY-----', 'b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ', '-----END OPENSSH PRIVATE KEY-----'].join('\n');
+  const pem = [
+    '-----BEGIN OPENSSH PRIVATE KEY-----',
+    'b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ',
+    '-----END OPENSSH PRIVATE KEY-----',
+  ].join('\n');
 
   it('strips secret-named fields and PEM private key blocks anywhere in the evidence', () => {
     const signingKey = secretKeyFile(keyPairFromSeed(new Uint8Array(32).fill(7)));
@@ -198,8 +210,14 @@ describe('redactSecrets', () => {
     };
     const out = redactSecrets(evidence) as typeof evidence;
     const text = JSON.stringify(out);
-    for (const secret of ['hunter2', 'b3BlbnNzaC1rZXkt', signingKey.secretKey, '"pw"', 't0k', 'MIIEow']) expect(text).not.toContain(secret);
-    expect(out.ssh).toEqual({ key: '/home/ops/.ssh/id_ed25519', hostKey: 'SHA256:abc', privateKey: '[redacted]', passphrase: '[redacted]' });
+    for (const secret of ['hunter2', 'b3BlbnNzaC1rZXkt', signingKey.secretKey, '"pw"', 't0k', 'MIIEow'])
+      expect(text).not.toContain(secret);
+    expect(out.ssh).toEqual({
+      key: '/home/ops/.ssh/id_ed25519',
+      hostKey: 'SHA256:abc',
+      privateKey: '[redacted]',
+      passphrase: '[redacted]',
+    });
     expect(out.output).toEqual(['stderr: [redacted private key]\ndone', 'ok']);
     expect(out.env.path).toBe('/usr/bin');
     expect(out.signing.publicKey).toBe(signingKey.publicKey);
@@ -207,7 +225,10 @@ describe('redactSecrets', () => {
   });
 
   it('is applied by sealRecord to evidence, and to PEM blocks in the reason', () => {
-    const record = sealRecord(event(1, { reason: `pasted by mistake: ${pem}`, evidence: { password: 'pw', ok: true } }), GENESIS_HASH);
+    const record = sealRecord(
+      event(1, { reason: `pasted by mistake: ${pem}`, evidence: { password: 'pw', ok: true } }),
+      GENESIS_HASH,
+    );
     expect(record.reason).toBe('pasted by mistake: [redacted private key]');
     expect(record.evidence).toEqual({ password: '[redacted]', ok: true });
     expect(serializeAuditRecord(record)).not.toContain('PRIVATE KEY-----\nb3B');

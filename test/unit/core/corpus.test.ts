@@ -25,7 +25,14 @@ function load(c: CorpusCase): void {
       const inventory = loadInventoryFile(join(ROOT, 'valid/inventory.yaml'));
       checkSpecAgainstInventory(spec, inventory, file);
       // Against a profile: the rollout input as start builds it (signed content, health selections).
-      if (c.profiles) assembleRolloutInput({ ...loadRolloutContent({ spec, specSource: file, profilesRoot: join(ROOT, c.profiles) }), specSource: file, inventory, inventoryPath: join(ROOT, 'valid/inventory.yaml'), startedBy: 'corpus' });
+      if (c.profiles)
+        assembleRolloutInput({
+          ...loadRolloutContent({ spec, specSource: file, profilesRoot: join(ROOT, c.profiles) }),
+          specSource: file,
+          inventory,
+          inventoryPath: join(ROOT, 'valid/inventory.yaml'),
+          startedBy: 'corpus',
+        });
       return;
     }
     case 'inventory':
@@ -87,15 +94,24 @@ describe('malformed-input corpus within bounded memory and time', () => {
   const HEAVY = CASES.filter((c) => c.heavy);
   const DEADLINE_MS = 60_000; // far above what a refusal takes, even on a loaded 2-core machine
 
-  function planUnderLimits(c: CorpusCase): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  function planUnderLimits(
+    c: CorpusCase,
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
     const file = join(ROOT, c.file);
     const valid = (name: string) => join(ROOT, 'valid', name);
-    const args = c.kind === 'spec' ? ['-f', file, '--inventory', valid('inventory.yaml')] : ['-f', valid('spec.yaml'), '--inventory', file];
+    const args =
+      c.kind === 'spec'
+        ? ['-f', file, '--inventory', valid('inventory.yaml')]
+        : ['-f', valid('spec.yaml'), '--inventory', file];
     return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, ['--max-old-space-size=200', 'bin/wavegate.js', 'plan', ...args, '--profiles-dir', join(ROOT, 'no-profiles')], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-        timeout: DEADLINE_MS,
-      });
+      const child = spawn(
+        process.execPath,
+        ['--max-old-space-size=200', 'bin/wavegate.js', 'plan', ...args, '--profiles-dir', join(ROOT, 'no-profiles')],
+        {
+          stdio: ['ignore', 'ignore', 'pipe'],
+          timeout: DEADLINE_MS,
+        },
+      );
       let stderr = '';
       child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
       child.on('error', reject);
@@ -104,21 +120,37 @@ describe('malformed-input corpus within bounded memory and time', () => {
   }
 
   it('marks the expensive cases (huge Ansible ranges, deep nesting) as heavy', () => {
-    expect(HEAVY.map((c) => c.file)).toEqual(expect.arrayContaining(['inventories/ansible-huge-range.ini', 'specs/deep-nesting.json', 'specs/deep-nesting-overflow.yaml']));
+    expect(HEAVY.map((c) => c.file)).toEqual(
+      expect.arrayContaining([
+        'inventories/ansible-huge-range.ini',
+        'specs/deep-nesting.json',
+        'specs/deep-nesting-overflow.yaml',
+      ]),
+    );
   });
 
-  it.each(HEAVY.map((c) => [c.file, c] as const))('%s: plan under a 200 MB heap exits 2 naming its field', async (_file, c) => {
-    const run = await planUnderLimits(c);
-    expect(run.signal, `ended by ${run.signal} (out of memory, or killed at the ${DEADLINE_MS} ms deadline):\n${run.stderr}`).toBeNull();
-    expect(run.code, run.stderr).toBe(2);
-    expect(run.stderr).toContain(c.path);
-  }, 90_000);
+  it.each(HEAVY.map((c) => [c.file, c] as const))(
+    '%s: plan under a 200 MB heap exits 2 naming its field',
+    async (_file, c) => {
+      const run = await planUnderLimits(c);
+      expect(
+        run.signal,
+        `ended by ${run.signal} (out of memory, or killed at the ${DEADLINE_MS} ms deadline):\n${run.stderr}`,
+      ).toBeNull();
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(c.path);
+    },
+    90_000,
+  );
 
   it('refuses a document above the size limit before reading it', () => {
     const dir = mkdtempSync(join(tmpdir(), 'wavegate-corpus-'));
     try {
       const big = join(dir, 'spec.yaml');
-      writeFileSync(big, `rollout:\n  profile: corpus\n  phases:\n    - canary: 1 device\n      name: ${'n'.repeat(MAX_DOCUMENT_BYTES)}\n`);
+      writeFileSync(
+        big,
+        `rollout:\n  profile: corpus\n  phases:\n    - canary: 1 device\n      name: ${'n'.repeat(MAX_DOCUMENT_BYTES)}\n`,
+      );
       expect(() => readDocument(big)).toThrow(/spec\.yaml: is \d+ bytes, above the limit of 16777216 bytes/);
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { findCredentials, inlineCredential, isSecretName } from '../../../core/credentials';
 import { scrubCredentials } from '../../../core/health';
-import { MAX_COMMAND_LENGTH, MAX_PAYLOAD_FILE_BYTES, parseRevision, payloadSourceProblem } from '../../../core/revision';
+import {
+  MAX_COMMAND_LENGTH,
+  MAX_PAYLOAD_FILE_BYTES,
+  parseRevision,
+  payloadSourceProblem,
+} from '../../../core/revision';
 import { WavegateError } from '../../../core/errors';
 import { refusal } from '../../support/refusal';
 
@@ -18,7 +23,10 @@ const CREDENTIALS: Array<[string, RegExp]> = [
   ['curl -fsSu ops:S3cr3t-xyz https://h/ok', /user:password argument \(curl -u/],
   ['curl -uops:S3cr3t-xyz https://h/ok', /user:password argument \(curl -u/],
   ['curl --proxy-user ops:S3cr3t-xyz -x http://proxy:3128 https://h/', /user:password argument \(curl --proxy-user/],
-  ["curl -H 'Authorization: Bearer S3cr3t-xyz' https://h/app.conf", /an Authorization header with a literal credential/],
+  [
+    "curl -H 'Authorization: Bearer S3cr3t-xyz' https://h/app.conf",
+    /an Authorization header with a literal credential/,
+  ],
   ['wget --header="Authorization: Basic S3cr3t-xyz" https://h/', /an Authorization header/],
   ['curl -H "Proxy-Authorization: S3cr3t-xyz" https://h/', /an Authorization header/],
   ['http GET https://h/ "x-token:Bearer S3cr3t-xyz"', /a bearer token/],
@@ -98,8 +106,31 @@ describe('inline credentials in commands (core/credentials.ts)', () => {
   });
 
   it('names say secret by a word or by their last segment, and references by their ending', () => {
-    for (const name of ['PGPASSWORD', 'api_key', 'apiKey', 'X-Amz-Signature', 'ssh_key', '--oauth2-bearer', 'ansible_become_pass', 'MYSQL_PWD', 'client_secret']) expect(isSecretName(name), name).toBe(true);
-    for (const name of ['monkey', 'author', 'bypass', 'password-file', 'tokenEnv', 'TOKEN_URL', 'no-password', 'key-type', 'keystore', '--ask-pass']) expect(isSecretName(name), name).toBe(false);
+    for (const name of [
+      'PGPASSWORD',
+      'api_key',
+      'apiKey',
+      'X-Amz-Signature',
+      'ssh_key',
+      '--oauth2-bearer',
+      'ansible_become_pass',
+      'MYSQL_PWD',
+      'client_secret',
+    ])
+      expect(isSecretName(name), name).toBe(true);
+    for (const name of [
+      'monkey',
+      'author',
+      'bypass',
+      'password-file',
+      'tokenEnv',
+      'TOKEN_URL',
+      'no-password',
+      'key-type',
+      'keystore',
+      '--ask-pass',
+    ])
+      expect(isSecretName(name), name).toBe(false);
   });
 
   it('stays linear on long adversarial text: at most 8 steps per character on 64 KB (the old patterns backtracked quadratically)', () => {
@@ -107,7 +138,26 @@ describe('inline credentials in commands (core/credentials.ts)', () => {
     const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n);
     // Texts that made the regular expressions of 6c519b1 backtrack (each `?`, ` --` or letter a start
     // scanning to the end) and texts aimed at this scanner's own passes.
-    const adversarial = ['a'.repeat(n), `?${fill('token')}`, ` --${fill('token')}`, fill('a.'), fill('=a'), fill('token='), fill('token: '), fill('a://'), fill('authorization:'), fill('Bearer aaaaaaaa'), fill('curl -u a:b '), fill('"$('), fill('`"'), fill('http://u:p@'), fill('\\'), `curl --user${' '.repeat(n)}`, fill("'\""), fill('-pX ')];
+    const adversarial = [
+      'a'.repeat(n),
+      `?${fill('token')}`,
+      ` --${fill('token')}`,
+      fill('a.'),
+      fill('=a'),
+      fill('token='),
+      fill('token: '),
+      fill('a://'),
+      fill('authorization:'),
+      fill('Bearer aaaaaaaa'),
+      fill('curl -u a:b '),
+      fill('"$('),
+      fill('`"'),
+      fill('http://u:p@'),
+      fill('\\'),
+      `curl --user${' '.repeat(n)}`,
+      fill('\'"'),
+      fill('-pX '),
+    ];
     for (const text of adversarial) {
       const meter = { steps: 0 };
       findCredentials(text, meter);
@@ -117,24 +167,57 @@ describe('inline credentials in commands (core/credentials.ts)', () => {
 });
 
 describe('every signed device command refuses a credential (core/revision.ts)', () => {
-  const base = { profile: 'app', revision: 2, previous: 1, apply: 'systemctl restart app', verify: 'systemctl is-active app' };
+  const base = {
+    profile: 'app',
+    revision: 2,
+    previous: 1,
+    apply: 'systemctl restart app',
+    verify: 'systemctl is-active app',
+  };
   const refused = (revision: Record<string, unknown>) => refusal(() => parseRevision(revision, 'revisions/2.yaml'));
 
   it.each<[string, Record<string, unknown>, string]>([
-    ['apply', { apply: "curl -fsS -H 'Authorization: Bearer S3cr3t-xyz' https://h/app.conf -o /etc/app.conf" }, 'apply: has an Authorization header'],
-    ['verify', { verify: 'curl -fsS -u ops:S3cr3t-xyz https://127.0.0.1/ok' }, 'verify: has a password in a user:password argument'],
-    ['rollback', { rollback: 'PGPASSWORD=S3cr3t-xyz psql -c "select rollback()"' }, 'rollback: has a secret-named value (PGPASSWORD=...)'],
-    ['a health runtime', { health: { runtimes: [{ name: 'db', command: 'mysqladmin -uroot -pS3cr3t-xyz ping' }] } }, 'health.runtimes[0].command: has a password argument (mysqladmin -p<password>)'],
-    ['a health check', { health: { checks: [{ name: 'status', command: 'curl -fsS -u ops:S3cr3t-xyz https://127.0.0.1/status' }] } }, 'health.checks[0].command: has a password in a user:password argument'],
-    ['the error-rate command', { health: { errorRate: { command: 'sshpass -p S3cr3t-xyz ssh h cat /run/rate' } } }, 'health.errorRate.command: has a password argument (sshpass -p)'],
-  ])('%s: INVALID_INPUT naming the field, what was found and where the secret goes, never the secret', (_name, extra, shows) => {
-    const err = refused({ ...base, ...extra });
-    expect(err).toBeInstanceOf(WavegateError);
-    expect(err.code).toBe('INVALID_INPUT');
-    expect(err.message).toContain(shows);
-    expect(err.message).toContain('read it on the device instead');
-    expect(err.message).not.toContain('S3cr3t-xyz');
-  });
+    [
+      'apply',
+      { apply: "curl -fsS -H 'Authorization: Bearer S3cr3t-xyz' https://h/app.conf -o /etc/app.conf" },
+      'apply: has an Authorization header',
+    ],
+    [
+      'verify',
+      { verify: 'curl -fsS -u ops:S3cr3t-xyz https://127.0.0.1/ok' },
+      'verify: has a password in a user:password argument',
+    ],
+    [
+      'rollback',
+      { rollback: 'PGPASSWORD=S3cr3t-xyz psql -c "select rollback()"' },
+      'rollback: has a secret-named value (PGPASSWORD=...)',
+    ],
+    [
+      'a health runtime',
+      { health: { runtimes: [{ name: 'db', command: 'mysqladmin -uroot -pS3cr3t-xyz ping' }] } },
+      'health.runtimes[0].command: has a password argument (mysqladmin -p<password>)',
+    ],
+    [
+      'a health check',
+      { health: { checks: [{ name: 'status', command: 'curl -fsS -u ops:S3cr3t-xyz https://127.0.0.1/status' }] } },
+      'health.checks[0].command: has a password in a user:password argument',
+    ],
+    [
+      'the error-rate command',
+      { health: { errorRate: { command: 'sshpass -p S3cr3t-xyz ssh h cat /run/rate' } } },
+      'health.errorRate.command: has a password argument (sshpass -p)',
+    ],
+  ])(
+    '%s: INVALID_INPUT naming the field, what was found and where the secret goes, never the secret',
+    (_name, extra, shows) => {
+      const err = refused({ ...base, ...extra });
+      expect(err).toBeInstanceOf(WavegateError);
+      expect(err.code).toBe('INVALID_INPUT');
+      expect(err.message).toContain(shows);
+      expect(err.message).toContain('read it on the device instead');
+      expect(err.message).not.toContain('S3cr3t-xyz');
+    },
+  );
 
   it('a 64 KB script of references signs', () => {
     const line = 'curl -fsS -H "Authorization: Bearer $TOKEN" --netrc-file /etc/app/netrc https://h/x -o /tmp/x\n';
@@ -145,13 +228,21 @@ describe('every signed device command refuses a credential (core/revision.ts)', 
 
 describe('payload files are bounded and inside payload/ (core/revision.ts)', () => {
   const file = (size: number) => ({ name: 'app.bin', sha256: 'a'.repeat(64), size, source: 'payload/app.bin' });
-  const revision = (size: number) => ({ profile: 'app', revision: 2, apply: 'true', verify: 'true', payload: [file(1), file(size)] });
+  const revision = (size: number) => ({
+    profile: 'app',
+    revision: 2,
+    apply: 'true',
+    verify: 'true',
+    payload: [file(1), file(size)],
+  });
 
   it(`a size above ${MAX_PAYLOAD_FILE_BYTES} bytes (what a device takes in one file) is refused naming payload[i].size and the value`, () => {
     expect(MAX_PAYLOAD_FILE_BYTES).toBe(64 * 1024 * 1024);
     expect(parseRevision(revision(MAX_PAYLOAD_FILE_BYTES), 'r.yaml').payload[1]!.size).toBe(MAX_PAYLOAD_FILE_BYTES);
     const err = refusal(() => parseRevision(revision(MAX_PAYLOAD_FILE_BYTES + 1), 'r.yaml'));
-    expect(err.message).toContain(`payload[1].size: is ${MAX_PAYLOAD_FILE_BYTES + 1} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB)`);
+    expect(err.message).toContain(
+      `payload[1].size: is ${MAX_PAYLOAD_FILE_BYTES + 1} bytes, above the ${MAX_PAYLOAD_FILE_BYTES} bytes (64 MiB)`,
+    );
     expect(err.message).toContain(`(got ${MAX_PAYLOAD_FILE_BYTES + 1})`);
   });
 

@@ -2,7 +2,13 @@ import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { dependencyBackoffMs, describeCycle, findDependencyCycle, waitingReason, type Dependency } from '../../../core/dependencies';
+import {
+  dependencyBackoffMs,
+  describeCycle,
+  findDependencyCycle,
+  waitingReason,
+  type Dependency,
+} from '../../../core/dependencies';
 import { WavegateError } from '../../../core/errors';
 import { parseRolloutSpec } from '../../../core/spec';
 import { checkDependencyCycle, loadDependencies } from '../../../intake/dependencies';
@@ -43,7 +49,12 @@ describe('findDependencyCycle', () => {
 describe('waiting: reason and backoff', () => {
   it('says what the device waits for', () => {
     expect(waitingReason([{ profile: 'inference', revision: 15 }])).toBe('waiting for inference r15');
-    expect(waitingReason([{ profile: 'a', revision: 1 }, { profile: 'b', revision: 2 }])).toBe('waiting for a r1, b r2');
+    expect(
+      waitingReason([
+        { profile: 'a', revision: 1 },
+        { profile: 'b', revision: 2 },
+      ]),
+    ).toBe('waiting for a r1, b r2');
   });
 
   it('backs off from 15 s, doubling, to at most 2 min', () => {
@@ -52,22 +63,40 @@ describe('waiting: reason and backoff', () => {
 });
 
 describe('rollout.after in the spec', () => {
-  const spec = (after: unknown) => ({ rollout: { profile: 'motd', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }], after } });
+  const spec = (after: unknown) => ({
+    rollout: { profile: 'motd', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }], after },
+  });
   const specRefusal = (after: unknown): WavegateError => refusal(() => parseRolloutSpec(spec(after), 'spec.yaml'));
 
   it('parses a list of profile and revision, absent by default', () => {
-    expect(parseRolloutSpec(spec([{ profile: 'inference', revision: 15 }]), 's').after).toEqual([{ profile: 'inference', revision: 15 }]);
-    expect(parseRolloutSpec({ rollout: { profile: 'motd', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }] } }, 's').after).toBeUndefined();
+    expect(parseRolloutSpec(spec([{ profile: 'inference', revision: 15 }]), 's').after).toEqual([
+      { profile: 'inference', revision: 15 },
+    ]);
+    expect(
+      parseRolloutSpec(
+        { rollout: { profile: 'motd', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }] } },
+        's',
+      ).after,
+    ).toBeUndefined();
   });
 
   it('refuses the spec’s own profile, a profile twice, a bad name, a bad revision, unknown keys and more than 10', () => {
     const self = specRefusal([{ profile: 'motd', revision: 1 }]);
     expect(self.code).toBe('INVALID_INPUT');
     expect(self.message).toContain('rollout.after[0].profile: a profile may not depend on itself (got "motd")');
-    expect(specRefusal([{ profile: 'a', revision: 1 }, { profile: 'a', revision: 2 }]).message).toContain('rollout.after[1].profile: named twice');
-    expect(specRefusal([{ profile: 'Inference', revision: 1 }]).message).toMatch(/rollout\.after\[0\]\.profile: must be lowercase.*\(got "Inference"\)/);
+    expect(
+      specRefusal([
+        { profile: 'a', revision: 1 },
+        { profile: 'a', revision: 2 },
+      ]).message,
+    ).toContain('rollout.after[1].profile: named twice');
+    expect(specRefusal([{ profile: 'Inference', revision: 1 }]).message).toMatch(
+      /rollout\.after\[0\]\.profile: must be lowercase.*\(got "Inference"\)/,
+    );
     expect(specRefusal([{ profile: 'a', revision: 0 }]).message).toMatch(/rollout\.after\[0\]\.revision: .*\(got 0\)/);
-    expect(specRefusal([{ profile: 'a', revision: 1, verify: 'true' }]).message).toContain('rollout.after[0].verify: unknown field');
+    expect(specRefusal([{ profile: 'a', revision: 1, verify: 'true' }]).message).toContain(
+      'rollout.after[0].verify: unknown field',
+    );
     const many = Array.from({ length: 11 }, (_, i) => ({ profile: `p${i}`, revision: 1 }));
     expect(specRefusal(many).message).toMatch(/rollout\.after: at most 10 profiles/);
   });
@@ -79,7 +108,16 @@ function profilesRoot(dir: string): string {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(root, 'demo'), { recursive: true });
   mkdirSync(join(root, 'base', 'revisions'), { recursive: true });
   writeFileSync(join(root, 'base', 'profile.yaml'), stringify({ name: 'base', scope: { class: 'server' } }));
-  writeFileSync(join(root, 'base', 'revisions', '1.yaml'), stringify({ profile: 'base', revision: 1, apply: 'touch "$HOME/base"', verify: 'test -f "$HOME/base"', risk: 'safe' }));
+  writeFileSync(
+    join(root, 'base', 'revisions', '1.yaml'),
+    stringify({
+      profile: 'base',
+      revision: 1,
+      apply: 'touch "$HOME/base"',
+      verify: 'test -f "$HOME/base"',
+      risk: 'safe',
+    }),
+  );
   return root;
 }
 
@@ -91,7 +129,10 @@ describe('rollout.after against the profiles root', () => {
   const refused = (after: Dependency[]): WavegateError => refusal(() => load(after));
 
   it('finds each named profile at its revision (a signed one verified against its pins)', () => {
-    const found = load([{ profile: 'base', revision: 1 }, { profile: 'demo', revision: 2 }]);
+    const found = load([
+      { profile: 'base', revision: 1 },
+      { profile: 'demo', revision: 2 },
+    ]);
     expect(found.map((d) => [d.dep.profile, d.revision.revision.revision, !!d.revision.envelope])).toEqual([
       ['base', 1, false],
       ['demo', 2, true],
@@ -99,26 +140,41 @@ describe('rollout.after against the profiles root', () => {
   });
 
   it('refuses an unknown profile naming the field and the value', () => {
-    const err = refused([{ profile: 'base', revision: 1 }, { profile: 'nosuch', revision: 1 }]);
+    const err = refused([
+      { profile: 'base', revision: 1 },
+      { profile: 'nosuch', revision: 1 },
+    ]);
     expect(err.code).toBe('INVALID_INPUT');
     expect(err.message).toMatch(/^spec\.yaml: rollout\.after\[1\]\.profile: no profile "nosuch"/);
   });
 
   it('refuses a revision the profile does not have; for a signed profile, one without an envelope', () => {
-    expect(refused([{ profile: 'base', revision: 7 }]).message).toMatch(/^spec\.yaml: rollout\.after\[0\]\.revision: profile "base" has no revision 7/);
-    expect(refused([{ profile: 'demo', revision: 3 }]).message).toMatch(/^spec\.yaml: rollout\.after\[0\]\.revision: profile "demo" has pins .* but revision 3 has no signed envelope/);
+    expect(refused([{ profile: 'base', revision: 7 }]).message).toMatch(
+      /^spec\.yaml: rollout\.after\[0\]\.revision: profile "base" has no revision 7/,
+    );
+    expect(refused([{ profile: 'demo', revision: 3 }]).message).toMatch(
+      /^spec\.yaml: rollout\.after\[0\]\.revision: profile "demo" has pins .* but revision 3 has no signed envelope/,
+    );
   });
 });
 
 describe('cycle check at start (the running rollouts, read through a stand-in for Temporal)', () => {
-  const running = (afters: Record<string, Dependency[]>) => async (_client: unknown, profile: string) => afters[profile];
+  const running = (afters: Record<string, Dependency[]>) => async (_client: unknown, profile: string) =>
+    afters[profile];
   const spec = { profile: 'motd', after: [{ profile: 'inference', revision: 15 }] };
 
   it('refuses a cycle through the running rollouts, with its path', async () => {
-    const err = (await checkDependencyCycle({} as never, spec, 'motd.yaml', running({ inference: [{ profile: 'driver', revision: 2 }], driver: [{ profile: 'motd', revision: 3 }] })).catch((e: unknown) => e)) as WavegateError;
+    const err = (await checkDependencyCycle(
+      {} as never,
+      spec,
+      'motd.yaml',
+      running({ inference: [{ profile: 'driver', revision: 2 }], driver: [{ profile: 'motd', revision: 3 }] }),
+    ).catch((e: unknown) => e)) as WavegateError;
     expect(err).toBeInstanceOf(WavegateError);
     expect(err.code).toBe('INVALID_INPUT');
-    expect(err.message).toContain('motd.yaml: invalid\n  rollout.after: cycle motd -> inference -> driver -> motd (through the running rollouts of "inference", "driver")');
+    expect(err.message).toContain(
+      'motd.yaml: invalid\n  rollout.after: cycle motd -> inference -> driver -> motd (through the running rollouts of "inference", "driver")',
+    );
   });
 
   it('passes when the profiles named run nothing that leads back, and reads each profile once', async () => {
@@ -127,7 +183,20 @@ describe('cycle check at start (the running rollouts, read through a stand-in fo
       asked.push(p);
       return ({ inference: [{ profile: 'driver', revision: 1 }], driver: [] } as Record<string, Dependency[]>)[p];
     };
-    await expect(checkDependencyCycle({} as never, { profile: 'motd', after: [{ profile: 'inference', revision: 1 }, { profile: 'driver', revision: 1 }] }, 'motd.yaml', read)).resolves.toBeUndefined();
+    await expect(
+      checkDependencyCycle(
+        {} as never,
+        {
+          profile: 'motd',
+          after: [
+            { profile: 'inference', revision: 1 },
+            { profile: 'driver', revision: 1 },
+          ],
+        },
+        'motd.yaml',
+        read,
+      ),
+    ).resolves.toBeUndefined();
     expect(asked.sort()).toEqual(['driver', 'inference']);
   });
 });
@@ -139,7 +208,18 @@ describe('wavegate plan with rollout.after', () => {
   const inventory = join(PROJECT_ROOT, 'test/corpus/valid/inventory.yaml');
   const plan = (name: string, after: unknown) => {
     const file = join(scratch.dir, `${name}.yaml`);
-    writeFileSync(file, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], after } }));
+    writeFileSync(
+      file,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+          after,
+        },
+      }),
+    );
     return runCli(['plan', '-f', file, '--inventory', inventory, '--profiles', root]);
   };
 
@@ -158,7 +238,9 @@ describe('wavegate plan with rollout.after', () => {
   it('plans a valid one, naming the devices outside the dependency’s scope and the check it leaves to start', async () => {
     const run = await plan('valid', [{ profile: 'base', revision: 1 }]);
     expect(run.code, run.stderr).toBe(0);
-    expect(run.stdout).toContain('rollout.after: desk-01 not in the scope of profile "base": each waits until base r1 is verified on it some other way');
+    expect(run.stdout).toContain(
+      'rollout.after: desk-01 not in the scope of profile "base": each waits until base r1 is verified on it some other way',
+    );
     expect(run.stdout).toContain('a cycle through running rollouts is checked by start');
   }, 60_000);
 });

@@ -233,14 +233,9 @@ describe('deviceOutcome: what an answer means', () => {
     expect(line(deviceOutcome(answer, device, reading))).toBe(expected);
   });
 
-  it.each([...REFUSED_BEFORE_RUNNING])(
-    'refused before running (%s): untouched, still counted',
-    (type) => {
-      expect(line(deviceOutcome(failed('no', type), required, apply))).toBe(
-        'failed | no | untouched | failed | gate',
-      );
-    },
-  );
+  it.each([...REFUSED_BEFORE_RUNNING])('refused before running (%s): untouched, still counted', (type) => {
+    expect(line(deviceOutcome(failed('no', type), required, apply))).toBe('failed | no | untouched | failed | gate');
+  });
 
   it('leaves out the reason when there is none (the state says it all)', () => {
     expect(deviceOutcome(answered('applied'), required, apply)).not.toHaveProperty('reason');

@@ -67,7 +67,15 @@ describe('audit records → webhook events (core/events.ts)', () => {
   });
 
   it('builds the event JSON with a deterministic delivery id, reason and who, and strips secret-named evidence', () => {
-    const paused = webhookEventFor(CTX, 7, record('rollout.paused', { by: 'alice', reason: 'looking at dashboards', evidence: { apiKey: 'k-123', note: 'x' } }));
+    const paused = webhookEventFor(
+      CTX,
+      7,
+      record('rollout.paused', {
+        by: 'alice',
+        reason: 'looking at dashboards',
+        evidence: { apiKey: 'k-123', note: 'x' },
+      }),
+    );
     expect(paused).toEqual({
       deliveryId: 'rollout:demo:run-1:7',
       event: 'rollout.paused',
@@ -82,7 +90,19 @@ describe('audit records → webhook events (core/events.ts)', () => {
       evidence: { apiKey: '[redacted]', note: 'x' },
     });
     // A redelivery of the same transition is the same event, byte for byte.
-    expect(JSON.stringify(webhookEventFor(CTX, 7, record('rollout.paused', { by: 'alice', reason: 'looking at dashboards', evidence: { apiKey: 'k-123', note: 'x' } })))).toBe(JSON.stringify(paused));
+    expect(
+      JSON.stringify(
+        webhookEventFor(
+          CTX,
+          7,
+          record('rollout.paused', {
+            by: 'alice',
+            reason: 'looking at dashboards',
+            evidence: { apiKey: 'k-123', note: 'x' },
+          }),
+        ),
+      ),
+    ).toBe(JSON.stringify(paused));
     expect(webhookEventFor(CTX, 8, record('devices.outcome'))).toBeUndefined();
   });
 
@@ -134,7 +154,8 @@ describe('the delivery ledger (status.webhooks)', () => {
     for (let i = 0; i < MAX_LISTED_FAILURES + 5; i++) ledger.queued();
     ledger.queued();
     ledger.delivered();
-    for (let i = 0; i < MAX_LISTED_FAILURES + 5; i++) ledger.failed({ deliveryId: `r:x:${i}`, event: 'phase.started', url: 'http://h/', error: 'e'.repeat(1000) });
+    for (let i = 0; i < MAX_LISTED_FAILURES + 5; i++)
+      ledger.failed({ deliveryId: `r:x:${i}`, event: 'phase.started', url: 'http://h/', error: 'e'.repeat(1000) });
     const status = ledger.status();
     expect(status).toMatchObject({ delivered: 1, pending: 0, failedTotal: MAX_LISTED_FAILURES + 5 });
     expect(status.failed).toHaveLength(MAX_LISTED_FAILURES);
@@ -146,47 +167,92 @@ describe('the delivery ledger (status.webhooks)', () => {
 });
 
 describe('spec validation of webhooks (exit 2, naming the field)', () => {
-  const spec = (webhooks: unknown) => ({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, waves: [100], webhooks } });
+  const spec = (webhooks: unknown) => ({
+    rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, waves: [100], webhooks },
+  });
   const problem = (webhooks: unknown) => refusal(() => parseRolloutSpec(spec(webhooks), 'spec.yaml'));
 
   it('accepts http(s) urls with a secret by reference and an events filter', () => {
-    const parsed = parseRolloutSpec(spec([{ url: 'https://hooks.example.com/wavegate', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_HOOKS', events: ['gate.*', 'rollout.completed'] }, { url: 'http://127.0.0.1:9000/', secretFile: '/etc/wavegate/webhook-secrets/hook.secret' }]), 'spec.yaml');
+    const parsed = parseRolloutSpec(
+      spec([
+        {
+          url: 'https://hooks.example.com/wavegate',
+          secretEnv: 'WAVEGATE_WEBHOOK_SECRET_HOOKS',
+          events: ['gate.*', 'rollout.completed'],
+        },
+        { url: 'http://127.0.0.1:9000/', secretFile: '/etc/wavegate/webhook-secrets/hook.secret' },
+      ]),
+      'spec.yaml',
+    );
     expect(parsed.webhooks).toHaveLength(2);
   });
 
   it('refuses a url with user:password@, without printing the password', () => {
     const err = problem([{ url: 'https://bob:hunter2@hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }]);
     expect(err.code).toBe('INVALID_INPUT');
-    expect(err.message).toMatch(/rollout\.webhooks\[0\]\.url: has a user:password@ in a url; secrets must not be written in the spec.*secretEnv.*secretFile/);
+    expect(err.message).toMatch(
+      /rollout\.webhooks\[0\]\.url: has a user:password@ in a url; secrets must not be written in the spec.*secretEnv.*secretFile/,
+    );
     expect(err.message).not.toContain('hunter2');
   });
 
   it('refuses a scheme other than http(s) and a url that is not one', () => {
-    expect(problem([{ url: 'ftp://hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }]).message).toMatch(/rollout\.webhooks\[0\]\.url: must be an http:\/\/ or https:\/\/ url, not ftp: \(got "ftp:\/\/hooks\.example\.com\/x"\)/);
-    expect(problem([{ url: 'hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }]).message).toMatch(/rollout\.webhooks\[0\]\.url: must be an absolute http:\/\/ or https:\/\/ url/);
+    expect(problem([{ url: 'ftp://hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }]).message).toMatch(
+      /rollout\.webhooks\[0\]\.url: must be an http:\/\/ or https:\/\/ url, not ftp: \(got "ftp:\/\/hooks\.example\.com\/x"\)/,
+    );
+    expect(problem([{ url: 'hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }]).message).toMatch(
+      /rollout\.webhooks\[0\]\.url: must be an absolute http:\/\/ or https:\/\/ url/,
+    );
   });
 
   it('refuses both secret references, and neither', () => {
-    expect(problem([{ url: 'https://h/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S', secretFile: '/s' }]).message).toMatch(/rollout\.webhooks\[0\]\.secretFile: give either "secretEnv" or "secretFile", not both/);
-    expect(problem([{ url: 'https://h/x' }]).message).toMatch(/rollout\.webhooks\[0\]\.secretEnv: a webhook needs its secret: give the HMAC secret by reference \(secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker's webhook secrets directory>\)/);
+    expect(problem([{ url: 'https://h/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S', secretFile: '/s' }]).message).toMatch(
+      /rollout\.webhooks\[0\]\.secretFile: give either "secretEnv" or "secretFile", not both/,
+    );
+    expect(problem([{ url: 'https://h/x' }]).message).toMatch(
+      /rollout\.webhooks\[0\]\.secretEnv: a webhook needs its secret: give the HMAC secret by reference \(secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker's webhook secrets directory>\)/,
+    );
     // An inline secret is not a field at all.
-    expect(problem([{ url: 'https://h/x', secret: 'inline' }]).message).toMatch(/rollout\.webhooks\[0\]\.secret: unknown field; allowed: url, secretEnv, secretFile, events/);
+    expect(problem([{ url: 'https://h/x', secret: 'inline' }]).message).toMatch(
+      /rollout\.webhooks\[0\]\.secret: unknown field; allowed: url, secretEnv, secretFile, events/,
+    );
   });
 
-  it('refuses a secretEnv that is not one of the webhook secrets (the worker\'s database password, its own policy variables), naming the field and the value', () => {
-    for (const name of ['PGPASSWORD', 'AWS_SECRET_ACCESS_KEY', 'WAVEGATE_WEBHOOK_SECRET_', 'WAVEGATE_WEBHOOK_SECRETS_DIR', 'wavegate_webhook_secret_x', 'WAVEGATE_HOOK_SECRET']) {
+  it("refuses a secretEnv that is not one of the webhook secrets (the worker's database password, its own policy variables), naming the field and the value", () => {
+    for (const name of [
+      'PGPASSWORD',
+      'AWS_SECRET_ACCESS_KEY',
+      'WAVEGATE_WEBHOOK_SECRET_',
+      'WAVEGATE_WEBHOOK_SECRETS_DIR',
+      'wavegate_webhook_secret_x',
+      'WAVEGATE_HOOK_SECRET',
+    ]) {
       const err = problem([{ url: 'https://hooks.example.com/x', secretEnv: name }]);
       expect(err.code, name).toBe('INVALID_INPUT');
-      expect(err.message).toContain(`rollout.webhooks[0].secretEnv: must be an environment variable named WAVEGATE_WEBHOOK_SECRET_<NAME> (letters, digits, "_")`);
+      expect(err.message).toContain(
+        `rollout.webhooks[0].secretEnv: must be an environment variable named WAVEGATE_WEBHOOK_SECRET_<NAME> (letters, digits, "_")`,
+      );
       expect(err.message).toContain(`(got ${JSON.stringify(name)})`);
     }
-    expect(parseRolloutSpec(spec([{ url: 'https://hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_chat_2' }]), 'spec.yaml').webhooks![0]!.secretEnv).toBe('WAVEGATE_WEBHOOK_SECRET_chat_2');
+    expect(
+      parseRolloutSpec(
+        spec([{ url: 'https://hooks.example.com/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_chat_2' }]),
+        'spec.yaml',
+      ).webhooks![0]!.secretEnv,
+    ).toBe('WAVEGATE_WEBHOOK_SECRET_chat_2');
   });
 
   it('refuses more than 10 webhooks and an unknown event', () => {
-    const many = Array.from({ length: 11 }, (_, i) => ({ url: `https://h/${i}`, secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S' }));
+    const many = Array.from({ length: 11 }, (_, i) => ({
+      url: `https://h/${i}`,
+      secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S',
+    }));
     expect(problem(many).message).toMatch(/rollout\.webhooks: at most 10 webhooks/);
-    expect(problem([{ url: 'https://h/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S', events: ['rollout.exploded'] }]).message).toMatch(/rollout\.webhooks\[0\]\.events\[0\]: must be an event name or family; allowed: rollout\.started, .*gate\.\*, .*\(got "rollout\.exploded"\)/);
+    expect(
+      problem([{ url: 'https://h/x', secretEnv: 'WAVEGATE_WEBHOOK_SECRET_S', events: ['rollout.exploded'] }]).message,
+    ).toMatch(
+      /rollout\.webhooks\[0\]\.events\[0\]: must be an event name or family; allowed: rollout\.started, .*gate\.\*, .*\(got "rollout\.exploded"\)/,
+    );
   });
 });
 
@@ -203,16 +269,31 @@ describe('wavegate plan and start refuse a bad webhook before anything starts (r
       { url: 'https://hooks.example.com/x' },
       { url: 'https://hooks.example.com/x', secretEnv: 'PGPASSWORD' },
     ];
-    writeFileSync(file, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, waves: [100], webhooks } }));
-    const common = ['-f', file, '--inventory', join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'), '--profiles', join(PROJECT_ROOT, 'profiles')];
-    const runs = await Promise.all([runCli(['plan', ...common]), runCli(['start', ...common, '--address', '127.0.0.1:1'], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } })]);
+    writeFileSync(
+      file,
+      stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, waves: [100], webhooks } }),
+    );
+    const common = [
+      '-f',
+      file,
+      '--inventory',
+      join(PROJECT_ROOT, 'examples/plan/fleet-20.yaml'),
+      '--profiles',
+      join(PROJECT_ROOT, 'profiles'),
+    ];
+    const runs = await Promise.all([
+      runCli(['plan', ...common]),
+      runCli(['start', ...common, '--address', '127.0.0.1:1'], { env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' } }),
+    ]);
     for (const run of runs) {
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain('rollout.webhooks[0].url: has a user:password@ in a url');
       expect(run.stderr).toContain('rollout.webhooks[1].url: must be an http:// or https:// url, not ftp:');
       expect(run.stderr).toContain('rollout.webhooks[2].secretFile: give either "secretEnv" or "secretFile", not both');
       expect(run.stderr).toContain('rollout.webhooks[3].secretEnv: a webhook needs its secret');
-      expect(run.stderr).toContain('rollout.webhooks[4].secretEnv: must be an environment variable named WAVEGATE_WEBHOOK_SECRET_<NAME>');
+      expect(run.stderr).toContain(
+        'rollout.webhooks[4].secretEnv: must be an environment variable named WAVEGATE_WEBHOOK_SECRET_<NAME>',
+      );
       expect(run.stderr).toContain('(got "PGPASSWORD")');
       expect(run.stderr + run.stdout).not.toContain('hunter2');
       expect(run.stderr).not.toContain('cannot reach Temporal');

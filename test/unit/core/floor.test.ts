@@ -10,9 +10,11 @@ describe('device floor: no downgrade below what a completed rollout confirmed', 
     expect(floorRefusal(null, 1, 0)).toBeNull();
   });
   it('refuses an older revision (a downgrade sent as an apply), naming the floor and the way forward', () => {
-    expect(floorRefusal(floor, 1, 0)).toMatch(/^r1 is below the device's floor r3, confirmed by rollout:demo: roll forward instead/);
+    expect(floorRefusal(floor, 1, 0)).toMatch(
+      /^r1 is below the device's floor r3, confirmed by rollout:demo: roll forward instead/,
+    );
   });
-  it('allows going back to the rollout\'s from revision only inside its revert window', () => {
+  it("allows going back to the rollout's from revision only inside its revert window", () => {
     expect(floorRefusal(floor, 2, 9_999)).toBeNull();
     expect(floorRefusal(floor, 2, 10_000)).toMatch(/revert window closed at 1970-01-01T00:00:10.000Z/);
     expect(floorRefusal({ ...floor, revertUntil: 0 }, 2, 0)).toMatch(/confirmed with no revert window/);

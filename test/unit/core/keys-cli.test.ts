@@ -1,6 +1,16 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -24,7 +34,10 @@ function wavegate(cwd: string, ...args: string[]): Promise<{ code: number | null
 describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
   it('signs offline, cosigns to the threshold, verifies, and refuses with a reason code', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
-    const [alice, bob] = await Promise.all([wavegate(dir, 'keygen', '--out', 'alice.key', '--name', 'alice'), wavegate(dir, 'keygen', '--out', 'bob.key')]);
+    const [alice, bob] = await Promise.all([
+      wavegate(dir, 'keygen', '--out', 'alice.key', '--name', 'alice'),
+      wavegate(dir, 'keygen', '--out', 'bob.key'),
+    ]);
     expect(alice.code).toBe(0);
     expect(bob.code).toBe(0);
     expect(statSync(join(dir, 'alice.key')).mode & 0o777).toBe(0o600);
@@ -78,17 +91,33 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
   it('sign runs the registration gates when given an inventory, and an escape is loud', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'wavegate-gates-'));
     expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
-    writeFileSync(join(dir, 'rev.yaml'), 'profile: production\nrevision: 15\napply: systemctl restart app\nverify: exit 0\nprevious: 14\n');
+    writeFileSync(
+      join(dir, 'rev.yaml'),
+      'profile: production\nrevision: 15\napply: systemctl restart app\nverify: exit 0\nprevious: 14\n',
+    );
     const inventory = resolve('examples/plan/fleet-20.yaml');
     const [blocked, escaped] = await Promise.all([
       wavegate(dir, 'sign', 'rev.yaml', '--key', 'k.key', '--out', 'a.json', '--inventory', inventory),
-      wavegate(dir, 'sign', 'rev.yaml', '--key', 'k.key', '--out', 'b.json', '--inventory', inventory, '--allow-unprovable'),
+      wavegate(
+        dir,
+        'sign',
+        'rev.yaml',
+        '--key',
+        'k.key',
+        '--out',
+        'b.json',
+        '--inventory',
+        inventory,
+        '--allow-unprovable',
+      ),
     ]);
     expect(blocked.code).toBe(2);
     expect(blocked.stderr).toMatch(/gate "unprovable" blocked .*UNPROVABLE.*--allow-unprovable/);
     expect(escaped.code, escaped.stderr).toBe(0);
     expect(escaped.stderr).toMatch(/^WARNING: gate "unprovable" bypassed with --allow-unprovable/m);
-    expect(JSON.parse(escaped.stdout.split('\n')[0]!)).toEqual({ escaped: [expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })] });
+    expect(JSON.parse(escaped.stdout.split('\n')[0]!)).toEqual({
+      escaped: [expect.objectContaining({ gate: 'unprovable', flag: '--allow-unprovable' })],
+    });
     // The escape is on the record: inside the signed body, where the registry and every worker see it.
     const envelope = JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')) as { body: string };
     const body = JSON.parse(Buffer.from(envelope.body, 'base64').toString('utf8')) as { escapes?: unknown[] };
@@ -100,9 +129,24 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
     const rev = 'profile: production\nrevision: 15\nprevious: 14\nverify: test -f /etc/app.conf\n';
     const apply = (command: string) => `apply: ${JSON.stringify(command)}\n`;
-    writeFileSync(join(dir, 'bearer.yaml'), rev + apply(`curl -fsS -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.s3cr3t' https://artifacts.example.com/app.conf -o /etc/app.conf`));
-    writeFileSync(join(dir, 'curl-u.yaml'), `${rev + apply('systemctl restart app')}health:\n  checks:\n    - { name: status, command: 'curl -fsS -u ops:hunter2 https://127.0.0.1:8443/status' }\n`);
-    writeFileSync(join(dir, 'reference.yaml'), rev + apply('curl -fsS -H "Authorization: Bearer $(cat /etc/app/token)" --netrc-file /etc/app/netrc -u ops https://artifacts.example.com/app.conf -o /etc/app.conf'));
+    writeFileSync(
+      join(dir, 'bearer.yaml'),
+      rev +
+        apply(
+          `curl -fsS -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.s3cr3t' https://artifacts.example.com/app.conf -o /etc/app.conf`,
+        ),
+    );
+    writeFileSync(
+      join(dir, 'curl-u.yaml'),
+      `${rev + apply('systemctl restart app')}health:\n  checks:\n    - { name: status, command: 'curl -fsS -u ops:hunter2 https://127.0.0.1:8443/status' }\n`,
+    );
+    writeFileSync(
+      join(dir, 'reference.yaml'),
+      rev +
+        apply(
+          'curl -fsS -H "Authorization: Bearer $(cat /etc/app/token)" --netrc-file /etc/app/netrc -u ops https://artifacts.example.com/app.conf -o /etc/app.conf',
+        ),
+    );
     const [bearer, curlU, reference] = await Promise.all([
       wavegate(dir, 'sign', 'bearer.yaml', '--key', 'k.key', '--out', 'b.json'),
       wavegate(dir, 'sign', 'curl-u.yaml', '--key', 'k.key', '--out', 'c.json'),
@@ -110,11 +154,19 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     ]);
     expect(bearer.code).toBe(2);
     expect(bearer.stderr).toContain('bearer.yaml: invalid');
-    expect(bearer.stderr).toContain('apply: has an Authorization header with a literal credential; a signed command is sent to every device');
+    expect(bearer.stderr).toContain(
+      'apply: has an Authorization header with a literal credential; a signed command is sent to every device',
+    );
     expect(curlU.code).toBe(2);
-    expect(curlU.stderr).toContain('health.checks[0].command: has a password in a user:password argument (curl -u user:...)');
+    expect(curlU.stderr).toContain(
+      'health.checks[0].command: has a password in a user:password argument (curl -u user:...)',
+    );
     for (const run of [bearer, curlU]) expect(run.stderr).not.toMatch(/s3cr3t|hunter2/);
-    expect(readdirSync(dir).filter((f) => f.endsWith('.json')).sort()).toEqual(['r.json']); // the reference form signs
+    expect(
+      readdirSync(dir)
+        .filter((f) => f.endsWith('.json'))
+        .sort(),
+    ).toEqual(['r.json']); // the reference form signs
     expect(reference.code, reference.stderr).toBe(0);
   });
 
@@ -136,11 +188,19 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
       ['dots-inside', 'payload/../../outside.conf', 'payload[0].source: climbs out with ".."'],
       ['absolute', join(dir, 'outside.conf'), 'payload[0].source: is an absolute path'],
       ['beside', 'files/app.conf', 'payload[0].source: is not inside payload/'],
-      ['link', 'payload/link.conf', `payload[0].source: resolves through a symbolic link to ${realpathSync(join(dir, 'outside.conf'))}, outside the profile's`],
+      [
+        'link',
+        'payload/link.conf',
+        `payload[0].source: resolves through a symbolic link to ${realpathSync(join(dir, 'outside.conf'))}, outside the profile's`,
+      ],
     ];
     for (const [name, source] of cases) writeFileSync(join(profile, 'revisions', `${name}.yaml`), rev(source));
     writeFileSync(join(profile, 'revisions', '15.yaml'), rev('payload/app.conf'));
-    const runs = await Promise.all(cases.map(([name]) => wavegate(dir, 'sign', join(profile, 'revisions', `${name}.yaml`), '--key', 'k.key', '--out', `${name}.json`)));
+    const runs = await Promise.all(
+      cases.map(([name]) =>
+        wavegate(dir, 'sign', join(profile, 'revisions', `${name}.yaml`), '--key', 'k.key', '--out', `${name}.json`),
+      ),
+    );
     runs.forEach((run, i) => {
       const [, source, shows] = cases[i]!;
       expect(run.code, run.stderr).toBe(2);
@@ -150,7 +210,17 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
     // Outside a profile layout the text is judged; the link is judged where the profile is known (--profile).
     const [plain, viaProfile] = await Promise.all([
       wavegate(dir, 'sign', join(profile, 'revisions', '15.yaml'), '--key', 'k.key', '--out', 'ok.json'),
-      wavegate(dir, 'sign', join(profile, 'revisions', 'link.yaml'), '--key', 'k.key', '--out', 'link2.json', '--profile', join(profile, 'profile.yaml')),
+      wavegate(
+        dir,
+        'sign',
+        join(profile, 'revisions', 'link.yaml'),
+        '--key',
+        'k.key',
+        '--out',
+        'link2.json',
+        '--profile',
+        join(profile, 'profile.yaml'),
+      ),
     ]);
     expect(plain.code, plain.stderr).toBe(0);
     expect(viaProfile.code).toBe(2);
@@ -173,23 +243,33 @@ describe('wavegate keygen / sign / cosign / verify (spawned)', () => {
   it('sign refuses already-expired content and a validity above 400 days, and signs issuedAt into the body', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'wavegate-keys-'));
     expect((await wavegate(dir, 'keygen', '--out', 'k.key')).code).toBe(0);
-    const rev = (extra: string) => `profile: production\nrevision: 3\napply: touch "$HOME/r3"\nverify: test -f "$HOME/r3"\nprevious: 2\n${extra}`;
+    const rev = (extra: string) =>
+      `profile: production\nrevision: 3\napply: touch "$HOME/r3"\nverify: test -f "$HOME/r3"\nprevious: 2\n${extra}`;
     writeFileSync(join(dir, 'expired.yaml'), rev('expiresAt: 2020-01-01T00:00:00Z\n'));
     const expired = await wavegate(dir, 'sign', 'expired.yaml', '--key', 'k.key', '--out', 'e.json');
     expect(expired.code).toBe(2);
-    expect(expired.stderr).toMatch(/expired\.yaml: invalid\n {2}expiresAt: is not after the signing time .*already expired \(got "2020-01-01T00:00:00Z"\)/);
+    expect(expired.stderr).toMatch(
+      /expired\.yaml: invalid\n {2}expiresAt: is not after the signing time .*already expired \(got "2020-01-01T00:00:00Z"\)/,
+    );
     writeFileSync(join(dir, 'forever.yaml'), rev('expiresAt: 9999-12-31T00:00:00Z\n'));
     const forever = await wavegate(dir, 'sign', 'forever.yaml', '--key', 'k.key', '--out', 'f.json');
     expect(forever.code).toBe(2);
     expect(forever.stderr).toContain('a signature is valid for at most 400 days');
     writeFileSync(join(dir, 'plain.yaml'), rev(''));
-    expect((await wavegate(dir, 'sign', 'plain.yaml', '--key', 'k.key', '--out', 'p.json', '--validity-days', '3650')).stderr).toContain('--validity-days: must be a whole number of days 1-400');
+    expect(
+      (await wavegate(dir, 'sign', 'plain.yaml', '--key', 'k.key', '--out', 'p.json', '--validity-days', '3650'))
+        .stderr,
+    ).toContain('--validity-days: must be a whole number of days 1-400');
     expect(readdirSync(dir).filter((f) => f.endsWith('.json'))).toEqual([]); // nothing written for a refusal
 
     const before = Date.now();
     const ok = await wavegate(dir, 'sign', 'plain.yaml', '--key', 'k.key', '--out', 'p.json');
     expect(ok.code, ok.stderr).toBe(0);
-    const body = JSON.parse(Buffer.from((JSON.parse(readFileSync(join(dir, 'p.json'), 'utf8')) as { body: string }).body, 'base64').toString('utf8')) as { issuedAt: string; expiresAt: string };
+    const body = JSON.parse(
+      Buffer.from((JSON.parse(readFileSync(join(dir, 'p.json'), 'utf8')) as { body: string }).body, 'base64').toString(
+        'utf8',
+      ),
+    ) as { issuedAt: string; expiresAt: string };
     expect(Date.parse(body.issuedAt)).toBeGreaterThanOrEqual(before - 1_000);
     expect(Date.parse(body.expiresAt) - Date.parse(body.issuedAt)).toBe(365 * 86_400_000);
   });

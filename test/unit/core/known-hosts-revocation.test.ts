@@ -29,7 +29,10 @@ describe('known_hosts: @revoked applies to every host it names, wildcards includ
   });
 
   it('a key revoked for "*.example.com" or "10.0.0.?" is not pinned for a host those patterns match, on any port', () => {
-    const domain = file('domain', `[web-01.example.com]:2222,10.0.0.7 ${key.line}\n@revoked *.example.com,[*.example.com]:*,10.0.0.? ${key.line}\n`);
+    const domain = file(
+      'domain',
+      `[web-01.example.com]:2222,10.0.0.7 ${key.line}\n@revoked *.example.com,[*.example.com]:*,10.0.0.? ${key.line}\n`,
+    );
     expect(knownHostFingerprints(domain, 'web-01.example.com', 2222)).toEqual([]);
     expect(knownHostFingerprints(domain, '10.0.0.7', 22)).toEqual([]);
     // A pattern that does not name the host leaves its pin alone.

@@ -14,7 +14,14 @@ import {
 function inventoryOf(n: number) {
   return parseInventory(
     {
-      defaults: { user: 'ops', port: 22, pool: 'p', class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519' } },
+      defaults: {
+        user: 'ops',
+        port: 22,
+        pool: 'p',
+        class: 'edge',
+        os: 'linux',
+        ssh: { key: '/etc/wavegate/keys/id_ed25519' },
+      },
       devices: Array.from({ length: n }, (_, i) => ({ id: `d-${i}`, host: `10.0.${Math.floor(i / 250)}.${i % 250}` })),
     },
     'test',
@@ -42,15 +49,23 @@ describe('membership pages', () => {
 
   it('carries the node-down standing the CLI judged with the device', () => {
     const { pages } = membershipPages(inventoryOf(3), new Map([['d-1', { holds: true, text: 'node-down since ...' }]]));
-    expect(pages[0]!.devices.map((d) => d.nodeDown)).toEqual([undefined, { holds: true, text: 'node-down since ...' }, undefined]);
+    expect(pages[0]!.devices.map((d) => d.nodeDown)).toEqual([
+      undefined,
+      { holds: true, text: 'node-down since ...' },
+      undefined,
+    ]);
   });
 
-  it('membershipMismatch names a page whose content is not its digest, and a whole that is not the rollout\'s', () => {
+  it("membershipMismatch names a page whose content is not its digest, and a whole that is not the rollout's", () => {
     const { pages, digest } = membershipPages(inventoryOf(1_500));
     expect(membershipMismatch({ digest, devices: 1_500 }, pages)).toBeNull();
-    const tampered = pages.map((p, i) => (i === 1 ? { ...p, devices: p.devices.map((d, j) => (j === 0 ? { ...d, host: '192.0.2.1' } : d)) } : p));
+    const tampered = pages.map((p, i) =>
+      i === 1 ? { ...p, devices: p.devices.map((d, j) => (j === 0 ? { ...d, host: '192.0.2.1' } : d)) } : p,
+    );
     expect(membershipMismatch({ digest, devices: 1_500 }, tampered)).toMatch(/^page 1: content digest/);
-    expect(membershipMismatch({ digest: 'f'.repeat(64), devices: 1_500 }, pages)).toMatch(/^digest .* is not the rollout's/);
+    expect(membershipMismatch({ digest: 'f'.repeat(64), devices: 1_500 }, pages)).toMatch(
+      /^digest .* is not the rollout's/,
+    );
     expect(membershipMismatch({ digest, devices: 1_499 }, pages)).toBe('1500 devices, the rollout names 1499');
   });
 });
@@ -76,7 +91,9 @@ describe('MembershipState', () => {
     const forged = { ...pages[0]!, devices: pages[0]!.devices.map((d, i) => (i === 5 ? { ...d, user: 'root' } : d)) };
     expect(state.pageProblem(forged)).toMatch(/^digest: page 0's content hashes to [0-9a-f]{64}, not "/);
     const tooMany = { index: 0, devices: [...pages[0]!.devices, pages[0]!.devices[0]!], digest: '' };
-    expect(state.pageProblem({ ...tooMany, digest: pageDigest(tooMany.devices) })).toBe(`devices: a page holds 1-${MEMBERSHIP_PAGE_DEVICES} devices (got 1001)`);
+    expect(state.pageProblem({ ...tooMany, digest: pageDigest(tooMany.devices) })).toBe(
+      `devices: a page holds 1-${MEMBERSHIP_PAGE_DEVICES} devices (got 1001)`,
+    );
     expect(state.pageProblem({ index: 0, devices: 'x' } as never)).toBe('expected { index, digest, devices: [...] }');
   });
 
@@ -93,7 +110,9 @@ describe('MembershipState', () => {
     const digest = 'b'.repeat(64);
     expect(planProblem({ digest, devices: 10, pages: 1, source: 's' })).toBeNull();
     expect(planProblem({ digest: 'xyz', devices: 10, pages: 1, source: 's' })).toMatch(/^digest: must be 64 hex/);
-    expect(planProblem({ digest, devices: 10, pages: MAX_MEMBERSHIP_PAGES + 1, source: 's' })).toMatch(/^pages: must be 1-100/);
+    expect(planProblem({ digest, devices: 10, pages: MAX_MEMBERSHIP_PAGES + 1, source: 's' })).toMatch(
+      /^pages: must be 1-100/,
+    );
     expect(planProblem({ digest, devices: 2_001, pages: 2, source: 's' })).toMatch(/cannot fill 2 pages/);
   });
 });

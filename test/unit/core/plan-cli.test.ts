@@ -36,16 +36,35 @@ function wavegate(args: string[]): Promise<{ code: number | null; stdout: string
 
 describe('wavegate plan (spawned)', () => {
   it('plans the phased example spec over 20 devices to phases of 1, 5 and 14 (exit 0)', async () => {
-    const text = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', 'examples/plan/fleet-20.yaml']);
+    const text = await wavegate([
+      'plan',
+      '-f',
+      'examples/plan/phased.yaml',
+      '--inventory',
+      'examples/plan/fleet-20.yaml',
+    ]);
     expect(text.stderr).toBe('');
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(/phase 1: canary 1 device — 1 device\(s\)/);
     expect(text.stdout).toMatch(/phase 2: bulk 25% — 5 device\(s\)/);
     expect(text.stdout).toMatch(/phase 3: bulk remainder — 14 device\(s\)/);
     expect(text.stdout).toMatch(/web\s+12 device\(s\)\s+budget 10%\s+at most 1 in flight/);
-    const json = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', 'examples/plan/fleet-20.yaml', '--json', '--rollout-id', 'r-42']);
+    const json = await wavegate([
+      'plan',
+      '-f',
+      'examples/plan/phased.yaml',
+      '--inventory',
+      'examples/plan/fleet-20.yaml',
+      '--json',
+      '--rollout-id',
+      'r-42',
+    ]);
     expect(json.code).toBe(0);
-    const plan = JSON.parse(json.stdout) as { rolloutId: string; phases: Array<{ devices: string[] }>; devices: Record<string, { class: string }> };
+    const plan = JSON.parse(json.stdout) as {
+      rolloutId: string;
+      phases: Array<{ devices: string[] }>;
+      devices: Record<string, { class: string }>;
+    };
     expect(plan.rolloutId).toBe('r-42');
     expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 5, 14]);
     expect(Object.keys(plan.devices)).toHaveLength(20);
@@ -57,14 +76,29 @@ describe('wavegate plan (spawned)', () => {
       const inventory = join(dir, 'fleet-20.yaml');
       cpSync('examples/plan/fleet-20.yaml', inventory);
       const marker = join(dir, 'recheck-ran');
-      const marked = await wavegate(['fleet', 'mark-down', 'srv-01', '--inventory', inventory, '--recheck', `touch ${marker}; exit 1`, '--reason', 'PSU replaced']);
+      const marked = await wavegate([
+        'fleet',
+        'mark-down',
+        'srv-01',
+        '--inventory',
+        inventory,
+        '--recheck',
+        `touch ${marker}; exit 1`,
+        '--reason',
+        'PSU replaced',
+      ]);
       expect(marked.stderr).toBe('');
       expect(marked.code).toBe(0);
       const run = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory, '--json']);
       expect(run.code).toBe(0);
-      const plan = JSON.parse(run.stdout) as { phases: Array<{ devices: string[] }>; notForMe: Array<{ id: string; reason: string }> };
+      const plan = JSON.parse(run.stdout) as {
+        phases: Array<{ devices: string[] }>;
+        notForMe: Array<{ id: string; reason: string }>;
+      };
       expect(plan.phases.flatMap((p) => p.devices)).not.toContain('srv-01');
-      expect(plan.notForMe.find((n) => n.id === 'srv-01')?.reason).toMatch(/^node-down since .*, expires .*: PSU replaced$/);
+      expect(plan.notForMe.find((n) => n.id === 'srv-01')?.reason).toMatch(
+        /^node-down since .*, expires .*: PSU replaced$/,
+      );
       const text = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory]);
       expect(text.stdout).toMatch(/srv-01\s+node-down since/);
       expect(text.stdout).toMatch(/node-down verdicts from .*fleet-20\.verdicts\.yaml: 1 hold/);
@@ -90,9 +124,18 @@ describe('wavegate plan (spawned)', () => {
     const worker = async () => {
       for (let c = queue.shift(); c; c = queue.shift()) {
         const file = join(ROOT, c.file);
-        const args = c.kind === 'spec'
-          ? ['plan', '-f', file, '--inventory', join(ROOT, 'valid/inventory.yaml'), '--profiles-dir', c.profiles ? join(ROOT, c.profiles) : NO_PROFILES]
-          : ['plan', '-f', join(ROOT, 'valid/spec.yaml'), '--inventory', file, '--profiles-dir', NO_PROFILES];
+        const args =
+          c.kind === 'spec'
+            ? [
+                'plan',
+                '-f',
+                file,
+                '--inventory',
+                join(ROOT, 'valid/inventory.yaml'),
+                '--profiles-dir',
+                c.profiles ? join(ROOT, c.profiles) : NO_PROFILES,
+              ]
+            : ['plan', '-f', join(ROOT, 'valid/spec.yaml'), '--inventory', file, '--profiles-dir', NO_PROFILES];
         runs.set(c.file, await wavegate(args));
       }
     };
@@ -125,9 +168,33 @@ describe('plan and start build the same input', () => {
     specPath = join(dir, 'spec.yaml');
     inventoryPath = join(dir, 'fleet.yaml');
     // pool-a's budget is overridden by the spec; pool-b's and pool-c's come from the inventory.
-    writeFileSync(specPath, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: '50%' }, { bulk: 'remainder' }], disruptionBudget: { 'pool-a': 0.5 } } }));
-    const devices = Array.from({ length: 9 }, (_, i) => ({ id: `dev-${i + 1}`, host: '127.0.0.1', port: 2200 + i, pool: ['pool-a', 'pool-b', 'pool-c'][i % 3], class: i % 2 ? 'desktop' : 'server' }));
-    writeFileSync(inventoryPath, stringify({ pools: { 'pool-a': { disruptionBudget: 0.1 }, 'pool-b': { disruptionBudget: '40%' } }, defaults: { user: 'wavegate' }, devices }));
+    writeFileSync(
+      specPath,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [{ canary: '1 device' }, { bulk: '50%' }, { bulk: 'remainder' }],
+          disruptionBudget: { 'pool-a': 0.5 },
+        },
+      }),
+    );
+    const devices = Array.from({ length: 9 }, (_, i) => ({
+      id: `dev-${i + 1}`,
+      host: '127.0.0.1',
+      port: 2200 + i,
+      pool: ['pool-a', 'pool-b', 'pool-c'][i % 3],
+      class: i % 2 ? 'desktop' : 'server',
+    }));
+    writeFileSync(
+      inventoryPath,
+      stringify({
+        pools: { 'pool-a': { disruptionBudget: 0.1 }, 'pool-b': { disruptionBudget: '40%' } },
+        defaults: { user: 'wavegate' },
+        devices,
+      }),
+    );
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -137,12 +204,21 @@ describe('plan and start build the same input', () => {
 
     // What the workflow hands the planner, written out as workflows/rollout.ts does it.
     const inventory = loadInventory(inventoryPath);
-    const snapshot = devicesInScope(started.profile.scope, inventory.devices).map((d) => ({ id: d.id, pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass, current: null }));
+    const snapshot = devicesInScope(started.profile.scope, inventory.devices).map((d) => ({
+      id: d.id,
+      pool: d.pool,
+      class: d.class,
+      os: d.os,
+      updateClass: d.updateClass,
+      current: null,
+    }));
     const workflowPlannerInput = {
       rolloutId: started.rolloutId,
       spec: started.spec,
       devices: snapshot,
-      pools: Object.fromEntries(Object.entries(started.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }])),
+      pools: Object.fromEntries(
+        Object.entries(started.poolBudgets).map(([pool, budget]) => [pool, { disruptionBudget: budget }]),
+      ),
       risk: started.risk,
     };
     expect(report.plannerInput).toEqual(workflowPlannerInput);
@@ -152,7 +228,11 @@ describe('plan and start build the same input', () => {
     const { startedBy: _b, ...fromPlan } = report.input!;
     expect(fromPlan).toEqual(fromStart);
     expect(started.poolBudgets).toEqual({ 'pool-a': 0.5, 'pool-b': 0.4, 'pool-c': 0.05 });
-    expect(report.plan.pools.map((p) => [p.pool, p.budget])).toEqual([['pool-a', 0.5], ['pool-b', 0.4], ['pool-c', 0.05]]);
+    expect(report.plan.pools.map((p) => [p.pool, p.budget])).toEqual([
+      ['pool-a', 0.5],
+      ['pool-b', 0.4],
+      ['pool-c', 0.05],
+    ]);
     expect(started.steps.envelope).toBeDefined();
     expect(started.rollbackSteps.envelope).toBeDefined();
   });
@@ -162,7 +242,9 @@ describe('plan and start build the same input', () => {
     cpSync(join(profilesRoot, 'demo'), join(profiles, 'demo'), { recursive: true });
     const revisionPath = join(profiles, 'demo', 'revisions', '2.yaml');
     writeFileSync(revisionPath, readFileSync(revisionPath, 'utf8').replace('risk: risky', 'risk: safe'));
-    const fromStart = refusal(() => prepareRollout({ specPath, inventoryPath, profilesRoot: profiles, startedBy: 'someone' }));
+    const fromStart = refusal(() =>
+      prepareRollout({ specPath, inventoryPath, profilesRoot: profiles, startedBy: 'someone' }),
+    );
     const fromPlan = refusal(() => makePlan({ file: specPath, inventory: inventoryPath, profiles }));
     expect(fromStart.code).toBe('INVALID_INPUT');
     expect(fromStart.message).toContain('differs from its signed envelope');

@@ -13,10 +13,15 @@ function spec(phases: unknown[], extra: Record<string, unknown> = {}): RolloutSp
 }
 
 describe('planner: pools named like Object.prototype properties, and minSample', () => {
-  const devices = (pools: string[]): PlanDevice[] => pools.map((pool, i) => ({ id: `d-${i}`, pool, class: 'server', updateClass: 'required' }));
+  const devices = (pools: string[]): PlanDevice[] =>
+    pools.map((pool, i) => ({ id: `d-${i}`, pool, class: 'server', updateClass: 'required' }));
 
   it('a pool called constructor, toString or valueOf gets the default budget, never a NaN one that starts no device', () => {
-    const plan = planPhases({ rolloutId: 'r', spec: spec([{ bulk: 'remainder' }]), devices: devices(['constructor', 'toString', 'valueOf', 'hasOwnProperty']) });
+    const plan = planPhases({
+      rolloutId: 'r',
+      spec: spec([{ bulk: 'remainder' }]),
+      devices: devices(['constructor', 'toString', 'valueOf', 'hasOwnProperty']),
+    });
     for (const pool of plan.pools) {
       expect(pool.budget, pool.pool).toBe(0.05);
       expect(pool.maxInFlight, pool.pool).toBe(1);
@@ -25,11 +30,19 @@ describe('planner: pools named like Object.prototype properties, and minSample',
 
   it('minSample larger than every phase warns that the failure gate is effectively disabled', () => {
     const many = devices(Array.from({ length: 12 }, () => 'web'));
-    const plan = planPhases({ rolloutId: 'r', spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 20 }), devices: many });
+    const plan = planPhases({
+      rolloutId: 'r',
+      spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 20 }),
+      devices: many,
+    });
     expect(plan.warnings).toContain(
       'minSample 20 is larger than every phase (the largest has 11 device(s)): the failure gate is effectively disabled while phases run and only judges a phase once all of its devices are done; lower minSample to at most 11',
     );
-    const fine = planPhases({ rolloutId: 'r', spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 3 }), devices: many });
+    const fine = planPhases({
+      rolloutId: 'r',
+      spec: spec([{ canary: '1 device' }, { bulk: 'remainder' }], { minSample: 3 }),
+      devices: many,
+    });
     expect(fine.warnings.some((w) => w.startsWith('minSample'))).toBe(false);
   });
 });
@@ -37,7 +50,12 @@ describe('planner: pools named like Object.prototype properties, and minSample',
 describe('planner: the phased example spec', () => {
   it('plans 20 devices into phases of 1, 5 and 14', () => {
     const inv = fleet20();
-    const plan = planPhases({ rolloutId: 'rollout:production:15', spec: phasedSpec(), devices: inv.devices, pools: inv.pools });
+    const plan = planPhases({
+      rolloutId: 'rollout:production:15',
+      spec: phasedSpec(),
+      devices: inv.devices,
+      pools: inv.pools,
+    });
     expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 5, 14]);
     expect(plan.canaryClass).toBe('server');
     const classOf = new Map(inv.devices.map((d) => [d.id, d.class]));
@@ -55,15 +73,24 @@ describe('planner: the phased example spec', () => {
     const inv = fleet20();
     const input = { spec: phasedSpec(), devices: inv.devices, pools: inv.pools };
     expect(planPhases({ rolloutId: 'a', ...input })).toEqual(planPhases({ rolloutId: 'a', ...input }));
-    const canaries = new Set(Array.from({ length: 20 }, (_, i) => planPhases({ rolloutId: `r-${i}`, ...input }).phases[0]!.devices[0]));
+    const canaries = new Set(
+      Array.from({ length: 20 }, (_, i) => planPhases({ rolloutId: `r-${i}`, ...input }).phases[0]!.devices[0]),
+    );
     expect(canaries.size).toBeGreaterThan(3);
   });
 
   it('left-behind → not-for-me, at-target → already applied, safe → one phase, concurrent → two canaries', () => {
     const inv = fleet20();
-    const devices: PlanDevice[] = inv.devices.map((d, i) => ({ ...d, updateClass: i === 0 ? 'left-behind' : d.updateClass, current: i === 1 ? 15 : 14 }));
+    const devices: PlanDevice[] = inv.devices.map((d, i) => ({
+      ...d,
+      updateClass: i === 0 ? 'left-behind' : d.updateClass,
+      current: i === 1 ? 15 : 14,
+    }));
     const plan = planPhases({ rolloutId: 'x', spec: phasedSpec(), devices });
-    expect(classifyDevice(plan, devices[0]!.id)).toMatchObject({ status: 'not-for-me', reason: expect.stringContaining('left-behind') });
+    expect(classifyDevice(plan, devices[0]!.id)).toMatchObject({
+      status: 'not-for-me',
+      reason: expect.stringContaining('left-behind'),
+    });
     expect(classifyDevice(plan, devices[1]!.id)).toEqual({ status: 'already-applied' });
     expect(plan.phases.flatMap((p) => p.devices)).toHaveLength(18);
     const safe = planPhases({ rolloutId: 'x', spec: phasedSpec(), devices, risk: 'safe' });
@@ -75,15 +102,28 @@ describe('planner: the phased example spec', () => {
 
   it('canaryClass overrides the majority; cumulative waves of 20 make 2, 8 and 10', () => {
     const inv = fleet20();
-    const plan = planPhases({ rolloutId: 'x', spec: { ...phasedSpec(), canaryClass: 'desktop' }, devices: inv.devices });
+    const plan = planPhases({
+      rolloutId: 'x',
+      spec: { ...phasedSpec(), canaryClass: 'desktop' },
+      devices: inv.devices,
+    });
     expect(plan.canaryClass).toBe('desktop');
-    const waves = parseRolloutSpec({ rollout: { profile: 'p', fromRevision: 1, toRevision: 2, waves: [10, 50, 100] } }, 's');
-    expect(planPhases({ rolloutId: 'x', spec: waves, devices: inv.devices }).phases.map((p) => p.devices.length)).toEqual([2, 8, 10]);
+    const waves = parseRolloutSpec(
+      { rollout: { profile: 'p', fromRevision: 1, toRevision: 2, waves: [10, 50, 100] } },
+      's',
+    );
+    expect(
+      planPhases({ rolloutId: 'x', spec: waves, devices: inv.devices }).phases.map((p) => p.devices.length),
+    ).toEqual([2, 8, 10]);
   });
 
   it('devices left after the last phase form an implicit remainder phase, with a warning', () => {
     const inv = fleet20();
-    const plan = planPhases({ rolloutId: 'x', spec: spec([{ canary: '1 device' }, { bulk: '10%' }]), devices: inv.devices });
+    const plan = planPhases({
+      rolloutId: 'x',
+      spec: spec([{ canary: '1 device' }, { bulk: '10%' }]),
+      devices: inv.devices,
+    });
     expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 2, 17]);
     expect(plan.warnings.join('\n')).toMatch(/implicit/);
   });
@@ -112,11 +152,19 @@ const deviceArb = (to: number) =>
 
 const fleetArb = fc
   .uniqueArray(fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/), { maxLength: 60 })
-  .chain((ids) => fc.tuple(...ids.map(() => deviceArb(2))).map((ds) => ds.map((d, i) => ({ id: ids[i]!, ...d }) as PlanDevice)));
+  .chain((ids) =>
+    fc.tuple(...ids.map(() => deviceArb(2))).map((ds) => ds.map((d, i) => ({ id: ids[i]!, ...d }) as PlanDevice)),
+  );
 
 const phasesArb = fc
   .record({
-    canary: fc.option(fc.oneof(fc.integer({ min: 1, max: 4 }).map((n) => `${n} device${n > 1 ? 's' : ''}`), fc.integer({ min: 1, max: 20 }).map((p) => `${p}%`)), { nil: undefined }),
+    canary: fc.option(
+      fc.oneof(
+        fc.integer({ min: 1, max: 4 }).map((n) => `${n} device${n > 1 ? 's' : ''}`),
+        fc.integer({ min: 1, max: 20 }).map((p) => `${p}%`),
+      ),
+      { nil: undefined },
+    ),
     middle: fc.array(
       fc.oneof(
         fc.integer({ min: 1, max: 10 }).map((n) => ({ kind: 'count', v: n })),
@@ -143,21 +191,29 @@ const phasesArb = fc
     return phases;
   });
 
-const inputArb = fc.record({
-  rolloutId: fc.string({ minLength: 1, maxLength: 30 }),
-  devices: fleetArb,
-  phases: phasesArb,
-  concurrent: fc.boolean(),
-  canaryClass: fc.option(fc.constantFrom(...CLASSES), { nil: undefined }),
-  risk: fc.constantFrom<'risky' | 'safe'>('risky', 'risky', 'risky', 'safe'),
-  budgets: fc.record({ a: fc.double({ min: 0, max: 1, noNaN: true }), b: fc.constantFrom(0.05, 0.25, 0.5) }),
-}).map((r): PlanInput => ({
-  rolloutId: r.rolloutId,
-  devices: r.devices,
-  risk: r.risk,
-  spec: spec(r.phases, { concurrent: r.concurrent, ...(r.canaryClass ? { canaryClass: r.canaryClass } : {}), disruptionBudget: { a: r.budgets.a } }),
-  pools: { b: { disruptionBudget: r.budgets.b } },
-}));
+const inputArb = fc
+  .record({
+    rolloutId: fc.string({ minLength: 1, maxLength: 30 }),
+    devices: fleetArb,
+    phases: phasesArb,
+    concurrent: fc.boolean(),
+    canaryClass: fc.option(fc.constantFrom(...CLASSES), { nil: undefined }),
+    risk: fc.constantFrom<'risky' | 'safe'>('risky', 'risky', 'risky', 'safe'),
+    budgets: fc.record({ a: fc.double({ min: 0, max: 1, noNaN: true }), b: fc.constantFrom(0.05, 0.25, 0.5) }),
+  })
+  .map(
+    (r): PlanInput => ({
+      rolloutId: r.rolloutId,
+      devices: r.devices,
+      risk: r.risk,
+      spec: spec(r.phases, {
+        concurrent: r.concurrent,
+        ...(r.canaryClass ? { canaryClass: r.canaryClass } : {}),
+        disruptionBudget: { a: r.budgets.a },
+      }),
+      pools: { b: { disruptionBudget: r.budgets.b } },
+    }),
+  );
 
 const RUNS = { numRuns: 300 };
 
@@ -166,7 +222,11 @@ describe('planner properties', () => {
     fc.assert(
       fc.property(inputArb, (input) => {
         const plan = planPhases(input);
-        const seen = [...plan.phases.flatMap((p) => p.devices), ...plan.alreadyApplied, ...plan.notForMe.map((n) => n.id)];
+        const seen = [
+          ...plan.phases.flatMap((p) => p.devices),
+          ...plan.alreadyApplied,
+          ...plan.notForMe.map((n) => n.id),
+        ];
         expect(seen.slice().sort()).toEqual(input.devices.map((d) => d.id).sort());
         for (const d of input.devices) {
           const c = classifyDevice(plan, d.id);
@@ -225,9 +285,13 @@ describe('planner properties', () => {
         const counts = new Map<string, number>();
         for (const d of pool) counts.set(d.class, (counts.get(d.class) ?? 0) + 1);
         const top = Math.max(...counts.values());
-        const expectedClass = input.spec.canaryClass && candidates.some((d) => d.class === input.spec.canaryClass)
-          ? input.spec.canaryClass
-          : [...counts].filter(([, n]) => n === top).map(([c]) => c).sort()[0];
+        const expectedClass =
+          input.spec.canaryClass && candidates.some((d) => d.class === input.spec.canaryClass)
+            ? input.spec.canaryClass
+            : [...counts]
+                .filter(([, n]) => n === top)
+                .map(([c]) => c)
+                .sort()[0];
         expect(plan.canaryClass).toBe(expectedClass);
         const ofClass = candidates.filter((d) => d.class === expectedClass).length;
         const canaryClasses = first.devices.map((id) => byId.get(id)!.class);
@@ -235,7 +299,10 @@ describe('planner properties', () => {
         if (input.spec.concurrent && candidates.length >= 2) expect(first.devices.length).toBeGreaterThanOrEqual(2);
         const second = plan.phases[1];
         const inFirst = new Set(canaryClasses);
-        const laterOther = plan.phases.slice(1).flatMap((p) => p.devices).some((id) => !inFirst.has(byId.get(id)!.class));
+        const laterOther = plan.phases
+          .slice(1)
+          .flatMap((p) => p.devices)
+          .some((id) => !inFirst.has(byId.get(id)!.class));
         if (second && laterOther) expect(second.devices.some((id) => !inFirst.has(byId.get(id)!.class))).toBe(true);
       }),
       RUNS,
@@ -247,7 +314,10 @@ describe('planner properties', () => {
       fc.property(inputArb, fc.integer(), (input, salt) => {
         const plan = planPhases(input);
         expect(planPhases(input)).toEqual(plan);
-        const reordered = input.devices.map((d, i) => ({ d, k: (i * 7919 + salt) % 1009 })).sort((a, b) => a.k - b.k).map((x) => x.d);
+        const reordered = input.devices
+          .map((d, i) => ({ d, k: (i * 7919 + salt) % 1009 }))
+          .sort((a, b) => a.k - b.k)
+          .map((x) => x.d);
         expect(planPhases({ ...input, devices: reordered })).toEqual(plan);
       }),
       { numRuns: 150 },
@@ -266,7 +336,17 @@ describe('planner at scale', () => {
       current: i % 50 === 0 ? 2 : 1,
     }));
     const started = performance.now();
-    const plan = planPhases({ rolloutId: 'rollout:big', spec: spec([{ canary: '1 device' }, { bulk: 'up to 1%' }, { bulk: 'up to 10%' }, { bulk: 'up to 50%' }, { bulk: 'remainder' }]), devices });
+    const plan = planPhases({
+      rolloutId: 'rollout:big',
+      spec: spec([
+        { canary: '1 device' },
+        { bulk: 'up to 1%' },
+        { bulk: 'up to 10%' },
+        { bulk: 'up to 50%' },
+        { bulk: 'remainder' },
+      ]),
+      devices,
+    });
     const ms = performance.now() - started;
     expect(ms).toBeLessThan(2_000);
     expect(plan.phases.map((p) => p.devices.length)).toEqual([1, 99, 900, 4000, plan.phases[4]!.devices.length]);

@@ -2,7 +2,14 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../../core/errors';
 import { decideRegistration } from '../../../core/registry';
-import { MAX_PAYLOAD_FILE_BYTES, parseRevision, payloadSizeProblem, Revision, revisionSchemaFor, signedCommandProblem } from '../../../core/revision';
+import {
+  MAX_PAYLOAD_FILE_BYTES,
+  parseRevision,
+  payloadSizeProblem,
+  Revision,
+  revisionSchemaFor,
+  signedCommandProblem,
+} from '../../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, verifyEnvelope, type Envelope } from '../../../core/signing';
 import { formatPath, type FieldProblem } from '../../../core/validation';
 
@@ -27,9 +34,11 @@ function signedContentProblems(revision: Revision): FieldProblem[] {
   command(['apply'], revision.apply);
   command(['verify'], revision.verify);
   command(['rollback'], revision.rollback);
-  for (const [i, file] of revision.payload.entries()) add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size));
+  for (const [i, file] of revision.payload.entries())
+    add(['payload', i, 'size'], file.size, payloadSizeProblem(file.size));
   for (const list of ['runtimes', 'checks'] as const) {
-    for (const [i, check] of (revision.health?.[list] ?? []).entries()) command(['health', list, i, 'command'], check.command);
+    for (const [i, check] of (revision.health?.[list] ?? []).entries())
+      command(['health', list, i, 'command'], check.command);
   }
   command(['health', 'errorRate', 'command'], revision.health?.errorRate?.command);
   return problems;
@@ -53,12 +62,29 @@ const signed = (revision: Revision): Envelope => signRevision(revision, alice, {
 
 /** Each breaks one content rule only, at `path` (as a FieldProblem names it) / `zodPath` (as verifyEnvelope does). */
 const CONTENT_CASES: Array<{ name: string; revision: Revision; path: string; zodPath: string }> = [
-  { name: 'curl -u user:pw in apply', revision: base({ apply: 'curl -fsS -u deploy:hunter2 https://repo.example/app.tgz -o /tmp/app.tgz' }), path: 'apply', zodPath: 'apply' },
-  { name: 'a bearer token in verify', revision: base({ verify: 'curl -fsS -H "Authorization: Bearer abc123" https://127.0.0.1/ok' }), path: 'verify', zodPath: 'verify' },
-  { name: 'mysql -p in rollback', revision: base({ rollback: 'mysql -uroot -phunter2 app < /etc/app/undo.sql' }), path: 'rollback', zodPath: 'rollback' },
+  {
+    name: 'curl -u user:pw in apply',
+    revision: base({ apply: 'curl -fsS -u deploy:hunter2 https://repo.example/app.tgz -o /tmp/app.tgz' }),
+    path: 'apply',
+    zodPath: 'apply',
+  },
+  {
+    name: 'a bearer token in verify',
+    revision: base({ verify: 'curl -fsS -H "Authorization: Bearer abc123" https://127.0.0.1/ok' }),
+    path: 'verify',
+    zodPath: 'verify',
+  },
+  {
+    name: 'mysql -p in rollback',
+    revision: base({ rollback: 'mysql -uroot -phunter2 app < /etc/app/undo.sql' }),
+    path: 'rollback',
+    zodPath: 'rollback',
+  },
   {
     name: 'curl -u in a health runtime',
-    revision: base({ health: { runtimes: [{ name: 'app', command: 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz' }] } }),
+    revision: base({
+      health: { runtimes: [{ name: 'app', command: 'curl -fsS -u probe:s3cret http://127.0.0.1:8080/healthz' }] },
+    }),
     path: 'health.runtimes[0].command',
     zodPath: 'health.runtimes.0.command',
   },
@@ -76,7 +102,11 @@ const CONTENT_CASES: Array<{ name: string; revision: Revision; path: string; zod
   },
   {
     name: 'a payload file above 64 MiB',
-    revision: base({ payload: [{ name: 'app.conf', sha256: 'a'.repeat(64), size: MAX_PAYLOAD_FILE_BYTES + 1, source: 'payload/app.conf' }] }),
+    revision: base({
+      payload: [
+        { name: 'app.conf', sha256: 'a'.repeat(64), size: MAX_PAYLOAD_FILE_BYTES + 1, source: 'payload/app.conf' },
+      ],
+    }),
     path: 'payload[0].size',
     zodPath: 'payload.0.size',
   },
@@ -93,27 +123,43 @@ function problemsOf(fn: () => unknown): FieldProblem[] {
 }
 
 describe('signed content rules, a layer of their own', () => {
-  it.each(CONTENT_CASES)('$name: refused by the full parse, with the field and message signedContentProblems gives; the structure alone accepts it', ({ revision, path }) => {
-    const full = problemsOf(() => parseRevision(revision, 'r.yaml'));
-    expect(full.map((p) => p.path)).toEqual([path]);
-    const structural = parseRevision(revision, 'r.yaml', { contentRules: false });
-    expect(structural).toEqual(revision);
-    expect(signedContentProblems(structural)).toEqual(full);
-  });
+  it.each(CONTENT_CASES)(
+    '$name: refused by the full parse, with the field and message signedContentProblems gives; the structure alone accepts it',
+    ({ revision, path }) => {
+      const full = problemsOf(() => parseRevision(revision, 'r.yaml'));
+      expect(full.map((p) => p.path)).toEqual([path]);
+      const structural = parseRevision(revision, 'r.yaml', { contentRules: false });
+      expect(structural).toEqual(revision);
+      expect(signedContentProblems(structural)).toEqual(full);
+    },
+  );
 
-  it.each(CONTENT_CASES)('$name: verifyEnvelope and decideRegistration refuse it (INVALID_REVISION naming the field) unless contentRules is false', ({ revision, path, zodPath }) => {
-    const envelope = signed(revision);
-    const [problem] = signedContentProblems(revision);
-    const refused = verifyEnvelope(envelope, trust, { now: NOW });
-    expect(refused).toMatchObject({ ok: false, reason: 'INVALID_REVISION', message: `envelope body is not a valid revision: ${zodPath}: ${problem!.message}` });
-    expect(problem!.path).toBe(path);
-    expect(verifyEnvelope(envelope, trust, { now: NOW, contentRules: false })).toMatchObject({ ok: true, revision });
+  it.each(CONTENT_CASES)(
+    '$name: verifyEnvelope and decideRegistration refuse it (INVALID_REVISION naming the field) unless contentRules is false',
+    ({ revision, path, zodPath }) => {
+      const envelope = signed(revision);
+      const [problem] = signedContentProblems(revision);
+      const refused = verifyEnvelope(envelope, trust, { now: NOW });
+      expect(refused).toMatchObject({
+        ok: false,
+        reason: 'INVALID_REVISION',
+        message: `envelope body is not a valid revision: ${zodPath}: ${problem!.message}`,
+      });
+      expect(problem!.path).toBe(path);
+      expect(verifyEnvelope(envelope, trust, { now: NOW, contentRules: false })).toMatchObject({ ok: true, revision });
 
-    const input = { profile: 'production', registered: [], envelope, trust, now: NOW };
-    expect(decideRegistration(input)).toMatchObject({ outcome: 'refused', reason: 'INVALID_REVISION' });
-    expect(decideRegistration({ ...input, contentRules: true })).toMatchObject({ outcome: 'refused', reason: 'INVALID_REVISION' });
-    expect(decideRegistration({ ...input, contentRules: false })).toMatchObject({ outcome: 'registered', revision: { revision: 15 } });
-  });
+      const input = { profile: 'production', registered: [], envelope, trust, now: NOW };
+      expect(decideRegistration(input)).toMatchObject({ outcome: 'refused', reason: 'INVALID_REVISION' });
+      expect(decideRegistration({ ...input, contentRules: true })).toMatchObject({
+        outcome: 'refused',
+        reason: 'INVALID_REVISION',
+      });
+      expect(decideRegistration({ ...input, contentRules: false })).toMatchObject({
+        outcome: 'registered',
+        revision: { revision: 15 },
+      });
+    },
+  );
 
   it('lists every broken field in the order the full parse does, and nothing for a clean revision', () => {
     expect(signedContentProblems(base())).toEqual([]);
@@ -124,7 +170,10 @@ describe('signed content rules, a layer of their own', () => {
         { name: 'a', sha256: 'a'.repeat(64), size: 1, source: 'payload/a' },
         { name: 'b', sha256: 'b'.repeat(64), size: MAX_PAYLOAD_FILE_BYTES + 5, source: 'payload/b' },
       ],
-      health: { runtimes: [{ name: 'r', command: 'true' }], checks: [{ name: 'c', command: 'curl -u e:f http://127.0.0.1/' }] },
+      health: {
+        runtimes: [{ name: 'r', command: 'true' }],
+        checks: [{ name: 'c', command: 'curl -u e:f http://127.0.0.1/' }],
+      },
     });
     const listed = signedContentProblems(many);
     expect(listed.map((p) => p.path)).toEqual(['apply', 'rollback', 'payload[1].size', 'health.checks[0].command']);
@@ -135,8 +184,14 @@ describe('signed content rules, a layer of their own', () => {
     const broken: Array<[unknown, string]> = [
       [{ ...base(), apply: 'echo \u001b[2J' }, 'apply'],
       [{ ...base(), verify: 'true\ntrue' }, 'verify'],
-      [{ ...base(), payload: [{ name: 'a', sha256: 'a'.repeat(64), size: -1, source: 'payload/a' }] }, 'payload[0].size'],
-      [{ ...base(), payload: [{ name: 'a', sha256: 'a'.repeat(64), size: 1.5, source: 'payload/a' }] }, 'payload[0].size'],
+      [
+        { ...base(), payload: [{ name: 'a', sha256: 'a'.repeat(64), size: -1, source: 'payload/a' }] },
+        'payload[0].size',
+      ],
+      [
+        { ...base(), payload: [{ name: 'a', sha256: 'a'.repeat(64), size: 1.5, source: 'payload/a' }] },
+        'payload[0].size',
+      ],
       [{ ...base(), extra: 1 }, 'extra'],
       [{ ...base(), health: { runtimes: [{ name: 'r', command: ' ' }] } }, 'health.runtimes[0].command'],
     ];
@@ -148,25 +203,40 @@ describe('signed content rules, a layer of their own', () => {
   });
 
   it('the full parse is exactly the structure and then the content rules (generated revisions)', () => {
-    const command = fc.constantFrom('true', 'echo ok', 'curl -u a:b https://x.example/', 'printf "\u0007"', 'cat "$(cat /etc/app/token)"', 'mysql -pX app', 'x'.repeat(70_000));
+    const command = fc.constantFrom(
+      'true',
+      'echo ok',
+      'curl -u a:b https://x.example/',
+      'printf "\u0007"',
+      'cat "$(cat /etc/app/token)"',
+      'mysql -pX app',
+      'x'.repeat(70_000),
+    );
     const size = fc.constantFrom(0, 10, MAX_PAYLOAD_FILE_BYTES, MAX_PAYLOAD_FILE_BYTES + 1, -1);
     fc.assert(
-      fc.property(command, command, fc.option(command, { nil: undefined }), size, fc.option(command, { nil: undefined }), (apply, verify, rollback, bytes, check) => {
-        const data = {
-          ...base({ apply, verify, ...(rollback !== undefined ? { rollback } : {}) }),
-          payload: [{ name: 'a', sha256: 'a'.repeat(64), size: bytes, source: 'payload/a' }],
-          ...(check !== undefined ? { health: { checks: [{ name: 'c', command: check }] } } : {}),
-        };
-        const full = Revision.safeParse(data);
-        const structural = revisionSchemaFor({ contentRules: false }).safeParse(data);
-        if (!structural.success) {
-          expect(full.success).toBe(false);
-          return;
-        }
-        const content = signedContentProblems(structural.data);
-        expect(full.success).toBe(content.length === 0);
-        if (content.length) expect(problemsOf(() => parseRevision(data, 'r.yaml'))).toEqual(content);
-      }),
+      fc.property(
+        command,
+        command,
+        fc.option(command, { nil: undefined }),
+        size,
+        fc.option(command, { nil: undefined }),
+        (apply, verify, rollback, bytes, check) => {
+          const data = {
+            ...base({ apply, verify, ...(rollback !== undefined ? { rollback } : {}) }),
+            payload: [{ name: 'a', sha256: 'a'.repeat(64), size: bytes, source: 'payload/a' }],
+            ...(check !== undefined ? { health: { checks: [{ name: 'c', command: check }] } } : {}),
+          };
+          const full = Revision.safeParse(data);
+          const structural = revisionSchemaFor({ contentRules: false }).safeParse(data);
+          if (!structural.success) {
+            expect(full.success).toBe(false);
+            return;
+          }
+          const content = signedContentProblems(structural.data);
+          expect(full.success).toBe(content.length === 0);
+          if (content.length) expect(problemsOf(() => parseRevision(data, 'r.yaml'))).toEqual(content);
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -727,7 +727,8 @@ describe('RolloutModel: a device that refused us at snapshot', () => {
       expect(model.failedBeforeStart(plan.phases[0]!)).toBe(1);
       expect(model.pendingIn(plan.phases[0]!).map((d) => d.id)).not.toContain('hk');
     }
-  });});
+  });
+});
 
 describe('RolloutModel: held by the audit trail', () => {
   it('holds new starts like a pause, shows as paused with the reason, and only an override (with a reason) is the way on', () => {

@@ -31,11 +31,15 @@ describe('which search attributes a namespace lacks', () => {
   });
 
   it('is satisfied by exactly the needed names and types', () => {
-    expect(checkSearchAttributes(NEEDED, { WavegateProfile: KEYWORD, WavegateRevision: INT, WavegateState: KEYWORD })).toEqual({ missing: [], mismatched: [] });
+    expect(
+      checkSearchAttributes(NEEDED, { WavegateProfile: KEYWORD, WavegateRevision: INT, WavegateState: KEYWORD }),
+    ).toEqual({ missing: [], mismatched: [] });
   });
 
   it('reports an enum number it does not know as a mismatch, not as a match', () => {
-    expect(checkSearchAttributes([NEEDED[0]!], { WavegateProfile: 99 }).mismatched).toEqual([{ name: 'WavegateProfile', needed: 'KEYWORD', registered: 'UNKNOWN' }]);
+    expect(checkSearchAttributes([NEEDED[0]!], { WavegateProfile: 99 }).mismatched).toEqual([
+      { name: 'WavegateProfile', needed: 'KEYWORD', registered: 'UNKNOWN' },
+    ]);
   });
 
   it('covers every attribute contracts/search-attributes.ts lists (its types map to the operator API enum)', () => {
@@ -71,13 +75,21 @@ describe('the commands that add them', () => {
       SELF_HOSTED,
       { preface: 'worker not started', reason: 'adding them was refused: PERMISSION_DENIED: no' },
     );
-    expect(message).toMatch(/^worker not started: namespace "default" on 127\.0\.0\.1:7233 .*\(adding them was refused: PERMISSION_DENIED: no\); nothing was started\./);
+    expect(message).toMatch(
+      /^worker not started: namespace "default" on 127\.0\.0\.1:7233 .*\(adding them was refused: PERMISSION_DENIED: no\); nothing was started\./,
+    );
     expect(message).toContain('missing: WavegateProfile (Keyword)');
-    expect(message).toContain('  temporal operator search-attribute create --address 127.0.0.1:7233 --namespace default --name WavegateProfile --type Keyword');
+    expect(message).toContain(
+      '  temporal operator search-attribute create --address 127.0.0.1:7233 --namespace default --name WavegateProfile --type Keyword',
+    );
     expect(message).toContain('wrong type: WavegateRevision is registered as Keyword, wavegate needs Int');
-    expect(message).toContain('temporal operator search-attribute remove --address 127.0.0.1:7233 --namespace default --name WavegateRevision');
+    expect(message).toContain(
+      'temporal operator search-attribute remove --address 127.0.0.1:7233 --namespace default --name WavegateRevision',
+    );
     const cloud = describeSearchAttributeProblem({ missing: [NEEDED[0]!], mismatched: [] }, CLOUD);
-    expect(cloud).toContain('tcld namespace search-attributes add --namespace wavegate.a1b2c --search-attribute WavegateProfile=Keyword');
+    expect(cloud).toContain(
+      'tcld namespace search-attributes add --namespace wavegate.a1b2c --search-attribute WavegateProfile=Keyword',
+    );
     expect(cloud).not.toContain('temporal operator');
   });
 });
@@ -91,15 +103,32 @@ describe('reading the server', () => {
   it("classifies the server's answers to a probe (texts as a SQL-visibility server gives them)", () => {
     const rev = { name: 'WavegateRevision', type: 'INT' } as const;
     expect(classifyProbeAnswer(rev, undefined)).toEqual({ kind: 'present' });
-    expect(classifyProbeAnswer(rev, 'invalid query: invalid search attribute: WavegateRevision')).toEqual({ kind: 'missing' });
-    expect(classifyProbeAnswer(rev, 'invalid query: invalid expression: invalid value type for search attribute WavegateRevision of type Keyword: 0 (type: int64)')).toEqual({ kind: 'mismatched', registered: 'KEYWORD' });
+    expect(classifyProbeAnswer(rev, 'invalid query: invalid search attribute: WavegateRevision')).toEqual({
+      kind: 'missing',
+    });
+    expect(
+      classifyProbeAnswer(
+        rev,
+        'invalid query: invalid expression: invalid value type for search attribute WavegateRevision of type Keyword: 0 (type: int64)',
+      ),
+    ).toEqual({ kind: 'mismatched', registered: 'KEYWORD' });
     expect(classifyProbeAnswer(rev, 'Request unauthorized.')).toEqual({ kind: 'unknown' });
   });
 
   it('finds which needed attribute a refusal is about, and only a needed one', () => {
     const names = NEEDED.map((a) => a.name);
-    expect(searchAttributeNamedIn('Failed to list workflows: invalid query: invalid search attribute: WavegateProfile', names)).toBe('WavegateProfile');
-    expect(searchAttributeNamedIn('Failed to start Workflow: Namespace default has no mapping defined for search attribute WavegateState', names)).toBe('WavegateState');
+    expect(
+      searchAttributeNamedIn(
+        'Failed to list workflows: invalid query: invalid search attribute: WavegateProfile',
+        names,
+      ),
+    ).toBe('WavegateProfile');
+    expect(
+      searchAttributeNamedIn(
+        'Failed to start Workflow: Namespace default has no mapping defined for search attribute WavegateState',
+        names,
+      ),
+    ).toBe('WavegateState');
     expect(searchAttributeNamedIn('WavegateRevision is not a valid search attribute', names)).toBe('WavegateRevision');
     expect(searchAttributeNamedIn('invalid search attribute: CustomerId', names)).toBeUndefined();
     expect(searchAttributeNamedIn('Failed to list workflows: WavegateProfile deadline', names)).toBeUndefined();

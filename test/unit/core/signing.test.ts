@@ -55,7 +55,14 @@ function signed(rev: Revision = revision(), ...pairs: KeyPair[]): Envelope {
 /** Sign arbitrary body bytes directly, bypassing canonicalization. */
 function rawEnvelope(bodyText: string, ...pairs: KeyPair[]): Envelope {
   const body = utf8Encode(bodyText);
-  return { body: toBase64(body), signatures: pairs.map((p) => ({ kid: p.kid, alg: 'Ed25519' as const, sig: toBase64(ed25519.sign(body, p.secretKey)) })) };
+  return {
+    body: toBase64(body),
+    signatures: pairs.map((p) => ({
+      kid: p.kid,
+      alg: 'Ed25519' as const,
+      sig: toBase64(ed25519.sign(body, p.secretKey)),
+    })),
+  };
 }
 
 function flipByte(b64: string, index: number): string {
@@ -66,7 +73,9 @@ function flipByte(b64: string, index: number): string {
 
 describe('canonical JSON', () => {
   it('sorts keys, drops whitespace and undefined members', () => {
-    expect(canonicalize({ b: 1, a: [true, null, 'x'], c: undefined, d: { z: 1, y: 2 } })).toBe('{"a":[true,null,"x"],"b":1,"d":{"y":2,"z":1}}');
+    expect(canonicalize({ b: 1, a: [true, null, 'x'], c: undefined, d: { z: 1, y: 2 } })).toBe(
+      '{"a":[true,null,"x"],"b":1,"d":{"y":2,"z":1}}',
+    );
   });
   it('refuses non-finite numbers and non-JSON values', () => {
     expect(() => canonicalize({ a: Number.NaN })).toThrow(/finite/);
@@ -95,7 +104,9 @@ describe('keys', () => {
     expect(() => parseSecretKeyFile({ ...file, kid: bob.kid }, 'k.json')).toThrow(/does not belong/);
   });
   it('trust files must pin keys that match their kid, and a reachable threshold', () => {
-    expect(() => parseTrust({ threshold: 1, pins: [{ kid: bob.kid, publicKey: toBase64(alice.publicKey) }] }, 't.yaml')).toThrow(/pins\[0\]\.kid/);
+    expect(() =>
+      parseTrust({ threshold: 1, pins: [{ kid: bob.kid, publicKey: toBase64(alice.publicKey) }] }, 't.yaml'),
+    ).toThrow(/pins\[0\]\.kid/);
     expect(() => parseTrust({ threshold: 3, pins: [pinOf(alice), pinOf(bob)] }, 't.yaml')).toThrow(/threshold/);
   });
 });
@@ -108,15 +119,24 @@ describe('verifyEnvelope', () => {
   it('BAD_SIGNATURE: a flipped byte in the body', () => {
     const env = signed();
     const tampered = { ...env, body: flipByte(env.body, 40) };
-    expect(verifyEnvelope(tampered, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
+    expect(verifyEnvelope(tampered, trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'BAD_SIGNATURE',
+    });
   });
   it('BAD_SIGNATURE: a flipped byte in the signature', () => {
     const env = signed();
     const tampered = { ...env, signatures: [{ ...env.signatures[0]!, sig: flipByte(env.signatures[0]!.sig, 5) }] };
-    expect(verifyEnvelope(tampered, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'BAD_SIGNATURE' });
+    expect(verifyEnvelope(tampered, trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'BAD_SIGNATURE',
+    });
   });
   it('UNPINNED_KEY: signed only by a key that is not pinned', () => {
-    expect(verifyEnvelope(signed(revision(), mallory), trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'UNPINNED_KEY' });
+    expect(verifyEnvelope(signed(revision(), mallory), trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'UNPINNED_KEY',
+    });
   });
   it('BELOW_THRESHOLD: one pinned signer of two required (an unpinned cosigner does not count)', () => {
     const result = verifyEnvelope(signed(revision(), alice, mallory), trust(2, alice, bob), { now: NOW });
@@ -125,7 +145,10 @@ describe('verifyEnvelope', () => {
   it('DUPLICATE_SIGNER: the same key twice does not reach the threshold', () => {
     const env = signed();
     const twice = { ...env, signatures: [env.signatures[0]!, env.signatures[0]!] };
-    expect(verifyEnvelope(twice, trust(2, alice, bob), { now: NOW })).toMatchObject({ ok: false, reason: 'DUPLICATE_SIGNER' });
+    expect(verifyEnvelope(twice, trust(2, alice, bob), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'DUPLICATE_SIGNER',
+    });
     expect(() => cosignEnvelope(env, alice)).toThrow(/already signed/);
   });
   it('EXPIRED: past expiresAt at the given now', () => {
@@ -141,22 +164,35 @@ describe('verifyEnvelope', () => {
   });
   it('MISSING_EXPIRY: a body without expiresAt', () => {
     const { expiresAt: _drop, ...rest } = revision();
-    expect(verifyEnvelope(rawEnvelope(canonicalize(rest), alice), trust(1, alice), { now: NOW })).toMatchObject({ reason: 'MISSING_EXPIRY' });
+    expect(verifyEnvelope(rawEnvelope(canonicalize(rest), alice), trust(1, alice), { now: NOW })).toMatchObject({
+      reason: 'MISSING_EXPIRY',
+    });
   });
   it('NOT_CANONICAL: a validly signed body with whitespace or unsorted keys', () => {
     const pretty = JSON.stringify(revision(), null, 2);
-    expect(verifyEnvelope(rawEnvelope(pretty, alice), trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'NOT_CANONICAL' });
+    expect(verifyEnvelope(rawEnvelope(pretty, alice), trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'NOT_CANONICAL',
+    });
   });
   it('MISSING_DIGEST: a payload file without sha256', () => {
     const rev = revision() as unknown as Record<string, unknown>;
     const body = canonicalize({ ...rev, payload: [{ name: 'app.conf', size: 10, source: 'files/app.conf' }] });
-    expect(verifyEnvelope(rawEnvelope(body, alice), trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'MISSING_DIGEST' });
+    expect(verifyEnvelope(rawEnvelope(body, alice), trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'MISSING_DIGEST',
+    });
   });
   it('NOT_ABOVE_CURRENT: a revision number not above the current one', () => {
-    expect(verifyEnvelope(signed(revision(15)), trust(1, alice), { now: NOW, current: 15 })).toMatchObject({ ok: false, reason: 'NOT_ABOVE_CURRENT' });
+    expect(verifyEnvelope(signed(revision(15)), trust(1, alice), { now: NOW, current: 15 })).toMatchObject({
+      ok: false,
+      reason: 'NOT_ABOVE_CURRENT',
+    });
   });
   it('MALFORMED and UNSUPPORTED_ALG', () => {
-    expect(verifyEnvelope({ body: '!!', signatures: [] }, trust(1, alice), { now: NOW })).toMatchObject({ reason: 'MALFORMED' });
+    expect(verifyEnvelope({ body: '!!', signatures: [] }, trust(1, alice), { now: NOW })).toMatchObject({
+      reason: 'MALFORMED',
+    });
     const env = signed();
     const rsa = { ...env, signatures: [{ ...env.signatures[0]!, alg: 'RS256' }] };
     expect(verifyEnvelope(rsa, trust(1, alice), { now: NOW })).toMatchObject({ reason: 'UNSUPPORTED_ALG' });
@@ -170,7 +206,10 @@ describe('decideRegistration', () => {
   const r15 = signed(revision(15), alice, bob);
 
   it('registers a verified envelope above every registered revision', () => {
-    expect(decideRegistration({ ...base, registered: [r14], envelope: r15 })).toMatchObject({ outcome: 'registered', revision: { revision: 15 } });
+    expect(decideRegistration({ ...base, registered: [r14], envelope: r15 })).toMatchObject({
+      outcome: 'registered',
+      revision: { revision: 15 },
+    });
   });
   it('the same envelope again returns the stored one', () => {
     const again = decideRegistration({ ...base, registered: [r14, r15], envelope: JSON.parse(JSON.stringify(r15)) });
@@ -178,17 +217,40 @@ describe('decideRegistration', () => {
   });
   it('the same number with other content is a CONFLICT', () => {
     const other = signed(revision(15, { verify: 'grep -q "version=15b" /etc/app.conf' }), alice, bob);
-    expect(decideRegistration({ ...base, registered: [r14, r15], envelope: other })).toMatchObject({ outcome: 'refused', code: 'CONFLICT', reason: 'CONFLICT' });
+    expect(decideRegistration({ ...base, registered: [r14, r15], envelope: other })).toMatchObject({
+      outcome: 'refused',
+      code: 'CONFLICT',
+      reason: 'CONFLICT',
+    });
   });
   it('a lower revision is refused with NOT_ABOVE_CURRENT', () => {
     const r13 = signed(revision(13), alice, bob);
-    expect(decideRegistration({ ...base, registered: [r14, r15], envelope: r13 })).toMatchObject({ outcome: 'refused', reason: 'NOT_ABOVE_CURRENT' });
+    expect(decideRegistration({ ...base, registered: [r14, r15], envelope: r13 })).toMatchObject({
+      outcome: 'refused',
+      reason: 'NOT_ABOVE_CURRENT',
+    });
   });
   it('below threshold, tampered, non-canonical and expired are refused with their reasons', () => {
-    expect(decideRegistration({ ...base, registered: [], envelope: signed(revision(16), alice) })).toMatchObject({ reason: 'BELOW_THRESHOLD' });
-    expect(decideRegistration({ ...base, registered: [], envelope: { ...r15, body: flipByte(r15.body, 30) } })).toMatchObject({ reason: 'BAD_SIGNATURE' });
-    expect(decideRegistration({ ...base, registered: [], envelope: rawEnvelope(JSON.stringify(revision(16), null, 1), alice, bob) })).toMatchObject({ reason: 'NOT_CANONICAL' });
-    expect(decideRegistration({ ...base, registered: [], envelope: signed(revision(16, { expiresAt: '2020-01-01T00:00:00Z' }), alice, bob) })).toMatchObject({ reason: 'EXPIRED' });
+    expect(decideRegistration({ ...base, registered: [], envelope: signed(revision(16), alice) })).toMatchObject({
+      reason: 'BELOW_THRESHOLD',
+    });
+    expect(
+      decideRegistration({ ...base, registered: [], envelope: { ...r15, body: flipByte(r15.body, 30) } }),
+    ).toMatchObject({ reason: 'BAD_SIGNATURE' });
+    expect(
+      decideRegistration({
+        ...base,
+        registered: [],
+        envelope: rawEnvelope(JSON.stringify(revision(16), null, 1), alice, bob),
+      }),
+    ).toMatchObject({ reason: 'NOT_CANONICAL' });
+    expect(
+      decideRegistration({
+        ...base,
+        registered: [],
+        envelope: signed(revision(16, { expiresAt: '2020-01-01T00:00:00Z' }), alice, bob),
+      }),
+    ).toMatchObject({ reason: 'EXPIRED' });
   });
   it('a revision of another profile is refused', () => {
     const other = signed({ ...revision(16), profile: 'staging' }, alice, bob);
@@ -208,28 +270,44 @@ describe('validity: issuedAt and its bounds', () => {
 
   it('VALIDITY_TOO_LONG: an envelope valid for more than 400 days from its issuedAt (9999-12-31)', () => {
     const forever = body({ issuedAt: '2026-01-01T00:00:00Z', expiresAt: '9999-12-31T00:00:00Z' });
-    expect(verifyEnvelope(forever, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'VALIDITY_TOO_LONG' });
-    const justInside = body({ issuedAt: '2026-01-01T00:00:00Z', expiresAt: new Date(NOW + MAX_VALIDITY_DAYS * DAY).toISOString() });
+    expect(verifyEnvelope(forever, trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'VALIDITY_TOO_LONG',
+    });
+    const justInside = body({
+      issuedAt: '2026-01-01T00:00:00Z',
+      expiresAt: new Date(NOW + MAX_VALIDITY_DAYS * DAY).toISOString(),
+    });
     expect(verifyEnvelope(justInside, trust(1, alice), { now: NOW }).ok).toBe(true);
   });
 
   it('NOT_YET_VALID: a verifier whose clock is behind the signing time refuses instead of trusting its slow clock', () => {
     const env = body({ issuedAt: '2026-06-01T00:00:00Z', expiresAt: '2027-01-01T00:00:00Z' });
     expect(verifyEnvelope(env, trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'NOT_YET_VALID' });
-    expect(verifyEnvelope(env, trust(1, alice), { now: Date.parse('2026-06-01T00:00:00Z') - MAX_CLOCK_SKEW_MS }).ok).toBe(true);
+    expect(
+      verifyEnvelope(env, trust(1, alice), { now: Date.parse('2026-06-01T00:00:00Z') - MAX_CLOCK_SKEW_MS }).ok,
+    ).toBe(true);
   });
 
   it('an envelope signed before issuedAt existed still verifies until its expiresAt, but never with an expiry beyond 3650 days from now', () => {
     const old = body({ expiresAt: '2031-11-29T09:18:15.673Z' }); // the shape of the demo profile's envelopes
     expect(verifyEnvelope(old, trust(1, alice), { now: NOW }).ok).toBe(true);
-    expect(verifyEnvelope(old, trust(1, alice), { now: Date.parse('2031-11-30T00:00:00Z') })).toMatchObject({ reason: 'EXPIRED' });
-    expect(verifyEnvelope(body({ expiresAt: '9999-12-31T00:00:00Z' }), trust(1, alice), { now: NOW })).toMatchObject({ ok: false, reason: 'VALIDITY_TOO_LONG' });
+    expect(verifyEnvelope(old, trust(1, alice), { now: Date.parse('2031-11-30T00:00:00Z') })).toMatchObject({
+      reason: 'EXPIRED',
+    });
+    expect(verifyEnvelope(body({ expiresAt: '9999-12-31T00:00:00Z' }), trust(1, alice), { now: NOW })).toMatchObject({
+      ok: false,
+      reason: 'VALIDITY_TOO_LONG',
+    });
   });
 
   it('assertSignable refuses expired content and a validity above 400 days, naming expiresAt', () => {
-    const at = (expiresAt: string) => () => assertSignable(signedContent(revision(15, { expiresAt }), { now: NOW }), NOW, 'rev.yaml');
+    const at = (expiresAt: string) => () =>
+      assertSignable(signedContent(revision(15, { expiresAt }), { now: NOW }), NOW, 'rev.yaml');
     expect(at('2025-12-31T23:59:59Z')).toThrow(/rev\.yaml: invalid\n {2}expiresAt: .*already expired/);
-    expect(at('9999-12-31T00:00:00Z')).toThrow(/expiresAt: is \d+ days after the signing time; a signature is valid for at most 400 days/);
+    expect(at('9999-12-31T00:00:00Z')).toThrow(
+      /expiresAt: is \d+ days after the signing time; a signature is valid for at most 400 days/,
+    );
     expect(at('2026-12-31T00:00:00Z')).not.toThrow();
   });
 });
@@ -271,7 +349,9 @@ describe('properties', () => {
       fc.property(fc.boolean(), fc.nat(), fc.integer({ min: 0, max: 7 }), (inBody, at, bit) => {
         const bytes = (inBody ? body : sig).slice();
         bytes[at % bytes.length]! ^= 1 << bit;
-        const tampered = inBody ? { ...env, body: toBase64(bytes) } : { ...env, signatures: [{ ...env.signatures[0]!, sig: toBase64(bytes) }] };
+        const tampered = inBody
+          ? { ...env, body: toBase64(bytes) }
+          : { ...env, signatures: [{ ...env.signatures[0]!, sig: toBase64(bytes) }] };
         const result = verifyEnvelope(tampered, trust(1, alice), { now: NOW });
         expect(result.ok).toBe(false);
       }),

@@ -34,7 +34,13 @@ function request(overrides: Partial<DesiredRequest> = {}): DesiredRequest {
   };
 }
 function report(overrides: Partial<AgentReport> = {}): AgentReport {
-  return { profiles: { web: { revision: 2, state: 'applied', requestId: 'r-1:run-1:7', at: '2026-01-01T00:00:00.000Z' } }, health: [{ name: 'http', ok: true }], healthAt: null, agentVersion: '1', ...overrides };
+  return {
+    profiles: { web: { revision: 2, state: 'applied', requestId: 'r-1:run-1:7', at: '2026-01-01T00:00:00.000Z' } },
+    health: [{ name: 'http', ok: true }],
+    healthAt: null,
+    agentVersion: '1',
+    ...overrides,
+  };
 }
 
 describe('device twin state (core/twin.ts)', () => {
@@ -47,7 +53,17 @@ describe('device twin state (core/twin.ts)', () => {
     expect(s.version).toBe(1);
     expect(s.desired.web!.setAt).toBe('t1');
     // A new request (the rollback: another activity) replaces the entry.
-    expect(desire(s, request({ requestId: 'r-1:run-1:9', revision: 1, steps: { profile: 'web', revision: 1, apply: 'true', verify: 'true', payload: [] } }), 't3')).toBe(true);
+    expect(
+      desire(
+        s,
+        request({
+          requestId: 'r-1:run-1:9',
+          revision: 1,
+          steps: { profile: 'web', revision: 1, apply: 'true', verify: 'true', payload: [] },
+        }),
+        't3',
+      ),
+    ).toBe(true);
     expect(s.version).toBe(2);
     expect(s.desired.web!.revision).toBe(1);
   });
@@ -78,12 +94,43 @@ describe('device twin state (core/twin.ts)', () => {
   it('answers a request only from a final report naming its request id', () => {
     const s = newTwinState('dev-1');
     expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
-    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'applying', requestId: 'r-1:run-1:7', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
+    recordSync(
+      s,
+      {
+        report: report({ profiles: { web: { revision: 1, state: 'applying', requestId: 'r-1:run-1:7', at: 't' } } }),
+        knownVersion: 1,
+        waitMs: 0,
+      },
+      't',
+    );
     expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
-    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'applied', requestId: 'other', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
+    recordSync(
+      s,
+      {
+        report: report({ profiles: { web: { revision: 1, state: 'applied', requestId: 'other', at: 't' } } }),
+        knownVersion: 1,
+        waitMs: 0,
+      },
+      't',
+    );
     expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toEqual({ state: 'pending' });
-    recordSync(s, { report: report({ profiles: { web: { revision: 1, state: 'refused', reason: 'UNPINNED_KEY', requestId: 'r-1:run-1:7', at: 't' } } }), knownVersion: 1, waitMs: 0 }, 't');
-    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toMatchObject({ state: 'refused', report: { reason: 'UNPINNED_KEY' } });
+    recordSync(
+      s,
+      {
+        report: report({
+          profiles: {
+            web: { revision: 1, state: 'refused', reason: 'UNPINNED_KEY', requestId: 'r-1:run-1:7', at: 't' },
+          },
+        }),
+        knownVersion: 1,
+        waitMs: 0,
+      },
+      't',
+    );
+    expect(answerTo(viewOf(s), 'web', 'r-1:run-1:7')).toMatchObject({
+      state: 'refused',
+      report: { reason: 'UNPINNED_KEY' },
+    });
   });
 
   it('offline: never seen, or silent past the bound', () => {
@@ -104,16 +151,24 @@ describe('device twin state (core/twin.ts)', () => {
   it('the envelope digest is the SHA-256 of its canonical JSON (key order does not matter)', () => {
     const a = envelopeDigestOf({ body: 'eyJ9', signatures: [{ kid: 'k', alg: 'Ed25519', sig: 'c2ln' }] });
     expect(a).toMatch(/^[0-9a-f]{64}$/);
-    expect(envelopeDigestOf({ signatures: [{ sig: 'c2ln', alg: 'Ed25519', kid: 'k' }], body: 'eyJ9' } as never)).toBe(a);
+    expect(envelopeDigestOf({ signatures: [{ sig: 'c2ln', alg: 'Ed25519', kid: 'k' }], body: 'eyJ9' } as never)).toBe(
+      a,
+    );
     expect(envelopeDigestOf(undefined)).toBe('');
   });
 
   describe('validation names the field and the value', () => {
     it('desires', () => {
       expect(desireProblem(request())).toBeNull();
-      expect(desireProblem(request({ revision: 0 }))).toBe('twinDesire: revision: must be a revision number >= 1 (got 0)');
-      expect(desireProblem(request({ profile: '../etc' }))).toMatch(/^twinDesire: profile: must be a profile name .*"..\/etc"/);
-      expect(desireProblem(request({ envelopeDigest: 'xyz' }))).toBe('twinDesire: envelopeDigest: must be 64 hex chars or "" (got "xyz")');
+      expect(desireProblem(request({ revision: 0 }))).toBe(
+        'twinDesire: revision: must be a revision number >= 1 (got 0)',
+      );
+      expect(desireProblem(request({ profile: '../etc' }))).toMatch(
+        /^twinDesire: profile: must be a profile name .*"..\/etc"/,
+      );
+      expect(desireProblem(request({ envelopeDigest: 'xyz' }))).toBe(
+        'twinDesire: envelopeDigest: must be 64 hex chars or "" (got "xyz")',
+      );
       expect(desireProblem(request({ revision: 3 }))).toBe('twinDesire: steps: must be the steps of web r3');
       expect(desireProblem(request({ holder: { ...holder, attempt: 0 } }))).toMatch(/^twinDesire: holder:/);
     });
@@ -121,15 +176,53 @@ describe('device twin state (core/twin.ts)', () => {
     it('syncs', () => {
       expect(syncProblem({ report: null, knownVersion: 0, waitMs: 0 })).toBeNull();
       expect(syncProblem({ report: report(), knownVersion: 3, waitMs: 30_000 })).toBeNull();
-      expect(syncProblem({ report: null, knownVersion: 0, waitMs: 30_001 })).toBe('twinSync: waitMs: must be 0-30000 (got 30001)');
-      expect(syncProblem({ report: null, knownVersion: -1, waitMs: 0 })).toBe('twinSync: knownVersion: must be an integer >= 0 (got -1)');
-      const many = Object.fromEntries(Array.from({ length: TWIN_LIMITS.profiles + 1 }, (_, i) => [`p${i}`, { revision: 1, state: 'idle', at: 't' }]));
-      expect(syncProblem({ report: report({ profiles: many as never }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.profiles: at most 64 profiles (got 65)');
-      expect(syncProblem({ report: report({ health: Array.from({ length: 65 }, () => ({ name: 'x', ok: true })) }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.health: at most 64 checks (got 65)');
-      expect(syncProblem({ report: report({ profiles: { web: { revision: 1, state: 'done' as never, at: 't' } } }), knownVersion: 0, waitMs: 0 })).toMatch(/^twinSync: report.profiles.web.state: must be one of idle, applying/);
-      expect(syncProblem({ report: report({ profiles: { web: { revision: 1, state: 'failed', detail: 'x'.repeat(401), at: 't' } } }), knownVersion: 0, waitMs: 0 })).toBe('twinSync: report.profiles.web.detail: at most 400 characters (got 401)');
-      expect(syncProblem({ report: report({ profiles: { __proto__: { revision: 1, state: 'idle', at: 't' } } as never }), knownVersion: 0, waitMs: 0 })).toBeNull(); // an object literal's __proto__ sets the prototype: no own key
-      expect(syncProblem({ report: report({ profiles: JSON.parse('{"__proto__": {"revision": 1, "state": "idle", "at": "t"}}') }), knownVersion: 0, waitMs: 0 })).toMatch(/must be a profile name/);
+      expect(syncProblem({ report: null, knownVersion: 0, waitMs: 30_001 })).toBe(
+        'twinSync: waitMs: must be 0-30000 (got 30001)',
+      );
+      expect(syncProblem({ report: null, knownVersion: -1, waitMs: 0 })).toBe(
+        'twinSync: knownVersion: must be an integer >= 0 (got -1)',
+      );
+      const many = Object.fromEntries(
+        Array.from({ length: TWIN_LIMITS.profiles + 1 }, (_, i) => [`p${i}`, { revision: 1, state: 'idle', at: 't' }]),
+      );
+      expect(syncProblem({ report: report({ profiles: many as never }), knownVersion: 0, waitMs: 0 })).toBe(
+        'twinSync: report.profiles: at most 64 profiles (got 65)',
+      );
+      expect(
+        syncProblem({
+          report: report({ health: Array.from({ length: 65 }, () => ({ name: 'x', ok: true })) }),
+          knownVersion: 0,
+          waitMs: 0,
+        }),
+      ).toBe('twinSync: report.health: at most 64 checks (got 65)');
+      expect(
+        syncProblem({
+          report: report({ profiles: { web: { revision: 1, state: 'done' as never, at: 't' } } }),
+          knownVersion: 0,
+          waitMs: 0,
+        }),
+      ).toMatch(/^twinSync: report.profiles.web.state: must be one of idle, applying/);
+      expect(
+        syncProblem({
+          report: report({ profiles: { web: { revision: 1, state: 'failed', detail: 'x'.repeat(401), at: 't' } } }),
+          knownVersion: 0,
+          waitMs: 0,
+        }),
+      ).toBe('twinSync: report.profiles.web.detail: at most 400 characters (got 401)');
+      expect(
+        syncProblem({
+          report: report({ profiles: { __proto__: { revision: 1, state: 'idle', at: 't' } } as never }),
+          knownVersion: 0,
+          waitMs: 0,
+        }),
+      ).toBeNull(); // an object literal's __proto__ sets the prototype: no own key
+      expect(
+        syncProblem({
+          report: report({ profiles: JSON.parse('{"__proto__": {"revision": 1, "state": "idle", "at": "t"}}') }),
+          knownVersion: 0,
+          waitMs: 0,
+        }),
+      ).toMatch(/must be a profile name/);
     });
   });
 });

@@ -8,13 +8,26 @@ import { refusal } from '../../support/refusal';
 const refusalMessage = (fn: () => unknown): string => refusal(fn).message;
 
 const spec = (extra: Record<string, unknown>) => () =>
-  parseRolloutSpec({ rollout: { profile: 'p', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], ...extra } }, 'spec.yaml');
+  parseRolloutSpec(
+    {
+      rollout: {
+        profile: 'p',
+        fromRevision: 1,
+        toRevision: 2,
+        phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+        ...extra,
+      },
+    },
+    'spec.yaml',
+  );
 
 describe('error messages show the real value', () => {
   it('NaN and Infinity are shown as themselves, not as null', () => {
     expect(showValue(NaN)).toBe('NaN');
     expect(showValue([Infinity, -Infinity])).toBe('[Infinity,-Infinity]');
-    expect(refusalMessage(spec({ maxFailureRatio: NaN }))).toContain('rollout.maxFailureRatio: Invalid input: expected number, received NaN (got NaN)');
+    expect(refusalMessage(spec({ maxFailureRatio: NaN }))).toContain(
+      'rollout.maxFailureRatio: Invalid input: expected number, received NaN (got NaN)',
+    );
     expect(refusalMessage(spec({ gate: Infinity }))).toContain('(got Infinity)');
   });
 
@@ -22,7 +35,9 @@ describe('error messages show the real value', () => {
     expect(showValue('web\u200b')).toBe('"web\\u200b"');
     expect(showValue('a\u202eb\u00a0c')).toBe('"a\\u202eb\\u00a0c"');
     expect(formatPath(['rollout', 'disruptionBudget', 'web\u200b'])).toBe('rollout.disruptionBudget["web\\u200b"]');
-    expect(refusalMessage(spec({ phases: [{ canary: '1 device', name: 'canary\u2028' }] }))).toContain('rollout.phases[0].name: must be one line of visible text');
+    expect(refusalMessage(spec({ phases: [{ canary: '1 device', name: 'canary\u2028' }] }))).toContain(
+      'rollout.phases[0].name: must be one line of visible text',
+    );
   });
 
   it('a value too deep or too big to print is shown bounded instead of overflowing the stack', () => {
@@ -33,10 +48,18 @@ describe('error messages show the real value', () => {
   });
 
   it('a union field keeps a specific message: its own rule, or the alternative the value came closest to', () => {
-    expect(refusalMessage(spec({ gate: true }))).toContain('rollout.gate: must be "manual" or a duration such as 600000 (ms), "90s", "10m" or "1h" (got true)');
+    expect(refusalMessage(spec({ gate: true }))).toContain(
+      'rollout.gate: must be "manual" or a duration such as 600000 (ms), "90s", "10m" or "1h" (got true)',
+    );
     expect(refusalMessage(spec({ gate: 1e300 }))).toContain('rollout.gate: must be between 0ms and 30d (got 1e+300)');
-    expect(refusalMessage(spec({ disruptionBudget: { web: true } }))).toContain('rollout.disruptionBudget.web: must be a fraction 0-1 or a percentage like "5%" (got true)');
-    expect(refusalMessage(() => parseProfile({ name: 'p', metrics: { errorRate: { http: 3 } } }, 'profile.yaml'))).toContain('metrics.errorRate.http: Invalid input: expected string, received number (got 3)');
-    expect(refusalMessage(spec({ disruptionBudget: { constructor: 0.5 } }))).toContain('rollout.disruptionBudget.constructor: is a reserved name');
+    expect(refusalMessage(spec({ disruptionBudget: { web: true } }))).toContain(
+      'rollout.disruptionBudget.web: must be a fraction 0-1 or a percentage like "5%" (got true)',
+    );
+    expect(
+      refusalMessage(() => parseProfile({ name: 'p', metrics: { errorRate: { http: 3 } } }, 'profile.yaml')),
+    ).toContain('metrics.errorRate.http: Invalid input: expected string, received number (got 3)');
+    expect(refusalMessage(spec({ disruptionBudget: { constructor: 0.5 } }))).toContain(
+      'rollout.disruptionBudget.constructor: is a reserved name',
+    );
   });
 });

@@ -4,13 +4,28 @@ import { refusal } from '../../support/refusal';
 
 describe('resolveWorkerLayout', () => {
   it('no flags: both roles with the default slots', () => {
-    expect(resolveWorkerLayout({})).toEqual({ role: 'all', maxActivities: 200, maxWorkflowTasks: 40, parkConnectionMs: 30_000 });
+    expect(resolveWorkerLayout({})).toEqual({
+      role: 'all',
+      maxActivities: 200,
+      maxWorkflowTasks: 40,
+      parkConnectionMs: 30_000,
+    });
     expect(resolveWorkerLayout({ parkConnections: '0s' }).parkConnectionMs).toBe(0);
     expect(resolveWorkerLayout({ parkConnections: '2m' }).parkConnectionMs).toBe(120_000);
   });
   it('--workflows-only has no activity slots; --activities-only no workflow task slots', () => {
-    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({ role: 'workflows', maxActivities: 0, maxWorkflowTasks: 8, parkConnectionMs: 0 });
-    expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({ role: 'activities', maxActivities: 50, maxWorkflowTasks: 0, parkConnectionMs: 30_000 });
+    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({
+      role: 'workflows',
+      maxActivities: 0,
+      maxWorkflowTasks: 8,
+      parkConnectionMs: 0,
+    });
+    expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({
+      role: 'activities',
+      maxActivities: 50,
+      maxWorkflowTasks: 0,
+      parkConnectionMs: 30_000,
+    });
   });
   it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
     /** The message of resolveWorkerLayout's refusal: always INVALID_INPUT. */
@@ -24,9 +39,13 @@ describe('resolveWorkerLayout', () => {
     expect(refused({ maxActivities: '2001' })).toContain('--max-activities "2001"');
     expect(refused({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
     expect(refused({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
-    expect(refused({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain('--max-workflow-tasks "4" with --activities-only');
+    expect(refused({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain(
+      '--max-workflow-tasks "4" with --activities-only',
+    );
     expect(refused({ parkConnections: 'soon' })).toContain('--park-connections "soon"');
     expect(refused({ parkConnections: '11m' })).toContain('--park-connections "11m"');
-    expect(refused({ workflowsOnly: true, parkConnections: '5s' })).toContain('--park-connections "5s" with --workflows-only');
+    expect(refused({ workflowsOnly: true, parkConnections: '5s' })).toContain(
+      '--park-connections "5s" with --workflows-only',
+    );
   });
 });

@@ -15,7 +15,12 @@ const SECRET = 'sekret-api-key-123';
 describe('workers/connection: one resolver for the CLI and the worker', () => {
   it('defaults to the local dev server without TLS', () => {
     const s = resolveConnectionSettings({}, env);
-    expect(s).toMatchObject({ address: '127.0.0.1:7233', namespace: 'default', taskQueue: 'wavegate', uiUrl: 'http://127.0.0.1:8233' });
+    expect(s).toMatchObject({
+      address: '127.0.0.1:7233',
+      namespace: 'default',
+      taskQueue: 'wavegate',
+      uiUrl: 'http://127.0.0.1:8233',
+    });
     expect(s.tls).toBeUndefined();
     expect(s.apiKey).toBeUndefined();
   });
@@ -25,7 +30,10 @@ describe('workers/connection: one resolver for the CLI and the worker', () => {
     writeFileSync(keyFile, `${SECRET}\n`);
     for (const s of [
       resolveConnectionSettings({ address: 'ns.a1b2c.tmprl.cloud:7233', apiKeyFile: keyFile }, env),
-      resolveConnectionSettings({ address: 'ns.a1b2c.tmprl.cloud:7233', apiKeyEnv: 'MY_KEY' }, { ...env, MY_KEY: SECRET }),
+      resolveConnectionSettings(
+        { address: 'ns.a1b2c.tmprl.cloud:7233', apiKeyEnv: 'MY_KEY' },
+        { ...env, MY_KEY: SECRET },
+      ),
       resolveConnectionSettings({ address: 'ns.a1b2c.tmprl.cloud:7233' }, { ...env, TEMPORAL_API_KEY: SECRET }),
     ]) {
       expect(s.tls).toBe(true);

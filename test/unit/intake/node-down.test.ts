@@ -1,4 +1,15 @@
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
@@ -22,7 +33,8 @@ function place(): { dir: string; inventory: string; verdicts: string } {
   return { dir, inventory, verdicts: verdictsPathFor(inventory) };
 }
 
-const verdict = (device: string, recheck: string, nowMs = Date.now(), expires?: string) => newVerdict({ device, reason: 'down for test', recheck, by: 'tester', nowMs, ...(expires ? { expires } : {}) });
+const verdict = (device: string, recheck: string, nowMs = Date.now(), expires?: string) =>
+  newVerdict({ device, reason: 'down for test', recheck, by: 'tester', nowMs, ...(expires ? { expires } : {}) });
 
 describe('the verdicts file (intake/node-down.ts)', () => {
   it('lives beside the inventory as <name>.verdicts.yaml', () => {
@@ -46,12 +58,16 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     const { dir, verdicts } = place();
     writeVerdicts(verdicts, EMPTY_NODE_DOWN_FILE);
     chmodSync(verdicts, 0o620);
-    expect(refusal(() => readVerdicts(verdicts)).message).toMatch(/refused: is group-writable \(mode 0620\).*SECURITY\.md/);
+    expect(refusal(() => readVerdicts(verdicts)).message).toMatch(
+      /refused: is group-writable \(mode 0620\).*SECURITY\.md/,
+    );
     chmodSync(verdicts, 0o606);
     expect(refusal(() => readVerdicts(verdicts)).message).toContain('refused: is world-writable (mode 0606)');
     chmodSync(verdicts, 0o600);
     chmodSync(dir, 0o777);
-    expect(refusal(() => readVerdicts(verdicts)).message).toContain(`its directory ${dir} is writable by others (mode 0777)`);
+    expect(refusal(() => readVerdicts(verdicts)).message).toContain(
+      `its directory ${dir} is writable by others (mode 0777)`,
+    );
     chmodSync(dir, 0o700);
     const link = join(dir, 'other.verdicts.yaml');
     symlinkSync(verdicts, link);
@@ -61,7 +77,9 @@ describe('the verdicts file (intake/node-down.ts)', () => {
 
   it('a bad file is INVALID_INPUT naming the file, the field and the value; an oversized one is refused before it is parsed', () => {
     const { verdicts } = place();
-    writeFileSync(verdicts, stringify({ verdicts: [{ ...verdict('edge-01', 'true'), expiresAt: 'next week' }] }), { mode: 0o600 });
+    writeFileSync(verdicts, stringify({ verdicts: [{ ...verdict('edge-01', 'true'), expiresAt: 'next week' }] }), {
+      mode: 0o600,
+    });
     const err = refusal(() => readVerdicts(verdicts));
     expect(err.code).toBe('INVALID_INPUT');
     expect(err.message).toContain(verdicts);
@@ -80,8 +98,12 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     const inventory = [{ id: 'edge-01' }, { id: 'edge-02' }];
     const err = refusal(() => readVerdicts(verdicts, { inventory }));
     expect(err.code).toBe('INVALID_INPUT');
-    expect(err.message).toContain(`verdicts[0].device: names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ghost --inventory <the inventory> (got "ghost")`);
-    expect(err.message).toMatch(/verdicts\[1\]\.expiresAt: is \d+ days after since \(.*\); a verdict holds at most 365 days .*\(got "9999-12-31T00:00:00.000Z"\)/);
+    expect(err.message).toContain(
+      `verdicts[0].device: names a device the inventory does not hold; lift the verdict with wavegate fleet mark-up ghost --inventory <the inventory> (got "ghost")`,
+    );
+    expect(err.message).toMatch(
+      /verdicts\[1\]\.expiresAt: is \d+ days after since \(.*\); a verdict holds at most 365 days .*\(got "9999-12-31T00:00:00.000Z"\)/,
+    );
     // Without the inventory (a worker's page of it) the expiry rule still holds.
     expect(refusal(() => readVerdicts(verdicts)).message).toContain('verdicts[1].expiresAt');
     expect(refusal(() => readVerdicts(verdicts)).message).not.toContain('verdicts[0].device');
@@ -103,8 +125,21 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     copyFileSync('examples/plan/fleet-20.yaml', inventory);
     writeVerdicts(verdictsPathFor(inventory), markDown(EMPTY_NODE_DOWN_FILE, verdict('decommissioned-01', 'exit 1')));
     const spec = join(dir, 'spec.yaml');
-    writeFileSync(spec, stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }] } }));
-    const runs = await Promise.all([runCli(['fleet', 'verdicts', '--inventory', inventory]), runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', join(dir, 'no-profiles')])]);
+    writeFileSync(
+      spec,
+      stringify({
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+        },
+      }),
+    );
+    const runs = await Promise.all([
+      runCli(['fleet', 'verdicts', '--inventory', inventory]),
+      runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', join(dir, 'no-profiles')]),
+    ]);
     for (const run of runs) {
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain('verdicts[0].device: names a device the inventory does not hold');
@@ -119,12 +154,16 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     expect(readVerdicts(verdicts).verdicts.map((v) => v.device)).toEqual(['a', 'b']);
   });
 
-  it('writers at the same moment (separate processes) never lose each other\'s update: the file lock', async () => {
+  it("writers at the same moment (separate processes) never lose each other's update: the file lock", async () => {
     const { dir } = place();
     const inventory = join(dir, 'fleet-20.yaml');
     copyFileSync('examples/plan/fleet-20.yaml', inventory);
     const devices = ['srv-01', 'srv-02', 'srv-03', 'srv-04', 'srv-05', 'srv-06'];
-    const runs = await Promise.all(devices.map((d) => runCli(['fleet', 'mark-down', d, '--inventory', inventory, '--recheck', 'exit 1', '--reason', `down ${d}`])));
+    const runs = await Promise.all(
+      devices.map((d) =>
+        runCli(['fleet', 'mark-down', d, '--inventory', inventory, '--recheck', 'exit 1', '--reason', `down ${d}`]),
+      ),
+    );
     for (const run of runs) expect(run.code, run.stderr).toBe(0);
     const file = readVerdicts(verdictsPathFor(inventory));
     expect(file.verdicts.map((v) => v.device).sort()).toEqual(devices);
@@ -151,7 +190,8 @@ describe('the recheck runner (activities/node-down.ts)', () => {
   it('runs on this host with a clean environment; the device reaches it only as environment variables', async () => {
     process.env.WAVEGATE_TEST_SECRET = 'leak';
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, run by sh, not a template
-    const res = await runRecheck('echo "$WAVEGATE_DEVICE|$WAVEGATE_HOST|$WAVEGATE_PORT|${WAVEGATE_TEST_SECRET:-clean}"; exit 3', { id: 'edge-01', host: '10.0.0.1', port: 2222 });
+    const command = 'echo "$WAVEGATE_DEVICE|$WAVEGATE_HOST|$WAVEGATE_PORT|${WAVEGATE_TEST_SECRET:-clean}"; exit 3';
+    const res = await runRecheck(command, { id: 'edge-01', host: '10.0.0.1', port: 2222 });
     delete process.env.WAVEGATE_TEST_SECRET;
     expect(res).toMatchObject({ passed: false, result: 'exit 3: edge-01|10.0.0.1|2222|clean' });
     const ok = await runRecheck('test "$WAVEGATE_DEVICE" = "x;y"', { id: 'x;y', host: 'h' });
@@ -183,7 +223,11 @@ describe('the recheck runner (activities/node-down.ts)', () => {
     writeVerdicts(verdicts, file);
     const devices = ['up', 'down', 'old', 'none'].map((id) => ({ id, host: `${id}.example` }));
     const standings = await judgeVerdicts({ inventoryPath: inventory, devices, by: 'worker test' });
-    expect(Object.fromEntries([...standings].map(([id, s]) => [id, s.kind]))).toEqual({ up: 'lifted', down: 'holds', old: 'expired' });
+    expect(Object.fromEntries([...standings].map(([id, s]) => [id, s.kind]))).toEqual({
+      up: 'lifted',
+      down: 'holds',
+      old: 'expired',
+    });
     expect(existsSync(`${ran}up`) && existsSync(`${ran}down`)).toBe(true);
     expect(existsSync(`${ran}old`)).toBe(false);
     const after = readVerdicts(verdicts);

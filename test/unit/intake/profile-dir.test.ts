@@ -9,7 +9,6 @@ import { refusal } from '../../support/refusal';
 
 const PROFILES = join(PROJECT_ROOT, 'profiles');
 
-
 describe('intake/profile-dir', () => {
   it('knows where every file of a profile is', () => {
     const demo = profileDir(PROFILES, 'demo');
@@ -40,6 +39,8 @@ describe('intake/profile-dir', () => {
     expect(layout.name).toBe('demo');
     const missing = refusal(() => loadProfile(PROFILES, 'nope', 'spec.yaml: rollout.profile'));
     expect(missing.code).toBe('INVALID_INPUT');
-    expect(missing.message).toBe(`spec.yaml: rollout.profile: no profile "nope" (expected ${join(PROFILES, 'nope', 'profile.yaml')})`);
+    expect(missing.message).toBe(
+      `spec.yaml: rollout.profile: no profile "nope" (expected ${join(PROFILES, 'nope', 'profile.yaml')})`,
+    );
   });
 });

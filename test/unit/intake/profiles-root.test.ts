@@ -34,7 +34,9 @@ describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES
     const scratch = scratchDir('profiles-root');
     try {
       const missing = join(scratch.dir, 'nope');
-      expect(() => checkProfilesRoot({ dir: missing, from: 'env' })).toThrow(/\$WAVEGATE_PROFILES .*nope.*: not a directory/);
+      expect(() => checkProfilesRoot({ dir: missing, from: 'env' })).toThrow(
+        /\$WAVEGATE_PROFILES .*nope.*: not a directory/,
+      );
       expect(() => checkProfilesRoot({ dir: missing, from: 'flag' })).toThrow(/--profiles .*: not a directory/);
       expect(checkProfilesRoot({ dir: missing, from: 'default' })).toBe(false);
       expect(checkProfilesRoot({ dir: scratch.dir, from: 'flag' })).toBe(true);
@@ -47,18 +49,29 @@ describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES
   it('plan reads $WAVEGATE_PROFILES, --profiles over it, and the deprecated --profiles-dir still works (hidden)', async () => {
     const scratch = scratchDir('profiles-root-plan');
     const spec = join(scratch.dir, 'spec.yaml');
-    writeFileSync(spec, 'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - bulk: remainder\n');
+    writeFileSync(
+      spec,
+      'rollout:\n  profile: demo\n  fromRevision: 1\n  toRevision: 2\n  phases:\n    - bulk: remainder\n',
+    );
     const inventory = join(PROJECT_ROOT, 'test', 'corpus', 'valid', 'inventory.yaml');
     const nowhere = join(PROJECT_ROOT, 'no-such-profiles-root');
     const profiles = join(PROJECT_ROOT, 'profiles');
-    const viaEnv = await runCli(['plan', '-f', spec, '--inventory', inventory], { env: { WAVEGATE_PROFILES: profiles } });
+    const viaEnv = await runCli(['plan', '-f', spec, '--inventory', inventory], {
+      env: { WAVEGATE_PROFILES: profiles },
+    });
     expect(viaEnv.code, viaEnv.stderr).toBe(0);
     expect(viaEnv.stdout).toContain(join(profiles, 'demo', 'profile.yaml'));
-    const envMissing = await runCli(['plan', '-f', spec, '--inventory', inventory], { env: { WAVEGATE_PROFILES: nowhere } });
+    const envMissing = await runCli(['plan', '-f', spec, '--inventory', inventory], {
+      env: { WAVEGATE_PROFILES: nowhere },
+    });
     expect(envMissing.stdout).toContain('no profile file');
-    const flagWins = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', profiles], { env: { WAVEGATE_PROFILES: nowhere } });
+    const flagWins = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', profiles], {
+      env: { WAVEGATE_PROFILES: nowhere },
+    });
     expect(flagWins.stdout).toContain(join(profiles, 'demo', 'profile.yaml'));
-    const old = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles-dir', profiles], { env: { WAVEGATE_PROFILES: nowhere } });
+    const old = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles-dir', profiles], {
+      env: { WAVEGATE_PROFILES: nowhere },
+    });
     expect(old.code, old.stderr).toBe(0);
     expect(old.stdout).toContain(join(profiles, 'demo', 'profile.yaml'));
     const help = await runCli(['plan', '--help']);

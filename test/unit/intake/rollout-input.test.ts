@@ -26,16 +26,36 @@ const inventory = parseInventory(
   'fleet.yaml',
 );
 
-
 describe('intake: assembleRolloutInput from objects', () => {
   const { profile, layout } = loadProfile(PROFILES, 'demo');
   const trust = loadProfileTrust(layout);
   const target = fileRevision(layout, trust, 2, 'toRevision');
   const from = fileRevision(layout, trust, 1, 'fromRevision');
-  const spec = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ canary: '1 device' }, { bulk: 'remainder' }], disruptionBudget: { office: 0.5 } } }, 'spec');
+  const spec = parseRolloutSpec(
+    {
+      rollout: {
+        profile: 'demo',
+        fromRevision: 1,
+        toRevision: 2,
+        phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+        disruptionBudget: { office: 0.5 },
+      },
+    },
+    'spec',
+  );
 
   it('reads no file: the steps carry the verified envelopes and payload paths, the budgets are resolved once', () => {
-    const input = assembleRolloutInput({ spec, specSource: 'spec', inventory, inventoryPath: 'fleet.yaml', profile, layout, target, from, startedBy: 'me' });
+    const input = assembleRolloutInput({
+      spec,
+      specSource: 'spec',
+      inventory,
+      inventoryPath: 'fleet.yaml',
+      profile,
+      layout,
+      target,
+      from,
+      startedBy: 'me',
+    });
     expect(input.rolloutId).toBe('rollout:demo');
     expect(input.poolBudgets).toEqual({ web: 0.2, office: 0.5 });
     expect(input.poolBudgets).toEqual(poolBudgetsOf(spec, inventory));
@@ -47,11 +67,46 @@ describe('intake: assembleRolloutInput from objects', () => {
     expect(input.risk).toBe(target.revision.risk);
   });
 
-  it('refuses revisions that are not the spec\'s, and a spec naming a pool the inventory lacks', () => {
-    const swapped = refusal(() => assembleRolloutInput({ spec, specSource: 'spec', inventory, inventoryPath: 'fleet.yaml', profile, layout, target: from, from: target, startedBy: 'me' }));
+  it("refuses revisions that are not the spec's, and a spec naming a pool the inventory lacks", () => {
+    const swapped = refusal(() =>
+      assembleRolloutInput({
+        spec,
+        specSource: 'spec',
+        inventory,
+        inventoryPath: 'fleet.yaml',
+        profile,
+        layout,
+        target: from,
+        from: target,
+        startedBy: 'me',
+      }),
+    );
     expect(swapped.code).toBe('INVALID_INPUT');
-    const badPool = parseRolloutSpec({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases: [{ bulk: 'remainder' }], disruptionBudget: { lab: 0.5 } } }, 'spec');
-    const err = refusal(() => assembleRolloutInput({ spec: badPool, specSource: 'spec', inventory, inventoryPath: 'fleet.yaml', profile, layout, target, from, startedBy: 'me' }));
+    const badPool = parseRolloutSpec(
+      {
+        rollout: {
+          profile: 'demo',
+          fromRevision: 1,
+          toRevision: 2,
+          phases: [{ bulk: 'remainder' }],
+          disruptionBudget: { lab: 0.5 },
+        },
+      },
+      'spec',
+    );
+    const err = refusal(() =>
+      assembleRolloutInput({
+        spec: badPool,
+        specSource: 'spec',
+        inventory,
+        inventoryPath: 'fleet.yaml',
+        profile,
+        layout,
+        target,
+        from,
+        startedBy: 'me',
+      }),
+    );
     expect(err.message).toContain('rollout.disruptionBudget.lab');
   });
 
@@ -64,13 +119,20 @@ describe('intake: assembleRolloutInput from objects', () => {
     expect(missing.message).toContain('spec: rollout.toRevision: profile "demo" has pins');
   });
 
-  it('fills a canary spec with the profile and the night\'s revisions; its default gate selects what the target revision signs', () => {
-    const { spec: canary, specSource } = canarySpec({ profile, fromRevision: 1, toRevision: 2, health: target.revision.health });
+  it("fills a canary spec with the profile and the night's revisions; its default gate selects what the target revision signs", () => {
+    const { spec: canary, specSource } = canarySpec({
+      profile,
+      fromRevision: 1,
+      toRevision: 2,
+      health: target.revision.health,
+    });
     expect(specSource).toBe('nightly canary of demo');
     expect(canary.profile).toBe('demo');
     expect(canary.phases).toHaveLength(1);
     expect(canary.phases[0]!.healthGate).toEqual(['all-runtimes-healthy', 'error-rate < 0.01', 'devices-online']);
     // nothing signed to run on devices: only the worker's own check
-    expect(canarySpec({ profile, fromRevision: 1, toRevision: 2 }).spec.phases[0]!.healthGate).toEqual(['devices-online']);
+    expect(canarySpec({ profile, fromRevision: 1, toRevision: 2 }).spec.phases[0]!.healthGate).toEqual([
+      'devices-online',
+    ]);
   });
 });
