@@ -1,11 +1,8 @@
-import { join } from 'node:path';
-import { WorkflowFailedError, WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
+import { describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
-import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { demoDevices, type SimDeviceSpec } from '../../sim';
 import {
   abortUpdate,
   approveUpdate,
@@ -14,9 +11,8 @@ import {
   resumeUpdate,
   type RolloutStatus,
 } from '../../contracts/rollout';
-import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 
 /**
@@ -24,45 +20,13 @@ import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/r
  * activities applying over SSH to the fleet simulator. Each test gets its own fleet and audit dir.
  */
 describe('rollout workflow: gates, failures, compensation and controls', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('controls');
-  const auditDir = join(scratch.dir, 'audit');
-  const fleets: Fleet[] = [];
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir });
-  });
-  afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
-
-  async function setup(
+  const real = realRollouts('demo-controls');
+  const { auditDir } = real;
+  const setup = (
     rollout: Record<string, unknown>,
     devices: SimDeviceSpec[] = demoDevices(12),
     budgets?: Record<string, number>,
-  ) {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, devices, budgets);
-    fleets.push(fleet);
-    const input: RolloutInput = rolloutInputFor(dir, rollout, inventoryPath, `rollout:demo-controls-${n}`);
-    return { fleet, input };
-  }
-
-  async function start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
-    return env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
-  }
+  ) => real.rollout(rollout, devices, budgets);
 
   const byPhase = (s: RolloutStatus, phase: number) => s.devices.filter((d) => d.phase === phase).map((d) => d.id);
   /** The phase-level story of the trail (per-device records, checked where they matter, filtered out). */
@@ -77,7 +41,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       phases: [{ canary: '1 device', healthGate: ['all-runtimes-healthy'] }, { bulk: '25%' }, { bulk: 'remainder' }],
     });
     for (const d of fleet.devices) await fleet.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'canary-health-fail');
 
@@ -116,7 +80,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       ],
       rollback: { on: 'failure-gate' },
     });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     const [canary] = byPhase(waiting, 0);
     expect(markerOf(fleet, canary!)).toBe(2);
@@ -152,7 +116,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       phases: [{ canary: '1 device', healthGate: ['error-rate < 0.01'] }, { bulk: 'remainder' }],
     });
     for (const d of fleet.devices) await fleet.setFaults(d.id, { errorRateHangs: true });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const paused = await waitForStatus(handle, (s) => s.state === 'paused');
     expect(paused.phases[0]).toMatchObject({ stage: 'inconclusive', gateOutcome: 'inconclusive' });
     expect(paused.pausedReason).toMatch(/inconclusive/);
@@ -187,7 +151,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       'pool-b': 0.01,
     });
     for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 150 });
-    const handle = await start(input);
+    const handle = await real.start(input);
     await waitForStatus(handle, (s) => s.counts.applied >= 2);
     const ack = await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test', reason: 'look at the graphs' }] });
     expect(ack.state).toBe('paused');
@@ -222,7 +186,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
   it('abort without rollback leaves the changed devices as they are; abort with rollback puts them back', async () => {
     for (const rollback of [false, true]) {
       const { fleet, input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
-      const handle = await start(input);
+      const handle = await real.start(input);
       const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
       const [canary] = byPhase(waiting, 0);
       await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'wrong revision', rollback }] });
@@ -247,7 +211,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
 
   it('cancel (as from the Web UI) runs the compensation, then the workflow closes as cancelled', async () => {
     const { fleet, input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     const [canary] = byPhase(waiting, 0);
     expect(markerOf(fleet, canary!)).toBe(2);
@@ -268,7 +232,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       demoDevices(4),
     );
     for (const d of fleet.devices) await fleet.setFaults(d.id, { latencyMs: 1_500 });
-    const handle = await start({ ...input, canary: { keep: true } });
+    const handle = await real.start({ ...input, canary: { keep: true } });
     const applying = await waitForStatus(handle, (s) => s.counts.applying === 1);
     const canary = applying.devices.find((d) => d.state === 'applying')!.id;
     await handle.cancel();
@@ -292,7 +256,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
       demoDevices(6),
     );
     fleet.rotateHostKey('edge-03');
-    const handle = await start(input);
+    const handle = await real.start(input);
     const paused = await waitForStatus(handle, (s) => s.state === 'paused');
     // The snapshot contacts no device: the apply meets the changed key, before any command runs.
     expect(paused.devices.find((d) => d.id === 'edge-03')).toMatchObject({
@@ -328,7 +292,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     const { fleet, input } = await setup({ gate: '1s', maxFailureRatio: 0, phases: [{ bulk: 'remainder' }] }, devices);
     await fleet.setFaults('edge-01', { offline: true });
     await fleet.setFaults('edge-02', { failCommand: 'install -m 0644' });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'offline-besteffort-leftbehind');
 
@@ -356,7 +320,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     );
     await fleet.setFaults('edge-01', { hangCommand: 'install -m 0644' });
     await fleet.setFaults('edge-02', { offline: true });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const result = await handle.result();
     expect(result.state).toBe('completed'); // 2 of 6 failed: under the 0.5 ratio
     expect(result.devices.find((d) => d.id === 'edge-01')).toMatchObject({
@@ -379,7 +343,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
 
   it('a Web UI style signal without a name is recorded as from "signal"; an invalid signal is ignored and recorded', async () => {
     const { input } = await setup({ phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] });
-    const handle = await start(input);
+    const handle = await real.start(input);
     await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     await handle.signal(pauseSignal, {});
     await handle.signal(pauseSignal, { by: 'web-ui', reason: 'twice' });
