@@ -427,6 +427,12 @@ export const PATCHES: readonly PatchRecord[] = [
       'floor-at-apply-abort-rollback',
       'agent-converge-offline-only',
       'ssh-refusals-untouched',
+      // Recorded on r9's own code (5826b68), inside the support window: the two orders that differ
+      // (a deadline rollback put back before naming the devices never started; the failure policy
+      // closed no phases) and a canary's verdict, replayed as r9 wrote them.
+      'r9-deadline-rollback',
+      'r9-bulk-failure-gate',
+      'r9-canary-health-fail',
     ],
   },
 ];
