@@ -1,14 +1,10 @@
-import { join } from 'node:path';
-import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain, type AuditRecord } from '../../core/audit';
-import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
+import { demoDevices, type SimDeviceSpec } from '../../sim';
 import { pauseSignal, resumeSignal, type RolloutStatus } from '../../contracts/rollout';
-import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 import { startTimeSkippingEnv } from '../support/temporal';
 
@@ -20,40 +16,10 @@ const MIN = 60_000;
  * advances the clock where it says so (env.sleep, or awaiting the result).
  */
 describe('rollout deadlines: pause, abort, rollback, and paused time never counts', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('deadlines');
-  const auditDir = join(scratch.dir, 'audit');
-  const fleets: Fleet[] = [];
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startTimeSkippingEnv();
-    worker = await startTestWorker(env, { auditDir });
-  });
-  afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
-
-  async function setup(rollout: Record<string, unknown>, devices: SimDeviceSpec[] = demoDevices(4)) {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, devices);
-    fleets.push(fleet);
-    const input: RolloutInput = rolloutInputFor(dir, rollout, inventoryPath, `rollout:demo-deadlines-${n}`);
-    return { fleet, input };
-  }
-  function start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>> {
-    return env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
-  }
+  const real = realRollouts('demo-deadlines', { startEnv: startTimeSkippingEnv });
+  const { auditDir } = real;
+  const setup = (rollout: Record<string, unknown>, devices: SimDeviceSpec[] = demoDevices(4)) =>
+    real.rollout(rollout, devices);
   const idsIn = (s: RolloutStatus, phase: number) =>
     s.devices
       .filter((d) => d.phase === phase)
@@ -81,11 +47,11 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
         { bulk: 'remainder', gate: '1m' },
       ],
     });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const inGate = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
     const [canary] = idsIn(inGate, 0);
 
-    await env.sleep(31 * MIN);
+    await real.env.sleep(31 * MIN);
     const paused = await waitForStatus(handle, (s) => s.state === 'paused');
     expect(paused.pausedReason).toBe(
       'deadline: phaseDeadline 30m of phase canary 1 device passed in active time with 1 required device(s) unconfirmed',
@@ -140,7 +106,7 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
         { bulk: 'remainder', gate: '3h' },
       ],
     });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'deadline-abort');
 
@@ -190,7 +156,7 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
         { bulk: 'remainder', gate: '1m', phaseDeadline: '1m' },
       ],
     });
-    const handle = await start(input);
+    const handle = await real.start(input);
     const inGate = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
     const [canary] = idsIn(inGate, 0);
     const bulk = idsIn(inGate, 1);
@@ -251,12 +217,12 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
         { progressDeadline: '30m', phaseDeadline: '30m', phases: [{ bulk: 'remainder', gate: '20m' }] },
         demoDevices(3),
       );
-      const handle = await start(input);
+      const handle = await real.start(input);
       await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
-      await env.sleep(15 * MIN);
+      await real.env.sleep(15 * MIN);
       await handle.signal(pauseSignal, { by: 'test', reason: 'change freeze' });
       await waitForStatus(handle, (s) => s.state === 'paused');
-      await env.sleep(3 * 60 * MIN);
+      await real.env.sleep(3 * 60 * MIN);
       const held = await handle.query<RolloutStatus>('status');
       expect(held.state).toBe('paused');
       expect(held.pausedReason).toBe('paused by test: change freeze');
@@ -286,12 +252,12 @@ describe('rollout deadlines: pause, abort, rollback, and paused time never count
         },
         demoDevices(3),
       );
-      const handle = await start(input);
+      const handle = await real.start(input);
       await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
-      await env.sleep(15 * MIN);
+      await real.env.sleep(15 * MIN);
       await handle.signal(pauseSignal, { by: 'test' });
       await waitForStatus(handle, (s) => s.state === 'paused');
-      await env.sleep(3 * 60 * MIN);
+      await real.env.sleep(3 * 60 * MIN);
       expect((await handle.query<RolloutStatus>('status')).deadline).toBeUndefined();
       await handle.signal(resumeSignal, { by: 'test' });
       const result = await handle.result();
