@@ -267,12 +267,6 @@ function readSignedPayload(file: PayloadFile): Buffer {
 
 export interface ApplyOptions {
   commandTimeoutMs: number;
-  /**
-   * After a successful apply (not a rollback), keep the SSH connection this long for the floor the
-   * rollout raises when it completes (DeviceSession.park; activities/floor.ts takes it back). 0 or
-   * absent: close it.
-   */
-  parkConnectionMs?: number;
   /** The worker's profiles directory: pins (`<dir>/<profile>/trust.yaml`) and payload files (default this checkout's profiles/). */
   profilesRoot?: string;
   /** Refuse unsigned steps even for a profile without pins (workers: yes; direct transport tests: no). */
@@ -350,7 +344,6 @@ export async function applyToDevice(
     if ('outcome' in session) return session;
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
-    let result: ApplyResult | undefined;
     try {
       let skipFloor = false;
       if (given.after?.length) {
@@ -369,7 +362,7 @@ export async function applyToDevice(
         if (waiting) return waiting;
         skipFloor = true;
       }
-      result = await runUnit(
+      return await runUnit(
         session,
         target.id,
         steps,
@@ -379,22 +372,9 @@ export async function applyToDevice(
         beat,
         skipFloor,
       );
-      return result;
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
-      const changed = result?.outcome === 'applied' || result?.outcome === 'already-applied';
-      // Kept only for a rollout that raises floors in a pass after it completes (recorded before the
-      // floor moved into the apply: its steps carry no floor intent).
-      if (
-        opts.parkConnectionMs &&
-        changed &&
-        !given.rollbackOf &&
-        !given.floor &&
-        !opts.signal?.aborted &&
-        session.park
-      )
-        session.park(opts.parkConnectionMs);
-      else session.close();
+      session.close();
     }
   } finally {
     clearInterval(ticker);

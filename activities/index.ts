@@ -8,7 +8,6 @@ import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit'
 import { auditActivitiesOf, type AuditStore } from './audit-store';
 import { createCanaryActivities } from './canary';
 import { parsedPerContent } from './parsed-file';
-import { createFloorActivities } from './floor';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import {
@@ -63,13 +62,6 @@ export interface ActivityDeps {
   client?: Client;
   /** The worker's identity as Temporal knows it (default the SDK's `<pid>@<host>`), named by checkWorkerContent. */
   identity?: string;
-  /**
-   * Keep a device's SSH connection this long after its apply succeeded, for the floor the rollout
-   * raises on it when it completes (activities/transport/ssh-park.ts). `wavegate worker` and `wavegate
-   * dev` default it to PARK_CONNECTION_DEFAULT_MS (`--park-connections`); unset here (library use,
-   * tests): every connection is closed after its activity.
-   */
-  parkConnectionMs?: number;
   /**
    * Which webhook secrets and receivers this worker allows (core/webhook-policy.ts). Unset: read from
    * the worker's environment (WAVEGATE_WEBHOOK_SECRETS_DIR, WAVEGATE_WEBHOOK_ALLOW_PRIVATE,
@@ -211,7 +203,6 @@ export function createActivities(deps: ActivityDeps = {}) {
     client: () => deps.client ?? Context.current().client,
     profilesRoot: deps.profilesRoot,
     allowUnsigned: deps.allowUnsigned,
-    parkConnectionMs: deps.parkConnectionMs,
   };
   return {
     ...(deps.auditStore
@@ -224,7 +215,6 @@ export function createActivities(deps: ActivityDeps = {}) {
     ...createHealthActivities({ profilesRoot: deps.profilesRoot }),
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
-    ...createFloorActivities(),
     ...createPreflightActivities({
       profilesRoot: deps.profilesRoot,
       allowUnsigned: deps.allowUnsigned,

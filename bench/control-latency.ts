@@ -20,7 +20,6 @@ import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { prepareRollout } from '../intake/prepare';
 import type { RolloutInput } from '../core/rollout/input';
-import { PARK_CONNECTION_DEFAULT_MS } from '../core/worker-layout';
 import { demoDevices, startFleet, writeFleetInventory } from '../sim';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../intake/package-layout';
@@ -101,7 +100,7 @@ async function main(): Promise<void> {
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
-    deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS },
+    deps: { auditDir: join(dir, 'audit') },
   });
   const running = worker.run();
   const connection = await Connection.connect({ address: env.address });

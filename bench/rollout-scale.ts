@@ -12,7 +12,6 @@
  * per-device time + the gates, per pool (a phase lasts as long as its slowest pool's rounds), where the
  * per-device time is the median time one device takes in the baseline loop on the same fleet.
  */
-import { PARK_CONNECTION_DEFAULT_MS } from '../core/worker-layout';
 import { fork, type ChildProcess } from 'node:child_process';
 import { Client, Connection } from '@temporalio/client';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -171,7 +170,7 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
-    deps: { auditDir: join(dir, 'audit'), parkConnectionMs: PARK_CONNECTION_DEFAULT_MS },
+    deps: { auditDir: join(dir, 'audit') },
   });
   const running = worker.run();
   try {

@@ -1,4 +1,3 @@
-import { formatDurationMs, parseDurationMs } from './duration';
 import { WavegateError } from './errors';
 
 /**
@@ -14,16 +13,7 @@ export interface WorkerLayout {
   maxActivities: number;
   /** Concurrent workflow tasks; 0 when the role runs no workflows. */
   maxWorkflowTasks: number;
-  /**
-   * How long a device's SSH connection stays open after its apply succeeded, for the floor its rollout
-   * raises when it completes (activities/transport/ssh-park.ts); 0: closed at once.
-   */
-  parkConnectionMs: number;
 }
-
-/** `--park-connections` by default: a phase's devices are still parked when a short rollout completes. */
-export const PARK_CONNECTION_DEFAULT_MS = 30_000;
-export const PARK_CONNECTION_MAX_MS = 600_000;
 
 export const DEFAULT_MAX_ACTIVITIES = 200;
 export const DEFAULT_MAX_WORKFLOW_TASKS = 40;
@@ -36,7 +26,20 @@ export interface WorkerLayoutFlags {
   activitiesOnly?: boolean;
   maxActivities?: string;
   maxWorkflowTasks?: string;
+  /**
+   * Retired (r10): it kept SSH connections open for the floor pass after a rollout completed, which no
+   * rollout runs any more. Accepted, whatever its value, so existing unit files still start a worker.
+   */
   parkConnections?: string;
+}
+
+/** What `wavegate worker` says on stderr when started with `--park-connections`. */
+export const PARK_CONNECTIONS_RETIRED_NOTE =
+  'note: --park-connections no longer does anything (the floor pass it kept connections for retired at r10) and will be removed in a later release; drop it from the command line';
+
+/** The notes the layout flags call for on stderr: a retired flag that is still accepted, named. */
+export function workerLayoutNotes(flags: WorkerLayoutFlags): string[] {
+  return flags.parkConnections === undefined ? [] : [PARK_CONNECTIONS_RETIRED_NOTE];
 }
 
 function slots(flag: string, value: string | undefined, fallback: number, max: number): number {
@@ -78,34 +81,15 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
     DEFAULT_MAX_WORKFLOW_TASKS,
     MAX_WORKFLOW_TASKS_LIMIT,
   );
-  if (role === 'workflows' && flags.parkConnections !== undefined) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--park-connections ${JSON.stringify(flags.parkConnections)} with --workflows-only: that worker opens no SSH connections`,
-    );
-  }
-  const park =
-    flags.parkConnections === undefined ? PARK_CONNECTION_DEFAULT_MS : parseDurationMs(flags.parkConnections);
-  if (park === undefined || park > PARK_CONNECTION_MAX_MS) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--park-connections ${JSON.stringify(flags.parkConnections)}: must be a duration from 0s to ${formatDurationMs(PARK_CONNECTION_MAX_MS)} (like 30s; 0 closes every connection after its apply)`,
-    );
-  }
   return {
     role,
     maxActivities: role === 'workflows' ? 0 : maxActivities,
     maxWorkflowTasks: role === 'activities' ? 0 : maxWorkflowTasks,
-    parkConnectionMs: role === 'workflows' ? 0 : park,
   };
 }
 
 export function describeWorkerLayout(layout: WorkerLayout): string {
   if (layout.role === 'workflows') return `workflow tasks only (${layout.maxWorkflowTasks} slots, no activities)`;
-  const park =
-    layout.parkConnectionMs > 0
-      ? `; SSH connections kept ${formatDurationMs(layout.parkConnectionMs)} after an apply for its floor`
-      : '; SSH connections closed after each apply';
-  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots, no workflows)${park}`;
-  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots)${park}`;
+  if (layout.role === 'activities') return `activities only (${layout.maxActivities} slots, no workflows)`;
+  return `workflow tasks (${layout.maxWorkflowTasks} slots) and activities (${layout.maxActivities} slots)`;
 }

@@ -1,6 +1,4 @@
 import { mkdirSync, rmSync } from 'node:fs';
-import { PARK_CONNECTION_DEFAULT_MS } from '../core/worker-layout';
-import { sshPark } from '../activities/transport/ssh-park';
 import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
@@ -85,14 +83,12 @@ export async function startDevStack(opts: {
         auditDir: join(stateDir, 'audit'),
         auditKeyFile,
         profilesRoot: resolve(opts.profilesRoot),
-        parkConnectionMs: PARK_CONNECTION_DEFAULT_MS,
       },
     });
     const running = worker.run();
     stops.push(async () => {
       worker.shutdown();
       await running;
-      sshPark.closeAll();
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);
     return {

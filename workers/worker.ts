@@ -72,11 +72,7 @@ export async function createWorker(opts: {
     ...(role === 'workflows'
       ? {}
       : {
-          activities: createActivities({
-            ...(opts.layout?.parkConnectionMs ? { parkConnectionMs: opts.layout.parkConnectionMs } : {}),
-            ...opts.deps,
-            identity,
-          }),
+          activities: createActivities({ ...opts.deps, identity }),
         }),
     // Devices are slow and many; a few hundred concurrent activities per worker stays well inside limits.
     ...(role === 'workflows'

@@ -5,7 +5,6 @@ import { agentBoardAnswer, agentDriftAnswer, twinReader, type TwinReader } from 
 import { agentChecks, agentErrorRate, agentOnline, type AgentHealthAnswer } from '../agent/health';
 import { agentSnapshot } from '../agent/snapshot';
 import { reverifyTwin } from '../../clients/twin';
-import { TransportError } from '../transport';
 import type { ChannelDeps, DeviceChannel, Reading } from './types';
 
 /**
@@ -112,13 +111,5 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
 
     // Answered: a fresh report cleared the twin's reverify flag.
     reverified: async (target) => (await view(target.id))?.reverify === false,
-
-    async raiseFloor(target) {
-      // The worker never dials an agent device; its agent checks the floor on the device before every apply.
-      throw new TransportError(
-        'config',
-        `${target.id}: transport "agent": an agent device is never dialled, so the worker writes no floor on it`,
-      );
-    },
   };
 }

@@ -76,7 +76,6 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     apply(target, steps, ctx) {
       return applyToDevice(target, steps, {
         commandTimeoutMs: ctx.commandTimeoutMs,
-        ...(deps.parkConnectionMs ? { parkConnectionMs: deps.parkConnectionMs } : {}),
         profilesRoot: deps.profilesRoot,
         requireEnvelope,
         heartbeat: ctx.heartbeat,
@@ -242,24 +241,5 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     // The board runs verify on an SSH device as it reads it: there is nothing to ask beforehand.
     askReverify: async () => 'live',
     reverified: async () => true,
-
-    async raiseFloor(target, profile, floor) {
-      const write = async (reuse: boolean): Promise<void> => {
-        const session = await connectDevice(target, { connectTimeoutMs: 5_000, reuse });
-        try {
-          await session.writeFloor(profile, floor, { timeoutMs: 10_000 });
-        } catch (err) {
-          // A kept connection the device let go of meanwhile (closed, or gone silent: a reboot sends no
-          // FIN): the same write on a new one (it is idempotent).
-          if (session.reused && err instanceof TransportError && (err.kind === 'dropped' || err.kind === 'timeout'))
-            return write(false);
-          throw err;
-        } finally {
-          session.close();
-        }
-      };
-      // The connection the device's apply kept for this, when this worker ran it (ssh-park.ts).
-      await write(true);
-    },
   };
 }

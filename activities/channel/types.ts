@@ -1,5 +1,4 @@
 import type { Client } from '@temporalio/client';
-import type { DeviceFloor } from '../../core/floor';
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import type { TwinReader } from '../agent/board';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
@@ -56,9 +55,6 @@ export interface DeviceChannel {
   askReverify(target: DeviceTarget, q: ReverifyQuestion): Promise<'live' | 'asked' | 'offline'>;
   /** Second half: whether an asked device has answered. */
   reverified(target: DeviceTarget, q: ReverifyQuestion): Promise<boolean>;
-
-  /** Record the floor a completed rollout confirmed on the device. Throws when it could not be written. */
-  raiseFloor(target: DeviceTarget, profile: string, floor: DeviceFloor): Promise<void>;
 }
 
 /** What a channel needs from the worker or the CLI that built it; every field is optional for the channels that do not use it. */
@@ -74,8 +70,6 @@ export interface ChannelDeps {
   profilesRoot?: string;
   /** Run steps without an envelope for profiles the worker has no pins for (SSH applies). */
   allowUnsigned?: boolean;
-  /** Keep an applied device's SSH connection this long for the floor write (activities/transport/ssh-park.ts). */
-  parkConnectionMs?: number;
   /** Epoch milliseconds now (freshness of agents' reports). */
   now?: () => number;
 }

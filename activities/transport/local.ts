@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
-import { formatFloor, parseFloor } from '../../core/floor';
+import { parseFloor } from '../../core/floor';
 import { floorPath, markerPath } from '../../core/revision';
 import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
 import { StepFailed, TransportError } from './errors';
@@ -194,14 +194,6 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
         return parseFloor(readFileSync(join(root, floorPath(profile)), 'utf8'));
       } catch {
         return null;
-      }
-    },
-
-    async writeFloor(profile, floor) {
-      try {
-        writeAtomically(join(root, floorPath(profile)), formatFloor(floor));
-      } catch (e) {
-        throw failed('write floor', e);
       }
     },
 

@@ -1,4 +1,4 @@
-import { formatFloor, parseFloor } from '../../core/floor';
+import { parseFloor } from '../../core/floor';
 import { floorPath, markerPath } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
@@ -70,18 +70,6 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
       return parseFloor(res.stdout);
     },
 
-    async writeFloor(profile, floor, { timeoutMs }) {
-      const path = floorPath(profile);
-      const dir = path.slice(0, path.lastIndexOf('/'));
-      // formatFloor keeps every value to characters that need no quoting; written whole, then renamed.
-      // The directory is there after an apply: the test is the shell's own, mkdir runs only without it.
-      const res = await ssh.exec(
-        `{ [ -d "$HOME/${dir}" ] || mkdir -p "$HOME/${dir}"; } && printf '%s' '${formatFloor(floor)}' > "$HOME/${path}.new" && mv "$HOME/${path}.new" "$HOME/${path}"`,
-        { timeoutMs },
-      );
-      if (res.code !== 0) throw new StepFailed('write floor', res, device);
-    },
-
     // The apply lock and the detached apply are shell on the device (./apply-lock.ts); a step of the
     // lock protocol that exits non-zero is the device saying no (a full disk, a read-only home).
     async claimApplyLock(profile, claim, { timeoutMs }) {
@@ -118,7 +106,5 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
     },
 
     close: () => ssh.close(),
-    park: (ttlMs) => ssh.park(ttlMs),
-    reused: ssh.reused,
   };
 }

@@ -5,7 +5,6 @@ import type { DeviceTarget, JumpHostTarget } from '../../core/rollout-state';
 import { readText } from '../../intake/files';
 import { knownHostFingerprints, revokedHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { TransportError, type TransportErrorKind } from './errors';
-import { sshPark } from './ssh-park';
 import type { ConnectOptions, ExecOptions, ExecResult } from './types';
 
 /**
@@ -20,13 +19,6 @@ export interface SshSession {
   /** Upload bytes over SFTP to `remotePath` (relative paths are under the SFTP server's start directory). */
   upload(data: Buffer, remotePath: string, opts?: { timeoutMs?: number }): Promise<void>;
   close(): void;
-  /**
-   * Instead of closing: keep the connection for `ttlMs` for the next `openSsh(target, { reuse: true })`
-   * of the same target (./ssh-park.ts). Closes instead when something is still in flight.
-   */
-  park(ttlMs: number): void;
-  /** Whether this session runs on a parked connection (its first command may meet a connection the device has let go of). */
-  readonly reused: boolean;
 }
 
 /** `connectTimeoutMs` limits TCP connect + SSH handshake + authentication, per hop (default 10 s). */
@@ -178,7 +170,7 @@ function connectHop(
   auth: Pick<ConnectConfig, 'privateKey' | 'agent'>,
   timeoutMs: number,
   sock?: Duplex,
-): Promise<{ client: Client; lastError: () => ClientError | undefined; hostKey: string }> {
+): Promise<{ client: Client; lastError: () => ClientError | undefined }> {
   const client = new Client();
   const errors: ClientError[] = [];
   client.on('error', (err: ClientError) => errors.push(err));
@@ -216,7 +208,7 @@ function connectHop(
       if (settled) return;
       settled = true;
       clearTimeout(guard);
-      resolve({ client, lastError: () => errors[errors.length - 1], hostKey: seenKey ?? '' });
+      resolve({ client, lastError: () => errors[errors.length - 1] });
     });
     client.once('close', fail);
     try {
@@ -300,27 +292,7 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
   }
   const auth = credentials(target);
   const jumpTarget = target.ssh.jumpHost;
-  const key = parkKey(target);
-  if (opts.reuse) {
-    const parked = sshPark.take(key);
-    if (parked) {
-      // Only while what it verified is still pinned (pins are read again above: a revocation counts).
-      const jumpOk =
-        !jumpTarget || (parked.jumpHostKey !== undefined && jumpPins(target, jumpTarget).includes(parked.jumpHostKey));
-      if (pins.includes(parked.hostKey) && jumpOk)
-        return sessionOn(parked.client, parked.lastError, parked.label, parked.jump, {
-          key,
-          hostKey: parked.hostKey,
-          jumpHostKey: parked.jumpHostKey,
-          reused: true,
-        });
-      parked.client.end();
-      parked.jump?.end();
-    }
-  }
-
   let jump: Client | undefined;
-  let jumpHostKey: string | undefined;
   let sock: ClientChannel | undefined;
   let label = target.id;
   if (jumpTarget) {
@@ -332,7 +304,7 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
         `${jumpLabel}: no pinned host key for the jump host (set ssh.jumpHost.hostKey or list it in ssh.knownHosts); refusing to trust an unknown key`,
       );
     }
-    ({ client: jump, hostKey: jumpHostKey } = await connectHop(
+    ({ client: jump } = await connectHop(
       { label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins },
       auth,
       timeoutMs,
@@ -359,26 +331,7 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
     throw err;
   }
   jump?.on('close', () => connected.client.destroy());
-  return sessionOn(connected.client, connected.lastError, label, jump, {
-    key,
-    hostKey: connected.hostKey,
-    jumpHostKey,
-    reused: false,
-  });
-}
-
-/** Which parked connection a target may take back: the same address, login, credentials and jump host. */
-function parkKey(target: SshTarget): string {
-  const j = target.ssh.jumpHost;
-  return JSON.stringify([
-    target.id,
-    target.host,
-    target.port,
-    target.user,
-    target.ssh.key ?? null,
-    target.ssh.agent === true,
-    j ? [j.host, j.port, j.user] : null,
-  ]);
+  return sessionOn(connected.client, connected.lastError, label, jump);
 }
 
 function sessionOn(
@@ -386,7 +339,6 @@ function sessionOn(
   lastError: () => ClientError | undefined,
   label: string,
   jump: Client | undefined,
-  parking: { key: string; hostKey: string; jumpHostKey: string | undefined; reused: boolean },
 ): SshSession {
   let closed = false;
   /** Rejecters of every operation in flight: a lost connection fails them all as `dropped`. */
@@ -567,18 +519,5 @@ function sessionOn(
       client.end();
       jump?.end();
     },
-
-    park(ttlMs) {
-      if (closed || pending.size > 0 || ttlMs <= 0) return this.close();
-      client.off('close', onClose);
-      closed = true; // this session is done with it; the next one to take it gets its own
-      sshPark.park(
-        parking.key,
-        { client, jump, hostKey: parking.hostKey, jumpHostKey: parking.jumpHostKey, lastError, label },
-        ttlMs,
-      );
-    },
-
-    reused: parking.reused,
   };
 }

@@ -16,8 +16,6 @@ export interface DeviceTransport {
 export interface ConnectOptions {
   /** Limit for reaching the device and logging in (per hop, for a device behind a jump host). */
   connectTimeoutMs?: number;
-  /** Take back a connection an earlier session of this worker parked for the same target, if any (`DeviceSession.park`). */
-  reuse?: boolean;
 }
 
 export interface ExecResult {
@@ -80,8 +78,6 @@ export interface DeviceSession {
   writeMarker(profile: string, revision: number, opts: { timeoutMs: number }): Promise<void>;
   /** The device's floor for `profile` (core/floor.ts), or null when it has none. */
   readFloor(profile: string, opts: { timeoutMs: number }): Promise<DeviceFloor | null>;
-  /** Record the floor a completed rollout confirmed on the device. */
-  writeFloor(profile: string, floor: DeviceFloor, opts: { timeoutMs: number }): Promise<void>;
   /**
    * Take the device's apply lock for `profile` (atomically), or say who holds it. When the holder is the
    * same unit (rollout, run, activity), the lock records `holder.attempt` as its attempt (`ours`).
@@ -104,14 +100,6 @@ export interface DeviceSession {
   /** Release the lock (kept as the device's last-apply record, with `reason`) if this exact attempt of `holder` holds it. */
   releaseApplyLock(profile: string, holder: ApplyHolder, reason: string, opts: { timeoutMs: number }): Promise<boolean>;
   close(): void;
-  /**
-   * Close, or (SSH) keep the connection open for `ttlMs` for this worker's next session to the same
-   * target that asks to `reuse` it: the floor a completing rollout raises on a device it just changed.
-   * A transport without connections to keep closes.
-   */
-  park?(ttlMs: number): void;
-  /** The session runs on a connection kept from an earlier one: its first command may find it gone. */
-  readonly reused?: boolean;
 }
 
 /**

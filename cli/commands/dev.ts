@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import type { NativeConnection } from '@temporalio/worker';
 import { readAuditKey, readAuditSegments } from '../../activities/audit';
 import { verifyAuditSegments } from '../../core/audit';
@@ -25,13 +25,10 @@ import {
   describeWorkerLayout,
   MAX_ACTIVITIES_LIMIT,
   MAX_WORKFLOW_TASKS_LIMIT,
-  PARK_CONNECTION_DEFAULT_MS,
-  PARK_CONNECTION_MAX_MS,
   resolveWorkerLayout,
+  workerLayoutNotes,
   type WorkerLayoutFlags,
 } from '../../core/worker-layout';
-import { formatDurationMs } from '../../core/duration';
-import { PARKED_CONNECTIONS_MAX, sshPark } from '../../activities/transport/ssh-park';
 import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
 import type { Client } from '@temporalio/client';
 import { loadRolloutContent, prepareRollout, readSpec } from '../../intake/prepare';
@@ -284,9 +281,12 @@ export function register(program: Command): void {
         '--no-register-search-attributes',
         'only check that the namespace has the search attributes wavegate needs; missing ones are named with the command that adds them (exit 2) instead of added through the operator API',
       )
-      .option(
-        '--park-connections <duration>',
-        `keep a device's SSH connection open this long after its apply succeeded, for the floor its rollout raises on completing (0s: close at once; at most ${formatDurationMs(PARK_CONNECTION_MAX_MS)}, ${PARKED_CONNECTIONS_MAX} at once; default ${formatDurationMs(PARK_CONNECTION_DEFAULT_MS)})`,
+      // Retired at r10 (it served the floor pass): accepted so existing unit files still start, and named on stderr.
+      .addOption(
+        new Option(
+          '--park-connections <duration>',
+          'retired: does nothing; will be removed in a later release',
+        ).hideHelp(),
       ),
   ).action(
     action(
@@ -300,6 +300,7 @@ export function register(program: Command): void {
           WorkerLayoutFlags,
       ) => {
         const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
+        for (const note of workerLayoutNotes(flags)) process.stderr.write(`${note}\n`);
         const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
         const profiles = resolveProfilesRoot({ flag: flags.profiles });
         const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
@@ -369,7 +370,6 @@ export function register(program: Command): void {
         );
         // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
         await worker.run();
-        sshPark.closeAll();
         await connection.close();
         await auditStore?.close();
       },

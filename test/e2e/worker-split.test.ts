@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
+import { PARK_CONNECTIONS_RETIRED_NOTE } from '../../core/worker-layout';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { fleetWithInventory, scratchDir } from '../support/harness';
@@ -103,11 +104,12 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
 
   it('one worker of each on one task queue completes a rollout: workflow tasks on the first, activities on the second', async () => {
     const workflows = await worker(['--workflows-only', '--max-workflow-tasks', '10']);
-    const activities = await worker(['--activities-only', '--max-activities', '20']);
+    // With the retired --park-connections, as an existing unit file may still pass it: it starts, and says so once.
+    const activities = await worker(['--activities-only', '--max-activities', '20', '--park-connections', '30s']);
     expect(workflows.output()).toContain('runs: workflow tasks only (10 slots, no activities)');
-    expect(activities.output()).toContain(
-      'runs: activities only (20 slots, no workflows); SSH connections kept 30s after an apply for its floor',
-    );
+    expect(activities.output()).toContain('runs: activities only (20 slots, no workflows)\n');
+    expect(activities.output().split(PARK_CONNECTIONS_RETIRED_NOTE)).toHaveLength(2);
+    expect(workflows.output()).not.toContain('--park-connections');
     expect(workflows.identity).not.toBe(activities.identity);
 
     const run = await runCli(

@@ -29,7 +29,7 @@ export interface Scenario {
   /** From this seq on, appends fail as AuditCorrupt until `repairAudit` (or an override record). */
   auditFailFrom?: number;
   auditRepaired?: boolean;
-  /** Floors raised at completion: device ids with the revision. */
+  /** Floors raised by the applies (steps whose floor intent raises): device ids with the revision. */
   floors?: Array<{ id: string; revision: number }>;
   /** Devices whose apply activity began (before any hold), in order: what was in flight, even inside a slice child. */
   began?: string[];
@@ -101,19 +101,8 @@ export function createMockActivities() {
   };
   const activities: Pick<
     Activities,
-    | 'snapshotFleet'
-    | 'probeDevices'
-    | 'applyRevision'
-    | 'runHealthCheck'
-    | 'appendAudit'
-    | 'auditHealth'
-    | 'confirmFloor'
+    'snapshotFleet' | 'probeDevices' | 'applyRevision' | 'runHealthCheck' | 'appendAudit' | 'auditHealth'
   > = {
-    async confirmFloor(input) {
-      const s = scenario();
-      s.floors = [...(s.floors ?? []), ...input.devices.map((d) => ({ id: d.id, revision: input.revision }))];
-      return { confirmed: input.devices.length, failed: [] };
-    },
     async auditHealth() {
       const s = scenario();
       return s.auditRepaired

@@ -1,18 +1,17 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseFloor } from '../../core/floor';
+import { formatFloor, revertUntilOf } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, EnvelopeRejected, type RevisionSteps } from '../../activities/device-steps';
-import { createFloorActivities } from '../../activities/floor';
 import { startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
 
 /**
- * The device floor over real SSH (the simulator): a completed rollout raises it; the worker then refuses
- * an apply below it — a downgrade sent as an "apply" — and runs nothing on the device, except a revert
- * to the replaced revision inside the revert window.
+ * The device floor over real SSH (the simulator): with a floor on the device (the one a rollout's apply
+ * raised, written here as that apply leaves it), the worker refuses an apply below it — a downgrade sent
+ * as an "apply" — and runs nothing on the device, except a revert to the replaced revision inside the
+ * revert window. The apply raising it is test/workflow/floor-at-apply.test.ts.
  */
 describe('device floor over SSH', () => {
   const scratch = scratchDir('floor');
@@ -34,20 +33,18 @@ describe('device floor over SSH', () => {
     payload: [],
   });
   const opts = { commandTimeoutMs: 10_000, profilesRoot: join(scratch.dir, 'profiles') };
-  const confirm = (d: SimDevice, revertWindowMs: number) =>
-    new MockActivityEnvironment().run(createFloorActivities().confirmFloor, {
-      devices: [target(d)],
-      profile: 'floored',
-      revision: 3,
-      from: 2,
-      rolloutId: 'rollout:floored',
-      revertWindowMs,
-    });
+  /** The floor r3 (replacing r2) on the device, with a revert window of `revertWindowMs` from now (0: none). */
+  const confirm = (d: SimDevice, revertWindowMs: number) => {
+    const dir = join(d.sandbox, '.wavegate/profiles/floored');
+    mkdirSync(dir, { recursive: true });
+    const revertUntil = revertUntilOf(Date.now(), revertWindowMs);
+    writeFileSync(join(dir, 'floor'), formatFloor({ revision: 3, from: 2, revertUntil, rollout: 'rollout:floored' }));
+  };
 
   beforeAll(async () => {
     mkdirSync(opts.profilesRoot, { recursive: true });
     fleet = await startFleet({
-      devices: [{ id: 'f1' }, { id: 'f2' }, { id: 'gone' }],
+      devices: [{ id: 'f1' }, { id: 'f2' }],
       dir: join(scratch.dir, 'fleet'),
     });
   });
@@ -56,31 +53,9 @@ describe('device floor over SSH', () => {
     scratch.cleanup();
   });
 
-  it('confirmFloor writes the floor on the device; an unreachable device is named, not passed over', async () => {
-    await fleet.setFaults('gone', { offline: true });
-    const result: { confirmed: number; failed: Array<{ id: string }> } = await new MockActivityEnvironment().run(
-      createFloorActivities().confirmFloor,
-      {
-        devices: [target(fleet.device('f1')), target(fleet.device('gone'))],
-        profile: 'floored',
-        revision: 3,
-        from: 2,
-        rolloutId: 'rollout:floored',
-        revertWindowMs: 60_000,
-      },
-    );
-    expect(result.confirmed).toBe(1);
-    expect(result.failed.map((f) => f.id)).toEqual(['gone']);
-    const floor = parseFloor(
-      readFileSync(join(fleet.device('f1').sandbox, '.wavegate/profiles/floored/floor'), 'utf8'),
-    )!;
-    expect(floor).toMatchObject({ revision: 3, from: 2, rollout: 'rollout:floored' });
-    expect(floor.revertUntil).toBeGreaterThan(Date.now());
-  });
-
   it('refuses an apply below the floor (BELOW_FLOOR) and runs nothing on the device', async () => {
     const d = fleet.device('f2');
-    await confirm(d, 0); // no revert window
+    confirm(d, 0); // no revert window
     fleet.resetCounters();
     const err = await applyToDevice(target(d), steps(1), opts).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(EnvelopeRejected);
@@ -103,7 +78,7 @@ describe('device floor over SSH', () => {
 
   it('allows the revert to the replaced revision while the window is open', async () => {
     const d = fleet.device('f1');
-    await confirm(d, 60_000);
+    confirm(d, 60_000);
     expect((await applyToDevice(target(d), steps(2), opts)).outcome).toBe('applied');
     expect(existsSync(join(d.sandbox, 'applied-2'))).toBe(true);
     // But nothing older than that.

@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { formatFloor } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, EnvelopeRejected, type ApplyHolder, type RevisionSteps } from '../../activities/device-steps';
 import { TransportError } from '../../activities/transport';
@@ -120,14 +121,11 @@ describe('LocalSession: applyToDevice on the device itself', () => {
 
   it("refuses below the floor written in the device home (the SSH path's floor file), running nothing", async () => {
     const d = device();
-    const session = localDeviceSession(d.target.id, d.home);
-    await session.writeFloor(
-      'lock',
-      { revision: 5, from: 4, revertUntil: 0, rollout: 'rollout:done' },
-      { timeoutMs: 1000 },
+    mkdirSync(join(d.home, '.wavegate/profiles/lock'), { recursive: true });
+    writeFileSync(
+      join(d.home, '.wavegate/profiles/lock/floor'),
+      formatFloor({ revision: 5, from: 4, revertUntil: 0, rollout: 'rollout:done' }),
     );
-    session.close();
-    expect(readFileSync(join(d.home, '.wavegate/profiles/lock/floor'), 'utf8')).toContain('revision=5');
     const refused = applyToDevice(d.target, steps(0), {
       commandTimeoutMs: 10_000,
       profilesRoot: d.profiles,

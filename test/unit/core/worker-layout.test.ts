@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { resolveWorkerLayout } from '../../../core/worker-layout';
+import { PARK_CONNECTIONS_RETIRED_NOTE, resolveWorkerLayout, workerLayoutNotes } from '../../../core/worker-layout';
 import { refusal } from '../../support/refusal';
 
 describe('resolveWorkerLayout', () => {
@@ -8,23 +8,32 @@ describe('resolveWorkerLayout', () => {
       role: 'all',
       maxActivities: 200,
       maxWorkflowTasks: 40,
-      parkConnectionMs: 30_000,
     });
-    expect(resolveWorkerLayout({ parkConnections: '0s' }).parkConnectionMs).toBe(0);
-    expect(resolveWorkerLayout({ parkConnections: '2m' }).parkConnectionMs).toBe(120_000);
+  });
+  it('--park-connections (retired at r10) is accepted with any value, changes nothing, and is named in a note', () => {
+    for (const parkConnections of ['30s', '0s', 'soon']) {
+      expect(resolveWorkerLayout({ parkConnections })).toEqual(resolveWorkerLayout({}));
+      expect(resolveWorkerLayout({ activitiesOnly: true, parkConnections })).toEqual(
+        resolveWorkerLayout({ activitiesOnly: true }),
+      );
+      expect(workerLayoutNotes({ parkConnections })).toEqual([PARK_CONNECTIONS_RETIRED_NOTE]);
+    }
+    expect(resolveWorkerLayout({ workflowsOnly: true, parkConnections: '5s' }).role).toBe('workflows');
+    expect(workerLayoutNotes({})).toEqual([]);
+    expect(PARK_CONNECTIONS_RETIRED_NOTE).toMatch(
+      /--park-connections no longer does anything .* removed in a later release/,
+    );
   });
   it('--workflows-only has no activity slots; --activities-only no workflow task slots', () => {
     expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({
       role: 'workflows',
       maxActivities: 0,
       maxWorkflowTasks: 8,
-      parkConnectionMs: 0,
     });
     expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({
       role: 'activities',
       maxActivities: 50,
       maxWorkflowTasks: 0,
-      parkConnectionMs: 30_000,
     });
   });
   it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
@@ -41,11 +50,6 @@ describe('resolveWorkerLayout', () => {
     expect(refused({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
     expect(refused({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain(
       '--max-workflow-tasks "4" with --activities-only',
-    );
-    expect(refused({ parkConnections: 'soon' })).toContain('--park-connections "soon"');
-    expect(refused({ parkConnections: '11m' })).toContain('--park-connections "11m"');
-    expect(refused({ workflowsOnly: true, parkConnections: '5s' })).toContain(
-      '--park-connections "5s" with --workflows-only',
     );
   });
 });
