@@ -10,6 +10,7 @@ import { connectDevice, transportFor, TransportError } from '../../activities/tr
 import { parseInventory } from '../../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import { HISTORIES_DIR, loadHistory } from '../support/histories';
+import { rejection } from '../support/refusal';
 
 /**
  * The transport seam: which transport a DeviceTarget names, what a missing name means, and how a name
@@ -40,13 +41,6 @@ describe('transport seam', () => {
     ...(transport === undefined ? {} : { transport: transport as DeviceTarget['transport'] }),
     ssh: { hostKey: `SHA256:${'A'.repeat(43)}`, key: '/nonexistent/key' },
   });
-
-  async function rejection(promise: Promise<unknown>): Promise<unknown> {
-    return promise.then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-  }
 
   it('a target without a transport field is reached over ssh', () => {
     expect(transportFor(target()).name).toBe('ssh');
@@ -81,21 +75,21 @@ describe('transport seam', () => {
   it('an unknown transport is a non-retryable config error naming the device and the value, and nothing is contacted', async () => {
     const before = connections;
     expect(() => transportFor(target('ftp'))).toThrow(TransportError);
-    const err = await rejection(connectDevice(target('ftp')));
+    const err = await rejection(connectDevice(target('ftp')), TransportError);
     expect(err).toBeInstanceOf(TransportError);
-    expect((err as TransportError).kind).toBe('config');
-    expect((err as TransportError).retryable).toBe(false);
-    expect((err as Error).message).toBe(
+    expect(err.kind).toBe('config');
+    expect(err.retryable).toBe(false);
+    expect(err.message).toBe(
       'dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh" (set transport on the device in the inventory)',
     );
     expect(connections).toBe(before);
   });
 
   it('an agent device is never dialled: a session to it is refused the same way (it is reached through its twin)', async () => {
-    const err = await rejection(connectDevice(target('agent')));
+    const err = await rejection(connectDevice(target('agent')), TransportError);
     expect(err).toBeInstanceOf(TransportError);
-    expect((err as TransportError).kind).toBe('config');
-    expect((err as Error).message).toContain(
+    expect(err.kind).toBe('config');
+    expect(err.message).toContain(
       'dev-1: transport "agent": an agent device is never dialled (it pulls from its twin device:<id>',
     );
   });
@@ -103,7 +97,7 @@ describe('transport seam', () => {
   it('an apply to a device with an unsupported transport fails as a non-retryable Transport.config failure', async () => {
     const steps = { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] };
     const before = connections;
-    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }))).toBeInstanceOf(
+    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }), Error)).toBeInstanceOf(
       TransportError,
     );
 
@@ -116,10 +110,11 @@ describe('transport seam', () => {
         steps,
         commandTimeoutMs: 1_000,
       }),
+      ApplicationFailure,
     );
     expect(failure).toBeInstanceOf(ApplicationFailure);
-    expect((failure as ApplicationFailure).type).toBe('Transport.config');
-    expect((failure as ApplicationFailure).nonRetryable).toBe(true);
+    expect(failure.type).toBe('Transport.config');
+    expect(failure.nonRetryable).toBe(true);
     expect(connections).toBe(before);
   });
 
