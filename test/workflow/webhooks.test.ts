@@ -5,21 +5,22 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
-import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { createWebhookActivities } from '../../activities/webhooks';
 import { webhookEventOf, type WebhookEvent } from '../../core/events';
 import { startedEvent } from '../support/webhook-event';
 import { webhookPolicyFromEnv } from '../../core/webhook-policy';
-import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { demoDevices } from '../../sim';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../../contracts/rollout';
-import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import type { RolloutInput } from '../../workflows/rollout';
+import { scratchDir } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
+import { rejection } from '../support/refusal';
 import { waitForStatus } from '../support/rollout-helpers';
 import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
 
@@ -50,45 +51,32 @@ const workerPolicyEnv = (secretsDir: string) => ({
  * event acknowledged exactly once by delivery id, signed; a dead endpoint never holds or fails the rollout.
  */
 describe('rollout events delivered to webhooks', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('webhooks');
-  const auditDir = join(scratch.dir, 'audit');
-  const fleets: Fleet[] = [];
   const receivers: WebhookReceiver[] = [];
   const secret = randomBytes(24).toString('hex');
   const fileSecret = randomBytes(24).toString('hex');
-  const secretsDir = join(scratch.dir, 'secrets');
-  const secretFile = join(secretsDir, 'hook.secret');
-  let n = 0;
-
-  beforeAll(async () => {
+  const real = realRollouts('demo-webhooks', {
     // The worker runs in this process: the secret is its environment and a file on it, never the spec;
     // its webhook policy is its environment too, read when its activities are made.
-    process.env[secretEnv] = secret;
-    Object.assign(process.env, workerPolicyEnv(secretsDir));
-    mkdirSync(secretsDir);
-    writeFileSync(secretFile, `${fileSecret}\n`, { mode: 0o600 });
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir });
+    prepare() {
+      process.env[secretEnv] = secret;
+      Object.assign(process.env, workerPolicyEnv(secretsDir));
+      mkdirSync(secretsDir);
+      writeFileSync(secretFile, `${fileSecret}\n`, { mode: 0o600 });
+    },
+    cleanup() {
+      delete process.env[secretEnv];
+      for (const name of Object.keys(workerPolicyEnv(''))) delete process.env[name];
+    },
   });
+  const { auditDir } = real;
+  const secretsDir = join(real.dir, 'secrets');
+  const secretFile = join(secretsDir, 'hook.secret');
   afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
     await Promise.all(receivers.splice(0).map((r) => r.close()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    delete process.env[secretEnv];
-    for (const name of Object.keys(workerPolicyEnv(''))) delete process.env[name];
-    scratch.cleanup();
   });
 
   async function setup(rollout: Record<string, unknown>): Promise<RolloutInput> {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4));
-    fleets.push(fleet);
-    return rolloutInputFor(dir, rollout, inventoryPath, `rollout:demo-webhooks-${n}`);
+    return (await real.rollout(rollout, demoDevices(4))).input;
   }
   async function receiver(answer?: (n: number) => number): Promise<WebhookReceiver> {
     const r = await startWebhookReceiver(answer);
@@ -115,11 +103,7 @@ describe('rollout events delivered to webhooks', () => {
       ],
     });
     const started = Date.now();
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     const result = await handle.result();
     const took = Date.now() - started;
 
@@ -201,11 +185,7 @@ describe('rollout events delivered to webhooks', () => {
         { url: gone.url, secretEnv, events: ['rollout.paused', 'rollout.resumed'] },
       ],
     });
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     await handle.executeUpdate(pauseUpdate, { args: [{ by: 'alice', reason: 'checking the dashboards' }] });
     await handle.executeUpdate(resumeUpdate, { args: [{ by: 'bob', reason: 'dashboards fine' }] });
@@ -256,11 +236,7 @@ describe('rollout events delivered to webhooks', () => {
       phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }],
       webhooks: [{ url: hook.url, secretEnv }],
     });
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     await handle.cancel();
     await expect(handle.result()).rejects.toThrow();
@@ -288,11 +264,7 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
   const { deliverWebhook } = createWebhookActivities({ policy });
   const attempt = (input: Parameters<typeof deliverWebhook>[0]) =>
     new MockActivityEnvironment(undefined, { logger: quiet }).run(deliverWebhook, input);
-  const failure = (input: Parameters<typeof deliverWebhook>[0]) =>
-    attempt(input).then(
-      () => undefined,
-      (e: unknown) => e as ApplicationFailure,
-    );
+  const failure = (input: Parameters<typeof deliverWebhook>[0]) => rejection(attempt(input), ApplicationFailure);
   const event = startedEvent;
   const receivers: WebhookReceiver[] = [];
   const receiver = async (answer: (n: number) => number) => {
@@ -389,12 +361,10 @@ describe('deliverWebhook, one attempt against a real loopback receiver', () => {
     try {
       const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/hook`;
       const slow = createWebhookActivities({ attemptTimeoutMs: 300, policy }).deliverWebhook;
-      const err = await new MockActivityEnvironment(undefined, { logger: quiet })
-        .run(slow, { url, secretFile: file, event })
-        .then(
-          () => undefined,
-          (e: unknown) => e as ApplicationFailure,
-        );
+      const err = await rejection(
+        new MockActivityEnvironment(undefined, { logger: quiet }).run(slow, { url, secretFile: file, event }),
+        ApplicationFailure,
+      );
       expect([err!.type, err!.nonRetryable, err!.message]).toEqual([
         'WebhookUnreachable',
         false,
