@@ -35,6 +35,7 @@ import {
 } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { PROJECT_ROOT } from '../../intake/package-layout';
+import { rejection } from '../support/refusal';
 
 /** The events the workflow writes by itself (an override needs fields of its own). */
 const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');
@@ -53,15 +54,8 @@ const event = (seq: number, extra: Partial<AuditEvent> = {}): AuditEvent => ({
   ...extra,
 });
 
-async function failureOf(promise: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).toBeInstanceOf(ApplicationFailure);
-    return err as ApplicationFailure;
-  }
-  throw new Error('expected the append to fail');
-}
+/** The ApplicationFailure an append fails with. */
+const failureOf = (promise: Promise<unknown>) => rejection(promise, ApplicationFailure);
 
 let dir: string;
 let logs: string[];

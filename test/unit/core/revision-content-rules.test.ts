@@ -1,6 +1,5 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { WavegateError } from '../../../core/errors';
 import { decideRegistration } from '../../../core/registry';
 import {
   MAX_PAYLOAD_FILE_BYTES,
@@ -12,6 +11,7 @@ import {
 } from '../../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, verifyEnvelope, type Envelope } from '../../../core/signing';
 import { formatPath, type FieldProblem } from '../../../core/validation';
+import { refusal } from '../../support/refusal';
 
 /**
  * The two layers of a revision's rules (core/revision.ts, RevisionRules): the structure, and the signed
@@ -112,15 +112,8 @@ const CONTENT_CASES: Array<{ name: string; revision: Revision; path: string; zod
   },
 ];
 
-function problemsOf(fn: () => unknown): FieldProblem[] {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(WavegateError);
-    return (err as WavegateError).details.problems as FieldProblem[];
-  }
-  throw new Error('expected a refusal');
-}
+/** The field problems `fn`'s refusal lists. */
+const problemsOf = (fn: () => unknown) => refusal(fn).details.problems as FieldProblem[];
 
 describe('signed content rules, a layer of their own', () => {
   it.each(CONTENT_CASES)(
