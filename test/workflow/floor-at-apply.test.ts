@@ -1,16 +1,15 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseFloor } from '../../core/floor';
 import { changedDevices, IN_PLACE_REASON } from '../../core/rollout/revert';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { abortUpdate } from '../../contracts/rollout';
-import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import type { RolloutInput } from '../../workflows/rollout';
+import { rolloutInputFor } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, waitForStatus } from '../support/rollout-helpers';
 
 /**
@@ -21,34 +20,15 @@ import { APPLY_COMMAND, markerOf, waitForStatus } from '../support/rollout-helpe
  * over SSH to the simulator.
  */
 describe("the floor rises with each device's confirmed apply", () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('floor-at-apply');
-  const fleets: Fleet[] = [];
+  const real = realRollouts('floor-at-apply');
+  /** The number of the test, at the end of its rollout ids. */
   let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  });
-  afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
 
   const floorFile = (fleet: Fleet, id: string) => join(fleet.device(id).sandbox, '.wavegate/profiles/demo/floor');
   const floorText = (fleet: Fleet, id: string) =>
     existsSync(floorFile(fleet, id)) ? readFileSync(floorFile(fleet, id), 'utf8') : null;
   const run = async (input: RolloutInput) => {
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     return { handle, result: await handle.result(), runId: (await handle.describe()).runId };
   };
   const activityTypes = async (handle: WorkflowHandle) =>
@@ -57,9 +37,8 @@ describe("the floor rises with each device's confirmed apply", () => {
       .filter(Boolean);
 
   it('raises the floor in the apply, with no pass after completion; a device found in place is not changed and keeps its floor; a re-run changes no floor', async () => {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4));
-    fleets.push(fleet);
+    n++;
+    const { dir, fleet, inventoryPath } = await real.fleet(demoDevices(4));
     const phases = [{ canary: '1 device' }, { bulk: 'remainder' }];
     const [first, ...others] = fleet.devices.map((d) => d.id);
 
@@ -114,20 +93,15 @@ describe("the floor rises with each device's confirmed apply", () => {
   });
 
   it('abort with rollback goes below the floor its own run raised, and the floor that was there before comes back', async () => {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, demoDevices(4));
-    fleets.push(fleet);
+    n++;
+    const { dir, fleet, inventoryPath } = await real.fleet(demoDevices(4));
     const input = rolloutInputFor(
       dir,
       { phases: [{ canary: '1 device', gate: 'manual' }, { bulk: 'remainder' }] },
       inventoryPath,
       `rollout:demo-floor-abort-${n}`,
     );
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval');
     const canary = waiting.devices.find((d) => d.phase === 0)!.id;
     const runId = (await handle.describe()).runId;
