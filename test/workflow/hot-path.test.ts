@@ -1,14 +1,11 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
-import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND } from '../support/rollout-helpers';
 
 /**
@@ -18,33 +15,10 @@ import { APPLY_COMMAND } from '../support/rollout-helpers';
  * offline; a stopped one is skipped as offline at its apply.
  */
 describe('hot path over real SSH', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  const scratch = scratchDir('hot-path');
-  const auditDir = join(scratch.dir, 'audit');
-  const fleets: Fleet[] = [];
-  let n = 0;
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir });
-  });
-  afterEach(async () => {
-    await Promise.all(fleets.splice(0).map((f) => f.stop()));
-  });
-  afterAll(async () => {
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
-
-  async function setup(rollout: Record<string, unknown>, devices: SimDeviceSpec[], budgets?: Record<string, number>) {
-    const dir = join(scratch.dir, `t${++n}`);
-    const { fleet, inventoryPath } = await fleetWithInventory(dir, devices, budgets);
-    fleets.push(fleet);
-    const input: RolloutInput = rolloutInputFor(dir, rollout, inventoryPath, `rollout:hot-path-ssh-${n}`);
-    return { fleet, input };
-  }
+  const real = realRollouts('hot-path-ssh');
+  const { auditDir } = real;
+  const setup = (rollout: Record<string, unknown>, devices: SimDeviceSpec[], budgets?: Record<string, number>) =>
+    real.rollout(rollout, devices, budgets);
   const marker = (fleet: Fleet, id: string) =>
     readFileSync(join(fleet.device(id).sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim();
 
@@ -59,11 +33,7 @@ describe('hot path over real SSH', () => {
     // Every command a little slow, so devices of neighbouring slices are in flight together.
     await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs: 150 })));
     fleet.resetCounters();
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [{ ...input, sliceSize: 5 }],
-    });
+    const handle = await real.start({ ...input, sliceSize: 5 });
     const result = await handle.result();
     await recordHistory(handle, 'hot-path-overlapping-slices');
 
@@ -90,7 +60,7 @@ describe('hot path over real SSH', () => {
     expect(peakAll).toBeGreaterThan(5);
     expect(peakAll).toBe(6);
 
-    const shapes = await executionTreeShapes(env.client, input.rolloutId);
+    const shapes = await executionTreeShapes(real.env.client, input.rolloutId);
     const [parent, ...children] = shapes;
     expect(children).toHaveLength(Math.ceil((DEVICES - 1) / 5));
     expect(parent!.childrenInitiated).toBe(children.length);
@@ -103,7 +73,7 @@ describe('hot path over real SSH', () => {
     // runs, so at most in-flight (6) + 2 of them.
     expect(parent!.maxPendingChildren).toBeGreaterThanOrEqual(2);
     expect(parent!.maxPendingChildren).toBeLessThanOrEqual(6 + 2);
-    const child = env.client.workflow.getHandle(children[3]!.workflowId);
+    const child = real.env.client.workflow.getHandle(children[3]!.workflowId);
     await recordHistory(child, 'hot-path-overlapping-slice-child');
   }, 300_000);
 
@@ -119,11 +89,7 @@ describe('hot path over real SSH', () => {
       slowMs: 12_000,
     });
     await fleet.setFaults('edge-03', { offline: true });
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'hot-path-slow-and-stopped');
 
@@ -156,11 +122,7 @@ describe('hot path over real SSH', () => {
     // The snapshot reads no marker any more: edge-03 is at r3 (a later rollout reached it), above the target r2.
     mkdirSync(join(fleet.device('edge-03').sandbox, '.wavegate/profiles/demo'), { recursive: true });
     writeFileSync(join(fleet.device('edge-03').sandbox, '.wavegate/profiles/demo/revision'), '3\n');
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [input],
-    });
+    const handle = await real.start(input);
     const result = await handle.result();
     await recordHistory(handle, 'hot-path-ahead-at-apply');
 
