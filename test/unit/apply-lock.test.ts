@@ -7,6 +7,7 @@ import { applyToDevice, type ApplyHolder, type RevisionSteps } from '../../activ
 import { TransportError } from '../../activities/transport';
 import { startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { rejection } from '../support/refusal';
 
 /**
  * The device-side apply unit (docs/formats.md, "The apply lock") over SSH to the fleet simulator: an
@@ -50,13 +51,7 @@ describe('the apply lock: one exclusive, resumable apply per device', () => {
     activity: '7',
     attempt,
   });
-  const failure = (p: Promise<unknown>): Promise<Error> =>
-    p.then(
-      () => {
-        throw new Error('expected a failure');
-      },
-      (e: unknown) => e as Error,
-    );
+  const failure = (p: Promise<unknown>) => rejection(p, Error);
 
   beforeAll(async () => {
     fleet = await startFleet({ devices: ids.map((id) => ({ id })), dir: join(scratch.dir, 'fleet') });

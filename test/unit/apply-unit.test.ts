@@ -12,6 +12,7 @@ import {
 } from '../../activities/device-steps';
 import { startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { rejection } from '../support/refusal';
 
 /**
  * One connection and ONE remote command per device apply (issue 12 item 1), against the fleet
@@ -62,13 +63,7 @@ describe('the single-command apply keeps every step semantic', () => {
   };
   const profileFile = (id: string, rel: string) => join(fleet.device(id).sandbox, '.wavegate/profiles/unit', rel);
   const opts = { commandTimeoutMs: 20_000, profilesRoot: profilesRoot, heartbeatIntervalMs: 200 };
-  const failure = (p: Promise<unknown>): Promise<Error> =>
-    p.then(
-      () => {
-        throw new Error('expected a failure');
-      },
-      (e: unknown) => e as Error,
-    );
+  const failure = (p: Promise<unknown>) => rejection(p, Error);
 
   beforeAll(async () => {
     fleet = await startFleet({ devices: ids.map((id) => ({ id })), dir: join(scratch.dir, 'fleet') });

@@ -9,6 +9,7 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { errorRateReportName, type HealthReport, type TwinView } from '../../core/twin';
 import { demoDevices, startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { refusal } from '../support/refusal';
 import { writeSignedProfile } from '../support/signed-profile';
 
 /**
@@ -233,17 +234,11 @@ describe('one gate over SSH and agent devices (simulated fleet)', () => {
 
 describe('channelFor', () => {
   it('an unknown transport is a non-retryable config error naming the device, the value and the allowed names', () => {
-    const err = (() => {
-      try {
-        channelFor({ id: 'dev-9', transport: 'ftp' as 'ssh' });
-      } catch (e) {
-        return e;
-      }
-    })();
+    const err = refusal(() => channelFor({ id: 'dev-9', transport: 'ftp' as 'ssh' }), TransportError);
     expect(err).toBeInstanceOf(TransportError);
-    expect((err as TransportError).kind).toBe('config');
-    expect((err as TransportError).retryable).toBe(false);
-    expect((err as Error).message).toBe(
+    expect(err.kind).toBe('config');
+    expect(err.retryable).toBe(false);
+    expect(err.message).toBe(
       'dev-9: transport "ftp": not a transport this worker knows; allowed: "ssh", "agent" (set transport on the device in the inventory)',
     );
   });

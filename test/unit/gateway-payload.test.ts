@@ -179,14 +179,14 @@ describe('gateway payloads', () => {
     changed[changed.length - 1] ^= 0xff;
     writeFileSync(path, changed);
     const got: Buffer[] = [];
-    const err = await (async () => {
-      for await (const c of opened.chunks()) got.push(c);
-    })().then(
-      () => undefined,
-      (e: unknown) => e as Error,
+    const err = await rejectionOf(
+      (async () => {
+        for await (const c of opened.chunks()) got.push(c);
+      })(),
+      Error,
     );
     await opened.close();
-    expect(err?.message).toContain('PAYLOAD_DIGEST_MISMATCH');
+    expect(err.message).toContain('PAYLOAD_DIGEST_MISMATCH');
     expect(Buffer.concat(got).length).toBeLessThan(original.length);
   });
 });

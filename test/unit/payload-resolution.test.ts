@@ -9,6 +9,7 @@ import { parseRevision } from '../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, type Trust } from '../../core/signing';
 import { startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { refusal, rejection as rejectionOf } from '../support/refusal';
 
 /**
  * The worker finds a payload file by the signed revision's own entry, under its own profile's payload
@@ -52,15 +53,7 @@ describe('payload files: resolved by the signed entry under the worker payload d
     };
   };
   const resolve = (steps: RevisionSteps) => signedSteps(steps, { trust, requireEnvelope: true, now, profilesRoot });
-  const rejection = (fn: () => unknown): EnvelopeRejected => {
-    try {
-      fn();
-    } catch (err) {
-      expect(err).toBeInstanceOf(EnvelopeRejected);
-      return err as EnvelopeRejected;
-    }
-    throw new Error('expected an EnvelopeRejected');
-  };
+  const rejection = (fn: () => unknown) => refusal(fn, EnvelopeRejected);
 
   beforeAll(async () => {
     mkdirSync(join(payloadDir, 'sub'), { recursive: true });
@@ -143,12 +136,12 @@ describe('payload files: resolved by the signed entry under the worker payload d
       verify: 'false',
       payload: [{ name: 'file', sha256: digest, size: body.length, source: 'payload/same-size' }],
     };
-    const err = await applyToDevice(target, steps, { commandTimeoutMs: 10_000, profilesRoot: profilesRoot }).then(
-      () => undefined,
-      (e: unknown) => e as Error,
+    const err = await rejectionOf(
+      applyToDevice(target, steps, { commandTimeoutMs: 10_000, profilesRoot: profilesRoot }),
+      EnvelopeRejected,
     );
     expect(err).toBeInstanceOf(EnvelopeRejected);
-    expect((err as EnvelopeRejected).reason).toBe('PAYLOAD_DIGEST_MISMATCH');
+    expect(err.reason).toBe('PAYLOAD_DIGEST_MISMATCH');
     const local = createHash('sha256').update(body.replace('signed', 'forged')).digest('hex');
     expect(err!.message).not.toContain(local);
     expect(err!.message).toContain(`does not have the signed sha256 ${digest}`);

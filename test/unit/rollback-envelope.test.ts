@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { EnvelopeRejected, signedSteps, type RevisionSteps } from '../../activities/device-steps';
 import { parseRevision } from '../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, type Trust } from '../../core/signing';
+import { refusal } from '../support/refusal';
 
 /**
  * No mix and match: a rollback runs a target revision's signed `rollback` command only to take that
@@ -39,16 +40,13 @@ describe('rollback envelopes', () => {
   });
 
   it('refuses r3 rollback paired with r1 (an unrelated envelope): WRONG_ROLLBACK, nothing to run', () => {
-    const err = (() => {
-      try {
-        resolve(rollbackTo(1, envelopeOf(3, { previous: 2, rollback: 'undo 3' })));
-      } catch (e) {
-        return e;
-      }
-    })();
+    const err = refusal(
+      () => resolve(rollbackTo(1, envelopeOf(3, { previous: 2, rollback: 'undo 3' }))),
+      EnvelopeRejected,
+    );
     expect(err).toBeInstanceOf(EnvelopeRejected);
-    expect((err as EnvelopeRejected).reason).toBe('WRONG_ROLLBACK');
-    expect((err as Error).message).toMatch(/r3's rollback goes back to r2, not to r1/);
+    expect(err.reason).toBe('WRONG_ROLLBACK');
+    expect(err.message).toMatch(/r3's rollback goes back to r2, not to r1/);
   });
 
   it('refuses a rollback command from a revision that names no previous', () => {

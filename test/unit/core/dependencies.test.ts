@@ -15,7 +15,7 @@ import { checkDependencyCycle, loadDependencies } from '../../../intake/dependen
 import { PROJECT_ROOT } from '../../../intake/package-layout';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
-import { refusal } from '../../support/refusal';
+import { refusal, rejection } from '../../support/refusal';
 
 /** Ordering between profiles: the graph walk, the spec field, the checks against the profiles root, and plan's exit 2. */
 
@@ -164,12 +164,14 @@ describe('cycle check at start (the running rollouts, read through a stand-in fo
   const spec = { profile: 'motd', after: [{ profile: 'inference', revision: 15 }] };
 
   it('refuses a cycle through the running rollouts, with its path', async () => {
-    const err = (await checkDependencyCycle(
-      {} as never,
-      spec,
-      'motd.yaml',
-      running({ inference: [{ profile: 'driver', revision: 2 }], driver: [{ profile: 'motd', revision: 3 }] }),
-    ).catch((e: unknown) => e)) as WavegateError;
+    const err = await rejection(
+      checkDependencyCycle(
+        {} as never,
+        spec,
+        'motd.yaml',
+        running({ inference: [{ profile: 'driver', revision: 2 }], driver: [{ profile: 'motd', revision: 3 }] }),
+      ),
+    );
     expect(err).toBeInstanceOf(WavegateError);
     expect(err.code).toBe('INVALID_INPUT');
     expect(err.message).toContain(
