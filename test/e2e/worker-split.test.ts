@@ -91,6 +91,13 @@ describe('wavegate worker --workflows-only / --activities-only', () => {
     expect(run.stdout).not.toContain('polling');
   });
 
+  it('the retired --park-connections is not in the help (it is still accepted: the rollout below)', async () => {
+    const help = await runCli(['worker', '--help'], { env: cliEnv() });
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('--max-activities');
+    expect(help.stdout).not.toContain('--park-connections');
+  });
+
   it.each([
     [['--max-activities', '0'], '--max-activities "0"'],
     [['--max-activities', '99999'], '--max-activities "99999"'],
