@@ -1,14 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { demoDevices, type Fleet } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
 import { pauseUpdate, resumeUpdate, statusQuery } from '../../contracts/rollout';
-import { rolloutWorkflow } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { rolloutInputFor } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 
 function readMarker(fleet: Fleet, id: string): string | undefined {
@@ -43,45 +41,23 @@ async function appliesScheduled(
  * so no apply is scheduled anywhere in the execution tree after the CLI's pause came back.
  */
 describe('pause over overlapping slices', () => {
-  let env: TestWorkflowEnvironment;
-  let worker: Awaited<ReturnType<typeof startTestWorker>>;
-  let fleet: Fleet | undefined;
-  const scratch = scratchDir('pause-slices');
-
-  beforeAll(async () => {
-    env = await startDevServerEnv();
-    worker = await startTestWorker(env, { auditDir: join(scratch.dir, 'audit') });
-  });
-  afterAll(async () => {
-    await fleet?.stop();
-    await worker?.stop();
-    await env?.teardown();
-    scratch.cleanup();
-  });
+  const real = realRollouts('pause-slices');
 
   it('no apply is scheduled in any slice after the pause update returns; resume finishes the rollout', async () => {
     const DEVICES = 40;
-    const made = await fleetWithInventory(join(scratch.dir, 'fleet'), demoDevices(DEVICES), {
-      'pool-a': 0.1,
-      'pool-b': 0.1,
-    });
-    fleet = made.fleet;
+    const { dir, fleet, inventoryPath } = await real.fleet(demoDevices(DEVICES), { 'pool-a': 0.1, 'pool-b': 0.1 });
     // Slow commands keep devices of neighbouring slices in flight when the pause lands.
-    await Promise.all(fleet.devices.map((d) => fleet!.setFaults(d.id, { latencyMs: 200 })));
+    await Promise.all(fleet.devices.map((d) => fleet.setFaults(d.id, { latencyMs: 200 })));
     const input = rolloutInputFor(
-      join(scratch.dir, 'fleet'),
+      dir,
       { gate: '0s', phases: [{ canary: '1 device' }, { bulk: 'remainder' }] },
-      made.inventoryPath,
+      inventoryPath,
       'rollout:pause-slices',
     );
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue: worker.taskQueue,
-      args: [{ ...input, sliceSize: 4 }],
-    });
+    const handle = await real.start({ ...input, sliceSize: 4 });
 
     // Mid-phase, read from the devices themselves (the parent learns a slice's devices when it ends).
-    const onTarget = () => fleet!.devices.filter((d) => readMarker(fleet!, d.id) === '2').length;
+    const onTarget = () => fleet.devices.filter((d) => readMarker(fleet, d.id) === '2').length;
     await until('ten devices applied', async () => (onTarget() >= 10 ? true : undefined), 120_000);
     await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test', reason: 'hold the fleet' }] });
     const pausedAt = Date.now();
@@ -94,11 +70,11 @@ describe('pause over overlapping slices', () => {
     expect(held).toBeLessThan(DEVICES);
     expect((await handle.query(statusQuery)).pausedReason).toContain('hold the fleet');
 
-    const parent = await appliesScheduled(env.client, input.rolloutId);
+    const parent = await appliesScheduled(real.env.client, input.rolloutId);
     const late: number[] = [];
     let slices = 0;
     for (const id of parent.children) {
-      const child = await appliesScheduled(env.client, id);
+      const child = await appliesScheduled(real.env.client, id);
       slices += 1;
       late.push(...child.scheduled.filter((at) => at > pausedAt));
     }
@@ -113,11 +89,11 @@ describe('pause over overlapping slices', () => {
     // The path of SLICE_CONTROL_ACK (archive/r9/pause-reaches-slices.json holds the retired CONTROLS_REACH_SLICES one).
     await recordHistory(handle, 'pause-acked-by-slices');
     for (const id of parent.children) {
-      const events = (await env.client.workflow.getHandle(id).fetchHistory()).events ?? [];
+      const events = (await real.env.client.workflow.getHandle(id).fetchHistory()).events ?? [];
       if (
         events.some((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'sliceControlAck')
       ) {
-        await recordHistory(env.client.workflow.getHandle(id), 'pause-acked-slice-child');
+        await recordHistory(real.env.client.workflow.getHandle(id), 'pause-acked-slice-child');
         break;
       }
     }
