@@ -3,6 +3,7 @@
  * added, renamed, or its description changed): `npx tsx scripts/command-table.ts`. With --check it only
  * says whether the table is current (exit 1 when not); test/unit/cli-command-table.test.ts checks the same.
  */
+import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, Help } from 'commander';
@@ -23,7 +24,15 @@ const begin = 'export const COMMANDS: TopCommand[] = [\n';
 const start = text.indexOf(begin) + begin.length;
 const end = text.indexOf('\n];\n', start);
 if (start < begin.length || end < 0) throw new Error(`${file}: no COMMANDS table found`);
-const updated = `${text.slice(0, start)}${rows.join('\n')}${text.slice(end)}`;
+// The rows as the formatter lays them out (npm run lint checks cli/main.ts), so --check compares like with like.
+const updated = execFileSync(
+  join(__dirname, '..', 'node_modules', '.bin', 'biome'),
+  ['format', `--stdin-file-path=${file}`],
+  {
+    input: `${text.slice(0, start)}${rows.join('\n')}${text.slice(end)}`,
+    encoding: 'utf8',
+  },
+);
 if (process.argv.includes('--check')) {
   process.stdout.write(
     updated === text ? 'COMMANDS is current\n' : 'COMMANDS is out of date: run npx tsx scripts/command-table.ts\n',
