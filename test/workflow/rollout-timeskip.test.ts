@@ -1,36 +1,29 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../activities/audit';
 import { verifyAuditChain } from '../../core/audit';
 import { demoDevices, type Fleet } from '../../sim';
-import { rolloutWorkflow } from '../../workflows/rollout';
-import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from '../support/harness';
+import { rolloutInputFor } from '../support/harness';
 import { recordHistory } from '../support/histories';
+import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, VERIFY_R2 } from '../support/rollout-helpers';
 import { startTimeSkippingEnv } from '../support/temporal';
 
 describe('rollout workflow on the time-skipping test server', () => {
-  let env: TestWorkflowEnvironment;
+  const real = realRollouts('timeskip', { startEnv: startTimeSkippingEnv });
+  const { auditDir } = real;
+  let dir: string;
   let fleet: Fleet;
   let inventoryPath: string;
-  const scratch = scratchDir('timeskip');
-  const auditDir = join(scratch.dir, 'audit');
 
   beforeAll(async () => {
-    env = await startTimeSkippingEnv();
-    ({ fleet, inventoryPath } = await fleetWithInventory(scratch.dir, demoDevices(12)));
-  });
-  afterAll(async () => {
-    await fleet?.stop();
-    await env?.teardown();
-    scratch.cleanup();
+    ({ dir, fleet, inventoryPath } = await real.fleet(demoDevices(12)));
   });
 
   it('happy path through 3 phases with 10-minute gates and health gates; the audit holds one verified record per transition', async () => {
     const input = rolloutInputFor(
-      scratch.dir,
+      dir,
       {
         gate: '10m',
         phases: [
@@ -42,69 +35,60 @@ describe('rollout workflow on the time-skipping test server', () => {
       inventoryPath,
       'rollout:demo-timeskip',
     );
-    const worker = await startTestWorker(env, { auditDir });
-    try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, {
-        workflowId: input.rolloutId,
-        taskQueue: worker.taskQueue,
-        args: [input],
-      });
-      const result = await handle.result();
-      await recordHistory(handle, 'happy-path-timeskip');
+    const handle = await real.start(input);
+    const result = await handle.result();
+    await recordHistory(handle, 'happy-path-timeskip');
 
-      expect(result.state).toBe('completed');
-      expect(result.phases.map((p) => [p.devices, p.stage, p.gateOutcome])).toEqual([
-        [1, 'passed', 'pass'],
-        [3, 'passed', 'pass'],
-        [8, 'passed', 'pass'],
-      ]);
-      for (const d of fleet.devices) {
-        expect(markerOf(fleet, d.id)).toBe(2);
-        // One remote command per device (verify first, apply, verify, marker), which applied once.
-        expect(fleet.count(d.id, APPLY_COMMAND)).toBe(1);
-        expect(fleet.count(d.id, VERIFY_R2)).toBe(1);
-        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
-          'apply of r2 done: verified, marker written\n',
-        );
-      }
-      // Three 10-minute gates passed in workflow time, skipped by the test server.
-      const { startTime, closeTime } = await handle.describe();
-      expect(closeTime!.getTime() - startTime.getTime()).toBeGreaterThanOrEqual(30 * 60_000);
-      const history = await handle.fetchHistory();
-      const timers = history
-        .events!.filter((e) => e.timerStartedEventAttributes)
-        .map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
-      expect(timers).toEqual([600, 600, 600]);
-
-      const audit = readAuditFile(auditDir, input.rolloutId);
-      expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 15 });
-      expect(audit.map((r) => `${r.event}${r.phase ? ` @${r.phase}` : ''}`)).toEqual([
-        'rollout.started',
-        'phase.started @canary 1 device',
-        'devices.outcome @canary 1 device',
-        'phase.applied @canary 1 device',
-        'gate.passed @canary 1 device',
-        'phase.started @bulk 25%',
-        'devices.outcome @bulk 25%',
-        'phase.applied @bulk 25%',
-        'gate.passed @bulk 25%',
-        'phase.started @bulk remainder',
-        'devices.outcome @bulk remainder',
-        'phase.applied @bulk remainder',
-        'gate.passed @bulk remainder',
-        'floor.confirmed @bulk remainder',
-        'rollout.completed',
-      ]);
-      // What happened to each device is in the trail: all twelve applied, each once.
-      const outcomes = audit
-        .filter((r) => r.event === 'devices.outcome')
-        .flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
-      expect(outcomes.map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
-      expect(new Set(outcomes.map((d) => d.state))).toEqual(new Set(['applied']));
-      expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
-    } finally {
-      await worker.stop();
+    expect(result.state).toBe('completed');
+    expect(result.phases.map((p) => [p.devices, p.stage, p.gateOutcome])).toEqual([
+      [1, 'passed', 'pass'],
+      [3, 'passed', 'pass'],
+      [8, 'passed', 'pass'],
+    ]);
+    for (const d of fleet.devices) {
+      expect(markerOf(fleet, d.id)).toBe(2);
+      // One remote command per device (verify first, apply, verify, marker), which applied once.
+      expect(fleet.count(d.id, APPLY_COMMAND)).toBe(1);
+      expect(fleet.count(d.id, VERIFY_R2)).toBe(1);
+      expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
+        'apply of r2 done: verified, marker written\n',
+      );
     }
+    // Three 10-minute gates passed in workflow time, skipped by the test server.
+    const { startTime, closeTime } = await handle.describe();
+    expect(closeTime!.getTime() - startTime.getTime()).toBeGreaterThanOrEqual(30 * 60_000);
+    const history = await handle.fetchHistory();
+    const timers = history
+      .events!.filter((e) => e.timerStartedEventAttributes)
+      .map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
+    expect(timers).toEqual([600, 600, 600]);
+
+    const audit = readAuditFile(auditDir, input.rolloutId);
+    expect(verifyAuditChain(audit)).toEqual({ ok: true, count: 15 });
+    expect(audit.map((r) => `${r.event}${r.phase ? ` @${r.phase}` : ''}`)).toEqual([
+      'rollout.started',
+      'phase.started @canary 1 device',
+      'devices.outcome @canary 1 device',
+      'phase.applied @canary 1 device',
+      'gate.passed @canary 1 device',
+      'phase.started @bulk 25%',
+      'devices.outcome @bulk 25%',
+      'phase.applied @bulk 25%',
+      'gate.passed @bulk 25%',
+      'phase.started @bulk remainder',
+      'devices.outcome @bulk remainder',
+      'phase.applied @bulk remainder',
+      'gate.passed @bulk remainder',
+      'floor.confirmed @bulk remainder',
+      'rollout.completed',
+    ]);
+    // What happened to each device is in the trail: all twelve applied, each once.
+    const outcomes = audit
+      .filter((r) => r.event === 'devices.outcome')
+      .flatMap((r) => (r.evidence as { devices: Array<{ id: string; state: string }> }).devices);
+    expect(outcomes.map((d) => d.id).sort()).toEqual(fleet.devices.map((d) => d.id).sort());
+    expect(new Set(outcomes.map((d) => d.state))).toEqual(new Set(['applied']));
+    expect(audit.at(-1)!.counts).toMatchObject({ applied: 12, total: 12 });
   });
 
   it('no device starts outside the maintenance window: the workflow sleeps until it opens', async () => {
@@ -117,7 +101,7 @@ describe('rollout workflow on the time-skipping test server', () => {
     const opens = new Date(now.getTime() + 3 * 3_600_000);
     const closes = new Date(now.getTime() + 5 * 3_600_000);
     const input = rolloutInputFor(
-      scratch.dir,
+      dir,
       {
         gate: '1m',
         window: {
@@ -131,39 +115,29 @@ describe('rollout workflow on the time-skipping test server', () => {
       inventoryPath,
       'rollout:demo-window',
     );
-    const worker = await startTestWorker(env, { auditDir });
-    try {
-      const handle = await env.client.workflow.start(rolloutWorkflow, {
-        workflowId: input.rolloutId,
-        taskQueue: worker.taskQueue,
-        args: [input],
-      });
-      const result = await handle.result();
-      expect(result.state).toBe('completed');
-      const history = await handle.fetchHistory();
-      const firstApply = history.events!.find(
-        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision',
-      )!;
-      const windowTimer = history.events!.find(
-        (e) =>
-          e.timerStartedEventAttributes && Number(e.timerStartedEventAttributes.startToFireTimeout!.seconds) > 3_600,
-      )!;
-      expect(windowTimer).toBeDefined();
-      // The first apply was scheduled only after the window opened (workflow time).
-      const scheduledAt = Number(firstApply.eventTime!.seconds) * 1000;
-      expect(scheduledAt).toBeGreaterThanOrEqual(opens.getTime() - 60_000);
-      expect(Number(windowTimer.eventId)).toBeLessThan(Number(firstApply.eventId));
-      // The content was still in place (only the markers were reset): verify-first, no apply.
-      for (const d of fleet.devices) {
-        expect(fleet.count(d.id, VERIFY_R2)).toBe(1); // one remote command, which stopped after verify first
-        expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
-          'r2 already in place (verify only)\n',
-        );
-        expect(markerOf(fleet, d.id)).toBe(2);
-      }
-      expect(result.devices.every((d) => d.reason === 'already in place (verify only)')).toBe(true);
-    } finally {
-      await worker.stop();
+    const handle = await real.start(input);
+    const result = await handle.result();
+    expect(result.state).toBe('completed');
+    const history = await handle.fetchHistory();
+    const firstApply = history.events!.find(
+      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'applyRevision',
+    )!;
+    const windowTimer = history.events!.find(
+      (e) => e.timerStartedEventAttributes && Number(e.timerStartedEventAttributes.startToFireTimeout!.seconds) > 3_600,
+    )!;
+    expect(windowTimer).toBeDefined();
+    // The first apply was scheduled only after the window opened (workflow time).
+    const scheduledAt = Number(firstApply.eventTime!.seconds) * 1000;
+    expect(scheduledAt).toBeGreaterThanOrEqual(opens.getTime() - 60_000);
+    expect(Number(windowTimer.eventId)).toBeLessThan(Number(firstApply.eventId));
+    // The content was still in place (only the markers were reset): verify-first, no apply.
+    for (const d of fleet.devices) {
+      expect(fleet.count(d.id, VERIFY_R2)).toBe(1); // one remote command, which stopped after verify first
+      expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/last-apply/released'), 'utf8')).toBe(
+        'r2 already in place (verify only)\n',
+      );
+      expect(markerOf(fleet, d.id)).toBe(2);
     }
+    expect(result.devices.every((d) => d.reason === 'already in place (verify only)')).toBe(true);
   });
 });
