@@ -13,6 +13,7 @@ import {
 } from '../../contracts/rollout';
 import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
+import { rejection } from '../support/refusal';
 import { APPLY_COMMAND, markerOf, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 
 /**
@@ -167,7 +168,10 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     expect(held.devices.filter((d) => d.state === 'pending').length).toBe(8 - startedAtAck.size);
 
     // A second pause is an invalid transition: refused at once, naming the current state.
-    const refused = await handle.executeUpdate(pauseUpdate, { args: [{ by: 'test' }] }).catch((e: unknown) => e);
+    const refused = await rejection(
+      handle.executeUpdate(pauseUpdate, { args: [{ by: 'test' }] }),
+      WorkflowUpdateFailedError,
+    );
     expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
     expect(String((refused as { cause?: Error }).cause?.message)).toContain('rollout is paused');
 
@@ -204,7 +208,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
         expect(fleet.count(id, APPLY_COMMAND)).toBe(0);
       }
       // Aborting an aborted rollout is refused: it is final.
-      const again = await handle.executeUpdate(abortUpdate, { args: [{ by: 'test' }] }).catch((e: unknown) => e);
+      const again = await rejection(handle.executeUpdate(abortUpdate, { args: [{ by: 'test' }] }), Error);
       expect(again).toBeInstanceOf(Error);
     }
   });
@@ -216,7 +220,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     const [canary] = byPhase(waiting, 0);
     expect(markerOf(fleet, canary!)).toBe(2);
     await handle.cancel();
-    const err = await handle.result().catch((e: unknown) => e);
+    const err = await rejection(handle.result(), WorkflowFailedError);
     await recordHistory(handle, 'cancel-compensates');
     expect(err).toBeInstanceOf(WorkflowFailedError);
     expect((await handle.describe()).status.name).toBe('CANCELLED');
@@ -236,7 +240,7 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     const applying = await waitForStatus(handle, (s) => s.counts.applying === 1);
     const canary = applying.devices.find((d) => d.state === 'applying')!.id;
     await handle.cancel();
-    const err = await handle.result().catch((e: unknown) => e);
+    const err = await rejection(handle.result(), WorkflowFailedError);
     expect(err).toBeInstanceOf(WorkflowFailedError);
     expect((await handle.describe()).status.name).toBe('CANCELLED');
     const trail = events(input.rolloutId);
