@@ -16,6 +16,7 @@ import {
 import { loadHistory } from '../support/histories';
 import { replayUpdateOutcomes } from '../support/replay-update-outcomes';
 import { realRollouts } from '../support/real-rollouts';
+import { rejection } from '../support/refusal';
 
 /**
  * The registry's update handler re-decides every registration on replay; its validator does not run on
@@ -124,17 +125,11 @@ describe('a new registration under the signed content rules (real Temporal dev s
       ],
     ];
     for (const [envelope, shows] of cases) {
-      const err = await register(p, envelope).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const err = await rejection(register(p, envelope));
       expect(err).toBeInstanceOf(WavegateError);
-      expect([(err as WavegateError).code, (err as WavegateError).details.reason]).toEqual([
-        'INVALID_INPUT',
-        'INVALID_REVISION',
-      ]);
-      expect((err as WavegateError).message).toMatch(shows);
-      expect((err as WavegateError).message).not.toContain('hunter2');
+      expect([err.code, err.details.reason]).toEqual(['INVALID_INPUT', 'INVALID_REVISION']);
+      expect(err.message).toMatch(shows);
+      expect(err.message).not.toContain('hunter2');
     }
     // Refused by the validator: no update reached the history, nothing was stored, and the next one registers.
     expect(await acceptedUpdates(p)).toBe(updatesBefore);
