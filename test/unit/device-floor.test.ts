@@ -6,6 +6,7 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, EnvelopeRejected, type RevisionSteps } from '../../activities/device-steps';
 import { startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
+import { rejection } from '../support/refusal';
 
 /**
  * The device floor over real SSH (the simulator): with a floor on the device (the one a rollout's apply
@@ -57,19 +58,17 @@ describe('device floor over SSH', () => {
     const d = fleet.device('f2');
     confirm(d, 0); // no revert window
     fleet.resetCounters();
-    const err = await applyToDevice(target(d), steps(1), opts).catch((e: unknown) => e);
+    const err = await rejection(applyToDevice(target(d), steps(1), opts), EnvelopeRejected);
     expect(err).toBeInstanceOf(EnvelopeRejected);
-    expect((err as EnvelopeRejected).reason).toBe('BELOW_FLOOR');
-    expect((err as Error).message).toMatch(
-      /r1 is below the device's floor r3, confirmed by rollout:floored: roll forward/,
-    );
+    expect(err.reason).toBe('BELOW_FLOOR');
+    expect(err.message).toMatch(/r1 is below the device's floor r3, confirmed by rollout:floored: roll forward/);
     expect(existsSync(join(d.sandbox, 'applied-1'))).toBe(false);
     // One command (the unit's script), which stopped at the floor: no lock taken, nothing launched.
     expect(fleet.commands('f2')).toHaveLength(1);
     expect(existsSync(join(d.sandbox, '.wavegate/profiles/floored/apply.lock'))).toBe(false);
     expect(existsSync(join(d.sandbox, '.wavegate/profiles/floored/last-apply'))).toBe(false);
     // Going back to the replaced revision without a window is refused too, and says why.
-    expect(((await applyToDevice(target(d), steps(2), opts).catch((e: unknown) => e)) as Error).message).toMatch(
+    expect((await rejection(applyToDevice(target(d), steps(2), opts), Error)).message).toMatch(
       /confirmed with no revert window/,
     );
     // Rolling forward is the way: the floor revision and above apply.
@@ -83,8 +82,6 @@ describe('device floor over SSH', () => {
     expect(existsSync(join(d.sandbox, 'applied-2'))).toBe(true);
     // But nothing older than that.
     writeFileSync(join(d.sandbox, 'unrelated'), '');
-    expect(((await applyToDevice(target(d), steps(1), opts).catch((e: unknown) => e)) as EnvelopeRejected).reason).toBe(
-      'BELOW_FLOOR',
-    );
+    expect((await rejection(applyToDevice(target(d), steps(1), opts), EnvelopeRejected)).reason).toBe('BELOW_FLOOR');
   });
 });
