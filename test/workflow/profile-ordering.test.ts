@@ -23,6 +23,7 @@ import { abortUpdate, pauseUpdate, resumeUpdate, type RolloutStatus } from '../.
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { realRollouts } from '../support/real-rollouts';
 import { recordHistory } from '../support/histories';
+import { rejection } from '../support/refusal';
 import { mockDevices, mockInput } from '../support/mock-activities';
 import { mockedRolloutWorker } from '../support/mocked-worker';
 import { startTimeSkippingEnv } from '../support/temporal';
@@ -224,14 +225,13 @@ describe('ordering between profiles over SSH', () => {
     });
     // A revision the worker does not hold signed: refused before the device runs anything.
     fleet.resetCounters();
-    const refused = await applyToDevice(
-      targets.get('behind')!,
-      { ...demo.steps, after: [{ profile: 'base', revision: 3 }] },
-      opts,
-    ).catch((e: unknown) => e);
+    const refused = await rejection(
+      applyToDevice(targets.get('behind')!, { ...demo.steps, after: [{ profile: 'base', revision: 3 }] }, opts),
+      EnvelopeRejected,
+    );
     expect(refused).toBeInstanceOf(EnvelopeRejected);
-    expect((refused as EnvelopeRejected).reason).toBe('NO_DEPENDENCY');
-    expect((refused as Error).message).toContain('base/envelopes/3.json');
+    expect(refused.reason).toBe('NO_DEPENDENCY');
+    expect(refused.message).toContain('base/envelopes/3.json');
     expect(fleet.count('behind', /grep|install/)).toBe(0);
     expect(fleet.count('behind', APPLY_COMMAND)).toBe(0);
     // The preflight `start` asks finds the same before any device is contacted.
