@@ -229,12 +229,7 @@ describe("--trust: the device's trust anchor under StrictModes", () => {
     };
     expect(verifiedRevision(entry, trust, Date.now()).revision).toBe(2);
     chmodSync(file, 0o646);
-    let reason: string | undefined;
-    try {
-      verifiedRevision(entry, trust, Date.now());
-    } catch (err) {
-      reason = (err as { reason?: string }).reason;
-    }
+    const reason = (refusal(() => verifiedRevision(entry, trust, Date.now()), Error) as { reason?: string }).reason;
     expect(reason).toBe('UNSAFE_TRUST');
     const ctx: EntryContext = {
       deviceId: 'dev-1',

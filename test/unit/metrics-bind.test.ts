@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../core/errors';
+import { refusal } from '../support/refusal';
 import { metricsBindOf, parseMetricsBind } from '../../workers/metrics';
 
 /** `--metrics-bind` / `WAVEGATE_METRICS_BIND`: host:port or a refusal naming the field and the value. */
@@ -21,15 +22,10 @@ describe('metrics bind address', () => {
     ['http://127.0.0.1:9464', 'expected host:port'],
     [`${'a'.repeat(300)}:1`, 'longer than 255'],
   ])('refuses %s (%s)', (value, why) => {
-    let caught: unknown;
-    try {
-      parseMetricsBind(value);
-    } catch (err) {
-      caught = err;
-    }
+    const caught = refusal(() => parseMetricsBind(value));
     expect(caught).toBeInstanceOf(WavegateError);
-    expect((caught as WavegateError).code).toBe('INVALID_INPUT');
-    expect((caught as WavegateError).message).toContain('--metrics-bind "');
+    expect(caught.code).toBe('INVALID_INPUT');
+    expect(caught.message).toContain('--metrics-bind "');
     expect((caught as WavegateError).message).toContain(why);
   });
 

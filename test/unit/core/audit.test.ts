@@ -15,6 +15,7 @@ import {
 } from '../../../core/audit';
 import { canonicalize } from '../../../core/canonical';
 import { WavegateError } from '../../../core/errors';
+import { refusal } from '../../support/refusal';
 import { keyPairFromSeed, secretKeyFile } from '../../../core/signing';
 
 /** The events the workflow writes by itself (an override needs fields of its own). */
@@ -71,15 +72,10 @@ describe('sealRecord', () => {
       [{ evidence: { n: Number.NaN } }, /audit event evidence\.n: NaN is not a finite number/],
     ];
     for (const [patch, message] of bad) {
-      let caught: unknown;
-      try {
-        sealRecord(event(1, patch), GENESIS_HASH);
-      } catch (err) {
-        caught = err;
-      }
+      const caught = refusal(() => sealRecord(event(1, patch), GENESIS_HASH));
       expect(caught).toBeInstanceOf(WavegateError);
-      expect((caught as WavegateError).code).toBe('INVALID_INPUT');
-      expect((caught as Error).message).toMatch(message);
+      expect(caught.code).toBe('INVALID_INPUT');
+      expect(caught.message).toMatch(message);
     }
     expect(() => sealRecord(event(1), 'a'.repeat(64))).toThrow(/prev.*seq 1 starts a chain/);
     expect(() => sealRecord(event(2), 'not-hex')).toThrow(/prev: "not-hex"/);

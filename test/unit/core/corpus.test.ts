@@ -8,6 +8,7 @@ import { loadRolloutContent } from '../../../intake/prepare';
 import { assembleRolloutInput } from '../../../intake/rollout-input';
 import { MAX_DOCUMENT_BYTES, readDocument } from '../../../intake/files';
 import { WavegateError } from '../../../core/errors';
+import { refusal } from '../../support/refusal';
 import { parseProfile, parseRevision } from '../../../core/revision';
 import { checkSpecAgainstInventory, parseRolloutSpec } from '../../../core/spec';
 import type { FieldProblem } from '../../../core/validation';
@@ -67,14 +68,8 @@ describe('malformed-input corpus', () => {
   });
 
   it.each(CASES.map((c) => [c.file, c] as const))('%s is refused naming its field', (_file, c) => {
-    let caught: unknown;
-    try {
-      load(c);
-    } catch (err) {
-      caught = err;
-    }
-    expect(caught, `${c.file} was accepted`).toBeInstanceOf(WavegateError);
-    const err = caught as WavegateError;
+    const err = refusal(() => load(c));
+    expect(err, `${c.file} was accepted`).toBeInstanceOf(WavegateError);
     expect(err.code).toBe(c.code);
     expect(err.message).toContain(c.file);
     expect(namesField(err, c.path), `expected ${c.path} in:\n${err.message}`).toBe(true);

@@ -16,6 +16,7 @@ import type { DeviceStatus } from '../../../core/rollout-state';
 import { parseRolloutSpec } from '../../../core/spec';
 import { WavegateError } from '../../../core/errors';
 import { runCli } from '../../support/cli';
+import { refusal } from '../../support/refusal';
 
 const MIN = 60_000;
 
@@ -159,16 +160,11 @@ describe('deadline fields in the spec', () => {
     ],
   ];
   it.each(refusals)('%s is refused naming the field and the value', (_name, extra, phaseExtra, field, shows) => {
-    let error: unknown;
-    try {
-      parseRolloutSpec(body(extra, phaseExtra), 'spec.yaml');
-    } catch (err) {
-      error = err;
-    }
+    const error = refusal(() => parseRolloutSpec(body(extra, phaseExtra), 'spec.yaml'));
     expect(error).toBeInstanceOf(WavegateError);
-    expect((error as WavegateError).code).toBe('INVALID_INPUT');
-    const line = (error as Error).message.split('\n').find((l) => l.trim().startsWith(`${field}:`));
-    expect(line, (error as Error).message).toBeDefined();
+    expect(error.code).toBe('INVALID_INPUT');
+    const line = error.message.split('\n').find((l) => l.trim().startsWith(`${field}:`));
+    expect(line, error.message).toBeDefined();
     expect(line).toContain(shows);
   });
 });

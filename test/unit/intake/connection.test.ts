@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { inspect } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { WavegateError } from '../../../core/errors';
+import { refusal } from '../../support/refusal';
 import { connectionOptions, describeConnection, resolveConnectionSettings } from '../../../workers/connection';
 
 const dir = mkdtempSync(join(tmpdir(), 'wavegate-connection-'));
@@ -55,15 +56,10 @@ describe('workers/connection: one resolver for the CLI and the worker', () => {
       [() => resolveConnectionSettings({ tlsCert: join(dir, 'c.pem') }, env), '--tls-cert and --tls-key'],
     ];
     for (const [fn, named] of cases) {
-      let caught: unknown;
-      try {
-        fn();
-      } catch (err) {
-        caught = err;
-      }
+      const caught = refusal(fn);
       expect(caught).toBeInstanceOf(WavegateError);
-      expect((caught as WavegateError).code).toBe('INVALID_INPUT');
-      expect((caught as WavegateError).message).toContain(named);
+      expect(caught.code).toBe('INVALID_INPUT');
+      expect(caught.message).toContain(named);
     }
   });
 });

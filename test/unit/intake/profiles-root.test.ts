@@ -1,10 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { WavegateError } from '../../../core/errors';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../../intake/profiles-root';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
+import { refusal } from '../../support/refusal';
 import { PROJECT_ROOT } from '../../../intake/package-layout';
 
 describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES > default', () => {
@@ -18,14 +18,7 @@ describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES
 
   it('an empty $WAVEGATE_PROFILES counts as unset; an empty --profiles is refused naming the flag', () => {
     expect(resolveProfilesRoot({ env: { WAVEGATE_PROFILES: '  ' } }).from).toBe('default');
-    const err = (() => {
-      try {
-        resolveProfilesRoot({ flag: '', env: {} });
-      } catch (e) {
-        return e as WavegateError;
-      }
-      throw new Error('not refused');
-    })();
+    const err = refusal(() => resolveProfilesRoot({ flag: '', env: {} }));
     expect(err.code).toBe('INVALID_INPUT');
     expect(err.message).toContain('--profiles ""');
   });
