@@ -14,6 +14,7 @@ import { resumeUpdate } from '../../contracts/rollout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
 import { waitForStatus } from '../support/rollout-helpers';
+import { rejection } from '../support/refusal';
 import { until } from '../support/until';
 import { startSshdFleet, type SshdDevice, type SshdFleet } from '../support/sshd';
 
@@ -197,18 +198,18 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       };
       const holder = { rollout: 'rollout:openssh-detached', run: 'run-1', activity: '1', attempt: 1 };
       const cut = new AbortController();
-      const first = await applyToDevice(target(b), steps, {
-        commandTimeoutMs: 30_000,
-        profilesRoot: profilesRoot,
-        holder,
-        heartbeatIntervalMs: 200,
-        signal: cut.signal,
-        heartbeat: (beat) => {
-          if (/^apply running/.test(beat)) cut.abort(); // the worker's connection goes away mid-apply
-        },
-      }).then(
-        () => undefined,
-        (e: unknown) => e as TransportError,
+      const first = await rejection(
+        applyToDevice(target(b), steps, {
+          commandTimeoutMs: 30_000,
+          profilesRoot: profilesRoot,
+          holder,
+          heartbeatIntervalMs: 200,
+          signal: cut.signal,
+          heartbeat: (beat) => {
+            if (/^apply running/.test(beat)) cut.abort(); // the worker's connection goes away mid-apply
+          },
+        }),
+        TransportError,
       );
       expect(first).toBeInstanceOf(TransportError);
       expect(first?.kind).toBe('dropped');
@@ -286,21 +287,19 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       expect(execs() - before).toBe(1);
       expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\n');
 
-      const failed = await applyToDevice(
-        target(a),
-        steps(2, 'echo "no space left" >&2; exit 5', 'test -f "$HOME/single-2"'),
-        opts,
-      ).catch((e: unknown) => e as StepFailed);
+      const failed = await rejection(
+        applyToDevice(target(a), steps(2, 'echo "no space left" >&2; exit 5', 'test -f "$HOME/single-2"'), opts),
+        StepFailed,
+      );
       expect(failed).toBeInstanceOf(StepFailed);
       expect((failed as StepFailed).step).toBe('apply');
       expect((failed as StepFailed).message).toMatch(/apply exited 5: .*no space left/s);
       expect(readFileSync(join(lockDir, 'last-apply/released'), 'utf8')).toBe('apply exited 5\n');
 
-      const unverified = await applyToDevice(
-        target(a),
-        steps(3, 'echo run >> "$HOME/single-runs"', 'test -f "$HOME/single-3"'),
-        opts,
-      ).catch((e: unknown) => e as StepFailed);
+      const unverified = await rejection(
+        applyToDevice(target(a), steps(3, 'echo run >> "$HOME/single-runs"', 'test -f "$HOME/single-3"'), opts),
+        StepFailed,
+      );
       expect((unverified as StepFailed).step).toBe('verify');
       expect(readFileSync(join(a.home, 'single-runs'), 'utf8')).toBe('run\nrun\n');
       expect(readFileSync(join(lockDir, 'revision'), 'utf8')).toBe('1\n');
@@ -311,11 +310,11 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const a = sshd.device('ssh-a');
       const d = sshd.device('ssh-d');
       const before = accepted(d);
-      const err = await connectDevice(
-        target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } }),
-      ).then(
-        () => undefined,
-        (e: unknown) => e as TransportError,
+      const err = await rejection(
+        connectDevice(
+          target(d, { jumpHost: { host: a.host, port: a.port, user: a.user, hostKey: d.hostKeyFingerprint } }),
+        ),
+        TransportError,
       );
       expect(err).toBeInstanceOf(TransportError);
       expect(err!.kind).toBe('host-key');
@@ -334,17 +333,17 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
           srv.close(() => resolve(port));
         });
       });
-      const unreachable = await connectDevice({ ...target(d, { jumpHost }), port: closedPort }).then(
-        () => undefined,
-        (e: unknown) => e as TransportError,
+      const unreachable = await rejection(
+        connectDevice({ ...target(d, { jumpHost }), port: closedPort }),
+        TransportError,
       );
       expect(unreachable?.kind).toBe('connect');
       expect(unreachable?.retryable).toBe(true);
       expect(unreachable?.message).toContain(`the jump host cannot reach 127.0.0.1:${closedPort}`);
 
-      const wrongKey = await connectDevice(target(d, { jumpHost, hostKey: a.hostKeyFingerprint })).then(
-        () => undefined,
-        (e: unknown) => e as TransportError,
+      const wrongKey = await rejection(
+        connectDevice(target(d, { jumpHost, hostKey: a.hostKeyFingerprint })),
+        TransportError,
       );
       expect(wrongKey?.kind).toBe('host-key');
       expect(wrongKey?.retryable).toBe(false);
@@ -354,17 +353,11 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
       const b = sshd.device('ssh-b');
       const session = await connectDevice(target(b));
       try {
-        const timedOut = await session.exec('sleep 30', { timeoutMs: 300 }).then(
-          () => undefined,
-          (e: unknown) => e as TransportError,
-        );
+        const timedOut = await rejection(session.exec('sleep 30', { timeoutMs: 300 }), TransportError);
         expect(timedOut?.kind).toBe('timeout');
         expect((await session.exec('echo "$HOME"')).stdout.trim()).toBe(b.home);
         // Kill this session's own sshd process (the parent of the shell running the command).
-        const dropped = await session.exec('kill -9 $PPID; sleep 5').then(
-          () => undefined,
-          (e: unknown) => e as TransportError,
-        );
+        const dropped = await rejection(session.exec('kill -9 $PPID; sleep 5'), TransportError);
         expect(dropped?.kind).toBe('dropped');
         expect(dropped?.retryable).toBe(true);
       } finally {
