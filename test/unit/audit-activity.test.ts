@@ -35,7 +35,7 @@ import {
 } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { PROJECT_ROOT } from '../../intake/package-layout';
-import { rejection } from '../support/refusal';
+import { refusal, rejection } from '../support/refusal';
 
 /** The events the workflow writes by itself (an override needs fields of its own). */
 const ROUTINE = AUDIT_EVENTS.filter((name) => name !== 'audit.override');
@@ -294,15 +294,10 @@ describe('appendAudit on real files', () => {
   });
 
   it('reading an unknown rollout is NOT_FOUND naming the path', () => {
-    let caught: unknown;
-    try {
-      readAuditFile(dir, 'rollout:nope');
-    } catch (err) {
-      caught = err;
-    }
+    const caught = refusal(() => readAuditFile(dir, 'rollout:nope'));
     expect(caught).toBeInstanceOf(WavegateError);
-    expect((caught as WavegateError).code).toBe('NOT_FOUND');
-    expect((caught as Error).message).toContain('rollout%3Anope.jsonl');
+    expect(caught.code).toBe('NOT_FOUND');
+    expect(caught.message).toContain('rollout%3Anope.jsonl');
   });
 });
 
@@ -471,13 +466,8 @@ describe('the audit key file', () => {
     expect(() => readAuditKey(keyFile)).toThrow(/readable by others \(mode 644\); chmod 600 it/);
     writeFileSync(keyFile, 'sekrit-but-short\n', { mode: 0o600 });
     chmodSync(keyFile, 0o600);
-    let caught: unknown;
-    try {
-      readAuditKey(keyFile);
-    } catch (err) {
-      caught = err;
-    }
-    expect((caught as WavegateError).code).toBe('INVALID_INPUT');
-    expect((caught as Error).message).not.toContain('sekrit');
+    const caught = refusal(() => readAuditKey(keyFile));
+    expect(caught.code).toBe('INVALID_INPUT');
+    expect(caught.message).not.toContain('sekrit');
   });
 });

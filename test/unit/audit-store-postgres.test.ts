@@ -17,6 +17,7 @@ import {
 import { AUDIT_EVENTS, verifyAuditSegments, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { startPostgres, type Postgres } from '../support/postgres';
+import { refusal, rejection } from '../support/refusal';
 
 /**
  * The PostgreSQL audit store against a real PostgreSQL (test/support/postgres.ts): the file store's
@@ -52,15 +53,8 @@ function store(opts: { macKey?: Uint8Array } = { macKey: key }): PostgresAuditSt
   return s;
 }
 
-async function failureOf(promise: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).toBeInstanceOf(ApplicationFailure);
-    return err as ApplicationFailure;
-  }
-  throw new Error('expected the call to fail');
-}
+/** The ApplicationFailure a call fails with. */
+const failureOf = (promise: Promise<unknown>) => rejection(promise, ApplicationFailure);
 
 async function rows(
   rolloutId = id,
@@ -297,17 +291,12 @@ describe('configuration', () => {
       'postgres://wavegate:s3cretpw@db.example:5432/wavegate',
       'postgresql://u@db/w?password=s3cretpw',
     ]) {
-      let error: unknown;
-      try {
-        parseAuditStore(url);
-      } catch (err) {
-        error = err;
-      }
+      const error = refusal(() => parseAuditStore(url));
       expect(error).toBeInstanceOf(WavegateError);
-      expect((error as WavegateError).code).toBe('INVALID_INPUT');
-      expect((error as WavegateError).message).toContain('--audit-store');
-      expect((error as WavegateError).message).toContain('password in the URL is refused');
-      expect((error as WavegateError).message).not.toContain('s3cretpw');
+      expect(error.code).toBe('INVALID_INPUT');
+      expect(error.message).toContain('--audit-store');
+      expect(error.message).toContain('password in the URL is refused');
+      expect(error.message).not.toContain('s3cretpw');
     }
     expect(() => parseAuditStore('mysql://u@h/db')).toThrow(/expected "file" or postgres:\/\//);
     expect(() => parseAuditStore('postgres://u@h')).toThrow(/no database name/);
