@@ -8,6 +8,7 @@ import { createPostgresAuditStore } from '../../activities/audit-store';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';
+import { rejection } from '../support/refusal';
 
 /**
  * The audit store's connection (issue 22) against a real PostgreSQL that requires a password
@@ -120,8 +121,8 @@ describe('the audit store without a password', () => {
     Object.assign(process.env, { PGPASSWORD: '', PGPASSFILE: join(scratch.dir, 'no-such-pgpass'), HOME: scratch.dir });
     const store = createPostgresAuditStore({ url: pg.url, location: pg.url });
     try {
-      const failure = await store
-        .append({
+      const failure = await rejection(
+        store.append({
           seq: 1,
           at: '2026-01-01T00:00:00.000Z',
           rolloutId: 'rollout:x',
@@ -132,15 +133,13 @@ describe('the audit store without a password', () => {
           reason: null,
           counts: null,
           evidence: null,
-        } as never)
-        .then(
-          () => undefined,
-          (err: unknown) => err,
-        );
+        } as never),
+        ApplicationFailure,
+      );
       expect(failure).toBeInstanceOf(ApplicationFailure);
-      expect((failure as ApplicationFailure).type).toBe('AuditUnwritable');
-      expect((failure as ApplicationFailure).nonRetryable).toBe(false);
-      expect((failure as ApplicationFailure).message).toContain('none was given: set $PGPASSWORD');
+      expect(failure.type).toBe('AuditUnwritable');
+      expect(failure.nonRetryable).toBe(false);
+      expect(failure.message).toContain('none was given: set $PGPASSWORD');
     } finally {
       await store.close();
       for (const [k, v] of Object.entries(saved)) {

@@ -8,6 +8,7 @@ import { Profile, Revision } from '../../core/revision';
 import { Envelope, parseTrust, Pin, SecretKeyFile } from '../../core/signing';
 import { RolloutBody } from '../../core/spec';
 import { PROJECT_ROOT } from '../../intake/package-layout';
+import { refusal } from '../support/refusal';
 
 /**
  * docs/formats.md cannot drift from the schemas: every field of every user-written format (walked out
@@ -82,17 +83,13 @@ function schemaAt(schema: Schema, path: Path): Schema {
  * ("unknown field; allowed: a, b"): still read from the code, never typed in here.
  */
 function allowedFields(parse: (data: unknown) => unknown): Path[] {
-  try {
-    parse({ formatsDocProbe: 1 });
-  } catch (err) {
-    const allowed = /formatsDocProbe: unknown field; allowed: ([^(\n]+)/.exec((err as Error).message)?.[1];
-    if (allowed)
-      return allowed
-        .trim()
-        .split(/,\s*/)
-        .map((k) => [k]);
-  }
-  throw new Error('the schema did not name its allowed fields');
+  const refused = refusal(() => parse({ formatsDocProbe: 1 }), Error);
+  const allowed = /formatsDocProbe: unknown field; allowed: ([^(\n]+)/.exec(refused.message)?.[1];
+  if (!allowed) throw new Error('the schema did not name its allowed fields');
+  return allowed
+    .trim()
+    .split(/,\s*/)
+    .map((k) => [k]);
 }
 
 const DOC = readFileSync(join(PROJECT_ROOT, 'docs', 'formats.md'), 'utf8');
