@@ -1,11 +1,13 @@
 import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { WorkflowFailedError } from '@temporalio/client';
 import { stringify } from 'yaml';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readVerdicts, verdictsPathFor, writeVerdicts } from '../../intake/node-down';
 import { demoDevices, type Fleet } from '../../sim';
 import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
+import { rejection } from '../support/refusal';
 
 /**
  * Node-down verdicts end to end (issue 14 item 5): the real `wavegate` command against a real Temporal
@@ -261,14 +263,8 @@ describe('node-down verdicts through the CLI, the worker and the planner', () =>
     const described = await wg(['status', id, '--json']);
     const status = JSON.parse(described.stdout) as Status;
     expect(status.state).toBe('failed');
-    const failure = await real.env.client.workflow
-      .getHandle(id)
-      .result()
-      .then(
-        () => undefined,
-        (err: { cause?: { message?: string; cause?: { message?: string } } }) =>
-          `${err.cause?.message ?? ''} ${err.cause?.cause?.message ?? ''}`,
-      );
+    const failed = await rejection(real.env.client.workflow.getHandle(id).result(), WorkflowFailedError);
+    const failure = `${failed.cause?.message ?? ''} ${(failed.cause?.cause as Error | undefined)?.message ?? ''}`;
     expect(failure).toContain(`${verdictsFile}: refused: is world-writable (mode 0666)`);
     expect(fleet.totalCommands()).toBe(before);
     const board = await wg(['fleet', 'status', '--profile', 'demo', '--inventory', inventory]);
