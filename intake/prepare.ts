@@ -70,13 +70,7 @@ export function loadRolloutContent(req: SpecRequest): RolloutContent {
   const field = (name: string) => `${req.specSource}: rollout.${name}`;
   const target = fileRevision(loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = fileRevision(loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  return {
-    ...req,
-    ...loaded,
-    target,
-    from,
-    dependencies: loadDependencies(req.spec, req.profilesRoot, req.specSource),
-  };
+  return rolloutContent(req, loaded, target, from);
 }
 
 /** The same from `registry:<profile>`, each envelope verified again against the profile's pins. */
@@ -86,7 +80,16 @@ export async function loadRegisteredRolloutContent(client: Client, req: SpecRequ
   const trust = registryTrust(loaded.layout, loadProfileTrust(loaded.layout), field('profile'));
   const target = await registeredRevision(client, loaded.layout, trust, req.spec.toRevision, field('toRevision'));
   const from = await registeredRevision(client, loaded.layout, trust, req.spec.fromRevision, field('fromRevision'));
-  // Dependencies from the files either way: they are what the worker verifies them against.
+  return rolloutContent(req, loaded, target, from);
+}
+
+/** The content of a rollout; its dependencies from the files either way: they are what the worker verifies them against. */
+function rolloutContent(
+  req: SpecRequest,
+  loaded: ReturnType<typeof loadSpecProfile>,
+  target: RolloutContent['target'],
+  from: RolloutContent['from'],
+): RolloutContent {
   return {
     ...req,
     ...loaded,

@@ -103,26 +103,7 @@ const conf = (id: string, profile: string) => readIf(join(homeOf(id), 'etc', `${
 // ---- the CLI ------------------------------------------------------------------------------------------
 
 function wg(args: string[], timeoutMs = 240_000): Promise<CliRun> {
-  return runCli(
-    [
-      ...args,
-      '--address',
-      real.env.address,
-      '--namespace',
-      real.env.namespace ?? 'default',
-      '--task-queue',
-      real.worker.taskQueue,
-    ],
-    {
-      timeoutMs,
-      env: {
-        TEMPORAL_ADDRESS: '',
-        TEMPORAL_PROFILE: '',
-        TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
-        WAVEGATE_PROFILES: '',
-      },
-    },
-  );
+  return real.cli(args, timeoutMs);
 }
 
 /** An inventory of these devices in one pool (budget 100%): SSH ones from the simulator, agents by their pins. */
@@ -233,21 +214,7 @@ beforeAll(async () => {
   }
   const gatewayInventory = inventory('gateway', AGENTS);
   gateway = await spawnCliUntil(
-    [
-      'gateway',
-      '--listen',
-      '127.0.0.1:0',
-      '--inventory',
-      gatewayInventory,
-      '--profiles',
-      ROOT,
-      '--address',
-      real.env.address,
-      '--namespace',
-      real.env.namespace ?? 'default',
-      '--task-queue',
-      real.worker.taskQueue,
-    ],
+    ['gateway', '--listen', '127.0.0.1:0', '--inventory', gatewayInventory, '--profiles', ROOT, ...real.cliFlags()],
     /gateway listening on (http:\/\/\S+)/,
   );
   gatewayUrl = /gateway listening on (http:\/\/\S+)/.exec(gateway.output())![1]!;

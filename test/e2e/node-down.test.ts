@@ -28,15 +28,7 @@ const BACK_AT_BOARD = 'edge-04';
 const flag = join(real.dir, 'edge-03-is-back');
 
 function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
-    timeoutMs,
-    env: {
-      TEMPORAL_ADDRESS: '',
-      TEMPORAL_PROFILE: '',
-      TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
-      WAVEGATE_PROFILES: '',
-    },
-  });
+  return real.cli(args, timeoutMs);
 }
 /** Commands that take no Temporal options. */
 const offline = (args: string[]) => runCli(args, { env: { WAVEGATE_PROFILES: '' } });

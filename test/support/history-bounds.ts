@@ -76,14 +76,12 @@ export function historyShape(workflowId: string, history: History): HistoryShape
     const type = event.eventType ?? E.EVENT_TYPE_UNSPECIFIED;
     if (type === E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) {
       shape.activitiesScheduled += 1;
-      pendingActivities += 1;
-      shape.maxPendingActivities = Math.max(shape.maxPendingActivities, pendingActivities);
+      shape.maxPendingActivities = Math.max(shape.maxPendingActivities, ++pendingActivities);
     } else if (ACTIVITY_CLOSED.has(type)) {
       pendingActivities -= 1;
     } else if (type === E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED) {
       shape.childrenInitiated += 1;
-      pendingChildren += 1;
-      shape.maxPendingChildren = Math.max(shape.maxPendingChildren, pendingChildren);
+      shape.maxPendingChildren = Math.max(shape.maxPendingChildren, ++pendingChildren);
     } else if (CHILD_CLOSED.has(type)) {
       pendingChildren -= 1;
     } else if (type === E.EVENT_TYPE_WORKFLOW_TASK_STARTED) {

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { runCliAgainst, type CliRun } from './cli';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
@@ -49,6 +50,10 @@ export interface RealRollouts {
   ): Promise<TestFleet & { input: RolloutInput }>;
   /** Starts the rollout workflow for `input` on the shared worker, its workflow id the rollout id. */
   start(input: RolloutInput): Promise<WorkflowHandle<typeof rolloutWorkflow>>;
+  /** The CLI's flags for this server and the shared worker's task queue (`--address`, `--namespace`, `--task-queue`). */
+  cliFlags(): string[];
+  /** Runs the `wavegate` CLI against this server and the shared worker, blind to the user's Temporal settings. */
+  cli(args: string[], timeoutMs?: number): Promise<CliRun>;
 }
 
 /**
@@ -113,6 +118,14 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
     async rollout(rollout, devices, budgets) {
       const made = await fixture.fleet(devices, budgets);
       return { ...made, input: rolloutInputFor(made.dir, rollout, made.inventoryPath, `rollout:${name}-${n}`) };
+    },
+    cliFlags() {
+      const { address, namespace } = fixture.env;
+      return ['--address', address, '--namespace', namespace ?? 'default', '--task-queue', fixture.worker.taskQueue];
+    },
+    cli(args, timeoutMs) {
+      const target = { address: fixture.env.address, taskQueue: fixture.worker.taskQueue, scratch: scratch.dir };
+      return runCliAgainst(target, args, timeoutMs);
     },
     start(input) {
       return fixture.env.client.workflow.start(rolloutWorkflow, {

@@ -1,7 +1,14 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import { errorRateReportName, type AgentReport, type DesiredEntry, type TwinView } from '../../core/twin';
+import {
+  errorRateReportName,
+  requestIdOf,
+  type AgentReport,
+  type DesiredEntry,
+  type DesiredRequest,
+  type TwinView,
+} from '../../core/twin';
 import { syncTwin } from '../../gateway/twin';
 
 /**
@@ -114,5 +121,20 @@ export function startTwinAgent(
       stopped = true;
       await loop;
     },
+  };
+}
+
+/** A desired revision of the demo profile for a device's twin, as a rollout's apply activity would ask it. */
+export function desiredRequest(device: string, revision: number, activity = '1'): DesiredRequest {
+  const holder = { rollout: `rollout-${device}`, run: 'run-1', activity, attempt: 1 };
+  return {
+    requestId: requestIdOf(holder),
+    profile: 'demo',
+    revision,
+    steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] },
+    envelopeDigest: '',
+    holder,
+    rollout: holder.rollout,
+    fromRevision: revision - 1 || null,
   };
 }

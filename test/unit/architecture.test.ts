@@ -106,6 +106,20 @@ interface LayerRule {
  * and nothing else imports test/ but bench/, its shared fixtures in test/support/ (a layer missing
  * from every `imports` list, as test/ is, is imported by nobody).
  */
+/** Every product layer but the CLI's own: what the CLI (and, with the CLI, the benchmarks) may import. */
+const CLI_IMPORTS = [
+  'activities',
+  'agent',
+  'clients',
+  'contracts',
+  'core',
+  'gateway',
+  'intake',
+  'sim',
+  'workers',
+  'workflows',
+];
+
 const LAYER_RULES: Record<string, LayerRule> = {
   core: { imports: [], packages: PURE_PACKAGES },
   contracts: { imports: ['core'], packages: WORKFLOW_SAFE_PACKAGES },
@@ -117,37 +131,9 @@ const LAYER_RULES: Record<string, LayerRule> = {
   gateway: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
   agent: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
   workers: { imports: ['activities', 'clients', 'contracts', 'core', 'intake', 'sim', 'workflows'] },
-  cli: {
-    imports: [
-      'activities',
-      'agent',
-      'clients',
-      'contracts',
-      'core',
-      'gateway',
-      'intake',
-      'sim',
-      'workers',
-      'workflows',
-    ],
-  },
+  cli: { imports: CLI_IMPORTS },
   // The benchmarks drive the tests' shared fixtures (history bounds, the gateway flood).
-  bench: {
-    imports: [
-      'activities',
-      'agent',
-      'cli',
-      'clients',
-      'contracts',
-      'core',
-      'gateway',
-      'intake',
-      'sim',
-      'workers',
-      'workflows',
-    ],
-    files: ['test/support/'],
-  },
+  bench: { imports: [...CLI_IMPORTS, 'cli'], files: ['test/support/'] },
   scripts: { imports: ['cli', 'clients', 'contracts', 'core', 'intake', 'workers', 'workflows'] },
 };
 

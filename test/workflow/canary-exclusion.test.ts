@@ -25,15 +25,7 @@ let inventory = '';
 const APPLY = /install -m 0644/;
 
 function wg(args: string[], timeoutMs = 180_000): Promise<CliRun> {
-  return runCli([...args, '--address', real.env.address, '--task-queue', real.worker.taskQueue], {
-    timeoutMs,
-    env: {
-      TEMPORAL_ADDRESS: '',
-      TEMPORAL_PROFILE: '',
-      TEMPORAL_CONFIG_FILE: join(real.dir, 'none.toml'),
-      WAVEGATE_PROFILES: '',
-    },
-  });
+  return real.cli(args, timeoutMs);
 }
 
 function specFile(name: string, body: Record<string, unknown>): string {

@@ -1,12 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  requestIdOf,
-  TWIN_HISTORY_LIMIT,
-  twinWorkflowId,
-  type AgentReport,
-  type DesiredRequest,
-  type TwinView,
-} from '../../core/twin';
+import { TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { syncTwin } from '../../gateway/twin';
 import { reverifyFleet } from '../../activities/fleet';
@@ -16,6 +9,7 @@ import { twinSyncUpdate } from '../../contracts/twin';
 import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 import { recordHistory } from '../support/histories';
+import { desiredRequest } from '../support/twin-agent';
 
 /**
  * The device twin `device:<id>` on a real dev server with a real worker: desired state by signal,
@@ -25,19 +19,6 @@ import { recordHistory } from '../support/histories';
  */
 const real = realRollouts('device-twin');
 
-function request(device: string, revision: number, activity = '1'): DesiredRequest {
-  const holder = { rollout: `rollout-${device}`, run: 'run-1', activity, attempt: 1 };
-  return {
-    requestId: requestIdOf(holder),
-    profile: 'demo',
-    revision,
-    steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] },
-    envelopeDigest: '',
-    holder,
-    rollout: holder.rollout,
-    fromRevision: revision - 1 || null,
-  };
-}
 const report = (revision: number, requestId?: string): AgentReport => ({
   profiles: { demo: { revision, state: 'applied', ...(requestId ? { requestId } : {}), at: new Date().toISOString() } },
   health: [],
@@ -62,12 +43,12 @@ describe('device twin workflow', () => {
     const started = Date.now();
     const waiting = sync(device, { report: null, knownVersion: 0, waitMs: 30_000 });
     await new Promise((r) => setTimeout(r, 500));
-    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 2));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, desiredRequest(device, 2));
     const view = await waiting;
     expect(Date.now() - started).toBeLessThan(25_000);
     expect(view.version).toBe(1);
     expect(view.desired.demo).toMatchObject({ revision: 2, requestId: `rollout-${device}:run-1:1`, fromRevision: 1 });
-    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 2));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, desiredRequest(device, 2));
     expect((await readTwin(real.env.client, device))!.version).toBe(1);
     // The agent reports; the view carries it.
     await sync(device, { report: report(2, view.desired.demo!.requestId), knownVersion: 1, waitMs: 0 });
@@ -147,7 +128,7 @@ describe('device twin workflow', () => {
   it('3,000 syncs: the twin continues as new, each run under the bound, the state carried', async () => {
     const device = 'twin-many';
     await sync(device, { report: null, knownVersion: 0, waitMs: 0 });
-    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request(device, 5, '42'));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, desiredRequest(device, 5, '42'));
     const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
     const firstRun = (await handle.describe()).runId;
     const SYNCS = 3_000;

@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../core/errors';
-import { requestIdOf, twinWorkflowId, type DesiredRequest, type TwinSyncInput } from '../../core/twin';
+import { twinWorkflowId, type TwinSyncInput } from '../../core/twin';
 import { heldRolloutOf } from '../../clients/profile-lock';
 import { listRevisions } from '../../clients/registry';
 import { desireOnTwin, readTwin, syncTwin } from '../../clients/twin';
 import { realRollouts } from '../support/real-rollouts';
 import { rejection } from '../support/refusal';
+import { desiredRequest } from '../support/twin-agent';
 
 /**
  * The entity clients' one style (clients/, docs/architecture.md "Layers") on a real dev server: a
@@ -15,27 +16,13 @@ import { rejection } from '../support/refusal';
  */
 const real = realRollouts('entity-clients');
 
-function desire(device: string, revision: number): DesiredRequest {
-  const holder = { rollout: `rollout-${device}`, run: 'run-1', activity: '1', attempt: 1 };
-  return {
-    requestId: requestIdOf(holder),
-    profile: 'demo',
-    revision,
-    steps: { profile: 'demo', revision, apply: 'true', verify: 'true', payload: [] },
-    envelopeDigest: '',
-    holder,
-    rollout: holder.rollout,
-    fromRevision: null,
-  };
-}
-
 describe('entity clients', () => {
   it("a device's first sync runs the hook once, before the answer, which carries what the hook asked", async () => {
     const device = 'entity-new';
     const hooked: string[] = [];
     const hook = async (id: string) => {
       hooked.push(id);
-      await desireOnTwin(real.env.client, real.worker.taskQueue, id, desire(id, 3));
+      await desireOnTwin(real.env.client, real.worker.taskQueue, id, desiredRequest(id, 3));
     };
     expect(await readTwin(real.env.client, device)).toBeNull();
     const first = await syncTwin(

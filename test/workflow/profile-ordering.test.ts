@@ -293,12 +293,7 @@ describe('ordering between profiles over SSH', () => {
         inventoryPath,
         '--profiles',
         profilesRoot,
-        '--address',
-        real.env.address,
-        '--namespace',
-        real.env.namespace ?? 'default',
-        '--task-queue',
-        real.worker.taskQueue,
+        ...real.cliFlags(),
       ]);
       expect(run.code, run.stderr).toBe(2);
       expect(run.stderr).toContain(
