@@ -25,22 +25,24 @@ export interface WebhookReceiver {
 }
 
 /**
- * A real webhook receiver on 127.0.0.1 (a free port): records every request and answers `answer(n)` for
- * the n-th one (1-based), e.g. 500 for the first two and 200 after, with `answerBody` (default "ok"/"no").
+ * A real webhook receiver on 127.0.0.1 (a free port): records every request and answers `answer(n, event)`
+ * for the n-th one (1-based) naming `event` (its X-Wavegate-Event), e.g. 500 for the first two and 200
+ * after, with `answerBody` (default "ok"/"no").
  * A worker sends to loopback only when its webhook policy allows it: tests that deliver here give the
  * worker `WAVEGATE_WEBHOOK_ALLOW_HOSTS=127.0.0.1` (core/webhook-policy.ts).
  */
 export async function startWebhookReceiver(
-  answer: (n: number) => number = () => 200,
+  answer: (n: number, event: string) => number = () => 200,
   answerBody?: string,
 ): Promise<WebhookReceiver> {
   const requests: ReceivedDelivery[] = [];
   const server = createServer((req, res) => {
     void readBody(req).then((body) => {
-      const status = answer(requests.length + 1);
+      const event = String(req.headers['x-wavegate-event'] ?? '');
+      const status = answer(requests.length + 1, event);
       requests.push({
         deliveryId: String(req.headers['x-wavegate-delivery'] ?? ''),
-        event: String(req.headers['x-wavegate-event'] ?? ''),
+        event,
         timestamp: String(req.headers['x-wavegate-timestamp'] ?? ''),
         signature: String(req.headers['x-wavegate-signature'] ?? ''),
         host: String(req.headers.host ?? ''),
