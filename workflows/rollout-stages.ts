@@ -109,7 +109,7 @@ export class RolloutStages {
       this.outbox = webhooks?.length ? new EventOutbox(this.input, model, webhooks) : false;
     }
     const delivered = this.outbox ? this.outbox.transition(event, fields, model.state) : undefined;
-    // Written in the background, in order; the end (`finish`) waits for the trail to drain.
+    // Written in the background, in order; the end (`end`) waits for the trail to drain.
     written.catch(() => {});
     return delivered ?? Promise.resolve();
   }

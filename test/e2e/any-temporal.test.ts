@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Connection } from '@temporalio/client';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../contracts/search-attributes';
@@ -10,7 +9,7 @@ import { demoDevices, type Fleet } from '../../sim';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir } from '../support/harness';
+import { fleetWithInventory, scratchDir, writeDemoSpecAt } from '../support/harness';
 import { markerOf, verifiesAt } from '../support/rollout-helpers';
 
 /**
@@ -113,19 +112,10 @@ beforeAll(async () => {
     'pool-a': 0.5,
     'pool-b': 0.5,
   }));
-  writeFileSync(
-    specPath,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
-        gate: '1s',
-      },
-    }),
-  );
+  writeDemoSpecAt(specPath, {
+    phases: [{ canary: '1 device' }, { bulk: 'remainder' }],
+    gate: '1s',
+  });
 }, 180_000);
 
 afterAll(async () => {

@@ -3,14 +3,13 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from 'pg';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, stopChild, WAVEGATE_BIN, type CliRun } from '../support/cli';
-import { fleetWithInventory, scratchDir } from '../support/harness';
+import { fleetWithInventory, scratchDir, writeDemoSpecAt } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';
 
 /**
@@ -87,19 +86,10 @@ beforeAll(async () => {
     'pool-a': 0.5,
     'pool-b': 0.5,
   }));
-  writeFileSync(
-    specPath,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [{ canary: 1 }, { bulk: 'remainder' }],
-        gate: '1s',
-      },
-    }),
-  );
+  writeDemoSpecAt(specPath, {
+    phases: [{ canary: 1 }, { bulk: 'remainder' }],
+    gate: '1s',
+  });
 }, 180_000);
 
 afterAll(async () => {

@@ -1,9 +1,8 @@
-import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
-import { scratchDir } from '../support/harness';
+import { scratchDir, writeDemoSpecAt } from '../support/harness';
 import { until } from '../support/until';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 
@@ -39,21 +38,12 @@ beforeAll(async () => {
   mkdirSync(elsewhere, { recursive: true });
   stack = await startDevDemo(stateDir);
   const spec = join(scratch.dir, 'quick.yaml');
-  writeFileSync(
-    spec,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [
-          { canary: '1 device', gate: '1s' },
-          { bulk: 'remainder', gate: '1s' },
-        ],
-      },
-    }),
-  );
+  writeDemoSpecAt(spec, {
+    phases: [
+      { canary: '1 device', gate: '1s' },
+      { bulk: 'remainder', gate: '1s' },
+    ],
+  });
   const started = await fromElsewhere([
     'start',
     '-f',

@@ -4,7 +4,7 @@ import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { userInfo } from 'node:os';
 import { runCli, startDevDemo, type CliRun, type DevDemo } from '../support/cli';
-import { scratchDir } from '../support/harness';
+import { scratchDir, writeDemoSpec } from '../support/harness';
 import { until } from '../support/until';
 
 /**
@@ -28,20 +28,7 @@ function wg(args: string[], timeoutMs = 120_000): Promise<CliRun> {
 }
 
 function spec(name: string, rollout: Record<string, unknown>): string {
-  const path = join(scratch.dir, `${name}.yaml`);
-  writeFileSync(
-    path,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        ...rollout,
-      },
-    }),
-  );
-  return path;
+  return writeDemoSpec(scratch.dir, name, rollout);
 }
 
 async function statusOf(id: string): Promise<{

@@ -7,6 +7,7 @@ import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
+import { writeDemoSpecAt } from '../support/harness';
 
 /**
  * Issue 23 frictions, against a real Temporal dev server, a real worker and a simulated SSH fleet:
@@ -86,21 +87,12 @@ describe('fleet status: the default revision', () => {
     expect(before.stdout).toMatch(/^fleet demo r3/m);
 
     const spec = join(real.dir, 'r1-r2.yaml');
-    writeFileSync(
-      spec,
-      stringify({
-        rollout: {
-          profile: 'demo',
-          fromRevision: 1,
-          toRevision: 2,
-          disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-          phases: [
-            { canary: '1 device', gate: '0s' },
-            { bulk: 'remainder', gate: '0s' },
-          ],
-        },
-      }),
-    );
+    writeDemoSpecAt(spec, {
+      phases: [
+        { canary: '1 device', gate: '0s' },
+        { bulk: 'remainder', gate: '0s' },
+      ],
+    });
     const started = await wg([
       'start',
       '-f',

@@ -1,13 +1,13 @@
 import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
-import { stringify } from 'yaml';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readVerdicts, verdictsPathFor, writeVerdicts } from '../../intake/node-down';
 import { demoDevices, type Fleet } from '../../sim';
 import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { rejection } from '../support/refusal';
+import { writeDemoSpecAt } from '../support/harness';
 
 /**
  * Node-down verdicts end to end (issue 14 item 5): the real `wavegate` command against a real Temporal
@@ -35,21 +35,12 @@ const offline = (args: string[]) => runCli(args, { env: { WAVEGATE_PROFILES: '' 
 
 function spec(): string {
   const path = join(real.dir, 'fast.yaml');
-  writeFileSync(
-    path,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [
-          { canary: '1 device', gate: '0s' },
-          { bulk: 'remainder', gate: '0s' },
-        ],
-      },
-    }),
-  );
+  writeDemoSpecAt(path, {
+    phases: [
+      { canary: '1 device', gate: '0s' },
+      { bulk: 'remainder', gate: '0s' },
+    ],
+  });
   return path;
 }
 

@@ -1,12 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoDevices } from '../../sim';
 import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
+import { writeDemoSpecAt } from '../support/harness';
 
 /**
  * `wavegate start --wait` returns only once the rollout's run has closed (issue 22, "Timing"): a rollout
@@ -61,22 +60,13 @@ afterAll(async () => {
 describe('start --wait returns after the run has closed', () => {
   it('a rollout whose webhook is slow to acknowledge: --wait says it is closing, returns exit 0 with the run closed, and an immediate revert is accepted', async () => {
     const specPath = join(real.dir, 'spec.yaml');
-    writeFileSync(
-      specPath,
-      stringify({
-        rollout: {
-          profile: 'demo',
-          fromRevision: 1,
-          toRevision: 2,
-          disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-          phases: [
-            { canary: '1 device', gate: '0s' },
-            { bulk: 'remainder', gate: '0s' },
-          ],
-          webhooks: [{ url: receiver!.url, secretEnv }],
-        },
-      }),
-    );
+    writeDemoSpecAt(specPath, {
+      phases: [
+        { canary: '1 device', gate: '0s' },
+        { bulk: 'remainder', gate: '0s' },
+      ],
+      webhooks: [{ url: receiver!.url, secretEnv }],
+    });
     const start = await wg(['start', '-f', specPath, '--inventory', inventory, '--wait', '--interval', '300']);
     const id = /^rollout (rollout:demo:\S+) started$/m.exec(start.stdout)?.[1] ?? 'no id printed';
     // Closed when --wait returned: no window in which the next command finds it open.

@@ -10,7 +10,7 @@ import { demoDevices, type Fleet } from '../../sim';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
-import { fleetWithInventory, scratchDir } from '../support/harness';
+import { fleetWithInventory, scratchDir, writeDemoSpecAt } from '../support/harness';
 
 /**
  * Content outside the checkout (issue 10 item 1): real `wavegate worker` processes whose profiles root
@@ -106,19 +106,10 @@ beforeAll(async () => {
     'pool-a': 0.5,
     'pool-b': 0.5,
   }));
-  writeFileSync(
-    specPath,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [{ bulk: 'remainder' }],
-        gate: '1s',
-      },
-    }),
-  );
+  writeDemoSpecAt(specPath, {
+    phases: [{ bulk: 'remainder' }],
+    gate: '1s',
+  });
 });
 
 afterAll(async () => {

@@ -1,6 +1,5 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { demoDevices, type Fleet } from '../../sim';
@@ -8,7 +7,7 @@ import { startDevServerEnv } from '../../workers/dev-server';
 import { PARK_CONNECTIONS_RETIRED_NOTE } from '../../core/worker-layout';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
-import { fleetWithInventory, scratchDir } from '../support/harness';
+import { fleetWithInventory, scratchDir, writeDemoSpecAt } from '../support/harness';
 
 /**
  * Issue 12 item 5: `wavegate worker --workflows-only` and `--activities-only` as two real processes on one
@@ -58,19 +57,10 @@ beforeAll(async () => {
     'pool-a': 0.5,
     'pool-b': 0.5,
   }));
-  writeFileSync(
-    specPath,
-    stringify({
-      rollout: {
-        profile: 'demo',
-        fromRevision: 1,
-        toRevision: 2,
-        disruptionBudget: { 'pool-a': 0.5, 'pool-b': 0.5 },
-        phases: [{ canary: 1 }, { bulk: 'remainder' }],
-        gate: '0s',
-      },
-    }),
-  );
+  writeDemoSpecAt(specPath, {
+    phases: [{ canary: 1 }, { bulk: 'remainder' }],
+    gate: '0s',
+  });
 }, 180_000);
 
 afterAll(async () => {

@@ -20,7 +20,11 @@ export function scratchDir(prefix: string): { dir: string; cleanup: () => void }
 
 /** A rollout spec file of the demo profile, r1 → r2 over pools a and b at half each, with `rollout`'s fields over those. */
 export function writeDemoSpec(dir: string, name: string, rollout: Record<string, unknown>): string {
-  const path = join(dir, `${name}.yaml`);
+  return writeDemoSpecAt(join(dir, `${name}.yaml`), rollout);
+}
+
+/** The same at a path of the caller's choosing. */
+export function writeDemoSpecAt(path: string, rollout: Record<string, unknown>): string {
   writeFileSync(
     path,
     stringify({
