@@ -7,3 +7,4 @@ export { preflightWorkflow } from './preflight';
 export { membershipWorkflow } from './membership';
 export { deviceTwinWorkflow } from './device-twin';
 export { profileLockWorkflow } from './profile-lock';
+export { presenceWorkflow } from './presence';
