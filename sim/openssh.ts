@@ -11,8 +11,9 @@
  * why the transport uploads to absolute `$HOME` paths. A per-device `bin/` first on PATH holds the
  * helpers the caller names (the demo profile's health helpers, for instance).
  *
- * Every sshd runs in its own process group and logs to its own file (`-E`), not to a pipe of ours, so a
- * fleet started with `detach` outlives the process that started it (the benchmark's `--keep`).
+ * Every sshd runs in its own process group and logs to its own file (`-E`), not to a pipe of ours. The
+ * groups end with the process that started the fleet, whatever ends it (sim/reaper.ts), unless the fleet
+ * is started with `detach`: then it outlives that process (the benchmark's `--keep`).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -21,6 +22,7 @@ import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../intake/known-hosts';
 import { freePort } from '../sim/ports';
+import { endWithThisProcess } from '../sim/reaper';
 
 export const SSHD_PATH = '/usr/sbin/sshd';
 
@@ -65,6 +67,8 @@ export interface OpenSshFleetOptions {
   logLevel?: 'ERROR' | 'INFO' | 'VERBOSE' | 'DEBUG1';
   /** sshd started at once (default 16). */
   concurrency?: number;
+  /** Leave the sshd running when this process ends without stop() (default: they end with it, by any cause). */
+  detach?: boolean;
 }
 
 function run(cmd: string, args: string[]): string {
@@ -97,10 +101,11 @@ interface Running {
 }
 
 /** Start one sshd and wait until its port accepts; undefined if it exited first because the port was taken. */
-async function launch(config: string, logFile: string, port: number): Promise<Running | undefined> {
+async function launch(config: string, logFile: string, port: number, detach: boolean): Promise<Running | undefined> {
   // Own process group, so stop() can signal the listener without touching anything else; the log goes
-  // to a file, so nothing ties sshd to this process.
+  // to a file, so only the watchdog (unless `detach`) ties sshd to this process.
   const child = spawn(SSHD_PATH, ['-D', '-f', config, '-E', logFile], { stdio: 'ignore', detached: true });
+  if (!detach) endWithThisProcess(child);
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   let gone = false;
   void exited.then(() => (gone = true));
@@ -202,7 +207,7 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
           '',
         ].join('\n'),
       );
-      started = await launch(config, logFile, port);
+      started = await launch(config, logFile, port, opts.detach === true);
     }
     if (!started) throw new Error(`openssh fleet: no free port for ${id} after 5 attempts`);
     running.push(started);

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, openSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -7,6 +7,7 @@ import { WavegateError } from '../core/errors';
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../contracts/search-attributes';
 import { cliTypeName } from '../core/search-attribute-check';
 import { freePort, portFree } from '../sim/ports';
+import { endWithThisProcess } from '../sim/reaper';
 import { ensureTools } from './toolchain';
 import { installQuietRuntime } from './worker';
 
@@ -26,7 +27,8 @@ async function pickPort(preferred: number): Promise<number> {
 /**
  * Start `temporal server start-dev` with its state in a SQLite file and wavegate's search attributes
  * registered; resolve once it accepts connections. The server runs in its own process group so that
- * stop() (and Ctrl-C) takes down everything it started.
+ * stop() (and Ctrl-C) takes down everything it started, and that group ends with this process whatever
+ * ends it, SIGKILL and a fatal error included (sim/reaper.ts): no server is left holding the ports.
  */
 export async function startDevServer(opts: {
   dbFile: string;
@@ -62,6 +64,8 @@ export async function startDevServer(opts: {
   // not run `wavegate worker`'s check (workers/search-attributes.ts), and no start can race a registration.
   for (const key of WAVEGATE_SEARCH_ATTRIBUTES) args.push('--search-attribute', `${key.name}=${cliTypeName(key.type)}`);
   const child = spawn(temporal, args, { stdio: ['ignore', logFd, logFd], detached: true });
+  closeSync(logFd); // the server has its own copy
+  endWithThisProcess(child);
   const address = `127.0.0.1:${port}`;
   let exited = false;
   child.once('exit', () => (exited = true));
