@@ -15,6 +15,7 @@ import {
   seenOf,
   type SeenEntry,
 } from '../../core/presence';
+import { devicesOfShard } from '../support/presence';
 
 /**
  * Presence shards (core/presence.ts): a device's shard is a stable, well spread hash of its id; a batch is
@@ -23,13 +24,6 @@ import {
  */
 const at = (second: number) => new Date(Date.UTC(2026, 11, 1, 10, 0, second)).toISOString();
 const entry = (second: number, digest = `d${second}`): SeenEntry => ({ at: at(second), digest });
-
-/** Device ids of one shard, in order. */
-function idsOf(shard: number, count: number, prefix = 'dev'): string[] {
-  const ids: string[] = [];
-  for (let i = 0; ids.length < count; i++) if (presenceShardOf(`${prefix}-${i}`) === shard) ids.push(`${prefix}-${i}`);
-  return ids;
-}
 
 describe('presence shards', () => {
   it('a device shard is stable (a fixed value for a fixed id) and 10,000 ids spread over all 32 shards', () => {
@@ -48,8 +42,8 @@ describe('presence shards', () => {
   });
 
   it('refuses a malformed batch, naming the field and the value', () => {
-    const [id] = idsOf(3, 1);
-    const other = idsOf(4, 1)[0]!;
+    const [id] = devicesOfShard(3, 1, 'dev');
+    const other = devicesOfShard(4, 1, 'dev')[0]!;
     const ok = { shard: 3, seen: { [id!]: entry(1) } };
     expect(presenceBatchProblem(ok)).toBeNull();
     expect(presenceBatchProblem(ok, 3)).toBeNull();
@@ -86,7 +80,7 @@ describe('presence shards', () => {
       `{"shard": ${presenceShardOf('__proto__')}, "seen": {"__proto__": ${JSON.stringify(entry(1))}}}`,
     );
     expect(presenceBatchProblem(proto)).toBe('presenceSeen: seen: device id: "__proto__" is reserved');
-    const many = Object.fromEntries(idsOf(0, PRESENCE_LIMITS.batch + 1).map((d) => [d, entry(1)]));
+    const many = Object.fromEntries(devicesOfShard(0, PRESENCE_LIMITS.batch + 1, 'dev').map((d) => [d, entry(1)]));
     expect(presenceBatchProblem({ shard: 0, seen: many })).toBe(
       'presenceSeen: seen: at most 10000 entries (got 10001)',
     );
@@ -100,7 +94,7 @@ describe('presence shards', () => {
   });
 
   it('recordSeen keeps the later entry per device; a later entry replaces the digest; a repeated batch changes nothing', () => {
-    const [a, b] = idsOf(5, 2);
+    const [a, b] = devicesOfShard(5, 2, 'dev');
     const state = newPresenceState(5);
     expect(recordSeen(state, { shard: 5, seen: { [a!]: entry(10, 'x'), [b!]: entry(10, 'x') } })).toBe(2);
     expect(recordSeen(state, { shard: 5, seen: { [a!]: entry(20, 'y'), [b!]: entry(5, 'old') } })).toBe(1);
@@ -113,7 +107,7 @@ describe('presence shards', () => {
   });
 
   it('pruneSeen drops devices not seen for a week, keeps the rest', () => {
-    const [fresh, stale, edge] = idsOf(9, 3);
+    const [fresh, stale, edge] = devicesOfShard(9, 3, 'dev');
     const now = Date.UTC(2026, 11, 10);
     const iso = (ms: number) => new Date(ms).toISOString();
     const week = 7 * 24 * 3600 * 1000;
@@ -133,7 +127,7 @@ describe('presence shards', () => {
   });
 
   it('restores a carried state of its own shard only', () => {
-    const carried = { shard: 2, seen: { [idsOf(2, 1)[0]!]: entry(1) } };
+    const carried = { shard: 2, seen: { [devicesOfShard(2, 1, 'dev')[0]!]: entry(1) } };
     expect(restorePresenceState(2, carried)).toEqual(carried);
     expect(restorePresenceState(2, undefined)).toEqual({ shard: 2, seen: {} });
     expect(() => restorePresenceState(3, carried)).toThrow('presence:3: carried state is of shard 2');
@@ -153,10 +147,10 @@ describe('presence shards', () => {
 
   it('presenceBatches groups by shard, splits a shard over the batch limit, refuses malformed entries', () => {
     const seen = new Map<string, SeenEntry>();
-    for (const id of idsOf(1, PRESENCE_LIMITS.batch + 5)) seen.set(id, entry(1));
-    for (const id of idsOf(2, 3)) seen.set(id, entry(2));
+    for (const id of devicesOfShard(1, PRESENCE_LIMITS.batch + 5, 'dev')) seen.set(id, entry(1));
+    for (const id of devicesOfShard(2, 3, 'dev')) seen.set(id, entry(2));
     seen.set('constructor', entry(1));
-    seen.set(idsOf(2, 4)[3]!, { at: 'now', digest: '' });
+    seen.set(devicesOfShard(2, 4, 'dev')[3]!, { at: 'now', digest: '' });
     const { batches, refused } = presenceBatches(seen);
     expect(batches.map((b) => [b.shard, Object.keys(b.seen).length])).toEqual([
       [1, PRESENCE_LIMITS.batch],
@@ -164,7 +158,7 @@ describe('presence shards', () => {
       [2, 3],
     ]);
     for (const batch of batches) expect(presenceBatchProblem(batch)).toBeNull();
-    expect(refused.map((r) => r.deviceId).sort()).toEqual(['constructor', idsOf(2, 4)[3]!].sort());
+    expect(refused.map((r) => r.deviceId).sort()).toEqual(['constructor', devicesOfShard(2, 4, 'dev')[3]!].sort());
     expect(refused.find((r) => r.deviceId === 'constructor')!.problem).toBe('device id: "constructor" is reserved');
   });
 });

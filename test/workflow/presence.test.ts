@@ -13,6 +13,7 @@ import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
 import { rejection } from '../support/refusal';
 import { until } from '../support/until';
+import { devicesOfShard } from '../support/presence';
 
 /**
  * Presence shards `presence:<n>` on a real dev server with a real worker: a gateway's flush written
@@ -25,39 +26,34 @@ const real = realRollouts('presence');
 
 const iso = (msAgo: number) => new Date(Date.now() - msAgo).toISOString();
 
-/** `count` device ids of one shard, each starting with `prefix`. */
-function idsOf(shard: number, count: number, prefix: string): string[] {
-  const ids: string[] = [];
-  for (let i = 0; ids.length < count; i++) if (presenceShardOf(`${prefix}-${i}`) === shard) ids.push(`${prefix}-${i}`);
-  return ids;
-}
-
 describe('presence shards', () => {
   it('a flush over many shards is read back; the later entry stays; a shard never written holds nothing', async () => {
     const { client } = real.env;
     const taskQueue = real.worker.taskQueue;
+    // 200 devices of shards 0-15: shards 16-31 are never written here.
     const seen = new Map<string, SeenEntry>();
-    for (let i = 0; i < 200; i++) seen.set(`fleet-${i}`, { at: iso(60_000), digest: `r${i}` });
+    for (let i = 0; seen.size < 200; i++)
+      if (presenceShardOf(`fleet-${i}`) < 16) seen.set(`fleet-${i}`, { at: iso(60_000), digest: `r${seen.size}` });
     const shards = new Set([...seen.keys()].map(presenceShardOf));
-    expect(shards.size).toBeGreaterThan(20);
+    expect(shards.size).toBe(16);
     expect(await writeSeen(client, taskQueue, seen)).toEqual({ signals: shards.size, devices: 200, refused: [] });
-    // A second gateway saw fleet-0 later (new digest) and fleet-1 earlier (its stale entry loses).
+    // A second gateway saw one device later (new digest) and another earlier (its stale entry loses).
+    const [seenLater, seenEarlier] = [...seen.keys()];
     const later = { at: iso(1_000), digest: 'changed' };
     await writeSeen(
       client,
       taskQueue,
       new Map([
-        ['fleet-0', later],
-        ['fleet-1', { at: iso(3_600_000), digest: 'old' }],
+        [seenLater!, later],
+        [seenEarlier!, { at: iso(3_600_000), digest: 'old' }],
       ]),
     );
-    const never = [...Array(32).keys()].find((s) => !shards.has(s));
-    const unseen = never === undefined ? 'nobody' : idsOf(never, 1, 'unseen')[0]!;
-    const back = await readSeen(client, [...seen.keys(), 'fleet-0', 'not-in-the-fleet', unseen]);
+    const unseen = devicesOfShard(31, 1, 'unseen')[0]!;
+    const back = await readSeen(client, [...seen.keys(), seenLater!, 'not-in-the-fleet', unseen]);
     expect(back.size).toBe(200);
-    expect(back.get('fleet-0')).toEqual(later);
-    expect(back.get('fleet-1')).toEqual(seen.get('fleet-1'));
-    expect(back.get('fleet-199')).toEqual(seen.get('fleet-199'));
+    expect(back.get(seenLater!)).toEqual(later);
+    expect(back.get(seenEarlier!)).toEqual(seen.get(seenEarlier!));
+    expect(back.get([...seen.keys()][199]!)).toEqual([...seen.values()][199]);
     expect(back.has('not-in-the-fleet')).toBe(false);
     expect(back.has(unseen)).toBe(false);
   });
@@ -66,7 +62,7 @@ describe('presence shards', () => {
     const { client } = real.env;
     const taskQueue = real.worker.taskQueue;
     const shard = 11;
-    const [good, other, last] = idsOf(shard, 3, 'batch');
+    const [good, other, last] = devicesOfShard(shard, 3, 'batch');
     const first = await writeSeen(
       client,
       taskQueue,
@@ -86,7 +82,7 @@ describe('presence shards', () => {
     };
     await handle.signal(presenceSeenSignal, bad);
     // A batch of another shard's devices sent here is dropped too.
-    const stray = idsOf(12, 1, 'stray')[0]!;
+    const stray = devicesOfShard(12, 1, 'stray')[0]!;
     await handle.signal(presenceSeenSignal, { shard, seen: { [stray]: { at: iso(1_000), digest: 'c' } } });
     await writeSeen(client, taskQueue, new Map([[last!, { at: iso(500), digest: 'd' }]]));
     const back = await handle.query(presenceOfQuery, { devices: [good!, other!, last!, stray] });
@@ -122,7 +118,7 @@ describe('presence shards', () => {
     const { client } = real.env;
     const taskQueue = real.worker.taskQueue;
     const shard = 20;
-    const ids = idsOf(shard, 3_000, 'can');
+    const ids = devicesOfShard(shard, 3_000, 'can');
     const [stale, ...live] = ids;
     const week = 7 * 24 * 3600 * 1000;
     await writeSeen(client, taskQueue, new Map([[stale!, { at: iso(week + 3_600_000), digest: 'gone' }]]));
