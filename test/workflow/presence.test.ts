@@ -2,6 +2,7 @@ import { Client } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
 import {
   PRESENCE_HISTORY_LIMIT,
+  PRESENCE_LIMITS,
   presenceShardOf,
   presenceWorkflowId,
   type PresenceBatch,
@@ -56,6 +57,10 @@ describe('presence shards', () => {
     expect(back.get([...seen.keys()][199]!)).toEqual([...seen.values()][199]);
     expect(back.has('not-in-the-fleet')).toBe(false);
     expect(back.has(unseen)).toBe(false);
+    // Over PRESENCE_LIMITS.query names of one shard: asked in more than one query (one would be refused).
+    const inShard0 = [...seen.keys()].find((id) => presenceShardOf(id) === 0)!;
+    const many = [...devicesOfShard(0, PRESENCE_LIMITS.query, 'many'), inShard0];
+    expect([...(await readSeen(client, many)).keys()]).toEqual([inShard0]);
   });
 
   it('a malformed batch is dropped whole, the next one lands; a refused entry is never sent', async () => {
