@@ -186,7 +186,12 @@ async function main(): Promise<void> {
     namespace: env.namespace ?? 'default',
     taskQueue,
     deps: { auditDir: join(dir, 'audit') },
-    layout: { role: 'all', maxActivities: Math.max(200, IN_FLIGHT * 2), maxWorkflowTasks: 40 },
+    layout: {
+      role: 'all',
+      maxActivities: Math.max(200, IN_FLIGHT * 2),
+      maxWorkflowTasks: 40,
+      maxCachedWorkflows: 1_000,
+    },
   });
   const running = worker.run();
   const gateway = await startGateway([

@@ -5,14 +5,17 @@ import {
   type Client,
 } from '@temporalio/client';
 import { WavegateError } from '../core/errors';
-import { twinWorkflowId, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
+import { twinWorkflowId, withPresence, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
+import { readSeen } from './presence';
 import {
   TWIN_WORKFLOW,
   twinDesireSignal,
+  twinReportSignal,
   twinReverifySignal,
   twinSyncUpdate,
   twinViewQuery,
   type DeviceTwinWorkflow,
+  type TwinReportInput,
 } from '../contracts/twin';
 
 /**
@@ -48,8 +51,29 @@ export async function desireOnTwin(
   });
 }
 
-/** The twin's view, or null when the device has no twin (its agent never synced, nothing was asked of it). */
-export async function readTwin(client: Client, deviceId: string): Promise<TwinView | null> {
+/**
+ * Write an agent's report to its twin (the gateway, when what the report says changed), starting the twin if the
+ * device has none yet (its first sync). Durable once this returns: the gateway answers the agent only then.
+ */
+export async function reportToTwin(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  input: TwinReportInput,
+): Promise<void> {
+  await client.workflow.signalWithStart<DeviceTwinWorkflow, [TwinReportInput]>(TWIN_WORKFLOW, {
+    ...twinStartOptions(deviceId, taskQueue),
+    signal: twinReportSignal,
+    signalArgs: [input],
+  });
+}
+
+/**
+ * The twin's own record, or null when the device has no twin (its agent never synced, nothing was asked of it).
+ * Its lastSeenAt is the last sync that wrote to it: the gateway's cache reads this; every other reader wants
+ * `readTwin`, which adds the device's presence.
+ */
+export async function readTwinRecord(client: Client, deviceId: string): Promise<TwinView | null> {
   try {
     return await client.workflow.getHandle(twinWorkflowId(deviceId)).query(twinViewQuery);
   } catch (err) {
@@ -102,4 +126,14 @@ export async function syncTwin(
       throw new WavegateError('INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400), { deviceId });
     throw err;
   }
+}
+
+/**
+ * The twin's view as every reader wants it (snapshot, health gates, the board, the apply's offline check): its
+ * record with the device's presence merged in (core/twin.ts `withPresence`), since an idle agent's syncs stay in
+ * the gateway and only mark it seen. Null when the device has no twin.
+ */
+export async function readTwin(client: Client, deviceId: string): Promise<TwinView | null> {
+  const [view, seen] = await Promise.all([readTwinRecord(client, deviceId), readSeen(client, [deviceId])]);
+  return view && withPresence(view, seen.get(deviceId));
 }

@@ -12,6 +12,15 @@ export const WavegateVerdict = defineSearchAttributeKey('WavegateVerdict', Searc
 /** The idempotency key a rollout was started with (`start --key`): a retried start finds its rollout by it, running or finished. */
 export const WavegateKey = defineSearchAttributeKey('WavegateKey', SearchAttributeType.KEYWORD);
 
+/**
+ * A device twin's change feed (docs/architecture.md, "The twin change feed"): gateways list the twins whose desired
+ * state changed since they last looked, workers the twins whose agent's report changed, one visibility call per
+ * interval instead of one read per device.
+ */
+export const WavegateTwinVersion = defineSearchAttributeKey('WavegateTwinVersion', SearchAttributeType.INT);
+export const WavegateDesiredAt = defineSearchAttributeKey('WavegateDesiredAt', SearchAttributeType.DATETIME);
+export const WavegateReportedAt = defineSearchAttributeKey('WavegateReportedAt', SearchAttributeType.DATETIME);
+
 export const WAVEGATE_SEARCH_ATTRIBUTES = [
   WavegateProfile,
   WavegateState,
@@ -19,4 +28,7 @@ export const WAVEGATE_SEARCH_ATTRIBUTES = [
   WavegateRevision,
   WavegateVerdict,
   WavegateKey,
+  WavegateTwinVersion,
+  WavegateDesiredAt,
+  WavegateReportedAt,
 ];

@@ -1,5 +1,5 @@
 import * as wf from '@temporalio/workflow';
-import type { DesiredRequest, TwinState, TwinSyncInput, TwinView } from '../core/twin';
+import type { AgentReport, DesiredRequest, TwinState, TwinSyncInput, TwinView } from '../core/twin';
 
 /**
  * The messages of the device twin `device:<id>` (workflows/device-twin.ts; state and checks in
@@ -18,8 +18,22 @@ export type DeviceTwinWorkflow = (input: DeviceTwinInput) => Promise<never>;
 
 /** Set the device's desired revision of one profile (idempotent by requestId; bumps the version). */
 export const twinDesireSignal = wf.defineSignal<[DesiredRequest]>('twinDesire');
-/** The agent's sync (through the gateway): records its report, waits up to waitMs for news, answers the view. */
+/**
+ * The agent's sync as gateways before the change feed sent it: records its report, waits up to waitMs for news,
+ * answers the view. Current gateways answer syncs from their own memory and write reports by `twinReport`; this
+ * stays for gateways not yet upgraded (docs/operations.md, "Upgrading the gateway").
+ */
 export const twinSyncUpdate = wf.defineUpdate<TwinView, [TwinSyncInput]>('twinSync');
+/**
+ * A report the gateway writes because what it says changed (core/twin.ts `forwardDecision`): recorded as a sync
+ * that does not wait. The gateway answers the agent only once this signal is accepted, so no report is lost.
+ */
+export const twinReportSignal = wf.defineSignal<[TwinReportInput]>('twinReport');
+export interface TwinReportInput {
+  report: AgentReport;
+  /** The desired version the agent knew when it sent the report (answers a pending re-verify). */
+  knownVersion: number;
+}
 /** The twin as it is now. */
 export const twinViewQuery = wf.defineQuery<TwinView>('twinView');
 /** Ask the agent to re-verify every profile and report (bumps the version). */

@@ -4,6 +4,7 @@ import { utf8Encode } from './bytes';
 import { canonicalize } from './canonical';
 import type { RevisionSteps } from './rollout/input';
 import type { Envelope } from './signing';
+import { mergeSeen, type SeenEntry } from './presence';
 
 /**
  * The device twin `device:<id>` (issue 13): the durable, desired-state side of an agent device. The
@@ -438,4 +439,84 @@ export function describeAge(lastSeenAt: string | null, nowMs: number): string {
   if (s < 120) return `${s}s ago`;
   if (s < 7200) return `${Math.round(s / 60)}m ago`;
   return `${Math.round(s / 3600)}h ago`;
+}
+
+// ---- the gateway's side: which syncs reach the twin (docs/architecture.md, "Idle syncs stay in the gateway") ----
+
+/** A change only in a health check's free-text detail is written at most this often (a value or verdict at once). */
+export const HEALTH_DETAIL_FORWARD_MS = 30_000;
+
+/**
+ * The report as the twin should judge it: a profile the agent is only `applying` keeps what the twin last
+ * recorded for it (a start is not news: the final answer is), so an apply in progress costs the twin nothing.
+ */
+export function settledReport(recorded: AgentReport | null, next: AgentReport): AgentReport {
+  const profiles: Record<string, ProfileReport> = {};
+  for (const [name, entry] of Object.entries(next.profiles)) {
+    if (entry.state !== 'applying') profiles[name] = entry;
+    else if (recorded && Object.hasOwn(recorded.profiles, name)) profiles[name] = recorded.profiles[name]!;
+  }
+  return { ...next, profiles };
+}
+
+/**
+ * What a report says, as a digest: every profile answer, each health check's name, verdict, kind and value, and
+ * the agent's version; not when the health ran nor a check's free text. Two syncs with one digest tell the control
+ * plane nothing new. The gateway's presence records carry it, so a reader extends the twin's report freshness only
+ * while the device keeps reporting what the twin holds.
+ */
+export function reportDigest(report: AgentReport | null): string {
+  if (!report) return '';
+  const health = report.health.map((c) => [c.name, c.ok, c.kind ?? 'runtime', c.value ?? null]);
+  const text = canonicalize({ profiles: report.profiles, health, agentVersion: report.agentVersion });
+  return bytesToHex(sha256(utf8Encode(text))).slice(0, 32);
+}
+
+function healthDetails(report: AgentReport | null): string {
+  return report ? canonicalize(report.health.map((c) => [c.name, c.detail ?? null])) : '';
+}
+
+export interface ForwardInput {
+  /** The twin's record as the gateway knows it (its cached view). */
+  view: Pick<TwinView, 'report' | 'reverify' | 'version'>;
+  sync: TwinSyncInput;
+  /** When this gateway last wrote this device's report (ms; 0: never). */
+  forwardedAtMs: number;
+  nowMs: number;
+}
+
+/**
+ * Whether a sync's report is written to the twin (`forward`: a signal, before the sync is answered) or the
+ * device is only marked seen (`seen`: batched into its presence shard). A report is written when what it says
+ * changed (its digest), when it answers a pending re-verify, or when only a check's detail changed and the last
+ * write is older than HEALTH_DETAIL_FORWARD_MS.
+ */
+export function forwardDecision(input: ForwardInput): 'forward' | 'seen' {
+  const { view, sync } = input;
+  if (!sync.report) return 'seen';
+  if (!view.report) return 'forward';
+  if (view.reverify && sync.knownVersion >= view.version) return 'forward';
+  const next = settledReport(view.report, sync.report);
+  if (reportDigest(next) !== reportDigest(view.report)) return 'forward';
+  if (
+    healthDetails(next) !== healthDetails(view.report) &&
+    input.nowMs - input.forwardedAtMs >= HEALTH_DETAIL_FORWARD_MS
+  )
+    return 'forward';
+  return 'seen';
+}
+
+/**
+ * A twin's view with the device's presence merged in (the reader's side of "Idle syncs stay in the gateway"):
+ * the device was last seen at the later of the two times, and when it was last seen reporting exactly what the
+ * twin holds (the same digest), that report is as fresh as the sighting.
+ */
+export function withPresence(view: TwinView, seen: SeenEntry | undefined): TwinView {
+  if (!seen || !Number.isFinite(Date.parse(seen.at))) return view;
+  const lastSeenAt = mergeSeen(view.lastSeenAt, seen);
+  const report =
+    view.report && seen.digest === reportDigest(view.report)
+      ? { ...view.report, healthAt: mergeSeen(view.report.healthAt, seen) }
+      : view.report;
+  return { ...view, lastSeenAt, report };
 }

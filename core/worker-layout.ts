@@ -13,10 +13,18 @@ export interface WorkerLayout {
   maxActivities: number;
   /** Concurrent workflow tasks; 0 when the role runs no workflows. */
   maxWorkflowTasks: number;
+  /**
+   * Workflow executions kept in memory between their tasks (the sticky cache); 0 when the role runs no workflows.
+   * Past it the least recently used is evicted and replayed from its history at its next task: device twins, one
+   * per agent device, must not each hold memory for the fleet's lifetime (docs/operations.md, "Worker layout and sizing").
+   */
+  maxCachedWorkflows: number;
 }
 
 export const DEFAULT_MAX_ACTIVITIES = 200;
 export const DEFAULT_MAX_WORKFLOW_TASKS = 40;
+export const DEFAULT_WORKFLOW_CACHE = 1_000;
+export const WORKFLOW_CACHE_LIMIT = 100_000;
 /** Bounds: past these a single process is the wrong answer; run another worker instead. */
 export const MAX_ACTIVITIES_LIMIT = 2000;
 export const MAX_WORKFLOW_TASKS_LIMIT = 500;
@@ -26,6 +34,7 @@ export interface WorkerLayoutFlags {
   activitiesOnly?: boolean;
   maxActivities?: string;
   maxWorkflowTasks?: string;
+  workflowCache?: string;
   /**
    * Retired (r10): it kept SSH connections open for the floor pass after a rollout completed, which no
    * rollout runs any more. Accepted, whatever its value, so existing unit files still start a worker.
@@ -68,6 +77,12 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
       `--max-activities ${JSON.stringify(flags.maxActivities)} with --workflows-only: that worker runs no activities`,
     );
   }
+  if (role === 'activities' && flags.workflowCache !== undefined) {
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--workflow-cache ${JSON.stringify(flags.workflowCache)} with --activities-only: that worker runs no workflows`,
+    );
+  }
   if (role === 'activities' && flags.maxWorkflowTasks !== undefined) {
     throw new WavegateError(
       'INVALID_INPUT',
@@ -81,10 +96,17 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
     DEFAULT_MAX_WORKFLOW_TASKS,
     MAX_WORKFLOW_TASKS_LIMIT,
   );
+  const maxCachedWorkflows = slots(
+    '--workflow-cache',
+    flags.workflowCache,
+    DEFAULT_WORKFLOW_CACHE,
+    WORKFLOW_CACHE_LIMIT,
+  );
   return {
     role,
     maxActivities: role === 'workflows' ? 0 : maxActivities,
     maxWorkflowTasks: role === 'activities' ? 0 : maxWorkflowTasks,
+    maxCachedWorkflows: role === 'activities' ? 0 : maxCachedWorkflows,
   };
 }
 

@@ -23,11 +23,14 @@ export interface GatewayLimits {
 }
 
 export const DEFAULT_LIMITS: GatewayLimits = {
-  maxConnections: 10_000,
+  // A held long-poll is a timer and a callback in the gateway's memory (no Temporal work): a gateway holds a fleet
+  // of 10,000 syncing agents with these (bench/README.md, "Agent devices at scale"; each connection is a descriptor:
+  // raise `ulimit -n` above maxConnections).
+  maxConnections: 20_000,
   maxConnectionsPerSource: 1_000,
-  maxRequests: 4_000,
+  maxRequests: 20_000,
   maxRequestsPerSource: 1_000,
-  maxLongPolls: 2_000,
+  maxLongPolls: 20_000,
   maxLongPollsPerDevice: 2,
   noncesPerDevice: 256,
   refusalLogPerSecond: 20,

@@ -3,13 +3,12 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
 import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
-import { syncProblem, type TwinSyncInput } from '../core/twin';
-import { readTwin } from '../clients/twin';
+import { syncProblem, type TwinSyncInput, type TwinView } from '../core/twin';
 import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
 import { DEFAULT_LIMITS, GATEWAY_TIMEOUTS, KeyedCounter, RefusalLog, type GatewayLimits } from './limits';
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
-import { syncTwin } from './twin';
+import { DeviceViews, type DeviceViewsStats } from './views';
 
 /**
  * `wavegate gateway`: the device side's only Temporal client (docs/formats.md, "Gateway HTTP API").
@@ -48,6 +47,8 @@ export interface GatewayOptions {
   now?: () => number;
   /** Run when a device's first sync starts its twin (gateway/enrolled.ts: converge to the latest completed rollouts). */
   onFirstSync?: (deviceId: string) => Promise<void>;
+  /** What the gateway knows of each device's twin (default: its own, following the twin change feed). */
+  views?: DeviceViews;
 }
 
 export const DEFAULT_MAX_LONG_POLLS = DEFAULT_LIMITS.maxLongPolls;
@@ -66,6 +67,8 @@ export interface GatewayStats {
   bodyBytesRead: number;
   /** Refusal lines counted but not written yet (rate limit). */
   refusalsSuppressed: number;
+  /** The twin records it holds, long-polls held in its memory, and how often it read or wrote Temporal. */
+  views: DeviceViewsStats;
 }
 
 export interface Gateway {
@@ -75,6 +78,8 @@ export interface Gateway {
   stats(): GatewayStats;
   /** Write the summary of suppressed refusal lines now (a timer calls it every second). */
   flushRefusals(): void;
+  /** Answer every held long-poll and write the seen marks (before the server closes). */
+  close(): Promise<void>;
 }
 
 const sourceOf = (socket: Socket | null | undefined): string => socket?.remoteAddress ?? '-';
@@ -95,6 +100,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const requests = new KeyedCounter(limits.maxRequestsPerSource, limits.maxRequests);
   const longPolls = new KeyedCounter(limits.maxLongPollsPerDevice, limits.maxLongPolls);
   let bodyBytesRead = 0;
+  const views =
+    opts.views ??
+    new DeviceViews({
+      client: opts.client,
+      taskQueue: opts.taskQueue,
+      ...(opts.onFirstSync ? { onFirstSync: opts.onFirstSync } : {}),
+      log,
+    });
 
   const syncInput = (body: Record<string, unknown>, waits: boolean): TwinSyncInput => {
     const input = {
@@ -117,8 +130,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const path = (req.url ?? '').split('?')[0]!;
     if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report')) {
       const input = syncInput(parseJsonObject(body), path === '/v1/sync');
-      if (input.waitMs <= 0)
-        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
+      if (input.waitMs <= 0) return sendJson(res, 200, await views.sync(device, input, gone));
       const slot = longPolls.take(device);
       if (slot === 'total')
         throw new HttpRefusal(
@@ -135,7 +147,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
       // The wait is no idle connection: the socket's inactivity bound is lifted for it, then put back.
       req.socket.setTimeout(input.waitMs + GATEWAY_TIMEOUTS.idleMs);
       try {
-        return sendJson(res, 200, await syncTwin(opts.client, opts.taskQueue, device, input, gone, opts.onFirstSync));
+        return sendJson(res, 200, await views.sync(device, input, gone));
       } finally {
         longPolls.release(device);
         if (!req.socket.destroyed) req.socket.setTimeout(GATEWAY_TIMEOUTS.idleMs);
@@ -143,8 +155,12 @@ export function createGateway(opts: GatewayOptions): Gateway {
     }
     const payload = req.method === 'GET' ? PAYLOAD_ROUTE.exec(path) : null;
     if (payload) {
-      const entry = payloadEntry(await readTwin(opts.client, device), payload[1]!, Number(payload[2]), payload[3]!);
-      return sendPayload(res, await openPayload(opts.profilesRoot, payload[1]!, entry));
+      const [profile, revision, name] = [payload[1]!, Number(payload[2]), payload[3]!];
+      // The agent may have learned the revision from another gateway a moment before this one's feed did.
+      const desires = (view: TwinView) =>
+        Object.hasOwn(view.desired, profile) && view.desired[profile]!.revision === revision;
+      const entry = payloadEntry(await views.view(device, desires), profile, revision, name);
+      return sendPayload(res, await openPayload(opts.profilesRoot, profile, entry));
     }
     if (path.startsWith('/v1/payload/'))
       throw new HttpRefusal(400, 'INVALID_INPUT', 'path: must be /v1/payload/<profile>/<revision>/<file name>');
@@ -295,8 +311,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
       nonces: nonces.size,
       bodyBytesRead,
       refusalsSuppressed: refusals.pending,
+      views: views.stats(),
     }),
     flushRefusals: () => refusals.flush(),
+    close: () => views.close(),
   };
 }
 
@@ -362,13 +380,15 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
     server,
     url: `${opts.listen.tls ? 'https' : 'http'}://${host}:${port}`,
     stats: gateway.stats,
-    // Long-polls in flight are cut: their agents sync again (the twin keeps whatever they reported).
-    close: () =>
-      new Promise<void>((resolve) => {
-        clearInterval(flusher);
-        gateway.flushRefusals();
+    // Held long-polls are answered with what is known, the seen marks written; then the server closes.
+    close: async () => {
+      clearInterval(flusher);
+      await gateway.close();
+      gateway.flushRefusals();
+      await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
-      }),
+      });
+    },
   };
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 // file; the worker code is loaded when a worker is actually made.
 import type { NativeConnection, Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { ActivityDeps } from '../activities';
-import { DEFAULT_MAX_ACTIVITIES, type WorkerLayout } from '../core/worker-layout';
+import { DEFAULT_MAX_ACTIVITIES, DEFAULT_WORKFLOW_CACHE, type WorkerLayout } from '../core/worker-layout';
 import { connectionOptions, type ConnectionSettings } from './connection';
 import { workerDeploymentOptions, type WorkerVersioning } from './versioning';
 
@@ -81,5 +81,7 @@ export async function createWorker(opts: {
     ...(role === 'activities' || !opts.layout
       ? {}
       : { maxConcurrentWorkflowTaskExecutions: opts.layout.maxWorkflowTasks }),
+    // Bounded whatever the fleet: an evicted twin or rollout is replayed from its (bounded) history at its next task.
+    ...(role === 'activities' ? {} : { maxCachedWorkflows: opts.layout?.maxCachedWorkflows ?? DEFAULT_WORKFLOW_CACHE }),
   });
 }

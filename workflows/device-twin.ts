@@ -4,15 +4,18 @@ import {
   desireProblem,
   hasNews,
   recordSync,
+  reportDigest,
   requestReverify,
   restoreTwinState,
   syncProblem,
   TWIN_HISTORY_LIMIT,
   viewOf,
 } from '../core/twin';
+import { WavegateDesiredAt, WavegateReportedAt, WavegateTwinVersion } from '../contracts/search-attributes';
 import {
   TWIN_REFUSED,
   twinDesireSignal,
+  twinReportSignal,
   twinReverifySignal,
   twinSyncUpdate,
   twinViewQuery,
@@ -26,11 +29,31 @@ import {
  * Temporal suggests it or past TWIN_HISTORY_LIMIT events, once every handler in flight has answered, carrying
  * its state (syncs waiting at that moment return their view and the agent simply syncs again).
  */
+/** The twin's change feed (search attribute upserts); registered in workflows/patches.ts. */
+export const TWIN_FEED_PATCH = 'twin-feed';
+
 export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never> {
   const state = restoreTwinState(input.deviceId, input.carried);
   // Date in workflow code is the workflow clock (deterministic on replay).
   const now = () => new Date().toISOString();
   let rolling = false;
+  /**
+   * The change feed (docs/architecture.md, "The twin change feed"): a desired change or re-verify request stamps
+   * WavegateDesiredAt and the version (gateways learn it in one list call), a recorded report WavegateReportedAt
+   * (the waiting rollout learns it the same way). Histories from before the feed carry no such upsert.
+   */
+  const publish = (change: 'desired' | 'reported') => {
+    if (!wf.patched(TWIN_FEED_PATCH)) return;
+    const at = new Date();
+    wf.upsertSearchAttributes(
+      change === 'desired'
+        ? [
+            { key: WavegateDesiredAt, value: at },
+            { key: WavegateTwinVersion, value: state.version },
+          ]
+        : [{ key: WavegateReportedAt, value: at }],
+    );
+  };
 
   wf.setHandler(
     twinDesireSignal,
@@ -39,20 +62,40 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       // waits for an answer to its requestId, times out on it.
       const problem = desireProblem(request);
       if (problem) wf.log.warn(`twin ${state.deviceId}: ${problem}`);
-      else desire(state, request, now());
+      else if (desire(state, request, now())) publish('desired');
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
   );
-  wf.setHandler(twinReverifySignal, () => requestReverify(state), {
-    description: 'Ask the agent to re-verify every profile and report',
-  });
+  wf.setHandler(
+    twinReportSignal,
+    (input) => {
+      const sync = { report: input?.report ?? null, knownVersion: input?.knownVersion ?? 0, waitMs: 0 };
+      const problem = syncProblem(sync);
+      if (problem) return wf.log.warn(`twin ${state.deviceId}: twinReport: ${problem}`);
+      recordSync(state, sync, now());
+      publish('reported');
+    },
+    { description: "Record the agent's report, written by the gateway when what it says changed" },
+  );
+  wf.setHandler(
+    twinReverifySignal,
+    () => {
+      requestReverify(state);
+      publish('desired');
+    },
+    {
+      description: 'Ask the agent to re-verify every profile and report',
+    },
+  );
   wf.setHandler(twinViewQuery, () => viewOf(state), {
     description: 'The twin now: desired state, last report, last seen',
   });
   wf.setHandler(
     twinSyncUpdate,
     async (sync) => {
+      const before = reportDigest(state.report);
       recordSync(state, sync, now());
+      if (reportDigest(state.report) !== before) publish('reported');
       if (sync.waitMs > 0 && !hasNews(state, sync.knownVersion)) {
         await wf.condition(() => rolling || hasNews(state, sync.knownVersion), sync.waitMs);
       }

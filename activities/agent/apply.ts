@@ -11,6 +11,7 @@ import {
 import type { DeviceTarget } from '../../core/rollout-state';
 import { EnvelopeRejected, StepFailed, type ApplyHolder, type ApplyResult, type RevisionSteps } from '../device-steps';
 import { desireOnTwin, readTwin } from '../../clients/twin';
+import { REPORT_SAFETY_READ_MS, reportWatchOf, type ReportSubscription } from './report-watch';
 
 /**
  * Apply a revision to a `transport: agent` device: set it as the device's desired state on its twin
@@ -33,9 +34,8 @@ export interface TwinApplyOptions {
   aheadAbove?: number;
   heartbeat?: (detail: string) => void;
   signal?: AbortSignal;
-  /** How often the twin is read while waiting: from `pollMs` (default 1 s), growing by half each time to `maxPollMs` (default 4 s). */
-  pollMs?: number;
-  maxPollMs?: number;
+  /** With no change heard from the feed, the twin is read again after this long (default REPORT_SAFETY_READ_MS). */
+  safetyReadMs?: number;
   now?: () => number;
 }
 
@@ -60,21 +60,6 @@ export function desiredRequestOf(
 /** Only what a device may see: the signed content, and payload entries without the worker's file paths. */
 function publicSteps(steps: RevisionSteps): RevisionSteps {
   return { ...steps, payload: steps.payload.map(({ source: _source, ...file }) => ({ ...file, source: file.name })) };
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason ?? new Error('cancelled'));
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason ?? new Error('cancelled'));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 export async function applyThroughTwin(
@@ -116,33 +101,36 @@ export async function applyThroughTwin(
       };
     }
   }
-  beat('desire');
-  await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
-  // Heartbeat on a clock of its own (the activity's heartbeat timeout is a few seconds), and read the
-  // twin less often the longer the device takes: thousands of devices in flight must not flood the
-  // twins with queries (a twin answers each query in a workflow task).
+  // Subscribed before the desire is sent, so an answer however quick is not missed (activities/agent/report-watch.ts).
+  const subscription = reportWatchOf(opts.client).subscribe(target.id);
   let detail = 'desired: waiting for the agent';
+  // Heartbeat on a clock of its own: the activity's heartbeat timeout is a few seconds.
   const ticker = setInterval(() => beat(detail), 1_000);
   try {
-    return await waitForAnswer(target, steps, request.requestId, opts, now, (d) => (detail = d));
+    beat('desire');
+    await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
+    return await waitForAnswer(target, steps, request.requestId, opts, now, subscription, (d) => (detail = d));
   } finally {
     clearInterval(ticker);
+    subscription.close();
   }
 }
 
+/**
+ * Read the twin, then again each time the feed says its report changed (or every safetyReadMs), until the agent's
+ * report answers this request. A twin too busy to answer a read now is read again at the next change or tick.
+ */
 async function waitForAnswer(
   target: DeviceTarget,
   steps: RevisionSteps,
   requestId: string,
   opts: TwinApplyOptions,
   now: () => number,
+  subscription: ReportSubscription,
   say: (detail: string) => void,
 ): Promise<ApplyResult> {
-  let pollMs = opts.pollMs ?? 1_000;
-  const maxPollMs = Math.max(pollMs, opts.maxPollMs ?? 4_000);
+  const safetyReadMs = opts.safetyReadMs ?? REPORT_SAFETY_READ_MS;
   for (;;) {
-    // A twin too busy to answer a query now (its query buffer full under load) is asked again next
-    // time: the wait goes on, heartbeating, until the report or the apply's timeout.
     const read = await readTwin(opts.client, target.id).then(
       (view) => ({ view }),
       (err: unknown) => ({ error: (err as Error).message }),
@@ -153,8 +141,7 @@ async function waitForAnswer(
     say(
       'view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`,
     );
-    await sleep(pollMs * (0.75 + Math.random() / 2), opts.signal);
-    pollMs = Math.min(maxPollMs, pollMs * 1.5);
+    await subscription.next('view' in read ? safetyReadMs : Math.min(safetyReadMs, 5_000), opts.signal);
   }
 }
 

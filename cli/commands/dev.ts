@@ -25,6 +25,8 @@ import {
   describeWorkerLayout,
   MAX_ACTIVITIES_LIMIT,
   MAX_WORKFLOW_TASKS_LIMIT,
+  DEFAULT_WORKFLOW_CACHE,
+  WORKFLOW_CACHE_LIMIT,
   resolveWorkerLayout,
   workerLayoutNotes,
   type WorkerLayoutFlags,
@@ -277,6 +279,10 @@ export function register(program: Command): void {
         `activity slots: devices this worker applies to at once, at most the sum of the pool budgets it serves (1-${MAX_ACTIVITIES_LIMIT}, default 200)`,
       )
       .option('--max-workflow-tasks <n>', `workflow task slots (1-${MAX_WORKFLOW_TASKS_LIMIT}, default 40)`)
+      .option(
+        '--workflow-cache <n>',
+        `workflow executions kept in memory between tasks (1-${WORKFLOW_CACHE_LIMIT}, default ${DEFAULT_WORKFLOW_CACHE})`,
+      )
       .option(
         '--no-register-search-attributes',
         'only check that the namespace has the search attributes wavegate needs; missing ones are named with the command that adds them (exit 2) instead of added through the operator API',

@@ -8,6 +8,7 @@ describe('resolveWorkerLayout', () => {
       role: 'all',
       maxActivities: 200,
       maxWorkflowTasks: 40,
+      maxCachedWorkflows: 1_000,
     });
   });
   it('--park-connections (retired at r10) is accepted with any value, changes nothing, and is named in a note', () => {
@@ -25,15 +26,17 @@ describe('resolveWorkerLayout', () => {
     );
   });
   it('--workflows-only has no activity slots; --activities-only no workflow task slots', () => {
-    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8' })).toEqual({
+    expect(resolveWorkerLayout({ workflowsOnly: true, maxWorkflowTasks: '8', workflowCache: '300' })).toEqual({
       role: 'workflows',
       maxActivities: 0,
       maxWorkflowTasks: 8,
+      maxCachedWorkflows: 300,
     });
     expect(resolveWorkerLayout({ activitiesOnly: true, maxActivities: '50' })).toEqual({
       role: 'activities',
       maxActivities: 50,
       maxWorkflowTasks: 0,
+      maxCachedWorkflows: 0,
     });
   });
   it('refuses both roles off, and slots outside 1..limit, naming the flag and the value', () => {
@@ -48,6 +51,11 @@ describe('resolveWorkerLayout', () => {
     expect(refused({ maxActivities: '2001' })).toContain('--max-activities "2001"');
     expect(refused({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
     expect(refused({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
+    expect(refused({ workflowCache: '0' })).toContain('--workflow-cache "0"');
+    expect(refused({ workflowCache: '100001' })).toContain('--workflow-cache "100001"');
+    expect(refused({ activitiesOnly: true, workflowCache: '10' })).toContain(
+      '--workflow-cache "10" with --activities-only',
+    );
     expect(refused({ activitiesOnly: true, maxWorkflowTasks: '4' })).toContain(
       '--max-workflow-tasks "4" with --activities-only',
     );

@@ -1,0 +1,88 @@
+import type { Client } from '@temporalio/client';
+import { TwinFeed, type TwinChange } from '../../clients/twin-feed';
+
+/**
+ * How a worker learns that an agent answered (docs/architecture.md, "The twin change feed"): every apply waiting
+ * for an agent device subscribes to its device here, and ONE `reported` feed per worker and Temporal client, read
+ * while anything waits, tells each subscriber when its twin recorded a report. The apply then reads that twin once.
+ * So a device in flight costs the rollout one read when it is asked and one when it answers, however long it takes,
+ * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility down for a while).
+ */
+export const REPORT_SAFETY_READ_MS = 60_000;
+
+export interface ReportSubscription {
+  /** Resolves once the device's twin recorded a report since the last call (at once if it already has), or after `ms`. */
+  next(ms: number, signal?: AbortSignal): Promise<'changed' | 'timeout'>;
+  close(): void;
+}
+
+interface Subscriber {
+  changed: boolean;
+  wake?: () => void;
+}
+
+export class ReportWatch {
+  private readonly subscribers = new Map<string, Set<Subscriber>>();
+  private readonly feed: TwinFeed;
+  private count = 0;
+
+  constructor(client: Client, intervalMs = 500) {
+    this.feed = new TwinFeed(client, 'reported', { intervalMs, onChanges: (changes) => this.deliver(changes) });
+  }
+
+  subscribe(deviceId: string): ReportSubscription {
+    const subscriber: Subscriber = { changed: false };
+    let set = this.subscribers.get(deviceId);
+    if (!set) this.subscribers.set(deviceId, (set = new Set()));
+    set.add(subscriber);
+    if (this.count++ === 0) this.feed.start();
+    let closed = false;
+    return {
+      next: (ms, signal) =>
+        new Promise((resolve, reject) => {
+          if (subscriber.changed) {
+            subscriber.changed = false;
+            return resolve('changed');
+          }
+          if (signal?.aborted) return reject(signal.reason ?? new Error('cancelled'));
+          const finish = (outcome: 'changed' | 'timeout' | 'aborted') => {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', onAbort);
+            subscriber.wake = undefined;
+            subscriber.changed = false;
+            if (outcome === 'aborted') reject(signal?.reason ?? new Error('cancelled'));
+            else resolve(outcome);
+          };
+          const onAbort = () => finish('aborted');
+          const timer = setTimeout(() => finish('timeout'), ms);
+          signal?.addEventListener('abort', onAbort, { once: true });
+          subscriber.wake = () => finish('changed');
+        }),
+      close: () => {
+        if (closed) return;
+        closed = true;
+        set.delete(subscriber);
+        if (set.size === 0) this.subscribers.delete(deviceId);
+        if (--this.count === 0) this.feed.stop();
+      },
+    };
+  }
+
+  private deliver(changes: TwinChange[]): void {
+    for (const change of changes) {
+      for (const subscriber of this.subscribers.get(change.deviceId) ?? []) {
+        subscriber.changed = true;
+        subscriber.wake?.();
+      }
+    }
+  }
+}
+
+const watches = new WeakMap<Client, ReportWatch>();
+
+/** The worker's one watch per Temporal client. */
+export function reportWatchOf(client: Client): ReportWatch {
+  let watch = watches.get(client);
+  if (!watch) watches.set(client, (watch = new ReportWatch(client)));
+  return watch;
+}

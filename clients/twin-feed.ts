@@ -1,0 +1,139 @@
+import type { Client } from '@temporalio/client';
+import { WavegateDesiredAt, WavegateReportedAt, WavegateTwinVersion } from '../contracts/search-attributes';
+import { TWIN_WORKFLOW } from '../contracts/twin';
+
+/**
+ * The twin change feed (docs/architecture.md, "The twin change feed"): a twin stamps `WavegateDesiredAt` (and
+ * `WavegateTwinVersion`) when its desired state or a re-verify request changes, and `WavegateReportedAt` when it
+ * records a report. A reader learns every change since it last looked with ONE visibility list call per interval,
+ * whatever the size of the fleet: the gateway follows `desired` (to wake the long-polls it holds), the worker
+ * follows `reported` (to finish the applies waiting for an agent's answer). Visibility is eventually consistent,
+ * so each call looks back `overlapMs` past the newest change it saw and drops what it already delivered.
+ */
+export type TwinFeedKind = 'desired' | 'reported';
+
+export interface TwinChange {
+  deviceId: string;
+  /** When the twin stamped the change (its workflow clock, ms). */
+  atMs: number;
+  /** The desired version stamped with a `desired` change (null for `reported`, or a twin that carries none). */
+  version: number | null;
+}
+
+const ATTRIBUTE = { desired: WavegateDesiredAt, reported: WavegateReportedAt } as const;
+const TWIN_ID = /^device:(.+)$/;
+
+/** One list call: the twins whose `kind` changed after `sinceMs` (a run continued-as-new counts once, the newest). */
+export async function listTwinChanges(
+  client: Client,
+  kind: TwinFeedKind,
+  sinceMs: number,
+  limit = 20_000,
+): Promise<TwinChange[]> {
+  const key = ATTRIBUTE[kind];
+  const query = `WorkflowType = '${TWIN_WORKFLOW}' AND ${key.name} > '${new Date(sinceMs).toISOString()}'`;
+  const newest = new Map<string, TwinChange>();
+  let seen = 0;
+  for await (const info of client.workflow.list({ query, pageSize: 1_000 })) {
+    if (++seen > limit) break;
+    const id = TWIN_ID.exec(info.workflowId)?.[1];
+    const at = info.typedSearchAttributes.get(key);
+    if (id === undefined || !(at instanceof Date)) continue;
+    const version = kind === 'desired' ? (info.typedSearchAttributes.get(WavegateTwinVersion) ?? null) : null;
+    const change = { deviceId: id, atMs: at.getTime(), version };
+    const known = newest.get(id);
+    if (!known || known.atMs < change.atMs) newest.set(id, change);
+  }
+  return [...newest.values()];
+}
+
+export interface TwinFeedOptions {
+  /** How often to look (default 500 ms). */
+  intervalMs?: number;
+  /** How far back past the newest change seen each look reaches, for visibility's lag (default 5 s). */
+  overlapMs?: number;
+  onChanges: (changes: TwinChange[]) => void;
+  /** A failed look, once per failure streak (the feed goes on looking). */
+  onError?: (err: Error) => void;
+  now?: () => number;
+}
+
+/** Follows one kind of twin change: delivers each change once, in one list call per interval. */
+export class TwinFeed {
+  private watermark: number;
+  private readonly delivered = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private failingSince: number | null = null;
+  private lastOkAt: number;
+  private readonly intervalMs: number;
+  private readonly overlapMs: number;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly client: Client,
+    private readonly kind: TwinFeedKind,
+    private readonly opts: TwinFeedOptions,
+  ) {
+    this.intervalMs = opts.intervalMs ?? 500;
+    this.overlapMs = opts.overlapMs ?? 5_000;
+    this.now = opts.now ?? Date.now;
+    this.watermark = this.now();
+    this.lastOkAt = this.now();
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.schedule(0);
+  }
+
+  stop(): void {
+    this.running = false;
+    clearTimeout(this.timer);
+  }
+
+  /** Since when the feed has failed to look (null: its last look worked). */
+  failingFor(): number {
+    return this.failingSince === null ? 0 : this.now() - this.failingSince;
+  }
+
+  /** When the feed last looked successfully: changes stamped before (minus the overlap) have been delivered. */
+  lastLookAt(): number {
+    return this.lastOkAt;
+  }
+
+  /** Look now (tests, and the interval's tick). */
+  async look(): Promise<void> {
+    const started = this.now();
+    try {
+      const changes = await listTwinChanges(this.client, this.kind, this.watermark - this.overlapMs);
+      const fresh: TwinChange[] = [];
+      for (const change of changes) {
+        const key = `${change.deviceId}@${change.atMs}`;
+        if (this.delivered.has(key)) continue;
+        this.delivered.set(key, change.atMs);
+        fresh.push(change);
+        if (change.atMs > this.watermark) this.watermark = change.atMs;
+      }
+      // Forget what fell out of the look-back window: it cannot be listed again.
+      for (const [key, at] of this.delivered) if (at < this.watermark - 2 * this.overlapMs) this.delivered.delete(key);
+      this.failingSince = null;
+      this.lastOkAt = started;
+      if (fresh.length > 0) this.opts.onChanges(fresh);
+    } catch (err) {
+      if (this.failingSince === null) {
+        this.failingSince = started;
+        this.opts.onError?.(err as Error);
+      }
+    }
+  }
+
+  private schedule(ms: number): void {
+    if (!this.running) return;
+    this.timer = setTimeout(() => {
+      void this.look().finally(() => this.schedule(this.intervalMs));
+    }, ms);
+    this.timer.unref();
+  }
+}
