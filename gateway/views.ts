@@ -179,9 +179,8 @@ export class DeviceViews {
 
   private news(deviceId: string, input: TwinSyncInput, gone?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
-      let waiters = this.waiting.get(deviceId);
-      if (!waiters) this.waiting.set(deviceId, (waiters = new Set()));
-      const set = waiters;
+      const set = this.waiting.get(deviceId) ?? new Set<Waiter>();
+      this.waiting.set(deviceId, set);
       const waiter: Waiter = {
         done: () => {
           clearTimeout(timer);

@@ -32,8 +32,8 @@ export class ReportWatch {
 
   subscribe(deviceId: string): ReportSubscription {
     const subscriber: Subscriber = { changed: false };
-    let set = this.subscribers.get(deviceId);
-    if (!set) this.subscribers.set(deviceId, (set = new Set()));
+    const set = this.subscribers.get(deviceId) ?? new Set<Subscriber>();
+    this.subscribers.set(deviceId, set);
     set.add(subscriber);
     if (this.count++ === 0) this.feed.start();
     let closed = false;
@@ -82,7 +82,7 @@ const watches = new WeakMap<Client, ReportWatch>();
 
 /** The worker's one watch per Temporal client. */
 export function reportWatchOf(client: Client): ReportWatch {
-  let watch = watches.get(client);
-  if (!watch) watches.set(client, (watch = new ReportWatch(client)));
+  const watch = watches.get(client) ?? new ReportWatch(client);
+  watches.set(client, watch);
   return watch;
 }
