@@ -28,10 +28,11 @@ export const RELEASES: readonly Release[] = [
   { id: 'r7', commit: '9e149e4', issues: [21] },
   { id: 'r8', commit: '7b668b3', issues: [22] },
   { id: 'r9', commit: '5826b68', issues: [23] },
+  { id: 'r10', commit: '382357b', issues: [23, 24] },
 ];
 
 /** The release the working tree builds (not landed yet, so it has no commit here). */
-export const CURRENT_RELEASE = 'r10';
+export const CURRENT_RELEASE = 'r11';
 
 /**
  * Releases before the current one whose rollouts the current code still replays. Pinned rollouts never
@@ -434,6 +435,15 @@ export const PATCHES: readonly PatchRecord[] = [
       'r9-bulk-failure-gate',
       'r9-canary-health-fail',
     ],
+  },
+  {
+    id: 'twin-feed',
+    introducedIn: 'r11',
+    commit: '66852f0',
+    askedIn: ['workflows/device-twin.ts publish'],
+    status: 'live',
+    replayedWith: ['twin-feed-desire-report-reverify'],
+    replayedWithout: ['device-twin-desire-sync-reverify'],
   },
 ];
 

@@ -196,16 +196,14 @@ describe('the retirement policy (fateAt)', () => {
     expect(SUPPORT_WINDOW).toBe(2);
     expect(fateAt({ status: 'live', introducedIn: 'r7' }, 'r9')).toBe('deprecated');
     expect(fateAt({ status: 'live', introducedIn: 'r8' }, 'r9')).toBe('live');
-    expect(fateAt({ status: 'live', introducedIn: 'r8' }, CURRENT_RELEASE)).toBe('deprecated');
-    expect(fateAt({ status: 'live', introducedIn: 'r8' }, CURRENT_RELEASE, 3)).toBe('live');
+    expect(fateAt({ status: 'live', introducedIn: 'r8' }, 'r10')).toBe('deprecated');
+    expect(fateAt({ status: 'live', introducedIn: 'r8' }, 'r10', 3)).toBe('live');
   });
 
   it('removes a deprecated call only once no supported history can carry its marker undeprecated', () => {
-    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r8' }, CURRENT_RELEASE)).toBe('removed');
-    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r9' }, CURRENT_RELEASE)).toBe(
-      'deprecated',
-    );
-    expect(fateAt({ status: 'removed', introducedIn: 'r2', deprecatedIn: 'r3' }, CURRENT_RELEASE)).toBe('removed');
+    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r8' }, 'r10')).toBe('removed');
+    expect(fateAt({ status: 'deprecated', introducedIn: 'r2', deprecatedIn: 'r9' }, 'r10')).toBe('deprecated');
+    expect(fateAt({ status: 'removed', introducedIn: 'r2', deprecatedIn: 'r3' }, 'r10')).toBe('removed');
   });
 
   it('knows only the releases it records', () => {
