@@ -5,14 +5,19 @@
  *
  * Config: { root?: checkout whose gateway/server.ts to run (default this one; the bench points it at a
  * worktree of the code before), devices: { id: base64 public key }, limits?: {...} }. The Temporal
- * client is a stand-in that holds every sync until the request is aborted (long-polls that never
- * answer): unauthenticated requests never reach it, and the limits under test are the gateway's own.
+ * client is a stand-in, so the limits under test are the gateway's own (unauthenticated requests never
+ * reach it): every twin it is asked about exists and desires nothing (version 0), signals and
+ * signal-with-starts (reports, presence marks) are taken, and the twin change feed lists no change. So a
+ * long-poll is held in the gateway's memory until the request goes away or its wait ends, and a payload
+ * asked for is not the device's to fetch (403). For a gateway of the code before the twin cache (--root),
+ * a sync's update is held until the request is aborted, as it was then.
  *
  * IPC: it sends { ready, url }; it answers { cmd: 'mem' } with process.memoryUsage() after a full GC,
  * { cmd: 'stats' } with the gateway's counters (null for a gateway without them), { cmd: 'logs' } with
  * the log lines so far.
  */
 import { join, resolve } from 'node:path';
+import { newTwinState, viewOf } from '../../core/twin';
 
 const config = JSON.parse(process.argv[2] ?? '{}') as {
   root?: string;
@@ -39,15 +44,27 @@ const aborted = (signal: AbortSignal | undefined) =>
   });
 let current: AbortSignal | undefined;
 const client = {
+  // The code before the twin cache: a sync was an update on the twin, held until the request was aborted.
   withAbortSignal: <T>(signal: AbortSignal, fn: () => Promise<T>): Promise<T> => {
     current = signal;
     return fn();
   },
   workflow: {
-    getHandle: () => {
+    getHandle: (workflowId: string) => {
       const signal = current;
-      return { executeUpdate: () => aborted(signal) };
+      return {
+        executeUpdate: () => aborted(signal),
+        // clients/twin.ts readTwinRecord: the twin of `device:<id>`, as a twin that nothing was asked of answers.
+        query: async () => viewOf(newTwinState(workflowId.replace(/^device:/, ''))),
+        signal: async () => {},
+      };
     },
+    // Reports to twins (clients/twin.ts reportToTwin) and seen marks to presence shards (clients/presence.ts writeSeen).
+    signalWithStart: async () => ({}),
+    // The twin change feed (clients/twin-feed.ts): no twin ever changes.
+    list: () => ({
+      async *[Symbol.asyncIterator]() {},
+    }),
   },
 };
 const logs: string[] = [];
