@@ -9,7 +9,7 @@ import {
   type DesiredRequest,
   type TwinView,
 } from '../../core/twin';
-import { syncTwin } from '../../gateway/twin';
+import { syncTwin } from '../../clients/twin';
 
 /**
  * A minimal in-process agent for rollout-side tests (NOT `wavegate agent`): it syncs with its twin

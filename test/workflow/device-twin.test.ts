@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
 import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
-import { syncTwin } from '../../gateway/twin';
+import { syncTwin } from '../../clients/twin';
 import { reverifyFleet } from '../../activities/fleet';
 import { parseInventory } from '../../core/inventory';
 import { applyThroughTwin } from '../../activities/agent/apply';
