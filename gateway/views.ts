@@ -133,6 +133,8 @@ export class DeviceViews {
       this.counts.seenMarks++;
     }
     if (input.waitMs > 0 && record.state.version <= input.knownVersion) await this.news(deviceId, input, gone);
+    // The agent went away while held: nobody to answer (the server logs it as a client that left).
+    if (gone?.aborted) throw new Error('the agent closed the connection while its long-poll was held');
     return viewOf(this.records.get(deviceId)?.state ?? record.state);
   }
 
