@@ -1,0 +1,69 @@
+import { describe, expect, it } from 'vitest';
+import { twinWorkflowId, type AgentReport } from '../../core/twin';
+import { desireOnTwin } from '../../clients/twin';
+import { mapLimit } from '../../activities/map-limit';
+import { DeviceViews } from '../../gateway/views';
+import { realRollouts } from '../support/real-rollouts';
+import { desiredRequest } from '../support/twin-agent';
+
+/**
+ * The scale at which the pull transport used to fall over (issue 29): 10,000 agent devices on one worker. Before
+ * r11 every sync held a wait inside its twin's update handler, and at this size the worker died (`async hook stack
+ * has become corrupted`). Here 10,000 devices sync through the gateway's device views (gateway/views.ts) against
+ * the real worker and dev server: the first sync of each reads and starts its twin, then idle rounds of syncs reach
+ * no twin at all, and a desired change to some of them answers their held long-polls. The worker keeps running
+ * throughout, and no twin's history moves during the idle rounds.
+ */
+const real = realRollouts('twin-scale');
+const DEVICES = 10_000;
+const ids = Array.from({ length: DEVICES }, (_, i) => `scale-${String(i).padStart(5, '0')}`);
+const report: AgentReport = {
+  profiles: {},
+  health: [{ name: 'motd', ok: true, kind: 'runtime' }],
+  healthAt: null,
+  agentVersion: 'scale',
+};
+
+describe('10,000 agent devices on one worker', () => {
+  it('first syncs start every twin; idle rounds reach none; a desire answers the held long-polls of its devices', async () => {
+    const views = new DeviceViews({ client: real.env.client, taskQueue: real.worker.taskQueue, maxReads: 32 });
+    try {
+      await mapLimit(ids, 200, (id) => views.sync(id, { report, knownVersion: 0, waitMs: 0 }));
+      expect(views.stats()).toMatchObject({ records: DEVICES, reads: DEVICES, forwards: DEVICES });
+      const sample = ids.filter((_, i) => i % 500 === 0);
+      const lengths = async () =>
+        Promise.all(
+          sample.map(
+            async (id) => (await real.env.client.workflow.getHandle(twinWorkflowId(id)).describe()).historyLength,
+          ),
+        );
+      const before = await lengths();
+
+      // Three idle rounds (30,000 syncs): answered from the gateway's memory.
+      for (let round = 0; round < 3; round++) {
+        await mapLimit(ids, 500, (id) =>
+          views.sync(id, { report: { ...report, healthAt: new Date().toISOString() }, knownVersion: 0, waitMs: 0 }),
+        );
+      }
+      expect(views.stats()).toMatchObject({ reads: DEVICES, forwards: DEVICES, seenMarks: 3 * DEVICES });
+      expect(await lengths()).toEqual(before);
+
+      // Every device holds a long-poll; 100 of them are asked for r2, and exactly those are answered with it.
+      const asked = new Set(ids.slice(0, 100));
+      const held = ids.map((id) => views.sync(id, { report, knownVersion: 0, waitMs: 60_000 }));
+      await mapLimit([...asked], 20, (id) =>
+        desireOnTwin(real.env.client, real.worker.taskQueue, id, desiredRequest(id, 2)),
+      );
+      const answered = await Promise.all(held.slice(0, 100));
+      for (const view of answered) expect(view.desired.demo?.revision).toBe(2);
+      expect(views.stats().held).toBe(DEVICES - 100);
+      expect(views.stats().feedChanges).toBe(100);
+      // The worker took every twin's task and still answers: a read of a twin it last saw thousands of twins ago.
+      expect((await real.env.client.workflow.getHandle(twinWorkflowId(ids[DEVICES - 1]!)).describe()).status.name).toBe(
+        'RUNNING',
+      );
+    } finally {
+      await views.close();
+    }
+  }, 600_000);
+});
