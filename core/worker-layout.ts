@@ -102,6 +102,13 @@ export function resolveWorkerLayout(flags: WorkerLayoutFlags): WorkerLayout {
     DEFAULT_WORKFLOW_CACHE,
     WORKFLOW_CACHE_LIMIT,
   );
+  // The SDK runs no more workflow tasks at once than it may cache (and never caches fewer than 2): say so, not shrink.
+  if (role !== 'activities' && maxCachedWorkflows < Math.max(2, maxWorkflowTasks)) {
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--workflow-cache ${JSON.stringify(String(maxCachedWorkflows))}: must be at least 2 and at least --max-workflow-tasks (${maxWorkflowTasks}), since a workflow task runs on a cached execution`,
+    );
+  }
   return {
     role,
     maxActivities: role === 'workflows' ? 0 : maxActivities,

@@ -52,6 +52,10 @@ describe('resolveWorkerLayout', () => {
     expect(refused({ maxActivities: '1.5' })).toContain('--max-activities "1.5"');
     expect(refused({ maxWorkflowTasks: '501' })).toContain('--max-workflow-tasks "501"');
     expect(refused({ workflowCache: '0' })).toContain('--workflow-cache "0"');
+    expect(refused({ workflowCache: '30' })).toContain(
+      '--workflow-cache "30": must be at least 2 and at least --max-workflow-tasks (40)',
+    );
+    expect(resolveWorkerLayout({ workflowCache: '30', maxWorkflowTasks: '30' }).maxCachedWorkflows).toBe(30);
     expect(refused({ workflowCache: '100001' })).toContain('--workflow-cache "100001"');
     expect(refused({ activitiesOnly: true, workflowCache: '10' })).toContain(
       '--workflow-cache "10" with --activities-only',
