@@ -4,6 +4,7 @@ import {
   WorkflowUpdateFailedError,
   type Client,
 } from '@temporalio/client';
+import type { SignalDefinition } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import { twinWorkflowId, withPresence, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
 import { readSeen } from './presence';
@@ -37,6 +38,21 @@ export function twinStartOptions(deviceId: string, taskQueue: string) {
   };
 }
 
+/** Signal a device's twin, starting it if the device has none yet. */
+async function signalTwin<A>(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  signal: SignalDefinition<[A]>,
+  arg: A,
+): Promise<void> {
+  await client.workflow.signalWithStart<DeviceTwinWorkflow, [A]>(TWIN_WORKFLOW, {
+    ...twinStartOptions(deviceId, taskQueue),
+    signal,
+    signalArgs: [arg],
+  });
+}
+
 /** Set a device's desired state, starting its twin if it has none yet. */
 export async function desireOnTwin(
   client: Client,
@@ -44,11 +60,7 @@ export async function desireOnTwin(
   deviceId: string,
   request: DesiredRequest,
 ): Promise<void> {
-  await client.workflow.signalWithStart<DeviceTwinWorkflow, [DesiredRequest]>(TWIN_WORKFLOW, {
-    ...twinStartOptions(deviceId, taskQueue),
-    signal: twinDesireSignal,
-    signalArgs: [request],
-  });
+  await signalTwin(client, taskQueue, deviceId, twinDesireSignal, request);
 }
 
 /**
@@ -61,11 +73,7 @@ export async function reportToTwin(
   deviceId: string,
   input: TwinReportInput,
 ): Promise<void> {
-  await client.workflow.signalWithStart<DeviceTwinWorkflow, [TwinReportInput]>(TWIN_WORKFLOW, {
-    ...twinStartOptions(deviceId, taskQueue),
-    signal: twinReportSignal,
-    signalArgs: [input],
-  });
+  await signalTwin(client, taskQueue, deviceId, twinReportSignal, input);
 }
 
 /**
