@@ -4,30 +4,46 @@
  * the devices being simulated agents in this process: each signs its requests with its own identity
  * key and long-polls `/v1/sync` like `wavegate agent`, and answers a desired entry by reporting it
  * applied after --apply-ms (it runs and verifies nothing: the rollout side, the twins and the gateway
- * are what is measured). Prints the makespan, per-execution event counts and peak pending work, the
- * gateway's requests per second, and the twins' history sizes.
+ * are what is measured). The phases are `bench/rollout-scale.ts`'s (canary 1 device, 25%, remainder), so
+ * the two makespans at the same --devices, --in-flight, --slice and --gate compare.
  *
- *   npx tsx bench/agent-scale.ts --devices 1000 [--slice 200] [--in-flight 100] [--apply-ms 0] [--wait-ms 30000] [--gate 1s]
+ * Prints the makespan; failed requests by kind (the agents' count) and the gateway's non-200 lines; the
+ * peak RSS of this process (the worker AND the simulated agents), of the gateway process and of the
+ * Temporal dev server, sampled every second; CPU by process; per-execution events and peak pending work;
+ * the twins' history sizes and the events each twin gained during the rollout. Optionally:
+ *   --offline K   K agents stop before the rollout and stay away until it completes (offline at its
+ *                 snapshot/apply: skipped, then asked by the rollout's convergence); then they start again
+ *                 and the time from each restart to its report of the new revision is measured.
+ *   --idle M      after the rollout (or after the first syncs with --no-rollout) every agent keeps syncing
+ *                 for M minutes: the events the Temporal server persisted meanwhile (every execution's
+ *                 history length, before and after), the idle syncs made, and the gateway's CPU per 1,000.
+ *
+ *   ulimit -n 20000   # or more: the agents' sockets (this process) and the gateway's, about N each
+ *   npx tsx bench/agent-scale.ts --devices 1000 [--slice 200] [--in-flight 100] [--apply-ms 0] [--wait-ms 30000]
+ *       [--gate 1s] [--health-gates] [--offline 100] [--idle 10] [--no-rollout]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { Client, Connection } from '@temporalio/client';
 import { stringify } from 'yaml';
 import { agentKeyPin } from '../core/agent-auth';
 import { keyPairFromSeed, type KeyPair } from '../core/signing';
-import { twinWorkflowId, type AgentReport } from '../core/twin';
+import { TWIN_OFFLINE_AFTER_MS, twinWorkflowId, type AgentReport } from '../core/twin';
 import { prepareRollout } from '../intake/prepare';
-import { gatewayClient } from '../agent/gateway-client';
+import { gatewayClient, GatewayError } from '../agent/gateway-client';
+import { mapLimit } from '../activities/map-limit';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../intake/package-layout';
 import { createWorker } from '../workers/worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
+import { childPid, processCpu, startCpuSplit } from './cpu-account';
 
 const { values: flags } = parseArgs({
   options: {
@@ -37,6 +53,10 @@ const { values: flags } = parseArgs({
     'apply-ms': { type: 'string', default: '0' },
     'wait-ms': { type: 'string', default: '30000' },
     gate: { type: 'string', default: '1s' },
+    'health-gates': { type: 'boolean', default: false },
+    offline: { type: 'string', default: '0' },
+    idle: { type: 'string', default: '0' },
+    'no-rollout': { type: 'boolean', default: false },
   },
 });
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
@@ -44,47 +64,79 @@ const SLICE = wholeFlag('slice', flags.slice, 1, 10_000);
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 10_000);
 const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
 const WAIT_MS = wholeFlag('wait-ms', flags['wait-ms'], 0, 30_000);
+const OFFLINE = wholeFlag('offline', flags.offline, 0, Math.max(0, DEVICES - 2));
+const IDLE_MINUTES = wholeFlag('idle', flags.idle, 0, 24 * 60);
+const ROLLOUT = !flags['no-rollout'];
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE))
   throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
+if (!ROLLOUT && OFFLINE) throw new Error('--offline needs a rollout: drop --no-rollout');
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const load = () =>
+  `load ${loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ')}`;
+const mib = (bytes: number) => Math.round(bytes / 1024 / 1024);
+/** `n× kind` lines, most frequent first. */
+const byCount = (m: Map<string, number>, top = 8) =>
+  [...m]
+    .sort((x, y) => y[1] - x[1])
+    .slice(0, top)
+    .map(([k, n]) => `${n}× ${k}`)
+    .join('; ');
+const bump = (m: Map<string, number>, k: string, by = 1) => m.set(k, (m.get(k) ?? 0) + by);
 
 interface SimAgent {
   id: string;
   key: KeyPair;
+  /** Aborts this agent's loop and its request in flight (--offline stops some; the end stops all). */
+  stop: AbortController;
+  /** --offline: when this agent was started again, when it reported the rollout's revision, and its syncs between. */
+  restartedAt?: number;
+  convergedAt?: number;
+  syncsSinceRestart: number;
 }
 
-/** Gateway request counts per wall-clock second, for the rate and its peak. */
-const perSecond = new Map<number, number>();
+/** What the simulated agents count: every answered request, per wall-clock second, and every failure by kind. */
 let requests = 0;
-let failures = 0;
-const failureKinds = new Map<string, number>();
-function counted<T>(p: Promise<T>): Promise<T> {
+let syncsAnswered = 0;
+const perSecond = new Map<number, number>();
+const failures = new Map<string, number>();
+let failureCount = 0;
+let failedLongPolls = 0;
+
+function counted<T>(kind: 'sync' | 'report', p: Promise<T>): Promise<T> {
   return p.then(
     (v) => {
       requests++;
+      if (kind === 'sync') syncsAnswered++;
       const s = Math.floor(Date.now() / 1000);
       perSecond.set(s, (perSecond.get(s) ?? 0) + 1);
       return v;
     },
     (err: unknown) => {
-      failures++;
+      if (err instanceof Error && err.name === 'AbortError') throw err; // stopped on purpose, not a failure
+      failureCount++;
+      if (kind === 'sync') failedLongPolls++;
       const why =
-        err instanceof Error
-          ? 'code' in err && typeof err.code === 'string'
-            ? err.code
-            : err.message.replace(/\d+/g, 'N').slice(0, 80)
-          : String(err);
-      failureKinds.set(why, (failureKinds.get(why) ?? 0) + 1);
+        err instanceof GatewayError
+          ? `${err.status} ${err.code}`
+          : err instanceof Error
+            ? 'code' in err && typeof err.code === 'string'
+              ? err.code
+              : err.message.replace(/\d+/g, 'N').slice(0, 80)
+            : String(err);
+      bump(failures, `${kind}: ${why}`);
       throw err;
     },
   );
 }
 
 /** One simulated agent: sync (long-poll), answer each new desired entry as applied, report, repeat. */
-async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promise<void> {
+async function runAgent(agent: SimAgent, url: string, toRevision: number): Promise<void> {
+  const stop = agent.stop.signal;
   const gw = gatewayClient({ url, device: agent.id, secretKey: agent.key.secretKey });
   const report: AgentReport = {
     profiles: {},
@@ -96,7 +148,8 @@ async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promis
   while (!stop.aborted) {
     try {
       report.healthAt = new Date().toISOString();
-      const view = await counted(gw.sync({ report, knownVersion, waitMs: WAIT_MS }, stop));
+      const view = await counted('sync', gw.sync({ report, knownVersion, waitMs: WAIT_MS }, stop));
+      if (agent.restartedAt !== undefined) agent.syncsSinceRestart++;
       knownVersion = view.version;
       for (const entry of Object.values(view.desired)) {
         if (report.profiles[entry.profile]?.requestId === entry.requestId) continue;
@@ -109,7 +162,9 @@ async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promis
           at: new Date().toISOString(),
         };
         // The answer goes out at once (the next sync would only carry it after its wait).
-        await counted(gw.report(report, stop));
+        await counted('report', gw.report(report, stop));
+        if (agent.restartedAt !== undefined && agent.convergedAt === undefined && entry.revision === toRevision)
+          agent.convergedAt = Date.now();
       }
     } catch {
       if (!stop.aborted) await sleep(1_000 + Math.random() * 1_000);
@@ -117,8 +172,44 @@ async function runAgent(agent: SimAgent, url: string, stop: AbortSignal): Promis
   }
 }
 
-/** The gateway's own log: one line per request, `<device> <METHOD> <path> <status> <ms>[ <code> <message>]`. */
-let gatewayLog = '';
+// ---- the gateway process and its log ----
+
+/** The gateway's log, counted as it comes: one line per request, `<device> <METHOD> <path> <status> <ms>[ <code> <message>]`. */
+const gatewayLines = {
+  byStatus: new Map<string, number>(),
+  refusals: new Map<string, number>(),
+  /** Lines that are not a request's: start-up, feed and presence complaints, and anything like a stack trace. */
+  other: new Map<string, number>(),
+  otherSamples: [] as string[],
+};
+const REQUEST_LINE = /^(\S+) (GET|POST|PUT|DELETE|HEAD|\S+) (\S+) (\d{3}|-) (\d+)ms(.*)$/;
+
+function countGatewayLine(line: string): void {
+  const m = REQUEST_LINE.exec(line);
+  if (m) {
+    const path = m[3]!.replace(/\/v1\/payload\/.*/, '/v1/payload/…');
+    bump(gatewayLines.byStatus, `${m[4]} ${m[2]} ${path}`);
+    if (m[4] !== '200')
+      bump(
+        gatewayLines.refusals,
+        `${m[4]} ${path}${m[6]!
+          .replace(/agent-\d+/g, 'agent-N')
+          .replace(/[0-9a-f-]{36}/g, 'RUN')
+          .replace(/\d+/g, 'N')
+          .slice(0, 110)}`,
+      );
+    return;
+  }
+  const kind = line
+    .replace(/agent-\d+/g, 'agent-N')
+    .replace(/\d+/g, 'N')
+    .slice(0, 140);
+  bump(gatewayLines.other, kind);
+  if (gatewayLines.otherSamples.length < 40) gatewayLines.otherSamples.push(line.slice(0, 400));
+}
+
+/** How the gateway process ended, if it did before the bench stopped it. */
+let gatewayExit: string | undefined;
 
 function startGateway(args: string[]): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
@@ -126,26 +217,116 @@ function startGateway(args: string[]): Promise<{ child: ChildProcess; url: strin
       cwd: PROJECT_ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let out = '';
+    let head = '';
+    let partial = '';
+    let listening = false;
     const onData = (c: Buffer) => {
-      out += c.toString();
-      gatewayLog += c.toString();
-      if (gatewayLog.length > 64 * 1024 * 1024) gatewayLog = gatewayLog.slice(-32 * 1024 * 1024);
-      const m = /gateway listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve({ child, url: m[1]! });
+      const text = partial + c.toString();
+      const lines = text.split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) {
+        if (!listening) {
+          head += `${line}\n`;
+          const m = /gateway listening on (http:\/\/\S+)/.exec(line);
+          if (m) {
+            listening = true;
+            resolve({ child, url: m[1]! });
+          }
+          continue;
+        }
+        countGatewayLine(line);
+      }
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`gateway exited ${code}:\n${out}`)));
+    child.on('exit', (code, signal) => {
+      gatewayExit = `${code ?? signal}`;
+      reject(new Error(`gateway exited ${code ?? signal}:\n${head}`));
+    });
   });
 }
+
+// ---- memory: peaks per stage, sampled every second ----
+
+function vmRss(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+interface Peaks {
+  bench: number;
+  gateway: number;
+  server: number;
+}
+const peaks = new Map<string, Peaks>();
+let stage = 'start-up';
+function sampleMemory(gatewayPid: number | undefined, serverPid: number | undefined): void {
+  const p = peaks.get(stage) ?? { bench: 0, gateway: 0, server: 0 };
+  p.bench = Math.max(p.bench, process.memoryUsage.rss());
+  p.gateway = Math.max(p.gateway, vmRss(gatewayPid));
+  p.server = Math.max(p.server, vmRss(serverPid));
+  peaks.set(stage, p);
+}
+
+// ---- Temporal's side: every execution's persisted events ----
+
+/**
+ * The events the server holds for every execution in the namespace (open and closed, every run): a closed
+ * run's length from the list (final), an open run's from describe (the list's copy is only as new as its
+ * last visibility update).
+ */
+async function namespaceEvents(
+  client: Client,
+): Promise<{ events: number; executions: number; open: number; byType: Map<string, number> }> {
+  const open: { workflowId: string; runId: string; type: string }[] = [];
+  const byType = new Map<string, number>();
+  let executions = 0;
+  for await (const w of client.workflow.list()) {
+    executions++;
+    if (w.status.name === 'RUNNING') open.push({ workflowId: w.workflowId, runId: w.runId, type: w.type });
+    else bump(byType, w.type, w.historyLength);
+  }
+  const lengths = await mapLimit(open, 64, (w) =>
+    client.workflow
+      .getHandle(w.workflowId, w.runId)
+      .describe()
+      .then((d) => d.historyLength),
+  );
+  for (const [i, w] of open.entries()) bump(byType, w.type, lengths[i]!);
+  const events = [...byType.values()].reduce((a, b) => a + b, 0);
+  return { events, executions, open: open.length, byType };
+}
+
+/** Each twin's current run and its history length. */
+async function twinLengths(client: Client, ids: string[]): Promise<Map<string, { runId: string; events: number }>> {
+  const out = await mapLimit(ids, 64, (id) =>
+    client.workflow
+      .getHandle(twinWorkflowId(id))
+      .describe()
+      .then((d) => ({ runId: d.runId, events: d.historyLength })),
+  );
+  return new Map(ids.map((id, i) => [id, out[i]!]));
+}
+
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+
+// ---- the run ----
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-agent-scale-'));
   const agents: SimAgent[] = Array.from({ length: DEVICES }, (_, i) => ({
     id: `agent-${String(i).padStart(5, '0')}`,
     key: keyPairFromSeed(randomBytes(32)),
+    stop: new AbortController(),
+    syncsSinceRestart: 0,
   }));
+  for (const a of agents) setMaxListeners(0, a.stop.signal);
   const inventoryPath = join(dir, 'inventory.yaml');
   writeFileSync(
     inventoryPath,
@@ -161,29 +342,41 @@ async function main(): Promise<void> {
     }),
   );
   const specPath = join(dir, 'spec.yaml');
+  const TO_REVISION = 2;
   writeFileSync(
     specPath,
     stringify({
       rollout: {
         profile: 'demo',
         fromRevision: 1,
-        toRevision: 2,
+        toRevision: TO_REVISION,
         gate: GATE,
         maxFailureRatio: 0.05,
-        phases: [
-          { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
-          { bulk: '10%' },
-          { bulk: 'remainder', healthGate: ['devices-online'] },
-        ],
+        // bench/rollout-scale.ts's phases; --health-gates adds the gates this benchmark used to have.
+        phases: flags['health-gates']
+          ? [
+              { canary: '1 device', healthGate: ['devices-online', 'all-runtimes-healthy'] },
+              { bulk: '25%' },
+              { bulk: 'remainder', healthGate: ['devices-online'] },
+            ]
+          : [{ canary: '1 device' }, { bulk: '25%' }, { bulk: 'remainder' }],
       },
     }),
   );
 
   const env = await startDevServerEnv();
+  const serverPid = childPid('start-dev');
+  const namespace = env.namespace ?? 'default';
+  // At 10,000 devices a page of the parent's history is over gRPC's default 4 MB receive limit.
+  const bigConnection = await Connection.connect({
+    address: env.address,
+    channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 },
+  });
+  const client = new Client({ connection: bigConnection, namespace });
   const taskQueue = 'agent-scale';
   const worker = await createWorker({
     connection: env.nativeConnection,
-    namespace: env.namespace ?? 'default',
+    namespace,
     taskQueue,
     deps: { auditDir: join(dir, 'audit') },
     layout: {
@@ -194,6 +387,8 @@ async function main(): Promise<void> {
     },
   });
   const running = worker.run();
+  // Every agent comes from 127.0.0.1: the per-source limits are raised to the fleet (a sync and a report each) + margin.
+  const perSource = String(2 * DEVICES + 1_000);
   const gateway = await startGateway([
     '--listen',
     '127.0.0.1:0',
@@ -204,138 +399,275 @@ async function main(): Promise<void> {
     '--address',
     env.address,
     '--namespace',
-    env.namespace ?? 'default',
+    namespace,
     '--task-queue',
     taskQueue,
+    '--max-connections',
+    String(Math.max(20_000, 2 * DEVICES + 1_000)),
+    '--max-connections-per-source',
+    perSource,
+    '--max-requests',
+    String(Math.max(20_000, 2 * DEVICES + 1_000)),
+    '--max-requests-per-source',
+    perSource,
+    '--max-long-polls',
+    String(Math.max(20_000, DEVICES + 1_000)),
+    // Every refusal logged, so the log's count is whole.
+    '--refusal-log-per-second',
+    '100000',
   ]);
-  const stop = new AbortController();
-  setMaxListeners(0, stop.signal); // one listener per simulated agent's request in flight
+  const gatewayPid = gateway.child.pid;
+  const sampler = setInterval(() => sampleMemory(gatewayPid, serverPid), 1_000);
+  const startAgent = (a: SimAgent) => void runAgent(a, gateway.url, TO_REVISION);
+  const say = (line: string) => console.log(line);
   try {
-    console.log(
-      `${DEVICES} simulated agents against ${gateway.url}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}`,
+    say(
+      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
     );
+    stage = 'first syncs';
     const upStart = Date.now();
-    // The agents' loops run until stop aborts them; nothing waits on them.
-    for (const a of agents) void runAgent(a, gateway.url, stop.signal);
-    // Every twin seen before the rollout (its snapshot counts a never-seen agent offline).
+    // The agents' loops run until their stop aborts them; nothing waits on them.
+    for (const a of agents) startAgent(a);
+    // Every twin started before the rollout (its snapshot counts a never-seen agent offline).
     for (;;) {
-      const synced = new Set<string>();
-      for await (const w of env.client.workflow.list({ query: `WorkflowType = 'deviceTwinWorkflow'` }))
-        synced.add(w.workflowId);
-      if (synced.size >= DEVICES) break;
+      const { count } = await client.workflow.count(
+        `WorkflowType = 'deviceTwinWorkflow' AND ExecutionStatus = 'Running'`,
+      );
+      if (count >= DEVICES) break;
       await sleep(1_000);
     }
-    console.log(
-      `agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far`,
+    say(
+      `agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far, ${failureCount} failed; ${load()}`,
     );
 
-    const input = {
-      ...prepareRollout({ specPath, inventoryPath, profilesRoot: join(PROJECT_ROOT, 'profiles'), startedBy: 'bench' }),
-      rolloutId: `rollout:agent-scale-${Date.now()}`,
-      sliceSize: SLICE,
-    };
-    const before = requests;
-    const started = Date.now();
-    const handle = await env.client.workflow.start(rolloutWorkflow, {
-      workflowId: input.rolloutId,
-      taskQueue,
-      args: [input],
-    });
-    const progress = setInterval(() => {
-      handle
-        .query<{ phase?: string; counts: Record<string, number> }>('status')
-        .then((s) =>
-          console.log(
-            `  ${seconds(Date.now() - started)}: ${s.phase ?? '-'} applied ${s.counts.applied} applying ${s.counts.applying} skipped ${s.counts.skipped} failed ${s.counts.failed}; ${requests - before} gateway requests`,
-          ),
-        )
-        .catch(() => {});
-    }, 30_000);
-    // The result's long-poll can time out on a loaded server: ask again until the rollout has closed.
-    const result = await (async () => {
-      for (;;) {
-        try {
-          return await handle.result();
-        } catch (err) {
-          if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err)))
-            throw err;
-        }
+    let rolloutEnd = Date.now();
+    if (ROLLOUT) {
+      // --offline: the last K agents stop, and the rollout starts once they count as offline (silent past
+      // TWIN_OFFLINE_AFTER_MS): each is skipped, and the rollout's convergence asks it when it completes.
+      const offline = agents.slice(DEVICES - OFFLINE);
+      if (OFFLINE) {
+        for (const a of offline) a.stop.abort();
+        const wait = TWIN_OFFLINE_AFTER_MS + 5_000;
+        say(`stopped ${OFFLINE} agents (${offline[0]!.id}…); waiting ${seconds(wait)} until they count as offline`);
+        await sleep(wait);
       }
-    })().finally(() => clearInterval(progress));
-    const makespan = Date.now() - started;
-    const during = requests - before;
-    console.log(
-      `\nrollout ${result.state}: ${JSON.stringify(result.counts)} in ${seconds(makespan)} (${(DEVICES / (makespan / 1000)).toFixed(1)} devices/s)`,
-    );
-    const window = [...perSecond.entries()]
-      .filter(([s]) => s * 1000 >= started && s * 1000 <= started + makespan)
-      .map(([, n]) => n);
-    console.log(
-      `gateway: ${during} requests during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s; ${failures} failed requests in all${
-        failures
-          ? ` (${[...failureKinds]
-              .sort((x, y) => y[1] - x[1])
-              .slice(0, 5)
-              .map(([k, n]) => `${n}× ${k}`)
-              .join('; ')})`
-          : ''
-      }`,
-    );
+      const twinIds = agents.map((a) => a.id);
+      const describeStart = Date.now();
+      const twinsBefore = await twinLengths(client, twinIds);
+      say(`twins described before the rollout in ${seconds(Date.now() - describeStart)}`);
 
-    const refusals = new Map<string, number>();
-    for (const m of gatewayLog.matchAll(/ (5\d\d|4\d\d) \d+ms (.{0,90})/g)) {
-      const kind = `${m[1]} ${m[2]!.replace(/agent-\d+/g, 'agent-N').replace(/[0-9a-f-]{36}/g, 'RUN')}`;
-      refusals.set(kind, (refusals.get(kind) ?? 0) + 1);
+      const input = {
+        ...prepareRollout({
+          specPath,
+          inventoryPath,
+          profilesRoot: join(PROJECT_ROOT, 'profiles'),
+          startedBy: 'bench',
+        }),
+        rolloutId: `rollout:agent-scale-${Date.now()}`,
+        sliceSize: SLICE,
+      };
+      stage = 'rollout';
+      const requestsBefore = requests;
+      const failuresBefore = new Map(failures);
+      const failedBefore = failureCount;
+      const longPollsFailedBefore = failedLongPolls;
+      const refusalsBefore = new Map(gatewayLines.refusals);
+      const cpuSince = startCpuSplit(gatewayPid ? [gatewayPid] : []);
+      const serverCpuBefore = serverPid ? processCpu(serverPid).own : 0;
+      const loadAtStart = load();
+      const started = Date.now();
+      const handle = await client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue,
+        args: [input],
+      });
+      const progress = setInterval(() => {
+        handle
+          .query<{ phase?: string; counts: Record<string, number> }>('status')
+          .then((s) =>
+            console.log(
+              `  ${seconds(Date.now() - started)}: ${s.phase ?? '-'} applied ${s.counts.applied} applying ${s.counts.applying} skipped ${s.counts.skipped} failed ${s.counts.failed}; ${requests - requestsBefore} gateway requests; ${load()}`,
+            ),
+          )
+          .catch(() => {});
+      }, 30_000);
+      // The result's long-poll can time out on a loaded server: ask again until the rollout has closed.
+      const result = await (async () => {
+        for (;;) {
+          try {
+            return await handle.result();
+          } catch (err) {
+            if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err)))
+              throw err;
+          }
+        }
+      })().finally(() => clearInterval(progress));
+      const makespan = Date.now() - started;
+      rolloutEnd = Date.now();
+      const cpu = cpuSince((serverPid ? processCpu(serverPid).own : 0) - serverCpuBefore);
+      const loadAtEnd = load();
+      stage = 'after the rollout';
+
+      // --offline: the stopped agents come back; each should converge within about one sync.
+      if (OFFLINE) {
+        for (const a of offline) {
+          a.stop = new AbortController();
+          setMaxListeners(0, a.stop.signal);
+          a.restartedAt = Date.now();
+          startAgent(a);
+        }
+        const deadline = Date.now() + 5 * 60_000;
+        while (offline.some((a) => a.convergedAt === undefined) && Date.now() < deadline) await sleep(200);
+      }
+
+      const during = requests - requestsBefore;
+      say(
+        `\nrollout ${result.state}: ${JSON.stringify(result.counts)} in ${seconds(makespan)} (${(DEVICES / (makespan / 1000)).toFixed(1)} devices/s); ${loadAtStart} at its start, ${loadAtEnd} at its end`,
+      );
+      const window = [...perSecond.entries()]
+        .filter(([s]) => s * 1000 >= started && s * 1000 <= started + makespan)
+        .map(([, n]) => n);
+      const failuresDuring = new Map(
+        [...failures].map(([k, n]) => [k, n - (failuresBefore.get(k) ?? 0)] as const).filter(([, n]) => n > 0),
+      );
+      say(
+        `gateway: ${during} requests answered during the rollout, ${(during / (makespan / 1000)).toFixed(1)}/s average, peak ${Math.max(0, ...window)}/s`,
+      );
+      say(
+        `failed requests during the rollout (the agents' count): ${failureCount - failedBefore}, of them long-polls (sync) ${failedLongPolls - longPollsFailedBefore}${failuresDuring.size ? ` (${byCount(failuresDuring)})` : ''}`,
+      );
+      const refusalsDuring = new Map(
+        [...gatewayLines.refusals]
+          .map(([k, n]) => [k, n - (refusalsBefore.get(k) ?? 0)] as const)
+          .filter(([, n]) => n > 0),
+      );
+      say(
+        `gateway's non-200 lines during the rollout: ${[...refusalsDuring.values()].reduce((a, b) => a + b, 0)}${refusalsDuring.size ? ` (${byCount(refusalsDuring)})` : ''}`,
+      );
+      say(
+        `CPU during the rollout (core-seconds): this process (worker + ${DEVICES} simulated agents + client) ${cpu.process.toFixed(1)}, Temporal server ${cpu.server.toFixed(1)}, gateway ${cpu.shards.toFixed(1)}, whole machine ${cpu.machine.toFixed(1)} = ${((cpu.machine / DEVICES) * 1000).toFixed(1)} ms per device`,
+      );
+      if (OFFLINE) {
+        const back = offline.filter((a) => a.convergedAt !== undefined);
+        const took = back.map((a) => a.convergedAt! - a.restartedAt!).sort((x, y) => x - y);
+        const syncs = back.map((a) => a.syncsSinceRestart).sort((x, y) => x - y);
+        say(
+          `convergence after reconnect: ${back.length} of ${OFFLINE} agents reported r${TO_REVISION} after their restart: median ${seconds(percentile(took, 50))}, p99 ${seconds(percentile(took, 99))}, max ${seconds(took.at(-1) ?? 0)} from restart to the report; syncs until then median ${percentile(syncs, 50)}, max ${syncs.at(-1) ?? 0}`,
+        );
+      }
+
+      const shapes = await executionTreeShapes(client, input.rolloutId);
+      say(
+        `\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`,
+      );
+      say(
+        '| execution | events | bytes | activities | max pending activities | max pending children | longest workflow task |',
+      );
+      say('|---|---:|---:|---:|---:|---:|---:|');
+      for (const s of shapes)
+        say(
+          `| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} | ${s.maxWorkflowTaskMs} ms |`,
+        );
+      const over = shapes.filter(
+        (s) =>
+          s.events >= HISTORY_EVENT_LIMIT ||
+          s.maxPendingActivities > PENDING_LIMIT ||
+          s.maxPendingChildren > PENDING_LIMIT,
+      );
+      say(
+        over.length === 0
+          ? 'every execution within the limits'
+          : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`,
+      );
+
+      // Twins: each one's current run now, and what it gained during the rollout (same run; a twin that
+      // continued as new meanwhile is counted apart).
+      const twinsAfter = await twinLengths(client, twinIds);
+      const lengths = [...twinsAfter.values()].map((t) => t.events).sort((a, b) => a - b);
+      const gained: number[] = [];
+      let newRuns = 0;
+      for (const id of twinIds) {
+        const b = twinsBefore.get(id)!;
+        const a = twinsAfter.get(id)!;
+        if (a.runId === b.runId) gained.push(a.events - b.events);
+        else newRuns++;
+      }
+      gained.sort((a, b) => a - b);
+      const mean = gained.reduce((x, y) => x + y, 0) / Math.max(1, gained.length);
+      say(
+        `\ntwin histories (current run): median ${percentile(lengths, 50)} events, p99 ${percentile(lengths, 99)}, max ${lengths.at(-1)} (continue-as-new past 2,000)`,
+      );
+      say(
+        `twin history per device per rollout (events each twin gained from before the rollout to after it${OFFLINE ? ' and the offline agents’ return' : ''}): mean ${mean.toFixed(1)}, median ${percentile(gained, 50)}, p99 ${percentile(gained, 99)}, max ${gained.at(-1)}${newRuns ? `; ${newRuns} twins continued as new meanwhile (not counted)` : ''}`,
+      );
     }
-    if (refusals.size)
-      console.log(
-        `gateway refusals by kind (its log): ${[...refusals]
-          .sort((x, y) => y[1] - x[1])
-          .slice(0, 5)
-          .map(([k, n]) => `${n}× ${k}`)
-          .join(' | ')}`,
-      );
 
-    const shapes = await executionTreeShapes(env.client, input.rolloutId);
-    console.log(
-      `\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`,
-    );
-    console.log('| execution | events | bytes | activities | max pending activities | max pending children |');
-    console.log('|---|---:|---:|---:|---:|---:|');
-    for (const s of shapes)
-      console.log(
-        `| ${s.workflowId} | ${s.events} | ${s.bytes} | ${s.activitiesScheduled} | ${s.maxPendingActivities} | ${s.maxPendingChildren} |`,
+    if (IDLE_MINUTES) {
+      stage = 'idle';
+      // Let the rollout's last writes (presence flush, late reports) land before the first count.
+      await sleep(Math.max(0, 20_000 - (Date.now() - rolloutEnd)));
+      const scanStart = Date.now();
+      const before = await namespaceEvents(client);
+      const scanMs = Date.now() - scanStart;
+      const syncsBefore = syncsAnswered;
+      const failedBefore = failureCount;
+      const gatewayCpuBefore = gatewayPid ? processCpu(gatewayPid).own : 0;
+      const serverCpuBefore = serverPid ? processCpu(serverPid).own : 0;
+      const benchCpuBefore = process.cpuUsage();
+      const idleStart = Date.now();
+      say(
+        `\nidle: ${before.events} events in ${before.executions} executions (${before.open} open), counted in ${seconds(scanMs)}; ${DEVICES} agents syncing idle for ${IDLE_MINUTES} min; ${load()}`,
       );
-    const over = shapes.filter(
-      (s) =>
-        s.events >= HISTORY_EVENT_LIMIT ||
-        s.maxPendingActivities > PENDING_LIMIT ||
-        s.maxPendingChildren > PENDING_LIMIT,
-    );
-    console.log(
-      over.length === 0
-        ? 'every execution within the limits'
-        : `OVER THE LIMITS: ${over.map((s) => s.workflowId).join(', ')}`,
-    );
-
-    // Twins: history length of each current run, and how many runs (continue-as-new) each has had.
-    const lengths: number[] = [];
-    for (let i = 0; i < agents.length; i += 50) {
-      const batch = await Promise.all(
-        agents.slice(i, i + 50).map((a) => env.client.workflow.getHandle(twinWorkflowId(a.id)).describe()),
+      while (Date.now() - idleStart < IDLE_MINUTES * 60_000) {
+        await sleep(Math.min(60_000, IDLE_MINUTES * 60_000 - (Date.now() - idleStart)));
+        console.log(
+          `  idle ${seconds(Date.now() - idleStart)}: ${syncsAnswered - syncsBefore} syncs answered, ${failureCount - failedBefore} failed; ${load()}`,
+        );
+      }
+      const idleMs = Date.now() - idleStart;
+      const syncs = syncsAnswered - syncsBefore;
+      const gatewayCpu = (gatewayPid ? processCpu(gatewayPid).own : 0) - gatewayCpuBefore;
+      const serverCpu = (serverPid ? processCpu(serverPid).own : 0) - serverCpuBefore;
+      const benchCpuUsage = process.cpuUsage(benchCpuBefore);
+      const benchCpu = (benchCpuUsage.user + benchCpuUsage.system) / 1e6;
+      const failedIdle = failureCount - failedBefore;
+      const loadAtEnd = load();
+      const after = await namespaceEvents(client);
+      const added = after.events - before.events;
+      say(
+        `idle ${seconds(idleMs)}: ${syncs} idle syncs answered (${(syncs / (idleMs / 1000)).toFixed(1)}/s), ${failedIdle} failed requests; the server persisted ${added} events meanwhile (${before.events} → ${after.events}, executions ${before.executions} → ${after.executions}): ${(added / Math.max(1, syncs)).toFixed(4)} events per idle sync; ${loadAtEnd}`,
       );
-      lengths.push(...batch.map((d) => d.historyLength));
+      const addedByType = new Map(
+        [...after.byType].map(([t, n]) => [t, n - (before.byType.get(t) ?? 0)] as const).filter(([, n]) => n !== 0),
+      );
+      say(`events added by workflow type: ${addedByType.size ? byCount(addedByType) : 'none'}`);
+      say(
+        `CPU during the idle window (core-seconds): gateway ${gatewayCpu.toFixed(1)} = ${((gatewayCpu / Math.max(1, syncs)) * 1000).toFixed(2)} s per 1,000 idle syncs; Temporal server ${serverCpu.toFixed(1)}; this process (worker + agents) ${benchCpu.toFixed(1)}`,
+      );
     }
-    lengths.sort((a, b) => a - b);
-    const pct = (p: number) => lengths[Math.min(lengths.length - 1, Math.floor((p / 100) * lengths.length))]!;
-    console.log(
-      `\ntwin histories (current run): median ${pct(50)} events, p99 ${pct(99)}, max ${lengths.at(-1)} (continue-as-new past 2,000)`,
+
+    say('\npeak RSS by stage (sampled every second): this process = the worker AND the simulated agents (one process)');
+    say('| stage | this process (worker + agents) | gateway | Temporal dev server |');
+    say('|---|---:|---:|---:|');
+    for (const [name, p] of peaks)
+      say(`| ${name} | ${mib(p.bench)} MiB | ${mib(p.gateway)} MiB | ${p.server ? `${mib(p.server)} MiB` : '?'} |`);
+    say(
+      `\nall run: ${requests} requests answered, ${failureCount} failed (long-polls ${failedLongPolls})${failures.size ? `: ${byCount(failures)}` : ''}`,
     );
+    say(`gateway's lines by status: ${byCount(gatewayLines.byStatus, 12)}`);
+    if (gatewayLines.refusals.size) say(`gateway's non-200 lines by kind: ${byCount(gatewayLines.refusals, 10)}`);
+    if (gatewayLines.other.size) {
+      say(`gateway's other lines: ${byCount(gatewayLines.other, 10)}`);
+      for (const l of gatewayLines.otherSamples.slice(0, 10)) say(`  ${l}`);
+    }
+    say(gatewayExit === undefined ? 'gateway process still running at the end' : `GATEWAY EXITED: ${gatewayExit}`);
   } finally {
-    stop.abort();
+    clearInterval(sampler);
+    for (const a of agents) a.stop.abort();
     gateway.child.kill('SIGTERM');
     worker.shutdown();
     await running.catch(() => {});
+    await bigConnection.close();
     await env.teardown();
     rmSync(dir, { recursive: true, force: true });
   }
