@@ -370,6 +370,15 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   server.on('connection', (socket: Socket) => gateway.admitConnection(socket));
   const flusher = setInterval(() => gateway.flushRefusals(), 1_000);
   flusher.unref();
+  // What the gateway spared Temporal, once a minute while anything happens (operators read it to size the fleet).
+  let last = '';
+  const reporter = setInterval(() => {
+    const v = gateway.stats().views;
+    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes`;
+    if (line !== last) (opts.log ?? (() => {}))(line);
+    last = line;
+  }, 60_000);
+  reporter.unref();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.listen.port, opts.listen.host, () => resolve());
@@ -383,6 +392,7 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
     // Held long-polls are answered with what is known, the seen marks written; then the server closes.
     close: async () => {
       clearInterval(flusher);
+      clearInterval(reporter);
       await gateway.close();
       gateway.flushRefusals();
       await new Promise<void>((resolve) => {
