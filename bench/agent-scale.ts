@@ -25,11 +25,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { stringify } from 'yaml';
 import { agentKeyPin } from '../core/agent-auth';
 import { keyPairFromSeed, type KeyPair } from '../core/signing';
@@ -97,6 +98,9 @@ interface SimAgent {
   restartedAt?: number;
   convergedAt?: number;
   syncsSinceRestart: number;
+  /** When this agent last received a new desired entry, and when its report of it was answered (ms). */
+  newsAt?: number;
+  reportedAt?: number;
 }
 
 /** What the simulated agents count: every answered request, per wall-clock second, and every failure by kind. */
@@ -106,6 +110,12 @@ const perSecond = new Map<number, number>();
 const failures = new Map<string, number>();
 let failureCount = 0;
 let failedLongPolls = 0;
+/**
+ * How long each sync that brought a new desired entry was held by the gateway (request to answer). A change
+ * that wakes the held long-poll answers it about when the desire was written; a long-poll that is not woken
+ * brings the entry only when its wait ends (--wait-ms), so these bunch up near the wait.
+ */
+const heldBeforeNews: number[] = [];
 
 function counted<T>(kind: 'sync' | 'report', p: Promise<T>): Promise<T> {
   return p.then(
@@ -148,11 +158,15 @@ async function runAgent(agent: SimAgent, url: string, toRevision: number): Promi
   while (!stop.aborted) {
     try {
       report.healthAt = new Date().toISOString();
+      const asked = Date.now();
       const view = await counted('sync', gw.sync({ report, knownVersion, waitMs: WAIT_MS }, stop));
+      const held = Date.now() - asked;
       if (agent.restartedAt !== undefined) agent.syncsSinceRestart++;
       knownVersion = view.version;
       for (const entry of Object.values(view.desired)) {
         if (report.profiles[entry.profile]?.requestId === entry.requestId) continue;
+        heldBeforeNews.push(held);
+        agent.newsAt = Date.now();
         if (APPLY_MS) await sleep(APPLY_MS);
         report.profiles[entry.profile] = {
           revision: entry.revision,
@@ -163,6 +177,7 @@ async function runAgent(agent: SimAgent, url: string, toRevision: number): Promi
         };
         // The answer goes out at once (the next sync would only carry it after its wait).
         await counted('report', gw.report(report, stop));
+        agent.reportedAt = Date.now();
         if (agent.restartedAt !== undefined && agent.convergedAt === undefined && entry.revision === toRevision)
           agent.convergedAt = Date.now();
       }
@@ -176,6 +191,8 @@ async function runAgent(agent: SimAgent, url: string, toRevision: number): Promi
 
 /** The gateway's log, counted as it comes: one line per request, `<device> <METHOD> <path> <status> <ms>[ <code> <message>]`. */
 const gatewayLines = {
+  /** The gateway's own periodic summary (devices known, long-polls held, syncs answered from memory, ...). */
+  lastSummary: '',
   byStatus: new Map<string, number>(),
   refusals: new Map<string, number>(),
   /** Lines that are not a request's: start-up, feed and presence complaints, and anything like a stack trace. */
@@ -198,6 +215,10 @@ function countGatewayLine(line: string): void {
           .replace(/\d+/g, 'N')
           .slice(0, 110)}`,
       );
+    return;
+  }
+  if (/^gateway: \d+ devices known/.test(line)) {
+    gatewayLines.lastSummary = line;
     return;
   }
   const kind = line
@@ -311,6 +332,49 @@ async function twinLengths(client: Client, ids: string[]): Promise<Map<string, {
       .then((d) => ({ runId: d.runId, events: d.historyLength })),
   );
   return new Map(ids.map((id, i) => [id, out[i]!]));
+}
+
+/**
+ * Per device, from the kept slice histories: when its apply activity started and closed (server clock, the
+ * same machine's as this process's), against when its agent got the desired entry and had its report taken.
+ * Says how long a desire took to reach a held long-poll, and a report to finish the apply.
+ */
+function applyLags(keptDir: string, agents: SimAgent[]): { toAgent: number[]; toApply: number[] } {
+  type Ev = { eventId: string; eventType: string; eventTime: { seconds: string; nanos?: number } | string } & Record<
+    string,
+    { scheduledEventId?: string; activityType?: { name: string }; input?: { payloads: { data: string }[] } }
+  >;
+  const ms = (t: Ev['eventTime']) =>
+    typeof t === 'string' ? Date.parse(t) : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
+  const byId = new Map(agents.map((a) => [a.id, a]));
+  const toAgent: number[] = [];
+  const toApply: number[] = [];
+  for (const file of readdirSync(keptDir)) {
+    const { events } = JSON.parse(readFileSync(join(keptDir, file), 'utf8')) as { events: Ev[] };
+    const device = new Map<string, string>();
+    const started = new Map<string, number>();
+    for (const e of events) {
+      if (e.eventType === 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED') {
+        const a = e.activityTaskScheduledEventAttributes!;
+        if (a.activityType?.name !== 'applyRevision' || !a.input) continue;
+        const input = JSON.parse(Buffer.from(a.input.payloads[0]!.data, 'base64').toString('utf8')) as {
+          device: { id: string };
+        };
+        device.set(e.eventId, input.device.id);
+      } else if (e.eventType === 'EVENT_TYPE_ACTIVITY_TASK_STARTED') {
+        const id = e.activityTaskStartedEventAttributes!.scheduledEventId!;
+        if (device.has(id)) started.set(id, ms(e.eventTime));
+      } else if (e.eventType === 'EVENT_TYPE_ACTIVITY_TASK_COMPLETED') {
+        const id = e.activityTaskCompletedEventAttributes!.scheduledEventId!;
+        const agent = byId.get(device.get(id) ?? '');
+        const startedAt = started.get(id);
+        if (!agent || startedAt === undefined || agent.newsAt === undefined || agent.reportedAt === undefined) continue;
+        toAgent.push(agent.newsAt - startedAt);
+        toApply.push(ms(e.eventTime) - agent.reportedAt);
+      }
+    }
+  }
+  return { toAgent: toAgent.sort((x, y) => x - y), toApply: toApply.sort((x, y) => x - y) };
 }
 
 const percentile = (sorted: number[], p: number) =>
@@ -439,6 +503,22 @@ async function main(): Promise<void> {
     say(
       `agents up (every twin started) in ${seconds(Date.now() - upStart)}; ${requests} gateway requests so far, ${failureCount} failed; ${load()}`,
     );
+    // The twins' first workflow tasks are still queued when they show as started: a rollout started now waits
+    // behind them for its own first task (28 s at 1,000 agents). Its makespan is measured on a settled fleet.
+    const settleStart = Date.now();
+    for (let empty = 0; empty < 3; ) {
+      const { stats } = await client.workflowService.describeTaskQueue({
+        namespace,
+        taskQueue: { name: taskQueue },
+        taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        reportStats: true,
+      });
+      empty = Number(stats?.approximateBacklogCount ?? 0) === 0 ? empty + 1 : 0;
+      await sleep(1_000);
+    }
+    say(
+      `first syncs settled (the workflow task queue empty for 3 s) ${seconds(Date.now() - settleStart)} later; ${seconds(Date.now() - upStart)} since the agents started; ${load()}`,
+    );
 
     let rolloutEnd = Date.now();
     if (ROLLOUT) {
@@ -547,6 +627,15 @@ async function main(): Promise<void> {
       say(
         `CPU during the rollout (core-seconds): this process (worker + ${DEVICES} simulated agents + client) ${cpu.process.toFixed(1)}, Temporal server ${cpu.server.toFixed(1)}, gateway ${cpu.shards.toFixed(1)}, whole machine ${cpu.machine.toFixed(1)} = ${((cpu.machine / DEVICES) * 1000).toFixed(1)} ms per device`,
       );
+      const held = [...heldBeforeNews].sort((x, y) => x - y);
+      say(
+        `syncs that brought a new desired entry: ${held.length}; held by the gateway before that answer: median ${seconds(percentile(held, 50))}, p90 ${seconds(percentile(held, 90))}, max ${seconds(held.at(-1) ?? 0)} (a woken long-poll answers when the desire lands; one not woken at its ${seconds(WAIT_MS)} wait)`,
+      );
+      const mem = process.memoryUsage();
+      say(
+        `this process's memory after the rollout: RSS ${mib(mem.rss)} MiB, V8 heap used ${mib(mem.heapUsed)} of ${mib(mem.heapTotal)} MiB, external ${mib(mem.external)} MiB (array buffers ${mib(mem.arrayBuffers)})`,
+      );
+      if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
       if (OFFLINE) {
         const back = offline.filter((a) => a.convergedAt !== undefined);
         const took = back.map((a) => a.convergedAt! - a.restartedAt!).sort((x, y) => x - y);
@@ -556,7 +645,20 @@ async function main(): Promise<void> {
         );
       }
 
-      const shapes = await executionTreeShapes(client, input.rolloutId);
+      // Every execution's history kept for reading where the time went (npx tsx bench/history-timeline.ts <file>).
+      const kept = join(tmpdir(), `wavegate-agent-scale-${DEVICES}-histories`);
+      rmSync(kept, { recursive: true, force: true });
+      mkdirSync(kept, { recursive: true });
+      const shapes = await executionTreeShapes(client, input.rolloutId, (id, history) =>
+        writeFileSync(join(kept, `${id.replace(/[^A-Za-z0-9_.-]/g, '_')}.json`), JSON.stringify(history)),
+      );
+      say(`histories kept in ${kept}`);
+      const lags = applyLags(kept, agents);
+      const spread = (xs: number[]) =>
+        `median ${seconds(percentile(xs, 50))}, p90 ${seconds(percentile(xs, 90))}, max ${seconds(xs.at(-1) ?? 0)}`;
+      say(
+        `per device apply (${lags.toAgent.length} slice applies): its activity's start → its agent got the desired entry: ${spread(lags.toAgent)}; the agent's report answered → the activity completed: ${spread(lags.toApply)}`,
+      );
       say(
         `\nper-execution history (limits: < ${HISTORY_EVENT_LIMIT} events, ≤ ${PENDING_LIMIT} pending activities/children)`,
       );
@@ -615,6 +717,7 @@ async function main(): Promise<void> {
       const serverCpuBefore = serverPid ? processCpu(serverPid).own : 0;
       const benchCpuBefore = process.cpuUsage();
       const idleStart = Date.now();
+      if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
       say(
         `\nidle: ${before.events} events in ${before.executions} executions (${before.open} open), counted in ${seconds(scanMs)}; ${DEVICES} agents syncing idle for ${IDLE_MINUTES} min; ${load()}`,
       );
@@ -660,6 +763,7 @@ async function main(): Promise<void> {
       say(`gateway's other lines: ${byCount(gatewayLines.other, 10)}`);
       for (const l of gatewayLines.otherSamples.slice(0, 10)) say(`  ${l}`);
     }
+    if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
     say(gatewayExit === undefined ? 'gateway process still running at the end' : `GATEWAY EXITED: ${gatewayExit}`);
   } finally {
     clearInterval(sampler);
