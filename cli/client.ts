@@ -6,6 +6,7 @@ import {
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
+  WorkflowUpdateRPCTimeoutOrCancelledError,
   type WorkflowHandle,
 } from '@temporalio/client';
 import { canonicalize } from '../core/canonical';
@@ -74,13 +75,20 @@ export async function connectClient(settings: ConnectionSettings): Promise<Clien
 }
 
 /**
- * gRPC codes a poll outlives: the server or the path to it was away for a moment (UNAVAILABLE), a call
+ * gRPC codes a wait outlives: the server or the path to it was away for a moment (UNAVAILABLE), a call
  * or a query was cut off (DEADLINE_EXCEEDED, CANCELLED: no worker answered the query in time, a worker
- * restarting), the server shed load (RESOURCE_EXHAUSTED) or a call raced another (ABORTED).
+ * restarting), the server shed load (RESOURCE_EXHAUSTED), a call raced another (ABORTED), or a query found
+ * no worker to answer it (FAILED_PRECONDITION: "no poller seen for task queue recently, worker may be
+ * down", which the server says after holding the query about 30 s; also a workflow not ready for queries
+ * yet). Each is a state of the moment that a worker's or the server's return ends; the SDK's own retry
+ * (about 20 s, UNAVAILABLE and RESOURCE_EXHAUSTED only) has run out by the time one reaches us.
  */
-const TRANSIENT_GRPC_CODES: ReadonlySet<number> = new Set([1, 4, 8, 10, 14]);
+const TRANSIENT_GRPC_CODES: ReadonlySet<number> = new Set([1, 4, 8, 9, 10, 14]);
+const GRPC_INTERNAL = 13;
+/** The INTERNAL errors that are a cut HTTP/2 stream (a proxy, a server closing), told apart as the SDK's own retry does. */
+const CUT_STREAM = /RST_STREAM with code [02]|Call ended without gRPC status/i;
 
-/** Is this a failure a `--wait` loop should retry rather than die of? Walks the error's causes. */
+/** Is this a failure a wait loop should retry rather than die of? Walks the error's causes. */
 export function isTransientFailure(err: unknown): boolean {
   for (
     let e: unknown = err, depth = 0;
@@ -89,35 +97,100 @@ export function isTransientFailure(err: unknown): boolean {
   ) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'number' && TRANSIENT_GRPC_CODES.has(code)) return true;
+    if (code === GRPC_INTERNAL) {
+      const details = String((e as { details?: unknown }).details ?? '');
+      if (CUT_STREAM.test(details) && !/SSL alert number/i.test(details)) return true; // a TLS alert is no cut
+    }
     if (typeof code === 'string' && /^(?:ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
     if (e instanceof WavegateError && e.code === 'UNAVAILABLE') return true;
+    // An update whose call was cut by its deadline (the update itself may still run: asking again is safe).
+    if (e instanceof WorkflowUpdateRPCTimeoutOrCancelledError) return true;
   }
   return false;
 }
 
 /**
+ * An error's first line and its causes', short: what a one-line note on stderr quotes. The SDK wraps
+ * the server's answer ("Failed to query Workflow": "9 FAILED_PRECONDITION: no poller seen…"), and the
+ * cause is what says why.
+ */
+export function firstLineOf(err: unknown): string {
+  const lines: string[] = [];
+  for (
+    let e: unknown = err, depth = 0;
+    e !== undefined && e !== null && depth < 5;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
+    const line = String((e as Error).message ?? e).split('\n')[0]!;
+    if (line && !lines.some((seen) => seen.includes(line))) lines.push(line);
+    if (typeof e !== 'object') break;
+  }
+  return lines.join(': ').slice(0, 200);
+}
+
+/** The one-line note of a wait that retries: `wavegate: <what> failed (<error and its cause>); retrying`. */
+export function retryNote(what: string, err: unknown): string {
+  return `wavegate: ${what} failed (${firstLineOf(err)}); retrying`;
+}
+
+/** How long a wait goes on through failures before it gives up (a run of them: any answer starts it again). */
+export const WAIT_FAILURES_LIMIT_MS = 5 * 60_000;
+
+export interface RetryOptions {
+  /** What is polled, for the final message: `status query of rollout:demo:…`. */
+  what?: string;
+  /** Told on the first failure of each run of failures (one line on stderr, say). */
+  onRetry?: (err: unknown) => void;
+  /** A run of failures this long ends the wait (default WAIT_FAILURES_LIMIT_MS). */
+  giveUpAfterMs?: number;
+  /** Said after the final message: what the operator can do (the rollout goes on without this wait). */
+  giveUpHint?: string;
+  maxDelayMs?: number;
+  sleep?: (ms: number) => Promise<void>;
+  now?: () => number;
+}
+
+/**
  * Run one poll (a query, a describe) until it answers: a transient failure (isTransientFailure) waits
  * and tries again, 0.5 s doubling to `maxDelayMs`, telling `onRetry` once per run of failures; any other
- * failure is thrown. A wait never dies of a server restart or a cut query.
+ * failure is thrown. A wait never dies of a server restart, a worker away or a cut query; a run of
+ * failures past `giveUpAfterMs` ends it with UNAVAILABLE (exit 1) naming what failed, for how long and
+ * the last error, never with a stack trace.
  */
-export async function retryTransient<T>(
-  poll: () => Promise<T>,
-  opts: { onRetry?: (err: unknown) => void; maxDelayMs?: number; sleep?: (ms: number) => Promise<void> } = {},
-): Promise<T> {
+export async function retryTransient<T>(poll: () => Promise<T>, opts: RetryOptions = {}): Promise<T> {
   const sleep = opts.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const now = opts.now ?? Date.now;
+  const limitMs = opts.giveUpAfterMs ?? WAIT_FAILURES_LIMIT_MS;
   let delay = 500;
-  let told = false;
+  let failingSince: number | undefined;
   for (;;) {
     try {
       return await poll();
     } catch (err) {
       if (!isTransientFailure(err)) throw err;
-      if (!told) opts.onRetry?.(err);
-      told = true;
+      if (failingSince === undefined) {
+        failingSince = now();
+        opts.onRetry?.(err);
+      } else if (now() - failingSince >= limitMs) {
+        throw new WavegateError(
+          'UNAVAILABLE',
+          `${opts.what ?? 'a poll of Temporal'} failed for ${Math.round((now() - failingSince) / 1000)} s, giving up (last error: ${firstLineOf(err)})${opts.giveUpHint ? `; ${opts.giveUpHint}` : ''}`,
+          { cause: err },
+        );
+      }
       await sleep(delay);
       delay = Math.min(delay * 2, opts.maxDelayMs ?? 5_000);
     }
   }
+}
+
+/** retryTransient for a CLI wait: `what` names the poll in its note on stderr (once per run of failures) and in its final message. */
+export function retryWait<T>(
+  what: string,
+  poll: () => Promise<T>,
+  opts: Omit<RetryOptions, 'what' | 'onRetry'> = {},
+): Promise<T> {
+  return retryTransient(poll, { ...opts, what, onRetry: (err) => process.stderr.write(`${retryNote(what, err)}\n`) });
 }
 
 /** Run `body` with a connected client and close the connection afterwards (a CLI process must exit). */
@@ -275,7 +348,10 @@ async function awaitLockedRollout(
   const deadline = Date.now() + timeoutMs;
   const lock = client.workflow.getHandle<typeof profileLockWorkflow>(lockId, lockRunId);
   for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
-    const described = await lock.describe();
+    // A describe cut by a transient failure is tried again, within this wait's own bound.
+    const described = await retryWait(`describe of ${lockId}`, () => lock.describe(), {
+      giveUpAfterMs: Math.max(deadline - Date.now(), 1_000),
+    });
     const child = described.raw.pendingChildren?.find((c) => c.workflowId && c.runId);
     if (child) return { rolloutId: child.workflowId!, runId: child.runId! };
     if (described.status.name !== 'RUNNING') {

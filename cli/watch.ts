@@ -2,7 +2,7 @@ import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { isFinalState } from '../core/controls';
 import { WavegateError } from '../core/errors';
-import { isTransientFailure, retryTransient } from './client';
+import { isTransientFailure, retryNote, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
 import { statusQuery, type RolloutStatus } from '../contracts/rollout';
@@ -122,12 +122,6 @@ export function closingLine(status: Pick<RolloutStatus, 'state' | 'webhooks'>): 
   return `${status.state}; closing${pending > 0 ? ` (delivering ${pending} webhook event${pending === 1 ? '' : 's'})` : ''}…`;
 }
 
-function firstLine(err: unknown): string {
-  return String((err as Error)?.message ?? err)
-    .split('\n')[0]!
-    .slice(0, 200);
-}
-
 type Closed = { status: RolloutStatus } | 'closed' | 'retry';
 
 /**
@@ -141,7 +135,10 @@ type Closed = { status: RolloutStatus } | 'closed' | 'retry';
 export async function watchRollout(client: Client, id: string, opts: WatchOptions): Promise<RolloutStatus> {
   const retry = <T>(what: string, poll: () => Promise<T>): Promise<T> =>
     retryTransient(poll, {
-      onRetry: (err) => opts.onRetry?.(`wavegate: ${what} of ${id} failed (${firstLine(err)}); retrying`),
+      what: `${what} of ${id}`,
+      onRetry: (err) => opts.onRetry?.(retryNote(`${what} of ${id}`, err)),
+      // The rollout runs in Temporal whatever happens to this wait.
+      giveUpHint: `the rollout goes on without this wait: \`wavegate watch ${id}\` waits again`,
     });
   let runId: string;
   try {
@@ -229,8 +226,11 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
     if (paused && !wasPaused) opts.onPause?.(status);
     wasPaused = paused;
     if (paused && opts.stopOnPause) return status;
-    // A workflow closed without reaching a final state (terminated, or failed outside the main path).
     const described = await retry('describe', () => handle.describe());
+    // Completed since the status above was read (a describe retried through a failure can see a later
+    // moment than the query): its result is the final status.
+    if (described.status.name === 'COMPLETED') return readStatus(await retry('result', () => handle.result()));
+    // A workflow closed without reaching a final state (terminated, or failed outside the main path).
     if (described.status.name !== 'RUNNING')
       return { ...status, state: 'failed', pausedReason: `workflow ${described.status.name.toLowerCase()}` };
     final = await next();

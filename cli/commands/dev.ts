@@ -41,7 +41,7 @@ import {
   profilesOptionHelp,
   resolveProfilesRoot,
 } from '../../intake/profiles-root';
-import { connectClient, startRollout, withTemporalOptions, workflowUrl } from '../client';
+import { connectClient, retryWait, startRollout, withTemporalOptions, workflowUrl } from '../client';
 import { registerProfileEnvelopes } from '../registry-client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
@@ -205,7 +205,7 @@ export function register(program: Command): void {
           void result.finally(() => (done = true)).catch(() => {});
           while (!done) {
             await new Promise((r) => setTimeout(r, 300));
-            if (!done) print(await handle.query(statusQuery));
+            if (!done) print(await retryWait(`status query of ${handle.workflowId}`, () => handle.query(statusQuery)));
           }
           const final = await result;
           print(final);

@@ -18,7 +18,14 @@ import { newestRevisionAbove } from '../../clients/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { lastCompletedRollout, listRollouts, withClient, withTemporalOptions } from '../client';
+import {
+  lastCompletedRollout,
+  listRollouts,
+  retryNote,
+  retryTransient,
+  withClient,
+  withTemporalOptions,
+} from '../client';
 import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
@@ -69,6 +76,27 @@ function reverifyWaitMs(value: string | undefined): number {
 }
 
 /**
+ * The re-verify wait reads every asked device's twin each half second: a read cut by a transient failure
+ * (Temporal restarting, a query cut) is tried again rather than ending the command, said once on stderr
+ * per run of failures across all the reads, and given up (exit 1, named) past the wait itself.
+ */
+function retryingTwinReader(read: TwinReader, waitMs: number): TwinReader {
+  let told = false;
+  return async (id) => {
+    const view = await retryTransient(() => read(id), {
+      what: `the twin read of ${id}`,
+      giveUpAfterMs: waitMs,
+      onRetry: (err) => {
+        if (!told) console.error(retryNote('a twin read', err));
+        told = true;
+      },
+    });
+    told = false;
+    return view;
+  };
+}
+
+/**
  * Run `read` with a reader of twins when some device's channel reads one (an agent device: through
  * Temporal, never dialled); `--reverify` first asks every device that verifies on request (every online
  * agent) to verify again, and waits for them.
@@ -83,7 +111,12 @@ async function withTwins<T>(
   if (twinned.length === 0) return read();
   return withClient(resolveConnectionSettings(opts), async (client) => {
     if (opts.reverify) {
-      const r = await reverifyFleet(twinned, { client: () => client }, { waitMs, concurrency: opts.concurrency });
+      const twins = retryingTwinReader(twinReader(client), waitMs);
+      const r = await reverifyFleet(
+        twinned,
+        { client: () => client, twins },
+        { waitMs, concurrency: opts.concurrency },
+      );
       const note = `re-verify: ${r.answered.length} of ${r.asked.length} online agents answered${r.silent.length ? ` (no answer within ${waitMs / 1000}s: ${r.silent.join(', ')})` : ''}${r.offline.length ? `; ${r.offline.length} not asked (offline or never synced)` : ''}`;
       console.error(note);
     }

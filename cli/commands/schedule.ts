@@ -17,7 +17,7 @@ import { loadRolloutInventory } from '../../intake/inventory';
 import { loadProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type ConnectionSettings, type TemporalFlags } from '../../workers/connection';
-import { withClient, withTemporalOptions, workflowUrl } from '../client';
+import { retryWait, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { operatorName } from './rollout';
 
@@ -179,13 +179,15 @@ async function waitForTriggered(
 ): Promise<NightlyCanaryResult> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const desc = await handle.describe();
+    // Each poll outlives a transient failure (a server restart, a cut call), said once on stderr.
+    const desc = await retryWait(`describe of schedule ${handle.scheduleId}`, () => handle.describe());
     if (desc.info.numActionsTaken > before) {
       const last = desc.info.recentActions.at(-1);
       if (last?.action.type === 'startWorkflow') {
-        return (await client.workflow
-          .getHandle(last.action.workflow.workflowId, last.action.workflow.firstExecutionRunId)
-          .result()) as NightlyCanaryResult;
+        const { workflowId, firstExecutionRunId } = last.action.workflow;
+        return (await retryWait(`result of ${workflowId}`, () =>
+          client.workflow.getHandle(workflowId, firstExecutionRunId).result(),
+        )) as NightlyCanaryResult;
       }
     }
     if (Date.now() > deadline)
