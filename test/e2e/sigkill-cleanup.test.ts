@@ -105,15 +105,26 @@ describe('SIGKILL of a process leaves none of its servers running', () => {
     expect(livePidsMentioning(scratch.dir)).toEqual([]);
   });
 
-  it('a process running an OpenSSH fleet killed with SIGKILL: every sshd is gone, ports free', async () => {
+  /** A process of its own that starts a 3-device OpenSSH fleet (and with `crash` dies of a fatal error). */
+  async function fleetOwner(crash = false) {
     const scratch = scratchDir('sshd-sigkill');
     scratches.push(scratch);
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', join(__dirname, '..', 'support', 'openssh-fleet-child.ts'), scratch.dir, '3'],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
+      [
+        '--import',
+        'tsx',
+        join(__dirname, '..', 'support', 'openssh-fleet-child.ts'),
+        scratch.dir,
+        '3',
+        ...(crash ? ['crash'] : []),
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     parents.push(child);
+    let stderr = '';
+    child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     const started = await new Promise<{ pids: number[]; ports: number[] }>((resolve, reject) => {
       let out = '';
       child.stdout!.on('data', (c: Buffer) => {
@@ -125,8 +136,19 @@ describe('SIGKILL of a process leaves none of its servers running', () => {
     expect(started.pids).toHaveLength(3);
     for (const pid of started.pids) expect(running(pid)).toBe(true);
     for (const port of started.ports) expect(await portFree(port)).toBe(false);
+    return { child, started, exited, stderr: () => stderr };
+  }
 
+  it('a process running an OpenSSH fleet killed with SIGKILL: every sshd is gone, ports free', async () => {
+    const { child, started } = await fleetOwner();
     await killed(child);
+    await nothingLeft(started.pids, started.ports);
+  });
+
+  it('a process running an OpenSSH fleet that dies of a fatal error: every sshd is gone, ports free', async () => {
+    const { started, exited, stderr } = await fleetOwner(true);
+    expect(await exited).toBe(1);
+    expect(stderr()).toContain('a fatal error of the fleet owner');
     await nothingLeft(started.pids, started.ports);
   });
 });
