@@ -251,7 +251,13 @@ export class DeviceViews {
       );
       // A slower read must not put back an older record than one already here.
       if (previous && previous.state.version > state.version) return previous;
-      const record = { state, loadedAt, forwardedAtMs: previous?.forwardedAtMs ?? 0 };
+      // Updated in place: a sync holding this record sees what the read found (one object per device).
+      if (previous) {
+        previous.state = state;
+        previous.loadedAt = loadedAt;
+        return previous;
+      }
+      const record = { state, loadedAt, forwardedAtMs: 0 };
       this.records.set(deviceId, record);
       return record;
     }).finally(() => this.loading.delete(deviceId));
