@@ -535,6 +535,8 @@ async function main(): Promise<void> {
     ids: Array.from({ length: DEVICES }, (_, i) => `dev-${String(i).padStart(4, '0')}`),
     basePort: BASE_PORT,
     logLevel: 'ERROR',
+    // --keep leaves the fleet running past this process (the watchdog of sim/reaper.ts ends it otherwise).
+    detach: flags.keep === true,
   });
   writeFileSync(join(DIR, 'known_hosts'), fleet.knownHosts());
   // The sshd are detached (so --keep can leave them): on Ctrl-C take them down unless asked to keep them.

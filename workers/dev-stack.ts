@@ -33,6 +33,8 @@ export async function startDevStack(opts: {
   /** The worker's profiles root (pins and payload files), always given: the stack never guesses it. */
   profilesRoot: string;
   log: (line: string) => void;
+  /** The worker stopped on its own (a fatal error): after its one line is logged. The stack is still up. */
+  onWorkerFailed?: (err: Error) => void;
 }): Promise<DevStack> {
   const stateDir = resolve(opts.stateDir);
   mkdirSync(stateDir, { recursive: true });
@@ -85,9 +87,13 @@ export async function startDevStack(opts: {
         profilesRoot: resolve(opts.profilesRoot),
       },
     });
-    const running = worker.run();
+    // Never an unhandled rejection (a stack trace): a worker that dies says why in one line, and the caller decides.
+    const running = worker.run().catch((err: Error) => {
+      opts.log(`the worker stopped: ${err.message.split('\n')[0]!.slice(0, 300)}`);
+      opts.onWorkerFailed?.(err);
+    });
     stops.push(async () => {
-      worker.shutdown();
+      if (worker.getState() === 'RUNNING') worker.shutdown();
       await running;
     });
     opts.log(`worker polling task queue "${DEFAULT_TASK_QUEUE}"`);

@@ -65,7 +65,14 @@ async function withDevStack<T>(
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
   try {
-    stack = await startDevStack(opts);
+    stack = await startDevStack({
+      ...opts,
+      // The worker gone, the stack is no use: take it down in order and exit 1 (no stack trace).
+      onWorkerFailed: () => {
+        log('stopping the dev stack');
+        stopping ??= (stack?.stop() ?? Promise.resolve()).then(() => process.exit(1));
+      },
+    });
     return await body(stack);
   } finally {
     if (!stopping) await stack?.stop();
