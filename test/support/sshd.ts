@@ -10,6 +10,7 @@
  * absolute `$HOME` paths. A per-device `bin/` first on PATH provides the demo profile's health
  * helpers (`sim-runtime-health`, `sim-error-rate`) so the demo profile's gates run unchanged.
  */
+import { endWithThisProcess } from '../../sim/reaper';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
@@ -62,6 +63,8 @@ interface Running {
 async function launch(config: string): Promise<Running | undefined> {
   // Own process group, so stop() can signal the listener without touching anything else.
   const child = spawn(SSHD_PATH, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  // A test process killed outright (a vitest timeout, SIGKILL) takes its sshd with it.
+  endWithThisProcess(child);
   let output = '';
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const listening = await new Promise<boolean>((done) => {
