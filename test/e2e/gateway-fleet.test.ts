@@ -16,7 +16,7 @@ import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { writeDemoSpec } from '../support/harness';
 import { applyRunsIn, homeMarker, writeApplyTools } from '../support/device-home';
 import { realRollouts } from '../support/real-rollouts';
-import { startRoundRobinProxy, type RoundRobinProxy } from '../support/round-robin-proxy';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 import { desiredRequest } from '../support/twin-agent';
 import { until } from '../support/until';
 
@@ -44,7 +44,7 @@ interface GatewayProcess {
 
 describe('several gateways, held long-polls and a gateway restart, over real agents', () => {
   const children = new Set<ChildProcess>();
-  let proxy: RoundRobinProxy | undefined;
+  let proxy: TcpProxy | undefined;
   const rollouts = realRollouts('gateway-fleet', {
     cleanup: async () => {
       await Promise.all([...children].map((c) => stopChild(c)));
@@ -181,7 +181,7 @@ describe('several gateways, held long-polls and a gateway restart, over real age
 
   it('two gateway processes behind one round-robin balancer serve one fleet: a rollout over 4 agents completes, every device applied once, both gateways served syncs', async () => {
     const gateways = [await startGateway(), await startGateway()];
-    proxy = await startRoundRobinProxy(gateways.map((g) => Number(new URL(g.url).port)));
+    proxy = await startTcpProxy(gateways.map((g) => Number(new URL(g.url).port)));
     await startAgents(BALANCED, proxy.url);
     const { finished } = await rollout('balanced', inventory('balanced', BALANCED, 'lb', 1), 'lb');
     expectAppliedOnce(await finished(), BALANCED);

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoDevices } from '../../sim';
 import { spawnCliUntil } from '../support/cli';
-import { startCutProxy, type CutProxy } from '../support/cut-proxy';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 import { startTestWorker, writeDemoSpec } from '../support/harness';
 import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
@@ -19,13 +19,13 @@ const real = realRollouts('wait-failures', { worker: false });
 type TestWorker = Awaited<ReturnType<typeof startTestWorker>>;
 let worker: TestWorker | undefined;
 let taskQueue = '';
-let proxy: CutProxy | undefined;
+let proxy: TcpProxy | undefined;
 const clis: ChildProcess[] = [];
 
 beforeAll(async () => {
   worker = await startTestWorker(real.env, { auditDir: real.auditDir });
   taskQueue = worker.taskQueue;
-  proxy = await startCutProxy(real.env.address);
+  proxy = await startTcpProxy([real.env.address]);
 });
 afterAll(async () => {
   for (const cli of clis) if (cli.exitCode === null && cli.signalCode === null) cli.kill('SIGKILL');
