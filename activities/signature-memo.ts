@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
-import { ed25519Verify } from '../core/signing';
+import { nativeEd25519Verify } from './ed25519-native';
 
 /**
  * Ed25519 verification, remembered: every device of a rollout has the worker verify the same envelope
- * (and the rollback's), and @noble's pure-JS check costs milliseconds of the one thread that also runs
- * the SSH sessions. The answer is a pure function of (key, signature, body), so the memo is keyed by a
+ * (and the rollback's), and even Node's native check (activities/ed25519-native.ts) costs the one thread
+ * that also runs the SSH sessions. The answer is a pure function of (key, signature, body), so the memo is keyed by a
  * SHA-256 over all three: a different byte anywhere is a different entry, checked afresh. Bounded;
  * the oldest entries go first.
  */
@@ -22,7 +22,7 @@ export function memoizedVerify(limit = 1024): (sig: Uint8Array, body: Uint8Array
       .digest('base64');
     const known = seen.get(key);
     if (known !== undefined) return known;
-    const valid = ed25519Verify(sig, body, publicKey);
+    const valid = nativeEd25519Verify(sig, body, publicKey);
     if (seen.size >= limit) seen.delete(seen.keys().next().value!);
     seen.set(key, valid);
     return valid;

@@ -1,6 +1,7 @@
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { fromBase64, toBase64, utf8Encode } from './bytes';
+import { ed25519Verify } from './signing';
 
 /**
  * How a device's agent proves who it is to the gateway (docs/formats.md, "Gateway HTTP API"): every
@@ -177,17 +178,20 @@ export function staleness(ts: number, now: number, windowMs = AUTH_WINDOW_MS): s
 }
 
 /** Whether `fields.sig` signs this method, path, ts, nonce and the declared body digest. */
-export function signatureValid(fields: AuthFields, publicKey: Uint8Array, method: string, path: string): boolean {
+export function signatureValid(
+  fields: AuthFields,
+  publicKey: Uint8Array,
+  method: string,
+  path: string,
+  verifySignature: SignatureCheck = ed25519Verify,
+): boolean {
   const sig = fromBase64(fields.sig);
   if (sig?.length !== 64) return false;
-  try {
-    return ed25519.verify(sig, signatureBase(method, path, fields.ts, fields.nonce, fields.digest), publicKey, {
-      zip215: false,
-    });
-  } catch {
-    return false;
-  }
+  return verifySignature(sig, signatureBase(method, path, fields.ts, fields.nonce, fields.digest), publicKey);
 }
+
+/** An Ed25519 check: core/signing.ts's (pure) by default; the gateway passes Node's native one (the same answers, 12x less CPU). */
+export type SignatureCheck = (sig: Uint8Array, message: Uint8Array, publicKey: Uint8Array) => boolean;
 
 /**
  * Nonces seen within the window, per device. A nonce is remembered until its request's ts has left the
@@ -277,6 +281,7 @@ export function authenticate(
   req: { header: string | undefined; method: string; path: string; now: number },
   keyOf: (device: string) => Uint8Array | null | undefined,
   nonces: NonceCache,
+  verifySignature?: SignatureCheck,
 ): AuthDecision | AuthRefusal {
   const parsed = parseAuthorization(req.header);
   if (!parsed.ok) return parsed;
@@ -291,7 +296,7 @@ export function authenticate(
     );
   const stale = staleness(fields.ts, req.now);
   if (stale) return refuse('STALE', stale);
-  if (!signatureValid(fields, key, req.method, req.path))
+  if (!signatureValid(fields, key, req.method, req.path, verifySignature))
     return refuse(
       'BAD_SIGNATURE',
       `the signature does not verify with the agentKey pinned for ${JSON.stringify(fields.device)} (another key, or the request was changed)`,

@@ -9,6 +9,7 @@ import { DEFAULT_LIMITS, GATEWAY_TIMEOUTS, KeyedCounter, RefusalLog, type Gatewa
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
 import { DeviceViews, type DeviceViewsStats } from './views';
+import { nativeEd25519Verify } from '../activities/ed25519-native';
 
 /**
  * `wavegate gateway`: the device side's only Temporal client (docs/formats.md, "Gateway HTTP API").
@@ -215,6 +216,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
           { header, method: req.method ?? 'GET', path: req.url ?? '', now: now() },
           (d) => opts.pins.keyOf(d),
           nonces,
+          nativeEd25519Verify,
         );
         let legacyBody: Buffer | undefined;
         if (!auth.ok && auth.reason === 'NO_DIGEST' && opts.acceptAgentsWithoutDigest) {
@@ -234,6 +236,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
               },
               (d) => opts.pins.keyOf(d),
               nonces,
+              nativeEd25519Verify,
             );
             if (auth.ok && !legacyAgents.has(auth.device)) {
               legacyAgents.add(auth.device);

@@ -16,10 +16,13 @@
  * { cmd: 'stats' } with the gateway's counters (null for a gateway without them), { cmd: 'logs' } with
  * the log lines so far.
  */
+import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { newTwinState, viewOf } from '../../core/twin';
 
-const config = JSON.parse(process.argv[2] ?? '{}') as {
+// The config as JSON, or `@<file>` holding it (thousands of pinned keys do not fit in an argument list).
+const arg = process.argv[2] ?? '{}';
+const config = JSON.parse(arg.startsWith('@') ? readFileSync(arg.slice(1), 'utf8') : arg) as {
   root?: string;
   devices?: Record<string, string>;
   limits?: Record<string, number>;

@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /**
@@ -22,9 +24,12 @@ export async function startGatewayChild(config: {
   limits?: Record<string, number>;
   acceptAgentsWithoutDigest?: boolean;
 }): Promise<GatewayChild> {
+  // Passed in a file: a fleet's pinned keys do not fit in an argument list.
+  const configFile = join(mkdtempSync(join(tmpdir(), 'gateway-child-')), 'config.json');
+  writeFileSync(configFile, JSON.stringify(config));
   const child: ChildProcess = spawn(
     process.execPath,
-    ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), JSON.stringify(config)],
+    ['--expose-gc', '--import', 'tsx', join(__dirname, 'gateway-child.ts'), `@${configFile}`],
     {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       cwd: join(__dirname, '..'),
