@@ -1,4 +1,4 @@
-import { createPublicKey, verify, type KeyObject } from 'node:crypto';
+import { createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
 import { ed25519Verify } from '../core/signing';
 
 /**
@@ -36,4 +36,22 @@ export function nativeEd25519Verify(sig: Uint8Array, message: Uint8Array, public
   } catch {
     return false;
   }
+}
+
+const PKCS8_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
+const signers = new Map<string, KeyObject>();
+
+/**
+ * An Ed25519 signature by Node's crypto from a 32-byte secret seed: byte for byte the signature @noble makes
+ * (Ed25519 is deterministic), about 10x faster. The agent signs every request with it.
+ */
+export function nativeEd25519Sign(message: Uint8Array, seed: Uint8Array): Uint8Array {
+  const id = Buffer.from(seed).toString('base64');
+  let key = signers.get(id);
+  if (!key) {
+    key = createPrivateKey({ key: Buffer.concat([PKCS8_PREFIX, seed]), format: 'der', type: 'pkcs8' });
+    if (signers.size >= KEY_CACHE_LIMIT) signers.delete(signers.keys().next().value!);
+    signers.set(id, key);
+  }
+  return new Uint8Array(sign(null, message, key));
 }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { authorizationHeader } from '../core/agent-auth';
+import { nativeEd25519Sign } from '../activities/ed25519-native';
 import { MAX_PAYLOAD_FILE_BYTES } from '../core/revision';
 import type { AgentReport, TwinView } from '../core/twin';
 
@@ -56,6 +57,7 @@ export function gatewayClient(opts: GatewayClientOptions) {
           now: Date.now(),
           nonce: randomBytes(16).toString('hex'),
           secretKey: opts.secretKey,
+          sign: nativeEd25519Sign,
         }),
         'content-length': body.length,
         ...(method === 'POST' ? { 'content-type': 'application/json' } : {}),

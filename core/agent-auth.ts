@@ -71,9 +71,12 @@ export function authorizationHeader(req: {
   now: number;
   nonce: string;
   secretKey: Uint8Array;
+  /** The Ed25519 signer: the pure one by default; the agent passes Node's native one (the same signature, faster). */
+  sign?: (message: Uint8Array, secretKey: Uint8Array) => Uint8Array;
 }): string {
   const digest = bodyHash(req.body);
-  const sig = toBase64(ed25519.sign(signatureBase(req.method, req.path, req.now, req.nonce, digest), req.secretKey));
+  const message = signatureBase(req.method, req.path, req.now, req.nonce, digest);
+  const sig = toBase64((req.sign ?? ((m, k) => ed25519.sign(m, k)))(message, req.secretKey));
   return `${AUTH_SCHEME} device="${req.device}", ts="${req.now}", nonce="${req.nonce}", digest="${digest}", sig="${sig}"`;
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ed25519 } from '@noble/curves/ed25519.js';
-import { nativeEd25519Verify } from '../../activities/ed25519-native';
+import { nativeEd25519Sign, nativeEd25519Verify } from '../../activities/ed25519-native';
 import { ed25519Verify } from '../../core/signing';
 
 /** Node's native Ed25519 check gives the pure one's answer on what a gateway or worker meets. */
@@ -29,6 +29,14 @@ describe('nativeEd25519Verify', () => {
         expect(nativeEd25519Verify(s, m, k)).toBe(expected);
         expect(ed25519Verify(s, m, k)).toBe(expected);
       }
+    }
+  });
+
+  it('signs byte for byte as the pure signer (Ed25519 is deterministic)', () => {
+    for (let i = 0; i < 20; i++) {
+      const seed = randomBytes(32);
+      const message = randomBytes(i * 7);
+      expect(Buffer.from(nativeEd25519Sign(message, seed))).toEqual(Buffer.from(ed25519.sign(message, seed)));
     }
   });
 
