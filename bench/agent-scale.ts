@@ -58,6 +58,7 @@ const { values: flags } = parseArgs({
     offline: { type: 'string', default: '0' },
     idle: { type: 'string', default: '0' },
     'no-rollout': { type: 'boolean', default: false },
+    'rollout-timeout': { type: 'string', default: '30' },
   },
 });
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
@@ -68,6 +69,8 @@ const WAIT_MS = wholeFlag('wait-ms', flags['wait-ms'], 0, 30_000);
 const OFFLINE = wholeFlag('offline', flags.offline, 0, Math.max(0, DEVICES - 2));
 const IDLE_MINUTES = wholeFlag('idle', flags.idle, 0, 24 * 60);
 const ROLLOUT = !flags['no-rollout'];
+/** Minutes the rollout may take before the bench says what it is waiting on, terminates it and reports the rest. */
+const ROLLOUT_TIMEOUT_MIN = wholeFlag('rollout-timeout', flags['rollout-timeout'], 1, 24 * 60);
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE))
   throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
@@ -380,6 +383,95 @@ function applyLags(keptDir: string, agents: SimAgent[]): { toAgent: number[]; to
 const percentile = (sorted: number[], p: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 
+/**
+ * What a rollout past its time is waiting on: each running slice's pending applies (attempt, heartbeat detail),
+ * and for some of their devices the twin's desired entry: when the twin stamped it (`setAt`, its workflow clock,
+ * which is also what WavegateDesiredAt carries for the gateways' feed) against when the apply last started.
+ */
+async function describeStuckApplies(client: Client, say: (line: string) => void): Promise<void> {
+  const tsMs = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) =>
+    t ? Number(String(t.seconds ?? 0)) * 1000 + Math.floor((t.nanos ?? 0) / 1e6) : 0;
+  const stuck: { device: string; startedMs: number; attempt: number; detail: string }[] = [];
+  for await (const w of client.workflow.list({
+    query: `WorkflowType = 'rolloutSliceWorkflow' AND ExecutionStatus = 'Running'`,
+  })) {
+    const handle = client.workflow.getHandle(w.workflowId, w.runId);
+    const [description, history] = await Promise.all([handle.describe(), handle.fetchHistory()]);
+    const deviceOf = new Map<string, string>();
+    for (const e of history.events ?? []) {
+      const a = e.activityTaskScheduledEventAttributes;
+      const data = a?.input?.payloads?.[0]?.data;
+      if (a?.activityType?.name !== 'applyRevision' || !data || !a.activityId) continue;
+      deviceOf.set(
+        a.activityId,
+        (JSON.parse(Buffer.from(data).toString('utf8')) as { device: { id: string } }).device.id,
+      );
+    }
+    for (const p of description.raw.pendingActivities ?? []) {
+      const device = deviceOf.get(p.activityId ?? '');
+      if (!device) continue;
+      const hb = p.heartbeatDetails?.payloads?.[0]?.data;
+      stuck.push({
+        device,
+        startedMs: tsMs(p.lastStartedTime),
+        attempt: p.attempt ?? 0,
+        detail: hb ? Buffer.from(hb).toString('utf8').slice(0, 80) : '',
+      });
+    }
+  }
+  const attempts = new Map<string, number>();
+  const details = new Map<string, number>();
+  for (const s of stuck) {
+    bump(attempts, `attempt ${s.attempt}`);
+    bump(details, s.detail.replace(/\d+/g, 'N'));
+  }
+  say(
+    `pending applies in running slices: ${stuck.length} (${byCount(attempts)}); heartbeat details: ${byCount(details, 5)}`,
+  );
+  let stale = 0;
+  const sample = stuck.slice(0, 40);
+  for (const s of sample) {
+    try {
+      const view = await client.workflow.getHandle(twinWorkflowId(s.device)).query<{
+        desired: Record<string, { setAt?: string }>;
+      }>('twinView');
+      const setAt = Date.parse(Object.values(view.desired)[0]?.setAt ?? '');
+      const lag = s.startedMs - setAt;
+      if (lag > 60_000) stale++;
+      if (sample.indexOf(s) < 5)
+        say(
+          `  ${s.device}: apply attempt ${s.attempt} started ${new Date(s.startedMs).toISOString()}; its twin's desired entry stamped setAt ${Number.isFinite(setAt) ? new Date(setAt).toISOString() : 'none'}`,
+        );
+    } catch (err) {
+      say(`  ${s.device}: twin not readable (${(err as Error).message.slice(0, 100)})`);
+    }
+  }
+  say(
+    `of ${sample.length} stuck devices looked at, ${stale} have a desired entry stamped more than 60 s before their apply started (the twin's workflow clock behind: the gateways' feed, which looks back 5 s past the newest stamp it saw, never lists that change)`,
+  );
+}
+
+/** The whole run's figures: peak memory, failures by kind, the gateway's lines (also printed on Ctrl-C or SIGTERM). */
+function printSummary(): void {
+  const say = (line: string) => console.log(line);
+  say('\npeak RSS by stage (sampled every second): this process = the worker AND the simulated agents (one process)');
+  say('| stage | this process (worker + agents) | gateway | Temporal dev server |');
+  say('|---|---:|---:|---:|');
+  for (const [name, p] of peaks)
+    say(`| ${name} | ${mib(p.bench)} MiB | ${mib(p.gateway)} MiB | ${p.server ? `${mib(p.server)} MiB` : '?'} |`);
+  say(
+    `\nall run: ${requests} requests answered, ${failureCount} failed (long-polls ${failedLongPolls})${failures.size ? `: ${byCount(failures)}` : ''}`,
+  );
+  say(`gateway's lines by status: ${byCount(gatewayLines.byStatus, 12)}`);
+  if (gatewayLines.refusals.size) say(`gateway's non-200 lines by kind: ${byCount(gatewayLines.refusals, 10)}`);
+  if (gatewayLines.other.size) {
+    say(`gateway's other lines: ${byCount(gatewayLines.other, 10)}`);
+    for (const l of gatewayLines.otherSamples.slice(0, 10)) say(`  ${l}`);
+  }
+  if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
+  say(gatewayExit === undefined ? 'gateway process still running at the end' : `GATEWAY EXITED: ${gatewayExit}`);
+}
+
 // ---- the run ----
 
 async function main(): Promise<void> {
@@ -481,6 +573,14 @@ async function main(): Promise<void> {
     '100000',
   ]);
   const gatewayPid = gateway.child.pid;
+  // Stopped by hand (or by `timeout`): what was counted so far is still printed; the dev server ends with us (its reaper).
+  for (const sig of ['SIGINT', 'SIGTERM'] as const)
+    process.once(sig, () => {
+      console.log(`\n${sig}: stopping; the figures so far:`);
+      printSummary();
+      gateway.child.kill('SIGTERM');
+      process.exit(130);
+    });
   const sampler = setInterval(() => sampleMemory(gatewayPid, serverPid), 1_000);
   const startAgent = (a: SimAgent) => void runAgent(a, gateway.url, TO_REVISION);
   const say = (line: string) => console.log(line);
@@ -572,16 +672,38 @@ async function main(): Promise<void> {
           .catch(() => {});
       }, 30_000);
       // The result's long-poll can time out on a loaded server: ask again until the rollout has closed.
-      const result = await (async () => {
-        for (;;) {
-          try {
-            return await handle.result();
-          } catch (err) {
-            if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err)))
-              throw err;
+      let deadline: NodeJS.Timeout | undefined;
+      const result = await Promise.race([
+        (async () => {
+          for (;;) {
+            try {
+              return await handle.result();
+            } catch (err) {
+              if (!/DEADLINE_EXCEEDED|deadline exceeded/i.test(String((err as { cause?: unknown }).cause ?? err)))
+                throw err;
+            }
           }
+        })(),
+        new Promise<undefined>((resolve) => {
+          deadline = setTimeout(() => resolve(undefined), ROLLOUT_TIMEOUT_MIN * 60_000);
+        }),
+      ]).finally(() => {
+        clearInterval(progress);
+        clearTimeout(deadline);
+      });
+      if (result === undefined) {
+        say(`\nROLLOUT NOT COMPLETED within ${ROLLOUT_TIMEOUT_MIN} min; ${load()}`);
+        try {
+          const status = await handle.query<{ phase?: string; counts: Record<string, number> }>('status');
+          say(`its status: ${status.phase ?? '-'} ${JSON.stringify(status.counts)}`);
+        } catch (err) {
+          say(`its status could not be read: ${(err as Error).message.slice(0, 200)}`);
         }
-      })().finally(() => clearInterval(progress));
+        await describeStuckApplies(client, say);
+        await handle.terminate('agent-scale bench: rollout timeout').catch(() => {});
+        printSummary();
+        return;
+      }
       const makespan = Date.now() - started;
       rolloutEnd = Date.now();
       const cpu = cpuSince((serverPid ? processCpu(serverPid).own : 0) - serverCpuBefore);
@@ -749,22 +871,7 @@ async function main(): Promise<void> {
       );
     }
 
-    say('\npeak RSS by stage (sampled every second): this process = the worker AND the simulated agents (one process)');
-    say('| stage | this process (worker + agents) | gateway | Temporal dev server |');
-    say('|---|---:|---:|---:|');
-    for (const [name, p] of peaks)
-      say(`| ${name} | ${mib(p.bench)} MiB | ${mib(p.gateway)} MiB | ${p.server ? `${mib(p.server)} MiB` : '?'} |`);
-    say(
-      `\nall run: ${requests} requests answered, ${failureCount} failed (long-polls ${failedLongPolls})${failures.size ? `: ${byCount(failures)}` : ''}`,
-    );
-    say(`gateway's lines by status: ${byCount(gatewayLines.byStatus, 12)}`);
-    if (gatewayLines.refusals.size) say(`gateway's non-200 lines by kind: ${byCount(gatewayLines.refusals, 10)}`);
-    if (gatewayLines.other.size) {
-      say(`gateway's other lines: ${byCount(gatewayLines.other, 10)}`);
-      for (const l of gatewayLines.otherSamples.slice(0, 10)) say(`  ${l}`);
-    }
-    if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
-    say(gatewayExit === undefined ? 'gateway process still running at the end' : `GATEWAY EXITED: ${gatewayExit}`);
+    printSummary();
   } finally {
     clearInterval(sampler);
     for (const a of agents) a.stop.abort();
