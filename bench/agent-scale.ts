@@ -114,9 +114,9 @@ const failures = new Map<string, number>();
 let failureCount = 0;
 let failedLongPolls = 0;
 /**
- * How long each sync that brought a new desired entry was held by the gateway (request to answer). A change
- * that wakes the held long-poll answers it about when the desire was written; a long-poll that is not woken
- * brings the entry only when its wait ends (--wait-ms), so these bunch up near the wait.
+ * How long each sync that brought a new desired entry had been held by the gateway (request to answer): mostly
+ * the wait before the desire existed, so spread over the long-poll's wait. Desire → agent is measured per
+ * device from the histories (applyLags).
  */
 const heldBeforeNews: number[] = [];
 
@@ -751,7 +751,7 @@ async function main(): Promise<void> {
       );
       const held = [...heldBeforeNews].sort((x, y) => x - y);
       say(
-        `syncs that brought a new desired entry: ${held.length}; held by the gateway before that answer: median ${seconds(percentile(held, 50))}, p90 ${seconds(percentile(held, 90))}, max ${seconds(held.at(-1) ?? 0)} (a woken long-poll answers when the desire lands; one not woken at its ${seconds(WAIT_MS)} wait)`,
+        `syncs that brought a new desired entry: ${held.length}; held by the gateway before that answer: median ${seconds(percentile(held, 50))}, p90 ${seconds(percentile(held, 90))}, max ${seconds(held.at(-1) ?? 0)} (how long the long-poll had been held in all, mostly before the desire existed: the per-device lags below say how long a desire took to reach its agent)`,
       );
       const mem = process.memoryUsage();
       say(
