@@ -52,6 +52,13 @@ export interface TwinFeedOptions {
   intervalMs?: number;
   /** How far back past the newest change seen each look reaches, for visibility's lag (default 5 s). */
   overlapMs?: number;
+  /**
+   * Every wideEveryMs (default 10 s) a look reaches back wideOverlapMs (default 60 s) instead: a twin stamps its
+   * change with its workflow task's start time, and under load the task can complete (and the change become
+   * visible) well after the newest change already listed.
+   */
+  wideOverlapMs?: number;
+  wideEveryMs?: number;
   onChanges: (changes: TwinChange[]) => void;
   /** A failed look, once per failure streak (the feed goes on looking). */
   onError?: (err: Error) => void;
@@ -68,6 +75,9 @@ export class TwinFeed {
   private lastOkAt: number;
   private readonly intervalMs: number;
   private readonly overlapMs: number;
+  private readonly wideOverlapMs: number;
+  private readonly wideEveryMs: number;
+  private lastWideAt = 0;
   private readonly now: () => number;
 
   constructor(
@@ -77,6 +87,8 @@ export class TwinFeed {
   ) {
     this.intervalMs = opts.intervalMs ?? 500;
     this.overlapMs = opts.overlapMs ?? 5_000;
+    this.wideOverlapMs = Math.max(this.overlapMs, opts.wideOverlapMs ?? 60_000);
+    this.wideEveryMs = opts.wideEveryMs ?? 10_000;
     this.now = opts.now ?? Date.now;
     this.watermark = this.now();
     this.lastOkAt = this.now();
@@ -106,8 +118,14 @@ export class TwinFeed {
   /** Look now (tests, and the interval's tick). */
   async look(): Promise<void> {
     const started = this.now();
+    const wide = started - this.lastWideAt >= this.wideEveryMs;
     try {
-      const changes = await listTwinChanges(this.client, this.kind, this.watermark - this.overlapMs);
+      const changes = await listTwinChanges(
+        this.client,
+        this.kind,
+        this.watermark - (wide ? this.wideOverlapMs : this.overlapMs),
+      );
+      if (wide) this.lastWideAt = started;
       const fresh: TwinChange[] = [];
       for (const change of changes) {
         const key = `${change.deviceId}@${change.atMs}`;
@@ -117,7 +135,8 @@ export class TwinFeed {
         if (change.atMs > this.watermark) this.watermark = change.atMs;
       }
       // Forget what fell out of the look-back window: it cannot be listed again.
-      for (const [key, at] of this.delivered) if (at < this.watermark - 2 * this.overlapMs) this.delivered.delete(key);
+      for (const [key, at] of this.delivered)
+        if (at < this.watermark - 2 * this.wideOverlapMs) this.delivered.delete(key);
       this.failingSince = null;
       this.lastOkAt = started;
       if (fresh.length > 0) this.opts.onChanges(fresh);

@@ -72,6 +72,19 @@ export interface DeviceViewsStats {
   feedChanges: number;
 }
 
+const AGENT_LEFT = 'the agent closed the connection before its answer';
+
+/** `work`, or a rejection as soon as `gone` aborts (the work itself goes on). */
+function untilGone<T>(work: Promise<T>, gone: AbortSignal | undefined): Promise<T> {
+  if (!gone) return work;
+  if (gone.aborted) return Promise.reject(new Error(AGENT_LEFT));
+  return new Promise<T>((resolve, reject) => {
+    const onGone = () => reject(new Error(AGENT_LEFT));
+    gone.addEventListener('abort', onGone, { once: true });
+    work.then(resolve, reject).finally(() => gone.removeEventListener('abort', onGone));
+  });
+}
+
 export class DeviceViews {
   private readonly records = new Map<string, Record_>();
   private readonly loading = new Map<string, Promise<Record_>>();
@@ -111,7 +124,9 @@ export class DeviceViews {
    * view, at once when the device has news or the sync does not wait, else when news comes or `waitMs` passes.
    */
   async sync(deviceId: string, input: TwinSyncInput, gone?: AbortSignal): Promise<TwinView> {
-    const record = await this.record(deviceId);
+    // An agent that gives up while its twin is read (a first sync in a storm of them) frees its slot at once; the
+    // read goes on and its record serves the agent's next sync.
+    const record = await untilGone(this.record(deviceId), gone);
     const nowMs = this.now();
     const decision = forwardDecision({
       view: record.state,
@@ -134,7 +149,7 @@ export class DeviceViews {
     }
     if (input.waitMs > 0 && record.state.version <= input.knownVersion) await this.news(deviceId, input, gone);
     // The agent went away while held: nobody to answer (the server logs it as a client that left).
-    if (gone?.aborted) throw new Error('the agent closed the connection while its long-poll was held');
+    if (gone?.aborted) throw new Error(AGENT_LEFT);
     return viewOf(this.records.get(deviceId)?.state ?? record.state);
   }
 

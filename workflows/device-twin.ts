@@ -62,7 +62,12 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       // waits for an answer to its requestId, times out on it.
       const problem = desireProblem(request);
       if (problem) wf.log.warn(`twin ${state.deviceId}: ${problem}`);
-      else if (desire(state, request, now())) publish('desired');
+      // A request the twin already holds is stamped again: its sender (a waiting apply) asks again when the agent
+      // has not taken it, in case a gateway missed the first stamp (docs/architecture.md, "The twin change feed").
+      else {
+        desire(state, request, now());
+        publish('desired');
+      }
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
   );

@@ -109,7 +109,7 @@ export async function applyThroughTwin(
   try {
     beat('desire');
     await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
-    return await waitForAnswer(target, steps, request.requestId, opts, now, subscription, (d) => (detail = d));
+    return await waitForAnswer(target, steps, request, opts, now, subscription, (d) => (detail = d));
   } finally {
     clearInterval(ticker);
     subscription.close();
@@ -123,13 +123,16 @@ export async function applyThroughTwin(
 async function waitForAnswer(
   target: DeviceTarget,
   steps: RevisionSteps,
-  requestId: string,
+  request: DesiredRequest,
   opts: TwinApplyOptions,
   now: () => number,
   subscription: ReportSubscription,
   say: (detail: string) => void,
 ): Promise<ApplyResult> {
   const safetyReadMs = opts.safetyReadMs ?? REPORT_SAFETY_READ_MS;
+  const requestId = request.requestId;
+  let askedAt = now();
+  let askAgainMs = safetyReadMs;
   for (;;) {
     const read = await readTwin(opts.client, target.id).then(
       (view) => ({ view }),
@@ -141,7 +144,15 @@ async function waitForAnswer(
     say(
       'view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`,
     );
-    await subscription.next('view' in read ? safetyReadMs : Math.min(safetyReadMs, 5_000), opts.signal);
+    const heard = await subscription.next('view' in read ? safetyReadMs : Math.min(safetyReadMs, 5_000), opts.signal);
+    // Nothing heard for a while and no answer from the agent to this request: ask again (the same request, so
+    // nothing runs twice), which stamps the twin's change anew for any gateway that missed the first stamp. An
+    // agent still applying says nothing until it is done, so the asks back off (30 s, 1, 2, 4 ... 10 min apart).
+    if (heard === 'timeout' && view && now() - askedAt >= askAgainMs) {
+      await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
+      askedAt = now();
+      askAgainMs = Math.min(askAgainMs * 2, 600_000);
+    }
   }
 }
 

@@ -6,9 +6,10 @@ import { TwinFeed, type TwinChange } from '../../clients/twin-feed';
  * for an agent device subscribes to its device here, and ONE `reported` feed per worker and Temporal client, read
  * while anything waits, tells each subscriber when its twin recorded a report. The apply then reads that twin once.
  * So a device in flight costs the rollout one read when it is asked and one when it answers, however long it takes,
- * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility down for a while).
+ * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility late or down for a while), when the
+ * apply also asks again if the agent has not taken the request (activities/agent/apply.ts).
  */
-export const REPORT_SAFETY_READ_MS = 60_000;
+export const REPORT_SAFETY_READ_MS = 30_000;
 
 export interface ReportSubscription {
   /** Resolves once the device's twin recorded a report since the last call (at once if it already has), or after `ms`. */

@@ -81,6 +81,27 @@ describe('the twin change feed', () => {
   });
 });
 
+describe('asking again', () => {
+  it('the same desire again stamps the twin anew (same version): a gateway that missed the first stamp sees this one', async () => {
+    const device = 'feed-again';
+    const since = Date.now() - 1_000;
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, desiredRequest(device, 2));
+    let first: number | undefined;
+    await when('the first stamp', async () => {
+      const change = (await listTwinChanges(real.env.client, 'desired', since)).find((c) => c.deviceId === device);
+      first = change?.atMs;
+      return change?.version === 1;
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, desiredRequest(device, 2));
+    await when('a later stamp of the same version', async () => {
+      const change = (await listTwinChanges(real.env.client, 'desired', since)).find((c) => c.deviceId === device);
+      return change !== undefined && change.atMs > first! && change.version === 1;
+    });
+    expect((await readTwinRecord(real.env.client, device))!.version).toBe(1);
+  });
+});
+
 describe("the gateway's device views", () => {
   it('3,000 idle syncs leave the twin untouched; a changed report is written; presence makes the device seen', async () => {
     const device = 'views-idle';
