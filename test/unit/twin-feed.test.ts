@@ -70,6 +70,7 @@ describe('TwinFeed', () => {
         list: () =>
           (async function* () {
             if (fail) throw new Error('visibility unavailable');
+            yield* [];
           })(),
       },
     } as unknown as Client;
