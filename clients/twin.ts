@@ -6,7 +6,14 @@ import {
 } from '@temporalio/client';
 import type { SignalDefinition } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
-import { twinWorkflowId, withPresence, type DesiredRequest, type TwinSyncInput, type TwinView } from '../core/twin';
+import {
+  emptyView,
+  twinWorkflowId,
+  withPresence,
+  type DesiredRequest,
+  type TwinSyncInput,
+  type TwinView,
+} from '../core/twin';
 import { readSeen } from './presence';
 import {
   TWIN_WORKFLOW,
@@ -144,5 +151,8 @@ export async function syncTwin(
  */
 export async function readTwin(client: Client, deviceId: string): Promise<TwinView | null> {
   const [view, seen] = await Promise.all([readTwinRecord(client, deviceId), readSeen(client, [deviceId])]);
-  return view && withPresence(view, seen.get(deviceId));
+  const mark = seen.get(deviceId);
+  // A device seen but never asked anything has no twin yet: its view is an empty one, seen when it was.
+  if (!view) return mark ? withPresence(emptyView(deviceId), mark) : null;
+  return withPresence(view, mark);
 }

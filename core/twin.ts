@@ -494,7 +494,9 @@ export interface ForwardInput {
 export function forwardDecision(input: ForwardInput): 'forward' | 'seen' {
   const { view, sync } = input;
   if (!sync.report) return 'seen';
-  if (!view.report) return 'forward';
+  // A device with no twin yet (nothing asked of it, nothing recorded) that has no answer to give either: being seen
+  // is all there is to say, and a fleet's first syncs start no workflow (its first desire starts the twin).
+  if (!view.report) return view.version === 0 && Object.keys(sync.report.profiles).length === 0 ? 'seen' : 'forward';
   if (view.reverify && sync.knownVersion >= view.version) return 'forward';
   const next = settledReport(view.report, sync.report);
   if (reportDigest(next) !== reportDigest(view.report)) return 'forward';
@@ -511,6 +513,11 @@ export function forwardDecision(input: ForwardInput): 'forward' | 'seen' {
  * the device was last seen at the later of the two times, and when it was last seen reporting exactly what the
  * twin holds (the same digest), that report is as fresh as the sighting.
  */
+/** The view of a device that has no twin: nothing desired, nothing recorded. */
+export function emptyView(deviceId: string): TwinView {
+  return viewOf(newTwinState(deviceId));
+}
+
 export function withPresence(view: TwinView, seen: SeenEntry | undefined): TwinView {
   if (!seen || !Number.isFinite(Date.parse(seen.at))) return view;
   const lastSeenAt = mergeSeen(view.lastSeenAt, seen);

@@ -1,6 +1,11 @@
 import { readdirSync } from 'node:fs';
 import type { Client } from '@temporalio/client';
-import { convergeEnrolledDevice, type ProfileScope } from '../activities/agent/enrolled';
+import {
+  cachedLatestRollout,
+  convergeEnrolledDevice,
+  latestRolloutLookup,
+  type ProfileScope,
+} from '../activities/agent/enrolled';
 import { hasProfile, loadProfile } from '../intake/profile';
 import type { AgentPins } from './pins';
 
@@ -17,11 +22,19 @@ export function enrolmentHook(opts: {
   profilesRoot: string;
   log: (line: string) => void;
 }): (deviceId: string) => Promise<void> {
+  // One lookup per profile every 15 s, however many devices sync for the first time meanwhile.
+  const latest = cachedLatestRollout(latestRolloutLookup(opts.client), 15_000);
   return async (deviceId) => {
     const device = opts.pins.deviceOf(deviceId);
     if (!device) return;
     try {
-      const asked = await convergeEnrolledDevice(opts.client, opts.taskQueue, device, profilesUnder(opts.profilesRoot));
+      const asked = await convergeEnrolledDevice(
+        opts.client,
+        opts.taskQueue,
+        device,
+        profilesUnder(opts.profilesRoot),
+        latest,
+      );
       if (asked.length)
         opts.log(`${deviceId}: first sync: converging to the latest completed rollout of ${asked.join(', ')}`);
     } catch (err) {

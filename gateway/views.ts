@@ -55,6 +55,8 @@ interface Waiter {
 
 interface Record_ {
   state: TwinState;
+  /** Whether this gateway has marked the device seen since it read the record. */
+  seenOnce?: boolean;
   /** When it was read from the twin or last refreshed (ms). */
   loadedAt: number;
   forwardedAtMs: number;
@@ -144,8 +146,13 @@ export class DeviceViews {
       this.counts.forwards++;
     } else {
       const said = input.report ? settledReport(record.state.report, input.report) : record.state.report;
+      const firstSighting = !record.seenOnce;
+      record.seenOnce = true;
       this.seen.set(deviceId, { at: new Date(nowMs).toISOString(), digest: reportDigest(said) });
       this.counts.seenMarks++;
+      // A device with no twin is known to readers only by its presence: write its first sighting within a second,
+      // not at the next flush (a rollout started right after the agent must not find it "never seen").
+      if (firstSighting && record.state.version === 0 && !record.state.report) this.flushSoon();
     }
     if (input.waitMs > 0 && record.state.version <= input.knownVersion) await this.news(deviceId, input, gone);
     // The agent went away while held: nobody to answer (the server logs it as a client that left).
@@ -170,9 +177,22 @@ export class DeviceViews {
   async close(): Promise<void> {
     this.feed.stop();
     clearInterval(this.flusher);
+    clearTimeout(this.soon);
     clearInterval(this.staleChecker);
     for (const waiters of this.waiting.values()) for (const waiter of [...waiters]) waiter.done();
     await this.flushSeen();
+  }
+
+  private soon: NodeJS.Timeout | undefined;
+
+  /** Write the seen marks within a second (first sightings arriving together share one write). */
+  private flushSoon(): void {
+    if (this.soon) return;
+    this.soon = setTimeout(() => {
+      this.soon = undefined;
+      void this.flushSeen();
+    }, 500);
+    this.soon.unref();
   }
 
   /** Write the seen marks to the presence shards; marks a write could not take are kept for the next one. */

@@ -47,12 +47,42 @@ async function rolloutInputOf(client: Client, workflowId: string, runId: string)
   return payload ? defaultPayloadConverter.fromPayload<RolloutInput>(payload) : undefined;
 }
 
+/** The latest completed rollout of a profile and its input (what enrolment converges a device to). */
+export type LatestRollout = (
+  profile: string,
+) => Promise<{ workflowId: string; runId: string; input: RolloutInput | undefined } | undefined>;
+
+export function latestRolloutLookup(client: Client): LatestRollout {
+  return async (profile) => {
+    const last = await latestCompletedRollout(client, profile);
+    return last && { ...last, input: await rolloutInputOf(client, last.workflowId, last.runId) };
+  };
+}
+
+/**
+ * The lookup remembered for `ttlMs` per profile: a gateway that restarts meets thousands of first syncs at once,
+ * and each would list the profile's completed rollouts and read the newest one's start.
+ */
+export function cachedLatestRollout(lookup: LatestRollout, ttlMs: number, now = Date.now): LatestRollout {
+  const cache = new Map<string, { at: number; answer: ReturnType<LatestRollout> }>();
+  return (profile) => {
+    const known = cache.get(profile);
+    if (known && now() - known.at < ttlMs) return known.answer;
+    const answer = lookup(profile);
+    cache.set(profile, { at: now(), answer });
+    // A failed lookup is not remembered.
+    answer.catch(() => cache.delete(profile));
+    return answer;
+  };
+}
+
 /** Set the desired state of a newly enrolled agent device; returns the profiles it was asked to converge on. */
 export async function convergeEnrolledDevice(
   client: Client,
   taskQueue: string,
   device: Device,
   profiles: readonly ProfileScope[],
+  latest: LatestRollout = latestRolloutLookup(client),
 ): Promise<string[]> {
   if (device.transport !== 'agent' || device.updateClass === 'left-behind') return [];
   const view = await readTwin(client, device.id);
@@ -60,9 +90,9 @@ export async function convergeEnrolledDevice(
   for (const profile of profiles) {
     if (devicesInScope(profile.scope, [device]).length === 0) continue;
     if (view && Object.hasOwn(view.desired, profile.name)) continue;
-    const last = await latestCompletedRollout(client, profile.name);
+    const last = await latest(profile.name);
     if (!last) continue;
-    const input = await rolloutInputOf(client, last.workflowId, last.runId);
+    const input = last.input;
     if (!input || input.canary) continue;
     if (atOrAboveReason(view, profile.name, input.steps.revision) !== null) continue;
     const holder = { rollout: last.workflowId, run: last.runId, activity: `converge:${device.id}`, attempt: 1 };
