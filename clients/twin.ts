@@ -68,7 +68,8 @@ export async function desireOnTwin(
   deviceId: string,
   request: DesiredRequest,
 ): Promise<void> {
-  await signalTwin(client, taskQueue, deviceId, twinDesireSignal, request);
+  // Sent with the time it is sent: the twin stamps its change feed with the later of this and its own clock.
+  await signalTwin(client, taskQueue, deviceId, twinDesireSignal, { ...request, sentAt: new Date().toISOString() });
 }
 
 /**

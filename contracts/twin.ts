@@ -33,6 +33,8 @@ export interface TwinReportInput {
   report: AgentReport;
   /** The desired version the agent knew when it sent the report (answers a pending re-verify). */
   knownVersion: number;
+  /** When the gateway sent it (its clock, ISO): the twin's feed stamp is the later of this and its own clock. */
+  sentAt?: string;
 }
 /** The twin as it is now. */
 export const twinViewQuery = wf.defineQuery<TwinView>('twinView');

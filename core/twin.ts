@@ -49,6 +49,11 @@ export interface DesiredEntry {
   rollout: string | null;
   /** Where a rollback returns to. */
   fromRevision: number | null;
+  /**
+   * When its sender sent it (the sender's clock, ISO; absent from senders before r11): the twin stamps its change
+   * feed with the later of this and its own clock (see `feedStamp`).
+   */
+  sentAt?: string;
   /** When the twin took it (workflow clock, ISO). */
   setAt: string;
 }
@@ -241,6 +246,9 @@ export function desireProblem(entry: unknown): string | null {
       ? null
       : `envelopeDigest: must be 64 hex chars or "" (got ${shown(entry.envelopeDigest)})`,
     entry.rollout === null ? null : stringProblem(entry.rollout, 'rollout'),
+    entry.sentAt === undefined || (typeof entry.sentAt === 'string' && Number.isFinite(Date.parse(entry.sentAt)))
+      ? null
+      : `sentAt: must be an ISO time (got ${shown(entry.sentAt)})`,
     revisionProblem(entry.fromRevision, 'fromRevision', true),
   ].find((p) => p !== null);
   if (first) return `twinDesire: ${first}`;
@@ -526,4 +534,14 @@ export function withPresence(view: TwinView, seen: SeenEntry | undefined): TwinV
       ? { ...view.report, healthAt: mergeSeen(view.report.healthAt, seen) }
       : view.report;
   return { ...view, lastSeenAt, report };
+}
+
+/**
+ * The time a twin stamps a change with (WavegateDesiredAt, WavegateReportedAt): the later of its workflow clock and
+ * the sender's. Under an overloaded worker a twin's workflow clock was seen minutes behind (a workflow task retried
+ * after timing out), and a stamp in the past is never listed by a feed that looks back from the newest change.
+ */
+export function feedStamp(workflowNow: Date, sentAt: string | undefined): Date {
+  const sent = sentAt === undefined ? Number.NaN : Date.parse(sentAt);
+  return Number.isFinite(sent) && sent > workflowNow.getTime() ? new Date(sent) : workflowNow;
 }

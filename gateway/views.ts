@@ -140,6 +140,7 @@ export class DeviceViews {
       await reportToTwin(this.opts.client, this.opts.taskQueue, deviceId, {
         report: input.report,
         knownVersion: input.knownVersion,
+        sentAt: new Date(nowMs).toISOString(),
       });
       recordSync(record.state, input, new Date(nowMs).toISOString());
       record.forwardedAtMs = nowMs;

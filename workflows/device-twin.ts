@@ -2,6 +2,7 @@ import * as wf from '@temporalio/workflow';
 import {
   desire,
   desireProblem,
+  feedStamp,
   hasNews,
   recordSync,
   reportDigest,
@@ -42,9 +43,9 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
    * WavegateDesiredAt and the version (gateways learn it in one list call), a recorded report WavegateReportedAt
    * (the waiting rollout learns it the same way). Histories from before the feed carry no such upsert.
    */
-  const publish = (change: 'desired' | 'reported') => {
+  const publish = (change: 'desired' | 'reported', sentAt?: string) => {
     if (!wf.patched(TWIN_FEED_PATCH)) return;
-    const at = new Date();
+    const at = feedStamp(new Date(), sentAt);
     wf.upsertSearchAttributes(
       change === 'desired'
         ? [
@@ -66,7 +67,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       // has not taken it, in case a gateway missed the first stamp (docs/architecture.md, "The twin change feed").
       else {
         desire(state, request, now());
-        publish('desired');
+        publish('desired', request.sentAt);
       }
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
@@ -78,7 +79,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       const problem = syncProblem(sync);
       if (problem) return wf.log.warn(`twin ${state.deviceId}: twinReport: ${problem}`);
       recordSync(state, sync, now());
-      publish('reported');
+      publish('reported', typeof input?.sentAt === 'string' ? input.sentAt : undefined);
     },
     { description: "Record the agent's report, written by the gateway when what it says changed" },
   );

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
+  desireProblem,
+  feedStamp,
   forwardDecision,
   HEALTH_DETAIL_FORWARD_MS,
   reportDigest,
@@ -9,6 +11,7 @@ import {
   type ProfileReport,
   type TwinView,
 } from '../../../core/twin';
+import { desiredRequest } from '../../support/twin-agent';
 
 /** Which syncs the gateway writes to the twin (core/twin.ts forwardDecision) and how readers merge presence. */
 const profile = (over: Partial<ProfileReport> = {}): ProfileReport => ({
@@ -112,5 +115,22 @@ describe('reportDigest and withPresence: what a sighting vouches for', () => {
     expect(older.report!.healthAt).toBe('2026-12-05T00:00:00.000Z');
     expect(withPresence(view(), { at: 'yesterday', digest: '' })).toEqual(view());
     expect(withPresence(view(), undefined)).toEqual(view());
+  });
+});
+
+describe('feedStamp: what a twin stamps its change feed with', () => {
+  it("the later of the twin's workflow clock and the sender's: a stale workflow clock is not a stamp in the past", () => {
+    const workflowNow = new Date('2026-12-05T01:03:44.330Z');
+    expect(feedStamp(workflowNow, '2026-12-05T01:11:43.000Z').toISOString()).toBe('2026-12-05T01:11:43.000Z');
+    expect(feedStamp(workflowNow, '2026-12-05T01:00:00.000Z')).toBe(workflowNow);
+    expect(feedStamp(workflowNow, undefined)).toBe(workflowNow);
+    expect(feedStamp(workflowNow, 'soon')).toBe(workflowNow);
+  });
+
+  it('a desire whose sentAt is not a time is refused, naming the field', () => {
+    expect(desireProblem({ ...desiredRequest('d1', 2), sentAt: 'soon' })).toBe(
+      'twinDesire: sentAt: must be an ISO time (got "soon")',
+    );
+    expect(desireProblem({ ...desiredRequest('d1', 2), sentAt: '2026-12-05T01:11:43.000Z' })).toBeNull();
   });
 });
