@@ -502,9 +502,9 @@ export interface ForwardInput {
 export function forwardDecision(input: ForwardInput): 'forward' | 'seen' {
   const { view, sync } = input;
   if (!sync.report) return 'seen';
-  // A device with no twin yet (nothing asked of it, nothing recorded) that has no answer to give either: being seen
-  // is all there is to say, and a fleet's first syncs start no workflow (its first desire starts the twin).
-  if (!view.report) return view.version === 0 && Object.keys(sync.report.profiles).length === 0 ? 'seen' : 'forward';
+  // The device's first report starts its twin: the durable record of what it reports is in Temporal from its first
+  // sync on (and a rollout later starts no workflow per device, which measured 1.3x slower at 1,000 agents).
+  if (!view.report) return 'forward';
   if (view.reverify && sync.knownVersion >= view.version) return 'forward';
   const next = settledReport(view.report, sync.report);
   if (reportDigest(next) !== reportDigest(view.report)) return 'forward';

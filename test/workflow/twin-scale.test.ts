@@ -17,7 +17,7 @@ import { desiredRequest } from '../support/twin-agent';
 const real = realRollouts('twin-scale');
 const DEVICES = 10_000;
 const ids = Array.from({ length: DEVICES }, (_, i) => `scale-${String(i).padStart(5, '0')}`);
-// Each device answers as already at r1 (an agent with a marker): its first sync starts its twin.
+// Each device answers as already at r1 (an agent with a marker).
 const report: AgentReport = {
   profiles: { demo: { revision: 1, state: 'already-applied', requestId: 'installed', at: '2026-12-01T00:00:00.000Z' } },
   health: [{ name: 'motd', ok: true, kind: 'runtime' }],

@@ -47,12 +47,8 @@ describe('forwardDecision: which syncs reach the twin', () => {
     expect(decide(view(), null)).toBe('seen');
   });
 
-  it('a device with no twin and no answer to give is only seen; with an answer, its twin is started', () => {
-    const none = view({ version: 0, report: null });
-    expect(decide(none, report({ profiles: {} }), 0)).toBe('seen');
-    expect(decide(none, report(), 0)).toBe('forward');
-    // A twin that holds a desire (version 1) hears the first report whatever it says.
-    expect(decide(view({ version: 1, report: null }), report({ profiles: {} }), 0)).toBe('forward');
+  it("a device's first report starts its twin, even with no answer in it", () => {
+    expect(decide(view({ version: 0, report: null }), report({ profiles: {} }), 0)).toBe('forward');
   });
 
   it('a first report, a new answer, a changed verdict or value, another agent version: forward', () => {
