@@ -121,6 +121,12 @@ async function rolloutThrough(
   expect(status.stdout).toMatch(/completed/);
   for (const d of fleet.devices)
     expect(readFileSync(join(d.sandbox, '.wavegate/profiles/demo/revision'), 'utf8').trim(), d.id).toBe('2');
+  // The profile's lock closes in a workflow task of its own once the rollout has: on this worker, so it must still
+  // be polling (under load, stopped at once, the next case's start found the lock held: CONFLICT).
+  await until('the profile lock released', async () => {
+    const lock = await env.client.workflow.getHandle('profile-lock:demo').describe();
+    return lock.status.name === 'RUNNING' ? undefined : true;
+  });
   await stopChild(worker.child);
 }
 
