@@ -53,7 +53,7 @@ interface Waiter {
   done(): void;
 }
 
-interface Record_ {
+interface DeviceRecord {
   state: TwinState;
   /** Whether this gateway has marked the device seen since it read the record. */
   seenOnce?: boolean;
@@ -70,7 +70,7 @@ export interface DeviceViewsStats {
   seenMarks: number;
   presenceWrites: number;
   presencePending: number;
-  feedLooks: number;
+  feedChangeBatches: number;
   feedChanges: number;
 }
 
@@ -88,8 +88,8 @@ function untilGone<T>(work: Promise<T>, gone: AbortSignal | undefined): Promise<
 }
 
 export class DeviceViews {
-  private readonly records = new Map<string, Record_>();
-  private readonly loading = new Map<string, Promise<Record_>>();
+  private readonly records = new Map<string, DeviceRecord>();
+  private readonly loading = new Map<string, Promise<DeviceRecord>>();
   private readonly waiting = new Map<string, Set<Waiter>>();
   private seen = new Map<string, SeenEntry>();
   private readonly feed: TwinFeed;
@@ -100,7 +100,14 @@ export class DeviceViews {
   private readonly readQueue: Array<() => void> = [];
   private readonly now: () => number;
   private readonly log: (line: string) => void;
-  private readonly counts = { reads: 0, forwards: 0, seenMarks: 0, presenceWrites: 0, feedLooks: 0, feedChanges: 0 };
+  private readonly counts = {
+    reads: 0,
+    forwards: 0,
+    seenMarks: 0,
+    presenceWrites: 0,
+    feedChangeBatches: 0,
+    feedChanges: 0,
+  };
 
   constructor(private readonly opts: DeviceViewsOptions) {
     this.now = opts.now ?? Date.now;
@@ -244,7 +251,7 @@ export class DeviceViews {
   }
 
   private onChanges(changes: TwinChange[]): void {
-    this.counts.feedLooks++;
+    this.counts.feedChangeBatches++;
     for (const change of changes) {
       const record = this.records.get(change.deviceId);
       // A device this gateway has not served reads its twin at its first sync here: nothing to refresh.
@@ -261,14 +268,14 @@ export class DeviceViews {
     }
   }
 
-  private async record(deviceId: string): Promise<Record_> {
+  private async record(deviceId: string): Promise<DeviceRecord> {
     const known = this.records.get(deviceId);
     if (known && known.loadedAt > this.staleBefore && known.loadedAt > 0) return known;
     return this.reload(deviceId);
   }
 
   /** Read the twin (once at a time per device, a bounded number at once); a device with none is enrolled first. */
-  private reload(deviceId: string): Promise<Record_> {
+  private reload(deviceId: string): Promise<DeviceRecord> {
     const inFlight = this.loading.get(deviceId);
     if (inFlight) return inFlight;
     const load = this.bounded(async () => {
