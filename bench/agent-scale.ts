@@ -1,15 +1,16 @@
 /**
  * The pull transport at scale (bench/README.md, "Agent devices at scale"): one rollout over N
  * `transport: agent` devices through a dev server, one worker and a REAL `wavegate gateway` process,
- * the devices being simulated agents in this process: each signs its requests with its own identity
+ * the devices being simulated agents in this process (the worker in a process of its own,
+ * bench/agent-worker.ts, so that it is measured alone): each signs its requests with its own identity
  * key and long-polls `/v1/sync` like `wavegate agent`, and answers a desired entry by reporting it
  * applied after --apply-ms (it runs and verifies nothing: the rollout side, the twins and the gateway
  * are what is measured). The phases are `bench/rollout-scale.ts`'s (canary 1 device, 25%, remainder), so
  * the two makespans at the same --devices, --in-flight, --slice and --gate compare.
  *
  * Prints the makespan; failed requests by kind (the agents' count) and the gateway's non-200 lines; the
- * peak RSS of this process (the worker AND the simulated agents), of the gateway process and of the
- * Temporal dev server, sampled every second; CPU by process; per-execution events and peak pending work;
+ * peak RSS of the worker process, of the gateway process, of the Temporal dev server and of this
+ * process (the simulated agents), sampled every second; CPU by process; per-execution events and peak pending work;
  * the twins' history sizes and the events each twin gained during the rollout. Optionally:
  *   --offline K   K agents stop before the rollout and stay away until it completes (offline at its
  *                 snapshot/apply: skipped, then asked by the rollout's convergence); then they start again
@@ -22,7 +23,7 @@
  *   npx tsx bench/agent-scale.ts --devices 1000 [--slice 200] [--in-flight 100] [--apply-ms 0] [--wait-ms 30000]
  *       [--gate 1s] [--health-gates] [--offline 100] [--idle 10] [--no-rollout]
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -40,7 +41,7 @@ import { gatewayClient, GatewayError } from '../agent/gateway-client';
 import { mapLimit } from '../activities/map-limit';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../intake/package-layout';
-import { createWorker } from '../workers/worker';
+import type { AgentWorkerReply, AgentWorkerRequest } from './agent-worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
@@ -273,6 +274,41 @@ function startGateway(args: string[]): Promise<{ child: ChildProcess; url: strin
   });
 }
 
+// ---- the worker process ----
+
+/** How the worker process ended, if it did before the bench stopped it. */
+let workerExit: string | undefined;
+
+function startWorker(request: AgentWorkerRequest): Promise<{ pid: number; stop: () => Promise<void> }> {
+  const child = fork(join(__dirname, 'agent-worker.ts'), [], {
+    execArgv: ['--require', 'tsx/cjs'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      workerExit = `${code ?? signal}`;
+      resolve();
+    }),
+  );
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.send({ stop: true });
+      const killer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      await exited;
+      clearTimeout(killer);
+    }
+  };
+  return new Promise((resolve, reject) => {
+    child.once('message', (reply: AgentWorkerReply) =>
+      'error' in reply ? reject(new Error(`worker process: ${reply.error}`)) : resolve({ pid: child.pid!, stop }),
+    );
+    child.once('exit', (code, signal) =>
+      reject(new Error(`worker process exited ${code ?? signal} before it was ready`)),
+    );
+    child.send(request);
+  });
+}
+
 // ---- memory: peaks per stage, sampled every second ----
 
 function vmRss(pid: number | undefined): number {
@@ -287,14 +323,16 @@ function vmRss(pid: number | undefined): number {
 
 interface Peaks {
   bench: number;
+  worker: number;
   gateway: number;
   server: number;
 }
 const peaks = new Map<string, Peaks>();
 let stage = 'start-up';
-function sampleMemory(gatewayPid: number | undefined, serverPid: number | undefined): void {
-  const p = peaks.get(stage) ?? { bench: 0, gateway: 0, server: 0 };
+function sampleMemory(workerPid: number, gatewayPid: number | undefined, serverPid: number | undefined): void {
+  const p = peaks.get(stage) ?? { bench: 0, worker: 0, gateway: 0, server: 0 };
   p.bench = Math.max(p.bench, process.memoryUsage.rss());
+  p.worker = Math.max(p.worker, vmRss(workerPid));
   p.gateway = Math.max(p.gateway, vmRss(gatewayPid));
   p.server = Math.max(p.server, vmRss(serverPid));
   peaks.set(stage, p);
@@ -464,11 +502,15 @@ async function describeStuckApplies(client: Client, say: (line: string) => void)
 /** The whole run's figures: peak memory, failures by kind, the gateway's lines (also printed on Ctrl-C or SIGTERM). */
 function printSummary(): void {
   const say = (line: string) => console.log(line);
-  say('\npeak RSS by stage (sampled every second): this process = the worker AND the simulated agents (one process)');
-  say('| stage | this process (worker + agents) | gateway | Temporal dev server |');
-  say('|---|---:|---:|---:|');
+  say(
+    '\npeak RSS by stage (sampled every second): the worker process, the gateway, the dev server, and this process (the simulated agents)',
+  );
+  say('| stage | worker | gateway | Temporal dev server | this process (agents) |');
+  say('|---|---:|---:|---:|---:|');
   for (const [name, p] of peaks)
-    say(`| ${name} | ${mib(p.bench)} MiB | ${mib(p.gateway)} MiB | ${p.server ? `${mib(p.server)} MiB` : '?'} |`);
+    say(
+      `| ${name} | ${mib(p.worker)} MiB | ${mib(p.gateway)} MiB | ${p.server ? `${mib(p.server)} MiB` : '?'} | ${mib(p.bench)} MiB |`,
+    );
   say(
     `\nall run: ${requests} requests answered, ${failureCount} failed (long-polls ${failedLongPolls})${failures.size ? `: ${byCount(failures)}` : ''}`,
   );
@@ -480,6 +522,7 @@ function printSummary(): void {
   }
   if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
   say(gatewayExit === undefined ? 'gateway process still running at the end' : `GATEWAY EXITED: ${gatewayExit}`);
+  if (workerExit !== undefined) say(`WORKER EXITED: ${workerExit}`);
 }
 
 // ---- the run ----
@@ -540,19 +583,16 @@ async function main(): Promise<void> {
   });
   const client = new Client({ connection: bigConnection, namespace });
   const taskQueue = 'agent-scale';
-  const worker = await createWorker({
-    connection: env.nativeConnection,
+  // The worker runs in a process of its own (bench/agent-worker.ts): its RSS and CPU are measured apart from the agents.
+  const worker = await startWorker({
+    address: env.address,
     namespace,
     taskQueue,
-    deps: { auditDir: join(dir, 'audit') },
-    layout: {
-      role: 'all',
-      maxActivities: Math.max(200, IN_FLIGHT * 2),
-      maxWorkflowTasks: 40,
-      maxCachedWorkflows: 1_000,
-    },
+    auditDir: join(dir, 'audit'),
+    maxActivities: Math.max(200, IN_FLIGHT * 2),
+    maxCachedWorkflows: 1_000,
   });
-  const running = worker.run();
+  const workerPid = worker.pid;
   // Every agent comes from 127.0.0.1: the per-source limits are raised to the fleet (a sync and a report each) + margin.
   const perSource = String(2 * DEVICES + 1_000);
   const gateway = await startGateway([
@@ -591,7 +631,7 @@ async function main(): Promise<void> {
       gateway.child.kill('SIGTERM');
       process.exit(130);
     });
-  const sampler = setInterval(() => sampleMemory(gatewayPid, serverPid), 1_000);
+  const sampler = setInterval(() => sampleMemory(workerPid, gatewayPid, serverPid), 1_000);
   const startAgent = (a: SimAgent) => void runAgent(a, gateway.url, TO_REVISION);
   const say = (line: string) => console.log(line);
   try {
@@ -663,6 +703,7 @@ async function main(): Promise<void> {
       const refusalsBefore = new Map(gatewayLines.refusals);
       const cpuSince = startCpuSplit(gatewayPid ? [gatewayPid] : []);
       const serverCpuBefore = serverPid ? processCpu(serverPid).own : 0;
+      const workerCpuBefore = processCpu(workerPid).own;
       const loadAtStart = load();
       const started = Date.now();
       const handle = await client.workflow.start(rolloutWorkflow, {
@@ -716,6 +757,7 @@ async function main(): Promise<void> {
       const makespan = Date.now() - started;
       rolloutEnd = Date.now();
       const cpu = cpuSince((serverPid ? processCpu(serverPid).own : 0) - serverCpuBefore);
+      const workerCpu = processCpu(workerPid).own - workerCpuBefore;
       const loadAtEnd = load();
       stage = 'after the rollout';
 
@@ -756,7 +798,7 @@ async function main(): Promise<void> {
         `gateway's non-200 lines during the rollout: ${[...refusalsDuring.values()].reduce((a, b) => a + b, 0)}${refusalsDuring.size ? ` (${byCount(refusalsDuring)})` : ''}`,
       );
       say(
-        `CPU during the rollout (core-seconds): this process (worker + ${DEVICES} simulated agents + client) ${cpu.process.toFixed(1)}, Temporal server ${cpu.server.toFixed(1)}, gateway ${cpu.shards.toFixed(1)}, whole machine ${cpu.machine.toFixed(1)} = ${((cpu.machine / DEVICES) * 1000).toFixed(1)} ms per device`,
+        `CPU during the rollout (core-seconds): worker ${workerCpu.toFixed(1)}, this process (${DEVICES} simulated agents + client) ${cpu.process.toFixed(1)}, Temporal server ${cpu.server.toFixed(1)}, gateway ${cpu.shards.toFixed(1)}, whole machine ${cpu.machine.toFixed(1)} = ${((cpu.machine / DEVICES) * 1000).toFixed(1)} ms per device`,
       );
       const held = [...heldBeforeNews].sort((x, y) => x - y);
       say(
@@ -764,7 +806,7 @@ async function main(): Promise<void> {
       );
       const mem = process.memoryUsage();
       say(
-        `this process's memory after the rollout: RSS ${mib(mem.rss)} MiB, V8 heap used ${mib(mem.heapUsed)} of ${mib(mem.heapTotal)} MiB, external ${mib(mem.external)} MiB (array buffers ${mib(mem.arrayBuffers)})`,
+        `this process's (the agents') memory after the rollout: RSS ${mib(mem.rss)} MiB, V8 heap used ${mib(mem.heapUsed)} of ${mib(mem.heapTotal)} MiB, external ${mib(mem.external)} MiB (array buffers ${mib(mem.arrayBuffers)})`,
       );
       if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
       if (OFFLINE) {
@@ -854,6 +896,7 @@ async function main(): Promise<void> {
       const gatewayCpuBefore = gatewayPid ? processCpu(gatewayPid).own : 0;
       const serverCpuBefore = serverPid ? processCpu(serverPid).own : 0;
       const benchCpuBefore = process.cpuUsage();
+      const workerCpuBefore = processCpu(workerPid).own;
       const idleStart = Date.now();
       if (gatewayLines.lastSummary) say(`gateway's last summary: ${gatewayLines.lastSummary}`);
       say(
@@ -871,6 +914,7 @@ async function main(): Promise<void> {
       const serverCpu = (serverPid ? processCpu(serverPid).own : 0) - serverCpuBefore;
       const benchCpuUsage = process.cpuUsage(benchCpuBefore);
       const benchCpu = (benchCpuUsage.user + benchCpuUsage.system) / 1e6;
+      const workerCpu = processCpu(workerPid).own - workerCpuBefore;
       const failedIdle = failureCount - failedBefore;
       const loadAtEnd = load();
       const after = await namespaceEvents(client);
@@ -883,7 +927,7 @@ async function main(): Promise<void> {
       );
       say(`events added by workflow type: ${addedByType.size ? byCount(addedByType) : 'none'}`);
       say(
-        `CPU during the idle window (core-seconds): gateway ${gatewayCpu.toFixed(1)} = ${((gatewayCpu / Math.max(1, syncs)) * 1000).toFixed(2)} s per 1,000 idle syncs; Temporal server ${serverCpu.toFixed(1)}; this process (worker + agents) ${benchCpu.toFixed(1)}`,
+        `CPU during the idle window (core-seconds): gateway ${gatewayCpu.toFixed(1)} = ${((gatewayCpu / Math.max(1, syncs)) * 1000).toFixed(2)} s per 1,000 idle syncs; Temporal server ${serverCpu.toFixed(1)}; worker ${workerCpu.toFixed(1)}; this process (agents) ${benchCpu.toFixed(1)}`,
       );
     }
 
@@ -892,8 +936,7 @@ async function main(): Promise<void> {
     clearInterval(sampler);
     for (const a of agents) a.stop.abort();
     gateway.child.kill('SIGTERM');
-    worker.shutdown();
-    await running.catch(() => {});
+    await worker.stop();
     await bigConnection.close();
     await env.teardown();
     rmSync(dir, { recursive: true, force: true });

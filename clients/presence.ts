@@ -123,3 +123,51 @@ export async function readSeen(client: Client, deviceIds: Iterable<string>): Pro
   }
   return out;
 }
+
+/** How long a presence read waits for others to share its shard queries (readers at scale ask one device at a time). */
+export const SEEN_BATCH_MS = 20;
+
+/**
+ * Coalesces one-device presence reads: every device asked within SEEN_BATCH_MS goes into one `readSeen`, so a
+ * rollout's hundred applies in flight (or a snapshot's pages) cost a query per shard per batch, not one per device,
+ * and no shard's consistent-query buffer fills up with queries that all ask the same thing.
+ */
+class SeenBatcher {
+  private pending = new Map<
+    string,
+    Array<{ resolve: (e: SeenEntry | undefined) => void; reject: (e: unknown) => void }>
+  >();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly client: Client) {}
+
+  seen(deviceId: string): Promise<SeenEntry | undefined> {
+    return new Promise((resolve, reject) => {
+      const waiting = this.pending.get(deviceId) ?? [];
+      waiting.push({ resolve, reject });
+      this.pending.set(deviceId, waiting);
+      this.timer ??= setTimeout(() => void this.flush(), SEEN_BATCH_MS);
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const batch = this.pending;
+    this.pending = new Map();
+    this.timer = undefined;
+    try {
+      const seen = await readSeen(this.client, batch.keys());
+      for (const [deviceId, waiting] of batch) for (const w of waiting) w.resolve(seen.get(deviceId));
+    } catch (err) {
+      for (const waiting of batch.values()) for (const w of waiting) w.reject(err);
+    }
+  }
+}
+
+const batchers = new WeakMap<Client, SeenBatcher>();
+
+/** One device's presence entry (undefined: never seen, or its shard not started), read in a batch with others. */
+export function readSeenOne(client: Client, deviceId: string): Promise<SeenEntry | undefined> {
+  const batcher = batchers.get(client) ?? new SeenBatcher(client);
+  batchers.set(client, batcher);
+  return batcher.seen(deviceId);
+}

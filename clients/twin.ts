@@ -14,7 +14,7 @@ import {
   type TwinSyncInput,
   type TwinView,
 } from '../core/twin';
-import { readSeen } from './presence';
+import { readSeenOne } from './presence';
 import {
   TWIN_WORKFLOW,
   twinDesireSignal,
@@ -151,8 +151,8 @@ export async function syncTwin(
  * the gateway and only mark it seen. Null when the device has no twin.
  */
 export async function readTwin(client: Client, deviceId: string): Promise<TwinView | null> {
-  const [view, seen] = await Promise.all([readTwinRecord(client, deviceId), readSeen(client, [deviceId])]);
-  const mark = seen.get(deviceId);
+  // The presence read is batched with other readers' (clients/presence.ts `readSeenOne`).
+  const [view, mark] = await Promise.all([readTwinRecord(client, deviceId), readSeenOne(client, deviceId)]);
   // A device seen but never asked anything has no twin yet: its view is an empty one, seen when it was.
   if (!view) return mark ? withPresence(emptyView(deviceId), mark) : null;
   return withPresence(view, mark);

@@ -378,7 +378,13 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   const reporter = setInterval(() => {
     const v = gateway.stats().views;
     const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes`;
-    if (line !== last) (opts.log ?? (() => {}))(line);
+    // Its memory rides along (what a held long-poll costs, docs/operations.md), but only new counts make a line.
+    const m = process.memoryUsage();
+    const mib = (bytes: number) => Math.round(bytes / 1048576);
+    if (line !== last)
+      (opts.log ?? (() => {}))(
+        `${line}; memory: RSS ${mib(m.rss)} MiB, heap ${mib(m.heapUsed)} of ${mib(m.heapTotal)} MiB, external ${mib(m.external)} MiB`,
+      );
     last = line;
   }, 60_000);
   reporter.unref();

@@ -37,7 +37,7 @@ export interface DeviceViewsOptions {
   feedIntervalMs?: number;
   /** How often the seen marks are written (default 15 s). */
   presenceFlushMs?: number;
-  /** Twin reads at once (first syncs, feed refreshes); more wait their turn (default 16). */
+  /** Twin reads at once (first syncs, feed refreshes); more wait their turn (default 64). */
   maxReads?: number;
   log?: (line: string) => void;
   now?: () => number;
@@ -309,7 +309,7 @@ export class DeviceViews {
   }
 
   private async bounded<T>(fn: () => Promise<T>): Promise<T> {
-    const max = this.opts.maxReads ?? 16;
+    const max = this.opts.maxReads ?? 64;
     if (this.readsInFlight >= max) await new Promise<void>((resolve) => this.readQueue.push(resolve));
     this.readsInFlight++;
     try {
