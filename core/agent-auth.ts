@@ -1,7 +1,6 @@
-import { ed25519 } from '@noble/curves/ed25519.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { fromBase64, toBase64, utf8Encode } from './bytes';
-import { ed25519Verify } from './signing';
+import { ed25519, ed25519Verify } from './signing';
 
 /**
  * How a device's agent proves who it is to the gateway (docs/formats.md, "Gateway HTTP API"): every
@@ -76,7 +75,7 @@ export function authorizationHeader(req: {
 }): string {
   const digest = bodyHash(req.body);
   const message = signatureBase(req.method, req.path, req.now, req.nonce, digest);
-  const sig = toBase64((req.sign ?? ((m, k) => ed25519.sign(m, k)))(message, req.secretKey));
+  const sig = toBase64((req.sign ?? ((m, k) => ed25519().sign(m, k)))(message, req.secretKey));
   return `${AUTH_SCHEME} device="${req.device}", ts="${req.now}", nonce="${req.nonce}", digest="${digest}", sig="${sig}"`;
 }
 

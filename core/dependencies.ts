@@ -1,5 +1,6 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * Ordering between profiles (docs/formats.md, "after"): a rollout's devices start only once each of them
@@ -10,12 +11,14 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 /** At most this many dependencies per spec: each one is a verify on every device before its apply. */
 export const MAX_DEPENDENCIES = 10;
 
-export const Dependency = z
-  .object({
-    profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-    revision: z.number().int().positive(),
-  })
-  .strict();
+export const Dependency = lazySchema(() =>
+  zod()
+    .object({
+      profile: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
+      revision: zod().number().int().positive(),
+    })
+    .strict(),
+);
 export type Dependency = z.output<typeof Dependency>;
 
 /** `inference r15`: how a dependency is named in reasons and errors. */

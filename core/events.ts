@@ -1,11 +1,12 @@
 import { hmac } from '@noble/hashes/hmac.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
-import { z } from 'zod';
+import type { z } from 'zod';
 import { redactSecrets, type AuditEventName } from './audit';
 import { utf8Encode } from './bytes';
 import { inlineCredential, redactUrl } from './health';
 import { WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE } from './webhook-policy';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * Rollout events for webhooks (docs/formats.md, "Webhooks"): every transition the audit trail records
@@ -124,78 +125,84 @@ const SECRET_BY_REFERENCE =
   "give the HMAC secret by reference (secretEnv: WAVEGATE_WEBHOOK_SECRET_<NAME> or secretFile: <file in the worker's webhook secrets directory>), which the worker reads";
 
 /** An http(s) url with no credential in it: the spec is kept in the workflow history. */
-const WebhookUrl = z
-  .string()
-  .max(MAX_URL_LENGTH, `must be at most ${MAX_URL_LENGTH} characters`)
-  .superRefine((text, ctx) => {
-    let url: URL;
-    try {
-      url = new URL(text);
-    } catch {
-      ctx.addIssue({ code: 'custom', message: 'must be an absolute http:// or https:// url' });
-      return;
-    }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      ctx.addIssue({
-        code: 'custom',
-        message: `must be an http:// or https:// url, not ${url.protocol.slice(0, -1)}:`,
-      });
-      return;
-    }
-    const secret = url.username || url.password ? 'a user:password@ in a url' : inlineCredential(text);
-    if (secret)
-      ctx.addIssue({
-        code: 'custom',
-        message: `has ${secret}; secrets must not be written in the spec, which is kept in the workflow history: ${SECRET_BY_REFERENCE}`,
-      });
-  });
+const WebhookUrl = lazySchema(() =>
+  zod()
+    .string()
+    .max(MAX_URL_LENGTH, `must be at most ${MAX_URL_LENGTH} characters`)
+    .superRefine((text, ctx) => {
+      let url: URL;
+      try {
+        url = new URL(text);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be an absolute http:// or https:// url' });
+        return;
+      }
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+        ctx.addIssue({
+          code: 'custom',
+          message: `must be an http:// or https:// url, not ${url.protocol.slice(0, -1)}:`,
+        });
+        return;
+      }
+      const secret = url.username || url.password ? 'a user:password@ in a url' : inlineCredential(text);
+      if (secret)
+        ctx.addIssue({
+          code: 'custom',
+          message: `has ${secret}; secrets must not be written in the spec, which is kept in the workflow history: ${SECRET_BY_REFERENCE}`,
+        });
+    }),
+);
 
-export const Webhook = z
-  .object({
-    url: WebhookUrl,
-    /**
-     * The name of an environment variable of the worker that holds the secret: only the operator's
-     * webhook secrets (`WAVEGATE_WEBHOOK_SECRET_<NAME>`, core/webhook-policy.ts), never any variable of
-     * the worker (its database password, its API keys).
-     */
-    secretEnv: z.string().regex(WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE).optional(),
-    /**
-     * An absolute path of a file on the worker that holds the secret; it must be under the worker's
-     * webhook secrets directory, checked by `plan`/`start` (intake/webhook-policy.ts) and at delivery.
-     */
-    secretFile: z
-      .string()
-      .regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker')
-      .optional(),
-    /** Only these events (names, or families like `gate.*`); absent: every event. */
-    events: z
-      .array(
-        z.string().refine((e) => EVENT_FILTERS.includes(e), {
-          message: `must be an event name or family; allowed: ${EVENT_FILTERS.join(', ')}`,
-        }),
-      )
-      .min(1, 'at least one event (leave "events" out for every event)')
-      .max(EVENT_FILTERS.length)
-      .optional(),
-  })
-  .strict()
-  .superRefine((hook, ctx) => {
-    if (hook.secretEnv !== undefined && hook.secretFile !== undefined)
-      ctx.addIssue({
-        code: 'custom',
-        path: ['secretFile'],
-        message: 'give either "secretEnv" or "secretFile", not both',
-      });
-    if (hook.secretEnv === undefined && hook.secretFile === undefined)
-      ctx.addIssue({
-        code: 'custom',
-        path: ['secretEnv'],
-        message: `a webhook needs its secret: ${SECRET_BY_REFERENCE}`,
-      });
-  });
+export const Webhook = lazySchema(() =>
+  zod()
+    .object({
+      url: WebhookUrl,
+      /**
+       * The name of an environment variable of the worker that holds the secret: only the operator's
+       * webhook secrets (`WAVEGATE_WEBHOOK_SECRET_<NAME>`, core/webhook-policy.ts), never any variable of
+       * the worker (its database password, its API keys).
+       */
+      secretEnv: zod().string().regex(WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE).optional(),
+      /**
+       * An absolute path of a file on the worker that holds the secret; it must be under the worker's
+       * webhook secrets directory, checked by `plan`/`start` (intake/webhook-policy.ts) and at delivery.
+       */
+      secretFile: zod()
+        .string()
+        .regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker')
+        .optional(),
+      /** Only these events (names, or families like `gate.*`); absent: every event. */
+      events: zod()
+        .array(
+          zod()
+            .string()
+            .refine((e) => EVENT_FILTERS.includes(e), {
+              message: `must be an event name or family; allowed: ${EVENT_FILTERS.join(', ')}`,
+            }),
+        )
+        .min(1, 'at least one event (leave "events" out for every event)')
+        .max(EVENT_FILTERS.length)
+        .optional(),
+    })
+    .strict()
+    .superRefine((hook, ctx) => {
+      if (hook.secretEnv !== undefined && hook.secretFile !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['secretFile'],
+          message: 'give either "secretEnv" or "secretFile", not both',
+        });
+      if (hook.secretEnv === undefined && hook.secretFile === undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['secretEnv'],
+          message: `a webhook needs its secret: ${SECRET_BY_REFERENCE}`,
+        });
+    }),
+);
 export type Webhook = z.output<typeof Webhook>;
 
-export const Webhooks = z.array(Webhook).max(MAX_WEBHOOKS, `at most ${MAX_WEBHOOKS} webhooks`);
+export const Webhooks = lazySchema(() => zod().array(Webhook).max(MAX_WEBHOOKS, `at most ${MAX_WEBHOOKS} webhooks`));
 
 /** Whether a webhook's `events` filter takes this event. */
 export function webhookWants(hook: Pick<Webhook, 'events'>, event: WebhookEventName): boolean {

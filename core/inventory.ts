@@ -1,6 +1,7 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import { isReservedName, ownValue, RESERVED_NAME_RULE } from './own-keys';
 import { formatPath, invalidFields, parseWith, PRINTABLE, PRINTABLE_RULE, type FieldProblem } from './validation';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * The inventory: the membership source for a fleet (docs/formats.md). Devices inherit `defaults`; each belongs
@@ -14,132 +15,157 @@ export const MAX_PHASE_DEVICES = MAX_DEVICES;
 
 /** A name that is also a record key or a Map key somewhere: the ID rule, and never a reserved name. */
 function named(rule: RegExp, message: string) {
-  return z
+  return zod()
     .string()
     .regex(rule, message)
     .refine((name) => !isReservedName(name), RESERVED_NAME_RULE);
 }
 
 /** Device classes, OS names and runtime names: plain identifiers (no path, shell or whitespace syntax). */
-export const Identifier = named(
-  /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/,
-  'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit',
+export const Identifier = lazySchema(() =>
+  named(
+    /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/,
+    'must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit',
+  ),
 );
-export const PoolName = named(ID, 'must be a name of 1-128 letters, digits, ".", "_", ":" or "-"');
+export const PoolName = lazySchema(() => named(ID, 'must be a name of 1-128 letters, digits, ".", "_", ":" or "-"'));
 
 /**
  * A host name or address as ssh takes it: no leading "-" (it would read as an option to a command
  * line), no whitespace, control characters or shell syntax.
  */
-const Host = z
-  .string()
-  .regex(
-    /^[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,252}$/,
-    'must be a host name or IP address (letters, digits, ".", ":", "-", "_", "%"; not starting with "-")',
-  );
+const Host = lazySchema(() =>
+  zod()
+    .string()
+    .regex(
+      /^[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,252}$/,
+      'must be a host name or IP address (letters, digits, ".", ":", "-", "_", "%"; not starting with "-")',
+    ),
+);
 /** A login name: the same rules (letters, digits, ".", "_", "-", "@"; no leading "-"). */
-const User = z
-  .string()
-  .regex(
-    /^[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}$/,
-    'must be a login name of 1-64 letters, digits, ".", "_", "-" or "@" (not starting with "-")',
-  );
+const User = lazySchema(() =>
+  zod()
+    .string()
+    .regex(
+      /^[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}$/,
+      'must be a login name of 1-64 letters, digits, ".", "_", "-" or "@" (not starting with "-")',
+    ),
+);
 /** A file on the worker (a key or a known_hosts file): one line, bounded. */
-const WorkerPath = z.string().min(1).max(4096).regex(PRINTABLE, PRINTABLE_RULE);
-const LabelKey = z
-  .string()
-  .min(1)
-  .max(128)
-  .regex(PRINTABLE, PRINTABLE_RULE)
-  .refine((key) => !isReservedName(key), RESERVED_NAME_RULE);
-const LabelValue = z.string().max(256).regex(PRINTABLE, PRINTABLE_RULE);
+const WorkerPath = lazySchema(() => zod().string().min(1).max(4096).regex(PRINTABLE, PRINTABLE_RULE));
+const LabelKey = lazySchema(() =>
+  zod()
+    .string()
+    .min(1)
+    .max(128)
+    .regex(PRINTABLE, PRINTABLE_RULE)
+    .refine((key) => !isReservedName(key), RESERVED_NAME_RULE),
+);
+const LabelValue = lazySchema(() => zod().string().max(256).regex(PRINTABLE, PRINTABLE_RULE));
 
-export const UpdateClass = z.enum(['required', 'best-effort', 'left-behind']);
+export const UpdateClass = lazySchema(() => zod().enum(['required', 'best-effort', 'left-behind']));
 export type UpdateClass = z.infer<typeof UpdateClass>;
-export const Transport = z.enum(['ssh', 'agent']);
+export const Transport = lazySchema(() => zod().enum(['ssh', 'agent']));
 
 /**
  * An agent device's identity key pin (`transport: agent`): the Ed25519 public key its `wavegate agent`
  * signs every gateway request with (`wavegate agent enroll` prints it).
  */
-export const AgentKey = z
-  .string()
-  .regex(
-    /^ed25519:[A-Za-z0-9+/]{43}=$/,
-    'must be "ed25519:<base64 of the 32-byte public key>" (as `wavegate agent enroll` prints it)',
-  );
+export const AgentKey = lazySchema(() =>
+  zod()
+    .string()
+    .regex(
+      /^ed25519:[A-Za-z0-9+/]{43}=$/,
+      'must be "ed25519:<base64 of the 32-byte public key>" (as `wavegate agent enroll` prints it)',
+    ),
+);
 
-export const SshSettings = z
-  .object({
-    /** Pinned host key: OpenSSH fingerprint `SHA256:...`. */
-    hostKey: z
-      .string()
-      .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"')
-      .optional(),
-    /** Or a known_hosts file to pin against. */
-    knownHosts: WorkerPath.optional(),
-    /** Private key file (never its contents: keys stay on the worker's disk). */
-    key: WorkerPath.optional(),
-    /** Use the SSH agent at $SSH_AUTH_SOCK instead of a key file. */
-    agent: z.boolean().optional(),
-    jumpHost: z
-      .object({
-        host: Host,
-        port: z.number().int().min(1).max(65535).default(22),
-        user: User,
-        hostKey: z
-          .string()
-          .regex(/^SHA256:[A-Za-z0-9+/]{43}$/)
-          .optional(),
-      })
-      .strict()
-      .optional(),
-  })
-  .strict();
+export const SshSettings = lazySchema(() =>
+  zod()
+    .object({
+      /** Pinned host key: OpenSSH fingerprint `SHA256:...`. */
+      hostKey: zod()
+        .string()
+        .regex(/^SHA256:[A-Za-z0-9+/]{43}$/, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"')
+        .optional(),
+      /** Or a known_hosts file to pin against. */
+      knownHosts: WorkerPath.optional(),
+      /** Private key file (never its contents: keys stay on the worker's disk). */
+      key: WorkerPath.optional(),
+      /** Use the SSH agent at $SSH_AUTH_SOCK instead of a key file. */
+      agent: zod().boolean().optional(),
+      jumpHost: zod()
+        .object({
+          host: Host,
+          port: zod().number().int().min(1).max(65535).default(22),
+          user: User,
+          hostKey: zod()
+            .string()
+            .regex(/^SHA256:[A-Za-z0-9+/]{43}$/)
+            .optional(),
+        })
+        .strict()
+        .optional(),
+    })
+    .strict(),
+);
 export type SshSettings = z.infer<typeof SshSettings>;
 
-const DeviceFields = {
+/** A device's fields, built when the inventory schema first is (see lazySchema). */
+const deviceFields = () => ({
   host: Host,
-  port: z.number().int().min(1, 'must be a TCP port 1-65535').max(65535, 'must be a TCP port 1-65535'),
+  port: zod().number().int().min(1, 'must be a TCP port 1-65535').max(65535, 'must be a TCP port 1-65535'),
   user: User,
   pool: PoolName,
   class: Identifier,
   os: Identifier,
-  labels: z.record(LabelKey, LabelValue).refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels'),
+  labels: zod()
+    .record(LabelKey, LabelValue)
+    .refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels'),
   updateClass: UpdateClass,
-  runtimes: z.array(Identifier).max(64, 'at most 64 runtimes'),
+  runtimes: zod().array(Identifier).max(64, 'at most 64 runtimes'),
   transport: Transport,
   ssh: SshSettings,
   agentKey: AgentKey,
-};
+});
 
-export const DeviceInput = z
-  .object({ id: named(ID, 'must be 1-128 letters, digits, ".", "_", ":" or "-"') })
-  .extend(
-    Object.fromEntries(Object.entries(DeviceFields).map(([k, v]) => [k, v.optional()])) as {
-      [K in keyof typeof DeviceFields]: z.ZodOptional<(typeof DeviceFields)[K]>;
-    },
-  )
-  .strict();
+export const DeviceInput = lazySchema(() =>
+  zod()
+    .object({ id: named(ID, 'must be 1-128 letters, digits, ".", "_", ":" or "-"') })
+    .extend(
+      Object.fromEntries(Object.entries(deviceFields()).map(([k, v]) => [k, v.optional()])) as {
+        [K in keyof ReturnType<typeof deviceFields>]: z.ZodOptional<ReturnType<typeof deviceFields>[K]>;
+      },
+    )
+    .strict(),
+);
 
-const Budget = z.union([
-  z
-    .number()
-    .min(0, 'must be a fraction 0-1 or a percentage like "5%"')
-    .max(1, 'must be a fraction 0-1 or a percentage like "5%"'),
-  z.string().regex(/^\d+(\.\d+)?%$/, 'must be a fraction 0-1 or a percentage like "5%"'),
-]);
+const Budget = lazySchema(() =>
+  zod().union([
+    zod()
+      .number()
+      .min(0, 'must be a fraction 0-1 or a percentage like "5%"')
+      .max(1, 'must be a fraction 0-1 or a percentage like "5%"'),
+    zod()
+      .string()
+      .regex(/^\d+(\.\d+)?%$/, 'must be a fraction 0-1 or a percentage like "5%"'),
+  ]),
+);
 
-export const InventoryInput = z
-  .object({
-    pools: z.record(PoolName, z.object({ disruptionBudget: Budget.optional() }).strict()).default({}),
-    defaults: DeviceInput.omit({ id: true }).partial().default({}),
-    devices: z
-      .array(DeviceInput)
-      .min(1, 'an inventory needs at least one device')
-      .max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
-  })
-  .strict();
+export const InventoryInput = lazySchema(() =>
+  zod()
+    .object({
+      pools: zod()
+        .record(PoolName, zod().object({ disruptionBudget: Budget.optional() }).strict())
+        .default({}),
+      defaults: DeviceInput.omit({ id: true }).partial().default({}),
+      devices: zod()
+        .array(DeviceInput)
+        .min(1, 'an inventory needs at least one device')
+        .max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
+    })
+    .strict(),
+);
 
 export interface Device {
   id: string;

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import {
   credentialsRefusal,
   HEALTH_CHECK_NAME,
@@ -9,6 +9,7 @@ import {
 } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { parseWith } from './validation';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * A revision of a profile: immutable content that a rollout moves through the fleet (docs/formats.md).
@@ -57,23 +58,27 @@ export function signedCommandProblem(command: string): string | undefined {
 }
 
 function payloadFileSchema(contentRules: boolean) {
-  const size = z.number().int().nonnegative();
-  return z
+  const size = zod().number().int().nonnegative();
+  return zod()
     .object({
-      name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'must be a plain file name (letters, digits, ".", "_", "-")'),
-      sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
+      name: zod()
+        .string()
+        .regex(/^[A-Za-z0-9._-]+$/, 'must be a plain file name (letters, digits, ".", "_", "-")'),
+      sha256: zod()
+        .string()
+        .regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
       size: contentRules
         ? size.superRefine((bytes, ctx) => {
             const problem = payloadSizeProblem(bytes);
             if (problem) ctx.addIssue({ code: 'custom', message: problem });
           })
         : size,
-      source: z.string().min(1),
+      source: zod().string().min(1),
     })
     .strict();
 }
 
-export const PayloadFile = payloadFileSchema(true);
+export const PayloadFile = lazySchema(() => payloadFileSchema(true));
 export type PayloadFile = z.infer<typeof PayloadFile>;
 
 /** Where every payload `source` lives, relative to the profile directory (intake/profile-dir.ts). */
@@ -100,22 +105,24 @@ export function payloadSourceProblem(source: string): string | undefined {
  * a content rule, checked last.
  */
 function healthCommandSchema(contentRules: boolean) {
-  return z.string().superRefine((command, ctx) => {
-    if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
-    if (command.length > MAX_HEALTH_TEXT)
-      return ctx.addIssue({
-        code: 'custom',
-        message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`,
-      });
-    // eslint-disable-next-line no-control-regex
-    if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command))
-      return ctx.addIssue({
-        code: 'custom',
-        message: 'must not contain control characters (NUL, escape, carriage return, ...)',
-      });
-    const problem = contentRules ? signedCommandProblem(command) : undefined;
-    if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  });
+  return zod()
+    .string()
+    .superRefine((command, ctx) => {
+      if (command.trim() === '') return ctx.addIssue({ code: 'custom', message: 'must be a shell command' });
+      if (command.length > MAX_HEALTH_TEXT)
+        return ctx.addIssue({
+          code: 'custom',
+          message: `is ${command.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`,
+        });
+      // eslint-disable-next-line no-control-regex
+      if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(command))
+        return ctx.addIssue({
+          code: 'custom',
+          message: 'must not contain control characters (NUL, escape, carriage return, ...)',
+        });
+      const problem = contentRules ? signedCommandProblem(command) : undefined;
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    });
 }
 
 /**
@@ -124,17 +131,17 @@ function healthCommandSchema(contentRules: boolean) {
  */
 function revisionHealthSchema(contentRules: boolean) {
   const command = healthCommandSchema(contentRules);
-  const NamedHealthCheck = z
-    .object({ name: z.string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command })
+  const NamedHealthCheck = zod()
+    .object({ name: zod().string().regex(HEALTH_CHECK_NAME, HEALTH_CHECK_NAME_RULE), command })
     .strict();
-  return z
+  return zod()
     .object({
       /** Every one runs for `all-runtimes-healthy`; exit 0 = healthy. */
-      runtimes: z.array(NamedHealthCheck).max(64, 'at most 64 runtimes').optional(),
+      runtimes: zod().array(NamedHealthCheck).max(64, 'at most 64 runtimes').optional(),
       /** Named checks a spec selects with `check: <name>`; exit 0 = healthy. */
-      checks: z.array(NamedHealthCheck).max(64, 'at most 64 checks').optional(),
+      checks: zod().array(NamedHealthCheck).max(64, 'at most 64 checks').optional(),
       /** Prints the device's error rate (a number or `{"value": n}`); `error-rate < x` judges the max over devices. */
-      errorRate: z.object({ command }).strict().optional(),
+      errorRate: zod().object({ command }).strict().optional(),
     })
     .strict()
     .superRefine((health, ctx) => {
@@ -154,7 +161,7 @@ function revisionHealthSchema(contentRules: boolean) {
     });
 }
 
-export const RevisionHealth = revisionHealthSchema(true);
+export const RevisionHealth = lazySchema(() => revisionHealthSchema(true));
 export type RevisionHealth = z.infer<typeof RevisionHealth>;
 
 /** The signed device-side checks `check: <name>` can select, by name. */
@@ -180,7 +187,7 @@ function signedCommand(oneLine: boolean, contentRules: boolean) {
   const rule = oneLine
     ? 'must be one line without control characters (NUL, newline, carriage return, escape...) or invisible characters'
     : 'must not contain control characters other than newline and tab (NUL, carriage return, escape...) or invisible characters';
-  const structure = z
+  const structure = zod()
     .string()
     .max(MAX_COMMAND_LENGTH, `must be at most ${MAX_COMMAND_LENGTH} characters`)
     .refine((command) => !hidden.test(command), rule);
@@ -194,31 +201,33 @@ function signedCommand(oneLine: boolean, contentRules: boolean) {
 }
 
 function revisionSchema(contentRules: boolean) {
-  return z
+  return zod()
     .object({
-      profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-      revision: z.number().int().positive('must be a positive whole number'),
+      profile: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
+      revision: zod().number().int().positive('must be a positive whole number'),
       apply: signedCommand(false, contentRules),
       /** A check, one line: its exit status is the answer. */
       verify: signedCommand(true, contentRules),
       rollback: signedCommand(false, contentRules).optional(),
       /** The revision a risky change goes back to when no explicit rollback command is given. */
-      previous: z.number().int().positive().optional(),
-      payload: z.array(payloadFileSchema(contentRules)).default([]),
-      risk: z.enum(['risky', 'safe']).default('risky'),
+      previous: zod().number().int().positive().optional(),
+      payload: zod().array(payloadFileSchema(contentRules)).default([]),
+      risk: zod().enum(['risky', 'safe']).default('risky'),
       /** Device-side health checks: signed with the rest, run only from a verified envelope. */
       health: revisionHealthSchema(contentRules).optional(),
-      expiresAt: z.iso.datetime({ offset: true }).optional(),
+      expiresAt: zod().iso.datetime({ offset: true }).optional(),
       /** When it was signed (set by `sign`; envelopes signed before it existed have none). */
-      issuedAt: z.iso.datetime({ offset: true }).optional(),
-      description: z.string().max(4096, 'must be at most 4096 characters').optional(),
+      issuedAt: zod().iso.datetime({ offset: true }).optional(),
+      description: zod().string().max(4096, 'must be at most 4096 characters').optional(),
       /**
        * Registration gates the author escaped when signing (`wavegate sign --allow-...`): inside the signed
        * body, so the escape stays on the record wherever the revision goes.
        */
-      escapes: z
+      escapes: zod()
         .array(
-          z.object({ gate: z.string().max(128), flag: z.string().max(128), reason: z.string().max(1024) }).strict(),
+          zod()
+            .object({ gate: zod().string().max(128), flag: zod().string().max(128), reason: zod().string().max(1024) })
+            .strict(),
         )
         .max(32)
         .optional(),
@@ -227,9 +236,9 @@ function revisionSchema(contentRules: boolean) {
 }
 
 /** A revision under both layers of rules: what every reader of a revision applies. */
-export const Revision = revisionSchema(true);
+export const Revision = lazySchema(() => revisionSchema(true));
 /** The structure alone (see RevisionRules): only for a decision re-made on replay. */
-const RevisionStructure = revisionSchema(false);
+const RevisionStructure = lazySchema(() => revisionSchema(false));
 export type Revision = z.infer<typeof Revision>;
 
 /** The revision schema under these rules (both layers unless `contentRules: false`). */
@@ -246,11 +255,13 @@ export function parseRevision(data: unknown, source: string, rules: RevisionRule
  * and `wavegate sign` fills them from the payload file into the signed content. Only `sign` fills:
  * every other reader takes them from a signed envelope (or, for a profile without pins, requires them).
  */
-export const PayloadFileSource = PayloadFile.partial({ sha256: true, size: true });
+export const PayloadFileSource = lazySchema(() => PayloadFile.partial({ sha256: true, size: true }));
 export type PayloadFileSource = z.infer<typeof PayloadFileSource>;
 
 /** A revision as written in revisions/<n>.yaml: a revision whose payload entries may leave sha256/size to `sign`. */
-export const RevisionSource = Revision.extend({ payload: z.array(PayloadFileSource).default([]) });
+export const RevisionSource = lazySchema(() =>
+  Revision.extend({ payload: zod().array(PayloadFileSource).default([]) }),
+);
 export type RevisionSource = z.infer<typeof RevisionSource>;
 
 export function parseRevisionSource(data: unknown, source: string): RevisionSource {
@@ -321,19 +332,29 @@ export function fillPayloadDigests(
 }
 
 /** A url the worker reads metrics from: no credentials in it (the profile travels in the workflow history). */
-const MetricsUrl = z.url().superRefine((url, ctx) => {
-  const secret = inlineCredential(url);
-  if (secret) ctx.addIssue({ code: 'custom', message: credentialsRefusal(secret) });
-});
+const MetricsUrl = lazySchema(() =>
+  zod()
+    .url()
+    .superRefine((url, ctx) => {
+      const secret = inlineCredential(url);
+      if (secret) ctx.addIssue({ code: 'custom', message: credentialsRefusal(secret) });
+    }),
+);
 
 /**
  * A bearer token by reference, resolved on the worker only: the name of an environment variable of the
  * worker, or an absolute path of a file on the worker. The reference is recorded; the token never is.
  */
-const TokenEnv = z
-  .string()
-  .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")');
-const TokenFile = z.string().regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker');
+const TokenEnv = lazySchema(() =>
+  zod()
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")'),
+);
+const TokenFile = lazySchema(() =>
+  zod()
+    .string()
+    .regex(/^\/[^\0\n\r]{1,1023}$/, 'must be an absolute path of a file on the worker'),
+);
 
 const MOVED_TO_REVISION = {
   runtimes:
@@ -343,50 +364,58 @@ const MOVED_TO_REVISION = {
 };
 
 /** Where the error rate is read from on the worker: one http or prometheus source, with an optional token reference. */
-const ErrorRateSource = z
-  .object({
-    http: MetricsUrl.optional(),
-    prometheus: z
-      .object({ url: MetricsUrl, query: z.string().min(1).max(MAX_HEALTH_TEXT) })
-      .strict()
-      .optional(),
-    /** Sent as `Authorization: Bearer <token>`, only to this source's url. */
-    tokenEnv: TokenEnv.optional(),
-    tokenFile: TokenFile.optional(),
-    /** Refused (see superRefine): kept in the shape so the refusal names the field and says where it went. */
-    command: z.unknown().optional(),
-  })
-  .strict()
-  .superRefine((source, ctx) => {
-    if (source.command !== undefined)
-      ctx.addIssue({ code: 'custom', path: ['command'], message: MOVED_TO_REVISION.command });
-    else if ((source.http === undefined) === (source.prometheus === undefined))
-      ctx.addIssue({ code: 'custom', message: 'give exactly one of "http" or "prometheus"' });
-    if (source.tokenEnv !== undefined && source.tokenFile !== undefined)
-      ctx.addIssue({ code: 'custom', path: ['tokenFile'], message: 'give either "tokenEnv" or "tokenFile", not both' });
-  })
-  .transform(({ command: _refused, ...source }) => source as ErrorRateSourceOut);
+const ErrorRateSource = lazySchema(() =>
+  zod()
+    .object({
+      http: MetricsUrl.optional(),
+      prometheus: zod()
+        .object({ url: MetricsUrl, query: zod().string().min(1).max(MAX_HEALTH_TEXT) })
+        .strict()
+        .optional(),
+      /** Sent as `Authorization: Bearer <token>`, only to this source's url. */
+      tokenEnv: TokenEnv.optional(),
+      tokenFile: TokenFile.optional(),
+      /** Refused (see superRefine): kept in the shape so the refusal names the field and says where it went. */
+      command: zod().unknown().optional(),
+    })
+    .strict()
+    .superRefine((source, ctx) => {
+      if (source.command !== undefined)
+        ctx.addIssue({ code: 'custom', path: ['command'], message: MOVED_TO_REVISION.command });
+      else if ((source.http === undefined) === (source.prometheus === undefined))
+        ctx.addIssue({ code: 'custom', message: 'give exactly one of "http" or "prometheus"' });
+      if (source.tokenEnv !== undefined && source.tokenFile !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tokenFile'],
+          message: 'give either "tokenEnv" or "tokenFile", not both',
+        });
+    })
+    .transform(({ command: _refused, ...source }) => source as ErrorRateSourceOut),
+);
 
 type TokenRef = { tokenEnv?: string; tokenFile?: string };
 type ErrorRateSourceOut = ({ http: string } & TokenRef) | ({ prometheus: { url: string; query: string } } & TokenRef);
 
 /** The profile: what a rollout targets, and the worker-side metrics source (docs/formats.md). */
-export const Profile = z
-  .object({
-    name: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-    description: z.string().optional(),
-    /** Label selector over the inventory: every listed label must match. Empty selects every device. */
-    scope: z.record(z.string(), z.string()).default({}),
-    /** Refused (see superRefine): runtimes and their health commands live in the signed revisions now. */
-    runtimes: z.unknown().optional(),
-    metrics: z.object({ errorRate: ErrorRateSource }).strict().optional(),
-  })
-  .strict()
-  .superRefine((profile, ctx) => {
-    if (profile.runtimes !== undefined)
-      ctx.addIssue({ code: 'custom', path: ['runtimes'], message: MOVED_TO_REVISION.runtimes });
-  })
-  .transform(({ runtimes: _refused, ...profile }) => profile);
+export const Profile = lazySchema(() =>
+  zod()
+    .object({
+      name: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
+      description: zod().string().optional(),
+      /** Label selector over the inventory: every listed label must match. Empty selects every device. */
+      scope: zod().record(zod().string(), zod().string()).default({}),
+      /** Refused (see superRefine): runtimes and their health commands live in the signed revisions now. */
+      runtimes: zod().unknown().optional(),
+      metrics: zod().object({ errorRate: ErrorRateSource }).strict().optional(),
+    })
+    .strict()
+    .superRefine((profile, ctx) => {
+      if (profile.runtimes !== undefined)
+        ctx.addIssue({ code: 'custom', path: ['runtimes'], message: MOVED_TO_REVISION.runtimes });
+    })
+    .transform(({ runtimes: _refused, ...profile }) => profile),
+);
 export type Profile = z.output<typeof Profile>;
 
 export function parseProfile(data: unknown, source: string): Profile {

@@ -1,11 +1,12 @@
-import { ed25519 } from '@noble/curves/ed25519.js';
+import type * as Curves from '@noble/curves/ed25519.js';
 import { sha256 } from '@noble/hashes/sha2.js';
-import { z } from 'zod';
+import type { z } from 'zod';
 import { fromBase64, toBase64, toBase64Url, utf8Decode, utf8Encode } from './bytes';
 import { canonicalize, isCanonicalJson } from './canonical';
 import { WavegateError, type WavegateErrorCode } from './errors';
 import { revisionSchemaFor, type Revision, type RevisionRules } from './revision';
 import { parseWith } from './validation';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * Signed envelopes (docs/formats.md): `{ body: base64(canonical JSON of a revision), signatures: [{ kid,
@@ -29,24 +30,54 @@ export const LEGACY_MAX_VALIDITY_DAYS = 3650;
 export const MAX_CLOCK_SKEW_MS = 5 * 60_000;
 const DAY_MS = 86_400_000;
 
-const Base64Text = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, 'must be standard base64');
-const Kid = z.string().regex(/^sha256\/[A-Za-z0-9_-]{43}$/, 'must be "sha256/" + 43 base64url characters');
+let curve: typeof Curves.ed25519 | undefined;
 
-export const SignatureEntry = z.object({ kid: Kid, alg: z.literal(ALG), sig: Base64Text.min(1) }).strict();
+/** @noble's Ed25519, loaded on first use (workflow code imports this module; see core/lazy-schema.ts for why). */
+export function ed25519(): typeof Curves.ed25519 {
+  curve ??= (require('@noble/curves/ed25519.js') as typeof Curves).ed25519;
+  return curve;
+}
+
+const Base64Text = lazySchema(() =>
+  zod()
+    .string()
+    .regex(/^[A-Za-z0-9+/]*={0,2}$/, 'must be standard base64'),
+);
+const Kid = lazySchema(() =>
+  zod()
+    .string()
+    .regex(/^sha256\/[A-Za-z0-9_-]{43}$/, 'must be "sha256/" + 43 base64url characters'),
+);
+
+export const SignatureEntry = lazySchema(() =>
+  zod()
+    .object({ kid: Kid, alg: zod().literal(ALG), sig: Base64Text.min(1) })
+    .strict(),
+);
 export type SignatureEntry = z.infer<typeof SignatureEntry>;
 
-export const Envelope = z.object({ body: Base64Text.min(1), signatures: z.array(SignatureEntry) }).strict();
+export const Envelope = lazySchema(() =>
+  zod()
+    .object({ body: Base64Text.min(1), signatures: zod().array(SignatureEntry) })
+    .strict(),
+);
 export type Envelope = z.infer<typeof Envelope>;
 
-export const Pin = z.object({ kid: Kid, publicKey: Base64Text.min(1), name: z.string().min(1).optional() }).strict();
+export const Pin = lazySchema(() =>
+  zod()
+    .object({ kid: Kid, publicKey: Base64Text.min(1), name: zod().string().min(1).optional() })
+    .strict(),
+);
 export type Pin = z.infer<typeof Pin>;
 
-const TrustInput = z
-  .object({
-    threshold: z.number().int().min(1, 'must be at least 1').default(1),
-    pins: z.array(Pin).min(1, 'a trust file needs at least one pin'),
-  })
-  .strict();
+const TrustInput = lazySchema(() =>
+  zod()
+    .object({
+      threshold: zod().number().int().min(1, 'must be at least 1').default(1),
+      pins: zod().array(Pin).min(1, 'a trust file needs at least one pin'),
+    })
+    .strict(),
+);
 
 export interface Trust {
   threshold: number;
@@ -98,19 +129,21 @@ export interface KeyPair {
 /** Derive a key pair from 32 bytes of secret seed (the CLI supplies them from the OS RNG). */
 export function keyPairFromSeed(seed: Uint8Array): KeyPair {
   if (seed.length !== 32) throw new Error('an Ed25519 secret key is 32 bytes');
-  const publicKey = ed25519.getPublicKey(seed);
+  const publicKey = ed25519().getPublicKey(seed);
   return { kid: keyId(publicKey), publicKey, secretKey: seed };
 }
 
 /** The private key file: JSON, written with mode 0600 by the CLI. */
-export const SecretKeyFile = z
-  .object({
-    type: z.literal('wavegate.ed25519.secret-key'),
-    kid: Kid,
-    publicKey: Base64Text,
-    secretKey: Base64Text,
-  })
-  .strict();
+export const SecretKeyFile = lazySchema(() =>
+  zod()
+    .object({
+      type: zod().literal('wavegate.ed25519.secret-key'),
+      kid: Kid,
+      publicKey: Base64Text,
+      secretKey: Base64Text,
+    })
+    .strict(),
+);
 
 export function secretKeyFile(pair: KeyPair): z.infer<typeof SecretKeyFile> {
   return {
@@ -137,7 +170,7 @@ export function pinOf(pair: Pick<KeyPair, 'kid' | 'publicKey'>, name?: string): 
 }
 
 function signEntry(body: Uint8Array, pair: KeyPair): SignatureEntry {
-  return { kid: pair.kid, alg: ALG, sig: toBase64(ed25519.sign(body, pair.secretKey)) };
+  return { kid: pair.kid, alg: ALG, sig: toBase64(ed25519().sign(body, pair.secretKey)) };
 }
 
 /**
@@ -266,7 +299,7 @@ export interface VerifyOptions extends RevisionRules {
 /** Strict Ed25519 verification (RFC 8032, no ZIP-215 leniency); false, never a throw, for bad input. */
 export function ed25519Verify(sig: Uint8Array, body: Uint8Array, publicKey: Uint8Array): boolean {
   try {
-    return sig.length === 64 && ed25519.verify(sig, body, publicKey, { zip215: false });
+    return sig.length === 64 && ed25519().verify(sig, body, publicKey, { zip215: false });
   } catch {
     return false;
   }

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import { formatDurationMs, parseDurationMs } from './duration';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
 import { Webhooks } from './events';
@@ -7,6 +7,7 @@ import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inven
 import { ownValue } from './own-keys';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { formatPath, invalidFields, parseWith, PRINTABLE, PRINTABLE_RULE, type FieldProblem } from './validation';
+import { lazySchema, zod } from './lazy-schema';
 
 /**
  * The rollout spec (docs/formats.md). Accepts the phased form verbatim (`canary: 1 device`, `bulk: 25%`,
@@ -20,26 +21,28 @@ const DURATION_FORM = 'a duration such as 600000 (ms), "90s", "10m" or "1h"';
  */
 export function boundedDuration(min: number, max: number) {
   const range = `between ${formatDurationMs(min)} and ${formatDurationMs(max)}`;
-  return z.union([z.number(), z.string()], { error: `must be ${DURATION_FORM}` }).transform((value, ctx) => {
-    const ms = parseDurationMs(value);
-    if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}, ${range}` });
-      return z.NEVER;
-    }
-    // Rounding would run something other than what was written (`1.5ms`, 90000.5): refused instead.
-    if (fractionalMs(value)) {
-      ctx.addIssue({
-        code: 'custom',
-        message: `must be a whole number of milliseconds (no fraction of a millisecond), ${range}`,
-      });
-      return z.NEVER;
-    }
-    if (ms < min || ms > max) {
-      ctx.addIssue({ code: 'custom', message: `must be ${range}` });
-      return z.NEVER;
-    }
-    return ms;
-  });
+  return zod()
+    .union([zod().number(), zod().string()], { error: `must be ${DURATION_FORM}` })
+    .transform((value, ctx) => {
+      const ms = parseDurationMs(value);
+      if (ms === undefined) {
+        ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}, ${range}` });
+        return zod().NEVER;
+      }
+      // Rounding would run something other than what was written (`1.5ms`, 90000.5): refused instead.
+      if (fractionalMs(value)) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `must be a whole number of milliseconds (no fraction of a millisecond), ${range}`,
+        });
+        return zod().NEVER;
+      }
+      if (ms < min || ms > max) {
+        ctx.addIssue({ code: 'custom', message: `must be ${range}` });
+        return zod().NEVER;
+      }
+      return ms;
+    });
 }
 
 const DURATION_PART = /(\d+)(?:\.(\d+))?(ms|s|m|h|d)/g;
@@ -83,9 +86,11 @@ export const DURATION_BOUNDS = {
   deadline: { min: 60_000, max: 30 * 86_400_000 },
 } as const;
 
-const GateDuration = boundedDuration(DURATION_BOUNDS.gate.min, DURATION_BOUNDS.gate.max);
-const Gate = z.union([z.literal('manual'), GateDuration], { error: `must be "manual" or ${DURATION_FORM}` });
-const DeadlineDuration = boundedDuration(DURATION_BOUNDS.deadline.min, DURATION_BOUNDS.deadline.max);
+const GateDuration = lazySchema(() => boundedDuration(DURATION_BOUNDS.gate.min, DURATION_BOUNDS.gate.max));
+const Gate = lazySchema(() =>
+  zod().union([zod().literal('manual'), GateDuration], { error: `must be "manual" or ${DURATION_FORM}` }),
+);
+const DeadlineDuration = lazySchema(() => boundedDuration(DURATION_BOUNDS.deadline.min, DURATION_BOUNDS.deadline.max));
 
 /** Text fields a person writes: bounded, so a 60 MB name is refused rather than carried through history. */
 export const MAX_NAME_LENGTH = 128;
@@ -101,61 +106,69 @@ export type PhaseSize =
   | { kind: 'remainder' };
 
 const PHASE_SIZE_FORM = 'must be "<n> device(s)", "<p>%" or "up to <p>%" with p in (0, 100], or "remainder"';
-const PhaseSizeText = z
-  .union(
-    [
-      z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES} devices`),
-      z.string().max(MAX_NAME_LENGTH),
-    ],
-    { error: PHASE_SIZE_FORM },
-  )
-  .transform((value, ctx): PhaseSize => {
-    if (typeof value === 'number') return { kind: 'count', count: value };
-    const text = value.trim();
-    const count = /^(\d+)\s*(devices?)?$/.exec(text);
-    if (count && Number(count[1]) > 0 && Number(count[1]) <= MAX_PHASE_DEVICES)
-      return { kind: 'count', count: Number(count[1]) };
-    const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
-    if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
-    const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
-    if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100)
-      return { kind: 'cumulative', percent: Number(cumulative[1]) };
-    if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
-    ctx.addIssue({ code: 'custom', message: PHASE_SIZE_FORM });
-    return z.NEVER;
-  });
+const PhaseSizeText = lazySchema(() =>
+  zod()
+    .union(
+      [
+        zod().number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES} devices`),
+        zod().string().max(MAX_NAME_LENGTH),
+      ],
+      { error: PHASE_SIZE_FORM },
+    )
+    .transform((value, ctx): PhaseSize => {
+      if (typeof value === 'number') return { kind: 'count', count: value };
+      const text = value.trim();
+      const count = /^(\d+)\s*(devices?)?$/.exec(text);
+      if (count && Number(count[1]) > 0 && Number(count[1]) <= MAX_PHASE_DEVICES)
+        return { kind: 'count', count: Number(count[1]) };
+      const pct = /^(\d+(?:\.\d+)?)\s*%$/.exec(text);
+      if (pct && Number(pct[1]) > 0 && Number(pct[1]) <= 100) return { kind: 'percent', percent: Number(pct[1]) };
+      const cumulative = /^(?:up\s+)?to\s+(\d+(?:\.\d+)?)\s*%$/.exec(text);
+      if (cumulative && Number(cumulative[1]) > 0 && Number(cumulative[1]) <= 100)
+        return { kind: 'cumulative', percent: Number(cumulative[1]) };
+      if (text === 'remainder' || text === 'rest') return { kind: 'remainder' };
+      ctx.addIssue({ code: 'custom', message: PHASE_SIZE_FORM });
+      return zod().NEVER;
+    }),
+);
 
 /** One health-gate check, validated by the same parser the probes use (core/health.ts). */
-export const HealthCheck = z.string().superRefine((text, ctx) => {
-  const parsed = parseHealthCheck(text);
-  if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });
-});
+export const HealthCheck = lazySchema(() =>
+  zod()
+    .string()
+    .superRefine((text, ctx) => {
+      const parsed = parseHealthCheck(text);
+      if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });
+    }),
+);
 
-const Phase = z
-  .object({
-    canary: PhaseSizeText.optional(),
-    bulk: PhaseSizeText.optional(),
-    name: z.string().min(1).max(MAX_NAME_LENGTH).regex(PRINTABLE, PRINTABLE_RULE).optional(),
-    gateMs: z
-      .number()
-      .int()
-      .min(DURATION_BOUNDS.gate.min)
-      .max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`)
-      .optional(),
-    gate: Gate.optional(),
-    healthGate: z.array(HealthCheck).default([]),
-    /** This phase's deadline in active time, overriding the spec's `phaseDeadline`. */
-    phaseDeadline: DeadlineDuration.optional(),
-  })
-  .strict()
-  .superRefine((phase, ctx) => {
-    if ((phase.canary === undefined) === (phase.bulk === undefined)) {
-      ctx.addIssue({ code: 'custom', message: 'a phase needs exactly one of "canary" or "bulk"' });
-    }
-    if (phase.gate !== undefined && phase.gateMs !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['gate'], message: 'give either "gate" or "gateMs", not both' });
-    }
-  });
+const Phase = lazySchema(() =>
+  zod()
+    .object({
+      canary: PhaseSizeText.optional(),
+      bulk: PhaseSizeText.optional(),
+      name: zod().string().min(1).max(MAX_NAME_LENGTH).regex(PRINTABLE, PRINTABLE_RULE).optional(),
+      gateMs: zod()
+        .number()
+        .int()
+        .min(DURATION_BOUNDS.gate.min)
+        .max(DURATION_BOUNDS.gate.max, `must be at most ${DURATION_BOUNDS.gate.max} (30 days)`)
+        .optional(),
+      gate: Gate.optional(),
+      healthGate: zod().array(HealthCheck).default([]),
+      /** This phase's deadline in active time, overriding the spec's `phaseDeadline`. */
+      phaseDeadline: DeadlineDuration.optional(),
+    })
+    .strict()
+    .superRefine((phase, ctx) => {
+      if ((phase.canary === undefined) === (phase.bulk === undefined)) {
+        ctx.addIssue({ code: 'custom', message: 'a phase needs exactly one of "canary" or "bulk"' });
+      }
+      if (phase.gate !== undefined && phase.gateMs !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['gate'], message: 'give either "gate" or "gateMs", not both' });
+      }
+    }),
+);
 
 /** An IANA time zone the runtime knows (Intl is deterministic and available in workflows). */
 function isTimeZone(zone: string): boolean {
@@ -167,39 +180,51 @@ function isTimeZone(zone: string): boolean {
   }
 }
 
-const Window = z
-  .object({
-    days: z
-      .array(z.enum(['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun']))
-      .min(1)
-      .max(7, 'at most the 7 days of the week')
-      .refine((days) => new Set(days).size === days.length, 'each day at most once'),
-    start: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
-    end: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
-    timezone: z
-      .string()
-      .max(MAX_NAME_LENGTH)
-      .default('UTC')
-      .refine(isTimeZone, { message: 'must be an IANA time zone such as "UTC" or "Europe/Berlin"' }),
-  })
-  .strict();
+const Window = lazySchema(() =>
+  zod()
+    .object({
+      days: zod()
+        .array(zod().enum(['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun']))
+        .min(1)
+        .max(7, 'at most the 7 days of the week')
+        .refine((days) => new Set(days).size === days.length, 'each day at most once'),
+      start: zod()
+        .string()
+        .regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
+      end: zod()
+        .string()
+        .regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM'),
+      timezone: zod()
+        .string()
+        .max(MAX_NAME_LENGTH)
+        .default('UTC')
+        .refine(isTimeZone, { message: 'must be an IANA time zone such as "UTC" or "Europe/Berlin"' }),
+    })
+    .strict(),
+);
 
-const Fraction = z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1');
-const BudgetFraction = z
-  .union([Fraction, z.string().max(MAX_NAME_LENGTH)], { error: 'must be a fraction 0-1 or a percentage like "5%"' })
-  .transform((value, ctx) => {
-    if (typeof value === 'number') return value;
-    const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
-    if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
-    ctx.addIssue({ code: 'custom', message: 'must be a fraction 0-1 or a percentage like "5%"' });
-    return z.NEVER;
-  });
+const Fraction = lazySchema(() => zod().number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1'));
+const BudgetFraction = lazySchema(() =>
+  zod()
+    .union([Fraction, zod().string().max(MAX_NAME_LENGTH)], {
+      error: 'must be a fraction 0-1 or a percentage like "5%"',
+    })
+    .transform((value, ctx) => {
+      if (typeof value === 'number') return value;
+      const pct = /^(\d+(?:\.\d+)?)%$/.exec(value.trim());
+      if (pct && Number(pct[1]) <= 100) return Number(pct[1]) / 100;
+      ctx.addIssue({ code: 'custom', message: 'must be a fraction 0-1 or a percentage like "5%"' });
+      return zod().NEVER;
+    }),
+);
 
 /** Cumulative percentages (the seed's `waves: [1, 10, 50, 100]`): 1-10 increasing numbers ending at 100. */
-const Waves = z
-  .array(z.number().gt(0, 'must be above 0').max(100, 'must be at most 100'))
-  .min(1)
-  .max(10, 'at most 10 waves');
+const Waves = lazySchema(() =>
+  zod()
+    .array(zod().number().gt(0, 'must be above 0').max(100, 'must be at most 100'))
+    .min(1)
+    .max(10, 'at most 10 waves'),
+);
 
 /**
  * Deadline settings that could never mean what they say, each with the field it is at: an `onDeadline`
@@ -238,83 +263,96 @@ export function deadlineProblems(spec: {
   return problems;
 }
 
-export const RolloutBody = z
-  .object({
-    profile: z.string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-    fromRevision: z.number().int().nonnegative(),
-    toRevision: z.number().int().positive(),
-    strategy: z.enum(['phased']).default('phased'),
-    phases: z.array(Phase).min(1, 'at least one phase is needed').optional(),
-    waves: Waves.optional(),
-    rollback: z
-      .object({ on: z.enum(['healthGate-fail', 'failure-gate', 'both', 'never']).default('healthGate-fail') })
-      .strict()
-      .default({ on: 'healthGate-fail' }),
-    gate: Gate.default(600_000),
-    maxFailureRatio: Fraction.default(0.05),
-    minSample: z.number().int().positive().max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES}`).default(3),
-    applyTimeout: boundedDuration(DURATION_BOUNDS.applyTimeout.min, DURATION_BOUNDS.applyTimeout.max).default(900_000),
-    offline: z.enum(['skip', 'wait', 'fail']).default('skip'),
-    disruptionBudget: z.record(PoolName, BudgetFraction).default({}),
-    onInconclusive: z.enum(['pause', 'fail']).default('pause'),
-    /** Each health-gate check must answer within this; one that cannot is inconclusive. */
-    healthTimeout: boundedDuration(DURATION_BOUNDS.healthTimeout.min, DURATION_BOUNDS.healthTimeout.max).default(
-      60_000,
-    ),
-    /** After completion, each changed device's floor allows going back to fromRevision this long (core/floor.ts). */
-    revertWindow: boundedDuration(DURATION_BOUNDS.revertWindow.min, DURATION_BOUNDS.revertWindow.max).default(
-      86_400_000,
-    ),
-    window: Window.optional(),
-    canaryClass: Identifier.optional(),
-    concurrent: z.boolean().default(false),
-    transport: z.enum(['ssh', 'agent']).default('ssh'),
-    /** The whole rollout's deadline in active time (paused time never counts; core/rollout/deadline.ts). */
-    progressDeadline: DeadlineDuration.optional(),
-    /** Every phase's deadline in active time, from its first device start to the end of its health gate. */
-    phaseDeadline: DeadlineDuration.optional(),
-    /** What a passed deadline does: pause (default), abort (stop, no rollback) or rollback. */
-    onDeadline: z.enum(['pause', 'abort', 'rollback']).optional(),
-    /** Where every transition is delivered, signed, as JSON (core/events.ts); secrets by reference only. */
-    webhooks: Webhooks.optional(),
-    /** Profiles each device must verify (at these revisions) before this rollout starts on it (core/dependencies.ts). */
-    after: z.array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
-  })
-  .strict()
-  .superRefine((spec, ctx) => {
-    if (spec.toRevision <= spec.fromRevision) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['toRevision'],
-        message: `must be above fromRevision (${spec.fromRevision})`,
-      });
-    }
-    if ((spec.phases === undefined) === (spec.waves === undefined)) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['phases'],
-        message: 'give exactly one of "phases" or "waves" (cumulative percentages)',
-      });
-    }
-    if (spec.waves) {
-      spec.waves.forEach((w, i) => {
-        if (i > 0 && w <= spec.waves![i - 1]!)
+export const RolloutBody = lazySchema(() =>
+  zod()
+    .object({
+      profile: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
+      fromRevision: zod().number().int().nonnegative(),
+      toRevision: zod().number().int().positive(),
+      strategy: zod().enum(['phased']).default('phased'),
+      phases: zod().array(Phase).min(1, 'at least one phase is needed').optional(),
+      waves: Waves.optional(),
+      rollback: zod()
+        .object({ on: zod().enum(['healthGate-fail', 'failure-gate', 'both', 'never']).default('healthGate-fail') })
+        .strict()
+        .default({ on: 'healthGate-fail' }),
+      gate: Gate.default(600_000),
+      maxFailureRatio: Fraction.default(0.05),
+      minSample: zod()
+        .number()
+        .int()
+        .positive()
+        .max(MAX_PHASE_DEVICES, `must be at most ${MAX_PHASE_DEVICES}`)
+        .default(3),
+      applyTimeout: boundedDuration(DURATION_BOUNDS.applyTimeout.min, DURATION_BOUNDS.applyTimeout.max).default(
+        900_000,
+      ),
+      offline: zod().enum(['skip', 'wait', 'fail']).default('skip'),
+      disruptionBudget: zod().record(PoolName, BudgetFraction).default({}),
+      onInconclusive: zod().enum(['pause', 'fail']).default('pause'),
+      /** Each health-gate check must answer within this; one that cannot is inconclusive. */
+      healthTimeout: boundedDuration(DURATION_BOUNDS.healthTimeout.min, DURATION_BOUNDS.healthTimeout.max).default(
+        60_000,
+      ),
+      /** After completion, each changed device's floor allows going back to fromRevision this long (core/floor.ts). */
+      revertWindow: boundedDuration(DURATION_BOUNDS.revertWindow.min, DURATION_BOUNDS.revertWindow.max).default(
+        86_400_000,
+      ),
+      window: Window.optional(),
+      canaryClass: Identifier.optional(),
+      concurrent: zod().boolean().default(false),
+      transport: zod().enum(['ssh', 'agent']).default('ssh'),
+      /** The whole rollout's deadline in active time (paused time never counts; core/rollout/deadline.ts). */
+      progressDeadline: DeadlineDuration.optional(),
+      /** Every phase's deadline in active time, from its first device start to the end of its health gate. */
+      phaseDeadline: DeadlineDuration.optional(),
+      /** What a passed deadline does: pause (default), abort (stop, no rollback) or rollback. */
+      onDeadline: zod().enum(['pause', 'abort', 'rollback']).optional(),
+      /** Where every transition is delivered, signed, as JSON (core/events.ts); secrets by reference only. */
+      webhooks: Webhooks.optional(),
+      /** Profiles each device must verify (at these revisions) before this rollout starts on it (core/dependencies.ts). */
+      after: zod().array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
+    })
+    .strict()
+    .superRefine((spec, ctx) => {
+      if (spec.toRevision <= spec.fromRevision) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['toRevision'],
+          message: `must be above fromRevision (${spec.fromRevision})`,
+        });
+      }
+      if ((spec.phases === undefined) === (spec.waves === undefined)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['phases'],
+          message: 'give exactly one of "phases" or "waves" (cumulative percentages)',
+        });
+      }
+      if (spec.waves) {
+        spec.waves.forEach((w, i) => {
+          if (i > 0 && w <= spec.waves![i - 1]!)
+            ctx.addIssue({
+              code: 'custom',
+              path: ['waves', i],
+              message: `must be above the previous wave (${spec.waves![i - 1]})`,
+            });
+        });
+        if (spec.waves[spec.waves.length - 1] !== 100) {
           ctx.addIssue({
             code: 'custom',
-            path: ['waves', i],
-            message: `must be above the previous wave (${spec.waves![i - 1]})`,
+            path: ['waves', spec.waves.length - 1],
+            message: 'the last wave must be 100',
           });
-      });
-      if (spec.waves[spec.waves.length - 1] !== 100) {
-        ctx.addIssue({ code: 'custom', path: ['waves', spec.waves.length - 1], message: 'the last wave must be 100' });
+        }
       }
-    }
-    checkPhaseSizes(spec.phases ?? [], ctx);
-    for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
-    for (const p of afterProblems(spec.profile, spec.after ?? []))
-      ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
-  })
-  .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) }));
+      checkPhaseSizes(spec.phases ?? [], ctx);
+      for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
+      for (const p of afterProblems(spec.profile, spec.after ?? []))
+        ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
+    })
+    .transform(({ waves, phases, ...rest }) => ({ ...rest, phases: phases ?? wavesToPhases(waves ?? [100]) })),
+);
 
 type PhaseOut = z.output<typeof Phase>;
 
@@ -370,7 +408,7 @@ function wavesToPhases(waves: number[]): PhaseOut[] {
   });
 }
 
-export const RolloutSpec = z.object({ rollout: RolloutBody }).strict();
+export const RolloutSpec = lazySchema(() => zod().object({ rollout: RolloutBody }).strict());
 export type RolloutSpec = z.output<typeof RolloutBody>;
 export type PhaseSpec = RolloutSpec['phases'][number];
 
