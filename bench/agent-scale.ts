@@ -60,6 +60,7 @@ const { values: flags } = parseArgs({
     idle: { type: 'string', default: '0' },
     'no-rollout': { type: 'boolean', default: false },
     'rollout-timeout': { type: 'string', default: '30' },
+    'workflow-cache': { type: 'string', default: '1000' },
   },
 });
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
@@ -72,6 +73,8 @@ const IDLE_MINUTES = wholeFlag('idle', flags.idle, 0, 24 * 60);
 const ROLLOUT = !flags['no-rollout'];
 /** Minutes the rollout may take before the bench says what it is waiting on, terminates it and reports the rest. */
 const ROLLOUT_TIMEOUT_MIN = wholeFlag('rollout-timeout', flags['rollout-timeout'], 1, 24 * 60);
+/** The worker's sticky cache (`wavegate worker --workflow-cache`): what bounds its memory (bench/README.md). */
+const WORKFLOW_CACHE = wholeFlag('workflow-cache', flags['workflow-cache'], 2, 100_000);
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE))
   throw new Error(`--gate: expected a duration like 0s, 1s or 500ms, got ${JSON.stringify(GATE)}`);
@@ -590,7 +593,7 @@ async function main(): Promise<void> {
     taskQueue,
     auditDir: join(dir, 'audit'),
     maxActivities: Math.max(200, IN_FLIGHT * 2),
-    maxCachedWorkflows: 1_000,
+    maxCachedWorkflows: WORKFLOW_CACHE,
   });
   const workerPid = worker.pid;
   // Every agent comes from 127.0.0.1: the per-source limits are raised to the fleet (a sync and a report each) + margin.
@@ -636,7 +639,7 @@ async function main(): Promise<void> {
   const say = (line: string) => console.log(line);
   try {
     say(
-      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
+      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; worker cache ${WORKFLOW_CACHE}; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
     );
     stage = 'first syncs';
     const upStart = Date.now();

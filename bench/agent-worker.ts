@@ -37,7 +37,15 @@ process.once('message', (request: AgentWorkerRequest) => {
       },
     });
     const running = worker.run();
-    const stop = () => worker.shutdown();
+    const stop = () => {
+      // Where its memory is, said once as it stops (the main thread's V8 heap; the workflow thread's is apart).
+      const m = process.memoryUsage();
+      const mib = (n: number) => Math.round(n / 1048576);
+      console.log(
+        `worker process at its stop: RSS ${mib(m.rss)} MiB; main thread's V8 heap ${mib(m.heapUsed)} of ${mib(m.heapTotal)} MiB, external ${mib(m.external)} MiB, array buffers ${mib(m.arrayBuffers)} MiB`,
+      );
+      worker.shutdown();
+    };
     process.on('message', (m: { stop?: boolean }) => m?.stop && stop());
     process.once('disconnect', stop);
     send({ ready: true });
