@@ -445,6 +445,15 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWith: ['twin-feed-desire-report-reverify'],
     replayedWithout: ['device-twin-desire-sync-reverify'],
   },
+  {
+    id: 'twin-feed-memo',
+    introducedIn: 'r11',
+    commit: 'pending',
+    askedIn: ['workflows/device-twin.ts publish'],
+    status: 'live',
+    replayedWith: ['twin-feed-memo-desire-report'],
+    replayedWithout: ['twin-feed-desire-report-reverify'],
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */
