@@ -448,7 +448,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'twin-feed-memo',
     introducedIn: 'r11',
-    commit: 'pending',
+    commit: '4228ac2',
     askedIn: ['workflows/device-twin.ts publish'],
     status: 'live',
     replayedWith: ['twin-feed-memo-desire-report'],
