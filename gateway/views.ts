@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import {
   desiredSideOf,
@@ -7,6 +8,7 @@ import {
   restoreTwinState,
   settledReport,
   viewOf,
+  type DesiredEntry,
   type TwinState,
   type TwinSyncInput,
   type TwinView,
@@ -91,7 +93,16 @@ function untilGone<T>(work: Promise<T>, gone: AbortSignal | undefined): Promise<
   });
 }
 
+/** Distinct desired steps kept for sharing (revisions in flight at once; the oldest is dropped past it). */
+const SHARED_STEPS_MAX = 256;
+
 export class DeviceViews {
+  /**
+   * One copy of each desired entry's steps (the signed content) for every device that desires it: each read or feed
+   * change brings its own copy, and at 10,000 devices desiring one revision those copies were most of the gateway's
+   * heap (bench/README.md, "Gateway memory").
+   */
+  private readonly sharedSteps = new Map<string, DesiredEntry['steps']>();
   private readonly records = new Map<string, DeviceRecord>();
   private readonly loading = new Map<string, Promise<DeviceRecord>>();
   private readonly waiting = new Map<string, Set<Waiter>>();
@@ -265,7 +276,10 @@ export class DeviceViews {
       // The change carried the desired side (twin-feed-memo): the record takes it as a read would, with no query.
       const side = desiredSideOf(change.memo);
       if (side && side.version > record.state.version) {
-        Object.assign(record.state, side, { reverifyVersion: side.reverify ? side.version : 0 });
+        Object.assign(record.state, side, {
+          desired: this.shared(side.desired),
+          reverifyVersion: side.reverify ? side.version : 0,
+        });
         record.loadedAt = this.now();
         this.counts.feedMemos++;
         this.wake(change.deviceId);
@@ -304,7 +318,9 @@ export class DeviceViews {
       // A pending re-verify was asked at this version or before: a report knowing it answers it.
       const state = restoreTwinState(
         deviceId,
-        view ? { ...view, reverifyVersion: view.reverify ? view.version : 0, syncs: 0 } : undefined,
+        view
+          ? { ...view, desired: this.shared(view.desired), reverifyVersion: view.reverify ? view.version : 0, syncs: 0 }
+          : undefined,
       );
       // A slower read must not put back an older record than one already here.
       if (previous && previous.state.version > state.version) return previous;
@@ -320,6 +336,22 @@ export class DeviceViews {
     }).finally(() => this.loading.delete(deviceId));
     this.loading.set(deviceId, load);
     return load;
+  }
+
+  /** The desired entries with their steps replaced by the one shared copy of equal steps. */
+  private shared(desired: Record<string, DesiredEntry>): Record<string, DesiredEntry> {
+    const out: Record<string, DesiredEntry> = {};
+    for (const [profile, entry] of Object.entries(desired)) {
+      const key = createHash('sha256').update(JSON.stringify(entry.steps)).digest('base64');
+      let steps = this.sharedSteps.get(key);
+      if (!steps) {
+        steps = entry.steps;
+        this.sharedSteps.set(key, steps);
+        if (this.sharedSteps.size > SHARED_STEPS_MAX) this.sharedSteps.delete(this.sharedSteps.keys().next().value!);
+      }
+      out[profile] = { ...entry, steps };
+    }
+    return out;
   }
 
   private async bounded<T>(fn: () => Promise<T>): Promise<T> {

@@ -204,6 +204,12 @@ describe("the gateway's device views", () => {
       expect(tookMs).toBeLessThan(20_000);
       // The change carried what the twin desires now: the gateway took it without reading the twin again.
       expect(views.stats()).toMatchObject({ held: 0, feedChanges: 1, feedMemos: 1, reads: 1 });
+      // Another device desiring the same revision, read from its twin: both records hold ONE copy of the steps.
+      const other = 'views-wake-other';
+      await desireOnTwin(real.env.client, real.worker.taskQueue, other, desiredRequest(other, 2));
+      const otherView = await views.sync(other, { report: report(1), knownVersion: 0, waitMs: 0 });
+      expect(otherView.desired.demo!.steps).toEqual(view.desired.demo!.steps);
+      expect(otherView.desired.demo!.steps).toBe((await views.view(device)).desired.demo!.steps);
     } finally {
       await views.close();
     }
