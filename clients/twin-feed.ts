@@ -1,7 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { WavegateDesiredAt, WavegateReportedAt, WavegateTwinVersion } from '../contracts/search-attributes';
 import { TWIN_WORKFLOW } from '../contracts/twin';
-import { FEED_MEMO } from '../core/twin';
 
 /**
  * The twin change feed (docs/architecture.md, "The twin change feed"): a twin stamps `WavegateDesiredAt` (and
@@ -19,12 +18,6 @@ export interface TwinChange {
   atMs: number;
   /** The desired version stamped with a `desired` change (null for `reported`, or a twin that carries none). */
   version: number | null;
-  /**
-   * The side that changed as the twin wrote it with the change (its memo, core/twin.ts `feedMemo`): undefined from a
-   * twin that writes none (before twin-feed-memo), null when it was too large to carry. Check it before use
-   * (`desiredSideOf`, `answersOf`).
-   */
-  memo: unknown;
 }
 
 const ATTRIBUTE = { desired: WavegateDesiredAt, reported: WavegateReportedAt } as const;
@@ -47,7 +40,7 @@ export async function listTwinChanges(
     const at = info.typedSearchAttributes.get(key);
     if (id === undefined || !(at instanceof Date)) continue;
     const version = kind === 'desired' ? (info.typedSearchAttributes.get(WavegateTwinVersion) ?? null) : null;
-    const change = { deviceId: id, atMs: at.getTime(), version, memo: info.memo?.[FEED_MEMO[kind]] };
+    const change = { deviceId: id, atMs: at.getTime(), version };
     const known = newest.get(id);
     if (!known || known.atMs < change.atMs) newest.set(id, change);
   }

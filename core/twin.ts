@@ -411,15 +411,7 @@ export type RequestAnswer =
 
 /** What the agent answered to request `requestId` for `profile`: pending until a final report names it. */
 export function answerTo(view: Pick<TwinView, 'report'>, profile: string, requestId: string): RequestAnswer {
-  return answerIn(view.report?.profiles, profile, requestId);
-}
-
-/** `answerTo` over a report's profiles alone (as the twin change feed carries them, `answersOf`). */
-export function answerIn(
-  profiles: Record<string, ProfileReport> | undefined,
-  profile: string,
-  requestId: string,
-): RequestAnswer {
+  const profiles = view.report?.profiles;
   const report = profiles && Object.hasOwn(profiles, profile) ? profiles[profile] : undefined;
   if (!report || report.requestId !== requestId || !FINAL_REPORT_STATES.includes(report.state))
     return { state: 'pending' };
@@ -552,49 +544,4 @@ export function withPresence(view: TwinView, seen: SeenEntry | undefined): TwinV
 export function feedStamp(workflowNow: Date, sentAt: string | undefined): Date {
   const sent = sentAt === undefined ? Number.NaN : Date.parse(sentAt);
   return Number.isFinite(sent) && sent > workflowNow.getTime() ? new Date(sent) : workflowNow;
-}
-
-// ---- what the change feed carries (the twin's memo) ----
-
-/**
- * The memo keys a twin writes with each change (docs/architecture.md, "The twin change feed"): the desired side with a
- * `desired` change, the report's profiles with a `reported` one. A reader of the feed gets them in the same list call
- * and needs no query of the twin; a side too large to carry (FEED_MEMO_MAX_CHARS) is written as null, and then the
- * reader queries the twin as before.
- */
-export const FEED_MEMO = { desired: 'twinDesired', reported: 'twinAnswers' } as const;
-/** The most one side of a twin's feed memo may hold (its JSON), so a list call stays small whatever a revision holds. */
-export const FEED_MEMO_MAX_CHARS = 16_384;
-
-/** What a gateway needs of a twin to answer its agent's syncs. */
-export interface DesiredSide {
-  version: number;
-  desired: Record<string, DesiredEntry>;
-  reverify: boolean;
-}
-
-/** The memo a twin writes with a change: the side that changed, or null for it when it is too large to carry. */
-export function feedMemo(state: TwinState, change: 'desired' | 'reported'): Record<string, unknown> {
-  const side =
-    change === 'desired'
-      ? ({ version: state.version, desired: state.desired, reverify: state.reverify } satisfies DesiredSide)
-      : { profiles: state.report?.profiles ?? {} };
-  return { [FEED_MEMO[change]]: JSON.stringify(side).length <= FEED_MEMO_MAX_CHARS ? side : null };
-}
-
-/** The desired side a feed change carried, or null (none, too large, or not of that shape): read the twin then. */
-export function desiredSideOf(memo: unknown): DesiredSide | null {
-  if (!isRecord(memo) || !isRecord(memo.desired) || typeof memo.reverify !== 'boolean') return null;
-  if (typeof memo.version !== 'number' || !Number.isSafeInteger(memo.version) || memo.version < 0) return null;
-  for (const [profile, entry] of Object.entries(memo.desired))
-    if (RESERVED.has(profile) || desireProblem(entry) !== null) return null;
-  return { version: memo.version, desired: memo.desired as Record<string, DesiredEntry>, reverify: memo.reverify };
-}
-
-/** The report's profiles a feed change carried, or null (none, too large, or not of that shape): read the twin then. */
-export function answersOf(memo: unknown): Record<string, ProfileReport> | null {
-  if (!isRecord(memo) || !isRecord(memo.profiles)) return null;
-  for (const [profile, entry] of Object.entries(memo.profiles))
-    if (RESERVED.has(profile) || profileReportProblem(entry, profile) !== null) return null;
-  return memo.profiles as Record<string, ProfileReport>;
 }

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import {
-  desiredSideOf,
   forwardDecision,
   recordSync,
   reportDigest,
@@ -26,9 +25,8 @@ import { TwinFeed, type TwinChange } from '../clients/twin-feed';
  *     twin once, running the enrolment hook when the device has none;
  *   - a report that says something new is written to the twin (`twinReport`, before the sync is answered); any
  *     other sync only marks the device seen, and the marks go to the presence shards in one batch per interval;
- *   - the twin change feed (one list call per interval) says which twins' desired state moved, and carries what
- *     they desire now (the twin's memo): the records take it (or read the twin again, when the change carried none)
- *     and their held long-polls are answered at once.
+ *   - the twin change feed (one list call per interval) says which twins' desired state moved: their records are
+ *     read again and their held long-polls answered at once.
  * Several gateways may serve one fleet: each follows the feed, and a record another gateway wrote is only ever
  * older here, never wrong in what it desires once the feed has been read.
  */
@@ -76,8 +74,6 @@ export interface DeviceViewsStats {
   presencePending: number;
   feedChangeBatches: number;
   feedChanges: number;
-  /** Of feedChanges, those whose record was updated from what the change carried, with no read of the twin. */
-  feedMemos: number;
 }
 
 const AGENT_LEFT = 'the agent closed the connection before its answer';
@@ -122,7 +118,6 @@ export class DeviceViews {
     presenceWrites: 0,
     feedChangeBatches: 0,
     feedChanges: 0,
-    feedMemos: 0,
   };
 
   constructor(private readonly opts: DeviceViewsOptions) {
@@ -273,18 +268,6 @@ export class DeviceViews {
       // A device this gateway has not served reads its twin at its first sync here: nothing to refresh.
       if (!record || (change.version !== null && change.version <= record.state.version)) continue;
       this.counts.feedChanges++;
-      // The change carried the desired side (twin-feed-memo): the record takes it as a read would, with no query.
-      const side = desiredSideOf(change.memo);
-      if (side && side.version > record.state.version) {
-        Object.assign(record.state, side, {
-          desired: this.shared(side.desired),
-          reverifyVersion: side.reverify ? side.version : 0,
-        });
-        record.loadedAt = this.now();
-        this.counts.feedMemos++;
-        this.wake(change.deviceId);
-        continue;
-      }
       this.reload(change.deviceId).then(
         () => this.wake(change.deviceId),
         (err: Error) => {

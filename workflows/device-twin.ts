@@ -2,7 +2,6 @@ import * as wf from '@temporalio/workflow';
 import {
   desire,
   desireProblem,
-  feedMemo,
   feedStamp,
   hasNews,
   recordSync,
@@ -33,8 +32,6 @@ import {
  */
 /** The twin's change feed (search attribute upserts); registered in workflows/patches.ts. */
 export const TWIN_FEED_PATCH = 'twin-feed';
-/** The change feed carries the side that changed (the memo), so its readers need no query; in workflows/patches.ts. */
-export const TWIN_FEED_MEMO_PATCH = 'twin-feed-memo';
 
 export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never> {
   const state = restoreTwinState(input.deviceId, input.carried);
@@ -44,8 +41,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
   /**
    * The change feed (docs/architecture.md, "The twin change feed"): a desired change or re-verify request stamps
    * WavegateDesiredAt and the version (gateways learn it in one list call), a recorded report WavegateReportedAt
-   * (the waiting rollout learns it the same way). Histories from before the feed carry no such upsert. Since
-   * twin-feed-memo the memo carries the side that changed (core/twin.ts `feedMemo`), in the same list call.
+   * (the waiting rollout learns it the same way). Histories from before the feed carry no such upsert.
    */
   const publish = (change: 'desired' | 'reported', sentAt?: string) => {
     if (!wf.patched(TWIN_FEED_PATCH)) return;
@@ -58,7 +54,6 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
           ]
         : [{ key: WavegateReportedAt, value: at }],
     );
-    if (wf.patched(TWIN_FEED_MEMO_PATCH)) wf.upsertMemo(feedMemo(state, change));
   };
 
   wf.setHandler(

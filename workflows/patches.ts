@@ -445,15 +445,6 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWith: ['twin-feed-desire-report-reverify'],
     replayedWithout: ['device-twin-desire-sync-reverify'],
   },
-  {
-    id: 'twin-feed-memo',
-    introducedIn: 'r11',
-    commit: '4228ac2',
-    askedIn: ['workflows/device-twin.ts publish'],
-    status: 'live',
-    replayedWith: ['twin-feed-memo-desire-report'],
-    replayedWithout: ['twin-feed-desire-report-reverify'],
-  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */

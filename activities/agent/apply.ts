@@ -1,6 +1,5 @@
 import type { Client } from '@temporalio/client';
 import {
-  answerIn,
   answerTo,
   ageMs,
   envelopeDigestOf,
@@ -166,16 +165,6 @@ async function waitForAnswer(
     ? await subscription.next(safetyReadMs, opts.signal)
     : 'first';
   for (;;) {
-    // A change that carried the report's profiles (twin-feed-memo) is answered from them, with no read of the twin.
-    const carried = heard === 'changed' ? subscription.carried() : null;
-    if (carried) {
-      const answer = answerIn(carried, steps.profile, requestId);
-      if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
-      const now = Object.hasOwn(carried, steps.profile) ? carried[steps.profile]!.state : 'idle';
-      say(`agent ${now}, reported just now`);
-      heard = await subscription.next(safetyReadMs, opts.signal);
-      continue;
-    }
     const read = await (heard === 'changed' ? readTwinRecord : readTwin)(opts.client, target.id).then(
       (view) => ({ view }),
       (err: unknown) => ({ error: (err as Error).message }),

@@ -1,13 +1,11 @@
 import type { Client } from '@temporalio/client';
 import { TwinFeed, type TwinChange } from '../../clients/twin-feed';
-import { answersOf, type ProfileReport } from '../../core/twin';
 
 /**
  * How a worker learns that an agent answered (docs/architecture.md, "The twin change feed"): every apply waiting
  * for an agent device subscribes to its device here, and ONE `reported` feed per worker and Temporal client, read
- * while anything waits, tells each subscriber when its twin recorded a report, with the report's profiles when the
- * change carried them (twin-feed-memo); the apply reads the twin only when it did not. So a device in flight costs the
- * rollout one read when it is asked, however long it takes,
+ * while anything waits, tells each subscriber when its twin recorded a report. The apply then reads that twin once.
+ * So a device in flight costs the rollout one read when it is asked and one when it answers, however long it takes,
  * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility late or down for a while), when the
  * apply also asks again if the agent has not taken the request (activities/agent/apply.ts).
  */
@@ -16,17 +14,11 @@ export const REPORT_SAFETY_READ_MS = 30_000;
 export interface ReportSubscription {
   /** Resolves once the device's twin recorded a report since the last call (at once if it already has), or after `ms`. */
   next(ms: number, signal?: AbortSignal): Promise<'changed' | 'timeout'>;
-  /**
-   * The report's profiles the newest change carried (the twin's memo, core/twin.ts `answersOf`), or null when it
-   * carried none (a twin before twin-feed-memo, a report too large): read the twin then.
-   */
-  carried(): Record<string, ProfileReport> | null;
   close(): void;
 }
 
 interface Subscriber {
   changed: boolean;
-  answers: Record<string, ProfileReport> | null;
   wake?: () => void;
 }
 
@@ -40,7 +32,7 @@ export class ReportWatch {
   }
 
   subscribe(deviceId: string): ReportSubscription {
-    const subscriber: Subscriber = { changed: false, answers: null };
+    const subscriber: Subscriber = { changed: false };
     const set = this.subscribers.get(deviceId) ?? new Set<Subscriber>();
     this.subscribers.set(deviceId, set);
     set.add(subscriber);
@@ -67,7 +59,6 @@ export class ReportWatch {
           signal?.addEventListener('abort', onAbort, { once: true });
           subscriber.wake = () => finish('changed');
         }),
-      carried: () => subscriber.answers,
       close: () => {
         if (closed) return;
         closed = true;
@@ -82,7 +73,6 @@ export class ReportWatch {
     for (const change of changes) {
       for (const subscriber of this.subscribers.get(change.deviceId) ?? []) {
         subscriber.changed = true;
-        subscriber.answers = answersOf(change.memo);
         subscriber.wake?.();
       }
     }
