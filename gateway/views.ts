@@ -144,6 +144,9 @@ export class DeviceViews {
    * view, at once when the device has news or the sync does not wait, else when news comes or `waitMs` passes.
    */
   async sync(deviceId: string, input: TwinSyncInput, gone?: AbortSignal): Promise<TwinView> {
+    // The wait counts from the sync's arrival: an agent gives up `waitMs` and a margin after it asked, so time spent
+    // reading its twin (a first sync in a storm of them) comes off the hold, not on top of it.
+    const arrived = this.now();
     // An agent that gives up while its twin is read (a first sync in a storm of them) frees its slot at once; the
     // read goes on and its record serves the agent's next sync.
     const record = await untilGone(this.record(deviceId), gone);
@@ -173,7 +176,8 @@ export class DeviceViews {
       // not at the next flush (a rollout started right after the agent must not find it "never seen").
       if (firstSighting && record.state.version === 0 && !record.state.report) this.flushSoon();
     }
-    if (input.waitMs > 0 && record.state.version <= input.knownVersion) await this.news(deviceId, input, gone);
+    const holdMs = input.waitMs - (this.now() - arrived);
+    if (holdMs > 0 && record.state.version <= input.knownVersion) await this.news(deviceId, input, holdMs, gone);
     // The agent went away while held: nobody to answer (the server logs it as a client that left).
     if (gone?.aborted) throw new Error(AGENT_LEFT);
     return viewOf(this.records.get(deviceId)?.state ?? record.state);
@@ -233,7 +237,7 @@ export class DeviceViews {
     }
   }
 
-  private news(deviceId: string, input: TwinSyncInput, gone?: AbortSignal): Promise<void> {
+  private news(deviceId: string, input: TwinSyncInput, holdMs: number, gone?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
       const set = this.waiting.get(deviceId) ?? new Set<Waiter>();
       this.waiting.set(deviceId, set);
@@ -250,7 +254,7 @@ export class DeviceViews {
           if (!state || state.version > input.knownVersion) waiter.done();
         },
       };
-      const timer = setTimeout(waiter.done, input.waitMs);
+      const timer = setTimeout(waiter.done, holdMs);
       gone?.addEventListener('abort', waiter.done, { once: true });
       set.add(waiter);
     });
