@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import type { Client } from '@temporalio/client';
+import { readSeenOne } from '../../clients/presence';
+import { presenceShardOf, presenceWorkflowId } from '../../core/presence';
+
+/**
+ * One-device presence reads are gathered (clients/presence.ts `readSeenOne`): readers asking within a few
+ * milliseconds share one `presenceOf` query per shard, so a hundred applies in flight do not each query a shard.
+ */
+describe('readSeenOne', () => {
+  it('devices asked together cost one query per shard, and each reader gets its own entry', async () => {
+    const queries: Array<{ workflowId: string; devices: string[] }> = [];
+    const client = {
+      workflow: {
+        getHandle: (workflowId: string) => ({
+          query: async (_q: unknown, arg: { devices: string[] }) => {
+            queries.push({ workflowId, devices: arg.devices });
+            return Object.fromEntries(arg.devices.map((d) => [d, { at: `2026-12-05T00:00:00.000Z`, digest: d }]));
+          },
+        }),
+      },
+    } as unknown as Client;
+    const ids = Array.from({ length: 100 }, (_, i) => `dev-${i}`);
+    const entries = await Promise.all(ids.map((id) => readSeenOne(client, id)));
+    expect(entries.map((e) => e?.digest)).toEqual(ids);
+    const shards = new Set(ids.map(presenceShardOf));
+    expect(queries.length).toBe(shards.size);
+    expect(new Set(queries.map((q) => q.workflowId))).toEqual(new Set([...shards].map(presenceWorkflowId)));
+
+    // Asked later: a batch of its own.
+    await readSeenOne(client, 'dev-late');
+    expect(queries.length).toBe(shards.size + 1);
+  });
+
+  it('a failed query fails the readers of that batch, not later ones', async () => {
+    let fail = true;
+    const client = {
+      workflow: {
+        getHandle: () => ({
+          query: async (_q: unknown, arg: { devices: string[] }) => {
+            if (fail) throw new Error('consistent query buffer is full');
+            return Object.fromEntries(arg.devices.map((d) => [d, { at: '2026-12-05T00:00:00.000Z', digest: 'x' }]));
+          },
+        }),
+      },
+    } as unknown as Client;
+    await expect(readSeenOne(client, 'a')).rejects.toThrow('consistent query buffer is full');
+    fail = false;
+    expect(await readSeenOne(client, 'a')).toMatchObject({ digest: 'x' });
+  });
+});
