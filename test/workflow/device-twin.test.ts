@@ -4,7 +4,7 @@ import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { syncTwin } from '../../clients/twin';
 import { reverifyFleet } from '../../activities/fleet';
 import { parseInventory } from '../../core/inventory';
-import { applyThroughTwin } from '../../activities/agent/apply';
+import { applyThroughTwin, desiredRequestOf } from '../../activities/agent/apply';
 import { twinSyncUpdate } from '../../contracts/twin';
 import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
@@ -92,6 +92,38 @@ describe('device twin workflow', () => {
       await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 }),
     ).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
     expect((await readTwin(real.env.client, 'twin-ahead'))!.desired).toEqual({});
+  });
+
+  it('a retried apply whose agent already answered its request returns that answer, asking nothing again', async () => {
+    const device = 'twin-answered';
+    const holder = { rollout: 'rollout:retried', run: 'run-1', activity: '4', attempt: 1 };
+    const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
+    const request = desiredRequestOf(steps, holder, holder.rollout, 1);
+    await desireOnTwin(real.env.client, real.worker.taskQueue, device, request);
+    await sync(device, { report: report(2, request.requestId), knownVersion: 1, waitMs: 0 });
+    const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
+    const before = (await handle.describe()).historyLength;
+    const target = {
+      id: device,
+      host: '',
+      port: 0,
+      user: '',
+      pool: 'p',
+      class: 'c',
+      transport: 'agent' as const,
+      ssh: {},
+    };
+    const result = await applyThroughTwin(target, steps, {
+      client: real.env.client,
+      taskQueue: real.worker.taskQueue,
+      holder: { ...holder, attempt: 2 },
+      rollout: holder.rollout,
+      fromRevision: 1,
+      reportOffline: true,
+    });
+    expect(result).toMatchObject({ device, outcome: 'applied' });
+    // No second desire: the twin's history did not move.
+    expect((await handle.describe()).historyLength).toBe(before);
   });
 
   it('a sync with no news returns after its waitMs', async () => {
