@@ -26,6 +26,18 @@ const report = (revision: number, requestId?: string): AgentReport => ({
   agentVersion: 'test',
 });
 
+/** An agent device as the rollout's apply gets it. */
+const target = (id: string) => ({
+  id,
+  host: '',
+  port: 0,
+  user: '',
+  pool: 'p',
+  class: 'c',
+  transport: 'agent' as const,
+  ssh: {},
+});
+
 function sync(
   device: string,
   input: { report: AgentReport | null; knownVersion: number; waitMs: number },
@@ -70,16 +82,6 @@ describe('device twin workflow', () => {
   it('applyThroughTwin at first contact: offline for a never-seen agent, ahead for one reporting above the target; nothing asked of either', async () => {
     const holder = { rollout: 'rollout:first-contact', run: 'run-1', activity: '3', attempt: 1 };
     const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
-    const target = (id: string) => ({
-      id,
-      host: '',
-      port: 0,
-      user: '',
-      pool: 'p',
-      class: 'c',
-      transport: 'agent' as const,
-      ssh: {},
-    });
     const opts = { client: real.env.client, taskQueue: real.worker.taskQueue, holder, rollout: holder.rollout };
     expect(await applyThroughTwin(target('never-seen'), steps, { ...opts, reportOffline: true })).toMatchObject({
       outcome: 'offline',
@@ -103,17 +105,7 @@ describe('device twin workflow', () => {
     await sync(device, { report: report(2, request.requestId), knownVersion: 1, waitMs: 0 });
     const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
     const before = (await handle.describe()).historyLength;
-    const target = {
-      id: device,
-      host: '',
-      port: 0,
-      user: '',
-      pool: 'p',
-      class: 'c',
-      transport: 'agent' as const,
-      ssh: {},
-    };
-    const result = await applyThroughTwin(target, steps, {
+    const result = await applyThroughTwin(target(device), steps, {
       client: real.env.client,
       taskQueue: real.worker.taskQueue,
       holder: { ...holder, attempt: 2 },
