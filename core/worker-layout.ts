@@ -23,7 +23,7 @@ export interface WorkerLayout {
 
 export const DEFAULT_MAX_ACTIVITIES = 200;
 export const DEFAULT_MAX_WORKFLOW_TASKS = 40;
-export const DEFAULT_WORKFLOW_CACHE = 1_000;
+export const DEFAULT_WORKFLOW_CACHE = 300;
 export const WORKFLOW_CACHE_LIMIT = 100_000;
 /** Bounds: past these a single process is the wrong answer; run another worker instead. */
 export const MAX_ACTIVITIES_LIMIT = 2000;

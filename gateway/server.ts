@@ -5,7 +5,14 @@ import type { Client } from '@temporalio/client';
 import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
 import { syncProblem, type TwinSyncInput, type TwinView } from '../core/twin';
 import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
-import { DEFAULT_LIMITS, GATEWAY_TIMEOUTS, KeyedCounter, RefusalLog, type GatewayLimits } from './limits';
+import {
+  DEFAULT_LIMITS,
+  GATEWAY_TIMEOUTS,
+  KeyedCounter,
+  LISTEN_BACKLOG,
+  RefusalLog,
+  type GatewayLimits,
+} from './limits';
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
 import { DeviceViews, type DeviceViewsStats } from './views';
@@ -390,7 +397,9 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   reporter.unref();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.listen.port, opts.listen.host, () => resolve());
+    // A fleet reconnects at once after a gateway restarts: a backlog of 511 (Node's default) dropped the SYNs of
+    // some of 10,000 agents connecting together (ETIMEDOUT, retried); the kernel caps it at net.core.somaxconn.
+    server.listen({ port: opts.listen.port, host: opts.listen.host, backlog: LISTEN_BACKLOG }, () => resolve());
   });
   const { port } = server.address() as AddressInfo;
   const host = opts.listen.host.includes(':') ? `[${opts.listen.host}]` : opts.listen.host;

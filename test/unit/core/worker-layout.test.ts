@@ -8,7 +8,7 @@ describe('resolveWorkerLayout', () => {
       role: 'all',
       maxActivities: 200,
       maxWorkflowTasks: 40,
-      maxCachedWorkflows: 1_000,
+      maxCachedWorkflows: 300,
     });
   });
   it('--park-connections (retired at r10) is accepted with any value, changes nothing, and is named in a note', () => {
