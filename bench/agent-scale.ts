@@ -45,6 +45,7 @@ import type { AgentWorkerReply, AgentWorkerRequest } from './agent-worker';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
+import { DEFAULT_WORKFLOW_CACHE } from '../core/worker-layout';
 import { childPid, processCpu, startCpuSplit } from './cpu-account';
 
 const { values: flags } = parseArgs({
@@ -60,7 +61,7 @@ const { values: flags } = parseArgs({
     idle: { type: 'string', default: '0' },
     'no-rollout': { type: 'boolean', default: false },
     'rollout-timeout': { type: 'string', default: '30' },
-    'workflow-cache': { type: 'string', default: '1000' },
+    'workflow-cache': { type: 'string', default: String(DEFAULT_WORKFLOW_CACHE) },
   },
 });
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
@@ -73,7 +74,7 @@ const IDLE_MINUTES = wholeFlag('idle', flags.idle, 0, 24 * 60);
 const ROLLOUT = !flags['no-rollout'];
 /** Minutes the rollout may take before the bench says what it is waiting on, terminates it and reports the rest. */
 const ROLLOUT_TIMEOUT_MIN = wholeFlag('rollout-timeout', flags['rollout-timeout'], 1, 24 * 60);
-/** The worker's sticky cache (`wavegate worker --workflow-cache`): what bounds its memory (bench/README.md). */
+/** The worker's sticky cache (`wavegate worker --workflow-cache`, its default unless given): what bounds its memory. */
 const WORKFLOW_CACHE = wholeFlag('workflow-cache', flags['workflow-cache'], 2, 100_000);
 const GATE = flags.gate!;
 if (!/^\d+(ms|s|m)$/.test(GATE))
