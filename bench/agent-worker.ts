@@ -37,7 +37,11 @@ process.once('message', (request: AgentWorkerRequest) => {
       },
     });
     const running = worker.run();
+    let stopping = false;
     const stop = () => {
+      // A stop message and the parent's disconnect both stop it: once.
+      if (stopping) return;
+      stopping = true;
       // Where its memory is, said once as it stops (the main thread's V8 heap; the workflow thread's is apart).
       const m = process.memoryUsage();
       const mib = (n: number) => Math.round(n / 1048576);

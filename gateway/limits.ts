@@ -36,10 +36,10 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   refusalLogPerSecond: 20,
 };
 
-/** The time bounds (ms) that keep a slow or idle connection from holding the gateway's memory for long. */
 /** Connections the kernel queues before the gateway accepts them (capped by net.core.somaxconn). */
 export const LISTEN_BACKLOG = 4096;
 
+/** The time bounds (ms) that keep a slow or idle connection from holding the gateway's memory for long. */
 export const GATEWAY_TIMEOUTS = {
   /** From a connection's first byte to the end of its request headers (Node's headersTimeout). */
   headersMs: 10_000,

@@ -92,7 +92,8 @@ export async function applyThroughTwin(
       const answer = answerTo(view, steps.profile, request.requestId);
       if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
     }
-    const skipped = first && checkBeforeAsking(target, steps, request, view, opts, now());
+    // (A read that failed was tolerated only without checks, so there is nothing to check then.)
+    const skipped = checkBeforeAsking(target, steps, request, view, opts, now());
     if (skipped) return skipped;
     beat('desire');
     await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
