@@ -62,8 +62,11 @@ const { values: flags } = parseArgs({
     'no-rollout': { type: 'boolean', default: false },
     'rollout-timeout': { type: 'string', default: '30' },
     'workflow-cache': { type: 'string', default: String(DEFAULT_WORKFLOW_CACHE) },
+    /** Node options for the gateway process only (space-separated), e.g. `--max-semi-space-size=4`: memory experiments. */
+    'gateway-node-args': { type: 'string', default: '' },
   },
 });
+const GATEWAY_NODE_ARGS = flags['gateway-node-args']!.split(/\s+/).filter(Boolean);
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
 const SLICE = wholeFlag('slice', flags.slice, 1, 10_000);
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 10_000);
@@ -245,10 +248,14 @@ let gatewayExit: string | undefined;
 
 function startGateway(args: string[]): Promise<{ child: ChildProcess; url: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'wavegate.js'), 'gateway', ...args], {
-      cwd: PROJECT_ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [...GATEWAY_NODE_ARGS, join(PROJECT_ROOT, 'bin', 'wavegate.js'), 'gateway', ...args],
+      {
+        cwd: PROJECT_ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let head = '';
     let partial = '';
     let listening = false;

@@ -21,12 +21,12 @@ export function enrolmentHook(opts: {
   pins: AgentPins;
   profilesRoot: string;
   log: (line: string) => void;
-}): (deviceId: string) => Promise<void> {
+}): (deviceId: string) => Promise<boolean> {
   // One lookup per profile every 15 s, however many devices sync for the first time meanwhile.
   const latest = cachedLatestRollout(latestRolloutLookup(opts.client), 15_000);
   return async (deviceId) => {
     const device = opts.pins.deviceOf(deviceId);
-    if (!device) return;
+    if (!device) return false;
     try {
       const asked = await convergeEnrolledDevice(
         opts.client,
@@ -37,10 +37,13 @@ export function enrolmentHook(opts: {
       );
       if (asked.length)
         opts.log(`${deviceId}: first sync: converging to the latest completed rollout of ${asked.join(', ')}`);
+      return asked.length > 0;
     } catch (err) {
       opts.log(
         `${deviceId}: first sync: could not look up the latest completed rollouts (${(err as Error).message.slice(0, 200)}); the device waits for the next rollout`,
       );
+      // It may have asked one profile before failing on another: read the twin to know.
+      return true;
     }
   };
 }

@@ -54,7 +54,7 @@ export interface GatewayOptions {
   log?: (line: string) => void;
   now?: () => number;
   /** Run when a device's first sync starts its twin (gateway/enrolled.ts: converge to the latest completed rollouts). */
-  onFirstSync?: (deviceId: string) => Promise<void>;
+  onFirstSync?: (deviceId: string) => Promise<boolean>;
   /** What the gateway knows of each device's twin (default: its own, following the twin change feed). */
   views?: DeviceViews;
 }
@@ -384,7 +384,7 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   let last = '';
   const reporter = setInterval(() => {
     const v = gateway.stats().views;
-    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes`;
+    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes${v.writesOutlastingSyncs ? `, ${v.writesOutlastingSyncs} syncs answered before their report's write ended` : ''}`;
     // Its memory rides along (what a held long-poll costs, docs/operations.md), but only new counts make a line.
     const m = process.memoryUsage();
     const mib = (bytes: number) => Math.round(bytes / 1048576);

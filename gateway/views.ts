@@ -33,14 +33,21 @@ import { TwinFeed, type TwinChange } from '../clients/twin-feed';
 export interface DeviceViewsOptions {
   client: Client;
   taskQueue: string;
-  /** Run when a device with no twin syncs for the first time (gateway/enrolled.ts). */
-  onFirstSync?: (deviceId: string) => Promise<void>;
+  /**
+   * Run when a device with no twin syncs for the first time (gateway/enrolled.ts); true when it asked the twin
+   * for something (then the twin is read again), false when it left the device as it was.
+   */
+  onFirstSync?: (deviceId: string) => Promise<boolean>;
   /** How often the feed is read (default 500 ms). */
   feedIntervalMs?: number;
   /** How often the seen marks are written (default 15 s). */
   presenceFlushMs?: number;
+  /** How long past its wait a sync is held for its report's write (default WRITE_MARGIN_MS). */
+  writeMarginMs?: number;
   /** Twin reads at once (first syncs, feed refreshes); more wait their turn (default 64). */
   maxReads?: number;
+  /** Report writes to twins at once; more wait their turn (default 64). */
+  maxWrites?: number;
   log?: (line: string) => void;
   now?: () => number;
 }
@@ -57,6 +64,8 @@ interface Waiter {
 
 interface DeviceRecord {
   state: TwinState;
+  /** The report being written to the twin now (one write per device at a time). */
+  writing?: Promise<void>;
   /** Whether this gateway has marked the device seen since it read the record. */
   seenOnce?: boolean;
   /** When it was read from the twin or last refreshed (ms). */
@@ -74,6 +83,8 @@ export interface DeviceViewsStats {
   presencePending: number;
   feedChangeBatches: number;
   feedChanges: number;
+  /** Syncs answered before their report's write ended (it went on; see `sync`). */
+  writesOutlastingSyncs: number;
 }
 
 const AGENT_LEFT = 'the agent closed the connection before its answer';
@@ -87,6 +98,26 @@ function untilGone<T>(work: Promise<T>, gone: AbortSignal | undefined): Promise<
     gone.addEventListener('abort', onGone, { once: true });
     work.then(resolve, reject).finally(() => gone.removeEventListener('abort', onGone));
   });
+}
+
+/**
+ * How long past its wait a sync may be held for its report's write before it is answered without it: half the agent's
+ * margin (agent/gateway-client.ts gives a sync its wait and 20 s), so the answer reaches the agent before it gives up.
+ */
+export const WRITE_MARGIN_MS = 10_000;
+
+/** Whether `work` settled within `ms` (rejecting if it failed within it); it goes on either way. */
+async function settledBy(work: Promise<unknown>, ms: number): Promise<boolean> {
+  if (ms <= 0) return false;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([work.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Distinct desired steps kept for sharing (revisions in flight at once; the oldest is dropped past it). */
@@ -107,8 +138,8 @@ export class DeviceViews {
   private readonly flusher: NodeJS.Timeout;
   private readonly staleChecker: NodeJS.Timeout;
   private staleBefore = 0;
-  private readsInFlight = 0;
-  private readonly readQueue: Array<() => void> = [];
+  private readonly reads: CallLimit;
+  private readonly writes: CallLimit;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
   private readonly counts = {
@@ -118,11 +149,14 @@ export class DeviceViews {
     presenceWrites: 0,
     feedChangeBatches: 0,
     feedChanges: 0,
+    writesOutlastingSyncs: 0,
   };
 
   constructor(private readonly opts: DeviceViewsOptions) {
     this.now = opts.now ?? Date.now;
     this.log = opts.log ?? (() => {});
+    this.reads = new CallLimit(opts.maxReads ?? 64);
+    this.writes = new CallLimit(opts.maxWrites ?? 64);
     this.feed = new TwinFeed(opts.client, 'desired', {
       intervalMs: opts.feedIntervalMs ?? 500,
       onChanges: (changes) => this.onChanges(changes),
@@ -150,6 +184,18 @@ export class DeviceViews {
     // An agent that gives up while its twin is read (a first sync in a storm of them) frees its slot at once; the
     // read goes on and its record serves the agent's next sync.
     const record = await untilGone(this.record(deviceId), gone);
+    // The latest this sync is answered: its wait and a margin, within the agent's own (its wait + 20 s).
+    const answerBy = arrived + input.waitMs + (this.opts.writeMarginMs ?? WRITE_MARGIN_MS);
+    // One write per device at a time: a sync that finds one in flight waits for it, then decides on its own report.
+    // (Its failure is the other sync's: this one then writes its own report.)
+    if (record.writing)
+      await untilGone(
+        settledBy(
+          record.writing.catch(() => {}),
+          answerBy - this.now(),
+        ),
+        gone,
+      );
     const nowMs = this.now();
     const decision = forwardDecision({
       view: record.state,
@@ -157,15 +203,15 @@ export class DeviceViews {
       forwardedAtMs: record.forwardedAtMs,
       nowMs,
     });
-    if (decision === 'forward' && input.report) {
-      await reportToTwin(this.opts.client, this.opts.taskQueue, deviceId, {
-        report: input.report,
-        knownVersion: input.knownVersion,
-        sentAt: new Date(nowMs).toISOString(),
-      });
-      recordSync(record.state, input, new Date(nowMs).toISOString());
-      record.forwardedAtMs = nowMs;
-      this.counts.forwards++;
+    if (decision === 'forward' && input.report && !record.writing) {
+      // Answered once the report is in the twin; a write that outlasts the sync's time (a storm of first syncs, each
+      // starting a twin) goes on, and the sync is answered with what is known. Nothing is lost: an agent sends its
+      // whole report with every sync, so its next one finds this write done, waits for it, or writes it again.
+      const written = await untilGone(
+        settledBy(this.write(deviceId, record, input, nowMs), answerBy - this.now()),
+        gone,
+      );
+      if (!written) this.counts.writesOutlastingSyncs++;
     } else {
       const said = input.report ? settledReport(record.state.report, input.report) : record.state.report;
       const firstSighting = !record.seenOnce;
@@ -293,36 +339,74 @@ export class DeviceViews {
   private reload(deviceId: string): Promise<DeviceRecord> {
     const inFlight = this.loading.get(deviceId);
     if (inFlight) return inFlight;
-    const load = this.bounded(async () => {
-      const loadedAt = this.now();
-      let view = await readTwinRecord(this.opts.client, deviceId);
-      if (!view && this.opts.onFirstSync) {
-        await this.opts.onFirstSync(deviceId);
-        view = await readTwinRecord(this.opts.client, deviceId);
-      }
-      this.counts.reads++;
-      const previous = this.records.get(deviceId);
-      // A pending re-verify was asked at this version or before: a report knowing it answers it.
-      const state = restoreTwinState(
-        deviceId,
-        view
-          ? { ...view, desired: this.shared(view.desired), reverifyVersion: view.reverify ? view.version : 0, syncs: 0 }
-          : undefined,
-      );
-      // A slower read must not put back an older record than one already here.
-      if (previous && previous.state.version > state.version) return previous;
-      // Updated in place: a sync holding this record sees what the read found (one object per device).
-      if (previous) {
-        previous.state = state;
-        previous.loadedAt = loadedAt;
-        return previous;
-      }
-      const record = { state, loadedAt, forwardedAtMs: 0 };
-      this.records.set(deviceId, record);
-      return record;
-    }).finally(() => this.loading.delete(deviceId));
+    const load = this.reads
+      .run(async () => {
+        const loadedAt = this.now();
+        let view = await readTwinRecord(this.opts.client, deviceId);
+        // A hook that asked nothing left no twin to read: a second query would only say so again, and in a storm of
+        // first syncs each query waits behind the others (bench/README.md, issue 29 third round).
+        if (!view && (await this.opts.onFirstSync?.(deviceId))) view = await readTwinRecord(this.opts.client, deviceId);
+        this.counts.reads++;
+        const previous = this.records.get(deviceId);
+        // A pending re-verify was asked at this version or before: a report knowing it answers it.
+        const state = restoreTwinState(
+          deviceId,
+          view
+            ? {
+                ...view,
+                desired: this.shared(view.desired),
+                reverifyVersion: view.reverify ? view.version : 0,
+                syncs: 0,
+              }
+            : undefined,
+        );
+        // A slower read must not put back an older record than one already here.
+        if (previous && previous.state.version > state.version) return previous;
+        // Updated in place: a sync holding this record sees what the read found (one object per device).
+        if (previous) {
+          previous.state = state;
+          previous.loadedAt = loadedAt;
+          return previous;
+        }
+        const record = { state, loadedAt, forwardedAtMs: 0 };
+        this.records.set(deviceId, record);
+        return record;
+      })
+      .finally(() => this.loading.delete(deviceId));
     this.loading.set(deviceId, load);
     return load;
+  }
+
+  /**
+   * Write a sync's report to the twin and record it as written. A write that fails rejects its sync when the sync is
+   * still waiting for it; one that fails after its sync was answered is logged, and the record stays as it was, so
+   * the device's next sync writes the report again.
+   */
+  private write(deviceId: string, record: DeviceRecord, input: TwinSyncInput, nowMs: number): Promise<void> {
+    const report = input.report!;
+    const writing = this.writes
+      .run(() =>
+        reportToTwin(this.opts.client, this.opts.taskQueue, deviceId, {
+          report,
+          knownVersion: input.knownVersion,
+          sentAt: new Date(nowMs).toISOString(),
+        }),
+      )
+      .then(() => {
+        recordSync(record.state, input, new Date(nowMs).toISOString());
+        record.forwardedAtMs = nowMs;
+        this.counts.forwards++;
+      })
+      .finally(() => {
+        if (record.writing === writing) record.writing = undefined;
+      });
+    record.writing = writing;
+    writing.catch((err: Error) =>
+      this.log(
+        `${deviceId}: report not written to the twin (${err.message.slice(0, 200)}); written again at the next sync`,
+      ),
+    );
+    return writing;
   }
 
   /** The desired entries with their steps replaced by the one shared copy of equal steps. */
@@ -340,16 +424,27 @@ export class DeviceViews {
     }
     return out;
   }
+}
 
-  private async bounded<T>(fn: () => Promise<T>): Promise<T> {
-    const max = this.opts.maxReads ?? 64;
-    if (this.readsInFlight >= max) await new Promise<void>((resolve) => this.readQueue.push(resolve));
-    this.readsInFlight++;
+/**
+ * At most `max` calls of one kind to Temporal at once; more wait their turn in order. What a call holds while it is
+ * in flight (its gRPC call, its encoded message) is what a storm of first syncs piled up in the gateway's memory; a
+ * call waiting its turn holds a closure.
+ */
+class CallLimit {
+  private inFlight = 0;
+  private readonly queue: Array<() => void> = [];
+
+  constructor(private readonly max: number) {}
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.inFlight >= this.max) await new Promise<void>((resolve) => this.queue.push(resolve));
+    this.inFlight++;
     try {
       return await fn();
     } finally {
-      this.readsInFlight--;
-      this.readQueue.shift()?.();
+      this.inFlight--;
+      this.queue.shift()?.();
     }
   }
 }

@@ -51,3 +51,140 @@ describe('a held sync', () => {
     }
   });
 });
+
+describe("a device's first sync", () => {
+  it('reads its twin once when the enrolment hook asked nothing, and again when it asked', async () => {
+    const clock = { now: 1_000_000 };
+    for (const asked of [false, true]) {
+      const twin = standIn(clock, 0);
+      const hooked: string[] = [];
+      const views = new DeviceViews({
+        client: twin.client,
+        taskQueue: 'q',
+        now: () => clock.now,
+        onFirstSync: async (device) => {
+          hooked.push(device);
+          return asked;
+        },
+      });
+      try {
+        await views.sync('d1', { report, knownVersion: 0, waitMs: 0 });
+        expect(hooked).toEqual(['d1']);
+        // Once to find no twin; a second time only to see what the hook asked of it.
+        expect(twin.reads()).toBe(asked ? 2 : 1);
+      } finally {
+        await views.close();
+      }
+    }
+  });
+});
+
+describe("a report's write that outlasts its sync", () => {
+  it('answers the sync with what is known, writes once while in flight, and the next sync finds it written', async () => {
+    let writes = 0;
+    let release: () => void = () => {};
+    const inTwin = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const client = {
+      workflow: {
+        getHandle: () => ({ query: async () => null }),
+        signalWithStart: async () => {
+          writes++;
+          await inTwin;
+          return {};
+        },
+        list: () => (async function* () {})(),
+      },
+    } as unknown as Client;
+    const views = new DeviceViews({ client, taskQueue: 'q', writeMarginMs: 100 });
+    try {
+      const started = Date.now();
+      // The first report starts the twin: its write hangs, the sync is answered after its wait and the margin.
+      const first = await views.sync('d1', { report, knownVersion: 0, waitMs: 50 });
+      expect(first.version).toBe(0);
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(views.stats()).toMatchObject({ writesOutlastingSyncs: 1, forwards: 0 });
+      // A sync while that write is in flight waits for it and writes nothing again.
+      await views.sync('d1', { report, knownVersion: 0, waitMs: 50 });
+      expect(writes).toBe(1);
+      release();
+      await new Promise((r) => setTimeout(r, 20));
+      expect(views.stats().forwards).toBe(1);
+      // Written: the same report is now only a seen mark.
+      const seenBefore = views.stats().seenMarks;
+      await views.sync('d1', { report, knownVersion: 0, waitMs: 0 });
+      expect(writes).toBe(1);
+      expect(views.stats().seenMarks).toBe(seenBefore + 1);
+    } finally {
+      release();
+      await views.close();
+    }
+  });
+
+  it('writes the report again at the next sync when the late write failed', async () => {
+    let writes = 0;
+    let fail: (err: Error) => void = () => {};
+    const client = {
+      workflow: {
+        getHandle: () => ({ query: async () => null }),
+        signalWithStart: async () => {
+          writes++;
+          if (writes === 1)
+            await new Promise<void>((_, reject) => {
+              fail = reject;
+            });
+          return {};
+        },
+        list: () => (async function* () {})(),
+      },
+    } as unknown as Client;
+    const lines: string[] = [];
+    const views = new DeviceViews({ client, taskQueue: 'q', writeMarginMs: 50, log: (l) => lines.push(l) });
+    try {
+      await views.sync('d1', { report, knownVersion: 0, waitMs: 0 });
+      expect(views.stats().writesOutlastingSyncs).toBe(1);
+      fail(new Error('server overloaded'));
+      await new Promise((r) => setTimeout(r, 20));
+      expect(lines.join('\n')).toMatch(/d1: report not written to the twin \(server overloaded\)/);
+      await views.sync('d1', { report, knownVersion: 0, waitMs: 0 });
+      expect(writes).toBe(2);
+      expect(views.stats().forwards).toBe(1);
+    } finally {
+      await views.close();
+    }
+  });
+});
+
+describe('writes to twins', () => {
+  it('are bounded: past maxWrites at once they wait their turn, then each is made', async () => {
+    let inFlight = 0;
+    let most = 0;
+    let writes = 0;
+    const client = {
+      workflow: {
+        getHandle: () => ({ query: async () => null }),
+        signalWithStart: async () => {
+          inFlight++;
+          most = Math.max(most, inFlight);
+          await new Promise((r) => setTimeout(r, 30));
+          inFlight--;
+          writes++;
+          return {};
+        },
+        list: () => (async function* () {})(),
+      },
+    } as unknown as Client;
+    const views = new DeviceViews({ client, taskQueue: 'q', maxWrites: 2 });
+    try {
+      await Promise.all(
+        ['d1', 'd2', 'd3', 'd4', 'd5'].map((d) => views.sync(d, { report, knownVersion: 0, waitMs: 0 })),
+      );
+      expect(writes).toBe(5);
+      expect(most).toBe(2);
+      expect(views.stats()).toMatchObject({ forwards: 5, writesOutlastingSyncs: 0 });
+    } finally {
+      await views.close();
+    }
+  });
+});
