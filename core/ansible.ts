@@ -256,20 +256,43 @@ function parseYamlModel(text: string, source: string): Model {
 
 /** True for text that looks like an Ansible inventory rather than a wavegate one. */
 export function looksLikeAnsible(text: string, path = ''): boolean {
-  if (/\.(ini|cfg)$/i.test(path) || /(^|\/)hosts$/.test(path)) return true;
-  const first = text
-    .split(/\r?\n/)
-    .map((l) => l.trim())
-    .find((l) => l && !l.startsWith('#') && !l.startsWith(';'));
-  if (!first) return false;
-  if (/^\[[^\]]+\]$/.test(first)) return true;
+  const byText = ansibleByText(text, path);
+  if (byText !== undefined) return byText;
   try {
-    const doc = parseYaml(text);
-    if (!isRecord(doc) || 'devices' in doc) return false;
-    return 'all' in doc || Object.values(doc).some((v) => isRecord(v) && ('hosts' in v || 'children' in v));
+    return isAnsibleDocument(parseYaml(text));
   } catch {
     return false;
   }
+}
+
+/**
+ * What the file's name and first line say, without parsing it: Ansible (an INI name or a `[group]`
+ * line), not Ansible (nothing but comments), or undefined when only the parsed document can tell.
+ */
+export function ansibleByText(text: string, path = ''): boolean | undefined {
+  if (/\.(ini|cfg)$/i.test(path) || /(^|\/)hosts$/.test(path)) return true;
+  const first = firstLine(text);
+  if (!first) return false;
+  if (/^\[[^\]]+\]$/.test(first)) return true;
+  return undefined;
+}
+
+/** The first line that is not blank or a comment, trimmed; scanned line by line (no copy of a large file's lines). */
+function firstLine(text: string): string | undefined {
+  for (let start = 0; start < text.length; ) {
+    const newline = text.indexOf('\n', start);
+    const end = newline === -1 ? text.length : newline;
+    const line = text.slice(start, end).trim();
+    if (line && !line.startsWith('#') && !line.startsWith(';')) return line;
+    start = end + 1;
+  }
+  return undefined;
+}
+
+/** A parsed YAML document in Ansible's shape (`all:`, or groups of `hosts:`/`children:`), not a wavegate inventory (`devices:`). */
+export function isAnsibleDocument(doc: unknown): boolean {
+  if (!isRecord(doc) || 'devices' in doc) return false;
+  return 'all' in doc || Object.values(doc).some((v) => isRecord(v) && ('hosts' in v || 'children' in v));
 }
 
 /**

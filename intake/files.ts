@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { MAX_DOCUMENT_DEPTH, documentProblems } from '../core/document-bounds';
 import { WavegateError } from '../core/errors';
+import { parseYamlInSlices } from '../core/yaml-slices';
 import { invalidFields, shapeProblem } from '../core/validation';
 
 /**
@@ -86,10 +86,16 @@ export function readDocument(
   path: string,
   format: 'json' | 'yaml' = path.endsWith('.json') ? 'json' : 'yaml',
 ): unknown {
-  const text = readText(path);
-  let data: unknown;
+  return checkedDocument(parseDocumentText(readText(path), path, format), path);
+}
+
+/**
+ * The document in a file's text, parsed once (a large YAML one in slices: core/yaml-slices.ts);
+ * unparsable or too deeply nested for the parser is INVALID_INPUT naming the file.
+ */
+export function parseDocumentText(text: string, path: string, format: 'json' | 'yaml'): unknown {
   try {
-    data = format === 'json' ? JSON.parse(text) : parseYaml(text);
+    return format === 'json' ? JSON.parse(text) : parseYamlInSlices(text);
   } catch (err) {
     // The YAML parser recurses per level of nesting: a deep enough document overflows its stack.
     const message = (err as Error).message.replace(
@@ -100,6 +106,10 @@ export function readDocument(
       source: path,
     });
   }
+}
+
+/** A parsed document whose shape (depth, reserved keys) every reader can take; INVALID_INPUT naming the file otherwise. */
+export function checkedDocument(data: unknown, path: string): unknown {
   const shape = documentProblems(data);
   if (shape.length) invalidFields(path, shape.map(shapeProblem));
   return data;

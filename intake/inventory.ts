@@ -1,7 +1,7 @@
-import { looksLikeAnsible, parseAnsibleInventory } from '../core/ansible';
+import { ansibleByText, isAnsibleDocument, parseAnsibleInventory } from '../core/ansible';
 import { WavegateError } from '../core/errors';
 import { parseInventory, type Inventory } from '../core/inventory';
-import { readDocument, readText } from './files';
+import { checkedDocument, parseDocumentText, readText } from './files';
 
 export type InventoryFormat = 'wavegate' | 'ansible';
 
@@ -12,9 +12,16 @@ export type InventoryFormat = 'wavegate' | 'ansible';
  */
 export function readInventory(path: string): { inventory: Inventory; format: InventoryFormat } {
   const text = readText(path);
-  if (!path.endsWith('.json') && looksLikeAnsible(text, path))
-    return { inventory: parseInventory(parseAnsibleInventory(text, path), path), format: 'ansible' };
-  return { inventory: parseInventory(readDocument(path), path), format: 'wavegate' };
+  const format = path.endsWith('.json') ? 'json' : 'yaml';
+  const ansible = () => ({
+    inventory: parseInventory(parseAnsibleInventory(text, path), path),
+    format: 'ansible' as const,
+  });
+  if (format === 'yaml' && ansibleByText(text, path)) return ansible();
+  // Parsed once (a 100,000-device YAML file takes seconds), and the parsed document says which format it is.
+  const data = parseDocumentText(text, path, format);
+  if (format === 'yaml' && isAnsibleDocument(data)) return ansible();
+  return { inventory: parseInventory(checkedDocument(data, path), path), format: 'wavegate' };
 }
 
 /** The inventory in a file, whichever format it is in. */
