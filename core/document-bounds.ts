@@ -14,17 +14,35 @@ export interface ShapeProblem {
   message: string;
 }
 
-/** Problems with the document's shape, found by an iterative walk (no recursion: the depth is the input's). */
+/** A node met by the walk: its path is kept as a link to its parent, built only for a problem. */
+interface Visit {
+  value: unknown;
+  parent: Visit | undefined;
+  key: PropertyKey;
+  depth: number;
+}
+
+function pathOf(visit: Visit): PropertyKey[] {
+  const path: PropertyKey[] = [];
+  for (let v: Visit | undefined = visit; v?.parent; v = v.parent) path.push(v.key);
+  return path.reverse();
+}
+
+/**
+ * Problems with the document's shape, found by an iterative walk (no recursion: the depth is the input's).
+ * Paths are parent links, not a copied array per node: a 100,000-device inventory has a million nodes.
+ */
 export function documentProblems(data: unknown, maxDepth = MAX_DOCUMENT_DEPTH): ShapeProblem[] {
   const problems: ShapeProblem[] = [];
-  const stack: Array<{ value: unknown; path: PropertyKey[] }> = [{ value: data, path: [] }];
+  const stack: Visit[] = [{ value: data, parent: undefined, key: '', depth: 0 }];
   while (stack.length && problems.length < 10) {
-    const { value, path } = stack.pop()!;
+    const visit = stack.pop()!;
+    const { value, depth } = visit;
     if (value === null || typeof value !== 'object') continue;
-    if (path.length >= maxDepth) {
+    if (depth >= maxDepth) {
       // Name where it starts going deep (a few levels of it), not all 64 levels.
       problems.push({
-        path: path.slice(0, 6),
+        path: pathOf(visit).slice(0, 6),
         deep: true,
         value: undefined,
         message: `nested more than ${maxDepth} levels deep; no wavegate document needs that`,
@@ -32,20 +50,21 @@ export function documentProblems(data: unknown, maxDepth = MAX_DOCUMENT_DEPTH): 
       continue;
     }
     if (Array.isArray(value)) {
-      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: [...path, i] });
+      for (let i = value.length - 1; i >= 0; i--)
+        stack.push({ value: value[i], parent: visit, key: i, depth: depth + 1 });
       continue;
     }
     for (const key of Object.keys(value)) {
       if (key === '__proto__') {
         problems.push({
-          path: [...path, key],
+          path: [...pathOf(visit), key],
           deep: false,
           value: key,
           message: 'is a reserved name (a property of every JavaScript object); choose another name',
         });
         continue;
       }
-      stack.push({ value: (value as Record<string, unknown>)[key], path: [...path, key] });
+      stack.push({ value: (value as Record<string, unknown>)[key], parent: visit, key, depth: depth + 1 });
     }
   }
   return problems;

@@ -1,6 +1,15 @@
 import type { z } from 'zod';
 import { isReservedName, ownValue, RESERVED_NAME_RULE } from './own-keys';
-import { formatPath, invalidFields, parseWith, PRINTABLE, PRINTABLE_RULE, type FieldProblem } from './validation';
+import { documentProblems } from './document-bounds';
+import {
+  formatPath,
+  invalidFields,
+  parseWith,
+  PRINTABLE,
+  PRINTABLE_RULE,
+  shapeProblem,
+  type FieldProblem,
+} from './validation';
 import { lazySchema, zod } from './lazy-schema';
 
 /**
@@ -152,20 +161,26 @@ const Budget = lazySchema(() =>
   ]),
 );
 
-export const InventoryInput = lazySchema(() =>
-  zod()
+/** The inventory's top level, with `devices` a list of what each device must be. */
+function inventoryObject<D extends z.ZodType>(device: D) {
+  return zod()
     .object({
       pools: zod()
         .record(PoolName, zod().object({ disruptionBudget: Budget.optional() }).strict())
         .default({}),
       defaults: DeviceInput.omit({ id: true }).partial().default({}),
       devices: zod()
-        .array(DeviceInput)
+        .array(device)
         .min(1, 'an inventory needs at least one device')
         .max(MAX_DEVICES, `at most ${MAX_DEVICES} devices`),
     })
-    .strict(),
-);
+    .strict();
+}
+
+export const InventoryInput = lazySchema(() => inventoryObject(DeviceInput));
+
+/** The top level alone (the devices are only counted): parseInventory then validates them one by one. */
+const InventoryTopLevel = lazySchema(() => inventoryObject(zod().unknown()));
 
 export interface Device {
   id: string;
@@ -238,25 +253,56 @@ function agentKeyProblems(
   return [];
 }
 
+/**
+ * The inventory document checked by InventoryInput, its top level first and then device by device, each
+ * device's checked copy made into its Device at once: a 100,000-device inventory never has a second copy
+ * of every device alive beside the document and the result. Any problem: the whole document is checked
+ * again by InventoryInput itself, for exactly the errors it gives (every field named, in its order).
+ */
+function checkedInventory(
+  data: unknown,
+  source: string,
+  device: (input: z.output<typeof DeviceInput>, index: number, defaults: DeviceDefaults) => Device,
+): { pools: z.output<typeof InventoryInput>['pools']; devices: Device[] } {
+  const whole = (): never => {
+    parseWith(InventoryInput, data, source);
+    // parseWith refused the document before: it cannot pass it now.
+    throw new Error(`${source}: the inventory passed as a whole but not device by device`);
+  };
+  const shape = documentProblems(data);
+  if (shape.length) invalidFields(source, shape.map(shapeProblem));
+  const checkedTop = InventoryTopLevel.safeParse(data);
+  if (!checkedTop.success) return whole();
+  const top = checkedTop.data;
+  const devices: Device[] = [];
+  for (const [i, raw] of top.devices.entries()) {
+    const checked = DeviceInput.safeParse(raw);
+    if (!checked.success) return whole();
+    devices.push(device(checked.data, i, top.defaults));
+  }
+  return { pools: top.pools, devices };
+}
+
+type DeviceDefaults = z.output<typeof InventoryInput>['defaults'];
+
 /** Validate a parsed inventory document and resolve defaults. `source` names the file in errors. */
 export function parseInventory(data: unknown, source: string): Inventory {
-  const input = parseWith(InventoryInput, data, source);
   const problems: FieldProblem[] = [];
   // Ids are unique ignoring case: they name directories, workflow ids and audit records, some of them
   // on case-insensitive file systems, and "WEB-01" next to "web-01" is a typo, not a second device.
-  const seen = new Map<string, number>();
+  const seen = new Map<string, { index: number; id: string }>();
   const agentKeys = new Map<string, number>();
-  const devices: Device[] = input.devices.map((d, i) => {
+  const input = checkedInventory(data, source, (d, i, defaults) => {
     const first = seen.get(d.id.toLowerCase());
     if (first !== undefined) {
-      const same = input.devices[first]!.id === d.id;
+      const same = first.id === d.id;
       problems.push({
         path: `devices[${i}].id`,
         value: d.id,
-        message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first}] is ${JSON.stringify(input.devices[first]!.id)})`,
+        message: `duplicate device id; every id must be unique${same ? '' : ' ignoring case'} (devices[${first.index}] is ${JSON.stringify(first.id)})`,
       });
-    } else seen.set(d.id.toLowerCase(), i);
-    const merged = { ...input.defaults, ...d, ssh: { ...input.defaults.ssh, ...d.ssh } };
+    } else seen.set(d.id.toLowerCase(), { index: i, id: d.id });
+    const merged = { ...defaults, ...d, ssh: { ...defaults.ssh, ...d.ssh } };
     const agent = merged.transport === 'agent';
     // An agent device is never dialled: it pulls through the gateway, so it needs no host or login.
     for (const field of agent ? (['pool'] as const) : (['host', 'user', 'pool'] as const)) {
@@ -284,6 +330,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
       ...(agent && merged.agentKey ? { agentKey: merged.agentKey } : {}),
     };
   });
+  const { devices } = input;
   for (const [name, pool] of Object.entries(input.pools)) {
     if (budgetFraction(pool.disruptionBudget) > 1) {
       problems.push({

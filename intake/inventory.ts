@@ -1,7 +1,7 @@
 import { ansibleByText, isAnsibleDocument, parseAnsibleInventory } from '../core/ansible';
 import { WavegateError } from '../core/errors';
 import { parseInventory, type Inventory } from '../core/inventory';
-import { checkedDocument, parseDocumentText, readText } from './files';
+import { parseDocumentText, readText } from './files';
 
 export type InventoryFormat = 'wavegate' | 'ansible';
 
@@ -21,7 +21,8 @@ export function readInventory(path: string): { inventory: Inventory; format: Inv
   // Parsed once (a 100,000-device YAML file takes seconds), and the parsed document says which format it is.
   const data = parseDocumentText(text, path, format);
   if (format === 'yaml' && isAnsibleDocument(data)) return ansible();
-  return { inventory: parseInventory(checkedDocument(data, path), path), format: 'wavegate' };
+  // parseInventory checks the document's shape first, as readDocument would have.
+  return { inventory: parseInventory(data, path), format: 'wavegate' };
 }
 
 /** The inventory in a file, whichever format it is in. */
