@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { isDeepStrictEqual } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { parseYamlInSlices, slicedValue } from '../../../core/yaml-slices';
+import { parseYamlInSlices, plainItems, slicedValue } from '../../../core/yaml-slices';
 
 /** What parsing gave: the value (with its key order, which JSON shows), or the error's message. */
 function outcome(read: () => unknown): { value?: unknown; json?: string; error?: string } {
@@ -179,5 +179,93 @@ describe('core/yaml-slices: a large YAML document parsed in slices reads exactly
   it('a document below the slice size is parsed whole', () => {
     expect(parseYamlInSlices('a: 1\nb: [x]\n')).toEqual({ a: 1, b: ['x'] });
     expect(() => parseYamlInSlices('a: 1\na: 2\n')).toThrow(/unique/);
+  });
+
+  it('sequence items of plain key: value lines are read without the parser, for the value the parser gives', () => {
+    const value = fc.oneof(
+      { weight: 400, arbitrary: fc.stringMatching(/^[a-zA-Z][a-z0-9._/-]{0,8}$/) },
+      { weight: 100, arbitrary: fc.constantFrom('22', '10.0.0.1', 'ubuntu-22.04', '0', '65535') },
+      fc.stringMatching(/^[A-Za-z0-9._/:# -]{1,10}$/),
+      fc.constantFrom(
+        'true',
+        'True',
+        'TRUE',
+        'tRUE',
+        'false',
+        'FALSE',
+        'null',
+        'NULL',
+        'Null',
+        'nULL',
+        '~',
+        'yes',
+        'no',
+      ),
+      fc.constantFrom(
+        '007',
+        '0',
+        '00',
+        '08',
+        '-1',
+        '+1',
+        '123456789',
+        '1234567890',
+        '0x1F',
+        '0o17',
+        '1e3',
+        '1.5',
+        '.5',
+      ),
+      fc.constantFrom('10.0.0.1', '1.2.3', '999.999.999.999', '1.2.3.4.5', 'ubuntu-22.04', 'a/b', 'nan', '.inf', 'inf'),
+      fc.constantFrom(
+        'a b',
+        'a:b',
+        'a: b',
+        'a #b',
+        '"q"',
+        "'q'",
+        '',
+        ' lead',
+        'trail ',
+        'é',
+        '-',
+        '- x',
+        '[a]',
+        '{a: 1}',
+      ),
+    );
+    const key = fc.oneof(
+      { weight: 50, arbitrary: fc.constantFrom('id', 'host', 'pool', 'port', 'updateClass', 'a_b', '_x') },
+      fc.constantFrom('9k', 'k-y', 'k y', 'k:'),
+    );
+    const items = fc.array(
+      fc.tuple(fc.array(fc.tuple(key, value), { minLength: 1, maxLength: 5 }), fc.constantFrom('', '', '', '    ')),
+      { minLength: 1, maxLength: 6 },
+    );
+    let read = 0;
+    fc.assert(
+      fc.property(items, fc.constantFrom('  ', '   ', ' '), fc.boolean(), (list, indent, trailingNewline) => {
+        const lines = list.flatMap(([pairs, extra]) =>
+          pairs.map(
+            ([k, v], i) => `${indent}${i === 0 ? '- ' : `  ${extra.length === 4 && i === 1 ? ' ' : ''}`}${k}: ${v}`,
+          ),
+        );
+        const source = `${lines.join('\n')}${trailingNewline ? '\n' : ''}`;
+        const plain = plainItems(source);
+        if (plain === undefined) return;
+        read++;
+        expect(JSON.stringify(plain), source).toBe(JSON.stringify(parse(source)));
+        expect(plain, source).toEqual(parse(source));
+      }),
+      { numRuns: 3000, seed: 27 },
+    );
+    // The comparison means something only if many were read without the parser.
+    expect(read).toBeGreaterThan(200);
+    // A line of another shape, another indent, or a repeated key: the parser reads it.
+    expect(plainItems('  - id: a\n    labels:\n      env: x\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n   host: b\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n    id: b\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n# comment\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n    port: 22\n  - id: b\n')).toEqual([{ id: 'a', port: 22 }, { id: 'b' }]);
   });
 });
