@@ -62,8 +62,11 @@ const { values: flags } = parseArgs({
     'no-rollout': { type: 'boolean', default: false },
     'rollout-timeout': { type: 'string', default: '30' },
     'workflow-cache': { type: 'string', default: String(DEFAULT_WORKFLOW_CACHE) },
-    /** Node options for the gateway process only (space-separated), e.g. `--max-semi-space-size=4`: memory experiments. */
-    'gateway-node-args': { type: 'string', default: '' },
+    /**
+     * Node options for the gateway process (space-separated): by default the heap limit of the shipped systemd unit
+     * (examples/systemd/wavegate-gateway.service); `--gateway-node-args ''` runs it on Node's default.
+     */
+    'gateway-node-args': { type: 'string', default: '--max-old-space-size=1024' },
   },
 });
 const GATEWAY_NODE_ARGS = flags['gateway-node-args']!.split(/\s+/).filter(Boolean);

@@ -1,3 +1,4 @@
+import { getHeapStatistics } from 'node:v8';
 import { readFlagFile } from '../../intake/files';
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
@@ -221,6 +222,7 @@ export function register(program: Command): void {
         listen: { ...listen, ...(tls ? { tls } : {}) },
       });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
+      log(heapLine(pins.devices));
       log(
         `gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`,
       );
@@ -239,4 +241,18 @@ export function register(program: Command): void {
       await client.connection.close().catch(() => {});
     }),
   );
+}
+
+/**
+ * The heap the gateway may grow to, said at start. V8 lets a heap grow up to 4x what is live before collecting when its
+ * limit is 2 GiB or more (Node's default here), so a gateway of 10,000 agents with ~200 MiB live peaked at ~900 MiB RSS;
+ * `node --max-old-space-size=1024` (the shipped systemd unit) holds it under 512 MiB (docs/operations.md, "Gateway memory").
+ */
+export function heapLine(devices: number, limitBytes = getHeapStatistics().heap_size_limit): string {
+  const mib = Math.round(limitBytes / 1048576);
+  const advice =
+    mib >= 2048
+      ? '; Node\'s default: the heap grows up to 4x what is live before it is collected, set node --max-old-space-size (docs/operations.md, "Gateway memory")'
+      : '';
+  return `heap limit ${mib} MiB for ${devices} pinned devices${advice}`;
 }
