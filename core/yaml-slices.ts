@@ -78,13 +78,16 @@ const NOT_A_STRING = new Set(['true', 'True', 'TRUE', 'false', 'False', 'FALSE',
 
 /**
  * The commonest slice of a large inventory read without the YAML parser (which costs some 35 µs a
- * device): sequence items that are flat mappings of `key: value` lines, each value a plain string or a
- * small whole number. Any other line, a repeated key, or a value the schema could read otherwise:
- * undefined, and the YAML parser reads the slice (core/yaml-slices.test.ts holds the two to the same value).
+ * device): sequence items that are mappings of `key: value` lines, each value a plain string or a
+ * small whole number, or a mapping of such lines one level down (`labels:`). Any other line, a repeated
+ * key, or a value the schema could read otherwise: undefined, and the YAML parser reads the slice
+ * (core/yaml-slices.test.ts holds the two to the same value).
  */
-export function plainItems(source: string): Array<Record<string, string | number>> | undefined {
-  const items: Array<Record<string, string | number>> = [];
-  let item: Record<string, string | number> | undefined;
+export function plainItems(source: string): PlainItem[] | undefined {
+  const items: PlainItem[] = [];
+  let item: PlainItem | undefined;
+  /** The mapping a `key:` line of the item opened (`labels:`), its lines two spaces deeper. */
+  let nested: Record<string, PlainValue> | undefined;
   let indent = -1;
   let start = 0;
   while (start < source.length) {
@@ -92,22 +95,52 @@ export function plainItems(source: string): Array<Record<string, string | number
     const end = newline === -1 ? source.length : newline;
     let at = start;
     while (at < end && source.charCodeAt(at) === 32) at++;
+    const column = at - start;
     const opens = source.charCodeAt(at) === 45 && source.charCodeAt(at + 1) === 32; // "- "
+    const line = source.slice(opens ? at + 2 : at, end);
+    if (item && nested && column === indent + 4 && !opens) {
+      if (!plainPair(line, nested)) return undefined;
+      start = end + 1;
+      continue;
+    }
+    // A nested mapping with no line of its own would be null: the parser reads that.
+    if (nested && Object.keys(nested).length === 0) return undefined;
+    nested = undefined;
     if (opens) {
-      if (indent === -1) indent = at - start;
-      else if (at - start !== indent) return undefined;
-      at += 2;
+      if (indent === -1) indent = column;
+      else if (column !== indent) return undefined;
       item = {};
       items.push(item);
-    } else if (!item || at - start !== indent + 2) return undefined;
-    const pair = PLAIN_PAIR.exec(source.slice(at, end));
-    if (!pair) return undefined;
-    const [, key, text] = pair as unknown as [string, string, string];
-    if (Object.hasOwn(item, key) || NOT_A_STRING.has(text)) return undefined;
-    item[key] = /^\d+$/.test(text) ? Number(text) : text;
+      if (!plainPair(line, item)) return undefined;
+    } else {
+      if (!item || column !== indent + 2) return undefined;
+      const opener = NESTED_KEY.exec(line);
+      if (opener) {
+        if (Object.hasOwn(item, opener[1]!)) return undefined;
+        nested = {};
+        item[opener[1]!] = nested;
+      } else if (!plainPair(line, item)) return undefined;
+    }
     start = end + 1;
   }
+  if (nested && Object.keys(nested).length === 0) return undefined;
   return items;
+}
+
+type PlainValue = string | number;
+type PlainItem = Record<string, PlainValue | Record<string, PlainValue>>;
+
+/** A key alone on its line (`labels:`), opening a mapping of plain pairs below it. */
+const NESTED_KEY = /^([A-Za-z_][A-Za-z0-9_]*):$/;
+
+/** A plain `key: value` line added to `into`; false for any other line, or a key already there. */
+function plainPair(line: string, into: Record<string, unknown>): boolean {
+  const pair = PLAIN_PAIR.exec(line);
+  if (!pair) return false;
+  const [, key, text] = pair as unknown as [string, string, string];
+  if (Object.hasOwn(into, key) || NOT_A_STRING.has(text)) return false;
+  into[key] = /^\d+$/.test(text) ? Number(text) : text;
+  return true;
 }
 
 /** The value of a slice that parses without an error or a warning; undefined otherwise. */

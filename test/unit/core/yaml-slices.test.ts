@@ -238,22 +238,37 @@ describe('core/yaml-slices: a large YAML document parsed in slices reads exactly
       { weight: 50, arbitrary: fc.constantFrom('id', 'host', 'pool', 'port', 'updateClass', 'a_b', '_x') },
       fc.constantFrom('9k', 'k-y', 'k y', 'k:'),
     );
+    /** A `key: value` line, or a `key:` line with its own pairs below it (at the right depth, or not). */
+    const entry = fc.oneof(
+      {
+        weight: 4,
+        arbitrary: fc.tuple(key, value).map(([k, v]) => (pad: string) => [`${pad}${k}: ${v}`]),
+      },
+      fc
+        .tuple(key, fc.array(fc.tuple(key, value), { maxLength: 3 }), fc.constantFrom('  ', '  ', '  ', ' ', '   '))
+        .map(([k, pairs, deeper]) => (pad: string) => [
+          `${pad}${k}:`,
+          ...pairs.map(([sk, v]) => `${pad}${deeper}${sk}: ${v}`),
+        ]),
+    );
     const items = fc.array(
-      fc.tuple(fc.array(fc.tuple(key, value), { minLength: 1, maxLength: 5 }), fc.constantFrom('', '', '', '    ')),
+      fc.tuple(fc.array(entry, { minLength: 1, maxLength: 5 }), fc.constantFrom('', '', '', '    ')),
       { minLength: 1, maxLength: 6 },
     );
     let read = 0;
+    let nestedRead = 0;
     fc.assert(
       fc.property(items, fc.constantFrom('  ', '   ', ' '), fc.boolean(), (list, indent, trailingNewline) => {
-        const lines = list.flatMap(([pairs, extra]) =>
-          pairs.map(
-            ([k, v], i) => `${indent}${i === 0 ? '- ' : `  ${extra.length === 4 && i === 1 ? ' ' : ''}`}${k}: ${v}`,
+        const lines = list.flatMap(([entries, extra]) =>
+          entries.flatMap((linesOf, i) =>
+            linesOf(`${indent}${i === 0 ? '- ' : `  ${extra.length === 4 && i === 1 ? ' ' : ''}`}`),
           ),
         );
         const source = `${lines.join('\n')}${trailingNewline ? '\n' : ''}`;
         const plain = plainItems(source);
         if (plain === undefined) return;
         read++;
+        if (plain.some((item) => Object.values(item).some((v) => typeof v === 'object'))) nestedRead++;
         expect(JSON.stringify(plain), source).toBe(JSON.stringify(parse(source)));
         expect(plain, source).toEqual(parse(source));
       }),
@@ -261,8 +276,12 @@ describe('core/yaml-slices: a large YAML document parsed in slices reads exactly
     );
     // The comparison means something only if many were read without the parser.
     expect(read).toBeGreaterThan(200);
+    expect(nestedRead).toBeGreaterThan(20);
     // A line of another shape, another indent, or a repeated key: the parser reads it.
-    expect(plainItems('  - id: a\n    labels:\n      env: x\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n    labels:\n      env: x\n')).toEqual([{ id: 'a', labels: { env: 'x' } }]);
+    expect(plainItems('  - id: a\n    labels:\n    pool: b\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n    labels:\n       env: x\n')).toBeUndefined();
+    expect(plainItems('  - id: a\n    runtimes:\n      - motd\n')).toBeUndefined();
     expect(plainItems('  - id: a\n   host: b\n')).toBeUndefined();
     expect(plainItems('  - id: a\n    id: b\n')).toBeUndefined();
     expect(plainItems('  - id: a\n# comment\n')).toBeUndefined();
