@@ -4,6 +4,10 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { describe, expect, it } from 'vitest';
 import { createConvergeActivities } from '../../activities/agent/converge';
 import { convergeEnrolledDevice } from '../../activities/agent/enrolled';
+import { enrolmentHook } from '../../gateway/enrolled';
+import type { AgentPins } from '../../gateway/pins';
+import { PROJECT_ROOT } from '../../intake/package-layout';
+import { join } from 'node:path';
 import { parseInventory } from '../../core/inventory';
 import type { RevisionSteps } from '../../core/rollout/input';
 import { twinWorkflowId, type DesiredRequest, type ProfileReportState, type TwinView } from '../../core/twin';
@@ -162,5 +166,55 @@ describe('convergeEnrolledDevice: a newly enrolled device is never desired below
     const { client, desired } = fakeTemporal({ e1: twinView('e1', null, 1) });
     expect(await convergeEnrolledDevice(client, 'q', device('e1'), demo)).toEqual([]);
     expect(desired).toEqual([]);
+  });
+});
+
+describe("the gateway's enrolment hook says whether it asked the twin anything (the gateway reads it again only then)", () => {
+  const device = (id: string) =>
+    parseInventory(
+      {
+        defaults: { pool: 'p' },
+        devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }],
+      },
+      'fleet.yaml',
+    ).devices[0]!;
+  const pins = (known: string[]): AgentPins => ({
+    keyOf: () => null,
+    deviceOf: (id) => (known.includes(id) ? device(id) : undefined),
+    reload() {},
+    devices: known.length,
+  });
+  const hookFor = (client: Client, known: string[], lines: string[] = []) =>
+    enrolmentHook({
+      client,
+      taskQueue: 'q',
+      pins: pins(known),
+      profilesRoot: join(PROJECT_ROOT, 'profiles'),
+      log: (l) => lines.push(l),
+    });
+
+  it('true when it desired the latest completed rollout, false when the device already reports it or is not pinned', async () => {
+    const asking = fakeTemporal({});
+    expect(await hookFor(asking.client, ['e1'])('e1')).toBe(true);
+    expect(asking.desired).toMatchObject([{ device: 'e1', request: { revision: 2 } }]);
+    const there = fakeTemporal({ e1: twinView('e1', 2) });
+    expect(await hookFor(there.client, ['e1'])('e1')).toBe(false);
+    expect(there.desired).toEqual([]);
+    expect(await hookFor(fakeTemporal({}).client, [])('e1')).toBe(false);
+  });
+
+  it('true when the lookup failed part way (it may have asked one profile before failing on another)', async () => {
+    const { client } = fakeTemporal({});
+    const failing = {
+      workflow: {
+        ...(client.workflow as object),
+        list: () => {
+          throw new Error('Failed to query Workflow');
+        },
+      },
+    } as unknown as Client;
+    const lines: string[] = [];
+    expect(await hookFor(failing, ['e1'], lines)('e1')).toBe(true);
+    expect(lines.join('\n')).toMatch(/e1: first sync: could not look up the latest completed rollouts/);
   });
 });
