@@ -315,17 +315,29 @@ export class DeviceViews {
     this.counts.feedChangeBatches++;
     for (const change of changes) {
       const record = this.records.get(change.deviceId);
-      // A device this gateway has not served reads its twin at its first sync here: nothing to refresh.
-      if (!record || (change.version !== null && change.version <= record.state.version)) continue;
+      const reading = this.loading.get(change.deviceId);
+      // A device this gateway has not served (and is not reading) reads its twin at its first sync here.
+      if (!record && !reading) continue;
+      if (record && !reading && change.version !== null && change.version <= record.state.version) continue;
       this.counts.feedChanges++;
-      this.reload(change.deviceId).then(
-        () => this.wake(change.deviceId),
-        (err: Error) => {
-          // Read again at the device's next sync.
-          record.loadedAt = 0;
-          this.log(`${change.deviceId}: twin not readable after a change (${err.message.slice(0, 200)})`);
-        },
-      );
+      // A read in flight may have been sent before this change (a device's first read, as a rollout desires it):
+      // the feed delivers a change once, so the record is read again after it unless it already shows the change.
+      (reading ?? Promise.resolve())
+        .catch(() => undefined)
+        .then(() => {
+          const now = this.records.get(change.deviceId);
+          if (now && change.version !== null && change.version <= now.state.version) return now;
+          return this.reload(change.deviceId);
+        })
+        .then(
+          () => this.wake(change.deviceId),
+          (err: Error) => {
+            // Read again at the device's next sync.
+            const now = this.records.get(change.deviceId);
+            if (now) now.loadedAt = 0;
+            this.log(`${change.deviceId}: twin not readable after a change (${err.message.slice(0, 200)})`);
+          },
+        );
     }
   }
 

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { DeviceViews } from '../../gateway/views';
-import type { AgentReport } from '../../core/twin';
+import { emptyView, type AgentReport, type TwinView } from '../../core/twin';
+import type { TwinChange } from '../../clients/twin-feed';
 
 /**
  * A held sync's wait counts from the sync's arrival (gateway/views.ts): an agent gives up its wait and a margin after
@@ -184,6 +185,46 @@ describe('writes to twins', () => {
       expect(most).toBe(2);
       expect(views.stats()).toMatchObject({ forwards: 5, writesOutlastingSyncs: 0 });
     } finally {
+      await views.close();
+    }
+  });
+});
+
+describe('a desire listed by the feed while the device is being read', () => {
+  it('is read again after that read (the feed lists a change once): the held sync is woken with it', async () => {
+    let queries = 0;
+    let release: () => void = () => {};
+    let twin: TwinView | null = null;
+    const client = {
+      workflow: {
+        getHandle: () => ({
+          query: async () => {
+            queries++;
+            const seen = twin;
+            // The first read was sent before the desire and answers what the twin was then.
+            if (queries === 1) await new Promise<void>((resolve) => (release = resolve));
+            return seen;
+          },
+        }),
+        signalWithStart: async () => ({}),
+        list: () => (async function* () {})(),
+      },
+    } as unknown as Client;
+    const views = new DeviceViews({ client, taskQueue: 'q' });
+    try {
+      const answered = views.sync('d1', { report, knownVersion: 0, waitMs: 5_000 });
+      await new Promise((r) => setTimeout(r, 20));
+      twin = { ...emptyView('d1'), version: 1 };
+      // What the twin change feed delivers (once) while the first read is in flight.
+      (views as unknown as { onChanges(c: TwinChange[]): void }).onChanges([
+        { deviceId: 'd1', atMs: Date.now(), version: 1 },
+      ]);
+      release();
+      const view = await answered;
+      expect(view.version).toBe(1);
+      expect(queries).toBe(2);
+    } finally {
+      release();
       await views.close();
     }
   });
