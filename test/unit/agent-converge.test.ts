@@ -66,6 +66,16 @@ function twinView(
   };
 }
 
+/** One pinned agent device of an inventory. */
+const device = (id: string) =>
+  parseInventory(
+    {
+      defaults: { pool: 'p' },
+      devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }],
+    },
+    'fleet.yaml',
+  ).devices[0]!;
+
 /** Twins by device id (absent: no twin), the desire signals sent, and one completed rollout of demo to `target`. */
 function fakeTemporal(views: Record<string, TwinView>, target = 2) {
   const desired: { device: string; request: DesiredRequest }[] = [];
@@ -134,14 +144,6 @@ describe('desireAgentRevision: convergence after a rollout never goes down', () 
 });
 
 describe('convergeEnrolledDevice: a newly enrolled device is never desired below what it reports', () => {
-  const device = (id: string) =>
-    parseInventory(
-      {
-        defaults: { pool: 'p' },
-        devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }],
-      },
-      'fleet.yaml',
-    ).devices[0]!;
   const demo = [{ name: 'demo', scope: {} }];
 
   it('reporting the latest completed revision or above: left alone', async () => {
@@ -170,14 +172,6 @@ describe('convergeEnrolledDevice: a newly enrolled device is never desired below
 });
 
 describe("the gateway's enrolment hook says whether it asked the twin anything (the gateway reads it again only then)", () => {
-  const device = (id: string) =>
-    parseInventory(
-      {
-        defaults: { pool: 'p' },
-        devices: [{ id, transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, id.length).toString('base64')}` }],
-      },
-      'fleet.yaml',
-    ).devices[0]!;
   const pins = (known: string[]): AgentPins => ({
     keyOf: () => null,
     deviceOf: (id) => (known.includes(id) ? device(id) : undefined),
