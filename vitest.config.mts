@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { LongestFirstSequencer } from './test/support/sequencer.mjs';
 
 /**
  * Files that must run with nothing else beside them. Every other file starts its own servers (Temporal,
@@ -30,6 +31,8 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 180_000,
     globalSetup: ['test/support/global-setup.ts'],
+    // Longest files first, by recorded CI durations (test/support/sequencer.ts): no tail of slow files alone.
+    sequence: { sequencer: LongestFirstSequencer },
     projects: [
       {
         extends: true,

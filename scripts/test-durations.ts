@@ -1,0 +1,41 @@
+/**
+ * Refresh test/durations.json (the order test/support/sequencer.ts runs files in) from a vitest JSON
+ * report:
+ *
+ *   npx vitest run --reporter=default --reporter=json --outputFile.json=test-output/vitest.json
+ *   npx tsx scripts/test-durations.ts test-output/vitest.json
+ *
+ * Durations are rounded to 100 ms; files the report does not name keep their recorded duration, and
+ * files that no longer exist are dropped.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { DURATIONS_FILE, readDurations } from '../test/support/test-durations.mjs';
+
+interface JsonReport {
+  testResults?: Array<{ name?: unknown; startTime?: unknown; endTime?: unknown }>;
+}
+
+const root = join(__dirname, '..');
+const reportPath = process.argv[2];
+if (!reportPath) {
+  console.error('usage: npx tsx scripts/test-durations.ts <vitest JSON report>');
+  process.exit(2);
+}
+let report: JsonReport;
+try {
+  report = JSON.parse(readFileSync(reportPath, 'utf8')) as JsonReport;
+} catch (err) {
+  console.error(`report: cannot read ${reportPath} as JSON: ${(err as Error).message}`);
+  process.exit(2);
+}
+const durations = readDurations(root);
+let updated = 0;
+for (const r of report.testResults ?? []) {
+  if (typeof r.name !== 'string' || typeof r.startTime !== 'number' || typeof r.endTime !== 'number') continue;
+  durations.set(relative(root, r.name), Math.round((r.endTime - r.startTime) / 100) * 100);
+  updated += 1;
+}
+const kept = [...durations].filter(([file]) => existsSync(join(root, file))).sort(([a], [b]) => (a < b ? -1 : 1));
+writeFileSync(join(root, DURATIONS_FILE), `${JSON.stringify(Object.fromEntries(kept), null, 1)}\n`);
+console.log(`${DURATIONS_FILE}: ${updated} file(s) from ${reportPath}, ${kept.length} recorded`);
