@@ -33,6 +33,8 @@ export default defineConfig({
     globalSetup: ['test/support/global-setup.ts'],
     // Longest files first, by recorded CI durations (test/support/sequencer.ts): no tail of slow files alone.
     sequence: { sequencer: LongestFirstSequencer },
+    // Every run also leaves a JSON report: `npx tsx scripts/test-durations.ts test-output/vitest.json` refreshes the record.
+    reporters: ['default', ['json', { outputFile: 'test-output/vitest.json' }]],
     projects: [
       {
         extends: true,

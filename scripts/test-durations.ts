@@ -1,8 +1,7 @@
 /**
- * Refresh test/durations.json (the order test/support/sequencer.ts runs files in) from a vitest JSON
- * report:
+ * Refresh test/durations.json (the order test/support/sequencer.mts runs files in) from the JSON report
+ * every vitest run leaves (vitest.config.mts):
  *
- *   npx vitest run --reporter=default --reporter=json --outputFile.json=test-output/vitest.json
  *   npx tsx scripts/test-durations.ts test-output/vitest.json
  *
  * Durations are rounded to 100 ms; files the report does not name keep their recorded duration, and
