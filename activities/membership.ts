@@ -1,6 +1,12 @@
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { membershipMismatch, type MemberRecord, type MembershipPage, type MembershipRef } from '../core/membership';
+import {
+  membershipMismatch,
+  volumesProblem,
+  type MemberRecord,
+  type MembershipPage,
+  type MembershipRef,
+} from '../core/membership';
 import { membershipPage } from '../clients/membership';
 
 /**
@@ -26,25 +32,28 @@ export function createMembershipReader(deps: MembershipReaderDeps = {}) {
     const cached = cache.get(ref.digest);
     if (cached) return cached;
     const client = deps.client ?? contextClient();
+    const refused = (message: string) =>
+      ApplicationFailure.create({ type: 'MembershipMismatch', message, nonRetryable: true });
+    const problem = volumesProblem(ref);
+    if (problem) throw refused(`${ref.workflowId}: ${problem}`);
+    // One entity, or each volume's entity in order (each checked against its own digest).
     const pages: MembershipPage[] = [];
-    for (let index = 0; index < ref.pages; index++) {
-      const page = await membershipPage(client, ref.workflowId, index);
-      if (!page)
-        throw ApplicationFailure.create({
-          type: 'MembershipMismatch',
-          message: `${ref.workflowId}: page ${index} of ${ref.pages} not found (not sealed?)`,
-          nonRetryable: true,
-        });
-      pages.push(page);
-      onPage();
+    for (const volume of ref.volumes ?? [ref]) {
+      const own: MembershipPage[] = [];
+      for (let index = 0; index < volume.pages; index++) {
+        const page = await membershipPage(client, volume.workflowId, index);
+        if (!page) throw refused(`${volume.workflowId}: page ${index} of ${volume.pages} not found (not sealed?)`);
+        own.push(page);
+        onPage();
+      }
+      if (ref.volumes) {
+        const mismatch = membershipMismatch(volume, own);
+        if (mismatch) throw refused(`${volume.workflowId}: ${mismatch}`);
+      }
+      pages.push(...own);
     }
-    const mismatch = membershipMismatch(ref, pages);
-    if (mismatch)
-      throw ApplicationFailure.create({
-        type: 'MembershipMismatch',
-        message: `${ref.workflowId}: ${mismatch}`,
-        nonRetryable: true,
-      });
+    const mismatch = membershipMismatch(ref, pages, ref.volumes !== undefined);
+    if (mismatch) throw refused(`${ref.workflowId}: ${mismatch}`);
     const devices = pages.flatMap((p) => p.devices);
     cache.set(ref.digest, devices);
     while (cache.size > CACHED_MEMBERSHIPS) cache.delete(cache.keys().next().value!);

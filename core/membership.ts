@@ -2,6 +2,7 @@ import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { utf8Encode } from './bytes';
 import { canonicalize } from './canonical';
+import { WavegateError } from './errors';
 import type { Device, Inventory } from './inventory';
 import type { NodeDownMark } from './node-down';
 
@@ -23,6 +24,16 @@ export const MAX_MEMBERSHIP_PAGE_BYTES = 1_000_000;
  */
 export const MAX_MEMBERSHIP_PAGES = 100;
 export const MAX_MEMBERSHIP_BYTES = 24_000_000;
+/**
+ * A membership too large for one entity's history to stay small is stored in volumes: consecutive pages,
+ * each volume its own sealed entity of at most this many pages and bytes, so no history passes the
+ * ~10 MB the server warns at however large the fleet (100,000 devices: four volumes). A membership
+ * that fits in one volume is one entity, as before volumes.
+ */
+export const MAX_VOLUME_PAGES = 32;
+export const MAX_VOLUME_BYTES = 8_000_000;
+/** The most volumes one membership may have (512 pages: 512,000 devices of 1,000 per page). */
+export const MAX_MEMBERSHIP_VOLUMES = 16;
 
 /**
  * What the snapshot and the apply need of a device: the inventory's device (defaults resolved: host,
@@ -44,6 +55,19 @@ export interface MembershipRef {
   pages: number;
   /** Where the CLI read it (a file path or a URL without credentials): for people, never read again. */
   source: string;
+  /**
+   * A membership stored in volumes (MAX_VOLUME_PAGES): each volume's entity, in page order. `digest`
+   * is still over every page of the whole, and `workflowId` names the first volume. Absent: one entity.
+   */
+  volumes?: MembershipVolume[];
+}
+
+/** One volume of a large membership: its own sealed entity over consecutive pages (digest over its own pages). */
+export interface MembershipVolume {
+  workflowId: string;
+  digest: string;
+  devices: number;
+  pages: number;
 }
 
 export interface MembershipPage {
@@ -102,12 +126,78 @@ export function membershipPages(
   return { pages, digest: membershipDigest(pages.map((p) => p.digest)) };
 }
 
+/** Limits of a volume, as parameters so tests can cut small memberships into several volumes. */
+export interface VolumeLimits {
+  pages: number;
+  bytes: number;
+}
+
+/**
+ * Consecutive pages cut into volumes of at most `limits` pages and bytes (a page's bytes: its canonical
+ * JSON), each with its own digest and re-indexed from 0, as its own entity stores them. One volume when
+ * the whole fits; refused (INVALID_INPUT naming the device count) past MAX_MEMBERSHIP_VOLUMES.
+ */
+export function membershipVolumes(
+  pages: readonly MembershipPage[],
+  limits: VolumeLimits = { pages: MAX_VOLUME_PAGES, bytes: MAX_VOLUME_BYTES },
+): Array<{ digest: string; devices: number; pages: MembershipPage[] }> {
+  const volumes: Array<{ digest: string; devices: number; pages: MembershipPage[] }> = [];
+  let current: MembershipPage[] = [];
+  let bytes = 0;
+  const close = () => {
+    if (current.length === 0) return;
+    volumes.push({
+      digest: membershipDigest(current.map((p) => p.digest)),
+      devices: current.reduce((n, p) => n + p.devices.length, 0),
+      pages: current,
+    });
+    current = [];
+    bytes = 0;
+  };
+  for (const page of pages) {
+    const size = canonicalize(page.devices).length;
+    if (current.length >= limits.pages || (current.length > 0 && bytes + size > limits.bytes)) close();
+    current.push({ ...page, index: current.length });
+    bytes += size;
+  }
+  close();
+  if (volumes.length > MAX_MEMBERSHIP_VOLUMES) {
+    const devices = pages.reduce((n, p) => n + p.devices.length, 0);
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `inventory: ${devices} devices need ${volumes.length} membership volumes (at most ${MAX_MEMBERSHIP_VOLUMES} of ${limits.pages} pages of ${MEMBERSHIP_PAGE_DEVICES} devices): split the fleet into several profiles or scopes`,
+      { field: 'inventory' },
+    );
+  }
+  return volumes;
+}
+
+/**
+ * Why a ref's volumes do not add up to the ref (null: they do, or it has none): each volume's digest
+ * is checked against its pages by the reader, and the whole digest over every page in order.
+ */
+export function volumesProblem(ref: MembershipRef): string | null {
+  const { volumes } = ref;
+  if (volumes === undefined) return null;
+  if (!Array.isArray(volumes) || volumes.length < 1 || volumes.length > MAX_MEMBERSHIP_VOLUMES)
+    return `volumes: 1-${MAX_MEMBERSHIP_VOLUMES} expected (got ${Array.isArray(volumes) ? volumes.length : typeof volumes})`;
+  const pages = volumes.reduce((n, v) => n + v.pages, 0);
+  const devices = volumes.reduce((n, v) => n + v.devices, 0);
+  if (pages !== ref.pages) return `volumes: ${pages} pages in all, the membership names ${ref.pages}`;
+  if (devices !== ref.devices) return `volumes: ${devices} devices in all, the membership names ${ref.devices}`;
+  if (volumes[0]!.workflowId !== ref.workflowId)
+    return `volumes: the first is ${volumes[0]!.workflowId}, the membership names ${ref.workflowId}`;
+  return null;
+}
+
 /** Why a stored membership does not match the digest a rollout names (null: it matches). */
 export function membershipMismatch(
   ref: Pick<MembershipRef, 'digest' | 'devices'>,
   pages: readonly MembershipPage[],
+  /** Each page's content was already checked against its digest (a volume's reader did): skip the hashing. */
+  pagesChecked = false,
 ): string | null {
-  for (const page of pages) {
+  for (const page of pagesChecked ? [] : pages) {
     const actual = pageDigest(page.devices);
     if (actual !== page.digest)
       return `page ${page.index}: content digest ${actual.slice(0, 12)}… is not the recorded ${page.digest.slice(0, 12)}…`;

@@ -238,6 +238,75 @@ describe('membership entity', () => {
     }
   }, 300_000);
 
+  it('a membership larger than a volume is stored as one entity per volume and read back whole by the snapshot; a volume that is not its digest is refused', async () => {
+    const acts = createActivities({ client: real.env.client, auditDir: real.dir });
+    const activityEnv = new MockActivityEnvironment(undefined, { logger: quiet });
+    const small = { devices: inventory.devices.slice(0, 2_500) };
+    // Volumes of one page each here (MAX_VOLUME_PAGES in production): three entities for three pages.
+    const volumed = await storeMembership(real.env.client, real.worker.taskQueue, small, 'volumes (test)', marks, {
+      pages: 1,
+      bytes: 8_000_000,
+    });
+    expect(volumed).toMatchObject({ devices: 2_500, pages: 3, digest: membershipPages(small, marks).digest });
+    expect(volumed.volumes?.map((v) => [v.devices, v.pages])).toEqual([
+      [1_000, 1],
+      [1_000, 1],
+      [500, 1],
+    ]);
+    expect(volumed.workflowId).toBe(volumed.volumes![0]!.workflowId);
+    for (const v of volumed.volumes!) {
+      expect(v.workflowId).toBe(membershipWorkflowId(v.digest));
+      expect((await real.env.client.workflow.getHandle(v.workflowId).query('progress')).sealed).toBe(true);
+    }
+    // Stored again (an interrupted start re-run): the same sealed entities, the same ref.
+    expect(
+      await storeMembership(real.env.client, real.worker.taskQueue, small, 'volumes (test)', marks, {
+        pages: 1,
+        bytes: 8_000_000,
+      }),
+    ).toEqual(volumed);
+    const page: SnapshotPage = await activityEnv.run(acts.snapshotFleet, {
+      membership: volumed,
+      profile: 'demo',
+      scope: {},
+      offset: 0,
+      limit: 3_000,
+    });
+    expect(page.total).toBe(2_500);
+    expect(page.devices.map((d) => d.id)).toEqual(small.devices.map((d) => d.id));
+    // Volumes swapped: each volume is sealed and whole, but the pages in this order are not the membership.
+    const swapped = { ...volumed, volumes: [volumed.volumes![1]!, volumed.volumes![0]!, volumed.volumes![2]!] };
+    swapped.workflowId = swapped.volumes[0]!.workflowId;
+    const fresh = () => createActivities({ client: real.env.client, auditDir: real.dir });
+    const refusal = (ref: MembershipRef) =>
+      new MockActivityEnvironment(undefined, { logger: quiet }).run(fresh().snapshotFleet, {
+        membership: ref,
+        profile: 'demo',
+        scope: {},
+        offset: 0,
+        limit: 10,
+      });
+    await expect(refusal(swapped)).rejects.toMatchObject({
+      type: 'MembershipMismatch',
+      nonRetryable: true,
+      message: expect.stringMatching(/digest .* is not the rollout's/),
+    });
+    // A volume named with another digest than its entity holds.
+    const forged = {
+      ...volumed,
+      volumes: volumed.volumes!.map((v, i) => (i === 2 ? { ...v, digest: 'd'.repeat(64) } : v)),
+    };
+    await expect(refusal(forged)).rejects.toMatchObject({
+      type: 'MembershipMismatch',
+      message: expect.stringMatching(/is not the rollout's dddddddddddd/),
+    });
+    // Volumes that do not add up to the ref are refused before anything is read.
+    await expect(refusal({ ...volumed, devices: 2_501 })).rejects.toMatchObject({
+      type: 'MembershipMismatch',
+      message: expect.stringMatching(/volumes: 2500 devices in all, the membership names 2501/),
+    });
+  }, 120_000);
+
   it('a rollout naming another digest than the entity holds is refused at snapshot (MembershipMismatch, not retried)', async () => {
     const acts = createActivities({ client: real.env.client, auditDir: real.dir });
     const wrong = { ...ref, digest: 'e'.repeat(64) };

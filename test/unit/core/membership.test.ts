@@ -2,10 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { parseInventory } from '../../../core/inventory';
 import {
   MAX_MEMBERSHIP_PAGES,
+  MAX_MEMBERSHIP_VOLUMES,
+  MAX_VOLUME_PAGES,
   MEMBERSHIP_PAGE_DEVICES,
+  membershipDigest,
   membershipMismatch,
   membershipPages,
+  membershipVolumes,
   membershipWorkflowId,
+  volumesProblem,
   MembershipState,
   pageDigest,
   planProblem,
@@ -67,6 +72,69 @@ describe('membership pages', () => {
       /^digest .* is not the rollout's/,
     );
     expect(membershipMismatch({ digest, devices: 1_499 }, pages)).toBe('1500 devices, the rollout names 1499');
+  });
+});
+
+describe('membership volumes', () => {
+  it('one volume when the whole fits; else consecutive volumes, each re-indexed from 0 with a digest over its own pages', () => {
+    const { pages, digest } = membershipPages(inventoryOf(4_500));
+    const one = membershipVolumes(pages);
+    expect(one).toHaveLength(1);
+    expect(one[0]!.digest).toBe(digest);
+    const cut = membershipVolumes(pages, { pages: 2, bytes: 8_000_000 });
+    expect(cut.map((v) => [v.pages.length, v.devices])).toEqual([
+      [2, 2_000],
+      [2, 2_000],
+      [1, 500],
+    ]);
+    expect(cut.map((v) => v.pages.map((p) => p.index))).toEqual([[0, 1], [0, 1], [0]]);
+    expect(cut[1]!.pages[0]!.devices[0]!.id).toBe('d-2000');
+    for (const v of cut) expect(v.digest).toBe(membershipDigest(v.pages.map((p) => p.digest)));
+    // The pages in order, across the volumes, are the whole and hash to its digest.
+    expect(membershipDigest(cut.flatMap((v) => v.pages.map((p) => p.digest)))).toBe(digest);
+  });
+
+  it('cuts by bytes too (a page of large records), never leaving a volume empty', () => {
+    const { pages } = membershipPages(inventoryOf(3_000));
+    const pageBytes = JSON.stringify(pages[0]!.devices).length;
+    const byBytes = membershipVolumes(pages, { pages: MAX_VOLUME_PAGES, bytes: pageBytes + 10 });
+    expect(byBytes.map((v) => v.pages.length)).toEqual([1, 1, 1]);
+    // A single page above the byte bound still makes a volume of its own (the entity bounds a page itself).
+    expect(membershipVolumes(pages, { pages: MAX_VOLUME_PAGES, bytes: 10 }).map((v) => v.pages.length)).toEqual([
+      1, 1, 1,
+    ]);
+  });
+
+  it(`refuses more than ${MAX_MEMBERSHIP_VOLUMES} volumes with INVALID_INPUT naming the device count`, () => {
+    const { pages } = membershipPages(inventoryOf(MAX_MEMBERSHIP_VOLUMES + 1), new Map(), 1);
+    expect(() => membershipVolumes(pages, { pages: 1, bytes: 8_000_000 })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_INPUT',
+        message: expect.stringMatching(/^inventory: 17 devices need 17 membership volumes/),
+      }),
+    );
+  });
+
+  it('volumesProblem: the volumes add up to the ref (pages, devices, first entity)', () => {
+    const ref = {
+      workflowId: 'membership:a',
+      digest: 'a'.repeat(64),
+      devices: 3,
+      pages: 2,
+      source: 't',
+      volumes: [
+        { workflowId: 'membership:a', digest: 'b'.repeat(64), devices: 2, pages: 1 },
+        { workflowId: 'membership:c', digest: 'c'.repeat(64), devices: 1, pages: 1 },
+      ],
+    };
+    expect(volumesProblem(ref)).toBeNull();
+    expect(volumesProblem({ ...ref, volumes: undefined })).toBeNull();
+    expect(volumesProblem({ ...ref, pages: 3 })).toBe('volumes: 2 pages in all, the membership names 3');
+    expect(volumesProblem({ ...ref, devices: 4 })).toBe('volumes: 3 devices in all, the membership names 4');
+    expect(volumesProblem({ ...ref, workflowId: 'membership:z' })).toBe(
+      'volumes: the first is membership:a, the membership names membership:z',
+    );
+    expect(volumesProblem({ ...ref, volumes: [] })).toMatch(/^volumes: 1-16 expected \(got 0\)/);
   });
 });
 
