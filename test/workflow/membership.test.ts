@@ -256,7 +256,9 @@ describe('membership entity', () => {
     expect(volumed.workflowId).toBe(volumed.volumes![0]!.workflowId);
     for (const v of volumed.volumes!) {
       expect(v.workflowId).toBe(membershipWorkflowId(v.digest));
-      expect((await real.env.client.workflow.getHandle(v.workflowId).query('progress')).sealed).toBe(true);
+      expect(
+        (await real.env.client.workflow.getHandle(v.workflowId).query<{ sealed: boolean }>('progress')).sealed,
+      ).toBe(true);
     }
     // Stored again (an interrupted start re-run): the same sealed entities, the same ref.
     expect(
