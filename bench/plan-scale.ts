@@ -22,6 +22,7 @@ import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { PROJECT_ROOT } from '../intake/package-layout';
 import { wholeFlag } from './flags';
+import { scaleInventory } from './scale-inventory';
 
 const { values: flags } = parseArgs({
   options: {
@@ -54,26 +55,6 @@ const VARIANTS: Variant[] = [
 ];
 for (const v of VARIANTS)
   if (!existsSync(join(v.root, 'bin', 'wavegate.js'))) throw new Error(`--before-root ${v.root}: no bin/wavegate.js`);
-
-const POOLS = Array.from({ length: 20 }, (_, p) => `pool-${String.fromCharCode(97 + p)}`);
-const CLASSES = ['server', 'desktop', 'kiosk', 'gateway'];
-const OSES = ['ubuntu-22.04', 'debian-12', 'rhel-9'];
-
-/** An inventory document of `n` devices; its pools include the demo rollout's pool-a and pool-b. */
-function scaleInventory(n: number) {
-  return {
-    pools: Object.fromEntries(POOLS.map((pool) => [pool, { disruptionBudget: 0.05 }])),
-    defaults: { user: 'wavegate', runtimes: ['motd'] },
-    devices: Array.from({ length: n }, (_, i) => ({
-      id: `dev-${String(i).padStart(6, '0')}`,
-      host: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
-      pool: POOLS[i % POOLS.length]!,
-      class: CLASSES[i % CLASSES.length]!,
-      os: OSES[i % OSES.length]!,
-      ...(i % 10 === 7 ? { updateClass: 'best-effort' } : {}),
-    })),
-  };
-}
 
 /** Revision markers (the demo goes r1 → r2): every 50th device already at r2, every 100th ahead at r3, the rest at r1. */
 function scaleMarkers(n: number): Record<string, number> {
