@@ -24,6 +24,7 @@ export const GROUP_NAMES = [
   'fleet',
   'schedule',
   'audit',
+  'board',
   'keys',
   'registry',
   'tools',
@@ -168,6 +169,13 @@ export const COMMANDS: TopCommand[] = [
     term: 'audit [options] <id>',
     description:
       'Show the audit trail of a rollout, or check it with --verify: the hash chain, every segment, the head the workflow holds, and with a key the MACs (exit 1 on the first problem)',
+  },
+  {
+    name: 'board',
+    group: 'board',
+    term: 'board [options]',
+    description:
+      'Serve the fleet board: every rollout with its true outcome, one rollout live (phases, gate evidence, devices worst first), controls with a reason, its audit trail verified. Loopback by default; beyond it HTTPS and tokens or client certificates',
   },
   {
     name: 'keygen',

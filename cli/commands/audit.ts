@@ -18,7 +18,7 @@ import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audi
 import { withTemporalOptions } from '../client';
 import { action, EXIT_FAILED } from '../run';
 
-interface AuditFlags extends TemporalFlags {
+export interface AuditFlags extends TemporalFlags {
   verify?: boolean;
   json?: boolean;
   /** Resolved once by the action (resolveAuditLocation): absolute. */
@@ -72,7 +72,7 @@ function table(records: AuditRecord[]): string[] {
 }
 
 /** The lines `--verify` prints: overrides and set-aside segments, the verdict, then what was and was not compared. */
-function verifyReport(
+export function verifyReport(
   label: string,
   verdict: TrailVerdict,
   head: { checked: string | null; why: string | null },
@@ -135,7 +135,7 @@ function withDirectoryHint(err: unknown, opts: AuditFlags, where: AuditLocation)
 }
 
 /** A trail as the store holds it, for `--verify`: `--run` also names the current chain when that run wrote it. */
-async function readChain(id: string, opts: AuditFlags): Promise<{ segments: AuditSegment[]; location: string }> {
+export async function readChain(id: string, opts: AuditFlags): Promise<{ segments: AuditSegment[]; location: string }> {
   try {
     const { segments, location } = await readAuditTrail({
       store: opts.auditStore,

@@ -2,6 +2,7 @@ import { Command, Help } from 'commander';
 import { describe, expect, it } from 'vitest';
 import * as agent from '../../cli/commands/agent';
 import * as audit from '../../cli/commands/audit';
+import * as board from '../../cli/commands/board';
 import * as converge from '../../cli/commands/converge';
 import * as dev from '../../cli/commands/dev';
 import * as fleet from '../../cli/commands/fleet';
@@ -41,6 +42,7 @@ const MODULES: Record<GroupName, Group> = {
   fleet,
   schedule,
   audit,
+  board,
   keys,
   registry,
   tools,

@@ -1,0 +1,607 @@
+// The board's page: plain JavaScript, no build step, no library. Every text from the server is put in the
+// page as text (textContent), never as HTML, so nothing a device, a reason or an audit record says can run.
+
+const state = { session: null, stream: null, route: null, query: { state: '', q: '', offset: 0, limit: 100 } };
+const main = () => document.getElementById('main');
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function notice(text, kind) {
+  const n = document.getElementById('notice');
+  n.textContent = text || '';
+  n.className = kind || '';
+  n.hidden = !text;
+}
+
+async function api(path, opts) {
+  const res = await fetch(path, { credentials: 'same-origin', ...opts });
+  const body = await res.json().catch(() => ({ code: 'INTERNAL', message: `HTTP ${res.status}` }));
+  if (!res.ok) {
+    const err = new Error(body.message || `HTTP ${res.status}`);
+    err.status = res.status;
+    err.code = body.code;
+    throw err;
+  }
+  return body;
+}
+
+function post(path, body) {
+  return api(path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-csrf-token': state.session ? state.session.csrf : '' },
+    body: JSON.stringify(body),
+  });
+}
+
+const OUTCOME_LABEL = {
+  'completed-pending': 'completed, work pending',
+  'rolled-back': 'rolled back',
+};
+const badge = (outcome) =>
+  h('span', { class: `badge o-${outcome}`, 'data-outcome': outcome }, OUTCOME_LABEL[outcome] || outcome);
+const when = (iso) => (iso ? new Date(iso).toISOString().replace('T', ' ').slice(0, 19) : '-');
+
+function stopStream() {
+  if (state.stream) state.stream.close();
+  state.stream = null;
+}
+
+// ---------------------------------------------------------------------------------------------- login
+
+function showLogin(message) {
+  stopStream();
+  const input = h('input', { type: 'password', id: 'token', autocomplete: 'current-password', required: true });
+  const error = h('p', { class: 'error', hidden: !message }, message || '');
+  const form = h(
+    'form',
+    {
+      id: 'login',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        try {
+          state.session = await post('/api/login', { token: input.value });
+          document.getElementById('who').textContent = `signed in as ${state.session.operator}`;
+          route();
+        } catch (err) {
+          error.textContent = err.message;
+          error.hidden = false;
+        }
+      },
+    },
+    h('h1', {}, 'Sign in'),
+    h('label', {}, "Token (from the board's token file)", input),
+    error,
+    h('button', { type: 'submit' }, 'Sign in'),
+  );
+  main().replaceChildren(form);
+}
+
+async function ensureSession() {
+  if (state.session) return true;
+  try {
+    state.session = await api('/api/session');
+    document.getElementById('who').textContent = `signed in as ${state.session.operator}`;
+    return true;
+  } catch (err) {
+    if (err.status === 401) {
+      showLogin();
+      return false;
+    }
+    throw err;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- rollouts
+
+function phaseCell(phases) {
+  if (!phases) return '-';
+  return phases.map((p) =>
+    h(
+      'span',
+      { class: `phase s-${p.stage}`, title: `${p.name}: ${p.stage}${p.gateOutcome ? `, gate ${p.gateOutcome}` : ''}` },
+      `${p.name} ${p.done}/${p.planned}${p.failed ? ` ✗${p.failed}` : ''}`,
+    ),
+  );
+}
+
+async function showRollouts() {
+  const { rollouts } = await api('/api/rollouts');
+  const rows = rollouts.map((r) =>
+    h(
+      'tr',
+      { 'data-rollout': r.workflowId },
+      h('td', {}, badge(r.outcome)),
+      h('td', {}, h('a', { href: `#/rollout/${encodeURIComponent(r.workflowId)}` }, r.workflowId)),
+      h('td', {}, r.profile || '-'),
+      h(
+        'td',
+        {},
+        r.fromRevision !== undefined ? `r${r.fromRevision} → r${r.toRevision}` : r.revision ? `→ r${r.revision}` : '-',
+      ),
+      h('td', {}, r.startedBy || '-'),
+      h('td', {}, when(r.startTime)),
+      h('td', { class: 'phases' }, phaseCell(r.phases)),
+      h(
+        'td',
+        {},
+        r.counts
+          ? `${r.counts.applied + r.counts.claimed}/${r.counts.total}${r.counts.failed ? `, ${r.counts.failed} failed` : ''}`
+          : '-',
+      ),
+    ),
+  );
+  main().replaceChildren(
+    h('h1', {}, 'Rollouts'),
+    h(
+      'p',
+      { class: 'hint' },
+      'Failures first. The outcome is the rollout\'s own: a rollback or an abort is never "Completed".',
+    ),
+    h(
+      'table',
+      { id: 'rollouts' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          [
+            'Outcome',
+            'Rollout',
+            'Profile',
+            'Revisions',
+            'Started by',
+            'Started',
+            'Phases (done/planned)',
+            'Devices',
+          ].map((t) => h('th', {}, t)),
+        ),
+      ),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8 }, 'No rollouts yet.'))),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------- one rollout
+
+const CONTROL_TEXT = {
+  pause: 'No new device starts; devices in flight finish, then the rollout holds.',
+  resume: 'The rollout goes on from where it holds.',
+  approve: 'The manual gate is passed; the health gate of the phase runs next.',
+  abort: 'No new device starts. With rollback, every device this rollout changed is put back.',
+};
+
+function askControl(id, name) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = `${name[0].toUpperCase()}${name.slice(1)} ${id}?`;
+  document.getElementById('confirm-text').textContent = CONTROL_TEXT[name];
+  const reason = document.getElementById('confirm-reason');
+  reason.value = '';
+  document.getElementById('confirm-rollback-row').hidden = name !== 'abort';
+  document.getElementById('confirm-rollback').checked = true;
+  const error = document.getElementById('confirm-error');
+  error.hidden = true;
+  const ok = document.getElementById('confirm-ok');
+  ok.textContent = `Confirm ${name}`;
+  const form = document.getElementById('confirm-form');
+  form.onsubmit = async (e) => {
+    e.preventDefault();
+    const body = { reason: reason.value };
+    if (name === 'abort') body.rollback = document.getElementById('confirm-rollback').checked;
+    ok.disabled = true;
+    try {
+      const done = await post(`/api/rollouts/${encodeURIComponent(id)}/${name}`, body);
+      dialog.close();
+      notice(done.message, 'ok');
+    } catch (err) {
+      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
+      error.hidden = false;
+      if (err.status === 401) state.session = null;
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  document.getElementById('confirm-cancel').onclick = () => dialog.close();
+  dialog.showModal();
+  reason.focus();
+}
+
+function controlsOf(view) {
+  const running = view.temporalStatus === 'RUNNING';
+  const names = [];
+  if (running && view.state === 'running') names.push('pause');
+  if (running && view.state === 'paused') names.push('resume');
+  if (running && view.awaitingApproval) names.push('approve');
+  if (running) names.push('abort');
+  if (!names.length) return h('p', { class: 'hint', id: 'controls' }, 'The rollout has ended: no control applies.');
+  return h(
+    'div',
+    { id: 'controls' },
+    names.map((n) =>
+      h(
+        'button',
+        { 'data-control': n, class: n === 'abort' ? 'danger' : '', onclick: () => askControl(view.rolloutId, n) },
+        n,
+      ),
+    ),
+  );
+}
+
+function gateBlock(g) {
+  const parts = [
+    h(
+      'h4',
+      {},
+      `${g.kind === 'health' ? 'Health gate' : g.kind === 'failure-gate' ? 'Failure gate' : 'Manual gate'}: `,
+      badge(
+        g.outcome === 'pass' || g.outcome === 'approved' ? 'completed' : g.outcome === 'fail' ? 'failed' : 'paused',
+      ),
+      ` ${g.outcome}`,
+    ),
+  ];
+  parts.push(
+    h('p', { class: 'hint' }, `${when(g.at)} by ${g.by}, audit record #${g.seq}${g.reason ? `; ${g.reason}` : ''}`),
+  );
+  if (g.tally)
+    parts.push(
+      h(
+        'p',
+        { class: 'tally' },
+        `Failure ratio ${(g.tally.ratio * 100).toFixed(1)}% (${g.tally.failed} failed of a sample of ${g.tally.sample}; ${g.tally.succeeded} succeeded)`,
+      ),
+    );
+  if (g.checks?.length)
+    parts.push(
+      h(
+        'table',
+        { class: 'checks' },
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['Check', 'Result', 'Evidence', 'Devices that failed it', 'Took'].map((t) => h('th', {}, t)),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          g.checks.map((c) =>
+            h(
+              'tr',
+              { class: `c-${c.outcome}` },
+              h('td', {}, h('code', {}, c.check)),
+              h('td', {}, c.outcome),
+              h('td', {}, c.evidence),
+              h('td', {}, (c.failedDevices || []).join(', ') || '-'),
+              h('td', {}, `${c.durationMs} ms`),
+            ),
+          ),
+        ),
+      ),
+    );
+  else if (g.kind === 'health') parts.push(h('p', { class: 'hint' }, 'No health checks: nothing to hold the gate.'));
+  return h('div', { class: 'gate', 'data-gate': g.kind, 'data-gate-outcome': g.outcome }, parts);
+}
+
+function phasesBlock(view) {
+  return h(
+    'section',
+    { id: 'phases' },
+    h('h2', {}, 'Phases'),
+    view.phases.map((p) => {
+      const gates = view.gates.filter((g) => g.phase === p.name);
+      return h(
+        'div',
+        { class: `phase-card s-${p.stage}`, 'data-phase': p.name },
+        h(
+          'h3',
+          {},
+          `${p.index + 1}. ${p.name} `,
+          h('span', { class: 'stage' }, p.stage),
+          p.gateOutcome ? ` · gate ${p.gateOutcome}` : '',
+        ),
+        h(
+          'p',
+          {},
+          `plan ${p.planned} devices · applied ${p.done} · failed ${p.failed} · in flight ${p.inFlight}${p.notForMe ? ` · not-for-me ${p.notForMe}` : ''} · gate ${p.gate === 'manual' ? 'manual' : `${p.gate / 1000}s`}`,
+        ),
+        p.evidence?.length && !gates.length
+          ? h(
+              'ul',
+              { class: 'evidence' },
+              p.evidence.map((e) => h('li', {}, e)),
+            )
+          : null,
+        gates.map(gateBlock),
+      );
+    }),
+  );
+}
+
+function devicesBlock(view, id) {
+  const page = view.devices;
+  const q = state.query;
+  const restart = () => openRollout(id);
+  const stateSelect = h(
+    'select',
+    {
+      id: 'filter-state',
+      onchange: (e) => {
+        q.state = e.target.value;
+        q.offset = 0;
+        restart();
+      },
+    },
+    h('option', { value: '' }, 'every state'),
+    [
+      'failed',
+      'rollback-failed',
+      'waiting',
+      'applying',
+      'rolling-back',
+      'pending',
+      'not-started',
+      'skipped',
+      'rolled-back',
+      'not-for-me',
+      'claimed',
+      'applied',
+    ].map((s) =>
+      h('option', { value: s, selected: q.state === s }, `${s}${view.counts[s] ? ` (${view.counts[s]})` : ''}`),
+    ),
+  );
+  let typing;
+  const search = h('input', {
+    id: 'filter-id',
+    type: 'search',
+    placeholder: 'device id contains…',
+    value: q.q,
+    maxlength: 200,
+    oninput: (e) => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        q.q = e.target.value;
+        q.offset = 0;
+        restart();
+      }, 300);
+    },
+  });
+  const pager = h(
+    'span',
+    { class: 'pager' },
+    h(
+      'button',
+      {
+        disabled: q.offset === 0,
+        onclick: () => {
+          q.offset = Math.max(0, q.offset - q.limit);
+          restart();
+        },
+      },
+      '‹ prev',
+    ),
+    ` ${page.matching ? page.offset + 1 : 0}-${Math.min(page.offset + page.limit, page.matching)} of ${page.matching} (${page.total} in all) `,
+    h(
+      'button',
+      {
+        disabled: page.offset + page.limit >= page.matching,
+        onclick: () => {
+          q.offset += q.limit;
+          restart();
+        },
+      },
+      'next ›',
+    ),
+  );
+  return h(
+    'section',
+    { id: 'devices' },
+    h('h2', {}, 'Devices, worst first'),
+    h('div', { class: 'filters' }, stateSelect, search, pager),
+    h(
+      'table',
+      { id: 'device-table' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['Device', 'State', 'Phase', 'Since', 'Attempts', 'Transport', 'Reason / last error'].map((t) =>
+            h('th', {}, t),
+          ),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        page.devices.map((d) =>
+          h(
+            'tr',
+            { 'data-device': d.id, 'data-state': d.state, class: `d-${d.state}` },
+            h('td', {}, d.id),
+            h('td', { class: 'state' }, d.state),
+            h('td', {}, view.phases[d.phase] ? view.phases[d.phase].name : d.phase),
+            h('td', {}, when(d.since)),
+            h('td', {}, d.attempts),
+            h('td', {}, d.transport || '-'),
+            h('td', {}, d.reason || d.lastError || ''),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function renderRollout(view, id) {
+  const b = view.banner;
+  main().replaceChildren(
+    h(
+      'p',
+      {},
+      h('a', { href: '#/' }, '‹ all rollouts'),
+      ' · ',
+      h('a', { href: `#/rollout/${encodeURIComponent(id)}/audit` }, 'audit trail'),
+    ),
+    h(
+      'section',
+      { id: 'banner', class: `banner o-${view.outcome}`, 'data-state': view.state, 'data-outcome': view.outcome },
+      h('h1', {}, badge(view.outcome), ' ', view.rolloutId),
+      h(
+        'p',
+        {},
+        `${view.profile} r${view.fromRevision} → r${view.toRevision} · started ${when(view.startTime)} by ${view.startedBy || '-'}${view.closeTime ? ` · ended ${when(view.closeTime)}` : ''}`,
+      ),
+      h('p', { class: 'headline' }, b.headline),
+      h(
+        'ul',
+        { id: 'why' },
+        b.why.map((w) => h('li', {}, w)),
+      ),
+      h('p', { class: 'hint' }, view.outcomeSummary),
+      view.trail.missing ? h('p', { class: 'error' }, `audit trail not readable here: ${view.trail.missing}`) : null,
+    ),
+    controlsOf(view),
+    phasesBlock(view),
+    devicesBlock(view, id),
+  );
+}
+
+function openRollout(id) {
+  stopStream();
+  const q = state.query;
+  const params = new URLSearchParams({ offset: String(q.offset), limit: String(q.limit) });
+  if (q.state) params.set('state', q.state);
+  if (q.q) params.set('q', q.q);
+  const es = new EventSource(`/api/rollouts/${encodeURIComponent(id)}/events?${params}`);
+  state.stream = es;
+  es.addEventListener('view', (e) => {
+    const focused = document.activeElement?.id;
+    renderRollout(JSON.parse(e.data), id);
+    // A redraw keeps the operator's place in the filter box.
+    if (focused === 'filter-id') {
+      const box = document.getElementById('filter-id');
+      box.focus();
+      box.setSelectionRange(box.value.length, box.value.length);
+    }
+    document.body.dataset.live = es.readyState === 1 ? 'open' : 'closed';
+  });
+  es.addEventListener('problem', (e) => notice(`Temporal: ${JSON.parse(e.data).message}; still trying`, 'error'));
+  es.addEventListener('end', () => {
+    es.close();
+    document.body.dataset.live = 'ended';
+  });
+  es.onerror = async () => {
+    if (es.readyState !== 2) return; // the browser reconnects by itself
+    // Closed by a refusal: ask the same URL as JSON for the reason.
+    try {
+      renderRollout(await api(`/api/rollouts/${encodeURIComponent(id)}?${params}`), id);
+    } catch (err) {
+      if (err.status === 401) return showLogin('Your session has ended: sign in again.');
+      main().replaceChildren(h('p', { class: 'error', id: 'load-error' }, `${err.code}: ${err.message}`));
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------------------------- audit
+
+async function showAudit(id) {
+  const a = await api(`/api/rollouts/${encodeURIComponent(id)}/audit`);
+  main().replaceChildren(
+    h('p', {}, h('a', { href: `#/rollout/${encodeURIComponent(id)}` }, `‹ ${id}`)),
+    h('h1', {}, `Audit trail of ${id}`),
+    h(
+      'section',
+      { id: 'verdict', class: a.ok ? 'ok' : 'bad', 'data-ok': String(a.ok) },
+      h('h2', {}, a.ok ? 'Chain verified' : 'Chain NOT intact'),
+      h(
+        'ul',
+        {},
+        a.report.map((line) => h('li', {}, line)),
+      ),
+      h('p', { class: 'hint' }, `Read from ${a.location || '-'}; the same checks as wavegate audit --verify.`),
+    ),
+    h(
+      'table',
+      { id: 'audit-records' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['#', 'At', 'Event', 'Phase', 'By', 'Reason', 'Record'].map((t) => h('th', {}, t)),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        a.records.map((r) =>
+          h(
+            'tr',
+            { 'data-seq': r.seq, 'data-event': r.event },
+            h('td', {}, r.seq),
+            h('td', {}, when(r.at)),
+            h('td', {}, r.event),
+            h('td', {}, r.phase || '-'),
+            h('td', {}, r.by),
+            h('td', {}, r.reason || ''),
+            h(
+              'td',
+              {},
+              h(
+                'details',
+                {},
+                h('summary', {}, `hash ${String(r.hash).slice(0, 12)}…`),
+                h('pre', {}, JSON.stringify(r, null, 2)),
+              ),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------- routing
+
+async function route() {
+  stopStream();
+  notice('');
+  try {
+    if (!(await ensureSession())) return;
+    const hash = location.hash || '#/';
+    const m = /^#\/rollout\/([^/]+)(\/audit)?$/.exec(hash);
+    if (!m) return await showRollouts();
+    const id = decodeURIComponent(m[1]);
+    if (m[2]) return await showAudit(id);
+    if (state.route !== id) state.query = { state: '', q: '', offset: 0, limit: 100 };
+    state.route = id;
+    openRollout(id);
+  } catch (err) {
+    if (err.status === 401) {
+      state.session = null;
+      return showLogin('Your session has ended: sign in again.');
+    }
+    main().replaceChildren(h('p', { class: 'error', id: 'load-error' }, `${err.code || 'ERROR'}: ${err.message}`));
+  }
+}
+
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,240 @@
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { parseAuditLog, verifyAuditSegments, type AuditRecord, type AuditSegment } from '../../core/audit';
+import {
+  bannerOf,
+  boardDevices,
+  boardOutcome,
+  gateEvidenceOf,
+  pageOfDevices,
+  phaseProgress,
+  sortFailuresFirst,
+  type BoardControl,
+  type BoardOutcome,
+  type ControlBody,
+  type DeviceQuery,
+} from '../../core/board';
+import { WavegateError } from '../../core/errors';
+import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
+import type { RolloutStatus } from '../../contracts/rollout';
+import { readAuditKey, type AuditLocation } from '../../activities/audit';
+import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
+import { readChain, verifyReport } from '../commands/audit';
+
+/**
+ * What the board reads, through the same client and audit store as the CLI: the rollout list with each
+ * rollout's true outcome, one rollout's view (banner, phases, gate evidence from the audit trail, the
+ * device table), the audit trail verified as `wavegate audit --verify` does, and the controls sent as
+ * `wavegate pause|resume|approve|abort` sends them (sendControl).
+ */
+export interface BoardSources {
+  client: Client;
+  /** Where the trails are: the store (`--audit-store`, PostgreSQL) or the directory, and the audit key if any. */
+  audit: { store?: string; where: AuditLocation };
+  /** Device id → transport, from `--inventory` when given. */
+  transports: ReadonlyMap<string, string>;
+}
+
+const ROLLOUT_TYPES = new Set(['rolloutWorkflow', 'nightlyCanaryWorkflow']);
+/** A read of Temporal retried through a server restart for this long, then answered 503 UNAVAILABLE. */
+const READ_RETRY_MS = 10_000;
+
+function retried<T>(what: string, poll: () => Promise<T>): Promise<T> {
+  return retryTransient(poll, { what, giveUpAfterMs: READ_RETRY_MS, maxDelayMs: 2_000 });
+}
+
+/** The trail's records, or none when the store does not hold it (a board on another host than the worker). */
+async function trailOf(
+  src: BoardSources,
+  id: string,
+  runId?: string,
+): Promise<{ records: AuditRecord[]; segments: AuditSegment[]; location?: string; missing?: string }> {
+  try {
+    const { segments, location } = await readChain(id, {
+      auditDir: src.audit.where.auditDir,
+      ...(src.audit.store ? { auditStore: src.audit.store } : {}),
+      ...(runId ? { run: runId } : {}),
+    });
+    return { records: segments.flatMap((s) => parseAuditLog(s.text).records), segments, location };
+  } catch (err) {
+    if (err instanceof WavegateError && (err.code === 'NOT_FOUND' || err.code === 'UNAVAILABLE'))
+      return { records: [], segments: [], missing: err.message };
+    throw err;
+  }
+}
+
+/** The rollout's latest run, or NOT_FOUND naming the id (also for a workflow that is not a rollout). */
+async function describeRollout(src: BoardSources, id: string) {
+  try {
+    const d = await retried(`describe of ${id}`, () => src.client.workflow.getHandle(id).describe());
+    if (!ROLLOUT_TYPES.has(d.type))
+      throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`, { field: 'id', value: id });
+    return d;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError)
+      throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`, { field: 'id', value: id });
+    throw err;
+  }
+}
+
+async function statusOf(src: BoardSources, id: string, runId?: string): Promise<RolloutStatus> {
+  return retried(`status query of ${id}`, () => queryStatus(src.client, id, runId));
+}
+
+export interface RolloutRow extends RolloutListing {
+  outcome: BoardOutcome;
+  startedBy?: string;
+  fromRevision?: number;
+  toRevision?: number;
+  phases?: ReturnType<typeof phaseProgress>;
+  counts?: RolloutStatus['counts'];
+}
+
+/** Finished rollouts never change: their row is kept by run id. */
+const closedRows = new Map<string, RolloutRow>();
+const MAX_CACHED = 2_000;
+
+/** Rows read in full (status and who started it) at once, at most: the rest of a long list stays from visibility. */
+const DETAILED_ROWS = 50;
+
+async function detailedRow(src: BoardSources, row: RolloutListing): Promise<RolloutRow> {
+  const cached = closedRows.get(row.runId);
+  if (cached) return cached;
+  const status = await queryStatus(src.client, row.workflowId, row.runId).catch(() => undefined);
+  const started = (await trailOf(src, row.workflowId).catch(() => undefined))?.records.find(
+    (r) => r.event === 'rollout.started' && r.runId === row.runId,
+  );
+  const out: RolloutRow = {
+    ...row,
+    outcome: boardOutcome(row.status, row.state, status),
+    ...(started ? { startedBy: started.by } : {}),
+    ...(status
+      ? {
+          fromRevision: status.fromRevision,
+          toRevision: status.toRevision,
+          phases: phaseProgress(status),
+          counts: status.counts,
+        }
+      : {}),
+  };
+  if (row.status !== 'RUNNING' && status) {
+    if (closedRows.size >= MAX_CACHED) closedRows.delete(closedRows.keys().next().value!);
+    closedRows.set(row.runId, out);
+  }
+  return out;
+}
+
+export async function rolloutRows(src: BoardSources, limit = 200): Promise<RolloutRow[]> {
+  const listed = await retried('the rollout list', () => listRollouts(src.client, { limit }));
+  const rows: RolloutRow[] = listed.map((r) => ({ ...r, outcome: boardOutcome(r.status, r.state) }));
+  // Four at a time: a query of a closed rollout is a replay on a worker.
+  const detailed = rows.slice(0, DETAILED_ROWS);
+  for (let i = 0; i < detailed.length; i += 4)
+    await Promise.all(
+      detailed.slice(i, i + 4).map(async (_row, j) => {
+        rows[i + j] = await detailedRow(src, listed[i + j]!);
+      }),
+    );
+  return sortFailuresFirst(rows);
+}
+
+/** One rollout: what the page shows, with one page of the device table. */
+export async function rolloutView(src: BoardSources, id: string, query: DeviceQuery) {
+  const described = await describeRollout(src, id);
+  const status = await statusOf(src, id);
+  const trail = await trailOf(src, id, described.runId);
+  const records = trail.records.filter((r) => r.runId === described.runId);
+  const devices = boardDevices(status, records, src.transports);
+  return {
+    rolloutId: status.rolloutId,
+    runId: described.runId,
+    temporalStatus: described.status.name,
+    profile: status.profile,
+    fromRevision: status.fromRevision,
+    toRevision: status.toRevision,
+    state: status.state,
+    outcome: boardOutcome(described.status.name, status.state, status),
+    outcomeSummary: rolloutOutcome(status).summary,
+    banner: bannerOf(status),
+    phases: phaseProgress(status).map((p) => ({ ...p, evidence: status.phases[p.index]?.evidence ?? [] })),
+    gates: gateEvidenceOf(records),
+    counts: status.counts,
+    controls: status.controls,
+    deadline: status.deadline ?? null,
+    startedBy: records.find((r) => r.event === 'rollout.started')?.by ?? null,
+    startTime: described.startTime.toISOString(),
+    closeTime: described.closeTime?.toISOString() ?? null,
+    awaitingApproval: status.phases.some((p) => p.stage === 'awaiting-approval'),
+    trail: trail.missing ? { missing: trail.missing } : { location: trail.location ?? null, records: records.length },
+    devices: pageOfDevices(devices, query),
+  };
+}
+
+/** The trail as `wavegate audit --verify` reads it: the same chain, the same checks, the same report lines. */
+export async function auditView(src: BoardSources, id: string) {
+  const described = await describeRollout(src, id);
+  const status = await statusOf(src, id).catch(() => undefined);
+  const trail = await trailOf(src, id);
+  if (trail.missing) throw new WavegateError('NOT_FOUND', `${id}: ${trail.missing}`, { field: 'id', value: id });
+  const where = src.audit.where;
+  const key = where.keyFile === undefined ? undefined : readAuditKey(where.keyFile, where.keyFrom);
+  // The head the workflow acknowledged, when the chain is this run's: what cuts off the end are caught by.
+  const chainRun = trail.records[0]?.runId;
+  const head = chainRun === described.runId ? status?.auditHead : undefined;
+  const verdict = verifyAuditSegments(trail.segments, { ...(head ? { head } : {}), ...(key ? { key } : {}) });
+  const report = verifyReport(
+    `audit ${id}`,
+    verdict,
+    head
+      ? { checked: `the workflow's status: record ${head.seq} ${head.hash.slice(0, 12)}…`, why: null }
+      : {
+          checked: null,
+          why: chainRun === described.runId ? 'the status holds no head' : 'the chain is of another run',
+        },
+    { file: where.keyFile, from: where.keyFrom, lookedFor: where.keyLookedFor },
+  );
+  return {
+    rolloutId: id,
+    runId: described.runId,
+    location: trail.location ?? null,
+    ok: verdict.ok,
+    failure: verdict.failure,
+    headChecked: !!head,
+    macChecked: !!key,
+    report,
+    records: trail.records,
+  };
+}
+
+/** A control as the CLI sends it (sendControl: the workflow's update, its validator, the same audit record). */
+export async function sendBoardControl(
+  src: BoardSources,
+  id: string,
+  name: BoardControl,
+  body: ControlBody,
+  by: string,
+): Promise<{ message: string; state: string }> {
+  await describeRollout(src, id);
+  const control = {
+    by,
+    reason: body.reason,
+    ...(name === 'abort' ? { rollback: body.rollback !== false } : {}),
+    ...(name === 'approve' && body.phase !== undefined ? { phase: body.phase } : {}),
+  };
+  const status = await sendControl(src.client, id, name, control);
+  return { message: `${describeControl(name, status, control)} (${id}, by ${by})`, state: status.state };
+}
+
+/** The status's fingerprint for live updates: a new frame is sent only when something a page shows changed. */
+export async function liveFingerprint(src: BoardSources, id: string): Promise<string> {
+  const s = await statusOf(src, id);
+  return JSON.stringify([
+    s.state,
+    s.phase,
+    s.pausedReason,
+    s.phases,
+    s.devices,
+    s.controls.length,
+    s.deadline,
+    s.auditHead,
+  ]);
+}

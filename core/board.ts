@@ -1,0 +1,493 @@
+import type { AuditRecord } from './audit';
+import { WavegateError } from './errors';
+import type { CheckResult, GateOutcome } from './health';
+import type { RolloutStatus } from './rollout/status';
+import type { DeviceState } from './rollout-state';
+
+/**
+ * What the board (`wavegate board`, cli/board/) decides, as pure functions: a rollout's true outcome in
+ * the list, the worst-first device order, the plan-vs-actual progress of phases, the banner's "why", the
+ * gate evidence read back from the audit trail, and the checks on what a browser sends. The HTTP layer
+ * only reads, calls these and writes JSON. No Node APIs: unit-tested directly.
+ */
+
+/** Worst first: what needs an operator's eyes (failures, stuck devices) above what went well. */
+export const DEVICE_SEVERITY: readonly DeviceState[] = [
+  'failed',
+  'rollback-failed',
+  'waiting',
+  'applying',
+  'rolling-back',
+  'pending',
+  'not-started',
+  'skipped',
+  'rolled-back',
+  'not-for-me',
+  'claimed',
+  'applied',
+];
+
+function severityOf(state: string): number {
+  const i = (DEVICE_SEVERITY as readonly string[]).indexOf(state);
+  return i < 0 ? DEVICE_SEVERITY.length : i;
+}
+
+/** One row of the board's device table: the status's device with what the audit trail adds. */
+export interface BoardDevice {
+  id: string;
+  state: DeviceState;
+  phase: number;
+  reason?: string;
+  /** When the device entered its current state (the audit record that said so), if the trail says. */
+  since?: string;
+  /** Apply attempts the trail records (a waiting device is retried). */
+  attempts: number;
+  /** The last failure's text the trail holds, even once the device has moved on. */
+  lastError?: string;
+  transport?: string;
+}
+
+/** Devices sorted worst first, then by id (a stable order the page can rely on between updates). */
+export function sortWorstFirst<T extends { id: string; state: string }>(devices: readonly T[]): T[] {
+  return [...devices].sort((a, b) => severityOf(a.state) - severityOf(b.state) || a.id.localeCompare(b.id));
+}
+
+export const MAX_PAGE = 500;
+export const DEFAULT_PAGE = 100;
+
+export interface DeviceQuery {
+  state?: string;
+  q?: string;
+  offset: number;
+  limit: number;
+}
+
+/** The device table's query string, checked: a state the rollout knows, an id substring, a page within bounds. */
+export function parseDeviceQuery(params: URLSearchParams): DeviceQuery {
+  const state = params.get('state') || undefined;
+  if (state !== undefined && !(DEVICE_SEVERITY as readonly string[]).includes(state))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `state ${JSON.stringify(state)}: must be one of ${DEVICE_SEVERITY.join(', ')}`,
+      {
+        field: 'state',
+        value: state,
+      },
+    );
+  const q = params.get('q') ?? undefined;
+  if (q !== undefined && q.length > 200)
+    throw new WavegateError('INVALID_INPUT', `q: at most 200 characters (got ${q.length})`, { field: 'q' });
+  const whole = (name: string, fallback: number, max: number) => {
+    const text = params.get(name);
+    if (text === null || text === '') return fallback;
+    if (!/^\d{1,9}$/.test(text) || Number(text) > max)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${name} ${JSON.stringify(text.slice(0, 40))}: must be a whole number 0-${max}`,
+        {
+          field: name,
+          value: text.slice(0, 40),
+        },
+      );
+    return Number(text);
+  };
+  return {
+    ...(state ? { state } : {}),
+    ...(q ? { q } : {}),
+    offset: whole('offset', 0, 1_000_000_000),
+    limit: Math.max(1, whole('limit', DEFAULT_PAGE, MAX_PAGE)),
+  };
+}
+
+export interface DevicePage {
+  total: number;
+  matching: number;
+  offset: number;
+  limit: number;
+  devices: BoardDevice[];
+}
+
+/** One page of the filtered, worst-first table: a rollout of thousands of devices sends a page, not all. */
+export function pageOfDevices(devices: readonly BoardDevice[], query: DeviceQuery): DevicePage {
+  const needle = query.q?.toLowerCase();
+  const matching = sortWorstFirst(
+    devices.filter(
+      (d) => (!query.state || d.state === query.state) && (!needle || d.id.toLowerCase().includes(needle)),
+    ),
+  );
+  return {
+    total: devices.length,
+    matching: matching.length,
+    offset: query.offset,
+    limit: query.limit,
+    devices: matching.slice(query.offset, query.offset + query.limit),
+  };
+}
+
+/** What the audit trail adds to each device: when it entered its state, how many apply attempts, its last error. */
+export function deviceHistory(
+  records: readonly AuditRecord[],
+): Map<string, Omit<BoardDevice, 'id' | 'state' | 'phase'>> {
+  const out = new Map<string, { since?: string; attempts: number; lastError?: string; state?: string }>();
+  for (const r of records) {
+    if (r.event !== 'devices.outcome' && r.event !== 'devices.skipped') continue;
+    const evidence = r.evidence as { mode?: string; devices?: unknown } | null;
+    const list = Array.isArray(evidence?.devices) ? evidence.devices : [];
+    for (const item of list) {
+      const d = (typeof item === 'string' ? { id: item, state: 'not-started' } : item) as {
+        id?: unknown;
+        state?: unknown;
+        reason?: unknown;
+      };
+      if (typeof d.id !== 'string') continue;
+      const seen = out.get(d.id) ?? { attempts: 0 };
+      const state = typeof d.state === 'string' ? d.state : undefined;
+      if (state !== seen.state) seen.since = r.at;
+      seen.state = state;
+      if (evidence?.mode === 'apply' && state === 'applying') seen.attempts += 1;
+      if ((state === 'failed' || state === 'rollback-failed' || state === 'waiting') && typeof d.reason === 'string')
+        seen.lastError = d.reason;
+      out.set(d.id, seen);
+    }
+  }
+  return new Map(
+    [...out].map(([id, h]) => [
+      id,
+      {
+        attempts: h.attempts,
+        ...(h.since ? { since: h.since } : {}),
+        ...(h.lastError ? { lastError: h.lastError } : {}),
+      },
+    ]),
+  );
+}
+
+/** The status's devices with the trail's history and the inventory's transport. */
+export function boardDevices(
+  status: Pick<RolloutStatus, 'devices'>,
+  records: readonly AuditRecord[],
+  transports: ReadonlyMap<string, string> = new Map(),
+): BoardDevice[] {
+  const history = deviceHistory(records);
+  return status.devices.map((d) => {
+    const h = history.get(d.id);
+    const transport = transports.get(d.id);
+    return {
+      id: d.id,
+      state: d.state,
+      phase: d.phase,
+      ...(d.reason ? { reason: d.reason } : {}),
+      attempts: h?.attempts ?? 0,
+      ...(h?.since ? { since: h.since } : {}),
+      ...(h?.lastError ? { lastError: h.lastError } : {}),
+      ...(transport ? { transport } : {}),
+    };
+  });
+}
+
+/** A rollout's outcome as the list shows it: never "Completed" for a rollout that rolled back or was aborted. */
+export type BoardOutcome =
+  | 'running'
+  | 'paused'
+  | 'completed'
+  | 'completed-pending'
+  | 'rolled-back'
+  | 'aborted'
+  | 'cancelled'
+  | 'failed'
+  | 'terminated'
+  | 'unknown';
+
+/** Failures first in the list: the order an operator triages in. */
+const OUTCOME_ORDER: readonly BoardOutcome[] = [
+  'failed',
+  'terminated',
+  'rolled-back',
+  'aborted',
+  'paused',
+  'running',
+  'completed-pending',
+  'cancelled',
+  'unknown',
+  'completed',
+];
+
+/**
+ * The true outcome of a listed rollout: the workflow's own state (the WavegateState search attribute, or
+ * its status when known), not Temporal's execution status (a workflow that rolled back returns normally,
+ * so Temporal says Completed). A run Temporal ended from outside (terminated, timed out) says so, whatever
+ * state it last published. A completed rollout with devices short of the target is pending work.
+ */
+export function boardOutcome(
+  temporalStatus: string,
+  state: string | undefined,
+  status?: Pick<RolloutStatus, 'state' | 'devices'>,
+): BoardOutcome {
+  if (temporalStatus === 'TERMINATED' || temporalStatus === 'TIMED_OUT') return 'terminated';
+  const s = status?.state ?? state;
+  if (temporalStatus === 'FAILED' && (s === undefined || s === 'running' || s === 'paused')) return 'failed';
+  if (temporalStatus === 'CANCELED' && (s === undefined || s === 'running' || s === 'paused')) return 'cancelled';
+  switch (s) {
+    case 'running':
+    case 'paused':
+    case 'rolled-back':
+    case 'aborted':
+    case 'cancelled':
+    case 'failed':
+      return s;
+    case 'completed': {
+      if (!status) return 'completed';
+      const short = status.devices.some(
+        (d) => d.state !== 'applied' && d.state !== 'claimed' && d.state !== 'not-for-me',
+      );
+      return short ? 'completed-pending' : 'completed';
+    }
+    default:
+      return temporalStatus === 'RUNNING' ? 'running' : 'unknown';
+  }
+}
+
+export function sortFailuresFirst<T extends { outcome: BoardOutcome; startTime: string }>(rows: readonly T[]): T[] {
+  return [...rows].sort(
+    (a, b) =>
+      OUTCOME_ORDER.indexOf(a.outcome) - OUTCOME_ORDER.indexOf(b.outcome) || b.startTime.localeCompare(a.startTime),
+  );
+}
+
+/** One phase as the board shows it: its plan (devices planned) against what happened to them. */
+export interface PhaseProgress {
+  index: number;
+  name: string;
+  stage: string;
+  gate: number | 'manual';
+  gateOutcome?: GateOutcome;
+  planned: number;
+  done: number;
+  failed: number;
+  inFlight: number;
+  notForMe: number;
+}
+
+export function phaseProgress(status: Pick<RolloutStatus, 'phases' | 'devices'>): PhaseProgress[] {
+  return status.phases.map((p) => {
+    const mine = status.devices.filter((d) => d.phase === p.index);
+    const count = (...states: string[]) => mine.filter((d) => states.includes(d.state)).length;
+    return {
+      index: p.index,
+      name: p.name,
+      stage: p.stage,
+      gate: p.gate,
+      ...(p.gateOutcome ? { gateOutcome: p.gateOutcome } : {}),
+      planned: p.devices,
+      done: count('applied', 'claimed'),
+      failed: count('failed', 'rollback-failed'),
+      inFlight: count('applying', 'rolling-back', 'waiting'),
+      notForMe: count('not-for-me'),
+    };
+  });
+}
+
+/** The banner: the rollout's state and, in one line each, why it is in it. */
+export interface Banner {
+  state: string;
+  headline: string;
+  why: string[];
+}
+
+export function bannerOf(status: RolloutStatus): Banner {
+  const why: string[] = [];
+  if (status.pausedReason) why.push(`${status.state === 'paused' ? 'paused' : 'was paused'}: ${status.pausedReason}`);
+  if (status.deadline) {
+    const d = status.deadline;
+    why.push(
+      `deadline: ${d.kind} passed at ${d.at}${d.phase ? ` in ${d.phase}` : ''} → ${d.action}; ${d.unconfirmedCount} device(s) unconfirmed`,
+    );
+  }
+  const gated = [...status.phases].reverse().find((p) => p.gateOutcome);
+  if (gated)
+    why.push(
+      `gate of phase ${gated.name}: ${gated.gateOutcome}${gated.evidence?.length ? ` (${gated.evidence.join('; ')})` : ''}`,
+    );
+  const waiting = status.phases.find((p) => p.stage === 'awaiting-approval');
+  if (waiting) why.push(`phase ${waiting.name} waits for a manual approval`);
+  if (status.verdict) why.push(`canary verdict: ${status.verdict}`);
+  const last = status.controls.at(-1);
+  if (last)
+    why.push(
+      `last control: ${last.control} by ${last.by}${last.reason ? ` ("${last.reason}")` : ''}, ${last.accepted ? 'accepted' : `refused${last.note ? `: ${last.note}` : ''}`}`,
+    );
+  const c = status.counts;
+  const headline = `${status.rolloutId}: ${status.state}, phase ${status.phase}, ${c.applied + c.claimed}/${c.total} at r${status.toRevision}${c.failed ? `, ${c.failed} failed` : ''}`;
+  return { state: status.state, headline, why };
+}
+
+/** A gate decision with the evidence behind it, read from the audit trail. */
+export interface GateEvidence {
+  /** The audit record's seq: the page links it. */
+  seq: number;
+  at: string;
+  phase: string | null;
+  kind: 'health' | 'failure-gate' | 'manual';
+  outcome: GateOutcome | 'approved';
+  by: string;
+  /** Health gate: each check run, its result, and the devices that made it fail. */
+  checks?: CheckResult[];
+  /** Failure gate and each applied phase: succeeded, failed, the ratio and the sample it was taken over. */
+  tally?: { succeeded: number; failed: number; ratio: number; sample: number };
+  reason?: string;
+}
+
+function tallyOf(value: unknown): GateEvidence['tally'] | undefined {
+  const t = (value as { tally?: { succeeded?: unknown; failed?: unknown } } | null)?.tally;
+  if (!t || typeof t.succeeded !== 'number' || typeof t.failed !== 'number') return undefined;
+  const sample = t.succeeded + t.failed;
+  return { succeeded: t.succeeded, failed: t.failed, sample, ratio: sample === 0 ? 0 : t.failed / sample };
+}
+
+function checksOf(value: unknown): CheckResult[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  return value.filter(
+    (c): c is CheckResult =>
+      !!c &&
+      typeof c === 'object' &&
+      typeof (c as CheckResult).check === 'string' &&
+      typeof (c as CheckResult).outcome === 'string',
+  );
+}
+
+/**
+ * Every gate decision in a trail, with its evidence: the health gate's checks (`gate.passed`,
+ * `gate.failed`, `gate.inconclusive` carrying the check results), the failure gate's tally (`gate.failed`
+ * with reason `failure-gate`), a manual approval (`rollout.approved`); each phase's applied tally is
+ * attached to the gate of that phase as the failure ratio and its sample.
+ */
+export function gateEvidenceOf(records: readonly AuditRecord[]): GateEvidence[] {
+  const out: GateEvidence[] = [];
+  const appliedTally = new Map<string, GateEvidence['tally']>();
+  for (const r of records) {
+    if (r.event === 'phase.applied' && r.phase) {
+      const t = tallyOf(r.evidence);
+      if (t) appliedTally.set(r.phase, t);
+      continue;
+    }
+    const base = { seq: r.seq, at: r.at, phase: r.phase, by: r.by };
+    if (r.event === 'gate.failed' && r.reason === 'failure-gate') {
+      out.push({
+        ...base,
+        kind: 'failure-gate',
+        outcome: 'fail',
+        ...(tallyOf(r.evidence) ? { tally: tallyOf(r.evidence) } : {}),
+        reason: 'failure-gate',
+      });
+    } else if (r.event === 'gate.passed' || r.event === 'gate.failed' || r.event === 'gate.inconclusive') {
+      const outcome: GateOutcome =
+        r.event === 'gate.passed' ? 'pass' : r.event === 'gate.failed' ? 'fail' : 'inconclusive';
+      const tally = r.phase ? appliedTally.get(r.phase) : undefined;
+      out.push({
+        ...base,
+        kind: 'health',
+        outcome,
+        checks: checksOf(r.evidence) ?? [],
+        ...(tally ? { tally } : {}),
+        ...(r.reason ? { reason: r.reason } : {}),
+      });
+    } else if (r.event === 'rollout.approved') {
+      out.push({ ...base, kind: 'manual', outcome: 'approved', ...(r.reason ? { reason: r.reason } : {}) });
+    }
+  }
+  return out;
+}
+
+/** The controls the board sends, and what each body may hold. */
+export const BOARD_CONTROLS = ['pause', 'resume', 'approve', 'abort'] as const;
+export type BoardControl = (typeof BOARD_CONTROLS)[number];
+export const MAX_REASON = 500;
+
+export interface ControlBody {
+  reason: string;
+  rollback?: boolean;
+  phase?: number | string;
+}
+
+/** A control's JSON body, checked: a reason (1-500 characters, said in the audit trail), `rollback` only on an abort. */
+export function parseControlBody(name: BoardControl, body: Record<string, unknown>): ControlBody {
+  const allowed = new Set([
+    'reason',
+    ...(name === 'abort' ? ['rollback'] : []),
+    ...(name === 'approve' ? ['phase'] : []),
+  ]);
+  for (const key of Object.keys(body))
+    if (!allowed.has(key))
+      throw new WavegateError('INVALID_INPUT', `${key}: not a field of ${name} (allowed: ${[...allowed].join(', ')})`, {
+        field: key,
+      });
+  const reason = body.reason;
+  if (typeof reason !== 'string' || reason.trim() === '')
+    throw new WavegateError('INVALID_INPUT', `reason: ${name} needs a reason (it is recorded in the audit trail)`, {
+      field: 'reason',
+    });
+  if (reason.length > MAX_REASON)
+    throw new WavegateError('INVALID_INPUT', `reason: at most ${MAX_REASON} characters (got ${reason.length})`, {
+      field: 'reason',
+    });
+  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(reason))
+    throw new WavegateError('INVALID_INPUT', 'reason: control characters are not allowed', { field: 'reason' });
+  const out: ControlBody = { reason: reason.trim() };
+  if (body.rollback !== undefined) {
+    if (typeof body.rollback !== 'boolean')
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `rollback: must be true or false (got ${JSON.stringify(body.rollback)})`,
+        {
+          field: 'rollback',
+        },
+      );
+    out.rollback = body.rollback;
+  }
+  if (body.phase !== undefined) {
+    if (!(typeof body.phase === 'string' && body.phase.length <= 100) && !Number.isSafeInteger(body.phase))
+      throw new WavegateError('INVALID_INPUT', 'phase: must be a phase index or name', { field: 'phase' });
+    out.phase = body.phase as number | string;
+  }
+  return out;
+}
+
+/** A rollout id as the board accepts it in a URL: what rollout ids, converges and reverts are made of. */
+export const BOARD_ROLLOUT_ID = /^[A-Za-z0-9][A-Za-z0-9:._@-]{0,199}$/;
+
+export function checkRolloutId(id: string): string {
+  if (!BOARD_ROLLOUT_ID.test(id))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `rollout id ${JSON.stringify(id.slice(0, 80))}: must be 1-200 letters, digits, ":", ".", "_", "@" or "-"`,
+      { field: 'id', value: id.slice(0, 80) },
+    );
+  return id;
+}
+
+/**
+ * The board's token file: one `<name> <token>` per line (`#` comments, blank lines), the name being the
+ * operator identity recorded in controls. Tokens of at least 16 characters, names and tokens unique.
+ */
+export function parseTokenFile(text: string, source: string): Array<{ name: string; token: string }> {
+  const out: Array<{ name: string; token: string }> = [];
+  for (const [i, raw] of text.split('\n').entries()) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const m = /^([A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+(\S{16,256})$/.exec(line);
+    if (!m)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${source} line ${i + 1}: expected "<name> <token>" (a name of letters, digits, ".", "_", "@", "-"; a token of 16-256 non-blank characters)`,
+        { field: '--token-file' },
+      );
+    if (out.some((t) => t.name === m[1] || t.token === m[2]))
+      throw new WavegateError('INVALID_INPUT', `${source} line ${i + 1}: a name or token given twice`, {
+        field: '--token-file',
+      });
+    out.push({ name: m[1]!, token: m[2]! });
+  }
+  if (out.length === 0)
+    throw new WavegateError('INVALID_INPUT', `${source}: no "<name> <token>" line`, { field: '--token-file' });
+  return out;
+}

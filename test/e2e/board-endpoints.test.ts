@@ -1,0 +1,259 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveAuditLocation } from '../../activities/audit';
+import { startBoard, type BoardServer } from '../../cli/board/server';
+import { freePort } from '../../sim/ports';
+import { startDevServer, type DevServer } from '../../workers/dev-server';
+import { runCli } from '../support/cli';
+import { scratchDir } from '../support/harness';
+
+/**
+ * The board's endpoints refuse what they must, each with a JSON `{code, message}` naming the field and
+ * the value (no stack trace): no token, a wrong token, another origin, no CSRF token, a body that is not
+ * JSON or too large, an unknown or malformed rollout id, a bad device query, a foreign Host. Against a
+ * real Temporal dev server (no worker: nothing here runs a rollout); `wavegate board` itself refuses a
+ * listen address beyond loopback without HTTPS and a login (exit 2).
+ */
+const scratch = scratchDir('board-endpoints');
+const TOKEN = 'alice-token-0123456789abcdef';
+let server: DevServer | undefined;
+let client: Client | undefined;
+let board: BoardServer | undefined;
+const logged: string[] = [];
+
+beforeAll(async () => {
+  server = await startDevServer({
+    dbFile: join(scratch.dir, 'temporal.db'),
+    logFile: join(scratch.dir, 'temporal.log'),
+    port: await freePort(),
+    uiPort: await freePort(),
+  });
+  client = new Client({ connection: await Connection.connect({ address: server.address }) });
+  mkdirSync(join(scratch.dir, 'audit'), { recursive: true });
+  board = await startBoard({
+    sources: {
+      client,
+      audit: { where: resolveAuditLocation({ auditDir: join(scratch.dir, 'audit') }, { env: {} }) },
+      transports: new Map(),
+    },
+    listen: { host: '127.0.0.1', port: 0 },
+    tokens: [{ name: 'alice', token: TOKEN }],
+    localOperator: 'nobody',
+    log: (line) => logged.push(line),
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await board?.close();
+  await client?.connection.close();
+  await server?.stop();
+  scratch.cleanup();
+});
+
+interface Answer {
+  status: number;
+  body: { code?: string; message?: string; [k: string]: unknown };
+  headers: Headers;
+}
+
+async function call(path: string, init: RequestInit = {}): Promise<Answer> {
+  const res = await fetch(`${board!.url}${path}`, init);
+  const text = await res.text();
+  let body: Answer['body'];
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = { text };
+  }
+  return { status: res.status, body, headers: res.headers };
+}
+
+const bearer = { authorization: `Bearer ${TOKEN}` };
+
+/** A logged-in page's session: its cookie and CSRF token, by the login form's request. */
+async function login(): Promise<{ cookie: string; csrf: string }> {
+  const res = await fetch(`${board!.url}/api/login`, {
+    method: 'POST',
+    headers: { origin: board!.url, 'content-type': 'application/json' },
+    body: JSON.stringify({ token: TOKEN }),
+  });
+  expect(res.status).toBe(200);
+  const cookie = res.headers.get('set-cookie')!.split(';')[0]!;
+  expect(res.headers.get('set-cookie')).toMatch(/HttpOnly; SameSite=Strict/);
+  const { csrf, operator } = (await res.json()) as { csrf: string; operator: string };
+  expect(operator).toBe('alice');
+  return { cookie, csrf };
+}
+
+function control(
+  path: string,
+  s: { cookie: string; csrf: string },
+  body: unknown,
+  headers: Record<string, string> = {},
+) {
+  return call(path, {
+    method: 'POST',
+    headers: {
+      cookie: s.cookie,
+      origin: board!.url,
+      'content-type': 'application/json',
+      'x-csrf-token': s.csrf,
+      ...headers,
+    },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+function expectRefusal(a: Answer, status: number, code: string, mentions: RegExp): void {
+  expect({ status: a.status, code: a.body.code }).toEqual({ status, code });
+  expect(a.body.message).toMatch(mentions);
+  expect(JSON.stringify(a.body)).not.toMatch(/\n\s+at |\.ts:\d+/); // no stack trace
+}
+
+describe('the board endpoints', () => {
+  it('serve the page with a strict content policy, and no data without a token', async () => {
+    const page = await call('/');
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-security-policy')).toMatch(/script-src 'self'/);
+    expect(page.headers.get('x-frame-options')).toBe('DENY');
+    expectRefusal(await call('/api/rollouts'), 401, 'UNAUTHORIZED', /token/);
+    expectRefusal(
+      await call('/api/rollouts', { headers: { authorization: 'Bearer wrong-token-0000000000' } }),
+      401,
+      'UNAUTHORIZED',
+      /token/,
+    );
+    const listed = await call('/api/rollouts', { headers: bearer });
+    expect(listed.status).toBe(200);
+    expect(listed.body.rollouts).toEqual([]);
+    expectRefusal(await call('/nope'), 404, 'NOT_FOUND', /"\/nope"/);
+  });
+
+  it('log in only with a known token, from the same origin', async () => {
+    const login = (token: string, origin: string) =>
+      call('/api/login', {
+        method: 'POST',
+        headers: { origin, 'content-type': 'application/json' },
+        body: JSON.stringify({ token }),
+      });
+    expectRefusal(await login(TOKEN, 'http://evil.example'), 403, 'FORBIDDEN', /Origin "http:\/\/evil\.example"/);
+    expectRefusal(await login('not-a-token-at-all-000', board!.url), 401, 'UNAUTHORIZED', /token/);
+    // The token is never logged, a refused one neither.
+    expect(logged.join('\n')).not.toContain('not-a-token-at-all-000');
+    const s = await (async () => {
+      const ok = await login(TOKEN, board!.url);
+      expect(ok.status).toBe(200);
+      return ok;
+    })();
+    expect(s.headers.get('set-cookie')).not.toContain(TOKEN);
+  });
+
+  it('refuse unknown and malformed rollout ids, naming them', async () => {
+    const unknown = await call(`/api/rollouts/${encodeURIComponent('rollout:demo:20990101-000000')}`, {
+      headers: bearer,
+    });
+    expectRefusal(unknown, 404, 'NOT_FOUND', /no rollout with id "rollout:demo:20990101-000000"/);
+    const events = await call(`/api/rollouts/${encodeURIComponent('rollout:demo:20990101-000000')}/events`, {
+      headers: bearer,
+    });
+    expectRefusal(events, 404, 'NOT_FOUND', /rollout:demo:20990101-000000/);
+    expectRefusal(
+      await call('/api/rollouts/%2E%2E%2Fetc', { headers: bearer }),
+      400,
+      'INVALID_INPUT',
+      /rollout id "\.\.\/etc"/,
+    );
+    expectRefusal(await call('/api/rollouts/%E0%A4%A', { headers: bearer }), 400, 'INVALID_INPUT', /percent-encoding/);
+    expectRefusal(
+      await call('/api/rollouts/rollout:demo:x?state=exploded', { headers: bearer }),
+      400,
+      'INVALID_INPUT',
+      /state "exploded": must be one of failed/,
+    );
+    expectRefusal(
+      await call('/api/rollouts/rollout:demo:x?limit=100000', { headers: bearer }),
+      400,
+      'INVALID_INPUT',
+      /limit "100000": must be a whole number 0-500/,
+    );
+    expectRefusal(
+      await call(`/api/rollouts/${'a'.repeat(3000)}`, { headers: bearer }),
+      414,
+      'INVALID_INPUT',
+      /above the limit of 2048/,
+    );
+    // A page of another site that resolves its own name to 127.0.0.1 (DNS rebinding) is not answered.
+    const rebound = await new Promise<Answer>((resolve, reject) => {
+      // fetch will not send another Host: a raw request does, as a rebound page's would.
+      const r = request(`${board!.url}/api/rollouts`, { headers: { ...bearer, host: 'evil.example' } }, (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text), headers: new Headers() }));
+      });
+      r.on('error', reject);
+      r.end();
+    });
+    expectRefusal(rebound, 421, 'FORBIDDEN', /Host "evil\.example"/);
+  });
+
+  it('refuse a control without a CSRF token, from another origin, not JSON, oversized or without a reason', async () => {
+    const s = await login();
+    const path = `/api/rollouts/${encodeURIComponent('rollout:demo:20990101-000000')}/pause`;
+    expectRefusal(await control(path, { ...s, csrf: '' }, { reason: 'r' }), 403, 'FORBIDDEN', /X-CSRF-Token/);
+    expectRefusal(
+      await control(path, { ...s, csrf: 'f'.repeat(64) }, { reason: 'r' }),
+      403,
+      'FORBIDDEN',
+      /X-CSRF-Token/,
+    );
+    expectRefusal(
+      await control(path, s, { reason: 'r' }, { origin: 'http://evil.example' }),
+      403,
+      'FORBIDDEN',
+      /Origin/,
+    );
+    expectRefusal(
+      await control(path, s, { reason: 'r' }, { 'content-type': 'text/plain' }),
+      415,
+      'INVALID_INPUT',
+      /Content-Type "text\/plain"/,
+    );
+    expectRefusal(await control(path, s, { reason: 'x'.repeat(20_000) }), 413, 'TOO_LARGE', /limit of 16384/);
+    expectRefusal(await control(path, s, '{"reason":'), 400, 'INVALID_INPUT', /not JSON/);
+    expectRefusal(await control(path, s, { reason: '  ' }), 400, 'INVALID_INPUT', /reason: pause needs a reason/);
+    expectRefusal(await control(path, s, { reason: 'x'.repeat(501) }), 400, 'INVALID_INPUT', /reason: at most 500/);
+    expectRefusal(
+      await control(path, s, { reason: 'ok', rollback: false }),
+      400,
+      'INVALID_INPUT',
+      /rollback: not a field of pause/,
+    );
+    expectRefusal(
+      await control(path, s, { reason: 'ok' }),
+      404,
+      'NOT_FOUND',
+      /no rollout with id "rollout:demo:20990101-000000"/,
+    );
+    // Without a session or a token: 401, not a CSRF complaint.
+    expectRefusal(await control(path, { cookie: '', csrf: s.csrf }, { reason: 'ok' }), 401, 'UNAUTHORIZED', /token/);
+    expectRefusal(await call(path, { headers: bearer }), 405, 'METHOD_NOT_ALLOWED', /only POST/);
+  });
+
+  it('`wavegate board` refuses to listen beyond loopback without HTTPS and a login (exit 2)', async () => {
+    const env = { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '', TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml') };
+    const open = await runCli(['board', '--listen', '0.0.0.0:0', '--address', server!.address], { env });
+    expect(open.code).toBe(2);
+    expect(open.stderr).toMatch(/--listen 0\.0\.0\.0:0: beyond 127\.0\.0\.1.*needs HTTPS/);
+    const tokens = join(scratch.dir, 'tokens');
+    writeFileSync(tokens, 'alice short\n');
+    const bad = await runCli(['board', '--token-file', tokens, '--address', server!.address], { env });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--token-file .*line 1: expected "<name> <token>"/);
+    const cert = await runCli(['board', '--https-cert', tokens, '--address', server!.address], { env });
+    expect(cert.code).toBe(2);
+    expect(cert.stderr).toMatch(/--https-cert and --https-key: give both/);
+  });
+});

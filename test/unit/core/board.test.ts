@@ -1,0 +1,253 @@
+import { describe, expect, it } from 'vitest';
+import type { AuditRecord } from '../../../core/audit';
+import {
+  bannerOf,
+  boardDevices,
+  boardOutcome,
+  checkRolloutId,
+  gateEvidenceOf,
+  pageOfDevices,
+  parseControlBody,
+  parseDeviceQuery,
+  parseTokenFile,
+  phaseProgress,
+  sortFailuresFirst,
+  sortWorstFirst,
+  type BoardDevice,
+} from '../../../core/board';
+import { countDevices, type DeviceState } from '../../../core/rollout-state';
+import type { RolloutStatus } from '../../../core/rollout/status';
+
+/** The board's decisions (core/board.ts), each against the case it exists for. */
+
+function record(seq: number, event: AuditRecord['event'], fields: Partial<AuditRecord> = {}): AuditRecord {
+  return {
+    seq,
+    at: `2026-12-05T10:00:${String(seq).padStart(2, '0')}.000Z`,
+    rolloutId: 'rollout:demo:1',
+    runId: 'run-1',
+    event,
+    phase: null,
+    by: 'wavegate',
+    reason: null,
+    counts: null,
+    evidence: null,
+    prev: '0'.repeat(64),
+    hash: '1'.repeat(64),
+    ...fields,
+  };
+}
+
+function status(devices: Array<[string, DeviceState, number]>, over: Partial<RolloutStatus> = {}): RolloutStatus {
+  const ds = devices.map(([id, state, phase]) => ({ id, state, phase }));
+  return {
+    rolloutId: 'rollout:demo:1',
+    profile: 'demo',
+    fromRevision: 1,
+    toRevision: 2,
+    state: 'running',
+    phase: 'canary',
+    phases: [
+      { index: 0, name: 'canary', devices: 1, gate: 0, stage: 'passed', gateOutcome: 'pass' },
+      { index: 1, name: 'bulk', devices: 3, gate: 'manual', stage: 'applying' },
+    ],
+    devices: ds,
+    counts: countDevices(ds),
+    controls: [],
+    warnings: [],
+    ...over,
+  };
+}
+
+describe('the board', () => {
+  it('sorts devices worst first (failed above waiting above applying above pending above applied), then by id', () => {
+    const sorted = sortWorstFirst([
+      { id: 'd', state: 'applied' },
+      { id: 'c', state: 'pending' },
+      { id: 'b', state: 'failed' },
+      { id: 'a', state: 'applying' },
+      { id: 'e', state: 'waiting' },
+      { id: 'f', state: 'rollback-failed' },
+      { id: 'a2', state: 'failed' },
+    ]);
+    expect(sorted.map((d) => d.id)).toEqual(['a2', 'b', 'f', 'e', 'a', 'c', 'd']);
+  });
+
+  it('filters and pages the device table: state, id substring (any case), offset and limit', () => {
+    const devices: BoardDevice[] = Array.from({ length: 250 }, (_, i) => ({
+      id: `edge-${String(i).padStart(3, '0')}`,
+      state: i % 50 === 0 ? 'failed' : 'applied',
+      phase: 0,
+      attempts: 1,
+    }));
+    const first = pageOfDevices(devices, { offset: 0, limit: 3 });
+    expect(first.devices.map((d) => d.id)).toEqual(['edge-000', 'edge-050', 'edge-100']);
+    expect({ total: first.total, matching: first.matching }).toEqual({ total: 250, matching: 250 });
+    const failed = pageOfDevices(devices, { state: 'failed', offset: 2, limit: 100 });
+    expect(failed.matching).toBe(5);
+    expect(failed.devices.map((d) => d.id)).toEqual(['edge-100', 'edge-150', 'edge-200']);
+    expect(pageOfDevices(devices, { q: 'EDGE-24', offset: 0, limit: 100 }).matching).toBe(10);
+  });
+
+  it('reads the device query and refuses a bad one naming the field', () => {
+    expect(parseDeviceQuery(new URLSearchParams('state=failed&q=edge&offset=100&limit=50'))).toEqual({
+      state: 'failed',
+      q: 'edge',
+      offset: 100,
+      limit: 50,
+    });
+    expect(() => parseDeviceQuery(new URLSearchParams('state=broken'))).toThrow(/state "broken"/);
+    expect(() => parseDeviceQuery(new URLSearchParams('limit=501'))).toThrow(/limit "501"/);
+    expect(() => parseDeviceQuery(new URLSearchParams('offset=-1'))).toThrow(/offset "-1"/);
+  });
+
+  it('tells the true outcome: a rolled-back or aborted rollout Temporal calls Completed is neither completed', () => {
+    expect(boardOutcome('COMPLETED', 'rolled-back')).toBe('rolled-back');
+    expect(boardOutcome('COMPLETED', 'aborted')).toBe('aborted');
+    expect(boardOutcome('RUNNING', 'paused')).toBe('paused');
+    expect(boardOutcome('TERMINATED', 'running')).toBe('terminated');
+    expect(boardOutcome('FAILED', 'running')).toBe('failed');
+    expect(boardOutcome('COMPLETED', 'completed', status([['a', 'applied', 0]], { state: 'completed' }))).toBe(
+      'completed',
+    );
+    expect(
+      boardOutcome(
+        'COMPLETED',
+        'completed',
+        status(
+          [
+            ['a', 'applied', 0],
+            ['b', 'failed', 1],
+          ],
+          { state: 'completed' },
+        ),
+      ),
+    ).toBe('completed-pending');
+    const rows = sortFailuresFirst([
+      { outcome: 'completed' as const, startTime: '2026-12-05T10:00:00Z' },
+      { outcome: 'rolled-back' as const, startTime: '2026-12-05T09:00:00Z' },
+      { outcome: 'running' as const, startTime: '2026-12-05T11:00:00Z' },
+      { outcome: 'failed' as const, startTime: '2026-12-05T08:00:00Z' },
+    ]);
+    expect(rows.map((r) => r.outcome)).toEqual(['failed', 'rolled-back', 'running', 'completed']);
+  });
+
+  it('shows each phase as plan against actual', () => {
+    const s = status([
+      ['a', 'applied', 0],
+      ['b', 'applied', 1],
+      ['c', 'failed', 1],
+      ['d', 'applying', 1],
+    ]);
+    expect(phaseProgress(s).map((p) => [p.name, p.planned, p.done, p.failed, p.inFlight])).toEqual([
+      ['canary', 1, 1, 0, 0],
+      ['bulk', 3, 1, 1, 1],
+    ]);
+  });
+
+  it('says in the banner why a rollout is where it is: the pause reason, the gate verdict, the last control', () => {
+    const s = status([['a', 'applied', 0]], {
+      state: 'paused',
+      pausedReason: 'health gate inconclusive after canary',
+      phases: [
+        {
+          index: 0,
+          name: 'canary',
+          devices: 1,
+          gate: 0,
+          stage: 'inconclusive',
+          gateOutcome: 'inconclusive',
+          evidence: ['error-rate: inconclusive — no data'],
+        },
+      ],
+      controls: [{ control: 'pause', by: 'alice', reason: 'lunch', at: '2026-12-05T10:00:00Z', accepted: true }],
+    });
+    const b = bannerOf(s);
+    expect(b.why).toEqual([
+      'paused: health gate inconclusive after canary',
+      'gate of phase canary: inconclusive (error-rate: inconclusive — no data)',
+      'last control: pause by alice ("lunch"), accepted',
+    ]);
+  });
+
+  it("reads a gate's evidence from the trail: each check with the devices that failed it, and the phase's failure ratio", () => {
+    const records = [
+      record(1, 'phase.applied', { phase: 'canary', evidence: { tally: { succeeded: 3, failed: 1 } } }),
+      record(2, 'gate.failed', {
+        phase: 'canary',
+        evidence: [
+          {
+            check: 'all-runtimes-healthy',
+            outcome: 'fail',
+            evidence: '1 of 4 unhealthy',
+            failedDevices: ['edge-2'],
+            durationMs: 40,
+          },
+        ],
+      }),
+      record(3, 'gate.failed', {
+        phase: 'bulk',
+        reason: 'failure-gate',
+        evidence: { tally: { succeeded: 1, failed: 3 } },
+      }),
+      record(4, 'rollout.approved', { phase: 'bulk', by: 'alice', reason: 'looks fine' }),
+    ];
+    const gates = gateEvidenceOf(records);
+    expect(gates[0]).toMatchObject({
+      kind: 'health',
+      outcome: 'fail',
+      phase: 'canary',
+      tally: { succeeded: 3, failed: 1, sample: 4, ratio: 0.25 },
+    });
+    expect(gates[0]!.checks![0]!.failedDevices).toEqual(['edge-2']);
+    expect(gates[1]).toMatchObject({ kind: 'failure-gate', tally: { ratio: 0.75, sample: 4 } });
+    expect(gates[2]).toMatchObject({ kind: 'manual', outcome: 'approved', by: 'alice', reason: 'looks fine' });
+  });
+
+  it("adds the trail's history to each device: since when, apply attempts, last error, transport", () => {
+    const records = [
+      record(1, 'devices.outcome', { evidence: { mode: 'plan', devices: [{ id: 'a', state: 'pending' }] } }),
+      record(2, 'devices.outcome', { evidence: { mode: 'apply', devices: [{ id: 'a', state: 'applying' }] } }),
+      record(3, 'devices.outcome', {
+        evidence: { mode: 'apply', devices: [{ id: 'a', state: 'waiting', reason: 'after: base not verified' }] },
+      }),
+      record(4, 'devices.outcome', { evidence: { mode: 'apply', devices: [{ id: 'a', state: 'applying' }] } }),
+      record(5, 'devices.outcome', { evidence: { mode: 'apply', devices: [{ id: 'a', state: 'applied' }] } }),
+    ];
+    const [a] = boardDevices(status([['a', 'applied', 0]]), records, new Map([['a', 'agent']]));
+    expect(a).toEqual({
+      id: 'a',
+      state: 'applied',
+      phase: 0,
+      attempts: 2,
+      since: records[4]!.at,
+      lastError: 'after: base not verified',
+      transport: 'agent',
+    });
+  });
+
+  it('checks a control body: a reason, rollback only on abort, no other field', () => {
+    expect(parseControlBody('abort', { reason: ' done ', rollback: false })).toEqual({
+      reason: 'done',
+      rollback: false,
+    });
+    expect(() => parseControlBody('pause', { reason: '' })).toThrow(/reason: pause needs a reason/);
+    expect(() => parseControlBody('pause', { reason: 'x', rollback: true })).toThrow(/rollback: not a field of pause/);
+    expect(() => parseControlBody('abort', { reason: 'x', rollback: 'yes' })).toThrow(
+      /rollback: must be true or false/,
+    );
+    expect(() => parseControlBody('resume', { reason: 'a\u0007b' })).toThrow(/control characters/);
+  });
+
+  it('reads a token file and refuses ids and token lines it cannot trust', () => {
+    expect(parseTokenFile('# operators\nalice 0123456789abcdef0123\n\nbob   fedcba9876543210fedc\n', 'f')).toEqual([
+      { name: 'alice', token: '0123456789abcdef0123' },
+      { name: 'bob', token: 'fedcba9876543210fedc' },
+    ]);
+    expect(() => parseTokenFile('alice short', 'f')).toThrow(/f line 1/);
+    expect(() => parseTokenFile('alice 0123456789abcdef0123\nalice 0123456789abcdef9999', 'f')).toThrow(/twice/);
+    expect(() => parseTokenFile('# nothing\n', 'f')).toThrow(/no "<name> <token>" line/);
+    expect(checkRolloutId('rollout:demo:20261205-100000')).toBe('rollout:demo:20261205-100000');
+    expect(() => checkRolloutId('../etc/passwd')).toThrow(/rollout id/);
+  });
+});
