@@ -29,6 +29,7 @@ import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
+import { createSlicedPlanActivities, memberSnapshot } from './sliced-records';
 import { channelFor, refusalOf, type ChannelDeps } from './channel';
 import { createConvergeActivities } from './agent/converge';
 import { WavegateError } from '../core/errors';
@@ -204,6 +205,8 @@ export function createActivities(deps: ActivityDeps = {}) {
     profilesRoot: deps.profilesRoot,
     allowUnsigned: deps.allowUnsigned,
   };
+  const health = createHealthActivities({ profilesRoot: deps.profilesRoot });
+  const converge = createConvergeActivities({ client: deps.client });
   return {
     ...(deps.auditStore
       ? auditActivitiesOf(deps.auditStore)
@@ -212,7 +215,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           log: deps.log,
           ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}),
         })),
-    ...createHealthActivities({ profilesRoot: deps.profilesRoot }),
+    ...health,
     ...createCanaryActivities({ client: deps.client }),
     ...createRegistryActivities({ client: deps.client }),
     ...createPreflightActivities({
@@ -221,7 +224,14 @@ export function createActivities(deps: ActivityDeps = {}) {
       identity: deps.identity ?? defaultWorkerIdentity(),
     }),
     ...createWebhookActivities(deps.webhookPolicy ? { policy: deps.webhookPolicy } : {}),
-    ...createConvergeActivities({ client: deps.client }),
+    ...converge,
+    ...createSlicedPlanActivities({
+      readMembership,
+      client: () => deps.client ?? Context.current().client,
+      heartbeat: () => Context.current().heartbeat(),
+      runHealthCheck: (input) => health.runHealthCheck(input),
+      desireAgentRevision: (input) => converge.desireAgentRevision(input),
+    }),
     /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       let probed = 0;
@@ -261,12 +271,11 @@ export function createActivities(deps: ActivityDeps = {}) {
         const target = targetOf(device);
         const mark = marks.get(device.id);
         const base = { ...target, updateClass: device.updateClass, os: device.os, ...(mark ? { nodeDown: mark } : {}) };
+        // Left-behind, node-down, and with the membership only every other device: no device contacted
+        // (reachability and revision are learned at apply, and the canary's probe).
+        const uncontacted = memberSnapshot({ ...device, ...(mark ? { nodeDown: mark } : {}) });
         try {
-          if (device.updateClass === 'left-behind')
-            return { ...base, current: null, reachable: false, error: 'left-behind: not contacted' };
-          if (mark?.holds) return { ...base, current: null, reachable: false, error: 'node-down: not contacted' };
-          // Membership only: reachability and revision are learned at apply (and the canary's probe).
-          if (input.probe === false) return { ...base, current: null, reachable: true };
+          if (!uncontacted.reachable || input.probe === false) return uncontacted;
           // Older histories: every device's marker, read now (a 10 s read; one that fails counts the device unreachable).
           return await channelFor(target, channels).probe({ ...base, current: null, reachable: true }, input.profile, {
             connectTimeoutMs: 5_000,

@@ -2,6 +2,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { AbortControl, ApproveControl, AuditOverrideControl, PauseControl, ResumeControl } from '../core/controls';
 import type { RolloutStatus } from '../core/rollout/status';
 import type { BudgetHandoff, BudgetRelease } from '../core/rollout/shared-budget';
+import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
 
 /**
  * The messages of a rollout `rollout:<profile>:<stamp>` (workflows/rollout.ts) and of its slice children
@@ -39,5 +40,16 @@ export const sliceSuccessorSignal = defineSignal<[{ workflowId: string | null }]
 export const sliceHandoffSignal = defineSignal<[BudgetHandoff]>('sliceHandoff');
 /** Slice → its successor: slots freed since the handoff (devices that ended), with their tally. */
 export const sliceReleaseSignal = defineSignal<[BudgetRelease]>('sliceRelease');
+/**
+ * A slice's records (sliced records, core/rollout/sliced-plan.ts): its devices as loaded, each one's
+ * state, and those it started in start order. Answered by a running or a closed slice: the status's
+ * device lookup, the health gate, compensation and convergence read a slice's devices from here.
+ */
+export const sliceRecordsQuery = defineQuery<SliceRecords>('sliceRecords');
+export interface SliceRecords {
+  devices: DeviceSnapshot[];
+  states: Array<[string, DeviceState, string | undefined]>;
+  started: string[];
+}
 /** Slice → parent: it holds the budget now (the parent starts the slice after it). */
 export const sliceActiveSignal = defineSignal<[{ workflowId: string }]>('sliceActive');

@@ -16,6 +16,15 @@ export const { snapshotFleet, probeDevices } = wf.proxyActivities<Activities>({
   retry: { maximumAttempts: 3 },
 });
 
+// ---- sliced records (core/rollout/sliced-plan.ts): the plan's shape, a slice's devices ----
+
+export const { planSlices, sliceDevices, sliceTouched, sliceHealthCheck, desireAgentRevisionInSlices } =
+  wf.proxyActivities<Activities>({
+    startToCloseTimeout: '10 minutes',
+    heartbeatTimeout: '1 minute',
+    retry: { maximumAttempts: 3 },
+  });
+
 // ---- a device's apply ----
 
 /** How one batch of devices is applied: the bound on a device's whole apply, and whether an offline device is waited for. */

@@ -1,5 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import type { RolloutInput } from '../core/rollout/input';
+import { convergeCandidate } from '../core/rollout/device-outcome';
 import type { RolloutModel } from '../core/rollout/model';
 import { desireAgentRevision } from './activity-proxies';
 
@@ -10,8 +11,6 @@ export const AGENT_DESIRED_STATE = 'agent-desired-state';
  * one found ahead, not-for-me or never started), with the floor it raises when applied (no way back).
  */
 export const CONVERGE_OFFLINE_ONLY = 'converge-offline-only';
-/** How the model words a device skipped because it could not be reached (at snapshot or at its apply). */
-const OFFLINE_SKIP = /^offline at (snapshot|apply)\b/;
 /** Devices per desireAgentRevision activity (activities/agent/converge.ts MAX_CONVERGE_BATCH). */
 const BATCH = 500;
 
@@ -29,16 +28,11 @@ export async function convergeSkippedAgents(input: RolloutInput, model: RolloutM
   wf.deprecatePatch(AGENT_DESIRED_STATE);
   const target = input.spec.toRevision;
   wf.deprecatePatch(CONVERGE_OFFLINE_ONLY);
-  const skippedAsOffline = (id: string) => OFFLINE_SKIP.test(model.outcomesOf([id])[0]?.reason ?? '');
   const ids = agents
-    .filter(
-      (d) =>
-        model.deviceState(d.id) === 'skipped' &&
-        skippedAsOffline(d.id) &&
-        d.updateClass !== 'left-behind' &&
-        !d.nodeDown?.holds &&
-        d.current !== target,
-    )
+    .filter((d) => {
+      const { state, reason } = model.outcomesOf([d.id])[0]!;
+      return convergeCandidate(d, state, reason, target);
+    })
     .map((d) => d.id);
   const { workflowId, runId } = wf.workflowInfo();
   // The revision a device converges to raises its floor there with no way back: this rollout did not change it.

@@ -7,10 +7,9 @@ import {
   hasDeadlines,
   phaseDeadlineOf,
   phaseInProgress,
-  unconfirmedDevices,
 } from '../core/rollout/deadline';
 import type { RolloutInput } from '../core/rollout/input';
-import type { RolloutModel } from '../core/rollout/model';
+import { phaseSize, type RolloutModel } from '../core/rollout/model';
 import { DEFAULT_SLICE } from './batches';
 import type { RolloutStages } from './rollout-stages';
 
@@ -93,7 +92,7 @@ class DeadlineWatcher implements DeadlineWatch {
     const planned = this.model.plan?.phases ?? [];
     for (let i = planned.length - 1; i >= 0; i--) {
       if (!phaseInProgress(this.model.phase(i).stage)) continue;
-      if (this.model.phaseStarted(i) || planned[i]!.devices.length > this.sliceSize) return i;
+      if (this.model.phaseStarted(i) || phaseSize(planned[i]!) > this.sliceSize) return i;
     }
     return undefined;
   }
@@ -144,7 +143,7 @@ class DeadlineWatcher implements DeadlineWatch {
     const passedPhases = new Set(
       (model.plan?.phases ?? []).map((p) => p.index).filter((i) => model.phase(i).stage === 'passed'),
     );
-    const unconfirmed = unconfirmedDevices(model.requiredDevices(), passedPhases, deadline.phase);
+    const unconfirmed = model.unconfirmed(passedPhases, deadline.phase);
     const reason = deadlineReason(deadline.kind, deadline.limitMs, phase, unconfirmed.count);
     const at = new Date(now).toISOString();
     model.recordDeadline(

@@ -1,5 +1,5 @@
 import { dependencyBackoffMs, waitingReason, type Dependency } from '../dependencies';
-import type { DeviceState } from '../rollout-state';
+import { stepState, type DeviceSnapshot, type DeviceState } from '../rollout-state';
 import { NOT_FOR_ME, NOT_STARTED } from './outcome';
 import { IN_PLACE_REASON } from './revert';
 
@@ -175,4 +175,34 @@ export function deviceOutcome(answer: ApplyAnswer, device: AnsweringDevice, read
     ...(required ? { counted: 'succeeded' as const } : {}),
     readsGate,
   };
+}
+
+/** A device the health gate measures: changed by this rollout (applied or claimed) and not best-effort. */
+export function isHealthTarget(d: Pick<DeviceSnapshot, 'updateClass'>, state: DeviceState | undefined): boolean {
+  return d.updateClass !== 'best-effort' && (state === 'applied' || state === 'claimed');
+}
+
+/** How the model words a device skipped because it could not be reached (at snapshot or at its apply). */
+const OFFLINE_SKIP = /^offline at (snapshot|apply)\b/;
+
+/**
+ * An agent device a completed rollout leaves its revision to as desired state: skipped as offline (at
+ * snapshot or at its apply) — never one found ahead, not-for-me or never started — not left-behind, not
+ * held by a node-down verdict, and not already at the target.
+ */
+export function convergeCandidate(
+  d: Pick<DeviceSnapshot, 'transport' | 'updateClass' | 'nodeDown' | 'current'>,
+  state: DeviceState | undefined,
+  reason: string | undefined,
+  target: number,
+): boolean {
+  return (
+    d.transport === 'agent' &&
+    state !== undefined &&
+    stepState(state) === 'skipped' &&
+    OFFLINE_SKIP.test(reason ?? '') &&
+    d.updateClass !== 'left-behind' &&
+    !d.nodeDown?.holds &&
+    d.current !== target
+  );
 }

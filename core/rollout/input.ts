@@ -80,6 +80,13 @@ export interface RolloutInput {
   /** Phases with more devices than this run in child workflows over slices of this size (history bounds). */
   sliceSize?: number;
   /**
+   * `slices` (core/rollout/sliced-plan.ts; the CLI sets it for large fleets): the parent holds no
+   * per-device record of a sliced phase; the plan is made from the membership by an activity, each slice
+   * loads its own devices, keeps their states and audit trail, and answers with counts. Needs `membership`.
+   * Absent: every device's record in the parent.
+   */
+  records?: 'slices';
+  /**
    * A canary run (nightly canary): only the first phase runs, with its gate and health gate; the gate's
    * outcome is the verdict, and the canary goes back to fromRevision unless `keep`.
    */

@@ -12,8 +12,11 @@ import {
   type RolloutState,
 } from '../rollout-state';
 import type { RolloutSpec } from '../spec';
+import { isHealthTarget } from './device-outcome';
 import { honestDevice, NOT_STARTED } from './outcome';
-import type { DeadlineKind, DeadlineStatus } from './deadline';
+import { plannedState, type PlanShape } from './sliced-plan';
+import { SlicedRecords, type SliceReport, type SliceUnit } from './sliced-records';
+import { unconfirmedDevices, type DeadlineKind, type DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
 
@@ -63,6 +66,9 @@ export class RolloutModel {
   /** A write since the last publish (see `takeChanged`); a new model has not been published yet. */
   private changed = true;
 
+  /** Sliced records (core/rollout/sliced-records.ts): the sliced phases' counts and slices; absent otherwise. */
+  private slicedRecords: SlicedRecords | undefined;
+
   private readonly devices = new Map<string, DeviceStatus>();
   private readonly phases: PhaseStatus[] = [];
   private readonly controls: ControlRecord[] = [];
@@ -107,6 +113,7 @@ export class RolloutModel {
       ...(this.revertsRollout ? { reverts: this.revertsRollout } : {}),
       ...(this.passedDeadline ? { deadline: this.passedDeadline } : {}),
       ...(this.webhookLedger ? { webhooks: this.webhookLedger.status() } : {}),
+      ...(this.slicedRecords ? { slices: this.slicedRecords.list() } : {}),
     };
   }
   get state(): RolloutState {
@@ -159,14 +166,18 @@ export class RolloutModel {
     return changed;
   }
   counts(): Counts {
-    return countDevices(this.devices.values());
+    const counts = countDevices(this.devices.values());
+    if (!this.slicedRecords) return counts;
+    const sliced = this.slicedRecords.counts();
+    for (const key of Object.keys(counts) as Array<keyof Counts>) counts[key] += sliced[key];
+    return counts;
   }
   /** New device starts and the advance wait: for an operator's pause, or for the audit trail to be whole. */
   /** Devices this rollout started changing (a batch's devices not yet started do not count). */
   changedDevices(): number {
     let n = 0;
     for (const id of this.touched) if (this.devices.get(id)?.state !== 'pending') n += 1;
-    return n;
+    return n + (this.slicedRecords?.changedDevices() ?? 0);
   }
   get paused(): boolean {
     return this.currentState === 'paused' || this.auditHoldReason !== undefined;
@@ -228,31 +239,70 @@ export class RolloutModel {
       this.phases.push({
         index: phase.index,
         name: phase.name,
-        devices: phase.devices.length,
+        devices: phaseSize(phase),
         gate: phase.gate,
         stage: 'pending',
       });
       for (const id of phase.devices) {
-        const d = this.snapshot.get(id)!;
-        if (d.refusal) {
-          this.devices.set(id, {
-            id,
-            state: 'failed',
-            phase: phase.index,
-            reason: `refused at snapshot (${d.refusal}): ${d.error ?? 'refused'}`,
-          });
-        } else if (!d.reachable && this.spec.offline !== 'wait') {
-          const offline = this.spec.offline === 'fail' ? 'failed' : 'skipped';
-          this.devices.set(id, {
-            id,
-            state: offline,
-            phase: phase.index,
-            reason: `offline at snapshot: ${d.error ?? 'unreachable'}`,
-          });
-        } else this.devices.set(id, { id, state: 'pending', phase: phase.index });
+        const { state, reason } = plannedState(this.snapshot.get(id)!, this.spec.offline);
+        this.devices.set(id, { id, state, phase: phase.index, ...(reason ? { reason } : {}) });
       }
     }
   }
+  /**
+   * Sliced records: the plan's shape (core/rollout/sliced-plan.ts). The inline phases' devices get their
+   * records as adoptPlan gives them; a sliced phase only its counts, its devices pending until a slice
+   * reports them; the plan-settled devices (already there, not-for-me) are counts.
+   */
+  adoptShape(shape: PlanShape): void {
+    this.addSnapshot(shape.inline);
+    this.slicedRecords = new SlicedRecords(shape);
+    this.adoptPlan({
+      rolloutId: this.spec.rolloutId,
+      seed: shape.seed,
+      toRevision: this.spec.toRevision,
+      snapshotSize: shape.snapshotSize,
+      ...(shape.canaryClass !== undefined ? { canaryClass: shape.canaryClass } : {}),
+      phases: shape.phases,
+      alreadyApplied: [],
+      notForMe: [],
+      pools: shape.pools,
+      warnings: shape.warnings,
+    });
+  }
+  /** Sliced records, when the rollout keeps them (the parent then holds counts of its sliced phases). */
+  get sliced(): SlicedRecords | undefined {
+    return this.slicedRecords;
+  }
+  /** A slice of sliced records started / ended (its counts replace its devices' pending ones). */
+  sliceStarted(unit: Omit<SliceUnit, 'counts' | 'required' | 'started'>): void {
+    this.changed = true;
+    this.slicedRecords!.started(unit);
+  }
+  sliceEnded(workflowId: string, report: SliceReport): void {
+    this.changed = true;
+    this.slicedRecords!.ended(workflowId, report);
+  }
+  /** Sliced phases' devices no slice ran: not-started from now on (how many, by phase). */
+  closeUnstartedSlices(reason: string, exceptPhase?: number): Array<{ phase: number; devices: number }> {
+    if (!this.slicedRecords) return [];
+    this.changed = true;
+    return this.slicedRecords.closeUnstarted(reason, exceptPhase);
+  }
+  /** The devices a deadline waits for that are not confirmed: the named ones, and the sliced phases' by count. */
+  unconfirmed(
+    passedPhases: ReadonlySet<number>,
+    phase?: number,
+  ): { ids: string[]; count: number; byState: Partial<Record<DeviceState, number>> } {
+    const named = unconfirmedDevices(this.requiredDevices(), passedPhases, phase);
+    if (!this.slicedRecords) return named;
+    const sliced = this.slicedRecords.unconfirmed(passedPhases, phase);
+    const byState = { ...named.byState };
+    for (const [state, n] of Object.entries(sliced.byState) as Array<[DeviceState, number]>)
+      byState[state] = (byState[state] ?? 0) + n;
+    return { ids: named.ids, count: named.count + sliced.count, byState };
+  }
+
   /** The phase's devices still waiting to start, in plan order. */
   pendingIn(phase: PlannedPhase): DeviceSnapshot[] {
     return phase.devices.filter((id) => this.devices.get(id)?.state === 'pending').map((id) => this.snapshot.get(id)!);
@@ -263,9 +313,7 @@ export class RolloutModel {
   }
   /** Devices the health gate measures: changed by this rollout and not best-effort, in snapshot order. */
   healthTargets(): DeviceSnapshot[] {
-    return [...this.snapshot.values()].filter(
-      (d) => d.updateClass !== 'best-effort' && ['applied', 'claimed'].includes(this.devices.get(d.id)?.state ?? ''),
-    );
+    return [...this.snapshot.values()].filter((d) => isHealthTarget(d, this.devices.get(d.id)?.state));
   }
 
   // ---- devices ----
@@ -295,7 +343,7 @@ export class RolloutModel {
   }
   /** Whether a device of the phase has started applying (a sliced phase learns it when its first slice ends). */
   phaseStarted(index: number): boolean {
-    return this.startedPhases.has(index);
+    return this.startedPhases.has(index) || (this.slicedRecords?.phaseStarted(index) ?? false);
   }
   /** Devices a deadline waits for: planned into a phase and not best-effort (they never hold a gate). */
   *requiredDevices(): Iterable<DeviceStatus> {
@@ -495,4 +543,9 @@ export class RolloutModel {
     this.pauses.clear();
     this.approvalWait = undefined;
   }
+}
+
+/** How many devices a phase has: a sliced phase of sliced records names none of them (core/rollout/sliced-plan.ts). */
+export function phaseSize(phase: PlannedPhase | (PlannedPhase & { size: number })): number {
+  return 'size' in phase ? phase.size : phase.devices.length;
 }

@@ -2,6 +2,7 @@ import type { WebhookDeliveryStatus } from '../events';
 import type { GateOutcome } from '../health';
 import type { DeadlineStatus } from './deadline';
 import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
+import type { SliceUnit } from './sliced-records';
 
 export const PHASE_STAGES = [
   'pending',
@@ -64,4 +65,9 @@ export interface RolloutStatus {
   reverts?: { rolloutId: string; runId: string };
   /** Deliveries to the spec's webhooks (core/events.ts): counts and the events not delivered, never a secret. */
   webhooks?: WebhookDeliveryStatus;
+  /**
+   * Sliced records (core/rollout/sliced-plan.ts): the slices, in start order, where the sliced phases'
+   * device records are (`devices` then holds the inline phases' devices only).
+   */
+  slices?: SliceUnit[];
 }
