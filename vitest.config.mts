@@ -13,6 +13,7 @@ const RUN_ALONE = [
   // Headless chromium: the heaviest process of the suite on a 2-core machine.
   'test/e2e/webui.test.ts',
   'test/e2e/webui-outcomes.test.ts',
+  'test/e2e/board.test.ts',
   // Compute-bound (1,000 simulated devices; 300 devices over three workers and PostgreSQL): a neighbour
   // gains little time and, paired with each other, one device's apply failed its verify under load.
   'test/workflow/rollout-scale.test.ts',

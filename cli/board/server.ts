@@ -419,8 +419,13 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
     requestTimeout: BOARD_LIMITS.requestTimeoutMs,
     keepAliveTimeout: BOARD_LIMITS.keepAliveMs,
   };
+  // Requests in flight, so that close() lets them end before the caller closes the Temporal client.
+  const inFlight = new Set<Promise<void>>();
   const listener = (req: IncomingMessage, res: ServerResponse) => {
-    handle(req, res).catch((err: unknown) => refuse(res, err));
+    const done = handle(req, res)
+      .catch((err: unknown) => refuse(res, err))
+      .finally(() => inFlight.delete(done));
+    inFlight.add(done);
   };
   const server: Server = tls
     ? createHttpsServer(
@@ -451,6 +456,8 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
       await closed;
+      const settled = Promise.allSettled([...inFlight]);
+      await Promise.race([settled, new Promise((r) => setTimeout(r, 5_000).unref())]);
     },
   };
 }

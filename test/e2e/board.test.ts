@@ -1,0 +1,291 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { BrowserContext, Page } from 'playwright-core';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities } from '../../activities';
+import { resolveAuditLocation } from '../../activities/audit';
+import { readAuditTrail } from '../../activities/audit-store';
+import { startBoard, type BoardServer } from '../../cli/board/server';
+import { parseAuditLog, type AuditRecord } from '../../core/audit';
+import type { RolloutStatus } from '../../core/rollout/status';
+import { PROJECT_ROOT } from '../../intake/package-layout';
+import { demoDevices, type Fleet } from '../../sim';
+import { freePort } from '../../sim/ports';
+import { startDevServer, type DevServer } from '../../workers/dev-server';
+import { launchChromium } from '../support/chromium';
+import { runCli, type CliRun } from '../support/cli';
+import { fleetWithInventory, scratchDir } from '../support/harness';
+import { workflowBundle } from '../support/temporal';
+import { until } from '../support/until';
+
+/**
+ * `wavegate board` in headless Chromium, over one stack: a Temporal dev server, a worker, one simulated
+ * fleet of 6 devices and the board (a token file's `alice`). A rollout is watched live (device rows
+ * change state while the page stays the same document), paused and aborted from the page (both reach
+ * the rollout and its audit trail as by alice, with the reason typed), a control from a page without a
+ * session is refused, a rollout whose health gate fails is shown rolled back with the gate's evidence,
+ * the list tells aborted and rolled back from completed, and the audit view verifies the chain.
+ * Screenshots of every view go to test-output/board/ (kept as CI artifacts).
+ */
+const scratch = scratchDir('board');
+const shots = join(PROJECT_ROOT, 'test-output', 'board');
+const TOKEN = 'alice-board-token-0123456789';
+const BUDGETS = { 'pool-a': 0.5, 'pool-b': 0.5 };
+const taskQueue = `board-${process.pid}`;
+let server: DevServer | undefined;
+let native: NativeConnection | undefined;
+let worker: Worker | undefined;
+let running: Promise<void> | undefined;
+let client: Client | undefined;
+let board: BoardServer | undefined;
+let browser: BrowserContext | undefined;
+let page: Page;
+let fleet: Fleet | undefined;
+let inventoryPath = '';
+const auditDir = join(scratch.dir, 'audit');
+
+function wg(args: string[]): Promise<CliRun> {
+  return runCli([...args, '--address', server!.address, '--task-queue', taskQueue], {
+    env: {
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: join(scratch.dir, 'none.toml'),
+      WAVEGATE_PROFILES: '',
+    },
+  });
+}
+
+/** A demo r1 → r2 rollout of the fleet, started by the real CLI; its id. */
+async function startRollout(name: string, phases: unknown[]): Promise<string> {
+  const spec = join(scratch.dir, `${name}.yaml`);
+  writeFileSync(
+    spec,
+    stringify({ rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases, disruptionBudget: BUDGETS } }),
+  );
+  const run = await wg(['start', '-f', spec, '--inventory', inventoryPath, '--json']);
+  expect(run.code, run.stderr).toBe(0);
+  return (JSON.parse(run.stdout.split('\n')[0]!) as { rolloutId: string }).rolloutId;
+}
+
+const statusOf = (id: string) => client!.workflow.getHandle(id).query<RolloutStatus>('status');
+
+async function untilClosed(id: string): Promise<void> {
+  await until(
+    `${id} to close`,
+    async () => ((await client!.workflow.getHandle(id).describe()).status.name === 'RUNNING' ? undefined : true),
+    60_000,
+  );
+}
+
+async function trailOf(id: string): Promise<AuditRecord[]> {
+  const { segments } = await readAuditTrail({ auditDir, rolloutId: id, env: {} });
+  return segments.flatMap((s) => parseAuditLog(s.text).records);
+}
+
+const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+const openRollout = (id: string) => page.goto(`${board!.url}/#/rollout/${encodeURIComponent(id)}`);
+
+/** Click a control on the page, type the reason in its dialog and confirm it. */
+async function useControl(name: string, reason: string, before?: () => Promise<unknown>): Promise<void> {
+  await page.locator(`button[data-control="${name}"]`).click();
+  await page.locator('#confirm-reason').fill(reason);
+  await before?.();
+  await page.locator('#confirm-ok').click();
+}
+
+beforeAll(async () => {
+  mkdirSync(shots, { recursive: true });
+  server = await startDevServer({
+    dbFile: join(scratch.dir, 'temporal.db'),
+    logFile: join(scratch.dir, 'temporal.log'),
+    port: await freePort(),
+    uiPort: await freePort(),
+  });
+  native = await NativeConnection.connect({ address: server.address });
+  worker = await Worker.create({
+    connection: native,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: createActivities({ auditDir }),
+  });
+  running = worker.run();
+  client = new Client({ connection: await Connection.connect({ address: server.address }) });
+  const made = await fleetWithInventory(join(scratch.dir, 'fleet'), demoDevices(6), BUDGETS);
+  fleet = made.fleet;
+  inventoryPath = made.inventoryPath;
+  board = await startBoard({
+    sources: {
+      client,
+      audit: { where: resolveAuditLocation({ auditDir }, { env: {} }) },
+      transports: new Map(fleet.devices.map((d) => [d.id, 'ssh'])),
+    },
+    listen: { host: '127.0.0.1', port: 0 },
+    tokens: [{ name: 'alice', token: TOKEN }],
+    localOperator: 'nobody',
+    pollMs: 300,
+    log: () => {},
+  });
+  browser = await launchChromium(scratch.dir, { width: 1400, height: 900 });
+  page = await browser.newPage();
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await board?.close();
+  await client?.connection.close();
+  worker?.shutdown();
+  await running?.catch(() => undefined);
+  await native?.close();
+  await fleet?.stop();
+  await server?.stop();
+  scratch.cleanup();
+});
+
+describe('the board in Chromium', () => {
+  let aborted = '';
+  let rolledBack = '';
+
+  it('signs in with a token, shows a rollout live, pauses and aborts it from the page; a page without a session is refused', async () => {
+    await page.goto(board!.url);
+    await page.locator('#login').waitFor();
+    await shot('login');
+    await page.locator('#token').fill(TOKEN);
+    await page.locator('#login button[type="submit"]').click();
+    await page.locator('#who', { hasText: 'signed in as alice' }).waitFor();
+    // Every device state the page's table ever shows, recorded in the page as it is drawn.
+    // (Strings: this project's TypeScript has no DOM types; the code runs in the page.)
+    await page.evaluate(`
+      window.seen = [];
+      new MutationObserver(() => {
+        for (const row of document.querySelectorAll('#device-table tr[data-device]')) {
+          const pair = row.getAttribute('data-device') + '=' + row.getAttribute('data-state');
+          if (!window.seen.includes(pair)) window.seen.push(pair);
+        }
+      }).observe(document, { childList: true, subtree: true });
+    `);
+
+    // Slow devices: every command on them waits 1 s, so the canary is seen short of applied first.
+    for (const d of fleet!.devices) await fleet!.setFaults(d.id, { latencyMs: 1_000 });
+    aborted = await startRollout('live', [
+      { canary: '1 device', gate: 'manual' },
+      { bulk: 'remainder', gate: '0s' },
+    ]);
+    await openRollout(aborted);
+    await page.evaluate(`window.boardTest = 'same document'`);
+    await page.locator('#device-table tr[data-state="applying"]').first().waitFor({ timeout: 30_000 });
+    await shot('rollout-live');
+    await page
+      .locator('#phases [data-phase^="canary"] .stage', { hasText: 'awaiting-approval' })
+      .waitFor({ timeout: 30_000 });
+    const canary = (await statusOf(aborted)).devices.find((d) => d.phase === 0)!.id;
+    // Live: the canary's row went from pending or applying to applied, in the same document (no reload).
+    const seen = (await page.evaluate('window.seen')) as string[];
+    const ofCanary = seen.filter((p) => p.startsWith(`${canary}=`));
+    expect(ofCanary).toContain(`${canary}=applying`);
+    expect(ofCanary.at(-1)).toBe(`${canary}=applied`);
+    expect(await page.evaluate('window.boardTest')).toBe('same document');
+    // Worst first: the applied canary is below the 5 pending devices of the bulk phase.
+    const rows = page.locator('#device-table tbody tr');
+    await expect.poll(() => rows.count()).toBe(6);
+    expect(await rows.last().getAttribute('data-device')).toBe(canary);
+    expect(await rows.first().getAttribute('data-state')).toBe('pending');
+
+    // Pause from the page: a reason and a confirmation, recorded as by alice.
+    await useControl('pause', 'maintenance window at the edge sites', () => shot('control-dialog'));
+    await page.locator('#banner[data-state="paused"]').waitFor();
+    expect(await page.evaluate('window.boardTest')).toBe('same document');
+    const paused = await statusOf(aborted);
+    expect(paused.state).toBe('paused');
+    expect(paused.controls.at(-1)).toMatchObject({
+      control: 'pause',
+      by: 'alice',
+      reason: 'maintenance window at the edge sites',
+      accepted: true,
+    });
+    await page.locator('#why', { hasText: 'last control: pause by alice' }).waitFor();
+    await shot('rollout-paused');
+
+    // The session gone (cookie cleared): a control from the page is refused, and the rollout stays paused.
+    await browser!.clearCookies();
+    await useControl('resume', 'should not reach the rollout');
+    await page.locator('#confirm-error', { hasText: 'UNAUTHORIZED' }).waitFor();
+    await shot('control-refused');
+    await page.locator('#confirm-cancel').click();
+    expect((await statusOf(aborted)).state).toBe('paused');
+    await page.goto(board!.url);
+    await page.locator('#token').fill(TOKEN);
+    await page.locator('#login button[type="submit"]').click();
+    await page.locator('#who', { hasText: 'signed in as alice' }).waitFor();
+
+    // Abort with rollback from the page.
+    await openRollout(aborted);
+    await useControl('abort', 'wrong revision for these sites');
+    await page.locator('#banner[data-outcome="aborted"]').waitFor({ timeout: 60_000 });
+    await untilClosed(aborted);
+    const final = await statusOf(aborted);
+    expect(final.state).toBe('aborted');
+    expect(final.controls.map((c) => [c.control, c.by, c.accepted])).toEqual([
+      ['pause', 'alice', true],
+      ['abort', 'alice', true],
+    ]);
+    await page.locator('#device-table tr[data-state="rolled-back"]').first().waitFor();
+    await shot('rollout-aborted');
+    const trail = await trailOf(aborted);
+    expect(trail.find((r) => r.event === 'rollout.paused' && r.by === 'alice')?.reason).toBe(
+      'maintenance window at the edge sites',
+    );
+    expect(trail.find((r) => r.event === 'rollout.aborted')).toMatchObject({
+      by: 'alice',
+      reason: 'wrong revision for these sites',
+    });
+    expect(trail.some((r) => r.reason === 'should not reach the rollout')).toBe(false);
+  });
+
+  it('shows a rollout whose health gate failed as rolled back, with the evidence of the gate', async () => {
+    for (const d of fleet!.devices) await fleet!.setFaults(d.id, { unhealthyRuntimes: ['motd'] });
+    rolledBack = await startRollout('rolled-back', [
+      { canary: '1 device', gate: '0s', healthGate: ['all-runtimes-healthy'] },
+      { bulk: 'remainder', gate: '0s' },
+    ]);
+    await openRollout(rolledBack);
+    await page.locator('#banner[data-outcome="rolled-back"]').waitFor({ timeout: 60_000 });
+    const gate = page.locator('#phases [data-phase^="canary"] .gate[data-gate="health"][data-gate-outcome="fail"]');
+    await gate.waitFor();
+    const canary = (await statusOf(rolledBack)).devices.find((d) => d.phase === 0)!.id;
+    const check = gate.locator('table.checks tbody tr').first();
+    await expect.poll(() => check.textContent()).toContain('all-runtimes-healthy');
+    expect(await check.textContent()).toContain(canary);
+    expect(await check.textContent()).toMatch(/fail/);
+    await shot('gate-evidence');
+  });
+
+  it('lists rollouts with their true outcome, and verifies an audit trail on the page', async () => {
+    await untilClosed(rolledBack);
+    await page.goto(`${board!.url}/#/`);
+    const row = (id: string) => page.locator(`#rollouts tr[data-rollout="${id}"]`);
+    await row(aborted).waitFor();
+    expect(await row(aborted).locator('[data-outcome]').getAttribute('data-outcome')).toBe('aborted');
+    expect(await row(rolledBack).locator('[data-outcome]').textContent()).toBe('rolled back');
+    // Who started it: the CLI's user, as the audit trail's rollout.started says.
+    expect(await row(aborted).textContent()).toContain(userInfo().username);
+    expect(await page.locator('#rollouts').textContent()).not.toMatch(/\bCompleted\b/);
+    await shot('rollouts');
+
+    await page.goto(`${board!.url}/#/rollout/${encodeURIComponent(aborted)}/audit`);
+    await page.locator('#verdict[data-ok="true"]').waitFor();
+    expect(await page.locator('#verdict').textContent()).toMatch(/records, chain intact/);
+    expect(await page.locator('#verdict').textContent()).toMatch(/head: compared with the workflow's status/);
+    const pausedRecord = page.locator('#audit-records tr[data-event="rollout.paused"]').first();
+    expect(await pausedRecord.textContent()).toContain('alice');
+    await pausedRecord.locator('summary').click();
+    expect(await pausedRecord.locator('pre').textContent()).toContain(
+      '"reason": "maintenance window at the edge sites"',
+    );
+    await shot('audit');
+  });
+});
