@@ -144,7 +144,8 @@ export function deviceHistory(
       const state = typeof d.state === 'string' ? d.state : undefined;
       if (state !== seen.state) seen.since = r.at;
       seen.state = state;
-      if (evidence?.mode === 'apply' && state === 'applying') seen.attempts += 1;
+      // The trail records each batch after it ran: every apply record naming a device is one attempt.
+      if (evidence?.mode === 'apply') seen.attempts += 1;
       if ((state === 'failed' || state === 'rollback-failed' || state === 'waiting') && typeof d.reason === 'string')
         seen.lastError = d.reason;
       out.set(d.id, seen);
