@@ -87,6 +87,9 @@ describe('the packed, globally installed package', () => {
     // The demo's content ships with it.
     expect(existsSync(join(installed, 'profiles', 'demo', 'envelopes', '2.json'))).toBe(true);
     expect(existsSync(join(installed, 'examples', 'demo-rollout.yaml'))).toBe(true);
+    // The board's page: plain files the compiled server reads from <package>/board/static (no build step).
+    for (const file of ['index.html', 'board.js', 'board.css'])
+      expect(existsSync(join(installed, 'board', 'static', file))).toBe(true);
     // Computed at build time from the same sources this checkout hashes: a worker of the package and one
     // of the checkout at the same commit poll as the same build.
     expect(JSON.parse(readFileSync(join(installed, 'dist', 'build-info.json'), 'utf8'))).toEqual({
