@@ -47,7 +47,9 @@ import { STATE_DIR } from '../intake/package-layout';
  * outside `[a-z0-9._-]` as its UTF-8 bytes (`%3A` for `:`, `%2F` for `/`, `%25` for `%`), upper-case
  * letters included so that two ids differing only in case stay two files on case-insensitive disks, and
  * a leading `.` so no id names a hidden file or `..`. `decodeURIComponent` reverses it. `rollout:demo`
- * → `rollout%3Ademo.jsonl`.
+ * → `rollout%3Ademo.jsonl`. A slice's trail (issue 26) is named by the slice's workflow id the same way
+ * (`rollout:demo:20261205-102300/abcd1234/apply-bulk-12` → `rollout%3Ademo%3A20261205-102300%2Fabcd1234%2Fapply-bulk-12.jsonl`);
+ * an id whose encoding passes 180 characters is named by a digest instead (auditFileStem).
  *
  * Re-used ids. `rollout:<profile>` is the workflow id of every rollout of that profile, one after another.
  * The current file holds the latest execution; when a seq-1 record of another run arrives, the finished
@@ -132,26 +134,57 @@ export function resolveAuditLocation(
 const STALE_LOCK_MS = 30_000;
 const LOCK_WAIT_MS = 2_000;
 
-export function auditFileStem(rolloutId: string): string {
-  if (typeof rolloutId !== 'string' || rolloutId.length === 0) {
-    throw new WavegateError('INVALID_INPUT', `rollout id ${JSON.stringify(rolloutId)}: expected a non-empty string`);
-  }
+/** An encoded id longer than this is stored under a digest form (auditFileStem): room for `@<runId>+<n>.jsonl.lock`. */
+export const MAX_AUDIT_STEM = 180;
+/** Ids longer than this are refused (Temporal's own default limit on a workflow id). */
+export const MAX_AUDIT_ID = 1000;
+/** How much of the encoded id a digest-form stem keeps in front, for people listing the directory. */
+const DIGEST_STEM_PREFIX = 100;
+
+function encodeAuditId(rolloutId: string): string {
   let out = '';
   for (const ch of rolloutId) {
     if (/[a-z0-9_-]/.test(ch) || (ch === '.' && out.length > 0)) out += ch;
     else for (const byte of new TextEncoder().encode(ch)) out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }
-  // Leave room for `@<runId>.jsonl` and `.lock` within the usual 255-byte name limit.
-  if (out.length > 180)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `rollout id "${rolloutId.slice(0, 40)}…": too long for an audit file name (encoded ${out.length} > 180 characters)`,
-    );
   return out;
 }
 
-/** The rollout id a file stem (without `.jsonl`, `@run` suffix removed) stands for. */
+/**
+ * The file name (without `.jsonl`) of an id's trail: the id percent-encoded (see the comment at the top),
+ * or, when that is longer than MAX_AUDIT_STEM characters (a slice's trail under a long profile and phase
+ * name: `rollout:<profile>:<stamp>/<run8>/<mode>-<phase>-<k>`), its first DIGEST_STEM_PREFIX encoded
+ * characters (never cutting a `%XX`), `~` and the SHA-256 hex of the id: at most 165 characters. `~`
+ * never occurs in an encoded id, so a digest-form name never equals an encoded one, and every id of
+ * MAX_AUDIT_STEM encoded characters or fewer keeps the name it always had.
+ */
+export function auditFileStem(rolloutId: string): string {
+  if (typeof rolloutId !== 'string' || rolloutId.length === 0) {
+    throw new WavegateError('INVALID_INPUT', `rollout id ${JSON.stringify(rolloutId)}: expected a non-empty string`);
+  }
+  if (rolloutId.length > MAX_AUDIT_ID)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `rollout id "${rolloutId.slice(0, 40)}…": too long for an audit trail (${rolloutId.length} > ${MAX_AUDIT_ID} characters)`,
+    );
+  const out = encodeAuditId(rolloutId);
+  if (out.length <= MAX_AUDIT_STEM) return out;
+  let prefix = out.slice(0, DIGEST_STEM_PREFIX);
+  const cut = prefix.lastIndexOf('%');
+  if (cut > prefix.length - 3) prefix = prefix.slice(0, cut);
+  return `${prefix}~${createHash('sha256').update(rolloutId, 'utf8').digest('hex')}`;
+}
+
+/**
+ * The rollout id a file stem (without `.jsonl`, `@run` suffix removed) stands for. A digest-form stem
+ * (`…~<sha256>`, an id too long to encode in a file name) is not reversible: its records name the id.
+ */
 export function rolloutIdOfStem(stem: string): string {
+  if (stem.includes('~'))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `audit file stem "${stem.slice(0, 40)}…" is a digest of a long id: read the rolloutId of its records`,
+    );
   return decodeURIComponent(stem);
 }
 

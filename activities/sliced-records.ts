@@ -82,9 +82,6 @@ export interface SliceConvergeInput extends Omit<ConvergeInput, 'devices'> {
   target: number;
 }
 
-/** Slices read per health or converge activity: a handful of queries, at most a few thousand devices. */
-export const SLICES_PER_ACTIVITY = 10;
-
 /**
  * The sliced plan's two activities (core/rollout/sliced-plan.ts): the shape for the parent, and a
  * slice's devices for the slice. Both make the plan from the membership the same way, and a worker

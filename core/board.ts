@@ -492,3 +492,44 @@ export function parseTokenFile(text: string, source: string): Array<{ name: stri
     throw new WavegateError('INVALID_INPUT', `${source}: no "<name> <token>" line`, { field: '--token-file' });
   return out;
 }
+
+/** One device of the fleet view: its verified state for the profile's revision, drift, verdict, last sync. */
+export interface FleetDevice {
+  id: string;
+  pool: string;
+  class: string;
+  transport?: string;
+  /** applied / claimed / pending / not-for-me, verified now (`wavegate fleet status`). */
+  state: string;
+  marker?: number | null;
+  reason?: string;
+  evidence?: string;
+  /** `wavegate drift`: ok, drifted, no-marker, unreachable, refused, unknown-revision. */
+  drift?: string;
+  driftDetail?: string;
+  /** The node-down verdict on the device, holding or expired, with its expiry. */
+  verdict?: {
+    standing: string;
+    text: string;
+    reason: string;
+    by: string;
+    since: string;
+    expiresAt: string;
+    lastCheckResult?: string;
+  };
+  /** An agent device's last sync through a gateway (its presence). */
+  lastSeen?: string;
+}
+
+const FLEET_SEVERITY = ['refused', 'drifted', 'pending', 'claimed', 'not-for-me', 'applied'];
+
+/** Worst first: a device refused or drifted, then one short of the revision, then the rest. */
+export function fleetSeverity(d: Pick<FleetDevice, 'state' | 'drift'>): number {
+  if (d.drift === 'refused' || d.drift === 'drifted') return FLEET_SEVERITY.indexOf(d.drift);
+  const i = FLEET_SEVERITY.indexOf(d.state);
+  return i < 0 ? FLEET_SEVERITY.length : i;
+}
+
+export function sortFleetWorstFirst<T extends FleetDevice>(rows: readonly T[]): T[] {
+  return [...rows].sort((a, b) => fleetSeverity(a) - fleetSeverity(b) || a.id.localeCompare(b.id));
+}

@@ -18,12 +18,11 @@ export const { snapshotFleet, probeDevices } = wf.proxyActivities<Activities>({
 
 // ---- sliced records (core/rollout/sliced-plan.ts): the plan's shape, a slice's devices ----
 
-export const { planSlices, sliceDevices, sliceTouched, sliceHealthCheck, desireAgentRevisionInSlices } =
-  wf.proxyActivities<Activities>({
-    startToCloseTimeout: '10 minutes',
-    heartbeatTimeout: '1 minute',
-    retry: { maximumAttempts: 3 },
-  });
+export const { planSlices, sliceDevices, sliceTouched, desireAgentRevisionInSlices } = wf.proxyActivities<Activities>({
+  startToCloseTimeout: '10 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 3 },
+});
 
 // ---- a device's apply ----
 
@@ -56,6 +55,17 @@ export function applyRevisionActivity(opts: ApplyProxyOptions): wf.ActivityInter
 }
 
 // ---- the health gate ----
+
+/** One health check over a few slices' changed devices (sliced records), bounded as one chunk of a check. */
+export function sliceHealthCheckActivity(
+  healthTimeoutMs: number,
+): wf.ActivityInterfaceFor<Activities>['sliceHealthCheck'] {
+  return wf.proxyActivities<Activities>({
+    startToCloseTimeout: healthTimeoutMs + 60_000,
+    heartbeatTimeout: '30 seconds',
+    retry: { maximumAttempts: 2 },
+  }).sliceHealthCheck;
+}
 
 /** One chunk of a health check, bounded by the spec's health timeout. */
 export function runHealthCheckActivity(healthTimeoutMs: number): wf.ActivityInterfaceFor<Activities>['runHealthCheck'] {

@@ -2,7 +2,8 @@ import * as wf from '@temporalio/workflow';
 import type { RolloutInput } from '../core/rollout/input';
 import { convergeCandidate } from '../core/rollout/device-outcome';
 import type { RolloutModel } from '../core/rollout/model';
-import { desireAgentRevision } from './activity-proxies';
+import { SLICES_PER_ACTIVITY } from '../core/rollout/sliced-plan';
+import { desireAgentRevision, desireAgentRevisionInSlices } from './activity-proxies';
 
 /** New executions whose snapshot has agent devices leave the skipped ones the completed revision as desired state. */
 export const AGENT_DESIRED_STATE = 'agent-desired-state';
@@ -24,7 +25,9 @@ const BATCH = 500;
  */
 export async function convergeSkippedAgents(input: RolloutInput, model: RolloutModel): Promise<number> {
   const agents = model.snapshotDevices().filter((d) => d.transport === 'agent');
-  if (agents.length === 0) return 0;
+  // Sliced records: the sliced phases' agent devices are read from their slices (a few per activity).
+  const slices = model.sliced && model.sliced.agents > 0 ? model.sliced.appliedSlices() : [];
+  if (agents.length === 0 && slices.length === 0) return 0;
   wf.deprecatePatch(AGENT_DESIRED_STATE);
   const target = input.spec.toRevision;
   wf.deprecatePatch(CONVERGE_OFFLINE_ONLY);
@@ -46,5 +49,17 @@ export async function convergeSkippedAgents(input: RolloutInput, model: RolloutM
       fromRevision: input.spec.fromRevision || null,
     });
   }
-  return ids.length;
+  let asked = ids.length;
+  for (let i = 0; i < slices.length; i += SLICES_PER_ACTIVITY) {
+    const answer = await desireAgentRevisionInSlices({
+      rollout: workflowId,
+      run: runId,
+      slices: slices.slice(i, i + SLICES_PER_ACTIVITY),
+      target,
+      steps,
+      fromRevision: input.spec.fromRevision || null,
+    });
+    asked += answer.asked;
+  }
+  return asked;
 }

@@ -11,7 +11,7 @@ import {
   sliceSuccessorSignal,
 } from '../contracts/rollout';
 import { refreshDetails } from './progress';
-import { rolloutSliceWorkflow, type SliceResult } from './slice';
+import { rolloutSliceWorkflow, type SliceCounts, type SliceResult, type SliceSource } from './slice';
 
 export const DEFAULT_SLICE = 200;
 /** How long a control update waits for the live slices to answer it (SLICE_CONTROL_ACK). */
@@ -36,6 +36,20 @@ export const OFFLINE_AT_APPLY = 'offline-at-apply';
 export const FLOOR_AT_APPLY = 'floor-at-apply';
 
 export type { BatchResult };
+
+/** A phase run in slices that load their own devices (sliced records, core/rollout/sliced-plan.ts). */
+export interface SlicedRun {
+  phase: number;
+  count: number;
+  /** How many devices slice `k` runs. */
+  size(k: number): number;
+  source(k: number): SliceSource;
+  /** A rollback slice: the apply slice it undoes. */
+  undoes?(k: number): string;
+}
+
+/** A slice of sliced records ended: the rollout links its trail into its own (rollout-stages.ts). */
+export type SliceEnded = (workflowId: string, mode: 'apply' | 'rollback', records: SliceCounts) => void;
 
 /**
  * Runs a phase's devices (apply) or the devices to put back (rollback): inline when the batch is small,
@@ -66,6 +80,7 @@ export class DeviceBatches {
   constructor(
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
+    private readonly onSliceEnded: SliceEnded = () => {},
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
     this.offlineAtApply = input.spec.offline !== 'wait';
@@ -194,6 +209,12 @@ export class DeviceBatches {
     return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
   }
 
+  /** A sliced phase (or the compensation of sliced phases) of sliced records: slices that load their own devices. */
+  runSliced(sliced: SlicedRun, mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
+    const opts = this.options(mode, phaseName);
+    return this.runOverlapping([], mode, phaseName, opts, sliced);
+  }
+
   private async runInline(
     batch: DeviceSnapshot[],
     mode: 'apply' | 'rollback',
@@ -217,18 +238,22 @@ export class DeviceBatches {
     mode: 'apply' | 'rollback',
     phaseName: string,
     opts: DeviceRunOptions,
+    sliced?: SlicedRun,
   ): Promise<BatchResult> {
     const run8 = wf.workflowInfo().runId.slice(0, 8);
     const model = this.model;
-    const count = Math.ceil(batch.length / this.sliceSize);
+    const count = sliced ? sliced.count : Math.ceil(batch.length / this.sliceSize);
     const idOf = (k: number) => `${this.input.rolloutId}/${run8}/${mode}-${phaseName.replace(/\s+/g, '_')}-${k}`;
     const results: Array<SliceResult | undefined> = [];
     const ended: Array<Promise<void>> = [];
     let tripped = false;
     const closing = () => tripped || (mode === 'apply' && model.stopped);
-    const applyResult = (result: SliceResult) => {
+    const applyResult = (result: SliceResult, workflowId: string) => {
       // One details refresh per slice: per device, it would rebuild the table over the whole fleet.
-      for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
+      if (result.records) {
+        model.sliceEnded(workflowId, result.records);
+        this.onSliceEnded(workflowId, mode, result.records);
+      } else for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
       refreshDetails(model, true);
       if (result.tripped && !tripped) {
         tripped = true;
@@ -238,7 +263,8 @@ export class DeviceBatches {
       }
     };
     const start = async (k: number) => {
-      const slice = batch.slice(k * this.sliceSize, (k + 1) * this.sliceSize);
+      const slice = sliced ? [] : batch.slice(k * this.sliceSize, (k + 1) * this.sliceSize);
+      const size = sliced ? sliced.size(k) : slice.length;
       const paused = mode === 'apply' && model.paused;
       const seqAtStart = this.controlSeq;
       this.starting++;
@@ -248,19 +274,29 @@ export class DeviceBatches {
           workflowId: idOf(k),
           args: [
             {
-              devices: slice,
+              ...(sliced ? { source: sliced.source(k) } : { devices: slice }),
               options: opts,
               tallyBefore: { succeeded: 0, failed: 0 },
               paused,
               link: { index: k, holding: k === 0, last: k === count - 1 },
             },
           ],
-          staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${slice.length} devices), overlapping`,
+          staticSummary: `${mode} ${phaseName}: slice ${k + 1} of ${count} (${size} devices), overlapping`,
         });
       } finally {
         this.starting--;
       }
       this.liveSlices.set(handle.workflowId, handle);
+      if (sliced) {
+        const undoes = sliced.undoes?.(k);
+        model.sliceStarted({
+          workflowId: handle.workflowId,
+          phase: sliced.phase,
+          mode,
+          devices: size,
+          ...(undoes ? { undoes } : {}),
+        });
+      }
       // A control that came while the child was being started has not reached it yet (numbered: the
       // update waiting for it counts this slice too). Otherwise its input already has the state.
       if (mode === 'apply' && (model.paused !== paused || model.stopped))
@@ -275,7 +311,7 @@ export class DeviceBatches {
         this.liveSlices.delete(handle.workflowId);
         this.activeSlices.delete(handle.workflowId);
         results[k] = result;
-        applyResult(result);
+        applyResult(result, handle.workflowId);
       });
       ended[k]!.catch(() => {}); // awaited below; a cancel must not leave it unhandled meanwhile
       return handle;
@@ -306,6 +342,7 @@ export class DeviceBatches {
       total.tally.succeeded += result.tally.succeeded;
       total.tally.failed += result.tally.failed;
       total.started.push(...result.started);
+      if (result.records) total.startedCount = (total.startedCount ?? 0) + result.records.started;
     }
     return total;
   }

@@ -63,7 +63,10 @@ export interface DeviceRunResult {
 }
 
 /** What a batch (inline, or over slices) answers the rollout: a run's result without its background devices. */
-export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
+export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'> & {
+  /** Slices of sliced records: how many they started (`started` names none: the slices have them). */
+  startedCount?: number;
+};
 
 function applyProxy(opts: DeviceRunOptions) {
   return applyRevisionActivity({

@@ -5,7 +5,8 @@ import type { RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
 import type { Activities } from '../activities';
 import type { DeviceTarget } from '../core/rollout-state';
-import { runHealthCheckActivity } from './activity-proxies';
+import { runHealthCheckActivity, sliceHealthCheckActivity } from './activity-proxies';
+import { SLICES_PER_ACTIVITY } from '../core/rollout/sliced-plan';
 import { rootMessage } from './device-runner';
 
 type HealthCheckInput = Parameters<Activities['runHealthCheck']>[0];
@@ -25,9 +26,38 @@ export async function runHealthGate(
   const { spec } = input;
   const healthCheck = runHealthCheckActivity(spec.healthTimeout);
   const changed = model.healthTargets();
+  // Sliced records: the sliced phases' changed devices are read from their slices, a few slices per check.
+  const slices = model.sliced?.appliedSlices() ?? [];
   const results: CheckResult[] = [];
   for (const check of phase.healthGate) {
-    for (let i = 0; i < Math.max(changed.length, 1); i += HEALTH_CHUNK) {
+    for (let i = 0; i < slices.length; i += SLICES_PER_ACTIVITY) {
+      try {
+        results.push(
+          await sliceHealthCheckActivity(spec.healthTimeout).executeWithOptions(
+            {
+              summary: `health gate after ${phase.name}: ${check} (slices ${i + 1}-${Math.min(i + SLICES_PER_ACTIVITY, slices.length)})`,
+            },
+            [
+              {
+                ...withoutDevices(healthCheckInput(input, check, [])),
+                slices: slices.slice(i, i + SLICES_PER_ACTIVITY),
+              },
+            ],
+          ),
+        );
+      } catch (err) {
+        if (wf.isCancellation(err)) throw err;
+        results.push({
+          check,
+          outcome: 'inconclusive',
+          evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300),
+          durationMs: 0,
+        });
+      }
+    }
+    // Without sliced devices, a check runs at least once (a check with no device to ask still answers).
+    const rounds = slices.length ? changed.length : Math.max(changed.length, 1);
+    for (let i = 0; i < rounds; i += HEALTH_CHUNK) {
       const chunk = changed.slice(i, i + HEALTH_CHUNK);
       try {
         results.push(
@@ -72,4 +102,9 @@ function healthCheckInput(input: RolloutInput, check: string, devices: DeviceTar
 /** A gate's results as the lines a phase shows and the audit keeps. */
 export function gateEvidence(gate: GateResult): string[] {
   return gate.results.map((r) => `${r.check}: ${r.outcome} — ${r.evidence}`);
+}
+
+function withoutDevices<T extends { devices: unknown }>(input: T): Omit<T, 'devices'> {
+  const { devices: _devices, ...rest } = input;
+  return rest;
 }

@@ -445,6 +445,16 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWith: ['twin-feed-desire-report-reverify'],
     replayedWithout: ['device-twin-desire-sync-reverify'],
   },
+  {
+    id: 'sliced-records',
+    introducedIn: 'r11',
+    commit: 'this commit',
+    askedIn: ['workflows/rollout-stages.ts snapshot'],
+    status: 'live',
+    replayedWith: ['sliced-records-completed', 'sliced-records-rolled-back'],
+    replayedWithout: [],
+    noOldBranch: NEW_INPUT("records: 'slices'"),
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */

@@ -4,13 +4,17 @@ import { DEFAULT_REVERT_WINDOW_MS } from '../core/floor';
 import type { Plan, PlannedPhase } from '../core/planner';
 import { canaryToProbe, planRollout } from '../core/rollout/plan';
 import type { RolloutInput } from '../core/rollout/input';
-import type { RolloutModel } from '../core/rollout/model';
+import { phaseSize, type RolloutModel } from '../core/rollout/model';
+import type { PlanShape } from '../core/rollout/sliced-plan';
+import type { DeviceSnapshot } from '../core/rollout-state';
+import type { SliceCounts } from './slice';
+import type { SlicedPlanSource } from '../activities/sliced-records';
 import { endingOf, endingParts, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
-import { probeDevices, snapshotFleet } from './activity-proxies';
+import { planSlices, probeDevices, snapshotFleet } from './activity-proxies';
 import { AuditTrail } from './audit-trail';
-import { DeviceBatches, type BatchResult } from './batches';
+import { DEFAULT_SLICE, DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
 import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
@@ -49,6 +53,12 @@ const MAX_CANARY_PROBE_ROUNDS = 8;
  * cause's own order (`Ending.legacyOrder`).
  */
 export const ONE_ENDING = 'one-ending';
+/**
+ * An input with `records: 'slices'` (and a membership) keeps no per-device record of a sliced phase in
+ * the rollout (core/rollout/sliced-plan.ts): the plan's shape from an activity, slices that load their
+ * own devices and keep their records, one linking audit record per slice. Only such inputs ask.
+ */
+export const SLICED_RECORDS = 'sliced-records';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
 const DEVICE_RECORD_CHUNK = 500;
 
@@ -62,6 +72,8 @@ export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: strin
 export class RolloutStages {
   private readonly trail: AuditTrail;
   private readonly batches: DeviceBatches;
+  /** Sliced records (SLICED_RECORDS): the rollout holds counts of its sliced phases, the slices their devices. */
+  private readonly sliced: boolean;
 
   constructor(
     private readonly input: RolloutInput,
@@ -81,7 +93,8 @@ export class RolloutStages {
         changed();
       },
     });
-    this.batches = new DeviceBatches(input, model);
+    this.sliced = input.records === 'slices' && input.membership !== undefined;
+    this.batches = new DeviceBatches(input, model, (_workflowId, mode, records) => this.linkSlice(mode, records));
     wf.deprecatePatch(AUDIT_DEVICE_RECORDS);
     wireControls(
       model,
@@ -127,6 +140,26 @@ export class RolloutStages {
     const skipped = this.model.skipPending(reason, exceptPhase);
     refreshDetails(this.model, true);
     for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
+    // Sliced records: the sliced phases' devices no slice ran, by count (the plan names them).
+    const unstarted = this.model.closeUnstartedSlices(reason, exceptPhase);
+    if (unstarted.length)
+      void this.audit('devices.skipped', {
+        reason,
+        evidence: { phases: unstarted.map((u) => ({ phase: this.model.phase(u.phase).name, devices: u.devices })) },
+      });
+  }
+
+  /** A slice of sliced records ended: its own trail, linked into the rollout's by its head. */
+  private linkSlice(mode: 'apply' | 'rollback', records: SliceCounts): void {
+    void this.audit('devices.outcome', {
+      evidence: {
+        mode,
+        trail: records.trail.id,
+        head: records.trail.head,
+        devices: records.counts.total,
+        counts: records.counts,
+      },
+    });
   }
 
   /** One record per chunk of devices: each one's state (and why) after a batch, or at plan time. */
@@ -145,10 +178,28 @@ export class RolloutStages {
 
   /** The devices whose state the plan already settled: failed or skipped at snapshot, not-for-me, already there. */
   recordPlan(): Promise<void> {
-    return this.recordDevices(
+    const named = this.recordDevices(
       'plan',
       this.model.settledAtPlan().map((d) => d.id),
     );
+    const shape = this.shape;
+    if (!shape) return named;
+    // Sliced records: the devices the plan settled by count; the plan (its digest) names each one.
+    return named
+      .then(() =>
+        this.audit('devices.outcome', {
+          evidence: {
+            mode: 'plan',
+            plan: shape.digest,
+            alreadyApplied: shape.alreadyApplied,
+            notForMe: shape.notForMe,
+            sliced: shape.phases
+              .filter((p) => p.slices > 0)
+              .map((p) => ({ phase: p.name, devices: p.size, slices: p.slices })),
+          },
+        }),
+      )
+      .then(() => undefined);
   }
 
   /** The membership in scope, page by page, fixed for the rollout. */
@@ -164,6 +215,11 @@ export class RolloutStages {
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
     if (this.input.membership) wf.deprecatePatch(MEMBERSHIP_ENTITY);
+    // Sliced records: no page of the snapshot comes here; the plan's activity reads the membership.
+    if (this.sliced) {
+      wf.patched(SLICED_RECORDS);
+      return;
+    }
     const source = this.input.membership
       ? { membership: this.input.membership }
       : { inventoryPath: this.input.inventoryPath };
@@ -193,7 +249,8 @@ export class RolloutStages {
    * what was learned replaces their snapshot entries, and the plan is made again, until every canary
    * device has been probed (one already at the target leaves the phases; an unreachable one goes last).
    */
-  async plan(): Promise<Plan> {
+  async plan(): Promise<Plan | PlanShape> {
+    if (this.sliced) return this.planShape();
     const { input, model } = this;
     let plan = planRollout(input, model.snapshotDevices());
     const probed = new Set<string>();
@@ -209,6 +266,53 @@ export class RolloutStages {
       plan = planRollout(input, model.snapshotDevices());
     }
     return plan;
+  }
+
+  /** The sliced plan's shape and what a slice needs to load its devices from the same plan. */
+  private shape: PlanShape | undefined;
+  private probed: DeviceSnapshot[] = [];
+
+  /**
+   * Sliced records: the plan's shape from the activity (the membership read on the worker), the canary's
+   * devices probed and the plan made again until every canary device was probed, as `plan` does.
+   */
+  private async planShape(): Promise<PlanShape> {
+    const { input } = this;
+    let shape = await planSlices.executeWithOptions({ summary: `plan ${input.spec.profile} (sliced records)` }, [
+      this.planSource(),
+    ]);
+    for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS && shape.toProbe.length > 0; round++) {
+      const found = await probeDevices.executeWithOptions(
+        { summary: `probe ${shape.toProbe.length} canary candidate(s) of ${input.spec.profile}` },
+        [{ profile: input.spec.profile, devices: shape.toProbe }],
+      );
+      const byId = new Map(found.map((d) => [d.id, d]));
+      this.probed = [...this.probed.filter((d) => !byId.has(d.id)), ...found];
+      shape = await planSlices.executeWithOptions({ summary: `plan ${input.spec.profile} again (probed)` }, [
+        this.planSource(),
+      ]);
+    }
+    this.shape = shape;
+    return shape;
+  }
+
+  private planSource(): SlicedPlanSource {
+    const { input } = this;
+    return {
+      membership: input.membership!,
+      scope: input.profile.scope,
+      ...(input.onlyDevices ? { only: input.onlyDevices } : {}),
+      plan: {
+        rolloutId: input.rolloutId,
+        ...(input.planSeed !== undefined ? { planSeed: input.planSeed } : {}),
+        spec: input.spec,
+        poolBudgets: input.poolBudgets,
+        risk: input.risk,
+        ...(input.reverts ? { reverts: input.reverts } : {}),
+        sliceSize: input.sliceSize ?? DEFAULT_SLICE,
+        probed: this.probed,
+      },
+    };
   }
 
   /**
@@ -273,14 +377,34 @@ export class RolloutStages {
     const { model } = this;
     await this.batches.settled();
     const toUndo = model.toUndo();
+    // Sliced records: the apply slices that started devices, last first; each is put back by a rollback
+    // slice that reads what it started. The sliced phases come after the inline ones (a canary): first.
+    const slices = model.sliced?.toUndo() ?? [];
+    const slicedDevices = slices.reduce((n, u) => n + (u.started ?? 0), 0);
     model.enterRollback();
     publishIfChanged(model);
     await this.audit('rollback.started', {
       phase: 'rollback',
       by,
       reason: trigger,
-      evidence: { devices: toUndo.length },
+      evidence: { devices: toUndo.length + slicedDevices },
     });
+    let slicedFailed = 0;
+    if (slices.length) {
+      const before = model.counts()['rollback-failed'];
+      await this.batches.runSliced(
+        {
+          phase: -1,
+          count: slices.length,
+          size: (k) => slices[k]!.started ?? 0,
+          source: (k) => ({ undo: { workflowId: slices[k]!.workflowId } }),
+          undoes: (k) => slices[k]!.workflowId,
+        },
+        'rollback',
+        'rollback',
+      );
+      slicedFailed = model.counts()['rollback-failed'] - before;
+    }
     await this.batches.run(toUndo, 'rollback', 'rollback');
     await this.recordDevices(
       'rollback',
@@ -291,7 +415,11 @@ export class RolloutStages {
       phase: 'rollback',
       by,
       reason: trigger,
-      evidence: { rolledBack: toUndo.length - failed.length, rollbackFailed: failed },
+      evidence: {
+        rolledBack: toUndo.length + slicedDevices - failed.length - slicedFailed,
+        rollbackFailed: failed,
+        ...(slices.length ? { slicedRollbackFailed: slicedFailed } : {}),
+      },
     });
   }
 
@@ -325,8 +453,13 @@ export class RolloutStages {
     model.enterPhase(phase.index);
     publishIfChanged(model);
     await this.audit('phase.started', {
-      evidence: { devices: phase.devices.length, gate: phase.gate, ...(canary ? { canary: true } : {}) },
+      evidence: { devices: phaseSize(phase), gate: phase.gate, ...(canary ? { canary: true } : {}) },
     });
+    if (model.sliced?.isSliced(phase.index)) {
+      const result = await this.applySliced(phase);
+      await this.audit('phase.applied', { evidence: { tally: result.tally } });
+      return { ...result, offlineFailed: 0 };
+    }
     const batch = model.pendingIn(phase);
     const offlineFailed = model.failedBeforeStart(phase);
     // Touched before the batch runs, so a stop while it runs puts back what it started.
@@ -344,6 +477,27 @@ export class RolloutStages {
     await this.recordDevices('apply', offline.length ? [...result.started, ...offline] : result.started);
     await this.audit('phase.applied', { evidence: { tally: result.tally } });
     return { ...result, offlineFailed };
+  }
+
+  /**
+   * A sliced phase of sliced records: its slices load their devices from the adopted plan and keep their
+   * records; each one's end links its trail into the rollout's (linkSlice). A device the snapshot found
+   * offline under `offline: fail` is counted failed by its slice, not by the phase's failure gate.
+   */
+  private applySliced(phase: PlannedPhase): Promise<BatchResult> {
+    const size = phaseSize(phase);
+    const sliceSize = this.input.sliceSize ?? DEFAULT_SLICE;
+    const digest = this.shape!.digest;
+    return this.batches.runSliced(
+      {
+        phase: phase.index,
+        count: Math.ceil(size / sliceSize),
+        size: (k) => Math.min(sliceSize, size - k * sliceSize),
+        source: (k) => ({ plan: { ...this.planSource(), digest, phase: phase.index, slice: k } }),
+      },
+      'apply',
+      phase.name,
+    );
   }
 
   /** The gate's wait: a timer an abort interrupts (manual gates are approvals, see gateThenHealth). */

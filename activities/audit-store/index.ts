@@ -3,6 +3,7 @@ import { DEFAULT_AUDIT_DIR } from '../audit';
 import { parseAuditStore, readStorePassword } from './config';
 import { createFileAuditStore } from './file';
 import { createPostgresAuditStore, type PostgresAuditStore } from './postgres';
+import type { AuditSegment } from '../../core/audit';
 import type { AuditStore } from './types';
 
 export type { AuditStore } from './types';
@@ -75,6 +76,45 @@ export async function readAuditTrail(opts: {
   } catch (err) {
     if (err instanceof WavegateError) throw err;
     throw new WavegateError('UNAVAILABLE', (err as Error).message);
+  } finally {
+    await store.close();
+  }
+}
+
+/** What a reader of several trails holds open: one store, its trails by id (errors as readAuditTrail's). */
+export interface AuditTrailReader {
+  /** Where it is, fit to print. */
+  readonly location: string;
+  /** Every segment of a trail's current chain (or run `runId`'s); NOT_FOUND when it has none. */
+  segments(rolloutId: string, runId?: string): Promise<AuditSegment[]>;
+}
+
+/**
+ * One store opened for reading, for as long as `fn` runs: `wavegate audit --verify` reads a rollout's
+ * linked slice trails through it (one pool, not one per trail). A database it cannot reach is
+ * UNAVAILABLE, a trail it has not, NOT_FOUND. Reads only: the CLI never migrates.
+ */
+export async function withAuditReader<T>(
+  opts: { store?: string; auditDir?: string; env?: NodeJS.ProcessEnv },
+  fn: (reader: AuditTrailReader) => Promise<T>,
+): Promise<T> {
+  const env = opts.env ?? process.env;
+  const value = opts.store ?? (env.WAVEGATE_AUDIT_STORE || undefined);
+  parseAuditStore(value, opts.store !== undefined ? '--audit-store' : '$WAVEGATE_AUDIT_STORE');
+  const store = openAuditStore({ store: value, auditDir: opts.auditDir, env });
+  const reader: AuditTrailReader = {
+    location: store.location,
+    segments: async (rolloutId, runId) => {
+      try {
+        return await store.segments(rolloutId, runId);
+      } catch (err) {
+        if (err instanceof WavegateError) throw err;
+        throw new WavegateError('UNAVAILABLE', (err as Error).message);
+      }
+    },
+  };
+  try {
+    return await fn(reader);
   } finally {
     await store.close();
   }

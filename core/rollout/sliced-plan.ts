@@ -61,6 +61,9 @@ export interface PlanShape {
 
 export const MAX_SHAPE_WARNINGS = 50;
 
+/** Slices read per health or converge activity: a handful of queries, at most a few thousand devices. */
+export const SLICES_PER_ACTIVITY = 10;
+
 /** The plan over the snapshot, with the probed canary devices' entries replacing what the membership said. */
 export function slicedPlan(input: SlicedPlanInput, snapshot: readonly DeviceSnapshot[]): Plan {
   return planRollout(input, withProbed(snapshot, input.probed));

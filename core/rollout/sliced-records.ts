@@ -48,8 +48,13 @@ export class SlicedRecords {
   /** Phases whose unstarted devices were recorded not-started (with why). */
   private readonly closed = new Map<number, string>();
 
-  constructor(private readonly shape: Pick<PlanShape, 'phases' | 'alreadyApplied' | 'notForMe'>) {
+  constructor(private readonly shape: Pick<PlanShape, 'phases' | 'alreadyApplied' | 'notForMe' | 'agents'>) {
     for (const p of shape.phases) if (p.slices > 0) this.sizes.set(p.index, p.size);
+  }
+
+  /** How many devices in scope are reached through their agent (convergence reads the slices only then). */
+  get agents(): number {
+    return this.shape.agents;
   }
 
   /** Whether a phase runs in slices (its devices never in the parent). */
