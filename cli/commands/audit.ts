@@ -6,13 +6,15 @@ import {
   parseAuditLog,
   verifyAuditSegments,
   type AuditHead,
+  type AuditProblem,
   type AuditRecord,
   type AuditSegment,
+  type SegmentReport,
   type TrailVerdict,
 } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { DEFAULT_AUDIT_DIR, readAuditKey, resolveAuditLocation, type AuditLocation } from '../../activities/audit';
-import { readAuditTrail, redactStoreUrl } from '../../activities/audit-store';
+import { readAuditTrail, redactStoreUrl, withAuditReader, type AuditTrailReader } from '../../activities/audit-store';
 import type { TemporalFlags } from '../../workers/connection';
 import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audit-head';
 import { withTemporalOptions } from '../client';
@@ -28,6 +30,7 @@ export interface AuditFlags extends TemporalFlags {
   auditKeyFile?: string;
   auditStore?: string;
   strict?: boolean;
+  withSlices?: boolean;
 }
 
 /** `--head 12:ab34…`: the last seq and hash the writer acknowledged, to catch records cut off the end. */
@@ -54,14 +57,14 @@ function oneLine(text: string | null, max: number): string {
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
-function table(records: AuditRecord[]): string[] {
+function table(records: AuditRecord[], reasonWidth = 48): string[] {
   const rows = records.map((r) => [
     String(r.seq),
     r.at,
     r.event,
     r.phase ?? '-',
     r.by,
-    oneLine(r.reason, 48),
+    oneLine(r.reason, reasonWidth),
     countsSummary(r.counts),
   ]);
   const header = ['SEQ', 'AT', 'EVENT', 'PHASE', 'BY', 'REASON', 'COUNTS'];
@@ -71,32 +74,68 @@ function table(records: AuditRecord[]): string[] {
   return [format(header), ...rows.map(format)];
 }
 
-/** The lines `--verify` prints: overrides and set-aside segments, the verdict, then what was and was not compared. */
+/** The lines saying which segments an operator's override started, and what each set aside. */
+function segmentLines(segments: SegmentReport[], prefix = ''): string[] {
+  const out: string[] = [];
+  for (const [i, segment] of segments.entries()) {
+    const o = segment.override;
+    if (o) {
+      out.push(
+        `${prefix}segment ${i + 1} (${segment.name}): started by an operator override, record ${o.seq} by ${o.by} at ${o.at}: "${oneLine(o.reason, 200)}"; continues after record ${o.lastGood.seq}${o.confirmed ? '' : ' (NOT confirmed by the segment before: it does not hold that record intact)'}`,
+      );
+    }
+    if (segment.problem && i < segments.length - 1) {
+      out.push(
+        `${prefix}segment ${i + 1} (${segment.name}): ${segment.problem.problem} at seq ${segment.problem.seq}: ${segment.problem.message} — set aside by the override in segment ${i + 2}, kept as it is`,
+      );
+    }
+  }
+  return out;
+}
+
+/** At most this many linked trails' failures are printed one a line (--json lists them all). */
+const LINK_FAILURES_SHOWN = 20;
+
+/**
+ * The lines `--verify` prints: overrides and set-aside segments, the verdict, then what was and was not
+ * compared. With `linked` (verifyLinkedTrails), the trails the chain links are said too: on the verdict
+ * line when the chain is intact (`…, chain intact, and 50 linked slice trails (10,000 device records)`),
+ * then one line per linked trail that failed.
+ */
 export function verifyReport(
   label: string,
   verdict: TrailVerdict,
   head: { checked: string | null; why: string | null },
   key: { file?: string; from?: string; lookedFor: string },
+  linked?: LinkedTrailsVerdict,
 ): string[] {
-  const out: string[] = [];
-  for (const [i, segment] of verdict.segments.entries()) {
-    const o = segment.override;
-    if (o) {
-      out.push(
-        `segment ${i + 1} (${segment.name}): started by an operator override, record ${o.seq} by ${o.by} at ${o.at}: "${oneLine(o.reason, 200)}"; continues after record ${o.lastGood.seq}${o.confirmed ? '' : ' (NOT confirmed by the segment before: it does not hold that record intact)'}`,
-      );
-    }
-    if (segment.problem && i < verdict.segments.length - 1) {
-      out.push(
-        `segment ${i + 1} (${segment.name}): ${segment.problem.problem} at seq ${segment.problem.seq}: ${segment.problem.message} — set aside by the override in segment ${i + 2}, kept as it is`,
-      );
+  const out: string[] = segmentLines(verdict.segments);
+  const links = linked && linked.trails > 0 ? linked : undefined;
+  if (links)
+    for (const r of links.results) if (r.segments) out.push(...segmentLines(r.segments, `linked trail ${r.trail}: `));
+  const linkSummary = links
+    ? `${links.trails - links.failed} linked slice trail${links.trails - links.failed === 1 ? '' : 's'} (${number(links.deviceRecords)} device record${links.deviceRecords === 1 ? '' : 's'})`
+    : '';
+  if (!verdict.ok)
+    out.push(`${label}: ${verdict.failure!.problem} at seq ${verdict.failure!.seq}: ${verdict.failure!.message}`);
+  else if (!links) out.push(`${label}: ${verdict.count} records, chain intact`);
+  else if (links.ok) out.push(`${label}: ${verdict.count} records, chain intact, and ${linkSummary}`);
+  else
+    out.push(
+      `${label}: ${verdict.count} records, chain intact; ${links.failed} of ${links.trails} linked slice trail${links.trails === 1 ? '' : 's'} FAILED`,
+    );
+  if (links && (!verdict.ok || !links.ok)) {
+    const before = verdict.ok ? '' : ` (linked by records before seq ${verdict.failure!.seq})`;
+    if (links.ok) out.push(`linked: ${linkSummary} intact${before}`);
+    else {
+      const failures = links.results.filter((r) => !r.ok);
+      for (const r of failures.slice(0, LINK_FAILURES_SHOWN)) out.push(`linked: ${r.message}`);
+      if (failures.length > LINK_FAILURES_SHOWN)
+        out.push(`linked: … and ${failures.length - LINK_FAILURES_SHOWN} more failed (--json lists them all)`);
+      out.push(`linked: ${linkSummary} intact${before}`);
     }
   }
-  out.push(
-    verdict.ok
-      ? `${label}: ${verdict.count} records, chain intact`
-      : `${label}: ${verdict.failure!.problem} at seq ${verdict.failure!.seq}: ${verdict.failure!.message}`,
-  );
+  for (const note of links?.notes ?? []) out.push(`linked: note: ${note}`);
   out.push(
     head.checked
       ? `head: compared with ${head.checked}`
@@ -104,10 +143,14 @@ export function verifyReport(
   );
   out.push(
     key.file
-      ? `MAC: every record checked against the audit key ${key.file} (${key.from})`
+      ? `MAC: every record checked against the audit key ${key.file} (${key.from})${links ? ', in the linked trails too' : ''}`
       : `MAC: NOT checked: ${macNotChecked(key.lookedFor)}`,
   );
   return out;
+}
+
+function number(n: number): string {
+  return n.toLocaleString('en-US');
 }
 
 /** Why no MAC was checked: where the key was looked for, and how to name the worker's. */
@@ -154,6 +197,318 @@ export async function readChain(id: string, opts: AuditFlags): Promise<{ segment
       return { segments: current.segments, location: current.location };
     throw err;
   }
+}
+
+// ---- linked trails (issue 26): a rollout's chain links each slice's own trail ----
+
+/**
+ * A record that links another trail (issue 26: a slice writes its own trail, and the rollout's chain
+ * gets one `devices.outcome` record per slice): its evidence holds `trail`, the linked trail's id (the
+ * slice's workflow id) and `head: { seq, hash }`, that trail's last record. `devices` and `counts` are
+ * what the linking record says of the slice.
+ */
+export interface TrailLink {
+  trail: string;
+  /** Null: the slice wrote no record (its link says so), and the store must hold no trail of that id. */
+  head: AuditHead | null;
+  mode: string | null;
+  devices: number | null;
+  counts: Record<string, number> | null;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/**
+ * The link a record holds: null when its evidence names no `trail` (a string); `{ bad }` when it names
+ * one without a usable `head` (seq an integer ≥ 1, hash 64 lowercase hex, or null for a slice that wrote
+ * no record), which verification fails.
+ */
+export function linkOf(record: AuditRecord): TrailLink | { trail: string; bad: string } | null {
+  const evidence = (record as { evidence?: unknown }).evidence;
+  if (!isObject(evidence) || typeof evidence.trail !== 'string') return null;
+  const trail = evidence.trail;
+  const head = evidence.head;
+  if (
+    trail.length === 0 ||
+    (head !== null &&
+      (!isObject(head) ||
+        !Number.isSafeInteger(head.seq) ||
+        (head.seq as number) < 1 ||
+        typeof head.hash !== 'string' ||
+        !/^[0-9a-f]{64}$/.test(head.hash)))
+  )
+    return {
+      trail,
+      bad: `its evidence names trail ${JSON.stringify(trail)} without a head { seq ≥ 1, hash: 64 lowercase hex } (${JSON.stringify(head ?? null)?.slice(0, 120)})`,
+    };
+  const counts = isObject(evidence.counts)
+    ? Object.fromEntries(Object.entries(evidence.counts).filter((e): e is [string, number] => typeof e[1] === 'number'))
+    : null;
+  return {
+    trail,
+    head: head === null ? null : { seq: head.seq as number, hash: head.hash as string },
+    mode: typeof evidence.mode === 'string' ? evidence.mode : null,
+    devices: Number.isSafeInteger(evidence.devices) ? (evidence.devices as number) : null,
+    counts,
+  };
+}
+
+/**
+ * The records of a trail that its verdict vouches for, in order: in each segment those before its
+ * problem and, in a segment an override continued from, those up to the override's `lastGood`; in a
+ * segment that does not start with an override, none. Only these records' links are followed.
+ */
+export function* verifiedRecords(segments: AuditSegment[], verdict: TrailVerdict): Generator<AuditRecord> {
+  for (const [i, report] of verdict.segments.entries()) {
+    if (verdict.failure?.problem === 'no-override' && verdict.failure.segment === report.name) return;
+    let limit = report.problem ? report.problem.seq : Number.POSITIVE_INFINITY;
+    const next = verdict.segments[i + 1]?.override;
+    if (next) limit = Math.min(limit, next.lastGood.seq + 1);
+    for (const record of parseAuditLog(segments[i]!.text).records) {
+      if (!(typeof record.seq === 'number' && record.seq < limit)) break;
+      yield record;
+    }
+  }
+}
+
+/** Why a linked trail failed: the chain's own problems (as a rollout's), or the link's. */
+export type LinkProblem =
+  | AuditProblem
+  | 'no-override'
+  | 'missing'
+  | 'past-head'
+  | 'bad-link'
+  | 'linked-twice'
+  | 'too-deep';
+
+/** One linked trail as verified (no records: a verification holds one trail's records at a time). */
+export interface LinkedTrailReport {
+  /** The trail that holds the linking record (the rollout id, or a linked trail's id), and its seq. */
+  from: string;
+  seq: number;
+  trail: string;
+  /** The end the link pins (null for a bad link). */
+  head: AuditHead | null;
+  /** What the linking record says: the slice's devices and counts. */
+  devices: number | null;
+  counts: Record<string, number> | null;
+  ok: boolean;
+  /** Records in the linked trail, and device entries in its records' `evidence.devices` lists. */
+  records: number;
+  deviceRecords: number;
+  /** Set on a failure: what is wrong, at which seq of the linked trail (0 when not one record), and a message naming it all. */
+  problem?: LinkProblem;
+  problemSeq?: number;
+  message: string;
+  /** The linked trail's segments, when an operator's override started more than one. */
+  segments?: SegmentReport[];
+}
+
+export interface LinkedTrailsVerdict {
+  /** Every linked trail verified, each ending exactly at the head its link pins. */
+  ok: boolean;
+  /** Links followed, and how many failed. */
+  trails: number;
+  failed: number;
+  /** Records and device entries in the trails that verified. */
+  records: number;
+  deviceRecords: number;
+  /** One per link, in the order the links appear (a linked trail's own links after it). */
+  results: LinkedTrailReport[];
+  /** What was seen but is not a failure (a slice whose device entries differ from the count its link says). */
+  notes: string[];
+}
+
+export interface LinkedTrailsOptions {
+  /** The store (as `--audit-store`) and the file store's directory. */
+  store?: string;
+  auditDir: string;
+  /** The audit key: every record of every linked trail must carry its MAC. */
+  key?: Uint8Array;
+  /** Trails read and verified at once (default 4). */
+  concurrency?: number;
+  /** Links inside linked trails are followed this deep (default 3: a slice's trail may link its own). */
+  maxDepth?: number;
+}
+
+interface PendingLink {
+  order: number;
+  depth: number;
+  from: string;
+  seq: number;
+  link: TrailLink | { trail: string; bad: string };
+}
+
+function deviceEntries(record: AuditRecord): number {
+  const evidence = (record as { evidence?: unknown }).evidence;
+  return isObject(evidence) && Array.isArray(evidence.devices) ? evidence.devices.length : 0;
+}
+
+const short = (hash: string) => `${hash.slice(0, 12)}…`;
+
+/**
+ * Verify every trail a verified chain links (linkOf), in the same store: each must exist, verify on its
+ * own exactly as a rollout's chain does (verifyAuditSegments: the hash chain, segments and overrides,
+ * the MAC of every record with a key) and end exactly at the head its link pins (seq and hash). A
+ * trail linked twice, a link without a head and links nested deeper than `maxDepth` fail too. Trails
+ * are read `concurrency` at a time and let go once verified: only links and per-trail results are
+ * kept. A store that cannot be read is thrown (UNAVAILABLE, …), as for the rollout's own chain.
+ */
+export async function verifyLinkedTrails(
+  from: string,
+  segments: AuditSegment[],
+  verdict: TrailVerdict,
+  opts: LinkedTrailsOptions,
+): Promise<LinkedTrailsVerdict> {
+  const maxDepth = opts.maxDepth ?? 3;
+  const queue: PendingLink[] = [];
+  let order = 0;
+  const enqueue = (trailId: string, segs: AuditSegment[], v: TrailVerdict, depth: number) => {
+    for (const record of verifiedRecords(segs, v)) {
+      const link = linkOf(record);
+      if (link) queue.push({ order: order++, depth, from: trailId, seq: record.seq, link });
+    }
+  };
+  enqueue(from, segments, verdict, 1);
+  const results: LinkedTrailReport[] = [];
+  const notes: string[] = [];
+  if (queue.length === 0) return { ok: true, trails: 0, failed: 0, records: 0, deviceRecords: 0, results, notes };
+  const orders = new Map<LinkedTrailReport, number>();
+  const linkedBy = new Map<string, { from: string; seq: number }>();
+
+  const check = async (reader: AuditTrailReader, item: PendingLink): Promise<void> => {
+    const { link, from: holder, seq } = item;
+    const where = `record ${seq} of ${holder} links slice trail ${link.trail}`;
+    const base = {
+      from: holder,
+      seq,
+      trail: link.trail,
+      head: 'bad' in link ? null : link.head,
+      devices: 'bad' in link ? null : link.devices,
+      counts: 'bad' in link ? null : link.counts,
+      records: 0,
+      deviceRecords: 0,
+    };
+    const done = (report: LinkedTrailReport) => {
+      orders.set(report, item.order);
+      results.push(report);
+    };
+    const failed = (
+      problem: LinkProblem,
+      problemSeq: number,
+      message: string,
+      extra: Partial<LinkedTrailReport> = {},
+    ) => done({ ...base, ...extra, ok: false, problem, problemSeq, message });
+    if ('bad' in link) return failed('bad-link', 0, `${where}, but ${link.bad}`);
+    const earlier = linkedBy.get(link.trail);
+    if (earlier)
+      return failed(
+        'linked-twice',
+        0,
+        `${where}, which record ${earlier.seq} of ${earlier.from} links already: each slice's trail is linked once`,
+      );
+    linkedBy.set(link.trail, { from: holder, seq });
+    if (item.depth > maxDepth)
+      return failed('too-deep', 0, `${where}, nested ${item.depth} links deep: links are followed ${maxDepth} deep`);
+    let segs: AuditSegment[];
+    try {
+      segs = await reader.segments(link.trail);
+    } catch (err) {
+      if (!(err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
+      if (link.head === null)
+        return done({ ...base, ok: true, message: `${where}: no record, as linked (the slice wrote none)` });
+      return failed(
+        'missing',
+        0,
+        `${where}, which ${reader.location} does not have (the link pins its end at record ${link.head.seq}, hash ${short(link.head.hash)}): the trail was deleted or is kept in another store`,
+      );
+    }
+    if (link.head === null) {
+      const count = verifyAuditSegments(segs).count;
+      return failed(
+        'past-head',
+        1,
+        `${where} with no head (the slice wrote no record), but ${reader.location} holds ${count} record${count === 1 ? '' : 's'} of it`,
+        { records: count },
+      );
+    }
+    const { head } = link;
+    const v = verifyAuditSegments(segs, { head, ...(opts.key ? { key: opts.key } : {}) });
+    const extra: Partial<LinkedTrailReport> = segs.length > 1 ? { segments: v.segments } : {};
+    if (!v.ok) {
+      const f = v.failure!;
+      return failed(f.problem, f.seq, `${where}: ${f.problem} at seq ${f.seq}: ${f.message}`, {
+        ...extra,
+        records: v.count,
+      });
+    }
+    if (!v.head || v.head.seq !== head.seq || v.head.hash !== head.hash) {
+      const end = v.head ? `record ${v.head.seq} (hash ${short(v.head.hash)})` : 'no record';
+      return failed(
+        'past-head',
+        head.seq + 1,
+        `${where}, which goes on past the end its link pins (record ${head.seq}, hash ${short(head.hash)}): it ends at ${end}; records ${head.seq + 1}–${v.head?.seq ?? '?'} were written after the slice reported its end`,
+        { ...extra, records: v.count },
+      );
+    }
+    let deviceRecords = 0;
+    for (const record of verifiedRecords(segs, v)) deviceRecords += deviceEntries(record);
+    if (link.devices !== null && deviceRecords !== link.devices)
+      notes.push(
+        `slice trail ${link.trail} holds ${number(deviceRecords)} device entries; record ${seq} of ${holder} says ${number(link.devices)} devices`,
+      );
+    enqueue(link.trail, segs, v, item.depth + 1);
+    done({
+      ...base,
+      ...extra,
+      ok: true,
+      records: v.count,
+      deviceRecords,
+      message: `${where}: ${v.count} records, chain intact, ending at record ${head.seq} as linked`,
+    });
+  };
+
+  await withAuditReader({ store: opts.store, auditDir: opts.auditDir }, async (reader) => {
+    let thrown: unknown;
+    let failedOnce = false;
+    const worker = async () => {
+      while (!failedOnce && queue.length > 0) {
+        const item = queue.shift()!;
+        try {
+          await check(reader, item);
+        } catch (err) {
+          failedOnce = true;
+          thrown ??= err;
+        }
+      }
+    };
+    // Workers start as links are found: a trail's own links join the queue once it is verified.
+    const running = new Set<Promise<void>>();
+    const width = Math.max(1, opts.concurrency ?? 4);
+    while (!failedOnce && (queue.length > 0 || running.size > 0)) {
+      while (running.size < width && queue.length > 0) {
+        const p: Promise<void> = worker().finally(() => running.delete(p));
+        running.add(p);
+      }
+      if (running.size > 0) await Promise.race(running);
+    }
+    await Promise.all(running);
+    if (thrown !== undefined) throw thrown;
+  });
+  results.sort((a, b) => orders.get(a)! - orders.get(b)!);
+  notes.sort();
+  const good = results.filter((r) => r.ok);
+  return {
+    ok: good.length === results.length,
+    trails: results.length,
+    failed: results.length - good.length,
+    records: good.reduce((n, r) => n + r.records, 0),
+    deviceRecords: good.reduce((n, r) => n + r.deviceRecords, 0),
+    results,
+    notes,
+  };
 }
 
 /** Where a store is, fit to print: the directory, or the database URL with no secret in it. */
@@ -279,10 +634,17 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
       : { checked: null, why: found.why };
   }
   const verdict = verifyAuditSegments(segments, { head, key });
+  // The trails its records link (a slice's own trail, issue 26), each verified the same way, in the same store.
+  const linked = await verifyLinkedTrails(id, segments, verdict, {
+    store: opts.auditStore,
+    auditDir: opts.auditDir,
+    ...(key ? { key } : {}),
+  });
   const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
-  const ok = verdict.ok && !latestFailure;
+  const ok = verdict.ok && !latestFailure && linked.ok;
   if (opts.json) {
     const { failure } = verdict;
+    const linkFailure = linked.results.find((r) => !r.ok);
     console.log(
       JSON.stringify(
         {
@@ -292,7 +654,9 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
             ? { seq: failure.seq, problem: failure.problem, message: failure.message }
             : latestFailure
               ? { problem: 'deleted', message: latestFailure }
-              : {}),
+              : linkFailure
+                ? { seq: linkFailure.seq, problem: 'linked-trail', message: linkFailure.message }
+                : {}),
           chainRun: chainRun ?? null,
           headRun,
           headChecked: compared.checked,
@@ -300,17 +664,20 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
           latestRun: latestFailure ?? latestNote,
           macChecked: !!key,
           auditKeyFile: where.keyFile ?? null,
+          linked,
         },
         null,
         2,
       ),
     );
   } else {
-    for (const line of verifyReport(label, verdict, compared, {
-      file: where.keyFile,
-      from: where.keyFrom,
-      lookedFor: where.keyLookedFor,
-    }))
+    for (const line of verifyReport(
+      label,
+      verdict,
+      compared,
+      { file: where.keyFile, from: where.keyFrom, lookedFor: where.keyLookedFor },
+      linked,
+    ))
       console.log(line);
     if (latestNote) console.log(`latest run: ${latestNote}`);
     if (latestFailure) console.log(`latest run: ${latestFailure}`);
@@ -325,6 +692,146 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
   return 0;
 }
 
+/** A device chunk's states, counted: `100 devices: applied 99, failed 1`. */
+function deviceSummary(record: AuditRecord): string | null {
+  const evidence = (record as { evidence?: unknown }).evidence;
+  if (!isObject(evidence) || !Array.isArray(evidence.devices)) return null;
+  const states = new Map<string, number>();
+  for (const d of evidence.devices) {
+    const state = isObject(d) && typeof d.state === 'string' ? d.state : '?';
+    states.set(state, (states.get(state) ?? 0) + 1);
+  }
+  const n = evidence.devices.length;
+  return `${number(n)} device${n === 1 ? '' : 's'}${states.size ? `: ${[...states].map(([k, v]) => `${k} ${number(v)}`).join(', ')}` : ''}`;
+}
+
+/** The line under a linking record: the trail it links, the slice's devices and counts, the end it pins. */
+function linkLine(link: TrailLink | { trail: string; bad: string }): string {
+  if ('bad' in link) return `↳ links slice trail ${link.trail} with no usable head (run with --verify)`;
+  const devices = link.devices === null ? '' : ` ${number(link.devices)} device${link.devices === 1 ? '' : 's'}`;
+  const counts = link.counts ? ` (${countsSummary(link.counts)})` : '';
+  const end = link.head ? `ends at record ${link.head.seq} (${short(link.head.hash)})` : 'no record written';
+  return `↳ slice trail ${link.trail}:${devices}${counts}, ${end}`;
+}
+
+/**
+ * `wavegate audit <id>`: the records as a table (a linking record with the slice trail it links under
+ * it), or `--json` the records as stored. `--with-slices`: each linked trail's records after the record
+ * that links it, read one trail at a time; with `--json` the shape is `{ rolloutId, records, slices:
+ * [{ seq, trail, head, devices, counts, records }] }` (docs/cli.md), a trail that cannot be listed
+ * carrying `error: { code, message }` and `records: null`.
+ */
+async function list(id: string, opts: AuditFlags): Promise<number | undefined> {
+  const { segments, earlierRuns } = await readAuditTrail({
+    store: opts.auditStore,
+    auditDir: opts.auditDir,
+    rolloutId: id,
+    runId: opts.run,
+  });
+  const parsed = segments.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
+  const records = parsed.flatMap((p) => p.records);
+  let failed = false;
+  const unreadable = (name: string, p: { unreadable: { line: number; torn: boolean } | null }, setAside = '') => {
+    if (p.unreadable)
+      process.stderr.write(
+        `wavegate: ${name} line ${p.unreadable.line} ${p.unreadable.torn ? 'is cut off mid-record' : 'is not a JSON audit record'}${setAside}; run with --verify\n`,
+      );
+  };
+  /** A linked trail's records, or why it has none to list (reported, and the exit is 1). */
+  const readLinked = async (
+    reader: AuditTrailReader,
+    link: TrailLink | { trail: string; bad: string },
+    seq: number,
+  ) => {
+    if ('bad' in link) {
+      failed = true;
+      return { error: { code: 'INVALID_INPUT', message: `record ${seq} ${link.bad}` } };
+    }
+    try {
+      const segs = await reader.segments(link.trail);
+      const logs = segs.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
+      for (const [i, p] of logs.entries()) {
+        unreadable(p.segment.name, p, i < logs.length - 1 ? ' (set aside by the override in the next segment)' : '');
+        if (p.unreadable && i === logs.length - 1) failed = true;
+      }
+      return { records: logs.flatMap((p) => p.records) };
+    } catch (err) {
+      if (!(err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
+      if (link.head === null) return { records: [] }; // the slice wrote none, as its link says
+      failed = true;
+      const message = `record ${seq} links slice trail ${link.trail}, which ${reader.location} does not have; run with --verify`;
+      process.stderr.write(`wavegate: ${message}\n`);
+      return { error: { code: err.code, message } };
+    }
+  };
+  const withSlices = async (body: (reader: AuditTrailReader | undefined) => Promise<void>) =>
+    opts.withSlices ? withAuditReader({ store: opts.auditStore, auditDir: opts.auditDir }, body) : body(undefined);
+
+  await withSlices(async (reader) => {
+    if (opts.json) {
+      if (!reader) {
+        console.log(JSON.stringify(records, null, 2));
+        return;
+      }
+      // Streamed: one linked trail's records at a time.
+      const out = (text: string) => process.stdout.write(text);
+      out(`{\n"rolloutId": ${JSON.stringify(id)},\n"records": ${JSON.stringify(records, null, 2)},\n"slices": [`);
+      let first = true;
+      for (const record of records) {
+        const link = linkOf(record);
+        if (!link) continue;
+        const listed = await readLinked(reader, link, record.seq);
+        const entry =
+          'bad' in link
+            ? { seq: record.seq, trail: link.trail, head: null, devices: null, counts: null }
+            : {
+                seq: record.seq,
+                trail: link.trail,
+                head: link.head,
+                mode: link.mode,
+                devices: link.devices,
+                counts: link.counts,
+              };
+        out(
+          `${first ? '\n' : ',\n'}${JSON.stringify({ ...entry, records: listed.records ?? null, ...(listed.error ? { error: listed.error } : {}) })}`,
+        );
+        first = false;
+      }
+      out(`${first ? '' : '\n'}]\n}\n`);
+      return;
+    }
+    const links = records.filter((r) => linkOf(r) !== null).length;
+    console.log(
+      `audit ${id}: ${records.length} records in ${segments.map((s) => s.name).join(', ')}${links ? `; ${links} record${links === 1 ? ' links' : 's link'} a slice trail${reader ? '' : ' (--with-slices lists their records)'}` : ''}`,
+    );
+    const lines = table(records);
+    console.log(lines[0]);
+    for (const [i, record] of records.entries()) {
+      console.log(lines[i + 1]);
+      const link = linkOf(record);
+      if (!link) continue;
+      console.log(`    ${linkLine(link)}`);
+      if (!reader) continue;
+      const listed = await readLinked(reader, link, record.seq);
+      if (listed.error) {
+        console.log(`      ${listed.error.message}`);
+        continue;
+      }
+      const nested = listed.records ?? [];
+      const rows = table(
+        nested.map((r) => (r.reason === null && deviceSummary(r) ? { ...r, reason: deviceSummary(r) } : r)),
+        72,
+      );
+      for (const line of rows) console.log(`      ${line}`);
+    }
+    if (earlierRuns.length) console.log(`earlier executions (use --run): ${earlierRuns.join(', ')}`);
+  });
+  for (const [i, p] of parsed.entries())
+    unreadable(p.segment.name, p, i < parsed.length - 1 ? ' (set aside by the override in the next segment)' : '');
+  if (parsed.at(-1)?.unreadable || failed) return EXIT_FAILED;
+  return undefined;
+}
+
 export function register(program: Command): void {
   withTemporalOptions(
     program
@@ -334,9 +841,13 @@ export function register(program: Command): void {
       )
       .option(
         '--verify',
-        'check the trail: any edited, dropped, reordered or inserted record, a cut-off tail or a resealed chain fails with its seq',
+        'check the trail: any edited, dropped, reordered or inserted record, a cut-off tail or a resealed chain fails with its seq; so does every slice trail it links',
       )
       .option('--json', 'print the records (or with --verify the verdict) as JSON')
+      .option(
+        '--with-slices',
+        "list each linked slice trail's records after the record that links it (with --json: { rolloutId, records, slices })",
+      )
       .option(
         '--audit-dir <dir>',
         `where the audit files are: the worker's --audit-dir (default $WAVEGATE_AUDIT_DIR, as the worker reads it, else ${DEFAULT_AUDIT_DIR}, the worker's default; <state dir>/audit for \`wavegate dev\`)`,
@@ -363,30 +874,7 @@ export function register(program: Command): void {
       opts.auditDir = where.auditDir;
       if (opts.verify)
         return verify(id, opts, where).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
-      const { segments, earlierRuns } = await readAuditTrail({
-        store: opts.auditStore,
-        auditDir: opts.auditDir,
-        rolloutId: id,
-        runId: opts.run,
-      }).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
-      const parsed = segments.map((segment) => ({ segment, ...parseAuditLog(segment.text) }));
-      const records = parsed.flatMap((p) => p.records);
-      if (opts.json) {
-        console.log(JSON.stringify(records, null, 2));
-      } else {
-        const archived = earlierRuns;
-        console.log(`audit ${id}: ${records.length} records in ${segments.map((s) => s.name).join(', ')}`);
-        for (const line of table(records)) console.log(line);
-        if (archived.length) console.log(`earlier executions (use --run): ${archived.join(', ')}`);
-      }
-      for (const [i, p] of parsed.entries()) {
-        if (!p.unreadable) continue;
-        const setAside = i < parsed.length - 1 ? ' (set aside by the override in the next segment)' : '';
-        process.stderr.write(
-          `wavegate: ${p.segment.name} line ${p.unreadable.line} ${p.unreadable.torn ? 'is cut off mid-record' : 'is not a JSON audit record'}${setAside}; run with --verify\n`,
-        );
-      }
-      if (parsed.at(-1)?.unreadable) return EXIT_FAILED;
+      return list(id, opts).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
     }),
   );
 }

@@ -91,7 +91,15 @@ describe('audit file names', () => {
     }
     expect(auditFilePath('/x', 'rollout:demo')).toBe('/x/rollout%3Ademo.jsonl');
     expect(() => auditFileStem('')).toThrow(WavegateError);
-    expect(() => auditFileStem('x'.repeat(200))).toThrow(/too long/);
+    expect(() => auditFileStem('x'.repeat(1001))).toThrow(/too long/);
+    // Up to 180 encoded characters an id keeps its name; past that, the encoded start, `~` and the id's digest.
+    expect(auditFileStem('x'.repeat(180))).toBe('x'.repeat(180));
+    const long = auditFileStem('x'.repeat(181));
+    expect(long).toMatch(/^x{100}~[0-9a-f]{64}$/);
+    expect(auditFileStem('x'.repeat(182))).not.toBe(long);
+    // The encoded start is never cut inside a %XX.
+    expect(auditFileStem(`${'x'.repeat(99)}:${'y'.repeat(100)}`)).toMatch(/^x{99}~[0-9a-f]{64}$/);
+    expect(() => rolloutIdOfStem(long)).toThrow(/digest of a long id/);
   });
 });
 
