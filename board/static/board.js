@@ -579,6 +579,104 @@ async function showAudit(id) {
   );
 }
 
+// ---------------------------------------------------------------------------------------------- fleet
+
+async function showFleetProfiles() {
+  const f = await api('/api/fleet');
+  main().replaceChildren(
+    h('h1', {}, 'Fleet'),
+    h(
+      'p',
+      { class: 'hint' },
+      `Inventory ${f.inventory}; profiles in ${f.profilesRoot}. Each profile's devices are verified now when opened (as wavegate fleet status and drift).`,
+    ),
+    h(
+      'ul',
+      { id: 'fleet-profiles' },
+      f.profiles.map((p) => h('li', {}, h('a', { href: `#/fleet/${encodeURIComponent(p)}` }, p))),
+    ),
+  );
+}
+
+async function showFleet(profile) {
+  main().replaceChildren(h('h1', {}, `Fleet: ${profile}`), h('p', { class: 'hint' }, 'Verifying every device now…'));
+  const f = await api(`/api/fleet/${encodeURIComponent(profile)}`);
+  const c = f.counts;
+  main().replaceChildren(
+    h('p', {}, h('a', { href: '#/fleet' }, '‹ all profiles')),
+    h('h1', {}, `Fleet: ${f.profile} at r${f.revision}`),
+    h(
+      'section',
+      { id: 'fleet-summary', class: 'banner' },
+      h(
+        'p',
+        { class: 'headline' },
+        `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.notForMe} not-for-me · ${f.drifted} drifted, of ${c.total}`,
+      ),
+      h('p', {}, `Checking ${f.revisionWhy}${f.provable ? '' : ' (NOT provable: devices can only reach claimed)'}`),
+      h(
+        'p',
+        { class: 'hint' },
+        `Verified ${when(f.checkedAt)}. `,
+        h('button', { id: 'fleet-again', onclick: () => showFleet(profile) }, 'Check again'),
+      ),
+    ),
+    h(
+      'table',
+      { id: 'fleet-table' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          [
+            'Device',
+            'State',
+            'Marker',
+            'Drift',
+            'Node-down verdict',
+            'Last seen (agents)',
+            'Transport',
+            'Pool / class',
+            'Why',
+          ].map((t) => h('th', {}, t)),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        f.devices.map((d) =>
+          h(
+            'tr',
+            {
+              'data-device': d.id,
+              'data-state': d.state,
+              'data-drift': d.drift || '',
+              class: `f-${d.state} f-drift-${d.drift || 'none'}`,
+            },
+            h('td', {}, d.id),
+            h('td', { class: 'state' }, d.state),
+            h('td', {}, d.marker === undefined || d.marker === null ? '-' : `r${d.marker}`),
+            h('td', { title: d.driftDetail || '' }, d.drift || '-'),
+            h(
+              'td',
+              { class: 'verdict' },
+              d.verdict
+                ? `${d.verdict.standing}: ${d.verdict.reason} (by ${d.verdict.by}, expires ${when(d.verdict.expiresAt)})`
+                : '-',
+            ),
+            h('td', {}, d.transport === 'agent' ? when(d.lastSeen) : 'n/a'),
+            h('td', {}, d.transport || 'ssh'),
+            h('td', {}, `${d.pool} / ${d.class}`),
+            h('td', {}, d.reason || d.driftDetail || ''),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
 // ---------------------------------------------------------------------------------------------- routing
 
 async function route() {
@@ -587,6 +685,9 @@ async function route() {
   try {
     if (!(await ensureSession())) return;
     const hash = location.hash || '#/';
+    if (hash === '#/fleet') return await showFleetProfiles();
+    const fleet = /^#\/fleet\/([^/]+)$/.exec(hash);
+    if (fleet) return await showFleet(decodeURIComponent(fleet[1]));
     const m = /^#\/rollout\/([^/]+)(\/audit)?$/.exec(hash);
     if (!m) return await showRollouts();
     const id = decodeURIComponent(m[1]);

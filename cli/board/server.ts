@@ -17,6 +17,7 @@ import { HttpRefusal, parseJsonObject, readBody, sendJson } from '../../gateway/
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { firstLineOf } from '../client';
 import { auditView, liveFingerprint, rolloutRows, rolloutView, sendBoardControl, type BoardSources } from './data';
+import { fleetProfiles, fleetView, type FleetSource } from './fleet';
 
 /**
  * The board's HTTP layer (`wavegate board`, docs/cli.md): static files from board/static/ (no build
@@ -45,6 +46,8 @@ export const BOARD_LIMITS = {
 
 export interface BoardServerOptions {
   sources: BoardSources;
+  /** The fleet view's inventory and profiles (`--inventory`); without it the view says how to enable it. */
+  fleet?: FleetSource;
   listen: { host: string; port: number; tls?: { cert: Buffer; key: Buffer; clientCa?: Buffer } };
   /** `<name> <token>` pairs (--token-file): the name is the identity recorded in controls. */
   tokens?: ReadonlyArray<{ name: string; token: string }>;
@@ -306,6 +309,17 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
       if (method !== 'GET') throw methodRefusal(method, path, 'GET');
       sendJson(res, 200, { rollouts: await rolloutRows(opts.sources) });
       return;
+    }
+    if (path === '/api/fleet' || path.startsWith('/api/fleet/')) {
+      if (method !== 'GET') throw methodRefusal(method, path, 'GET');
+      if (!opts.fleet)
+        throw new HttpRefusal(
+          404,
+          'NOT_FOUND',
+          'the fleet view needs the inventory: start the board with --inventory <fleet.yaml> (and --profiles <dir>)',
+        );
+      if (path === '/api/fleet') return sendJson(res, 200, fleetProfiles(opts.fleet));
+      return sendJson(res, 200, await fleetView(opts.fleet, decodeURIComponent(path.slice('/api/fleet/'.length))));
     }
     const m = /^\/api\/rollouts\/([^/]+)(?:\/([a-z]+))?$/.exec(path);
     if (!m) throw new HttpRefusal(404, 'NOT_FOUND', `no endpoint ${JSON.stringify(path.slice(0, 100))}`);

@@ -4,6 +4,7 @@ import { WavegateError } from '../../core/errors';
 import { resolveAuditLocation } from '../../activities/audit';
 import { readFlagFile } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
+import { profilesOptionHelp } from '../../intake/profiles-root';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { LOOPBACK, startBoard } from '../board/server';
 import { connectClient, withTemporalOptions } from '../client';
@@ -21,6 +22,7 @@ interface BoardFlags extends TemporalFlags {
   auditKeyFile?: string;
   auditStore?: string;
   inventory?: string;
+  profiles?: string;
   pollInterval: string;
 }
 
@@ -113,7 +115,11 @@ export function register(program: Command): void {
         '--audit-key-file <path>',
         "the worker's audit key, to check every record's MAC (as `wavegate audit --verify`)",
       )
-      .option('--inventory <fleet.yaml>', "the inventory, for each device's transport in the device table")
+      .option(
+        '--inventory <fleet.yaml>',
+        "the inventory: the fleet view (each device verified now, as `fleet status` and `drift`; node-down verdicts; agents' last sync) and each device's transport",
+      )
+      .option('--profiles <dir>', profilesOptionHelp())
       .option('--poll-interval <ms>', 'how often a live page is brought up to date', '1000'),
   ).action(
     action(async (flags: BoardFlags) => {
@@ -128,6 +134,16 @@ export function register(program: Command): void {
         },
         listen: setup.listen,
         ...(setup.tokens ? { tokens: setup.tokens } : {}),
+        ...(flags.inventory
+          ? {
+              fleet: {
+                client,
+                inventory: flags.inventory,
+                ...(flags.profiles !== undefined ? { profiles: flags.profiles } : {}),
+                temporal: flags,
+              },
+            }
+          : {}),
         localOperator: operatorName(),
         pollMs: setup.pollMs,
         log,

@@ -5,6 +5,7 @@ import {
   readFleetBoard,
   reverifyFleet,
   type BoardRow,
+  type DriftRow,
   type FleetBoard,
 } from '../../activities/fleet';
 import { WavegateError } from '../../core/errors';
@@ -51,7 +52,7 @@ function loadProfileFiles(profilesRoot: string, name: string): ProfileFiles {
   return { ...loaded, trust: loadProfileTrust(loaded.layout) };
 }
 
-interface BoardFlags extends TemporalFlags {
+export interface BoardFlags extends TemporalFlags {
   profile: string;
   inventory: string;
   profiles?: string;
@@ -265,6 +266,77 @@ async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<v
   );
 }
 
+/**
+ * What `wavegate fleet status` computes, without printing: the board of the profile's revision (verified
+ * now over SSH, twins for agent devices, node-down verdicts rechecked) and why that revision. The fleet
+ * board's page (`wavegate board`) shows the same.
+ */
+export async function fleetStatusOf(opts: BoardFlags): Promise<{ board: FleetBoard; why: string }> {
+  const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
+  const inventory = loadInventory(opts.inventory);
+  const { revision, why } = await boardRevision(files, opts);
+  // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
+  const verdicts = await judgeVerdicts({
+    inventoryPath: opts.inventory,
+    devices: inventory.devices,
+    inventory: inventory.devices,
+    by: operatorName(),
+  });
+  const board = await withTwins(inventory, opts, (twins) =>
+    readFleetBoard({
+      verdicts,
+      inventory,
+      profile: files.profile.name,
+      scope: files.profile.scope,
+      revision: revision.revision,
+      verify: revision.verify,
+      provable: classifyRevision(revision).provable,
+      probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
+    }),
+  );
+  return { board, why };
+}
+
+/** What `wavegate drift` computes, without printing: each target device's marker and whether its verify still passes. */
+export async function driftOf(opts: BoardFlags): Promise<{ profile: string; rows: DriftRow[] }> {
+  const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
+  const inventory = loadInventory(opts.inventory);
+  const known = new Map<number, string | undefined>();
+  const verifyOf = (n: number) => {
+    if (!known.has(n)) known.set(n, findFileRevision(files.layout, files.trust, n)?.revision.verify);
+    return known.get(n);
+  };
+  if (opts.registry) {
+    // Pre-load the registered revisions: the probe runs many devices at once.
+    await withClient(resolveConnectionSettings(opts), async (client) => {
+      const trust = registryTrust(files.layout, files.trust, '--registry');
+      let n = 0;
+      for (;;) {
+        const next = await newestRevisionAbove(client, files.profile.name, n);
+        if (!next) break;
+        n = next.revision;
+      }
+      for (let r = 1; r <= n; r++) {
+        const signed = await registeredRevision(client, files.layout, trust, r).catch((err: unknown) => {
+          if (err instanceof WavegateError && err.code === 'NOT_FOUND') return undefined;
+          throw err;
+        });
+        if (signed) known.set(r, signed.revision.verify);
+      }
+    });
+  }
+  const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) =>
+    readDrift({
+      inventory,
+      profile: files.profile.name,
+      scope: files.profile.scope,
+      verifyOf,
+      probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
+    }),
+  );
+  return { profile: files.profile.name, rows };
+}
+
 function withBoardOptions(cmd: Command): Command {
   return withTemporalOptions(
     cmd
@@ -300,28 +372,7 @@ export function register(program: Command): void {
     .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
-        const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
-        const inventory = loadInventory(opts.inventory);
-        const { revision, why } = await boardRevision(files, opts);
-        // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
-        const verdicts = await judgeVerdicts({
-          inventoryPath: opts.inventory,
-          devices: inventory.devices,
-          inventory: inventory.devices,
-          by: operatorName(),
-        });
-        const board = await withTwins(inventory, opts, (twins) =>
-          readFleetBoard({
-            verdicts,
-            inventory,
-            profile: files.profile.name,
-            scope: files.profile.scope,
-            revision: revision.revision,
-            verify: revision.verify,
-            provable: classifyRevision(revision).provable,
-            probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
-          }),
-        );
+        const { board, why } = await fleetStatusOf(opts);
         if (opts.json) console.log(JSON.stringify({ ...board, revisionWhy: why }, null, 2));
         else {
           const c = board.counts;
@@ -351,41 +402,7 @@ export function register(program: Command): void {
       ),
   ).action(
     action(async (opts: BoardFlags) => {
-      const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
-      const inventory = loadInventory(opts.inventory);
-      const known = new Map<number, string | undefined>();
-      const verifyOf = (n: number) => {
-        if (!known.has(n)) known.set(n, findFileRevision(files.layout, files.trust, n)?.revision.verify);
-        return known.get(n);
-      };
-      if (opts.registry) {
-        // Pre-load the registered revisions: the probe runs many devices at once.
-        await withClient(resolveConnectionSettings(opts), async (client) => {
-          const trust = registryTrust(files.layout, files.trust, '--registry');
-          let n = 0;
-          for (;;) {
-            const next = await newestRevisionAbove(client, files.profile.name, n);
-            if (!next) break;
-            n = next.revision;
-          }
-          for (let r = 1; r <= n; r++) {
-            const signed = await registeredRevision(client, files.layout, trust, r).catch((err: unknown) => {
-              if (err instanceof WavegateError && err.code === 'NOT_FOUND') return undefined;
-              throw err;
-            });
-            if (signed) known.set(r, signed.revision.verify);
-          }
-        });
-      }
-      const rows = await withTwins(inventory, { ...opts, reverify: false }, (twins) =>
-        readDrift({
-          inventory,
-          profile: files.profile.name,
-          scope: files.profile.scope,
-          verifyOf,
-          probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
-        }),
-      );
+      const { profile, rows } = await driftOf(opts);
       const drifted = rows.filter((r) => r.status === 'drifted');
       // A refused device (host key, login or config not as pinned) may be another machine at that address:
       // its drift is unknown and the refusal itself is news, so it fails the check. An unreachable one (no
@@ -396,7 +413,7 @@ export function register(program: Command): void {
         console.log(
           JSON.stringify(
             {
-              profile: files.profile.name,
+              profile,
               drifted: drifted.length,
               refused: refused.length,
               unreachable,
@@ -408,7 +425,7 @@ export function register(program: Command): void {
         );
       else {
         console.log(
-          `drift ${files.profile.name}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${refused.length} refused, ${unreachable} unreachable)`,
+          `drift ${profile}: ${drifted.length} drifted of ${rows.length} devices in scope (${rows.filter((r) => r.status === 'ok').length} ok, ${rows.filter((r) => r.status === 'no-marker').length} without marker, ${refused.length} refused, ${unreachable} unreachable)`,
         );
         for (const r of rows)
           console.log(

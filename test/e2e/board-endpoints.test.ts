@@ -130,6 +130,8 @@ describe('the board endpoints', () => {
     expect(listed.status).toBe(200);
     expect(listed.body.rollouts).toEqual([]);
     expectRefusal(await call('/nope'), 404, 'NOT_FOUND', /"\/nope"/);
+    // A board started without --inventory says how to get the fleet view.
+    expectRefusal(await call('/api/fleet/demo', { headers: bearer }), 404, 'NOT_FOUND', /--inventory <fleet\.yaml>/);
   });
 
   it('log in only with a known token, from the same origin', async () => {

@@ -125,6 +125,12 @@ beforeAll(async () => {
       transports: new Map(fleet.devices.map((d) => [d.id, 'ssh'])),
     },
     listen: { host: '127.0.0.1', port: 0 },
+    fleet: {
+      client,
+      inventory: inventoryPath,
+      profiles: join(PROJECT_ROOT, 'profiles'),
+      temporal: { address: server.address, taskQueue, configFile: join(scratch.dir, 'none.toml') },
+    },
     tokens: [{ name: 'alice', token: TOKEN }],
     localOperator: 'nobody',
     pollMs: 300,
@@ -287,5 +293,45 @@ describe('the board in Chromium', () => {
       '"reason": "maintenance window at the edge sites"',
     );
     await shot('audit');
+  });
+  it('shows the fleet per profile: each device verified now, drift, a node-down verdict with its expiry', async () => {
+    const down = fleet!.devices[5]!.id;
+    const mark = await runCli(
+      [
+        'fleet',
+        'mark-down',
+        down,
+        '--inventory',
+        inventoryPath,
+        '--recheck',
+        'false',
+        '--reason',
+        'PSU replaced, parts on order',
+        '--expires',
+        '7d',
+      ],
+      { env: { WAVEGATE_PROFILES: '' } },
+    );
+    expect(mark.code, mark.stderr).toBe(0);
+    await page.goto(`${board!.url}/#/fleet`);
+    await page.locator('#fleet-profiles a', { hasText: 'demo' }).click();
+    await page.locator('#fleet-table tbody tr').first().waitFor({ timeout: 60_000 });
+    const rows = page.locator('#fleet-table tbody tr');
+    expect(await rows.count()).toBe(6);
+    // No rollout completed: the board checks the newest revision, r2; the rolled-back and aborted fleet is at r1.
+    expect(await page.locator('#fleet-summary').textContent()).toMatch(/Checking r2: newest/);
+    expect(await page.locator('#fleet-summary').textContent()).toMatch(/0 drifted, of 6/);
+    const downRow = page.locator(`#fleet-table tr[data-device="${down}"]`);
+    expect(await downRow.getAttribute('data-state')).toBe('not-for-me');
+    expect(await downRow.locator('.verdict').textContent()).toMatch(
+      /holds: PSU replaced, parts on order \(by .+, expires \d{4}-/,
+    );
+    for (const d of fleet!.devices.slice(0, 5)) {
+      const row = page.locator(`#fleet-table tr[data-device="${d.id}"]`);
+      expect(await row.getAttribute('data-state')).toBe('pending');
+      // Drift is checked too: nothing was changed behind wavegate's back (the simulator's r1 carries no marker).
+      expect(['ok', 'no-marker']).toContain(await row.getAttribute('data-drift'));
+    }
+    await shot('fleet');
   });
 });

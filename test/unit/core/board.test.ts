@@ -12,6 +12,7 @@ import {
   parseTokenFile,
   phaseProgress,
   sortFailuresFirst,
+  sortFleetWorstFirst,
   sortWorstFirst,
   type BoardDevice,
 } from '../../../core/board';
@@ -247,5 +248,16 @@ describe('the board', () => {
     expect(() => parseTokenFile('# nothing\n', 'f')).toThrow(/no "<name> <token>" line/);
     expect(checkRolloutId('rollout:demo:20261205-100000')).toBe('rollout:demo:20261205-100000');
     expect(() => checkRolloutId('../etc/passwd')).toThrow(/rollout id/);
+  });
+  it('sorts the fleet worst first: refused and drifted above short of the revision, applied last', () => {
+    const rows = sortFleetWorstFirst([
+      { id: 'a', pool: 'p', class: 'c', state: 'applied' },
+      { id: 'b', pool: 'p', class: 'c', state: 'applied', drift: 'drifted' },
+      { id: 'c', pool: 'p', class: 'c', state: 'pending' },
+      { id: 'd', pool: 'p', class: 'c', state: 'not-for-me' },
+      { id: 'e', pool: 'p', class: 'c', state: 'claimed' },
+      { id: 'f', pool: 'p', class: 'c', state: 'pending', drift: 'refused' },
+    ]);
+    expect(rows.map((r) => r.id)).toEqual(['f', 'b', 'c', 'e', 'd', 'a']);
   });
 });

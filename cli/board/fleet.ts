@@ -1,0 +1,125 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Client } from '@temporalio/client';
+import { sortFleetWorstFirst, type FleetDevice } from '../../core/board';
+import { WavegateError } from '../../core/errors';
+import { isExpired, verdictStanding } from '../../core/node-down';
+import { checkProfileName } from '../../core/profile-name';
+import { readSeen } from '../../clients/presence';
+import { loadInventory } from '../../intake/inventory';
+import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
+import { resolveProfilesRoot } from '../../intake/profiles-root';
+import type { TemporalFlags } from '../../workers/connection';
+import { driftOf, fleetStatusOf } from '../commands/fleet';
+
+/**
+ * The board's fleet view: per profile, what `wavegate fleet status` and `wavegate drift` compute (each
+ * device verified now over SSH, or its twin for an agent device), the node-down verdicts beside the
+ * inventory with their expiry, and each agent's last sync. Expensive (a command on every device): one
+ * check of a profile runs at a time, and its answer is reused for FLEET_CACHE_MS.
+ */
+export interface FleetSource {
+  client: Client;
+  inventory: string;
+  profiles?: string;
+  temporal: TemporalFlags;
+}
+
+const FLEET_CACHE_MS = 10_000;
+
+export function fleetProfiles(src: FleetSource): { inventory: string; profilesRoot: string; profiles: string[] } {
+  const root = resolveProfilesRoot(src.profiles !== undefined ? { flag: src.profiles } : {}).dir;
+  const profiles = existsSync(root)
+    ? readdirSync(root, { withFileTypes: true })
+        .filter((e) => e.isDirectory() && existsSync(join(root, e.name, 'profile.yaml')))
+        .map((e) => e.name)
+        .sort()
+    : [];
+  return { inventory: src.inventory, profilesRoot: root, profiles };
+}
+
+type FleetAnswer = Awaited<ReturnType<typeof checkFleet>>;
+const running = new Map<string, Promise<FleetAnswer>>();
+const answered = new Map<string, { at: number; answer: FleetAnswer }>();
+
+async function checkFleet(src: FleetSource, profile: string) {
+  const flags = {
+    ...src.temporal,
+    profile,
+    inventory: src.inventory,
+    ...(src.profiles !== undefined ? { profiles: src.profiles } : {}),
+    concurrency: 16,
+  };
+  const { board, why } = await fleetStatusOf(flags);
+  const { rows: drift } = await driftOf(flags);
+  const inventory = loadInventory(src.inventory);
+  const now = Date.now();
+  const verdicts = new Map(
+    readVerdicts(verdictsPathFor(src.inventory), { inventory: inventory.devices }).verdicts.map((v) => [v.device, v]),
+  );
+  const agents = inventory.devices.filter((d) => d.transport === 'agent').map((d) => d.id);
+  const seen = agents.length ? await readSeen(src.client, agents).catch(() => new Map()) : new Map();
+  const byId = new Map(inventory.devices.map((d) => [d.id, d]));
+  const driftOfId = new Map(drift.map((d) => [d.id, d]));
+  const devices: FleetDevice[] = board.rows.map((r) => {
+    const v = verdicts.get(r.id);
+    const d = driftOfId.get(r.id);
+    const transport = byId.get(r.id)?.transport ?? 'ssh';
+    const last = seen.get(r.id) as { at: string } | undefined;
+    return {
+      id: r.id,
+      pool: r.pool,
+      class: r.class,
+      transport,
+      state: r.state,
+      ...(r.marker !== undefined ? { marker: r.marker } : {}),
+      ...(r.reason ? { reason: r.reason } : {}),
+      ...(r.evidence ? { evidence: r.evidence } : {}),
+      ...(d ? { drift: d.status, ...(d.detail ? { driftDetail: d.detail } : {}) } : {}),
+      ...(v
+        ? {
+            verdict: {
+              standing: isExpired(v, now) ? 'expired' : 'holds',
+              text: verdictStanding(v, now).text,
+              reason: v.reason,
+              by: v.by,
+              since: v.since,
+              expiresAt: v.expiresAt,
+              ...(v.lastCheckResult ? { lastCheckResult: v.lastCheckResult } : {}),
+            },
+          }
+        : {}),
+      ...(last ? { lastSeen: last.at } : {}),
+    };
+  });
+  return {
+    profile: board.profile,
+    revision: board.revision,
+    revisionWhy: why,
+    provable: board.provable,
+    counts: board.counts,
+    drifted: drift.filter((d) => d.status === 'drifted').length,
+    checkedAt: new Date(now).toISOString(),
+    devices: sortFleetWorstFirst(devices),
+  };
+}
+
+/** A profile's fleet, checked now (or within the last FLEET_CACHE_MS); one check per profile at a time. */
+export async function fleetView(src: FleetSource, profile: string): Promise<FleetAnswer> {
+  checkProfileName(profile, 'profile');
+  if (!fleetProfiles(src).profiles.includes(profile))
+    throw new WavegateError('NOT_FOUND', `profile "${profile}": not in the profiles root`, {
+      field: 'profile',
+      value: profile,
+    });
+  const cached = answered.get(profile);
+  if (cached && Date.now() - cached.at < FLEET_CACHE_MS) return cached.answer;
+  let pending = running.get(profile);
+  if (!pending) {
+    pending = checkFleet(src, profile).finally(() => running.delete(profile));
+    running.set(profile, pending);
+  }
+  const answer = await pending;
+  answered.set(profile, { at: Date.now(), answer });
+  return answer;
+}
