@@ -134,6 +134,7 @@ beforeAll(async () => {
     tokens: [{ name: 'alice', token: TOKEN }],
     localOperator: 'nobody',
     pollMs: 300,
+    maxStreams: 2,
     log: () => {},
   });
   browser = await launchChromium(scratch.dir, { width: 1400, height: 900 });
@@ -200,6 +201,19 @@ describe('the board in Chromium', () => {
     await expect.poll(() => rows.count()).toBe(6);
     expect(await rows.last().getAttribute('data-device')).toBe(canary);
     expect(await rows.first().getAttribute('data-state')).toBe('pending');
+
+    // Live streams are bounded: the page holds one, a second is let in, a third is refused as BUSY.
+    const events = `${board!.url}/api/rollouts/${encodeURIComponent(aborted)}/events`;
+    const held = new AbortController();
+    const second = await fetch(events, { headers: { authorization: `Bearer ${TOKEN}` }, signal: held.signal });
+    expect(second.status).toBe(200);
+    const third = await fetch(events, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(third.status).toBe(503);
+    expect(await third.json()).toEqual({
+      code: 'BUSY',
+      message: '2 live streams are open, the limit; close a board tab or try again',
+    });
+    held.abort();
 
     // Pause from the page: a reason and a confirmation, recorded as by alice.
     await useControl('pause', 'maintenance window at the edge sites', () => shot('control-dialog'));
