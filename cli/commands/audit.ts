@@ -132,10 +132,13 @@ export function verifyReport(
       for (const r of failures.slice(0, LINK_FAILURES_SHOWN)) out.push(`linked: ${r.message}`);
       if (failures.length > LINK_FAILURES_SHOWN)
         out.push(`linked: … and ${failures.length - LINK_FAILURES_SHOWN} more failed (--json lists them all)`);
-      out.push(`linked: ${linkSummary} intact${before}`);
+      if (links.failed < links.trails) out.push(`linked: ${linkSummary} intact${before}`);
     }
   }
-  for (const note of links?.notes ?? []) out.push(`linked: note: ${note}`);
+  const notes = links?.notes ?? [];
+  for (const note of notes.slice(0, LINK_FAILURES_SHOWN)) out.push(`linked: note: ${note}`);
+  if (notes.length > LINK_FAILURES_SHOWN)
+    out.push(`linked: … and ${notes.length - LINK_FAILURES_SHOWN} more notes (--json lists them all)`);
   out.push(
     head.checked
       ? `head: compared with ${head.checked}`
