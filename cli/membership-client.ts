@@ -10,6 +10,7 @@ import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import type { NodeDownMark } from '../core/node-down';
 import { storeMembership } from '../clients/membership';
+import { SLICED_RECORDS_FROM, slicedSliceSize } from '../core/rollout/sliced-plan';
 
 /** The inventory flags of start, plan, converge and revert. */
 export interface InventoryFlags {
@@ -131,5 +132,12 @@ export async function withMembership(
     read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath,
     marks,
   );
-  return { ...input, membership };
+  // A large fleet keeps its device records in the slices, never in the rollout (core/rollout/sliced-plan.ts).
+  if (membership.devices < SLICED_RECORDS_FROM) return { ...input, membership };
+  return {
+    ...input,
+    membership,
+    records: 'slices',
+    sliceSize: input.sliceSize ?? slicedSliceSize(membership.devices),
+  };
 }

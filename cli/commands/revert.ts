@@ -1,4 +1,5 @@
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { deviceRecords } from '../../clients/rollout-records';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
@@ -125,7 +126,8 @@ async function readRollout(
       spec: input.spec,
       ...(input.reverts ? { reverts: input.reverts } : {}),
       ...(input.canary ? { canary: true } : {}),
-      changed: status ? changedDevices(status) : [],
+      // A large rollout keeps its devices' records in its slices (clients/rollout-records.ts).
+      changed: status ? changedDevices({ devices: await deviceRecords(client, status) }) : [],
     },
   };
 }

@@ -7,6 +7,7 @@ import { WavegateError } from '../../core/errors';
 import { formatDurationMs } from '../../core/duration';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import { summarizeCounts } from '../../core/rollout-state';
+import { deviceRecords, findDevice } from '../../clients/rollout-records';
 import type { RolloutStatus } from '../../contracts/rollout';
 import { checkDependencyCycle } from '../../intake/dependencies';
 import { prepareRollout } from '../../intake/prepare';
@@ -45,6 +46,30 @@ export function operatorName(): string {
   }
 }
 
+/**
+ * `status --device`: the device's record from the status or its slice; exit 0 when it is at the target
+ * (applied or claimed), 1 when it has another state; NOT_FOUND when no record names it.
+ */
+async function printDevice(client: Client, status: RolloutStatus, device: string, json: boolean): Promise<number> {
+  const found = await findDevice(client, status, device);
+  if (!found) {
+    const where = status.slices
+      ? ' (its slice has not started, it was never started, or the plan settled it: already at the target, or not-for-me)'
+      : '';
+    throw new WavegateError(
+      'NOT_FOUND',
+      `--device: no record of ${JSON.stringify(device)} in ${status.rolloutId}${where}`,
+      {
+        field: '--device',
+        value: device,
+      },
+    );
+  }
+  if (json) console.log(JSON.stringify(found, null, 2));
+  else console.log(`${found.id} ${found.state}${found.reason ? ` (${found.reason})` : ''}, phase ${found.phase}`);
+  return found.state === 'applied' || found.state === 'claimed' ? EXIT_OK : EXIT_FAILED;
+}
+
 function printStatus(status: RolloutStatus): void {
   console.log(`${status.rolloutId}: ${status.state}, phase ${status.phase}, ${summarizeCounts(status.counts)}`);
   if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
@@ -74,6 +99,10 @@ function printStatus(status: RolloutStatus): void {
       `  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`,
     );
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
+  if (status.slices?.length)
+    console.log(
+      `  ${status.slices.length} slice(s) hold the sliced phases' device records: --device <id> for one, --devices for all`,
+    );
   const last = status.controls.at(-1);
   if (last)
     console.log(
@@ -277,18 +306,29 @@ export function register(program: Command): void {
         '--run <runId>',
         'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)',
       )
+      .option(
+        '--device <id>',
+        "one device's state and why (a large rollout keeps its devices' records in its slices: read from there)",
+      )
+      .option(
+        '--devices',
+        'every device with a record, read from the slices too (a large rollout lists none by default)',
+      )
       .option('--json', 'print JSON'),
   ).action(
-    action(async (id: string, opts: TemporalFlags & { run?: string; json?: boolean }) =>
-      withClient(resolveConnectionSettings(opts), async (client) => {
-        const status = await queryStatus(client, id, opts.run);
-        if (opts.json) console.log(JSON.stringify(status, null, 2));
-        else {
-          printStatus(status);
-          console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
-        }
-        return outcomeCode(status);
-      }),
+    action(
+      async (id: string, opts: TemporalFlags & { run?: string; json?: boolean; device?: string; devices?: boolean }) =>
+        withClient(resolveConnectionSettings(opts), async (client) => {
+          const status = await queryStatus(client, id, opts.run);
+          if (opts.device !== undefined) return printDevice(client, status, opts.device, !!opts.json);
+          const full = opts.devices ? { ...status, devices: await deviceRecords(client, status) } : status;
+          if (opts.json) console.log(JSON.stringify(full, null, 2));
+          else {
+            printStatus(full);
+            console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
+          }
+          return outcomeCode(status);
+        }),
     ),
   );
 

@@ -34,8 +34,11 @@ export function honestDevice<T extends Pick<DeviceStatus, 'state' | 'reason'>>(d
  * counts computed from them again (a status recorded before `not-for-me` and `not-started` has neither
  * in its counts, and counts them as skipped).
  */
-export function readStatus<S extends Pick<RolloutStatus, 'devices' | 'counts'>>(s: S): S {
+export function readStatus<S extends Pick<RolloutStatus, 'devices' | 'counts' | 'slices'>>(s: S): S {
   const devices = s.devices.map(honestDevice);
+  // Sliced records: the devices listed are the inline phases' only; the counts are the whole (a build
+  // that writes `slices` wrote every state in its counts).
+  if (s.slices) return { ...s, devices };
   return { ...s, devices, counts: countDevices(devices) };
 }
 

@@ -61,6 +61,21 @@ export interface PlanShape {
 
 export const MAX_SHAPE_WARNINGS = 50;
 
+/**
+ * A rollout over a membership of at least this many devices keeps sliced records (`start`, `converge`
+ * and `revert` set it): below it, a phase's records fit the rollout's history comfortably.
+ */
+export const SLICED_RECORDS_FROM = 5_000;
+
+/**
+ * The slice size of sliced records: about a hundred slices a phase (the rollout's history has a few
+ * events per slice), never fewer than 200 devices a slice, never more than 1,000 (a slice's history
+ * has a few events per device, and must stay under Temporal's 10,240-event warning).
+ */
+export function slicedSliceSize(devices: number): number {
+  return Math.min(1_000, Math.max(200, Math.ceil(devices / 100)));
+}
+
 /** Slices read per health or converge activity: a handful of queries, at most a few thousand devices. */
 export const SLICES_PER_ACTIVITY = 10;
 

@@ -84,6 +84,20 @@ describe('sliced records', () => {
     }
     expect([...fromSlices, canary].sort()).toEqual([...ids].sort());
 
+    // The CLI finds any device's record, in the status or in its slice.
+    const one = await real.cli(['status', input.rolloutId, '--device', fromSlices[5]!]);
+    expect(one.code).toBe(0);
+    expect(one.stdout).toMatch(new RegExp(`^${fromSlices[5]} applied, phase 1`));
+    const none = await real.cli(['status', input.rolloutId, '--device', 'no-such-device']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/--device: no record of "no-such-device"/);
+    const all = await real.cli(['status', input.rolloutId, '--devices', '--json']);
+    expect(all.code).toBe(0);
+    expect((JSON.parse(all.stdout) as { devices: unknown[] }).devices).toHaveLength(18);
+    const summary = await real.cli(['status', input.rolloutId]);
+    expect(summary.stdout).toMatch(/18\/18 applied/);
+    expect(summary.stdout).toMatch(/5 slice\(s\) hold the sliced phases' device records/);
+
     // The parent's own history names no device of the sliced phase: not in a snapshot, a slice's input or result, an audit record.
     const history = JSON.stringify(await handle.fetchHistory());
     const decoded = Buffer.from(history).toString();

@@ -1,0 +1,58 @@
+import type { Client } from '@temporalio/client';
+import { sliceRecordsQuery, type RolloutStatus } from '../contracts/rollout';
+import type { DeviceStatus } from '../core/rollout-state';
+import type { SliceUnit } from '../core/rollout/sliced-records';
+import { mapLimit } from '../activities/map-limit';
+
+/**
+ * A rollout's device records wherever they live: in its status, and with sliced records
+ * (core/rollout/sliced-plan.ts) in its slices, read with each slice's `sliceRecords` query (a closed
+ * slice answers too). Every caller that needs a device of a sliced phase — `status --device`, the device
+ * list, a revert's changed devices, the board — reads them here.
+ */
+
+/** Slices queried at once. */
+const CONCURRENCY = 8;
+
+async function sliceDevices(client: Client, unit: SliceUnit): Promise<DeviceStatus[]> {
+  const records = await client.workflow.getHandle(unit.workflowId).query(sliceRecordsQuery);
+  return records.states.map(([id, state, reason]) => ({ id, state, phase: unit.phase, ...(reason ? { reason } : {}) }));
+}
+
+/**
+ * Every device with a record: the status's own, then each apply slice's, a rollback slice's state
+ * replacing its apply slice's for the devices it put back. Devices of slices that never started are not
+ * listed (the counts hold them, pending or not-started), nor those the plan settled (already at the
+ * target, not-for-me: counts, and the plan record in the audit trail).
+ */
+export async function deviceRecords(client: Client, status: RolloutStatus): Promise<DeviceStatus[]> {
+  const slices = status.slices ?? [];
+  if (slices.length === 0) return status.devices;
+  const byId = new Map(status.devices.map((d) => [d.id, d]));
+  const applies = slices.filter((s) => s.mode === 'apply');
+  for (const devices of await mapLimit(applies, CONCURRENCY, (s) => sliceDevices(client, s)))
+    for (const d of devices) byId.set(d.id, d);
+  const rollbacks = slices.filter((s) => s.mode === 'rollback');
+  const phaseOf = new Map(applies.map((s) => [s.workflowId, s.phase]));
+  for (const [k, devices] of (await mapLimit(rollbacks, CONCURRENCY, (s) => sliceDevices(client, s))).entries())
+    for (const d of devices) byId.set(d.id, { ...d, phase: phaseOf.get(rollbacks[k]!.undoes ?? '') ?? d.phase });
+  return [...byId.values()];
+}
+
+/** One device's record, or undefined when no record names it (see deviceRecords). */
+export async function findDevice(client: Client, status: RolloutStatus, id: string): Promise<DeviceStatus | undefined> {
+  const inline = status.devices.find((d) => d.id === id);
+  const slices = status.slices ?? [];
+  let found = inline;
+  // A rollback slice's record is the later one: read the apply slices first, then the rollbacks.
+  for (const mode of ['apply', 'rollback'] as const) {
+    for (const s of slices.filter((u) => u.mode === mode)) {
+      const hit = (await sliceDevices(client, s)).find((d) => d.id === id);
+      if (hit) {
+        found = mode === 'rollback' && found ? { ...hit, phase: found.phase } : hit;
+        break;
+      }
+    }
+  }
+  return found;
+}
