@@ -18,7 +18,7 @@ import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import type { RolloutStatus } from '../../contracts/rollout';
 import { readAuditKey, type AuditLocation } from '../../activities/audit';
 import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
-import { readChain, verifyReport } from '../commands/audit';
+import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';
 
 /**
  * What the board reads, through the same client and audit store as the CLI: the rollout list with each
@@ -181,6 +181,12 @@ export async function auditView(src: BoardSources, id: string) {
   const chainRun = trail.records[0]?.runId;
   const head = chainRun === described.runId ? status?.auditHead : undefined;
   const verdict = verifyAuditSegments(trail.segments, { ...(head ? { head } : {}), ...(key ? { key } : {}) });
+  // The trails its records link (a slice's own trail), each verified the same way, as `audit --verify` does.
+  const linked = await verifyLinkedTrails(id, trail.segments, verdict, {
+    ...(src.audit.store ? { store: src.audit.store } : {}),
+    auditDir: where.auditDir,
+    ...(key ? { key } : {}),
+  });
   const report = verifyReport(
     `audit ${id}`,
     verdict,
@@ -191,12 +197,14 @@ export async function auditView(src: BoardSources, id: string) {
           why: chainRun === described.runId ? 'the status holds no head' : 'the chain is of another run',
         },
     { file: where.keyFile, from: where.keyFrom, lookedFor: where.keyLookedFor },
+    linked,
   );
   return {
     rolloutId: id,
     runId: described.runId,
     location: trail.location ?? null,
-    ok: verdict.ok,
+    ok: verdict.ok && linked.ok,
+    linkedTrails: linked.trails,
     failure: verdict.failure,
     headChecked: !!head,
     macChecked: !!key,
