@@ -2,7 +2,6 @@ import type { Client } from '@temporalio/client';
 import { sliceRecordsQuery, type RolloutStatus } from '../contracts/rollout';
 import type { DeviceStatus } from '../core/rollout-state';
 import type { SliceUnit } from '../core/rollout/sliced-records';
-import { mapLimit } from '../activities/map-limit';
 
 /**
  * A rollout's device records wherever they live: in its status, and with sliced records
@@ -13,6 +12,14 @@ import { mapLimit } from '../activities/map-limit';
 
 /** Slices queried at once. */
 const CONCURRENCY = 8;
+
+/** Each slice's devices, CONCURRENCY queries at a time, in the slices' order. */
+async function slicesDevices(client: Client, units: readonly SliceUnit[]): Promise<DeviceStatus[][]> {
+  const out: DeviceStatus[][] = [];
+  for (let i = 0; i < units.length; i += CONCURRENCY)
+    out.push(...(await Promise.all(units.slice(i, i + CONCURRENCY).map((u) => sliceDevices(client, u)))));
+  return out;
+}
 
 async function sliceDevices(client: Client, unit: SliceUnit): Promise<DeviceStatus[]> {
   const records = await client.workflow.getHandle(unit.workflowId).query(sliceRecordsQuery);
@@ -30,11 +37,10 @@ export async function deviceRecords(client: Client, status: RolloutStatus): Prom
   if (slices.length === 0) return status.devices;
   const byId = new Map(status.devices.map((d) => [d.id, d]));
   const applies = slices.filter((s) => s.mode === 'apply');
-  for (const devices of await mapLimit(applies, CONCURRENCY, (s) => sliceDevices(client, s)))
-    for (const d of devices) byId.set(d.id, d);
+  for (const devices of await slicesDevices(client, applies)) for (const d of devices) byId.set(d.id, d);
   const rollbacks = slices.filter((s) => s.mode === 'rollback');
   const phaseOf = new Map(applies.map((s) => [s.workflowId, s.phase]));
-  for (const [k, devices] of (await mapLimit(rollbacks, CONCURRENCY, (s) => sliceDevices(client, s))).entries())
+  for (const [k, devices] of (await slicesDevices(client, rollbacks)).entries())
     for (const d of devices) byId.set(d.id, { ...d, phase: phaseOf.get(rollbacks[k]!.undoes ?? '') ?? d.phase });
   return [...byId.values()];
 }
