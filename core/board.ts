@@ -222,7 +222,7 @@ const OUTCOME_ORDER: readonly BoardOutcome[] = [
 export function boardOutcome(
   temporalStatus: string,
   state: string | undefined,
-  status?: Pick<RolloutStatus, 'state' | 'devices'>,
+  status?: Pick<RolloutStatus, 'state' | 'counts'>,
 ): BoardOutcome {
   if (temporalStatus === 'TERMINATED' || temporalStatus === 'TIMED_OUT') return 'terminated';
   const s = status?.state ?? state;
@@ -238,10 +238,9 @@ export function boardOutcome(
       return s;
     case 'completed': {
       if (!status) return 'completed';
-      const short = status.devices.some(
-        (d) => d.state !== 'applied' && d.state !== 'claimed' && d.state !== 'not-for-me',
-      );
-      return short ? 'completed-pending' : 'completed';
+      // The counts, not the devices listed: a large rollout lists its sliced phases' devices in its slices only.
+      const c = status.counts;
+      return c.total - c.applied - c.claimed - c['not-for-me'] > 0 ? 'completed-pending' : 'completed';
     }
     default:
       return temporalStatus === 'RUNNING' ? 'running' : 'unknown';

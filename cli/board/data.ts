@@ -17,6 +17,7 @@ import { WavegateError } from '../../core/errors';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import type { RolloutStatus } from '../../contracts/rollout';
 import { readAuditKey, type AuditLocation } from '../../activities/audit';
+import { deviceRecords } from '../../clients/rollout-records';
 import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
 import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';
 
@@ -143,7 +144,9 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
   const status = await statusOf(src, id);
   const trail = await trailOf(src, id, described.runId);
   const records = trail.records.filter((r) => r.runId === described.runId);
-  const devices = boardDevices(status, records, src.transports);
+  // A large rollout keeps its devices' records in its slices: read them there, as `status --devices` does.
+  const all = { ...status, devices: await retried(`device records of ${id}`, () => deviceRecords(src.client, status)) };
+  const devices = boardDevices(all, records, src.transports);
   return {
     rolloutId: status.rolloutId,
     runId: described.runId,
@@ -155,7 +158,7 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
     outcome: boardOutcome(described.status.name, status.state, status),
     outcomeSummary: rolloutOutcome(status).summary,
     banner: bannerOf(status),
-    phases: phaseProgress(status).map((p) => ({ ...p, evidence: status.phases[p.index]?.evidence ?? [] })),
+    phases: phaseProgress(all).map((p) => ({ ...p, evidence: status.phases[p.index]?.evidence ?? [] })),
     gates: gateEvidenceOf(records),
     counts: status.counts,
     controls: status.controls,
