@@ -532,3 +532,23 @@ export function fleetSeverity(d: Pick<FleetDevice, 'state' | 'drift'>): number {
 export function sortFleetWorstFirst<T extends FleetDevice>(rows: readonly T[]): T[] {
   return [...rows].sort((a, b) => fleetSeverity(a) - fleetSeverity(b) || a.id.localeCompare(b.id));
 }
+
+/** A revert's JSON body: `devices`, the count the page showed (checked again before starting), and `fast`. */
+export function parseRevertBody(body: Record<string, unknown>): { fast: boolean; devices: number } {
+  for (const key of Object.keys(body))
+    if (key !== 'fast' && key !== 'devices')
+      throw new WavegateError('INVALID_INPUT', `${key}: not a field of revert (allowed: fast, devices)`, {
+        field: key,
+      });
+  if (!Number.isSafeInteger(body.devices) || (body.devices as number) < 1)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `devices: the number of devices the page showed is required (got ${JSON.stringify(body.devices ?? null)})`,
+      { field: 'devices' },
+    );
+  if (body.fast !== undefined && typeof body.fast !== 'boolean')
+    throw new WavegateError('INVALID_INPUT', `fast: must be true or false (got ${JSON.stringify(body.fast)})`, {
+      field: 'fast',
+    });
+  return { fast: body.fast === true, devices: body.devices as number };
+}

@@ -192,6 +192,10 @@ function askControl(id, name) {
   const reason = document.getElementById('confirm-reason');
   reason.value = '';
   document.getElementById('confirm-rollback-row').hidden = name !== 'abort';
+  document.getElementById('confirm-reason-row').hidden = false;
+  reason.required = true;
+  document.getElementById('confirm-devices').hidden = true;
+  document.getElementById('confirm-fast-row').hidden = true;
   document.getElementById('confirm-rollback').checked = true;
   const error = document.getElementById('confirm-error');
   error.hidden = true;
@@ -220,6 +224,57 @@ function askControl(id, name) {
   reason.focus();
 }
 
+/** A revert: what it will touch is asked first (the command's own checks), shown, then confirmed. */
+async function askRevert(id) {
+  let preview;
+  try {
+    preview = await api(`/api/rollouts/${encodeURIComponent(id)}/revert`);
+  } catch (err) {
+    return notice(`${err.code || 'ERROR'}: ${err.message}`, 'error');
+  }
+  if (!preview.applies) return notice(`No revert: ${preview.why}`, 'error');
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = `Revert ${id}?`;
+  document.getElementById('confirm-text').textContent =
+    `A new rollout of ${preview.profile} from r${preview.from} back to r${preview.to} over exactly the ${preview.devices.length} device(s) ${id} changed, with its ${preview.phases} phase(s), gates and health checks.` +
+    (preview.windowClosesAt ? ` Its revert window closes at ${when(preview.windowClosesAt)}.` : '');
+  const list = document.getElementById('confirm-devices');
+  const shown = preview.devices.slice(0, 50).map((d) => h('li', { 'data-device': d }, d));
+  if (preview.devices.length > 50) shown.push(h('li', {}, `and ${preview.devices.length - 50} more`));
+  list.replaceChildren(...shown);
+  list.hidden = false;
+  document.getElementById('confirm-fast-row').hidden = false;
+  document.getElementById('confirm-fast').checked = false;
+  document.getElementById('confirm-reason-row').hidden = true;
+  document.getElementById('confirm-reason').required = false;
+  document.getElementById('confirm-rollback-row').hidden = true;
+  const error = document.getElementById('confirm-error');
+  error.hidden = true;
+  const ok = document.getElementById('confirm-ok');
+  ok.textContent = `Revert ${preview.devices.length} device(s)`;
+  document.getElementById('confirm-form').onsubmit = async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    try {
+      const done = await post(`/api/rollouts/${encodeURIComponent(id)}/revert`, {
+        devices: preview.devices.length,
+        fast: document.getElementById('confirm-fast').checked,
+      });
+      dialog.close();
+      // Said on the new rollout's page (a route change clears the notice line first).
+      state.flash = done.message;
+      location.hash = `#/rollout/${encodeURIComponent(done.rolloutId)}`;
+    } catch (err) {
+      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
+      error.hidden = false;
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  document.getElementById('confirm-cancel').onclick = () => dialog.close();
+  dialog.showModal();
+}
+
 function controlsOf(view) {
   const running = view.temporalStatus === 'RUNNING';
   const names = [];
@@ -227,7 +282,16 @@ function controlsOf(view) {
   if (running && view.state === 'paused') names.push('resume');
   if (running && view.awaitingApproval) names.push('approve');
   if (running) names.push('abort');
-  if (!names.length) return h('p', { class: 'hint', id: 'controls' }, 'The rollout has ended: no control applies.');
+  if (!names.length) {
+    if (view.outcome === 'completed' || view.outcome === 'completed-pending')
+      return h(
+        'div',
+        { id: 'controls' },
+        h('button', { 'data-control': 'revert', onclick: () => askRevert(view.rolloutId) }, 'revert…'),
+        h('span', { class: 'hint' }, ' shows what it would touch first'),
+      );
+    return h('p', { class: 'hint', id: 'controls' }, 'The rollout has ended: no control applies.');
+  }
   return h(
     'div',
     { id: 'controls' },
@@ -247,10 +311,7 @@ function gateBlock(g) {
       'h4',
       {},
       `${g.kind === 'health' ? 'Health gate' : g.kind === 'failure-gate' ? 'Failure gate' : 'Manual gate'}: `,
-      badge(
-        g.outcome === 'pass' || g.outcome === 'approved' ? 'completed' : g.outcome === 'fail' ? 'failed' : 'paused',
-      ),
-      ` ${g.outcome}`,
+      h('span', { class: `badge g-${g.outcome}` }, g.outcome),
     ),
   ];
   parts.push(
@@ -437,7 +498,7 @@ function devicesBlock(view, id) {
             { 'data-device': d.id, 'data-state': d.state, class: `d-${d.state}` },
             h('td', {}, d.id),
             h('td', { class: 'state' }, d.state),
-            h('td', {}, view.phases[d.phase] ? view.phases[d.phase].name : d.phase),
+            h('td', {}, view.phases[d.phase] ? view.phases[d.phase].name : '-'),
             h('td', {}, when(d.since)),
             h('td', {}, d.attempts),
             h('td', {}, d.transport || '-'),
@@ -681,7 +742,8 @@ async function showFleet(profile) {
 
 async function route() {
   stopStream();
-  notice('');
+  notice(state.flash || '', 'ok');
+  state.flash = null;
   try {
     if (!(await ensureSession())) return;
     const hash = location.hash || '#/';

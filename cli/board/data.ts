@@ -20,6 +20,9 @@ import { readAuditKey, type AuditLocation } from '../../activities/audit';
 import { deviceRecords } from '../../clients/rollout-records';
 import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
 import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';
+import { checkRevert, startRevert } from '../commands/revert';
+import { revertUntilOf } from '../../core/floor';
+import { revertWindowOf } from '../../core/rollout/revert';
 
 /**
  * What the board reads, through the same client and audit store as the CLI: the rollout list with each
@@ -33,6 +36,10 @@ export interface BoardSources {
   audit: { store?: string; where: AuditLocation };
   /** Device id → transport, from `--inventory` when given. */
   transports: ReadonlyMap<string, string>;
+  /** The workers' task queue: where a revert started from the board runs. */
+  taskQueue: string;
+  /** The profiles root a revert reads its revisions from (`--profiles`, as `wavegate revert`). */
+  profilesRoot: string;
 }
 
 const ROLLOUT_TYPES = new Set(['rolloutWorkflow', 'nightlyCanaryWorkflow']);
@@ -248,4 +255,56 @@ export async function liveFingerprint(src: BoardSources, id: string): Promise<st
     s.deadline,
     s.auditHead,
   ]);
+}
+
+/** What a revert of this rollout would touch, or why there is none: checkRevert, the command's own refusals. */
+export async function revertPreview(src: BoardSources, id: string) {
+  await describeRollout(src, id);
+  try {
+    const plan = await checkRevert(src.client, id, {}, src.profilesRoot);
+    const { spec } = plan.original;
+    const closedAt = plan.finished.closedAt ?? Date.now();
+    const until = revertUntilOf(closedAt, revertWindowOf(spec));
+    return {
+      applies: true as const,
+      rolloutId: id,
+      profile: spec.profile,
+      from: spec.toRevision,
+      to: spec.fromRevision,
+      devices: plan.finished.changed,
+      phases: spec.phases.length,
+      windowClosesAt: until ? new Date(until).toISOString() : null,
+      inventory: plan.inventoryPath,
+    };
+  } catch (err) {
+    if (err instanceof WavegateError && err.code !== 'UNAVAILABLE' && err.code !== 'NOT_FOUND')
+      return { applies: false as const, rolloutId: id, why: err.message };
+    throw err;
+  }
+}
+
+/**
+ * Start the revert an operator confirmed, as `wavegate revert` starts it, started by the operator. The
+ * devices it touches are checked again against what the page showed: a revert that would now touch
+ * another set is refused (CONFLICT) rather than started.
+ */
+export async function startBoardRevert(
+  src: BoardSources,
+  id: string,
+  body: { fast: boolean; devices: number },
+  by: string,
+): Promise<{ rolloutId: string; message: string }> {
+  await describeRollout(src, id);
+  const plan = await checkRevert(src.client, id, {}, src.profilesRoot);
+  if (plan.finished.changed.length !== body.devices)
+    throw new WavegateError(
+      'CONFLICT',
+      `devices: the page showed ${body.devices} device(s) to revert, ${id} has ${plan.finished.changed.length} now; look again before reverting`,
+      { field: 'devices' },
+    );
+  const { handle, input } = await startRevert(src.client, src.taskQueue, plan, { fast: body.fast }, by);
+  return {
+    rolloutId: handle.workflowId,
+    message: `revert ${handle.workflowId} started by ${by}: r${input.spec.fromRevision} → r${input.spec.toRevision} over the ${plan.finished.changed.length} device(s) ${id} changed${body.fast ? ', one phase, no gate (fast)' : ''}`,
+  };
 }

@@ -10,13 +10,23 @@ import {
   checkRolloutId,
   parseControlBody,
   parseDeviceQuery,
+  parseRevertBody,
   type BoardControl,
 } from '../../core/board';
 import { WavegateError } from '../../core/errors';
 import { HttpRefusal, parseJsonObject, readBody, sendJson } from '../../gateway/http';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { firstLineOf } from '../client';
-import { auditView, liveFingerprint, rolloutRows, rolloutView, sendBoardControl, type BoardSources } from './data';
+import {
+  auditView,
+  liveFingerprint,
+  revertPreview,
+  rolloutRows,
+  rolloutView,
+  sendBoardControl,
+  startBoardRevert,
+  type BoardSources,
+} from './data';
 import { fleetProfiles, fleetView, type FleetSource } from './fleet';
 
 /**
@@ -338,6 +348,16 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
       const query = parseDeviceQuery(url.searchParams);
       if (action === undefined) return sendJson(res, 200, await rolloutView(opts.sources, id, query));
       return stream(req, res, id, query);
+    }
+    if (action === 'revert') {
+      if (method === 'GET') return sendJson(res, 200, await revertPreview(opts.sources, id));
+      if (method !== 'POST') throw methodRefusal(method, path, 'GET or POST');
+      checkSameOrigin(req);
+      const session = checkCsrf(req);
+      const body = parseRevertBody(await jsonBody(req));
+      const done = await startBoardRevert(opts.sources, id, body, session.operator);
+      opts.log(`board: ${done.message}`);
+      return sendJson(res, 200, done);
     }
     if ((BOARD_CONTROLS as readonly string[]).includes(action)) {
       if (method !== 'POST') throw methodRefusal(method, path, 'POST');

@@ -4,7 +4,7 @@ import { WavegateError } from '../../core/errors';
 import { resolveAuditLocation } from '../../activities/audit';
 import { readFlagFile } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
-import { profilesOptionHelp } from '../../intake/profiles-root';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { LOOPBACK, startBoard } from '../board/server';
 import { connectClient, withTemporalOptions } from '../client';
@@ -131,6 +131,8 @@ export function register(program: Command): void {
           client,
           audit: { ...(flags.auditStore ? { store: flags.auditStore } : {}), where: setup.where },
           transports: setup.transports,
+          taskQueue: settings.taskQueue,
+          profilesRoot: resolveProfilesRoot(flags.profiles !== undefined ? { flag: flags.profiles } : {}).dir,
         },
         listen: setup.listen,
         ...(setup.tokens ? { tokens: setup.tokens } : {}),

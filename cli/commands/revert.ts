@@ -163,6 +163,102 @@ export function earlierRunsHint(id: string, profile: string, run: string | undef
   return `\n${id} is an id every rollout of "${profile}" re-used before each rollout had its own; this was its latest run. To revert an earlier one, find its runId with \`wavegate list --profile ${profile} --json\` and run \`wavegate revert ${id} --run <runId>\``;
 }
 
+/** A revert checked, not started: the rollout it undoes, its input, and where the revert reads its inventory. */
+export interface RevertPlan {
+  id: string;
+  finished: FinishedRollout;
+  original: RolloutInput;
+  inventoryPath: string;
+  profilesRoot: string;
+}
+
+/**
+ * Every refusal of a revert, in the command's order and words, before anything is read from the
+ * inventory or started: an unknown id, a run still closing, a state with nothing to revert, a closed
+ * window (with the roll-forward), another rollout of the profile running. What is left is what a revert
+ * would touch: exactly `finished.changed`. The board shows it before an operator confirms.
+ */
+export async function checkRevert(
+  client: Client,
+  id: string,
+  opts: Pick<RevertFlags, 'run' | 'inventory' | 'inventoryUrl'>,
+  profilesRoot: string,
+): Promise<RevertPlan> {
+  const { finished, input: original, closing } = await readRollout(client, id, opts.run);
+  // Not "is completed: only a completed rollout can be reverted": it is completed, and its run has not closed yet.
+  if (closing) {
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${id} is ${finished.state} but its run ${finished.runId} is still open (${closing}): revert it once the run has closed; \`wavegate watch ${id}\` returns when it has. Nothing was started`,
+      { state: 'closing' },
+    );
+  }
+  // Where the revert reads its inventory: a flag, else the file the rollout read (a URL is read again
+  // only when given: its query, which may have said which fleet, is not kept).
+  const inventoryPath = opts.inventoryUrl ?? opts.inventory ?? original.inventoryPath;
+  const refused = revertStateRefusal(finished);
+  if (refused) {
+    const forward =
+      finished.state === 'aborted' && finished.changed.length
+        ? `\n${rollForward(original, profilesRoot, inventoryPath)}`
+        : '';
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${refused}${forward}${earlierRunsHint(id, original.spec.profile, opts.run)}`,
+      { state: finished.state ?? finished.execution },
+    );
+  }
+  const closed = revertWindowRefusal(finished, Date.now());
+  if (closed)
+    throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, {
+      state: 'revert-window-closed',
+    });
+  const running = await runningRolloutsOf(client, original.spec.profile);
+  if (running.length)
+    throw new WavegateError(
+      'CONFLICT',
+      `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`,
+    );
+  return { id, finished, original, inventoryPath, profilesRoot };
+}
+
+/** Start a checked revert (checkRevert): its inventory read, its input built and preflighted as a start's. */
+export async function startRevert(
+  client: Client,
+  taskQueue: string,
+  plan: RevertPlan,
+  opts: Pick<RevertFlags, 'fast' | 'registry' | 'inventory' | 'inventoryUrl'>,
+  startedBy: string,
+) {
+  const { id, finished, original, profilesRoot } = plan;
+  // The membership as start stores it: the inventory read here, from a file or over HTTP.
+  const read = await readInventoryFlags(opts, opts.inventoryUrl ? undefined : original.inventoryPath);
+  const request = {
+    original,
+    reverts: {
+      rolloutId: id,
+      runId: finished.runId,
+      ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}),
+    },
+    devices: finished.changed,
+    fast: !!opts.fast,
+    profilesRoot: profilesRoot,
+    inventoryPath: read.inventoryPath,
+    inventory: read.inventory,
+    startedBy,
+  };
+  const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
+  // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
+  await preflightRollout(client, taskQueue, input);
+  const { handle, runId } = await startOrJoinRollout(
+    client,
+    taskQueue,
+    await withMembership(client, taskQueue, input, read, input.startedBy),
+    { newId: true },
+  );
+  return { handle, runId, input };
+}
+
 export function register(program: Command): void {
   withTemporalOptions(
     withInventoryOptions(
@@ -197,67 +293,9 @@ export function register(program: Command): void {
       const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
-        const { finished, input: original, closing } = await readRollout(client, id, opts.run);
-        // Not "is completed: only a completed rollout can be reverted": it is completed, and its run has not closed yet.
-        if (closing) {
-          throw new WavegateError(
-            'INVALID_STATE',
-            `${id} is ${finished.state} but its run ${finished.runId} is still open (${closing}): revert it once the run has closed; \`wavegate watch ${id}\` returns when it has. Nothing was started`,
-            { state: 'closing' },
-          );
-        }
-        // Where the revert reads its inventory: a flag, else the file the rollout read (a URL is read again
-        // only when given: its query, which may have said which fleet, is not kept).
-        const inventoryPath = opts.inventoryUrl ?? opts.inventory ?? original.inventoryPath;
-        const refused = revertStateRefusal(finished);
-        if (refused) {
-          const forward =
-            finished.state === 'aborted' && finished.changed.length
-              ? `\n${rollForward(original, profilesRoot, inventoryPath)}`
-              : '';
-          throw new WavegateError(
-            'INVALID_STATE',
-            `${refused}${forward}${earlierRunsHint(id, original.spec.profile, opts.run)}`,
-            { state: finished.state ?? finished.execution },
-          );
-        }
-        const closed = revertWindowRefusal(finished, Date.now());
-        if (closed)
-          throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, {
-            state: 'revert-window-closed',
-          });
-        const running = await runningRolloutsOf(client, original.spec.profile);
-        if (running.length)
-          throw new WavegateError(
-            'CONFLICT',
-            `a rollout of profile "${original.spec.profile}" is running (${running.join(', ')}); wait for it, or abort it, before reverting ${id}`,
-          );
-
-        // The membership as start stores it: the inventory read here, from a file or over HTTP.
-        const read = await readInventoryFlags(opts, opts.inventoryUrl ? undefined : original.inventoryPath);
-        const request = {
-          original,
-          reverts: {
-            rolloutId: id,
-            runId: finished.runId,
-            ...(finished.closedAt !== undefined ? { closedAt: finished.closedAt } : {}),
-          },
-          devices: finished.changed,
-          fast: !!opts.fast,
-          profilesRoot: profilesRoot,
-          inventoryPath: read.inventoryPath,
-          inventory: read.inventory,
-          startedBy: operatorName(),
-        };
-        const input = opts.registry ? await revertRolloutInput({ ...request, client }) : revertRolloutInput(request);
-        // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
-        await preflightRollout(client, settings.taskQueue, input);
-        const { handle, runId } = await startOrJoinRollout(
-          client,
-          settings.taskQueue,
-          await withMembership(client, settings.taskQueue, input, read, input.startedBy),
-          { newId: true },
-        );
+        const plan = await checkRevert(client, id, opts, profilesRoot);
+        const { finished } = plan;
+        const { handle, runId, input } = await startRevert(client, settings.taskQueue, plan, opts, operatorName());
         const { spec } = input;
         if (opts.json)
           console.log(

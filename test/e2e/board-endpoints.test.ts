@@ -5,6 +5,7 @@ import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveAuditLocation } from '../../activities/audit';
 import { startBoard, type BoardServer } from '../../cli/board/server';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { freePort } from '../../sim/ports';
 import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { runCli } from '../support/cli';
@@ -38,6 +39,8 @@ beforeAll(async () => {
       client,
       audit: { where: resolveAuditLocation({ auditDir: join(scratch.dir, 'audit') }, { env: {} }) },
       transports: new Map(),
+      taskQueue: 'board-endpoints-none',
+      profilesRoot: join(PROJECT_ROOT, 'profiles'),
     },
     listen: { host: '127.0.0.1', port: 0 },
     tokens: [{ name: 'alice', token: TOKEN }],
@@ -239,6 +242,28 @@ describe('the board endpoints', () => {
       'NOT_FOUND',
       /no rollout with id "rollout:demo:20990101-000000"/,
     );
+    // A revert names the number of devices the page showed; an unknown rollout is named.
+    const revert = path.replace(/pause$/, 'revert');
+    expectRefusal(
+      await control(revert, s, { fast: true }),
+      400,
+      'INVALID_INPUT',
+      /devices: the number of devices the page showed/,
+    );
+    expectRefusal(
+      await control(revert, s, { devices: 2, fast: 'yes' }),
+      400,
+      'INVALID_INPUT',
+      /fast: must be true or false/,
+    );
+    expectRefusal(
+      await control(revert, s, { devices: 2 }),
+      404,
+      'NOT_FOUND',
+      /no rollout with id "rollout:demo:20990101-000000"/,
+    );
+    expectRefusal(await call(revert, { headers: bearer }), 404, 'NOT_FOUND', /rollout:demo:20990101-000000/);
+    expectRefusal(await control(revert, { ...s, csrf: '' }, { devices: 2 }), 403, 'FORBIDDEN', /X-CSRF-Token/);
     // Without a session or a token: 401, not a CSRF complaint.
     expectRefusal(await control(path, { cookie: '', csrf: s.csrf }, { reason: 'ok' }), 401, 'UNAUTHORIZED', /token/);
     expectRefusal(await call(path, { headers: bearer }), 405, 'METHOD_NOT_ALLOWED', /only POST/);

@@ -123,6 +123,8 @@ beforeAll(async () => {
       client,
       audit: { where: resolveAuditLocation({ auditDir }, { env: {} }) },
       transports: new Map(fleet.devices.map((d) => [d.id, 'ssh'])),
+      taskQueue,
+      profilesRoot: join(PROJECT_ROOT, 'profiles'),
     },
     listen: { host: '127.0.0.1', port: 0 },
     fleet: {
@@ -347,5 +349,36 @@ describe('the board in Chromium', () => {
       expect(['ok', 'no-marker']).toContain(await row.getAttribute('data-drift'));
     }
     await shot('fleet');
+  });
+  it('reverts a completed rollout from the page, showing first the devices it will touch', async () => {
+    for (const d of fleet!.devices) await fleet!.setFaults(d.id, {});
+    const completed = await startRollout('completed', [
+      { canary: '1 device', gate: '0s' },
+      { bulk: 'remainder', gate: '0s' },
+    ]);
+    await untilClosed(completed);
+    const done = await statusOf(completed);
+    expect(done.state).toBe('completed');
+    const changed = done.devices.filter((d) => d.state === 'applied').map((d) => d.id);
+    expect(changed.length).toBe(5); // the sixth is marked down: not-for-me
+
+    await openRollout(completed);
+    await page.locator('#banner[data-outcome="completed"]').waitFor();
+    await page.locator('button[data-control="revert"]').click();
+    const listed = page.locator('#confirm-devices li[data-device]');
+    await expect.poll(() => listed.count()).toBe(5);
+    expect((await listed.allTextContents()).sort()).toEqual([...changed].sort());
+    expect(await page.locator('#confirm-text').textContent()).toMatch(/from r2 back to r1 over exactly the 5 device/);
+    await shot('revert-preview');
+    await page.locator('#confirm-fast').check();
+    await page.locator('#confirm-ok').click();
+    await page.locator('#notice', { hasText: 'started by alice' }).waitFor();
+    const revert = decodeURIComponent(new URL(page.url()).hash.replace('#/rollout/', ''));
+    expect(revert).not.toBe(completed);
+    await page.locator('#banner[data-outcome="completed"]').waitFor({ timeout: 60_000 });
+    const reverted = await statusOf(revert);
+    expect(reverted.reverts?.rolloutId).toBe(completed);
+    expect([reverted.fromRevision, reverted.toRevision]).toEqual([2, 1]);
+    expect((await trailOf(revert)).find((r) => r.event === 'rollout.started')?.by).toBe('alice');
   });
 });
