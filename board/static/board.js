@@ -659,9 +659,33 @@ async function showFleetProfiles() {
   );
 }
 
-async function showFleet(profile) {
+function convergeBlock(f) {
+  const c = f.converge;
+  if (!c)
+    return h('p', { class: 'hint', id: 'converge' }, 'Converge: no completed rollout of this profile to converge to.');
+  if (!c.devices.length)
+    return h(
+      'p',
+      { class: 'hint', id: 'converge' },
+      `Converge: nothing behind r${c.revision}, where ${c.lastCompleted} completed.`,
+    );
+  return h(
+    'section',
+    { id: 'converge', 'data-devices': c.devices.length },
+    h('h2', {}, `Converge: ${c.devices.length} device(s) behind r${c.revision}`),
+    h(
+      'p',
+      {},
+      `${c.lastCompleted} completed at r${c.revision}; these devices are behind it now (their verify fails): ${c.devices.join(', ')}.`,
+    ),
+    h('p', {}, 'A converge touches exactly them. Start it with:'),
+    h('pre', {}, c.command),
+  );
+}
+
+async function showFleet(profile, fresh) {
   main().replaceChildren(h('h1', {}, `Fleet: ${profile}`), h('p', { class: 'hint' }, 'Verifying every device now…'));
-  const f = await api(`/api/fleet/${encodeURIComponent(profile)}`);
+  const f = await api(`/api/fleet/${encodeURIComponent(profile)}${fresh ? '?fresh=1' : ''}`);
   const c = f.counts;
   main().replaceChildren(
     h('p', {}, h('a', { href: '#/fleet' }, '‹ all profiles')),
@@ -679,9 +703,10 @@ async function showFleet(profile) {
         'p',
         { class: 'hint' },
         `Verified ${when(f.checkedAt)}. `,
-        h('button', { id: 'fleet-again', onclick: () => showFleet(profile) }, 'Check again'),
+        h('button', { id: 'fleet-again', onclick: () => showFleet(profile, true) }, 'Check again'),
       ),
     ),
+    convergeBlock(f),
     h(
       'table',
       { id: 'fleet-table' },

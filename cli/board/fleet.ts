@@ -10,6 +10,8 @@ import { loadInventory } from '../../intake/inventory';
 import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
+import { lastCompletedRollout } from '../client';
+import { behindRows } from '../commands/converge';
 import { driftOf, fleetStatusOf } from '../commands/fleet';
 
 /**
@@ -92,7 +94,23 @@ async function checkFleet(src: FleetSource, profile: string) {
       ...(last ? { lastSeen: last.at } : {}),
     };
   });
+  // What `wavegate converge` would touch: the devices behind the revision the last completed rollout went
+  // to (fleet status's hint, the same rows converge reads), and the command that brings exactly them there.
+  const last = await lastCompletedRollout(src.client, profile).catch(() => undefined);
+  const behind = behindRows(board.rows).map((r) => r.id);
+  const converge =
+    last && last.toRevision === board.revision
+      ? {
+          lastCompleted: last.rolloutId,
+          revision: last.toRevision,
+          devices: behind,
+          command: behind.length
+            ? `wavegate converge --profile ${profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${src.inventory}${src.profiles ? ` --profiles ${src.profiles}` : ''}`
+            : null,
+        }
+      : null;
   return {
+    converge,
     profile: board.profile,
     revision: board.revision,
     revisionWhy: why,
@@ -104,8 +122,8 @@ async function checkFleet(src: FleetSource, profile: string) {
   };
 }
 
-/** A profile's fleet, checked now (or within the last FLEET_CACHE_MS); one check per profile at a time. */
-export async function fleetView(src: FleetSource, profile: string): Promise<FleetAnswer> {
+/** A profile's fleet, checked now (or within the last FLEET_CACHE_MS unless `fresh`); one check per profile at a time. */
+export async function fleetView(src: FleetSource, profile: string, fresh = false): Promise<FleetAnswer> {
   checkProfileName(profile, 'profile');
   if (!fleetProfiles(src).profiles.includes(profile))
     throw new WavegateError('NOT_FOUND', `profile "${profile}": not in the profiles root`, {
@@ -113,7 +131,7 @@ export async function fleetView(src: FleetSource, profile: string): Promise<Flee
       value: profile,
     });
   const cached = answered.get(profile);
-  if (cached && Date.now() - cached.at < FLEET_CACHE_MS) return cached.answer;
+  if (cached && !fresh && Date.now() - cached.at < FLEET_CACHE_MS) return cached.answer;
   let pending = running.get(profile);
   if (!pending) {
     pending = checkFleet(src, profile).finally(() => running.delete(profile));

@@ -329,7 +329,12 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
           'the fleet view needs the inventory: start the board with --inventory <fleet.yaml> (and --profiles <dir>)',
         );
       if (path === '/api/fleet') return sendJson(res, 200, fleetProfiles(opts.fleet));
-      return sendJson(res, 200, await fleetView(opts.fleet, decodeURIComponent(path.slice('/api/fleet/'.length))));
+      const fresh = url.searchParams.get('fresh') === '1';
+      return sendJson(
+        res,
+        200,
+        await fleetView(opts.fleet, decodeURIComponent(path.slice('/api/fleet/'.length)), fresh),
+      );
     }
     const m = /^\/api\/rollouts\/([^/]+)(?:\/([a-z]+))?$/.exec(path);
     if (!m) throw new HttpRefusal(404, 'NOT_FOUND', `no endpoint ${JSON.stringify(path.slice(0, 100))}`);

@@ -350,7 +350,7 @@ describe('the board in Chromium', () => {
     }
     await shot('fleet');
   });
-  it('reverts a completed rollout from the page, showing first the devices it will touch', async () => {
+  it('shows what a converge would touch, and reverts a completed rollout from the page showing first the devices it will touch', async () => {
     for (const d of fleet!.devices) await fleet!.setFaults(d.id, {});
     const completed = await startRollout('completed', [
       { canary: '1 device', gate: '0s' },
@@ -361,6 +361,21 @@ describe('the board in Chromium', () => {
     expect(done.state).toBe('completed');
     const changed = done.devices.filter((d) => d.state === 'applied').map((d) => d.id);
     expect(changed.length).toBe(5); // the sixth is marked down: not-for-me
+
+    // Converge, where it applies: the marked-down device lifted, it is behind r2 where this rollout completed.
+    const down = fleet!.devices[5]!.id;
+    const up = await runCli(['fleet', 'mark-up', down, '--inventory', inventoryPath], {
+      env: { WAVEGATE_PROFILES: '' },
+    });
+    expect(up.code, up.stderr).toBe(0);
+    await page.goto(`${board!.url}/#/fleet/demo`);
+    await page.locator('#fleet-again').click();
+    await page.locator(`#converge[data-devices="1"]`).waitFor({ timeout: 60_000 });
+    expect(await page.locator('#converge').textContent()).toContain(
+      `${completed} completed at r2; these devices are behind it now (their verify fails): ${down}.`,
+    );
+    expect(await page.locator('#converge pre').textContent()).toMatch(/^wavegate converge --profile demo --file /);
+    await shot('converge-preview');
 
     await openRollout(completed);
     await page.locator('#banner[data-outcome="completed"]').waitFor();
