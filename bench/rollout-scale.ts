@@ -6,7 +6,7 @@
  * per-execution history sizes and peak pending activities, and the ratio of the two.
  *
  *   npx tsx bench/rollout-scale.ts --devices 10000 --slice 200 [--in-flight 100] [--shard-size 1000] [--only temporal|baseline]
- *       [--apply-ms 500] [--gate 1s]
+ *       [--apply-ms 500] [--gate 1s] [--records parent|slices]
  *
  * With both runs it also prints the makespan ÷ ideal: ideal = Σ phases ⌈phase devices ÷ in-flight⌉ ×
  * per-device time + the gates, per pool (a phase lasts as long as its slowest pool's rounds), where the
@@ -21,6 +21,8 @@ import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { applyToDevice } from '../activities/device-steps';
 import { prepareRollout } from '../intake/prepare';
+import { loadRolloutInventory } from '../intake/inventory';
+import { storeMembership } from '../clients/membership';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RolloutInput } from '../core/rollout/input';
 import { planRollout } from '../core/rollout/plan';
@@ -48,8 +50,12 @@ const { values: flags } = parseArgs({
     only: { type: 'string' },
     'apply-ms': { type: 'string', default: '0' },
     gate: { type: 'string', default: '1s' },
+    /** `slices`: the rollout keeps sliced records (core/rollout/sliced-plan.ts), its inventory stored as a membership, as `start` does from 5,000 devices. */
+    records: { type: 'string', default: 'parent' },
   },
 });
+if (!['parent', 'slices'].includes(flags.records!))
+  throw new Error(`--records: expected parent or slices, got ${JSON.stringify(flags.records)}`);
 const DEVICES = wholeFlag('devices', flags.devices, 1);
 const SLICE = wholeFlag('slice', flags.slice, 1);
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1);
@@ -178,6 +184,17 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     const input: RolloutInput = {
       ...rolloutInputFor(dir, PHASED, inventoryPath, rolloutId),
       sliceSize: SLICE,
+      ...(flags.records === 'slices'
+        ? {
+            membership: await storeMembership(
+              env.client,
+              taskQueue,
+              loadRolloutInventory(inventoryPath),
+              inventoryPath,
+            ),
+            records: 'slices' as const,
+          }
+        : {}),
     };
     // At 10,000 devices a page of the parent's history is over gRPC's default 4 MB receive limit.
     const connection = await Connection.connect({

@@ -68,12 +68,13 @@ export const MAX_SHAPE_WARNINGS = 50;
 export const SLICED_RECORDS_FROM = 5_000;
 
 /**
- * The slice size of sliced records: about a hundred slices a phase (the rollout's history has a few
- * events per slice), never fewer than 200 devices a slice, never more than 1,000 (a slice's history
- * has a few events per device, and must stay under Temporal's 10,240-event warning).
+ * The slice size of sliced records: a hundred slices a fleet (the rollout's history has a few events
+ * per slice, so it is the same at 5,000 devices and at 100,000), never fewer than 20 devices a slice,
+ * never more than 1,000 (a slice's history has a few events per device, and must stay under Temporal's
+ * 10,240-event limit).
  */
 export function slicedSliceSize(devices: number): number {
-  return Math.min(1_000, Math.max(200, Math.ceil(devices / 100)));
+  return Math.min(1_000, Math.max(20, Math.ceil(devices / 100)));
 }
 
 /** Slices read per health or converge activity: a handful of queries, at most a few thousand devices. */

@@ -1,0 +1,157 @@
+/**
+ * The control plane at 100,000 devices (bench/README.md, "`sliced-scale.ts`"; issue 26). For each
+ * --devices count, a generated fleet stored as the CLI stores it (membership volumes past 32 pages) and
+ * one rollout over it with sliced records (`records: 'slices'`, the slice size `start` would choose),
+ * every apply mocked (an activity that answers `applied` at once: what is measured is Temporal, the
+ * workflows and the plan), on a Temporal dev server and a worker in this process. Reported per count:
+ * wall time of the rollout, the worker's peak RSS (this process, sampled), each execution's history
+ * (the parent, the largest slice, the membership entities; events and bytes as the server describes them),
+ * and the control plane's CPU per device (this process: the worker and the client; the dev server).
+ *
+ *   ulimit -n 20000; npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 0.25]
+ */
+import { parseArgs } from 'node:util';
+import { Worker } from '@temporalio/worker';
+import { createActivities, type ApplyInput } from '../activities';
+import type { ApplyResult } from '../activities/device-steps';
+import { storeMembership } from '../clients/membership';
+import { parseInventory } from '../core/inventory';
+import type { RolloutInput } from '../core/rollout/input';
+import { slicedSliceSize } from '../core/rollout/sliced-plan';
+import { parseRolloutSpec } from '../core/spec';
+import { PROJECT_ROOT } from '../intake/package-layout';
+import { rolloutInputFromFiles } from '../intake/prepare';
+import { startDevServerEnv } from '../workers/dev-server';
+import { rolloutWorkflow } from '../workflows/rollout';
+import { workflowBundle } from '../test/support/temporal';
+import { childPid, ownCpu, processCpu } from './cpu-account';
+import { wholeFlag } from './flags';
+import { join } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+
+const { values: flags } = parseArgs({
+  options: {
+    devices: { type: 'string', default: '1000,10000,100000' },
+    'in-flight': { type: 'string', default: '0.25' },
+  },
+});
+const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 200_000));
+const BUDGET = Number(flags['in-flight']);
+if (!(BUDGET > 0 && BUDGET <= 1)) throw new Error(`--in-flight: a fraction in (0, 1], got ${flags['in-flight']}`);
+
+function inventoryOf(n: number) {
+  return parseInventory(
+    {
+      pools: { east: { disruptionBudget: BUDGET }, west: { disruptionBudget: BUDGET } },
+      defaults: { user: 'ops', port: 22, class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519' } },
+      devices: Array.from({ length: n }, (_, i) => ({
+        id: `dev-${String(i).padStart(6, '0')}`,
+        host: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+        pool: i % 2 ? 'east' : 'west',
+      })),
+    },
+    'generated',
+  );
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
+  const env = await startDevServerEnv();
+  const serverPid = childPid('start-dev');
+  const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);
+  const taskQueue = 'sliced-scale';
+  let applies = 0;
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: {
+      ...createActivities({ client: env.client, auditDir: join(dir, 'audit') }),
+      async applyRevision(input: ApplyInput): Promise<ApplyResult> {
+        applies += 1;
+        return { device: input.device.id, outcome: 'applied', steps: ['mocked'] };
+      },
+    },
+    maxConcurrentActivityTaskExecutions: 500,
+  });
+  const running = worker.run();
+  let peakRss = 0;
+  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 500);
+  try {
+    console.log(
+      'devices | slice | wall | worker peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + server',
+    );
+    for (const n of COUNTS) {
+      const inventory = inventoryOf(n);
+      const spec = parseRolloutSpec(
+        {
+          rollout: {
+            profile: 'demo',
+            fromRevision: 1,
+            toRevision: 2,
+            phases: [{ bulk: '10%' }, { bulk: 'remainder' }],
+            gate: '0s',
+          },
+        },
+        'bench spec',
+      );
+      const membership = await storeMembership(env.client, taskQueue, inventory, 'generated');
+      const input: RolloutInput = {
+        ...rolloutInputFromFiles({
+          spec,
+          specSource: 'bench spec',
+          inventory,
+          inventoryPath: 'generated',
+          profilesRoot: join(PROJECT_ROOT, 'profiles'),
+          startedBy: 'bench',
+          rolloutId: `rollout:bench-sliced-${n}`,
+        }),
+        membership,
+        records: 'slices',
+        sliceSize: slicedSliceSize(n),
+      };
+      peakRss = process.memoryUsage().rss;
+      const cpu0 = { own: ownCpu(), server: serverCpu() };
+      const t0 = Date.now();
+      const handle = await env.client.workflow.start(rolloutWorkflow, {
+        workflowId: input.rolloutId,
+        taskQueue,
+        args: [input],
+      });
+      const result = await handle.result();
+      const wallS = (Date.now() - t0) / 1000;
+      const cpu = { own: ownCpu() - cpu0.own, server: serverCpu() - cpu0.server };
+      if (result.state !== 'completed' || result.counts.applied !== n)
+        throw new Error(`${n}: ${result.state}, ${JSON.stringify(result.counts)}`);
+      const parent = await handle.describe();
+      let largest = { events: 0, bytes: 0 };
+      for (const s of result.slices ?? []) {
+        const d = await env.client.workflow.getHandle(s.workflowId).describe();
+        if ((d.historySize ?? 0) > largest.bytes) largest = { events: d.historyLength, bytes: d.historySize ?? 0 };
+      }
+      let entityMax = 0;
+      for (const v of membership.volumes ?? [membership]) {
+        const d = await env.client.workflow.getHandle(v.workflowId).describe();
+        entityMax = Math.max(entityMax, d.historySize ?? 0);
+      }
+      const mb = (b: number) => (b / 1e6).toFixed(2);
+      console.log(
+        `${n} | ${input.sliceSize} | ${wallS.toFixed(1)} s | ${(peakRss / 2 ** 20).toFixed(0)} MiB | ${parent.historyLength} / ${mb(parent.historySize ?? 0)} | ${largest.events} / ${mb(largest.bytes)} | ${membership.volumes?.length ?? 1}, ${mb(entityMax)} | ${((cpu.own * 1000) / n).toFixed(2)} + ${((cpu.server * 1000) / n).toFixed(2)}`,
+      );
+    }
+    console.log(`applies: ${applies}`);
+  } finally {
+    clearInterval(sampler);
+    worker.shutdown();
+    await running.catch(() => {});
+    await env.teardown();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});

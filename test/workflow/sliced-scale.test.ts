@@ -1,0 +1,140 @@
+import { join } from 'node:path';
+import { Worker } from '@temporalio/worker';
+import { describe, expect, it } from 'vitest';
+import { createActivities } from '../../activities';
+import type { ApplyInput } from '../../activities';
+import type { ApplyResult } from '../../activities/device-steps';
+import { deviceRecords, findDevice } from '../../clients/rollout-records';
+import { storeMembership } from '../../clients/membership';
+import { statusQuery } from '../../contracts/rollout';
+import { parseInventory } from '../../core/inventory';
+import type { RolloutInput } from '../../core/rollout/input';
+import { slicedSliceSize } from '../../core/rollout/sliced-plan';
+import { parseRolloutSpec } from '../../core/spec';
+import { PROJECT_ROOT } from '../../intake/package-layout';
+import { rolloutInputFromFiles } from '../../intake/prepare';
+import { rolloutWorkflow } from '../../workflows/rollout';
+import { HISTORY_EVENT_LIMIT } from '../support/history-bounds';
+import { realRollouts } from '../support/real-rollouts';
+import { workflowBundle } from '../support/temporal';
+
+/**
+ * Issue 26: with sliced records the rollout's own history does not grow with the fleet. The same
+ * rollout over 2,000 and over 20,000 devices, every apply mocked (an activity that answers `applied` at
+ * once: what is measured is the control plane), the plan and the slices real, on a real dev server: the
+ * parent's events and bytes at 20,000 are those at 2,000 (the slice size grows with the fleet, the
+ * number of slices does not), and the status and a device lookup work at 20,000.
+ */
+const real = realRollouts('sliced-scale', { worker: false });
+
+function inventoryOf(n: number) {
+  return parseInventory(
+    {
+      pools: { east: { disruptionBudget: 0.05 }, west: { disruptionBudget: 0.05 } },
+      defaults: { user: 'ops', port: 22, class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519' } },
+      devices: Array.from({ length: n }, (_, i) => ({
+        id: `edge-${String(i).padStart(5, '0')}`,
+        host: `10.${Math.floor(i / 65_536)}.${Math.floor(i / 256) % 256}.${i % 256}`,
+        pool: i % 2 ? 'east' : 'west',
+      })),
+    },
+    'generated',
+  );
+}
+
+describe('sliced records at 2,000 and 20,000 devices (applies mocked)', () => {
+  it("the rollout's history does not grow with the fleet; status and a device lookup work at 20,000", async () => {
+    const taskQueue = 'sliced-scale';
+    let applied = 0;
+    const activities = {
+      ...createActivities({ client: real.env.client, auditDir: join(real.dir, 'audit') }),
+      // The one device activity, mocked: every device answers applied at once.
+      async applyRevision(input: ApplyInput): Promise<ApplyResult> {
+        applied += 1;
+        return { device: input.device.id, outcome: 'applied', steps: ['mocked'] };
+      },
+    };
+    const worker = await Worker.create({
+      connection: real.env.nativeConnection,
+      namespace: real.env.namespace ?? 'default',
+      taskQueue,
+      workflowBundle: await workflowBundle(),
+      activities,
+      maxConcurrentActivityTaskExecutions: 500,
+    });
+    const running = worker.run();
+    try {
+      const measured: Record<number, { events: number; bytes: number; slices: number }> = {};
+      for (const n of [2_000, 20_000]) {
+        const inventory = inventoryOf(n);
+        const spec = parseRolloutSpec(
+          {
+            rollout: {
+              profile: 'demo',
+              fromRevision: 1,
+              toRevision: 2,
+              phases: [{ bulk: '10%' }, { bulk: 'remainder' }],
+              gate: '0s',
+              disruptionBudget: { east: 0.25, west: 0.25 },
+            },
+          },
+          'scale spec',
+        );
+        const input: RolloutInput = {
+          ...rolloutInputFromFiles({
+            spec,
+            specSource: 'scale spec',
+            inventory,
+            inventoryPath: 'generated',
+            profilesRoot: join(PROJECT_ROOT, 'profiles'),
+            startedBy: 'test',
+            rolloutId: `rollout:sliced-scale-${n}`,
+          }),
+          membership: await storeMembership(real.env.client, taskQueue, inventory, 'generated'),
+          records: 'slices',
+          sliceSize: slicedSliceSize(n),
+        };
+        const handle = await real.env.client.workflow.start(rolloutWorkflow, {
+          workflowId: input.rolloutId,
+          taskQueue,
+          args: [input],
+        });
+        const result = await handle.result();
+        expect(result.state).toBe('completed');
+        expect(result.counts).toMatchObject({ applied: n, total: n, pending: 0 });
+        const described = await handle.describe();
+        const types = new Map<string, number>();
+        for (const e of (await handle.fetchHistory()).events ?? []) {
+          const type = String(e.eventType);
+          types.set(type, (types.get(type) ?? 0) + 1);
+        }
+        console.log(`${n}: ${JSON.stringify(Object.fromEntries(types))}`);
+        measured[n] = {
+          events: described.historyLength,
+          bytes: described.historySize ?? 0,
+          slices: result.slices?.length ?? 0,
+        };
+        // The status at this size, and one device of the last slice found through it.
+        const status = await handle.query(statusQuery);
+        expect(status.counts.applied).toBe(n);
+        const last = `edge-${String(n - 1).padStart(5, '0')}`;
+        expect(await findDevice(real.env.client, status, last)).toMatchObject({ id: last, state: 'applied' });
+        if (n === 20_000) expect(await deviceRecords(real.env.client, status)).toHaveLength(n);
+      }
+      console.log(`sliced records, parent history: ${JSON.stringify(measured)}`);
+      // Every device applied once, in each rollout.
+      expect(applied).toBe(22_000);
+      // The same number of slices; the events bounded by the slices, not the devices (how many workflow
+      // tasks the slices' answers take varies with timing), and the bytes the same within a few percent.
+      const { slices } = measured[2_000]!;
+      expect(measured[20_000]!.slices).toBe(slices);
+      for (const n of [2_000, 20_000]) expect(measured[n]!.events).toBeLessThan(30 * slices + 300);
+      expect(measured[20_000]!.bytes).toBeLessThan(measured[2_000]!.bytes * 1.15);
+      expect(measured[20_000]!.events).toBeLessThan(HISTORY_EVENT_LIMIT);
+      expect(measured[20_000]!.bytes).toBeLessThan(1024 * 1024);
+    } finally {
+      worker.shutdown();
+      await running;
+    }
+  }, 600_000);
+});
