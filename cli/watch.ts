@@ -57,13 +57,10 @@ export function renderFrame(
   lines.push(`  ${summarizeCounts(status.counts)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
-    const members = status.devices.filter((d) => d.phase === phase.index);
-    const done = members.filter((d) => DONE.has(d.state)).length;
-    const applied = members.filter((d) => d.state === 'applied').length;
-    const claimed = members.filter((d) => d.state === 'claimed').length;
+    const { done, total, applied, claimed } = phaseProgress(status, phase.index, phase.devices);
     const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
     lines.push(
-      `  ${name} ${bar(done, members.length, barWidth)} ${String(done).padStart(4)}/${String(members.length).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
+      `  ${name} ${bar(done, total, barWidth)} ${String(done).padStart(4)}/${String(total).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
     );
   }
   const shown = [...status.devices].sort(
@@ -81,6 +78,36 @@ export function renderFrame(
   if (shown.length > maxDevices)
     lines.push(`  … ${shown.length - maxDevices} more devices (wavegate status ${status.rolloutId})`);
   return lines.map((line) => (line.length > width ? line.slice(0, width) : line));
+}
+
+/**
+ * A phase's progress: from its devices' records, or for a sliced phase of sliced records (no device of
+ * it in the status) from its slices' counts, over the phase's size (a slice still running counts none).
+ */
+function phaseProgress(
+  status: RolloutStatus,
+  index: number,
+  size: number,
+): { done: number; total: number; applied: number; claimed: number } {
+  const members = status.devices.filter((d) => d.phase === index);
+  const units = (status.slices ?? []).filter((u) => u.phase === index && u.mode === 'apply');
+  if (members.length > 0 || units.length === 0)
+    return {
+      done: members.filter((d) => DONE.has(d.state)).length,
+      total: members.length,
+      applied: members.filter((d) => d.state === 'applied').length,
+      claimed: members.filter((d) => d.state === 'claimed').length,
+    };
+  let done = 0;
+  let applied = 0;
+  let claimed = 0;
+  for (const u of units) {
+    if (!u.counts) continue;
+    for (const state of DONE) done += u.counts[state];
+    applied += u.counts.applied;
+    claimed += u.counts.claimed;
+  }
+  return { done, total: size, applied, claimed };
 }
 
 /** One plain line for logs: state, phase, counts, and the stage of every phase. */
