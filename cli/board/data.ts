@@ -40,14 +40,16 @@ export interface BoardSources {
   taskQueue: string;
   /** The profiles root a revert reads its revisions from (`--profiles`, as `wavegate revert`). */
   profilesRoot: string;
+  /** How long a read of Temporal is retried through transient failures before the page is told (default 10 s). */
+  readRetryMs?: number;
 }
 
 const ROLLOUT_TYPES = new Set(['rolloutWorkflow', 'nightlyCanaryWorkflow']);
 /** A read of Temporal retried through a server restart for this long, then answered 503 UNAVAILABLE. */
 const READ_RETRY_MS = 10_000;
 
-function retried<T>(what: string, poll: () => Promise<T>): Promise<T> {
-  return retryTransient(poll, { what, giveUpAfterMs: READ_RETRY_MS, maxDelayMs: 2_000 });
+function retried<T>(src: BoardSources, what: string, poll: () => Promise<T>): Promise<T> {
+  return retryTransient(poll, { what, giveUpAfterMs: src.readRetryMs ?? READ_RETRY_MS, maxDelayMs: 2_000 });
 }
 
 /** The trail's records, or none when the store does not hold it (a board on another host than the worker). */
@@ -73,7 +75,7 @@ async function trailOf(
 /** The rollout's latest run, or NOT_FOUND naming the id (also for a workflow that is not a rollout). */
 async function describeRollout(src: BoardSources, id: string) {
   try {
-    const d = await retried(`describe of ${id}`, () => src.client.workflow.getHandle(id).describe());
+    const d = await retried(src, `describe of ${id}`, () => src.client.workflow.getHandle(id).describe());
     if (!ROLLOUT_TYPES.has(d.type))
       throw new WavegateError('NOT_FOUND', `no rollout with id "${id}"`, { field: 'id', value: id });
     return d;
@@ -85,7 +87,7 @@ async function describeRollout(src: BoardSources, id: string) {
 }
 
 async function statusOf(src: BoardSources, id: string, runId?: string): Promise<RolloutStatus> {
-  return retried(`status query of ${id}`, () => queryStatus(src.client, id, runId));
+  return retried(src, `status query of ${id}`, () => queryStatus(src.client, id, runId));
 }
 
 export interface RolloutRow extends RolloutListing {
@@ -132,7 +134,7 @@ async function detailedRow(src: BoardSources, row: RolloutListing): Promise<Roll
 }
 
 export async function rolloutRows(src: BoardSources, limit = 200): Promise<RolloutRow[]> {
-  const listed = await retried('the rollout list', () => listRollouts(src.client, { limit }));
+  const listed = await retried(src, 'the rollout list', () => listRollouts(src.client, { limit }));
   const rows: RolloutRow[] = listed.map((r) => ({ ...r, outcome: boardOutcome(r.status, r.state) }));
   // Four at a time: a query of a closed rollout is a replay on a worker.
   const detailed = rows.slice(0, DETAILED_ROWS);
@@ -152,7 +154,10 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
   const trail = await trailOf(src, id, described.runId);
   const records = trail.records.filter((r) => r.runId === described.runId);
   // A large rollout keeps its devices' records in its slices: read them there, as `status --devices` does.
-  const all = { ...status, devices: await retried(`device records of ${id}`, () => deviceRecords(src.client, status)) };
+  const all = {
+    ...status,
+    devices: await retried(src, `device records of ${id}`, () => deviceRecords(src.client, status)),
+  };
   const devices = boardDevices(all, records, src.transports);
   return {
     rolloutId: status.rolloutId,

@@ -283,4 +283,38 @@ describe('the board endpoints', () => {
     expect(cert.code).toBe(2);
     expect(cert.stderr).toMatch(/--https-cert and --https-key: give both/);
   });
+  it('answers 503 UNAVAILABLE, not a crash, while Temporal is away, and goes on serving', async () => {
+    // A client of a port nothing listens on: every read fails UNAVAILABLE, retried by the board for
+    // readRetryMs (the SDK's own ~20 s of retries left out: `interceptors: []`).
+    const away = new Client({
+      connection: Connection.lazy({ address: `127.0.0.1:${await freePort()}`, interceptors: [] }),
+    });
+    const lonely = await startBoard({
+      sources: {
+        client: away,
+        audit: { where: resolveAuditLocation({ auditDir: join(scratch.dir, 'audit') }, { env: {} }) },
+        transports: new Map(),
+        taskQueue: 'board-endpoints-none',
+        profilesRoot: join(PROJECT_ROOT, 'profiles'),
+        readRetryMs: 1_000,
+      },
+      listen: { host: '127.0.0.1', port: 0 },
+      localOperator: 'nobody',
+      log: () => {},
+    });
+    try {
+      const started = Date.now();
+      const res = await fetch(`${lonely.url}/api/rollouts`);
+      const body = (await res.json()) as { code: string; message: string };
+      expect({ status: res.status, code: body.code }).toEqual({ status: 503, code: 'UNAVAILABLE' });
+      expect(body.message).toMatch(/the rollout list failed for \d+ s, giving up/);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+      // Still serving: the page and the next request are answered.
+      expect((await fetch(`${lonely.url}/`)).status).toBe(200);
+      expect((await fetch(`${lonely.url}/api/session`)).status).toBe(200);
+    } finally {
+      await lonely.close();
+      await away.connection.close().catch(() => {});
+    }
+  });
 });
