@@ -12,18 +12,11 @@
  */
 import { parseArgs } from 'node:util';
 import { Worker } from '@temporalio/worker';
-import { createActivities, type ApplyInput } from '../activities';
-import type { ApplyResult } from '../activities/device-steps';
-import { storeMembership } from '../clients/membership';
-import { parseInventory } from '../core/inventory';
-import type { RolloutInput } from '../core/rollout/input';
-import { slicedSliceSize } from '../core/rollout/sliced-plan';
-import { parseRolloutSpec } from '../core/spec';
-import { PROJECT_ROOT } from '../intake/package-layout';
-import { rolloutInputFromFiles } from '../intake/prepare';
 import { startDevServerEnv } from '../workers/dev-server';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { workflowBundle } from '../test/support/temporal';
+import { createActivities } from '../activities';
+import { generatedFleet, mockedApply, slicedRolloutInput } from '../test/support/sliced-fleet';
 import { childPid, ownCpu, processCpu } from './cpu-account';
 import { wholeFlag } from './flags';
 import { join } from 'node:path';
@@ -40,21 +33,6 @@ const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 
 const BUDGET = Number(flags['in-flight']);
 if (!(BUDGET > 0 && BUDGET <= 1)) throw new Error(`--in-flight: a fraction in (0, 1], got ${flags['in-flight']}`);
 
-function inventoryOf(n: number) {
-  return parseInventory(
-    {
-      pools: { east: { disruptionBudget: BUDGET }, west: { disruptionBudget: BUDGET } },
-      defaults: { user: 'ops', port: 22, class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519' } },
-      devices: Array.from({ length: n }, (_, i) => ({
-        id: `dev-${String(i).padStart(6, '0')}`,
-        host: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
-        pool: i % 2 ? 'east' : 'west',
-      })),
-    },
-    'generated',
-  );
-}
-
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
   const env = await startDevServerEnv();
@@ -69,10 +47,7 @@ async function main(): Promise<void> {
     workflowBundle: await workflowBundle(),
     activities: {
       ...createActivities({ client: env.client, auditDir: join(dir, 'audit') }),
-      async applyRevision(input: ApplyInput): Promise<ApplyResult> {
-        applies += 1;
-        return { device: input.device.id, outcome: 'applied', steps: ['mocked'] };
-      },
+      applyRevision: mockedApply(() => (applies += 1)),
     },
     maxConcurrentActivityTaskExecutions: 500,
   });
@@ -84,34 +59,13 @@ async function main(): Promise<void> {
       'devices | slice | wall | worker peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + server',
     );
     for (const n of COUNTS) {
-      const inventory = inventoryOf(n);
-      const spec = parseRolloutSpec(
-        {
-          rollout: {
-            profile: 'demo',
-            fromRevision: 1,
-            toRevision: 2,
-            phases: [{ bulk: '10%' }, { bulk: 'remainder' }],
-            gate: '0s',
-          },
-        },
-        'bench spec',
+      const input = await slicedRolloutInput(
+        env.client,
+        taskQueue,
+        generatedFleet(n, BUDGET),
+        `rollout:bench-sliced-${n}`,
       );
-      const membership = await storeMembership(env.client, taskQueue, inventory, 'generated');
-      const input: RolloutInput = {
-        ...rolloutInputFromFiles({
-          spec,
-          specSource: 'bench spec',
-          inventory,
-          inventoryPath: 'generated',
-          profilesRoot: join(PROJECT_ROOT, 'profiles'),
-          startedBy: 'bench',
-          rolloutId: `rollout:bench-sliced-${n}`,
-        }),
-        membership,
-        records: 'slices',
-        sliceSize: slicedSliceSize(n),
-      };
+      const membership = input.membership!;
       peakRss = process.memoryUsage().rss;
       const cpu0 = { own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();

@@ -47,12 +47,7 @@ export async function runHealthGate(
         );
       } catch (err) {
         if (wf.isCancellation(err)) throw err;
-        results.push({
-          check,
-          outcome: 'inconclusive',
-          evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300),
-          durationMs: 0,
-        });
+        results.push(probeFailed(check, err));
       }
     }
     // Without sliced devices, a check runs at least once (a check with no device to ask still answers).
@@ -67,12 +62,7 @@ export async function runHealthGate(
         );
       } catch (err) {
         if (wf.isCancellation(err)) throw err;
-        results.push({
-          check,
-          outcome: 'inconclusive',
-          evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300),
-          durationMs: 0,
-        });
+        results.push(probeFailed(check, err));
       }
     }
   }
@@ -107,4 +97,9 @@ export function gateEvidence(gate: GateResult): string[] {
 function withoutDevices<T extends { devices: unknown }>(input: T): Omit<T, 'devices'> {
   const { devices: _devices, ...rest } = input;
   return rest;
+}
+
+/** A check whose activity failed: a fact we could not read, inconclusive (never a pass), with why. */
+function probeFailed(check: string, err: unknown): CheckResult {
+  return { check, outcome: 'inconclusive', evidence: `probe failed: ${rootMessage(err)}`.slice(0, 300), durationMs: 0 };
 }

@@ -2,20 +2,12 @@ import { join } from 'node:path';
 import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
-import type { ApplyInput } from '../../activities';
-import type { ApplyResult } from '../../activities/device-steps';
 import { deviceRecords, findDevice } from '../../clients/rollout-records';
-import { storeMembership } from '../../clients/membership';
 import { statusQuery } from '../../contracts/rollout';
-import { parseInventory } from '../../core/inventory';
-import type { RolloutInput } from '../../core/rollout/input';
-import { slicedSliceSize } from '../../core/rollout/sliced-plan';
-import { parseRolloutSpec } from '../../core/spec';
-import { PROJECT_ROOT } from '../../intake/package-layout';
-import { rolloutInputFromFiles } from '../../intake/prepare';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { HISTORY_EVENT_LIMIT } from '../support/history-bounds';
 import { realRollouts } from '../support/real-rollouts';
+import { generatedFleet, mockedApply, slicedRolloutInput } from '../support/sliced-fleet';
 import { workflowBundle } from '../support/temporal';
 
 /**
@@ -27,21 +19,6 @@ import { workflowBundle } from '../support/temporal';
  */
 const real = realRollouts('sliced-scale', { worker: false });
 
-function inventoryOf(n: number) {
-  return parseInventory(
-    {
-      pools: { east: { disruptionBudget: 0.05 }, west: { disruptionBudget: 0.05 } },
-      defaults: { user: 'ops', port: 22, class: 'edge', os: 'linux', ssh: { key: '/etc/wavegate/keys/id_ed25519' } },
-      devices: Array.from({ length: n }, (_, i) => ({
-        id: `edge-${String(i).padStart(5, '0')}`,
-        host: `10.${Math.floor(i / 65_536)}.${Math.floor(i / 256) % 256}.${i % 256}`,
-        pool: i % 2 ? 'east' : 'west',
-      })),
-    },
-    'generated',
-  );
-}
-
 describe('sliced records at 2,000 and 20,000 devices (applies mocked)', () => {
   it("the rollout's history does not grow with the fleet; status and a device lookup work at 20,000", async () => {
     const taskQueue = 'sliced-scale';
@@ -49,10 +26,7 @@ describe('sliced records at 2,000 and 20,000 devices (applies mocked)', () => {
     const activities = {
       ...createActivities({ client: real.env.client, auditDir: join(real.dir, 'audit') }),
       // The one device activity, mocked: every device answers applied at once.
-      async applyRevision(input: ApplyInput): Promise<ApplyResult> {
-        applied += 1;
-        return { device: input.device.id, outcome: 'applied', steps: ['mocked'] };
-      },
+      applyRevision: mockedApply(() => (applied += 1)),
     };
     const worker = await Worker.create({
       connection: real.env.nativeConnection,
@@ -66,34 +40,12 @@ describe('sliced records at 2,000 and 20,000 devices (applies mocked)', () => {
     try {
       const measured: Record<number, { events: number; bytes: number; slices: number }> = {};
       for (const n of [2_000, 20_000]) {
-        const inventory = inventoryOf(n);
-        const spec = parseRolloutSpec(
-          {
-            rollout: {
-              profile: 'demo',
-              fromRevision: 1,
-              toRevision: 2,
-              phases: [{ bulk: '10%' }, { bulk: 'remainder' }],
-              gate: '0s',
-              disruptionBudget: { east: 0.25, west: 0.25 },
-            },
-          },
-          'scale spec',
+        const input = await slicedRolloutInput(
+          real.env.client,
+          taskQueue,
+          generatedFleet(n, 0.25),
+          `rollout:sliced-scale-${n}`,
         );
-        const input: RolloutInput = {
-          ...rolloutInputFromFiles({
-            spec,
-            specSource: 'scale spec',
-            inventory,
-            inventoryPath: 'generated',
-            profilesRoot: join(PROJECT_ROOT, 'profiles'),
-            startedBy: 'test',
-            rolloutId: `rollout:sliced-scale-${n}`,
-          }),
-          membership: await storeMembership(real.env.client, taskQueue, inventory, 'generated'),
-          records: 'slices',
-          sliceSize: slicedSliceSize(n),
-        };
         const handle = await real.env.client.workflow.start(rolloutWorkflow, {
           workflowId: input.rolloutId,
           taskQueue,
@@ -117,7 +69,7 @@ describe('sliced records at 2,000 and 20,000 devices (applies mocked)', () => {
         // The status at this size, and one device of the last slice found through it.
         const status = await handle.query(statusQuery);
         expect(status.counts.applied).toBe(n);
-        const last = `edge-${String(n - 1).padStart(5, '0')}`;
+        const last = `dev-${String(n - 1).padStart(6, '0')}`;
         expect(await findDevice(real.env.client, status, last)).toMatchObject({ id: last, state: 'applied' });
         if (n === 20_000) expect(await deviceRecords(real.env.client, status)).toHaveLength(n);
       }
