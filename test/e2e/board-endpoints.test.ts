@@ -1,5 +1,6 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,7 @@ import { freePort } from '../../sim/ports';
 import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { makeTestPki } from '../support/tls-proxy';
 
 /**
  * The board's endpoints refuse what they must, each with a JSON `{code, message}` naming the field and
@@ -282,6 +284,9 @@ describe('the board endpoints', () => {
     const cert = await runCli(['board', '--https-cert', tokens, '--address', server!.address], { env });
     expect(cert.code).toBe(2);
     expect(cert.stderr).toMatch(/--https-cert and --https-key: give both/);
+    const ca = await runCli(['board', '--client-ca', tokens, '--address', server!.address], { env });
+    expect(ca.code).toBe(2);
+    expect(ca.stderr).toMatch(/--client-ca: client certificates need HTTPS/);
   });
   it('answers 503 UNAVAILABLE, not a crash, while Temporal is away, and goes on serving', async () => {
     // A client of a port nothing listens on: every read fails UNAVAILABLE, retried by the board for
@@ -315,6 +320,56 @@ describe('the board endpoints', () => {
     } finally {
       await lonely.close();
       await away.connection.close().catch(() => {});
+    }
+  });
+  it("over HTTPS with client certificates: the certificate's CN is the operator; no certificate, no answer", async () => {
+    const pki = makeTestPki(join(scratch.dir, 'pki'));
+    const secure = await startBoard({
+      sources: {
+        client: client!,
+        audit: { where: resolveAuditLocation({ auditDir: join(scratch.dir, 'audit') }, { env: {} }) },
+        transports: new Map(),
+        taskQueue: 'board-endpoints-none',
+        profilesRoot: join(PROJECT_ROOT, 'profiles'),
+      },
+      listen: {
+        host: '127.0.0.1',
+        port: 0,
+        tls: {
+          cert: readFileSync(pki.serverCert),
+          key: readFileSync(pki.serverKey),
+          clientCa: readFileSync(pki.caCert),
+        },
+      },
+      localOperator: 'nobody',
+      log: () => {},
+    });
+    const get = (path: string, withCert: boolean) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const r = httpsRequest(
+          `${secure.url}${path}`,
+          {
+            ca: readFileSync(pki.caCert),
+            ...(withCert ? { cert: readFileSync(pki.clientCert), key: readFileSync(pki.clientKey) } : {}),
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode!, body: text }));
+          },
+        );
+        r.on('error', reject);
+        r.end();
+      });
+    try {
+      expect(secure.url).toMatch(/^https:\/\/127\.0\.0\.1:/);
+      const session = await get('/api/session', true);
+      expect(session.status).toBe(200);
+      expect(JSON.parse(session.body).operator).toBe('wavegate worker');
+      // Without a client certificate the TLS handshake itself is refused: nothing is answered.
+      await expect(get('/api/session', false)).rejects.toThrow();
+    } finally {
+      await secure.close();
     }
   });
 });
