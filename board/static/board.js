@@ -57,6 +57,7 @@ const when = (iso) => (iso ? new Date(iso).toISOString().replace('T', ' ').slice
 function stopStream() {
   if (state.stream) state.stream.close();
   state.stream = null;
+  clearTimeout(state.listTimer);
 }
 
 // ---------------------------------------------------------------------------------------------- login
@@ -174,6 +175,16 @@ async function showRollouts() {
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8 }, 'No rollouts yet.'))),
     ),
   );
+}
+
+/** The list, read again every 5 s while it is the page shown (a new rollout, an outcome, appear by themselves). */
+async function listLive() {
+  await showRollouts();
+  clearTimeout(state.listTimer);
+  state.listTimer = setTimeout(() => {
+    if ((location.hash || '#/') === '#/')
+      listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error'));
+  }, 5000);
 }
 
 // ---------------------------------------------------------------------------------------------- one rollout
@@ -776,7 +787,7 @@ async function route() {
     const fleet = /^#\/fleet\/([^/]+)$/.exec(hash);
     if (fleet) return await showFleet(decodeURIComponent(fleet[1]));
     const m = /^#\/rollout\/([^/]+)(\/audit)?$/.exec(hash);
-    if (!m) return await showRollouts();
+    if (!m) return await listLive();
     const id = decodeURIComponent(m[1]);
     if (m[2]) return await showAudit(id);
     if (state.route !== id) state.query = { state: '', q: '', offset: 0, limit: 100 };

@@ -217,6 +217,8 @@ describe('the board in Chromium', () => {
     });
     held.abort();
 
+    // At its manual gate the canary can be approved: the page offers it (an approve is not sent here).
+    await page.locator('button[data-control="approve"]').waitFor();
     // Pause from the page: a reason and a confirmation, recorded as by alice.
     await useControl('pause', 'maintenance window at the edge sites', () => shot('control-dialog'));
     await page.locator('#banner[data-state="paused"]').waitFor();
