@@ -6,6 +6,7 @@ import { isTransientFailure, retryNote, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
 import { statusQuery, type RolloutStatus } from '../contracts/rollout';
+import { phaseCounts } from '../core/rollout/sliced-records';
 
 /**
  * `wavegate watch`: live per-phase progress bars and a device table. On a terminal the block redraws in
@@ -57,7 +58,12 @@ export function renderFrame(
   lines.push(`  ${summarizeCounts(status.counts)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
-    const { done, total, applied, claimed } = phaseProgress(status, phase.index, phase.devices);
+    const counts = phaseCounts(status, phase.index);
+    let done = 0;
+    for (const state of DONE) done += counts[state];
+    const { applied, claimed } = counts;
+    // A sliced phase's size is the plan's (its devices are counted as their slices end).
+    const total = status.slices ? phase.devices : counts.total;
     const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
     lines.push(
       `  ${name} ${bar(done, total, barWidth)} ${String(done).padStart(4)}/${String(total).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
@@ -78,36 +84,6 @@ export function renderFrame(
   if (shown.length > maxDevices)
     lines.push(`  … ${shown.length - maxDevices} more devices (wavegate status ${status.rolloutId})`);
   return lines.map((line) => (line.length > width ? line.slice(0, width) : line));
-}
-
-/**
- * A phase's progress: from its devices' records, or for a sliced phase of sliced records (no device of
- * it in the status) from its slices' counts, over the phase's size (a slice still running counts none).
- */
-function phaseProgress(
-  status: RolloutStatus,
-  index: number,
-  size: number,
-): { done: number; total: number; applied: number; claimed: number } {
-  const members = status.devices.filter((d) => d.phase === index);
-  const units = (status.slices ?? []).filter((u) => u.phase === index && u.mode === 'apply');
-  if (members.length > 0 || units.length === 0)
-    return {
-      done: members.filter((d) => DONE.has(d.state)).length,
-      total: members.length,
-      applied: members.filter((d) => d.state === 'applied').length,
-      claimed: members.filter((d) => d.state === 'claimed').length,
-    };
-  let done = 0;
-  let applied = 0;
-  let claimed = 0;
-  for (const u of units) {
-    if (!u.counts) continue;
-    for (const state of DONE) done += u.counts[state];
-    applied += u.counts.applied;
-    claimed += u.counts.claimed;
-  }
-  return { done, total: size, applied, claimed };
 }
 
 /** One plain line for logs: state, phase, counts, and the stage of every phase. */

@@ -3,6 +3,7 @@ import { WavegateError } from './errors';
 import type { CheckResult, GateOutcome } from './health';
 import type { RolloutStatus } from './rollout/status';
 import type { DeviceState } from './rollout-state';
+import { phaseCounts } from './rollout/sliced-records';
 
 /**
  * What the board (`wavegate board`, cli/board/) decides, as pure functions: a rollout's true outcome in
@@ -268,10 +269,11 @@ export interface PhaseProgress {
   notForMe: number;
 }
 
-export function phaseProgress(status: Pick<RolloutStatus, 'phases' | 'devices'>): PhaseProgress[] {
+export function phaseProgress(status: Pick<RolloutStatus, 'phases' | 'devices' | 'slices'>): PhaseProgress[] {
   return status.phases.map((p) => {
-    const mine = status.devices.filter((d) => d.phase === p.index);
-    const count = (...states: string[]) => mine.filter((d) => states.includes(d.state)).length;
+    // A large rollout's sliced phase is counted from its slices (core/rollout/sliced-records.ts).
+    const counts = phaseCounts(status, p.index);
+    const count = (...states: DeviceState[]) => states.reduce((n, s) => n + counts[s], 0);
     return {
       index: p.index,
       name: p.name,

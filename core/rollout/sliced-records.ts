@@ -176,3 +176,20 @@ export class SlicedRecords {
     return this.units.map((u) => ({ ...u }));
   }
 }
+
+/**
+ * A phase's devices by state as a status tells them: from its devices' records, or for a sliced phase of
+ * sliced records (the status names none of its devices) from its apply slices' counts (a slice still
+ * running counts none yet). What `watch` and the board draw a phase's progress from.
+ */
+export function phaseCounts(
+  status: { devices: ReadonlyArray<{ state: DeviceState; phase: number }>; slices?: readonly SliceUnit[] },
+  index: number,
+): Counts {
+  const members = status.devices.filter((d) => d.phase === index);
+  const units = (status.slices ?? []).filter((u) => u.phase === index && u.mode === 'apply');
+  if (members.length > 0 || units.length === 0) return countDevices(members);
+  const counts = emptyCounts();
+  for (const u of units) if (u.counts) add(counts, u.counts);
+  return counts;
+}

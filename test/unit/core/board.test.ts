@@ -146,6 +146,23 @@ describe('the board', () => {
     ]);
   });
 
+  it("counts a large rollout's sliced phase from its slices, not from the devices it lists (none of that phase)", () => {
+    const s = status([['a', 'applied', 0]]);
+    const applied = countDevices(Array.from({ length: 2 }, () => ({ state: 'applied' as const })));
+    const withSlices = {
+      ...s,
+      phases: s.phases.map((p) => (p.index === 1 ? { ...p, devices: 5 } : p)),
+      slices: [
+        { workflowId: 's0', phase: 1, mode: 'apply' as const, devices: 3, counts: { ...applied, failed: 1, total: 3 } },
+        { workflowId: 's1', phase: 1, mode: 'apply' as const, devices: 2 },
+      ],
+    };
+    expect(phaseProgress(withSlices).map((p) => [p.name, p.planned, p.done, p.failed])).toEqual([
+      ['canary', 1, 1, 0],
+      ['bulk', 5, 2, 1],
+    ]);
+  });
+
   it('says in the banner why a rollout is where it is: the pause reason, the gate verdict, the last control', () => {
     const s = status([['a', 'applied', 0]], {
       state: 'paused',
