@@ -8,7 +8,9 @@
  * (the parent, the largest slice, the membership entities; events and bytes as the server describes them),
  * and the control plane's CPU per device (this process: the worker and the client; the dev server).
  *
- *   ulimit -n 20000; npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 0.25]
+ *   ulimit -n 20000; npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
+ *
+ * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
 import { parseArgs } from 'node:util';
 import { Worker } from '@temporalio/worker';
@@ -26,12 +28,12 @@ import { tmpdir } from 'node:os';
 const { values: flags } = parseArgs({
   options: {
     devices: { type: 'string', default: '1000,10000,100000' },
-    'in-flight': { type: 'string', default: '0.25' },
+    'in-flight': { type: 'string', default: '250' },
   },
 });
 const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 200_000));
-const BUDGET = Number(flags['in-flight']);
-if (!(BUDGET > 0 && BUDGET <= 1)) throw new Error(`--in-flight: a fraction in (0, 1], got ${flags['in-flight']}`);
+/** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
+const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
@@ -62,7 +64,7 @@ async function main(): Promise<void> {
       const input = await slicedRolloutInput(
         env.client,
         taskQueue,
-        generatedFleet(n, BUDGET),
+        generatedFleet(n, Math.min(1, IN_FLIGHT / Math.floor(n / 2))),
         `rollout:bench-sliced-${n}`,
       );
       const membership = input.membership!;
