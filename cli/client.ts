@@ -615,14 +615,19 @@ export async function listRollouts(
 export async function lastCompletedRollout(
   client: Client,
   profile: string,
-): Promise<{ rolloutId: string; fromRevision: number; toRevision: number } | undefined> {
+): Promise<{ rolloutId: string; runId: string; fromRevision: number; toRevision: number } | undefined> {
   const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
   const newest = rows
     .filter((r) => r.type === 'rolloutWorkflow')
     .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
   if (!newest) return undefined;
-  const status = await queryStatus(client, newest.workflowId);
-  return { rolloutId: newest.workflowId, fromRevision: status.fromRevision, toRevision: status.toRevision };
+  const status = await queryStatus(client, newest.workflowId, newest.runId);
+  return {
+    rolloutId: newest.workflowId,
+    runId: newest.runId,
+    fromRevision: status.fromRevision,
+    toRevision: status.toRevision,
+  };
 }
 
 /** The rollouts of a profile Temporal still runs, whatever their id (`rollout:<profile>`, converges). */

@@ -411,6 +411,19 @@ export interface ControlBody {
   phase?: number | string;
 }
 
+/** A reason as an operator typed it: 1-500 characters, no control characters; trimmed. */
+function parseReason(name: string, reason: unknown, where: string): string {
+  if (typeof reason !== 'string' || reason.trim() === '')
+    throw new WavegateError('INVALID_INPUT', `reason: ${name} needs a reason (${where})`, { field: 'reason' });
+  if (reason.length > MAX_REASON)
+    throw new WavegateError('INVALID_INPUT', `reason: at most ${MAX_REASON} characters (got ${reason.length})`, {
+      field: 'reason',
+    });
+  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(reason))
+    throw new WavegateError('INVALID_INPUT', 'reason: control characters are not allowed', { field: 'reason' });
+  return reason.trim();
+}
+
 /** A control's JSON body, checked: a reason (1-500 characters, said in the audit trail), `rollback` only on an abort. */
 export function parseControlBody(name: BoardControl, body: Record<string, unknown>): ControlBody {
   const allowed = new Set([
@@ -423,18 +436,7 @@ export function parseControlBody(name: BoardControl, body: Record<string, unknow
       throw new WavegateError('INVALID_INPUT', `${key}: not a field of ${name} (allowed: ${[...allowed].join(', ')})`, {
         field: key,
       });
-  const reason = body.reason;
-  if (typeof reason !== 'string' || reason.trim() === '')
-    throw new WavegateError('INVALID_INPUT', `reason: ${name} needs a reason (it is recorded in the audit trail)`, {
-      field: 'reason',
-    });
-  if (reason.length > MAX_REASON)
-    throw new WavegateError('INVALID_INPUT', `reason: at most ${MAX_REASON} characters (got ${reason.length})`, {
-      field: 'reason',
-    });
-  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(reason))
-    throw new WavegateError('INVALID_INPUT', 'reason: control characters are not allowed', { field: 'reason' });
-  const out: ControlBody = { reason: reason.trim() };
+  const out: ControlBody = { reason: parseReason(name, body.reason, 'it is recorded in the audit trail') };
   if (body.rollback !== undefined) {
     if (typeof body.rollback !== 'boolean')
       throw new WavegateError(
@@ -553,4 +555,33 @@ export function parseRevertBody(body: Record<string, unknown>): { fast: boolean;
       field: 'fast',
     });
   return { fast: body.fast === true, devices: body.devices as number };
+}
+
+/**
+ * A converge's JSON body: `devices` and `digest`, the count and the fingerprint (convergeSetDigest) of
+ * the set the page showed (compared with the set read again before starting), and a reason.
+ */
+export function parseConvergeBody(body: Record<string, unknown>): { devices: number; digest: string; reason: string } {
+  for (const key of Object.keys(body))
+    if (key !== 'devices' && key !== 'digest' && key !== 'reason')
+      throw new WavegateError('INVALID_INPUT', `${key}: not a field of converge (allowed: devices, digest, reason)`, {
+        field: key,
+      });
+  if (!Number.isSafeInteger(body.devices) || (body.devices as number) < 1)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `devices: the number of devices the page showed is required (got ${JSON.stringify(body.devices ?? null)})`,
+      { field: 'devices' },
+    );
+  if (typeof body.digest !== 'string' || !/^[0-9a-f]{64}$/.test(body.digest))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `digest: the fingerprint of the devices the page showed is required (64 hex digits; got ${JSON.stringify(typeof body.digest === 'string' ? body.digest.slice(0, 80) : (body.digest ?? null))})`,
+      { field: 'digest' },
+    );
+  return {
+    devices: body.devices as number,
+    digest: body.digest,
+    reason: parseReason('converge', body.reason, "it is written to the board's log with your name"),
+  };
 }

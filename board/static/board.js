@@ -204,6 +204,7 @@ function askControl(id, name) {
   reason.value = '';
   document.getElementById('confirm-rollback-row').hidden = name !== 'abort';
   document.getElementById('confirm-reason-row').hidden = false;
+  document.getElementById('confirm-reason-label').textContent = 'Reason (recorded in the audit trail with your name)';
   reason.required = true;
   document.getElementById('confirm-devices').hidden = true;
   document.getElementById('confirm-fast-row').hidden = true;
@@ -689,9 +690,63 @@ function convergeBlock(f) {
       {},
       `${c.lastCompleted} completed at r${c.revision}; these devices are behind it now (their verify fails): ${c.devices.join(', ')}.`,
     ),
-    h('p', {}, 'A converge touches exactly them. Start it with:'),
+    h(
+      'p',
+      {},
+      'A converge touches exactly them. ',
+      h('button', { 'data-control': 'converge', onclick: () => askConverge(f.profile, c) }, 'converge…'),
+      ' with what the completed rollout ran, or from a shell with its spec file:',
+    ),
     h('pre', {}, c.command),
   );
+}
+
+/** A converge: the devices it will touch (the fleet view's, checked again by the server before it starts), a reason, a confirmation. */
+function askConverge(profile, c) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = `Converge ${profile} to r${c.revision}?`;
+  document.getElementById('confirm-text').textContent =
+    `A new rollout over exactly the ${c.devices.length} device(s) behind r${c.revision}, with the spec, signed steps and profile ${c.lastCompleted} ran (its phases, gates and health checks; the workers verify the signed content against their pins again). Refused if the devices behind are no longer these.`;
+  const list = document.getElementById('confirm-devices');
+  const shown = c.devices.slice(0, 50).map((d) => h('li', { 'data-device': d }, d));
+  if (c.devices.length > 50) shown.push(h('li', {}, `and ${c.devices.length - 50} more`));
+  list.replaceChildren(...shown);
+  list.hidden = false;
+  const reason = document.getElementById('confirm-reason');
+  reason.value = '';
+  reason.required = true;
+  document.getElementById('confirm-reason-row').hidden = false;
+  document.getElementById('confirm-reason-label').textContent =
+    "Reason (written to the board's log with your name; the converge's audit trail records you as who started it)";
+  document.getElementById('confirm-fast-row').hidden = true;
+  document.getElementById('confirm-rollback-row').hidden = true;
+  const error = document.getElementById('confirm-error');
+  error.hidden = true;
+  const ok = document.getElementById('confirm-ok');
+  ok.textContent = `Converge ${c.devices.length} device(s)`;
+  document.getElementById('confirm-form').onsubmit = async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    try {
+      const done = await post(`/api/fleet/${encodeURIComponent(profile)}/converge`, {
+        devices: c.devices.length,
+        digest: c.digest,
+        reason: reason.value,
+      });
+      dialog.close();
+      state.flash = done.message;
+      location.hash = `#/rollout/${encodeURIComponent(done.rolloutId)}`;
+    } catch (err) {
+      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
+      error.hidden = false;
+      if (err.status === 401) state.session = null;
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  document.getElementById('confirm-cancel').onclick = () => dialog.close();
+  dialog.showModal();
+  reason.focus();
 }
 
 async function showFleet(profile, fresh) {

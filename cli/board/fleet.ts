@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
@@ -11,7 +12,8 @@ import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
 import { lastCompletedRollout } from '../client';
-import { behindRows } from '../commands/converge';
+import { behindRows, checkConverge, nothingBehind, startConverge } from '../commands/converge';
+import { readInventoryFlags } from '../membership-client';
 import { driftOf, fleetStatusOf } from '../commands/fleet';
 
 /**
@@ -104,6 +106,7 @@ async function checkFleet(src: FleetSource, profile: string) {
           lastCompleted: last.rolloutId,
           revision: last.toRevision,
           devices: behind,
+          digest: convergeSetDigest(behind),
           command: behind.length
             ? `wavegate converge --profile ${profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${src.inventory}${src.profiles ? ` --profiles ${src.profiles}` : ''}`
             : null,
@@ -122,14 +125,70 @@ async function checkFleet(src: FleetSource, profile: string) {
   };
 }
 
-/** A profile's fleet, checked now (or within the last FLEET_CACHE_MS unless `fresh`); one check per profile at a time. */
-export async function fleetView(src: FleetSource, profile: string, fresh = false): Promise<FleetAnswer> {
+/** The fingerprint of a set of device ids (order aside): what a converge's page showed, compared before it starts. */
+export function convergeSetDigest(ids: readonly string[]): string {
+  return createHash('sha256')
+    .update([...ids].sort().join('\n'))
+    .digest('hex');
+}
+
+function knownProfile(src: FleetSource, profile: string): void {
   checkProfileName(profile, 'profile');
   if (!fleetProfiles(src).profiles.includes(profile))
     throw new WavegateError('NOT_FOUND', `profile "${profile}": not in the profiles root`, {
       field: 'profile',
       value: profile,
     });
+}
+
+/**
+ * Start the converge an operator confirmed on the fleet view, as `wavegate converge` starts it
+ * (checkConverge, startConverge), started by the operator, over the board's inventory, with what the last
+ * completed rollout ran (no spec file: ConvergeSource). Refused as the command refuses (no completed
+ * rollout, a rollout of the profile running), when nothing is behind, and (CONFLICT) when the devices
+ * behind now are not exactly the set the page showed.
+ */
+export async function startBoardConverge(
+  src: FleetSource,
+  taskQueue: string,
+  profile: string,
+  body: { devices: number; digest: string },
+  by: string,
+): Promise<{ rolloutId: string; message: string }> {
+  knownProfile(src, profile);
+  const read = await readInventoryFlags({ inventory: src.inventory });
+  const plan = await checkConverge(src.client, {
+    profile,
+    read,
+    concurrency: 16,
+    source: { recorded: true, startedBy: by },
+  });
+  const ids = plan.behind.map((r) => r.id);
+  if (ids.length === 0) {
+    answered.delete(profile);
+    throw new WavegateError('INVALID_STATE', `${nothingBehind(plan)}; nothing was started`, {
+      state: 'nothing-behind',
+    });
+  }
+  if (ids.length !== body.devices || convergeSetDigest(ids) !== body.digest) {
+    answered.delete(profile);
+    throw new WavegateError(
+      'CONFLICT',
+      `devices: the page showed ${body.devices} device(s) behind r${plan.last.toRevision}, ${ids.length} are behind now (${ids.slice(0, 20).join(', ')}${ids.length > 20 ? ', …' : ''}): check again before converging; nothing was started`,
+      { field: 'devices' },
+    );
+  }
+  const { handle } = await startConverge(src.client, taskQueue, plan);
+  answered.delete(profile);
+  return {
+    rolloutId: handle.workflowId,
+    message: `converge ${handle.workflowId} started by ${by}: ${ids.length} device(s) behind r${plan.last.toRevision} (last completed: ${plan.last.rolloutId}), with what it ran`,
+  };
+}
+
+/** A profile's fleet, checked now (or within the last FLEET_CACHE_MS unless `fresh`); one check per profile at a time. */
+export async function fleetView(src: FleetSource, profile: string, fresh = false): Promise<FleetAnswer> {
+  knownProfile(src, profile);
   const cached = answered.get(profile);
   if (cached && !fresh && Date.now() - cached.at < FLEET_CACHE_MS) return cached.answer;
   let pending = running.get(profile);

@@ -9,6 +9,7 @@ import {
   BOARD_CONTROLS,
   checkRolloutId,
   parseControlBody,
+  parseConvergeBody,
   parseDeviceQuery,
   parseRevertBody,
   type BoardControl,
@@ -27,7 +28,7 @@ import {
   startBoardRevert,
   type BoardSources,
 } from './data';
-import { fleetProfiles, fleetView, type FleetSource } from './fleet';
+import { fleetProfiles, fleetView, startBoardConverge, type FleetSource } from './fleet';
 
 /**
  * The board's HTTP layer (`wavegate board`, docs/cli.md): static files from board/static/ (no build
@@ -320,32 +321,38 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
       sendJson(res, 200, { rollouts: await rolloutRows(opts.sources) });
       return;
     }
+    const converge = /^\/api\/fleet\/([^/]+)\/converge$/.exec(path);
+    if (converge) {
+      if (method !== 'POST') throw methodRefusal(method, path, 'POST');
+      checkSameOrigin(req);
+      const session = checkCsrf(req);
+      if (!opts.fleet) throw noFleet();
+      const body = parseConvergeBody(await jsonBody(req));
+      const done = await startBoardConverge(
+        opts.fleet,
+        opts.sources.taskQueue,
+        decoded(converge[1]!, 'profile'),
+        body,
+        session.operator,
+      );
+      // The converge's reason: its rollout records who started it, this log what they said.
+      opts.log(`board: ${done.message}: ${body.reason}`);
+      return sendJson(res, 200, done);
+    }
     if (path === '/api/fleet' || path.startsWith('/api/fleet/')) {
       if (method !== 'GET') throw methodRefusal(method, path, 'GET');
-      if (!opts.fleet)
-        throw new HttpRefusal(
-          404,
-          'NOT_FOUND',
-          'the fleet view needs the inventory: start the board with --inventory <fleet.yaml> (and --profiles <dir>)',
-        );
+      if (!opts.fleet) throw noFleet();
       if (path === '/api/fleet') return sendJson(res, 200, fleetProfiles(opts.fleet));
       const fresh = url.searchParams.get('fresh') === '1';
       return sendJson(
         res,
         200,
-        await fleetView(opts.fleet, decodeURIComponent(path.slice('/api/fleet/'.length)), fresh),
+        await fleetView(opts.fleet, decoded(path.slice('/api/fleet/'.length), 'profile'), fresh),
       );
     }
     const m = /^\/api\/rollouts\/([^/]+)(?:\/([a-z]+))?$/.exec(path);
     if (!m) throw new HttpRefusal(404, 'NOT_FOUND', `no endpoint ${JSON.stringify(path.slice(0, 100))}`);
-    let id: string;
-    try {
-      id = checkRolloutId(decodeURIComponent(m[1]!));
-    } catch (err) {
-      if (err instanceof URIError)
-        throw new HttpRefusal(400, 'INVALID_INPUT', 'rollout id: not valid percent-encoding');
-      throw err;
-    }
+    const id = checkRolloutId(decoded(m[1]!, 'rollout id'));
     const action = m[2];
     if (action === undefined || action === 'events' || action === 'audit') {
       if (method !== 'GET') throw methodRefusal(method, path, 'GET');
@@ -502,6 +509,23 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
 }
 
 export const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+function noFleet(): HttpRefusal {
+  return new HttpRefusal(
+    404,
+    'NOT_FOUND',
+    'the fleet view needs the inventory: start the board with --inventory <fleet.yaml> (and --profiles <dir>)',
+  );
+}
+
+/** A path segment, percent-decoded: INVALID_INPUT naming it when it is not valid percent-encoding. */
+function decoded(segment: string, what: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new HttpRefusal(400, 'INVALID_INPUT', `${what}: not valid percent-encoding`);
+  }
+}
 
 function methodRefusal(method: string, path: string, allowed: string): HttpRefusal {
   return new HttpRefusal(405, 'METHOD_NOT_ALLOWED', `${method} ${path.slice(0, 100)}: only ${allowed} is allowed here`);

@@ -117,7 +117,7 @@ export function register(program: Command): void {
       )
       .option(
         '--inventory <fleet.yaml>',
-        "the inventory: the fleet view (each device verified now, as `fleet status` and `drift`; node-down verdicts; agents' last sync) and each device's transport",
+        "the inventory: the fleet view (each device verified now, as `fleet status` and `drift`; node-down verdicts; agents' last sync; converge) and each device's transport",
       )
       .option('--profiles <dir>', profilesOptionHelp())
       .option('--poll-interval <ms>', 'how often a live page is brought up to date', '1000'),

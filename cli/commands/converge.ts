@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
 import { readFleetBoard, type BoardRow } from '../../activities/fleet';
@@ -5,6 +6,7 @@ import { twinReader } from '../../activities/agent/board';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
 import { prepareRollout } from '../../intake/prepare';
+import { poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import {
@@ -18,7 +20,14 @@ import {
 } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { preflightRollout } from '../preflight';
-import { readInventoryFlags, withInventoryOptions, withMembership, type InventoryFlags } from '../membership-client';
+import {
+  readInventoryFlags,
+  withInventoryOptions,
+  withMembership,
+  type InventoryFlags,
+  type ReadInventory,
+} from '../membership-client';
+import { inputOfRun } from './revert';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
 
@@ -27,6 +36,8 @@ import { operatorName, parseInterval, printOutcome, waitOptions } from './rollou
  * bring exactly those devices to its revision. Which devices is read now, on the devices (the fleet
  * board of that revision), never from the old rollout's record; the new rollout is built by intake from
  * the same spec, inventory and profiles as `start`, so every safety rule of a start applies to it.
+ * checkConverge and startConverge are shared with the board (cli/board/fleet.ts), which reads no spec
+ * file: it converges with what the completed rollout ran (ConvergeSource).
  */
 
 interface ConvergeFlags extends TemporalFlags, InventoryFlags {
@@ -46,12 +57,152 @@ export function behindRows(rows: BoardRow[]): BoardRow[] {
 }
 
 /** `rollout:<profile>:converge-<n>`, n one above any converge of the profile Temporal knows. */
-async function nextConvergeId(client: Client, profile: string): Promise<string> {
+export async function nextConvergeId(client: Client, profile: string): Promise<string> {
   const prefix = `rollout:${profile}:converge-`;
   const taken = (await listRollouts(client, { profile, limit: 1000 }))
     .map((r) => (r.workflowId.startsWith(prefix) ? Number(r.workflowId.slice(prefix.length)) : NaN))
     .filter((n) => Number.isInteger(n));
   return `${prefix}${Math.max(0, ...taken) + 1}`;
+}
+
+type LastCompleted = NonNullable<Awaited<ReturnType<typeof lastCompletedRollout>>>;
+
+/**
+ * Where a converge's spec, signed steps and profile come from. `file`: the command's `-f`, read by
+ * intake now (the operator's spec of the completed rollout, its toRevision checked against it).
+ * `recorded`: the board, which reads no operator's file: what the last completed rollout itself ran
+ * (its workflow start input), the workers verifying its signed content against their pins again at apply.
+ */
+export type ConvergeSource = { file: string; input: RolloutInput } | { recorded: true; startedBy: string };
+
+/** A converge checked, not started: what it will touch (`behind`), what could not be read, and its input. */
+export interface ConvergePlan {
+  profile: string;
+  last: LastCompleted;
+  /** The input the converge is made from (its id, devices and membership are given at start). */
+  input: RolloutInput;
+  read: ReadInventory;
+  behind: BoardRow[];
+  unreachable: BoardRow[];
+}
+
+/**
+ * The converge's input from what the last completed rollout ran (its first history event, as `revert`
+ * reads it): the same spec, signed steps and profile; the pool budgets, scope check and inventory path
+ * of the inventory read now; nothing of that run's own (id, plan seed, devices, membership, slicing).
+ */
+async function recordedInput(
+  client: Client,
+  last: LastCompleted,
+  read: ReadInventory,
+  startedBy: string,
+): Promise<RolloutInput> {
+  const ran = await inputOfRun(client, last.rolloutId, last.runId);
+  if (ran.reverts || ran.canary)
+    throw new WavegateError(
+      'INVALID_STATE',
+      `${last.rolloutId} is ${ran.reverts ? `a revert of ${ran.reverts.rolloutId}` : 'a canary run'}: a converge brings devices to what a rollout went up to; start a rollout instead`,
+      { state: ran.reverts ? 'revert' : 'canary' },
+    );
+  const {
+    rolloutId: _id,
+    planSeed: _seed,
+    onlyDevices: _only,
+    membership: _membership,
+    records: _records,
+    sliceSize: _slice,
+    ...kept
+  } = ran;
+  // The same checks of the spec against the inventory as a start's intake (pools, canary class, scope).
+  scopedDevices(ran.spec, read.inventory, ran.profile, {
+    specSource: `${last.rolloutId} (the rollout converged to)`,
+    inventoryPath: read.inventoryPath,
+  });
+  return {
+    ...kept,
+    rolloutId: `rollout:${ran.spec.profile}`,
+    inventoryPath: read.kind === 'url' ? read.inventoryPath : resolve(read.inventoryPath),
+    poolBudgets: poolBudgetsOf(ran.spec, read.inventory),
+    startedBy,
+  };
+}
+
+/**
+ * Every refusal of a converge, in the command's order and words, before anything is started: no
+ * completed rollout (NOT_FOUND), a spec file of another revision, a rollout of the profile running
+ * (CONFLICT). Then the devices are read now (the fleet board of the completed rollout's revision): what
+ * a converge would touch is exactly `behind`. Nothing behind is not a refusal here: the command says so
+ * and exits, the board refuses it (nothingBehind).
+ */
+export async function checkConverge(
+  client: Client,
+  req: { profile: string; read: ReadInventory; concurrency: number; source: ConvergeSource },
+): Promise<ConvergePlan> {
+  const { profile, read, source } = req;
+  const last = await lastCompletedRollout(client, profile);
+  if (!last)
+    throw new WavegateError(
+      'NOT_FOUND',
+      `profile "${profile}" has no completed rollout to converge to; use \`wavegate start\``,
+    );
+  if ('file' in source && source.input.spec.toRevision !== last.toRevision) {
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--file ${source.file}: rollout.toRevision is ${source.input.spec.toRevision}, but the last completed rollout of "${profile}" (${last.rolloutId}) went to r${last.toRevision}; give the spec of that rollout`,
+      { field: 'rollout.toRevision' },
+    );
+  }
+  const input = 'file' in source ? source.input : await recordedInput(client, last, read, source.startedBy);
+  const running = await runningRolloutsOf(client, profile);
+  if (running.length)
+    throw new WavegateError(
+      'CONFLICT',
+      `a rollout of profile "${profile}" is running (${running.join(', ')}); wait for it, or abort it, before converging`,
+    );
+
+  const board = await readFleetBoard({
+    inventory: read.inventory,
+    profile,
+    scope: input.profile.scope,
+    revision: last.toRevision,
+    verify: input.steps.verify,
+    provable: input.provable,
+    // Agent devices are read from their twins' reports (activities/agent/board.ts).
+    probe: { concurrency: req.concurrency, twins: twinReader(client) },
+  });
+  return {
+    profile,
+    last,
+    input,
+    read,
+    behind: behindRows(board.rows),
+    unreachable: board.rows.filter((r) => r.state === 'pending' && !('marker' in r)),
+  };
+}
+
+/** The command's line when a checked converge has nothing to touch. */
+export function nothingBehind(plan: ConvergePlan): string {
+  return `nothing to converge: no reachable device of "${plan.profile}" is behind r${plan.last.toRevision} (last completed: ${plan.last.rolloutId})${plan.unreachable.length ? `; ${plan.unreachable.length} could not be read` : ''}`;
+}
+
+/**
+ * Start a checked converge (checkConverge) over exactly its `behind` devices: a new id (nextConvergeId),
+ * the worker preflight and the membership stored as a start does.
+ */
+export async function startConverge(client: Client, taskQueue: string, plan: ConvergePlan) {
+  const converge: RolloutInput = {
+    ...plan.input,
+    rolloutId: await nextConvergeId(client, plan.profile),
+    onlyDevices: plan.behind.map((r) => r.id),
+  };
+  // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
+  await preflightRollout(client, taskQueue, converge);
+  const { handle } = await startOrJoinRollout(
+    client,
+    taskQueue,
+    await withMembership(client, taskQueue, converge, plan.read, converge.startedBy),
+  );
+  return { handle, input: converge };
 }
 
 export function register(program: Command): void {
@@ -98,38 +249,13 @@ export function register(program: Command): void {
       }
       const settings = resolveConnectionSettings(opts);
       return withClient(settings, async (client) => {
-        const last = await lastCompletedRollout(client, opts.profile);
-        if (!last)
-          throw new WavegateError(
-            'NOT_FOUND',
-            `profile "${opts.profile}" has no completed rollout to converge to; use \`wavegate start\``,
-          );
-        if (input.spec.toRevision !== last.toRevision) {
-          throw new WavegateError(
-            'INVALID_INPUT',
-            `--file ${opts.file}: rollout.toRevision is ${input.spec.toRevision}, but the last completed rollout of "${opts.profile}" (${last.rolloutId}) went to r${last.toRevision}; give the spec of that rollout`,
-            { field: 'rollout.toRevision' },
-          );
-        }
-        const running = await runningRolloutsOf(client, opts.profile);
-        if (running.length)
-          throw new WavegateError(
-            'CONFLICT',
-            `a rollout of profile "${opts.profile}" is running (${running.join(', ')}); wait for it, or abort it, before converging`,
-          );
-
-        const board = await readFleetBoard({
-          inventory: read.inventory,
+        const plan = await checkConverge(client, {
           profile: opts.profile,
-          scope: input.profile.scope,
-          revision: last.toRevision,
-          verify: input.steps.verify,
-          provable: input.provable,
-          // Agent devices are read from their twins' reports (activities/agent/board.ts).
-          probe: { concurrency: opts.concurrency, twins: twinReader(client) },
+          read,
+          concurrency: opts.concurrency,
+          source: { file: opts.file, input },
         });
-        const behind = behindRows(board.rows);
-        const unreachable = board.rows.filter((r) => r.state === 'pending' && !('marker' in r));
+        const { behind, unreachable, last } = plan;
         const report = (rolloutId?: string) => {
           if (opts.json)
             console.log(
@@ -147,26 +273,12 @@ export function register(program: Command): void {
           }
         };
         if (behind.length === 0) {
-          if (!opts.json)
-            console.log(
-              `nothing to converge: no reachable device of "${opts.profile}" is behind r${last.toRevision} (last completed: ${last.rolloutId})${unreachable.length ? `; ${unreachable.length} could not be read` : ''}`,
-            );
+          if (!opts.json) console.log(nothingBehind(plan));
           report();
           return unreachable.length ? EXIT_FAILED : EXIT_OK;
         }
 
-        const converge: RolloutInput = {
-          ...input,
-          rolloutId: await nextConvergeId(client, opts.profile),
-          onlyDevices: behind.map((r) => r.id),
-        };
-        // The same check as a start: a worker that would refuse the content is found before any device is contacted (exit 2).
-        await preflightRollout(client, settings.taskQueue, converge);
-        const { handle } = await startOrJoinRollout(
-          client,
-          settings.taskQueue,
-          await withMembership(client, settings.taskQueue, converge, read, converge.startedBy),
-        );
+        const { handle } = await startConverge(client, settings.taskQueue, plan);
         if (!opts.json) {
           console.log(
             `converge ${handle.workflowId} started: ${behind.length} device(s) behind r${last.toRevision} (last completed: ${last.rolloutId})`,

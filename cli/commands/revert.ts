@@ -70,7 +70,7 @@ cosign it, and start a rollout up to it (going up is always allowed).
 `;
 
 /** The run's input, from its first history event (one event fetched, however long the history is). */
-async function inputOfRun(client: Client, workflowId: string, runId: string): Promise<RolloutInput> {
+export async function inputOfRun(client: Client, workflowId: string, runId: string): Promise<RolloutInput> {
   const { history } = await client.workflowService.getWorkflowExecutionHistory({
     namespace: client.options.namespace,
     execution: { workflowId, runId },

@@ -16,7 +16,8 @@ import { makeTestPki } from '../support/tls-proxy';
 /**
  * The board's endpoints refuse what they must, each with a JSON `{code, message}` naming the field and
  * the value (no stack trace): no token, a wrong token, another origin, no CSRF token, a body that is not
- * JSON or too large, an unknown or malformed rollout id, a bad device query, a foreign Host. Against a
+ * JSON or too large, an unknown or malformed rollout id, a bad device query, a foreign Host, a converge
+ * with no completed rollout (its stale-set and nothing-behind refusals need a fleet: board.test.ts). Against a
  * real Temporal dev server (no worker: nothing here runs a rollout); `wavegate board` itself refuses a
  * listen address beyond loopback without HTTPS and a login (exit 2).
  */
@@ -269,6 +270,74 @@ describe('the board endpoints', () => {
     // Without a session or a token: 401, not a CSRF complaint.
     expectRefusal(await control(path, { cookie: '', csrf: s.csrf }, { reason: 'ok' }), 401, 'UNAUTHORIZED', /token/);
     expectRefusal(await call(path, { headers: bearer }), 405, 'METHOD_NOT_ALLOWED', /only POST/);
+  });
+
+  it('refuse a converge without a token or CSRF token, without the inventory, with a bad body, or with no completed rollout', async () => {
+    const s = await login();
+    const path = '/api/fleet/demo/converge';
+    const body = { devices: 1, digest: 'a'.repeat(64), reason: 'bring edge-05 to r2' };
+    expectRefusal(await control(path, { cookie: '', csrf: '' }, body), 401, 'UNAUTHORIZED', /token/);
+    expectRefusal(await control(path, { ...s, csrf: '' }, body), 403, 'FORBIDDEN', /X-CSRF-Token/);
+    expectRefusal(await control(path, s, body, { origin: 'http://evil.example' }), 403, 'FORBIDDEN', /Origin/);
+    expectRefusal(await call(path, { headers: bearer }), 405, 'METHOD_NOT_ALLOWED', /only POST/);
+    expectRefusal(await control(path, s, body), 404, 'NOT_FOUND', /--inventory <fleet\.yaml>/);
+    // A board with the fleet view: the body is checked, then the command's own refusal.
+    const fleet = await startBoard({
+      sources: {
+        client: client!,
+        audit: { where: resolveAuditLocation({ auditDir: join(scratch.dir, 'audit') }, { env: {} }) },
+        transports: new Map(),
+        taskQueue: 'board-endpoints-none',
+        profilesRoot: join(PROJECT_ROOT, 'profiles'),
+      },
+      fleet: {
+        client: client!,
+        inventory: join(PROJECT_ROOT, 'examples', 'fleet-ssh.yaml'),
+        profiles: join(PROJECT_ROOT, 'profiles'),
+        temporal: { address: server!.address, taskQueue: 'board-endpoints-none' },
+      },
+      listen: { host: '127.0.0.1', port: 0 },
+      tokens: [{ name: 'alice', token: TOKEN }],
+      localOperator: 'nobody',
+      log: () => {},
+    });
+    try {
+      const res = await fetch(`${fleet.url}/api/login`, {
+        method: 'POST',
+        headers: { origin: fleet.url, 'content-type': 'application/json' },
+        body: JSON.stringify({ token: TOKEN }),
+      });
+      const f = {
+        cookie: res.headers.get('set-cookie')!.split(';')[0]!,
+        csrf: ((await res.json()) as { csrf: string }).csrf,
+      };
+      const post = async (to: string, sent: unknown) => {
+        const r = await fetch(`${fleet.url}${to}`, {
+          method: 'POST',
+          headers: { cookie: f.cookie, origin: fleet.url, 'content-type': 'application/json', 'x-csrf-token': f.csrf },
+          body: JSON.stringify(sent),
+        });
+        return { status: r.status, body: (await r.json()) as Answer['body'], headers: r.headers };
+      };
+      expectRefusal(await post(path, { ...body, digest: 'abc' }), 400, 'INVALID_INPUT', /digest: the fingerprint/);
+      expectRefusal(await post(path, { ...body, devices: 0 }), 400, 'INVALID_INPUT', /devices: the number of devices/);
+      expectRefusal(
+        await post(path, { ...body, reason: ' ' }),
+        400,
+        'INVALID_INPUT',
+        /reason: converge needs a reason/,
+      );
+      expectRefusal(await post(path, { ...body, fast: true }), 400, 'INVALID_INPUT', /fast: not a field of converge/);
+      expectRefusal(await post('/api/fleet/nope/converge', body), 404, 'NOT_FOUND', /profile "nope"/);
+      expectRefusal(
+        await post(path, body),
+        404,
+        'NOT_FOUND',
+        /^profile "demo" has no completed rollout to converge to; use `wavegate start`$/,
+      );
+    } finally {
+      await fleet.close();
+    }
   });
 
   it('`wavegate board` refuses to listen beyond loopback without HTTPS and a login (exit 2)', async () => {

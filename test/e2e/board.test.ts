@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
 import { resolveAuditLocation } from '../../activities/audit';
 import { readAuditTrail } from '../../activities/audit-store';
+import { convergeSetDigest } from '../../cli/board/fleet';
 import { startBoard, type BoardServer } from '../../cli/board/server';
 import { parseAuditLog, type AuditRecord } from '../../core/audit';
 import type { RolloutStatus } from '../../core/rollout/status';
@@ -19,6 +20,7 @@ import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { launchChromium } from '../support/chromium';
 import { runCli, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir } from '../support/harness';
+import { markerOf } from '../support/rollout-helpers';
 import { workflowBundle } from '../support/temporal';
 import { until } from '../support/until';
 
@@ -28,7 +30,9 @@ import { until } from '../support/until';
  * change state while the page stays the same document), paused and aborted from the page (both reach
  * the rollout and its audit trail as by alice, with the reason typed), a control from a page without a
  * session is refused, a rollout whose health gate fails is shown rolled back with the gate's evidence,
- * the list tells aborted and rolled back from completed, and the audit view verifies the chain.
+ * the list tells aborted and rolled back from completed, and the audit view verifies the chain; the
+ * fleet view converges the device a completed rollout left behind (only the set shown), and that
+ * rollout is reverted from its page.
  * Screenshots of every view go to test-output/board/ (kept as CI artifacts).
  */
 const scratch = scratchDir('board');
@@ -88,6 +92,30 @@ async function trailOf(id: string): Promise<AuditRecord[]> {
 
 const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 const openRollout = (id: string) => page.goto(`${board!.url}/#/rollout/${encodeURIComponent(id)}`);
+
+/** A session of alice's as the login form makes it: its cookie and CSRF token. */
+async function apiSession(): Promise<{ cookie: string; csrf: string }> {
+  const res = await fetch(`${board!.url}/api/login`, {
+    method: 'POST',
+    headers: { origin: board!.url, 'content-type': 'application/json' },
+    body: JSON.stringify({ token: TOKEN }),
+  });
+  expect(res.status).toBe(200);
+  return { cookie: res.headers.get('set-cookie')!.split(';')[0]!, csrf: ((await res.json()) as { csrf: string }).csrf };
+}
+
+/** A converge of demo as the page sends it. */
+async function convergeRequest(
+  s: { cookie: string; csrf: string },
+  body: unknown,
+): Promise<{ status: number; body: { code?: string; message?: string } }> {
+  const res = await fetch(`${board!.url}/api/fleet/demo/converge`, {
+    method: 'POST',
+    headers: { cookie: s.cookie, origin: board!.url, 'content-type': 'application/json', 'x-csrf-token': s.csrf },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as { code?: string; message?: string } };
+}
 
 /** Click a control on the page, type the reason in its dialog and confirm it. */
 async function useControl(name: string, reason: string, before?: () => Promise<unknown>): Promise<void> {
@@ -352,7 +380,7 @@ describe('the board in Chromium', () => {
     }
     await shot('fleet');
   });
-  it('shows what a converge would touch, and reverts a completed rollout from the page showing first the devices it will touch', async () => {
+  it('converges the devices behind a completed rollout and reverts that rollout from the page, each showing first the devices it will touch', async () => {
     for (const d of fleet!.devices) await fleet!.setFaults(d.id, {});
     const completed = await startRollout('completed', [
       { canary: '1 device', gate: '0s' },
@@ -377,10 +405,49 @@ describe('the board in Chromium', () => {
       `${completed} completed at r2; these devices are behind it now (their verify fails): ${down}.`,
     );
     expect(await page.locator('#converge pre').textContent()).toMatch(/^wavegate converge --profile demo --file /);
+    expect(markerOf(fleet!, down)).not.toBe(2); // the simulator's r1 leaves no marker
+
+    // A set other than the one behind now is refused (CONFLICT), nothing started.
+    const s = await apiSession();
+    const other = [down, fleet!.devices[0]!.id];
+    const stale = await convergeRequest(s, { devices: 2, digest: convergeSetDigest(other), reason: 'stale page' });
+    expect(stale.status).toBe(409);
+    expect(stale.body).toEqual({
+      code: 'CONFLICT',
+      message: `devices: the page showed 2 device(s) behind r2, 1 are behind now (${down}): check again before converging; nothing was started`,
+    });
+
+    // From the page: the devices it will touch, a reason, a confirmation; started by alice over exactly them.
+    await page.locator('button[data-control="converge"]').click();
+    const touched = page.locator('#confirm-devices li[data-device]');
+    expect(await touched.allTextContents()).toEqual([down]);
+    expect(await page.locator('#confirm-text').textContent()).toMatch(
+      new RegExp(`exactly the 1 device\\(s\\) behind r2, with the spec, signed steps and profile ${completed} ran`),
+    );
+    await page.locator('#confirm-reason').fill('PSU replaced: bring it to r2');
     await shot('converge-preview');
+    await page.locator('#confirm-ok').click();
+    await page.locator('#notice', { hasText: 'started by alice' }).waitFor();
+    const converge = decodeURIComponent(new URL(page.url()).hash.replace('#/rollout/', ''));
+    expect(converge).toBe('rollout:demo:converge-1');
+    await page.locator('#banner[data-outcome="completed"]').waitFor({ timeout: 60_000 });
+    await untilClosed(converge);
+    const converged = await statusOf(converge);
+    expect(converged.devices.map((d) => [d.id, d.state])).toEqual([[down, 'applied']]);
+    expect([converged.fromRevision, converged.toRevision]).toEqual([1, 2]);
+    expect((await trailOf(converge)).find((r) => r.event === 'rollout.started')?.by).toBe('alice');
+    expect(markerOf(fleet!, down)).toBe(2);
+    // Nothing behind now: the same request is refused, naming why.
+    const again = await convergeRequest(s, { devices: 1, digest: convergeSetDigest([down]), reason: 'again' });
+    expect(again.status).toBe(409);
+    expect(again.body).toMatchObject({ code: 'INVALID_STATE' });
+    expect(again.body.message).toMatch(
+      new RegExp(`^nothing to converge: no reachable device of "demo" is behind r2 \\(last completed: ${converge}\\)`),
+    );
 
     await openRollout(completed);
-    await page.locator('#banner[data-outcome="completed"]').waitFor();
+    // (The converge's page, completed too, is replaced by this one's.)
+    await page.locator('#banner[data-outcome="completed"] h1', { hasText: completed }).waitFor();
     await page.locator('button[data-control="revert"]').click();
     const listed = page.locator('#confirm-devices li[data-device]');
     await expect.poll(() => listed.count()).toBe(5);

@@ -8,6 +8,7 @@ import {
   gateEvidenceOf,
   pageOfDevices,
   parseControlBody,
+  parseConvergeBody,
   parseDeviceQuery,
   parseTokenFile,
   phaseProgress,
@@ -255,6 +256,20 @@ describe('the board', () => {
     expect(() => parseControlBody('resume', { reason: 'a\u0007b' })).toThrow(/control characters/);
   });
 
+  it('checks a converge body: the count and fingerprint of the devices shown, a reason, no other field', () => {
+    const digest = 'ab'.repeat(32);
+    expect(parseConvergeBody({ devices: 2, digest, reason: ' back online ' })).toEqual({
+      devices: 2,
+      digest,
+      reason: 'back online',
+    });
+    expect(() => parseConvergeBody({ digest, reason: 'x' })).toThrow(/devices: the number of devices the page showed/);
+    expect(() => parseConvergeBody({ devices: 1, digest: 'AB', reason: 'x' })).toThrow(/digest: .*got "AB"/);
+    expect(() => parseConvergeBody({ devices: 1, digest })).toThrow(/reason: converge needs a reason/);
+    expect(() => parseConvergeBody({ devices: 1, digest, reason: 'x', fast: true })).toThrow(
+      /fast: not a field of converge/,
+    );
+  });
   it('reads a token file and refuses ids and token lines it cannot trust', () => {
     expect(parseTokenFile('# operators\nalice 0123456789abcdef0123\n\nbob   fedcba9876543210fedc\n', 'f')).toEqual([
       { name: 'alice', token: '0123456789abcdef0123' },
