@@ -8,9 +8,11 @@
  * child's wall time and peak RSS (`/usr/bin/time`), and each membership entity's history (events, bytes)
  * as the server describes it. The rollout itself is terminated at once: what is measured is `start`.
  *
- *   npx tsx bench/start-scale.ts --devices 1000,10000,100000 [--runs 1]
+ *   npx tsx bench/start-scale.ts --devices 1000,10000,100000 [--runs 1] [--source file|url]
  */
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,8 +28,12 @@ const { values: flags } = parseArgs({
   options: {
     devices: { type: 'string', default: '1000,10000,100000' },
     runs: { type: 'string', default: '1' },
+    /** `url`: the inventory served as JSON pages of 1,000 devices by a loopback HTTP server here (`--inventory-url`). */
+    source: { type: 'string', default: 'file' },
   },
 });
+if (flags.source !== 'file' && flags.source !== 'url')
+  throw new Error(`--source: expected file or url, got ${JSON.stringify(flags.source)}`);
 const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 1, 100_000));
 const RUNS = wholeFlag('runs', flags.runs, 1, 10);
 const TIME = '/usr/bin/time';
@@ -39,7 +45,31 @@ interface StartSample {
   rolloutId: string;
 }
 
-/** `wavegate start --json` of the demo rollout over `inventory`: wall time, peak RSS, the rollout's id. */
+/** Serves `doc` as `--inventory-url` pages of 1,000 devices (pools and defaults on the first) on 127.0.0.1. */
+async function servePages(doc: ReturnType<typeof scaleInventory>): Promise<{ url: string; close(): Promise<void> }> {
+  const PAGE = 1_000;
+  const server = createServer((req, res) => {
+    const page = Number(new URL(req.url ?? '/', 'http://x').searchParams.get('page') ?? '0');
+    const devices = doc.devices.slice(page * PAGE, (page + 1) * PAGE);
+    const last = (page + 1) * PAGE >= doc.devices.length;
+    res.setHeader('content-type', 'application/json');
+    res.end(
+      JSON.stringify({
+        ...(page === 0 ? { pools: doc.pools, defaults: doc.defaults } : {}),
+        devices,
+        next: last ? null : `/devices?page=${page + 1}`,
+      }),
+    );
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/devices?page=0`,
+    close: () => new Promise((done) => server.close(() => done())),
+  };
+}
+
+/** `wavegate start --json` of the demo rollout over `inventory` (a file, or a URL): wall time, peak RSS, the rollout's id. */
 function startChild(inventory: string, address: string, taskQueue: string): Promise<StartSample> {
   const argv = [
     TIME,
@@ -50,8 +80,9 @@ function startChild(inventory: string, address: string, taskQueue: string): Prom
     'start',
     '-f',
     join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'),
-    '--inventory',
-    inventory,
+    ...(/^https?:/.test(inventory)
+      ? ['--inventory-url', inventory, '--inventory-deadline', '10m']
+      : ['--inventory', inventory]),
     '--profiles',
     join(PROJECT_ROOT, 'profiles'),
     '--address',
@@ -94,8 +125,10 @@ async function main(): Promise<void> {
   try {
     console.log('devices | run | start wall | peak RSS | load | membership entities (events, bytes each)');
     for (const n of COUNTS) {
-      const inventory = join(dir, `fleet-${n}.yaml`);
-      writeFileSync(inventory, stringify(scaleInventory(n)));
+      const doc = scaleInventory(n);
+      const served = flags.source === 'url' ? await servePages(doc) : undefined;
+      const inventory = served?.url ?? join(dir, `fleet-${n}.yaml`);
+      if (!served) writeFileSync(inventory, stringify(doc));
       for (let run = 1; run <= RUNS; run++) {
         const load = loadavg()[0]!.toFixed(1);
         const sample = await startChild(inventory, address, taskQueue);
@@ -124,6 +157,7 @@ async function main(): Promise<void> {
             (described.status.name === 'RUNNING' ? '' : ` (rollout ${described.status.name})`),
         );
       }
+      await served?.close();
     }
   } finally {
     worker.shutdown();
