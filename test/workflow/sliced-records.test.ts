@@ -148,6 +148,42 @@ describe('sliced records', () => {
   }, 180_000);
 });
 
+describe('sliced records: the health gate reads the sliced phase from its slices', () => {
+  const real = realRollouts('sliced-health');
+
+  it('one unhealthy device of a sliced phase fails its health gate, and the rollout puts back every device it changed', async () => {
+    const made = await real.rollout(
+      {
+        gate: '0s',
+        rollback: { on: 'healthGate-fail' },
+        phases: [{ bulk: 'remainder', healthGate: ['all-runtimes-healthy'] }],
+      },
+      demoDevices(10),
+      { 'pool-a': 0.5, 'pool-b': 0.5 },
+    );
+    const inventory = loadRolloutInventory(made.inventoryPath);
+    const membership = await storeMembership(real.env.client, real.worker.taskQueue, inventory, made.inventoryPath);
+    const ids = inventory.devices.map((d) => d.id);
+    // Healthy at its apply, unhealthy when the gate asks: the gate runs only over devices the slices changed.
+    await made.fleet.setFaults(ids[7]!, { unhealthyRuntimes: ['motd'] });
+    const handle = await real.start({
+      ...made.input,
+      rolloutId: 'rollout:sliced-health',
+      membership,
+      records: 'slices',
+      sliceSize: 4,
+    });
+    const result = await handle.result();
+    expect(result.state).toBe('rolled-back');
+    expect(result.phases[0]).toMatchObject({ stage: 'failed', gateOutcome: 'fail' });
+    expect(result.phases[0]!.evidence!.join(' ')).toMatch(new RegExp(ids[7]!));
+    // Every device was asked (the slices' devices, read from the slices), and every one is back.
+    for (const id of ids) expect(made.fleet.count(id, 'sim-runtime-health motd'), id).toBeGreaterThanOrEqual(1);
+    for (const id of ids) expect(marker(made.fleet, id), id).not.toBe('2');
+    expect(result.counts).toMatchObject({ 'rolled-back': 10, applied: 0 });
+  }, 180_000);
+});
+
 /** The history as text with every payload's data decoded (payloads are base64 JSON in the history JSON). */
 function decodedPayloads(historyJson: string): string {
   return historyJson.replace(/"data":"([A-Za-z0-9+/=]+)"/g, (_, b64: string) => Buffer.from(b64, 'base64').toString());
