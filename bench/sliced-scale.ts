@@ -8,7 +8,7 @@
  * (the parent, the largest slice, the membership entities; events and bytes as the server describes them),
  * and the control plane's CPU per device (this process: the worker and the client; the dev server).
  *
- *   ulimit -n 20000; npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
+ *   ulimit -n 20000; NODE_OPTIONS=--expose-gc npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
  *
  * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
@@ -68,6 +68,8 @@ async function main(): Promise<void> {
         `rollout:bench-sliced-${n}`,
       );
       const membership = input.membership!;
+      // The fleet generated and uploaded above is garbage now: collected (with --expose-gc) so the peak is the rollout's.
+      (globalThis as { gc?: () => void }).gc?.();
       peakRss = process.memoryUsage().rss;
       const cpu0 = { own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();
