@@ -21,9 +21,35 @@ async function slicesDevices(client: Client, units: readonly SliceUnit[]): Promi
   return out;
 }
 
+/**
+ * Records of slices that ended, by workflow id: an ended slice's records never change, and a process that
+ * reads a rollout again and again (the board's live page) asks each slice once. Bounded by devices held.
+ */
+const ENDED_CACHE_DEVICES = 200_000;
+const ended = new Map<string, DeviceStatus[]>();
+let endedDevices = 0;
+
 async function sliceDevices(client: Client, unit: SliceUnit): Promise<DeviceStatus[]> {
+  const cached = ended.get(unit.workflowId);
+  if (cached) return cached;
   const records = await client.workflow.getHandle(unit.workflowId).query(sliceRecordsQuery);
-  return records.states.map(([id, state, reason]) => ({ id, state, phase: unit.phase, ...(reason ? { reason } : {}) }));
+  const devices = records.states.map(([id, state, reason]) => ({
+    id,
+    state,
+    phase: unit.phase,
+    ...(reason ? { reason } : {}),
+  }));
+  // A slice's counts are in the status once it ended: from then on its records are final.
+  if (unit.counts) {
+    ended.set(unit.workflowId, devices);
+    endedDevices += devices.length;
+    for (const [id, held] of ended) {
+      if (endedDevices <= ENDED_CACHE_DEVICES) break;
+      ended.delete(id);
+      endedDevices -= held.length;
+    }
+  }
+  return devices;
 }
 
 /**
