@@ -8,7 +8,7 @@
  * files that no longer exist are dropped.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { DURATIONS_FILE, readDurations } from '../test/support/test-durations.mjs';
 
 interface JsonReport {
@@ -28,11 +28,14 @@ try {
   console.error(`report: cannot read ${reportPath} as JSON: ${(err as Error).message}`);
   process.exit(2);
 }
+// Paths in the report are absolute, under the checkout that ran it (`<checkout>/test-output/vitest.json`):
+// relative to that checkout, so a CI clone's report refreshes this one.
+const reportRoot = dirname(dirname(resolve(reportPath)));
 const durations = readDurations(root);
 let updated = 0;
 for (const r of report.testResults ?? []) {
   if (typeof r.name !== 'string' || typeof r.startTime !== 'number' || typeof r.endTime !== 'number') continue;
-  durations.set(relative(root, r.name), Math.round((r.endTime - r.startTime) / 100) * 100);
+  durations.set(relative(reportRoot, r.name), Math.round((r.endTime - r.startTime) / 100) * 100);
   updated += 1;
 }
 const kept = [...durations].filter(([file]) => existsSync(join(root, file))).sort(([a], [b]) => (a < b ? -1 : 1));
