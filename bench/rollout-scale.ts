@@ -391,9 +391,10 @@ async function main(): Promise<void> {
       console.log('\nrunning the rollout through Temporal...');
       results.push(await runTemporal(dir, inventoryPath, shards));
       console.log(`  ${results.at(-1)!.applied} applied in ${seconds(results.at(-1)!.wallMs)}`);
-      await Promise.all(shards.map((s) => s.ask({ reset: true })));
     }
     if (flags.only !== 'temporal') {
+      // The baseline starts from the fleet as it was (with --only temporal the Temporal run's devices are counted below).
+      if (results.length) await Promise.all(shards.map((s) => s.ask({ reset: true })));
       console.log('\nrunning the baseline ssh loop...');
       results.push(await runBaseline(input, devices, clientKeyPath, shards));
       console.log(`  ${results.at(-1)!.applied} applied in ${seconds(results.at(-1)!.wallMs)}`);
