@@ -1,4 +1,4 @@
-import type { Client } from '@temporalio/client';
+import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import {
@@ -81,17 +81,31 @@ async function storeEntity(
     // instead of staying pinned to the one it started on, as the registry entity does. No effect unversioned.
     versioningOverride: 'AUTO_UPGRADE',
   });
-  let progress = await handle.query(progressQuery);
-  if (progress.digest !== plan.digest)
-    throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${plan.digest}`, {
-      workflowId,
-    });
-  for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
-    progress = await handle.executeUpdate(storePageUpdate, { args: [pages[index]!] });
+  // An upload under load may be cut (an update whose workflow task timed out, a server restart): it is
+  // resumed from the entity's own progress, a few times with a growing pause, as a re-run of start would.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      let progress = await handle.query(progressQuery);
+      if (progress.digest !== plan.digest)
+        throw new WavegateError('CONFLICT', `${workflowId} holds membership ${progress.digest}, not ${plan.digest}`, {
+          workflowId,
+        });
+      for (let index = progress.pagesStored; index < pages.length && !progress.sealed; index++) {
+        progress = await handle.executeUpdate(storePageUpdate, { args: [pages[index]!] });
+      }
+      if (!progress.sealed) progress = await handle.executeUpdate(sealUpdate, { args: [] });
+      return workflowId;
+    } catch (err) {
+      // A refusal (the validator's, a conflict) is an answer, not a cut: never asked again.
+      if (err instanceof WavegateError || err instanceof WorkflowUpdateFailedError || attempt >= UPLOAD_ATTEMPTS)
+        throw err;
+      await new Promise((resume) => setTimeout(resume, 1_000 * 2 ** (attempt - 1)));
+    }
   }
-  if (!progress.sealed) progress = await handle.executeUpdate(sealUpdate, { args: [] });
-  return workflowId;
 }
+
+/** Tries of one entity's upload (1, 2, 4, 8 s between them). */
+const UPLOAD_ATTEMPTS = 5;
 
 /** Page `index` of a sealed membership, or null (no such page, or not sealed yet). */
 export async function membershipPage(
