@@ -41,12 +41,13 @@ export default defineConfig({
         extends: true,
         // Most of a file's time is spent waiting (Temporal timers, servers starting, SSH round trips),
         // not computing: with two files at once the suite kept 2 cores ~58% busy (CI at afde9f6: 24 CPU-min
-        // in 20.5 min), with three 77% (CI at f06f423: 30.4 CPU-min in 19.9 min), so a fourth fills more of the waits.
+        // in 20.5 min), with three 77% (CI at f06f423: 30.4 CPU-min in 19.9 min). A fourth gained nothing
+        // (cd0af40: 20.5 min, each file slower).
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
           exclude: RUN_ALONE,
-          maxWorkers: 4,
+          maxWorkers: 3,
           sequence: { groupOrder: 0 },
         },
       },
