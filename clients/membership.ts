@@ -1,4 +1,4 @@
-import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { WavegateError } from '../core/errors';
 import type { Inventory } from '../core/inventory';
 import {
@@ -97,12 +97,15 @@ async function storeEntity(
       return workflowId;
     } catch (err) {
       // A refusal (the validator's, a conflict) is an answer, not a cut: never asked again.
-      if (err instanceof WavegateError || err instanceof WorkflowUpdateFailedError || attempt >= UPLOAD_ATTEMPTS)
+      if (err instanceof WavegateError || err instanceof sdk().WorkflowUpdateFailedError || attempt >= UPLOAD_ATTEMPTS)
         throw err;
       await new Promise((resume) => setTimeout(resume, 1_000 * 2 ** (attempt - 1)));
     }
   }
 }
+
+/** The client SDK, loaded when an upload fails: `wavegate plan` imports this module and never loads the SDK (test/unit/cli-lazy-load.test.ts). */
+const sdk = () => require('@temporalio/client') as typeof import('@temporalio/client');
 
 /** Tries of one entity's upload (1, 2, 4, 8 s between them). */
 const UPLOAD_ATTEMPTS = 5;
