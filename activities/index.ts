@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { Context } from '@temporalio/activity';
+import { CompleteAsyncError, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
@@ -10,21 +10,16 @@ import { createCanaryActivities } from './canary';
 import { parsedPerContent } from './parsed-file';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import {
-  ApplyLockHeld,
-  EnvelopeRejected,
-  type ApplyHolder,
-  type ApplyResult,
-  type RevisionSteps,
-} from './device-steps';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
 import type { WebhookPolicy } from '../core/webhook-policy';
-import { StepFailed, TransportError } from './transport';
+import { TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
+import { applyFailureOf } from './apply-failure';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
@@ -133,40 +128,9 @@ async function workflowRunClosed(client: Client, holder: ApplyHolder): Promise<b
   }
 }
 
-/** Map a device-step error to a Temporal failure: only transport trouble that may pass is retried. */
+/** Map a device-step error to a Temporal failure (./apply-failure.ts): only transport trouble that may pass is retried. */
 function toFailure(err: unknown): never {
-  if (err instanceof TransportError) {
-    throw ApplicationFailure.create({
-      type: `Transport.${err.kind}`,
-      message: err.message,
-      nonRetryable: !err.retryable,
-    });
-  }
-  if (err instanceof EnvelopeRejected) {
-    throw ApplicationFailure.create({
-      type: 'EnvelopeRejected',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ reason: err.reason }],
-    });
-  }
-  if (err instanceof ApplyLockHeld) {
-    throw ApplicationFailure.create({
-      type: 'ApplyLockHeld',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ code: 'CONFLICT', holder: err.record.holder }],
-    });
-  }
-  if (err instanceof StepFailed) {
-    throw ApplicationFailure.create({
-      type: 'StepFailed',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ step: err.step, code: err.result.code }],
-    });
-  }
-  throw err;
+  throw applyFailureOf(err) ?? err;
 }
 
 /** A marker read is one short command, but a slow device is not an offline one: the canary probe is generous. */
@@ -343,6 +307,14 @@ export function createActivities(deps: ActivityDeps = {}) {
         recordDeviceApply(ctx.metricMeter, { outcome: result.outcome, transport }, (Date.now() - startedAt) / 1000);
         return result;
       } catch (err) {
+        // Nothing left to complete: a gateway delivered the agent's answer to this apply (gateway/answers.ts), or the
+        // attempt ended, and the server said so at a heartbeat. Nothing failed here. Told "completed asynchronously"
+        // (which it was), the SDK sends no completion the server would refuse (a warning per device otherwise).
+        if (ctx.cancellationDetails?.notFound) {
+          const seconds = (Date.now() - startedAt) / 1000;
+          recordDeviceApply(ctx.metricMeter, { outcome: 'answered-elsewhere', transport }, seconds);
+          throw new CompleteAsyncError();
+        }
         deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);
         recordDeviceApply(ctx.metricMeter, { outcome: 'failed', transport }, (Date.now() - startedAt) / 1000);
         return toFailure(err);

@@ -35,6 +35,12 @@ export interface TwinReportInput {
   knownVersion: number;
   /** When the gateway sent it (its clock, ISO): the twin's feed stamp is the later of this and its own clock. */
   sentAt?: string;
+  /**
+   * The gateway completes every apply this report answers (gateway/answers.ts): the rollout needs no word from the
+   * change feed, so the twin stamps no `reported` change for it. Absent (gateways before r11, or a report answering
+   * a request the gateway did not know awaited): stamped as before.
+   */
+  answersDelivered?: boolean;
 }
 /** The twin as it is now. */
 export const twinViewQuery = wf.defineQuery<TwinView>('twinView');

@@ -54,6 +54,12 @@ export interface DesiredEntry {
    * feed with the later of this and its own clock (see `feedStamp`).
    */
   sentAt?: string;
+  /**
+   * An apply activity waits for this request's answer (its id is `holder`): the gateway that writes the agent's
+   * final report completes that activity by id (gateway/answers.ts). Absent: nothing waits (convergence, and
+   * senders before r11), and the answer reaches the rollout through the change feed.
+   */
+  awaited?: boolean;
   /** When the twin took it (workflow clock, ISO). */
   setAt: string;
 }
@@ -249,6 +255,9 @@ export function desireProblem(entry: unknown): string | null {
     entry.sentAt === undefined || (typeof entry.sentAt === 'string' && Number.isFinite(Date.parse(entry.sentAt)))
       ? null
       : `sentAt: must be an ISO time (got ${shown(entry.sentAt)})`,
+    entry.awaited === undefined || typeof entry.awaited === 'boolean'
+      ? null
+      : `awaited: must be true or false (got ${shown(entry.awaited)})`,
     revisionProblem(entry.fromRevision, 'fromRevision', true),
   ].find((p) => p !== null);
   if (first) return `twinDesire: ${first}`;

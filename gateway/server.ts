@@ -384,7 +384,7 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   let last = '';
   const reporter = setInterval(() => {
     const v = gateway.stats().views;
-    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes${v.writesOutlastingSyncs ? `, ${v.writesOutlastingSyncs} syncs answered before their report's write ended` : ''}`;
+    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes${v.writesOutlastingSyncs ? `, ${v.writesOutlastingSyncs} syncs answered before their report's write ended` : ''}; applies completed from reports ${v.answers.delivered}${v.answers.gone ? ` (${v.answers.gone} already answered)` : ''}${v.answers.failed ? `, ${v.answers.failed} not delivered` : ''}`;
     // Its memory rides along (what a held long-poll costs, docs/operations.md), but only new counts make a line.
     const m = process.memoryUsage();
     const mib = (bytes: number) => Math.round(bytes / 1048576);

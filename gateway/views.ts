@@ -16,6 +16,7 @@ import type { SeenEntry } from '../core/presence';
 import { readTwinRecord, reportToTwin } from '../clients/twin';
 import { unwrittenSeen, writeSeen } from '../clients/presence';
 import { TwinFeed, type TwinChange } from '../clients/twin-feed';
+import { AnswerDelivery, deliveriesOf, type AnswerDeliveryStats } from './answers';
 
 /**
  * What the gateway knows of each device's twin, so an idle sync never reaches Temporal (docs/architecture.md,
@@ -48,6 +49,8 @@ export interface DeviceViewsOptions {
   maxReads?: number;
   /** Report writes to twins at once; more wait their turn (default 64). */
   maxWrites?: number;
+  /** Completes the applies a written report answers (./answers.ts); default: one on `client`. */
+  answers?: AnswerDelivery;
   log?: (line: string) => void;
   now?: () => number;
 }
@@ -85,6 +88,8 @@ export interface DeviceViewsStats {
   feedChanges: number;
   /** Syncs answered before their report's write ended (it went on; see `sync`). */
   writesOutlastingSyncs: number;
+  /** Applies completed from the reports written (./answers.ts). */
+  answers: AnswerDeliveryStats;
 }
 
 const AGENT_LEFT = 'the agent closed the connection before its answer';
@@ -140,6 +145,7 @@ export class DeviceViews {
   private staleBefore = 0;
   private readonly reads: CallLimit;
   private readonly writes: CallLimit;
+  private readonly answers: AnswerDelivery;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
   private readonly counts = {
@@ -157,6 +163,7 @@ export class DeviceViews {
     this.log = opts.log ?? (() => {});
     this.reads = new CallLimit(opts.maxReads ?? 64);
     this.writes = new CallLimit(opts.maxWrites ?? 64);
+    this.answers = opts.answers ?? new AnswerDelivery({ client: opts.client, log: this.log });
     this.feed = new TwinFeed(opts.client, 'desired', {
       intervalMs: opts.feedIntervalMs ?? 500,
       onChanges: (changes) => this.onChanges(changes),
@@ -239,7 +246,13 @@ export class DeviceViews {
   stats(): DeviceViewsStats {
     let held = 0;
     for (const set of this.waiting.values()) held += set.size;
-    return { records: this.records.size, held, presencePending: this.seen.size, ...this.counts };
+    return {
+      records: this.records.size,
+      held,
+      presencePending: this.seen.size,
+      ...this.counts,
+      answers: this.answers.stats(),
+    };
   }
 
   /** Stop following the feed, answer every held long-poll with what is known, and write the seen marks. */
@@ -392,22 +405,26 @@ export class DeviceViews {
   /**
    * Write a sync's report to the twin and record it as written. A write that fails rejects its sync when the sync is
    * still waiting for it; one that fails after its sync was answered is logged, and the record stays as it was, so
-   * the device's next sync writes the report again.
+   * the device's next sync writes the report again. Once written, the applies its final answers answer are
+   * completed (./answers.ts); the twin is told so, and stamps no change for a report whose answers all go so.
    */
   private write(deviceId: string, record: DeviceRecord, input: TwinSyncInput, nowMs: number): Promise<void> {
     const report = input.report!;
+    const { deliveries, allDelivered } = deliveriesOf(deviceId, record.state, report);
     const writing = this.writes
       .run(() =>
         reportToTwin(this.opts.client, this.opts.taskQueue, deviceId, {
           report,
           knownVersion: input.knownVersion,
           sentAt: new Date(nowMs).toISOString(),
+          ...(allDelivered ? { answersDelivered: true } : {}),
         }),
       )
       .then(() => {
         recordSync(record.state, input, new Date(nowMs).toISOString());
         record.forwardedAtMs = nowMs;
         this.counts.forwards++;
+        if (deliveries.length > 0) void this.answers.deliver(deliveries);
       })
       .finally(() => {
         if (record.writing === writing) record.writing = undefined;

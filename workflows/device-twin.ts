@@ -32,6 +32,8 @@ import {
  */
 /** The twin's change feed (search attribute upserts); registered in workflows/patches.ts. */
 export const TWIN_FEED_PATCH = 'twin-feed';
+/** A report whose answers the gateway delivers itself stamps no `reported` change; registered in workflows/patches.ts. */
+export const ANSWERS_DELIVERED_PATCH = 'answers-delivered';
 
 export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never> {
   const state = restoreTwinState(input.deviceId, input.carried);
@@ -79,6 +81,9 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       const problem = syncProblem(sync);
       if (problem) return wf.log.warn(`twin ${state.deviceId}: twinReport: ${problem}`);
       recordSync(state, sync, now());
+      // The gateway completes the applies this report answers: nobody waits on the feed for it (asked only then, so
+      // histories of reports without the flag replay as they were).
+      if (input?.answersDelivered === true && wf.patched(ANSWERS_DELIVERED_PATCH)) return;
       publish('reported', typeof input?.sentAt === 'string' ? input.sentAt : undefined);
     },
     { description: "Record the agent's report, written by the gateway when what it says changed" },

@@ -448,12 +448,23 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'sliced-records',
     introducedIn: 'r11',
-    commit: 'this commit',
+    commit: '7d5213e',
     askedIn: ['workflows/rollout-stages.ts snapshot'],
     status: 'live',
     replayedWith: ['sliced-records-completed', 'sliced-records-rolled-back'],
     replayedWithout: [],
     noOldBranch: NEW_INPUT("records: 'slices'"),
+  },
+  {
+    id: 'answers-delivered',
+    introducedIn: 'r11',
+    commit: 'b1f0c47',
+    askedIn: ['workflows/device-twin.ts twinReport handler'],
+    status: 'live',
+    replayedWith: ['twin-answers-delivered'],
+    replayedWithout: [],
+    noOldBranch:
+      'asked only for a twinReport signal with answersDelivered, which no gateway before it sends: a history without that flag never reaches it',
   },
 ];
 

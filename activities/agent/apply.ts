@@ -9,7 +9,8 @@ import {
   type TwinView,
 } from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { EnvelopeRejected, StepFailed, type ApplyHolder, type ApplyResult, type RevisionSteps } from '../device-steps';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
+import { applyResultOf } from './answer';
 import { desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
 import { REPORT_SAFETY_READ_MS, reportWatchOf, type ReportSubscription } from './report-watch';
 
@@ -39,11 +40,13 @@ export interface TwinApplyOptions {
   now?: () => number;
 }
 
+/** `awaited`: an apply activity (the holder) waits for the answer, and the gateway may complete it (DesiredEntry.awaited). */
 export function desiredRequestOf(
   steps: RevisionSteps,
   holder: ApplyHolder,
   rollout: string | null,
   fromRevision: number | null,
+  awaited = false,
 ): DesiredRequest {
   return {
     requestId: requestIdOf(holder),
@@ -54,6 +57,7 @@ export function desiredRequestOf(
     holder,
     rollout,
     fromRevision,
+    ...(awaited ? { awaited } : {}),
   };
 }
 
@@ -69,7 +73,7 @@ export async function applyThroughTwin(
 ): Promise<ApplyResult> {
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
-  const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null);
+  const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true);
   const checks = opts.reportOffline || opts.aheadAbove !== undefined;
   // Subscribed before the first read, so an answer however quick is not missed (activities/agent/report-watch.ts).
   const subscription = reportWatchOf(opts.client).subscribe(target.id);
@@ -90,7 +94,7 @@ export async function applyThroughTwin(
     const view = first?.view ?? null;
     if (view) {
       const answer = answerTo(view, steps.profile, request.requestId);
-      if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
+      if (answer.state !== 'pending') return applyResultOf(target.id, steps, answer);
     }
     // (A read that failed was tolerated only without checks, so there is nothing to check then.)
     const skipped = checkBeforeAsking(target, steps, request, view, opts, now());
@@ -172,7 +176,7 @@ async function waitForAnswer(
     );
     const view = 'view' in read ? read.view : null;
     const answer = view ? answerTo(view, steps.profile, requestId) : { state: 'pending' as const };
-    if (answer.state !== 'pending') return resultOf(target.id, steps, answer.state, answer.report);
+    if (answer.state !== 'pending') return applyResultOf(target.id, steps, answer);
     say(
       'view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`,
     );
@@ -192,32 +196,4 @@ function waitingDetail(view: TwinView | null, profile: string, nowMs: number): s
   const report = view?.report?.profiles[profile];
   const seen = view?.lastSeenAt ? `seen ${Math.round(ageMs(view.lastSeenAt, nowMs) / 1000)}s ago` : 'never seen';
   return `agent ${report?.state ?? 'idle'}, ${seen}`;
-}
-
-function resultOf(
-  device: string,
-  steps: RevisionSteps,
-  state: 'applied' | 'already-applied' | 'claimed' | 'failed' | 'refused',
-  report: NonNullable<TwinView['report']>['profiles'][string],
-): ApplyResult {
-  const ran = report.steps ?? [];
-  const detail = report.detail?.slice(0, 400);
-  switch (state) {
-    case 'refused':
-      throw new EnvelopeRejected(
-        report.reason ?? 'REFUSED',
-        `${device}: the agent refused ${steps.profile} r${steps.revision}${detail ? `: ${detail}` : ''}`,
-      );
-    case 'failed':
-      throw new StepFailed(
-        report.reason ?? 'apply',
-        { code: 1, stdout: '', stderr: `agent: ${detail ?? 'failed'}` },
-        device,
-      );
-    case 'already-applied':
-      return { device, outcome: 'already-applied', steps: ran, ...(detail ? { detail } : {}) };
-    default:
-      // 'claimed' is the apply of a non-provable revision: the workflow counts it claimed from the profile.
-      return { device, outcome: 'applied', steps: ran, ...(detail ? { detail } : {}) };
-  }
 }

@@ -10,6 +10,7 @@ import {
   type TwinView,
 } from '../../core/twin';
 import { syncTwin } from '../../clients/twin';
+import type { DeviceViews } from '../../gateway/views';
 
 /**
  * A minimal in-process agent for rollout-side tests (NOT `wavegate agent`): it syncs with its twin
@@ -28,6 +29,8 @@ export interface TwinAgentOptions {
   checks?: string[];
   /** The error rate it reports at a revision (kind 'error-rate', named errorRateReportName); undefined: none reported. */
   errorRate?: (revision: number | null) => number | undefined;
+  /** Sync through a gateway's device views (gateway/views.ts) as `wavegate gateway` does, instead of the twin's update. */
+  views?: DeviceViews;
 }
 
 export function markerIn(dir: string, profile: string): number | null {
@@ -69,7 +72,11 @@ export function startTwinAgent(
       let view: TwinView;
       try {
         check('demo');
-        view = await syncTwin(client, taskQueue, deviceId, { report, knownVersion, waitMs: opts.waitMs ?? 2_000 });
+        const sync = { report, knownVersion, waitMs: opts.waitMs ?? 2_000 };
+        // A copy: the views keep the report they wrote, and this loop changes its own in place.
+        view = opts.views
+          ? await opts.views.sync(deviceId, { ...sync, report: structuredClone(report) })
+          : await syncTwin(client, taskQueue, deviceId, sync);
       } catch {
         if (stopped) return;
         await new Promise((r) => setTimeout(r, 500));

@@ -13,6 +13,9 @@ import { markerOf } from '../support/rollout-helpers';
 import { until } from '../support/until';
 import { recordHistory } from '../support/histories';
 import { appliesIn, markerIn, startTwinAgent } from '../support/twin-agent';
+import { DeviceViews } from '../../gateway/views';
+import { listTwinChanges } from '../../clients/twin-feed';
+import { twinWorkflowId } from '../../core/twin';
 
 /**
  * The rollout side of the pull transport on a real dev server, a real worker and real simulated SSH
@@ -251,5 +254,49 @@ describe('rollouts over agent devices (twin side)', () => {
       state: 'failed',
       reason: expect.stringMatching(/EnvelopeRejected \(UNPINNED_KEY\)/),
     });
+  }, 300_000);
+
+  it("through the gateway's views, each agent device's apply is completed by the gateway from the report it writes, and the twins stamp no reported change", async () => {
+    const { dir, inventoryPath, agentIds } = await setup(1, 3);
+    const [refusing, ...applying] = agentIds as [string, ...string[]];
+    const since = Date.now() - 1_000;
+    const views = new DeviceViews({ client: real.env.client, taskQueue: real.worker.taskQueue, feedIntervalMs: 200 });
+    agents.push({ stop: () => views.close() });
+    for (const id of agentIds)
+      agents.push(
+        startTwinAgent(real.env.client, real.worker.taskQueue, id, agentDir(dir, id), {
+          views,
+          ...(id === refusing ? { refuse: () => 'UNPINNED_KEY' } : {}),
+        }),
+      );
+    await until(
+      'every agent has a twin',
+      async () =>
+        (await Promise.all(agentIds.map((id) => readTwin(real.env.client, id)))).every((v) => v !== null)
+          ? true
+          : undefined,
+      60_000,
+    );
+    const input = rolloutInputFor(
+      dir,
+      { gate: '1s', maxFailureRatio: 1, phases: [{ bulk: 'remainder' }] },
+      inventoryPath,
+      `rollout:agent-delivered-${n}`,
+    );
+    const result = await (await real.start(input)).result();
+    for (const id of applying) {
+      expect(result.devices.find((d) => d.id === id)).toMatchObject({ state: 'applied' });
+      expect(markerIn(agentDir(dir, id), 'demo')).toBe(2);
+    }
+    // The refusal reaches the rollout as the worker would have put it: EnvelopeRejected, with the agent's reason.
+    const refused = result.devices.find((d) => d.id === refusing)!;
+    expect(refused.state).toBe('failed');
+    expect(refused.reason).toMatch(/EnvelopeRejected \(UNPINNED_KEY\)/);
+    // Every answer went to its apply from the gateway, none was lost or failed.
+    expect(views.stats().answers).toMatchObject({ delivered: agentIds.length, failed: 0 });
+    // The reports were all delivered by the gateway: no twin stamped a reported change for the feed.
+    const stamped = (await listTwinChanges(real.env.client, 'reported', since)).map((c) => c.deviceId);
+    for (const id of agentIds) expect(stamped).not.toContain(id);
+    await recordHistory(real.env.client.workflow.getHandle(twinWorkflowId(applying[0]!)), 'twin-answers-delivered');
   }, 300_000);
 });

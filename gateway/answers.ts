@@ -1,0 +1,122 @@
+import type { Client } from '@temporalio/client';
+import { applyFailureOf } from '../activities/apply-failure';
+import { applyResultOf, type FinalAnswer } from '../activities/agent/answer';
+import { completeApply } from '../clients/apply-answer';
+import { answerTo, type AgentReport, type DesiredEntry, type TwinState } from '../core/twin';
+
+/**
+ * Answers delivered by the gateway (docs/architecture.md, "Reports reach the rollout"): when the report a gateway
+ * writes to a twin is an agent's final answer to a request an apply activity waits for (`DesiredEntry.awaited`),
+ * the gateway completes that activity by its id once the write is durable, with the result the worker would have
+ * returned (activities/agent/answer.ts). An agent device in flight then costs the rollout no twin read and no
+ * change-feed look; the worker's own safety read (every 30 s) stays for an answer no gateway delivered.
+ */
+
+/** One answer to deliver: the request it answers and what the agent said. */
+export interface Delivery {
+  deviceId: string;
+  entry: DesiredEntry;
+  answer: FinalAnswer;
+}
+
+/**
+ * What a report about to be written answers, against the device's record before the write: the answers to deliver,
+ * and whether every new final answer in it is one of them. When one is not (the record does not know the request
+ * the agent answered: another gateway's newer desire, or a sender before r11 that waits on the feed), the twin
+ * must still stamp its change feed for the report, so `allDelivered` is false. A final answer the record already
+ * holds was delivered when it was first written.
+ */
+export function deliveriesOf(
+  deviceId: string,
+  state: Pick<TwinState, 'desired' | 'report'>,
+  report: AgentReport,
+): { deliveries: Delivery[]; allDelivered: boolean } {
+  const deliveries: Delivery[] = [];
+  let allDelivered = true;
+  for (const [profile, said] of Object.entries(report.profiles)) {
+    if (!said.requestId) continue;
+    const answer = answerTo({ report }, profile, said.requestId);
+    if (answer.state === 'pending') continue;
+    const before = state.report?.profiles;
+    const known = before && Object.hasOwn(before, profile) ? before[profile] : undefined;
+    if (known && known.requestId === said.requestId && known.state === said.state) continue;
+    const entry = Object.hasOwn(state.desired, profile) ? state.desired[profile] : undefined;
+    if (entry?.awaited === true && entry.requestId === said.requestId) deliveries.push({ deviceId, entry, answer });
+    else allDelivered = false;
+  }
+  return { deliveries, allDelivered };
+}
+
+export interface AnswerDeliveryOptions {
+  client: Client;
+  /** Completions at once; more wait their turn (default 32). */
+  maxInFlight?: number;
+  /** Attempts for a completion the server did not take (default 3), 1 s, then 2 s apart. */
+  attempts?: number;
+  log?: (line: string) => void;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+export interface AnswerDeliveryStats {
+  /** Applies completed by this gateway. */
+  delivered: number;
+  /** Answers with nothing left to complete (the worker or another gateway answered first, the attempt ended). */
+  gone: number;
+  /** Answers not delivered after every attempt: the worker's safety read finds them. */
+  failed: number;
+}
+
+/** Completes waiting applies from the answers in written reports, a bounded number at once. */
+export class AnswerDelivery {
+  private inFlight = 0;
+  private readonly queue: Array<() => void> = [];
+  private readonly counts: AnswerDeliveryStats = { delivered: 0, gone: 0, failed: 0 };
+  private readonly sleep: (ms: number) => Promise<void>;
+
+  constructor(private readonly opts: AnswerDeliveryOptions) {
+    this.sleep = opts.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+  }
+
+  stats(): AnswerDeliveryStats {
+    return { ...this.counts };
+  }
+
+  /** Deliver each answer (in the background: the agent's sync does not wait for it). */
+  deliver(deliveries: readonly Delivery[]): Promise<void> {
+    return Promise.all(deliveries.map((d) => this.one(d))).then(() => undefined);
+  }
+
+  private async one(delivery: Delivery): Promise<void> {
+    if (this.inFlight >= (this.opts.maxInFlight ?? 32)) await new Promise<void>((r) => this.queue.push(r));
+    this.inFlight++;
+    try {
+      const { entry, answer, deviceId } = delivery;
+      let outcome: { result: unknown } | { failure: Error };
+      try {
+        outcome = { result: applyResultOf(deviceId, entry, answer) };
+      } catch (err) {
+        outcome = { failure: applyFailureOf(err) ?? (err as Error) };
+      }
+      const attempts = this.opts.attempts ?? 3;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const done = await completeApply(this.opts.client, entry.holder, outcome);
+          this.counts[done === 'completed' ? 'delivered' : 'gone']++;
+          return;
+        } catch (err) {
+          if (attempt >= attempts) {
+            this.counts.failed++;
+            this.opts.log?.(
+              `${deviceId}: the answer to ${entry.requestId} not delivered (${(err as Error).message.slice(0, 200)}); the rollout reads it from the twin`,
+            );
+            return;
+          }
+          await this.sleep(1_000 * 2 ** (attempt - 1));
+        }
+      }
+    } finally {
+      this.inFlight--;
+      this.queue.shift()?.();
+    }
+  }
+}
