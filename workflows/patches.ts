@@ -458,7 +458,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'answers-delivered',
     introducedIn: 'r11',
-    commit: 'b1f0c47',
+    commit: '93db921',
     askedIn: ['workflows/device-twin.ts twinReport handler'],
     status: 'live',
     replayedWith: ['twin-answers-delivered'],
