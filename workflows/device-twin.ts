@@ -82,8 +82,10 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       if (problem) return wf.log.warn(`twin ${state.deviceId}: twinReport: ${problem}`);
       recordSync(state, sync, now());
       // The gateway completes the applies this report answers: nobody waits on the feed for it (asked only then, so
-      // histories of reports without the flag replay as they were).
-      if (input?.answersDelivered === true && wf.patched(ANSWERS_DELIVERED_PATCH)) return;
+      // histories of reports without the flag replay as they were). The feed's own patch is asked first, as a
+      // published report would: its marker lands with the twin's first report, not inside a later rollout.
+      if (input?.answersDelivered === true && wf.patched(TWIN_FEED_PATCH) && wf.patched(ANSWERS_DELIVERED_PATCH))
+        return;
       publish('reported', typeof input?.sentAt === 'string' ? input.sentAt : undefined);
     },
     { description: "Record the agent's report, written by the gateway when what it says changed" },
