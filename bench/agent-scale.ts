@@ -21,7 +21,7 @@
  *
  *   ulimit -n 20000   # or more: the agents' sockets (this process) and the gateway's, about N each
  *   npx tsx bench/agent-scale.ts --devices 1000 [--slice 200] [--in-flight 100] [--apply-ms 0] [--wait-ms 30000]
- *       [--gate 1s] [--health-gates] [--offline 100] [--idle 10] [--no-rollout]
+ *       [--gate 1s] [--health-gates] [--offline 100] [--idle 10] [--no-rollout] [--records auto|parent|slices]
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -37,6 +37,9 @@ import { agentKeyPin } from '../core/agent-auth';
 import { keyPairFromSeed, type KeyPair } from '../core/signing';
 import { TWIN_OFFLINE_AFTER_MS, twinWorkflowId, type AgentReport } from '../core/twin';
 import { prepareRollout } from '../intake/prepare';
+import { loadRolloutInventory } from '../intake/inventory';
+import { storeMembership } from '../clients/membership';
+import { SLICED_RECORDS_FROM } from '../core/rollout/sliced-plan';
 import { gatewayClient, GatewayError } from '../agent/gateway-client';
 import { mapLimit } from '../activities/map-limit';
 import { startDevServerEnv } from '../workers/dev-server';
@@ -58,6 +61,11 @@ const { values: flags } = parseArgs({
     gate: { type: 'string', default: '1s' },
     'health-gates': { type: 'boolean', default: false },
     offline: { type: 'string', default: '0' },
+    /**
+     * Where the rollout keeps its device records: `slices` (core/rollout/sliced-plan.ts, the inventory stored as a
+     * membership), `parent`, or `auto`: as `start` does, slices from SLICED_RECORDS_FROM devices.
+     */
+    records: { type: 'string', default: 'auto' },
     idle: { type: 'string', default: '0' },
     'no-rollout': { type: 'boolean', default: false },
     'rollout-timeout': { type: 'string', default: '30' },
@@ -72,6 +80,10 @@ const { values: flags } = parseArgs({
 const GATEWAY_NODE_ARGS = flags['gateway-node-args']!.split(/\s+/).filter(Boolean);
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
 const SLICE = wholeFlag('slice', flags.slice, 1, 10_000);
+if (!['auto', 'parent', 'slices'].includes(flags.records!))
+  throw new Error(`--records: expected auto, parent or slices, got ${JSON.stringify(flags.records)}`);
+/** Sliced records (the membership stored first), as `start` would choose them at this size unless told. */
+const SLICED = flags.records === 'slices' || (flags.records === 'auto' && DEVICES >= SLICED_RECORDS_FROM);
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 10_000);
 const APPLY_MS = wholeFlag('apply-ms', flags['apply-ms'], 0, 60_000);
 const WAIT_MS = wholeFlag('wait-ms', flags['wait-ms'], 0, 30_000);
@@ -650,7 +662,7 @@ async function main(): Promise<void> {
   const say = (line: string) => console.log(line);
   try {
     say(
-      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; worker cache ${WORKFLOW_CACHE}; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
+      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}, records in ${SLICED ? 'the slices' : 'the parent'}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; worker cache ${WORKFLOW_CACHE}; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
     );
     stage = 'first syncs';
     const upStart = Date.now();
@@ -708,6 +720,12 @@ async function main(): Promise<void> {
         }),
         rolloutId: `rollout:agent-scale-${Date.now()}`,
         sliceSize: SLICE,
+        ...(SLICED
+          ? {
+              membership: await storeMembership(client, taskQueue, loadRolloutInventory(inventoryPath), inventoryPath),
+              records: 'slices' as const,
+            }
+          : {}),
       };
       stage = 'rollout';
       const requestsBefore = requests;
