@@ -9,6 +9,7 @@
  * and the control plane's CPU per device (this process: the worker and the client; the dev server).
  *
  *   ulimit -n 20000; NODE_OPTIONS=--expose-gc npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
+ *       [--events-cache-mb 64]
  *
  * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
@@ -29,15 +30,29 @@ const { values: flags } = parseArgs({
   options: {
     devices: { type: 'string', default: '1000,10000,100000' },
     'in-flight': { type: 'string', default: '250' },
+    /**
+     * The dev server's shard events cache (`history.eventsCacheMaxSizeBytes`, Temporal's default 512 KiB), in MiB:
+     * an activity's start reads its scheduled event from there, or from the store with its whole batch
+     * (bench/README.md, "Where the server's CPU goes at 100,000").
+     */
+    'events-cache-mb': { type: 'string' },
   },
 });
+const EVENTS_CACHE_MB =
+  flags['events-cache-mb'] === undefined ? undefined : wholeFlag('events-cache-mb', flags['events-cache-mb'], 1, 4096);
 const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 200_000));
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
-  const env = await startDevServerEnv();
+  const env = await startDevServerEnv(
+    EVENTS_CACHE_MB === undefined
+      ? {}
+      : {
+          extraArgs: ['--dynamic-config-value', `history.eventsCacheMaxSizeBytes=${EVENTS_CACHE_MB * 2 ** 20}`],
+        },
+  );
   const serverPid = childPid('start-dev');
   const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);
   const taskQueue = 'sliced-scale';

@@ -112,7 +112,7 @@ export async function startDevServer(opts: {
  * wavegate's search attributes registered: for the tests and the benchmark, which tear it down
  * themselves. The SDK's testing package is loaded on first use, like the worker's (workers/worker.ts).
  */
-export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
+export async function startDevServerEnv(opts: { extraArgs?: string[] } = {}): Promise<TestWorkflowEnvironment> {
   const { temporal } = ensureTools();
   installQuietRuntime();
   const { TestWorkflowEnvironment } = require('@temporalio/testing') as typeof import('@temporalio/testing');
@@ -121,6 +121,7 @@ export async function startDevServerEnv(): Promise<TestWorkflowEnvironment> {
       executable: { type: 'existing-path', path: temporal },
       ip: '127.0.0.1',
       searchAttributes: WAVEGATE_SEARCH_ATTRIBUTES,
+      ...(opts.extraArgs ? { extraArgs: opts.extraArgs } : {}),
     },
   });
 }
