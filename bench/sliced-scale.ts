@@ -47,11 +47,7 @@ const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
   const env = await startDevServerEnv(
-    EVENTS_CACHE_MB === undefined
-      ? {}
-      : {
-          extraArgs: ['--dynamic-config-value', `history.eventsCacheMaxSizeBytes=${EVENTS_CACHE_MB * 2 ** 20}`],
-        },
+    EVENTS_CACHE_MB === undefined ? {} : { eventsCacheBytes: EVENTS_CACHE_MB * 2 ** 20 },
   );
   const serverPid = childPid('start-dev');
   const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);

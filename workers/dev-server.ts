@@ -120,7 +120,19 @@ export async function startDevServer(opts: {
  * wavegate's search attributes registered: for the tests and the benchmark, which tear it down
  * themselves. The SDK's testing package is loaded on first use, like the worker's (workers/worker.ts).
  */
-export async function startDevServerEnv(opts: { extraArgs?: string[] } = {}): Promise<TestWorkflowEnvironment> {
+export async function startDevServerEnv(
+  opts: {
+    extraArgs?: string[];
+    /** The shard events cache in bytes (DEV_EVENTS_CACHE_BYTES: what `wavegate dev` runs); absent: Temporal's default. */
+    eventsCacheBytes?: number;
+  } = {},
+): Promise<TestWorkflowEnvironment> {
+  const extraArgs = [
+    ...(opts.extraArgs ?? []),
+    ...(opts.eventsCacheBytes
+      ? ['--dynamic-config-value', `history.eventsCacheMaxSizeBytes=${opts.eventsCacheBytes}`]
+      : []),
+  ];
   const { temporal } = ensureTools();
   installQuietRuntime();
   const { TestWorkflowEnvironment } = require('@temporalio/testing') as typeof import('@temporalio/testing');
@@ -129,7 +141,7 @@ export async function startDevServerEnv(opts: { extraArgs?: string[] } = {}): Pr
       executable: { type: 'existing-path', path: temporal },
       ip: '127.0.0.1',
       searchAttributes: WAVEGATE_SEARCH_ATTRIBUTES,
-      ...(opts.extraArgs ? { extraArgs: opts.extraArgs } : {}),
+      ...(extraArgs.length ? { extraArgs } : {}),
     },
   });
 }

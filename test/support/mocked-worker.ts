@@ -3,7 +3,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll } from 'vitest';
 import type { RolloutInput } from '../../core/rollout/input';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { DEV_EVENTS_CACHE_BYTES, startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { createMockActivities, mockInput, type Scenario } from './mock-activities';
 import { workflowBundle } from './temporal';
@@ -25,7 +25,8 @@ export function mockedRolloutWorker(
   let running: Promise<void> | undefined;
   let n = 0;
   beforeAll(async () => {
-    env = await (opts.startEnv ?? startDevServerEnv)();
+    // The server `wavegate dev` runs (its events cache sized: docs/operations.md, "The server's events cache").
+    env = await (opts.startEnv ?? (() => startDevServerEnv({ eventsCacheBytes: DEV_EVENTS_CACHE_BYTES })))();
     worker = await Worker.create({
       connection: env.nativeConnection,
       namespace: env.namespace ?? 'default',

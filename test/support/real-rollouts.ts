@@ -5,7 +5,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
 import type { RolloutInput } from '../../core/rollout/input';
 import type { Fleet, SimDeviceSpec } from '../../sim';
-import { startDevServerEnv } from '../../workers/dev-server';
+import { DEV_EVENTS_CACHE_BYTES, startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';
 import { fleetWithInventory, rolloutInputFor, scratchDir, startTestWorker } from './harness';
 
@@ -74,7 +74,8 @@ export function realRollouts(name: string, opts: RealRolloutsOptions = {}): Real
 
   beforeAll(async () => {
     await opts.prepare?.();
-    env = await (opts.startEnv ?? startDevServerEnv)();
+    // The server `wavegate dev` runs (its events cache sized: docs/operations.md, "The server's events cache").
+    env = await (opts.startEnv ?? (() => startDevServerEnv({ eventsCacheBytes: DEV_EVENTS_CACHE_BYTES })))();
     if (opts.worker !== false) {
       worker = await startTestWorker(env, {
         auditDir,
