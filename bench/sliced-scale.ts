@@ -3,10 +3,12 @@
  * --devices count, a generated fleet stored as the CLI stores it (membership volumes past 32 pages) and
  * one rollout over it with sliced records (`records: 'slices'`, the slice size `start` would choose),
  * every apply mocked (an activity that answers `applied` at once: what is measured is Temporal, the
- * workflows and the plan), on a Temporal dev server and a worker in this process. Reported per count:
- * wall time of the rollout, the worker's peak RSS (this process, sampled), each execution's history
- * (the parent, the largest slice, the membership entities; events and bytes as the server describes them),
- * and the control plane's CPU per device (this process: the worker and the client; the dev server).
+ * workflows and the plan), on a Temporal dev server and a worker in a process of its own (bench/sliced-worker.ts;
+ * before 2026-12-05 14:1x it ran in this process, and "the process" figures were worker and client together).
+ * Reported per count: wall time of the rollout, the peak RSS of the worker process and of this one (the client,
+ * which generated and uploaded the fleet), each execution's history (the parent, the largest slice, the
+ * membership entities; events and bytes as the server describes them), and the control plane's CPU per device
+ * (the worker, this process, the dev server).
  *
  *   ulimit -n 20000; NODE_OPTIONS=--expose-gc npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
  *       [--events-cache-mb 64]
@@ -14,16 +16,15 @@
  * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
 import { parseArgs } from 'node:util';
-import { Worker } from '@temporalio/worker';
+import { fork } from 'node:child_process';
 import { startDevServerEnv } from '../workers/dev-server';
 import { rolloutWorkflow } from '../workflows/rollout';
-import { workflowBundle } from '../test/support/temporal';
-import { createActivities } from '../activities';
-import { generatedFleet, mockedApply, slicedRolloutInput } from '../test/support/sliced-fleet';
+import { generatedFleet, slicedRolloutInput } from '../test/support/sliced-fleet';
+import type { SlicedWorkerReply, SlicedWorkerRequest } from './sliced-worker';
 import { childPid, ownCpu, processCpu } from './cpu-account';
 import { wholeFlag } from './flags';
 import { join } from 'node:path';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 
 const { values: flags } = parseArgs({
@@ -44,6 +45,52 @@ const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 
+/** VmRSS of a process (0 once it is gone). */
+function rssOf(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** The worker in a process of its own (bench/sliced-worker.ts); stop() answers how many applies it mocked. */
+function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop: () => Promise<number> }> {
+  const child = fork(join(__dirname, 'sliced-worker.ts'), [], {
+    execArgv: ['--require', 'tsx/cjs'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let applies = 0;
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const answered = new Promise<void>((resolve) =>
+        child.on('message', (reply: SlicedWorkerReply) => {
+          if ('applies' in reply) {
+            applies = reply.applies;
+            resolve();
+          }
+        }),
+      );
+      child.send({ stop: true });
+      const killer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      await Promise.race([answered.then(() => exited), exited]);
+      clearTimeout(killer);
+    }
+    return applies;
+  };
+  return new Promise((resolve, reject) => {
+    child.once('message', (reply: SlicedWorkerReply) =>
+      'error' in reply ? reject(new Error(`worker process: ${reply.error}`)) : resolve({ pid: child.pid!, stop }),
+    );
+    child.once('exit', (code, signal) =>
+      reject(new Error(`worker process exited ${code ?? signal} before it was ready`)),
+    );
+    child.send(request);
+  });
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-sliced-scale-'));
   const env = await startDevServerEnv(
@@ -52,24 +99,22 @@ async function main(): Promise<void> {
   const serverPid = childPid('start-dev');
   const serverCpu = () => (serverPid ? processCpu(serverPid).own : 0);
   const taskQueue = 'sliced-scale';
-  let applies = 0;
-  const worker = await Worker.create({
-    connection: env.nativeConnection,
+  const worker = await startWorker({
+    address: env.address,
     namespace: env.namespace ?? 'default',
     taskQueue,
-    workflowBundle: await workflowBundle(),
-    activities: {
-      ...createActivities({ client: env.client, auditDir: join(dir, 'audit') }),
-      applyRevision: mockedApply(() => (applies += 1)),
-    },
-    maxConcurrentActivityTaskExecutions: 500,
+    auditDir: join(dir, 'audit'),
   });
-  const running = worker.run();
+  // The worker's RSS from /proc, sampled; this process (the client: the fleet generated and uploaded) apart.
   let peakRss = 0;
-  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 500);
+  let clientPeakRss = 0;
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, rssOf(worker.pid));
+    clientPeakRss = Math.max(clientPeakRss, process.memoryUsage.rss());
+  }, 500);
   try {
     console.log(
-      'devices | slice | wall | worker peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + server',
+      'devices | slice | wall | worker peak RSS (its own process) | client peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + client + server',
     );
     for (const n of COUNTS) {
       const input = await slicedRolloutInput(
@@ -81,8 +126,9 @@ async function main(): Promise<void> {
       const membership = input.membership!;
       // The fleet generated and uploaded above is garbage now: collected (with --expose-gc) so the peak is the rollout's.
       (globalThis as { gc?: () => void }).gc?.();
-      peakRss = process.memoryUsage().rss;
-      const cpu0 = { own: ownCpu(), server: serverCpu() };
+      peakRss = rssOf(worker.pid);
+      clientPeakRss = process.memoryUsage.rss();
+      const cpu0 = { worker: processCpu(worker.pid).own, own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();
       const handle = await env.client.workflow.start(rolloutWorkflow, {
         workflowId: input.rolloutId,
@@ -91,7 +137,11 @@ async function main(): Promise<void> {
       });
       const result = await handle.result();
       const wallS = (Date.now() - t0) / 1000;
-      const cpu = { own: ownCpu() - cpu0.own, server: serverCpu() - cpu0.server };
+      const cpu = {
+        worker: processCpu(worker.pid).own - cpu0.worker,
+        own: ownCpu() - cpu0.own,
+        server: serverCpu() - cpu0.server,
+      };
       if (result.state !== 'completed' || result.counts.applied !== n)
         throw new Error(`${n}: ${result.state}, ${JSON.stringify(result.counts)}`);
       const parent = await handle.describe();
@@ -107,14 +157,13 @@ async function main(): Promise<void> {
       }
       const mb = (b: number) => (b / 1e6).toFixed(2);
       console.log(
-        `${n} | ${input.sliceSize} | ${wallS.toFixed(1)} s | ${(peakRss / 2 ** 20).toFixed(0)} MiB | ${parent.historyLength} / ${mb(parent.historySize ?? 0)} | ${largest.events} / ${mb(largest.bytes)} | ${membership.volumes?.length ?? 1}, ${mb(entityMax)} | ${((cpu.own * 1000) / n).toFixed(2)} + ${((cpu.server * 1000) / n).toFixed(2)}`,
+        `${n} | ${input.sliceSize} | ${wallS.toFixed(1)} s | ${(peakRss / 2 ** 20).toFixed(0)} MiB | ${(clientPeakRss / 2 ** 20).toFixed(0)} MiB | ${parent.historyLength} / ${mb(parent.historySize ?? 0)} | ${largest.events} / ${mb(largest.bytes)} | ${membership.volumes?.length ?? 1}, ${mb(entityMax)} | ${((cpu.worker * 1000) / n).toFixed(2)} + ${((cpu.own * 1000) / n).toFixed(2)} + ${((cpu.server * 1000) / n).toFixed(2)}`,
       );
     }
-    console.log(`applies: ${applies}`);
+    console.log(`applies: ${await worker.stop()}`);
   } finally {
     clearInterval(sampler);
-    worker.shutdown();
-    await running.catch(() => {});
+    await worker.stop();
     await env.teardown();
     rmSync(dir, { recursive: true, force: true });
   }
