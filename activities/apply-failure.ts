@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { ApplyLockHeld, EnvelopeRejected } from './device-steps';
-import { StepFailed, TransportError } from './transport';
+import { ApplyLockHeld, EnvelopeRejected } from './apply-errors';
+import { StepFailed, TransportError } from './transport/errors';
 
 /**
  * A device-step error as the Temporal failure the rollout's workflows read (their type, and whether it is retried):

@@ -1,6 +1,6 @@
 import type { RequestAnswer } from '../../core/twin';
-import { EnvelopeRejected, type ApplyResult } from '../device-steps';
-import { StepFailed } from '../transport';
+import { EnvelopeRejected, type ApplyResult } from '../apply-errors';
+import { StepFailed } from '../transport/errors';
 
 /** An agent's final answer to one desired request (core/twin.ts `answerTo`, anything but pending). */
 export type FinalAnswer = Exclude<RequestAnswer, { state: 'pending' }>;
