@@ -108,12 +108,19 @@ async function deploymentHas(deployment: string, build: string): Promise<Deploym
   });
 }
 
-/** Wait until `build` is current and the routing change reached the task queues. */
+/**
+ * Wait until `build` is current and the routing change reached the task queues. The server propagates it in the
+ * background: 8 s alone here, but a CI run with three test files at once waited past a minute once (2026-12-05).
+ */
 async function currentIs(deployment: string, build: string): Promise<void> {
-  await until(`${build} current in ${deployment}`, async () => {
-    const d = await describeDeployment(env.client, deployment);
-    return d.current === build && d.routingSettled ? true : undefined;
-  });
+  await until(
+    `${build} current in ${deployment}`,
+    async () => {
+      const d = await describeDeployment(env.client, deployment);
+      return d.current === build && d.routingSettled ? true : undefined;
+    },
+    180_000,
+  );
 }
 
 async function makeCurrent(deployment: string, build: string): Promise<void> {
