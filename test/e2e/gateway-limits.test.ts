@@ -107,9 +107,11 @@ describe('gateway under a flood of unauthenticated connections', () => {
     };
     expect(answered).toBe(400);
     expect(stats).toMatchObject({ bodyBytesRead: 0 });
-    // Measured: about +8 MB RSS and +4 MB heap+external here; the gateway before this change: +70 MB RSS, +82 MB heap+external, 79 MB kept.
+    // Measured: about +8 MB RSS and +4 MB heap+external here when written; on 2026-12-05 +9 to +31 MB RSS and
+    // +19 to +33 MB heap+external with 800 connections open (the same code, 2 of 7 runs over the old bound of 30).
+    // The gateway before this change: +70 MB RSS, +82 MB heap+external, 79 MB kept.
     expect(growth.rss, JSON.stringify(growth)).toBeLessThan(40);
-    expect(growth.heap, JSON.stringify(growth)).toBeLessThan(30);
+    expect(growth.heap, JSON.stringify(growth)).toBeLessThan(45);
     expect(growth.kept, JSON.stringify(growth)).toBeLessThan(10);
     expect(afterStats).toMatchObject({ connections: 0, connectionSources: 0, requests: 0, requestSources: 0 });
   }, 120_000);
