@@ -49,7 +49,7 @@ import { rolloutWorkflow } from '../workflows/rollout';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../test/support/history-bounds';
 import { wholeFlag } from './flags';
 import { DEFAULT_WORKFLOW_CACHE } from '../core/worker-layout';
-import { childPid, processCpu, startCpuSplit } from './cpu-account';
+import { childPid, processCpu, startCpuSplit, vmRss } from './cpu-account';
 
 const { values: flags } = parseArgs({
   options: {
@@ -336,16 +336,6 @@ function startWorker(request: AgentWorkerRequest): Promise<{ pid: number; stop: 
 }
 
 // ---- memory: peaks per stage, sampled every second ----
-
-function vmRss(pid: number | undefined): number {
-  if (!pid) return 0;
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 interface Peaks {
   bench: number;

@@ -81,3 +81,14 @@ export function startCpuSplit(shardPids: number[]): (serverCpu?: number) => CpuS
     };
   };
 }
+
+/** A process's resident set size in bytes (VmRSS from /proc; 0 when there is no such process). */
+export function vmRss(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}

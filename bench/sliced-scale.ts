@@ -21,10 +21,10 @@ import { startDevServerEnv } from '../workers/dev-server';
 import { rolloutWorkflow } from '../workflows/rollout';
 import { generatedFleet, slicedRolloutInput } from '../test/support/sliced-fleet';
 import type { SlicedWorkerReply, SlicedWorkerRequest } from './sliced-worker';
-import { childPid, ownCpu, processCpu } from './cpu-account';
+import { childPid, ownCpu, processCpu, vmRss } from './cpu-account';
 import { wholeFlag } from './flags';
 import { join } from 'node:path';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 
 const { values: flags } = parseArgs({
@@ -44,16 +44,6 @@ const EVENTS_CACHE_MB =
 const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 200_000));
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
-
-/** VmRSS of a process (0 once it is gone). */
-function rssOf(pid: number): number {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 /** The worker in a process of its own (bench/sliced-worker.ts); stop() answers how many applies it mocked. */
 function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop: () => Promise<number> }> {
@@ -109,7 +99,7 @@ async function main(): Promise<void> {
   let peakRss = 0;
   let clientPeakRss = 0;
   const sampler = setInterval(() => {
-    peakRss = Math.max(peakRss, rssOf(worker.pid));
+    peakRss = Math.max(peakRss, vmRss(worker.pid));
     clientPeakRss = Math.max(clientPeakRss, process.memoryUsage.rss());
   }, 500);
   try {
@@ -126,7 +116,7 @@ async function main(): Promise<void> {
       const membership = input.membership!;
       // The fleet generated and uploaded above is garbage now: collected (with --expose-gc) so the peak is the rollout's.
       (globalThis as { gc?: () => void }).gc?.();
-      peakRss = rssOf(worker.pid);
+      peakRss = vmRss(worker.pid);
       clientPeakRss = process.memoryUsage.rss();
       const cpu0 = { worker: processCpu(worker.pid).own, own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();

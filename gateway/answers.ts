@@ -3,6 +3,7 @@ import { applyFailureOf } from '../activities/apply-failure';
 import { applyResultOf, type FinalAnswer } from '../activities/agent/answer';
 import { completeApply } from '../clients/apply-answer';
 import { answerTo, type AgentReport, type DesiredEntry, type TwinState } from '../core/twin';
+import { CallLimit } from './call-limit';
 
 /**
  * Answers delivered by the gateway (docs/architecture.md, "Reports reach the rollout"): when the report a gateway
@@ -68,13 +69,13 @@ export interface AnswerDeliveryStats {
 
 /** Completes waiting applies from the answers in written reports, a bounded number at once. */
 export class AnswerDelivery {
-  private inFlight = 0;
-  private readonly queue: Array<() => void> = [];
+  private readonly limit: CallLimit;
   private readonly counts: AnswerDeliveryStats = { delivered: 0, gone: 0, failed: 0 };
   private readonly sleep: (ms: number) => Promise<void>;
 
   constructor(private readonly opts: AnswerDeliveryOptions) {
     this.sleep = opts.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    this.limit = new CallLimit(opts.maxInFlight ?? 32);
   }
 
   stats(): AnswerDeliveryStats {
@@ -83,40 +84,33 @@ export class AnswerDelivery {
 
   /** Deliver each answer (in the background: the agent's sync does not wait for it). */
   deliver(deliveries: readonly Delivery[]): Promise<void> {
-    return Promise.all(deliveries.map((d) => this.one(d))).then(() => undefined);
+    return Promise.all(deliveries.map((d) => this.limit.run(() => this.one(d)))).then(() => undefined);
   }
 
   private async one(delivery: Delivery): Promise<void> {
-    if (this.inFlight >= (this.opts.maxInFlight ?? 32)) await new Promise<void>((r) => this.queue.push(r));
-    this.inFlight++;
+    const { entry, answer, deviceId } = delivery;
+    let outcome: { result: unknown } | { failure: Error };
     try {
-      const { entry, answer, deviceId } = delivery;
-      let outcome: { result: unknown } | { failure: Error };
+      outcome = { result: applyResultOf(deviceId, entry, answer) };
+    } catch (err) {
+      outcome = { failure: applyFailureOf(err) ?? (err as Error) };
+    }
+    const attempts = this.opts.attempts ?? 3;
+    for (let attempt = 1; ; attempt++) {
       try {
-        outcome = { result: applyResultOf(deviceId, entry, answer) };
+        const done = await completeApply(this.opts.client, entry.holder, outcome);
+        this.counts[done === 'completed' ? 'delivered' : 'gone']++;
+        return;
       } catch (err) {
-        outcome = { failure: applyFailureOf(err) ?? (err as Error) };
-      }
-      const attempts = this.opts.attempts ?? 3;
-      for (let attempt = 1; ; attempt++) {
-        try {
-          const done = await completeApply(this.opts.client, entry.holder, outcome);
-          this.counts[done === 'completed' ? 'delivered' : 'gone']++;
+        if (attempt >= attempts) {
+          this.counts.failed++;
+          this.opts.log?.(
+            `${deviceId}: the answer to ${entry.requestId} not delivered (${(err as Error).message.slice(0, 200)}); the rollout reads it from the twin`,
+          );
           return;
-        } catch (err) {
-          if (attempt >= attempts) {
-            this.counts.failed++;
-            this.opts.log?.(
-              `${deviceId}: the answer to ${entry.requestId} not delivered (${(err as Error).message.slice(0, 200)}); the rollout reads it from the twin`,
-            );
-            return;
-          }
-          await this.sleep(1_000 * 2 ** (attempt - 1));
         }
+        await this.sleep(1_000 * 2 ** (attempt - 1));
       }
-    } finally {
-      this.inFlight--;
-      this.queue.shift()?.();
     }
   }
 }

@@ -17,6 +17,7 @@ import { readTwinRecord, reportToTwin } from '../clients/twin';
 import { unwrittenSeen, writeSeen } from '../clients/presence';
 import { TwinFeed, type TwinChange } from '../clients/twin-feed';
 import { AnswerDelivery, deliveriesOf, type AnswerDeliveryStats } from './answers';
+import { CallLimit } from './call-limit';
 
 /**
  * What the gateway knows of each device's twin, so an idle sync never reaches Temporal (docs/architecture.md,
@@ -452,28 +453,5 @@ export class DeviceViews {
       out[profile] = { ...entry, steps };
     }
     return out;
-  }
-}
-
-/**
- * At most `max` calls of one kind to Temporal at once; more wait their turn in order. What a call holds while it is
- * in flight (its gRPC call, its encoded message) is what a storm of first syncs piled up in the gateway's memory; a
- * call waiting its turn holds a closure.
- */
-class CallLimit {
-  private inFlight = 0;
-  private readonly queue: Array<() => void> = [];
-
-  constructor(private readonly max: number) {}
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.inFlight >= this.max) await new Promise<void>((resolve) => this.queue.push(resolve));
-    this.inFlight++;
-    try {
-      return await fn();
-    } finally {
-      this.inFlight--;
-      this.queue.shift()?.();
-    }
   }
 }

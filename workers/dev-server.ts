@@ -27,6 +27,11 @@ async function pickPort(preferred: number): Promise<number> {
 /** The dev stack's shard events cache (`history.eventsCacheMaxSizeBytes`): 64 MiB, against Temporal's 512 KiB. */
 export const DEV_EVENTS_CACHE_BYTES = 64 * 2 ** 20;
 
+/** The `temporal server start-dev` arguments that size its shard events cache. */
+function eventsCacheArgs(bytes: number): string[] {
+  return ['--dynamic-config-value', `history.eventsCacheMaxSizeBytes=${bytes}`];
+}
+
 /**
  * Start `temporal server start-dev` with its state in a SQLite file and wavegate's search attributes
  * registered; resolve once it accepts connections. The server runs in its own process group so that
@@ -65,8 +70,7 @@ export async function startDevServer(opts: {
     // An apply's start reads its scheduled event from the shard's events cache, or else from the store with the
     // whole batch it was written in: Temporal's 512 KiB default holds less than one slice of a large rollout,
     // which made the server's CPU per device grow with the fleet (docs/operations.md, "The server's events cache").
-    '--dynamic-config-value',
-    `history.eventsCacheMaxSizeBytes=${DEV_EVENTS_CACHE_BYTES}`,
+    ...eventsCacheArgs(DEV_EVENTS_CACHE_BYTES),
   ];
   // Registered by the server itself, before its frontend answers: the dev stack's in-process worker does
   // not run `wavegate worker`'s check (workers/search-attributes.ts), and no start can race a registration.
@@ -129,9 +133,7 @@ export async function startDevServerEnv(
 ): Promise<TestWorkflowEnvironment> {
   const extraArgs = [
     ...(opts.extraArgs ?? []),
-    ...(opts.eventsCacheBytes
-      ? ['--dynamic-config-value', `history.eventsCacheMaxSizeBytes=${opts.eventsCacheBytes}`]
-      : []),
+    ...(opts.eventsCacheBytes ? eventsCacheArgs(opts.eventsCacheBytes) : []),
   ];
   const { temporal } = ensureTools();
   installQuietRuntime();
