@@ -13,6 +13,7 @@ import {
   planShape,
   slicedPlan,
   sliceDevicesOf,
+  snapshotIndex,
   type PlanShape,
   type SlicedPlanInput,
 } from '../core/rollout/sliced-plan';
@@ -83,14 +84,26 @@ export interface SliceConvergeInput extends Omit<ConvergeInput, 'devices'> {
 }
 
 /**
+ * A plan a worker made, and what its slices ask of it, each worked out once: hashing a 100,000-device
+ * plan or passing over its snapshot for every slice made the worker's CPU per device grow with the fleet.
+ */
+interface MadePlan {
+  plan: Plan;
+  snapshot: DeviceSnapshot[];
+  digest: string;
+  /** The snapshot with the probed devices' answers, by id (the cache's key covers the probed devices). */
+  index: ReadonlyMap<string, DeviceSnapshot>;
+}
+
+/**
  * The sliced plan's two activities (core/rollout/sliced-plan.ts): the shape for the parent, and a
  * slice's devices for the slice. Both make the plan from the membership the same way, and a worker
  * keeps the last plans it made (a 100,000-device plan is made once per worker, not once per slice).
  */
 export function createSlicedPlanActivities(deps: SlicedPlanDeps) {
-  const cache = new Map<string, { plan: Plan; snapshot: DeviceSnapshot[] }>();
+  const cache = new Map<string, MadePlan>();
 
-  async function planOf(source: SlicedPlanSource): Promise<{ plan: Plan; snapshot: DeviceSnapshot[] }> {
+  async function planOf(source: SlicedPlanSource): Promise<MadePlan> {
     const key = bytesToHex(
       sha256(
         utf8Encode(
@@ -113,7 +126,13 @@ export function createSlicedPlanActivities(deps: SlicedPlanDeps) {
     const only = source.only ? new Set(source.only) : undefined;
     const scoped = devicesInScope(source.scope, members);
     const snapshot = (only ? scoped.filter((d) => only.has(d.id)) : scoped).map(memberSnapshot);
-    const made = { plan: slicedPlan(source.plan, snapshot), snapshot };
+    const plan = slicedPlan(source.plan, snapshot);
+    const made: MadePlan = {
+      plan,
+      snapshot,
+      digest: planDigest(plan),
+      index: snapshotIndex(snapshot, source.plan.probed),
+    };
     cache.set(key, made);
     while (cache.size > CACHED_PLANS) cache.delete(cache.keys().next().value!);
     return made;
@@ -177,8 +196,7 @@ export function createSlicedPlanActivities(deps: SlicedPlanDeps) {
 
     /** One slice's devices, from the plan its parent adopted (refused, not retried, if the plan is another now). */
     async sliceDevices(input: SliceDevicesInput): Promise<DeviceSnapshot[]> {
-      const { plan, snapshot } = await planOf(input);
-      const digest = planDigest(plan);
+      const { plan, digest, index } = await planOf(input);
       if (digest !== input.digest)
         throw ApplicationFailure.create({
           type: 'PlanMismatch',
@@ -186,7 +204,7 @@ export function createSlicedPlanActivities(deps: SlicedPlanDeps) {
           nonRetryable: true,
         });
       try {
-        return sliceDevicesOf(plan, snapshot, input.plan.probed, input.phase, input.slice, input.plan.sliceSize);
+        return sliceDevicesOf(plan, index, input.phase, input.slice, input.plan.sliceSize);
       } catch (err) {
         throw ApplicationFailure.create({ type: 'PlanMismatch', message: (err as Error).message, nonRetryable: true });
       }

@@ -45,14 +45,27 @@ const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 
+/** The worker's peaks since the last reset: V8's heap in use, and the memory outside it (bytes). */
+const memory = { heap: 0, heapTotal: 0, external: 0, cached: 0 };
+
 /** The worker in a process of its own (bench/sliced-worker.ts); stop() answers how many applies it mocked. */
 function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop: () => Promise<number> }> {
+  // WAVEGATE_BENCH_WORKER_NODE_ARGS: more node flags for the worker (a profile: --cpu-prof, --heapsnapshot-signal=SIGUSR2).
+  const extra = (process.env.WAVEGATE_BENCH_WORKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
   const child = fork(join(__dirname, 'sliced-worker.ts'), [], {
-    execArgv: ['--require', 'tsx/cjs'],
+    execArgv: ['--require', 'tsx/cjs', ...extra],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let applies = 0;
+  child.on('message', (reply: SlicedWorkerReply) => {
+    if ('heap' in reply) {
+      memory.heap = Math.max(memory.heap, reply.heap);
+      memory.external = Math.max(memory.external, reply.external);
+      memory.cached = Math.max(memory.cached, reply.cached);
+      memory.heapTotal = Math.max(memory.heapTotal, reply.heapTotal);
+    }
+  });
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
       const answered = new Promise<void>((resolve) =>
@@ -104,9 +117,10 @@ async function main(): Promise<void> {
   }, 500);
   try {
     console.log(
-      'devices | slice | wall | worker peak RSS (its own process) | client peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + client + server',
+      'devices | slice | wall | worker peak RSS (its own process; V8 heap in use / reserved, external) | client peak RSS | parent (events / MB) | largest slice (events / MB) | membership (entities, largest MB) | CPU ms/device worker + client + server',
     );
     for (const n of COUNTS) {
+      const before = vmRss(worker.pid);
       const input = await slicedRolloutInput(
         env.client,
         taskQueue,
@@ -114,9 +128,17 @@ async function main(): Promise<void> {
         `rollout:bench-sliced-${n}`,
       );
       const membership = input.membership!;
+      // What the sealed membership entities (cached by the worker that ran their uploads) hold before the rollout.
+      console.error(
+        `${n}: worker RSS ${(before / 2 ** 20).toFixed(0)} MiB before the upload, ${(vmRss(worker.pid) / 2 ** 20).toFixed(0)} MiB after`,
+      );
       // The fleet generated and uploaded above is garbage now: collected (with --expose-gc) so the peak is the rollout's.
       (globalThis as { gc?: () => void }).gc?.();
       peakRss = vmRss(worker.pid);
+      memory.heap = 0;
+      memory.external = 0;
+      memory.cached = 0;
+      memory.heapTotal = 0;
       clientPeakRss = process.memoryUsage.rss();
       const cpu0 = { worker: processCpu(worker.pid).own, own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();
@@ -147,10 +169,10 @@ async function main(): Promise<void> {
       }
       const mb = (b: number) => (b / 1e6).toFixed(2);
       console.log(
-        `${n} | ${input.sliceSize} | ${wallS.toFixed(1)} s | ${(peakRss / 2 ** 20).toFixed(0)} MiB | ${(clientPeakRss / 2 ** 20).toFixed(0)} MiB | ${parent.historyLength} / ${mb(parent.historySize ?? 0)} | ${largest.events} / ${mb(largest.bytes)} | ${membership.volumes?.length ?? 1}, ${mb(entityMax)} | ${((cpu.worker * 1000) / n).toFixed(2)} + ${((cpu.own * 1000) / n).toFixed(2)} + ${((cpu.server * 1000) / n).toFixed(2)}`,
+        `${n} | ${input.sliceSize} | ${wallS.toFixed(1)} s | ${(peakRss / 2 ** 20).toFixed(0)} MiB (${(memory.heap / 2 ** 20).toFixed(0)} / ${(memory.heapTotal / 2 ** 20).toFixed(0)}, ${(memory.external / 2 ** 20).toFixed(0)}) | ${(clientPeakRss / 2 ** 20).toFixed(0)} MiB | ${parent.historyLength} / ${mb(parent.historySize ?? 0)} | ${largest.events} / ${mb(largest.bytes)} | ${membership.volumes?.length ?? 1}, ${mb(entityMax)} | ${((cpu.worker * 1000) / n).toFixed(2)} + ${((cpu.own * 1000) / n).toFixed(2)} + ${((cpu.server * 1000) / n).toFixed(2)}`,
       );
     }
-    console.log(`applies: ${await worker.stop()}`);
+    console.log(`applies: ${await worker.stop()}; most workflows cached at once: ${memory.cached}`);
   } finally {
     clearInterval(sampler);
     await worker.stop();

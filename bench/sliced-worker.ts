@@ -4,6 +4,7 @@
  * the bench. Driven over IPC:
  *   parent → { address, namespace, taskQueue, auditDir }   connect and run
  *   worker → { ready: true } once polling, or { error }
+ *   worker → { heap, heapTotal, external, cached } every second: V8's heap in use and reserved, the memory outside it (bytes), workflows cached
  *   parent → { stop: true }                                 shut down, answer { applies }, and exit
  * It ends with its parent: a parent that dies (its IPC channel closes) takes it down.
  */
@@ -11,6 +12,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { mockedApply } from '../test/support/sliced-fleet';
 import { workflowBundle } from '../test/support/temporal';
+import { DEFAULT_WORKFLOW_CACHE } from '../core/worker-layout';
 
 export interface SlicedWorkerRequest {
   address: string;
@@ -18,7 +20,11 @@ export interface SlicedWorkerRequest {
   taskQueue: string;
   auditDir: string;
 }
-export type SlicedWorkerReply = { ready: true } | { error: string } | { applies: number };
+export type SlicedWorkerReply =
+  | { ready: true }
+  | { error: string }
+  | { applies: number }
+  | { heap: number; heapTotal: number; external: number; cached: number };
 
 const send = (reply: SlicedWorkerReply) => process.send?.(reply);
 
@@ -36,12 +42,24 @@ process.once('message', (request: SlicedWorkerRequest) => {
         applyRevision: mockedApply(() => (applies += 1)),
       },
       maxConcurrentActivityTaskExecutions: 500,
+      // What `wavegate worker` keeps (core/worker-layout.ts), not the SDK's default, which sizes it to the heap limit.
+      maxCachedWorkflows: DEFAULT_WORKFLOW_CACHE,
     });
+    const sampler = setInterval(() => {
+      const m = process.memoryUsage();
+      send({
+        heap: m.heapUsed,
+        heapTotal: m.heapTotal,
+        external: m.external,
+        cached: worker.getStatus().numCachedWorkflows,
+      });
+    }, 1000);
     const running = worker.run();
     let stopping = false;
     const stop = () => {
       if (stopping) return;
       stopping = true;
+      clearInterval(sampler);
       send({ applies });
       worker.shutdown();
     };

@@ -153,10 +153,22 @@ export function planShape(input: SlicedPlanInput, plan: Plan, snapshot: readonly
 }
 
 /** Slice `k` of a sliced phase: its devices in plan order, as the snapshot read them. */
-export function sliceDevicesOf(
-  plan: Plan,
+/**
+ * A sliced plan's devices by id (the probed canary devices' answers over the snapshot's, the first of each
+ * id): made once per plan, so each slice finds its devices without a pass over the whole fleet.
+ */
+export function snapshotIndex(
   snapshot: readonly DeviceSnapshot[],
   probed: readonly DeviceSnapshot[],
+): ReadonlyMap<string, DeviceSnapshot> {
+  const byId = new Map<string, DeviceSnapshot>();
+  for (const d of withProbed(snapshot, probed)) if (!byId.has(d.id)) byId.set(d.id, d);
+  return byId;
+}
+
+export function sliceDevicesOf(
+  plan: Plan,
+  index: ReadonlyMap<string, DeviceSnapshot>,
   phaseIndex: number,
   k: number,
   sliceSize: number,
@@ -165,10 +177,7 @@ export function sliceDevicesOf(
   if (!phase) throw new Error(`plan: no phase ${phaseIndex} (the plan has ${plan.phases.length})`);
   const ids = phase.devices.slice(k * sliceSize, (k + 1) * sliceSize);
   if (ids.length === 0) throw new Error(`plan: phase ${phase.name} has no slice ${k}`);
-  const wanted = new Set(ids);
-  const byId = new Map<string, DeviceSnapshot>();
-  for (const d of withProbed(snapshot, probed)) if (wanted.has(d.id) && !byId.has(d.id)) byId.set(d.id, d);
-  return ids.map((id) => byId.get(id)!);
+  return ids.map((id) => index.get(id)!);
 }
 
 /** Where a device stands in a sliced plan: settled by the plan, in an inline phase, or in a slice. */
