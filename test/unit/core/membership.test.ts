@@ -154,6 +154,20 @@ describe('MembershipState', () => {
     expect(state.pageProblem(pages[0]!)).toMatch(/^sealed/);
   });
 
+  it('a sealed page reads back as the devices stored (kept as its canonical text), its digest unchanged', () => {
+    const { pages, state } = stateFor(1_500);
+    for (const page of pages) state.addPage(page);
+    state.seal();
+    for (const page of pages) {
+      const read = state.page(page.index)!;
+      expect(read).toEqual(page);
+      expect(pageDigest(read.devices)).toBe(page.digest);
+    }
+    // Each read is its own copy: a reader that changes it cannot change what the next one gets.
+    state.page(0)!.devices[0]!.user = 'root';
+    expect(state.page(0)).toEqual(pages[0]);
+  });
+
   it('refuses a page whose content is not its digest, or that would exceed the plan', () => {
     const { pages, state } = stateFor(1_000);
     const forged = { ...pages[0]!, devices: pages[0]!.devices.map((d, i) => (i === 5 ? { ...d, user: 'root' } : d)) };
