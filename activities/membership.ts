@@ -28,6 +28,8 @@ export function createMembershipReader(deps: MembershipReaderDeps = {}) {
     ref: MembershipRef,
     contextClient: () => Client,
     onPage: () => void = () => {},
+    /** Keep what was read among the last few (false: a caller that keeps what it makes of it instead). */
+    keep = true,
   ): Promise<MemberRecord[]> {
     const cached = cache.get(ref.digest);
     if (cached) return cached;
@@ -55,6 +57,7 @@ export function createMembershipReader(deps: MembershipReaderDeps = {}) {
     const mismatch = membershipMismatch(ref, pages, ref.volumes !== undefined);
     if (mismatch) throw refused(`${ref.workflowId}: ${mismatch}`);
     const devices = pages.flatMap((p) => p.devices);
+    if (!keep) return devices;
     cache.set(ref.digest, devices);
     while (cache.size > CACHED_MEMBERSHIPS) cache.delete(cache.keys().next().value!);
     return devices;

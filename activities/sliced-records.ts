@@ -63,7 +63,12 @@ export function memberSnapshot(device: MemberRecord): DeviceSnapshot {
 const CACHED_PLANS = 2;
 
 export interface SlicedPlanDeps {
-  readMembership(ref: MembershipRef, client: () => Client, onPage?: () => void): Promise<readonly MemberRecord[]>;
+  readMembership(
+    ref: MembershipRef,
+    client: () => Client,
+    onPage?: () => void,
+    keep?: boolean,
+  ): Promise<readonly MemberRecord[]>;
   client: () => Client;
   heartbeat: () => void;
   /** The health gate's one check over devices (activities/health.ts), run here over slices' devices. */
@@ -122,7 +127,8 @@ export function createSlicedPlanActivities(deps: SlicedPlanDeps) {
       cache.set(key, cached);
       return cached;
     }
-    const members = await deps.readMembership(source.membership, deps.client, deps.heartbeat);
+    // Not kept by the reader as well: the plan cache holds what is made of it, and 100,000 records need not stay twice.
+    const members = await deps.readMembership(source.membership, deps.client, deps.heartbeat, false);
     const only = source.only ? new Set(source.only) : undefined;
     const scoped = devicesInScope(source.scope, members);
     const snapshot = (only ? scoped.filter((d) => only.has(d.id)) : scoped).map(memberSnapshot);

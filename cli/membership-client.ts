@@ -115,11 +115,20 @@ export async function withMembership(
   by: string,
 ): Promise<RolloutInput> {
   if (read.onWorker) return input;
+  // A converge or a revert names its devices: the membership holds only those, and the rollout no list of
+  // them (sliced, the list was in the rollout's input and in every slice's activity input: 100,000 ids at
+  // 100,000 devices). The scope and the plan then see the same devices `onlyDevices` would have left.
+  const named = input.onlyDevices ? new Set(input.onlyDevices) : undefined;
+  const subset = named ? read.inventory.devices.filter((d) => named.has(d.id)) : [];
+  const narrowed = subset.length > 0;
+  const devices = narrowed ? subset : read.inventory.devices;
+  const { onlyDevices: _listed, ...unlisted } = input;
+  const rest = narrowed ? unlisted : input;
   const marks = new Map<string, NodeDownMark>();
   if (read.kind === 'file') {
     for (const [id, standing] of await judgeVerdicts({
       inventoryPath: read.inventoryPath,
-      devices: read.inventory.devices,
+      devices,
       inventory: read.inventory.devices,
       by,
     }))
@@ -128,14 +137,14 @@ export async function withMembership(
   const membership = await storeMembership(
     client,
     taskQueue,
-    read.inventory,
+    narrowed ? { ...read.inventory, devices } : read.inventory,
     read.kind === 'file' ? resolve(read.inventoryPath) : read.inventoryPath,
     marks,
   );
   // A large fleet keeps its device records in the slices, never in the rollout (core/rollout/sliced-plan.ts).
-  if (membership.devices < SLICED_RECORDS_FROM) return { ...input, membership };
+  if (membership.devices < SLICED_RECORDS_FROM) return { ...rest, membership };
   return {
-    ...input,
+    ...rest,
     membership,
     records: 'slices',
     sliceSize: input.sliceSize ?? slicedSliceSize(membership.devices),

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuditRecord } from '../../core/audit';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
+import type { RolloutInput } from '../../core/rollout/input';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { demoDevices, type Fleet } from '../../sim';
 import { PROJECT_ROOT } from '../../intake/package-layout';
@@ -212,6 +213,14 @@ describe('wavegate revert', () => {
       `revert ${revertId} started: r2 → r1 over the 6 device(s) ${id} (run ${runId}) changed, 2 phase(s) as it ran`,
     );
     expect(revert.stdout).toMatch(/rollout completed: .* — exit 0/);
+    // The revert's membership holds only the devices it puts back, and its input lists none of them.
+    const revertStarted = (await real.env.client.workflow.getHandle(revertId).fetchHistory()).events![0]!
+      .workflowExecutionStartedEventAttributes!;
+    const revertInput = await real.env.client.options.loadedDataConverter.payloadConverter.fromPayload<RolloutInput>(
+      revertStarted.input!.payloads![0]!,
+    );
+    expect(revertInput.onlyDevices).toBeUndefined();
+    expect(revertInput.membership?.devices).toBe(changed.length);
 
     // Read back from the devices: every changed one verifies r1 again, with its marker and its floor at r1.
     for (const id of changed) {
