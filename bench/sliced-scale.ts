@@ -11,7 +11,7 @@
  * (the worker, this process, the dev server).
  *
  *   ulimit -n 20000; NODE_OPTIONS=--expose-gc npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
- *       [--events-cache-mb 64]
+ *       [--events-cache-mb 64] [--slice N]
  *
  * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
@@ -37,10 +37,13 @@ const { values: flags } = parseArgs({
      * (bench/README.md, "Where the server's CPU goes at 100,000").
      */
     'events-cache-mb': { type: 'string' },
+    /** Devices a slice (default: what `start` chooses, core/rollout/sliced-plan.ts slicedSliceSize). */
+    slice: { type: 'string' },
   },
 });
 const EVENTS_CACHE_MB =
   flags['events-cache-mb'] === undefined ? undefined : wholeFlag('events-cache-mb', flags['events-cache-mb'], 1, 4096);
+const SLICE = flags.slice === undefined ? undefined : wholeFlag('slice', flags.slice, 1, 100_000);
 const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 200_000));
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
@@ -121,12 +124,13 @@ async function main(): Promise<void> {
     );
     for (const n of COUNTS) {
       const before = vmRss(worker.pid);
-      const input = await slicedRolloutInput(
+      const made = await slicedRolloutInput(
         env.client,
         taskQueue,
         generatedFleet(n, Math.min(1, IN_FLIGHT / Math.floor(n / 2))),
         `rollout:bench-sliced-${n}`,
       );
+      const input = SLICE === undefined ? made : { ...made, sliceSize: SLICE };
       const membership = input.membership!;
       // What the sealed membership entities (cached by the worker that ran their uploads) hold before the rollout.
       console.error(

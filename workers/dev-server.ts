@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -47,10 +47,37 @@ export async function startDevServer(opts: {
   log?: (line: string) => void;
 }): Promise<DevServer> {
   const { temporal } = ensureTools(opts.log);
-  const port = await pickPort(opts.port ?? 7233);
-  const uiPort = await pickPort(opts.uiPort ?? (port === 7233 ? 8233 : port + 1000));
+  let port = await pickPort(opts.port ?? 7233);
+  let uiPort = await pickPort(opts.uiPort ?? (port === 7233 ? 8233 : port + 1000));
   const namespace = opts.namespace ?? 'default';
   mkdirSync(dirname(opts.dbFile), { recursive: true });
+  // A port found free can be taken before the server binds it (another process's outgoing connection, on a
+  // busy host): the server then exits at once, saying so in its log, and is started again on other ports.
+  for (let attempt = 1; ; attempt++) {
+    const logFrom = existsSync(opts.logFile) ? statSync(opts.logFile).size : 0;
+    const started = await spawnDevServer(temporal, { ...opts, port, uiPort, namespace });
+    if (started.ok) return started.server;
+    const said = readFileSync(opts.logFile, 'utf8').slice(logFrom);
+    if (attempt < 3 && /address already in use/i.test(said)) {
+      opts.log?.(`temporal dev server: port ${port} or ${uiPort} was taken as it started; trying other ports`);
+      port = await freePort();
+      uiPort = await freePort();
+      continue;
+    }
+    const first = said.split('\n').find((line) => /error|fatal|panic|unable/i.test(line));
+    throw new WavegateError(
+      'UNAVAILABLE',
+      `temporal dev server exited during start-up${first ? ` (${first.trim().slice(0, 300)})` : ''}; see ${opts.logFile}`,
+    );
+  }
+}
+
+/** One start of the server; `ok: false` when it exited before it answered (its log says why). */
+async function spawnDevServer(
+  temporal: string,
+  opts: { dbFile: string; logFile: string; port: number; uiPort: number; namespace: string },
+): Promise<{ ok: true; server: DevServer } | { ok: false }> {
+  const { port, uiPort, namespace } = opts;
   const logFd = openSync(opts.logFile, 'a');
   const args = [
     'server',
@@ -84,8 +111,7 @@ export async function startDevServer(opts: {
 
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (exited)
-      throw new WavegateError('UNAVAILABLE', `temporal dev server exited during start-up; see ${opts.logFile}`);
+    if (exited) return { ok: false };
     try {
       const conn = await Connection.connect({ address, connectTimeout: 1_000 });
       await conn.workflowService.getSystemInfo({});
@@ -104,17 +130,20 @@ export async function startDevServer(opts: {
   }
 
   return {
-    address,
-    uiUrl: `http://127.0.0.1:${uiPort}`,
-    namespace,
-    process: child,
-    async stop() {
-      if (exited) return;
-      const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-      process.kill(-child.pid!, 'SIGTERM');
-      const timer = setTimeout(() => !exited && process.kill(-child.pid!, 'SIGKILL'), 10_000);
-      await done;
-      clearTimeout(timer);
+    ok: true,
+    server: {
+      address,
+      uiUrl: `http://127.0.0.1:${uiPort}`,
+      namespace,
+      process: child,
+      async stop() {
+        if (exited) return;
+        const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        process.kill(-child.pid!, 'SIGTERM');
+        const timer = setTimeout(() => !exited && process.kill(-child.pid!, 'SIGKILL'), 10_000);
+        await done;
+        clearTimeout(timer);
+      },
     },
   };
 }
