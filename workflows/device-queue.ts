@@ -12,7 +12,14 @@ import type { DeviceSnapshot } from '../core/rollout-state';
  * (core/rollout/device-outcome.ts) back in one call.
  */
 export class DeviceQueue {
-  private readonly pending: DeviceSnapshot[];
+  /**
+   * The devices not yet started, per pool, each in run order with its place in the run: a slot is per pool,
+   * so "the first pending device with room" is the earliest head of a pool with room. A scan of every pending
+   * device at each look (the runner looks after every activity's end) cost a slice of 1,000 devices its
+   * pending count at every look while its pools were full.
+   */
+  private readonly pending = new Map<string, { devices: DeviceSnapshot[]; order: number[]; head: number }>();
+  private pendingCount = 0;
   private readonly inFlight = new Map<string, number>();
   /** Ids whose apply (or rollback) was started and may have changed the device, in start order. */
   private readonly startedIds: string[] = [];
@@ -26,36 +33,58 @@ export class DeviceQueue {
     private readonly limits: Record<string, number>,
     private readonly budget?: SharedBudget,
   ) {
-    this.pending = [...devices];
+    devices.forEach((device, order) => {
+      let pool = this.pending.get(device.pool);
+      if (!pool) this.pending.set(device.pool, (pool = { devices: [], order: [], head: 0 }));
+      pool.devices.push(device);
+      pool.order.push(order);
+    });
+    this.pendingCount = devices.length;
   }
 
   /** Whether a device's pool has a free slot: under the shared budget if there is one, else this run's own limit. */
   room(device: DeviceSnapshot): boolean {
-    if (this.budget) return this.budget.room(device.pool);
-    return (this.inFlight.get(device.pool) ?? 0) < (ownValue(this.limits, device.pool) ?? 1);
+    return this.poolRoom(device.pool);
+  }
+
+  private poolRoom(pool: string): boolean {
+    if (this.budget) return this.budget.room(pool);
+    return (this.inFlight.get(pool) ?? 0) < (ownValue(this.limits, pool) ?? 1);
   }
 
   /** Devices are left to start. */
   hasPending(): boolean {
-    return this.pending.length > 0;
+    return this.pendingCount > 0;
   }
 
   /** A pending device has a free slot. */
   canStartOne(): boolean {
-    return this.pending.some((d) => this.room(d));
+    return this.nextPool() !== undefined;
   }
 
   /** The first pending device with a free slot, taken out of pending (call only when `canStartOne`). */
   takeNext(): DeviceSnapshot {
-    return this.pending.splice(
-      this.pending.findIndex((d) => this.room(d)),
-      1,
-    )[0]!;
+    const pool = this.nextPool();
+    if (!pool) throw new Error('takeNext: no pending device has a free slot');
+    const device = pool.devices[pool.head]!;
+    pool.head += 1;
+    this.pendingCount -= 1;
+    return device;
+  }
+
+  /** The pool whose first pending device comes earliest in the run among the pools with a free slot. */
+  private nextPool(): { devices: DeviceSnapshot[]; order: number[]; head: number } | undefined {
+    let best: { devices: DeviceSnapshot[]; order: number[]; head: number } | undefined;
+    for (const [name, pool] of this.pending) {
+      if (pool.head >= pool.devices.length || !this.poolRoom(name)) continue;
+      if (!best || pool.order[pool.head]! < best.order[best.head]!) best = pool;
+    }
+    return best;
   }
 
   /** No device is left to start nor waiting to start again. */
   drained(): boolean {
-    return this.pending.length === 0 && this.waiting === 0;
+    return this.pendingCount === 0 && this.waiting === 0;
   }
 
   /** A device's apply starts: it takes a slot and is started (until its outcome says nothing ran). */

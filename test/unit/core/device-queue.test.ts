@@ -27,6 +27,33 @@ describe('DeviceQueue: the bookkeeping of one device run', () => {
     expect(q.hasPending()).toBe(false);
   });
 
+  it('with several pools, the next device is always the earliest pending one whose pool has a slot', () => {
+    const ids = ['a1', 'b1', 'a2', 'c1', 'b2', 'a3', 'c2'];
+    const all = ids.map((id) => device(id, id[0]!));
+    const q = new DeviceQueue(all, { a: 1, b: 1, c: 1 });
+    const take = () => {
+      const d = q.takeNext();
+      q.begin(d);
+      return d;
+    };
+    const a1 = take();
+    const b1 = take();
+    const c1 = take();
+    expect([a1.id, b1.id, c1.id]).toEqual(['a1', 'b1', 'c1']);
+    expect(q.canStartOne()).toBe(false);
+    q.settle(c1, ended({}));
+    q.settle(b1, ended({}));
+    // b2 comes before c2 in the run, whichever slot freed first.
+    expect(take().id).toBe('b2');
+    expect(take().id).toBe('c2');
+    expect(q.canStartOne()).toBe(false);
+    expect(() => q.takeNext()).toThrow('takeNext: no pending device has a free slot');
+    q.settle(a1, ended({}));
+    expect(take().id).toBe('a2');
+    expect(q.hasPending()).toBe(true);
+    expect(q.drained()).toBe(false);
+  });
+
   it('a pool with no limit of its own gets one slot', () => {
     const q = new DeviceQueue([device('x1', 'x'), device('x2', 'x')], {});
     q.begin(q.takeNext());
