@@ -35,7 +35,10 @@ export class DeviceQueue {
   ) {
     devices.forEach((device, order) => {
       let pool = this.pending.get(device.pool);
-      if (!pool) this.pending.set(device.pool, (pool = { devices: [], order: [], head: 0 }));
+      if (!pool) {
+        pool = { devices: [], order: [], head: 0 };
+        this.pending.set(device.pool, pool);
+      }
       pool.devices.push(device);
       pool.order.push(order);
     });
