@@ -152,7 +152,6 @@ export function planShape(input: SlicedPlanInput, plan: Plan, snapshot: readonly
   };
 }
 
-/** Slice `k` of a sliced phase: its devices in plan order, as the snapshot read them. */
 /**
  * A sliced plan's devices by id (the probed canary devices' answers over the snapshot's, the first of each
  * id): made once per plan, so each slice finds its devices without a pass over the whole fleet.
@@ -166,6 +165,7 @@ export function snapshotIndex(
   return byId;
 }
 
+/** Slice `k` of a sliced phase: its devices in plan order, as the snapshot read them (`snapshotIndex`). */
 export function sliceDevicesOf(
   plan: Plan,
   index: ReadonlyMap<string, DeviceSnapshot>,
