@@ -11,7 +11,7 @@
  * (the worker, this process, the dev server).
  *
  *   ulimit -n 20000; NODE_OPTIONS=--expose-gc npx tsx bench/sliced-scale.ts --devices 1000,10000,100000 [--in-flight 250]
- *       [--events-cache-mb 64] [--slice N]
+ *       [--events-cache-mb 64] [--slice N] [--worker-node-args='--max-old-space-size=1024']
  *
  * --in-flight is per pool (two pools) and the same at every size, so the counts compare the same work.
  */
@@ -37,6 +37,12 @@ const { values: flags } = parseArgs({
      * (bench/README.md, "Where the server's CPU goes at 100,000").
      */
     'events-cache-mb': { type: 'string' },
+    /**
+     * Node options of the worker process: by default the shipped unit's heap limit
+     * (examples/systemd/wavegate-worker.service); `--worker-node-args ''` runs it on Node's default, and more
+     * flags profile it (`--cpu-prof --cpu-prof-dir=DIR`, `--heapsnapshot-signal=SIGUSR2`).
+     */
+    'worker-node-args': { type: 'string', default: '--max-old-space-size=1024' },
     /** Devices a slice (default: what `start` chooses, core/rollout/sliced-plan.ts slicedSliceSize). */
     slice: { type: 'string' },
   },
@@ -53,8 +59,7 @@ const memory = { heap: 0, heapTotal: 0, external: 0, cached: 0 };
 
 /** The worker in a process of its own (bench/sliced-worker.ts); stop() answers how many applies it mocked. */
 function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop: () => Promise<number> }> {
-  // WAVEGATE_BENCH_WORKER_NODE_ARGS: more node flags for the worker (a profile: --cpu-prof, --heapsnapshot-signal=SIGUSR2).
-  const extra = (process.env.WAVEGATE_BENCH_WORKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
+  const extra = flags['worker-node-args']!.split(/\s+/).filter(Boolean);
   const child = fork(join(__dirname, 'sliced-worker.ts'), [], {
     execArgv: ['--require', 'tsx/cjs', ...extra],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
