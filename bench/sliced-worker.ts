@@ -45,16 +45,8 @@ process.once('message', (request: SlicedWorkerRequest) => {
       // What `wavegate worker` keeps (core/worker-layout.ts), not the SDK's default, which sizes it to the heap limit.
       maxCachedWorkflows: DEFAULT_WORKFLOW_CACHE,
     });
-    const sampler = setInterval(() => {
-      const m = process.memoryUsage();
-      send({
-        heap: m.heapUsed,
-        heapTotal: m.heapTotal,
-        external: m.external,
-        cached: worker.getStatus().numCachedWorkflows,
-      });
-    }, 1000);
     const running = worker.run();
+    let sampler: ReturnType<typeof setInterval> | undefined;
     let stopping = false;
     const stop = () => {
       if (stopping) return;
@@ -66,6 +58,16 @@ process.once('message', (request: SlicedWorkerRequest) => {
     process.on('message', (m: { stop?: boolean }) => m?.stop && stop());
     process.once('disconnect', stop);
     send({ ready: true });
+    // After `ready`: the parent takes the first message it gets as the answer to its request.
+    sampler = setInterval(() => {
+      const m = process.memoryUsage();
+      send({
+        heap: m.heapUsed,
+        heapTotal: m.heapTotal,
+        external: m.external,
+        cached: worker.getStatus().numCachedWorkflows,
+      });
+    }, 1000);
     await running;
     await connection.close();
     process.exit(0);
