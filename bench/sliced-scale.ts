@@ -54,8 +54,10 @@ const COUNTS = flags.devices.split(',').map((n) => wholeFlag('devices', n, 100, 
 /** Devices in flight per pool (two pools), the same at every fleet size: the budget is this over the pool's size. */
 const IN_FLIGHT = wholeFlag('in-flight', flags['in-flight'], 1, 100_000);
 
-/** The worker's peaks since the last reset: V8's heap in use, and the memory outside it (bytes). */
+/** The worker's peaks since the last reset: V8's heap in use and reserved, the memory outside it (bytes), workflows cached. */
 const memory = { heap: 0, heapTotal: 0, external: 0, cached: 0 };
+type MemoryPeak = keyof typeof memory;
+const MEMORY_PEAKS = Object.keys(memory) as MemoryPeak[];
 
 /** The worker in a process of its own (bench/sliced-worker.ts); stop() answers how many applies it mocked. */
 function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop: () => Promise<number> }> {
@@ -67,12 +69,7 @@ function startWorker(request: SlicedWorkerRequest): Promise<{ pid: number; stop:
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let applies = 0;
   child.on('message', (reply: SlicedWorkerReply) => {
-    if ('heap' in reply) {
-      memory.heap = Math.max(memory.heap, reply.heap);
-      memory.external = Math.max(memory.external, reply.external);
-      memory.cached = Math.max(memory.cached, reply.cached);
-      memory.heapTotal = Math.max(memory.heapTotal, reply.heapTotal);
-    }
+    if ('heap' in reply) for (const key of MEMORY_PEAKS) memory[key] = Math.max(memory[key], reply[key]);
   });
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -144,10 +141,7 @@ async function main(): Promise<void> {
       // The fleet generated and uploaded above is garbage now: collected (with --expose-gc) so the peak is the rollout's.
       (globalThis as { gc?: () => void }).gc?.();
       peakRss = vmRss(worker.pid);
-      memory.heap = 0;
-      memory.external = 0;
-      memory.cached = 0;
-      memory.heapTotal = 0;
+      for (const key of MEMORY_PEAKS) memory[key] = 0;
       clientPeakRss = process.memoryUsage.rss();
       const cpu0 = { worker: processCpu(worker.pid).own, own: ownCpu(), server: serverCpu() };
       const t0 = Date.now();

@@ -11,6 +11,13 @@ import type { DeviceSnapshot } from '../core/rollout-state';
  * nothing here: it takes the next device that has room, and hands each device's outcome
  * (core/rollout/device-outcome.ts) back in one call.
  */
+/** One pool's devices not yet started, each with its place in the run; `head` is the next to start. */
+interface PoolQueue {
+  devices: DeviceSnapshot[];
+  order: number[];
+  head: number;
+}
+
 export class DeviceQueue {
   /**
    * The devices not yet started, per pool, each in run order with its place in the run: a slot is per pool,
@@ -18,7 +25,7 @@ export class DeviceQueue {
    * device at each look (the runner looks after every activity's end) cost a slice of 1,000 devices its
    * pending count at every look while its pools were full.
    */
-  private readonly pending = new Map<string, { devices: DeviceSnapshot[]; order: number[]; head: number }>();
+  private readonly pending = new Map<string, PoolQueue>();
   private pendingCount = 0;
   private readonly inFlight = new Map<string, number>();
   /** Ids whose apply (or rollback) was started and may have changed the device, in start order. */
@@ -76,8 +83,8 @@ export class DeviceQueue {
   }
 
   /** The pool whose first pending device comes earliest in the run among the pools with a free slot. */
-  private nextPool(): { devices: DeviceSnapshot[]; order: number[]; head: number } | undefined {
-    let best: { devices: DeviceSnapshot[]; order: number[]; head: number } | undefined;
+  private nextPool(): PoolQueue | undefined {
+    let best: PoolQueue | undefined;
     for (const [name, pool] of this.pending) {
       if (pool.head >= pool.devices.length || !this.poolRoom(name)) continue;
       if (!best || pool.order[pool.head]! < best.order[best.head]!) best = pool;
