@@ -4,19 +4,24 @@ import {
   WorkflowUpdateFailedError,
   type Client,
 } from '@temporalio/client';
-import type { SignalDefinition } from '@temporalio/common';
+import { ApplicationFailure, type SignalDefinition } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import {
   emptyView,
   twinWorkflowId,
   withPresence,
   type DesiredRequest,
+  type TwinAskAnswer,
+  type TwinAskInput,
   type TwinSyncInput,
   type TwinView,
 } from '../core/twin';
 import { readSeenOne } from './presence';
 import {
+  TWIN_ASKED_NOTHING,
+  TWIN_REFUSED,
   TWIN_WORKFLOW,
+  twinAskUpdate,
   twinDesireSignal,
   twinReportSignal,
   twinReverifySignal,
@@ -70,6 +75,37 @@ export async function desireOnTwin(
 ): Promise<void> {
   // Sent with the time it is sent: the twin stamps its change feed with the later of this and its own clock.
   await signalTwin(client, taskQueue, deviceId, twinDesireSignal, { ...request, sentAt: new Date().toISOString() });
+}
+
+function isAskedNothing(value: unknown): value is Exclude<TwinAskAnswer, { kind: 'asked' }> {
+  const kind = typeof value === 'object' && value !== null ? (value as { kind?: unknown }).kind : undefined;
+  return kind === 'answered' || kind === 'offline' || kind === 'ahead';
+}
+
+/**
+ * Ask a device's twin for a desired state in one round trip (`twinAsk`): the twin makes the checks before asking
+ * against its record and takes the request when they pass (core/twin.ts `askDecision`); an ask that asks nothing
+ * comes back as the validator's refusal carrying the decision, recorded nowhere. Null when it cannot be
+ * asked so: the device has no twin (nothing is started here), or its twin runs on a build without `twinAsk` (an
+ * upgrade in progress); the caller then reads and signals as before. A malformed ask is INVALID_INPUT.
+ */
+export async function askTwin(client: Client, deviceId: string, input: TwinAskInput): Promise<TwinAskAnswer | null> {
+  try {
+    return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinAskUpdate, { args: [input] });
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return null;
+    if (err instanceof WorkflowUpdateFailedError) {
+      const cause = err.cause;
+      const decision =
+        cause instanceof ApplicationFailure && cause.type === TWIN_ASKED_NOTHING ? cause.details?.[0] : null;
+      if (isAskedNothing(decision)) return decision;
+      if (cause instanceof ApplicationFailure && cause.type === TWIN_REFUSED)
+        throw new WavegateError('INVALID_INPUT', cause.message.slice(0, 400), { deviceId });
+      // An older build's twin has no such handler: the SDK refuses the update, nothing was recorded.
+      return null;
+    }
+    throw err;
+  }
 }
 
 /**

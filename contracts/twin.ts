@@ -1,5 +1,13 @@
 import * as wf from '@temporalio/workflow';
-import type { AgentReport, DesiredRequest, TwinState, TwinSyncInput, TwinView } from '../core/twin';
+import type {
+  AgentReport,
+  DesiredRequest,
+  TwinAskAnswer,
+  TwinAskInput,
+  TwinState,
+  TwinSyncInput,
+  TwinView,
+} from '../core/twin';
 
 /**
  * The messages of the device twin `device:<id>` (workflows/device-twin.ts; state and checks in
@@ -18,6 +26,14 @@ export type DeviceTwinWorkflow = (input: DeviceTwinInput) => Promise<never>;
 
 /** Set the device's desired revision of one profile (idempotent by requestId; bumps the version). */
 export const twinDesireSignal = wf.defineSignal<[DesiredRequest]>('twinDesire');
+/**
+ * A rollout's apply asking for a desired state in one round trip (since r12): the twin decides the checks before
+ * asking against its own record (core/twin.ts `askDecision`), takes the request when they pass, and answers what it
+ * did. It replaces a query then a `twinDesire` signal: one workflow task instead of a query and a task, and no
+ * second read of a twin the worker no longer caches. Its validator refuses a malformed ask (TWIN_REFUSED) and
+ * answers an ask that asks nothing (TWIN_ASKED_NOTHING), so neither reaches history.
+ */
+export const twinAskUpdate = wf.defineUpdate<TwinAskAnswer, [TwinAskInput]>('twinAsk');
 /**
  * The agent's sync as gateways before the change feed sent it: records its report, waits up to waitMs for news,
  * answers the view. Current gateways answer syncs from their own memory and write reports by `twinReport`; this
@@ -48,3 +64,8 @@ export const twinViewQuery = wf.defineQuery<TwinView>('twinView');
 export const twinReverifySignal = wf.defineSignal<[Record<string, never>?]>('twinReverify');
 
 export const TWIN_REFUSED = 'TwinRefused';
+/**
+ * A `twinAsk` that asks nothing (the agent already answered the request, or it is offline or ahead) is answered by
+ * its validator refusing it with this type and the decision as its one detail: nothing is recorded in history.
+ */
+export const TWIN_ASKED_NOTHING = 'TwinAskedNothing';

@@ -4,7 +4,7 @@ import { utf8Encode } from './bytes';
 import { canonicalize } from './canonical';
 import type { RevisionSteps } from './rollout/input';
 import type { Envelope } from './signing';
-import { mergeSeen, type SeenEntry } from './presence';
+import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
 
 /**
  * The device twin `device:<id>` (issue 13): the durable, desired-state side of an agent device. The
@@ -425,6 +425,85 @@ export function answerTo(view: Pick<TwinView, 'report'>, profile: string, reques
   if (!report || report.requestId !== requestId || !FINAL_REPORT_STATES.includes(report.state))
     return { state: 'pending' };
   return { state: report.state as 'applied', report };
+}
+
+/**
+ * A rollout's apply asking a device's twin for a desired state (`twinAsk`, contracts/twin.ts): the request, and the
+ * checks made before asking, decided by the twin against its own record in the same round trip.
+ */
+export interface TwinAskInput {
+  /** Sent with `sentAt` (the asker's clock): the offline check counts from it, and the feed stamp is the later of it and the twin's clock. */
+  request: DesiredRequest & { sentAt: string };
+  /**
+   * The device's presence mark as the asker read it (clients/presence.ts): an idle agent's syncs only mark it seen,
+   * so the twin's own lastSeenAt is the last sync that wrote to it.
+   */
+  seen?: SeenEntry | null;
+  /** Answer `offline`, asking nothing, for an agent not syncing (the rollout's `offline` policy). */
+  reportOffline?: boolean;
+  /** Answer `ahead`, asking nothing, for a device whose agent last reported a revision above this. */
+  aheadAbove?: number;
+}
+
+/** What the twin did with an ask: took the request as its desire (again, for one it holds), or why it asked nothing. */
+export type TwinAskAnswer =
+  | { kind: 'asked' }
+  | { kind: 'answered'; answer: Exclude<RequestAnswer, { state: 'pending' }> }
+  | { kind: 'offline' | 'ahead'; detail: string };
+
+/**
+ * The one decision before a rollout asks a device (the twin's `twinAsk` handler, and the apply's read-then-signal
+ * path for a device with no twin): an agent that already answered this request answers it again, asking nothing; a
+ * request the twin already holds is asked again (it re-stamps the change feed); an agent not syncing is `offline`
+ * under `reportOffline` (it would take the request whenever it returns, outside the rollout's budget); a device whose
+ * agent last reported a revision above `aheadAbove` is `ahead` (as the SSH path's). `view` is the twin with the
+ * device's presence merged in (null: no twin), `nowMs` the asker's clock.
+ */
+export function askDecision(
+  view: TwinView | null,
+  ask: Pick<TwinAskInput, 'reportOffline' | 'aheadAbove'> & { request: Pick<DesiredRequest, 'profile' | 'requestId'> },
+  nowMs: number,
+): TwinAskAnswer {
+  const { profile, requestId } = ask.request;
+  if (view) {
+    const answer = answerTo(view, profile, requestId);
+    if (answer.state !== 'pending') return { kind: 'answered', answer };
+    if (Object.hasOwn(view.desired, profile) && view.desired[profile]!.requestId === requestId)
+      return { kind: 'asked' };
+  }
+  if (ask.reportOffline && (!view || isOffline(view, nowMs))) {
+    const seen = view?.lastSeenAt ? `last seen ${Math.round(ageMs(view.lastSeenAt, nowMs) / 1000)}s ago` : 'never seen';
+    return { kind: 'offline', detail: `agent not syncing (${seen}): nothing asked of it` };
+  }
+  const reported = view?.report?.profiles;
+  const marker = reported && Object.hasOwn(reported, profile) ? reported[profile]!.revision : null;
+  if (ask.aheadAbove !== undefined && marker !== null && marker > ask.aheadAbove) {
+    return {
+      kind: 'ahead',
+      detail: `the device is at revision ${marker} (its agent's last report), above r${ask.aheadAbove}`,
+    };
+  }
+  return { kind: 'asked' };
+}
+
+/** Why a `twinAsk` input is malformed, or null (the request as `desireProblem` checks it, and the checks' fields). */
+export function askProblem(input: unknown): string | null {
+  if (!isRecord(input)) return 'twinAsk: must be an object';
+  const request = desireProblem(input.request);
+  if (request) return request;
+  if (!isRecord(input.request) || typeof input.request.sentAt !== 'string')
+    return `twinAsk: request.sentAt: must be an ISO time (got ${shown(isRecord(input.request) ? input.request.sentAt : undefined)})`;
+  if (input.reportOffline !== undefined && typeof input.reportOffline !== 'boolean')
+    return `twinAsk: reportOffline: must be true or false (got ${shown(input.reportOffline)})`;
+  if (input.aheadAbove !== undefined) {
+    const problem = revisionProblem(input.aheadAbove, 'aheadAbove', false);
+    if (problem) return `twinAsk: ${problem}`;
+  }
+  if (input.seen !== undefined && input.seen !== null) {
+    const problem = seenEntryProblem(input.seen, 'seen');
+    if (problem) return `twinAsk: ${problem}`;
+  }
+  return null;
 }
 
 /**

@@ -1,5 +1,7 @@
 import * as wf from '@temporalio/workflow';
 import {
+  askDecision,
+  askProblem,
   desire,
   desireProblem,
   feedStamp,
@@ -11,10 +13,13 @@ import {
   syncProblem,
   TWIN_HISTORY_LIMIT,
   viewOf,
+  withPresence,
 } from '../core/twin';
 import { WavegateDesiredAt, WavegateReportedAt, WavegateTwinVersion } from '../contracts/search-attributes';
 import {
+  TWIN_ASKED_NOTHING,
   TWIN_REFUSED,
+  twinAskUpdate,
   twinDesireSignal,
   twinReportSignal,
   twinReverifySignal,
@@ -22,6 +27,7 @@ import {
   twinViewQuery,
   type DeviceTwinInput,
 } from '../contracts/twin';
+import type { TwinAskInput } from '../core/twin';
 
 /**
  * The device twin `device:<id>`: an entity that lives as long as the device (core/twin.ts holds the
@@ -73,6 +79,40 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       }
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
+  );
+  // The checks before an ask count from the asker's clock (its sentAt), as when the apply read the twin itself.
+  const decide = (ask: TwinAskInput) =>
+    askDecision(withPresence(viewOf(state), ask.seen ?? undefined), ask, Date.parse(ask.request.sentAt));
+  wf.setHandler(
+    twinAskUpdate,
+    (ask) => {
+      desire(state, ask.request, now());
+      publish('desired', ask.request.sentAt);
+      return { kind: 'asked' } as const;
+    },
+    {
+      // An ask that asks nothing (answered already, offline, ahead) is answered by the validator's refusal, so it
+      // leaves nothing in history: a retried or skipped apply costs the twin no event.
+      validator: (ask) => {
+        const problem = askProblem(ask);
+        if (problem)
+          throw wf.ApplicationFailure.create({
+            type: TWIN_REFUSED,
+            message: `${state.deviceId}: ${problem}`,
+            nonRetryable: true,
+          });
+        const decision = decide(ask);
+        if (decision.kind !== 'asked')
+          throw wf.ApplicationFailure.create({
+            type: TWIN_ASKED_NOTHING,
+            message: `${state.deviceId}: ${decision.kind}`,
+            details: [decision],
+            nonRetryable: true,
+          });
+      },
+      description:
+        'A rollout asks for a desired revision: the checks before asking, then the desire, in one round trip',
+    },
   );
   wf.setHandler(
     twinReportSignal,

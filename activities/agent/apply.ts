@@ -2,16 +2,18 @@ import type { Client } from '@temporalio/client';
 import {
   answerTo,
   ageMs,
+  askDecision,
   envelopeDigestOf,
-  isOffline,
   requestIdOf,
   type DesiredRequest,
+  type TwinAskAnswer,
   type TwinView,
 } from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
 import { applyResultOf } from './answer';
-import { desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
+import { askTwin, desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
+import { readSeenOne } from '../../clients/presence';
 import { REPORT_SAFETY_READ_MS, reportWatchOf, type ReportSubscription } from './report-watch';
 
 /**
@@ -74,76 +76,66 @@ export async function applyThroughTwin(
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
   const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true);
-  const checks = opts.reportOffline || opts.aheadAbove !== undefined;
-  // Subscribed before the first read, so an answer however quick is not missed (activities/agent/report-watch.ts).
+  // Subscribed before asking, so an answer however quick is not missed (activities/agent/report-watch.ts).
   const subscription = reportWatchOf(opts.client).subscribe(target.id);
   let detail = 'desired: waiting for the agent';
   // Heartbeat on a clock of its own: the activity's heartbeat timeout is a few seconds.
   const ticker = setInterval(() => beat(detail), 1_000);
   try {
-    // One read before asking: the offline and ahead checks need it, and a retried apply whose agent already
-    // answered this request returns that answer, asking nothing again. Without checks, a twin too busy to answer
-    // now is read again once the request is sent.
-    const first = await readTwin(opts.client, target.id).then(
-      (view) => ({ view }),
-      (err: unknown) => {
-        if (checks) throw err;
-        return null;
-      },
-    );
-    const view = first?.view ?? null;
-    if (view) {
-      const answer = answerTo(view, steps.profile, request.requestId);
-      if (answer.state !== 'pending') return applyResultOf(target.id, steps, answer);
-    }
-    // (A read that failed was tolerated only without checks, so there is nothing to check then.)
-    const skipped = checkBeforeAsking(target, steps, request, view, opts, now());
-    if (skipped) return skipped;
-    beat('desire');
-    await desireOnTwin(opts.client, opts.taskQueue, target.id, request);
-    // The twin was read before the request was sent: the next read waits for its report to change.
-    return await waitForAnswer(target, steps, request, opts, now, subscription, first !== null, (d) => (detail = d));
+    // The checks before asking and the desire in one round trip: a retried apply whose agent already answered
+    // this request gets that answer, asking nothing again (core/twin.ts `askDecision`).
+    const asked = await askOnce(target.id, request, opts, now);
+    if (asked.decision.kind !== 'asked') return askedNothing(target, steps, asked.decision);
+    return await waitForAnswer(target, steps, request, opts, now, subscription, asked.readBefore, (d) => (detail = d));
   } finally {
     clearInterval(ticker);
     subscription.close();
   }
 }
 
-/** The outcome that asks nothing of the device (offline, or ahead of the rollout), or null to ask it. */
-function checkBeforeAsking(
+/**
+ * Ask the twin (`twinAsk`, one update: the twin decides the checks against its record); a device with no twin, or a
+ * twin on a build without `twinAsk`, is read then signalled as before. `readBefore`: the twin's record was read
+ * (or answered) before the request was sent, so the next read waits for its report to change.
+ */
+async function askOnce(
+  deviceId: string,
+  request: DesiredRequest,
+  opts: TwinApplyOptions,
+  now: () => number,
+): Promise<{ decision: TwinAskAnswer; readBefore: boolean }> {
+  const checks = { reportOffline: opts.reportOffline, aheadAbove: opts.aheadAbove };
+  // The presence mark only matters to the offline check (an idle agent's syncs stay in the gateway).
+  const seen = opts.reportOffline ? ((await readSeenOne(opts.client, deviceId)) ?? null) : null;
+  const sentAt = new Date(now()).toISOString();
+  const decision = await askTwin(opts.client, deviceId, {
+    request: { ...request, sentAt },
+    ...(seen ? { seen } : {}),
+    ...(opts.reportOffline ? { reportOffline: true } : {}),
+    ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
+  });
+  if (decision) return { decision, readBefore: true };
+  // Without checks, a twin too busy to answer a read now is read again once the request is sent.
+  const first = await readTwin(opts.client, deviceId).then(
+    (view) => ({ view }),
+    (err: unknown) => {
+      if (checks.reportOffline || checks.aheadAbove !== undefined) throw err;
+      return null;
+    },
+  );
+  const read = first ? askDecision(first.view, { ...checks, request }, now()) : ({ kind: 'asked' } as const);
+  if (read.kind === 'asked') await desireOnTwin(opts.client, opts.taskQueue, deviceId, request);
+  return { decision: read, readBefore: first !== null };
+}
+
+/** The result of an ask that asked nothing: the agent's earlier answer to this request, or offline, or ahead. */
+function askedNothing(
   target: DeviceTarget,
   steps: RevisionSteps,
-  request: DesiredRequest,
-  view: TwinView | null,
-  opts: TwinApplyOptions,
-  nowMs: number,
-): ApplyResult | null {
-  const alreadyAsked =
-    view && Object.hasOwn(view.desired, steps.profile) && view.desired[steps.profile]!.requestId === request.requestId;
-  if (alreadyAsked) return null;
-  // First contact: an agent that is not syncing would take the request whenever it returns, outside
-  // this rollout's budget, so nothing is asked of it; the rollout records it offline.
-  if (opts.reportOffline && (!view || isOffline(view, nowMs))) {
-    const seen = view?.lastSeenAt ? `last seen ${Math.round(ageMs(view.lastSeenAt, nowMs) / 1000)}s ago` : 'never seen';
-    return {
-      device: target.id,
-      outcome: 'offline',
-      steps: [],
-      detail: `agent not syncing (${seen}): nothing asked of it`,
-    };
-  }
-  // A device its agent last reported above the rollout's target is left alone (as the SSH path's `ahead`).
-  const reported = view?.report?.profiles;
-  const marker = reported && Object.hasOwn(reported, steps.profile) ? reported[steps.profile]!.revision : null;
-  if (opts.aheadAbove !== undefined && marker !== null && marker > opts.aheadAbove) {
-    return {
-      device: target.id,
-      outcome: 'ahead',
-      steps: [],
-      detail: `the device is at revision ${marker} (its agent's last report), above r${opts.aheadAbove}`,
-    };
-  }
-  return null;
+  decision: Exclude<TwinAskAnswer, { kind: 'asked' }>,
+): ApplyResult {
+  if (decision.kind === 'answered') return applyResultOf(target.id, steps, decision.answer);
+  return { device: target.id, outcome: decision.kind, steps: [], detail: decision.detail };
 }
 
 /**

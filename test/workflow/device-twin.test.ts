@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TWIN_HISTORY_LIMIT, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
-import { desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
+import { askTwin, desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
+import { temporal } from '@temporalio/proto';
 import { syncTwin } from '../../clients/twin';
 import { reverifyFleet } from '../../activities/fleet';
 import { parseInventory } from '../../core/inventory';
@@ -90,10 +91,76 @@ describe('device twin workflow', () => {
     });
     expect(await readTwin(real.env.client, 'never-seen')).toBeNull();
     await sync('twin-ahead', { report: report(3), knownVersion: 0, waitMs: 0 });
+    const ahead = real.env.client.workflow.getHandle(twinWorkflowId('twin-ahead'));
+    const before = (await ahead.describe()).historyLength;
     expect(
       await applyThroughTwin(target('twin-ahead'), steps, { ...opts, reportOffline: true, aheadAbove: 2 }),
     ).toMatchObject({ outcome: 'ahead', detail: "the device is at revision 3 (its agent's last report), above r2" });
     expect((await readTwin(real.env.client, 'twin-ahead'))!.desired).toEqual({});
+    // Decided by the twin's validator: an ask that asks nothing leaves nothing in its history.
+    expect((await ahead.describe()).historyLength).toBe(before);
+  });
+
+  it("twinAsk: the checks and the desire in one update; offline by the asker's clock; a malformed ask refused, naming the field", async () => {
+    const device = 'twin-ask';
+    const holder = { rollout: 'rollout:ask', run: 'run-1', activity: '5', attempt: 1 };
+    const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
+    const request = desiredRequestOf(steps, holder, holder.rollout, 1, true);
+    await sync(device, { report: report(1), knownVersion: 0, waitMs: 0 });
+    const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
+    const before = (await handle.fetchHistory()).events!.length;
+    const sentAt = new Date().toISOString();
+    expect(await askTwin(real.env.client, device, { request: { ...request, sentAt }, reportOffline: true })).toEqual({
+      kind: 'asked',
+    });
+    const view = (await readTwin(real.env.client, device))!;
+    expect(view.version).toBe(1);
+    expect(view.desired.demo).toMatchObject({ requestId: request.requestId, revision: 2, awaited: true, sentAt });
+    // One update and its workflow task: no signal, no query; the feed's stamp in the same task.
+    const added = (await handle.fetchHistory()).events!.slice(before).map((e) => String(e.eventType));
+    expect(added).toEqual([
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED),
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED),
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES),
+      String(temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED),
+    ]);
+    await recordHistory(handle, 'device-twin-ask');
+    // A new request asked ten minutes from now (the asker's clock): the agent, silent since, is offline.
+    const later = desiredRequestOf(steps, { ...holder, activity: '6' }, holder.rollout, 1, true);
+    const length = (await handle.describe()).historyLength;
+    expect(
+      await askTwin(real.env.client, device, {
+        request: { ...later, sentAt: new Date(Date.now() + 600_000).toISOString() },
+        reportOffline: true,
+      }),
+    ).toMatchObject({
+      kind: 'offline',
+      detail: expect.stringMatching(/^agent not syncing \(last seen (599|600|601)s ago\)/),
+    });
+    // The same through the apply: its clock is the one the twin counts from.
+    expect(
+      await applyThroughTwin(target(device), steps, {
+        client: real.env.client,
+        taskQueue: real.worker.taskQueue,
+        holder: { ...holder, activity: '6' },
+        rollout: holder.rollout,
+        reportOffline: true,
+        now: () => Date.now() + 600_000,
+      }),
+    ).toMatchObject({ outcome: 'offline', steps: [] });
+    await expect(
+      askTwin(real.env.client, device, { request: { ...later, sentAt: 'soon' }, reportOffline: true }),
+    ).rejects.toMatchObject({
+      code: 'INVALID_INPUT',
+      message: expect.stringContaining('twin-ask: twinDesire: sentAt: must be an ISO time (got "soon")'),
+    });
+    expect((await handle.describe()).historyLength).toBe(length);
+    expect((await readTwin(real.env.client, device))!.desired.demo!.requestId).toBe(request.requestId);
+    // A device with no twin is not started by an ask: the caller reads and signals as before.
+    expect(await askTwin(real.env.client, 'twin-ask-none', { request: { ...request, sentAt } })).toBeNull();
+    expect(await readTwin(real.env.client, 'twin-ask-none')).toBeNull();
   });
 
   it('a retried apply whose agent already answered its request returns that answer, asking nothing again', async () => {

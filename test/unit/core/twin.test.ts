@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import {
   answerTo,
+  askDecision,
+  askProblem,
   desire,
   desireProblem,
   envelopeDigestOf,
@@ -224,5 +226,71 @@ describe('device twin state (core/twin.ts)', () => {
         }),
       ).toMatch(/must be a profile name/);
     });
+  });
+
+  it('askDecision: answered, asked again, offline, ahead, asked; in that order', () => {
+    const nowMs = Date.parse('2026-01-01T00:10:00.000Z');
+    const ask = { request: request(), reportOffline: true, aheadAbove: 1 };
+    const seenNow = { lastSeenAt: '2026-01-01T00:09:30.000Z' };
+    const view = (over: Partial<ReturnType<typeof viewOf>> = {}) => ({
+      ...viewOf(newTwinState('dev-1')),
+      ...seenNow,
+      ...over,
+    });
+    // No twin: offline under reportOffline (never seen), else asked.
+    expect(askDecision(null, ask, nowMs)).toEqual({
+      kind: 'offline',
+      detail: 'agent not syncing (never seen): nothing asked of it',
+    });
+    expect(askDecision(null, { request: request() }, nowMs)).toEqual({ kind: 'asked' });
+    // The agent already answered this request: that answer, whatever the checks would say.
+    const answered = view({ report: report(), lastSeenAt: '2026-01-01T00:00:00.000Z' });
+    expect(askDecision(answered, ask, nowMs)).toMatchObject({ kind: 'answered', answer: { state: 'applied' } });
+    // Silent for 10 minutes: offline, seconds named.
+    expect(askDecision(view({ lastSeenAt: '2026-01-01T00:00:00.000Z' }), ask, nowMs)).toEqual({
+      kind: 'offline',
+      detail: 'agent not syncing (last seen 600s ago): nothing asked of it',
+    });
+    // A request the twin already holds is asked again (it re-stamps the feed), even from an agent silent since.
+    const held = newTwinState('dev-1');
+    desire(held, request(), 't');
+    expect(askDecision({ ...viewOf(held), lastSeenAt: null }, ask, nowMs)).toEqual({ kind: 'asked' });
+    // Reporting r3 of the profile (another request): ahead of r1; not ahead of r3 or without the check.
+    const at3 = view({
+      report: report({ profiles: { web: { revision: 3, state: 'applied', requestId: 'other', at: 't' } } }),
+    });
+    expect(askDecision(at3, ask, nowMs)).toEqual({
+      kind: 'ahead',
+      detail: "the device is at revision 3 (its agent's last report), above r1",
+    });
+    expect(askDecision(at3, { ...ask, aheadAbove: 3 }, nowMs)).toEqual({ kind: 'asked' });
+    expect(askDecision(at3, { request: request() }, nowMs)).toEqual({ kind: 'asked' });
+  });
+
+  it('askProblem names the field and the value', () => {
+    const sentAt = '2026-01-01T00:00:00.000Z';
+    expect(askProblem({ request: { ...request(), sentAt } })).toBeNull();
+    expect(
+      askProblem({
+        request: { ...request(), sentAt },
+        reportOffline: true,
+        aheadAbove: 2,
+        seen: { at: sentAt, digest: 'd' },
+      }),
+    ).toBeNull();
+    expect(askProblem('x')).toBe('twinAsk: must be an object');
+    expect(askProblem({ request: request() })).toBe('twinAsk: request.sentAt: must be an ISO time (got undefined)');
+    expect(askProblem({ request: { ...request(), sentAt, revision: 0 } })).toBe(
+      'twinDesire: revision: must be a revision number >= 1 (got 0)',
+    );
+    expect(askProblem({ request: { ...request(), sentAt }, reportOffline: 'yes' })).toBe(
+      'twinAsk: reportOffline: must be true or false (got "yes")',
+    );
+    expect(askProblem({ request: { ...request(), sentAt }, aheadAbove: -1 })).toBe(
+      'twinAsk: aheadAbove: must be a revision number >= 1 (got -1)',
+    );
+    expect(askProblem({ request: { ...request(), sentAt }, seen: { at: 'yesterday', digest: 'd' } })).toMatch(
+      /^twinAsk: seen\.at: must be an ISO 8601 UTC time/,
+    );
   });
 });
