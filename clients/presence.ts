@@ -4,6 +4,7 @@ import {
   byShard,
   PRESENCE_LIMITS,
   presenceBatches,
+  presenceShardOf,
   presenceWorkflowId,
   type PresenceBatch,
   type SeenEntry,
@@ -105,6 +106,17 @@ export function unwrittenSeen(err: unknown): Map<string, SeenEntry> | null {
  * is not found contributes nothing; any other failure is thrown once every query has been tried.
  */
 export async function readSeen(client: Client, deviceIds: Iterable<string>): Promise<Map<string, SeenEntry>> {
+  const { seen, failed } = await readSeenSettled(client, deviceIds);
+  const first = failed.values().next();
+  if (!first.done) throw first.value;
+  return seen;
+}
+
+/** As `readSeen`, but a shard that fails fails only its own devices: `failed` names each with its shard's error. */
+async function readSeenSettled(
+  client: Client,
+  deviceIds: Iterable<string>,
+): Promise<{ seen: Map<string, SeenEntry>; failed: Map<string, unknown> }> {
   const queries: Array<{ shard: number; devices: string[] }> = [];
   for (const [shard, pairs] of byShard(new Set(deviceIds).entries())) {
     for (let i = 0; i < pairs.length; i += PRESENCE_LIMITS.query)
@@ -113,52 +125,78 @@ export async function readSeen(client: Client, deviceIds: Iterable<string>): Pro
   const outcomes = await settledInRounds(queries, ({ shard, devices }) =>
     client.workflow.getHandle(presenceWorkflowId(shard)).query(presenceOfQuery, { devices }),
   );
-  const out = new Map<string, SeenEntry>();
-  for (const outcome of outcomes) {
+  const seen = new Map<string, SeenEntry>();
+  const failed = new Map<string, unknown>();
+  outcomes.forEach((outcome, i) => {
     if (outcome.status === 'rejected') {
-      if (outcome.reason instanceof WorkflowNotFoundError) continue;
-      throw outcome.reason;
+      if (outcome.reason instanceof WorkflowNotFoundError) return;
+      for (const device of queries[i]!.devices) failed.set(device, outcome.reason);
+      return;
     }
-    for (const [deviceId, entry] of Object.entries(outcome.value)) out.set(deviceId, entry);
-  }
-  return out;
+    for (const [deviceId, entry] of Object.entries(outcome.value)) seen.set(deviceId, entry);
+  });
+  return { seen, failed };
 }
 
 /** How long a presence read waits for others to share its shard queries (readers at scale ask one device at a time). */
 export const SEEN_BATCH_MS = 20;
 
+type SeenWaiter = { resolve: (e: SeenEntry | undefined) => void; reject: (e: unknown) => void };
+
 /**
- * Coalesces one-device presence reads: every device asked within SEEN_BATCH_MS goes into one `readSeen`, so a
- * rollout's hundred applies in flight (or a snapshot's pages) cost a query per shard per batch, not one per device,
- * and no shard's consistent-query buffer fills up with queries that all ask the same thing.
+ * Coalesces one-device presence reads, per shard: every device of a shard asked within SEEN_BATCH_MS goes into one
+ * `presenceOf` query, and while a shard's query is out the devices asked of it wait for the next one. So a rollout's
+ * hundred applies in flight (or a snapshot's pages) cost at most one query per shard at a time, not one per device.
+ * That bound matters beyond the cost: queries piling up on one shard filled its consistent-query buffer (seen at
+ * 10,000 agents), and several query tasks arriving for a shard the worker had evicted, while its workflow cache was
+ * full, wedged that shard in the worker (the SDK dropped an activation: "Extra buffered run should not have produced
+ * an activation"), every later query to it refused.
  */
 class SeenBatcher {
-  private pending = new Map<
-    string,
-    Array<{ resolve: (e: SeenEntry | undefined) => void; reject: (e: unknown) => void }>
+  private readonly shards = new Map<
+    number,
+    { pending: Map<string, SeenWaiter[]>; timer?: NodeJS.Timeout; querying: boolean }
   >();
-  private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly client: Client) {}
 
   seen(deviceId: string): Promise<SeenEntry | undefined> {
+    const shard = presenceShardOf(deviceId);
+    let queue = this.shards.get(shard);
+    if (!queue) {
+      queue = { pending: new Map(), querying: false };
+      this.shards.set(shard, queue);
+    }
+    const q = queue;
     return new Promise((resolve, reject) => {
-      const waiting = this.pending.get(deviceId) ?? [];
+      const waiting = q.pending.get(deviceId) ?? [];
       waiting.push({ resolve, reject });
-      this.pending.set(deviceId, waiting);
-      this.timer ??= setTimeout(() => void this.flush(), SEEN_BATCH_MS);
+      q.pending.set(deviceId, waiting);
+      if (!q.querying) q.timer ??= setTimeout(() => void this.flush(shard), SEEN_BATCH_MS);
     });
   }
 
-  private async flush(): Promise<void> {
-    const batch = this.pending;
-    this.pending = new Map();
-    this.timer = undefined;
+  private async flush(shard: number): Promise<void> {
+    const q = this.shards.get(shard)!;
+    const batch = q.pending;
+    q.pending = new Map();
+    q.timer = undefined;
+    q.querying = true;
     try {
-      const seen = await readSeen(this.client, batch.keys());
-      for (const [deviceId, waiting] of batch) for (const w of waiting) w.resolve(seen.get(deviceId));
+      const { seen, failed } = await readSeenSettled(this.client, batch.keys());
+      for (const [deviceId, waiting] of batch) {
+        for (const w of waiting) {
+          if (failed.has(deviceId)) w.reject(failed.get(deviceId));
+          else w.resolve(seen.get(deviceId));
+        }
+      }
     } catch (err) {
       for (const waiting of batch.values()) for (const w of waiting) w.reject(err);
+    } finally {
+      q.querying = false;
+      // Devices asked while the query was out go in the next one, at once: they have waited for this one already.
+      if (q.pending.size > 0) void this.flush(shard);
+      else this.shards.delete(shard);
     }
   }
 }

@@ -163,6 +163,49 @@ describe('device twin workflow', () => {
     expect(await readTwin(real.env.client, 'twin-ask-none')).toBeNull();
   });
 
+  it('a presence shard that does not answer does not stop the apply: the device is asked without the offline check', async () => {
+    const device = 'twin-presence-wedged';
+    await sync(device, { report: report(1), knownVersion: 0, waitMs: 0 });
+    // The real client, except that every presence query is refused as a wedged shard's were at 10,000 agents.
+    const client = real.env.client;
+    const workflow = new Proxy(client.workflow, {
+      get(target, prop) {
+        if (prop === 'getHandle')
+          return (id: string, ...rest: []) => {
+            const handle = target.getHandle(id, ...rest);
+            if (!id.startsWith('presence:')) return handle;
+            return Object.assign(Object.create(handle), {
+              query: async () => {
+                throw new Error('consistent query buffer is full');
+              },
+            });
+          };
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const wedged = new Proxy(client, {
+      get: (target, prop) => (prop === 'workflow' ? workflow : Reflect.get(target, prop, target)),
+    });
+    const holder = { rollout: 'rollout:wedged', run: 'run-1', activity: '8', attempt: 1 };
+    const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
+    // Ten minutes on: by the twin's own record alone the agent would be offline, and skipped.
+    const applying = applyThroughTwin(target(device), steps, {
+      client: wedged,
+      taskQueue: real.worker.taskQueue,
+      holder,
+      rollout: holder.rollout,
+      reportOffline: true,
+      now: () => Date.now() + 600_000,
+    });
+    const requestId = `${holder.rollout}:${holder.run}:${holder.activity}`;
+    await until('the desire taken', async () =>
+      (await readTwin(real.env.client, device))?.desired.demo?.requestId === requestId ? true : undefined,
+    );
+    await sync(device, { report: report(2, requestId), knownVersion: 1, waitMs: 0 });
+    expect(await applying).toMatchObject({ device, outcome: 'applied' });
+  });
+
   it('a retried apply whose agent already answered its request returns that answer, asking nothing again', async () => {
     const device = 'twin-answered';
     const holder = { rollout: 'rollout:retried', run: 'run-1', activity: '4', attempt: 1 };
