@@ -65,8 +65,22 @@ export interface TwinFeedOptions {
   now?: () => number;
 }
 
+/**
+ * How late the feed saw its changes: each change first listed, by how far its stamp was behind the newest change
+ * listed before it (visibility is eventually consistent, so a change can become visible after newer ones). In order
+ * (not behind), up to 1 s, 2 s, 5 s behind (the narrow look's reach), and further (only the wide look finds those).
+ */
+export interface TwinFeedLateness {
+  inOrder: number;
+  upTo1s: number;
+  upTo2s: number;
+  upTo5s: number;
+  later: number;
+}
+
 /** Follows one kind of twin change: delivers each change once, in one list call per interval. */
 export class TwinFeed {
+  private readonly lateness: TwinFeedLateness = { inOrder: 0, upTo1s: 0, upTo2s: 0, upTo5s: 0, later: 0 };
   private watermark: number;
   private readonly delivered = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
@@ -115,6 +129,19 @@ export class TwinFeed {
     return this.lastOkAt;
   }
 
+  /** How late the changes delivered so far were seen (TwinFeedLateness). */
+  latenessSoFar(): TwinFeedLateness {
+    return { ...this.lateness };
+  }
+
+  private countLateness(behindMs: number): void {
+    if (behindMs <= 0) this.lateness.inOrder++;
+    else if (behindMs <= 1_000) this.lateness.upTo1s++;
+    else if (behindMs <= 2_000) this.lateness.upTo2s++;
+    else if (behindMs <= 5_000) this.lateness.upTo5s++;
+    else this.lateness.later++;
+  }
+
   /** Look now (tests, and the interval's tick). */
   async look(): Promise<void> {
     const started = this.now();
@@ -127,11 +154,13 @@ export class TwinFeed {
       );
       if (wide) this.lastWideAt = started;
       const fresh: TwinChange[] = [];
+      const before = this.watermark;
       for (const change of changes) {
         const key = `${change.deviceId}@${change.atMs}`;
         if (this.delivered.has(key)) continue;
         this.delivered.set(key, change.atMs);
         fresh.push(change);
+        this.countLateness(before - change.atMs);
         if (change.atMs > this.watermark) this.watermark = change.atMs;
       }
       // Forget what fell out of the look-back window: it cannot be listed again.

@@ -16,6 +16,7 @@ import {
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
 import { DeviceViews, type DeviceViewsStats } from './views';
+import type { TwinFeedLateness } from '../clients/twin-feed';
 import { nativeEd25519Verify } from '../activities/ed25519-native';
 
 /**
@@ -380,11 +381,14 @@ export async function startGateway(opts: GatewayOptions & { listen: ListenOption
   server.on('connection', (socket: Socket) => gateway.admitConnection(socket));
   const flusher = setInterval(() => gateway.flushRefusals(), 1_000);
   flusher.unref();
+  // How late visibility showed the desired changes: what the feed's look-back must cover (clients/twin-feed.ts).
+  const lateness = (l: TwinFeedLateness) =>
+    `in order ${l.inOrder}, behind the newest by ≤1 s ${l.upTo1s}, ≤2 s ${l.upTo2s}, ≤5 s ${l.upTo5s}, more ${l.later}`;
   // What the gateway spared Temporal, once a minute while anything happens (operators read it to size the fleet).
   let last = '';
   const reporter = setInterval(() => {
     const v = gateway.stats().views;
-    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes${v.writesOutlastingSyncs ? `, ${v.writesOutlastingSyncs} syncs answered before their report's write ended` : ''}; applies completed from reports ${v.answers.delivered}${v.answers.gone ? ` (${v.answers.gone} already answered)` : ''}${v.answers.failed ? `, ${v.answers.failed} not delivered` : ''}`;
+    const line = `gateway: ${v.records} devices known, ${v.held} long-polls held; since start ${v.seenMarks} syncs answered from memory, ${v.forwards} reports written to twins, ${v.reads} twin reads, ${v.presenceWrites} presence writes${v.writesOutlastingSyncs ? `, ${v.writesOutlastingSyncs} syncs answered before their report's write ended` : ''}; applies completed from reports ${v.answers.delivered}${v.answers.gone ? ` (${v.answers.gone} already answered)` : ''}${v.answers.failed ? `, ${v.answers.failed} not delivered` : ''}; desired changes seen ${lateness(v.feedLateness)}`;
     // Its memory rides along (what a held long-poll costs, docs/operations.md), but only new counts make a line.
     const m = process.memoryUsage();
     const mib = (bytes: number) => Math.round(bytes / 1048576);

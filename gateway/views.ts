@@ -15,7 +15,7 @@ import {
 import type { SeenEntry } from '../core/presence';
 import { readTwinRecord, reportToTwin } from '../clients/twin';
 import { unwrittenSeen, writeSeen } from '../clients/presence';
-import { TwinFeed, type TwinChange } from '../clients/twin-feed';
+import { TwinFeed, type TwinChange, type TwinFeedLateness } from '../clients/twin-feed';
 import { AnswerDelivery, deliveriesOf, type AnswerDeliveryStats } from './answers';
 import { CallLimit } from './call-limit';
 
@@ -87,6 +87,8 @@ export interface DeviceViewsStats {
   presencePending: number;
   feedChangeBatches: number;
   feedChanges: number;
+  /** How late the desired feed saw its changes (clients/twin-feed.ts TwinFeedLateness). */
+  feedLateness: TwinFeedLateness;
   /** Syncs answered before their report's write ended (it went on; see `sync`). */
   writesOutlastingSyncs: number;
   /** Applies completed from the reports written (./answers.ts). */
@@ -252,6 +254,7 @@ export class DeviceViews {
       held,
       presencePending: this.seen.size,
       ...this.counts,
+      feedLateness: this.feed.latenessSoFar(),
       answers: this.answers.stats(),
     };
   }

@@ -60,6 +60,11 @@ describe('TwinFeed', () => {
     // Short looks reach back 5 s past the newest change, wide ones 60 s.
     expect(asked.at(-2)).toBe(rows[1]!.at - 5_000);
     expect(asked.at(-1)).toBe(rows[1]!.at - 60_000);
+    // How late each was seen: 'a' and 'b' in order, 'late' 20 s behind the newest listed before it.
+    expect(feed.latenessSoFar()).toEqual({ inOrder: 2, upTo1s: 0, upTo2s: 0, upTo5s: 0, later: 1 });
+    rows.push({ device: 'c', at: rows[1]!.at - 1_500, version: 4 });
+    await feed.look();
+    expect(feed.latenessSoFar()).toMatchObject({ upTo2s: 1, later: 1 });
   });
 
   it('a failed look says so once per run of failures and changes nothing delivered', async () => {
