@@ -4,7 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
 import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
 import { syncProblem, type TwinSyncInput, type TwinView } from '../core/twin';
-import { HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
+import { AgentGone, HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
 import {
   DEFAULT_LIMITS,
   GATEWAY_TIMEOUTS,
@@ -129,16 +129,23 @@ export function createGateway(opts: GatewayOptions): Gateway {
     return input as TwinSyncInput;
   };
 
+  /** The sync or report a POST /v1/sync or /v1/report carries, parsed; null for any other request. */
+  const bodyInput = (req: IncomingMessage, body: Buffer): TwinSyncInput | null => {
+    const path = (req.url ?? '').split('?')[0]!;
+    if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report'))
+      return syncInput(parseJsonObject(body), path === '/v1/sync');
+    return null;
+  };
+
   const route = async (
     req: IncomingMessage,
     res: ServerResponse,
     device: string,
-    body: Buffer,
-    gone: AbortSignal,
+    input: TwinSyncInput | null,
+    gone: AgentGone,
   ): Promise<void> => {
     const path = (req.url ?? '').split('?')[0]!;
-    if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report')) {
-      const input = syncInput(parseJsonObject(body), path === '/v1/sync');
+    if (input) {
       if (input.waitMs <= 0) return sendJson(res, 200, await views.sync(device, input, gone));
       const slot = longPolls.take(device);
       if (slot === 'total')
@@ -188,7 +195,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const line = (status: number | string, extra = '') =>
       `${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`;
     // The agent gone (its connection closed before the answer): stop waiting for it, and say so.
-    const gone = new AbortController();
+    const gone = new AgentGone();
     res.once('close', () => {
       if (!res.writableFinished) gone.abort();
     });
@@ -266,14 +273,18 @@ export function createGateway(opts: GatewayOptions): Gateway {
         device = auth.device;
         // Only now, for a pinned device whose signature verified, is the body read (bounded in size and by requestTimeout).
         if (legacyBody === undefined) req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-        const body = legacyBody ?? (await readBody(req, MAX_BODY_BYTES));
+        let body: Buffer | undefined = legacyBody ?? (await readBody(req, MAX_BODY_BYTES));
+        legacyBody = undefined;
         bodyRead = true;
         const mismatch = bodyDigestProblem(auth.digest, body);
         if (mismatch) throw new HttpRefusal(401, 'UNAUTHENTICATED', `BODY_DIGEST: ${mismatch}`);
-        await route(req, res, device, body, gone.signal);
+        const input = bodyInput(req, body);
+        // Parsed: the body is not kept while a long-poll waits (10,000 held kept 17 MiB: bench/README.md).
+        body = undefined;
+        await route(req, res, device, input, gone);
         log(line(res.statusCode));
       } catch (err) {
-        if (gone.signal.aborted || (req.socket?.destroyed ?? true)) {
+        if (gone.aborted || (req.socket?.destroyed ?? true)) {
           // Not the control plane's fault: the client (or a timeout on its slow request) closed the connection first.
           refusals.line(line('-', ' client closed the connection before the answer'));
         } else if (res.headersSent) {

@@ -17,6 +17,7 @@ import { readTwinRecord, reportToTwin } from '../clients/twin';
 import { unwrittenSeen, writeSeen } from '../clients/presence';
 import { TwinFeed, type TwinChange, type TwinFeedLateness } from '../clients/twin-feed';
 import { AnswerDelivery, deliveriesOf, type AnswerDeliveryStats } from './answers';
+import type { AgentGone } from './http';
 import { CallLimit } from './call-limit';
 
 /**
@@ -98,13 +99,12 @@ export interface DeviceViewsStats {
 const AGENT_LEFT = 'the agent closed the connection before its answer';
 
 /** `work`, or a rejection as soon as `gone` aborts (the work itself goes on). */
-function untilGone<T>(work: Promise<T>, gone: AbortSignal | undefined): Promise<T> {
+function untilGone<T>(work: Promise<T>, gone: AgentGone | undefined): Promise<T> {
   if (!gone) return work;
   if (gone.aborted) return Promise.reject(new Error(AGENT_LEFT));
   return new Promise<T>((resolve, reject) => {
-    const onGone = () => reject(new Error(AGENT_LEFT));
-    gone.addEventListener('abort', onGone, { once: true });
-    work.then(resolve, reject).finally(() => gone.removeEventListener('abort', onGone));
+    const forget = gone.whenGone(() => reject(new Error(AGENT_LEFT)));
+    work.then(resolve, reject).finally(forget);
   });
 }
 
@@ -187,7 +187,7 @@ export class DeviceViews {
    * One agent sync: record what it says (written to the twin when it is news, else a seen mark), then answer the
    * view, at once when the device has news or the sync does not wait, else when news comes or `waitMs` passes.
    */
-  async sync(deviceId: string, input: TwinSyncInput, gone?: AbortSignal): Promise<TwinView> {
+  async sync(deviceId: string, input: TwinSyncInput, gone?: AgentGone): Promise<TwinView> {
     // The wait counts from the sync's arrival: an agent gives up `waitMs` and a margin after it asked, so time spent
     // reading its twin (a first sync in a storm of them) comes off the hold, not on top of it.
     const arrived = this.now();
@@ -300,14 +300,15 @@ export class DeviceViews {
     }
   }
 
-  private news(deviceId: string, input: TwinSyncInput, holdMs: number, gone?: AbortSignal): Promise<void> {
+  private news(deviceId: string, input: TwinSyncInput, holdMs: number, gone?: AgentGone): Promise<void> {
     return new Promise<void>((resolve) => {
       const set = this.waiting.get(deviceId) ?? new Set<Waiter>();
       this.waiting.set(deviceId, set);
+      let forget: (() => void) | undefined;
       const waiter: Waiter = {
         done: () => {
           clearTimeout(timer);
-          gone?.removeEventListener('abort', waiter.done);
+          forget?.();
           set.delete(waiter);
           if (set.size === 0 && this.waiting.get(deviceId) === set) this.waiting.delete(deviceId);
           resolve();
@@ -318,8 +319,8 @@ export class DeviceViews {
         },
       };
       const timer = setTimeout(waiter.done, holdMs);
-      gone?.addEventListener('abort', waiter.done, { once: true });
       set.add(waiter);
+      forget = gone?.whenGone(waiter.done);
     });
   }
 
