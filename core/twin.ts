@@ -167,8 +167,14 @@ export const TWIN_LIMITS = {
 export const TWIN_OFFLINE_AFTER_MS = 90_000;
 /** Health gates and the fleet board take an agent's report as current only within this age; older is inconclusive. */
 export const REPORT_FRESH_MS = 120_000;
-/** The twin continues as new past this many history events (or when Temporal suggests it). */
+/** A twin's run started before r11 continues as new past this many history events (or when Temporal suggests it). */
 export const TWIN_HISTORY_LIMIT = 2_000;
+/**
+ * Since r11 (patch `twin-short-runs`) a twin's run continues as new past this many events. A rollout's ask reaches a
+ * twin the worker has usually evicted, which replays its whole run first, so every rollout pays for the run's length:
+ * about 10 events a rollout made a 2,000-event run 200 rollouts long, each ask replaying up to 500 workflow tasks.
+ */
+export const TWIN_RUN_EVENTS = 100;
 
 export function twinWorkflowId(deviceId: string): string {
   return `device:${deviceId}`;

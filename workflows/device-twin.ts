@@ -12,6 +12,7 @@ import {
   restoreTwinState,
   syncProblem,
   TWIN_HISTORY_LIMIT,
+  TWIN_RUN_EVENTS,
   viewOf,
   withPresence,
 } from '../core/twin';
@@ -33,16 +34,20 @@ import type { TwinAskInput } from '../core/twin';
  * The device twin `device:<id>`: an entity that lives as long as the device (core/twin.ts holds the
  * state and every check). The rollout sets desired state by signal; the device's agent syncs through
  * the gateway by update and long-polls for news. Its history stays bounded: it continues as new when
- * Temporal suggests it or past TWIN_HISTORY_LIMIT events, once every handler in flight has answered, carrying
+ * Temporal suggests it or past TWIN_RUN_EVENTS events, once every handler in flight has answered, carrying
  * its state (syncs waiting at that moment return their view and the agent simply syncs again).
  */
 /** The twin's change feed (search attribute upserts); registered in workflows/patches.ts. */
 export const TWIN_FEED_PATCH = 'twin-feed';
 /** A report whose answers the gateway delivers itself stamps no `reported` change; registered in workflows/patches.ts. */
 export const ANSWERS_DELIVERED_PATCH = 'answers-delivered';
+/** Runs of TWIN_RUN_EVENTS, not TWIN_HISTORY_LIMIT; registered in workflows/patches.ts. */
+export const TWIN_SHORT_RUNS_PATCH = 'twin-short-runs';
 
 export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never> {
   const state = restoreTwinState(input.deviceId, input.carried);
+  // Asked first, so its marker lands in a run's first task: runs started before it replay with the long bound.
+  const runLimit = wf.patched(TWIN_SHORT_RUNS_PATCH) ? TWIN_RUN_EVENTS : TWIN_HISTORY_LIMIT;
   // Date in workflow code is the workflow clock (deterministic on replay).
   const now = () => new Date().toISOString();
   let rolling = false;
@@ -168,9 +173,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
     },
   );
 
-  await wf.condition(
-    () => wf.workflowInfo().continueAsNewSuggested || wf.workflowInfo().historyLength > TWIN_HISTORY_LIMIT,
-  );
+  await wf.condition(() => wf.workflowInfo().continueAsNewSuggested || wf.workflowInfo().historyLength > runLimit);
   // Waiting syncs answer now (rolling), so every handler can finish before the state moves on.
   rolling = true;
   await wf.condition(wf.allHandlersFinished);

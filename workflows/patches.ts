@@ -466,6 +466,20 @@ export const PATCHES: readonly PatchRecord[] = [
     noOldBranch:
       'asked only for a twinReport signal with answersDelivered, which no gateway before it sends: a history without that flag never reaches it',
   },
+  {
+    id: 'twin-short-runs',
+    introducedIn: 'r11',
+    commit: 'this commit',
+    askedIn: ['workflows/device-twin.ts start'],
+    status: 'live',
+    replayedWith: ['device-twin-short-runs'],
+    replayedWithout: [
+      'device-twin-desire-sync-reverify',
+      'device-twin-ask',
+      'twin-answers-delivered',
+      'twin-feed-desire-report-reverify',
+    ],
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */
