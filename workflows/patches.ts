@@ -469,7 +469,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'twin-short-runs',
     introducedIn: 'r11',
-    commit: 'this commit',
+    commit: '6a31088',
     askedIn: ['workflows/device-twin.ts start'],
     status: 'live',
     replayedWith: ['device-twin-short-runs'],
