@@ -75,9 +75,15 @@ const { values: flags } = parseArgs({
      * (examples/systemd/wavegate-gateway.service); `--gateway-node-args ''` runs it on Node's default.
      */
     'gateway-node-args': { type: 'string', default: '--max-old-space-size=1024' },
+    /**
+     * Node options for the worker process: by default the heap limit of the shipped systemd unit
+     * (examples/systemd/wavegate-worker.service), as bench/sliced-scale.ts runs it; also for profiles (`--cpu-prof`).
+     */
+    'worker-node-args': { type: 'string', default: '--max-old-space-size=1024' },
   },
 });
 const GATEWAY_NODE_ARGS = flags['gateway-node-args']!.split(/\s+/).filter(Boolean);
+const WORKER_NODE_ARGS = flags['worker-node-args']!.split(/\s+/).filter(Boolean);
 const DEVICES = wholeFlag('devices', flags.devices, 1, 100_000);
 const SLICE = wholeFlag('slice', flags.slice, 1, 10_000);
 if (!['auto', 'parent', 'slices'].includes(flags.records!))
@@ -307,7 +313,7 @@ let workerExit: string | undefined;
 
 function startWorker(request: AgentWorkerRequest): Promise<{ pid: number; stop: () => Promise<void> }> {
   const child = fork(join(__dirname, 'agent-worker.ts'), [], {
-    execArgv: ['--require', 'tsx/cjs'],
+    execArgv: ['--require', 'tsx/cjs', ...WORKER_NODE_ARGS],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const exited = new Promise<void>((resolve) =>
@@ -652,7 +658,7 @@ async function main(): Promise<void> {
   const say = (line: string) => console.log(line);
   try {
     say(
-      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}, records in ${SLICED ? 'the slices' : 'the parent'}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; worker cache ${WORKFLOW_CACHE}; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
+      `${DEVICES} simulated agents against ${gateway.url} (pid ${gatewayPid}); dev server pid ${serverPid ?? '?'}; ${IN_FLIGHT} in flight; slices of ${SLICE}, records in ${SLICED ? 'the slices' : 'the parent'}; apply ${APPLY_MS} ms; long-poll ${WAIT_MS} ms; worker cache ${WORKFLOW_CACHE}, node ${WORKER_NODE_ARGS.join(' ') || '(defaults)'}; gates ${GATE}${flags['health-gates'] ? ' (health gates)' : ''}; ${load()}`,
     );
     stage = 'first syncs';
     const upStart = Date.now();
