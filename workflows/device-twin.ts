@@ -85,6 +85,9 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
     },
     { description: 'Set the desired revision of one profile (idempotent by requestId)' },
   );
+  /** A malformed message, refused by its update's validator (nothing reaches history), naming the field and the value. */
+  const refused = (problem: string) =>
+    wf.ApplicationFailure.create({ type: TWIN_REFUSED, message: `${state.deviceId}: ${problem}`, nonRetryable: true });
   // The checks before an ask count from the asker's clock (its sentAt), as when the apply read the twin itself.
   const decide = (ask: TwinAskInput) =>
     askDecision(withPresence(viewOf(state), ask.seen ?? undefined), ask, Date.parse(ask.request.sentAt));
@@ -100,12 +103,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
       // leaves nothing in history: a retried or skipped apply costs the twin no event.
       validator: (ask) => {
         const problem = askProblem(ask);
-        if (problem)
-          throw wf.ApplicationFailure.create({
-            type: TWIN_REFUSED,
-            message: `${state.deviceId}: ${problem}`,
-            nonRetryable: true,
-          });
+        if (problem) throw refused(problem);
         const decision = decide(ask);
         if (decision.kind !== 'asked')
           throw wf.ApplicationFailure.create({
@@ -162,12 +160,7 @@ export async function deviceTwinWorkflow(input: DeviceTwinInput): Promise<never>
     {
       validator: (sync) => {
         const problem = syncProblem(sync);
-        if (problem)
-          throw wf.ApplicationFailure.create({
-            type: TWIN_REFUSED,
-            message: `${state.deviceId}: ${problem}`,
-            nonRetryable: true,
-          });
+        if (problem) throw refused(problem);
       },
       description: 'An agent sync: record its report, wait up to waitMs for news, answer the view',
     },
