@@ -71,7 +71,8 @@ export interface TwinFeedOptions {
 /**
  * How late the feed saw its changes: each change first listed, by how far its stamp was behind the newest change
  * listed before it (visibility is eventually consistent, so a change can become visible after newer ones). In order
- * (not behind), up to 1 s, 2 s, 5 s behind (the narrow look's reach), and further (only the wide look finds those).
+ * (not behind), up to 1 s, 2 s, 5 s behind, and further. Past `overlapMs` (3 s by default) only the wide look finds
+ * a change, up to `wideEveryMs` later.
  */
 export interface TwinFeedLateness {
   inOrder: number;
