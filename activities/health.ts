@@ -1,8 +1,18 @@
 import { Context } from '@temporalio/activity';
 import { setMaxListeners } from 'node:events';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { statSync } from 'node:fs';
 import { readText } from '../intake/files';
-import { isAbsolute } from 'node:path';
+import { resolveSecretFile } from '../intake/secret-policy';
+import {
+  METRICS_TOKENS,
+  metricsPolicyFromEnv,
+  secretEnvAllowed,
+  urlRefusal,
+  type SecretPolicy,
+} from '../core/secret-policy';
+import { checkedLookup, systemResolve, type ResolveHost } from './checked-lookup';
 import {
   formatHealthCheck,
   inlineCredential,
@@ -87,6 +97,13 @@ export interface HealthActivityDeps {
   connectTimeoutMs?: number;
   /** How agent devices' twins are read (tools, tests); default: with the activity's Temporal client. */
   twins?: TwinReader;
+  /**
+   * Which metrics tokens this worker reads and where it sends them (core/secret-policy.ts); default: from
+   * its environment when the activities are made (a value it cannot read stops the worker).
+   */
+  metricsPolicy?: SecretPolicy;
+  /** How a metrics source's host name is resolved when a token goes to it (default the system resolver). */
+  resolveHost?: ResolveHost;
 }
 
 type Verdict = Omit<CheckResult, 'check' | 'durationMs'>;
@@ -115,6 +132,8 @@ interface Probe {
 const EVIDENCE_LIMIT = 600;
 /** A bearer token file larger than this is not a token. */
 const TOKEN_FILE_LIMIT = 16 * 1024;
+/** The most of a metrics answer read when a token was sent (a number or a Prometheus vector is far less). */
+const TOKEN_ANSWER_LIMIT = 1024 * 1024;
 
 type TokenRef = { tokenEnv?: string; tokenFile?: string };
 
@@ -134,6 +153,7 @@ function rawDeviceCommand(input: HealthCheckInput): string | undefined {
   return undefined;
 }
 const NO_ANSWER = `no answer within the check's timeout`;
+const ACCEPT = 'application/json, text/plain;q=0.9, */*;q=0.1';
 
 export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const doFetch = deps.fetch ?? fetch;
@@ -141,6 +161,8 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
   const connectCap = deps.connectTimeoutMs ?? 10_000;
   const profilesRoot = deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT;
   const now = deps.now ?? Date.now;
+  const metricsPolicy = deps.metricsPolicy ?? metricsPolicyFromEnv(process.env);
+  const resolveHost = deps.resolveHost ?? systemResolve;
 
   // Agent devices' twins: the reader given, else the activity's own client (none outside an activity: unread, saying so).
   const channels: ChannelDeps = {
@@ -263,21 +285,18 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     probe: Probe,
     token?: string,
   ): Promise<{ status: number; body: string } | { error: string }> {
-    const headers: Record<string, string> = { accept: 'application/json, text/plain;q=0.9, */*;q=0.1' };
     const secret = inlineCredential(url);
     // The spec and the profile refuse inline credentials; an input that has one anyway is not sent.
     if (secret)
       return {
         error: `refused: the url has ${secret}; give the token by reference (metrics.errorRate.tokenEnv or tokenFile in the profile)`,
       };
-    if (token !== undefined) headers.authorization = `Bearer ${token}`;
+    if (token !== undefined) return getWithToken(url, probe, token);
     try {
-      // A token goes to the source's own url only, never on to where a redirect points.
       const res = await doFetch(url, {
         method: 'GET',
         signal: probe.signal,
-        redirect: token === undefined ? 'follow' : 'manual',
-        headers,
+        headers: { accept: ACCEPT },
       });
       const body = await res.text();
       return { status: res.status, body };
@@ -289,9 +308,80 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     }
   }
 
-  /** The source's bearer token, read on this worker from the environment variable or file the profile names. */
+  /**
+   * GET with the worker's metrics token, within the worker's metrics policy (core/secret-policy.ts): an
+   * address written in the url judged first, a host name resolved here with every address judged and
+   * the connection made to those (no rebinding between check and connect), one connection of its own,
+   * no redirect followed (the token goes to the source's own url only), the answer read up to a bound.
+   */
+  async function getWithToken(
+    url: string,
+    probe: Probe,
+    token: string,
+  ): Promise<{ status: number; body: string } | { error: string }> {
+    const literal = urlRefusal(url, metricsPolicy);
+    if (literal) return { error: `refused, the token not sent: ${literal}` };
+    const refusals: string[] = [];
+    const target = new URL(url);
+    try {
+      return await new Promise((resolve, reject) => {
+        const req = (target.protocol === 'https:' ? httpsRequest : httpRequest)(
+          target,
+          {
+            method: 'GET',
+            headers: { accept: ACCEPT, authorization: `Bearer ${token}`, 'user-agent': 'wavegate-health' },
+            agent: false,
+            lookup: checkedLookup(resolveHost, metricsPolicy, refusals),
+            signal: probe.signal,
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            let size = 0;
+            res.on('data', (chunk: Buffer) => {
+              size += chunk.length;
+              if (size > TOKEN_ANSWER_LIMIT) {
+                res.destroy();
+                reject(Object.assign(new Error(`answer larger than ${TOKEN_ANSWER_LIMIT} bytes`), { code: 'ETOOBIG' }));
+              } else chunks.push(chunk);
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+            res.on('error', reject);
+            // Cut off (the check's deadline, the source closing): settled, never left pending.
+            res.on('close', () => {
+              if (!res.complete) reject(Object.assign(new Error('answer cut off'), { code: 'ECONNRESET' }));
+            });
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    } catch (err) {
+      if (refusals.length) {
+        // The addresses go to the worker's log; the evidence (history, audit) says only that the policy refused.
+        activityContext()?.log.warn(`metrics source ${redactUrl(url)} refused: ${refusals.join('; ')}`);
+        return {
+          error: `refused, the token not sent: ${target.hostname} resolved to an address this worker's metrics token policy does not allow (${METRICS_TOKENS.allowPrivateEnv}, ${METRICS_TOKENS.allowHostsEnv}; the worker's log names it)`,
+        };
+      }
+      if (probe.signal.aborted) return { error: NO_ANSWER };
+      const e = err as NodeJS.ErrnoException;
+      return { error: scrubCredentials(e.code ?? e.message ?? String(err)).slice(0, 200) };
+    }
+  }
+
+  /**
+   * The source's bearer token, read on this worker from the variable or file the profile names, within
+   * the worker's metrics policy: checked here at every query, whatever `plan` said (a profile may have
+   * reached the worker from an older CLI, or a hand-written workflow input). The token never reaches
+   * the evidence; a refused file's content is never read.
+   */
   function tokenOf(source: TokenRef): { ok: true; token?: string } | { ok: false; evidence: string } {
     if (source.tokenEnv !== undefined) {
+      if (!secretEnvAllowed(METRICS_TOKENS, source.tokenEnv))
+        return {
+          ok: false,
+          evidence: `refused: the metrics token variable ${source.tokenEnv} is not one this worker sends (only ${METRICS_TOKENS.envPrefix}<NAME>)`,
+        };
       const token = process.env[source.tokenEnv]?.trim();
       if (!token)
         return { ok: false, evidence: `the metrics token variable ${source.tokenEnv} is not set on this worker` };
@@ -299,15 +389,22 @@ export function createHealthActivities(deps: HealthActivityDeps = {}) {
     }
     if (source.tokenFile !== undefined) {
       const path = source.tokenFile;
-      if (!isAbsolute(path))
-        return { ok: false, evidence: `the metrics token file ${JSON.stringify(path)} is not an absolute path` };
+      const where = resolveSecretFile(path, metricsPolicy, true);
+      if ('refused' in where)
+        return {
+          ok: false,
+          evidence:
+            where.refused === 'outside'
+              ? `refused: the metrics token file ${JSON.stringify(path)} is outside this worker's metrics tokens directory (${METRICS_TOKENS.dirEnv}; links and ".." resolved)`
+              : `the metrics token file ${path} cannot be read on this worker (missing, or a link that does not resolve)`,
+        };
       try {
-        const stat = statSync(path);
+        const stat = statSync(where.realPath);
         if (!stat.isFile()) return { ok: false, evidence: `the metrics token file ${path} is not a regular file` };
         if (stat.size > TOKEN_FILE_LIMIT)
           return { ok: false, evidence: `the metrics token file ${path} is larger than ${TOKEN_FILE_LIMIT} bytes` };
         // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
-        const token = readText(path).trim();
+        const token = readText(where.realPath).trim();
         if (!token || /[\r\n]/.test(token))
           return { ok: false, evidence: `the metrics token file ${path} does not hold one token line` };
         return { ok: true, token };

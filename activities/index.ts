@@ -14,7 +14,7 @@ import type { ApplyHolder, ApplyResult, RevisionSteps } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
-import type { WebhookPolicy } from '../core/webhook-policy';
+import type { SecretPolicy } from '../core/secret-policy';
 import { TransportError } from './transport';
 import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
@@ -59,11 +59,17 @@ export interface ActivityDeps {
   /** The worker's identity as Temporal knows it (default the SDK's `<pid>@<host>`), named by checkWorkerContent. */
   identity?: string;
   /**
-   * Which webhook secrets and receivers this worker allows (core/webhook-policy.ts). Unset: read from
+   * Which webhook secrets and receivers this worker allows (core/secret-policy.ts). Unset: read from
    * the worker's environment (WAVEGATE_WEBHOOK_SECRETS_DIR, WAVEGATE_WEBHOOK_ALLOW_PRIVATE,
    * WAVEGATE_WEBHOOK_ALLOW_HOSTS) when the activities are made.
    */
-  webhookPolicy?: WebhookPolicy;
+  webhookPolicy?: SecretPolicy;
+  /**
+   * Which metrics tokens and metrics sources this worker allows (core/secret-policy.ts). Unset: read from
+   * the worker's environment (WAVEGATE_METRICS_TOKENS_DIR, WAVEGATE_METRICS_ALLOW_PRIVATE,
+   * WAVEGATE_METRICS_ALLOW_HOSTS) when the activities are made.
+   */
+  metricsPolicy?: SecretPolicy;
 }
 
 export interface SnapshotInput {
@@ -169,7 +175,10 @@ export function createActivities(deps: ActivityDeps = {}) {
     profilesRoot: deps.profilesRoot,
     allowUnsigned: deps.allowUnsigned,
   };
-  const health = createHealthActivities({ profilesRoot: deps.profilesRoot });
+  const health = createHealthActivities({
+    profilesRoot: deps.profilesRoot,
+    ...(deps.metricsPolicy ? { metricsPolicy: deps.metricsPolicy } : {}),
+  });
   const converge = createConvergeActivities({ client: deps.client });
   return {
     ...(deps.auditStore

@@ -1,23 +1,19 @@
-import { lookup as dnsLookup } from 'node:dns';
 import { request as httpRequest, type ClientRequest, type RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { LookupFunction } from 'node:net';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import { deliveryVerdict, shownUrl, webhookRequestHeaders, type WebhookEvent } from '../core/events';
 import {
-  addressRefusal,
-  hostNameAllowed,
-  parseIp,
+  secretEnvAllowed,
   urlRefusal,
   webhookPolicyFromEnv,
-  webhookSecretEnvAllowed,
-  WEBHOOK_SECRET_ENV_PREFIX,
-  type WebhookPolicy,
-} from '../core/webhook-policy';
+  WEBHOOK_SECRETS,
+  type SecretPolicy,
+} from '../core/secret-policy';
 import { readText } from '../intake/files';
-import { resolveWebhookSecretFile } from '../intake/webhook-policy';
+import { resolveSecretFile } from '../intake/secret-policy';
+import { checkedLookup, systemResolve, type ResolveHost } from './checked-lookup';
 
 export interface DeliverWebhookInput {
   url: string;
@@ -31,19 +27,11 @@ export interface DeliverWebhookResult {
   status: number;
 }
 
-/** A host name's addresses, as the resolver gives them (node:dns lookup with `all`). */
-export type ResolveHost = (host: string) => Promise<Array<{ address: string; family: number }>>;
-
-const systemResolve: ResolveHost = (host) =>
-  new Promise((resolve, reject) =>
-    dnsLookup(host, { all: true, verbatim: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))),
-  );
-
 export interface WebhookActivityDeps {
   /** One attempt's time to resolve, connect, send and get the answer's status line (default 10 s). */
   attemptTimeoutMs?: number;
-  /** Which secrets and receivers this worker allows; default: from its environment (core/webhook-policy.ts). */
-  policy?: WebhookPolicy;
+  /** Which secrets and receivers this worker allows; default: from its environment (core/secret-policy.ts). */
+  policy?: SecretPolicy;
   /** How a receiver's host name is resolved (default the system resolver); tests give names of their own. */
   resolveHost?: ResolveHost;
 }
@@ -96,11 +84,11 @@ function log(level: 'warn' | 'info', message: string): void {
  * (non-retryable): it is configuration, and retrying will not set it. The secret itself is never part
  * of an error, a log line or the result, nor is anything about a file's content.
  */
-function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
+function readSecret(input: DeliverWebhookInput, policy: SecretPolicy): string {
   if (input.secretEnv !== undefined) {
-    if (!webhookSecretEnvAllowed(input.secretEnv))
+    if (!secretEnvAllowed(WEBHOOK_SECRETS, input.secretEnv))
       throw secretProblem(
-        `the webhook secret variable ${input.secretEnv} is not one this worker signs with (only ${WEBHOOK_SECRET_ENV_PREFIX}<NAME>)`,
+        `the webhook secret variable ${input.secretEnv} is not one this worker signs with (only ${WEBHOOK_SECRETS.envPrefix}<NAME>)`,
       );
     const value = process.env[input.secretEnv]?.trim();
     if (!value) throw secretProblem(`the webhook secret variable ${input.secretEnv} is not set on this worker`);
@@ -108,7 +96,7 @@ function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
   }
   if (input.secretFile !== undefined) {
     const file = input.secretFile;
-    const where = resolveWebhookSecretFile(file, policy, true);
+    const where = resolveSecretFile(file, policy, true);
     if ('refused' in where && where.refused === 'outside') {
       log(
         'warn',
@@ -138,34 +126,6 @@ function readSecret(input: DeliverWebhookInput, policy: WebhookPolicy): string {
     return value;
   }
   throw secretProblem('the webhook has no secret reference');
-}
-
-/** The lookup the connection uses: every address of the host judged, the connection made to those only. */
-function checkedLookup(resolveHost: ResolveHost, policy: WebhookPolicy, refusals: string[]): LookupFunction {
-  return ((hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
-    resolveHost(hostname).then(
-      (addresses) => {
-        const allowedByName = hostNameAllowed(hostname, policy);
-        for (const a of addresses) {
-          const ip = parseIp(a.address);
-          const refused = !ip
-            ? `${a.address} is not an address`
-            : allowedByName
-              ? undefined
-              : addressRefusal(ip, policy);
-          if (refused) refusals.push(`${hostname} resolved: ${refused}`);
-        }
-        if (refusals.length)
-          return callback(Object.assign(new Error('refused by the webhook policy'), { code: 'EWEBHOOKPOLICY' }));
-        if (!addresses.length)
-          return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
-        // Exactly the addresses judged above: nothing is resolved again between the check and the connect.
-        if (options.all) callback(null, addresses);
-        else callback(null, addresses[0]!.address, addresses[0]!.family);
-      },
-      (err: unknown) => callback(err),
-    );
-  }) as unknown as LookupFunction;
 }
 
 /** Why an attempt got no answer, for the worker's log (an errno, a timeout), never for the failure. */

@@ -5,7 +5,7 @@ import type { z } from 'zod';
 import { redactSecrets, type AuditEventName } from './audit';
 import { utf8Encode } from './bytes';
 import { inlineCredential, redactUrl } from './health';
-import { WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE } from './webhook-policy';
+import { WEBHOOK_SECRETS } from './secret-policy';
 import { lazySchema, zod } from './lazy-schema';
 
 /**
@@ -159,13 +159,13 @@ export const Webhook = lazySchema(() =>
       url: WebhookUrl,
       /**
        * The name of an environment variable of the worker that holds the secret: only the operator's
-       * webhook secrets (`WAVEGATE_WEBHOOK_SECRET_<NAME>`, core/webhook-policy.ts), never any variable of
+       * webhook secrets (`WAVEGATE_WEBHOOK_SECRET_<NAME>`, core/secret-policy.ts), never any variable of
        * the worker (its database password, its API keys).
        */
-      secretEnv: zod().string().regex(WEBHOOK_SECRET_ENV, WEBHOOK_SECRET_ENV_RULE).optional(),
+      secretEnv: zod().string().regex(WEBHOOK_SECRETS.envPattern, WEBHOOK_SECRETS.envRule).optional(),
       /**
        * An absolute path of a file on the worker that holds the secret; it must be under the worker's
-       * webhook secrets directory, checked by `plan`/`start` (intake/webhook-policy.ts) and at delivery.
+       * webhook secrets directory, checked by `plan`/`start` (intake/secret-policy.ts) and at delivery.
        */
       secretFile: zod()
         .string()

@@ -8,6 +8,7 @@ import {
   signedCommandCredentialRefusal,
 } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
+import { METRICS_TOKENS } from './secret-policy';
 import { parseWith } from './validation';
 import { lazySchema, zod } from './lazy-schema';
 
@@ -342,14 +343,13 @@ const MetricsUrl = lazySchema(() =>
 );
 
 /**
- * A bearer token by reference, resolved on the worker only: the name of an environment variable of the
- * worker, or an absolute path of a file on the worker. The reference is recorded; the token never is.
+ * A bearer token by reference, resolved on the worker only: an environment variable of the worker among
+ * those its operator set for metrics tokens (`WAVEGATE_METRICS_TOKEN_<NAME>`, core/secret-policy.ts),
+ * never any variable of the worker (its database password, its API keys); or an absolute path of a file,
+ * which must be in the worker's metrics tokens directory (checked by `plan`/`start`,
+ * intake/secret-policy.ts, and at every query). The reference is recorded; the token never is.
  */
-const TokenEnv = lazySchema(() =>
-  zod()
-    .string()
-    .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'must be an environment variable name (letters, digits, "_")'),
-);
+const TokenEnv = lazySchema(() => zod().string().regex(METRICS_TOKENS.envPattern, METRICS_TOKENS.envRule));
 const TokenFile = lazySchema(() =>
   zod()
     .string()

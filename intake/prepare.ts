@@ -9,7 +9,7 @@ import { loadRolloutInventory } from './inventory';
 import { loadProfile, type LoadedProfile } from './profile';
 import { fileRevision, registeredRevision, registryTrust } from './revisions';
 import { assembleRolloutInput } from './rollout-input';
-import { checkWebhookPolicy } from './webhook-policy';
+import { checkMetricsPolicy, checkWebhookPolicy } from './secret-policy';
 import { loadProfileTrust } from './trust';
 
 /** A spec (parsed) with the profile it names and its two revisions, loaded and verified; no inventory yet. */
@@ -59,8 +59,11 @@ export function readSpec(path: string): RolloutSpec {
   return spec;
 }
 
+/** The spec's profile, its metrics token within the metrics policy of this environment. */
 function loadSpecProfile(req: SpecRequest): LoadedProfile {
-  return loadProfile(req.profilesRoot, req.spec.profile, `${req.specSource}: rollout.profile`);
+  const loaded = loadProfile(req.profilesRoot, req.spec.profile, `${req.specSource}: rollout.profile`);
+  checkMetricsPolicy(loaded.profile, loaded.layout.profileFile);
+  return loaded;
 }
 
 /** The spec's profile and revisions from the profile's files (signed envelopes when it has pins). */

@@ -16,7 +16,7 @@ import { writeDemoSpecAt } from '../support/harness';
  * the rollout's status is final well before its outbox is empty.
  */
 const secretEnv = 'WAVEGATE_WEBHOOK_SECRET_START_WAIT';
-/** The worker's webhook policy (core/webhook-policy.ts): the loopback receiver allowed explicitly. */
+/** The worker's webhook policy (core/secret-policy.ts): the loopback receiver allowed explicitly. */
 const policy = { [secretEnv]: randomBytes(24).toString('hex'), WAVEGATE_WEBHOOK_ALLOW_HOSTS: '127.0.0.1' };
 // The worker runs in this process and reads its webhook policy when it starts: set before, unset after.
 const real = realRollouts('start-wait-close', {

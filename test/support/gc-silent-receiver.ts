@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createWebhookActivities } from '../../activities/webhooks';
-import { webhookPolicyFromEnv } from '../../core/webhook-policy';
+import { webhookPolicyFromEnv } from '../../core/secret-policy';
 
 async function main(): Promise<void> {
   const silent = createServer(() => {});

@@ -29,7 +29,7 @@ export interface WebhookReceiver {
  * for the n-th one (1-based) naming `event` (its X-Wavegate-Event), e.g. 500 for the first two and 200
  * after, with `answerBody` (default "ok"/"no").
  * A worker sends to loopback only when its webhook policy allows it: tests that deliver here give the
- * worker `WAVEGATE_WEBHOOK_ALLOW_HOSTS=127.0.0.1` (core/webhook-policy.ts).
+ * worker `WAVEGATE_WEBHOOK_ALLOW_HOSTS=127.0.0.1` (core/secret-policy.ts).
  */
 export async function startWebhookReceiver(
   answer: (n: number, event: string) => number = () => 200,

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
 import { parseRevision, type Profile, type RevisionHealth } from '../../core/revision';
+import { metricsPolicyFromEnv } from '../../core/secret-policy';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
 import { demoDevices, startFleet, type Fleet } from '../../sim';
@@ -53,7 +54,13 @@ function signedHealth(
 }
 const ENVELOPE = signedHealth(HEALTH);
 
-const { runHealthCheck } = createHealthActivities({ profilesRoot });
+/** The worker's metrics tokens directory; its policy allows the loopback metrics server (core/secret-policy.ts). */
+const tokensDir = join(trustScratch.dir, 'metrics-tokens');
+mkdirSync(tokensDir);
+const { runHealthCheck } = createHealthActivities({
+  profilesRoot,
+  metricsPolicy: metricsPolicyFromEnv({ WAVEGATE_METRICS_TOKENS_DIR: tokensDir, WAVEGATE_METRICS_ALLOW_PRIVATE: '1' }),
+});
 afterAll(() => trustScratch.cleanup());
 
 function targetsOf(fleet: Fleet, ids?: string[]): DeviceTarget[] {
@@ -422,17 +429,16 @@ describe('http probes (node http server on 127.0.0.1)', () => {
   });
 
   it('a metrics token by reference (tokenEnv, tokenFile) is read on the worker, sent as a bearer token, and never shown', async () => {
-    const scratch = scratchDir('token');
     try {
-      process.env.WAVEGATE_TEST_METRICS_TOKEN = 'env-tok-481516';
+      process.env.WAVEGATE_METRICS_TOKEN_TEST = 'env-tok-481516';
       const viaEnv = await runHealthCheck(
         httpInput('error-rate < 0.01', {
-          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_METRICS_TOKEN' } },
+          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_METRICS_TOKEN_TEST' } },
         }),
       );
       expect(viaEnv).toMatchObject({ outcome: 'pass', evidence: `0.001 from ${server.url}/rate-json is < 0.01` });
       expect(server.lastHeaders('/rate-json')?.authorization).toBe('Bearer env-tok-481516');
-      const file = join(scratch.dir, 'metrics.token');
+      const file = join(tokensDir, 'metrics.token');
       writeFileSync(file, 'file-tok-2342\n', { mode: 0o600 });
       const viaFile = await runHealthCheck(
         httpInput('error-rate < 0.01', {
@@ -444,18 +450,17 @@ describe('http probes (node http server on 127.0.0.1)', () => {
       const hits = server.hits('/rate-json');
       const unset = await runHealthCheck(
         httpInput('error-rate < 0.01', {
-          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_TEST_NO_SUCH_TOKEN' } },
+          metrics: { errorRate: { http: `${server.url}/rate-json`, tokenEnv: 'WAVEGATE_METRICS_TOKEN_NO_SUCH' } },
         }),
       );
       expect(unset).toMatchObject({
         outcome: 'inconclusive',
-        evidence: `GET ${server.url}/rate-json: the metrics token variable WAVEGATE_TEST_NO_SUCH_TOKEN is not set on this worker`,
+        evidence: `GET ${server.url}/rate-json: the metrics token variable WAVEGATE_METRICS_TOKEN_NO_SUCH is not set on this worker`,
       });
       expect(server.hits('/rate-json')).toBe(hits);
       for (const r of [viaEnv, viaFile, unset]) expect(JSON.stringify(r)).not.toMatch(/tok-/);
     } finally {
-      delete process.env.WAVEGATE_TEST_METRICS_TOKEN;
-      scratch.cleanup();
+      delete process.env.WAVEGATE_METRICS_TOKEN_TEST;
     }
   });
 

@@ -3,16 +3,17 @@ import { join } from 'node:path';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createWebhookActivities, type ResolveHost } from '../../activities/webhooks';
+import type { ResolveHost } from '../../activities/checked-lookup';
+import { createWebhookActivities } from '../../activities/webhooks';
 import { shownUrl } from '../../core/events';
 import { startedEvent } from '../support/webhook-event';
-import { webhookPolicyFromEnv } from '../../core/webhook-policy';
+import { webhookPolicyFromEnv } from '../../core/secret-policy';
 import { freePort } from '../../sim/ports';
 import { scratchDir } from '../support/harness';
 import { signatureValid, startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
 
 /**
- * The worker's side of the webhook policy (core/webhook-policy.ts, activities/webhooks.ts), one attempt
+ * The worker's side of the webhook policy (core/secret-policy.ts, activities/webhooks.ts), one attempt
  * at a time against real HTTP receivers on 127.0.0.1: what a spec names is judged again at every
  * delivery (a history from an older CLI, a CLI configured otherwise), host names are resolved by the
  * worker with every address judged and the connection made to those, and a failure says a class only.

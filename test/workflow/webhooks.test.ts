@@ -11,7 +11,7 @@ import { readAuditFile } from '../../activities/audit';
 import { createWebhookActivities } from '../../activities/webhooks';
 import { webhookEventOf, type WebhookEvent } from '../../core/events';
 import { startedEvent } from '../support/webhook-event';
-import { webhookPolicyFromEnv } from '../../core/webhook-policy';
+import { webhookPolicyFromEnv } from '../../core/secret-policy';
 import { demoDevices } from '../../sim';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';

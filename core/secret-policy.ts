@@ -1,40 +1,86 @@
 import { WavegateError } from './errors';
 
 /**
- * Which webhook secrets and receivers a worker's operator allows (docs/formats.md, "Webhooks"; SECURITY.md).
+ * Which secrets a worker reads on a spec's or a profile's behalf, and where it may send what it makes of
+ * them (docs/formats.md, "Webhooks" and "Metrics"; SECURITY.md, "Secrets a worker reads on a profile's or
+ * a spec's behalf").
  *
  * Whoever may start a rollout writes its webhooks, and receives HMAC(secret, known text) at the url they
- * chose: a spec that could name any variable or file of the worker, or any address its network reaches,
- * would turn the worker into an oracle for its own secrets (a weak one is guessed offline) and a probe of
- * its private network. So the operator decides, on the worker:
+ * chose; whoever writes a profile names its metrics token, sent as a bearer token to the url they chose.
+ * A reference that could name any variable or file of the worker, or any address its network reaches,
+ * would turn the worker into an oracle for its own secrets (a database password sent in clear, a weak
+ * webhook secret guessed offline) and a probe of its private network. So the operator decides, on the
+ * worker, for each use (`SecretUse`: webhook secrets, metrics tokens), with settings named alike:
  *
- * - secrets: only variables named `WAVEGATE_WEBHOOK_SECRET_<NAME>`, and only files under one directory
- *   (`WAVEGATE_WEBHOOK_SECRETS_DIR`, default /etc/wavegate/webhook-secrets), links resolved;
- * - receivers: public addresses only, unless `WAVEGATE_WEBHOOK_ALLOW_PRIVATE=1` (loopback and private
- *   ranges) or `WAVEGATE_WEBHOOK_ALLOW_HOSTS` (CIDRs, addresses, host names) allows more. Link-local,
- *   cloud metadata, unspecified, multicast and reserved addresses only by an explicit allow-list entry.
+ * - secrets: only variables named `<prefix><NAME>` (`WAVEGATE_WEBHOOK_SECRET_*`, `WAVEGATE_METRICS_TOKEN_*`),
+ *   and only files under one directory (`..._SECRETS_DIR` / `..._TOKENS_DIR`), links resolved;
+ * - receivers: public addresses only, unless `..._ALLOW_PRIVATE=1` (loopback and private ranges) or
+ *   `..._ALLOW_HOSTS` (CIDRs, addresses, host names) allows more. Link-local, cloud metadata,
+ *   unspecified, multicast and reserved addresses only by an explicit allow-list entry.
  *
- * Pure (no Node APIs): the spec schema (core/events.ts, in the workflow bundle too), `plan`/`start`
- * (intake/webhook-policy.ts) and the delivery activity (activities/webhooks.ts) decide with it.
+ * Pure (no Node APIs): the spec and profile schemas (core/events.ts, core/revision.ts; in the workflow
+ * bundle too), `plan`/`start` (intake/secret-policy.ts), the webhook delivery (activities/webhooks.ts)
+ * and the metrics queries (activities/health.ts) decide with it.
  */
 
-/** Every secret variable a webhook may name starts with this. */
-export const WEBHOOK_SECRET_ENV_PREFIX = 'WAVEGATE_WEBHOOK_SECRET_';
-/**
- * The directory of secret files. Named `..._SECRETS_DIR`, not `..._SECRET_DIR`: the latter would itself
- * match the secret prefix, and a spec could sign with the directory's path.
- */
-export const WEBHOOK_SECRETS_DIR_ENV = 'WAVEGATE_WEBHOOK_SECRETS_DIR';
-export const DEFAULT_WEBHOOK_SECRETS_DIR = '/etc/wavegate/webhook-secrets';
-export const WEBHOOK_ALLOW_PRIVATE_ENV = 'WAVEGATE_WEBHOOK_ALLOW_PRIVATE';
-export const WEBHOOK_ALLOW_HOSTS_ENV = 'WAVEGATE_WEBHOOK_ALLOW_HOSTS';
+/** One use of secrets by reference: the settings that bound it, and what the worker does with it (for messages). */
+export interface SecretUse {
+  /** What the worker does, as messages say it: "sends webhooks", "sends a metrics token". */
+  sends: string;
+  /** What one secret is called in messages: "webhook secret", "metrics token". */
+  secret: string;
+  /** Every variable a reference may name starts with this. */
+  envPrefix: string;
+  /** `<envPrefix>` then 1-100 letters, digits or `_`. */
+  envPattern: RegExp;
+  /** The schema's message for a variable outside the prefix. */
+  envRule: string;
+  /**
+   * The variable naming the directory of secret files. Its name must not match `envPrefix`
+   * (`..._SECRETS_DIR`, not `..._SECRET_DIR`): a reference could then use the directory's path.
+   */
+  dirEnv: string;
+  defaultDir: string;
+  allowPrivateEnv: string;
+  allowHostsEnv: string;
+}
 
-/** `WAVEGATE_WEBHOOK_SECRET_` then 1-100 letters, digits or `_`. */
-export const WEBHOOK_SECRET_ENV = new RegExp(`^${WEBHOOK_SECRET_ENV_PREFIX}[A-Za-z0-9_]{1,100}$`);
-export const WEBHOOK_SECRET_ENV_RULE = `must be an environment variable named ${WEBHOOK_SECRET_ENV_PREFIX}<NAME> (letters, digits, "_"): the worker signs only with variables its operator set for webhooks`;
+/** A use from its settings; `why` ends the schema's message for a variable outside the prefix. */
+function secretUse({ why, ...use }: Omit<SecretUse, 'envPattern' | 'envRule'> & { why: string }): SecretUse {
+  return {
+    ...use,
+    envPattern: new RegExp(`^${use.envPrefix}[A-Za-z0-9_]{1,100}$`),
+    envRule: `must be an environment variable named ${use.envPrefix}<NAME> (letters, digits, "_"): ${why}`,
+  };
+}
 
-export function webhookSecretEnvAllowed(name: string): boolean {
-  return WEBHOOK_SECRET_ENV.test(name);
+/** A spec's `webhooks[].secretEnv` / `secretFile`: the HMAC secret the worker signs each delivery with. */
+export const WEBHOOK_SECRETS = secretUse({
+  sends: 'sends webhooks',
+  secret: 'webhook secret',
+  envPrefix: 'WAVEGATE_WEBHOOK_SECRET_',
+  dirEnv: 'WAVEGATE_WEBHOOK_SECRETS_DIR',
+  defaultDir: '/etc/wavegate/webhook-secrets',
+  allowPrivateEnv: 'WAVEGATE_WEBHOOK_ALLOW_PRIVATE',
+  allowHostsEnv: 'WAVEGATE_WEBHOOK_ALLOW_HOSTS',
+  why: 'the worker signs only with variables its operator set for webhooks',
+});
+
+/** A profile's `metrics.errorRate.tokenEnv` / `tokenFile`: the bearer token the worker sends its metrics source. */
+export const METRICS_TOKENS = secretUse({
+  sends: 'sends a metrics token',
+  secret: 'metrics token',
+  envPrefix: 'WAVEGATE_METRICS_TOKEN_',
+  dirEnv: 'WAVEGATE_METRICS_TOKENS_DIR',
+  defaultDir: '/etc/wavegate/metrics-tokens',
+  allowPrivateEnv: 'WAVEGATE_METRICS_ALLOW_PRIVATE',
+  allowHostsEnv: 'WAVEGATE_METRICS_ALLOW_HOSTS',
+  why: 'the worker sends only tokens its operator set for metrics sources',
+});
+
+/** Whether a reference may name this variable for this use. */
+export function secretEnvAllowed(use: SecretUse, name: string): boolean {
+  return use.envPattern.test(name);
 }
 
 // ---- addresses ----
@@ -50,7 +96,7 @@ export type AddressClass =
   | 'multicast'
   | 'reserved';
 
-/** Classes `WAVEGATE_WEBHOOK_ALLOW_PRIVATE=1` allows; the others only an allow-list entry does. */
+/** Classes `..._ALLOW_PRIVATE=1` allows; the others only an allow-list entry does. */
 const ALLOWED_BY_ALLOW_PRIVATE: ReadonlySet<AddressClass> = new Set(['loopback', 'private']);
 
 /** An IPv4 (4 bytes) or IPv6 (16 bytes) address. */
@@ -216,24 +262,18 @@ interface HostEntry {
   subdomains: boolean;
 }
 
-export interface WebhookPolicy {
+export interface SecretPolicy {
+  /** The use this policy bounds: its settings' names, for messages. */
+  use: SecretUse;
   /** Where secret files must be (after links are resolved). */
   secretsDir: string;
-  /** Loopback and private ranges allowed (`WAVEGATE_WEBHOOK_ALLOW_PRIVATE=1`). */
+  /** Loopback and private ranges allowed (`..._ALLOW_PRIVATE=1`). */
   allowPrivate: boolean;
-  /** Addresses allowed whatever their class (`WAVEGATE_WEBHOOK_ALLOW_HOSTS` CIDRs and addresses). */
+  /** Addresses allowed whatever their class (`..._ALLOW_HOSTS` CIDRs and addresses). */
   allowRanges: readonly Cidr[];
-  /** Host names allowed whatever they resolve to (`WAVEGATE_WEBHOOK_ALLOW_HOSTS` names). */
+  /** Host names allowed whatever they resolve to (`..._ALLOW_HOSTS` names). */
   allowNames: readonly HostEntry[];
 }
-
-/** The policy with nothing allowed beyond public receivers and the default secrets directory. */
-export const STRICT_WEBHOOK_POLICY: WebhookPolicy = {
-  secretsDir: DEFAULT_WEBHOOK_SECRETS_DIR,
-  allowPrivate: false,
-  allowRanges: [],
-  allowNames: [],
-};
 
 const HOST_NAME = /^(\*\.)?(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?$/;
 
@@ -246,28 +286,27 @@ function configProblem(variable: string, value: string, rule: string): WavegateE
 }
 
 /**
- * The policy from a worker's (or, for `plan`/`start`, the CLI's) environment. A value that is not
- * understood is INVALID_INPUT naming the variable: a worker does not start with a policy it misread.
+ * The policy of one use from a worker's (or, for `plan`/`start`, the CLI's) environment. A value that is
+ * not understood is INVALID_INPUT naming the variable: a worker does not start with a policy it misread.
  */
-export function webhookPolicyFromEnv(env: Readonly<Record<string, string | undefined>>): WebhookPolicy {
-  const dir = env[WEBHOOK_SECRETS_DIR_ENV]?.trim() || DEFAULT_WEBHOOK_SECRETS_DIR;
+export function secretPolicyFromEnv(use: SecretUse, env: Readonly<Record<string, string | undefined>>): SecretPolicy {
+  const dir = env[use.dirEnv]?.trim() || use.defaultDir;
   if (!dir.startsWith('/') || /[\0\n\r]/.test(dir) || dir.length > 1024)
-    throw configProblem(WEBHOOK_SECRETS_DIR_ENV, dir, 'must be an absolute directory path');
-  const privateText = (env[WEBHOOK_ALLOW_PRIVATE_ENV] ?? '').trim().toLowerCase();
+    throw configProblem(use.dirEnv, dir, 'must be an absolute directory path');
+  const privateText = (env[use.allowPrivateEnv] ?? '').trim().toLowerCase();
   let allowPrivate: boolean;
   if (['1', 'true', 'yes'].includes(privateText)) allowPrivate = true;
   else if (['', '0', 'false', 'no'].includes(privateText)) allowPrivate = false;
   else
     throw configProblem(
-      WEBHOOK_ALLOW_PRIVATE_ENV,
-      env[WEBHOOK_ALLOW_PRIVATE_ENV]!,
+      use.allowPrivateEnv,
+      env[use.allowPrivateEnv]!,
       'must be 1 (allow loopback and private receivers) or 0',
     );
   const allowRanges: Cidr[] = [];
   const allowNames: HostEntry[] = [];
-  const entries = (env[WEBHOOK_ALLOW_HOSTS_ENV] ?? '').split(/[\s,]+/).filter(Boolean);
-  if (entries.length > 256)
-    throw configProblem(WEBHOOK_ALLOW_HOSTS_ENV, env[WEBHOOK_ALLOW_HOSTS_ENV]!, 'at most 256 entries');
+  const entries = (env[use.allowHostsEnv] ?? '').split(/[\s,]+/).filter(Boolean);
+  if (entries.length > 256) throw configProblem(use.allowHostsEnv, env[use.allowHostsEnv]!, 'at most 256 entries');
   for (const entry of entries) {
     const range = parseCidr(entry);
     if (range) {
@@ -277,32 +316,50 @@ export function webhookPolicyFromEnv(env: Readonly<Record<string, string | undef
     const name = entry.toLowerCase();
     if (!HOST_NAME.test(name) || /^[0-9.]+$/.test(name))
       throw configProblem(
-        WEBHOOK_ALLOW_HOSTS_ENV,
+        use.allowHostsEnv,
         entry,
         'each entry (comma-separated) must be a CIDR (10.1.0.0/16, fd00::/8), an address, a host name or *.domain',
       );
     allowNames.push({ name: name.replace(/^\*\./, '').replace(/\.$/, ''), subdomains: name.startsWith('*.') });
   }
-  return { secretsDir: dir.length > 1 ? dir.replace(/\/+$/, '') : dir, allowPrivate, allowRanges, allowNames };
+  return { use, secretsDir: dir.length > 1 ? dir.replace(/\/+$/, '') : dir, allowPrivate, allowRanges, allowNames };
 }
 
+/** The webhook policy of this environment (WAVEGATE_WEBHOOK_SECRETS_DIR, _ALLOW_PRIVATE, _ALLOW_HOSTS). */
+export function webhookPolicyFromEnv(env: Readonly<Record<string, string | undefined>>): SecretPolicy {
+  return secretPolicyFromEnv(WEBHOOK_SECRETS, env);
+}
+
+/** The metrics token policy of this environment (WAVEGATE_METRICS_TOKENS_DIR, _ALLOW_PRIVATE, _ALLOW_HOSTS). */
+export function metricsPolicyFromEnv(env: Readonly<Record<string, string | undefined>>): SecretPolicy {
+  return secretPolicyFromEnv(METRICS_TOKENS, env);
+}
+
+/** The webhook policy with nothing allowed beyond public receivers and the default secrets directory. */
+export const STRICT_WEBHOOK_POLICY: SecretPolicy = webhookPolicyFromEnv({});
+
 /** Whether the allow-list names this host (a url's host name, lower case). */
-export function hostNameAllowed(host: string, policy: WebhookPolicy): boolean {
+export function hostNameAllowed(host: string, policy: SecretPolicy): boolean {
   const name = host.toLowerCase().replace(/\.$/, '');
   return policy.allowNames.some((e) => name === e.name || (e.subdomains && name.endsWith(`.${e.name}`)));
 }
 
+/** The rule a refused address broke, and the setting that would allow it. */
+function publicOnly(cls: AddressClass, use: SecretUse): string {
+  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls)
+    ? `${use.allowPrivateEnv}=1 or ${use.allowHostsEnv}`
+    : use.allowHostsEnv;
+  return `the worker ${use.sends} to public addresses only, unless its operator allows this one (${how})`;
+}
+
 /** Why the worker must not connect to this address, in words for the worker's log and `plan`; undefined when allowed. */
-export function addressRefusal(ip: IpBytes, policy: WebhookPolicy): string | undefined {
+export function addressRefusal(ip: IpBytes, policy: SecretPolicy): string | undefined {
   const cls = addressClass(ip);
   if (cls === 'public') return undefined;
   if (policy.allowRanges.some((r) => inCidr(ip, r))) return undefined;
   if (policy.allowPrivate && ALLOWED_BY_ALLOW_PRIVATE.has(cls)) return undefined;
   const kind = cls === 'metadata' ? 'a cloud metadata' : cls === 'unspecified' ? 'an unspecified' : `a ${cls}`;
-  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls)
-    ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}`
-    : WEBHOOK_ALLOW_HOSTS_ENV;
-  return `${formatIp(ip)} is ${kind} address; the worker sends webhooks to public addresses only, unless its operator allows this one (${how})`;
+  return `${formatIp(ip)} is ${kind} address; ${publicOnly(cls, policy.use)}`;
 }
 
 /** Names that are never public, whatever a resolver says (RFC 6761 localhost, cloud metadata services). */
@@ -314,11 +371,11 @@ function internalName(host: string): AddressClass | undefined {
 }
 
 /**
- * What can be judged of a webhook url without resolving its host (at `plan`/`start`, and first at every
- * delivery): an address written in it, or a name that is always internal. Undefined when allowed so far
+ * What can be judged of a receiver's url without resolving its host (at `plan`/`start`, and first at every
+ * delivery or query): an address written in it, or a name that is always internal. Undefined when allowed so far
  * (a host name is then resolved and each address judged at delivery).
  */
-export function urlRefusal(url: string, policy: WebhookPolicy): string | undefined {
+export function urlRefusal(url: string, policy: SecretPolicy): string | undefined {
   let host: string;
   try {
     host = new URL(url).hostname;
@@ -330,15 +387,12 @@ export function urlRefusal(url: string, policy: WebhookPolicy): string | undefin
   if (hostNameAllowed(host, policy)) return undefined;
   const cls = internalName(host);
   if (!cls) return undefined;
-  const how = ALLOWED_BY_ALLOW_PRIVATE.has(cls)
-    ? `${WEBHOOK_ALLOW_PRIVATE_ENV}=1 or ${WEBHOOK_ALLOW_HOSTS_ENV}`
-    : WEBHOOK_ALLOW_HOSTS_ENV;
-  return `${host} is a ${cls === 'metadata' ? 'cloud metadata' : cls} host name; the worker sends webhooks to public addresses only, unless its operator allows this one (${how})`;
+  return `${host} is a ${cls === 'metadata' ? 'cloud metadata' : cls} host name; ${publicOnly(cls, policy.use)}`;
 }
 
 /**
  * Whether `path` is inside `dir` as text, `..` and `.` resolved (both absolute). Links are judged by the
- * caller with the real paths (intake/webhook-policy.ts): this is the half that holds for a file that
+ * caller with the real paths (intake/secret-policy.ts): this is the half that holds for a file that
  * does not exist here.
  */
 export function pathInside(path: string, dir: string): boolean {
@@ -356,5 +410,7 @@ export function pathInside(path: string, dir: string): boolean {
   return p.length > d.length && d.every((part, i) => p[i] === part);
 }
 
-export const SECRET_FILE_RULE = (dir: string) =>
-  `must be a file under the worker's webhook secrets directory ${dir} (${WEBHOOK_SECRETS_DIR_ENV}), links and ".." resolved`;
+/** The message for a secret file outside the policy's directory. */
+export function secretFileRule(policy: SecretPolicy): string {
+  return `must be a file under the worker's ${policy.use.secret}s directory ${policy.secretsDir} (${policy.use.dirEnv}), links and ".." resolved`;
+}

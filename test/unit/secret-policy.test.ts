@@ -13,8 +13,8 @@ import {
   STRICT_WEBHOOK_POLICY,
   urlRefusal,
   webhookPolicyFromEnv,
-} from '../../core/webhook-policy';
-import { checkWebhookPolicy, resolveWebhookSecretFile } from '../../intake/webhook-policy';
+} from '../../core/secret-policy';
+import { checkWebhookPolicy, resolveSecretFile } from '../../intake/secret-policy';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
@@ -174,20 +174,20 @@ describe('webhook secret files: only under the secrets directory, links and ".."
     expect(pathInside('/etc/wx/a', '/etc/w')).toBe(false);
     expect(pathInside('/etc/w', '/etc/w')).toBe(false);
     const link = join(scratch.dir, 'secrets-link');
-    expect(resolveWebhookSecretFile(join(link, 'ok.secret'), policy, true)).toEqual({
+    expect(resolveSecretFile(join(link, 'ok.secret'), policy, true)).toEqual({
       realPath: join(dir, 'ok.secret'),
     });
-    expect(resolveWebhookSecretFile(join(link, 'alias.secret'), policy, true)).toEqual({
+    expect(resolveSecretFile(join(link, 'alias.secret'), policy, true)).toEqual({
       realPath: join(dir, 'ok.secret'),
     });
-    expect(resolveWebhookSecretFile(join(link, 'escape.secret'), policy, true)).toEqual({ refused: 'outside' });
-    expect(resolveWebhookSecretFile(join(link, 'escape.secret'), policy, false)).toEqual({ refused: 'outside' });
-    expect(resolveWebhookSecretFile(join(link, '..', 'outside'), policy, false)).toEqual({ refused: 'outside' });
+    expect(resolveSecretFile(join(link, 'escape.secret'), policy, true)).toEqual({ refused: 'outside' });
+    expect(resolveSecretFile(join(link, 'escape.secret'), policy, false)).toEqual({ refused: 'outside' });
+    expect(resolveSecretFile(join(link, '..', 'outside'), policy, false)).toEqual({ refused: 'outside' });
     // Absent here: the CLI lets the worker judge it (it may live only there); the worker needs it present.
-    expect(resolveWebhookSecretFile(join(link, 'only-on-the-worker'), policy, false)).toEqual({
+    expect(resolveSecretFile(join(link, 'only-on-the-worker'), policy, false)).toEqual({
       realPath: join(link, 'only-on-the-worker'),
     });
-    expect(resolveWebhookSecretFile(join(link, 'only-on-the-worker'), policy, true)).toEqual({ refused: 'unreadable' });
+    expect(resolveSecretFile(join(link, 'only-on-the-worker'), policy, true)).toEqual({ refused: 'unreadable' });
   });
 
   it('checkWebhookPolicy names every field refused with its value, and accepts what the policy allows', () => {
