@@ -15,6 +15,7 @@ import type { NightlyCanaryInput, NightlyCanaryResult } from '../../workflows/ca
 import { canarySpec } from '../../intake/canary-spec';
 import { loadRolloutInventory } from '../../intake/inventory';
 import { loadProfile } from '../../intake/profile';
+import { checkMetricsPolicy } from '../../intake/secret-policy';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { resolveConnectionSettings, type ConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { retryWait, withClient, withTemporalOptions, workflowUrl } from '../client';
@@ -240,7 +241,9 @@ export function register(program: Command): void {
         const at = parseAt(opts.at);
         const timezone = checkTimeZone(opts.tz);
         const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
-        const { profile } = loadProfile(profilesRoot, opts.profile, '--profile');
+        const { profile, layout } = loadProfile(profilesRoot, opts.profile, '--profile');
+        // The canary's error-rate check sends the profile's metrics token: refused here as `plan` refuses it.
+        checkMetricsPolicy(profile, layout.profileFile);
         const inventoryPath = resolve(opts.inventory);
         loadRolloutInventory(inventoryPath);
         const catchupMs = parseDurationMs(opts.catchupWindow);
