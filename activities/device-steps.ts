@@ -1,6 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { floorRefusal, floorTag, formatFloor, parseFloor, raisedFloor, type FloorIntent } from '../core/floor';
+import {
+  floorRefusal,
+  formatFloor,
+  parseFloor,
+  raisedFloor,
+  stepDownFloor,
+  wayBackOf,
+  type DeviceFloor,
+  type FloorIntent,
+} from '../core/floor';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
@@ -91,13 +100,19 @@ function localPayload(opts: SignedStepsOptions, profile: string, file: PayloadFi
   }
 }
 
+/** Steps as verified (signedSteps), with what only their signed body may say. */
+export type VerifiedSteps = RevisionSteps & {
+  /** How long a device that confirms this revision may go back from it (core/floor.ts wayBackOf). */
+  wayBackMs: number;
+};
+
 /**
  * The steps a worker may run: verified from the envelope(s) against the worker's own pins, with the
  * commands and payload entries taken from the verified body and the payload files found by those signed
  * entries under the worker's own payload directory. A profile the worker holds pins for is never run
  * unsigned. Throws EnvelopeRejected naming the reason.
  */
-export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): RevisionSteps {
+export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): VerifiedSteps {
   if (!steps.envelope) {
     if (steps.rollbackOf)
       throw new EnvelopeRejected(
@@ -114,7 +129,12 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
         'UNSIGNED',
         `${steps.profile} r${steps.revision} has no signed envelope (this worker runs signed revisions only)`,
       );
-    return { ...steps, payload: steps.payload.map((file) => localPayload(opts, steps.profile, file)) };
+    // Nothing signed says how long a device may go back from it: the device maximum, whatever the steps say.
+    return {
+      ...steps,
+      payload: steps.payload.map((file) => localPayload(opts, steps.profile, file)),
+      wayBackMs: wayBackOf(undefined),
+    };
   }
   if (!opts.trust)
     throw new EnvelopeRejected(
@@ -164,6 +184,7 @@ export function signedSteps(steps: RevisionSteps, opts: SignedStepsOptions): Rev
     payload,
     envelope: steps.envelope,
     ...(steps.rollbackOf ? { rollbackOf: steps.rollbackOf } : {}),
+    wayBackMs: wayBackOf(revision),
   };
 }
 
@@ -289,17 +310,16 @@ export async function applyToDevice(
         // With `after`, the floor and the dependencies are checked first by commands of their own (the
         // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
         beat('floor');
-        const refusal = floorRefusal(
-          await session.readFloor(steps.profile, { timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS) }),
-          steps.revision,
-          opts.now ?? Date.now(),
-          given.floor?.below,
-        );
+        const held = await session.readFloor(steps.profile, {
+          timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS),
+        });
+        const refusal = floorRefusal(held, steps.revision, opts.now ?? Date.now(), given.floor?.below);
         if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
         // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
         const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
         if (waiting) return waiting;
-        skipFloor = true;
+        // Going below a floor is judged again by the script, on the device's own clock.
+        skipFloor = held === null || steps.revision >= held.revision;
       }
       return await runUnit(
         session,
@@ -389,7 +409,7 @@ async function unmetDependencies(
 async function runUnit(
   session: DeviceSession,
   device: string,
-  steps: RevisionSteps,
+  steps: VerifiedSteps,
   floor: FloorIntent | undefined,
   holder: ApplyHolder,
   opts: ApplyOptions & { heartbeatIntervalMs: number },
@@ -399,7 +419,7 @@ async function runUnit(
   const profile = steps.profile;
   const step = steps.rollbackOf ? 'rollback' : 'apply';
   const floorNowMs = opts.now ?? Date.now();
-  const floorWork = floorScriptInput(floor, steps.revision, floorNowMs);
+  const floorWork = floorScriptInput(floor, steps.revision, floorNowMs, steps.wayBackMs);
   const ran: string[] = [];
   const answers: Pick<ApplyScriptInput, 'skipFloor' | 'afterStage' | 'breakTheirs'> = { skipFloor };
   // Small payloads travel on the script's standard input (the device writes them only if it lacks
@@ -457,8 +477,14 @@ async function runUnit(
           detail: `the device is at revision ${report.marker}, above r${opts.aheadAbove}`,
         };
       case 'floor': {
-        // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare.
-        const refusal = floorRefusal(parseFloor(report.text), steps.revision, floorNowMs, floor?.below);
+        // The worker's rule decides (core/floor.ts); the shell only stops where it cannot compare. The
+        // way back is judged on the device's clock, which the script reports with the floor.
+        const refusal = floorRefusal(
+          parseFloor(report.text),
+          steps.revision,
+          deviceClockOf(report.text) ?? floorNowMs,
+          floor?.below,
+        );
         if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${device}: ${refusal}`);
         answers.skipFloor = true;
         continue;
@@ -507,27 +533,52 @@ async function runUnit(
 
 /**
  * The floor work of one apply as the script takes it (core/floor.ts): the compensation of the rollout
- * that raised the floor restores the floor it replaced; any other apply with a floor intent raises the
- * floor once confirmed (found in place: only from below, with no way back).
+ * that raised the floor steps it down to where it went, with no way back; any other apply with a floor
+ * intent raises the floor once confirmed (found in place: only from below, with no way back), with the
+ * way back its verified revision signs. The device adds its own clock (`at`) and keeps `from` at or
+ * above the floor it replaces, so neither comes from here.
  */
 function floorScriptInput(
   floor: FloorIntent | undefined,
   revision: number,
   nowMs: number,
-): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore'> {
+  wayBackMs: number,
+): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore' | 'clockFallbackMs'> {
   if (!floor) return {};
-  if (floor.below?.kind === 'compensation')
-    return { floorRestore: { rollout: floorTag(floor.below.rollout), run: floorTag(floor.below.run) } };
+  if (floor.below?.kind === 'compensation') {
+    const down = stepDownFloor(floor.below.rollout, floor.below.run, revision, nowMs);
+    return {
+      floorRestore: { rollout: down.rollout, run: down.run!, text: floorText(down, ['at']) },
+      clockFallbackMs: nowMs,
+    };
+  }
   if (!floor.raise) return {};
-  const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs);
+  const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs, wayBackMs);
   return {
     floorWrite: {
-      raise: formatFloor(raised),
-      inPlace: formatFloor({ ...raised, from: revision, window: 0 }),
+      raise: floorText(raised, ['from', 'at']),
+      raiseFrom: raised.from,
+      inPlace: floorText({ ...raised, from: revision, window: 0, wayBack: 0 }, ['at']),
       rollout: raised.rollout,
       run: raised.run!,
     },
+    clockFallbackMs: nowMs,
   };
+}
+
+/** A floor's text without the keys the device itself writes (the script appends them). */
+function floorText(floor: DeviceFloor, deviceWrites: ReadonlyArray<'from' | 'at'>): string {
+  return formatFloor(floor)
+    .split('\n')
+    .filter((line) => line !== '' && !deviceWrites.some((key) => line.startsWith(`${key}=`)))
+    .map((line) => `${line}\n`)
+    .join('');
+}
+
+/** The device's clock (epoch ms) as the script reports it after a floor it cannot compare (`now=`). */
+function deviceClockOf(text: string): number | undefined {
+  const match = /\nnow=(\d{1,15})\n?$/.exec(text);
+  return match ? Number(match[1]) : undefined;
 }
 
 /** Payloads up to this size (all files together) are streamed in the apply's one command. */

@@ -1,3 +1,5 @@
+import { formatDurationMs } from './duration';
+
 /**
  * A device's floor for a profile: the revision the device itself confirmed for a rollout (verified,
  * marker written), tagged with that rollout and run. Nothing below it is applied again (a confirmed
@@ -6,8 +8,13 @@
  *   - the compensation of the very rollout and run that raised it (rollback on a failed gate, abort with
  *     rollback, cancel, deadline rollback, a canary put back);
  *   - a `wavegate revert` of that rollout and run while its revert window is open: the floor carries the
- *     window's length (`window`), the revert names when the rollout closed (`closedAt`), so the window
- *     runs from the rollout's completion, as `wavegate revert` judges it.
+ *     window's length (`window`), the revert names when the rollout closed (`closedAt`, which the worker
+ *     reads from Temporal, never from the revert's input), so the window runs from the rollout's completion.
+ * Both only while the floor's **way back** is open: `wayBack` ms from `at`, the device's own clock when it
+ * confirmed the revision, `wayBack` taken from the revision's signed body (or DEVICE_WAY_BACK_MS when it
+ * says nothing) by the worker or agent that verified it. A request can name the rollout and run (they are
+ * no secret), but it cannot move `at` or lengthen `wayBack`. And only once: a floor gone below is replaced
+ * by one at the revision it went back to, with no way back (stepDownFloor), and no path removes a floor.
  * Pure: the device stores the text (`floor` under the profile's directory), the worker or agent decides.
  *
  * Floors written by a completed rollout's floor pass, before the floor moved into the apply, carry no
@@ -28,8 +35,14 @@ export interface DeviceFloor {
   run?: string;
   /** The raising rollout's revert window in ms (0: none): a revert may go back until `closedAt + window`. */
   window?: number;
-  /** When the device confirmed it (epoch ms, worker or agent clock). */
+  /** When the device confirmed it (epoch ms, the device's own clock; floors before the way back: the worker's). */
   at?: number;
+  /**
+   * How long after `at` the rollout that raised it may still take the device back to `from` (ms): the
+   * raised revision's signed `wayBack`, or DEVICE_WAY_BACK_MS when it signs none. Absent (floors written
+   * before it): DEVICE_WAY_BACK_MS.
+   */
+  wayBack?: number;
 }
 
 /**
@@ -61,6 +74,23 @@ export type FloorExemption =
 export const DEFAULT_REVERT_WINDOW_MS = 86_400_000;
 
 /**
+ * The device-side maximum of a floor's way back when the raised revision signs no `wayBack`: a week from
+ * the device's own confirmation covers a rollout's gates and pauses plus the default 24 h revert window.
+ */
+export const DEVICE_WAY_BACK_MS = 7 * 86_400_000;
+
+/** The longest `wayBack` a revision may sign (a 30-day revert window after a rollout of weeks). */
+export const MAX_WAY_BACK_MS = 90 * 86_400_000;
+
+/** The way back a confirmed apply of `revision` writes: its signed `wayBack`, else the device maximum. */
+export function wayBackOf(revision: { wayBack?: number } | undefined): number {
+  const signed = revision?.wayBack;
+  return signed !== undefined && Number.isSafeInteger(signed) && signed >= 0
+    ? Math.min(signed, MAX_WAY_BACK_MS)
+    : DEVICE_WAY_BACK_MS;
+}
+
+/**
  * Until when a revert to `from` stays allowed, for a rollout that closed at `closedAt` (epoch ms) with a
  * window of `revertWindowMs` (0: never). `wavegate revert` asks it before it starts anything; the
  * devices ask the same of the floor they hold (floorRefusal).
@@ -87,6 +117,7 @@ export function parseFloor(text: string): DeviceFloor | null {
   const run = fields.get('run');
   const window = num('window');
   const at = num('at');
+  const wayBack = num('wayBack');
   return {
     revision,
     from: num('from') ?? revision,
@@ -95,6 +126,7 @@ export function parseFloor(text: string): DeviceFloor | null {
     ...(run ? { run } : {}),
     ...(window !== undefined ? { window } : {}),
     ...(at !== undefined ? { at } : {}),
+    ...(wayBack !== undefined ? { wayBack } : {}),
   };
 }
 
@@ -108,23 +140,49 @@ export function formatFloor(floor: DeviceFloor): string {
   if (floor.run !== undefined) lines.push(`run=${floorTag(floor.run)}`);
   if (floor.window !== undefined) lines.push(`window=${floor.window}`);
   if (floor.at !== undefined) lines.push(`at=${floor.at}`);
+  if (floor.wayBack !== undefined) lines.push(`wayBack=${floor.wayBack}`);
   return `${lines.join('\n')}\n`;
 }
 
-/** The floor a confirmed apply writes (FloorIntent.raise), at `now` on the device's clock. */
+/**
+ * The floor a confirmed apply writes (FloorIntent.raise), at `now` on the device's clock, with the way
+ * back the verified revision signs (wayBackOf). Over an existing floor the device keeps `from` at or
+ * above that floor's revision (the apply script does, as it knows the floor it replaces): no raise opens
+ * a way below a floor already there (a converge of drifted devices, a forged raise).
+ */
 export function raisedFloor(
   intent: FloorIntent & { raise: NonNullable<FloorIntent['raise']> },
   revision: number,
   now: number,
+  wayBackMs: number,
 ): DeviceFloor {
   return {
     revision,
-    from: intent.raise.from,
+    from: Math.min(intent.raise.from, revision),
     revertUntil: 0,
     rollout: floorTag(intent.rollout),
     run: floorTag(intent.run),
     window: intent.raise.windowMs,
     at: now,
+    wayBack: wayBackMs,
+  };
+}
+
+/**
+ * The floor a device holds once it went below a floor to its `from` (the compensation or the revert of
+ * the rollout that raised it): at the revision it went back to, with no way back. So a floor goes down
+ * one step, once: whatever a later request names, nothing below `revision` is applied again.
+ */
+export function stepDownFloor(rollout: string, run: string, revision: number, now: number): DeviceFloor {
+  return {
+    revision,
+    from: revision,
+    revertUntil: 0,
+    rollout: floorTag(rollout),
+    run: floorTag(run),
+    window: 0,
+    at: now,
+    wayBack: 0,
   };
 }
 
@@ -167,6 +225,13 @@ export function floorRefusal(
       ` (this ${below.kind === 'revert' ? 'revert' : 'compensation'} is for ${below.rollout} run ${below.run}, not for the rollout that raised the floor)`,
     );
   }
+  const wayBack = Math.min(floor.wayBack ?? DEVICE_WAY_BACK_MS, MAX_WAY_BACK_MS);
+  if (floor.at === undefined) return refuse(' (it records no time of confirmation to count its way back from)');
+  if (wayBack <= 0) return refuse(` (r${floor.revision} signs no way back: wayBack 0)`);
+  if (now >= floor.at + wayBack)
+    return refuse(
+      ` (its way back closed at ${new Date(floor.at + wayBack).toISOString()}, ${formatDurationMs(wayBack)} after this device confirmed it)`,
+    );
   if (below.kind === 'compensation') return null;
   const windowMs = floor.window ?? 0;
   if (windowMs <= 0) return refuse(' (it was confirmed with no revert window)');

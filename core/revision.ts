@@ -8,6 +8,8 @@ import {
   signedCommandCredentialRefusal,
 } from './health';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
+import { MAX_WAY_BACK_MS } from './floor';
+import { boundedDuration } from './spec';
 import { METRICS_TOKENS } from './secret-policy';
 import { parseWith } from './validation';
 import { lazySchema, zod } from './lazy-schema';
@@ -212,6 +214,12 @@ function revisionSchema(contentRules: boolean) {
       rollback: signedCommand(false, contentRules).optional(),
       /** The revision a risky change goes back to when no explicit rollback command is given. */
       previous: zod().number().int().positive().optional(),
+      /**
+       * How long after a device confirms this revision the rollout that brought it may still take it
+       * back (its compensation, or a revert inside the spec's window), counted on the device's own clock
+       * (core/floor.ts). Absent: the device maximum (DEVICE_WAY_BACK_MS); 0: never.
+       */
+      wayBack: boundedDuration(0, MAX_WAY_BACK_MS).optional(),
       payload: zod().array(payloadFileSchema(contentRules)).default([]),
       risk: zod().enum(['risky', 'safe']).default('risky'),
       /** Device-side health checks: signed with the rest, run only from a verified envelope. */

@@ -60,16 +60,21 @@ export interface ApplyScriptInput {
   /**
    * The floor this apply writes once it is confirmed (core/floor.ts; absent: the floor is not written,
    * as in rollouts recorded before the floor moved into the apply). `raise`: the file's text after a
-   * fresh apply (verify passed, marker written); `inPlace`: the text written when verify first found the
-   * revision already there, and only over no floor or a floor below `revision` (a device this rollout
-   * did not change opens no way back). The floor it replaces is kept beside it as `floor.prev`.
+   * fresh apply (verify passed, marker written) without its `from` and `at`: the script adds `from`
+   * (`raiseFrom`, kept at or above the revision of the floor it replaces, so no raise opens a way below a
+   * floor already there) and `at` (the device's own clock). `inPlace`: the text (without `at`) written
+   * when verify first found the revision already there, and only over no floor or a floor below
+   * `revision` (a device this rollout did not change opens no way back).
    */
-  floorWrite?: { raise?: string; inPlace?: string; rollout?: string; run?: string };
+  floorWrite?: { raise?: string; raiseFrom?: number; inPlace?: string; rollout?: string; run?: string };
   /**
    * This apply is the compensation of the rollout and run that raised the floor (floorTag'd values): once
-   * it is in place, the floor those raised goes back to the one it replaced (`floor.prev`; none: removed).
+   * it is in place, a floor those raised is replaced by `text` (core/floor.ts stepDownFloor, without its
+   * `at`): the revision it went back to, with no way back. Any other floor stays.
    */
-  floorRestore?: { rollout: string; run: string };
+  floorRestore?: { rollout: string; run: string; text: string };
+  /** The worker's clock (epoch ms) the device's floor times fall back to where its shell has no `date +%s`. */
+  clockFallbackMs?: number;
 }
 
 const STEP = 'WAVEGATE-STEP';
@@ -94,7 +99,9 @@ const reason = (text: string): string => `${shQuote(text)} ${hex(text)}`;
  */
 function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string[] {
   if (input.floorRestore)
-    return [`wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)}`];
+    return [
+      `wg_floor_restore ${shQuote(input.floorRestore.rollout)} ${shQuote(input.floorRestore.run)} ${shQuote(input.floorRestore.text)}`,
+    ];
   if (!input.floorWrite) return [];
   const { rollout, run } = input.floorWrite;
   const ours =
@@ -102,12 +109,12 @@ function floorAfter(input: ApplyScriptInput, path: 'raise' | 'in-place'): string
       ? `[ "$wg_fro" = ${shQuote(rollout)} ] && [ "$wg_frn" = ${shQuote(run)} ]`
       : 'false';
   // Raised already by this run (an attempt cut off between its floor and its release): written again it
-  // would keep itself as floor.prev and lose the floor its compensation must put back.
+  // would take the floor it replaced for its own and keep `from` at its own revision.
   if (path === 'raise')
     return input.floorWrite.raise !== undefined
       ? [
           `wg_floor_read`,
-          `if ${ours}; then wg_note floor raised; else wg_floor_write ${shQuote(input.floorWrite.raise)}; fi`,
+          `if ${ours}; then wg_note floor raised; else wg_floor_raise ${shQuote(input.floorWrite.raise)} ${Math.trunc(input.floorWrite.raiseFrom ?? input.revision)}; fi`,
         ]
       : [];
   if (input.floorWrite.inPlace === undefined) return [];
@@ -209,15 +216,24 @@ export function applyScript(input: ApplyScriptInput): string {
     `  wg_fb=; wg_fr=; wg_fro=; wg_frn=; [ -f "$wg_F" ] || return 0`,
     `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_fb="$wg_fb$wg_l$wg_nl"; case "$wg_l" in revision=*) wg_fr=\${wg_l#revision=} ;; rollout=*) wg_fro=\${wg_l#rollout=} ;; run=*) wg_frn=\${wg_l#run=} ;; esac; done 2>/dev/null < "$wg_F"`,
     `}`,
-    // Write the floor in one rename, keeping the one it replaces as floor.prev (empty: there was none).
+    // The device's own clock in epoch ms (`date +%s` is in every shell we reach; without it, the worker's).
+    `wg_now_ms() { wg_s=$(date +%s 2>/dev/null); case "$wg_s" in ''|*[!0-9]*) wg_ms=${Math.trunc(input.clockFallbackMs ?? input.floorNowMs)} ;; *) wg_ms="\${wg_s}000" ;; esac; }`,
+    // Write the floor in one rename, stamped with the device's clock: the time its way back counts from.
+    // Nothing removes a floor: one only ever replaces another.
     `wg_floor_write() {`,
-    `  if wg_err=$( { printf '%s' "$wg_fb" > "$wg_F.prev" && printf '%s' "$1" > "$wg_F.tmp" && mv -f "$wg_F.tmp" "$wg_F"; } 2>&1 ); then wg_note floor raised; else printf '%s' "$wg_err" | wg_say floor failed; wg_end stop; fi`,
+    `  wg_now_ms`,
+    `  if wg_err=$( { printf '%sat=%s\\n' "$1" "$wg_ms" > "$wg_F.tmp" && mv -f "$wg_F.tmp" "$wg_F"; } 2>&1 ); then wg_note floor "\${2:-raised}"; else printf '%s' "$wg_err" | wg_say floor failed; wg_end stop; fi`,
     `}`,
+    // A raise keeps its way back at or above the floor it replaces: from = min(revision, max(from, floor)).
+    `wg_floor_raise() {`,
+    `  wg_from=$2`,
+    `  case "$wg_fr" in ''|*[!0-9]*) ;; *) if [ \${#wg_fr} -le 15 ] && [ "$wg_fr" -gt "$wg_from" ]; then if [ "$wg_fr" -gt ${revision} ]; then wg_from=${revision}; else wg_from=$wg_fr; fi; fi ;; esac`,
+    `  wg_floor_write "$1from=$wg_from$wg_nl"`,
+    `}`,
+    // The compensation of the run that raised the floor: the floor steps down to where it went, for good.
     `wg_floor_restore() {`,
     `  wg_floor_read`,
-    `  if [ "$wg_fro" = "$1" ] && [ "$wg_frn" = "$2" ]; then`,
-    `    if wg_err=$( { if [ -s "$wg_F.prev" ]; then mv -f "$wg_F.prev" "$wg_F"; else rm -f "$wg_F" "$wg_F.prev"; fi; } 2>&1 ); then wg_note floor restored; else printf '%s' "$wg_err" | wg_say floor failed; wg_end stop; fi`,
-    `  else wg_note floor kept; fi`,
+    `  if [ "$wg_fro" = "$1" ] && [ "$wg_frn" = "$2" ]; then wg_floor_write "$3" restored; else wg_note floor kept; fi`,
     `}`,
     `printf '${STEP} begin ${APPLY_SCRIPT_VERSION} \\n'`,
   ];
@@ -236,7 +252,8 @@ export function applyScript(input: ApplyScriptInput): string {
     lines.push(
       `wg_floor_read`,
       `case "$wg_fr" in ''|*[!0-9]*) ;; *)`,
-      `  if [ \${#wg_fr} -gt 15 ] || [ ${revision} -lt "$wg_fr" ]; then printf '%s' "$wg_fb" | head -c 2048 | wg_say floor check; wg_end stop; fi ;;`,
+      // With the floor, the device's clock: its way back is judged on it (core/floor.ts), not the worker's.
+      `  if [ \${#wg_fr} -gt 15 ] || [ ${revision} -lt "$wg_fr" ]; then { printf '%s' "$wg_fb" | head -c 2048; wg_now_ms; printf '\\nnow=%s\\n' "$wg_ms"; } | wg_say floor check; wg_end stop; fi ;;`,
       `esac`,
       `wg_note floor ok`,
     );

@@ -1,5 +1,5 @@
 import { formatDurationMs } from '../duration';
-import { DEFAULT_REVERT_WINDOW_MS, floorRefusal, revertUntilOf } from '../floor';
+import { DEFAULT_REVERT_WINDOW_MS, revertUntilOf } from '../floor';
 import type { RolloutState } from '../rollout-state';
 import type { PhaseSpec, RolloutSpec } from '../spec';
 import type { RevertOf } from './input';
@@ -83,10 +83,10 @@ export function revertWindowOf(spec: { revertWindow?: number }): number {
 }
 
 /**
- * Why the revert window of a completed rollout is closed at `now`, or null while it is open. The rule is
- * the device floor's (core/floor.ts `floorRefusal` over the floor the rollout's applies raised, for a
- * revert that names the rollout's run and close time), so the CLI's early answer and the devices'
- * enforcement agree: the window runs from the rollout's close.
+ * Why the revert window of a completed rollout is closed at `now`, or null while it is open: it runs from
+ * the rollout's close (Temporal's close time) for the spec's `revertWindow`, as the devices judge a revert
+ * (core/floor.ts `floorRefusal`). Each device also holds it to its own way back (counted from its own
+ * confirmation, as the revision signs it), which only a device knows: a device past it refuses the revert.
  */
 export function revertWindowRefusal(
   r: Pick<FinishedRollout, 'rolloutId' | 'runId' | 'closedAt' | 'spec'>,
@@ -94,20 +94,7 @@ export function revertWindowRefusal(
 ): string | null {
   const windowMs = revertWindowOf(r.spec);
   const closedAt = r.closedAt ?? now;
-  const floor = {
-    revision: r.spec.toRevision,
-    from: r.spec.fromRevision,
-    revertUntil: 0,
-    rollout: r.rolloutId,
-    run: r.runId,
-    window: windowMs,
-    at: 0,
-  };
-  if (
-    floorRefusal(floor, r.spec.fromRevision, now, { kind: 'revert', rollout: r.rolloutId, run: r.runId, closedAt }) ===
-    null
-  )
-    return null;
+  if (windowMs > 0 && now < revertUntilOf(closedAt, windowMs)) return null;
   const closed =
     windowMs > 0
       ? `its revert window (revertWindow ${formatDurationMs(windowMs)}) closed at ${new Date(revertUntilOf(closedAt, windowMs)).toISOString()}`

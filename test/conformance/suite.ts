@@ -5,7 +5,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
-import type { RevertOf, RolloutInput } from '../../core/rollout/input';
+import type { RevertOf, RevisionSteps, RolloutInput } from '../../core/rollout/input';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { parseRolloutSpec } from '../../core/spec';
 import type { Envelope } from '../../core/signing';
@@ -54,6 +54,16 @@ export const REVISIONS: RevisionSource[] = [
   },
   // A real check of the fact, but its non-ASCII text makes it prose to the provability rule (NON_ASCII):
   // verify-first fails, the apply runs, verify passes, and still the device only claims it.
+  // Signs a way back of 3 s: the rollout that brings it can take a device back only within 3 s of its confirmation.
+  {
+    revision: 7,
+    apply: `echo r7 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && install -m 0644 "$WAVEGATE_STAGING/conf" "$HOME/etc/conf"`,
+    verify: `grep -qx 'conf r7' "$HOME/etc/conf"`,
+    payload: { conf: 'conf r7\n' },
+    health: CHECKS,
+    previous: 1,
+    wayBack: 3_000,
+  },
   {
     revision: 6,
     apply: 'echo r6 >> "$HOME/apply-runs" && mkdir -p "$HOME/etc" && cp "$WAVEGATE_STAGING/conf" "$HOME/etc/conf6"',
@@ -77,6 +87,8 @@ export const DEVICES = {
   checks: ['checks-1'],
   reverify: ['reverify-1'],
   crash: ['crash-1'],
+  chain: ['chain-1'],
+  wayBack: ['wayback-1'],
 } as const;
 const ALL = Object.values(DEVICES).flat();
 
@@ -454,10 +466,9 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(floor(id)).toMatchObject({ revision: 2, from: 1, run: done.runId });
     });
 
-    test('8. a rollback only by its own rollout: a failed health gate rolls the device back to r1 (its own compensation) and the floor it raised is gone', async () => {
+    test('8. a rollback only by its own rollout: a failed health gate rolls the device back to r1 (its own compensation); the floor steps down to r1 with no way further back', async () => {
       const [id] = DEVICES.rollback;
       seed(id, 1);
-      const before = read(id, `.wavegate/profiles/${PROFILE}/floor`);
       writeFileSync(file(id, 'unhealthy'), '');
       // A manual gate holds the rollout after the apply: the floor it raised is on the device then.
       const started = await start('rollback', DEVICES.rollback, 1, 2, {
@@ -478,11 +489,16 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(runs(id, 1), 'the compensation ran r1 once').toBe(1);
       expect(marker(id)).toBe(1);
       expect(conf(id)).toBe('conf r1\n');
-      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor it raised is gone').toBe(before);
+      expect(floor(id), 'the floor it raised, stepped down for good').toMatchObject({
+        revision: 1,
+        from: 1,
+        wayBack: 0,
+        run: started.runId,
+      });
       rmSync(file(id, 'unhealthy'));
     });
 
-    test('9. a revert inside its window brings the device back to r1; after the window `wavegate revert` exits 2, and forced, the device refuses BELOW_FLOOR', async () => {
+    test('9. a revert inside its window brings the device back to r1; after the window `wavegate revert` exits 2, and forced with a forged close time, the device refuses BELOW_FLOOR', async () => {
       const ids = DEVICES.revert;
       const [id] = ids;
       seed(id, 1);
@@ -513,9 +529,10 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(refused.code, `${refused.stdout}\n${refused.stderr}`).toBe(2);
       expect(refused.stderr).toMatch(/revert window/);
       expect(marker(id)).toBe(2);
-      // Forced past the CLI: the revert's own input, for this very rollout and run, after its window.
+      // Forced past the CLI: the revert's own input, for this very rollout and run, after its window, saying
+      // the rollout closed just now. The worker reads the close time from Temporal, not from the input.
       const forcedStatus = await forged(
-        revertInput('revert-forced', ids, { rolloutId: late.rolloutId, runId: late.runId, closedAt: closed }),
+        revertInput('revert-forced', ids, { rolloutId: late.rolloutId, runId: late.runId, closedAt: Date.now() }),
       );
       expect(device(forcedStatus, id)).toMatchObject({
         state: 'failed',
@@ -526,7 +543,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(conf(id)).toBe('conf r2\n');
     });
 
-    test('10. a named health check (`check: conf-ok`, signed) passes on a healthy device and fails the gate when it fails there; the failed rollout restores the floor it found', async () => {
+    test("10. a named health check (`check: conf-ok`, signed) passes on a healthy device and fails the gate when it fails there; the failed rollout's compensation leaves the device at r2 with no way back", async () => {
       const ids = DEVICES.checks;
       const [id] = ids;
       seed(id, 1);
@@ -546,9 +563,13 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(runs(id, 3)).toBe(1);
       expect(runs(id, 2), "r2 applied by the first rollout, then again by the second one's compensation").toBe(2);
       expect(marker(id)).toBe(2);
-      expect(read(id, `.wavegate/profiles/${PROFILE}/floor`), 'the floor the first rollout raised, restored').toBe(
-        floorAtR2,
-      );
+      // Back at r2 by the second rollout's compensation, with no way further back to r1.
+      expect(floor(id), 'the floor stepped down to r2 for good').toMatchObject({
+        revision: 2,
+        from: 2,
+        wayBack: 0,
+        run: failing.runId,
+      });
       rmSync(file(id, 'unhealthy'));
     });
 
@@ -585,6 +606,67 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(runs(id, 2), 'one apply, reattached after the crash').toBe(1);
       expect(marker(id)).toBe(2);
       expect(conf(id)).toBe('conf r2\n');
+    });
+
+    /** Steps that go back to `to` naming a compensation of rollout `r` (what anyone who knows its names can send). */
+    const compensationOf = (r: { rolloutId: string; runId: string }, to: number): RevisionSteps => ({
+      ...inputFor(`forged-${to}`, DEVICES.chain, to, to + 1).rollbackSteps,
+      floor: {
+        rollout: r.rolloutId,
+        run: r.runId,
+        below: { kind: 'compensation', rollout: r.rolloutId, run: r.runId },
+      },
+    });
+
+    test('13. a forged chain of compensations: the device goes back one step, once, and never below the floor it stepped down to; its floor is never removed', async () => {
+      const ids = DEVICES.chain;
+      const [id] = ids;
+      seed(id, 1);
+      const first = await rollout('chain-1-2', ids, 1, 2, { revertWindow: '1h' });
+      expect(first.status.state).toBe('completed');
+      const second = await rollout('chain-2-3', ids, 2, 3, { revertWindow: '1h' });
+      expect(second.status.state).toBe('completed');
+      expect(floor(id)).toMatchObject({ revision: 3, from: 2, run: second.runId });
+      // The one way back the device's floor holds (r3 -> r2, named by the run that raised it): taken once.
+      expect(await backend.applyOutsideRollout(ctx, id, compensationOf(second, 2))).toBe('applied');
+      expect(marker(id)).toBe(2);
+      expect(conf(id)).toBe('conf r2\n');
+      expect(floor(id)).toMatchObject({ revision: 2, from: 2, wayBack: 0 });
+      // Then every name a request could give: the rollout that raised r2 before, the same run again, a revert.
+      expect(await backend.applyOutsideRollout(ctx, id, compensationOf(first, 1))).toBe('BELOW_FLOOR');
+      expect(await backend.applyOutsideRollout(ctx, id, compensationOf(second, 1))).toBe('BELOW_FLOOR');
+      const revertFirst = compensationOf(first, 1);
+      revertFirst.floor = {
+        ...revertFirst.floor!,
+        below: { kind: 'revert', rollout: first.rolloutId, run: first.runId, closedAt: Date.now() },
+      };
+      expect(await backend.applyOutsideRollout(ctx, id, revertFirst)).toBe('BELOW_FLOOR');
+      expect(runs(id, 1), 'r1 never ran').toBe(0);
+      expect(marker(id)).toBe(2);
+      expect(conf(id)).toBe('conf r2\n');
+      expect(floor(id), 'the floor is still there').toMatchObject({ revision: 2, from: 2 });
+    });
+
+    test("14. the way back is the device's: r7 signs 3 s; its own compensation is refused BELOW_FLOOR once 3 s have passed on the device since it confirmed r7", async () => {
+      const ids = DEVICES.wayBack;
+      const [id] = ids;
+      seed(id, 1);
+      const done = await rollout('wayback', ids, 1, 7, { revertWindow: '1h' });
+      expect(done.status.state).toBe('completed');
+      const raised = floor(id)!;
+      expect(raised).toMatchObject({ revision: 7, from: 1, wayBack: 3_000, run: done.runId });
+      await until('3 s past the confirmation', async () => (Date.now() > raised.at! + 4_000 ? true : undefined));
+      const back: RevisionSteps = {
+        ...inputFor('wayback-back', ids, 1, 7).rollbackSteps,
+        floor: {
+          rollout: done.rolloutId,
+          run: done.runId,
+          below: { kind: 'compensation', rollout: done.rolloutId, run: done.runId },
+        },
+      };
+      expect(await backend.applyOutsideRollout(ctx, id, back)).toBe('BELOW_FLOOR');
+      expect(runs(id, 1)).toBe(0);
+      expect(marker(id)).toBe(7);
     });
   });
 }

@@ -41,6 +41,8 @@ export interface RevisionSource {
   previous?: number;
   risk?: 'risky' | 'safe';
   description?: string;
+  /** The signed way back (ms): how long after a device confirms it the rollout that brought it may take it back. */
+  wayBack?: number;
 }
 
 export interface SignedProfileOptions {
@@ -126,6 +128,7 @@ export function writeSignedProfile(opts: SignedProfileOptions): SignedProfile {
       payload,
       risk: src.risk ?? (previous || src.rollback ? 'risky' : 'safe'),
       ...(src.health ? { health: src.health } : {}),
+      ...(src.wayBack !== undefined ? { wayBack: src.wayBack } : {}),
     };
     sources.set(n, revision);
     const envelope = sign(revision);

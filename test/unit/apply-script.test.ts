@@ -13,6 +13,7 @@ import {
   type ApplyScriptInput,
 } from '../../activities/transport/apply-script';
 import { shellFor } from '../../activities/device-steps';
+import { parseFloor } from '../../core/floor';
 import { scratchDir } from '../support/harness';
 
 /**
@@ -304,7 +305,7 @@ describe('the apply script run by the POSIX sh', () => {
     ]);
   });
 
-  it("the floor: at or above it the unit goes on; below it (or a number too long to compare) the worker decides, with the floor's text", () => {
+  it("the floor: at or above it the unit goes on; below it (or a number too long to compare) the worker decides, with the floor's text and the device's clock", () => {
     const dir = home();
     const floor = join(dir, '.wavegate/profiles/p/floor');
     mkdirSync(join(dir, '.wavegate/profiles/p'), { recursive: true });
@@ -313,8 +314,16 @@ describe('the apply script run by the POSIX sh', () => {
     // Below: the shell cannot tell a compensation or a revert of the raising rollout from a downgrade.
     const text = `revision=5\nfrom=4\nrevertUntil=${Date.parse('2026-01-02T00:00:00Z')}\nrollout=r\n`;
     writeFileSync(floor, text);
+    const before = Date.now();
     const below = readApplyReport(run(dir, applyScript(input({ holder: { ...holder, run: 'x' } }))).stdout, 'apply');
-    expect(below).toEqual({ kind: 'floor', verdict: 'check', text });
+    expect(below).toMatchObject({ kind: 'floor', verdict: 'check' });
+    const reported = (below as { text: string }).text;
+    expect(reported.startsWith(text), reported).toBe(true);
+    // The device's clock comes with it (whole seconds): the way back is judged on it, not on the worker's.
+    const now = Number(/\nnow=(\d+)\n$/.exec(reported)?.[1]);
+    expect(now).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000);
+    expect(now).toBeLessThanOrEqual(Date.now());
+    expect(parseFloor(reported)).toMatchObject({ revision: 5, from: 4 });
     expect(existsSync(join(dir, '.wavegate/profiles/p/apply.lock'))).toBe(false); // stopped before the lock
     writeFileSync(floor, 'revision=12345678901234567890\n');
     expect(readApplyReport(run(dir, applyScript(input())).stdout, 'apply')).toMatchObject({
@@ -327,15 +336,25 @@ describe('the apply script run by the POSIX sh', () => {
     ).toBe('already-applied');
   });
 
-  it('the floor rises with the confirmed apply in the same run, keeping the one it replaced; found in place it only rises from below', () => {
+  /** A floor as the device wrote it: its `at` between `before` and now (the device's clock, whole seconds). */
+  const floorOf = (p: string, before: number) => {
+    const floor = parseFloor(readFileSync(join(p, 'floor'), 'utf8'))!;
+    expect(floor.at).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000);
+    expect(floor.at).toBeLessThanOrEqual(Date.now());
+    return floor;
+  };
+
+  it('the floor rises with the confirmed apply in the same run, stamped with the device clock, its way back never below the floor it replaced; found in place it only rises from below', () => {
     const dir = home();
     const p = join(dir, '.wavegate/profiles/p');
     mkdirSync(p, { recursive: true });
     const old = 'revision=3\nfrom=2\nrevertUntil=0\nrollout=rollout:old\nrun=r0\n';
     writeFileSync(join(p, 'floor'), old);
-    const raised = 'revision=4\nfrom=3\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=60000\nat=1\n';
-    const inPlace = 'revision=4\nfrom=4\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nat=1\n';
-    const res = run(dir, applyScript(input({ floorWrite: { raise: raised, inPlace } })));
+    // The worker's text leaves `from` and `at` to the device.
+    const raised = 'revision=4\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=60000\nwayBack=604800000\n';
+    const inPlace = 'revision=4\nfrom=4\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nwayBack=0\n';
+    const before = Date.now();
+    const res = run(dir, applyScript(input({ floorWrite: { raise: raised, raiseFrom: 3, inPlace } })));
     expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
     expect(parseReportLines(res.stdout).steps.map((s) => `${s.name} ${s.status}`)).toEqual([
       'floor ok',
@@ -348,8 +367,20 @@ describe('the apply script run by the POSIX sh', () => {
       'floor raised',
       'release released',
     ]);
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
-    expect(readFileSync(join(p, 'floor.prev'), 'utf8')).toBe(old);
+    const first = floorOf(p, before);
+    expect(first).toEqual({
+      revision: 4,
+      from: 3,
+      revertUntil: 0,
+      rollout: 'rollout:t',
+      run: 'run-1',
+      window: 60000,
+      wayBack: 604800000,
+      at: first.at,
+    });
+    const firstText = readFileSync(join(p, 'floor'), 'utf8');
+    // Nothing is kept to restore: a floor only ever gives way to another.
+    expect(existsSync(join(p, 'floor.prev'))).toBe(false);
 
     // Another rollout finds it in place: its floor is at the target already, so it is kept as it is.
     const again = run(
@@ -357,13 +388,17 @@ describe('the apply script run by the POSIX sh', () => {
       applyScript(
         input({
           holder: { ...holder, run: 'run-2' },
-          floorWrite: { raise: raised.replace('run-1', 'run-2'), inPlace: inPlace.replace('run-1', 'run-2') },
+          floorWrite: {
+            raise: raised.replace('run-1', 'run-2'),
+            raiseFrom: 3,
+            inPlace: inPlace.replace('run-1', 'run-2'),
+          },
         }),
       ),
     );
     expect(readApplyReport(again.stdout, 'apply').kind).toBe('already-applied');
     expect(parseReportLines(again.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor kept');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(firstText);
 
     // The same run again (its worker died after the script ended, before it heard): found in place with the
     // floor this run raised, reported `ours` so the worker counts the device as changed by this rollout.
@@ -372,52 +407,85 @@ describe('the apply script run by the POSIX sh', () => {
       applyScript(
         input({
           holder: { ...holder, activity: '5b' },
-          floorWrite: { raise: raised, inPlace, rollout: 'rollout:t', run: 'run-1' },
+          floorWrite: { raise: raised, raiseFrom: 3, inPlace, rollout: 'rollout:t', run: 'run-1' },
         }),
       ),
     );
     expect(readApplyReport(retry.stdout, 'apply').kind).toBe('already-applied');
     expect(parseReportLines(retry.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor ours');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(firstText);
 
     // The apply runs again under this run's own floor (an attempt cut off after its floor, before its
-    // release): the floor stays, and floor.prev still holds the floor its compensation puts back.
+    // release): the floor stays as the first confirmation wrote it (its time too).
     rmSync(join(dir, 'fact'));
     const rerun = run(
       dir,
       applyScript(
         input({
           holder: { ...holder, activity: '5c' },
-          floorWrite: { raise: raised, inPlace, rollout: 'rollout:t', run: 'run-1' },
+          floorWrite: { raise: raised, raiseFrom: 3, inPlace, rollout: 'rollout:t', run: 'run-1' },
         }),
       ),
     );
     expect(readApplyReport(rerun.stdout, 'apply').kind, rerun.stdout).toBe('applied');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
-    expect(readFileSync(join(p, 'floor.prev'), 'utf8')).toBe(old);
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(firstText);
     expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\nrun\n');
 
     // Found in place over a floor below the target (or none): raised to it, with no way back.
     writeFileSync(join(p, 'floor'), old);
     const low = run(
       dir,
-      applyScript(input({ holder: { ...holder, run: 'run-3' }, floorWrite: { raise: raised, inPlace } })),
+      applyScript(input({ holder: { ...holder, run: 'run-3' }, floorWrite: { raise: raised, raiseFrom: 3, inPlace } })),
     );
     expect(readApplyReport(low.stdout, 'apply').kind).toBe('already-applied');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(inPlace);
+    expect(floorOf(p, before)).toMatchObject({ revision: 4, from: 4, wayBack: 0, window: 0, run: 'run-1' });
     expect(readFileSync(join(dir, 'runs'), 'utf8')).toBe('run\nrun\n');
   });
 
-  it('compensation restores the floor its own rollout raised, and keeps one raised by anyone else', () => {
+  it("a raise keeps `from` at or above the floor it replaces (a converge, or a forged raise, opens no way below it); a revert's raise below the floor lands with no way back", () => {
+    const dir = home();
+    const p = join(dir, '.wavegate/profiles/p');
+    mkdirSync(p, { recursive: true });
+    writeFileSync(join(p, 'floor'), 'revision=4\nfrom=3\nrevertUntil=0\nrollout=rollout:old\nrun=r0\nat=1\n');
+    const raised = 'revision=4\nrevertUntil=0\nrollout=rollout:c\nrun=run-c\nwindow=60000\nwayBack=604800000\n';
+    const before = Date.now();
+    // A converge of a drifted device: r4 again, asking a way back to r1. The device keeps it at r4.
+    const res = run(dir, applyScript(input({ floorWrite: { raise: raised, raiseFrom: 1 } })));
+    expect(readApplyReport(res.stdout, 'apply').kind, res.stdout + res.stderr).toBe('applied');
+    expect(floorOf(p, before)).toMatchObject({ revision: 4, from: 4, run: 'run-c' });
+    // Below the floor (the worker allowed a revert of the rollout that raised it): r2 with no way back.
+    const down = home();
+    const q = join(down, '.wavegate/profiles/p');
+    mkdirSync(q, { recursive: true });
+    writeFileSync(join(q, 'floor'), 'revision=5\nfrom=2\nrevertUntil=0\nrollout=rollout:old\nrun=r0\nat=1\n');
+    const revert = run(
+      down,
+      applyScript(
+        input({
+          revision: 2,
+          skipFloor: true,
+          floorWrite: { raise: raised.replace('revision=4', 'revision=2'), raiseFrom: 2 },
+        }),
+      ),
+    );
+    expect(readApplyReport(revert.stdout, 'apply').kind, revert.stdout + revert.stderr).toBe('applied');
+    expect(floorOf(q, before)).toMatchObject({ revision: 2, from: 2 });
+  });
+
+  it('compensation steps the floor its own rollout raised down to where it went, for good (never removed); it keeps one raised by anyone else', () => {
     const dir = home();
     const p = join(dir, '.wavegate/profiles/p');
     mkdirSync(p, { recursive: true });
     const old = 'revision=3\nfrom=2\nrevertUntil=0\nrollout=rollout:old\nrun=r0\n';
     writeFileSync(join(p, 'floor'), old);
-    const raised = 'revision=4\nfrom=3\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nat=1\n';
-    expect(readApplyReport(run(dir, applyScript(input({ floorWrite: { raise: raised } }))).stdout, 'apply').kind).toBe(
-      'applied',
-    );
+    const raised = 'revision=4\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nwayBack=604800000\n';
+    const stepDown = 'revision=3\nfrom=3\nrevertUntil=0\nrollout=rollout:t\nrun=run-1\nwindow=0\nwayBack=0\n';
+    const before = Date.now();
+    expect(
+      readApplyReport(run(dir, applyScript(input({ floorWrite: { raise: raised, raiseFrom: 3 } }))).stdout, 'apply')
+        .kind,
+    ).toBe('applied');
+    const raisedText = readFileSync(join(p, 'floor'), 'utf8');
     const back = (over: Partial<ApplyScriptInput>) =>
       applyScript(
         input({
@@ -431,27 +499,29 @@ describe('the apply script run by the POSIX sh', () => {
         }),
       );
     // Another run's compensation: the device goes back (the worker allowed it) but the floor stays.
-    const other = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'someone-else' } }));
+    const other = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'someone-else', text: stepDown } }));
     expect(readApplyReport(other.stdout, 'rollback').kind, other.stdout).toBe('applied');
     expect(parseReportLines(other.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor kept');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raised);
-    // Its own: found in place now (verify first passes), the floor before it comes back.
-    const own = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1' } }));
+    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(raisedText);
+    // Its own: found in place now (verify first passes); the floor is r3 with no way back, not the one before it.
+    const own = run(dir, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1', text: stepDown } }));
     expect(readApplyReport(own.stdout, 'rollback').kind).toBe('already-applied');
     expect(parseReportLines(own.stdout).steps.map((s) => `${s.name} ${s.status}`)).toContain('floor restored');
-    expect(readFileSync(join(p, 'floor'), 'utf8')).toBe(old);
-    // A floor raised where there was none is removed by its compensation.
+    expect(floorOf(p, before)).toMatchObject({ revision: 3, from: 3, wayBack: 0, run: 'run-1' });
+    // A floor raised where there was none stays after its compensation, at the revision it went back to.
     const bare = home();
     const q = join(bare, '.wavegate/profiles/p');
-    expect(readApplyReport(run(bare, applyScript(input({ floorWrite: { raise: raised } }))).stdout, 'apply').kind).toBe(
-      'applied',
-    );
-    expect(readFileSync(join(q, 'floor.prev'), 'utf8')).toBe('');
     expect(
-      readApplyReport(run(bare, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1' } })).stdout, 'rollback')
+      readApplyReport(run(bare, applyScript(input({ floorWrite: { raise: raised, raiseFrom: 3 } }))).stdout, 'apply')
         .kind,
     ).toBe('applied');
-    expect(existsSync(join(q, 'floor'))).toBe(false);
+    expect(
+      readApplyReport(
+        run(bare, back({ floorRestore: { rollout: 'rollout:t', run: 'run-1', text: stepDown } })).stdout,
+        'rollback',
+      ).kind,
+    ).toBe('applied');
+    expect(floorOf(q, before)).toMatchObject({ revision: 3, from: 3, wayBack: 0 });
     expect(existsSync(join(q, 'floor.prev'))).toBe(false);
   });
 
