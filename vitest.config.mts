@@ -1,3 +1,4 @@
+import { tmpdir } from 'node:os';
 import { defineConfig } from 'vitest/config';
 import { LongestFirstSequencer } from './test/support/sequencer.mjs';
 
@@ -32,6 +33,9 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 180_000,
     globalSetup: ['test/support/global-setup.ts'],
+    // The workers the tests start as `wavegate worker` read the inventories rollouts name (--inventory-on-worker,
+    // the nightly canary) only under their roots: every test keeps its files in a scratch directory under the temp dir.
+    env: { WAVEGATE_INVENTORY_ROOTS: tmpdir() },
     // Longest files first, by recorded CI durations (test/support/sequencer.ts): no tail of slow files alone.
     sequence: { sequencer: LongestFirstSequencer },
     // Every run also leaves a JSON report: `npx tsx scripts/test-durations.ts test-output/vitest.json` refreshes the record.

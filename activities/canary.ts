@@ -16,6 +16,9 @@ import { twinReader } from './channel';
 import { storeMembership } from '../clients/membership';
 import { judgeVerdicts } from './node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
+import { withoutContent } from '../core/worker-files';
+import { verdictsPathFor } from '../intake/node-down';
+import { fileUnderRoots, readUnderRoots, sameDirectory, WORKER_INVENTORY_ROOTS } from '../intake/worker-files';
 
 /**
  * Activities of the nightly canary (workflows/canary.ts): read the fleet's revision over SSH, and build
@@ -25,6 +28,10 @@ import { markOf, type NodeDownMark } from '../core/node-down';
 export interface CanaryActivityDeps {
   /** Client for the registry (default: the worker's own, from the activity context). */
   client?: Client;
+  /** Where the canary's inventory and spec may be (`--inventory-root`; intake/worker-files.ts): none, none is read. */
+  inventoryRoots?: readonly string[];
+  /** The worker's own profiles root: the only one a canary's `profilesDir` may name. */
+  profilesRoot?: string;
 }
 
 export interface CanaryTarget {
@@ -53,6 +60,22 @@ function toFailure(err: unknown): never {
 
 export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
   const client = () => deps.client ?? Context.current().client;
+  const roots = deps.inventoryRoots ?? [];
+  /**
+   * The canary's paths come from a schedule's workflow input, written by whoever can write to the
+   * namespace: its profiles root must be this worker's own, its inventory (and spec) under the worker's
+   * inventory roots, each read by its real path and refused without a byte of its content.
+   */
+  const profilesOf = (input: CanaryTarget): string => {
+    if (deps.profilesRoot && sameDirectory(input.profilesDir, deps.profilesRoot)) return deps.profilesRoot;
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `profilesDir ${JSON.stringify(input.profilesDir)}: not this worker's profiles root (${deps.profilesRoot ?? 'none'}), links resolved; the canary reads its profile where the worker's pins are: re-create the schedule with --profiles ${deps.profilesRoot ?? "<the worker's --profiles>"}`,
+      { field: 'profilesDir', value: input.profilesDir },
+    );
+  };
+  const inventoryOf = <T>(input: CanaryTarget, read: (realPath: string) => T): T =>
+    readUnderRoots('inventoryPath', input.inventoryPath, roots, WORKER_INVENTORY_ROOTS, 'wavegate inventory', read);
   return {
     /**
      * The workflows of the profile running now (core/exclusion.ts decides which stand in the way of a
@@ -82,8 +105,8 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
       input: CanaryTarget,
     ): Promise<{ revision: number | null; unreachable: string[]; devices: number }> {
       try {
-        const { profile } = loadProfile(input.profilesDir, input.profile);
-        const inventory = loadInventory(input.inventoryPath);
+        const { profile } = loadProfile(profilesOf(input), input.profile);
+        const inventory = inventoryOf(input, (realPath) => loadInventory(realPath));
         const read = await readFleetRevision({
           inventory,
           profile: profile.name,
@@ -107,19 +130,29 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
      */
     async prepareCanary(input: PrepareCanaryInput): Promise<RolloutInput> {
       try {
-        const { profile } = loadProfile(input.profilesDir, input.profile);
+        const profilesRoot = profilesOf(input);
+        const { profile } = loadProfile(profilesRoot, input.profile);
+        const specPath = input.specPath && fileUnderRoots('specPath', input.specPath, roots, WORKER_INVENTORY_ROOTS);
         const { spec, specSource } = await registeredCanarySpec(client(), {
           profile,
-          profilesRoot: input.profilesDir,
-          ...(input.specPath ? { specPath: input.specPath } : {}),
+          profilesRoot,
+          ...(specPath ? { specPath } : {}),
           fromRevision: input.fromRevision,
           toRevision: input.toRevision,
+        }).catch((err: unknown) => {
+          // A refusal of the spec file (its parse, its fields) is said without its content.
+          if (specPath && err instanceof WavegateError && err.details.source === specPath)
+            throw withoutContent('specPath', input.specPath!, 'canary spec', err);
+          throw err;
         });
-        const inventory = loadRolloutInventory(input.inventoryPath, 'inventoryPath');
+        const { inventory, realPath } = inventoryOf(input, (realPath) => ({
+          inventory: loadRolloutInventory(realPath, 'inventoryPath'),
+          realPath,
+        }));
         const prepared = await rolloutInputFromRegistry(client(), {
           spec,
           specSource,
-          profilesRoot: input.profilesDir,
+          profilesRoot,
           inventory,
           inventoryPath: input.inventoryPath,
           startedBy: input.startedBy,
@@ -129,13 +162,22 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
         // node-down verdicts beside it rechecked here, and stored in the membership entity, so the canary
         // rollout's snapshot reads the same devices whichever worker runs it.
         const marks = new Map<string, NodeDownMark>();
-        for (const [id, standing] of await judgeVerdicts({
-          inventoryPath: input.inventoryPath,
+        const verdicts = await judgeVerdicts({
+          inventoryPath: realPath,
           devices: inventory.devices,
           inventory: inventory.devices,
           by: `worker ${process.pid}@${hostname()}`,
-        }))
-          marks.set(id, markOf(standing));
+        }).catch((err: unknown) => {
+          if (err instanceof WavegateError)
+            throw withoutContent(
+              "inventoryPath's verdicts file",
+              verdictsPathFor(realPath),
+              'node-down verdicts file',
+              err,
+            );
+          throw err;
+        });
+        for (const [id, standing] of verdicts) marks.set(id, markOf(standing));
         const membership = await storeMembership(
           client(),
           Context.current().info.taskQueue,

@@ -11,6 +11,7 @@ import { parsedPerContent } from './parsed-file';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from './device-steps';
+import { CHECKOUT_PROFILES_ROOT } from './device-steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
@@ -21,6 +22,7 @@ import { mapLimit } from './map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
 import { applyFailureOf } from './apply-failure';
 import { judgeVerdicts } from './node-down';
+import { verdictsPathFor } from '../intake/node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
@@ -28,6 +30,8 @@ import { createSlicedPlanActivities, memberSnapshot } from './sliced-records';
 import { channelFor, refusalOf, type ChannelDeps } from './channel';
 import { createConvergeActivities } from './agent/converge';
 import { WavegateError } from '../core/errors';
+import { withoutContent } from '../core/worker-files';
+import { readUnderRoots, WORKER_INVENTORY_ROOTS } from '../intake/worker-files';
 import { recordDeviceApply } from '../core/metrics';
 
 export type { ApplyResult, RevisionSteps };
@@ -54,6 +58,12 @@ export interface ActivityDeps {
    * worker only runs what its own pins signed.
    */
   allowUnsigned?: boolean;
+  /**
+   * The directories this worker reads files an input names from (`--inventory-root`, intake/worker-files.ts):
+   * a rollout's `inventoryPath` (`--inventory-on-worker`), the nightly canary's inventory and spec. Unset or
+   * empty: none is read, whoever wrote the input.
+   */
+  inventoryRoots?: readonly string[];
   /** Client for the registry activities (default: the worker's own, from the activity context). */
   client?: Client;
   /** The worker's identity as Temporal knows it (default the SDK's `<pid>@<host>`), named by checkWorkerContent. */
@@ -152,6 +162,25 @@ function requiredPath(input: SnapshotInput): string {
   return input.inventoryPath;
 }
 
+/**
+ * The devices of the input's inventory file, read only under the worker's inventory roots and refused
+ * without a byte of the file (intake/worker-files.ts): the refusal goes into the workflow history.
+ * Returns the file's real path too: the node-down verdicts are read beside it.
+ */
+function rootedInventory(input: SnapshotInput, roots: readonly string[]) {
+  const path = requiredPath(input);
+  try {
+    return readUnderRoots('inventoryPath', path, roots, WORKER_INVENTORY_ROOTS, 'wavegate inventory', (realPath) => ({
+      realPath,
+      devices: inventoryDevices(realPath),
+    }));
+  } catch (err) {
+    if (err instanceof WavegateError)
+      throw ApplicationFailure.create({ type: `Snapshot.${err.code}`, message: err.message, nonRetryable: true });
+    throw err;
+  }
+}
+
 /** The identity the Temporal SDK gives a worker by default. */
 export function defaultWorkerIdentity(): string {
   return `${process.pid}@${hostname()}`;
@@ -189,7 +218,11 @@ export function createActivities(deps: ActivityDeps = {}) {
           ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}),
         })),
     ...health,
-    ...createCanaryActivities({ client: deps.client }),
+    ...createCanaryActivities({
+      client: deps.client,
+      inventoryRoots: deps.inventoryRoots ?? [],
+      profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT,
+    }),
     ...createRegistryActivities({ client: deps.client }),
     ...createPreflightActivities({
       profilesRoot: deps.profilesRoot,
@@ -209,14 +242,15 @@ export function createActivities(deps: ActivityDeps = {}) {
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
       let probed = 0;
       // The CLI's stored membership (read through the client, node-down standings judged by the CLI at
-      // start), or with --inventory-on-worker (and older inputs) the file on this worker's disk.
-      const members: readonly MemberRecord[] = input.membership
-        ? await readMembership(
-            input.membership,
+      // start), or with --inventory-on-worker (and older inputs) the file on this worker's disk, under its roots.
+      const file = input.membership ? undefined : rootedInventory(input, deps.inventoryRoots ?? []);
+      const members: readonly MemberRecord[] = file
+        ? file.devices
+        : await readMembership(
+            input.membership!,
             () => Context.current().client,
             () => Context.current().heartbeat(probed),
-          )
-        : inventoryDevices(requiredPath(input));
+          );
       const scoped = devicesInScope(input.scope, members);
       const only = input.only ? new Set(input.only) : undefined;
       const inScope = only ? scoped.filter((d) => only.has(d.id)) : scoped;
@@ -225,17 +259,29 @@ export function createActivities(deps: ActivityDeps = {}) {
       // worker never runs a recheck command that came through Temporal. Only a file on this worker's
       // disk has its verdicts (beside it) rechecked here (activities/node-down.ts).
       const marks = new Map<string, NodeDownMark>();
-      if (input.membership) {
+      if (!file) {
         for (const d of page) if (d.nodeDown) marks.set(d.id, d.nodeDown);
       } else {
+        // Beside the file's real path (under the roots); a refusal of the verdicts file says nothing of its content.
         const verdicts = await judgeVerdicts({
-          inventoryPath: requiredPath(input),
+          inventoryPath: file.realPath,
           devices: page,
           by: `worker ${deps.identity ?? defaultWorkerIdentity()}`,
           onCheck: () => Context.current().heartbeat(probed),
         }).catch((err: unknown) => {
-          if (err instanceof WavegateError)
-            throw ApplicationFailure.create({ type: `NodeDown.${err.code}`, message: err.message, nonRetryable: true });
+          if (err instanceof WavegateError) {
+            const refusal = withoutContent(
+              "inventoryPath's verdicts file",
+              verdictsPathFor(file.realPath),
+              'node-down verdicts file',
+              err,
+            );
+            throw ApplicationFailure.create({
+              type: `NodeDown.${err.code}`,
+              message: refusal.message,
+              nonRetryable: true,
+            });
+          }
           throw err;
         });
         for (const [id, standing] of verdicts) marks.set(id, markOf(standing));

@@ -6,6 +6,7 @@
  *   parent → { stop: true }                         shut down and exit
  * It ends with its parent: a parent that dies (its IPC channel closes) takes it down.
  */
+import { dirname } from 'node:path';
 import { NativeConnection } from '@temporalio/worker';
 import { createWorker } from '../workers/worker';
 
@@ -28,7 +29,8 @@ process.once('message', (request: AgentWorkerRequest) => {
       connection,
       namespace: request.namespace,
       taskQueue: request.taskQueue,
-      deps: { auditDir: request.auditDir },
+      // The run's inventory (unsliced: read on this worker) is beside the audit directory, in the bench's own temp dir.
+      deps: { auditDir: request.auditDir, inventoryRoots: [dirname(request.auditDir)] },
       layout: {
         role: 'all',
         maxActivities: request.maxActivities,

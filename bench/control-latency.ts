@@ -100,7 +100,7 @@ async function main(): Promise<void> {
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
-    deps: { auditDir: join(dir, 'audit') },
+    deps: { auditDir: join(dir, 'audit'), inventoryRoots: [dir] }, // the input names the fleet file in dir
   });
   const running = worker.run();
   const connection = await Connection.connect({ address: env.address });

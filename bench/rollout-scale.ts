@@ -176,7 +176,8 @@ async function runTemporal(dir: string, inventoryPath: string, shards: Shard[]):
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
     taskQueue,
-    deps: { auditDir: join(dir, 'audit') },
+    // The fleet's inventory is read on this worker (`--inventory-on-worker`) unless the records are sliced.
+    deps: { auditDir: join(dir, 'audit'), inventoryRoots: [dir] },
   });
   const running = worker.run();
   try {

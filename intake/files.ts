@@ -12,8 +12,13 @@ import { invalidFields, shapeProblem } from '../core/validation';
  */
 export const MAX_DOCUMENT_BYTES = 16 * 1024 * 1024;
 
+// The refusals of reading a file say nothing of its content (`contentFree`): they may leave the host as they are (core/worker-files.ts).
 function unreadable(path: string, why: string): WavegateError {
-  return new WavegateError('INVALID_INPUT', `${path}: cannot read file (${why})`, { source: path, reason: why });
+  return new WavegateError('INVALID_INPUT', `${path}: cannot read file (${why})`, {
+    source: path,
+    reason: why,
+    contentFree: true,
+  });
 }
 
 /**
@@ -40,7 +45,7 @@ export function readBytes(path: string): Buffer {
       throw new WavegateError(
         'INVALID_INPUT',
         `${path}: is ${stat.size} bytes, above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
-        { source: path },
+        { source: path, contentFree: true },
       );
     }
     // Read at most one byte past the limit, whatever the size said (a file can grow while read).
@@ -52,7 +57,7 @@ export function readBytes(path: string): Buffer {
       throw new WavegateError(
         'INVALID_INPUT',
         `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
-        { source: path },
+        { source: path, contentFree: true },
       );
     return buffer.subarray(0, length);
   } catch (err) {
@@ -102,8 +107,14 @@ export function parseDocumentText(text: string, path: string, format: 'json' | '
       /^Maximum call stack size exceeded/,
       `nested too deeply (more than ${MAX_DOCUMENT_DEPTH} levels)`,
     );
-    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${format === 'json' ? 'JSON' : 'YAML'}: ${message}`, {
+    const syntax = format === 'json' ? 'JSON' : 'YAML';
+    // Where, apart from the parser's words (which quote the offending line): a refusal leaving the host says only this.
+    const at = /at line (\d+), column (\d+)/.exec(message) ?? /at position (\d+)/.exec(message);
+    const position = at ? (at.length === 3 ? `line ${at[1]}, column ${at[2]}` : `character ${at[1]}`) : undefined;
+    throw new WavegateError('INVALID_INPUT', `${path}: not valid ${syntax}: ${message}`, {
       source: path,
+      syntax,
+      ...(position ? { position } : {}),
     });
   }
 }

@@ -41,10 +41,7 @@ export function loadRolloutInventory(path: string, field = '--inventory'): Inven
     throw new WavegateError(
       'INVALID_INPUT',
       `${field} ${path}: an Ansible inventory; a rollout needs a wavegate inventory (the worker reads it again at snapshot time). \`wavegate plan\` reads Ansible inventories`,
-      {
-        field,
-        value: path,
-      },
+      { field, value: path, contentFree: true },
     );
   }
   return inventory;

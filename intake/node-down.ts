@@ -34,7 +34,7 @@ export function checkStrictModes(path: string): void {
     throw new WavegateError(
       'INVALID_STATE',
       `${path}: refused: ${what}; its recheck commands would run as this user (fix with chown and chmod go-w, see SECURITY.md)`,
-      { source: path },
+      { source: path, contentFree: true },
     );
   };
   const file = lstatSync(path);

@@ -1,15 +1,14 @@
-import { lstatSync, realpathSync } from 'node:fs';
 import type { Profile } from '../core/revision';
 import { formatPath, invalidFields, type FieldProblem } from '../core/validation';
 import {
   metricsPolicyFromEnv,
-  pathInside,
   secretFileRule,
   urlRefusal,
   webhookPolicyFromEnv,
   type SecretPolicy,
 } from '../core/secret-policy';
 import type { RolloutSpec } from '../core/spec';
+import { resolveUnder } from './worker-files';
 
 /**
  * Where a secret file really is, if the policy allows it: under the policy's secrets directory as text
@@ -23,24 +22,7 @@ export function resolveSecretFile(
   policy: SecretPolicy,
   mustExist: boolean,
 ): { realPath: string } | { refused: 'outside' | 'unreadable' } {
-  if (!path.startsWith('/') || !pathInside(path, policy.secretsDir)) return { refused: 'outside' };
-  let exists = true;
-  try {
-    lstatSync(path);
-  } catch {
-    exists = false;
-  }
-  if (!exists) return mustExist ? { refused: 'unreadable' } : { realPath: path };
-  let realPath: string;
-  let realDir: string;
-  try {
-    realPath = realpathSync(path);
-    realDir = realpathSync(policy.secretsDir);
-  } catch {
-    // A dangling link, a loop, a directory we cannot search: here it cannot be judged, so not read.
-    return mustExist ? { refused: 'unreadable' } : { realPath: path };
-  }
-  return pathInside(realPath, realDir) ? { realPath } : { refused: 'outside' };
+  return resolveUnder(path, policy.secretsDir, mustExist);
 }
 
 /**

@@ -32,6 +32,8 @@ export async function startDevStack(opts: {
   uiPort?: number;
   /** The worker's profiles root (pins and payload files), always given: the stack never guesses it. */
   profilesRoot: string;
+  /** Where the worker reads files rollouts name (`--inventory-root`; `wavegate dev` gives its own); none without. */
+  inventoryRoots?: readonly string[];
   log: (line: string) => void;
   /** The worker stopped on its own (a fatal error): after its one line is logged. The stack is still up. */
   onWorkerFailed?: (err: Error) => void;
@@ -85,6 +87,7 @@ export async function startDevStack(opts: {
         auditDir: join(stateDir, 'audit'),
         auditKeyFile,
         profilesRoot: resolve(opts.profilesRoot),
+        inventoryRoots: opts.inventoryRoots ?? [],
       },
     });
     // Never an unhandled rejection (a stack trace): a worker that dies says why in one line, and the caller decides.

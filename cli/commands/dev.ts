@@ -43,6 +43,26 @@ import {
 } from '../../intake/profiles-root';
 import { connectClient, retryWait, startRollout, withTemporalOptions, workflowUrl } from '../client';
 import { registerProfileEnvelopes } from '../registry-client';
+import { INVENTORY_ROOTS_ENV, resolveInventoryRoots } from '../../intake/worker-files';
+
+/** A repeatable flag's values, in order. */
+const collectRoots = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
+
+interface DevFlags {
+  demo?: boolean;
+  port?: number;
+  uiPort?: number;
+  stateDir: string;
+  profiles?: string;
+  inventoryRoot?: string[];
+}
+
+/** The worker's start line about its inventory roots. */
+function describeInventoryRoots(roots: readonly string[]): string {
+  return roots.length
+    ? `inventory roots: ${roots.join(', ')} (files rollouts name are read only under these)`
+    : `inventory roots: none, so this worker reads no inventory a rollout names (--inventory-on-worker) and no nightly canary's files (--inventory-root or $${INVENTORY_ROOTS_ENV})`;
+}
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
@@ -138,10 +158,20 @@ export function register(program: Command): void {
     .option('--ui-port <port>', 'Web UI port (default 8233, or a free one)', (v) => Number(v))
     .option('--state-dir <dir>', 'where the SQLite state, logs and demo fleet live', STATE_DIR)
     .option('--profiles <dir>', profilesOptionHelp(`this checkout's profiles/ (${DEMO_PROFILES})`))
+    .option(
+      '--inventory-root <dir>',
+      `a directory the worker reads files rollouts name from (--inventory-on-worker, the nightly canary's inventory and spec); repeatable; default $${INVENTORY_ROOTS_ENV}, else the current directory and --state-dir`,
+      collectRoots,
+    )
     .action(
-      action(async (opts: { demo?: boolean; port?: number; uiPort?: number; stateDir: string; profiles?: string }) => {
+      action(async (opts: DevFlags) => {
         const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
         checkProfilesRoot(profiles);
+        // A dev stack is one user's: by default its worker reads inventories where that user works and where the demo's is.
+        const inventoryRoots =
+          opts.inventoryRoot || process.env[INVENTORY_ROOTS_ENV]?.trim()
+            ? resolveInventoryRoots(opts.inventoryRoot)
+            : [process.cwd(), resolve(opts.stateDir)];
         if (opts.demo && !hasProfile(profiles.dir, 'demo'))
           throw new WavegateError(
             'INVALID_INPUT',
@@ -155,12 +185,14 @@ export function register(program: Command): void {
             port: opts.port,
             uiPort: opts.uiPort,
             profilesRoot: profiles.dir,
+            inventoryRoots,
             log,
           },
           async (stack) => {
             log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
             log(`Web UI:           ${stack.server.uiUrl}`);
             log(`profiles root:    ${describeProfilesRoot(profiles)}`);
+            log(`inventory roots:  ${inventoryRoots.join(', ')}`);
             if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
             if (opts.demo) {
               const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
@@ -258,6 +290,11 @@ export function register(program: Command): void {
         `${profilesOptionHelp()}: the worker's own pins (trust.yaml) and payload files are read there, and nowhere else`,
       )
       .option(
+        '--inventory-root <dir>',
+        `a directory this worker reads files rollouts name from: an inventory started with --inventory-on-worker, a nightly canary's inventory and spec (repeatable; default $${INVENTORY_ROOTS_ENV}, ":"-separated; none: no such file is read)`,
+        collectRoots,
+      )
+      .option(
         '--metrics-bind <host:port>',
         "serve Prometheus metrics (the SDK's and wavegate's) at http://<host:port>/metrics (default $WAVEGATE_METRICS_BIND; none: no endpoint)",
       )
@@ -308,6 +345,7 @@ export function register(program: Command): void {
           auditDir?: string;
           auditKeyFile?: string;
           profiles?: string;
+          inventoryRoot?: string[];
           registerSearchAttributes?: boolean;
         } & VersioningFlags &
           WorkerLayoutFlags,
@@ -317,6 +355,7 @@ export function register(program: Command): void {
         const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
         const profiles = resolveProfilesRoot({ flag: flags.profiles });
         const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
+        const inventoryRoots = resolveInventoryRoots(flags.inventoryRoot); // likewise each inventory root
         const settings = resolveConnectionSettings(flags);
         const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
         // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
@@ -357,6 +396,7 @@ export function register(program: Command): void {
         log(
           `profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`,
         );
+        log(describeInventoryRoots(inventoryRoots));
         const worker = await createWorker({
           connection,
           namespace: settings.namespace,
@@ -366,6 +406,7 @@ export function register(program: Command): void {
           deps: {
             log,
             profilesRoot: profiles.dir,
+            inventoryRoots,
             ...(auditDir ? { auditDir } : {}),
             ...(auditKeyFile ? { auditKeyFile } : {}),
             ...(auditStore ? { auditStore } : {}),

@@ -87,7 +87,7 @@ let queueCounter = 0;
 /** A real worker with the real activities on a fresh task queue of `env`. */
 export async function startTestWorker(
   env: TestWorkflowEnvironment,
-  opts: { auditDir?: string; taskQueue?: string; profilesRoot?: string } = {},
+  opts: { auditDir?: string; taskQueue?: string; profilesRoot?: string; inventoryRoots?: string[] } = {},
 ) {
   const taskQueue = opts.taskQueue ?? `test-${process.pid}-${++queueCounter}`;
   const worker = await Worker.create({
@@ -97,6 +97,8 @@ export async function startTestWorker(
     workflowBundle: await workflowBundle(),
     activities: createActivities({
       auditDir: opts.auditDir ?? join(tmpdir(), 'wavegate-test-audit'),
+      // Every test's fleet and inventory are in a scratch directory under the temp dir (scratchDir).
+      inventoryRoots: opts.inventoryRoots ?? [tmpdir()],
       ...(opts.profilesRoot ? { profilesRoot: opts.profilesRoot } : {}),
     }),
     maxConcurrentActivityTaskExecutions: 200,
