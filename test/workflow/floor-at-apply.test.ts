@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
-import { parseFloor } from '../../core/floor';
+import { DEVICE_WAY_BACK_MS, parseFloor } from '../../core/floor';
 import { changedDevices, IN_PLACE_REASON } from '../../core/rollout/revert';
 import { demoDevices, type Fleet } from '../../sim';
 import { abortUpdate } from '../../contracts/rollout';
@@ -70,6 +70,8 @@ describe("the floor rises with each device's confirmed apply", () => {
         run: runId,
         window: 3_600_000,
         at: expect.any(Number),
+        // The demo's r2 signs no way back of its own: the device maximum.
+        wayBack: DEVICE_WAY_BACK_MS,
       });
     }
     // Found in place: applied for the board, but not changed by this rollout, and its floor untouched.
@@ -92,7 +94,7 @@ describe("the floor rises with each device's confirmed apply", () => {
     expect(fleet.devices.map((d) => fleet.count(d.id, APPLY_COMMAND))).toEqual(applies);
   });
 
-  it('abort with rollback goes below the floor its own run raised, and the floor that was there before comes back', async () => {
+  it('abort with rollback goes below the floor its own run raised, once: the floor steps down to r1 with no way back', async () => {
     n++;
     const { dir, fleet, inventoryPath } = await real.fleet(demoDevices(4));
     const input = rolloutInputFor(
@@ -118,7 +120,7 @@ describe("the floor rises with each device's confirmed apply", () => {
     expect(result.state).toBe('aborted');
     expect(result.devices.find((d) => d.id === canary)!.state).toBe('rolled-back');
     expect(markerOf(fleet, canary)).toBe(1);
-    // There was no floor before this rollout raised one: its compensation leaves none.
-    expect(floorText(fleet, canary)).toBeNull();
+    // No floor was there before this rollout raised one: its compensation leaves one at r1, never none.
+    expect(parseFloor(floorText(fleet, canary)!)).toMatchObject({ revision: 1, from: 1, wayBack: 0, run: runId });
   });
 });
