@@ -21,6 +21,7 @@ import { targetOf } from './fleet';
 import { mapLimit } from './map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
 import { applyFailureOf } from './apply-failure';
+import { withRecordedClose } from './revert-close';
 import { judgeVerdicts } from './node-down';
 import { verdictsPathFor } from '../intake/node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
@@ -347,8 +348,10 @@ export function createActivities(deps: ActivityDeps = {}) {
           activity: activityId,
           attempt,
         };
+        // A revert's window runs from the close Temporal recorded for the run it reverts, not from its input's word.
+        const steps = await withRecordedClose(input.steps, deps.client ?? ctx.client);
         // Chosen inside the try: a transport this worker has no channel for is a Transport.config failure.
-        const result = await channelFor(input.device, channels).apply(input.device, input.steps, {
+        const result = await channelFor(input.device, channels).apply(input.device, steps, {
           holder,
           rollout: workflowExecution?.workflowId ?? null,
           taskQueue: ctx.info.taskQueue,
