@@ -20,15 +20,38 @@ export class HttpRefusal extends Error {
  * The whole body, or HttpRefusal 413 past `max` bytes. What follows the limit is read and thrown away
  * (up to 16 times the limit, then the connection is cut), so the client can still read the 413. Once
  * settled, the listeners left on the request hold nothing of the body: a long-poll keeps its request for
- * up to a minute, and through them it kept the body (about 17 MiB at 10,000 held long-polls).
+ * up to a minute, and through them it kept the body (about 17 MiB at 10,000 held long-polls). With
+ * `timeout`, a body that has not ended within `ms` (what is left of the bound, `boundMs`, counted from
+ * the headers) is HttpRefusal 408 BODY_TIMEOUT (the caller closes the connection).
  */
-export function readBody(req: IncomingMessage, max = MAX_BODY_BYTES): Promise<Buffer> {
+export function readBody(
+  req: IncomingMessage,
+  max = MAX_BODY_BYTES,
+  timeout?: { ms: number; boundMs: number },
+): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     let chunks: Buffer[] = [];
     let settle: { resolve: (body: Buffer) => void; reject: (err: unknown) => void } | undefined = { resolve, reject };
     let size = 0;
     let refused = false;
+    const timer =
+      timeout === undefined
+        ? undefined
+        : setTimeout(
+            () =>
+              finish((s) =>
+                s.reject(
+                  new HttpRefusal(
+                    408,
+                    'BODY_TIMEOUT',
+                    `the request body did not arrive within ${timeout.boundMs / 1000} s of its headers (${size} of ${req.headers['content-length'] ?? 'an undeclared number of'} bytes)`,
+                  ),
+                ),
+              ),
+            timeout.ms,
+          );
     const finish = (outcome: (s: NonNullable<typeof settle>) => void) => {
+      if (timer) clearTimeout(timer);
       if (settle) outcome(settle);
       settle = undefined;
       chunks = [];

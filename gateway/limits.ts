@@ -45,6 +45,12 @@ export const GATEWAY_TIMEOUTS = {
   headersMs: 10_000,
   /** From a request's start to the end of its (bounded) body: Node's requestTimeout; a long-poll's wait is after it. */
   requestMs: 30_000,
+  /**
+   * From an authenticated request's headers to the end of its body (at most 256 KiB, a few KiB from an
+   * agent): a client that declares more than it sends is answered 408 BODY_TIMEOUT and cut then, instead
+   * of holding its request slot and its device's share until requestMs.
+   */
+  bodyMs: 5_000,
   /** A kept-alive connection between requests. */
   keepAliveMs: 5_000,
   /** A socket with no traffic at all (a connection that never sends a byte, a TLS handshake that stalls). */

@@ -189,6 +189,12 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const started = now();
+    // The body must follow the headers within GATEWAY_TIMEOUTS.bodyMs, counted from here (the headers are in).
+    const headersAt = Date.now();
+    const bodyTimeout = () => ({
+      ms: Math.max(0, GATEWAY_TIMEOUTS.bodyMs - (Date.now() - headersAt)),
+      boundMs: GATEWAY_TIMEOUTS.bodyMs,
+    });
     const source = sourceOf(req.socket);
     let device = '-';
     let bodyRead = false;
@@ -240,7 +246,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
           const claimed = /device="([^"]{1,128})"/.exec(header ?? '')?.[1];
           if (claimed !== undefined && opts.pins.keyOf(claimed)) {
             req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-            legacyBody = await readBody(req, MAX_BODY_BYTES);
+            legacyBody = await readBody(req, MAX_BODY_BYTES, bodyTimeout());
             bodyRead = true;
             auth = authenticate(
               {
@@ -271,9 +277,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
           );
         }
         device = auth.device;
-        // Only now, for a pinned device whose signature verified, is the body read (bounded in size and by requestTimeout).
+        // Only now, for a pinned device whose signature verified, is the body read (bounded in size and in time: bodyMs).
         if (legacyBody === undefined) req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-        let body: Buffer | undefined = legacyBody ?? (await readBody(req, MAX_BODY_BYTES));
+        let body: Buffer | undefined = legacyBody ?? (await readBody(req, MAX_BODY_BYTES, bodyTimeout()));
         legacyBody = undefined;
         bodyRead = true;
         const mismatch = bodyDigestProblem(auth.digest, body);

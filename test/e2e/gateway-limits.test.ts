@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationHeader } from '../../core/agent-auth';
@@ -144,6 +145,36 @@ describe('gateway bounds per device, per source, and its log', () => {
       message: expect.stringContaining('BODY_DIGEST'),
     });
   }, 30_000);
+
+  it('an authenticated request whose body stops short of its Content-Length is answered 408 BODY_TIMEOUT and closed within 5 s of its headers', async () => {
+    const body = sync(0);
+    const authorization = sign('dev-a', devA.secret, 'POST', '/v1/report', body);
+    const socket = connect(gateway.port, '127.0.0.1');
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    let answer = '';
+    socket.on('data', (c: Buffer) => (answer += c.toString()));
+    const closed = new Promise<number>((r) => socket.once('close', () => r(Date.now())));
+    const sentAt = Date.now();
+    // The whole head and half the body it declares, then nothing: the connection stays open.
+    socket.write(
+      `POST /v1/report HTTP/1.1\r\nhost: gateway\r\nauthorization: ${authorization}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`,
+    );
+    socket.write(body.subarray(0, body.length >> 1));
+    const closedAt = await closed;
+    const answeredMs = closedAt - sentAt;
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer).toContain('"code":"BODY_TIMEOUT"');
+    expect(answer).toContain('within 5 s of its headers');
+    expect(answer.toLowerCase()).toContain('connection: close');
+    // Not before the bound, and well before the request's 30 s limit (the answer, then at most the 2 s linger).
+    expect(answeredMs).toBeGreaterThanOrEqual(4_900);
+    expect(answeredMs).toBeLessThan(8_000);
+    await until(
+      'the request to be released',
+      async () => ((await gateway.stats())?.requests === 0 ? true : undefined),
+      5_000,
+    );
+  }, 45_000);
 
   it('an agent of the older protocol (no digest in its header) is told to upgrade', async () => {
     const old = sign('dev-b', devB.secret, 'POST', '/v1/report', sync(0)).replace(/, digest="[0-9a-f]+"/, '');
