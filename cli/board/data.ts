@@ -40,6 +40,8 @@ export interface BoardSources {
   taskQueue: string;
   /** The profiles root a revert reads its revisions from (`--profiles`, as `wavegate revert`). */
   profilesRoot: string;
+  /** The board's own `--inventory`: the only inventory a revert started from the board reads. */
+  inventory?: string;
   /** How long a read of Temporal is retried through transient failures before the page is told (default 10 s). */
   readRetryMs?: number;
 }
@@ -262,11 +264,25 @@ export async function liveFingerprint(src: BoardSources, id: string): Promise<st
   ]);
 }
 
+/**
+ * The inventory a revert from the board reads: the board's own `--inventory`, never the path the reverted
+ * rollout's input names. That input was written by whoever could start a workflow, and a path in it read
+ * on this host (its refusal quoting the file) would answer with any file the board can read.
+ */
+function boardInventory(src: BoardSources): string {
+  if (src.inventory) return src.inventory;
+  throw new WavegateError(
+    'INVALID_INPUT',
+    "a revert from the board reads the board's own inventory, and this board has none: start it with --inventory <fleet.yaml>, or run `wavegate revert <id>`; nothing was started",
+    { field: '--inventory' },
+  );
+}
+
 /** What a revert of this rollout would touch, or why there is none: checkRevert, the command's own refusals. */
 export async function revertPreview(src: BoardSources, id: string) {
   await describeRollout(src, id);
   try {
-    const plan = await checkRevert(src.client, id, {}, src.profilesRoot);
+    const plan = await checkRevert(src.client, id, { inventory: boardInventory(src) }, src.profilesRoot);
     const { spec } = plan.original;
     const closedAt = plan.finished.closedAt ?? Date.now();
     const until = revertUntilOf(closedAt, revertWindowOf(spec));
@@ -300,14 +316,15 @@ export async function startBoardRevert(
   by: string,
 ): Promise<{ rolloutId: string; message: string }> {
   await describeRollout(src, id);
-  const plan = await checkRevert(src.client, id, {}, src.profilesRoot);
+  const inventory = boardInventory(src);
+  const plan = await checkRevert(src.client, id, { inventory }, src.profilesRoot);
   if (plan.finished.changed.length !== body.devices)
     throw new WavegateError(
       'CONFLICT',
       `devices: the page showed ${body.devices} device(s) to revert, ${id} has ${plan.finished.changed.length} now; look again before reverting`,
       { field: 'devices' },
     );
-  const { handle, input } = await startRevert(src.client, src.taskQueue, plan, { fast: body.fast }, by);
+  const { handle, input } = await startRevert(src.client, src.taskQueue, plan, { fast: body.fast, inventory }, by);
   return {
     rolloutId: handle.workflowId,
     message: `revert ${handle.workflowId} started by ${by}: r${input.spec.fromRevision} → r${input.spec.toRevision} over the ${plan.finished.changed.length} device(s) ${id} changed${body.fast ? ', one phase, no gate (fast)' : ''}`,

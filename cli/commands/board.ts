@@ -133,6 +133,7 @@ export function register(program: Command): void {
           transports: setup.transports,
           taskQueue: settings.taskQueue,
           profilesRoot: resolveProfilesRoot(flags.profiles !== undefined ? { flag: flags.profiles } : {}).dir,
+          ...(flags.inventory ? { inventory: flags.inventory } : {}),
         },
         listen: setup.listen,
         ...(setup.tokens ? { tokens: setup.tokens } : {}),

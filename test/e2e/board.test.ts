@@ -153,6 +153,7 @@ beforeAll(async () => {
       transports: new Map(fleet.devices.map((d) => [d.id, 'ssh'])),
       taskQueue,
       profilesRoot: join(PROJECT_ROOT, 'profiles'),
+      inventory: inventoryPath,
     },
     listen: { host: '127.0.0.1', port: 0 },
     fleet: {

@@ -1,6 +1,6 @@
 import { execFile, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { WorkflowFailedError } from '@temporalio/client';
@@ -13,7 +13,12 @@ import { startDevServerEnv } from '../../workers/dev-server';
 import { findTool, TEMPORAL_BIN } from '../../workers/toolchain';
 import { spawnCliUntil, stopChild } from '../support/cli';
 import { rolloutInputFor, scratchDir } from '../support/harness';
-import { rejection } from '../support/refusal';
+import { refusal, rejection } from '../support/refusal';
+import { startBoardRevert, type BoardSources } from '../../cli/board/data';
+import { resolveAuditLocation } from '../../activities/audit';
+import { storeMembership } from '../../clients/membership';
+import { loadRolloutInventory } from '../../intake/inventory';
+import { WavegateError } from '../../core/errors';
 
 /**
  * Issue 42 item 2: a workflow input is written by whoever can start a workflow, so the paths in it are
@@ -191,5 +196,44 @@ describe('a forged rollout input cannot read a file of the worker into the histo
       args: [input],
     });
     expect(((await handle.result()) as { state: string }).state).toBe('completed');
+  }, 180_000);
+});
+
+describe("a board revert reads only the board's own inventory", () => {
+  it("a completed rollout whose input names the key as its inventory: the board's revert never reads it, and says why", async () => {
+    // A fleet of its own still on r1, so the rollout changes both devices and a revert has them to touch.
+    const second = await startFleet({ devices: demoDevices(2), dir: join(scratch.dir, 'fleet-2') });
+    const path = writeFleetInventory(second, join(inventories, 'fleet-2.yaml'), {
+      budgets: { 'pool-a': 1, 'pool-b': 1 },
+    });
+    // A forged input that completes: its membership is real (the worker reads that), its recorded path is the key.
+    const input = {
+      ...forged(path),
+      inventoryPath: keyFile,
+      membership: await storeMembership(env.client, TASK_QUEUE, loadRolloutInventory(path), path),
+    };
+    const handle = await env.client.workflow.start('rolloutWorkflow', {
+      workflowId: input.rolloutId,
+      taskQueue: TASK_QUEUE,
+      args: [input],
+    });
+    expect(((await handle.result()) as { state: string }).state).toBe('completed');
+    const sources: BoardSources = {
+      client: env.client,
+      audit: { where: resolveAuditLocation({ auditDir }, { env: {} }) },
+      transports: new Map(),
+      taskQueue: TASK_QUEUE,
+      profilesRoot: join(PROJECT_ROOT, 'profiles'),
+    };
+    // The body as the page sends it: the number of devices it showed, and the digest of their sorted ids.
+    const ids = second.devices.map((d) => d.id).sort();
+    const digest = createHash('sha256').update(ids.join('\n')).digest('hex');
+    const body = { fast: true, devices: ids.length, digest } as Parameters<typeof startBoardRevert>[2];
+    const err = await rejection(startBoardRevert(sources, input.rolloutId, body, 'alice'), WavegateError);
+    expectNoSecret(err.message);
+    expect(err.message).toContain("reads the board's own inventory");
+    expect(err.message).toContain('--inventory <fleet.yaml>');
+    expect(refusal(() => expectNoSecret(`${KEY}`), Error)).toBeDefined(); // the search itself finds the key
+    await second.stop();
   }, 180_000);
 });
