@@ -16,7 +16,21 @@
  *     `--password x`, `-e DB_PASSWORD=x`, `X-Api-Key: x`, `mount -o username=u,password=x`);
  *   - a user:password argument of curl (`-u`, `--user`, `-U`, `--proxy-user`, also `-fsSu user:pw`);
  *   - a password argument of mysql/mariadb (`-pSECRET`), sshpass (`-p`), redis-cli (`-a`), a registry
- *     `login -p` (docker, podman, helm...), openssl's `pass:` (`-passin pass:x`).
+ *     `login -p` (docker, podman, helm...), openssl's `pass:` (`-passin pass:x`) and `-k`, the LDAP tools'
+ *     `-w`, the MongoDB tools' `-p`, sqlcmd/bcp `-P`, `htpasswd -b file user PASS`, smbclient's
+ *     `-U user%PASS`, `lftp -u user,PASS`, `useradd|usermod -p`, `ssh-keygen -N|-P`, `vault login TOKEN`,
+ *     `rabbitmqctl add_user|change_password user PASS`, `aws configure set <secret-name> VALUE`, and a
+ *     literal echoed or printed into a program that reads a password on stdin (`chpasswd`, `passwd
+ *     --stdin`, `--password-stdin`, `htpasswd -i`, `smbpasswd -s`): the CLI forms gitleaks'
+ *     generic-api-key and detect-secrets' KeywordDetector look for, written per program;
+ *   - a header argument `-H 'Name:value'` (curl, wget `--header`) whose name says secret, blank or not;
+ *   - a `.pgpass` line (`host:port:db:user:PASSWORD`) in a word or a here-document line;
+ *   - a provider's token by its shape (TOKEN_RULES): the rules of secretlint's recommended preset
+ *     (@secretlint/secretlint-rule-preset-recommend, the version pinned in package.json, whose own rules
+ *     test/unit/core/credentials-rules.test.ts runs as the reference): AWS access key ids, PEM private
+ *     keys, GitHub, GitLab, Slack, npm, SendGrid, Stripe, Shopify, OpenAI, Anthropic, Hugging Face,
+ *     Groq, Linear, Notion, 1Password, Grafana, HashiCorp Vault, Vercel, Databricks, Docker, Figma,
+ *     Cloudflare and Tailscale tokens, and Slack webhook urls.
  *
  * Not a credential: a reference (a value starting with `$`, a backtick, `{{` or `@`, or `-` for stdin),
  * a name that says it holds a reference (`--password-file /x`, `--token-env X`, `TOKEN_URL=...`: the
@@ -159,6 +173,8 @@ function isKeyFile(name: string, value: string): boolean {
 /** A value that names where the secret is, or none at all. */
 function isReference(value: string): boolean {
   if (value === '' || value === '-') return true;
+  // `usermod -p '!'`, `password: '*'`: a locked or placeholder value, not a secret.
+  if (/^[!*]{1,2}$/.test(value)) return true;
   const c = value[0];
   if (c === '$' || c === '`' || c === '@' || value.startsWith('{{')) return true;
   return SWITCH_VALUES.has(value.toLowerCase());
@@ -211,6 +227,7 @@ export function findCredentials(text: string, meter: ScanMeter = { steps: 0 }): 
   scanAuthorization(text, add, meter);
   scanPairs(text, add, meter);
   scanWords(text, add, meter);
+  scanTokens(text, add, meter);
   return found.sort((a, b) => a.start - b.start || a.end - b.end);
 }
 
@@ -337,6 +354,10 @@ function scanPairs(text: string, add: Add, meter: ScanMeter): void {
     if (c === ':' && (text[nameEnd - 1] === '"' || text[nameEnd - 1] === "'")) {
       quotedName = true;
       nameEnd--;
+    } else if (c === '=' && isSpace(text[i - 1]) && isSpace(text[i + 1])) {
+      // `password = x`, as configuration files write it (what `echo "password = x" >> app.conf` writes).
+      while (nameEnd > 0 && i - nameEnd < 4 && isSpace(text[nameEnd - 1])) nameEnd--;
+      meter.steps += i - nameEnd;
     }
     let nameStart = nameEnd;
     while (nameStart > 0 && isNameChar(text[nameStart - 1])) {
@@ -407,8 +428,10 @@ interface Word {
  * newlines, parentheses and backticks end a command, `$(` inside double quotes opens one, `#` at a
  * word's start comments out the line. Approximate (no here-documents, no aliases), never throws.
  */
-function shellCommands(text: string, meter: ScanMeter): Word[][] {
+function shellCommands(text: string, meter: ScanMeter): { commands: Word[][]; piped: boolean[] } {
   const commands: Word[][] = [];
+  /** Whether each command's output goes into the next (`a | b`). */
+  const piped: boolean[] = [];
   let words: Word[] = [];
   let value: string[] = [];
   let at: number[] = [];
@@ -419,9 +442,12 @@ function shellCommands(text: string, meter: ScanMeter): Word[][] {
     at = [];
     inWord = false;
   };
-  const endCommand = () => {
+  const endCommand = (pipe = false) => {
     endWord();
-    if (words.length) commands.push(words);
+    if (words.length) {
+      commands.push(words);
+      piped.push(pipe);
+    }
     words = [];
   };
   const push = (ch: string, i: number) => {
@@ -452,7 +478,8 @@ function shellCommands(text: string, meter: ScanMeter): Word[][] {
       continue;
     }
     if (ch === ' ' || ch === '\t') endWord();
-    else if (ch === '\n' || ch === ';' || ch === '&' || ch === '|') endCommand();
+    else if (ch === '|') endCommand(text[i + 1] !== '|' && text[i - 1] !== '|');
+    else if (ch === '\n' || ch === ';' || ch === '&') endCommand();
     else if (ch === '(') {
       if (stack.length < 64) stack.push('paren');
       endCommand();
@@ -483,7 +510,7 @@ function shellCommands(text: string, meter: ScanMeter): Word[][] {
     } else push(ch, i);
   }
   endCommand();
-  return commands;
+  return { commands, piped };
 }
 
 const MYSQL = new Set([
@@ -502,7 +529,70 @@ const MYSQL = new Set([
   'mariadb-check',
 ]);
 const LOGIN = new Set(['docker', 'podman', 'nerdctl', 'buildah', 'helm', 'skopeo', 'oras', 'crane']);
-const PROGRAMS = new Set(['curl', 'sshpass', 'redis-cli', 'openssl', ...MYSQL, ...LOGIN]);
+const LDAP = [
+  'ldapsearch',
+  'ldapmodify',
+  'ldapadd',
+  'ldapdelete',
+  'ldapwhoami',
+  'ldapcompare',
+  'ldapmodrdn',
+  'ldapexop',
+  'ldappasswd',
+];
+const MONGO = [
+  'mongo',
+  'mongosh',
+  'mongodump',
+  'mongorestore',
+  'mongoexport',
+  'mongoimport',
+  'mongostat',
+  'mongotop',
+  'mongofiles',
+];
+/**
+ * Short flags whose value is the password, per program (`-w secret` and `-wsecret`). What each tool's
+ * manual says the flag is: ldap*'s -w (-y names a file, -W prompts), the MongoDB tools' -p, sqlcmd's -P
+ * (mysql's -P is a port), ssh-keygen's -N/-P passphrases, openssl enc's -k.
+ */
+const SHORT_PASSWORD_FLAGS: ReadonlyMap<string, readonly string[]> = new Map([
+  ['sshpass', ['-p']],
+  ['redis-cli', ['-a']],
+  ...LDAP.map((p): [string, string[]] => [p, p === 'ldappasswd' ? ['-w', '-s', '-a'] : ['-w']]),
+  ...MONGO.map((p): [string, string[]] => [p, ['-p']]),
+  ['sqlcmd', ['-P']],
+  ['bcp', ['-P']],
+  ['osql', ['-P']],
+  ['useradd', ['-p']],
+  ['usermod', ['-p']],
+  ['ssh-keygen', ['-N', '-P']],
+  ['openssl', ['-k']],
+]);
+/** `-U user%password` (Samba's tools). */
+const SMB = new Set(['smbclient', 'rpcclient', 'smbcacls', 'smbget', 'smbmap', 'smbtree', 'smbpasswd', 'net']);
+/** Programs that read a password on stdin when given these words (`echo 'u:pw' | chpasswd`). */
+const STDIN_READERS: ReadonlyMap<string, string | undefined> = new Map([
+  ['chpasswd', undefined],
+  ['passwd', '--stdin'],
+  ['smbpasswd', '-s'],
+  ['htpasswd', '-i'],
+]);
+const PROGRAMS = new Set([
+  'curl',
+  'wget',
+  'http',
+  'https',
+  'htpasswd',
+  'lftp',
+  'rabbitmqctl',
+  'vault',
+  'aws',
+  ...MYSQL,
+  ...LOGIN,
+  ...SHORT_PASSWORD_FLAGS.keys(),
+  ...SMB,
+]);
 /** curl's short options that take an argument: in `-fsSu user:pw` the first of them takes the rest. */
 const CURL_ARG_OPTIONS = new Set('AbcCdDeEFHKmoPQrtTuUwxXyYz'.split(''));
 const OPENSSL_PASS_FLAGS = new Set(['-passin', '-passout', '-pass', '-password', '-kfile']);
@@ -556,61 +646,398 @@ function curlUserArgument(w: Word, next: Word | undefined): { word: Word; from: 
   return undefined;
 }
 
-/** Flags followed by a value that are secret by what they are, per program. */
+/** Flags followed by a value that are secret by what they are, per program; and what goes between programs. */
 function scanWords(text: string, add: Add, meter: ScanMeter): void {
-  for (const words of shellCommands(text, meter)) {
-    let program: string | undefined;
-    let login = false;
-    for (let k = 0; k < words.length; k++) {
-      const w = words[k]!;
-      const v = w.value;
+  const { commands, piped } = shellCommands(text, meter);
+  commands.forEach((words, c) => {
+    scanCommand(words, add, meter);
+    for (const w of words) pgpassLine(w, add, meter);
+    const next = commands[c + 1];
+    if (piped[c] && next && readsPasswordOnStdin(next)) echoedLiterals(words, add);
+  });
+}
+
+/** One simple command's words: the program they belong to, and the flags that carry a password. */
+function scanCommand(words: Word[], add: Add, meter: ScanMeter): void {
+  let program: string | undefined;
+  let login = false;
+  /** Words after the program that are not options: what positional forms count. */
+  let positional: Word[] = [];
+  /** The letters of the single-dash option groups seen after the program (`-bc` → "bc"), for htpasswd. */
+  let letters = '';
+  for (let k = 0; k < words.length; k++) {
+    const w = words[k]!;
+    const v = w.value;
+    meter.steps++;
+    if (!v.startsWith('-') || v === '-' || v === '--') {
+      const base = basename(v);
+      if (PROGRAMS.has(base) && (program === undefined || !positionalProgram(program))) {
+        program = base;
+        login = false;
+        positional = [];
+        letters = '';
+      } else if (v === 'login' && program && LOGIN.has(program)) login = true;
+      else if (program) {
+        positional.push(w);
+        positionalPassword(program, positional, letters, add);
+      }
+      continue;
+    }
+    if (/^-[A-Za-z]{1,8}$/.test(v) && letters.length < 64) letters += v.slice(1);
+    const next = words[k + 1];
+    const nextValue = next && !next.value.startsWith('-') ? next : undefined;
+    if (program && programFlag(program, login, w, nextValue, add)) {
+      if (nextValue && (v.length === 2 || v.startsWith('--')) && !v.includes('=')) k++;
+      continue;
+    }
+    // --name value (the `--name=value` form is a pair: scanPairs).
+    if (v.includes('=') || !nextValue) continue;
+    const name = v.replace(/^-+/, '');
+    if (isSecretName(name) && !isKeyFile(name, nextValue.value))
+      literalValue(add, nextValue, 0, `a secret-named argument (${clipName(v)} ...)`);
+  }
+}
+
+/** Programs whose positional words are checked (htpasswd's, rabbitmqctl's...): a later word is not a program. */
+function positionalProgram(program: string): boolean {
+  return program === 'htpasswd' || program === 'rabbitmqctl' || program === 'vault' || program === 'aws';
+}
+
+/**
+ * A flag of `program` that carries a password in `w` or the next word; whether `w` was one. curl's
+ * user:password and header arguments, mysql's -pX, the short password flags, Samba's user%password,
+ * lftp's user,password, openssl's pass:, a registry login's -p.
+ */
+function programFlag(program: string, login: boolean, w: Word, next: Word | undefined, add: Add): boolean {
+  const v = w.value;
+  if (program === 'curl') {
+    const user = curlUserArgument(w, next);
+    if (user) {
+      const colon = user.word.value.indexOf(':', user.from);
+      if (colon >= 0)
+        literalValue(add, user.word, colon + 1, `a password in a user:password argument (curl ${user.flag} user:...)`);
+      return true;
+    }
+  }
+  if (program === 'curl' || program === 'wget' || program === 'http' || program === 'https') {
+    const header = headerArgument(w, next);
+    if (header) {
+      secretHeader(header.word, header.from, add);
+      return true;
+    }
+  }
+  if (MYSQL.has(program) && v.startsWith('-p') && v.length > 2) {
+    literalValue(add, w, 2, `a password argument (${program} -p<password>)`);
+    return true;
+  }
+  for (const flag of SHORT_PASSWORD_FLAGS.get(program) ?? []) {
+    // openssl's options are words (`-kfile`, `-keyform`), never a flag with its value joined.
+    if (program === 'openssl' && v !== flag) continue;
+    if (shortFlagValue(add, w, next, flag, `a password argument (${program} ${flag})`)) return true;
+  }
+  if (login && shortFlagValue(add, w, next, '-p', `a password argument (${program} login -p)`)) return true;
+  if (SMB.has(program) && (v === '-U' || v.startsWith('-U') || v === '--user' || v.startsWith('--user='))) {
+    const word = v === '-U' || v === '--user' ? next : w;
+    const from = v.startsWith('--user=') ? 7 : v === '-U' || v === '--user' ? 0 : 2;
+    const percent = word ? word.value.indexOf('%', from) : -1;
+    if (word && percent >= 0)
+      literalValue(add, word, percent + 1, `a password in a user%password argument (${program} -U)`);
+    return true;
+  }
+  if (program === 'lftp' && (v === '-u' || v === '--user')) {
+    const comma = next ? next.value.indexOf(',') : -1;
+    if (next && comma >= 0) literalValue(add, next, comma + 1, 'a password in a user,password argument (lftp -u)');
+    return true;
+  }
+  if (program === 'openssl' && OPENSSL_PASS_FLAGS.has(v)) {
+    // -passin pass:x is the password itself; env:VAR, file:/path, fd:N and stdin name where it is.
+    if (next?.value.startsWith('pass:')) literalValue(add, next, 5, `a literal password (openssl ${v} pass:...)`);
+    return true;
+  }
+  return false;
+}
+
+/** curl's -H/--header and wget's --header argument: the word and where its `Name: value` starts. */
+function headerArgument(w: Word, next: Word | undefined): { word: Word; from: number } | undefined {
+  const v = w.value;
+  if (v === '-H' || v === '--header') return next && { word: next, from: 0 };
+  if (v.startsWith('--header=')) return { word: w, from: 9 };
+  if (v.startsWith('-H') && !v.startsWith('--')) return { word: w, from: 2 };
+  return undefined;
+}
+
+/** `Name:value` or `Name: value` whose name says secret (`X-Api-Key:abc`, `PRIVATE-TOKEN: abc`). */
+function secretHeader(w: Word, from: number, add: Add): void {
+  const colon = w.value.indexOf(':', from);
+  if (colon < 0) return;
+  const name = w.value.slice(from, colon).trim();
+  if (!isSecretName(name)) return;
+  let valueAt = colon + 1;
+  while (isSpace(w.value[valueAt])) valueAt++;
+  literalValue(add, w, valueAt, `a secret-named header (${clipName(name)}: ...)`);
+}
+
+/** Passwords that are positional words: `htpasswd -b file user PASS`, `rabbitmqctl add_user u PASS`, `vault login TOKEN`. */
+function positionalPassword(program: string, positional: Word[], letters: string, add: Add): void {
+  const last = positional[positional.length - 1]!;
+  const at = positional.length - 1;
+  if (program === 'htpasswd') {
+    if (!letters.includes('b')) return; // -b: the password on the command line; otherwise it prompts
+    if (at === (letters.includes('n') ? 1 : 2))
+      literalValue(add, last, 0, 'a password argument (htpasswd -b ... <password>)');
+  } else if (program === 'rabbitmqctl') {
+    if (at === 2 && ['add_user', 'change_password'].includes(positional[0]!.value))
+      literalValue(add, last, 0, `a password argument (rabbitmqctl ${positional[0]!.value} <user> <password>)`);
+  } else if (program === 'vault') {
+    if (at === 1 && positional[0]!.value === 'login' && !last.value.includes('='))
+      literalValue(add, last, 0, 'a token argument (vault login <token>)');
+  } else if (program === 'aws') {
+    // aws configure set <name> <value>
+    if (at === 3 && positional[0]!.value === 'configure' && positional[1]!.value === 'set')
+      if (isSecretName(positional[2]!.value))
+        literalValue(add, last, 0, `a secret-named value (aws configure set ${clipName(positional[2]!.value)} ...)`);
+  }
+}
+
+/** Whether this command reads a password on stdin (`chpasswd`, `passwd --stdin`, `... --password-stdin`). */
+function readsPasswordOnStdin(words: Word[]): boolean {
+  const program = basename(words[0]?.value ?? '');
+  const values = words.map((w) => w.value);
+  if (values.includes('--password-stdin')) return true;
+  if (!STDIN_READERS.has(program)) return false;
+  const flag = STDIN_READERS.get(program);
+  if (flag === undefined) return true;
+  return values.some((v) => v === flag || (flag.length === 2 && /^-[A-Za-z]+$/.test(v) && v.includes(flag[1]!)));
+}
+
+/** The literal words an `echo`/`printf` sends into such a program (its format string with `%` aside). */
+function echoedLiterals(words: Word[], add: Add): void {
+  const program = basename(words[0]?.value ?? '');
+  if (program !== 'echo' && program !== 'printf') return;
+  let first = true;
+  for (const w of words.slice(1)) {
+    if (w.value.startsWith('-')) continue;
+    const format = program === 'printf' && first;
+    first = false;
+    if (format && w.value.includes('%')) continue;
+    // `echo "bob:$PW"` names where the password is.
+    if (w.value.includes('$') || w.value.includes('`')) continue;
+    literalValue(add, w, 0, `a literal password piped into a program that reads one (${program} ... | ...)`);
+  }
+}
+
+/** A `.pgpass` line as one word: `host:port:database:user:password` (port digits or `*`). */
+function pgpassLine(w: Word, add: Add, meter: ScanMeter): void {
+  const v = w.value;
+  meter.steps++;
+  let colons = 0;
+  for (let i = 0; i < v.length && colons < 5; i++) if (v[i] === ':') colons++;
+  if (colons !== 4) return;
+  const parts = v.split(':');
+  if (parts.some((p) => p === '') || !/^(\d{1,5}|\*)$/.test(parts[1]!)) return;
+  const password = parts[4]!;
+  if (password.includes('$') || password.includes('`')) return;
+  literalValue(add, w, v.length - password.length, 'a password in a .pgpass line (host:port:db:user:...)');
+}
+
+// --- provider tokens by their shape -----------------------------------------------------------------
+
+/**
+ * A token a provider issues, recognised by its prefix and the shape of what follows: the rules of
+ * secretlint's recommended preset (@secretlint/secretlint-rule-preset-recommend, pinned in package.json;
+ * `rule` names each), written as data for one linear scan instead of its regular expressions (the
+ * workflow bundle takes no Node APIs, and every pass here counts its steps). Where a rule of the preset
+ * has a checksum or a fixed inner marker this keeps the length and alphabet only: it refuses a little
+ * more, never less.
+ */
+interface TokenRule {
+  /** The secretlint rule this follows (`@secretlint/secretlint-rule-<rule>`). */
+  rule: string;
+  what: string;
+  prefixes: readonly string[];
+  /** The characters of the token after the prefix. */
+  body: RegExp;
+  min: number;
+  max: number;
+  /** What may not stand right before the prefix (default: a letter or a body character). */
+  notAfter?: RegExp;
+}
+
+const ALNUM = /[A-Za-z0-9]/;
+const WORD = /[A-Za-z0-9_]/;
+const WORD_DASH = /[A-Za-z0-9_-]/;
+const B64 = /[A-Za-z0-9+/=]/;
+/** Base64 without its padding: `TOKEN=ops_...` is an assignment, not the middle of a token. */
+const B64_HEAD = /[A-Za-z0-9+/]/;
+
+export const TOKEN_RULES: readonly TokenRule[] = [
+  {
+    rule: 'aws',
+    what: 'an AWS access key id',
+    prefixes: ['AKIA', 'ASIA', 'AGPA', 'AIDA', 'AROA', 'AIPA', 'ANPA', 'ANVA', 'A3T'],
+    body: /[A-Z0-9]/,
+    min: 16,
+    max: 17,
+  },
+  {
+    rule: 'github',
+    what: 'a GitHub token',
+    prefixes: ['ghp_', 'gho_', 'ghu_', 'ghs_', 'ghr_'],
+    body: WORD,
+    min: 36,
+    max: 255,
+  },
+  { rule: 'github', what: 'a GitHub token', prefixes: ['github_pat_'], body: WORD, min: 82, max: 82 },
+  { rule: 'gitlab', what: 'a GitLab token', prefixes: ['glpat-'], body: WORD_DASH, min: 20, max: 128 },
+  {
+    rule: 'slack',
+    what: 'a Slack token',
+    prefixes: ['xoxb-', 'xoxp-', 'xapp-', 'xoxa-', 'xoxo-', 'xoxr-'],
+    body: /[A-Za-z0-9-]/,
+    min: 10,
+    max: 255,
+  },
+  {
+    rule: 'slack',
+    what: 'a Slack webhook url',
+    prefixes: ['hooks.slack.com/services/'],
+    body: /[A-Za-z0-9/]/,
+    min: 20,
+    max: 255,
+    notAfter: /[A-Za-z0-9.-]/,
+  },
+  { rule: 'npm', what: 'an npm token', prefixes: ['npm_'], body: WORD, min: 36, max: 36 },
+  { rule: 'sendgrid', what: 'a SendGrid key', prefixes: ['SG.'], body: /[A-Za-z0-9_.-]/, min: 40, max: 255 },
+  {
+    rule: 'stripe',
+    what: 'a Stripe key',
+    prefixes: ['sk_live_', 'sk_test_', 'rk_live_', 'rk_test_'],
+    body: ALNUM,
+    min: 24,
+    max: 99,
+  },
+  {
+    rule: 'shopify',
+    what: 'a Shopify token',
+    prefixes: ['shppa_', 'shpca_', 'shpat_', 'shpss_'],
+    body: ALNUM,
+    min: 32,
+    max: 64,
+  },
+  {
+    rule: 'openai',
+    what: 'an OpenAI key',
+    prefixes: ['sk-proj-', 'sk-svcacct-', 'sk-admin-'],
+    body: WORD_DASH,
+    min: 58,
+    max: 200,
+  },
+  { rule: 'anthropic', what: 'an Anthropic key', prefixes: ['sk-ant-'], body: WORD_DASH, min: 90, max: 200 },
+  { rule: 'groq', what: 'a Groq key', prefixes: ['gsk_'], body: ALNUM, min: 52, max: 52 },
+  { rule: 'huggingface', what: 'a Hugging Face token', prefixes: ['hf_'], body: /[A-Za-z]/, min: 34, max: 34 },
+  { rule: 'linear', what: 'a Linear key', prefixes: ['lin_api_'], body: WORD, min: 32, max: 128 },
+  { rule: 'notion', what: 'a Notion token', prefixes: ['ntn_'], body: ALNUM, min: 46, max: 46 },
+  {
+    rule: '1password',
+    what: 'a 1Password service token',
+    prefixes: ['ops_ey'],
+    body: B64,
+    min: 100,
+    max: 1280,
+    notAfter: B64_HEAD,
+  },
+  { rule: 'grafana', what: 'a Grafana token', prefixes: ['glc_'], body: B64, min: 32, max: 402, notAfter: B64_HEAD },
+  { rule: 'grafana', what: 'a Grafana token', prefixes: ['glsa_'], body: WORD, min: 41, max: 41 },
+  {
+    rule: 'hashicorp-vault',
+    what: 'a HashiCorp Vault token',
+    prefixes: ['hvs.', 'hvb.', 'hvr.'],
+    body: WORD_DASH,
+    min: 90,
+    max: 300,
+  },
+  {
+    rule: 'vercel',
+    what: 'a Vercel token',
+    prefixes: ['vcp_', 'vci_', 'vca_', 'vcr_', 'vck_'],
+    body: ALNUM,
+    min: 20,
+    max: 60,
+  },
+  { rule: 'databricks', what: 'a Databricks token', prefixes: ['dapi'], body: /[a-f0-9]/, min: 32, max: 32 },
+  { rule: 'docker', what: 'a Docker access token', prefixes: ['dckr_pat_'], body: WORD_DASH, min: 27, max: 27 },
+  { rule: 'figma', what: 'a Figma token', prefixes: ['figd_'], body: WORD_DASH, min: 40, max: 200 },
+  {
+    rule: 'cloudflare',
+    what: 'a Cloudflare token',
+    prefixes: ['cfk_', 'cfut_', 'cfat_'],
+    body: ALNUM,
+    min: 48,
+    max: 48,
+  },
+  { rule: 'tailscale', what: 'a Tailscale key', prefixes: ['tskey-'], body: WORD_DASH, min: 26, max: 120 },
+];
+
+/** Rules by the first three characters of each prefix: one map look-up per position of the text. */
+const TOKEN_RULES_BY_HEAD = (() => {
+  const byHead = new Map<string, Array<{ prefix: string; rule: TokenRule }>>();
+  for (const rule of TOKEN_RULES)
+    for (const prefix of rule.prefixes) {
+      const head = prefix.slice(0, 3);
+      byHead.set(head, [...(byHead.get(head) ?? []), { prefix, rule }]);
+    }
+  return byHead;
+})();
+
+/** `-----BEGIN [RSA |DSA |EC |PGP |OPENSSH |ENCRYPTED ]PRIVATE KEY`, the privatekey rule's header. */
+const PEM_KINDS = ['', 'RSA ', 'DSA ', 'EC ', 'PGP ', 'OPENSSH ', 'ENCRYPTED '];
+
+/** The length of a PEM private-key header at `i`, or 0. */
+function pemHeader(text: string, i: number): number {
+  if (!text.startsWith('-----BEGIN', i)) return 0;
+  let j = i + 10;
+  if (text[j] === ' ') j++;
+  for (const kind of PEM_KINDS) if (text.startsWith(`${kind}PRIVATE KEY`, j)) return j + kind.length + 11 - i;
+  return 0;
+}
+
+/** Provider tokens (TOKEN_RULES) and PEM private keys, in one left-to-right pass. */
+function scanTokens(text: string, add: Add, meter: ScanMeter): void {
+  // Where the next `-----END` is: found once per block, so many headers cost one search, not one each.
+  let pemEnd = -2;
+  for (let i = 0; i + 3 <= text.length; i++) {
+    meter.steps++;
+    const pem = text[i] === '-' ? pemHeader(text, i) : 0;
+    if (pem) {
+      if (pemEnd !== -1 && pemEnd < i + pem) {
+        pemEnd = text.indexOf('-----END', i + pem);
+        meter.steps += (pemEnd < 0 ? text.length : pemEnd) - i;
+      }
+      const end = pemEnd < 0 ? text.length : pemEnd;
+      add('a PEM private key', i, end);
+      i = end;
+      continue;
+    }
+    const candidates = TOKEN_RULES_BY_HEAD.get(text.slice(i, i + 3));
+    if (!candidates) continue;
+    for (const { prefix, rule } of candidates) {
       meter.steps++;
-      if (!v.startsWith('-') || v === '-' || v === '--') {
-        const base = basename(v);
-        if (PROGRAMS.has(base)) {
-          program = base;
-          login = false;
-        } else if (v === 'login' && program && LOGIN.has(program)) login = true;
+      if (!text.startsWith(prefix, i)) continue;
+      // Not the middle of a longer word: `xghp_...` is not a GitHub token, nor is a run of body characters.
+      const before = text[i - 1];
+      if (
+        before !== undefined &&
+        (rule.notAfter ? rule.notAfter.test(before) : /[A-Za-z]/.test(before) || rule.body.test(before))
+      )
         continue;
-      }
-      const next = words[k + 1];
-      const nextValue = next && !next.value.startsWith('-') ? next : undefined;
-      // curl: -u/--user/-U/--proxy-user user:password (no password, or an empty one: nothing secret is written).
-      if (program === 'curl') {
-        const user = curlUserArgument(w, nextValue);
-        if (user) {
-          const colon = user.word.value.indexOf(':', user.from);
-          if (colon >= 0)
-            literalValue(
-              add,
-              user.word,
-              colon + 1,
-              `a password in a user:password argument (curl ${user.flag} user:...)`,
-            );
-          continue;
-        }
-      }
-      if (program && MYSQL.has(program) && v.startsWith('-p') && v.length > 2) {
-        literalValue(add, w, 2, `a password argument (${program} -p<password>)`);
-        continue;
-      }
-      if (program === 'sshpass' && shortFlagValue(add, w, nextValue, '-p', 'a password argument (sshpass -p)'))
-        continue;
-      if (program === 'redis-cli' && shortFlagValue(add, w, nextValue, '-a', 'a password argument (redis-cli -a)'))
-        continue;
-      if (login && program && shortFlagValue(add, w, nextValue, '-p', `a password argument (${program} login -p)`))
-        continue;
-      if (program === 'openssl' && OPENSSL_PASS_FLAGS.has(v)) {
-        // -passin pass:x is the password itself; env:VAR, file:/path, fd:N and stdin name where it is.
-        if (nextValue?.value.startsWith('pass:'))
-          literalValue(add, nextValue, 5, `a literal password (openssl ${v} pass:...)`);
-        continue;
-      }
-      // --name value (the `--name=value` form is a pair: scanPairs).
-      if (v.includes('=') || !nextValue) continue;
-      const name = v.replace(/^-+/, '');
-      if (isSecretName(name) && !isKeyFile(name, nextValue.value))
-        literalValue(add, nextValue, 0, `a secret-named argument (${clipName(v)} ...)`);
+      const start = i + prefix.length;
+      let end = start;
+      while (end < text.length && end - start <= rule.max && rule.body.test(text[end]!)) end++;
+      meter.steps += end - start;
+      if (end - start < rule.min || end - start > rule.max) continue;
+      add(`${rule.what} (${prefix}...)`, start, end);
+      i = end - 1;
+      break;
     }
   }
 }

@@ -5,7 +5,7 @@ import { parse as parseYaml } from 'yaml';
 /** One malformed input and what refusing it must say (test/corpus/cases*.yaml). */
 export interface CorpusCase {
   file: string;
-  kind: 'spec' | 'inventory' | 'revision' | 'profile' | 'command';
+  kind: 'spec' | 'inventory' | 'revision' | 'profile' | 'command' | 'signed-command';
   code: string;
   path: string;
   why?: string;
@@ -16,6 +16,13 @@ export interface CorpusCase {
    * profile's target revision, as `plan` and `start` check it (default: no profile, parsing only).
    */
   profiles?: string;
+  /**
+   * kind `signed-command` (test/corpus/cases-credentials.yaml): this text as a revision's `apply`, refused
+   * by the revision schema; `file` is then the case's name, not a file. `secret` is the literal that
+   * neither the refusal nor the scrubbed text may show.
+   */
+  command?: string;
+  secret?: string;
   /** Expensive to refuse naively (huge expansion, deep nesting): also run under a 200 MB heap. */
   heavy?: boolean;
   /**
