@@ -21,8 +21,9 @@
  *     `-U user%PASS`, `lftp -u user,PASS`, `useradd|usermod -p`, `ssh-keygen -N|-P`, `vault login TOKEN`,
  *     `rabbitmqctl add_user|change_password user PASS`, `aws configure set <secret-name> VALUE`, and a
  *     literal echoed or printed into a program that reads a password on stdin (`chpasswd`, `passwd
- *     --stdin`, `--password-stdin`, `htpasswd -i`, `smbpasswd -s`): the CLI forms gitleaks'
- *     generic-api-key and detect-secrets' KeywordDetector look for, written per program;
+ *     --stdin`, `--password-stdin`, `htpasswd -i`, `smbpasswd -s`): the command-line forms that the
+ *     keyword rules of gitleaks (generic-api-key) and detect-secrets (KeywordDetector), which the
+ *     secret-named values above follow, miss; written per program from each tool's manual;
  *   - a header argument `-H 'Name:value'` (curl, wget `--header`) whose name says secret, blank or not;
  *   - a `.pgpass` line (`host:port:db:user:PASSWORD`) in a word or a here-document line;
  *   - a provider's token by its shape (TOKEN_RULES): the rules of secretlint's recommended preset
