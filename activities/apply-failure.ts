@@ -1,4 +1,4 @@
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { ApplyLockHeld, EnvelopeRejected } from './apply-errors';
 import { StepFailed, TransportError } from './transport/errors';
 
@@ -6,34 +6,25 @@ import { StepFailed, TransportError } from './transport/errors';
  * A device-step error as the Temporal failure the rollout's workflows read (their type, and whether it is retried):
  * only transport trouble that may pass is retried. Null for an error that is none of these (it fails as it is).
  * One mapping for the worker's apply and for a gateway that completes an agent device's apply (gateway/answers.ts).
+ *
+ * Each is an expected outcome of a device, not a fault of the worker: BENIGN, so the SDK logs it at DEBUG
+ * instead of a WARN with the whole failure object (the apply activity has said it in one line already);
+ * an error that is none of these is still logged whole.
  */
 export function applyFailureOf(err: unknown): ApplicationFailure | null {
-  if (err instanceof TransportError)
-    return ApplicationFailure.create({
-      type: `Transport.${err.kind}`,
-      message: err.message,
-      nonRetryable: !err.retryable,
+  const failure = (type: string, message: string, nonRetryable: boolean, details?: unknown[]) =>
+    ApplicationFailure.create({
+      type,
+      message,
+      nonRetryable,
+      ...(details ? { details } : {}),
+      category: ApplicationFailureCategory.BENIGN,
     });
-  if (err instanceof EnvelopeRejected)
-    return ApplicationFailure.create({
-      type: 'EnvelopeRejected',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ reason: err.reason }],
-    });
+  if (err instanceof TransportError) return failure(`Transport.${err.kind}`, err.message, !err.retryable);
+  if (err instanceof EnvelopeRejected) return failure('EnvelopeRejected', err.message, true, [{ reason: err.reason }]);
   if (err instanceof ApplyLockHeld)
-    return ApplicationFailure.create({
-      type: 'ApplyLockHeld',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ code: 'CONFLICT', holder: err.record.holder }],
-    });
+    return failure('ApplyLockHeld', err.message, true, [{ code: 'CONFLICT', holder: err.record.holder }]);
   if (err instanceof StepFailed)
-    return ApplicationFailure.create({
-      type: 'StepFailed',
-      message: err.message,
-      nonRetryable: true,
-      details: [{ step: err.step, code: err.result.code }],
-    });
+    return failure('StepFailed', err.message, true, [{ step: err.step, code: err.result.code }]);
   return null;
 }

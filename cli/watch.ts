@@ -7,6 +7,9 @@ import { readStatus } from '../core/rollout/outcome';
 import { summarizeCounts, type DeviceState } from '../core/rollout-state';
 import { statusQuery, type RolloutStatus } from '../contracts/rollout';
 import { phaseCounts } from '../core/rollout/sliced-records';
+import type { PhaseStatus } from '../core/rollout/status';
+import { phaseLabel } from '../core/rollout/verdict';
+import { formatDurationMs } from '../core/duration';
 
 /**
  * `wavegate watch`: live per-phase progress bars and a device table. On a terminal the block redraws in
@@ -28,6 +31,19 @@ const DONE: ReadonlySet<DeviceState> = new Set([
 function bar(done: number, total: number, width: number): string {
   const filled = total === 0 ? width : Math.round((done / total) * width);
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}
+
+/** A phase's devices that are done (whatever their end) of its total, and how many of them applied or claimed. */
+function phaseDone(
+  status: RolloutStatus,
+  phase: PhaseStatus,
+): { done: number; total: number; applied: number; claimed: number } {
+  const counts = phaseCounts(status, phase.index);
+  let done = 0;
+  for (const state of DONE) done += counts[state];
+  // A sliced phase's size is the plan's (its devices are counted as their slices end).
+  const total = status.slices ? phase.devices : counts.total;
+  return { done, total, applied: counts.applied, claimed: counts.claimed };
 }
 
 /** Devices that are moving first (applying, rolling back), then failures and waits for a dependency, then the rest by phase. */
@@ -58,12 +74,7 @@ export function renderFrame(
   lines.push(`  ${summarizeCounts(status.counts)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
-    const counts = phaseCounts(status, phase.index);
-    let done = 0;
-    for (const state of DONE) done += counts[state];
-    const { applied, claimed } = counts;
-    // A sliced phase's size is the plan's (its devices are counted as their slices end).
-    const total = status.slices ? phase.devices : counts.total;
+    const { done, total, applied, claimed } = phaseDone(status, phase);
     const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
     lines.push(
       `  ${name} ${bar(done, total, barWidth)} ${String(done).padStart(4)}/${String(total).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
@@ -97,6 +108,68 @@ export function pauseLine(status: Pick<RolloutStatus, 'rolloutId' | 'pausedReaso
   return `paused: ${status.pausedReason ?? 'by an operator'} — to go on: wavegate resume ${status.rolloutId}; to stop: wavegate abort ${status.rolloutId}`;
 }
 
+/** A clock time as a log reads it: `14:05:09`, local. */
+function clock(at: Date): string {
+  return [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+}
+
+/**
+ * One phase's progress line for `--wait` (a log's history of the rollout): `phase 1/3 canary: applying
+ * 0/1`, `phase 1/3 canary: gate 10m (until 14:05:09)`, `phase 1/3 canary: passed (health gate pass)`.
+ * `since` is when the phase was first seen in its stage (a gate's end is that plus its time). Null for a
+ * phase still pending.
+ */
+export function phaseProgressLine(status: RolloutStatus, phase: PhaseStatus, since: Date): string | null {
+  const { done, total, applied, claimed } = phaseDone(status, phase);
+  const label = phaseLabel(status, phase.name);
+  const gate = phase.gateOutcome ? `health gate ${phase.gateOutcome}` : undefined;
+  switch (phase.stage) {
+    case 'pending':
+      return null;
+    case 'applying':
+      return `${label}: applying ${done}/${total}`;
+    case 'gate':
+      return phase.gate === 'manual' || phase.gate === 0
+        ? `${label}: health gate`
+        : `${label}: gate ${formatDurationMs(phase.gate)} (until ${clock(new Date(since.getTime() + phase.gate))}), then its health gate`;
+    case 'awaiting-approval':
+      return `${label}: awaiting approval — wavegate approve ${status.rolloutId}`;
+    case 'passed':
+      return `${label}: passed, ${applied + claimed}/${total} at r${status.toRevision}${gate ? ` (${gate})` : ''}`;
+    case 'failed':
+      return `${label}: failed (${gate ?? 'failure gate tripped'})`;
+    case 'inconclusive':
+      return `${label}: ${gate ?? 'health gate inconclusive'}, held for an operator`;
+    case 'stopped':
+      return `${label}: stopped`;
+  }
+}
+
+/**
+ * `--wait`'s progress: a line each time a phase changes stage (and once when the rollback starts), so
+ * a 20-minute wait shows where it is. Feed it every status read (WatchOptions.onStatus).
+ */
+export function waitProgress(write: (line: string) => void, now: () => Date = () => new Date()) {
+  const seen = new Map<number, string>();
+  let rollingBack = false;
+  return (status: RolloutStatus): void => {
+    for (const phase of status.phases) {
+      const key = `${phase.stage}|${phase.gateOutcome ?? ''}`;
+      if (seen.get(phase.index) === key) continue;
+      seen.set(phase.index, key);
+      const line = phaseProgressLine(status, phase, now());
+      if (line) write(line);
+    }
+    if (status.phase === 'rollback' && !rollingBack) {
+      rollingBack = true;
+      const n = status.changedDevices;
+      write(
+        `rollback: putting back ${n === undefined ? 'the devices' : `the ${n} device${n === 1 ? '' : 's'}`} this rollout changed`,
+      );
+    }
+  };
+}
+
 export interface WatchOptions {
   intervalMs: number;
   /** Redraw in place (a terminal) or print plain lines. */
@@ -117,6 +190,8 @@ export interface WatchOptions {
   onRetry?: (line: string) => void;
   /** The run to watch (a start knows it); default: the id's latest run when the watch starts. */
   runId?: string;
+  /** Every status read, in order (`--wait`'s progress lines). */
+  onStatus?: (status: RolloutStatus) => void;
 }
 
 /** What a run whose status is final still does before it closes: `completed; closing (delivering 2 webhook events)…`. */
@@ -210,6 +285,7 @@ export async function watchRollout(client: Client, id: string, opts: WatchOption
   let final: RolloutStatus | undefined;
   for (;;) {
     const status = final ?? (await queryStatus());
+    opts.onStatus?.(status);
     if (opts.tty) {
       const rows = opts.rows?.() ?? 40;
       const lines = renderFrame(status, {

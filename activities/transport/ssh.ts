@@ -36,6 +36,8 @@ interface Hop {
   port: number;
   user: string;
   pins: string[];
+  /** How an operator pins the key a re-keyed host presents (`<key>` stands for it), said in a mismatch. */
+  repin: string;
 }
 
 type ClientError = Error & { level?: string; code?: string | number; reason?: number };
@@ -133,7 +135,7 @@ function connectFailure(
   if (seenKey && !hop.pins.includes(seenKey)) {
     return new TransportError(
       'host-key',
-      `${hop.label}: host key ${seenKey} at ${where} does not match the pinned ${hop.pins.join(' or ')}; refusing to connect`,
+      `${hop.label}: host key ${seenKey} at ${where} does not match the pinned ${hop.pins.join(' or ')}; refusing to connect. If the host was re-keyed on purpose, check the new key on the host itself, then ${hop.repin.replace('<key>', seenKey)}`,
     );
   }
   const auth = errors.find((e) => e.level === 'client-authentication');
@@ -305,7 +307,14 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
       );
     }
     ({ client: jump } = await connectHop(
-      { label: jumpLabel, host: jumpTarget.host, port: jumpTarget.port, user: jumpTarget.user, pins: jPins },
+      {
+        label: jumpLabel,
+        host: jumpTarget.host,
+        port: jumpTarget.port,
+        user: jumpTarget.user,
+        pins: jPins,
+        repin: `set ${target.id}'s ssh.jumpHost.hostKey to <key> in the inventory`,
+      },
       auth,
       timeoutMs,
     ));
@@ -321,7 +330,17 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
   let connected: Awaited<ReturnType<typeof connectHop>>;
   try {
     connected = await connectHop(
-      { label, host: target.host, port: target.port, user: target.user, pins },
+      {
+        label,
+        host: target.host,
+        port: target.port,
+        user: target.user,
+        pins,
+        // fleet repin reads a host's key directly: a device behind a jump host is pinned by hand.
+        repin: jumpTarget
+          ? `set ${target.id}'s ssh.hostKey to <key> in the inventory (fleet repin cannot read a host behind a jump host)`
+          : `pin it: wavegate fleet repin ${target.id} --inventory <fleet.yaml> --accept <key>`,
+      },
       auth,
       timeoutMs,
       sock,

@@ -18,6 +18,7 @@ import { readAuditTrail, redactStoreUrl, withAuditReader, type AuditTrailReader 
 import type { TemporalFlags } from '../../workers/connection';
 import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audit-head';
 import { withTemporalOptions } from '../client';
+import { gateVerdictLines } from '../../core/rollout/verdict';
 import { action, EXIT_FAILED } from '../run';
 
 export interface AuditFlags extends TemporalFlags {
@@ -51,27 +52,62 @@ function countsSummary(counts: Record<string, number> | null): string {
   return entries.map(([name, n]) => `${name} ${n}`).join(', ') || '-';
 }
 
-function oneLine(text: string | null, max: number): string {
+function oneLine(text: string | null): string {
   if (!text) return '-';
-  const flat = text.replace(/\s+/g, ' ');
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+  return text.replace(/\s+/g, ' ').trim() || '-';
 }
 
-function table(records: AuditRecord[], reasonWidth = 48): string[] {
-  const rows = records.map((r) => [
+/**
+ * Text in lines of at most `width` characters, broken at spaces (a word longer than a line is broken
+ * inside it): every character is kept, so a reason is printed whole, never cut to fit its column.
+ */
+export function wrapText(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  for (let word of text.split(' ')) {
+    while (word.length > width) {
+      if (line) lines.push(line);
+      lines.push(word.slice(0, width));
+      word = word.slice(width);
+      line = '';
+    }
+    if (!line) line = word;
+    else if (line.length + 1 + word.length <= width) line += ` ${word}`;
+    else {
+      lines.push(line);
+      line = word;
+    }
+  }
+  if (line || lines.length === 0) lines.push(line);
+  return lines;
+}
+
+/**
+ * The records as a table, one entry per record: its row, and when its reason is longer than the REASON
+ * column, the rest of the reason on lines of their own under that column (joined by newlines).
+ */
+export function table(records: AuditRecord[], reasonWidth = 48): string[] {
+  const reasons = records.map((r) => wrapText(oneLine(r.reason), reasonWidth));
+  const rows = records.map((r, i) => [
     String(r.seq),
     r.at,
     r.event,
     r.phase ?? '-',
     r.by,
-    oneLine(r.reason, reasonWidth),
+    reasons[i]![0]!,
     countsSummary(r.counts),
   ]);
   const header = ['SEQ', 'AT', 'EVENT', 'PHASE', 'BY', 'REASON', 'COUNTS'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const format = (row: string[]) =>
     row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ');
-  return [format(header), ...rows.map(format)];
+  const reasonAt = widths.slice(0, 5).reduce((n, w) => n + w + 2, 0);
+  return [
+    format(header),
+    ...rows.map((row, i) =>
+      [format(row), ...reasons[i]!.slice(1).map((more) => `${' '.repeat(reasonAt)}${more}`)].join('\n'),
+    ),
+  ];
 }
 
 /** The lines saying which segments an operator's override started, and what each set aside. */
@@ -81,7 +117,7 @@ function segmentLines(segments: SegmentReport[], prefix = ''): string[] {
     const o = segment.override;
     if (o) {
       out.push(
-        `${prefix}segment ${i + 1} (${segment.name}): started by an operator override, record ${o.seq} by ${o.by} at ${o.at}: "${oneLine(o.reason, 200)}"; continues after record ${o.lastGood.seq}${o.confirmed ? '' : ' (NOT confirmed by the segment before: it does not hold that record intact)'}`,
+        `${prefix}segment ${i + 1} (${segment.name}): started by an operator override, record ${o.seq} by ${o.by} at ${o.at}: "${oneLine(o.reason)}"; continues after record ${o.lastGood.seq}${o.confirmed ? '' : ' (NOT confirmed by the segment before: it does not hold that record intact)'}`,
       );
     }
     if (segment.problem && i < segments.length - 1) {
@@ -825,9 +861,11 @@ async function list(id: string, opts: AuditFlags): Promise<number | undefined> {
         nested.map((r) => (r.reason === null && deviceSummary(r) ? { ...r, reason: deviceSummary(r) } : r)),
         72,
       );
-      for (const line of rows) console.log(`      ${line}`);
+      for (const line of rows.flatMap((row) => row.split('\n'))) console.log(`      ${line}`);
     }
     if (earlierRuns.length) console.log(`earlier executions (use --run): ${earlierRuns.join(', ')}`);
+    // Why the rollout ended where it did: the deciding gate's verdict, as the board shows it.
+    for (const line of gateVerdictLines(undefined, { records }, id)) console.log(line);
   });
   for (const [i, p] of parsed.entries())
     unreadable(p.segment.name, p, i < parsed.length - 1 ? ' (set aside by the override in the next segment)' : '');

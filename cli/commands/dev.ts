@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { NativeConnection } from '@temporalio/worker';
-import { readAuditKey, readAuditSegments } from '../../activities/audit';
+import { readAuditKey, readAuditSegments, resolveAuditLocation } from '../../activities/audit';
 import { verifyAuditSegments } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
@@ -389,6 +389,13 @@ export function register(program: Command): void {
         }
         const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
         const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
+        // Where the trails go, said at start (a PostgreSQL store said it when it was opened, its URL without secrets).
+        if (layout.role !== 'workflows' && !auditStore) {
+          const where = resolveAuditLocation({ auditDir: flags.auditDir }, { besideKey: false });
+          log(
+            `audit store: files in ${where.auditDir} (${where.dirFrom}); read them with: wavegate audit <rollout id> --audit-dir ${where.auditDir}`,
+          );
+        }
         if (!auditKeyFile)
           log(
             "warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow's head",

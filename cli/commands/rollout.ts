@@ -27,7 +27,9 @@ import {
 import { checkIdempotencyKey } from '../../core/rollout-id';
 import type { RolloutInput } from '../../core/rollout/input';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
-import { pauseLine, watchRollout, type WatchOptions } from '../watch';
+import { pauseLine, waitProgress, watchRollout, type WatchOptions } from '../watch';
+import { gateVerdictLines, whyLines, type TrailRead } from '../../core/rollout/verdict';
+import { readTrail, withTrailOptions, type TrailFlags } from '../why';
 import { preflightRollout } from '../preflight';
 import {
   readInventoryFlags,
@@ -110,10 +112,15 @@ function printStatus(status: RolloutStatus): void {
     );
 }
 
-/** The last line of a watch: the outcome and the exit code it means (core/rollout/outcome.ts). */
-export function printOutcome(final: RolloutStatus): number {
+/**
+ * The last lines of a watch: why it ended there unless it is a success (core/rollout/verdict.ts: the
+ * deciding gate's verdict from the audit trail when `trail` was read, else from the status; the
+ * banner's other reasons), then the outcome and the exit code it means (core/rollout/outcome.ts).
+ */
+export function printOutcome(final: RolloutStatus, trail: TrailRead = {}): number {
   const outcome = rolloutOutcome(final);
   const code = outcomeCode(final);
+  if (code !== EXIT_OK) for (const line of whyLines(final, trail)) console.log(line);
   // Why a completed rollout is still not a success (pending work), on a line of its own.
   if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
   console.log(
@@ -143,12 +150,22 @@ function watchOptions(intervalMs: number): WatchOptions {
   };
 }
 
-/** `--wait`: nothing drawn, but a pause is said (and with `--exit-on-pause` ends the wait). */
+/** The outcome of a watch that ended, with the trail read for its reasons unless it is a success. */
+async function printEnding(final: RolloutStatus, runId: string | undefined, flags: TrailFlags): Promise<number> {
+  const trail = outcomeCode(final) === EXIT_OK ? {} : await readTrail(final.rolloutId, runId, flags);
+  return printOutcome(final, trail);
+}
+
+/**
+ * `--wait`: nothing drawn, but a line each time a phase changes stage (waitProgress), and a pause is
+ * said (with `--exit-on-pause` it ends the wait).
+ */
 export function waitOptions(intervalMs: number, exitOnPause: boolean): WatchOptions {
   return {
     intervalMs,
     tty: false,
     write: () => {},
+    onStatus: waitProgress((line) => console.log(line)),
     onPause: (s) => console.log(pauseLine(s)),
     stopOnPause: exitOnPause,
     onClosing: (line) => console.log(line),
@@ -198,14 +215,15 @@ async function startChecked(
   await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
   // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
   await checkDependencyCycle(client, input.spec, opts.file);
-  // A worker that would refuse the content is found now, before any device is contacted (exit 2).
-  await preflightRollout(client, taskQueue, input);
+  // A worker that would refuse the content, or could not read the devices' SSH files, is found now,
+  // before any device is contacted (exit 2).
+  await preflightRollout(client, taskQueue, input, { devices: read.inventory.devices });
   const members = withMembers ?? (await withMembership(client, taskQueue, input, read, input.startedBy));
   return startOrJoinRollout(client, taskQueue, members, { key: opts.key, newId: true });
 }
 
 export function register(program: Command): void {
-  withTemporalOptions(
+  const start = withTemporalOptions(
     withInventoryOptions(
       program
         .command('start')
@@ -234,11 +252,13 @@ export function register(program: Command): void {
         .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
         .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
     ),
-  ).action(
+  );
+  withTrailOptions(start).action(
     action(
       async (
         opts: TemporalFlags &
-          InventoryFlags & {
+          InventoryFlags &
+          TrailFlags & {
             file: string;
             profiles?: string;
             registry?: boolean;
@@ -284,12 +304,16 @@ export function register(program: Command): void {
             console.log(`Web UI: ${url}`);
           }
           if (opts.watch)
-            return printOutcome(
+            return printEnding(
               await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }),
+              runId,
+              opts,
             );
           if (!opts.wait) return;
-          return printOutcome(
+          return printEnding(
             await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }),
+            runId,
+            opts,
           );
         });
       },
@@ -297,27 +321,32 @@ export function register(program: Command): void {
   );
 
   withTemporalOptions(
-    program
-      .command('status <id>')
-      .description(
-        'Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)',
-      )
-      .option(
-        '--run <runId>',
-        'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)',
-      )
-      .option(
-        '--device <id>',
-        "one device's state and why (a large rollout keeps its devices' records in its slices: read from there)",
-      )
-      .option(
-        '--devices',
-        'every device with a record, read from the slices too (a large rollout lists none by default)',
-      )
-      .option('--json', 'print JSON'),
+    withTrailOptions(
+      program
+        .command('status <id>')
+        .description(
+          'Per-device states, phases, counts and controls of a rollout. Exit 0 only when it completed with every device it was for at the target; 1 otherwise (also while it runs or is paused)',
+        )
+        .option(
+          '--run <runId>',
+          'an earlier run of a rollout id started before ids were per rollout (`rollout:<profile>`; `wavegate list --json` shows the runs)',
+        )
+        .option(
+          '--device <id>',
+          "one device's state and why (a large rollout keeps its devices' records in its slices: read from there)",
+        )
+        .option(
+          '--devices',
+          'every device with a record, read from the slices too (a large rollout lists none by default)',
+        )
+        .option('--json', 'print JSON'),
+    ),
   ).action(
     action(
-      async (id: string, opts: TemporalFlags & { run?: string; json?: boolean; device?: string; devices?: boolean }) =>
+      async (
+        id: string,
+        opts: TemporalFlags & TrailFlags & { run?: string; json?: boolean; device?: string; devices?: boolean },
+      ) =>
         withClient(resolveConnectionSettings(opts), async (client) => {
           const status = await queryStatus(client, id, opts.run);
           if (opts.device !== undefined) return printDevice(client, status, opts.device, !!opts.json);
@@ -325,6 +354,10 @@ export function register(program: Command): void {
           if (opts.json) console.log(JSON.stringify(full, null, 2));
           else {
             printStatus(full);
+            // The deciding gate's verdict, when a gate failed or was inconclusive: from the trail where it can be read.
+            const gated = full.phases.some((p) => p.stage === 'failed' || p.stage === 'inconclusive');
+            const trail = gated ? await readTrail(id, opts.run, opts) : {};
+            for (const line of gateVerdictLines(full, trail, id)) console.log(`  ${line}`);
             console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
           }
           return outcomeCode(status);
@@ -333,15 +366,17 @@ export function register(program: Command): void {
   );
 
   withTemporalOptions(
-    program
-      .command('watch <id>')
-      .description(
-        'Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed with every device it was for at the target, 1 otherwise',
-      )
-      .option('--interval <ms>', 'poll interval', parseInterval, 1000)
-      .option('--json', 'print the final status as JSON instead of drawing'),
+    withTrailOptions(
+      program
+        .command('watch <id>')
+        .description(
+          'Live per-phase progress and device table (redrawn in place on a terminal); exit 0 when the rollout completed with every device it was for at the target, 1 otherwise',
+        )
+        .option('--interval <ms>', 'poll interval', parseInterval, 1000)
+        .option('--json', 'print the final status as JSON instead of drawing'),
+    ),
   ).action(
-    action(async (id: string, opts: TemporalFlags & { interval: number; json?: boolean }) =>
+    action(async (id: string, opts: TemporalFlags & TrailFlags & { interval: number; json?: boolean }) =>
       withClient(resolveConnectionSettings(opts), async (client) => {
         // With --json stdout carries only the final status: a pause is said on stderr.
         const quiet: WatchOptions = {
@@ -356,7 +391,7 @@ export function register(program: Command): void {
           console.log(JSON.stringify(final, null, 2));
           return outcomeCode(final);
         }
-        return printOutcome(final);
+        return printEnding(final, undefined, opts);
       }),
     ),
   );

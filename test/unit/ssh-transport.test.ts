@@ -108,6 +108,16 @@ describe('ssh transport against the fleet simulator', () => {
     expect(fleet.commands('rotated')).toHaveLength(0);
   });
 
+  it('a host-key mismatch names the fix: fleet repin with the key the host presents', async () => {
+    const dev = fleet.device('rotated');
+    const err = await refused(connectDevice(target(dev, { hostKey: 'SHA256:not-the-key' })), 'host-key');
+    expect(err.message).toMatch(
+      new RegExp(
+        `refusing to connect\\. If the host was re-keyed on purpose, check the new key on the host itself, then pin it: wavegate fleet repin rotated --inventory <fleet\\.yaml> --accept ${dev.hostKeyFingerprint.replace(/[+/]/g, '\\$&')}$`,
+      ),
+    );
+  });
+
   it('a device with no pinned key is refused before any connection is made', async () => {
     const dev = fleet.device('nopin');
     const err = await refused(connectDevice(target(dev, { hostKey: undefined })), 'host-key');

@@ -224,7 +224,7 @@ describe('rollout resilience on a real Temporal dev server over real SSH', () =>
         state: 'failed',
         reason: expect.stringMatching(
           new RegExp(
-            `^${hostKeyVictim}: host key SHA256:\\S+ at 127\\.0\\.0\\.1:\\d+ does not match the pinned SHA256:\\S+; refusing to connect$`,
+            `^${hostKeyVictim}: host key SHA256:\\S+ at 127\\.0\\.0\\.1:\\d+ does not match the pinned SHA256:\\S+; refusing to connect\\. .*then pin it: wavegate fleet repin ${hostKeyVictim} --inventory <fleet\\.yaml> --accept SHA256:\\S+$`,
           ),
         ),
       });
