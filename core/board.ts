@@ -471,19 +471,27 @@ export function checkRolloutId(id: string): string {
 
 /**
  * The board's token file: one `<name> <token>` per line (`#` comments, blank lines), the name being the
- * operator identity recorded in controls. Tokens of at least 16 characters, names and tokens unique.
+ * operator identity recorded in controls. Names and tokens unique, every token strong (tokenWeakness):
+ * a weak one is refused naming its line and its name, never its value.
  */
 export function parseTokenFile(text: string, source: string): Array<{ name: string; token: string }> {
   const out: Array<{ name: string; token: string }> = [];
   for (const [i, raw] of text.split('\n').entries()) {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) continue;
-    const m = /^([A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+(\S{16,256})$/.exec(line);
+    const m = /^([A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+(\S{1,256})$/.exec(line);
     if (!m)
       throw new WavegateError(
         'INVALID_INPUT',
-        `${source} line ${i + 1}: expected "<name> <token>" (a name of letters, digits, ".", "_", "@", "-"; a token of 16-256 non-blank characters)`,
+        `${source} line ${i + 1}: expected "<name> <token>" (a name of letters, digits, ".", "_", "@", "-"; a token of at most 256 non-blank characters)`,
         { field: '--token-file' },
+      );
+    const weak = tokenWeakness(m[2]!);
+    if (weak)
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${source} line ${i + 1}: the token of "${m[1]}" is weak (${weak}); ${TOKEN_RULE}`,
+        { field: '--token-file', value: m[1]! },
       );
     if (out.some((t) => t.name === m[1] || t.token === m[2]))
       throw new WavegateError('INVALID_INPUT', `${source} line ${i + 1}: a name or token given twice`, {
@@ -494,6 +502,90 @@ export function parseTokenFile(text: string, source: string): Array<{ name: stri
   if (out.length === 0)
     throw new WavegateError('INVALID_INPUT', `${source}: no "<name> <token>" line`, { field: '--token-file' });
   return out;
+}
+
+/** What a board token must be, said in every refusal of one. */
+export const TOKEN_RULE =
+  'a token needs at least 32 characters, of at least two kinds (lower case, upper case, digits, others), at least 8 of them distinct: e.g. `openssl rand -hex 24`';
+
+/**
+ * Why a token is too weak to guard the board, or undefined: under 32 characters, one kind of character,
+ * or fewer than 8 distinct ones. Tokens are compared as given (no hashing that slows a guess down), so a
+ * token must be out of reach of guessing by itself; `openssl rand -hex 16` (128 bits) is the floor.
+ */
+export function tokenWeakness(token: string): string | undefined {
+  if (token.length < 32) return `${token.length} characters`;
+  const kinds = [/[a-z]/, /[A-Z]/, /[0-9]/, /[^A-Za-z0-9]/].filter((k) => k.test(token)).length;
+  if (kinds < 2) return 'one kind of character';
+  const distinct = new Set(token).size;
+  if (distinct < 8) return `${distinct} distinct characters`;
+  return undefined;
+}
+
+/**
+ * Wrong tokens per source (a client address): a burst of `burst` guesses, then one per `refillMs`. A
+ * source past it is refused every login and bearer token, right or wrong, until its budget refills:
+ * otherwise a right guess would still be told apart. At most `maxSources` are remembered (the least
+ * recently wrong forgotten first). The clock is the caller's.
+ */
+export class GuessBudget {
+  private readonly sources = new Map<string, { left: number; at: number }>();
+
+  constructor(
+    private readonly burst: number,
+    private readonly refillMs: number,
+    private readonly maxSources = 10_000,
+  ) {}
+
+  private left(source: string, now: number): number {
+    const s = this.sources.get(source);
+    if (!s) return this.burst;
+    return Math.min(this.burst, s.left + (now - s.at) / this.refillMs);
+  }
+
+  /** Milliseconds until `source` may try a token again; 0 when it may now. */
+  waitMs(source: string, now: number): number {
+    const left = this.left(source, now);
+    return left >= 1 ? 0 : Math.ceil((1 - left) * this.refillMs);
+  }
+
+  /** A wrong token from `source`: one guess of its budget spent. */
+  spend(source: string, now: number): void {
+    const left = this.left(source, now) - 1;
+    this.sources.delete(source);
+    if (this.sources.size >= this.maxSources) this.sources.delete(this.sources.keys().next().value!);
+    this.sources.set(source, { left, at: now });
+  }
+}
+
+/**
+ * `--public-url`: the origin a browser reaches the board at through a proxy (`https://board.example.com`,
+ * a port if not the scheme's own). Only an origin: the board is served at the root of it.
+ */
+export function parsePublicUrl(text: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new WavegateError('INVALID_INPUT', `--public-url ${JSON.stringify(text)}: not a URL`, {
+      field: '--public-url',
+      value: text,
+    });
+  }
+  if (
+    (url.protocol !== 'https:' && url.protocol !== 'http:') ||
+    url.username ||
+    url.password ||
+    url.pathname !== '/' ||
+    url.search ||
+    url.hash
+  )
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--public-url ${JSON.stringify(text)}: must be an origin, http(s)://host[:port] with no path, query or user (the board is served at its root)`,
+      { field: '--public-url', value: text },
+    );
+  return url;
 }
 
 /** One device of the fleet view: its verified state for the profile's revision, drift, verdict, last sync. */
@@ -537,36 +629,26 @@ export function sortFleetWorstFirst<T extends FleetDevice>(rows: readonly T[]): 
   return [...rows].sort((a, b) => fleetSeverity(a) - fleetSeverity(b) || a.id.localeCompare(b.id));
 }
 
-/** A revert's JSON body: `devices`, the count the page showed (checked again before starting), and `fast`. */
-export function parseRevertBody(body: Record<string, unknown>): { fast: boolean; devices: number } {
+/**
+ * A revert's JSON body: `devices` and `digest`, the count and the fingerprint (deviceSetDigest) of the set
+ * the page showed (compared with the set read again before starting), and `fast`.
+ */
+export function parseRevertBody(body: Record<string, unknown>): { fast: boolean; devices: number; digest: string } {
   for (const key of Object.keys(body))
-    if (key !== 'fast' && key !== 'devices')
-      throw new WavegateError('INVALID_INPUT', `${key}: not a field of revert (allowed: fast, devices)`, {
+    if (key !== 'fast' && key !== 'devices' && key !== 'digest')
+      throw new WavegateError('INVALID_INPUT', `${key}: not a field of revert (allowed: fast, devices, digest)`, {
         field: key,
       });
-  if (!Number.isSafeInteger(body.devices) || (body.devices as number) < 1)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `devices: the number of devices the page showed is required (got ${JSON.stringify(body.devices ?? null)})`,
-      { field: 'devices' },
-    );
+  const shown = parseShownSet(body);
   if (body.fast !== undefined && typeof body.fast !== 'boolean')
     throw new WavegateError('INVALID_INPUT', `fast: must be true or false (got ${JSON.stringify(body.fast)})`, {
       field: 'fast',
     });
-  return { fast: body.fast === true, devices: body.devices as number };
+  return { fast: body.fast === true, ...shown };
 }
 
-/**
- * A converge's JSON body: `devices` and `digest`, the count and the fingerprint (convergeSetDigest) of
- * the set the page showed (compared with the set read again before starting), and a reason.
- */
-export function parseConvergeBody(body: Record<string, unknown>): { devices: number; digest: string; reason: string } {
-  for (const key of Object.keys(body))
-    if (key !== 'devices' && key !== 'digest' && key !== 'reason')
-      throw new WavegateError('INVALID_INPUT', `${key}: not a field of converge (allowed: devices, digest, reason)`, {
-        field: key,
-      });
+/** The set of devices a page showed: their number and their fingerprint (64 hex digits). */
+function parseShownSet(body: Record<string, unknown>): { devices: number; digest: string } {
   if (!Number.isSafeInteger(body.devices) || (body.devices as number) < 1)
     throw new WavegateError(
       'INVALID_INPUT',
@@ -579,9 +661,21 @@ export function parseConvergeBody(body: Record<string, unknown>): { devices: num
       `digest: the fingerprint of the devices the page showed is required (64 hex digits; got ${JSON.stringify(typeof body.digest === 'string' ? body.digest.slice(0, 80) : (body.digest ?? null))})`,
       { field: 'digest' },
     );
+  return { devices: body.devices as number, digest: body.digest };
+}
+
+/**
+ * A converge's JSON body: `devices` and `digest`, the count and the fingerprint (deviceSetDigest) of
+ * the set the page showed (compared with the set read again before starting), and a reason.
+ */
+export function parseConvergeBody(body: Record<string, unknown>): { devices: number; digest: string; reason: string } {
+  for (const key of Object.keys(body))
+    if (key !== 'devices' && key !== 'digest' && key !== 'reason')
+      throw new WavegateError('INVALID_INPUT', `${key}: not a field of converge (allowed: devices, digest, reason)`, {
+        field: key,
+      });
   return {
-    devices: body.devices as number,
-    digest: body.digest,
+    ...parseShownSet(body),
     reason: parseReason('converge', body.reason, "it is written to the board's log with your name"),
   };
 }

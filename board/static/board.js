@@ -19,11 +19,18 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
-function notice(text, kind) {
+// A notice may say where it came from (`from`): that source clears it once it works again, so a page
+// left open does not keep saying "Temporal away" after Temporal is back.
+function notice(text, kind, from) {
   const n = document.getElementById('notice');
   n.textContent = text || '';
   n.className = kind || '';
   n.hidden = !text;
+  n.dataset.from = from || '';
+}
+
+function clearNotice(from) {
+  if (document.getElementById('notice').dataset.from === from) notice('');
 }
 
 async function api(path, opts) {
@@ -73,7 +80,9 @@ function showLogin(message) {
       onsubmit: async (e) => {
         e.preventDefault();
         try {
-          state.session = await post('/api/login', { token: input.value });
+          // The token file's whole line may be pasted ("<name> <token>"): the token is its last word.
+          const token = input.value.trim().split(/\s+/).pop();
+          state.session = await post('/api/login', { token });
           document.getElementById('who').textContent = `signed in as ${state.session.operator}`;
           route();
         } catch (err) {
@@ -83,7 +92,12 @@ function showLogin(message) {
       },
     },
     h('h1', {}, 'Sign in'),
-    h('label', {}, "Token (from the board's token file)", input),
+    h(
+      'label',
+      {},
+      "Token: its line in the board's token file (`wavegate board` printed the file's path when it started)",
+      input,
+    ),
     error,
     h('button', { type: 'submit' }, 'Sign in'),
   );
@@ -180,10 +194,11 @@ async function showRollouts() {
 /** The list, read again every 5 s while it is the page shown (a new rollout, an outcome, appear by themselves). */
 async function listLive() {
   await showRollouts();
+  clearNotice('list');
   clearTimeout(state.listTimer);
   state.listTimer = setTimeout(() => {
     if ((location.hash || '#/') === '#/')
-      listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error'));
+      listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
   }, 5000);
 }
 
@@ -270,6 +285,7 @@ async function askRevert(id) {
     try {
       const done = await post(`/api/rollouts/${encodeURIComponent(id)}/revert`, {
         devices: preview.devices.length,
+        digest: preview.digest,
         fast: document.getElementById('confirm-fast').checked,
       });
       dialog.close();
@@ -565,6 +581,7 @@ function openRollout(id) {
   const es = new EventSource(`/api/rollouts/${encodeURIComponent(id)}/events?${params}`);
   state.stream = es;
   es.addEventListener('view', (e) => {
+    clearNotice('stream');
     const focused = document.activeElement?.id;
     renderRollout(JSON.parse(e.data), id);
     // A redraw keeps the operator's place in the filter box.
@@ -575,7 +592,9 @@ function openRollout(id) {
     }
     document.body.dataset.live = es.readyState === 1 ? 'open' : 'closed';
   });
-  es.addEventListener('problem', (e) => notice(`Temporal: ${JSON.parse(e.data).message}; still trying`, 'error'));
+  es.addEventListener('problem', (e) =>
+    notice(`Temporal: ${JSON.parse(e.data).message}; still trying`, 'error', 'stream'),
+  );
   es.addEventListener('end', () => {
     es.close();
     document.body.dataset.live = 'ended';

@@ -23,6 +23,7 @@ import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';
 import { checkRevert, startRevert } from '../commands/revert';
 import { revertUntilOf } from '../../core/floor';
 import { revertWindowOf } from '../../core/rollout/revert';
+import { deviceSetDigest } from './fleet';
 
 /**
  * What the board reads, through the same client and audit store as the CLI: the rollout list with each
@@ -293,6 +294,7 @@ export async function revertPreview(src: BoardSources, id: string) {
       from: spec.toRevision,
       to: spec.fromRevision,
       devices: plan.finished.changed,
+      digest: deviceSetDigest(plan.finished.changed),
       phases: spec.phases.length,
       windowClosesAt: until ? new Date(until).toISOString() : null,
       inventory: plan.inventoryPath,
@@ -306,27 +308,29 @@ export async function revertPreview(src: BoardSources, id: string) {
 
 /**
  * Start the revert an operator confirmed, as `wavegate revert` starts it, started by the operator. The
- * devices it touches are checked again against what the page showed: a revert that would now touch
- * another set is refused (CONFLICT) rather than started.
+ * devices it touches are checked again against what the page showed (their number and deviceSetDigest):
+ * a revert that would now touch another set, even one of the same size, is refused (CONFLICT) rather
+ * than started.
  */
 export async function startBoardRevert(
   src: BoardSources,
   id: string,
-  body: { fast: boolean; devices: number },
+  body: { fast: boolean; devices: number; digest: string },
   by: string,
 ): Promise<{ rolloutId: string; message: string }> {
   await describeRollout(src, id);
   const inventory = boardInventory(src);
   const plan = await checkRevert(src.client, id, { inventory }, src.profilesRoot);
-  if (plan.finished.changed.length !== body.devices)
+  const now = plan.finished.changed;
+  if (now.length !== body.devices || deviceSetDigest(now) !== body.digest)
     throw new WavegateError(
       'CONFLICT',
-      `devices: the page showed ${body.devices} device(s) to revert, ${id} has ${plan.finished.changed.length} now; look again before reverting`,
+      `devices: the page showed ${body.devices} device(s) to revert, ${id} has ${now.length} now (${now.slice(0, 20).join(', ')}${now.length > 20 ? ', …' : ''}), not the same set; look again before reverting; nothing was started`,
       { field: 'devices' },
     );
   const { handle, input } = await startRevert(src.client, src.taskQueue, plan, { fast: body.fast, inventory }, by);
   return {
     rolloutId: handle.workflowId,
-    message: `revert ${handle.workflowId} started by ${by}: r${input.spec.fromRevision} → r${input.spec.toRevision} over the ${plan.finished.changed.length} device(s) ${id} changed${body.fast ? ', one phase, no gate (fast)' : ''}`,
+    message: `revert ${handle.workflowId} started by ${by}: r${input.spec.fromRevision} → r${input.spec.toRevision} over the ${now.length} device(s) ${id} changed${body.fast ? ', one phase, no gate (fast)' : ''}`,
   };
 }

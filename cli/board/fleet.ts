@@ -12,7 +12,8 @@ import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
 import { lastCompletedRollout } from '../client';
-import { behindRows, checkConverge, nothingBehind, startConverge } from '../commands/converge';
+import { checkConverge, nothingBehind, startConverge } from '../commands/converge';
+import { behindRows } from '../../activities/fleet';
 import { readInventoryFlags } from '../membership-client';
 import { driftOf, fleetStatusOf } from '../commands/fleet';
 
@@ -54,7 +55,7 @@ async function checkFleet(src: FleetSource, profile: string) {
     ...(src.profiles !== undefined ? { profiles: src.profiles } : {}),
     concurrency: 16,
   };
-  const { board, why } = await fleetStatusOf(flags);
+  const { board, why, active } = await fleetStatusOf(flags);
   const { rows: drift } = await driftOf(flags);
   const inventory = loadInventory(src.inventory);
   const now = Date.now();
@@ -99,14 +100,15 @@ async function checkFleet(src: FleetSource, profile: string) {
   // What `wavegate converge` would touch: the devices behind the revision the last completed rollout went
   // to (fleet status's hint, the same rows converge reads), and the command that brings exactly them there.
   const last = await lastCompletedRollout(src.client, profile).catch(() => undefined);
-  const behind = behindRows(board.rows).map((r) => r.id);
+  const behind = behindRows(board).map((r) => r.id);
+  // A converge refuses to start beside a running rollout of the profile: no advice while one runs.
   const converge =
-    last && last.toRevision === board.revision
+    last && last.toRevision === board.revision && active.length === 0
       ? {
           lastCompleted: last.rolloutId,
           revision: last.toRevision,
           devices: behind,
-          digest: convergeSetDigest(behind),
+          digest: deviceSetDigest(behind),
           command: behind.length
             ? `wavegate converge --profile ${profile} --file <the spec of ${last.rolloutId}: r${last.fromRevision} → r${last.toRevision}> --inventory ${src.inventory}${src.profiles ? ` --profiles ${src.profiles}` : ''}`
             : null,
@@ -117,6 +119,7 @@ async function checkFleet(src: FleetSource, profile: string) {
     profile: board.profile,
     revision: board.revision,
     revisionWhy: why,
+    active,
     provable: board.provable,
     counts: board.counts,
     drifted: drift.filter((d) => d.status === 'drifted').length,
@@ -125,8 +128,8 @@ async function checkFleet(src: FleetSource, profile: string) {
   };
 }
 
-/** The fingerprint of a set of device ids (order aside): what a converge's page showed, compared before it starts. */
-export function convergeSetDigest(ids: readonly string[]): string {
+/** The fingerprint of a set of device ids (order aside): what a converge's or a revert's page showed, compared before it starts. */
+export function deviceSetDigest(ids: readonly string[]): string {
   return createHash('sha256')
     .update([...ids].sort().join('\n'))
     .digest('hex');
@@ -170,7 +173,7 @@ export async function startBoardConverge(
       state: 'nothing-behind',
     });
   }
-  if (ids.length !== body.devices || convergeSetDigest(ids) !== body.digest) {
+  if (ids.length !== body.devices || deviceSetDigest(ids) !== body.digest) {
     answered.delete(profile);
     throw new WavegateError(
       'CONFLICT',

@@ -1,9 +1,13 @@
+import { randomBytes } from 'node:crypto';
+import { closeSync, lstatSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
-import { parseTokenFile } from '../../core/board';
+import { parsePublicUrl, parseTokenFile } from '../../core/board';
 import { WavegateError } from '../../core/errors';
 import { resolveAuditLocation } from '../../activities/audit';
 import { readFlagFile } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
+import { STATE_DIR } from '../../intake/package-layout';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { LOOPBACK, startBoard } from '../board/server';
@@ -18,6 +22,8 @@ interface BoardFlags extends TemporalFlags {
   httpsKey?: string;
   tokenFile?: string;
   clientCa?: string;
+  publicUrl?: string;
+  stateDir: string;
   auditDir?: string;
   auditKeyFile?: string;
   auditStore?: string;
@@ -59,13 +65,18 @@ export function boardSetup(flags: BoardFlags) {
         value: flags.clientCa,
       },
     );
+  // Without --token-file or --client-ca, the board's own token file: every local account can reach a
+  // loopback port, so a board never answers whoever asks (SECURITY.md, "The board").
+  const own = flags.tokenFile === undefined && !flags.clientCa ? ownTokenFile(flags.stateDir) : undefined;
+  const tokenFile = flags.tokenFile ?? own?.path;
   const tokens =
-    flags.tokenFile === undefined
+    tokenFile === undefined
       ? undefined
       : parseTokenFile(
-          readFlagFile('--token-file', flags.tokenFile).toString('utf8'),
-          `--token-file ${flags.tokenFile}`,
+          readTokenFile(flags.tokenFile ? '--token-file' : '--state-dir', tokenFile),
+          `--token-file ${tokenFile}`,
         );
+  const publicUrl = flags.publicUrl === undefined ? undefined : parsePublicUrl(flags.publicUrl);
   if (!LOOPBACK.has(listen.host) && (!tls || (!tokens && !flags.clientCa)))
     throw new WavegateError(
       'INVALID_INPUT',
@@ -88,7 +99,94 @@ export function boardSetup(flags: BoardFlags) {
   const transports = new Map<string, string>();
   if (flags.inventory)
     for (const d of loadInventory(flags.inventory).devices) transports.set(d.id, d.transport ?? 'ssh');
-  return { listen: { ...listen, ...(tls ? { tls } : {}) }, tokens, pollMs, where, transports };
+  return {
+    listen: { ...listen, ...(tls ? { tls } : {}) },
+    tokens,
+    tokenFile: own ? { ...own, name: tokens![0]!.name } : undefined,
+    publicUrl,
+    pollMs,
+    where,
+    transports,
+  };
+}
+
+/** The board's own token file in the state directory. */
+export const OWN_TOKEN_FILE = 'board.tokens';
+
+/**
+ * `<state dir>/board.tokens`, made on the first start (mode 0600, never replaced: O_EXCL) with one token
+ * for the OS user who runs the board, or the one there: a file an operator may add `<name> <token>` lines
+ * to, and delete to revoke every token (a new one is made at the next start).
+ */
+function ownTokenFile(stateDir: string): { path: string; made: boolean } {
+  const path = join(stateDir, OWN_TOKEN_FILE);
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+  let fd: number;
+  try {
+    fd = openSync(path, 'wx', 0o600);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return { path, made: false };
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--state-dir ${stateDir}: cannot make the board's token file ${path} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+      { field: '--state-dir', value: stateDir },
+    );
+  }
+  try {
+    writeSync(
+      fd,
+      `# wavegate board tokens: "<name> <token>" per line; <name> is recorded as who sent each control\n${ownTokenName()} ${randomBytes(24).toString('hex')}\n`,
+    );
+  } finally {
+    closeSync(fd);
+  }
+  return { path, made: true };
+}
+
+/** The generated token's name: the OS user's, as a token name may be spelled. */
+function ownTokenName(): string {
+  const name = operatorName()
+    .replace(/[^A-Za-z0-9._@-]/g, '-')
+    .slice(0, 64);
+  return /^[A-Za-z0-9]/.test(name) ? name : 'operator';
+}
+
+/**
+ * A token file's text: a regular file of this user's that no other account can read (mode 0600), or
+ * INVALID_INPUT naming it and what to do; never its content.
+ */
+function readTokenFile(flag: string, path: string): string {
+  let stat: ReturnType<typeof lstatSync>;
+  try {
+    stat = lstatSync(path);
+  } catch (err) {
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+      { field: flag, value: path },
+    );
+  }
+  if (!stat.isFile())
+    throw new WavegateError('INVALID_INPUT', `${flag} ${path}: the token file is not a regular file`, {
+      field: flag,
+      value: path,
+    });
+  if (process.getuid && stat.uid !== process.getuid())
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${path}: the token file belongs to uid ${stat.uid}, not to this user`,
+      {
+        field: flag,
+        value: path,
+      },
+    );
+  if ((stat.mode & 0o077) !== 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${path}: the token file is readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`,
+      { field: flag, value: path },
+    );
+  return readFlagFile(flag, path).toString('utf8');
 }
 
 export function register(program: Command): void {
@@ -108,6 +206,15 @@ export function register(program: Command): void {
       .option(
         '--client-ca <file>',
         "CA (PEM) of the operators' client certificates; the certificate's CN is recorded as who sent a control",
+      )
+      .option(
+        '--public-url <url>',
+        'the origin browsers reach the board at through a proxy, e.g. https://board.example.com: its Host is answered and its Origin expected',
+      )
+      .option(
+        '--state-dir <dir>',
+        `without --token-file or --client-ca: where the board's own token file (${OWN_TOKEN_FILE}, mode 0600) is made or read`,
+        STATE_DIR,
       )
       .option('--audit-dir <dir>', "the worker's audit directory (default $WAVEGATE_AUDIT_DIR, as `wavegate audit`)")
       .option('--audit-store <url>', 'read trails from this store, e.g. postgres://… (default $WAVEGATE_AUDIT_STORE)')
@@ -137,6 +244,7 @@ export function register(program: Command): void {
         },
         listen: setup.listen,
         ...(setup.tokens ? { tokens: setup.tokens } : {}),
+        ...(setup.publicUrl ? { publicUrl: setup.publicUrl } : {}),
         ...(flags.inventory
           ? {
               fleet: {
@@ -147,16 +255,22 @@ export function register(program: Command): void {
               },
             }
           : {}),
-        localOperator: operatorName(),
         pollMs: setup.pollMs,
         log,
       });
-      const who = setup.tokens
-        ? `${setup.tokens.length} token(s)${flags.clientCa ? ' or a client certificate' : ''}`
-        : flags.clientCa
-          ? 'client certificates'
-          : `no login (loopback; controls are recorded as ${operatorName()})`;
-      log(`board listening on ${board.url} (Temporal ${describeConnection(settings)}; ${who})`);
+      const who = setup.tokenFile
+        ? `the token of "${setup.tokenFile.name}" in ${setup.tokenFile.path}`
+        : setup.tokens
+          ? `${setup.tokens.length} token(s)${flags.clientCa ? ' or a client certificate' : ''}`
+          : 'client certificates';
+      log(`board listening on ${board.url} (Temporal ${describeConnection(settings)}; sign in with ${who})`);
+      // Said once, at start: where the token is and how to sign in with it, never the token itself.
+      if (setup.tokenFile) {
+        const { path, made } = setup.tokenFile;
+        log(
+          `board: ${made ? 'made' : 'reading'} ${path} (mode 0600, yours alone). Open ${setup.publicUrl?.origin ?? board.url} and paste its token line, or from a script: curl -H "Authorization: Bearer $(awk '!/^#/{print $2; exit}' ${path})" ${board.url}/api/rollouts`,
+        );
+      }
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           log(`${signal}: stopping the board`);

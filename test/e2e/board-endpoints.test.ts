@@ -22,7 +22,7 @@ import { makeTestPki } from '../support/tls-proxy';
  * listen address beyond loopback without HTTPS and a login (exit 2).
  */
 const scratch = scratchDir('board-endpoints');
-const TOKEN = 'alice-token-0123456789abcdef';
+const TOKEN = 'alice-token-0123456789abcdef-0123456789';
 let server: DevServer | undefined;
 let client: Client | undefined;
 let board: BoardServer | undefined;
@@ -47,7 +47,6 @@ beforeAll(async () => {
     },
     listen: { host: '127.0.0.1', port: 0 },
     tokens: [{ name: 'alice', token: TOKEN }],
-    localOperator: 'nobody',
     log: (line) => logged.push(line),
   });
 }, 120_000);
@@ -132,6 +131,7 @@ describe('the board endpoints', () => {
       'UNAUTHORIZED',
       /token/,
     );
+    expect(logged.join('\n')).not.toContain('wrong-token-0000000000');
     const listed = await call('/api/rollouts', { headers: bearer });
     expect(listed.status).toBe(200);
     expect(listed.body.rollouts).toEqual([]);
@@ -245,28 +245,35 @@ describe('the board endpoints', () => {
       'NOT_FOUND',
       /no rollout with id "rollout:demo:20990101-000000"/,
     );
-    // A revert names the number of devices the page showed; an unknown rollout is named.
+    // A revert names the devices the page showed (their number and digest); an unknown rollout is named.
     const revert = path.replace(/pause$/, 'revert');
+    const digest = 'ab'.repeat(32);
     expectRefusal(
-      await control(revert, s, { fast: true }),
+      await control(revert, s, { fast: true, digest }),
       400,
       'INVALID_INPUT',
       /devices: the number of devices the page showed/,
     );
     expectRefusal(
-      await control(revert, s, { devices: 2, fast: 'yes' }),
+      await control(revert, s, { devices: 2 }),
+      400,
+      'INVALID_INPUT',
+      /digest: the fingerprint of the devices the page showed/,
+    );
+    expectRefusal(
+      await control(revert, s, { devices: 2, digest, fast: 'yes' }),
       400,
       'INVALID_INPUT',
       /fast: must be true or false/,
     );
     expectRefusal(
-      await control(revert, s, { devices: 2 }),
+      await control(revert, s, { devices: 2, digest }),
       404,
       'NOT_FOUND',
       /no rollout with id "rollout:demo:20990101-000000"/,
     );
     expectRefusal(await call(revert, { headers: bearer }), 404, 'NOT_FOUND', /rollout:demo:20990101-000000/);
-    expectRefusal(await control(revert, { ...s, csrf: '' }, { devices: 2 }), 403, 'FORBIDDEN', /X-CSRF-Token/);
+    expectRefusal(await control(revert, { ...s, csrf: '' }, { devices: 2, digest }), 403, 'FORBIDDEN', /X-CSRF-Token/);
     // Without a session or a token: 401, not a CSRF complaint.
     expectRefusal(await control(path, { cookie: '', csrf: s.csrf }, { reason: 'ok' }), 401, 'UNAUTHORIZED', /token/);
     expectRefusal(await call(path, { headers: bearer }), 405, 'METHOD_NOT_ALLOWED', /only POST/);
@@ -298,7 +305,6 @@ describe('the board endpoints', () => {
       },
       listen: { host: '127.0.0.1', port: 0 },
       tokens: [{ name: 'alice', token: TOKEN }],
-      localOperator: 'nobody',
       log: () => {},
     });
     try {
@@ -346,7 +352,7 @@ describe('the board endpoints', () => {
     expect(open.code).toBe(2);
     expect(open.stderr).toMatch(/--listen 0\.0\.0\.0:0: beyond 127\.0\.0\.1.*needs HTTPS/);
     const tokens = join(scratch.dir, 'tokens');
-    writeFileSync(tokens, 'alice short\n');
+    writeFileSync(tokens, 'alice short token\n', { mode: 0o600 });
     const bad = await runCli(['board', '--token-file', tokens, '--address', server!.address], { env });
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--token-file .*line 1: expected "<name> <token>"/);
@@ -373,19 +379,19 @@ describe('the board endpoints', () => {
         readRetryMs: 1_000,
       },
       listen: { host: '127.0.0.1', port: 0 },
-      localOperator: 'nobody',
+      tokens: [{ name: 'alice', token: TOKEN }],
       log: () => {},
     });
     try {
       const started = Date.now();
-      const res = await fetch(`${lonely.url}/api/rollouts`);
+      const res = await fetch(`${lonely.url}/api/rollouts`, { headers: bearer });
       const body = (await res.json()) as { code: string; message: string };
       expect({ status: res.status, code: body.code }).toEqual({ status: 503, code: 'UNAVAILABLE' });
       expect(body.message).toMatch(/the rollout list failed for \d+ s, giving up/);
       expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
       // Still serving: the page and the next request are answered.
       expect((await fetch(`${lonely.url}/`)).status).toBe(200);
-      expect((await fetch(`${lonely.url}/api/session`)).status).toBe(200);
+      expect((await fetch(`${lonely.url}/api/session`, { headers: bearer })).status).toBe(200);
     } finally {
       await lonely.close();
       await away.connection.close().catch(() => {});
@@ -410,7 +416,6 @@ describe('the board endpoints', () => {
           clientCa: readFileSync(pki.caCert),
         },
       },
-      localOperator: 'nobody',
       log: () => {},
     });
     const get = (path: string, withCert: boolean) =>

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
 import { resolveAuditLocation } from '../../activities/audit';
 import { readAuditTrail } from '../../activities/audit-store';
-import { convergeSetDigest } from '../../cli/board/fleet';
+import { deviceSetDigest } from '../../cli/board/fleet';
 import { startBoard, type BoardServer } from '../../cli/board/server';
 import { parseAuditLog, type AuditRecord } from '../../core/audit';
 import type { RolloutStatus } from '../../core/rollout/status';
@@ -37,7 +37,7 @@ import { until } from '../support/until';
  */
 const scratch = scratchDir('board');
 const shots = join(PROJECT_ROOT, 'test-output', 'board');
-const TOKEN = 'alice-board-token-0123456789';
+const TOKEN = 'alice-board-token-0123456789-abcdefghij';
 const BUDGETS = { 'pool-a': 0.5, 'pool-b': 0.5 };
 const taskQueue = `board-${process.pid}`;
 let server: DevServer | undefined;
@@ -163,7 +163,6 @@ beforeAll(async () => {
       temporal: { address: server.address, taskQueue, configFile: join(scratch.dir, 'none.toml') },
     },
     tokens: [{ name: 'alice', token: TOKEN }],
-    localOperator: 'nobody',
     pollMs: 300,
     maxStreams: 2,
     log: () => {},
@@ -411,7 +410,7 @@ describe('the board in Chromium', () => {
     // A set other than the one behind now is refused (CONFLICT), nothing started.
     const s = await apiSession();
     const other = [down, fleet!.devices[0]!.id];
-    const stale = await convergeRequest(s, { devices: 2, digest: convergeSetDigest(other), reason: 'stale page' });
+    const stale = await convergeRequest(s, { devices: 2, digest: deviceSetDigest(other), reason: 'stale page' });
     expect(stale.status).toBe(409);
     expect(stale.body).toEqual({
       code: 'CONFLICT',
@@ -439,7 +438,7 @@ describe('the board in Chromium', () => {
     expect((await trailOf(converge)).find((r) => r.event === 'rollout.started')?.by).toBe('alice');
     expect(markerOf(fleet!, down)).toBe(2);
     // Nothing behind now: the same request is refused, naming why.
-    const again = await convergeRequest(s, { devices: 1, digest: convergeSetDigest([down]), reason: 'again' });
+    const again = await convergeRequest(s, { devices: 1, digest: deviceSetDigest([down]), reason: 'again' });
     expect(again.status).toBe(409);
     expect(again.body).toMatchObject({ code: 'INVALID_STATE' });
     expect(again.body.message).toMatch(

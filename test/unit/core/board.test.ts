@@ -11,6 +11,10 @@ import {
   parseConvergeBody,
   parseDeviceQuery,
   parseTokenFile,
+  parsePublicUrl,
+  parseRevertBody,
+  tokenWeakness,
+  GuessBudget,
   phaseProgress,
   sortFailuresFirst,
   sortFleetWorstFirst,
@@ -271,15 +275,73 @@ describe('the board', () => {
     );
   });
   it('reads a token file and refuses ids and token lines it cannot trust', () => {
-    expect(parseTokenFile('# operators\nalice 0123456789abcdef0123\n\nbob   fedcba9876543210fedc\n', 'f')).toEqual([
-      { name: 'alice', token: '0123456789abcdef0123' },
-      { name: 'bob', token: 'fedcba9876543210fedc' },
+    const a = '0123456789abcdef0123456789abcdef';
+    const b = 'fedcba9876543210fedcba9876543210';
+    expect(parseTokenFile(`# operators\nalice ${a}\n\nbob   ${b}\n`, 'f')).toEqual([
+      { name: 'alice', token: a },
+      { name: 'bob', token: b },
     ]);
-    expect(() => parseTokenFile('alice short', 'f')).toThrow(/f line 1/);
-    expect(() => parseTokenFile('alice 0123456789abcdef0123\nalice 0123456789abcdef9999', 'f')).toThrow(/twice/);
+    expect(() => parseTokenFile('alice short token', 'f')).toThrow(/f line 1: expected "<name> <token>"/);
+    expect(() => parseTokenFile(`alice ${a}\nalice ${b}`, 'f')).toThrow(/twice/);
     expect(() => parseTokenFile('# nothing\n', 'f')).toThrow(/no "<name> <token>" line/);
     expect(checkRolloutId('rollout:demo:20261205-100000')).toBe('rollout:demo:20261205-100000');
     expect(() => checkRolloutId('../etc/passwd')).toThrow(/rollout id/);
+  });
+  it('refuses a weak token naming its line and name, never its value', () => {
+    const weak = (token: string) => {
+      try {
+        parseTokenFile(`alice ${'0123456789abcdef'.repeat(2)}\nbob ${token}\n`, '--token-file t');
+      } catch (err) {
+        expect((err as Error).message).not.toContain(token);
+        return (err as Error).message;
+      }
+      return 'accepted';
+    };
+    // Was accepted before (16 characters and more): 823 guesses a second found nothing only by luck.
+    expect(weak('bob-token-0123456789')).toMatch(
+      /^--token-file t line 2: the token of "bob" is weak \(20 characters\); a token needs at least 32 characters/,
+    );
+    expect(weak('a'.repeat(40))).toMatch(/"bob" is weak \(one kind of character\)/);
+    expect(weak('1234567890'.repeat(4))).toMatch(/"bob" is weak \(one kind of character\)/);
+    expect(weak('ab12'.repeat(10))).toMatch(/"bob" is weak \(4 distinct characters\)/);
+    expect(weak('c0ffee'.repeat(6))).toMatch(/"bob" is weak \(4 distinct characters\)/);
+    // What the docs suggest: openssl rand -hex 16 (the floor) and -hex 24; base64 too.
+    expect(tokenWeakness('9f86d081884c7d659a2feaa0c55ad015')).toBeUndefined();
+    expect(tokenWeakness('3q2+7w8XkVq0H5m8Zc1tYb6rLw4nDpEoFhGiJkKs')).toBeUndefined();
+    expect(weak('9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822c')).toBe('accepted');
+  });
+  it('spends a budget of wrong tokens per source, refilled over time', () => {
+    const budget = new GuessBudget(3, 1_000, 2);
+    for (let i = 0; i < 3; i++) {
+      expect(budget.waitMs('10.0.0.1', 0)).toBe(0);
+      budget.spend('10.0.0.1', 0);
+    }
+    expect(budget.waitMs('10.0.0.1', 0)).toBe(1_000);
+    expect(budget.waitMs('10.0.0.1', 400)).toBe(600);
+    expect(budget.waitMs('10.0.0.2', 0)).toBe(0); // another source is not held back
+    expect(budget.waitMs('10.0.0.1', 1_000)).toBe(0);
+    budget.spend('10.0.0.1', 1_000);
+    expect(budget.waitMs('10.0.0.1', 1_000)).toBe(1_000);
+    // Refills to the burst, no further.
+    expect(budget.waitMs('10.0.0.1', 60_000)).toBe(0);
+    // At most maxSources remembered: the least recently wrong is forgotten.
+    budget.spend('10.0.0.2', 1_000);
+    budget.spend('10.0.0.3', 1_000);
+    expect(budget.waitMs('10.0.0.1', 1_000)).toBe(0);
+  });
+  it('reads --public-url as an origin only', () => {
+    expect(parsePublicUrl('https://board.example.com').origin).toBe('https://board.example.com');
+    expect(parsePublicUrl('https://board.example.com:8443/').host).toBe('board.example.com:8443');
+    expect(() => parsePublicUrl('board.example.com')).toThrow(/--public-url "board.example.com": not a URL/);
+    expect(() => parsePublicUrl('https://board.example.com/board')).toThrow(/must be an origin/);
+    expect(() => parsePublicUrl('ftp://board.example.com')).toThrow(/must be an origin/);
+    expect(() => parsePublicUrl('https://u:p@board.example.com')).toThrow(/must be an origin/);
+  });
+  it('reads a revert body: the number and the digest of the devices the page showed', () => {
+    const digest = 'ab'.repeat(32);
+    expect(parseRevertBody({ devices: 2, digest, fast: true })).toEqual({ devices: 2, digest, fast: true });
+    expect(() => parseRevertBody({ devices: 2 })).toThrow(/digest: the fingerprint of the devices the page showed/);
+    expect(() => parseRevertBody({ devices: 2, digest, why: 'x' })).toThrow(/why: not a field of revert/);
   });
   it('sorts the fleet worst first: refused and drifted above short of the revision, applied last', () => {
     const rows = sortFleetWorstFirst([
