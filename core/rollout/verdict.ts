@@ -1,5 +1,6 @@
 import type { AuditRecord } from '../audit';
 import { bannerOf, deviceHistory, gateEvidenceOf, type GateEvidence } from '../board';
+import { phaseCounts } from './sliced-records';
 import type { RolloutStatus } from './status';
 
 /**
@@ -75,8 +76,15 @@ function statusGateLines(status: RolloutStatus): string[] {
   const failed = status.devices.filter(
     (d) => d.phase === tripped.index && (d.state === 'failed' || d.state === 'rollback-failed'),
   );
+  // Before a rollback puts them back, the phase's devices still say the tally the gate read.
+  const counts = phaseCounts(status, tripped.index);
+  const succeeded = counts.applied + counts.claimed;
+  const sample = succeeded + counts.failed;
   return [
     `failure gate of ${phaseLabel(status, tripped.name)}: fail`,
+    ...(counts.failed > 0
+      ? [`  ${ratioLine({ succeeded, failed: counts.failed, sample, ratio: counts.failed / sample })}`]
+      : []),
     ...failed.slice(0, FAILED_DEVICES_SHOWN).map((d) => `  ${d.id} ${d.state}${d.reason ? `: ${d.reason}` : ''}`),
     ...(failed.length > FAILED_DEVICES_SHOWN ? [`  and ${failed.length - FAILED_DEVICES_SHOWN} more failed`] : []),
   ];
