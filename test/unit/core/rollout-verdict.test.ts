@@ -154,6 +154,25 @@ describe('the deciding gate, where the operator looks', () => {
     );
   });
 
+  it('without the trail, a tripped failure gate: its ratio while the devices still hold it, and each failed device with its error', () => {
+    const paused = status(
+      [
+        ['dev-01', 'applied', 0],
+        ['dev-02', 'failed', 1, 'dev-02: verify exited 2: Is a directory'],
+        ['dev-03', 'applied', 1],
+      ],
+      {
+        state: 'paused',
+        phases: [rolledBack.phases[0]!, { index: 1, name: 'bulk', devices: 2, gate: 1000, stage: 'failed' }],
+      },
+    );
+    expect(gateVerdictLines(paused, { records: [] }, 'rollout:motd:1')).toEqual([
+      'why: failure gate of phase 2/2 bulk: fail',
+      '  failure ratio 50.0% (1 failed of a sample of 2; 1 succeeded)',
+      '  dev-02 failed: dev-02: verify exited 2: Is a directory',
+    ]);
+  });
+
   it('a gate that passed last decided nothing; nor does a running rollout before any gate', () => {
     const passed = [...healthFailure.slice(0, 3), record(5, 'gate.passed', { phase: 'bulk', evidence: [] })];
     expect(decidingGate(passed)).toBeUndefined();
