@@ -15,6 +15,7 @@ const RUN_ALONE = [
   'test/e2e/webui.test.ts',
   'test/e2e/webui-outcomes.test.ts',
   'test/e2e/board.test.ts',
+  'test/e2e/board-temporal-away.test.ts',
   // Compute-bound (1,000 simulated devices; 300 devices over three workers and PostgreSQL): a neighbour
   // gains little time and, paired with each other, one device's apply failed its verify under load.
   'test/workflow/rollout-scale.test.ts',
