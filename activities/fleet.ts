@@ -11,8 +11,11 @@ import { channelFor, throughTemporal, type ChannelDeps, type TwinReader } from '
  * by the nightly canary's activities. Each device is read through its channel (./channel), as its applies run.
  */
 
-/** The board states (seed §1): only `applied` counts as rolled out. */
-export type BoardState = 'applied' | 'claimed' | 'pending' | 'not-for-me';
+/**
+ * The board states (seed §1): only `applied` counts as rolled out. `ahead`: the device's marker names a
+ * higher revision and that revision's verify passes there now: past the revision checked, never behind it.
+ */
+export type BoardState = 'applied' | 'claimed' | 'pending' | 'ahead' | 'not-for-me';
 
 export interface BoardRow {
   id: string;
@@ -31,6 +34,7 @@ export interface BoardCounts {
   applied: number;
   claimed: number;
   pending: number;
+  ahead: number;
   notForMe: number;
   total: number;
 }
@@ -98,7 +102,7 @@ export function partitionFleet(
 }
 
 export function countBoard(rows: BoardRow[]): BoardCounts {
-  const counts: BoardCounts = { applied: 0, claimed: 0, pending: 0, notForMe: 0, total: rows.length };
+  const counts: BoardCounts = { applied: 0, claimed: 0, pending: 0, ahead: 0, notForMe: 0, total: rows.length };
   for (const r of rows) {
     if (r.state === 'not-for-me') counts.notForMe++;
     else counts[r.state]++;
@@ -106,7 +110,7 @@ export function countBoard(rows: BoardRow[]): BoardCounts {
   return counts;
 }
 
-/** Every target applied or not-for-me: the only state in which the board is green. */
+/** Every target applied, ahead or not-for-me: the only state in which the board is green. */
 export function boardIsGreen(board: Pick<FleetBoard, 'counts'>): boolean {
   return board.counts.claimed === 0 && board.counts.pending === 0;
 }
@@ -114,7 +118,9 @@ export function boardIsGreen(board: Pick<FleetBoard, 'counts'>): boolean {
 /**
  * The fleet board for one revision: for each device in scope, run that revision's verify on it now.
  * Exit 0 of a provable verify is `applied`; of a non-provable one only `claimed`; anything else
- * (verify failed, never answered) is `pending`. Out-of-scope and left-behind devices are not-for-me.
+ * (verify failed, never answered) is `pending`, unless the device's marker names a higher revision
+ * whose verify (from `verifyOf`) passes there now: that device is `ahead`, never behind. Out-of-scope
+ * and left-behind devices are not-for-me.
  */
 export async function readFleetBoard(opts: {
   inventory: Inventory;
@@ -126,6 +132,8 @@ export async function readFleetBoard(opts: {
   probe?: ProbeOptions;
   /** Node-down verdicts as judged now (activities/node-down.ts): one that holds makes its device not-for-me, uncontacted. */
   verdicts?: ReadonlyMap<string, VerdictStanding>;
+  /** A higher revision's verify (and whether it is provable), to tell a device ahead from one behind; undefined: unknown here. */
+  verifyOf?: (revision: number) => { verify: string; provable: boolean } | undefined;
 }): Promise<FleetBoard> {
   const partition = partitionFleet(opts.inventory, opts.scope);
   const holding = (d: Device) => opts.verdicts?.get(d.id)?.kind === 'holds';
@@ -142,15 +150,39 @@ export async function readFleetBoard(opts: {
   );
   async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
-    const question = {
-      profile: opts.profile,
-      revision: opts.revision,
-      verify: opts.verify,
-      provable: opts.provable,
-      connectTimeoutMs: probe.connectTimeoutMs,
-      commandTimeoutMs: probe.commandTimeoutMs,
+    const ask = (revision: number, verify: string, provable: boolean) =>
+      channelOf(device, probe).boardRead(targetOf(device), {
+        profile: opts.profile,
+        revision,
+        verify,
+        provable,
+        connectTimeoutMs: probe.connectTimeoutMs,
+        commandTimeoutMs: probe.commandTimeoutMs,
+      });
+    const answer = await ask(opts.revision, opts.verify, opts.provable);
+    const above = aheadCandidate(answer, opts.revision);
+    if (above === undefined) return { ...base, ...answer };
+    const higher = opts.verifyOf?.(above);
+    if (!higher)
+      return {
+        ...base,
+        ...answer,
+        reason: `${answer.reason ?? 'pending'}; its marker says r${above}, above r${opts.revision}, a revision not known here`,
+      };
+    // The device claims a higher revision: its own verify decides, as the board's never trusts a marker alone.
+    const there = await ask(above, higher.verify, higher.provable);
+    if (there.state !== 'applied' && there.state !== 'claimed')
+      return {
+        ...base,
+        ...answer,
+        reason: `${answer.reason ?? 'pending'}; its marker says r${above} but r${above}'s verify fails there too`,
+      };
+    return {
+      ...base,
+      state: 'ahead',
+      marker: above,
+      reason: `at r${above} (${there.state === 'applied' ? 'verified' : 'claimed'} now), above r${opts.revision}`,
     };
-    return { ...base, ...(await channelOf(device, probe).boardRead(targetOf(device), question)) };
   }
   const rows = [
     ...probed,
@@ -167,6 +199,20 @@ export async function readFleetBoard(opts: {
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
   rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
   return { profile: opts.profile, revision: opts.revision, provable: opts.provable, rows, counts: countBoard(rows) };
+}
+
+/** The revision a pending device's marker names above the one checked (undefined: none such). */
+function aheadCandidate(answer: { state: string; marker?: number | null }, revision: number): number | undefined {
+  return answer.state === 'pending' && typeof answer.marker === 'number' && answer.marker > revision
+    ? answer.marker
+    : undefined;
+}
+
+/** Devices truly below `revision`: pending with a marker read that is absent or lower (converge brings exactly these there). */
+export function behindRows(board: Pick<FleetBoard, 'rows' | 'revision'>): BoardRow[] {
+  return board.rows.filter(
+    (r) => r.state === 'pending' && 'marker' in r && (r.marker === null || (r.marker ?? 0) < board.revision),
+  );
 }
 
 /** A verdict that no longer holds (expired, lifted by its recheck) is said beside the device's state. */

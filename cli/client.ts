@@ -29,6 +29,8 @@ import { connectionOptions, DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, type Connection
 import { connectionFailure } from '../workers/connection-failure';
 import { checkProfileName } from '../core/profile-name';
 import { statusQuery, type RolloutStatus } from '../contracts/rollout';
+import { deviceRecords } from '../clients/rollout-records';
+import { changedDevices } from '../core/rollout/revert';
 import type { RolloutInput } from '../core/rollout/input';
 import type { rolloutWorkflow } from '../workflows/rollout';
 import type { LockHolder } from '../contracts/profile-lock';
@@ -611,23 +613,57 @@ export async function listRollouts(
   return out;
 }
 
-/** The newest completed rollout of a profile (not a nightly canary), with the revisions its status carries. */
+/** How many completed rollouts, newest first, lastCompletedRollout reads for one that changed a device. */
+const LAST_COMPLETED_LOOK = 20;
+
+/**
+ * The newest completed rollout of a profile that changed at least one device: the revision the fleet was
+ * last brought to. A re-run that found every device in place (an old spec run again by mistake, a
+ * converge with nothing behind) moves nothing, so it is passed over. Each run's status is read from its
+ * result in the history: no worker needed. A sliced rollout whose slices cannot be read counts as changed
+ * when its counts say a device was applied.
+ */
 export async function lastCompletedRollout(
   client: Client,
   profile: string,
-): Promise<{ rolloutId: string; runId: string; fromRevision: number; toRevision: number } | undefined> {
-  const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
-  const newest = rows
+): Promise<
+  { rolloutId: string; runId: string; fromRevision: number; toRevision: number; closeTime: string } | undefined
+> {
+  const rows = (await listRollouts(client, { profile, state: 'completed', limit: 100 }))
     .filter((r) => r.type === 'rolloutWorkflow')
-    .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
-  if (!newest) return undefined;
-  const status = await queryStatus(client, newest.workflowId, newest.runId);
-  return {
-    rolloutId: newest.workflowId,
-    runId: newest.runId,
-    fromRevision: status.fromRevision,
-    toRevision: status.toRevision,
-  };
+    .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime));
+  for (const row of rows.slice(0, LAST_COMPLETED_LOOK)) {
+    const status = (await client.workflow.getHandle(row.workflowId, row.runId).result()) as RolloutStatus;
+    const records = await deviceRecords(client, status).catch(() => undefined);
+    const changed = records
+      ? changedDevices({ devices: records }).length > 0
+      : status.counts.applied + status.counts.claimed > 0;
+    if (changed)
+      return {
+        rolloutId: row.workflowId,
+        runId: row.runId,
+        fromRevision: status.fromRevision,
+        toRevision: status.toRevision,
+        closeTime: row.closeTime ?? row.startTime,
+      };
+  }
+  return undefined;
+}
+
+/** The rollouts of a profile Temporal still runs (running or paused), with their target and state. */
+export async function activeRolloutsOf(
+  client: Client,
+  profile: string,
+): Promise<Array<{ rolloutId: string; state: string; phase?: string; toRevision?: number }>> {
+  const rows = await listRollouts(client, { profile, limit: 100 });
+  return rows
+    .filter((r) => r.type === 'rolloutWorkflow' && r.status === 'RUNNING')
+    .map((r) => ({
+      rolloutId: r.workflowId,
+      state: r.state ?? 'running',
+      ...(r.phase !== undefined ? { phase: r.phase } : {}),
+      ...(r.revision !== undefined ? { toRevision: r.revision } : {}),
+    }));
 }
 
 /** The rollouts of a profile Temporal still runs, whatever their id (`rollout:<profile>`, converges). */

@@ -616,7 +616,7 @@ export interface FleetDevice {
   lastSeen?: string;
 }
 
-const FLEET_SEVERITY = ['refused', 'drifted', 'pending', 'claimed', 'not-for-me', 'applied'];
+const FLEET_SEVERITY = ['refused', 'drifted', 'pending', 'claimed', 'not-for-me', 'ahead', 'applied'];
 
 /** Worst first: a device refused or drifted, then one short of the revision, then the rest. */
 export function fleetSeverity(d: Pick<FleetDevice, 'state' | 'drift'>): number {

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
-import { readFleetBoard, type BoardRow } from '../../activities/fleet';
+import { behindRows, readFleetBoard, type BoardRow } from '../../activities/fleet';
 import { twinReader } from '../../activities/agent/board';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
@@ -49,11 +49,6 @@ interface ConvergeFlags extends TemporalFlags, InventoryFlags {
   interval: number;
   concurrency: number;
   json?: boolean;
-}
-
-/** The board rows a verify answered for and failed: behind the revision (unreachable ones are unknown, not behind). */
-export function behindRows(rows: BoardRow[]): BoardRow[] {
-  return rows.filter((r) => r.state === 'pending' && 'marker' in r);
 }
 
 /** `rollout:<profile>:converge-<n>`, n one above any converge of the profile Temporal knows. */
@@ -175,7 +170,7 @@ export async function checkConverge(
     last,
     input,
     read,
-    behind: behindRows(board.rows),
+    behind: behindRows(board),
     unreachable: board.rows.filter((r) => r.state === 'pending' && !('marker' in r)),
   };
 }

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import {
   boardIsGreen,
   readDrift,
+  behindRows,
   readFleetBoard,
   reverifyFleet,
   type BoardRow,
@@ -21,13 +22,12 @@ import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import {
   lastCompletedRollout,
-  listRollouts,
+  activeRolloutsOf,
   retryNote,
   retryTransient,
   withClient,
   withTemporalOptions,
 } from '../client';
-import { behindRows } from './converge';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { judgeVerdicts } from '../../activities/node-down';
 import { registerVerdictCommands } from './fleet-verdicts';
@@ -129,38 +129,44 @@ async function withTwins<T>(
 interface BoardChoice {
   revision: Revision;
   why: string;
+  /** Rollouts of the profile running now (running or paused), with their target: devices there are ahead, not behind. */
+  active: ActiveRollout[];
 }
 
-/** The profile's newest completed rollout by its search attributes (no query: no worker needed), or why there is none to go by. */
+/**
+ * The profile's newest completed rollout that changed a device (lastCompletedRollout: a re-run that changed
+ * nothing does not move the board), and the rollouts of the profile running now, or why there is none to go by.
+ */
 async function lastCompletedRevision(
   opts: BoardFlags,
   profile: string,
-): Promise<{ rolloutId: string; revision: number; closeTime: string } | { none: string }> {
+): Promise<
+  | { rolloutId: string; revision: number; closeTime: string; active: ActiveRollout[] }
+  | { none: string; active: ActiveRollout[] }
+> {
   const settings = resolveConnectionSettings(opts);
   try {
     return await withClient(settings, async (client) => {
-      const rows = await listRollouts(client, { profile, state: 'completed', limit: 100 });
-      const newest = rows
-        .filter((r) => r.type === 'rolloutWorkflow' && r.revision !== undefined)
-        .sort((a, b) => (b.closeTime ?? b.startTime).localeCompare(a.closeTime ?? a.startTime))[0];
-      if (!newest)
+      const active = await activeRolloutsOf(client, profile);
+      const last = await lastCompletedRollout(client, profile);
+      if (!last)
         return {
-          none: `no completed rollout of "${profile}" found in namespace ${settings.namespace} at ${settings.address}`,
+          none: `no completed rollout of "${profile}" that changed a device found in namespace ${settings.namespace} at ${settings.address}`,
+          active,
         };
-      return {
-        rolloutId: newest.workflowId,
-        revision: newest.revision!,
-        closeTime: newest.closeTime ?? newest.startTime,
-      };
+      return { rolloutId: last.rolloutId, revision: last.toRevision, closeTime: last.closeTime, active };
     });
   } catch (err) {
     // A flag at fault (TLS files, namespace) is bad input; a server that is not there only loses the default.
     if (err instanceof WavegateError && err.code === 'INVALID_INPUT') throw err;
     return {
       none: `Temporal at ${settings.address} not reachable, so no completed rollout could be read (${firstLine(err)})`,
+      active: [],
     };
   }
 }
+
+type ActiveRollout = Awaited<ReturnType<typeof activeRolloutsOf>>[number];
 
 function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
@@ -209,6 +215,8 @@ async function newestRevision(files: ProfileFiles, opts: BoardFlags): Promise<{ 
  */
 async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<BoardChoice> {
   const name = files.profile.name;
+  const last = await lastCompletedRevision(opts, name);
+  const { active } = last;
   if (opts.revision !== undefined) {
     const revision = await revisionFrom(files, opts, opts.revision);
     if (!revision)
@@ -216,21 +224,31 @@ async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Boa
         'NOT_FOUND',
         `--revision ${opts.revision}: profile "${name}" has no revision ${opts.revision} ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
       );
-    return { revision, why: `r${opts.revision}: --revision` };
+    return { revision, why: `r${opts.revision}: --revision`, active };
   }
-  const last = await lastCompletedRevision(opts, name);
   if ('none' in last) {
     const newest = await newestRevision(files, opts);
-    return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${last.none}` };
+    return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${last.none}`, active };
   }
   const left = await revisionFrom(files, opts, last.revision);
   const by = `left by rollout ${last.rolloutId} completed ${last.closeTime}`;
-  if (left) return { revision: left, why: `r${last.revision}: ${by}` };
+  if (left) return { revision: left, why: `r${last.revision}: ${by}`, active };
   const newest = await newestRevision(files, opts);
   return {
     revision: newest.revision,
     why: `r${newest.revision.revision}: ${newest.what}; r${last.revision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
+    active,
   };
+}
+
+/** The line a running rollout of the profile gets above the board: what it is doing and where it goes. */
+export function activeRolloutLine(r: ActiveRollout, checked: number): string {
+  const target = r.toRevision !== undefined ? ` to r${r.toRevision}` : '';
+  const note =
+    r.toRevision !== undefined && r.toRevision > checked
+      ? `: devices it already brought to r${r.toRevision} show as ahead of r${checked}, not behind`
+      : '';
+  return `rollout ${r.rolloutId} is ${r.state}${r.phase ? ` (${r.phase})` : ''}${target}${note}`;
 }
 
 function parseRevisionFlag(value: string): number {
@@ -252,7 +270,7 @@ function rowLine(r: BoardRow): string {
  * brings exactly them there. Only an aid: without a reachable Temporal there is no hint, and no error.
  */
 async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<void> {
-  const behind = behindRows(board.rows);
+  const behind = behindRows(board);
   if (!behind.length) return;
   const last = await withClient(resolveConnectionSettings(opts), (client) =>
     lastCompletedRollout(client, board.profile),
@@ -271,10 +289,19 @@ async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<v
  * now over SSH, twins for agent devices, node-down verdicts rechecked) and why that revision. The fleet
  * board's page (`wavegate board`) shows the same.
  */
-export async function fleetStatusOf(opts: BoardFlags): Promise<{ board: FleetBoard; why: string }> {
+export async function fleetStatusOf(
+  opts: BoardFlags,
+): Promise<{ board: FleetBoard; why: string; active: ActiveRollout[] }> {
   const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
   const inventory = loadInventory(opts.inventory);
-  const { revision, why } = await boardRevision(files, opts);
+  const { revision, why, active } = await boardRevision(files, opts);
+  // A device whose marker names a higher revision is asked that revision's verify: ahead, never behind.
+  const known = new Map<number, { verify: string; provable: boolean } | undefined>();
+  const higher = (n: number) => (known.has(n) ? known.get(n) : undefined);
+  for (const n of fileRevisionNumbers(files.layout, files.trust).filter((n) => n > revision.revision)) {
+    const r = findFileRevision(files.layout, files.trust, n)?.revision;
+    known.set(n, r ? { verify: r.verify, provable: classifyRevision(r).provable } : undefined);
+  }
   // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
   const verdicts = await judgeVerdicts({
     inventoryPath: opts.inventory,
@@ -291,10 +318,11 @@ export async function fleetStatusOf(opts: BoardFlags): Promise<{ board: FleetBoa
       revision: revision.revision,
       verify: revision.verify,
       provable: classifyRevision(revision).provable,
+      verifyOf: higher,
       probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
     }),
   );
-  return { board, why };
+  return { board, why, active };
 }
 
 /** What `wavegate drift` computes, without printing: each target device's marker and whether its verify still passes. */
@@ -372,11 +400,12 @@ export function register(program: Command): void {
     .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
-        const { board, why } = await fleetStatusOf(opts);
-        if (opts.json) console.log(JSON.stringify({ ...board, revisionWhy: why }, null, 2));
+        const { board, why, active } = await fleetStatusOf(opts);
+        if (opts.json) console.log(JSON.stringify({ ...board, revisionWhy: why, active }, null, 2));
         else {
           const c = board.counts;
           console.log(`checking ${why}`);
+          for (const r of active) console.log(activeRolloutLine(r, board.revision));
           console.log(
             `fleet ${board.profile} r${board.revision}${board.provable ? '' : ' (NOT provable: devices can only reach claimed)'}: ${c.total} devices, verified now over SSH`,
           );
@@ -386,9 +415,11 @@ export function register(program: Command): void {
           console.log(
             `  pending     ${c.pending}${c.pending ? ` (never answered: ${board.rows.filter((r) => r.reason?.startsWith('never answered')).length}; never reported: ${board.rows.filter((r) => r.reason?.includes('never reported')).length})` : ''}`,
           );
+          if (c.ahead) console.log(`  ahead       ${c.ahead} (at a higher revision, verified now)`);
           console.log(`  not-for-me  ${c.notForMe}`);
           for (const r of board.rows) console.log(rowLine(r));
-          await printConvergeHint(board, opts);
+          // A converge waits for a running rollout of the profile (it refuses to start beside one).
+          if (!active.length) await printConvergeHint(board, opts);
         }
         return boardIsGreen(board) ? EXIT_OK : EXIT_FAILED;
       }),

@@ -8,6 +8,7 @@ import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { writeDemoSpecAt } from '../support/harness';
+import { until } from '../support/until';
 
 /**
  * Issue 23 frictions, against a real Temporal dev server, a real worker and a simulated SSH fleet:
@@ -45,6 +46,8 @@ async function writeProfile(): Promise<void> {
   cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), profile, { recursive: true });
   rmSync(join(profile, 'envelopes'), { recursive: true });
   const r2 = parse(readFileSync(join(profile, 'revisions', '2.yaml'), 'utf8')) as Record<string, unknown>;
+  // Signed and not rolled out at first; the last test rolls it out (its sha256 and size filled by sign).
+  writeFileSync(join(profile, 'payload', 'motd-r3'), 'wavegate demo revision 3\n');
   writeFileSync(
     join(profile, 'revisions', '3.yaml'),
     stringify({
@@ -53,7 +56,7 @@ async function writeProfile(): Promise<void> {
       description: 'signed, not rolled out',
       previous: 2,
       verify: `grep -qx 'wavegate demo revision 3' "$HOME/etc/motd"`,
-      payload: [{ name: 'motd', source: 'payload/motd-r2' }],
+      payload: [{ name: 'motd', source: 'payload/motd-r3' }],
     }),
   );
   const key = join(real.dir, 'alice.key');
@@ -82,7 +85,7 @@ describe('fleet status: the default revision', () => {
   it('checks the newest signed revision, saying so, while no rollout has completed; then the revision the last completed rollout left; --revision and a missing Temporal as said', async () => {
     const before = await status();
     expect(before.stdout).toContain(
-      `checking r3: newest signed, no completed rollout of "demo" found in namespace default at ${real.env.address}`,
+      `checking r3: newest signed, no completed rollout of "demo" that changed a device found in namespace default at ${real.env.address}`,
     );
     expect(before.stdout).toMatch(/^fleet demo r3/m);
 
@@ -175,5 +178,68 @@ describe('drift: a refused device fails the check', () => {
     expect(unreachable.code, unreachable.stdout).toBe(0);
     expect(unreachable.stdout).toMatch(/^ {2}edge-02 +unreachable /m);
     expect(unreachable.stdout).toContain('1 device(s) unreachable: not checked, not counted as drift');
+  });
+});
+
+describe('fleet status never calls a healthy fleet behind (issue 48)', () => {
+  it('a running r2 -> r3 is named with its target, the devices it brought to r3 are ahead (not pending, no converge advice); a no-op re-run of r1 -> r2 does not move the view off r3', async () => {
+    const gated = writeDemoSpecAt(join(real.dir, 'r2-r3.yaml'), {
+      fromRevision: 2,
+      toRevision: 3,
+      phases: [
+        { canary: '1 device', gate: 'manual' },
+        { bulk: 'remainder', gate: '0s' },
+      ],
+    });
+    const start = await wg(['start', '-f', gated, '--inventory', inventory, '--profiles', profiles, '--json']);
+    expect(start.code, start.stdout + start.stderr).toBe(0);
+    const { rolloutId } = JSON.parse(start.stdout) as { rolloutId: string };
+    type Json = { counts: { ahead: number; pending: number }; rows: Array<{ id: string; state: string }> };
+    let json: Json | undefined;
+    await until(
+      'the canary at r3, seen ahead',
+      async () => {
+        json = JSON.parse((await status('--json')).stdout) as Json;
+        return json.counts.ahead === 1 ? true : undefined;
+      },
+      120_000,
+    );
+    expect(json!.counts.pending).toBe(0);
+    const during = await status();
+    expect(during.code, during.stdout + during.stderr).toBe(0);
+    expect(during.stdout).toMatch(/^checking r2: left by rollout /m);
+    expect(during.stdout).toContain(`to r3: devices it already brought to r3 show as ahead of r2, not behind`);
+    expect(during.stdout).toMatch(new RegExp(`^rollout ${rolloutId} is running( \\(.+\\))? to r3: `, 'm'));
+    expect(during.stdout).toMatch(/^ {2}ahead +1 /m);
+    expect(during.stdout).toMatch(/^ {2}\S+ +ahead +r3 +at r3 \(verified now\), above r2$/m);
+    expect(during.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
+
+    const approved = await wg(['approve', rolloutId, '--reason', 'canary looks right']);
+    expect(approved.code, approved.stdout + approved.stderr).toBe(0);
+    const done = (await real.env.client.workflow.getHandle(rolloutId).result()) as { state: string };
+    expect(done.state).toBe('completed');
+    const after = await status();
+    expect(after.code, after.stdout + after.stderr).toBe(0);
+    expect(after.stdout).toContain(`checking r3: left by rollout ${rolloutId}`);
+
+    // Last week's r1 -> r2 spec run again by mistake: it changes nothing, and the view stays on r3.
+    const again = await wg([
+      'start',
+      '-f',
+      join(real.dir, 'r1-r2.yaml'),
+      '--inventory',
+      inventory,
+      '--profiles',
+      profiles,
+      '--wait',
+      '--interval',
+      '300',
+    ]);
+    expect(again.stdout + again.stderr).toMatch(/rollout \S+ (completed|started)/);
+    const stays = await status();
+    expect(stays.code, stays.stdout + stays.stderr).toBe(0);
+    expect(stays.stdout).toContain(`checking r3: left by rollout ${rolloutId}`);
+    expect(stays.stdout).toMatch(/^ {2}applied +4$/m);
+    expect(stays.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
   });
 });
