@@ -118,5 +118,14 @@ export function gateVerdictLines(status: RolloutStatus | undefined, trail: Trail
  */
 export function whyLines(status: RolloutStatus, trail: TrailRead): string[] {
   const withoutGates = { ...status, phases: status.phases.map(({ gateOutcome: _o, evidence: _e, ...p }) => p) };
-  return [...gateVerdictLines(status, trail, status.rolloutId), ...bannerOf(withoutGates).why.map((w) => `why: ${w}`)];
+  // A rollout that failed for a reason the story did not expect says it only in its last record.
+  const failed =
+    status.state === 'failed'
+      ? [...(trail.records ?? [])].reverse().find((r) => r.event === 'rollout.failed' && r.reason)
+      : undefined;
+  return [
+    ...gateVerdictLines(status, trail, status.rolloutId),
+    ...(failed ? [`why: the rollout failed: ${failed.reason}`] : []),
+    ...bannerOf(withoutGates).why.map((w) => `why: ${w}`),
+  ];
 }

@@ -191,6 +191,12 @@ describe('the deciding gate, where the operator looks', () => {
     ]);
     expect(lines.some((l) => l.includes('gate of phase bulk: fail ('))).toBe(false);
   });
+
+  it('a rollout that failed unexpectedly says the error its last record holds', () => {
+    const failed = { ...status([['dev-01', 'failed', 0]]), state: 'failed' as const };
+    const records = [record(1, 'rollout.started'), record(2, 'rollout.failed', { reason: 'audit store unwritable' })];
+    expect(whyLines(failed, { records })).toEqual(['why: the rollout failed: audit store unwritable']);
+  });
 });
 
 describe("--wait's progress", () => {
