@@ -1,5 +1,6 @@
 import { Command, CommanderError, Help } from 'commander';
 import { EXIT_REFUSED } from './run';
+import { packageVersion } from '../intake/package-layout';
 
 /**
  * The `wavegate` command. Each group of commands lives in cli/commands/<group>.ts and exports a
@@ -75,7 +76,7 @@ export const COMMANDS: TopCommand[] = [
     group: 'plan',
     term: 'plan [options]',
     description:
-      'Validate a rollout spec against an inventory and print its phases; starts nothing (exit 0 valid, 2 invalid)',
+      'Validate a rollout spec against an inventory, as start does, and print its phases; starts nothing and contacts no device (exit 0 valid, 2 invalid). What only the worker reads is checked by a worker on the task queue when one answers',
   },
   {
     name: 'start',
@@ -248,6 +249,7 @@ export const COMMANDS: TopCommand[] = [
 function newProgram(): Command {
   return new Command('wavegate')
     .description('Phased, gated, audited rollouts of signed profile revisions to device fleets, on Temporal.')
+    .version(packageVersion(), '-V, --version', "print wavegate's version")
     .showHelpAfterError()
     .exitOverride();
 }

@@ -1,7 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { WavegateError } from '../core/errors';
+import { devicesInScope } from '../core/gates';
+import type { Device } from '../core/inventory';
 import type { RolloutInput } from '../core/rollout/input';
+import { sshFilesOf, sshRefusal } from '../core/ssh-files';
 import type { preflightWorkflow, WorkerContentAnswer, WorkerContentInput } from '../workflows/preflight';
 
 /** How long `start` waits for a worker on the task queue to answer before it gives up (nothing started). */
@@ -23,6 +26,26 @@ export function workerContentInput(input: RolloutInput): WorkerContentInput {
   };
 }
 
+/** The devices a rollout's input is for: its profile's scope, narrowed to `onlyDevices` (a converge, a revert). */
+export function inputDevices(input: RolloutInput, devices: readonly Device[]): Device[] {
+  const only = input.onlyDevices ? new Set(input.onlyDevices) : undefined;
+  return devicesInScope(input.profile.scope, devices).filter((d) => !only || only.has(d.id));
+}
+
+/** What a refusal of the content asks the operator to do: the fix depends on what the worker found. */
+function contentFix(reason: string): string {
+  if (reason.startsWith('PAYLOAD_'))
+    return 'Give that worker the payload files that were signed, under its profiles root (`wavegate worker --profiles <dir>` or $WAVEGATE_PROFILES); if the file was changed on purpose, sign and cosign the revision again (`wavegate sign`, `wavegate cosign`) and give the worker the new envelope and payload';
+  return "Give that worker the profile's trust.yaml (and payload/) under its profiles root (`wavegate worker --profiles <dir>` or $WAVEGATE_PROFILES) and restart it";
+}
+
+/** What a worker said about a rollout's content and its devices' SSH files. */
+export interface PreflightAnswer {
+  worker: string;
+  /** Whether the worker judged the SSH files (false: asked none, or a worker built before the question). */
+  sshChecked: boolean;
+}
+
 /**
  * Ask a worker on `taskQueue` whether it would run this rollout's content (preflightWorkflow), before
  * anything is started: a worker without the profile's pins (or with other pins, or without the payload
@@ -34,10 +57,14 @@ export async function preflightRollout(
   client: Client,
   taskQueue: string,
   input: RolloutInput,
-  opts: { timeoutMs?: number } = {},
-): Promise<string> {
+  opts: { timeoutMs?: number; devices?: readonly Device[] } = {},
+): Promise<PreflightAnswer> {
   const timeoutMs = opts.timeoutMs ?? PREFLIGHT_TIMEOUT_MS;
-  const question = workerContentInput(input);
+  const devices = opts.devices ? inputDevices(input, opts.devices) : undefined;
+  const question: WorkerContentInput = {
+    ...workerContentInput(input),
+    ...(devices ? { ssh: sshFilesOf(devices) } : {}),
+  };
   const noAnswer = () =>
     new WavegateError(
       'UNAVAILABLE',
@@ -75,9 +102,10 @@ export async function preflightRollout(
   if (!answer.ok) {
     throw new WavegateError(
       'INVALID_STATE',
-      `profile "${question.profile}": worker ${answer.worker} on task queue "${taskQueue}" refuses r${question.revision} (${answer.reason}): ${answer.message}. Nothing was started and no device was contacted. Give that worker the profile's trust.yaml (and payload/) under its profiles root (\`wavegate worker --profiles <dir>\` or $WAVEGATE_PROFILES) and restart it`,
+      `profile "${question.profile}": worker ${answer.worker} on task queue "${taskQueue}" refuses r${question.revision} (${answer.reason}): ${answer.message}. Nothing was started and no device was contacted. ${contentFix(answer.reason)}`,
       { profile: question.profile, reason: answer.reason, worker: answer.worker, taskQueue },
     );
   }
-  return answer.worker;
+  if (devices && answer.ssh?.length) throw sshRefusal(answer.ssh, devices, answer.worker);
+  return { worker: answer.worker, sshChecked: !!devices && answer.ssh !== undefined };
 }

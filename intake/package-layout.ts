@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -14,6 +14,11 @@ import { join, resolve } from 'node:path';
  * compiled.
  */
 export const PROJECT_ROOT = resolve(__dirname, __filename.endsWith('.ts') ? '..' : join('..', '..'));
+
+/** wavegate's version, as its package.json says (`wavegate --version`). */
+export function packageVersion(root: string = PROJECT_ROOT): string {
+  return (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version;
+}
 
 /**
  * A checkout has its TypeScript sources; the published package ships only dist/ (package.json "files").
@@ -43,8 +48,13 @@ export function wavegateLayout(
   home: () => string = homedir,
 ): WavegateLayout {
   if (checkout) return { stateDir: join(root, '.wavegate'), venvDir: join(root, '.tools', 'venv') };
-  const wavegateHome = resolve(env.WAVEGATE_HOME || join(home(), '.wavegate'));
-  return { stateDir: wavegateHome, venvDir: join(wavegateHome, 'tools', 'venv') };
+  const home_ = wavegateHome(env, home);
+  return { stateDir: home_, venvDir: join(home_, 'tools', 'venv') };
+}
+
+/** The user's wavegate home: `$WAVEGATE_HOME`, default `~/.wavegate` (an installed package's state; anyone's signing keys). */
+export function wavegateHome(env: NodeJS.ProcessEnv = process.env, home: () => string = homedir): string {
+  return resolve(env.WAVEGATE_HOME || join(home(), '.wavegate'));
 }
 
 const LAYOUT = wavegateLayout(PROJECT_ROOT, isCheckout());

@@ -110,19 +110,21 @@ function inventoryText(input: ScaffoldInput): string {
 }
 
 function specText(profile: string, gate: string): string {
+  const healthGate = ['devices-online', `check: ${profile}-present`];
   const doc = {
     rollout: {
       profile,
       fromRevision: 1,
       toRevision: 2,
       phases: [
-        { canary: '1 device', gate, healthGate: ['devices-online', `check: ${profile}-present`] },
-        { bulk: 'remainder', gate },
+        { canary: '1 device', gate, healthGate },
+        // Gated as the canary is: a device broken outside the canary rolls the rollout back too.
+        { bulk: 'remainder', gate, healthGate },
       ],
       rollback: { on: 'healthGate-fail' },
     },
   };
-  return `# wavegate rollout spec (docs/formats.md section 8): ${profile} r1 -> r2, a one-device canary first.\n${toYaml(doc, { lineWidth: 0 })}`;
+  return `# wavegate rollout spec (docs/formats.md section 8): ${profile} r1 -> r2, a one-device canary first.\n# Every phase waits its gate, then runs its health gate; a failed health gate rolls back every device changed.\n${toYaml(doc, { lineWidth: 0 })}`;
 }
 
 /** The files `wavegate init` writes, each checked by the parser that will read it. */
@@ -218,7 +220,7 @@ export function nextCommands(input: ScaffoldInput): string[] {
       lines.push(`wavegate cosign ${q(envelope)} --key ${q(k.key)}`);
   }
   lines.push(
-    `# 4. Check the plan (contacts nothing):`,
+    `# 4. Check the plan (contacts no device; once a worker runs, it also checks what only the worker reads):`,
     `wavegate plan -f ${q(input.specPath)} ${where}`,
     `# 5. A worker that reads the same profiles root (next to your Temporal server; \`wavegate worker --help\`):`,
     `wavegate worker --profiles ${q(input.profilesRoot)}`,

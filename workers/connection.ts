@@ -13,8 +13,9 @@ import { registeredDevUi } from './dev-ui-registry';
  * never as a command-line value that would show in `ps` and shell history, and it is held as a
  * function so that printing or serialising the settings cannot show it.
  */
-export const DEFAULT_TASK_QUEUE = 'wavegate';
-export const DEFAULT_ADDRESS = '127.0.0.1:7233';
+import { DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE } from './connection-defaults';
+
+export { DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE };
 
 export interface TemporalFlags {
   address?: string;

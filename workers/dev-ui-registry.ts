@@ -1,14 +1,14 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { wavegateHome } from '../intake/package-layout';
 
 /**
  * Where a local dev stack says which Web UI serves it, so a command run from another terminal links to
  * the UI actually serving that server (`wavegate dev --ui-port 29234` is not "the port plus 1000").
- * One small file per server address under `~/.wavegate/dev-ui/` (or `$WAVEGATE_DEV_UI_DIR`).
+ * One small file per server address under `$WAVEGATE_HOME/dev-ui/` (default `~/.wavegate`; or `$WAVEGATE_DEV_UI_DIR`).
  */
 function registryDir(env: NodeJS.ProcessEnv = process.env): string {
-  return env.WAVEGATE_DEV_UI_DIR || join(homedir(), '.wavegate', 'dev-ui');
+  return env.WAVEGATE_DEV_UI_DIR || join(wavegateHome(env), 'dev-ui');
 }
 
 function entryName(address: string): string {

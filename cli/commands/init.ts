@@ -1,5 +1,6 @@
 import { rmSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
+import { wavegateHome } from '../../intake/package-layout';
 import { dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { Client } from 'ssh2';
@@ -55,7 +56,7 @@ interface InitOptions {
   acceptKey: string[];
   threshold?: string;
   signers?: string;
-  keysDir: string;
+  keysDir?: string;
   gate: string;
   force?: boolean;
   scanTimeout: string;
@@ -377,7 +378,7 @@ async function init(opts: InitOptions): Promise<number> {
     gate: opts.gate,
     threshold,
     signers,
-    keysDir: resolve(opts.keysDir),
+    keysDir: resolve(opts.keysDir ?? join(wavegateHome(), 'keys')),
   };
   // The fingerprints the operator accepted, checked before any host is contacted.
   const recordPath = scannedKeysPathFor(inventoryPath);
@@ -513,8 +514,7 @@ export function register(program: Command): void {
     .option('--signers <names>', 'comma-separated signer names for the printed commands (default alice,bob)')
     .option(
       '--keys-dir <dir>',
-      'where the printed keygen commands put the private keys',
-      join(homedir(), '.wavegate', 'keys'),
+      'where the printed keygen commands put the private keys (default $WAVEGATE_HOME/keys, else ~/.wavegate/keys)',
     )
     .option('--gate <duration>', 'each phase\'s gate in the spec ("10m", "manual", ...)', '10m')
     .option('--force', 'overwrite files that already exist')

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { Option, type Command } from 'commander';
 import { WavegateError } from '../../core/errors';
 import { runRegistrationGates } from '../../core/gates';
@@ -14,8 +15,12 @@ import { markOf, verdictStanding } from '../../core/node-down';
 import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { planDevices } from '../../intake/planner-input';
 import { dependencyScopeNotes, PLAN_CYCLE_NOTE } from '../../intake/dependencies';
-import { loadRolloutContent, readSpec, type RolloutContent } from '../../intake/prepare';
-import { hasProfile } from '../../intake/profile';
+import { loadRolloutContent, payloadNotHere, readSpec, type RolloutContent } from '../../intake/prepare';
+import type { Device } from '../../core/inventory';
+import { sshFilesOf, unpinnedDevices } from '../../core/ssh-files';
+import { withTemporalOptions } from '../temporal-options';
+import type { TemporalFlags } from '../../workers/connection';
+import { hasProfile, loadProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { assembleRolloutInput, poolBudgetsOf, scopedDevices } from '../../intake/rollout-input';
 import { action, EXIT_OK } from '../run';
@@ -62,6 +67,8 @@ export interface PlanOptions {
   markers?: string;
   risk?: string;
   json?: boolean;
+  /** `--what-if`: no profile directory read; every device of the inventory in scope. */
+  whatIf?: boolean;
 }
 
 export interface PlanReport {
@@ -80,6 +87,10 @@ export interface PlanReport {
   input?: RolloutInput;
   /** What the planner was given: for `input`, exactly what the rollout workflow gives it at its snapshot. */
   plannerInput: PlanInput;
+  /** The inventory's devices in the rollout's scope (what a worker is asked to log in to). */
+  inScope: Device[];
+  /** What a worker checked of what only it can see, or what could not be checked and why (the CLI action fills it). */
+  workerCheck?: string;
 }
 
 /** Where the plan's profile comes from: the profile directory `start` reads, a what-if profile file, or none. */
@@ -99,7 +110,22 @@ function planProfile(
     }
     return { kind: 'file', profile };
   }
-  return hasProfile(profilesRoot, spec.profile) ? { kind: 'directory', profilesRoot } : { kind: 'none' };
+  if (opts.whatIf) return { kind: 'none' };
+  // What start reads, or start's own refusal: a plan never plans checks it did not read.
+  if (!hasProfile(profilesRoot, spec.profile)) {
+    try {
+      loadProfile(profilesRoot, spec.profile, `${opts.file}: rollout.profile`);
+    } catch (err) {
+      if (err instanceof WavegateError)
+        throw new WavegateError(
+          err.code,
+          `${err.message}; start refuses it too. Name the profiles root with --profiles <dir> (or $WAVEGATE_PROFILES), or plan over the inventory alone with --what-if`,
+          err.details,
+        );
+      throw err;
+    }
+  }
+  return { kind: 'directory', profilesRoot };
 }
 
 function gateNotes(revision: Revision, profile: Profile, inventory: Inventory): string[] {
@@ -147,7 +173,10 @@ export function makePlan(opts: PlanOptions): PlanReport {
     profile = where.profile;
     scopeNote = `scope ${JSON.stringify(profile.scope)} from ${opts.profile} (what-if: revisions not read; start reads <profiles>/${spec.profile}/)`;
   } else {
-    scopeNote = 'no profile file: every device in the inventory is in scope';
+    scopeNote =
+      'what-if: no profile read, every device in the inventory is in scope (start reads <profiles>/' +
+      spec.profile +
+      '/)';
   }
   const inScope = scopedDevices(spec, inventory, profile, source);
   if (spec.after?.length) {
@@ -174,6 +203,18 @@ export function makePlan(opts: PlanOptions): PlanReport {
       revisionNotes.push(`--risk ${opts.risk}: a what-if; start runs r${spec.toRevision} as ${input.risk}`);
     risk = opts.risk;
   }
+  const unpinned = unpinnedDevices(inScope);
+  if (unpinned.length)
+    revisionNotes.push(
+      `no host key pinned for ${unpinned.length} device(s) (${someIds(unpinned)}): neither ssh.hostKey nor ssh.knownHosts. The worker never trusts a key it was not given: it refuses to connect to them (host-key) until one is pinned (ssh.hostKey from \`ssh-keygen -lf\` on the host, or \`wavegate init\`)`,
+    );
+  if (content) {
+    const notHere = payloadNotHere(content);
+    if (notHere.length)
+      revisionNotes.push(
+        `payload files not in ${content.layout.dir}, so not checked here: ${notHere.join(', ')} (the worker's own copy is checked against the signed digest)`,
+      );
+  }
   const markers = opts.markers ? loadMarkers(opts.markers, inventory) : new Map<string, number>();
   // Node-down verdicts beside the inventory, as they stand now; plan runs no recheck (start's snapshot does).
   const verdictsPath = verdictsPathFor(opts.inventory);
@@ -197,7 +238,100 @@ export function makePlan(opts: PlanOptions): PlanReport {
     revisionNotes,
     ...(input ? { input } : {}),
     plannerInput: planned,
+    inScope,
   };
+}
+
+/** A list of ids a person can read: the first ten, and how many more. */
+function someIds(ids: readonly string[]): string {
+  return ids.length > 10 ? `${ids.slice(0, 10).join(', ')} and ${ids.length - 10} more` : ids.join(', ');
+}
+
+/** How long plan waits for a worker's answer: a plan is a quick look, start waits longer. */
+const PLAN_PREFLIGHT_TIMEOUT_MS = 15_000;
+
+/** What only the worker reads, said when no worker could be asked. */
+function notChecked(why: string, devices: readonly Device[]): string {
+  const files = sshFilesOf(devices);
+  const named = [
+    ...(files.keys.length ? [`ssh.key ${files.keys.join(', ')}`] : []),
+    ...(files.knownHosts.length ? [`ssh.knownHosts ${files.knownHosts.map((k) => k.path).join(', ')}`] : []),
+    ...(files.agent ? ["the worker's SSH agent (ssh.agent)"] : []),
+  ];
+  return `NOT checked (${why}): what only the worker reads — its pins (trust.yaml) and payload files under its profiles root${named.length ? `, ${named.join('; ')}` : ''}. start asks a worker before it starts anything (exit 2 on a refusal)`;
+}
+
+/** Why nothing accepts a TCP connection at `host:port` within 2 s, or undefined when something does. */
+function tcpRefusal(address: string): Promise<string | undefined> {
+  const colon = address.lastIndexOf(':');
+  const host = address.slice(0, colon).replace(/^\[|\]$/g, '');
+  const port = Number(address.slice(colon + 1));
+  if (colon < 0 || !Number.isInteger(port)) return Promise.resolve(undefined); // the client says what is wrong
+  return new Promise((resolve) => {
+    const socket = connect({ host, port, timeout: 2_000 });
+    const done = (why: string | undefined) => {
+      socket.destroy();
+      resolve(why);
+    };
+    socket.once('connect', () => done(undefined));
+    socket.once('timeout', () => done('no answer within 2 s'));
+    socket.once('error', (err: NodeJS.ErrnoException) => done(err.code ?? err.message));
+  });
+}
+
+/**
+ * What only the worker can see, checked through the same preflight `start` uses (cli/preflight.ts):
+ * its pins, the signatures and payload files under its profiles root, the devices' SSH key and
+ * known_hosts files. A refusal throws (exit 2), as start's does; no server or no worker is said, not
+ * failed. The Temporal client is loaded only here: a plan that asks no worker stays light.
+ */
+async function checkOnWorker(input: RolloutInput, devices: Device[], flags: TemporalFlags): Promise<string> {
+  const { resolveConnectionSettings } =
+    require('../../workers/connection') as typeof import('../../workers/connection');
+  const settings = resolveConnectionSettings(flags);
+  const { connectClient, firstLineOf } = require('../client') as typeof import('../client');
+  const { preflightRollout } = require('../preflight') as typeof import('../preflight');
+  const where = `task queue "${settings.taskQueue}" at ${settings.address}`;
+  // A port nothing listens on is said at once (the client's own connect retries for seconds).
+  const refused = await tcpRefusal(settings.address);
+  if (refused) return notChecked(`no Temporal server at ${settings.address}: ${refused}`, devices);
+  let client: Awaited<ReturnType<typeof connectClient>>;
+  try {
+    client = await connectClient(settings);
+  } catch (err) {
+    if (err instanceof WavegateError && err.code === 'UNAVAILABLE')
+      return notChecked(`no Temporal server answered at ${settings.address}`, devices);
+    throw err;
+  }
+  try {
+    let pollers = 0;
+    try {
+      const described = await client.workflowService.describeTaskQueue({
+        namespace: settings.namespace,
+        taskQueue: { name: settings.taskQueue },
+        taskQueueType: 1, // workflow tasks: the preflight is a workflow
+      });
+      pollers = described.pollers?.length ?? 0;
+    } catch (err) {
+      return notChecked(`the server did not say who polls ${where}: ${firstLineOf(err)}`, devices);
+    }
+    if (pollers === 0) return notChecked(`no worker polls ${where}`, devices);
+    try {
+      const answer = await preflightRollout(client, settings.taskQueue, input, {
+        devices,
+        timeoutMs: PLAN_PREFLIGHT_TIMEOUT_MS,
+      });
+      const files = sshFilesOf(devices);
+      const count = files.keys.length + files.knownHosts.length;
+      return `checked by worker ${answer.worker} on ${where}: its pins, the signatures and payload files under its profiles root${answer.sshChecked ? `, ${count} SSH file(s) the devices name${files.agent ? ' and its SSH agent' : ''}` : ' (the SSH files not: a worker built before that check)'}`;
+    } catch (err) {
+      if (err instanceof WavegateError && err.code === 'UNAVAILABLE')
+        return notChecked(`no worker on ${where} answered within ${PLAN_PREFLIGHT_TIMEOUT_MS / 1000} s`, devices);
+      throw err;
+    }
+  } finally {
+    await client.connection.close().catch(() => {});
+  }
 }
 
 function gateText(gate: number | 'manual'): string {
@@ -212,6 +346,7 @@ export function renderPlan(report: PlanReport): string {
     `plan ${plan.rolloutId}: ${spec.profile} r${spec.fromRevision} → r${spec.toRevision} (risk: ${report.risk}), seed ${plan.seed}`,
   );
   lines.push(`snapshot: ${plan.snapshotSize} device(s) in scope (${report.scopeNote})`);
+  if (report.workerCheck) lines.push(`worker: ${report.workerCheck}`);
   if (plan.canaryClass)
     lines.push(
       `canary class: ${plan.canaryClass}${spec.canaryClass ? ' (canaryClass)' : ' (majority)'}${spec.concurrent ? ', concurrent' : ''}`,
@@ -255,10 +390,9 @@ export function renderPlan(report: PlanReport): string {
 }
 
 export function register(program: Command): void {
-  program
-    .command('plan')
+  withTemporalOptions(program.command('plan'))
     .description(
-      'Validate a rollout spec against an inventory and print its phases; starts nothing (exit 0 valid, 2 invalid)',
+      'Validate a rollout spec against an inventory, as start does, and print its phases; starts nothing and contacts no device (exit 0 valid, 2 invalid). What only the worker reads is checked by a worker on the task queue when one answers',
     )
     .requiredOption('-f, --file <spec.yaml>', 'rollout spec')
     .option('--inventory <file>', 'inventory: wavegate YAML/JSON, or an Ansible INI/YAML inventory')
@@ -281,11 +415,16 @@ export function register(program: Command): void {
       '--profile <profile.yaml>',
       'what-if: plan over the scope of this profile file instead of the profile directory start would read (no revisions read)',
     )
+    .option(
+      '--what-if',
+      'plan over the inventory alone: no profile directory read, every device in scope (what start would refuse without the profile)',
+    )
+    .option('--offline', 'ask no worker (no Temporal contacted): what only the worker reads is listed as not checked')
     .option('--markers <file>', 'current revision per device (mapping of device id → revision number)')
     .option('--risk <risky|safe>', "override the revision's risk")
     .option('--json', 'print the plan as JSON')
     .action(
-      action(async (flags: Omit<PlanOptions, 'inventory'> & InventoryFlags) => {
+      action(async (flags: Omit<PlanOptions, 'inventory'> & InventoryFlags & TemporalFlags & { offline?: boolean }) => {
         // Read and validated exactly as start reads them (cli/membership-client.ts); a file keeps plan's Ansible support.
         checkInventoryFlags(flags);
         const opts: PlanOptions =
@@ -297,6 +436,11 @@ export function register(program: Command): void {
               }))
             : { ...flags, inventory: flags.inventory };
         const report = makePlan(opts);
+        // A plan that start would run asks a worker what only the worker can see (a refusal is exit 2, as start's).
+        if (report.input)
+          report.workerCheck = flags.offline
+            ? notChecked('--offline', report.inScope)
+            : await checkOnWorker(report.input, report.inScope, flags);
         if (opts.json) {
           const inPlan = new Set([
             ...report.plan.phases.flatMap((p) => p.devices),
@@ -309,7 +453,7 @@ export function register(program: Command): void {
               .map((d) => [d.id, { pool: d.pool, class: d.class, os: d.os, updateClass: d.updateClass }]),
           );
           process.stdout.write(
-            `${JSON.stringify({ ...report.plan, risk: report.risk, revisionNotes: report.revisionNotes, devices }, null, 2)}\n`,
+            `${JSON.stringify({ ...report.plan, risk: report.risk, revisionNotes: report.revisionNotes, ...(report.workerCheck ? { workerCheck: report.workerCheck } : {}), devices }, null, 2)}\n`,
           );
         } else {
           process.stdout.write(`${renderPlan(report)}\n`);

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { ensureTools, findTool, TEMPORAL_BIN, TEST_SERVER_BIN, toolVersion } from '../../workers/toolchain';
+import { WavegateError } from '../../core/errors';
 import { action, EXIT_FAILED } from '../run';
 
 export function register(program: Command): void {
@@ -21,12 +22,32 @@ export function register(program: Command): void {
       }),
     );
   tools
-    .command('which')
-    .description('show which binaries would be used (env var, the venv, PATH)')
+    .command('which [tool]')
+    .description(
+      'show which binaries would be used (env var, the venv, PATH); with a tool name (temporal, temporal-test-server) print its path alone, for "$(wavegate tools which temporal)" (missing: nothing on stdout, exit 1)',
+    )
     .action(
-      action(() => {
+      action((name?: string) => {
+        const all = [TEMPORAL_BIN, TEST_SERVER_BIN];
+        if (name !== undefined) {
+          const tool = all.find((t) => t.exe === name);
+          if (!tool)
+            throw new WavegateError(
+              'INVALID_INPUT',
+              `tools which ${JSON.stringify(name)}: no such tool (${all.map((t) => t.exe).join(', ')})`,
+              { field: 'tool', value: name },
+            );
+          const path = findTool(tool);
+          // Only the path on stdout: a missing tool leaves "$(...)" empty and says why on stderr.
+          if (path) console.log(path);
+          else
+            console.error(
+              `wavegate: ${tool.exe} is missing: run \`wavegate tools install\` first (or set ${tool.env})`,
+            );
+          return path ? 0 : EXIT_FAILED;
+        }
         let missing = false;
-        for (const tool of [TEMPORAL_BIN, TEST_SERVER_BIN]) {
+        for (const tool of all) {
           const path = findTool(tool);
           if (!path) missing = true;
           console.log(`${tool.exe}: ${path ?? `missing (set ${tool.env}, or run \`wavegate tools install\`)`}`);

@@ -52,7 +52,7 @@ export interface RolloutOutcome {
 /**
  * What a finished (or stopped) rollout means for a pipeline: success only when the fleet is where the
  * rollout said it would be. A completed rollout with devices failed, skipped for being offline, or never
- * started is pending work, not a success; so is a rollout that applied nothing it was meant to. A canary
+ * started is pending work, not a success; one whose every device was not-for-me completed all it was for. A canary
  * run succeeds on a `pass` verdict, or when there was nothing to test (as `schedule trigger` says).
  */
 export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
@@ -63,9 +63,20 @@ export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
       : { code: 1, summary: `canary verdict ${s.verdict}` };
   }
   // Read as it is meant whichever build wrote it: an older status says not-for-me in the reason.
-  const meant = s.devices.map(honestDevice).filter((d) => d.state !== 'not-for-me');
+  const devices = s.devices.map(honestDevice);
+  const meant = devices.filter((d) => d.state !== 'not-for-me');
   const pending = meant.filter((d) => d.state !== 'applied' && d.state !== 'claimed');
-  if (meant.length === 0) return { code: 1, summary: 'no device in scope needed this revision; nothing was applied' };
+  // Every device it was for is at the target when it was for none (docs/cli.md "Exit codes"; the board
+  // shows it completed too): the fleet is where the rollout said it would be.
+  // A sliced status lists only the inline phases' devices: its counts say whether there were others.
+  const others = s.slices ? s.counts.total - s.counts['not-for-me'] : 0;
+  if (meant.length === 0 && others > 0)
+    return { code: 1, summary: `${others} device(s) of the slices not read here; nothing was applied inline` };
+  if (meant.length === 0)
+    return {
+      code: 0,
+      summary: `completed: no device in scope needed this revision (${s.slices ? s.counts['not-for-me'] : devices.length} not-for-me); nothing was applied`,
+    };
   if (pending.length > 0) {
     const byState = new Map<string, number>();
     for (const d of pending) byState.set(d.state, (byState.get(d.state) ?? 0) + 1);

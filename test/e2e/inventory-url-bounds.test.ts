@@ -45,7 +45,7 @@ afterAll(async () => {
 
 /** `wavegate plan` over the listing at `path`, in a 200 MB heap (an out-of-memory death is exit 134, not 2). */
 function plan(path: string, extra: string[] = []) {
-  return runCli(['plan', '-f', SPEC, '--inventory-url', `${base}${path}`, ...extra], {
+  return runCli(['plan', '--what-if', '-f', SPEC, '--inventory-url', `${base}${path}`, ...extra], {
     cwd: scratch.dir,
     env: { NODE_OPTIONS: HEAP, HOME: scratch.dir },
     timeoutMs: 120_000,

@@ -105,7 +105,7 @@ describe('the packed, globally installed package', () => {
 
     copyFileSync(join(installed, 'examples', 'plan', 'phased.yaml'), join(away, 'phased.yaml'));
     copyFileSync(join(installed, 'examples', 'plan', 'fleet-20.yaml'), join(away, 'fleet-20.yaml'));
-    const plan = wavegate(['plan', '-f', 'phased.yaml', '--inventory', 'fleet-20.yaml']);
+    const plan = wavegate(['plan', '--what-if', '-f', 'phased.yaml', '--inventory', 'fleet-20.yaml']);
     expect(plan.code, plan.stderr).toBe(0);
     expect(plan.stdout).toMatch(/snapshot: 20 device\(s\) in scope/);
   });

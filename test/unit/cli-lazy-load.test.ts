@@ -42,6 +42,7 @@ describe('lazy command loading', () => {
   it('wavegate plan loads its own group only, and neither the Temporal client nor the worker SDK nor SSH', () => {
     const modules = modulesLoadedBy([
       'plan',
+      '--what-if',
       '-f',
       'examples/plan/phased.yaml',
       '--inventory',

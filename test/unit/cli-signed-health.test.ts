@@ -34,7 +34,7 @@ function spec(name: string, healthGate: string[]): string {
 }
 
 const plan = (file: string, profiles = join(PROJECT_ROOT, 'profiles')) =>
-  runCli(['plan', '-f', file, '--inventory', INVENTORY, '--profiles', profiles]);
+  runCli(['plan', '--offline', '-f', file, '--inventory', INVENTORY, '--profiles', profiles]);
 const start = (file: string, profiles = join(PROJECT_ROOT, 'profiles')) =>
   runCli(['start', '-f', file, '--inventory', INVENTORY, '--profiles', profiles, '--address', NOWHERE], {
     env: { TEMPORAL_ADDRESS: '', TEMPORAL_PROFILE: '' },

@@ -42,6 +42,7 @@ describe('wavegate plan and start refuse a metrics token the worker would not se
     runCli(
       [
         command,
+        ...(command === 'plan' ? ['--offline'] : []),
         '-f',
         spec,
         '--inventory',

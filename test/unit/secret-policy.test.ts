@@ -229,6 +229,7 @@ describe('webhook secret files: only under the secrets directory, links and ".."
       runCli(
         [
           'plan',
+          '--offline',
           '-f',
           file,
           '--inventory',

@@ -106,7 +106,15 @@ describe('malformed-input corpus within bounded memory and time', () => {
     return new Promise((resolve, reject) => {
       const child = spawn(
         process.execPath,
-        ['--max-old-space-size=200', 'bin/wavegate.js', 'plan', ...args, '--profiles-dir', join(ROOT, 'no-profiles')],
+        [
+          '--max-old-space-size=200',
+          'bin/wavegate.js',
+          'plan',
+          '--what-if',
+          ...args,
+          '--profiles-dir',
+          join(ROOT, 'no-profiles'),
+        ],
         {
           stdio: ['ignore', 'ignore', 'pipe'],
           timeout: DEADLINE_MS,

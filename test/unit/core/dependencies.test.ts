@@ -222,7 +222,7 @@ describe('wavegate plan with rollout.after', () => {
         },
       }),
     );
-    return runCli(['plan', '-f', file, '--inventory', inventory, '--profiles', root]);
+    return runCli(['plan', '--offline', '-f', file, '--inventory', inventory, '--profiles', root]);
   };
 
   it('exits 2 naming the field and the value: unknown profile, unknown revision, itself', async () => {

@@ -38,6 +38,7 @@ describe('wavegate plan (spawned)', () => {
   it('plans the phased example spec over 20 devices to phases of 1, 5 and 14 (exit 0)', async () => {
     const text = await wavegate([
       'plan',
+      '--what-if',
       '-f',
       'examples/plan/phased.yaml',
       '--inventory',
@@ -51,6 +52,7 @@ describe('wavegate plan (spawned)', () => {
     expect(text.stdout).toMatch(/web\s+12 device\(s\)\s+budget 10%\s+at most 1 in flight/);
     const json = await wavegate([
       'plan',
+      '--what-if',
       '-f',
       'examples/plan/phased.yaml',
       '--inventory',
@@ -89,7 +91,15 @@ describe('wavegate plan (spawned)', () => {
       ]);
       expect(marked.stderr).toBe('');
       expect(marked.code).toBe(0);
-      const run = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory, '--json']);
+      const run = await wavegate([
+        'plan',
+        '--what-if',
+        '-f',
+        'examples/plan/phased.yaml',
+        '--inventory',
+        inventory,
+        '--json',
+      ]);
       expect(run.code).toBe(0);
       const plan = JSON.parse(run.stdout) as {
         phases: Array<{ devices: string[] }>;
@@ -99,7 +109,7 @@ describe('wavegate plan (spawned)', () => {
       expect(plan.notForMe.find((n) => n.id === 'srv-01')?.reason).toMatch(
         /^node-down since .*, expires .*: PSU replaced$/,
       );
-      const text = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', inventory]);
+      const text = await wavegate(['plan', '--what-if', '-f', 'examples/plan/phased.yaml', '--inventory', inventory]);
       expect(text.stdout).toMatch(/srv-01\s+node-down since/);
       expect(text.stdout).toMatch(/node-down verdicts from .*fleet-20\.verdicts\.yaml: 1 hold/);
       // plan contacts nothing: the recheck is the snapshot's and the board's job.
@@ -110,7 +120,14 @@ describe('wavegate plan (spawned)', () => {
   });
 
   it('imports an Ansible inventory and lists not-for-me devices with their reason', async () => {
-    const run = await wavegate(['plan', '-f', 'examples/plan/phased.yaml', '--inventory', 'examples/plan/fleet.ini']);
+    const run = await wavegate([
+      'plan',
+      '--what-if',
+      '-f',
+      'examples/plan/phased.yaml',
+      '--inventory',
+      'examples/plan/fleet.ini',
+    ]);
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/kiosk-01\s+left-behind/);
   });
@@ -128,6 +145,8 @@ describe('wavegate plan (spawned)', () => {
           c.kind === 'spec'
             ? [
                 'plan',
+                // A case with a profile directory is planned as start would run it; the rest over the inventory alone.
+                ...(c.profiles ? ['--offline'] : ['--what-if']),
                 '-f',
                 file,
                 '--inventory',
@@ -135,7 +154,16 @@ describe('wavegate plan (spawned)', () => {
                 '--profiles-dir',
                 c.profiles ? join(ROOT, c.profiles) : NO_PROFILES,
               ]
-            : ['plan', '-f', join(ROOT, 'valid/spec.yaml'), '--inventory', file, '--profiles-dir', NO_PROFILES];
+            : [
+                'plan',
+                '--what-if',
+                '-f',
+                join(ROOT, 'valid/spec.yaml'),
+                '--inventory',
+                file,
+                '--profiles-dir',
+                NO_PROFILES,
+              ];
         runs.set(c.file, await wavegate(args));
       }
     };

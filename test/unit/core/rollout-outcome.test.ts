@@ -43,9 +43,15 @@ describe('rolloutOutcome: the exit code of start --wait / --watch and watch', ()
       rolloutOutcome(status('completed', [['applied'], ['failed', 'refused at snapshot (host-key): changed']])).code,
     ).toBe(1);
   });
-  it('a rollout that applied nothing it was meant to never exits 0', () => {
-    expect(rolloutOutcome(status('completed', [['skipped', 'not-for-me: left-behind']])).code).toBe(1);
-    expect(rolloutOutcome(status('completed', [])).code).toBe(1);
+  it('a rollout whose every device was not-for-me completed all it was for: exit 0, as docs/cli.md and the board say', () => {
+    expect(rolloutOutcome(status('completed', [['skipped', 'not-for-me: left-behind']]))).toEqual({
+      code: 0,
+      summary: 'completed: no device in scope needed this revision (1 not-for-me); nothing was applied',
+    });
+    expect(rolloutOutcome(status('completed', [])).code).toBe(0);
+    // Not while it runs, and not when one device is pending beside them.
+    expect(rolloutOutcome(status('running', [['skipped', 'not-for-me: left-behind']])).code).toBe(1);
+    expect(rolloutOutcome(status('completed', [['not-for-me'], ['failed']])).code).toBe(1);
   });
   it('every state but completed is exit 1', () => {
     for (const s of ['running', 'paused', 'rolled-back', 'aborted', 'cancelled', 'failed'] as const)
@@ -66,7 +72,7 @@ describe('not-for-me and not-started: the exit code and older statuses', () => {
       code: 0,
       summary: 'completed: 1 of 1 devices at the target',
     });
-    expect(rolloutOutcome(status('completed', [['not-for-me', NODE_DOWN]])).code).toBe(1);
+    expect(rolloutOutcome(status('completed', [['not-for-me', NODE_DOWN]])).code).toBe(0);
   });
   it('a completed rollout with devices never started is pending work (exit 1), named apart from the offline ones', () => {
     const o = rolloutOutcome(

@@ -138,7 +138,7 @@ describe('the verdicts file (intake/node-down.ts)', () => {
     );
     const runs = await Promise.all([
       runCli(['fleet', 'verdicts', '--inventory', inventory]),
-      runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', join(dir, 'no-profiles')]),
+      runCli(['plan', '--what-if', '-f', spec, '--inventory', inventory, '--profiles', join(dir, 'no-profiles')]),
     ]);
     for (const run of runs) {
       expect(run.code, run.stderr).toBe(2);

@@ -49,20 +49,23 @@ describe('the profiles root (intake/profiles-root.ts): flag > $WAVEGATE_PROFILES
     const inventory = join(PROJECT_ROOT, 'test', 'corpus', 'valid', 'inventory.yaml');
     const nowhere = join(PROJECT_ROOT, 'no-such-profiles-root');
     const profiles = join(PROJECT_ROOT, 'profiles');
-    const viaEnv = await runCli(['plan', '-f', spec, '--inventory', inventory], {
+    const viaEnv = await runCli(['plan', '--offline', '-f', spec, '--inventory', inventory], {
       env: { WAVEGATE_PROFILES: profiles },
     });
     expect(viaEnv.code, viaEnv.stderr).toBe(0);
     expect(viaEnv.stdout).toContain(join(profiles, 'demo', 'profile.yaml'));
+    // A root without the profile: refused as start refuses it (exit 2), never planned over checks it did not read.
     const envMissing = await runCli(['plan', '-f', spec, '--inventory', inventory], {
       env: { WAVEGATE_PROFILES: nowhere },
     });
-    expect(envMissing.stdout).toContain('no profile file');
-    const flagWins = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles', profiles], {
+    expect(envMissing.code).toBe(2);
+    expect(envMissing.stderr).toContain(`no profile "demo" (expected ${join(nowhere, 'demo', 'profile.yaml')})`);
+    expect(envMissing.stderr).toContain('--what-if');
+    const flagWins = await runCli(['plan', '--offline', '-f', spec, '--inventory', inventory, '--profiles', profiles], {
       env: { WAVEGATE_PROFILES: nowhere },
     });
     expect(flagWins.stdout).toContain(join(profiles, 'demo', 'profile.yaml'));
-    const old = await runCli(['plan', '-f', spec, '--inventory', inventory, '--profiles-dir', profiles], {
+    const old = await runCli(['plan', '--offline', '-f', spec, '--inventory', inventory, '--profiles-dir', profiles], {
       env: { WAVEGATE_PROFILES: nowhere },
     });
     expect(old.code, old.stderr).toBe(0);
