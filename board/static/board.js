@@ -692,6 +692,12 @@ async function showFleetProfiles() {
 
 function convergeBlock(f) {
   const c = f.converge;
+  if (!c && f.active && f.active.length)
+    return h(
+      'p',
+      { class: 'hint', id: 'converge' },
+      'Converge: a rollout of this profile is running; a converge waits until it ends.',
+    );
   if (!c)
     return h('p', { class: 'hint', id: 'converge' }, 'Converge: no completed rollout of this profile to converge to.');
   if (!c.devices.length)
@@ -768,9 +774,47 @@ function askConverge(profile, c) {
   reason.focus();
 }
 
-async function showFleet(profile, fresh) {
+/** The rollouts of the profile running now, each with its target: devices they brought there are ahead, not behind. */
+function activeBlock(f) {
+  if (!f.active || !f.active.length) return h('div', { id: 'fleet-active', hidden: true });
+  return h(
+    'section',
+    { id: 'fleet-active' },
+    f.active.map((r) =>
+      h(
+        'p',
+        { 'data-rollout': r.rolloutId },
+        'Rollout ',
+        h('a', { href: `#/rollout/${encodeURIComponent(r.rolloutId)}` }, r.rolloutId),
+        ` is ${r.state}${r.phase ? ` (${r.phase})` : ''}${r.toRevision !== undefined ? ` to r${r.toRevision}` : ''}`,
+        r.toRevision !== undefined && r.toRevision > f.revision
+          ? `: devices it already brought to r${r.toRevision} show as ahead of r${f.revision}, not behind.`
+          : '.',
+      ),
+    ),
+  );
+}
+
+/** Which revision the view checks: the default (the last completed rollout's) or any revision of the profile. */
+function revisionPicker(f, profile, asked) {
+  const options = [h('option', { value: '' }, 'the default')].concat(
+    (f.revisions || []).map((n) => h('option', { value: String(n) }, `r${n}`)),
+  );
+  const select = h('select', { id: 'fleet-revision' }, options);
+  select.value = asked === undefined ? '' : String(asked);
+  select.onchange = () => {
+    location.hash = `#/fleet/${encodeURIComponent(profile)}${select.value ? `/r${select.value}` : ''}`;
+  };
+  return h('label', {}, 'Check revision: ', select);
+}
+
+async function showFleet(profile, fresh, revision) {
   main().replaceChildren(h('h1', {}, `Fleet: ${profile}`), h('p', { class: 'hint' }, 'Verifying every device now…'));
-  const f = await api(`/api/fleet/${encodeURIComponent(profile)}${fresh ? '?fresh=1' : ''}`);
+  const params = new URLSearchParams();
+  if (fresh) params.set('fresh', '1');
+  if (revision !== undefined) params.set('revision', String(revision));
+  const query = params.toString();
+  const f = await api(`/api/fleet/${encodeURIComponent(profile)}${query ? `?${query}` : ''}`);
   const c = f.counts;
   main().replaceChildren(
     h('p', {}, h('a', { href: '#/fleet' }, '‹ all profiles')),
@@ -781,16 +825,19 @@ async function showFleet(profile, fresh) {
       h(
         'p',
         { class: 'headline' },
-        `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.notForMe} not-for-me · ${f.drifted} drifted, of ${c.total}`,
+        `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.ahead || 0} ahead · ${c.notForMe} not-for-me · ${f.drifted} drifted, of ${c.total}`,
       ),
       h('p', {}, `Checking ${f.revisionWhy}${f.provable ? '' : ' (NOT provable: devices can only reach claimed)'}`),
       h(
         'p',
         { class: 'hint' },
         `Verified ${when(f.checkedAt)}. `,
-        h('button', { id: 'fleet-again', onclick: () => showFleet(profile, true) }, 'Check again'),
+        h('button', { id: 'fleet-again', onclick: () => showFleet(profile, true, revision) }, 'Check again'),
+        ' ',
+        revisionPicker(f, profile, revision),
       ),
     ),
+    activeBlock(f),
     convergeBlock(f),
     h(
       'table',
@@ -858,8 +905,8 @@ async function route() {
     if (!(await ensureSession())) return;
     const hash = location.hash || '#/';
     if (hash === '#/fleet') return await showFleetProfiles();
-    const fleet = /^#\/fleet\/([^/]+)$/.exec(hash);
-    if (fleet) return await showFleet(decodeURIComponent(fleet[1]));
+    const fleet = /^#\/fleet\/([^/]+)(?:\/r([1-9][0-9]{0,8}))?$/.exec(hash);
+    if (fleet) return await showFleet(decodeURIComponent(fleet[1]), false, fleet[2] ? Number(fleet[2]) : undefined);
     const m = /^#\/rollout\/([^/]+)(\/audit)?$/.exec(hash);
     if (!m) return await listLive();
     const id = decodeURIComponent(m[1]);

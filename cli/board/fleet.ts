@@ -47,15 +47,16 @@ type FleetAnswer = Awaited<ReturnType<typeof checkFleet>>;
 const running = new Map<string, Promise<FleetAnswer>>();
 const answered = new Map<string, { at: number; answer: FleetAnswer }>();
 
-async function checkFleet(src: FleetSource, profile: string) {
+async function checkFleet(src: FleetSource, profile: string, revision?: number) {
   const flags = {
     ...src.temporal,
     profile,
     inventory: src.inventory,
     ...(src.profiles !== undefined ? { profiles: src.profiles } : {}),
+    ...(revision !== undefined ? { revision } : {}),
     concurrency: 16,
   };
-  const { board, why, active } = await fleetStatusOf(flags);
+  const { board, why, active, revisions } = await fleetStatusOf(flags);
   const { rows: drift } = await driftOf(flags);
   const inventory = loadInventory(src.inventory);
   const now = Date.now();
@@ -120,6 +121,8 @@ async function checkFleet(src: FleetSource, profile: string) {
     revision: board.revision,
     revisionWhy: why,
     active,
+    // The revisions the view can check instead (the profile's files), as `fleet status --revision` does.
+    revisions,
     provable: board.provable,
     counts: board.counts,
     drifted: drift.filter((d) => d.status === 'drifted').length,
@@ -190,16 +193,38 @@ export async function startBoardConverge(
 }
 
 /** A profile's fleet, checked now (or within the last FLEET_CACHE_MS unless `fresh`); one check per profile at a time. */
-export async function fleetView(src: FleetSource, profile: string, fresh = false): Promise<FleetAnswer> {
+export async function fleetView(
+  src: FleetSource,
+  profile: string,
+  fresh = false,
+  revision?: number,
+): Promise<FleetAnswer> {
   knownProfile(src, profile);
-  const cached = answered.get(profile);
+  // One check per profile and revision at a time (the revision asked, as `fleet status --revision`; none: the default).
+  const key = `${profile}\n${revision ?? ''}`;
+  const cached = answered.get(key);
   if (cached && !fresh && Date.now() - cached.at < FLEET_CACHE_MS) return cached.answer;
-  let pending = running.get(profile);
+  let pending = running.get(key);
   if (!pending) {
-    pending = checkFleet(src, profile).finally(() => running.delete(profile));
-    running.set(profile, pending);
+    pending = checkFleet(src, profile, revision).finally(() => running.delete(key));
+    running.set(key, pending);
   }
   const answer = await pending;
-  answered.set(profile, { at: Date.now(), answer });
+  answered.set(key, { at: Date.now(), answer });
   return answer;
+}
+
+/** The fleet view's `?revision=`: a positive whole number (absent: the default revision). */
+export function fleetRevisionParam(value: string | null): number | undefined {
+  if (value === null || value === '') return undefined;
+  if (!/^[1-9]\d{0,8}$/.test(value))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `revision ${JSON.stringify(value.slice(0, 20))}: must be a positive whole number`,
+      {
+        field: 'revision',
+        value: value.slice(0, 20),
+      },
+    );
+  return Number(value);
 }

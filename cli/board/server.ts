@@ -29,7 +29,7 @@ import {
   startBoardRevert,
   type BoardSources,
 } from './data';
-import { fleetProfiles, fleetView, startBoardConverge, type FleetSource } from './fleet';
+import { fleetProfiles, fleetRevisionParam, fleetView, startBoardConverge, type FleetSource } from './fleet';
 
 /**
  * The board's HTTP layer (`wavegate board`, docs/cli.md): static files from board/static/ (no build
@@ -478,10 +478,11 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
       if (!opts.fleet) throw noFleet();
       if (path === '/api/fleet') return sendJson(res, 200, fleetProfiles(opts.fleet));
       const fresh = url.searchParams.get('fresh') === '1';
+      const revision = fleetRevisionParam(url.searchParams.get('revision'));
       return sendJson(
         res,
         200,
-        await fleetView(opts.fleet, decoded(path.slice('/api/fleet/'.length), 'profile'), fresh),
+        await fleetView(opts.fleet, decoded(path.slice('/api/fleet/'.length), 'profile'), fresh, revision),
       );
     }
     const m = /^\/api\/rollouts\/([^/]+)(?:\/([a-z]+))?$/.exec(path);

@@ -291,14 +291,15 @@ async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<v
  */
 export async function fleetStatusOf(
   opts: BoardFlags,
-): Promise<{ board: FleetBoard; why: string; active: ActiveRollout[] }> {
+): Promise<{ board: FleetBoard; why: string; active: ActiveRollout[]; revisions: number[] }> {
   const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
   const inventory = loadInventory(opts.inventory);
   const { revision, why, active } = await boardRevision(files, opts);
   // A device whose marker names a higher revision is asked that revision's verify: ahead, never behind.
   const known = new Map<number, { verify: string; provable: boolean } | undefined>();
   const higher = (n: number) => (known.has(n) ? known.get(n) : undefined);
-  for (const n of fileRevisionNumbers(files.layout, files.trust).filter((n) => n > revision.revision)) {
+  const revisions = fileRevisionNumbers(files.layout, files.trust);
+  for (const n of revisions.filter((n) => n > revision.revision)) {
     const r = findFileRevision(files.layout, files.trust, n)?.revision;
     known.set(n, r ? { verify: r.verify, provable: classifyRevision(r).provable } : undefined);
   }
@@ -322,7 +323,7 @@ export async function fleetStatusOf(
       probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
     }),
   );
-  return { board, why, active };
+  return { board, why, active, revisions };
 }
 
 /** What `wavegate drift` computes, without printing: each target device's marker and whether its verify still passes. */

@@ -295,7 +295,7 @@ describe('wavegate CLI against the dev stack', () => {
       counts: Record<string, number>;
       rows: Array<{ id: string; state: string; reason?: string; marker?: number }>;
     };
-    expect(parsed.counts).toEqual({ applied: 11, claimed: 0, pending: 1, notForMe: 0, total: 12 });
+    expect(parsed.counts).toEqual({ applied: 11, claimed: 0, pending: 1, ahead: 0, notForMe: 0, total: 12 });
     expect(parsed.rows.find((r) => r.id === 'edge-03')).toMatchObject({ state: 'pending', marker: 2 });
     const drift = await wg(['drift', '--profile', 'demo', '--inventory', inventory]);
     expect(drift.code).toBe(1);

@@ -9,6 +9,10 @@ import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { writeDemoSpecAt } from '../support/harness';
 import { until } from '../support/until';
+import { resolveAuditLocation } from '../../activities/audit';
+import { startBoard } from '../../cli/board/server';
+
+const BOARD_TOKEN = 'alice-token-0123456789abcdef-0123456789';
 
 /**
  * Issue 23 frictions, against a real Temporal dev server, a real worker and a simulated SSH fleet:
@@ -214,6 +218,55 @@ describe('fleet status never calls a healthy fleet behind (issue 48)', () => {
     expect(during.stdout).toMatch(/^ {2}\S+ +ahead +r3 +at r3 \(verified now\), above r2$/m);
     expect(during.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
 
+    // The board's fleet view says the same: the running rollout with its target, the canary ahead, and it
+    // checks any revision asked (as --revision does).
+    const board = await startBoard({
+      sources: {
+        client: real.env.client,
+        audit: { where: resolveAuditLocation({ auditDir: join(real.dir, 'board-audit') }, { env: {} }) },
+        transports: new Map(),
+        taskQueue: real.worker.taskQueue,
+        profilesRoot: profiles,
+      },
+      fleet: {
+        client: real.env.client,
+        inventory,
+        profiles,
+        temporal: { address: real.env.address, taskQueue: real.worker.taskQueue },
+      },
+      listen: { host: '127.0.0.1', port: 0 },
+      tokens: [{ name: 'alice', token: BOARD_TOKEN }],
+      log: () => {},
+    });
+    try {
+      const view = async (query: string) => {
+        const res = await fetch(`${board.url}/api/fleet/demo${query}`, {
+          headers: { authorization: `Bearer ${BOARD_TOKEN}` },
+        });
+        return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+      };
+      const byDefault = await view('');
+      expect(byDefault.status).toBe(200);
+      expect(byDefault.body).toMatchObject({
+        revision: 2,
+        counts: { applied: 3, ahead: 1, pending: 0 },
+        active: [{ rolloutId, toRevision: 3 }],
+        converge: null,
+        revisions: [1, 2, 3],
+      });
+      const atR3 = await view('?revision=3');
+      expect(atR3.body).toMatchObject({
+        revision: 3,
+        revisionWhy: 'r3: --revision',
+        counts: { applied: 1, pending: 3 },
+      });
+      const bad = await view('?revision=0x3');
+      expect(bad.status).toBe(400);
+      expect(bad.body).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining('revision "0x3"') });
+    } finally {
+      await board.close();
+    }
+
     const approved = await wg(['approve', rolloutId, '--reason', 'canary looks right']);
     expect(approved.code, approved.stdout + approved.stderr).toBe(0);
     const done = (await real.env.client.workflow.getHandle(rolloutId).result()) as { state: string };
@@ -241,5 +294,5 @@ describe('fleet status never calls a healthy fleet behind (issue 48)', () => {
     expect(stays.stdout).toContain(`checking r3: left by rollout ${rolloutId}`);
     expect(stays.stdout).toMatch(/^ {2}applied +4$/m);
     expect(stays.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
-  });
+  }, 300_000);
 });
