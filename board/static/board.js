@@ -692,7 +692,7 @@ async function showFleetProfiles() {
 
 function convergeBlock(f) {
   const c = f.converge;
-  if (!c && f.active && f.active.length)
+  if (!c && f.active?.length)
     return h(
       'p',
       { class: 'hint', id: 'converge' },
@@ -776,7 +776,7 @@ function askConverge(profile, c) {
 
 /** The rollouts of the profile running now, each with its target: devices they brought there are ahead, not behind. */
 function activeBlock(f) {
-  if (!f.active || !f.active.length) return h('div', { id: 'fleet-active', hidden: true });
+  if (!f.active?.length) return h('div', { id: 'fleet-active', hidden: true });
   return h(
     'section',
     { id: 'fleet-active' },
