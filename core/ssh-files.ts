@@ -90,8 +90,10 @@ export function sshRefusal(
 ): WavegateError {
   const lines = problems.map((p) => {
     const ids = devicesOf(p, devices);
-    const what = p.hosts ? `${p.problem}: ${someIds(p.hosts)}` : p.problem;
-    return `  ${p.field}${p.path && !what.startsWith(p.path) ? ` ${p.path}` : ''}: ${what} (${ids.length} device(s): ${someIds(ids)}); ${SSH_FIXES[p.field]}`;
+    // The reader's words start with the path: said once, after the field.
+    const said = p.path && p.problem.startsWith(`${p.path}: `) ? p.problem.slice(p.path.length + 2) : p.problem;
+    const what = p.hosts ? `${said}: ${someIds(p.hosts)}` : said;
+    return `  ${p.field}${p.path ? ` ${p.path}` : ''}: ${what} (${ids.length} device(s): ${someIds(ids)}); ${SSH_FIXES[p.field]}`;
   });
   const stopped = new Set(problems.flatMap((p) => devicesOf(p, devices)));
   return new WavegateError(

@@ -117,9 +117,9 @@ function specText(profile: string, gate: string): string {
       fromRevision: 1,
       toRevision: 2,
       phases: [
-        { canary: '1 device', gate, healthGate },
+        { canary: '1 device', gate, healthGate: [...healthGate] },
         // Gated as the canary is: a device broken outside the canary rolls the rollout back too.
-        { bulk: 'remainder', gate, healthGate },
+        { bulk: 'remainder', gate, healthGate: [...healthGate] },
       ],
       rollback: { on: 'healthGate-fail' },
     },

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import { readdirSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../intake/package-layout';
@@ -20,7 +21,21 @@ interface CommandDoc {
   path: string;
   usage: string;
   description: string;
-  options: Array<{ flags: string; long: string; description: string }>;
+  options: Array<{ flags: string; long: string; description: string; defaultValue?: unknown }>;
+}
+
+/**
+ * An option's row as docs/cli.md writes it: its description and default, with this checkout's path
+ * written `<checkout>` and this user's home `~` (a default computed where the command runs is not the
+ * reader's: the rows are the same on every machine).
+ */
+function optionRow(o: { flags: string; description: string; defaultValue?: unknown }): string {
+  const shown = o.defaultValue === undefined ? '' : ` (default: ${JSON.stringify(o.defaultValue)})`;
+  return `| \`${o.flags.replace(/\|/g, '\\|')}\` | ${placeholders(`${o.description}${shown}`)} |`;
+}
+
+function placeholders(text: string): string {
+  return text.split(PROJECT_ROOT).join('<checkout>').split(homedir()).join('~');
 }
 
 /** Every command under `program`, depth first, with its own options (not the inherited ones). */
@@ -29,7 +44,7 @@ function walk(command: Command, prefix: string): CommandDoc[] {
     const path = `${prefix} ${c.name()}`.trim();
     const options = c.options
       .filter((o) => o.long)
-      .map((o) => ({ flags: o.flags, long: o.long!, description: o.description }));
+      .map((o) => ({ flags: o.flags, long: o.long!, description: o.description, defaultValue: o.defaultValue }));
     return [{ path, usage: c.usage(), description: c.description(), options }, ...walk(c, path)];
   });
 }
@@ -83,19 +98,27 @@ describe('docs/cli.md documents every command and option', () => {
       const text = section(`\`wavegate ${command.path}\``);
       if (!text) {
         missing.push(
-          `### \`wavegate ${command.path}\`\n\nUsage: \`wavegate ${command.path} ${command.usage}\`\n\n${command.description}\n\n${command.options.map((o) => `| \`${o.flags}\` | ${o.description} |`).join('\n')}`,
+          `### \`wavegate ${command.path}\`\n\nUsage: \`wavegate ${command.path} ${command.usage}\`\n\n${placeholders(command.description)}\n\n${command.options.map(optionRow).join('\n')}`,
         );
         continue;
       }
       for (const option of command.options) {
         const viaConnection = named(connection!, option.long) && text.includes('](#connection-options)');
-        if (!named(text, option.long) && !viaConnection)
-          missing.push(
-            `wavegate ${command.path}: | \`${option.flags.replace(/\|/g, '\\|')}\` | ${option.description} |`,
-          );
+        if (!named(text, option.long) && !viaConnection) missing.push(`wavegate ${command.path}: ${optionRow(option)}`);
       }
     }
     expect(missing, `add to docs/cli.md, "## Options of every command":\n${missing.join('\n')}`).toEqual([]);
+  });
+
+  it("names neither this checkout's path nor this user's home: <checkout> and ~ in their place", () => {
+    const lines = DOC.split('\n');
+    expect(lines.filter((l) => l.includes(PROJECT_ROOT))).toEqual([]);
+    expect(lines.filter((l) => homedir().length > 1 && new RegExp(`${homedir()}(?![\\w-])`).test(l))).toEqual([]);
+    // And a default the help prints as a path is written as one of them, never as some author's absolute path.
+    expect(lines.filter((l) => /\(default: "\//.test(l))).toEqual([]);
+    expect(placeholders(`${PROJECT_ROOT}/.wavegate and ${homedir()}/.wavegate/keys`)).toBe(
+      '<checkout>/.wavegate and ~/.wavegate/keys',
+    );
   });
 
   it('would notice an undocumented option', () => {
