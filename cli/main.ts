@@ -289,8 +289,8 @@ export function topLevelProgram(): Command {
 export function groupsFor(args: string[]): GroupName[] | undefined {
   let name = args[0];
   if (name === 'help') name = args[1];
-  // No command, or an option first: the program has no options of its own, so that is the top-level
-  // help (-h/--help) or a usage error, which the table's program answers alike.
+  // No command, or an option first: the program's only options are -h/--help and -V/--version, so that is
+  // the top-level help, the version or a usage error, which the table's program answers alike.
   if (name === undefined || name.startsWith('-')) return [];
   const command = COMMANDS.find((c) => c.name === name);
   return command ? [command.group] : undefined;

@@ -19,6 +19,7 @@ import { startSshdFleet, type SshdFleet } from '../support/sshd';
  * (`deploy@10.0.1.1N` → the sshd devices), the ports 17233/18233 (→ free ones, non-default as the README's)
  * and `--gate 1m` (→ 1s). Then, beside the running stack: what plan must refuse as start does (no profile,
  * an edited payload, a key file the worker lacks) and the exit code of a rollout of only not-for-me devices.
+ * FIRST_HOUR_TRACE=1 prints each command's time and exit code and the background's output (a hang shows where).
  */
 const scratch = scratchDir('first-hour');
 const home = join(scratch.dir, 'home');
