@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../sim/ports';
 import { findTool, TEMPORAL_BIN, TEST_SERVER_BIN } from '../../workers/toolchain';
@@ -206,6 +207,91 @@ describe("the README's first hour, from the installed package, on non-default Te
     expect(seen).toContain('wavegate dev');
     expect(env.TEMPORAL_ADDRESS).toBe(`127.0.0.1:${ports.grpc}`);
   }, 600_000);
+});
+
+describe('the fleet view never calls a healthy fleet behind (real sshd hosts, after the first hour)', () => {
+  const status = (...extra: string[]) =>
+    bash(
+      `wavegate fleet status --profile motd --inventory ${inventory()} --profiles ${join(home, 'wavegate', 'profiles')} ${extra.join(' ')}`,
+    );
+
+  it('a no-op re-run of r1 -> r2 leaves the view on r3; a running r3 -> r5 is named, its canary ahead, not behind', async () => {
+    const before = await status();
+    expect(before.code, before.stdout + before.stderr).toBe(0);
+    const r3 = /^checking r3: left by rollout (\S+) completed/m.exec(before.stdout)?.[1];
+    expect(r3, before.stdout).toBeDefined();
+
+    // Last week's spec run again by mistake: every device is above r2, nothing changes, the view stays on r3.
+    const again = await bash(
+      `wavegate start -f ${join(home, 'wavegate', 'motd-rollout.yaml')} --inventory ${inventory()} --profiles ${join(home, 'wavegate', 'profiles')} --wait`,
+    );
+    expect(again.stdout + again.stderr).not.toContain('Error');
+    const after = await status();
+    expect(after.code, after.stdout + after.stderr).toBe(0);
+    expect(after.stdout).toContain(`checking r3: left by rollout ${r3} completed`);
+    expect(after.stdout).toMatch(/^ {2}applied +3$/m);
+    expect(after.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
+
+    // r5 as the README makes r3, then r3 -> r5 held at its canary's manual gate.
+    cwd = join(home, 'wavegate', 'profiles', 'motd');
+    const made = await bash(
+      [
+        "echo 'motd revision 5' > payload/motd-r5.txt",
+        "sed -e 's/^revision: 3$/revision: 5/; s/^previous: 2$/previous: 3/; s/motd-r3/motd-r5/; s/motd revision 3/motd revision 5/' revisions/3.yaml > revisions/5.yaml",
+        `wavegate sign revisions/5.yaml --key "$KEYS/alice.key" --out envelopes/5.json --inventory ${inventory()} --profile profile.yaml`,
+        'wavegate cosign envelopes/5.json --key "$KEYS/bob.key"',
+      ].join(' && '),
+    );
+    expect(made.code, made.stdout + made.stderr).toBe(0);
+    const spec = join(home, 'wavegate', 'motd-r5.yaml');
+    writeFileSync(
+      spec,
+      stringify({
+        rollout: {
+          profile: 'motd',
+          fromRevision: 3,
+          toRevision: 5,
+          phases: [
+            { canary: '1 device', gate: 'manual' },
+            { bulk: 'remainder', gate: '1s' },
+          ],
+        },
+      }),
+    );
+    const started = await bash(
+      `wavegate start -f ${spec} --inventory ${inventory()} --profiles ${join(home, 'wavegate', 'profiles')} --json`,
+    );
+    expect(started.code, started.stdout + started.stderr).toBe(0);
+    const { rolloutId } = JSON.parse(started.stdout) as { rolloutId: string };
+    let during = await status();
+    for (let i = 0; i < 120 && !/^ {2}ahead +1 /m.test(during.stdout); i++) {
+      await new Promise((r) => setTimeout(r, 1_000));
+      during = await status();
+    }
+    expect(during.code, during.stdout + during.stderr).toBe(0);
+    expect(during.stdout).toContain(`checking r3: left by rollout ${r3} completed`);
+    expect(during.stdout).toMatch(
+      new RegExp(
+        `^rollout ${rolloutId} is running( \\(.+\\))? to r5: devices it already brought to r5 show as ahead of r3, not behind$`,
+        'm',
+      ),
+    );
+    expect(during.stdout).toMatch(/^ {2}\S+ +ahead +r5 +at r5 \(verified now\), above r3$/m);
+    expect(during.stdout).toMatch(/^ {2}applied +2$/m);
+    expect(during.stdout).not.toMatch(/device\(s\) behind|wavegate converge/);
+    // Put back: its canary goes back to r3 (its own compensation), as the tests below expect the fleet.
+    const aborted = await bash(`wavegate abort ${rolloutId} --reason 'rehearsal over'`);
+    expect(aborted.code, aborted.stdout + aborted.stderr).toBe(0);
+    let state = '';
+    for (let i = 0; i < 120 && state !== 'aborted'; i++) {
+      await new Promise((r) => setTimeout(r, 1_000));
+      state =
+        (JSON.parse((await bash(`wavegate status ${rolloutId} --json`)).stdout || '{}') as { state?: string }).state ??
+        '';
+    }
+    expect(state).toBe('aborted');
+    for (const id of ids) expect(revisionOn(id), id).toBe('3');
+  }, 300_000);
 });
 
 describe('plan refuses what start refuses, beside the running stack (real sshd hosts)', () => {
