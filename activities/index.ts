@@ -349,7 +349,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           attempt,
         };
         // A revert's window runs from the close Temporal recorded for the run it reverts, not from its input's word.
-        const steps = await withRecordedClose(input.steps, deps.client ?? ctx.client);
+        const steps = await withRecordedClose(input.steps, () => deps.client ?? ctx.client);
         // Chosen inside the try: a transport this worker has no channel for is a Transport.config failure.
         const result = await channelFor(input.device, channels).apply(input.device, steps, {
           holder,

@@ -8,10 +8,10 @@ import { EnvelopeRejected } from './apply-errors';
  * run's own record, and a run that is not closed (or that this namespace does not know) reverts nothing.
  * A hand-made input naming a later `closedAt` buys no time; the device's own way back bounds it anyway.
  */
-export async function withRecordedClose(steps: RevisionSteps, client: Client | undefined): Promise<RevisionSteps> {
+export async function withRecordedClose(steps: RevisionSteps, client: () => Client): Promise<RevisionSteps> {
   const below = steps.floor?.below;
   if (below?.kind !== 'revert') return steps;
-  const closedAt = client ? await closeTimeOf(client, below.rollout, below.run) : undefined;
+  const closedAt = await closeTimeOf(client(), below.rollout, below.run);
   if (closedAt === undefined)
     throw new EnvelopeRejected(
       'BELOW_FLOOR',

@@ -139,8 +139,9 @@ export function formatFloor(floor: DeviceFloor): string {
   ];
   if (floor.run !== undefined) lines.push(`run=${floorTag(floor.run)}`);
   if (floor.window !== undefined) lines.push(`window=${floor.window}`);
-  if (floor.at !== undefined) lines.push(`at=${floor.at}`);
   if (floor.wayBack !== undefined) lines.push(`wayBack=${floor.wayBack}`);
+  // Last: the device writes it, on its own clock, after the rest (activities/transport/apply-script.ts).
+  if (floor.at !== undefined) lines.push(`at=${floor.at}`);
   return `${lines.join('\n')}\n`;
 }
 
@@ -156,15 +157,17 @@ export function raisedFloor(
   now: number,
   wayBackMs: number,
 ): DeviceFloor {
+  const from = Math.min(intent.raise.from, revision);
   return {
     revision,
-    from: Math.min(intent.raise.from, revision),
+    from,
     revertUntil: 0,
     rollout: floorTag(intent.rollout),
     run: floorTag(intent.run),
     window: intent.raise.windowMs,
     at: now,
-    wayBack: wayBackMs,
+    // A floor raised with no way back (a revert, a convergence) says so in both fields.
+    wayBack: from === revision ? 0 : wayBackMs,
   };
 }
 

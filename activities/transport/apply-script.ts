@@ -228,7 +228,8 @@ export function applyScript(input: ApplyScriptInput): string {
     `wg_floor_raise() {`,
     `  wg_from=$2`,
     `  case "$wg_fr" in ''|*[!0-9]*) ;; *) if [ \${#wg_fr} -le 15 ] && [ "$wg_fr" -gt "$wg_from" ]; then if [ "$wg_fr" -gt ${revision} ]; then wg_from=${revision}; else wg_from=$wg_fr; fi; fi ;; esac`,
-    `  wg_floor_write "$1from=$wg_from$wg_nl"`,
+    // from goes back in its place, after the first line (revision=): the file reads as core/floor.ts formats it.
+    `  wg_floor_write "\${1%%"$wg_nl"*}\${wg_nl}from=$wg_from$wg_nl\${1#*"$wg_nl"}"`,
     `}`,
     // The compensation of the run that raised the floor: the floor steps down to where it went, for good.
     `wg_floor_restore() {`,

@@ -222,7 +222,9 @@ export function register(program: Command): void {
         loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesRoot }); // bad input starts nothing
         const stateDir = resolve(opts.stateDir);
         rmSync(stateDir, { recursive: true, force: true });
-        return withDevStack({ stateDir, demo: true, profilesRoot, log }, async (stack) => {
+        // The demo's rollout names its fleet's inventory, which the demo writes in its own state directory:
+        // its worker reads inventories from there and nowhere else.
+        return withDevStack({ stateDir, demo: true, profilesRoot, inventoryRoots: [stateDir], log }, async (stack) => {
           const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
           await registerDemoEnvelopes(client, stack, profilesRoot);
           // The revisions come from the registry, verified against profiles/demo/trust.yaml.

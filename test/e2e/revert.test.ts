@@ -236,6 +236,7 @@ describe('wavegate revert', () => {
         run: expect.not.stringMatching(runId),
         window: 0,
         at: expect.any(Number),
+        wayBack: 0,
       });
     }
     // The devices it did not change (offline then, left-behind) saw no command at all.

@@ -13,7 +13,7 @@ import {
   type ApplyScriptInput,
 } from '../../activities/transport/apply-script';
 import { shellFor } from '../../activities/device-steps';
-import { parseFloor } from '../../core/floor';
+import { formatFloor, parseFloor } from '../../core/floor';
 import { scratchDir } from '../support/harness';
 
 /**
@@ -379,6 +379,8 @@ describe('the apply script run by the POSIX sh', () => {
       at: first.at,
     });
     const firstText = readFileSync(join(p, 'floor'), 'utf8');
+    // Written as core/floor.ts formats it: `from` in its place, the device's `at` last.
+    expect(firstText).toBe(formatFloor(first));
     // Nothing is kept to restore: a floor only ever gives way to another.
     expect(existsSync(join(p, 'floor.prev'))).toBe(false);
 
