@@ -81,7 +81,8 @@ async function versionedWorker(
     taskQueue,
     ...(build === 'A' ? { workflowBundle: await workflowBundle() } : { workflowsPath: BUILD_B_PATH }),
     versioning: { version: { deploymentName: deployment, buildId: buildId(build) }, behavior, buildIdSource: 'test' },
-    deps: { auditDir, profilesRoot, identity: `${buildId(build)}@${deployment}` },
+    // Its rollouts name their fleets' inventories under the scratch dir: the worker reads them from there only.
+    deps: { auditDir, profilesRoot, inventoryRoots: [scratch.dir], identity: `${buildId(build)}@${deployment}` },
   });
   const running = worker.run();
   let stopped = false;
