@@ -11,7 +11,6 @@ import { loadInventory } from '../../intake/inventory';
 import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
-import { lastCompletedRollout } from '../client';
 import { checkConverge, nothingBehind, startConverge } from '../commands/converge';
 import { behindRows } from '../../activities/fleet';
 import { readInventoryFlags } from '../membership-client';
@@ -56,7 +55,7 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
     ...(revision !== undefined ? { revision } : {}),
     concurrency: 16,
   };
-  const { board, why, active, revisions } = await fleetStatusOf(flags);
+  const { board, why, active, revisions, last: lastCompleted } = await fleetStatusOf(flags);
   const { rows: drift } = await driftOf(flags);
   const inventory = loadInventory(src.inventory);
   const now = Date.now();
@@ -100,7 +99,7 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
   });
   // What `wavegate converge` would touch: the devices behind the revision the last completed rollout went
   // to (fleet status's hint, the same rows converge reads), and the command that brings exactly them there.
-  const last = await lastCompletedRollout(src.client, profile).catch(() => undefined);
+  const last = lastCompleted;
   const behind = behindRows(board).map((r) => r.id);
   // A converge refuses to start beside a running rollout of the profile: no advice while one runs.
   const converge =

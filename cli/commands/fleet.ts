@@ -131,6 +131,8 @@ interface BoardChoice {
   why: string;
   /** Rollouts of the profile running now (running or paused), with their target: devices there are ahead, not behind. */
   active: ActiveRollout[];
+  /** The newest completed rollout that changed a device (read once: the converge advice uses it too). */
+  last?: LastCompleted;
 }
 
 /**
@@ -140,10 +142,7 @@ interface BoardChoice {
 async function lastCompletedRevision(
   opts: BoardFlags,
   profile: string,
-): Promise<
-  | { rolloutId: string; revision: number; closeTime: string; active: ActiveRollout[] }
-  | { none: string; active: ActiveRollout[] }
-> {
+): Promise<{ last: LastCompleted; active: ActiveRollout[] } | { none: string; active: ActiveRollout[] }> {
   const settings = resolveConnectionSettings(opts);
   try {
     return await withClient(settings, async (client) => {
@@ -154,7 +153,7 @@ async function lastCompletedRevision(
           none: `no completed rollout of "${profile}" that changed a device found in namespace ${settings.namespace} at ${settings.address}`,
           active,
         };
-      return { rolloutId: last.rolloutId, revision: last.toRevision, closeTime: last.closeTime, active };
+      return { last, active };
     });
   } catch (err) {
     // A flag at fault (TLS files, namespace) is bad input; a server that is not there only loses the default.
@@ -167,6 +166,7 @@ async function lastCompletedRevision(
 }
 
 type ActiveRollout = Awaited<ReturnType<typeof activeRolloutsOf>>[number];
+export type LastCompleted = NonNullable<Awaited<ReturnType<typeof lastCompletedRollout>>>;
 
 function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
@@ -215,8 +215,10 @@ async function newestRevision(files: ProfileFiles, opts: BoardFlags): Promise<{ 
  */
 async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<BoardChoice> {
   const name = files.profile.name;
-  const last = await lastCompletedRevision(opts, name);
-  const { active } = last;
+  const read = await lastCompletedRevision(opts, name);
+  const { active } = read;
+  const last = 'last' in read ? read.last : undefined;
+  const known = last ? { last } : {};
   if (opts.revision !== undefined) {
     const revision = await revisionFrom(files, opts, opts.revision);
     if (!revision)
@@ -224,20 +226,22 @@ async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Boa
         'NOT_FOUND',
         `--revision ${opts.revision}: profile "${name}" has no revision ${opts.revision} ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
       );
-    return { revision, why: `r${opts.revision}: --revision`, active };
+    return { revision, why: `r${opts.revision}: --revision`, active, ...known };
   }
-  if ('none' in last) {
+  if ('none' in read) {
     const newest = await newestRevision(files, opts);
-    return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${last.none}`, active };
+    return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${read.none}`, active };
   }
-  const left = await revisionFrom(files, opts, last.revision);
-  const by = `left by rollout ${last.rolloutId} completed ${last.closeTime}`;
-  if (left) return { revision: left, why: `r${last.revision}: ${by}`, active };
+  const { last: done } = read;
+  const left = await revisionFrom(files, opts, done.toRevision);
+  const by = `left by rollout ${done.rolloutId} completed ${done.closeTime}`;
+  if (left) return { revision: left, why: `r${done.toRevision}: ${by}`, active, ...known };
   const newest = await newestRevision(files, opts);
   return {
     revision: newest.revision,
-    why: `r${newest.revision.revision}: ${newest.what}; r${last.revision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
+    why: `r${newest.revision.revision}: ${newest.what}; r${done.toRevision} (${by}) is not ${opts.registry ? `in registry:${name}` : `in ${files.layout.dir}`}`,
     active,
+    ...known,
   };
 }
 
@@ -269,13 +273,9 @@ function rowLine(r: BoardRow): string {
  * Devices behind the revision the profile's last completed rollout went to: say the one command that
  * brings exactly them there. Only an aid: without a reachable Temporal there is no hint, and no error.
  */
-async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<void> {
+function printConvergeHint(board: FleetBoard, opts: BoardFlags, last: LastCompleted | undefined): void {
   const behind = behindRows(board);
-  if (!behind.length) return;
-  const last = await withClient(resolveConnectionSettings(opts), (client) =>
-    lastCompletedRollout(client, board.profile),
-  ).catch(() => undefined);
-  if (!last || last.toRevision !== board.revision) return;
+  if (!behind.length || !last || last.toRevision !== board.revision) return;
   console.log(
     `${behind.length} device(s) behind r${last.toRevision}, where ${last.rolloutId} completed (${behind.map((r) => r.id).join(', ')}). Bring them there with:`,
   );
@@ -289,12 +289,16 @@ async function printConvergeHint(board: FleetBoard, opts: BoardFlags): Promise<v
  * now over SSH, twins for agent devices, node-down verdicts rechecked) and why that revision. The fleet
  * board's page (`wavegate board`) shows the same.
  */
-export async function fleetStatusOf(
-  opts: BoardFlags,
-): Promise<{ board: FleetBoard; why: string; active: ActiveRollout[]; revisions: number[] }> {
+export async function fleetStatusOf(opts: BoardFlags): Promise<{
+  board: FleetBoard;
+  why: string;
+  active: ActiveRollout[];
+  revisions: number[];
+  last: LastCompleted | undefined;
+}> {
   const files = loadProfileFiles(resolveProfilesRoot({ flag: opts.profiles }).dir, opts.profile);
   const inventory = loadInventory(opts.inventory);
-  const { revision, why, active } = await boardRevision(files, opts);
+  const { revision, why, active, last } = await boardRevision(files, opts);
   // A device whose marker names a higher revision is asked that revision's verify: ahead, never behind.
   const known = new Map<number, { verify: string; provable: boolean } | undefined>();
   const higher = (n: number) => (known.has(n) ? known.get(n) : undefined);
@@ -323,7 +327,7 @@ export async function fleetStatusOf(
       probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
     }),
   );
-  return { board, why, active, revisions };
+  return { board, why, active, revisions, last };
 }
 
 /** What `wavegate drift` computes, without printing: each target device's marker and whether its verify still passes. */
@@ -401,7 +405,7 @@ export function register(program: Command): void {
     .option('--reverify-wait <duration>', 'how long --reverify waits for the agents (1s-10m)', '60s')
     .action(
       action(async (opts: BoardFlags) => {
-        const { board, why, active } = await fleetStatusOf(opts);
+        const { board, why, active, last } = await fleetStatusOf(opts);
         if (opts.json) console.log(JSON.stringify({ ...board, revisionWhy: why, active }, null, 2));
         else {
           const c = board.counts;
@@ -420,7 +424,7 @@ export function register(program: Command): void {
           console.log(`  not-for-me  ${c.notForMe}`);
           for (const r of board.rows) console.log(rowLine(r));
           // A converge waits for a running rollout of the profile (it refuses to start beside one).
-          if (!active.length) await printConvergeHint(board, opts);
+          if (!active.length) printConvergeHint(board, opts, last);
         }
         return boardIsGreen(board) ? EXIT_OK : EXIT_FAILED;
       }),
