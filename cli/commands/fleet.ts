@@ -300,13 +300,16 @@ export async function fleetStatusOf(opts: BoardFlags): Promise<{
   const inventory = loadInventory(opts.inventory);
   const { revision, why, active, last } = await boardRevision(files, opts);
   // A device whose marker names a higher revision is asked that revision's verify: ahead, never behind.
+  // Read (and its envelope verified) only when a device names it, once for all of them.
   const known = new Map<number, { verify: string; provable: boolean } | undefined>();
-  const higher = (n: number) => (known.has(n) ? known.get(n) : undefined);
+  const higher = (n: number) => {
+    if (!known.has(n)) {
+      const r = findFileRevision(files.layout, files.trust, n)?.revision;
+      known.set(n, r ? { verify: r.verify, provable: classifyRevision(r).provable } : undefined);
+    }
+    return known.get(n);
+  };
   const revisions = fileRevisionNumbers(files.layout, files.trust);
-  for (const n of revisions.filter((n) => n > revision.revision)) {
-    const r = findFileRevision(files.layout, files.trust, n)?.revision;
-    known.set(n, r ? { verify: r.verify, provable: classifyRevision(r).provable } : undefined);
-  }
   // Node-down verdicts beside the inventory: every one that holds is rechecked now, on this host.
   const verdicts = await judgeVerdicts({
     inventoryPath: opts.inventory,
