@@ -543,14 +543,11 @@ function floorScriptInput(
   revision: number,
   nowMs: number,
   wayBackMs: number,
-): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore' | 'clockFallbackMs'> {
+): Pick<ApplyScriptInput, 'floorWrite' | 'floorRestore'> {
   if (!floor) return {};
   if (floor.below?.kind === 'compensation') {
     const down = stepDownFloor(floor.below.rollout, floor.below.run, revision, nowMs);
-    return {
-      floorRestore: { rollout: down.rollout, run: down.run!, text: floorText(down, ['at']) },
-      clockFallbackMs: nowMs,
-    };
+    return { floorRestore: { rollout: down.rollout, run: down.run!, text: floorText(down, ['at']) } };
   }
   if (!floor.raise) return {};
   const raised = raisedFloor({ ...floor, raise: floor.raise }, revision, nowMs, wayBackMs);
@@ -562,7 +559,6 @@ function floorScriptInput(
       rollout: raised.rollout,
       run: raised.run!,
     },
-    clockFallbackMs: nowMs,
   };
 }
 

@@ -73,8 +73,6 @@ export interface ApplyScriptInput {
    * `at`): the revision it went back to, with no way back. Any other floor stays.
    */
   floorRestore?: { rollout: string; run: string; text: string };
-  /** The worker's clock (epoch ms) the device's floor times fall back to where its shell has no `date +%s`. */
-  clockFallbackMs?: number;
 }
 
 const STEP = 'WAVEGATE-STEP';
@@ -217,7 +215,7 @@ export function applyScript(input: ApplyScriptInput): string {
     `  while IFS= read -r wg_l || [ -n "$wg_l" ]; do wg_fb="$wg_fb$wg_l$wg_nl"; case "$wg_l" in revision=*) wg_fr=\${wg_l#revision=} ;; rollout=*) wg_fro=\${wg_l#rollout=} ;; run=*) wg_frn=\${wg_l#run=} ;; esac; done 2>/dev/null < "$wg_F"`,
     `}`,
     // The device's own clock in epoch ms (`date +%s` is in every shell we reach; without it, the worker's).
-    `wg_now_ms() { wg_s=$(date +%s 2>/dev/null); case "$wg_s" in ''|*[!0-9]*) wg_ms=${Math.trunc(input.clockFallbackMs ?? input.floorNowMs)} ;; *) wg_ms="\${wg_s}000" ;; esac; }`,
+    `wg_now_ms() { wg_s=$(date +%s 2>/dev/null); case "$wg_s" in ''|*[!0-9]*) wg_ms=${Math.trunc(input.floorNowMs)} ;; *) wg_ms="\${wg_s}000" ;; esac; }`,
     // Write the floor in one rename, stamped with the device's clock: the time its way back counts from.
     // Nothing removes a floor: one only ever replaces another.
     `wg_floor_write() {`,
