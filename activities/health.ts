@@ -12,7 +12,7 @@ import {
   urlRefusal,
   type SecretPolicy,
 } from '../core/secret-policy';
-import { checkedLookup, systemResolve, type ResolveHost } from './checked-lookup';
+import { checkedLookup, systemResolve, type ResolveHost } from '../intake/checked-lookup';
 import {
   formatHealthCheck,
   inlineCredential,
@@ -30,11 +30,11 @@ import {
 } from '../core/health';
 import { namedHealthChecks, type Profile, type RevisionHealth } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
-import { verifySignatureMemoized } from './signature-memo';
+import { verifySignatureMemoized } from '../device/signature-memo';
 import { verifyEnvelope, type Envelope } from '../core/signing';
-import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from './device-steps';
-import { TransportError } from './transport';
-import { mapLimit } from './map-limit';
+import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from '../device/steps';
+import { TransportError } from '../device/transport';
+import { mapLimit } from '../core/map-limit';
 import {
   channelFor,
   type ChannelDeps,
@@ -42,7 +42,7 @@ import {
   type HealthQuestion,
   type Reading,
   type TwinReader,
-} from './channel';
+} from '../device/channel';
 
 /**
  * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
@@ -57,7 +57,7 @@ import {
  *
  * Every command a check runs on a device, except the worker's own `echo online`, is read from inside
  * the target revision's envelope after the worker verified it against ITS OWN pins (as an apply does,
- * activities/device-steps.ts). An input carrying a raw device command (a client from before signed
+ * device/steps.ts). An input carrying a raw device command (a client from before signed
  * health checks) or an envelope that does not verify runs nothing: the check is inconclusive, saying why.
  *
  * `timeoutMs` bounds the whole check: every connection and command gets the time left until the

@@ -4,32 +4,32 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { DeviceSnapshot, DeviceTarget } from '../core/rollout-state';
 import { devicesInScope } from '../core/gates';
 import { loadInventory } from '../intake/inventory';
-import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from './audit';
-import { auditActivitiesOf, type AuditStore } from './audit-store';
+import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from '../audit/file';
+import { auditActivitiesOf, type AuditStore } from '../audit';
 import { createCanaryActivities } from './canary';
-import { parsedPerContent } from './parsed-file';
+import { parsedPerContent } from '../intake/parsed-file';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
-import type { ApplyHolder, ApplyResult, RevisionSteps } from './device-steps';
-import { CHECKOUT_PROFILES_ROOT } from './device-steps';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device/steps';
+import { CHECKOUT_PROFILES_ROOT } from '../device/steps';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
 import type { SecretPolicy } from '../core/secret-policy';
-import { TransportError } from './transport';
-import { targetOf } from './fleet';
-import { mapLimit } from './map-limit';
+import { TransportError } from '../device/transport';
+import { targetOf } from '../device/fleet';
+import { mapLimit } from '../core/map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
-import { applyFailureOf } from './apply-failure';
+import { applyFailureOf } from '../device/apply-failure';
 import { withRecordedClose } from './revert-close';
-import { judgeVerdicts } from './node-down';
+import { judgeVerdicts } from '../intake/node-down-recheck';
 import { verdictsPathFor } from '../intake/node-down';
 import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
 import { createSlicedPlanActivities, memberSnapshot } from './sliced-records';
-import { channelFor, refusalOf, type ChannelDeps } from './channel';
-import { createConvergeActivities } from './agent/converge';
+import { channelFor, refusalOf, type ChannelDeps } from '../device/channel';
+import { createConvergeActivities } from '../device/twin/converge';
 import { WavegateError } from '../core/errors';
 import { withoutContent } from '../core/worker-files';
 import { readUnderRoots, WORKER_INVENTORY_ROOTS } from '../intake/worker-files';
@@ -258,7 +258,7 @@ export function createActivities(deps: ActivityDeps = {}) {
       const page = inScope.slice(input.offset, input.offset + input.limit);
       // Node-down verdicts: with a membership, each record carries the standing the CLI judged — this
       // worker never runs a recheck command that came through Temporal. Only a file on this worker's
-      // disk has its verdicts (beside it) rechecked here (activities/node-down.ts).
+      // disk has its verdicts (beside it) rechecked here (intake/node-down-recheck.ts).
       const marks = new Map<string, NodeDownMark>();
       if (!file) {
         for (const d of page) if (d.nodeDown) marks.set(d.id, d.nodeDown);

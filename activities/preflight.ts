@@ -7,15 +7,15 @@ import type { SshFileProblem, SshFilesQuestion } from '../core/ssh-files';
 import { knownHostFingerprints } from '../intake/known-hosts';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
-import { openDependency } from './dependencies';
+import { openDependency } from '../device/dependencies';
 import {
   CHECKOUT_PROFILES_ROOT,
   EnvelopeRejected,
   loadWorkerTrust,
   signedSteps,
   type VerifiedSteps,
-} from './device-steps';
-import { PayloadRefused, readPayload } from './payload-file';
+} from '../device/steps';
+import { PayloadRefused, readPayload } from '../device/payload-file';
 
 /**
  * What `start` asks a worker before it starts a rollout: would you run these envelopes? The rollout's
@@ -77,7 +77,7 @@ function unreadable(err: unknown): string {
 }
 
 /**
- * The SSH files as the transport will read them at connect (activities/transport/ssh.ts: the bounded
+ * The SSH files as the transport will read them at connect (device/transport/ssh.ts: the bounded
  * reader, known_hosts pins by host:port, the agent's socket from the environment), judged now. The answer
  * names the field, the path and what is wrong, never what the file holds: a key file that is no private
  * key is "not an SSH private key", whatever it is.

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import type { RevisionSteps } from '../core/rollout/input';
-import { EnvelopeRejected } from './apply-errors';
+import { EnvelopeRejected } from '../device/apply-errors';
 
 /**
  * A revert's floor exemption with the facts Temporal holds, not the ones its input asserts: the close time

@@ -17,12 +17,12 @@ import {
   type PlanShape,
   type SlicedPlanInput,
 } from '../core/rollout/sliced-plan';
-import { targetOf } from './fleet';
+import { targetOf } from '../device/fleet';
 import { sliceRecordsQuery, type SliceRecords } from '../contracts/rollout';
 import { convergeCandidate, isHealthTarget } from '../core/rollout/device-outcome';
 import type { CheckResult } from '../core/health';
 import type { HealthCheckInput } from './health';
-import { MAX_CONVERGE_BATCH, type ConvergeInput, type ConvergeResult } from './agent/converge';
+import { MAX_CONVERGE_BATCH, type ConvergeInput, type ConvergeResult } from '../device/twin/converge';
 
 /** Where a sliced plan's devices come from: the stored membership, in the rollout's scope. */
 export interface SlicedPlanSource {
@@ -73,7 +73,7 @@ export interface SlicedPlanDeps {
   heartbeat: () => void;
   /** The health gate's one check over devices (activities/health.ts), run here over slices' devices. */
   runHealthCheck(input: HealthCheckInput): Promise<CheckResult>;
-  /** The offline agents' convergence (activities/agent/converge.ts), asked here for slices' devices. */
+  /** The offline agents' convergence (device/twin/converge.ts), asked here for slices' devices. */
   desireAgentRevision(input: ConvergeInput): Promise<ConvergeResult>;
 }
 

@@ -13,7 +13,7 @@ import {
 } from '../core/secret-policy';
 import { readText } from '../intake/files';
 import { resolveSecretFile } from '../intake/secret-policy';
-import { checkedLookup, systemResolve, type ResolveHost } from './checked-lookup';
+import { checkedLookup, systemResolve, type ResolveHost } from '../intake/checked-lookup';
 
 export interface DeliverWebhookInput {
   url: string;

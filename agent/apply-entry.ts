@@ -8,15 +8,8 @@ import type { PayloadFile, Revision } from '../core/revision';
 import type { DeviceTarget } from '../core/rollout-state';
 import { verifyEnvelope, type Trust } from '../core/signing';
 import { envelopeDigestOf, type DesiredEntry, type ProfileReport } from '../core/twin';
-import {
-  applyToDevice,
-  ApplyLockHeld,
-  EnvelopeRejected,
-  shellFor,
-  StepFailed,
-  TransportError,
-} from '../activities/device-steps';
-import type { DeviceSession } from '../activities/transport';
+import { applyToDevice, ApplyLockHeld, EnvelopeRejected, shellFor, StepFailed, TransportError } from '../device/steps';
+import type { DeviceSession } from '../device/transport';
 import { profileDir } from '../intake/profile-dir';
 import type { AgentTrust } from './pins';
 import { stagePins } from './pins';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { authorizationHeader } from '../core/agent-auth';
-import { nativeEd25519Sign } from '../activities/ed25519-native';
+import { nativeEd25519Sign } from '../device/ed25519-native';
 import { MAX_PAYLOAD_FILE_BYTES } from '../core/revision';
 import type { AgentReport, TwinView } from '../core/twin';
 

@@ -2,8 +2,8 @@ import { readMetricValue } from '../core/health';
 import { verifyEnvelope } from '../core/signing';
 import type { DesiredEntry, HealthReport, HealthReportKind, ProfileReport } from '../core/twin';
 import { errorRateReportName, TWIN_LIMITS } from '../core/twin';
-import { shellFor } from '../activities/device-steps';
-import type { DeviceSession } from '../activities/transport';
+import { shellFor } from '../device/steps';
+import type { DeviceSession } from '../device/transport';
 import type { AgentTrust } from './pins';
 
 /**

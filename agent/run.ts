@@ -7,7 +7,7 @@ import {
   type HealthReport,
   type TwinView,
 } from '../core/twin';
-import { localDeviceSession } from '../activities/transport/local';
+import { localDeviceSession } from '../device/transport/local';
 import { applyEntry, isDrift, reverifyEntry, TransportError } from './apply-entry';
 import type { GatewayClient } from './gateway-client';
 import { runDeviceHealth } from './health';

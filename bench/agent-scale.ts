@@ -41,7 +41,7 @@ import { loadRolloutInventory } from '../intake/inventory';
 import { storeMembership } from '../clients/membership';
 import { SLICED_RECORDS_FROM } from '../core/rollout/sliced-plan';
 import { gatewayClient, GatewayError } from '../agent/gateway-client';
-import { mapLimit } from '../activities/map-limit';
+import { mapLimit } from '../core/map-limit';
 import { startDevServerEnv } from '../workers/dev-server';
 import { PROJECT_ROOT } from '../intake/package-layout';
 import type { AgentWorkerReply, AgentWorkerRequest } from './agent-worker';

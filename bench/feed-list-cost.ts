@@ -9,7 +9,7 @@
 import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
-import { mapLimit } from '../activities/map-limit';
+import { mapLimit } from '../core/map-limit';
 import { listTwinChanges } from '../clients/twin-feed';
 import { WavegateDesiredAt, WavegateReportedAt, WavegateTwinVersion } from '../contracts/search-attributes';
 import { TWIN_WORKFLOW } from '../contracts/twin';

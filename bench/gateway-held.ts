@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import { gatewayClient } from '../agent/gateway-client';
 import { keyPairFromSeed } from '../core/signing';
 import type { AgentReport } from '../core/twin';
-import { mapLimit } from '../activities/map-limit';
+import { mapLimit } from '../core/map-limit';
 import { startGatewayChild, type GatewayChild } from '../test/support/gateway-flood';
 import { wholeFlag } from './flags';
 

@@ -2,7 +2,7 @@
  * The scale benchmark (bench/README.md): one rollout of N simulated SSH devices through Temporal
  * (dev server + one worker, phases run as slice children), against the naïve baseline — an ssh loop
  * over the same fleet with the same number of devices in flight, each device verify → apply → verify →
- * marker via activities/device-steps.ts `applyToDevice`, no Temporal. Prints wall time, devices/s,
+ * marker via device/steps.ts `applyToDevice`, no Temporal. Prints wall time, devices/s,
  * per-execution history sizes and peak pending activities, and the ratio of the two.
  *
  *   npx tsx bench/rollout-scale.ts --devices 10000 --slice 200 [--in-flight 100] [--shard-size 1000] [--only temporal|baseline]
@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
-import { applyToDevice } from '../activities/device-steps';
+import { applyToDevice } from '../device/steps';
 import { prepareRollout } from '../intake/prepare';
 import { loadRolloutInventory } from '../intake/inventory';
 import { storeMembership } from '../clients/membership';

@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { bundleWorkflowCode, NativeConnection } from '@temporalio/worker';
-import { mapLimit } from '../activities/map-limit';
+import { mapLimit } from '../core/map-limit';
 import { reportToTwin } from '../clients/twin';
 import { startDevServerEnv } from '../workers/dev-server';
 import { createWorker, WORKFLOWS_PATH } from '../workers/worker';

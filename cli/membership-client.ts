@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
-import { judgeVerdicts } from '../activities/node-down';
+import { judgeVerdicts } from '../intake/node-down-recheck';
 import { markOf } from '../core/node-down';
 import type { RolloutInput } from '../core/rollout/input';
 import { loadRolloutInventory } from '../intake/inventory';

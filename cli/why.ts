@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { parseAuditLog } from '../core/audit';
 import type { TrailRead } from '../core/rollout/verdict';
-import { DEFAULT_AUDIT_DIR, resolveAuditLocation } from '../activities/audit';
+import { DEFAULT_AUDIT_DIR, resolveAuditLocation } from '../audit/file';
 import { readChain } from './commands/audit';
 
 /**

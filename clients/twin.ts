@@ -34,7 +34,7 @@ import {
 /**
  * The one client of device twins `device:<id>` (workflows/device-twin.ts; messages in contracts/twin.ts):
  * the rollout's apply, the snapshot, health gates, the fleet board and `fleet status --reverify`
- * (through activities/agent/), and the gateway (gateway/views.ts: a device's record, the reports it writes).
+ * (through device/twin/), and the gateway (gateway/views.ts: a device's record, the reports it writes).
  * In the entity clients' one style (docs/architecture.md, "Layers"): a write that needs no answer is
  * signal-with-start (a desire, a report), one that needs an answer is update-with-start (`syncTwin`, the
  * update gateways before r11 synced by), and a read never starts anything (not found is an answer: null or

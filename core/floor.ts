@@ -140,7 +140,7 @@ export function formatFloor(floor: DeviceFloor): string {
   if (floor.run !== undefined) lines.push(`run=${floorTag(floor.run)}`);
   if (floor.window !== undefined) lines.push(`window=${floor.window}`);
   if (floor.wayBack !== undefined) lines.push(`wayBack=${floor.wayBack}`);
-  // Last: the device writes it, on its own clock, after the rest (activities/transport/apply-script.ts).
+  // Last: the device writes it, on its own clock, after the rest (device/transport/apply-script.ts).
   if (floor.at !== undefined) lines.push(`at=${floor.at}`);
   return `${lines.join('\n')}\n`;
 }

@@ -7,7 +7,7 @@ import { PRINTABLE, PRINTABLE_RULE, showValue } from './validation';
  * Node-down verdicts (docs/formats.md, "Node-down verdicts"): an operator's word that a device is down,
  * with a command that rechecks it and a date after which the word no longer holds. Pure: the file's
  * shape, and the one decision every reader makes — does this verdict hold now, did its recheck lift it,
- * or has it expired. The file store is intake/node-down.ts; the recheck runner activities/node-down.ts.
+ * or has it expired. The file store is intake/node-down.ts; the recheck runner intake/node-down-recheck.ts.
  */
 
 /** How long a verdict may be set to hold: at least an hour, at most a year; 30 days unless told. */

@@ -3,7 +3,7 @@ import { WavegateError } from './errors';
 /**
  * Rollout ids (issue 23). Each rollout has an id of its own, `rollout:<profile>:<UTC yyyymmdd-hhmmss>`
  * (a `-<n>` suffix when that second is taken): readable, sorting by start time, and made only of
- * characters that are safe in an audit file name (activities/audit.ts percent-encodes `:`), a request
+ * characters that are safe in an audit file name (audit/file.ts percent-encodes `:`), a request
  * id and a Web UI URL (encodeURIComponent). Before issue 23 every rollout of a profile was the workflow
  * `rollout:<profile>`, one run after another: such rollouts stay readable (`--run` picks an earlier run).
  *

@@ -290,7 +290,7 @@ export interface VerifyOptions extends RevisionRules {
   current?: number;
   /**
    * The Ed25519 check itself (default: @noble's, strict RFC 8032). A worker passes a memoized one
-   * (activities/signature-memo.ts): every device of a rollout verifies the same envelope, and a
+   * (device/signature-memo.ts): every device of a rollout verifies the same envelope, and a
    * signature's validity over a body under a key is a pure function of the three.
    */
   verifySignature?: (sig: Uint8Array, body: Uint8Array, publicKey: Uint8Array) => boolean;

@@ -34,7 +34,7 @@ export function sshFilesOf(devices: readonly Device[]): SshFilesQuestion {
   let agent = false;
   for (const d of devices) {
     if (d.transport !== 'ssh') continue;
-    // The agent wins over a key file at connect (activities/transport/ssh.ts credentials).
+    // The agent wins over a key file at connect (device/transport/ssh.ts credentials).
     if (d.ssh.agent) agent = true;
     else if (d.ssh.key) keys.add(d.ssh.key);
     if (d.ssh.knownHosts) {

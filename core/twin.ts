@@ -15,7 +15,7 @@ import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
  * Contract between the rollout side (H4a) and the device side (H4b): change only ADDITIVELY, and list
  * each change here.
  *   - v1: DesiredEntry, ProfileReport, AgentReport, TwinView, TwinSyncInput, the limits below.
- *   - v1.1 (additive): activities/agent/enrolled.ts `convergeEnrolledDevice(client, taskQueue, device,
+ *   - v1.1 (additive): device/twin/enrolled.ts `convergeEnrolledDevice(client, taskQueue, device,
  *     profiles)` sets a newly enrolled device's desired state from the latest completed rollout of each
  *     profile it is in scope of; meant for the gateway to call on a device's first sync (a view with no
  *     desired entry and no report), with the profiles (name, scope) of its profiles root.
@@ -25,7 +25,7 @@ import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
  *     entry per profile whose revision signs `health.errorRate.command`, named errorRateReportName(profile).
  */
 
-/** The apply lock's holder on the device (activities/transport/types.ts ApplyHolder has this shape). */
+/** The apply lock's holder on the device (device/transport/types.ts ApplyHolder has this shape). */
 export interface TwinHolder {
   rollout: string;
   run: string;

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
-import { applyFailureOf } from '../activities/apply-failure';
-import { applyResultOf, type FinalAnswer } from '../activities/agent/answer';
+import { applyFailureOf } from '../device/apply-failure';
+import { applyResultOf, type FinalAnswer } from '../device/twin/answer';
 import { completeApply } from '../clients/apply-answer';
 import { answerTo, type AgentReport, type DesiredEntry, type TwinState } from '../core/twin';
 import { CallLimit } from './call-limit';
@@ -9,7 +9,7 @@ import { CallLimit } from './call-limit';
  * Answers delivered by the gateway (docs/architecture.md, "Reports reach the rollout"): when the report a gateway
  * writes to a twin is an agent's final answer to a request an apply activity waits for (`DesiredEntry.awaited`),
  * the gateway completes that activity by its id once the write is durable, with the result the worker would have
- * returned (activities/agent/answer.ts). An agent device in flight then costs the rollout no twin read and no
+ * returned (device/twin/answer.ts). An agent device in flight then costs the rollout no twin read and no
  * change-feed look; the worker's own safety read (every 30 s) stays for an answer no gateway delivered.
  */
 

@@ -5,14 +5,14 @@ import {
   convergeEnrolledDevice,
   latestRolloutLookup,
   type ProfileScope,
-} from '../activities/agent/enrolled';
+} from '../device/twin/enrolled';
 import { hasProfile, loadProfile } from '../intake/profile';
 import type { AgentPins } from './pins';
 
 /**
  * What the gateway does when a device's first sync starts its twin: the device converges to the
  * revision of the latest completed rollout of every profile (under the gateway's profiles root) whose
- * scope it is in (activities/agent/enrolled.ts). Best effort: a failure is logged and the device simply
+ * scope it is in (device/twin/enrolled.ts). Best effort: a failure is logged and the device simply
  * waits for the next rollout; the sync itself is answered either way.
  */
 export function enrolmentHook(opts: {

@@ -5,13 +5,13 @@ import type { ServerResponse } from 'node:http';
 import { peekBody } from '../core/signing';
 import { PayloadFile } from '../core/revision';
 import type { TwinView } from '../core/twin';
-import { PayloadRefused, resolvePayload } from '../activities/payload-file';
+import { PayloadRefused, resolvePayload } from '../device/payload-file';
 import { HttpRefusal } from './http';
 
 /**
  * The payload file `<profile>/<revision>/<name>` for a device: only a payload entry named in the signed
  * body of that device's desired envelope for that profile and revision, found by that entry under the
- * gateway's own profiles root (activities/payload-file.ts, the worker's rules: inside the profile's
+ * gateway's own profiles root (device/payload-file.ts, the worker's rules: inside the profile's
  * payload/, a regular file of the signed size and digest). The agent checks the SHA-256 again.
  *
  * Streamed from disk in chunks of PAYLOAD_CHUNK_BYTES (a request holds a chunk or two, not the file):

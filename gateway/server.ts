@@ -17,7 +17,7 @@ import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
 import { DeviceViews, type DeviceViewsStats } from './views';
 import type { TwinFeedLateness } from '../clients/twin-feed';
-import { nativeEd25519Verify } from '../activities/ed25519-native';
+import { nativeEd25519Verify } from '../device/ed25519-native';
 
 /**
  * `wavegate gateway`: the device side's only Temporal client (docs/formats.md, "Gateway HTTP API").

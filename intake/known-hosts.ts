@@ -3,7 +3,7 @@ import { readText } from './files';
 
 /*
  * Host keys as OpenSSH names and pins them: a key's fingerprint, and the keys a known_hosts file pins
- * or revokes for a host. Read by the SSH transport (activities/transport/ssh.ts), by `init` and the
+ * or revokes for a host. Read by the SSH transport (device/transport/ssh.ts), by `init` and the
  * inventory's known_hosts pins (intake/inventory-pin.ts), and by the simulator.
  */
 

@@ -6,7 +6,7 @@ import { MAX_PAYLOAD_FILE_BYTES, type PayloadFileFacts } from '../core/revision'
 /**
  * What a payload file in a profile directory holds, for `wavegate sign` to fill or check a revision's
  * `sha256` and `size` (core/revision.ts fillPayloadDigests). The file is read as the worker will read it
- * (activities/payload-file.ts): a regular file, opened without following a final symbolic link and
+ * (device/payload-file.ts): a regular file, opened without following a final symbolic link and
  * without blocking (a FIFO cannot hang sign), hashed in chunks; a file above the 64 MiB cap is measured,
  * never read. Where the file is (inside payload/) was already judged by payloadSourceProblems.
  */

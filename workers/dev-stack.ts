@@ -2,7 +2,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { demoDevices, startFleet, writeFleetInventory, type Fleet } from '../sim';
-import { ensureAuditKeyFile } from '../activities/audit';
+import { ensureAuditKeyFile } from '../audit/file';
 import { startDevServer, type DevServer } from './dev-server';
 import { DEFAULT_TASK_QUEUE, localConnectionSettings } from './connection';
 import { connectWorker, createWorker, installQuietRuntime } from './worker';

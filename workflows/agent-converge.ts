@@ -12,7 +12,7 @@ export const AGENT_DESIRED_STATE = 'agent-desired-state';
  * one found ahead, not-for-me or never started), with the floor it raises when applied (no way back).
  */
 export const CONVERGE_OFFLINE_ONLY = 'converge-offline-only';
-/** Devices per desireAgentRevision activity (activities/agent/converge.ts MAX_CONVERGE_BATCH). */
+/** Devices per desireAgentRevision activity (device/twin/converge.ts MAX_CONVERGE_BATCH). */
 const BATCH = 500;
 
 /**

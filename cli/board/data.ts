@@ -16,7 +16,7 @@ import {
 import { WavegateError } from '../../core/errors';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
 import type { RolloutStatus } from '../../contracts/rollout';
-import { readAuditKey, type AuditLocation } from '../../activities/audit';
+import { readAuditKey, type AuditLocation } from '../../audit/file';
 import { deviceRecords } from '../../clients/rollout-records';
 import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
 import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';

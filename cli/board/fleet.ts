@@ -12,7 +12,8 @@ import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
 import { checkConverge, nothingBehind, startConverge } from '../commands/converge';
-import { behindRows } from '../../activities/fleet';
+import { throughTemporal } from '../../device/channel';
+import { behindRows } from '../../device/fleet';
 import { readInventoryFlags } from '../membership-client';
 import { driftOf, fleetStatusOf } from '../commands/fleet';
 
@@ -62,7 +63,7 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
   const verdicts = new Map(
     readVerdicts(verdictsPathFor(src.inventory), { inventory: inventory.devices }).verdicts.map((v) => [v.device, v]),
   );
-  const agents = inventory.devices.filter((d) => d.transport === 'agent').map((d) => d.id);
+  const agents = inventory.devices.filter((d) => throughTemporal(d)).map((d) => d.id);
   const seen = agents.length ? await readSeen(src.client, agents).catch(() => new Map()) : new Map();
   const byId = new Map(inventory.devices.map((d) => [d.id, d]));
   const driftOfId = new Map(drift.map((d) => [d.id, d]));

@@ -13,8 +13,8 @@ import {
   type TrailVerdict,
 } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
-import { DEFAULT_AUDIT_DIR, readAuditKey, resolveAuditLocation, type AuditLocation } from '../../activities/audit';
-import { readAuditTrail, redactStoreUrl, withAuditReader, type AuditTrailReader } from '../../activities/audit-store';
+import { DEFAULT_AUDIT_DIR, readAuditKey, resolveAuditLocation, type AuditLocation } from '../../audit/file';
+import { readAuditTrail, redactStoreUrl, withAuditReader, type AuditTrailReader } from '../../audit';
 import type { TemporalFlags } from '../../workers/connection';
 import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audit-head';
 import { withTemporalOptions } from '../client';

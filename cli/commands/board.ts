@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { parsePublicUrl, parseTokenFile } from '../../core/board';
 import { WavegateError } from '../../core/errors';
-import { resolveAuditLocation } from '../../activities/audit';
+import { resolveAuditLocation } from '../../audit/file';
 import { readFlagFile } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
 import { STATE_DIR } from '../../intake/package-layout';

@@ -1,8 +1,8 @@
 import { resolve } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
-import { behindRows, readFleetBoard, type BoardRow } from '../../activities/fleet';
-import { twinReader } from '../../activities/agent/board';
+import { behindRows, readFleetBoard, type BoardRow } from '../../device/fleet';
+import { twinReader } from '../../device/twin/board';
 import { WavegateError } from '../../core/errors';
 import type { RolloutInput } from '../../core/rollout/input';
 import { prepareRollout } from '../../intake/prepare';
@@ -162,7 +162,7 @@ export async function checkConverge(
     revision: last.toRevision,
     verify: input.steps.verify,
     provable: input.provable,
-    // Agent devices are read from their twins' reports (activities/agent/board.ts).
+    // Agent devices are read from their twins' reports (device/twin/board.ts).
     probe: { concurrency: req.concurrency, twins: twinReader(client) },
   });
   return {

@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { NativeConnection } from '@temporalio/worker';
-import { readAuditKey, readAuditSegments, resolveAuditLocation } from '../../activities/audit';
+import { readAuditKey, readAuditSegments, resolveAuditLocation } from '../../audit/file';
 import { verifyAuditSegments } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
@@ -19,7 +19,7 @@ import { describeVersioning, resolveWorkerVersioning, type VersioningFlags } fro
 import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
 import { ensureSearchAttributes } from '../../workers/search-attributes';
-import { workerAuditStore } from '../../activities/audit-store/worker';
+import { workerAuditStore } from '../../audit/worker';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import {
   describeWorkerLayout,

@@ -8,7 +8,7 @@ import {
   type BoardRow,
   type DriftRow,
   type FleetBoard,
-} from '../../activities/fleet';
+} from '../../device/fleet';
 import { WavegateError } from '../../core/errors';
 import { classifyRevision } from '../../core/provability';
 import type { Revision } from '../../core/revision';
@@ -29,11 +29,11 @@ import {
   withTemporalOptions,
 } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
-import { judgeVerdicts } from '../../activities/node-down';
+import { judgeVerdicts } from '../../intake/node-down-recheck';
 import { registerVerdictCommands } from './fleet-verdicts';
 import { registerRepinCommand } from './fleet-repin';
 import { operatorName } from './rollout';
-import { throughTemporal, twinReader, type TwinReader } from '../../activities/channel';
+import { throughTemporal, twinReader, type TwinReader } from '../../device/channel';
 import { parseDurationMs } from '../../core/duration';
 import type { Inventory } from '../../core/inventory';
 

@@ -10,7 +10,7 @@ import { IN_PLACE_REASON } from './revert';
  * its place in compensation and the failure tally out.
  */
 
-/** What an apply activity answers when it returns (activities/device-steps.ts `ApplyResult.outcome`). */
+/** What an apply activity answers when it returns (device/steps.ts `ApplyResult.outcome`). */
 export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 'offline' | 'ahead';
 
 /** How a device's apply activity ended: it answered, it failed, or the rollout was cancelled under it. */

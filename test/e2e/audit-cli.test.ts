@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { auditFilePath, createAuditActivities } from '../../activities/audit';
+import { auditFilePath, createAuditActivities } from '../../audit/file';
 import type { AuditEvent, AuditRecord } from '../../core/audit';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 

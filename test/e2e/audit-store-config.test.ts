@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPostgresAuditStore } from '../../activities/audit-store';
+import { createPostgresAuditStore } from '../../audit';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';

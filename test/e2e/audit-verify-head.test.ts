@@ -11,7 +11,7 @@ import {
   ensureAuditKeyFile,
   readAuditFile,
   readAuditKey,
-} from '../../activities/audit';
+} from '../../audit/file';
 import { GENESIS_HASH, macRecord, sealRecord, serializeAuditRecord, type AuditRecord } from '../../core/audit';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { PROJECT_ROOT } from '../../intake/package-layout';

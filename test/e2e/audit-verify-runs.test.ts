@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { auditFilePath, createAuditActivities, ensureAuditKeyFile, readAuditKey } from '../../activities/audit';
+import { auditFilePath, createAuditActivities, ensureAuditKeyFile, readAuditKey } from '../../audit/file';
 import type { AuditHead } from '../../core/audit';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { rolloutWorkflow } from '../../workflows/rollout';

@@ -5,14 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { auditFilePath, createAuditActivities } from '../../activities/audit';
+import { auditFilePath, createAuditActivities } from '../../audit/file';
 import {
   createFileAuditStore,
   createPostgresAuditStore,
   redactStoreUrl,
   type AuditStore,
   type PostgresAuditStore,
-} from '../../activities/audit-store';
+} from '../../audit';
 import { verifyLinkedTrails } from '../../cli/commands/audit';
 import { verifyAuditSegments, type AuditEvent, type AuditHead, type AuditSegment } from '../../core/audit';
 import { PROJECT_ROOT } from '../../intake/package-layout';

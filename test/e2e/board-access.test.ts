@@ -3,7 +3,7 @@ import { appendFileSync, chmodSync, mkdirSync, readFileSync, statSync, writeFile
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveAuditLocation } from '../../activities/audit';
+import { resolveAuditLocation } from '../../audit/file';
 import { deviceSetDigest } from '../../cli/board/fleet';
 import { startBoard } from '../../cli/board/server';
 import { abortUpdate } from '../../contracts/rollout';

@@ -4,7 +4,7 @@ import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveAuditLocation } from '../../activities/audit';
+import { resolveAuditLocation } from '../../audit/file';
 import { startBoard, type BoardServer } from '../../cli/board/server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { freePort } from '../../sim/ports';

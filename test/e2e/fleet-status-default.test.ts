@@ -9,7 +9,7 @@ import { runCli, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { writeDemoSpecAt } from '../support/harness';
 import { until } from '../support/until';
-import { resolveAuditLocation } from '../../activities/audit';
+import { resolveAuditLocation } from '../../audit/file';
 import { startBoard } from '../../cli/board/server';
 
 const BOARD_TOKEN = 'alice-token-0123456789abcdef-0123456789';

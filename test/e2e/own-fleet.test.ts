@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureAuditKeyFile } from '../../activities/audit';
+import { ensureAuditKeyFile } from '../../audit/file';
 import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';

@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureAuditKeyFile } from '../../activities/audit';
+import { ensureAuditKeyFile } from '../../audit/file';
 import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { freePort } from '../../sim/ports';
 import { PROJECT_ROOT } from '../../intake/package-layout';

@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { readPayload, resolvePayload } from '../../activities/payload-file';
+import { readPayload, resolvePayload } from '../../device/payload-file';
 import type { PayloadFile } from '../../core/revision';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';

@@ -15,7 +15,7 @@ import { spawnCliUntil, stopChild } from '../support/cli';
 import { rolloutInputFor, scratchDir } from '../support/harness';
 import { refusal, rejection } from '../support/refusal';
 import { startBoardRevert, type BoardSources } from '../../cli/board/data';
-import { resolveAuditLocation } from '../../activities/audit';
+import { resolveAuditLocation } from '../../audit/file';
 import { storeMembership } from '../../clients/membership';
 import { loadRolloutInventory } from '../../intake/inventory';
 import { WavegateError } from '../../core/errors';

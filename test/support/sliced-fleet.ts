@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { ApplyInput } from '../../activities';
-import type { ApplyResult } from '../../activities/device-steps';
+import type { ApplyResult } from '../../device/steps';
 import { storeMembership } from '../../clients/membership';
 import { parseInventory, type Inventory } from '../../core/inventory';
 import type { RolloutInput } from '../../core/rollout/input';

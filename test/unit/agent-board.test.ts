@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { agentBoardAnswer, agentDriftAnswer } from '../../activities/agent/board';
-import { agentChecks, agentErrorRate, agentOnline } from '../../activities/agent/health';
+import { agentBoardAnswer, agentDriftAnswer } from '../../device/twin/board';
+import { agentChecks, agentErrorRate, agentOnline } from '../../device/twin/health';
 import { parseInventory } from '../../core/inventory';
 import { errorRateReportName, reportProblem, type HealthReport, type TwinView } from '../../core/twin';
 

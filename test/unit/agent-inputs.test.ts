@@ -8,7 +8,7 @@ import { enrollIdentity, loadIdentity } from '../../agent/identity';
 import { gatewayUrl, prepareStateDir, readFlagFile } from '../../agent/inputs';
 import { parseTrustFlags } from '../../agent/pins';
 import { reportFile } from '../../agent/report-file';
-import { localDeviceSession } from '../../activities/transport/local';
+import { localDeviceSession } from '../../device/transport/local';
 import { isLoopbackHostname, stateDirProblem, trustFileProblem } from '../../core/agent-inputs';
 import type { Revision } from '../../core/revision';
 import { keyPairFromSeed, pinOf, signRevision } from '../../core/signing';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isDrift, reverifyEntry, type EntryContext } from '../../agent/apply-entry';
 import type { AgentTrust } from '../../agent/pins';
-import { localDeviceSession } from '../../activities/transport/local';
+import { localDeviceSession } from '../../device/transport/local';
 import type { Revision } from '../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision } from '../../core/signing';
 import { envelopeDigestOf, type DesiredEntry, type ProfileReport } from '../../core/twin';

@@ -11,13 +11,13 @@ import {
   APPLY_SCRIPT_VERSION,
   APPLY_WRAPPER,
   type ApplyScriptInput,
-} from '../../activities/transport/apply-script';
-import { shellFor } from '../../activities/device-steps';
+} from '../../device/transport/apply-script';
+import { shellFor } from '../../device/steps';
 import { formatFloor, parseFloor } from '../../core/floor';
 import { scratchDir } from '../support/harness';
 
 /**
- * The one-script apply (activities/transport/apply-script.ts): the report parser on its own, and the
+ * The one-script apply (device/transport/apply-script.ts): the report parser on its own, and the
  * generated script run by the machine's POSIX sh (dash) in a HOME of its own: the files it leaves are
  * the apply lock's (docs/formats.md "The apply lock"), its report says each step's outcome.
  */

@@ -3,13 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
-import {
-  applyToDevice,
-  EnvelopeRejected,
-  StepFailed,
-  TransportError,
-  type RevisionSteps,
-} from '../../activities/device-steps';
+import { applyToDevice, EnvelopeRejected, StepFailed, TransportError, type RevisionSteps } from '../../device/steps';
 import { startFleet, type Fleet } from '../../sim';
 import { scratchDir } from '../support/harness';
 import { rejection } from '../support/refusal';

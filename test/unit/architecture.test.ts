@@ -14,11 +14,13 @@ import { WORKFLOW_SOURCE_DIRS } from '../../workers/versioning';
 const SOURCE_DIRS = [
   'activities',
   'agent',
+  'audit',
   'bench',
   'cli',
   'clients',
   'contracts',
   'core',
+  'device',
   'gateway',
   'intake',
   'scripts',
@@ -106,13 +108,17 @@ interface LayerRule {
  * and nothing else imports test/ but bench/, its shared fixtures in test/support/ (a layer missing
  * from every `imports` list, as test/ is, is imported by nobody).
  */
-/** Every product layer but the CLI's own: what the CLI (and, with the CLI, the benchmarks) may import. */
+/**
+ * What the CLI may import: every product layer but its own and activities/ (the worker registers those;
+ * the CLI reaches a device through device/, a trail through audit/).
+ */
 const CLI_IMPORTS = [
-  'activities',
   'agent',
+  'audit',
   'clients',
   'contracts',
   'core',
+  'device',
   'gateway',
   'intake',
   'sim',
@@ -126,14 +132,16 @@ const LAYER_RULES: Record<string, LayerRule> = {
   workflows: { imports: ['contracts', 'core'], typesFrom: ['activities'], packages: WORKFLOW_SAFE_PACKAGES },
   clients: { imports: ['contracts', 'core'] },
   intake: { imports: ['clients', 'contracts', 'core'] },
-  activities: { imports: ['clients', 'contracts', 'core', 'intake'] },
+  audit: { imports: ['core', 'intake'] },
+  device: { imports: ['clients', 'contracts', 'core', 'intake'] },
+  activities: { imports: ['audit', 'clients', 'contracts', 'core', 'device', 'intake'] },
   sim: { imports: ['core', 'intake'] },
-  gateway: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
-  agent: { imports: ['activities', 'clients', 'contracts', 'core', 'intake'], files: ['workers/connection.ts'] },
-  workers: { imports: ['activities', 'clients', 'contracts', 'core', 'intake', 'sim', 'workflows'] },
+  gateway: { imports: ['clients', 'contracts', 'core', 'device', 'intake'], files: ['workers/connection.ts'] },
+  agent: { imports: ['clients', 'contracts', 'core', 'device', 'intake'], files: ['workers/connection.ts'] },
+  workers: { imports: ['activities', 'audit', 'clients', 'contracts', 'core', 'device', 'intake', 'sim', 'workflows'] },
   cli: { imports: CLI_IMPORTS },
-  // The benchmarks drive the tests' shared fixtures (history bounds, the gateway flood).
-  bench: { imports: [...CLI_IMPORTS, 'cli'], files: ['test/support/'] },
+  // The benchmarks drive the tests' shared fixtures (history bounds, the gateway flood) and a worker's activities.
+  bench: { imports: [...CLI_IMPORTS, 'activities', 'cli'], files: ['test/support/'] },
   scripts: { imports: ['cli', 'clients', 'contracts', 'core', 'intake', 'workers', 'workflows'] },
 };
 
@@ -167,8 +175,8 @@ function layerViolations(
 }
 
 /**
- * What only a device channel's implementations may use (activities/channel/, over activities/transport/
- * and activities/agent/): dialling a device, the twin client, and each transport's own apply and reads.
+ * What only a device channel's implementations may use (device/channel/, over device/transport/
+ * and device/twin/): dialling a device, the twin client, and each transport's own apply and reads.
  * Anything else in activities/ that used one would be a branch around the channel.
  */
 const BEHIND_THE_CHANNEL = new Set([
@@ -191,9 +199,9 @@ const BEHIND_THE_CHANNEL = new Set([
   'agentChecks',
   'agentErrorRate',
 ]);
-const CHANNEL_SIDE = ['activities/channel/', 'activities/transport/', 'activities/agent/'];
+const CHANNEL_SIDE = ['device/channel/', 'device/transport/', 'device/twin/'];
 /** The session-level apply the SSH channel wraps (and the agent runs over its local session): it opens a session by default. */
-const CHANNEL_SIDE_FILES = ['activities/device-steps.ts'];
+const CHANNEL_SIDE_FILES = ['device/steps.ts'];
 
 /** How `text` (the source of `file`) goes around the device channel: imports of what is behind it, and branches on a transport's name. */
 function channelBypasses(file: string, text: string): string[] {
@@ -226,9 +234,9 @@ describe('architecture rules (docs/architecture.md)', () => {
 
   it('the layer check fails on the imports that ran back up (6c519b1), on a workflow taking an activity by value and on core reaching I/O', () => {
     const upward = new Map<string, Edge[]>([
-      ['activities/agent/twin-client.ts', [{ to: 'workflows/twin-messages.ts', typeOnly: false }]],
+      ['device/twin/twin-client.ts', [{ to: 'workflows/twin-messages.ts', typeOnly: false }]],
       ['intake/registry.ts', [{ to: 'workflows/registry.ts', typeOnly: false }]],
-      ['activities/audit.ts', [{ to: 'workers/toolchain.ts', typeOnly: false }]],
+      ['audit/file.ts', [{ to: 'workers/toolchain.ts', typeOnly: false }]],
       ['sim/openssh.ts', [{ to: 'workers/dev-server.ts', typeOnly: false }]],
       [
         'workflows/canary.ts',
@@ -262,13 +270,13 @@ describe('architecture rules (docs/architecture.md)', () => {
       ],
     ]);
     expect(layerViolations(upward)).toEqual([
-      'activities/agent/twin-client.ts -> workflows/twin-messages.ts',
-      'activities/audit.ts -> workers/toolchain.ts',
+      'audit/file.ts -> workers/toolchain.ts',
       'bench/agent-scale.ts -> test/e2e/x.test.ts',
       'cli/main.ts -> test/support/cli.ts',
       'clients/twin.ts -> workflows/device-twin.ts (type)',
       'contracts/twin.ts -> pkg:@temporalio/client',
       'core/audit.ts -> node:fs',
+      'device/twin/twin-client.ts -> workflows/twin-messages.ts',
       'intake/registry.ts -> workflows/registry.ts',
       'sim/openssh.ts -> workers/dev-server.ts',
       'workflows/canary.ts -> activities/index.ts',
@@ -304,7 +312,7 @@ describe('architecture rules (docs/architecture.md)', () => {
     expect(outside(/^type Acts\b/m, () => false)).toEqual([]);
     // A client names a message by its definition, never by a string of its own (SQL and SSH channel
     // signals are not Temporal messages).
-    const notTemporal = (f: string) => f.startsWith('activities/audit-store/') || f.startsWith('activities/transport/');
+    const notTemporal = (f: string) => f.startsWith('audit/') || f.startsWith('device/transport/');
     expect(outside(/\.(query|signal|executeUpdate|startUpdate)(<[^>]*>)?\(\s*['"`]/, notTemporal)).toEqual([]);
   });
 
@@ -356,11 +364,15 @@ describe('architecture rules (docs/architecture.md)', () => {
     expect(cycles).toEqual([]);
   });
 
-  it('activities reach a device only through its channel: outside activities/channel/, transport/ and agent/, nothing dials, reads a twin or branches on the transport', () => {
+  it('activities, device/ helpers and the CLI reach a device only through its channel: outside device/channel/, transport/ and twin/, nothing dials, reads a twin or branches on the transport', () => {
     const outside = files.filter(
-      (f) => layer(f) === 'activities' && !CHANNEL_SIDE.some((d) => f.startsWith(d)) && !CHANNEL_SIDE_FILES.includes(f),
+      (f) =>
+        ['activities', 'device', 'cli'].includes(layer(f)) &&
+        !CHANNEL_SIDE.some((d) => f.startsWith(d)) &&
+        !CHANNEL_SIDE_FILES.includes(f),
     );
     expect(outside).toContain('activities/health.ts');
+    expect(outside).toContain('device/fleet.ts');
     const bad = outside.flatMap((f) => channelBypasses(f, readFileSync(join(PROJECT_ROOT, f), 'utf8')));
     expect(bad).toEqual([]);
   });
@@ -392,7 +404,7 @@ describe('architecture rules (docs/architecture.md)', () => {
 
   it('SSH is reached only through the transport seam', () => {
     const bad = files.filter(
-      (f) => !f.startsWith('activities/transport/') && /\bopenSsh\b/.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')),
+      (f) => !f.startsWith('device/transport/') && /\bopenSsh\b/.test(readFileSync(join(PROJECT_ROOT, f), 'utf8')),
     );
     expect(bad).toEqual([]);
   });

@@ -23,7 +23,7 @@ import {
   readAuditFile,
   readAuditKey,
   rolloutIdOfStem,
-} from '../../activities/audit';
+} from '../../audit/file';
 import {
   AUDIT_EVENTS,
   GENESIS_HASH,
@@ -183,7 +183,7 @@ describe('appendAudit on real files', () => {
   it('two worker processes appending the same 60 records at once leave one intact chain (the file lock)', async () => {
     const script = `
       require('tsx/cjs');
-      const { createAuditActivities } = require('./activities/audit.ts');
+      const { createAuditActivities } = require('./audit/file.ts');
       const ROUTINE = require('./core/audit.ts').AUDIT_EVENTS.filter((name) => name !== 'audit.override');
       const { existsSync } = require('node:fs');
       const audit = createAuditActivities({ auditDir: process.argv[1] });

@@ -3,8 +3,8 @@ import { mkdirSync, mkdtempSync, rmSync, truncateSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseAuditStore } from '../../activities/audit-store';
-import { pgpassPassword, readPgpass, storeClientConfig } from '../../activities/audit-store/config';
+import { parseAuditStore } from '../../audit';
+import { pgpassPassword, readPgpass, storeClientConfig } from '../../audit/config';
 import type { WavegateError } from '../../core/errors';
 import { refusal } from '../support/refusal';
 

@@ -13,7 +13,7 @@ import {
   redactStoreUrl,
   SCHEMA_VERSION,
   type PostgresAuditStore,
-} from '../../activities/audit-store';
+} from '../../audit';
 import { AUDIT_EVENTS, verifyAuditSegments, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { startPostgres, type Postgres } from '../support/postgres';

@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { channelFor } from '../../activities/channel';
-import { readDrift, readFleetBoard, targetOf } from '../../activities/fleet';
+import { channelFor } from '../../device/channel';
+import { readDrift, readFleetBoard, targetOf } from '../../device/fleet';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
-import { TransportError } from '../../activities/transport';
+import { TransportError } from '../../device/transport';
 import { parseInventory } from '../../core/inventory';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { errorRateReportName, type HealthReport, type TwinView } from '../../core/twin';
@@ -13,7 +13,7 @@ import { refusal } from '../support/refusal';
 import { writeSignedProfile } from '../support/signed-profile';
 
 /**
- * The device channel (activities/channel/): health gates, the board and drift ask one interface and
+ * The device channel (device/channel/): health gates, the board and drift ask one interface and
  * the channel chosen from the device's transport answers. Agent devices are read from twin views given
  * here as data (what a twin's query returns); SSH devices are real sessions to the simulated fleet.
  */

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatFloor, revertUntilOf } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { applyToDevice, EnvelopeRejected, type RevisionSteps } from '../../activities/device-steps';
+import { applyToDevice, EnvelopeRejected, type RevisionSteps } from '../../device/steps';
 import { startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
 import { rejection } from '../support/refusal';

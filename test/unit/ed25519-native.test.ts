@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ed25519 } from '@noble/curves/ed25519.js';
-import { nativeEd25519Sign, nativeEd25519Verify } from '../../activities/ed25519-native';
+import { nativeEd25519Sign, nativeEd25519Verify } from '../../device/ed25519-native';
 import { ed25519Verify } from '../../core/signing';
 
 /** Node's native Ed25519 check gives the pure one's answer on what a gateway or worker meets. */

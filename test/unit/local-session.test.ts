@@ -5,14 +5,14 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatFloor } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { applyToDevice, EnvelopeRejected, type ApplyHolder, type RevisionSteps } from '../../activities/device-steps';
-import { TransportError } from '../../activities/transport';
-import { localDeviceSession } from '../../activities/transport/local';
+import { applyToDevice, EnvelopeRejected, type ApplyHolder, type RevisionSteps } from '../../device/steps';
+import { TransportError } from '../../device/transport';
+import { localDeviceSession } from '../../device/transport/local';
 import { scratchDir } from '../support/harness';
 import { until } from '../support/until';
 
 /**
- * The agent's LOCAL DeviceSession (activities/transport/local.ts) under the real applyToDevice: the same
+ * The agent's LOCAL DeviceSession (device/transport/local.ts) under the real applyToDevice: the same
  * marker, floor and apply-lock files as the SSH path, in the device home it is given. Every apply counts
  * its runs in `$HOME/apply-runs`: that file says how often it really ran.
  */
@@ -142,7 +142,7 @@ describe('LocalSession: applyToDevice on the device itself', () => {
     writeFileSync(
       script,
       `require(${JSON.stringify(require.resolve('tsx/cjs'))});
-const { localDeviceSession } = require(${JSON.stringify(join(__dirname, '../../activities/transport/local.ts'))});
+const { localDeviceSession } = require(${JSON.stringify(join(__dirname, '../../device/transport/local.ts'))});
 localDeviceSession('d', ${JSON.stringify(d.home)}).exec('echo started > "$HOME/started"; sleep 2; echo after > "$HOME/after"', { timeoutMs: 20000 });`,
     );
     const child = spawn(process.execPath, [script], { stdio: 'ignore' });

@@ -2,7 +2,7 @@ import { cpSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import type { ResolveHost } from '../../activities/checked-lookup';
+import type { ResolveHost } from '../../intake/checked-lookup';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
 import { metricsPolicyFromEnv } from '../../core/secret-policy';
 import { PROJECT_ROOT } from '../../intake/package-layout';

@@ -2,10 +2,10 @@ import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parsedPerContent } from '../../activities/parsed-file';
+import { parsedPerContent } from '../../intake/parsed-file';
 import { scratchDir } from '../support/harness';
 
-/** activities/parsed-file.ts: a file the worker reads on every activity, parsed once per content. */
+/** intake/parsed-file.ts: a file the worker reads on every activity, parsed once per content. */
 describe('parsed once per content', () => {
   const scratch = scratchDir('parsed-file');
   afterAll(() => scratch.cleanup());

@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { applyToDevice, EnvelopeRejected, signedSteps, type RevisionSteps } from '../../activities/device-steps';
+import { applyToDevice, EnvelopeRejected, signedSteps, type RevisionSteps } from '../../device/steps';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { parseRevision } from '../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, type Trust } from '../../core/signing';

@@ -4,7 +4,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import type { Logger } from '@temporalio/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
-import type { ApplyResult } from '../../activities/device-steps';
+import type { ApplyResult } from '../../device/steps';
 import { QUIET_START_MS, quietStartHeartbeat } from '../../activities/quiet-heartbeat';
 import type { DeviceSnapshot } from '../../core/rollout-state';
 import { startFleet, type Fleet, type SimDevice } from '../../sim';

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { EnvelopeRejected, signedSteps, type RevisionSteps } from '../../activities/device-steps';
+import { EnvelopeRejected, signedSteps, type RevisionSteps } from '../../device/steps';
 import { parseRevision } from '../../core/revision';
 import { keyPairFromSeed, parseTrust, pinOf, signRevision, type Trust } from '../../core/signing';
 import { refusal } from '../support/refusal';

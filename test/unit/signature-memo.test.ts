@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ed25519 } from '@noble/curves/ed25519.js';
-import { memoizedVerify } from '../../activities/signature-memo';
+import { memoizedVerify } from '../../device/signature-memo';
 
 /**
- * The worker's remembered Ed25519 verdicts (activities/signature-memo.ts): the same answer as the check
+ * The worker's remembered Ed25519 verdicts (device/signature-memo.ts): the same answer as the check
  * itself for every input, a changed byte of key, signature or body checked afresh (never a remembered
  * "valid"), and a bounded memory.
  */

@@ -98,7 +98,7 @@ describe('examples/systemd/worker.env', () => {
       .filter((f) => f.endsWith('.js'))
       .map((f) => readFileSync(join(lib, f), 'utf8'))
       .join('\n');
-    const sources = ['activities/audit-store/config.ts', 'cli/commands/dev.ts', 'workers/connection.ts']
+    const sources = ['audit/config.ts', 'cli/commands/dev.ts', 'workers/connection.ts']
       .map((f) => readFileSync(join(PROJECT_ROOT, f), 'utf8'))
       .join('\n');
     expect(assignments.length).toBeGreaterThan(5);

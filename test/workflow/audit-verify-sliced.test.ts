@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { auditFilePath, readAuditSegments } from '../../activities/audit';
+import { auditFilePath, readAuditSegments } from '../../audit/file';
 import { storeMembership } from '../../clients/membership';
 import { verifyLinkedTrails } from '../../cli/commands/audit';
 import type { RolloutInput } from '../../core/rollout/input';

@@ -3,9 +3,9 @@ import { TWIN_RUN_EVENTS, twinWorkflowId, type AgentReport, type TwinView } from
 import { askTwin, desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { temporal } from '@temporalio/proto';
 import { syncTwin } from '../../clients/twin';
-import { reverifyFleet } from '../../activities/fleet';
+import { reverifyFleet } from '../../device/fleet';
 import { parseInventory } from '../../core/inventory';
-import { applyThroughTwin, desiredRequestOf } from '../../activities/agent/apply';
+import { applyThroughTwin, desiredRequestOf } from '../../device/twin/apply';
 import { twinSyncUpdate } from '../../contracts/twin';
 import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { executionTreeShapes, HISTORY_EVENT_LIMIT, PENDING_LIMIT } from '../support/history-bounds';
 import { demoDevices, type Fleet, type SimDeviceSpec } from '../../sim';
 import { recordHistory } from '../support/histories';

@@ -1,6 +1,6 @@
 import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { verifyAuditChain } from '../../core/audit';
 import { demoDevices, type SimDeviceSpec } from '../../sim';
 import {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { verifyAuditChain, type AuditRecord } from '../../core/audit';
 import { demoDevices, type SimDeviceSpec } from '../../sim';
 import { pauseSignal, resumeSignal, type RolloutStatus } from '../../contracts/rollout';

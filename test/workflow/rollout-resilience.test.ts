@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { auditFilePath, DEFAULT_AUDIT_DIR } from '../../activities/audit';
+import { auditFilePath, DEFAULT_AUDIT_DIR } from '../../audit/file';
 import { activityRuns } from '../support/history-bounds';
 import type { DeviceState } from '../../core/rollout-state';
 import { demoDevices, fleetInventory, generateEd25519, type Fleet } from '../../sim';

@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { verifyAuditChain } from '../../core/audit';
 import { demoDevices, type Fleet } from '../../sim';
 import { rolloutInputFor } from '../support/harness';

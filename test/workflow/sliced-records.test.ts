@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { storeMembership } from '../../clients/membership';
 import { sliceRecordsQuery } from '../../contracts/rollout';
 import type { RolloutInput } from '../../core/rollout/input';

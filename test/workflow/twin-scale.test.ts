@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { twinWorkflowId, type AgentReport } from '../../core/twin';
 import { desireOnTwin } from '../../clients/twin';
-import { mapLimit } from '../../activities/map-limit';
+import { mapLimit } from '../../core/map-limit';
 import { DeviceViews } from '../../gateway/views';
 import { realRollouts } from '../support/real-rollouts';
 import { desiredRequest } from '../support/twin-agent';

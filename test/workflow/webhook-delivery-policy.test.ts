@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import type { ResolveHost } from '../../activities/checked-lookup';
+import type { ResolveHost } from '../../intake/checked-lookup';
 import { createWebhookActivities } from '../../activities/webhooks';
 import { shownUrl } from '../../core/events';
 import { startedEvent } from '../support/webhook-event';

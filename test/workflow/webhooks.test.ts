@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { readAuditFile } from '../../activities/audit';
+import { readAuditFile } from '../../audit/file';
 import { createWebhookActivities } from '../../activities/webhooks';
 import { webhookEventOf, type WebhookEvent } from '../../core/events';
 import { startedEvent } from '../support/webhook-event';

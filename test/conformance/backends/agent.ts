@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { desiredRequestOf } from '../../../activities/agent/apply';
+import { desiredRequestOf } from '../../../device/twin/apply';
 import { desireOnTwin, readTwin } from '../../../clients/twin';
 import type { RevisionSteps } from '../../../core/rollout/input';
 import { runCli, spawnCliUntil, stopChild } from '../../support/cli';

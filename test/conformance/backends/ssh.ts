@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { applyToDevice, EnvelopeRejected } from '../../../activities/device-steps';
+import { applyToDevice, EnvelopeRejected } from '../../../device/steps';
 import type { RevisionSteps } from '../../../core/rollout/input';
 import { demoDevices, startFleet, type Fleet } from '../../../sim';
 import { startSshdFleet, type SshdFleet } from '../../support/sshd';

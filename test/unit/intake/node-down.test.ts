@@ -13,7 +13,7 @@ import {
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { judgeVerdicts, runRecheck } from '../../../activities/node-down';
+import { judgeVerdicts, runRecheck } from '../../../intake/node-down-recheck';
 import { markDown, markUp, newVerdict, EMPTY_NODE_DOWN_FILE } from '../../../core/node-down';
 import { MAX_DOCUMENT_BYTES } from '../../../intake/files';
 import { readVerdicts, updateVerdicts, verdictsPathFor, writeVerdicts } from '../../../intake/node-down';
@@ -186,7 +186,7 @@ describe('the verdicts file (intake/node-down.ts)', () => {
   }, 20_000);
 });
 
-describe('the recheck runner (activities/node-down.ts)', () => {
+describe('the recheck runner (intake/node-down-recheck.ts)', () => {
   it('runs on this host with a clean environment; the device reaches it only as environment variables', async () => {
     process.env.WAVEGATE_TEST_SECRET = 'leak';
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, run by sh, not a template

@@ -39,7 +39,7 @@ import {
 } from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
 import { PROJECT_ROOT } from '../intake/package-layout';
-import { parsedPerContent } from './parsed-file';
+import { parsedPerContent } from '../intake/parsed-file';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
@@ -72,7 +72,7 @@ export interface UnmetDependencies {
   detail: string;
 }
 
-/** Checks a device's dependencies over an open session; null when every one is verified there (activities/dependencies.ts). */
+/** Checks a device's dependencies over an open session; null when every one is verified there (device/dependencies.ts). */
 export type DependencyChecker = (
   session: DeviceSession,
   device: string,
@@ -245,11 +245,11 @@ export interface ApplyOptions {
   holderClosed?: (holder: ApplyHolder) => Promise<boolean>;
   /** Aborting closes the connection (an activity cancelled or timed out on the server stops here). */
   signal?: AbortSignal;
-  /** Checks the steps' `after` on the device before the apply lock is taken (activities/dependencies.ts). */
+  /** Checks the steps' `after` on the device before the apply lock is taken (device/dependencies.ts). */
   dependencies?: DependencyChecker;
   /** Payloads up to this many bytes in all are streamed on the apply script's input (default 1 MiB; 0: always SFTP when missing). */
   streamPayloadMaxBytes?: number;
-  /** How the device is reached (default its transport, connectDevice): the pull agent passes its LOCAL session (activities/transport/local.ts). */
+  /** How the device is reached (default its transport, connectDevice): the pull agent passes its LOCAL session (device/transport/local.ts). */
   connect?: (target: DeviceTarget) => Promise<DeviceSession>;
   /** A first attempt whose connect fails (connect/timeout: nothing ran) returns the `offline` outcome instead of throwing. */
   reportOffline?: boolean;

@@ -1,9 +1,9 @@
-import { WavegateError } from '../../core/errors';
-import { DEFAULT_AUDIT_DIR } from '../audit';
+import { WavegateError } from '../core/errors';
+import { DEFAULT_AUDIT_DIR } from './file';
 import { parseAuditStore, readStorePassword } from './config';
 import { createFileAuditStore } from './file';
 import { createPostgresAuditStore, type PostgresAuditStore } from './postgres';
-import type { AuditSegment } from '../../core/audit';
+import type { AuditSegment } from '../core/audit';
 import type { AuditStore } from './types';
 
 export type { AuditStore } from './types';

@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import { WavegateError } from '../../core/errors';
+import { WavegateError } from '../core/errors';
 
 /**
  * The PostgreSQL audit schema (docs/formats.md, "Audit store in PostgreSQL"), versioned in

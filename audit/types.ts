@@ -1,5 +1,4 @@
-import type { AuditEvent, AuditHead, AuditSegment } from '../../core/audit';
-import type { AuditHealth, AuditHealthInput } from '../audit';
+import type { AuditEvent, AuditHead, AuditSegment } from '../core/audit';
 
 /**
  * Where audit trails live (docs/architecture.md, "Audit"): the file store (one JSONL file per rollout
@@ -24,4 +23,15 @@ export interface AuditStore {
   earlierRuns(rolloutId: string): Promise<string[]>;
   /** Release connections (a no-op for files). */
   close(): Promise<void>;
+}
+
+/** What `auditHealth` answers: whole with its head (null when empty), or not, with the reason and place. */
+export type AuditHealth =
+  | { ok: true; head: AuditHead | null; file: string; segment: number }
+  | { ok: false; reason: string; problem: string; file: string; line: number | null; segment: number };
+
+export interface AuditHealthInput {
+  rolloutId: string;
+  /** The head the workflow holds: the trail must also contain it (else a cut tail or a rewrite). */
+  head?: AuditHead;
 }

@@ -3,8 +3,8 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { ClientConfig } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
-import { WavegateError } from '../../core/errors';
-import { readBytes, readText } from '../../intake/files';
+import { WavegateError } from '../core/errors';
+import { readBytes, readText } from '../intake/files';
 
 /**
  * `--audit-store` / `$WAVEGATE_AUDIT_STORE`: absent or `file` is the file store; `postgres://user@host:port/db`

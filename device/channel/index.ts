@@ -4,7 +4,7 @@ import { agentChannel } from './agent';
 import { sshChannel } from './ssh';
 import type { ChannelDeps, DeviceChannel } from './types';
 
-export { twinReader, type TwinReader } from '../agent/board';
+export { twinReader, type TwinReader } from '../twin/board';
 export { NO_TWIN_READER } from './agent';
 export { refusalOf } from './refusal';
 export type * from './types';

@@ -1,13 +1,13 @@
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import { dependencyChecker } from '../dependencies';
-import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../device-steps';
+import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../steps';
 import { readMetricValue } from '../../core/health';
 import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
 import { refusalOf } from './refusal';
 import type { BoardAnswer, ChannelDeps, DeviceChannel, DriftAnswer, HealthQuestion, Reading } from './types';
 
 /**
- * The SSH channel: every question is a session to the device (activities/transport/), opened for it
+ * The SSH channel: every question is a session to the device (device/transport/), opened for it
  * and closed after it. What runs there is the signed content (the apply script, verify, the signed
  * health commands) or the worker's own `echo online` and marker reads.
  */

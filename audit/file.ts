@@ -36,9 +36,10 @@ import {
 } from '../core/audit';
 import { WavegateError } from '../core/errors';
 import { recordAuditWriteFailure } from '../core/metrics';
-import { nextAppend } from './audit-store/append-rule';
-import { activityMeter } from './metrics';
+import { nextAppend } from './append-rule';
+import { activityMeter } from './activity-meter';
 import { STATE_DIR } from '../intake/package-layout';
+import type { AuditHealth, AuditHealthInput, AuditStore } from './types';
 
 /**
  * The audit sink (docs/architecture.md, "Audit"): one append-only JSONL file per rollout, one sealed record per line.
@@ -420,17 +421,6 @@ interface SegmentState {
   problem: SegmentProblem | null;
 }
 
-/** What `auditHealth` answers: whole with its head (null when empty), or not, with the reason and place. */
-export type AuditHealth =
-  | { ok: true; head: AuditHead | null; file: string; segment: number }
-  | { ok: false; reason: string; problem: string; file: string; line: number | null; segment: number };
-
-export interface AuditHealthInput {
-  rolloutId: string;
-  /** The head the workflow holds: the trail must also contain it (else a cut tail or a rewrite). */
-  head?: AuditHead;
-}
-
 function headOf(state: SegmentState): AuditHead | null {
   const last = state.records.at(-1);
   if (last) return { seq: last.seq, hash: last.hash };
@@ -726,5 +716,22 @@ export function createAuditActivities(deps: AuditActivityDeps) {
         return { ok: true, head: headOf(state), file: state.path, segment: state.segment };
       });
     },
+  };
+}
+
+/** Today's store behind the interface: one JSONL file per rollout under `auditDir` (this file). */
+export function createFileAuditStore(deps: {
+  auditDir: string;
+  macKey?: Uint8Array;
+  log?: (line: string) => void;
+}): AuditStore {
+  const activities = createAuditActivities(deps);
+  return {
+    location: deps.auditDir,
+    append: (event) => activities.appendAudit(event),
+    health: (input) => activities.auditHealth(input),
+    segments: async (rolloutId, runId) => readAuditSegments(deps.auditDir, rolloutId, runId),
+    earlierRuns: async (rolloutId) => archivedAuditRuns(deps.auditDir, rolloutId),
+    close: async () => {},
   };
 }

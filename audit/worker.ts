@@ -1,5 +1,5 @@
-import { WavegateError } from '../../core/errors';
-import { readAuditKey } from '../audit';
+import { WavegateError } from '../core/errors';
+import { readAuditKey } from './file';
 import { parseAuditStore, readStorePassword } from './config';
 import { createPostgresAuditStore, type PostgresAuditStore } from './postgres';
 

@@ -21,7 +21,7 @@ export type {
 /**
  * The transports this worker can dial, by the name inventories give them. `agent` devices are never
  * dialled: they pull from their twin `device:<id>`, and their channel reaches them there
- * (activities/channel/agent.ts); a session to one is refused.
+ * (device/channel/agent.ts); a session to one is refused.
  */
 const TRANSPORTS: ReadonlyMap<string, DeviceTransport> = new Map([[sshTransport.name, sshTransport]]);
 

@@ -2,7 +2,7 @@ import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { VerdictStanding } from '../core/node-down';
-import { mapLimit } from './map-limit';
+import { mapLimit } from '../core/map-limit';
 import { channelFor, throughTemporal, type ChannelDeps, type TwinReader } from './channel';
 
 /**
@@ -130,7 +130,7 @@ export async function readFleetBoard(opts: {
   verify: string;
   provable: boolean;
   probe?: ProbeOptions;
-  /** Node-down verdicts as judged now (activities/node-down.ts): one that holds makes its device not-for-me, uncontacted. */
+  /** Node-down verdicts as judged now (intake/node-down-recheck.ts): one that holds makes its device not-for-me, uncontacted. */
   verdicts?: ReadonlyMap<string, VerdictStanding>;
   /** A higher revision's verify (and whether it is provable), to tell a device ahead from one behind; undefined: unknown here. */
   verifyOf?: (revision: number) => { verify: string; provable: boolean } | undefined;

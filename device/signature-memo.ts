@@ -3,7 +3,7 @@ import { nativeEd25519Verify } from './ed25519-native';
 
 /**
  * Ed25519 verification, remembered: every device of a rollout has the worker verify the same envelope
- * (and the rollback's), and even Node's native check (activities/ed25519-native.ts) costs the one thread
+ * (and the rollback's), and even Node's native check (device/ed25519-native.ts) costs the one thread
  * that also runs the SSH sessions. The answer is a pure function of (key, signature, body), so the memo is keyed by a
  * SHA-256 over all three: a different byte anywhere is a different entry, checked afresh. Bounded;
  * the oldest entries go first.

@@ -9,8 +9,8 @@ import {
   type RecheckResult,
   type VerdictStanding,
 } from '../core/node-down';
-import { readVerdicts, updateVerdicts, verdictsPathFor } from '../intake/node-down';
-import { mapLimit } from './map-limit';
+import { readVerdicts, updateVerdicts, verdictsPathFor } from './node-down';
+import { mapLimit } from '../core/map-limit';
 
 /**
  * The node-down recheck runner: a verdict's recheck runs on the control host (the CLI at board time,

@@ -3,7 +3,7 @@ import { WavegateError } from '../core/errors';
 import type { Revision } from '../core/revision';
 import { profileDir } from '../intake/profile-dir';
 import { findFileRevision } from '../intake/revisions';
-import { EnvelopeRejected, loadWorkerTrust, shellFor, type DependencyChecker } from './device-steps';
+import { EnvelopeRejected, loadWorkerTrust, shellFor, type DependencyChecker } from './steps';
 
 /**
  * The worker's side of ordering between profiles (docs/formats.md, "after"): whether a device verifies

@@ -13,19 +13,18 @@ import {
   type AuditHead,
   type AuditRecord,
   type AuditSegment,
-} from '../../core/audit';
-import { WavegateError } from '../../core/errors';
-import { recordAuditWriteFailure } from '../../core/metrics';
-import { activityMeter } from '../metrics';
-import type { AuditHealth, AuditHealthInput } from '../audit';
+} from '../core/audit';
+import { WavegateError } from '../core/errors';
+import { recordAuditWriteFailure } from '../core/metrics';
+import { activityMeter } from './activity-meter';
 import { nextAppend } from './append-rule';
 import { readPgpass, storeClientConfig, type StoreClientConfig } from './config';
 import { migrateAuditSchema } from './schema';
-import type { AuditStore } from './types';
+import type { AuditHealth, AuditHealthInput, AuditStore } from './types';
 
 /**
  * The audit store in PostgreSQL (docs/architecture.md, "Audit"): the file store's records and rules
- * (activities/audit.ts), in one table every worker writes and any operator's `wavegate audit --verify`
+ * (audit/file.ts), in one table every worker writes and any operator's `wavegate audit --verify`
  * reads. An append is one transaction that first locks the rollout's row in `wavegate_audit_chains`
  * (SELECT … FOR UPDATE), so two workers appending to one rollout take turns: the second sees the
  * first's record, and either finds its own append already there (the same content: a no-op), other

@@ -1,4 +1,4 @@
-import { readBytes } from '../intake/files';
+import { readBytes } from './files';
 
 /**
  * A file the worker reads on every activity (trust.yaml for each device's apply, an inventory for each

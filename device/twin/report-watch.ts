@@ -7,7 +7,7 @@ import { TwinFeed, type TwinChange } from '../../clients/twin-feed';
  * while anything waits, tells each subscriber when its twin recorded a report. The apply then reads that twin once.
  * So a device in flight costs the rollout one read when it is asked and one when it answers, however long it takes,
  * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility late or down for a while), when the
- * apply also asks again if the agent has not taken the request (activities/agent/apply.ts).
+ * apply also asks again if the agent has not taken the request (device/twin/apply.ts).
  */
 export const REPORT_SAFETY_READ_MS = 30_000;
 

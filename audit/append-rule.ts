@@ -1,5 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
-import type { AuditEvent, AuditHead, AuditRecord } from '../../core/audit';
+import type { AuditEvent, AuditHead, AuditRecord } from '../core/audit';
 
 /** Where a rollout's current segment stands, as either store (file or PostgreSQL) reads it. */
 export interface SegmentStanding {

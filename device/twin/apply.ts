@@ -10,7 +10,7 @@ import {
   type TwinView,
 } from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
-import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
 import { applyResultOf } from './answer';
 import { askTwin, desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
 import { readSeenOne } from '../../clients/presence';
@@ -76,7 +76,7 @@ export async function applyThroughTwin(
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
   const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true);
-  // Subscribed before asking, so an answer however quick is not missed (activities/agent/report-watch.ts).
+  // Subscribed before asking, so an answer however quick is not missed (device/twin/report-watch.ts).
   const subscription = reportWatchOf(opts.client).subscribe(target.id);
   let detail = 'desired: waiting for the agent';
   // Heartbeat on a clock of its own: the activity's heartbeat timeout is a few seconds.

@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
-import type { TwinReader } from '../agent/board';
-import type { ApplyHolder, ApplyResult, RevisionSteps } from '../device-steps';
+import type { TwinReader } from '../twin/board';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
 
 /**
  * The one way activities, the fleet board and the health gates reach a device (docs/architecture.md,

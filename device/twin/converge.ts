@@ -1,7 +1,7 @@
 import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import type { RevisionSteps } from '../../core/rollout/input';
-import { mapLimit } from '../map-limit';
+import { mapLimit } from '../../core/map-limit';
 import { desiredRequestOf } from './apply';
 import { atOrAboveReason } from '../../core/twin';
 import { desireOnTwin, readTwin } from '../../clients/twin';

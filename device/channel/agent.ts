@@ -1,9 +1,9 @@
 import type { Client } from '@temporalio/client';
 import { ageMs, describeAge, isOffline, REPORT_FRESH_MS, type TwinView } from '../../core/twin';
-import { applyThroughTwin } from '../agent/apply';
-import { agentBoardAnswer, agentDriftAnswer, twinReader, type TwinReader } from '../agent/board';
-import { agentChecks, agentErrorRate, agentOnline, type AgentHealthAnswer } from '../agent/health';
-import { agentSnapshot } from '../agent/snapshot';
+import { applyThroughTwin } from '../twin/apply';
+import { agentBoardAnswer, agentDriftAnswer, twinReader, type TwinReader } from '../twin/board';
+import { agentChecks, agentErrorRate, agentOnline, type AgentHealthAnswer } from '../twin/health';
+import { agentSnapshot } from '../twin/snapshot';
 import { reverifyTwin } from '../../clients/twin';
 import type { ChannelDeps, DeviceChannel, Reading } from './types';
 

@@ -2,9 +2,9 @@ import type { DeviceFloor } from '../../core/floor';
 import type { DeviceTarget } from '../../core/rollout-state';
 
 /**
- * A session to a device: what the SSH channel (activities/channel/ssh.ts) runs snapshot reads, applies,
+ * A session to a device: what the SSH channel (device/channel/ssh.ts) runs snapshot reads, applies,
  * the board's verify and health commands over, and what the pull agent applies over on its own device
- * (./local.ts). Activities never open one themselves: they ask the device's channel (activities/channel/).
+ * (./local.ts). Activities never open one themselves: they ask the device's channel (device/channel/).
  */
 export interface DeviceTransport {
   /** The name inventories and DeviceTargets use for it (`transport: ssh`). */
