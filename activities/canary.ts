@@ -79,7 +79,7 @@ export function createCanaryActivities(deps: CanaryActivityDeps = {}) {
   return {
     /**
      * The workflows of the profile running now (core/exclusion.ts decides which stand in the way of a
-     * canary): the rollout holding the profile's lock (or a `rollout:<profile>` started before issue 23)
+     * canary): the rollout holding the profile's lock (or a `rollout:<profile>` started before per-rollout ids)
      * by id (strongly consistent), and by search attribute every other rollout of the profile.
      */
     async runningOfProfile(input: { profile: string }): Promise<RunningWorkflow[]> {

@@ -192,7 +192,7 @@ export function rolloutFingerprint(input: RolloutInput): string {
   return digestOf(content);
 }
 
-/** The fingerprint as rollouts started before issue 23 stored it: the id `rollout:<profile>` included. */
+/** The fingerprint as rollouts started before per-rollout ids stored it: the id `rollout:<profile>` included. */
 function legacyFingerprint(input: RolloutInput): string {
   const { startedBy: _startedBy, ...content } = input;
   return digestOf({ ...content, rolloutId: legacyRolloutId(input.spec.profile) });
@@ -235,8 +235,8 @@ export interface StartOptions {
 /**
  * The rollout an idempotency key started, found by the WavegateKey search attribute (any profile,
  * running or finished), else (a start so recent that visibility has not listed it yet) in the memo of
- * the profile's lock, running or closed, else in the memo of `rollout:<profile>` (starts before issue
- * 23). Same spec: that rollout. Another spec: CONFLICT naming it.
+ * the profile's lock, running or closed, else in the memo of `rollout:<profile>` (starts before
+ * per-rollout ids). Same spec: that rollout. Another spec: CONFLICT naming it.
  */
 export async function rolloutOfKey(
   client: Client,
@@ -347,10 +347,10 @@ async function awaitLockedRollout(
 }
 
 /**
- * Start a rollout (issue 23). Its id is its own (`newId`: `rollout:<profile>:<UTC yyyymmdd-hhmmss>`);
+ * Start a rollout. Its id is its own (`newId`: `rollout:<profile>:<UTC yyyymmdd-hhmmss>`);
  * one running rollout per profile is held by the lock workflow `profile-lock:<profile>` (id conflict
  * policy FAIL), which starts the rollout as its child (workflows/profile-lock.ts). A start while the lock
- * runs, or while a rollout `rollout:<profile>` started before issue 23 runs, is a CONFLICT naming the
+ * runs, or while a rollout `rollout:<profile>` started before per-rollout ids runs, is a CONFLICT naming the
  * running rollout. With an idempotency `key`, the rollout that key started (rolloutOfKey) is returned,
  * running or finished, when the spec is the same; another spec is a CONFLICT.
  */

@@ -5,7 +5,7 @@ import { legacyRolloutId, profileLockId } from '../core/rollout-id';
  * The rollout that holds a profile now, read by workflow id (strongly consistent, unlike a visibility
  * search that lags a start): the rollout named by a running lock `profile-lock:<profile>` (its memo,
  * written by the start, or its pending child), else a running `rollout:<profile>` started before
- * issue 23. Undefined when neither runs. A read: it never starts anything (the lock is started by
+ * per-rollout ids. Undefined when neither runs. A read: it never starts anything (the lock is started by
  * the CLI's start, cli/client.ts), and not found is an answer.
  */
 export async function heldRolloutOf(

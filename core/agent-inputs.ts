@@ -1,5 +1,5 @@
 /**
- * What `wavegate agent` accepts of its own inputs before it syncs anything (issue 22): decisions only,
+ * What `wavegate agent` accepts of its own inputs before it syncs anything: decisions only,
  * on facts the caller read from the file system (agent/inputs.ts reads them). Each answer is the
  * problem in words, or undefined when there is none.
  */

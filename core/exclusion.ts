@@ -1,5 +1,5 @@
 /**
- * A nightly canary and the rollouts of its profile exclude each other (issue 14 item 6): a canary never
+ * A nightly canary and the rollouts of its profile exclude each other: a canary never
  * runs while a rollout of the profile does (it records `skipped: rollout running`), and a start is
  * refused while a canary of the profile runs. Pure: given the workflows Temporal says are running for
  * the profile, which ones stand in the way. The lookups are activities/canary.ts (for the canary) and

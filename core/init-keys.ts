@@ -3,7 +3,7 @@ import { WavegateError } from './errors';
 import { showValue } from './validation';
 
 /**
- * `wavegate init` pins exactly the host keys the operator checked (issue 22). The first run reads each
+ * `wavegate init` pins exactly the host keys the operator checked. The first run reads each
  * host's key, prints its fingerprint and records it (the scanned-keys file, docs/formats.md); the second
  * run is given those fingerprints (the file, and/or `--accept-key ID=SHA256:...`) and reads the keys
  * again: a host that now shows another key is refused naming it and both fingerprints, a host no one

@@ -1,7 +1,7 @@
 import { seedFrom } from './random';
 
 /**
- * Presence shards `presence:<n>` (issue 29): where the gateways write that a device was seen, so that an
+ * Presence shards `presence:<n>`: where the gateways write that a device was seen, so that an
  * unchanged agent sync never touches the device's twin. A gateway remembers "device D seen at T with a
  * report whose digest is X" and every ~15 s writes what it saw in batches, one signal per shard
  * (clients/presence.ts); the readers (snapshot, health gates, board, the apply's offline check) merge the

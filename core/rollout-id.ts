@@ -1,17 +1,17 @@
 import { WavegateError } from './errors';
 
 /**
- * Rollout ids (issue 23). Each rollout has an id of its own, `rollout:<profile>:<UTC yyyymmdd-hhmmss>`
+ * Rollout ids. Each rollout has an id of its own, `rollout:<profile>:<UTC yyyymmdd-hhmmss>`
  * (a `-<n>` suffix when that second is taken): readable, sorting by start time, and made only of
  * characters that are safe in an audit file name (audit/file.ts percent-encodes `:`), a request
- * id and a Web UI URL (encodeURIComponent). Before issue 23 every rollout of a profile was the workflow
+ * id and a Web UI URL (encodeURIComponent). Before per-rollout ids every rollout of a profile was the workflow
  * `rollout:<profile>`, one run after another: such rollouts stay readable (`--run` picks an earlier run).
  *
  * One running rollout per profile is held by the lock workflow `profile-lock:<profile>`
  * (workflows/profile-lock.ts), not by the id. Pure: no I/O, safe in workflow code.
  */
 
-/** The one id every rollout of a profile had before issue 23 (and the placeholder intake still fills in). */
+/** The one id every rollout of a profile had before per-rollout ids (and the placeholder intake still fills in). */
 export function legacyRolloutId(profile: string): string {
   return `rollout:${profile}`;
 }

@@ -7,7 +7,7 @@ import type { Envelope } from './signing';
 import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
 
 /**
- * The device twin `device:<id>` (issue 13): the durable, desired-state side of an agent device. The
+ * The device twin `device:<id>`: the durable, desired-state side of an agent device. The
  * rollout sets what a device should run (`twinDesire`), the device's agent syncs through the gateway
  * (`twinSync`) and reports what it did. This module holds the twin's whole state and every check, pure
  * (usable in workflow code); workflows/device-twin.ts is a thin shell around it.

@@ -3,7 +3,7 @@ import { parse as parseYaml, parseDocument } from 'yaml';
 /**
  * A large YAML document parsed in slices, for the same value as `parse(text)` of the yaml package: a
  * 100,000-device inventory parsed whole builds the syntax tree of every device at once (about 10 s and
- * 800 MB at 100,000 devices, issue 26); in slices of a few hundred devices, each tree is garbage before
+ * 800 MB at 100,000 devices); in slices of a few hundred devices, each tree is garbage before
  * the next is built.
  *
  * Only a plain document is sliced: a block mapping at the root whose entries start in column 0, where a

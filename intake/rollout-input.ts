@@ -27,7 +27,7 @@ export interface RolloutParts {
   /** The revision the way back goes to (`spec.fromRevision`). */
   from: SignedRevision;
   startedBy: string;
-  /** Default `rollout:<profile>`, the id of before issue 23: `start` and `revert` give each rollout one of its own (cli/client.ts). */
+  /** Default `rollout:<profile>`, the id every rollout had before per-rollout ids: `start` and `revert` give each rollout one of its own (cli/client.ts). */
   rolloutId?: string;
 }
 

@@ -13,7 +13,7 @@ import { rolloutWorkflow } from './rollout';
 import { holderQuery, type LockHolder } from '../contracts/profile-lock';
 
 /**
- * The per-profile lock (issue 23): workflow `profile-lock:<profile>`, started by the CLI with id
+ * The per-profile lock: workflow `profile-lock:<profile>`, started by the CLI with id
  * conflict policy FAIL, so while it runs no second start of the profile gets past Temporal (strongly
  * consistent, unlike a visibility search). It starts the rollout as its child under the rollout's own id
  * and completes when the child closes, whatever its end.

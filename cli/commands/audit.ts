@@ -238,10 +238,10 @@ export async function readChain(id: string, opts: AuditFlags): Promise<{ segment
   }
 }
 
-// ---- linked trails (issue 26): a rollout's chain links each slice's own trail ----
+// ---- linked trails: a rollout's chain links each slice's own trail ----
 
 /**
- * A record that links another trail (issue 26: a slice writes its own trail, and the rollout's chain
+ * A record that links another trail (a slice writes its own trail, and the rollout's chain
  * gets one `devices.outcome` record per slice): its evidence holds `trail`, the linked trail's id (the
  * slice's workflow id) and `head: { seq, hash }`, that trail's last record. `devices` and `counts` are
  * what the linking record says of the slice.
@@ -673,7 +673,7 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
       : { checked: null, why: found.why };
   }
   const verdict = verifyAuditSegments(segments, { head, key });
-  // The trails its records link (a slice's own trail, issue 26), each verified the same way, in the same store.
+  // The trails its records link (a slice's own trail), each verified the same way, in the same store.
   const linked = await verifyLinkedTrails(id, segments, verdict, {
     store: opts.auditStore,
     auditDir: opts.auditDir,

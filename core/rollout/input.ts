@@ -47,7 +47,7 @@ export interface RolloutInput {
   rolloutId: string;
   /**
    * What seeds the plan's random picks (the canary) when not the id itself: `start` gives each rollout an
-   * id of its own (issue 23) but seeds it from `rollout:<profile>`, the id `wavegate plan` uses, so the
+   * id of its own but seeds it from `rollout:<profile>`, the id `wavegate plan` uses, so the
    * plan shown before a start is the plan the rollout makes. Absent in histories from before: the id seeds.
    */
   planSeed?: string;

@@ -8,7 +8,7 @@ import type { RolloutInput } from './input';
 import { canaryToProbe, planRollout } from './plan';
 
 /**
- * Sliced records (docs/architecture.md "Sliced records"; issue 26): a rollout whose input says
+ * Sliced records (docs/architecture.md "Sliced records"): a rollout whose input says
  * `records: 'slices'` never holds a per-device record of a phase larger than a slice. Its plan is made
  * by an activity from the membership and only the plan's shape reaches the parent; each slice loads
  * its own devices from the same plan (a pure function of the input, the membership and the canary's
