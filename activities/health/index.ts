@@ -3,16 +3,16 @@ import { setMaxListeners } from 'node:events';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { statSync } from 'node:fs';
-import { readText } from '../intake/files';
-import { resolveSecretFile } from '../intake/secret-policy';
+import { readText } from '../../intake/files';
+import { resolveSecretFile } from '../../intake/secret-policy';
 import {
   METRICS_TOKENS,
   metricsPolicyFromEnv,
   secretEnvAllowed,
   urlRefusal,
   type SecretPolicy,
-} from '../core/secret-policy';
-import { checkedLookup, systemResolve, type ResolveHost } from '../intake/checked-lookup';
+} from '../../core/secret-policy';
+import { checkedLookup, systemResolve, type ResolveHost } from '../../intake/checked-lookup';
 import {
   formatHealthCheck,
   inlineCredential,
@@ -27,14 +27,14 @@ import {
   type GateOutcome,
   type HealthCheck,
   type ThresholdOp,
-} from '../core/health';
-import { namedHealthChecks, type Profile, type RevisionHealth } from '../core/revision';
-import type { DeviceTarget } from '../core/rollout-state';
-import { verifySignatureMemoized } from '../device/signature-memo';
-import { verifyEnvelope, type Envelope } from '../core/signing';
-import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from '../device/steps';
-import { TransportError } from '../device/transport';
-import { mapLimit } from '../core/map-limit';
+} from '../../core/health';
+import { namedHealthChecks, type Profile, type RevisionHealth } from '../../core/revision';
+import type { DeviceTarget } from '../../core/rollout-state';
+import { verifySignatureMemoized } from '../../device/signature-memo';
+import { verifyEnvelope, type Envelope } from '../../core/signing';
+import { CHECKOUT_PROFILES_ROOT, EnvelopeRejected, loadWorkerTrust } from '../../device/steps';
+import { TransportError } from '../../device/transport';
+import { mapLimit } from '../../core/map-limit';
 import {
   channelFor,
   type ChannelDeps,
@@ -42,7 +42,7 @@ import {
   type HealthQuestion,
   type Reading,
   type TwinReader,
-} from '../device/channel';
+} from '../../device/channel';
 
 /**
  * Health probes (step 5 of a rollout, docs/architecture.md): run one health-gate check and say `pass`, `fail` or
