@@ -16,8 +16,6 @@ import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
 import type { SecretPolicy } from '../core/secret-policy';
-import { TransportError } from '../device/transport';
-import { targetOf } from '../device/fleet';
 import { mapLimit } from '../core/map-limit';
 import { quietStartHeartbeat } from './quiet-heartbeat';
 import { applyFailureOf } from '../device/apply-failure';
@@ -28,7 +26,7 @@ import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
 import { createSlicedPlanActivities, memberSnapshot } from './sliced-records';
-import { channelFor, refusalOf, type ChannelDeps } from '../device/channel';
+import { channelFor, type ChannelDeps } from '../device/channel';
 import { createConvergeActivities } from '../device/twin/converge';
 import { WavegateError } from '../core/errors';
 import { withoutContent } from '../core/worker-files';
@@ -45,8 +43,8 @@ export interface ActivityDeps {
   auditKeyFile?: string;
   /** The audit store when not the file store (`--audit-store postgres://…`): opened and migrated by the worker. */
   auditStore?: AuditStore;
-  /** How many devices the snapshot probes at once. */
-  snapshotConcurrency?: number;
+  /** How many devices the canary's probe (`probeDevices`) reads at once. */
+  probeConcurrency?: number;
   log?: (line: string) => void;
   /**
    * The worker's profiles root: pins (`<profilesRoot>/<profile>/trust.yaml`) and payload files. `wavegate
@@ -97,9 +95,9 @@ export interface SnapshotInput {
   /** Only these devices of the scope (a converge over the devices left behind); absent: all of it. */
   only?: string[];
   /**
-   * false (new executions): the membership only, no device contacted; a device's revision and
-   * reachability are learned by its own apply (`probeDevices` asks the canary's few candidates).
-   * Absent (older histories): every device is contacted for its marker.
+   * Ignored: the snapshot reads the membership only, whatever this says. The workflow still sends `probe: false`
+   * (workflows/rollout-stages.ts: the branch of patch `snapshot-membership-only`, deprecated in r10); only inputs from
+   * before that patch (r4) lacked it, and their histories no longer replay. Kept in the type for that workflow code.
    */
   probe?: boolean;
 }
@@ -197,7 +195,7 @@ const inventoryDevices = (path: string): MemberRecord[] => inventoryRead(path, (
 
 /** Activities are built by a factory that takes their dependencies; they hold no rollout state. */
 export function createActivities(deps: ActivityDeps = {}) {
-  const concurrency = deps.snapshotConcurrency ?? 16;
+  const concurrency = deps.probeConcurrency ?? 16;
   const readMembership = createMembershipReader({ client: deps.client });
   // Every device operation goes through its channel (./channel): SSH sessions, or an agent's twin read and written with this client.
   const channels: ChannelDeps = {
@@ -239,9 +237,8 @@ export function createActivities(deps: ActivityDeps = {}) {
       runHealthCheck: (input) => health.runHealthCheck(input),
       desireAgentRevision: (input) => converge.desireAgentRevision(input),
     }),
-    /** Every device in scope with its current revision marker and reachability, fixed for the rollout. */
+    /** A page of the devices in scope as the membership gives them (no marker read: `current` null), fixed for the rollout. */
     async snapshotFleet(input: SnapshotInput): Promise<SnapshotPage> {
-      let probed = 0;
       // The CLI's stored membership (read through the client, node-down standings judged by the CLI at
       // start), or with --inventory-on-worker (and older inputs) the file on this worker's disk, under its roots.
       const file = input.membership ? undefined : rootedInventory(input, deps.inventoryRoots ?? []);
@@ -250,7 +247,7 @@ export function createActivities(deps: ActivityDeps = {}) {
         : await readMembership(
             input.membership!,
             () => Context.current().client,
-            () => Context.current().heartbeat(probed),
+            () => Context.current().heartbeat(),
           );
       const scoped = devicesInScope(input.scope, members);
       const only = input.only ? new Set(input.only) : undefined;
@@ -268,7 +265,7 @@ export function createActivities(deps: ActivityDeps = {}) {
           inventoryPath: file.realPath,
           devices: page,
           by: `worker ${deps.identity ?? defaultWorkerIdentity()}`,
-          onCheck: () => Context.current().heartbeat(probed),
+          onCheck: () => Context.current().heartbeat(),
         }).catch((err: unknown) => {
           if (err instanceof WavegateError) {
             const refusal = withoutContent(
@@ -287,33 +284,11 @@ export function createActivities(deps: ActivityDeps = {}) {
         });
         for (const [id, standing] of verdicts) marks.set(id, markOf(standing));
       }
-      const devices = await mapLimit(page, concurrency, async (device): Promise<DeviceSnapshot> => {
-        const target = targetOf(device);
+      // The membership only: no device is contacted (its revision and reachability are learned at its own apply, and
+      // the canary's few candidates by `probeDevices`). Left-behind and node-down devices are unreachable, uncontacted.
+      const devices = page.map((device) => {
         const mark = marks.get(device.id);
-        const base = { ...target, updateClass: device.updateClass, os: device.os, ...(mark ? { nodeDown: mark } : {}) };
-        // Left-behind, node-down, and with the membership only every other device: no device contacted
-        // (reachability and revision are learned at apply, and the canary's probe).
-        const uncontacted = memberSnapshot({ ...device, ...(mark ? { nodeDown: mark } : {}) });
-        try {
-          if (!uncontacted.reachable || input.probe === false) return uncontacted;
-          // Older histories: every device's marker, read now (a 10 s read; one that fails counts the device unreachable).
-          return await channelFor(target, channels).probe({ ...base, current: null, reachable: true }, input.profile, {
-            connectTimeoutMs: 5_000,
-            readTimeoutMs: 10_000,
-            unreadMarker: 'unreachable',
-          });
-        } catch (err) {
-          const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
-          return {
-            ...base,
-            current: null,
-            reachable: false,
-            error: (err as Error).message,
-            ...(refusal ? { refusal } : {}),
-          };
-        } finally {
-          Context.current().heartbeat(++probed);
-        }
+        return memberSnapshot({ ...device, ...(mark ? { nodeDown: mark } : {}) });
       });
       return { devices, total: inScope.length };
     },
@@ -326,7 +301,6 @@ export function createActivities(deps: ActivityDeps = {}) {
           // The transport's own connect timeout, a generous marker read: a slow device is not an offline one.
           return await channelFor(device, channels).probe(device, input.profile, {
             readTimeoutMs: PROBE_READ_TIMEOUT_MS,
-            unreadMarker: 'unknown',
           });
         } finally {
           Context.current().heartbeat(++probed);

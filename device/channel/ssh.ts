@@ -95,8 +95,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
 
     /**
      * Only a connect that fails makes the device unreachable; a marker read that fails or is slow after a
-     * good connect is, by `unreadMarker`, unreachable too (older snapshots) or reachable with no marker
-     * known, so its own apply (verify-first) decides (the canary probe: a slow device is not an offline one).
+     * good connect leaves it reachable with no marker known, so its own apply (verify-first) decides (the
+     * canary probe: a slow device is not an offline one).
      */
     async probe(device, profile, opts) {
       const base: DeviceSnapshot = { ...device, current: null, reachable: true };
@@ -115,10 +115,6 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
       try {
         return { ...base, current: await session.readMarker(profile, { timeoutMs: opts.readTimeoutMs }) };
       } catch (err) {
-        if (opts.unreadMarker === 'unreachable') {
-          const refusal = err instanceof TransportError ? refusalOf(err.kind) : undefined;
-          return { ...base, reachable: false, error: (err as Error).message, ...(refusal ? { refusal } : {}) };
-        }
         return { ...base, error: `marker not read (the apply's verify-first decides): ${(err as Error).message}` };
       } finally {
         session.close();

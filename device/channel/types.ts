@@ -24,8 +24,8 @@ export interface DeviceChannel {
   apply(target: DeviceTarget, steps: RevisionSteps, ctx: ApplyContext): Promise<ApplyResult>;
 
   /**
-   * The device's revision marker and reachability (the snapshot's read, the canary's probe). Never
-   * throws for the device: an unreachable one is `reachable: false` with the error, a refusal named.
+   * The device's revision marker and reachability (the canary's probe). Never throws for the device: an
+   * unreachable one is `reachable: false` with the error, a refusal named.
    */
   probe(device: DeviceSnapshot, profile: string, opts: ProbeOptions): Promise<DeviceSnapshot>;
 
@@ -95,12 +95,8 @@ export interface ApplyContext {
 export interface ProbeOptions {
   /** Limit for reaching the device (default: the transport's own). */
   connectTimeoutMs?: number;
+  /** A marker read that fails or outlasts this after a good connect leaves the device reachable, its marker unknown. */
   readTimeoutMs: number;
-  /**
-   * A marker read that fails after a good connect: `unreachable` (the snapshot of older histories) or
-   * `unknown` (the canary probe: reachable, no marker known; the apply's verify-first decides).
-   */
-  unreadMarker: 'unreachable' | 'unknown';
 }
 
 /** The per-device part of a health check: the check's fan-out (deadline, concurrency, evidence) stays in activities/health.ts. */
