@@ -1,9 +1,4 @@
-import {
-  WithStartWorkflowOperation,
-  WorkflowNotFoundError,
-  WorkflowUpdateFailedError,
-  type Client,
-} from '@temporalio/client';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import { ApplicationFailure, type SignalDefinition } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import {
@@ -13,7 +8,6 @@ import {
   type DesiredRequest,
   type TwinAskAnswer,
   type TwinAskInput,
-  type TwinSyncInput,
   type TwinView,
 } from '../core/twin';
 import { readSeenOne } from './presence';
@@ -25,7 +19,6 @@ import {
   twinDesireSignal,
   twinReportSignal,
   twinReverifySignal,
-  twinSyncUpdate,
   twinViewQuery,
   type DeviceTwinWorkflow,
   type TwinReportInput,
@@ -36,9 +29,9 @@ import {
  * the rollout's apply, the snapshot, health gates, the fleet board and `fleet status --reverify`
  * (through device/twin/), and the gateway (gateway/views.ts: a device's record, the reports it writes).
  * In the entity clients' one style (docs/architecture.md, "Layers"): a write that needs no answer is
- * signal-with-start (a desire, a report), one that needs an answer is update-with-start (`syncTwin`, the
- * update gateways before r11 synced by), and a read never starts anything (not found is an answer: null or
- * false).
+ * signal-with-start (a desire, a report), one that needs an answer is an update that starts nothing (`askTwin`),
+ * and a read never starts anything (not found is an answer: null or false). The twin's `twinSync` update, which
+ * gateways before r11 synced by, has no client here: no current gateway sends it.
  */
 
 /** How a twin is started: an entity that never ends must follow the current build under Worker Versioning. */
@@ -142,41 +135,6 @@ export async function reverifyTwin(client: Client, deviceId: string): Promise<bo
     return true;
   } catch (err) {
     if (err instanceof WorkflowNotFoundError) return false;
-    throw err;
-  }
-}
-
-/**
- * An agent's sync (the gateway's, by the device id it verified): the twin's answer. A device whose twin
- * is not found is new: `onFirstSync` (the gateway's enrolment hook) runs first, so what it asks of the
- * device (by signal-with-start, which may start the twin) is in the first answer, then the sync is an
- * update-with-start (conflict policy USE_EXISTING: a twin started meanwhile is used). The twin's
- * validator refusing the sync is INVALID_INPUT, its message naming what is malformed.
- */
-export async function syncTwin(
-  client: Client,
-  taskQueue: string,
-  deviceId: string,
-  input: TwinSyncInput,
-  onFirstSync?: (deviceId: string) => Promise<void>,
-): Promise<TwinView> {
-  try {
-    try {
-      return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
-    } catch (err) {
-      // Not found: no twin yet, or caught between a run and its continue-as-new (the hook is
-      // idempotent, by request id, and the next run takes the update).
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
-    }
-    await onFirstSync?.(deviceId);
-    const startWorkflowOperation = new WithStartWorkflowOperation<DeviceTwinWorkflow>(TWIN_WORKFLOW, {
-      ...twinStartOptions(deviceId, taskQueue),
-      workflowIdConflictPolicy: 'USE_EXISTING',
-    });
-    return await client.workflow.executeUpdateWithStart(twinSyncUpdate, { args: [input], startWorkflowOperation });
-  } catch (err) {
-    if (err instanceof WorkflowUpdateFailedError)
-      throw new WavegateError('INVALID_INPUT', (err.cause?.message ?? err.message).slice(0, 400), { deviceId });
     throw err;
   }
 }

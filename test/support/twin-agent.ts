@@ -1,15 +1,18 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync, appendFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Client } from '@temporalio/client';
+import { WithStartWorkflowOperation, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import {
   errorRateReportName,
   requestIdOf,
   type AgentReport,
   type DesiredEntry,
   type DesiredRequest,
+  type TwinSyncInput,
   type TwinView,
+  twinWorkflowId,
 } from '../../core/twin';
-import { syncTwin } from '../../clients/twin';
+import { twinStartOptions } from '../../clients/twin';
+import { TWIN_WORKFLOW, twinSyncUpdate, type DeviceTwinWorkflow } from '../../contracts/twin';
 import type { DeviceViews } from '../../gateway/views';
 
 /**
@@ -29,8 +32,32 @@ export interface TwinAgentOptions {
   checks?: string[];
   /** The error rate it reports at a revision (kind 'error-rate', named errorRateReportName); undefined: none reported. */
   errorRate?: (revision: number | null) => number | undefined;
-  /** Sync through a gateway's device views (gateway/views.ts) as `wavegate gateway` does, instead of the twin's update. */
+  /** Sync through a gateway's device views (gateway/views.ts) as `wavegate gateway` does, instead of the twin's update (`syncBeforeR11`). */
   views?: DeviceViews;
+}
+
+/**
+ * A sync as gateways before r11 made it, which twins still answer: the twin's `twinSync` update (record the report,
+ * wait up to waitMs inside the twin for news); a device with no twin yet starts it (update-with-start). No current
+ * gateway sends it; the product has no client for it any more.
+ */
+export async function syncBeforeR11(
+  client: Client,
+  taskQueue: string,
+  deviceId: string,
+  input: TwinSyncInput,
+): Promise<TwinView> {
+  try {
+    return await client.workflow.getHandle(twinWorkflowId(deviceId)).executeUpdate(twinSyncUpdate, { args: [input] });
+  } catch (err) {
+    // Not found: no twin yet, or caught between a run and its continue-as-new (the next run takes the update).
+    if (!(err instanceof WorkflowNotFoundError)) throw err;
+  }
+  const startWorkflowOperation = new WithStartWorkflowOperation<DeviceTwinWorkflow>(TWIN_WORKFLOW, {
+    ...twinStartOptions(deviceId, taskQueue),
+    workflowIdConflictPolicy: 'USE_EXISTING',
+  });
+  return client.workflow.executeUpdateWithStart(twinSyncUpdate, { args: [input], startWorkflowOperation });
 }
 
 export function markerIn(dir: string, profile: string): number | null {
@@ -76,7 +103,7 @@ export function startTwinAgent(
         // A copy: the views keep the report they wrote, and this loop changes its own in place.
         view = opts.views
           ? await opts.views.sync(deviceId, { ...sync, report: structuredClone(report) })
-          : await syncTwin(client, taskQueue, deviceId, sync);
+          : await syncBeforeR11(client, taskQueue, deviceId, sync);
       } catch {
         if (stopped) return;
         await new Promise((r) => setTimeout(r, 500));

@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { TWIN_RUN_EVENTS, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
 import { askTwin, desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
 import { temporal } from '@temporalio/proto';
-import { syncTwin } from '../../clients/twin';
 import { reverifyFleet } from '../../device/fleet';
 import { parseInventory } from '../../core/inventory';
 import { applyThroughTwin, desiredRequestOf } from '../../device/twin/apply';
@@ -10,7 +9,7 @@ import { twinSyncUpdate } from '../../contracts/twin';
 import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 import { recordHistory } from '../support/histories';
-import { desiredRequest } from '../support/twin-agent';
+import { desiredRequest, syncBeforeR11 } from '../support/twin-agent';
 
 /**
  * The device twin `device:<id>` on a real dev server with a real worker: desired state by signal,
@@ -43,7 +42,7 @@ function sync(
   device: string,
   input: { report: AgentReport | null; knownVersion: number; waitMs: number },
 ): Promise<TwinView> {
-  return syncTwin(real.env.client, real.worker.taskQueue, device, input);
+  return syncBeforeR11(real.env.client, real.worker.taskQueue, device, input);
 }
 
 describe('device twin workflow', () => {
