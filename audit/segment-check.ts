@@ -55,8 +55,9 @@ export interface SegmentPlace {
  * What a store read of a segment, after the prefix it found unchanged since the checker last found it
  * whole (`known`, from `wholePrefix`):
  * - `absent`: no segment yet (an empty trail);
- * - `failed`: the store could not read it as records, before any check (a file it cannot open, a row
- *   that is not JSON), with the records read before that;
+ * - `failed`: the store could not read it as records, named before any check (a file it cannot open; a
+ *   row that is not JSON, which the PostgreSQL store has always named before the chain's problems, where
+ *   a file's line that is not JSON comes after them, as `unreadable`), with the records read before that;
  * - `read`: the records after the prefix, the first line that is not a record (1-based in the whole
  *   segment; `torn` when it is the last, unterminated line) and the store's proof of what it read, asked
  *   for only when the segment is whole (undefined: nothing to remember, e.g. a file not ending in `\n`).
