@@ -71,7 +71,7 @@ export interface SlicedPlanDeps {
   ): Promise<readonly MemberRecord[]>;
   client: () => Client;
   heartbeat: () => void;
-  /** The health gate's one check over devices (activities/health.ts), run here over slices' devices. */
+  /** The health gate's one check over devices (activities/health/), run here over slices' devices. */
   runHealthCheck(input: HealthCheckInput): Promise<CheckResult>;
   /** The offline agents' convergence (device/twin/converge.ts), asked here for slices' devices. */
   desireAgentRevision(input: ConvergeInput): Promise<ConvergeResult>;

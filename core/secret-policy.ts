@@ -20,7 +20,7 @@ import { WavegateError } from './errors';
  *
  * Pure (no Node APIs): the spec and profile schemas (core/events.ts, core/revision.ts; in the workflow
  * bundle too), `plan`/`start` (intake/secret-policy.ts), the webhook delivery (activities/webhooks.ts)
- * and the metrics queries (activities/health.ts) decide with it.
+ * and the metrics queries (activities/health/http-get.ts, metrics-token.ts) decide with it.
  */
 
 /** One use of secrets by reference: the settings that bound it, and what the worker does with it (for messages). */
