@@ -9,6 +9,7 @@ import { summarizeCounts, type DeviceState } from '../../core/rollout-state';
 import type { DevStack, startDevStack as StartDevStack } from '../../workers/dev-stack';
 import { PROJECT_ROOT, STATE_DIR } from '../../intake/package-layout';
 import {
+  type ConnectionSettings,
   describeConnection,
   localConnectionSettings,
   resolveConnectionSettings,
@@ -20,6 +21,7 @@ import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
 import { ensureSearchAttributes } from '../../workers/search-attributes';
 import { workerAuditStore } from '../../audit/worker';
+import type { PostgresAuditStore } from '../../audit/postgres';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import {
   describeWorkerLayout,
@@ -147,7 +149,12 @@ async function registerDemoEnvelopes(client: Client, stack: DevStack, profilesRo
   log(`registry:demo: ${results.map((r) => `r${r.revision} ${r.outcome}`).join(', ')}`);
 }
 
+/** The group's commands, in the order the help lists them. */
 export function register(program: Command): void {
+  for (const add of [registerDev, registerDemo, registerWorker]) add(program);
+}
+
+function registerDev(program: Command): void {
   program
     .command('dev')
     .description(
@@ -163,52 +170,55 @@ export function register(program: Command): void {
       `a directory the worker reads files rollouts name from (--inventory-on-worker, the nightly canary's inventory and spec); repeatable; default $${INVENTORY_ROOTS_ENV}, else the current directory and --state-dir`,
       collectRoots,
     )
-    .action(
-      action(async (opts: DevFlags) => {
-        const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
-        checkProfilesRoot(profiles);
-        // A dev stack is one user's: by default its worker reads inventories where that user works and where the demo's is.
-        const inventoryRoots =
-          opts.inventoryRoot || process.env[INVENTORY_ROOTS_ENV]?.trim()
-            ? resolveInventoryRoots(opts.inventoryRoot)
-            : [process.cwd(), resolve(opts.stateDir)];
-        if (opts.demo && !hasProfile(profiles.dir, 'demo'))
-          throw new WavegateError(
-            'INVALID_INPUT',
-            `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`,
-            { field: '--profiles' },
-          );
-        await withDevStack(
-          {
-            stateDir: opts.stateDir,
-            demo: !!opts.demo,
-            port: opts.port,
-            uiPort: opts.uiPort,
-            profilesRoot: profiles.dir,
-            inventoryRoots,
-            log,
-          },
-          async (stack) => {
-            log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
-            log(`Web UI:           ${stack.server.uiUrl}`);
-            log(`profiles root:    ${describeProfilesRoot(profiles)}`);
-            log(`inventory roots:  ${inventoryRoots.join(', ')}`);
-            if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
-            if (opts.demo) {
-              const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
-              try {
-                await registerDemoEnvelopes(client, stack, profiles.dir);
-              } finally {
-                await client.connection.close();
-              }
-            }
-            log('Ctrl-C to stop.');
-            await new Promise<never>(() => {}); // until a signal takes the stack down
-          },
-        );
-      }),
-    );
+    .action(action(runDev));
+}
 
+/** `wavegate dev`: the stack until a signal takes it down. */
+async function runDev(opts: DevFlags): Promise<void> {
+  const profiles = resolveProfilesRoot({ flag: opts.profiles, fallback: DEMO_PROFILES });
+  checkProfilesRoot(profiles);
+  // A dev stack is one user's: by default its worker reads inventories where that user works and where the demo's is.
+  const inventoryRoots =
+    opts.inventoryRoot || process.env[INVENTORY_ROOTS_ENV]?.trim()
+      ? resolveInventoryRoots(opts.inventoryRoot)
+      : [process.cwd(), resolve(opts.stateDir)];
+  if (opts.demo && !hasProfile(profiles.dir, 'demo'))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--demo: the profiles root ${describeProfilesRoot(profiles)} has no demo profile (demo/profile.yaml); the demo's is in ${DEMO_PROFILES}`,
+      { field: '--profiles' },
+    );
+  await withDevStack(
+    {
+      stateDir: opts.stateDir,
+      demo: !!opts.demo,
+      port: opts.port,
+      uiPort: opts.uiPort,
+      profilesRoot: profiles.dir,
+      inventoryRoots,
+      log,
+    },
+    async (stack) => {
+      log(`\nTemporal address: ${stack.server.address}   (export TEMPORAL_ADDRESS=${stack.server.address})`);
+      log(`Web UI:           ${stack.server.uiUrl}`);
+      log(`profiles root:    ${describeProfilesRoot(profiles)}`);
+      log(`inventory roots:  ${inventoryRoots.join(', ')}`);
+      if (stack.inventoryPath) log(`demo inventory:   ${stack.inventoryPath}`);
+      if (opts.demo) {
+        const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
+        try {
+          await registerDemoEnvelopes(client, stack, profiles.dir);
+        } finally {
+          await client.connection.close();
+        }
+      }
+      log('Ctrl-C to stop.');
+      await new Promise<never>(() => {}); // until a signal takes the stack down
+    },
+  );
+}
+
+function registerDemo(program: Command): void {
   program
     .command('demo')
     .description(
@@ -216,62 +226,79 @@ export function register(program: Command): void {
     )
     .option('--state-dir <dir>', 'where the demo keeps its state (wiped at start)', join(STATE_DIR, 'demo'))
     .option('--spec <file>', 'rollout spec to run', join(PROJECT_ROOT, 'examples', 'demo-rollout.yaml'))
-    .action(
-      action(async (opts: { stateDir: string; spec: string }) => {
-        const profilesRoot = DEMO_PROFILES; // the demo is this checkout's own content, always
-        loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesRoot }); // bad input starts nothing
-        const stateDir = resolve(opts.stateDir);
-        rmSync(stateDir, { recursive: true, force: true });
-        // The demo's rollout names its fleet's inventory, which the demo writes in its own state directory:
-        // its worker reads inventories from there and nowhere else.
-        return withDevStack({ stateDir, demo: true, profilesRoot, inventoryRoots: [stateDir], log }, async (stack) => {
-          const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
-          await registerDemoEnvelopes(client, stack, profilesRoot);
-          // The revisions come from the registry, verified against profiles/demo/trust.yaml.
-          const input = await prepareRollout({
-            specPath: opts.spec,
-            inventoryPath: stack.inventoryPath!,
-            profilesRoot,
-            startedBy: 'wavegate demo',
-            client,
-          });
-          const handle = await startRollout(client, stack.taskQueue, input);
-          log(
-            `\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`,
-          );
-          log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);
-          const print = progressPrinter(log);
-          const result = handle.result();
-          let done = false;
-          void result.finally(() => (done = true)).catch(() => {});
-          while (!done) {
-            await new Promise((r) => setTimeout(r, 300));
-            if (!done) print(await retryWait(`status query of ${handle.workflowId}`, () => handle.query(statusQuery)));
-          }
-          const final = await result;
-          print(final);
-          await client.connection.close();
-          const ok = final.state === 'completed';
-          log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
-          const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), {
-            head: final.auditHead,
-            key: readAuditKey(stack.auditKeyFile),
-          });
-          log(
-            `audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`,
-          );
-          // The stack (and the Web UI with it) stops as this returns: no link that is dead by the time it is read.
-          log(
-            `Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: \`npm run dev\` (wavegate dev --demo; Ctrl-C stops it), and start the rollout from another terminal as in the README's quick start.`,
-          );
-          return ok ? EXIT_OK : EXIT_FAILED;
-        });
-      }),
-    );
+    .action(action(runDemo));
+}
 
-  const workerCommand = withTemporalOptions(
-    program
-      .command('worker')
+/** `wavegate demo`: a fresh stack, the demo rollout to its end, its audit trail checked, the stack down. */
+async function runDemo(opts: { stateDir: string; spec: string }): Promise<number> {
+  const profilesRoot = DEMO_PROFILES; // the demo is this checkout's own content, always
+  loadRolloutContent({ spec: readSpec(opts.spec), specSource: opts.spec, profilesRoot }); // bad input starts nothing
+  const stateDir = resolve(opts.stateDir);
+  rmSync(stateDir, { recursive: true, force: true });
+  // The demo's rollout names its fleet's inventory, which the demo writes in its own state directory:
+  // its worker reads inventories from there and nowhere else.
+  return withDevStack({ stateDir, demo: true, profilesRoot, inventoryRoots: [stateDir], log }, async (stack) => {
+    const client = await connectClient(localConnectionSettings(stack.server, stack.taskQueue));
+    await registerDemoEnvelopes(client, stack, profilesRoot);
+    // The revisions come from the registry, verified against profiles/demo/trust.yaml.
+    const input = await prepareRollout({
+      specPath: opts.spec,
+      inventoryPath: stack.inventoryPath!,
+      profilesRoot,
+      startedBy: 'wavegate demo',
+      client,
+    });
+    const handle = await startRollout(client, stack.taskQueue, input);
+    log(
+      `\nrollout ${handle.workflowId} started: ${input.spec.profile} r${input.spec.fromRevision} → r${input.spec.toRevision}`,
+    );
+    log(`Web UI: ${workflowUrl(stack.server.uiUrl, stack.server.namespace, handle.workflowId)}\n`);
+    const print = progressPrinter(log);
+    const result = handle.result();
+    let done = false;
+    void result.finally(() => (done = true)).catch(() => {});
+    while (!done) {
+      await new Promise((r) => setTimeout(r, 300));
+      if (!done) print(await retryWait(`status query of ${handle.workflowId}`, () => handle.query(statusQuery)));
+    }
+    const final = await result;
+    print(final);
+    await client.connection.close();
+    const ok = final.state === 'completed';
+    log(`\nrollout ${final.state}: ${summarizeCounts(final.counts)}`);
+    const trail = verifyAuditSegments(readAuditSegments(stack.auditDir, handle.workflowId), {
+      head: final.auditHead,
+      key: readAuditKey(stack.auditKeyFile),
+    });
+    log(
+      `audit trail: ${trail.count} records, ${trail.ok ? 'chain intact, head and MACs checked' : `BROKEN: ${trail.failure!.message}`} (wavegate audit ${handle.workflowId} --verify --audit-dir ${stack.auditDir} --audit-key-file ${stack.auditKeyFile})`,
+    );
+    // The stack (and the Web UI with it) stops as this returns: no link that is dead by the time it is read.
+    log(
+      `Web UI: closes with the demo's stack, which stops now (the link above answers only while it runs). To keep one open, run the stack yourself: \`npm run dev\` (wavegate dev --demo; Ctrl-C stops it), and start the rollout from another terminal as in the README's quick start.`,
+    );
+    return ok ? EXIT_OK : EXIT_FAILED;
+  });
+}
+
+type WorkerFlags = TemporalFlags & {
+  auditDir?: string;
+  auditKeyFile?: string;
+  profiles?: string;
+  inventoryRoot?: string[];
+  registerSearchAttributes?: boolean;
+} & VersioningFlags &
+  WorkerLayoutFlags;
+
+function registerWorker(program: Command): void {
+  const workerCommand = withTemporalOptions(workerOptions(program.command('worker'))).action(action(runWorker));
+  registerWorkerVersionCommands(workerCommand);
+}
+
+/** `wavegate worker`'s description and options (the connection's are withTemporalOptions'). */
+function workerOptions(command: Command): Command {
+  return (
+    command
       .description(
         'Run a wavegate worker against a Temporal server: the same connection flags, environment and config profile as every other command (TLS and API key included).',
       )
@@ -339,104 +366,102 @@ export function register(program: Command): void {
           '--park-connections <duration>',
           'retired: does nothing; will be removed in a later release',
         ).hideHelp(),
-      ),
-  ).action(
-    action(
-      async (
-        flags: TemporalFlags & {
-          auditDir?: string;
-          auditKeyFile?: string;
-          profiles?: string;
-          inventoryRoot?: string[];
-          registerSearchAttributes?: boolean;
-        } & VersioningFlags &
-          WorkerLayoutFlags,
-      ) => {
-        const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
-        for (const note of workerLayoutNotes(flags)) process.stderr.write(`${note}\n`);
-        const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
-        const profiles = resolveProfilesRoot({ flag: flags.profiles });
-        const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
-        const inventoryRoots = resolveInventoryRoots(flags.inventoryRoot); // likewise each inventory root
-        const settings = resolveConnectionSettings(flags);
-        const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
-        // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
-        // A workflows-only worker appends no audit records (activities do), so it opens no store.
-        const auditStore =
-          layout.role === 'workflows'
-            ? undefined
-            : await workerAuditStore({
-                flag: (flags as { auditStore?: string }).auditStore,
-                auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined),
-                log,
-              });
-        let connection: NativeConnection;
-        installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
-        installQuietRuntime();
-        try {
-          connection = await connectWorker(settings);
-        } catch (err) {
-          throw await connectionFailure(settings, err);
-        }
-        // The namespace must have wavegate's search attributes before anything polls: added here where the
-        // server lets this worker (self-hosted), else exit 2 naming each one and the command that adds it.
-        try {
-          log(
-            await ensureSearchAttributes(connection, settings, { register: flags.registerSearchAttributes !== false }),
-          );
-        } catch (err) {
-          await connection.close().catch(() => {});
-          await auditStore?.close();
-          throw err;
-        }
-        const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
-        const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
-        // Where the trails go, said at start (a PostgreSQL store said it when it was opened, its URL without secrets).
-        if (layout.role !== 'workflows' && !auditStore) {
-          const where = resolveAuditLocation({ auditDir: flags.auditDir }, { besideKey: false });
-          log(
-            `audit store: files in ${where.auditDir} (${where.dirFrom}); read them with: wavegate audit <rollout id> --audit-dir ${where.auditDir}`,
-          );
-        }
-        if (!auditKeyFile)
-          log(
-            "warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow's head",
-          );
-        log(
-          `profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`,
-        );
-        log(describeInventoryRoots(inventoryRoots));
-        const worker = await createWorker({
-          connection,
-          namespace: settings.namespace,
-          taskQueue: settings.taskQueue,
-          layout,
-          ...(versioning ? { versioning } : {}),
-          deps: {
-            log,
-            profilesRoot: profiles.dir,
-            inventoryRoots,
-            ...(auditDir ? { auditDir } : {}),
-            ...(auditKeyFile ? { auditKeyFile } : {}),
-            ...(auditStore ? { auditStore } : {}),
-          },
-        });
-        log(`versioning: ${describeVersioning(versioning)}`);
-        log(`runs: ${describeWorkerLayout(layout)}`);
-        if (versioning)
-          log(
-            `  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`,
-          );
-        if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
-        log(
-          `worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`,
-        );
-        // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
-        await worker.run();
-        await connection.close();
-        await auditStore?.close();
-      },
-    ),
+      )
   );
-  registerWorkerVersionCommands(workerCommand);
+}
+
+/** `wavegate worker`: every flag checked (exit 2) before connecting, then the worker polls until a signal. */
+async function runWorker(flags: WorkerFlags): Promise<void> {
+  const layout = resolveWorkerLayout(flags); // bad layout flags: exit 2 before connecting
+  for (const note of workerLayoutNotes(flags)) process.stderr.write(`${note}\n`);
+  const versioning = resolveWorkerVersioning(flags); // bad versioning input: exit 2 before connecting
+  const profiles = resolveProfilesRoot({ flag: flags.profiles });
+  const profilesFound = checkProfilesRoot(profiles); // a root someone named must exist: exit 2 before connecting
+  const inventoryRoots = resolveInventoryRoots(flags.inventoryRoot); // likewise each inventory root
+  const settings = resolveConnectionSettings(flags);
+  const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
+  // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
+  // A workflows-only worker appends no audit records (activities do), so it opens no store.
+  const auditStore =
+    layout.role === 'workflows'
+      ? undefined
+      : await workerAuditStore({
+          flag: (flags as { auditStore?: string }).auditStore,
+          auditKeyFile: flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined),
+          log,
+        });
+  installWorkerRuntime({ ...(metricsBind ? { metricsBind } : {}) }); // the Runtime must exist before the first connection
+  installQuietRuntime();
+  const connection = await connectWithSearchAttributes(settings, flags, auditStore);
+  const auditDir = flags.auditDir ?? (process.env.WAVEGATE_AUDIT_DIR || undefined);
+  const auditKeyFile = flags.auditKeyFile ?? (process.env.WAVEGATE_AUDIT_KEY_FILE || undefined);
+  // Where the trails go, said at start (a PostgreSQL store said it when it was opened, its URL without secrets).
+  if (layout.role !== 'workflows' && !auditStore) {
+    const where = resolveAuditLocation({ auditDir: flags.auditDir }, { besideKey: false });
+    log(
+      `audit store: files in ${where.auditDir} (${where.dirFrom}); read them with: wavegate audit <rollout id> --audit-dir ${where.auditDir}`,
+    );
+  }
+  if (!auditKeyFile)
+    log(
+      "warning: no --audit-key-file or $WAVEGATE_AUDIT_KEY_FILE: audit records carry no MAC, so a trail rewritten wholesale is caught only against the workflow's head",
+    );
+  log(
+    `profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`,
+  );
+  log(describeInventoryRoots(inventoryRoots));
+  const worker = await createWorker({
+    connection,
+    namespace: settings.namespace,
+    taskQueue: settings.taskQueue,
+    layout,
+    ...(versioning ? { versioning } : {}),
+    deps: {
+      log,
+      profilesRoot: profiles.dir,
+      inventoryRoots,
+      ...(auditDir ? { auditDir } : {}),
+      ...(auditKeyFile ? { auditKeyFile } : {}),
+      ...(auditStore ? { auditStore } : {}),
+    },
+  });
+  log(`versioning: ${describeVersioning(versioning)}`);
+  log(`runs: ${describeWorkerLayout(layout)}`);
+  if (versioning)
+    log(
+      `  new rollouts reach this build once it is current: wavegate worker set-current ${versioning.version.buildId} --deployment-name ${versioning.version.deploymentName}`,
+    );
+  if (metricsBind) log(`metrics: http://${metricsBind}/metrics`);
+  log(
+    `worker ${worker.options.identity} polling ${describeConnection(settings)} task queue ${settings.taskQueue}; Ctrl-C to stop`,
+  );
+  // The SDK shuts the worker down gracefully on SIGINT/SIGTERM.
+  await worker.run();
+  await connection.close();
+  await auditStore?.close();
+}
+
+/**
+ * The worker's connection, once the namespace has wavegate's search attributes: added here where the server
+ * lets this worker (self-hosted), else exit 2 naming each one and the command that adds it. Nothing polls before.
+ */
+async function connectWithSearchAttributes(
+  settings: ConnectionSettings,
+  flags: WorkerFlags,
+  auditStore: PostgresAuditStore | undefined,
+): Promise<NativeConnection> {
+  let connection: NativeConnection;
+  try {
+    connection = await connectWorker(settings);
+  } catch (err) {
+    throw await connectionFailure(settings, err);
+  }
+  try {
+    log(await ensureSearchAttributes(connection, settings, { register: flags.registerSearchAttributes !== false }));
+  } catch (err) {
+    await connection.close().catch(() => {});
+    await auditStore?.close();
+    throw err;
+  }
+  return connection;
 }
