@@ -26,7 +26,7 @@ import { markOf, type NodeDownMark } from '../core/node-down';
 import type { MemberRecord, MembershipRef } from '../core/membership';
 import { createMembershipReader } from './membership';
 import { createSlicedPlanActivities, memberSnapshot } from './sliced-records';
-import { channelFor, type ChannelDeps } from '../device/channel';
+import { channelFor, transportName, type ChannelDeps } from '../device/channel';
 import { createConvergeActivities } from '../device/twin/converge';
 import { WavegateError } from '../core/errors';
 import { withoutContent } from '../core/worker-files';
@@ -313,7 +313,7 @@ export function createActivities(deps: ActivityDeps = {}) {
       const ctx = Context.current();
       const { workflowExecution, activityId, attempt } = ctx.info;
       const startedAt = Date.now();
-      const transport = input.device.transport ?? 'ssh';
+      const transport = transportName(input.device);
       const heartbeat = quietStartHeartbeat(ctx);
       try {
         const holder = {

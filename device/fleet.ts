@@ -3,7 +3,7 @@ import type { Device, Inventory } from '../core/inventory';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { VerdictStanding } from '../core/node-down';
 import { mapLimit } from '../core/map-limit';
-import { channelFor, throughTemporal, type ChannelDeps, type TwinReader } from './channel';
+import { channelFor, type ChannelDeps, type TwinReader } from './channel';
 
 /**
  * Operator reads of the fleet, computed NOW on the devices (never from a stored flag): the fleet board,
@@ -61,22 +61,9 @@ function channelOf(device: Device, probe: ProbeOptions) {
   return channelFor(device, deps);
 }
 
-/** What the workflow keeps of a device: an agent device is never dialled, so it carries no ssh settings. */
+/** What the workflow keeps of a device, as its channel says: an agent device is never dialled, so it carries no ssh settings. */
 export function targetOf(device: Device): DeviceTarget {
-  const target: DeviceTarget = {
-    id: device.id,
-    host: device.host,
-    port: device.port,
-    user: device.user,
-    pool: device.pool,
-    class: device.class,
-    transport: device.transport,
-  };
-  if (!throughTemporal(device)) {
-    const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
-    target.ssh = { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) };
-  }
-  return target;
+  return channelFor(device).target(device);
 }
 
 /** Which inventory devices a profile is for, and why the others are not-for-me. */

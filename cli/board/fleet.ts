@@ -12,7 +12,7 @@ import { readVerdicts, verdictsPathFor } from '../../intake/node-down';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
 import type { TemporalFlags } from '../../workers/connection';
 import { checkConverge, nothingBehind, startConverge } from '../commands/converge';
-import { throughTemporal } from '../../device/channel';
+import { devicesWithTwins, transportName } from '../../device/channel';
 import { behindRows } from '../../device/fleet';
 import { readInventoryFlags } from '../membership-client';
 import { driftOf, fleetStatusOf } from '../commands/fleet';
@@ -63,14 +63,14 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
   const verdicts = new Map(
     readVerdicts(verdictsPathFor(src.inventory), { inventory: inventory.devices }).verdicts.map((v) => [v.device, v]),
   );
-  const agents = inventory.devices.filter((d) => throughTemporal(d)).map((d) => d.id);
+  const agents = devicesWithTwins(inventory.devices).map((d) => d.id);
   const seen = agents.length ? await readSeen(src.client, agents).catch(() => new Map()) : new Map();
   const byId = new Map(inventory.devices.map((d) => [d.id, d]));
   const driftOfId = new Map(drift.map((d) => [d.id, d]));
   const devices: FleetDevice[] = board.rows.map((r) => {
     const v = verdicts.get(r.id);
     const d = driftOfId.get(r.id);
-    const transport = byId.get(r.id)?.transport ?? 'ssh';
+    const transport = transportName(byId.get(r.id) ?? {});
     const last = seen.get(r.id) as { at: string } | undefined;
     return {
       id: r.id,

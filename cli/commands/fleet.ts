@@ -33,7 +33,7 @@ import { judgeVerdicts } from '../../intake/node-down-recheck';
 import { registerVerdictCommands } from './fleet-verdicts';
 import { registerRepinCommand } from './fleet-repin';
 import { operatorName } from './rollout';
-import { throughTemporal, twinReader, type TwinReader } from '../../device/channel';
+import { devicesWithTwins, twinReader, type TwinReader } from '../../device/channel';
 import { parseDurationMs } from '../../core/duration';
 import type { Inventory } from '../../core/inventory';
 
@@ -98,8 +98,8 @@ function retryingTwinReader(read: TwinReader, waitMs: number): TwinReader {
 }
 
 /**
- * Run `read` with a reader of twins when some device's channel reads one (an agent device: through
- * Temporal, never dialled); `--reverify` first asks every device that verifies on request (every online
+ * Run `read` with a reader of twins when some device has a twin to read (its channel says: an agent device,
+ * never dialled), over a Temporal client opened only then; `--reverify` first asks those devices (every online
  * agent) to verify again, and waits for them.
  */
 async function withTwins<T>(
@@ -107,7 +107,7 @@ async function withTwins<T>(
   opts: BoardFlags,
   read: (twins?: TwinReader) => Promise<T>,
 ): Promise<T> {
-  const twinned = inventory.devices.filter((d) => throughTemporal(d));
+  const twinned = devicesWithTwins(inventory.devices);
   const waitMs = reverifyWaitMs(opts.reverifyWait);
   if (twinned.length === 0) return read();
   return withClient(resolveConnectionSettings(opts), async (client) => {

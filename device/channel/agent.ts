@@ -5,6 +5,7 @@ import { agentBoardAnswer, agentDriftAnswer, twinReader, type TwinReader } from 
 import { agentChecks, agentErrorRate, agentOnline, type AgentHealthAnswer } from '../twin/health';
 import { agentSnapshot } from '../twin/snapshot';
 import { reverifyTwin } from '../../clients/twin';
+import { baseTarget } from './target';
 import type { ChannelDeps, DeviceChannel, Reading } from './types';
 
 /**
@@ -47,7 +48,10 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
 
   return {
     name: 'agent',
-    throughTemporal: true,
+    hasTwin: true,
+
+    // Never dialled: the target carries no ssh settings, so no SSH path can dial it by mistake.
+    target: baseTarget,
 
     apply(target, steps, ctx) {
       return applyThroughTwin(target, steps, {

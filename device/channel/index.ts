@@ -10,8 +10,9 @@ export { refusalOf } from './refusal';
 export type * from './types';
 
 /**
- * The channels this worker (or CLI) has, by the name inventories give them. A new transport is one
- * more entry here, and it passes the channel conformance suite (test/conformance/).
+ * The channels this worker (or CLI) has, by the name inventories give them: the one table of transport names
+ * (device/transport/ only dials, for the SSH channel). A new transport is one more entry here, and it passes the
+ * channel conformance suite (test/conformance/).
  */
 const CHANNELS: ReadonlyMap<string, (deps: ChannelDeps) => DeviceChannel> = new Map([
   ['ssh', sshChannel],
@@ -19,12 +20,20 @@ const CHANNELS: ReadonlyMap<string, (deps: ChannelDeps) => DeviceChannel> = new 
 ]);
 
 /**
- * The channel a device is reached by, chosen once from its `transport`. A target without one is ssh:
- * snapshots in histories recorded before the field existed carry none. A name this worker has no
+ * The name of a target's transport. A target without one is ssh: snapshots in histories recorded before the field
+ * existed carry none, and they must replay and apply as before.
+ */
+export function transportName(target: Pick<DeviceTarget, 'transport'>): NonNullable<DeviceTarget['transport']> {
+  return target.transport ?? 'ssh';
+}
+
+/**
+ * The channel a device is reached by, chosen once from its `transport` (transportName). A name this worker has no
  * channel for is a non-retryable config error (Transport.config): retrying cannot add one.
  */
 export function channelFor(target: Pick<DeviceTarget, 'id' | 'transport'>, deps: ChannelDeps = {}): DeviceChannel {
-  const name: unknown = target.transport ?? 'ssh';
+  // Typed, but read from histories and inputs: anything may stand here.
+  const name: unknown = transportName(target);
   const make = typeof name === 'string' ? CHANNELS.get(name) : undefined;
   if (!make) {
     const allowed = [...CHANNELS.keys()].map((n) => JSON.stringify(n)).join(', ');
@@ -37,13 +46,16 @@ export function channelFor(target: Pick<DeviceTarget, 'id' | 'transport'>, deps:
 }
 
 /**
- * Whether a device is reached through Temporal (its twin) rather than dialled: such a target carries no
- * ssh settings. A transport with no channel here is dialled as far as this says; using it fails, naming it.
+ * The devices that have a twin to read (their channel's `hasTwin`: agent devices): the CLI reads them with a
+ * Temporal client it opens only for them, and the board their presence marks. A device with no channel here has
+ * none; using it fails elsewhere, naming it.
  */
-export function throughTemporal(target: Pick<DeviceTarget, 'id' | 'transport'>): boolean {
-  try {
-    return channelFor(target).throughTemporal;
-  } catch {
-    return false;
-  }
+export function devicesWithTwins<D extends Pick<DeviceTarget, 'id' | 'transport'>>(devices: readonly D[]): D[] {
+  return devices.filter((device) => {
+    try {
+      return channelFor(device).hasTwin;
+    } catch {
+      return false;
+    }
+  });
 }

@@ -4,6 +4,7 @@ import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../steps';
 import { readMetricValue } from '../../core/health';
 import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
 import { refusalOf } from './refusal';
+import { baseTarget } from './target';
 import type { BoardAnswer, ChannelDeps, DeviceChannel, DriftAnswer, HealthQuestion, Reading } from './types';
 
 /**
@@ -71,7 +72,12 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
   const requireEnvelope = !deps.allowUnsigned;
   return {
     name: 'ssh',
-    throughTemporal: false,
+    hasTwin: false,
+
+    target(device) {
+      const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
+      return { ...baseTarget(device), ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
+    },
 
     apply(target, steps, ctx) {
       return applyToDevice(target, steps, {

@@ -1,4 +1,5 @@
 import type { Client } from '@temporalio/client';
+import type { Device } from '../../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import type { TwinReader } from '../twin/board';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
@@ -17,8 +18,14 @@ import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
 export interface DeviceChannel {
   /** The inventory's name for it (`transport: ssh`). */
   readonly name: string;
-  /** Whether it reaches devices through Temporal (a twin): a caller without a client must get one first. */
-  readonly throughTemporal: boolean;
+  /**
+   * Whether its devices have a twin `device:<id>` its answers come from (read with a Temporal client, and with a
+   * presence mark saying when the device was last seen): the CLI opens a client only when some device has one.
+   */
+  readonly hasTwin: boolean;
+
+  /** What the workflow keeps of an inventory device (its DeviceTarget): only a dialled device keeps its ssh settings. */
+  target(device: Device): DeviceTarget;
 
   /** Bring the device to `steps` (apply or rollback: the same operation, to another revision). */
   apply(target: DeviceTarget, steps: RevisionSteps, ctx: ApplyContext): Promise<ApplyResult>;

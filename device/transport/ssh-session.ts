@@ -11,7 +11,6 @@ import type { ConnectOptions, DeviceSession, DeviceTransport, StagedFile, StageO
  * SFTP, the revision marker is a file under the login's $HOME read and written with the shell.
  */
 export const sshTransport: DeviceTransport = {
-  name: 'ssh',
   async connect(target: DeviceTarget, opts: ConnectOptions = {}): Promise<DeviceSession> {
     return sshDeviceSession(target.id, await openSsh(target, opts));
   },

@@ -7,8 +7,6 @@ import type { DeviceTarget } from '../../core/rollout-state';
  * (./local.ts). Activities never open one themselves: they ask the device's channel (device/channel/).
  */
 export interface DeviceTransport {
-  /** The name inventories and DeviceTargets use for it (`transport: ssh`). */
-  readonly name: string;
   /** Open a session to the device. Throws TransportError; `retryable` says whether another attempt can help. */
   connect(target: DeviceTarget, opts?: ConnectOptions): Promise<DeviceSession>;
 }

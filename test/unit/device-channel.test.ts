@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { channelFor } from '../../device/channel';
+import { channelFor, devicesWithTwins } from '../../device/channel';
 import { readDrift, readFleetBoard, targetOf } from '../../device/fleet';
 import { createHealthActivities, type HealthCheckInput } from '../../activities/health';
 import { TransportError } from '../../device/transport';
@@ -251,6 +251,10 @@ describe('channelFor', () => {
     );
     expect(targetOf(inventory.devices[0]!)).not.toHaveProperty('ssh');
     expect(targetOf(inventory.devices[1]!).ssh).toMatchObject({ key: '/k' });
+    // Which devices have a twin to read is the channel's word too (the CLI opens a client for those only).
+    expect(devicesWithTwins([...inventory.devices, { id: 'f1', transport: 'ftp' as 'ssh' }]).map((d) => d.id)).toEqual([
+      'a1',
+    ]);
     const probed = await channelFor({ id: 'bare' }).probe(
       { ...agent, id: 'bare', transport: 'ssh', current: null, reachable: true, updateClass: 'required', os: 'linux' },
       'chan',

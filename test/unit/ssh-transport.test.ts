@@ -6,7 +6,8 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice, type RevisionSteps } from '../../device/steps';
-import { connectDevice, transportFor, TransportError, type TransportErrorKind } from '../../device/transport';
+import { connectDevice, TransportError, type TransportErrorKind } from '../../device/transport';
+import { channelFor } from '../../device/channel';
 import { knownHostFingerprints, sshFingerprint } from '../../intake/known-hosts';
 import { generateEd25519, startFleet, type Fleet, type SimDevice } from '../../sim';
 import { scratchDir } from '../support/harness';
@@ -68,9 +69,9 @@ describe('ssh transport against the fleet simulator', () => {
 
   it('runs a command over a pinned connection and returns exit code, stdout and stderr', async () => {
     const plain = target(fleet.device('plain'));
-    // No transport named: the seam picks ssh, as for snapshots recorded before the field existed.
+    // No transport named: the channel table picks ssh, as for snapshots recorded before the field existed.
     expect(plain).not.toHaveProperty('transport');
-    expect(transportFor(plain).name).toBe('ssh');
+    expect(channelFor(plain).name).toBe('ssh');
     const session = await connectDevice(plain);
     try {
       const res = await session.exec('echo out; echo err >&2; exit 3');

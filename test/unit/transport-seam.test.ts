@@ -6,15 +6,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
 import { applyToDevice } from '../../device/steps';
 import { targetOf } from '../../device/fleet';
-import { connectDevice, transportFor, TransportError } from '../../device/transport';
+import { connectDevice, TransportError } from '../../device/transport';
+import { channelFor } from '../../device/channel';
 import { parseInventory } from '../../core/inventory';
 import type { DeviceSnapshot, DeviceTarget } from '../../core/rollout-state';
 import { HISTORIES_DIR, loadHistory } from '../support/histories';
-import { rejection } from '../support/refusal';
+import { refusal, rejection } from '../support/refusal';
 
 /**
- * The transport seam: which transport a DeviceTarget names, what a missing name means, and how a name
- * the worker has no transport for is refused (before anything is contacted).
+ * The transport seam: which channel a DeviceTarget's transport names (device/channel/index.ts, the one table of
+ * transport names), what a missing name means, how a name the worker has no channel for is refused, and that a
+ * device that is never dialled cannot be (all before anything is contacted).
  */
 describe('transport seam', () => {
   // A TCP listener standing in for a device: it only counts who connects.
@@ -43,8 +45,9 @@ describe('transport seam', () => {
   });
 
   it('a target without a transport field is reached over ssh', () => {
-    expect(transportFor(target()).name).toBe('ssh');
-    expect(transportFor(target('ssh')).name).toBe('ssh');
+    expect(channelFor(target()).name).toBe('ssh');
+    expect(channelFor(target('ssh')).name).toBe('ssh');
+    expect(channelFor(target('agent')).name).toBe('agent');
   });
 
   it('snapshots in recorded histories carry no transport field and resolve to ssh', () => {
@@ -67,54 +70,56 @@ describe('transport seam', () => {
     expect(snapshots.filter((d) => !('transport' in d)).length).toBeGreaterThan(0);
     for (const snapshot of snapshots) {
       if ('transport' in snapshot) expect(['ssh', 'agent']).toContain(snapshot.transport);
-      if (snapshot.transport === 'agent') continue;
-      expect(transportFor(snapshot).name).toBe('ssh');
+      expect(channelFor(snapshot).name).toBe(snapshot.transport ?? 'ssh');
     }
   });
 
   it('an unknown transport is a non-retryable config error naming the device and the value, and nothing is contacted', async () => {
     const before = connections;
-    expect(() => transportFor(target('ftp'))).toThrow(TransportError);
-    const err = await rejection(connectDevice(target('ftp')), TransportError);
-    expect(err).toBeInstanceOf(TransportError);
+    const err = refusal(() => channelFor(target('ftp')), TransportError);
     expect(err.kind).toBe('config');
     expect(err.retryable).toBe(false);
     expect(err.message).toBe(
-      'dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh" (set transport on the device in the inventory)',
+      'dev-1: transport "ftp": not a transport this worker knows; allowed: "ssh", "agent" (set transport on the device in the inventory)',
     );
-    expect(connections).toBe(before);
-  });
-
-  it('an agent device is never dialled: a session to it is refused the same way (it is reached through its twin)', async () => {
-    const err = await rejection(connectDevice(target('agent')), TransportError);
-    expect(err).toBeInstanceOf(TransportError);
-    expect(err.kind).toBe('config');
-    expect(err.message).toContain(
-      'dev-1: transport "agent": an agent device is never dialled (it pulls from its twin device:<id>',
-    );
-  });
-
-  it('an apply to a device with an unsupported transport fails as a non-retryable Transport.config failure', async () => {
-    const steps = { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] };
-    const before = connections;
-    expect(await rejection(applyToDevice(target('agent'), steps, { commandTimeoutMs: 1_000 }), Error)).toBeInstanceOf(
-      TransportError,
-    );
-
-    // `toFailure` turns the moved TransportError into the failure type workflows see.
+    // The activity chooses the channel inside its try: the workflow sees a non-retryable Transport.config failure.
     const acts = createActivities({ allowUnsigned: true });
     const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
     const failure = await rejection(
       new MockActivityEnvironment(undefined, { logger: quiet }).run(acts.applyRevision, {
         device: target('ftp'),
-        steps,
+        steps: { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] },
         commandTimeoutMs: 1_000,
       }),
       ApplicationFailure,
     );
-    expect(failure).toBeInstanceOf(ApplicationFailure);
     expect(failure.type).toBe('Transport.config');
     expect(failure.nonRetryable).toBe(true);
+    expect(failure.message).toContain('dev-1: transport "ftp": not a transport this worker knows');
+    expect(connections).toBe(before);
+  });
+
+  it('an agent device is never dialled: its target carries no ssh settings, and a session or an apply over SSH to it is refused', async () => {
+    const inventory = parseInventory(
+      {
+        defaults: { user: 'ops', pool: 'web' },
+        devices: [{ id: 'dev-1', transport: 'agent', agentKey: `ed25519:${Buffer.alloc(32, 7).toString('base64')}` }],
+      },
+      'inventory.yaml',
+    );
+    // Pointed at the listener: a dial would count.
+    const agent = { ...targetOf(inventory.devices[0]!), host: '127.0.0.1', port };
+    expect(agent).not.toHaveProperty('ssh');
+    const before = connections;
+    const err = await rejection(connectDevice(agent), TransportError);
+    expect(err.kind).toBe('config');
+    expect(err.message).toBe(
+      'dev-1: no ssh settings to dial it with (ssh.hostKey or ssh.knownHosts, and ssh.key or ssh.agent); set them on the device in the inventory',
+    );
+    const steps = { profile: 'seam-test', revision: 1, apply: 'true', verify: 'true', payload: [] };
+    expect((await rejection(applyToDevice(agent, steps, { commandTimeoutMs: 1_000 }), TransportError)).kind).toBe(
+      'config',
+    );
     expect(connections).toBe(before);
   });
 
