@@ -588,6 +588,67 @@ export function parsePublicUrl(text: string): URL {
   return url;
 }
 
+/** Listen addresses that only this host reaches: a board there answers only to its own names. */
+export const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+/** Where the board listens and who reaches it through a proxy: what its request checks compare against. */
+export interface BoardAddress {
+  listenHost: string;
+  port: number;
+  tls: boolean;
+  publicUrl?: URL;
+}
+
+/** A loopback board answers only to its own names (and --public-url's): a DNS-rebinding page gets none. */
+export function boardHostAllowed(host: string | undefined, board: BoardAddress): boolean {
+  if (!host) return false;
+  if (!LOOPBACK.has(board.listenHost)) return true;
+  const h = host.toLowerCase();
+  if (board.publicUrl && h === board.publicUrl.host) return true;
+  const p = board.port;
+  return [`127.0.0.1:${p}`, `localhost:${p}`, `[::1]:${p}`].includes(h);
+}
+
+/** The origin the request's page is at: --public-url's when asked by its Host, else the board's own. */
+export function boardOriginOf(host: string | undefined, board: Pick<BoardAddress, 'tls' | 'publicUrl'>): string {
+  const h = (host ?? '').toLowerCase();
+  if (board.publicUrl && h === board.publicUrl.host) return board.publicUrl.origin;
+  return `${board.tls ? 'https' : 'http'}://${h}`;
+}
+
+/** What a browser says of the page a request comes from (its Sec-Fetch-Site and Origin headers). */
+export interface PageHeaders {
+  secFetchSite?: string | readonly string[];
+  origin?: string;
+}
+
+/**
+ * Why the API does not answer this request (403), or undefined: a cross-site or same-site fetch (another
+ * port of 127.0.0.1 is the same site) or a foreign Origin. The board's own page (same-origin) and the
+ * address bar (none) are answered.
+ */
+export function crossSiteProblem(page: PageHeaders, expected: string): string | undefined {
+  const site = page.secFetchSite;
+  if (site !== undefined && site !== 'same-origin' && site !== 'none')
+    return `Sec-Fetch-Site ${JSON.stringify(site)}: the board's API answers only its own page (${expected})`;
+  if (page.origin !== undefined && page.origin !== expected)
+    return `Origin ${JSON.stringify(page.origin)}: the board's API answers only its own page (${expected})`;
+  return undefined;
+}
+
+/** Why a state-changing request is not the board's own page's (403), or undefined: its Origin, or without one Sec-Fetch-Site. */
+export function stateChangeProblem(page: PageHeaders, expected: string): string | undefined {
+  const own = page.origin !== undefined ? page.origin === expected : page.secFetchSite === 'same-origin';
+  if (own) return undefined;
+  return `Origin ${JSON.stringify(page.origin ?? null)}: a state-changing request must come from the board's own page (${expected})`;
+}
+
+/** Why a state-changing request's body is not JSON by its Content-Type (415), or undefined. */
+export function jsonTypeProblem(contentType: string | undefined): string | undefined {
+  const type = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
+  return type === 'application/json' ? undefined : `Content-Type ${JSON.stringify(type)}: must be application/json`;
+}
+
 /** One device of the fleet view: its verified state for the profile's revision, drift, verdict, last sync. */
 export interface FleetDevice {
   id: string;

@@ -36,6 +36,9 @@ export const DEFAULT_LIMITS: GatewayLimits = {
   refusalLogPerSecond: 20,
 };
 
+/** An authenticated request's body (a sync's report is a few KiB): past it, 413 TOO_LARGE. */
+export const MAX_BODY_BYTES = 256 * 1024;
+
 /** Connections the kernel queues before the gateway accepts them (capped by net.core.somaxconn). */
 export const LISTEN_BACKLOG = 4096;
 

@@ -6,7 +6,7 @@ import { peekBody } from '../core/signing';
 import { PayloadFile } from '../core/revision';
 import type { TwinView } from '../core/twin';
 import { PayloadRefused, resolvePayload } from '../device/payload-file';
-import { HttpRefusal } from './http';
+import { HttpRefusal } from '../http/answer';
 
 /**
  * The payload file `<profile>/<revision>/<name>` for a device: only a payload entry named in the signed

@@ -2,9 +2,9 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Client } from '@temporalio/client';
-import { authenticate, bodyDigestProblem, bodyHash, NonceCache } from '../core/agent-auth';
-import { syncProblem, type TwinSyncInput, type TwinView } from '../core/twin';
-import { AgentGone, HttpRefusal, MAX_BODY_BYTES, parseJsonObject, readBody, sendError, sendJson } from './http';
+import { NonceCache } from '../core/agent-auth';
+import { HttpRefusal, sendError } from '../http/answer';
+import { askedOf, dispatch, type Asked } from '../http/routes';
 import {
   DEFAULT_LIMITS,
   GATEWAY_TIMEOUTS,
@@ -13,20 +13,16 @@ import {
   RefusalLog,
   type GatewayLimits,
 } from './limits';
-import { openPayload, payloadEntry, sendPayload } from './payload';
 import type { AgentPins } from './pins';
+import { gatewayRoutes } from './routes';
+import { signedRequestGuards, type AgentCaller } from './signed-request';
 import { DeviceViews, type DeviceViewsStats } from './views';
 import type { TwinFeedLateness } from '../clients/twin-feed';
-import { nativeEd25519Verify } from '../device/ed25519-native';
 
 /**
  * `wavegate gateway`: the device side's only Temporal client (docs/formats.md, "Gateway HTTP API").
- * Every request is authenticated with the device's own identity key (core/agent-auth.ts) and reaches
- * only that device's twin: the device id comes from the verified header, never from the path or body.
- *
- *   POST /v1/sync     { report, knownVersion, waitMs } -> TwinView (long-poll through twinSync)
- *   POST /v1/report   { report }                       -> TwinView (a sync that does not wait)
- *   GET  /v1/payload/<profile>/<revision>/<name>       -> the payload file's bytes
+ * Every request is authenticated with the device's own identity key (gateway/signed-request.ts) and
+ * reaches only that device's twin; its routes are a table (gateway/routes.ts) answered through http/.
  *
  * Bounded before anyone is known (gateway/limits.ts): a request is authenticated from its headers alone
  * (the body's digest is declared and signed there), so no byte of a body is read for a request that is
@@ -61,7 +57,6 @@ export interface GatewayOptions {
 }
 
 export const DEFAULT_MAX_LONG_POLLS = DEFAULT_LIMITS.maxLongPolls;
-const PAYLOAD_ROUTE = /^\/v1\/payload\/([A-Za-z0-9][A-Za-z0-9._-]{0,63})\/([1-9][0-9]{0,15})\/([A-Za-z0-9._-]{1,255})$/;
 
 /** What the gateway holds right now (tests and the flood bench read it). */
 export interface GatewayStats {
@@ -100,8 +95,6 @@ export function createGateway(opts: GatewayOptions): Gateway {
     ...opts.limits,
   };
   const nonces = new NonceCache(undefined, undefined, limits.noncesPerDevice);
-  /** Devices seen without a body digest under --accept-agents-without-digest (each logged once). */
-  const legacyAgents = new Set<string>();
   const now = opts.now ?? Date.now;
   const log = opts.log ?? (() => {});
   const refusals = new RefusalLog(log, limits.refusalLogPerSecond, now);
@@ -117,205 +110,51 @@ export function createGateway(opts: GatewayOptions): Gateway {
       ...(opts.onFirstSync ? { onFirstSync: opts.onFirstSync } : {}),
       log,
     });
-
-  const syncInput = (body: Record<string, unknown>, waits: boolean): TwinSyncInput => {
-    const input = {
-      report: body.report ?? null,
-      knownVersion: body.knownVersion ?? 0,
-      waitMs: waits ? (body.waitMs ?? 0) : 0,
-    };
-    const problem = syncProblem(input);
-    if (problem) throw new HttpRefusal(400, 'INVALID_INPUT', problem.replace(/^twinSync: /, ''));
-    return input as TwinSyncInput;
+  const countBody = (chunk: Buffer) => {
+    bodyBytesRead += chunk.length;
   };
-
-  /** The sync or report a POST /v1/sync or /v1/report carries, parsed; null for any other request. */
-  const bodyInput = (req: IncomingMessage, body: Buffer): TwinSyncInput | null => {
-    const path = (req.url ?? '').split('?')[0]!;
-    if (req.method === 'POST' && (path === '/v1/sync' || path === '/v1/report'))
-      return syncInput(parseJsonObject(body), path === '/v1/sync');
-    return null;
-  };
-
-  const route = async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    device: string,
-    input: TwinSyncInput | null,
-    gone: AgentGone,
-  ): Promise<void> => {
-    const path = (req.url ?? '').split('?')[0]!;
-    if (input) {
-      if (input.waitMs <= 0) return sendJson(res, 200, await views.sync(device, input, gone));
-      const slot = longPolls.take(device);
-      if (slot === 'total')
-        throw new HttpRefusal(
-          503,
-          'BUSY',
-          `the gateway holds ${longPolls.size} long-polls, its limit; retry after a few seconds`,
-        );
-      if (slot === 'key')
-        throw new HttpRefusal(
-          429,
-          'DEVICE_LIMIT',
-          `${device} already holds ${longPolls.of(device)} long-polls, a device's share (${limits.maxLongPollsPerDevice}); retry after the one it holds answers`,
-        );
-      // The wait is no idle connection: the socket's inactivity bound is lifted for it, then put back.
-      req.socket.setTimeout(input.waitMs + GATEWAY_TIMEOUTS.idleMs);
-      try {
-        return sendJson(res, 200, await views.sync(device, input, gone));
-      } finally {
-        longPolls.release(device);
-        if (!req.socket.destroyed) req.socket.setTimeout(GATEWAY_TIMEOUTS.idleMs);
-      }
-    }
-    const payload = req.method === 'GET' ? PAYLOAD_ROUTE.exec(path) : null;
-    if (payload) {
-      const [profile, revision, name] = [payload[1]!, Number(payload[2]), payload[3]!];
-      // The agent may have learned the revision from another gateway a moment before this one's feed did.
-      const desires = (view: TwinView) =>
-        Object.hasOwn(view.desired, profile) && view.desired[profile]!.revision === revision;
-      const entry = payloadEntry(await views.view(device, desires), profile, revision, name);
-      return sendPayload(res, await openPayload(opts.profilesRoot, profile, entry));
-    }
-    if (path.startsWith('/v1/payload/'))
-      throw new HttpRefusal(400, 'INVALID_INPUT', 'path: must be /v1/payload/<profile>/<revision>/<file name>');
-    throw new HttpRefusal(
-      404,
-      'NOT_FOUND',
-      `${req.method} ${path.slice(0, 100)}: no such endpoint (POST /v1/sync, POST /v1/report, GET /v1/payload/<profile>/<revision>/<name>)`,
-    );
-  };
-
-  const handle = (req: IncomingMessage, res: ServerResponse): void => {
-    const started = now();
-    // The body must follow the headers within GATEWAY_TIMEOUTS.bodyMs, counted from here (the headers are in).
-    const headersAt = Date.now();
-    const bodyTimeout = () => ({
-      ms: Math.max(0, GATEWAY_TIMEOUTS.bodyMs - (Date.now() - headersAt)),
-      boundMs: GATEWAY_TIMEOUTS.bodyMs,
-    });
-    const source = sourceOf(req.socket);
-    let device = '-';
-    let bodyRead = false;
-    const line = (status: number | string, extra = '') =>
-      `${device} ${req.method} ${(req.url ?? '').slice(0, 120)} ${status} ${now() - started}ms${extra}`;
-    // The agent gone (its connection closed before the answer): stop waiting for it, and say so.
-    const gone = new AgentGone();
-    res.once('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
-    const refuse = (err: HttpRefusal) => {
-      // A body not read (a refusal from the headers, a 413) is never drained: the connection closes after the answer.
-      const close = !bodyRead || err.status === 413;
-      if (close) res.shouldKeepAlive = false;
-      sendError(res, err.status, err.code, err.message, {
-        ...(err.status === 503 || err.status === 429 ? { 'retry-after': '5' } : {}),
-        ...(close ? { connection: 'close' } : {}),
-      });
-      if (close) lingerThenClose(req.socket);
-      refusals.line(line(err.status, ` ${err.code}${err.status === 401 ? ` ${err.message.slice(0, 120)}` : ''}`));
-    };
+  const guards = signedRequestGuards({
+    pins: opts.pins,
+    nonces,
+    ...(opts.acceptAgentsWithoutDigest ? { acceptAgentsWithoutDigest: true } : {}),
+    log,
+    now,
+    countBody,
+  });
+  /** Requests in flight, in all and per source address: the one bound before a request is authenticated. */
+  const bounds = (asked: Asked<AgentCaller>): void => {
+    const source = sourceOf(asked.req.socket);
     const slot = requests.take(source);
-    if (slot !== 'ok') {
-      refuse(
-        new HttpRefusal(
-          503,
-          'BUSY',
-          slot === 'total'
-            ? `the gateway is handling ${limits.maxRequests} requests, its limit; retry after a few seconds`
-            : `${limits.maxRequestsPerSource} requests from ${source} are being handled, the limit per source address; retry after a few seconds`,
-        ),
+    if (slot !== 'ok')
+      throw new HttpRefusal(
+        503,
+        'BUSY',
+        slot === 'total'
+          ? `the gateway is handling ${limits.maxRequests} requests, its limit; retry after a few seconds`
+          : `${limits.maxRequestsPerSource} requests from ${source} are being handled, the limit per source address; retry after a few seconds`,
       );
-      return;
-    }
-    res.once('close', () => requests.release(source));
-    void (async () => {
-      try {
-        const header = req.headers.authorization;
-        let auth = authenticate(
-          { header, method: req.method ?? 'GET', path: req.url ?? '', now: now() },
-          (d) => opts.pins.keyOf(d),
-          nonces,
-          nativeEd25519Verify,
-        );
-        let legacyBody: Buffer | undefined;
-        if (!auth.ok && auth.reason === 'NO_DIGEST' && opts.acceptAgentsWithoutDigest) {
-          // The older protocol signed the same text with the body's hash in it: read the body (bounded), then judge
-          // the header as if it had declared that hash. Only for a device that has a pinned key at all.
-          const claimed = /device="([^"]{1,128})"/.exec(header ?? '')?.[1];
-          if (claimed !== undefined && opts.pins.keyOf(claimed)) {
-            req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-            legacyBody = await readBody(req, MAX_BODY_BYTES, bodyTimeout());
-            bodyRead = true;
-            auth = authenticate(
-              {
-                header: `${header}, digest="${bodyHash(legacyBody)}"`,
-                method: req.method ?? 'GET',
-                path: req.url ?? '',
-                now: now(),
-              },
-              (d) => opts.pins.keyOf(d),
-              nonces,
-              nativeEd25519Verify,
-            );
-            if (auth.ok && !legacyAgents.has(auth.device)) {
-              legacyAgents.add(auth.device);
-              log(
-                `${auth.device} sends no body digest (an agent older than this gateway): accepted under --accept-agents-without-digest; upgrade it`,
-              );
-            }
-          }
-        }
-        if (!auth.ok) {
-          if (auth.reason === 'BUSY') throw new HttpRefusal(503, 'BUSY', auth.message);
-          if (auth.reason === 'DEVICE_BUSY') throw new HttpRefusal(429, 'DEVICE_LIMIT', auth.message);
-          throw new HttpRefusal(
-            401,
-            auth.reason === 'REPLAY' ? 'REPLAY' : 'UNAUTHENTICATED',
-            `${auth.reason}: ${auth.message}`,
-          );
-        }
-        device = auth.device;
-        // Only now, for a pinned device whose signature verified, is the body read (bounded in size and in time: bodyMs).
-        if (legacyBody === undefined) req.on('data', (chunk: Buffer) => (bodyBytesRead += chunk.length));
-        let body: Buffer | undefined = legacyBody ?? (await readBody(req, MAX_BODY_BYTES, bodyTimeout()));
-        legacyBody = undefined;
-        bodyRead = true;
-        const mismatch = bodyDigestProblem(auth.digest, body);
-        if (mismatch) throw new HttpRefusal(401, 'UNAUTHENTICATED', `BODY_DIGEST: ${mismatch}`);
-        const input = bodyInput(req, body);
-        // Parsed: the body is not kept while a long-poll waits (10,000 held kept 17 MiB: bench/README.md).
-        body = undefined;
-        await route(req, res, device, input, gone);
-        log(line(res.statusCode));
-      } catch (err) {
-        if (gone.aborted || (req.socket?.destroyed ?? true)) {
-          // Not the control plane's fault: the client (or a timeout on its slow request) closed the connection first.
-          refusals.line(line('-', ' client closed the connection before the answer'));
-        } else if (res.headersSent) {
-          // A payload send cut short (the file changed under it): the agent sees a short answer.
-          res.destroy();
-          refusals.line(line(res.statusCode, ` cut: ${(err as Error).message.slice(0, 200)}`));
-        } else if (err instanceof HttpRefusal) {
-          refuse(err);
-        } else {
-          // Temporal unreachable, or something unforeseen: the agent backs off and retries.
-          sendError(
-            res,
-            503,
-            'UNAVAILABLE',
-            `the gateway cannot reach the control plane now: ${(err as Error).message.slice(0, 200)}`,
-            { 'retry-after': '5' },
-          );
-          refusals.line(line(503, ` UNAVAILABLE ${(err as Error).message.slice(0, 200)}`));
-        }
-      }
-    })();
+    asked.res.once('close', () => requests.release(source));
   };
+  const table = gatewayRoutes({
+    views,
+    longPolls,
+    limits,
+    profilesRoot: opts.profilesRoot,
+    guards,
+    bounds,
+    countBody,
+  });
+  const ends = new RequestEnds(log, refusals, now);
 
   return {
-    handle,
+    handle(req, res) {
+      const asked = askedOf(table, req, res);
+      const started = now();
+      void dispatch(table, asked).then(
+        () => ends.done(asked, started),
+        (err: unknown) => ends.failed(asked, started, err),
+      );
+    },
     admitConnection(socket) {
       const source = sourceOf(socket);
       const slot = connections.take(source);
@@ -344,6 +183,62 @@ export function createGateway(opts: GatewayOptions): Gateway {
     flushRefusals: () => refusals.flush(),
     close: () => views.close(),
   };
+}
+
+/**
+ * How a request's end is answered and logged: the device, the route, the status and the time taken (never
+ * a key, a signature or a body); refusal lines rate-limited.
+ */
+class RequestEnds {
+  constructor(
+    private readonly log: (line: string) => void,
+    private readonly refusals: RefusalLog,
+    private readonly now: () => number,
+  ) {}
+
+  private line(asked: Asked<AgentCaller>, started: number, status: number | string, extra = ''): string {
+    const device = asked.caller?.device ?? '-';
+    return `${device} ${asked.method} ${(asked.req.url ?? '').slice(0, 120)} ${status} ${this.now() - started}ms${extra}`;
+  }
+
+  done(asked: Asked<AgentCaller>, started: number): void {
+    this.log(this.line(asked, started, asked.res.statusCode));
+  }
+
+  failed(asked: Asked<AgentCaller>, started: number, err: unknown): void {
+    const { req, res } = asked;
+    if (asked.caller?.gone.aborted || (req.socket?.destroyed ?? true)) {
+      // Not the control plane's fault: the client (or a timeout on its slow request) closed the connection first.
+      this.refusals.line(this.line(asked, started, '-', ' client closed the connection before the answer'));
+    } else if (res.headersSent) {
+      // A payload send cut short (the file changed under it): the agent sees a short answer.
+      res.destroy();
+      this.refusals.line(this.line(asked, started, res.statusCode, ` cut: ${(err as Error).message.slice(0, 200)}`));
+    } else if (err instanceof HttpRefusal) {
+      this.refuse(asked, started, err);
+    } else {
+      // Temporal unreachable, or something unforeseen: the agent backs off and retries.
+      const message = (err as Error).message.slice(0, 200);
+      sendError(res, 503, 'UNAVAILABLE', `the gateway cannot reach the control plane now: ${message}`, {
+        'retry-after': '5',
+      });
+      this.refusals.line(this.line(asked, started, 503, ` UNAVAILABLE ${message}`));
+    }
+  }
+
+  private refuse(asked: Asked<AgentCaller>, started: number, err: HttpRefusal): void {
+    const { req, res } = asked;
+    // A body not read (a refusal from the headers, a 413) is never drained: the connection closes after the answer.
+    const close = !asked.bodyRead || err.status === 413;
+    if (close) res.shouldKeepAlive = false;
+    sendError(res, err.status, err.code, err.message, {
+      ...(err.status === 503 || err.status === 429 ? { 'retry-after': '5' } : {}),
+      ...(close ? { connection: 'close' } : {}),
+    });
+    if (close) lingerThenClose(req.socket);
+    const detail = ` ${err.code}${err.status === 401 ? ` ${err.message.slice(0, 120)}` : ''}`;
+    this.refusals.line(this.line(asked, started, err.status, detail));
+  }
 }
 
 /**

@@ -17,7 +17,7 @@ import { readTwinRecord, reportToTwin } from '../clients/twin';
 import { unwrittenSeen, writeSeen } from '../clients/presence';
 import { TwinFeed, type TwinChange, type TwinFeedLateness } from '../clients/twin-feed';
 import { AnswerDelivery, deliveriesOf, type AnswerDeliveryStats } from './answers';
-import type { AgentGone } from './http';
+import type { AgentGone } from './agent-gone';
 import { CallLimit } from './call-limit';
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { AgentGone } from '../../gateway/http';
+import { AgentGone } from '../../gateway/agent-gone';
 
-/** The gateway's "the agent closed its connection" (gateway/http.ts), in place of an AbortController per request. */
+/** The gateway's "the agent closed its connection" (gateway/agent-gone.ts), in place of an AbortController per request. */
 describe('AgentGone', () => {
   it('runs each waiting callback once when the agent goes, none it was told to forget, and at once once gone', () => {
     const gone = new AgentGone();

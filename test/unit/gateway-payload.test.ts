@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Revision } from '../../core/revision';
 import { keyPairFromSeed, signRevision } from '../../core/signing';
 import { envelopeDigestOf, type TwinView } from '../../core/twin';
-import { HttpRefusal } from '../../gateway/http';
+import { HttpRefusal } from '../../http/answer';
 import { openPayload, payloadEntry, sendPayload, PAYLOAD_CHUNK_BYTES } from '../../gateway/payload';
 import { scratchDir } from '../support/harness';
 import { refusal as refusalOf, rejection as rejectionOf } from '../support/refusal';

@@ -1,20 +1,10 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { HttpRefusal } from './answer';
 
 /**
- * The gateway's HTTP plumbing: bounded request bodies and one error shape, `{ code, message }`, for
- * every refusal (docs/formats.md, "Gateway HTTP API").
+ * Request bodies, bounded: in size (413 TOO_LARGE) and, where a server asks, in time (408 BODY_TIMEOUT),
+ * and read as the JSON object both servers speak (400 INVALID_INPUT when it is not one).
  */
-export const MAX_BODY_BYTES = 256 * 1024;
-
-export class HttpRefusal extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 /**
  * The whole body, or HttpRefusal 413 past `max` bytes. What follows the limit is read and thrown away
@@ -26,8 +16,14 @@ export class HttpRefusal extends Error {
  */
 export function readBody(
   req: IncomingMessage,
-  max = MAX_BODY_BYTES,
+  max: number,
   timeout?: { ms: number; boundMs: number },
+  /**
+   * Told of every chunk read, the ones past the limit too (the gateway counts the bytes it read). Through
+   * here, not a 'data' listener of the caller's: one attached before readBody starts the body flowing, and
+   * what flows before readBody listens is lost.
+   */
+  onChunk?: (chunk: Buffer) => void,
 ): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     let chunks: Buffer[] = [];
@@ -64,6 +60,7 @@ export function readBody(
     const declared = Number(req.headers['content-length'] ?? '0');
     if (declared > max) refuse(`the request body is ${declared} bytes, above the limit of ${max}`);
     req.on('data', (chunk: Buffer) => {
+      onChunk?.(chunk);
       size += chunk.length;
       if (refused) {
         if (size > 16 * max) req.destroy();
@@ -80,27 +77,6 @@ export function readBody(
   });
 }
 
-export function sendJson(res: ServerResponse, status: number, value: unknown): void {
-  const body = Buffer.from(JSON.stringify(value));
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': body.length,
-    'cache-control': 'no-store',
-  });
-  res.end(body);
-}
-
-export function sendError(
-  res: ServerResponse,
-  status: number,
-  code: string,
-  message: string,
-  headers: Record<string, string> = {},
-): void {
-  for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-  sendJson(res, status, { code, message });
-}
-
 /** A JSON object body, or HttpRefusal 400 naming what is wrong. */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
   let value: unknown;
@@ -112,36 +88,4 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     throw new HttpRefusal(400, 'INVALID_INPUT', 'the request body must be a JSON object');
   return value as Record<string, unknown>;
-}
-
-/**
- * That the agent closed its connection before its answer: a flag and the callbacks waiting on it. An AbortController
- * does the same through an EventTarget (two Maps and a listener record: about 1.2 KB a request), and a long-poll holds
- * its own for the whole wait (bench/README.md, "Gateway memory").
- */
-export class AgentGone {
-  aborted = false;
-  private waiting: Array<() => void> | undefined;
-
-  /** Run `callback` once when the agent goes (at once if it has); the function returned forgets it. */
-  whenGone(callback: () => void): () => void {
-    if (this.aborted) {
-      callback();
-      return () => {};
-    }
-    this.waiting ??= [];
-    this.waiting.push(callback);
-    return () => {
-      const i = this.waiting?.indexOf(callback) ?? -1;
-      if (i >= 0) this.waiting!.splice(i, 1);
-    };
-  }
-
-  abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    const waiting = this.waiting;
-    this.waiting = undefined;
-    for (const callback of waiting ?? []) callback();
-  }
 }
