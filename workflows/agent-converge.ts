@@ -26,7 +26,7 @@ const BATCH = 500;
 export async function convergeSkippedAgents(input: RolloutInput, model: RolloutModel): Promise<number> {
   const agents = model.snapshotDevices().filter((d) => d.transport === 'agent');
   // Sliced records: the sliced phases' agent devices are read from their slices (a few per activity).
-  const slices = model.sliced && model.sliced.agents > 0 ? model.sliced.appliedSlices() : [];
+  const slices = model.sliced.agents > 0 ? model.sliced.appliedSlices() : [];
   if (agents.length === 0 && slices.length === 0) return 0;
   wf.deprecatePatch(AGENT_DESIRED_STATE);
   const target = input.spec.toRevision;

@@ -11,7 +11,7 @@ import {
   sliceSuccessorSignal,
 } from '../contracts/rollout';
 import { refreshDetails } from './progress';
-import { rolloutSliceWorkflow, type SliceCounts, type SliceResult, type SliceSource } from './slice';
+import { rolloutSliceWorkflow, type SliceInput, type SliceResult } from './slice';
 
 export const DEFAULT_SLICE = 200;
 /** How long a control update waits for the live slices to answer it (SLICE_CONTROL_ACK). */
@@ -37,19 +37,35 @@ export const FLOOR_AT_APPLY = 'floor-at-apply';
 
 export type { BatchResult };
 
-/** A phase run in slices that load their own devices (sliced records, core/rollout/sliced-plan.ts). */
-export interface SlicedRun {
-  phase: number;
+/**
+ * What a chain of slices runs (`runOverlapping`): how many slices, what each one is started with and what
+ * its answer records. A batch of named devices cut into slices (`namedSlices`), or slices that load their
+ * own devices and keep their records (sliced records, workflows/phase-records/sliced.ts).
+ */
+export interface SliceRun {
   count: number;
   /** How many devices slice `k` runs. */
   size(k: number): number;
-  source(k: number): SliceSource;
-  /** A rollback slice: the apply slice it undoes. */
-  undoes?(k: number): string;
+  /** What slice `k` is started with: its devices, or where it loads them. */
+  input(k: number): Pick<SliceInput, 'devices' | 'source'>;
+  /** Slice `k` started as the child `workflowId`. */
+  started(k: number, workflowId: string): void;
+  /** A slice ended: its answer into the model. */
+  ended(workflowId: string, result: SliceResult): void;
 }
 
-/** A slice of sliced records ended: the rollout links its trail into its own (rollout-stages.ts). */
-export type SliceEnded = (workflowId: string, mode: 'apply' | 'rollback', records: SliceCounts) => void;
+/** A batch of named devices in slices of `sliceSize`: each slice answers its devices' states. */
+function namedSlices(batch: readonly DeviceSnapshot[], sliceSize: number, model: RolloutModel): SliceRun {
+  return {
+    count: Math.ceil(batch.length / sliceSize),
+    size: (k) => Math.min(sliceSize, batch.length - k * sliceSize),
+    input: (k) => ({ devices: batch.slice(k * sliceSize, (k + 1) * sliceSize) }),
+    started: () => {},
+    ended: (_workflowId, result) => {
+      for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
+    },
+  };
+}
 
 /**
  * Runs a phase's devices (apply) or the devices to put back (rollback): inline when the batch is small,
@@ -80,7 +96,6 @@ export class DeviceBatches {
   constructor(
     private readonly input: RolloutInput,
     private readonly model: RolloutModel,
-    private readonly onSliceEnded: SliceEnded = () => {},
   ) {
     this.sliceSize = input.sliceSize ?? DEFAULT_SLICE;
     this.offlineAtApply = input.spec.offline !== 'wait';
@@ -206,13 +221,13 @@ export class DeviceBatches {
     if (batch.length <= this.sliceSize) return this.runInline(batch, mode, opts);
     // An async method returning runOverlapping's promise, as `run` was: one turn after it resolves.
     wf.deprecatePatch(OVERLAPPING_SLICES);
-    return (async () => this.runOverlapping(batch, mode, phaseName, opts))();
+    return (async () => this.runOverlapping(namedSlices(batch, this.sliceSize, this.model), mode, phaseName, opts))();
   }
 
-  /** A sliced phase (or the compensation of sliced phases) of sliced records: slices that load their own devices. */
-  runSliced(sliced: SlicedRun, mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
+  /** Slices that load their own devices (a sliced phase of sliced records, or their compensation). */
+  runSlices(slices: SliceRun, mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
     const opts = this.options(mode, phaseName);
-    return this.runOverlapping([], mode, phaseName, opts, sliced);
+    return this.runOverlapping(slices, mode, phaseName, opts);
   }
 
   private async runInline(
@@ -234,26 +249,22 @@ export class DeviceBatches {
    * (abort, or a slice's tripped failure gate) starts no more slices and stops the ones waiting.
    */
   private async runOverlapping(
-    batch: DeviceSnapshot[],
+    slices: SliceRun,
     mode: 'apply' | 'rollback',
     phaseName: string,
     opts: DeviceRunOptions,
-    sliced?: SlicedRun,
   ): Promise<BatchResult> {
     const run8 = wf.workflowInfo().runId.slice(0, 8);
     const model = this.model;
-    const count = sliced ? sliced.count : Math.ceil(batch.length / this.sliceSize);
+    const { count } = slices;
     const idOf = (k: number) => `${this.input.rolloutId}/${run8}/${mode}-${phaseName.replace(/\s+/g, '_')}-${k}`;
     const results: Array<SliceResult | undefined> = [];
     const ended: Array<Promise<void>> = [];
     let tripped = false;
     const closing = () => tripped || (mode === 'apply' && model.stopped);
     const applyResult = (result: SliceResult, workflowId: string) => {
+      slices.ended(workflowId, result);
       // One details refresh per slice: per device, it would rebuild the table over the whole fleet.
-      if (result.records) {
-        model.sliceEnded(workflowId, result.records);
-        this.onSliceEnded(workflowId, mode, result.records);
-      } else for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
       refreshDetails(model, true);
       if (result.tripped && !tripped) {
         tripped = true;
@@ -263,8 +274,7 @@ export class DeviceBatches {
       }
     };
     const start = async (k: number) => {
-      const slice = sliced ? [] : batch.slice(k * this.sliceSize, (k + 1) * this.sliceSize);
-      const size = sliced ? sliced.size(k) : slice.length;
+      const size = slices.size(k);
       const paused = mode === 'apply' && model.paused;
       const seqAtStart = this.controlSeq;
       this.starting++;
@@ -274,7 +284,7 @@ export class DeviceBatches {
           workflowId: idOf(k),
           args: [
             {
-              ...(sliced ? { source: sliced.source(k) } : { devices: slice }),
+              ...slices.input(k),
               options: opts,
               tallyBefore: { succeeded: 0, failed: 0 },
               paused,
@@ -287,16 +297,7 @@ export class DeviceBatches {
         this.starting--;
       }
       this.liveSlices.set(handle.workflowId, handle);
-      if (sliced) {
-        const undoes = sliced.undoes?.(k);
-        model.sliceStarted({
-          workflowId: handle.workflowId,
-          phase: sliced.phase,
-          mode,
-          devices: size,
-          ...(undoes ? { undoes } : {}),
-        });
-      }
+      slices.started(k, handle.workflowId);
       // A control that came while the child was being started has not reached it yet (numbered: the
       // update waiting for it counts this slice too). Otherwise its input already has the state.
       if (mode === 'apply' && (model.paused !== paused || model.stopped))
@@ -342,7 +343,6 @@ export class DeviceBatches {
       total.tally.succeeded += result.tally.succeeded;
       total.tally.failed += result.tally.failed;
       total.started.push(...result.started);
-      if (result.records) total.startedCount = (total.startedCount ?? 0) + result.records.started;
     }
     return total;
   }

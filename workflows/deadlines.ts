@@ -9,7 +9,7 @@ import {
   phaseInProgress,
 } from '../core/rollout/deadline';
 import type { RolloutInput } from '../core/rollout/input';
-import { phaseSize, type RolloutModel } from '../core/rollout/model';
+import type { RolloutModel } from '../core/rollout/model';
 import { DEFAULT_SLICE } from './batches';
 import type { RolloutStages } from './rollout-stages';
 
@@ -86,13 +86,14 @@ class DeadlineWatcher implements DeadlineWatch {
   /**
    * The phase whose deadline runs now: the latest one whose first device started and whose health gate
    * has not ended. A phase run in slices learns its first start only when a slice ends, so it counts
-   * from the moment it starts applying.
+   * from the moment it starts applying (its size is the model's, whichever records keep its devices).
    */
   private livePhase(): number | undefined {
     const planned = this.model.plan?.phases ?? [];
     for (let i = planned.length - 1; i >= 0; i--) {
-      if (!phaseInProgress(this.model.phase(i).stage)) continue;
-      if (this.model.phaseStarted(i) || phaseSize(planned[i]!) > this.sliceSize) return i;
+      const phase = this.model.phase(i);
+      if (!phaseInProgress(phase.stage)) continue;
+      if (this.model.phaseStarted(i) || phase.devices > this.sliceSize) return i;
     }
     return undefined;
   }

@@ -62,11 +62,11 @@ export interface DeviceRunResult {
   background: Promise<void>;
 }
 
-/** What a batch (inline, or over slices) answers the rollout: a run's result without its background devices. */
-export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'> & {
-  /** Slices of sliced records: how many they started (`started` names none: the slices have them). */
-  startedCount?: number;
-};
+/**
+ * What a batch (inline, or over slices) answers the rollout: a run's result without its background
+ * devices (`started` names none of a slice that keeps its records: the slice has them).
+ */
+export type BatchResult = Pick<DeviceRunResult, 'tally' | 'tripped' | 'started'>;
 
 function applyProxy(opts: DeviceRunOptions) {
   return applyRevisionActivity({

@@ -27,7 +27,7 @@ export async function runHealthGate(
   const healthCheck = runHealthCheckActivity(spec.healthTimeout);
   const changed = model.healthTargets();
   // Sliced records: the sliced phases' changed devices are read from their slices, a few slices per check.
-  const slices = model.sliced?.appliedSlices() ?? [];
+  const slices = model.sliced.appliedSlices();
   const results: CheckResult[] = [];
   for (const check of phase.healthGate) {
     for (let i = 0; i < slices.length; i += SLICES_PER_ACTIVITY) {

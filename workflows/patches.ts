@@ -449,7 +449,7 @@ export const PATCHES: readonly PatchRecord[] = [
     id: 'sliced-records',
     introducedIn: 'r11',
     commit: '7d5213e',
-    askedIn: ['workflows/rollout-stages.ts snapshot'],
+    askedIn: ['workflows/phase-records/sliced.ts snapshot'],
     status: 'live',
     replayedWith: ['sliced-records-completed', 'sliced-records-rolled-back'],
     replayedWithout: [],

@@ -1,27 +1,20 @@
 import * as wf from '@temporalio/workflow';
 import type { AuditEventName } from '../core/audit';
 import { DEFAULT_REVERT_WINDOW_MS } from '../core/floor';
-import type { Plan, PlannedPhase } from '../core/planner';
-import { canaryToProbe, planRollout } from '../core/rollout/plan';
+import type { PlannedPhase } from '../core/planner';
 import type { RolloutInput } from '../core/rollout/input';
-import { phaseSize, type RolloutModel } from '../core/rollout/model';
-import type { PlanShape } from '../core/rollout/sliced-plan';
-import type { DeviceSnapshot } from '../core/rollout-state';
-import type { SliceCounts } from './slice';
-import type { SlicedPlanSource } from '../activities/sliced-records';
+import type { RolloutModel } from '../core/rollout/model';
 import { endingOf, endingParts, type Ending } from '../core/rollout/ending';
 import * as policy from '../core/rollout/policy';
 import type { RolloutStatus } from '../core/rollout/status';
-import { planSlices, probeDevices, snapshotFleet } from './activity-proxies';
 import { AuditTrail } from './audit-trail';
-import { DEFAULT_SLICE, DeviceBatches, type BatchResult } from './batches';
+import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
 import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
+import { phaseRecordsFor, type PhaseRecords } from './phase-records';
 import { publishIfChanged, refreshDetails } from './progress';
 
-/** Devices per snapshot activity: a 10,000-device fleet is not one payload. */
-const SNAPSHOT_PAGE = 1_000;
 /** A rollout whose input names a membership entity snapshots from it (only inputs with `membership` ask). */
 export const MEMBERSHIP_ENTITY = 'membership-entity';
 /** New executions record the canary's devices as touched when they start, so a cancel mid-apply puts them back. */
@@ -45,20 +38,12 @@ export const ZERO_GATE_NO_TIMER = 'zero-gate-no-timer';
 export const SNAPSHOT_MEMBERSHIP_ONLY = 'snapshot-membership-only';
 /** New executions with a membership-only snapshot send `aheadAbove` with every apply: a device above the target answers `ahead` and is not-for-me. */
 export const AHEAD_AT_APPLY = 'ahead-at-apply';
-/** At most this many rounds of probing the canary's candidates (each probes at least one more device). */
-const MAX_CANARY_PROBE_ROUNDS = 8;
 /**
  * New executions end every rollout in one order (core/rollout/ending.ts ENDING_ORDER): close the waiting
  * phases, name the devices never started, compensate, finish. Executions recorded before take their
  * cause's own order (`Ending.legacyOrder`).
  */
 export const ONE_ENDING = 'one-ending';
-/**
- * An input with `records: 'slices'` (and a membership) keeps no per-device record of a sliced phase in
- * the rollout (core/rollout/sliced-plan.ts): the plan's shape from an activity, slices that load their
- * own devices and keep their records, one linking audit record per slice. Only such inputs ask.
- */
-export const SLICED_RECORDS = 'sliced-records';
 /** Devices per per-device audit record: a 10,000-device phase is twenty records, not one huge one. */
 const DEVICE_RECORD_CHUNK = 500;
 
@@ -72,8 +57,8 @@ export type AuditFieldsOf = { phase?: string | null; by?: string; reason?: strin
 export class RolloutStages {
   private readonly trail: AuditTrail;
   private readonly batches: DeviceBatches;
-  /** Sliced records (SLICED_RECORDS): the rollout holds counts of its sliced phases, the slices their devices. */
-  private readonly sliced: boolean;
+  /** Where the phases' device records are kept: inline, or sliced records (chosen once, workflows/phase-records/). */
+  private readonly records: PhaseRecords;
 
   constructor(
     private readonly input: RolloutInput,
@@ -93,8 +78,8 @@ export class RolloutStages {
         changed();
       },
     });
-    this.sliced = input.records === 'slices' && input.membership !== undefined;
-    this.batches = new DeviceBatches(input, model, (_workflowId, mode, records) => this.linkSlice(mode, records));
+    this.batches = new DeviceBatches(input, model);
+    this.records = phaseRecordsFor({ input, model, batches: this.batches, audit: (event, f) => this.audit(event, f) });
     wf.deprecatePatch(AUDIT_DEVICE_RECORDS);
     wireControls(
       model,
@@ -140,26 +125,7 @@ export class RolloutStages {
     const skipped = this.model.skipPending(reason, exceptPhase);
     refreshDetails(this.model, true);
     for (const chunk of chunks(skipped)) void this.audit('devices.skipped', { reason, evidence: { devices: chunk } });
-    // Sliced records: the sliced phases' devices no slice ran, by count (the plan names them).
-    const unstarted = this.model.closeUnstartedSlices(reason, exceptPhase);
-    if (unstarted.length)
-      void this.audit('devices.skipped', {
-        reason,
-        evidence: { phases: unstarted.map((u) => ({ phase: this.model.phase(u.phase).name, devices: u.devices })) },
-      });
-  }
-
-  /** A slice of sliced records ended: its own trail, linked into the rollout's by its head. */
-  private linkSlice(mode: 'apply' | 'rollback', records: SliceCounts): void {
-    void this.audit('devices.outcome', {
-      evidence: {
-        mode,
-        trail: records.trail.id,
-        head: records.trail.head,
-        devices: records.counts.total,
-        counts: records.counts,
-      },
-    });
+    this.records.skipUnstarted(reason, exceptPhase);
   }
 
   /** One record per chunk of devices: each one's state (and why) after a batch, or at plan time. */
@@ -182,29 +148,15 @@ export class RolloutStages {
       'plan',
       this.model.settledAtPlan().map((d) => d.id),
     );
-    const shape = this.shape;
-    if (!shape) return named;
-    // Sliced records: the devices the plan settled by count; the plan (its digest) names each one.
-    return named
-      .then(() =>
-        this.audit('devices.outcome', {
-          evidence: {
-            mode: 'plan',
-            plan: shape.digest,
-            alreadyApplied: shape.alreadyApplied,
-            notForMe: shape.notForMe,
-            sliced: shape.phases
-              .filter((p) => p.slices > 0)
-              .map((p) => ({ phase: p.name, devices: p.size, slices: p.slices })),
-          },
-        }),
-      )
-      .then(() => undefined);
+    return this.records.recordPlan(named);
   }
 
-  /** The membership in scope, page by page, fixed for the rollout. */
-  async snapshot(): Promise<void> {
-    const { spec, profile } = this.input;
+  /**
+   * The membership in scope, fixed for the rollout (its pages, or none with sliced records: PhaseRecords).
+   * Not `async`: the records' snapshot is the promise the story waits on, as when it was this method's body.
+   */
+  snapshot(): Promise<void> {
+    const { spec } = this.input;
     // New executions contact no device here: each one's revision and reachability are learned by its
     // own apply (verify-first answers already-applied; an unreachable one answers offline).
     wf.deprecatePatch(SNAPSHOT_MEMBERSHIP_ONLY);
@@ -215,104 +167,20 @@ export class RolloutStages {
     // The CLI's stored membership, read through the client on whichever worker runs the snapshot; older
     // inputs (and --inventory-on-worker) name a file on the worker's disk.
     if (this.input.membership) wf.deprecatePatch(MEMBERSHIP_ENTITY);
-    // Sliced records: no page of the snapshot comes here; the plan's activity reads the membership.
-    if (this.sliced) {
-      wf.patched(SLICED_RECORDS);
-      return;
-    }
-    const source = this.input.membership
-      ? { membership: this.input.membership }
-      : { inventoryPath: this.input.inventoryPath };
-    for (let offset = 0; ; offset += SNAPSHOT_PAGE) {
-      const page = await snapshotFleet.executeWithOptions(
-        { summary: `snapshot ${spec.profile} fleet from #${offset}` },
-        [
-          {
-            ...source,
-            profile: spec.profile,
-            scope: profile.scope,
-            offset,
-            limit: SNAPSHOT_PAGE,
-            ...(this.input.onlyDevices ? { only: this.input.onlyDevices } : {}),
-            probe: false,
-          },
-        ],
-      );
-      this.model.addSnapshot(page.devices);
-      if (offset + SNAPSHOT_PAGE >= page.total) break;
-    }
+    return this.records.snapshot();
   }
 
   /**
-   * The plan, deterministic from the rollout id and the snapshot. After a membership-only snapshot the
-   * canary must still be devices that need the change: its devices are probed (only those, a handful),
-   * what was learned replaces their snapshot entries, and the plan is made again, until every canary
-   * device has been probed (one already at the target leaves the phases; an unreachable one goes last).
+   * The plan, deterministic from the rollout id and the membership, its canary's devices probed until
+   * every one was (PhaseRecords.plan). Not `async`, as `snapshot`.
    */
-  async plan(): Promise<Plan | PlanShape> {
-    if (this.sliced) return this.planShape();
-    const { input, model } = this;
-    let plan = planRollout(input, model.snapshotDevices());
-    const probed = new Set<string>();
-    for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS; round++) {
-      const ids = canaryToProbe(plan, probed);
-      if (ids.length === 0) break;
-      const found = await probeDevices.executeWithOptions(
-        { summary: `probe ${ids.length} canary candidate(s) of ${input.spec.profile}` },
-        [{ profile: input.spec.profile, devices: ids.map((id) => model.snapshotOf(id)!) }],
-      );
-      for (const id of ids) probed.add(id);
-      model.updateSnapshot(found);
-      plan = planRollout(input, model.snapshotDevices());
-    }
-    return plan;
+  plan(): Promise<{ readonly phases: readonly PlannedPhase[] }> {
+    return this.records.plan();
   }
 
-  /** The sliced plan's shape and what a slice needs to load its devices from the same plan. */
-  private shape: PlanShape | undefined;
-  private probed: DeviceSnapshot[] = [];
-
-  /**
-   * Sliced records: the plan's shape from the activity (the membership read on the worker), the canary's
-   * devices probed and the plan made again until every canary device was probed, as `plan` does.
-   */
-  private async planShape(): Promise<PlanShape> {
-    const { input } = this;
-    let shape = await planSlices.executeWithOptions({ summary: `plan ${input.spec.profile} (sliced records)` }, [
-      this.planSource(),
-    ]);
-    for (let round = 0; round < MAX_CANARY_PROBE_ROUNDS && shape.toProbe.length > 0; round++) {
-      const found = await probeDevices.executeWithOptions(
-        { summary: `probe ${shape.toProbe.length} canary candidate(s) of ${input.spec.profile}` },
-        [{ profile: input.spec.profile, devices: shape.toProbe }],
-      );
-      const byId = new Map(found.map((d) => [d.id, d]));
-      this.probed = [...this.probed.filter((d) => !byId.has(d.id)), ...found];
-      shape = await planSlices.executeWithOptions({ summary: `plan ${input.spec.profile} again (probed)` }, [
-        this.planSource(),
-      ]);
-    }
-    this.shape = shape;
-    return shape;
-  }
-
-  private planSource(): SlicedPlanSource {
-    const { input } = this;
-    return {
-      membership: input.membership!,
-      scope: input.profile.scope,
-      ...(input.onlyDevices ? { only: input.onlyDevices } : {}),
-      plan: {
-        rolloutId: input.rolloutId,
-        ...(input.planSeed !== undefined ? { planSeed: input.planSeed } : {}),
-        spec: input.spec,
-        poolBudgets: input.poolBudgets,
-        risk: input.risk,
-        ...(input.reverts ? { reverts: input.reverts } : {}),
-        sliceSize: input.sliceSize ?? DEFAULT_SLICE,
-        probed: this.probed,
-      },
-    };
+  /** The model adopts the plan `plan` made. */
+  adoptPlan(): void {
+    this.records.adopt();
   }
 
   /**
@@ -377,10 +245,9 @@ export class RolloutStages {
     const { model } = this;
     await this.batches.settled();
     const toUndo = model.toUndo();
-    // Sliced records: the apply slices that started devices, last first; each is put back by a rollback
-    // slice that reads what it started. The sliced phases come after the inline ones (a canary): first.
-    const slices = model.sliced?.toUndo() ?? [];
-    const slicedDevices = slices.reduce((n, u) => n + (u.started ?? 0), 0);
+    // Sliced records: the apply slices that started devices are put back first (PhaseRecords.slicesToUndo).
+    const slices = this.records.slicesToUndo();
+    const slicedDevices = slices?.devices ?? 0;
     model.enterRollback();
     publishIfChanged(model);
     await this.audit('rollback.started', {
@@ -390,19 +257,9 @@ export class RolloutStages {
       evidence: { devices: toUndo.length + slicedDevices },
     });
     let slicedFailed = 0;
-    if (slices.length) {
+    if (slices) {
       const before = model.counts()['rollback-failed'];
-      await this.batches.runSliced(
-        {
-          phase: -1,
-          count: slices.length,
-          size: (k) => slices[k]!.started ?? 0,
-          source: (k) => ({ undo: { workflowId: slices[k]!.workflowId } }),
-          undoes: (k) => slices[k]!.workflowId,
-        },
-        'rollback',
-        'rollback',
-      );
+      await slices.run();
       slicedFailed = model.counts()['rollback-failed'] - before;
     }
     await this.batches.run(toUndo, 'rollback', 'rollback');
@@ -418,7 +275,7 @@ export class RolloutStages {
       evidence: {
         rolledBack: toUndo.length + slicedDevices - failed.length - slicedFailed,
         rollbackFailed: failed,
-        ...(slices.length ? { slicedRollbackFailed: slicedFailed } : {}),
+        ...(slices ? { slicedRollbackFailed: slicedFailed } : {}),
       },
     });
   }
@@ -453,10 +310,16 @@ export class RolloutStages {
     model.enterPhase(phase.index);
     publishIfChanged(model);
     await this.audit('phase.started', {
-      evidence: { devices: phaseSize(phase), gate: phase.gate, ...(canary ? { canary: true } : {}) },
+      evidence: {
+        devices: model.phase(phase.index).devices,
+        gate: phase.gate,
+        ...(canary ? { canary: true } : {}),
+      },
     });
-    if (model.sliced?.isSliced(phase.index)) {
-      const result = await this.applySliced(phase);
+    // Sliced records: a phase larger than a slice runs in slices that keep its devices' records.
+    const inSlices = this.records.applyInSlices(phase);
+    if (inSlices) {
+      const result = await inSlices;
       await this.audit('phase.applied', { evidence: { tally: result.tally } });
       return { ...result, offlineFailed: 0 };
     }
@@ -477,27 +340,6 @@ export class RolloutStages {
     await this.recordDevices('apply', offline.length ? [...result.started, ...offline] : result.started);
     await this.audit('phase.applied', { evidence: { tally: result.tally } });
     return { ...result, offlineFailed };
-  }
-
-  /**
-   * A sliced phase of sliced records: its slices load their devices from the adopted plan and keep their
-   * records; each one's end links its trail into the rollout's (linkSlice). A device the snapshot found
-   * offline under `offline: fail` is counted failed by its slice, not by the phase's failure gate.
-   */
-  private applySliced(phase: PlannedPhase): Promise<BatchResult> {
-    const size = phaseSize(phase);
-    const sliceSize = this.input.sliceSize ?? DEFAULT_SLICE;
-    const digest = this.shape!.digest;
-    return this.batches.runSliced(
-      {
-        phase: phase.index,
-        count: Math.ceil(size / sliceSize),
-        size: (k) => Math.min(sliceSize, size - k * sliceSize),
-        source: (k) => ({ plan: { ...this.planSource(), digest, phase: phase.index, slice: k } }),
-      },
-      'apply',
-      phase.name,
-    );
   }
 
   /** The gate's wait: a timer an abort interrupts (manual gates are approvals, see gateThenHealth). */

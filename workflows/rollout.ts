@@ -78,8 +78,7 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     await stages.snapshot();
     const plan = await stages.plan();
     wf.deprecatePatch(SNAPSHOT_REFUSALS_FAIL);
-    if ('digest' in plan) model.adoptShape(plan);
-    else model.adoptPlan(plan);
+    stages.adoptPlan();
     publishIfChanged(model);
     await stages.recordPlan();
     if (input.canary) return canaryRun(plan.phases[0]);

@@ -15,7 +15,7 @@ import type { RolloutSpec } from '../spec';
 import { isHealthTarget } from './device-outcome';
 import { honestDevice, NOT_STARTED } from './outcome';
 import { plannedState, type PlanShape } from './sliced-plan';
-import { SlicedRecords, type SliceReport, type SliceUnit } from './sliced-records';
+import { NO_SLICED_PHASES, SlicedRecords, type SlicedPhases, type SliceReport, type SliceUnit } from './sliced-records';
 import { unconfirmedDevices, type DeadlineKind, type DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
@@ -66,8 +66,11 @@ export class RolloutModel {
   /** A write since the last publish (see `takeChanged`); a new model has not been published yet. */
   private changed = true;
 
-  /** Sliced records (core/rollout/sliced-records.ts): the sliced phases' counts and slices; absent otherwise. */
-  private slicedRecords: SlicedRecords | undefined;
+  /**
+   * The phases whose devices it does not name: none until a sliced plan's shape is adopted (inline records),
+   * then its sliced phases' counts and slices (core/rollout/sliced-records.ts).
+   */
+  private slicedPhases: SlicedPhases = NO_SLICED_PHASES;
 
   private readonly devices = new Map<string, DeviceStatus>();
   private readonly phases: PhaseStatus[] = [];
@@ -113,7 +116,7 @@ export class RolloutModel {
       ...(this.revertsRollout ? { reverts: this.revertsRollout } : {}),
       ...(this.passedDeadline ? { deadline: this.passedDeadline } : {}),
       ...(this.webhookLedger ? { webhooks: this.webhookLedger.status() } : {}),
-      ...(this.slicedRecords ? { slices: this.slicedRecords.list() } : {}),
+      ...this.slicedPhases.inStatus(),
     };
   }
   get state(): RolloutState {
@@ -167,8 +170,7 @@ export class RolloutModel {
   }
   counts(): Counts {
     const counts = countDevices(this.devices.values());
-    if (!this.slicedRecords) return counts;
-    const sliced = this.slicedRecords.counts();
+    const sliced = this.slicedPhases.counts();
     for (const key of Object.keys(counts) as Array<keyof Counts>) counts[key] += sliced[key];
     return counts;
   }
@@ -177,7 +179,7 @@ export class RolloutModel {
   changedDevices(): number {
     let n = 0;
     for (const id of this.touched) if (this.devices.get(id)?.state !== 'pending') n += 1;
-    return n + (this.slicedRecords?.changedDevices() ?? 0);
+    return n + this.slicedPhases.changedDevices();
   }
   get paused(): boolean {
     return this.currentState === 'paused' || this.auditHoldReason !== undefined;
@@ -256,7 +258,7 @@ export class RolloutModel {
    */
   adoptShape(shape: PlanShape): void {
     this.addSnapshot(shape.inline);
-    this.slicedRecords = new SlicedRecords(shape);
+    this.slicedPhases = new SlicedRecords(shape);
     this.adoptPlan({
       rolloutId: this.spec.rolloutId,
       seed: shape.seed,
@@ -270,24 +272,26 @@ export class RolloutModel {
       warnings: shape.warnings,
     });
   }
-  /** Sliced records, when the rollout keeps them (the parent then holds counts of its sliced phases). */
-  get sliced(): SlicedRecords | undefined {
-    return this.slicedRecords;
+  /** The phases whose devices the model does not name: none with inline records (see `slicedPhases`). */
+  get sliced(): SlicedPhases {
+    return this.slicedPhases;
   }
   /** A slice of sliced records started / ended (its counts replace its devices' pending ones). */
   sliceStarted(unit: Omit<SliceUnit, 'counts' | 'required' | 'started'>): void {
     this.changed = true;
-    this.slicedRecords!.started(unit);
+    this.slicedPhases.started(unit);
   }
   sliceEnded(workflowId: string, report: SliceReport): void {
     this.changed = true;
-    this.slicedRecords!.ended(workflowId, report);
+    this.slicedPhases.ended(workflowId, report);
   }
-  /** Sliced phases' devices no slice ran: not-started from now on (how many, by phase). */
+  /**
+   * Sliced phases' devices no slice ran: not-started from now on (how many, by phase). Asked only by sliced
+   * records (workflows/phase-records/sliced.ts): inline records have no such phase and write nothing here.
+   */
   closeUnstartedSlices(reason: string, exceptPhase?: number): Array<{ phase: number; devices: number }> {
-    if (!this.slicedRecords) return [];
     this.changed = true;
-    return this.slicedRecords.closeUnstarted(reason, exceptPhase);
+    return this.slicedPhases.closeUnstarted(reason, exceptPhase);
   }
   /** The devices a deadline waits for that are not confirmed: the named ones, and the sliced phases' by count. */
   unconfirmed(
@@ -295,8 +299,7 @@ export class RolloutModel {
     phase?: number,
   ): { ids: string[]; count: number; byState: Partial<Record<DeviceState, number>> } {
     const named = unconfirmedDevices(this.requiredDevices(), passedPhases, phase);
-    if (!this.slicedRecords) return named;
-    const sliced = this.slicedRecords.unconfirmed(passedPhases, phase);
+    const sliced = this.slicedPhases.unconfirmed(passedPhases, phase);
     const byState = { ...named.byState };
     for (const [state, n] of Object.entries(sliced.byState) as Array<[DeviceState, number]>)
       byState[state] = (byState[state] ?? 0) + n;
@@ -343,7 +346,7 @@ export class RolloutModel {
   }
   /** Whether a device of the phase has started applying (a sliced phase learns it when its first slice ends). */
   phaseStarted(index: number): boolean {
-    return this.startedPhases.has(index) || (this.slicedRecords?.phaseStarted(index) ?? false);
+    return this.startedPhases.has(index) || this.slicedPhases.phaseStarted(index);
   }
   /** Devices a deadline waits for: planned into a phase and not best-effort (they never hold a gate). */
   *requiredDevices(): Iterable<DeviceStatus> {
@@ -545,7 +548,10 @@ export class RolloutModel {
   }
 }
 
-/** How many devices a phase has: a sliced phase of sliced records names none of them (core/rollout/sliced-plan.ts). */
-export function phaseSize(phase: PlannedPhase | (PlannedPhase & { size: number })): number {
+/**
+ * How many devices a planned phase has: a sliced phase of a sliced plan's shape names none of them
+ * (core/rollout/sliced-plan.ts). Read once, at adoption: after it, `phase(index).devices` says it.
+ */
+function phaseSize(phase: PlannedPhase | (PlannedPhase & { size: number })): number {
   return 'size' in phase ? phase.size : phase.devices.length;
 }

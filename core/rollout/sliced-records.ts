@@ -36,12 +36,67 @@ function add(into: Counts, counts: Counts, sign: 1 | -1 = 1): void {
 }
 
 /**
+ * What the model knows of the phases whose devices it does not hold by name: the pure half of the
+ * rollout's PhaseRecords strategy (workflows/phase-records/), chosen once when the plan is adopted. With
+ * inline records no phase is sliced (NO_SLICED_PHASES: every device is named in the model); with sliced
+ * records a sliced phase is counts per slice (SlicedRecords). The model asks it instead of asking which
+ * kind of records the rollout keeps.
+ */
+export interface SlicedPhases {
+  /** How many devices in scope are reached through their agent (convergence reads the slices only then). */
+  readonly agents: number;
+  /** Whether a phase runs in slices that keep its devices' records (its devices never in the parent). */
+  isSliced(phase: number): boolean;
+  started(unit: Omit<SliceUnit, 'counts' | 'required' | 'started'>): void;
+  ended(workflowId: string, report: SliceReport): void;
+  /** The sliced phases' devices and the plan-settled ones the model does not name, by state. */
+  counts(): Counts;
+  /** Devices of sliced phases this rollout started changing. */
+  changedDevices(): number;
+  /** Apply slices that started devices, last started first: what compensation puts back, in that order. */
+  toUndo(): SliceUnit[];
+  /** Every apply slice that ended (the health gate's and convergence's devices are read from them). */
+  appliedSlices(): string[];
+  /** Whether a sliced phase has a slice that started a device. */
+  phaseStarted(phase: number): boolean;
+  /** The devices of sliced phases that no slice ran are not-started from now on; returns how many, by phase. */
+  closeUnstarted(reason: string, exceptPhase?: number): Array<{ phase: number; devices: number }>;
+  /** The sliced devices a deadline waits for (see SlicedRecords.unconfirmed). */
+  unconfirmed(
+    passedPhases: ReadonlySet<number>,
+    phase?: number,
+  ): { count: number; byState: Partial<Record<DeviceState, number>> };
+  /** What the status shows of them: the slices (sliced records), or nothing (inline). */
+  inStatus(): { slices?: SliceUnit[] };
+}
+
+/** Inline records: no phase is sliced, every device is named in the model. */
+export const NO_SLICED_PHASES: SlicedPhases = {
+  agents: 0,
+  isSliced: () => false,
+  started: () => {
+    throw new Error('a slice that keeps its records started in a rollout that keeps its records inline');
+  },
+  ended: () => {
+    throw new Error('a slice that keeps its records ended in a rollout that keeps its records inline');
+  },
+  counts: emptyCounts,
+  changedDevices: () => 0,
+  toUndo: () => [],
+  appliedSlices: () => [],
+  phaseStarted: () => false,
+  closeUnstarted: () => [],
+  unconfirmed: () => ({ count: 0, byState: {} }),
+  inStatus: () => ({}),
+};
+
+/**
  * The parent's records of a sliced-records rollout (core/rollout/sliced-plan.ts): counts per phase and
  * per slice, never a device. A phase's devices are pending until the slice that runs them ends (as a
  * sliced phase always learned them), and never-started ones are counted not-started at the end. Pure:
  * the model holds one and each change goes through one method.
  */
-export class SlicedRecords {
+export class SlicedRecords implements SlicedPhases {
   private readonly units: SliceUnit[] = [];
   private readonly byId = new Map<string, SliceUnit>();
   private readonly sizes = new Map<number, number>();
@@ -172,8 +227,8 @@ export class SlicedRecords {
   }
 
   /** The slices, in start order, for the status (where each one's device records are). */
-  list(): SliceUnit[] {
-    return this.units.map((u) => ({ ...u }));
+  inStatus(): { slices: SliceUnit[] } {
+    return { slices: this.units.map((u) => ({ ...u })) };
   }
 }
 
