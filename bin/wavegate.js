@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 
 // Two ways to run, decided by whether the TypeScript sources are here:
-// - a checkout (cli/main.ts present): the sources through tsx, so tests and `npm run dev` need no build
-//   and can never run a stale dist/ left by an earlier `npm run build`;
+// - a checkout (cli/main.ts present): the sources through tsx, so `npm run dev` needs no build and can
+//   never run a stale dist/ left by an earlier `npm run build` (the tests build a fresh one and set
+//   WAVEGATE_RUN_FROM=dist: test/support/compiled-build.ts);
 // - the installed package (package.json "files" ships dist/, not the sources): the compiled JavaScript,
 //   no TypeScript compiler at run time.
 // WAVEGATE_RUN_FROM=dist runs a checkout's dist/ instead (benchmarks, checking a build before packing).

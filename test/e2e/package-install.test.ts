@@ -7,10 +7,12 @@ import { findTool, TEMPORAL_BIN, TEST_SERVER_BIN } from '../../workers/toolchain
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { defaultBuildId } from '../../workers/versioning';
 import { stopChild } from '../support/cli';
+import { packArgs } from '../support/compiled-build';
 import { scratchDir } from '../support/harness';
 
 /**
- * wavegate as a user installs it: `npm pack` of this checkout (its prepack builds dist/), the tarball
+ * wavegate as a user installs it: `npm pack` of this checkout (the test run's fresh dist/, as `npm run build` makes
+ * it, else its prepack builds dist/: test/support/compiled-build.ts), the tarball
  * installed globally into an empty prefix, and the installed `wavegate` run from a directory outside the
  * checkout with a HOME of its own: --help, plan, and a rollout on the simulated demo fleet (`wavegate dev
  * --demo`, then `wavegate start --wait`). npm installs from the cache `npm ci` filled (--prefer-offline).
@@ -65,7 +67,7 @@ beforeAll(() => {
   mkdirSync(prefix, { recursive: true });
   mkdirSync(away, { recursive: true });
   mkdirSync(home, { recursive: true });
-  npm(['pack', '--pack-destination', scratch.dir], PROJECT_ROOT);
+  npm(packArgs(scratch.dir), PROJECT_ROOT);
   const tarball = readdirSync(scratch.dir).find((f) => /^wavegate-.*\.tgz$/.test(f));
   expect(tarball, 'npm pack wrote no tarball').toBeDefined();
   npm(['install', '--global', '--prefix', prefix, '--prefer-offline', join(scratch.dir, tarball!)], away);

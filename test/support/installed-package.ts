@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { PROJECT_ROOT } from '../../intake/package-layout';
+import { packArgs } from './compiled-build';
 
 /** wavegate as a user installs it: `npm pack` of this checkout, installed globally into a prefix of its own. */
 export interface InstalledPackage {
@@ -29,8 +30,8 @@ function npm(args: string[], cwd: string): Promise<void> {
 }
 
 /**
- * Pack this checkout (its prepack builds dist/) into `dir` and install the tarball globally into
- * `<dir>/prefix`, from the cache `npm ci` filled (--prefer-offline). Asynchronous, so other set-up
+ * Pack this checkout (the test run's fresh dist/, else its prepack builds dist/: compiled-build.ts) into `dir`
+ * and install the tarball globally into `<dir>/prefix`, from the cache `npm ci` filled (--prefer-offline). Asynchronous, so other set-up
  * (an sshd fleet, a dev server) can run meanwhile.
  */
 export async function packAndInstall(dir: string): Promise<InstalledPackage> {
@@ -38,7 +39,7 @@ export async function packAndInstall(dir: string): Promise<InstalledPackage> {
   const away = join(dir, 'npm-cwd');
   mkdirSync(prefix, { recursive: true });
   mkdirSync(away, { recursive: true });
-  await npm(['pack', '--pack-destination', dir], PROJECT_ROOT);
+  await npm(packArgs(dir), PROJECT_ROOT);
   const tarball = readdirSync(dir).find((f) => /^wavegate-.*\.tgz$/.test(f));
   if (!tarball) throw new Error(`npm pack wrote no tarball in ${dir}`);
   await npm(['install', '--global', '--prefix', prefix, '--prefer-offline', join(dir, tarball)], away);

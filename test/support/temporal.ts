@@ -4,6 +4,7 @@ import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporali
 import { WAVEGATE_SEARCH_ATTRIBUTES } from '../../contracts/search-attributes';
 import { ensureTools } from '../../workers/toolchain';
 import { installQuietRuntime, WORKFLOWS_PATH } from '../../workers/worker';
+import { builtOncePerRun } from './run-dir';
 
 // The real dev server (`startDevServerEnv`) lives in workers/dev-server.ts: the benchmark uses it too.
 
@@ -29,9 +30,15 @@ export async function startTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
 }
 
 let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
-/** Bundle the workflow code once per test file: webpack takes seconds, workers are many. */
+/**
+ * The workflow code, bundled once per test run (test/support/run-dir.ts) and once per process outside one:
+ * webpack takes 4-5 s of CPU, and about 50 test files start workers. The sources do not change during a run.
+ */
 export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+  bundle ??= builtOncePerRun('workflow-bundle.js', async () => {
+    const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+    return code;
+  }).then((code) => ({ code, sourceMap: '' }));
   return bundle;
 }
 

@@ -21,10 +21,14 @@ function modulesLoadedBy(args: string[]): string[] {
     hook,
     `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(record)}, JSON.stringify(Object.keys(require.cache))));\n`,
   );
+  // From the sources, whatever the test run's other processes run from (test/support/compiled-build.ts): the
+  // module names below are the checkout's.
+  const { WAVEGATE_RUN_FROM: _, ...env } = process.env;
   const run = spawnSync(process.execPath, ['--require', hook, WAVEGATE_BIN, ...args], {
     cwd: PROJECT_ROOT,
     encoding: 'utf8',
     timeout: 120_000,
+    env,
   });
   expect(run.status, run.stderr).toBe(0);
   return JSON.parse(readFileSync(record, 'utf8')) as string[];
