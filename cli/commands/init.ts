@@ -305,27 +305,12 @@ function signersOf(opts: InitOptions): { threshold: number; signers: string[] } 
   return { threshold, signers };
 }
 
-async function init(opts: InitOptions): Promise<number> {
-  const profilesRoot = opts.profiles ?? (process.env.WAVEGATE_PROFILES || undefined);
-  if (!profilesRoot)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      '--profiles: required (or set WAVEGATE_PROFILES): the directory that will hold your profiles, for example ~/wavegate/profiles',
-      { field: '--profiles' },
-    );
-  checkProfileName(opts.profile, '--profile');
-  const { threshold, signers } = signersOf(opts);
-  const timeoutMs = Number(opts.scanTimeout);
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`,
-      { field: '--scan-timeout', value: opts.scanTimeout },
-    );
-  if (opts.sshKey && opts.sshAgent)
-    throw new WavegateError('INVALID_INPUT', '--ssh-key and --ssh-agent: give one, not both', { field: '--ssh-agent' });
-  const knownHosts = opts.knownHosts ? absoluteFile(opts.knownHosts, '--known-hosts') : undefined;
-
+/** The hosts `init` was given: --host, then --from-ansible's, then --from-ssh-config's (each with its pool). */
+function candidatesOf(opts: InitOptions): {
+  candidates: Candidate[];
+  pools: Record<string, { disruptionBudget?: number }>;
+  notes: string[];
+} {
   const candidates: Candidate[] = opts.host.map((h) => parseHostFlag(h, opts));
   let pools: Record<string, { disruptionBudget?: number }> = {};
   const notes: string[] = [];
@@ -347,7 +332,11 @@ async function init(opts: InitOptions): Promise<number> {
       { field: '--host' },
     );
   for (const c of candidates) pools[c.pool] ??= {};
+  return { candidates, pools, notes };
+}
 
+/** The worker's login to the hosts (--ssh-agent or --ssh-key), required unless every host names its own key. */
+function loginOf(opts: InitOptions, candidates: readonly Candidate[]): ScaffoldInput['login'] | undefined {
   const login: ScaffoldInput['login'] | undefined = opts.sshAgent
     ? { agent: true }
     : opts.sshKey
@@ -366,6 +355,35 @@ async function init(opts: InitOptions): Promise<number> {
       { field: '--ssh-key' },
     );
   }
+  return login;
+}
+
+/**
+ * Everything `init` checks without the network, before any host is contacted (bad input: exit 2): the
+ * flags, the hosts, the scaffold's input, and the fingerprints the operator accepted.
+ */
+function initRequest(opts: InitOptions) {
+  const profilesRoot = opts.profiles ?? (process.env.WAVEGATE_PROFILES || undefined);
+  if (!profilesRoot)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--profiles: required (or set WAVEGATE_PROFILES): the directory that will hold your profiles, for example ~/wavegate/profiles',
+      { field: '--profiles' },
+    );
+  checkProfileName(opts.profile, '--profile');
+  const { threshold, signers } = signersOf(opts);
+  const timeoutMs = Number(opts.scanTimeout);
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`,
+      { field: '--scan-timeout', value: opts.scanTimeout },
+    );
+  if (opts.sshKey && opts.sshAgent)
+    throw new WavegateError('INVALID_INPUT', '--ssh-key and --ssh-agent: give one, not both', { field: '--ssh-agent' });
+  const knownHosts = opts.knownHosts ? absoluteFile(opts.knownHosts, '--known-hosts') : undefined;
+  const { candidates, pools, notes } = candidatesOf(opts);
+  const login = loginOf(opts, candidates);
 
   const inventoryPath = resolve(opts.inventory);
   const input: Omit<ScaffoldInput, 'hosts'> = {
@@ -394,7 +412,11 @@ async function init(opts: InitOptions): Promise<number> {
   // Everything that can be checked without the network, before any host is contacted.
   const placeholderKey = 'SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
   scaffoldFiles({ ...input, hosts: candidates.map((c) => ({ ...c, hostKey: c.hostKey ?? placeholderKey })) });
+  return { input, candidates, notes, knownHosts, timeoutMs, inventoryPath, recordPath, accepted };
+}
 
+async function init(opts: InitOptions): Promise<number> {
+  const { input, candidates, notes, knownHosts, timeoutMs, inventoryPath, recordPath, accepted } = initRequest(opts);
   const pins = await pinHostKeys(candidates, { knownHosts, timeoutMs });
   for (const note of notes) process.stderr.write(`note: ${note}\n`);
   // Every key read now against what the operator accepted: a scanned key is pinned only when it is the
@@ -415,31 +437,7 @@ async function init(opts: InitOptions): Promise<number> {
   const scannedJudged = judged.filter((_, i) => pins[i]!.source === 'scanned');
   const unconfirmed = scannedJudged.filter((j) => j.verdict === 'unconfirmed');
   if (unconfirmed.length) {
-    // Recorded: what is printed now, and the keys already accepted and read the same again.
-    writeScannedKeys(
-      recordPath,
-      inventoryPath,
-      scannedJudged.map((j) => ({
-        id: j.id,
-        host: j.seen.host,
-        port: j.seen.port,
-        ...(j.seen.type ? { type: j.seen.type } : {}),
-        fingerprint: j.seen.fingerprint,
-      })),
-    );
-    process.stderr.write(
-      `wavegate: ${unconfirmed.length} host key(s) were read from the hosts, not pinned from a known_hosts file. Nothing of the profile, inventory or spec was written.\n` +
-        `Check each fingerprint on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_<type>_key.pub, or your provider's console):\n` +
-        unconfirmed
-          .map(
-            (j) =>
-              `  ${j.id.padEnd(16)} ${`${j.seen.host}:${j.seen.port}`.padEnd(22)} ${j.seen.type} ${j.seen.fingerprint}\n`,
-          )
-          .join('') +
-        `These fingerprints are recorded in ${recordPath}. When each one is right, pin exactly these with:\n` +
-        `  ${secondCommand(recordPath)}\n` +
-        `(or give --accept-key ID=SHA256:... for each host, or pin them with --known-hosts <file>). A host that shows another key then is refused, not pinned.\n`,
-    );
+    recordUnconfirmed(recordPath, inventoryPath, scannedJudged, unconfirmed);
     return EXIT_FAILED;
   }
   const acceptedBy = new Map(
@@ -452,11 +450,57 @@ async function init(opts: InitOptions): Promise<number> {
   writeScaffold(files, { force: !!opts.force, envelopesDir: join(full.profilesRoot, opts.profile, 'envelopes') });
   // The record is spent: a later init reads and records its hosts afresh.
   rmSync(recordPath, { force: true });
+  printWritten(full, files, pins, knownHosts);
+  return EXIT_OK;
+}
 
+/**
+ * Keys read from the hosts that no one accepted yet: recorded (what is printed now, and the keys already
+ * accepted and read the same again) and printed, with the command that pins exactly these.
+ */
+function recordUnconfirmed(
+  recordPath: string,
+  inventoryPath: string,
+  scannedJudged: readonly KeyJudgement[],
+  unconfirmed: readonly KeyJudgement[],
+): void {
+  writeScannedKeys(
+    recordPath,
+    inventoryPath,
+    scannedJudged.map((j) => ({
+      id: j.id,
+      host: j.seen.host,
+      port: j.seen.port,
+      ...(j.seen.type ? { type: j.seen.type } : {}),
+      fingerprint: j.seen.fingerprint,
+    })),
+  );
+  process.stderr.write(
+    `wavegate: ${unconfirmed.length} host key(s) were read from the hosts, not pinned from a known_hosts file. Nothing of the profile, inventory or spec was written.\n` +
+      `Check each fingerprint on the host itself (ssh-keygen -lf /etc/ssh/ssh_host_<type>_key.pub, or your provider's console):\n` +
+      unconfirmed
+        .map(
+          (j) =>
+            `  ${j.id.padEnd(16)} ${`${j.seen.host}:${j.seen.port}`.padEnd(22)} ${j.seen.type} ${j.seen.fingerprint}\n`,
+        )
+        .join('') +
+      `These fingerprints are recorded in ${recordPath}. When each one is right, pin exactly these with:\n` +
+      `  ${secondCommand(recordPath)}\n` +
+      `(or give --accept-key ID=SHA256:... for each host, or pin them with --known-hosts <file>). A host that shows another key then is refused, not pinned.\n`,
+  );
+}
+
+/** What `init` wrote, each host's pin and where it came from, and the commands that come next. */
+function printWritten(
+  full: ScaffoldInput,
+  files: ReturnType<typeof scaffoldFiles>,
+  pins: readonly Pinned[],
+  knownHosts: string | undefined,
+): void {
   const out = (line: string) => process.stdout.write(`${line}\n`);
-  out(`wrote profile ${opts.profile} under ${full.profilesRoot}:`);
+  out(`wrote profile ${full.profile} under ${full.profilesRoot}:`);
   for (const f of files) out(`  ${f.path}`);
-  out(`host keys pinned in ${inventoryPath}:`);
+  out(`host keys pinned in ${full.inventoryPath}:`);
   for (const p of pins)
     out(
       `  ${p.host.id.padEnd(16)} ${`${p.host.host}:${p.host.port}`.padEnd(22)} ${p.host.hostKey} (${p.source === 'scanned' ? `scanned, accepted: ${p.acceptedFrom === '--accept-key' ? '--accept-key' : `recorded in ${p.acceptedFrom}`}` : p.source === 'known_hosts' ? `from ${knownHosts}` : 'as the Ansible inventory pins it'})`,
@@ -469,7 +513,6 @@ async function init(opts: InitOptions): Promise<number> {
   out(
     `\n(run the worker with WAVEGATE_PROFILES=${shellWord(full.profilesRoot)} in its environment to the same effect as --profiles)`,
   );
-  return EXIT_OK;
 }
 
 export function register(program: Command): void {
