@@ -149,8 +149,13 @@ function chainProblem(
     state.start = first.lastGood;
   }
   const checkedUpTo = known?.records.at(-1);
+  // `fresh` starts on the line after the known records: its messages name the segment's lines, as a full check's do.
   const verdict = checkedUpTo
-    ? verifyAuditChain(fresh, undefined, { start: { seq: checkedUpTo.seq, hash: checkedUpTo.hash }, key })
+    ? verifyAuditChain(fresh, undefined, {
+        start: { seq: checkedUpTo.seq, hash: checkedUpTo.hash },
+        key,
+        firstLine: known!.records.length + 1,
+      })
     : verifyAuditChain(state.records, undefined, { start: state.start, key });
   if (verdict.ok) return null;
   return {

@@ -264,6 +264,11 @@ export interface ChainOptions {
   start?: AuditHead;
   /** The audit key: every record must then carry a valid MAC. */
   key?: Uint8Array;
+  /**
+   * The line (or row) of the segment `records[0]` is on; default 1. A store re-checking only the records
+   * after a prefix it found whole passes where they start, so a message names the line an operator repairs.
+   */
+  firstLine?: number;
 }
 
 /**
@@ -281,10 +286,11 @@ export interface ChainOptions {
  */
 export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts: ChainOptions = {}): AuditVerdict {
   const start = opts.start ?? { seq: 0, hash: GENESIS_HASH };
+  const firstLine = opts.firstLine ?? 1;
   let prevHash = start.hash;
   for (let i = 0; i < records.length; i++) {
     const expected = start.seq + i + 1;
-    const line = `line ${i + 1}`;
+    const line = `line ${firstLine + i}`;
     const record = records[i] as unknown;
     if (!isRecordLike(record)) return fail(expected, 'edited', `${line}: not an audit record`);
     const seq = record.seq;
@@ -329,7 +335,7 @@ export function verifyAuditChain(records: AuditRecord[], head?: AuditHead, opts:
         return fail(
           expected,
           'reordered',
-          `record ${expected} is out of order: ${line} holds record ${seq}, record ${expected} is on line ${i + 2 + later}`,
+          `record ${expected} is out of order: ${line} holds record ${seq}, record ${expected} is on line ${firstLine + i + 1 + later}`,
         );
       }
       const missing = seq - 1 === expected ? `record ${expected} is` : `records ${expected}–${seq - 1} are`;

@@ -348,6 +348,34 @@ describe('a trail that is not whole stops the sink until it is, or until an oper
     expect(failure.details).toEqual([{ file: file(), line: 2, seq: 2, problem: 'edited', segment: 1 }]);
   });
 
+  it('after a prefix found whole (only the records appended since are re-checked), AuditCorrupt names the line a full check names', async () => {
+    // The append of record 6 found 1–5 whole: the next check re-reads only the lines after them.
+    for (let seq = 1; seq <= 6; seq++) await audit.appendAudit(event(seq));
+    writeFileSync(file(), readFileSync(file(), 'utf8').replace('"phase":"phase-6"', '"phase":"phase-x"'));
+    const failure = await failureOf(audit.appendAudit(event(7)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.details).toEqual([{ file: file(), line: 6, seq: 6, problem: 'edited', segment: 1 }]);
+    expect(failure.message).toMatch(/ line 6: record 6 \(line 6\) was edited/);
+    // What `wavegate audit --verify` and auditHealth (a full check: the failure forgot the prefix) say, word for word.
+    const verdict = verifyAuditLog(readFileSync(file(), 'utf8'));
+    expect(verdict).toMatchObject({ ok: false, seq: 6 });
+    expect(failure.message).toContain(`: ${(verdict as { message: string }).message}; no record is written`);
+    const health = await audit.auditHealth({ rolloutId: 'rollout:demo' });
+    expect(health).toMatchObject({ ok: false, line: 6 });
+    expect(failure.message.startsWith(`${(health as { reason: string }).reason}; no record is written`)).toBe(true);
+  });
+
+  it('after a prefix found whole, a reordered tail is named by its lines in the file', async () => {
+    for (let seq = 1; seq <= 6; seq++) await audit.appendAudit(event(seq));
+    const sixth = readAuditFile(dir, 'rollout:demo')[5]!;
+    const seventh = serializeAuditRecord(sealRecord(event(7), sixth.hash));
+    const lines = readFileSync(file(), 'utf8').trimEnd().split('\n');
+    writeFileSync(file(), `${[...lines.slice(0, 5), seventh, lines[5]].join('\n')}\n`);
+    const failure = await failureOf(audit.appendAudit(event(8)));
+    expect(failure.details).toEqual([{ file: file(), line: 6, seq: 6, problem: 'reordered', segment: 1 }]);
+    expect(failure.message).toMatch(/record 6 is out of order: line 6 holds record 7, record 6 is on line 7;/);
+  });
+
   it("auditHealth with the workflow's head finds a cut tail that the chain alone cannot", async () => {
     for (let seq = 1; seq <= 4; seq++) await audit.appendAudit(event(seq));
     const records = readAuditFile(dir, 'rollout:demo');

@@ -217,6 +217,27 @@ describe('appends', () => {
     expect(await rows()).toHaveLength(4);
   });
 
+  it('after rows found whole (only the rows appended since are re-checked), AuditCorrupt names the row a full check names', async () => {
+    const s = store();
+    // The append of record 6 found rows 1–5 whole: the next check fetches only the rows after them.
+    for (let seq = 1; seq <= 6; seq++) await s.append(event(seq));
+    await admin.query(
+      `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 6`,
+      [id],
+    );
+    const failure = await failureOf(s.append(event(7)));
+    expect(failure.type).toBe('AuditCorrupt');
+    expect(failure.details?.[0]).toMatchObject({ line: 6, seq: 6, problem: 'edited', segment: 1 });
+    expect(failure.message).toMatch(/ seq 6: record 6 \(line 6\) was edited/);
+    // What `wavegate audit --verify` and health (a full check: the failure forgot the prefix) say, word for word.
+    const verdict = verifyAuditSegments(await s.segments(id), { key });
+    expect(verdict.failure).toMatchObject({ seq: 6, problem: 'edited' });
+    expect(failure.message).toContain(`: ${verdict.failure!.message}; no record is written`);
+    const health = await s.health({ rolloutId: id });
+    expect(health).toMatchObject({ ok: false, line: 6 });
+    expect(failure.message.startsWith(`${(health as { reason: string }).reason}; no record is written`)).toBe(true);
+  });
+
   it('an earlier row deleted or edited after many appends is still seen by the next append (the checked prefix is compared by digest)', async () => {
     const s = store();
     for (let seq = 1; seq <= 30; seq++) await s.append(event(seq));
