@@ -75,8 +75,11 @@ export async function applyThroughTwin(
 ): Promise<ApplyResult> {
   const now = opts.now ?? Date.now;
   const beat = opts.heartbeat ?? (() => {});
+  // Awaited: the gateway that writes the agent's answer completes this activity by its id (gateway/answers.ts),
+  // the first route an answer takes; this apply then learns at a heartbeat that it was answered elsewhere.
   const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true);
-  // Subscribed before asking, so an answer however quick is not missed (device/twin/report-watch.ts).
+  // Subscribed before asking, so an answer however quick is not missed (device/twin/report-watch.ts). An answer
+  // written while no attempt waited (a worker restarting) is the twin's answer to the retried attempt's ask.
   const subscription = reportWatchOf(opts.client).subscribe(target.id);
   let detail = 'desired: waiting for the agent';
   // Heartbeat on a clock of its own: the activity's heartbeat timeout is a few seconds.
@@ -156,6 +159,13 @@ function askedNothing(
  * this request. A read after a change reads the twin's own record (the answer is there); one on the safety tick adds
  * the device's presence, for the heartbeat's "seen" and the decision to ask again. A twin too busy to answer a read
  * now is read again at the next change or tick.
+ *
+ * The safety tick is the third route an answer takes into the rollout (docs/architecture.md, "Reports reach the
+ * rollout"), and the only one that loses nothing: it reads what the twin holds, however the answer got there. It
+ * finds the answers the other two miss: one the twin did not stamp and no gateway completed (a gateway killed
+ * between its durable write, sent `answersDelivered`, and its completion; a completion the server refused three
+ * times), and a stamp no feed look listed (visibility down, or behind by more than the feed's 60 s look-back).
+ * Without it such an apply would wait until its applyTimeout and fail a device its agent had applied.
  */
 async function waitForAnswer(
   target: DeviceTarget,

@@ -8,6 +8,13 @@ import { TwinFeed, type TwinChange } from '../../clients/twin-feed';
  * So a device in flight costs the rollout one read when it is asked and one when it answers, however long it takes,
  * plus a read every REPORT_SAFETY_READ_MS in case a change was missed (visibility late or down for a while), when the
  * apply also asks again if the agent has not taken the request (device/twin/apply.ts).
+ *
+ * The second of the three routes an answer takes into the rollout (docs/architecture.md, "Reports reach the
+ * rollout"): it carries the answers no gateway completes, the ones whose report the twin stamps: a gateway before
+ * r11 (workers and gateways upgrade in either order) and a report answering a request the writing gateway's record
+ * does not show as awaited (a desire it has not read yet). Without it those answers would wait for the safety read,
+ * up to REPORT_SAFETY_READ_MS each (a phase of such devices 30 s longer), or, with a safety read short enough not
+ * to, every waiting apply would query its twin every few seconds: what this feed replaced.
  */
 export const REPORT_SAFETY_READ_MS = 30_000;
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { TWIN_RUN_EVENTS, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
-import { askTwin, desireOnTwin, readTwin, reverifyTwin } from '../../clients/twin';
+import { requestIdOf, TWIN_RUN_EVENTS, twinWorkflowId, type AgentReport, type TwinView } from '../../core/twin';
+import { askTwin, desireOnTwin, readTwin, reportToTwin, reverifyTwin } from '../../clients/twin';
+import { WavegateReportedAt } from '../../contracts/search-attributes';
 import { temporal } from '@temporalio/proto';
 import { reverifyFleet } from '../../device/fleet';
 import { parseInventory } from '../../core/inventory';
@@ -160,6 +161,57 @@ describe('device twin workflow', () => {
     // A device with no twin is not started by an ask: the caller reads and signals as before.
     expect(await askTwin(real.env.client, 'twin-ask-none', { request: { ...request, sentAt } })).toBeNull();
     expect(await readTwin(real.env.client, 'twin-ask-none')).toBeNull();
+  });
+
+  /**
+   * The two routes by which the worker's apply itself finds an agent's answer (docs/architecture.md, "Reports reach
+   * the rollout"; the gateway's completion, the third, is agent-rollout-twin.test.ts). Each apply waits for the
+   * answer to its request while the test writes that answer to the twin as a gateway does, and nobody completes it.
+   */
+  async function answeredWhileWaiting(
+    device: string,
+    activity: string,
+    answersDelivered: boolean,
+    safetyReadMs: number,
+  ) {
+    const holder = { rollout: `rollout:${device}`, run: 'run-1', activity, attempt: 1 };
+    const steps = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [] };
+    await sync(device, { report: report(1), knownVersion: 0, waitMs: 0 });
+    const handle = real.env.client.workflow.getHandle(twinWorkflowId(device));
+    const opts = { client: real.env.client, taskQueue: real.worker.taskQueue, holder, rollout: holder.rollout };
+    const applying = applyThroughTwin(target(device), steps, { ...opts, safetyReadMs });
+    const requestId = requestIdOf(holder);
+    await until(
+      'the request on the twin',
+      async () => ((await readTwin(real.env.client, device))?.desired.demo?.requestId === requestId ? true : undefined),
+      10_000,
+    );
+    const stampedBefore = (await handle.describe()).typedSearchAttributes.get(WavegateReportedAt);
+    const answeredAt = Date.now();
+    await reportToTwin(real.env.client, real.worker.taskQueue, device, {
+      report: report(2, requestId),
+      knownVersion: 1,
+      sentAt: new Date().toISOString(),
+      ...(answersDelivered ? { answersDelivered } : {}),
+    });
+    const result = await applying;
+    const stampedAfter = (await handle.describe()).typedSearchAttributes.get(WavegateReportedAt);
+    return { result, tookMs: Date.now() - answeredAt, stamped: stampedAfter?.getTime() !== stampedBefore?.getTime() };
+  }
+
+  it('the feed: a stamped report wakes the waiting apply long before its safety read', async () => {
+    // As a gateway before r11 writes it, or one that did not know the request was awaited: the twin stamps the feed.
+    const { result, tookMs, stamped } = await answeredWhileWaiting('twin-feed-answer', '8', false, 600_000);
+    expect(stamped).toBe(true);
+    expect(result).toMatchObject({ device: 'twin-feed-answer', outcome: 'applied' });
+    expect(tookMs).toBeLessThan(60_000);
+  });
+
+  it('the safety read: an answer no gateway completed and no feed change announced is read from the twin', async () => {
+    // As a gateway killed between its durable write (answersDelivered: no stamp) and its completion writes it.
+    const { result, stamped } = await answeredWhileWaiting('twin-safety-answer', '9', true, 2_000);
+    expect(stamped).toBe(false);
+    expect(result).toMatchObject({ device: 'twin-safety-answer', outcome: 'applied' });
   });
 
   it('a presence shard that does not answer does not stop the apply: the device is asked without the offline check', async () => {
