@@ -222,7 +222,27 @@ async function startChecked(
   return startOrJoinRollout(client, taskQueue, members, { key: opts.key, newId: true });
 }
 
+/** The group's commands, in the order the help lists them. */
 export function register(program: Command): void {
+  for (const add of [registerStart, registerStatus, registerWatch, registerList]) add(program);
+  for (const control of CONTROLS) registerControl(program, control);
+}
+
+type StartFlags = TemporalFlags &
+  InventoryFlags &
+  TrailFlags & {
+    file: string;
+    profiles?: string;
+    registry?: boolean;
+    key?: string;
+    watch?: boolean;
+    wait?: boolean;
+    exitOnPause?: boolean;
+    interval: number;
+    json?: boolean;
+  };
+
+function registerStart(program: Command): void {
   const start = withTemporalOptions(
     withInventoryOptions(
       program
@@ -253,73 +273,60 @@ export function register(program: Command): void {
         .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
     ),
   );
-  withTrailOptions(start).action(
-    action(
-      async (
-        opts: TemporalFlags &
-          InventoryFlags &
-          TrailFlags & {
-            file: string;
-            profiles?: string;
-            registry?: boolean;
-            key?: string;
-            watch?: boolean;
-            wait?: boolean;
-            exitOnPause?: boolean;
-            interval: number;
-            json?: boolean;
-          },
-      ) => {
-        // A key that could not be stored and searched for is refused before anything is read.
-        if (opts.key !== undefined) checkIdempotencyKey(opts.key);
-        // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
-        const read = await readInventoryFlags(opts);
-        const request = {
-          specPath: opts.file,
-          inventoryPath: read.inventoryPath,
-          inventory: read.inventory,
-          profilesRoot: resolveProfilesRoot({ flag: opts.profiles }).dir,
-          startedBy: operatorName(),
-        };
-        // From files, bad input is refused before Temporal is contacted at all.
-        const fromFiles = opts.registry ? undefined : prepareRollout(request);
-        const settings = resolveConnectionSettings(opts);
-        return withClient(settings, async (client) => {
-          const input = fromFiles ?? (await prepareRollout({ ...request, client }));
-          // A retried start with its key returns the rollout it started (running or finished) before any
-          // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
-          const keyed =
-            opts.key !== undefined
-              ? await withMembership(client, settings.taskQueue, input, read, input.startedBy)
-              : undefined;
-          const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
-          const { handle, runId, existing } =
-            joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
-          const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
-          if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
-          else {
-            console.log(
-              `rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`,
-            );
-            console.log(`Web UI: ${url}`);
-          }
-          if (opts.watch)
-            return printEnding(
-              await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }),
-              runId,
-              opts,
-            );
-          if (!opts.wait) return;
-          return printEnding(
-            await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }),
-            runId,
-            opts,
-          );
-        });
-      },
-    ),
-  );
+  withTrailOptions(start).action(action(runStart));
+}
 
+/** `wavegate start`: the rollout started (or, with its key, joined), then watched or waited for when asked. */
+async function runStart(opts: StartFlags): Promise<number | undefined> {
+  // A key that could not be stored and searched for is refused before anything is read.
+  if (opts.key !== undefined) checkIdempotencyKey(opts.key);
+  // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
+  const read = await readInventoryFlags(opts);
+  const request = {
+    specPath: opts.file,
+    inventoryPath: read.inventoryPath,
+    inventory: read.inventory,
+    profilesRoot: resolveProfilesRoot({ flag: opts.profiles }).dir,
+    startedBy: operatorName(),
+  };
+  // From files, bad input is refused before Temporal is contacted at all.
+  const fromFiles = opts.registry ? undefined : prepareRollout(request);
+  const settings = resolveConnectionSettings(opts);
+  return withClient(settings, async (client) => {
+    const input = fromFiles ?? (await prepareRollout({ ...request, client }));
+    // A retried start with its key returns the rollout it started (running or finished) before any
+    // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
+    const keyed =
+      opts.key !== undefined
+        ? await withMembership(client, settings.taskQueue, input, read, input.startedBy)
+        : undefined;
+    const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
+    const { handle, runId, existing } =
+      joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
+    const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
+    if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
+    else {
+      console.log(
+        `rollout ${handle.workflowId} ${existing ? 'already started with this key (same spec): returning it' : 'started'}`,
+      );
+      console.log(`Web UI: ${url}`);
+    }
+    if (opts.watch)
+      return printEnding(
+        await watchRollout(client, handle.workflowId, { ...watchOptions(opts.interval), runId }),
+        runId,
+        opts,
+      );
+    if (!opts.wait) return;
+    return printEnding(
+      await watchRollout(client, handle.workflowId, { ...waitOptions(opts.interval, !!opts.exitOnPause), runId }),
+      runId,
+      opts,
+    );
+  });
+}
+
+function registerStatus(program: Command): void {
   withTemporalOptions(
     withTrailOptions(
       program
@@ -341,30 +348,32 @@ export function register(program: Command): void {
         )
         .option('--json', 'print JSON'),
     ),
-  ).action(
-    action(
-      async (
-        id: string,
-        opts: TemporalFlags & TrailFlags & { run?: string; json?: boolean; device?: string; devices?: boolean },
-      ) =>
-        withClient(resolveConnectionSettings(opts), async (client) => {
-          const status = await queryStatus(client, id, opts.run);
-          if (opts.device !== undefined) return printDevice(client, status, opts.device, !!opts.json);
-          const full = opts.devices ? { ...status, devices: await deviceRecords(client, status) } : status;
-          if (opts.json) console.log(JSON.stringify(full, null, 2));
-          else {
-            printStatus(full);
-            // The deciding gate's verdict, when a gate failed or was inconclusive: from the trail where it can be read.
-            const gated = full.phases.some((p) => p.stage === 'failed' || p.stage === 'inconclusive');
-            const trail = gated ? await readTrail(id, opts.run, opts) : {};
-            for (const line of gateVerdictLines(full, trail, id)) console.log(`  ${line}`);
-            console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
-          }
-          return outcomeCode(status);
-        }),
-    ),
-  );
+  ).action(action(runStatus));
+}
 
+/** `wavegate status`: one device, every device, or the rollout with its outcome and the exit code it means. */
+async function runStatus(
+  id: string,
+  opts: TemporalFlags & TrailFlags & { run?: string; json?: boolean; device?: string; devices?: boolean },
+): Promise<number> {
+  return withClient(resolveConnectionSettings(opts), async (client) => {
+    const status = await queryStatus(client, id, opts.run);
+    if (opts.device !== undefined) return printDevice(client, status, opts.device, !!opts.json);
+    const full = opts.devices ? { ...status, devices: await deviceRecords(client, status) } : status;
+    if (opts.json) console.log(JSON.stringify(full, null, 2));
+    else {
+      printStatus(full);
+      // The deciding gate's verdict, when a gate failed or was inconclusive: from the trail where it can be read.
+      const gated = full.phases.some((p) => p.stage === 'failed' || p.stage === 'inconclusive');
+      const trail = gated ? await readTrail(id, opts.run, opts) : {};
+      for (const line of gateVerdictLines(full, trail, id)) console.log(`  ${line}`);
+      console.log(`  outcome: ${rolloutOutcome(status).summary} — exit ${outcomeCode(status)}`);
+    }
+    return outcomeCode(status);
+  });
+}
+
+function registerWatch(program: Command): void {
   withTemporalOptions(
     withTrailOptions(
       program
@@ -375,27 +384,30 @@ export function register(program: Command): void {
         .option('--interval <ms>', 'poll interval', parseInterval, 1000)
         .option('--json', 'print the final status as JSON instead of drawing'),
     ),
-  ).action(
-    action(async (id: string, opts: TemporalFlags & TrailFlags & { interval: number; json?: boolean }) =>
-      withClient(resolveConnectionSettings(opts), async (client) => {
-        // With --json stdout carries only the final status: a pause is said on stderr.
-        const quiet: WatchOptions = {
-          ...watchOptions(opts.interval),
-          tty: false,
-          write: () => {},
-          onPause: (s) => console.error(pauseLine(s)),
-          onClosing: (line) => console.error(line),
-        };
-        const final = await watchRollout(client, id, opts.json ? quiet : watchOptions(opts.interval));
-        if (opts.json) {
-          console.log(JSON.stringify(final, null, 2));
-          return outcomeCode(final);
-        }
-        return printEnding(final, undefined, opts);
-      }),
-    ),
-  );
+  ).action(action(runWatch));
+}
 
+/** `wavegate watch`: drawn until the rollout ends, or (--json) only its final status on stdout. */
+async function runWatch(id: string, opts: TemporalFlags & TrailFlags & { interval: number; json?: boolean }) {
+  return withClient(resolveConnectionSettings(opts), async (client) => {
+    // With --json stdout carries only the final status: a pause is said on stderr.
+    const quiet: WatchOptions = {
+      ...watchOptions(opts.interval),
+      tty: false,
+      write: () => {},
+      onPause: (s) => console.error(pauseLine(s)),
+      onClosing: (line) => console.error(line),
+    };
+    const final = await watchRollout(client, id, opts.json ? quiet : watchOptions(opts.interval));
+    if (opts.json) {
+      console.log(JSON.stringify(final, null, 2));
+      return outcomeCode(final);
+    }
+    return printEnding(final, undefined, opts);
+  });
+}
+
+function registerList(program: Command): void {
   withTemporalOptions(
     program
       .command('list')
@@ -409,100 +421,109 @@ export function register(program: Command): void {
       )
       .option('--limit <n>', 'at most this many', (v) => Number(v), 50)
       .option('--json', 'print JSON'),
-  ).action(
-    action(async (opts: TemporalFlags & { profile?: string; state?: string; limit: number; json?: boolean }) => {
-      const settings = resolveConnectionSettings(opts);
-      return withClient(settings, async (client) => {
-        const rows = await listRollouts(client, { profile: opts.profile, state: opts.state, limit: opts.limit });
-        if (opts.json) {
-          console.log(JSON.stringify(rows, null, 2));
-          return;
-        }
-        const table = [['ID', 'TYPE', 'PROFILE', 'STATE', 'PHASE', 'REV', 'VERDICT', 'STARTED', 'TEMPORAL']];
-        for (const r of rows) {
-          table.push([
-            r.workflowId,
-            r.type === 'rolloutWorkflow' ? 'rollout' : 'nightly',
-            r.profile ?? '-',
-            r.state ?? '-',
-            r.phase ?? '-',
-            r.revision === undefined ? '-' : String(r.revision),
-            r.verdict ?? '-',
-            r.startTime.slice(0, 19),
-            r.status,
-          ]);
-        }
-        const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-        for (const row of table)
-          console.log(
-            row
-              .map((cell, i) => cell.padEnd(widths[i]!))
-              .join('  ')
-              .trimEnd(),
-          );
-        if (!rows.length) console.log('(no rollouts match)');
-      });
-    }),
-  );
+  ).action(action(runList));
+}
 
-  const controls: Array<{ name: ControlName; describe: string; extra?: (cmd: Command) => Command }> = [
-    { name: 'pause', describe: 'Pause a running rollout (it finishes the devices in flight, then holds)' },
-    { name: 'resume', describe: 'Resume a paused rollout' },
-    {
-      name: 'approve',
-      describe: 'Approve the phase waiting at a manual gate',
-      extra: (cmd) => cmd.option('--phase <index|name>', 'the phase being approved (default: the one waiting)'),
-    },
-    {
-      name: 'abort',
-      describe: 'Abort a rollout; by default every device it changed is put back (--no-rollback keeps them)',
-      extra: (cmd) =>
-        cmd
-          .option('--rollback', 'put back every device this rollout changed (default)')
-          .option('--no-rollback', 'leave the changed devices as they are'),
-    },
-    {
-      name: 'override-audit',
-      describe:
-        'Carry on past an audit trail that cannot be made whole (the rollout holds until it is): writes an audit.override record that starts a new segment from the last good record; --reason is required',
-    },
-  ];
-  for (const c of controls) {
-    let cmd = program
-      .command(`${c.name} <id>`)
-      .description(
-        `${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`,
+/** `wavegate list`: the rollouts and canaries visibility finds, as JSON or a table. */
+async function runList(opts: TemporalFlags & { profile?: string; state?: string; limit: number; json?: boolean }) {
+  const settings = resolveConnectionSettings(opts);
+  return withClient(settings, async (client) => {
+    const rows = await listRollouts(client, { profile: opts.profile, state: opts.state, limit: opts.limit });
+    if (opts.json) {
+      console.log(JSON.stringify(rows, null, 2));
+      return;
+    }
+    const table = [['ID', 'TYPE', 'PROFILE', 'STATE', 'PHASE', 'REV', 'VERDICT', 'STARTED', 'TEMPORAL']];
+    for (const r of rows) {
+      table.push([
+        r.workflowId,
+        r.type === 'rolloutWorkflow' ? 'rollout' : 'nightly',
+        r.profile ?? '-',
+        r.state ?? '-',
+        r.phase ?? '-',
+        r.revision === undefined ? '-' : String(r.revision),
+        r.verdict ?? '-',
+        r.startTime.slice(0, 19),
+        r.status,
+      ]);
+    }
+    const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
+    for (const row of table)
+      console.log(
+        row
+          .map((cell, i) => cell.padEnd(widths[i]!))
+          .join('  ')
+          .trimEnd(),
       );
-    cmd = cmd
-      .option('--reason <text>', 'why (recorded in the audit trail with your user name)')
-      .option('--json', 'print the rollout status after the control as JSON');
-    if (c.extra) cmd = c.extra(cmd);
-    withTemporalOptions(cmd).action(
-      action(
-        async (
-          id: string,
-          opts: TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string },
-        ) => {
-          if (c.name === 'override-audit' && !opts.reason?.trim())
-            throw new WavegateError(
-              'INVALID_INPUT',
-              '--reason: an audit override must say why (it is recorded in the new segment)',
-              { field: '--reason' },
-            );
-          const control: ControlBase & { rollback?: boolean; phase?: number | string } = {
-            by: operatorName(),
-            ...(opts.reason ? { reason: opts.reason } : {}),
-          };
-          if (c.name === 'abort') control.rollback = opts.rollback !== false;
-          if (c.name === 'approve' && opts.phase !== undefined)
-            control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
-          return withClient(resolveConnectionSettings(opts), async (client) => {
-            const status = await sendControl(client, id, c.name, control);
-            if (opts.json) console.log(JSON.stringify(status, null, 2));
-            else console.log(`${describeControl(c.name, status, control)} (${id}, by ${control.by})`);
-          });
-        },
-      ),
+    if (!rows.length) console.log('(no rollouts match)');
+  });
+}
+
+/** A control command: its name (the update it sends), its description, and any options of its own. */
+interface ControlCommand {
+  name: ControlName;
+  describe: string;
+  extra?: (cmd: Command) => Command;
+}
+
+const CONTROLS: ControlCommand[] = [
+  { name: 'pause', describe: 'Pause a running rollout (it finishes the devices in flight, then holds)' },
+  { name: 'resume', describe: 'Resume a paused rollout' },
+  {
+    name: 'approve',
+    describe: 'Approve the phase waiting at a manual gate',
+    extra: (cmd) => cmd.option('--phase <index|name>', 'the phase being approved (default: the one waiting)'),
+  },
+  {
+    name: 'abort',
+    describe: 'Abort a rollout; by default every device it changed is put back (--no-rollback keeps them)',
+    extra: (cmd) =>
+      cmd
+        .option('--rollback', 'put back every device this rollout changed (default)')
+        .option('--no-rollback', 'leave the changed devices as they are'),
+  },
+  {
+    name: 'override-audit',
+    describe:
+      'Carry on past an audit trail that cannot be made whole (the rollout holds until it is): writes an audit.override record that starts a new segment from the last good record; --reason is required',
+  },
+];
+
+type ControlFlags = TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string };
+
+function registerControl(program: Command, c: ControlCommand): void {
+  let cmd = program
+    .command(`${c.name} <id>`)
+    .description(
+      `${c.describe}. Sent as an update: an invalid transition is refused at once with the current state (exit 2)`,
     );
-  }
+  cmd = cmd
+    .option('--reason <text>', 'why (recorded in the audit trail with your user name)')
+    .option('--json', 'print the rollout status after the control as JSON');
+  if (c.extra) cmd = c.extra(cmd);
+  withTemporalOptions(cmd).action(action((id: string, opts: ControlFlags) => runControl(c.name, id, opts)));
+}
+
+/** A control sent as an update; the rollout's answer printed (a refusal is exit 2, from sendControl). */
+async function runControl(name: ControlName, id: string, opts: ControlFlags): Promise<void> {
+  if (name === 'override-audit' && !opts.reason?.trim())
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--reason: an audit override must say why (it is recorded in the new segment)',
+      {
+        field: '--reason',
+      },
+    );
+  const control: ControlBase & { rollback?: boolean; phase?: number | string } = {
+    by: operatorName(),
+    ...(opts.reason ? { reason: opts.reason } : {}),
+  };
+  if (name === 'abort') control.rollback = opts.rollback !== false;
+  if (name === 'approve' && opts.phase !== undefined)
+    control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
+  return withClient(resolveConnectionSettings(opts), async (client) => {
+    const status = await sendControl(client, id, name, control);
+    if (opts.json) console.log(JSON.stringify(status, null, 2));
+    else console.log(`${describeControl(name, status, control)} (${id}, by ${control.by})`);
+  });
 }
