@@ -202,9 +202,34 @@ async function waitForTriggered(
 
 const verdictCode = (verdict: string) => (verdict === 'pass' || verdict === 'nothing-to-test' ? EXIT_OK : EXIT_FAILED);
 
+/** The `schedule` group and its commands, in the order the help lists them. */
 export function register(program: Command): void {
   const schedule = program.command('schedule').description('Nightly canaries on Temporal Schedules');
+  const commands = [
+    registerCreate,
+    registerList,
+    registerDescribe,
+    (group: Command) => registerPauseVerb(group, 'pause'),
+    (group: Command) => registerPauseVerb(group, 'unpause'),
+    registerTrigger,
+    registerDelete,
+  ];
+  for (const add of commands) add(schedule);
+}
 
+type CreateFlags = TemporalFlags & {
+  profile: string;
+  inventory: string;
+  at: string;
+  tz: string;
+  keep?: boolean;
+  file?: string;
+  profiles?: string;
+  catchupWindow: string;
+  json?: boolean;
+};
+
+function registerCreate(schedule: Command): void {
   withTemporalOptions(
     schedule
       .command('create <name>')
@@ -221,115 +246,112 @@ export function register(program: Command): void {
       .option('--profiles <dir>', `${profilesOptionHelp()}; the worker reads this path`)
       .option('--catchup-window <duration>', 'how late a missed run may still start', '1h')
       .option('--json', 'print the created schedule as JSON'),
-  ).action(
-    action(
-      async (
-        name: string,
-        opts: TemporalFlags & {
-          profile: string;
-          inventory: string;
-          at: string;
-          tz: string;
-          keep?: boolean;
-          file?: string;
-          profiles?: string;
-          catchupWindow: string;
-          json?: boolean;
-        },
-      ) => {
-        checkName(name);
-        const at = parseAt(opts.at);
-        const timezone = checkTimeZone(opts.tz);
-        const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
-        const { profile, layout } = loadProfile(profilesRoot, opts.profile, '--profile');
-        // The canary's error-rate check sends the profile's metrics token: refused here as `plan` refuses it.
-        checkMetricsPolicy(profile, layout.profileFile);
-        const inventoryPath = resolve(opts.inventory);
-        loadRolloutInventory(inventoryPath);
-        const catchupMs = parseDurationMs(opts.catchupWindow);
-        if (catchupMs === undefined || catchupMs < 10_000)
-          throw new WavegateError(
-            'INVALID_INPUT',
-            `--catchup-window ${JSON.stringify(opts.catchupWindow)}: must be a duration of at least 10s, e.g. "1h"`,
-          );
-        const specPath = opts.file ? resolve(opts.file) : undefined;
-        // Validate now with placeholder revisions: the real ones are filled in each night.
-        canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
-        const input: NightlyCanaryInput = {
-          profile: opts.profile,
-          inventoryPath,
-          profilesDir: profilesRoot,
-          ...(specPath ? { specPath } : {}),
-          keep: !!opts.keep,
-          createdBy: operatorName(),
-        };
-        const settings = resolveConnectionSettings(opts);
-        return withClient(settings, async (client) => {
-          try {
-            await client.schedule.create({
-              scheduleId: name,
-              spec: { calendars: [{ hour: at.hour, minute: at.minute }], timezone },
-              action: {
-                type: 'startWorkflow',
-                workflowType: 'nightlyCanaryWorkflow',
-                workflowId: `nightly-canary:${opts.profile}`,
-                taskQueue: settings.taskQueue,
-                args: [input],
-                typedSearchAttributes: [{ key: WavegateProfile, value: opts.profile }],
-                staticSummary: `nightly canary of ${opts.profile}${opts.keep ? ' (keep)' : ''}`,
-              },
-              policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: catchupMs },
-              memo: { wavegateProfile: opts.profile, createdBy: input.createdBy },
-              state: { note: `created by ${input.createdBy}` },
-            });
-          } catch (err) {
-            if (err instanceof ScheduleAlreadyRunning)
-              throw new WavegateError(
-                'CONFLICT',
-                `a schedule named "${name}" already exists; delete it first or pick another name`,
-              );
-            throw err;
-          }
-          const report = await describeSchedule(client, name);
-          if (opts.json) console.log(JSON.stringify(report, null, 2));
-          else
-            console.log(
-              `schedule ${name} created: nightly canary of ${opts.profile} at ${opts.at} ${timezone}${opts.keep ? ' (keep the canary)' : ''}; next ${report.nextActionTimes[0] ?? '-'}`,
-            );
-        });
-      },
-    ),
-  );
+  ).action(action(runCreate));
+}
 
+/** What `schedule create` checks before contacting Temporal (bad input: exit 2), and the canary's input it makes. */
+function createRequest(name: string, opts: CreateFlags) {
+  checkName(name);
+  const at = parseAt(opts.at);
+  const timezone = checkTimeZone(opts.tz);
+  const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
+  const { profile, layout } = loadProfile(profilesRoot, opts.profile, '--profile');
+  // The canary's error-rate check sends the profile's metrics token: refused here as `plan` refuses it.
+  checkMetricsPolicy(profile, layout.profileFile);
+  const inventoryPath = resolve(opts.inventory);
+  loadRolloutInventory(inventoryPath);
+  const catchupMs = parseDurationMs(opts.catchupWindow);
+  if (catchupMs === undefined || catchupMs < 10_000)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--catchup-window ${JSON.stringify(opts.catchupWindow)}: must be a duration of at least 10s, e.g. "1h"`,
+    );
+  const specPath = opts.file ? resolve(opts.file) : undefined;
+  // Validate now with placeholder revisions: the real ones are filled in each night.
+  canarySpec({ profile, ...(specPath ? { specPath } : {}), fromRevision: 1, toRevision: 2 });
+  const input: NightlyCanaryInput = {
+    profile: opts.profile,
+    inventoryPath,
+    profilesDir: profilesRoot,
+    ...(specPath ? { specPath } : {}),
+    keep: !!opts.keep,
+    createdBy: operatorName(),
+  };
+  return { at, timezone, catchupMs, input };
+}
+
+/** `schedule create`: the schedule of the nightly canary, created once (a name taken: CONFLICT). */
+async function runCreate(name: string, opts: CreateFlags): Promise<void> {
+  const { at, timezone, catchupMs, input } = createRequest(name, opts);
+  const settings = resolveConnectionSettings(opts);
+  return withClient(settings, async (client) => {
+    try {
+      await client.schedule.create({
+        scheduleId: name,
+        spec: { calendars: [{ hour: at.hour, minute: at.minute }], timezone },
+        action: {
+          type: 'startWorkflow',
+          workflowType: 'nightlyCanaryWorkflow',
+          workflowId: `nightly-canary:${opts.profile}`,
+          taskQueue: settings.taskQueue,
+          args: [input],
+          typedSearchAttributes: [{ key: WavegateProfile, value: opts.profile }],
+          staticSummary: `nightly canary of ${opts.profile}${opts.keep ? ' (keep)' : ''}`,
+        },
+        policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: catchupMs },
+        memo: { wavegateProfile: opts.profile, createdBy: input.createdBy },
+        state: { note: `created by ${input.createdBy}` },
+      });
+    } catch (err) {
+      if (err instanceof ScheduleAlreadyRunning)
+        throw new WavegateError(
+          'CONFLICT',
+          `a schedule named "${name}" already exists; delete it first or pick another name`,
+        );
+      throw err;
+    }
+    const report = await describeSchedule(client, name);
+    if (opts.json) console.log(JSON.stringify(report, null, 2));
+    else
+      console.log(
+        `schedule ${name} created: nightly canary of ${opts.profile} at ${opts.at} ${timezone}${opts.keep ? ' (keep the canary)' : ''}; next ${report.nextActionTimes[0] ?? '-'}`,
+      );
+  });
+}
+
+function registerList(schedule: Command): void {
   withTemporalOptions(
     schedule.command('list').description('Schedules with their next run').option('--json', 'print JSON'),
-  ).action(
-    action(async (opts: TemporalFlags & { json?: boolean }) => {
-      const settings = resolveConnectionSettings(opts);
-      return withClient(settings, async (client) => {
-        const rows: Array<{ name: string; workflowType?: string; paused: boolean; next?: string; note?: string }> = [];
-        for await (const s of client.schedule.list()) {
-          rows.push({
-            name: s.scheduleId,
-            ...(s.action?.type === 'startWorkflow' ? { workflowType: s.action.workflowType } : {}),
-            paused: s.state.paused,
-            ...(s.info?.nextActionTimes?.[0] ? { next: s.info.nextActionTimes[0].toISOString() } : {}),
-            ...(s.state.note ? { note: s.state.note } : {}),
-          });
-        }
-        rows.sort((a, b) => a.name.localeCompare(b.name));
-        if (opts.json) console.log(JSON.stringify(rows, null, 2));
-        else {
-          for (const r of rows)
-            console.log(
-              `${r.name.padEnd(24)} ${(r.workflowType ?? '-').padEnd(24)} ${r.paused ? 'paused' : 'active'}  next ${r.next ?? '-'}${r.note ? `  ${r.note}` : ''}`,
-            );
-          if (!rows.length) console.log('(no schedules)');
-        }
-      });
-    }),
-  );
+  ).action(action(runList));
+}
 
+/** `schedule list`: every schedule by name, with its next run and note. */
+async function runList(opts: TemporalFlags & { json?: boolean }): Promise<void> {
+  const settings = resolveConnectionSettings(opts);
+  return withClient(settings, async (client) => {
+    const rows: Array<{ name: string; workflowType?: string; paused: boolean; next?: string; note?: string }> = [];
+    for await (const s of client.schedule.list()) {
+      rows.push({
+        name: s.scheduleId,
+        ...(s.action?.type === 'startWorkflow' ? { workflowType: s.action.workflowType } : {}),
+        paused: s.state.paused,
+        ...(s.info?.nextActionTimes?.[0] ? { next: s.info.nextActionTimes[0].toISOString() } : {}),
+        ...(s.state.note ? { note: s.state.note } : {}),
+      });
+    }
+    rows.sort((a, b) => a.name.localeCompare(b.name));
+    if (opts.json) console.log(JSON.stringify(rows, null, 2));
+    else {
+      for (const r of rows)
+        console.log(
+          `${r.name.padEnd(24)} ${(r.workflowType ?? '-').padEnd(24)} ${r.paused ? 'paused' : 'active'}  next ${r.next ?? '-'}${r.note ? `  ${r.note}` : ''}`,
+        );
+      if (!rows.length) console.log('(no schedules)');
+    }
+  });
+}
+
+function registerDescribe(schedule: Command): void {
   withTemporalOptions(
     schedule
       .command('describe <name>')
@@ -345,31 +367,34 @@ export function register(program: Command): void {
       });
     }),
   );
+}
 
-  for (const verb of ['pause', 'unpause'] as const) {
-    withTemporalOptions(
-      schedule
-        .command(`${verb} <name>`)
-        .description(verb === 'pause' ? 'Pause a schedule (no runs until unpaused)' : 'Unpause a schedule')
-        .option('--reason <text>', 'why (kept as the schedule note with your user name)'),
-    ).action(
-      action(async (name: string, opts: TemporalFlags & { reason?: string }) =>
-        withClient(resolveConnectionSettings(opts), async (client) => {
-          const handle = client.schedule.getHandle(name);
-          const desc = await scheduleCall(name, () => handle.describe());
-          if (desc.state.paused === (verb === 'pause'))
-            throw new WavegateError(
-              'INVALID_STATE',
-              `schedule ${name} is already ${verb === 'pause' ? 'paused' : 'active'}`,
-            );
-          const note = `${verb}d by ${operatorName()}${opts.reason ? `: ${opts.reason}` : ''}`;
-          await scheduleCall(name, () => (verb === 'pause' ? handle.pause(note) : handle.unpause(note)));
-          console.log(`schedule ${name} ${verb}d (${note})`);
-        }),
-      ),
-    );
-  }
+/** `schedule pause` and `schedule unpause`: refused when the schedule is so already. */
+function registerPauseVerb(schedule: Command, verb: 'pause' | 'unpause'): void {
+  withTemporalOptions(
+    schedule
+      .command(`${verb} <name>`)
+      .description(verb === 'pause' ? 'Pause a schedule (no runs until unpaused)' : 'Unpause a schedule')
+      .option('--reason <text>', 'why (kept as the schedule note with your user name)'),
+  ).action(
+    action(async (name: string, opts: TemporalFlags & { reason?: string }) =>
+      withClient(resolveConnectionSettings(opts), async (client) => {
+        const handle = client.schedule.getHandle(name);
+        const desc = await scheduleCall(name, () => handle.describe());
+        if (desc.state.paused === (verb === 'pause'))
+          throw new WavegateError(
+            'INVALID_STATE',
+            `schedule ${name} is already ${verb === 'pause' ? 'paused' : 'active'}`,
+          );
+        const note = `${verb}d by ${operatorName()}${opts.reason ? `: ${opts.reason}` : ''}`;
+        await scheduleCall(name, () => (verb === 'pause' ? handle.pause(note) : handle.unpause(note)));
+        console.log(`schedule ${name} ${verb}d (${note})`);
+      }),
+    ),
+  );
+}
 
+function registerTrigger(schedule: Command): void {
   withTemporalOptions(
     schedule
       .command('trigger <name>')
@@ -396,7 +421,9 @@ export function register(program: Command): void {
       }),
     ),
   );
+}
 
+function registerDelete(schedule: Command): void {
   withTemporalOptions(
     schedule.command('delete <name>').description('Delete a schedule (runs already started are not affected)'),
   ).action(
