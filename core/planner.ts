@@ -156,166 +156,24 @@ export function planPhases(input: PlanInput): Plan {
   const warnings: string[] = [];
   const seed = seedFrom(input.seedId ?? input.rolloutId);
   const random = prng(seed);
-
-  const byId = new Map<string, PlanDevice>();
-  for (const d of [...input.devices].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
-    if (byId.has(d.id)) {
-      warnings.push(`device ${d.id} appears twice in the snapshot; the first entry is used`);
-      continue;
-    }
-    byId.set(d.id, d);
-  }
-  const devices = [...byId.values()];
+  const devices = snapshotDevices(input.devices, warnings);
   const snapshotSize = devices.length;
-
-  const notForMe: Plan['notForMe'] = [];
-  const alreadyApplied: string[] = [];
-  const candidates: PlanDevice[] = [];
-  for (const d of devices) {
-    if (d.updateClass === 'left-behind')
-      notForMe.push({ id: d.id, reason: 'left-behind: the device is excluded from updates (updateClass)' });
-    else if (d.nodeDown?.holds) notForMe.push({ id: d.id, reason: d.nodeDown.text });
-    else if (typeof d.current === 'number' && d.current > spec.toRevision && d.current !== input.revertingFrom) {
-      notForMe.push({
-        id: d.id,
-        reason: `ahead: the device is at revision ${d.current}, above the target ${spec.toRevision}`,
-      });
-    } else if (d.current === spec.toRevision) alreadyApplied.push(d.id);
-    else candidates.push(d);
-  }
-  if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${some(notForMe.map((n) => n.id))}`);
-  // A verdict that no longer holds (expired, or lifted by its recheck) brings its device back: say so.
-  for (const d of devices)
-    if (d.nodeDown && !d.nodeDown.holds && d.updateClass !== 'left-behind')
-      warnings.push(`device ${d.id}: ${d.nodeDown.text}`);
-  if (alreadyApplied.length)
-    warnings.push(
-      `${alreadyApplied.length} device(s) already at revision ${spec.toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`,
-    );
-  const unreachable = candidates.filter((d) => d.reachable === false);
-  if (unreachable.length)
-    warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);
-
+  const { notForMe, alreadyApplied, candidates } = sortSnapshot(
+    devices,
+    spec.toRevision,
+    input.revertingFrom,
+    warnings,
+  );
   const pools = poolPlans(devices, input, warnings);
-  const phases: PlannedPhase[] = [];
-  let remaining = shuffled(candidates, random);
+  const remaining = shuffled(candidates, random);
+  let phases: PlannedPhase[] = [];
   let canaryClass: string | undefined;
-
   if (candidates.length === 0) {
     warnings.push('nothing to roll out: every device in scope is already applied or not-for-me');
   } else if (input.risk === 'safe') {
-    const healthGate = [...new Set(spec.phases.flatMap((p) => p.healthGate))];
-    phases.push({
-      index: 0,
-      name: 'all (risk: safe)',
-      kind: 'all',
-      specIndex: 0,
-      devices: remaining.map((d) => d.id),
-      gate: phaseGate(spec, spec.phases[0]!),
-      healthGate,
-    });
-    remaining = [];
-    warnings.push(
-      'risk: safe — the phases are collapsed into one; "safe" is the revision author\'s claim, on the record',
-    );
+    phases = [safePhase(spec, remaining, warnings)];
   } else {
-    let assigned = 0;
-    let previous = 0;
-    spec.phases.forEach((phase, specIndex) => {
-      const size = phaseSize(phase);
-      const name = phaseName(phase);
-      if (remaining.length === 0) {
-        warnings.push(`phase "${name}" has no devices left and is dropped`);
-        return;
-      }
-      let desired: number;
-      switch (size.kind) {
-        case 'count':
-          desired = size.count;
-          break;
-        case 'percent':
-          desired = percentOf(snapshotSize, size.percent);
-          break;
-        case 'cumulative':
-          desired = percentOf(snapshotSize, size.percent) - assigned;
-          break;
-        case 'remainder':
-          desired = remaining.length;
-          break;
-      }
-      const isCanary = phase.canary !== undefined && specIndex === 0;
-      if (isCanary && spec.concurrent && desired < 2) desired = 2;
-      let count = Math.max(desired, previous + 1);
-      if (count > desired && desired < remaining.length) {
-        warnings.push(
-          `phase "${name}": ${Math.max(desired, 0)} device(s) raised to ${Math.min(count, remaining.length)} (each phase holds at least one device more than the one before)`,
-        );
-      }
-      count = Math.min(count, remaining.length);
-
-      let chosen: PlanDevice[];
-      if (isCanary) {
-        canaryClass = pickCanaryClass(remaining, spec.canaryClass, warnings);
-        const ordered = preferring(
-          remaining,
-          (d) =>
-            (d.class === canaryClass ? 0 : 4) +
-            (d.updateClass === 'required' ? 0 : 2) +
-            (d.reachable === false ? 1 : 0),
-        );
-        chosen = ordered.slice(0, count);
-        for (const d of chosen) {
-          if (d.class !== canaryClass)
-            warnings.push(
-              `canary ${d.id} is of class "${d.class}", not "${canaryClass}": not enough "${canaryClass}" devices`,
-            );
-          else if (d.updateClass !== 'required')
-            warnings.push(`canary ${d.id} is best-effort: its gate does not wait for it`);
-          else if (d.reachable === false) warnings.push(`canary ${d.id} was unreachable at snapshot`);
-        }
-      } else if (phases.length === 1) {
-        chosen = withDifferentDevice(
-          remaining,
-          count,
-          phases[0]!.devices.map((id) => byId.get(id)!),
-          warnings,
-          name,
-        );
-      } else {
-        chosen = remaining.slice(0, count);
-      }
-      const taken = new Set(chosen.map((d) => d.id));
-      remaining = remaining.filter((d) => !taken.has(d.id));
-      phases.push({
-        index: phases.length,
-        name,
-        kind: isCanary ? 'canary' : 'bulk',
-        specIndex,
-        devices: chosen.map((d) => d.id),
-        gate: phaseGate(spec, phase),
-        healthGate: phase.healthGate,
-      });
-      assigned += chosen.length;
-      previous = chosen.length;
-    });
-    if (remaining.length) {
-      const last = spec.phases[spec.phases.length - 1]!;
-      warnings.push(
-        `${remaining.length} device(s) remain after the last phase; they form an implicit "remainder" phase`,
-      );
-      const chosen =
-        phases.length === 1 ? withDifferentDevice(remaining, remaining.length, [], warnings, 'remainder') : remaining;
-      phases.push({
-        index: phases.length,
-        name: 'remainder (implicit)',
-        kind: 'bulk',
-        specIndex: -1,
-        devices: chosen.map((d) => d.id),
-        gate: spec.gate,
-        healthGate: last.healthGate,
-      });
-      remaining = [];
-    }
+    ({ phases, canaryClass } = specPhases(spec, remaining, devices, warnings));
   }
 
   warnIfSampleUnreachable(spec, phases, warnings);
@@ -330,6 +188,227 @@ export function planPhases(input: PlanInput): Plan {
     notForMe,
     pools,
     warnings,
+  };
+}
+
+/** The snapshot by id (the input order does not matter), each id once: a second entry is dropped, with a warning. */
+function snapshotDevices(snapshot: readonly PlanDevice[], warnings: string[]): PlanDevice[] {
+  const byId = new Map<string, PlanDevice>();
+  for (const d of [...snapshot].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
+    if (byId.has(d.id)) {
+      warnings.push(`device ${d.id} appears twice in the snapshot; the first entry is used`);
+      continue;
+    }
+    byId.set(d.id, d);
+  }
+  return [...byId.values()];
+}
+
+/**
+ * Each device of the snapshot not-for-me (left behind, down, ahead of the target), already applied, or a
+ * candidate; the warnings say how many of each, the node-down verdicts lifted and the unreachable candidates.
+ */
+function sortSnapshot(
+  devices: readonly PlanDevice[],
+  toRevision: number,
+  revertingFrom: number | undefined,
+  warnings: string[],
+): { notForMe: Plan['notForMe']; alreadyApplied: string[]; candidates: PlanDevice[] } {
+  const notForMe: Plan['notForMe'] = [];
+  const alreadyApplied: string[] = [];
+  const candidates: PlanDevice[] = [];
+  for (const d of devices) {
+    if (d.updateClass === 'left-behind')
+      notForMe.push({ id: d.id, reason: 'left-behind: the device is excluded from updates (updateClass)' });
+    else if (d.nodeDown?.holds) notForMe.push({ id: d.id, reason: d.nodeDown.text });
+    else if (typeof d.current === 'number' && d.current > toRevision && d.current !== revertingFrom) {
+      notForMe.push({
+        id: d.id,
+        reason: `ahead: the device is at revision ${d.current}, above the target ${toRevision}`,
+      });
+    } else if (d.current === toRevision) alreadyApplied.push(d.id);
+    else candidates.push(d);
+  }
+  if (notForMe.length) warnings.push(`${notForMe.length} device(s) not-for-me: ${some(notForMe.map((n) => n.id))}`);
+  // A verdict that no longer holds (expired, or lifted by its recheck) brings its device back: say so.
+  for (const d of devices)
+    if (d.nodeDown && !d.nodeDown.holds && d.updateClass !== 'left-behind')
+      warnings.push(`device ${d.id}: ${d.nodeDown.text}`);
+  if (alreadyApplied.length)
+    warnings.push(
+      `${alreadyApplied.length} device(s) already at revision ${toRevision}, counted as applied and not touched: ${some(alreadyApplied)}`,
+    );
+  const unreachable = candidates.filter((d) => d.reachable === false);
+  if (unreachable.length)
+    warnings.push(`${unreachable.length} device(s) unreachable at snapshot: ${some(unreachable.map((d) => d.id))}`);
+  return { notForMe, alreadyApplied, candidates };
+}
+
+/** `risk: safe`: every candidate in one phase, with every phase's health checks, and the claim on the record. */
+function safePhase(spec: PlanSpec, candidates: readonly PlanDevice[], warnings: string[]): PlannedPhase {
+  const healthGate = [...new Set(spec.phases.flatMap((p) => p.healthGate))];
+  warnings.push(
+    'risk: safe — the phases are collapsed into one; "safe" is the revision author\'s claim, on the record',
+  );
+  return {
+    index: 0,
+    name: 'all (risk: safe)',
+    kind: 'all',
+    specIndex: 0,
+    devices: candidates.map((d) => d.id),
+    gate: phaseGate(spec, spec.phases[0]!),
+    healthGate,
+  };
+}
+
+/**
+ * The spec's phases filled from the shuffled candidates, in order: the canary (its class picked), the
+ * second phase with a device of another class or OS, the rest from the front; a phase with no device left
+ * is dropped, and devices left after the last one form an implicit remainder phase.
+ */
+function specPhases(
+  spec: PlanSpec,
+  candidates: readonly PlanDevice[],
+  devices: readonly PlanDevice[],
+  warnings: string[],
+): { phases: PlannedPhase[]; canaryClass: string | undefined } {
+  const byId = new Map(devices.map((d) => [d.id, d]));
+  const phases: PlannedPhase[] = [];
+  let remaining = candidates;
+  let canaryClass: string | undefined;
+  let assigned = 0;
+  let previous = 0;
+  spec.phases.forEach((phase, specIndex) => {
+    const size = phaseSize(phase);
+    const name = phaseName(phase);
+    if (remaining.length === 0) {
+      warnings.push(`phase "${name}" has no devices left and is dropped`);
+      return;
+    }
+    const isCanary = phase.canary !== undefined && specIndex === 0;
+    const count = phaseCount(
+      size,
+      name,
+      {
+        snapshotSize: devices.length,
+        assigned,
+        previous,
+        remaining: remaining.length,
+        atLeastTwo: isCanary && !!spec.concurrent,
+      },
+      warnings,
+    );
+    let chosen: PlanDevice[];
+    if (isCanary) {
+      canaryClass = pickCanaryClass(remaining, spec.canaryClass, warnings);
+      chosen = canaryDevices(remaining, count, canaryClass, warnings);
+    } else if (phases.length === 1) {
+      chosen = withDifferentDevice(
+        remaining,
+        count,
+        phases[0]!.devices.map((id) => byId.get(id)!),
+        warnings,
+        name,
+      );
+    } else {
+      chosen = remaining.slice(0, count);
+    }
+    const taken = new Set(chosen.map((d) => d.id));
+    remaining = remaining.filter((d) => !taken.has(d.id));
+    phases.push({
+      index: phases.length,
+      name,
+      kind: isCanary ? 'canary' : 'bulk',
+      specIndex,
+      devices: chosen.map((d) => d.id),
+      gate: phaseGate(spec, phase),
+      healthGate: phase.healthGate,
+    });
+    assigned += chosen.length;
+    previous = chosen.length;
+  });
+  if (remaining.length) phases.push(remainderPhase(spec, remaining, phases, warnings));
+  return { phases, canaryClass };
+}
+
+/**
+ * How many devices a phase takes: its size (of the snapshot; `up to p%` less what earlier phases took), two
+ * for a concurrent canary, at least one more than the phase before (said when raised), at most what remains.
+ */
+function phaseCount(
+  size: PhaseSize,
+  name: string,
+  at: { snapshotSize: number; assigned: number; previous: number; remaining: number; atLeastTwo: boolean },
+  warnings: string[],
+): number {
+  let desired: number;
+  switch (size.kind) {
+    case 'count':
+      desired = size.count;
+      break;
+    case 'percent':
+      desired = percentOf(at.snapshotSize, size.percent);
+      break;
+    case 'cumulative':
+      desired = percentOf(at.snapshotSize, size.percent) - at.assigned;
+      break;
+    case 'remainder':
+      desired = at.remaining;
+      break;
+  }
+  if (at.atLeastTwo && desired < 2) desired = 2;
+  const count = Math.max(desired, at.previous + 1);
+  if (count > desired && desired < at.remaining) {
+    warnings.push(
+      `phase "${name}": ${Math.max(desired, 0)} device(s) raised to ${Math.min(count, at.remaining)} (each phase holds at least one device more than the one before)`,
+    );
+  }
+  return Math.min(count, at.remaining);
+}
+
+/** The canary's `count` devices: of its class, required and reachable first; each one that is not is said. */
+function canaryDevices(
+  remaining: readonly PlanDevice[],
+  count: number,
+  canaryClass: string,
+  warnings: string[],
+): PlanDevice[] {
+  const ordered = preferring(
+    remaining,
+    (d) => (d.class === canaryClass ? 0 : 4) + (d.updateClass === 'required' ? 0 : 2) + (d.reachable === false ? 1 : 0),
+  );
+  const chosen = ordered.slice(0, count);
+  for (const d of chosen) {
+    if (d.class !== canaryClass)
+      warnings.push(
+        `canary ${d.id} is of class "${d.class}", not "${canaryClass}": not enough "${canaryClass}" devices`,
+      );
+    else if (d.updateClass !== 'required')
+      warnings.push(`canary ${d.id} is best-effort: its gate does not wait for it`);
+    else if (d.reachable === false) warnings.push(`canary ${d.id} was unreachable at snapshot`);
+  }
+  return chosen;
+}
+
+/** Devices left after the spec's last phase: an implicit phase of their own, with the last phase's health checks. */
+function remainderPhase(
+  spec: PlanSpec,
+  remaining: readonly PlanDevice[],
+  phases: readonly PlannedPhase[],
+  warnings: string[],
+): PlannedPhase {
+  const last = spec.phases[spec.phases.length - 1]!;
+  warnings.push(`${remaining.length} device(s) remain after the last phase; they form an implicit "remainder" phase`);
+  const chosen =
+    phases.length === 1 ? withDifferentDevice(remaining, remaining.length, [], warnings, 'remainder') : remaining;
+  return {
+    index: phases.length,
+    name: 'remainder (implicit)',
+    kind: 'bulk',
+    specIndex: -1,
+    devices: chosen.map((d) => d.id),
+    gate: spec.gate,
+    healthGate: last.healthGate,
   };
 }
 
