@@ -401,141 +401,32 @@ export async function verifyLinkedTrails(
   verdict: TrailVerdict,
   opts: LinkedTrailsOptions,
 ): Promise<LinkedTrailsVerdict> {
-  const maxDepth = opts.maxDepth ?? 3;
   const queue: PendingLink[] = [];
   let order = 0;
-  const enqueue = (trailId: string, segs: AuditSegment[], v: TrailVerdict, depth: number) => {
-    for (const record of verifiedRecords(segs, v)) {
-      const link = linkOf(record);
-      if (link) queue.push({ order: order++, depth, from: trailId, seq: record.seq, link });
-    }
+  const walk: LinkWalk = {
+    maxDepth: opts.maxDepth ?? 3,
+    ...(opts.key ? { key: opts.key } : {}),
+    linkedBy: new Map(),
+    notes: [],
+    enqueue: (trailId, segs, v, depth) => {
+      for (const record of verifiedRecords(segs, v)) {
+        const link = linkOf(record);
+        if (link) queue.push({ order: order++, depth, from: trailId, seq: record.seq, link });
+      }
+    },
   };
-  enqueue(from, segments, verdict, 1);
+  walk.enqueue(from, segments, verdict, 1);
   const results: LinkedTrailReport[] = [];
-  const notes: string[] = [];
+  const { notes } = walk;
   if (queue.length === 0) return { ok: true, trails: 0, failed: 0, records: 0, deviceRecords: 0, results, notes };
   const orders = new Map<LinkedTrailReport, number>();
-  const linkedBy = new Map<string, { from: string; seq: number }>();
-
-  const check = async (reader: AuditTrailReader, item: PendingLink): Promise<void> => {
-    const { link, from: holder, seq } = item;
-    const where = `record ${seq} of ${holder} links slice trail ${link.trail}`;
-    const base = {
-      from: holder,
-      seq,
-      trail: link.trail,
-      head: 'bad' in link ? null : link.head,
-      devices: 'bad' in link ? null : link.devices,
-      counts: 'bad' in link ? null : link.counts,
-      records: 0,
-      deviceRecords: 0,
-    };
-    const done = (report: LinkedTrailReport) => {
+  await withAuditReader({ store: opts.store, auditDir: opts.auditDir }, (reader) =>
+    drainQueue(queue, Math.max(1, opts.concurrency ?? 4), async (item) => {
+      const report = await checkLink(reader, item, walk);
       orders.set(report, item.order);
       results.push(report);
-    };
-    const failed = (
-      problem: LinkProblem,
-      problemSeq: number,
-      message: string,
-      extra: Partial<LinkedTrailReport> = {},
-    ) => done({ ...base, ...extra, ok: false, problem, problemSeq, message });
-    if ('bad' in link) return failed('bad-link', 0, `${where}, but ${link.bad}`);
-    const earlier = linkedBy.get(link.trail);
-    if (earlier)
-      return failed(
-        'linked-twice',
-        0,
-        `${where}, which record ${earlier.seq} of ${earlier.from} links already: each slice's trail is linked once`,
-      );
-    linkedBy.set(link.trail, { from: holder, seq });
-    if (item.depth > maxDepth)
-      return failed('too-deep', 0, `${where}, nested ${item.depth} links deep: links are followed ${maxDepth} deep`);
-    let segs: AuditSegment[];
-    try {
-      segs = await reader.segments(link.trail);
-    } catch (err) {
-      if (!(err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
-      if (link.head === null)
-        return done({ ...base, ok: true, message: `${where}: no record, as linked (the slice wrote none)` });
-      return failed(
-        'missing',
-        0,
-        `${where}, which ${reader.location} does not have (the link pins its end at record ${link.head.seq}, hash ${short(link.head.hash)}): the trail was deleted or is kept in another store`,
-      );
-    }
-    if (link.head === null) {
-      const count = verifyAuditSegments(segs).count;
-      return failed(
-        'past-head',
-        1,
-        `${where} with no head (the slice wrote no record), but ${reader.location} holds ${count} record${count === 1 ? '' : 's'} of it`,
-        { records: count },
-      );
-    }
-    const { head } = link;
-    const v = verifyAuditSegments(segs, { head, ...(opts.key ? { key: opts.key } : {}) });
-    const extra: Partial<LinkedTrailReport> = segs.length > 1 ? { segments: v.segments } : {};
-    if (!v.ok) {
-      const f = v.failure!;
-      return failed(f.problem, f.seq, `${where}: ${f.problem} at seq ${f.seq}: ${f.message}`, {
-        ...extra,
-        records: v.count,
-      });
-    }
-    if (!v.head || v.head.seq !== head.seq || v.head.hash !== head.hash) {
-      const end = v.head ? `record ${v.head.seq} (hash ${short(v.head.hash)})` : 'no record';
-      return failed(
-        'past-head',
-        head.seq + 1,
-        `${where}, which goes on past the end its link pins (record ${head.seq}, hash ${short(head.hash)}): it ends at ${end}; records ${head.seq + 1}–${v.head?.seq ?? '?'} were written after the slice reported its end`,
-        { ...extra, records: v.count },
-      );
-    }
-    let deviceRecords = 0;
-    for (const record of verifiedRecords(segs, v)) deviceRecords += deviceEntries(record);
-    if (link.devices !== null && deviceRecords !== link.devices)
-      notes.push(
-        `slice trail ${link.trail} holds ${number(deviceRecords)} device entries; record ${seq} of ${holder} says ${number(link.devices)} devices`,
-      );
-    enqueue(link.trail, segs, v, item.depth + 1);
-    done({
-      ...base,
-      ...extra,
-      ok: true,
-      records: v.count,
-      deviceRecords,
-      message: `${where}: ${v.count} records, chain intact, ending at record ${head.seq} as linked`,
-    });
-  };
-
-  await withAuditReader({ store: opts.store, auditDir: opts.auditDir }, async (reader) => {
-    let thrown: unknown;
-    let failedOnce = false;
-    const worker = async () => {
-      while (!failedOnce && queue.length > 0) {
-        const item = queue.shift()!;
-        try {
-          await check(reader, item);
-        } catch (err) {
-          failedOnce = true;
-          thrown ??= err;
-        }
-      }
-    };
-    // Workers start as links are found: a trail's own links join the queue once it is verified.
-    const running = new Set<Promise<void>>();
-    const width = Math.max(1, opts.concurrency ?? 4);
-    while (!failedOnce && (queue.length > 0 || running.size > 0)) {
-      while (running.size < width && queue.length > 0) {
-        const p: Promise<void> = worker().finally(() => running.delete(p));
-        running.add(p);
-      }
-      if (running.size > 0) await Promise.race(running);
-    }
-    await Promise.all(running);
-    if (thrown !== undefined) throw thrown;
-  });
+    }),
+  );
   results.sort((a, b) => orders.get(a)! - orders.get(b)!);
   notes.sort();
   const good = results.filter((r) => r.ok);
@@ -547,6 +438,136 @@ export async function verifyLinkedTrails(
     deviceRecords: good.reduce((n, r) => n + r.deviceRecords, 0),
     results,
     notes,
+  };
+}
+
+/** What the links followed so far share: how deep they go, the key, the trails linked already, the notes. */
+interface LinkWalk {
+  maxDepth: number;
+  key?: Uint8Array;
+  /** Each trail linked so far, by which record of which trail. */
+  linkedBy: Map<string, { from: string; seq: number }>;
+  notes: string[];
+  /** Queues the links of a verified trail's records, `depth` links deep. */
+  enqueue: (trailId: string, segs: AuditSegment[], v: TrailVerdict, depth: number) => void;
+}
+
+/**
+ * `check` over the queue's items, `width` at a time, workers starting as items join it (a trail's own links
+ * join once it is verified). The first error thrown stops the walk and is thrown once the running ones end.
+ */
+async function drainQueue<T>(queue: T[], width: number, check: (item: T) => Promise<void>): Promise<void> {
+  let thrown: unknown;
+  let failedOnce = false;
+  const worker = async () => {
+    while (!failedOnce && queue.length > 0) {
+      const item = queue.shift()!;
+      try {
+        await check(item);
+      } catch (err) {
+        failedOnce = true;
+        thrown ??= err;
+      }
+    }
+  };
+  const running = new Set<Promise<void>>();
+  while (!failedOnce && (queue.length > 0 || running.size > 0)) {
+    while (running.size < width && queue.length > 0) {
+      const p: Promise<void> = worker().finally(() => running.delete(p));
+      running.add(p);
+    }
+    if (running.size > 0) await Promise.race(running);
+  }
+  await Promise.all(running);
+  if (thrown !== undefined) throw thrown;
+}
+
+/** One link's report: the trail it names read and verified against the head it pins (its own links queued). */
+async function checkLink(reader: AuditTrailReader, item: PendingLink, walk: LinkWalk): Promise<LinkedTrailReport> {
+  const { link, from: holder, seq } = item;
+  const where = `record ${seq} of ${holder} links slice trail ${link.trail}`;
+  const base = {
+    from: holder,
+    seq,
+    trail: link.trail,
+    head: 'bad' in link ? null : link.head,
+    devices: 'bad' in link ? null : link.devices,
+    counts: 'bad' in link ? null : link.counts,
+    records: 0,
+    deviceRecords: 0,
+  };
+  const failed = (
+    problem: LinkProblem,
+    problemSeq: number,
+    message: string,
+    extra: Partial<LinkedTrailReport> = {},
+  ): LinkedTrailReport => ({ ...base, ...extra, ok: false, problem, problemSeq, message });
+  if ('bad' in link) return failed('bad-link', 0, `${where}, but ${link.bad}`);
+  const earlier = walk.linkedBy.get(link.trail);
+  if (earlier)
+    return failed(
+      'linked-twice',
+      0,
+      `${where}, which record ${earlier.seq} of ${earlier.from} links already: each slice's trail is linked once`,
+    );
+  walk.linkedBy.set(link.trail, { from: holder, seq });
+  if (item.depth > walk.maxDepth)
+    return failed('too-deep', 0, `${where}, nested ${item.depth} links deep: links are followed ${walk.maxDepth} deep`);
+  let segs: AuditSegment[];
+  try {
+    segs = await reader.segments(link.trail);
+  } catch (err) {
+    if (!(err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
+    if (link.head === null)
+      return { ...base, ok: true, message: `${where}: no record, as linked (the slice wrote none)` };
+    return failed(
+      'missing',
+      0,
+      `${where}, which ${reader.location} does not have (the link pins its end at record ${link.head.seq}, hash ${short(link.head.hash)}): the trail was deleted or is kept in another store`,
+    );
+  }
+  if (link.head === null) {
+    const count = verifyAuditSegments(segs).count;
+    return failed(
+      'past-head',
+      1,
+      `${where} with no head (the slice wrote no record), but ${reader.location} holds ${count} record${count === 1 ? '' : 's'} of it`,
+      { records: count },
+    );
+  }
+  const { head } = link;
+  const v = verifyAuditSegments(segs, { head, ...(walk.key ? { key: walk.key } : {}) });
+  const extra: Partial<LinkedTrailReport> = segs.length > 1 ? { segments: v.segments } : {};
+  if (!v.ok) {
+    const f = v.failure!;
+    return failed(f.problem, f.seq, `${where}: ${f.problem} at seq ${f.seq}: ${f.message}`, {
+      ...extra,
+      records: v.count,
+    });
+  }
+  if (!v.head || v.head.seq !== head.seq || v.head.hash !== head.hash) {
+    const end = v.head ? `record ${v.head.seq} (hash ${short(v.head.hash)})` : 'no record';
+    return failed(
+      'past-head',
+      head.seq + 1,
+      `${where}, which goes on past the end its link pins (record ${head.seq}, hash ${short(head.hash)}): it ends at ${end}; records ${head.seq + 1}–${v.head?.seq ?? '?'} were written after the slice reported its end`,
+      { ...extra, records: v.count },
+    );
+  }
+  let deviceRecords = 0;
+  for (const record of verifiedRecords(segs, v)) deviceRecords += deviceEntries(record);
+  if (link.devices !== null && deviceRecords !== link.devices)
+    walk.notes.push(
+      `slice trail ${link.trail} holds ${number(deviceRecords)} device entries; record ${seq} of ${holder} says ${number(link.devices)} devices`,
+    );
+  walk.enqueue(link.trail, segs, v, item.depth + 1);
+  return {
+    ...base,
+    ...extra,
+    ok: true,
+    records: v.count,
+    deviceRecords,
+    message: `${where}: ${v.count} records, chain intact, ending at record ${head.seq} as linked`,
   };
 }
 
