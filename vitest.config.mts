@@ -24,7 +24,7 @@ const RUN_ALONE = [
   'test/workflow/health-probes.test.ts', // 4 probes of 400 ms in parallel < 800 ms
   'test/workflow/webhooks.test.ts', // the rollout's story < 20 s while a dead endpoint retries
   'test/unit/ssh-transport.test.ts', // a silent port times out < 3 s
-  'test/unit/intake/node-down.test.ts', // a hung recheck is ended < 5 s
+  'test/unit/intake/node-down-timeout.test.ts', // a hung recheck is ended < 5 s
   'test/unit/core/planner.test.ts', // 5,000-device plan < 2 s of CPU
 ];
 

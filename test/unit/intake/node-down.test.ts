@@ -206,12 +206,7 @@ describe('the recheck runner (intake/node-down-recheck.ts)', () => {
     expect(existsSync(marker)).toBe(false);
   });
 
-  it('a recheck that does not answer in time is "still down", and its process group is ended', async () => {
-    const started = Date.now();
-    const res = await runRecheck('sleep 30 & sleep 30', { id: 'd', host: 'h' }, { timeoutMs: 500 });
-    expect(res).toMatchObject({ passed: false, result: 'timed out after 0.5s' });
-    expect(Date.now() - started).toBeLessThan(5_000);
-  });
+  // A recheck that does not answer in time: node-down-timeout.test.ts (a wall-clock bound, run alone).
 
   it('judgeVerdicts: a passing recheck lifts and records it, a failing one records its result, an expired one is not run', async () => {
     const { dir, inventory, verdicts } = place();
