@@ -4,18 +4,6 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { join, relative } from 'node:path';
 import { defaultBuildId, type BuildInfo } from '../../workers/versioning';
 
-/**
- * The checkout's dist/, as `npm run build` makes it (tsconfig.build.json, then dist/build-info.json), made
- * fresh before a test run so the `wavegate` processes the tests start (CLI commands, workers, gateways,
- * agents) run compiled JavaScript (`WAVEGATE_RUN_FROM=dist`): through tsx each of them loaded its modules
- * from TypeScript again, 0.2-0.6 s of CPU per process, and the suite starts over a thousand. The tests
- * themselves still import the sources.
- *
- * Kept when the sources have not changed since the last test build (a hash of every file tsconfig.build.json
- * compiles, kept under node_modules/.cache). Built beside it with type-checking off (`npm test` type-checks
- * first; the emitted JavaScript is the same) and swapped in by renames, so a process running from the old
- * dist/ never reads a half-written file.
- */
 /** Set by global-setup.ts once dist/ is this run's fresh build: packing it needs no `prepack` build again. */
 export const FRESH_DIST_ENV = 'WAVEGATE_TEST_FRESH_DIST';
 
@@ -28,6 +16,18 @@ export function packArgs(destination: string): string[] {
   return ['pack', '--pack-destination', destination, ...(process.env[FRESH_DIST_ENV] ? ['--ignore-scripts'] : [])];
 }
 
+/**
+ * The checkout's dist/, as `npm run build` makes it (tsconfig.build.json, then dist/build-info.json), made
+ * fresh before a test run so the `wavegate` processes the tests start (CLI commands, workers, gateways,
+ * agents) run compiled JavaScript (`WAVEGATE_RUN_FROM=dist`): through tsx each of them loaded its modules
+ * from TypeScript again, 0.2-0.6 s of CPU per process, and the suite starts hundreds of them. The tests
+ * themselves still import the sources.
+ *
+ * Kept when the sources have not changed since the last test build (a hash of every file tsconfig.build.json
+ * compiles, kept under node_modules/.cache). Built there with type-checking off (`npm test` type-checks
+ * first; the emitted JavaScript is the same) and swapped in by renames, so a process running from the old
+ * dist/ never reads a half-written file.
+ */
 export function ensureCompiledBuild(root: string, log: (line: string) => void): boolean {
   const dist = join(root, 'dist');
   const cache = join(root, 'node_modules', '.cache');
@@ -70,7 +70,13 @@ export function ensureCompiledBuild(root: string, log: (line: string) => void): 
   const info: BuildInfo = { buildId: defaultBuildId() };
   writeFileSync(join(building, 'build-info.json'), `${JSON.stringify(info, null, 2)}\n`);
   if (existsSync(dist)) renameSync(dist, old);
-  renameSync(building, dist);
+  try {
+    renameSync(building, dist);
+  } catch (err) {
+    // Another run's set-up swapped its build in between our two renames: its dist/ stands.
+    if (!existsSync(join(dist, 'cli', 'main.js'))) throw err;
+    rmSync(building, { recursive: true, force: true });
+  }
   rmSync(old, { recursive: true, force: true });
   writeFileSync(stampFile, `${JSON.stringify({ hash })}\n`);
   log(`compiled dist/ in ${((Date.now() - started) / 1000).toFixed(1)} s`);
