@@ -109,13 +109,29 @@ export function rootMessage(err: unknown): string {
   return current?.message ?? String(err);
 }
 
+/** What an apply answered, as core/rollout/device-outcome.ts reads it. */
+function answered(result: activities.ApplyResult): ApplyAnswer {
+  return {
+    kind: 'answered',
+    outcome: result.outcome,
+    ...(result.detail !== undefined ? { detail: result.detail } : {}),
+    ...(result.unmet ? { unmet: result.unmet } : {}),
+  };
+}
+
+/** An apply that failed (not cancelled): its failure's type and innermost message. */
+function failedAnswer(err: unknown): ApplyAnswer {
+  const type = failureType(err);
+  return { kind: 'failed', ...(type ? { failureType: type } : {}), message: rootMessage(err) };
+}
+
 /**
  * Start devices in order while their pool's budget has room (pause holds, abort or a tripped failure
  * gate stops new starts), each one verify-first → apply → verify → marker. Required devices are awaited;
  * best-effort ones run in the background and never count toward the failure gate. A device that does
  * not yet verify a profile the rollout waits for (`after`) frees its slot, waits (state `waiting`) and is
  * tried again after a backoff, while the others go on. What each answer means is decided in
- * core/rollout/device-outcome.ts; the bookkeeping is a DeviceQueue's.
+ * core/rollout/device-outcome.ts; the bookkeeping is a DeviceQueue's, each device's run a DeviceRun's.
  */
 export async function runDevices(
   devices: DeviceSnapshot[],
@@ -123,105 +139,204 @@ export async function runDevices(
   hooks: DeviceRunHooks,
   tallyBefore: FailureTally = { succeeded: 0, failed: 0 },
 ): Promise<DeviceRunResult> {
-  const apply = applyProxy(opts);
-  const { budget } = hooks;
-  const queue = new DeviceQueue(devices, opts.limits, budget);
-  const reading: AnswerReading = {
-    mode: opts.mode,
-    provable: opts.provable,
-    offline: opts.offline,
-    reportOffline: opts.reportOffline === true,
-    aheadAtApply: opts.aheadAbove !== undefined,
-    ...(opts.steps.after ? { after: opts.steps.after } : {}),
-  };
-  const required: Promise<void>[] = [];
-  const background: Promise<void>[] = [];
-  let tripped = false;
-  const verb = opts.mode === 'apply' ? 'apply' : 'rollback';
-  const { busy } = runStates(opts);
+  const run = new DeviceRun(devices, opts, hooks, tallyBefore);
+  const { queue } = run;
+  while (queue.hasPending()) {
+    await wf.condition(() => run.halted() || (!hooks.isPaused() && queue.canStartOne()));
+    if (run.halted()) break;
+    if (opts.window) {
+      const wait = msUntilWindowOpens(Date.now(), opts.window);
+      if (wait > 0) {
+        await wf.sleep(wait, { summary: `wait for maintenance window (${opts.phaseName})` });
+        continue; // re-check pause, abort and budget after sleeping
+      }
+    }
+    run.start(queue.takeNext());
+  }
+  run.loopEnded();
+  // The loop, the waits and each device's attempts keep the promise turns they had as one closure: coroutines
+  // resumed in one activation emit their commands in the order those turns give.
+  await run.requiredEnded();
+  return run.result();
+}
+
+/**
+ * One run of devices (runDevices): its queue, its tally as the failure gate reads it, and each device's
+ * attempts, waits and retries.
+ */
+class DeviceRun {
+  readonly queue: DeviceQueue;
+  private readonly apply: ReturnType<typeof applyProxy>;
+  private readonly reading: AnswerReading;
+  /** The state a device is in while its apply (or rollback) runs. */
+  private readonly busy: DeviceState;
+  private readonly verb: 'apply' | 'rollback';
+  private readonly required: Promise<void>[] = [];
+  private readonly background: Promise<void>[] = [];
+  private tripped = false;
+  /** Every device has been taken from the queue (or the run halted). */
+  private loopDone = false;
+  private drainedSaid = false;
+
+  constructor(
+    devices: DeviceSnapshot[],
+    private readonly opts: DeviceRunOptions,
+    private readonly hooks: DeviceRunHooks,
+    private readonly tallyBefore: FailureTally,
+  ) {
+    this.apply = applyProxy(opts);
+    this.queue = new DeviceQueue(devices, opts.limits, hooks.budget);
+    this.reading = {
+      mode: opts.mode,
+      provable: opts.provable,
+      offline: opts.offline,
+      reportOffline: opts.reportOffline === true,
+      aheadAtApply: opts.aheadAbove !== undefined,
+      ...(opts.steps.after ? { after: opts.steps.after } : {}),
+    };
+    this.verb = opts.mode === 'apply' ? 'apply' : 'rollback';
+    this.busy = runStates(opts).busy;
+  }
 
   /** The phase's tally as this run sees it: earlier runs (tallyBefore, or the chain's), then its own. */
-  const phaseTally = (): FailureTally => {
-    const earlier = budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
+  private phaseTally(): FailureTally {
+    const earlier = this.hooks.budget?.earlierTally() ?? { succeeded: 0, failed: 0 };
     return {
-      succeeded: tallyBefore.succeeded + earlier.succeeded + queue.tally.succeeded,
-      failed: tallyBefore.failed + earlier.failed + queue.tally.failed,
+      succeeded: this.tallyBefore.succeeded + earlier.succeeded + this.queue.tally.succeeded,
+      failed: this.tallyBefore.failed + earlier.failed + this.queue.tally.failed,
     };
-  };
-  // In a chain of slices, devices of earlier slices end while this one runs: their failures trip the gate here too.
-  const trippedUpChain = () =>
-    budget !== undefined && opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, false);
-  const halted = (): boolean => {
-    if (hooks.isStopped() || tripped) return true;
-    if (trippedUpChain()) tripped = true;
-    return tripped;
-  };
-  let loopDone = false;
-  let drainedSaid = false;
-  const maybeDrained = () => {
-    if (drainedSaid || !loopDone || !queue.drained() || halted()) return;
-    drainedSaid = true;
-    hooks.onQueueEmpty?.();
-  };
+  }
+
+  /** In a chain of slices, devices of earlier slices end while this one runs: their failures trip the gate here too. */
+  private trippedUpChain(): boolean {
+    return (
+      this.hooks.budget !== undefined &&
+      this.opts.mode === 'apply' &&
+      failureGateTripped(this.phaseTally(), this.opts.failurePolicy, false)
+    );
+  }
+
+  /** No new device starts: stopped, or the failure gate tripped (here or up the chain). */
+  halted(): boolean {
+    if (this.hooks.isStopped() || this.tripped) return true;
+    if (this.trippedUpChain()) this.tripped = true;
+    return this.tripped;
+  }
+
+  /** Once every device has started and none is left to start or waiting: the hook, once (a slice hands the budget on). */
+  private maybeDrained(): void {
+    if (this.drainedSaid || !this.loopDone || !this.queue.drained() || this.halted()) return;
+    this.drainedSaid = true;
+    this.hooks.onQueueEmpty?.();
+  }
+
+  /** A device taken from the queue starts: awaited at the end if required, in the background if best-effort. */
+  start(device: DeviceSnapshot): void {
+    const run = this.runOne(device);
+    (device.updateClass === 'best-effort' ? this.background : this.required).push(run);
+  }
+
+  loopEnded(): void {
+    this.loopDone = true;
+    this.maybeDrained();
+  }
+
+  requiredEnded(): Promise<unknown> {
+    return Promise.all(this.required);
+  }
+
+  result(): DeviceRunResult {
+    const { opts } = this;
+    return {
+      tally: this.queue.tally,
+      tripped:
+        this.tripped || (opts.mode === 'apply' && failureGateTripped(this.phaseTally(), opts.failurePolicy, true)),
+      started: this.queue.started(),
+      background: Promise.all(this.background).then(() => undefined),
+    };
+  }
+
+  /** One device's attempts: again after each dependency wait, until it ends or the wait is given up. */
+  private async runOne(device: DeviceSnapshot): Promise<void> {
+    try {
+      for (let attemptNo = 1; ; attemptNo++) {
+        const outcome = await this.attempt(device, attemptNo);
+        if (outcome.retryAfterMs === undefined) return;
+        this.queue.waitBegins();
+        let again: boolean;
+        try {
+          again = await this.retryAfterWait(device, outcome.reason ?? '', outcome.retryAfterMs);
+        } finally {
+          // Synchronously before the retry's attempt takes its slot: no drained check can run in between.
+          this.queue.waitEnds();
+        }
+        if (!again) return;
+      }
+    } finally {
+      this.maybeDrained();
+    }
+  }
 
   /** One apply activity, and what its answer means, applied: the device's state, its slot, its count. */
-  const attempt = async (device: DeviceSnapshot, attemptNo: number): Promise<DeviceOutcome> => {
-    queue.begin(device);
-    hooks.setState(device.id, busy);
+  private async attempt(device: DeviceSnapshot, attemptNo: number): Promise<DeviceOutcome> {
+    const { opts } = this;
+    this.queue.begin(device);
+    this.hooks.setState(device.id, this.busy);
     let answer: ApplyAnswer;
     let cancellation: unknown;
     try {
-      const result = await apply.executeWithOptions(
-        { summary: `${verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` },
-        [
-          {
-            device,
-            steps: opts.steps,
-            commandTimeoutMs: opts.applyTimeoutMs,
-            ...(opts.reportOffline ? { reportOffline: true } : {}),
-            ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
-          },
-        ],
+      answer = answered(
+        await this.apply.executeWithOptions(
+          { summary: `${this.verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` },
+          [
+            {
+              device,
+              steps: opts.steps,
+              commandTimeoutMs: opts.applyTimeoutMs,
+              ...(opts.reportOffline ? { reportOffline: true } : {}),
+              ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
+            },
+          ],
+        ),
       );
-      answer = {
-        kind: 'answered',
-        outcome: result.outcome,
-        ...(result.detail !== undefined ? { detail: result.detail } : {}),
-        ...(result.unmet ? { unmet: result.unmet } : {}),
-      };
     } catch (err) {
       if (wf.isCancellation(err)) {
         cancellation = err;
         answer = { kind: 'cancelled' };
-      } else {
-        const type = failureType(err);
-        answer = { kind: 'failed', ...(type ? { failureType: type } : {}), message: rootMessage(err) };
-      }
+      } else answer = failedAnswer(err);
     }
+    const outcome = this.settle(device, answer, attemptNo);
+    if (outcome.cancelled) throw cancellation;
+    if (outcome.readsGate && failureGateTripped(this.phaseTally(), opts.failurePolicy, false)) this.tripped = true;
+    return outcome;
+  }
+
+  /** What the answer means for the device (its state, its slot, how it counts), applied at once. */
+  private settle(device: DeviceSnapshot, answer: ApplyAnswer, attemptNo: number): DeviceOutcome {
     // Each retired patch's deprecated marker where the runner asked it (the SDK records it once per execution).
-    const asked = answerPatchAsked(answer, reading);
+    const asked = answerPatchAsked(answer, this.reading);
     if (asked === 'refusedUntouched') wf.deprecatePatch(REFUSED_DEVICES_UNTOUCHED);
     else if (asked === 'profileOrdering') wf.deprecatePatch(PROFILE_ORDERING);
     else if (asked === 'inPlaceUntouched') wf.deprecatePatch(IN_PLACE_UNTOUCHED);
     const outcome = deviceOutcome(
       answer,
       { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo },
-      reading,
+      this.reading,
     );
-    hooks.setState(device.id, outcome.state, outcome.reason);
-    queue.settle(device, outcome);
-    hooks.onEnded?.(device.pool, outcome.counted);
-    if (outcome.cancelled) throw cancellation;
-    if (outcome.readsGate && failureGateTripped(phaseTally(), opts.failurePolicy, false)) tripped = true;
+    this.hooks.setState(device.id, outcome.state, outcome.reason);
+    this.queue.settle(device, outcome);
+    this.hooks.onEnded?.(device.pool, outcome.counted);
     return outcome;
-  };
+  }
 
   /**
    * Whether a waiting device may try again: after its backoff, once its pool has room, the rollout is not
    * paused and the maintenance window is open. A stop (abort, cancel, a tripped failure gate) ends the
    * wait: the device never started, so it goes back to pending for the rollout's own skip.
    */
-  const retryAfterWait = async (device: DeviceSnapshot, waitingFor: string, backoffMs: number): Promise<boolean> => {
+  private async retryAfterWait(device: DeviceSnapshot, waitingFor: string, backoffMs: number): Promise<boolean> {
+    const { opts, hooks, queue } = this;
+    const halted = () => this.halted();
     const giveUp = () => {
       hooks.setState(device.id, 'pending', waitGivenUpReason(waitingFor));
       return false;
@@ -239,49 +354,5 @@ export async function runDevices(
       if (wf.isCancellation(err)) giveUp();
       throw err;
     }
-  };
-
-  const runOne = async (device: DeviceSnapshot) => {
-    try {
-      for (let attemptNo = 1; ; attemptNo++) {
-        const outcome = await attempt(device, attemptNo);
-        if (outcome.retryAfterMs === undefined) return;
-        queue.waitBegins();
-        let again: boolean;
-        try {
-          again = await retryAfterWait(device, outcome.reason ?? '', outcome.retryAfterMs);
-        } finally {
-          // Synchronously before the retry's attempt takes its slot: no drained check can run in between.
-          queue.waitEnds();
-        }
-        if (!again) return;
-      }
-    } finally {
-      maybeDrained();
-    }
-  };
-
-  while (queue.hasPending()) {
-    await wf.condition(() => halted() || (!hooks.isPaused() && queue.canStartOne()));
-    if (halted()) break;
-    if (opts.window) {
-      const wait = msUntilWindowOpens(Date.now(), opts.window);
-      if (wait > 0) {
-        await wf.sleep(wait, { summary: `wait for maintenance window (${opts.phaseName})` });
-        continue; // re-check pause, abort and budget after sleeping
-      }
-    }
-    const device = queue.takeNext();
-    const run = runOne(device);
-    (device.updateClass === 'best-effort' ? background : required).push(run);
   }
-  loopDone = true;
-  maybeDrained();
-  await Promise.all(required);
-  return {
-    tally: queue.tally,
-    tripped: tripped || (opts.mode === 'apply' && failureGateTripped(phaseTally(), opts.failurePolicy, true)),
-    started: queue.started(),
-    background: Promise.all(background).then(() => undefined),
-  };
 }
