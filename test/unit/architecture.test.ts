@@ -184,7 +184,6 @@ function layerViolations(
  */
 const BEHIND_THE_CHANNEL = new Set([
   'connectDevice',
-  'transportFor',
   'openSsh',
   'sshTransport',
   'sshDeviceSession',
