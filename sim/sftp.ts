@@ -75,60 +75,197 @@ function statusFor(err: unknown): number {
   }
 }
 
-/** Serves one SFTP session; `ready` resolves to the sandbox once it exists, and every request waits for it. */
-export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<string>): void {
+/** One SFTP session's state and helpers, which every request's handler is given. */
+interface SftpSession {
+  st: DeviceState;
+  sftp: SFTPWrapper;
+  handles: Map<string, SftpHandle>;
+  /** Virtual path ("/" = sandbox); `..` cannot climb above it; real sandbox paths are accepted as-is. */
+  toVirtual(p: string): string;
+  toReal(p: string): string;
+  newHandle(h: SftpHandle): Buffer;
+  lookup(buf: Buffer): SftpHandle | undefined;
+  ok(reqId: number): void;
+}
+
+function sftpSession(st: DeviceState, sftp: SFTPWrapper): SftpSession {
   const sandbox = st.dev.sandbox;
   const handles = new Map<string, SftpHandle>();
   let nextHandle = 0;
-
-  /** Virtual path ("/" = sandbox); `..` cannot climb above it; real sandbox paths are accepted as-is. */
   const toVirtual = (p: string): string => {
     const v = path.posix.resolve('/', p || '.');
     if (v === sandbox) return '/';
     if (v.startsWith(`${sandbox}/`)) return v.slice(sandbox.length);
     return v;
   };
-  const toReal = (p: string): string => path.join(sandbox, toVirtual(p));
-
-  const newHandle = (h: SftpHandle): Buffer => {
-    const buf = Buffer.alloc(4);
-    buf.writeUInt32BE(nextHandle++ >>> 0, 0);
-    handles.set(buf.toString('hex'), h);
-    return buf;
+  return {
+    st,
+    sftp,
+    handles,
+    toVirtual,
+    toReal: (p) => path.join(sandbox, toVirtual(p)),
+    newHandle: (h) => {
+      const buf = Buffer.alloc(4);
+      buf.writeUInt32BE(nextHandle++ >>> 0, 0);
+      handles.set(buf.toString('hex'), h);
+      return buf;
+    },
+    lookup: (buf) => handles.get(buf.toString('hex')),
+    ok: (reqId) => sftp.status(reqId, STATUS_CODE.OK),
   };
-  const lookup = (buf: Buffer): SftpHandle | undefined => handles.get(buf.toString('hex'));
+}
 
-  const safe = (reqId: number, fn: () => Promise<void>): void => {
-    ready.then(fn).catch((err: unknown) => {
-      try {
-        sftp.status(reqId, statusFor(err), (err as Error).message);
-      } catch {
-        /* session gone */
-      }
-    });
-  };
-  const ok = (reqId: number): void => sftp.status(reqId, STATUS_CODE.OK);
+async function applyAttrs(real: string, attrs: Partial<Attributes> | undefined, fd?: fsp.FileHandle): Promise<void> {
+  if (!attrs) return;
+  if (typeof attrs.size === 'number') {
+    if (fd) await fd.truncate(attrs.size);
+    else await fsp.truncate(real, attrs.size);
+  }
+  if (typeof attrs.mode === 'number') {
+    if (fd) await fd.chmod(attrs.mode & 0o7777);
+    else await fsp.chmod(real, attrs.mode & 0o7777);
+  }
+  if (typeof attrs.atime === 'number' && typeof attrs.mtime === 'number') {
+    if (fd) await fd.utimes(attrs.atime, attrs.mtime);
+    else await fsp.utimes(real, attrs.atime, attrs.mtime);
+  }
+  // uid/gid: ignored (the simulator does not run as root)
+}
 
-  const applyAttrs = async (
-    real: string,
-    attrs: Partial<Attributes> | undefined,
-    fd?: fsp.FileHandle,
-  ): Promise<void> => {
-    if (!attrs) return;
-    if (typeof attrs.size === 'number') {
-      if (fd) await fd.truncate(attrs.size);
-      else await fsp.truncate(real, attrs.size);
+/** A request's handler: its answer is sent on `s.sftp`; what it throws is answered as a status (serveSftp). */
+type RequestHandler = (s: SftpSession, reqId: number, ...args: never[]) => Promise<void>;
+
+/** The handler of each request kind, by the name ssh2 emits it under. */
+const REQUESTS = {
+  REALPATH: async (s, reqId, p: string) => {
+    const v = s.toVirtual(p);
+    s.sftp.name(reqId, [{ filename: v, longname: v, attrs: {} as Attributes }]);
+  },
+  OPEN: async (s, reqId, filename: string, flags: number, attrs: Attributes) => {
+    const { OPEN_MODE } = sshUtils.sftp;
+    const read = (flags & OPEN_MODE.READ) !== 0;
+    const write = (flags & OPEN_MODE.WRITE) !== 0;
+    let f = read && write ? fsc.O_RDWR : write ? fsc.O_WRONLY : fsc.O_RDONLY;
+    if (flags & OPEN_MODE.APPEND) f |= fsc.O_APPEND;
+    if (flags & OPEN_MODE.CREAT) f |= fsc.O_CREAT;
+    if (flags & OPEN_MODE.TRUNC) f |= fsc.O_TRUNC;
+    if (flags & OPEN_MODE.EXCL) f |= fsc.O_EXCL;
+    const a = attrs as Partial<Attributes> | undefined;
+    const mode = typeof a?.mode === 'number' ? a.mode & 0o7777 : 0o644;
+    const real = s.toReal(filename);
+    const fd = await fsp.open(real, f, mode);
+    if (write) s.st.sftpOpens++;
+    s.sftp.handle(reqId, s.newHandle({ kind: 'file', fd, vpath: s.toVirtual(filename) }));
+  },
+  READ: async (s, reqId, hbuf: Buffer, offset: number, len: number) => {
+    const h = s.lookup(hbuf);
+    if (h?.kind !== 'file') return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    const buf = Buffer.alloc(Math.min(len, MAX_READ));
+    const { bytesRead } = await h.fd.read(buf, 0, buf.length, offset);
+    if (bytesRead === 0) return s.sftp.status(reqId, STATUS_CODE.EOF);
+    s.sftp.data(reqId, buf.subarray(0, bytesRead));
+  },
+  WRITE: async (s, reqId, hbuf: Buffer, offset: number, data: Buffer) => {
+    const h = s.lookup(hbuf);
+    if (h?.kind !== 'file') return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    let written = 0;
+    while (written < data.length) {
+      const { bytesWritten } = await h.fd.write(data, written, data.length - written, offset + written);
+      written += bytesWritten;
     }
-    if (typeof attrs.mode === 'number') {
-      if (fd) await fd.chmod(attrs.mode & 0o7777);
-      else await fsp.chmod(real, attrs.mode & 0o7777);
+    s.st.sftpBytes += written;
+    s.ok(reqId);
+  },
+  CLOSE: async (s, reqId, hbuf: Buffer) => {
+    const key = hbuf.toString('hex');
+    const h = s.handles.get(key);
+    if (!h) return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    s.handles.delete(key);
+    if (h.kind === 'file') await h.fd.close();
+    s.ok(reqId);
+  },
+  FSTAT: async (s, reqId, hbuf: Buffer) => {
+    const h = s.lookup(hbuf);
+    if (!h) return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    const stats = h.kind === 'file' ? await h.fd.stat() : await fsp.stat(h.real);
+    s.sftp.attrs(reqId, toAttrs(stats));
+  },
+  FSETSTAT: async (s, reqId, hbuf: Buffer, attrs: Attributes) => {
+    const h = s.lookup(hbuf);
+    if (!h) return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    if (h.kind === 'file') await applyAttrs('', attrs, h.fd);
+    else await applyAttrs(h.real, attrs);
+    s.ok(reqId);
+  },
+  STAT: async (s, reqId, p: string) => s.sftp.attrs(reqId, toAttrs(await fsp.stat(s.toReal(p)))),
+  LSTAT: async (s, reqId, p: string) => s.sftp.attrs(reqId, toAttrs(await fsp.lstat(s.toReal(p)))),
+  SETSTAT: async (s, reqId, p: string, attrs: Attributes) => {
+    await applyAttrs(s.toReal(p), attrs);
+    s.ok(reqId);
+  },
+  OPENDIR: async (s, reqId, p: string) => {
+    const real = s.toReal(p);
+    const stats = await fsp.stat(real);
+    if (!stats.isDirectory()) return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'not a directory');
+    s.sftp.handle(reqId, s.newHandle({ kind: 'dir', real, vpath: s.toVirtual(p), pos: 0 }));
+  },
+  READDIR: async (s, reqId, hbuf: Buffer) => {
+    const h = s.lookup(hbuf);
+    if (h?.kind !== 'dir') return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
+    h.entries ??= await dirEntries(h.real, h.vpath);
+    if (h.pos >= h.entries.length) return s.sftp.status(reqId, STATUS_CODE.EOF);
+    const batch = h.entries.slice(h.pos, h.pos + 64);
+    h.pos += batch.length;
+    s.sftp.name(reqId, batch);
+  },
+  MKDIR: async (s, reqId, p: string, attrs: Attributes) => {
+    const a = attrs as Partial<Attributes> | undefined;
+    await fsp.mkdir(s.toReal(p), { mode: typeof a?.mode === 'number' ? a.mode & 0o7777 : 0o755 });
+    s.ok(reqId);
+  },
+  RMDIR: async (s, reqId, p: string) => {
+    if (s.toVirtual(p) === '/') return s.sftp.status(reqId, STATUS_CODE.PERMISSION_DENIED, 'cannot remove the root');
+    await fsp.rmdir(s.toReal(p));
+    s.ok(reqId);
+  },
+  REMOVE: async (s, reqId, p: string) => {
+    await fsp.unlink(s.toReal(p));
+    s.ok(reqId);
+  },
+  // Like OpenSSH's sftp-server (protocol v3): RENAME refuses to overwrite an existing target.
+  // For an atomic replace, upload to a temp name and `mv -f` it over via exec.
+  RENAME: async (s, reqId, oldPath: string, newPath: string) => {
+    const from = s.toReal(oldPath);
+    const to = s.toReal(newPath);
+    const exists = await fsp.lstat(to).then(
+      () => true,
+      () => false,
+    );
+    if (exists) return s.sftp.status(reqId, STATUS_CODE.FAILURE, 'target exists');
+    await fsp.rename(from, to);
+    s.ok(reqId);
+  },
+} satisfies Record<string, RequestHandler>;
+
+/** A directory's entries for READDIR, read once per handle: ".", ".." (the root's is itself), then by name. */
+async function dirEntries(real: string, vpath: string): Promise<FileEntry[]> {
+  const names = ['.', '..', ...(await fsp.readdir(real)).sort()];
+  const entries: FileEntry[] = [];
+  for (const name of names) {
+    const realChild = name === '..' && vpath === '/' ? real : path.join(real, name);
+    try {
+      const stats = await fsp.lstat(realChild);
+      entries.push({ filename: name, longname: longname(name, stats), attrs: toAttrs(stats) });
+    } catch {
+      /* vanished meanwhile */
     }
-    if (typeof attrs.atime === 'number' && typeof attrs.mtime === 'number') {
-      if (fd) await fd.utimes(attrs.atime, attrs.mtime);
-      else await fsp.utimes(real, attrs.atime, attrs.mtime);
-    }
-    // uid/gid: ignored (the simulator does not run as root)
-  };
+  }
+  return entries;
+}
+
+/** Serves one SFTP session; `ready` resolves to the sandbox once it exists, and every request waits for it. */
+export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<string>): void {
+  const session = sftpSession(st, sftp);
 
   sftp.on('error', () => {});
   // Client sent EOF (OpenSSH's sftp does this on exit and then waits for us): close the channel,
@@ -141,171 +278,23 @@ export function serveSftp(st: DeviceState, sftp: SFTPWrapper, ready: Promise<str
     }
   });
   sftp.on('close', () => {
-    for (const h of handles.values()) if (h.kind === 'file') void h.fd.close().catch(() => {});
-    handles.clear();
+    for (const h of session.handles.values()) if (h.kind === 'file') void h.fd.close().catch(() => {});
+    session.handles.clear();
   });
 
-  sftp.on('REALPATH', (reqId, p) => {
-    safe(reqId, async () => {
-      const v = toVirtual(p);
-      sftp.name(reqId, [{ filename: v, longname: v, attrs: {} as Attributes }]);
-    });
-  });
-
-  sftp.on('OPEN', (reqId, filename, flags, attrs) => {
-    safe(reqId, async () => {
-      const { OPEN_MODE } = sshUtils.sftp;
-      const read = (flags & OPEN_MODE.READ) !== 0;
-      const write = (flags & OPEN_MODE.WRITE) !== 0;
-      let f = read && write ? fsc.O_RDWR : write ? fsc.O_WRONLY : fsc.O_RDONLY;
-      if (flags & OPEN_MODE.APPEND) f |= fsc.O_APPEND;
-      if (flags & OPEN_MODE.CREAT) f |= fsc.O_CREAT;
-      if (flags & OPEN_MODE.TRUNC) f |= fsc.O_TRUNC;
-      if (flags & OPEN_MODE.EXCL) f |= fsc.O_EXCL;
-      const a = attrs as Partial<Attributes> | undefined;
-      const mode = typeof a?.mode === 'number' ? a.mode & 0o7777 : 0o644;
-      const real = toReal(filename);
-      const fd = await fsp.open(real, f, mode);
-      if (write) st.sftpOpens++;
-      sftp.handle(reqId, newHandle({ kind: 'file', fd, vpath: toVirtual(filename) }));
-    });
-  });
-
-  sftp.on('READ', (reqId, hbuf, offset, len) => {
-    safe(reqId, async () => {
-      const h = lookup(hbuf);
-      if (h?.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      const buf = Buffer.alloc(Math.min(len, MAX_READ));
-      const { bytesRead } = await h.fd.read(buf, 0, buf.length, offset);
-      if (bytesRead === 0) return sftp.status(reqId, STATUS_CODE.EOF);
-      sftp.data(reqId, buf.subarray(0, bytesRead));
-    });
-  });
-
-  sftp.on('WRITE', (reqId, hbuf, offset, data) => {
-    safe(reqId, async () => {
-      const h = lookup(hbuf);
-      if (h?.kind !== 'file') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      let written = 0;
-      while (written < data.length) {
-        const { bytesWritten } = await h.fd.write(data, written, data.length - written, offset + written);
-        written += bytesWritten;
-      }
-      st.sftpBytes += written;
-      ok(reqId);
-    });
-  });
-
-  sftp.on('CLOSE', (reqId, hbuf) => {
-    safe(reqId, async () => {
-      const key = hbuf.toString('hex');
-      const h = handles.get(key);
-      if (!h) return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      handles.delete(key);
-      if (h.kind === 'file') await h.fd.close();
-      ok(reqId);
-    });
-  });
-
-  sftp.on('FSTAT', (reqId, hbuf) => {
-    safe(reqId, async () => {
-      const h = lookup(hbuf);
-      if (!h) return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      const s = h.kind === 'file' ? await h.fd.stat() : await fsp.stat(h.real);
-      sftp.attrs(reqId, toAttrs(s));
-    });
-  });
-
-  sftp.on('FSETSTAT', (reqId, hbuf, attrs) => {
-    safe(reqId, async () => {
-      const h = lookup(hbuf);
-      if (!h) return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      if (h.kind === 'file') await applyAttrs('', attrs, h.fd);
-      else await applyAttrs(h.real, attrs);
-      ok(reqId);
-    });
-  });
-
-  sftp.on('STAT', (reqId, p) => safe(reqId, async () => sftp.attrs(reqId, toAttrs(await fsp.stat(toReal(p))))));
-  sftp.on('LSTAT', (reqId, p) => safe(reqId, async () => sftp.attrs(reqId, toAttrs(await fsp.lstat(toReal(p))))));
-
-  sftp.on('SETSTAT', (reqId, p, attrs) => {
-    safe(reqId, async () => {
-      await applyAttrs(toReal(p), attrs);
-      ok(reqId);
-    });
-  });
-
-  sftp.on('OPENDIR', (reqId, p) => {
-    safe(reqId, async () => {
-      const real = toReal(p);
-      const s = await fsp.stat(real);
-      if (!s.isDirectory()) return sftp.status(reqId, STATUS_CODE.FAILURE, 'not a directory');
-      sftp.handle(reqId, newHandle({ kind: 'dir', real, vpath: toVirtual(p), pos: 0 }));
-    });
-  });
-
-  sftp.on('READDIR', (reqId, hbuf) => {
-    safe(reqId, async () => {
-      const h = lookup(hbuf);
-      if (h?.kind !== 'dir') return sftp.status(reqId, STATUS_CODE.FAILURE, 'invalid handle');
-      if (!h.entries) {
-        const names = ['.', '..', ...(await fsp.readdir(h.real)).sort()];
-        const entries: FileEntry[] = [];
-        for (const name of names) {
-          const realChild = name === '..' && h.vpath === '/' ? h.real : path.join(h.real, name);
+  // Each request waits for the sandbox; what its handler throws is answered as a status (session gone: nothing).
+  const on = sftp.on.bind(sftp) as (event: string, listener: (reqId: number, ...args: never[]) => void) => void;
+  for (const [event, handler] of Object.entries(REQUESTS) as Array<[string, RequestHandler]>) {
+    on(event, (reqId, ...args) => {
+      ready
+        .then(() => handler(session, reqId, ...args))
+        .catch((err: unknown) => {
           try {
-            const s = await fsp.lstat(realChild);
-            entries.push({ filename: name, longname: longname(name, s), attrs: toAttrs(s) });
+            sftp.status(reqId, statusFor(err), (err as Error).message);
           } catch {
-            /* vanished meanwhile */
+            /* session gone */
           }
-        }
-        h.entries = entries;
-      }
-      if (h.pos >= h.entries.length) return sftp.status(reqId, STATUS_CODE.EOF);
-      const batch = h.entries.slice(h.pos, h.pos + 64);
-      h.pos += batch.length;
-      sftp.name(reqId, batch);
+        });
     });
-  });
-
-  sftp.on('MKDIR', (reqId, p, attrs) => {
-    safe(reqId, async () => {
-      const a = attrs as Partial<Attributes> | undefined;
-      await fsp.mkdir(toReal(p), { mode: typeof a?.mode === 'number' ? a.mode & 0o7777 : 0o755 });
-      ok(reqId);
-    });
-  });
-
-  sftp.on('RMDIR', (reqId, p) => {
-    safe(reqId, async () => {
-      if (toVirtual(p) === '/') return sftp.status(reqId, STATUS_CODE.PERMISSION_DENIED, 'cannot remove the root');
-      await fsp.rmdir(toReal(p));
-      ok(reqId);
-    });
-  });
-
-  sftp.on('REMOVE', (reqId, p) => {
-    safe(reqId, async () => {
-      await fsp.unlink(toReal(p));
-      ok(reqId);
-    });
-  });
-
-  // Like OpenSSH's sftp-server (protocol v3): RENAME refuses to overwrite an existing target.
-  // For an atomic replace, upload to a temp name and `mv -f` it over via exec.
-  sftp.on('RENAME', (reqId, oldPath, newPath) => {
-    safe(reqId, async () => {
-      const from = toReal(oldPath);
-      const to = toReal(newPath);
-      const exists = await fsp.lstat(to).then(
-        () => true,
-        () => false,
-      );
-      if (exists) return sftp.status(reqId, STATUS_CODE.FAILURE, 'target exists');
-      await fsp.rename(from, to);
-      ok(reqId);
-    });
-  });
+  }
 }
