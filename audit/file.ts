@@ -27,7 +27,7 @@ import type { AuditHealth, AuditHealthInput, AuditStore } from './types';
  * outside `[a-z0-9._-]` as its UTF-8 bytes (`%3A` for `:`, `%2F` for `/`, `%25` for `%`), upper-case
  * letters included so that two ids differing only in case stay two files on case-insensitive disks, and
  * a leading `.` so no id names a hidden file or `..`. `decodeURIComponent` reverses it. `rollout:demo`
- * → `rollout%3Ademo.jsonl`. A slice's trail (issue 26) is named by the slice's workflow id the same way
+ * → `rollout%3Ademo.jsonl`. A slice's trail is named by the slice's workflow id the same way
  * (`rollout:demo:20261205-102300/abcd1234/apply-bulk-12` → `rollout%3Ademo%3A20261205-102300%2Fabcd1234%2Fapply-bulk-12.jsonl`);
  * an id whose encoding passes 180 characters is named by a digest instead (auditFileStem).
  *

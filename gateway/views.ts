@@ -374,7 +374,7 @@ export class DeviceViews {
         const loadedAt = this.now();
         let view = await readTwinRecord(this.opts.client, deviceId);
         // A hook that asked nothing left no twin to read: a second query would only say so again, and in a storm of
-        // first syncs each query waits behind the others (bench/README.md, issue 29 third round).
+        // first syncs each query waits behind the others (bench/README.md at 8f9a7e9, the gateway's third round).
         if (!view && (await this.opts.onFirstSync?.(deviceId))) view = await readTwinRecord(this.opts.client, deviceId);
         this.counts.reads++;
         const previous = this.records.get(deviceId);

@@ -7,7 +7,7 @@ import { atOrAboveReason } from '../../core/twin';
 import { desireOnTwin, readTwin } from '../../clients/twin';
 
 /**
- * Offline convergence (issue 13 item 5): after a rollout completes, the agent devices it skipped as
+ * Offline convergence: after a rollout completes, the agent devices it skipped as
  * offline keep its outcome as their desired state, so each converges when its agent next syncs. One
  * activity takes at most MAX_CONVERGE_BATCH devices; the signals go out `concurrency` at a time.
  * Convergence never goes down: each twin is read first, and a device whose agent reports the revision
