@@ -67,6 +67,14 @@ async function rows(
   ).rows;
 }
 
+/** Edit one stored record in the database behind the store's back (who wrote it: "mallory"). */
+async function editRow(seq: number): Promise<void> {
+  await admin.query(
+    `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = $2`,
+    [id, seq],
+  );
+}
+
 beforeAll(async () => {
   pg = await startPostgres();
   admin = new Client({ connectionString: pg.adminUrl });
@@ -204,10 +212,7 @@ describe('appends', () => {
   it('a row edited in the database (UPDATE) stops the chain: AuditCorrupt naming the seq, health not whole, verify fails at it', async () => {
     const s = store();
     for (let seq = 1; seq <= 4; seq++) await s.append(event(seq));
-    await admin.query(
-      `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 3`,
-      [id],
-    );
+    await editRow(3);
     const failure = await failureOf(s.append(event(5)));
     expect(failure.type).toBe('AuditCorrupt');
     expect(failure.nonRetryable).toBe(true);
@@ -221,10 +226,7 @@ describe('appends', () => {
     const s = store();
     // The append of record 6 found rows 1–5 whole: the next check fetches only the rows after them.
     for (let seq = 1; seq <= 6; seq++) await s.append(event(seq));
-    await admin.query(
-      `UPDATE wavegate_audit_records SET record = replace(record, '"by":"wavegate"', '"by":"mallory"') WHERE rollout_id = $1 AND seq = 6`,
-      [id],
-    );
+    await editRow(6);
     const failure = await failureOf(s.append(event(7)));
     expect(failure.type).toBe('AuditCorrupt');
     expect(failure.details?.[0]).toMatchObject({ line: 6, seq: 6, problem: 'edited', segment: 1 });
