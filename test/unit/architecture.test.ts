@@ -3,6 +3,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { WORKFLOW_SOURCE_DIRS } from '../../workers/versioning';
+import { SOURCE_DIRS, sourceFiles } from '../support/source-files';
 
 /**
  * The layering rules of docs/architecture.md ("Layers"), checked on the source itself: who may import
@@ -11,34 +12,6 @@ import { WORKFLOW_SOURCE_DIRS } from '../../workers/versioning';
  * tsconfig.json covering every source folder. A change that breaks a rule fails here, naming the file
  * and the import.
  */
-const SOURCE_DIRS = [
-  'activities',
-  'agent',
-  'audit',
-  'bench',
-  'cli',
-  'clients',
-  'contracts',
-  'core',
-  'device',
-  'gateway',
-  'http',
-  'intake',
-  'scripts',
-  'sim',
-  'workers',
-  'workflows',
-];
-
-function sourceFiles(dir: string): string[] {
-  const out: string[] = [];
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) out.push(...sourceFiles(path));
-    else if (name.endsWith('.ts')) out.push(path);
-  }
-  return out;
-}
 
 /** One import of a source file: the project file it names (or the package / node built-in), and whether it is erased at compile time. */
 interface Edge {
