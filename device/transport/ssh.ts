@@ -350,193 +350,216 @@ export async function openSsh(given: DeviceTarget, opts: OpenSshOptions = {}): P
     throw err;
   }
   jump?.on('close', () => connected.client.destroy());
-  return sessionOn(connected.client, connected.lastError, label, jump);
+  return new ClientSession(connected.client, connected.lastError, label, jump);
 }
 
-function sessionOn(
-  client: Client,
-  lastError: () => ClientError | undefined,
-  label: string,
-  jump: Client | undefined,
-): SshSession {
-  let closed = false;
+const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
+
+/**
+ * The SshSession over one connected client (and its jump host, closed with it). A lost connection fails
+ * every operation in flight as `dropped`, and any operation after it.
+ */
+class ClientSession implements SshSession {
+  private closed = false;
   /** Rejecters of every operation in flight: a lost connection fails them all as `dropped`. */
-  const pending = new Set<() => void>();
-  const lost = (what: string): TransportError => {
-    const cause = lastError();
-    return new TransportError('dropped', `${label}: connection lost ${what}${cause ? ` (${cause.message})` : ''}`);
-  };
-  const onClose = (): void => {
-    closed = true;
-    for (const fail of [...pending]) fail();
-  };
-  client.on('close', onClose);
+  private readonly pending = new Set<() => void>();
 
-  const short = (command: string): string => (command.length > 80 ? `${command.slice(0, 77)}...` : command);
+  constructor(
+    private readonly client: Client,
+    private readonly lastError: () => ClientError | undefined,
+    private readonly label: string,
+    private readonly jump: Client | undefined,
+  ) {
+    client.on('close', () => {
+      this.closed = true;
+      for (const fail of [...this.pending]) fail();
+    });
+  }
 
-  return {
-    exec(
-      command,
-      { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS, stdin } = {},
-    ) {
-      return new Promise<ExecResult>((resolve, reject) => {
-        if (closed) return reject(lost(`before running: ${short(command)}`));
-        const started = Date.now();
-        let channel: ClientChannel | undefined;
-        let settled = false;
-        const finish = (err: TransportError | undefined, result?: ExecResult): void => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          if (progress) clearInterval(progress);
-          pending.delete(onLost);
-          if (err) reject(err);
-          else resolve(result!);
-        };
-        const onLost = (): void => finish(lost(`while running: ${short(command)}`));
-        pending.add(onLost);
-        const timer = setTimeout(() => {
-          finish(new TransportError('timeout', `${label}: command timed out after ${timeoutMs} ms: ${short(command)}`));
-          if (channel) {
-            try {
-              channel.signal('KILL'); // OpenSSH ≥ 7.9 delivers it; closing the channel covers the rest
-            } catch {
-              /* channel already gone */
-            }
-            channel.close();
-          }
-        }, timeoutMs);
-        const progress = onProgress
-          ? setInterval(() => {
-              try {
-                onProgress(Date.now() - started);
-              } catch {
-                /* a heartbeat problem must not fail the command */
-              }
-            }, progressIntervalMs)
-          : undefined;
-        try {
-          client.exec(command, env ? { env } : {}, (err, ch) => {
-            if (err)
-              return finish(
-                closed
-                  ? lost(`before running: ${short(command)}`)
-                  : new TransportError(
-                      'dropped',
-                      `${label}: cannot open a channel for: ${short(command)} (${err.message})`,
-                    ),
-              );
-            channel = ch;
-            if (settled) return void ch.close(); // timed out while the channel was opening
-            let stdout = '';
-            let stderr = '';
-            let code: number | null = null;
-            let signal: string | undefined;
-            ch.on('error', () => {});
-            if (stdin) ch.end(stdin);
-            ch.on('data', (chunk: Buffer) => (stdout = (stdout + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
-            ch.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
-            ch.on('exit', (exitCode: number | null, signalName?: string) => {
-              code = exitCode;
-              signal = signalName ?? undefined;
-            });
-            ch.on('close', () => {
-              if (code !== null) return finish(undefined, { code, stdout, stderr });
-              if (signal)
-                return finish(undefined, {
-                  code: null,
-                  stdout,
-                  stderr: `${stderr}${stderr && !stderr.endsWith('\n') ? '\n' : ''}killed by signal ${signal}`,
-                });
-              finish(lost(`while running: ${short(command)}`));
-            });
-          });
-        } catch (err) {
-          finish(
-            new TransportError(
-              'dropped',
-              `${label}: connection lost before running: ${short(command)} (${(err as Error).message})`,
-            ),
-          );
-        }
-      });
-    },
+  private lost(what: string): TransportError {
+    const cause = this.lastError();
+    return new TransportError('dropped', `${this.label}: connection lost ${what}${cause ? ` (${cause.message})` : ''}`);
+  }
 
-    upload(data, remotePath, { timeoutMs = 60_000 } = {}) {
-      return new Promise<void>((resolve, reject) => {
-        if (closed) return reject(lost(`before uploading ${remotePath}`));
-        let settled = false;
-        let sftpEnd: (() => void) | undefined;
-        const finish = (err?: TransportError): void => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          pending.delete(onLost);
-          try {
-            sftpEnd?.();
-          } catch {
-            /* already closed */
-          }
-          if (err) reject(err);
-          else resolve();
-        };
-        const onLost = (): void => finish(lost(`while uploading ${remotePath}`));
-        pending.add(onLost);
-        const timer = setTimeout(
-          () =>
-            finish(
-              new TransportError(
-                'timeout',
-                `${label}: upload of ${remotePath} (${data.length} bytes) timed out after ${timeoutMs} ms`,
-              ),
-            ),
-          timeoutMs,
-        );
-        try {
-          client.sftp((err, sftp) => {
-            if (err)
-              return finish(
-                closed
-                  ? lost(`before uploading ${remotePath}`)
-                  : new TransportError('dropped', `${label}: SFTP subsystem unavailable (${err.message})`),
-              );
-            sftp.on('error', () => {});
-            sftpEnd = () => sftp.end();
-            if (settled) return sftpEnd();
-            sftp.writeFile(remotePath, data, (werr) => {
-              if (!werr) return finish();
-              // A numeric code is an SFTP status from the server (no such directory, permission
-              // denied): the device said no, and the same upload will be refused again.
-              const status = (werr as ClientError).code;
-              if (typeof status === 'number')
-                finish(
-                  new TransportError(
-                    'config',
-                    `${label}: device refused the upload of ${remotePath} (SFTP status ${status}: ${werr.message})`,
+  exec(
+    command: string,
+    { timeoutMs = 60_000, env, onProgress, progressIntervalMs = DEFAULT_PROGRESS_INTERVAL_MS, stdin }: ExecOptions = {},
+  ): Promise<ExecResult> {
+    const { client, label, pending } = this;
+    return new Promise<ExecResult>((resolve, reject) => {
+      if (this.closed) return reject(this.lost(`before running: ${short(command)}`));
+      const started = Date.now();
+      let channel: ClientChannel | undefined;
+      let settled = false;
+      const finish = (err: TransportError | undefined, result?: ExecResult): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (progress) clearInterval(progress);
+        pending.delete(onLost);
+        if (err) reject(err);
+        else resolve(result!);
+      };
+      const onLost = (): void => finish(this.lost(`while running: ${short(command)}`));
+      pending.add(onLost);
+      const timer = setTimeout(() => {
+        finish(new TransportError('timeout', `${label}: command timed out after ${timeoutMs} ms: ${short(command)}`));
+        if (channel) killChannel(channel);
+      }, timeoutMs);
+      const progress = onProgress ? progressTicker(onProgress, started, progressIntervalMs) : undefined;
+      try {
+        client.exec(command, env ? { env } : {}, (err, ch) => {
+          if (err)
+            return finish(
+              this.closed
+                ? this.lost(`before running: ${short(command)}`)
+                : new TransportError(
+                    'dropped',
+                    `${label}: cannot open a channel for: ${short(command)} (${err.message})`,
                   ),
-                );
-              else
-                finish(
-                  closed
-                    ? lost(`while uploading ${remotePath}`)
-                    : new TransportError('dropped', `${label}: upload of ${remotePath} failed (${werr.message})`),
-                );
-            });
-          });
-        } catch (err) {
+            );
+          channel = ch;
+          if (settled) return void ch.close(); // timed out while the channel was opening
+          collectResult(ch, stdin, finish, () => this.lost(`while running: ${short(command)}`));
+        });
+      } catch (err) {
+        finish(
+          new TransportError(
+            'dropped',
+            `${label}: connection lost before running: ${short(command)} (${(err as Error).message})`,
+          ),
+        );
+      }
+    });
+  }
+
+  upload(data: Buffer, remotePath: string, { timeoutMs = 60_000 }: { timeoutMs?: number } = {}): Promise<void> {
+    const { client, label, pending } = this;
+    return new Promise<void>((resolve, reject) => {
+      if (this.closed) return reject(this.lost(`before uploading ${remotePath}`));
+      let settled = false;
+      let sftpEnd: (() => void) | undefined;
+      const finish = (err?: TransportError): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        pending.delete(onLost);
+        try {
+          sftpEnd?.();
+        } catch {
+          /* already closed */
+        }
+        if (err) reject(err);
+        else resolve();
+      };
+      const onLost = (): void => finish(this.lost(`while uploading ${remotePath}`));
+      pending.add(onLost);
+      const timer = setTimeout(
+        () =>
           finish(
             new TransportError(
-              'dropped',
-              `${label}: connection lost before uploading ${remotePath} (${(err as Error).message})`,
+              'timeout',
+              `${label}: upload of ${remotePath} (${data.length} bytes) timed out after ${timeoutMs} ms`,
             ),
-          );
-        }
-      });
-    },
+          ),
+        timeoutMs,
+      );
+      try {
+        client.sftp((err, sftp) => {
+          if (err)
+            return finish(
+              this.closed
+                ? this.lost(`before uploading ${remotePath}`)
+                : new TransportError('dropped', `${label}: SFTP subsystem unavailable (${err.message})`),
+            );
+          sftp.on('error', () => {});
+          sftpEnd = () => sftp.end();
+          if (settled) return sftpEnd();
+          sftp.writeFile(remotePath, data, (werr) => finish(werr ? this.uploadFailure(remotePath, werr) : undefined));
+        });
+      } catch (err) {
+        finish(
+          new TransportError(
+            'dropped',
+            `${label}: connection lost before uploading ${remotePath} (${(err as Error).message})`,
+          ),
+        );
+      }
+    });
+  }
 
-    close() {
-      client.end();
-      jump?.end();
-    },
-  };
+  /** Why a file's write failed: the device's refusal, or the connection's loss. */
+  private uploadFailure(remotePath: string, werr: Error): TransportError {
+    // A numeric code is an SFTP status from the server (no such directory, permission
+    // denied): the device said no, and the same upload will be refused again.
+    const status = (werr as ClientError).code;
+    if (typeof status === 'number')
+      return new TransportError(
+        'config',
+        `${this.label}: device refused the upload of ${remotePath} (SFTP status ${status}: ${werr.message})`,
+      );
+    return this.closed
+      ? this.lost(`while uploading ${remotePath}`)
+      : new TransportError('dropped', `${this.label}: upload of ${remotePath} failed (${werr.message})`);
+  }
+
+  close(): void {
+    this.client.end();
+    this.jump?.end();
+  }
+}
+
+/**
+ * A command's channel: its input sent, its output kept (the last OUTPUT_LIMIT characters of each stream),
+ * and at its close its result (an exit code, or the signal that killed it) or, with neither, `lost()`.
+ */
+function collectResult(
+  ch: ClientChannel,
+  stdin: Buffer | undefined,
+  finish: (err: TransportError | undefined, result?: ExecResult) => void,
+  lost: () => TransportError,
+): void {
+  let stdout = '';
+  let stderr = '';
+  let code: number | null = null;
+  let signal: string | undefined;
+  ch.on('error', () => {});
+  if (stdin) ch.end(stdin);
+  ch.on('data', (chunk: Buffer) => (stdout = (stdout + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
+  ch.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-OUTPUT_LIMIT)));
+  ch.on('exit', (exitCode: number | null, signalName?: string) => {
+    code = exitCode;
+    signal = signalName ?? undefined;
+  });
+  ch.on('close', () => {
+    if (code !== null) return finish(undefined, { code, stdout, stderr });
+    if (signal)
+      return finish(undefined, {
+        code: null,
+        stdout,
+        stderr: `${stderr}${stderr && !stderr.endsWith('\n') ? '\n' : ''}killed by signal ${signal}`,
+      });
+    finish(lost());
+  });
+}
+
+/** Kill a timed-out command's channel. */
+function killChannel(channel: ClientChannel): void {
+  try {
+    channel.signal('KILL'); // OpenSSH ≥ 7.9 delivers it; closing the channel covers the rest
+  } catch {
+    /* channel already gone */
+  }
+  channel.close();
+}
+
+/** Report the command's running time every `intervalMs`; a heartbeat problem must not fail the command. */
+function progressTicker(onProgress: (elapsedMs: number) => void, started: number, intervalMs: number): NodeJS.Timeout {
+  return setInterval(() => {
+    try {
+      onProgress(Date.now() - started);
+    } catch {
+      /* a heartbeat problem must not fail the command */
+    }
+  }, intervalMs);
 }
