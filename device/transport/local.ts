@@ -5,7 +5,7 @@ import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { parseFloor } from '../../core/floor';
 import { floorPath, markerPath } from '../../core/revision';
-import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
+import { applyLockOps } from './apply-lock-ops';
 import { StepFailed, TransportError } from './errors';
 import type { DeviceSession, ExecOptions, ExecResult, StagedFile, StageOptions } from './types';
 
@@ -88,37 +88,7 @@ export function localDeviceSession(device: string, home: string): DeviceSession 
       }
     },
 
-    async claimApplyLock(profile, claim, { timeoutMs }) {
-      for (let tries = 0; tries < 3; tries++) {
-        const res = await exec(claimScript(profile, claim, Date.now()), { timeoutMs });
-        if (res.code !== 0) throw new StepFailed('take apply lock', res, device);
-        const answer = parseClaim(res.stdout);
-        if (answer !== 'retry') return answer;
-      }
-      throw new TransportError(
-        'dropped',
-        `${device}: the apply lock for ${profile} kept changing hands while it was being taken`,
-      );
-    },
-
-    async readApplyLock(profile, { timeoutMs }) {
-      const res = await exec(readScript(profile), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('read apply lock', res, device);
-      const { state, record } = parseRecord(res.stdout);
-      return state === 'held' ? record : null;
-    },
-
-    async launchApply(profile, command, { timeoutMs }) {
-      const res = await exec(launchScript(profile, command), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('apply', res, device);
-      return res.stdout.trim().endsWith('already-launched') ? 'already-launched' : 'launched';
-    },
-
-    async releaseApplyLock(profile, holder, reason, { timeoutMs }) {
-      const res = await exec(releaseScript(profile, holder, reason), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('release apply lock', res, device);
-      return res.stdout.trim() === 'released';
-    },
+    ...applyLockOps(device, exec),
 
     close: () => commands.close(),
   };

@@ -1,8 +1,8 @@
 import { parseFloor } from '../../core/floor';
 import { floorPath, markerPath } from '../../core/revision';
 import type { DeviceTarget } from '../../core/rollout-state';
-import { claimScript, launchScript, parseClaim, parseRecord, readScript, releaseScript } from './apply-lock';
-import { StepFailed, TransportError } from './errors';
+import { applyLockOps } from './apply-lock-ops';
+import { StepFailed } from './errors';
 import { openSsh, type SshSession } from './ssh';
 import type { ConnectOptions, DeviceSession, DeviceTransport, StagedFile, StageOptions } from './types';
 
@@ -71,38 +71,7 @@ export function sshDeviceSession(device: string, ssh: SshSession): DeviceSession
 
     // The apply lock and the detached apply are shell on the device (./apply-lock.ts); a step of the
     // lock protocol that exits non-zero is the device saying no (a full disk, a read-only home).
-    async claimApplyLock(profile, claim, { timeoutMs }) {
-      for (let tries = 0; tries < 3; tries++) {
-        const res = await ssh.exec(claimScript(profile, claim, Date.now()), { timeoutMs });
-        if (res.code !== 0) throw new StepFailed('take apply lock', res, device);
-        const answer = parseClaim(res.stdout);
-        if (answer !== 'retry') return answer;
-      }
-      throw new TransportError(
-        'dropped',
-        `${device}: the apply lock for ${profile} kept changing hands while it was being taken`,
-      );
-    },
-
-    async readApplyLock(profile, { timeoutMs }) {
-      const res = await ssh.exec(readScript(profile), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('read apply lock', res, device);
-      const { state, record } = parseRecord(res.stdout);
-      return state === 'held' ? record : null;
-    },
-
-    async launchApply(profile, command, { timeoutMs }) {
-      const res = await ssh.exec(launchScript(profile, command), { timeoutMs });
-      // The device refused to start it: to the operator that is the apply saying no.
-      if (res.code !== 0) throw new StepFailed('apply', res, device);
-      return res.stdout.trim().endsWith('already-launched') ? 'already-launched' : 'launched';
-    },
-
-    async releaseApplyLock(profile, holder, reason, { timeoutMs }) {
-      const res = await ssh.exec(releaseScript(profile, holder, reason), { timeoutMs });
-      if (res.code !== 0) throw new StepFailed('release apply lock', res, device);
-      return res.stdout.trim() === 'released';
-    },
+    ...applyLockOps(device, (command, opts) => ssh.exec(command, opts)),
 
     close: () => ssh.close(),
   };

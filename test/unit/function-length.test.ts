@@ -22,8 +22,6 @@ const STRICT_ROOMS = ['cli/board/', 'gateway/', 'activities/health', 'audit/', '
  */
 const KNOWN_LONG: Record<string, number> = {
   'device/transport/apply-script.ts#applyScript': 279,
-  'device/transport/ssh.ts#sessionOn': 187,
-  'device/channel/ssh.ts#sshChannel': 177,
 };
 
 interface LongFunction {
