@@ -47,12 +47,15 @@ export default defineConfig({
         // Most of a file's time is spent waiting (Temporal timers, servers starting, SSH round trips),
         // not computing: with two files at once the suite kept 2 cores ~58% busy (CI at afde9f6: 24 CPU-min
         // in 20.5 min), with three 77% (CI at f06f423: 30.4 CPU-min in 19.9 min). A fourth gained nothing
-        // (cd0af40: 20.5 min, each file slower).
+        // then (cd0af40: 20.5 min, each file slower). Since the processes the tests start run compiled and the
+        // workflow bundle is made once per run (test/support/global-setup.ts), a file takes 25-40% less CPU
+        // (conformance ssh-sim 60 -> 44 CPU s, revert 62 -> 41, cli 90 -> 55): a fourth file fills the cores
+        // again (.ci/run at 7072701 with four: 189 files, 2,047 tests passed, on a machine busy with other work).
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
           exclude: RUN_ALONE,
-          maxWorkers: 3,
+          maxWorkers: 4,
           sequence: { groupOrder: 0 },
         },
       },
