@@ -50,7 +50,7 @@ export default defineConfig({
         // then (cd0af40: 20.5 min, each file slower). Since the processes the tests start run compiled and the
         // workflow bundle is made once per run (test/support/global-setup.ts), a file takes 25-40% less CPU
         // (conformance ssh-sim 60 -> 44 CPU s, revert 62 -> 41, cli 90 -> 55): a fourth file fills the cores
-        // again (.ci/run at 7072701 with four: 189 files, 2,047 tests passed, on a machine busy with other work).
+        // again (.ci/run at dc8528d with four: 189 files, 2,047 tests passed, on a machine busy with other work).
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
