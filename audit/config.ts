@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { ClientConfig } from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
 import { WavegateError } from '../core/errors';
-import { readBytes, readText } from '../intake/files';
+import { checkOwnerOnlyFile, readBytes, readText } from '../intake/files';
 
 /**
  * `--audit-store` / `$WAVEGATE_AUDIT_STORE`: absent or `file` is the file store; `postgres://user@host:port/db`
@@ -208,30 +208,7 @@ export function readStorePassword(env: NodeJS.ProcessEnv = process.env): string 
   const path = env.WAVEGATE_AUDIT_STORE_PASSWORD_FILE;
   if (!path) return undefined;
   const field = '$WAVEGATE_AUDIT_STORE_PASSWORD_FILE';
-  let stat: Stats;
-  try {
-    stat = statSync(path);
-  } catch (err) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${field} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
-      { field },
-    );
-  }
-  if (!stat.isFile())
-    throw new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: not a regular file`, { field });
-  if ((stat.mode & 0o077) !== 0)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${field} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`,
-      { field },
-    );
-  if (stat.size > MAX_PASSWORD_FILE_BYTES)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${field} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line`,
-      { field },
-    );
+  checkOwnerOnlyFile(field, path, { maxBytes: MAX_PASSWORD_FILE_BYTES, expected: 'one line', details: { field } });
   let bytes: Buffer;
   try {
     // The file checked above may have been replaced since (by a FIFO, a device): readBytes refuses those.

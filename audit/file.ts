@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { type Stats, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import {
   auditContentOfEvent,
@@ -10,7 +10,7 @@ import {
   type AuditSegment,
 } from '../core/audit';
 import { WavegateError } from '../core/errors';
-import { readFlagFile } from '../intake/files';
+import { checkOwnerOnlyFile, readFlagFile } from '../intake/files';
 import { STATE_DIR } from '../intake/package-layout';
 import { auditInvalid } from './failures';
 import { appendLocked, prepareDir } from './file-append';
@@ -162,27 +162,7 @@ export function readAuditFile(auditDir: string, rolloutId: string, runId?: strin
  * where the path came from in refusals.
  */
 export function readAuditKey(path: string, source = '--audit-key-file'): Uint8Array {
-  let stat: Stats;
-  try {
-    stat = statSync(path);
-  } catch (err) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${source} ${JSON.stringify(path)}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
-    );
-  }
-  if (!stat.isFile()) throw new WavegateError('INVALID_INPUT', `${source} ${JSON.stringify(path)}: not a regular file`);
-  if ((stat.mode & 0o077) !== 0) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${source} ${JSON.stringify(path)}: readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`,
-    );
-  }
-  if (stat.size > 4096)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${source} ${JSON.stringify(path)}: ${stat.size} bytes; expected one line of hex (64–4096 characters)`,
-    );
+  checkOwnerOnlyFile(source, path, { maxBytes: 4096, expected: 'one line of hex (64–4096 characters)' });
   // Read through an fstat of the opened file: a FIFO swapped in after the stat above is refused, not waited on.
   const hex = readFlagFile(source, path).toString('utf8').trim();
   if (!/^(?:[0-9a-fA-F]{2}){32,}$/.test(hex)) {

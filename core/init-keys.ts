@@ -53,6 +53,21 @@ export interface AcceptedKey {
   from: string;
 }
 
+/** `--scan-timeout` of `init` and `fleet repin`: the milliseconds to read one host key, 100 to 120,000. */
+export function scanTimeoutMs(value: string): number {
+  const ms = Number(value);
+  if (!Number.isInteger(ms) || ms < 100 || ms > 120_000)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(value)})`,
+      {
+        field: '--scan-timeout',
+        value,
+      },
+    );
+  return ms;
+}
+
 /** `--accept-key ID=SHA256:...`: INVALID_INPUT naming the flag and the value otherwise. */
 export function parseAcceptKeyFlag(value: string): AcceptedKey {
   const eq = value.indexOf('=');

@@ -1,5 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  openSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeSync,
+  type Stats,
+} from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { MAX_DOCUMENT_DEPTH, documentProblems } from '../core/document-bounds';
 import { WavegateError } from '../core/errors';
@@ -80,6 +92,30 @@ export function readFlagFile(flag: string, path: string): Buffer {
       throw new WavegateError(err.code, `${flag} ${err.message}`, { ...err.details, field: flag, value: path });
     throw err;
   }
+}
+
+/**
+ * A file that holds a secret by reference (the audit key, the audit store's password): it must exist, be a
+ * regular file, be the owner's alone (like an ssh private key) and hold at most `maxBytes`. Refused
+ * naming `field` and the path, never a byte of the file; `expected` says what the file should hold.
+ */
+export function checkOwnerOnlyFile(
+  field: string,
+  path: string,
+  opts: { maxBytes: number; expected: string; details?: Record<string, unknown> },
+): void {
+  const refuse = (why: string) =>
+    new WavegateError('INVALID_INPUT', `${field} ${JSON.stringify(path)}: ${why}`, opts.details);
+  let stat: Stats;
+  try {
+    stat = statSync(path);
+  } catch (err) {
+    throw refuse(`cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+  if (!stat.isFile()) throw refuse('not a regular file');
+  if ((stat.mode & 0o077) !== 0)
+    throw refuse(`readable by others (mode ${(stat.mode & 0o777).toString(8)}); chmod 600 it`);
+  if (stat.size > opts.maxBytes) throw refuse(`${stat.size} bytes; expected ${opts.expected}`);
 }
 
 /**

@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { acceptMismatch, decideRepin, describePin, parseAcceptFingerprint, repinRefusal } from '../../core/host-repin';
 import { WavegateError } from '../../core/errors';
+import { scanTimeoutMs } from '../../core/init-keys';
 import { readPinnableInventory, withHostKey, writePinnedInventory } from '../../intake/inventory-pin';
 import { shellWord } from '../../intake/scaffold';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -53,13 +54,7 @@ async function repin(id: string, opts: RepinFlags): Promise<number> {
       { field: '--inventory' },
     );
   const accept = opts.accept === undefined ? undefined : parseAcceptFingerprint(opts.accept);
-  const timeoutMs = Number(opts.scanTimeout);
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`,
-      { field: '--scan-timeout', value: opts.scanTimeout },
-    );
+  const timeoutMs = scanTimeoutMs(opts.scanTimeout);
   const path = resolve(opts.inventory);
   const file = readPinnableInventory(path, id);
   const { device, pin } = file;

@@ -11,6 +11,7 @@ import {
   changedKeysRefusal,
   judgeHostKeys,
   parseAcceptKeyFlag,
+  scanTimeoutMs,
   type KeyJudgement,
 } from '../../core/init-keys';
 import { parseInventory, type Device } from '../../core/inventory';
@@ -372,13 +373,7 @@ function initRequest(opts: InitOptions) {
     );
   checkProfileName(opts.profile, '--profile');
   const { threshold, signers } = signersOf(opts);
-  const timeoutMs = Number(opts.scanTimeout);
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 100 || timeoutMs > 120_000)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(opts.scanTimeout)})`,
-      { field: '--scan-timeout', value: opts.scanTimeout },
-    );
+  const timeoutMs = scanTimeoutMs(opts.scanTimeout);
   if (opts.sshKey && opts.sshAgent)
     throw new WavegateError('INVALID_INPUT', '--ssh-key and --ssh-agent: give one, not both', { field: '--ssh-agent' });
   const knownHosts = opts.knownHosts ? absoluteFile(opts.knownHosts, '--known-hosts') : undefined;

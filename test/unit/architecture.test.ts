@@ -3,7 +3,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { WORKFLOW_SOURCE_DIRS } from '../../workers/versioning';
-import { SOURCE_DIRS, sourceFiles } from '../support/source-files';
+import { PRODUCT_DIRS, SOURCE_DIRS, sourceFiles } from '../support/source-files';
 
 /**
  * The layering rules of docs/architecture.md ("Layers"), checked on the source itself: who may import
@@ -86,20 +86,7 @@ interface LayerRule {
  * What the CLI may import: every product layer but its own and activities/ (the worker registers those;
  * the CLI reaches a device through device/, a trail through audit/).
  */
-const CLI_IMPORTS = [
-  'agent',
-  'audit',
-  'clients',
-  'contracts',
-  'core',
-  'device',
-  'gateway',
-  'http',
-  'intake',
-  'sim',
-  'workers',
-  'workflows',
-];
+const CLI_IMPORTS = PRODUCT_DIRS.filter((d) => d !== 'activities' && d !== 'cli');
 
 const LAYER_RULES: Record<string, LayerRule> = {
   core: { imports: [], packages: PURE_PACKAGES },

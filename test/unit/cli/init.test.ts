@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { secondCommandOf } from '../../../cli/commands/init';
-import { acceptedKeys, judgeHostKeys, parseAcceptKeyFlag } from '../../../core/init-keys';
+import { acceptedKeys, judgeHostKeys, parseAcceptKeyFlag, scanTimeoutMs } from '../../../core/init-keys';
 import { parseSshConfig } from '../../../intake/ssh-config';
 import { runCli } from '../../support/cli';
 import { scratchDir } from '../../support/harness';
@@ -252,6 +252,18 @@ describe('parseSshConfig', () => {
     expect(() => parseSshConfig('Host a\n  Port ssh\n', 'cfg')).toThrow(
       'cfg:2: Port of Host a: must be a TCP port 1-65535 (got "ssh")',
     );
+  });
+});
+
+describe('--scan-timeout (init and fleet repin)', () => {
+  it('takes whole milliseconds from 100 to 120,000 and refuses anything else naming the flag and the value', () => {
+    expect(scanTimeoutMs('100')).toBe(100);
+    expect(scanTimeoutMs('120000')).toBe(120_000);
+    for (const bad of ['99', '120001', '5s', '1.5', '']) {
+      expect(() => scanTimeoutMs(bad)).toThrow(
+        `--scan-timeout: must be milliseconds 100-120000 (got ${JSON.stringify(bad)})`,
+      );
+    }
   });
 });
 
