@@ -63,7 +63,10 @@ export interface ReceiptClaim {
 /** What the device adds from its own records. */
 export interface ReceiptDeviceFields {
   keyKind: ReceiptKeyKind;
-  /** core/signing.ts keyId() of the 32-byte Ed25519 public key that signs. */
+  /**
+   * Which key signs: an agent's is core/signing.ts keyId() (`sha256/…`, as its pin), an SSH device's is the
+   * OpenSSH fingerprint `ssh-keygen -l` prints (`SHA256:…`, of the key's wire form): receiptKeyId().
+   */
   keyId: string;
   counter: number;
   prev: string;
@@ -103,7 +106,7 @@ const ID = /^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$/;
 const HEX64 = /^[0-9a-f]{64}$/;
 const HEX32 = /^[0-9a-f]{32}$/;
 const REASON = /^[A-Za-z0-9_-]{1,24}$/;
-const KID = /^sha256\/[A-Za-z0-9_-]{43}$/;
+const KID: Record<ReceiptKeyKind, RegExp> = { agent: /^sha256\/[A-Za-z0-9_-]{43}$/, ssh: /^SHA256:[A-Za-z0-9+/]{43}$/ };
 const NONE = '-';
 
 /**
@@ -126,7 +129,14 @@ export function receiptFieldsProblem(f: ReceiptFields): string | null {
   if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(f.profile)) return bad('profile', f.profile, 'must be a profile name');
   if (!(RECEIPT_KEY_KINDS as readonly string[]).includes(f.keyKind))
     return bad('key kind', f.keyKind, 'must be agent or ssh');
-  if (!KID.test(f.keyId)) return bad('key', f.keyId, 'must be "sha256/" + 43 base64url characters');
+  if (!KID[f.keyKind].test(f.keyId))
+    return bad(
+      'key',
+      f.keyId,
+      f.keyKind === 'agent'
+        ? 'must be "sha256/" + 43 base64url characters'
+        : 'must be "SHA256:" + 43 base64 characters',
+    );
   if (f.phase !== null && !(Number.isSafeInteger(f.phase) && f.phase >= 0 && f.phase < 1000))
     return bad('phase', f.phase, 'must be an integer 0-999 or null');
   if (!HEX32.test(f.nonce)) return bad('nonce', f.nonce, 'must be 32 lowercase hex characters');
@@ -226,6 +236,26 @@ export function parseReceipt(text: unknown): ReceiptParse {
   return { ok: true, receipt: { fields, body, sig } };
 }
 
+/** The OpenSSH wire form of an ssh-ed25519 public key (the base64 in an `ssh-ed25519 AAAA…` line). */
+export function sshEd25519Wire(publicKey: Uint8Array): Uint8Array {
+  return concat(sshString(utf8Encode('ssh-ed25519')), sshString(publicKey));
+}
+
+/** The key id a receipt of this kind names for this 32-byte Ed25519 public key. */
+export function receiptKeyId(kind: ReceiptKeyKind, publicKey: Uint8Array): string {
+  if (kind === 'agent') return keyId(publicKey);
+  return `SHA256:${toBase64(sha256(sshEd25519Wire(publicKey))).replace(/=+$/, '')}`;
+}
+
+/** The 32-byte key of an `ssh-ed25519 AAAA… [comment]` line; undefined for any other. */
+export function sshEd25519Key(line: string): Uint8Array | undefined {
+  const [type, b64] = line.trim().split(/\s+/);
+  const wire = type === 'ssh-ed25519' && b64 ? fromBase64(b64) : undefined;
+  if (wire?.length !== 51) return undefined;
+  const raw = wire.subarray(19);
+  return bytesEqual(sshEd25519Wire(raw), wire) ? raw : undefined;
+}
+
 /** An agent signs with its identity key: Ed25519 over the receipt's text. */
 export function signAgentReceipt(fields: Omit<ReceiptFields, 'keyKind' | 'keyId'>, key: KeyPair): Receipt {
   const full: ReceiptFields = { ...fields, keyKind: 'agent', keyId: keyId(key.publicKey) };
@@ -240,7 +270,7 @@ export function signAgentReceipt(fields: Omit<ReceiptFields, 'keyKind' | 'keyId'
  * `ssh-keygen -Y sign -n wavegate-receipt` over the text, checked here byte for byte as `ssh-keygen -Y verify` does.
  */
 export function receiptSignatureValid(r: Receipt, publicKey: Uint8Array): boolean {
-  if (publicKey.length !== 32 || r.fields.keyId !== keyId(publicKey)) return false;
+  if (publicKey.length !== 32 || r.fields.keyId !== receiptKeyId(r.fields.keyKind, publicKey)) return false;
   const sig = fromBase64(r.sig);
   if (!sig) return false;
   const message = utf8Encode(r.body);

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { fromBase64, toBase64 } from '../../../core/bytes';
+import { toBase64 } from '../../../core/bytes';
 import {
   chainAfter,
   parseReceipt,
@@ -13,14 +13,16 @@ import {
   type ReceiptFields,
   receiptBody,
   receiptHash,
+  receiptKeyId,
   receiptNonce,
   receiptSignatureValid,
   receiptText,
   signAgentReceipt,
   sshsigArmor,
+  sshEd25519Key,
   sshsigFromArmor,
 } from '../../../core/receipt';
-import { keyId, keyPairFromSeed } from '../../../core/signing';
+import { keyPairFromSeed } from '../../../core/signing';
 
 const key = keyPairFromSeed(new Uint8Array(32).fill(7));
 const other = keyPairFromSeed(new Uint8Array(32).fill(8));
@@ -92,7 +94,7 @@ describe('receipts', () => {
       result: 'already-applied',
       clock: 9_999_999_999_999,
     });
-    const body = receiptBody({ ...fields, keyKind: 'ssh', keyId: keyId(key.publicKey) });
+    const body = receiptBody({ ...fields, keyKind: 'ssh', keyId: receiptKeyId('ssh', key.publicKey) });
     // An SSHSIG blob of an ssh-ed25519 key in this namespace is 186 bytes: 248 base64 characters.
     const text = receiptText({ body, sig: toBase64(new Uint8Array(186)) });
     expect(Buffer.byteLength(text)).toBeLessThanOrEqual(RECEIPT_MAX_BYTES);
@@ -121,10 +123,15 @@ describe('receipts', () => {
   it('an SSH receipt signed by ssh-keygen -Y sign verifies here, and ours verifies with ssh-keygen -Y verify', () => {
     const keyFile = join(dir, 'receipt_key');
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'web-01', '-f', keyFile]);
-    const pubLine = readFileSync(`${keyFile}.pub`, 'utf8').trim().split(' ');
-    const wire = fromBase64(pubLine[1]!)!;
-    const publicKey = wire.subarray(wire.length - 32);
-    const body = receiptBody({ ...claim(), keyKind: 'ssh', keyId: keyId(publicKey) });
+    const pubText = readFileSync(`${keyFile}.pub`, 'utf8');
+    const pubLine = pubText.trim().split(' ');
+    const publicKey = sshEd25519Key(pubText)!;
+    // The key line is the fingerprint ssh-keygen -l prints: a device's shell can write it with no wavegate.
+    const fingerprint = execFileSync('ssh-keygen', ['-l', '-f', `${keyFile}.pub`])
+      .toString()
+      .split(' ')[1];
+    expect(receiptKeyId('ssh', publicKey)).toBe(fingerprint);
+    const body = receiptBody({ ...claim(), keyKind: 'ssh', keyId: receiptKeyId('ssh', publicKey) });
     const msg = join(dir, 'receipt.txt');
     writeFileSync(msg, body);
     execFileSync('ssh-keygen', ['-q', '-Y', 'sign', '-f', keyFile, '-n', 'wavegate-receipt', msg]);
