@@ -1,5 +1,6 @@
 import { CompleteAsyncError, Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
 import { recordDeviceApply } from '../core/metrics';
 import type { DeviceTarget } from '../core/rollout-state';
 import { applyFailureOf } from '../device/apply-failure';
@@ -22,6 +23,8 @@ export interface ApplyInput {
    * plan's not-for-me "ahead" rule, learned at the apply when the snapshot reads no marker.
    */
   aheadAbove?: number;
+  /** The rollout's phase index (0-based) this apply is for: the device's receipt names it (core/receipt.ts). */
+  phase?: number;
 }
 
 /**
@@ -37,9 +40,21 @@ async function workflowRunClosed(client: Client, holder: ApplyHolder): Promise<b
   }
 }
 
-/** Map a device-step error to a Temporal failure (device/apply-failure.ts): only transport trouble that may pass is retried. */
-function toFailure(err: unknown): never {
-  throw applyFailureOf(err) ?? err;
+/**
+ * Map a device-step error to a Temporal failure (device/apply-failure.ts): only transport trouble that may pass is
+ * retried. A failure that carries the device's receipt names the request it answers (the nonce is derived from it).
+ */
+function toFailure(err: unknown, request: string): never {
+  const failure = applyFailureOf(err);
+  const first = failure?.details?.[0] as { receipt?: unknown } | undefined;
+  if (!failure || typeof first?.receipt !== 'string') throw failure ?? err;
+  throw ApplicationFailure.create({
+    type: failure.type ?? undefined,
+    message: failure.message,
+    nonRetryable: failure.nonRetryable ?? undefined,
+    details: [{ ...first, request }, ...(failure.details ?? []).slice(1)],
+    ...(failure.category ? { category: failure.category } : {}),
+  });
 }
 
 export interface ApplyDeps {
@@ -77,12 +92,14 @@ export function createApplyActivities(deps: ApplyDeps) {
           commandTimeoutMs: input.commandTimeoutMs,
           reportOffline: input.reportOffline,
           ...(input.aheadAbove !== undefined ? { aheadAbove: input.aheadAbove } : {}),
+          ...(input.phase !== undefined ? { phase: input.phase } : {}),
           heartbeat,
           signal: ctx.cancellationSignal,
           holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
         });
         recordDeviceApply(ctx.metricMeter, { outcome: result.outcome, transport }, (Date.now() - startedAt) / 1000);
-        return result;
+        // The request a receipt answers: its nonce is derived from this id (core/receipt.ts receiptNonce).
+        return result.receipt ? { ...result, request: activityId } : result;
       } catch (err) {
         // Nothing left to complete: a gateway delivered the agent's answer to this apply (gateway/answers.ts), or the
         // attempt ended, and the server said so at a heartbeat. Nothing failed here. Told "completed asynchronously"
@@ -94,7 +111,7 @@ export function createApplyActivities(deps: ApplyDeps) {
         }
         deps.log?.(`apply r${input.steps.revision} -> ${input.device.id} failed: ${(err as Error).message}`);
         recordDeviceApply(ctx.metricMeter, { outcome: 'failed', transport }, (Date.now() - startedAt) / 1000);
-        return toFailure(err);
+        return toFailure(err, activityId);
       }
     },
   };

@@ -67,6 +67,11 @@ export type DeviceTarget = Pick<Device, 'id' | 'host' | 'port' | 'user' | 'pool'
    * as a config error naming the device.
    */
   ssh?: { hostKey?: string; knownHosts?: string; key?: string; agent?: boolean; jumpHost?: JumpHostTarget };
+  /**
+   * An SSH device's enrolled receipt key and the command that signs with it (the inventory's `receipts`): its
+   * apply asks for a receipt on the same session (device/channel/ssh-receipt.ts). Absent: it is asked for none.
+   */
+  receipts?: Device['receipts'];
 };
 
 /** A bastion the device is reached through; its own host key is pinned (or found in ssh.knownHosts). */
@@ -105,6 +110,27 @@ export interface DeviceStatus {
   state: DeviceState;
   phase: number;
   reason?: string;
+}
+
+/**
+ * The device's own receipt of an answer (core/receipt.ts receiptText), checked by the worker as it arrived, and the
+ * request it answers (the apply activity's id: the receipt's nonce is derived from it). It goes into the trail
+ * beside the device's `devices.outcome` entry.
+ */
+export interface DeviceProof {
+  receipt: string;
+  request: string;
+}
+
+/** One device's entry in a `devices.outcome` record: its state and why, with its receipt when it sent one. */
+export interface DeviceRecord {
+  id: string;
+  state: DeviceState;
+  reason?: string;
+  receipt?: string;
+  request?: string;
+  /** The phase index the apply's request named (the receipt's `phase`). */
+  phaseIndex?: number;
 }
 
 export type Counts = Record<DeviceState, number> & { total: number };

@@ -20,6 +20,12 @@ export interface ApplyResult {
   /** With `dependency-unmet`: the dependencies the device does not verify, and what was found. */
   unmet?: Dependency[];
   detail?: string;
+  /** The device's own receipt of this answer (core/receipt.ts receiptText), checked once by the worker as it arrived. */
+  receipt?: string;
+  /** The apply activity's id: the request the receipt answers (set by activities/apply.ts with a receipt). */
+  request?: string;
+  /** A receipt came but failed the worker's check (or the device could not make one): why, in a few words. */
+  receiptProblem?: string;
 }
 
 /**

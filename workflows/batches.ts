@@ -2,7 +2,7 @@ import * as wf from '@temporalio/workflow';
 import { DEFAULT_REVERT_WINDOW_MS, type FloorIntent } from '../core/floor';
 import type { RevisionSteps, RolloutInput } from '../core/rollout/input';
 import type { RolloutModel } from '../core/rollout/model';
-import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
+import type { DeviceProof, DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { runDevices, type BatchResult, type DeviceRunOptions } from './device-runner';
 import {
   sliceActiveSignal,
@@ -62,7 +62,7 @@ function namedSlices(batch: readonly DeviceSnapshot[], sliceSize: number, model:
     input: (k) => ({ devices: batch.slice(k * sliceSize, (k + 1) * sliceSize) }),
     started: () => {},
     ended: (_workflowId, result) => {
-      for (const [id, deviceState, reason] of result.devices) model.setDevice(id, deviceState, reason);
+      for (const [id, deviceState, reason, proof] of result.devices) model.setDevice(id, deviceState, reason, proof);
     },
   };
 }
@@ -152,7 +152,7 @@ export class DeviceBatches {
     return Promise.all(this.background);
   }
 
-  private options(mode: 'apply' | 'rollback', phaseName: string): DeviceRunOptions {
+  private options(mode: 'apply' | 'rollback', phaseName: string, phaseIndex?: number): DeviceRunOptions {
     const { spec } = this.input;
     return {
       mode,
@@ -163,6 +163,7 @@ export class DeviceBatches {
       offline: spec.offline,
       ...(spec.window ? { window: spec.window } : {}),
       phaseName,
+      ...(phaseIndex !== undefined ? { phaseIndex } : {}),
       failurePolicy: { maxFailureRatio: spec.maxFailureRatio, minSample: spec.minSample },
       ...(mode === 'apply' && this.offlineAtApply ? { reportOffline: true } : {}),
       ...(mode === 'apply' && this.aheadAbove !== undefined ? { aheadAbove: this.aheadAbove } : {}),
@@ -199,8 +200,8 @@ export class DeviceBatches {
   }
 
   private hooks(mode: 'apply' | 'rollback') {
-    const setState = (id: string, state: DeviceState, reason?: string) => {
-      this.model.setDevice(id, state, reason);
+    const setState = (id: string, state: DeviceState, reason?: string, proof?: DeviceProof) => {
+      this.model.setDevice(id, state, reason, proof);
       // A device that starts waiting for a dependency (or gives the wait up) then sits still for 15 s or
       // more: shown at once, not at the next change the throttle lets through.
       refreshDetails(this.model, state === 'waiting' || state === 'pending');
@@ -216,8 +217,13 @@ export class DeviceBatches {
    * the three were one async method. Coroutines resumed by the same activation emit their commands in
    * the order those turns give, so a turn more or less could reorder a recorded history's commands.
    */
-  run(batch: DeviceSnapshot[], mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
-    const opts = this.options(mode, phaseName);
+  run(
+    batch: DeviceSnapshot[],
+    mode: 'apply' | 'rollback',
+    phaseName: string,
+    phaseIndex?: number,
+  ): Promise<BatchResult> {
+    const opts = this.options(mode, phaseName, phaseIndex);
     if (batch.length <= this.sliceSize) return this.runInline(batch, mode, opts);
     // An async method returning runOverlapping's promise, as `run` was: one turn after it resolves.
     wf.deprecatePatch(OVERLAPPING_SLICES);
@@ -225,8 +231,13 @@ export class DeviceBatches {
   }
 
   /** Slices that load their own devices (a sliced phase of sliced records, or their compensation). */
-  runSlices(slices: SliceRun, mode: 'apply' | 'rollback', phaseName: string): Promise<BatchResult> {
-    const opts = this.options(mode, phaseName);
+  runSlices(
+    slices: SliceRun,
+    mode: 'apply' | 'rollback',
+    phaseName: string,
+    phaseIndex?: number,
+  ): Promise<BatchResult> {
+    const opts = this.options(mode, phaseName, phaseIndex);
     return this.runOverlapping(slices, mode, phaseName, opts);
   }
 

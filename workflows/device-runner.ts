@@ -9,7 +9,7 @@ import {
   type ApplyAnswer,
   type DeviceOutcome,
 } from '../core/rollout/device-outcome';
-import type { DeviceSnapshot, DeviceState } from '../core/rollout-state';
+import type { DeviceProof, DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { msUntilWindowOpens, type MaintenanceWindow } from '../core/window';
 import type { SharedBudget } from '../core/rollout/shared-budget';
 import type * as activities from '../activities';
@@ -28,6 +28,8 @@ export interface DeviceRunOptions {
   offline: 'skip' | 'wait' | 'fail';
   window?: MaintenanceWindow;
   phaseName: string;
+  /** The phase's index (absent for a compensation): each apply's request names it, and so does the device's receipt. */
+  phaseIndex?: number;
   failurePolicy: { maxFailureRatio: number; minSample: number };
   /** New executions (patch `offline-at-apply`): an unreachable device answers `offline` instead of retrying. */
   reportOffline?: boolean;
@@ -36,7 +38,8 @@ export interface DeviceRunOptions {
 }
 
 export interface DeviceRunHooks {
-  setState(id: string, state: DeviceState, reason?: string): void;
+  /** `proof`: the receipt the answer carried (none: the state is the control plane's word alone). */
+  setState(id: string, state: DeviceState, reason?: string, proof?: DeviceProof): void;
   /** Pause holds new starts; in-flight devices finish. */
   isPaused(): boolean;
   /** Abort (or cancel) stops new starts. */
@@ -107,6 +110,24 @@ export function rootMessage(err: unknown): string {
   let current = err as { cause?: unknown; message?: string } | undefined;
   while (current?.cause) current = current.cause as typeof current;
   return current?.message ?? String(err);
+}
+
+/** The receipt an answer carried: on a result, or in a failure's details (activities/apply.ts). */
+function proofOf(carrier: { receipt?: unknown; request?: unknown } | undefined): DeviceProof | undefined {
+  return typeof carrier?.receipt === 'string' && typeof carrier.request === 'string'
+    ? { receipt: carrier.receipt, request: carrier.request }
+    : undefined;
+}
+
+/** The details of the first ApplicationFailure in a failure chain that has any. */
+function failureDetails(err: unknown): unknown[] | undefined {
+  for (
+    let current = err as { cause?: unknown; details?: unknown } | undefined;
+    current;
+    current = current.cause as typeof current
+  )
+    if (Array.isArray(current.details) && current.details.length) return current.details;
+  return undefined;
 }
 
 /** What an apply answered, as core/rollout/device-outcome.ts reads it. */
@@ -284,35 +305,40 @@ class DeviceRun {
     this.hooks.setState(device.id, this.busy);
     let answer: ApplyAnswer;
     let cancellation: unknown;
+    let proof: DeviceProof | undefined;
     try {
-      answer = answered(
-        await this.apply.executeWithOptions(
-          { summary: `${this.verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` },
-          [
-            {
-              device,
-              steps: opts.steps,
-              commandTimeoutMs: opts.applyTimeoutMs,
-              ...(opts.reportOffline ? { reportOffline: true } : {}),
-              ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
-            },
-          ],
-        ),
+      const result = await this.apply.executeWithOptions(
+        { summary: `${this.verb} r${opts.steps.revision} → ${device.id} (${opts.phaseName})` },
+        [
+          {
+            device,
+            steps: opts.steps,
+            commandTimeoutMs: opts.applyTimeoutMs,
+            ...(opts.reportOffline ? { reportOffline: true } : {}),
+            ...(opts.aheadAbove !== undefined ? { aheadAbove: opts.aheadAbove } : {}),
+            ...(opts.phaseIndex !== undefined ? { phase: opts.phaseIndex } : {}),
+          },
+        ],
       );
+      answer = answered(result);
+      proof = proofOf(result);
     } catch (err) {
       if (wf.isCancellation(err)) {
         cancellation = err;
         answer = { kind: 'cancelled' };
-      } else answer = failedAnswer(err);
+      } else {
+        answer = failedAnswer(err);
+        proof = proofOf(failureDetails(err)?.[0] as { receipt?: unknown } | undefined);
+      }
     }
-    const outcome = this.settle(device, answer, attemptNo);
+    const outcome = this.settle(device, answer, attemptNo, proof);
     if (outcome.cancelled) throw cancellation;
     if (outcome.readsGate && failureGateTripped(this.phaseTally(), opts.failurePolicy, false)) this.tripped = true;
     return outcome;
   }
 
   /** What the answer means for the device (its state, its slot, how it counts), applied at once. */
-  private settle(device: DeviceSnapshot, answer: ApplyAnswer, attemptNo: number): DeviceOutcome {
+  private settle(device: DeviceSnapshot, answer: ApplyAnswer, attemptNo: number, proof?: DeviceProof): DeviceOutcome {
     // Each retired patch's deprecated marker where the runner asked it (the SDK records it once per execution).
     const asked = answerPatchAsked(answer, this.reading);
     if (asked === 'refusedUntouched') wf.deprecatePatch(REFUSED_DEVICES_UNTOUCHED);
@@ -323,7 +349,7 @@ class DeviceRun {
       { bestEffort: device.updateClass === 'best-effort', attempt: attemptNo },
       this.reading,
     );
-    this.hooks.setState(device.id, outcome.state, outcome.reason);
+    this.hooks.setState(device.id, outcome.state, outcome.reason, proof);
     this.queue.settle(device, outcome);
     this.hooks.onEnded?.(device.pool, outcome.counted);
     return outcome;

@@ -134,9 +134,7 @@ export class RolloutStages {
       await this.audit('devices.outcome', {
         evidence: {
           mode,
-          devices: this.model
-            .outcomesOf(chunk)
-            .map((d) => ({ id: d.id, state: d.state, ...(d.reason ? { reason: d.reason } : {}) })),
+          devices: this.model.recordOf(chunk, mode),
         },
       });
     }
@@ -328,7 +326,7 @@ export class RolloutStages {
     // Touched before the batch runs, so a stop while it runs puts back what it started.
     if (canary) wf.deprecatePatch(CANARY_TOUCHED_AT_START);
     model.markTouched(batch.map((d) => d.id));
-    const result = await this.batches.run(batch, 'apply', phase.name);
+    const result = await this.batches.run(batch, 'apply', phase.name, phase.index);
     model.forgetUnstarted(batch, result.started);
     // Devices found offline at their apply never started, but their outcome (skipped or failed) is recorded too.
     const startedSet = new Set(result.started);

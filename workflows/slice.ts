@@ -1,6 +1,6 @@
 import * as wf from '@temporalio/workflow';
 import type { FailureTally } from '../core/failure-gate';
-import type { Counts, DeviceSnapshot, DeviceState } from '../core/rollout-state';
+import type { Counts, DeviceProof, DeviceSnapshot, DeviceState } from '../core/rollout-state';
 import { countDevices } from '../core/rollout-state';
 import { plannedState } from '../core/rollout/sliced-plan';
 import { runDevices, type DeviceRunOptions } from './device-runner';
@@ -51,7 +51,8 @@ export interface SliceCounts {
 
 export interface SliceResult {
   /** Final state of each device: [id, state, reason]. Compact: a slice result crosses history. Empty with `records`. */
-  devices: Array<[string, DeviceState, string | undefined]>;
+  /** Each device's state and reason, and the receipt its answer carried (absent in results recorded before receipts). */
+  devices: Array<[string, DeviceState, string | undefined, DeviceProof?]>;
   tally: FailureTally;
   tripped: boolean;
   /** Started ids in start order; empty with `records` (the slice's `sliceRecords` query has them). */
@@ -86,7 +87,7 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   });
   const loaded = input.devices ? { devices: input.devices } : await loadDevices(input.source!);
   const { devices } = loaded;
-  const states = new Map<string, [DeviceState, string | undefined]>();
+  const states = new Map<string, [DeviceState, string | undefined, DeviceProof?]>();
   let runnable = devices;
   if (input.source && 'plan' in input.source) {
     // Devices the snapshot found refused or offline start where the parent's model would start them.
@@ -118,7 +119,7 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
     runnable,
     input.options,
     {
-      setState: (id, state, reason) => states.set(id, [state, reason]),
+      setState: (id, state, reason, proof) => states.set(id, proof ? [state, reason, proof] : [state, reason]),
       isPaused: () => paused || auditHold !== undefined,
       isStopped: () => stopped,
       budget: link.budget,
@@ -132,7 +133,9 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   await link.settled(() => stopped || result.tripped);
   if (!trail)
     return {
-      devices: [...states].map(([id, [state, reason]]) => [id, state, reason]),
+      devices: [...states].map(([id, [state, reason, proof]]) =>
+        proof ? [id, state, reason, proof] : [id, state, reason],
+      ),
       tally: result.tally,
       tripped: result.tripped,
       started: result.started,
@@ -142,7 +145,13 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   /** Every device's outcome into the slice's own trail, then the counts and the trail's head. */
   async function record(own: AuditTrail): Promise<SliceCounts> {
     const bestEffort = new Set(devices.filter((d) => d.updateClass === 'best-effort').map((d) => d.id));
-    const all = [...states].map(([id, [state, reason]]) => ({ id, state, ...(reason ? { reason } : {}) }));
+    const all = [...states].map(([id, [state, reason, proof]]) => ({
+      id,
+      state,
+      ...(reason ? { reason } : {}),
+      ...(proof ? { receipt: proof.receipt, request: proof.request } : {}),
+      ...(proof && input.options.phaseIndex !== undefined ? { phaseIndex: input.options.phaseIndex } : {}),
+    }));
     const counts = countDevices(all);
     const required = countDevices(all.filter((d) => !bestEffort.has(d.id)));
     // A rollback: the states its devices had in the apply slice, which these replace in the parent's counts.

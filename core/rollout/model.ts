@@ -6,6 +6,8 @@ import {
   countDevices,
   stepState,
   type Counts,
+  type DeviceProof,
+  type DeviceRecord,
   type DeviceSnapshot,
   type DeviceState,
   type DeviceStatus,
@@ -74,6 +76,8 @@ export class RolloutModel {
 
   private readonly devices = new Map<string, DeviceStatus>();
   private readonly phases: PhaseStatus[] = [];
+  /** Receipts of answers not yet recorded in the trail (recordOf lets each go once written). */
+  private readonly proofs = new Map<string, DeviceProof>();
   private readonly controls: ControlRecord[] = [];
   private readonly approved = new Set<number>();
   /** Phases whose first device started applying: a phase's deadline runs from then (core/rollout/deadline.ts). */
@@ -320,8 +324,11 @@ export class RolloutModel {
   }
 
   // ---- devices ----
-  setDevice(id: string, next: DeviceState, reason?: string): void {
+  setDevice(id: string, next: DeviceState, reason?: string, proof?: DeviceProof): void {
     this.changed = true;
+    // A device's receipt is kept until its outcome is recorded (recordOf): each new answer replaces it.
+    if (proof) this.proofs.set(id, proof);
+    else this.proofs.delete(id);
     const phase = this.devices.get(id)?.phase ?? -1;
     if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed')
       this.startedPhases.add(phase);
@@ -356,6 +363,24 @@ export class RolloutModel {
   /** The current state (and reason) of each listed device, for the per-device audit records. */
   outcomesOf(ids: readonly string[]): DeviceStatus[] {
     return ids.map((id) => this.devices.get(id) ?? { id, state: 'pending', phase: -1 });
+  }
+  /**
+   * Each listed device's `devices.outcome` entry: its state and reason, and the receipt its answer carried with the
+   * request it answers (core/rollout-state.ts DeviceProof). A receipt goes into the trail once, then is let go.
+   */
+  recordOf(ids: readonly string[], mode: 'plan' | 'apply' | 'rollback'): DeviceRecord[] {
+    return this.outcomesOf(ids).map((d) => {
+      const proof = this.proofs.get(d.id);
+      this.proofs.delete(d.id);
+      return {
+        id: d.id,
+        state: d.state,
+        ...(d.reason ? { reason: d.reason } : {}),
+        ...(proof ? { receipt: proof.receipt, request: proof.request } : {}),
+        // The phase an apply's request named (a compensation names none).
+        ...(proof && mode === 'apply' ? { phaseIndex: d.phase } : {}),
+      };
+    });
   }
   /** Devices that did not get to start at plan time (failed or skipped at snapshot, not-for-me, already there). */
   settledAtPlan(): DeviceStatus[] {

@@ -89,6 +89,8 @@ export interface ApplyContext {
   /** The rollout's task queue (a twin this starts runs there). */
   taskQueue: string;
   commandTimeoutMs: number;
+  /** The rollout's phase index the request is for (its receipt names it); absent: none (a compensation, a convergence). */
+  phase?: number;
   /** ApplyInput.reportOffline: answer `offline` when the device cannot be reached at first contact. */
   reportOffline?: boolean;
   /** ApplyInput.aheadAbove: answer `ahead` for a device whose marker is above this. */

@@ -141,6 +141,7 @@ export class SlicedPhaseRecords implements PhaseRecords {
       }),
       'apply',
       phase.name,
+      phase.index,
     );
   }
 
