@@ -21,10 +21,31 @@ export function applyFailureOf(err: unknown): ApplicationFailure | null {
       category: ApplicationFailureCategory.BENIGN,
     });
   if (err instanceof TransportError) return failure(`Transport.${err.kind}`, err.message, !err.retryable);
-  if (err instanceof EnvelopeRejected) return failure('EnvelopeRejected', err.message, true, [{ reason: err.reason }]);
+  if (err instanceof EnvelopeRejected)
+    return failure('EnvelopeRejected', err.message, true, [{ reason: err.reason, ...carriedReceipt(err) }]);
   if (err instanceof ApplyLockHeld)
     return failure('ApplyLockHeld', err.message, true, [{ code: 'CONFLICT', holder: err.record.holder }]);
   if (err instanceof StepFailed)
-    return failure('StepFailed', err.message, true, [{ step: err.step, code: err.result.code }]);
+    return failure('StepFailed', err.message, true, [
+      { step: err.step, code: err.result.code, ...carriedReceipt(err) },
+    ]);
   return null;
+}
+
+/**
+ * The device's receipt of a refusal or a failed step (checked as it arrived: ./receipt-check.ts), or why none passed,
+ * as the answer's error carries it (`receipt` / `receiptProblem` set on it: Object.assign(err, …)); the failure's
+ * details[0] keep them beside the reason, as a success's ApplyResult does.
+ */
+export interface CarriedReceipt {
+  receipt?: string;
+  receiptProblem?: string;
+}
+
+function carriedReceipt(err: Error): CarriedReceipt {
+  const { receipt, receiptProblem } = err as CarriedReceipt;
+  return {
+    ...(typeof receipt === 'string' ? { receipt } : {}),
+    ...(typeof receiptProblem === 'string' ? { receiptProblem } : {}),
+  };
 }
