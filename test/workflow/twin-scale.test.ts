@@ -9,13 +9,20 @@ import { desiredRequest } from '../support/twin-agent';
 /**
  * The scale at which the pull transport used to fall over (issue 29): 10,000 agent devices on one worker. Before
  * r11 every sync held a wait inside its twin's update handler, and at this size the worker died (`async hook stack
- * has become corrupted`). Here 10,000 devices sync through the gateway's device views (gateway/views.ts) against
+ * has become corrupted`). Here 3,000 devices sync through the gateway's device views (gateway/views.ts) against
  * the real worker and dev server: the first sync of each reads and starts its twin, then idle rounds of syncs reach
  * no twin at all, and a desired change to some of them answers their held long-polls. The worker keeps running
  * throughout, and no twin's history moves during the idle rounds.
+ *
+ * Why 3,000 devices suffice (this test ran 10,000 until 27c0909: 162 CPU s, the suite's second largest file,
+ * nearly all of it 10,000 twins started): what kept the worker alive is that an idle sync and a held long-poll
+ * never reach the twin, and that is asserted here whatever the size (every twin read and started once, the
+ * sampled histories unchanged by 9,000 idle syncs, thousands of long-polls held in the gateway and none in a
+ * twin). The figures at 10,000 (a rollout, ten idle minutes, the worker's and the gateway's memory) are
+ * bench/agent-scale.ts's (bench/README.md).
  */
 const real = realRollouts('twin-scale');
-const DEVICES = 10_000;
+const DEVICES = 3_000;
 const ids = Array.from({ length: DEVICES }, (_, i) => `scale-${String(i).padStart(5, '0')}`);
 // Each device answers as already at r1 (an agent with a marker).
 const report: AgentReport = {
@@ -25,13 +32,13 @@ const report: AgentReport = {
   agentVersion: 'scale',
 };
 
-describe('10,000 agent devices on one worker', () => {
+describe('3,000 agent devices on one worker', () => {
   it('first syncs start every twin; idle rounds reach none; a desire answers the held long-polls of its devices', async () => {
     const views = new DeviceViews({ client: real.env.client, taskQueue: real.worker.taskQueue, maxReads: 32 });
     try {
       await mapLimit(ids, 200, (id) => views.sync(id, { report, knownVersion: 0, waitMs: 0 }));
       expect(views.stats()).toMatchObject({ records: DEVICES, reads: DEVICES, forwards: DEVICES });
-      const sample = ids.filter((_, i) => i % 500 === 0);
+      const sample = ids.filter((_, i) => i % 150 === 0);
       const lengths = async () =>
         Promise.all(
           sample.map(
@@ -40,7 +47,7 @@ describe('10,000 agent devices on one worker', () => {
         );
       const before = await lengths();
 
-      // Three idle rounds (30,000 syncs): answered from the gateway's memory.
+      // Three idle rounds (9,000 syncs): answered from the gateway's memory.
       for (let round = 0; round < 3; round++) {
         await mapLimit(ids, 500, (id) =>
           views.sync(id, { report: { ...report, healthAt: new Date().toISOString() }, knownVersion: 0, waitMs: 0 }),
