@@ -310,6 +310,11 @@ export const RolloutBody = lazySchema(() =>
       onDeadline: zod().enum(['pause', 'abort', 'rollback']).optional(),
       /** Where every transition is delivered, signed, as JSON (core/events.ts); secrets by reference only. */
       webhooks: Webhooks.optional(),
+      /**
+       * Count a device applied only with its own receipt, verified by the worker as it arrived (core/receipt.ts): an
+       * answer without one is failed, NO_RECEIPT (core/rollout/device-outcome.ts). Absent: receipts are kept when sent.
+       */
+      requireReceipts: zod().boolean().optional(),
       /** Profiles each device must verify (at these revisions) before this rollout starts on it (core/dependencies.ts). */
       after: zod().array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
     })

@@ -164,6 +164,7 @@ export class DeviceBatches {
       ...(spec.window ? { window: spec.window } : {}),
       phaseName,
       ...(phaseIndex !== undefined ? { phaseIndex } : {}),
+      ...(spec.requireReceipts ? { requireReceipts: true } : {}),
       failurePolicy: { maxFailureRatio: spec.maxFailureRatio, minSample: spec.minSample },
       ...(mode === 'apply' && this.offlineAtApply ? { reportOffline: true } : {}),
       ...(mode === 'apply' && this.aheadAbove !== undefined ? { aheadAbove: this.aheadAbove } : {}),

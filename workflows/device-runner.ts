@@ -30,6 +30,8 @@ export interface DeviceRunOptions {
   phaseName: string;
   /** The phase's index (absent for a compensation): each apply's request names it, and so does the device's receipt. */
   phaseIndex?: number;
+  /** The spec's `requireReceipts`: an answer without the device's verified receipt is not done (core/rollout/device-outcome.ts). */
+  requireReceipts?: boolean;
   failurePolicy: { maxFailureRatio: number; minSample: number };
   /** New executions (patch `offline-at-apply`): an unreachable device answers `offline` instead of retrying. */
   reportOffline?: boolean;
@@ -135,6 +137,8 @@ function answered(result: activities.ApplyResult): ApplyAnswer {
   return {
     kind: 'answered',
     outcome: result.outcome,
+    ...(result.receipt !== undefined ? { proven: true } : {}),
+    ...(result.receiptProblem !== undefined ? { receiptProblem: result.receiptProblem } : {}),
     ...(result.detail !== undefined ? { detail: result.detail } : {}),
     ...(result.unmet ? { unmet: result.unmet } : {}),
   };
@@ -214,6 +218,7 @@ class DeviceRun {
       reportOffline: opts.reportOffline === true,
       aheadAtApply: opts.aheadAbove !== undefined,
       ...(opts.steps.after ? { after: opts.steps.after } : {}),
+      ...(opts.requireReceipts ? { requireReceipts: true } : {}),
     };
     this.verb = opts.mode === 'apply' ? 'apply' : 'rollback';
     this.busy = runStates(opts).busy;

@@ -15,7 +15,16 @@ export type ApplyOutcome = 'applied' | 'already-applied' | 'dependency-unmet' | 
 
 /** How a device's apply activity ended: it answered, it failed, or the rollout was cancelled under it. */
 export type ApplyAnswer =
-  | { kind: 'answered'; outcome: ApplyOutcome; detail?: string; unmet?: readonly Dependency[] }
+  | {
+      kind: 'answered';
+      outcome: ApplyOutcome;
+      detail?: string;
+      unmet?: readonly Dependency[];
+      /** The answer carried the device's receipt, verified by the worker as it arrived (core/receipt.ts). */
+      proven?: boolean;
+      /** Why a receipt was missing or refused, when the worker said. */
+      receiptProblem?: string;
+    }
   /** `failureType`: the type of the first ApplicationFailure in the chain; `message`: its innermost message. */
   | { kind: 'failed'; failureType?: string; message: string }
   | { kind: 'cancelled' };
@@ -32,7 +41,12 @@ export interface AnswerReading {
   aheadAtApply: boolean;
   /** The profiles the rollout waits for (the spec's `after`), if any. */
   after?: readonly Dependency[];
+  /** The spec's `requireReceipts`: an apply's answer counts only with the device's verified receipt. */
+  requireReceipts?: boolean;
 }
+
+/** The reason of a device whose answer came without a receipt the worker verified, under `requireReceipts`. */
+export const NO_RECEIPT = 'NO_RECEIPT: the device sent no receipt the worker could verify (requireReceipts)';
 
 /**
  * The retired patches (workflows/patches.ts, deprecated in r10) an answer was read under, named by what
@@ -168,6 +182,16 @@ export function deviceOutcome(answer: ApplyAnswer, device: AnsweringDevice, read
   // A dependency-unmet answer without `after` reads as applied (and offline, ahead without their settings).
   const inPlace = answer.outcome === 'already-applied';
   const untouched = inPlace && reading.mode === 'apply';
+  if (reading.requireReceipts && reading.mode === 'apply' && !answer.proven)
+    // Proof was asked for: the control plane's word alone is not done. Counted failed, so the gates and the
+    // counts agree with the receipts; an apply that ran is put back by compensation like any failed one.
+    return {
+      state: bad,
+      reason: `${NO_RECEIPT}${answer.receiptProblem ? `: ${answer.receiptProblem}` : ''}`,
+      touched: !untouched,
+      ...(required ? { counted: 'failed' as const } : {}),
+      readsGate,
+    };
   return {
     state: ok,
     ...(inPlace ? { reason: IN_PLACE_REASON } : {}),

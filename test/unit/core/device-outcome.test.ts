@@ -3,6 +3,7 @@ import { DEPENDENCY_RETRY_MAX_MS, DEPENDENCY_RETRY_MIN_MS } from '../../../core/
 import {
   answerPatchAsked,
   deviceOutcome,
+  NO_RECEIPT,
   REFUSED_BEFORE_RUNNING,
   runStates,
   waitGivenUpReason,
@@ -273,5 +274,42 @@ describe('runStates and waitGivenUpReason', () => {
 
   it('a wait given up reads as not started', () => {
     expect(waitGivenUpReason('waiting for base r3')).toBe('not started: was waiting for base r3');
+  });
+});
+
+describe('requireReceipts: the control plane word alone is not done', () => {
+  const proofAsked: AnswerReading = { ...apply, requireReceipts: true };
+  const proven = (outcome: ApplyOutcome): ApplyAnswer => ({ kind: 'answered', outcome, proven: true });
+
+  it('an apply with the device verified receipt counts as applied', () => {
+    expect(deviceOutcome(proven('applied'), required, proofAsked)).toMatchObject({
+      state: 'applied',
+      counted: 'succeeded',
+    });
+  });
+
+  it('an apply without one is failed and counted failed: the gates and the counts agree with the receipts', () => {
+    const out = deviceOutcome(
+      { kind: 'answered', outcome: 'applied', receiptProblem: 'signature: not by the enrolled key' },
+      required,
+      proofAsked,
+    );
+    expect(out).toMatchObject({ state: 'failed', counted: 'failed', touched: true, readsGate: true });
+    expect(out.reason).toBe(`${NO_RECEIPT}: signature: not by the enrolled key`);
+  });
+
+  it('a device found in place without one is failed but not put back: this rollout did not change it', () => {
+    expect(deviceOutcome(answered('already-applied'), required, proofAsked)).toMatchObject({
+      state: 'failed',
+      touched: false,
+      counted: 'failed',
+    });
+  });
+
+  it('without requireReceipts, or in a rollback, nothing changes', () => {
+    expect(deviceOutcome(answered('applied'), required, apply)).toMatchObject({ state: 'applied' });
+    expect(deviceOutcome(answered('applied'), required, { ...rollback, requireReceipts: true })).toMatchObject({
+      state: 'rolled-back',
+    });
   });
 });
