@@ -4,7 +4,7 @@ import { isFinalState } from '../core/controls';
 import { WavegateError } from '../core/errors';
 import { isTransientFailure, retryNote, retryTransient } from './client';
 import { readStatus } from '../core/rollout/outcome';
-import { summarizeCounts, type DeviceState } from '../core/rollout-state';
+import { proofOf, summarizeCounts, summarizeProof, type DeviceState } from '../core/rollout-state';
 import { statusQuery, type RolloutStatus } from '../contracts/rollout';
 import { phaseCounts } from '../core/rollout/sliced-records';
 import type { PhaseStatus } from '../core/rollout/status';
@@ -83,10 +83,11 @@ export function renderFrame(
   const shown = [...status.devices].sort(
     (a, b) => deviceOrder(a.state) - deviceOrder(b.state) || a.phase - b.phase || a.id.localeCompare(b.id),
   );
-  lines.push(`  ${'DEVICE'.padEnd(16)} ${'PHASE'.padEnd(6)} ${'STATE'.padEnd(16)} NOTE`);
+  lines.push(`  ${summarizeProof(status.devices)}`);
+  lines.push(`  ${'DEVICE'.padEnd(16)} ${'PHASE'.padEnd(6)} ${'STATE'.padEnd(16)} ${'PROOF'.padEnd(8)} NOTE`);
   for (const d of shown.slice(0, maxDevices)) {
     lines.push(
-      `  ${d.id.padEnd(16)} ${String(d.phase < 0 ? '-' : d.phase).padEnd(6)} ${d.state.padEnd(16)} ${d.reason ?? ''}`.slice(
+      `  ${d.id.padEnd(16)} ${String(d.phase < 0 ? '-' : d.phase).padEnd(6)} ${d.state.padEnd(16)} ${proofOf(d).padEnd(8)} ${d.reason ?? ''}`.slice(
         0,
         width,
       ),

@@ -72,6 +72,11 @@ export type DeviceTarget = Pick<Device, 'id' | 'host' | 'port' | 'user' | 'pool'
    * apply asks for a receipt on the same session (device/channel/ssh-receipt.ts). Absent: it is asked for none.
    */
   receipts?: Device['receipts'];
+  /**
+   * An agent device's identity key pin (the inventory's `agentKey`, `ed25519:<base64>`): the worker checks its
+   * agent's receipts against it (device/receipt-check.ts). Absent for any other device, and in older snapshots.
+   */
+  agentKey?: string;
 };
 
 /** A bastion the device is reached through; its own host key is pinned (or found in ssh.knownHosts). */
@@ -110,6 +115,21 @@ export interface DeviceStatus {
   state: DeviceState;
   phase: number;
   reason?: string;
+  /** Its last answer came with its own receipt, verified by the worker (core/receipt.ts): proven, not only claimed. */
+  proven?: true;
+}
+
+/** How a device's state is backed: `proven` by its receipt, `claimed` on the control plane's word, '' not yet settled. */
+export function proofOf(d: Pick<DeviceStatus, 'state' | 'proven'>): 'proven' | 'claimed' | '' {
+  if (d.proven) return 'proven';
+  return d.state === 'applied' || d.state === 'claimed' ? 'claimed' : '';
+}
+
+/** `3 of 4 applied proven by receipts` (the devices listed: a sliced rollout lists its inline phases' only). */
+export function summarizeProof(devices: readonly Pick<DeviceStatus, 'state' | 'proven'>[]): string {
+  const done = devices.filter((d) => d.state === 'applied' || d.state === 'claimed');
+  const proven = done.filter((d) => d.proven).length;
+  return `${proven} of ${done.length} applied proven by receipts`;
 }
 
 /**

@@ -6,7 +6,7 @@ import type { ControlBase, ControlName } from '../../core/controls';
 import { WavegateError } from '../../core/errors';
 import { formatDurationMs } from '../../core/duration';
 import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
-import { summarizeCounts } from '../../core/rollout-state';
+import { proofOf, summarizeCounts, summarizeProof } from '../../core/rollout-state';
 import { deviceRecords, findDevice } from '../../clients/rollout-records';
 import type { RolloutStatus } from '../../contracts/rollout';
 import { checkDependencyCycle } from '../../intake/dependencies';
@@ -68,12 +68,16 @@ async function printDevice(client: Client, status: RolloutStatus, device: string
     );
   }
   if (json) console.log(JSON.stringify(found, null, 2));
-  else console.log(`${found.id} ${found.state}${found.reason ? ` (${found.reason})` : ''}, phase ${found.phase}`);
+  else
+    console.log(
+      `${found.id} ${found.state}${found.reason ? ` (${found.reason})` : ''}, phase ${found.phase}${proofOf(found) ? `, ${proofOf(found)}` : ''}`,
+    );
   return found.state === 'applied' || found.state === 'claimed' ? EXIT_OK : EXIT_FAILED;
 }
 
 function printStatus(status: RolloutStatus): void {
   console.log(`${status.rolloutId}: ${status.state}, phase ${status.phase}, ${summarizeCounts(status.counts)}`);
+  console.log(`  proof: ${summarizeProof(status.devices)}`);
   if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
   else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);

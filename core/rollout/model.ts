@@ -333,7 +333,16 @@ export class RolloutModel {
     if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed')
       this.startedPhases.add(phase);
     // The apply that finds a device ahead says not-for-me in the reason of a `skipped` (workflows/device-runner.ts, slices).
-    this.devices.set(id, honestDevice({ id, state: next, phase, ...(reason ? { reason } : {}) }));
+    this.devices.set(
+      id,
+      honestDevice({
+        id,
+        state: next,
+        phase,
+        ...(reason ? { reason } : {}),
+        ...(proof ? { proven: true as const } : {}),
+      }),
+    );
   }
   /**
    * Devices that never started are recorded as not-started with the reason (what stopped the rollout,
