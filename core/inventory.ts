@@ -11,6 +11,7 @@ import {
   type FieldProblem,
 } from './validation';
 import { lazySchema, zod } from './lazy-schema';
+import { sshEd25519Key } from './receipt';
 
 /**
  * The inventory: the membership source for a fleet (docs/formats.md). Devices inherit `defaults`; each belongs
@@ -89,6 +90,26 @@ export const AgentKey = lazySchema(() =>
     ),
 );
 
+/**
+ * An SSH device's receipt key (`receipts`): the public half of the key wavegate-receipt-setup made on the device
+ * (root's, unreadable by the login), and the command that signs with it there (docs/operations.md).
+ */
+export const ReceiptSettings = lazySchema(() =>
+  zod()
+    .object({
+      key: zod()
+        .string()
+        .regex(
+          /^ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI[A-Za-z0-9+/]{43}$/,
+          'must be an OpenSSH key line "ssh-ed25519 AAAA…" (as wavegate-receipt-setup prints it)',
+        )
+        .refine((line) => sshEd25519Key(line) !== undefined, 'must be a valid ssh-ed25519 public key'),
+      /** Run in the login's shell with the claim on its input (default: sudo -n /usr/local/sbin/wavegate-sign-receipt). */
+      command: zod().string().min(1).max(1024).regex(PRINTABLE, PRINTABLE_RULE).optional(),
+    })
+    .strict(),
+);
+
 export const SshSettings = lazySchema(() =>
   zod()
     .object({
@@ -136,6 +157,7 @@ const deviceFields = () => ({
   transport: Transport,
   ssh: SshSettings,
   agentKey: AgentKey,
+  receipts: ReceiptSettings,
 });
 
 export const DeviceInput = lazySchema(() =>
@@ -197,6 +219,8 @@ export interface Device {
   ssh: SshSettings;
   /** `transport: agent` only (required there): the pin of the device's identity key, read by the gateway. */
   agentKey?: string;
+  /** `transport: ssh` only: the device's receipt key and signing command (ReceiptSettings). */
+  receipts?: { key: string; command?: string };
 }
 
 export interface Pool {
@@ -254,6 +278,39 @@ function agentKeyProblems(
 }
 
 /**
+ * `receipts` is for SSH devices only (an agent signs its receipts with its identity key, `agentKey`), and one key
+ * names one device: a device that could sign another's receipts would make that device's history its own word.
+ */
+function receiptKeyProblems(
+  index: number,
+  transport: string,
+  receipts: { key: string } | undefined,
+  seen: Map<string, number>,
+): FieldProblem[] {
+  if (!receipts) return [];
+  const path = `devices[${index}].receipts`;
+  if (transport !== 'ssh')
+    return [
+      {
+        path,
+        value: receipts.key,
+        message: `only for transport: ssh devices (this one is ${transport}: it signs its receipts with its agentKey)`,
+      },
+    ];
+  const first = seen.get(receipts.key);
+  if (first !== undefined)
+    return [
+      {
+        path: `${path}.key`,
+        value: receipts.key,
+        message: `the same key as devices[${first}]; every device has its own receipt key (wavegate-receipt-setup makes one)`,
+      },
+    ];
+  seen.set(receipts.key, index);
+  return [];
+}
+
+/**
  * The inventory document checked by InventoryInput, its top level first and then device by device, each
  * device's checked copy made into its Device at once: a 100,000-device inventory never has a second copy
  * of every device alive beside the document and the result. Any problem: the whole document is checked
@@ -292,6 +349,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
   // on case-insensitive file systems, and "WEB-01" next to "web-01" is a typo, not a second device.
   const seen = new Map<string, { index: number; id: string }>();
   const agentKeys = new Map<string, number>();
+  const receiptKeys = new Map<string, number>();
   const input = checkedInventory(data, source, (d, i, defaults) => {
     const first = seen.get(d.id.toLowerCase());
     if (first !== undefined) {
@@ -314,6 +372,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
         });
     }
     problems.push(...agentKeyProblems(i, merged.transport ?? 'ssh', merged.agentKey, agentKeys));
+    problems.push(...receiptKeyProblems(i, merged.transport ?? 'ssh', merged.receipts, receiptKeys));
     return {
       id: d.id,
       host: merged.host ?? '',
@@ -328,6 +387,7 @@ export function parseInventory(data: unknown, source: string): Inventory {
       transport: merged.transport ?? 'ssh',
       ssh: merged.ssh,
       ...(agent && merged.agentKey ? { agentKey: merged.agentKey } : {}),
+      ...(!agent && merged.receipts ? { receipts: merged.receipts } : {}),
     };
   });
   const { devices } = input;

@@ -255,7 +255,15 @@ export interface ApplyOptions {
   reportOffline?: boolean;
   /** A device whose marker is above this revision answers `ahead` and nothing runs (ApplyInput.aheadAbove). */
   aheadAbove?: number;
+  /**
+   * Asked on the same session once the unit has answered (its result, or the error it ended with): the device's
+   * receipt of that answer, or why there is none (device/channel/ssh-receipt.ts); undefined: that answer gets none.
+   */
+  receipt?: (session: DeviceSession, answer: unknown) => Promise<ReceiptAnswer | undefined>;
 }
+
+/** A receipt an answer travels with, or why it has none: the answer stands either way. */
+export type ReceiptAnswer = { receipt: string } | { receiptProblem: string };
 
 /** The lock protocol's own commands are short: they get this long, however long an apply may run. */
 const LOCK_STEP_TIMEOUT_MS = 10_000;
@@ -305,32 +313,20 @@ export async function applyToDevice(
     const onAbort = () => session.close();
     opts.signal?.addEventListener('abort', onAbort);
     try {
-      let skipFloor = false;
-      if (given.after?.length) {
-        // With `after`, the floor and the dependencies are checked first by commands of their own (the
-        // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
-        beat('floor');
-        const held = await session.readFloor(steps.profile, {
-          timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS),
-        });
-        const refusal = floorRefusal(held, steps.revision, opts.now ?? Date.now(), given.floor?.below);
-        if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
-        // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
-        const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
-        if (waiting) return waiting;
-        // Going below a floor is judged again by the script, on the device's own clock.
-        skipFloor = held === null || steps.revision >= held.revision;
-      }
-      return await runUnit(
-        session,
-        target.id,
-        steps,
-        given.floor,
-        holder,
-        { ...opts, heartbeatIntervalMs: interval },
-        beat,
-        skipFloor,
+      const unit = answerOf(session, target, steps, given, holder, { ...opts, heartbeatIntervalMs: interval }, beat);
+      if (!opts.receipt) return await unit;
+      const answered = await unit.then(
+        (result) => ({ result }),
+        (error: unknown) => ({ error }),
       );
+      beat('receipt');
+      // The error keeps its type and message: its receipt rides on it to the failure's details (./apply-failure.ts).
+      if ('error' in answered) {
+        const proof = await opts.receipt(session, answered.error);
+        throw proof && answered.error instanceof Error ? Object.assign(answered.error, proof) : answered.error;
+      }
+      const proof = await opts.receipt(session, answered.result);
+      return proof ? { ...answered.result, ...proof } : answered.result;
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
       session.close();
@@ -338,6 +334,35 @@ export async function applyToDevice(
   } finally {
     clearInterval(ticker);
   }
+}
+
+/** The unit's answer over an open session: the floor and dependencies first when the steps wait for others, then the script. */
+async function answerOf(
+  session: DeviceSession,
+  target: DeviceTarget,
+  steps: VerifiedSteps,
+  given: RevisionSteps,
+  holder: ApplyHolder,
+  opts: ApplyOptions & { heartbeatIntervalMs: number },
+  beat: (detail: string) => void,
+): Promise<ApplyResult> {
+  let skipFloor = false;
+  if (given.after?.length) {
+    // With `after`, the floor and the dependencies are checked first by commands of their own (the
+    // dependencies' verifies come from other envelopes); the unit's script then skips the floor.
+    beat('floor');
+    const held = await session.readFloor(steps.profile, {
+      timeoutMs: Math.min(opts.commandTimeoutMs, LOCK_STEP_TIMEOUT_MS),
+    });
+    const refusal = floorRefusal(held, steps.revision, opts.now ?? Date.now(), given.floor?.below);
+    if (refusal) throw new EnvelopeRejected('BELOW_FLOOR', `${target.id}: ${refusal}`);
+    // `after` is the history's (signedSteps keeps only signed content): references, checked by their own envelopes.
+    const waiting = await unmetDependencies(session, target.id, steps, given.after, holder, opts, beat);
+    if (waiting) return waiting;
+    // Going below a floor is judged again by the script, on the device's own clock.
+    skipFloor = held === null || steps.revision >= held.revision;
+  }
+  return await runUnit(session, target.id, steps, given.floor, holder, opts, beat, skipFloor);
 }
 
 /**

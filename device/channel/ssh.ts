@@ -4,6 +4,7 @@ import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../steps';
 import { readMetricValue } from '../../core/health';
 import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
 import { refusalOf } from './refusal';
+import { sshReceiptAsk } from './ssh-receipt';
 import { baseTarget } from './target';
 import type {
   About,
@@ -88,7 +89,11 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
 
     target(device) {
       const { hostKey, knownHosts, key, agent, jumpHost } = device.ssh;
-      return { ...baseTarget(device), ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) } };
+      return {
+        ...baseTarget(device),
+        ssh: { hostKey, knownHosts, key, agent, ...(jumpHost ? { jumpHost } : {}) },
+        ...(device.receipts ? { receipts: device.receipts } : {}),
+      };
     },
 
     apply(target, steps, ctx) {
@@ -101,6 +106,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
         ...(ctx.aheadAbove !== undefined ? { aheadAbove: ctx.aheadAbove } : {}),
         holder: ctx.holder,
         holderClosed: ctx.holderClosed,
+        // An enrolled device signs its receipt of the unit's answer on the same session (./ssh-receipt.ts).
+        receipt: sshReceiptAsk(target, steps, ctx.holder, ctx.phase ?? null, ctx.commandTimeoutMs),
         signal: ctx.signal,
         // The spec's `after`, checked on the device from this worker's own signed envelopes.
         dependencies: dependencyChecker({

@@ -1,0 +1,130 @@
+import type { ReceiptClaim, ReceiptResult } from '../../core/receipt';
+import { sshEd25519Key } from '../../core/receipt';
+import type { DeviceTarget } from '../../core/rollout-state';
+import { envelopeDigestOf } from '../../core/twin';
+import { EnvelopeRejected } from '../apply-errors';
+import { checkReceipt, receiptExpectation } from '../receipt-check';
+import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
+import { StepFailed, type DeviceSession } from '../transport';
+
+/**
+ * An SSH device's receipt of its apply (docs/formats.md section 12, "Receipts on an SSH device"): once the apply unit
+ * has answered, the same session runs the device's signer (device/receipt-signer/wavegate-sign-receipt, reached
+ * through one sudoers rule: its key is root's, never the login's) with the claim on its standard input, and the
+ * worker checks what it prints once, against the key the inventory enrols (device/receipt-check.ts). One more
+ * command per device; a device without `receipts` in the inventory runs nothing new.
+ */
+
+/** What an enrolled device runs when the inventory names no `receipts.command` (wavegate-receipt-setup's default). */
+export const DEFAULT_RECEIPT_COMMAND = 'sudo -n /usr/local/sbin/wavegate-sign-receipt';
+
+/** The signer takes a lock and signs: a few tens of ms; a lock held by a dead signer is broken after 2 s. */
+const SIGNER_TIMEOUT_MS = 15_000;
+
+/** What the signer may say of itself in a problem: a signer's error is short, and its output is not ours to keep. */
+const SAID_MAX = 200;
+
+/** The receipt an answer travels with, or why it has none (the answer stands either way). */
+export type ReceiptAnswer = { receipt: string } | { receiptProblem: string };
+
+/** Asks the device for its receipt of an answer (ApplyOptions.receipt); undefined when that answer gets none. */
+/** `answer`: the unit's ApplyResult, or what it threw. */
+export type ReceiptAsk = (session: DeviceSession, answer: unknown) => Promise<ReceiptAnswer | undefined>;
+
+/**
+ * The receipt request of an apply on an enrolled device: undefined for a device without `receipts`, and for a
+ * revision without an envelope (nothing signed to name as `requested`).
+ */
+export function sshReceiptAsk(
+  target: DeviceTarget,
+  steps: RevisionSteps,
+  holder: ApplyHolder,
+  phase: number | null,
+  timeoutMs: number,
+): ReceiptAsk | undefined {
+  const enrolled = target.receipts;
+  const requested = envelopeDigestOf(steps.envelope);
+  if (!enrolled || !requested) return undefined;
+  const expected = {
+    ...receiptExpectation(target.id, 'ssh', holder, { profile: steps.profile, revision: steps.revision, requested }),
+    phase,
+  };
+  const key = sshEd25519Key(enrolled.key);
+  return async (session, answer) => {
+    const said = claimOf(answer, requested);
+    if (!said) return undefined;
+    const claim: ReceiptClaim = { ...expected, ...said };
+    let res: Awaited<ReturnType<DeviceSession['exec']>>;
+    try {
+      res = await session.exec(enrolled.command ?? DEFAULT_RECEIPT_COMMAND, {
+        timeoutMs: Math.min(timeoutMs, SIGNER_TIMEOUT_MS),
+        stdin: Buffer.from(claimText(claim)),
+      });
+    } catch (err) {
+      return { receiptProblem: `signer: no answer (${cut((err as Error).message)})` };
+    }
+    if (res.code !== 0) return { receiptProblem: `signer: exit ${res.code}${lastWords(res.stderr || res.stdout)}` };
+    const checked = checkReceipt(res.stdout, { ...expected, results: [claim.result] }, key);
+    return checked.ok ? { receipt: res.stdout } : { receiptProblem: `receipt: ${checked.problem}` };
+  };
+}
+
+/**
+ * What the device says happened, in a receipt's words; undefined for an answer that is not the apply unit's
+ * (an unreachable device, a lock held by another unit, unmet dependencies, a device ahead: nothing ran there).
+ */
+export function claimOf(
+  answer: unknown,
+  requested: string,
+): Pick<ReceiptClaim, 'result' | 'reason' | 'observed'> | undefined {
+  const of = (result: ReceiptResult, reason: string | null, verified: boolean) => ({
+    result,
+    reason,
+    observed: verified ? requested : null,
+  });
+  if (answer instanceof StepFailed) return of('failed', reasonCode(answer.step), VERIFIED_BEFORE.has(answer.step));
+  // The device's own floor said no (its floor file, read by the unit); the other rejections are the worker's own.
+  if (answer instanceof EnvelopeRejected)
+    return answer.reason === 'BELOW_FLOOR' ? of('refused', answer.reason, false) : undefined;
+  const result = answer as Partial<ApplyResult>;
+  if (result.outcome === 'applied' || result.outcome === 'already-applied') return of(result.outcome, null, true);
+  return undefined;
+}
+
+/** The steps that fail only after the revision's verify passed on the device (the marker, the floor, the release). */
+const VERIFIED_BEFORE = new Set(['write marker', 'write floor', 'release apply lock']);
+
+/** A failed step as a receipt's reason: `verify` → `VERIFY`, `write marker` → `WRITE_MARKER`. */
+export function reasonCode(step: string): string {
+  return (
+    step
+      .toUpperCase()
+      .replace(/[^A-Z0-9_-]+/g, '_')
+      .slice(0, 24) || 'STEP'
+  );
+}
+
+/** The signer's input: the claim's ten lines, in the receipt's order (docs/formats.md section 12). */
+export function claimText(c: ReceiptClaim): string {
+  const none = (v: string | number | null) => (v === null ? '-' : String(v));
+  return [
+    `device ${c.device}`,
+    `rollout ${c.rollout}`,
+    `phase ${none(c.phase)}`,
+    `nonce ${c.nonce}`,
+    `profile ${c.profile}`,
+    `revision ${c.revision}`,
+    `requested ${c.requested}`,
+    `observed ${none(c.observed)}`,
+    `result ${c.result}`,
+    `reason ${none(c.reason)}`,
+    '',
+  ].join('\n');
+}
+
+function lastWords(text: string): string {
+  const line = text.trim().split('\n').pop()?.trim() ?? '';
+  return line ? `: ${JSON.stringify(cut(line))}` : '';
+}
+
+const cut = (text: string) => Buffer.from(text).subarray(0, SAID_MAX).toString();
