@@ -2,7 +2,7 @@ import type { AuditRecord } from './audit';
 import { WavegateError } from './errors';
 import type { CheckResult, GateOutcome } from './health';
 import type { RolloutStatus } from './rollout/status';
-import type { DeviceState } from './rollout-state';
+import { proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
 import { phaseCounts } from './rollout/sliced-records';
 
 /**
@@ -46,6 +46,8 @@ export interface BoardDevice {
   /** The last failure's text the trail holds, even once the device has moved on. */
   lastError?: string;
   transport?: string;
+  /** `proven`: its last answer came with its own verified receipt (the status says so, or its trail entry carries it); `claimed`: at the target on the control plane's word alone. */
+  proof?: 'proven' | 'claimed';
 }
 
 /** Devices sorted worst first, then by id (a stable order the page can rely on between updates). */
@@ -128,8 +130,11 @@ export function pageOfDevices(devices: readonly BoardDevice[], query: DeviceQuer
 /** What the audit trail adds to each device: when it entered its state, how many apply attempts, its last error. */
 export function deviceHistory(
   records: readonly AuditRecord[],
-): Map<string, Omit<BoardDevice, 'id' | 'state' | 'phase'>> {
-  const out = new Map<string, { since?: string; attempts: number; lastError?: string; state?: string }>();
+): Map<string, Omit<BoardDevice, 'id' | 'state' | 'phase'> & { receipt?: true }> {
+  const out = new Map<
+    string,
+    { since?: string; attempts: number; lastError?: string; state?: string; receipt?: boolean }
+  >();
   for (const r of records) {
     if (r.event !== 'devices.outcome' && r.event !== 'devices.skipped') continue;
     const evidence = r.evidence as { mode?: string; devices?: unknown } | null;
@@ -139,12 +144,15 @@ export function deviceHistory(
         id?: unknown;
         state?: unknown;
         reason?: unknown;
+        receipt?: unknown;
       };
       if (typeof d.id !== 'string') continue;
       const seen = out.get(d.id) ?? { attempts: 0 };
       const state = typeof d.state === 'string' ? d.state : undefined;
       if (state !== seen.state) seen.since = r.at;
       seen.state = state;
+      // The latest entry naming the device says whether its answer came with its receipt.
+      seen.receipt = typeof d.receipt === 'string';
       // The trail records each batch after it ran: every apply record naming a device is one attempt.
       if (evidence?.mode === 'apply') seen.attempts += 1;
       if ((state === 'failed' || state === 'rollback-failed' || state === 'waiting') && typeof d.reason === 'string')
@@ -159,9 +167,31 @@ export function deviceHistory(
         attempts: h.attempts,
         ...(h.since ? { since: h.since } : {}),
         ...(h.lastError ? { lastError: h.lastError } : {}),
+        ...(h.receipt ? { receipt: true as const } : {}),
       },
     ]),
   );
+}
+
+/** A device's proof as the board shows it: its status's word, or the receipt its latest trail entry carries. */
+function boardProof(d: Pick<DeviceStatus, 'state' | 'proven'>, receiptInTrail: boolean): Pick<BoardDevice, 'proof'> {
+  const proof = proofOf({ state: d.state, ...(d.proven || receiptInTrail ? { proven: true as const } : {}) });
+  return proof ? { proof } : {};
+}
+
+/** The board's proof line: of the devices at the target, how many are proven by their receipts. */
+export function proofCounts(devices: readonly Pick<BoardDevice, 'state' | 'proof'>[]): {
+  proven: number;
+  applied: number;
+} {
+  let proven = 0;
+  let applied = 0;
+  for (const d of devices) {
+    if (d.state !== 'applied' && d.state !== 'claimed') continue;
+    applied += 1;
+    if (d.proof === 'proven') proven += 1;
+  }
+  return { proven, applied };
 }
 
 /** The status's devices with the trail's history and the inventory's transport. */
@@ -183,6 +213,7 @@ export function boardDevices(
       ...(h?.since ? { since: h.since } : {}),
       ...(h?.lastError ? { lastError: h.lastError } : {}),
       ...(transport ? { transport } : {}),
+      ...boardProof(d, h?.receipt === true),
     };
   });
 }

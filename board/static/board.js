@@ -512,7 +512,7 @@ function devicesBlock(view, id) {
         h(
           'tr',
           {},
-          ['Device', 'State', 'Phase', 'Since', 'Attempts', 'Transport', 'Reason / last error'].map((t) =>
+          ['Device', 'State', 'Proof', 'Phase', 'Since', 'Attempts', 'Transport', 'Reason / last error'].map((t) =>
             h('th', {}, t),
           ),
         ),
@@ -526,6 +526,7 @@ function devicesBlock(view, id) {
             { 'data-device': d.id, 'data-state': d.state, class: `d-${d.state}` },
             h('td', {}, d.id),
             h('td', { class: 'state' }, d.state),
+            h('td', { class: 'proof', title: d.proof === 'proven' ? 'its own receipt, verified' : '' }, d.proof || ''),
             h('td', {}, view.phases[d.phase] ? view.phases[d.phase].name : '-'),
             h('td', {}, when(d.since)),
             h('td', {}, d.attempts),
@@ -564,6 +565,13 @@ function renderRollout(view, id) {
         b.why.map((w) => h('li', {}, w)),
       ),
       h('p', { class: 'hint' }, view.outcomeSummary),
+      view.proof
+        ? h(
+            'p',
+            { id: 'proof', 'data-proven': view.proof.proven, 'data-applied': view.proof.applied },
+            `proof: ${view.proof.proven} of ${view.proof.applied} applied proven by their own receipts`,
+          )
+        : null,
       view.trail.missing ? h('p', { class: 'error' }, `audit trail not readable here: ${view.trail.missing}`) : null,
     ),
     controlsOf(view),

@@ -7,6 +7,7 @@ import {
   gateEvidenceOf,
   pageOfDevices,
   phaseProgress,
+  proofCounts,
   sortFailuresFirst,
   type BoardControl,
   type BoardOutcome,
@@ -176,6 +177,8 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
     phases: phaseProgress(all).map((p) => ({ ...p, evidence: status.phases[p.index]?.evidence ?? [] })),
     gates: gateEvidenceOf(records),
     counts: status.counts,
+    // Of the devices at the target, those proven by their own receipts (every device, not only this page).
+    proof: proofCounts(devices),
     controls: status.controls,
     deadline: status.deadline ?? null,
     startedBy: records.find((r) => r.event === 'rollout.started')?.by ?? null,

@@ -16,6 +16,7 @@ import {
   tokenWeakness,
   GuessBudget,
   phaseProgress,
+  proofCounts,
   sortFailuresFirst,
   sortFleetWorstFirst,
   sortWorstFirst,
@@ -244,7 +245,35 @@ describe('the board', () => {
       since: records[2]!.at,
       lastError: 'after: base not verified',
       transport: 'agent',
+      // Applied on the control plane's word: its entries carry no receipt.
+      proof: 'claimed',
     });
+  });
+
+  it('shows a device proven when its latest entry carries its receipt (or the status says so), and counts them', () => {
+    const records = [
+      record(1, 'devices.outcome', {
+        evidence: {
+          mode: 'apply',
+          devices: [
+            { id: 'a', state: 'applied', receipt: 'wavegate-receipt-v1\n…', request: '7' },
+            { id: 'b', state: 'applied' },
+            { id: 'c', state: 'failed', reason: 'VERIFY', receipt: 'wavegate-receipt-v1\n…', request: '9' },
+          ],
+        },
+      }),
+    ];
+    const s = status([
+      ['a', 'applied', 0],
+      ['b', 'applied', 0],
+      ['c', 'failed', 0],
+      ['d', 'applied', 0],
+    ]);
+    s.devices[3] = { ...s.devices[3]!, proven: true };
+    const devices = boardDevices(s, records);
+    // A failure the device signed is proven too: its receipt says it failed.
+    expect(devices.map((d) => d.proof ?? '')).toEqual(['proven', 'claimed', 'proven', 'proven']);
+    expect(proofCounts(devices)).toEqual({ proven: 2, applied: 3 });
   });
 
   it('checks a control body: a reason, rollback only on abort, no other field', () => {
