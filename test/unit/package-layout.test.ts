@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isCheckout, PROJECT_ROOT, STATE_DIR, VENV_DIR, wavegateLayout } from '../../intake/package-layout';
@@ -38,6 +38,16 @@ describe('checkout or installed package', () => {
     expect(wavegateLayout(installed, false, { WAVEGATE_HOME: '' }, () => '/home/op').stateDir).toBe(
       '/home/op/.wavegate',
     );
+  });
+
+  it('the package ships the SSH receipt signer and its setup as executable scripts (they run on devices, not from dist/)', () => {
+    const pkg = JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { files: string[] };
+    expect(pkg.files).toContain('device/receipt-signer/');
+    for (const script of ['wavegate-sign-receipt', 'wavegate-receipt-setup']) {
+      const path = join(PROJECT_ROOT, 'device', 'receipt-signer', script);
+      expect(statSync(path).mode & 0o111).toBe(0o111);
+      expect(readFileSync(path, 'utf8').startsWith('#!/bin/sh\n')).toBe(true);
+    }
   });
 
   it('the build id: hashed from the sources in a checkout, read from dist/build-info.json when installed', () => {
