@@ -32,6 +32,7 @@ export const GROUP_NAMES = [
   'init',
   'gateway',
   'agent',
+  'witness',
 ] as const;
 export type GroupName = (typeof GROUP_NAMES)[number];
 
@@ -243,6 +244,13 @@ export const COMMANDS: TopCommand[] = [
     term: 'agent [options]',
     description:
       'Run the pull agent on a device: sync with its twin through the gateway, verify each desired revision against this device\'s own pins, apply it locally under the device apply lock, and report (docs/formats.md, "Gateway HTTP API")',
+  },
+  {
+    name: 'witness',
+    group: 'witness',
+    term: 'witness [options]',
+    description:
+      'Run a witness: with its own key, cosign a checkpoint of an audit trail (signed by a pinned log key) only when it extends the last one cosigned for that trail (a consistency proof), so a rewritten or forked trail gets no second signature (docs/formats.md, "Checkpoints and the witness")',
   },
 ];
 

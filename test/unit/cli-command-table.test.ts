@@ -15,6 +15,7 @@ import * as revert from '../../cli/commands/revert';
 import * as rollout from '../../cli/commands/rollout';
 import * as schedule from '../../cli/commands/schedule';
 import * as tools from '../../cli/commands/tools';
+import * as witness from '../../cli/commands/witness';
 import {
   COMMANDS,
   GROUP_NAMES,
@@ -49,6 +50,7 @@ const MODULES: Record<GroupName, Group> = {
   init,
   gateway,
   agent,
+  witness,
 };
 const load = (name: GroupName) => MODULES[name];
 
