@@ -1,14 +1,15 @@
-import { lstatSync, renameSync, writeFileSync } from 'node:fs';
+import { lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { WavegateError } from '../core/errors';
 import type { ProfileReport } from '../core/twin';
-import { readText } from '../intake/files';
+import { readText, writeFileAtomic } from '../intake/files';
 
 /**
- * What the agent answered, per profile, kept in `<state>/report.json` (written whole, then renamed):
+ * What the agent answered, per profile, kept in `<state>/report.json` (written whole, synced, then renamed):
  * after a restart it knows which requests it already answered for good, and answers them again from
- * here instead of running anything. A request with no final answer here is taken up again, and its
- * apply unit reattaches on the device.
+ * here instead of running anything, with the receipt it signed for each (agent/receipts.ts): synced, so a
+ * power cut after an answer left does not make the device answer, and sign, the same request twice. A request
+ * with no final answer here is taken up again, and its apply unit reattaches on the device.
  */
 export function reportFile(stateDir: string) {
   const path = join(stateDir, 'report.json');
@@ -37,8 +38,7 @@ export function reportFile(stateDir: string) {
     },
     set(profile: string, report: ProfileReport): void {
       profiles = { ...profiles, [profile]: report };
-      writeFileSync(`${path}.new`, `${JSON.stringify({ profiles }, null, 2)}\n`, { mode: 0o600 });
-      renameSync(`${path}.new`, path);
+      writeFileAtomic(path, `${JSON.stringify({ profiles }, null, 2)}\n`);
     },
   };
 }

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { KeyPair } from '../core/signing';
 import {
   FINAL_REPORT_STATES,
   TWIN_LIMITS,
@@ -12,6 +13,7 @@ import { applyEntry, isDrift, reverifyEntry, TransportError } from './apply-entr
 import type { GatewayClient } from './gateway-client';
 import { runDeviceHealth } from './health';
 import type { AgentTrust } from './pins';
+import { agentReceipts } from './receipts';
 import { reportFile } from './report-file';
 
 /**
@@ -29,6 +31,8 @@ export interface AgentOptions {
   /** The device home: markers, floors and apply locks live under `<home>/.wavegate/`. */
   home: string;
   version: string;
+  /** The device's identity key: it signs the requests to the gateway and the receipt of every final answer. */
+  key: KeyPair;
   commandTimeoutMs?: number;
   /** How long one sync may wait for news (default 25 s, at most 30 s). */
   waitMs?: number;
@@ -39,6 +43,14 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   const log = opts.log ?? (() => {});
   const stopper = new AbortController();
   const answers = reportFile(opts.stateDir);
+  // Read at start, and refused then (a corrupt or rolled-back receipts.json): never a counter given twice.
+  const receipts = agentReceipts({
+    stateDir: opts.stateDir,
+    deviceId: opts.deviceId,
+    key: opts.key,
+    sent: Object.values(answers.profiles),
+    log,
+  });
   const connect = async () => localDeviceSession(opts.deviceId, opts.home);
   let health: HealthReport[] = [];
   let healthAt: string | null = null;
@@ -86,10 +98,11 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       at: new Date().toISOString(),
     });
     await opts.gateway.report(report(), stopper.signal).catch(() => {});
-    const answer = await whileBusy(() => applyEntry(ctx, entry));
+    // Signed, and the receipt chain's state on disk, before the answer is kept (report.json) and sent with it.
+    const answer = receipts.sign(entry, await whileBusy(() => applyEntry(ctx, entry)));
     answers.set(entry.profile, answer);
     log(
-      `${entry.profile}: r${entry.revision} ${answer.state}${answer.reason ? ` (${answer.reason})` : ''}${answer.detail && answer.state !== 'applied' ? `: ${answer.detail}` : ''}`,
+      `${entry.profile}: r${entry.revision} ${answer.state}${answer.reason ? ` (${answer.reason})` : ''}${answer.detail && answer.state !== 'applied' ? `: ${answer.detail}` : ''}${answer.receipt ? ` [receipt ${receipts.state.counter}]` : ''}`,
     );
   };
 

@@ -5,6 +5,7 @@ import { canonicalize } from './canonical';
 import type { RevisionSteps } from './rollout/input';
 import type { Envelope } from './signing';
 import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
+import { RECEIPT_MAX_BYTES } from './receipt';
 
 /**
  * The device twin `device:<id>`: the durable, desired-state side of an agent device. The
@@ -23,6 +24,11 @@ import { mergeSeen, seenEntryProblem, type SeenEntry } from './presence';
  *     an older agent sends it: a runtime) and `value` (the number an 'error-rate' entry read, finite,
  *     within ±TWIN_LIMITS.healthValue). The agent reports the signed `health.checks` too, and one 'error-rate'
  *     entry per profile whose revision signs `health.errorRate.command`, named errorRateReportName(profile).
+ *   - v1.3 (additive, issue 44): DesiredEntry gets optional `phase` (the rollout's phase index the request is for,
+ *     0-999; absent: none, as a convergence) and ProfileReport optional `receipt` (the agent's signed receipt of
+ *     its final answer, core/receipt.ts text, at most TWIN_LIMITS.receipt bytes: one per profile report). The
+ *     agent signs every final answer to a signed request (agent/receipts.ts); the worker checks it as it arrives
+ *     (device/receipt-check.ts).
  */
 
 /** The apply lock's holder on the device (device/transport/types.ts ApplyHolder has this shape). */
@@ -60,6 +66,8 @@ export interface DesiredEntry {
    * senders before r11), and the answer reaches the rollout through the change feed.
    */
   awaited?: boolean;
+  /** The rollout's phase index (0-based) the request is for (v1.3): the agent's receipt names it. Absent: none. */
+  phase?: number;
   /** When the twin took it (workflow clock, ISO). */
   setAt: string;
 }
@@ -98,6 +106,11 @@ export interface ProfileReport {
   steps?: string[];
   /** Agent clock, ISO. */
   at: string;
+  /**
+   * The agent's receipt of this final answer (v1.3; core/receipt.ts receiptText, signed with its identity key): made
+   * once per request and re-sent as it is with every report of the same answer.
+   */
+  receipt?: string;
 }
 
 export const HEALTH_REPORT_KINDS = ['runtime', 'check', 'error-rate'] as const;
@@ -161,6 +174,8 @@ export const TWIN_LIMITS = {
   healthValue: 1e12,
   /** A sync waits at most this long for news (the gateway's long-poll). */
   waitMs: 30_000,
+  /** Bytes of a profile report's receipt (v1.3): one receipt per profile, so a report holds at most 64 of them. */
+  receipt: RECEIPT_MAX_BYTES,
 } as const;
 
 /** A twin whose last sync is older than this is offline for `reportOffline` (the agent syncs at least every waitMs). */
@@ -265,6 +280,10 @@ export function desireProblem(entry: unknown): string | null {
       ? null
       : `awaited: must be true or false (got ${shown(entry.awaited)})`,
     revisionProblem(entry.fromRevision, 'fromRevision', true),
+    entry.phase === undefined ||
+    (typeof entry.phase === 'number' && Number.isSafeInteger(entry.phase) && entry.phase >= 0 && entry.phase < 1000)
+      ? null
+      : `phase: must be a phase index 0-999 (got ${shown(entry.phase)})`,
   ].find((p) => p !== null);
   if (first) return `twinDesire: ${first}`;
   if (!isRecord(entry.steps) || entry.steps.profile !== entry.profile || entry.steps.revision !== entry.revision) {
@@ -285,6 +304,14 @@ export function desireProblem(entry: unknown): string | null {
   return null;
 }
 
+/** A report's receipt is only bounded here: the worker checks what it says (device/receipt-check.ts). */
+function receiptTextProblem(value: unknown, field: string): string | null {
+  if (value === undefined) return null;
+  if (typeof value !== 'string') return `${field}: must be a string (got ${shown(value)})`;
+  const bytes = utf8Encode(value).length;
+  return bytes > TWIN_LIMITS.receipt ? `${field}: at most ${TWIN_LIMITS.receipt} bytes (got ${bytes})` : null;
+}
+
 function profileReportProblem(report: unknown, field: string): string | null {
   if (!isRecord(report)) return `${field}: must be an object`;
   if (!(PROFILE_REPORT_STATES as readonly unknown[]).includes(report.state))
@@ -297,6 +324,7 @@ function profileReportProblem(report: unknown, field: string): string | null {
       stringProblem(report.reason, `${field}.reason`, true),
       stringProblem(report.detail, `${field}.detail`, true),
       stringProblem(report.at, `${field}.at`),
+      receiptTextProblem(report.receipt, `${field}.receipt`),
       steps === undefined
         ? null
         : !Array.isArray(steps) || steps.length > TWIN_LIMITS.steps

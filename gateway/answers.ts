@@ -56,6 +56,11 @@ export function deliveriesOf(
 
 export interface AnswerDeliveryOptions {
   client: Client;
+  /**
+   * The device's enrolled identity key (gateway/pins.ts `keyOf`, from the inventory's agentKey): an agent's receipt
+   * is checked against it before it rides on the completion (device/receipt-check.ts). Absent: none passes.
+   */
+  keyOf?: (device: string) => Uint8Array | null | undefined;
   /** Completions at once; more wait their turn (default 32). */
   maxInFlight?: number;
   /** Attempts for a completion the server did not take (default 3), 1 s, then 2 s apart. */
@@ -97,7 +102,8 @@ export class AnswerDelivery {
     const { entry, answer, deviceId } = delivery;
     let outcome: { result: unknown } | { failure: Error };
     try {
-      outcome = { result: applyResultOf(deviceId, entry, answer) };
+      const check = { request: entry, key: this.opts.keyOf?.(deviceId), log: this.opts.log ?? (() => {}) };
+      outcome = { result: applyResultOf(deviceId, entry, answer, check) };
     } catch (err) {
       outcome = { failure: applyFailureOf(err) ?? (err as Error) };
     }

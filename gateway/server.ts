@@ -17,6 +17,7 @@ import type { AgentPins } from './pins';
 import { gatewayRoutes } from './routes';
 import { signedRequestGuards, type AgentCaller } from './signed-request';
 import { DeviceViews, type DeviceViewsStats } from './views';
+import { AnswerDelivery } from './answers';
 import type { TwinFeedLateness } from '../clients/twin-feed';
 
 /**
@@ -108,6 +109,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
       client: opts.client,
       taskQueue: opts.taskQueue,
       ...(opts.onFirstSync ? { onFirstSync: opts.onFirstSync } : {}),
+      // An agent's receipt rides on the completion only when its enrolled key signed it for the request.
+      answers: new AnswerDelivery({ client: opts.client, log, keyOf: (device) => opts.pins.keyOf(device) }),
       log,
     });
   const countBody = (chunk: Buffer) => {

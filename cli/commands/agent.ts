@@ -100,6 +100,7 @@ export function register(program: Command): void {
           stateDir,
           home,
           version: agentVersion(),
+          key: pair,
           log,
         });
         log(

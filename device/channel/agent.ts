@@ -1,3 +1,4 @@
+import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ageMs, describeAge, isOffline, REPORT_FRESH_MS, type TwinView } from '../../core/twin';
 import { applyThroughTwin } from '../twin/apply';
@@ -22,6 +23,15 @@ const NO_CLIENT = 'no Temporal client to read the device twin with';
 
 /** The freshness bound as evidence states it. */
 const BOUND = `reports count for ${Math.round(REPORT_FRESH_MS / 1000)} s`;
+
+/** A line in the worker's log from inside an apply activity (nowhere outside one). */
+function activityWarning(line: string): void {
+  try {
+    Context.current().log.warn(line);
+  } catch {
+    /* not in an activity */
+  }
+}
 
 export function agentChannel(deps: ChannelDeps): DeviceChannel {
   const now = deps.now ?? Date.now;
@@ -50,8 +60,9 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
     name: 'agent',
     hasTwin: true,
 
-    // Never dialled: the target carries no ssh settings, so no SSH path can dial it by mistake.
-    target: baseTarget,
+    // Never dialled: the target carries no ssh settings, so no SSH path can dial it by mistake. Its identity key
+    // pin checks its agent's receipts.
+    target: (device) => ({ ...baseTarget(device), ...(device.agentKey ? { agentKey: device.agentKey } : {}) }),
 
     apply(target, steps, ctx) {
       return applyThroughTwin(target, steps, {
@@ -61,8 +72,10 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
         rollout: ctx.rollout,
         reportOffline: ctx.reportOffline,
         ...(ctx.aheadAbove !== undefined ? { aheadAbove: ctx.aheadAbove } : {}),
+        ...(ctx.phase !== undefined ? { phase: ctx.phase } : {}),
         heartbeat: ctx.heartbeat,
         signal: ctx.signal,
+        log: activityWarning,
       });
     },
 

@@ -11,7 +11,7 @@ import {
 } from '../../core/twin';
 import type { DeviceTarget } from '../../core/rollout-state';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
-import { applyResultOf } from './answer';
+import { applyResultOf, enrolledAgentKey, type AnswerReceiptCheck } from './answer';
 import { askTwin, desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
 import { readSeenOne } from '../../clients/presence';
 import { REPORT_SAFETY_READ_MS, reportWatchOf, type ReportSubscription } from './report-watch';
@@ -35,6 +35,10 @@ export interface TwinApplyOptions {
   reportOffline?: boolean;
   /** Return the 'ahead' outcome, asking nothing, for a device whose agent last reported a revision above this (ApplyInput.aheadAbove). */
   aheadAbove?: number;
+  /** The rollout's phase index the request is for (ApplyContext.phase): the desired entry carries it to the agent's receipt. */
+  phase?: number;
+  /** Where an agent's receipt that fails the worker's check is said (default: nowhere). */
+  log?: (line: string) => void;
   heartbeat?: (detail: string) => void;
   signal?: AbortSignal;
   /** With no change heard from the feed, the twin is read again after this long (default REPORT_SAFETY_READ_MS). */
@@ -42,13 +46,17 @@ export interface TwinApplyOptions {
   now?: () => number;
 }
 
-/** `awaited`: an apply activity (the holder) waits for the answer, and the gateway may complete it (DesiredEntry.awaited). */
+/**
+ * `awaited`: an apply activity (the holder) waits for the answer, and the gateway may complete it (DesiredEntry.awaited).
+ * `phase`: the rollout's phase index the request is for (the agent's receipt names it).
+ */
 export function desiredRequestOf(
   steps: RevisionSteps,
   holder: ApplyHolder,
   rollout: string | null,
   fromRevision: number | null,
   awaited = false,
+  phase?: number,
 ): DesiredRequest {
   return {
     requestId: requestIdOf(holder),
@@ -60,6 +68,7 @@ export function desiredRequestOf(
     rollout,
     fromRevision,
     ...(awaited ? { awaited } : {}),
+    ...(phase !== undefined ? { phase } : {}),
   };
 }
 
@@ -77,7 +86,13 @@ export async function applyThroughTwin(
   const beat = opts.heartbeat ?? (() => {});
   // Awaited: the gateway that writes the agent's answer completes this activity by its id (gateway/answers.ts),
   // the first route an answer takes; this apply then learns at a heartbeat that it was answered elsewhere.
-  const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true);
+  const request = desiredRequestOf(steps, opts.holder, opts.rollout, opts.fromRevision ?? null, true, opts.phase);
+  // The agent's receipt is checked against this request and the device's enrolled key (its inventory agentKey).
+  const check: AnswerReceiptCheck & { request: DesiredRequest } = {
+    request,
+    key: enrolledAgentKey(target.agentKey),
+    log: opts.log ?? (() => {}),
+  };
   // Subscribed before asking, so an answer however quick is not missed (device/twin/report-watch.ts). An answer
   // written while no attempt waited (a worker restarting) is the twin's answer to the retried attempt's ask.
   const subscription = reportWatchOf(opts.client).subscribe(target.id);
@@ -88,8 +103,8 @@ export async function applyThroughTwin(
     // The checks before asking and the desire in one round trip: a retried apply whose agent already answered
     // this request gets that answer, asking nothing again (core/twin.ts `askDecision`).
     const asked = await askOnce(target.id, request, opts, now, (d) => (detail = d));
-    if (asked.decision.kind !== 'asked') return askedNothing(target, steps, asked.decision);
-    return await waitForAnswer(target, steps, request, opts, now, subscription, asked.readBefore, (d) => (detail = d));
+    if (asked.decision.kind !== 'asked') return askedNothing(target, steps, asked.decision, check);
+    return await waitForAnswer(target, steps, check, opts, now, subscription, asked.readBefore, (d) => (detail = d));
   } finally {
     clearInterval(ticker);
     subscription.close();
@@ -149,8 +164,9 @@ function askedNothing(
   target: DeviceTarget,
   steps: RevisionSteps,
   decision: Exclude<TwinAskAnswer, { kind: 'asked' }>,
+  check: AnswerReceiptCheck,
 ): ApplyResult {
-  if (decision.kind === 'answered') return applyResultOf(target.id, steps, decision.answer);
+  if (decision.kind === 'answered') return applyResultOf(target.id, steps, decision.answer, check);
   return { device: target.id, outcome: decision.kind, steps: [], detail: decision.detail };
 }
 
@@ -170,7 +186,7 @@ function askedNothing(
 async function waitForAnswer(
   target: DeviceTarget,
   steps: RevisionSteps,
-  request: DesiredRequest,
+  check: AnswerReceiptCheck & { request: DesiredRequest },
   opts: TwinApplyOptions,
   now: () => number,
   subscription: ReportSubscription,
@@ -178,6 +194,7 @@ async function waitForAnswer(
   say: (detail: string) => void,
 ): Promise<ApplyResult> {
   const safetyReadMs = opts.safetyReadMs ?? REPORT_SAFETY_READ_MS;
+  const { request } = check;
   const requestId = request.requestId;
   let askedAt = now();
   let askAgainMs = safetyReadMs;
@@ -191,7 +208,7 @@ async function waitForAnswer(
     );
     const view = 'view' in read ? read.view : null;
     const answer = view ? answerTo(view, steps.profile, requestId) : { state: 'pending' as const };
-    if (answer.state !== 'pending') return applyResultOf(target.id, steps, answer);
+    if (answer.state !== 'pending') return applyResultOf(target.id, steps, answer, check);
     say(
       'view' in read ? waitingDetail(view, steps.profile, now()) : `twin not readable now: ${read.error.slice(0, 200)}`,
     );

@@ -4,6 +4,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import { AnswerDelivery, deliveriesOf } from '../../gateway/answers';
 import type { AgentReport, DesiredEntry, ProfileReport } from '../../core/twin';
 import { desiredRequest } from '../support/twin-agent';
+import { agentReceiptClaim } from '../../core/agent-receipt';
+import { RECEIPT_GENESIS, receiptText, signAgentReceipt } from '../../core/receipt';
+import { keyPairFromSeed } from '../../core/signing';
 
 /**
  * The gateway delivers an agent's final answer to the apply waiting for it (gateway/answers.ts): which answers in a
@@ -104,9 +107,9 @@ function standIn(answers: Array<'ok' | 'not-found' | 'unavailable'>) {
   return { client, calls };
 }
 
-describe('delivering an answer', () => {
-  const noSleep = async () => {};
+const noSleep = async () => {};
 
+describe('delivering an answer', () => {
   it('completes the apply by its id with the result the worker would return', async () => {
     const { client, calls } = standIn(['ok']);
     const e = entry('d1', true);
@@ -195,5 +198,59 @@ describe('delivering an answer', () => {
     await delivery.deliver(many);
     expect(most).toBe(4);
     expect(delivery.stats().delivered).toBe(20);
+  });
+});
+
+describe("the agent's receipt on a completion (the gateway's route)", () => {
+  const key = keyPairFromSeed(new Uint8Array(32).fill(31));
+  const other = keyPairFromSeed(new Uint8Array(32).fill(32));
+  /** An awaited request for a signed revision, the agent's `state` answer to it and its receipt signed by `by`. */
+  const answered = (state: 'applied' | 'refused', by = key) => {
+    const e = { ...entry('d1', true), envelopeDigest: 'c'.repeat(64), phase: 0 };
+    const answer = said(e.requestId, state, state === 'refused' ? { reason: 'EXPIRED' } : {});
+    const claim = agentReceiptClaim('d1', e, answer)!;
+    const receipt = receiptText(signAgentReceipt({ ...claim, counter: 4, prev: RECEIPT_GENESIS, clock: 1 }, by));
+    return {
+      receipt,
+      deliveries: deliveriesOf('d1', { desired: { demo: e }, report: null }, reportOf({ demo: { ...answer, receipt } }))
+        .deliveries,
+    };
+  };
+  const keyOf = (device: string) => (device === 'd1' ? key.publicKey : undefined);
+
+  it("rides on the completion when the device's enrolled key signed it for the request, a success's and a refusal's", async () => {
+    const { client, calls } = standIn(['ok', 'ok']);
+    const delivery = new AnswerDelivery({ client, sleep: noSleep, keyOf });
+    const applied = answered('applied');
+    await delivery.deliver(applied.deliveries);
+    expect(calls[0]!.value).toMatchObject({ device: 'd1', outcome: 'applied', receipt: applied.receipt });
+    const refused = answered('refused');
+    await delivery.deliver(refused.deliveries);
+    expect((calls[1]!.value as ApplicationFailure).details?.[0]).toEqual({
+      reason: 'EXPIRED',
+      receipt: refused.receipt,
+    });
+  });
+
+  it('not signed by the enrolled key, or no key known for the device: not passed on, the problem said', async () => {
+    const { client, calls } = standIn(['ok', 'ok']);
+    const lines: string[] = [];
+    const delivery = new AnswerDelivery({ client, sleep: noSleep, keyOf, log: (l) => lines.push(l) });
+    await delivery.deliver(answered('applied', other).deliveries);
+    expect(calls[0]!.value).toEqual({
+      device: 'd1',
+      outcome: 'applied',
+      steps: ['verify', 'apply', 'verify', 'marker'],
+      receiptProblem: 'signature: not made by the enrolled key',
+    });
+    expect(lines).toEqual([
+      'd1: the receipt of its answer to demo r2 is not passed on: signature: not made by the enrolled key',
+    ]);
+    const unkeyed = new AnswerDelivery({ client, sleep: noSleep });
+    await unkeyed.deliver(answered('refused').deliveries);
+    expect((calls[1]!.value as ApplicationFailure).details?.[0]).toEqual({
+      reason: 'EXPIRED',
+      receiptProblem: 'key: no agent key enrolled for d1 to check it with',
+    });
   });
 });

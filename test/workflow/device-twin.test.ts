@@ -11,6 +11,13 @@ import { realRollouts } from '../support/real-rollouts';
 import { until } from '../support/until';
 import { recordHistory } from '../support/histories';
 import { desiredRequest, syncBeforeR11 } from '../support/twin-agent';
+import { agentKeyPin } from '../../core/agent-auth';
+import { agentReceiptClaim } from '../../core/agent-receipt';
+import { RECEIPT_GENESIS, receiptText, signAgentReceipt } from '../../core/receipt';
+import { keyPairFromSeed, signRevision } from '../../core/signing';
+import type { Revision } from '../../core/revision';
+import { EnvelopeRejected } from '../../device/apply-errors';
+import { applyFailureOf } from '../../device/apply-failure';
 
 /**
  * The device twin `device:<id>` on a real dev server with a real worker: desired state by signal,
@@ -277,6 +284,77 @@ describe('device twin workflow', () => {
     expect(result).toMatchObject({ device, outcome: 'applied' });
     // No second desire: the twin's history did not move.
     expect((await handle.describe()).historyLength).toBe(before);
+  });
+
+  it("the worker's own watch passes on the agent's receipt, checked under the device's enrolled key; a forged one is said and dropped; a refusal's rides on its failure", async () => {
+    const device = 'twin-receipt';
+    const key = keyPairFromSeed(new Uint8Array(32).fill(21));
+    const forger = keyPairFromSeed(new Uint8Array(32).fill(22));
+    const content = { profile: 'demo', revision: 2, apply: 'true', verify: 'true', payload: [], risk: 'risky' };
+    const envelope = signRevision(content as Revision, keyPairFromSeed(new Uint8Array(32).fill(23)), {
+      now: Date.now(),
+    });
+    const steps = { profile: 'demo', revision: 2, apply: '(signed)', verify: '(signed)', payload: [], envelope };
+    await sync(device, { report: report(1), knownVersion: 0, waitMs: 0 });
+    const lines: string[] = [];
+    let counter = 0;
+    /** One apply of the worker, answered by the test as the agent: `state`, with a receipt signed by `by`. */
+    const answered = async (activity: string, state: 'applied' | 'refused', by = key) => {
+      const holder = { rollout: 'rollout:receipts', run: 'run-1', activity, attempt: 1 };
+      const applying = applyThroughTwin({ ...target(device), agentKey: agentKeyPin(key.publicKey) }, steps, {
+        client: real.env.client,
+        taskQueue: real.worker.taskQueue,
+        holder,
+        rollout: holder.rollout,
+        phase: 1,
+        safetyReadMs: 2_000,
+        log: (line) => lines.push(line),
+      }).then(
+        (result) => ({ result }),
+        (error: Error) => ({ error }),
+      );
+      // The request as the twin holds it (its phase too) is what the agent signs.
+      const entry = await until('the request on the twin', async () => {
+        const desired = (await readTwin(real.env.client, device))?.desired.demo;
+        return desired?.requestId === requestIdOf(holder) ? desired : undefined;
+      });
+      expect(entry.phase).toBe(1);
+      const answer = {
+        revision: state === 'applied' ? 2 : 1,
+        state,
+        requestId: entry.requestId,
+        ...(state === 'refused' ? { reason: 'BELOW_FLOOR' } : {}),
+        at: new Date().toISOString(),
+      };
+      const claim = agentReceiptClaim(device, entry, answer)!;
+      const receipt = receiptText(
+        signAgentReceipt({ ...claim, counter: ++counter, prev: RECEIPT_GENESIS, clock: Date.now() }, by),
+      );
+      const sent = { ...report(1), profiles: { demo: { ...answer, receipt } } };
+      await sync(device, { report: sent, knownVersion: 0, waitMs: 0 });
+      return { ...(await applying), receipt };
+    };
+    const good = await answered('31', 'applied');
+    expect('result' in good && good.result).toEqual({
+      device,
+      outcome: 'applied',
+      steps: [],
+      receipt: good.receipt,
+    });
+    const forged = await answered('32', 'applied', forger);
+    expect('result' in forged && forged.result).toEqual({
+      device,
+      outcome: 'applied',
+      steps: [],
+      receiptProblem: 'signature: not made by the enrolled key',
+    });
+    expect(lines).toEqual([
+      `${device}: the receipt of its answer to demo r2 is not passed on: signature: not made by the enrolled key`,
+    ]);
+    const refused = await answered('33', 'refused');
+    expect('error' in refused && refused.error).toBeInstanceOf(EnvelopeRejected);
+    const failure = applyFailureOf('error' in refused ? refused.error : undefined);
+    expect(failure?.details?.[0]).toEqual({ reason: 'BELOW_FLOOR', receipt: refused.receipt });
   });
 
   it('a sync with no news returns after its waitMs', async () => {

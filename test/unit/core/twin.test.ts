@@ -173,6 +173,13 @@ describe('device twin state (core/twin.ts)', () => {
       );
       expect(desireProblem(request({ revision: 3 }))).toBe('twinDesire: steps: must be the steps of web r3');
       expect(desireProblem(request({ holder: { ...holder, attempt: 0 } }))).toMatch(/^twinDesire: holder:/);
+      // v1.3: the phase a request is for, as a receipt names it (0-999).
+      expect(desireProblem(request({ phase: 0 }))).toBeNull();
+      expect(desireProblem(request({ phase: 999 }))).toBeNull();
+      for (const phase of [-1, 1000, 1.5, '1'])
+        expect(desireProblem(request({ phase: phase as number }))).toBe(
+          `twinDesire: phase: must be a phase index 0-999 (got ${JSON.stringify(phase)})`,
+        );
     });
 
     it('syncs', () => {
@@ -211,6 +218,18 @@ describe('device twin state (core/twin.ts)', () => {
           waitMs: 0,
         }),
       ).toBe('twinSync: report.profiles.web.detail: at most 400 characters (got 401)');
+      // v1.3: a receipt rides on each profile's answer, at most 1 KB of it (checked for what it says by the worker).
+      const answered = (receipt: unknown) =>
+        syncProblem({
+          report: report({ profiles: { web: { revision: 1, state: 'applied', at: 't', receipt: receipt as string } } }),
+          knownVersion: 0,
+          waitMs: 0,
+        });
+      expect(answered('r'.repeat(TWIN_LIMITS.receipt))).toBeNull();
+      expect(answered('é'.repeat(TWIN_LIMITS.receipt / 2 + 1))).toBe(
+        'twinSync: report.profiles.web.receipt: at most 1024 bytes (got 1026)',
+      );
+      expect(answered(7)).toBe('twinSync: report.profiles.web.receipt: must be a string (got 7)');
       expect(
         syncProblem({
           report: report({ profiles: { __proto__: { revision: 1, state: 'idle', at: 't' } } as never }),
