@@ -33,11 +33,12 @@ async function sliceDevices(client: Client, unit: SliceUnit): Promise<DeviceStat
   const cached = ended.get(unit.workflowId);
   if (cached) return cached;
   const records = await client.workflow.getHandle(unit.workflowId).query(sliceRecordsQuery);
-  const devices = records.states.map(([id, state, reason]) => ({
+  const devices = records.states.map(([id, state, reason, proven]) => ({
     id,
     state,
     phase: unit.phase,
     ...(reason ? { reason } : {}),
+    ...(proven ? { proven } : {}),
   }));
   // A slice's counts are in the status once it ended: from then on its records are final.
   if (unit.counts) {

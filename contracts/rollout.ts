@@ -48,7 +48,8 @@ export const sliceReleaseSignal = defineSignal<[BudgetRelease]>('sliceRelease');
 export const sliceRecordsQuery = defineQuery<SliceRecords>('sliceRecords');
 export interface SliceRecords {
   devices: DeviceSnapshot[];
-  states: Array<[string, DeviceState, string | undefined]>;
+  /** Each device's state and reason; `true` fourth when its answer came with its verified receipt (slices before receipts send three). */
+  states: Array<[string, DeviceState, string | undefined, true?]>;
   started: string[];
 }
 /** Slice → parent: it holds the budget now (the parent starts the slice after it). */

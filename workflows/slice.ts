@@ -110,7 +110,9 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
   if (input.source)
     wf.setHandler(sliceRecordsQuery, () => ({
       devices,
-      states: [...states].map(([id, [state, reason]]) => [id, state, reason]),
+      states: [...states].map(([id, [state, reason, proof]]) =>
+        proof ? [id, state, reason, true as const] : [id, state, reason],
+      ),
       started,
     }));
   // A slice of a chain shares the phase's budget with the slices before and after it (slice-link.ts).
@@ -180,7 +182,7 @@ export async function rolloutSliceWorkflow(input: SliceInput): Promise<SliceResu
 /** A sliced-records slice's devices: its part of the plan, or the devices an apply slice started, last first. */
 async function loadDevices(
   source: SliceSource,
-): Promise<{ devices: DeviceSnapshot[]; replaced?: Array<[string, DeviceState, string | undefined]> }> {
+): Promise<{ devices: DeviceSnapshot[]; replaced?: Array<[string, DeviceState, string | undefined, true?]> }> {
   if ('plan' in source)
     return {
       devices: await sliceDevices.executeWithOptions({ summary: `devices of slice ${source.plan.slice + 1}` }, [
