@@ -41,8 +41,11 @@ export function readText(path: string): string {
   return readBytes(path).toString('utf8');
 }
 
-/** The bytes of a user file, under readText's rules. */
-export function readBytes(path: string): Buffer {
+/**
+ * The bytes of a user file, under readText's rules; `maxBytes` for a file that is not a document (a receipts
+ * bundle's trail is hundreds of megabytes at 100,000 devices).
+ */
+export function readBytes(path: string, maxBytes = MAX_DOCUMENT_BYTES): Buffer {
   let fd: number;
   try {
     // Non-blocking open: opening a FIFO for reading would otherwise wait for a writer.
@@ -53,22 +56,22 @@ export function readBytes(path: string): Buffer {
   try {
     const stat = fstatSync(fd);
     if (!stat.isFile()) throw unreadable(path, 'not a regular file');
-    if (stat.size > MAX_DOCUMENT_BYTES) {
+    if (stat.size > maxBytes) {
       throw new WavegateError(
         'INVALID_INPUT',
-        `${path}: is ${stat.size} bytes, above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
+        `${path}: is ${stat.size} bytes, above the limit of ${maxBytes} bytes for ${maxBytes === MAX_DOCUMENT_BYTES ? 'a document' : 'this file'}`,
         { source: path, contentFree: true },
       );
     }
     // Read at most one byte past the limit, whatever the size said (a file can grow while read).
-    const buffer = Buffer.alloc(Math.min(stat.size, MAX_DOCUMENT_BYTES) + 1);
+    const buffer = Buffer.alloc(Math.min(stat.size, maxBytes) + 1);
     let length = 0;
     for (let n = 1; n > 0 && length < buffer.length; length += n)
       n = readSync(fd, buffer, length, buffer.length - length, null);
-    if (length > MAX_DOCUMENT_BYTES)
+    if (length > maxBytes)
       throw new WavegateError(
         'INVALID_INPUT',
-        `${path}: above the limit of ${MAX_DOCUMENT_BYTES} bytes for a document`,
+        `${path}: above the limit of ${maxBytes} bytes for ${maxBytes === MAX_DOCUMENT_BYTES ? 'a document' : 'this file'}`,
         { source: path, contentFree: true },
       );
     return buffer.subarray(0, length);

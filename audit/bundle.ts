@@ -1,0 +1,427 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { parseAuditLog, type AuditSegment } from '../core/audit';
+import { WavegateError } from '../core/errors';
+import { checkProfileName } from '../core/profile-name';
+import {
+  enrolledPublicKey,
+  parseVerifierKey,
+  RECEIPTS_BUNDLE_FORMAT,
+  type BundleRevision,
+  type EnrolledDevice,
+  type ReceiptsBundle,
+} from '../core/receipt-verify';
+import { parseReceipt, receiptKeyId, type ReceiptKeyKind } from '../core/receipt';
+import { parseTrust, type Trust } from '../core/signing';
+import { envelopeDigestOf } from '../core/twin';
+import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes } from '../intake/files';
+import { loadInventory } from '../intake/inventory';
+import { profileDir, revisionNumbers } from '../intake/profile-dir';
+import { readAuditTrail } from './index';
+
+/**
+ * A receipts bundle (docs/formats.md, "Receipts bundle"): one rollout's trail with everything an auditor needs to
+ * check its receipts offline, as a directory of plain files. `exportReceiptsBundle` writes it from the audit store,
+ * the inventory and the profiles root (`wavegate audit export --bundle`); `readReceiptsBundle` reads one back for
+ * core/receipt-verify.ts (`wavegate audit verify --receipts`), every file bounded and refused naming it.
+ *
+ *   bundle.json           { format, rollout, run, exportedAt, segments: [{ name, records }], counts }
+ *   trail.jsonl           every record of the trail as the store holds it, segment after segment
+ *   enrolment.json        { devices: [{ id, kind: agent|ssh, key, revoked?: { at, reason } }] }
+ *   revisions/<p>/<n>.json  the signed envelopes the trail names; trust/<p>.yaml their pins
+ *   checkpoints.jsonl     one JSON string a line: a checkpoint note (C2SP signed note)
+ *   keys/log.pub, keys/witness.pub   the log's and the witness's verifier keys (C2SP vkey lines)
+ */
+
+/** Bounds of what a bundle's files may hold: a trail of 100,000 receipts is about 80 MB. */
+const LIMITS = {
+  manifest: 1024 * 1024,
+  trail: 512 * 1024 * 1024,
+  enrolment: 128 * 1024 * 1024,
+  checkpoints: 64 * 1024 * 1024,
+  key: 4096,
+  revisions: 10_000,
+};
+
+export interface BundleManifest {
+  format: typeof RECEIPTS_BUNDLE_FORMAT;
+  rollout: string;
+  /** The run that wrote the trail (its first record's runId). */
+  run: string | null;
+  exportedAt: string;
+  segments: { name: string; records: number }[];
+  counts: { records: number; receipts: number; devices: number; revisions: number; checkpoints: number };
+}
+
+const bad = (file: string, why: string) => new WavegateError('INVALID_INPUT', `${file}: ${why}`, { source: file });
+
+function readFile(dir: string, name: string, max: number): string {
+  return readBytes(join(dir, name), max).toString('utf8');
+}
+
+function readJson(dir: string, name: string, max: number): unknown {
+  const path = join(dir, name);
+  return checkedDocument(parseDocumentText(readFile(dir, name, max), path, 'json'), path);
+}
+
+/** The manifest's shape, or INVALID_INPUT naming bundle.json and the field. */
+function parseManifest(data: unknown, path: string): BundleManifest {
+  const m = data as Partial<BundleManifest> | null;
+  if (m === null || typeof m !== 'object') throw bad(path, 'must be a JSON object');
+  if (m.format !== RECEIPTS_BUNDLE_FORMAT)
+    throw bad(path, `format ${JSON.stringify(m.format)}: expected "${RECEIPTS_BUNDLE_FORMAT}"`);
+  if (typeof m.rollout !== 'string' || !m.rollout) throw bad(path, 'rollout: must name the rollout');
+  if (
+    !Array.isArray(m.segments) ||
+    m.segments.length === 0 ||
+    !m.segments.every(
+      (s) => typeof s?.name === 'string' && Number.isSafeInteger(s.records) && (s.records as number) >= 0,
+    )
+  )
+    throw bad(path, 'segments: must be a list of { name, records } (one per segment of trail.jsonl)');
+  return m as BundleManifest;
+}
+
+/** trail.jsonl cut back into its segments by the manifest's counts. */
+function splitTrail(text: string, manifest: BundleManifest, path: string): AuditSegment[] {
+  const lines = text.length === 0 ? [] : (text.endsWith('\n') ? text.slice(0, -1) : text).split('\n');
+  const total = manifest.segments.reduce((n, s) => n + s.records, 0);
+  if (lines.length !== total)
+    throw bad(path, `${lines.length} lines, bundle.json's segments say ${total}: a line was added or cut`);
+  let at = 0;
+  return manifest.segments.map((s) => {
+    const part = lines.slice(at, at + s.records);
+    at += s.records;
+    return { name: s.name, text: part.length ? `${part.join('\n')}\n` : '' };
+  });
+}
+
+function parseEnrolment(data: unknown, path: string): EnrolledDevice[] {
+  const devices = (data as { devices?: unknown } | null)?.devices;
+  if (!Array.isArray(devices)) throw bad(path, 'devices: must be a list');
+  return devices.map((d, i) => {
+    const e = d as Partial<EnrolledDevice> | null;
+    const field = `devices[${i}]`;
+    if (typeof e?.id !== 'string' || !e.id) throw bad(path, `${field}.id: must name the device`);
+    if (e.kind !== 'agent' && e.kind !== 'ssh') throw bad(path, `${field}.kind: must be agent or ssh`);
+    if (typeof e.key !== 'string') throw bad(path, `${field}.key: must be the device's public key`);
+    const r = e.revoked;
+    if (
+      r !== undefined &&
+      (typeof r?.at !== 'string' || Number.isNaN(Date.parse(r.at)) || typeof r.reason !== 'string')
+    )
+      throw bad(path, `${field}.revoked: must be { at: <ISO instant>, reason }`);
+    return { id: e.id, kind: e.kind, key: e.key, ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}) };
+  });
+}
+
+/** The signed envelopes and their pins, revisions/<profile>/<n>.json and trust/<profile>.yaml. */
+function readRevisions(dir: string): { revisions: BundleRevision[]; trust: Record<string, Trust> } {
+  const revisions: BundleRevision[] = [];
+  const trust: Record<string, Trust> = {};
+  const root = join(dir, 'revisions');
+  const profiles = existsSync(root) ? readdirSync(root).sort() : [];
+  for (const profile of profiles) {
+    const names = readdirSync(join(root, profile)).sort();
+    for (const name of names) {
+      const file = join('revisions', profile, name);
+      const m = /^(0|[1-9][0-9]{0,8})\.json$/.exec(name);
+      if (!m) throw bad(join(dir, file), 'not a revision envelope (<n>.json)');
+      if (revisions.length >= LIMITS.revisions) throw bad(root, `more than ${LIMITS.revisions} envelopes`);
+      revisions.push({ profile, revision: Number(m[1]), envelope: readJson(dir, file, MAX_DOCUMENT_BYTES) });
+    }
+  }
+  const trustDir = join(dir, 'trust');
+  for (const name of existsSync(trustDir) ? readdirSync(trustDir).sort() : []) {
+    const path = join(trustDir, name);
+    if (!name.endsWith('.yaml')) throw bad(path, 'not a trust file (<profile>.yaml)');
+    const text = readFile(trustDir, name, MAX_DOCUMENT_BYTES);
+    trust[name.slice(0, -'.yaml'.length)] = parseTrust(
+      checkedDocument(parseDocumentText(text, path, 'yaml'), path),
+      path,
+    );
+  }
+  return { revisions, trust };
+}
+
+/** A bundle directory, read whole and bounded; INVALID_INPUT naming the file that cannot be read. */
+export function readReceiptsBundle(bundleDir: string): ReceiptsBundle & { manifest: BundleManifest } {
+  const dir = resolve(bundleDir);
+  const manifest = parseManifest(readJson(dir, 'bundle.json', LIMITS.manifest), join(dir, 'bundle.json'));
+  const trailPath = join(dir, 'trail.jsonl');
+  const segments = splitTrail(readFile(dir, 'trail.jsonl', LIMITS.trail), manifest, trailPath);
+  const enrolment = parseEnrolment(readJson(dir, 'enrolment.json', LIMITS.enrolment), join(dir, 'enrolment.json'));
+  const { revisions, trust } = readRevisions(dir);
+  const checkpointsPath = join(dir, 'checkpoints.jsonl');
+  const checkpoints = readFile(dir, 'checkpoints.jsonl', LIMITS.checkpoints)
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line, i) => {
+      let note: unknown;
+      try {
+        note = JSON.parse(line);
+      } catch {
+        note = undefined;
+      }
+      if (typeof note !== 'string')
+        throw bad(checkpointsPath, `line ${i + 1}: must be a JSON string (a checkpoint note)`);
+      return note;
+    });
+  const key = (name: string) =>
+    existsSync(join(dir, 'keys', name)) ? readFile(dir, join('keys', name), LIMITS.key).trim() : undefined;
+  const logKey = key('log.pub');
+  const witnessKey = key('witness.pub');
+  return {
+    manifest,
+    rollout: manifest.rollout,
+    segments,
+    enrolment,
+    revisions,
+    trust,
+    checkpoints,
+    ...(logKey !== undefined ? { logKey } : {}),
+    ...(witnessKey !== undefined ? { witnessKey } : {}),
+  };
+}
+
+export interface ExportOptions {
+  rolloutId: string;
+  /** The directory to create (absent or empty). */
+  bundleDir: string;
+  inventory: string;
+  profilesRoot: string;
+  /** A YAML list of { key, at, reason }: enrolments revoked, by key (its text or its id). */
+  revoked?: string;
+  /** Files holding the log's and the witness's verifier keys (C2SP vkey lines). */
+  logKey?: string;
+  witnessKey?: string;
+  store?: string;
+  auditDir?: string;
+  now?: Date;
+}
+
+/** A device entry's id and receipt, from the trail's devices.outcome records. */
+function trailDevices(segments: AuditSegment[]) {
+  const ids = new Set<string>();
+  const receipts: { profile: string; revision: number; observed: string | null }[] = [];
+  let from: number | undefined;
+  let to: number | undefined;
+  let receiptCount = 0;
+  for (const segment of segments)
+    for (const record of parseAuditLog(segment.text).records) {
+      const evidence = record.evidence as { devices?: unknown; from?: unknown; to?: unknown } | null;
+      if (record.event === 'rollout.started' && evidence) {
+        if (typeof evidence.from === 'number') from = evidence.from;
+        if (typeof evidence.to === 'number') to = evidence.to;
+      }
+      if (record.event !== 'devices.outcome' || !Array.isArray(evidence?.devices)) continue;
+      for (const entry of evidence.devices as { id?: unknown; receipt?: unknown }[]) {
+        if (typeof entry?.id === 'string') ids.add(entry.id);
+        if (entry?.receipt === undefined) continue;
+        receiptCount++;
+        const parsed = parseReceipt(entry.receipt);
+        if (parsed.ok) receipts.push(parsed.receipt.fields);
+      }
+    }
+  return { ids, receipts, receiptCount, from, to };
+}
+
+/** The --revoked file: a YAML list of { key, at, reason }, each key an enrolled key's text or its id. */
+function readRevoked(path: string): { key: string; at: string; reason: string }[] {
+  const data = checkedDocument(parseDocumentText(readBytes(path).toString('utf8'), path, 'yaml'), path);
+  if (!Array.isArray(data)) throw bad(`--revoked ${path}`, 'must be a YAML list of { key, at, reason }');
+  return data.map((item, i) => {
+    const e = item as { key?: unknown; at?: unknown; reason?: unknown } | null;
+    if (typeof e?.key !== 'string' || typeof e.at !== 'string' || typeof e.reason !== 'string')
+      throw bad(
+        `--revoked ${path}`,
+        `[${i}]: must be { key: <the device's key or its id>, at: <ISO instant>, reason }`,
+      );
+    if (Number.isNaN(Date.parse(e.at)))
+      throw bad(`--revoked ${path}`, `[${i}].at ${JSON.stringify(e.at)}: must be an ISO-8601 instant`);
+    return { key: e.key.trim(), at: new Date(e.at).toISOString(), reason: e.reason };
+  });
+}
+
+/** The enrolment of each device the trail names: its kind, key and any revocation of that key. */
+function enrolmentOf(ids: Set<string>, inventoryPath: string, revokedPath?: string): EnrolledDevice[] {
+  const inventory = loadInventory(inventoryPath);
+  const revoked = revokedPath ? readRevoked(revokedPath) : [];
+  const out: EnrolledDevice[] = [];
+  for (const device of inventory.devices) {
+    if (!ids.has(device.id)) continue;
+    const kind: ReceiptKeyKind = device.transport === 'agent' ? 'agent' : 'ssh';
+    // An agent signs with its identity key; an SSH device with the key its receipt signer made (`receipts.key`).
+    const key = kind === 'agent' ? device.agentKey : device.receipts?.key;
+    if (typeof key !== 'string') continue;
+    const raw = enrolledPublicKey(kind, key);
+    const names = raw ? [key, receiptKeyId(kind, raw)] : [key];
+    const r = revoked.find((x) => names.includes(x.key));
+    out.push({ id: device.id, kind, key, ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}) });
+  }
+  return out;
+}
+
+/** A verifier key file (--log-key / --witness-key): one C2SP vkey line of the kind expected. */
+function readVerifierKey(flag: string, path: string, kind: 'log' | 'witness'): string {
+  const text = readBytes(path, LIMITS.key).toString('utf8').trim();
+  const key = parseVerifierKey(text);
+  if (typeof key === 'string') throw bad(`${flag} ${path}`, key);
+  if (key.kind !== kind) throw bad(`${flag} ${path}`, `a ${key.kind} key (type byte), expected a ${kind} key`);
+  return text;
+}
+
+/** The envelopes of a profile the trail names (receipts' revisions, the rollout's from/to, observed digests). */
+function profileFiles(
+  profilesRoot: string,
+  profile: string,
+  named: Set<number>,
+  optional: Set<number>,
+  observed: Set<string>,
+) {
+  const layout = profileDir(profilesRoot, profile, 'receipt profile');
+  if (!existsSync(layout.trustFile))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--profiles ${profilesRoot}: profile ${profile} has no pins (${layout.trustFile}); its receipts name signed revisions`,
+      { field: '--profiles' },
+    );
+  const trust = readBytes(layout.trustFile).toString('utf8');
+  const envelopes = new Map<number, string>();
+  for (const n of revisionNumbers(layout, 'envelopes')) {
+    const text = readBytes(layout.envelopeFile(n)).toString('utf8');
+    let digest = '';
+    try {
+      digest = envelopeDigestOf(JSON.parse(text));
+    } catch {
+      digest = '';
+    }
+    if (named.has(n) || optional.has(n) || observed.has(digest)) envelopes.set(n, text);
+  }
+  for (const n of named)
+    if (!envelopes.has(n))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--profiles ${profilesRoot}: the trail's receipts name ${profile} r${n}, which has no signed envelope (${layout.envelopeFile(n)})`,
+        { field: '--profiles' },
+      );
+  return { trust, envelopes };
+}
+
+/** Refuse a --bundle that exists and is not an empty directory: a bundle is never written over another. */
+function checkBundleDir(dir: string): void {
+  if (!existsSync(dir)) return;
+  const empty = statSync(dir).isDirectory() && readdirSync(dir).length === 0;
+  if (!empty)
+    throw new WavegateError('INVALID_INPUT', `--bundle ${dir}: exists and is not an empty directory; name a new one`, {
+      field: '--bundle',
+      value: dir,
+    });
+}
+
+/** Write every file into a temp directory beside `dir`, then rename it into place: all of it or nothing. */
+function writeAtomically(dir: string, files: Map<string, string>): void {
+  const temp = join(dirname(dir), `.${basename(dir)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    mkdirSync(temp, { mode: 0o755 });
+    for (const [name, text] of files) {
+      mkdirSync(dirname(join(temp, name)), { recursive: true });
+      writeFileSync(join(temp, name), text, { flag: 'wx' });
+    }
+    renameSync(temp, dir);
+  } catch (err) {
+    rmSync(temp, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** What a bundle holds, before it is written (writeReceiptsBundle). */
+export interface BundleContent {
+  rollout: string;
+  segments: AuditSegment[];
+  enrolment: EnrolledDevice[];
+  /** Envelopes and pins as their files hold them (copied byte for byte). */
+  revisions: { profile: string; revision: number; text: string }[];
+  trust: { profile: string; text: string }[];
+  checkpoints: string[];
+  logKey?: string;
+  witnessKey?: string;
+  /** Device entries with a receipt (bundle.json's counts). */
+  receipts: number;
+  devices: number;
+  now?: Date;
+}
+
+/** Write a bundle into `dir` (absent or an empty directory), all of it or nothing. */
+export function writeReceiptsBundle(bundleDir: string, content: BundleContent): BundleManifest {
+  const dir = resolve(bundleDir);
+  checkBundleDir(dir);
+  const texts = content.segments.map((s) => (s.text.length === 0 || s.text.endsWith('\n') ? s.text : `${s.text}\n`));
+  const manifest: BundleManifest = {
+    format: RECEIPTS_BUNDLE_FORMAT,
+    rollout: content.rollout,
+    run: (parseAuditLog(texts[0] ?? '').records[0]?.runId as string | undefined) ?? null,
+    exportedAt: (content.now ?? new Date()).toISOString(),
+    segments: content.segments.map((s, i) => ({ name: basename(s.name), records: lineCount(texts[i]!) })),
+    counts: {
+      records: texts.reduce((n, t) => n + lineCount(t), 0),
+      receipts: content.receipts,
+      devices: content.devices,
+      revisions: content.revisions.length,
+      checkpoints: content.checkpoints.length,
+    },
+  };
+  const files = new Map<string, string>();
+  files.set('bundle.json', `${JSON.stringify(manifest, null, 2)}\n`);
+  files.set('trail.jsonl', texts.join(''));
+  files.set('enrolment.json', `${JSON.stringify({ devices: content.enrolment }, null, 2)}\n`);
+  for (const t of content.trust) files.set(`trust/${t.profile}.yaml`, t.text);
+  for (const r of content.revisions) files.set(`revisions/${r.profile}/${r.revision}.json`, r.text);
+  files.set('checkpoints.jsonl', content.checkpoints.map((note) => `${JSON.stringify(note)}\n`).join(''));
+  if (content.logKey) files.set('keys/log.pub', `${content.logKey}\n`);
+  if (content.witnessKey) files.set('keys/witness.pub', `${content.witnessKey}\n`);
+  writeAtomically(dir, files);
+  return manifest;
+}
+
+/** `wavegate audit export <id> --bundle <dir>`: the rollout's trail and all it needs to be checked offline. */
+export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleManifest> {
+  checkBundleDir(resolve(opts.bundleDir));
+  const logKey = opts.logKey ? readVerifierKey('--log-key', opts.logKey, 'log') : undefined;
+  const witnessKey = opts.witnessKey ? readVerifierKey('--witness-key', opts.witnessKey, 'witness') : undefined;
+  const { segments } = await readAuditTrail({ store: opts.store, auditDir: opts.auditDir, rolloutId: opts.rolloutId });
+  const trail = trailDevices(segments);
+  const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked);
+  const revisions: BundleContent['revisions'] = [];
+  const trust: BundleContent['trust'] = [];
+  for (const profile of new Set(trail.receipts.map((r) => r.profile))) {
+    checkProfileName(profile, 'receipt profile');
+    const mine = trail.receipts.filter((r) => r.profile === profile);
+    const optional = new Set([trail.from, trail.to].filter((n): n is number => n !== undefined));
+    const observed = new Set(mine.flatMap((r) => (r.observed ? [r.observed] : [])));
+    const found = profileFiles(opts.profilesRoot, profile, new Set(mine.map((r) => r.revision)), optional, observed);
+    trust.push({ profile, text: found.trust });
+    for (const [revision, text] of found.envelopes) revisions.push({ profile, revision, text });
+  }
+  return writeReceiptsBundle(opts.bundleDir, {
+    rollout: opts.rolloutId,
+    segments,
+    enrolment,
+    revisions,
+    trust,
+    // The store keeps no checkpoints yet: the file is there, empty, and verify says inclusion was not checked.
+    checkpoints: [],
+    ...(logKey ? { logKey } : {}),
+    ...(witnessKey ? { witnessKey } : {}),
+    receipts: trail.receiptCount,
+    devices: trail.ids.size,
+    ...(opts.now ? { now: opts.now } : {}),
+  });
+}
+
+function lineCount(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) n++;
+  return n;
+}

@@ -1,0 +1,731 @@
+import { fromBase64, toBase64 } from './bytes';
+import { parseAuditLog, verifyAuditSegments, type AuditRecord, type AuditSegment, type TrailVerdict } from './audit';
+import { keyHash, parseCheckpoint, verifyCheckpoint, type CheckpointKey, type SignerKind } from './checkpoint';
+import {
+  consistencyProof,
+  HASH_BYTES,
+  leafHash,
+  nodeHash,
+  treeRoot,
+  verifyConsistency,
+  verifyInclusion,
+} from './merkle';
+import {
+  parseReceipt,
+  RECEIPT_GENESIS,
+  receiptHash,
+  receiptKeyId,
+  receiptNonce,
+  receiptSignatureValid,
+  sshEd25519Key,
+  type Ed25519Check,
+  type Receipt,
+  type ReceiptKeyKind,
+  type ReceiptResult,
+} from './receipt';
+import { ed25519Verify, verifyEnvelope, type Trust, type VerifyResult } from './signing';
+import { envelopeDigestOf } from './twin';
+import type { Envelope } from './signing';
+
+/**
+ * The offline verifier of a receipts bundle (docs/formats.md, "Receipts bundle"): what an auditor who trusts
+ * neither the worker nor Temporal nor the audit store runs over an exported rollout (`wavegate audit verify
+ * --receipts`). It takes the bundle as parsed (audit/bundle.ts reads it from a directory) and returns findings,
+ * each naming the device (when one is concerned) and the check; none means every receipt in the trail says, under
+ * the device's own enrolled key, what the trail says of it, and the trail is the one the checkpoints signed.
+ *
+ * Pure (no Node API): the Ed25519 check is passed in (Node's own is ten times @noble's: 100,000 receipts).
+ */
+
+export const RECEIPTS_BUNDLE_FORMAT = 'wavegate-receipts-bundle-v1';
+
+/** What a device enrolled with: its id, the kind of key that signs its receipts, the key, and its revocation. */
+export interface EnrolledDevice {
+  id: string;
+  kind: ReceiptKeyKind;
+  /** agent: `ed25519:<base64 of 32 bytes>` (the inventory's agentKey); ssh: `ssh-ed25519 AAAA…` (receipts.key). */
+  key: string;
+  /** Receipts made at or after `at` (by the device's clock or the trail's) are refused. */
+  revoked?: { at: string; reason: string };
+}
+
+/** A signed revision the trail names, as the profile's envelopes/<n>.json holds it. */
+export interface BundleRevision {
+  profile: string;
+  revision: number;
+  envelope: unknown;
+}
+
+export interface ReceiptsBundle {
+  rollout: string;
+  /** The trail as the store held it: segment 1 from the genesis, each later one started by an audit.override. */
+  segments: AuditSegment[];
+  enrolment: EnrolledDevice[];
+  revisions: BundleRevision[];
+  /** Each profile's pins (trust/<profile>.yaml), parsed. */
+  trust: Record<string, Trust>;
+  /** Checkpoint notes (C2SP signed notes) in the order the log made them. */
+  checkpoints: string[];
+  /** The log's and the witness's verifier keys (C2SP vkey lines), when the bundle holds them. */
+  logKey?: string;
+  witnessKey?: string;
+}
+
+/** The checks, as findings name them. */
+export type ReceiptCheck =
+  | 'trail'
+  | 'receipt'
+  | 'enrolment'
+  | 'key'
+  | 'signature'
+  | 'revoked'
+  | 'nonce'
+  | 'rollout'
+  | 'device'
+  | 'phase'
+  | 'counter'
+  | 'chain'
+  | 'revision'
+  | 'observed'
+  | 'floor'
+  | 'state'
+  | 'checkpoint'
+  | 'fork'
+  | 'inclusion';
+
+export interface ReceiptFinding {
+  device?: string;
+  check: ReceiptCheck;
+  message: string;
+}
+
+export interface ReceiptsVerdict {
+  findings: ReceiptFinding[];
+  records: number;
+  /** Device entries that carry a receipt, and of those the ones no finding names (proven); the rest are claimed. */
+  receipts: number;
+  proven: number;
+  /** Device entries of devices.outcome records without a verified receipt: the control plane's word alone. */
+  claimed: number;
+  devices: number;
+  checkpoints: number;
+  /** Inclusion under the last checkpoint: proofs checked and the largest one's size (null: no checkpoint). */
+  inclusion: { proofs: number; largestBytes: number; size: number } | null;
+}
+
+export interface ReceiptsVerifyOptions {
+  /** The Ed25519 check (default @noble's): the CLI passes Node's (device/ed25519-native.ts). */
+  verifySignature?: Ed25519Check;
+}
+
+/** A device's enrolled key, decoded once. */
+interface EnrolledKey {
+  device: EnrolledDevice;
+  publicKey: Uint8Array;
+  keyId: string;
+  revokedAt?: number;
+}
+
+/** Per device: its last receipt in the bundle (counter, hash, where) and its floor per profile. */
+interface DeviceChain {
+  counter: number;
+  hash: string;
+  seq: number;
+  floor: Map<string, number>;
+}
+
+/** A device entry of a devices.outcome record, as the trail holds it. */
+interface DeviceEntry {
+  id?: unknown;
+  state?: unknown;
+  receipt?: unknown;
+  request?: unknown;
+  phaseIndex?: unknown;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** The trail states that say a device reached the revision, and the receipt results that back each. */
+const STATE_NEEDS: Record<string, readonly ReceiptResult[]> = {
+  applied: ['applied', 'already-applied'],
+  claimed: ['applied', 'already-applied', 'claimed'],
+  'rolled-back': ['applied', 'already-applied', 'claimed'],
+};
+/** Results that say the revision is in place (the floor's business). */
+const IN_PLACE: readonly ReceiptResult[] = ['applied', 'already-applied', 'claimed'];
+
+/** Verify a bundle; findings in trail order (the trail's and the checkpoints' first). */
+export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerifyOptions = {}): ReceiptsVerdict {
+  const verify = opts.verifySignature ?? ed25519Verify;
+  const findings: ReceiptFinding[] = [];
+  const trail = verifyAuditSegments(bundle.segments);
+  findings.push(...trailFindings(trail));
+  const records = bundle.segments.flatMap((s) => parseAuditLog(s.text).records);
+  const checkpoints = checkCheckpoints(bundle, records);
+  findings.push(...checkpoints.findings);
+  const ctx: ReceiptContext = {
+    bundle,
+    verify,
+    keys: enrolledKeys(bundle.enrolment, findings),
+    revisions: revisionIndex(bundle, verify),
+    chains: new Map(),
+    nonces: new Map(),
+    from: fromRevision(records),
+    included: checkpoints.included,
+  };
+  let receipts = 0;
+  let proven = 0;
+  let claimed = 0;
+  const devices = new Set<string>();
+  for (const record of records) {
+    if (record.event !== 'devices.outcome' || !isObject(record.evidence)) continue;
+    const { devices: entries, mode } = record.evidence;
+    if (!Array.isArray(entries)) continue;
+    for (const entry of entries as DeviceEntry[]) {
+      if (!isObject(entry)) continue;
+      if (typeof entry.id === 'string') devices.add(entry.id);
+      if (entry.receipt === undefined) {
+        claimed++;
+        continue;
+      }
+      receipts++;
+      const own = checkReceipt(ctx, record, entry, typeof mode === 'string' ? mode : null);
+      findings.push(...own);
+      if (own.length === 0) proven++;
+      else claimed++;
+    }
+  }
+  return {
+    findings,
+    records: records.length,
+    receipts,
+    proven,
+    claimed,
+    devices: devices.size,
+    checkpoints: bundle.checkpoints.length,
+    inclusion: checkpoints.inclusion,
+  };
+}
+
+function trailFindings(trail: TrailVerdict): ReceiptFinding[] {
+  if (trail.ok) return [];
+  const f = trail.failure!;
+  return [{ check: 'trail', message: `${f.problem} at seq ${f.seq} (${f.segment}): ${f.message}` }];
+}
+
+/** The fromRevision a rollback-mode record may go back to: the rollout.started record's `from`. */
+function fromRevision(records: AuditRecord[]): number | undefined {
+  const started = records.find((r) => r.event === 'rollout.started');
+  const from = isObject(started?.evidence) ? started.evidence.from : undefined;
+  return typeof from === 'number' ? from : undefined;
+}
+
+/** The 32-byte key an enrolment names, or undefined for a key text of the wrong kind or shape. */
+export function enrolledPublicKey(kind: ReceiptKeyKind, key: string): Uint8Array | undefined {
+  if (kind === 'ssh') return sshEd25519Key(key);
+  const m = /^ed25519:([A-Za-z0-9+/]{43}=)$/.exec(key);
+  const raw = m ? fromBase64(m[1]!) : undefined;
+  return raw?.length === 32 ? raw : undefined;
+}
+
+function enrolledKeys(enrolment: EnrolledDevice[], findings: ReceiptFinding[]): Map<string, EnrolledKey> {
+  const keys = new Map<string, EnrolledKey>();
+  for (const device of enrolment) {
+    const publicKey = enrolledPublicKey(device.kind, device.key);
+    if (!publicKey) {
+      findings.push({
+        device: device.id,
+        check: 'enrolment',
+        message: `enrolled key ${JSON.stringify(device.key.slice(0, 80))} is not ${device.kind === 'agent' ? 'ed25519:<base64 of 32 bytes>' : 'an ssh-ed25519 public key line'}`,
+      });
+      continue;
+    }
+    const revokedAt = device.revoked ? Date.parse(device.revoked.at) : undefined;
+    keys.set(device.id, {
+      device,
+      publicKey,
+      keyId: receiptKeyId(device.kind, publicKey),
+      ...(revokedAt === undefined ? {} : { revokedAt: Number.isNaN(revokedAt) ? 0 : revokedAt }),
+    });
+  }
+  return keys;
+}
+
+interface ReceiptContext {
+  bundle: ReceiptsBundle;
+  verify: Ed25519Check;
+  keys: Map<string, EnrolledKey>;
+  revisions: RevisionIndex;
+  chains: Map<string, DeviceChain>;
+  /** Nonce → where it was first seen (`record <seq>`). */
+  nonces: Map<string, number>;
+  from: number | undefined;
+  /** Is record `seq` included under the last checkpoint (undefined: no checkpoint to check against)? */
+  included: ((record: AuditRecord) => string | null) | undefined;
+}
+
+/** Every check of one receipt against its record, its entry, its device's enrolment and chain. */
+function checkReceipt(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEntry, mode: string | null) {
+  const id = typeof entry.id === 'string' ? entry.id : '?';
+  const out: ReceiptFinding[] = [];
+  const find = (check: ReceiptCheck, message: string) => out.push({ device: id, check, message });
+  const at = `record ${record.seq}`;
+  const parsed = parseReceipt(entry.receipt);
+  if (!parsed.ok) {
+    find('receipt', `${at}: ${parsed.problem}`);
+    return out;
+  }
+  const r = parsed.receipt;
+  const f = r.fields;
+  const signed = checkSigner(ctx, r, id, record, find);
+  if (f.device !== id) find('device', `${at}: the receipt is device ${f.device}'s, the entry is ${id}'s`);
+  if (f.rollout !== record.rolloutId)
+    find('rollout', `${at}: the receipt is for rollout ${f.rollout}, this trail is ${record.rolloutId}'s`);
+  checkNonce(ctx, record, entry, r, at, find);
+  if (typeof entry.phaseIndex === 'number' && f.phase !== entry.phaseIndex)
+    find('phase', `${at}: the receipt says phase ${f.phase ?? '-'}, the entry phase ${entry.phaseIndex}`);
+  checkRevision(ctx, r, at, find);
+  if (signed) checkChain(ctx, r, record, mode, at, find);
+  const needs = typeof entry.state === 'string' ? STATE_NEEDS[entry.state] : undefined;
+  if (needs && !needs.includes(f.result))
+    find('state', `${at}: the trail says ${String(entry.state)}, the device's receipt says ${f.result}`);
+  const excluded = ctx.included?.(record);
+  if (excluded) find('inclusion', `${at}: ${excluded}`);
+  return out;
+}
+
+type Find = (check: ReceiptCheck, message: string) => void;
+
+/** Enrolled, of the key's kind, the device's own key, signed by it, not revoked then. Whether it signed. */
+function checkSigner(ctx: ReceiptContext, r: Receipt, id: string, record: AuditRecord, find: Find): boolean {
+  const f = r.fields;
+  const at = `record ${record.seq}`;
+  const enrolled = ctx.keys.get(id);
+  if (!enrolled) {
+    find('enrolment', `${at}: device ${id} has no enrolled key in the bundle`);
+    return false;
+  }
+  if (f.keyKind !== enrolled.device.kind || f.keyId !== enrolled.keyId) {
+    const owner = [...ctx.keys.values()].find((k) => k.keyId === f.keyId && k.device.kind === f.keyKind);
+    find(
+      'key',
+      `${at}: signed by ${f.keyKind} key ${f.keyId}${owner ? ` (device ${owner.device.id}'s)` : ''}, not the device's enrolled ${enrolled.device.kind} key ${enrolled.keyId}`,
+    );
+    return false;
+  }
+  if (!receiptSignatureValid(r, enrolled.publicKey, ctx.verify)) {
+    find('signature', `${at}: the signature does not verify under the device's enrolled key ${enrolled.keyId}`);
+    return false;
+  }
+  // The device's clock is its own word (a stolen key writes any clock): the record that carries it counts too.
+  const revoked = enrolled.revokedAt;
+  if (revoked !== undefined && (f.clock >= revoked || Date.parse(record.at) >= revoked)) {
+    const { at: when, reason } = enrolled.device.revoked!;
+    find(
+      'revoked',
+      `${at}: the device's key was revoked at ${when} (${reason}); the receipt's clock is ${new Date(f.clock).toISOString()}, the record's ${record.at}`,
+    );
+  }
+  return true;
+}
+
+/** The nonce is the one the request made, and no other receipt in the bundle carries it. */
+function checkNonce(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEntry, r: Receipt, at: string, find: Find) {
+  const f = r.fields;
+  const seen = ctx.nonces.get(f.nonce);
+  if (seen !== undefined) find('nonce', `${at}: nonce ${f.nonce} replayed: record ${seen} holds a receipt with it`);
+  else ctx.nonces.set(f.nonce, record.seq);
+  if (typeof entry.request !== 'string') {
+    find('nonce', `${at}: the entry names no request: the nonce cannot be recomputed`);
+    return;
+  }
+  const expected = receiptNonce({
+    rollout: record.rolloutId,
+    run: record.runId,
+    activity: entry.request,
+    device: typeof entry.id === 'string' ? entry.id : '',
+  });
+  if (f.nonce !== expected)
+    find(
+      'nonce',
+      `${at}: nonce ${f.nonce} is not request ${entry.request}'s of run ${record.runId} (${expected}): the receipt answers another request`,
+    );
+}
+
+/** A revision the bundle holds, its envelope verified against its profile's pins once, expiry judged per receipt. */
+interface RevisionInfo {
+  digest: string;
+  /** Why it is not a signed revision of this bundle, whatever the clock (no envelope, no pins, bad signature). */
+  problem?: string;
+  /** The verdict at a receipt's clock. */
+  at(clock: number): string | null;
+}
+
+interface RevisionIndex {
+  get(profile: string, revision: number): RevisionInfo;
+  /** The revision of `profile` whose envelope digest this is, valid at `clock`; undefined when none. */
+  byDigest(profile: string, digest: string, clock: number): number | undefined;
+}
+
+/** Reasons verifyEnvelope gives that depend on the clock it is asked at. */
+const TIME_REASONS = new Set(['EXPIRED', 'NOT_YET_VALID', 'VALIDITY_TOO_LONG']);
+
+function revisionIndex(bundle: ReceiptsBundle, verify: Ed25519Check): RevisionIndex {
+  const infos = new Map<string, RevisionInfo>();
+  const digests = new Map<string, Map<string, number>>();
+  // Every device's receipt names the same few envelopes: each signature is checked once.
+  const memo = new Map<string, boolean>();
+  const verifySignature = (sig: Uint8Array, body: Uint8Array, key: Uint8Array) => {
+    const k = `${toBase64(sig)}|${toBase64(key)}|${toBase64(body)}`;
+    const known = memo.get(k);
+    if (known !== undefined) return known;
+    const ok = verify(sig, body, key);
+    memo.set(k, ok);
+    return ok;
+  };
+  for (const { profile, revision, envelope } of bundle.revisions) {
+    const name = `${profile} r${revision}`;
+    const trust = bundle.trust[profile];
+    const digest = safeDigest(envelope);
+    const verdictAt = (now: number): VerifyResult | { ok: false; message: string; reason: string } =>
+      trust ? verifyEnvelope(envelope, trust, { now, verifySignature }) : { ok: false, reason: '', message: '' };
+    let problem: string | undefined;
+    if (!trust) problem = `${name}: the bundle holds no pins for profile ${profile} (trust/${profile}.yaml)`;
+    else if (digest === undefined) problem = `${name}: the envelope is not JSON an envelope can be`;
+    const cache = new Map<number, string | null>();
+    const at = (clock: number): string | null => {
+      if (problem) return problem;
+      let known = cache.get(clock);
+      if (known !== undefined) return known;
+      const v = verdictAt(clock);
+      known = v.ok
+        ? v.revision.profile === profile && v.revision.revision === revision
+          ? null
+          : `${name}: the envelope holds ${v.revision.profile} r${v.revision.revision}`
+        : `${name}: envelope refused at the receipt's clock ${new Date(clock).toISOString()} (${v.reason}): ${v.message}`;
+      // Only the clock-dependent verdicts differ between receipts; the rest are the same at any clock.
+      if (!v.ok && !TIME_REASONS.has(v.reason)) problem = known ?? undefined;
+      if (cache.size < 4096) cache.set(clock, known);
+      return known;
+    };
+    infos.set(`${profile}\n${revision}`, { digest: digest ?? '', ...(problem ? { problem } : {}), at });
+    if (digest) {
+      if (!digests.has(profile)) digests.set(profile, new Map());
+      digests.get(profile)!.set(digest, revision);
+    }
+  }
+  const missing = (profile: string, revision: number): RevisionInfo => {
+    const problem = `${profile} r${revision}: the bundle holds no signed envelope of it (revisions/${profile}/${revision}.json)`;
+    return { digest: '', problem, at: () => problem };
+  };
+  return {
+    get: (profile, revision) => infos.get(`${profile}\n${revision}`) ?? missing(profile, revision),
+    byDigest(profile, digest, clock) {
+      const revision = digests.get(profile)?.get(digest);
+      if (revision === undefined) return undefined;
+      return infos.get(`${profile}\n${revision}`)!.at(clock) === null ? revision : undefined;
+    },
+  };
+}
+
+function safeDigest(envelope: unknown): string | undefined {
+  try {
+    return envelopeDigestOf(envelope as Envelope);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The requested revision is a signed one (valid at the receipt's clock) and the digest the receipt names is its
+ * envelope's; the observed digest is a signed revision's, and the requested one's when the receipt says applied.
+ */
+function checkRevision(ctx: ReceiptContext, r: Receipt, at: string, find: Find) {
+  const f = r.fields;
+  const info = ctx.revisions.get(f.profile, f.revision);
+  const problem = info.at(f.clock);
+  if (problem) find('revision', `${at}: ${problem}`);
+  else if (f.requested !== info.digest)
+    find(
+      'revision',
+      `${at}: requested digest ${f.requested.slice(0, 12)}… is not ${f.profile} r${f.revision}'s envelope digest ${info.digest.slice(0, 12)}…`,
+    );
+  if (f.result === 'applied' || f.result === 'already-applied') {
+    if (f.observed !== f.requested)
+      find(
+        'observed',
+        `${at}: the receipt says ${f.result} but observed ${f.observed ? `${f.observed.slice(0, 12)}…` : 'nothing'}, not the requested ${f.requested.slice(0, 12)}…`,
+      );
+  } else if (f.observed !== null && ctx.revisions.byDigest(f.profile, f.observed, f.clock) === undefined)
+    find(
+      'observed',
+      `${at}: observed digest ${f.observed.slice(0, 12)}… is no signed revision of ${f.profile} in the bundle`,
+    );
+}
+
+/**
+ * The device's receipts in trail order: counters one apart (a gap is a receipt dropped; the same counter twice or a
+ * smaller one, a reused counter or a reordered chain), each naming the one before as `prev`; a revision in place at
+ * or above the floor its earlier receipts confirmed in apply-mode records (a rollback-mode record may go back to the
+ * rollout's fromRevision).
+ */
+function checkChain(ctx: ReceiptContext, r: Receipt, record: AuditRecord, mode: string | null, at: string, find: Find) {
+  const f = r.fields;
+  const chain = ctx.chains.get(f.device);
+  const hash = receiptHash(r);
+  if (!chain) {
+    if (f.counter === 1 && f.prev !== RECEIPT_GENESIS)
+      find('chain', `${at}: counter 1 is the device's first receipt, but prev names ${f.prev.slice(0, 12)}…`);
+    ctx.chains.set(f.device, { counter: f.counter, hash, seq: record.seq, floor: new Map() });
+  } else {
+    const last = `counter ${chain.counter} (record ${chain.seq})`;
+    if (f.counter === chain.counter) find('counter', `${at}: counter ${f.counter} reused: ${last} has it too`);
+    else if (f.counter < chain.counter)
+      find('counter', `${at}: counter ${f.counter} after ${last}: the chain is out of order`);
+    else if (f.counter > chain.counter + 1)
+      find(
+        'counter',
+        `${at}: counter ${f.counter} after ${last}: ${f.counter - chain.counter - 1} receipt(s) missing (dropped)`,
+      );
+    else if (f.prev !== chain.hash)
+      find('chain', `${at}: prev ${f.prev.slice(0, 12)}… is not the hash of the device's receipt of ${last}`);
+    if (f.counter > chain.counter) Object.assign(chain, { counter: f.counter, hash, seq: record.seq });
+  }
+  const floors = ctx.chains.get(f.device)!.floor;
+  const floor = floors.get(f.profile);
+  if (IN_PLACE.includes(f.result) && floor !== undefined && f.revision < floor) {
+    const back = mode === 'rollback' && ctx.from !== undefined && f.revision >= ctx.from;
+    if (!back)
+      find(
+        'floor',
+        `${at}: ${f.result} ${f.profile} r${f.revision}, below the floor r${floor} the device's earlier receipts confirmed`,
+      );
+  }
+  if (mode === 'apply' && (f.result === 'applied' || f.result === 'already-applied'))
+    floors.set(f.profile, Math.max(floor ?? 0, f.revision));
+}
+
+// ---- checkpoints: the log's signed tree heads over the trail, cosigned by the witness ----
+
+const VKEY_TYPES: Record<number, SignerKind> = { 1: 'log', 4: 'witness' };
+
+/**
+ * A C2SP verifier key line (`<name>+<hex key hash>+<base64(type byte || 32-byte Ed25519 key)>`, the form
+ * golang.org/x/mod/sumdb/note and the witness ecosystem read): type 0x01 a log's signing key, 0x04 a witness's
+ * cosignature key. A string saying why not for anything else.
+ */
+export function parseVerifierKey(text: string): CheckpointKey | string {
+  // The base64 may hold `+` itself: the name and the hash are the first two fields.
+  const m = /^([^+\s]+)\+([0-9a-f]{8})\+([A-Za-z0-9+/=]+)$/.exec(text.trim());
+  if (!m) return 'must be one line <name>+<8 hex>+<base64 key>';
+  const [, name, hash, b64] = m as unknown as [string, string, string, string];
+  const bytes = fromBase64(b64);
+  const kind = bytes ? VKEY_TYPES[bytes[0]!] : undefined;
+  if (bytes?.length !== 33 || !kind) return 'the key must be base64 of a type byte (01 or 04) and 32 bytes';
+  if (!/^[\x21-\x2a\x2c-\x7e]{1,128}$/.test(name))
+    return `key name ${JSON.stringify(name.slice(0, 40))}: not a C2SP key name`;
+  const publicKey = bytes.subarray(1);
+  if (hash !== toHex(keyHash(name, publicKey, kind))) return `key hash ${hash} does not match the name and key`;
+  return { name, publicKey, kind };
+}
+
+/** The verifier key line of a checkpoint key (parseVerifierKey's inverse). */
+export function verifierKeyText(key: CheckpointKey): string {
+  const bytes = new Uint8Array(33);
+  bytes[0] = key.kind === 'log' ? 0x01 : 0x04;
+  bytes.set(key.publicKey, 1);
+  return `${key.name}+${toHex(keyHash(key.name, key.publicKey, key.kind))}+${toBase64(bytes)}`;
+}
+
+function toHex(bytes: Uint8Array): string {
+  let out = '';
+  for (const b of bytes) out += b.toString(16).padStart(2, '0');
+  return out;
+}
+
+function fromHex(hex: unknown): Uint8Array {
+  const out = new Uint8Array(HASH_BYTES);
+  if (typeof hex === 'string' && /^[0-9a-f]{64}$/.test(hex))
+    for (let i = 0; i < HASH_BYTES; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/**
+ * MTH(D[lo:hi]) of the trail's leaves, every subtree hashed once whatever ranges are asked: a root of each
+ * checkpoint and an inclusion proof of every record that holds receipts cost the tree once (2n hashes), where
+ * core/merkle.ts's generators (O(n) each) would cost n per proof.
+ */
+function subtrees(leaves: readonly Uint8Array[]) {
+  const memo = new Map<number, Uint8Array>();
+  const split = (n: number) => {
+    let k = 1;
+    while (k * 2 < n) k *= 2;
+    return k;
+  };
+  const range = (lo: number, hi: number): Uint8Array => {
+    if (hi - lo === 1) return leaves[lo]!;
+    const key = lo * 2 ** 26 + hi; // exact: a bundle's trail is far below 2^26 records
+    let h = memo.get(key);
+    if (!h) {
+      const k = split(hi - lo);
+      h = nodeHash(range(lo, lo + k), range(lo + k, hi));
+      memo.set(key, h);
+    }
+    return h;
+  };
+  return {
+    root: (size: number) => (size === 0 ? treeRoot([], 0) : range(0, size)),
+    /** RFC 9162 §2.1.3.1 PATH(index, D[0:size]), bottom up (as core/merkle.ts inclusionProof). */
+    proof(index: number, size: number): Uint8Array[] {
+      const topDown: Uint8Array[] = [];
+      let lo = 0;
+      let hi = size;
+      while (hi - lo > 1) {
+        const k = split(hi - lo);
+        if (index - lo < k) {
+          topDown.push(range(lo + k, hi));
+          hi = lo + k;
+        } else {
+          topDown.push(range(lo, lo + k));
+          lo += k;
+        }
+      }
+      return topDown.reverse();
+    },
+  };
+}
+
+interface CheckpointResult {
+  findings: ReceiptFinding[];
+  included: ReceiptContext['included'];
+  inclusion: ReceiptsVerdict['inclusion'];
+}
+
+/** A checkpoint the log signed and the witness cosigned, over a tree of the trail's own records. */
+interface GoodCheckpoint {
+  n: number;
+  size: number;
+  root: Uint8Array;
+}
+
+/**
+ * Every checkpoint signed by the log's key and cosigned by the witness's, its origin this rollout's, its root the
+ * Merkle root of the trail's first `size` records; each extends the one before (a consistency proof from the trail;
+ * two of one size with different roots are a fork); every record holding receipts included under the last.
+ */
+function checkCheckpoints(bundle: ReceiptsBundle, records: AuditRecord[]): CheckpointResult {
+  const findings: ReceiptFinding[] = [];
+  const find = (check: ReceiptCheck, message: string) => findings.push({ check, message });
+  if (bundle.checkpoints.length === 0) return { findings, included: undefined, inclusion: null };
+  const keys: CheckpointKey[] = [];
+  for (const [kind, text] of [
+    ['log', bundle.logKey],
+    ['witness', bundle.witnessKey],
+  ] as const) {
+    const key = text === undefined ? `the bundle holds no ${kind} key (keys/${kind}.pub)` : parseVerifierKey(text);
+    if (typeof key === 'string') find('checkpoint', `keys/${kind}.pub: ${key}`);
+    else if (key.kind !== kind) find('checkpoint', `keys/${kind}.pub: a ${key.kind} key, not a ${kind} key`);
+    else keys.push(key);
+  }
+  const leaves = records.map((r) => leafHash(fromHex(r.hash)));
+  const tree = subtrees(leaves);
+  const origin = `wavegate/${bundle.rollout}`;
+  const seen: GoodCheckpoint[] = [];
+  const good: GoodCheckpoint[] = [];
+  for (const [i, note] of bundle.checkpoints.entries()) {
+    const n = i + 1;
+    const parsed = parseCheckpoint(note);
+    if (!parsed.ok) {
+      find('checkpoint', `checkpoint ${n}: ${parsed.message}`);
+      continue;
+    }
+    const { size, root } = parsed.note.checkpoint;
+    for (const other of seen)
+      if (other.size === size && toHex(other.root) !== toHex(root))
+        find(
+          'fork',
+          `checkpoint ${n}: size ${size} with another root than checkpoint ${other.n}: the trail was forked`,
+        );
+    seen.push({ n, size, root });
+    const checked = checkpointProblem(parsed.note, keys, origin, records.length, tree);
+    if (checked) find('checkpoint', `checkpoint ${n} (size ${size}): ${checked}`);
+    else good.push({ n, size, root });
+  }
+  for (let i = 1; i < good.length; i++) {
+    const [a, b] = [good[i - 1]!, good[i]!];
+    if (b.size < a.size) {
+      find(
+        'fork',
+        `checkpoint ${b.n} (size ${b.size}) is smaller than checkpoint ${a.n} (size ${a.size}): a trail never shrinks`,
+      );
+      continue;
+    }
+    const proof = a.size === b.size || a.size === 0 ? [] : consistencyFrom(leaves, a.size, b.size);
+    const check = verifyConsistency({ oldSize: a.size, oldRoot: a.root, size: b.size, root: b.root, proof });
+    if (!check.ok) find('fork', `checkpoint ${b.n} does not extend checkpoint ${a.n}: ${check.message}`);
+  }
+  return { findings, ...inclusionUnder(good.at(-1), records, leaves, tree) };
+}
+
+/** Why a parsed checkpoint is not one of this trail's, signed and cosigned; null when it is. */
+function checkpointProblem(
+  note: Extract<ReturnType<typeof parseCheckpoint>, { ok: true }>['note'],
+  keys: CheckpointKey[],
+  origin: string,
+  held: number,
+  tree: ReturnType<typeof subtrees>,
+): string | null {
+  const { size, root } = note.checkpoint;
+  if (note.checkpoint.origin !== origin) return `origin ${note.checkpoint.origin}, not this rollout's ${origin}`;
+  const v = verifyCheckpoint(note, keys);
+  if (!v.ok) return v.message;
+  const log = keys.find((k) => k.kind === 'log');
+  const witness = keys.find((k) => k.kind === 'witness');
+  if (!log || !v.signers.some((s) => s.kind === 'log' && s.name === log.name))
+    return `not signed by the log's key${log ? ` ${log.name}` : ''}`;
+  if (!witness || !v.signers.some((s) => s.kind === 'witness' && s.name === witness.name))
+    return `not cosigned by the witness${witness ? ` ${witness.name}` : ''}: an uncosigned checkpoint proves nothing to a third party`;
+  if (size > held) return `the trail holds ${held} records: records ${held + 1}-${size} were cut off`;
+  if (toHex(tree.root(size)) !== toHex(root))
+    return `its root is not the Merkle root of the trail's first ${size} records: the trail was rewritten`;
+  return null;
+}
+
+/** RFC 9162 §2.1.4.1 PROOF(m, D[0:n]) from the trail's leaves (core/merkle.ts). */
+function consistencyFrom(leaves: Uint8Array[], oldSize: number, size: number): Uint8Array[] {
+  return consistencyProof(leaves, oldSize, size);
+}
+
+/** Each record's inclusion under the last good checkpoint, proved and checked once per record. */
+function inclusionUnder(
+  last: GoodCheckpoint | undefined,
+  records: AuditRecord[],
+  leaves: Uint8Array[],
+  tree: ReturnType<typeof subtrees>,
+): Omit<CheckpointResult, 'findings'> {
+  if (!last)
+    return {
+      included: () => 'no checkpoint signed by the log and cosigned by the witness holds its record',
+      inclusion: null,
+    };
+  const index = new Map(records.map((r, i) => [r, i]));
+  const answers = new Map<number, string | null>();
+  const inclusion = { proofs: 0, largestBytes: 0, size: last.size };
+  const included = (record: AuditRecord): string | null => {
+    const i = index.get(record)!;
+    let answer = answers.get(i);
+    if (answer !== undefined) return answer;
+    if (i >= last.size) answer = `not under the last checkpoint (checkpoint ${last.n}, size ${last.size})`;
+    else {
+      const proof = tree.proof(i, last.size);
+      // What a third party is handed for one receipt: the proof, its index and the tree size.
+      inclusion.largestBytes = Math.max(inclusion.largestBytes, proof.length * HASH_BYTES + 16);
+      inclusion.proofs++;
+      const check = verifyInclusion({ index: i, size: last.size, leafHash: leaves[i]!, proof, root: last.root });
+      answer = check.ok ? null : `inclusion under checkpoint ${last.n}: ${check.message}`;
+    }
+    answers.set(i, answer);
+    return answer;
+  };
+  return { included, inclusion };
+}
