@@ -13,7 +13,7 @@ import { describeConnection, resolveConnectionSettings, type TemporalFlags } fro
 import { startBoard } from '../board/server';
 import { connectClient, withTemporalOptions } from '../client';
 import { action } from '../run';
-import { parseListen } from './gateway';
+import { parseListen } from '../../http/listen';
 import { operatorName } from './rollout';
 
 interface BoardFlags extends TemporalFlags {

@@ -8,23 +8,11 @@ import { enrolmentHook } from '../../gateway/enrolled';
 import { inventoryPins } from '../../gateway/pins';
 import { DEFAULT_LIMITS, type GatewayLimits } from '../../gateway/limits';
 import { startGateway } from '../../gateway/server';
+import { parseListen } from '../../http/listen';
 import { connectClient, withTemporalOptions } from '../client';
 import { action } from '../run';
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
-
-/** `host:port` (IPv6 in brackets), port 0-65535. */
-export function parseListen(value: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(value);
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--listen: must be host:port (IPv6 as [::1]:port) (got ${JSON.stringify(value)})`,
-      { field: '--listen', value },
-    );
-  return { host: m[1] ?? m[2]!, port };
-}
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 

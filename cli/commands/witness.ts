@@ -6,7 +6,7 @@ import { type KeyPair, parseSecretKeyFile, parseTrust } from '../../core/signing
 import { prepareStateDir } from '../../agent/inputs';
 import { checkOwnerOnlyFile, parseDocumentText, readFlagFile } from '../../intake/files';
 import { startWitness } from '../witness/server';
-import { parseListen } from './gateway';
+import { parseListen } from '../../http/listen';
 import { action } from '../run';
 
 /**
