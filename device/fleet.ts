@@ -28,6 +28,11 @@ export interface BoardRow {
   marker?: number | null;
   /** The first 400 chars of what verify printed (evidence). */
   evidence?: string;
+  /**
+   * For an applied or claimed row: `proven` when the device's own receipt of this revision verifies (an agent's
+   * report), `claimed` when the read is the control plane's own (an SSH verify now, a report without a receipt).
+   */
+  proof?: 'proven' | 'claimed';
 }
 
 export interface BoardCounts {
@@ -148,7 +153,7 @@ export async function readFleetBoard(opts: {
       });
     const answer = await ask(opts.revision, opts.verify, opts.provable);
     const above = aheadCandidate(answer, opts.revision);
-    if (above === undefined) return { ...base, ...answer };
+    if (above === undefined) return { ...base, ...answer, ...rowProof(answer) };
     const higher = opts.verifyOf?.(above);
     if (!higher)
       return {
@@ -186,6 +191,12 @@ export async function readFleetBoard(opts: {
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
   rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
   return { profile: opts.profile, revision: opts.revision, provable: opts.provable, rows, counts: countBoard(rows) };
+}
+
+/** How an applied or claimed row is backed: its device's receipt, or the control plane's word. */
+function rowProof(answer: Pick<BoardRow, 'state' | 'proof'>): Pick<BoardRow, 'proof'> {
+  if (answer.state !== 'applied' && answer.state !== 'claimed') return {};
+  return { proof: answer.proof ?? 'claimed' };
 }
 
 /** The revision a pending device's marker names above the one checked (undefined: none such). */

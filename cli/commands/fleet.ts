@@ -263,8 +263,8 @@ function parseRevisionFlag(value: string): number {
 
 function rowLine(r: BoardRow): string {
   return (
-    `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(
-      36,
+    `  ${r.id.padEnd(16)} ${r.state.padEnd(11)} ${(r.proof ?? '').padEnd(8)} ${r.marker === undefined || r.marker === null ? '-' : `r${r.marker}`}`.padEnd(
+      45,
     ) + (r.reason ? ` ${r.reason}` : '')
   );
 }
@@ -425,6 +425,8 @@ export function register(program: Command): void {
           );
           if (c.ahead) console.log(`  ahead       ${c.ahead} (at a higher revision, verified now)`);
           console.log(`  not-for-me  ${c.notForMe}`);
+          const proven = board.rows.filter((r) => r.proof === 'proven').length;
+          console.log(`  proof       ${proven} of ${c.applied + c.claimed} proven by their own receipts`);
           for (const r of board.rows) console.log(rowLine(r));
           // A converge waits for a running rollout of the profile (it refuses to start beside one).
           if (!active.length) printConvergeHint(board, opts, last);

@@ -104,7 +104,7 @@ export function agentChannel(deps: ChannelDeps): DeviceChannel {
     async boardRead(target, q) {
       const read = reader();
       if (!read) return { state: 'pending', reason: NO_TWIN_READER };
-      return agentBoardAnswer(await read(target.id), q.profile, q.revision, q.provable, now());
+      return agentBoardAnswer(await read(target.id), q.profile, q.revision, q.provable, now(), target.agentKey);
     },
 
     async drift(target, q) {

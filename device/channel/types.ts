@@ -154,6 +154,8 @@ export interface BoardAnswer {
   reason?: string;
   marker?: number | null;
   evidence?: string;
+  /** `proven`: the device's own receipt of this revision verifies under its enrolled key; else (absent) the read is the control plane's word. */
+  proof?: 'proven';
 }
 
 export interface DriftQuestion extends ReadOptions {

@@ -1,4 +1,6 @@
 import type { Client } from '@temporalio/client';
+import { parseAgentKey } from '../../core/agent-auth';
+import { parseReceipt, receiptSignatureValid } from '../../core/receipt';
 import { describeAge, type ProfileReport, type TwinView } from '../../core/twin';
 import { readTwin } from '../../clients/twin';
 
@@ -25,6 +27,31 @@ export interface AgentBoardAnswer {
   state: 'applied' | 'claimed' | 'pending';
   marker: number | null;
   reason: string;
+  /** The agent's receipt of this revision verifies under its enrolled key (the inventory's agentKey). */
+  proof?: 'proven';
+}
+
+/**
+ * Is the report's receipt the agent's own word that this revision is in place: readable, by its enrolled identity
+ * key (`ed25519:…` pin), about this device, profile and revision, and an answer that put or found it there?
+ */
+export function reportProven(
+  report: Pick<ProfileReport, 'receipt'>,
+  expect: { device: string; profile: string; revision: number; agentKey?: string },
+): boolean {
+  const key = expect.agentKey ? parseAgentKey(expect.agentKey) : undefined;
+  if (!key || typeof report.receipt !== 'string') return false;
+  const parsed = parseReceipt(report.receipt);
+  if (!parsed.ok) return false;
+  const f = parsed.receipt.fields;
+  return (
+    f.keyKind === 'agent' &&
+    f.device === expect.device &&
+    f.profile === expect.profile &&
+    f.revision === expect.revision &&
+    (f.result === 'applied' || f.result === 'already-applied' || f.result === 'claimed') &&
+    receiptSignatureValid(parsed.receipt, key)
+  );
 }
 
 export function agentBoardAnswer(
@@ -33,6 +60,7 @@ export function agentBoardAnswer(
   revision: number,
   provable: boolean,
   nowMs: number,
+  agentKey?: string,
 ): AgentBoardAnswer {
   if (!view) return { state: 'pending', marker: null, reason: 'never reported: agent never synced (no twin)' };
   const seen = `last seen ${describeAge(view.lastSeenAt, nowMs)}`;
@@ -40,9 +68,17 @@ export function agentBoardAnswer(
   const marker = report?.revision ?? null;
   if (report && report.revision === revision && VERIFIED.has(report.state)) {
     const verified = `verified by its agent ${describeAge(report.at, nowMs)}, ${seen}`;
+    const proof = reportProven(report, { device: view.deviceId, profile, revision, agentKey })
+      ? { proof: 'proven' as const }
+      : {};
     if (!provable || report.state === 'claimed')
-      return { state: 'claimed', marker, reason: `${verified}; verify cannot prove the revision (non-provable)` };
-    return { state: 'applied', marker, reason: verified };
+      return {
+        state: 'claimed',
+        marker,
+        reason: `${verified}; verify cannot prove the revision (non-provable)`,
+        ...proof,
+      };
+    return { state: 'applied', marker, reason: verified, ...proof };
   }
   const desired = Object.hasOwn(view.desired, profile) ? view.desired[profile] : undefined;
   if (desired?.revision === revision)

@@ -2,6 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { agentBoardAnswer, agentDriftAnswer } from '../../device/twin/board';
 import { agentChecks, agentErrorRate, agentOnline } from '../../device/twin/health';
 import { parseInventory } from '../../core/inventory';
+import { agentKeyPin } from '../../core/agent-auth';
+import { RECEIPT_GENESIS, receiptNonce, receiptText, signAgentReceipt } from '../../core/receipt';
+import { keyPairFromSeed } from '../../core/signing';
 import { errorRateReportName, reportProblem, type HealthReport, type TwinView } from '../../core/twin';
 
 const NOW = Date.parse('2026-06-01T12:00:00.000Z');
@@ -220,5 +223,53 @@ describe('inventory agentKey', () => {
       ]),
     ).toThrow(/devices\[1\]\.agentKey: the same key as devices\[0\]/);
     expect(() => parse([{ id: 's1', user: 'u' }])).toThrow(/devices\[0\]\.host: required/);
+  });
+});
+
+describe('the fleet board names an agent device proven by its own receipt', () => {
+  const key = keyPairFromSeed(new Uint8Array(32).fill(3));
+  const other = keyPairFromSeed(new Uint8Array(32).fill(4));
+  const pin = agentKeyPin(key.publicKey);
+  const receipt = (revision: number, signer = key, device = 'a1') =>
+    receiptText(
+      signAgentReceipt(
+        {
+          device,
+          rollout: 'rollout:demo:20260601-120000',
+          phase: 0,
+          nonce: receiptNonce({ rollout: 'rollout:demo:20260601-120000', run: 'u', activity: '1', device }),
+          counter: 1,
+          profile: 'demo',
+          revision,
+          requested: 'a'.repeat(64),
+          observed: 'a'.repeat(64),
+          result: 'applied',
+          reason: null,
+          prev: RECEIPT_GENESIS,
+          clock: NOW,
+        },
+        signer,
+      ),
+    );
+  const answer = (text: string | undefined, agentKey = pin) =>
+    agentBoardAnswer(
+      view({ report: reportAt(2, 'applied', text ? { receipt: text } : {}) }),
+      'demo',
+      2,
+      true,
+      NOW,
+      agentKey,
+    );
+
+  it('proven only when the receipt is its enrolled key about this device, profile and revision', () => {
+    expect(answer(receipt(2))).toMatchObject({ state: 'applied', proof: 'proven' });
+    expect(answer(undefined).proof).toBeUndefined();
+    expect(answer(receipt(2, other)).proof).toBeUndefined();
+    expect(answer(receipt(1)).proof).toBeUndefined();
+    expect(answer(receipt(2, key, 'a2')).proof).toBeUndefined();
+    // No enrolled key known here: nothing can be proven.
+    expect(
+      agentBoardAnswer(view({ report: reportAt(2, 'applied', { receipt: receipt(2) }) }), 'demo', 2, true, NOW).proof,
+    ).toBeUndefined();
   });
 });
