@@ -688,6 +688,8 @@ export interface FleetDevice {
   transport?: string;
   /** applied / claimed / pending / not-for-me, verified now (`wavegate fleet status`). */
   state: string;
+  /** An applied or claimed device: `proven` by its own receipt of the revision, or `claimed` (device/fleet.ts BoardRow). */
+  proof?: 'proven' | 'claimed';
   marker?: number | null;
   reason?: string;
   evidence?: string;

@@ -835,6 +835,11 @@ async function showFleet(profile, fresh, revision) {
         { class: 'headline' },
         `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.ahead || 0} ahead · ${c.notForMe} not-for-me · ${f.drifted} drifted, of ${c.total}`,
       ),
+      h(
+        'p',
+        { id: 'fleet-proof' },
+        `${f.devices.filter((d) => d.proof === 'proven').length} of ${c.applied + c.claimed} proven by their own receipts`,
+      ),
       h('p', {}, `Checking ${f.revisionWhy}${f.provable ? '' : ' (NOT provable: devices can only reach claimed)'}`),
       h(
         'p',
@@ -859,6 +864,7 @@ async function showFleet(profile, fresh, revision) {
           [
             'Device',
             'State',
+            'Proof',
             'Marker',
             'Drift',
             'Node-down verdict',
@@ -883,6 +889,7 @@ async function showFleet(profile, fresh, revision) {
             },
             h('td', {}, d.id),
             h('td', { class: 'state' }, d.state),
+            h('td', { class: 'proof' }, d.proof || ''),
             h('td', {}, d.marker === undefined || d.marker === null ? '-' : `r${d.marker}`),
             h('td', { title: d.driftDetail || '' }, d.drift || '-'),
             h(

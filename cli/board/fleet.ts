@@ -78,6 +78,7 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
       class: r.class,
       transport,
       state: r.state,
+      ...(r.proof ? { proof: r.proof } : {}),
       ...(r.marker !== undefined ? { marker: r.marker } : {}),
       ...(r.reason ? { reason: r.reason } : {}),
       ...(r.evidence ? { evidence: r.evidence } : {}),

@@ -367,6 +367,8 @@ describe('the board in Chromium', () => {
     // No rollout completed: the board checks the newest revision, r2; the rolled-back and aborted fleet is at r1.
     expect(await page.locator('#fleet-summary').textContent()).toMatch(/Checking r2: newest/);
     expect(await page.locator('#fleet-summary').textContent()).toMatch(/0 drifted, of 6/);
+    // Nothing at the checked revision, so nothing to prove: the proof line says so rather than a bare 0.
+    expect(await page.locator('#fleet-proof').textContent()).toBe('0 of 0 proven by their own receipts');
     const downRow = page.locator(`#fleet-table tr[data-device="${down}"]`);
     expect(await downRow.getAttribute('data-state')).toBe('not-for-me');
     expect(await downRow.locator('.verdict').textContent()).toMatch(
