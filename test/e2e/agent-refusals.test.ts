@@ -4,7 +4,16 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { authorizationHeader } from '../../core/agent-auth';
+import { authorizationHeader, parseAgentKey } from '../../core/agent-auth';
+import { receiptReason } from '../../core/agent-receipt';
+import {
+  parseReceipt,
+  RECEIPT_GENESIS,
+  receiptHash,
+  receiptNonce,
+  receiptSignatureValid,
+  type Receipt,
+} from '../../core/receipt';
 import { toBase64, utf8Encode } from '../../core/bytes';
 import { canonicalize } from '../../core/canonical';
 import { formatFloor, type FloorExemption } from '../../core/floor';
@@ -80,6 +89,9 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
     };
   };
   let counter = 0;
+  /** The requests sent (their nonce) and each device's last receipt: its answers' receipts form one chain. */
+  const nonces = new Map<string, string>();
+  const lastReceipt = new Map<string, Receipt>();
   /** Signal a desired entry for `envelope` (digest computed unless given) and return its requestId. */
   const desire = async (
     device: string,
@@ -101,7 +113,28 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       ...over,
     };
     await desireOnTwin(env.client, worker.taskQueue, device, request);
+    nonces.set(request.requestId, receiptNonce({ ...holder, device }));
     return request.requestId;
+  };
+  /**
+   * Every final answer carries the agent's receipt of it, signed by the device's identity key for the request it was
+   * sent (its nonce, the digest the twin named), one counter after the device's last, chained to it.
+   */
+  const checkReceipt = (device: string, report: ProfileReport): Receipt => {
+    const parsed = parseReceipt(report.receipt);
+    if (!parsed.ok) throw new Error(`${device}: ${report.requestId}: ${parsed.problem}`);
+    const { receipt } = parsed;
+    expect(receiptSignatureValid(receipt, parseAgentKey(identity.get(device)!.pin)!), device).toBe(true);
+    const last = lastReceipt.get(device);
+    expect(receipt.fields, `${device}: ${report.requestId}`).toMatchObject({
+      device,
+      nonce: nonces.get(report.requestId!),
+      result: report.state,
+      counter: (last?.fields.counter ?? 0) + 1,
+      prev: last ? receiptHash(last) : RECEIPT_GENESIS,
+    });
+    lastReceipt.set(device, receipt);
+    return receipt;
   };
   /** The agent's final answer to `requestId`, read from the twin. */
   const answer = (device: string, profile: string, requestId: string, timeoutMs = 120_000): Promise<ProfileReport> =>
@@ -112,7 +145,10 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
         return r && r.requestId === requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
       },
       timeoutMs,
-    );
+    ).then((r) => {
+      checkReceipt(device, r);
+      return r;
+    });
 
   const inventory = join(scratch.dir, 'inventory.yaml');
   const writeInventory = (ids: readonly string[]) =>
@@ -237,6 +273,8 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
       const before = runs('dev-a').length;
       const report = await answer('dev-a', profile, rid);
       expect(report).toMatchObject({ state: 'refused', reason, revision: profile === 'agentp' ? 3 : null });
+      // The refusal is the device's decision: signed, naming the digest the twin asked for, nothing observed.
+      expect(lastReceipt.get('dev-a')!.fields).toMatchObject({ reason: receiptReason(reason), observed: null });
       expect(runs('dev-a')).toHaveLength(before);
       expect(marker('dev-a', profile)).toBe(profile === 'agentp' ? 3 : null);
       return report;

@@ -15,6 +15,15 @@ import { scratchDir, startTestWorker } from '../support/harness';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { markerOf, waitForStatus } from '../support/rollout-helpers';
 import { until } from '../support/until';
+import { parseAgentKey } from '../../core/agent-auth';
+import {
+  parseReceipt,
+  RECEIPT_GENESIS,
+  receiptHash,
+  receiptNonce,
+  receiptSignatureValid,
+  type Receipt,
+} from '../../core/receipt';
 
 /**
  * Rollouts over real `wavegate agent` processes (each its own state directory and device home), a real
@@ -113,6 +122,44 @@ describe('rollouts over real agents and a real gateway', () => {
     return JSON.parse(run.stdout).rolloutId as string;
   }
   const result = (id: string) => env.client.workflow.getHandle(id).result() as Promise<RolloutStatus>;
+
+  /**
+   * Each device's answers to a rollout's applies, in order, as the rollout got them (its history: ApplyResults, and a
+   * failure's details), with the nonce its request had: the gateway's completion or the worker's own watch.
+   */
+  async function applyAnswers(id: string) {
+    const handle = env.client.workflow.getHandle(id);
+    const { runId } = await handle.describe();
+    const json = (p?: { data?: Uint8Array | null } | null) => JSON.parse(Buffer.from(p!.data!).toString('utf8'));
+    const asked = new Map<string, { device: string; nonce: string }>();
+    const answers: Array<{ device: string; nonce: string; receipt?: string; receiptProblem?: string }> = [];
+    for (const e of (await handle.fetchHistory()).events ?? []) {
+      const scheduled = e.activityTaskScheduledEventAttributes;
+      if (scheduled?.activityType?.name === 'applyRevision') {
+        const device = (json(scheduled.input!.payloads![0]) as { device: { id: string } }).device.id;
+        const nonce = receiptNonce({ rollout: id, run: runId, activity: scheduled.activityId!, device });
+        asked.set(String(e.eventId), { device, nonce });
+      }
+      const completed = e.activityTaskCompletedEventAttributes;
+      const failed = e.activityTaskFailedEventAttributes;
+      const request = asked.get(String((completed ?? failed)?.scheduledEventId));
+      if (!request) continue;
+      // A success's ApplyResult, or a failure's details[0] (a refusal's or a failed step's receipt rides there).
+      const details = failed?.failure?.cause?.applicationFailureInfo?.details?.payloads?.[0];
+      const said = completed ? json(completed.result!.payloads![0]) : details ? json(details) : {};
+      answers.push({ ...request, receipt: said.receipt, receiptProblem: said.receiptProblem });
+    }
+    return answers;
+  }
+  /** The receipt verified with the device's enrolled agentKey, for the request the rollout sent. */
+  function verified(answer: { device: string; nonce: string; receipt?: string; receiptProblem?: string }): Receipt {
+    expect(answer.receiptProblem, answer.device).toBeUndefined();
+    const parsed = parseReceipt(answer.receipt);
+    if (!parsed.ok) throw new Error(`${answer.device}: ${parsed.problem}`);
+    expect(receiptSignatureValid(parsed.receipt, parseAgentKey(pins.get(answer.device)!)!), answer.device).toBe(true);
+    expect(parsed.receipt.fields).toMatchObject({ device: answer.device, keyKind: 'agent', nonce: answer.nonce });
+    return parsed.receipt;
+  }
 
   async function startAgent(device: string): Promise<ChildProcess> {
     const { child } = await spawnCliUntil(
@@ -226,6 +273,26 @@ describe('rollouts over real agents and a real gateway', () => {
       expect(marker(d), d).toBe(2);
       expect(motd(d), d).toContain('revision 2');
       expect(runs(d), `${d} apply runs`).toHaveLength(1);
+    }
+    // Each device's answer carries its receipt, signed by its own key for the request it was sent: its first (counter 1,
+    // a3's too, answered once through its SIGKILL), naming the device's phase; the twin holds the same receipt.
+    // (The offline device's apply answered `offline`, asking it nothing: no receipt, nothing of the device's.)
+    const answers = await applyAnswers(id);
+    expect(answers.map((a) => a.device).sort()).toEqual([...A, OFFLINE]);
+    expect(answers.find((a) => a.device === OFFLINE)).toMatchObject({ receipt: undefined, receiptProblem: undefined });
+    for (const answer of answers.filter((a) => a.device !== OFFLINE)) {
+      const receipt = verified(answer);
+      expect(receipt.fields, answer.device).toMatchObject({
+        rollout: id,
+        phase: status.devices.find((x) => x.id === answer.device)!.phase,
+        counter: 1,
+        prev: RECEIPT_GENESIS,
+        profile: 'demo',
+        revision: 2,
+        result: 'applied',
+      });
+      expect(receipt.fields.observed).toBe(receipt.fields.requested);
+      expect((await readTwin(env.client, answer.device))?.report?.profiles.demo?.receipt).toBe(answer.receipt);
     }
     const offline = status.devices.find((x) => x.id === OFFLINE)!;
     expect(offline.state).toBe('skipped');
@@ -356,6 +423,15 @@ describe('rollouts over real agents and a real gateway', () => {
     expect(status.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
     expect(marker(canary)).toBe(1);
     expect(motd(canary)).toContain('revision 1');
+    // Two answers of the canary, two receipts: the apply (phase 0) and the compensation (no phase), counters one by
+    // one, the second chained to the first.
+    const [applied, compensated, ...more] = await applyAnswers(id);
+    expect(more).toEqual([]);
+    const first = verified(applied!);
+    const second = verified(compensated!);
+    expect(first.fields).toMatchObject({ device: canary, phase: 0, counter: 1, revision: 2, result: 'applied' });
+    expect(second.fields).toMatchObject({ device: canary, phase: null, counter: 2, revision: 1, result: 'applied' });
+    expect(second.fields.prev).toBe(receiptHash(first));
     expect(runs(other)).toEqual([]);
     expect(marker(other)).toBeNull();
     // Aborted, not completed: the device it never started keeps no desired state from it.
