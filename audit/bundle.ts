@@ -18,7 +18,7 @@ import { envelopeDigestOf } from '../core/twin';
 import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes } from '../intake/files';
 import { loadInventory } from '../intake/inventory';
 import { profileDir, revisionNumbers } from '../intake/profile-dir';
-import { readAuditTrail } from './index';
+import { openAuditStore, readAuditTrail } from './index';
 
 /**
  * A receipts bundle (docs/formats.md, "Receipts bundle"): one rollout's trail with everything an auditor needs to
@@ -385,12 +385,32 @@ export function writeReceiptsBundle(bundleDir: string, content: BundleContent): 
   return manifest;
 }
 
+/**
+ * The trail as the store holds it (readAuditTrail), and the checkpoint notes the store keeps beside it: read with
+ * the same store, by the store's `checkpoints` where it has one (none: an empty list).
+ */
+async function readTrail(opts: ExportOptions): Promise<{ segments: AuditSegment[]; checkpoints: string[] }> {
+  const { segments } = await readAuditTrail({ store: opts.store, auditDir: opts.auditDir, rolloutId: opts.rolloutId });
+  const value = opts.store ?? (process.env.WAVEGATE_AUDIT_STORE || undefined);
+  const store = openAuditStore({ store: value, auditDir: opts.auditDir }) as ReturnType<typeof openAuditStore> & {
+    checkpoints?: (rolloutId: string) => Promise<string[]>;
+  };
+  try {
+    return { segments, checkpoints: store.checkpoints ? await store.checkpoints(opts.rolloutId) : [] };
+  } catch (err) {
+    if (err instanceof WavegateError) throw err;
+    throw new WavegateError('UNAVAILABLE', (err as Error).message);
+  } finally {
+    await store.close();
+  }
+}
+
 /** `wavegate audit export <id> --bundle <dir>`: the rollout's trail and all it needs to be checked offline. */
 export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleManifest> {
   checkBundleDir(resolve(opts.bundleDir));
   const logKey = opts.logKey ? readVerifierKey('--log-key', opts.logKey, 'log') : undefined;
   const witnessKey = opts.witnessKey ? readVerifierKey('--witness-key', opts.witnessKey, 'witness') : undefined;
-  const { segments } = await readAuditTrail({ store: opts.store, auditDir: opts.auditDir, rolloutId: opts.rolloutId });
+  const { segments, checkpoints } = await readTrail(opts);
   const trail = trailDevices(segments);
   const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked);
   const revisions: BundleContent['revisions'] = [];
@@ -410,8 +430,7 @@ export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleM
     enrolment,
     revisions,
     trust,
-    // The store keeps no checkpoints yet: the file is there, empty, and verify says inclusion was not checked.
-    checkpoints: [],
+    checkpoints,
     ...(logKey ? { logKey } : {}),
     ...(witnessKey ? { witnessKey } : {}),
     receipts: trail.receiptCount,

@@ -20,6 +20,7 @@ import { withWorkflowHeads, workflowAuditHead, type WorkflowHead } from '../audi
 import { withTemporalOptions } from '../client';
 import { gateVerdictLines } from '../../core/rollout/verdict';
 import { action, EXIT_FAILED } from '../run';
+import { registerBundleCommands } from '../audit-bundle';
 
 export interface AuditFlags extends TemporalFlags {
   verify?: boolean;
@@ -895,7 +896,7 @@ async function list(id: string, opts: AuditFlags): Promise<number | undefined> {
 }
 
 export function register(program: Command): void {
-  withTemporalOptions(
+  const audit = withTemporalOptions(
     program
       .command('audit <id>')
       .description(
@@ -939,4 +940,6 @@ export function register(program: Command): void {
       return list(id, opts).catch((err: unknown) => Promise.reject(withDirectoryHint(err, opts, where)));
     }),
   );
+  // `audit export <id> --bundle` and `audit verify --receipts`: receipts checked offline (cli/audit-bundle.ts).
+  registerBundleCommands(audit);
 }

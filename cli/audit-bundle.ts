@@ -1,0 +1,135 @@
+import type { Command } from 'commander';
+import { WavegateError } from '../core/errors';
+import { verifyReceiptsBundle, type ReceiptFinding, type ReceiptsVerdict } from '../core/receipt-verify';
+import { exportReceiptsBundle, readReceiptsBundle } from '../audit/bundle';
+import { resolveAuditLocation } from '../audit/file';
+import { nativeEd25519Verify } from '../device/ed25519-native';
+import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../intake/profiles-root';
+import { action, EXIT_FAILED } from './run';
+
+/**
+ * `wavegate audit export <id> --bundle <dir>` and `wavegate audit verify --receipts <dir>` (docs/cli.md): a
+ * rollout's trail with everything needed to check its receipts offline, and the check itself (core/receipt-verify.ts),
+ * which reads nothing but the bundle: no Temporal, no audit store, no profiles root.
+ */
+
+interface ExportFlags {
+  bundle: string;
+  inventory: string;
+  profiles?: string;
+  revoked?: string;
+  logKey?: string;
+  witnessKey?: string;
+  auditDir?: string;
+  auditStore?: string;
+}
+
+interface VerifyFlags {
+  receipts: string;
+  json?: boolean;
+  strict?: boolean;
+}
+
+/** `<device>: <check>: <message>`, `-` for a finding no one device is concerned by (the trail, a checkpoint). */
+export function findingLine(f: ReceiptFinding): string {
+  return `${f.device ?? '-'}: ${f.check}: ${f.message}`;
+}
+
+/** The summary `audit verify --receipts` prints before the findings. */
+export function verdictSummary(dir: string, rollout: string, v: ReceiptsVerdict): string[] {
+  const inclusion = v.inclusion
+    ? `inclusion: ${v.inclusion.proofs} record(s) proved under the last checkpoint (size ${v.inclusion.size}), largest proof ${v.inclusion.largestBytes} bytes`
+    : 'inclusion: NOT checked: the bundle holds no checkpoint (a trail rewritten wholesale by the control plane cannot be ruled out)';
+  return [
+    `receipts bundle ${dir}: rollout ${rollout}, ${v.records} records, ${v.checkpoints} checkpoint(s)`,
+    `receipts: ${v.receipts} checked for ${v.devices} devices; ${v.proven} proven, ${v.claimed} claimed (no receipt, or one refused)`,
+    inclusion,
+    v.findings.length === 0 ? 'verdict: every receipt holds' : `verdict: ${v.findings.length} finding(s)`,
+  ];
+}
+
+async function exportBundle(id: string, opts: ExportFlags): Promise<number> {
+  const root = resolveProfilesRoot({ flag: opts.profiles });
+  if (!checkProfilesRoot(root))
+    throw new WavegateError('INVALID_INPUT', `profiles root ${describeProfilesRoot(root)}: not a directory`, {
+      field: '--profiles',
+    });
+  const where = resolveAuditLocation(opts, { besideKey: false });
+  const manifest = await exportReceiptsBundle({
+    rolloutId: id,
+    bundleDir: opts.bundle,
+    inventory: opts.inventory,
+    profilesRoot: root.dir,
+    ...(opts.revoked ? { revoked: opts.revoked } : {}),
+    ...(opts.logKey ? { logKey: opts.logKey } : {}),
+    ...(opts.witnessKey ? { witnessKey: opts.witnessKey } : {}),
+    ...(opts.auditStore ? { store: opts.auditStore } : {}),
+    auditDir: where.auditDir,
+  });
+  const c = manifest.counts;
+  console.log(
+    `wrote ${opts.bundle}: ${c.records} records, ${c.receipts} receipts of ${c.devices} devices, ${c.revisions} signed revision(s), ${c.checkpoints} checkpoint(s)`,
+  );
+  return 0;
+}
+
+async function verifyBundle(opts: VerifyFlags): Promise<number> {
+  let bundle: ReturnType<typeof readReceiptsBundle>;
+  try {
+    bundle = readReceiptsBundle(opts.receipts);
+  } catch (err) {
+    if (err instanceof WavegateError) throw err;
+    // A directory where a file should be, and the like: the bundle cannot be read, which is a refusal (exit 2).
+    throw new WavegateError('INVALID_INPUT', `--receipts ${opts.receipts}: cannot be read (${(err as Error).message})`);
+  }
+  const verdict = verifyReceiptsBundle(bundle, { verifySignature: nativeEd25519Verify });
+  if (opts.json)
+    console.log(JSON.stringify({ rollout: bundle.rollout, ok: verdict.findings.length === 0, ...verdict }));
+  else {
+    for (const line of verdictSummary(opts.receipts, bundle.rollout, verdict)) console.log(line);
+    for (const f of verdict.findings) console.log(findingLine(f));
+  }
+  if (verdict.findings.length > 0) return EXIT_FAILED;
+  if (opts.strict && !verdict.inclusion) {
+    process.stderr.write('wavegate: --strict: inclusion could not be checked: the bundle holds no checkpoint\n');
+    return EXIT_FAILED;
+  }
+  return 0;
+}
+
+/** The two subcommands of `audit`; their options are read with the parent's (`audit` defines some of the same). */
+export function registerBundleCommands(audit: Command): void {
+  audit
+    .command('export <rollout-id>')
+    .description(
+      "Write a receipts bundle of a rollout: its trail, the devices' enrolled keys, the signed revisions and their pins, the checkpoints and the log's and witness's keys, for `audit verify --receipts` anywhere (refuses an existing non-empty --bundle)",
+    )
+    .requiredOption('--bundle <dir>', 'the directory to write (must not exist, or be empty)')
+    .requiredOption('--inventory <file>', "the inventory: each device's enrolled key (agentKey, receipts.key)")
+    .option(
+      '--profiles <dir>',
+      'profiles root: the signed envelopes and trust.yaml of the profile (default $WAVEGATE_PROFILES, else ./profiles)',
+    )
+    .option('--revoked <file>', 'a YAML list of { key, at, reason }: enrolled keys revoked (the key line or its id)')
+    .option('--log-key <file>', "the control plane's checkpoint key: a C2SP verifier key line (name+hash+base64)")
+    .option('--witness-key <file>', "the witness's key: a C2SP verifier key line (name+hash+base64)")
+    .option('--audit-dir <dir>', "where the audit files are: the worker's --audit-dir (default $WAVEGATE_AUDIT_DIR)")
+    .option(
+      '--audit-store <url>',
+      'read the trail from this store instead: postgres://user@host:port/db (default $WAVEGATE_AUDIT_STORE)',
+    )
+    .action(
+      action((id: string, _opts: ExportFlags, command: Command) =>
+        exportBundle(id, command.optsWithGlobals() as ExportFlags),
+      ),
+    );
+  audit
+    .command('verify')
+    .description(
+      'Check a receipts bundle offline: every receipt against its device, request, revision and chain, the checkpoints and inclusion; prints each finding as <device>: <check>: <message> (exit 1 on any, 2 for a bundle that cannot be read)',
+    )
+    .requiredOption('--receipts <dir>', 'the bundle directory (wavegate audit export --bundle)')
+    .option('--json', 'print the verdict as JSON: counts and findings')
+    .option('--strict', 'also exit 1 when inclusion could not be checked (no checkpoint in the bundle)')
+    .action(action((_opts: VerifyFlags, command: Command) => verifyBundle(command.optsWithGlobals() as VerifyFlags)));
+}
