@@ -11,8 +11,8 @@
  * helpers (`sim-runtime-health`, `sim-error-rate`) so the demo profile's gates run unchanged.
  */
 import { endWithThisProcess } from '../../sim/reaper';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { sshFingerprint } from '../../intake/known-hosts';
@@ -90,17 +90,34 @@ async function launch(config: string): Promise<Running | undefined> {
   return { child, exited, output: () => output };
 }
 
+/** A local user's uid and gid (`id`). */
+function loginIds(login: string): { uid: number; gid: number } {
+  const id = (flag: string) => Number(execFileSync('id', [flag, login]).toString().trim());
+  return { uid: id('-u'), gid: id('-g') };
+}
+
 /**
  * Start one real sshd per id under `dir`, all accepting one generated client key for the current user.
  * Requires Debian `openssh-server`; run as root it also creates the privilege-separation dir /run/sshd.
  */
-export async function startSshdFleet(opts: { dir: string; ids: string[] }): Promise<SshdFleet> {
+export async function startSshdFleet(opts: {
+  dir: string;
+  ids: string[];
+  /**
+   * Log in as this user instead of the current one (root only): each device's home is that user's, and the
+   * fleet's files sshd reads as that user (authorized_keys) are readable by it.
+   */
+  login?: string;
+}): Promise<SshdFleet> {
   if (!existsSync(SSHD_PATH))
     throw new Error(`sshd support: ${SSHD_PATH} not found; install the Debian package openssh-server`);
   const base = resolve(opts.dir);
   mkdirSync(base, { recursive: true });
   if (process.getuid?.() === 0) mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
-  const user = userInfo().username;
+  const user = opts.login ?? userInfo().username;
+  const owner = opts.login ? loginIds(opts.login) : undefined;
+  // sshd reads authorized_keys as the login: every directory down to it must let the login through.
+  if (owner) chmodSync(base, 0o711);
   const clientKeyPath = join(base, 'client_ed25519');
   keygen(clientKeyPath, 'wavegate-test-client');
   const clientPub = readFileSync(`${clientKeyPath}.pub`, 'utf8');
@@ -131,10 +148,14 @@ export async function startSshdFleet(opts: { dir: string; ids: string[] }): Prom
       const bin = join(dir, 'bin');
       mkdirSync(home, { recursive: true });
       mkdirSync(bin, { recursive: true });
+      if (owner) {
+        chmodSync(dir, 0o711);
+        chownSync(home, owner.uid, owner.gid);
+      }
       for (const [name, body] of Object.entries(HEALTH_HELPERS)) writeFileSync(join(bin, name), body, { mode: 0o755 });
       const hostKey = join(dir, 'ssh_host_ed25519_key');
       keygen(hostKey, `wavegate-test-${id}`);
-      writeFileSync(join(dir, 'authorized_keys'), clientPub, { mode: 0o600 });
+      writeFileSync(join(dir, 'authorized_keys'), clientPub, { mode: owner ? 0o644 : 0o600 });
       const [type, blob] = readFileSync(`${hostKey}.pub`, 'utf8').trim().split(/\s+/) as [string, string];
 
       let started: Running | undefined;
