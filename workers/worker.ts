@@ -6,6 +6,7 @@ import type { ActivityDeps } from '../activities';
 import { DEFAULT_MAX_ACTIVITIES, DEFAULT_WORKFLOW_CACHE, type WorkerLayout } from '../core/worker-layout';
 import { connectionOptions, type ConnectionSettings } from './connection';
 import { workerDeploymentOptions, type WorkerVersioning } from './versioning';
+import { prebuiltWorkflowBundle } from './workflow-bundle';
 
 function workerSdk(): typeof import('@temporalio/worker') {
   return require('@temporalio/worker');
@@ -56,6 +57,12 @@ export async function createWorker(opts: {
   // One identity for Temporal and for the preflight's answer, so a refusal names the worker people see.
   const identity = opts.deps?.identity ?? defaultWorkerIdentity();
   const role = opts.layout?.role ?? 'all';
+  // Run from the build, the workflow code it bundled (workers/workflow-bundle.ts): no webpack at start.
+  const bundle =
+    opts.workflowBundle ??
+    (opts.workflowsPath === undefined && role !== 'activities' && WORKFLOWS_PATH.endsWith('.js')
+      ? prebuiltWorkflowBundle(WORKFLOWS_PATH)
+      : undefined);
   return workerSdk().Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
@@ -64,8 +71,8 @@ export async function createWorker(opts: {
     // An activities-only worker gets no workflow code, so it never polls workflow tasks (nor bundles).
     ...(role === 'activities'
       ? {}
-      : opts.workflowBundle
-        ? { workflowBundle: opts.workflowBundle }
+      : bundle
+        ? { workflowBundle: bundle }
         : { workflowsPath: opts.workflowsPath ?? WORKFLOWS_PATH }),
     ...(opts.versioning ? { workerDeploymentOptions: workerDeploymentOptions(opts.versioning) } : {}),
     // A workflows-only worker registers no activities, so it never polls activity tasks.

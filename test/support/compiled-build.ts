@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { defaultBuildId, type BuildInfo } from '../../workers/versioning';
+import { prebuiltWorkflowBundle, writeWorkflowBundle } from '../../workers/workflow-bundle';
 
 /** Set by global-setup.ts once dist/ is this run's fresh build: packing it needs no `prepack` build again. */
 export const FRESH_DIST_ENV = 'WAVEGATE_TEST_FRESH_DIST';
@@ -28,7 +29,24 @@ export function packArgs(destination: string): string[] {
  * first; the emitted JavaScript is the same) and swapped in by renames, so a process running from the old
  * dist/ never reads a half-written file.
  */
-export function ensureCompiledBuild(root: string, log: (line: string) => void): boolean {
+export async function ensureCompiledBuild(root: string, log: (line: string) => void): Promise<boolean> {
+  if (!compiledDist(root, log)) return false;
+  // The workflow bundle the build ships (workers/workflow-bundle.ts), made from dist/ as it now stands:
+  // the `wavegate worker` and `wavegate dev` processes the tests start load it instead of running webpack.
+  const workflows = join(root, 'dist', 'workflows', 'index.js');
+  if (prebuiltWorkflowBundle(workflows)) return true;
+  const started = Date.now();
+  try {
+    await writeWorkflowBundle(workflows);
+    log(`bundled the workflows in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  } catch (err) {
+    // The workers then bundle at start, as from the sources.
+    log(`bundling the workflows failed; each worker bundles its own: ${String(err)}`);
+  }
+  return true;
+}
+
+function compiledDist(root: string, log: (line: string) => void): boolean {
   const dist = join(root, 'dist');
   const cache = join(root, 'node_modules', '.cache');
   // Named by the checkout's path: a second work tree sharing node_modules keeps its own.
