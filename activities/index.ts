@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { Context } from '@temporalio/activity';
-import { createAuditActivities, DEFAULT_AUDIT_DIR, readAuditKey } from '../audit/file';
-import { auditActivitiesOf, type AuditStore } from '../audit';
+import { createFileAuditStore, DEFAULT_AUDIT_DIR, readAuditKey } from '../audit/file';
+import { auditActivitiesOf, createCheckpointer, type AuditStore, type CheckpointConfig } from '../audit';
 import { createApplyActivities } from './apply';
 import { createCanaryActivities } from './canary';
 import { createSnapshotActivities } from './snapshot';
@@ -30,6 +30,11 @@ export interface ActivityDeps {
   auditKeyFile?: string;
   /** The audit store when not the file store (`--audit-store postgres://…`): opened and migrated by the worker. */
   auditStore?: AuditStore;
+  /**
+   * The worker's checkpoint key, key name and witness (`--checkpoint-key`, audit/checkpointer.ts): a checkpoint of
+   * the trail at every phase transition. Unset (the default): none is made.
+   */
+  checkpoints?: CheckpointConfig;
   /** How many devices the canary's probe (`probeDevices`) reads at once. */
   probeConcurrency?: number;
   log?: (line: string) => void;
@@ -68,6 +73,22 @@ export interface ActivityDeps {
   metricsPolicy?: SecretPolicy;
 }
 
+/** appendAudit and auditHealth over the worker's store, with its checkpointer when it has a checkpoint key. */
+function auditActivities(deps: ActivityDeps) {
+  const store =
+    deps.auditStore ??
+    createFileAuditStore({
+      auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR,
+      log: deps.log,
+      ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}),
+    });
+  const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  return auditActivitiesOf(
+    store,
+    deps.checkpoints ? createCheckpointer(store, { ...deps.checkpoints, log }) : undefined,
+  );
+}
+
 /** The identity the Temporal SDK gives a worker by default. */
 export function defaultWorkerIdentity(): string {
   return `${process.pid}@${hostname()}`;
@@ -96,13 +117,7 @@ export function createActivities(deps: ActivityDeps = {}) {
       probeConcurrency: deps.probeConcurrency ?? 16,
     }),
     ...createApplyActivities({ channels, client: deps.client, log: deps.log }),
-    ...(deps.auditStore
-      ? auditActivitiesOf(deps.auditStore)
-      : createAuditActivities({
-          auditDir: deps.auditDir ?? DEFAULT_AUDIT_DIR,
-          log: deps.log,
-          ...(deps.auditKeyFile ? { macKey: readAuditKey(deps.auditKeyFile) } : {}),
-        })),
+    ...auditActivities(deps),
     ...health,
     ...createCanaryActivities({
       client: deps.client,

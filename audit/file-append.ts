@@ -23,7 +23,7 @@ import {
   type AuditRecord,
 } from '../core/audit';
 import { countAuditWriteFailure } from './failures';
-import { auditFilePath, auditSegmentNumbers } from './file-names';
+import { auditCheckpointsPath, auditFilePath, auditSegmentNumbers } from './file-names';
 import { filePlace, inspectCurrentSegment, type FileSegmentState, type FileStoreContext } from './file-segment';
 import { appendStep, storedAt } from './segment-check';
 
@@ -97,6 +97,9 @@ function archiveChain(ctx: FileStoreContext, rolloutId: string, firstRun: string
       nonRetryable: true,
     });
   for (const [from, to] of moves) renameSync(from, to);
+  // Its checkpoints (file-checkpoints.ts) go with it: the new chain's tree starts again at size 0.
+  const checkpoints = auditCheckpointsPath(ctx.dir, rolloutId);
+  if (existsSync(checkpoints)) renameSync(checkpoints, auditCheckpointsPath(ctx.dir, rolloutId, firstRun));
   fsyncDir(ctx.dir);
   ctx.log(`audit: ${rolloutId}: a new run starts a new chain; run ${firstRun}'s chain moved to ${moves[0]![1]}`);
 }
@@ -156,7 +159,8 @@ function restrictMode(path: string, mode: number, log: (line: string) => void): 
   log(`audit: ${path} had mode ${current.toString(8)} (readable by others); set to ${mode.toString(8)}`);
 }
 
-function fsyncDir(dir: string): void {
+/** The directory's entries made durable (a file created or renamed in it). */
+export function fsyncDir(dir: string): void {
   const fd = openSync(dir, 'r');
   try {
     fsyncSync(fd);

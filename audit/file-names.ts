@@ -72,6 +72,15 @@ export function auditFilePath(auditDir: string, rolloutId: string, runId?: strin
   return join(auditDir, `${base}${segment > 1 ? `+${segment}` : ''}.jsonl`);
 }
 
+/**
+ * The checkpoints kept beside a chain (file-checkpoints.ts): its first segment's path and `.checkpoints`
+ * (`<stem>.jsonl.checkpoints`, `<stem>@<run>.jsonl.checkpoints` once moved aside). No segment or earlier run is
+ * named so: those end in `.jsonl`.
+ */
+export function auditCheckpointsPath(auditDir: string, rolloutId: string, runId?: string): string {
+  return `${auditFilePath(auditDir, rolloutId, runId)}.checkpoints`;
+}
+
 /** The segment numbers of a chain that exist on disk, ascending. */
 export function auditSegmentNumbers(auditDir: string, rolloutId: string, runId?: string): number[] {
   if (!existsSync(auditDir)) return [];

@@ -14,6 +14,7 @@ import { checkOwnerOnlyFile, readFlagFile } from '../intake/files';
 import { STATE_DIR } from '../intake/package-layout';
 import { auditInvalid } from './failures';
 import { appendLocked, prepareDir } from './file-append';
+import { appendCheckpointLocked, readCheckpointNotes } from './file-checkpoints';
 import { withFileLock } from './file-lock';
 import { archivedAuditRuns, auditFilePath, auditSegmentNumbers } from './file-names';
 import { filePlace, inspectCurrentSegment, type FileStoreContext, type TextProof } from './file-segment';
@@ -263,6 +264,13 @@ export function createFileAuditStore(deps: {
     health: (input) => activities.auditHealth(input),
     segments: async (rolloutId, runId) => readAuditSegments(deps.auditDir, rolloutId, runId),
     earlierRuns: async (rolloutId) => archivedAuditRuns(deps.auditDir, rolloutId),
+    appendCheckpoint: async (rolloutId, note) => {
+      const trail = auditFilePath(deps.auditDir, rolloutId);
+      // Beside a trail only: a checkpoint of records no store holds is a caller's mistake.
+      if (!existsSync(trail)) readAuditSegments(deps.auditDir, rolloutId);
+      await withFileLock(trail, () => appendCheckpointLocked(deps.auditDir, rolloutId, note));
+    },
+    checkpoints: async (rolloutId) => readCheckpointNotes(deps.auditDir, rolloutId),
     close: async () => {},
   };
 }

@@ -5,12 +5,14 @@ import { createFileAuditStore } from './file';
 import { createPostgresAuditStore, type PostgresAuditStore } from './postgres';
 import type { AuditSegment } from '../core/audit';
 import type { AuditStore } from './types';
+import type { Checkpointer } from './checkpointer';
 
 export type { AuditStore } from './types';
 export type { PostgresAuditStore } from './postgres';
 export { parseAuditStore, readStorePassword, redactStoreUrl } from './config';
 export { createFileAuditStore } from './file';
 export { createPostgresAuditStore } from './postgres';
+export { createCheckpointer, type CheckpointConfig } from './checkpointer';
 export { migrateAuditSchema, SCHEMA_VERSION } from './schema';
 
 export interface OpenAuditStoreOptions {
@@ -45,10 +47,18 @@ export function isPostgresStore(store: AuditStore): store is PostgresAuditStore 
   return typeof (store as PostgresAuditStore).migrate === 'function';
 }
 
-/** The workflow's two audit activities over a store: the same names and failures whichever store it is. */
-export function auditActivitiesOf(store: AuditStore) {
+/**
+ * The workflow's two audit activities over a store: the same names and failures whichever store it is. With a
+ * checkpointer (`wavegate worker --checkpoint-key`, checkpointer.ts), a phase-transition record's append also
+ * keeps a checkpoint of the trail beside it, in the same activity: no Temporal action of its own.
+ */
+export function auditActivitiesOf(store: AuditStore, checkpointer?: Checkpointer) {
   return {
-    appendAudit: (event: Parameters<AuditStore['append']>[0]) => store.append(event),
+    appendAudit: async (event: Parameters<AuditStore['append']>[0]) => {
+      const head = await store.append(event);
+      await checkpointer?.afterAppend(event, head);
+      return head;
+    },
     auditHealth: (input: Parameters<AuditStore['health']>[0]) => store.health(input),
   };
 }

@@ -3,6 +3,7 @@ import { WavegateError } from '../core/errors';
 import { auditInvalid } from './failures';
 import { appendLocked } from './postgres-append';
 import { connectAuditStore } from './postgres-connection';
+import { appendCheckpointRow, checkpointRows } from './postgres-checkpoints';
 import { chainSegments, earlierChainRuns } from './postgres-reads';
 import { currentChain, inspectRows, rowPlace, type PostgresStoreContext, type RowsProof } from './postgres-segment';
 import { migrateAuditSchema } from './schema';
@@ -97,6 +98,12 @@ export function createPostgresAuditStore(opts: PostgresAuditStoreOptions): Postg
       withClient((client) => chainSegments(client, opts.location, rolloutId, runId), 'read', 'cli'),
 
     earlierRuns: (rolloutId) => withClient((client) => earlierChainRuns(client, rolloutId), 'read', 'cli'),
+
+    async appendCheckpoint(rolloutId, note) {
+      await withClient((client) => appendCheckpointRow(client, opts.location, rolloutId, note), 'write');
+    },
+
+    checkpoints: (rolloutId) => withClient((client) => checkpointRows(client, rolloutId), 'read', 'cli'),
 
     close: () => pool.end(),
   };

@@ -36,6 +36,21 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; statements: readonly s
       )`,
     ],
   },
+  {
+    version: 2,
+    statements: [
+      // Checkpoints kept beside a chain, never as records (docs/formats.md, "Where checkpoints are kept"):
+      // one signed note per tree size `n` of the chain, so a retried checkpoint of one size is kept once.
+      `CREATE TABLE wavegate_audit_checkpoints (
+        rollout_id text NOT NULL,
+        chain_run text NOT NULL,
+        n bigint NOT NULL CHECK (n >= 0),
+        note text NOT NULL,
+        written_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (rollout_id, chain_run, n)
+      )`,
+    ],
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version;

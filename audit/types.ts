@@ -21,6 +21,15 @@ export interface AuditStore {
   segments(rolloutId: string, runId?: string): Promise<AuditSegment[]>;
   /** Run ids of earlier executions of a re-used rollout id whose chains are kept apart. */
   earlierRuns(rolloutId: string): Promise<string[]>;
+  /**
+   * Keep a checkpoint of the rollout's current chain (a C2SP signed note, core/checkpoint.ts, its origin
+   * `wavegate/<rollout id>`) beside the trail, never as a record: a record's seq is the workflow's. Idempotent
+   * by size: a note whose size is not above every size kept for the chain is not added (a retried append
+   * checkpoints once; the kept sizes only grow). A note that is not a checkpoint of this rollout is INVALID_INPUT.
+   */
+  appendCheckpoint(rolloutId: string, note: string): Promise<void>;
+  /** The current chain's checkpoint notes, in the order kept (their sizes ascending); empty when none. */
+  checkpoints(rolloutId: string): Promise<string[]>;
   /** Release connections (a no-op for files). */
   close(): Promise<void>;
 }

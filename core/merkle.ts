@@ -11,7 +11,7 @@ import { WavegateError } from './errors';
  *   nodeHash(left, right)                SHA-256(0x01 || left || right)
  *   treeRoot(leafHashes, size?)          MTH of the first `size` leaves (the empty tree: SHA-256 of "")
  *   inclusionProof(leafHashes, index, size?)      RFC 9162 §2.1.3.1, the audit path, bottom up
- *   consistencyProof(leafHashes, oldSize, size?)  RFC 9162 §2.1.4.1
+ *   consistencyProof(leafHashes, oldSize, size?)  RFC 9162 §2.1.4.1 (consistencyProofOf: over any subtree roots)
  *   verifyInclusion({ index, size, leafHash, proof, root })             → ProofCheck
  *   verifyConsistency({ oldSize, oldRoot, size, root, proof })          → ProofCheck
  *
@@ -123,6 +123,14 @@ export function consistencyProof(
 ): Uint8Array[] {
   checkSize(leafHashes, size, 'size');
   checkSize(leafHashes, oldSize, 'oldSize');
+  return consistencyProofOf((lo, hi) => rangeRoot(leafHashes, lo, hi), oldSize, size);
+}
+
+/** MTH(D[lo:hi]) for hi > lo, however a caller finds it: from the leaves, or a cache of subtrees (audit/trail-tree.ts). */
+export type RangeRoot = (lo: number, hi: number) => Uint8Array;
+
+/** consistencyProof over `rangeRoot` (sizes checked by the caller but for their order): the subtrees it names. */
+export function consistencyProofOf(rangeRootOf: RangeRoot, oldSize: number, size: number): Uint8Array[] {
   if (oldSize > size)
     throw new WavegateError('INVALID_INPUT', `oldSize: ${oldSize} is above size ${size}`, {
       field: 'oldSize',
@@ -138,16 +146,16 @@ export function consistencyProof(
   while (m !== hi - lo) {
     const k = split(hi - lo);
     if (m <= k) {
-      topDown.push(rangeRoot(leafHashes, lo + k, hi));
+      topDown.push(rangeRootOf(lo + k, hi));
       hi = lo + k;
     } else {
-      topDown.push(rangeRoot(leafHashes, lo, lo + k));
+      topDown.push(rangeRootOf(lo, lo + k));
       lo += k;
       m -= k;
       whole = false;
     }
   }
-  if (!whole) topDown.push(rangeRoot(leafHashes, lo, hi));
+  if (!whole) topDown.push(rangeRootOf(lo, hi));
   return topDown.reverse();
 }
 

@@ -21,6 +21,7 @@ import { registerWorkerVersionCommands } from './worker-versions';
 import { connectionFailure } from '../../workers/connection-failure';
 import { ensureSearchAttributes } from '../../workers/search-attributes';
 import { workerAuditStore } from '../../audit/worker';
+import { describeCheckpoints, resolveCheckpointConfig, type CheckpointFlags } from '../../audit/checkpoint-config';
 import type { PostgresAuditStore } from '../../audit/postgres';
 import { installWorkerRuntime, metricsBindOf } from '../../workers/metrics';
 import {
@@ -287,7 +288,8 @@ type WorkerFlags = TemporalFlags & {
   profiles?: string;
   inventoryRoot?: string[];
   registerSearchAttributes?: boolean;
-} & VersioningFlags &
+} & CheckpointFlags &
+  VersioningFlags &
   WorkerLayoutFlags;
 
 function registerWorker(program: Command): void {
@@ -313,6 +315,22 @@ function workerOptions(command: Command): Command {
       .option(
         '--audit-store <url>',
         'where the audit goes: file (default: --audit-dir on this worker) or postgres://user@host:port/db shared by every worker (default $WAVEGATE_AUDIT_STORE); no password in the URL: $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass',
+      )
+      .option(
+        '--checkpoint-key <file>',
+        'sign a checkpoint of the audit trail at every phase transition with this key (a `wavegate keygen` key file, mode 0600); default: no checkpoints',
+      )
+      .option(
+        '--checkpoint-name <name>',
+        "the key name on the checkpoints' signature lines (default the host name, else wavegate)",
+      )
+      .option(
+        '--witness <url>',
+        "the witness (`wavegate witness`) asked to cosign each checkpoint, within 5 s; a checkpoint it does not cosign is kept uncosigned and said in this worker's log",
+      )
+      .option(
+        '--witness-key <key>',
+        "the witness's public key, pinned: a pin file (<key>.pub.yaml) or ed25519:<base64> (as `wavegate witness` prints it)",
       )
       .option(
         '--profiles <dir>',
@@ -380,6 +398,7 @@ async function runWorker(flags: WorkerFlags): Promise<void> {
   const inventoryRoots = resolveInventoryRoots(flags.inventoryRoot); // likewise each inventory root
   const settings = resolveConnectionSettings(flags);
   const metricsBind = metricsBindOf((flags as { metricsBind?: string }).metricsBind); // bad address: exit 2 before connecting
+  const checkpoints = resolveCheckpointConfig(flags); // a bad key, name, URL or witness key: exit 2 before connecting
   // A bad --audit-store is exit 2 before connecting; a PostgreSQL store is migrated here, at start.
   // A workflows-only worker appends no audit records (activities do), so it opens no store.
   const auditStore =
@@ -410,6 +429,7 @@ async function runWorker(flags: WorkerFlags): Promise<void> {
     `profiles root: ${describeProfilesRoot(profiles)}${profilesFound ? '' : ': no such directory, so this worker holds no pins and refuses every signed revision'}`,
   );
   log(describeInventoryRoots(inventoryRoots));
+  if (layout.role !== 'workflows') log(describeCheckpoints(checkpoints));
   const worker = await createWorker({
     connection,
     namespace: settings.namespace,
@@ -423,6 +443,7 @@ async function runWorker(flags: WorkerFlags): Promise<void> {
       ...(auditDir ? { auditDir } : {}),
       ...(auditKeyFile ? { auditKeyFile } : {}),
       ...(auditStore ? { auditStore } : {}),
+      ...(checkpoints ? { checkpoints } : {}),
     },
   });
   log(`versioning: ${describeVersioning(versioning)}`);
