@@ -1,5 +1,6 @@
 import type { ReceiptClaim, ReceiptResult } from '../../core/receipt';
 import { sshEd25519Key } from '../../core/receipt';
+import { receiptReason } from '../../core/agent-receipt';
 import type { DeviceTarget } from '../../core/rollout-state';
 import { envelopeDigestOf } from '../../core/twin';
 import { EnvelopeRejected } from '../apply-errors';
@@ -82,26 +83,13 @@ export function claimOf(
     reason,
     observed: verified ? requested : null,
   });
-  if (answer instanceof StepFailed) return of('failed', reasonCode(answer.step), VERIFIED_BEFORE.has(answer.step));
+  if (answer instanceof StepFailed) return of('failed', receiptReason(answer.step), false);
   // The device's own floor said no (its floor file, read by the unit); the other rejections are the worker's own.
   if (answer instanceof EnvelopeRejected)
     return answer.reason === 'BELOW_FLOOR' ? of('refused', answer.reason, false) : undefined;
   const result = answer as Partial<ApplyResult>;
   if (result.outcome === 'applied' || result.outcome === 'already-applied') return of(result.outcome, null, true);
   return undefined;
-}
-
-/** The steps that fail only after the revision's verify passed on the device (the marker, the floor, the release). */
-const VERIFIED_BEFORE = new Set(['write marker', 'write floor', 'release apply lock']);
-
-/** A failed step as a receipt's reason: `verify` → `VERIFY`, `write marker` → `WRITE_MARKER`. */
-export function reasonCode(step: string): string {
-  return (
-    step
-      .toUpperCase()
-      .replace(/[^A-Z0-9_-]+/g, '_')
-      .slice(0, 24) || 'STEP'
-  );
 }
 
 /** The signer's input: the claim's ten lines, in the receipt's order (docs/formats.md section 12). */

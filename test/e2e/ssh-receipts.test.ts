@@ -9,6 +9,7 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import type { RevisionSteps } from '../../core/rollout/input';
 import { envelopeDigestOf } from '../../core/twin';
 import { applyFailureOf } from '../../device/apply-failure';
+import { EnvelopeRejected } from '../../device/apply-errors';
 import { channelFor } from '../../device/channel';
 import { checkReceipt, receiptExpectation } from '../../device/receipt-check';
 import type { ApplyHolder, ApplyResult } from '../../device/steps';
@@ -66,11 +67,12 @@ function apply(target: DeviceTarget, steps: RevisionSteps, holder?: ApplyHolder)
 }
 
 describe('SSH receipts over the simulator', () => {
-  it('the apply answers with the device’s receipt of it: applied, already in place, a retry, a failed step', async () => {
+  it('the apply answers with the device’s receipt of it: applied, already in place, a retry, a failed step, a floor’s refusal', async () => {
     const { fleet, input, dir } = await real.rollout({ phases: [{ bulk: '100%' }] }, [
       { id: 'r-a' },
       { id: 'r-b' },
       { id: 'r-c' },
+      { id: 'r-d' },
     ]);
     const steps = input.steps;
     const requested = envelopeDigestOf(steps.envelope);
@@ -141,6 +143,17 @@ describe('SSH receipts over the simulator', () => {
       step: 'apply',
       receipt: `${failed.body}sig ${failed.sig}\n`,
     });
+
+    // The device's floor says no (its floor is above the revision): a refused/BELOW_FLOOR receipt, nothing ran.
+    const floorHome = await fleet.ensureSandbox('r-d');
+    mkdirSync(join(floorHome, '.wavegate', 'profiles', 'demo'), { recursive: true });
+    writeFileSync(join(floorHome, '.wavegate', 'profiles', 'demo', 'floor'), 'revision=3\nrollout=rollout:other\n');
+    const d = enrol(dir, 'r-d');
+    const below = await rejection(apply(targetOf(fleet, 'r-d', d.receipts), steps), EnvelopeRejected);
+    expect(below.reason).toBe('BELOW_FLOOR');
+    const refused = readBack((below as EnvelopeRejected & { receipt?: string }).receipt, d.key);
+    expect(refused.fields).toMatchObject({ result: 'refused', reason: 'BELOW_FLOOR', observed: null, counter: 1 });
+    expect(applyFailureOf(below)?.details?.[0]).toMatchObject({ reason: 'BELOW_FLOOR', receipt: expect.any(String) });
   }, 120_000);
 
   it('a signer that fails, prints garbage or signs with another key gives no receipt, a short problem, and the answer stands', async () => {
