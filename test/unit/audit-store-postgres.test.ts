@@ -1,20 +1,27 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
+  createFileAuditStore,
   createPostgresAuditStore,
   openAuditStore,
   parseAuditStore,
   readStorePassword,
   redactStoreUrl,
   SCHEMA_VERSION,
+  type AuditStore,
   type PostgresAuditStore,
 } from '../../audit';
-import { AUDIT_EVENTS, verifyAuditSegments, type AuditEvent } from '../../core/audit';
+import { MIGRATIONS } from '../../audit/schema';
+import { checkpointBody, checkpointOrigin, signCheckpoint, signedNote } from '../../core/checkpoint';
+import { keyPairFromSeed } from '../../core/signing';
+import { TrailTree } from '../../core/trail-tree';
+import { AUDIT_EVENTS, parseAuditLog, verifyAuditSegments, type AuditEvent } from '../../core/audit';
 import { WavegateError } from '../../core/errors';
 import { startPostgres, type Postgres } from '../support/postgres';
 import { refusal, rejection } from '../support/refusal';
@@ -109,11 +116,13 @@ describe('schema migration', () => {
     const fresh = new Client({ connectionString: pg.adminUrl.replace(/\/wavegate$/, '/fresh') });
     await fresh.connect();
     try {
-      expect((await fresh.query('SELECT version FROM wavegate_schema')).rows).toEqual([{ version: SCHEMA_VERSION }]);
+      expect((await fresh.query('SELECT version FROM wavegate_schema ORDER BY version')).rows).toEqual(
+        MIGRATIONS.map((m) => ({ version: m.version })),
+      );
       expect(
         (await fresh.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename LIKE 'wavegate_audit_%'")).rows[0]
           .n,
-      ).toBe(2);
+      ).toBe(3);
     } finally {
       await fresh.end();
     }
@@ -305,6 +314,114 @@ describe('appends', () => {
     expect(failure.type).toBe('AuditUnwritable');
     expect(failure.nonRetryable).toBe(false);
     expect(failure.message).not.toContain('not-the-password');
+  });
+});
+
+describe('checkpoints beside the trail', () => {
+  const logPair = keyPairFromSeed(new Uint8Array(32).fill(31));
+  /** A checkpoint of the first `size` records of `records` (as stored), signed. */
+  const noteOf = (rolloutId: string, records: Array<{ hash: string }>, size: number) => {
+    const body = checkpointBody({ origin: checkpointOrigin(rolloutId), size, root: TrailTree.of(records).root(size) });
+    return signedNote(body, [signCheckpoint(body, logPair, 'pg.test')]);
+  };
+  const recordsOf = async (s: AuditStore, rolloutId: string) =>
+    (await s.segments(rolloutId)).flatMap((seg) => parseAuditLog(seg.text).records);
+  /** Every answer of the same script, as a value: the notes kept, or the refusal's code. */
+  async function script(s: AuditStore, rolloutId: string) {
+    const answers: unknown[] = [];
+    const step = async (fn: () => Promise<unknown>) =>
+      answers.push(
+        await fn().then(
+          (v) => v ?? 'ok',
+          (err: WavegateError) => err.code,
+        ),
+      );
+    await step(() => s.checkpoints(rolloutId));
+    for (let seq = 1; seq <= 4; seq++) await s.append({ ...event(seq), rolloutId });
+    const records = await recordsOf(s, rolloutId);
+    await step(() => s.appendCheckpoint(`${rolloutId}-none`, noteOf(`${rolloutId}-none`, records, 1)));
+    await step(() => s.appendCheckpoint(rolloutId, noteOf(`${rolloutId}-other`, records, 1)));
+    await step(() => s.appendCheckpoint(rolloutId, 'not a note'));
+    for (const size of [2, 2, 1, 4, 3])
+      await step(() => s.appendCheckpoint(rolloutId, noteOf(rolloutId, records, size)));
+    await step(() => s.checkpoints(rolloutId));
+    return { answers, notes: [2, 4].map((size) => noteOf(rolloutId, records, size)) };
+  }
+
+  it('PostgreSQL answers as the file store does: once per size, sizes only growing, in order; another origin or no trail refused', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pg-cp-'));
+    try {
+      const file = await script(createFileAuditStore({ auditDir: dir, macKey: key }), id);
+      const database = await script(store(), id);
+      expect(database.answers).toEqual(file.answers);
+      expect(database.answers).toEqual([
+        [],
+        'NOT_FOUND',
+        'INVALID_INPUT',
+        'INVALID_INPUT',
+        'ok',
+        'ok',
+        'ok',
+        'ok',
+        'ok',
+        database.notes,
+      ]);
+      expect(
+        (
+          await admin.query('SELECT n, chain_run FROM wavegate_audit_checkpoints WHERE rollout_id = $1 ORDER BY n', [
+            id,
+          ])
+        ).rows,
+      ).toEqual([
+        { n: '2', chain_run: 'run-1' },
+        { n: '4', chain_run: 'run-1' },
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a re-used id's new run answers its own chain's checkpoints (none yet); the earlier chain's stay", async () => {
+    const s = store();
+    await s.append(event(1));
+    await s.appendCheckpoint(id, noteOf(id, await recordsOf(s, id), 1));
+    await s.append({ ...event(1), runId: 'run-2' });
+    expect(await s.checkpoints(id)).toEqual([]);
+    await s.appendCheckpoint(id, noteOf(id, await recordsOf(s, id), 1));
+    expect(await s.checkpoints(id)).toHaveLength(1);
+    expect(
+      (
+        await admin.query('SELECT chain_run FROM wavegate_audit_checkpoints WHERE rollout_id = $1 ORDER BY chain_run', [
+          id,
+        ])
+      ).rows,
+    ).toEqual([{ chain_run: 'run-1' }, { chain_run: 'run-2' }]);
+  });
+
+  it('a database at schema version 1 (before checkpoints) migrates to the current one, its records kept', async () => {
+    await admin.query('CREATE DATABASE oldschema OWNER wavegate');
+    const oldUrl = pg.url.replace(/\/wavegate$/, '/oldschema');
+    const old = new Client({ connectionString: pg.adminUrl.replace(/\/wavegate$/, '/oldschema') });
+    await old.connect();
+    try {
+      // Version 1 exactly as a worker of that version left it, with a record.
+      await old.query(
+        'CREATE TABLE wavegate_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())',
+      );
+      for (const sql of MIGRATIONS[0]!.statements) await old.query(sql);
+      await old.query('INSERT INTO wavegate_schema (version) VALUES (1)');
+      await old.query('GRANT ALL ON ALL TABLES IN SCHEMA public TO wavegate');
+      const v1 = createPostgresAuditStore({ url: oldUrl, location: oldUrl, password: pg.password });
+      stores.push(v1);
+      await v1.append(event(1));
+      expect(await v1.migrate()).toEqual({ from: 1, to: SCHEMA_VERSION });
+      expect(SCHEMA_VERSION).toBe(2);
+      await v1.appendCheckpoint(id, noteOf(id, await recordsOf(v1, id), 1));
+      expect(await v1.checkpoints(id)).toHaveLength(1);
+      expect(verifyAuditSegments(await v1.segments(id)).ok).toBe(true);
+    } finally {
+      await old.end();
+    }
   });
 });
 
