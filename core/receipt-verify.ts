@@ -23,7 +23,7 @@ import {
   type ReceiptKeyKind,
   type ReceiptResult,
 } from './receipt';
-import { ed25519Verify, verifyEnvelope, type Trust, type VerifyResult } from './signing';
+import { ed25519Verify, MAX_CLOCK_SKEW_MS, verifyEnvelope, type Trust, type VerifyResult } from './signing';
 import { envelopeDigestOf } from './twin';
 import type { Envelope } from './signing';
 
@@ -392,21 +392,30 @@ function revisionIndex(bundle: ReceiptsBundle, verify: Ed25519Check): RevisionIn
     let problem: string | undefined;
     if (!trust) problem = `${name}: the bundle holds no pins for profile ${profile} (trust/${profile}.yaml)`;
     else if (digest === undefined) problem = `${name}: the envelope is not JSON an envelope can be`;
-    const cache = new Map<number, string | null>();
+    // Verified once (signatures, pins, content), at the first clock it is asked at; then only the validity window
+    // moves with each receipt's clock. A verdict that depends on the clock is asked again at the next one.
+    let signed: { issued?: number; expires: number } | undefined;
     const at = (clock: number): string | null => {
       if (problem) return problem;
-      let known = cache.get(clock);
-      if (known !== undefined) return known;
-      const v = verdictAt(clock);
-      known = v.ok
-        ? v.revision.profile === profile && v.revision.revision === revision
-          ? null
-          : `${name}: the envelope holds ${v.revision.profile} r${v.revision.revision}`
-        : `${name}: envelope refused at the receipt's clock ${new Date(clock).toISOString()} (${v.reason}): ${v.message}`;
-      // Only the clock-dependent verdicts differ between receipts; the rest are the same at any clock.
-      if (!v.ok && !TIME_REASONS.has(v.reason)) problem = known ?? undefined;
-      if (cache.size < 4096) cache.set(clock, known);
-      return known;
+      if (!signed) {
+        const v = verdictAt(clock);
+        if (!v.ok) {
+          const refused = `${name}: envelope refused at the receipt's clock ${new Date(clock).toISOString()} (${v.reason}): ${v.message}`;
+          if (!TIME_REASONS.has(v.reason)) problem = refused;
+          return refused;
+        }
+        if (v.revision.profile !== profile || v.revision.revision !== revision) {
+          problem = `${name}: the envelope holds ${v.revision.profile} r${v.revision.revision}`;
+          return problem;
+        }
+        const { issuedAt, expiresAt } = v.revision;
+        signed = { expires: Date.parse(expiresAt!), ...(issuedAt ? { issued: Date.parse(issuedAt) } : {}) };
+      }
+      const when = new Date(clock).toISOString();
+      if (!(signed.expires > clock)) return `${name}: expired before the receipt's clock ${when} (EXPIRED)`;
+      if (signed.issued !== undefined && signed.issued > clock + MAX_CLOCK_SKEW_MS)
+        return `${name}: issued after the receipt's clock ${when} (NOT_YET_VALID)`;
+      return null;
     };
     infos.set(`${profile}\n${revision}`, { digest: digest ?? '', ...(problem ? { problem } : {}), at });
     if (digest) {

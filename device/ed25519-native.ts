@@ -7,7 +7,6 @@ import { ed25519Verify } from '../core/signing';
  * pinned key made; a key OpenSSL will not load (not a valid point) is judged by @noble. The gateway verifies every
  * agent request with it (10,000 agents: about 400 checks a second), the worker every envelope.
  */
-const SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 const keys = new Map<string, KeyObject | null>();
 const KEY_CACHE_LIMIT = 200_000;
 
@@ -17,8 +16,13 @@ function keyObject(publicKey: Uint8Array): KeyObject | null {
   if (known !== undefined) return known;
   let key: KeyObject | null = null;
   try {
+    // As a JWK: the same key object, made in a fifth of the time of the DER (17 µs against 97 here), which counts
+    // when every key is new (an offline check of 100,000 devices' receipts: one key each).
     if (publicKey.length === 32)
-      key = createPublicKey({ key: Buffer.concat([SPKI_PREFIX, publicKey]), format: 'der', type: 'spki' });
+      key = createPublicKey({
+        key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(publicKey).toString('base64url') },
+        format: 'jwk',
+      });
   } catch {
     key = null;
   }

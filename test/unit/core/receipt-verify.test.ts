@@ -252,6 +252,21 @@ describe('the receipts verifier', () => {
       check: 'state',
     },
     {
+      name: 'a receipt made after its revision expired (judged at its clock, after one verified in time)',
+      bundle: () =>
+        edited(
+          (e) =>
+            (e[5][1]!.receipt = fx.receipt(
+              { device: 'a-03', request: '12', state: 'applied' },
+              { counter: 0, last: '0'.repeat(64) },
+              Date.parse(fx.profile.revision(2).expiresAt!) + 1,
+            )),
+        ),
+      device: 'a-03',
+      check: 'revision',
+      message: /web r2: expired before the receipt's clock/,
+    },
+    {
       name: 'a record after the last checkpoint',
       bundle: () => fx.bundle(goodRecords, { sizes: [2, 5] }),
       device: 'a-01',
