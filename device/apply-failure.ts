@@ -39,13 +39,16 @@ export function applyFailureOf(err: unknown): ApplicationFailure | null {
  */
 export interface CarriedReceipt {
   receipt?: string;
+  /** The apply activity's id: the request the receipt answers (its nonce is derived from it). */
+  request?: string;
   receiptProblem?: string;
 }
 
 function carriedReceipt(err: Error): CarriedReceipt {
-  const { receipt, receiptProblem } = err as CarriedReceipt;
+  const { receipt, request, receiptProblem } = err as CarriedReceipt;
   return {
     ...(typeof receipt === 'string' ? { receipt } : {}),
+    ...(typeof receipt === 'string' && typeof request === 'string' ? { request } : {}),
     ...(typeof receiptProblem === 'string' ? { receiptProblem } : {}),
   };
 }

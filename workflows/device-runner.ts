@@ -137,7 +137,8 @@ function answered(result: activities.ApplyResult): ApplyAnswer {
   return {
     kind: 'answered',
     outcome: result.outcome,
-    ...(result.receipt !== undefined ? { proven: true } : {}),
+    // Proven only with what the trail needs to check it again: the receipt and the request it answers.
+    ...(proofOf(result) ? { proven: true } : {}),
     ...(result.receiptProblem !== undefined ? { receiptProblem: result.receiptProblem } : {}),
     ...(result.detail !== undefined ? { detail: result.detail } : {}),
     ...(result.unmet ? { unmet: result.unmet } : {}),

@@ -45,7 +45,8 @@ function carried(device: string, answer: FinalAnswer, check: AnswerReceiptCheck)
     phase: request.phase ?? null,
   };
   const verdict = checkReceipt(text, expected, check.key);
-  if (verdict.ok) return { receipt: text };
+  // The request it answers rides with it (its nonce is derived from the activity's id), whoever completes the apply.
+  if (verdict.ok) return { receipt: text, request: request.holder.activity };
   check.log(
     `${device}: the receipt of its answer to ${request.profile} r${request.revision} is not passed on: ${verdict.problem}`,
   );

@@ -19,6 +19,11 @@ export interface ConformanceBackend {
   home(id: string): string;
   /** The device's inventory entry without `pool`/`class`/`labels` (the suite adds them). */
   inventoryEntry(id: string): Record<string, unknown>;
+  /**
+   * The 32-byte Ed25519 public key the device's receipts verify under (its enrolled key: an agent's identity key,
+   * an SSH device's receipt key), and its kind. Every device of the suite is enrolled.
+   */
+  receiptKey(id: string): { kind: 'agent' | 'ssh'; publicKey: Uint8Array };
   /** Extra arguments `wavegate fleet status` needs to read the device now (agent: `--reverify` and the Temporal flags). */
   boardArgs(ctx: SuiteContext): string[];
   /**

@@ -4,7 +4,16 @@ import type { ChildProcess } from 'node:child_process';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readAuditFile } from '../../audit/file';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
+import {
+  parseReceipt,
+  RECEIPT_GENESIS,
+  receiptHash,
+  receiptNonce,
+  receiptSignatureValid,
+  type Receipt,
+} from '../../core/receipt';
 import type { RevertOf, RevisionSteps, RolloutInput } from '../../core/rollout/input';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { parseRolloutSpec } from '../../core/spec';
@@ -89,6 +98,7 @@ export const DEVICES = {
   crash: ['crash-1'],
   chain: ['chain-1'],
   wayBack: ['wayback-1'],
+  receipts: ['receipt-1', 'receipt-2'],
 } as const;
 const ALL = Object.values(DEVICES).flat();
 
@@ -667,6 +677,70 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(await backend.applyOutsideRollout(ctx, id, back)).toBe('BELOW_FLOOR');
       expect(runs(id, 1)).toBe(0);
       expect(marker(id)).toBe(7);
+    });
+
+    /** The receipt each device's `devices.outcome` entry of an apply carries, checked as an auditor would. */
+    function receiptsOf(rolloutId: string): Map<string, Receipt> {
+      const out = new Map<string, Receipt>();
+      for (const r of readAuditFile(join(scratch.dir, 'audit'), rolloutId)) {
+        const evidence = r.evidence as { mode?: string; devices?: Array<Record<string, unknown>> } | null;
+        if (r.event !== 'devices.outcome' || evidence?.mode !== 'apply') continue;
+        for (const entry of evidence.devices ?? []) {
+          const id = entry.id as string;
+          const parsed = parseReceipt(entry.receipt);
+          expect(parsed.ok, `${id}: ${JSON.stringify(parsed)}`).toBe(true);
+          if (!parsed.ok) continue;
+          const receipt = parsed.receipt;
+          const key = backend.receiptKey(id);
+          expect(receipt.fields.keyKind, id).toBe(key.kind);
+          expect(receiptSignatureValid(receipt, key.publicKey), `${id}: signed by its enrolled key`).toBe(true);
+          // The nonce is the request's: derived from the run Temporal made and the apply activity that asked.
+          const nonce = receiptNonce({ rollout: rolloutId, run: r.runId, activity: String(entry.request), device: id });
+          expect(receipt.fields, id).toMatchObject({ device: id, rollout: rolloutId, profile: PROFILE, nonce });
+          expect(receipt.fields.phase, id).toBe(entry.phaseIndex);
+          out.set(id, receipt);
+        }
+      }
+      return out;
+    }
+
+    test("15. receipts: every answer carries the device's own receipt (its enrolled key, the request's nonce, its counter up by one, chained to its last); requireReceipts counts the proven", async () => {
+      const ids = DEVICES.receipts;
+      const [a, b] = ids;
+      for (const id of ids) seed(id, 1);
+      const first = await rollout('receipts', ids, 1, 2, { requireReceipts: true });
+      expect(first.status.state).toBe('completed');
+      const got = receiptsOf(first.rolloutId);
+      for (const id of ids) {
+        expect(device(first.status, id), id).toMatchObject({ state: 'applied', proven: true });
+        // The device's first receipt: counter 1, chained to nothing before it.
+        expect(got.get(id)!.fields, id).toMatchObject({
+          counter: 1,
+          prev: RECEIPT_GENESIS,
+          revision: 2,
+          result: 'applied',
+          phase: 0,
+        });
+        expect(got.get(id)!.fields.observed, `${id}: what its verify read is the requested revision`).toBe(
+          got.get(id)!.fields.requested,
+        );
+      }
+      // The next answer of each device: its counter up by one, chained to the receipt before it.
+      const second = await rollout('receipts-2', [a], 2, 3, { requireReceipts: true });
+      expect(device(second.status, a)).toMatchObject({ state: 'applied', proven: true });
+      const next = receiptsOf(second.rolloutId).get(a)!;
+      expect(next.fields).toMatchObject({ counter: 2, prev: receiptHash(got.get(a)!), revision: 3, result: 'applied' });
+      // A failure the device saw is its word too: the apply that exits 3 is a receipt saying failed.
+      const failing = await rollout('receipts-fail', [b], 2, 4);
+      expect(device(failing.status, b)).toMatchObject({ state: 'failed', proven: true });
+      const failed = receiptsOf(failing.rolloutId).get(b)!;
+      expect(failed.fields).toMatchObject({
+        counter: 2,
+        prev: receiptHash(got.get(b)!),
+        revision: 4,
+        result: 'failed',
+      });
+      expect(failed.fields.observed, 'no verify of r4 passed').toBeNull();
     });
   });
 }

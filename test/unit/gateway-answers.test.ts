@@ -223,12 +223,14 @@ describe("the agent's receipt on a completion (the gateway's route)", () => {
     const delivery = new AnswerDelivery({ client, sleep: noSleep, keyOf });
     const applied = answered('applied');
     await delivery.deliver(applied.deliveries);
-    expect(calls[0]!.value).toMatchObject({ device: 'd1', outcome: 'applied', receipt: applied.receipt });
+    expect(calls[0]!.value).toMatchObject({ device: 'd1', outcome: 'applied', receipt: applied.receipt, request: '1' });
     const refused = answered('refused');
     await delivery.deliver(refused.deliveries);
     expect((calls[1]!.value as ApplicationFailure).details?.[0]).toEqual({
       reason: 'EXPIRED',
       receipt: refused.receipt,
+      // The request it answers: the gateway completes the apply, so it says which (the nonce is derived from it).
+      request: '1',
     });
   });
 

@@ -340,6 +340,8 @@ describe('device twin workflow', () => {
       outcome: 'applied',
       steps: [],
       receipt: good.receipt,
+      // The request it answers (the apply activity's id): the trail recomputes its nonce from it.
+      request: '31',
     });
     const forged = await answered('32', 'applied', forger);
     expect('result' in forged && forged.result).toEqual({
@@ -354,7 +356,7 @@ describe('device twin workflow', () => {
     const refused = await answered('33', 'refused');
     expect('error' in refused && refused.error).toBeInstanceOf(EnvelopeRejected);
     const failure = applyFailureOf('error' in refused ? refused.error : undefined);
-    expect(failure?.details?.[0]).toEqual({ reason: 'BELOW_FLOOR', receipt: refused.receipt });
+    expect(failure?.details?.[0]).toEqual({ reason: 'BELOW_FLOOR', receipt: refused.receipt, request: '33' });
   });
 
   it('a sync with no news returns after its waitMs', async () => {

@@ -1,3 +1,4 @@
+import { parseAgentKey } from '../../../core/agent-auth';
 import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -31,6 +32,11 @@ export class AgentBackend implements ConformanceBackend {
   }
   home(id: string): string {
     return join(this.dir, 'homes', id);
+  }
+  receiptKey(id: string): { kind: 'agent'; publicKey: Uint8Array } {
+    const publicKey = parseAgentKey(this.pins.get(id) ?? '');
+    if (!publicKey) throw new Error(`conformance: no agent key for ${id}`);
+    return { kind: 'agent', publicKey };
   }
   inventoryEntry(id: string): Record<string, unknown> {
     const agentKey = this.pins.get(id);

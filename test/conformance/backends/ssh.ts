@@ -1,3 +1,7 @@
+import { execFileSync } from 'node:child_process';
+import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
+import { PROJECT_ROOT } from '../../../intake/package-layout';
+import { sshEd25519Key } from '../../../core/receipt';
 import { join } from 'node:path';
 import { applyToDevice, EnvelopeRejected } from '../../../device/steps';
 import type { RevisionSteps } from '../../../core/rollout/input';
@@ -14,7 +18,12 @@ interface SshDevice {
   hostKey: string;
   clientKey: string;
   home: string;
+  /** Its receipt key's `ssh-ed25519 …` line and the signer command (the shipped script over its own state directory). */
+  receipts?: { key: string; command: string };
 }
+
+/** The receipt signer as shipped (device/receipt-signer/): the documented set-up runs it through sudo as root. */
+const SIGNER = join(PROJECT_ROOT, 'device', 'receipt-signer', 'wavegate-sign-receipt');
 
 /**
  * The SSH channel, over any SSH server that runs each device's commands in its own $HOME: the worker
@@ -38,7 +47,44 @@ abstract class SshBackend implements ConformanceBackend {
   }
   inventoryEntry(id: string): Record<string, unknown> {
     const d = this.dev(id);
-    return { id, host: d.host, port: d.port, user: d.user, ssh: { hostKey: d.hostKey, key: d.clientKey } };
+    return {
+      id,
+      host: d.host,
+      port: d.port,
+      user: d.user,
+      ssh: { hostKey: d.hostKey, key: d.clientKey },
+      ...(d.receipts ? { receipts: d.receipts } : {}),
+    };
+  }
+  receiptKey(id: string): { kind: 'ssh'; publicKey: Uint8Array } {
+    const line = this.dev(id).receipts?.key;
+    const publicKey = line ? sshEd25519Key(line) : undefined;
+    if (!publicKey) throw new Error(`conformance: no receipt key for ${id}`);
+    return { kind: 'ssh', publicKey };
+  }
+  /**
+   * Enrol every device's receipt key as wavegate-receipt-setup does, in a state directory of the device's user
+   * alone (0700, the key 0600): the devices here log in as this user, so the signer runs without sudo.
+   */
+  protected enrolReceipts(ctx: SuiteContext): void {
+    for (const d of this.devices.values()) {
+      const dir = join(ctx.scratch, 'receipt-keys', d.id);
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      chmodSync(dir, 0o700);
+      execFileSync('ssh-keygen', [
+        '-q',
+        '-t',
+        'ed25519',
+        '-N',
+        '',
+        '-C',
+        `wavegate-receipt ${d.id}`,
+        '-f',
+        join(dir, 'key'),
+      ]);
+      const key = readFileSync(join(dir, 'key.pub'), 'utf8').trim().split(/\s+/).slice(0, 2).join(' ');
+      d.receipts = { key, command: `/bin/sh ${SIGNER} ${dir}` };
+    }
   }
   boardArgs(): string[] {
     return [];
@@ -91,6 +137,7 @@ export class SimBackend extends SshBackend {
         home: d.sandbox,
       });
     }
+    this.enrolReceipts(ctx);
   }
   async stop(): Promise<void> {
     await this.fleet?.stop();
@@ -114,6 +161,7 @@ export class OpenSshBackend extends SshBackend {
         clientKey: fleet.clientKeyPath,
         home: d.home,
       });
+    this.enrolReceipts(ctx);
   }
   async stop(): Promise<void> {
     await this.fleet?.stop();
