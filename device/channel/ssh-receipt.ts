@@ -5,7 +5,7 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { envelopeDigestOf } from '../../core/twin';
 import { EnvelopeRejected } from '../apply-errors';
 import { checkReceipt, receiptExpectation } from '../receipt-check';
-import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
+import type { ApplyHolder, ApplyOptions, ApplyResult, RevisionSteps } from '../steps';
 import { StepFailed, type DeviceSession } from '../transport';
 
 /**
@@ -25,12 +25,8 @@ const SIGNER_TIMEOUT_MS = 15_000;
 /** What the signer may say of itself in a problem: a signer's error is short, and its output is not ours to keep. */
 const SAID_MAX = 200;
 
-/** The receipt an answer travels with, or why it has none (the answer stands either way). */
-export type ReceiptAnswer = { receipt: string } | { receiptProblem: string };
-
-/** Asks the device for its receipt of an answer (ApplyOptions.receipt); undefined when that answer gets none. */
-/** `answer`: the unit's ApplyResult, or what it threw. */
-export type ReceiptAsk = (session: DeviceSession, answer: unknown) => Promise<ReceiptAnswer | undefined>;
+/** Asks the device for its receipt of the unit's answer (its ApplyResult, or what it threw): ../steps.ts ApplyOptions.receipt. */
+export type ReceiptAsk = NonNullable<ApplyOptions['receipt']>;
 
 /**
  * The receipt request of an apply on an enrolled device: undefined for a device without `receipts`, and for a
