@@ -82,12 +82,29 @@ export async function readAuditTrail(opts: {
   try {
     const segments = await store.segments(opts.rolloutId, opts.runId);
     const earlierRuns = opts.runId ? [] : await store.earlierRuns(opts.rolloutId);
-    return { location: store.location, kind: config.kind, segments, earlierRuns };
+    const checkpoints = opts.runId ? { notes: [] } : await keptCheckpoints(store, opts.rolloutId);
+    return { location: store.location, kind: config.kind, segments, earlierRuns, checkpoints };
   } catch (err) {
     if (err instanceof WavegateError) throw err;
     throw new WavegateError('UNAVAILABLE', (err as Error).message);
   } finally {
     await store.close();
+  }
+}
+
+/**
+ * The checkpoints kept beside the current chain (checkpointer.ts), or why they cannot be read: a damaged
+ * checkpoints file is a finding of `--verify`, not a reason to stop reading the trail.
+ */
+async function keptCheckpoints(
+  store: AuditStore,
+  rolloutId: string,
+): Promise<{ notes: string[] } | { unreadable: string }> {
+  try {
+    return { notes: await store.checkpoints(rolloutId) };
+  } catch (err) {
+    if (err instanceof WavegateError && err.code === 'INVALID_STATE') return { unreadable: err.message };
+    throw err;
   }
 }
 

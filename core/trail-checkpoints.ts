@@ -120,7 +120,7 @@ export function signersOf(
   const names = key.name ? [key.name] : [...new Set(note.signatures.map((s) => s.name))];
   const keys: CheckpointKey[] = names.map((name) => ({ name, publicKey: key.publicKey, kind }));
   const v = verifyCheckpoint(note, keys);
-  const what = kind === 'log' ? "the log's signature" : "the witness's cosignature";
+  const what = kind === 'log' ? 'signature of the log' : 'cosignature of the witness';
   if (!v.ok) return { ok: false, message: v.reason === 'NO_KNOWN_KEY' ? `no ${what} under the key given` : v.message };
   const signer = v.signers.find((s) => s.kind === kind)!;
   return { ok: true, name: signer.name, ...(signer.time === undefined ? {} : { time: signer.time }) };

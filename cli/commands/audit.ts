@@ -21,6 +21,7 @@ import { withTemporalOptions } from '../client';
 import { gateVerdictLines } from '../../core/rollout/verdict';
 import { action, EXIT_FAILED } from '../run';
 import { registerBundleCommands } from '../audit-bundle';
+import { checkKeptCheckpoints, checkpointKeysOf, checkpointLines, type KeptCheckpoints } from '../audit-checkpoints';
 
 export interface AuditFlags extends TemporalFlags {
   verify?: boolean;
@@ -33,6 +34,8 @@ export interface AuditFlags extends TemporalFlags {
   auditStore?: string;
   strict?: boolean;
   withSlices?: boolean;
+  logKey?: string;
+  witnessKey?: string;
 }
 
 /** `--head 12:ab34…`: the last seq and hash the writer acknowledged, to catch records cut off the end. */
@@ -218,15 +221,18 @@ function withDirectoryHint(err: unknown, opts: AuditFlags, where: AuditLocation)
 }
 
 /** A trail as the store holds it, for `--verify`: `--run` also names the current chain when that run wrote it. */
-export async function readChain(id: string, opts: AuditFlags): Promise<{ segments: AuditSegment[]; location: string }> {
+export async function readChain(
+  id: string,
+  opts: AuditFlags,
+): Promise<{ segments: AuditSegment[]; location: string; checkpoints: KeptCheckpoints }> {
   try {
-    const { segments, location } = await readAuditTrail({
+    const { segments, location, checkpoints } = await readAuditTrail({
       store: opts.auditStore,
       auditDir: opts.auditDir,
       rolloutId: id,
       runId: opts.run,
     });
-    return { segments, location };
+    return { segments, location, checkpoints };
   } catch (err) {
     if (!(opts.run && err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
     // The file store keeps a run's chain under its run id only once a later run moved it aside.
@@ -234,7 +240,7 @@ export async function readChain(id: string, opts: AuditFlags): Promise<{ segment
       () => undefined,
     );
     if (current && chainRunOf(current.segments) === opts.run)
-      return { segments: current.segments, location: current.location };
+      return { segments: current.segments, location: current.location, checkpoints: current.checkpoints };
     throw err;
   }
 }
@@ -649,7 +655,8 @@ async function verifyMissing(
 async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promise<number> {
   const key = where.keyFile === undefined ? undefined : readAuditKey(where.keyFile, where.keyFrom);
   const offlineHead = opts.head !== undefined ? parseHead(opts.head) : undefined;
-  let chain: { segments: AuditSegment[]; location: string };
+  const checkpointKeys = checkpointKeysOf(opts); // a bad key: exit 2 before anything is read
+  let chain: Awaited<ReturnType<typeof readChain>>;
   try {
     chain = await readChain(id, opts);
   } catch (err) {
@@ -701,8 +708,10 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
     auditDir: opts.auditDir,
     ...(key ? { key } : {}),
   });
+  // The checkpoints kept beside the chain (a worker with --checkpoint-key), against the trail as read.
+  const checkpoints = checkKeptCheckpoints(id, segments, chain.checkpoints, checkpointKeys);
   const label = `audit ${id}${opts.run ? ` run ${opts.run}` : ''}`;
-  const ok = verdict.ok && !latestFailure && linked.ok;
+  const ok = verdict.ok && !latestFailure && linked.ok && (checkpoints?.ok ?? true);
   if (opts.json) {
     const { failure } = verdict;
     const linkFailure = linked.results.find((r) => !r.ok);
@@ -717,7 +726,9 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
               ? { problem: 'deleted', message: latestFailure }
               : linkFailure
                 ? { seq: linkFailure.seq, problem: 'linked-trail', message: linkFailure.message }
-                : {}),
+                : checkpoints && !checkpoints.ok
+                  ? { problem: 'checkpoint', message: checkpointLines(checkpoints, checkpointKeys)[0] }
+                  : {}),
           chainRun: chainRun ?? null,
           headRun,
           headChecked: compared.checked,
@@ -726,6 +737,7 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
           macChecked: !!key,
           auditKeyFile: where.keyFile ?? null,
           linked,
+          checkpoints,
         },
         null,
         2,
@@ -742,6 +754,7 @@ async function verify(id: string, opts: AuditFlags, where: AuditLocation): Promi
       console.log(line);
     if (latestNote) console.log(`latest run: ${latestNote}`);
     if (latestFailure) console.log(`latest run: ${latestFailure}`);
+    for (const line of checkpointLines(checkpoints, checkpointKeys)) console.log(line);
   }
   if (!ok) return EXIT_FAILED;
   if (opts.strict && (!compared.checked || !key)) {
@@ -928,7 +941,15 @@ export function register(program: Command): void {
         '--audit-store <url>',
         'read the trail from this store instead of --audit-dir: postgres://user@host:port/db (default $WAVEGATE_AUDIT_STORE; password by $PGPASSWORD, $WAVEGATE_AUDIT_STORE_PASSWORD_FILE or ~/.pgpass)',
       )
-      .option('--strict', 'with --verify: also exit 1 when the head or the MAC could not be checked'),
+      .option('--strict', 'with --verify: also exit 1 when the head or the MAC could not be checked')
+      .option(
+        '--log-key <key>',
+        "with --verify: the worker's checkpoint key, to check each kept checkpoint's signature: a pin file (<key>.pub.yaml), ed25519:<base64> or a C2SP verifier key",
+      )
+      .option(
+        '--witness-key <key>',
+        "with --verify: the witness's key, to check each kept checkpoint's cosignature (an uncosigned one fails, named by its size): a pin file, ed25519:<base64> or a C2SP verifier key",
+      ),
   ).action(
     action(async (id: string, opts: AuditFlags) => {
       if (opts.head !== undefined) parseHead(opts.head); // bad input refused before anything is read
