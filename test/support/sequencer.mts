@@ -7,7 +7,7 @@ import { readDurations } from './test-durations.mjs';
  * own order falls back to the largest file first, and the three conformance files (a few hundred bytes
  * each, 70-95 s each) started last and ran alone at the end: the suite's tail. Longest-first keeps
  * the workers busy to the end. Files not recorded yet go first (as vitest runs unknown files first),
- * and the projects keep their order (`sequence.groupOrder`).
+ * and the projects keep their group order (`sequence.groupOrder`).
  */
 export class LongestFirstSequencer extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
@@ -18,7 +18,7 @@ export class LongestFirstSequencer extends BaseSequencer {
     return [...files].sort((a, b) => {
       const group = a.project.config.sequence.groupOrder - b.project.config.sequence.groupOrder;
       if (group !== 0) return group;
-      if (a.project.name !== b.project.name) return a.project.name < b.project.name ? -1 : 1;
+      // Projects of one group order share one pool (the unit files and the shared ones): longest first across them.
       const da = durationOf(a);
       const db = durationOf(b);
       if (da === db) return a.moduleId < b.moduleId ? -1 : a.moduleId > b.moduleId ? 1 : 0;

@@ -38,6 +38,29 @@ describe('the test sequencer (longest recorded file first)', () => {
     ]);
   });
 
+  it('orders the files of projects in one group order longest first across them (they share one pool)', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'wavegate-seq-'));
+    mkdirSync(join(root, 'test'));
+    writeFileSync(
+      join(root, 'test/durations.json'),
+      JSON.stringify({
+        'test/e2e/slow.test.ts': 90_000,
+        'test/unit/mid.test.ts': 60_000,
+        'test/e2e/quick.test.ts': 5_000,
+      }),
+    );
+    const sorted = await sequencerAt(root).sort([
+      specOf(root, 'test/e2e/quick.test.ts'),
+      specOf(root, 'test/unit/mid.test.ts', 'unit'),
+      specOf(root, 'test/e2e/slow.test.ts'),
+    ]);
+    expect(sorted.map((s) => s.moduleId.slice(root.length + 1))).toEqual([
+      'test/e2e/slow.test.ts',
+      'test/unit/mid.test.ts',
+      'test/e2e/quick.test.ts',
+    ]);
+  });
+
   it('reads no durations from a missing or malformed file (every file unknown, in path order) and drops non-numbers', async () => {
     const root = mkdtempSync(join(tmpdir(), 'wavegate-seq-'));
     expect(readDurations(root).size).toBe(0);
