@@ -98,9 +98,6 @@ export function createApplyActivities(deps: ApplyDeps) {
           holderClosed: (holder) => workflowRunClosed(deps.client ?? ctx.client, holder),
         });
         recordDeviceApply(ctx.metricMeter, { outcome: result.outcome, transport }, (Date.now() - startedAt) / 1000);
-        // Said once, here, for every transport: the answer stands as the control plane's claim, not the device's word.
-        if (result.receiptProblem)
-          deps.log?.(`apply r${input.steps.revision} -> ${input.device.id}: no receipt passed on: ${result.receiptProblem}`);
         // The request a receipt answers: its nonce is derived from this id (core/receipt.ts receiptNonce).
         return result.receipt ? { ...result, request: activityId } : result;
       } catch (err) {
