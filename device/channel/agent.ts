@@ -1,4 +1,4 @@
-import { Context } from '@temporalio/activity';
+import { activityWarning } from './activity-log';
 import type { Client } from '@temporalio/client';
 import { ageMs, describeAge, isOffline, REPORT_FRESH_MS, type TwinView } from '../../core/twin';
 import { applyThroughTwin } from '../twin/apply';
@@ -23,15 +23,6 @@ const NO_CLIENT = 'no Temporal client to read the device twin with';
 
 /** The freshness bound as evidence states it. */
 const BOUND = `reports count for ${Math.round(REPORT_FRESH_MS / 1000)} s`;
-
-/** A line in the worker's log from inside an apply activity (nowhere outside one). */
-function activityWarning(line: string): void {
-  try {
-    Context.current().log.warn(line);
-  } catch {
-    /* not in an activity */
-  }
-}
 
 export function agentChannel(deps: ChannelDeps): DeviceChannel {
   const now = deps.now ?? Date.now;

@@ -1,3 +1,4 @@
+import { activityWarning } from './activity-log';
 import type { ReceiptClaim, ReceiptResult } from '../../core/receipt';
 import { sshEd25519Key } from '../../core/receipt';
 import { receiptReason } from '../../core/agent-receipt';
@@ -47,6 +48,12 @@ export function sshReceiptAsk(
     phase,
   };
   const key = sshEd25519Key(enrolled.key);
+  const notPassedOn = (receiptProblem: string) => {
+    activityWarning(
+      `${target.id}: the receipt of its answer to ${steps.profile} r${steps.revision} is not passed on: ${receiptProblem}`,
+    );
+    return { receiptProblem };
+  };
   return async (session, answer) => {
     const said = claimOf(answer, requested);
     if (!said) return undefined;
@@ -58,11 +65,11 @@ export function sshReceiptAsk(
         stdin: Buffer.from(claimText(claim)),
       });
     } catch (err) {
-      return { receiptProblem: `signer: no answer (${cut((err as Error).message)})` };
+      return notPassedOn(`signer: no answer (${cut((err as Error).message)})`);
     }
-    if (res.code !== 0) return { receiptProblem: `signer: exit ${res.code}${lastWords(res.stderr || res.stdout)}` };
+    if (res.code !== 0) return notPassedOn(`signer: exit ${res.code}${lastWords(res.stderr || res.stdout)}`);
     const checked = checkReceipt(res.stdout, { ...expected, results: [claim.result] }, key);
-    return checked.ok ? { receipt: res.stdout } : { receiptProblem: `receipt: ${checked.problem}` };
+    return checked.ok ? { receipt: res.stdout } : notPassedOn(`receipt: ${checked.problem}`);
   };
 }
 
