@@ -1,3 +1,4 @@
+import { fromBase64 } from '../core/bytes';
 import type { SignerKind } from '../core/checkpoint';
 import { WavegateError } from '../core/errors';
 import { parseSecretKeyFile, parseTrust, type KeyPair } from '../core/signing';
@@ -30,6 +31,14 @@ export function readSigningKeyFile(flag: string, path: string): KeyPair {
       value: path,
     });
   }
+  // core/signing.ts's refusal of a malformed field quotes its value: never for the secret key.
+  const secret = (data as { secretKey?: unknown } | null)?.secretKey;
+  if (typeof secret !== 'string' || fromBase64(secret)?.length !== 32)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${flag} ${path}: invalid\n  secretKey: must be the base64 of a 32-byte Ed25519 secret key (not shown)`,
+      { field: flag, value: path },
+    );
   return parseSecretKeyFile(data, `${flag} ${path}`);
 }
 

@@ -173,6 +173,30 @@ afterAll(async () => {
   scratch.cleanup();
 });
 
+describe('wavegate worker refuses bad checkpoint flags before it connects', () => {
+  it('a key file others may read, --witness without --witness-key: exit 2 naming the flag, nothing polled', async () => {
+    const open = join(scratch.dir, 'open.key');
+    writeFileSync(open, `${JSON.stringify(secretKeyFile(logPair))}\n`, { mode: 0o644 });
+    chmodSync(open, 0o644);
+    for (const [flags, said] of [
+      [['--checkpoint-key', open], `--checkpoint-key "${open}": readable by others (mode 644)`],
+      [
+        ['--checkpoint-key', logKeyFile, '--witness', 'http://127.0.0.1:1'],
+        '--witness "http://127.0.0.1:1": needs --witness-key',
+      ],
+    ] as const) {
+      const run = await runCli(
+        ['worker', '--address', '127.0.0.1:1', '--task-queue', 'q-bad', '--profiles', PROJECT_ROOT, ...flags],
+        { env: NO_CONFIG },
+      );
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(said);
+      expect(`${run.stdout}${run.stderr}`).not.toContain(Buffer.from(logPair.secretKey).toString('base64'));
+      expect(run.stdout).not.toMatch(/polling/);
+    }
+  }, 120_000);
+});
+
 describe('a worker with a checkpoint key and a witness', () => {
   let first = '';
 
