@@ -11,6 +11,11 @@ import { PROJECT_ROOT } from '../../intake/package-layout';
 import { runCli, stopChild, WAVEGATE_BIN, type CliRun } from '../support/cli';
 import { fleetWithInventory, scratchDir, writeDemoSpecAt } from '../support/harness';
 import { startPostgres, type Postgres } from '../support/postgres';
+import { SCHEMA_VERSION } from '../../audit';
+import { CHECKPOINTED_EVENTS } from '../../audit/checkpointer';
+import { agentKeyPin } from '../../core/agent-auth';
+import type { AuditEventName } from '../../core/audit';
+import { keyPairFromSeed, secretKeyFile } from '../../core/signing';
 
 /**
  * The shared audit store end to end (issue 11 item 2): a real `wavegate worker --audit-store
@@ -27,6 +32,9 @@ let inventory = '';
 let worker: ChildProcess | undefined;
 let workerOutput = '';
 const keyFile = join(scratch.dir, 'audit.key');
+/** The worker's checkpoint key (a keygen key file): its checkpoints go to the database too. */
+const checkpointPair = keyPairFromSeed(new Uint8Array(32).fill(61));
+const checkpointKeyFile = join(scratch.dir, 'checkpoint.key');
 const specPath = join(scratch.dir, 'spec.yaml');
 const workerDir = join(scratch.dir, 'worker-host');
 const operatorDir = join(scratch.dir, 'operator-laptop');
@@ -81,6 +89,7 @@ beforeAll(async () => {
   mkdirSync(workerDir, { recursive: true });
   mkdirSync(operatorDir, { recursive: true });
   writeFileSync(keyFile, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  writeFileSync(checkpointKeyFile, JSON.stringify(secretKeyFile(checkpointPair)), { mode: 0o600 });
   [pg, env] = await Promise.all([startPostgres(), startDevServerEnv()]);
   ({ fleet, inventoryPath: inventory } = await fleetWithInventory(scratch.dir, demoDevices(4), {
     'pool-a': 0.5,
@@ -157,6 +166,10 @@ describe('the audit in PostgreSQL, end to end', () => {
         pg.url,
         '--audit-dir',
         join(workerDir, 'audit'),
+        '--checkpoint-key',
+        checkpointKeyFile,
+        '--checkpoint-name',
+        'pg-e2e',
       ],
       { cwd: workerDir, env: cleanEnv({ WAVEGATE_AUDIT_STORE_PASSWORD_FILE: pg.passwordFile }) },
     );
@@ -170,7 +183,7 @@ describe('the audit in PostgreSQL, end to end', () => {
       w.stderr!.on('data', onData);
       w.once('exit', (code) => reject(new Error(`worker exited ${code}:\n${workerOutput}`)));
     });
-    expect(workerOutput).toContain(`audit store: ${pg.url} (schema version 1, migrated from 0)`);
+    expect(workerOutput).toContain(`audit store: ${pg.url} (schema version ${SCHEMA_VERSION}, migrated from 0)`);
     expect(workerOutput).not.toContain(pg.password);
 
     const start = await wavegate(
@@ -213,6 +226,23 @@ describe('the audit in PostgreSQL, end to end', () => {
     expect(verify.stdout).toContain(`audit ${rolloutId}: ${rows.length} records, chain intact`);
     expect(verify.stdout).toMatch(/head: compared with .*record \d+/);
     expect(verify.stdout).toContain('MAC: every record checked against the audit key');
+    // Checkpoints (no witness here: kept with the log's signature alone) are rows beside the records, one per
+    // transition record's size, and --verify checks them against the rows under the worker's key.
+    const sizes = await admin(async (c) =>
+      (
+        await c.query<{ n: string }>(
+          `SELECT n FROM wavegate_audit_checkpoints WHERE rollout_id = '${rolloutId}' ORDER BY n`,
+        )
+      ).rows.map((r) => Number(r.n)),
+    );
+    expect(sizes).toEqual(rows.flatMap((r, i) => (CHECKPOINTED_EVENTS.has(r.event as AuditEventName) ? [i + 1] : [])));
+    const withKey = await wavegate([...verifyArgs(), '--log-key', agentKeyPin(checkpointPair.publicKey)], {
+      cwd: operatorDir,
+      env: { PGPASSWORD: pg.password },
+    });
+    expect(withKey.code, withKey.stdout).toBe(0);
+    expect(withKey.stdout).toContain(`checkpoints: ${sizes.length} kept`);
+    expect(withKey.stdout).toContain("the log's signatures checked under");
 
     const listing = await wavegate(['audit', rolloutId, '--audit-store', pg.url], {
       cwd: operatorDir,
