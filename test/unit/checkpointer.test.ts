@@ -265,6 +265,28 @@ describe('the checkpointer in appendAudit', () => {
     expect(logs.at(-1)).toMatch(/UNCOSIGNED: .*CONFLICT/);
   });
 
+  it("a checkpoint the store cannot write fails the append's activity; its retry writes it, the record once", async () => {
+    let fail = true;
+    const flaky: AuditStore = {
+      ...store,
+      appendCheckpoint: async (id, note) => {
+        if (fail) throw new Error('disk full');
+        return store.appendCheckpoint(id, note);
+      },
+    };
+    const audit = auditActivitiesOf(
+      flaky,
+      createCheckpointer(flaky, { pair: logPair, name: 'cp.test', log: (line) => logs.push(line) }),
+    );
+    const started = event('rollout.started');
+    await expect(audit.appendAudit(started)).rejects.toThrow('disk full');
+    fail = false;
+    expect(await audit.appendAudit(started)).toMatchObject({ seq: 1 });
+    const { records, notes } = await stored();
+    expect(records).toHaveLength(1);
+    expect(sizesOf(notes)).toEqual([1]);
+  });
+
   it('a worker without a checkpointer makes none (the default)', async () => {
     const audit = auditActivitiesOf(store);
     await audit.appendAudit(event('rollout.started'));
