@@ -155,7 +155,8 @@ export function secretKeyFile(pair: KeyPair): z.infer<typeof SecretKeyFile> {
 }
 
 export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
-  const file = parseWith(SecretKeyFile, data, source);
+  // A refusal names a field with its value: never the secret's, however malformed (a near-miss is most of a key).
+  const file = parseWith(SecretKeyFile, withSecretHidden(data), source);
   const secret = fromBase64(file.secretKey);
   if (secret?.length !== 32) throw invalid(source, ['  secretKey: must be a base64 32-byte Ed25519 secret key']);
   const pair = keyPairFromSeed(secret);
@@ -163,6 +164,14 @@ export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
     throw invalid(source, ['  kid: does not belong to this secret key (the file was edited or mixed up)']);
   }
   return pair;
+}
+
+/** The document with a `secretKey` that is not well-formed base64 replaced by a placeholder the checks refuse alike. */
+function withSecretHidden(data: unknown): unknown {
+  if (data === null || typeof data !== 'object' || Array.isArray(data) || !Object.hasOwn(data, 'secretKey')) return data;
+  const secret = (data as { secretKey: unknown }).secretKey;
+  const wellFormed = typeof secret === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(secret);
+  return wellFormed ? data : { ...data, secretKey: '[hidden: not base64]' };
 }
 
 export function pinOf(pair: Pick<KeyPair, 'kid' | 'publicKey'>, name?: string): Pin {

@@ -103,6 +103,20 @@ describe('keys', () => {
     expect(parseSecretKeyFile(file, 'k.json').kid).toBe(alice.kid);
     expect(() => parseSecretKeyFile({ ...file, kid: bob.kid }, 'k.json')).toThrow(/does not belong/);
   });
+  it('a malformed secret key is refused without a character of it in the message', () => {
+    const file = secretKeyFile(alice);
+    // One bad character: the rest of the value is the whole key.
+    const nearMiss = `${file.secretKey.slice(0, 20)}!${file.secretKey.slice(21)}`;
+    let message = '';
+    try {
+      parseSecretKeyFile({ ...file, secretKey: nearMiss }, 'k.json');
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/secretKey/);
+    expect(message).not.toContain(file.secretKey.slice(0, 20));
+    expect(message).not.toContain(file.secretKey.slice(21, 40));
+  });
   it('trust files must pin keys that match their kid, and a reachable threshold', () => {
     expect(() =>
       parseTrust({ threshold: 1, pins: [{ kid: bob.kid, publicKey: toBase64(alice.publicKey) }] }, 't.yaml'),
