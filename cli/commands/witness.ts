@@ -1,10 +1,11 @@
+import { readSigningKeyFile } from '../../intake/checkpoint-keys';
 import type { Command } from 'commander';
 import { agentKeyPin, parseAgentKey } from '../../core/agent-auth';
 import type { CheckpointKey } from '../../core/checkpoint';
 import { WavegateError } from '../../core/errors';
-import { type KeyPair, parseSecretKeyFile, parseTrust } from '../../core/signing';
+import { type KeyPair, parseTrust } from '../../core/signing';
 import { prepareStateDir } from '../../agent/inputs';
-import { checkOwnerOnlyFile, parseDocumentText, readFlagFile } from '../../intake/files';
+import { parseDocumentText, readFlagFile } from '../../intake/files';
 import { startWitness } from '../witness/server';
 import { parseListen } from '../../http/listen';
 import { action } from '../run';
@@ -19,7 +20,6 @@ const log = (line: string) => process.stdout.write(`${line}\n`);
 
 /** C2SP key names (core/checkpoint.ts): printable ASCII, no space or "+". */
 const KEY_NAME = /^[\x21-\x2a\x2c-\x7e]{1,128}$/;
-const KEY_FILE_MAX_BYTES = 64 * 1024;
 
 interface WitnessFlags {
   key: string;
@@ -34,13 +34,8 @@ const refuse = (flag: string, value: string, why: string) =>
 
 /** `--key`: a wavegate key file (`wavegate keygen`), the owner's alone (like an ssh private key). */
 function loadWitnessKey(path: string): KeyPair {
-  checkOwnerOnlyFile('--key', path, {
-    maxBytes: KEY_FILE_MAX_BYTES,
-    expected: 'a wavegate key file (wavegate keygen --out FILE)',
-    details: { field: '--key', value: path },
-  });
-  const data = parseDocumentText(readFlagFile('--key', path).toString('utf8'), `--key ${path}`, 'json');
-  return parseSecretKeyFile(data, `--key ${path}`);
+  // One reader of a signing key for every command that holds one: owner-only, bounded, never quoting the secret.
+  return readSigningKeyFile('--key', path);
 }
 
 /**
