@@ -6,7 +6,6 @@ import { WavegateError } from '../core/errors';
 import { checkProfileName } from '../core/profile-name';
 import {
   enrolledPublicKey,
-  parseVerifierKey,
   RECEIPTS_BUNDLE_FORMAT,
   type BundleRevision,
   type EnrolledDevice,
@@ -16,7 +15,9 @@ import { parseReceipt, receiptKeyId, type ReceiptKeyKind } from '../core/receipt
 import { parseTrust, type Trust } from '../core/signing';
 import { envelopeDigestOf } from '../core/twin';
 import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes } from '../intake/files';
+import { readPinnedKey } from '../intake/checkpoint-keys';
 import { loadInventory } from '../intake/inventory';
+import { pinnedKeyText } from '../core/trail-checkpoints';
 import { profileDir, revisionNumbers } from '../intake/profile-dir';
 import { openAuditStore, readAuditTrail } from './index';
 
@@ -31,7 +32,7 @@ import { openAuditStore, readAuditTrail } from './index';
  *   enrolment.json        { devices: [{ id, kind: agent|ssh, key, revoked?: { at, reason } }] }
  *   revisions/<p>/<n>.json  the signed envelopes the trail names; trust/<p>.yaml their pins
  *   checkpoints.jsonl     one JSON string a line: a checkpoint note (C2SP signed note)
- *   keys/log.pub, keys/witness.pub   the log's and the witness's verifier keys (C2SP vkey lines)
+ *   keys/log.pub, keys/witness.pub   the log's and the witness's public keys ([<name>=]ed25519:<base64>)
  */
 
 /** Bounds of what a bundle's files may hold: a trail of 100,000 receipts is about 80 MB. */
@@ -193,7 +194,7 @@ export interface ExportOptions {
   profilesRoot: string;
   /** A YAML list of { key, at, reason }: enrolments revoked, by key (its text or its id). */
   revoked?: string;
-  /** Files holding the log's and the witness's verifier keys (C2SP vkey lines). */
+  /** The log's and the witness's keys as the checkpoint flags take them (intake/checkpoint-keys.ts readPinnedKey). */
   logKey?: string;
   witnessKey?: string;
   store?: string;
@@ -263,13 +264,9 @@ function enrolmentOf(ids: Set<string>, inventoryPath: string, revokedPath?: stri
   return out;
 }
 
-/** A verifier key file (--log-key / --witness-key): one C2SP vkey line of the kind expected. */
-function readVerifierKey(flag: string, path: string, kind: 'log' | 'witness'): string {
-  const text = readBytes(path, LIMITS.key).toString('utf8').trim();
-  const key = parseVerifierKey(text);
-  if (typeof key === 'string') throw bad(`${flag} ${path}`, key);
-  if (key.kind !== kind) throw bad(`${flag} ${path}`, `a ${key.kind} key (type byte), expected a ${kind} key`);
-  return text;
+/** --log-key / --witness-key as every checkpoint flag reads a pinned key, written as keys/<kind>.pub holds it. */
+function readCheckpointKey(flag: string, value: string, kind: 'log' | 'witness'): string {
+  return pinnedKeyText(readPinnedKey(flag, value, kind));
 }
 
 /** The envelopes of a profile the trail names (receipts' revisions, the rollout's from/to, observed digests). */
@@ -408,8 +405,8 @@ async function readTrail(opts: ExportOptions): Promise<{ segments: AuditSegment[
 /** `wavegate audit export <id> --bundle <dir>`: the rollout's trail and all it needs to be checked offline. */
 export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleManifest> {
   checkBundleDir(resolve(opts.bundleDir));
-  const logKey = opts.logKey ? readVerifierKey('--log-key', opts.logKey, 'log') : undefined;
-  const witnessKey = opts.witnessKey ? readVerifierKey('--witness-key', opts.witnessKey, 'witness') : undefined;
+  const logKey = opts.logKey ? readCheckpointKey('--log-key', opts.logKey, 'log') : undefined;
+  const witnessKey = opts.witnessKey ? readCheckpointKey('--witness-key', opts.witnessKey, 'witness') : undefined;
   const { segments, checkpoints } = await readTrail(opts);
   const trail = trailDevices(segments);
   const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked);

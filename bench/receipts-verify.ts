@@ -33,7 +33,8 @@ import {
   sshEd25519Wire,
   type ReceiptFields,
 } from '../core/receipt';
-import { verifierKeyText, type EnrolledDevice } from '../core/receipt-verify';
+import type { EnrolledDevice } from '../core/receipt-verify';
+import { pinnedKeyText } from '../core/trail-checkpoints';
 import { keyPairFromSeed } from '../core/signing';
 import { envelopeDigestOf } from '../core/twin';
 import { nativeEd25519Sign } from '../device/ed25519-native';
@@ -194,8 +195,8 @@ function makeBundle(dir: string, n: number): void {
     revisions: [1, 2].map((r) => ({ profile: 'web', revision: r, text: JSON.stringify(profile.envelope(r)) })),
     trust: [{ profile: 'web', text: readFileSync(profile.trustFile, 'utf8') }],
     checkpoints,
-    logKey: verifierKeyText({ name: 'log', publicKey: log.publicKey, kind: 'log' }),
-    witnessKey: verifierKeyText({ name: 'witness', publicKey: witness.publicKey, kind: 'witness' }),
+    logKey: pinnedKeyText({ name: 'log', publicKey: log.publicKey }),
+    witnessKey: pinnedKeyText({ name: 'witness', publicKey: witness.publicKey }),
     receipts: n,
     devices: n,
   });

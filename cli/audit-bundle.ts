@@ -111,8 +111,14 @@ export function registerBundleCommands(audit: Command): void {
       'profiles root: the signed envelopes and trust.yaml of the profile (default $WAVEGATE_PROFILES, else ./profiles)',
     )
     .option('--revoked <file>', 'a YAML list of { key, at, reason }: enrolled keys revoked (the key line or its id)')
-    .option('--log-key <file>', "the control plane's checkpoint key: a C2SP verifier key line (name+hash+base64)")
-    .option('--witness-key <file>', "the witness's key: a C2SP verifier key line (name+hash+base64)")
+    .option(
+      '--log-key <key>',
+      "the control plane's checkpoint key, as the worker's flags take it: a pin file (<key>.pub.yaml), ed25519:<base64> or a C2SP verifier key",
+    )
+    .option(
+      '--witness-key <key>',
+      "the witness's key, as the worker's --witness-key takes it: a pin file (<key>.pub.yaml), ed25519:<base64> or a C2SP verifier key",
+    )
     .option('--audit-dir <dir>', "where the audit files are: the worker's --audit-dir (default $WAVEGATE_AUDIT_DIR)")
     .option(
       '--audit-store <url>',

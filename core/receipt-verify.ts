@@ -1,15 +1,10 @@
-import { fromBase64, toBase64 } from './bytes';
+import { bytesEqual, fromBase64, toBase64 } from './bytes';
 import { parseAuditLog, verifyAuditSegments, type AuditRecord, type AuditSegment, type TrailVerdict } from './audit';
-import { keyHash, parseCheckpoint, verifyCheckpoint, type CheckpointKey, type SignerKind } from './checkpoint';
-import {
-  consistencyProof,
-  HASH_BYTES,
-  leafHash,
-  nodeHash,
-  treeRoot,
-  verifyConsistency,
-  verifyInclusion,
-} from './merkle';
+import { parseCheckpoint, type SignerKind } from './checkpoint';
+import { WavegateError } from './errors';
+import { HASH_BYTES, nodeHash, verifyInclusion } from './merkle';
+import { checkTrailCheckpoints, parsePinnedKey, type PinnedKey } from './trail-checkpoints';
+import { recordLeafHash, TrailTree } from './trail-tree';
 import {
   parseReceipt,
   RECEIPT_GENESIS,
@@ -516,55 +511,12 @@ function checkChain(ctx: ReceiptContext, r: Receipt, record: AuditRecord, mode: 
 
 // ---- checkpoints: the log's signed tree heads over the trail, cosigned by the witness ----
 
-const VKEY_TYPES: Record<number, SignerKind> = { 1: 'log', 4: 'witness' };
-
 /**
- * A C2SP verifier key line (`<name>+<hex key hash>+<base64(type byte || 32-byte Ed25519 key)>`, the form
- * golang.org/x/mod/sumdb/note and the witness ecosystem read): type 0x01 a log's signing key, 0x04 a witness's
- * cosignature key. A string saying why not for anything else.
+ * PATH(index, D[0:size]) (RFC 9162 §2.1.3.1, bottom up, as core/merkle.ts inclusionProof) of many leaves, every
+ * subtree hashed once: an inclusion proof of every record holding receipts costs the tree once (2n hashes), where
+ * inclusionProof (O(n) each) costs n per record. core/trail-tree.ts TrailTree holds no inclusion proof yet.
  */
-export function parseVerifierKey(text: string): CheckpointKey | string {
-  // The base64 may hold `+` itself: the name and the hash are the first two fields.
-  const m = /^([^+\s]+)\+([0-9a-f]{8})\+([A-Za-z0-9+/=]+)$/.exec(text.trim());
-  if (!m) return 'must be one line <name>+<8 hex>+<base64 key>';
-  const [, name, hash, b64] = m as unknown as [string, string, string, string];
-  const bytes = fromBase64(b64);
-  const kind = bytes ? VKEY_TYPES[bytes[0]!] : undefined;
-  if (bytes?.length !== 33 || !kind) return 'the key must be base64 of a type byte (01 or 04) and 32 bytes';
-  if (!/^[\x21-\x2a\x2c-\x7e]{1,128}$/.test(name))
-    return `key name ${JSON.stringify(name.slice(0, 40))}: not a C2SP key name`;
-  const publicKey = bytes.subarray(1);
-  if (hash !== toHex(keyHash(name, publicKey, kind))) return `key hash ${hash} does not match the name and key`;
-  return { name, publicKey, kind };
-}
-
-/** The verifier key line of a checkpoint key (parseVerifierKey's inverse). */
-export function verifierKeyText(key: CheckpointKey): string {
-  const bytes = new Uint8Array(33);
-  bytes[0] = key.kind === 'log' ? 0x01 : 0x04;
-  bytes.set(key.publicKey, 1);
-  return `${key.name}+${toHex(keyHash(key.name, key.publicKey, key.kind))}+${toBase64(bytes)}`;
-}
-
-function toHex(bytes: Uint8Array): string {
-  let out = '';
-  for (const b of bytes) out += b.toString(16).padStart(2, '0');
-  return out;
-}
-
-function fromHex(hex: unknown): Uint8Array {
-  const out = new Uint8Array(HASH_BYTES);
-  if (typeof hex === 'string' && /^[0-9a-f]{64}$/.test(hex))
-    for (let i = 0; i < HASH_BYTES; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
-  return out;
-}
-
-/**
- * MTH(D[lo:hi]) of the trail's leaves, every subtree hashed once whatever ranges are asked: a root of each
- * checkpoint and an inclusion proof of every record that holds receipts cost the tree once (2n hashes), where
- * core/merkle.ts's generators (O(n) each) would cost n per proof.
- */
-function subtrees(leaves: readonly Uint8Array[]) {
+function inclusionPaths(leaves: readonly Uint8Array[]) {
   const memo = new Map<number, Uint8Array>();
   const split = (n: number) => {
     let k = 1;
@@ -582,25 +534,21 @@ function subtrees(leaves: readonly Uint8Array[]) {
     }
     return h;
   };
-  return {
-    root: (size: number) => (size === 0 ? treeRoot([], 0) : range(0, size)),
-    /** RFC 9162 §2.1.3.1 PATH(index, D[0:size]), bottom up (as core/merkle.ts inclusionProof). */
-    proof(index: number, size: number): Uint8Array[] {
-      const topDown: Uint8Array[] = [];
-      let lo = 0;
-      let hi = size;
-      while (hi - lo > 1) {
-        const k = split(hi - lo);
-        if (index - lo < k) {
-          topDown.push(range(lo + k, hi));
-          hi = lo + k;
-        } else {
-          topDown.push(range(lo, lo + k));
-          lo += k;
-        }
+  return (index: number, size: number): Uint8Array[] => {
+    const topDown: Uint8Array[] = [];
+    let lo = 0;
+    let hi = size;
+    while (hi - lo > 1) {
+      const k = split(hi - lo);
+      if (index - lo < k) {
+        topDown.push(range(lo + k, hi));
+        hi = lo + k;
+      } else {
+        topDown.push(range(lo, lo + k));
+        lo += k;
       }
-      return topDown.reverse();
-    },
+    }
+    return topDown.reverse();
   };
 }
 
@@ -617,107 +565,70 @@ interface GoodCheckpoint {
   root: Uint8Array;
 }
 
+/** keys/<kind>.pub as core/trail-checkpoints.ts parsePinnedKey reads a pinned key, or why not. */
+function bundleKey(text: string | undefined, kind: SignerKind): PinnedKey | string {
+  const file = `keys/${kind}.pub`;
+  if (text === undefined) return `${file}: the bundle holds no ${kind} key`;
+  try {
+    return (
+      parsePinnedKey(text, file, kind) ??
+      `${file}: not a pinned key ([<name>=]ed25519:<base64>, or a C2SP verifier key)`
+    );
+  } catch (err) {
+    if (err instanceof WavegateError) return err.message;
+    throw err;
+  }
+}
+
 /**
- * Every checkpoint signed by the log's key and cosigned by the witness's, its origin this rollout's, its root the
- * Merkle root of the trail's first `size` records; each extends the one before (a consistency proof from the trail;
- * two of one size with different roots are a fork); every record holding receipts included under the last.
+ * The checks `audit --verify` makes of the checkpoints kept beside a trail (core/trail-checkpoints.ts
+ * checkTrailCheckpoints: this rollout's, signed by the log's key and cosigned by the witness's, the root of the
+ * trail's first `size` records, none cut off, each consistent with the one before), with both keys required; any
+ * two of one size with different roots are a fork; every record holding receipts is included under the last good one.
  */
 function checkCheckpoints(bundle: ReceiptsBundle, records: AuditRecord[]): CheckpointResult {
   const findings: ReceiptFinding[] = [];
   const find = (check: ReceiptCheck, message: string) => findings.push({ check, message });
   if (bundle.checkpoints.length === 0) return { findings, included: undefined, inclusion: null };
-  const keys: CheckpointKey[] = [];
-  for (const [kind, text] of [
-    ['log', bundle.logKey],
-    ['witness', bundle.witnessKey],
-  ] as const) {
-    const key = text === undefined ? `the bundle holds no ${kind} key (keys/${kind}.pub)` : parseVerifierKey(text);
-    if (typeof key === 'string') find('checkpoint', `keys/${kind}.pub: ${key}`);
-    else if (key.kind !== kind) find('checkpoint', `keys/${kind}.pub: a ${key.kind} key, not a ${kind} key`);
-    else keys.push(key);
-  }
-  const leaves = records.map((r) => leafHash(fromHex(r.hash)));
-  const tree = subtrees(leaves);
-  const origin = `wavegate/${bundle.rollout}`;
+  const log = bundleKey(bundle.logKey, 'log');
+  const witness = bundleKey(bundle.witnessKey, 'witness');
+  for (const key of [log, witness]) if (typeof key === 'string') find('checkpoint', key);
+  const tree = TrailTree.of(records);
+  const verdict = checkTrailCheckpoints(bundle.rollout, bundle.checkpoints, tree, {
+    ...(typeof log === 'string' ? {} : { log }),
+    ...(typeof witness === 'string' ? {} : { witness }),
+  });
+  const keysGiven = typeof log !== 'string' && typeof witness !== 'string';
   const seen: GoodCheckpoint[] = [];
   const good: GoodCheckpoint[] = [];
-  for (const [i, note] of bundle.checkpoints.entries()) {
-    const n = i + 1;
-    const parsed = parseCheckpoint(note);
-    if (!parsed.ok) {
-      find('checkpoint', `checkpoint ${n}: ${parsed.message}`);
-      continue;
-    }
+  for (const report of verdict.checkpoints) {
+    for (const problem of report.problems)
+      find('checkpoint', `checkpoint ${report.n} (size ${report.size ?? '?'}): ${problem}`);
+    const parsed = parseCheckpoint(bundle.checkpoints[report.n - 1]);
+    if (!parsed.ok) continue;
     const { size, root } = parsed.note.checkpoint;
     for (const other of seen)
-      if (other.size === size && toHex(other.root) !== toHex(root))
+      if (other.size === size && !bytesEqual(other.root, root))
         find(
           'fork',
-          `checkpoint ${n}: size ${size} with another root than checkpoint ${other.n}: the trail was forked`,
+          `checkpoint ${report.n}: size ${size} with another root than checkpoint ${other.n}: the trail was forked`,
         );
-    seen.push({ n, size, root });
-    const checked = checkpointProblem(parsed.note, keys, origin, records.length, tree);
-    if (checked) find('checkpoint', `checkpoint ${n} (size ${size}): ${checked}`);
-    else good.push({ n, size, root });
+    seen.push({ n: report.n, size, root });
+    if (keysGiven && report.problems.length === 0) good.push({ n: report.n, size, root });
   }
-  for (let i = 1; i < good.length; i++) {
-    const [a, b] = [good[i - 1]!, good[i]!];
-    if (b.size < a.size) {
-      find(
-        'fork',
-        `checkpoint ${b.n} (size ${b.size}) is smaller than checkpoint ${a.n} (size ${a.size}): a trail never shrinks`,
-      );
-      continue;
-    }
-    const proof = a.size === b.size || a.size === 0 ? [] : consistencyFrom(leaves, a.size, b.size);
-    const check = verifyConsistency({ oldSize: a.size, oldRoot: a.root, size: b.size, root: b.root, proof });
-    if (!check.ok) find('fork', `checkpoint ${b.n} does not extend checkpoint ${a.n}: ${check.message}`);
-  }
-  return { findings, ...inclusionUnder(good.at(-1), records, leaves, tree) };
-}
-
-/** Why a parsed checkpoint is not one of this trail's, signed and cosigned; null when it is. */
-function checkpointProblem(
-  note: Extract<ReturnType<typeof parseCheckpoint>, { ok: true }>['note'],
-  keys: CheckpointKey[],
-  origin: string,
-  held: number,
-  tree: ReturnType<typeof subtrees>,
-): string | null {
-  const { size, root } = note.checkpoint;
-  if (note.checkpoint.origin !== origin) return `origin ${note.checkpoint.origin}, not this rollout's ${origin}`;
-  const v = verifyCheckpoint(note, keys);
-  if (!v.ok) return v.message;
-  const log = keys.find((k) => k.kind === 'log');
-  const witness = keys.find((k) => k.kind === 'witness');
-  if (!log || !v.signers.some((s) => s.kind === 'log' && s.name === log.name))
-    return `not signed by the log's key${log ? ` ${log.name}` : ''}`;
-  if (!witness || !v.signers.some((s) => s.kind === 'witness' && s.name === witness.name))
-    return `not cosigned by the witness${witness ? ` ${witness.name}` : ''}: an uncosigned checkpoint proves nothing to a third party`;
-  if (size > held) return `the trail holds ${held} records: records ${held + 1}-${size} were cut off`;
-  if (toHex(tree.root(size)) !== toHex(root))
-    return `its root is not the Merkle root of the trail's first ${size} records: the trail was rewritten`;
-  return null;
-}
-
-/** RFC 9162 §2.1.4.1 PROOF(m, D[0:n]) from the trail's leaves (core/merkle.ts). */
-function consistencyFrom(leaves: Uint8Array[], oldSize: number, size: number): Uint8Array[] {
-  return consistencyProof(leaves, oldSize, size);
+  return { findings, ...inclusionUnder(good.at(-1), records) };
 }
 
 /** Each record's inclusion under the last good checkpoint, proved and checked once per record. */
-function inclusionUnder(
-  last: GoodCheckpoint | undefined,
-  records: AuditRecord[],
-  leaves: Uint8Array[],
-  tree: ReturnType<typeof subtrees>,
-): Omit<CheckpointResult, 'findings'> {
+function inclusionUnder(last: GoodCheckpoint | undefined, records: AuditRecord[]): Omit<CheckpointResult, 'findings'> {
   if (!last)
     return {
       included: () => 'no checkpoint signed by the log and cosigned by the witness holds its record',
       inclusion: null,
     };
   const index = new Map(records.map((r, i) => [r, i]));
+  const leaves = records.map(recordLeafHash);
+  const path = inclusionPaths(leaves);
   const answers = new Map<number, string | null>();
   const inclusion = { proofs: 0, largestBytes: 0, size: last.size };
   const included = (record: AuditRecord): string | null => {
@@ -726,7 +637,7 @@ function inclusionUnder(
     if (answer !== undefined) return answer;
     if (i >= last.size) answer = `not under the last checkpoint (checkpoint ${last.n}, size ${last.size})`;
     else {
-      const proof = tree.proof(i, last.size);
+      const proof = path(i, last.size);
       // What a third party is handed for one receipt: the proof, its index and the tree size.
       inclusion.largestBytes = Math.max(inclusion.largestBytes, proof.length * HASH_BYTES + 16);
       inclusion.proofs++;

@@ -19,7 +19,8 @@ import {
   type ReceiptChainState,
   type ReceiptFields,
 } from '../../core/receipt';
-import { verifierKeyText, type EnrolledDevice, type ReceiptsBundle } from '../../core/receipt-verify';
+import type { EnrolledDevice, ReceiptsBundle } from '../../core/receipt-verify';
+import { pinnedKeyText } from '../../core/trail-checkpoints';
 import { keyPairFromSeed, parseTrust, type KeyPair } from '../../core/signing';
 import { envelopeDigestOf } from '../../core/twin';
 import type { BundleContent } from '../../audit/bundle';
@@ -246,8 +247,8 @@ export function receiptsFixture(scratch: string): Fixture {
     revisions: [1, 2].map((n) => ({ profile: 'web', revision: n, envelope: profile.envelope(n) })),
     trust: { web: parseTrust(parseYaml(trustText), profile.trustFile) },
     checkpoints: (opts.sizes ?? [2, 6, 7]).map((size) => checkpoint(records, size)),
-    logKey: verifierKeyText({ name: LOG_NAME, publicKey: log.publicKey, kind: 'log' }),
-    witnessKey: verifierKeyText({ name: WITNESS_NAME, publicKey: witness.publicKey, kind: 'witness' }),
+    logKey: pinnedKeyText({ name: LOG_NAME, publicKey: log.publicKey }),
+    witnessKey: pinnedKeyText({ name: WITNESS_NAME, publicKey: witness.publicKey }),
   });
 
   const content = (b: ReceiptsBundle): BundleContent => ({

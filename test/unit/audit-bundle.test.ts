@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { auditFilePath } from '../../audit/file';
 import { readReceiptsBundle, writeReceiptsBundle } from '../../audit/bundle';
-import { verifierKeyText } from '../../core/receipt-verify';
+import { pinnedKeyText } from '../../core/trail-checkpoints';
 import { runCli } from '../support/cli';
 import { LOG_NAME, receiptsFixture, ROLLOUT, WITNESS_NAME } from '../support/receipts-bundle';
 
@@ -35,12 +35,9 @@ writeFileSync(
   }),
 );
 const logKey = join(scratch, 'log.pub');
-writeFileSync(logKey, `${verifierKeyText({ name: LOG_NAME, publicKey: fx.log.publicKey, kind: 'log' })}\n`);
+writeFileSync(logKey, `${pinnedKeyText({ name: LOG_NAME, publicKey: fx.log.publicKey })}\n`);
 const witnessKey = join(scratch, 'witness.pub');
-writeFileSync(
-  witnessKey,
-  `${verifierKeyText({ name: WITNESS_NAME, publicKey: fx.witness.publicKey, kind: 'witness' })}\n`,
-);
+writeFileSync(witnessKey, `${pinnedKeyText({ name: WITNESS_NAME, publicKey: fx.witness.publicKey })}\n`);
 
 const exportTo = (bundle: string, ...more: string[]) =>
   runCli([

@@ -5,13 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { fromBase64, toBase64 } from '../../../core/bytes';
 import type { AuditEvent } from '../../../core/audit';
 import { parseReceipt, receiptHash } from '../../../core/receipt';
-import {
-  parseVerifierKey,
-  verifyReceiptsBundle,
-  verifierKeyText,
-  type ReceiptCheck,
-  type ReceiptsBundle,
-} from '../../../core/receipt-verify';
+import { verifyReceiptsBundle, type ReceiptCheck, type ReceiptsBundle } from '../../../core/receipt-verify';
 import { nativeEd25519Verify } from '../../../device/ed25519-native';
 import { receiptsFixture, ROLLOUT } from '../../support/receipts-bundle';
 
@@ -54,15 +48,19 @@ describe('the receipts verifier', () => {
     expect(verifyReceiptsBundle(fx.bundle(goodRecords)).findings).toEqual([]);
   });
 
-  it('reads and writes C2SP verifier keys (name+hash+base64 of type and key), refusing a changed hash', () => {
-    const text = verifierKeyText({ name: 'log', publicKey: fx.log.publicKey, kind: 'log' });
-    expect(parseVerifierKey(text)).toEqual({ name: 'log', publicKey: fx.log.publicKey, kind: 'log' });
-    // This key's base64 holds a `+` of its own: the name and the hash are the first two fields.
-    expect(text.split('+').length).toBeGreaterThan(3);
-    const [, name, hash, key] = /^([^+]+)\+([0-9a-f]{8})\+(.*)$/.exec(text)!;
-    const otherHash = `${hash!.slice(0, 7)}${hash!.endsWith('0') ? '1' : '0'}`;
-    expect(parseVerifierKey(`${name}+${otherHash}+${key}`)).toMatch(/key hash/);
-    expect(parseVerifierKey(`${name}+${hash}+${key}`.replace('+', ' '))).toMatch(/must be one line/);
+  it('takes the keys as the checkpoint flags do: without a key name, a signature line under the key counts', () => {
+    const named = fx.bundle(goodRecords);
+    const bare = {
+      ...named,
+      logKey: named.logKey!.replace(/^[^=]+=/, ''),
+      witnessKey: named.witnessKey!.replace(/^[^=]+=/, ''),
+    };
+    expect(bare.logKey).toMatch(/^ed25519:/);
+    expect(verify(bare).findings).toEqual([]);
+    // The witness's key where the log's belongs: no checkpoint is the log's.
+    expect(verify({ ...named, logKey: named.witnessKey }).findings).toContainEqual(
+      expect.objectContaining({ check: 'checkpoint', message: expect.stringMatching(/no signature of the log under the key given/) }),
+    );
   });
 
   /** The tamper corpus: each case refused naming the device (when one is concerned) and the check. */
