@@ -89,9 +89,10 @@ export function parsePinnedKey(text: string, field: string, kind: SignerKind): P
     if (!publicKey) throw refuse('ed25519: must be followed by the base64 of a 32-byte Ed25519 public key');
     return { publicKey, ...(name ? { name } : {}) };
   }
-  const parts = value.split('+');
-  if (parts.length !== 3 || /\s/.test(value)) return undefined;
-  const [vname, hash, encoded] = parts as [string, string, string];
+  // <name>+<8 hex>+<base64>: a name has no "+" and the hash none, but base64 may (split at the first two only).
+  const vkey = /^([^+\s]+)\+([^+\s]+)\+(\S+)$/.exec(value);
+  if (!vkey) return undefined;
+  const [, vname, hash, encoded] = vkey as unknown as [string, string, string, string];
   const bytes = fromBase64(encoded);
   const type = bytes?.length === 33 ? TYPE_OF[bytes[0]!] : undefined;
   if (!bytes || !type) throw refuse('a C2SP verifier key holds the base64 of a type byte (01 or 04) and 32 bytes');
