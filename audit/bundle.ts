@@ -320,6 +320,8 @@ function checkBundleDir(dir: string): void {
 /** Write every file into a temp directory beside `dir`, then rename it into place: all of it or nothing. */
 function writeAtomically(dir: string, files: Map<string, string>): void {
   const temp = join(dirname(dir), `.${basename(dir)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  // `--bundle exports/2026/r42`: its parent made as `mkdir -p` would, as a user expects.
+  mkdirSync(dirname(dir), { recursive: true });
   try {
     mkdirSync(temp, { mode: 0o755 });
     for (const [name, text] of files) {
