@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { parseAuditLog, type AuditEvent, type AuditEventName, type AuditHead } from '../core/audit';
+import { AUDIT_EVENTS, parseAuditLog, type AuditEvent, type AuditEventName, type AuditHead } from '../core/audit';
 import { checkpointBody, checkpointOrigin, parseCheckpoint, signCheckpoint, signedNote } from '../core/checkpoint';
 import { WavegateError } from '../core/errors';
 import type { KeyPair } from '../core/signing';
@@ -21,26 +21,23 @@ import { requestCosignature, type CosignatureAnswer } from './witness-client';
  * append of the same record adds no second checkpoint (the store keeps one per size, sizes only growing).
  */
 
-/** The records that end or begin a step of the rollout's story: each gets a checkpoint. */
-export const CHECKPOINTED_EVENTS: ReadonlySet<AuditEventName> = new Set<AuditEventName>([
-  'rollout.started',
-  'phase.started',
-  'phase.applied',
-  'gate.passed',
-  'gate.failed',
-  'gate.inconclusive',
-  'rollout.paused',
-  'rollout.resumed',
-  'rollout.approved',
-  'rollout.aborted',
-  'rollout.cancelled',
-  'rollout.completed',
-  'rollout.failed',
-  'rollout.ended',
-  'rollback.started',
-  'rollback.completed',
-  'deadline.passed',
+/**
+ * Records that are not a step of the rollout's story: what happened to devices (a batch's outcomes, the devices
+ * skipped, the floors confirmed), a canary's verdict, an operator's override. Every other record gets a checkpoint,
+ * so a transition added later is checkpointed without a second list to remember.
+ */
+const NOT_TRANSITIONS: ReadonlySet<AuditEventName> = new Set<AuditEventName>([
+  'devices.outcome',
+  'devices.skipped',
+  'floor.confirmed',
+  'canary.verdict',
+  'audit.override',
 ]);
+
+/** The records that end or begin a step of the rollout's story: each gets a checkpoint. */
+export const CHECKPOINTED_EVENTS: ReadonlySet<AuditEventName> = new Set(
+  AUDIT_EVENTS.filter((event) => !NOT_TRANSITIONS.has(event)),
+);
 
 /** How long the witness may take, every try included: a dead witness costs a transition this, no more. */
 export const WITNESS_TIMEOUT_MS = 5_000;
