@@ -22,7 +22,7 @@ import {
   type AuditHead,
   type AuditRecord,
 } from '../core/audit';
-import { countAuditWriteFailure } from './failures';
+import { fileUnwritable } from './failures';
 import { auditCheckpointsPath, auditFilePath, auditSegmentNumbers } from './file-names';
 import { filePlace, inspectCurrentSegment, type FileSegmentState, type FileStoreContext } from './file-segment';
 import { appendStep, storedAt } from './segment-check';
@@ -133,14 +133,7 @@ function writeRecord(
     }
     if (newFile) fsyncDir(ctx.dir);
   } catch (err) {
-    // Disk full, read-only, gone: retrying may help, and until it does nothing moves on unaudited.
-    countAuditWriteFailure('unwritable');
-    throw ApplicationFailure.create({
-      type: 'AuditUnwritable',
-      message: `cannot write ${path}: ${(err as Error).message}`,
-      nonRetryable: false,
-      details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }],
-    });
+    throw fileUnwritable(path, err);
   }
   return { seq: record.seq, hash: record.hash };
 }

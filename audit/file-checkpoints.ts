@@ -1,8 +1,7 @@
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
-import { ApplicationFailure } from '@temporalio/common';
 import { WavegateError } from '../core/errors';
 import { checkpointSizeOf, largestSize } from '../core/trail-checkpoints';
-import { countAuditWriteFailure } from './failures';
+import { fileUnwritable } from './failures';
 import { fsyncDir } from './file-append';
 import { auditCheckpointsPath } from './file-names';
 
@@ -105,13 +104,7 @@ export function appendCheckpointLocked(auditDir: string, rolloutId: string, note
     }
     if (created) fsyncDir(auditDir);
   } catch (err) {
-    countAuditWriteFailure('unwritable');
-    throw ApplicationFailure.create({
-      type: 'AuditUnwritable',
-      message: `cannot write ${path}: ${(err as Error).message}`,
-      nonRetryable: false,
-      details: [{ file: path, code: (err as NodeJS.ErrnoException).code ?? null }],
-    });
+    throw fileUnwritable(path, err);
   }
   return true;
 }
