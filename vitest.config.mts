@@ -67,6 +67,13 @@ export default defineConfig({
         // workflow bundle is made once per run (test/support/global-setup.ts), a file takes 25-40% less CPU
         // (conformance ssh-sim 60 -> 44 CPU s, revert 62 -> 41, cli 90 -> 55): a fourth file fills the cores
         // again (.ci/run at dc8528d with four: 189 files, 2,047 tests passed, on a machine busy with other work).
+        // Now the suite is CPU-bound: `npm test` at 00ec5d9 took 1,468 s and 2,516 CPU s, both cores 86% busy, so
+        // its wall time falls only with its CPU seconds (docs/development.md, "Test suite time"). Cut since: the
+        // scale tests at the smallest size that proves their mechanism (sliced-scale 228 -> 130 CPU s,
+        // twin-scale 163 -> 71), the workflow bundle shipped by the build (a `wavegate worker` start 4.6 -> 1.3
+        // CPU s), the unit files in shared processes (193 -> 123 CPU s, project 'unit' below). `npm test` in a
+        // clean clone at 08e76cd, the machine shared with other work (load 3-14): 1,353 s and 1,666 CPU s for 210
+        // files and 2,236 tests (20 files and 184 tests more than at 00ec5d9): -34% of the CPU.
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
