@@ -44,13 +44,23 @@ function recordedOutcomes(r: Recorded): string[] {
   return r.outcomes.join('').match(new RegExp(`.{${DIGEST_LENGTH}}`, 'g')) ?? [];
 }
 
+/**
+ * Fields the inventory gained after 00a78b0 recorded: an unknown field's refusal lists the allowed ones, so today's
+ * list names them too. They are left out of that list before comparing; every other word must still be as recorded.
+ */
+const FIELDS_ADDED_SINCE = ['receipts'];
+
 /** What a call gave, as text: its value's JSON (key order too), or its error's code and message. */
 function outcome(call: () => unknown): string {
   try {
     return `value ${JSON.stringify(call())}`;
   } catch (err) {
     const e = err as Error & { code?: string };
-    return `error ${e.code ?? e.name}: ${e.message}`;
+    const message = FIELDS_ADDED_SINCE.reduce(
+      (text, field) => text.replace(new RegExp(`(allowed: [^\\n(]*?), ${field}\\b`, 'g'), '$1'),
+      e.message,
+    );
+    return `error ${e.code ?? e.name}: ${message}`;
   }
 }
 
