@@ -168,7 +168,8 @@ export function parseSecretKeyFile(data: unknown, source: string): KeyPair {
 
 /** The document with a `secretKey` that is not well-formed base64 replaced by a placeholder the checks refuse alike. */
 function withSecretHidden(data: unknown): unknown {
-  if (data === null || typeof data !== 'object' || Array.isArray(data) || !Object.hasOwn(data, 'secretKey')) return data;
+  if (data === null || typeof data !== 'object' || Array.isArray(data) || !Object.hasOwn(data, 'secretKey'))
+    return data;
   const secret = (data as { secretKey: unknown }).secretKey;
   const wellFormed = typeof secret === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(secret);
   return wellFormed ? data : { ...data, secretKey: '[hidden: not base64]' };

@@ -59,7 +59,10 @@ describe('the receipts verifier', () => {
     expect(verify(bare).findings).toEqual([]);
     // The witness's key where the log's belongs: no checkpoint is the log's.
     expect(verify({ ...named, logKey: named.witnessKey }).findings).toContainEqual(
-      expect.objectContaining({ check: 'checkpoint', message: expect.stringMatching(/no signature of the log under the key given/) }),
+      expect.objectContaining({
+        check: 'checkpoint',
+        message: expect.stringMatching(/no signature of the log under the key given/),
+      }),
     );
   });
 
