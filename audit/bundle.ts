@@ -4,10 +4,12 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { parseAuditLog, type AuditSegment } from '../core/audit';
 import { WavegateError } from '../core/errors';
 import { checkProfileName } from '../core/profile-name';
+import { linkOf } from '../core/trail-link';
 import {
   enrolledPublicKey,
   RECEIPTS_BUNDLE_FORMAT,
   type BundleRevision,
+  type BundleSliceTrail,
   type EnrolledDevice,
   type ReceiptsBundle,
 } from '../core/receipt-verify';
@@ -19,7 +21,8 @@ import { readPinnedKey } from '../intake/checkpoint-keys';
 import { loadInventory } from '../intake/inventory';
 import { pinnedKeyText } from '../core/trail-checkpoints';
 import { profileDir, revisionNumbers } from '../intake/profile-dir';
-import { openAuditStore, readAuditTrail } from './index';
+import { auditFileStem } from './file-names';
+import { openAuditStore, readAuditTrail, withAuditReader } from './index';
 
 /**
  * A receipts bundle (docs/formats.md, "Receipts bundle"): one rollout's trail with everything an auditor needs to
@@ -33,9 +36,10 @@ import { openAuditStore, readAuditTrail } from './index';
  *   revisions/<p>/<n>.json  the signed envelopes the trail names; trust/<p>.yaml their pins
  *   checkpoints.jsonl     one JSON string a line: a checkpoint note (C2SP signed note)
  *   keys/log.pub, keys/witness.pub   the log's and the witness's public keys ([<name>=]ed25519:<base64>)
+ *   slices/<stem>.jsonl   each slice trail the trail links (its store file's name), segment after segment
  */
 
-/** Bounds of what a bundle's files may hold: a trail of 100,000 receipts is about 80 MB. */
+/** Bounds of what a bundle's files may hold: a trail of 100,000 receipts is about 80 MB (`trail`: with its slices'). */
 const LIMITS = {
   manifest: 1024 * 1024,
   trail: 512 * 1024 * 1024,
@@ -52,8 +56,27 @@ export interface BundleManifest {
   run: string | null;
   exportedAt: string;
   segments: { name: string; records: number }[];
-  counts: { records: number; receipts: number; devices: number; revisions: number; checkpoints: number };
+  /** The slice trails the trail links (absent: none), each in its file, or missing from the store it was read from. */
+  slices?: BundleManifestSlice[];
+  counts: {
+    records: number;
+    receipts: number;
+    devices: number;
+    revisions: number;
+    checkpoints: number;
+    /** Slice trails exported, and their records (receipts and devices above count theirs too). */
+    slices?: number;
+    sliceRecords?: number;
+  };
 }
+
+/** A slice trail in bundle.json: its file (`slices/<the store's file stem>.jsonl`) and segments, or missing. */
+export type BundleManifestSlice =
+  | { trail: string; file: string; segments: { name: string; records: number }[] }
+  | { trail: string; missing: true };
+
+/** A slice trail's file in a bundle: the file store's name for its id (audit/file-names.ts auditFileStem). */
+const sliceFile = (trail: string) => `slices/${auditFileStem(trail)}.jsonl`;
 
 const bad = (file: string, why: string) => new WavegateError('INVALID_INPUT', `${file}: ${why}`, { source: file });
 
@@ -81,17 +104,35 @@ function parseManifest(data: unknown, path: string): BundleManifest {
     )
   )
     throw bad(path, 'segments: must be a list of { name, records } (one per segment of trail.jsonl)');
+  if (m.slices !== undefined && !Array.isArray(m.slices)) throw bad(path, 'slices: must be a list');
+  for (const [i, slice] of (m.slices ?? []).entries()) {
+    const field = `slices[${i}]`;
+    if (typeof slice?.trail !== 'string' || !slice.trail) throw bad(path, `${field}.trail: must name the slice trail`);
+    if ('missing' in slice) {
+      if (slice.missing !== true) throw bad(path, `${field}.missing: must be true`);
+      continue;
+    }
+    // The file is named by the id, never by the manifest: a bundle cannot point the reader elsewhere.
+    if (slice.file !== sliceFile(slice.trail)) throw bad(path, `${field}.file: must be ${sliceFile(slice.trail)}`);
+    if (!Array.isArray(slice.segments) || !slice.segments.every(isSegmentCount))
+      throw bad(path, `${field}.segments: must be a list of { name, records }`);
+  }
   return m as BundleManifest;
 }
 
-/** trail.jsonl cut back into its segments by the manifest's counts. */
-function splitTrail(text: string, manifest: BundleManifest, path: string): AuditSegment[] {
+function isSegmentCount(s: unknown): boolean {
+  const c = s as { name?: unknown; records?: unknown } | null;
+  return typeof c?.name === 'string' && Number.isSafeInteger(c.records) && (c.records as number) >= 0;
+}
+
+/** trail.jsonl (or a slice's file) cut back into its segments by the manifest's counts. */
+function splitTrail(text: string, counts: BundleManifest['segments'], path: string): AuditSegment[] {
   const lines = text.length === 0 ? [] : (text.endsWith('\n') ? text.slice(0, -1) : text).split('\n');
-  const total = manifest.segments.reduce((n, s) => n + s.records, 0);
+  const total = counts.reduce((n, s) => n + s.records, 0);
   if (lines.length !== total)
     throw bad(path, `${lines.length} lines, bundle.json's segments say ${total}: a line was added or cut`);
   let at = 0;
-  return manifest.segments.map((s) => {
+  return counts.map((s) => {
     const part = lines.slice(at, at + s.records);
     at += s.records;
     return { name: s.name, text: part.length ? `${part.join('\n')}\n` : '' };
@@ -151,7 +192,16 @@ export function readReceiptsBundle(bundleDir: string): ReceiptsBundle & { manife
   const dir = resolve(bundleDir);
   const manifest = parseManifest(readJson(dir, 'bundle.json', LIMITS.manifest), join(dir, 'bundle.json'));
   const trailPath = join(dir, 'trail.jsonl');
-  const segments = splitTrail(readFile(dir, 'trail.jsonl', LIMITS.trail), manifest, trailPath);
+  const trailText = readFile(dir, 'trail.jsonl', LIMITS.trail);
+  const segments = splitTrail(trailText, manifest.segments, trailPath);
+  // One bound for the trail and its slices together: the bundle's, not one per file.
+  let budget = LIMITS.trail - Buffer.byteLength(trailText);
+  const slices: BundleSliceTrail[] = (manifest.slices ?? []).map((slice) => {
+    if ('missing' in slice) return { trail: slice.trail, segments: null };
+    const text = readFile(dir, slice.file, Math.max(0, budget));
+    budget -= Buffer.byteLength(text);
+    return { trail: slice.trail, segments: splitTrail(text, slice.segments, join(dir, slice.file)) };
+  });
   const enrolment = parseEnrolment(readJson(dir, 'enrolment.json', LIMITS.enrolment), join(dir, 'enrolment.json'));
   const { revisions, trust } = readRevisions(dir);
   const checkpointsPath = join(dir, 'checkpoints.jsonl');
@@ -183,6 +233,7 @@ export function readReceiptsBundle(bundleDir: string): ReceiptsBundle & { manife
     checkpoints,
     ...(logKey !== undefined ? { logKey } : {}),
     ...(witnessKey !== undefined ? { witnessKey } : {}),
+    ...(slices.length > 0 ? { slices } : {}),
   };
 }
 
@@ -346,7 +397,9 @@ export interface BundleContent {
   checkpoints: string[];
   logKey?: string;
   witnessKey?: string;
-  /** Device entries with a receipt (bundle.json's counts). */
+  /** The slice trails the trail links, as the store held them (segments null: not in the store). */
+  slices?: BundleSliceTrail[];
+  /** Device entries with a receipt (bundle.json's counts), the slices' too. */
   receipts: number;
   devices: number;
   now?: Date;
@@ -356,19 +409,28 @@ export interface BundleContent {
 export function writeReceiptsBundle(bundleDir: string, content: BundleContent): BundleManifest {
   const dir = resolve(bundleDir);
   checkBundleDir(dir);
-  const texts = content.segments.map((s) => (s.text.length === 0 || s.text.endsWith('\n') ? s.text : `${s.text}\n`));
+  const texts = content.segments.map(lineText);
+  const slices = (content.slices ?? []).map((slice): { entry: BundleManifestSlice; text: string } => {
+    if (!slice.segments) return { entry: { trail: slice.trail, missing: true }, text: '' };
+    const parts = slice.segments.map(lineText);
+    const segments = slice.segments.map((s, i) => ({ name: basename(s.name), records: lineCount(parts[i]!) }));
+    return { entry: { trail: slice.trail, file: sliceFile(slice.trail), segments }, text: parts.join('') };
+  });
+  const sliceRecords = slices.reduce((n, s) => n + lineCount(s.text), 0);
   const manifest: BundleManifest = {
     format: RECEIPTS_BUNDLE_FORMAT,
     rollout: content.rollout,
     run: (parseAuditLog(texts[0] ?? '').records[0]?.runId as string | undefined) ?? null,
     exportedAt: (content.now ?? new Date()).toISOString(),
     segments: content.segments.map((s, i) => ({ name: basename(s.name), records: lineCount(texts[i]!) })),
+    ...(slices.length > 0 ? { slices: slices.map((s) => s.entry) } : {}),
     counts: {
       records: texts.reduce((n, t) => n + lineCount(t), 0),
       receipts: content.receipts,
       devices: content.devices,
       revisions: content.revisions.length,
       checkpoints: content.checkpoints.length,
+      ...(slices.length > 0 ? { slices: slices.filter((s) => 'file' in s.entry).length, sliceRecords } : {}),
     },
   };
   const files = new Map<string, string>();
@@ -380,8 +442,62 @@ export function writeReceiptsBundle(bundleDir: string, content: BundleContent): 
   files.set('checkpoints.jsonl', content.checkpoints.map((note) => `${JSON.stringify(note)}\n`).join(''));
   if (content.logKey) files.set('keys/log.pub', `${content.logKey}\n`);
   if (content.witnessKey) files.set('keys/witness.pub', `${content.witnessKey}\n`);
+  for (const s of slices) if ('file' in s.entry) files.set(s.entry.file, s.text);
   writeAtomically(dir, files);
   return manifest;
+}
+
+/** A trail's text, its last line ended. */
+function lineText(s: AuditSegment): string {
+  return s.text.length === 0 || s.text.endsWith('\n') ? s.text : `${s.text}\n`;
+}
+
+/** The links of a trail's records (core/trail-link.ts), each with how deep it is. */
+function linksIn(segments: AuditSegment[], depth: number) {
+  return segments.flatMap((s) =>
+    parseAuditLog(s.text).records.flatMap((record) => {
+      const link = linkOf(record);
+      return link ? [{ link, depth }] : [];
+    }),
+  );
+}
+
+/**
+ * Every slice trail the trail links, read from the same store, its own links followed (3 deep, as `audit --verify`
+ * follows them), each once. A trail the store has not is kept as missing (the verifier names it); a link without a
+ * head, or whose head is null (the slice wrote no record), names nothing to export. The trail and its slices together
+ * stay within the bundle's bound: past it the export is refused naming the slice trail it reached.
+ */
+async function readSliceTrails(opts: ExportOptions, segments: AuditSegment[]): Promise<BundleSliceTrail[]> {
+  const queue = linksIn(segments, 1);
+  if (queue.length === 0) return [];
+  let bytes = segments.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
+  const out: BundleSliceTrail[] = [];
+  const seen = new Set<string>();
+  await withAuditReader({ store: opts.store, auditDir: opts.auditDir }, async (reader) => {
+    while (queue.length > 0) {
+      const { link, depth } = queue.shift()!;
+      if ('bad' in link || link.head === null || seen.has(link.trail) || depth > 3) continue;
+      seen.add(link.trail);
+      let found: AuditSegment[];
+      try {
+        found = await reader.segments(link.trail);
+      } catch (err) {
+        if (!(err instanceof WavegateError && err.code === 'NOT_FOUND')) throw err;
+        out.push({ trail: link.trail, segments: null });
+        continue;
+      }
+      bytes += found.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
+      if (bytes > LIMITS.trail)
+        throw new WavegateError(
+          'INVALID_STATE',
+          `rollout ${opts.rolloutId}: its trail and slice trails up to ${link.trail} hold more than ${LIMITS.trail} bytes, a bundle's bound: no bundle written`,
+        );
+      out.push({ trail: link.trail, segments: found });
+      queue.push(...linksIn(found, depth + 1));
+    }
+  });
+  return out;
 }
 
 /**
@@ -410,7 +526,8 @@ export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleM
   const logKey = opts.logKey ? readCheckpointKey('--log-key', opts.logKey, 'log') : undefined;
   const witnessKey = opts.witnessKey ? readCheckpointKey('--witness-key', opts.witnessKey, 'witness') : undefined;
   const { segments, checkpoints } = await readTrail(opts);
-  const trail = trailDevices(segments);
+  const slices = await readSliceTrails(opts, segments);
+  const trail = trailDevices([...segments, ...slices.flatMap((s) => s.segments ?? [])]);
   const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked);
   const revisions: BundleContent['revisions'] = [];
   const trust: BundleContent['trust'] = [];
@@ -432,6 +549,7 @@ export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleM
     checkpoints,
     ...(logKey ? { logKey } : {}),
     ...(witnessKey ? { witnessKey } : {}),
+    ...(slices.length > 0 ? { slices } : {}),
     receipts: trail.receiptCount,
     devices: trail.ids.size,
     ...(opts.now ? { now: opts.now } : {}),

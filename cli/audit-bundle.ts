@@ -40,10 +40,19 @@ export function verdictSummary(dir: string, rollout: string, v: ReceiptsVerdict)
   const inclusion = v.inclusion
     ? `inclusion: ${v.inclusion.proofs} record(s) proved under the last checkpoint (size ${v.inclusion.size}), largest proof ${v.inclusion.largestBytes} bytes`
     : 'inclusion: NOT checked: the bundle holds no checkpoint (a trail rewritten wholesale by the control plane cannot be ruled out)';
+  const s = v.slices;
+  // A slice's receipt is included through the slice's hash chain up to the head its linking record names.
+  const slices =
+    s.trails === 0
+      ? []
+      : [
+          `slices: ${s.anchored} of ${s.trails} linked slice trail(s) anchored at the head their link names (${s.records} records, ${s.receipts} receipts: each included through its slice's chain up to that head and the link's own inclusion)`,
+        ];
   return [
     `receipts bundle ${dir}: rollout ${rollout}, ${v.records} records, ${v.checkpoints} checkpoint(s)`,
     `receipts: ${v.receipts} checked for ${v.devices} devices; ${v.proven} proven, ${v.claimed} claimed (no receipt, or one refused)`,
     inclusion,
+    ...slices,
     v.findings.length === 0 ? 'verdict: every receipt holds' : `verdict: ${v.findings.length} finding(s)`,
   ];
 }
@@ -67,9 +76,14 @@ async function exportBundle(id: string, opts: ExportFlags): Promise<number> {
     auditDir: where.auditDir,
   });
   const c = manifest.counts;
+  const slices = c.slices === undefined ? '' : `, ${c.slices} slice trail(s) of ${c.sliceRecords} records`;
   console.log(
-    `wrote ${opts.bundle}: ${c.records} records, ${c.receipts} receipts of ${c.devices} devices, ${c.revisions} signed revision(s), ${c.checkpoints} checkpoint(s)`,
+    `wrote ${opts.bundle}: ${c.records} records${slices}, ${c.receipts} receipts of ${c.devices} devices, ${c.revisions} signed revision(s), ${c.checkpoints} checkpoint(s)`,
   );
+  // A linked trail the store has not is in the bundle as missing (the verifier refuses it): say which.
+  for (const slice of manifest.slices ?? [])
+    if ('missing' in slice)
+      console.log(`missing: slice trail ${slice.trail}: linked by the trail but not in the store; the bundle names it`);
   return 0;
 }
 

@@ -4,6 +4,7 @@ import { parseCheckpoint, type SignerKind } from './checkpoint';
 import { WavegateError } from './errors';
 import { HASH_BYTES, nodeHash, verifyInclusion } from './merkle';
 import { checkTrailCheckpoints, parsePinnedKey, type PinnedKey } from './trail-checkpoints';
+import { linkOf, type TrailLink } from './trail-link';
 import { recordLeafHash, TrailTree } from './trail-tree';
 import {
   parseReceipt,
@@ -64,7 +65,18 @@ export interface ReceiptsBundle {
   /** The log's and the witness's verifier keys (C2SP vkey lines), when the bundle holds them. */
   logKey?: string;
   witnessKey?: string;
+  /** The slice trails the trail links (a phase run in slices keeps its devices' records there), as exported. */
+  slices?: BundleSliceTrail[];
 }
+
+/** A slice trail as the bundle holds it: its segments, or null when the export found it missing from the store. */
+export interface BundleSliceTrail {
+  trail: string;
+  segments: AuditSegment[] | null;
+}
+
+/** Links are followed this deep, as `wavegate audit --verify` follows them (a slice's trail may link its own). */
+const MAX_LINK_DEPTH = 3;
 
 /** The checks, as findings name them. */
 export type ReceiptCheck =
@@ -106,6 +118,12 @@ export interface ReceiptsVerdict {
   checkpoints: number;
   /** Inclusion under the last checkpoint: proofs checked and the largest one's size (null: no checkpoint). */
   inclusion: { proofs: number; largestBytes: number; size: number } | null;
+  /**
+   * The slice trails the trail links: those anchored (their chain intact, ending at the head their linking record
+   * names), their records, and the receipts in them. A receipt in a slice trail is included through that chain up
+   * to the anchored head and the linking record's own inclusion under the last checkpoint.
+   */
+  slices: { trails: number; anchored: number; records: number; receipts: number };
 }
 
 export interface ReceiptsVerifyOptions {
@@ -125,7 +143,8 @@ interface EnrolledKey {
 interface DeviceChain {
   counter: number;
   hash: string;
-  seq: number;
+  /** Where its last receipt is (`record <seq>`, or a slice trail's record). */
+  at: string;
   floor: Map<string, number>;
 }
 
@@ -149,7 +168,7 @@ const STATE_NEEDS: Record<string, readonly ReceiptResult[]> = {
 /** Results that say the revision is in place (the floor's business). */
 const IN_PLACE: readonly ReceiptResult[] = ['applied', 'already-applied', 'claimed'];
 
-/** Verify a bundle; findings in trail order (the trail's and the checkpoints' first). */
+/** Verify a bundle; findings in trail order (the trail's and the checkpoints' first, a slice's at its link). */
 export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerifyOptions = {}): ReceiptsVerdict {
   const verify = opts.verifySignature ?? ed25519Verify;
   const findings: ReceiptFinding[] = [];
@@ -166,40 +185,142 @@ export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerif
     chains: new Map(),
     nonces: new Map(),
     from: fromRevision(records),
-    included: checkpoints.included,
+    findings,
+    slices: new Map((bundle.slices ?? []).map((s) => [s.trail, s.segments])),
+    linkedBy: new Map(),
+    tally: { receipts: 0, proven: 0, claimed: 0, devices: new Set() },
+    sliceTally: { trails: 0, anchored: 0, records: 0, receipts: 0 },
   };
-  let receipts = 0;
-  let proven = 0;
-  let claimed = 0;
-  const devices = new Set<string>();
+  const place: TrailPlace = {
+    id: bundle.rollout,
+    at: (seq) => `record ${seq}`,
+    included: checkpoints.included,
+    unanchored: false,
+    depth: 0,
+  };
+  checkRecords(ctx, records, place);
+  const { tally } = ctx;
+  return {
+    findings,
+    records: records.length,
+    receipts: tally.receipts,
+    proven: tally.proven,
+    claimed: tally.claimed,
+    devices: tally.devices.size,
+    checkpoints: bundle.checkpoints.length,
+    inclusion: checkpoints.inclusion,
+    slices: ctx.sliceTally,
+  };
+}
+
+/** Where a trail's records stand: the rollout's own trail, or a slice trail reached through its link. */
+interface TrailPlace {
+  /** The trail's id: the rollout's, or the slice's workflow id. */
+  id: string;
+  /** How a finding names one of its records. */
+  at: (seq: number) => string;
+  /** Why a record is not included under the last checkpoint (null: it is; undefined here: no checkpoint). */
+  included: ((record: AuditRecord) => string | null) | undefined;
+  /** A slice trail whose chain does not hold up to its link's head: its receipts are claimed, not proven. */
+  unanchored: boolean;
+  depth: number;
+}
+
+/** Every receipt of the trail's devices.outcome records, and each slice trail its links name, in trail order. */
+function checkRecords(ctx: ReceiptContext, records: AuditRecord[], place: TrailPlace): void {
+  const { tally } = ctx;
   for (const record of records) {
+    const link = linkOf(record);
+    if (link) {
+      followLink(ctx, record, link, place);
+      continue;
+    }
     if (record.event !== 'devices.outcome' || !isObject(record.evidence)) continue;
     const { devices: entries, mode } = record.evidence;
     if (!Array.isArray(entries)) continue;
     for (const entry of entries as DeviceEntry[]) {
       if (!isObject(entry)) continue;
-      if (typeof entry.id === 'string') devices.add(entry.id);
+      if (typeof entry.id === 'string') tally.devices.add(entry.id);
       if (entry.receipt === undefined) {
-        claimed++;
+        tally.claimed++;
         continue;
       }
-      receipts++;
-      const own = checkReceipt(ctx, record, entry, typeof mode === 'string' ? mode : null);
-      findings.push(...own);
-      if (own.length === 0) proven++;
-      else claimed++;
+      tally.receipts++;
+      if (place.depth > 0) ctx.sliceTally.receipts++;
+      const own = checkReceipt(ctx, place, record, entry, typeof mode === 'string' ? mode : null);
+      ctx.findings.push(...own);
+      if (own.length === 0 && !place.unanchored) tally.proven++;
+      else tally.claimed++;
     }
   }
-  return {
-    findings,
-    records: records.length,
-    receipts,
-    proven,
-    claimed,
-    devices: devices.size,
-    checkpoints: bundle.checkpoints.length,
-    inclusion: checkpoints.inclusion,
-  };
+}
+
+/**
+ * A slice trail a record links: a slice of this rollout, linked once, in the bundle, its own chain intact and its
+ * last record the head the link names (the parent's record, under the checkpoints, anchors it: a slice record
+ * changed after the link breaks the chain or moves the head). Its receipts are then checked where the link stands.
+ */
+function followLink(
+  ctx: ReceiptContext,
+  record: AuditRecord,
+  link: TrailLink | { trail: string; bad: string },
+  holder: TrailPlace,
+): void {
+  const linking = holder.depth === 0 ? `record ${record.seq} of ${holder.id}` : holder.at(record.seq);
+  const where = `${linking} links slice trail ${link.trail}`;
+  const refuse = (message: string) => ctx.findings.push({ check: 'trail', message: `${where}${message}` });
+  ctx.sliceTally.trails++;
+  if ('bad' in link) return void refuse(`, but ${link.bad}`);
+  const earlier = ctx.linkedBy.get(link.trail);
+  if (earlier) return void refuse(`, which ${earlier} links already: each slice's trail is linked once`);
+  ctx.linkedBy.set(link.trail, linking);
+  if (holder.depth + 1 > MAX_LINK_DEPTH)
+    return void refuse(`, nested ${holder.depth + 1} links deep: links are followed ${MAX_LINK_DEPTH} deep`);
+  if (!link.trail.startsWith(`${ctx.bundle.rollout}/`))
+    return void refuse(`: not a slice of rollout ${ctx.bundle.rollout} (its id must start ${ctx.bundle.rollout}/)`);
+  const segments = ctx.slices.get(link.trail);
+  if (link.head === null) {
+    const count = segments ? segments.reduce((n, s) => n + parseAuditLog(s.text).records.length, 0) : 0;
+    if (count > 0) refuse(` with no head (the slice wrote no record), but the bundle holds ${count} record(s) of it`);
+    else ctx.sliceTally.anchored++;
+    return;
+  }
+  const { head } = link;
+  const pinned = `record ${head.seq}, hash ${head.hash.slice(0, 12)}…`;
+  if (!segments)
+    return void refuse(
+      `, which the bundle does not hold (the link pins its end at ${pinned}): its receipts cannot be checked`,
+    );
+  const v = verifyAuditSegments(segments, { head });
+  const records = segments.flatMap((s) => parseAuditLog(s.text).records);
+  let problem: string | null = null;
+  if (!v.ok) problem = `: ${v.failure!.problem} at seq ${v.failure!.seq}: ${v.failure!.message}`;
+  else if (!v.head || v.head.seq !== head.seq || v.head.hash !== head.hash)
+    problem = `, whose last record is ${v.head ? `record ${v.head.seq} (hash ${v.head.hash.slice(0, 12)}…)` : 'none'}, not the end its link pins (${pinned}): the slice trail was changed after the link`;
+  else {
+    const stranger = records.find((r) => r.rolloutId !== link.trail);
+    if (stranger) problem = `: its record ${stranger.seq} is of trail ${String(stranger.rolloutId)}`;
+  }
+  if (problem) refuse(problem);
+  else {
+    ctx.sliceTally.anchored++;
+    ctx.sliceTally.records += records.length;
+  }
+  const parentIncluded = holder.included;
+  const through = `through ${holder.at(record.seq)} (its link)`;
+  checkRecords(ctx, records, {
+    id: link.trail,
+    at: (seq) => `slice trail ${link.trail} record ${seq}`,
+    // The slice's records are anchored by the chain up to the head; the link record itself by the checkpoints.
+    included:
+      parentIncluded &&
+      (() => {
+        const why = parentIncluded(record);
+        return why === null ? null : `${through}: ${why}`;
+      }),
+    unanchored: problem !== null || holder.unanchored,
+    depth: holder.depth + 1,
+  });
 }
 
 function trailFindings(trail: TrailVerdict): ReceiptFinding[] {
@@ -252,19 +373,33 @@ interface ReceiptContext {
   keys: Map<string, EnrolledKey>;
   revisions: RevisionIndex;
   chains: Map<string, DeviceChain>;
-  /** Nonce → where it was first seen (`record <seq>`). */
-  nonces: Map<string, number>;
+  /** Nonce → where it was first seen (`record <seq>`, or a slice trail's record). */
+  nonces: Map<string, string>;
   from: number | undefined;
-  /** Is record `seq` included under the last checkpoint (undefined: no checkpoint to check against)? */
-  included: ((record: AuditRecord) => string | null) | undefined;
+  findings: ReceiptFinding[];
+  /** The bundle's slice trails by id (null: exported as missing), and each linked so far, by which record. */
+  slices: Map<string, AuditSegment[] | null>;
+  linkedBy: Map<string, string>;
+  tally: { receipts: number; proven: number; claimed: number; devices: Set<string> };
+  sliceTally: ReceiptsVerdict['slices'];
 }
 
-/** Every check of one receipt against its record, its entry, its device's enrolment and chain. */
-function checkReceipt(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEntry, mode: string | null) {
+/**
+ * Every check of one receipt against its record, its entry, its device's enrolment and chain. A slice's receipt was
+ * asked for by the slice's workflow (the apply activity runs there): its `rollout` and nonce are the slice trail's
+ * records' rolloutId (the slice's workflow id) and runId, as the parent's are the rollout's.
+ */
+function checkReceipt(
+  ctx: ReceiptContext,
+  place: TrailPlace,
+  record: AuditRecord,
+  entry: DeviceEntry,
+  mode: string | null,
+) {
   const id = typeof entry.id === 'string' ? entry.id : '?';
   const out: ReceiptFinding[] = [];
   const find = (check: ReceiptCheck, message: string) => out.push({ device: id, check, message });
-  const at = `record ${record.seq}`;
+  const at = place.at(record.seq);
   const parsed = parseReceipt(entry.receipt);
   if (!parsed.ok) {
     find('receipt', `${at}: ${parsed.problem}`);
@@ -272,7 +407,7 @@ function checkReceipt(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEnt
   }
   const r = parsed.receipt;
   const f = r.fields;
-  const signed = checkSigner(ctx, r, id, record, find);
+  const signed = checkSigner(ctx, r, id, record, at, find);
   if (f.device !== id) find('device', `${at}: the receipt is device ${f.device}'s, the entry is ${id}'s`);
   if (f.rollout !== record.rolloutId)
     find('rollout', `${at}: the receipt is for rollout ${f.rollout}, this trail is ${record.rolloutId}'s`);
@@ -280,11 +415,11 @@ function checkReceipt(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEnt
   if (typeof entry.phaseIndex === 'number' && f.phase !== entry.phaseIndex)
     find('phase', `${at}: the receipt says phase ${f.phase ?? '-'}, the entry phase ${entry.phaseIndex}`);
   checkRevision(ctx, r, at, find);
-  if (signed) checkChain(ctx, r, record, mode, at, find);
+  if (signed) checkChain(ctx, r, mode, at, find);
   const needs = typeof entry.state === 'string' ? STATE_NEEDS[entry.state] : undefined;
   if (needs && !needs.includes(f.result))
     find('state', `${at}: the trail says ${String(entry.state)}, the device's receipt says ${f.result}`);
-  const excluded = ctx.included?.(record);
+  const excluded = place.included?.(record);
   if (excluded) find('inclusion', `${at}: ${excluded}`);
   return out;
 }
@@ -292,9 +427,15 @@ function checkReceipt(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEnt
 type Find = (check: ReceiptCheck, message: string) => void;
 
 /** Enrolled, of the key's kind, the device's own key, signed by it, not revoked then. Whether it signed. */
-function checkSigner(ctx: ReceiptContext, r: Receipt, id: string, record: AuditRecord, find: Find): boolean {
+function checkSigner(
+  ctx: ReceiptContext,
+  r: Receipt,
+  id: string,
+  record: AuditRecord,
+  at: string,
+  find: Find,
+): boolean {
   const f = r.fields;
-  const at = `record ${record.seq}`;
   const enrolled = ctx.keys.get(id);
   if (!enrolled) {
     find('enrolment', `${at}: device ${id} has no enrolled key in the bundle`);
@@ -328,8 +469,8 @@ function checkSigner(ctx: ReceiptContext, r: Receipt, id: string, record: AuditR
 function checkNonce(ctx: ReceiptContext, record: AuditRecord, entry: DeviceEntry, r: Receipt, at: string, find: Find) {
   const f = r.fields;
   const seen = ctx.nonces.get(f.nonce);
-  if (seen !== undefined) find('nonce', `${at}: nonce ${f.nonce} replayed: record ${seen} holds a receipt with it`);
-  else ctx.nonces.set(f.nonce, record.seq);
+  if (seen !== undefined) find('nonce', `${at}: nonce ${f.nonce} replayed: ${seen} holds a receipt with it`);
+  else ctx.nonces.set(f.nonce, at);
   if (typeof entry.request !== 'string') {
     find('nonce', `${at}: the entry names no request: the nonce cannot be recomputed`);
     return;
@@ -473,16 +614,16 @@ function checkRevision(ctx: ReceiptContext, r: Receipt, at: string, find: Find) 
  * or above the floor its earlier receipts confirmed in apply-mode records (a rollback-mode record may go back to the
  * rollout's fromRevision).
  */
-function checkChain(ctx: ReceiptContext, r: Receipt, record: AuditRecord, mode: string | null, at: string, find: Find) {
+function checkChain(ctx: ReceiptContext, r: Receipt, mode: string | null, at: string, find: Find) {
   const f = r.fields;
   const chain = ctx.chains.get(f.device);
   const hash = receiptHash(r);
   if (!chain) {
     if (f.counter === 1 && f.prev !== RECEIPT_GENESIS)
       find('chain', `${at}: counter 1 is the device's first receipt, but prev names ${f.prev.slice(0, 12)}…`);
-    ctx.chains.set(f.device, { counter: f.counter, hash, seq: record.seq, floor: new Map() });
+    ctx.chains.set(f.device, { counter: f.counter, hash, at, floor: new Map() });
   } else {
-    const last = `counter ${chain.counter} (record ${chain.seq})`;
+    const last = `counter ${chain.counter} (${chain.at})`;
     if (f.counter === chain.counter) find('counter', `${at}: counter ${f.counter} reused: ${last} has it too`);
     else if (f.counter < chain.counter)
       find('counter', `${at}: counter ${f.counter} after ${last}: the chain is out of order`);
@@ -493,7 +634,7 @@ function checkChain(ctx: ReceiptContext, r: Receipt, record: AuditRecord, mode: 
       );
     else if (f.prev !== chain.hash)
       find('chain', `${at}: prev ${f.prev.slice(0, 12)}… is not the hash of the device's receipt of ${last}`);
-    if (f.counter > chain.counter) Object.assign(chain, { counter: f.counter, hash, seq: record.seq });
+    if (f.counter > chain.counter) Object.assign(chain, { counter: f.counter, hash, at });
   }
   const floors = ctx.chains.get(f.device)!.floor;
   const floor = floors.get(f.profile);
@@ -554,7 +695,7 @@ function inclusionPaths(leaves: readonly Uint8Array[]) {
 
 interface CheckpointResult {
   findings: ReceiptFinding[];
-  included: ReceiptContext['included'];
+  included: TrailPlace['included'];
   inclusion: ReceiptsVerdict['inclusion'];
 }
 
