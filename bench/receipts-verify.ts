@@ -5,14 +5,16 @@
  * 500 devices a devices.outcome record as the workflow does, with a checkpoint every 10 records and at the end
  * (log-signed, witness-cosigned); then the real CLI verifies it `--runs` times, as an auditor runs it. Reported:
  * wall, CPU (the CLI's, bench/cpu-account.ts), bundle size, and the verdict (it must find nothing).
+ * `--slices <n>`: the devices recorded in slice trails of n devices each, as a phase run in slices keeps them (each
+ * receipt naming its slice's workflow id and run, the rollout's trail one linking record per slice).
  *
- *   npx tsx bench/receipts-verify.ts --receipts 10000,100000 [--runs 3] [--ssh-share 0.01] [--keep DIR]
+ *   npx tsx bench/receipts-verify.ts --receipts 10000,100000 [--runs 3] [--ssh-share 0.01] [--slices 500] [--keep DIR]
  *
  * The CLI runs from dist/ when it is built (`npm run build`: what the installed package runs), else through tsx.
  */
 import { spawnSync } from 'node:child_process';
 import { createHash, generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -48,9 +50,11 @@ const { values: flags } = parseArgs({
     receipts: { type: 'string', default: '10000,100000' },
     runs: { type: 'string', default: '3' },
     'ssh-share': { type: 'string', default: '0.01' },
+    slices: { type: 'string', default: '0' },
     keep: { type: 'string' },
   },
 });
+const SLICE = wholeFlag('slices', flags.slices, 0, 1_000_000);
 const SIZES = (flags.receipts ?? '').split(',').map((s) => wholeFlag('receipts', s, 1, 1_000_000));
 const RUNS = wholeFlag('runs', flags.runs, 1, 20);
 const SSH_SHARE = Number(flags['ssh-share']);
@@ -59,6 +63,9 @@ if (!(SSH_SHARE >= 0 && SSH_SHARE <= 1)) throw new Error(`--ssh-share: a fractio
 const ROLLOUT = 'rollout:web:20261207-101500';
 const RUN = '0b5c1e1e-8a1f-4b11-9a53-3a3d0c7c1a11';
 const CHUNK = 500;
+/** A slice's workflow id and run, as workflows/batches.ts names them (docs/formats.md, "Slice trails"). */
+const sliceId = (k: number) => `${ROLLOUT}/${RUN.slice(0, 8)}/apply-all-${k}`;
+const sliceRun = (k: number) => `5e1ce000-0000-4000-8000-${String(k).padStart(12, '0')}`;
 
 /** A fresh Ed25519 key by Node (keyPairFromSeed's @noble would take ~1 ms a key): its seed and public key. */
 function newKey(): { seed: Uint8Array; publicKey: Uint8Array } {
@@ -126,18 +133,23 @@ function makeBundle(dir: string, n: number): void {
   const clock = Date.now() - 60_000;
   const enrolment: EnrolledDevice[] = [];
   const entries: object[] = [];
+  /** Per slice (with --slices), its devices' entries; without, the one group of the rollout's own trail. */
+  const groups = new Map<number, object[]>();
   for (let i = 0; i < n; i++) {
     const id = `dev-${String(i).padStart(6, '0')}`;
     const ssh = i < Math.round(n * SSH_SHARE);
     const key = newKey();
     const request = String(1000 + i);
+    const k = SLICE > 0 ? Math.floor(i / SLICE) : -1;
+    const rollout = k >= 0 ? sliceId(k) : ROLLOUT;
+    const run = k >= 0 ? sliceRun(k) : RUN;
     const fields: ReceiptFields = {
       device: id,
       keyKind: ssh ? 'ssh' : 'agent',
       keyId: receiptKeyId(ssh ? 'ssh' : 'agent', key.publicKey),
-      rollout: ROLLOUT,
+      rollout,
       phase: 1,
-      nonce: receiptNonce({ rollout: ROLLOUT, run: RUN, activity: request, device: id }),
+      nonce: receiptNonce({ rollout, run, activity: request, device: id }),
       counter: 1,
       profile: 'web',
       revision: 2,
@@ -162,24 +174,56 @@ function makeBundle(dir: string, n: number): void {
       key: ssh ? `ssh-ed25519 ${toBase64(sshEd25519Wire(key.publicKey))}` : `ed25519:${toBase64(key.publicKey)}`,
     });
     entries.push({ id, state: 'applied', receipt: text, request });
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k)!.push(entries.at(-1)!);
   }
+  const seal = (evs: AuditEvent[]): AuditRecord[] => {
+    let last = GENESIS_HASH;
+    return evs.map((e) => {
+      const r = sealRecord(e, last);
+      last = r.hash;
+      return r;
+    });
+  };
+  const slices: { trail: string; segments: { name: string; text: string }[] }[] = [];
+  const links: Omit<AuditEvent, 'seq' | 'at'>[] = [];
+  if (SLICE > 0)
+    for (const [k, mine] of groups) {
+      const evs: AuditEvent[] = [];
+      for (let i = 0; i < mine.length; i += CHUNK)
+        evs.push({
+          ...base('devices.outcome', 'all'),
+          rolloutId: sliceId(k),
+          runId: sliceRun(k),
+          seq: evs.length + 1,
+          at: new Date(clock + i).toISOString(),
+          evidence: { mode: 'apply', devices: mine.slice(i, i + CHUNK) },
+        });
+      const sealed = seal(evs);
+      const head = { seq: sealed.at(-1)!.seq, hash: sealed.at(-1)!.hash };
+      slices.push({
+        trail: sliceId(k),
+        segments: [{ name: 'slice.jsonl', text: sealed.map((r) => `${JSON.stringify(r)}\n`).join('') }],
+      });
+      links.push({
+        ...base('devices.outcome', 'all'),
+        evidence: { mode: 'apply', trail: sliceId(k), head, devices: mine.length, counts: { applied: mine.length } },
+      });
+    }
   const events: Omit<AuditEvent, 'seq' | 'at'>[] = [
     { ...base('rollout.started', null), evidence: { from: 1, to: 2, phases: 1 } },
     base('phase.started', 'all'),
   ];
-  for (let i = 0; i < entries.length; i += CHUNK)
+  events.push(...links);
+  for (let i = 0; SLICE === 0 && i < entries.length; i += CHUNK)
     events.push({
       ...base('devices.outcome', 'all'),
       evidence: { mode: 'apply', devices: entries.slice(i, i + CHUNK) },
     });
   events.push(base('rollout.completed', null));
-  const records: AuditRecord[] = [];
-  let prev = GENESIS_HASH;
-  for (const [i, e] of events.entries()) {
-    const r = sealRecord({ ...e, seq: i + 1, at: new Date(clock + i).toISOString() } as AuditEvent, prev);
-    records.push(r);
-    prev = r.hash;
-  }
+  const records = seal(
+    events.map((e, i) => ({ ...e, seq: i + 1, at: new Date(clock + i).toISOString() }) as AuditEvent),
+  );
   const log = keyPairFromSeed(new Uint8Array(32).fill(1));
   const witness = keyPairFromSeed(new Uint8Array(32).fill(2));
   const sizes = [...records.keys()].map((i) => i + 1).filter((s) => s % 10 === 0 || s === records.length);
@@ -197,6 +241,7 @@ function makeBundle(dir: string, n: number): void {
     checkpoints,
     logKey: pinnedKeyText({ name: 'log', publicKey: log.publicKey }),
     witnessKey: pinnedKeyText({ name: 'witness', publicKey: witness.publicKey }),
+    ...(slices.length > 0 ? { slices } : {}),
     receipts: n,
     devices: n,
   });
@@ -228,7 +273,7 @@ function runCli(bundle: string): { wall: number; cpu: number; stdout: string; co
 const scratch = flags.keep ?? mkdtempSync(join(tmpdir(), 'wg-receipts-bench-'));
 mkdirSync(scratch, { recursive: true });
 console.log(
-  `receipts-verify: CLI from ${fromDist ? 'dist' : 'source (tsx)'}, load ${loadavg()[0]!.toFixed(1)}, ${RUNS} run(s)`,
+  `receipts-verify: CLI from ${fromDist ? 'dist' : 'source (tsx)'}, load ${loadavg()[0]!.toFixed(1)}, ${RUNS} run(s)${SLICE > 0 ? `, in slice trails of ${SLICE} devices` : ''}`,
 );
 console.log(
   '| receipts | bundle | CLI wall (median; runs) | CLI CPU (median) | in-process read + verify, once | findings |',
@@ -240,7 +285,9 @@ try {
     const made = performance.now();
     makeBundle(dir, n);
     const bundle = join(dir, 'bundle');
-    const mb = statSync(join(bundle, 'trail.jsonl')).size / 2 ** 20;
+    const slicesDir = join(bundle, 'slices');
+    const sliceFiles = existsSync(slicesDir) ? readdirSync(slicesDir).map((f) => join(slicesDir, f)) : [];
+    const mb = [join(bundle, 'trail.jsonl'), ...sliceFiles].reduce((n, f) => n + statSync(f).size, 0) / 2 ** 20;
     process.stderr.write(`${n}: bundle made in ${((performance.now() - made) / 1000).toFixed(1)} s\n`);
     const cli = Array.from({ length: RUNS }, () => runCli(bundle));
     const bad = cli.find((c) => c.code !== 0);
