@@ -96,20 +96,45 @@ export function inclusionProof(
       field: 'index',
       value: index,
     });
+  return inclusionProofOf((lo, hi) => rangeRoot(leafHashes, lo, hi), index, size);
+}
+
+/** inclusionProof over `rangeRoot` (index and size checked by the caller): the sibling subtrees it names. */
+export function inclusionProofOf(rangeRootOf: RangeRoot, index: number, size: number): Uint8Array[] {
   const topDown: Uint8Array[] = [];
   let lo = 0;
   let hi = size;
   while (hi - lo > 1) {
     const k = split(hi - lo);
     if (index - lo < k) {
-      topDown.push(rangeRoot(leafHashes, lo + k, hi));
+      topDown.push(rangeRootOf(lo + k, hi));
       hi = lo + k;
     } else {
-      topDown.push(rangeRoot(leafHashes, lo, lo + k));
+      topDown.push(rangeRootOf(lo, lo + k));
       lo += k;
     }
   }
   return topDown.reverse();
+}
+
+/**
+ * A RangeRoot over these leaf hashes that hashes each subtree once, whatever it is asked: proofs of many leaves
+ * of one tree then cost the tree once (2n hashes), where each inclusionProof alone is O(n). Leaves below 2^26.
+ */
+export function memoizedRangeRoot(leafHashes: readonly Uint8Array[]): RangeRoot {
+  const memo = new Map<number, Uint8Array>();
+  const range = (lo: number, hi: number): Uint8Array => {
+    if (hi - lo === 1) return leafHashes[lo]!;
+    const key = lo * 2 ** 26 + hi;
+    let h = memo.get(key);
+    if (!h) {
+      const k = split(hi - lo);
+      h = nodeHash(range(lo, lo + k), range(lo + k, hi));
+      memo.set(key, h);
+    }
+    return h;
+  };
+  return range;
 }
 
 /**

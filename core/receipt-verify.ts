@@ -2,7 +2,7 @@ import { bytesEqual, fromBase64, toBase64 } from './bytes';
 import { parseAuditLog, verifyAuditSegments, type AuditRecord, type AuditSegment, type TrailVerdict } from './audit';
 import { parseCheckpoint, type SignerKind } from './checkpoint';
 import { WavegateError } from './errors';
-import { HASH_BYTES, nodeHash, verifyInclusion } from './merkle';
+import { HASH_BYTES, inclusionProofOf, memoizedRangeRoot, verifyInclusion } from './merkle';
 import { checkTrailCheckpoints, parsePinnedKey, type PinnedKey } from './trail-checkpoints';
 import { linkOf, type TrailLink } from './trail-link';
 import { recordLeafHash, TrailTree } from './trail-tree';
@@ -652,45 +652,10 @@ function checkChain(ctx: ReceiptContext, r: Receipt, mode: string | null, at: st
 
 // ---- checkpoints: the log's signed tree heads over the trail, cosigned by the witness ----
 
-/**
- * PATH(index, D[0:size]) (RFC 9162 §2.1.3.1, bottom up, as core/merkle.ts inclusionProof) of many leaves, every
- * subtree hashed once: an inclusion proof of every record holding receipts costs the tree once (2n hashes), where
- * inclusionProof (O(n) each) costs n per record. core/trail-tree.ts TrailTree holds no inclusion proof yet.
- */
+/** Inclusion proofs of many leaves of one tree, every subtree hashed once (core/merkle.ts memoizedRangeRoot). */
 function inclusionPaths(leaves: readonly Uint8Array[]) {
-  const memo = new Map<number, Uint8Array>();
-  const split = (n: number) => {
-    let k = 1;
-    while (k * 2 < n) k *= 2;
-    return k;
-  };
-  const range = (lo: number, hi: number): Uint8Array => {
-    if (hi - lo === 1) return leaves[lo]!;
-    const key = lo * 2 ** 26 + hi; // exact: a bundle's trail is far below 2^26 records
-    let h = memo.get(key);
-    if (!h) {
-      const k = split(hi - lo);
-      h = nodeHash(range(lo, lo + k), range(lo + k, hi));
-      memo.set(key, h);
-    }
-    return h;
-  };
-  return (index: number, size: number): Uint8Array[] => {
-    const topDown: Uint8Array[] = [];
-    let lo = 0;
-    let hi = size;
-    while (hi - lo > 1) {
-      const k = split(hi - lo);
-      if (index - lo < k) {
-        topDown.push(range(lo + k, hi));
-        hi = lo + k;
-      } else {
-        topDown.push(range(lo, lo + k));
-        lo += k;
-      }
-    }
-    return topDown.reverse();
-  };
+  const range = memoizedRangeRoot(leaves);
+  return (index: number, size: number): Uint8Array[] => inclusionProofOf(range, index, size);
 }
 
 interface CheckpointResult {

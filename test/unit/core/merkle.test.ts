@@ -6,6 +6,8 @@ import {
   consistencyProof,
   EMPTY_ROOT,
   inclusionProof,
+  inclusionProofOf,
+  memoizedRangeRoot,
   leafHash,
   MAX_PROOF_HASHES,
   nodeHash,
@@ -335,5 +337,17 @@ describe('merkle: at scale', () => {
     ).toBe(true);
     // About 100,000 node hashes each (0.2 s compiled on this machine): generous bounds for a busy one.
     for (const ms of [t1 - t0, t2 - t1, t3 - t2]) expect(ms).toBeLessThan(10_000);
+  });
+});
+
+describe('proofs of many leaves of one tree', () => {
+  it('a memoized range root gives every leaf the proof inclusionProof gives, at every size', () => {
+    const leaves = Array.from({ length: 37 }, (_, i) => sha256(new Uint8Array([i])));
+    const range = memoizedRangeRoot(leaves);
+    for (let size = 1; size <= leaves.length; size++)
+      for (let index = 0; index < size; index++)
+        expect(inclusionProofOf(range, index, size), `${index} of ${size}`).toEqual(
+          inclusionProof(leaves, index, size),
+        );
   });
 });
