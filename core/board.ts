@@ -2,7 +2,7 @@ import type { AuditRecord } from './audit';
 import { WavegateError } from './errors';
 import type { CheckResult, GateOutcome } from './health';
 import type { RolloutStatus } from './rollout/status';
-import { proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
+import { proofCounts as countProof, proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
 import { phaseCounts } from './rollout/sliced-records';
 
 /**
@@ -179,19 +179,12 @@ function boardProof(d: Pick<DeviceStatus, 'state' | 'proven'>, receiptInTrail: b
   return proof ? { proof } : {};
 }
 
-/** The board's proof line: of the devices at the target, how many are proven by their receipts. */
+/** The board's proof line over its devices (core/rollout-state.ts proofCounts, as `status` counts it). */
 export function proofCounts(devices: readonly Pick<BoardDevice, 'state' | 'proof'>[]): {
   proven: number;
   applied: number;
 } {
-  let proven = 0;
-  let applied = 0;
-  for (const d of devices) {
-    if (d.state !== 'applied' && d.state !== 'claimed') continue;
-    applied += 1;
-    if (d.proof === 'proven') proven += 1;
-  }
-  return { proven, applied };
+  return countProof(devices.map((d) => ({ state: d.state, proven: d.proof === 'proven' })));
 }
 
 /** The status's devices with the trail's history and the inventory's transport. */

@@ -120,16 +120,30 @@ export interface DeviceStatus {
 }
 
 /** How a device's state is backed: `proven` by its receipt, `claimed` on the control plane's word, '' not yet settled. */
-export function proofOf(d: Pick<DeviceStatus, 'state' | 'proven'>): 'proven' | 'claimed' | '' {
+export function proofOf(d: { state: string; proven?: true }): 'proven' | 'claimed' | '' {
   if (d.proven) return 'proven';
   return d.state === 'applied' || d.state === 'claimed' ? 'claimed' : '';
 }
 
+/** Of the devices at the target (applied or claimed), how many are proven by their receipts. */
+export function proofCounts(devices: Iterable<{ state: string; proven?: boolean }>): {
+  proven: number;
+  applied: number;
+} {
+  let proven = 0;
+  let applied = 0;
+  for (const d of devices) {
+    if (d.state !== 'applied' && d.state !== 'claimed') continue;
+    applied += 1;
+    if (d.proven) proven += 1;
+  }
+  return { proven, applied };
+}
+
 /** `3 of 4 applied proven by receipts` (the devices listed: a sliced rollout lists its inline phases' only). */
 export function summarizeProof(devices: readonly Pick<DeviceStatus, 'state' | 'proven'>[]): string {
-  const done = devices.filter((d) => d.state === 'applied' || d.state === 'claimed');
-  const proven = done.filter((d) => d.proven).length;
-  return `${proven} of ${done.length} applied proven by receipts`;
+  const { proven, applied } = proofCounts(devices);
+  return `${proven} of ${applied} applied proven by receipts`;
 }
 
 /**

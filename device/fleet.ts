@@ -1,6 +1,6 @@
 import { devicesInScope } from '../core/gates';
 import type { Device, Inventory } from '../core/inventory';
-import type { DeviceTarget } from '../core/rollout-state';
+import { proofOf, type DeviceTarget } from '../core/rollout-state';
 import type { VerdictStanding } from '../core/node-down';
 import { mapLimit } from '../core/map-limit';
 import { channelFor, type ChannelDeps, type TwinReader } from './channel';
@@ -195,8 +195,8 @@ export async function readFleetBoard(opts: {
 
 /** How an applied or claimed row is backed: its device's receipt, or the control plane's word. */
 function rowProof(answer: Pick<BoardRow, 'state' | 'proof'>): Pick<BoardRow, 'proof'> {
-  if (answer.state !== 'applied' && answer.state !== 'claimed') return {};
-  return { proof: answer.proof ?? 'claimed' };
+  const proof = proofOf({ state: answer.state, ...(answer.proof === 'proven' ? { proven: true as const } : {}) });
+  return proof ? { proof } : {};
 }
 
 /** The revision a pending device's marker names above the one checked (undefined: none such). */

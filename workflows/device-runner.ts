@@ -115,7 +115,7 @@ export function rootMessage(err: unknown): string {
 }
 
 /** The receipt an answer carried: on a result, or in a failure's details (activities/apply.ts). */
-function proofOf(carrier: { receipt?: unknown; request?: unknown } | undefined): DeviceProof | undefined {
+function carriedProof(carrier: { receipt?: unknown; request?: unknown } | undefined): DeviceProof | undefined {
   return typeof carrier?.receipt === 'string' && typeof carrier.request === 'string'
     ? { receipt: carrier.receipt, request: carrier.request }
     : undefined;
@@ -138,7 +138,7 @@ function answered(result: activities.ApplyResult): ApplyAnswer {
     kind: 'answered',
     outcome: result.outcome,
     // Proven only with what the trail needs to check it again: the receipt and the request it answers.
-    ...(proofOf(result) ? { proven: true } : {}),
+    ...(carriedProof(result) ? { proven: true } : {}),
     ...(result.receiptProblem !== undefined ? { receiptProblem: result.receiptProblem } : {}),
     ...(result.detail !== undefined ? { detail: result.detail } : {}),
     ...(result.unmet ? { unmet: result.unmet } : {}),
@@ -327,14 +327,14 @@ class DeviceRun {
         ],
       );
       answer = answered(result);
-      proof = proofOf(result);
+      proof = carriedProof(result);
     } catch (err) {
       if (wf.isCancellation(err)) {
         cancellation = err;
         answer = { kind: 'cancelled' };
       } else {
         answer = failedAnswer(err);
-        proof = proofOf(failureDetails(err)?.[0] as { receipt?: unknown } | undefined);
+        proof = carriedProof(failureDetails(err)?.[0] as { receipt?: unknown } | undefined);
       }
     }
     const outcome = this.settle(device, answer, attemptNo, proof);
