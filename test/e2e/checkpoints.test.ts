@@ -1,3 +1,4 @@
+import { writeKeyFile } from '../support/key-file';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -41,12 +42,7 @@ const NO_CONFIG = {
   WAVEGATE_AUDIT_KEY_FILE: '',
 };
 
-function keyFile(name: string, pair: KeyPair): string {
-  const path = join(scratch.dir, name);
-  writeFileSync(path, `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`, { mode: 0o600 });
-  chmodSync(path, 0o600);
-  return path;
-}
+const keyFile = (name: string, pair: KeyPair) => writeKeyFile(join(scratch.dir, name), pair);
 const logKeyFile = keyFile('checkpoint.key', logPair);
 const witnessKeyFile = keyFile('witness.key', witnessPair);
 const logPin = join(scratch.dir, 'checkpoint.key.pub.yaml');

@@ -1,4 +1,5 @@
-import { chmodSync, cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { writeKeyFile } from '../support/key-file';
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,7 +20,7 @@ import {
   type ReceiptFields,
 } from '../../core/receipt';
 import { envelopeDigestOf } from '../../core/twin';
-import { keyPairFromSeed, parseSecretKeyFile, pinOf, secretKeyFile, type KeyPair } from '../../core/signing';
+import { keyPairFromSeed, parseSecretKeyFile, pinOf, type KeyPair } from '../../core/signing';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { AgentBackend } from '../conformance/backends/agent';
@@ -58,12 +59,7 @@ const NO_CONFIG = {
   WAVEGATE_AUDIT_KEY_FILE: '',
 };
 
-function keyFile(name: string, pair: KeyPair): string {
-  const path = join(scratch.dir, name);
-  writeFileSync(path, `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`, { mode: 0o600 });
-  chmodSync(path, 0o600);
-  return path;
-}
+const keyFile = (name: string, pair: KeyPair) => writeKeyFile(join(scratch.dir, name), pair);
 
 let env: TestWorkflowEnvironment;
 let witness: Awaited<ReturnType<typeof spawnCliUntil>> | undefined;

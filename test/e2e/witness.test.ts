@@ -1,5 +1,6 @@
+import { writeKeyFile } from '../support/key-file';
 import type { ChildProcess } from 'node:child_process';
-import { chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify as toYaml } from 'yaml';
@@ -15,7 +16,7 @@ import {
   verifyCheckpoint,
 } from '../../core/checkpoint';
 import { consistencyProof, leafHash, treeRoot } from '../../core/merkle';
-import { keyPairFromSeed, pinOf, secretKeyFile, type KeyPair } from '../../core/signing';
+import { keyPairFromSeed, pinOf } from '../../core/signing';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { scratchDir } from '../support/harness';
 
@@ -36,12 +37,7 @@ const otherLog = keyPairFromSeed(new Uint8Array(32).fill(12));
 const witnessKey = keyPairFromSeed(new Uint8Array(32).fill(13));
 const WITNESS: CheckpointKey = { name: 'witness.test/w1', publicKey: witnessKey.publicKey, kind: 'witness' };
 
-function writeKey(path: string, pair: KeyPair, mode = 0o600): string {
-  writeFileSync(path, `${JSON.stringify(secretKeyFile(pair), null, 2)}\n`, { mode });
-  chmodSync(path, mode);
-  return path;
-}
-const witnessKeyFile = writeKey(join(scratch.dir, 'witness.key'), witnessKey);
+const witnessKeyFile = writeKeyFile(join(scratch.dir, 'witness.key'), witnessKey);
 const logPinFile = join(scratch.dir, 'log.pub.yaml');
 writeFileSync(logPinFile, toYaml(pinOf(logKey, 'control plane')));
 const stateDir = join(scratch.dir, 'state');
@@ -219,7 +215,7 @@ describe('wavegate witness', () => {
 describe('wavegate witness: bad flags exit 2 naming the flag and value, and start nothing', () => {
   const base = () => ['witness', '--key', witnessKeyFile, '--state-dir', join(scratch.dir, 'flags-state')];
   const logFlag = ['--log', `${LOG_NAME}=${logPinFile}`];
-  const loose = writeKey(join(scratch.dir, 'loose.key'), witnessKey, 0o644);
+  const loose = writeKeyFile(join(scratch.dir, 'loose.key'), witnessKey, 0o644);
   const aFile = join(scratch.dir, 'a-file');
   writeFileSync(aFile, 'x');
 
