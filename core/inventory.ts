@@ -90,6 +90,16 @@ export const AgentKey = lazySchema(() =>
 );
 
 /**
+ * The only command an inventory may name for an SSH device's receipt signer: the signer itself (a file named
+ * wavegate-sign-receipt, by absolute path, run directly, by sudo -n or by sh) and at most its state directory. The
+ * inventory is not signed content, so it may choose which signer runs, never what else runs on the device.
+ */
+export const RECEIPT_COMMAND =
+  /^(sudo -n )?((\/bin\/)?sh )?\/[A-Za-z0-9._/+-]*\/wavegate-sign-receipt( \/[A-Za-z0-9._/+-]+)?$/;
+export const RECEIPT_COMMAND_RULE =
+  'must be the signer by absolute path, optionally after "sudo -n" or "sh", and at most its state directory ("sudo -n /usr/local/sbin/wavegate-sign-receipt")';
+
+/**
  * An SSH device's receipt key (`receipts`): the public half of the key wavegate-receipt-setup made on the device
  * (root's, unreadable by the login), and the command that signs with it there (docs/operations.md).
  */
@@ -106,7 +116,7 @@ export const ReceiptSettings = lazySchema(() =>
           'must be an OpenSSH ssh-ed25519 key line "ssh-ed25519 AAAA…" with no comment (as wavegate-receipt-setup prints it)',
         ),
       /** Run in the login's shell with the claim on its input (default: sudo -n /usr/local/sbin/wavegate-sign-receipt). */
-      command: zod().string().min(1).max(1024).regex(PRINTABLE, PRINTABLE_RULE).optional(),
+      command: zod().string().min(1).max(1024).regex(RECEIPT_COMMAND, RECEIPT_COMMAND_RULE).optional(),
     })
     .strict(),
 );

@@ -1,3 +1,4 @@
+import { RECEIPT_COMMAND, RECEIPT_COMMAND_RULE } from '../../core/inventory';
 import { activityWarning } from './activity-log';
 import type { ReceiptClaim, ReceiptResult } from '../../core/receipt';
 import { sshEd25519Key } from '../../core/receipt';
@@ -54,13 +55,17 @@ export function sshReceiptAsk(
     );
     return { receiptProblem };
   };
+  const command = enrolled.command ?? DEFAULT_RECEIPT_COMMAND;
   return async (session, answer) => {
+    // Checked where it runs, whoever built the target: an inventory is no signed content (core/inventory.ts).
+    if (!RECEIPT_COMMAND.test(command))
+      return notPassedOn(`signer: command not of the allowed form (${RECEIPT_COMMAND_RULE})`);
     const said = claimOf(answer, requested);
     if (!said) return undefined;
     const claim: ReceiptClaim = { ...expected, ...said };
     let res: Awaited<ReturnType<DeviceSession['exec']>>;
     try {
-      res = await session.exec(enrolled.command ?? DEFAULT_RECEIPT_COMMAND, {
+      res = await session.exec(command, {
         timeoutMs: Math.min(timeoutMs, SIGNER_TIMEOUT_MS),
         stdin: Buffer.from(claimText(claim)),
       });

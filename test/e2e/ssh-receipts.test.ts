@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
@@ -160,11 +160,23 @@ describe('SSH receipts over the simulator', () => {
     const { fleet, input, dir } = await real.rollout({ phases: [{ bulk: '100%' }] }, [{ id: 'p-a' }]);
     const a = enrol(dir, 'p-a');
     const other = enrol(dir, 'p-other');
+    // Signers that misbehave, each a script named as the signer is (the only program an inventory may name).
+    const fake = (name: string, body: string) => {
+      const path = join(dir, 'fake-signers', name, 'wavegate-sign-receipt');
+      mkdirSync(join(dir, 'fake-signers', name), { recursive: true });
+      writeFileSync(path, `#!/bin/sh\n${body}\n`, { mode: 0o755 });
+      return `sh ${path}`;
+    };
     const cases: Array<[DeviceTarget['receipts'], RegExp]> = [
-      [{ key: a.receipts.key, command: `echo '${'x'.repeat(5000)}' >&2; exit 3` }, /^signer: exit 3: "x{1,200}"$/],
-      [{ key: a.receipts.key, command: 'echo garbage' }, /^receipt: unreadable: /],
+      [
+        { key: a.receipts.key, command: fake('fails', `echo '${'x'.repeat(5000)}' >&2; exit 3`) },
+        /^signer: exit 3: "x{1,200}"$/,
+      ],
+      [{ key: a.receipts.key, command: fake('garbage', 'echo garbage') }, /^receipt: unreadable: /],
       [{ key: a.receipts.key, command: other.receipts.command }, /^receipt: signature: not made by the enrolled key$/],
       [{ key: a.receipts.key, command: 'sudo -n /nonexistent/wavegate-sign-receipt' }, /^signer: exit \d+/],
+      // Any other command is refused before it runs: the inventory is no signed content.
+      [{ key: a.receipts.key, command: 'touch "$HOME/ran"' }, /^signer: command not of the allowed form/],
     ];
     for (const [receipts, problem] of cases) {
       const res = await apply(targetOf(fleet, 'p-a', receipts), input.steps);
@@ -173,6 +185,10 @@ describe('SSH receipts over the simulator', () => {
       expect(res.receiptProblem).toMatch(problem);
       expect(Buffer.byteLength(res.receiptProblem!)).toBeLessThan(260);
     }
+    expect(
+      existsSync(join(fleet.devices.find((d) => d.id === 'p-a')!.sandbox, 'ran')),
+      'the refused command never ran',
+    ).toBe(false);
   }, 120_000);
 
   it('a rollout over enrolled devices: each device’s trail entry holds its receipt, and each verifies against its key', async () => {

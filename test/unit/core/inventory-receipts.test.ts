@@ -16,17 +16,24 @@ describe('inventory receipts', () => {
     const inv = parseInventory(
       inventory(
         { id: 'a', host: 'a.lab', receipts: { key: KEY } },
-        { id: 'b', host: 'b.lab', receipts: { key: OTHER, command: 'sudo -n /opt/wg/sign /var/lib/wg' } },
+        {
+          id: 'b',
+          host: 'b.lab',
+          receipts: { key: OTHER, command: 'sudo -n /opt/wg/wavegate-sign-receipt /var/lib/wg' },
+        },
         { id: 'c', host: 'c.lab' },
       ),
       'fleet.yaml',
     );
     expect(inv.devices.map((d) => d.receipts)).toEqual([
       { key: KEY },
-      { key: OTHER, command: 'sudo -n /opt/wg/sign /var/lib/wg' },
+      { key: OTHER, command: 'sudo -n /opt/wg/wavegate-sign-receipt /var/lib/wg' },
       undefined,
     ]);
-    expect(targetOf(inv.devices[1]!).receipts).toEqual({ key: OTHER, command: 'sudo -n /opt/wg/sign /var/lib/wg' });
+    expect(targetOf(inv.devices[1]!).receipts).toEqual({
+      key: OTHER,
+      command: 'sudo -n /opt/wg/wavegate-sign-receipt /var/lib/wg',
+    });
     expect('receipts' in targetOf(inv.devices[2]!)).toBe(false);
   });
 
@@ -51,6 +58,11 @@ describe('inventory receipts', () => {
     expect(refused(inventory({ id: 'a', host: 'a.lab', receipts: { key: KEY, command: 'a\nb' } })).message).toContain(
       'devices[0].receipts.command',
     );
+    // An inventory is no signed content: it may name which signer runs, never another command.
+    for (const command of ['rm -rf "$HOME/.wavegate"', '/sbin/reboot', 'sudo -n /opt/wg/wavegate-sign-receipt; id'])
+      expect(refused(inventory({ id: 'a', host: 'a.lab', receipts: { key: KEY, command } })).message).toContain(
+        'devices[0].receipts.command',
+      );
     expect(refused(inventory({ id: 'a', host: 'a.lab', receipts: { key: KEY, extra: 1 } })).message).toContain(
       'devices[0].receipts',
     );
