@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   floorRefusal,
   formatFloor,
@@ -25,6 +26,7 @@ import {
   StepFailed,
   TransportError,
   type ApplyHolder,
+  type ApplyLockRecord,
   type DeviceSession,
   type ExecResult,
   type StagedFile,
@@ -452,6 +454,9 @@ async function runUnit(
   const payloadBytes = steps.payload.reduce((n, f) => n + f.size, 0);
   const stream = steps.payload.length > 0 && payloadBytes <= (opts.streamPayloadMaxBytes ?? STREAM_PAYLOAD_MAX_BYTES);
   let streamed: Buffer | undefined;
+  // An earlier unit of this very run still holding the lock with its apply running is waited for, not refused
+  // (earlierUnitOfThisRun): up to the apply's own command bound, without using up a script round.
+  const waitForEarlierUntil = Date.now() + opts.commandTimeoutMs;
   for (let round = 0; round < MAX_SCRIPT_ROUNDS; round++) {
     beat('apply');
     const script = applyScript({
@@ -515,6 +520,12 @@ async function runUnit(
         continue;
       }
       case 'lock-held':
+        if (earlierUnitOfThisRun(report.record, holder) && Date.now() < waitForEarlierUntil) {
+          beat(`waiting for activity ${report.record.holder?.activity} of this run to end its apply`);
+          await sleep(EARLIER_UNIT_POLL_MS, undefined, opts.signal ? { signal: opts.signal } : {});
+          round--;
+          continue;
+        }
         throw new ApplyLockHeld(device, report.record, profile);
       case 'lock-theirs': {
         // Not running, never started or ended: its activity may still be between steps, unless Temporal
@@ -607,6 +618,26 @@ const STREAM_PAYLOAD_MAX_BYTES = 1024 * 1024;
 
 /** Floor answer, lock break, staging: each needs at most one more run of the script. */
 const MAX_SCRIPT_ROUNDS = 4;
+
+/**
+ * Whether the lock's holder is an earlier unit (another activity) of this very workflow run. The run starts a
+ * device's next unit only once the previous one closed, so that one is gone: cancelled mid-apply (a cancel, an
+ * abort), it left its detached apply running on the device. Its compensation, the next unit, waits for that apply
+ * to end; the script then puts the lock aside as the same run's stale one (docs/formats.md, "The apply lock").
+ * Refusing it instead would leave the device changed and marked rollback-failed for a race with its own rollout.
+ */
+function earlierUnitOfThisRun(record: ApplyLockRecord, holder: ApplyHolder): boolean {
+  const theirs = record.holder;
+  return (
+    theirs !== null &&
+    theirs.rollout === deviceValue(holder.rollout) &&
+    theirs.run === deviceValue(holder.run) &&
+    theirs.activity !== deviceValue(holder.activity)
+  );
+}
+
+/** How often a unit looks again at an earlier unit's apply it waits for. */
+const EARLIER_UNIT_POLL_MS = 1_000;
 
 /** How long a lock may stay without an owner before it counts as a dead claimer's (a live claim names itself within milliseconds). */
 const OWNERLESS_GRACE_MS = 3_000;

@@ -18,7 +18,17 @@ import { rejection } from '../support/refusal';
 describe('the apply lock: one exclusive, resumable apply per device', () => {
   const scratch = scratchDir('apply-lock');
   let fleet: Fleet;
-  const ids = ['drop', 'hang', 'conflict', 'stale', 'finished', 'failing', 'ownerless', 'ownerless-launched'];
+  const ids = [
+    'drop',
+    'hang',
+    'conflict',
+    'same-run',
+    'stale',
+    'finished',
+    'failing',
+    'ownerless',
+    'ownerless-launched',
+  ];
 
   const target = (id: string): DeviceTarget => {
     const d = fleet.device(id);
@@ -151,6 +161,59 @@ describe('the apply lock: one exclusive, resumable apply per device', () => {
     expect(all[0]).toContain('apply.lock');
     expect(runs('conflict')).toBe(1);
     expect(readFileSync(profileFile('conflict', 'apply.lock/owner'), 'utf8')).toMatch(/^rollout=rollout:first$/m);
+  });
+
+  it("a unit whose own run's earlier unit was cut off mid-apply (a cancel) waits for that apply to end, then takes the lock: its compensation runs after, never beside it", async () => {
+    // The apply of this run's activity 7 is started, and its connection dies under it (the activity cancelled).
+    await fleet.setFaults('same-run', { dropConnection: 'apply-runs', dropAfterMs: 300 });
+    await failure(
+      applyToDevice(target('same-run'), steps(3), { commandTimeoutMs: 20_000, holder: unit('rollout:same', 1) }),
+    );
+    await fleet.setFaults('same-run', {});
+    expect(existsSync(profileFile('same-run', 'apply.lock/owner'))).toBe(true);
+    // Its compensation, activity 8 of the same run, arrives while the apply still runs.
+    const back: RevisionSteps = {
+      profile: 'lock',
+      revision: 2,
+      apply: 'echo back >> "$HOME/rollback-runs" && rm -f "$HOME/applied-r3" && touch "$HOME/applied-r2"',
+      verify: 'test -f "$HOME/applied-r2" && ! test -f "$HOME/applied-r3"',
+      payload: [],
+    };
+    const beats: string[] = [];
+    const result = await applyToDevice(target('same-run'), back, {
+      commandTimeoutMs: 20_000,
+      holder: { rollout: 'rollout:same', run: 'rollout:same-run', activity: '8', attempt: 1 },
+      heartbeat: (d) => beats.push(d),
+      heartbeatIntervalMs: 200,
+    });
+    expect(result.outcome).toBe('applied');
+    expect(beats).toContain('waiting for activity 7 of this run to end its apply');
+    // Run after the apply ended: had it run beside it, the apply's late touch would have put r3 back.
+    expect(runs('same-run')).toBe(1);
+    expect(existsSync(join(fleet.device('same-run').sandbox, 'applied-r3'))).toBe(false);
+    expect(existsSync(join(fleet.device('same-run').sandbox, 'applied-r2'))).toBe(true);
+    expect(readFileSync(join(fleet.device('same-run').sandbox, 'rollback-runs'), 'utf8')).toBe('back\n');
+    expect(readFileSync(profileFile('same-run', 'last-apply/owner'), 'utf8')).toMatch(/^activity=8$/m);
+  });
+
+  it('an earlier unit of the same run is waited for only up to the command bound: then CONFLICT, nothing runs', async () => {
+    const lock = profileFile('same-run', 'apply.lock');
+    mkdirSync(lock, { recursive: true });
+    // Held by activity 9 of this run, its apply "running" (the pid of this test process, alive throughout).
+    writeFileSync(
+      join(lock, 'owner'),
+      'rollout=rollout:same\nrun=rollout:same-run\nactivity=9\nattempt=1\nrevision=3\nstep=apply\ntaken=2024-01-01T00:00:00.000Z\n',
+    );
+    writeFileSync(join(lock, 'launched'), '');
+    writeFileSync(join(lock, 'pid'), `${process.pid}\n`);
+    const err = await failure(
+      applyToDevice(target('same-run'), steps(0, 4), {
+        commandTimeoutMs: 2_500,
+        holder: { rollout: 'rollout:same', run: 'rollout:same-run', activity: '10', attempt: 1 },
+      }),
+    );
+    expect(err.name).toBe('ApplyLockHeld');
+    expect(runs('same-run')).toBe(1);
   });
 
   it('a stale lock (its apply gone without an outcome) is broken with the reason recorded, and verify decides', async () => {

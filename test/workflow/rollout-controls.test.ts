@@ -246,7 +246,9 @@ describe('rollout workflow: gates, failures, compensation and controls', () => {
     const trail = events(input.rolloutId);
     expect(trail.slice(-3)).toEqual(['rollback.started', 'rollback.completed', 'rollout.cancelled']);
     const final = await handle.query<RolloutStatus>('status');
-    expect(final.devices.find((d) => d.id === canary)).toMatchObject({ state: 'rolled-back' });
+    // With its reason, so a failure says why the compensation failed.
+    const back = final.devices.find((d) => d.id === canary)!;
+    expect(back.state, back.reason).toBe('rolled-back');
     // The fact, read back with the fleet revision's own verify, and still so once nothing runs any more.
     await new Promise((r) => setTimeout(r, 4_000));
     expect(markerOf(fleet, canary)).toBe(1);
