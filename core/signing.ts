@@ -84,6 +84,23 @@ export interface Trust {
   /** kid → raw 32-byte public key. */
   keys: Map<string, Uint8Array>;
   pins: Pin[];
+  /**
+   * What the profile's signers revoked (core/revocation.ts): a revoked revision never verifies, a revoked key's
+   * signature never counts. Absent: nothing revoked (a trust without a revocation list).
+   */
+  revoked?: Revoked;
+  /** The signed trust root these pins come from (core/trust-root.ts); absent: a plain trust.yaml. */
+  root?: { version: number; digest: string };
+}
+
+/** Revocations as a verifier applies them. */
+export interface Revoked {
+  /** The list's own version (monotonic: a verifier never goes back to a lower one). */
+  version: number;
+  /** Revision number → its revocation: every envelope of that number, or only the one with `digest`. */
+  revisions: Map<number, { digest?: string; reason: string }>;
+  /** kid → why it was revoked. */
+  keys: Map<string, string>;
 }
 
 /** `sha256/` + base64url(SHA-256 of the raw 32-byte public key). */
@@ -255,7 +272,15 @@ export type VerifyReason =
   | 'NOT_YET_VALID'
   | 'VALIDITY_TOO_LONG'
   | 'MISSING_DIGEST'
-  | 'NOT_ABOVE_CURRENT';
+  | 'NOT_ABOVE_CURRENT'
+  | 'REVOKED'
+  | 'REVOKED_KEY'
+  | 'ROOT_ROLLBACK'
+  | 'ROOT_GAP'
+  | 'ROOT_FORK'
+  | 'METADATA_ROLLBACK'
+  | 'STALE'
+  | 'WRONG_SUBJECT';
 
 export interface VerifyOk {
   ok: true;
@@ -278,7 +303,8 @@ export interface VerifyFailure {
 
 export type VerifyResult = VerifyOk | VerifyFailure;
 
-function fail(reason: VerifyReason, message: string, details?: Record<string, unknown>): VerifyFailure {
+/** A verification's failure as a value: its reason code and a message a person can act on. */
+export function verifyFailure(reason: VerifyReason, message: string, details?: Record<string, unknown>): VerifyFailure {
   return { ok: false, reason, code: 'INVALID_INPUT', message, ...(details ? { details } : {}) };
 }
 
@@ -325,72 +351,12 @@ export function ed25519Verify(sig: Uint8Array, body: Uint8Array, publicKey: Uint
  * (NOT_YET_VALID / VALIDITY_TOO_LONG, see validityProblem) and the revision number (NOT_ABOVE_CURRENT).
  */
 export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOptions): VerifyResult {
-  if (typeof envelope === 'object' && envelope !== null && Array.isArray((envelope as Envelope).signatures)) {
-    const bad = (envelope as Envelope).signatures.find(
-      (s) => typeof s === 'object' && s !== null && 'alg' in s && s.alg !== ALG,
-    );
-    if (bad)
-      return fail(
-        'UNSUPPORTED_ALG',
-        `signature by ${String(bad.kid)} uses alg ${JSON.stringify(bad.alg)}; only "${ALG}" is accepted`,
-      );
-  }
-  const shape = Envelope.safeParse(envelope);
-  if (!shape.success) {
-    const issue = shape.error.issues[0]!;
-    return fail('MALFORMED', `envelope is malformed: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
-  }
-  const env = shape.data;
-  const body = fromBase64(env.body);
-  if (!body) return fail('MALFORMED', 'envelope body is not valid base64');
-
-  const seen = new Set<string>();
-  const signers: string[] = [];
-  const ignored: string[] = [];
-  let duplicate: string | undefined;
-  for (const entry of env.signatures) {
-    if (seen.has(entry.kid)) duplicate ??= entry.kid;
-    seen.add(entry.kid);
-    const key = trust.keys.get(entry.kid);
-    if (!key) {
-      ignored.push(entry.kid);
-      continue;
-    }
-    const sig = fromBase64(entry.sig);
-    const valid = !!sig && (opts.verifySignature ?? ed25519Verify)(sig, body, key);
-    if (!valid)
-      return fail(
-        'BAD_SIGNATURE',
-        `signature by ${entry.kid} does not verify over the body (tampered body or signature)`,
-        { kid: entry.kid },
-      );
-    if (!signers.includes(entry.kid)) signers.push(entry.kid);
-  }
-  if (duplicate)
-    return fail('DUPLICATE_SIGNER', `${duplicate} signed more than once; each key counts once toward the threshold`, {
-      kid: duplicate,
-    });
-  if (signers.length < trust.threshold) {
-    if (signers.length === 0 && ignored.length > 0) {
-      return fail('UNPINNED_KEY', `no signature is by a pinned key (signed by ${ignored.join(', ')})`, { ignored });
-    }
-    return fail(
-      'BELOW_THRESHOLD',
-      `${signers.length} distinct pinned signer(s), ${trust.threshold} required${ignored.length ? ` (unpinned: ${ignored.join(', ')})` : ''}`,
-      { signers, ignored },
-    );
-  }
-
-  const text = utf8Decode(body);
-  if (text === undefined) return fail('MALFORMED', 'envelope body is not UTF-8');
-  let content: unknown;
-  try {
-    content = JSON.parse(text);
-  } catch {
-    return fail('MALFORMED', 'envelope body is not JSON');
-  }
-  if (!isCanonicalJson(text))
-    return fail('NOT_CANONICAL', 'envelope body is not canonical JSON (sorted keys, no whitespace)');
+  const signed = verifySignatures(envelope, trust, opts);
+  if (!signed.ok) return signed;
+  const { body, signers, ignored } = signed;
+  const read = documentBody(body);
+  if (!read.ok) return read;
+  const { content } = read;
   if (typeof content === 'object' && content !== null && Array.isArray((content as { payload?: unknown }).payload)) {
     const files = (content as { payload: unknown[] }).payload;
     const missing = files.findIndex(
@@ -400,36 +366,162 @@ export function verifyEnvelope(envelope: unknown, trust: Trust, opts: VerifyOpti
         typeof (f as { sha256?: unknown }).sha256 !== 'string' ||
         !(f as { sha256: string }).sha256,
     );
-    if (missing >= 0) return fail('MISSING_DIGEST', `payload[${missing}] has no sha256 digest`, { index: missing });
+    if (missing >= 0)
+      return verifyFailure('MISSING_DIGEST', `payload[${missing}] has no sha256 digest`, { index: missing });
   }
   // The signed content rules too, unless the caller re-makes a decision on replay (core/revision.ts, RevisionRules).
   const parsed = revisionSchemaFor(opts).safeParse(content);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    return fail(
+    return verifyFailure(
       'INVALID_REVISION',
       `envelope body is not a valid revision: ${issue.path.join('.') || '(root)'}: ${issue.message}`,
     );
   }
   const revision = parsed.data;
+  const digest = hex(sha256(body));
+  const revocation = trust.revoked?.revisions.get(revision.revision);
+  if (revocation && (revocation.digest === undefined || revocation.digest === digest))
+    return verifyFailure(
+      'REVOKED',
+      `revision ${revision.profile}#${revision.revision} is revoked by its signers (revocations v${trust.revoked?.version}): ${revocation.reason}`,
+      { revision: revision.revision, reason: revocation.reason },
+    );
   if (!revision.expiresAt)
-    return fail('MISSING_EXPIRY', 'the revision has no expiresAt; a signed revision must expire');
+    return verifyFailure('MISSING_EXPIRY', 'the revision has no expiresAt; a signed revision must expire');
   const expires = Date.parse(revision.expiresAt);
   if (!(expires > opts.now)) {
-    return fail('EXPIRED', `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`, {
-      expiresAt: revision.expiresAt,
-    });
+    return verifyFailure(
+      'EXPIRED',
+      `revision ${revision.profile}#${revision.revision} expired at ${revision.expiresAt}`,
+      {
+        expiresAt: revision.expiresAt,
+      },
+    );
   }
   const period = validityProblem(revision, expires, opts.now);
   if (period) return period;
   if (opts.current !== undefined && revision.revision <= opts.current) {
-    return fail(
+    return verifyFailure(
       'NOT_ABOVE_CURRENT',
       `revision ${revision.revision} is not above the current revision ${opts.current}; the channel never moves backwards`,
       { current: opts.current },
     );
   }
-  return { ok: true, revision, signers, bodyDigest: hex(sha256(body)), ignored };
+  return { ok: true, revision, signers, bodyDigest: digest, ignored };
+}
+
+/** The body of an envelope, unverified: the canonical JSON it carries, or why it carries none. */
+export function documentBody(body: Uint8Array): { ok: true; content: unknown } | VerifyFailure {
+  const text = utf8Decode(body);
+  if (text === undefined) return verifyFailure('MALFORMED', 'envelope body is not UTF-8');
+  let content: unknown;
+  try {
+    content = JSON.parse(text);
+  } catch {
+    return verifyFailure('MALFORMED', 'envelope body is not JSON');
+  }
+  if (!isCanonicalJson(text))
+    return verifyFailure('NOT_CANONICAL', 'envelope body is not canonical JSON (sorted keys, no whitespace)');
+  return { ok: true, content };
+}
+
+/** Signatures that met a trust's threshold over an envelope's body bytes (verifySignatures). */
+export interface SignaturesOk {
+  ok: true;
+  body: Uint8Array;
+  /** Distinct pinned, unrevoked kids whose signatures verified. */
+  signers: string[];
+  /** Signatures by keys outside the pins (or revoked): ignored, reported. */
+  ignored: string[];
+}
+
+/**
+ * The signature part of every signed document (a revision, a trust root, a revocation list, a timestamp):
+ * shape (MALFORMED / UNSUPPORTED_ALG), every signature by a pinned key valid over the body bytes (BAD_SIGNATURE),
+ * no kid twice (DUPLICATE_SIGNER), a threshold of distinct pinned signers (UNPINNED_KEY when the only signers are
+ * unpinned, REVOKED_KEY when revoked keys' signatures would have made the threshold, else BELOW_THRESHOLD).
+ * A revoked key's signature never counts, valid or not.
+ */
+export function verifySignatures(
+  envelope: unknown,
+  trust: Pick<Trust, 'threshold' | 'keys' | 'revoked'>,
+  opts: Pick<VerifyOptions, 'verifySignature'> = {},
+): SignaturesOk | VerifyFailure {
+  if (typeof envelope === 'object' && envelope !== null && Array.isArray((envelope as Envelope).signatures)) {
+    const bad = (envelope as Envelope).signatures.find(
+      (s) => typeof s === 'object' && s !== null && 'alg' in s && s.alg !== ALG,
+    );
+    if (bad)
+      return verifyFailure(
+        'UNSUPPORTED_ALG',
+        `signature by ${String(bad.kid)} uses alg ${JSON.stringify(bad.alg)}; only "${ALG}" is accepted`,
+      );
+  }
+  const shape = Envelope.safeParse(envelope);
+  if (!shape.success) {
+    const issue = shape.error.issues[0]!;
+    return verifyFailure('MALFORMED', `envelope is malformed: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+  }
+  const env = shape.data;
+  const body = fromBase64(env.body);
+  if (!body) return verifyFailure('MALFORMED', 'envelope body is not valid base64');
+
+  const seen = new Set<string>();
+  const signers: string[] = [];
+  const ignored: string[] = [];
+  const revoked: string[] = [];
+  let duplicate: string | undefined;
+  for (const entry of env.signatures) {
+    if (seen.has(entry.kid)) duplicate ??= entry.kid;
+    seen.add(entry.kid);
+    const key = trust.keys.get(entry.kid);
+    if (!key) {
+      ignored.push(entry.kid);
+      continue;
+    }
+    if (trust.revoked?.keys.has(entry.kid)) {
+      if (!revoked.includes(entry.kid)) revoked.push(entry.kid);
+      ignored.push(entry.kid);
+      continue;
+    }
+    const sig = fromBase64(entry.sig);
+    const valid = !!sig && (opts.verifySignature ?? ed25519Verify)(sig, body, key);
+    if (!valid)
+      return verifyFailure(
+        'BAD_SIGNATURE',
+        `signature by ${entry.kid} does not verify over the body (tampered body or signature)`,
+        { kid: entry.kid },
+      );
+    if (!signers.includes(entry.kid)) signers.push(entry.kid);
+  }
+  if (duplicate)
+    return verifyFailure(
+      'DUPLICATE_SIGNER',
+      `${duplicate} signed more than once; each key counts once toward the threshold`,
+      {
+        kid: duplicate,
+      },
+    );
+  if (signers.length < trust.threshold) {
+    if (revoked.length > 0)
+      return verifyFailure(
+        'REVOKED_KEY',
+        `${signers.length} distinct pinned signer(s), ${trust.threshold} required: the signature(s) of ${revoked.join(', ')} do not count, the key is revoked (${revoked.map((k) => trust.revoked?.keys.get(k)).join('; ')})`,
+        { signers, revoked },
+      );
+    if (signers.length === 0 && ignored.length > 0) {
+      return verifyFailure('UNPINNED_KEY', `no signature is by a pinned key (signed by ${ignored.join(', ')})`, {
+        ignored,
+      });
+    }
+    return verifyFailure(
+      'BELOW_THRESHOLD',
+      `${signers.length} distinct pinned signer(s), ${trust.threshold} required${ignored.length ? ` (unpinned: ${ignored.join(', ')})` : ''}`,
+      { signers, ignored },
+    );
+  }
+  return { ok: true, body, signers, ignored };
 }
 
 /**
@@ -442,7 +534,7 @@ function validityProblem(revision: Revision, expires: number, now: number): Veri
   const name = `revision ${revision.profile}#${revision.revision}`;
   if (revision.issuedAt === undefined) {
     if (expires - now <= LEGACY_MAX_VALIDITY_DAYS * DAY_MS) return undefined;
-    return fail(
+    return verifyFailure(
       'VALIDITY_TOO_LONG',
       `${name} has no issuedAt and expires at ${revision.expiresAt}, more than ${LEGACY_MAX_VALIDITY_DAYS} days from now; sign it again`,
       { expiresAt: revision.expiresAt },
@@ -450,14 +542,14 @@ function validityProblem(revision: Revision, expires: number, now: number): Veri
   }
   const issued = Date.parse(revision.issuedAt);
   if (issued > now + MAX_CLOCK_SKEW_MS) {
-    return fail(
+    return verifyFailure(
       'NOT_YET_VALID',
       `${name} was issued at ${revision.issuedAt}, after this clock's ${new Date(now).toISOString()}: this clock is behind (or the envelope is post-dated); refusing`,
       { issuedAt: revision.issuedAt },
     );
   }
   if (expires - issued > MAX_VALIDITY_DAYS * DAY_MS) {
-    return fail(
+    return verifyFailure(
       'VALIDITY_TOO_LONG',
       `${name} is valid from ${revision.issuedAt} to ${revision.expiresAt}, longer than ${MAX_VALIDITY_DAYS} days`,
       { issuedAt: revision.issuedAt, expiresAt: revision.expiresAt },

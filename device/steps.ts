@@ -15,7 +15,6 @@ import { PROFILE_NAME } from '../core/profile-name';
 import type { PayloadFile, Revision } from '../core/revision';
 import { verifyEnvelope, type Envelope, type Trust } from '../core/signing';
 import { loadTrust } from '../intake/trust';
-import { profileDir } from '../intake/profile-dir';
 import type { DeviceTarget } from '../core/rollout-state';
 import type { RevisionSteps } from '../core/rollout/input';
 import type { Dependency } from '../core/dependencies';
@@ -41,7 +40,6 @@ import {
 } from './transport/apply-script';
 import { verifySignatureMemoized } from './signature-memo';
 import { PROJECT_ROOT } from '../intake/package-layout';
-import { parsedPerContent } from '../intake/parsed-file';
 
 export type { ApplyHolder, RevisionSteps };
 export { StepFailed, TransportError };
@@ -56,15 +54,13 @@ export const CHECKOUT_PROFILES_ROOT = join(PROJECT_ROOT, 'profiles');
 export function loadWorkerTrust(profilesRoot: string, profile: string): Trust | undefined {
   if (!PROFILE_NAME.test(profile))
     throw new EnvelopeRejected('MALFORMED', `profile ${JSON.stringify(profile)} is not a profile name`);
-  // Every device's apply asks for the same file: parsed once per content (./parsed-file.ts).
+  // Every device's apply asks for the same files: verified once per content (intake/trust.ts).
   try {
-    return trustRead(profileDir(profilesRoot, profile).trustFile, () => loadTrust(profilesRoot, profile));
+    return loadTrust(profilesRoot, profile);
   } catch (err) {
     throw new EnvelopeRejected('NO_TRUST', `the worker's trust file is unusable: ${(err as Error).message}`);
   }
 }
-
-const trustRead = parsedPerContent<Trust | undefined>(256);
 
 /** What a device lacks of the profiles a rollout waits for (`after`). */
 export interface UnmetDependencies {

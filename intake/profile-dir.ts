@@ -8,7 +8,10 @@ import type { FieldProblem } from '../core/validation';
  * Where a profile's files live. The only place that knows the layout:
  *
  *   <profiles>/<name>/profile.yaml        scope, runtimes, metrics
- *   <profiles>/<name>/trust.yaml          pins (a profile without it is unsigned)
+ *   <profiles>/<name>/trust.yaml          pins (a profile without it is unsigned): version 0 of its trust root
+ *   <profiles>/<name>/root/<n>.json       signed trust root versions 1, 2, … (core/trust-root.ts)
+ *   <profiles>/<name>/trust-held.json     the newest root and list versions a verifier here reached (high-water marks)
+ *   <profiles>/<name>/revocations.json    the signed revocation list (core/revocation.ts)
  *   <profiles>/<name>/revisions/<n>.yaml  revision sources
  *   <profiles>/<name>/envelopes/<n>.json  signed envelopes of the revisions
  *   <profiles>/<name>/payload/            payload files, named by each revision's `source`
@@ -19,6 +22,10 @@ export interface ProfileDir {
   dir: string;
   profileFile: string;
   trustFile: string;
+  rootDir: string;
+  rootFile(version: number): string;
+  heldTrustFile: string;
+  revocationsFile: string;
   revisionsDir: string;
   envelopesDir: string;
   payloadDir: string;
@@ -37,6 +44,10 @@ export function profileDir(profilesRoot: string, name: string, field = 'profile'
     dir,
     profileFile: join(dir, 'profile.yaml'),
     trustFile: join(dir, 'trust.yaml'),
+    rootDir: join(dir, 'root'),
+    rootFile: (version) => join(dir, 'root', `${version}.json`),
+    heldTrustFile: join(dir, 'trust-held.json'),
+    revocationsFile: join(dir, 'revocations.json'),
     revisionsDir: join(dir, 'revisions'),
     envelopesDir: join(dir, 'envelopes'),
     payloadDir: join(dir, 'payload'),
