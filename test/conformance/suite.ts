@@ -17,7 +17,9 @@ import {
 import type { RevertOf, RevisionSteps, RolloutInput } from '../../core/rollout/input';
 import type { RolloutStatus } from '../../core/rollout/status';
 import { parseRolloutSpec } from '../../core/spec';
-import type { Envelope } from '../../core/signing';
+import { REVOCATIONS_TYPE } from '../../core/revocation';
+import { signDocument } from '../../core/signed-document';
+import type { Envelope, KeyPair } from '../../core/signing';
 import { rolloutInputFromFiles } from '../../intake/prepare';
 import { revertRolloutInput } from '../../intake/revert';
 import { startDevServerEnv } from '../../workers/dev-server';
@@ -99,6 +101,7 @@ export const DEVICES = {
   chain: ['chain-1'],
   wayBack: ['wayback-1'],
   receipts: ['receipt-1', 'receipt-2'],
+  revoked: ['revoked-1'],
 } as const;
 const ALL = Object.values(DEVICES).flat();
 
@@ -302,7 +305,8 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
     const test = (name: string, fn: () => Promise<void>) => it(name, fn, 480_000);
 
     beforeAll(async () => {
-      profile = writeSignedProfile({ root, name: PROFILE, revisions: REVISIONS });
+      // Three signers, two to sign (keys A and B sign every revision): case 16 revokes B, and A with C still make two.
+      profile = writeSignedProfile({ root, name: PROFILE, revisions: REVISIONS, keys: 3, threshold: 2 });
       const devicePins = profile.writePins(join(scratch.dir, 'device-pins'));
       env = await startDevServerEnv();
       const taskQueue = `conformance-${backend.transport}-${process.pid}`;
@@ -741,6 +745,60 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
         result: 'failed',
       });
       expect(failed.fields.observed, 'no verify of r4 passed').toBeNull();
+    });
+
+    /** The profile's signed revocation list, version `version`, signed by keys A and C (2 of 3): `revocations.json`. */
+    function writeRevocations(version: number, revisions: { revision: number; reason: string }[], keys: KeyPair[]) {
+      const content = {
+        type: REVOCATIONS_TYPE,
+        profile: PROFILE,
+        version,
+        revisions,
+        keys: keys.map((k) => ({ kid: k.kid, reason: 'the key left with its holder' })),
+        issuedAt: new Date().toISOString(),
+      };
+      const envelope = signDocument(content, [profile.keys[0]!, profile.keys[2]!]);
+      writeFileSync(join(root, PROFILE, 'revocations.json'), `${JSON.stringify(envelope)}\n`);
+    }
+
+    test("16. revocation by k-of-n: once the signers' list revokes r2, then key B, the device refuses r2 (REVOKED) and anything B's signature would carry (REVOKED_KEY), asked by a rollout or directly; nothing runs; r3 signed by A and C still applies", async () => {
+      const ids = DEVICES.revoked;
+      const [id] = ids;
+      seed(id, 1);
+      // The inputs as a control plane would forge them: made before the lists, which intake itself would refuse.
+      const r2 = inputFor('revoked-r2', ids, 1, 2);
+      const r3ByB = inputFor('revoked-key', ids, 1, 3);
+      const byAC = (n: number) => profile.sign(profile.revision(n), { signers: [profile.keys[0]!, profile.keys[2]!] });
+      const r3 = inputFor('revoked-r3-by-ac', ids, 1, 3);
+      const r3ByAC: RolloutInput = {
+        ...r3,
+        steps: { ...r3.steps, envelope: byAC(3) },
+        ...(r3.rollbackSteps ? { rollbackSteps: { ...r3.rollbackSteps, envelope: byAC(1) } } : {}),
+      };
+      writeRevocations(1, [{ revision: 2, reason: 'r2 breaks the conf parser' }], []);
+      // Asked directly (SSH: the transport with the worker's profiles; agent: a desire, with the list in its sync).
+      expect(await backend.applyOutsideRollout(ctx, id, r2.steps)).toBe('REVOKED');
+      const byRollout = await forged(r2);
+      expect(device(byRollout, id)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringContaining('EnvelopeRejected (REVOKED)'),
+      });
+      expect(allRuns(id), 'r2 never ran').toBe(0);
+      // Key B revoked (list v2 keeps r2 revoked): r3 signed by A and B no longer makes the threshold.
+      writeRevocations(2, [{ revision: 2, reason: 'r2 breaks the conf parser' }], [profile.keys[1]!]);
+      expect(await backend.applyOutsideRollout(ctx, id, r3ByB.steps)).toBe('REVOKED_KEY');
+      const byB = await forged(r3ByB);
+      expect(device(byB, id)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringContaining('EnvelopeRejected (REVOKED_KEY)'),
+      });
+      expect(allRuns(id), 'nothing signed by B ran').toBe(0);
+      expect(marker(id)).toBe(1);
+      // The same r3 signed by A and C: applied, once.
+      const done = await forged(r3ByAC);
+      expect(device(done, id)).toMatchObject({ state: 'applied' });
+      expect(runs(id, 3)).toBe(1);
+      expect(marker(id)).toBe(3);
     });
   });
 }
