@@ -27,6 +27,7 @@ export const GROUP_NAMES = [
   'audit',
   'board',
   'keys',
+  'rotation',
   'registry',
   'tools',
   'init',
@@ -208,6 +209,12 @@ export const COMMANDS: TopCommand[] = [
     group: 'keys',
     term: 'verify [options] <envelope>',
     description: 'Verify an envelope against a trust file (pins + threshold); exit 0 valid, 2 refused',
+  },
+  {
+    name: 'rotation',
+    group: 'rotation',
+    term: 'rotation',
+    description: 'Rotate the SSH login key on a signed schedule: publish <= activate <= retire (docs/operations.md)',
   },
   {
     name: 'register',

@@ -78,50 +78,62 @@ export function readPinnableInventory(path: string, id: string): PinnableInvento
   return { path, text, format, inventory, device, index, pin };
 }
 
-function setYamlHostKey(doc: Document, index: number, fingerprint: string, path: string): void {
+function setYamlSsh(doc: Document, index: number, field: 'hostKey' | 'key', value: string, path: string): void {
   const devices = doc.get('devices', true);
   const entry = isSeq(devices) ? devices.items[index] : undefined;
   const ssh = isMap(entry) ? entry.get('ssh', true) : undefined;
-  // An alias shares its node with other entries: setting it would re-pin them too.
+  // An alias shares its node with other entries: setting it would change them too.
   if (!isMap(entry) || isAlias(ssh) || (ssh !== undefined && !isMap(ssh))) {
     throw new WavegateError(
       'INVALID_INPUT',
-      `--inventory ${path}: devices[${index}] ${isMap(entry) ? 'shares its ssh settings through a YAML alias' : 'is not a plain mapping'}; set its ssh.hostKey by hand`,
+      `--inventory ${path}: devices[${index}] ${isMap(entry) ? 'shares its ssh settings through a YAML alias' : 'is not a plain mapping'}; set its ssh.${field} by hand`,
       { field: '--inventory', value: path },
     );
   }
-  doc.setIn(['devices', index, 'ssh', 'hostKey'], fingerprint);
+  doc.setIn(['devices', index, 'ssh', field], value);
 }
 
-/** The file's text with the device's own `ssh.hostKey` set to `fingerprint`, checked to read back as that pin. */
-export function withHostKey(file: PinnableInventory, fingerprint: string): string {
+/**
+ * The file's text with the device's own `ssh.<field>` set to `value`, checked to read back as exactly that
+ * (the same devices, this one's setting the new value); INVALID_STATE, nothing written, otherwise.
+ */
+function withSshSetting(file: PinnableInventory, field: 'hostKey' | 'key', value: string): string {
   let next: string;
   if (file.format === 'json') {
     const doc = JSON.parse(file.text) as {
       devices: Array<Record<string, unknown> & { ssh?: Record<string, unknown> }>;
     };
     const entry = doc.devices[file.index]!;
-    entry.ssh = { ...(entry.ssh ?? {}), hostKey: fingerprint };
+    entry.ssh = { ...(entry.ssh ?? {}), [field]: value };
     next = `${JSON.stringify(doc, null, 2)}\n`;
   } else {
     const doc = parseDocument(file.text);
-    setYamlHostKey(doc, file.index, fingerprint, file.path);
+    setYamlSsh(doc, file.index, field, value, file.path);
     next = doc.toString({ lineWidth: 0 }); // no re-folding: every line not edited stays as it was
   }
-  // The edit itself is checked: the same devices, this one pinned to exactly the new key.
   const reread = parseInventory(file.format === 'json' ? JSON.parse(next) : parseDocument(next).toJS(), file.path);
   const device = reread.devices[file.index];
   if (
     reread.devices.length !== file.inventory.devices.length ||
     device?.id !== file.device.id ||
-    device.ssh.hostKey !== fingerprint
+    device.ssh[field] !== value
   ) {
     throw new WavegateError(
       'INVALID_STATE',
-      `--inventory ${file.path}: the edited inventory does not read back with ${file.device.id} pinned to ${fingerprint}; nothing was written`,
+      `--inventory ${file.path}: the edited inventory does not read back with ${file.device.id}'s ssh.${field} ${value}; nothing was written`,
     );
   }
   return next;
+}
+
+/** The file's text with the device's own `ssh.hostKey` set to `fingerprint`, checked to read back as that pin. */
+export function withHostKey(file: PinnableInventory, fingerprint: string): string {
+  return withSshSetting(file, 'hostKey', fingerprint);
+}
+
+/** The file's text with the device's own `ssh.key` set to `keyFile` (a rotated login key), checked to read back. */
+export function withLoginKey(file: PinnableInventory, keyFile: string): string {
+  return withSshSetting(file, 'key', keyFile);
 }
 
 /** Replace the file at once, unless someone changed it since it was read; its mode is kept. */
@@ -129,7 +141,7 @@ export function writePinnedInventory(file: PinnableInventory, text: string): voi
   if (readText(file.path) !== file.text) {
     throw new WavegateError(
       'CONFLICT',
-      `--inventory ${file.path}: changed while repin ran; nothing was written, run it again`,
+      `--inventory ${file.path}: changed since it was read (another writer); nothing was written, run it again`,
       { field: '--inventory', value: file.path },
     );
   }

@@ -64,6 +64,8 @@ export interface DeviceState {
  */
 export interface FleetRuntime {
   isStopped(): boolean;
+  /** The login name every device accepts. */
+  user: string;
   authenticate(ctx: AuthContext): void;
   /** Children still running. */
   children: Set<ChildProcess>;

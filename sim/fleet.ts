@@ -95,6 +95,7 @@ export async function startFleet(opts: StartFleetOptions): Promise<Fleet> {
   let stopPromise: Promise<void> | undefined;
   const runtime: FleetRuntime = {
     isStopped: () => stopped,
+    user,
     authenticate: clientAuthenticator(user, clientKey.key),
     children: new Set(),
     pgids: new Set(),

@@ -54,6 +54,10 @@ export interface OpenSshFleet {
   knownHosts(): string;
   /** Stops every sshd (listener process groups) and waits until each is gone; idempotent. */
   stop(): Promise<void>;
+  /** Stops one device's sshd (it is offline: its port refuses connections) and waits until it is gone. */
+  stopDevice(id: string): Promise<void>;
+  /** Starts a stopped device's sshd again, on its port, with its keys, home and authorized keys as they were. */
+  startDevice(id: string): Promise<void>;
 }
 
 export interface OpenSshFleetOptions {
@@ -69,6 +73,11 @@ export interface OpenSshFleetOptions {
   concurrency?: number;
   /** Leave the sshd running when this process ends without stop() (default: they end with it, by any cause). */
   detach?: boolean;
+  /**
+   * Keep each device's authorized keys where a real login's are, `<home>/.ssh/authorized_keys` (default: beside its
+   * config, outside the home): what a login key rotation edits through the device's own shell.
+   */
+  authorizedKeysInHome?: boolean;
 }
 
 function run(cmd: string, args: string[]): string {
@@ -137,6 +146,8 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
   const clientPub = readFileSync(`${clientKeyPath}.pub`, 'utf8');
 
   const running: Running[] = [];
+  /** Each device's listener now, and how to start it again (stopDevice / startDevice). */
+  const byId = new Map<string, { run: Running; relaunch: () => Promise<Running | undefined> }>();
   const devices: OpenSshDevice[] = new Array(opts.ids.length);
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => {
@@ -166,7 +177,11 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
       writeFileSync(join(bin, name), body, { mode: 0o755 });
     const hostKey = join(dir, 'ssh_host_ed25519_key');
     keygen(hostKey, `wavegate-fleet-${id}`);
-    writeFileSync(join(dir, 'authorized_keys'), clientPub, { mode: 0o600 });
+    const authorizedKeys = opts.authorizedKeysInHome
+      ? join(home, '.ssh', 'authorized_keys')
+      : join(dir, 'authorized_keys');
+    if (opts.authorizedKeysInHome) mkdirSync(join(home, '.ssh'), { recursive: true, mode: 0o700 });
+    writeFileSync(authorizedKeys, clientPub, { mode: 0o600 });
     const [type, blob] = readFileSync(`${hostKey}.pub`, 'utf8').trim().split(/\s+/) as [string, string];
     const logFile = join(dir, 'sshd.log');
 
@@ -184,7 +199,7 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
           'ListenAddress 127.0.0.1',
           `HostKey ${hostKey}`,
           `PidFile ${join(dir, 'sshd.pid')}`,
-          `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+          `AuthorizedKeysFile ${authorizedKeys}`,
           `AllowUsers ${user}`,
           'PubkeyAuthentication yes',
           'PasswordAuthentication no',
@@ -211,6 +226,9 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
     }
     if (!started) throw new Error(`openssh fleet: no free port for ${id} after 5 attempts`);
     running.push(started);
+    const config = join(dir, 'sshd_config');
+    const bound = port;
+    byId.set(id, { run: started, relaunch: () => launch(config, logFile, bound, opts.detach === true) });
     devices[index] = {
       id,
       host: '127.0.0.1',
@@ -247,5 +265,35 @@ export async function startOpenSshFleet(opts: OpenSshFleetOptions): Promise<Open
     },
     knownHosts: () => devices.map((d) => `[${d.host}]:${d.port} ${d.hostPublicKey}\n`).join(''),
     stop,
+    ...deviceSwitch(byId, running, devices),
+  };
+}
+
+/** Taking one device's sshd offline and back, on its port (a device that was away through a change). */
+function deviceSwitch(
+  byId: Map<string, { run: Running; relaunch: () => Promise<Running | undefined> }>,
+  running: Running[],
+  devices: OpenSshDevice[],
+): Pick<OpenSshFleet, 'stopDevice' | 'startDevice'> {
+  const entryOf = (id: string) => {
+    const entry = byId.get(id);
+    if (!entry) throw new Error(`openssh fleet: unknown device ${id}`);
+    return entry;
+  };
+  return {
+    async stopDevice(id) {
+      const { child, exited } = entryOf(id).run;
+      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGTERM');
+      await exited;
+    },
+    async startDevice(id) {
+      const entry = entryOf(id);
+      if (entry.run.child.exitCode === null && entry.run.child.signalCode === null) return;
+      const again = await entry.relaunch();
+      if (!again) throw new Error(`openssh fleet: ${id}'s port was taken while it was stopped`);
+      entry.run = again;
+      running.push(again);
+      devices.find((d) => d.id === id)!.pid = again.child.pid!;
+    },
   };
 }

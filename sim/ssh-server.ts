@@ -5,11 +5,21 @@
  * one), and drop a connection abruptly (the exec handler gets the raw socket).
  *
  * Sessions: exec (exec.ts) and the sftp subsystem (sftp.ts); pty and shell are refused, env is
- * accepted and ignored. Authentication: public key only, the fleet's one user and client key.
+ * accepted and ignored. Authentication: public key only, the fleet's one user and client key, or the keys of the
+ * device's own `.ssh/authorized_keys` when its sandbox has one.
  */
 import { timingSafeEqual } from 'node:crypto';
 import * as net from 'node:net';
-import { Server as SshServer, type AuthContext, type Connection, type ParsedKey, type Session } from 'ssh2';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  Server as SshServer,
+  utils as sshUtils,
+  type AuthContext,
+  type Connection,
+  type ParsedKey,
+  type Session,
+} from 'ssh2';
 import { sshFingerprint } from '../intake/known-hosts';
 import { HOST, type DeviceState, type FleetRuntime, type SimDevice } from './device';
 import { runExec, type LiveExec } from './exec';
@@ -28,17 +38,51 @@ function sameBytes(a: Buffer, b: Buffer): boolean {
 /** The client-key check every device of a fleet shares: that user, that key, a valid signature. */
 export function clientAuthenticator(user: string, clientKey: ParsedKey): (ctx: AuthContext) => void {
   const userBuf = Buffer.from(user);
-  const clientBlob = clientKey.getPublicSSH();
+  return (ctx) => answer(ctx, userBuf, [clientKey]);
+}
+
+/** Accept a public key login by `user` with one of `keys` (and, once signed, a valid signature); else refuse it. */
+function answer(ctx: AuthContext, user: Buffer, keys: readonly ParsedKey[]): void {
+  if (ctx.method !== 'publickey') {
+    ctx.reject(['publickey']);
+    return;
+  }
+  const userOk = sameBytes(Buffer.from(ctx.username), user);
+  const key = keys.find((k) => sameBytes(ctx.key.data, k.getPublicSSH()));
+  // Asked first without a signature (does this key do?), then signed: the signature must verify.
+  const signed = !ctx.signature || (!!ctx.blob && key?.verify(ctx.blob, ctx.signature, ctx.hashAlgo) === true);
+  if (key && userOk && signed) ctx.accept();
+  else ctx.reject(['publickey']);
+}
+
+/** The keys of an authorized_keys text (options before a key and comments after it aside); unreadable lines skipped. */
+function authorizedKeys(text: string): ParsedKey[] {
+  const keys: ParsedKey[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.trim().split(/\s+/);
+    const at = fields.findIndex((f) => /^(ssh-|ecdsa-|sk-)/.test(f));
+    if (at < 0 || !fields[at + 1]) continue;
+    const parsed = sshUtils.parseKey(`${fields[at]} ${fields[at + 1]}`);
+    const key = Array.isArray(parsed) ? parsed[0] : parsed;
+    if (key && !(key instanceof Error)) keys.push(key);
+  }
+  return keys;
+}
+
+/**
+ * A device with `.ssh/authorized_keys` in its sandbox (its HOME) lets in exactly the keys listed there, as sshd
+ * does, so a login key rotation can add and remove keys through the device's own shell; a device without one
+ * lets in the fleet's one client key (the fleet's shared check, no file read beyond a missing one).
+ */
+function deviceAuthenticator(st: DeviceState, runtime: FleetRuntime): (ctx: AuthContext) => void {
   return (ctx) => {
-    const userOk = sameBytes(Buffer.from(ctx.username), userBuf);
-    if (ctx.method !== 'publickey') return ctx.reject(['publickey']);
-    const keyOk = sameBytes(ctx.key.data, clientBlob);
-    if (!keyOk || !userOk) return ctx.reject(['publickey']);
-    if (ctx.signature) {
-      if (!ctx.blob || clientKey.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true)
-        return ctx.reject(['publickey']);
+    let text: string;
+    try {
+      text = readFileSync(join(st.dev.sandbox, '.ssh', 'authorized_keys'), 'utf8');
+    } catch {
+      return runtime.authenticate(ctx);
     }
-    ctx.accept();
+    answer(ctx, Buffer.from(runtime.user), authorizedKeys(text));
   };
 }
 
@@ -151,7 +195,7 @@ function onConnection(st: DeviceState, conn: Connection, remotePort: number, run
     live.clear();
   };
   conn.on('error', () => {});
-  conn.on('authentication', runtime.authenticate);
+  conn.on('authentication', deviceAuthenticator(st, runtime));
   conn.on('close', killAll);
   conn.on('end', killAll);
   conn.on('ready', () => {

@@ -4,6 +4,7 @@ import { applyToDevice, CHECKOUT_PROFILES_ROOT, shellFor } from '../steps';
 import { readMetricValue } from '../../core/health';
 import { connectDevice, TransportError, type ConnectOptions, type DeviceSession, type ExecResult } from '../transport';
 import { refusalOf } from './refusal';
+import { sshLoginKeys } from './ssh-login-key';
 import { sshReceiptAsk } from './ssh-receipt';
 import { baseTarget } from './target';
 import type {
@@ -134,6 +135,8 @@ export function sshChannel(deps: ChannelDeps): DeviceChannel {
     // The board runs verify on an SSH device as it reads it: there is nothing to ask beforehand.
     askReverify: async () => 'live',
     reverified: async () => true,
+
+    loginKeys: sshLoginKeys,
   };
 }
 

@@ -62,6 +62,52 @@ export interface DeviceChannel {
   askReverify(target: DeviceTarget, q: ReverifyQuestion): Promise<'live' | 'asked' | 'offline'>;
   /** Second half: whether an asked device has answered. */
   reverified(target: DeviceTarget, q: ReverifyQuestion): Promise<boolean>;
+
+  /**
+   * The device's login keys (a rotation on a schedule, core/rotation.ts): only a channel that logs in to the
+   * device has them (ssh); absent, the device has no login key to rotate.
+   */
+  readonly loginKeys?: LoginKeys;
+}
+
+/** A login key as the worker holds it: the private key file's path, and its public half. */
+export interface LoginKey {
+  path: string;
+  /** `ssh-ed25519`, ... */
+  type: string;
+  /** Base64 of the public key blob, as in an authorized_keys line. */
+  blob: string;
+  /** `SHA256:...`, as `ssh-keygen -lf` prints it. */
+  fingerprint: string;
+}
+
+/** One rotation's change on a device: which key goes, which comes, in which authorized keys file. */
+export interface LoginKeyChange {
+  rotation: string;
+  old: LoginKey;
+  new: LoginKey;
+  /** The login's authorized keys file on the device (relative: under its $HOME). */
+  file: string;
+}
+
+export interface LoginKeyOptions {
+  connectTimeoutMs: number;
+  commandTimeoutMs: number;
+}
+
+/**
+ * A device's login keys (./ssh-login-key.ts). Each step is its own connection: `add` logs in with the old key,
+ * `prove` and `remove` with the new one, so each is itself a proof of which key logs in.
+ */
+export interface LoginKeys {
+  /** Put the new key beside the old one (idempotent): `present` when it was there already. */
+  add(target: DeviceTarget, change: LoginKeyChange, opts: LoginKeyOptions): Promise<'added' | 'present'>;
+  /** A fresh login with `key` and a command run over it; throws when the login or the command fails. */
+  prove(target: DeviceTarget, key: LoginKey, opts: LoginKeyOptions): Promise<void>;
+  /** Remove the old key's lines, only while the new key's is there: `absent` when it was gone already. */
+  remove(target: DeviceTarget, change: LoginKeyChange, opts: LoginKeyOptions): Promise<'removed' | 'absent'>;
+  /** Whether the device refuses a login with `key` (true), lets it in (false); throws when it cannot be asked. */
+  refuses(target: DeviceTarget, key: LoginKey, opts: LoginKeyOptions): Promise<boolean>;
 }
 
 /** What a channel needs from the worker or the CLI that built it; every field is optional for the channels that do not use it. */

@@ -12,6 +12,7 @@ import * as keys from '../../cli/commands/keys';
 import * as plan from '../../cli/commands/plan';
 import * as registry from '../../cli/commands/registry';
 import * as revert from '../../cli/commands/revert';
+import * as rotation from '../../cli/commands/rotation';
 import * as rollout from '../../cli/commands/rollout';
 import * as schedule from '../../cli/commands/schedule';
 import * as tools from '../../cli/commands/tools';
@@ -45,6 +46,7 @@ const MODULES: Record<GroupName, Group> = {
   audit,
   board,
   keys,
+  rotation,
   registry,
   tools,
   init,

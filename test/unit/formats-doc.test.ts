@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { InventoryInput } from '../../core/inventory';
 import { NodeDownFile } from '../../core/node-down';
+import { RetireSource, RotationSource } from '../../core/rotation';
 import { Profile, Revision } from '../../core/revision';
 import { Envelope, parseTrust, Pin, SecretKeyFile } from '../../core/signing';
 import { RolloutBody } from '../../core/spec';
@@ -197,6 +198,16 @@ const FORMATS: Format[] = [
     name: 'maintenance window (core/spec.ts RolloutBody.window)',
     section: '11. Maintenance windows',
     fields: fieldPaths(schemaAt(RolloutBody, ['window'])),
+  },
+  {
+    name: 'rotation schedule (core/rotation.ts RotationSource)',
+    section: '18. Rotation schedules',
+    fields: fieldPaths(RotationSource),
+  },
+  {
+    name: 'rotation retire statement (core/rotation.ts RetireSource)',
+    section: '18. Rotation schedules',
+    fields: fieldPaths(RetireSource),
   },
 ];
 
