@@ -120,3 +120,18 @@ export function verifyRevocations(
 export function withRevocations(trust: Trust, list: RevocationList | undefined): Trust {
   return list ? { ...trust, revoked: list.revoked } : trust;
 }
+
+/**
+ * The revocation of revision `revision` in `revoked`, as verifyEnvelope applies it: an entry without a digest
+ * revokes every envelope of that number; one with a digest only that envelope (`digest` unknown: it may be that one,
+ * so it counts). For readers that have a revision's number and not its envelope: a device's marker, a rollout's target.
+ */
+export function revocationOf(
+  revoked: Revoked | undefined,
+  revision: number,
+  digest?: string,
+): { revision: number; reason: string } | undefined {
+  const entry = revoked?.revisions.get(revision);
+  if (!entry || (entry.digest !== undefined && digest !== undefined && entry.digest !== digest)) return undefined;
+  return { revision, reason: entry.reason };
+}

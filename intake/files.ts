@@ -166,12 +166,12 @@ export function checkedDocument(data: unknown, path: string): unknown {
 }
 
 /**
- * Replace a file at once, mode 0600: a temp file beside it (created exclusively), synced, then renamed
+ * Replace a file at once, mode 0600 unless given (a public document: 0644, the umask applies): a temp file beside it (created exclusively), synced, then renamed
  * over it, so a reader sees the old file or the new one, never half of one.
  */
-export function writeFileAtomic(path: string, text: string): void {
+export function writeFileAtomic(path: string, text: string, mode = 0o600): void {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-  const fd = openSync(temp, 'wx', 0o600);
+  const fd = openSync(temp, 'wx', mode);
   try {
     writeSync(fd, text);
     fsyncSync(fd);

@@ -35,6 +35,7 @@ import { readDocument } from '../../intake/files';
 import { readPayloadFacts } from '../../intake/payload-digest';
 import { shellWord } from '../../intake/scaffold';
 import { action, EXIT_OK, EXIT_REFUSED } from '../run';
+import { registerTrust } from './trust';
 import { loadInventory } from '../../intake/inventory';
 
 /**
@@ -173,24 +174,6 @@ function runKeygen(opts: { out: string; name?: string; force?: boolean }): numbe
       `  wavegate trust ${shellWord(pub)} [<other signers>.pub.yaml ...] --threshold <n> --out <profiles>/<profile>/trust.yaml\n`,
   );
   return EXIT_OK;
-}
-
-function registerTrust(program: Command): void {
-  program
-    .command('trust <pubfiles...>')
-    .description('Write a trust file from public pin files (<key>.pub.yaml from keygen)')
-    .requiredOption('--out <file>', 'trust file to write (YAML)')
-    .option('--threshold <n>', 'distinct pinned signers required', '1')
-    .action(
-      action((pubfiles: string[], opts: { out: string; threshold: string }) => {
-        const pins = pubfiles.map((path) => readDocument(path));
-        const doc = { threshold: Number(opts.threshold), pins };
-        const trust = parseTrust(doc, opts.out);
-        writeAtomic(opts.out, toYaml(doc));
-        process.stdout.write(`wrote ${opts.out}: ${trust.pins.length} pin(s), threshold ${trust.threshold}\n`);
-        return EXIT_OK;
-      }),
-    );
 }
 
 type SignFlags = { key: string; out: string; validityDays: string; inventory?: string; profile?: string } & Record<
