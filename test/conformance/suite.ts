@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -18,8 +19,9 @@ import type { RevertOf, RevisionSteps, RolloutInput } from '../../core/rollout/i
 import type { RolloutStatus } from '../../core/rollout/status';
 import { parseRolloutSpec } from '../../core/spec';
 import { REVOCATIONS_TYPE } from '../../core/revocation';
+import { ROOT_TYPE } from '../../core/trust-root';
 import { signDocument } from '../../core/signed-document';
-import type { Envelope, KeyPair } from '../../core/signing';
+import { keyPairFromSeed, pinOf, type Envelope, type KeyPair } from '../../core/signing';
 import { rolloutInputFromFiles } from '../../intake/prepare';
 import { revertRolloutInput } from '../../intake/revert';
 import { startDevServerEnv } from '../../workers/dev-server';
@@ -102,6 +104,7 @@ export const DEVICES = {
   wayBack: ['wayback-1'],
   receipts: ['receipt-1', 'receipt-2'],
   revoked: ['revoked-1'],
+  rotated: ['rotated-1'],
 } as const;
 const ALL = Object.values(DEVICES).flat();
 
@@ -796,6 +799,61 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(marker(id)).toBe(1);
       // The same r3 signed by A and C: applied, once.
       const done = await forged(r3ByAC);
+      expect(device(done, id)).toMatchObject({ state: 'applied' });
+      expect(runs(id, 3)).toBe(1);
+      expect(marker(id)).toBe(3);
+      // Lifted the only way there is, a newer list by the same threshold (v3, empty; deleting the file is refused
+      // once a list was verified): the cases after this one start from nothing revoked.
+      writeRevocations(3, [], []);
+    });
+
+    /** Trust root version `version` of the profile, written to `root/<version>.json`: `pins` at threshold 2. */
+    function writeRoot(version: number, pins: KeyPair[], signers: KeyPair[], removes: KeyPair[] = []) {
+      const content = {
+        type: ROOT_TYPE,
+        profile: PROFILE,
+        version,
+        threshold: 2,
+        pins: pins.map((k) => pinOf(k)),
+        issuedAt: new Date().toISOString(),
+        ...(removes.length ? { removes: removes.map((k) => k.kid) } : {}),
+      };
+      mkdirSync(join(root, PROFILE, 'root'), { recursive: true });
+      writeFileSync(
+        join(root, PROFILE, 'root', `${version}.json`),
+        `${JSON.stringify(signDocument(content, signers))}\n`,
+      );
+    }
+
+    test('17. a trust root that rotates: v1 (A, B, C) signed from trust.yaml, v2 replacing B by D signed by a threshold of v1 and of its own; the device then applies r3 signed by A and D, and refuses r3 signed by B and D (B no longer pinned)', async () => {
+      const ids = DEVICES.rotated;
+      const [id] = ids;
+      seed(id, 1);
+      const [a, b, c] = profile.keys as [KeyPair, KeyPair, KeyPair];
+      const d = keyPairFromSeed(randomBytes(32));
+      const by = (name: string, signers: KeyPair[]): RolloutInput => {
+        const input = inputFor(name, ids, 1, 3);
+        const sign = (n: number) => profile.sign(profile.revision(n), { signers });
+        return {
+          ...input,
+          steps: { ...input.steps, envelope: sign(3) },
+          ...(input.rollbackSteps ? { rollbackSteps: { ...input.rollbackSteps, envelope: sign(1) } } : {}),
+        };
+      };
+      // Made before the rotation, as a forged control plane would send them (intake refuses both once D is in).
+      const byBD = by('rotated-by-bd', [b, d]);
+      const byAD = by('rotated-by-ad', [a, d]);
+      writeRoot(1, [a, b, c], [a, c]);
+      writeRoot(2, [a, c, d], [a, c, d], [b]);
+      // Asked directly (SSH: the worker's profiles; agent: the roots reach it with its sync).
+      expect(await backend.applyOutsideRollout(ctx, id, byBD.steps)).toBe('BELOW_THRESHOLD');
+      const refused = await forged(byBD);
+      expect(device(refused, id)).toMatchObject({
+        state: 'failed',
+        reason: expect.stringContaining('EnvelopeRejected (BELOW_THRESHOLD)'),
+      });
+      expect(allRuns(id), 'nothing signed by B ran').toBe(0);
+      const done = await forged(byAD);
       expect(device(done, id)).toMatchObject({ state: 'applied' });
       expect(runs(id, 3)).toBe(1);
       expect(marker(id)).toBe(3);
