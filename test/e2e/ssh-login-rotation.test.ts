@@ -305,3 +305,170 @@ describe.each([
     );
   }, 120_000);
 });
+
+describe('SSH login key rotation on the simulator: before the activate instant, and a forced retire', () => {
+  const scratch = scratchDir('login-rotation-forced');
+  const path = (name: string) => join(scratch.dir, name);
+  let fleet: RotationFleet;
+  const signers = [1, 2].map((n) => keyPairFromSeed(new Uint8Array(32).fill(60 + n)));
+  const newKey = path('login_new_ed25519');
+  const wavegate = (args: string[]): Promise<CliRun> => runCli(args, { env: { WAVEGATE_PROFILES: '' } });
+  const common = ['--profiles', path('profiles')];
+
+  /** A schedule signed by both signers, its instants `hours` from now. */
+  async function schedule(id: string, hours: [number, number, number]): Promise<string> {
+    const at = (h: number) => new Date(Date.now() + h * 3_600_000).toISOString();
+    writeFileSync(
+      path(`${id}.yaml`),
+      stringify({
+        type: 'wavegate/rotation',
+        id,
+        kind: 'ssh-login',
+        authority: 'fleet',
+        old: loginKeyOf(fleet.oldKey).fingerprint,
+        new: loginKeyOf(newKey).fingerprint,
+        publish: at(hours[0]),
+        activate: at(hours[1]),
+        retire: at(hours[2]),
+        required: 'all',
+      }),
+    );
+    const out = path(`${id}.json`);
+    expect(
+      (await wavegate(['rotation', 'sign', path(`${id}.yaml`), '--key', path('s1.json'), '--out', out])).code,
+    ).toBe(0);
+    expect((await wavegate(['cosign', out, '--key', path('s2.json')])).code).toBe(0);
+    return out;
+  }
+  const inventory = (name: string) => {
+    writeFileSync(
+      path(name),
+      stringify({
+        defaults: { user: fleet.user, pool: 'lab', ssh: { key: fleet.oldKey } },
+        devices: fleet.devices.map((d) => ({ id: d.id, host: d.host, port: d.port, ssh: { hostKey: d.hostKey } })),
+      }),
+    );
+    return path(name);
+  };
+
+  beforeAll(async () => {
+    fleet = await simFleet(path('fleet'));
+    keygen(newKey, 'wavegate-login-forced');
+    mkdirSync(path('profiles/fleet'), { recursive: true });
+    writeFileSync(path('profiles/fleet/trust.yaml'), stringify({ threshold: 2, pins: signers.map((s) => pinOf(s)) }));
+    for (const [i, s] of signers.entries()) writeKeyFile(path(`s${i + 1}.json`), s);
+  }, 60_000);
+  afterAll(async () => {
+    await fleet?.stop();
+    scratch.cleanup();
+  });
+
+  it('between publish and activate, activate only adds the new key: every device stays published, the inventory unmoved', async () => {
+    const sched = await schedule('early', [-1, 1, 2]);
+    const inv = inventory('early.yaml');
+    const run = await wavegate(['rotation', 'activate', sched, '--inventory', inv, ...common, '--new-key', newKey]);
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toContain('publishing the new key');
+    for (const id of IDS) {
+      expect(run.stdout).toMatch(new RegExp(`${id}: added`));
+      expect(run.stdout).toMatch(new RegExp(`${id}: published \\(required\\)`));
+      expect(readFileSync(fleet.authorizedKeys(id), 'utf8')).toContain(loginKeyOf(newKey).blob);
+    }
+    expect(run.stdout).toContain('3 device(s) still on the old key');
+    expect(readFileSync(inv, 'utf8')).not.toContain(newKey);
+    // A retire is refused before its instant, whatever the devices.
+    const statement = path('early-retire.json');
+    await wavegate(['rotation', 'retire-statement', sched, '--key', path('s1.json'), '--out', statement]);
+    await wavegate(['cosign', statement, '--key', path('s2.json')]);
+    const retire = await wavegate([
+      'rotation',
+      'retire',
+      sched,
+      '--inventory',
+      inv,
+      ...common,
+      '--statement',
+      statement,
+    ]);
+    expect(retire.code).toBe(2);
+    expect(retire.stderr).toContain('INVALID_STATE');
+  }, 60_000);
+
+  it('a forced retire needs a statement signed forced and --force; it removes the old key only where the new one was proven, and is recorded', async () => {
+    const sched = await schedule('forced', [-3, -2, -1]);
+    const inv = inventory('forced.yaml');
+    await fleet.offline('rot-c');
+    const run = await wavegate([
+      'rotation',
+      'activate',
+      sched,
+      '--inventory',
+      inv,
+      ...common,
+      '--new-key',
+      newKey,
+      '--connect-timeout',
+      '3000',
+    ]);
+    expect(run.code).toBe(1);
+    const statement = path('forced-retire.json');
+    const signed = await wavegate([
+      'rotation',
+      'retire-statement',
+      sched,
+      '--key',
+      path('s1.json'),
+      '--out',
+      statement,
+      '--forced',
+    ]);
+    expect(signed.code).toBe(2);
+    expect(signed.stderr).toContain('reason: required when forced');
+    await wavegate([
+      'rotation',
+      'retire-statement',
+      sched,
+      '--key',
+      path('s1.json'),
+      '--out',
+      statement,
+      '--forced',
+      '--reason',
+      'rack 4 is gone',
+    ]);
+    await wavegate(['cosign', statement, '--key', path('s2.json')]);
+    const unforced = await wavegate([
+      'rotation',
+      'retire',
+      sched,
+      '--inventory',
+      inv,
+      ...common,
+      '--statement',
+      statement,
+    ]);
+    expect(unforced.code).toBe(2);
+    expect(unforced.stderr).toContain('rot-c (missed)');
+    const forced = await wavegate([
+      'rotation',
+      'retire',
+      sched,
+      '--inventory',
+      inv,
+      ...common,
+      '--statement',
+      statement,
+      '--force',
+    ]);
+    expect(forced.code, forced.stdout + forced.stderr).toBe(0);
+    expect(forced.stderr).toContain('FORCED retire of forced (rack 4 is gone): rot-c still on the old key');
+    expect(forced.stdout).toContain('1 device(s) still on the old key');
+    const state = JSON.parse(readFileSync(path('.wavegate-rotations/forced.json'), 'utf8'));
+    expect(state.retire).toMatchObject({ forced: true, reason: 'rack 4 is gone', notActive: ['rot-c'] });
+    expect(state.log.some((e: { event: string }) => e.event === 'retire-forced')).toBe(true);
+    await fleet.online('rot-c');
+    expect(readFileSync(fleet.authorizedKeys('rot-a'), 'utf8')).not.toContain(loginKeyOf(fleet.oldKey).blob);
+    // rot-c was never proven on the new key: its old key was left, and still logs in.
+    expect(readFileSync(fleet.authorizedKeys('rot-c'), 'utf8')).toContain(loginKeyOf(fleet.oldKey).blob);
+  }, 60_000);
+});
