@@ -2,9 +2,10 @@ import type { Client } from '@temporalio/client';
 import { existsSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
-import { peekBody, type Envelope } from '../core/signing';
+import { peekBody, verifyEnvelope, type Envelope } from '../core/signing';
+import { loadProfileTrust } from '../intake/trust';
 import { readDocument } from '../intake/files';
-import { profileDir, revisionNumbers } from '../intake/profile-dir';
+import { profileDir, revisionNumbers, type ProfileDir } from '../intake/profile-dir';
 import { registerEnvelope, type RegisterEnvelopeResult } from '../clients/registry';
 import { DEFAULT_TASK_QUEUE } from '../workers/connection';
 
@@ -37,11 +38,13 @@ export async function registerProfileEnvelopes(
   const results: Array<RegisterEnvelopeResult & { path: string }> = [];
   for (const n of revisionNumbers(layout, 'envelopes')) {
     const path = layout.envelopeFile(n);
+    const envelope = readDocument(path);
+    checkWithProfileTrust(envelope, path, layout);
     results.push({
       path,
       ...(await registerEnvelope(client, {
         profile: opts.profile,
-        envelope: readDocument(path),
+        envelope,
         trustDoc,
         by: opts.by,
         taskQueue: opts.taskQueue ?? DEFAULT_TASK_QUEUE,
@@ -49,6 +52,25 @@ export async function registerProfileEnvelopes(
     });
   }
   return results;
+}
+
+/**
+ * An envelope checked against the profile's trust as this side holds it (its newest trust root, its revocation
+ * list: intake/trust.ts) before it is sent to the registry, which verifies with the pins it was created with and
+ * knows no revocation: a revision its signers revoked is refused here (exit 2, REVOKED), nothing registered. A
+ * profile this side has no trust.yaml for is left to the registry's pins (false: nothing was checked here).
+ */
+export function checkWithProfileTrust(envelope: unknown, source: string, layout: ProfileDir): boolean {
+  const trust = loadProfileTrust(layout);
+  if (!trust) return false;
+  const verdict = verifyEnvelope(envelope, trust, { now: Date.now() });
+  if (!verdict.ok)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${source}: refused by the trust of profile "${layout.name}" here (${verdict.reason}): ${verdict.message}; nothing was registered`,
+      { reason: verdict.reason, source },
+    );
+  return true;
 }
 
 /** The profile named inside an envelope's body (unverified: only to pick the registry). */

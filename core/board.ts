@@ -701,12 +701,16 @@ export interface FleetDevice {
   };
   /** An agent device's last sync through a gateway (its presence). */
   lastSeen?: string;
+  /** Its marker names a revision the profile's signers revoked (device/fleet.ts BoardRow): listed first. */
+  revoked?: { revision: number; reason: string };
 }
 
 const FLEET_SEVERITY = ['refused', 'drifted', 'pending', 'claimed', 'not-for-me', 'ahead', 'applied'];
 
 /** Worst first: a device refused or drifted, then one short of the revision, then the rest. */
-export function fleetSeverity(d: Pick<FleetDevice, 'state' | 'drift'>): number {
+export function fleetSeverity(d: Pick<FleetDevice, 'state' | 'drift' | 'revoked'>): number {
+  // A device running what its signers revoked is the worst news on the page.
+  if (d.revoked) return -1;
   if (d.drift === 'refused' || d.drift === 'drifted') return FLEET_SEVERITY.indexOf(d.drift);
   const i = FLEET_SEVERITY.indexOf(d.state);
   return i < 0 ? FLEET_SEVERITY.length : i;

@@ -33,6 +33,8 @@ export interface BoardRow {
    * report), `claimed` when the read is the control plane's own (an SSH verify now, a report without a receipt).
    */
   proof?: 'proven' | 'claimed';
+  /** The revision its marker names is revoked by the profile's signers (core/revocation.ts): it runs what they no longer stand behind. */
+  revoked?: { revision: number; reason: string };
 }
 
 export interface BoardCounts {
@@ -50,6 +52,8 @@ export interface FleetBoard {
   provable: boolean;
   rows: BoardRow[];
   counts: BoardCounts;
+  /** The devices whose marker names a revoked revision (their rows carry `revoked`): each to be rolled forward. */
+  revoked: Array<{ id: string; revision: number; reason: string }>;
 }
 
 export interface ProbeOptions {
@@ -102,9 +106,9 @@ export function countBoard(rows: BoardRow[]): BoardCounts {
   return counts;
 }
 
-/** Every target applied, ahead or not-for-me: the only state in which the board is green. */
-export function boardIsGreen(board: Pick<FleetBoard, 'counts'>): boolean {
-  return board.counts.claimed === 0 && board.counts.pending === 0;
+/** Every target applied, ahead or not-for-me, none on a revoked revision: the only state in which the board is green. */
+export function boardIsGreen(board: Pick<FleetBoard, 'counts'> & { revoked?: FleetBoard['revoked'] }): boolean {
+  return board.counts.claimed === 0 && board.counts.pending === 0 && !board.revoked?.length;
 }
 
 /**
@@ -126,6 +130,8 @@ export async function readFleetBoard(opts: {
   verdicts?: ReadonlyMap<string, VerdictStanding>;
   /** A higher revision's verify (and whether it is provable), to tell a device ahead from one behind; undefined: unknown here. */
   verifyOf?: (revision: number) => { verify: string; provable: boolean } | undefined;
+  /** Why a revision is revoked (the profile's revocation list), or undefined: a device whose marker names one is listed. */
+  revokedOf?: (revision: number) => string | undefined;
 }): Promise<FleetBoard> {
   const partition = partitionFleet(opts.inventory, opts.scope);
   const holding = (d: Device) => opts.verdicts?.get(d.id)?.kind === 'holds';
@@ -138,7 +144,8 @@ export async function readFleetBoard(opts: {
   const probed = await mapLimit(
     targets,
     probe.concurrency ?? 16,
-    async (device): Promise<BoardRow> => withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)),
+    async (device): Promise<BoardRow> =>
+      withRevocation(withVerdictNote(await probeBoardRow(device), opts.verdicts?.get(device.id)), opts.revokedOf),
   );
   async function probeBoardRow(device: Device): Promise<BoardRow> {
     const base = { id: device.id, pool: device.pool, class: device.class };
@@ -190,7 +197,23 @@ export async function readFleetBoard(opts: {
   ];
   const order = new Map(opts.inventory.devices.map((d, i) => [d.id, i]));
   rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
-  return { profile: opts.profile, revision: opts.revision, provable: opts.provable, rows, counts: countBoard(rows) };
+  const revoked = rows.flatMap((r) => (r.revoked ? [{ id: r.id, ...r.revoked }] : []));
+  return {
+    profile: opts.profile,
+    revision: opts.revision,
+    provable: opts.provable,
+    rows,
+    counts: countBoard(rows),
+    revoked,
+  };
+}
+
+/** A row whose marker names a revoked revision says so, first: "revoked: r2 (reason)". */
+function withRevocation(row: BoardRow, revokedOf: ((revision: number) => string | undefined) | undefined): BoardRow {
+  const reason = typeof row.marker === 'number' ? revokedOf?.(row.marker) : undefined;
+  if (reason === undefined || typeof row.marker !== 'number') return row;
+  const note = `revoked: r${row.marker} (${reason})`;
+  return { ...row, revoked: { revision: row.marker, reason }, reason: row.reason ? `${note}; ${row.reason}` : note };
 }
 
 /** How an applied or claimed row is backed: its device's receipt, or the control plane's word. */

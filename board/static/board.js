@@ -698,6 +698,23 @@ async function showFleetProfiles() {
   );
 }
 
+/** Devices whose marker names a revoked revision ("revoked: r2 (reason)"), and the command that rolls them forward. */
+function revokedBlock(f) {
+  if (!f.revoked?.length) return h('div', { id: 'fleet-revoked', hidden: true });
+  return h(
+    'section',
+    { id: 'fleet-revoked', class: 'banner', 'data-devices': f.revoked.length },
+    h('h2', {}, `${f.revoked.length} device(s) on a revoked revision`),
+    h(
+      'ul',
+      {},
+      f.revoked.map((d) => h('li', { 'data-device': d.id }, `${d.id}: revoked: r${d.revision} (${d.reason})`)),
+    ),
+    h('p', {}, 'Roll them forward to a revision its signers stand behind, from a shell:'),
+    h('pre', {}, f.rollForward),
+  );
+}
+
 function convergeBlock(f) {
   const c = f.converge;
   if (!c && f.active?.length)
@@ -705,6 +722,12 @@ function convergeBlock(f) {
       'p',
       { class: 'hint', id: 'converge' },
       'Converge: a rollout of this profile is running; a converge waits until it ends.',
+    );
+  if (!c && f.revokedTarget)
+    return h(
+      'p',
+      { class: 'hint', id: 'converge' },
+      `Converge: r${f.revokedTarget.revision}, where the last rollout completed, is revoked (${f.revokedTarget.reason}); no converge goes there. Roll its devices forward to a newer revision: ${f.rollForward}`,
     );
   if (!c)
     return h('p', { class: 'hint', id: 'converge' }, 'Converge: no completed rollout of this profile to converge to.');
@@ -833,7 +856,7 @@ async function showFleet(profile, fresh, revision) {
       h(
         'p',
         { class: 'headline' },
-        `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.ahead || 0} ahead · ${c.notForMe} not-for-me · ${f.drifted} drifted, of ${c.total}`,
+        `${c.applied} applied · ${c.claimed} claimed · ${c.pending} pending · ${c.ahead || 0} ahead · ${c.notForMe} not-for-me · ${f.drifted} drifted${f.revoked?.length ? ` · ${f.revoked.length} on a revoked revision` : ''}, of ${c.total}`,
       ),
       h(
         'p',
@@ -851,6 +874,7 @@ async function showFleet(profile, fresh, revision) {
       ),
     ),
     activeBlock(f),
+    revokedBlock(f),
     convergeBlock(f),
     h(
       'table',
@@ -885,6 +909,7 @@ async function showFleet(profile, fresh, revision) {
               'data-device': d.id,
               'data-state': d.state,
               'data-drift': d.drift || '',
+              'data-revoked': d.revoked ? `r${d.revoked.revision}` : '',
               class: `f-${d.state} f-drift-${d.drift || 'none'}`,
             },
             h('td', {}, d.id),

@@ -15,7 +15,9 @@ import { checkConverge, nothingBehind, startConverge } from '../commands/converg
 import { devicesWithTwins, transportName } from '../../device/channel';
 import { behindRows } from '../../device/fleet';
 import { readInventoryFlags } from '../membership-client';
-import { driftOf, fleetStatusOf } from '../commands/fleet';
+import { driftOf, fleetStatusOf, revokedReason } from '../commands/fleet';
+import { loadProfile } from '../../intake/profile';
+import { loadProfileTrust } from '../../intake/trust';
 
 /**
  * The board's fleet view: per profile, what `wavegate fleet status` and `wavegate drift` compute (each
@@ -97,6 +99,7 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
           }
         : {}),
       ...(last ? { lastSeen: last.at } : {}),
+      ...(r.revoked ? { revoked: r.revoked } : {}),
     };
   });
   // What `wavegate converge` would touch: the devices behind the revision the last completed rollout went
@@ -116,8 +119,19 @@ async function checkFleet(src: FleetSource, profile: string, revision?: number) 
             : null,
         }
       : null;
+  // Devices on a revoked revision: the board's converge brings devices to what the last rollout ran, never forward,
+  // so the roll-forward is a spec of a newer revision, from a shell (`wavegate converge` rolls them forward).
+  const lastRevoked = last ? revokedIn(src, profile)(last.toRevision) : undefined;
+  const rollForward =
+    board.revoked.length || lastRevoked !== undefined
+      ? `wavegate converge --profile ${profile} --file <a spec to r${board.revision} or newer, its fromRevision one not revoked> --inventory ${src.inventory}${src.profiles ? ` --profiles ${src.profiles}` : ''}`
+      : null;
   return {
     converge,
+    revoked: board.revoked,
+    rollForward,
+    // The revision the last completed rollout went to, when its signers revoked it: no converge goes there.
+    revokedTarget: last && lastRevoked !== undefined ? { revision: last.toRevision, reason: lastRevoked } : null,
     profile: board.profile,
     revision: board.revision,
     revisionWhy: why,
@@ -137,6 +151,13 @@ export function deviceSetDigest(ids: readonly string[]): string {
   return createHash('sha256')
     .update([...ids].sort().join('\n'))
     .digest('hex');
+}
+
+/** Why a revision of the profile is revoked by its signers (the revocation list in the board's profiles root). */
+function revokedIn(src: FleetSource, profile: string): (revision: number) => string | undefined {
+  const files = loadProfile(fleetProfiles(src).profilesRoot, profile, 'profile');
+  const trust = loadProfileTrust(files.layout);
+  return (n) => revokedReason({ layout: files.layout, trust }, n);
 }
 
 function knownProfile(src: FleetSource, profile: string): void {
@@ -169,6 +190,7 @@ export async function startBoardConverge(
     read,
     concurrency: 16,
     source: { recorded: true, startedBy: by },
+    revoked: revokedIn(src, profile),
   });
   const ids = plan.behind.map((r) => r.id);
   if (ids.length === 0) {

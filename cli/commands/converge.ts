@@ -28,6 +28,9 @@ import {
   type ReadInventory,
 } from '../membership-client';
 import { inputOfRun } from './revert';
+import { revokedReason } from './fleet';
+import { loadProfile } from '../../intake/profile';
+import { loadProfileTrust } from '../../intake/trust';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
 
@@ -77,9 +80,14 @@ export interface ConvergePlan {
   /** The input the converge is made from (its id, devices and membership are given at start). */
   input: RolloutInput;
   read: ReadInventory;
+  /** The revision the converge brings devices to: the last completed rollout's, or a newer one when that is revoked. */
+  revision: number;
   behind: BoardRow[];
   unreachable: BoardRow[];
 }
+
+/** Why a revision is revoked by the profile's signers (its revocation list here), or undefined. */
+export type RevokedReason = (revision: number) => string | undefined;
 
 /**
  * The converge's input from what the last completed rollout ran (its first history event, as `revert`
@@ -131,7 +139,7 @@ async function recordedInput(
  */
 export async function checkConverge(
   client: Client,
-  req: { profile: string; read: ReadInventory; concurrency: number; source: ConvergeSource },
+  req: { profile: string; read: ReadInventory; concurrency: number; source: ConvergeSource; revoked?: RevokedReason },
 ): Promise<ConvergePlan> {
   const { profile, read, source } = req;
   const last = await lastCompletedRollout(client, profile);
@@ -140,13 +148,7 @@ export async function checkConverge(
       'NOT_FOUND',
       `profile "${profile}" has no completed rollout to converge to; use \`wavegate start\``,
     );
-  if ('file' in source && source.input.spec.toRevision !== last.toRevision) {
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `--file ${source.file}: rollout.toRevision is ${source.input.spec.toRevision}, but the last completed rollout of "${profile}" (${last.rolloutId}) went to r${last.toRevision}; give the spec of that rollout`,
-      { field: 'rollout.toRevision' },
-    );
-  }
+  const revision = convergeRevision(profile, last, source, req.revoked);
   const input = 'file' in source ? source.input : await recordedInput(client, last, read, source.startedBy);
   const running = await runningRolloutsOf(client, profile);
   if (running.length)
@@ -159,7 +161,7 @@ export async function checkConverge(
     inventory: read.inventory,
     profile,
     scope: input.profile.scope,
-    revision: last.toRevision,
+    revision,
     verify: input.steps.verify,
     provable: input.provable,
     // Agent devices are read from their twins' reports (device/twin/board.ts).
@@ -170,14 +172,54 @@ export async function checkConverge(
     last,
     input,
     read,
+    revision,
     behind: behindRows(board),
     unreachable: board.rows.filter((r) => r.state === 'pending' && !('marker' in r)),
   };
 }
 
+/**
+ * The revision a converge brings devices to: the one the last completed rollout went to, which the spec file must
+ * name; never a revision its signers revoked (refused: INVALID_STATE, naming it and the way forward). When the last
+ * completed rollout's revision is revoked, a spec to a newer revision rolls its devices forward (every device of
+ * the scope behind that one, those on the revoked revision among them).
+ */
+function convergeRevision(
+  profile: string,
+  last: LastCompleted,
+  source: ConvergeSource,
+  revoked: RevokedReason | undefined,
+): number {
+  const lastRevoked = revoked?.(last.toRevision);
+  if (!('file' in source)) {
+    if (lastRevoked !== undefined)
+      throw new WavegateError(
+        'INVALID_STATE',
+        `r${last.toRevision}, where ${last.rolloutId} completed, is revoked (${lastRevoked}): a converge never brings devices to it; roll them forward with \`wavegate converge -f <a spec to a newer revision>\``,
+        { state: 'revoked', revision: last.toRevision },
+      );
+    return last.toRevision;
+  }
+  const to = source.input.spec.toRevision;
+  const targetRevoked = revoked?.(to);
+  if (targetRevoked !== undefined)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--file ${source.file}: rollout.toRevision r${to} is revoked (REVOKED: ${targetRevoked}); give a spec to a newer revision`,
+      { field: 'rollout.toRevision', value: to, reason: 'REVOKED' },
+    );
+  if (to === last.toRevision) return to;
+  if (lastRevoked !== undefined && to > last.toRevision) return to;
+  throw new WavegateError(
+    'INVALID_INPUT',
+    `--file ${source.file}: rollout.toRevision is ${to}, but the last completed rollout of "${profile}" (${last.rolloutId}) went to r${last.toRevision}; give the spec of that rollout (a newer revision only rolls devices forward from a revoked one)`,
+    { field: 'rollout.toRevision' },
+  );
+}
+
 /** The command's line when a checked converge has nothing to touch. */
 export function nothingBehind(plan: ConvergePlan): string {
-  return `nothing to converge: no reachable device of "${plan.profile}" is behind r${plan.last.toRevision} (last completed: ${plan.last.rolloutId})${plan.unreachable.length ? `; ${plan.unreachable.length} could not be read` : ''}`;
+  return `nothing to converge: no reachable device of "${plan.profile}" is behind r${plan.revision} (last completed: ${plan.last.rolloutId}${plan.revision !== plan.last.toRevision ? `, at r${plan.last.toRevision}, revoked` : ''})${plan.unreachable.length ? `; ${plan.unreachable.length} could not be read` : ''}`;
 }
 
 /**
@@ -243,20 +285,23 @@ export function register(program: Command): void {
         );
       }
       const settings = resolveConnectionSettings(opts);
+      const files = loadProfile(profilesRoot, opts.profile, '--profile');
+      const trust = loadProfileTrust(files.layout);
       return withClient(settings, async (client) => {
         const plan = await checkConverge(client, {
           profile: opts.profile,
           read,
           concurrency: opts.concurrency,
           source: { file: opts.file, input },
+          revoked: (n) => revokedReason({ layout: files.layout, trust }, n),
         });
-        const { behind, unreachable, last } = plan;
+        const { behind, unreachable, last, revision } = plan;
         const report = (rolloutId?: string) => {
           if (opts.json)
             console.log(
               JSON.stringify({
                 ...(rolloutId ? { rolloutId } : {}),
-                revision: last.toRevision,
+                revision,
                 devices: behind.map((r) => r.id),
                 unreachable: unreachable.map((r) => ({ id: r.id, reason: r.reason })),
               }),
@@ -276,7 +321,9 @@ export function register(program: Command): void {
         const { handle } = await startConverge(client, settings.taskQueue, plan);
         if (!opts.json) {
           console.log(
-            `converge ${handle.workflowId} started: ${behind.length} device(s) behind r${last.toRevision} (last completed: ${last.rolloutId})`,
+            revision === last.toRevision
+              ? `converge ${handle.workflowId} started: ${behind.length} device(s) behind r${revision} (last completed: ${last.rolloutId})`
+              : `converge ${handle.workflowId} started: ${behind.length} device(s) behind r${revision}, rolled forward from revoked r${last.toRevision} (last completed: ${last.rolloutId})`,
           );
           console.log(`Web UI: ${workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId)}`);
         }

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import {
   boardIsGreen,
@@ -12,11 +13,13 @@ import {
 import { WavegateError } from '../../core/errors';
 import { classifyRevision } from '../../core/provability';
 import type { Revision } from '../../core/revision';
-import type { Trust } from '../../core/signing';
+import { revocationOf } from '../../core/revocation';
+import { bodyDigest, type Trust } from '../../core/signing';
+import { readDocument } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
 import { loadProfile, type LoadedProfile } from '../../intake/profile';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
-import { newestRevisionAbove } from '../../clients/registry';
+import { listRevisions, newestRevisionAbove } from '../../clients/registry';
 import { fileRevisionNumbers, findFileRevision, registeredRevision, registryTrust } from '../../intake/revisions';
 import { loadProfileTrust } from '../../intake/trust';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
@@ -50,6 +53,19 @@ interface ProfileFiles extends LoadedProfile {
 function loadProfileFiles(profilesRoot: string, name: string): ProfileFiles {
   const loaded = loadProfile(profilesRoot, name, '--profile');
   return { ...loaded, trust: loadProfileTrust(loaded.layout) };
+}
+
+/**
+ * Why revision `n` is revoked by the profile's signers (its revocation list), or undefined. A revocation of one
+ * envelope (by digest) counts when the profile's own envelope of `n` is that one, or when it has none here.
+ */
+export function revokedReason(files: Pick<ProfileFiles, 'trust' | 'layout'>, n: number): string | undefined {
+  const revoked = files.trust?.revoked;
+  if (!revoked?.revisions.has(n)) return undefined;
+  const path = files.layout.envelopeFile(n);
+  const envelope = existsSync(path) ? (readDocument(path, 'json') as { body?: unknown }) : undefined;
+  const digest = typeof envelope?.body === 'string' ? bodyDigest({ body: envelope.body }) : undefined;
+  return revocationOf(revoked, n, digest)?.reason;
 }
 
 export interface BoardFlags extends TemporalFlags {
@@ -192,17 +208,29 @@ async function newestRevision(files: ProfileFiles, opts: BoardFlags): Promise<{ 
   if (opts.registry) {
     return withClient(resolveConnectionSettings(opts), async (client) => {
       const trust = registryTrust(files.layout, files.trust, '--registry');
-      const n = (await newestRevisionAbove(client, name, 0))?.revision;
-      if (n === undefined) throw new WavegateError('NOT_FOUND', `profile "${name}" has no registered revision`);
+      // The newest unexpired registered revision its signers have not revoked.
+      const now = Date.now();
+      const n = (await listRevisions(client, name))
+        .filter(
+          (r) => (r.expiresAt === undefined || Date.parse(r.expiresAt) > now) && !revokedReason(files, r.revision),
+        )
+        .reduce<number | undefined>((best, r) => Math.max(best ?? 0, r.revision), undefined);
+      if (n === undefined)
+        throw new WavegateError('NOT_FOUND', `profile "${name}" has no registered revision that is not revoked`);
       return {
         revision: (await registeredRevision(client, files.layout, trust, n)).revision,
         what: 'newest registered',
       };
     });
   }
-  const n = fileRevisionNumbers(files.layout, files.trust).at(-1);
+  const n = fileRevisionNumbers(files.layout, files.trust)
+    .filter((r) => !revokedReason(files, r))
+    .at(-1);
   if (n === undefined)
-    throw new WavegateError('NOT_FOUND', `profile "${name}" has no revisions in ${files.layout.dir}`);
+    throw new WavegateError(
+      'NOT_FOUND',
+      `profile "${name}" has no revisions in ${files.layout.dir} that are not revoked`,
+    );
   const revision = findFileRevision(files.layout, files.trust, n)?.revision;
   if (!revision) throw new WavegateError('NOT_FOUND', `profile "${name}" has no revision ${n} in ${files.layout.dir}`);
   return { revision, what: files.trust ? 'newest signed' : 'newest in the files' };
@@ -233,8 +261,19 @@ async function boardRevision(files: ProfileFiles, opts: BoardFlags): Promise<Boa
     return { revision: newest.revision, why: `r${newest.revision.revision}: ${newest.what}, ${read.none}`, active };
   }
   const { last: done } = read;
-  const left = await revisionFrom(files, opts, done.toRevision);
   const by = `left by rollout ${done.rolloutId} completed ${done.closeTime}`;
+  const revoked = revokedReason(files, done.toRevision);
+  if (revoked !== undefined) {
+    // Never the board of a revision its signers revoked: the newest one they stand behind, its devices listed.
+    const newest = await newestRevision(files, opts);
+    return {
+      revision: newest.revision,
+      why: `r${newest.revision.revision}: ${newest.what}; r${done.toRevision} (${by}) is revoked: ${revoked}`,
+      active,
+      ...known,
+    };
+  }
+  const left = await revisionFrom(files, opts, done.toRevision);
   if (left) return { revision: left, why: `r${done.toRevision}: ${by}`, active, ...known };
   const newest = await newestRevision(files, opts);
   return {
@@ -284,6 +323,22 @@ function printConvergeHint(board: FleetBoard, opts: BoardFlags, last: LastComple
   );
 }
 
+/** Devices on a revoked revision: say which, and the command that rolls them forward (a converge to a newer one). */
+function printRevokedHint(board: FleetBoard, opts: BoardFlags): void {
+  if (!board.revoked.length) return;
+  const byRevision = new Map<number, { reason: string; ids: string[] }>();
+  for (const d of board.revoked) {
+    const entry = byRevision.get(d.revision) ?? { reason: d.reason, ids: [] };
+    entry.ids.push(d.id);
+    byRevision.set(d.revision, entry);
+  }
+  for (const [revision, { reason, ids }] of byRevision)
+    console.log(`${ids.length} device(s) on revoked r${revision} (${reason}): ${ids.join(', ')}`);
+  console.log(
+    `Roll them forward with:\n  wavegate converge --profile ${board.profile} --file <a spec to r${board.revision} or newer, its fromRevision one not revoked> --inventory ${opts.inventory}${opts.profiles ? ` --profiles ${opts.profiles}` : ''}`,
+  );
+}
+
 /**
  * What `wavegate fleet status` computes, without printing: the board of the profile's revision (verified
  * now over SSH, twins for agent devices, node-down verdicts rechecked) and why that revision. The fleet
@@ -304,7 +359,9 @@ export async function fleetStatusOf(opts: BoardFlags): Promise<{
   const known = new Map<number, { verify: string; provable: boolean } | undefined>();
   const higher = (n: number) => {
     if (!known.has(n)) {
-      const r = findFileRevision(files.layout, files.trust, n)?.revision;
+      // A revoked revision is never verified again (its envelope is refused): its devices are listed as revoked.
+      const r =
+        revokedReason(files, n) === undefined ? findFileRevision(files.layout, files.trust, n)?.revision : undefined;
       known.set(n, r ? { verify: r.verify, provable: classifyRevision(r).provable } : undefined);
     }
     return known.get(n);
@@ -327,6 +384,7 @@ export async function fleetStatusOf(opts: BoardFlags): Promise<{
       verify: revision.verify,
       provable: classifyRevision(revision).provable,
       verifyOf: higher,
+      revokedOf: (n) => revokedReason(files, n),
       probe: { concurrency: opts.concurrency, ...(twins ? { twins } : {}) },
     }),
   );
@@ -339,7 +397,13 @@ export async function driftOf(opts: BoardFlags): Promise<{ profile: string; rows
   const inventory = loadInventory(opts.inventory);
   const known = new Map<number, string | undefined>();
   const verifyOf = (n: number) => {
-    if (!known.has(n)) known.set(n, findFileRevision(files.layout, files.trust, n)?.revision.verify);
+    if (!known.has(n))
+      known.set(
+        n,
+        revokedReason(files, n) === undefined
+          ? findFileRevision(files.layout, files.trust, n)?.revision.verify
+          : undefined,
+      );
     return known.get(n);
   };
   if (opts.registry) {
@@ -353,6 +417,7 @@ export async function driftOf(opts: BoardFlags): Promise<{ profile: string; rows
         n = next.revision;
       }
       for (let r = 1; r <= n; r++) {
+        if (revokedReason(files, r) !== undefined) continue;
         const signed = await registeredRevision(client, files.layout, trust, r).catch((err: unknown) => {
           if (err instanceof WavegateError && err.code === 'NOT_FOUND') return undefined;
           throw err;
@@ -427,7 +492,10 @@ export function register(program: Command): void {
           console.log(`  not-for-me  ${c.notForMe}`);
           const proven = board.rows.filter((r) => r.proof === 'proven').length;
           console.log(`  proof       ${proven} of ${c.applied + c.claimed} proven by their own receipts`);
+          if (board.revoked.length)
+            console.log(`  revoked     ${board.revoked.length} (on a revision its signers revoked)`);
           for (const r of board.rows) console.log(rowLine(r));
+          printRevokedHint(board, opts);
           // A converge waits for a running rollout of the profile (it refuses to start beside one).
           if (!active.length) printConvergeHint(board, opts, last);
         }

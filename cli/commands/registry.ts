@@ -4,7 +4,9 @@ import { resolveConnectionSettings, type TemporalFlags } from '../../workers/con
 import { connectClient, withTemporalOptions } from '../client';
 import { readDocument } from '../../intake/files';
 import { listRevisions, registerEnvelope } from '../../clients/registry';
-import { envelopeProfile } from '../registry-client';
+import { checkWithProfileTrust, envelopeProfile } from '../registry-client';
+import { profileDir } from '../../intake/profile-dir';
+import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { action, EXIT_OK } from '../run';
 
 /**
@@ -20,38 +22,50 @@ export function register(program: Command): void {
         "Register a signed envelope (from sign/cosign) into its profile's registry; exit 2 with the reason code when refused",
       )
       .requiredOption('--trust <file>', 'trust file (threshold + pins) the registry is created with on first use')
+      .option(
+        '--profiles <dir>',
+        `${profilesOptionHelp()}; the envelope is checked first against its profile's trust root and revocation list there`,
+      )
       .option('--by <name>', 'who registers it (default: the login name)')
       .option('--json', 'print the outcome as JSON'),
   ).action(
-    action(async (path: string, opts: TemporalFlags & { trust: string; by?: string; json?: boolean }) => {
-      const envelope = readDocument(path, 'json');
-      const trustDoc = readDocument(opts.trust);
-      const profile = envelopeProfile(envelope, path);
-      const settings = resolveConnectionSettings(opts);
-      const client = await connectClient(settings);
-      try {
-        const result = await registerEnvelope(client, {
-          profile,
-          envelope,
-          trustDoc,
-          by: opts.by ?? userInfo().username,
-          taskQueue: settings.taskQueue,
-        });
-        if (opts.json) process.stdout.write(`${JSON.stringify({ profile, ...result })}\n`);
-        else
-          process.stdout.write(
-            `${result.outcome} ${profile} r${result.revision} (body sha256 ${result.bodyDigest}) in registry:${profile}\n`,
-          );
-        if (result.registryTrustDiffers) {
+    action(
+      async (path: string, opts: TemporalFlags & { trust: string; profiles?: string; by?: string; json?: boolean }) => {
+        const envelope = readDocument(path, 'json');
+        const trustDoc = readDocument(opts.trust);
+        const profile = envelopeProfile(envelope, path);
+        // The registry knows only the pins it was created with: a revoked revision is refused here, before it.
+        const layout = profileDir(resolveProfilesRoot({ flag: opts.profiles }).dir, profile);
+        if (!checkWithProfileTrust(envelope, path, layout))
           process.stderr.write(
-            `wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`,
+            `wavegate: note: no ${layout.trustFile}: the envelope is checked by the registry's pins only (no trust root or revocation list here)\n`,
           );
+        const settings = resolveConnectionSettings(opts);
+        const client = await connectClient(settings);
+        try {
+          const result = await registerEnvelope(client, {
+            profile,
+            envelope,
+            trustDoc,
+            by: opts.by ?? userInfo().username,
+            taskQueue: settings.taskQueue,
+          });
+          if (opts.json) process.stdout.write(`${JSON.stringify({ profile, ...result })}\n`);
+          else
+            process.stdout.write(
+              `${result.outcome} ${profile} r${result.revision} (body sha256 ${result.bodyDigest}) in registry:${profile}\n`,
+            );
+          if (result.registryTrustDiffers) {
+            process.stderr.write(
+              `wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`,
+            );
+          }
+          return EXIT_OK;
+        } finally {
+          await client.connection.close();
         }
-        return EXIT_OK;
-      } finally {
-        await client.connection.close();
-      }
-    }),
+      },
+    ),
   );
 
   const revisions = program.command('revisions').description('The registered revisions of a profile');
