@@ -4,6 +4,7 @@ import { request as httpsRequest } from 'node:https';
 import { authorizationHeader } from '../core/agent-auth';
 import { nativeEd25519Sign } from '../device/ed25519-native';
 import { MAX_PAYLOAD_FILE_BYTES } from '../core/revision';
+import type { HeldVersions } from '../core/held-trust';
 import type { AgentReport, TwinView } from '../core/twin';
 
 /**
@@ -108,13 +109,19 @@ export function gatewayClient(opts: GatewayClientOptions) {
   const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
   return {
+    /** `held`: the trust versions held per profile; the answer's `trust` is the news for them (unverified here). */
     async sync(
-      input: { report: AgentReport | null; knownVersion: number; waitMs: number },
+      input: {
+        report: AgentReport | null;
+        knownVersion: number;
+        waitMs: number;
+        held?: Record<string, HeldVersions>;
+      },
       signal?: AbortSignal,
-    ): Promise<TwinView> {
+    ): Promise<TwinView & { trust?: unknown }> {
       return JSON.parse(
         (await send('POST', '/v1/sync', json(input), input.waitMs + 20_000, signal)).toString('utf8'),
-      ) as TwinView;
+      ) as TwinView & { trust?: unknown };
     },
     async report(report: AgentReport, signal?: AbortSignal): Promise<TwinView> {
       return JSON.parse(

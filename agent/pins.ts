@@ -1,11 +1,13 @@
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { WavegateError } from '../core/errors';
+import { heldTrustOf, MAX_HELD_PROFILES } from '../core/held-trust';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from '../core/profile-name';
 import { parseTrust, type Trust } from '../core/signing';
 import { readDocument } from '../intake/files';
 import { profileDir } from '../intake/profile-dir';
 import { checkTrustDir, checkTrustFile } from './inputs';
+import type { HeldTrustStore } from './trust-store';
 
 /**
  * The agent's OWN pins, per profile: what it verifies every desired envelope against, whatever the
@@ -22,6 +24,28 @@ export interface AgentTrust {
   of(profile: string): Trust | undefined;
   /** Where the pins for `profile` are read from (for messages). */
   describe(): string;
+  /** The profiles it holds pins for, at most MAX_HELD_PROFILES: the trust learned through the gateway is for these. */
+  profiles?(): string[];
+  /** The profile's pins file alone: version 0 of its trust root, what learned roots are walked from. */
+  anchorOf?(profile: string): Trust | undefined;
+}
+
+/**
+ * The agent's pins with what it learned through the gateway (agent/trust-store.ts): a profile's pins are its newest
+ * verified trust root's (its pins file is version 0) with its newest revocation list applied, so a revoked revision
+ * is refused (REVOKED) and a revoked or rotated-away key counts no more. A profile without a pins file has none,
+ * whatever was learned for it: the pins file stays the anchor of the profile on this device.
+ */
+export function withHeldTrust(base: AgentTrust, store: Pick<HeldTrustStore, 'get'>): AgentTrust {
+  return {
+    of(profile) {
+      const anchor = base.of(profile);
+      return anchor && heldTrustOf(store.get(profile), anchor);
+    },
+    anchorOf: (profile) => base.of(profile),
+    profiles: () => base.profiles?.() ?? [],
+    describe: () => base.describe(),
+  };
 }
 
 export function parseTrustFlags(values: readonly string[]): AgentTrust {
@@ -83,6 +107,20 @@ export function parseTrustFlags(values: readonly string[]): AgentTrust {
       if (!file) return undefined;
       checkTrustFile(file, `trust file of profile "${profile}"`);
       return parseTrust(readTrustDocument(file, file), file);
+    },
+    profiles() {
+      const names = new Set(files.keys());
+      for (const dir of dirs) {
+        let entries: string[] = [];
+        try {
+          entries = readdirSync(dir);
+        } catch {
+          /* unreadable now: its profiles are refused at their apply */
+        }
+        for (const name of entries.sort())
+          if (PROFILE_NAME.test(name) && existsSync(profileDir(dir, name).trustFile)) names.add(name);
+      }
+      return [...names].sort().slice(0, MAX_HELD_PROFILES);
     },
     describe: () =>
       [...dirs.map((d) => `${d}/<profile>/trust.yaml`), ...[...files].map(([p, f]) => `${p}=${f}`)].join(', '),

@@ -150,7 +150,8 @@ export function agentReceipts(opts: AgentReceiptsOptions): AgentReceipts {
   };
 }
 
-function syncDir(dir: string): void {
+/** fsync a directory, so a rename in it outlives a power cut. */
+export function syncDir(dir: string): void {
   const fd = openSync(dir, constants.O_RDONLY);
   try {
     fsyncSync(fd);

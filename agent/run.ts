@@ -15,6 +15,7 @@ import { runDeviceHealth } from './health';
 import type { AgentTrust } from './pins';
 import { agentReceipts } from './receipts';
 import { reportFile } from './report-file';
+import { agentTrustNews, type AgentTrustNews } from './trust-news';
 
 /**
  * `wavegate agent`: sync with the device's twin through the gateway (long-poll), take every desired
@@ -39,6 +40,27 @@ export interface AgentOptions {
   log?: (line: string) => void;
 }
 
+/**
+ * One sync carrying the trust versions held; the trust news in its answer is taken before its view is handled, so a
+ * root, a revocation or a timestamp it brings counts for the desired entries it brings. A sync waits within half the
+ * time left on a timestamp the agent needs (agent/trust-news.ts waitMs).
+ */
+async function syncWithTrust(
+  gateway: GatewayClient,
+  learned: AgentTrustNews,
+  sync: { report: AgentReport; knownVersion: number; waitMs: number },
+  signal: AbortSignal,
+): Promise<TwinView> {
+  const answer = await gateway.sync(
+    { ...sync, waitMs: learned.waitMs(sync.waitMs, Date.now()), held: learned.held() },
+    signal,
+  );
+  learned.take(answer.trust, Date.now());
+  learned.watch(Date.now());
+  const { trust: _news, ...view } = answer;
+  return view;
+}
+
 export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () => void } {
   const log = opts.log ?? (() => {});
   const stopper = new AbortController();
@@ -51,6 +73,15 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     sent: Object.values(answers.profiles),
     log,
   });
+  // Read at start too, and refused then (a corrupt or rolled-back trust file): never a revocation forgotten.
+  const learned = agentTrustNews(opts.trust, {
+    stateDir: opts.stateDir,
+    deviceId: opts.deviceId,
+    marks: answers.trust,
+    onHeld: (profile, versions) => answers.setTrust(profile, versions),
+    log,
+  });
+  const trust = learned.trust;
   const connect = async () => localDeviceSession(opts.deviceId, opts.home);
   let health: HealthReport[] = [];
   let healthAt: string | null = null;
@@ -60,8 +91,10 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   let desiredProfiles: Set<string> | null = null;
   const report = (): AgentReport => {
     const entries = Object.entries(answers.profiles).filter(([p]) => !desiredProfiles || desiredProfiles.has(p));
+    const held = learned.report(Date.now());
     return {
       profiles: Object.fromEntries(entries.slice(0, TWIN_LIMITS.profiles)),
+      ...(Object.keys(held).length ? { trust: held } : {}),
       health,
       healthAt,
       agentVersion: opts.version,
@@ -70,7 +103,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   const ctx = {
     deviceId: opts.deviceId,
     stateDir: opts.stateDir,
-    trust: opts.trust,
+    trust,
     connect,
     download: (profile: string, revision: number, name: string) =>
       opts.gateway.payload(profile, revision, name, stopper.signal),
@@ -112,6 +145,8 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       if (stopper.signal.aborted) return;
       const answer = answers.profiles[entry.profile];
       if (answer?.requestId === entry.requestId && FINAL_REPORT_STATES.includes(answer.state)) continue;
+      // A profile whose trust root names a timestamp role takes nothing new on a view that may be frozen.
+      if (learned.waits(entry, Date.now())) continue;
       await take(entry);
     }
     if (view.reverify && view.version > lastReverify) {
@@ -136,7 +171,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     }
     const session = await connect();
     try {
-      health = await runDeviceHealth(session, view.desired, answers.profiles, opts.trust, Date.now());
+      health = await runDeviceHealth(session, view.desired, answers.profiles, trust, Date.now());
       healthAt = new Date().toISOString();
     } finally {
       session.close();
@@ -149,11 +184,10 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     log(`agent ${opts.deviceId}: syncing with the gateway; device home ${opts.home}; pins ${opts.trust.describe()}`);
     while (!stopper.signal.aborted) {
       let view: TwinView;
+      learned.watch(Date.now());
       try {
-        view = await opts.gateway.sync(
-          { report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 },
-          stopper.signal,
-        );
+        const sync = { report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 };
+        view = await syncWithTrust(opts.gateway, learned, sync, stopper.signal);
         backoff = 1_000;
       } catch (err) {
         if (stopper.signal.aborted) break;

@@ -29,6 +29,10 @@ import { RECEIPT_MAX_BYTES } from './receipt';
  *     its final answer, core/receipt.ts text, at most TWIN_LIMITS.receipt bytes: one per profile report). The
  *     agent signs every final answer to a signed request (agent/receipts.ts); the worker checks it as it arrives
  *     (device/receipt-check.ts).
+ *   - v1.4 (additive, issue 45): AgentReport gets optional `trust` (per profile, at most TWIN_LIMITS.profiles: the
+ *     trust root and revocation list versions the agent holds, `stale` when the profile requires a fresh timestamp
+ *     and its newest has expired, `refused` naming the last trust news it refused: agent/trust-news.ts). It is part
+ *     of the report's digest only when present, so a report without it digests as before.
  */
 
 /** The apply lock's holder on the device (device/transport/types.ts ApplyHolder has this shape). */
@@ -131,8 +135,21 @@ export function errorRateReportName(profile: string): string {
   return `error-rate:${profile}`;
 }
 
+/** What an agent holds of a profile's trust (v1.4): docs/formats.md, "Trust news". */
+export interface TrustReport {
+  /** The trust root version held (0: its pins file) and the revocation list version (0: none). */
+  root: number;
+  revocations: number;
+  /** Why its view of the profile may be frozen (its newest timestamp expired, or none came): it applies nothing new. */
+  stale?: string;
+  /** The last trust news it refused for the profile, and why (reason code, then the message). */
+  refused?: string;
+}
+
 export interface AgentReport {
   profiles: Record<string, ProfileReport>;
+  /** Per profile, the trust it holds and whether it is stale (v1.4; absent from agents before it). */
+  trust?: Record<string, TrustReport>;
   /** The signed profile's runtime health checks, run locally by the agent. */
   health: HealthReport[];
   healthAt: string | null;
@@ -373,7 +390,29 @@ export function reportProblem(report: unknown): string | null {
     const problem = stringProblem(report.healthAt, 'report.healthAt');
     if (problem) return problem;
   }
-  return stringProblem(report.agentVersion, 'report.agentVersion');
+  return trustReportProblem(report.trust) ?? stringProblem(report.agentVersion, 'report.agentVersion');
+}
+
+function trustReportProblem(trust: unknown): string | null {
+  if (trust === undefined) return null;
+  if (!isRecord(trust)) return 'report.trust: must be an object of { root, revocations, stale?, refused? } per profile';
+  const names = Object.keys(trust);
+  if (names.length > TWIN_LIMITS.profiles)
+    return `report.trust: at most ${TWIN_LIMITS.profiles} profiles (got ${names.length})`;
+  const version = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+  for (const name of names) {
+    const field = `report.trust.${name}`;
+    const entry = trust[name];
+    const problem =
+      profileNameProblem(name, `report.trust[${shown(name)}]`) ??
+      (isRecord(entry) && version(entry.root) && version(entry.revocations)
+        ? null
+        : `${field}: must be { root, revocations } (integers >= 0), with optional stale and refused`) ??
+      stringProblem((entry as Record<string, unknown>).stale, `${field}.stale`, true) ??
+      stringProblem((entry as Record<string, unknown>).refused, `${field}.refused`, true);
+    if (problem) return problem;
+  }
+  return null;
 }
 
 /** Why a sync is malformed, or null (the twinSync update's validator). */
@@ -598,7 +637,13 @@ export function settledReport(recorded: AgentReport | null, next: AgentReport): 
 export function reportDigest(report: AgentReport | null): string {
   if (!report) return '';
   const health = report.health.map((c) => [c.name, c.ok, c.kind ?? 'runtime', c.value ?? null]);
-  const text = canonicalize({ profiles: report.profiles, health, agentVersion: report.agentVersion });
+  // The trust an agent holds is news (a root taken, a profile gone stale); a report without it digests as before v1.4.
+  const text = canonicalize({
+    profiles: report.profiles,
+    health,
+    agentVersion: report.agentVersion,
+    ...(report.trust ? { trust: report.trust } : {}),
+  });
   return bytesToHex(sha256(utf8Encode(text))).slice(0, 32);
 }
 

@@ -49,7 +49,7 @@ export function enrolmentHook(opts: {
 }
 
 /** Every profile under the root, with its scope; a profile that does not load is left out. */
-function profilesUnder(root: string): ProfileScope[] {
+export function profilesUnder(root: string): ProfileScope[] {
   const out: ProfileScope[] = [];
   let names: string[];
   try {

@@ -1,16 +1,18 @@
+import { parseHeldVersions, type HeldVersions } from '../core/held-trust';
 import { syncProblem, type TwinSyncInput, type TwinView } from '../core/twin';
 import { HttpRefusal, sendJson } from '../http/answer';
 import type { Asked, Guards, RouteTable } from '../http/routes';
 import { GATEWAY_TIMEOUTS, type GatewayLimits, type KeyedCounter } from './limits';
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import { AGENT_BODY, type AgentCaller } from './signed-request';
+import type { TrustNews } from './trust-news';
 import type { DeviceViews } from './views';
 
 /**
  * The gateway's routes (docs/formats.md, "Gateway HTTP API"), every one a pinned device's signed request
  * whose body is the one it signed; the device comes from the verified header, never from the path or body:
  *
- *   POST /v1/sync     { report, knownVersion, waitMs } -> TwinView (long-poll through twinSync)
+ *   POST /v1/sync     { report, knownVersion, waitMs, held? } -> TwinView and `trust` (long-poll; ./trust-news.ts)
  *   POST /v1/report   { report }                       -> TwinView (a sync that does not wait)
  *   GET  /v1/payload/<profile>/<revision>/<name>       -> the payload file's bytes
  */
@@ -24,6 +26,8 @@ export interface GatewayRouteDeps {
   bounds: (asked: Asked<AgentCaller>) => void;
   /** Counts the body bytes read: only after the signature verified (the legacy path's own read counts too). */
   countBody: (chunk: Buffer) => void;
+  /** The trust news added to each sync answer (roots, revocations, timestamps); absent: none. */
+  trustNews?: TrustNews;
 }
 
 const PAYLOAD_ROUTE = /^\/v1\/payload\/([A-Za-z0-9][A-Za-z0-9._-]{0,63})\/([1-9][0-9]{0,15})\/([A-Za-z0-9._-]{1,255})$/;
@@ -61,6 +65,13 @@ export function gatewayRoutes(deps: GatewayRouteDeps): RouteTable<AgentCaller> {
   };
 }
 
+/** A sync's `held` (the trust versions the agent holds per profile), or 400 naming the field. */
+function heldInput(body: Record<string, unknown>): Record<string, HeldVersions> {
+  const held = parseHeldVersions(body.held);
+  if (typeof held === 'string') throw new HttpRefusal(400, 'INVALID_INPUT', held);
+  return held;
+}
+
 function syncInput(body: Record<string, unknown>, waits: boolean): TwinSyncInput {
   const input = {
     report: body.report ?? null,
@@ -76,8 +87,14 @@ function syncInput(body: Record<string, unknown>, waits: boolean): TwinSyncInput
 async function answerSync(deps: GatewayRouteDeps, asked: Asked<AgentCaller>, waits: boolean): Promise<void> {
   const { device, gone } = asked.caller!;
   const input = syncInput(asked.json, waits);
+  const held = heldInput(asked.json);
   asked.json = {};
-  if (input.waitMs <= 0) return sendJson(asked.res, 200, await deps.views.sync(device, input, gone));
+  // The news is made from the view the answer carries: a timestamp names exactly the desired entry sent with it.
+  const answer = (view: TwinView) => {
+    const trust = deps.trustNews?.answer(device, held, view);
+    return trust && Object.keys(trust).length > 0 ? { ...view, trust } : view;
+  };
+  if (input.waitMs <= 0) return sendJson(asked.res, 200, answer(await deps.views.sync(device, input, gone)));
   const slot = deps.longPolls.take(device);
   if (slot === 'total')
     throw new HttpRefusal(
@@ -95,7 +112,7 @@ async function answerSync(deps: GatewayRouteDeps, asked: Asked<AgentCaller>, wai
   const socket = asked.req.socket;
   socket.setTimeout(input.waitMs + GATEWAY_TIMEOUTS.idleMs);
   try {
-    return sendJson(asked.res, 200, await deps.views.sync(device, input, gone));
+    return sendJson(asked.res, 200, answer(await deps.views.sync(device, input, gone)));
   } finally {
     deps.longPolls.release(device);
     if (!socket.destroyed) socket.setTimeout(GATEWAY_TIMEOUTS.idleMs);

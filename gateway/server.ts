@@ -18,6 +18,8 @@ import { gatewayRoutes } from './routes';
 import { signedRequestGuards, type AgentCaller } from './signed-request';
 import { DeviceViews, type DeviceViewsStats } from './views';
 import { AnswerDelivery } from './answers';
+import { TrustNews } from './trust-news';
+import type { KeyPair } from '../core/signing';
 import type { TwinFeedLateness } from '../clients/twin-feed';
 
 /**
@@ -55,6 +57,10 @@ export interface GatewayOptions {
   onFirstSync?: (deviceId: string) => Promise<boolean>;
   /** What the gateway knows of each device's twin (default: its own, following the twin change feed). */
   views?: DeviceViews;
+  /** The timestamp role keys it signs agents' timestamps with (`--timestamp-key`; none: no timestamps). */
+  timestampKeys?: readonly KeyPair[];
+  /** How long a timestamp it signs is valid (`--timestamp-expiry`; default 24 h). */
+  timestampExpiryMs?: number;
 }
 
 export const DEFAULT_MAX_LONG_POLLS = DEFAULT_LIMITS.maxLongPolls;
@@ -146,6 +152,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
     guards,
     bounds,
     countBody,
+    trustNews: new TrustNews({
+      profilesRoot: opts.profilesRoot,
+      deviceOf: (device) => opts.pins.deviceOf(device),
+      ...(opts.timestampKeys ? { timestampKeys: opts.timestampKeys } : {}),
+      ...(opts.timestampExpiryMs !== undefined ? { timestampExpiryMs: opts.timestampExpiryMs } : {}),
+      log,
+      now,
+    }),
   });
   const ends = new RequestEnds(log, refusals, now);
 

@@ -11,6 +11,10 @@ import { startGateway } from '../../gateway/server';
 import { parseListen } from '../../http/listen';
 import { connectClient, withTemporalOptions } from '../client';
 import { action } from '../run';
+import { formatDurationMs, parseDurationMs } from '../../core/duration';
+import type { KeyPair } from '../../core/signing';
+import { DEFAULT_TIMESTAMP_EXPIRY_MS, MAX_TIMESTAMP_EXPIRY_MS } from '../../core/timestamp';
+import { readSigningKeyFile } from '../../intake/checkpoint-keys';
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
@@ -50,6 +54,43 @@ interface GatewayFlags extends TemporalFlags {
   noncesPerDevice?: string;
   refusalLogPerSecond?: string;
   acceptAgentsWithoutDigest?: boolean;
+  timestampKey?: string[];
+  timestampExpiry?: string;
+}
+
+/**
+ * `--timestamp-key` (repeatable: the keys of the profiles' trust-root `timestamp` role this gateway signs agents'
+ * timestamps with; each a `wavegate keygen` key file, the owner's alone, never logged) and `--timestamp-expiry`
+ * (how long each is valid: 1 s to 7 d, default 24 h). Exit 2 naming the flag otherwise.
+ */
+export function timestampSettings(flags: Pick<GatewayFlags, 'timestampKey' | 'timestampExpiry'>): {
+  timestampKeys?: KeyPair[];
+  timestampExpiryMs?: number;
+} {
+  const files = flags.timestampKey ?? [];
+  if (flags.timestampExpiry !== undefined && files.length === 0)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--timestamp-expiry: only with --timestamp-key (it signs the timestamps)',
+      {
+        field: '--timestamp-expiry',
+        value: flags.timestampExpiry,
+      },
+    );
+  if (files.length === 0) return {};
+  const keys = files.map((file) => readSigningKeyFile('--timestamp-key', file));
+  const kids = new Set(keys.map((k) => k.kid));
+  if (kids.size !== keys.length)
+    throw new WavegateError('INVALID_INPUT', '--timestamp-key: the same key given twice', { field: '--timestamp-key' });
+  if (flags.timestampExpiry === undefined) return { timestampKeys: keys };
+  const ms = parseDurationMs(flags.timestampExpiry);
+  if (ms === undefined || ms < 1_000 || ms > MAX_TIMESTAMP_EXPIRY_MS)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--timestamp-expiry: must be a duration from 1s to 7d, e.g. 24h (got ${JSON.stringify(flags.timestampExpiry)})`,
+      { field: '--timestamp-expiry', value: flags.timestampExpiry },
+    );
+  return { timestampKeys: keys, timestampExpiryMs: ms };
 }
 
 /** The gateway's caps (gateway/limits.ts): flag, limit field, upper bound, what it counts. */
@@ -151,6 +192,15 @@ export function register(program: Command): void {
         'during an upgrade only: accept requests of agents older than this gateway (no body digest in their header) for pinned devices; their bodies are read before the signature is checked',
       )
       .option(
+        '--timestamp-key <file>',
+        "a key of the profiles' trust-root timestamp role (wavegate keygen, 0600): each sync answer carries the device's timestamp per profile, signed with it; repeatable",
+        (v: string, all: string[] = []) => [...all, v],
+      )
+      .option(
+        '--timestamp-expiry <duration>',
+        'how long a timestamp is valid: an agent whose newest has expired reports stale and applies nothing new (1s-7d, default 24h)',
+      )
+      .option(
         '--max-long-polls <n>',
         `long-polls held at once; more are answered 503 BUSY (default ${DEFAULT_LIMITS.maxLongPolls})`,
       ),
@@ -188,6 +238,7 @@ export function register(program: Command): void {
       const root = flags.profiles ?? flags.profilesRoot;
       const profiles = resolveProfilesRoot({ ...(root !== undefined ? { flag: root } : {}) });
       checkProfilesRoot(profiles);
+      const timestamps = timestampSettings(flags);
       const pins = inventoryPins(flags.inventory, log);
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
@@ -207,9 +258,14 @@ export function register(program: Command): void {
         acceptAgentsWithoutDigest: flags.acceptAgentsWithoutDigest === true,
         log,
         onFirstSync,
+        ...timestamps,
         listen: { ...listen, ...(tls ? { tls } : {}) },
       });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);
+      if (timestamps.timestampKeys)
+        log(
+          `timestamps: signed with ${timestamps.timestampKeys.map((k) => k.kid).join(', ')}, valid ${formatDurationMs(timestamps.timestampExpiryMs ?? DEFAULT_TIMESTAMP_EXPIRY_MS)}`,
+        );
       log(heapLine(pins.devices));
       log(
         `gateway listening on ${gateway.url} (Temporal ${describeConnection(settings)}, task queue ${settings.taskQueue}); SIGHUP reloads the inventory`,

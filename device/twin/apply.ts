@@ -12,6 +12,7 @@ import {
 import type { DeviceTarget } from '../../core/rollout-state';
 import type { ApplyHolder, ApplyResult, RevisionSteps } from '../steps';
 import { applyResultOf, enrolledAgentKey, type AnswerReceiptCheck } from './answer';
+import { agentTrustNote } from './board';
 import { askTwin, desireOnTwin, readTwin, readTwinRecord } from '../../clients/twin';
 import { readSeenOne } from '../../clients/presence';
 import { REPORT_SAFETY_READ_MS, reportWatchOf, type ReportSubscription } from './report-watch';
@@ -227,5 +228,6 @@ async function waitForAnswer(
 function waitingDetail(view: TwinView | null, profile: string, nowMs: number): string {
   const report = view?.report?.profiles[profile];
   const seen = view?.lastSeenAt ? `seen ${Math.round(ageMs(view.lastSeenAt, nowMs) / 1000)}s ago` : 'never seen';
-  return `agent ${report?.state ?? 'idle'}, ${seen}`;
+  const note = agentTrustNote(view, profile);
+  return `agent ${report?.state ?? 'idle'}, ${seen}${note ? `; ${note}` : ''}`;
 }

@@ -54,7 +54,35 @@ export function reportProven(
   );
 }
 
+/**
+ * What the agent last reported of the profile's trust when it is news for a person: `stale` (its newest timestamp
+ * expired, or none came: a frozen view, so it applies nothing new), and the last trust news it refused.
+ */
+export function agentTrustNote(view: Pick<TwinView, 'report'> | null, profile: string): string | undefined {
+  const trust = view?.report?.trust;
+  const held = trust && Object.hasOwn(trust, profile) ? trust[profile] : undefined;
+  if (!held) return undefined;
+  const notes = [
+    ...(held.stale ? [`stale: ${held.stale} (applies nothing new until a fresh timestamp comes)`] : []),
+    ...(held.refused ? [`trust news refused: ${held.refused}`] : []),
+  ];
+  return notes.length ? notes.join('; ') : undefined;
+}
+
 export function agentBoardAnswer(
+  view: TwinView | null,
+  profile: string,
+  revision: number,
+  provable: boolean,
+  nowMs: number,
+  agentKey?: string,
+): AgentBoardAnswer {
+  const answer = boardAnswerOf(view, profile, revision, provable, nowMs, agentKey);
+  const note = agentTrustNote(view, profile);
+  return note ? { ...answer, reason: `${answer.reason}; ${note}` } : answer;
+}
+
+function boardAnswerOf(
   view: TwinView | null,
   profile: string,
   revision: number,
