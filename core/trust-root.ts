@@ -27,7 +27,10 @@ import {
 
 export const ROOT_TYPE = 'wavegate/root';
 
-/** The most versions one walk accepts at once: a feed of endless roots stops here (each is checked, none skipped). */
+/**
+ * The most versions one walk accepts from a feed at once (a gateway's answer): endless roots stop here (each is
+ * checked, none skipped). A profile directory on the verifier's own disk is walked whole (intake/trust.ts).
+ */
 export const MAX_ROOT_STEPS = 64;
 
 const Kid = lazySchema(() =>
@@ -117,7 +120,7 @@ export function verifyNextRoot(
   const content = read.content;
   if (content.profile !== opts.profile)
     return verifyFailure(
-      'MALFORMED',
+      'WRONG_SUBJECT',
       `trust root v${content.version} is for profile "${content.profile}", not "${opts.profile}"`,
     );
   if (content.version <= fromVersion)
@@ -179,7 +182,7 @@ export type RootWalk = { ok: true; root: RootAnchor; steps: number } | (VerifyFa
 export function walkRoots(
   from: RootAnchor,
   offered: readonly unknown[],
-  opts: { profile: string; revokedKeys?: ReadonlySet<string> },
+  opts: { profile: string; revokedKeys?: ReadonlySet<string>; maxSteps?: number },
 ): RootWalk {
   const held = anchorVersion(from);
   const byVersion = new Map<number, unknown[]>();
@@ -191,11 +194,12 @@ export function walkRoots(
     byVersion.set(version, [...(byVersion.get(version) ?? []), envelope]);
   }
   const newest = Math.max(held, ...byVersion.keys());
-  if (newest - held > MAX_ROOT_STEPS)
+  const maxSteps = opts.maxSteps ?? MAX_ROOT_STEPS;
+  if (newest - held > maxSteps)
     return {
       ...verifyFailure(
         'ROOT_GAP',
-        `${newest - held} trust root versions offered at once (at most ${MAX_ROOT_STEPS}); walk them in steps`,
+        `${newest - held} trust root versions offered at once (at most ${maxSteps}); walk them in steps`,
       ),
       root: from,
     };

@@ -4,7 +4,7 @@ import { WavegateError } from '../core/errors';
 import { verifyRevocations, withRevocations, type RevocationList } from '../core/revocation';
 import { parseTrust, type Trust } from '../core/signing';
 import { walkRoots, type RootAnchor } from '../core/trust-root';
-import { readBytes, readDocument, writeFileAtomic } from './files';
+import { checkedDocument, parseDocumentText, readBytes, readDocument, writeFileAtomic } from './files';
 import { profileDir, type ProfileDir } from './profile-dir';
 
 /**
@@ -101,6 +101,19 @@ function walkedTrustState(layout: ProfileDir): ProfileTrustState | undefined {
   };
 }
 
+/** A root is a few pins (64 at most): far below this. Read no further before it is trusted. */
+const MAX_ROOT_BYTES = 64 * 1024;
+/** A revocation list of MAX_REVOCATIONS entries with their reasons fits. */
+const MAX_LIST_BYTES = 1024 * 1024;
+
+/** A JSON trust document read only up to `maxBytes` (INVALID_INPUT naming the file and its size beyond). */
+function boundedDocument(path: string, maxBytes: number): unknown {
+  return checkedDocument(parseDocumentText(readBytes(path, maxBytes).toString('utf8'), path, 'json'), path);
+}
+
+/** The most root files a profile directory may hold (a rotation a day for 27 years). */
+const MAX_LOCAL_ROOTS = 10_000;
+
 /** `root/<n>.json`, by version. A name that is not a version (other than held.json) is refused: nothing is guessed. */
 function rootFiles(layout: ProfileDir): { version: number; path: string }[] {
   if (!existsSync(layout.rootDir)) return [];
@@ -111,6 +124,8 @@ function rootFiles(layout: ProfileDir): { version: number; path: string }[] {
     if (!match)
       throw refusal(`${layout.rootDir}/${name}`, 'not a trust root file name (expected <version>.json, e.g. 2.json)');
     out.push({ version: Number(match[1]), path: layout.rootFile(Number(match[1])) });
+    if (out.length > MAX_LOCAL_ROOTS)
+      throw refusal(layout.rootDir, `more than ${MAX_LOCAL_ROOTS} trust root files; refusing to walk them`);
   }
   return out.sort((a, b) => a.version - b.version);
 }
@@ -126,8 +141,9 @@ function walkedRoot(
 ): RootAnchor {
   const walk = walkRoots(
     anchor,
-    files.map((f) => readDocument(f.path, 'json')),
-    { profile: layout.name },
+    files.map((f) => boundedDocument(f.path, MAX_ROOT_BYTES)),
+    // The operator's own directory, every file already bounded in size by readDocument: walked whole.
+    { profile: layout.name, maxSteps: MAX_LOCAL_ROOTS },
   );
   if (!walk.ok) throw refusal(layout.rootDir, `${walk.reason}: ${walk.message}`);
   const root = walk.root;
@@ -139,7 +155,7 @@ function walkedRoot(
 }
 
 function verifiedList(layout: ProfileDir, root: RootAnchor): RevocationList {
-  const list = verifyRevocations(readDocument(layout.revocationsFile, 'json'), root.trust, {
+  const list = verifyRevocations(boundedDocument(layout.revocationsFile, MAX_LIST_BYTES), root.trust, {
     profile: layout.name,
   });
   if (!('content' in list)) throw refusal(layout.revocationsFile, `${list.reason}: ${list.message}`);

@@ -23,6 +23,8 @@ import { ROOT_TYPE } from '../../core/trust-root';
 import { signDocument } from '../../core/signed-document';
 import { keyPairFromSeed, pinOf, type Envelope, type KeyPair } from '../../core/signing';
 import { rolloutInputFromFiles } from '../../intake/prepare';
+import { profileDir } from '../../intake/profile-dir';
+import { profileTrustState } from '../../intake/trust';
 import { revertRolloutInput } from '../../intake/revert';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { runCli, spawnCliUntil, type CliRun } from '../support/cli';
@@ -105,6 +107,7 @@ export const DEVICES = {
   receipts: ['receipt-1', 'receipt-2'],
   revoked: ['revoked-1'],
   rotated: ['rotated-1'],
+  forgedTrust: ['forged-trust-1'],
 } as const;
 const ALL = Object.values(DEVICES).flat();
 
@@ -762,6 +765,7 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       };
       const envelope = signDocument(content, [profile.keys[0]!, profile.keys[2]!]);
       writeFileSync(join(root, PROFILE, 'revocations.json'), `${JSON.stringify(envelope)}\n`);
+      return envelope;
     }
 
     test("16. revocation by k-of-n: once the signers' list revokes r2, then key B, the device refuses r2 (REVOKED) and anything B's signature would carry (REVOKED_KEY), asked by a rollout or directly; nothing runs; r3 signed by A and C still applies", async () => {
@@ -806,6 +810,15 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       // once a list was verified): the cases after this one start from nothing revoked.
       writeRevocations(3, [], []);
     });
+
+    function writeJson(path: string, value: unknown) {
+      writeFileSync(path, `${JSON.stringify(value)}\n`);
+    }
+    /** The versions of the profile's trust as a verifier in this process walks them (and marks them held). */
+    function loadProfileTrustState(): { root: number; revocations: number } {
+      const state = profileTrustState(profileDir(root, PROFILE));
+      return { root: state?.trust.root?.version ?? 0, revocations: state?.revocations?.content.version ?? 0 };
+    }
 
     /** Trust root version `version` of the profile, written to `root/<version>.json`: `pins` at threshold 2. */
     function writeRoot(version: number, pins: KeyPair[], signers: KeyPair[], removes: KeyPair[] = []) {
@@ -857,6 +870,98 @@ export function conformanceSuite(makeBackend: () => ConformanceBackend): void {
       expect(device(done, id)).toMatchObject({ state: 'applied' });
       expect(runs(id, 3)).toBe(1);
       expect(marker(id)).toBe(3);
+    });
+
+    test("18. forged trust metadata beside the profile fails closed: a root signed below threshold, a root skipping a version, another profile's root, an oversized root, a revocation list rolled back; each refused and named, nothing runs; the genuine metadata back, the device applies", async () => {
+      const ids = DEVICES.forgedTrust;
+      const [id] = ids;
+      seed(id, 1);
+      const [a, , c] = profile.keys as [KeyPair, KeyPair, KeyPair];
+      const rootDir = join(root, PROFILE, 'root');
+      // Root v2 (A, C, D) and list v3 stand from cases 16-17 when the suite runs whole; alone, make them here.
+      const held = () => loadProfileTrustState();
+      if (!existsSync(join(rootDir, '2.json'))) {
+        const d = keyPairFromSeed(randomBytes(32));
+        writeRoot(1, [a, profile.keys[1]!, c], [a, c]);
+        writeRoot(2, [a, c, d], [a, c, d], [profile.keys[1]!]);
+      }
+      const listV4 = writeRevocations(4, [], []);
+      expect(held()).toMatchObject({ root: 2, revocations: 4 });
+      // The signers re-sign r1 and r2 after the rotation (B is gone): what intake and the device verify from now on.
+      for (const n of [1, 2])
+        writeJson(
+          join(root, PROFILE, 'envelopes', `${n}.json`),
+          profile.sign(profile.revision(n), { signers: [a, c] }),
+        );
+      const signedByAC = (name: string): RolloutInput => inputFor(name, ids, 1, 2);
+      const root3 = (over: Record<string, unknown>, signers: KeyPair[]) =>
+        signDocument(
+          {
+            type: ROOT_TYPE,
+            profile: PROFILE,
+            version: 3,
+            threshold: 2,
+            pins: [a, c].map((k) => pinOf(k)),
+            issuedAt: new Date().toISOString(),
+            ...over,
+          },
+          signers,
+        );
+      const listV2 = signDocument(
+        {
+          type: REVOCATIONS_TYPE,
+          profile: PROFILE,
+          version: 2,
+          revisions: [],
+          keys: [],
+          issuedAt: new Date().toISOString(),
+        },
+        [a, c],
+      );
+      const attacks: Array<[string, string, () => void, () => void]> = [
+        [
+          'below threshold',
+          'BELOW_THRESHOLD',
+          () => writeJson(join(rootDir, '3.json'), root3({}, [a])),
+          () => rmSync(join(rootDir, '3.json')),
+        ],
+        [
+          'skipping v3',
+          'ROOT_GAP',
+          () => writeJson(join(rootDir, '4.json'), root3({ version: 4 }, [a, c])),
+          () => rmSync(join(rootDir, '4.json')),
+        ],
+        [
+          "another profile's",
+          'WRONG_SUBJECT',
+          () => writeJson(join(rootDir, '3.json'), root3({ profile: 'other' }, [a, c])),
+          () => rmSync(join(rootDir, '3.json')),
+        ],
+        [
+          'oversized',
+          'bytes',
+          () => writeFileSync(join(rootDir, '3.json'), ' '.repeat(2 * 1024 * 1024)),
+          () => rmSync(join(rootDir, '3.json')),
+        ],
+        [
+          'list rolled back',
+          'METADATA_ROLLBACK',
+          () => writeJson(join(root, PROFILE, 'revocations.json'), listV2),
+          () => writeJson(join(root, PROFILE, 'revocations.json'), listV4),
+        ],
+      ];
+      for (const [what, named, forge, restore] of attacks) {
+        const input = signedByAC(`forged-trust-${what.replace(/[^a-z0-9]+/g, '-')}`);
+        forge();
+        const status = await forged(input);
+        expect(device(status, id), what).toMatchObject({ state: 'failed', reason: expect.stringContaining(named) });
+        expect(allRuns(id), `${what}: nothing ran`).toBe(0);
+        restore();
+      }
+      expect(held()).toMatchObject({ root: 2, revocations: 4 });
+      const done = await forged(signedByAC('forged-trust-restored'));
+      expect(device(done, id)).toMatchObject({ state: 'applied' });
+      expect(runs(id, 2)).toBe(1);
     });
   });
 }
