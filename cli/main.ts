@@ -1,4 +1,5 @@
 import { Command, CommanderError, Help } from 'commander';
+import { bundledGroup } from './group-bundle';
 import { EXIT_REFUSED } from './run';
 import { packageVersion } from '../intake/package-layout';
 
@@ -37,9 +38,12 @@ export const GROUP_NAMES = [
 ] as const;
 export type GroupName = (typeof GROUP_NAMES)[number];
 
-/** `require`, so that only the group used is loaded (tsx resolves it to the .ts source, dist to the .js). */
+/**
+ * `require`, so that only the group used is loaded (tsx resolves it to the .ts source, dist to the .js);
+ * compiled, from the build's one-file bundle of the groups when it has this one (cli/group-bundle.ts).
+ */
 function requireGroup(name: GroupName): Group {
-  return require(`./commands/${name}`) as Group;
+  return (bundledGroup(name) as Group | undefined) ?? (require(`./commands/${name}`) as Group);
 }
 
 export interface TopCommand {
