@@ -4,7 +4,9 @@ import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { InventoryInput } from '../../core/inventory';
 import { NodeDownFile } from '../../core/node-down';
+import { RevocationsContent } from '../../core/revocation';
 import { RetireSource, RotationSource } from '../../core/rotation';
+import { RootContent } from '../../core/trust-root';
 import { Profile, Revision } from '../../core/revision';
 import { Envelope, parseTrust, Pin, SecretKeyFile } from '../../core/signing';
 import { RolloutBody } from '../../core/spec';
@@ -208,6 +210,12 @@ const FORMATS: Format[] = [
     name: 'rotation retire statement (core/rotation.ts RetireSource)',
     section: '18. Rotation schedules',
     fields: fieldPaths(RetireSource),
+  },
+  { name: 'trust root (core/trust-root.ts RootContent)', section: '19. Trust roots', fields: fieldPaths(RootContent) },
+  {
+    name: 'revocation list (core/revocation.ts RevocationsContent)',
+    section: '20. Revocation lists',
+    fields: fieldPaths(RevocationsContent),
   },
 ];
 
