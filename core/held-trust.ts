@@ -84,7 +84,8 @@ export function freshnessProblem(
   now: number,
 ): string | undefined {
   const freshness = freshnessFor(held, now);
-  if (!freshness.required) return undefined;
+  // An unsigned entry is refused on its own (UNSIGNED): it never runs, so it needs no timestamp to be refused.
+  if (!freshness.required || !desired.envelope) return undefined;
   if (!freshness.fresh) return `stale: ${freshness.why}; nothing new is applied until a fresh timestamp comes`;
   const vouched = held.timestamp!.content.desired;
   const digest = desired.envelope ? bodyDigest(desired.envelope) : undefined;

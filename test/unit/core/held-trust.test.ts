@@ -119,6 +119,8 @@ describe('held trust: news taken only when it verifies from what is held', () =>
     const desired = { revision: 5, digest: bodyDigest(r5)! };
     const noStamp = take({ profile }, { roots: [v1, v2] }).held;
     expect(freshnessProblem(noStamp, { revision: 5, envelope: r5 }, NOW)).toContain('no timestamp received yet');
+    // An unsigned entry is not held back: it is refused UNSIGNED by the entry's own checks.
+    expect(freshnessProblem(noStamp, { revision: 5 }, NOW)).toBeUndefined();
     const held = take({ profile }, { roots: [v1, v2], timestamp: stamp({ revocations: 0, desired }) }).held;
     expect(freshnessProblem(held, { revision: 5, envelope: r5 }, NOW + 1_000)).toBeUndefined();
     expect(freshnessProblem(held, { revision: 6, envelope: revision(6) }, NOW + 1_000)).toContain('names r5');
