@@ -511,7 +511,9 @@ function runStatus(opts: ProfileFlags & { json?: boolean }): number {
 export function registerTrust(program: Command): void {
   const trust = program
     .command('trust <pubfiles...>')
-    .description('Write a trust file from public pin files (<key>.pub.yaml from keygen)')
+    .description(
+      'Write a trust file (version 0 of the trust root) from public pin files (<key>.pub.yaml from keygen); its subcommands init, rotate, revoke, cosign, publish and status sign and publish the trust root and revocation list',
+    )
     .option('--out <file>', 'trust file to write (YAML)')
     .option('--threshold <n>', 'distinct pinned signers required', '1')
     .enablePositionalOptions()
