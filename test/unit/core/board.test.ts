@@ -383,4 +383,12 @@ describe('the board', () => {
     ]);
     expect(rows.map((r) => r.id)).toEqual(['f', 'b', 'c', 'e', 'd', 'a']);
   });
+  it('a device on a revision its signers revoked comes first, above a refused or drifted one', () => {
+    const rows = sortFleetWorstFirst([
+      { id: 'a', pool: 'p', class: 'c', state: 'pending', drift: 'refused' },
+      { id: 'b', pool: 'p', class: 'c', state: 'pending', marker: 2, revoked: { revision: 2, reason: 'leaks' } },
+      { id: 'c', pool: 'p', class: 'c', state: 'applied' },
+    ]);
+    expect(rows.map((r) => r.id)).toEqual(['b', 'a', 'c']);
+  });
 });
