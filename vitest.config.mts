@@ -73,7 +73,10 @@ export default defineConfig({
         // twin-scale 163 -> 71), the workflow bundle shipped by the build (a `wavegate worker` start 4.6 -> 1.3
         // CPU s), the unit files in shared processes (193 -> 123 CPU s, project 'unit' below). `npm test` in a
         // clean clone at 08e76cd, the machine shared with other work (load 3-14): 1,353 s and 1,666 CPU s for 210
-        // files and 2,236 tests (20 files and 184 tests more than at 00ec5d9): -34% of the CPU.
+        // files and 2,236 tests (20 files and 184 tests more than at 00ec5d9): -34% of the CPU. CI at ffbe187:
+        // vitest 1,011 s for 214 files and 2,265 tests. Since, a `wavegate` command the tests start loads its group
+        // from the build's one-file bundle with V8's code cache (6328913: `status` 0.56 -> 0.37 CPU s, `list` 0.60
+        // -> 0.37; hundreds per run), and `npm test` typechecks beside the tests, not before them (8462b21).
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
