@@ -120,7 +120,7 @@ function writeDocument(path: string, envelope: Envelope): void {
 /**
  * The profile's revocation list, if any, verified under `trust` (a root about to be published): a new root whose
  * keys no longer carry the list would make the profile refuse every revision, so it is refused before it is
- * written (the list is signed again by the new keys first: trust revoke --lift/--revision … after a rotation).
+ * written (the new keys cosign the list in place first: its body, so its version and marks, stay the same).
  */
 function listUnder(layout: ProfileDir, trust: Trust, what: string): void {
   if (!existsSync(layout.revocationsFile)) return;
@@ -128,7 +128,7 @@ function listUnder(layout: ProfileDir, trust: Trust, what: string): void {
   if (!('content' in list))
     throw new WavegateError(
       'INVALID_STATE',
-      `${layout.revocationsFile}: does not verify under ${what} (${list.reason}: ${list.message}); nothing was written: a root the profile's revocation list does not verify under would refuse every revision`,
+      `${layout.revocationsFile}: does not verify under ${what} (${list.reason}: ${list.message}); nothing was written: a root the profile's revocation list does not verify under would refuse every revision. Have the new keys cosign the list first (its body, version and marks unchanged): wavegate trust cosign ${layout.revocationsFile} --key <a new signer's key>`,
       { field: 'revocations.json', reason: list.reason },
     );
 }

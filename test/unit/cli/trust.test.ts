@@ -198,5 +198,36 @@ describe('wavegate trust (spawned)', () => {
     expect(listShort.code).toBe(2);
     expect(listShort.stderr).toContain("signed: 1 of 2 of root v2's keys");
     expect((await status()).revocations?.version).toBe(1);
+
+    // A root the current list would not verify under (c out, b back: the list's a and c leave 1 of 2) is refused
+    // until the new keys cosign the list in place (its body, version and marks unchanged).
+    const back = await wg('trust', 'a.key.pub.yaml', 'b.key.pub.yaml', '--threshold', '2', '--out', 'back.yaml');
+    expect(back.code, back.stderr).toBe(0);
+    const v3 = await wg(
+      'trust',
+      'rotate',
+      '--profile',
+      'edge',
+      '--trust',
+      'back.yaml',
+      '--key',
+      'a.key',
+      '--key',
+      'c.key',
+      '--key',
+      'b.key',
+      '--out',
+      'v3.json',
+    );
+    expect(v3.code, v3.stderr).toBe(0);
+    const stranded = await wg('trust', 'publish', 'v3.json', '--profile', 'edge');
+    expect(stranded.code).toBe(2);
+    expect(stranded.stderr).toContain('revocations.json: does not verify under trust root v3 (BELOW_THRESHOLD');
+    expect(existsSync(join(P, 'root', '3.json'))).toBe(false);
+    const listCosign = await wg('trust', 'cosign', join(P, 'revocations.json'), '--key', 'b.key');
+    expect(listCosign.code, listCosign.stderr).toBe(0);
+    const v3published = await wg('trust', 'publish', 'v3.json', '--profile', 'edge');
+    expect(v3published.code, v3published.stderr).toBe(0);
+    expect(await status()).toMatchObject({ root: { version: 3 }, revocations: { version: 1 } });
   });
 });
