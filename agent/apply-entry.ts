@@ -32,6 +32,8 @@ export interface EntryContext {
   signal?: AbortSignal;
   log: (line: string) => void;
   now?: () => number;
+  /** The profile's trust news in the answer that brought the entry, refused (agent/trust-news.ts): refused with it. */
+  newsRefusal?: (profile: string) => { reason: string; message: string } | undefined;
 }
 
 const clip = (s: string) => (s.length > 400 ? `${s.slice(0, 397)}...` : s);
@@ -136,6 +138,12 @@ export async function applyEntry(ctx: EntryContext, entry: DesiredEntry): Promis
     let revision: Revision;
     let pins: Trust;
     try {
+      const news = ctx.newsRefusal?.(entry.profile);
+      if (news)
+        throw new Refusal(
+          news.reason,
+          `the trust of ${entry.profile} this sync brought does not verify, so nothing new of it applies: ${news.message}`,
+        );
       revision = verifiedRevision(entry, ctx.trust, now());
       // The pins staged below for applyToDevice, read again: gone or refused since is a refusal too.
       const staged = trustOf(ctx.trust, entry.profile);
@@ -226,6 +234,12 @@ export async function reverifyEntry(
     const at = new Date(now()).toISOString();
     let revision: Revision;
     try {
+      const news = ctx.newsRefusal?.(entry.profile);
+      if (news)
+        throw new Refusal(
+          news.reason,
+          `the trust of ${entry.profile} this sync brought does not verify, so nothing new of it applies: ${news.message}`,
+        );
       revision = verifiedRevision(entry, ctx.trust, now());
     } catch (err) {
       if (err instanceof Refusal)

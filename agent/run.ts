@@ -81,7 +81,6 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     onHeld: (profile, versions) => answers.setTrust(profile, versions),
     log,
   });
-  const trust = learned.trust;
   const connect = async () => localDeviceSession(opts.deviceId, opts.home);
   let health: HealthReport[] = [];
   let healthAt: string | null = null;
@@ -103,11 +102,12 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
   const ctx = {
     deviceId: opts.deviceId,
     stateDir: opts.stateDir,
-    trust,
+    trust: learned.trust,
     connect,
     download: (profile: string, revision: number, name: string) =>
       opts.gateway.payload(profile, revision, name, stopper.signal),
     commandTimeoutMs: opts.commandTimeoutMs ?? 30 * 60_000,
+    newsRefusal: learned.newsRefusal,
     signal: stopper.signal,
     log,
   };
@@ -145,8 +145,8 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       if (stopper.signal.aborted) return;
       const answer = answers.profiles[entry.profile];
       if (answer?.requestId === entry.requestId && FINAL_REPORT_STATES.includes(answer.state)) continue;
-      // A profile whose trust root names a timestamp role takes nothing new on a view that may be frozen.
-      if (learned.waits(entry, Date.now())) continue;
+      // A view that may be frozen takes nothing new (trust news refused in this answer refuses it: applyEntry).
+      if (!learned.newsRefusal(entry.profile) && learned.waits(entry, Date.now())) continue;
       await take(entry);
     }
     if (view.reverify && view.version > lastReverify) {
@@ -171,7 +171,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
     }
     const session = await connect();
     try {
-      health = await runDeviceHealth(session, view.desired, answers.profiles, trust, Date.now());
+      health = await runDeviceHealth(session, view.desired, answers.profiles, learned.trust, Date.now());
       healthAt = new Date().toISOString();
     } finally {
       session.close();

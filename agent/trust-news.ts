@@ -6,6 +6,7 @@ import {
   MAX_HELD_PROFILES,
   refusalText,
   type HeldVersions,
+  type NewsRefusal,
 } from '../core/held-trust';
 import { PROFILE_NAME } from '../core/profile-name';
 import type { DesiredEntry, TrustReport } from '../core/twin';
@@ -32,6 +33,11 @@ export interface AgentTrustNews {
   held(): Record<string, HeldVersions>;
   /** Take a sync answer's `trust` (per profile); refusals are logged and reported. */
   take(news: unknown, now: number): void;
+  /**
+   * The first trust news of `profile` the last answer carried that was refused: its desired entries are refused with
+   * it (a view that does not verify applies nothing new, as a worker refuses such a profile), each with its receipt.
+   */
+  newsRefusal(profile: string): NewsRefusal | undefined;
   /** Say (log) each profile that went stale or fresh again since the last call. */
   watch(now: number): void;
   /** Per profile: what is held, `stale` and the last refusal (the report's `trust`). */
@@ -53,6 +59,8 @@ export function agentTrustNews(
   const trust = withHeldTrust(base, store);
   /** The last refusal per profile, until news for it is taken without one. */
   const refused = new Map<string, string>();
+  /** The refusals of the last answer's news, per profile. */
+  let refusedNow = new Map<string, NewsRefusal>();
   let staleBefore = new Set<string>();
   /** What was said of each entry that waits, so it is said once per request and reason. */
   const waiting = new Map<string, string>();
@@ -80,6 +88,7 @@ export function agentTrustNews(
       refused.delete(profile);
       return;
     }
+    refusedNow.set(profile, refusals[0]!);
     const text = refusals.map(refusalText).join('; ');
     refused.set(profile, text.length > 400 ? `${text.slice(0, 397)}...` : text);
     for (const r of refusals) opts.log(`${profile}: trust news refused: ${refusalText(r)}`);
@@ -88,7 +97,9 @@ export function agentTrustNews(
   return {
     trust,
     held: () => Object.fromEntries(profiles().map((p) => [p, heldVersionsOf(store.get(p))])),
+    newsRefusal: (profile) => refusedNow.get(profile),
     take(news, now) {
+      refusedNow = new Map();
       if (news === undefined || news === null) return;
       if (typeof news !== 'object' || Array.isArray(news)) return opts.log('trust news refused: not an object');
       const entries = Object.entries(news as Record<string, unknown>);

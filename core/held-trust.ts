@@ -41,6 +41,11 @@ export interface ProfileTrustNews {
   revocations?: Envelope;
   /** This device's timestamp for the profile. */
   timestamp?: Envelope;
+  /**
+   * The gateway's own copy of the profile does not verify, and why (then the roots and list are what its copy holds,
+   * unverified, and no timestamp). Only ever a reason to refuse: the agent applies nothing new of the profile.
+   */
+  problem?: string;
 }
 
 /** A refusal of news: its reason code and a message naming what was refused and why. */
@@ -120,6 +125,13 @@ export function takeTrustNews(
     return { held, changed: false, refused: [refusal('MALFORMED', 'trust news: must be an object')] };
   const refused: NewsRefusal[] = [];
   let next = held;
+  if (news.problem !== undefined)
+    refused.push(
+      refusal(
+        'TRUST_UNVERIFIED',
+        `the gateway's copy of the profile's trust does not verify: ${String(news.problem).slice(0, 300)}`,
+      ),
+    );
   const roots = takeRoots(next, news.roots, opts.anchor);
   if (roots.refused) refused.push(roots.refused);
   next = roots.held;

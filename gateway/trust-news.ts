@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { devicesInScope } from '../core/gates';
 import type { HeldVersions, ProfileTrustNews } from '../core/held-trust';
 import type { Device } from '../core/inventory';
@@ -8,7 +8,7 @@ import { DEFAULT_TIMESTAMP_EXPIRY_MS, timestampContent, type TimestampContent } 
 import { MAX_ROOT_STEPS, type TrustRoot } from '../core/trust-root';
 import type { TwinView } from '../core/twin';
 import { readDocument } from '../intake/files';
-import { profileDir } from '../intake/profile-dir';
+import { profileDir, type ProfileDir } from '../intake/profile-dir';
 import { profileTrustState, type ProfileTrustState } from '../intake/trust';
 import type { ProfileScope } from '../device/twin/enrolled';
 import { profilesUnder } from './enrolled';
@@ -19,9 +19,9 @@ import { profilesUnder } from './enrolled';
  * root above the agent's (at most MAX_ROOT_STEPS at once: the rest at the next sync), the revocation list when newer
  * than the agent's, and, with `--timestamp-key`, this device's timestamp for the profile: the root and list versions
  * current here and the desired revision with its envelope body's digest, signed by the keys of the root's timestamp
- * role this gateway holds. Only what this gateway's own copy verifies is sent (intake/trust.ts: the same walk and
- * marks as a worker's): a profile whose copy does not verify gets nothing, so its agents go stale rather than trust
- * what the gateway cannot. The agent verifies everything again itself.
+ * role this gateway holds. The gateway's copy is verified as a worker's is (intake/trust.ts: the same walk and marks);
+ * one that does not verify is sent as it is with the gateway's `problem` and no timestamp: the agent names what is
+ * wrong and applies nothing new of the profile, as a worker refuses it. The agent verifies everything itself.
  */
 export interface TrustNewsOptions {
   profilesRoot: string;
@@ -93,8 +93,9 @@ export class TrustNews {
       if (state?.revocations && (!list || bodyDigest(list) !== state.revocations.digest))
         throw new Error(`${layout.revocationsFile}: changed while it was read; sent at the next sync`);
     } catch (err) {
-      this.sayOnce(`${profile}: no trust news sent: ${(err as Error).message.slice(0, 300)}`);
-      return undefined;
+      const problem = (err as Error).message.slice(0, 300);
+      this.sayOnce(`${profile}: its trust does not verify here, no timestamp sent: ${problem}`);
+      return unverifiedNews(layout, held, problem);
     }
     if (!state) return undefined;
     const root = 'content' in state.root ? state.root : undefined;
@@ -185,6 +186,40 @@ export class TrustNews {
     this.said.add(line);
     this.opts.log(line);
   }
+}
+
+/**
+ * What a copy that does not verify holds, sent as it is with the gateway's problem: the agent verifies it itself and
+ * names what is wrong (a root below threshold, a gap, a rolled-back list), and applies nothing new of the profile
+ * meanwhile, as a worker refuses the profile. A file that cannot even be read is left out (the problem names it).
+ */
+function unverifiedNews(layout: ProfileDir, held: HeldVersions, problem: string): ProfileTrustNews {
+  const news: ProfileTrustNews = { problem };
+  const read = (path: string) => {
+    try {
+      return readDocument(path, 'json') as Envelope;
+    } catch {
+      return undefined;
+    }
+  };
+  let names: string[] = [];
+  try {
+    names = existsSync(layout.rootDir) ? readdirSync(layout.rootDir) : [];
+  } catch {
+    /* unreadable: the problem says so */
+  }
+  const versions = names
+    .map((n) => /^([1-9][0-9]{0,6})\.json$/.exec(n))
+    .filter((m) => m !== null)
+    .map((m) => Number(m[1]))
+    .filter((v) => v > held.root)
+    .sort((a, b) => a - b)
+    .slice(0, MAX_ROOT_STEPS);
+  const roots = versions.map((v) => read(layout.rootFile(v))).filter((e) => e !== undefined);
+  if (roots.length) news.roots = roots;
+  const list = existsSync(layout.revocationsFile) ? read(layout.revocationsFile) : undefined;
+  if (list) news.revocations = list;
+  return news;
 }
 
 function readListEnvelope(path: string): Envelope | undefined {

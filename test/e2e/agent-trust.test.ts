@@ -285,6 +285,8 @@ describe('agents learn trust roots, revocations and freshness through the gatewa
     }[] = [];
     let pending: Record<string, unknown> | undefined;
     let served = -1;
+    /** What the attacker's gateway says is desired (a real signed revision, as a replay would carry). */
+    let desired: Record<string, unknown> = {};
 
     beforeAll(async () => {
       await enroll('dev-f');
@@ -293,7 +295,7 @@ describe('agents learn trust roots, revocations and freshness through the gatewa
         req.on('data', (c: Buffer) => chunks.push(c));
         req.on('end', () => {
           const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
-          const view = { deviceId: 'dev-f', version: 0, desired: {}, report: null, lastSeenAt: null, reverify: false };
+          const view = { deviceId: 'dev-f', version: 1, desired, report: null, lastSeenAt: null, reverify: false };
           if (req.url !== '/v1/sync') return res.end(JSON.stringify(view));
           bodies.push(body);
           const news = pending;
@@ -313,11 +315,16 @@ describe('agents learn trust roots, revocations and freshness through the gatewa
     });
 
     /** Offer `news` in the next answer; the report of the sync after it says what the agent made of it. */
-    const offer = async (news: Record<string, unknown>) => {
+    const offer = async (news: Record<string, unknown>, entry?: DesiredRequest) => {
+      if (entry) desired = { [PROFILE]: { ...entry, setAt: new Date().toISOString() } };
       pending = news;
       await until('the news served', async () => (pending === undefined ? true : undefined));
       const after = await until('the next sync', async () => (bodies.length > served ? bodies.at(-1) : undefined));
-      return { trust: after.report?.trust?.[PROFILE], held: after.held?.[PROFILE] };
+      return {
+        trust: after.report?.trust?.[PROFILE],
+        held: after.held?.[PROFILE],
+        answer: (after.report as { profiles?: Record<string, ProfileReport> } | undefined)?.profiles?.[PROFILE],
+      };
     };
     const log = () => agents.get('dev-f')!.output();
 
@@ -327,6 +334,25 @@ describe('agents learn trust roots, revocations and freshness through the gatewa
       expect(ok.held).toEqual({ root: 2, revocations: 0 });
       const early = join(scratch.dir, 'tp-held-early.json');
       copyFileSync(join(stateDir('dev-f'), 'trust', `${PROFILE}.json`), early);
+
+      // A valid revision desired in the answer that brings a forged root is refused with it (signed), nothing runs.
+      const r7 = signed(7, [A, C]);
+      const holder = { rollout: 'rollout:forged', run: 'run-f', activity: '7', attempt: 1 };
+      const entry: DesiredRequest = {
+        requestId: requestIdOf(holder),
+        profile: PROFILE,
+        revision: 7,
+        steps: { profile: PROFILE, revision: 7, apply: '(signed)', verify: '(signed)', payload: [], envelope: r7 },
+        envelopeDigest: envelopeDigestOf(r7),
+        holder,
+        rollout: holder.rollout,
+        fromRevision: null,
+      };
+      const withEntry = await offer({ roots: [root(3, [A, C, D], [A])] }, entry);
+      const refusedAnswer = withEntry.answer ?? (await offer({})).answer;
+      expect(refusedAnswer).toMatchObject({ state: 'refused', reason: 'BELOW_THRESHOLD', requestId: entry.requestId });
+      expect(refusedAnswer?.receipt).toBeDefined();
+      expect(runs('dev-f')).toEqual([]);
 
       const cases: [string, Record<string, unknown>, RegExp][] = [
         ['a root signed below the threshold', { roots: [root(3, [A, C, D], [A])] }, /BELOW_THRESHOLD: trust root v3/],

@@ -53,7 +53,9 @@ const list = (version: number, revisions: number[], signers = [c]) =>
     signers,
   );
 const revision = (n: number, signer = c) =>
-  signRevision({ profile, revision: n, apply: 'true', verify: 'true', payload: [], risk: 'safe' }, signer, { now: NOW });
+  signRevision({ profile, revision: n, apply: 'true', verify: 'true', payload: [], risk: 'safe' }, signer, {
+    now: NOW,
+  });
 const stamp = (over: Partial<Parameters<typeof timestampContent>[0]> = {}, signer = t) =>
   signDocument(
     timestampContent({
@@ -104,6 +106,12 @@ describe('held trust: news taken only when it verifies from what is held', () =>
     // Each refusal kept what was held: nothing drops.
     for (const news of [{ roots: [v1] }, { revocations: list(1, []) }, { timestamp: older }])
       expect(heldVersionsOf(take(held, news).held)).toEqual({ root: 2, revocations: 2 });
+  });
+
+  it("a gateway's problem with its own copy is a refusal, whatever else comes", () => {
+    const out = take({ profile }, { problem: 'root/3.json: 2097152 bytes, at most 1048576' });
+    expect(out.refused).toEqual([{ reason: 'TRUST_UNVERIFIED', message: expect.stringContaining('2097152 bytes') }]);
+    expect(out.changed).toBe(false);
   });
 
   it('a timestamp naming versions not held yet is not taken; a bad root stops the walk after the good ones', () => {
