@@ -22,13 +22,15 @@ export const UNBUNDLED_GROUPS: readonly string[] = ['dev', 'tools'];
  * written when a process that compiled it exits). Unset: no cache. The tests set it to their run's directory.
  */
 export const CODE_CACHE_ENV = 'WAVEGATE_CODE_CACHE';
+/** `0`: load each group's own files even from the build (to compare: scripts/cli-cpu.cjs, or a bundling problem). */
+export const BUNDLE_ENV = 'WAVEGATE_CLI_BUNDLE';
 
 type Groups = Record<string, (() => unknown) | undefined>;
 let bundle: Groups | null | undefined;
 
 /** The group's module from the bundle, or undefined (running from the sources, no bundle, a group not in it). */
 export function bundledGroup(name: string, env: NodeJS.ProcessEnv = process.env): unknown {
-  if (!__filename.endsWith('.js')) return undefined;
+  if (!__filename.endsWith('.js') || env[BUNDLE_ENV] === '0') return undefined;
   // One bundle per process: the first group asked for names its code cache.
   bundle ??= loadBundle(join(__dirname, 'groups.bundle.js'), name, env[CODE_CACHE_ENV]);
   return bundle?.[name]?.();
