@@ -5,6 +5,7 @@ import { authorizationHeader } from '../core/agent-auth';
 import { nativeEd25519Sign } from '../device/ed25519-native';
 import { MAX_PAYLOAD_FILE_BYTES } from '../core/revision';
 import type { HeldVersions } from '../core/held-trust';
+import type { IdentityRotationNews, RotationProof } from '../core/agent-rotation';
 import type { AgentReport, TwinView } from '../core/twin';
 
 /**
@@ -28,7 +29,8 @@ export interface GatewayClientOptions {
   /** `http(s)://host:port`, without /v1. */
   url: string;
   device: string;
-  secretKey: Uint8Array;
+  /** The identity key's 32-byte seed, or how to get it at each request (it changes when the key rotates). */
+  secretKey: Uint8Array | (() => Uint8Array);
   /** A CA (PEM) to trust for the gateway's certificate, beside the system's. */
   ca?: Buffer;
 }
@@ -57,7 +59,7 @@ export function gatewayClient(opts: GatewayClientOptions) {
           body,
           now: Date.now(),
           nonce: randomBytes(16).toString('hex'),
-          secretKey: opts.secretKey,
+          secretKey: typeof opts.secretKey === 'function' ? opts.secretKey() : opts.secretKey,
           sign: nativeEd25519Sign,
         }),
         'content-length': body.length,
@@ -116,12 +118,14 @@ export function gatewayClient(opts: GatewayClientOptions) {
         knownVersion: number;
         waitMs: number;
         held?: Record<string, HeldVersions>;
+        /** The proof of a new identity key (agent/identity-rotation.ts), from the rotation's activate instant. */
+        rotationProof?: RotationProof;
       },
       signal?: AbortSignal,
-    ): Promise<TwinView & { trust?: unknown }> {
+    ): Promise<TwinView & { trust?: unknown; rotation?: IdentityRotationNews }> {
       return JSON.parse(
         (await send('POST', '/v1/sync', json(input), input.waitMs + 20_000, signal)).toString('utf8'),
-      ) as TwinView & { trust?: unknown };
+      ) as TwinView & { trust?: unknown; rotation?: IdentityRotationNews };
     },
     async report(report: AgentReport, signal?: AbortSignal): Promise<TwinView> {
       return JSON.parse(

@@ -13,6 +13,7 @@ import { applyEntry, isDrift, reverifyEntry, TransportError } from './apply-entr
 import type { GatewayClient } from './gateway-client';
 import { runDeviceHealth } from './health';
 import type { AgentTrust } from './pins';
+import type { IdentityRotation } from './identity-rotation';
 import { agentReceipts } from './receipts';
 import { reportFile } from './report-file';
 import { agentTrustNews, type AgentTrustNews } from './trust-news';
@@ -38,6 +39,8 @@ export interface AgentOptions {
   /** How long one sync may wait for news (default 25 s, at most 30 s). */
   waitMs?: number;
   log?: (line: string) => void;
+  /** Its identity key's rotation (agent/identity-rotation.ts: it changes `key` in place); absent: none taken. */
+  rotation?: IdentityRotation;
 }
 
 /**
@@ -50,14 +53,22 @@ async function syncWithTrust(
   learned: AgentTrustNews,
   sync: { report: AgentReport; knownVersion: number; waitMs: number },
   signal: AbortSignal,
+  rotation?: IdentityRotation,
 ): Promise<TwinView> {
+  const proof = rotation?.proof(Date.now());
   const answer = await gateway.sync(
-    { ...sync, waitMs: learned.waitMs(sync.waitMs, Date.now()), held: learned.held() },
+    {
+      ...sync,
+      waitMs: learned.waitMs(sync.waitMs, Date.now()),
+      held: learned.held(),
+      ...(proof ? { rotationProof: proof } : {}),
+    },
     signal,
   );
   learned.take(answer.trust, Date.now());
   learned.watch(Date.now());
-  const { trust: _news, ...view } = answer;
+  rotation?.take(answer.rotation, Date.now());
+  const { trust: _news, rotation: _rotation, ...view } = answer;
   return view;
 }
 
@@ -187,7 +198,7 @@ export function startAgent(opts: AgentOptions): { done: Promise<void>; stop: () 
       learned.watch(Date.now());
       try {
         const sync = { report: report(), knownVersion, waitMs: opts.waitMs ?? 25_000 };
-        view = await syncWithTrust(opts.gateway, learned, sync, stopper.signal);
+        view = await syncWithTrust(opts.gateway, learned, sync, stopper.signal, opts.rotation);
         backoff = 1_000;
       } catch (err) {
         if (stopper.signal.aborted) break;

@@ -289,7 +289,7 @@ export interface AuthDecision {
  */
 export function authenticate(
   req: { header: string | undefined; method: string; path: string; now: number },
-  keyOf: (device: string) => Uint8Array | null | undefined,
+  keyOf: (device: string) => Uint8Array | readonly Uint8Array[] | null | undefined,
   nonces: NonceCache,
   verifySignature?: SignatureCheck,
 ): AuthDecision | AuthRefusal {
@@ -299,14 +299,16 @@ export function authenticate(
   const key = keyOf(fields.device);
   if (key === undefined)
     return refuse('UNKNOWN_DEVICE', `device ${JSON.stringify(fields.device)} is not in the gateway's inventory`);
-  if (key === null)
+  if (key === null || (!(key instanceof Uint8Array) && key.length === 0))
     return refuse(
       'NO_AGENT_KEY',
       `device ${JSON.stringify(fields.device)} has no agentKey in the inventory (run \`wavegate agent enroll\` on it and pin the key it prints)`,
     );
   const stale = staleness(fields.ts, req.now);
   if (stale) return refuse('STALE', stale);
-  if (!signatureValid(fields, key, req.method, req.path, verifySignature))
+  // More than one key during an identity key rotation's overlap (gateway/identity-rotation.ts): either signs.
+  const keys: readonly Uint8Array[] = key instanceof Uint8Array ? [key] : key;
+  if (!keys.some((k) => signatureValid(fields, k, req.method, req.path, verifySignature)))
     return refuse(
       'BAD_SIGNATURE',
       `the signature does not verify with the agentKey pinned for ${JSON.stringify(fields.device)} (another key, or the request was changed)`,

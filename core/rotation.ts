@@ -34,6 +34,10 @@ const DEVICE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 /** An OpenSSH public key fingerprint, as `ssh-keygen -lf` prints it. */
 const FINGERPRINT = /^SHA256:[A-Za-z0-9+/]{43}$/;
 
+/** What a schedule rotates: the fleet's SSH login key, or each agent device's own identity key. */
+export const ROTATION_KINDS = ['ssh-login', 'agent-identity'] as const;
+export type RotationKind = (typeof ROTATION_KINDS)[number];
+
 const Instant = lazySchema(() => zod().iso.datetime({ offset: true }));
 const DeviceIds = lazySchema(() =>
   zod()
@@ -48,11 +52,13 @@ export const RotationSource = lazySchema(() =>
     .object({
       type: zod().literal(ROTATION_TYPE),
       id: zod().string().regex(ROTATION_ID, 'must be 1-64 letters, digits, ".", "_" or "-"'),
-      // Only the SSH login key rotates through this schedule; signer keys rotate through the signed trust root.
-      kind: zod().literal('ssh-login'),
+      // The SSH login key (one fleet-wide key pair, old and new named) and each agent's identity key (one key per
+      // device, made on the device: no old or new here, each device proves its own). Signer keys rotate through
+      // the signed trust root.
+      kind: zod().enum(ROTATION_KINDS),
       authority: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-      old: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"'),
-      new: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"'),
+      old: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
+      new: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
       publish: Instant,
       activate: Instant,
       retire: Instant,
@@ -126,7 +132,17 @@ export function scheduleProblem(
       reason: 'BAD_ORDER',
       message: `retire: at most ${MAX_ROTATION_DAYS} days after publish (got publish ${s.publish}, retire ${s.retire})`,
     };
-  if (s.old === s.new) return { reason: 'INVALID_ROTATION', message: `new: the same key as old (got ${s.new})` };
+  if (s.kind === 'ssh-login') {
+    for (const field of ['old', 'new'] as const)
+      if (s[field] === undefined)
+        return { reason: 'INVALID_ROTATION', message: `${field}: required for kind ssh-login (the key's fingerprint)` };
+    if (s.old === s.new) return { reason: 'INVALID_ROTATION', message: `new: the same key as old (got ${s.new})` };
+  } else if (s.old !== undefined || s.new !== undefined)
+    // Each agent makes its own new key on the device and proves it; no fleet-wide key to name.
+    return {
+      reason: 'INVALID_ROTATION',
+      message: `${s.old !== undefined ? 'old' : 'new'}: not allowed for kind agent-identity (each device makes and proves its own key; got ${s.old ?? s.new})`,
+    };
   const lifeline = s.lifeline ?? [];
   if (lifeline.length > 0 && s.lifelineUntil === undefined)
     return { reason: 'INVALID_ROTATION', message: 'lifelineUntil: required when lifeline lists devices' };

@@ -162,7 +162,7 @@ async function retireOne(run: RotationRun, device: Device): Promise<DeviceOutcom
   const [type, blob] = (run.state.oldPublicKey ?? '').split(' ');
   if (!type || !blob)
     return { device: device.id, step: 'failed', detail: 'the old public key was never recorded (no device moved)' };
-  const old: LoginKey = { path: record.oldKey ?? '', type, blob, fingerprint: rotation.old };
+  const old: LoginKey = { path: record.oldKey ?? '', type, blob, fingerprint: rotation.old! };
   try {
     await keys.remove(target(run, device), { rotation: rotation.id, old, new: current, file: run.file }, run.opts);
     if (record.oldKey && (await keys.refuses(target(run, device), old, run.opts)) === false) {

@@ -13,6 +13,8 @@ import { loadInventory } from '../intake/inventory';
 export interface AgentPins {
   /** The device's public key; null: the device has no agentKey; undefined: not in the inventory. */
   keyOf(device: string): Uint8Array | null | undefined;
+  /** Every key the device may sign with now (during an identity key rotation's overlap, two); absent: keyOf's. */
+  keysOf?(device: string): Uint8Array[] | null | undefined;
   /** The device's inventory record (for its first sync: which profiles it is in scope of), or undefined. */
   deviceOf(device: string): Device | undefined;
   reload(why: string): void;

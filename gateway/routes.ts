@@ -6,6 +6,7 @@ import { GATEWAY_TIMEOUTS, type GatewayLimits, type KeyedCounter } from './limit
 import { openPayload, payloadEntry, sendPayload } from './payload';
 import { AGENT_BODY, type AgentCaller } from './signed-request';
 import type { TrustNews } from './trust-news';
+import type { IdentityRotationNews } from '../core/agent-rotation';
 import type { DeviceViews } from './views';
 
 /**
@@ -28,6 +29,11 @@ export interface GatewayRouteDeps {
   countBody: (chunk: Buffer) => void;
   /** The trust news added to each sync answer (roots, revocations, timestamps); absent: none. */
   trustNews?: TrustNews;
+  /**
+   * An identity key rotation's part of a sync (./identity-rotation.ts): the `rotationProof` a body carries taken
+   * (a string: why it is refused, 400), and the `rotation` news of the answer; absent: no rotations.
+   */
+  identityRotation?: (device: string, rawProof: unknown) => IdentityRotationNews | string | undefined;
 }
 
 const PAYLOAD_ROUTE = /^\/v1\/payload\/([A-Za-z0-9][A-Za-z0-9._-]{0,63})\/([1-9][0-9]{0,15})\/([A-Za-z0-9._-]{1,255})$/;
@@ -88,11 +94,20 @@ async function answerSync(deps: GatewayRouteDeps, asked: Asked<AgentCaller>, wai
   const { device, gone } = asked.caller!;
   const input = syncInput(asked.json, waits);
   const held = heldInput(asked.json);
+  // The proof is taken before any wait: the answer (even a long-poll's) says whether it was.
+  const proven =
+    asked.json.rotationProof !== undefined ? deps.identityRotation?.(device, asked.json.rotationProof) : undefined;
+  if (typeof proven === 'string') throw new HttpRefusal(400, 'INVALID_INPUT', proven);
   asked.json = {};
   // The news is made from the view the answer carries: a timestamp names exactly the desired entry sent with it.
   const answer = (view: TwinView) => {
     const trust = deps.trustNews?.answer(device, held, view);
-    return trust && Object.keys(trust).length > 0 ? { ...view, trust } : view;
+    const rotation = deps.identityRotation?.(device, undefined);
+    return {
+      ...view,
+      ...(trust && Object.keys(trust).length > 0 ? { trust } : {}),
+      ...(rotation && typeof rotation !== 'string' ? { rotation } : {}),
+    };
   };
   if (input.waitMs <= 0) return sendJson(asked.res, 200, answer(await deps.views.sync(device, input, gone)));
   const slot = deps.longPolls.take(device);

@@ -19,6 +19,7 @@ import { signedRequestGuards, type AgentCaller } from './signed-request';
 import { DeviceViews, type DeviceViewsStats } from './views';
 import { AnswerDelivery } from './answers';
 import { TrustNews } from './trust-news';
+import type { IdentityRotations } from './identity-rotation';
 import type { KeyPair } from '../core/signing';
 import type { TwinFeedLateness } from '../clients/twin-feed';
 
@@ -61,6 +62,8 @@ export interface GatewayOptions {
   timestampKeys?: readonly KeyPair[];
   /** How long a timestamp it signs is valid (`--timestamp-expiry`; default 24 h). */
   timestampExpiryMs?: number;
+  /** The agent identity key rotations it takes part in (`--rotation`; ./identity-rotation.ts); `pins` are then rotatingPins. */
+  identityRotations?: IdentityRotations;
 }
 
 export const DEFAULT_MAX_LONG_POLLS = DEFAULT_LIMITS.maxLongPolls;
@@ -160,6 +163,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
       log,
       now,
     }),
+    ...(opts.identityRotations
+      ? {
+          identityRotation: (device: string, raw: unknown) => opts.identityRotations!.sync(device, raw),
+        }
+      : {}),
   });
   const ends = new RequestEnds(log, refusals, now);
 

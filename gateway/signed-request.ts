@@ -41,7 +41,7 @@ export function signedRequestGuards(
   const judge = (asked: Asked<AgentCaller>, header: string | undefined) =>
     authenticate(
       { header, method: asked.method, path: asked.req.url ?? '', now: deps.now() },
-      (d) => deps.pins.keyOf(d),
+      (d) => (deps.pins.keysOf ? deps.pins.keysOf(d) : deps.pins.keyOf(d)),
       deps.nonces,
       nativeEd25519Verify,
     );

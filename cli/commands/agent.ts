@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { agentKeyPin } from '../../core/agent-auth';
 import { WavegateError } from '../../core/errors';
 import { enrollIdentity, loadIdentity } from '../../agent/identity';
+import { identityRotation } from '../../agent/identity-rotation';
 import { gatewayClient } from '../../agent/gateway-client';
 import { checkHomeDir, gatewayUrl, prepareStateDir, readFlagFile } from '../../agent/inputs';
 import { parseTrustFlags } from '../../agent/pins';
@@ -95,12 +96,25 @@ export function register(program: Command): void {
         const home = checkHomeDir(flags.home ?? (process.env.HOME || homedir()));
         const running = startAgent({
           deviceId: flags.deviceId,
-          gateway: gatewayClient({ url, device: flags.deviceId, secretKey: pair.secretKey, ...(ca ? { ca } : {}) }),
+          // A getter: an identity key rotation replaces the pair's key in place (agent/identity-rotation.ts).
+          gateway: gatewayClient({
+            url,
+            device: flags.deviceId,
+            secretKey: () => pair.secretKey,
+            ...(ca ? { ca } : {}),
+          }),
           trust,
           stateDir,
           home,
           version: agentVersion(),
           key: pair,
+          rotation: identityRotation({
+            stateDir,
+            keyFile: resolve(flags.key),
+            deviceId: flags.deviceId,
+            key: pair,
+            log,
+          }),
           log,
         });
         log(

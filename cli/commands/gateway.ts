@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { readFlagFile } from '../../intake/files';
 import type { Command } from 'commander';
@@ -5,7 +6,9 @@ import { WavegateError } from '../../core/errors';
 import { describeConnection, resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../../intake/profiles-root';
 import { enrolmentHook } from '../../gateway/enrolled';
-import { inventoryPins } from '../../gateway/pins';
+import { inventoryPins, type AgentPins } from '../../gateway/pins';
+import { IdentityRotations, rotatingPins } from '../../gateway/identity-rotation';
+import { verifiedSchedule } from '../../intake/rotation-schedule';
 import { DEFAULT_LIMITS, type GatewayLimits } from '../../gateway/limits';
 import { startGateway } from '../../gateway/server';
 import { parseListen } from '../../http/listen';
@@ -56,6 +59,8 @@ interface GatewayFlags extends TemporalFlags {
   acceptAgentsWithoutDigest?: boolean;
   timestampKey?: string[];
   timestampExpiry?: string;
+  rotation?: string[];
+  rotationState?: string;
 }
 
 /**
@@ -167,6 +172,40 @@ export function limitsFromFlags(flags: Partial<Record<keyof GatewayFlags, unknow
   return limits;
 }
 
+/**
+ * `--rotation` (repeatable): each agent-identity schedule verified as `wavegate rotation` verifies it (against its
+ * authority's trust under the profiles root); a schedule of another kind, or one that does not verify, is refused.
+ */
+function identityRotationsOf(
+  flags: GatewayFlags,
+  pins: AgentPins,
+  profilesDir: string,
+  log: (line: string) => void,
+): IdentityRotations | undefined {
+  const paths = flags.rotation ?? [];
+  if (paths.length === 0) return undefined;
+  const schedules = paths.map((path) => {
+    const schedule = verifiedSchedule(path, profilesDir, Date.now());
+    if (schedule.rotation.kind !== 'agent-identity')
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--rotation ${path}: kind ${schedule.rotation.kind}; the gateway takes part in agent-identity rotations only (an SSH login key rotates with wavegate rotation activate)`,
+        { field: '--rotation', value: path },
+      );
+    log(
+      `rotation ${schedule.rotation.id} (agent-identity): activate ${schedule.rotation.activate}, retire ${schedule.rotation.retire}`,
+    );
+    return schedule;
+  });
+  return new IdentityRotations({
+    schedules,
+    pins,
+    inventoryPath: resolve(flags.inventory),
+    ...(flags.rotationState !== undefined ? { stateDir: flags.rotationState } : {}),
+    log,
+  });
+}
+
 export function register(program: Command): void {
   const command = withTemporalOptions(
     program
@@ -199,6 +238,15 @@ export function register(program: Command): void {
       .option(
         '--timestamp-expiry <duration>',
         'how long a timestamp is valid: an agent whose newest has expired reports stale and applies nothing new (1s-7d, default 24h)',
+      )
+      .option(
+        '--rotation <schedule-envelope>',
+        "a signed agent-identity rotation schedule (wavegate rotation sign): its devices' agents are told, prove their new keys to this gateway (recorded in <id>.proofs.json beside its state file), either key is accepted until the retire; repeatable",
+        (v: string, all: string[] = []) => [...all, v],
+      )
+      .option(
+        '--rotation-state <dir>',
+        'directory of the rotations state files (as wavegate rotation --state; default .wavegate-rotations/ beside the inventory)',
       )
       .option(
         '--max-long-polls <n>',
@@ -239,7 +287,9 @@ export function register(program: Command): void {
       const profiles = resolveProfilesRoot({ ...(root !== undefined ? { flag: root } : {}) });
       checkProfilesRoot(profiles);
       const timestamps = timestampSettings(flags);
-      const pins = inventoryPins(flags.inventory, log);
+      const inventoryPinsRead = inventoryPins(flags.inventory, log);
+      const identityRotations = identityRotationsOf(flags, inventoryPinsRead, profiles.dir, log);
+      const pins = identityRotations ? rotatingPins(identityRotations) : inventoryPinsRead;
       const settings = resolveConnectionSettings(flags);
       const client = await connectClient(settings);
       const onFirstSync = enrolmentHook({
@@ -259,6 +309,7 @@ export function register(program: Command): void {
         log,
         onFirstSync,
         ...timestamps,
+        ...(identityRotations ? { identityRotations } : {}),
         listen: { ...listen, ...(tls ? { tls } : {}) },
       });
       log(`profiles root: ${describeProfilesRoot(profiles)}`);

@@ -1,7 +1,6 @@
 import { isAbsolute, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
-import { checkProfileName } from '../../core/profile-name';
 import {
   decideRetire,
   nextStep,
@@ -11,7 +10,6 @@ import {
   rotationStatus,
   signRotationDocument,
   verifyRetire,
-  verifyRotation,
   type VerifiedRotation,
 } from '../../core/rotation';
 import { bodyDigest, Envelope, parseSecretKeyFile, peekBody } from '../../core/signing';
@@ -26,8 +24,9 @@ import {
 } from '../../device/rotation';
 import { readDocument, writeFileAtomic } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
-import { checkProfilesRoot, resolveProfilesRoot } from '../../intake/profiles-root';
+import { resolveProfilesRoot } from '../../intake/profiles-root';
 import { readRotationState, rotationStatePath, type RotationStateFile } from '../../intake/rotation-state';
+import { verifiedSchedule } from '../../intake/rotation-schedule';
 import { loadTrust } from '../../intake/trust';
 import { parseWith } from '../../core/validation';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
@@ -70,33 +69,6 @@ function intFlag(flag: string, value: string, min: number, max: number): number 
       },
     );
   return n;
-}
-
-/** The schedule envelope at `path`, verified against the trust of the profile it names as its authority. */
-function verifiedSchedule(
-  path: string,
-  profiles: string | undefined,
-  now: number,
-): VerifiedRotation & { trustOf: string } {
-  const envelope = parseWith(Envelope, readDocument(path, 'json'), path);
-  const authority = (peekBody(envelope) as { authority?: unknown } | undefined)?.authority;
-  const profile = checkProfileName(typeof authority === 'string' ? authority : String(authority), `${path}: authority`);
-  const root = resolveProfilesRoot({ flag: profiles });
-  checkProfilesRoot(root);
-  // No pins, nothing verifies: a rotation is never carried out on an unsigned say-so.
-  const trust = loadTrust(root.dir, profile);
-  if (!trust)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      `${path}: authority ${profile} has no trust.yaml under ${root.dir}: a rotation schedule must verify against its signers' pins (--profiles)`,
-      { field: 'authority', value: profile },
-    );
-  const verdict = verifyRotation(envelope, trust, { now });
-  if (!verdict.ok)
-    throw new WavegateError('INVALID_INPUT', `${path}: refused (${verdict.reason}): ${verdict.message}`, {
-      reason: verdict.reason,
-    });
-  return { ...verdict, trustOf: profile };
 }
 
 /** The inventory, the rotation's devices in it and the state file: what status, activate and retire share. */
