@@ -195,7 +195,7 @@ export const COMMANDS: TopCommand[] = [
     group: 'keys',
     term: 'trust [options] <pubfiles...>',
     description:
-      'Write a trust file (version 0 of the trust root) from public pin files (<key>.pub.yaml from keygen); its subcommands init, rotate, revoke, cosign, publish and status sign and publish the trust root and revocation list',
+      'Write a trust file (version 0 of the trust root) from public pin files (<key>.pub.yaml from keygen); its subcommands init, rotate, revoke, cosign, publish, status and sync sign and publish the trust root and revocation list',
   },
   {
     name: 'sign',

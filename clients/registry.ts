@@ -4,7 +4,10 @@ import { canonicalize } from '../core/canonical';
 import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import { checkProfileName } from '../core/profile-name';
 import { parseTrust, type Envelope } from '../core/signing';
+import type { HeldTrustRecord } from '../core/held-trust';
 import {
+  adoptRevocationsUpdate,
+  adoptTrustRootUpdate,
   envelopeQuery,
   REGISTRATION_REFUSED,
   registerUpdate,
@@ -12,8 +15,10 @@ import {
   registryWorkflowId,
   revisionsQuery,
   trustQuery,
+  trustStateQuery,
   type RegisterResult,
   type RegistrationRefusal,
+  type RegistryTrustState,
   type RegistryWorkflow,
   type RevisionSummary,
 } from '../contracts/registry';
@@ -30,28 +35,59 @@ import {
 // second of start-up).
 const sdk = () => require('@temporalio/client') as typeof import('@temporalio/client');
 
-export interface RegisterEnvelopeOptions {
+export interface RegisterEnvelopeOptions extends RegistryStart {
   profile: string;
   envelope: unknown;
-  /** The trust document (`{ threshold, pins }`); used only when this call creates the registry. */
-  trustDoc: unknown;
   /** Who registers it (recorded with the revision). */
   by: string;
-  /** The task queue the registry workflow runs on when this call starts it. */
-  taskQueue: string;
-  /** For tests: continue the registry as new after this many history events. */
-  continueAsNewAfterEvents?: number;
 }
 
 export interface RegisterEnvelopeResult extends RegisterResult {
-  /** The registry verifies with the pins it was created with; true when those differ from `trustDoc`. */
+  /** True when the registry was created with other pins than `trustDoc` (its first-use pins). */
   registryTrustDiffers: boolean;
 }
 
 /** Pins and threshold in a comparable form (names and order do not matter). */
-function trustIdentity(doc: unknown): string {
+export function trustIdentity(doc: unknown): string {
   const trust = parseTrust(doc, 'trust');
   return canonicalize({ threshold: trust.threshold, kids: [...trust.keys.keys()].sort() });
+}
+
+/** How a call that may create the registry starts it: with these first-use pins, on this task queue. */
+export interface RegistryStart {
+  /** The trust document (`{ threshold, pins }`); used only when the call creates the registry. */
+  trustDoc: unknown;
+  taskQueue: string;
+  /** The trust root whose pins `trustDoc` is, when it is not version 0 (core/held-trust.ts's record). */
+  trustHeld?: HeldTrustRecord;
+  /** For tests: continue the registry as new after this many history events. */
+  continueAsNewAfterEvents?: number;
+}
+
+/**
+ * The start operation of an update-with-start (conflict policy USE_EXISTING: racing callers all reach one
+ * registry).
+ */
+function startOperation(profile: string, start: RegistryStart) {
+  return new (sdk().WithStartWorkflowOperation)<RegistryWorkflow>(REGISTRY_WORKFLOW, {
+    workflowId: registryWorkflowId(profile),
+    taskQueue: start.taskQueue,
+    args: [
+      {
+        profile,
+        trustDoc: start.trustDoc,
+        ...(start.trustHeld ? { trustHeld: start.trustHeld } : {}),
+        ...(start.continueAsNewAfterEvents ? { continueAsNewAfterEvents: start.continueAsNewAfterEvents } : {}),
+      },
+    ],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    // A closed registry is not silently replaced by an empty one: the channel would move backwards.
+    workflowIdReusePolicy: 'REJECT_DUPLICATE',
+    staticSummary: `revision registry of ${profile}`,
+    // A registry never ends: under Worker Versioning it must follow the current build rather than stay
+    // pinned to the first one it ran on (docs/architecture.md, "Upgrading workers"). No effect unversioned.
+    versioningOverride: 'AUTO_UPGRADE',
+  });
 }
 
 /**
@@ -67,29 +103,11 @@ export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOpt
   if (typeof opts.by !== 'string' || opts.by.trim() === '')
     throw new WavegateError('INVALID_INPUT', `by: must be a non-empty name (got ${JSON.stringify(opts.by)})`);
   const workflowId = registryWorkflowId(opts.profile);
-  const startWorkflowOperation = new (sdk().WithStartWorkflowOperation)<RegistryWorkflow>(REGISTRY_WORKFLOW, {
-    workflowId,
-    taskQueue: opts.taskQueue,
-    args: [
-      {
-        profile: opts.profile,
-        trustDoc: opts.trustDoc,
-        ...(opts.continueAsNewAfterEvents ? { continueAsNewAfterEvents: opts.continueAsNewAfterEvents } : {}),
-      },
-    ],
-    workflowIdConflictPolicy: 'USE_EXISTING',
-    // A closed registry is not silently replaced by an empty one: the channel would move backwards.
-    workflowIdReusePolicy: 'REJECT_DUPLICATE',
-    staticSummary: `revision registry of ${opts.profile}`,
-    // A registry never ends: under Worker Versioning it must follow the current build rather than stay
-    // pinned to the first one it ran on (docs/architecture.md, "Upgrading workers"). No effect unversioned.
-    versioningOverride: 'AUTO_UPGRADE',
-  });
   let result: RegisterResult;
   try {
     result = await client.workflow.executeUpdateWithStart(registerUpdate, {
       args: [{ envelope: opts.envelope, by: opts.by }],
-      startWorkflowOperation,
+      startWorkflowOperation: startOperation(opts.profile, opts),
     });
   } catch (err) {
     throw registryError(err, opts.profile);
@@ -101,6 +119,55 @@ export async function registerEnvelope(client: Client, opts: RegisterEnvelopeOpt
     // The registration stands; the comparison is advice only.
   }
   return { ...result, registryTrustDiffers };
+}
+
+/** What the registry verifies with now (its trust root and list versions, its pins). NOT_FOUND: no registry. */
+export async function registryTrustStateOf(client: Client, profile: string): Promise<RegistryTrustState> {
+  checkProfileName(profile);
+  try {
+    return await client.workflow.getHandle(registryWorkflowId(profile)).query(trustStateQuery);
+  } catch (err) {
+    throw registryError(err, profile);
+  }
+}
+
+/**
+ * Offer the registry trust it lacks: trust roots above the one it holds, or the profile's revocation list. It takes
+ * them only when they verify from what it holds (workflows/registry.ts, core/registry.ts decideTrustAdoption); a
+ * refusal is INVALID_INPUT with `details.reason` (BELOW_THRESHOLD, ROOT_GAP, ROOT_ROLLBACK, METADATA_ROLLBACK, ...)
+ * and the registry keeps what it held. With `start`, a registry that does not exist yet is created first (its
+ * first-use pins); without, NOT_FOUND.
+ */
+export async function adoptRegistryTrust(
+  client: Client,
+  opts: { profile: string; offer: { roots: unknown[] } | { revocations: unknown }; start?: RegistryStart },
+): Promise<RegistryTrustState> {
+  checkProfileName(opts.profile);
+  const what = 'roots' in opts.offer ? 'trust roots' : 'revocation list';
+  try {
+    if ('roots' in opts.offer) {
+      const args: [{ roots: unknown[] }] = [{ roots: opts.offer.roots }];
+      return opts.start
+        ? await client.workflow.executeUpdateWithStart(adoptTrustRootUpdate, {
+            args,
+            startWorkflowOperation: startOperation(opts.profile, opts.start),
+          })
+        : await client.workflow
+            .getHandle(registryWorkflowId(opts.profile))
+            .executeUpdate(adoptTrustRootUpdate, { args });
+    }
+    const args: [{ revocations: unknown }] = [{ revocations: opts.offer.revocations }];
+    return opts.start
+      ? await client.workflow.executeUpdateWithStart(adoptRevocationsUpdate, {
+          args,
+          startWorkflowOperation: startOperation(opts.profile, opts.start),
+        })
+      : await client.workflow
+          .getHandle(registryWorkflowId(opts.profile))
+          .executeUpdate(adoptRevocationsUpdate, { args });
+  } catch (err) {
+    throw registryError(err, opts.profile, `the ${what}`);
+  }
 }
 
 /** Every registered revision of the profile, oldest first. NOT_FOUND when the profile has no registry. */
@@ -132,7 +199,7 @@ export async function getEnvelope(client: Client, profile: string, revision: num
 }
 
 /**
- * The newest registered revision above `above` that has not expired at `now`, or null when there is
+ * The newest registered revision above `above` that has not expired at `now` and is not revoked, or null when there is
  * none: what a nightly canary tries next. NOT_FOUND when the profile has no registry.
  */
 export async function newestRevisionAbove(
@@ -142,13 +209,13 @@ export async function newestRevisionAbove(
   now = Date.now(),
 ): Promise<RevisionSummary | null> {
   const candidates = (await listRevisions(client, profile)).filter(
-    (r) => r.revision > above && (r.expiresAt === undefined || Date.parse(r.expiresAt) > now),
+    (r) => r.revision > above && !r.revoked && (r.expiresAt === undefined || Date.parse(r.expiresAt) > now),
   );
   return candidates.reduce<RevisionSummary | null>((best, r) => (!best || r.revision > best.revision ? r : best), null);
 }
 
 /** Translate what Temporal said about a registry into wavegate's codes. */
-function registryError(err: unknown, profile: string): unknown {
+function registryError(err: unknown, profile: string, what = 'the envelope'): unknown {
   if (err instanceof WavegateError) return err;
   const { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, WorkflowUpdateFailedError } = sdk();
   const workflowId = registryWorkflowId(profile);
@@ -161,8 +228,15 @@ function registryError(err: unknown, profile: string): unknown {
     const code = (refusal.code === 'CONFLICT' ? 'CONFLICT' : 'INVALID_INPUT') satisfies WavegateErrorCode;
     return new WavegateError(
       code,
-      `${workflowId} refused the envelope (${refusal.reason ?? 'REFUSED'}): ${err.cause.message.replace(/^[A-Z_]+: /, '')}`,
+      `${workflowId} refused ${what} (${refusal.reason ?? 'REFUSED'}): ${err.cause.message.replace(/^[A-Z_]+: /, '')}`,
       { ...refusal.details, reason: refusal.reason, profile },
+    );
+  }
+  if (err instanceof sdk().QueryNotRegisteredError) {
+    return new WavegateError(
+      'INVALID_STATE',
+      `${workflowId} runs workflow code older than this client (${err.message}): upgrade its workers; it verifies with the pins it holds meanwhile`,
+      { profile },
     );
   }
   if (err instanceof WorkflowNotFoundError) {
@@ -180,7 +254,8 @@ function registryError(err: unknown, profile: string): unknown {
     );
   }
   if (err instanceof WorkflowUpdateFailedError) {
-    return new WavegateError('FAILED', `${workflowId}: registration failed: ${err.cause?.message ?? err.message}`, {
+    const failed = what === 'the envelope' ? 'registration' : `adopting ${what}`;
+    return new WavegateError('FAILED', `${workflowId}: ${failed} failed: ${err.cause?.message ?? err.message}`, {
       profile,
     });
   }

@@ -1,4 +1,6 @@
 import * as wf from '@temporalio/workflow';
+import type { HeldTrustRecord } from '../core/held-trust';
+import type { RegistryTrustState } from '../core/registry';
 import type { Envelope } from '../core/signing';
 
 /**
@@ -23,7 +25,10 @@ export interface RegistryEntry {
   envelope: Envelope;
 }
 
-export type RevisionSummary = Omit<RegistryEntry, 'envelope'>;
+export type RevisionSummary = Omit<RegistryEntry, 'envelope'> & {
+  /** Why its signers revoked it, by the revocation list the registry holds (absent: not revoked). */
+  revoked?: string;
+};
 
 export interface RegistryInput {
   profile: string;
@@ -31,6 +36,12 @@ export interface RegistryInput {
   trustDoc: unknown;
   /** Carried over by continue-as-new. */
   entries?: RegistryEntry[];
+  /**
+   * The trust root and revocation list the registry adopted since (core/held-trust.ts's record; timestamp always
+   * null): carried over by continue-as-new. At the start it may name the root version whose pins `trustDoc` is (a
+   * registry created after a rotation, with the pins of then); absent: version 0, no list.
+   */
+  trustHeld?: HeldTrustRecord;
   /** Continue as new once the history holds this many events (default 2,000). */
   continueAsNewAfterEvents?: number;
 }
@@ -50,7 +61,7 @@ export interface RegisterResult {
   bodyDigest: string;
 }
 
-/** The failure type a refused registration carries; details[0] is `RegistrationRefusal`. */
+/** The failure type a refused registration or trust adoption carries; details[0] is `RegistrationRefusal`. */
 export const REGISTRATION_REFUSED = 'RegistrationRefused';
 export interface RegistrationRefusal {
   /** WavegateError code: CONFLICT (same number, other content) or INVALID_INPUT. */
@@ -60,11 +71,29 @@ export interface RegistrationRefusal {
   details?: Record<string, unknown>;
 }
 
+/** Trust roots above the one the registry holds (any order, at most 64): each walked from it, or none taken. */
+export interface AdoptTrustRootRequest {
+  roots: unknown[];
+}
+
+/** The profile's revocation list, signed by a threshold of the root the registry holds, not older than its own. */
+export interface AdoptRevocationsRequest {
+  revocations: unknown;
+}
+
+export type { RegistryTrustState };
+
 export const registerUpdate = wf.defineUpdate<RegisterResult, [RegisterRequest]>('register');
+/** Refused (REGISTRATION_REFUSED, with the reason) unless every root verifies; nothing is taken then. */
+export const adoptTrustRootUpdate = wf.defineUpdate<RegistryTrustState, [AdoptTrustRootRequest]>('adoptTrustRoot');
+export const adoptRevocationsUpdate = wf.defineUpdate<RegistryTrustState, [AdoptRevocationsRequest]>(
+  'adoptRevocations',
+);
+export const trustStateQuery = wf.defineQuery<RegistryTrustState>('trustState');
 export const revisionsQuery = wf.defineQuery<RevisionSummary[]>('revisions');
 /** The registered envelope of a revision number, or null when there is none. */
 export const envelopeQuery = wf.defineQuery<Envelope | null, [number]>('envelope');
-/** The trust document the registry verifies with. */
+/** The trust document the registry was created with (its first-use pins; trustStateQuery: what it verifies with now). */
 export const trustQuery = wf.defineQuery<unknown>('trust');
 
 export function registryWorkflowId(profile: string): string {

@@ -4,7 +4,7 @@ import { resolveConnectionSettings, type TemporalFlags } from '../../workers/con
 import { connectClient, withTemporalOptions } from '../client';
 import { readDocument } from '../../intake/files';
 import { listRevisions, registerEnvelope } from '../../clients/registry';
-import { checkWithProfileTrust, envelopeProfile } from '../registry-client';
+import { checkWithProfileTrust, envelopeProfile, syncNotes, syncRegistryTrust } from '../registry-client';
 import { profileDir } from '../../intake/profile-dir';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { action, EXIT_OK } from '../run';
@@ -24,7 +24,7 @@ export function register(program: Command): void {
       .requiredOption('--trust <file>', 'trust file (threshold + pins) the registry is created with on first use')
       .option(
         '--profiles <dir>',
-        `${profilesOptionHelp()}; the envelope is checked first against its profile's trust root and revocation list there`,
+        `${profilesOptionHelp()}; the envelope is checked first against its profile's trust root and revocation list there, and the registry is offered the roots and list it lacks`,
       )
       .option('--by <name>', 'who registers it (default: the login name)')
       .option('--json', 'print the outcome as JSON'),
@@ -34,21 +34,28 @@ export function register(program: Command): void {
         const envelope = readDocument(path, 'json');
         const trustDoc = readDocument(opts.trust);
         const profile = envelopeProfile(envelope, path);
-        // The registry knows only the pins it was created with: a revoked revision is refused here, before it.
+        // Checked here first against the profile's newest trust root and list: refused before anything is sent.
         const layout = profileDir(resolveProfilesRoot({ flag: opts.profiles }).dir, profile);
-        if (!checkWithProfileTrust(envelope, path, layout))
+        const checked = checkWithProfileTrust(envelope, path, layout);
+        if (!checked)
           process.stderr.write(
             `wavegate: note: no ${layout.trustFile}: the envelope is checked by the registry's pins only (no trust root or revocation list here)\n`,
           );
         const settings = resolveConnectionSettings(opts);
         const client = await connectClient(settings);
         try {
+          // The registry walks to the roots and list it lacks itself, or refuses them and keeps its pins (said below).
+          const sync = checked
+            ? await syncRegistryTrust(client, { layout, start: { trustDoc, taskQueue: settings.taskQueue } })
+            : undefined;
+          if (sync) for (const line of syncNotes(profile, sync)) process.stderr.write(`wavegate: ${line}\n`);
           const result = await registerEnvelope(client, {
             profile,
             envelope,
             trustDoc,
             by: opts.by ?? userInfo().username,
             taskQueue: settings.taskQueue,
+            ...(sync?.trustHeld ? { trustHeld: sync.trustHeld } : {}),
           });
           if (opts.json) process.stdout.write(`${JSON.stringify({ profile, ...result })}\n`);
           else
@@ -57,7 +64,7 @@ export function register(program: Command): void {
             );
           if (result.registryTrustDiffers) {
             process.stderr.write(
-              `wavegate: note: registry:${profile} verifies with the pins it was created with, which differ from ${opts.trust}\n`,
+              `wavegate: note: registry:${profile} was created with other pins than ${opts.trust}\n`,
             );
           }
           return EXIT_OK;
@@ -93,7 +100,7 @@ export function register(program: Command): void {
         );
         for (const r of list) {
           process.stdout.write(
-            `${String(r.revision).padEnd(5)}${r.risk.padEnd(7)}${(r.provable ? 'yes' : 'no').padEnd(10)}${(r.expiresAt ?? '-').padEnd(26)}${r.registeredAt.padEnd(26)}${r.by.padEnd(14)}${String(r.signers.length).padEnd(9)}${r.bodyDigest.slice(0, 16)}…\n`,
+            `${String(r.revision).padEnd(5)}${r.risk.padEnd(7)}${(r.provable ? 'yes' : 'no').padEnd(10)}${(r.expiresAt ?? '-').padEnd(26)}${r.registeredAt.padEnd(26)}${r.by.padEnd(14)}${String(r.signers.length).padEnd(9)}${r.bodyDigest.slice(0, 16)}…${r.revoked ? `  REVOKED: ${r.revoked}` : ''}\n`,
           );
         }
         return EXIT_OK;

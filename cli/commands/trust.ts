@@ -25,6 +25,8 @@ import { profileDir, type ProfileDir } from '../../intake/profile-dir';
 import { profilesOptionHelp, resolveProfilesRoot } from '../../intake/profiles-root';
 import { profileTrustState, type ProfileTrustState } from '../../intake/trust';
 import { action, EXIT_OK } from '../run';
+import { withTemporalOptions } from '../temporal-options';
+import type { TemporalFlags } from '../../workers/connection';
 
 /**
  * `wavegate trust`: a profile's trust as the operator handles it (docs/operations.md, "Moving from trust.yaml to a
@@ -205,6 +207,7 @@ function publishRoot(layout: ProfileDir, next: TrustRoot, how: string): number {
   out(
     `verified (${how}): ${layout.name} is now trusted by root v${anchorVersion(state.root)}, walked from ${layout.trustFile}; give every worker's and agent's profiles root the new root/ file`,
   );
+  out(registryHint(layout));
   return EXIT_OK;
 }
 
@@ -383,6 +386,7 @@ function publishList(layout: ProfileDir, state: ProfileTrustState, envelope: Env
   out(
     `verified: in force for plan, start, converge and this profiles root's workers; give every worker's and agent's profiles root the new revocations.json`,
   );
+  out(registryHint(layout));
   return EXIT_OK;
 }
 
@@ -439,6 +443,42 @@ function runPublish(path: string, opts: ProfileFlags): number {
     );
   }
   return publishRoot(layout, next, 'publish');
+}
+
+/** The registry verifies only what it was offered: the way to offer it now. */
+function registryHint(layout: ProfileDir): string {
+  return `registry:${layout.name} takes it at the next \`wavegate register --profiles\`, or now: \`wavegate trust sync --profile ${layout.name}\``;
+}
+
+/**
+ * `trust sync`: offer `registry:<profile>` the trust roots above the one it holds and the revocation list when newer
+ * (cli/registry-client.ts); it walks them itself and refuses what does not verify (exit 2 with its reason, what it
+ * held kept). A profile without a registry is left alone: the first `wavegate register` creates one. Loaded here
+ * only when run: the rest of this group never talks to Temporal.
+ */
+async function runSync(opts: ProfileFlags & TemporalFlags & { json?: boolean }): Promise<number> {
+  const layout = layoutOf(opts);
+  stateOf(layout);
+  const { connectClient } = require('../client') as typeof import('../client');
+  const { syncNotes, syncRegistryTrust } = require('../registry-client') as typeof import('../registry-client');
+  const { resolveConnectionSettings } =
+    require('../../workers/connection') as typeof import('../../workers/connection');
+  const client = await connectClient(resolveConnectionSettings(opts));
+  try {
+    const sync = (await syncRegistryTrust(client, { layout }))!;
+    if (opts.json) out(JSON.stringify({ profile: layout.name, ...sync, refused: sync.refused?.message }));
+    else if (!sync.before)
+      out(`registry:${layout.name} does not exist: nothing to offer (the first \`wavegate register\` creates it)`);
+    else if (!sync.adopted.length && !sync.refused)
+      out(
+        `registry:${layout.name} already holds trust root v${sync.before.root} and revocation list v${sync.before.revocations}: nothing to offer`,
+      );
+    else for (const line of syncNotes(layout.name, sync)) if (!line.startsWith('note: ')) out(line);
+    if (sync.refused) throw sync.refused;
+    return EXIT_OK;
+  } finally {
+    await client.connection.close();
+  }
 }
 
 /** `trust status`: what the profile is trusted by now, as its verifiers read it. */
@@ -512,7 +552,7 @@ export function registerTrust(program: Command): void {
   const trust = program
     .command('trust <pubfiles...>')
     .description(
-      'Write a trust file (version 0 of the trust root) from public pin files (<key>.pub.yaml from keygen); its subcommands init, rotate, revoke, cosign, publish and status sign and publish the trust root and revocation list',
+      'Write a trust file (version 0 of the trust root) from public pin files (<key>.pub.yaml from keygen); its subcommands init, rotate, revoke, cosign, publish, status and sync sign and publish the trust root and revocation list',
     )
     .option('--out <file>', 'trust file to write (YAML)')
     .option('--threshold <n>', 'distinct pinned signers required', '1')
@@ -584,6 +624,17 @@ export function registerTrust(program: Command): void {
   )
     .option('--json', 'print JSON')
     .action(action(runStatus));
+  withTemporalOptions(
+    profileOptions(
+      trust
+        .command('sync')
+        .description(
+          "Offer the profile's revision registry (registry:<profile>) the trust roots and revocation list it lacks; it takes them only when they verify from what it holds, else exit 2 with the reason",
+        ),
+    ),
+  )
+    .option('--json', 'print JSON')
+    .action(action(runSync));
 }
 
 /** `trust <pubfiles…> --out trust.yaml`: version 0 of the trust root, from the signers' public pin files. */

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,12 +7,31 @@ import { stringify as toYaml } from 'yaml';
 import { createRegistryActivities } from '../../activities/registry';
 import { prepareRollout } from '../../intake/prepare';
 import { registerProfileEnvelopes } from '../../cli/registry-client';
-import { getEnvelope, listRevisions, newestRevisionAbove, registerEnvelope } from '../../clients/registry';
+import {
+  adoptRegistryTrust,
+  getEnvelope,
+  listRevisions,
+  newestRevisionAbove,
+  registerEnvelope,
+  registryTrustStateOf,
+} from '../../clients/registry';
 import { registryWorkflowId } from '../../contracts/registry';
 import { fromBase64, toBase64, utf8Decode, utf8Encode } from '../../core/bytes';
 import { canonicalize } from '../../core/canonical';
 import type { Revision } from '../../core/revision';
-import { cosignEnvelope, keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
+import {
+  bodyDigest,
+  cosignEnvelope,
+  keyPairFromSeed,
+  parseTrust,
+  pinOf,
+  signRevision,
+  type Envelope,
+  type KeyPair,
+} from '../../core/signing';
+import { signDocument } from '../../core/signed-document';
+import { nextRevocationsContent, nextRootContent } from '../../core/trust-admin';
+import { verifyNextRoot, type RootAnchor, type TrustRoot } from '../../core/trust-root';
 import { demoDevices, type Fleet } from '../../sim';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { statusQuery, type RolloutStatus } from '../../contracts/rollout';
@@ -53,9 +72,35 @@ function revisionOf(profile: string, n: number, extra: Partial<Revision> = {}): 
   };
 }
 
-/** Signed by both pinned keys (threshold 2). */
-function signed(revision: Revision, validityDays = 30): Envelope {
-  return cosignEnvelope(signRevision(revision, keyA, { now: Date.now(), validityDays }), keyB);
+/** Signed by both pinned keys (threshold 2), or by the keys given. */
+function signed(revision: Revision, validityDays = 30, by: KeyPair[] = [keyA, keyB]): Envelope {
+  const [first, ...rest] = by;
+  let envelope = signRevision(revision, first!, { now: Date.now(), validityDays });
+  for (const key of rest) envelope = cosignEnvelope(envelope, key);
+  return envelope;
+}
+
+/**
+ * A profile's trust root chain as `wavegate trust init/rotate/cosign` makes it: v0 = trustDoc (A, B; 2), v1 the same
+ * pins signed by A and B, v2 replacing B by C (threshold 2) signed by A, B (v1's) and C (its own).
+ */
+const keyC = newKey();
+function rootChain(profile: string) {
+  const now = Date.now();
+  const v0: RootAnchor = { version: 0, trust: parseTrust(trustDoc, 'trust.yaml') };
+  const v1Body = nextRootContent({ profile, from: v0, next: trustDoc, now });
+  const v1 = signDocument(v1Body, [keyA, keyB]);
+  const root1 = verifyNextRoot(v0, v1, { profile }) as TrustRoot;
+  const v2Body = nextRootContent({
+    profile,
+    from: root1,
+    next: { threshold: 2, pins: [pinOf(keyA, 'release-a'), pinOf(keyC, 'release-c')] },
+    now,
+  });
+  const v2 = signDocument(v2Body, [keyA, keyB, keyC]);
+  const root2 = verifyNextRoot(root1, v2, { profile }) as TrustRoot;
+  expect([root1.content?.version, root2.content?.version]).toEqual([1, 2]);
+  return { v1Body, v1, v2Body, v2, root2 };
 }
 
 /** The same signatures over a body changed after signing. */
@@ -241,6 +286,187 @@ describe('revision registry on a real Temporal dev server', () => {
       type: 'Registry.NOT_FOUND',
       nonRetryable: true,
     });
+  });
+
+  it('follows a rotated trust root only as the chain proves it: v1 and v2 (A, C) adopted, then A and C register and A and B are refused; forged roots are refused and the pins stay', async () => {
+    const p = 'reg-rotate';
+    const { v1Body, v1, v2Body, v2 } = rootChain(p);
+    const handle = real.env.client.workflow.getHandle(registryWorkflowId(p));
+    const adopt = (roots: unknown[]) => adoptRegistryTrust(real.env.client, { profile: p, offer: { roots } });
+    const state = () => registryTrustStateOf(real.env.client, p);
+    // Created with the first-use pins (A, B), continuing as new every few accepted updates: what it adopts must
+    // survive that.
+    await register(p, signed(revisionOf(p, 1)), 'test', { continueAsNewAfterEvents: 12 });
+    const firstRunId = (await handle.describe()).runId;
+    expect(await state()).toMatchObject({ root: 0, revocations: 0, threshold: 2, kids: [keyA.kid, keyB.kid].sort() });
+    const updatesBefore = await acceptedUpdates(p);
+
+    // Forged or incomplete chains: each refused whole, with its reason; nothing taken.
+    const belowThreshold = await rejection(adopt([signDocument(v1Body, [keyA])]));
+    expect([belowThreshold.code, belowThreshold.details.reason]).toEqual(['INVALID_INPUT', 'BELOW_THRESHOLD']);
+    expect(belowThreshold.message).toMatch(/registry:reg-rotate refused the trust roots \(BELOW_THRESHOLD\)/);
+    // v2 alone skips v1: the walk never steps over a version.
+    expect((await rejection(adopt([v2]))).details.reason).toBe('ROOT_GAP');
+    // v2 forged by the keys it pins (A, C), not by v1's threshold (A, B): C cannot vouch for itself.
+    expect((await rejection(adopt([v1, signDocument(v2Body, [keyA, keyC])]))).details.reason).toBe('BELOW_THRESHOLD');
+    // Another profile's root, signed by the right keys.
+    const otherV1 = signDocument({ ...v1Body, profile: 'reg-other' }, [keyA, keyB]);
+    expect((await rejection(adopt([otherV1]))).details.reason).toBe('WRONG_SUBJECT');
+    expect((await rejection(adopt([]))).details.reason).toBe('MALFORMED');
+    expect(await acceptedUpdates(p)).toBe(updatesBefore);
+    expect(await state()).toMatchObject({ root: 0, kids: [keyA.kid, keyB.kid].sort() });
+    // So a revision by A and C is still below the pins' threshold (C is not pinned).
+    expect((await rejection(register(p, signed(revisionOf(p, 2), 30, [keyA, keyC])))).details.reason).toBe(
+      'BELOW_THRESHOLD',
+    );
+
+    // The genuine chain, in any order.
+    expect(await adopt([v2, v1])).toMatchObject({
+      root: 2,
+      revocations: 0,
+      threshold: 2,
+      kids: [keyA.kid, keyC.kid].sort(),
+    });
+    const rolledBack = await rejection(adopt([v1]));
+    expect(rolledBack.details.reason).toBe('ROOT_ROLLBACK');
+    expect(await state()).toMatchObject({ root: 2 });
+
+    expect(await register(p, signed(revisionOf(p, 2), 30, [keyA, keyC]))).toMatchObject({ outcome: 'registered' });
+    const byAB = await rejection(register(p, signed(revisionOf(p, 3), 30, [keyA, keyB])));
+    expect([byAB.code, byAB.details.reason]).toEqual(['INVALID_INPUT', 'BELOW_THRESHOLD']);
+    for (const n of [3, 4]) await register(p, signed(revisionOf(p, n), 30, [keyA, keyC]));
+
+    // It continued as new in between, carrying the root it adopted: A and B alone are still refused.
+    expect((await handle.describe()).runId).not.toBe(firstRunId);
+    expect(await state()).toMatchObject({ root: 2, kids: [keyA.kid, keyC.kid].sort() });
+    expect((await rejection(register(p, signed(revisionOf(p, 5), 30, [keyA, keyB])))).details.reason).toBe(
+      'BELOW_THRESHOLD',
+    );
+    expect((await rejection(adopt([v2]))).details.reason).toBe('ROOT_ROLLBACK');
+    expect((await listRevisions(real.env.client, p)).map((r) => [r.revision, r.signers.length])).toEqual([
+      [1, 2],
+      [2, 2],
+      [3, 2],
+      [4, 2],
+    ]);
+  });
+
+  it('a revocation list adopted makes it refuse the revoked revision (new or registered before) and mark it when listed; an older or under-signed list is refused', async () => {
+    const p = 'reg-revoke';
+    const r2 = signed(revisionOf(p, 2));
+    await register(p, signed(revisionOf(p, 1)));
+    await register(p, r2);
+    const adopt = (revocations: unknown) => adoptRegistryTrust(real.env.client, { profile: p, offer: { revocations } });
+    const content1 = nextRevocationsContent({
+      profile: p,
+      change: { revision: 2 },
+      reason: 'r2 corrupts the conf',
+      now: Date.now(),
+    });
+    const content2 = nextRevocationsContent({
+      profile: p,
+      current: content1,
+      change: { revision: 3 },
+      reason: 'r3 was never meant to ship',
+      now: Date.now(),
+    });
+    const list1 = signDocument(content1, [keyA, keyB]);
+    const list2 = signDocument(content2, [keyA, keyB]);
+
+    expect((await rejection(adopt(signDocument(content1, [keyA])))).details.reason).toBe('BELOW_THRESHOLD');
+    expect((await registryTrustStateOf(real.env.client, p)).revocations).toBe(0);
+    expect((await listRevisions(real.env.client, p)).map((r) => r.revoked)).toEqual([undefined, undefined]);
+    expect((await newestRevisionAbove(real.env.client, p, 1))?.revision).toBe(2);
+
+    expect(await adopt(list1)).toMatchObject({ root: 0, revocations: 1, revocationsDigest: bodyDigest(list1) });
+    // Sent again (a retry): held as it is.
+    expect(await adopt(list1)).toMatchObject({ revocations: 1 });
+    expect((await listRevisions(real.env.client, p)).map((r) => [r.revision, r.revoked])).toEqual([
+      [1, undefined],
+      [2, 'r2 corrupts the conf'],
+    ]);
+    // The nightly canary's pick never lands on a revoked revision.
+    expect(await newestRevisionAbove(real.env.client, p, 1)).toBeNull();
+    // The same envelope again is no longer "existing": refused as revoked.
+    const again = await rejection(register(p, r2));
+    expect([again.code, again.details.reason]).toEqual(['INVALID_INPUT', 'REVOKED']);
+    expect(again.message).toContain('r2 corrupts the conf');
+
+    // r3, signed before it was revoked, is refused once the list that revokes it is held.
+    const r3 = signed(revisionOf(p, 3));
+    expect(await adopt(list2)).toMatchObject({ revocations: 2 });
+    const revoked = await rejection(register(p, r3));
+    expect([revoked.code, revoked.details.reason]).toEqual(['INVALID_INPUT', 'REVOKED']);
+    expect(revoked.message).toContain('r3 was never meant to ship');
+    expect((await rejection(adopt(list1))).details.reason).toBe('METADATA_ROLLBACK');
+    expect(await register(p, signed(revisionOf(p, 4)))).toMatchObject({ outcome: 'registered', revision: 4 });
+    expect((await listRevisions(real.env.client, p)).map((r) => r.revision)).toEqual([1, 2, 4]);
+  });
+
+  it('register --profiles offers the registry the roots and list it lacks; trust sync offers a later list; revisions list marks the revoked', async () => {
+    const p = 'reg-sync';
+    const profiles = join(real.dir, 'sync-profiles');
+    const dir = join(profiles, p);
+    mkdirSync(join(dir, 'root'), { recursive: true });
+    writeFileSync(join(dir, 'trust.yaml'), toYaml(trustDoc));
+    const { v1, v2 } = rootChain(p);
+    writeFileSync(join(dir, 'root', '1.json'), JSON.stringify(v1));
+    writeFileSync(join(dir, 'root', '2.json'), JSON.stringify(v2));
+    const conn = ['--address', real.env.address, '--namespace', real.env.namespace ?? 'default'];
+    const byAC = (n: number) => {
+      const path = join(real.dir, `sync-${n}.json`);
+      writeFileSync(path, JSON.stringify(signed(revisionOf(p, n), 30, [keyA, keyC])));
+      return path;
+    };
+    const registerCli = (path: string) =>
+      runCli([
+        'register',
+        path,
+        '--trust',
+        join(dir, 'trust.yaml'),
+        '--profiles',
+        profiles,
+        '--by',
+        'cli',
+        ...conn,
+        '--task-queue',
+        real.worker.taskQueue,
+      ]);
+
+    // First use: the registry is created with trust.yaml's pins (A, B) and walks to v2 before r1 (A, C) is sent.
+    const first = await registerCli(byAC(1));
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toMatch(/^registered reg-sync r1 /);
+    expect(first.stderr).toContain('registry:reg-sync adopted trust root v1-v2: it verifies with trust root v2');
+    expect(await registryTrustStateOf(real.env.client, p)).toMatchObject({
+      root: 2,
+      kids: [keyA.kid, keyC.kid].sort(),
+    });
+
+    const list = signDocument(
+      nextRevocationsContent({ profile: p, change: { revision: 1 }, reason: 'r1 leaks a port', now: Date.now() }),
+      [keyA, keyC],
+    );
+    writeFileSync(join(dir, 'revocations.json'), JSON.stringify(list));
+    const sync = await runCli(['trust', 'sync', '--profile', p, '--profiles', profiles, ...conn]);
+    expect(sync.code, sync.stderr).toBe(0);
+    expect(sync.stdout).toContain('registry:reg-sync adopted revocation list v1');
+    const listed = await runCli(['revisions', 'list', '--profile', p, ...conn]);
+    expect(listed.stdout).toMatch(/^1 .*REVOKED: r1 leaks a port$/m);
+    const nothing = await runCli(['trust', 'sync', '--profile', p, '--profiles', profiles, ...conn]);
+    expect(nothing.stdout).toContain(
+      'registry:reg-sync already holds trust root v2 and revocation list v1: nothing to offer',
+    );
+
+    // A root on disk that its chain does not prove (v3 by C alone) is refused by the local walk first: nothing sent.
+    writeFileSync(
+      join(dir, 'root', '3.json'),
+      JSON.stringify(signDocument({ ...JSON.parse(Buffer.from(v2.body, 'base64').toString()), version: 3 }, [keyC])),
+    );
+    const forged = await runCli(['trust', 'sync', '--profile', p, '--profiles', profiles, ...conn]);
+    expect(forged.code).toBe(2);
+    expect(forged.stderr).toContain('BELOW_THRESHOLD');
+    expect(await registryTrustStateOf(real.env.client, p)).toMatchObject({ root: 2, revocations: 1 });
   });
 
   describe('the demo profile through the registry, applied over SSH', () => {
