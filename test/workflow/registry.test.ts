@@ -469,6 +469,42 @@ describe('revision registry on a real Temporal dev server', () => {
     expect(await registryTrustStateOf(real.env.client, p)).toMatchObject({ root: 2, revocations: 1 });
   });
 
+  it('a registry created after a rotation with the pins of root v2 holds v2, and walks on from it to v3 (trust sync)', async () => {
+    const p = 'reg-late';
+    const profiles = join(real.dir, 'late-profiles');
+    const dir = join(profiles, p);
+    mkdirSync(join(dir, 'root'), { recursive: true });
+    writeFileSync(join(dir, 'trust.yaml'), toYaml(trustDoc));
+    const { v1, v2, root2 } = rootChain(p);
+    writeFileSync(join(dir, 'root', '1.json'), JSON.stringify(v1));
+    writeFileSync(join(dir, 'root', '2.json'), JSON.stringify(v2));
+    const next = join(real.dir, 'late-next.yaml');
+    writeFileSync(next, toYaml({ threshold: 2, pins: [pinOf(keyA, 'release-a'), pinOf(keyC, 'release-c')] }));
+    const conn = ['--address', real.env.address, '--namespace', real.env.namespace ?? 'default'];
+    const envelope = join(real.dir, 'late-1.json');
+    writeFileSync(envelope, JSON.stringify(signed(revisionOf(p, 1), 30, [keyA, keyC])));
+
+    const first = await runCli([
+      'register',
+      envelope,
+      ...['--trust', next, '--profiles', profiles, ...conn, '--task-queue', real.worker.taskQueue],
+    ]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).not.toContain('adopted');
+    expect(await registryTrustStateOf(real.env.client, p)).toMatchObject({ root: 2, rootDigest: root2.digest });
+
+    // v3 keeps A and C, signed by both (v2's threshold and its own): walked from v2, which the registry holds.
+    const v3 = signDocument(
+      nextRootContent({ profile: p, from: root2, next: { threshold: 2, pins: root2.content.pins }, now: Date.now() }),
+      [keyA, keyC],
+    );
+    writeFileSync(join(dir, 'root', '3.json'), JSON.stringify(v3));
+    const sync = await runCli(['trust', 'sync', '--profile', p, '--profiles', profiles, ...conn]);
+    expect(sync.code, sync.stderr).toBe(0);
+    expect(sync.stdout).toContain('registry:reg-late adopted trust root v3: it verifies with trust root v3');
+    expect((await registryTrustStateOf(real.env.client, p)).root).toBe(3);
+  });
+
   describe('the demo profile through the registry, applied over SSH', () => {
     let fleet: Fleet;
     let inventoryPath: string;
