@@ -59,7 +59,8 @@ async function syncWithTrust(
   const answer = await gateway.sync(
     {
       ...sync,
-      waitMs: learned.waitMs(sync.waitMs, Date.now()),
+      // A sync carrying a proof does not wait: its answer says whether to sign with the new key.
+      waitMs: proof ? 0 : learned.waitMs(sync.waitMs, Date.now()),
       held: learned.held(),
       ...(proof ? { rotationProof: proof } : {}),
     },

@@ -136,6 +136,42 @@ export function withLoginKey(file: PinnableInventory, keyFile: string): string {
   return withSshSetting(file, 'key', keyFile);
 }
 
+/**
+ * The file's text with the device's own `agentKey` set to `pin` (an identity key rotated and proven: `wavegate
+ * rotation activate`), checked to read back as that pin; INVALID_STATE, nothing written, otherwise.
+ */
+export function withAgentKey(file: PinnableInventory, pin: string): string {
+  let next: string;
+  if (file.format === 'json') {
+    const doc = JSON.parse(file.text) as { devices: Array<Record<string, unknown>> };
+    doc.devices[file.index]!.agentKey = pin;
+    next = `${JSON.stringify(doc, null, 2)}\n`;
+  } else {
+    const doc = parseDocument(file.text);
+    const entry = (doc.get('devices', true) as { items?: unknown[] } | undefined)?.items?.[file.index];
+    if (!isMap(entry))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `--inventory ${file.path}: devices[${file.index}] is not a plain mapping; set its agentKey by hand`,
+        { field: '--inventory', value: file.path },
+      );
+    doc.setIn(['devices', file.index, 'agentKey'], pin);
+    next = doc.toString({ lineWidth: 0 });
+  }
+  const reread = parseInventory(file.format === 'json' ? JSON.parse(next) : parseDocument(next).toJS(), file.path);
+  const device = reread.devices[file.index];
+  if (
+    reread.devices.length !== file.inventory.devices.length ||
+    device?.id !== file.device.id ||
+    device.agentKey !== pin
+  )
+    throw new WavegateError(
+      'INVALID_STATE',
+      `--inventory ${file.path}: the edited inventory does not read back with ${file.device.id}'s agentKey ${pin}; nothing was written`,
+    );
+  return next;
+}
+
 /** Replace the file at once, unless someone changed it since it was read; its mode is kept. */
 export function writePinnedInventory(file: PinnableInventory, text: string): void {
   if (readText(file.path) !== file.text) {

@@ -15,17 +15,23 @@ import {
 import { bodyDigest, Envelope, parseSecretKeyFile, peekBody } from '../../core/signing';
 import { PRINTABLE } from '../../core/validation';
 import { loginKeyOf } from '../../device/channel/ssh-login-key';
-import {
-  activateDevices,
-  retireDevices,
-  rotationDevices,
-  type DeviceOutcome,
-  type RotationRun,
-} from '../../device/rotation';
+import { activateDevices, retireDevices, rotationDevices, type RotationRun } from '../../device/rotation';
 import { readDocument, writeFileAtomic } from '../../intake/files';
 import { loadInventory } from '../../intake/inventory';
 import { resolveProfilesRoot } from '../../intake/profiles-root';
-import { readRotationState, rotationStatePath, type RotationStateFile } from '../../intake/rotation-state';
+import {
+  readRotationState,
+  rotationStatePath,
+  writeRotationState,
+  type RotationStateFile,
+} from '../../intake/rotation-state';
+import {
+  activateIdentities,
+  identityRotationDevices,
+  provenDevices,
+  recordsWithProofs,
+  retireIdentities,
+} from '../identity-rotation';
 import { verifiedSchedule } from '../../intake/rotation-schedule';
 import { loadTrust } from '../../intake/trust';
 import { parseWith } from '../../core/validation';
@@ -79,10 +85,15 @@ function context(schedulePath: string, opts: CommonFlags, now: number) {
     });
   const schedule = verifiedSchedule(schedulePath, opts.profiles, now);
   const inventoryPath = resolve(opts.inventory);
-  const devices = rotationDevices(schedule.rotation, loadInventory(inventoryPath).devices);
+  const all = loadInventory(inventoryPath).devices;
+  const identity = schedule.rotation.kind === 'agent-identity';
+  const devices = identity ? identityRotationDevices(schedule.rotation, all) : rotationDevices(schedule.rotation, all);
   const statePath = rotationStatePath(schedule.rotation.id, inventoryPath, opts.state);
   const state = readRotationState(statePath, schedule.rotation.id, schedule.digest);
-  return { schedule, inventoryPath, devices, statePath, state };
+  // An agent's proof is recorded by the gateway (<id>.proofs.json); verified again here, it counts as active.
+  const proven = identity ? provenDevices(schedule.rotation, schedule.digest, statePath, devices) : undefined;
+  const records = proven ? recordsWithProofs(state, proven) : state.devices;
+  return { schedule, inventoryPath, devices, statePath, state, proven, records };
 }
 
 /** Print each device's state; returns how many are still on the old key. */
@@ -91,10 +102,13 @@ function printStatus(
   devices: readonly string[],
   state: RotationStateFile,
   now: number,
+  records: RotationStateFile['devices'] = state.devices,
 ): number {
-  const status = rotationStatus({ rotation: schedule.rotation, now, devices, records: state.devices });
+  const status = rotationStatus({ rotation: schedule.rotation, now, devices, records });
   const r = schedule.rotation;
-  out(`rotation ${r.id} (${r.kind}): ${r.old} -> ${r.new}`);
+  out(
+    `rotation ${r.id} (${r.kind}): ${r.kind === 'agent-identity' ? "each agent's identity key" : `${r.old} -> ${r.new}`}`,
+  );
   out(`  publish ${r.publish}, activate ${r.activate}, retire ${r.retire}; now: ${status.phase}`);
   for (const row of status.rows) {
     const tags = [row.required ? 'required' : 'best-effort', ...(row.lifeline ? ['lifeline'] : [])].join(', ');
@@ -112,14 +126,14 @@ function printStatus(
 
 function runStatus(schedulePath: string, opts: CommonFlags & { json?: boolean }): number {
   const now = Date.now();
-  const { schedule, devices, state } = context(schedulePath, opts, now);
+  const { schedule, devices, state, records } = context(schedulePath, opts, now);
   const ids = devices.map((d) => d.id);
   if (opts.json) {
-    const status = rotationStatus({ rotation: schedule.rotation, now, devices: ids, records: state.devices });
+    const status = rotationStatus({ rotation: schedule.rotation, now, devices: ids, records });
     out(JSON.stringify({ id: schedule.rotation.id, ...status, retire: state.retire ?? null }));
     return EXIT_OK;
   }
-  printStatus(schedule, ids, state, now);
+  printStatus(schedule, ids, state, now, records);
   return EXIT_OK;
 }
 
@@ -149,11 +163,21 @@ function rotationRun(ctx: ReturnType<typeof context>, opts: DeviceFlags): Rotati
   };
 }
 
-function printOutcomes(outcomes: readonly DeviceOutcome[]): void {
+function printOutcomes(outcomes: ReadonlyArray<{ device: string; step: string; detail?: string }>): void {
   for (const o of outcomes) out(`  ${o.device}: ${o.step}${o.detail ? `: ${o.detail}` : ''}`);
 }
 
-async function runActivate(schedulePath: string, opts: DeviceFlags & { newKey: string }): Promise<number> {
+/** activate for kind agent-identity: the inventory's agentKey of each device its gateway holds proven moves. */
+function activateAgentIdentities(ctx: ReturnType<typeof context>, now: number): number {
+  out(`rotation ${ctx.schedule.rotation.id}: moving the agentKey of each device proven to its gateway`);
+  const outcomes = activateIdentities(ctx.inventoryPath, ctx.state, ctx.statePath, ctx.devices, ctx.proven!, now);
+  printOutcomes(outcomes);
+  const ids = ctx.devices.map((d) => d.id);
+  const left = printStatus(ctx.schedule, ids, ctx.state, Date.now(), recordsWithProofs(ctx.state, ctx.proven!));
+  return left > 0 && phaseAt(ctx.schedule.rotation, now) !== 'published' ? EXIT_FAILED : EXIT_OK;
+}
+
+async function runActivate(schedulePath: string, opts: DeviceFlags & { newKey?: string }): Promise<number> {
   const now = Date.now();
   const ctx = context(schedulePath, opts, now);
   const { rotation } = ctx.schedule;
@@ -162,6 +186,15 @@ async function runActivate(schedulePath: string, opts: DeviceFlags & { newKey: s
       'INVALID_STATE',
       `rotation ${rotation.id} publishes at ${rotation.publish}: nothing is added before then (the schedule is signed)`,
       { field: 'publish', value: rotation.publish },
+    );
+  if (rotation.kind === 'agent-identity') return activateAgentIdentities(ctx, now);
+  if (!opts.newKey)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `--new-key: required for an ${rotation.kind} rotation (the new key file)`,
+      {
+        field: '--new-key',
+      },
     );
   const newKey = loginKeyOf(isAbsolute(opts.newKey) ? opts.newKey : resolve(opts.newKey));
   if (newKey.fingerprint !== rotation.new)
@@ -206,7 +239,6 @@ async function runRetire(
         reason: statement.reason,
       },
     );
-  const run = rotationRun(ctx, opts);
   const ids = ctx.devices.map((d) => d.id);
   const decision = decideRetire({
     rotation,
@@ -214,7 +246,7 @@ async function runRetire(
     force: opts.force === true,
     now,
     devices: ids,
-    records: ctx.state.devices,
+    records: ctx.records,
   });
   const notActive = decision.notActive.map((d) => d.device);
   if (!ctx.state.retire || ctx.state.retire.statement !== statement.digest) {
@@ -238,6 +270,14 @@ async function runRetire(
       `wavegate: FORCED retire of ${rotation.id} (${statement.retire.reason}): ${notActive.join(', ')} still on the old key, left as they are (recorded in ${ctx.statePath})\n`,
     );
   out(`rotation ${rotation.id}: retiring the old key on ${decision.remove.length} device(s)`);
+  if (rotation.kind === 'agent-identity') {
+    // Written once, the retire with each device retired: the gateway reads this file and refuses their old keys.
+    printOutcomes(retireIdentities(ctx.state, decision, now));
+    writeRotationState(ctx.statePath, ctx.state);
+    printStatus(ctx.schedule, ids, ctx.state, Date.now(), recordsWithProofs(ctx.state, ctx.proven!));
+    return EXIT_OK;
+  }
+  const run = rotationRun(ctx, opts);
   const outcomes = await retireDevices(run, ctx.devices, decision);
   printOutcomes(outcomes);
   printStatus(ctx.schedule, ids, run.state, Date.now());
@@ -337,7 +377,10 @@ export function register(program: Command): void {
       .description(
         'Add the new key beside the old one on every device; from the activate instant prove a login with it and move the device (and its inventory ssh.key) to it. Run again to catch up devices that were offline. Exit 0 when none is left on the old key, 1 otherwise, 2 refused',
       )
-      .requiredOption('--new-key <file>', "the new private key file (OpenSSH, unencrypted), the schedule's new key"),
+      .option(
+        '--new-key <file>',
+        "ssh-login: the new private key file (OpenSSH, unencrypted), the schedule's new key (agent-identity: none, each agent made its own)",
+      ),
   ).action(action(runActivate));
   deviceOptions(
     rotation
