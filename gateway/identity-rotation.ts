@@ -83,6 +83,21 @@ export function readProofs(path: string, id: string, schedule: string): ProofsFi
   return file;
 }
 
+/**
+ * The proofs read back at start, each verified again (both signatures; the pin it must hand over from is checked
+ * at each use): an entry someone wrote into the file without the keys is dropped, and said.
+ */
+function verifiedProofs(file: ProofsFile, log: (line: string) => void): ProofsFile {
+  for (const [device, entry] of Object.entries(file.devices)) {
+    const problem = proofProblem(entry.proof, { id: file.id, device, pinned: entry.proof.old });
+    if (problem) {
+      delete file.devices[device];
+      log(`rotation ${file.id}: the recorded proof of ${device} does not verify (${problem}); ignored`);
+    }
+  }
+  return file;
+}
+
 interface Tracked {
   schedule: VerifiedRotation;
   proofs: ProofsFile;
@@ -119,7 +134,7 @@ export class IdentityRotations {
       const path = proofsPath(statePath, schedule.rotation.id);
       const t: Tracked = {
         schedule,
-        proofs: readProofs(path, schedule.rotation.id, schedule.digest),
+        proofs: verifiedProofs(readProofs(path, schedule.rotation.id, schedule.digest), opts.log),
         proofsPath: path,
         statePath,
         stamp: '',
