@@ -133,9 +133,19 @@ export async function syncRegistryTrust(
   let start: RegistryStart | undefined = before ? undefined : { ...opts.start!, ...(trustHeld ? { trustHeld } : {}) };
   let after: RegistryTrustState | null = before;
   const adopted: string[] = [];
-  const offer = async (what: { roots: unknown[] } | { revocations: unknown }) => {
-    after = await adoptRegistryTrust(client, { profile: layout.name, offer: what, ...(start ? { start } : {}) });
-    start = undefined;
+  /** Whether it took the offer; false when another caller's offer got there first (a race: what it holds now). */
+  const offer = async (what: { roots: unknown[] } | { revocations: unknown }): Promise<boolean> => {
+    try {
+      after = await adoptRegistryTrust(client, { profile: layout.name, offer: what, ...(start ? { start } : {}) });
+      start = undefined;
+      return true;
+    } catch (err) {
+      // Only what is above what it held a moment ago is offered: a rollback now means it moved on meanwhile.
+      const reason = err instanceof WavegateError ? err.details?.reason : undefined;
+      if (reason !== 'ROOT_ROLLBACK' && reason !== 'METADATA_ROLLBACK') throw err;
+      after = await registryTrustStateOf(client, layout.name);
+      return false;
+    }
   };
   try {
     let held = before?.root ?? firstUse!.version;
@@ -146,18 +156,18 @@ export async function syncRegistryTrust(
         roots.push(
           v === newest && 'content' in state.root ? state.root.envelope : readDocument(layout.rootFile(v), 'json'),
         );
-      await offer({ roots });
-      adopted.push(last === held + 1 ? `trust root v${last}` : `trust root v${held + 1}-v${last}`);
+      if (await offer({ roots }))
+        adopted.push(last === held + 1 ? `trust root v${last}` : `trust root v${held + 1}-v${last}`);
+      // A race's rollback means it holds more than before: progress either way (the guard is for a state that lies).
+      if (after!.root <= held) break;
       held = after!.root;
     }
     const list = state.revocations;
     if (list && list.content.version > (after?.revocations ?? 0)) {
       // The file's envelope is the one the state verified: a list replaced meanwhile is offered at the next sync.
       const envelope = readDocument(layout.revocationsFile, 'json') as Envelope;
-      if (bodyDigest(envelope) === list.digest) {
-        await offer({ revocations: envelope });
+      if (bodyDigest(envelope) === list.digest && (await offer({ revocations: envelope })))
         adopted.push(`revocation list v${list.content.version}`);
-      }
     }
   } catch (err) {
     if (!(err instanceof WavegateError && (err.code === 'INVALID_INPUT' || err.code === 'INVALID_STATE'))) throw err;
