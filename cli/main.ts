@@ -219,7 +219,8 @@ export const COMMANDS: TopCommand[] = [
     name: 'rotation',
     group: 'rotation',
     term: 'rotation',
-    description: 'Rotate the SSH login key on a signed schedule: publish <= activate <= retire (docs/operations.md)',
+    description:
+      'Rotate a key the fleet runs on (the SSH login key, agent identity keys) on a signed schedule: publish <= activate <= retire (docs/operations.md)',
   },
   {
     name: 'register',

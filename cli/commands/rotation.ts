@@ -346,7 +346,7 @@ function deviceOptions(cmd: Command): Command {
 export function register(program: Command): void {
   const rotation = program
     .command('rotation')
-    .description('Rotate the SSH login key on a signed schedule: publish <= activate <= retire (docs/operations.md)');
+    .description('Rotate a key the fleet runs on (the SSH login key, agent identity keys) on a signed schedule: publish <= activate <= retire (docs/operations.md)');
   rotation
     .command('sign <schedule>')
     .description('Sign a rotation schedule (YAML/JSON) into an envelope; cosign it with wavegate cosign')
