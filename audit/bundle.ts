@@ -11,12 +11,16 @@ import {
   type BundleRevision,
   type BundleSliceTrail,
   type EnrolledDevice,
+  type KeyRotationStep,
   type ReceiptsBundle,
 } from '../core/receipt-verify';
+import { parseProof } from '../core/agent-rotation';
 import { parseReceipt, receiptKeyId, type ReceiptKeyKind } from '../core/receipt';
 import { parseTrust, type Trust } from '../core/signing';
 import { envelopeDigestOf } from '../core/twin';
-import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes } from '../intake/files';
+import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes, readDocument } from '../intake/files';
+import { readRotationState } from '../intake/rotation-state';
+import { readProofs } from '../gateway/identity-rotation';
 import { readPinnedKey } from '../intake/checkpoint-keys';
 import { loadInventory } from '../intake/inventory';
 import { pinnedKeyText } from '../core/trail-checkpoints';
@@ -32,7 +36,7 @@ import { openAuditStore, readAuditTrail, withAuditReader } from './index';
  *
  *   bundle.json           { format, rollout, run, exportedAt, segments: [{ name, records }], counts }
  *   trail.jsonl           every record of the trail as the store holds it, segment after segment
- *   enrolment.json        { devices: [{ id, kind: agent|ssh, key, revoked?: { at, reason } }] }
+ *   enrolment.json        { devices: [{ id, kind: agent|ssh, key, revoked?: { at, reason }, history?: [...] }] }
  *   revisions/<p>/<n>.json  the signed envelopes the trail names; trust/<p>.yaml their pins
  *   checkpoints.jsonl     one JSON string a line: a checkpoint note (C2SP signed note)
  *   keys/log.pub, keys/witness.pub   the log's and the witness's public keys ([<name>=]ed25519:<base64>)
@@ -154,9 +158,43 @@ function parseEnrolment(data: unknown, path: string): EnrolledDevice[] {
       (typeof r?.at !== 'string' || Number.isNaN(Date.parse(r.at)) || typeof r.reason !== 'string')
     )
       throw bad(path, `${field}.revoked: must be { at: <ISO instant>, reason }`);
-    return { id: e.id, kind: e.kind, key: e.key, ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}) };
+    const history = e.history === undefined ? undefined : parseHistory(e.history, path, `${field}.history`);
+    return {
+      id: e.id,
+      kind: e.kind,
+      key: e.key,
+      ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}),
+      ...(history ? { history } : {}),
+    };
   });
 }
+
+/** A device's key history (its shape: whether each proof holds is the verifier's finding, naming the device). */
+function parseHistory(data: unknown, path: string, field: string): KeyRotationStep[] {
+  if (!Array.isArray(data) || data.length > MAX_HISTORY)
+    throw bad(path, `${field}: must be a list of at most ${MAX_HISTORY} { rotation, provenAt, proof, retiredAt? }`);
+  return data.map((d, i) => {
+    const s = d as Partial<KeyRotationStep> | null;
+    const at = `${field}[${i}]`;
+    if (typeof s?.rotation !== 'string' || !s.rotation) throw bad(path, `${at}.rotation: must name the rotation`);
+    for (const name of ['provenAt', 'retiredAt'] as const) {
+      const v = s[name];
+      if ((v !== undefined || name === 'provenAt') && (typeof v !== 'string' || Number.isNaN(Date.parse(v))))
+        throw bad(path, `${at}.${name}: must be an ISO-8601 instant`);
+    }
+    const proof = parseProof(s.proof);
+    if (typeof proof === 'string') throw bad(path, `${at}.${proof.replace(/^rotationProof/, 'proof')}`);
+    return {
+      rotation: s.rotation,
+      provenAt: s.provenAt!,
+      proof: { id: proof.id, old: proof.old, new: proof.new, byOld: proof.byOld, byNew: proof.byNew },
+      ...(s.retiredAt ? { retiredAt: s.retiredAt } : {}),
+    };
+  });
+}
+
+/** Rotations a device's history may hold: one a day for decades is far less. */
+const MAX_HISTORY = 1_000;
 
 /** The signed envelopes and their pins, revisions/<profile>/<n>.json and trust/<profile>.yaml. */
 function readRevisions(dir: string): { revisions: BundleRevision[]; trust: Record<string, Trust> } {
@@ -245,6 +283,8 @@ export interface ExportOptions {
   profilesRoot: string;
   /** A YAML list of { key, at, reason }: enrolments revoked, by key (its text or its id). */
   revoked?: string;
+  /** Agent identity key rotations' proofs files (the gateway's `<id>.proofs.json`): each device's key history. */
+  rotations?: string[];
   /** The log's and the witness's keys as the checkpoint flags take them (intake/checkpoint-keys.ts readPinnedKey). */
   logKey?: string;
   witnessKey?: string;
@@ -297,9 +337,15 @@ function readRevoked(path: string): { key: string; at: string; reason: string }[
 }
 
 /** The enrolment of each device the trail names: its kind, key and any revocation of that key. */
-function enrolmentOf(ids: Set<string>, inventoryPath: string, revokedPath?: string): EnrolledDevice[] {
+function enrolmentOf(
+  ids: Set<string>,
+  inventoryPath: string,
+  revokedPath?: string,
+  rotations: readonly string[] = [],
+): EnrolledDevice[] {
   const inventory = loadInventory(inventoryPath);
   const revoked = revokedPath ? readRevoked(revokedPath) : [];
+  const histories = keyHistories(rotations);
   const out: EnrolledDevice[] = [];
   for (const device of inventory.devices) {
     if (!ids.has(device.id)) continue;
@@ -310,8 +356,42 @@ function enrolmentOf(ids: Set<string>, inventoryPath: string, revokedPath?: stri
     const raw = enrolledPublicKey(kind, key);
     const names = raw ? [key, receiptKeyId(kind, raw)] : [key];
     const r = revoked.find((x) => names.includes(x.key));
-    out.push({ id: device.id, kind, key, ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}) });
+    const history = kind === 'agent' ? histories.get(device.id) : undefined;
+    out.push({
+      id: device.id,
+      kind,
+      key,
+      ...(r ? { revoked: { at: r.at, reason: r.reason } } : {}),
+      ...(history ? { history } : {}),
+    });
   }
+  return out;
+}
+
+/**
+ * The key history of each agent device from the rotations' proofs files (`--rotation`, the gateway's
+ * `<id>.proofs.json`, its only writer) and, beside each, the CLI's state file `<id>.json` for each device's retire.
+ * Copied as recorded: the verifier checks every proof itself. Steps in the order the gateway recorded them.
+ */
+function keyHistories(files: readonly string[]): Map<string, KeyRotationStep[]> {
+  const out = new Map<string, KeyRotationStep[]>();
+  for (const path of files) {
+    const head = readDocument(path, 'json') as { id?: unknown; schedule?: unknown } | null;
+    if (typeof head?.id !== 'string' || typeof head.schedule !== 'string')
+      throw bad(
+        `--rotation-proofs ${path}`,
+        "not a rotation's proofs file (<id>.proofs.json: { type, id, schedule, devices })",
+      );
+    const proofs = readProofs(path, head.id, head.schedule);
+    const statePath = join(dirname(path), `${proofs.id}.json`);
+    const state = existsSync(statePath) ? readRotationState(statePath, proofs.id, proofs.schedule) : undefined;
+    for (const [device, entry] of Object.entries(proofs.devices)) {
+      const retiredAt = state?.devices[device]?.retired;
+      const step = { rotation: proofs.id, provenAt: entry.at, proof: entry.proof, ...(retiredAt ? { retiredAt } : {}) };
+      out.set(device, [...(out.get(device) ?? []), step]);
+    }
+  }
+  for (const steps of out.values()) steps.sort((a, b) => Date.parse(a.provenAt) - Date.parse(b.provenAt));
   return out;
 }
 
@@ -528,7 +608,7 @@ export async function exportReceiptsBundle(opts: ExportOptions): Promise<BundleM
   const { segments, checkpoints } = await readTrail(opts);
   const slices = await readSliceTrails(opts, segments);
   const trail = trailDevices([...segments, ...slices.flatMap((s) => s.segments ?? [])]);
-  const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked);
+  const enrolment = enrolmentOf(trail.ids, opts.inventory, opts.revoked, opts.rotations);
   const revisions: BundleContent['revisions'] = [];
   const trust: BundleContent['trust'] = [];
   for (const profile of new Set(trail.receipts.map((r) => r.profile))) {

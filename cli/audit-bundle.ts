@@ -18,6 +18,7 @@ interface ExportFlags {
   inventory: string;
   profiles?: string;
   revoked?: string;
+  rotationProofs?: string[];
   logKey?: string;
   witnessKey?: string;
   auditDir?: string;
@@ -70,6 +71,7 @@ async function exportBundle(id: string, opts: ExportFlags): Promise<number> {
     inventory: opts.inventory,
     profilesRoot: root.dir,
     ...(opts.revoked ? { revoked: opts.revoked } : {}),
+    ...(opts.rotationProofs ? { rotations: opts.rotationProofs } : {}),
     ...(opts.logKey ? { logKey: opts.logKey } : {}),
     ...(opts.witnessKey ? { witnessKey: opts.witnessKey } : {}),
     ...(opts.auditStore ? { store: opts.auditStore } : {}),
@@ -125,6 +127,11 @@ export function registerBundleCommands(audit: Command): void {
       'profiles root: the signed envelopes and trust.yaml of the profile (default $WAVEGATE_PROFILES, else ./profiles)',
     )
     .option('--revoked <file>', 'a YAML list of { key, at, reason }: enrolled keys revoked (the key line or its id)')
+    .option(
+      '--rotation-proofs <file>',
+      "an agent identity key rotation's proofs file (the gateway's <id>.proofs.json; the state file <id>.json beside it gives each device's retire): each device's key history, so receipts signed before and after the rotation verify; repeatable",
+      (v: string, all: string[] = []) => [...all, v],
+    )
     .option(
       '--log-key <key>',
       "the control plane's checkpoint key, as the worker's flags take it: a pin file (<key>.pub.yaml), ed25519:<base64> or a C2SP verifier key",

@@ -20,6 +20,7 @@ import {
   type ReceiptResult,
 } from './receipt';
 import { ed25519Verify, MAX_CLOCK_SKEW_MS, verifyEnvelope, type Trust, type VerifyResult } from './signing';
+import { proofProblem, type RotationProof } from './agent-rotation';
 import { envelopeDigestOf } from './twin';
 import type { Envelope } from './signing';
 
@@ -43,6 +44,23 @@ export interface EnrolledDevice {
   key: string;
   /** Receipts made at or after `at` (by the device's clock or the trail's) are refused. */
   revoked?: { at: string; reason: string };
+  /**
+   * An agent's identity key rotations, oldest first (docs/formats.md "The bundle", "Key history"): each step's
+   * proof hands over from the key before it to the next. `key` is one of the keys they name; receipts verify under
+   * every key linked to it by proofs that verify.
+   */
+  history?: KeyRotationStep[];
+}
+
+/** One rotation of an agent's identity key as a bundle carries it (the gateway's proofs file, the CLI's state file). */
+export interface KeyRotationStep {
+  /** The rotation's id (the proof's, and the device's in its statements). */
+  rotation: string;
+  /** When the gateway recorded the proof (its word: the order of the steps, not a check). */
+  provenAt: string;
+  proof: RotationProof;
+  /** When the operator's retire was recorded for this device: the old key's receipts from then on are refused. */
+  retiredAt?: string;
 }
 
 /** A signed revision the trail names, as the profile's envelopes/<n>.json holds it. */
@@ -84,6 +102,7 @@ export type ReceiptCheck =
   | 'receipt'
   | 'enrolment'
   | 'key'
+  | 'rotation'
   | 'signature'
   | 'revoked'
   | 'nonce'
@@ -131,12 +150,26 @@ export interface ReceiptsVerifyOptions {
   verifySignature?: Ed25519Check;
 }
 
-/** A device's enrolled key, decoded once. */
+/** A device's enrolled key, decoded once, and the keys its verified rotation proofs link to it. */
 interface EnrolledKey {
   device: EnrolledDevice;
   publicKey: Uint8Array;
   keyId: string;
   revokedAt?: number;
+  /** Oldest first; the enrolled key among them (just it without a history). */
+  linked: LinkedKey[];
+  /** Keys the history names that no verified proof links to the enrolled key, by id: why not. */
+  unlinked: Map<string, string>;
+}
+
+/** A key of a device's history that receipts may be signed with. */
+interface LinkedKey {
+  publicKey: Uint8Array;
+  keyId: string;
+  /** Its place in the history (0: the first key): a device's receipts never go back to a lower one. */
+  index: number;
+  /** The rotation that handed over from it and that rotation's retire for the device (epoch ms), if any. */
+  handedOver?: { rotation: string; retiredAt?: number };
 }
 
 /** Per device: its last receipt in the bundle (counter, hash, where) and its floor per profile. */
@@ -184,6 +217,7 @@ export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerif
     revisions: revisionIndex(bundle, verify),
     chains: new Map(),
     nonces: new Map(),
+    keyAt: new Map(),
     from: fromRevision(records),
     findings,
     slices: new Map((bundle.slices ?? []).map((s) => [s.trail, s.segments])),
@@ -357,14 +391,79 @@ function enrolledKeys(enrolment: EnrolledDevice[], findings: ReceiptFinding[]): 
       continue;
     }
     const revokedAt = device.revoked ? Date.parse(device.revoked.at) : undefined;
+    const keyId = receiptKeyId(device.kind, publicKey);
     keys.set(device.id, {
       device,
       publicKey,
-      keyId: receiptKeyId(device.kind, publicKey),
+      keyId,
       ...(revokedAt === undefined ? {} : { revokedAt: Number.isNaN(revokedAt) ? 0 : revokedAt }),
+      ...keyHistory(device, { publicKey, keyId, index: 0 }, findings),
     });
   }
   return keys;
+}
+
+/**
+ * The keys of an agent's history linked to its enrolled key (the anchor: the inventory's pin when exported): from
+ * the enrolled key back through each step whose proof verifies (the newer key, signing `new-accepts`, names the
+ * older one) and forward likewise (the older key, signing `old-hands-over`, names the newer one). A step whose proof
+ * does not verify, or whose old key is not the step before's new key, cuts the history there: the keys beyond it
+ * are not the device's, and the step is a finding.
+ */
+function keyHistory(
+  device: EnrolledDevice,
+  enrolled: LinkedKey,
+  findings: ReceiptFinding[],
+): Pick<EnrolledKey, 'linked' | 'unlinked'> {
+  const steps = device.history ?? [];
+  const unlinked = new Map<string, string>();
+  if (steps.length === 0) return { linked: [enrolled], unlinked };
+  const refuse = (message: string) => findings.push({ device: device.id, check: 'enrolment', message });
+  if (device.kind !== 'agent') {
+    refuse('a key history is an agent identity key rotation: an ssh receipt key has none');
+    return { linked: [enrolled], unlinked };
+  }
+  // pins[i] is the key before step i, pins[i + 1] the one after; good[i]: step i links them.
+  const pins = [steps[0]!.proof.old, ...steps.map((s) => s.proof.new)];
+  const why = steps.map((step, i): string | null => {
+    if (i > 0 && step.proof.old !== steps[i - 1]!.proof.new)
+      return `its old key is not the new key of rotation ${steps[i - 1]!.rotation}, the step before`;
+    if (step.proof.id !== step.rotation) return `its proof is rotation ${step.proof.id}'s`;
+    return proofProblem(step.proof, { id: step.rotation, device: device.id, pinned: step.proof.old });
+  });
+  for (const [i, problem] of why.entries())
+    if (problem) refuse(`key history: rotation ${steps[i]!.rotation}: ${problem}`);
+  const anchor = pins.indexOf(device.key);
+  if (anchor < 0) {
+    refuse(`key history: the enrolled key ${device.key.slice(0, 20)}… is none of the keys its rotations name`);
+    return { linked: [enrolled], unlinked };
+  }
+  let lo = anchor;
+  while (lo > 0 && why[lo - 1] === null) lo--;
+  let hi = anchor;
+  while (hi < steps.length && why[hi] === null) hi++;
+  const linked: LinkedKey[] = [];
+  for (const [i, pin] of pins.entries()) {
+    const publicKey = enrolledPublicKey('agent', pin);
+    if (!publicKey) continue;
+    const keyId = receiptKeyId('agent', publicKey);
+    if (i < lo || i > hi) {
+      const cut = i < lo ? lo - 1 : hi;
+      unlinked.set(keyId, `rotation ${steps[cut]!.rotation}'s proof does not link it: ${why[cut]}`);
+      continue;
+    }
+    const next = steps[i];
+    const retiredAt = next?.retiredAt === undefined ? undefined : Date.parse(next.retiredAt);
+    linked.push({
+      publicKey,
+      keyId,
+      index: i,
+      ...(next && i < hi
+        ? { handedOver: { rotation: next.rotation, ...(retiredAt === undefined ? {} : { retiredAt }) } }
+        : {}),
+    });
+  }
+  return { linked, unlinked };
 }
 
 interface ReceiptContext {
@@ -375,6 +474,8 @@ interface ReceiptContext {
   chains: Map<string, DeviceChain>;
   /** Nonce → where it was first seen (`record <seq>`, or a slice trail's record). */
   nonces: Map<string, string>;
+  /** Per device: the history index of the newest key its receipts were signed with so far, and where. */
+  keyAt: Map<string, { index: number; at: string }>;
   from: number | undefined;
   findings: ReceiptFinding[];
   /** The bundle's slice trails by id (null: exported as missing), and each linked so far, by which record. */
@@ -441,18 +542,23 @@ function checkSigner(
     find('enrolment', `${at}: device ${id} has no enrolled key in the bundle`);
     return false;
   }
-  if (f.keyKind !== enrolled.device.kind || f.keyId !== enrolled.keyId) {
+  const key = f.keyKind === enrolled.device.kind ? enrolled.linked.find((k) => k.keyId === f.keyId) : undefined;
+  if (!key) {
     const owner = [...ctx.keys.values()].find((k) => k.keyId === f.keyId && k.device.kind === f.keyKind);
+    const cut = f.keyKind === enrolled.device.kind ? enrolled.unlinked.get(f.keyId) : undefined;
     find(
       'key',
-      `${at}: signed by ${f.keyKind} key ${f.keyId}${owner ? ` (device ${owner.device.id}'s)` : ''}, not the device's enrolled ${enrolled.device.kind} key ${enrolled.keyId}`,
+      cut
+        ? `${at}: signed by ${f.keyKind} key ${f.keyId}, which the device's key history names but does not prove: ${cut}`
+        : `${at}: signed by ${f.keyKind} key ${f.keyId}${owner ? ` (device ${owner.device.id}'s)` : ''}, not the device's enrolled ${enrolled.device.kind} key ${enrolled.keyId}${enrolled.linked.length > 1 ? ' nor one its rotations link to it' : ''}`,
     );
     return false;
   }
-  if (!receiptSignatureValid(r, enrolled.publicKey, ctx.verify)) {
-    find('signature', `${at}: the signature does not verify under the device's enrolled key ${enrolled.keyId}`);
+  if (!receiptSignatureValid(r, key.publicKey, ctx.verify)) {
+    find('signature', `${at}: the signature does not verify under the device's enrolled key ${key.keyId}`);
     return false;
   }
+  checkKeyOrder(ctx, key, id, record, r, at, find);
   // The device's clock is its own word (a stolen key writes any clock): the record that carries it counts too.
   const revoked = enrolled.revokedAt;
   if (revoked !== undefined && (f.clock >= revoked || Date.parse(record.at) >= revoked)) {
@@ -463,6 +569,35 @@ function checkSigner(
     );
   }
   return true;
+}
+
+/**
+ * A key of a rotated identity: used in the history's order (once a receipt is signed by a newer key, none by an
+ * older one follows: the agent hands over and never goes back), and a key handed over from not after the retire
+ * was recorded for the device (by the receipt's clock or the record's, as for a revocation).
+ */
+function checkKeyOrder(
+  ctx: ReceiptContext,
+  key: LinkedKey,
+  id: string,
+  record: AuditRecord,
+  r: Receipt,
+  at: string,
+  find: Find,
+) {
+  const last = ctx.keyAt.get(id);
+  if (last && key.index < last.index)
+    find(
+      'rotation',
+      `${at}: signed by key ${key.keyId}, which rotation ${key.handedOver?.rotation ?? '?'} handed over from, after ${last.at} was signed by its newer key: a device never goes back to an old key`,
+    );
+  else ctx.keyAt.set(id, { index: key.index, at });
+  const retired = key.handedOver?.retiredAt;
+  if (retired !== undefined && (r.fields.clock >= retired || Date.parse(record.at) >= retired))
+    find(
+      'rotation',
+      `${at}: signed by key ${key.keyId}, retired by rotation ${key.handedOver!.rotation} at ${new Date(retired).toISOString()}; the receipt's clock is ${new Date(r.fields.clock).toISOString()}, the record's ${record.at}`,
+    );
 }
 
 /** The nonce is the one the request made, and no other receipt in the bundle carries it. */
