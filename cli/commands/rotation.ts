@@ -36,6 +36,8 @@ import { verifiedSchedule } from '../../intake/rotation-schedule';
 import { loadTrust } from '../../intake/trust';
 import { parseWith } from '../../core/validation';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
+import { withTemporalOptions } from '../temporal-options';
+import type { TemporalFlags } from '../../workers/connection';
 
 /**
  * `wavegate rotation sign|retire-statement|status|activate|retire`: the SSH login key rotated on a signed
@@ -103,28 +105,66 @@ function printStatus(
   state: RotationStateFile,
   now: number,
   records: RotationStateFile['devices'] = state.devices,
+  roots?: string,
 ): number {
   const status = rotationStatus({ rotation: schedule.rotation, now, devices, records });
   const r = schedule.rotation;
   out(
-    `rotation ${r.id} (${r.kind}): ${r.kind === 'agent-identity' ? "each agent's identity key" : `${r.old} -> ${r.new}`}`,
+    `rotation ${r.id} (${r.kind}): ${r.kind === 'agent-identity' ? "each agent's identity key" : `${r.old} -> ${r.new}${r.kind === 'signer' ? ` (signer of ${r.authority})` : ''}`}`,
   );
   out(`  publish ${r.publish}, activate ${r.activate}, retire ${r.retire}; now: ${status.phase}`);
+  if (roots) out(`  ${roots}`);
   for (const row of status.rows) {
     const tags = [row.required ? 'required' : 'best-effort', ...(row.lifeline ? ['lifeline'] : [])].join(', ');
     out(`  ${row.device}: ${row.state} (${tags})${row.detail ? `: ${row.detail}` : ''}`);
-    const next = nextStep(row);
+    const next = nextStep(row, r.kind);
     if (next) out(`    next: ${next}`);
   }
   if (state.retire)
     out(
       `  retired at ${state.retire.at}${state.retire.forced ? ` (FORCED: ${state.retire.reason}; past ${state.retire.notActive.join(', ')})` : ''}`,
     );
-  out(`${status.onOldKey} device(s) still on the old key`);
+  out(`${status.onOldKey} device(s) still on ${r.kind === 'signer' ? 'a root without the new signer' : 'the old key'}`);
   return status.onOldKey;
 }
 
-function runStatus(schedulePath: string, opts: CommonFlags & { json?: boolean }): number {
+/** The kind a schedule says it is (unverified: only to pick the path, which verifies it). */
+function kindOf(schedulePath: string): unknown {
+  return (peekBody(parseWith(Envelope, readDocument(schedulePath, 'json'), schedulePath)) as { kind?: unknown })?.kind;
+}
+
+/** status for kind signer: each device's held trust root (an agent's report, an SSH device's worker) against the overlap root. */
+async function signerStatus(
+  schedulePath: string,
+  opts: CommonFlags & TemporalFlags & { json?: boolean },
+): Promise<number> {
+  const now = Date.now();
+  const { signerContext } = require('../signer-rotation') as typeof import('../signer-rotation');
+  const ctx = await signerContext(schedulePath, opts, now);
+  const { rotation } = ctx.schedule;
+  if (opts.json) {
+    const status = rotationStatus({ rotation, now, devices: ctx.devices, records: ctx.records });
+    out(
+      JSON.stringify({
+        id: rotation.id,
+        ...status,
+        overlapRoot: ctx.overlap ?? null,
+        dropRoot: ctx.drop ?? null,
+        retire: ctx.state.retire ?? null,
+      }),
+    );
+    return EXIT_OK;
+  }
+  const roots = `trust roots of ${rotation.authority}: ${ctx.overlap === undefined ? 'none pins the new signer yet' : `v${ctx.overlap} pins the new signer`}${ctx.drop === undefined ? '' : `, v${ctx.drop} drops the old one`}`;
+  printStatus(ctx.schedule, ctx.devices, ctx.state, now, ctx.records, roots);
+  return EXIT_OK;
+}
+
+async function runStatus(
+  schedulePath: string,
+  opts: CommonFlags & TemporalFlags & { json?: boolean },
+): Promise<number> {
+  if (kindOf(schedulePath) === 'signer') return signerStatus(schedulePath, opts);
   const now = Date.now();
   const { schedule, devices, state, records } = context(schedulePath, opts, now);
   const ids = devices.map((d) => d.id);
@@ -188,6 +228,12 @@ async function runActivate(schedulePath: string, opts: DeviceFlags & { newKey?: 
       { field: 'publish', value: rotation.publish },
     );
   if (rotation.kind === 'agent-identity') return activateAgentIdentities(ctx, now);
+  if (rotation.kind === 'signer')
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `rotation ${rotation.id}: a signer rotation activates by publishing a trust root pinning both keys (wavegate trust rotate, then publish); each device is active once it holds it (wavegate rotation status)`,
+      { field: 'kind', value: 'signer' },
+    );
   if (!opts.newKey)
     throw new WavegateError(
       'INVALID_INPUT',
@@ -225,6 +271,12 @@ async function runRetire(
   schedulePath: string,
   opts: DeviceFlags & { statement: string; force?: boolean },
 ): Promise<number> {
+  if (kindOf(schedulePath) === 'signer')
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${schedulePath}: a signer rotation retires by publishing the trust root that drops its old signer, through the same gate: wavegate trust publish <root draft> --profile <authority> --rotation ${schedulePath} --inventory <fleet.yaml> (--statement <forced statement> --force to go past devices not active)`,
+      { field: 'kind', value: 'signer' },
+    );
   const now = Date.now();
   const ctx = context(schedulePath, opts, now);
   const { rotation } = ctx.schedule;
@@ -346,7 +398,9 @@ function deviceOptions(cmd: Command): Command {
 export function register(program: Command): void {
   const rotation = program
     .command('rotation')
-    .description('Rotate a key the fleet runs on (the SSH login key, agent identity keys) on a signed schedule: publish <= activate <= retire (docs/operations.md)');
+    .description(
+      'Rotate a key the fleet runs on (the SSH login key, agent identity keys) on a signed schedule: publish <= activate <= retire (docs/operations.md)',
+    );
   rotation
     .command('sign <schedule>')
     .description('Sign a rotation schedule (YAML/JSON) into an envelope; cosign it with wavegate cosign')
@@ -361,7 +415,7 @@ export function register(program: Command): void {
     .option('--forced', 'sign a forced retire: it may go ahead past required devices not active (with retire --force)')
     .option('--reason <text>', 'why (required with --forced)')
     .action(action(runRetireStatement));
-  rotation
+  const status = rotation
     .command('status <schedule-envelope>')
     .description(
       'Each device state (published, active, retired, missed, blocked) and how many are still on the old key',
@@ -369,8 +423,9 @@ export function register(program: Command): void {
     .requiredOption('--inventory <fleet.yaml>', 'the inventory file')
     .option('--profiles <dir>', "profiles root holding the authority profile's trust.yaml")
     .option('--state <dir>', 'directory of the rotation state file')
-    .option('--json', 'print it as JSON')
-    .action(action(runStatus));
+    .option('--json', 'print it as JSON');
+  // signer: agents' held trust roots are read from their twins (the Temporal connection options).
+  withTemporalOptions(status).action(action(runStatus));
   deviceOptions(
     rotation
       .command('activate <schedule-envelope>')
