@@ -33,9 +33,17 @@ const ROTATION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const DEVICE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 /** An OpenSSH public key fingerprint, as `ssh-keygen -lf` prints it. */
 const FINGERPRINT = /^SHA256:[A-Za-z0-9+/]{43}$/;
+/** A signer key id (core/signing.ts keyId), as trust roots pin it. */
+const SIGNER_KID = /^sha256\/[A-Za-z0-9_-]{43}$/;
+const KEY_NAME = new RegExp(`${FINGERPRINT.source}|${SIGNER_KID.source}`);
+const KEY_NAME_RULE =
+  'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>" (ssh-login) or a signer key id "sha256/<43 base64url>" (signer)';
 
-/** What a schedule rotates: the fleet's SSH login key, or each agent device's own identity key. */
-export const ROTATION_KINDS = ['ssh-login', 'agent-identity'] as const;
+/**
+ * What a schedule rotates: the fleet's SSH login key, each agent device's own identity key, or one signer key of the
+ * authority profile's trust root (the root chain carries the keys; the schedule adds the overlap and the retire gate).
+ */
+export const ROTATION_KINDS = ['ssh-login', 'agent-identity', 'signer'] as const;
 export type RotationKind = (typeof ROTATION_KINDS)[number];
 
 const Instant = lazySchema(() => zod().iso.datetime({ offset: true }));
@@ -52,13 +60,13 @@ export const RotationSource = lazySchema(() =>
     .object({
       type: zod().literal(ROTATION_TYPE),
       id: zod().string().regex(ROTATION_ID, 'must be 1-64 letters, digits, ".", "_" or "-"'),
-      // The SSH login key (one fleet-wide key pair, old and new named) and each agent's identity key (one key per
-      // device, made on the device: no old or new here, each device proves its own). Signer keys rotate through
-      // the signed trust root.
+      // The SSH login key (one fleet-wide key pair, old and new named by fingerprint), each agent's identity key (one
+      // key per device, made on the device: no old or new here, each device proves its own), and a signer key of the
+      // authority profile (old and new named by kid; the keys themselves travel in the profile's trust roots).
       kind: zod().enum(ROTATION_KINDS),
       authority: zod().string().regex(PROFILE_NAME, PROFILE_NAME_RULE),
-      old: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
-      new: zod().string().regex(FINGERPRINT, 'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>"').optional(),
+      old: zod().string().regex(KEY_NAME, KEY_NAME_RULE).optional(),
+      new: zod().string().regex(KEY_NAME, KEY_NAME_RULE).optional(),
       publish: Instant,
       activate: Instant,
       retire: Instant,
@@ -132,10 +140,16 @@ export function scheduleProblem(
       reason: 'BAD_ORDER',
       message: `retire: at most ${MAX_ROTATION_DAYS} days after publish (got publish ${s.publish}, retire ${s.retire})`,
     };
-  if (s.kind === 'ssh-login') {
-    for (const field of ['old', 'new'] as const)
-      if (s[field] === undefined)
-        return { reason: 'INVALID_ROTATION', message: `${field}: required for kind ssh-login (the key's fingerprint)` };
+  if (s.kind === 'ssh-login' || s.kind === 'signer') {
+    const [form, what] =
+      s.kind === 'ssh-login' ? [FINGERPRINT, "the key's fingerprint"] : [SIGNER_KID, "the signer's kid"];
+    for (const field of ['old', 'new'] as const) {
+      const value = s[field];
+      if (value === undefined)
+        return { reason: 'INVALID_ROTATION', message: `${field}: required for kind ${s.kind} (${what})` };
+      if (!form.test(value))
+        return { reason: 'INVALID_ROTATION', message: `${field}: must be ${what} for kind ${s.kind} (got ${value})` };
+    }
     if (s.old === s.new) return { reason: 'INVALID_ROTATION', message: `new: the same key as old (got ${s.new})` };
   } else if (s.old !== undefined || s.new !== undefined)
     // Each agent makes its own new key on the device and proves it; no fleet-wide key to name.
@@ -383,7 +397,7 @@ export function decideRetire(input: {
     if (!(input.force && input.retire.forced))
       throw new WavegateError(
         'CONFLICT',
-        `rotation ${rotation.id}: retire refused: ${holding.length} required device(s) not active on the new key: ${holding.map((d) => `${d.device} (${d.state})`).join(', ')}. Run \`wavegate rotation activate\` again when they are reachable, or retire with a statement signed forced and --force`,
+        `rotation ${rotation.id}: retire refused: ${holding.length} required device(s) not active on the new key: ${holding.map((d) => `${d.device} (${d.state})`).join(', ')}. ${rotation.kind === 'signer' ? 'Each takes the root pinning the new signer at its next sync (an agent) or read of the profiles root (a worker): bring them online' : 'Run `wavegate rotation activate` again when they are reachable'}, or retire with a statement signed forced and --force`,
         { devices: holding.map((d) => d.device) },
       );
     decision.forced = true;
@@ -428,7 +442,14 @@ export function rotationStatus(input: {
 }
 
 /** What to tell the operator about a device still on the old key. */
-export function nextStep(row: Pick<StatusRow, 'state' | 'device'>): string | undefined {
+export function nextStep(
+  row: Pick<StatusRow, 'state' | 'device'>,
+  kind: RotationKind = 'ssh-login',
+): string | undefined {
+  if (kind === 'signer')
+    return onOldKey(row.state)
+      ? `${row.device} takes the root pinning the new signer at its next sync with its gateway (an agent) or its worker's next read of the profiles root (SSH): bring it online`
+      : undefined;
   switch (row.state) {
     case 'published':
     case 'missed':
@@ -438,4 +459,59 @@ export function nextStep(row: Pick<StatusRow, 'state' | 'device'>): string | und
     default:
       return undefined;
   }
+}
+
+/**
+ * kind signer: where the schedule's keys stand in the authority profile's root chain (`roots`: the contents of
+ * version 0, its trust.yaml, and each root after it, in any order). `overlap`: the first version pinning the new key
+ * (from it revisions signed by either key verify: make before break); `drop`: the first version after it that no
+ * longer pins the old key (the retire). Absent: no such root yet.
+ */
+export function signerRoots(
+  rotation: Pick<Rotation, 'old' | 'new'>,
+  roots: ReadonlyArray<{ version: number; pins: ReadonlyArray<{ kid: string }> }>,
+): { overlap?: number; drop?: number } {
+  const sorted = [...roots].sort((a, b) => a.version - b.version);
+  const pins = (r: (typeof sorted)[number], kid: string | undefined) => r.pins.some((p) => p.kid === kid);
+  const overlap = sorted.find((r) => pins(r, rotation.new))?.version;
+  const drop =
+    overlap === undefined ? undefined : sorted.find((r) => r.version > overlap && !pins(r, rotation.old))?.version;
+  return { ...(overlap !== undefined ? { overlap } : {}), ...(drop !== undefined ? { drop } : {}) };
+}
+
+/** What a device says of the trust root it holds: the version, when it said so (ISO), and who verifies for it. */
+export interface HeldRoot {
+  root: number;
+  at: string;
+  /** "its agent" (from its report), "its worker" (the profiles root the worker reads). */
+  by: string;
+}
+
+/**
+ * kind signer: each device's record from the root version it holds, for deviceState, rotationStatus and
+ * decideRetire as every kind: active once it holds the overlap root or a later one (it verifies signatures of the new
+ * key), otherwise why not (`lastError`), its state then published or missed by the schedule's instants.
+ */
+export function signerRecords(input: {
+  profile: string;
+  overlap: number | undefined;
+  devices: readonly string[];
+  held: Readonly<Record<string, HeldRoot | undefined>>;
+}): Record<string, DeviceRotation> {
+  const records: Record<string, DeviceRotation> = {};
+  for (const device of input.devices) {
+    const held = Object.hasOwn(input.held, device) ? input.held[device] : undefined;
+    if (input.overlap !== undefined && held && held.root >= input.overlap) records[device] = { active: held.at };
+    else if (input.overlap === undefined)
+      records[device] = {
+        lastError: `no trust root of ${input.profile} pins the new signer yet: publish one pinning both keys (wavegate trust rotate, then publish)`,
+      };
+    else
+      records[device] = {
+        lastError: held
+          ? `${held.by} holds trust root v${held.root} of ${input.profile} (as of ${held.at}), not v${input.overlap} or later (the first pinning the new signer)`
+          : `it has not reported the trust root of ${input.profile} it holds (never synced, or an agent before v1.4)`,
+      };
+  }
+  return records;
 }

@@ -186,11 +186,13 @@ function runInit(
 }
 
 /** Write a verified next root as root/<n>.json (never over one), then read the profile back. */
-function publishRoot(layout: ProfileDir, next: TrustRoot, how: string): number {
+function publishRoot(layout: ProfileDir, next: TrustRoot, how: string, gate?: () => () => void): number {
   const path = layout.rootFile(next.content.version);
   listUnder(layout, next.trust, `trust root v${next.content.version}`);
   if (existsSync(path))
     throw new WavegateError('CONFLICT', `${path}: already exists; nothing was written`, { field: 'version' });
+  // A signer rotation's retire gate runs last, just before the write: every other refusal leaves it unrecorded.
+  const recordRetire = gate?.();
   mkdirSync(layout.rootDir, { recursive: true });
   writeDocument(path, next.envelope);
   let state: ProfileTrustState;
@@ -201,6 +203,7 @@ function publishRoot(layout: ProfileDir, next: TrustRoot, how: string): number {
     rmSync(path, { force: true });
     throw err;
   }
+  recordRetire?.();
   out(
     `wrote ${path}: trust root v${next.content.version} of ${layout.name} (${describeRoot(next)}), body sha256 ${next.digest}`,
   );
@@ -416,8 +419,55 @@ function draftTally(state: ProfileTrustState, envelope: Envelope, kind: 'root' |
   return Array.isArray(content?.pins) ? rootTallyText(rootTally(state.root, envelope, content)) : 'unreadable draft';
 }
 
+type PublishFlags = ProfileFlags &
+  TemporalFlags & { rotation?: string; inventory?: string; state?: string; statement?: string; force?: boolean };
+
+/**
+ * A root dropping the old signer of the `--rotation` schedule (kind signer) is that rotation's retire: the gate
+ * (cli/signer-rotation.ts) refuses it while a required device holds no root pinning the new signer. Undefined: no
+ * schedule given, or this root drops no key of it.
+ */
+async function signerGate(next: TrustRoot, opts: PublishFlags): Promise<(() => () => void) | undefined> {
+  if (opts.rotation === undefined) {
+    for (const flag of ['inventory', 'state', 'statement', 'force'] as const)
+      if (opts[flag] !== undefined)
+        throw new WavegateError('INVALID_INPUT', `--${flag}: only with --rotation <schedule>`, { field: `--${flag}` });
+    return undefined;
+  }
+  const { signerContext, gateSignerRetire } = require('../signer-rotation') as typeof import('../signer-rotation');
+  const now = Date.now();
+  const ctx = await signerContext(opts.rotation, opts, now);
+  const rotation = ctx.schedule.rotation;
+  if (!(next.content.removes ?? []).includes(rotation.old!)) {
+    out(`rotation ${rotation.id}: trust root v${next.content.version} keeps ${rotation.old}: no retire to gate`);
+    return undefined;
+  }
+  const statement =
+    opts.statement !== undefined
+      ? {
+          path: opts.statement,
+          envelope: readDocument(opts.statement, 'json'),
+          trust: stateOf(layoutOf(opts)).root.trust,
+        }
+      : undefined;
+  return () => {
+    const decision = gateSignerRetire({
+      ctx,
+      root: next,
+      force: opts.force === true,
+      now,
+      ...(statement ? { statement } : {}),
+    });
+    if (decision.forced)
+      process.stderr.write(
+        `wavegate: FORCED retire of ${rotation.id}: ${decision.notActive.map((d) => d.device).join(', ')} still on a root without the new signer (recorded in ${ctx.statePath})\n`,
+      );
+    return decision.record;
+  };
+}
+
 /** `trust publish`: write a draft into the profile only when it verifies as the next root / the next list. */
-function runPublish(path: string, opts: ProfileFlags): number {
+async function runPublish(path: string, opts: PublishFlags): Promise<number> {
   const layout = layoutOf(opts);
   const { envelope, kind } = readDraft(path);
   const profile = (peekBody(envelope) as { profile?: unknown }).profile;
@@ -442,7 +492,7 @@ function runPublish(path: string, opts: ProfileFlags): number {
       { reason: next.reason, source: path },
     );
   }
-  return publishRoot(layout, next, 'publish');
+  return publishRoot(layout, next, 'publish', await signerGate(next, opts));
 }
 
 /** The registry verifies only what it was offered: the way to offer it now. */
@@ -608,13 +658,27 @@ export function registerTrust(program: Command): void {
     .option('--out <file>', 'write the cosigned draft here instead')
     .option('--profiles <dir>', profilesOptionHelp())
     .action(action(runCosign));
-  profileOptions(
-    trust
-      .command('publish <draft>')
-      .description(
-        'Write a draft into the profile (root/<n>.json or revocations.json) only when it verifies as the next one; else exit 2 naming what is missing',
-      ),
-  ).action(action(runPublish));
+  withTemporalOptions(
+    profileOptions(
+      trust
+        .command('publish <draft>')
+        .description(
+          'Write a draft into the profile (root/<n>.json or revocations.json) only when it verifies as the next one; else exit 2 naming what is missing. With --rotation (a signer schedule), a root dropping its old signer is refused (exit 2, CONFLICT naming them) while a required device holds no root pinning the new one',
+        ),
+    ),
+  )
+    .option('--rotation <schedule>', 'the signed rotation schedule (kind signer) this root carries out')
+    .option('--inventory <fleet.yaml>', 'with --rotation: the devices whose held root the retire waits for')
+    .option('--state <dir>', 'with --rotation: directory of the rotation state file (default beside the inventory)')
+    .option(
+      '--statement <file>',
+      'with --rotation: a retire statement signed forced (rotation retire-statement --forced)',
+    )
+    .option(
+      '--force',
+      'with --rotation: go ahead past required devices not active (the statement must be signed forced)',
+    )
+    .action(action(runPublish));
   profileOptions(
     trust
       .command('status')

@@ -8,6 +8,8 @@ import {
   parseRotationSource,
   phaseAt,
   rotationStatus,
+  signerRecords,
+  signerRoots,
   signRotationDocument,
   verifyRetire,
   verifyRotation,
@@ -16,6 +18,7 @@ import {
 } from '../../../core/rotation';
 import { cosignEnvelope, keyPairFromSeed, parseTrust, pinOf, type Envelope } from '../../../core/signing';
 import { refusal } from '../../support/refusal';
+import { WavegateError } from '../../../core/errors';
 
 /** core/rotation.ts: the signed schedule, its retire statement, each device's state and the retire gate. */
 
@@ -241,5 +244,85 @@ describe('each device state and the retire gate', () => {
       decideRetire({ ...base, devices: ['d1', 'd3'], now: T0 + 3 * H, records: { d1: active } }),
     );
     expect(err.message).toContain('d2 (blocked)');
+  });
+});
+
+describe('kind signer: a signer key rotated through the trust root chain', () => {
+  const [OLD_KID, NEW_KID] = [carol.kid, pair(4).kid];
+  const signerSchedule = () => schedule({ id: 'signer-2027-01', kind: 'signer', old: OLD_KID, new: NEW_KID });
+
+  it('names the old and new signer by kid: a fingerprint, a missing or an equal key is refused', () => {
+    expect(signerSchedule().rotation).toMatchObject({ kind: 'signer', old: OLD_KID, new: NEW_KID });
+    const bad = (over: Partial<RotationSource>) =>
+      verifyRotation(signed(source({ kind: 'signer', old: OLD_KID, new: NEW_KID, ...over })), trust, { now: T0 });
+    expect(bad({ new: NEW })).toMatchObject({
+      reason: 'INVALID_ROTATION',
+      message: expect.stringContaining(`new: must be the signer's kid for kind signer (got ${NEW})`),
+    });
+    expect(bad({ old: undefined })).toMatchObject({
+      reason: 'INVALID_ROTATION',
+      message: expect.stringContaining('old: required for kind signer'),
+    });
+    expect(bad({ new: OLD_KID })).toMatchObject({ reason: 'INVALID_ROTATION' });
+    // And an ssh-login schedule still takes only fingerprints.
+    expect(verifyRotation(signed(source({ old: OLD_KID })), trust, { now: T0 })).toMatchObject({
+      reason: 'INVALID_ROTATION',
+    });
+  });
+
+  it('finds the overlap root (first pinning the new key) and the dropping root (first after it without the old)', () => {
+    const r = signerSchedule().rotation;
+    const pins = (...kids: string[]) => kids.map((kid) => ({ kid }));
+    const chain = [
+      { version: 2, pins: pins(alice.kid, OLD_KID, NEW_KID) },
+      { version: 0, pins: pins(alice.kid, OLD_KID) },
+      { version: 1, pins: pins(alice.kid, OLD_KID) },
+      { version: 3, pins: pins(alice.kid, NEW_KID) },
+    ];
+    expect(signerRoots(r, chain)).toEqual({ overlap: 2, drop: 3 });
+    expect(signerRoots(r, chain.slice(0, 3))).toEqual({ overlap: 2 });
+    expect(signerRoots(r, chain.slice(1, 3))).toEqual({});
+  });
+
+  it('a device is active once it holds the overlap root or later; the retire waits for every required one', () => {
+    const r = signerSchedule().rotation;
+    const held = {
+      a: { root: 2, at: iso(T0), by: 'its agent' },
+      b: { root: 1, at: iso(T0), by: 'its agent' },
+      s: { root: 3, at: iso(T0), by: 'its worker' },
+    };
+    const devices = ['a', 'b', 'c', 's'];
+    const records = signerRecords({ profile: 'fleet', overlap: 2, devices, held });
+    expect(records.a).toEqual({ active: iso(T0) });
+    expect(records.s).toEqual({ active: iso(T0) });
+    expect(records.b!.lastError).toBe(
+      'its agent holds trust root v1 of fleet (as of 2027-01-01T00:00:00.000Z), not v2 or later (the first pinning the new signer)',
+    );
+    expect(records.c!.lastError).toMatch(/has not reported the trust root of fleet it holds/);
+    const status = rotationStatus({ rotation: r, now: T0 + 4 * H, devices, records });
+    expect(status.onOldKey).toBe(2);
+    expect(status.rows.map((row) => row.state)).toEqual(['active', 'missed', 'missed', 'active']);
+    const err = refusal(
+      () => decideRetire({ rotation: r, retire: { forced: false }, force: false, now: T0 + 4 * H, devices, records }),
+      WavegateError,
+    );
+    expect(err.code).toBe('CONFLICT');
+    expect(err.message).toContain('2 required device(s) not active on the new key: b (missed), c (missed)');
+    expect(err.message).toContain('takes the root pinning the new signer at its next sync');
+    // Once b and c hold the overlap root the retire goes ahead.
+    const caught = signerRecords({
+      profile: 'fleet',
+      overlap: 2,
+      devices,
+      held: { ...held, b: { ...held.b, root: 2 }, c: { root: 2, at: iso(T0), by: 'its agent' } },
+    });
+    expect(
+      decideRetire({ rotation: r, retire: { forced: false }, force: false, now: T0 + 4 * H, devices, records: caught })
+        .notActive,
+    ).toEqual([]);
+    // With no root pinning the new key yet, nobody is active and the record says what to publish.
+    expect(signerRecords({ profile: 'fleet', overlap: undefined, devices: ['a'], held }).a!.lastError).toMatch(
+      /no trust root of fleet pins the new signer yet/,
+    );
   });
 });
