@@ -33,6 +33,9 @@ export interface ReceiptExpectation {
   phase?: number | null;
 }
 
+/** The key (or keys) a receipt may be signed with. */
+export type EnrolledKeys = Uint8Array | readonly Uint8Array[] | null | undefined;
+
 export type ReceiptCheck = { ok: true; receipt: Receipt } | { ok: false; problem: string };
 
 /** The expectation of a request made by `holder` (the apply lock's holder: rollout, run, activity) of `device`. */
@@ -60,13 +63,10 @@ const shown = (v: unknown) =>
 /**
  * The receipt in `text` when it is the enrolled key's receipt of the expected request; else the problem, short,
  * naming the check that failed (unreadable, key, signature, device, rollout, nonce, profile, revision, requested,
- * result, phase). `enrolledKey`: the 32-byte public key the inventory enrols (null or undefined: none known).
+ * result, phase). `enrolledKey`: the 32-byte public key the inventory enrols, or the keys a device may sign with
+ * now (an agent during its identity key rotation's overlap: either one); null, undefined or none: none known.
  */
-export function checkReceipt(
-  text: unknown,
-  expected: ReceiptExpectation,
-  enrolledKey: Uint8Array | null | undefined,
-): ReceiptCheck {
+export function checkReceipt(text: unknown, expected: ReceiptExpectation, enrolledKey: EnrolledKeys): ReceiptCheck {
   const fail = (problem: string): ReceiptCheck => ({ ok: false, problem });
   const parsed = parseReceipt(text);
   if (!parsed.ok) return fail(`unreadable: ${parsed.problem.slice(0, 160)}`);
@@ -74,8 +74,11 @@ export function checkReceipt(
   const f = receipt.fields;
   if (f.keyKind !== expected.keyKind)
     return fail(`key: a receipt of an ${f.keyKind} key, the device is enrolled with an ${expected.keyKind} key`);
-  if (!enrolledKey) return fail(`key: no ${expected.keyKind} key enrolled for ${expected.device} to check it with`);
-  if (!receiptSignatureValid(receipt, enrolledKey)) return fail('signature: not made by the enrolled key');
+  const keys = enrolledKey ? (enrolledKey instanceof Uint8Array ? [enrolledKey] : enrolledKey) : [];
+  if (keys.length === 0)
+    return fail(`key: no ${expected.keyKind} key enrolled for ${expected.device} to check it with`);
+  // During an identity key rotation's overlap either key is the device's (core/agent-rotation.ts acceptedKeys).
+  if (!keys.some((key) => receiptSignatureValid(receipt, key))) return fail('signature: not made by the enrolled key');
   const fields = ['device', 'rollout', 'nonce', 'profile', 'revision', 'requested'] as const;
   for (const field of fields) {
     if (f[field] !== expected[field])

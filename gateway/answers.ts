@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import { applyFailureOf } from '../device/apply-failure';
 import { applyResultOf, type FinalAnswer } from '../device/twin/answer';
+import type { EnrolledKeys } from '../device/receipt-check';
 import { completeApply } from '../clients/apply-answer';
 import { answerTo, type AgentReport, type DesiredEntry, type TwinState } from '../core/twin';
 import { CallLimit } from './call-limit';
@@ -57,10 +58,11 @@ export function deliveriesOf(
 export interface AnswerDeliveryOptions {
   client: Client;
   /**
-   * The device's enrolled identity key (gateway/pins.ts `keyOf`, from the inventory's agentKey): an agent's receipt
-   * is checked against it before it rides on the completion (device/receipt-check.ts). Absent: none passes.
+   * The keys the device may sign with (gateway/pins.ts `keysOf`, else `keyOf`: the inventory's agentKey, and during
+   * an identity key rotation's overlap its proven new key too): an agent's receipt is checked against them before it
+   * rides on the completion (device/receipt-check.ts). Absent: none passes.
    */
-  keyOf?: (device: string) => Uint8Array | null | undefined;
+  keyOf?: (device: string) => EnrolledKeys;
   /** Completions at once; more wait their turn (default 32). */
   maxInFlight?: number;
   /** Attempts for a completion the server did not take (default 3), 1 s, then 2 s apart. */

@@ -118,8 +118,13 @@ export function createGateway(opts: GatewayOptions): Gateway {
       client: opts.client,
       taskQueue: opts.taskQueue,
       ...(opts.onFirstSync ? { onFirstSync: opts.onFirstSync } : {}),
-      // An agent's receipt rides on the completion only when its enrolled key signed it for the request.
-      answers: new AnswerDelivery({ client: opts.client, log, keyOf: (device) => opts.pins.keyOf(device) }),
+      // An agent's receipt rides on the completion only when a key it may sign with signed it for the request
+      // (during an identity key rotation's overlap either of its two: gateway/identity-rotation.ts).
+      answers: new AnswerDelivery({
+        client: opts.client,
+        log,
+        keyOf: (device) => (opts.pins.keysOf ? opts.pins.keysOf(device) : opts.pins.keyOf(device)),
+      }),
       log,
     });
   const countBody = (chunk: Buffer) => {

@@ -3,7 +3,7 @@ import type { ReceiptResult } from '../../core/receipt';
 import type { DesiredEntry, RequestAnswer } from '../../core/twin';
 import { EnvelopeRejected, type ApplyResult } from '../apply-errors';
 import type { CarriedReceipt } from '../apply-failure';
-import { checkReceipt, receiptExpectation } from '../receipt-check';
+import { checkReceipt, receiptExpectation, type EnrolledKeys } from '../receipt-check';
 import { StepFailed } from '../transport/errors';
 
 /** An agent's final answer to one desired request (core/twin.ts `answerTo`, anything but pending). */
@@ -15,7 +15,8 @@ export type FinalAnswer = Exclude<RequestAnswer, { state: 'pending' }>;
  */
 export interface AnswerReceiptCheck {
   request: Pick<DesiredEntry, 'profile' | 'revision' | 'envelopeDigest' | 'holder' | 'phase'>;
-  key: Uint8Array | null | undefined;
+  /** Its enrolled key, or the keys it may sign with now (an identity key rotation's overlap: both). */
+  key: EnrolledKeys;
   /** Where a receipt that fails the check is said (it is not passed on). */
   log: (line: string) => void;
 }

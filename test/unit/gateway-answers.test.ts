@@ -234,6 +234,21 @@ describe("the agent's receipt on a completion (the gateway's route)", () => {
     });
   });
 
+  it("during an identity key rotation's overlap a receipt by either key rides on it; after the retire only the new key's", async () => {
+    // The gateway's keysOf (gateway/identity-rotation.ts): the proven new key first, the old one until the retire.
+    for (const by of [key, other]) {
+      const { client, calls } = standIn(['ok']);
+      const delivery = new AnswerDelivery({ client, sleep: noSleep, keyOf: () => [other.publicKey, key.publicKey] });
+      const applied = answered('applied', by);
+      await delivery.deliver(applied.deliveries);
+      expect(calls[0]!.value).toMatchObject({ outcome: 'applied', receipt: applied.receipt });
+    }
+    const { client, calls } = standIn(['ok']);
+    const retired = new AnswerDelivery({ client, sleep: noSleep, keyOf: () => [other.publicKey] });
+    await retired.deliver(answered('applied', key).deliveries);
+    expect(calls[0]!.value).toMatchObject({ receiptProblem: 'signature: not made by the enrolled key' });
+  });
+
   it('not signed by the enrolled key, or no key known for the device: not passed on, the problem said', async () => {
     const { client, calls } = standIn(['ok', 'ok']);
     const lines: string[] = [];
