@@ -20,7 +20,7 @@ import { parseTrust, type Trust } from '../core/signing';
 import { envelopeDigestOf } from '../core/twin';
 import { checkedDocument, MAX_DOCUMENT_BYTES, parseDocumentText, readBytes, readDocument } from '../intake/files';
 import { readRotationState } from '../intake/rotation-state';
-import { readProofs } from '../gateway/identity-rotation';
+import { readProofs } from '../intake/rotation-proofs';
 import { readPinnedKey } from '../intake/checkpoint-keys';
 import { loadInventory } from '../intake/inventory';
 import { pinnedKeyText } from '../core/trail-checkpoints';

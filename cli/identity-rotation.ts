@@ -1,7 +1,7 @@
 import { proofProblem } from '../core/agent-rotation';
 import type { Device } from '../core/inventory';
 import type { DeviceRotation, RetireDecision, Rotation } from '../core/rotation';
-import { proofsPath, readProofs, type ProofsFile } from '../gateway/identity-rotation';
+import { proofsPath, readProofs, type ProofsFile } from '../intake/rotation-proofs';
 import { readPinnableInventory, withAgentKey, writePinnedInventory } from '../intake/inventory-pin';
 import { type RotationStateFile, writeRotationState } from '../intake/rotation-state';
 
@@ -14,10 +14,10 @@ import { type RotationStateFile, writeRotationState } from '../intake/rotation-s
  * records the retire there, which the gateway reads to refuse the old keys.
  */
 
-/** The devices of an agent-identity rotation: every agent device of the inventory, and every device it names. */
+/** The devices of an agent-identity rotation: every device enrolled with an identity key, and every device it names. */
 export function identityRotationDevices(rotation: Rotation, devices: readonly Device[]): Device[] {
   const named = new Set([...(rotation.required === 'all' ? [] : rotation.required), ...(rotation.lifeline ?? [])]);
-  return devices.filter((d) => named.has(d.id) || d.transport === 'agent');
+  return devices.filter((d) => named.has(d.id) || d.agentKey !== undefined);
 }
 
 export interface ProvenDevices {

@@ -8,7 +8,7 @@ import { agentKeyPin } from '../../core/agent-auth';
 import { makeProof } from '../../core/agent-rotation';
 import { toBase64 } from '../../core/bytes';
 import { keyPairFromSeed } from '../../core/signing';
-import { PROOFS_TYPE } from '../../gateway/identity-rotation';
+import { PROOFS_TYPE } from '../../intake/rotation-proofs';
 import { runCli } from '../support/cli';
 import { receiptsFixture, ROLLOUT, type EntryPlan } from '../support/receipts-bundle';
 
