@@ -2,7 +2,7 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { readSignedDocument } from './signed-document';
 import { lazySchema, zod } from './lazy-schema';
 import { PRINTABLE, PRINTABLE_RULE } from './validation';
-import { verifyFailure, type Revoked, type Trust, type VerifyFailure } from './signing';
+import { Kid, verifyFailure, type Revoked, type Trust, type VerifyFailure } from './signing';
 
 /**
  * A profile's revocation list (docs/formats.md, "Revocation lists"): revisions and signer keys its signers no longer
@@ -45,9 +45,7 @@ export const RevocationsContent = lazySchema(() =>
         .array(
           zod()
             .object({
-              kid: zod()
-                .string()
-                .regex(/^sha256\/[A-Za-z0-9_-]{43}$/),
+              kid: Kid,
               reason: Reason,
             })
             .strict(),

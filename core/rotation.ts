@@ -4,6 +4,7 @@ import { lazySchema, zod } from './lazy-schema';
 import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { readSignedDocument, signDocument } from './signed-document';
 import {
+  KID_PATTERN,
   MAX_CLOCK_SKEW_MS,
   MAX_VALIDITY_DAYS,
   type Envelope,
@@ -34,7 +35,7 @@ const DEVICE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 /** An OpenSSH public key fingerprint, as `ssh-keygen -lf` prints it. */
 const FINGERPRINT = /^SHA256:[A-Za-z0-9+/]{43}$/;
 /** A signer key id (core/signing.ts keyId), as trust roots pin it. */
-const SIGNER_KID = /^sha256\/[A-Za-z0-9_-]{43}$/;
+const SIGNER_KID = KID_PATTERN;
 const KEY_NAME = new RegExp(`${FINGERPRINT.source}|${SIGNER_KID.source}`);
 const KEY_NAME_RULE =
   'must be an OpenSSH fingerprint "SHA256:<43 base64 chars>" (ssh-login) or a signer key id "sha256/<43 base64url>" (signer)';

@@ -43,11 +43,9 @@ const Base64Text = lazySchema(() =>
     .string()
     .regex(/^[A-Za-z0-9+/]*={0,2}$/, 'must be standard base64'),
 );
-const Kid = lazySchema(() =>
-  zod()
-    .string()
-    .regex(/^sha256\/[A-Za-z0-9_-]{43}$/, 'must be "sha256/" + 43 base64url characters'),
-);
+/** A key id (keyId): `sha256/` + 43 base64url characters. */
+export const KID_PATTERN = /^sha256\/[A-Za-z0-9_-]{43}$/;
+export const Kid = lazySchema(() => zod().string().regex(KID_PATTERN, 'must be "sha256/" + 43 base64url characters'));
 
 export const SignatureEntry = lazySchema(() =>
   zod()

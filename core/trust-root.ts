@@ -3,6 +3,7 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from './profile-name';
 import { readSignedDocument } from './signed-document';
 import { lazySchema, zod } from './lazy-schema';
 import {
+  Kid,
   Pin,
   parseTrust,
   verifyFailure,
@@ -32,12 +33,6 @@ export const ROOT_TYPE = 'wavegate/root';
  * checked, none skipped). A profile directory on the verifier's own disk is walked whole (intake/trust.ts).
  */
 export const MAX_ROOT_STEPS = 64;
-
-const Kid = lazySchema(() =>
-  zod()
-    .string()
-    .regex(/^sha256\/[A-Za-z0-9_-]{43}$/),
-);
 
 const RoleInput = lazySchema(() =>
   zod()

@@ -4,7 +4,16 @@ import type { Command } from 'commander';
 import { stringify as toYaml } from 'yaml';
 import { WavegateError } from '../../core/errors';
 import { verifyRevocations } from '../../core/revocation';
-import { Envelope, parseSecretKeyFile, parseTrust, type KeyPair, type Trust } from '../../core/signing';
+import {
+  cosignEnvelope,
+  Envelope,
+  KID_PATTERN,
+  parseSecretKeyFile,
+  peekBody,
+  parseTrust,
+  type KeyPair,
+  type Trust,
+} from '../../core/signing';
 import { signDocument } from '../../core/signed-document';
 import {
   draftKind,
@@ -18,7 +27,6 @@ import {
   type RoleDoc,
 } from '../../core/trust-admin';
 import { anchorVersion, verifyNextRoot, type RootAnchor, type TrustRoot } from '../../core/trust-root';
-import { cosignEnvelope, peekBody } from '../../core/signing';
 import { parseWith } from '../../core/validation';
 import { readDocument, writeFileAtomic } from '../../intake/files';
 import { profileDir, type ProfileDir } from '../../intake/profile-dir';
@@ -279,7 +287,7 @@ function revocationChange(opts: RevokeFlags): RevocationChange {
         field: '--digest',
         value: opts.digest,
       });
-    if (!/^sha256\/[A-Za-z0-9_-]{43}$/.test(opts.signerKey))
+    if (!KID_PATTERN.test(opts.signerKey))
       throw new WavegateError(
         'INVALID_INPUT',
         `--signer-key: must be a key id sha256/<43 base64url> (got ${JSON.stringify(opts.signerKey)})`,
