@@ -86,14 +86,18 @@ function walkedTrustState(layout: ProfileDir): ProfileTrustState | undefined {
     return undefined;
   }
   const anchor: RootAnchor = { version: 0, trust: parseTrust(readDocument(layout.trustFile), layout.trustFile) };
-  const root = walkedRoot(layout, anchor, roots);
-  const revocations = hasList ? verifiedList(layout, root) : undefined;
-  const heldList = heldMarks(layout).revocations;
-  if (!hasList && heldList)
+  const held = heldMarks(layout);
+  const root = walkedRoot(layout, anchor, roots, held.root);
+  const revocations = hasList ? verifiedList(layout, root, held.revocations) : undefined;
+  if (!hasList && held.revocations)
     throw refusal(
       layout.revocationsFile,
-      `missing: revocation list v${heldList.version} was verified here before; a revocation is never undone by deleting the list`,
+      `missing: revocation list v${held.revocations.version} was verified here before; a revocation is never undone by deleting the list`,
     );
+  remember(layout, held, {
+    ...('content' in root ? { root: { version: root.content.version, digest: root.digest } } : {}),
+    ...(revocations ? { revocations: { version: revocations.content.version, digest: revocations.digest } } : {}),
+  });
   return {
     root,
     ...(revocations ? { revocations } : {}),
@@ -114,12 +118,12 @@ function boundedDocument(path: string, maxBytes: number): unknown {
 /** The most root files a profile directory may hold (a rotation a day for 27 years). */
 const MAX_LOCAL_ROOTS = 10_000;
 
-/** `root/<n>.json`, by version. A name that is not a version (other than held.json) is refused: nothing is guessed. */
+/** `root/<n>.json`, by version. A name that is not a version is refused: nothing is guessed. */
 function rootFiles(layout: ProfileDir): { version: number; path: string }[] {
   if (!existsSync(layout.rootDir)) return [];
   const out: { version: number; path: string }[] = [];
   for (const name of readdirSync(layout.rootDir)) {
-    if (name === 'held.json' || name.startsWith('.')) continue;
+    if (name.startsWith('.')) continue;
     const match = /^([1-9][0-9]{0,6})\.json$/.exec(name);
     if (!match)
       throw refusal(`${layout.rootDir}/${name}`, 'not a trust root file name (expected <version>.json, e.g. 2.json)');
@@ -138,31 +142,29 @@ function walkedRoot(
   layout: ProfileDir,
   anchor: RootAnchor,
   files: readonly { version: number; path: string }[],
+  held: Mark | undefined,
 ): RootAnchor {
   const walk = walkRoots(
     anchor,
     files.map((f) => boundedDocument(f.path, MAX_ROOT_BYTES)),
-    // The operator's own directory, every file already bounded in size by readDocument: walked whole.
+    // The operator's own directory, every file already bounded in size (boundedDocument): walked whole.
     { profile: layout.name, maxSteps: MAX_LOCAL_ROOTS },
   );
   if (!walk.ok) throw refusal(layout.rootDir, `${walk.reason}: ${walk.message}`);
   const root = walk.root;
   const reached = 'content' in root ? { version: root.content.version, digest: root.digest } : undefined;
-  const problem = markProblem('trust root', heldMarks(layout).root, reached);
+  const problem = markProblem('trust root', held, reached);
   if (problem) throw refusal(layout.rootDir, problem);
-  if (reached) remember(layout, { root: reached });
   return root;
 }
 
-function verifiedList(layout: ProfileDir, root: RootAnchor): RevocationList {
+function verifiedList(layout: ProfileDir, root: RootAnchor, held: Mark | undefined): RevocationList {
   const list = verifyRevocations(boundedDocument(layout.revocationsFile, MAX_LIST_BYTES), root.trust, {
     profile: layout.name,
   });
   if (!('content' in list)) throw refusal(layout.revocationsFile, `${list.reason}: ${list.message}`);
-  const reached = { version: list.content.version, digest: list.digest };
-  const problem = markProblem('revocation list', heldMarks(layout).revocations, reached);
+  const problem = markProblem('revocation list', held, { version: list.content.version, digest: list.digest });
   if (problem) throw refusal(layout.revocationsFile, problem);
-  remember(layout, { revocations: reached });
   return list;
 }
 
@@ -209,9 +211,8 @@ function heldMarks(layout: ProfileDir): HeldMarks {
   return { ...(root ? { root } : {}), ...(revocations ? { revocations } : {}) };
 }
 
-/** Raise the marks reached; written to trust-held.json when the directory is writable, else kept in memory. */
-function remember(layout: ProfileDir, reached: HeldMarks): void {
-  const held = heldMarks(layout);
+/** Raise the marks reached above those held; written to trust-held.json when the directory is writable, else kept in memory. */
+function remember(layout: ProfileDir, held: HeldMarks, reached: HeldMarks): void {
   const next: HeldMarks = { ...held };
   let raised = false;
   for (const key of ['root', 'revocations'] as const) {
