@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, type UpdateDefinition } from '@temporalio/common';
 import { canonicalize } from '../core/canonical';
 import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import { checkProfileName } from '../core/profile-name';
@@ -144,27 +144,18 @@ export async function adoptRegistryTrust(
 ): Promise<RegistryTrustState> {
   checkProfileName(opts.profile);
   const what = 'roots' in opts.offer ? 'trust roots' : 'revocation list';
-  try {
-    if ('roots' in opts.offer) {
-      const args: [{ roots: unknown[] }] = [{ roots: opts.offer.roots }];
-      return opts.start
-        ? await client.workflow.executeUpdateWithStart(adoptTrustRootUpdate, {
-            args,
-            startWorkflowOperation: startOperation(opts.profile, opts.start),
-          })
-        : await client.workflow
-            .getHandle(registryWorkflowId(opts.profile))
-            .executeUpdate(adoptTrustRootUpdate, { args });
-    }
-    const args: [{ revocations: unknown }] = [{ revocations: opts.offer.revocations }];
-    return opts.start
-      ? await client.workflow.executeUpdateWithStart(adoptRevocationsUpdate, {
-          args,
+  // One way to send either update: with the registry's start when it may not exist yet, else to the running one.
+  const send = async <A>(update: UpdateDefinition<RegistryTrustState, [A]>, arg: A) =>
+    opts.start
+      ? await client.workflow.executeUpdateWithStart(update, {
+          args: [arg],
           startWorkflowOperation: startOperation(opts.profile, opts.start),
         })
-      : await client.workflow
-          .getHandle(registryWorkflowId(opts.profile))
-          .executeUpdate(adoptRevocationsUpdate, { args });
+      : await client.workflow.getHandle(registryWorkflowId(opts.profile)).executeUpdate(update, { args: [arg] });
+  try {
+    return 'roots' in opts.offer
+      ? await send(adoptTrustRootUpdate, { roots: opts.offer.roots })
+      : await send(adoptRevocationsUpdate, { revocations: opts.offer.revocations });
   } catch (err) {
     throw registryError(err, opts.profile, `the ${what}`);
   }
