@@ -27,6 +27,7 @@ import { scratchDir, startTestWorker } from '../support/harness';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { until } from '../support/until';
 import { makeTestPki } from '../support/tls-proxy';
+import { twinAnswer } from '../support/twin-answer';
 
 /**
  * The pull transport's device side end to end: a real dev server with the twin workflow on a real
@@ -138,14 +139,7 @@ describe('gateway + agent: applies, exactly once, and the refusals', () => {
   };
   /** The agent's final answer to `requestId`, read from the twin. */
   const answer = (device: string, profile: string, requestId: string, timeoutMs = 120_000): Promise<ProfileReport> =>
-    until(
-      `${device} answering ${requestId}`,
-      async () => {
-        const r = (await readTwin(env.client, device))?.report?.profiles[profile];
-        return r && r.requestId === requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-      },
-      timeoutMs,
-    ).then((r) => {
+    twinAnswer(env.client, device, profile, requestId, timeoutMs).then((r) => {
       checkReceipt(device, r);
       return r;
     });

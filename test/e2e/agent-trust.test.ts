@@ -21,6 +21,8 @@ import { scratchDir, startTestWorker } from '../support/harness';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { writeKeyFile } from '../support/key-file';
 import { until } from '../support/until';
+import { twinAnswer } from '../support/twin-answer';
+import { desiredRequestOf } from '../../device/twin/apply';
 
 /**
  * Trust that reaches agents on the pull path (issue 45 items 1-3), end to end: a real dev server with the twin on a
@@ -107,28 +109,13 @@ describe('agents learn trust roots, revocations and freshness through the gatewa
   let counter = 0;
   const desire = async (device: string, n: number, envelope: Envelope): Promise<string> => {
     const holder = { rollout: `rollout:${PROFILE}`, run: `run-${++counter}`, activity: `${counter}`, attempt: 1 };
-    const request: DesiredRequest = {
-      requestId: requestIdOf(holder),
-      profile: PROFILE,
-      revision: n,
-      steps: { profile: PROFILE, revision: n, apply: '(signed)', verify: '(signed)', payload: [], envelope },
-      envelopeDigest: envelopeDigestOf(envelope),
-      holder,
-      rollout: holder.rollout,
-      fromRevision: null,
-    };
+    const steps = { profile: PROFILE, revision: n, apply: '(signed)', verify: '(signed)', payload: [], envelope };
+    const request = desiredRequestOf(steps, holder, holder.rollout, null);
     await desireOnTwin(env.client, worker.taskQueue, device, request);
     return request.requestId;
   };
   const answer = (device: string, requestId: string, timeoutMs = 90_000): Promise<ProfileReport> =>
-    until(
-      `${device} answering ${requestId}`,
-      async () => {
-        const r = (await readTwin(env.client, device))?.report?.profiles[PROFILE];
-        return r && r.requestId === requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-      },
-      timeoutMs,
-    );
+    twinAnswer(env.client, device, PROFILE, requestId, timeoutMs);
   const trustOf = async (device: string) => (await readTwin(env.client, device))?.report?.trust?.[PROFILE];
 
   const startGateway = async (withTimestamps: boolean) => {

@@ -8,12 +8,13 @@ import { desireOnTwin, readTwin } from '../../clients/twin';
 import { parseFloor, type DeviceFloor } from '../../core/floor';
 import { changedDevices } from '../../core/rollout/revert';
 import type { RolloutStatus } from '../../core/rollout/status';
-import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport } from '../../core/twin';
+import { envelopeDigestOf, requestIdOf, type DesiredRequest } from '../../core/twin';
 import { demoDevices, fleetInventory, type Fleet } from '../../sim';
 import { runCli, spawnCliUntil, stopChild, type CliRun } from '../support/cli';
 import { realRollouts } from '../support/real-rollouts';
 import { writeSignedProfile, type RevisionSource, type SignedProfile } from '../support/signed-profile';
 import { until } from '../support/until';
+import { twinAnswer } from '../support/twin-answer';
 
 /**
  * The scenarios issue 21 demands ("Must show"), end to end over a mixed fleet: simulated SSH devices and
@@ -295,14 +296,7 @@ describe('issue 21: floors, re-runs and reverts on a mixed fleet (SSH simulator 
         fromRevision: 2,
       };
       await desireOnTwin(real.env.client, real.worker.taskQueue, 'ag-3', request);
-      return until<ProfileReport>(
-        `ag-3 answering ${request.requestId}`,
-        async () => {
-          const r = (await readTwin(real.env.client, 'ag-3'))?.report?.profiles[P];
-          return r && r.requestId === request.requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-        },
-        120_000,
-      );
+      return twinAnswer(real.env.client, 'ag-3', P, request.requestId);
     };
     // Signed r1, validly: only the device's floor stands in the way.
     const plain = await desire();

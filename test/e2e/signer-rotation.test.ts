@@ -7,13 +7,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Revision } from '../../core/revision';
 import { signRotationDocument } from '../../core/rotation';
 import { keyPairFromSeed, pinOf, signRevision, type Envelope, type KeyPair } from '../../core/signing';
-import { envelopeDigestOf, requestIdOf, type DesiredRequest, type ProfileReport } from '../../core/twin';
+import type { ProfileReport } from '../../core/twin';
 import { desireOnTwin, readTwin } from '../../clients/twin';
 import { startDevServerEnv } from '../../workers/dev-server';
 import { scratchDir, startTestWorker } from '../support/harness';
 import { runCli, spawnCliUntil, stopChild } from '../support/cli';
 import { writeKeyFile } from '../support/key-file';
 import { until } from '../support/until';
+import { twinAnswer } from '../support/twin-answer';
+import { desiredRequestOf } from '../../device/twin/apply';
 
 /**
  * A signer key rotated on the signed schedule (issue 45 item 4, kind signer), end to end: a real dev server with the
@@ -55,28 +57,13 @@ describe('a signer key rotated on a schedule: overlap, per-device state, a retir
   let counter = 0;
   const desire = async (device: string, n: number, envelope: Envelope): Promise<string> => {
     const holder = { rollout: `rollout:${PROFILE}`, run: `run-${++counter}`, activity: `${counter}`, attempt: 1 };
-    const request: DesiredRequest = {
-      requestId: requestIdOf(holder),
-      profile: PROFILE,
-      revision: n,
-      steps: { profile: PROFILE, revision: n, apply: '(signed)', verify: '(signed)', payload: [], envelope },
-      envelopeDigest: envelopeDigestOf(envelope),
-      holder,
-      rollout: holder.rollout,
-      fromRevision: null,
-    };
+    const steps = { profile: PROFILE, revision: n, apply: '(signed)', verify: '(signed)', payload: [], envelope };
+    const request = desiredRequestOf(steps, holder, holder.rollout, null);
     await desireOnTwin(env.client, worker.taskQueue, device, request);
     return request.requestId;
   };
   const answer = (device: string, requestId: string): Promise<ProfileReport> =>
-    until(
-      `${device} answering ${requestId}`,
-      async () => {
-        const r = (await readTwin(env.client, device))?.report?.profiles[PROFILE];
-        return r && r.requestId === requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-      },
-      90_000,
-    );
+    twinAnswer(env.client, device, PROFILE, requestId, 90_000);
   const heldRoot = (device: string, version: number) =>
     until(`${device} holding root v${version}`, async () =>
       (await readTwin(env.client, device))?.report?.trust?.[PROFILE]?.root === version ? true : undefined,

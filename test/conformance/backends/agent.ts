@@ -10,6 +10,7 @@ import type { RevisionSteps } from '../../../core/rollout/input';
 import { runCli, spawnCliUntil, stopChild } from '../../support/cli';
 import { until } from '../../support/until';
 import type { ConformanceBackend, SuiteContext } from '../backend';
+import { twinAnswer } from '../../support/twin-answer';
 
 /**
  * The agent channel: one real `wavegate agent` process per device (its own state directory, identity
@@ -121,14 +122,7 @@ export class AgentBackend implements ConformanceBackend {
     const holder = { rollout: 'conformance:outside', run: randomUUID(), activity: '1', attempt: 1 };
     const request = desiredRequestOf(steps, holder, null, null);
     await desireOnTwin(ctx.client, ctx.taskQueue, id, request);
-    const report = await until(
-      `${id} answering ${request.requestId}`,
-      async () => {
-        const r = (await readTwin(ctx.client, id))?.report?.profiles[steps.profile];
-        return r && r.requestId === request.requestId && !['applying', 'idle'].includes(r.state) ? r : undefined;
-      },
-      120_000,
-    );
+    const report = await twinAnswer(ctx.client, id, steps.profile, request.requestId);
     return report.state === 'refused' ? (report.reason ?? 'REFUSED') : report.state;
   }
 
