@@ -4,6 +4,7 @@ import { createFileAuditStore, DEFAULT_AUDIT_DIR, readAuditKey } from '../audit/
 import { auditActivitiesOf, createCheckpointer, type AuditStore, type CheckpointConfig } from '../audit';
 import { createApplyActivities } from './apply';
 import { createCanaryActivities } from './canary';
+import { createFreezeActivities } from './freeze';
 import { createSnapshotActivities } from './snapshot';
 import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
@@ -125,6 +126,7 @@ export function createActivities(deps: ActivityDeps = {}) {
       profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT,
     }),
     ...createRegistryActivities({ client: deps.client }),
+    ...createFreezeActivities({ client: deps.client }),
     ...createPreflightActivities({
       profilesRoot: deps.profilesRoot,
       allowUnsigned: deps.allowUnsigned,

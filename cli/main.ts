@@ -25,6 +25,7 @@ export const GROUP_NAMES = [
   'revert',
   'fleet',
   'schedule',
+  'freeze',
   'audit',
   'board',
   'keys',
@@ -170,6 +171,20 @@ export const COMMANDS: TopCommand[] = [
       'Devices whose marker names a revision whose verify no longer passes, checked now over SSH. Exit 1 when any has drifted or was refused (host key, login or config not as pinned); an unreachable device is listed, not counted',
   },
   { name: 'schedule', group: 'schedule', term: 'schedule', description: 'Nightly canaries on Temporal Schedules' },
+  {
+    name: 'freeze',
+    group: 'freeze',
+    term: 'freeze [options] [scope]',
+    description:
+      'Freeze rollouts (all, a profile or a pool), now or in a window: running rollouts in scope are held (paused under the freeze), and new starts, converges, reverts and nightly canaries in scope are refused naming the freeze until it ends or is lifted',
+  },
+  {
+    name: 'unfreeze',
+    group: 'freeze',
+    term: 'unfreeze [options] [id]',
+    description:
+      'Lift a freeze (or every one with --all): the rollouts it paused that are still paused by it resume; one an operator paused or resumed since is left as it is',
+  },
   {
     name: 'audit',
     group: 'audit',

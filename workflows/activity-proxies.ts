@@ -159,3 +159,17 @@ export const { checkWorkerContent } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '20 seconds',
   retry: { maximumAttempts: 1 },
 });
+
+// ---- the freeze entity (workflows/freeze.ts) and the nightly canary's freeze check ----
+
+/** A hold or a release: a list and up to a few hundred updates, each refused or answered in seconds. */
+export const { holdRolloutsForFreeze, releaseRolloutsOfFreeze } = wf.proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  retry: { maximumAttempts: 3 },
+});
+
+/** Read the freeze entity: a query, one attempt after another for a few seconds, then the canary says it could not. */
+export const { freezeCovering } = wf.proxyActivities<Activities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { maximumAttempts: 3 },
+});

@@ -9,6 +9,7 @@
  */
 import type * as Canary from './canary';
 import type * as DeviceTwin from './device-twin';
+import type * as Freeze from './freeze';
 import type * as Membership from './membership';
 import type * as Preflight from './preflight';
 import type * as Presence from './presence';
@@ -35,3 +36,5 @@ export const profileLockWorkflow: typeof ProfileLock.profileLockWorkflow = (...a
   (require('./profile-lock') as typeof ProfileLock).profileLockWorkflow(...args);
 export const presenceWorkflow: typeof Presence.presenceWorkflow = (...args) =>
   (require('./presence') as typeof Presence).presenceWorkflow(...args);
+export const freezeWorkflow: typeof Freeze.freezeWorkflow = (...args) =>
+  (require('./freeze') as typeof Freeze).freezeWorkflow(...args);

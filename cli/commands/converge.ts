@@ -20,6 +20,7 @@ import {
 } from '../client';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { preflightRollout } from '../preflight';
+import { refuseWhileFrozen } from '../../clients/freeze';
 import {
   readInventoryFlags,
   withInventoryOptions,
@@ -142,6 +143,7 @@ export async function checkConverge(
   req: { profile: string; read: ReadInventory; concurrency: number; source: ConvergeSource; revoked?: RevokedReason },
 ): Promise<ConvergePlan> {
   const { profile, read, source } = req;
+  await refuseWhileFrozen(client, 'converge', { profile, pools: Object.keys(read.inventory.pools) });
   const last = await lastCompletedRollout(client, profile);
   if (!last)
     throw new WavegateError(

@@ -19,6 +19,7 @@ import { revertRolloutInput } from '../../intake/revert';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
 import { runningRolloutsOf, startOrJoinRollout, withClient, withTemporalOptions, workflowUrl } from '../client';
 import { preflightRollout } from '../preflight';
+import { refuseWhileFrozen } from '../../clients/freeze';
 import {
   checkInventoryFlags,
   readInventoryFlags,
@@ -213,6 +214,10 @@ export async function checkRevert(
     throw new WavegateError('INVALID_STATE', `${closed}\n${rollForward(original, profilesRoot, inventoryPath)}`, {
       state: 'revert-window-closed',
     });
+  await refuseWhileFrozen(client, 'revert', {
+    profile: original.spec.profile,
+    pools: Object.keys(original.poolBudgets),
+  });
   const running = await runningRolloutsOf(client, original.spec.profile);
   if (running.length)
     throw new WavegateError(

@@ -31,6 +31,7 @@ import { pauseLine, waitProgress, watchRollout, type WatchOptions } from '../wat
 import { gateVerdictLines, whyLines, type TrailRead } from '../../core/rollout/verdict';
 import { readTrail, withTrailOptions, type TrailFlags } from '../why';
 import { preflightRollout } from '../preflight';
+import { refuseWhileFrozen } from '../../clients/freeze';
 import {
   readInventoryFlags,
   withInventoryOptions,
@@ -216,6 +217,8 @@ async function startChecked(
   withMembers: RolloutInput | undefined,
   opts: { file: string; key?: string },
 ): Promise<StartOutcome> {
+  // A freeze in force over the profile or a pool of the inventory refuses first, naming it (exit 2).
+  await refuseWhileFrozen(client, 'start', { profile: input.spec.profile, pools: Object.keys(input.poolBudgets) });
   await refuseWhileCanaryRuns(client, input.spec.profile, input.rolloutId);
   // `after` closing a cycle with the running rollouts of the profiles it names: they would wait for each other forever (exit 2).
   await checkDependencyCycle(client, input.spec, opts.file);

@@ -6,6 +6,7 @@ import * as board from '../../cli/commands/board';
 import * as converge from '../../cli/commands/converge';
 import * as dev from '../../cli/commands/dev';
 import * as fleet from '../../cli/commands/fleet';
+import * as freeze from '../../cli/commands/freeze';
 import * as gateway from '../../cli/commands/gateway';
 import * as init from '../../cli/commands/init';
 import * as keys from '../../cli/commands/keys';
@@ -43,6 +44,7 @@ const MODULES: Record<GroupName, Group> = {
   revert,
   fleet,
   schedule,
+  freeze,
   audit,
   board,
   keys,
