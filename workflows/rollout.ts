@@ -28,6 +28,8 @@ export const SNAPSHOT_REFUSALS_FAIL = 'snapshot-refusals-fail';
 export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatus> {
   const { spec } = input;
   const model = new RolloutModel({ rolloutId: input.rolloutId, ...spec });
+  // Phase timings for the status's estimate: workflow time, kept in memory only (no command, every history replays).
+  model.useClock(() => Date.now());
   const stages = new RolloutStages(input, model);
 
   /** The nightly canary: the first phase, its gate and health gate; the outcome is the verdict. */

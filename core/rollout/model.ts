@@ -21,6 +21,7 @@ import { NO_SLICED_PHASES, SlicedRecords, type SlicedPhases, type SliceReport, t
 import { unconfirmedDevices, type DeadlineKind, type DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
+import { PhaseTimings } from './timing';
 
 /** A control as it arrives from a signal or an update. */
 export type ControlRequest = ControlBase & { rollback?: boolean; phase?: number | string };
@@ -82,6 +83,8 @@ export class RolloutModel {
   private readonly approved = new Set<number>();
   /** Phases whose first device started applying: a phase's deadline runs from then (core/rollout/deadline.ts). */
   private readonly startedPhases = new Set<number>();
+  /** Each phase's timing, for the estimate of its end (core/eta.ts): kept only once the workflow gives a clock. */
+  private readonly timings = new PhaseTimings();
   /** Devices this rollout started changing, in order (a Set: O(1) to add and forget at 10,000 devices). */
   private readonly touched = new Set<string>();
   private readonly snapshot = new Map<string, DeviceSnapshot>();
@@ -93,6 +96,11 @@ export class RolloutModel {
       rolloutId: string;
     },
   ) {}
+
+  /** The workflow's clock (its deterministic Date.now): phases' timings are kept from then on (core/rollout/timing.ts). */
+  useClock(now: () => number): void {
+    this.timings.useClock(now);
+  }
 
   // ---- reading ----
   status(): RolloutStatus {
@@ -109,7 +117,10 @@ export class RolloutModel {
         : this.pausedReason
           ? { pausedReason: this.pausedReason }
           : {}),
-      phases: this.phases,
+      phases: this.phases.map((p) => {
+        const timing = this.timings.of(p.index);
+        return timing ? { ...p, timing } : p;
+      }),
       devices: [...this.devices.values()],
       counts: this.counts(),
       controls: this.controls,
@@ -237,6 +248,7 @@ export class RolloutModel {
   adoptPlan(plan: Plan): void {
     this.changed = true;
     this.adoptedPlan = plan;
+    this.timings.plan(plan, (id) => this.snapshot.get(id)?.pool, plan.phases.map(phaseSize));
     this.warningList.push(...plan.warnings);
     for (const { id, reason } of plan.notForMe) this.devices.set(id, { id, state: 'not-for-me', phase: -1, reason });
     for (const id of plan.alreadyApplied)
@@ -332,6 +344,7 @@ export class RolloutModel {
     const phase = this.devices.get(id)?.phase ?? -1;
     if (next === 'applying' || next === 'applied' || next === 'claimed' || next === 'failed')
       this.startedPhases.add(phase);
+    this.timings.device(id, phase, next);
     // The apply that finds a device ahead says not-for-me in the reason of a `skipped` (workflows/device-runner.ts, slices).
     this.devices.set(
       id,
@@ -419,10 +432,12 @@ export class RolloutModel {
     this.changed = true;
     this.currentPhase = this.phases[index]!.name;
     this.phases[index]!.stage = stage;
+    this.timings.stage(index, stage);
   }
   setStage(index: number, stage: PhaseStage): void {
     this.changed = true;
     this.phases[index]!.stage = stage;
+    this.timings.stage(index, stage);
   }
   recordGate(index: number, outcome: GateOutcome, evidence: string[], stage: PhaseStage): void {
     this.changed = true;
@@ -430,17 +445,22 @@ export class RolloutModel {
     ps.gateOutcome = outcome;
     ps.evidence = evidence;
     ps.stage = stage;
+    this.timings.stage(index, stage);
   }
   /** Close the phases still waiting (an abort, a cancel, a canary run's later phases). */
   closePhases(stages: ReadonlySet<PhaseStage> | 'all-after-first'): void {
     this.changed = true;
     this.phases.forEach((ps, i) => {
-      if (stages === 'all-after-first' ? i > 0 : stages.has(ps.stage)) ps.stage = 'stopped';
+      if (stages === 'all-after-first' ? i > 0 : stages.has(ps.stage)) {
+        ps.stage = 'stopped';
+        this.timings.stage(i, 'stopped');
+      }
     });
   }
   awaitApproval(index: number): void {
     this.changed = true;
     this.phases[index]!.stage = 'awaiting-approval';
+    this.timings.stage(index, 'awaiting-approval');
     this.approvalWait = { index, name: this.phases[index]!.name };
   }
   isApproved(index: number): boolean {

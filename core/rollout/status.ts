@@ -1,4 +1,5 @@
 import type { WebhookDeliveryStatus } from '../events';
+import type { PhaseTiming } from '../eta';
 import type { GateOutcome } from '../health';
 import type { DeadlineStatus } from './deadline';
 import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
@@ -27,6 +28,8 @@ export interface PhaseStatus {
   stage: PhaseStage;
   gateOutcome?: GateOutcome;
   evidence?: string[];
+  /** When its devices started and ended, its gate began, it ended: what its estimated end is made from (core/eta.ts). */
+  timing?: PhaseTiming;
 }
 
 export interface ControlRecord {
