@@ -10,6 +10,7 @@ import { phaseCounts } from '../core/rollout/sliced-records';
 import type { PhaseStatus } from '../core/rollout/status';
 import { phaseLabel } from '../core/rollout/verdict';
 import { formatDurationMs } from '../core/duration';
+import { describeWatch } from '../core/rollout/watch';
 
 /**
  * `wavegate watch`: live per-phase progress bars and a device table. On a terminal the block redraws in
@@ -71,6 +72,7 @@ export function renderFrame(
   );
   if (status.state === 'paused') lines.push(`  ${pauseLine(status)}`.slice(0, width));
   else if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
+  if (status.watch) lines.push(`  ${describeWatch(status.watch)}`.slice(0, width));
   lines.push(`  ${summarizeCounts(status.counts)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
@@ -101,7 +103,7 @@ export function renderFrame(
 /** One plain line for logs: state, phase, counts, and the stage of every phase. */
 export function plainLine(status: RolloutStatus): string {
   const stages = status.phases.map((p) => `${p.name}:${p.stage}`).join(' ');
-  return `[${status.state}] phase ${status.phase}: ${summarizeCounts(status.counts)}${stages ? ` | ${stages}` : ''}${status.pausedReason ? ` | ${status.pausedReason}` : ''}`;
+  return `[${status.state}] phase ${status.phase}: ${summarizeCounts(status.counts)}${stages ? ` | ${stages}` : ''}${status.pausedReason ? ` | ${status.pausedReason}` : ''}${status.watch ? ` | ${describeWatch(status.watch)}` : ''}`;
 }
 
 /** What a paused rollout is waiting for, and the exact commands that move it on. */
@@ -153,6 +155,7 @@ export function phaseProgressLine(status: RolloutStatus, phase: PhaseStatus, sin
 export function waitProgress(write: (line: string) => void, now: () => Date = () => new Date()) {
   const seen = new Map<number, string>();
   let rollingBack = false;
+  let watched = '';
   return (status: RolloutStatus): void => {
     for (const phase of status.phases) {
       const key = `${phase.stage}|${phase.gateOutcome ?? ''}`;
@@ -160,6 +163,13 @@ export function waitProgress(write: (line: string) => void, now: () => Date = ()
       seen.set(phase.index, key);
       const line = phaseProgressLine(status, phase, now());
       if (line) write(line);
+    }
+    // The watch after promotion: a line when it starts, after each check, and when it ends.
+    const w = status.watch;
+    const watchKey = w ? `${w.outcome}|${w.checks}|${w.alerts.length}` : '';
+    if (w && watchKey !== watched) {
+      watched = watchKey;
+      write(`watch: ${describeWatch(w)}`);
     }
     if (status.phase === 'rollback' && !rollingBack) {
       rollingBack = true;

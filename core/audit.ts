@@ -51,6 +51,15 @@ export const AUDIT_EVENTS = [
   'floor.confirmed',
   /** A progressDeadline or phaseDeadline passed in active time: which, the phase, the unconfirmed devices, the action. */
   'deadline.passed',
+  /** Every phase passed and the spec's watch began: how long, how often, which checks, over how many devices. */
+  'watch.started',
+  /** A check of the watch passed (or was inconclusive and the watch went on): its results. */
+  'watch.passed',
+  'watch.inconclusive',
+  /** A check of the watch failed: its results, the devices named, and what follows (revert or alert). */
+  'watch.failed',
+  /** The watch ran its time: how many checks, and the alerts it raised (onFail: alert). */
+  'watch.completed',
 ] as const;
 export type AuditEventName = (typeof AUDIT_EVENTS)[number];
 

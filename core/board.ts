@@ -4,6 +4,7 @@ import type { CheckResult, GateOutcome } from './health';
 import type { RolloutStatus } from './rollout/status';
 import { proofCounts as countProof, proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
 import { phaseCounts } from './rollout/sliced-records';
+import { describeWatch } from './rollout/watch';
 
 /**
  * What the board (`wavegate board`, cli/board/) decides, as pure functions: a rollout's true outcome in
@@ -215,6 +216,8 @@ export function boardDevices(
 export type BoardOutcome =
   | 'running'
   | 'paused'
+  /** Every phase passed; the spec's watch after promotion is checking the changed devices. */
+  | 'watching'
   | 'completed'
   | 'completed-pending'
   | 'rolled-back'
@@ -232,6 +235,7 @@ const OUTCOME_ORDER: readonly BoardOutcome[] = [
   'aborted',
   'paused',
   'running',
+  'watching',
   'completed-pending',
   'cancelled',
   'unknown',
@@ -251,11 +255,14 @@ export function boardOutcome(
 ): BoardOutcome {
   if (temporalStatus === 'TERMINATED' || temporalStatus === 'TIMED_OUT') return 'terminated';
   const s = status?.state ?? state;
-  if (temporalStatus === 'FAILED' && (s === undefined || s === 'running' || s === 'paused')) return 'failed';
-  if (temporalStatus === 'CANCELED' && (s === undefined || s === 'running' || s === 'paused')) return 'cancelled';
+  if (temporalStatus === 'FAILED' && (s === undefined || s === 'running' || s === 'paused' || s === 'watching'))
+    return 'failed';
+  if (temporalStatus === 'CANCELED' && (s === undefined || s === 'running' || s === 'paused' || s === 'watching'))
+    return 'cancelled';
   switch (s) {
     case 'running':
     case 'paused':
+    case 'watching':
     case 'rolled-back':
     case 'aborted':
     case 'cancelled':
@@ -337,6 +344,7 @@ export function bannerOf(status: RolloutStatus): Banner {
   const waiting = status.phases.find((p) => p.stage === 'awaiting-approval');
   if (waiting) why.push(`phase ${waiting.name} waits for a manual approval`);
   if (status.verdict) why.push(`canary verdict: ${status.verdict}`);
+  if (status.watch) why.push(describeWatch(status.watch));
   const last = status.controls.at(-1);
   if (last)
     why.push(

@@ -32,6 +32,10 @@ export const WEBHOOK_EVENTS = [
   'rollback.started',
   'rollback.completed',
   'canary.verdict',
+  /** The watch after promotion began; each failed check (`watch.failed`, with onFail's action), and its end. */
+  'watch.started',
+  'watch.failed',
+  'watch.completed',
   'rollout.completed',
   'rollout.failed',
   /** The end of a rollout an operator aborted (after its rollback, if any). */
@@ -43,7 +47,8 @@ export type WebhookEventName = (typeof WEBHOOK_EVENTS)[number];
 /**
  * Which audit record is which event: an audit event of the same name, except the model's approval, which
  * is the manual gate's `gate.approved`. Records about single devices (`devices.*`), the floor and audit
- * overrides are not rollout transitions and stay in the audit only.
+ * overrides are not rollout transitions and stay in the audit only, as does each healthy check of a watch
+ * (`watch.passed`, `watch.inconclusive`: a receiver hears when a watch starts, fails and ends).
  */
 const RENAMED: Partial<Record<AuditEventName, WebhookEventName>> = { 'rollout.approved': 'gate.approved' };
 

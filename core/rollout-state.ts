@@ -46,6 +46,11 @@ export function stepState(state: DeviceState): DeviceState {
 export const ROLLOUT_STATES = [
   'running',
   'paused',
+  /**
+   * Every phase passed and the spec's `watch` keeps checking the changed devices (core/rollout/watch.ts) until
+   * it has run its time (then `completed`), or a failed check puts them back (`rolled-back`).
+   */
+  'watching',
   'completed',
   'rolled-back',
   'aborted',

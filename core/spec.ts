@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { formatDurationMs, parseDurationMs } from './duration';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
+import { DEFAULT_REVERT_WINDOW_MS } from './floor';
 import { Webhooks } from './events';
 import { parseHealthCheck } from './health';
 import { Identifier, MAX_PHASE_DEVICES, PoolName, type Inventory } from './inventory';
@@ -84,6 +85,13 @@ export const DURATION_BOUNDS = {
   revertWindow: { min: 0, max: 30 * 86_400_000 },
   /** progressDeadline and phaseDeadline, in active time (core/rollout/deadline.ts). */
   deadline: { min: 60_000, max: 30 * 86_400_000 },
+  /**
+   * The watch after promotion (`watch.for`): at most a week, the way back a device keeps for the rollout that
+   * changed it when the revision signs none (core/floor.ts DEVICE_WAY_BACK_MS), and never past `revertWindow`.
+   */
+  watch: { min: 10_000, max: 7 * 86_400_000 },
+  /** The wait between two checks of the watch (`watch.every`); never more than `watch.for`. */
+  watchEvery: { min: 5_000, max: 86_400_000 },
 } as const;
 
 const GateDuration = lazySchema(() => boundedDuration(DURATION_BOUNDS.gate.min, DURATION_BOUNDS.gate.max));
@@ -263,6 +271,46 @@ export function deadlineProblems(spec: {
   return problems;
 }
 
+const Watch = lazySchema(() =>
+  zod()
+    .object({
+      for: boundedDuration(DURATION_BOUNDS.watch.min, DURATION_BOUNDS.watch.max),
+      healthGate: zod().array(HealthCheck).min(1, 'a watch needs at least one check'),
+      onFail: zod().enum(['revert', 'alert']),
+      every: boundedDuration(DURATION_BOUNDS.watchEvery.min, DURATION_BOUNDS.watchEvery.max).optional(),
+    })
+    .strict(),
+);
+
+/**
+ * Watch settings that could never mean what they say, each with its field: checks further apart than the
+ * whole watch, and a watch that reverts after the revert window (or with none: `revertWindow: 0`) has
+ * closed. Pure; the spec's validation reports them (core/rollout/watch.ts runs the watch).
+ */
+export function watchProblems(spec: {
+  revertWindow?: number;
+  watch?: { for: number; every?: number; onFail: string };
+}): Array<{ path: Array<string | number>; message: string }> {
+  const { watch } = spec;
+  if (!watch) return [];
+  const problems: Array<{ path: Array<string | number>; message: string }> = [];
+  if (watch.every !== undefined && watch.every > watch.for)
+    problems.push({
+      path: ['watch', 'every'],
+      message: `is ${formatDurationMs(watch.every)}, longer than the watch itself (for: ${formatDurationMs(watch.for)}): no check would run; make it at most ${formatDurationMs(watch.for)}`,
+    });
+  const window = spec.revertWindow ?? DEFAULT_REVERT_WINDOW_MS;
+  if (watch.onFail === 'revert' && watch.for > window)
+    problems.push({
+      path: ['watch', 'for'],
+      message:
+        window === 0
+          ? `is ${formatDurationMs(watch.for)}, but revertWindow is 0: a failed watch puts devices back only while the revert window is open; set a revertWindow of at least ${formatDurationMs(watch.for)}, or onFail: alert`
+          : `is ${formatDurationMs(watch.for)}, longer than the revertWindow of ${formatDurationMs(window)}: a failed watch puts devices back only while the revert window is open; make it at most ${formatDurationMs(window)}, raise revertWindow, or use onFail: alert`,
+    });
+  return problems;
+}
+
 export const RolloutBody = lazySchema(() =>
   zod()
     .object({
@@ -317,6 +365,8 @@ export const RolloutBody = lazySchema(() =>
       requireReceipts: zod().boolean().optional(),
       /** Profiles each device must verify (at these revisions) before this rollout starts on it (core/dependencies.ts). */
       after: zod().array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
+      /** After the last phase, keep checking the changed devices (core/rollout/watch.ts); the rollout is `watching` meanwhile. */
+      watch: Watch.optional(),
     })
     .strict()
     .superRefine((spec, ctx) => {
@@ -353,6 +403,7 @@ export const RolloutBody = lazySchema(() =>
       }
       checkPhaseSizes(spec.phases ?? [], ctx);
       for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
+      for (const p of watchProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
       for (const p of afterProblems(spec.profile, spec.after ?? []))
         ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
     })

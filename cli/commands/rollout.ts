@@ -29,6 +29,7 @@ import type { RolloutInput } from '../../core/rollout/input';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
 import { pauseLine, waitProgress, watchRollout, type WatchOptions } from '../watch';
 import { gateVerdictLines, whyLines, type TrailRead } from '../../core/rollout/verdict';
+import { describeWatch } from '../../core/rollout/watch';
 import { readTrail, withTrailOptions, type TrailFlags } from '../why';
 import { preflightRollout } from '../preflight';
 import { refuseWhileFrozen } from '../../clients/freeze';
@@ -82,6 +83,7 @@ function printStatus(status: RolloutStatus): void {
   if (status.state === 'paused') console.log(`  ${pauseLine(status)}`);
   else if (status.pausedReason) console.log(`  paused: ${status.pausedReason}`);
   if (status.verdict) console.log(`  canary verdict: ${status.verdict}`);
+  if (status.watch) console.log(`  ${describeWatch(status.watch)}`);
   if (status.reverts)
     console.log(
       `  reverts: ${status.reverts.rolloutId} (run ${status.reverts.runId}), r${status.fromRevision} → r${status.toRevision}`,
@@ -126,8 +128,9 @@ export function printOutcome(final: RolloutStatus, trail: TrailRead = {}): numbe
   const outcome = rolloutOutcome(final);
   const code = outcomeCode(final);
   if (code !== EXIT_OK) for (const line of whyLines(final, trail)) console.log(line);
-  // Why a completed rollout is still not a success (pending work), on a line of its own.
-  if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
+  // Why a completed rollout is still not a success (pending work, a watch's alert), or why a watch reverted it, on a line of its own.
+  if (code !== EXIT_OK && (final.state === 'completed' || final.watch?.outcome === 'reverted'))
+    console.log(outcome.summary);
   console.log(
     `rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`,
   );

@@ -20,13 +20,16 @@ import type { PhaseStage } from './status';
 
 /** What ended the rollout. */
 export type EndingCause =
-  | { kind: 'completed' }
+  /** `reason`: what the end record says of a completion, e.g. the alerts of a watch under `onFail: alert`. */
+  | { kind: 'completed'; reason?: string }
   /** An operator's abort, or a deadline under `onDeadline: abort` (an abort by wavegate, without rollback). */
   | { kind: 'abort'; abort: AbortRequest }
   /** A deadline under `onDeadline: rollback`: recorded on the model by the watcher, ended by the story. */
   | { kind: 'deadline-rollback'; deadline: DeadlineKind; reason: string }
   /** The failure policy chose to roll back: after the failure gate tripped, or a failed health gate. */
   | { kind: 'failure-rollback'; trigger: FailureTrigger; evidence: string; phaseName: string }
+  /** A check of the watch after promotion failed under `onFail: revert` (core/rollout/watch.ts): `reason` says which, where, what it read. */
+  | { kind: 'watch-revert'; reason: string }
   | { kind: 'cancel' }
   /** A nightly canary run's verdict: the canary is kept on the revision, or put back. */
   | { kind: 'canary-verdict'; verdict: GateOutcome; keep: boolean }
@@ -108,9 +111,18 @@ export function endingOf(cause: EndingCause): Ending {
         ...NO_PARTS,
         state: 'completed',
         event: 'rollout.completed',
-        reason: null,
+        reason: cause.reason ?? null,
         legacyOrder: ['finish'],
       };
+    case 'watch-revert':
+      // Only executions with a watch reach it, all after the one ending: its legacy order is never taken.
+      return rollingBack(
+        cause.kind,
+        'not started: rolled back after its watch failed',
+        `watch failed: ${cause.reason}`,
+        `watch failed: ${cause.reason}`,
+        ['close', 'skip', 'compensate', 'finish'],
+      );
     case 'abort': {
       const { abort } = cause;
       const outcome = abortOutcome(abort);

@@ -20,6 +20,7 @@ import { plannedState, type PlanShape } from './sliced-plan';
 import { NO_SLICED_PHASES, SlicedRecords, type SlicedPhases, type SliceReport, type SliceUnit } from './sliced-records';
 import { unconfirmedDevices, type DeadlineKind, type DeadlineStatus } from './deadline';
 import type { AbortRequest } from './policy';
+import type { WatchCheck, WatchStatus } from './watch';
 import type { CanaryVerdict, ControlRecord, PhaseStage, PhaseStatus, RolloutStatus } from './status';
 import { PhaseTimings } from './timing';
 
@@ -66,6 +67,8 @@ export class RolloutModel {
   /** The last progress deadline that passed (workflows/deadlines.ts), with the devices it found unconfirmed. */
   private passedDeadline: DeadlineStatus | undefined;
   private readonly warningList: string[] = [];
+  /** The watch after promotion, once it started (core/rollout/watch.ts). */
+  private watchStatus: WatchStatus | undefined;
   /** A write since the last publish (see `takeChanged`); a new model has not been published yet. */
   private changed = true;
 
@@ -132,6 +135,7 @@ export class RolloutModel {
       ...(this.passedDeadline ? { deadline: this.passedDeadline } : {}),
       ...(this.webhookLedger ? { webhooks: this.webhookLedger.status() } : {}),
       ...this.slicedPhases.inStatus(),
+      ...(this.watchStatus ? { watch: { ...this.watchStatus, alerts: [...this.watchStatus.alerts] } } : {}),
     };
   }
   get state(): RolloutState {
@@ -508,6 +512,33 @@ export class RolloutModel {
     this.changed = true;
     this.passedDeadline = passed;
     this.warningList.push(reason);
+  }
+  /** Every phase passed: the rollout is `watching` its changed devices (the phase shows `watch`). */
+  startWatch(watch: WatchStatus): void {
+    this.moveTo('watching');
+    this.currentPhase = 'watch';
+    this.watchStatus = watch;
+  }
+  /** One check of the watch, and (under `onFail: alert`) the alert it raised. */
+  recordWatchCheck(check: WatchCheck, alert?: string): void {
+    this.changed = true;
+    const w = this.watchStatus!;
+    w.checks = check.n;
+    w.last = check;
+    if (alert) {
+      w.alerts.push(alert);
+      this.warningList.push(alert);
+    }
+  }
+  /** The watch ended: passed, alerted, reverted (with the failed check's reason) or stopped. */
+  endWatch(outcome: Exclude<WatchStatus['outcome'], 'watching'>, reason?: string): void {
+    this.changed = true;
+    const w = this.watchStatus!;
+    w.outcome = outcome;
+    if (reason) w.reason = reason;
+  }
+  get watch(): Readonly<WatchStatus> | undefined {
+    return this.watchStatus;
   }
   /** A nightly canary run's verdict. */
   recordVerdict(verdict: CanaryVerdict): void {

@@ -1,5 +1,6 @@
 import { countDevices, type DeviceState, type DeviceStatus } from '../rollout-state';
 import type { RolloutStatus } from './status';
+import { describeWatch } from './watch';
 
 /**
  * How a `skipped` device's reason said it was not-for-me (left-behind, a node-down verdict, above the
@@ -56,7 +57,11 @@ export interface RolloutOutcome {
  * run succeeds on a `pass` verdict, or when there was nothing to test (as `schedule trigger` says).
  */
 export function rolloutOutcome(s: RolloutStatus): RolloutOutcome {
+  // A watch that failed says which check, which devices and what it read (core/rollout/watch.ts).
+  if (s.watch?.outcome === 'reverted') return { code: 1, summary: `rollout ${s.state}: ${describeWatch(s.watch)}` };
   if (s.state !== 'completed') return { code: 1, summary: `rollout ${s.state}` };
+  // Every device at the target, but the watch after promotion saw a failure (onFail: alert): not a success.
+  if (s.watch?.outcome === 'alerted') return { code: 1, summary: `completed, but ${describeWatch(s.watch)}` };
   if (s.verdict !== undefined) {
     return s.verdict === 'pass' || s.verdict === 'nothing-to-test'
       ? { code: 0, summary: `canary verdict ${s.verdict}` }

@@ -115,11 +115,13 @@ export function fastRevertPhase(phases: readonly PhaseSpec[]): PhaseSpec {
 /**
  * The revert's spec: the original's with the revisions swapped (from its toRevision down to its
  * fromRevision: only a revert may say that), its phases or with `fast` the one fast phase, and no revert
- * window of its own (its floor ends at its target; going up again is always allowed).
+ * window of its own (its floor ends at its target; going up again is always allowed), and no watch (a
+ * failed watch would put the devices back up to the revision the revert takes them from).
  */
 export function revertSpec(original: RolloutSpec, fast: boolean): RolloutSpec {
+  const { watch: _watch, ...rest } = original;
   return {
-    ...original,
+    ...rest,
     fromRevision: original.toRevision,
     toRevision: original.fromRevision,
     phases: fast ? [fastRevertPhase(original.phases)] : original.phases,

@@ -4,6 +4,7 @@ import type { GateOutcome } from '../health';
 import type { DeadlineStatus } from './deadline';
 import type { Counts, DeviceStatus, RolloutState } from '../rollout-state';
 import type { SliceUnit } from './sliced-records';
+import type { WatchStatus } from './watch';
 
 export const PHASE_STAGES = [
   'pending',
@@ -73,4 +74,6 @@ export interface RolloutStatus {
    * device records are (`devices` then holds the inline phases' devices only).
    */
   slices?: SliceUnit[];
+  /** The watch after promotion (the spec's `watch`, core/rollout/watch.ts): its checks, outcome and alerts. */
+  watch?: WatchStatus;
 }

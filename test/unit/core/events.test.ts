@@ -57,10 +57,17 @@ describe('audit records → webhook events (core/events.ts)', () => {
       'rollout.failed': 'rollout.failed',
       'canary.verdict': 'canary.verdict',
       'audit.override': undefined,
+      'rollout.approval-refused': undefined,
+      'rollout.starter': undefined,
       'devices.outcome': undefined,
       'devices.skipped': undefined,
       'floor.confirmed': undefined,
       'deadline.passed': 'deadline.passed',
+      'watch.started': 'watch.started',
+      'watch.passed': undefined,
+      'watch.inconclusive': undefined,
+      'watch.failed': 'watch.failed',
+      'watch.completed': 'watch.completed',
     });
     // Every webhook event is reachable from some audit record.
     expect(new Set(Object.values(mapped).filter(Boolean))).toEqual(new Set(WEBHOOK_EVENTS));

@@ -25,6 +25,7 @@ const causes: Record<EndingCause['kind'], EndingCause> = {
     phaseName: 'bulk',
   },
   cancel: { kind: 'cancel' },
+  'watch-revert': { kind: 'watch-revert', reason: 'watch check 2 of 10 at +6m failed: error-rate < 0.01: fail' },
   'canary-verdict': { kind: 'canary-verdict', verdict: 'fail', keep: false },
   'canary-nothing-to-test': { kind: 'canary-nothing-to-test' },
   error: { kind: 'error', message: 'activity failed' },
@@ -38,6 +39,7 @@ describe('endingOf: one decision per cause', () => {
     ['a deadline rollback: compensated by wavegate, ends rolled-back', causes['deadline-rollback'], { closes: stagesClosedBy('abort'), skips: { reason: 'not started: progressDeadline passed (rolled back)' }, compensation: { trigger: 'progressDeadline of 1h passed', by: 'wavegate' }, state: 'rolled-back', event: 'rollout.failed', reason: 'progressDeadline of 1h passed' }],
     ['a failure-gate rollback: compensated by wavegate, ends rolled-back', causes['failure-rollback'], { closes: stagesClosedBy('abort'), skips: { reason: 'not started: rolled back after failure-gate' }, compensation: { trigger: 'failure-gate: 3 of 4 devices failed in bulk', by: 'wavegate' }, state: 'rolled-back', event: 'rollout.failed', reason: 'failure gate: 3 of 4 devices failed in bulk' }],
     ['a failed health gate rollback: the reason names the phase', { kind: 'failure-rollback', trigger: 'healthGate-fail', evidence: 'error-rate 0.2 >= 0.01', phaseName: 'canary' }, { skips: { reason: 'not started: rolled back after healthGate-fail' }, compensation: { trigger: 'healthGate-fail: error-rate 0.2 >= 0.01', by: 'wavegate' }, reason: 'health gate failed after canary' }],
+    ['a failed watch under onFail revert: compensated by wavegate, ends rolled-back naming the check', causes['watch-revert'], { compensation: { trigger: 'watch failed: watch check 2 of 10 at +6m failed: error-rate < 0.01: fail', by: 'wavegate' }, state: 'rolled-back', event: 'rollout.failed', reason: 'watch failed: watch check 2 of 10 at +6m failed: error-rate < 0.01: fail' }],
     ['a cancel: also closes the applying phase, temporal-cancel in its last record', causes.cancel, { closes: stagesClosedBy('cancel'), skips: { reason: 'not started: rollout cancelled' }, compensation: { trigger: 'cancelled', by: 'temporal-cancel' }, state: 'cancelled', event: 'rollout.cancelled', by: 'temporal-cancel' }],
   ];
   it.each(stopping)('%s', (_name, cause, expected) => {
