@@ -3,14 +3,13 @@ import { defineConfig } from 'vitest/config';
 import { LongestFirstSequencer } from './test/support/sequencer.mjs';
 
 /**
- * Files that must run with nothing else beside them. Every other file starts its own servers (Temporal,
- * sshd, PostgreSQL, nginx, simulated fleets, HTTP) on ephemeral ports of 127.0.0.1 and keeps its state in
- * its own temp dirs, task queues and rollout ids, so two of them can share the machine.
+ * Files that must not share the CPU: one at a time, and `npm test` runs them beside the other files only while
+ * those run at the lowest priority (scripts/test.sh), so they get the CPU at once when they ask for it. Every
+ * file starts its own servers (Temporal, sshd, PostgreSQL, nginx, simulated fleets, HTTP) on ephemeral ports of
+ * 127.0.0.1 and keeps its state in its own temp dirs, task queues and rollout ids, so two of them can share the
+ * machine.
  */
 const RUN_ALONE = [
-  // `wavegate dev` on the preferred ports 7233/8233 (any other file's CLI may find it there), then proves
-  // those ports refuse and pgrep finds nothing left once it stops.
-  'test/e2e/dev-stack.test.ts',
   // Headless chromium: the heaviest process of the suite on a 2-core machine.
   'test/e2e/webui.test.ts',
   'test/e2e/webui-outcomes.test.ts',
@@ -27,6 +26,13 @@ const RUN_ALONE = [
   'test/unit/intake/node-down-timeout.test.ts', // a hung recheck is ended < 5 s
   'test/unit/core/planner.test.ts', // 5,000-device plan < 2 s of CPU
 ];
+
+/**
+ * Files that must run with nothing else at all, not even the alone files: `wavegate dev` on the preferred ports
+ * 7233/8233 (any other file's CLI may find it there), then proves those ports refuse and pgrep finds nothing left
+ * once it stops. `npm test` runs them first (scripts/test.sh).
+ */
+const EXCLUSIVE = ['test/e2e/dev-stack.test.ts'];
 
 /**
  * Unit files that change what the process holds for the files after them (the environment, module mocks and
@@ -56,7 +62,8 @@ export default defineConfig({
     // Longest files first, by recorded CI durations (test/support/sequencer.ts): no tail of slow files alone.
     sequence: { sequencer: LongestFirstSequencer },
     // Every run also leaves a JSON report: `npx tsx scripts/test-durations.ts test-output/vitest.json` refreshes the record.
-    reporters: ['default', ['json', { outputFile: 'test-output/vitest.json' }]],
+    // (`npm test` runs vitest three times, scripts/test.sh: each names its own report in $WAVEGATE_TEST_REPORT.)
+    reporters: ['default', ['json', { outputFile: process.env.WAVEGATE_TEST_REPORT || 'test-output/vitest.json' }]],
     projects: [
       {
         extends: true,
@@ -80,7 +87,7 @@ export default defineConfig({
         test: {
           name: 'shared',
           include: ['test/**/*.test.ts'],
-          exclude: [...RUN_ALONE, 'test/unit/**'],
+          exclude: [...RUN_ALONE, ...EXCLUSIVE, 'test/unit/**'],
           maxWorkers: 4,
           sequence: { groupOrder: 0 },
         },
@@ -106,7 +113,19 @@ export default defineConfig({
       },
       {
         extends: true,
+        // `npm test` runs this project as a second vitest beside the three above, which run at the lowest priority
+        // (scripts/test.sh); a bare `vitest run` runs it after them.
         test: { name: 'alone', include: RUN_ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'exclusive',
+          include: EXCLUSIVE,
+          maxWorkers: 1,
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
+        },
       },
     ],
   },

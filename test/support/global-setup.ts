@@ -20,11 +20,11 @@ import { TEST_RUN_DIR_ENV } from './run-dir';
 export default async function setup(): Promise<(() => void) | undefined> {
   const log = (line: string) => process.stderr.write(`[global-setup] ${line}\n`);
   ensureTools(log);
+  // Set by scripts/test.sh, which prepared the build once for the two vitest runs it starts.
   if (process.env[TEST_RUN_DIR_ENV]) return undefined;
-  if (await ensureCompiledBuild(PROJECT_ROOT, log)) {
+  if (await prepareBuild(log)) {
     process.env.WAVEGATE_RUN_FROM = 'dist';
     process.env[FRESH_DIST_ENV] = '1';
-    await ensureCliBundle(log);
   }
   const dir = mkdtempSync(join(tmpdir(), 'wavegate-test-run-'));
   process.env[TEST_RUN_DIR_ENV] = dir;
@@ -35,6 +35,16 @@ export default async function setup(): Promise<(() => void) | undefined> {
     delete process.env[TEST_RUN_DIR_ENV];
     delete process.env[CODE_CACHE_ENV];
   };
+}
+
+/**
+ * A fresh dist/ with its workflow and CLI bundles; false when it cannot be built (the processes the tests start
+ * then run from the sources). Also run by scripts/test-run-setup.ts, before `npm test`'s two vitest runs.
+ */
+export async function prepareBuild(log: (line: string) => void): Promise<boolean> {
+  if (!(await ensureCompiledBuild(PROJECT_ROOT, log))) return false;
+  await ensureCliBundle(log);
+  return true;
 }
 
 /**
