@@ -480,6 +480,17 @@ export const PATCHES: readonly PatchRecord[] = [
       'twin-feed-desire-report-reverify',
     ],
   },
+  {
+    id: 'canary-freeze',
+    introducedIn: 'r11',
+    commit: 'pending',
+    askedIn: ['workflows/canary.ts before the canary rollout'],
+    status: 'live',
+    replayedWith: ['nightly-canary-frozen'],
+    replayedWithout: [],
+    noOldBranch:
+      'the one nightly canary history recorded before it (nightly-canary-skipped-rollout-running) ends before the canary rollout',
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */
