@@ -10,6 +10,7 @@ import { createHealthActivities } from './health';
 import type { Client } from '@temporalio/client';
 import type { ApplyResult, RevisionSteps } from '../device/steps';
 import { CHECKOUT_PROFILES_ROOT } from '../device/steps';
+import { createApprovalActivities } from './approval';
 import { createRegistryActivities } from './registry';
 import { createPreflightActivities } from './preflight';
 import { createWebhookActivities } from './webhooks';
@@ -127,6 +128,7 @@ export function createActivities(deps: ActivityDeps = {}) {
     }),
     ...createRegistryActivities({ client: deps.client }),
     ...createFreezeActivities({ client: deps.client }),
+    ...createApprovalActivities({ profilesRoot: deps.profilesRoot ?? CHECKOUT_PROFILES_ROOT }),
     ...createPreflightActivities({
       profilesRoot: deps.profilesRoot,
       allowUnsigned: deps.allowUnsigned,

@@ -32,6 +32,8 @@ const NOT_TRANSITIONS: ReadonlySet<AuditEventName> = new Set<AuditEventName>([
   'floor.confirmed',
   'canary.verdict',
   'audit.override',
+  'rollout.approval-refused',
+  'rollout.starter',
 ]);
 
 /** The records that end or begin a step of the rollout's story: each gets a checkpoint. */

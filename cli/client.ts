@@ -1,3 +1,4 @@
+import type { SignedStatement } from '../core/approval';
 import { createHash } from 'node:crypto';
 import {
   Client,
@@ -230,6 +231,8 @@ export interface StartOptions {
   now?: () => Date;
   /** How long to wait for the lock to have started the rollout (a worker must pick the lock up). */
   startTimeoutMs?: number;
+  /** The starter's signed statement for the rollout's id, once it has one (core/approval.ts; `start --identity-key`). */
+  signStart?: (rolloutId: string) => SignedStatement;
 }
 
 /**
@@ -396,6 +399,7 @@ export async function startOrJoinRollout(
             ...input,
             rolloutId,
             ...(rolloutId !== input.rolloutId ? { planSeed: input.planSeed ?? input.rolloutId } : {}),
+            ...(opts.signStart ? { startStatement: opts.signStart(rolloutId) } : {}),
           },
           memo,
           ...(opts.key ? { key: opts.key } : {}),

@@ -35,6 +35,10 @@ export const AUDIT_EVENTS = [
   'rollout.aborted',
   'rollout.cancelled',
   'rollout.approved',
+  /** An approval the two-person rule did not count (core/approval.ts), with why and who, as far as proven. */
+  'rollout.approval-refused',
+  /** The starter the two-person rule knows, from a verified signed statement (core/approval.ts). */
+  'rollout.starter',
   'rollback.started',
   'rollback.completed',
   'rollout.completed',

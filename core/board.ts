@@ -5,6 +5,7 @@ import type { RolloutStatus } from './rollout/status';
 import { proofCounts as countProof, proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
 import { phaseCounts } from './rollout/sliced-records';
 import { describeWatch } from './rollout/watch';
+import { ROLES, type Role } from './approval';
 
 /**
  * What the board (`wavegate board`, cli/board/) decides, as pure functions: a rollout's true outcome in
@@ -501,40 +502,70 @@ export function checkRolloutId(id: string): string {
   return id;
 }
 
+/** A token of the board's: its name is who the controls it sends are recorded as; its role, what it may send. */
+export interface BoardToken {
+  name: string;
+  token: string;
+  role: Role;
+}
+
+/** A role a line may name: viewer, operator or approver. */
+const ROLE_WORD = `(${ROLES.join('|')})`;
+/** The role of a line that names none: what every token could do before roles (send every control). */
+export const DEFAULT_ROLE: Role = 'operator';
+
 /**
- * The board's token file: one `<name> <token>` per line (`#` comments, blank lines), the name being the
- * operator identity recorded in controls. Names and tokens unique, every token strong (tokenWeakness):
- * a weak one is refused naming its line and its name, never its value.
+ * The board's token file (docs/cli.md "wavegate board"): `<name> <token> [role]` per line, and `cert:<CN>
+ * <role>` for a client certificate's role (`#` comments, blank lines). A role is viewer (reads only),
+ * operator (also pause, resume, abort, revert, converge, approve where the two-person rule does not apply)
+ * or approver (also approvals that count under it); none given: operator, as every token was before roles.
+ * Names (a CN counts as one) and tokens unique, every token strong (tokenWeakness): a weak one is refused
+ * naming its line and its name, never its value.
  */
-export function parseTokenFile(text: string, source: string): Array<{ name: string; token: string }> {
-  const out: Array<{ name: string; token: string }> = [];
+export function parseAccessFile(text: string, source: string): { tokens: BoardToken[]; certRoles: Map<string, Role> } {
+  const tokens: BoardToken[] = [];
+  const certRoles = new Map<string, Role>();
+  const taken = (name: string) => tokens.some((t) => t.name === name) || certRoles.has(name);
   for (const [i, raw] of text.split('\n').entries()) {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) continue;
-    const m = /^([A-Za-z0-9][A-Za-z0-9._@-]{0,63})\s+(\S{1,256})$/.exec(line);
-    if (!m)
-      throw new WavegateError(
-        'INVALID_INPUT',
-        `${source} line ${i + 1}: expected "<name> <token>" (a name of letters, digits, ".", "_", "@", "-"; a token of at most 256 non-blank characters)`,
-        { field: '--token-file' },
-      );
-    const weak = tokenWeakness(m[2]!);
-    if (weak)
-      throw new WavegateError(
-        'INVALID_INPUT',
-        `${source} line ${i + 1}: the token of "${m[1]}" is weak (${weak}); ${TOKEN_RULE}`,
-        { field: '--token-file', value: m[1]! },
-      );
-    if (out.some((t) => t.name === m[1] || t.token === m[2]))
-      throw new WavegateError('INVALID_INPUT', `${source} line ${i + 1}: a name or token given twice`, {
+    const refuse = (why: string, value?: string) =>
+      new WavegateError('INVALID_INPUT', `${source} line ${i + 1}: ${why}`, {
         field: '--token-file',
+        ...(value !== undefined ? { value } : {}),
       });
-    out.push({ name: m[1]!, token: m[2]! });
+    const cert = new RegExp(`^cert:(${NAME_PATTERN})\\s+${ROLE_WORD}$`).exec(line);
+    if (cert) {
+      if (taken(cert[1]!)) throw refuse('a name or token given twice');
+      certRoles.set(cert[1]!, cert[2] as Role);
+      continue;
+    }
+    const m = new RegExp(`^(${NAME_PATTERN})\\s+(\\S{1,256})(?:\\s+(\\S+))?$`).exec(line);
+    if (!m)
+      throw refuse(
+        'expected "<name> <token> [role]" or "cert:<CN> <role>" (a name of letters, digits, ".", "_", "@", "-"; a token of at most 256 non-blank characters)',
+      );
+    if (m[3] !== undefined && !(ROLES as readonly string[]).includes(m[3]))
+      throw refuse(`the role of "${m[1]}" is ${JSON.stringify(m[3].slice(0, 40))}: one of ${ROLES.join(', ')}`, m[1]);
+    const weak = tokenWeakness(m[2]!);
+    if (weak) throw refuse(`the token of "${m[1]}" is weak (${weak}); ${TOKEN_RULE}`, m[1]);
+    if (taken(m[1]!) || tokens.some((t) => t.token === m[2])) throw refuse('a name or token given twice');
+    tokens.push({ name: m[1]!, token: m[2]!, role: (m[3] as Role | undefined) ?? DEFAULT_ROLE });
   }
-  if (out.length === 0)
+  if (tokens.length === 0 && certRoles.size === 0)
     throw new WavegateError('INVALID_INPUT', `${source}: no "<name> <token>" line`, { field: '--token-file' });
-  return out;
+  return { tokens, certRoles };
 }
+
+/** The tokens of a token file that must hold at least one (parseAccessFile, without certificate lines' roles). */
+export function parseTokenFile(text: string, source: string): BoardToken[] {
+  const { tokens } = parseAccessFile(text, source);
+  if (tokens.length === 0)
+    throw new WavegateError('INVALID_INPUT', `${source}: no "<name> <token>" line`, { field: '--token-file' });
+  return tokens;
+}
+
+const NAME_PATTERN = '[A-Za-z0-9][A-Za-z0-9._@-]{0,63}';
 
 /** What a board token must be, said in every refusal of one. */
 export const TOKEN_RULE =

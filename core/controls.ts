@@ -1,3 +1,4 @@
+import type { SignedStatement } from './approval';
 import type { RolloutState } from './rollout-state';
 
 /**
@@ -18,6 +19,8 @@ export interface AbortControl extends ControlBase {
 export interface ApproveControl extends ControlBase {
   /** The phase index (0-based) or name being approved; default: the one waiting. */
   phase?: number | string;
+  /** The approver's signed statement (core/approval.ts): under the two-person rule the only proof of who approves. */
+  statement?: SignedStatement;
 }
 
 /** Carry on past an audit trail that cannot be made whole: an explicit, recorded decision with a reason. */

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { formatDurationMs, parseDurationMs } from './duration';
+import { ApprovalRequirement } from './approval';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
 import { DEFAULT_REVERT_WINDOW_MS } from './floor';
 import { Webhooks } from './events';
@@ -367,6 +368,8 @@ export const RolloutBody = lazySchema(() =>
       after: zod().array(Dependency).max(MAX_DEPENDENCIES, `at most ${MAX_DEPENDENCIES} profiles`).optional(),
       /** After the last phase, keep checking the changed devices (core/rollout/watch.ts); the rollout is `watching` meanwhile. */
       watch: Watch.optional(),
+      /** The two-person rule at manual gates (core/approval.ts): N distinct authenticated approvers, not the starter. */
+      approval: ApprovalRequirement.optional(),
     })
     .strict()
     .superRefine((spec, ctx) => {
@@ -404,6 +407,13 @@ export const RolloutBody = lazySchema(() =>
       checkPhaseSizes(spec.phases ?? [], ctx);
       for (const p of deadlineProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
       for (const p of watchProblems(spec)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
+      if (spec.approval && spec.gate !== 'manual' && !(spec.phases ?? []).some((p) => p.gate === 'manual'))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['approval'],
+          message:
+            'applies at manual gates, and no gate is manual: set gate: manual (of the spec or of a phase), or remove approval',
+        });
       for (const p of afterProblems(spec.profile, spec.after ?? []))
         ctx.addIssue({ code: 'custom', path: ['after', p.index, 'profile'], message: p.message });
     })

@@ -173,3 +173,11 @@ export const { freezeCovering } = wf.proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
   retry: { maximumAttempts: 3 },
 });
+
+// ---- the two-person rule (workflows/approvals.ts) ----
+
+/** One read of approvers.yaml and one signature check: seconds at most; a worker that cannot read it says why. */
+export const { verifyOperatorStatement } = wf.proxyActivities<Activities>({
+  startToCloseTimeout: '20 seconds',
+  retry: { maximumAttempts: 3 },
+});

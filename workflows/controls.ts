@@ -4,6 +4,7 @@ import type { ControlName } from '../core/controls';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import * as msg from '../contracts/rollout';
 import { SLICE_CONTROL_ACK } from './slice';
+import type { TwoPersonApprovals } from './approvals';
 
 export type RolloutAuditFn = (
   event: AuditEventName,
@@ -21,6 +22,8 @@ export function wireControls(
   audit: RolloutAuditFn,
   onChange: (ack: boolean) => Promise<void>,
   onAuditOverride: (c: { by: string; reason: string }) => void,
+  /** A spec with `approval`: approvals count through the two-person rule (workflows/approvals.ts). */
+  twoPerson?: TwoPersonApprovals,
 ): void {
   const now = () => new Date(Date.now()).toISOString();
   /** Carry out a control; `told` resolves once every running slice has the new state (SLICE_CONTROL_ACK). */
@@ -66,11 +69,13 @@ export function wireControls(
   wf.setHandler(msg.pauseSignal, onSignal('pause'));
   wf.setHandler(msg.resumeSignal, onSignal('resume'));
   wf.setHandler(msg.abortSignal, onSignal('abort'));
-  wf.setHandler(msg.approveSignal, onSignal('approve'));
+  wf.setHandler(msg.approveSignal, twoPerson ? (c) => twoPerson.signal(c) : onSignal('approve'));
   wf.setHandler(msg.pauseUpdate, (c) => applyUpdate('pause', c), { validator: validator('pause') });
   wf.setHandler(msg.resumeUpdate, (c) => applyUpdate('resume', c), { validator: validator('resume') });
   wf.setHandler(msg.abortUpdate, (c) => applyUpdate('abort', c), { validator: validator('abort') });
-  wf.setHandler(msg.approveUpdate, (c) => applyUpdate('approve', c), { validator: validator('approve') });
+  wf.setHandler(msg.approveUpdate, (c) => (twoPerson ? twoPerson.update(c) : applyUpdate('approve', c)), {
+    validator: validator('approve'),
+  });
   wf.setHandler(msg.overrideAuditSignal, onSignal('override-audit'));
   wf.setHandler(msg.overrideAuditUpdate, (c) => apply('override-audit', c), { validator: validator('override-audit') });
 }

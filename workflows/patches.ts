@@ -481,25 +481,14 @@ export const PATCHES: readonly PatchRecord[] = [
     ],
   },
   {
-    id: 'canary-freeze',
+    id: 'two-person-approval',
     introducedIn: 'r11',
     commit: 'pending',
-    askedIn: ['workflows/canary.ts before the canary rollout'],
+    askedIn: ['workflows/approvals.ts twoPersonApprovals'],
     status: 'live',
-    replayedWith: ['nightly-canary-frozen'],
+    replayedWith: ['two-person-approval'],
     replayedWithout: [],
-    noOldBranch:
-      'the one nightly canary history recorded before it (nightly-canary-skipped-rollout-running) ends before the canary rollout',
-  },
-  {
-    id: 'watch-after-promotion',
-    introducedIn: 'r11',
-    commit: 'pending',
-    askedIn: ['workflows/watch.ts watchAfterPromotion'],
-    status: 'live',
-    replayedWith: ['watch-after-promotion-passed', 'watch-after-promotion-reverted'],
-    replayedWithout: [],
-    noOldBranch: NEW_INPUT("the spec's watch"),
+    noOldBranch: NEW_INPUT("the spec's approval"),
   },
 ];
 

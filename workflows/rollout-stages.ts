@@ -10,6 +10,7 @@ import type { RolloutStatus } from '../core/rollout/status';
 import { AuditTrail } from './audit-trail';
 import { DeviceBatches, type BatchResult } from './batches';
 import { wireControls } from './controls';
+import { twoPersonApprovals, type TwoPersonApprovals } from './approvals';
 import { EventOutbox, WEBHOOK_EVENTS_PATCH } from './events';
 import { gateEvidence, runHealthGate } from './health-gate';
 import { phaseRecordsFor, type PhaseRecords } from './phase-records';
@@ -59,6 +60,8 @@ export class RolloutStages {
   private readonly batches: DeviceBatches;
   /** Where the phases' device records are kept: inline, or sliced records (chosen once, workflows/phase-records/). */
   private readonly records: PhaseRecords;
+  /** The two-person rule of a spec with `approval` (workflows/approvals.ts); undefined for any other. */
+  readonly approvals: TwoPersonApprovals | undefined;
 
   constructor(
     private readonly input: RolloutInput,
@@ -81,11 +84,13 @@ export class RolloutStages {
     this.batches = new DeviceBatches(input, model);
     this.records = phaseRecordsFor({ input, model, batches: this.batches, audit: (event, f) => this.audit(event, f) });
     wf.deprecatePatch(AUDIT_DEVICE_RECORDS);
+    this.approvals = twoPersonApprovals(input, model, (event, fields) => this.audit(event, fields), changed);
     wireControls(
       model,
       (event, fields) => this.audit(event, fields),
       changed,
       (c) => this.trail.requestOverride(c),
+      this.approvals,
     );
   }
 

@@ -8,12 +8,14 @@ import {
   GuessBudget,
   jsonTypeProblem,
   stateChangeProblem,
+  DEFAULT_ROLE,
   type BoardAddress,
   type PageHeaders,
 } from '../../core/board';
 import { HttpRefusal, sendJson } from '../../http/answer';
 import type { Asked, Guards } from '../../http/routes';
 import { BOARD_LIMITS } from './limits';
+import type { Role } from '../../core/approval';
 
 /**
  * Who may ask the board (SECURITY.md, "The board"): a token or a client certificate, on loopback too; wrong
@@ -31,8 +33,10 @@ interface Session {
 }
 
 export interface BoardAccessOptions {
-  /** `<name> <token>` pairs: the name is the identity recorded in controls. */
-  tokens: ReadonlyArray<{ name: string; token: string }>;
+  /** `<name> <token> [role]` lines: the name is the identity recorded in controls; the role (default operator) what it may send. */
+  tokens: ReadonlyArray<{ name: string; token: string; role?: Role }>;
+  /** `cert:<CN> <role>` lines: a client certificate's role; a CN with none is an operator (DEFAULT_ROLE). */
+  certRoles?: ReadonlyMap<string, Role>;
   /** Client certificates are asked for (their CN is the operator). */
   clientCa: boolean;
   /** The address the board listens at, read once it listens (its port). */
@@ -44,12 +48,17 @@ const digest = (text: string) => createHash('sha256').update(text).digest();
 const sourceOf = (req: IncomingMessage) => req.socket.remoteAddress ?? 'unknown';
 
 export class BoardAccess {
-  private readonly tokens: Array<{ name: string; digest: Buffer }>;
+  private readonly tokens: Array<{ name: string; digest: Buffer; role: Role }>;
   private readonly sessions = new Map<string, Session>();
   private readonly guesses = new GuessBudget(BOARD_LIMITS.guessBurst, BOARD_LIMITS.guessRefillMs);
 
   constructor(private readonly opts: BoardAccessOptions) {
-    this.tokens = opts.tokens.map((t) => ({ name: t.name, digest: digest(t.token) }));
+    this.tokens = opts.tokens.map((t) => ({ name: t.name, digest: digest(t.token), role: t.role ?? DEFAULT_ROLE }));
+  }
+
+  /** An operator's role on this board: its token's, else its certificate line's, else operator (DEFAULT_ROLE). */
+  roleOf(name: string): Role {
+    return this.tokens.find((t) => t.name === name)?.role ?? this.opts.certRoles?.get(name) ?? DEFAULT_ROLE;
   }
 
   /** The route table's checks, in the names http/routes.ts runs them by. */
@@ -58,7 +67,7 @@ export class BoardAccess {
       site: (a) => this.checkNotCrossSite(a.req),
       auth: (a) => this.callerOf(a.req, a.res),
       origin: (a) => this.checkSameOrigin(a.req),
-      csrf: (a) => this.checkCsrf(a.req).operator,
+      csrf: (a) => this.checkMayChange(this.checkCsrf(a.req).operator),
     };
   }
 
@@ -90,7 +99,7 @@ export class BoardAccess {
     this.checkGuessBudget(req, res);
     const name = this.tokenName(json.token) ?? (await this.wrongToken(req, 'a login'));
     const s = this.newSession(res, name);
-    sendJson(res, 200, { operator: s.operator, csrf: s.csrf });
+    sendJson(res, 200, { operator: s.operator, csrf: s.csrf, role: this.roleOf(s.operator) });
   }
 
   /** POST /api/logout: the caller's own session only, the one its cookie names. */
@@ -106,7 +115,7 @@ export class BoardAccess {
     const operator = asked.caller!;
     const found = this.sessionOf(asked.req)?.session;
     const s = found?.operator === operator ? found : this.newSession(asked.res, operator);
-    sendJson(asked.res, 200, { operator: s.operator, csrf: s.csrf, pollMs });
+    sendJson(asked.res, 200, { operator: s.operator, csrf: s.csrf, pollMs, role: this.roleOf(s.operator) });
   }
 
   /** The token's name, comparing digests in constant time against every token (no early exit on a match). */
@@ -217,6 +226,17 @@ export class BoardAccess {
     if (problem) throw new HttpRefusal(403, 'FORBIDDEN', problem);
     const type = jsonTypeProblem(req.headers['content-type']);
     if (type) throw new HttpRefusal(415, 'INVALID_INPUT', type);
+  }
+
+  /** Every state change (each route with the csrf check) is refused to a viewer, before anything is read or sent. */
+  private checkMayChange(operator: string): string {
+    if (this.roleOf(operator) === 'viewer')
+      throw new HttpRefusal(
+        403,
+        'FORBIDDEN',
+        `${operator} is a viewer on this board: a viewer reads, and sends no control (its role in the token file)`,
+      );
+    return operator;
   }
 
   private checkCsrf(req: IncomingMessage): Session {

@@ -4,6 +4,7 @@ import {
   bannerOf,
   boardDevices,
   boardOutcome,
+  DEFAULT_ROLE,
   gateEvidenceOf,
   pageOfDevices,
   phaseProgress,
@@ -25,6 +26,9 @@ import { checkRevert, startRevert } from '../commands/revert';
 import { revertUntilOf } from '../../core/floor';
 import { revertWindowOf } from '../../core/rollout/revert';
 import { deviceSetDigest } from './fleet';
+import type { Role } from '../../core/approval';
+import type { KeyPair } from '../../core/signing';
+import { signedApproval } from '../operator-statement';
 
 /**
  * What the board reads, through the same client and audit store as the CLI: the rollout list with each
@@ -46,6 +50,11 @@ export interface BoardSources {
   inventory?: string;
   /** How long a read of Temporal is retried through transient failures before the page is told (default 10 s). */
   readRetryMs?: number;
+  /**
+   * The board's key (`--approval-key`, pinned as `role: board` in a profile's approvers.yaml): an approval sent
+   * from the board carries a statement it signs naming the operator signed in and their role (core/approval.ts).
+   */
+  approvalKey?: KeyPair;
 }
 
 const ROLLOUT_TYPES = new Set(['rolloutWorkflow', 'nightlyCanaryWorkflow']);
@@ -241,13 +250,20 @@ export async function sendBoardControl(
   name: BoardControl,
   body: ControlBody,
   by: string,
+  role: Role = DEFAULT_ROLE,
 ): Promise<{ message: string; state: string }> {
   await describeRollout(src, id);
+  // Under the two-person rule only this statement says who approves: the operator signed in, with their role here.
+  const statement =
+    name === 'approve' && src.approvalKey
+      ? await signedApproval(src.client, id, src.approvalKey, body.reason, { operator: by, role })
+      : undefined;
   const control = {
     by,
     reason: body.reason,
     ...(name === 'abort' ? { rollback: body.rollback !== false } : {}),
     ...(name === 'approve' && body.phase !== undefined ? { phase: body.phase } : {}),
+    ...(statement ? { statement } : {}),
   };
   const status = await sendControl(src.client, id, name, control);
   return { message: `${describeControl(name, status, control)} (${id}, by ${by})`, state: status.state };

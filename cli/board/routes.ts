@@ -19,7 +19,6 @@ import {
   type BoardSources,
 } from './data';
 import { fleetProfiles, fleetRevisionParam, fleetView, startBoardConverge, type FleetSource } from './fleet';
-import { freezeRoutes } from './freeze';
 import { BOARD_LIMITS } from './limits';
 import type { LiveStreams } from './stream';
 import { temporalAnswers, withinTemporal } from './temporal';
@@ -52,18 +51,7 @@ const rolloutPath = (action?: string) => new RegExp(`^/api/rollouts/([^/]+)${act
 
 export function boardRoutes(deps: BoardRouteDeps): RouteTable<string> {
   return {
-    routes: [
-      ...pageRoutes(deps),
-      ...fleetRoutes(deps),
-      ...rolloutRoutes(deps),
-      ...controlRoutes(deps),
-      ...freezeRoutes({
-        client: deps.sources.client,
-        log: deps.log,
-        checks: { read: API, change: CONTROL },
-        body: JSON_BODY,
-      }),
-    ],
+    routes: [...pageRoutes(deps), ...fleetRoutes(deps), ...rolloutRoutes(deps), ...controlRoutes(deps)],
     methodNotAllowed: true,
     // An API path no route has is refused as a real one is until the caller is known; any other, at once.
     otherwise: (path) => ({
@@ -203,7 +191,7 @@ function controlRoutes(deps: BoardRouteDeps): Route<string>[] {
         const done = await withinTemporal(
           connection,
           `the ${control} of ${id}`,
-          () => sendBoardControl(sources, id, control, body, a.caller!),
+          () => sendBoardControl(sources, id, control, body, a.caller!, deps.access.roleOf(a.caller!)),
           BOARD_LIMITS.controlMs,
         );
         deps.log(`board: ${control} of ${id} by ${a.caller}: ${body.reason}`);

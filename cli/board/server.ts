@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { Role } from '../../core/approval';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -34,7 +35,9 @@ export interface BoardServerOptions {
    * `<name> <token>` pairs (--token-file, or the board's own token file): the name is the identity
    * recorded in controls. A board has tokens, client certificates (listen.tls.clientCa) or both.
    */
-  tokens?: ReadonlyArray<{ name: string; token: string }>;
+  tokens?: ReadonlyArray<{ name: string; token: string; role?: Role }>;
+  /** `cert:<CN> <role>` lines of the token file: a client certificate's role (none: operator). */
+  certRoles?: ReadonlyMap<string, Role>;
   /**
    * The origin browsers reach the board at through a proxy (--public-url): its Host is answered beside the
    * loopback names, and a request sent to it must come from that origin.
@@ -90,6 +93,7 @@ export async function startBoard(opts: BoardServerOptions): Promise<BoardServer>
     });
   const access = new BoardAccess({
     tokens,
+    ...(opts.certRoles ? { certRoles: opts.certRoles } : {}),
     clientCa: !!tls?.clientCa,
     address: () => ({
       listenHost: opts.listen.host,

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, lstatSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { LOOPBACK, parsePublicUrl, parseTokenFile } from '../../core/board';
+import { LOOPBACK, parseAccessFile, parsePublicUrl } from '../../core/board';
+import { readSigningKeyFile } from '../../intake/checkpoint-keys';
 import { WavegateError } from '../../core/errors';
 import { resolveAuditLocation } from '../../audit/file';
 import { readFlagFile } from '../../intake/files';
@@ -22,6 +23,7 @@ interface BoardFlags extends TemporalFlags {
   httpsKey?: string;
   tokenFile?: string;
   clientCa?: string;
+  approvalKey?: string;
   publicUrl?: string;
   stateDir: string;
   auditDir?: string;
@@ -69,13 +71,16 @@ export function boardSetup(flags: BoardFlags) {
   // loopback port, so a board never answers whoever asks (SECURITY.md, "The board").
   const own = flags.tokenFile === undefined && !flags.clientCa ? ownTokenFile(flags.stateDir) : undefined;
   const tokenFile = flags.tokenFile ?? own?.path;
-  const tokens =
+  const access =
     tokenFile === undefined
       ? undefined
-      : parseTokenFile(
+      : parseAccessFile(
           readTokenFile(flags.tokenFile ? '--token-file' : '--state-dir', tokenFile),
           `--token-file ${tokenFile}`,
         );
+  const tokens = access?.tokens;
+  const approvalKey =
+    flags.approvalKey === undefined ? undefined : readSigningKeyFile('--approval-key', flags.approvalKey);
   const publicUrl = flags.publicUrl === undefined ? undefined : parsePublicUrl(flags.publicUrl);
   if (!LOOPBACK.has(listen.host) && (!tls || (!tokens && !flags.clientCa)))
     throw new WavegateError(
@@ -102,6 +107,8 @@ export function boardSetup(flags: BoardFlags) {
   return {
     listen: { ...listen, ...(tls ? { tls } : {}) },
     tokens,
+    certRoles: access?.certRoles,
+    approvalKey,
     tokenFile: own ? { ...own, name: tokens![0]!.name } : undefined,
     publicUrl,
     pollMs,
@@ -201,7 +208,11 @@ export function register(program: Command): void {
       .option('--https-key <file>', 'its private key (PEM)')
       .option(
         '--token-file <file>',
-        'one "<name> <token>" per line: a browser logs in with a token, and <name> is recorded as who sent each control',
+        'one "<name> <token> [viewer|operator|approver]" per line (default operator), and "cert:<CN> <role>" for a client certificate: a browser logs in with a token, <name> is recorded as who sent each control, and a viewer sends none',
+      )
+      .option(
+        '--approval-key <file>',
+        "the board's key (a `wavegate keygen` file, mode 0600), pinned with role: board in a profile's approvers.yaml: approvals from the board are signed naming the operator and their role, and count under the two-person rule",
       )
       .option(
         '--client-ca <file>',
@@ -241,9 +252,11 @@ export function register(program: Command): void {
           taskQueue: settings.taskQueue,
           profilesRoot: resolveProfilesRoot(flags.profiles !== undefined ? { flag: flags.profiles } : {}).dir,
           ...(flags.inventory ? { inventory: flags.inventory } : {}),
+          ...(setup.approvalKey ? { approvalKey: setup.approvalKey } : {}),
         },
         listen: setup.listen,
         ...(setup.tokens ? { tokens: setup.tokens } : {}),
+        ...(setup.certRoles?.size ? { certRoles: setup.certRoles } : {}),
         ...(setup.publicUrl ? { publicUrl: setup.publicUrl } : {}),
         ...(flags.inventory
           ? {

@@ -33,6 +33,10 @@ import { describeWatch } from '../../core/rollout/watch';
 import { readTrail, withTrailOptions, type TrailFlags } from '../why';
 import { preflightRollout } from '../preflight';
 import { refuseWhileFrozen } from '../../clients/freeze';
+import type { SignedStatement } from '../../core/approval';
+import type { KeyPair } from '../../core/signing';
+import { readSigningKeyFile } from '../../intake/checkpoint-keys';
+import { signedApproval, startStatement } from '../operator-statement';
 import {
   readInventoryFlags,
   withInventoryOptions,
@@ -218,7 +222,7 @@ async function startChecked(
   input: RolloutInput,
   read: ReadInventory,
   withMembers: RolloutInput | undefined,
-  opts: { file: string; key?: string },
+  opts: { file: string; key?: string; signStart?: (rolloutId: string) => SignedStatement },
 ): Promise<StartOutcome> {
   // A freeze in force over the profile or a pool of the inventory refuses first, naming it (exit 2).
   await refuseWhileFrozen(client, 'start', { profile: input.spec.profile, pools: Object.keys(input.poolBudgets) });
@@ -229,7 +233,24 @@ async function startChecked(
   // before any device is contacted (exit 2).
   await preflightRollout(client, taskQueue, input, { devices: read.inventory.devices });
   const members = withMembers ?? (await withMembership(client, taskQueue, input, read, input.startedBy));
-  return startOrJoinRollout(client, taskQueue, members, { key: opts.key, newId: true });
+  return startOrJoinRollout(client, taskQueue, members, {
+    key: opts.key,
+    newId: true,
+    ...(opts.signStart ? { signStart: opts.signStart } : {}),
+  });
+}
+
+/**
+ * approval.notBy: starter needs a starter the worker can authenticate: refused here (exit 2, nothing started)
+ * rather than by the worker once the rollout started (it would fail before touching a device).
+ */
+function checkStarterKey(input: RolloutInput, identity: KeyPair | undefined): void {
+  if (input.spec.approval?.notBy === 'starter' && !identity)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      "approval.notBy: starter: the starter must be authenticated: sign the start with --identity-key <key file> (your key, pinned in the profile's approvers.yaml)",
+      { field: '--identity-key' },
+    );
 }
 
 /** The group's commands, in the order the help lists them. */
@@ -245,6 +266,7 @@ type StartFlags = TemporalFlags &
     profiles?: string;
     registry?: boolean;
     key?: string;
+    identityKey?: string;
     watch?: boolean;
     wait?: boolean;
     exitOnPause?: boolean;
@@ -280,7 +302,11 @@ function registerStart(program: Command): void {
         )
         .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
         .option('--interval <ms>', 'with --watch or --wait: poll interval', parseInterval, 1000)
-        .option('--json', 'print {rolloutId, runId, url, existing} as JSON'),
+        .option('--json', 'print {rolloutId, runId, url, existing} as JSON')
+        .option(
+          '--identity-key <key file>',
+          "sign the start with your own key (a `wavegate keygen` file, mode 0600) pinned in the profile's approvers.yaml: the starter the two-person rule knows (required by approval.notBy: starter)",
+        ),
     ),
   );
   withTrailOptions(start).action(action(runStart));
@@ -290,6 +316,7 @@ function registerStart(program: Command): void {
 async function runStart(opts: StartFlags): Promise<number | undefined> {
   // A key that could not be stored and searched for is refused before anything is read.
   if (opts.key !== undefined) checkIdempotencyKey(opts.key);
+  const identity = opts.identityKey === undefined ? undefined : readSigningKeyFile('--identity-key', opts.identityKey);
   // The CLI reads and validates the inventory (a file, or --inventory-url); the workers get it through the membership entity.
   const read = await readInventoryFlags(opts);
   const request = {
@@ -301,9 +328,11 @@ async function runStart(opts: StartFlags): Promise<number | undefined> {
   };
   // From files, bad input is refused before Temporal is contacted at all.
   const fromFiles = opts.registry ? undefined : prepareRollout(request);
+  if (fromFiles) checkStarterKey(fromFiles, identity);
   const settings = resolveConnectionSettings(opts);
   return withClient(settings, async (client) => {
     const input = fromFiles ?? (await prepareRollout({ ...request, client }));
+    checkStarterKey(input, identity);
     // A retried start with its key returns the rollout it started (running or finished) before any
     // refusal that rollout itself would cause; the membership is part of what "the same spec" means.
     const keyed =
@@ -312,7 +341,11 @@ async function runStart(opts: StartFlags): Promise<number | undefined> {
         : undefined;
     const joined = keyed && opts.key !== undefined ? await rolloutOfKey(client, opts.key, keyed) : undefined;
     const { handle, runId, existing } =
-      joined ?? (await startChecked(client, settings.taskQueue, input, read, keyed, opts));
+      joined ??
+      (await startChecked(client, settings.taskQueue, input, read, keyed, {
+        ...opts,
+        ...(identity ? { signStart: (rolloutId: string) => startStatement(identity, rolloutId) } : {}),
+      }));
     const url = workflowUrl(settings.uiUrl, settings.namespace, handle.workflowId);
     if (opts.json) console.log(JSON.stringify({ rolloutId: handle.workflowId, runId, url, existing }));
     else {
@@ -482,7 +515,13 @@ const CONTROLS: ControlCommand[] = [
   {
     name: 'approve',
     describe: 'Approve the phase waiting at a manual gate',
-    extra: (cmd) => cmd.option('--phase <index|name>', 'the phase being approved (default: the one waiting)'),
+    extra: (cmd) =>
+      cmd
+        .option('--phase <index|name>', 'the phase being approved (default: the one waiting)')
+        .option(
+          '--key <key file>',
+          "sign the approval with your own key (a `wavegate keygen` file, mode 0600) pinned in the profile's approvers.yaml: how an approval counts under a spec's approval (the two-person rule)",
+        ),
   },
   {
     name: 'abort',
@@ -499,7 +538,13 @@ const CONTROLS: ControlCommand[] = [
   },
 ];
 
-type ControlFlags = TemporalFlags & { reason?: string; json?: boolean; rollback?: boolean; phase?: string };
+type ControlFlags = TemporalFlags & {
+  reason?: string;
+  json?: boolean;
+  rollback?: boolean;
+  phase?: string;
+  key?: string;
+};
 
 function registerControl(program: Command, c: ControlCommand): void {
   let cmd = program
@@ -524,7 +569,9 @@ async function runControl(name: ControlName, id: string, opts: ControlFlags): Pr
         field: '--reason',
       },
     );
-  const control: ControlBase & { rollback?: boolean; phase?: number | string } = {
+  // A key file that cannot sign is refused before Temporal is asked (exit 2).
+  const pair = name === 'approve' && opts.key !== undefined ? readSigningKeyFile('--key', opts.key) : undefined;
+  const control: ControlBase & { rollback?: boolean; phase?: number | string; statement?: SignedStatement } = {
     by: operatorName(),
     ...(opts.reason ? { reason: opts.reason } : {}),
   };
@@ -532,6 +579,7 @@ async function runControl(name: ControlName, id: string, opts: ControlFlags): Pr
   if (name === 'approve' && opts.phase !== undefined)
     control.phase = /^\d+$/.test(opts.phase) ? Number(opts.phase) : opts.phase;
   return withClient(resolveConnectionSettings(opts), async (client) => {
+    if (pair) control.statement = await signedApproval(client, id, pair, opts.reason);
     const status = await sendControl(client, id, name, control);
     if (opts.json) console.log(JSON.stringify(status, null, 2));
     else console.log(`${describeControl(name, status, control)} (${id}, by ${control.by})`);

@@ -3,6 +3,7 @@ import type { Dependency } from '../dependencies';
 import type { PayloadFile, Profile } from '../revision';
 import type { FloorIntent } from '../floor';
 import type { Envelope } from '../signing';
+import type { SignedStatement } from '../approval';
 import type { RolloutSpec } from '../spec';
 
 /** The parts of a revision a device operation needs (no signatures, no secrets). */
@@ -72,6 +73,12 @@ export interface RolloutInput {
   /** In-flight fraction per pool (default 5%, at least one device). */
   poolBudgets: Record<string, number>;
   startedBy: string;
+  /**
+   * The starter's signed statement (`wavegate start --key`, core/approval.ts): what the two-person rule takes
+   * as the starter, verified by the worker against the profile's approvers.yaml. `startedBy` is only what the
+   * CLI was told. Public (a signature, no secret).
+   */
+  startStatement?: SignedStatement;
   /**
    * Only these devices of the profile's scope (e.g. `wavegate converge`: the devices a completed rollout
    * left behind); absent: every device in scope.

@@ -10,6 +10,7 @@ import {
   parseControlBody,
   parseConvergeBody,
   parseDeviceQuery,
+  parseAccessFile,
   parseTokenFile,
   parsePublicUrl,
   parseRevertBody,
@@ -306,15 +307,35 @@ describe('the board', () => {
   it('reads a token file and refuses ids and token lines it cannot trust', () => {
     const a = '0123456789abcdef0123456789abcdef';
     const b = 'fedcba9876543210fedcba9876543210';
+    // A file from before roles: every token an operator, as every token could send every control then.
     expect(parseTokenFile(`# operators\nalice ${a}\n\nbob   ${b}\n`, 'f')).toEqual([
-      { name: 'alice', token: a },
-      { name: 'bob', token: b },
+      { name: 'alice', token: a, role: 'operator' },
+      { name: 'bob', token: b, role: 'operator' },
     ]);
-    expect(() => parseTokenFile('alice short token', 'f')).toThrow(/f line 1: expected "<name> <token>"/);
+    expect(() => parseTokenFile('alice', 'f')).toThrow(/f line 1: expected "<name> <token> \[role\]"/);
+    expect(() => parseTokenFile('alice short token', 'f')).toThrow(
+      /f line 1: the role of "alice" is "token": one of viewer, operator, approver/,
+    );
     expect(() => parseTokenFile(`alice ${a}\nalice ${b}`, 'f')).toThrow(/twice/);
     expect(() => parseTokenFile('# nothing\n', 'f')).toThrow(/no "<name> <token>" line/);
     expect(checkRolloutId('rollout:demo:20261205-100000')).toBe('rollout:demo:20261205-100000');
     expect(() => checkRolloutId('../etc/passwd')).toThrow(/rollout id/);
+  });
+  it("reads each token's role and a client certificate's, one role per name", () => {
+    const a = '0123456789abcdef0123456789abcdef';
+    const b = 'fedcba9876543210fedcba9876543210';
+    const file = parseAccessFile(`vera ${a} viewer\nalice ${b} approver\ncert:ops.example operator\n`, 'f');
+    expect(file.tokens).toEqual([
+      { name: 'vera', token: a, role: 'viewer' },
+      { name: 'alice', token: b, role: 'approver' },
+    ]);
+    expect([...file.certRoles]).toEqual([['ops.example', 'operator']]);
+    expect(parseAccessFile('cert:ops.example approver\n', 'f').tokens).toEqual([]);
+    expect(() => parseTokenFile('cert:ops.example approver\n', 'f')).toThrow(/no "<name> <token>" line/);
+    expect(() => parseAccessFile(`alice ${a}\ncert:alice viewer`, 'f')).toThrow(
+      /f line 2: a name or token given twice/,
+    );
+    expect(() => parseAccessFile('cert:ops.example admin', 'f')).toThrow(/f line 1: expected/);
   });
   it('refuses a weak token naming its line and name, never its value', () => {
     const weak = (token: string) => {
