@@ -105,7 +105,7 @@ export function createFreezeActivities(deps: FreezeActivityDeps = {}) {
             result.left.push({ rolloutId, why });
             return;
           }
-          await handle.executeUpdate(resumeUpdate, { args: [{ by, reason: `${input.freezeId} lifted` }] });
+          await handle.executeUpdate(resumeUpdate, { args: [{ by, reason: input.reason }] });
           result.resumed.push(rolloutId);
         } catch (err) {
           result.left.push({ rolloutId, why: messageOf(err) });

@@ -28,6 +28,8 @@ export interface LiftFreezeRequest {
   id?: string;
   all?: boolean;
   by: string;
+  /** Why (recorded in each resume it sends); optional. */
+  reason?: string;
 }
 export interface LiftFreezeResult {
   lifted: string[];
@@ -61,5 +63,7 @@ export interface HoldResult {
 export interface ReleaseInput {
   freezeId: string;
   rollouts: string[];
+  /** The resumes' reason: who lifted it and why, or that it ended. */
+  reason: string;
 }
 export type ReleaseResult = Pick<LiftFreezeResult, 'resumed' | 'left'>;

@@ -178,6 +178,31 @@ export function freezeRequestProblem(req: unknown, held: readonly FreezeWindow[]
   }
 }
 
+/**
+ * Why a freeze is lifted (the board's lift, `unfreeze --reason`): optional on the CLI, required by the board like
+ * its other controls; one line of at most FREEZE_REASON_MAX characters. Recorded in each resume it sends.
+ */
+export function liftReasonOf(value: unknown, field = 'reason'): string {
+  const reason = typeof value === 'string' ? value.trim() : '';
+  if (!reason) throw invalid(field, value ?? '', 'a lift needs a reason (it is recorded in each rollout it resumes)');
+  if (reason.length > FREEZE_REASON_MAX)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${field}: at most ${FREEZE_REASON_MAX} characters (got ${reason.length})`,
+      {
+        field,
+      },
+    );
+  if (/[\u0000-\u001f\u007f]/.test(reason)) throw invalid(field, reason, 'must be one line without control characters');
+  return reason;
+}
+
+/** The reason a freeze's resume carries: lifted by whom and why, or ended at its `until`. */
+export function releaseReason(window: FreezeWindow, lift?: { by: string; reason?: string }): string {
+  if (!lift) return `${window.id} ended (until ${window.until})`;
+  return `${window.id} lifted by ${lift.by}${lift.reason ? `: ${lift.reason}` : ''}`;
+}
+
 /** When a window starts holding (its `from`, else when it was added), in ms. */
 export function startsAt(window: FreezeWindow): number {
   return Date.parse(window.from ?? window.createdAt);

@@ -2,7 +2,15 @@ import * as wf from '@temporalio/workflow';
 import { WavegatePhase, WavegateProfile, WavegateRevision, WavegateState } from '../contracts/search-attributes';
 import { canaryRolloutId, rolloutsBlockingCanary, skippedReason } from '../core/exclusion';
 import type { CanaryVerdict, RolloutStatus } from '../core/rollout/status';
-import { appendAudit, fleetRevision, newestRevisionAbove, prepareCanary, runningOfProfile } from './activity-proxies';
+import {
+  appendAudit,
+  fleetRevision,
+  freezeCovering,
+  newestRevisionAbove,
+  prepareCanary,
+  runningOfProfile,
+} from './activity-proxies';
+import { freezeLine } from '../core/freeze';
 import { auditEvent } from './audit-trail';
 import { searchAttributesOf } from './progress';
 import { rolloutWorkflow } from './rollout';
@@ -32,6 +40,15 @@ export type NightlyVerdict = CanaryVerdict | 'skipped';
 
 /** A nightly canary checks that no rollout of its profile runs before it reads anything. */
 export const CANARY_ROLLOUT_EXCLUSION = 'canary-rollout-exclusion';
+
+/**
+ * A nightly canary in scope of a freeze in force (core/freeze.ts) is skipped, naming the freeze, before its rollout
+ * starts. Checked here, by an activity reading the freeze entity, rather than by the freeze pausing the schedules:
+ * a paused schedule still runs on `schedule trigger` and on a backfill, a schedule created during the freeze would
+ * not be paused, and a lift would have to tell the schedules it paused from those an operator paused. Here the
+ * check is made at the moment the canary would change a device, whoever started it.
+ */
+export const CANARY_FREEZE = 'canary-freeze';
 
 export interface NightlyCanaryResult {
   verdict: NightlyVerdict;
@@ -123,6 +140,25 @@ export async function nightlyCanaryWorkflow(input: NightlyCanaryInput): Promise<
       },
     ],
   );
+  if (wf.patched(CANARY_FREEZE)) {
+    // The pools are those of the canary's inventory, as for a start (core/freeze.ts scopeCovers).
+    const frozen = await freezeCovering
+      .executeWithOptions({ summary: `${input.profile} frozen?` }, [
+        { profile: input.profile, pools: Object.keys(rolloutInput.poolBudgets) },
+      ])
+      .then(
+        (window) => (window ? freezeLine(window) : null),
+        // Not knowing whether a freeze holds is not a licence to change devices during one.
+        (err: unknown) => `the freeze could not be read (${(err as Error).message})`,
+      );
+    if (frozen)
+      return finish({
+        verdict: 'skipped',
+        reason: `nightly canary of ${input.profile} refused: ${frozen}`.slice(0, 500),
+        fleetRevision: base.revision,
+        revision: newest.revision,
+      });
+  }
   let status: RolloutStatus;
   try {
     status = await wf.executeChild(rolloutWorkflow, {

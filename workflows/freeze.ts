@@ -5,6 +5,7 @@ import {
   freezeRequestProblem,
   nextDue,
   publicWindow,
+  releaseReason,
   startsAt,
   windowsToLift,
   type FreezeState,
@@ -37,7 +38,8 @@ export const FREEZE_HISTORY_LIMIT = 2_000;
  */
 export async function freezeWorkflow(input: FreezeInput): Promise<never> {
   const state: FreezeState = input.carried ?? { windows: [], next: 1 };
-  const lifting = new Set<string>();
+  /** Windows being lifted, with who lifted them and why. */
+  const lifting = new Map<string, { by: string; reason?: string }>();
   const released = new Map<string, ReleaseResult>();
   let changed = false;
 
@@ -67,7 +69,8 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
     liftFreezeUpdate,
     async (req) => {
       const windows = liftProblem(req) as HeldWindow[];
-      for (const w of windows) lifting.add(w.id);
+      const lift = { by: req.by, ...(req.reason ? { reason: String(req.reason).slice(0, 200) } : {}) };
+      for (const w of windows) lifting.set(w.id, lift);
       changed = true;
       await wf.condition(() => windows.every((w) => released.has(w.id)));
       const results = windows.map((w) => released.get(w.id)!);
@@ -111,7 +114,7 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
     let result: ReleaseResult;
     try {
       result = await releaseRolloutsOfFreeze.executeWithOptions({ summary: `release rollouts of ${w.id}` }, [
-        { freezeId: w.id, rollouts: w.paused },
+        { freezeId: w.id, rollouts: w.paused, reason: releaseReason(w, lifting.get(w.id)) },
       ]);
     } catch (err) {
       // The window goes either way (a lift must not hang); the rollouts not resumed are named with why.

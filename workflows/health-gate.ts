@@ -15,13 +15,14 @@ type HealthCheckInput = Parameters<Activities['runHealthCheck']>[0];
 const HEALTH_CHUNK = 500;
 
 /**
- * The health gate after a phase: every check of the phase over the devices this rollout changed, in
- * chunks. A probe that could not run is a fact we could not read: inconclusive, never a pass.
+ * The health gate after a phase (or a check of the watch after the last one, core/rollout/watch.ts): every
+ * check of the phase over the devices this rollout changed, in chunks. A probe that could not run is a fact
+ * we could not read: inconclusive, never a pass.
  */
 export async function runHealthGate(
   input: RolloutInput,
   model: RolloutModel,
-  phase: PlannedPhase,
+  phase: Pick<PlannedPhase, 'name' | 'healthGate'>,
 ): Promise<GateResult> {
   const { spec } = input;
   const healthCheck = runHealthCheckActivity(spec.healthTimeout);

@@ -490,6 +490,27 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWithout: [],
     noOldBranch: NEW_INPUT("the spec's approval"),
   },
+  {
+    id: 'canary-freeze',
+    introducedIn: 'r11',
+    commit: 'pending',
+    askedIn: ['workflows/canary.ts before the canary rollout'],
+    status: 'live',
+    replayedWith: ['nightly-canary-frozen'],
+    replayedWithout: [],
+    noOldBranch:
+      'the one nightly canary history recorded before it (nightly-canary-skipped-rollout-running) ends before the canary rollout',
+  },
+  {
+    id: 'watch-after-promotion',
+    introducedIn: 'r11',
+    commit: 'pending',
+    askedIn: ['workflows/watch.ts watchAfterPromotion'],
+    status: 'live',
+    replayedWith: ['watch-after-promotion-passed', 'watch-after-promotion-reverted'],
+    replayedWithout: [],
+    noOldBranch: NEW_INPUT("the spec's watch"),
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */

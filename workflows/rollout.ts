@@ -12,6 +12,7 @@ import { gateEvidence, runHealthGate } from './health-gate';
 import { publishIfChanged } from './progress';
 import { REVERT_ROLLOUTS, RolloutStages } from './rollout-stages';
 import { convergeSkippedAgents } from './agent-converge';
+import { watchAfterPromotion } from './watch';
 
 export type { RolloutInput };
 
@@ -21,7 +22,8 @@ export const SNAPSHOT_REFUSALS_FAIL = 'snapshot-refusals-fail';
 /**
  * A rollout, as a story (docs/architecture.md): snapshot the membership, plan the phases, then for each
  * phase apply the revision within the pools' budgets, judge the failure gate, wait the gate, check
- * health, and advance, pause for an operator, or put back every device this rollout changed. The state
+ * health, and advance, pause for an operator, or put back every device this rollout changed; after the
+ * last phase a spec's `watch` keeps checking the changed devices for a while. The state
  * lives in a RolloutModel, the decisions in core/rollout/policy.ts, the stages in rollout-stages.ts; this
  * file only tells them in order.
  */
@@ -113,11 +115,21 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // Stopped by an operator's abort or by a deadline (which only recorded its request on the model).
     if (model.abort) return stages.end(endingOf(stopCause(model.abort)));
     await stages.settled();
+    // 6. The watch after promotion (only a spec with `watch`): a failed check may put every changed device back.
+    let alerts: string[] = [];
+    if (spec.watch) {
+      const watched = await watchAfterPromotion(input, model, stages);
+      if (watched.ending) return stages.end(watched.ending);
+      alerts = watched.alerts;
+    }
     // Each device's floor rose with its own confirmed apply: recorded here.
     await stages.recordFloor();
     // Agent devices skipped as offline take the revision as desired state (patched, only with agent devices).
     await convergeSkippedAgents(input, model);
-    return stages.end(endingOf({ kind: 'completed' }));
+    const alerted = alerts.length
+      ? { reason: `completed; its watch alerted ${alerts.length} time(s), last: ${alerts.at(-1)}` }
+      : {};
+    return stages.end(endingOf({ kind: 'completed', ...alerted }));
   }
 
   try {

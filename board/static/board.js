@@ -937,12 +937,77 @@ async function showFleet(profile, fresh, revision) {
 
 // ---------------------------------------------------------------------------------------------- routing
 
+// ---------------------------------------------------------------------------------------------- freezes
+
+/** The banner of every freeze in force (reason, scope, until) with a button to lift it; scheduled ones are listed. */
+async function showFreezes() {
+  const banner = document.getElementById('freeze-banner');
+  const { freezes } = await api('/api/freezes');
+  const active = freezes.filter((f) => f.active);
+  banner.replaceChildren(
+    ...active.map((f) =>
+      h(
+        'div',
+        { class: 'freeze', 'data-freeze': f.id },
+        h('strong', {}, `Frozen (${f.id}): `),
+        h('span', { class: 'freeze-reason' }, f.reason),
+        h(
+          'span',
+          { class: 'hint' },
+          ` — ${f.scopeText}, ${f.until ? `until ${when(f.until)} UTC` : 'until lifted'}, by ${f.by}; holds ${f.paused.length} rollout(s). New starts, converges, reverts and nightly canaries in scope are refused.`,
+        ),
+        h('button', { type: 'button', class: 'lift', onclick: () => askLift(f) }, `Lift ${f.id}`),
+      ),
+    ),
+  );
+  banner.hidden = active.length === 0;
+}
+
+function askLift(f) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = `Lift ${f.id}?`;
+  document.getElementById('confirm-text').textContent =
+    `"${f.reason}" (${f.scopeText}) ends now: the rollouts it paused that are still paused by it resume; one an operator paused stays paused.`;
+  const reason = document.getElementById('confirm-reason');
+  reason.value = '';
+  reason.required = true;
+  document.getElementById('confirm-reason-row').hidden = false;
+X
+  for (const row of ['confirm-rollback-row', 'confirm-fast-row', 'confirm-devices'])
+    document.getElementById(row).hidden = true;
+  const error = document.getElementById('confirm-error');
+  error.hidden = true;
+  const ok = document.getElementById('confirm-ok');
+  ok.textContent = `Lift ${f.id}`;
+  document.getElementById('confirm-form').onsubmit = async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    try {
+      const done = await post(`/api/freezes/${encodeURIComponent(f.id)}/lift`, { reason: reason.value });
+      dialog.close();
+      state.flash = done.message;
+      route();
+    } catch (err) {
+      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
+      error.hidden = false;
+      if (err.status === 401) state.session = null;
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  document.getElementById('confirm-cancel').onclick = () => dialog.close();
+  dialog.showModal();
+  reason.focus();
+}
+
 async function route() {
   stopStream();
   notice(state.flash || '', 'ok');
   state.flash = null;
   try {
     if (!(await ensureSession())) return;
+    // The banner is a side read: a freeze that cannot be read leaves the page as it is.
+    showFreezes().catch(() => {});
     const hash = location.hash || '#/';
     if (hash === '#/fleet') return await showFleetProfiles();
     const fleet = /^#\/fleet\/([^/]+)(?:\/r([1-9][0-9]{0,8}))?$/.exec(hash);

@@ -19,6 +19,7 @@ import {
   type BoardSources,
 } from './data';
 import { fleetProfiles, fleetRevisionParam, fleetView, startBoardConverge, type FleetSource } from './fleet';
+import { freezeRoutes } from './freeze';
 import { BOARD_LIMITS } from './limits';
 import type { LiveStreams } from './stream';
 import { temporalAnswers, withinTemporal } from './temporal';
@@ -51,7 +52,18 @@ const rolloutPath = (action?: string) => new RegExp(`^/api/rollouts/([^/]+)${act
 
 export function boardRoutes(deps: BoardRouteDeps): RouteTable<string> {
   return {
-    routes: [...pageRoutes(deps), ...fleetRoutes(deps), ...rolloutRoutes(deps), ...controlRoutes(deps)],
+    routes: [
+      ...pageRoutes(deps),
+      ...fleetRoutes(deps),
+      ...rolloutRoutes(deps),
+      ...controlRoutes(deps),
+      ...freezeRoutes({
+        client: deps.sources.client,
+        log: deps.log,
+        checks: { read: API, change: CONTROL },
+        body: JSON_BODY,
+      }),
+    ],
     methodNotAllowed: true,
     // An API path no route has is refused as a real one is until the caller is known; any other, at once.
     otherwise: (path) => ({

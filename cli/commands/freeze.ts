@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { WavegateError } from '../../core/errors';
-import { checkFreezeId, freezeRequestOf, isActive, scopeText } from '../../core/freeze';
+import { checkFreezeId, freezeRequestOf, isActive, liftReasonOf, scopeText } from '../../core/freeze';
 import { addFreeze, liftFreeze, listFreezes } from '../../clients/freeze';
 import type { ListedFreeze } from '../../contracts/freeze';
 import { resolveConnectionSettings, type TemporalFlags } from '../../workers/connection';
@@ -90,9 +90,10 @@ export function register(program: Command): void {
       )
       .argument('[id]', 'the freeze (freeze-<n>, from wavegate freeze list)')
       .option('--all', 'lift every freeze')
+      .option('--reason <text>', 'why (recorded in each rollout it resumes)')
       .option('--json', 'print {lifted, resumed, left} as JSON'),
   ).action(
-    action(async (id: string | undefined, opts: TemporalFlags & { all?: boolean; json?: boolean }) => {
+    action(async (id: string | undefined, opts: TemporalFlags & { all?: boolean; reason?: string; json?: boolean }) => {
       if ((id === undefined) === !opts.all)
         throw new WavegateError(
           'INVALID_INPUT',
@@ -100,8 +101,13 @@ export function register(program: Command): void {
           { field: 'id' },
         );
       if (id !== undefined) checkFreezeId(id, 'id');
+      const reason = opts.reason !== undefined ? liftReasonOf(opts.reason, '--reason') : undefined;
       await withClient(resolveConnectionSettings(opts), async (client) => {
-        const lifted = await liftFreeze(client, { ...(id ? { id } : { all: true }), by: operatorName() });
+        const lifted = await liftFreeze(client, {
+          ...(id ? { id } : { all: true }),
+          by: operatorName(),
+          ...(reason ? { reason } : {}),
+        });
         if (opts.json) return void log(JSON.stringify(lifted));
         log(`lifted ${lifted.lifted.length ? lifted.lifted.join(', ') : 'nothing (no freeze was held)'}`);
         log(

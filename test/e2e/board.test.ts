@@ -8,6 +8,7 @@ import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../../activities';
 import { resolveAuditLocation } from '../../audit/file';
+import { addFreeze, listFreezes } from '../../clients/freeze';
 import { readAuditTrail } from '../../audit';
 import { deviceSetDigest } from '../../cli/board/fleet';
 import { startBoard, type BoardServer } from '../../cli/board/server';
@@ -32,7 +33,8 @@ import { until } from '../support/until';
  * session is refused, a rollout whose health gate fails is shown rolled back with the gate's evidence,
  * the list tells aborted and rolled back from completed, and the audit view verifies the chain; the
  * fleet view converges the device a completed rollout left behind (only the set shown), and that
- * rollout is reverted from its page.
+ * rollout is reverted from its page. A freeze in force shows a banner with its reason, scope and end, and is
+ * lifted from its button (by a caller with a session only).
  * Screenshots of every view go to test-output/board/ (kept as CI artifacts).
  */
 const scratch = scratchDir('board');
@@ -466,5 +468,31 @@ describe('the board in Chromium', () => {
     expect(reverted.reverts?.rolloutId).toBe(completed);
     expect([reverted.fromRevision, reverted.toRevision]).toEqual([2, 1]);
     expect((await trailOf(revert)).find((r) => r.event === 'rollout.started')?.by).toBe('alice');
+  });
+
+  it('shows a freeze in force in a banner on every page and lifts it from its button; a caller without a session cannot', async () => {
+    const { window } = await addFreeze(client!, taskQueue, { reason: 'incident 42', scope: 'all', by: 'bob' });
+    await page.goto(`${board!.url}/#/fleet`);
+    const banner = page.locator(`#freeze-banner .freeze[data-freeze="${window.id}"]`);
+    await banner.waitFor();
+    expect(await banner.textContent()).toMatch(
+      new RegExp(`^Frozen \\(${window.id}\\): incident 42 — all, until lifted, by bob; holds 0 rollout\\(s\\)`),
+    );
+    await shot('freeze-banner');
+    // No session: refused before anything is read or lifted.
+    const anonymous = await fetch(`${board!.url}/api/freezes/${window.id}/lift`, {
+      method: 'POST',
+      headers: { origin: board!.url, 'content-type': 'application/json' },
+      body: JSON.stringify({ reason: 'not mine to lift' }),
+    });
+    expect(anonymous.status).toBe(401);
+    expect((await listFreezes(client!)).map((w) => w.id)).toEqual([window.id]);
+
+    await banner.locator('button.lift').click();
+    await page.locator('#confirm-reason').fill('incident over');
+    await page.locator('#confirm-ok').click();
+    await page.locator('#notice', { hasText: `lifted ${window.id}: resumed 0 rollout(s)` }).waitFor();
+    expect(await page.locator('#freeze-banner').isHidden()).toBe(true);
+    expect(await listFreezes(client!)).toEqual([]);
   });
 });

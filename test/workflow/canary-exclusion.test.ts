@@ -240,3 +240,125 @@ describe('nightly canary and rollouts exclude each other', () => {
     await real.env.client.workflow.getHandle('rollout:demo:converge-1').terminate('test over');
   });
 });
+
+/**
+ * A freeze (issue 46 item 1), through the real CLI: `wavegate freeze` holds the running rollout (a pause recorded
+ * as freeze-1's) and not the one an operator had paused; start and converge in scope are refused (exit 2) naming
+ * the freeze; `unfreeze` resumes the rollout it paused, which completes, and leaves the operator's paused; a nightly
+ * canary triggered during a freeze of its profile is skipped naming the freeze and changes no device.
+ */
+describe('a freeze', () => {
+  const statusOf = (id: string) =>
+    real.env.client.workflow.getHandle(id).query<{
+      state: string;
+      phases: Array<{ stage: string }>;
+      controls: Array<{ control: string; by: string; reason?: string; accepted: boolean }>;
+    }>('status');
+  const refusedNaming = (run: CliRun, action: string, freeze: string) => {
+    expect(run.code, run.stdout + run.stderr).toBe(2);
+    expect(run.stderr).toContain(`CONFLICT: ${action} of profile "demo" refused: frozen by ${freeze}`);
+    expect(run.stderr).toContain(`wavegate unfreeze ${freeze.split(' ')[0]}`);
+  };
+
+  it('holds running rollouts, refuses new ones naming it, and resumes only what it paused', async () => {
+    const phases = [
+      { canary: '1 device', gate: '8s' },
+      { bulk: 'remainder', gate: '0s' },
+    ];
+    const held = await real.rollout({ phases }, demoDevices(2), { 'pool-a': 1, 'pool-b': 1 });
+    const paused = await real.rollout({ phases }, demoDevices(2), { 'pool-a': 1, 'pool-b': 1 });
+    const heldApplies = () => held.fleet.devices.reduce((n, d) => n + held.fleet.count(d.id, APPLY), 0);
+    await real.start(paused.input);
+    const byOperator = await wg(['pause', paused.input.rolloutId, '--reason', 'looking at it']);
+    expect(byOperator.code, byOperator.stderr).toBe(0);
+    await real.start(held.input);
+    await until('the rollout in its canary gate', async () =>
+      (await statusOf(held.input.rolloutId)).phases[0]?.stage === 'gate' ? true : undefined,
+    );
+    const gateSeen = Date.now();
+
+    const frozen = await wg(['freeze', '--reason', 'incident 42', '--json']);
+    expect(frozen.code, frozen.stderr).toBe(0);
+    const added = JSON.parse(frozen.stdout) as { window: { id: string; scope: unknown }; paused: string[] };
+    expect(added).toMatchObject({ window: { id: 'freeze-1', scope: 'all' }, paused: [held.input.rolloutId] });
+    const status = await statusOf(held.input.rolloutId);
+    expect(status.state).toBe('paused');
+    expect(status.controls.at(-1)).toMatchObject({
+      control: 'pause',
+      by: 'freeze:freeze-1',
+      reason: 'incident 42',
+      accepted: true,
+    });
+    // Held: its gate's time (8 s) runs out, and neither its health gate nor the next phase starts.
+    await new Promise((r) => setTimeout(r, Math.max(0, gateSeen + 9_000 - Date.now())));
+    expect((await statusOf(held.input.rolloutId)).phases.map((p) => p.stage)).toEqual(['gate', 'pending']);
+    expect(heldApplies()).toBe(1);
+
+    const fast = specFile('frozen-start', {
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      phases: [{ canary: '1 device', gate: '0s' }],
+    });
+    const before = applies();
+    refusedNaming(
+      await wg(['start', '-f', fast, '--inventory', inventory]),
+      'start',
+      'freeze-1 ("incident 42", all, until lifted)',
+    );
+    refusedNaming(
+      await wg(['converge', '--profile', 'demo', '-f', fast, '--inventory', inventory]),
+      'converge',
+      'freeze-1 ("incident 42", all, until lifted)',
+    );
+    expect(applies()).toBe(before);
+    const listed = JSON.parse((await wg(['freeze', 'list', '--json'])).stdout) as Array<{
+      id: string;
+      paused: string[];
+    }>;
+    expect(listed).toMatchObject([{ id: 'freeze-1', paused: [held.input.rolloutId] }]);
+
+    const lifted = await wg(['unfreeze', 'freeze-1', '--json']);
+    expect(lifted.code, lifted.stderr).toBe(0);
+    expect(JSON.parse(lifted.stdout)).toEqual({ lifted: ['freeze-1'], resumed: [held.input.rolloutId], left: [] });
+    const done = (await real.env.client.workflow.getHandle(held.input.rolloutId).result()) as { state: string };
+    expect(done.state).toBe('completed');
+    expect(heldApplies()).toBe(2);
+    const still = await statusOf(paused.input.rolloutId);
+    expect(still.state).toBe('paused');
+    expect(still.controls.filter((c) => c.accepted).at(-1)).toMatchObject({
+      control: 'pause',
+      reason: 'looking at it',
+    });
+    expect(still.controls.some((c) => c.by.startsWith('freeze:') && c.accepted)).toBe(false);
+    await real.env.client.workflow.getHandle(paused.input.rolloutId).terminate('test over');
+  });
+
+  it('a nightly canary triggered during a freeze of its profile is skipped naming it, and changes no device', async () => {
+    installR1();
+    const frozen = await wg(['freeze', '--profile', 'demo', '--reason', 'release week', '--until', '10m']);
+    expect(frozen.code, frozen.stderr).toBe(0);
+    expect(frozen.stdout).toMatch(/^freeze-2 in force: "release week" \(profile demo, until \S+; by /m);
+    const before = applies();
+    const triggered = await wg(['schedule', 'trigger', 'nightly-demo', '--wait', '--json']);
+    expect(triggered.code, triggered.stderr).toBe(1);
+    const result = JSON.parse(triggered.stdout) as { verdict: string; reason: string; rolloutId?: string };
+    expect(result.verdict).toBe('skipped');
+    expect(result.reason).toMatch(
+      /^nightly canary of demo refused: frozen by freeze-2 \("release week", profile demo, until \S+\)$/,
+    );
+    expect(result.rolloutId).toBeUndefined();
+    expect(applies()).toBe(before);
+    const nightlyId = (
+      JSON.parse((await wg(['schedule', 'describe', 'nightly-demo', '--json'])).stdout) as {
+        recentActions: Array<{ workflowId: string }>;
+      }
+    ).recentActions.at(-1)!.workflowId;
+    // The new path (patch canary-freeze) gets a history of its own for the replay test.
+    await recordHistory(real.env.client.workflow.getHandle(nightlyId), 'nightly-canary-frozen');
+    const lifted = await wg(['unfreeze', '--all']);
+    expect(lifted.code, lifted.stderr).toBe(0);
+    expect(lifted.stdout).toContain('lifted freeze-2');
+    expect(JSON.parse((await wg(['freeze', 'list', '--json'])).stdout)).toEqual([]);
+  });
+});

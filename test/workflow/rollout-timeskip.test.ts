@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../audit/file';
@@ -7,11 +7,27 @@ import { demoDevices, type Fleet } from '../../sim';
 import { rolloutInputFor } from '../support/harness';
 import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
-import { APPLY_COMMAND, markerOf, VERIFY_R2 } from '../support/rollout-helpers';
+import { APPLY_COMMAND, markerOf, VERIFY_R2, verifiesAt, waitForStatus } from '../support/rollout-helpers';
+import { startWebhookReceiver } from '../support/webhook-receiver';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { startTimeSkippingEnv } from '../support/temporal';
 
+/** The webhook secret's variable for the watch's alert test (a worker reads it from its environment). */
+const WATCH_SECRET_ENV = 'WAVEGATE_WEBHOOK_SECRET_WATCH';
+
 describe('rollout workflow on the time-skipping test server', () => {
-  const real = realRollouts('timeskip', { startEnv: startTimeSkippingEnv });
+  const real = realRollouts('timeskip', {
+    startEnv: startTimeSkippingEnv,
+    // The watch's alert goes to a webhook on loopback: the worker's policy (its environment) allows it.
+    prepare() {
+      process.env[WATCH_SECRET_ENV] = 'watch-test-secret';
+      process.env.WAVEGATE_WEBHOOK_ALLOW_HOSTS = '127.0.0.1';
+    },
+    cleanup() {
+      delete process.env[WATCH_SECRET_ENV];
+      delete process.env.WAVEGATE_WEBHOOK_ALLOW_HOSTS;
+    },
+  });
   const { auditDir } = real;
   let dir: string;
   let fleet: Fleet;
@@ -139,5 +155,137 @@ describe('rollout workflow on the time-skipping test server', () => {
       expect(markerOf(fleet, d.id)).toBe(2);
     }
     expect(result.devices.every((d) => d.reason === 'already in place (verify only)')).toBe(true);
+  });
+
+  // ---- the watch after promotion (issue 46 item 2): `watching` after the last phase, then its outcome ----
+
+  /** Two phases with no gate timer (so the test sees `watching` before skipped time), then the watch. */
+  const watched = (watch: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    phases: [
+      { canary: '1 device', gate: 0 },
+      { bulk: 'remainder', gate: 0 },
+    ],
+    watch,
+    ...extra,
+  });
+  const timersOf = async (handle: { fetchHistory(): Promise<{ events?: unknown[] | null }> }) =>
+    (
+      (await handle.fetchHistory()).events as Array<{
+        timerStartedEventAttributes?: { startToFireTimeout?: { seconds?: unknown } };
+      }>
+    )
+      .filter((e) => e.timerStartedEventAttributes)
+      .map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
+
+  it('a watch that passes: watching (phase watch) after the last phase, ten checks every 3m over 30m, then completed', async () => {
+    const { fleet: f, input } = await real.rollout(
+      watched({ for: '30m', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'], onFail: 'revert' }),
+      demoDevices(3),
+    );
+    const handle = await real.start(input);
+    const watching = await waitForStatus(handle, (s) => s.state === 'watching');
+    expect([watching.phase, watching.watch?.outcome, watching.watch?.planned]).toEqual(['watch', 'watching', 10]);
+    expect(watching.phases.map((p) => p.stage)).toEqual(['passed', 'passed']);
+    const result = await handle.result();
+    await recordHistory(handle, 'watch-after-promotion-passed');
+    expect(result.state).toBe('completed');
+    expect(result.watch).toMatchObject({ outcome: 'passed', checks: 10, forMs: 30 * 60_000, everyMs: 180_000 });
+    for (const d of f.devices) expect(markerOf(f, d.id)).toBe(2);
+    expect(await timersOf(handle)).toEqual(Array(10).fill(180));
+    const audit = readAuditFile(auditDir, input.rolloutId).map((r) => r.event);
+    expect(audit.filter((e) => e.startsWith('watch.'))).toEqual([
+      'watch.started',
+      ...Array(10).fill('watch.passed'),
+      'watch.completed',
+    ]);
+    // The floor's record and the completion come after the watch.
+    expect(audit.slice(-3)).toEqual(['watch.completed', 'floor.confirmed', 'rollout.completed']);
+  });
+
+  it('a watch that fails under onFail revert: exactly the devices the rollout changed go back, in its revert window, and the reason names the check, the value and the device', async () => {
+    const devices = demoDevices(4);
+    const { fleet: f, input } = await real.rollout(
+      watched({ for: '30m', every: '5m', healthGate: ['error-rate < 0.01'], onFail: 'revert' }, { revertWindow: '1h' }),
+      devices,
+    );
+    // edge-04 already holds r2: its apply finds it in place, so this rollout did not change it.
+    const d4 = await f.ensureSandbox('edge-04');
+    mkdirSync(join(d4, 'etc'), { recursive: true });
+    mkdirSync(join(d4, '.wavegate/profiles/demo'), { recursive: true });
+    copyFileSync(join(PROJECT_ROOT, 'profiles/demo/payload/motd-r2'), join(d4, 'etc/motd'));
+    writeFileSync(join(d4, '.wavegate/profiles/demo/revision'), '2\n');
+    const handle = await real.start(input);
+    await waitForStatus(handle, (s) => s.state === 'watching');
+    await f.setFaults('edge-02', { errorRate: 0.5 });
+    const result = await handle.result();
+    await recordHistory(handle, 'watch-after-promotion-reverted');
+    expect(result.state).toBe('rolled-back');
+    expect(result.watch).toMatchObject({ outcome: 'reverted', checks: 1 });
+    expect(result.watch!.reason).toMatch(
+      /^watch check 1 of 6 at \+5m failed: error-rate < 0.01: fail — .*0\.5.*\(devices: edge-02\)$/,
+    );
+    // The three devices it changed are back at r1; the one it found in place is left at r2.
+    for (const id of ['edge-01', 'edge-02', 'edge-03']) {
+      expect(markerOf(f, id)).toBe(1);
+      expect(verifiesAt(f, id, 1)).toBe(true);
+    }
+    expect(markerOf(f, 'edge-04')).toBe(2);
+    expect(verifiesAt(f, 'edge-04', 2)).toBe(true);
+    expect(result.devices.find((d) => d.id === 'edge-04')).toMatchObject({ state: 'applied' });
+    const rolledBack = result.devices.filter((d) => d.state === 'rolled-back').map((d) => d.id);
+    expect(rolledBack.sort()).toEqual(['edge-01', 'edge-02', 'edge-03']);
+    const audit = readAuditFile(auditDir, input.rolloutId);
+    expect(verifyAuditChain(audit).ok).toBe(true);
+    expect(audit.map((r) => r.event).slice(-6)).toEqual([
+      'watch.started',
+      'watch.failed',
+      'rollback.started',
+      'devices.outcome',
+      'rollback.completed',
+      'rollout.failed',
+    ]);
+    const failed = audit.find((r) => r.event === 'watch.failed')!;
+    expect(failed.evidence).toMatchObject({ check: 1, onFail: 'revert', devices: ['edge-02'] });
+    expect(audit.at(-1)!.reason).toBe(`watch failed: ${result.watch!.reason}`);
+    // No floor was confirmed: the rollout ended rolled back, and no timer past the failed check ran.
+    expect(audit.some((r) => r.event === 'floor.confirmed')).toBe(false);
+    expect(await timersOf(handle)).toEqual([300]);
+  });
+
+  it('a watch that fails under onFail alert: nothing is put back, the failure is recorded and sent to the webhook, the watch goes on and the rollout completes with the alert', async () => {
+    const hook = await startWebhookReceiver();
+    try {
+      const { fleet: f, input } = await real.rollout(
+        watched(
+          { for: '10m', every: '5m', healthGate: ['error-rate < 0.01'], onFail: 'alert' },
+          { webhooks: [{ url: hook.url, secretEnv: WATCH_SECRET_ENV, events: ['watch.*', 'rollout.*'] }] },
+        ),
+        demoDevices(2),
+      );
+      const handle = await real.start(input);
+      await waitForStatus(handle, (s) => s.state === 'watching');
+      await f.setFaults('edge-01', { errorRate: 0.5 });
+      const result = await handle.result();
+      expect(result.state).toBe('completed');
+      expect(result.watch).toMatchObject({ outcome: 'alerted', checks: 2 });
+      expect(result.watch!.alerts).toHaveLength(2);
+      expect(result.warnings.some((w) => w.startsWith('watch check 1 of 2 at +5m failed'))).toBe(true);
+      for (const d of f.devices) expect(markerOf(f, d.id)).toBe(2);
+      expect(result.counts['rolled-back']).toBe(0);
+      const events = hook.acknowledged().map((r) => r.event);
+      expect(events).toEqual([
+        'rollout.started',
+        'watch.started',
+        'watch.failed',
+        'watch.failed',
+        'watch.completed',
+        'rollout.completed',
+      ]);
+      const alert = JSON.parse(hook.acknowledged().find((r) => r.event === 'watch.failed')!.body);
+      expect(alert.reason).toMatch(/error-rate < 0.01: fail .*\(devices: edge-01\)$/);
+      expect(alert.evidence).toMatchObject({ onFail: 'alert', devices: ['edge-01'] });
+    } finally {
+      await hook.close();
+    }
   });
 });
