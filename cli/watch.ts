@@ -9,6 +9,7 @@ import { statusQuery, type RolloutStatus } from '../contracts/rollout';
 import { phaseCounts } from '../core/rollout/sliced-records';
 import type { PhaseStatus } from '../core/rollout/status';
 import { phaseLabel } from '../core/rollout/verdict';
+import { describeEta, estimateRollout, localZone, shortEta } from '../core/eta';
 import { formatDurationMs } from '../core/duration';
 import { describeWatch } from '../core/rollout/watch';
 
@@ -74,12 +75,17 @@ export function renderFrame(
   else if (status.pausedReason) lines.push(`  paused: ${status.pausedReason}`.slice(0, width));
   if (status.watch) lines.push(`  ${describeWatch(status.watch)}`.slice(0, width));
   lines.push(`  ${summarizeCounts(status.counts)}`);
+  // The estimated ends (core/eta.ts) as of this frame, in this machine's zone, named.
+  const eta = opts.now ? estimateRollout(status, opts.now.getTime()) : undefined;
+  const zone = localZone();
+  if (eta && eta.rollout.kind !== 'done') lines.push(`  eta: ${describeEta(eta.rollout, zone)}`);
   const barWidth = Math.max(10, Math.min(40, width - 72));
   for (const phase of status.phases) {
     const { done, total, applied, claimed } = phaseDone(status, phase);
     const name = `${phase.index} ${phase.name}`.padEnd(20).slice(0, 20);
+    const ends = eta?.phases[phase.index] ? shortEta(eta.phases[phase.index]!.eta, zone) : '';
     lines.push(
-      `  ${name} ${bar(done, total, barWidth)} ${String(done).padStart(4)}/${String(total).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}`,
+      `  ${name} ${bar(done, total, barWidth)} ${String(done).padStart(4)}/${String(total).padEnd(4)} applied ${applied}${claimed ? ` claimed ${claimed}` : ''}  ${phase.stage}${phase.gateOutcome ? ` (${phase.gateOutcome})` : ''}${ends ? `  ${ends}` : ''}`,
     );
   }
   const shown = [...status.devices].sort(

@@ -388,6 +388,25 @@ function gateBlock(g) {
   return h('div', { class: 'gate', 'data-gate': g.kind, 'data-gate-outcome': g.outcome }, parts);
 }
 
+/** A time in this browser's zone, the zone named: `2026-12-08 01:23:45 CET`. */
+const zoned = (iso) => new Date(iso).toLocaleString('sv-SE', { timeZoneName: 'short' });
+const span = (ms) => {
+  const s = Math.max(0, Math.round(ms / 1000));
+  const hours = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return hours ? `${hours}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s % 60}s`;
+};
+/** An estimated end (core/eta.ts): a time, so long after an approval or a resume, or unknown; '' once done. */
+function etaText(eta) {
+  if (!eta || eta.kind === 'done') return '';
+  if (eta.kind === 'at') return `~${zoned(eta.at)} (in ${span(eta.inMs)})`;
+  if (eta.kind === 'after') {
+    const cond = eta.condition === 'approval' ? 'after approval' : 'after resume (paused)';
+    return eta.inMs === undefined ? `unknown, ${cond}` : `${span(eta.inMs)} ${cond}`;
+  }
+  return `unknown (${eta.reason})`;
+}
+
 function phasesBlock(view) {
   return h(
     'section',
@@ -410,6 +429,9 @@ function phasesBlock(view) {
           {},
           `plan ${p.planned} devices · applied ${p.done} · failed ${p.failed} · in flight ${p.inFlight}${p.notForMe ? ` · not-for-me ${p.notForMe}` : ''} · gate ${p.gate === 'manual' ? 'manual' : `${p.gate / 1000}s`}`,
         ),
+        etaText(view.eta?.phases[p.index]?.eta)
+          ? h('p', { class: 'eta' }, `estimated end: ${etaText(view.eta.phases[p.index].eta)}`)
+          : null,
         p.evidence?.length && !gates.length
           ? h(
               'ul',
@@ -565,6 +587,9 @@ function renderRollout(view, id) {
         b.why.map((w) => h('li', {}, w)),
       ),
       h('p', { class: 'hint' }, view.outcomeSummary),
+      etaText(view.eta?.rollout)
+        ? h('p', { id: 'eta', 'data-eta': view.eta.rollout.kind }, `estimated completion: ${etaText(view.eta.rollout)}`)
+        : null,
       view.proof
         ? h(
             'p',

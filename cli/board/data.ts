@@ -26,6 +26,7 @@ import { checkRevert, startRevert } from '../commands/revert';
 import { revertUntilOf } from '../../core/floor';
 import { revertWindowOf } from '../../core/rollout/revert';
 import { deviceSetDigest } from './fleet';
+import { estimateRollout } from '../../core/eta';
 import type { Role } from '../../core/approval';
 import type { KeyPair } from '../../core/signing';
 import { signedApproval } from '../operator-statement';
@@ -184,6 +185,8 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
     outcomeSummary: rolloutOutcome(status).summary,
     banner: bannerOf(status),
     phases: phaseProgress(all).map((p) => ({ ...p, evidence: status.phases[p.index]?.evidence ?? [] })),
+    // Each phase's and the rollout's estimated end as of this read (core/eta.ts); the page labels the times with its zone.
+    eta: estimateRollout(all, Date.now()),
     gates: gateEvidenceOf(records),
     counts: status.counts,
     // Of the devices at the target, those proven by their own receipts (every device, not only this page).

@@ -27,6 +27,7 @@ import {
 import { checkIdempotencyKey } from '../../core/rollout-id';
 import type { RolloutInput } from '../../core/rollout/input';
 import { action, EXIT_FAILED, EXIT_OK } from '../run';
+import { describeEta, estimateRollout, localZone } from '../../core/eta';
 import { pauseLine, waitProgress, watchRollout, type WatchOptions } from '../watch';
 import { gateVerdictLines, whyLines, type TrailRead } from '../../core/rollout/verdict';
 import { describeWatch } from '../../core/rollout/watch';
@@ -107,10 +108,16 @@ function printStatus(status: RolloutStatus): void {
     console.log(`  webhooks: ${w.delivered} delivered, ${w.pending} pending, ${w.failedTotal} not delivered`);
     for (const f of w.failed) console.log(`    not delivered: ${f.event} (${f.deliveryId}) to ${f.url}: ${f.error}`);
   }
-  for (const p of status.phases)
+  // The estimated ends (core/eta.ts), in this machine's zone, named.
+  const eta = estimateRollout(status, Date.now());
+  const zone = localZone();
+  if (eta.rollout.kind !== 'done') console.log(`  eta: ${describeEta(eta.rollout, zone)}`);
+  for (const p of status.phases) {
+    const ends = eta.phases[p.index]?.eta;
     console.log(
-      `  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}`,
+      `  phase ${p.index} ${p.name}: ${p.devices} devices, ${p.stage}${p.gateOutcome ? ` (${p.gateOutcome})` : ''}${ends && ends.kind !== 'done' ? `, ends ${describeEta(ends, zone)}` : ''}`,
     );
+  }
   for (const d of status.devices) console.log(`  ${d.id.padEnd(12)} ${d.state}${d.reason ? ` (${d.reason})` : ''}`);
   if (status.slices?.length)
     console.log(
@@ -403,7 +410,7 @@ async function runStatus(
     const status = await queryStatus(client, id, opts.run);
     if (opts.device !== undefined) return printDevice(client, status, opts.device, !!opts.json);
     const full = opts.devices ? { ...status, devices: await deviceRecords(client, status) } : status;
-    if (opts.json) console.log(JSON.stringify(full, null, 2));
+    if (opts.json) console.log(JSON.stringify({ ...full, eta: estimateRollout(full, Date.now()) }, null, 2));
     else {
       printStatus(full);
       // The deciding gate's verdict, when a gate failed or was inconclusive: from the trail where it can be read.

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { renderFrame } from '../../../cli/watch';
 import {
   describeEta,
   describeTime,
@@ -81,8 +82,8 @@ describe('core/eta: the per-device time', () => {
     const durations = [...Array(40).fill(S), ...Array(40).fill(2 * S)];
     expect(perDeviceMs(durations)!).toBeGreaterThan(1.6 * S);
   });
-  it('counts a device still applying far longer than any finished one (a slower kind) as twice its time so far', () => {
-    expect(Math.abs(perDeviceMs([S, S, S], [3 * S])! - (3 * S + 6 * S) / 4)).toBeLessThan(0.05 * S);
+  it('counts a device still applying far longer than any finished one (a slower kind) as half again its time so far', () => {
+    expect(Math.abs(perDeviceMs([S, S, S], [3 * S])! - (3 * S + 4.5 * S) / 4)).toBeLessThan(0.05 * S);
     // Within the spread of the finished ones it says nothing new.
     expect(perDeviceMs([S, S, S], [1.1 * S])).toBe(S);
   });
@@ -268,5 +269,29 @@ describe('core/rollout/model: phase timings from the workflow clock', () => {
     );
     model.setDevice('a', 'applying');
     expect(model.status().phases[0]!.timing).toBeUndefined();
+  });
+});
+
+describe('wavegate watch: the estimate in its frame', () => {
+  it("shows the rollout's and each phase's estimated end, the zone named", () => {
+    const durations = Array<number>(8).fill(2 * S);
+    const run = schedule(durations, 2);
+    const { phase, devices } = phaseAt(run, durations, 4 * S + 1, 2);
+    const status = {
+      rolloutId: 'r',
+      profile: 'demo',
+      fromRevision: 1,
+      toRevision: 2,
+      state: 'running',
+      phase: 'bulk',
+      phases: [{ ...phase, stage: 'applying' as const }],
+      devices: devices.map((d, i) => ({ ...d, id: `d${i}`, state: d.state as 'applied' })),
+      counts: { total: 8 } as never,
+      controls: [],
+      warnings: [],
+    };
+    const lines = renderFrame(status as never, { now: new Date(T0 + 4 * S + 1), width: 200 });
+    expect(lines).toContainEqual(expect.stringMatching(/^ {2}eta: ~2026-12-0[78] \d\d:\d\d:\d\d \S+ \(in 4s\)$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^ {2}0 bulk .* applying {2}eta ~\d\d:\d\d:\d\d \S+$/));
   });
 });
