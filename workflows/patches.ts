@@ -483,7 +483,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'two-person-approval',
     introducedIn: 'r11',
-    commit: 'pending',
+    commit: 'e971256',
     askedIn: ['workflows/approvals.ts twoPersonApprovals'],
     status: 'live',
     replayedWith: ['two-person-approval'],

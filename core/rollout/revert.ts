@@ -116,10 +116,11 @@ export function fastRevertPhase(phases: readonly PhaseSpec[]): PhaseSpec {
  * The revert's spec: the original's with the revisions swapped (from its toRevision down to its
  * fromRevision: only a revert may say that), its phases or with `fast` the one fast phase, and no revert
  * window of its own (its floor ends at its target; going up again is always allowed), and no watch (a
- * failed watch would put the devices back up to the revision the revert takes them from).
+ * failed watch would put the devices back up to the revision the revert takes them from), and no two-person
+ * rule (core/approval.ts: the way back waits for no second person, as a rollback never did; going up again does).
  */
 export function revertSpec(original: RolloutSpec, fast: boolean): RolloutSpec {
-  const { watch: _watch, ...rest } = original;
+  const { watch: _watch, approval: _approval, ...rest } = original;
   return {
     ...rest,
     fromRevision: original.toRevision,

@@ -140,6 +140,11 @@ describe('revert: its spec', () => {
     const revert = revertSpec(spec, false);
     expect(revert).toEqual({ ...spec, fromRevision: 2, toRevision: 1, revertWindow: 0 });
   });
+  it('leaves the two-person rule behind: the way back waits for no second person', () => {
+    const ruled = { ...spec, approval: { required: 2, notBy: 'starter' as const } };
+    expect(revertSpec(ruled, false)).toEqual({ ...spec, fromRevision: 2, toRevision: 1, revertWindow: 0 });
+    expect(revertSpec(ruled, true).approval).toBeUndefined();
+  });
   it('--fast: one phase over every device, gate 0, the health checks of every phase once each', () => {
     const revert = revertSpec(spec, true);
     expect(revert.phases).toEqual([
