@@ -221,6 +221,8 @@ describe('the board in Chromium', () => {
     await page
       .locator('#phases [data-phase^="canary"] .stage', { hasText: 'awaiting-approval' })
       .waitFor({ timeout: 30_000 });
+    // The estimated completion (core/eta.ts): behind the manual gate, so long after the approval, not a time.
+    await page.locator('#eta[data-eta="after"]', { hasText: 'after approval' }).waitFor();
     const canary = (await statusOf(aborted)).devices.find((d) => d.phase === 0)!.id;
     // Live: the canary's row went from pending or applying to applied, in the same document (no reload).
     const seen = (await page.evaluate('window.seen')) as string[];
