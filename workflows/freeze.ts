@@ -68,7 +68,9 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
   wf.setHandler(
     liftFreezeUpdate,
     async (req) => {
-      const windows = liftProblem(req) as HeldWindow[];
+      // Decided again here: a lift of the same window that ran since the validator leaves nothing to lift.
+      const windows = liftProblem(req);
+      if (typeof windows === 'string') throw refusal('NOT_FOUND', windows);
       const lift = { by: req.by, ...(req.reason ? { reason: String(req.reason).slice(0, 200) } : {}) };
       for (const w of windows) lifting.set(w.id, lift);
       changed = true;
@@ -97,7 +99,9 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
 
   for (;;) {
     const next = nextDue(state, Date.now());
-    const wait = () => changed || lifting.size > 0 || wf.workflowInfo().continueAsNewSuggested;
+    // Continue as new only with no lift pending and every handler done (an add or a lift waits on this loop).
+    const ready = () => lifting.size === 0 && wf.allHandlersFinished() && longHistory();
+    const wait = () => changed || lifting.size > 0 || ready();
     if (next === undefined) await wf.condition(wait);
     else if (next > Date.now()) await wf.condition(wait, next - Date.now());
     changed = false;
@@ -105,10 +109,13 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
     const { hold, end } = dueWork(state, now);
     for (const w of [...end, ...state.windows.filter((x) => lifting.has(x.id) && !end.includes(x))]) await release(w);
     for (const w of hold) if (state.windows.includes(w)) await holdFor(w);
-    const long = wf.workflowInfo().historyLength > FREEZE_HISTORY_LIMIT || wf.workflowInfo().continueAsNewSuggested;
-    if (long && lifting.size === 0 && wf.allHandlersFinished()) break;
+    if (ready()) break;
   }
   return wf.continueAsNew<FreezeWorkflow>({ carried: state });
+
+  function longHistory(): boolean {
+    return wf.workflowInfo().historyLength > FREEZE_HISTORY_LIMIT || wf.workflowInfo().continueAsNewSuggested;
+  }
 
   async function release(w: HeldWindow): Promise<void> {
     let result: ReleaseResult;

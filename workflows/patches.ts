@@ -493,7 +493,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'canary-freeze',
     introducedIn: 'r11',
-    commit: 'pending',
+    commit: '30bc771',
     askedIn: ['workflows/canary.ts before the canary rollout'],
     status: 'live',
     replayedWith: ['nightly-canary-frozen'],
