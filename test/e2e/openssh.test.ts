@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { join } from 'node:path';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,7 +11,10 @@ import type { DeviceTarget } from '../../core/rollout-state';
 import { applyToDevice } from '../../device/steps';
 import { connectDevice, StepFailed, TransportError } from '../../device/transport';
 import { startDevServerEnv } from '../../workers/dev-server';
-import { resumeUpdate } from '../../contracts/rollout';
+import { approveUpdate, resumeUpdate } from '../../contracts/rollout';
+import { approvalStatement, startStatement } from '../../cli/operator-statement';
+import { keyPairFromSeed, pinOf } from '../../core/signing';
+import { PROJECT_ROOT } from '../../intake/package-layout';
 import { rolloutWorkflow, type RolloutInput } from '../../workflows/rollout';
 import { demoRolloutInput, scratchDir, startTestWorker } from '../support/harness';
 import { waitForStatus } from '../support/rollout-helpers';
@@ -33,6 +37,10 @@ const tunnelsTo = (jump: SshdDevice, port: number): number =>
 
 describe('a rollout over real OpenSSH sshd devices on loopback', () => {
   const scratch = scratchDir('openssh');
+  // The two-person rule's people: alice starts the rollout, bob approves its canary (approvers.yaml of the worker's root).
+  const alice = keyPairFromSeed(new Uint8Array(createHash('sha256').update(`alice-${process.pid}`).digest()));
+  const bob = keyPairFromSeed(new Uint8Array(createHash('sha256').update(`bob-${process.pid}`).digest()));
+  const profilesRoot = join(scratch.dir, 'profiles');
   let env: TestWorkflowEnvironment;
   let sshd: SshdFleet;
   let inventoryPath: string;
@@ -95,14 +103,18 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
           fromRevision: 1,
           toRevision: 2,
           phases: [
-            { canary: '1 device', gateMs: 500, healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] },
+            { canary: '1 device', gate: 'manual', healthGate: ['all-runtimes-healthy', 'error-rate < 0.01'] },
             { bulk: 'remainder', gateMs: 500 },
           ],
           rollback: { on: 'healthGate-fail' },
+          approval: { required: 1, notBy: 'starter' },
         },
       }),
     );
     input = demoRolloutInput(specPath, inventoryPath, 'rollout:demo-openssh');
+    cpSync(join(PROJECT_ROOT, 'profiles', 'demo'), join(profilesRoot, 'demo'), { recursive: true });
+    const keys = [pinOf(alice, 'alice'), pinOf(bob, 'bob')].map((p) => ({ ...p, role: 'approver' }));
+    writeFileSync(join(profilesRoot, 'demo', 'approvers.yaml'), stringify({ keys }));
   });
   afterAll(async () => {
     await sshd?.stop();
@@ -118,14 +130,23 @@ describe('a rollout over real OpenSSH sshd devices on loopback', () => {
     }
   });
 
-  it('applies r2 through Temporal to every sshd device (one via a jump host) and refuses the host-key mismatch', async () => {
-    const worker = await startTestWorker(env);
+  it('applies r2 through Temporal to every sshd device (one via a jump host) and refuses the host-key mismatch; the starter cannot approve its canary', async () => {
+    const worker = await startTestWorker(env, { profilesRoot });
     try {
       const handle = await env.client.workflow.start(rolloutWorkflow, {
         workflowId: input.rolloutId,
         taskQueue: worker.taskQueue,
-        args: [input],
+        args: [{ ...input, startStatement: startStatement(alice, input.rolloutId) }],
       });
+      // The canary waits at its manual gate under approval: { required: 1, notBy: starter }: alice's own
+      // signed approval is refused, bob's moves it on.
+      const waiting = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'awaiting-approval', 90_000);
+      const at = { rolloutId: input.rolloutId, runId: (await handle.describe()).runId, phase: waiting.phases[0]!.name };
+      const approve = (pair: typeof alice) =>
+        handle.executeUpdate(approveUpdate, { args: [{ by: 'bob', statement: approvalStatement(pair, at) }] });
+      const own = await rejection(approve(alice), WorkflowUpdateFailedError);
+      expect(own.cause?.message).toBe('alice started this rollout, and approval.notBy: starter');
+      await approve(bob);
       // The host-key refusal is a failure, not an offline device: the bulk phase's failure gate trips and
       // the rollout pauses for an operator (rollback.on is healthGate-fail); resumed, it completes.
       const paused = await waitForStatus(handle, (s) => s.state === 'paused', 90_000);
