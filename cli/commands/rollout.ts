@@ -139,9 +139,8 @@ export function printOutcome(final: RolloutStatus, trail: TrailRead = {}): numbe
   const outcome = rolloutOutcome(final);
   const code = outcomeCode(final);
   if (code !== EXIT_OK) for (const line of whyLines(final, trail)) console.log(line);
-  // Why a completed rollout is still not a success (pending work, a watch's alert), or why a watch reverted it, on a line of its own.
-  if (code !== EXIT_OK && (final.state === 'completed' || final.watch?.outcome === 'reverted'))
-    console.log(outcome.summary);
+  // Why a completed rollout is still not a success (pending work, a watch's alert), on a line of its own.
+  if (code !== EXIT_OK && final.state === 'completed') console.log(outcome.summary);
   console.log(
     `rollout ${final.state}${final.verdict ? ` (canary verdict ${final.verdict})` : ''}: ${summarizeCounts(final.counts)} — exit ${code}`,
   );

@@ -102,7 +102,9 @@ describe('why a rollout rolled back, where the operator looks, over real sshd ho
     const revision = join(profiles, 'motd', 'revisions', '2.yaml');
     writeFileSync(
       revision,
-      `${readFileSync(revision, 'utf8').trimEnd()}\n    - name: healthz\n      command: 'if [ -f "$HOME/unhealthy" ]; then echo "upstream pool exhausted" >&2; exit 1; fi'\n`,
+      `${readFileSync(revision, 'utf8').trimEnd()}\n    - name: healthz\n      command: 'if [ -f "$HOME/unhealthy" ]; then echo "upstream pool exhausted" >&2; exit 1; fi'\n` +
+        // The watch after promotion's own check (issue 46 item 2): a host that degrades after its phase passed.
+        `    - name: steady\n      command: 'if [ -f "$HOME/degraded" ]; then echo "p99 latency 2.4s" >&2; exit 1; fi'\n`,
     );
     const spec = join(scratch.dir, 'srv', 'motd-rollout.yaml');
     const written = parse(readFileSync(spec, 'utf8')) as { rollout: { phases: Array<Record<string, unknown>> } };
@@ -132,6 +134,38 @@ describe('why a rollout rolled back, where the operator looks, over real sshd ho
     await sshd?.stop();
     scratch.cleanup();
   });
+
+  it('a watch after promotion that fails (onFail revert): start --wait says watching, then puts back exactly the 3 hosts it changed and exits 1 naming the check, the host and its output', async () => {
+    // Runs first: it ends with every host back at r1 and nothing left behind, as the tests below expect.
+    const specAt = start.indexOf('-f') + 1;
+    const watchSpec = join(scratch.dir, 'srv', 'motd-watch-rollout.yaml');
+    const written = parse(readFileSync(start[specAt]!, 'utf8')) as { rollout: Record<string, unknown> };
+    written.rollout.watch = { for: '10s', every: '5s', healthGate: ['check: steady'], onFail: 'revert' };
+    writeFileSync(watchSpec, stringify(written));
+    const degraded = join(sshd.device('dev-02').home, 'degraded');
+    writeFileSync(degraded, '');
+    try {
+      const run = await wg([...start.slice(0, specAt), watchSpec, ...start.slice(specAt + 1), '--interval', '200']);
+      ok(run, 1);
+      const out = run.stdout.split('\n');
+      const order = [
+        /^phase 2\/2 bulk remainder: passed, 2\/2 at r2/,
+        /^watch: watching: 0 of 2 checks done \(every 5s for 10s, onFail revert\)$/,
+        /^watch: watch failed, reverted: watch check 1 of 2 at \+5s failed: check: steady: fail — unhealthy: dev-02\/steady exit 1: "?p99 latency 2\.4s"? \(devices: dev-02\)$/,
+        /^rollback: putting back the 3 devices this rollout changed$/,
+        /^why: watch failed, reverted: watch check 1 of 2 at \+5s failed: check: steady: fail/,
+      ].map((re) => out.findIndex((l) => re.test(l)));
+      expect(order.every((i) => i >= 0) && order.every((i, k) => k === 0 || i > order[k - 1]!), run.stdout).toBe(true);
+      expect(out.filter(Boolean).at(-1)).toMatch(/^rollout rolled-back: 0\/3 applied.* — exit 1$/);
+      // Every host is back at r1: the marker and the content r1 installs.
+      for (const id of ids)
+        expect(
+          readFileSync(join(sshd.device(id).home, '.wavegate', 'profiles', 'motd', 'revision'), 'utf8').trim(),
+        ).toBe('1');
+    } finally {
+      rmSync(degraded, { force: true });
+    }
+  }, 300_000);
 
   const CHECK = /^ {2}check: healthz: fail — unhealthy: dev-02\/healthz exit 1: "?upstream pool exhausted"?$/m;
 
