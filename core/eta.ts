@@ -78,6 +78,8 @@ export interface EtaInput {
     timing?: PhaseTiming;
   }>;
   devices: ReadonlyArray<{ phase: number; state: string }>;
+  /** The watch after promotion, once it started (core/rollout/watch.ts WatchStatus): the rollout ends with it. */
+  watch?: { forMs: number; everyMs: number; checks: number; planned: number; outcome: string };
 }
 
 const ENDED_STAGES = new Set(['passed', 'failed', 'stopped']);
@@ -216,6 +218,8 @@ export function estimateRollout(input: EtaInput, nowMs: number): RolloutEta {
     const ended = [...input.phases].reverse().find((p) => p.timing?.endedAt)?.timing?.endedAt;
     return { rollout: { kind: 'done', ...(ended ? { at: ended } : {}) }, phases };
   }
+  const watching = watchEnd(input, nowMs);
+  if (watching) return watching;
   const observed = observedPerDevice(input, nowMs);
   const paused = input.state === 'paused';
   /** Time from now (or from the condition being met) to the end of the phase walked so far. */
@@ -265,6 +269,24 @@ export function estimateRollout(input: EtaInput, nowMs: number): RolloutEta {
     phases,
     ...(observed ? { perDeviceMs: Math.round(observed.each), sample: observed.sample } : {}),
   };
+}
+
+/**
+ * Watching after its last phase: the phases are done and the rollout ends when the watch has run its time, from
+ * the last phase's end (or, without its timing, after the checks left). A failed check may end it sooner.
+ */
+function watchEnd(input: EtaInput, nowMs: number): RolloutEta | undefined {
+  const w = input.watch;
+  if (input.state !== 'watching' || !w || w.outcome !== 'watching') return undefined;
+  const phases = input.phases.map((p) => ({
+    index: p.index,
+    name: p.name,
+    eta: { kind: 'done', ...(p.timing?.endedAt ? { at: p.timing.endedAt } : {}) } as Eta,
+  }));
+  const since = ms(input.phases.at(-1)?.timing?.endedAt);
+  const end = since !== undefined ? since + w.forMs : nowMs + Math.max(0, w.planned - w.checks) * w.everyMs;
+  const inMs = Math.max(0, end - nowMs);
+  return { rollout: { kind: 'at', at: new Date(nowMs + inMs).toISOString(), inMs }, phases };
 }
 
 function etaOf(nowMs: number, cursor: number, condition: Eta | undefined, unknown: string | undefined): Eta {

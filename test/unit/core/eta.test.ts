@@ -190,6 +190,14 @@ describe('core/eta: gates, later phases, approvals and pauses', () => {
     expect(eta.rollout).toEqual({ kind: 'done', at: iso(80 * S) });
   });
 
+  it('watching after its last phase: it ends when the watch has run its time from the phase end', () => {
+    const ended = { ...phase, stage: 'passed', timing: { ...phase.timing!, endedAt: iso(80 * S) } };
+    const watch = { forMs: 1_800 * S, everyMs: 180 * S, checks: 2, planned: 10, outcome: 'watching' };
+    const eta = estimateRollout({ state: 'watching', phases: [ended], devices, watch }, T0 + 500 * S);
+    expect(eta.rollout).toEqual({ kind: 'at', at: iso(1_880 * S), inMs: 1_380 * S });
+    expect(eta.phases[0]!.eta).toEqual({ kind: 'done', at: iso(80 * S) });
+  });
+
   it('a phase run in slices (no device times): from its throughput since it started', () => {
     const sliced = later({
       stage: 'applying',
