@@ -34,12 +34,14 @@ import { until } from '../support/until';
  * the list tells aborted and rolled back from completed, and the audit view verifies the chain; the
  * fleet view converges the device a completed rollout left behind (only the set shown), and that
  * rollout is reverted from its page. A freeze in force shows a banner with its reason, scope and end, and is
- * lifted from its button (by a caller with a session only).
+ * lifted from its button (not by a caller without a session, nor by a viewer).
  * Screenshots of every view go to test-output/board/ (kept as CI artifacts).
  */
 const scratch = scratchDir('board');
 const shots = join(PROJECT_ROOT, 'test-output', 'board');
 const TOKEN = 'alice-board-token-0123456789-abcdefghij';
+/** A viewer's token (the token file's role): it reads, and sends no control. */
+const VIEWER_TOKEN = 'vera-viewer-token-0123456789-abcdefghij';
 const BUDGETS = { 'pool-a': 0.5, 'pool-b': 0.5 };
 const taskQueue = `board-${process.pid}`;
 let server: DevServer | undefined;
@@ -96,11 +98,11 @@ const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`
 const openRollout = (id: string) => page.goto(`${board!.url}/#/rollout/${encodeURIComponent(id)}`);
 
 /** A session of alice's as the login form makes it: its cookie and CSRF token. */
-async function apiSession(): Promise<{ cookie: string; csrf: string }> {
+async function apiSession(token = TOKEN): Promise<{ cookie: string; csrf: string }> {
   const res = await fetch(`${board!.url}/api/login`, {
     method: 'POST',
     headers: { origin: board!.url, 'content-type': 'application/json' },
-    body: JSON.stringify({ token: TOKEN }),
+    body: JSON.stringify({ token }),
   });
   expect(res.status).toBe(200);
   return { cookie: res.headers.get('set-cookie')!.split(';')[0]!, csrf: ((await res.json()) as { csrf: string }).csrf };
@@ -164,7 +166,10 @@ beforeAll(async () => {
       profiles: join(PROJECT_ROOT, 'profiles'),
       temporal: { address: server.address, taskQueue, configFile: join(scratch.dir, 'none.toml') },
     },
-    tokens: [{ name: 'alice', token: TOKEN }],
+    tokens: [
+      { name: 'alice', token: TOKEN },
+      { name: 'vera', token: VIEWER_TOKEN, role: 'viewer' },
+    ],
     pollMs: 300,
     maxStreams: 2,
     log: () => {},
@@ -472,7 +477,7 @@ describe('the board in Chromium', () => {
     expect((await trailOf(revert)).find((r) => r.event === 'rollout.started')?.by).toBe('alice');
   });
 
-  it('shows a freeze in force in a banner on every page and lifts it from its button; a caller without a session cannot', async () => {
+  it('shows a freeze in force in a banner on every page and lifts it from its button; a caller without a session or a viewer cannot', async () => {
     const { window } = await addFreeze(client!, taskQueue, { reason: 'incident 42', scope: 'all', by: 'bob' });
     await page.goto(`${board!.url}/#/fleet`);
     const banner = page.locator(`#freeze-banner .freeze[data-freeze="${window.id}"]`);
@@ -488,6 +493,20 @@ describe('the board in Chromium', () => {
       body: JSON.stringify({ reason: 'not mine to lift' }),
     });
     expect(anonymous.status).toBe(401);
+    // A viewer's session, with its CSRF token, from the board's own page: refused too.
+    const vera = await apiSession(VIEWER_TOKEN);
+    const viewer = await fetch(`${board!.url}/api/freezes/${window.id}/lift`, {
+      method: 'POST',
+      headers: {
+        cookie: vera.cookie,
+        origin: board!.url,
+        'content-type': 'application/json',
+        'x-csrf-token': vera.csrf,
+      },
+      body: JSON.stringify({ reason: 'not mine to lift' }),
+    });
+    expect(viewer.status).toBe(403);
+    expect(((await viewer.json()) as { message: string }).message).toContain('vera is a viewer on this board');
     expect((await listFreezes(client!)).map((w) => w.id)).toEqual([window.id]);
 
     await banner.locator('button.lift').click();
