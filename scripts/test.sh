@@ -10,7 +10,7 @@
 # the shared files, which run at the lowest priority: the scheduler gives the alone files the CPU they ask for at
 # once (a niced process gets about 1.5% of a core against one at the default priority), and the shared files
 # take what is left. `wavegate dev` on the fixed ports 7233/8233 (project `exclusive`) still runs with nothing
-# beside it but the typecheck, first. The build both runs use is made once, here (scripts/test-run-setup.ts).
+# beside it but the typecheck, first. The build both runs use is made once, here (test/support/run-setup.ts).
 #
 # Arguments go to one vitest run, as before (`npm test -- <file>`).
 set -u
@@ -28,7 +28,7 @@ if [ "$#" -gt 0 ]; then
   tests=$?
 else
   # What global-setup.ts would do in each run, once: its variables tell both runs it is done.
-  from=$(node_modules/.bin/tsx scripts/test-run-setup.ts) || exit 1
+  from=$(node_modules/.bin/tsx test/support/run-setup.ts) || exit 1
   if [ "$from" = dist ]; then
     export WAVEGATE_RUN_FROM=dist WAVEGATE_TEST_FRESH_DIST=1
   fi

@@ -39,7 +39,7 @@ export default async function setup(): Promise<(() => void) | undefined> {
 
 /**
  * A fresh dist/ with its workflow and CLI bundles; false when it cannot be built (the processes the tests start
- * then run from the sources). Also run by scripts/test-run-setup.ts, before `npm test`'s two vitest runs.
+ * then run from the sources). Also run by test/support/run-setup.ts, before `npm test`'s two vitest runs.
  */
 export async function prepareBuild(log: (line: string) => void): Promise<boolean> {
   if (!(await ensureCompiledBuild(PROJECT_ROOT, log))) return false;

@@ -4,10 +4,10 @@
  * Prints `dist` when the processes the tests start can run from the build (else nothing: they run from the
  * sources); the log goes to stderr. Exit 1 when the binaries cannot be had.
  */
-import { ensureTools } from '../workers/toolchain';
-import { prepareBuild } from '../test/support/global-setup';
+import { ensureTools } from '../../workers/toolchain';
+import { prepareBuild } from './global-setup';
 
-const log = (line: string) => process.stderr.write(`[test-run-setup] ${line}\n`);
+const log = (line: string) => process.stderr.write(`[run-setup] ${line}\n`);
 
 async function main(): Promise<void> {
   ensureTools(log);
