@@ -163,9 +163,16 @@ const ms = (iso: string | undefined): number | undefined => (iso === undefined ?
 /**
  * The per-device time the rollout's phases show: their durations in phase order (so the latest weigh most), with
  * the devices applying now. A phase whose devices ran in slices (the rollout learns of them when a slice ends)
- * has counts and no durations: its throughput since it started then stands for them.
+ * has counts and no durations: when the latest phase with finished devices is one, its throughput since it
+ * started stands for them (a canary's one device before it says less).
  */
 function observedPerDevice(input: EtaInput, nowMs: number): { each: number; sample: number } | undefined {
+  const latest = [...input.phases].reverse().find((p) => (p.timing?.finished ?? 0) > 0)?.timing;
+  const start = ms(latest?.startedAt);
+  if (latest && latest.durationsMs.length === 0 && start !== undefined) {
+    const end = ms(latest.gateStartedAt) ?? nowMs;
+    return { each: ((end - start) * latest.inFlight) / latest.finished, sample: latest.finished };
+  }
   const durations: number[] = [];
   const running: number[] = [];
   for (const p of input.phases) {
@@ -175,16 +182,7 @@ function observedPerDevice(input: EtaInput, nowMs: number): { each: number; samp
   }
   const kept = durations.slice(-DURATIONS_KEPT);
   const each = perDeviceMs(kept, running);
-  if (each !== undefined) return { each, sample: kept.length };
-  // Slices: no device's own time, only how many ended since the phase started.
-  for (const p of [...input.phases].reverse()) {
-    const t = p.timing;
-    const start = ms(t?.startedAt);
-    if (!t || start === undefined || t.finished === 0) continue;
-    const end = ms(t.gateStartedAt) ?? nowMs;
-    return { each: ((end - start) * t.inFlight) / t.finished, sample: t.finished };
-  }
-  return undefined;
+  return each === undefined ? undefined : { each, sample: kept.length };
 }
 
 /** Devices of a phase still to start: named in the status, or (a phase run in slices) its size less those seen. */

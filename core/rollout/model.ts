@@ -300,10 +300,12 @@ export class RolloutModel {
   sliceStarted(unit: Omit<SliceUnit, 'counts' | 'required' | 'started'>): void {
     this.changed = true;
     this.slicedPhases.started(unit);
+    this.timings.sliceStarted(unit.workflowId, unit.phase, unit.mode);
   }
   sliceEnded(workflowId: string, report: SliceReport): void {
     this.changed = true;
     this.slicedPhases.ended(workflowId, report);
+    this.timings.sliceEnded(workflowId, report.started);
   }
   /**
    * Sliced phases' devices no slice ran: not-started from now on (how many, by phase). Asked only by sliced

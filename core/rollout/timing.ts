@@ -20,6 +20,8 @@ export class PhaseTimings {
   private readonly phases = new Map<number, PhaseTiming>();
   /** When each device applying now started (ms), with its phase. */
   private readonly running = new Map<string, { phase: number; since: number }>();
+  /** Apply slices of sliced records running now, by workflow id: their phase. */
+  private readonly slices = new Map<string, number>();
 
   useClock(now: () => number): void {
     this.clock = now;
@@ -71,6 +73,24 @@ export class PhaseTimings {
       t.startedAt ??= iso(now);
       t.finished += 1;
     }
+  }
+
+  /**
+   * Sliced records: a slice runs a phase's devices and keeps their records; the rollout learns only how many it
+   * started when it ends. They count as finished then, their times unknown (the estimate uses the throughput).
+   */
+  sliceStarted(workflowId: string, phase: number, mode: 'apply' | 'rollback'): void {
+    const now = this.clock?.();
+    const t = this.phases.get(phase);
+    if (now === undefined || !t || mode !== 'apply') return;
+    this.slices.set(workflowId, phase);
+    t.startedAt ??= iso(now);
+  }
+  sliceEnded(workflowId: string, started: number): void {
+    const phase = this.slices.get(workflowId);
+    if (phase === undefined) return;
+    this.slices.delete(workflowId);
+    this.phases.get(phase)!.finished += started;
   }
 
   stage(index: number, stage: PhaseStage): void {

@@ -10,6 +10,7 @@ import {
   type PhaseTiming,
 } from '../../../core/eta';
 import { RolloutModel } from '../../../core/rollout/model';
+import { PhaseTimings } from '../../../core/rollout/timing';
 import { planRollout } from '../../../core/rollout/plan';
 import type { DeviceSnapshot } from '../../../core/rollout-state';
 import { parseRolloutSpec } from '../../../core/spec';
@@ -207,6 +208,38 @@ describe('core/eta: gates, later phases, approvals and pauses', () => {
     const eta = estimateRollout({ state: 'running', phases: [sliced], devices: [] }, T0 + 100 * S);
     // 200 devices in 100 s on 10 slots: 5 s each; 800 left: 400 s more, then the 30 s gate.
     expect(eta.rollout).toMatchObject({ kind: 'at', at: iso(530 * S) });
+  });
+
+  it("a phase run in slices after a canary: its own throughput, not the canary's one device", () => {
+    const canary = { ...phase, stage: 'passed', devices: 1, timing: { ...phase.timing!, durationsMs: [60 * S] } };
+    const sliced = later({
+      stage: 'applying',
+      devices: 1000,
+      timing: { inFlight: 10, startedAt: iso(0), finished: 200, durationsMs: [], runningSince: [] },
+    });
+    const eta = estimateRollout(
+      { state: 'running', phases: [canary, { ...sliced, index: 1 }], devices: [] },
+      T0 + 100 * S,
+    );
+    expect(eta.rollout).toMatchObject({ kind: 'at', at: iso(530 * S) });
+    expect(eta.perDeviceMs).toBe(5 * S);
+  });
+
+  it('the model counts a sliced-records slice that ended as its phase devices finished', () => {
+    const timings = new PhaseTimings();
+    let clock = T0;
+    timings.useClock(() => clock);
+    timings.plan(
+      { phases: [{ index: 0, name: 'bulk', devices: [], gate: 0 } as never], pools: [] },
+      () => 'web',
+      [1000],
+    );
+    timings.sliceStarted('r/1/0', 0, 'apply');
+    timings.sliceStarted('r/1/undo', 0, 'rollback');
+    clock += 50 * S;
+    timings.sliceEnded('r/1/0', 200);
+    timings.sliceEnded('r/1/undo', 200);
+    expect(timings.of(0)).toMatchObject({ startedAt: iso(0), finished: 200 });
   });
 });
 
