@@ -355,7 +355,10 @@ describe('the board endpoints', () => {
     writeFileSync(tokens, 'alice short token\n', { mode: 0o600 });
     const bad = await runCli(['board', '--token-file', tokens, '--address', server!.address], { env });
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/--token-file .*line 1: expected "<name> <token>"/);
+    // A third word is a role (viewer, operator, approver): this one is none, named.
+    expect(bad.stderr).toMatch(
+      /--token-file .*line 1: the role of "alice" is "token": one of viewer, operator, approver/,
+    );
     const cert = await runCli(['board', '--https-cert', tokens, '--address', server!.address], { env });
     expect(cert.code).toBe(2);
     expect(cert.stderr).toMatch(/--https-cert and --https-key: give both/);
