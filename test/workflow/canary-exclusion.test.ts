@@ -244,10 +244,13 @@ describe('nightly canary and rollouts exclude each other', () => {
 /**
  * A freeze (issue 46 item 1), through the real CLI: `wavegate freeze` holds the running rollout (a pause recorded
  * as freeze-1's) and not the one an operator had paused; start and converge in scope are refused (exit 2) naming
- * the freeze; `unfreeze` resumes the rollout it paused, which completes, and leaves the operator's paused; a nightly
- * canary triggered during a freeze of its profile is skipped naming the freeze and changes no device.
+ * the freeze; `unfreeze` resumes the rollout it paused, which completes, and leaves the operator's paused; under a
+ * freeze of the profile a revert of that rollout is refused naming it, and a nightly canary triggered is skipped
+ * naming it and changes no device.
  */
 describe('a freeze', () => {
+  /** The rollout the first test's freeze held, completed after it: what the second test's revert would undo. */
+  let heldRollout = '';
   const statusOf = (id: string) =>
     real.env.client.workflow.getHandle(id).query<{
       state: string;
@@ -323,6 +326,7 @@ describe('a freeze', () => {
     expect(JSON.parse(lifted.stdout)).toEqual({ lifted: ['freeze-1'], resumed: [held.input.rolloutId], left: [] });
     const done = (await real.env.client.workflow.getHandle(held.input.rolloutId).result()) as { state: string };
     expect(done.state).toBe('completed');
+    heldRollout = held.input.rolloutId;
     expect(heldApplies()).toBe(2);
     const still = await statusOf(paused.input.rolloutId);
     expect(still.state).toBe('paused');
@@ -334,11 +338,13 @@ describe('a freeze', () => {
     await real.env.client.workflow.getHandle(paused.input.rolloutId).terminate('test over');
   });
 
-  it('a nightly canary triggered during a freeze of its profile is skipped naming it, and changes no device', async () => {
+  it('a revert and a nightly canary triggered during a freeze of their profile are refused naming it; no device changes', async () => {
     installR1();
     const frozen = await wg(['freeze', '--profile', 'demo', '--reason', 'release week', '--until', '10m']);
     expect(frozen.code, frozen.stderr).toBe(0);
     expect(frozen.stdout).toMatch(/^freeze-2 in force: "release week" \(profile demo, until \S+; by /m);
+    // A revert in scope is refused as a start is (the rollout completed inside its revert window).
+    refusedNaming(await wg(['revert', heldRollout]), 'revert', 'freeze-2 ("release week", profile demo, until');
     const before = applies();
     const triggered = await wg(['schedule', 'trigger', 'nightly-demo', '--wait', '--json']);
     expect(triggered.code, triggered.stderr).toBe(1);
