@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { signStatement, type OperatorStatement, type Role, type SignedStatement } from '../core/approval';
 import type { Client } from '@temporalio/client';
 import { WavegateError } from '../core/errors';
+import type { RolloutInput } from '../core/rollout/input';
 import type { KeyPair } from '../core/signing';
 import { queryStatus } from './client';
 
@@ -34,6 +35,19 @@ export function approvalStatement(
     },
     pair,
   );
+}
+
+/**
+ * approval.notBy: starter needs a starter the worker can authenticate: refused here (exit 2, nothing started)
+ * rather than by the worker once the rollout started (it would fail before touching a device).
+ */
+export function checkStarterKey(input: RolloutInput, identity: KeyPair | undefined): void {
+  if (input.spec.approval?.notBy === 'starter' && !identity)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      "approval.notBy: starter: the starter must be authenticated: sign the start with --identity-key <key file> (your key, pinned in the profile's approvers.yaml)",
+      { field: '--identity-key' },
+    );
 }
 
 function base(action: OperatorStatement['action'], rolloutId: string): OperatorStatement {

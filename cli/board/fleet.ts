@@ -18,6 +18,7 @@ import { readInventoryFlags } from '../membership-client';
 import { driftOf, fleetStatusOf, revokedReason } from '../commands/fleet';
 import { loadProfile } from '../../intake/profile';
 import { loadProfileTrust } from '../../intake/trust';
+import type { SignedStatement } from '../../core/approval';
 
 /**
  * The board's fleet view: per profile, what `wavegate fleet status` and `wavegate drift` compute (each
@@ -182,6 +183,8 @@ export async function startBoardConverge(
   profile: string,
   body: { devices: number; digest: string },
   by: string,
+  /** The board's signed statement that `by` starts it (its --approval-key): the starter the two-person rule knows. */
+  signStart?: (rolloutId: string) => SignedStatement,
 ): Promise<{ rolloutId: string; message: string }> {
   knownProfile(src, profile);
   const read = await readInventoryFlags({ inventory: src.inventory });
@@ -207,7 +210,7 @@ export async function startBoardConverge(
       { field: 'devices' },
     );
   }
-  const { handle } = await startConverge(src.client, taskQueue, plan);
+  const { handle } = await startConverge(src.client, taskQueue, plan, signStart);
   answered.delete(profile);
   return {
     rolloutId: handle.workflowId,

@@ -21,6 +21,8 @@ import {
 import { fleetProfiles, fleetRevisionParam, fleetView, startBoardConverge, type FleetSource } from './fleet';
 import { freezeRoutes } from './freeze';
 import { BOARD_LIMITS } from './limits';
+import type { SignedStatement } from '../../core/approval';
+import { startStatement } from '../operator-statement';
 import type { LiveStreams } from './stream';
 import { temporalAnswers, withinTemporal } from './temporal';
 
@@ -224,12 +226,19 @@ async function converge(deps: BoardRouteDeps, a: Asked<string>): Promise<void> {
   const done = await withinTemporal(
     deps.sources.client.connection,
     'the converge',
-    () => startBoardConverge(fleet, deps.sources.taskQueue, profile, body, a.caller!),
+    () => startBoardConverge(fleet, deps.sources.taskQueue, profile, body, a.caller!, boardStarter(deps, a.caller!)),
     BOARD_LIMITS.startMs,
   );
   // The converge's reason: its rollout records who started it, this log what they said.
   deps.log(`board: ${done.message}: ${body.reason}`);
   sendJson(a.res, 200, done);
+}
+
+/** The board's signed start naming the operator and their role here (with --approval-key), for the two-person rule. */
+function boardStarter(deps: BoardRouteDeps, by: string): ((rolloutId: string) => SignedStatement) | undefined {
+  const key = deps.sources.approvalKey;
+  if (!key) return undefined;
+  return (rolloutId) => startStatement(key, rolloutId, { operator: by, role: deps.access.roleOf(by) });
 }
 
 function fleetOf(deps: BoardRouteDeps): FleetSource {

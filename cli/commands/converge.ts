@@ -34,6 +34,9 @@ import { loadProfile } from '../../intake/profile';
 import { loadProfileTrust } from '../../intake/trust';
 import { watchRollout } from '../watch';
 import { operatorName, parseInterval, printOutcome, waitOptions } from './rollout';
+import type { SignedStatement } from '../../core/approval';
+import { readSigningKeyFile } from '../../intake/checkpoint-keys';
+import { checkStarterKey, startStatement } from '../operator-statement';
 
 /**
  * `wavegate converge --profile P`: after a rollout completed with devices left behind (offline, failed),
@@ -46,6 +49,7 @@ import { operatorName, parseInterval, printOutcome, waitOptions } from './rollou
 
 interface ConvergeFlags extends TemporalFlags, InventoryFlags {
   profile: string;
+  identityKey?: string;
   file: string;
   profiles?: string;
   wait?: boolean;
@@ -228,7 +232,13 @@ export function nothingBehind(plan: ConvergePlan): string {
  * Start a checked converge (checkConverge) over exactly its `behind` devices: a new id (nextConvergeId),
  * the worker preflight and the membership stored as a start does.
  */
-export async function startConverge(client: Client, taskQueue: string, plan: ConvergePlan) {
+export async function startConverge(
+  client: Client,
+  taskQueue: string,
+  plan: ConvergePlan,
+  /** The starter's signed statement for the converge's id (`--identity-key`, the board's key): core/approval.ts. */
+  signStart?: (rolloutId: string) => SignedStatement,
+) {
   const converge: RolloutInput = {
     ...plan.input,
     rolloutId: await nextConvergeId(client, plan.profile),
@@ -240,6 +250,7 @@ export async function startConverge(client: Client, taskQueue: string, plan: Con
     client,
     taskQueue,
     await withMembership(client, taskQueue, converge, plan.read, converge.startedBy),
+    signStart ? { signStart } : {},
   );
   return { handle, input: converge };
 }
@@ -265,11 +276,17 @@ export function register(program: Command): void {
         .option('--exit-on-pause', 'with --wait: stop waiting and exit 1 when the rollout pauses')
         .option('--interval <ms>', 'with --wait: poll interval', parseInterval, 1000)
         .option('--concurrency <n>', 'devices probed at once', (v) => Number(v), 16)
-        .option('--json', 'print {rolloutId, devices, unreachable} as JSON'),
+        .option('--json', 'print {rolloutId, devices, unreachable} as JSON')
+        .option(
+          '--identity-key <key file>',
+          "sign the converge's start with your own key pinned in the profile's approvers.yaml, as start --identity-key (required by approval.notBy: starter)",
+        ),
     ),
   ).action(
     action(async (opts: ConvergeFlags) => {
       const profilesRoot = resolveProfilesRoot({ flag: opts.profiles }).dir;
+      const identity =
+        opts.identityKey === undefined ? undefined : readSigningKeyFile('--identity-key', opts.identityKey);
       // From files, bad input is refused before Temporal or any device is contacted.
       const read = await readInventoryFlags(opts);
       const input: RolloutInput = prepareRollout({
@@ -286,6 +303,7 @@ export function register(program: Command): void {
           { field: 'rollout.profile' },
         );
       }
+      checkStarterKey(input, identity);
       const settings = resolveConnectionSettings(opts);
       const files = loadProfile(profilesRoot, opts.profile, '--profile');
       const trust = loadProfileTrust(files.layout);
@@ -320,7 +338,8 @@ export function register(program: Command): void {
           return unreachable.length ? EXIT_FAILED : EXIT_OK;
         }
 
-        const { handle } = await startConverge(client, settings.taskQueue, plan);
+        const sign = identity ? (rolloutId: string) => startStatement(identity, rolloutId) : undefined;
+        const { handle } = await startConverge(client, settings.taskQueue, plan, sign);
         if (!opts.json) {
           console.log(
             revision === last.toRevision

@@ -35,9 +35,8 @@ import { readTrail, withTrailOptions, type TrailFlags } from '../why';
 import { preflightRollout } from '../preflight';
 import { refuseWhileFrozen } from '../../clients/freeze';
 import type { SignedStatement } from '../../core/approval';
-import type { KeyPair } from '../../core/signing';
 import { readSigningKeyFile } from '../../intake/checkpoint-keys';
-import { signedApproval, startStatement } from '../operator-statement';
+import { checkStarterKey, signedApproval, startStatement } from '../operator-statement';
 import {
   readInventoryFlags,
   withInventoryOptions,
@@ -244,19 +243,6 @@ async function startChecked(
     newId: true,
     ...(opts.signStart ? { signStart: opts.signStart } : {}),
   });
-}
-
-/**
- * approval.notBy: starter needs a starter the worker can authenticate: refused here (exit 2, nothing started)
- * rather than by the worker once the rollout started (it would fail before touching a device).
- */
-function checkStarterKey(input: RolloutInput, identity: KeyPair | undefined): void {
-  if (input.spec.approval?.notBy === 'starter' && !identity)
-    throw new WavegateError(
-      'INVALID_INPUT',
-      "approval.notBy: starter: the starter must be authenticated: sign the start with --identity-key <key file> (your key, pinned in the profile's approvers.yaml)",
-      { field: '--identity-key' },
-    );
 }
 
 /** The group's commands, in the order the help lists them. */

@@ -193,6 +193,12 @@ describe('two-person rule: approval: { required: 2, notBy: starter }', () => {
     expect(cli.stderr).toMatch(
       /approval.notBy: starter: the starter must be authenticated: sign the start with --identity-key/,
     );
+    // A converge starts a rollout from the same spec: the same rule, before Temporal is asked.
+    const converge = await real.cli(['converge', '--profile', 'demo', '-f', spec, '--inventory', inventoryPath]);
+    expect({ code: converge.code, err: converge.stderr }).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/approval.notBy: starter: the starter must be authenticated/),
+    });
 
     // A statement by a key the worker does not pin proves nobody.
     const handle = await real.start({ ...input, startStatement: startStatement(stranger, input.rolloutId) });
