@@ -50,7 +50,10 @@ describe('rollout ETA on a simulated fleet of mixed speeds', () => {
         const eta = estimateRollout(status, now).phases[0]!.eta;
         samples.push({ now, finished: timing.finished, ...(eta.kind === 'at' ? { end: Date.parse(eta.at) } : {}) });
         // What an operator reads, once, while it runs: the rollout's and the phase's estimated end, zone named.
-        cli ??= Promise.all([real.cli(['status', input.rolloutId]), real.cli(['status', input.rolloutId, '--json'])]);
+        // Late in the phase: two commands starting take the machine's CPU for a moment, and the devices' times
+        // with it, which is not what the estimate is measured against.
+        if (timing.finished >= (DEVICES * 7) / 10)
+          cli ??= Promise.all([real.cli(['status', input.rolloutId]), real.cli(['status', input.rolloutId, '--json'])]);
       }
       await new Promise((r) => setTimeout(r, 250));
     }
@@ -69,8 +72,9 @@ describe('rollout ETA on a simulated fleet of mixed speeds', () => {
       finished: s.finished,
       error: s.end === undefined ? Number.POSITIVE_INFINITY : Math.abs(s.end - end) / (end - start),
     }));
+    const worst = errors.reduce((a, b) => (b.error > a.error ? b : a));
     console.log(
-      `eta: phase ran ${((end - start) / 1000).toFixed(1)} s; error after 10%: first ${errors[0]!.error.toFixed(3)}, worst ${Math.max(...errors.map((e) => e.error)).toFixed(3)} over ${errors.length} estimates`,
+      `eta: phase ran ${((end - start) / 1000).toFixed(1)} s; error after 10%: first ${errors[0]!.error.toFixed(3)}, worst ${worst.error.toFixed(3)} (${worst.finished} finished) over ${errors.length} estimates`,
     );
     for (const e of errors) expect(e.error, `estimate with ${e.finished} finished`).toBeLessThanOrEqual(0.2);
 
