@@ -23,6 +23,9 @@
  *                                       (`metrics.errorRate.prometheus.url`, with the profile's token)
  *   prometheus(<http(s) url>): <PromQL> <= 0.5
  *                                       the same against an explicit Prometheus base url (never sent a token)
+ *   verify                              the re-verify: the target revision's signed `verify` command exits 0
+ *                                       on every changed device (the device still holds what it confirmed);
+ *                                       a device that fails it is flipped to `failed` in the rollout's records
  *
  * `command: <shell>` (an unsigned command on every device) is refused.
  *
@@ -42,11 +45,13 @@ export type HealthCheck =
   | { kind: 'error-rate'; op: ThresholdOp; threshold: number }
   | { kind: 'http'; url: string }
   /** `url` absent: the profile's `metrics.errorRate.prometheus.url`. */
-  | { kind: 'prometheus'; query: string; op: ThresholdOp; threshold: number; url?: string };
+  | { kind: 'prometheus'; query: string; op: ThresholdOp; threshold: number; url?: string }
+  /** The re-verify: the target revision's signed `verify` on every changed device. */
+  | { kind: 'verify' };
 
 /** The checks that run commands on devices: their commands come only from a verified envelope. */
 export function runsOnDevices(check: HealthCheck): boolean {
-  return check.kind === 'all-runtimes-healthy' || check.kind === 'named';
+  return check.kind === 'all-runtimes-healthy' || check.kind === 'named' || check.kind === 'verify';
 }
 
 export type ParsedHealthCheck = { ok: true; check: HealthCheck } | { ok: false; message: string };
@@ -60,6 +65,7 @@ export const HEALTH_CHECK_FORMS = [
   'http: <http(s) url>',
   'prometheus: <query> < <number>',
   'prometheus(<http(s) url>): <query> < <number>',
+  'verify',
 ] as const;
 
 /** A signed health check's name: what a spec selects with `check: <name>` and evidence shows. */
@@ -109,6 +115,7 @@ export function parseHealthCheck(text: string): ParsedHealthCheck {
     return refuse(`is ${t.length} characters long, above the limit of ${MAX_HEALTH_TEXT}`);
   if (t === 'devices-online') return { ok: true, check: { kind: 'devices-online' } };
   if (t === 'all-runtimes-healthy') return { ok: true, check: { kind: 'all-runtimes-healthy' } };
+  if (t === 'verify') return { ok: true, check: { kind: 'verify' } };
 
   if (t.startsWith('error-rate')) {
     const m = ERROR_RATE.exec(t);
@@ -247,6 +254,7 @@ export function formatHealthCheck(check: HealthCheck): string {
   switch (check.kind) {
     case 'devices-online':
     case 'all-runtimes-healthy':
+    case 'verify':
       return check.kind;
     case 'error-rate':
       return `error-rate ${check.op} ${check.threshold}`;

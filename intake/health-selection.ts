@@ -27,14 +27,17 @@ export function checkHealthSelections(
   const names = namedHealthChecks(health).map((c) => c.name);
   const problems: FieldProblem[] = [];
   const concerned = concernedDevices(devices);
-  for (const [i, phase] of spec.phases.entries()) {
-    for (const [j, text] of phase.healthGate.entries()) {
+  // The phases' gates, then the watch after promotion's (its checks are selected the same way).
+  const gates = spec.phases.map((phase, i) => ({ at: `rollout.phases[${i}].healthGate`, i, checks: phase.healthGate }));
+  if (spec.watch) gates.push({ at: 'rollout.watch.healthGate', i: -1, checks: spec.watch.healthGate });
+  for (const { at, i, checks } of gates) {
+    for (const [j, text] of checks.entries()) {
       const parsed = parseHealthCheck(text);
       if (!parsed.ok) continue; // the spec parser already refused it
       const check = parsed.check;
       const problem = (message: string) =>
         problems.push({
-          path: `rollout.phases[${i}].healthGate[${j}]`,
+          path: `${at}[${j}]`,
           value: text,
           message: `${message}${concerned(i)}`,
         });
@@ -83,6 +86,9 @@ function concernedDevices(devices: readonly Pick<Device, 'id' | 'updateClass'>[]
   const ids = devices.filter((d) => d.updateClass !== 'left-behind').map((d) => d.id);
   if (ids.length === 0) return () => '';
   const shown = ids.length > 5 ? `${ids.slice(0, 5).join(', ')} and ${ids.length - 5} more` : ids.join(', ');
+  const scope = `${ids.length === 1 ? 'the 1 device' : `the ${ids.length} devices`} in scope: ${shown}`;
   return (phase) =>
-    `; phase ${phase + 1} would pause on it on any device it takes (${ids.length === 1 ? 'the 1 device' : `the ${ids.length} devices`} in scope: ${shown})`;
+    phase < 0
+      ? `; the watch after promotion would fail on every device it changed (${scope})`
+      : `; phase ${phase + 1} would pause on it on any device it takes (${scope})`;
 }

@@ -8,6 +8,10 @@ import type { DeviceTarget } from '../core/rollout-state';
 import { runHealthCheckActivity, sliceHealthCheckActivity } from './activity-proxies';
 import { SLICES_PER_ACTIVITY } from '../core/rollout/sliced-plan';
 import { rootMessage } from './device-runner';
+import { flipReason, reverifyFailed } from '../core/rollout/reverify';
+
+/** New executions whose `verify` check failed flip the devices it named to `failed` (only such a check asks). */
+export const REVERIFY_FLIPS = 'reverify-flips';
 
 type HealthCheckInput = Parameters<Activities['runHealthCheck']>[0];
 
@@ -23,12 +27,14 @@ export async function runHealthGate(
   input: RolloutInput,
   model: RolloutModel,
   phase: Pick<PlannedPhase, 'name' | 'healthGate'>,
+  /** Only these devices (a re-verify of the flipped ones); default every device this rollout changed. */
+  targets?: DeviceTarget[],
 ): Promise<GateResult> {
   const { spec } = input;
   const healthCheck = runHealthCheckActivity(spec.healthTimeout);
-  const changed = model.healthTargets();
+  const changed = targets ?? model.healthTargets();
   // Sliced records: the sliced phases' changed devices are read from their slices, a few slices per check.
-  const slices = model.sliced.appliedSlices();
+  const slices = targets ? [] : model.sliced.appliedSlices();
   const results: CheckResult[] = [];
   for (const check of phase.healthGate) {
     for (let i = 0; i < slices.length; i += SLICES_PER_ACTIVITY) {
@@ -66,6 +72,12 @@ export async function runHealthGate(
         results.push(probeFailed(check, err));
       }
     }
+  }
+  // A re-verify that failed flips its devices to `failed` at this check (core/rollout/reverify.ts).
+  const unverified = reverifyFailed(results);
+  if (unverified.length) {
+    wf.patched(REVERIFY_FLIPS);
+    model.flipUnverified(unverified, flipReason(`the health gate after ${phase.name}`, results));
   }
   return evaluateHealthGate(results);
 }

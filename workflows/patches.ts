@@ -511,6 +511,16 @@ export const PATCHES: readonly PatchRecord[] = [
     replayedWithout: [],
     noOldBranch: NEW_INPUT("the spec's watch"),
   },
+  {
+    id: 'reverify-flips',
+    introducedIn: 'r11',
+    commit: 'pending',
+    askedIn: ['workflows/health-gate.ts runHealthGate', 'workflows/reverify.ts holdWhileUnverified'],
+    status: 'live',
+    replayedWith: ['reverify-flips-holds-phase'],
+    replayedWithout: [],
+    noOldBranch: NEW_INPUT('a verify health check (the re-verify) that failed'),
+  },
 ];
 
 /** The position of a release in RELEASES (the current one last). */

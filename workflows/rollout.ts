@@ -13,6 +13,7 @@ import { publishIfChanged } from './progress';
 import { REVERT_ROLLOUTS, RolloutStages } from './rollout-stages';
 import { convergeSkippedAgents } from './agent-converge';
 import { watchAfterPromotion } from './watch';
+import { holdWhileUnverified } from './reverify';
 
 export type { RolloutInput };
 
@@ -92,6 +93,9 @@ export async function rolloutWorkflow(input: RolloutInput): Promise<RolloutStatu
     // 3-5. Each phase: apply, failure gate, gate, health gate.
     for (const phase of plan.phases) {
       await stages.holdWhilePaused();
+      if (model.stopped) break;
+      // A device flipped by a failed re-verify holds every later phase until it verifies again.
+      await holdWhileUnverified(input, model, stages, phase);
       if (model.stopped) break;
       const applied = await stages.applyPhase(phase, false);
       if (model.stopped) {

@@ -20,6 +20,7 @@ import { tokenReader } from './metrics-token';
 import { namedCheck } from './named-check';
 import { activityContext, startProbe } from './probe';
 import { prometheusCheck } from './prometheus';
+import { verifyCheck } from './verify';
 import { openSignedHealth, rawDeviceCommand, type OpenedHealth } from './signed-health';
 import type {
   CheckProvider,
@@ -44,6 +45,7 @@ export const PROVIDERS: ProviderTable = {
   'error-rate': errorRate,
   http: httpCheck,
   prometheus: prometheusCheck,
+  verify: verifyCheck,
 };
 
 /** The provider of a check, chosen once from its kind. */

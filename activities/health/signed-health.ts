@@ -53,6 +53,7 @@ export function openSignedHealth(input: HealthCheckInput, profilesRoot: string, 
       signed: {
         revision: verdict.revision.revision,
         ...(verdict.revision.health ? { health: verdict.revision.health } : {}),
+        verify: verdict.revision.verify,
       },
     };
   } catch (err) {

@@ -100,6 +100,8 @@ export type TokenRef = { tokenEnv?: string; tokenFile?: string };
 export interface SignedHealth {
   revision: number;
   health?: RevisionHealth;
+  /** The revision's signed `verify` command: what the re-verify (`verify`) runs again. */
+  verify?: string;
 }
 
 /** Ask each device its question through its channel, bounded by the check's deadline (./devices.ts). */

@@ -37,7 +37,7 @@ export interface AuditIntent {
 }
 
 /** Why a rollout is paused, one reason per cause (the status shows the latest; a resume clears them all). */
-export type PauseCause = 'operator' | 'failure-policy' | 'inconclusive-gate' | 'deadline';
+export type PauseCause = 'operator' | 'failure-policy' | 'inconclusive-gate' | 'deadline' | 'reverify';
 
 /**
  * One rollout's state: its devices, phases, controls and the devices it changed. Device states are the
@@ -69,6 +69,8 @@ export class RolloutModel {
   private readonly warningList: string[] = [];
   /** The watch after promotion, once it started (core/rollout/watch.ts). */
   private watchStatus: WatchStatus | undefined;
+  /** Devices whose re-verify failed (core/rollout/reverify.ts), flipped to `failed`, in the order they flipped. */
+  private readonly flipped = new Set<string>();
   /** A write since the last publish (see `takeChanged`); a new model has not been published yet. */
   private changed = true;
 
@@ -541,6 +543,34 @@ export class RolloutModel {
   }
   get watch(): Readonly<WatchStatus> | undefined {
     return this.watchStatus;
+  }
+  /**
+   * A re-verify failed on these devices: each one at the target (applied or claimed) flips to `failed` with
+   * why. Still this rollout's change: compensation puts it back like any other device it changed.
+   */
+  flipUnverified(ids: readonly string[], reason: string): string[] {
+    const flipped: string[] = [];
+    for (const id of ids) {
+      const state = this.devices.get(id)?.state;
+      if (state !== 'applied' && state !== 'claimed') continue;
+      this.setDevice(id, 'failed', reason);
+      this.flipped.add(id);
+      flipped.push(id);
+    }
+    return flipped;
+  }
+  /** Devices verified again after a failed re-verify: back to `applied`, saying so. */
+  unflip(ids: readonly string[], reason: string): void {
+    for (const id of ids) {
+      if (!this.flipped.delete(id)) continue;
+      if (this.devices.get(id)?.state === 'failed') this.setDevice(id, 'applied', reason);
+    }
+  }
+  /** The devices flipped by a failed re-verify and not verified again since. */
+  unverified(): DeviceSnapshot[] {
+    return [...this.flipped]
+      .filter((id) => this.devices.get(id)?.state === 'failed')
+      .map((id) => this.snapshot.get(id)!);
   }
   /** A nightly canary run's verdict. */
   recordVerdict(verdict: CanaryVerdict): void {

@@ -16,6 +16,7 @@ const EXAMPLES: Record<(typeof HEALTH_CHECK_FORMS)[number], string> = {
   'http: <http(s) url>': 'http: http://127.0.0.1:8080/healthz',
   'prometheus: <query> < <number>': 'prometheus: max(wavegate_error_ratio) < 0.01',
   'prometheus(<http(s) url>): <query> < <number>': 'prometheus(http://127.0.0.1:9090): up < 1',
+  verify: 'verify',
 };
 
 /** The check each accepted form parses to. */

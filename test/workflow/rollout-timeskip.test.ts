@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readAuditFile } from '../../audit/file';
@@ -9,6 +9,7 @@ import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, VERIFY_R2, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 import { startWebhookReceiver } from '../support/webhook-receiver';
+import { resumeUpdate } from '../../contracts/rollout';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { startTimeSkippingEnv } from '../support/temporal';
 
@@ -176,6 +177,59 @@ describe('rollout workflow on the time-skipping test server', () => {
     )
       .filter((e) => e.timerStartedEventAttributes)
       .map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds));
+
+  it('a re-verify (verify) that fails flips the device to failed at that check, and the later phase does not start until it verifies again', async () => {
+    const { fleet: f, input } = await real.rollout(
+      {
+        phases: [
+          { canary: '1 device', gate: '1m', healthGate: ['verify'] },
+          { bulk: 'remainder', gate: 0 },
+        ],
+        // A failed gate pauses for an operator (rather than rolling back) so the later phase's hold shows.
+        rollback: { on: 'failure-gate' },
+      },
+      demoDevices(3),
+    );
+    const handle = await real.start(input);
+    const atGate = await waitForStatus(handle, (s) => s.phases[0]?.stage === 'gate');
+    const canary = atGate.devices.find((d) => d.phase === 0)!.id;
+    // After its confirmed apply, the canary loses what it confirmed: its verify fails from now on.
+    const motd = join(f.device(canary).sandbox, 'etc/motd');
+    rmSync(motd);
+    await real.env.sleep('2m');
+    const failedGate = await waitForStatus(handle, (s) => s.state === 'paused');
+    expect(failedGate.devices.find((d) => d.id === canary)).toMatchObject({
+      state: 'failed',
+      reason: expect.stringMatching(
+        /^re-verify failed at the health gate after canary 1 device: unhealthy: edge-0\d\/verify exit \d/,
+      ),
+    });
+    expect(failedGate.phases[0]).toMatchObject({ stage: 'failed', gateOutcome: 'fail' });
+    // Resumed without a fix: the later phase refuses to start while the canary is flipped.
+    await handle.executeUpdate(resumeUpdate, { args: [{ by: 'test', reason: 'go on' }] });
+    const held = await waitForStatus(handle, (s) => s.state === 'paused' && /^re-verify:/.test(s.pausedReason ?? ''));
+    expect(held.pausedReason).toBe(
+      `re-verify: ${canary} no longer verifies the target revision; bulk remainder does not start while a device that failed its re-verify is in this rollout — fix it and resume (it is verified again), or abort`,
+    );
+    expect(held.devices.filter((d) => d.phase === 1).map((d) => d.state)).toEqual(['pending', 'pending']);
+    // Fixed and resumed: it verifies again, is applied again, and the later phase runs.
+    copyFileSync(join(PROJECT_ROOT, 'profiles/demo/payload/motd-r2'), motd);
+    await handle.executeUpdate(resumeUpdate, { args: [{ by: 'test', reason: 'fixed' }] });
+    const result = await handle.result();
+    await recordHistory(handle, 'reverify-flips-holds-phase');
+    expect(result.state).toBe('completed');
+    expect(result.devices.find((d) => d.id === canary)).toMatchObject({
+      state: 'applied',
+      reason: 'verified again before bulk remainder',
+    });
+    expect(result.counts.applied).toBe(3);
+    const audit = readAuditFile(auditDir, input.rolloutId).filter((r) => r.reason?.startsWith('re-verify'));
+    expect(audit.map((r) => `${r.event} ${r.reason}`)).toEqual([
+      'gate.failed re-verify before bulk remainder',
+      `rollout.paused ${held.pausedReason}`,
+      'gate.passed re-verify before bulk remainder',
+    ]);
+  });
 
   it('a watch that passes: watching (phase watch) after the last phase, ten checks every 3m over 30m, then completed', async () => {
     const { fleet: f, input } = await real.rollout(

@@ -2,9 +2,10 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { boardOutcome } from '../../../core/board';
 import { checkControl } from '../../../core/controls';
-import type { CheckResult } from '../../../core/health';
+import { parseHealthCheck, runsOnDevices, type CheckResult } from '../../../core/health';
 import { RolloutModel } from '../../../core/rollout/model';
 import { rolloutOutcome } from '../../../core/rollout/outcome';
+import { flipReason, reverifyFailed, unverifiedHoldReason } from '../../../core/rollout/reverify';
 import { revertSpec } from '../../../core/rollout/revert';
 import type { RolloutStatus } from '../../../core/rollout/status';
 import {
@@ -182,5 +183,80 @@ describe('wavegate plan with a watch longer than the revert window', () => {
     expect(run.stderr).toContain('rollout.watch.for: is 2h, longer than the revertWindow of 1h');
     expect(run.stderr).toContain('(got "2h")');
     expect(run.stdout).toBe('');
+  });
+});
+
+describe('the re-verify (core/rollout/reverify.ts)', () => {
+  const result = (check: string, outcome: CheckResult['outcome'], failedDevices?: string[]): CheckResult => ({
+    check,
+    outcome,
+    evidence: `${check} ${outcome}`,
+    durationMs: 1,
+    ...(failedDevices ? { failedDevices } : {}),
+  });
+
+  it('is the health check `verify`, run on devices from the signed envelope', () => {
+    expect(parseHealthCheck('verify')).toEqual({ ok: true, check: { kind: 'verify' } });
+    expect(runsOnDevices({ kind: 'verify' })).toBe(true);
+  });
+
+  it('names the devices only a failed verify named, never another check, nor an unread device', () => {
+    expect(
+      reverifyFailed([
+        result('verify', 'fail', ['d-2', 'd-3']),
+        result('error-rate < 0.01', 'fail', ['d-1']),
+        result('verify', 'fail', ['d-2']),
+      ]),
+    ).toEqual(['d-2', 'd-3']);
+    expect(reverifyFailed([result('verify', 'inconclusive', ['d-1'])])).toEqual([]);
+    expect(flipReason('the health gate after canary', [result('verify', 'fail', ['d-2'])])).toBe(
+      're-verify failed at the health gate after canary: verify fail',
+    );
+  });
+
+  it('a flipped device is failed until it verifies again; only a device at the target flips', () => {
+    const spec = parseRolloutSpec(body({}), 'spec.yaml');
+    const model = new RolloutModel({ rolloutId: 'rollout:demo:1', ...spec });
+    const snap = (id: string) => ({
+      id,
+      host: 'h',
+      port: 22,
+      user: 'u',
+      pool: 'p',
+      class: 'server',
+      current: 1,
+      reachable: true,
+      updateClass: 'required' as const,
+      os: 'linux',
+    });
+    model.addSnapshot([snap('d-1'), snap('d-2')]);
+    model.adoptPlan({
+      rolloutId: 'rollout:demo:1',
+      seed: 's',
+      toRevision: 2,
+      snapshotSize: 2,
+      phases: [{ index: 0, name: 'bulk', devices: ['d-1', 'd-2'], gate: 0, healthGate: ['verify'] }],
+      alreadyApplied: [],
+      notForMe: [],
+      pools: [],
+      warnings: [],
+    } as unknown as Parameters<RolloutModel['adoptPlan']>[0]);
+    model.setDevice('d-1', 'applied');
+    expect(model.flipUnverified(['d-1', 'd-2'], 're-verify failed at x: gone')).toEqual(['d-1']);
+    expect(model.status().devices.find((d) => d.id === 'd-1')).toMatchObject({
+      state: 'failed',
+      reason: 're-verify failed at x: gone',
+    });
+    expect(model.unverified().map((d) => d.id)).toEqual(['d-1']);
+    expect(model.status().devices.find((d) => d.id === 'd-2')!.state).toBe('pending');
+    expect(unverifiedHoldReason('bulk', ['d-1'])).toMatch(
+      /^re-verify: d-1 no longer verifies the target revision; bulk does not start/,
+    );
+    model.unflip(['d-1'], 'verified again before bulk');
+    expect(model.unverified()).toEqual([]);
+    expect(model.status().devices.find((d) => d.id === 'd-1')).toMatchObject({
+      state: 'applied',
+      reason: 'verified again before bulk',
+    });
   });
 });
