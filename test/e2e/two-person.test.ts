@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { readAuditFile, resolveAuditLocation } from '../../audit/file';
 import { startBoard, type BoardServer } from '../../cli/board/server';
 import { startStatement } from '../../cli/operator-statement';
+import { approveSignal } from '../../contracts/rollout';
 import { keyPairFromSeed, pinOf, secretKeyFile, type KeyPair } from '../../core/signing';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { demoDevices } from '../../sim';
@@ -137,6 +138,10 @@ describe('two-person rule: approval: { required: 2, notBy: starter }', () => {
         /not authenticated: key sha256\/\S+ is not pinned in this profile's approvers.yaml/,
       );
 
+      // The control plane's word is not authority: a signal saying it is dave proves nobody.
+      await handle.signal(approveSignal, { by: 'dave', reason: 'trust me' });
+      await waitForStatus(handle, (s) => s.controls.some((c) => c.note?.includes('no signed statement')));
+
       const viewer = await boardControl(board, TOKENS.vera, id, 'pause');
       expect(viewer).toEqual({
         status: 403,
@@ -177,6 +182,7 @@ describe('two-person rule: approval: { required: 2, notBy: starter }', () => {
         ['alice', 'alice started this rollout, and approval.notBy: starter'],
         ['bob', 'bob already approved phase "canary 1 device" (1 of 2); the same person twice counts once'],
         ['unauthenticated', expect.stringMatching(/^not authenticated: key sha256\/\S+ is not pinned/)],
+        ['unauthenticated', expect.stringMatching(/^not authenticated: no signed statement came with it/)],
         ['olga', 'olga is an operator, not an approver'],
       ]);
     } finally {
