@@ -997,7 +997,8 @@ function askLift(f) {
   reason.value = '';
   reason.required = true;
   document.getElementById('confirm-reason-row').hidden = false;
-X
+  document.getElementById('confirm-reason-label').textContent =
+    'Reason (recorded in each rollout it resumes, with your name)';
   for (const row of ['confirm-rollback-row', 'confirm-fast-row', 'confirm-devices'])
     document.getElementById(row).hidden = true;
   const error = document.getElementById('confirm-error');
