@@ -4,12 +4,14 @@ import { WavegateError, type WavegateErrorCode } from '../core/errors';
 import {
   coveringFreeze,
   frozenRefusal,
+  windowsFromMemo,
   type FreezeRequest,
   type FreezeTarget,
   type FreezeWindow,
   type FrozenAction,
 } from '../core/freeze';
 import {
+  FREEZES_MEMO,
   FREEZE_REFUSED,
   FREEZE_WORKFLOW,
   FREEZE_WORKFLOW_ID,
@@ -26,7 +28,8 @@ import {
 /**
  * The one client of the freeze entity `wavegate-freeze` (workflows/freeze.ts; messages in contracts/freeze.ts), in
  * the entity clients' style: adding a window is update-with-start (the first freeze creates the entity), a lift is
- * an update that starts nothing, a read is a query that never starts anything (no entity: no freeze).
+ * an update that starts nothing, a read is a query that never starts anything (no entity: no freeze); the check
+ * before a start reads the entity's memo instead (freezeCoveringNow).
  */
 
 // Loaded where a call needs them: `wavegate plan` and the board's pages import this file's importers.
@@ -87,9 +90,19 @@ export async function listFreezes(client: Client): Promise<ListedFreeze[]> {
   }
 }
 
-/** The freeze in force now that covers the target, or undefined. */
+/**
+ * The freeze in force now that covers the target, or undefined. Read from the entity's memo by a describe, which
+ * the server answers with no worker polling: a start or a converge must not wait on a worker that is down.
+ */
 export async function freezeCoveringNow(client: Client, target: FreezeTarget): Promise<FreezeWindow | undefined> {
-  return coveringFreeze(await listFreezes(client), target, Date.now());
+  let memo: Record<string, unknown> | undefined;
+  try {
+    memo = (await client.workflow.getHandle(FREEZE_WORKFLOW_ID).describe()).memo;
+  } catch (err) {
+    if (err instanceof sdk().WorkflowNotFoundError) return undefined;
+    throw err;
+  }
+  return coveringFreeze(windowsFromMemo(memo?.[FREEZES_MEMO]), target, Date.now());
 }
 
 /** Refuse (CONFLICT, exit 2, naming the freeze, its reason and end) an action in scope of a freeze in force. */

@@ -44,6 +44,13 @@ export const FREEZE_REFUSED = 'FreezeRefused';
 
 export const addFreezeUpdate = wf.defineUpdate<AddFreezeResult, [FreezeRequest]>('addFreeze');
 export const liftFreezeUpdate = wf.defineUpdate<LiftFreezeResult, [LiftFreezeRequest]>('liftFreeze');
+/**
+ * The entity's memo key for its windows (without the rollouts each paused): written with every change, so that a
+ * start, a converge or a revert reads the freezes by a describe, which the server answers with no worker polling
+ * (a query would wait for one, and a start must not hang on a worker that is down).
+ */
+export const FREEZES_MEMO = 'freezes';
+
 /** Every window held (scheduled or in force), in the order added, with the entity's clock. */
 export const freezesQuery = wf.defineQuery<{ windows: ListedFreeze[]; now: string }>('freezes');
 

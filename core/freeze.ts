@@ -340,6 +340,28 @@ export function windowsToLift(state: FreezeState, target: { id?: string; all?: b
   return `no freeze ${JSON.stringify(target.id)} is held (held: ${ids.length ? ids.join(', ') : 'none'})`;
 }
 
+/** The window as the entity's memo carries it (contracts/freeze.ts FREEZES_MEMO): what a refusal names, no more. */
+export function memoWindow(w: HeldWindow): FreezeWindow {
+  const { resweep: _resweep, paused: _paused, heldAt: _heldAt, ...rest } = w;
+  return rest;
+}
+
+/** The windows read back from the memo: anything but a window-shaped object is dropped, not trusted. */
+export function windowsFromMemo(value: unknown): FreezeWindow[] {
+  if (!Array.isArray(value)) return [];
+  return value
+    .slice(0, FREEZE_WINDOWS_MAX)
+    .filter(
+      (w): w is FreezeWindow =>
+        typeof w === 'object' &&
+        w !== null &&
+        typeof (w as FreezeWindow).id === 'string' &&
+        typeof (w as FreezeWindow).reason === 'string' &&
+        ((w as FreezeWindow).scope === 'all' ||
+          (typeof (w as FreezeWindow).scope === 'object' && (w as FreezeWindow).scope !== null)),
+    );
+}
+
 /** The window as readers see it (no entity bookkeeping but the rollouts it paused). */
 export function publicWindow(w: HeldWindow): FreezeWindow & { paused: string[]; heldAt?: string } {
   const { resweep: _resweep, ...rest } = w;

@@ -3,6 +3,7 @@ import {
   addWindow,
   dueWork,
   freezeRequestProblem,
+  memoWindow,
   nextDue,
   publicWindow,
   releaseReason,
@@ -12,6 +13,7 @@ import {
   type HeldWindow,
 } from '../core/freeze';
 import {
+  FREEZES_MEMO,
   FREEZE_REFUSED,
   addFreezeUpdate,
   freezesQuery,
@@ -42,11 +44,15 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
   const lifting = new Map<string, { by: string; reason?: string }>();
   const released = new Map<string, ReleaseResult>();
   let changed = false;
+  // The windows as the CLI's refusals read them (contracts/freeze.ts FREEZES_MEMO): with every change.
+  const publish = () => wf.upsertMemo({ [FREEZES_MEMO]: state.windows.map(memoWindow) });
+  if (state.windows.length > 0) publish();
 
   wf.setHandler(
     addFreezeUpdate,
     async (req) => {
       const window = addWindow(state, req, Date.now());
+      publish();
       changed = true;
       if (startsAt(window) <= Date.now())
         await wf.condition(() => window.heldAt !== undefined || !state.windows.includes(window));
@@ -129,6 +135,7 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
       result = { resumed: [], left: w.paused.map((rolloutId) => ({ rolloutId, why })) };
     }
     state.windows = state.windows.filter((x) => x !== w);
+    publish();
     lifting.delete(w.id);
     released.set(w.id, result);
   }

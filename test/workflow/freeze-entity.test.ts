@@ -1,7 +1,7 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addFreeze, liftFreeze, listFreezes } from '../../clients/freeze';
+import { addFreeze, freezeCoveringNow, liftFreeze, listFreezes } from '../../clients/freeze';
 import type { HoldInput, HoldResult, ReleaseInput, ReleaseResult } from '../../contracts/freeze';
 import { FREEZE_WINDOWS_MAX } from '../../core/freeze';
 import { rejection } from '../support/refusal';
@@ -45,8 +45,9 @@ beforeAll(async () => {
   running = worker.run();
 }, 120_000);
 
+let stopped = false;
 afterAll(async () => {
-  worker?.shutdown();
+  if (!stopped) worker?.shutdown();
   await running;
   await env?.teardown();
 });
@@ -121,5 +122,29 @@ describe('the freeze entity', () => {
     const all = await liftFreeze(env.client, { all: true, by: 'bob' });
     expect(all.lifted).toHaveLength(FREEZE_WINDOWS_MAX);
     expect(await listFreezes(env.client)).toEqual([]);
+  });
+
+  it("a start's check reads the freezes from the entity's memo: it answers with no worker polling", async () => {
+    pausing = [[]];
+    // By the real clock, as the check reads it (this server's clock is hours ahead, skipped by the tests above).
+    const from = new Date(Date.now() - H).toISOString();
+    const until = new Date(Date.now() + 24 * H).toISOString();
+    const { window } = await addFreeze(env.client, taskQueue, {
+      reason: 'db migration',
+      scope: { profile: 'db' },
+      from,
+      until,
+      by: 'a',
+    });
+    expect(await freezeCoveringNow(env.client, { profile: 'web', pools: [] })).toBeUndefined();
+    // A query would wait as long as the worker is away; the check does not.
+    worker.shutdown();
+    stopped = true;
+    await running;
+    expect(await freezeCoveringNow(env.client, { profile: 'db', pools: [] })).toMatchObject({
+      id: window.id,
+      reason: 'db migration',
+      until,
+    });
   });
 });
