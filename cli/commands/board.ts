@@ -142,7 +142,7 @@ function ownTokenFile(stateDir: string): { path: string; made: boolean } {
   try {
     writeSync(
       fd,
-      `# wavegate board tokens: "<name> <token>" per line; <name> is recorded as who sent each control\n${ownTokenName()} ${randomBytes(24).toString('hex')}\n`,
+      `# wavegate board tokens: "<name> <token> [viewer|operator|approver]" per line (no role: operator); <name> is recorded as who sent each control\n${ownTokenName()} ${randomBytes(24).toString('hex')}\n`,
     );
   } finally {
     closeSync(fd);
