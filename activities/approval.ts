@@ -16,6 +16,11 @@ export interface VerifyStatementInput {
   /** The signed statement as the control carried it (untrusted: anything at all). */
   signed: unknown;
   expect: StatementExpectation;
+  /**
+   * The time (epoch ms) the statement's age is judged at: a start statement at the rollout's start, so a
+   * rollout a busy or restarted worker picks up late is not refused for it. Absent: now (an approval).
+   */
+  at?: number;
 }
 
 /**
@@ -41,7 +46,7 @@ export function createApprovalActivities(deps: { profilesRoot: string }) {
         // The file's own problem, named (never its content): no approval counts until it is mended.
         return { ok: false, why: `not authenticated: ${(err as Error).message.split('\n')[0]}` };
       }
-      return verifyStatement(input.signed, approvers, input.expect, Date.now());
+      return verifyStatement(input.signed, approvers, input.expect, input.at ?? Date.now());
     },
   };
 }

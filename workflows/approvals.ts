@@ -51,7 +51,9 @@ export class TwoPersonApprovals {
     if (this.input.canary) return;
     const signed = this.input.startStatement;
     if (signed === undefined && this.requirement.notBy !== 'starter') return;
-    const verified = await this.verify(signed, { action: 'start', rolloutId: this.input.rolloutId });
+    // Judged at the run's start: the statement was signed for it, however late a worker picks it up.
+    const startedAt = wf.workflowInfo().runStartTime.getTime();
+    const verified = await this.verify(signed, { action: 'start', rolloutId: this.input.rolloutId }, startedAt);
     const decision = decideStarter(this.requirement, verified);
     if (!decision.ok) throw wf.ApplicationFailure.nonRetryable(decision.why, 'INVALID_INPUT');
     if (!decision.starter) {
@@ -159,9 +161,10 @@ export class TwoPersonApprovals {
   private verify(
     signed: SignedStatement | undefined,
     expect: Parameters<typeof verifyStatement>[2],
+    at?: number,
   ): Promise<Verified> {
     if (signed === undefined || signed === null) return Promise.resolve(verifyStatement(undefined, NO_KEYS, expect, 0));
-    return verifyOperatorStatement({ profile: this.input.spec.profile, signed, expect });
+    return verifyOperatorStatement({ profile: this.input.spec.profile, signed, expect, ...(at ? { at } : {}) });
   }
 }
 
