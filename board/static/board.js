@@ -83,7 +83,7 @@ function showLogin(message) {
           // The token file's whole line may be pasted ("<name> <token>"): the token is its last word.
           const token = input.value.trim().split(/\s+/).pop();
           state.session = await post('/api/login', { token });
-          document.getElementById('who').textContent = `signed in as ${state.session.operator}`;
+          document.getElementById('who').textContent = whoText(state.session);
           route();
         } catch (err) {
           error.textContent = err.message;
@@ -104,11 +104,19 @@ function showLogin(message) {
   main().replaceChildren(form);
 }
 
+/** Who is signed in, with their role when it is not the default (the token file's: viewer, approver). */
+function whoText(session) {
+  return `signed in as ${session.operator}${session.role && session.role !== 'operator' ? ` (${session.role})` : ''}`;
+}
+
+/** A viewer reads and sends nothing (the server refuses it 403 either way): no control is offered. */
+const isViewer = () => state.session?.role === 'viewer';
+
 async function ensureSession() {
   if (state.session) return true;
   try {
     state.session = await api('/api/session');
-    document.getElementById('who').textContent = `signed in as ${state.session.operator}`;
+    document.getElementById('who').textContent = whoText(state.session);
     return true;
   } catch (err) {
     if (err.status === 401) {
@@ -304,6 +312,8 @@ async function askRevert(id) {
 }
 
 function controlsOf(view) {
+  if (isViewer())
+    return h('p', { class: 'hint', id: 'controls' }, 'You are a viewer here: you read, and send no control.');
   const running = view.temporalStatus === 'RUNNING';
   const names = [];
   if (running && view.state === 'running') names.push('pause');

@@ -516,4 +516,21 @@ describe('the board in Chromium', () => {
     expect(await page.locator('#freeze-banner').isHidden()).toBe(true);
     expect(await listFreezes(client!)).toEqual([]);
   });
+
+  it("offers a viewer no control on a rollout's page, and says why (its role in the token file)", async () => {
+    await browser!.clearCookies();
+    await page.goto(board!.url);
+    await page.locator('#token').fill(VIEWER_TOKEN);
+    await page.locator('#login button[type="submit"]').click();
+    await page.locator('#who', { hasText: 'signed in as vera (viewer)' }).waitFor();
+    await openRollout(rolledBack);
+    await page.locator('#controls', { hasText: 'You are a viewer here: you read, and send no control.' }).waitFor();
+    expect(await page.locator('button[data-control]').count()).toBe(0);
+    // Back to alice for whatever runs after.
+    await browser!.clearCookies();
+    await page.goto(board!.url);
+    await page.locator('#token').fill(TOKEN);
+    await page.locator('#login button[type="submit"]').click();
+    await page.locator('#who', { hasText: 'signed in as alice' }).waitFor();
+  });
 });
