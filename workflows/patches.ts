@@ -504,7 +504,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'watch-after-promotion',
     introducedIn: 'r11',
-    commit: 'pending',
+    commit: '7a83af4',
     askedIn: ['workflows/watch.ts watchAfterPromotion'],
     status: 'live',
     replayedWith: ['watch-after-promotion-passed', 'watch-after-promotion-reverted'],
@@ -514,7 +514,7 @@ export const PATCHES: readonly PatchRecord[] = [
   {
     id: 'reverify-flips',
     introducedIn: 'r11',
-    commit: 'pending',
+    commit: 'c377435',
     askedIn: ['workflows/health-gate.ts runHealthGate', 'workflows/reverify.ts holdWhileUnverified'],
     status: 'live',
     replayedWith: ['reverify-flips-holds-phase'],
