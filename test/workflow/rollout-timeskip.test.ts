@@ -9,7 +9,9 @@ import { recordHistory } from '../support/histories';
 import { realRollouts } from '../support/real-rollouts';
 import { APPLY_COMMAND, markerOf, VERIFY_R2, verifiesAt, waitForStatus } from '../support/rollout-helpers';
 import { startWebhookReceiver } from '../support/webhook-receiver';
-import { resumeUpdate } from '../../contracts/rollout';
+import { abortUpdate, pauseUpdate, resumeUpdate } from '../../contracts/rollout';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { rejection } from '../support/refusal';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { startTimeSkippingEnv } from '../support/temporal';
 
@@ -304,6 +306,26 @@ describe('rollout workflow on the time-skipping test server', () => {
     // No floor was confirmed: the rollout ended rolled back, and no timer past the failed check ran.
     expect(audit.some((r) => r.event === 'floor.confirmed')).toBe(false);
     expect(await timersOf(handle)).toEqual([300]);
+  });
+
+  it('a watching rollout refuses pause (naming its state) and accepts abort, which ends the watch and puts back what it changed', async () => {
+    const { fleet: f, input } = await real.rollout(
+      watched({ for: '1h', every: '10m', healthGate: ['devices-online'], onFail: 'alert' }),
+      demoDevices(2),
+    );
+    const handle = await real.start(input);
+    await waitForStatus(handle, (s) => s.state === 'watching');
+    const pause = await rejection(
+      handle.executeUpdate(pauseUpdate, { args: [{ by: 'test' }] }),
+      WorkflowUpdateFailedError,
+    );
+    expect(pause.cause?.message).toBe('rollout is watching; only a running rollout can be paused');
+    await handle.executeUpdate(abortUpdate, { args: [{ by: 'test', reason: 'pulling the release' }] });
+    const result = await handle.result();
+    expect(result.state).toBe('aborted');
+    expect(result.watch).toMatchObject({ outcome: 'stopped', checks: 0 });
+    expect(result.counts['rolled-back']).toBe(2);
+    for (const d of f.devices) expect(markerOf(f, d.id)).toBe(1);
   });
 
   it('a watch that fails under onFail alert: nothing is put back, the failure is recorded and sent to the webhook, the watch goes on and the rollout completes with the alert', async () => {
