@@ -125,7 +125,7 @@ function printStatus(status: RolloutStatus): void {
   const last = status.controls.at(-1);
   if (last)
     console.log(
-      `  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? 'accepted' : `refused: ${last.note ?? ''}`}`,
+      `  last control: ${last.control} by ${last.by}${last.reason ? ` (${last.reason})` : ''} ${last.accepted ? `accepted${last.note ? `: ${last.note}` : ''}` : `refused: ${last.note ?? ''}`}`,
     );
 }
 

@@ -127,6 +127,11 @@ describe('two-person rule: approval: { required: 2, notBy: starter }', () => {
       });
       const first = await approve('bob');
       expect(first.code, first.stderr).toBe(0);
+      // The status says how far the phase is: one approval of two, and whose.
+      const status = await real.cli(['status', id]);
+      expect(status.stdout).toMatch(
+        /last control: approve by bob \(bob says go\) accepted: approval 1 of 2 \(key bob\)$/m,
+      );
       const again = await approve('bob');
       expect(again.code).toBe(2);
       expect(again.stderr).toMatch(
