@@ -533,4 +533,38 @@ describe('the board in Chromium', () => {
     await page.locator('#login button[type="submit"]').click();
     await page.locator('#who', { hasText: 'signed in as alice' }).waitFor();
   });
+
+  it('shows a rollout watching its devices after promotion: its badge, the watch in the banner, abort offered and no pause', async () => {
+    const spec = join(scratch.dir, 'watching.yaml');
+    const watch = { for: '1h', every: '30m', healthGate: ['devices-online'], onFail: 'alert' };
+    const phases = [
+      { canary: '1 device', gate: '0s' },
+      { bulk: 'remainder', gate: '0s' },
+    ];
+    writeFileSync(
+      spec,
+      stringify({
+        rollout: { profile: 'demo', fromRevision: 1, toRevision: 2, phases, disruptionBudget: BUDGETS, watch },
+      }),
+    );
+    const run = await wg(['start', '-f', spec, '--inventory', inventoryPath, '--json']);
+    expect(run.code, run.stderr).toBe(0);
+    const id = (JSON.parse(run.stdout.split('\n')[0]!) as { rolloutId: string }).rolloutId;
+    await openRollout(id);
+    const banner = page.locator('#banner[data-outcome="watching"]');
+    await banner.waitFor({ timeout: 60_000 });
+    expect(await banner.locator('.badge').textContent()).toBe('watching');
+    await page
+      .locator('#why li', { hasText: 'watching: 0 of 2 checks done (every 30m for 1h, onFail alert)' })
+      .waitFor();
+    await page.locator('button[data-control="abort"]').waitFor();
+    expect(await page.locator('button[data-control="pause"]').count()).toBe(0);
+    await shot('watching');
+    // Ended here so the profile is free for whatever runs after: the abort stops the watch.
+    await client!.workflow
+      .getHandle(id)
+      .executeUpdate('abortRollout', { args: [{ by: 'test', reason: 'done looking' }] });
+    await untilClosed(id);
+    expect((await statusOf(id)).watch).toMatchObject({ outcome: 'stopped' });
+  });
 });
