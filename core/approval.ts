@@ -1,6 +1,6 @@
-import type { z } from 'zod';
 import { fromBase64, toBase64, utf8Decode, utf8Encode } from './bytes';
 import { canonicalize } from './canonical';
+import type { ApprovalRequirement } from './approval-requirement';
 import { WavegateError } from './errors';
 import { lazySchema, zod } from './lazy-schema';
 import { ed25519, Kid, keyId, MAX_CLOCK_SKEW_MS, type KeyPair } from './signing';
@@ -18,23 +18,6 @@ import { parseWith } from './validation';
 /** A board's roles (docs/cli.md "wavegate board"): a viewer reads, an operator also controls, an approver also approves. */
 export const ROLES = ['viewer', 'operator', 'approver'] as const;
 export type Role = (typeof ROLES)[number];
-
-/** The most approvals a spec may ask for: more people than any change board seats. */
-export const MAX_APPROVALS = 10;
-
-export const ApprovalRequirement = lazySchema(() =>
-  zod()
-    .object({
-      required: zod()
-        .number()
-        .int()
-        .min(1, 'must be at least 1')
-        .max(MAX_APPROVALS, `must be at most ${MAX_APPROVALS}`),
-      notBy: zod().literal('starter').optional(),
-    })
-    .strict(),
-);
-export type ApprovalRequirement = z.infer<typeof ApprovalRequirement>;
 
 /** The file name, in `<profiles root>/<profile>/`, of the keys whose statements name people. */
 export const APPROVERS_FILE = 'approvers.yaml';

@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { formatDurationMs, parseDurationMs } from './duration';
-import { ApprovalRequirement } from './approval';
+import { ApprovalRequirement } from './approval-requirement';
 import { afterProblems, Dependency, MAX_DEPENDENCIES } from './dependencies';
 import { DEFAULT_REVERT_WINDOW_MS } from './floor';
 import { Webhooks } from './events';

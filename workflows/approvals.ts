@@ -1,18 +1,17 @@
 import * as wf from '@temporalio/workflow';
-import {
-  decideApproval,
-  decideStarter,
-  verifyStatement,
-  type ApprovalRequirement,
-  type SignedStatement,
-  type Verified,
-} from '../core/approval';
+import { decideApproval, decideStarter, verifyStatement, type SignedStatement, type Verified } from '../core/approval';
+import type { ApprovalRequirement } from '../core/approval-requirement';
+import type { AuditEventName } from '../core/audit';
 import type { RolloutInput } from '../core/rollout/input';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import type { RolloutStatus } from '../core/rollout/status';
 import { verifyOperatorStatement } from './activity-proxies';
-import type { RolloutAuditFn } from './controls';
 
+/** The rollout's audit writer as the controls and the approvals use it (workflows/rollout.ts makes it). */
+export type RolloutAuditFn = (
+  event: AuditEventName,
+  fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown },
+) => Promise<unknown>;
 /**
  * New executions of a spec with `approval` enforce the two-person rule (core/approval.ts). Only a spec with
  * the field asks it, and no history recorded before it has one.

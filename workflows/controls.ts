@@ -1,15 +1,9 @@
 import * as wf from '@temporalio/workflow';
-import type { AuditEventName } from '../core/audit';
 import type { ControlName } from '../core/controls';
 import type { ControlRequest, RolloutModel } from '../core/rollout/model';
 import * as msg from '../contracts/rollout';
 import { SLICE_CONTROL_ACK } from './slice';
-import type { TwoPersonApprovals } from './approvals';
-
-export type RolloutAuditFn = (
-  event: AuditEventName,
-  fields?: { phase?: string | null; by?: string; reason?: string | null; evidence?: unknown },
-) => Promise<unknown>;
+import type { RolloutAuditFn, TwoPersonApprovals } from './approvals';
 
 /**
  * The operator's controls, wired as the samples' safe message handlers do: the model checks and carries
