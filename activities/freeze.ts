@@ -68,7 +68,8 @@ export function createFreezeActivities(deps: FreezeActivityDeps = {}) {
   return {
     async holdRolloutsForFreeze(input: HoldInput): Promise<HoldResult> {
       const by = freezeActor(input.freezeId);
-      const ids = await runningInScope(input.scope);
+      const skip = new Set(input.skip ?? []);
+      const ids = (await runningInScope(input.scope)).filter((id) => !skip.has(id));
       const result: HoldResult = { paused: [], skipped: [] };
       await mapLimit(ids, CONCURRENCY, async (rolloutId) => {
         const handle = client().workflow.getHandle(rolloutId);

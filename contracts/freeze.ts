@@ -60,6 +60,8 @@ export interface HoldInput {
   freezeId: string;
   reason: string;
   scope: FreezeWindow['scope'];
+  /** Rollouts this freeze paused before: not paused again (one an operator resumed since stays resumed). */
+  skip?: string[];
 }
 export interface HoldResult {
   /** Rollouts paused now by this freeze. */

@@ -278,7 +278,7 @@ export interface HeldWindow extends FreezeWindow {
   heldAt?: string;
   /** The rollouts this freeze paused (workflow ids); the lift resumes those still paused by it. */
   paused: string[];
-  /** A second sweep is still due (rollouts that visibility did not list yet at the first). */
+  /** The next sweep is the second, FREEZE_RESWEEP_MS after the first (rollouts visibility had not listed yet). */
   resweep?: boolean;
 }
 
@@ -290,6 +290,17 @@ export interface FreezeState {
 
 /** The second sweep, this long after the first: a rollout started just before the freeze is listed by then. */
 export const FREEZE_RESWEEP_MS = 10_000;
+/**
+ * Then a sweep this often while the window is in force: a rollout started in its scope by a path that does not
+ * ask the freeze (the Temporal Web UI's start form, an SDK, an older CLI) is held within a minute. A sweep pauses
+ * only rollouts this freeze never paused: one an operator resumed during the freeze stays resumed.
+ */
+export const FREEZE_SWEEP_EVERY_MS = 60_000;
+
+/** When the window in force is swept next (ms), after its first sweep. */
+function nextSweep(w: HeldWindow): number {
+  return Date.parse(w.heldAt!) + (w.resweep ? FREEZE_RESWEEP_MS : FREEZE_SWEEP_EVERY_MS);
+}
 
 export function addWindow(state: FreezeState, req: FreezeRequest, now: number): HeldWindow {
   const window: HeldWindow = {
@@ -307,14 +318,11 @@ export function addWindow(state: FreezeState, req: FreezeRequest, now: number): 
   return window;
 }
 
-/** What is due at `now`: windows to hold (started, not held yet, or their second sweep), and windows ended. */
+/** What is due at `now`: windows to hold (started and not held yet, or a sweep due), and windows ended. */
 export function dueWork(state: FreezeState, now: number): { hold: HeldWindow[]; end: HeldWindow[] } {
   const end = state.windows.filter((w) => w.until !== undefined && Date.parse(w.until) <= now);
   const hold = state.windows.filter(
-    (w) =>
-      !end.includes(w) &&
-      startsAt(w) <= now &&
-      (!w.heldAt || (w.resweep === true && Date.parse(w.heldAt) + FREEZE_RESWEEP_MS <= now)),
+    (w) => !end.includes(w) && startsAt(w) <= now && (!w.heldAt || nextSweep(w) <= now),
   );
   return { hold, end };
 }
@@ -324,7 +332,7 @@ export function nextDue(state: FreezeState, now: number): number | undefined {
   const times: number[] = [];
   for (const w of state.windows) {
     if (!w.heldAt) times.push(startsAt(w));
-    else if (w.resweep) times.push(Date.parse(w.heldAt) + FREEZE_RESWEEP_MS);
+    else times.push(nextSweep(w));
     if (w.until) times.push(Date.parse(w.until));
   }
   const next = Math.min(...times);

@@ -32,11 +32,12 @@ export const FREEZE_HISTORY_LIMIT = 2_000;
  * The freeze entity `wavegate-freeze`, one per namespace (core/freeze.ts holds the state and every rule): the
  * windows live here, durable, not in a file or a wiki. At a window's start it holds every running rollout in
  * its scope (a pause recorded `by: freeze:<id>`, through the holdRolloutsForFreeze activity), once more
- * FREEZE_RESWEEP_MS later for a rollout that visibility did not list yet; at its end, or when lifted, it
+ * FREEZE_RESWEEP_MS later for a rollout that visibility did not list yet, then every FREEZE_SWEEP_EVERY_MS for
+ * one started by a path that does not ask the freeze (never pausing again one it paused); at its end, or when lifted, it
  * resumes the rollouts it paused that are still paused by it (releaseRolloutsOfFreeze) and drops the window.
  * An add that takes effect at once answers after the first hold, so `wavegate freeze` returns with the
  * rollouts held; a lift answers after the resumes. New starts are refused by their clients reading
- * `freezes` (cli/, and the nightly canary's activity), not here.
+ * the freezes (cli/, and the nightly canary's activity); the sweeps hold what started without asking.
  */
 export async function freezeWorkflow(input: FreezeInput): Promise<never> {
   const state: FreezeState = input.carried ?? { windows: [], next: 1 };
@@ -144,7 +145,7 @@ export async function freezeWorkflow(input: FreezeInput): Promise<never> {
     const first = !w.heldAt;
     try {
       const held = await holdRolloutsForFreeze.executeWithOptions({ summary: `hold rollouts in ${w.id}` }, [
-        { freezeId: w.id, reason: w.reason, scope: w.scope },
+        { freezeId: w.id, reason: w.reason, scope: w.scope, ...(w.paused.length ? { skip: [...w.paused] } : {}) },
       ]);
       for (const id of held.paused) if (!w.paused.includes(id)) w.paused.push(id);
       w.resweep = first;

@@ -3,7 +3,7 @@ import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addFreeze, freezeCoveringNow, liftFreeze, listFreezes } from '../../clients/freeze';
 import type { HoldInput, HoldResult, ReleaseInput, ReleaseResult } from '../../contracts/freeze';
-import { FREEZE_WINDOWS_MAX } from '../../core/freeze';
+import { FREEZE_SWEEP_EVERY_MS, FREEZE_WINDOWS_MAX } from '../../core/freeze';
 import { rejection } from '../support/refusal';
 import { startTimeSkippingEnv, workflowBundle } from '../support/temporal';
 
@@ -55,7 +55,7 @@ afterAll(async () => {
 const H = 3_600_000;
 
 describe('the freeze entity', () => {
-  it('holds a scheduled window at its from, once more 10 s later, and lets go at its until', async () => {
+  it('holds a scheduled window at its from, once more 10 s later, then every minute without pausing again, and lets go at its until', async () => {
     const t0 = (await env.currentTimeMs()) as number;
     pausing = [['rollout:web:1', 'rollout:web:2'], ['rollout:web:3']];
     const { window, paused } = await addFreeze(env.client, taskQueue, {
@@ -79,14 +79,25 @@ describe('the freeze entity', () => {
       paused: ['rollout:web:1', 'rollout:web:2', 'rollout:web:3'],
     });
 
+    // In force, it sweeps every minute (a rollout started without asking the freeze), never pausing again what
+    // it paused: here the third sweep finds a rollout started meanwhile.
+    pausing = [['rollout:web:4']];
     await env.sleep(2 * H);
-    expect(calls.map((c) => c.kind)).toEqual(['hold', 'hold', 'release']);
-    expect(calls[2]!.input).toEqual({
+    const holds = calls.filter((c) => c.kind === 'hold');
+    expect(calls.at(-1)!.kind).toBe('release');
+    expect(holds.length).toBeGreaterThanOrEqual(2 + (2 * H - 15_000) / FREEZE_SWEEP_EVERY_MS - 2);
+    for (let i = 2; i < holds.length; i++) {
+      expect(holds[i]!.at - holds[i - 1]!.at).toBeGreaterThanOrEqual(FREEZE_SWEEP_EVERY_MS);
+    }
+    expect(holds[2]!.input.skip).toEqual(['rollout:web:1', 'rollout:web:2', 'rollout:web:3']);
+    expect(holds[3]!.input.skip).toEqual(['rollout:web:1', 'rollout:web:2', 'rollout:web:3', 'rollout:web:4']);
+    const release = calls.at(-1)!;
+    expect(release.input).toEqual({
       freezeId: 'freeze-1',
-      rollouts: ['rollout:web:1', 'rollout:web:2', 'rollout:web:3'],
+      rollouts: ['rollout:web:1', 'rollout:web:2', 'rollout:web:3', 'rollout:web:4'],
       reason: `freeze-1 ended (until ${new Date(t0 + 3 * H).toISOString()})`,
     });
-    expect(calls[2]!.at).toBeGreaterThanOrEqual(t0 + 3 * H);
+    expect(release.at).toBeGreaterThanOrEqual(t0 + 3 * H);
     expect(await listFreezes(env.client)).toEqual([]);
   });
 

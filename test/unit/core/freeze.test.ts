@@ -6,6 +6,7 @@ import {
   coveringFreeze,
   dueWork,
   FREEZE_RESWEEP_MS,
+  FREEZE_SWEEP_EVERY_MS,
   FREEZE_WINDOWS_MAX,
   freezeRequestOf,
   freezeRequestProblem,
@@ -157,7 +158,7 @@ describe('whose pause a rollout holds', () => {
 
 describe("the entity's state", () => {
   const fresh = (): FreezeState => ({ windows: [], next: 1 });
-  it('numbers windows, holds at from, sweeps once more, and ends at until', () => {
+  it('numbers windows, holds at from, sweeps once more, then every minute, and ends at until', () => {
     const state = fresh();
     const now = addWindow(state, { reason: 'r', scope: 'all', by: 'a' }, T0);
     const later = addWindow(
@@ -172,12 +173,19 @@ describe("the entity's state", () => {
     expect(nextDue(state, T0)).toBe(T0 + FREEZE_RESWEEP_MS);
     expect(dueWork(state, T0 + FREEZE_RESWEEP_MS - 1)).toEqual({ hold: [], end: [] });
     expect(dueWork(state, T0 + FREEZE_RESWEEP_MS).hold).toEqual([now]);
+    // Then a sweep every minute while in force (rollouts started by a path that does not ask the freeze).
+    now.heldAt = iso(T0 + FREEZE_RESWEEP_MS);
     now.resweep = false;
-    expect(nextDue(state, T0)).toBe(T0 + H);
+    expect(nextDue(state, T0 + FREEZE_RESWEEP_MS)).toBe(T0 + FREEZE_RESWEEP_MS + FREEZE_SWEEP_EVERY_MS);
+    expect(dueWork(state, T0 + FREEZE_RESWEEP_MS + FREEZE_SWEEP_EVERY_MS - 1).hold).toEqual([]);
+    expect(dueWork(state, T0 + FREEZE_RESWEEP_MS + FREEZE_SWEEP_EVERY_MS).hold).toEqual([now]);
+    now.heldAt = iso(T0 + H);
     expect(dueWork(state, T0 + H).hold).toEqual([later]);
     later.heldAt = iso(T0 + H);
-    expect(nextDue(state, T0 + H)).toBe(T0 + 2 * H);
-    expect(dueWork(state, T0 + 2 * H)).toEqual({ hold: [], end: [later] });
+    // The scheduled window's end comes before its next minute's sweep would.
+    later.until = iso(T0 + H + 30_000);
+    expect(nextDue(state, T0 + H)).toBe(T0 + H + 30_000);
+    expect(dueWork(state, T0 + H + 30_000)).toEqual({ hold: [], end: [later] });
     // A window that ends before its first sweep is only ended.
     const brief = fresh();
     const b = addWindow(brief, { reason: 'r', scope: 'all', by: 'a', until: iso(T0 + 1) }, T0);
