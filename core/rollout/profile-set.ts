@@ -328,3 +328,32 @@ export function setLabel(members: readonly SetMember[], order: readonly number[]
     .map((m) => `${m.profile} r${m.fromRevision} → r${m.toRevision}`)
     .join(', then ');
 }
+
+/** At most this many devices named in a scope problem (the count says how many more). */
+const SHOWN_DEVICES = 5;
+
+/**
+ * Problems of `also` against the inventory: the rollout's devices are the main profile's scope, so an `also`
+ * profile whose scope leaves one of them out is refused (that device would get the main profile without
+ * it). `alsoScopes[i]`: the ids in scope of `also[i]`'s profile.
+ */
+export function alsoScopeProblems(
+  spec: ProfileSetSpec,
+  mainScope: readonly string[],
+  alsoScopes: ReadonlyArray<ReadonlySet<string>>,
+): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  (spec.also ?? []).forEach((m, i) => {
+    const inScope = alsoScopes[i] ?? new Set<string>();
+    const out = mainScope.filter((id) => !inScope.has(id));
+    if (!out.length) return;
+    const shown = out.slice(0, SHOWN_DEVICES).join(', ');
+    const more = out.length > SHOWN_DEVICES ? ` and ${out.length - SHOWN_DEVICES} more` : '';
+    problems.push({
+      path: `rollout.also[${i}].profile`,
+      value: m.profile,
+      message: `its scope leaves out ${out.length} device(s) of profile "${spec.profile}"'s scope (${shown}${more}): they would get ${spec.profile} without ${m.profile}; widen its scope or narrow the main one's`,
+    });
+  });
+  return problems;
+}

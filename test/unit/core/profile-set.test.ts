@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../../core/errors';
 import {
   alsoProblems,
+  alsoScopeProblems,
   applyOrder,
   compensationDevices,
   compensationPasses,
@@ -285,5 +286,21 @@ describe('revert, compensation, floors and locks of a set', () => {
     });
     expect(setLockIds(m)).toEqual(['profile-lock:pkg', 'profile-lock:alpha', 'profile-lock:zeta']);
     expect(setLockIds(setMembers(main))).toEqual(['profile-lock:pkg']);
+  });
+});
+
+describe('the scopes of a set', () => {
+  it('refuses an also profile whose scope leaves out a device of the main one, naming the field, the profile and the devices', () => {
+    const ids = ['edge-01', 'edge-02', 'edge-03', 'edge-04', 'edge-05', 'edge-06', 'edge-07'];
+    expect(alsoScopeProblems(spec, ids, [new Set(ids)])).toEqual([]);
+    expect(alsoScopeProblems(spec, ids, [new Set([...ids, 'lab-01'])])).toEqual([]);
+    expect(alsoScopeProblems(spec, ids, [new Set(['edge-07'])])).toEqual([
+      {
+        path: 'rollout.also[0].profile',
+        value: 'motd',
+        message:
+          'its scope leaves out 6 device(s) of profile "pkg"\'s scope (edge-01, edge-02, edge-03, edge-04, edge-05 and 1 more): they would get pkg without motd; widen its scope or narrow the main one\'s',
+      },
+    ]);
   });
 });
