@@ -2,7 +2,15 @@ import type { AuditRecord } from './audit';
 import { WavegateError } from './errors';
 import type { CheckResult, GateOutcome } from './health';
 import type { RolloutStatus } from './rollout/status';
-import { proofCounts as countProof, proofOf, type DeviceState, type DeviceStatus } from './rollout-state';
+import {
+  proofCounts as countProof,
+  proofOf,
+  ROLLOUT_STATES,
+  type DeviceState,
+  type DeviceStatus,
+  type RolloutState,
+} from './rollout-state';
+import { checkProfileName } from './profile-name';
 import { phaseCounts } from './rollout/sliced-records';
 import { describeWatch } from './rollout/watch';
 import { ROLES, type Role } from './approval';
@@ -82,25 +90,116 @@ export function parseDeviceQuery(params: URLSearchParams): DeviceQuery {
   const q = params.get('q') ?? undefined;
   if (q !== undefined && q.length > 200)
     throw new WavegateError('INVALID_INPUT', `q: at most 200 characters (got ${q.length})`, { field: 'q' });
-  const whole = (name: string, fallback: number, max: number) => {
-    const text = params.get(name);
-    if (text === null || text === '') return fallback;
-    if (!/^\d{1,9}$/.test(text) || Number(text) > max)
-      throw new WavegateError(
-        'INVALID_INPUT',
-        `${name} ${JSON.stringify(text.slice(0, 40))}: must be a whole number 0-${max}`,
-        {
-          field: name,
-          value: text.slice(0, 40),
-        },
-      );
-    return Number(text);
-  };
+  const whole = (name: string, fallback: number, max: number) => wholeParam(params, name, fallback, max);
   return {
     ...(state ? { state } : {}),
     ...(q ? { q } : {}),
     offset: whole('offset', 0, 1_000_000_000),
     limit: Math.max(1, whole('limit', DEFAULT_PAGE, MAX_PAGE)),
+  };
+}
+
+/** A whole-number query parameter within 0-`max` (`fallback` when absent), else INVALID_INPUT naming it and its value. */
+function wholeParam(params: URLSearchParams, name: string, fallback: number, max: number): number {
+  const text = params.get(name);
+  if (text === null || text === '') return fallback;
+  if (!/^\d{1,9}$/.test(text) || Number(text) > max)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `${name} ${JSON.stringify(text.slice(0, 40))}: must be a whole number 0-${max}`,
+      {
+        field: name,
+        value: text.slice(0, 40),
+      },
+    );
+  return Number(text);
+}
+
+/** The rollout list's pages: how many rows a page may ask for, and how many listed rollouts a search reads. */
+export const ROLLOUT_LIST = { defaultLimit: 50, maxLimit: 100, maxPage: 1_000, scan: 1_000 } as const;
+
+/** The rollout list's query string, checked (`GET /api/rollouts`). */
+export interface RolloutListQuery {
+  /** Matched, as a substring and in any case, against a rollout's id, profile, state and outcome. */
+  q?: string;
+  /** Exact: the visibility query's own filters (cli/client.ts listQuery whitelists them again). */
+  state?: RolloutState;
+  profile?: string;
+  page: number;
+  limit: number;
+}
+
+/** What a rollout id, a profile or a state is made of: the search box takes nothing else. */
+const ROLLOUT_SEARCH = /^[A-Za-z0-9:._@-]{1,100}$/;
+const LIST_PARAMS = new Set(['q', 'state', 'profile', 'page', 'limit']);
+
+/**
+ * `GET /api/rollouts?q=&state=&profile=&page=&limit=`, checked: every parameter known, a search of the characters
+ * ids are made of (1-100), a state wavegate has, a profile name, a page within bounds. `q` is matched in memory;
+ * only the whitelisted state and profile reach a visibility query, so nothing typed is ever part of one.
+ */
+export function parseRolloutListQuery(params: URLSearchParams): RolloutListQuery {
+  for (const key of params.keys())
+    if (!LIST_PARAMS.has(key))
+      throw new WavegateError(
+        'INVALID_INPUT',
+        `${JSON.stringify(key.slice(0, 40))}: not a parameter of the rollout list (allowed: ${[...LIST_PARAMS].join(', ')})`,
+        { field: key.slice(0, 40) },
+      );
+  const q = params.get('q') || undefined;
+  if (q !== undefined && !ROLLOUT_SEARCH.test(q))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `q ${JSON.stringify(q.slice(0, 40))}: a search is 1-100 letters, digits, ":", ".", "_", "@" or "-" (what rollout ids, profiles and states are made of)`,
+      { field: 'q', value: q.slice(0, 40) },
+    );
+  const state = params.get('state') || undefined;
+  if (state !== undefined && !(ROLLOUT_STATES as readonly string[]).includes(state))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `state ${JSON.stringify(state.slice(0, 40))}: must be one of ${ROLLOUT_STATES.join(', ')}`,
+      { field: 'state', value: state.slice(0, 40) },
+    );
+  const profile = params.get('profile') || undefined;
+  if (profile !== undefined) checkProfileName(profile.slice(0, 100), 'profile');
+  return {
+    ...(q ? { q } : {}),
+    ...(state ? { state: state as RolloutState } : {}),
+    ...(profile ? { profile } : {}),
+    page: wholeParam(params, 'page', 0, ROLLOUT_LIST.maxPage),
+    limit: Math.max(1, wholeParam(params, 'limit', ROLLOUT_LIST.defaultLimit, ROLLOUT_LIST.maxLimit)),
+  };
+}
+
+/** One page of the rollout list: the rows that match, failures first, and where the page is in them. */
+export interface RolloutPage<T> {
+  rows: T[];
+  /** Rollouts that match among those read (at most ROLLOUT_LIST.scan, the newest). */
+  matching: number;
+  page: number;
+  limit: number;
+  pages: number;
+}
+
+/** The matching rows, failures first (sortFailuresFirst), and the page of them asked for. */
+export function pageOfRollouts<
+  T extends { workflowId: string; profile?: string; state?: string; outcome: BoardOutcome; startTime: string },
+>(rows: readonly T[], query: Pick<RolloutListQuery, 'q' | 'page' | 'limit'>): RolloutPage<T> {
+  const needle = query.q?.toLowerCase();
+  const matching = sortFailuresFirst(
+    needle
+      ? rows.filter((r) =>
+          [r.workflowId, r.profile ?? '', r.state ?? '', r.outcome].some((f) => f.toLowerCase().includes(needle)),
+        )
+      : rows,
+  );
+  const start = query.page * query.limit;
+  return {
+    rows: matching.slice(start, start + query.limit),
+    matching: matching.length,
+    page: query.page,
+    limit: query.limit,
+    pages: Math.ceil(matching.length / query.limit),
   };
 }
 
@@ -431,6 +530,35 @@ export function gateEvidenceOf(records: readonly AuditRecord[]): GateEvidence[] 
     }
   }
   return out;
+}
+
+/** What the abort dialog says a rollback would touch, either way the operator ticks its box. */
+export interface AbortPreview {
+  /** The devices this rollout changed so far (the status's changedDevices): what a rollback puts back. */
+  devices: number;
+  rollback: string;
+  keep: string;
+}
+
+/**
+ * The abort dialog's count, from the status's changedDevices (what the workflow's rollback walks, last
+ * changed first), so the operator sees what a confirm does before confirming. A device in flight at the
+ * confirm finishes and is put back too: the count is "so far".
+ */
+export function abortPreview(changed: number | undefined): AbortPreview {
+  const n = changed ?? 0;
+  const devices = `${n} device${n === 1 ? '' : 's'}`;
+  return {
+    devices: n,
+    rollback:
+      n === 0
+        ? 'With rollback: nothing to put back, this rollout has changed no device so far.'
+        : `With rollback, the ${devices} this rollout changed so far ${n === 1 ? 'is' : 'are'} put back (last changed first), and any device in flight when you confirm.`,
+    keep:
+      n === 0
+        ? 'Without rollback no device is put back; this rollout has changed none so far.'
+        : `Without rollback no device is put back: the ${devices} this rollout changed stay${n === 1 ? 's' : ''} as ${n === 1 ? 'it is' : 'they are'}.`,
+  };
 }
 
 /** The controls the board sends, and what each body may hold. */

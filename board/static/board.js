@@ -1,7 +1,13 @@
 // The board's page: plain JavaScript, no build step, no library. Every text from the server is put in the
 // page as text (textContent), never as HTML, so nothing a device, a reason or an audit record says can run.
 
-const state = { session: null, stream: null, route: null, query: { state: '', q: '', offset: 0, limit: 100 } };
+const state = {
+  session: null,
+  stream: null,
+  route: null,
+  query: { state: '', q: '', offset: 0, limit: 100 },
+  list: { q: '', page: 0 },
+};
 const main = () => document.getElementById('main');
 
 function h(tag, attrs, ...children) {
@@ -59,7 +65,26 @@ const OUTCOME_LABEL = {
 };
 const badge = (outcome) =>
   h('span', { class: `badge o-${outcome}`, 'data-outcome': outcome }, OUTCOME_LABEL[outcome] || outcome);
-const when = (iso) => (iso ? new Date(iso).toISOString().replace('T', ' ').slice(0, 19) : '-');
+/**
+ * Every time the board shows, in this browser's zone with the zone named (`2026-12-08 01:23:45 UTC`, `… CET`):
+ * one formatter, the estimated ends' own, so no time on the page is read in the wrong zone.
+ */
+const ZONED = new Intl.DateTimeFormat('en-CA', {
+  year: 'numeric',
+  month: '2-digit',
+  day: '2-digit',
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+  hourCycle: 'h23',
+  timeZoneName: 'short',
+});
+// From its parts: a locale's own layout varies between ICU builds (`1:40:21` in one, `01:40:21` in another).
+const zoned = (iso) => {
+  const p = Object.fromEntries(ZONED.formatToParts(new Date(iso)).map((x) => [x.type, x.value]));
+  return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
+};
+const when = (iso) => (iso ? zoned(iso) : '-');
 
 function stopStream() {
   if (state.stream) state.stream.close();
@@ -140,8 +165,67 @@ function phaseCell(phases) {
   );
 }
 
+/** The list's search (rollout id, profile, state or outcome contains…) and page: the server matches and pages. */
+const LIST_LIMIT = 50;
+
+function listQuery() {
+  const l = state.list;
+  const params = new URLSearchParams({ page: String(l.page), limit: String(LIST_LIMIT) });
+  if (l.q) params.set('q', l.q);
+  return params;
+}
+
+function listFilters(answer) {
+  const l = state.list;
+  let typing;
+  const search = h('input', {
+    id: 'rollout-search',
+    type: 'search',
+    placeholder: 'rollout id, profile or state contains…',
+    value: l.q,
+    maxlength: 100,
+    oninput: (e) => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        l.q = e.target.value.trim();
+        l.page = 0;
+        listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
+      }, 300);
+    },
+  });
+  const go = (page) => () => {
+    l.page = page;
+    listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
+  };
+  const first = answer.matching ? answer.page * answer.limit + 1 : 0;
+  const last = Math.min((answer.page + 1) * answer.limit, answer.matching);
+  return h(
+    'div',
+    { class: 'filters', id: 'rollout-filters' },
+    search,
+    h(
+      'span',
+      { class: 'pager', id: 'rollout-pager', 'data-page': answer.page, 'data-matching': answer.matching },
+      h('button', { id: 'rollouts-prev', disabled: answer.page === 0, onclick: go(answer.page - 1) }, '‹ prev'),
+      ` ${first}-${last} of ${answer.matching}${answer.read >= answer.readLimit ? ` (of the newest ${answer.readLimit})` : ''} `,
+      h(
+        'button',
+        { id: 'rollouts-next', disabled: answer.page + 1 >= answer.pages, onclick: go(answer.page + 1) },
+        'next ›',
+      ),
+    ),
+  );
+}
+
 async function showRollouts() {
-  const { rollouts } = await api('/api/rollouts');
+  const answer = await api(`/api/rollouts?${listQuery()}`);
+  const { rollouts } = answer;
+  // A page past the end (rollouts gone, a narrower search) goes back to the last one.
+  if (!rollouts.length && answer.page > 0 && answer.pages > 0) {
+    state.list.page = answer.pages - 1;
+    return showRollouts();
+  }
+  const focused = document.activeElement?.id;
   const rows = rollouts.map((r) =>
     h(
       'tr',
@@ -155,7 +239,7 @@ async function showRollouts() {
         r.fromRevision !== undefined ? `r${r.fromRevision} → r${r.toRevision}` : r.revision ? `→ r${r.revision}` : '-',
       ),
       h('td', {}, r.startedBy || '-'),
-      h('td', {}, when(r.startTime)),
+      h('td', { class: 'started' }, when(r.startTime)),
       h('td', { class: 'phases' }, phaseCell(r.phases)),
       h(
         'td',
@@ -173,6 +257,7 @@ async function showRollouts() {
       { class: 'hint' },
       'Failures first. The outcome is the rollout\'s own: a rollback or an abort is never "Completed".',
     ),
+    listFilters(answer),
     h(
       'table',
       { id: 'rollouts' },
@@ -194,9 +279,25 @@ async function showRollouts() {
           ].map((t) => h('th', {}, t)),
         ),
       ),
-      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8 }, 'No rollouts yet.'))),
+      h(
+        'tbody',
+        {},
+        rows.length
+          ? rows
+          : h(
+              'tr',
+              {},
+              h('td', { colspan: 8 }, state.list.q ? `No rollout matches "${state.list.q}".` : 'No rollouts yet.'),
+            ),
+      ),
     ),
   );
+  // A redraw keeps the operator's place in the search box.
+  if (focused === 'rollout-search') {
+    const box = document.getElementById('rollout-search');
+    box.focus();
+    box.setSelectionRange(box.value.length, box.value.length);
+  }
 }
 
 /** The list, read again every 5 s while it is the page shown (a new rollout, an outcome, appear by themselves). */
@@ -222,7 +323,22 @@ const CONTROL_TEXT = {
 function askControl(id, name) {
   const dialog = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = `${name[0].toUpperCase()}${name.slice(1)} ${id}?`;
-  document.getElementById('confirm-text').textContent = CONTROL_TEXT[name];
+  const text = document.getElementById('confirm-text');
+  text.textContent = CONTROL_TEXT[name];
+  delete text.dataset.devices;
+  const rollbackBox = document.getElementById('confirm-rollback');
+  rollbackBox.checked = true;
+  rollbackBox.onchange = null;
+  // An abort says how many devices a rollback puts back (the view's count of what this rollout changed).
+  const preview = name === 'abort' && state.view?.rolloutId === id ? state.view.abort : null;
+  if (preview) {
+    text.dataset.devices = String(preview.devices);
+    const say = () => {
+      text.textContent = `No new device starts. ${rollbackBox.checked ? preview.rollback : preview.keep}`;
+    };
+    rollbackBox.onchange = say;
+    say();
+  }
   const reason = document.getElementById('confirm-reason');
   reason.value = '';
   document.getElementById('confirm-rollback-row').hidden = name !== 'abort';
@@ -398,8 +514,6 @@ function gateBlock(g) {
   return h('div', { class: 'gate', 'data-gate': g.kind, 'data-gate-outcome': g.outcome }, parts);
 }
 
-/** A time in this browser's zone, the zone named: `2026-12-08 01:23:45 CET`. */
-const zoned = (iso) => new Date(iso).toLocaleString('sv-SE', { timeZoneName: 'short' });
 const span = (ms) => {
   const s = Math.max(0, Math.round(ms / 1000));
   const hours = Math.floor(s / 3600);
@@ -572,6 +686,7 @@ function devicesBlock(view, id) {
 }
 
 function renderRollout(view, id) {
+  state.view = view;
   const b = view.banner;
   main().replaceChildren(
     h(
@@ -989,7 +1104,7 @@ async function showFreezes() {
         h(
           'span',
           { class: 'hint' },
-          ` — ${f.scopeText}, ${f.until ? `until ${when(f.until)} UTC` : 'until lifted'}, by ${f.by}; holds ${f.paused.length} rollout(s). New starts, converges, reverts and nightly canaries in scope are refused.`,
+          ` — ${f.scopeText}, ${f.until ? `until ${when(f.until)}` : 'until lifted'}, by ${f.by}; holds ${f.paused.length} rollout(s). New starts, converges, reverts and nightly canaries in scope are refused.`,
         ),
         h('button', { type: 'button', class: 'lift', onclick: () => askLift(f) }, `Lift ${f.id}`),
       ),

@@ -1,6 +1,7 @@
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { parseAuditLog, verifyAuditSegments, type AuditRecord, type AuditSegment } from '../../core/audit';
 import {
+  abortPreview,
   bannerOf,
   boardDevices,
   boardOutcome,
@@ -9,8 +10,11 @@ import {
   pageOfDevices,
   phaseProgress,
   proofCounts,
+  pageOfRollouts,
+  ROLLOUT_LIST,
   sortFailuresFirst,
   type BoardControl,
+  type RolloutListQuery,
   type BoardOutcome,
   type ControlBody,
   type DeviceQuery,
@@ -51,6 +55,8 @@ export interface BoardSources {
   inventory?: string;
   /** How long a read of Temporal is retried through transient failures before the page is told (default 10 s). */
   readRetryMs?: number;
+  /** How long the rollout list waits for its rows' statuses before it answers with the rest as visibility has them (default 3 s). */
+  listDetailMs?: number;
   /**
    * The board's key (`--approval-key`, pinned as `role: board` in a profile's approvers.yaml): an approval sent
    * from the board carries a statement it signs naming the operator signed in and their role (core/approval.ts).
@@ -119,6 +125,8 @@ const MAX_CACHED = 2_000;
 
 /** Rows read in full (status and who started it) at once, at most: the rest of a long list stays from visibility. */
 const DETAILED_ROWS = 50;
+/** How long the list waits for its rows' statuses (each a query a worker answers) before answering without the rest. */
+const LIST_DETAIL_MS = 3_000;
 
 async function detailedRow(src: BoardSources, row: RolloutListing): Promise<RolloutRow> {
   const cached = closedRows.get(row.runId);
@@ -147,18 +155,35 @@ async function detailedRow(src: BoardSources, row: RolloutListing): Promise<Roll
   return out;
 }
 
-export async function rolloutRows(src: BoardSources, limit = 200): Promise<RolloutRow[]> {
-  const listed = await retried(src, 'the rollout list', () => listRollouts(src.client, { limit }));
-  const rows: RolloutRow[] = listed.map((r) => ({ ...r, outcome: boardOutcome(r.status, r.state) }));
-  // Four at a time: a query of a closed rollout is a replay on a worker.
+/**
+ * One page of the rollout list (`GET /api/rollouts`): the newest ROLLOUT_LIST.scan rollouts visibility lists
+ * (the state and profile, whitelisted, are its query's filters; the search is matched here, never put in a
+ * query), failures first, and the page asked for, its rows read in full (status and who started it).
+ */
+export async function rolloutRows(src: BoardSources, query: RolloutListQuery) {
+  const listed = await retried(src, 'the rollout list', () =>
+    listRollouts(src.client, {
+      ...(query.state ? { state: query.state } : {}),
+      ...(query.profile ? { profile: query.profile } : {}),
+      limit: ROLLOUT_LIST.scan,
+    }),
+  );
+  const { rows, ...page } = pageOfRollouts<RolloutListing & { outcome: BoardOutcome }>(
+    listed.map((r) => ({ ...r, outcome: boardOutcome(r.status, r.state) })),
+    query,
+  );
+  const out: RolloutRow[] = [...rows];
+  // Four at a time: a query of a closed rollout is a replay on a worker. Within a budget: a rollout whose
+  // worker is away (its query waits for one) leaves its row as visibility has it, not the whole list unanswered.
+  const until = Date.now() + (src.listDetailMs ?? LIST_DETAIL_MS);
   const detailed = rows.slice(0, DETAILED_ROWS);
-  for (let i = 0; i < detailed.length; i += 4)
+  for (let i = 0; i < detailed.length && Date.now() < until; i += 4)
     await Promise.all(
-      detailed.slice(i, i + 4).map(async (_row, j) => {
-        rows[i + j] = await detailedRow(src, listed[i + j]!);
+      detailed.slice(i, i + 4).map(async (row, j) => {
+        out[i + j] = await src.client.connection.withDeadline(until, () => detailedRow(src, row));
       }),
     );
-  return sortFailuresFirst(rows);
+  return { rollouts: sortFailuresFirst(out), ...page, read: listed.length, readLimit: ROLLOUT_LIST.scan };
 }
 
 /** One rollout: what the page shows, with one page of the device table. */
@@ -192,6 +217,8 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
     // Of the devices at the target, those proven by their own receipts (every device, not only this page).
     proof: proofCounts(devices),
     controls: status.controls,
+    // What the abort dialog says a rollback would put back (the count of devices this rollout changed).
+    abort: abortPreview(status.changedDevices),
     deadline: status.deadline ?? null,
     startedBy: records.find((r) => r.event === 'rollout.started')?.by ?? null,
     startTime: described.startTime.toISOString(),

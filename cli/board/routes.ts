@@ -5,6 +5,7 @@ import {
   parseConvergeBody,
   parseDeviceQuery,
   parseRevertBody,
+  parseRolloutListQuery,
 } from '../../core/board';
 import { HttpRefusal, sendJson } from '../../http/answer';
 import { decodedParam, type Asked, type Check, type Route, type RouteTable } from '../../http/routes';
@@ -154,8 +155,10 @@ function rolloutRoutes(deps: BoardRouteDeps): Route<string>[] {
       method: 'GET',
       path: '/api/rollouts',
       checks: API,
-      handle: async (a) =>
-        sendJson(a.res, 200, { rollouts: await temporal('the rollout list', () => rolloutRows(sources)) }),
+      handle: async (a) => {
+        const query = parseRolloutListQuery(a.query);
+        sendJson(a.res, 200, await temporal('the rollout list', () => rolloutRows(sources, query)));
+      },
     },
     read(undefined, async (a, id) => {
       const query = parseDeviceQuery(a.query);

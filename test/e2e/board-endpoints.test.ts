@@ -5,12 +5,14 @@ import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveAuditLocation } from '../../audit/file';
+import { WavegateProfile, WavegateState } from '../../contracts/search-attributes';
 import { startBoard, type BoardServer } from '../../cli/board/server';
 import { PROJECT_ROOT } from '../../intake/package-layout';
 import { freePort } from '../../sim/ports';
 import { startDevServer, type DevServer } from '../../workers/dev-server';
 import { runCli } from '../support/cli';
 import { scratchDir } from '../support/harness';
+import { until } from '../support/until';
 import { makeTestPki } from '../support/tls-proxy';
 
 /**
@@ -44,6 +46,8 @@ beforeAll(async () => {
       transports: new Map(),
       taskQueue: 'board-endpoints-none',
       profilesRoot: join(PROJECT_ROOT, 'profiles'),
+      // No worker answers a listed rollout's status here: the list does not wait long for one.
+      listDetailMs: 300,
     },
     listen: { host: '127.0.0.1', port: 0 },
     tokens: [{ name: 'alice', token: TOKEN }],
@@ -365,6 +369,56 @@ describe('the board endpoints', () => {
     const ca = await runCli(['board', '--client-ca', tokens, '--address', server!.address], { env });
     expect(ca.code).toBe(2);
     expect(ca.stderr).toMatch(/--client-ca: client certificates need HTTPS/);
+  });
+  it('search and page the rollout list, and refuse a page size over the bound or a malformed search naming it', async () => {
+    // Three listed rollouts (no worker runs them: the list reads visibility and their search attributes).
+    const ids = ['list:alpha:1', 'list:alpha:2', 'list:beta:1'];
+    for (const id of ids)
+      await client!.workflow.start('rolloutWorkflow', {
+        workflowId: id,
+        taskQueue: 'board-endpoints-none',
+        args: [],
+        typedSearchAttributes: [
+          { key: WavegateProfile, value: id.split(':')[1]! },
+          { key: WavegateState, value: id === 'list:beta:1' ? 'paused' : 'running' },
+        ],
+      });
+    type Listed = { rollouts: { workflowId: string }[]; matching: number; page: number; pages: number };
+    const list = async (query: string) => {
+      const a = await call(`/api/rollouts?${query}`, { headers: bearer });
+      expect(a.status).toBe(200);
+      return a.body as unknown as Listed;
+    };
+    const listedIds = (l: Listed) => l.rollouts.map((r) => r.workflowId).sort();
+    await until('the three rollouts listed', async () => ((await list('q=list:')).matching === 3 ? true : undefined));
+    const first = await list('q=list:&limit=2');
+    expect({ matching: first.matching, pages: first.pages, rows: first.rollouts.length }).toEqual({
+      matching: 3,
+      pages: 2,
+      rows: 2,
+    });
+    const second = await list('q=list:&limit=2&page=1');
+    expect(second.rollouts).toHaveLength(1);
+    expect([...listedIds(first), ...listedIds(second)].sort()).toEqual(ids);
+    // The search matches an id, a profile or a state, in any case; state and profile filter exactly.
+    expect(listedIds(await list('q=BETA'))).toEqual(['list:beta:1']);
+    expect(listedIds(await list('q=paused'))).toEqual(['list:beta:1']);
+    expect(listedIds(await list('profile=alpha'))).toEqual(['list:alpha:1', 'list:alpha:2']);
+    expect(listedIds(await list('state=paused&q=list'))).toEqual(['list:beta:1']);
+    expect((await list('q=nothing-like-it')).matching).toBe(0);
+
+    const refused = async (query: string, mentions: RegExp) =>
+      expectRefusal(await call(`/api/rollouts?${query}`, { headers: bearer }), 400, 'INVALID_INPUT', mentions);
+    await refused('limit=101', /limit "101": must be a whole number 0-100/);
+    await refused('page=-1', /page "-1": must be a whole number/);
+    await refused(
+      `q=${encodeURIComponent("x' OR WorkflowId != '")}`,
+      /q "x' OR WorkflowId != '": a search is 1-100 letters/,
+    );
+    await refused('state=bogus', /state "bogus": must be one of running, paused/);
+    await refused(`profile=${encodeURIComponent("a' OR 1=1")}`, /profile: must be lowercase letters.*"a' OR 1=1"/);
+    await refused('pagesize=10', /"pagesize": not a parameter of the rollout list/);
+    for (const id of ids) await client!.workflow.getHandle(id).terminate('listed for the test');
   });
   it('answers 503 UNAVAILABLE, not a crash, while Temporal is away, and goes on serving', async () => {
     // A client of a port nothing listens on: every read fails UNAVAILABLE, retried by the board for

@@ -285,7 +285,12 @@ describe('the board in Chromium', () => {
 
     // Abort with rollback from the page.
     await openRollout(aborted);
-    await useControl('abort', 'wrong revision for these sites');
+    // The dialog says how many devices the rollback puts back: those this rollout changed (held while paused).
+    const changed = (await statusOf(aborted)).changedDevices ?? 0;
+    await useControl('abort', 'wrong revision for these sites', async () => {
+      expect(await page.locator('#confirm-text').getAttribute('data-devices')).toBe(String(changed));
+      expect(await page.locator('#confirm-text').textContent()).toMatch(/put back/);
+    });
     await page.locator('#banner[data-outcome="aborted"]').waitFor({ timeout: 60_000 });
     await untilClosed(aborted);
     const final = await statusOf(aborted);
@@ -335,7 +340,17 @@ describe('the board in Chromium', () => {
     // Who started it: the CLI's user, as the audit trail's rollout.started says.
     expect(await row(aborted).textContent()).toContain(userInfo().username);
     expect(await page.locator('#rollouts').textContent()).not.toMatch(/\bCompleted\b/);
+    // A time says its zone (the browser's, named), as the estimated ends do.
+    expect(await row(aborted).locator('td.started').textContent()).toMatch(
+      /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (UTC|GMT[+-−]?[\d:]*|[A-Z]{2,5})$/,
+    );
     await shot('rollouts');
+    // The search box: the server matches and pages; the other rollout leaves the list.
+    await page.locator('#rollout-search').fill(rolledBack);
+    await row(aborted).waitFor({ state: 'detached' });
+    expect(await page.locator('#rollouts tbody tr').count()).toBe(1);
+    await row(rolledBack).waitFor();
+    await page.locator('#rollout-search').fill('');
 
     await page.goto(`${board!.url}/#/rollout/${encodeURIComponent(aborted)}/audit`);
     await page.locator('#verdict[data-ok="true"]').waitFor();
