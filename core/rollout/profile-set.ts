@@ -6,6 +6,7 @@ import { PROFILE_NAME, PROFILE_NAME_RULE } from '../profile-name';
 import { profileLockId } from '../rollout-id';
 import type { DeviceState } from '../rollout-state';
 import { formatPath, invalidFields, parseWith, type FieldProblem } from '../validation';
+import type { DeviceOutcome } from './device-outcome';
 import type { RevertOf } from './input';
 
 /**
@@ -356,4 +357,58 @@ export function alsoScopeProblems(
     });
   });
   return problems;
+}
+
+/**
+ * What the device runner settles a device with once its set ended (workflows/device-runner.ts: its slot is
+ * held from the first member's apply to here, and it counts once for the failure gate). An end decided by the
+ * first member's answer is that answer's own outcome (waiting and its retry, skipped offline, not-for-me ahead,
+ * failed): the single-profile case. Otherwise: the set's state and reason; in compensation only while the
+ * rollout left something on it (`changed`: every member in place, or an undo that failed); counted
+ * succeeded when every member is in place, failed when not.
+ */
+export function setOutcome(
+  first: DeviceOutcome,
+  end: SetEnd,
+  applies: number,
+  device: { bestEffort: boolean },
+): DeviceOutcome {
+  if (applies <= 1 && !OK.has(end.state)) return first;
+  const ok = OK.has(end.state);
+  return {
+    state: end.state,
+    ...(end.reason !== undefined ? { reason: end.reason } : {}),
+    touched: end.changed.length > 0,
+    ...(device.bestEffort ? {} : { counted: ok ? ('succeeded' as const) : ('failed' as const) }),
+    readsGate: !device.bestEffort,
+  };
+}
+
+/**
+ * A device's busy reason while one member runs: `applying motd r7 (2 of 2)` (its place in the apply order,
+ * a revert's reversed), `putting back pkg r2`.
+ */
+export function memberBusyReason(
+  step: { kind: 'apply' | 'undo'; member: number },
+  members: readonly SetMember[],
+  order: readonly number[],
+): string {
+  const m = members[step.member]!;
+  return step.kind === 'apply'
+    ? `applying ${m.profile} r${m.toRevision} (${order.indexOf(step.member) + 1} of ${order.length})`
+    : `putting back ${m.profile} r${m.fromRevision}`;
+}
+
+/**
+ * The members a device may hold changes of when the rollout is cancelled under it mid-set, for compensation:
+ * while applying, every member whose apply was started, the one in flight included (something of it may have
+ * run), less those found in place; while undoing after a failure, those not yet put back, the undo in flight
+ * included.
+ */
+export function changedSoFar(order: readonly number[], progress: SetProgress): number[] {
+  const { applies, undos } = progress;
+  const failedAt = applies.findIndex((a) => !OK.has(a.state));
+  if (failedAt > 0) return undoPlan(order, applies, failedAt).slice(undos.length).reverse();
+  if (failedAt === 0) return applies[0]!.touched ? [order[0]!] : [];
+  return order.filter((_, pos) => pos === applies.length || (pos < applies.length && applies[pos]!.touched));
 }

@@ -1,13 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { WavegateError } from '../../../core/errors';
+import type { DeviceOutcome } from '../../../core/rollout/device-outcome';
 import {
   alsoProblems,
   alsoScopeProblems,
   applyOrder,
+  changedSoFar,
   compensationDevices,
   compensationPasses,
   MAX_ALSO_PROFILES,
   memberField,
+  memberBusyReason,
   memberFloor,
   nextSetStep,
   parseAlso,
@@ -15,8 +18,10 @@ import {
   setLabel,
   setLockIds,
   setMembers,
+  setOutcome,
   undoPlan,
   type MemberOutcome,
+  type SetEnd,
   type SetMember,
 } from '../../../core/rollout/profile-set';
 import { refusal } from '../../support/refusal';
@@ -302,5 +307,75 @@ describe('the scopes of a set', () => {
           'its scope leaves out 6 device(s) of profile "pkg"\'s scope (edge-01, edge-02, edge-03, edge-04, edge-05 and 1 more): they would get pkg without motd; widen its scope or narrow the main one\'s',
       },
     ]);
+  });
+});
+
+describe('what the device runner settles a set with', () => {
+  const first: DeviceOutcome = { state: 'applied', touched: true, counted: 'succeeded', readsGate: true };
+  const required = { bestEffort: false };
+
+  it('a device with every member in place counts once, succeeded, and stays in compensation while it changed any', () => {
+    const end = nextSetStep(members, order, { applies: [applied, applied], undos: [] }) as SetEnd;
+    expect(setOutcome(first, end, 2, required)).toEqual({
+      state: 'applied',
+      touched: true,
+      counted: 'succeeded',
+      readsGate: true,
+    });
+    const nothingChanged = nextSetStep(members, order, { applies: [inPlace, inPlace], undos: [] }) as SetEnd;
+    expect(setOutcome(first, nothingChanged, 2, required)).toMatchObject({ touched: false, counted: 'succeeded' });
+  });
+
+  it('a device whose first member did not go in ends with that answer as it would alone (a waiting one retries)', () => {
+    const waiting: DeviceOutcome = {
+      state: 'waiting',
+      reason: 'waiting for driver r1',
+      touched: false,
+      readsGate: false,
+      retryAfterMs: 15_000,
+    };
+    const end = nextSetStep(members, order, { applies: [{ state: 'waiting', touched: false }], undos: [] }) as SetEnd;
+    expect(setOutcome(waiting, end, 1, required)).toBe(waiting);
+  });
+
+  it('a device put back after a later failure counts failed and is out of compensation; one whose undo failed stays in it', () => {
+    const applies = [applied, failed('apply exit 3')];
+    const undone = nextSetStep(members, order, { applies, undos: [rolledBack, rolledBack] }) as SetEnd;
+    expect(setOutcome(first, undone, 2, required)).toMatchObject({
+      state: 'failed',
+      touched: false,
+      counted: 'failed',
+    });
+    const broken = nextSetStep(members, order, {
+      applies,
+      undos: [rolledBack, { state: 'rollback-failed', reason: 'exit 1', touched: true }],
+    }) as SetEnd;
+    expect(setOutcome(first, broken, 2, required)).toMatchObject({
+      state: 'rollback-failed',
+      touched: true,
+      counted: 'failed',
+    });
+    expect(setOutcome(first, undone, 2, { bestEffort: true })).not.toHaveProperty('counted');
+  });
+
+  it('says which member a busy device is on, in apply order', () => {
+    expect(memberBusyReason({ kind: 'apply', member: 1 }, members, order)).toBe('applying motd r7 (2 of 2)');
+    expect(memberBusyReason({ kind: 'apply', member: 1 }, revertMembers(members), applyOrder(2, true))).toBe(
+      'applying motd r6 (1 of 2)',
+    );
+    expect(memberBusyReason({ kind: 'undo', member: 0 }, members, order)).toBe('putting back pkg r2');
+  });
+
+  it('a cancel mid-set leaves the members started, the one in flight included, to compensation', () => {
+    expect(changedSoFar(order, { applies: [], undos: [] })).toEqual([0]);
+    expect(changedSoFar(order, { applies: [applied], undos: [] })).toEqual([0, 1]);
+    expect(changedSoFar(order, { applies: [inPlace], undos: [] })).toEqual([1]);
+    expect(changedSoFar(applyOrder(2, true), { applies: [applied], undos: [] })).toEqual([1, 0]);
+    expect(changedSoFar(applyOrder(3, false), { applies: [inPlace], undos: [] })).toEqual([1]);
+    expect(changedSoFar(applyOrder(3, false), { applies: [applied, applied, applied], undos: [] })).toEqual([0, 1, 2]);
+    // Cancelled while putting back after motd failed: motd was put back, pkg's undo was in flight.
+    expect(changedSoFar(order, { applies: [applied, failed('exit 3')], undos: [rolledBack] })).toEqual([0]);
+    expect(changedSoFar(order, { applies: [applied, failed('exit 3')], undos: [] })).toEqual([0, 1]);
+    expect(changedSoFar(order, { applies: [failed('exit 1')], undos: [] })).toEqual([0]);
   });
 });
