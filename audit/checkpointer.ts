@@ -23,7 +23,7 @@ import { requestCosignature, type CosignatureAnswer } from './witness-client';
 
 /**
  * Records that are not a step of the rollout's story: what happened to devices (a batch's outcomes, the devices
- * skipped, the floors confirmed), a canary's verdict, an operator's override. Every other record gets a checkpoint,
+ * skipped, the floors confirmed), a canary's verdict, an operator's override, a watch's passing checks. Every other record gets a checkpoint,
  * so a transition added later is checkpointed without a second list to remember.
  */
 const NOT_TRANSITIONS: ReadonlySet<AuditEventName> = new Set<AuditEventName>([
@@ -34,6 +34,10 @@ const NOT_TRANSITIONS: ReadonlySet<AuditEventName> = new Set<AuditEventName>([
   'audit.override',
   'rollout.approval-refused',
   'rollout.starter',
+  // Each check of a watch after promotion (every minute or so, for up to 7 days): its start, a failure and its
+  // end are the transitions, and are checkpointed.
+  'watch.passed',
+  'watch.inconclusive',
 ]);
 
 /** The records that end or begin a step of the rollout's story: each gets a checkpoint. */

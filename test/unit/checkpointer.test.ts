@@ -130,7 +130,7 @@ describe('TrailTree (core/trail-tree.ts)', () => {
 });
 
 describe('the checkpointer in appendAudit', () => {
-  it('checkpoints each transition, cosigned and consistent, and not devices.outcome nor devices.skipped', async () => {
+  it("checkpoints each transition, cosigned and consistent, and not devices.outcome, devices.skipped nor a watch's healthy checks", async () => {
     const audit = activities(await runWitness());
     const names: AuditEventName[] = [
       'rollout.started',
@@ -141,16 +141,22 @@ describe('the checkpointer in appendAudit', () => {
       'phase.applied',
       'gate.passed',
       'devices.outcome',
+      // A watch after promotion: its start and end are transitions, its healthy checks (one a minute) are not.
+      'watch.started',
+      'watch.passed',
+      'watch.inconclusive',
+      'watch.passed',
+      'watch.completed',
       'rollout.completed',
     ];
     for (const name of names) await audit.appendAudit(event(name));
     const { notes, tree } = await stored();
-    expect(sizesOf(notes)).toEqual([1, 2, 6, 7, 9]);
+    expect(sizesOf(notes)).toEqual([1, 2, 6, 7, 9, 13, 14]);
     const verdict = checkTrailCheckpoints(ID, notes, tree, { log: LOG_KEY, witness: WITNESS_KEY });
-    expect(verdict.checkpoints.map((c) => c.problems)).toEqual([[], [], [], [], []]);
+    expect(verdict.checkpoints.map((c) => c.problems)).toEqual([[], [], [], [], [], [], []]);
     expect(verdict).toMatchObject({ ok: true, logChecked: true, witnessChecked: true });
     for (const note of notes) expect(note.startsWith(`${checkpointOrigin(ID)}\n`)).toBe(true);
-    expect(logs.filter((l) => l.includes('cosigned by the witness'))).toHaveLength(5);
+    expect(logs.filter((l) => l.includes('cosigned by the witness'))).toHaveLength(7);
     expect(logs.join('\n')).not.toContain('UNCOSIGNED');
   });
 
