@@ -191,6 +191,7 @@ describe("the board's table: every state change is a CONTROL, refused without it
     '/api/rollouts/rollout:demo:20990101-000000/abort',
     '/api/rollouts/rollout:demo:20990101-000000/revert',
     '/api/fleet/demo/converge',
+    '/api/freezes/freeze-1/lift',
   ];
   const sources = () => ({
     client,
