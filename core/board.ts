@@ -532,6 +532,228 @@ export function gateEvidenceOf(records: readonly AuditRecord[]): GateEvidence[] 
   return out;
 }
 
+/** One moment of a rollout's timeline: a phase, a gate, a control (with who), a rollback, the watch, the end. */
+export interface TimelineEntry {
+  at: string;
+  kind: 'rollout' | 'phase' | 'gate' | 'control' | 'rollback' | 'watch' | 'deadline';
+  text: string;
+  by?: string;
+  phase?: string | null;
+  reason?: string;
+  /** The audit record it was read from (the page links it); none for a refused control (from the status). */
+  seq?: number;
+  /** A gate's or a watch check's outcome; a control's acceptance. */
+  outcome?: string;
+}
+
+/** The timeline keeps the newest this many entries (a rollout paused and resumed for weeks stays one page). */
+export const MAX_TIMELINE = 500;
+
+type TimelineKind = TimelineEntry['kind'];
+/** The trail's events on the timeline, each with its kind and what it says; a device batch's records are the device table's. */
+const TIMELINE_EVENTS: Partial<Record<AuditRecord['event'], [TimelineKind, (r: AuditRecord) => string]>> = {
+  'rollout.started': ['rollout', () => 'rollout started'],
+  'phase.started': ['phase', (r) => `phase ${r.phase} started`],
+  'phase.applied': [
+    'phase',
+    (r) => {
+      const t = tallyOf(r.evidence);
+      return `phase ${r.phase} applied${t ? ` (${t.succeeded} succeeded, ${t.failed} failed)` : ''}`;
+    },
+  ],
+  'gate.passed': ['gate', (r) => `gate of ${r.phase}: pass`],
+  'gate.failed': ['gate', (r) => `gate of ${r.phase}: fail${r.reason === 'failure-gate' ? ' (failure gate)' : ''}`],
+  'gate.inconclusive': ['gate', (r) => `gate of ${r.phase}: inconclusive`],
+  'rollout.paused': ['control', () => 'paused'],
+  'rollout.resumed': ['control', () => 'resumed'],
+  'rollout.approved': ['control', (r) => `approved${r.phase ? ` ${r.phase}` : ''}`],
+  'rollout.aborted': ['control', () => 'aborted'],
+  'rollout.cancelled': ['control', () => 'cancelled'],
+  'audit.override': ['control', () => 'audit trail overridden'],
+  'rollback.started': ['rollback', () => 'rollback started'],
+  'rollback.completed': ['rollback', () => 'rollback completed'],
+  'deadline.passed': ['deadline', () => 'deadline passed'],
+  'watch.started': ['watch', () => 'watch started'],
+  'watch.passed': ['watch', () => 'watch check: pass'],
+  'watch.inconclusive': ['watch', () => 'watch check: inconclusive'],
+  'watch.failed': ['watch', () => 'watch check: fail'],
+  'watch.completed': ['watch', () => 'watch completed'],
+  'canary.verdict': ['rollout', () => 'canary verdict'],
+  'floor.confirmed': ['rollout', () => 'floor confirmed'],
+  'rollout.completed': ['rollout', () => 'rollout completed'],
+  'rollout.ended': ['rollout', () => 'rollout ended'],
+  'rollout.failed': ['rollout', () => 'rollout failed'],
+};
+
+const GATE_OUTCOME: Partial<Record<AuditRecord['event'], string>> = {
+  'gate.passed': 'pass',
+  'gate.failed': 'fail',
+  'gate.inconclusive': 'inconclusive',
+  'watch.passed': 'pass',
+  'watch.failed': 'fail',
+  'watch.inconclusive': 'inconclusive',
+};
+
+/**
+ * A rollout's timeline, oldest first: its trail's phases, gates, controls, rollback, watch and end (each
+ * with its record's seq), and the controls the workflow refused (the status's, which the trail does not
+ * hold but as a refused approval; so refusals are read from the status alone). Without a readable trail,
+ * every control from the status. The newest MAX_TIMELINE entries; `omitted` says how many older ones are not.
+ */
+export function timelineOf(
+  status: Pick<RolloutStatus, 'controls'>,
+  records: readonly AuditRecord[],
+): { entries: TimelineEntry[]; omitted: number } {
+  const out: TimelineEntry[] = [];
+  for (const r of records) {
+    const known = TIMELINE_EVENTS[r.event];
+    if (!known) continue;
+    const outcome = GATE_OUTCOME[r.event];
+    out.push({
+      at: r.at,
+      kind: known[0],
+      text: known[1](r),
+      by: r.by,
+      phase: r.phase,
+      seq: r.seq,
+      ...(r.reason ? { reason: r.reason } : {}),
+      ...(outcome ? { outcome } : {}),
+    });
+  }
+  for (const c of status.controls)
+    if (!c.accepted || records.length === 0)
+      out.push({
+        at: c.at,
+        kind: 'control',
+        text: `${c.control} ${c.accepted ? 'accepted' : 'refused'}${c.note ? `: ${c.note}` : ''}`,
+        by: c.by,
+        ...(c.reason ? { reason: c.reason } : {}),
+        outcome: c.accepted ? 'accepted' : 'refused',
+      });
+  const sorted = out.sort((a, b) => a.at.localeCompare(b.at) || (a.seq ?? 0) - (b.seq ?? 0));
+  const omitted = Math.max(0, sorted.length - MAX_TIMELINE);
+  return { entries: sorted.slice(omitted), omitted };
+}
+
+/** A value a health check read and the threshold it was judged against, as its evidence words them. */
+export interface MetricReading {
+  value: number;
+  op: string;
+  threshold: number;
+}
+
+const NUM = '(-?\\d+(?:\\.\\d+)?(?:e[+-]?\\d+)?)';
+const OP = '(<=|<)';
+/** A Prometheus check's evidence (activities/health/evidence.ts judged): `[max of N series ]V[ at {…}] is [not ]op T`. */
+const JUDGED_EVIDENCE = new RegExp(`^(?:max of \\d+ series )?${NUM}(?: at .*)? is (?:not )?${OP} ${NUM}$`);
+/** errorRate passed: `max error rate V (device) over N devices is op T`. */
+const RATE_PASSED = new RegExp(`^max error rate ${NUM} \\(.*\\) over \\d+ devices? is (?:not )?${OP} ${NUM}$`);
+/** errorRate failed: `error rate not op T on dev-1 (V1), dev-2 (V2)…`: the worst value counts. */
+const RATE_FAILED = new RegExp(`^error rate not ${OP} ${NUM} on (.*)$`);
+
+/**
+ * The value a check read, from its evidence: the health checks record their reading as words, not numbers,
+ * so the chart reads back the phrasings of the threshold checks (Prometheus, errorRate) and nothing else.
+ * Undefined for any other check or wording (an http status, devices online, an inconclusive read).
+ */
+export function metricReading(evidence: string): MetricReading | undefined {
+  const judged = JUDGED_EVIDENCE.exec(evidence) ?? RATE_PASSED.exec(evidence);
+  if (judged) return { value: Number(judged[1]), op: judged[2]!, threshold: Number(judged[3]) };
+  const failed = RATE_FAILED.exec(evidence);
+  if (!failed) return undefined;
+  const values = [...failed[3]!.matchAll(new RegExp(`\\(${NUM}\\)`, 'g'))].map((m) => Number(m[1]));
+  return values.length ? { value: Math.max(...values), op: failed[1]!, threshold: Number(failed[2]) } : undefined;
+}
+
+/** One check's readings over the rollout's gates and watch checks, oldest first: what the page draws. */
+export interface MetricSeries {
+  check: string;
+  op: string;
+  threshold: number;
+  points: { at: string; value: number; outcome: string; phase: string | null; seq: number }[];
+}
+
+/** Points a series keeps (the newest). */
+export const MAX_SERIES_POINTS = 200;
+
+/** Every threshold check's readings in a trail: the health gates' (`gate.*`) and the watch's (`watch.*`). */
+export function metricSeriesOf(records: readonly AuditRecord[]): MetricSeries[] {
+  const byCheck = new Map<string, MetricSeries>();
+  for (const r of records) {
+    const outcome = GATE_OUTCOME[r.event];
+    if (!outcome) continue;
+    const ev = r.evidence as { results?: unknown } | unknown[] | null;
+    const checks = checksOf(Array.isArray(ev) ? ev : (ev as { results?: unknown } | null)?.results) ?? [];
+    for (const c of checks) {
+      const reading = metricReading(c.evidence);
+      if (!reading) continue;
+      const series = byCheck.get(c.check) ?? {
+        check: c.check,
+        op: reading.op,
+        threshold: reading.threshold,
+        points: [],
+      };
+      series.threshold = reading.threshold;
+      series.points.push({ at: r.at, value: reading.value, outcome: c.outcome, phase: r.phase, seq: r.seq });
+      byCheck.set(c.check, series);
+    }
+  }
+  return [...byCheck.values()].map((s) => ({ ...s, points: s.points.slice(-MAX_SERIES_POINTS) }));
+}
+
+/** A device's history: how many listed rollouts are looked in (the newest), and how many rows are answered. */
+export const DEVICE_HISTORY = { scan: 200, rows: 50 } as const;
+
+/** A device id as the inventory allows it (core/inventory.ts): what the history's URL may name. */
+const DEVICE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+export function checkDeviceId(id: string): string {
+  if (!DEVICE_ID.test(id))
+    throw new WavegateError(
+      'INVALID_INPUT',
+      `device id ${JSON.stringify(id.slice(0, 80))}: must be 1-128 letters, digits, ".", "_", ":" or "-" (as in the inventory)`,
+      { field: 'device', value: id.slice(0, 80) },
+    );
+  return id;
+}
+
+/** One rollout in a device's history: what it did to the device (its state there), between which revisions, when. */
+export interface DeviceHistoryRow {
+  rolloutId: string;
+  runId: string;
+  profile: string;
+  outcome: BoardOutcome;
+  /** The device's state in that rollout: applied, rolled-back, failed, skipped, not-for-me… */
+  state: DeviceState;
+  phase: string | null;
+  reason?: string;
+  fromRevision: number;
+  toRevision: number;
+  startTime: string;
+  closeTime?: string;
+}
+
+/** A rollout's row in a device's history, from its listing, its status and the device's record in it (findDevice). */
+export function deviceHistoryRow(
+  listing: { workflowId: string; runId: string; status: string; state?: string; startTime: string; closeTime?: string },
+  status: Pick<RolloutStatus, 'profile' | 'fromRevision' | 'toRevision' | 'phases' | 'state' | 'counts'>,
+  device: Pick<DeviceStatus, 'state' | 'phase' | 'reason'>,
+): DeviceHistoryRow {
+  return {
+    rolloutId: listing.workflowId,
+    runId: listing.runId,
+    profile: status.profile,
+    outcome: boardOutcome(listing.status, listing.state, status),
+    state: device.state,
+    phase: status.phases[device.phase]?.name ?? null,
+    ...(device.reason ? { reason: device.reason } : {}),
+    fromRevision: status.fromRevision,
+    toRevision: status.toRevision,
+    startTime: listing.startTime,
+    ...(listing.closeTime ? { closeTime: listing.closeTime } : {}),
+  };
+}
+
 /** What the abort dialog says a rollback would touch, either way the operator ticks its box. */
 export interface AbortPreview {
   /** The devices this rollout changed so far (the status's changedDevices): what a rollback puts back. */

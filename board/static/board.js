@@ -175,6 +175,12 @@ function listQuery() {
   return params;
 }
 
+/** The list again, if it is still the page shown (a search typed just before leaving must not draw over another). */
+function relist() {
+  if (location.hash !== state.listHash || !document.getElementById('rollout-search')) return;
+  listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
+}
+
 function listFilters(answer) {
   const l = state.list;
   let typing;
@@ -189,13 +195,13 @@ function listFilters(answer) {
       typing = setTimeout(() => {
         l.q = e.target.value.trim();
         l.page = 0;
-        listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
+        relist();
       }, 300);
     },
   });
   const go = (page) => () => {
     l.page = page;
-    listLive().catch((err) => notice(`${err.code || 'ERROR'}: ${err.message}`, 'error', 'list'));
+    relist();
   };
   const first = answer.matching ? answer.page * answer.limit + 1 : 0;
   const last = Math.min((answer.page + 1) * answer.limit, answer.matching);
@@ -218,7 +224,10 @@ function listFilters(answer) {
 }
 
 async function showRollouts() {
+  const shown = location.hash;
   const answer = await api(`/api/rollouts?${listQuery()}`);
+  // Left for another page while the list was read: that page is drawn, not this.
+  if (location.hash !== shown) return;
   const { rollouts } = answer;
   // A page past the end (rollouts gone, a narrower search) goes back to the last one.
   if (!rollouts.length && answer.page > 0 && answer.pages > 0) {
@@ -292,6 +301,7 @@ async function showRollouts() {
       ),
     ),
   );
+  state.listHash = shown;
   // A redraw keeps the operator's place in the search box.
   if (focused === 'rollout-search') {
     const box = document.getElementById('rollout-search');
@@ -569,6 +579,85 @@ function phasesBlock(view) {
   );
 }
 
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+/** One check's readings as a small line chart: each gate's or watch check's value, the threshold dashed. */
+function metricChart(series) {
+  const W = 260;
+  const H = 70;
+  const pad = 6;
+  const values = series.points.map((p) => p.value).concat(series.threshold);
+  const lo = Math.min(0, ...values);
+  const hi = Math.max(...values) || 1;
+  const x = (i) =>
+    pad + (series.points.length === 1 ? (W - 2 * pad) / 2 : (i * (W - 2 * pad)) / (series.points.length - 1));
+  const y = (v) => H - pad - ((v - lo) / (hi - lo || 1)) * (H - 2 * pad);
+  const line = series.points.map((p, i) => `${x(i).toFixed(1)},${y(p.value).toFixed(1)}`).join(' ');
+  return h(
+    'figure',
+    { class: 'metric', 'data-check': series.check, 'data-points': series.points.length },
+    svg(
+      'svg',
+      { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img' },
+      svg(
+        'title',
+        {},
+        `${series.check}: ${series.points.length} reading(s), threshold ${series.op} ${series.threshold}`,
+      ),
+      svg('line', { x1: pad, x2: W - pad, y1: y(series.threshold), y2: y(series.threshold), class: 'threshold' }),
+      svg('polyline', { points: line, class: 'reading' }),
+      ...series.points.map((p, i) =>
+        svg(
+          'circle',
+          { cx: x(i), cy: y(p.value), r: 3, class: `g-${p.outcome}` },
+          svg('title', {}, `${p.value} at ${when(p.at)} (${p.phase || 'watch'}, ${p.outcome}, record #${p.seq})`),
+        ),
+      ),
+    ),
+    h(
+      'figcaption',
+      {},
+      h('code', {}, series.check),
+      ` last ${series.points.at(-1).value}, threshold ${series.op} ${series.threshold}`,
+    ),
+  );
+}
+
+/** Phases, gates and controls in order (who and when), with the values the threshold checks read drawn. */
+function timelineBlock(view) {
+  const t = view.timeline;
+  if (!t) return null;
+  return h(
+    'section',
+    { id: 'timeline' },
+    h('h2', {}, 'Timeline'),
+    t.series.length ? h('div', { class: 'metrics' }, t.series.map(metricChart)) : null,
+    t.omitted ? h('p', { class: 'hint' }, `${t.omitted} older entries not shown (the audit trail holds them).`) : null,
+    h(
+      'ol',
+      { class: 'timeline' },
+      t.entries.map((e) =>
+        h(
+          'li',
+          { 'data-kind': e.kind, 'data-outcome': e.outcome || '', class: `t-${e.kind}` },
+          h('time', { datetime: e.at }, when(e.at)),
+          ' ',
+          h('span', { class: 'what' }, e.text),
+          e.by ? ` by ${e.by}` : '',
+          e.reason ? ` (${e.reason})` : '',
+          e.seq ? h('span', { class: 'hint' }, ` #${e.seq}`) : '',
+        ),
+      ),
+    ),
+  );
+}
+
 function devicesBlock(view, id) {
   const page = view.devices;
   const q = state.query;
@@ -670,7 +759,7 @@ function devicesBlock(view, id) {
           h(
             'tr',
             { 'data-device': d.id, 'data-state': d.state, class: `d-${d.state}` },
-            h('td', {}, d.id),
+            h('td', {}, deviceLink(d.id)),
             h('td', { class: 'state' }, d.state),
             h('td', { class: 'proof', title: d.proof === 'proven' ? 'its own receipt, verified' : '' }, d.proof || ''),
             h('td', {}, view.phases[d.phase] ? view.phases[d.phase].name : '-'),
@@ -726,6 +815,7 @@ function renderRollout(view, id) {
     ),
     controlsOf(view),
     phasesBlock(view),
+    timelineBlock(view),
     devicesBlock(view, id),
   );
 }
@@ -824,6 +914,62 @@ async function showAudit(id) {
             ),
           ),
         ),
+      ),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------- a device
+
+const deviceLink = (id) =>
+  h('a', { href: `#/device/${encodeURIComponent(id)}`, title: 'its history across rollouts' }, id);
+
+/** A device's history across rollouts: what each (newest first) did to it, between which revisions, when. */
+async function showDeviceHistory(id) {
+  main().replaceChildren(
+    h('h1', {}, `Device ${id}`),
+    h('p', { class: 'hint' }, 'Reading the rollouts that touched it…'),
+  );
+  const d = await api(`/api/devices/${encodeURIComponent(id)}/history`);
+  const looked = `Looked in the newest ${d.read} rollout(s)${d.notRead ? ` (${d.notRead} older not read)` : ''}${d.unread ? `; ${d.unread} could not be read now` : ''}.`;
+  main().replaceChildren(
+    h('p', {}, h('a', { href: '#/' }, '‹ all rollouts')),
+    h('h1', {}, `Device ${d.device}: its rollouts`),
+    h('p', { class: 'hint', id: 'device-looked' }, looked),
+    h(
+      'table',
+      { id: 'device-history' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['Rollout', 'Outcome', 'Profile', 'Revisions', 'Its state there', 'Phase', 'Why', 'Started', 'Ended'].map(
+            (t) => h('th', {}, t),
+          ),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        d.rollouts.length
+          ? d.rollouts.map((r) =>
+              h(
+                'tr',
+                { 'data-rollout': r.rolloutId, 'data-state': r.state },
+                h('td', {}, h('a', { href: `#/rollout/${encodeURIComponent(r.rolloutId)}` }, r.rolloutId)),
+                h('td', {}, badge(r.outcome)),
+                h('td', {}, r.profile),
+                h('td', {}, `r${r.fromRevision} → r${r.toRevision}`),
+                h('td', { class: 'state' }, r.state),
+                h('td', {}, r.phase || '-'),
+                h('td', {}, r.reason || ''),
+                h('td', {}, when(r.startTime)),
+                h('td', {}, when(r.closeTime)),
+              ),
+            )
+          : h('tr', {}, h('td', { colspan: 9 }, 'No rollout read names this device.')),
       ),
     ),
   );
@@ -1163,6 +1309,8 @@ async function route() {
     if (hash === '#/fleet') return await showFleetProfiles();
     const fleet = /^#\/fleet\/([^/]+)(?:\/r([1-9][0-9]{0,8}))?$/.exec(hash);
     if (fleet) return await showFleet(decodeURIComponent(fleet[1]), false, fleet[2] ? Number(fleet[2]) : undefined);
+    const device = /^#\/device\/([^/]+)$/.exec(hash);
+    if (device) return await showDeviceHistory(decodeURIComponent(device[1]));
     const m = /^#\/rollout\/([^/]+)(\/audit)?$/.exec(hash);
     if (!m) return await listLive();
     const id = decodeURIComponent(m[1]);

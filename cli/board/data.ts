@@ -6,24 +6,29 @@ import {
   boardDevices,
   boardOutcome,
   DEFAULT_ROLE,
+  DEVICE_HISTORY,
+  deviceHistoryRow,
   gateEvidenceOf,
+  metricSeriesOf,
   pageOfDevices,
   phaseProgress,
   proofCounts,
   pageOfRollouts,
   ROLLOUT_LIST,
   sortFailuresFirst,
+  timelineOf,
   type BoardControl,
   type RolloutListQuery,
   type BoardOutcome,
   type ControlBody,
+  type DeviceHistoryRow,
   type DeviceQuery,
 } from '../../core/board';
 import { WavegateError } from '../../core/errors';
-import { describeControl, rolloutOutcome } from '../../core/rollout/outcome';
+import { describeControl, readStatus, rolloutOutcome } from '../../core/rollout/outcome';
 import type { RolloutStatus } from '../../contracts/rollout';
 import { readAuditKey, type AuditLocation } from '../../audit/file';
-import { deviceRecords } from '../../clients/rollout-records';
+import { deviceRecords, findDevice } from '../../clients/rollout-records';
 import { listRollouts, queryStatus, retryTransient, sendControl, type RolloutListing } from '../client';
 import { readChain, verifyLinkedTrails, verifyReport } from '../commands/audit';
 import { checkRevert, startRevert } from '../commands/revert';
@@ -186,6 +191,63 @@ export async function rolloutRows(src: BoardSources, query: RolloutListQuery) {
   return { rollouts: sortFailuresFirst(out), ...page, read: listed.length, readLimit: ROLLOUT_LIST.scan };
 }
 
+/**
+ * A device's history across rollouts (`GET /api/devices/<id>/history`): of the newest DEVICE_HISTORY.scan
+ * rollouts visibility lists, those whose status names the device, newest first, what each did to it.
+ *
+ * Why this source: a rollout's status already names its devices (inline, or in its slices: findDevice, as
+ * `status --device` reads it), and a closed rollout's status is its result in the history (no worker, no
+ * replay). The audit trails hold the same per device but in no index by device: finding one device there
+ * reads every trail in full, file or store. Statuses are read four at a time within a budget; a rollout
+ * whose status cannot be read in it (a running one whose worker is away, one terminated) is counted, not guessed.
+ */
+export async function deviceHistoryView(src: BoardSources, device: string) {
+  const listed = await retried(src, 'the rollout list', () => listRollouts(src.client, { limit: DEVICE_HISTORY.scan }));
+  const newest = [...listed].sort((a, b) => b.startTime.localeCompare(a.startTime));
+  const rows: DeviceHistoryRow[] = [];
+  let unread = 0;
+  let read = 0;
+  const until = Date.now() + (src.listDetailMs ?? HISTORY_DETAIL_MS);
+  for (let i = 0; i < newest.length && rows.length < DEVICE_HISTORY.rows && Date.now() < until; i += 4) {
+    const batch = newest.slice(i, i + 4);
+    const found = await Promise.all(
+      batch.map((row) =>
+        src.client.connection
+          .withDeadline(until, async () => {
+            const status = await runStatus(src, row);
+            const d = await findDevice(src.client, status, device);
+            return d ? deviceHistoryRow(row, status, d) : null;
+          })
+          .catch(() => undefined),
+      ),
+    );
+    read += batch.length;
+    for (const f of found) {
+      if (f === undefined) unread += 1;
+      else if (f) rows.push(f);
+    }
+  }
+  return {
+    device,
+    rollouts: rows.slice(0, DEVICE_HISTORY.rows),
+    // How far it looked: rollouts read, those it could not read, and those left unread (the budget or the bound).
+    read,
+    unread,
+    notRead: newest.length - read,
+    scanLimit: DEVICE_HISTORY.scan,
+  };
+}
+
+/** How long a device's history waits for rollouts' statuses before it answers with what it read. */
+const HISTORY_DETAIL_MS = 8_000;
+
+/** A listed run's status: a closed run's from its result in the history (no worker), a running one's by query. */
+async function runStatus(src: BoardSources, row: RolloutListing): Promise<RolloutStatus> {
+  if (row.status === 'COMPLETED')
+    return readStatus(await src.client.workflow.getHandle(row.workflowId, row.runId).result());
+  return queryStatus(src.client, row.workflowId, row.runId);
+}
+
 /** One rollout: what the page shows, with one page of the device table. */
 export async function rolloutView(src: BoardSources, id: string, query: DeviceQuery) {
   const described = await describeRollout(src, id);
@@ -213,6 +275,8 @@ export async function rolloutView(src: BoardSources, id: string, query: DeviceQu
     // Each phase's and the rollout's estimated end as of this read (core/eta.ts); the page labels the times with its zone.
     eta: estimateRollout(all, Date.now()),
     gates: gateEvidenceOf(records),
+    // Phases, gates and controls in order, with the values the threshold checks read (core/board.ts).
+    timeline: { ...timelineOf(status, records), series: metricSeriesOf(records) },
     counts: status.counts,
     // Of the devices at the target, those proven by their own receipts (every device, not only this page).
     proof: proofCounts(devices),

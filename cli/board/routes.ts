@@ -1,5 +1,6 @@
 import {
   BOARD_CONTROLS,
+  checkDeviceId,
   checkRolloutId,
   parseControlBody,
   parseConvergeBody,
@@ -12,6 +13,7 @@ import { decodedParam, type Asked, type Check, type Route, type RouteTable } fro
 import type { BoardAccess } from './access';
 import {
   auditView,
+  deviceHistoryView,
   revertPreview,
   rolloutRows,
   rolloutView,
@@ -158,6 +160,15 @@ function rolloutRoutes(deps: BoardRouteDeps): Route<string>[] {
       handle: async (a) => {
         const query = parseRolloutListQuery(a.query);
         sendJson(a.res, 200, await temporal('the rollout list', () => rolloutRows(sources, query)));
+      },
+    },
+    {
+      method: 'GET',
+      path: /^\/api\/devices\/([^/]+)\/history$/,
+      checks: API,
+      handle: async (a) => {
+        const device = checkDeviceId(decodedParam(a.params[0]!, 'device'));
+        sendJson(a.res, 200, await temporal(`the history of ${device}`, () => deviceHistoryView(sources, device)));
       },
     },
     read(undefined, async (a, id) => {

@@ -419,6 +419,25 @@ describe('the board endpoints', () => {
     await refused(`profile=${encodeURIComponent("a' OR 1=1")}`, /profile: must be lowercase letters.*"a' OR 1=1"/);
     await refused('pagesize=10', /"pagesize": not a parameter of the rollout list/);
     for (const id of ids) await client!.workflow.getHandle(id).terminate('listed for the test');
+
+    // A device's history: its id checked as the inventory's are; the terminated runs (no worker to answer
+    // their status here) are counted as not readable, not guessed at.
+    expectRefusal(
+      await call(`/api/devices/${encodeURIComponent('web 1;rm')}/history`, { headers: bearer }),
+      400,
+      'INVALID_INPUT',
+      /device id "web 1;rm": must be 1-128 letters/,
+    );
+    expectRefusal(
+      await call(`/api/devices/${'d'.repeat(129)}/history`, { headers: bearer }),
+      400,
+      'INVALID_INPUT',
+      /device id/,
+    );
+    expectRefusal(await call('/api/devices/web-1/history'), 401, 'UNAUTHORIZED', /token/);
+    const history = await call('/api/devices/web-1/history', { headers: bearer });
+    expect(history.status).toBe(200);
+    expect(history.body).toMatchObject({ device: 'web-1', rollouts: [], read: 3, unread: 3, scanLimit: 200 });
   });
   it('answers 503 UNAVAILABLE, not a crash, while Temporal is away, and goes on serving', async () => {
     // A client of a port nothing listens on: every read fails UNAVAILABLE, retried by the board for

@@ -300,6 +300,9 @@ describe('the board in Chromium', () => {
       ['abort', 'alice', true],
     ]);
     await page.locator('#device-table tr[data-state="rolled-back"]').first().waitFor();
+    // The timeline names each control with who sent it.
+    await page.locator('#timeline li[data-kind="control"]', { hasText: 'aborted by alice' }).waitFor();
+    expect(await page.locator('#timeline li[data-kind="control"]').first().textContent()).toMatch(/paused by alice/);
     await shot('rollout-aborted');
     const trail = await trailOf(aborted);
     expect(trail.find((r) => r.event === 'rollout.paused' && r.by === 'alice')?.reason).toBe(
@@ -327,7 +330,18 @@ describe('the board in Chromium', () => {
     await expect.poll(() => check.textContent()).toContain('all-runtimes-healthy');
     expect(await check.textContent()).toContain(canary);
     expect(await check.textContent()).toMatch(/fail/);
+    // The timeline: the canary's gate failed, then the rollback, in order.
+    await page.locator('#timeline li[data-kind="rollback"]').first().waitFor();
+    const kinds = await page.locator('#timeline li').evaluateAll((li) => li.map((e) => e.getAttribute('data-kind')));
+    expect(kinds.indexOf('gate')).toBeGreaterThan(kinds.indexOf('phase'));
+    expect(kinds.indexOf('rollback')).toBeGreaterThan(kinds.indexOf('gate'));
     await shot('gate-evidence');
+    // The canary's history across rollouts, from its link: this rollout put it back (r1 → r2, rolled back).
+    await page.locator(`#device-table tr[data-device="${canary}"] a`).click();
+    const touched = page.locator(`#device-history tr[data-rollout="${rolledBack}"]`);
+    await touched.waitFor();
+    expect(await touched.getAttribute('data-state')).toBe('rolled-back');
+    expect(await touched.textContent()).toMatch(/r1 → r2/);
   });
 
   it('lists rollouts with their true outcome, and verifies an audit trail on the page', async () => {
@@ -485,7 +499,10 @@ describe('the board in Chromium', () => {
     await page.locator('#notice', { hasText: 'started by alice' }).waitFor();
     const revert = decodeURIComponent(new URL(page.url()).hash.replace('#/rollout/', ''));
     expect(revert).not.toBe(completed);
-    await page.locator('#banner[data-outcome="completed"]').waitFor({ timeout: 60_000 });
+    // The revert's own banner (the completed rollout's stays on the page until the revert's first view comes),
+    // and its run closed: a rollout still running here would be held by the freeze the next test starts.
+    await page.locator('#banner[data-outcome="completed"] h1', { hasText: revert }).waitFor({ timeout: 60_000 });
+    await untilClosed(revert);
     const reverted = await statusOf(revert);
     expect(reverted.reverts?.rolloutId).toBe(completed);
     expect([reverted.fromRevision, reverted.toRevision]).toEqual([2, 1]);
