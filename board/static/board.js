@@ -331,7 +331,6 @@ const CONTROL_TEXT = {
 };
 
 function askControl(id, name) {
-  const dialog = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = `${name[0].toUpperCase()}${name.slice(1)} ${id}?`;
   const text = document.getElementById('confirm-text');
   text.textContent = CONTROL_TEXT[name];
@@ -358,20 +357,36 @@ function askControl(id, name) {
   document.getElementById('confirm-devices').hidden = true;
   document.getElementById('confirm-fast-row').hidden = true;
   document.getElementById('confirm-rollback').checked = true;
+  openConfirm(
+    `Confirm ${name}`,
+    () => {
+      const body = { reason: reason.value };
+      if (name === 'abort') body.rollback = document.getElementById('confirm-rollback').checked;
+      return post(`/api/rollouts/${encodeURIComponent(id)}/${name}`, body);
+    },
+    (done) => notice(done.message, 'ok'),
+  );
+  reason.focus();
+}
+
+/**
+ * The confirm dialog's one way to send, for every control it asks: its OK button (named `okText`) runs `send` (a
+ * POST), closes the dialog and hands the answer to `done`; a refusal is shown in the dialog, and a lost session
+ * asks for a login again.
+ */
+function openConfirm(okText, send, done) {
+  const dialog = document.getElementById('confirm');
   const error = document.getElementById('confirm-error');
   error.hidden = true;
   const ok = document.getElementById('confirm-ok');
-  ok.textContent = `Confirm ${name}`;
-  const form = document.getElementById('confirm-form');
-  form.onsubmit = async (e) => {
+  ok.textContent = okText;
+  document.getElementById('confirm-form').onsubmit = async (e) => {
     e.preventDefault();
-    const body = { reason: reason.value };
-    if (name === 'abort') body.rollback = document.getElementById('confirm-rollback').checked;
     ok.disabled = true;
     try {
-      const done = await post(`/api/rollouts/${encodeURIComponent(id)}/${name}`, body);
+      const answer = await send();
       dialog.close();
-      notice(done.message, 'ok');
+      done(answer);
     } catch (err) {
       error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
       error.hidden = false;
@@ -382,7 +397,6 @@ function askControl(id, name) {
   };
   document.getElementById('confirm-cancel').onclick = () => dialog.close();
   dialog.showModal();
-  reason.focus();
 }
 
 /** A revert: what it will touch is asked first (the command's own checks), shown, then confirmed. */
@@ -394,7 +408,6 @@ async function askRevert(id) {
     return notice(`${err.code || 'ERROR'}: ${err.message}`, 'error');
   }
   if (!preview.applies) return notice(`No revert: ${preview.why}`, 'error');
-  const dialog = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = `Revert ${id}?`;
   document.getElementById('confirm-text').textContent =
     `A new rollout of ${preview.profile} from r${preview.from} back to r${preview.to} over exactly the ${preview.devices.length} device(s) ${id} changed, with its ${preview.phases} phase(s), gates and health checks.` +
@@ -409,32 +422,20 @@ async function askRevert(id) {
   document.getElementById('confirm-reason-row').hidden = true;
   document.getElementById('confirm-reason').required = false;
   document.getElementById('confirm-rollback-row').hidden = true;
-  const error = document.getElementById('confirm-error');
-  error.hidden = true;
-  const ok = document.getElementById('confirm-ok');
-  ok.textContent = `Revert ${preview.devices.length} device(s)`;
-  document.getElementById('confirm-form').onsubmit = async (e) => {
-    e.preventDefault();
-    ok.disabled = true;
-    try {
-      const done = await post(`/api/rollouts/${encodeURIComponent(id)}/revert`, {
+  openConfirm(
+    `Revert ${preview.devices.length} device(s)`,
+    () =>
+      post(`/api/rollouts/${encodeURIComponent(id)}/revert`, {
         devices: preview.devices.length,
         digest: preview.digest,
         fast: document.getElementById('confirm-fast').checked,
-      });
-      dialog.close();
+      }),
+    (done) => {
       // Said on the new rollout's page (a route change clears the notice line first).
       state.flash = done.message;
       location.hash = `#/rollout/${encodeURIComponent(done.rolloutId)}`;
-    } catch (err) {
-      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
-      error.hidden = false;
-    } finally {
-      ok.disabled = false;
-    }
-  };
-  document.getElementById('confirm-cancel').onclick = () => dialog.close();
-  dialog.showModal();
+    },
+  );
 }
 
 function controlsOf(view) {
@@ -1055,7 +1056,6 @@ function convergeBlock(f) {
 
 /** A converge: the devices it will touch (the fleet view's, checked again by the server before it starts), a reason, a confirmation. */
 function askConverge(profile, c) {
-  const dialog = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = `Converge ${profile} to r${c.revision}?`;
   document.getElementById('confirm-text').textContent =
     `A new rollout over exactly the ${c.devices.length} device(s) behind r${c.revision}, with the spec, signed steps and profile ${c.lastCompleted} ran (its phases, gates and health checks; the workers verify the signed content against their pins again). Refused if the devices behind are no longer these.`;
@@ -1072,32 +1072,19 @@ function askConverge(profile, c) {
     "Reason (written to the board's log with your name; the converge's audit trail records you as who started it)";
   document.getElementById('confirm-fast-row').hidden = true;
   document.getElementById('confirm-rollback-row').hidden = true;
-  const error = document.getElementById('confirm-error');
-  error.hidden = true;
-  const ok = document.getElementById('confirm-ok');
-  ok.textContent = `Converge ${c.devices.length} device(s)`;
-  document.getElementById('confirm-form').onsubmit = async (e) => {
-    e.preventDefault();
-    ok.disabled = true;
-    try {
-      const done = await post(`/api/fleet/${encodeURIComponent(profile)}/converge`, {
+  openConfirm(
+    `Converge ${c.devices.length} device(s)`,
+    () =>
+      post(`/api/fleet/${encodeURIComponent(profile)}/converge`, {
         devices: c.devices.length,
         digest: c.digest,
         reason: reason.value,
-      });
-      dialog.close();
+      }),
+    (done) => {
       state.flash = done.message;
       location.hash = `#/rollout/${encodeURIComponent(done.rolloutId)}`;
-    } catch (err) {
-      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
-      error.hidden = false;
-      if (err.status === 401) state.session = null;
-    } finally {
-      ok.disabled = false;
-    }
-  };
-  document.getElementById('confirm-cancel').onclick = () => dialog.close();
-  dialog.showModal();
+    },
+  );
   reason.focus();
 }
 
@@ -1260,7 +1247,6 @@ async function showFreezes() {
 }
 
 function askLift(f) {
-  const dialog = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = `Lift ${f.id}?`;
   document.getElementById('confirm-text').textContent =
     `"${f.reason}" (${f.scopeText}) ends now: the rollouts it paused that are still paused by it resume; one an operator paused stays paused.`;
@@ -1272,28 +1258,14 @@ function askLift(f) {
     'Reason (recorded in each rollout it resumes, with your name)';
   for (const row of ['confirm-rollback-row', 'confirm-fast-row', 'confirm-devices'])
     document.getElementById(row).hidden = true;
-  const error = document.getElementById('confirm-error');
-  error.hidden = true;
-  const ok = document.getElementById('confirm-ok');
-  ok.textContent = `Lift ${f.id}`;
-  document.getElementById('confirm-form').onsubmit = async (e) => {
-    e.preventDefault();
-    ok.disabled = true;
-    try {
-      const done = await post(`/api/freezes/${encodeURIComponent(f.id)}/lift`, { reason: reason.value });
-      dialog.close();
+  openConfirm(
+    `Lift ${f.id}`,
+    () => post(`/api/freezes/${encodeURIComponent(f.id)}/lift`, { reason: reason.value }),
+    (done) => {
       state.flash = done.message;
       route();
-    } catch (err) {
-      error.textContent = `${err.code || 'ERROR'}: ${err.message}`;
-      error.hidden = false;
-      if (err.status === 401) state.session = null;
-    } finally {
-      ok.disabled = false;
-    }
-  };
-  document.getElementById('confirm-cancel').onclick = () => dialog.close();
-  dialog.showModal();
+    },
+  );
   reason.focus();
 }
 
