@@ -4,6 +4,7 @@ import { verifyReceiptsBundle, type ReceiptFinding, type ReceiptsVerdict } from 
 import { exportReceiptsBundle, readReceiptsBundle } from '../audit/bundle';
 import { resolveAuditLocation } from '../audit/file';
 import { nativeEd25519Verify } from '../device/ed25519-native';
+import { readPinnedKey } from '../intake/checkpoint-keys';
 import { checkProfilesRoot, describeProfilesRoot, resolveProfilesRoot } from '../intake/profiles-root';
 import { action, EXIT_FAILED } from './run';
 
@@ -29,6 +30,10 @@ interface VerifyFlags {
   receipts: string;
   json?: boolean;
   strict?: boolean;
+  /** commander's --no-checkpoints-expected: false when given. */
+  checkpointsExpected?: boolean;
+  logKey?: string;
+  witnessKey?: string;
 }
 
 /** `<device>: <check>: <message>`, `-` for a finding no one device is concerned by (the trail, a checkpoint). */
@@ -40,7 +45,9 @@ export function findingLine(f: ReceiptFinding): string {
 export function verdictSummary(dir: string, rollout: string, v: ReceiptsVerdict): string[] {
   const inclusion = v.inclusion
     ? `inclusion: ${v.inclusion.proofs} record(s) proved under the last checkpoint (size ${v.inclusion.size}), largest proof ${v.inclusion.largestBytes} bytes`
-    : 'inclusion: NOT checked: the bundle holds no checkpoint (a trail rewritten wholesale by the control plane cannot be ruled out)';
+    : v.checkpoints === 0
+      ? 'inclusion: NOT checked: the bundle holds no checkpoint (a trail rewritten wholesale by the control plane cannot be ruled out)'
+      : 'inclusion: NOT checked: no checkpoint of the bundle holds up';
   const s = v.slices;
   // A slice's receipt is included through the slice's hash chain up to the head its linking record names.
   const slices =
@@ -54,8 +61,24 @@ export function verdictSummary(dir: string, rollout: string, v: ReceiptsVerdict)
     `receipts: ${v.receipts} checked for ${v.devices} devices; ${v.proven} proven, ${v.claimed} claimed (no receipt, or one refused)`,
     inclusion,
     ...slices,
+    ...keyLines(v.keys),
     v.findings.length === 0 ? 'verdict: every receipt holds' : `verdict: ${v.findings.length} finding(s)`,
   ];
+}
+
+/** The checkpoint keys the verification trusted, by key id; the bundle's own word is said to be so. */
+function keyLines(keys: ReceiptsVerdict['keys']): string[] {
+  const lines = (['log', 'witness'] as const).map((kind) => {
+    const k = keys[kind];
+    if (!k) return `${kind} key: none (the bundle holds no keys/${kind}.pub and --${kind}-key was not given)`;
+    return `${kind} key: ${k.keyId} (${k.from === 'pinned' ? `pinned with --${kind}-key` : `from the bundle's keys/${kind}.pub`})`;
+  });
+  // The bundle vouches for its own keys: a control plane rewriting the trail can re-sign it under keys of its own.
+  if (keys.log?.from === 'bundle' || keys.witness?.from === 'bundle')
+    lines.push(
+      "keys: those from the bundle are its own word: compare their key ids with the auditor's own copies of the log's and the witness's keys, or pin them (--log-key, --witness-key)",
+    );
+  return lines;
 }
 
 async function exportBundle(id: string, opts: ExportFlags): Promise<number> {
@@ -90,6 +113,17 @@ async function exportBundle(id: string, opts: ExportFlags): Promise<number> {
 }
 
 async function verifyBundle(opts: VerifyFlags): Promise<number> {
+  if (opts.strict && opts.checkpointsExpected === false)
+    throw new WavegateError(
+      'INVALID_INPUT',
+      '--strict and --no-checkpoints-expected: --strict requires checkpoints, which --no-checkpoints-expected says there are none of',
+      { field: '--no-checkpoints-expected' },
+    );
+  // Bad flag input refused (exit 2) before the bundle is read.
+  const pinned = {
+    ...(opts.logKey !== undefined ? { log: readPinnedKey('--log-key', opts.logKey, 'log') } : {}),
+    ...(opts.witnessKey !== undefined ? { witness: readPinnedKey('--witness-key', opts.witnessKey, 'witness') } : {}),
+  };
   let bundle: ReturnType<typeof readReceiptsBundle>;
   try {
     bundle = readReceiptsBundle(opts.receipts);
@@ -98,7 +132,11 @@ async function verifyBundle(opts: VerifyFlags): Promise<number> {
     // A directory where a file should be, and the like: the bundle cannot be read, which is a refusal (exit 2).
     throw new WavegateError('INVALID_INPUT', `--receipts ${opts.receipts}: cannot be read (${(err as Error).message})`);
   }
-  const verdict = verifyReceiptsBundle(bundle, { verifySignature: nativeEd25519Verify });
+  const verdict = verifyReceiptsBundle(bundle, {
+    verifySignature: nativeEd25519Verify,
+    pinned,
+    checkpointsExpected: opts.checkpointsExpected !== false,
+  });
   if (opts.json)
     console.log(JSON.stringify({ rollout: bundle.rollout, ok: verdict.findings.length === 0, ...verdict }));
   else {
@@ -106,10 +144,10 @@ async function verifyBundle(opts: VerifyFlags): Promise<number> {
     for (const f of verdict.findings) console.log(findingLine(f));
   }
   if (verdict.findings.length > 0) return EXIT_FAILED;
-  if (opts.strict && !verdict.inclusion) {
-    process.stderr.write('wavegate: --strict: inclusion could not be checked: the bundle holds no checkpoint\n');
-    return EXIT_FAILED;
-  }
+  if (opts.checkpointsExpected === false && verdict.checkpoints === 0)
+    process.stderr.write(
+      "wavegate: --no-checkpoints-expected: the bundle holds no checkpoint, so inclusion was not checked: the trail is the control plane's word\n",
+    );
   return 0;
 }
 
@@ -157,6 +195,21 @@ export function registerBundleCommands(audit: Command): void {
     )
     .requiredOption('--receipts <dir>', 'the bundle directory (wavegate audit export --bundle)')
     .option('--json', 'print the verdict as JSON: counts and findings')
-    .option('--strict', 'also exit 1 when inclusion could not be checked (no checkpoint in the bundle)')
+    .option(
+      '--no-checkpoints-expected',
+      'the rollout ran without checkpoints: a bundle with none is not a finding (inclusion is then not checked); without it, a bundle with no checkpoint fails (exit 1)',
+    )
+    .option(
+      '--log-key <key>',
+      "the auditor's own copy of the log's checkpoint key (a wavegate keygen pin file <key>.pub.yaml, ed25519:<base64> or a C2SP verifier key, or a file holding one): the bundle's keys/log.pub must be it",
+    )
+    .option(
+      '--witness-key <key>',
+      "the auditor's own copy of the witness's key (as --log-key): the bundle's keys/witness.pub must be it",
+    )
+    .option(
+      '--strict',
+      'checkpoints are required (the default since --no-checkpoints-expected; refused together with it), kept for scripts',
+    )
     .action(action((_opts: VerifyFlags, command: Command) => verifyBundle(command.optsWithGlobals() as VerifyFlags)));
 }

@@ -19,7 +19,7 @@ import {
   type ReceiptKeyKind,
   type ReceiptResult,
 } from './receipt';
-import { ed25519Verify, MAX_CLOCK_SKEW_MS, verifyEnvelope, type Trust, type VerifyResult } from './signing';
+import { ed25519Verify, keyId, MAX_CLOCK_SKEW_MS, verifyEnvelope, type Trust, type VerifyResult } from './signing';
 import { proofProblem, type RotationProof } from './agent-rotation';
 import { envelopeDigestOf } from './twin';
 import type { Envelope } from './signing';
@@ -117,7 +117,8 @@ export type ReceiptCheck =
   | 'state'
   | 'checkpoint'
   | 'fork'
-  | 'inclusion';
+  | 'inclusion'
+  | 'pinned-key';
 
 export interface ReceiptFinding {
   device?: string;
@@ -143,11 +144,33 @@ export interface ReceiptsVerdict {
    * to the anchored head and the linking record's own inclusion under the last checkpoint.
    */
   slices: { trails: number; anchored: number; records: number; receipts: number };
+  /**
+   * The log's and the witness's keys the checkpoints were checked under: their key ids and whether the auditor
+   * pinned them or the bundle named them (its own word: compared with nothing unless pinned). Null: none.
+   */
+  keys: Record<SignerKind, TrustedKey | null>;
+}
+
+/** A checkpoint key the verification trusted. */
+export interface TrustedKey {
+  keyId: string;
+  from: 'pinned' | 'bundle';
 }
 
 export interface ReceiptsVerifyOptions {
   /** The Ed25519 check (default @noble's): the CLI passes Node's (device/ed25519-native.ts). */
   verifySignature?: Ed25519Check;
+  /**
+   * The auditor's own copies of the log's and the witness's keys (`--log-key`, `--witness-key`): the bundle's
+   * keys/<kind>.pub must be these, and the checkpoints are checked under them. Without, the bundle vouches for its
+   * own keys.
+   */
+  pinned?: Partial<Record<SignerKind, PinnedKey>>;
+  /**
+   * False when the operator says the rollout ran without checkpoints (`--no-checkpoints-expected`): a bundle with
+   * none is then not a finding. Default true: checkpoints stripped from a bundle would otherwise pass unseen.
+   */
+  checkpointsExpected?: boolean;
 }
 
 /** A device's enrolled key, decoded once, and the keys its verified rotation proofs link to it. */
@@ -208,7 +231,7 @@ export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerif
   const trail = verifyAuditSegments(bundle.segments);
   findings.push(...trailFindings(trail));
   const records = bundle.segments.flatMap((s) => parseAuditLog(s.text).records);
-  const checkpoints = checkCheckpoints(bundle, records);
+  const checkpoints = checkCheckpoints(bundle, records, opts);
   findings.push(...checkpoints.findings);
   const ctx: ReceiptContext = {
     bundle,
@@ -244,6 +267,7 @@ export function verifyReceiptsBundle(bundle: ReceiptsBundle, opts: ReceiptsVerif
     checkpoints: bundle.checkpoints.length,
     inclusion: checkpoints.inclusion,
     slices: ctx.sliceTally,
+    keys: checkpoints.keys,
   };
 }
 
@@ -797,6 +821,7 @@ interface CheckpointResult {
   findings: ReceiptFinding[];
   included: TrailPlace['included'];
   inclusion: ReceiptsVerdict['inclusion'];
+  keys: ReceiptsVerdict['keys'];
 }
 
 /** A checkpoint the log signed and the witness cosigned, over a tree of the trail's own records. */
@@ -827,19 +852,32 @@ function bundleKey(text: string | undefined, kind: SignerKind): PinnedKey | stri
  * trail's first `size` records, none cut off, each consistent with the one before), with both keys required; any
  * two of one size with different roots are a fork; every record holding receipts is included under the last good one.
  */
-function checkCheckpoints(bundle: ReceiptsBundle, records: AuditRecord[]): CheckpointResult {
+function checkCheckpoints(
+  bundle: ReceiptsBundle,
+  records: AuditRecord[],
+  opts: ReceiptsVerifyOptions,
+): CheckpointResult {
   const findings: ReceiptFinding[] = [];
   const find = (check: ReceiptCheck, message: string) => findings.push({ check, message });
-  if (bundle.checkpoints.length === 0) return { findings, included: undefined, inclusion: null };
-  const log = bundleKey(bundle.logKey, 'log');
-  const witness = bundleKey(bundle.witnessKey, 'witness');
-  for (const key of [log, witness]) if (typeof key === 'string') find('checkpoint', key);
+  const log = trustedKey(bundleKey(bundle.logKey, 'log'), opts.pinned?.log, 'log', find);
+  const witness = trustedKey(bundleKey(bundle.witnessKey, 'witness'), opts.pinned?.witness, 'witness', find);
+  const keys = { log: log.trusted, witness: witness.trusted };
+  if (bundle.checkpoints.length === 0) {
+    // Fail closed: a bundle whose checkpoints were stripped would otherwise verify a rewritten trail.
+    if (opts.checkpointsExpected !== false)
+      find(
+        'checkpoint',
+        'the bundle holds no checkpoint: the trail is not proved to be the one the log signed (a trail rewritten wholesale cannot be ruled out); if the rollout ran without checkpoints, say so with --no-checkpoints-expected',
+      );
+    return { findings, included: undefined, inclusion: null, keys };
+  }
+  for (const key of [log.key, witness.key]) if (typeof key === 'string') find('checkpoint', key);
   const tree = TrailTree.of(records);
   const verdict = checkTrailCheckpoints(bundle.rollout, bundle.checkpoints, tree, {
-    ...(typeof log === 'string' ? {} : { log }),
-    ...(typeof witness === 'string' ? {} : { witness }),
+    ...(typeof log.key === 'string' ? {} : { log: log.key }),
+    ...(typeof witness.key === 'string' ? {} : { witness: witness.key }),
   });
-  const keysGiven = typeof log !== 'string' && typeof witness !== 'string';
+  const keysGiven = typeof log.key !== 'string' && typeof witness.key !== 'string';
   const seen: GoodCheckpoint[] = [];
   const good: GoodCheckpoint[] = [];
   for (const report of verdict.checkpoints) {
@@ -857,11 +895,38 @@ function checkCheckpoints(bundle: ReceiptsBundle, records: AuditRecord[]): Check
     seen.push({ n: report.n, size, root });
     if (keysGiven && report.problems.length === 0) good.push({ n: report.n, size, root });
   }
-  return { findings, ...inclusionUnder(good.at(-1), records) };
+  return { findings, ...inclusionUnder(good.at(-1), records), keys };
+}
+
+/**
+ * The key the checkpoints are checked under: the auditor's pinned one (the bundle's must be it: a finding naming
+ * both key ids otherwise), else the bundle's; with why there is none when neither holds one.
+ */
+function trustedKey(
+  inBundle: PinnedKey | string,
+  pinned: PinnedKey | undefined,
+  kind: SignerKind,
+  find: (check: ReceiptCheck, message: string) => void,
+): { key: PinnedKey | string; trusted: TrustedKey | null } {
+  if (pinned) {
+    const flag = `--${kind}-key`;
+    if (typeof inBundle === 'string') find('pinned-key', `${flag} ${keyId(pinned.publicKey)}: ${inBundle}`);
+    else if (!bytesEqual(inBundle.publicKey, pinned.publicKey))
+      find(
+        'pinned-key',
+        `keys/${kind}.pub: the ${kind}'s key ${keyId(inBundle.publicKey)} is not the pinned ${flag} ${keyId(pinned.publicKey)}`,
+      );
+    return { key: pinned, trusted: { keyId: keyId(pinned.publicKey), from: 'pinned' } };
+  }
+  if (typeof inBundle === 'string') return { key: inBundle, trusted: null };
+  return { key: inBundle, trusted: { keyId: keyId(inBundle.publicKey), from: 'bundle' } };
 }
 
 /** Each record's inclusion under the last good checkpoint, proved and checked once per record. */
-function inclusionUnder(last: GoodCheckpoint | undefined, records: AuditRecord[]): Omit<CheckpointResult, 'findings'> {
+function inclusionUnder(
+  last: GoodCheckpoint | undefined,
+  records: AuditRecord[],
+): Omit<CheckpointResult, 'findings' | 'keys'> {
   if (!last)
     return {
       included: () => 'no checkpoint signed by the log and cosigned by the witness holds its record',

@@ -5,7 +5,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { auditFilePath } from '../../audit/file';
 import { readReceiptsBundle, writeReceiptsBundle } from '../../audit/bundle';
-import { pinnedKeyText } from '../../core/trail-checkpoints';
+import { keyId, keyPairFromSeed } from '../../core/signing';
+import { parsePinnedKey, pinnedKeyText } from '../../core/trail-checkpoints';
 import { runCli } from '../support/cli';
 import { LOG_NAME, receiptsFixture, ROLLOUT, WITNESS_NAME } from '../support/receipts-bundle';
 
@@ -82,13 +83,23 @@ describe('audit export and audit verify --receipts', () => {
       readFileSync(join(fx.profile.dir, 'envelopes/2.json'), 'utf8'),
     );
     expect(readReceiptsBundle(bundle).enrolment).toEqual(fx.enrolment());
-    const checked = await verify(bundle);
+    // The store kept no checkpoint of this trail: the verification fails closed, naming the check and the flag.
+    const closed = await verify(bundle);
+    expect(closed.code).toBe(1);
+    expect(closed.stdout).toMatch(/^-: checkpoint: the bundle holds no checkpoint: .*--no-checkpoints-expected$/m);
+    // Told the rollout ran without checkpoints: every receipt holds, inclusion said not checked.
+    const checked = await verify(bundle, '--no-checkpoints-expected');
     expect(checked.stdout).toMatch(/receipts: 7 checked for 6 devices; 7 proven, 1 claimed/);
     expect(checked.stdout).toMatch(/verdict: every receipt holds/);
-    expect(checked.code).toBe(0);
-    // The store kept no checkpoint of this trail: inclusion is said not checked, and --strict fails on it.
     expect(checked.stdout).toMatch(/inclusion: NOT checked/);
-    expect((await verify(bundle, '--strict')).code).toBe(1);
+    expect(checked.stderr).toMatch(
+      /--no-checkpoints-expected: the bundle holds no checkpoint, so inclusion was not checked/,
+    );
+    expect(checked.code).toBe(0);
+    // --strict requires checkpoints: with the flag that says there are none, a refusal naming both.
+    const both = await verify(bundle, '--strict', '--no-checkpoints-expected');
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain('--strict and --no-checkpoints-expected');
   });
 
   it('refuses to write over a bundle, and leaves nothing behind when the export fails', async () => {
@@ -112,6 +123,35 @@ describe('audit export and audit verify --receipts', () => {
       /inclusion: 3 record\(s\) proved under the last checkpoint \(size 7\), largest proof \d+ bytes/,
     );
     expect(ok.code).toBe(0);
+    // Unpinned, the keys the checkpoints were checked under are the bundle's own word: said so, by key id.
+    const content = fx.content(fx.bundle(records));
+    const logId = keyId(parsePinnedKey(content.logKey!, 'log', 'log')!.publicKey);
+    const witnessId = keyId(parsePinnedKey(content.witnessKey!, 'witness', 'witness')!.publicKey);
+    expect(ok.stdout).toContain(`log key: ${logId} (from the bundle's keys/log.pub)`);
+    expect(ok.stdout).toContain(`witness key: ${witnessId} (from the bundle's keys/witness.pub)`);
+    expect(ok.stdout).toMatch(/keys: those from the bundle are its own word: compare their key ids/);
+    // Pinned: the auditor's own copies (a file holding the key, the form the bundle uses), equal to the bundle's.
+    const logFile = join(scratch, 'log.pub');
+    const witnessFile = join(scratch, 'witness.pub');
+    writeFileSync(logFile, `${content.logKey}\n`);
+    writeFileSync(witnessFile, `${content.witnessKey}\n`);
+    const pinned = await verify(good, '--log-key', logFile, '--witness-key', witnessFile);
+    expect(pinned.code).toBe(0);
+    expect(pinned.stdout).toContain(`log key: ${logId} (pinned with --log-key)`);
+    expect(pinned.stdout).toContain(`witness key: ${witnessId} (pinned with --witness-key)`);
+    expect(pinned.stdout).not.toMatch(/its own word/);
+    // Another key pinned: fails naming the key.
+    const other = pinnedKeyText({ publicKey: keyPairFromSeed(new Uint8Array(32).fill(9)).publicKey });
+    const wrong = await verify(good, '--witness-key', other);
+    expect(wrong.code).toBe(1);
+    expect(wrong.stdout).toMatch(
+      /^-: pinned-key: keys\/witness\.pub: the witness's key .* is not the pinned --witness-key/m,
+    );
+    // Bad flag input: exit 2 naming the flag and the value.
+    const missing = join(scratch, 'no-such-key.pub');
+    const unreadable = await verify(good, '--log-key', missing);
+    expect(unreadable.code).toBe(2);
+    expect(unreadable.stderr).toContain(`--log-key ${missing}`);
     const json = JSON.parse((await verify(good, '--json')).stdout);
     expect(json).toMatchObject({ rollout: ROLLOUT, ok: true, receipts: 7, proven: 7, findings: [] });
 
@@ -137,7 +177,7 @@ describe('audit export and audit verify --receipts', () => {
     );
     const bundle = join(scratch, 'revoked-bundle');
     expect((await exportTo(bundle, '--revoked', revoked)).code).toBe(0);
-    const checked = await verify(bundle);
+    const checked = await verify(bundle, '--no-checkpoints-expected');
     expect(checked.code).toBe(1);
     expect(checked.stdout).toMatch(/^s-01: revoked: record 5: the device's key was revoked at .* \(device stolen\)/m);
   });

@@ -6,6 +6,8 @@ import { fromBase64, toBase64 } from '../../../core/bytes';
 import type { AuditEvent } from '../../../core/audit';
 import { parseReceipt, receiptHash } from '../../../core/receipt';
 import { verifyReceiptsBundle, type ReceiptCheck, type ReceiptsBundle } from '../../../core/receipt-verify';
+import { keyId, keyPairFromSeed } from '../../../core/signing';
+import { parsePinnedKey, type PinnedKey } from '../../../core/trail-checkpoints';
 import { nativeEd25519Verify } from '../../../device/ed25519-native';
 import { receiptsFixture, ROLLOUT } from '../../support/receipts-bundle';
 
@@ -284,6 +286,73 @@ describe('the receipts verifier', () => {
       check: 'trail',
     },
   ];
+
+  it('fails closed on a bundle with no checkpoint, unless told the rollout ran without them', () => {
+    const stripped = { ...fx.bundle(goodRecords), checkpoints: [] };
+    const closed = verify(stripped);
+    expect(closed.findings).toEqual([
+      { check: 'checkpoint', message: expect.stringMatching(/holds no checkpoint.*--no-checkpoints-expected/) },
+    ]);
+    expect(closed.inclusion).toBeNull();
+    const told = verifyReceiptsBundle(stripped, { verifySignature: nativeEd25519Verify, checkpointsExpected: false });
+    expect(told.findings).toEqual([]);
+    expect(told).toMatchObject({ checkpoints: 0, inclusion: null, proven: 7 });
+  });
+
+  describe('pinned checkpoint keys', () => {
+    const other = keyPairFromSeed(new Uint8Array(32).fill(9));
+    const good = fx.bundle(goodRecords);
+    const keyOf = (text: string, kind: 'log' | 'witness') => parsePinnedKey(text, kind, kind)!;
+    const log = keyOf(good.logKey!, 'log');
+    const witness = keyOf(good.witnessKey!, 'witness');
+    const pinned = (pins: { log?: PinnedKey; witness?: PinnedKey }) =>
+      verifyReceiptsBundle(good, { verifySignature: nativeEd25519Verify, pinned: pins });
+
+    it("unpinned: the bundle's keys are trusted and said to be the bundle's, by key id", () => {
+      expect(verify(good).keys).toEqual({
+        log: { keyId: keyId(log.publicKey), from: 'bundle' },
+        witness: { keyId: keyId(witness.publicKey), from: 'bundle' },
+      });
+    });
+
+    it("pinned equal to the bundle's: passes, the keys said pinned", () => {
+      const v = pinned({ log, witness });
+      expect(v.findings).toEqual([]);
+      expect(v.inclusion).toMatchObject({ size: 7 });
+      expect(v.keys).toEqual({
+        log: { keyId: keyId(log.publicKey), from: 'pinned' },
+        witness: { keyId: keyId(witness.publicKey), from: 'pinned' },
+      });
+    });
+
+    it("a pinned log key other than the bundle's fails, naming the log key and both key ids", () => {
+      const v = pinned({ log: { publicKey: other.publicKey }, witness });
+      expect(v.findings).toContainEqual({
+        check: 'pinned-key',
+        message: `keys/log.pub: the log's key ${keyId(log.publicKey)} is not the pinned --log-key ${keyId(other.publicKey)}`,
+      });
+      // The checkpoints are checked under the pinned key: the bundle's log signed them, so none holds.
+      expect(v.inclusion).toBeNull();
+    });
+
+    it("a pinned witness key other than the bundle's fails, naming the witness key", () => {
+      const v = pinned({ log, witness: { publicKey: other.publicKey } });
+      expect(v.findings).toContainEqual({
+        check: 'pinned-key',
+        message: `keys/witness.pub: the witness's key ${keyId(witness.publicKey)} is not the pinned --witness-key ${keyId(other.publicKey)}`,
+      });
+      expect(v.findings.filter((f) => f.check === 'pinned-key')).toHaveLength(1);
+    });
+
+    it('a pinned key the bundle does not hold fails, naming the flag', () => {
+      const { logKey: _gone, ...keyless } = good;
+      const v = verifyReceiptsBundle(keyless, { verifySignature: nativeEd25519Verify, pinned: { log } });
+      expect(v.findings).toContainEqual({
+        check: 'pinned-key',
+        message: `--log-key ${keyId(log.publicKey)}: keys/log.pub: the bundle holds no log key`,
+      });
+    });
+  });
 
   it('the corpus holds the twelve cases of issue 44 and more', () => {
     expect(corpus.length).toBeGreaterThanOrEqual(12);
