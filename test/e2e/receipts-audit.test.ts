@@ -199,8 +199,8 @@ afterAll(async () => {
 }, 120_000);
 
 /** `wavegate audit verify --receipts` in a process of its own, pointed at no Temporal at all. */
-function verify(dir: string) {
-  return runCli(['audit', 'verify', '--receipts', dir, '--json'], {
+function verify(dir: string, ...more: string[]) {
+  return runCli(['audit', 'verify', '--receipts', dir, '--json', ...more], {
     env: { ...NO_CONFIG, TEMPORAL_ADDRESS: '127.0.0.1:1' },
     timeoutMs: 120_000,
   });
@@ -330,6 +330,34 @@ describe('a rollout every device proves, exported and verified by anyone', () =>
     expect(verdict.receipts).toBe(ALL.length);
     // A checkpoint at each transition, each cosigned by the witness.
     expect(verdict.checkpoints).toBeGreaterThanOrEqual(4);
+  });
+
+  it("fails closed on the bundle with its checkpoints stripped; pinned keys must be the bundle's", async () => {
+    type Verdict = { findings: Array<{ check: string; message: string }>; keys: Record<string, unknown> };
+    const stripped = join(scratch.dir, 'bundle-stripped');
+    cpSync(bundleDir, stripped, { recursive: true });
+    writeFileSync(join(stripped, 'checkpoints.jsonl'), '');
+    const closed = await verify(stripped);
+    expect(closed.code).toBe(1);
+    expect((JSON.parse(closed.stdout) as Verdict).findings).toEqual([
+      { check: 'checkpoint', message: expect.stringMatching(/holds no checkpoint.*--no-checkpoints-expected/) },
+    ]);
+    // The auditor's own copies of the keys the worker and the witness run with: the real bundle holds up.
+    const witnessPin = agentKeyPin(witnessPair.publicKey);
+    const pinned = await verify(bundleDir, '--log-key', logPin, '--witness-key', witnessPin);
+    expect(pinned.code, pinned.stdout).toBe(0);
+    expect((JSON.parse(pinned.stdout) as Verdict).keys).toEqual({
+      log: { keyId: logPair.kid, from: 'pinned' },
+      witness: { keyId: witnessPair.kid, from: 'pinned' },
+    });
+    // Another log key pinned: refused, naming it.
+    const other = agentKeyPin(keyPairFromSeed(new Uint8Array(32).fill(9)).publicKey);
+    const wrong = await verify(bundleDir, '--log-key', other, '--witness-key', witnessPin);
+    expect(wrong.code).toBe(1);
+    expect((JSON.parse(wrong.stdout) as Verdict).findings).toContainEqual({
+      check: 'pinned-key',
+      message: expect.stringMatching(/^keys\/log\.pub: the log's key .* is not the pinned --log-key/),
+    });
   });
 
   it('examples/verify-receipt.mjs checks an agent receipt and an SSH one with nothing of wavegate', () => {
