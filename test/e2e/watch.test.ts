@@ -97,8 +97,14 @@ describe('wavegate watch in a terminal', () => {
     const first = await screenUntil('the canary awaiting approval', (t) => /awaiting-approval/.test(t));
     expect(occurrences(first, header), first).toBe(1);
     expect(occurrences(first, /^ {2}DEVICE /), first).toBe(1);
-    expect(first).toMatch(/^ {2}0 canary 1 device +\[#+\] +1\/1 +applied 1 +awaiting-approval$/m);
-    expect(first).toMatch(/^ {2}1 bulk remainder +\[\.+\] +0\/11 +applied 0 +pending$/m);
+    // Each phase row ends with its estimate (core/eta.ts), cut at the terminal's width: "eta +2s after approval".
+    expect(first).toMatch(
+      /^ {2}0 canary 1 device +\[#+\] +1\/1 +applied 1 +awaiting-approval {2}eta \+[\dhms ]+ after/m,
+    );
+    expect(first).toMatch(
+      /^ {2}1 bulk remainder +\[\.+\] +0\/11 +applied 0 +pending {2}eta \+[\dhms ]+ after approval$/m,
+    );
+    expect(first).toMatch(/^ {2}eta: [\dhms ]+ after approval$/m);
     expect(first).not.toContain('\x1b');
 
     // The frame is redrawn while nothing changes but the clock: still one block.
