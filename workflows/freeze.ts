@@ -25,7 +25,7 @@ import {
 } from '../contracts/freeze';
 import { holdRolloutsForFreeze, releaseRolloutsOfFreeze } from './activity-proxies';
 
-/** Continue as new past this many events (a freeze is a handful of events; the bound is for years of them). */
+/** Continue as new past this many events (a window in force sweeps every minute, a few events each: hours of them). */
 export const FREEZE_HISTORY_LIMIT = 2_000;
 
 /**
